@@ -1,0 +1,2 @@
+//! The MCA base of rmca. See the crate-level modules.
+pub mod matching;
