@@ -1,0 +1,1 @@
+//! btl-self: a rank sending to itself.

@@ -1,0 +1,1 @@
+//! btl-shm: shared memory between the processes of a node.

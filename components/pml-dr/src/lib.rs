@@ -1,0 +1,1 @@
+//! pml-dr: the data-reliability PML: acknowledged virtual fragments, checksums, retransmission and BTL failover.

@@ -1,0 +1,1 @@
+//! rmca: one import for applications.

@@ -1,0 +1,1 @@
+//! Helpers for the multi-process integration tests.

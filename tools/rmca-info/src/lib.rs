@@ -1,0 +1,1 @@
+//! rmca-info: lists components and MCA parameters.

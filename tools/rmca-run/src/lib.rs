@@ -1,0 +1,1 @@
+//! rmca-run: the job launcher and PMI server.
