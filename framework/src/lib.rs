@@ -1,2 +1,24 @@
-//! The MCA base of rmca. See the crate-level modules.
+//! The MCA base of rmca: parameters, the component registry and selection, plugin loading,
+//! the four framework traits (PML, BTL, MPool, RCache), the BML, and per-component memory
+//! accounting.
+//!
+//! Data flows down: application → PML ([`pml`]) → BML ([`bml`]) → BTLs ([`btl`]), with
+//! memory pools ([`mpool`]) and registration caches ([`rcache`]) beside the BTLs.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod bml;
+pub mod btl;
+pub mod buffer;
+pub mod component;
+pub mod job;
 pub mod matching;
+pub mod memory;
+pub mod modex;
+pub mod mpool;
+pub mod params;
+pub mod pml;
+pub mod rank;
+pub mod rcache;
+
+pub use inventory;

@@ -1,0 +1,235 @@
+//! The BML (BTL multiplexing layer): per peer, which BTLs reach it and which carry what.
+//!
+//! After every BTL answered `add_procs`, the BML keeps, for each peer, only the BTLs of the
+//! highest exclusivity that reach it (self > shm > networks), then orders them:
+//! - `eager`: by latency, lowest first (small messages go on `eager[0]`);
+//! - `send`: every BTL with a weight proportional to its bandwidth (pipelined copy traffic);
+//! - `rdma`: the BTLs offering PUT or GET, weighted by bandwidth (large-message RDMA).
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::btl::{Btl, BtlEvents, BtlFlags, BtlTag, CompletionToken, ModexRead, SendError};
+use crate::rank::{ProcInfo, Rank};
+
+/// Index of a BTL module inside the BML.
+pub type BtlIndex = usize;
+
+/// A BTL used for one peer, with its share of the traffic.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Route {
+    /// Which module.
+    pub btl: BtlIndex,
+    /// Fraction of large-message bytes it should carry (sums to 1 within a list).
+    pub weight: f64,
+}
+
+/// The BTLs that serve one peer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeerRoutes {
+    /// For eager traffic, lowest latency first.
+    pub eager: Vec<Route>,
+    /// For send traffic, highest bandwidth first.
+    pub send: Vec<Route>,
+    /// For RDMA, highest bandwidth first.
+    pub rdma: Vec<Route>,
+}
+
+/// Errors building the BML.
+#[derive(Debug, Error)]
+pub enum BmlError {
+    /// Some peers are reachable by no BTL.
+    #[error("{0}")]
+    Unreachable(String),
+    /// A BTL failed in add_procs.
+    #[error("btl {btl}: add_procs failed: {source}")]
+    AddProcs {
+        /// The BTL's component name.
+        btl: String,
+        /// Cause.
+        #[source]
+        source: crate::btl::BtlError,
+    },
+}
+
+/// The sink of BTL events, with the index of the BTL that produced each one.
+pub trait BmlEvents {
+    /// See [`BtlEvents::recv`].
+    fn recv(&mut self, btl: BtlIndex, peer: Rank, tag: BtlTag, data: &[u8]);
+    /// See [`BtlEvents::rdma_complete`].
+    fn rdma_complete(&mut self, btl: BtlIndex, token: CompletionToken, result: Result<(), SendError>);
+    /// See [`BtlEvents::send_complete`].
+    fn send_complete(&mut self, _btl: BtlIndex, _token: CompletionToken) {}
+    /// See [`BtlEvents::peer_failed`].
+    fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str);
+}
+
+struct Indexed<'a> {
+    btl: BtlIndex,
+    inner: &'a mut dyn BmlEvents,
+}
+
+impl BtlEvents for Indexed<'_> {
+    fn recv(&mut self, peer: Rank, tag: BtlTag, data: &[u8]) {
+        self.inner.recv(self.btl, peer, tag, data)
+    }
+    fn rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>) {
+        self.inner.rdma_complete(self.btl, token, result)
+    }
+    fn send_complete(&mut self, token: CompletionToken) {
+        self.inner.send_complete(self.btl, token)
+    }
+    fn peer_failed(&mut self, peer: Rank, reason: &str) {
+        self.inner.peer_failed(self.btl, peer, reason)
+    }
+}
+
+/// The BTL modules of a process and the routes to every peer.
+pub struct Bml {
+    btls: Vec<Box<dyn Btl>>,
+    routes: Vec<PeerRoutes>,
+    me: Rank,
+}
+
+impl fmt::Debug for Bml {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.btls.iter().map(|b| b.component_name()).collect();
+        f.debug_struct("Bml").field("btls", &names).field("routes", &self.routes).finish()
+    }
+}
+
+impl Bml {
+    /// Ask every BTL which peers it reaches and build the routes. Every peer must be reached
+    /// by at least one BTL; otherwise the error names each unreachable peer and the BTLs tried.
+    pub fn build(
+        mut btls: Vec<Box<dyn Btl>>,
+        procs: &[ProcInfo],
+        modex: &dyn ModexRead,
+    ) -> Result<Self, BmlError> {
+        let me = procs.iter().find(|p| p.is_self).map(|p| p.rank).unwrap_or(0);
+        let mut reach = Vec::with_capacity(btls.len());
+        for b in btls.iter_mut() {
+            let r = b
+                .add_procs(procs, modex)
+                .map_err(|source| BmlError::AddProcs { btl: b.component_name().to_owned(), source })?;
+            reach.push(r);
+        }
+        let mut routes = vec![PeerRoutes::default(); procs.len()];
+        let mut unreachable = Vec::new();
+        for (i, p) in procs.iter().enumerate() {
+            let candidates: Vec<BtlIndex> =
+                (0..btls.len()).filter(|&b| reach[b].get(i).copied().unwrap_or(false)).collect();
+            let Some(best) = candidates.iter().map(|&b| btls[b].attributes().exclusivity).max() else {
+                unreachable.push(p.rank);
+                continue;
+            };
+            let chosen: Vec<BtlIndex> =
+                candidates.into_iter().filter(|&b| btls[b].attributes().exclusivity == best).collect();
+            routes[p.rank as usize] = Self::plan(&btls, &chosen);
+        }
+        if !unreachable.is_empty() {
+            let tried: Vec<&str> = btls.iter().map(|b| b.component_name()).collect();
+            let tried = if tried.is_empty() { "none".to_owned() } else { tried.join(", ") };
+            let missing_self = unreachable.contains(&me) && !tried.contains("self");
+            return Err(BmlError::Unreachable(format!(
+                "rank {me} cannot reach rank(s) {}: no BTL reaches them (BTLs tried: {tried}){}",
+                unreachable.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
+                if missing_self { "; a process reaching itself needs 'self' in the btl list" } else { "" }
+            )));
+        }
+        Ok(Self { btls, routes, me })
+    }
+
+    fn plan(btls: &[Box<dyn Btl>], chosen: &[BtlIndex]) -> PeerRoutes {
+        let weighted = |list: Vec<BtlIndex>| -> Vec<Route> {
+            let total: f64 = list.iter().map(|&b| f64::from(btls[b].attributes().bandwidth_mbps.max(1))).sum();
+            let mut v: Vec<Route> = list
+                .iter()
+                .map(|&b| Route { btl: b, weight: f64::from(btls[b].attributes().bandwidth_mbps.max(1)) / total })
+                .collect();
+            v.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+            v
+        };
+        let mut eager: Vec<Route> = chosen.iter().map(|&b| Route { btl: b, weight: 1.0 }).collect();
+        eager.sort_by_key(|r| btls[r.btl].attributes().latency_ns);
+        let rdma: Vec<BtlIndex> = chosen
+            .iter()
+            .copied()
+            .filter(|&b| btls[b].attributes().flags.intersects(BtlFlags::PUT | BtlFlags::GET))
+            .collect();
+        PeerRoutes { eager, send: weighted(chosen.to_vec()), rdma: weighted(rdma) }
+    }
+
+    /// This process's rank.
+    pub fn my_rank(&self) -> Rank {
+        self.me
+    }
+
+    /// Number of peers (the job size).
+    pub fn peer_count(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// The routes to `peer`.
+    pub fn routes(&self, peer: Rank) -> &PeerRoutes {
+        &self.routes[peer as usize]
+    }
+
+    /// Drop a BTL from a peer's routes (it failed for that peer). Returns false if no route is left.
+    pub fn remove_route(&mut self, peer: Rank, btl: BtlIndex) -> bool {
+        let r = &mut self.routes[peer as usize];
+        r.eager.retain(|x| x.btl != btl);
+        r.send.retain(|x| x.btl != btl);
+        r.rdma.retain(|x| x.btl != btl);
+        for list in [&mut r.send, &mut r.rdma] {
+            let total: f64 = list.iter().map(|x| x.weight).sum();
+            if total > 0.0 {
+                list.iter_mut().for_each(|x| x.weight /= total);
+            }
+        }
+        !r.eager.is_empty()
+    }
+
+    /// Number of BTL modules.
+    pub fn btl_count(&self) -> usize {
+        self.btls.len()
+    }
+
+    /// One BTL module.
+    pub fn btl(&mut self, index: BtlIndex) -> &mut dyn Btl {
+        self.btls[index].as_mut()
+    }
+
+    /// One BTL module, shared.
+    pub fn btl_ref(&self, index: BtlIndex) -> &dyn Btl {
+        self.btls[index].as_ref()
+    }
+
+    /// Progress every BTL, delivering events tagged with the BTL's index.
+    pub fn progress(&mut self, events: &mut dyn BmlEvents) -> usize {
+        let mut n = 0;
+        for (i, b) in self.btls.iter_mut().enumerate() {
+            n += b.progress(&mut Indexed { btl: i, inner: events });
+        }
+        n
+    }
+
+    /// Counters of every BTL, prefixed with the component name.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        self.btls
+            .iter()
+            .flat_map(|b| {
+                let name = b.component_name().to_owned();
+                b.counters().into_iter().map(move |(k, v)| (format!("btl.{name}.{k}"), v))
+            })
+            .collect()
+    }
+
+    /// Finalize every BTL.
+    pub fn finalize(&mut self) {
+        for b in &mut self.btls {
+            b.finalize();
+        }
+    }
+}

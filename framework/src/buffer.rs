@@ -1,0 +1,145 @@
+//! [`UserBuf`]: application memory handed to the PML and BTLs for the life of a request.
+//!
+//! Non-blocking MPI operations let the library read or write the user's buffer after the call
+//! returns. In Rust the facade ties the buffer's borrow to the request's lifetime (and waits in
+//! `Drop`), then hands the layers below a `UserBuf`. This module is the only place where that
+//! raw memory is touched, so the unsafety is audited here once.
+#![allow(unsafe_code)]
+
+use std::fmt;
+
+/// A region of application memory that stays valid (and is not otherwise accessed) until the
+/// request that owns it completes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UserBuf {
+    ptr: *mut u8,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: a UserBuf is a capability to access memory whose owner (the request) guarantees
+// validity; moving that capability to a progress thread is no different from moving a pointer.
+unsafe impl Send for UserBuf {}
+
+impl fmt::Debug for UserBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UserBuf({:p}, {} B{})", self.ptr, self.len, if self.writable { ", rw" } else { "" })
+    }
+}
+
+impl UserBuf {
+    /// An empty buffer.
+    pub const fn empty() -> Self {
+        Self { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0, writable: true }
+    }
+
+    /// A read-only view of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads until every user of this `UserBuf` (and its copies)
+    /// is done with it, and must not be written by anyone else meanwhile.
+    pub unsafe fn from_raw_parts(ptr: *const u8, len: usize) -> Self {
+        Self { ptr: ptr as *mut u8, len, writable: false }
+    }
+
+    /// A writable view of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes until every user of this `UserBuf` (and
+    /// its copies) is done with it, and must not be accessed by anyone else meanwhile.
+    pub unsafe fn from_raw_parts_mut(ptr: *mut u8, len: usize) -> Self {
+        Self { ptr, len, writable: true }
+    }
+
+    /// Borrow a slice as a `UserBuf` for a call that completes before the borrow ends.
+    pub fn from_slice(slice: &[u8]) -> Self {
+        Self { ptr: slice.as_ptr() as *mut u8, len: slice.len(), writable: false }
+    }
+
+    /// Borrow a mutable slice as a writable `UserBuf` for a call that completes before the borrow ends.
+    pub fn from_mut_slice(slice: &mut [u8]) -> Self {
+        Self { ptr: slice.as_mut_ptr(), len: slice.len(), writable: true }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when the buffer may be written.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The start address (for RDMA descriptors and `process_vm_readv`).
+    pub fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+
+    /// The start pointer, for FFI that needs it (verbs, CMA). Reading or writing through it is
+    /// subject to the same contract as the constructor's.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The sub-range `offset..offset+len`. Panics if out of bounds (a PML bug, not user input).
+    pub fn slice(&self, offset: usize, len: usize) -> Self {
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len), "UserBuf::slice out of bounds");
+        // SAFETY: in bounds per the assertion, so the pointer stays inside the original region.
+        Self { ptr: unsafe { self.ptr.add(offset) }, len, writable: self.writable }
+    }
+
+    /// Read the bytes. The returned slice must not outlive the request.
+    pub fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the constructor's contract guarantees the region is valid for reads and not
+        // written concurrently for as long as this UserBuf is in use.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Copy `src` into the buffer at `offset`. Panics if the buffer is read-only or too small.
+    pub fn write_at(&self, offset: usize, src: &[u8]) {
+        assert!(self.writable, "write into a read-only UserBuf");
+        assert!(offset.checked_add(src.len()).is_some_and(|end| end <= self.len), "UserBuf::write_at out of bounds");
+        if src.is_empty() {
+            return;
+        }
+        // SAFETY: bounds checked above; the constructor's contract grants exclusive write access;
+        // src is a distinct Rust slice so the regions cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(offset), src.len()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_write_and_read_back() {
+        let mut v = vec![0u8; 8];
+        let b = UserBuf::from_mut_slice(&mut v);
+        b.slice(2, 4).write_at(1, &[7, 8]);
+        assert_eq!(b.as_slice(), &[0, 0, 0, 7, 8, 0, 0, 0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn slice_out_of_bounds_panics() {
+        let v = vec![0u8; 4];
+        UserBuf::from_slice(&v).slice(3, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "read-only")]
+    fn write_to_read_only_panics() {
+        let v = vec![0u8; 4];
+        UserBuf::from_slice(&v).write_at(0, &[1]);
+    }
+}

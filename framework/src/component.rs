@@ -1,0 +1,199 @@
+//! Components: how they describe themselves, register, and get initialised.
+//!
+//! Built-in components register a [`BuiltinComponent`] with `inventory::submit!`; plugins hand
+//! the same [`ComponentRef`] to the host through their descriptor (see [`crate::plugin`]).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::btl::BtlComponent;
+use crate::job::JobInfo;
+use crate::memory::MemoryAccounting;
+use crate::modex::{ModexError, ModexWrite};
+use crate::mpool::MpoolComponent;
+use crate::params::{ParamRegistrar, ParamStore};
+use crate::pml::PmlComponent;
+use crate::rcache::RcacheComponent;
+
+/// The frameworks of rmca.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Framework {
+    /// Point-to-point messaging layer.
+    Pml,
+    /// Byte transfer layer.
+    Btl,
+    /// Memory pools.
+    Mpool,
+    /// Registration caches.
+    Rcache,
+}
+
+impl Framework {
+    /// Every framework, in listing order.
+    pub const ALL: [Framework; 4] = [Framework::Pml, Framework::Btl, Framework::Mpool, Framework::Rcache];
+
+    /// The framework's name, also its selector parameter's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::Pml => "pml",
+            Framework::Btl => "btl",
+            Framework::Mpool => "mpool",
+            Framework::Rcache => "rcache",
+        }
+    }
+
+    /// Parse a framework name.
+    pub fn parse(s: &str) -> Option<Framework> {
+        Framework::ALL.into_iter().find(|f| f.name() == s)
+    }
+}
+
+impl fmt::Display for Framework {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Static description of a component.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComponentMeta {
+    /// Short name (`"shm"`), unique within its framework.
+    pub name: &'static str,
+    /// The component's own version (usually its crate version).
+    pub version: &'static str,
+    /// One line saying what it is.
+    pub description: &'static str,
+}
+
+/// What every component implements, whatever its framework.
+pub trait Component: Send + Sync {
+    /// Name, version, description.
+    fn meta(&self) -> ComponentMeta;
+
+    /// Declare the component's MCA parameters. Called once per process, before any value is read.
+    fn register_params(&self, params: &mut ParamRegistrar<'_>);
+}
+
+/// A component of any framework.
+#[derive(Clone, Copy)]
+pub enum ComponentRef {
+    /// A PML.
+    Pml(&'static dyn PmlComponent),
+    /// A BTL.
+    Btl(&'static dyn BtlComponent),
+    /// A memory pool.
+    Mpool(&'static dyn MpoolComponent),
+    /// A registration cache.
+    Rcache(&'static dyn RcacheComponent),
+}
+
+impl ComponentRef {
+    /// Its framework.
+    pub fn framework(&self) -> Framework {
+        match self {
+            ComponentRef::Pml(_) => Framework::Pml,
+            ComponentRef::Btl(_) => Framework::Btl,
+            ComponentRef::Mpool(_) => Framework::Mpool,
+            ComponentRef::Rcache(_) => Framework::Rcache,
+        }
+    }
+
+    /// The generic component interface.
+    pub fn component(&self) -> &'static dyn Component {
+        match *self {
+            ComponentRef::Pml(c) => c,
+            ComponentRef::Btl(c) => c,
+            ComponentRef::Mpool(c) => c,
+            ComponentRef::Rcache(c) => c,
+        }
+    }
+}
+
+impl fmt::Debug for ComponentRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.framework(), self.component().meta().name)
+    }
+}
+
+/// A statically linked component, collected with `inventory`.
+pub struct BuiltinComponent {
+    /// The component.
+    pub component: ComponentRef,
+}
+
+impl BuiltinComponent {
+    /// Wrap a component for `inventory::submit!`.
+    pub const fn new(component: ComponentRef) -> Self {
+        Self { component }
+    }
+}
+
+inventory::collect!(BuiltinComponent);
+
+/// Where a component in the registry came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Linked into the program.
+    Builtin,
+    /// Loaded from a plugin file.
+    Plugin(PathBuf),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Builtin => f.write_str("built-in"),
+            Origin::Plugin(p) => write!(f, "plugin {}", p.display()),
+        }
+    }
+}
+
+/// A component known to this process.
+#[derive(Clone, Debug)]
+pub struct RegisteredComponent {
+    /// The component.
+    pub component: ComponentRef,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+impl RegisteredComponent {
+    /// Its metadata.
+    pub fn meta(&self) -> ComponentMeta {
+        self.component.component().meta()
+    }
+}
+
+/// What a component gets at init: the job, the parameters, the modex, the memory accounting.
+pub struct InitContext<'a> {
+    /// This process and its job.
+    pub job: &'a JobInfo,
+    /// Resolved parameters.
+    pub params: &'a ParamStore,
+    /// Where components record the memory they hold.
+    pub memory: &'a MemoryAccounting,
+    modex: &'a mut dyn ModexWrite,
+}
+
+impl<'a> InitContext<'a> {
+    /// Build a context.
+    pub fn new(
+        job: &'a JobInfo,
+        params: &'a ParamStore,
+        memory: &'a MemoryAccounting,
+        modex: &'a mut dyn ModexWrite,
+    ) -> Self {
+        Self { job, params, memory, modex }
+    }
+
+    /// Publish this process's business card under `key` (namespace it: `"btl.shm"`).
+    pub fn modex_put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
+        self.modex.put(key, value)
+    }
+}
+
+impl fmt::Debug for InitContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InitContext").field("job", &self.job).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,60 @@
+//! What a process knows about its job: its rank, the job size, node placement and identity.
+
+use crate::rank::{ProcInfo, Rank};
+
+/// Identity of this process and of its job, as told by the launcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobInfo {
+    /// This process's rank.
+    pub rank: Rank,
+    /// Number of processes.
+    pub size: u32,
+    /// A string unique to the job, safe in file names.
+    pub job_id: String,
+    /// Random bytes shared by the job's processes (never by another job) to tag traffic.
+    pub secret: Vec<u8>,
+    /// Node index of every rank (`node_of[r]`); equal values share a node.
+    pub node_of: Vec<u32>,
+    /// Name of every node index (host names, or namespace names in tests).
+    pub node_names: Vec<String>,
+}
+
+impl JobInfo {
+    /// A job of one process with no launcher.
+    pub fn singleton() -> Self {
+        let job_id = format!("s{}", std::process::id());
+        Self {
+            rank: 0,
+            size: 1,
+            secret: job_id.as_bytes().to_vec(),
+            job_id,
+            node_of: vec![0],
+            node_names: vec!["localhost".into()],
+        }
+    }
+
+    /// Describe every process of the job for `add_procs`.
+    pub fn procs(&self) -> Vec<ProcInfo> {
+        (0..self.size)
+            .map(|r| ProcInfo { rank: r, node: self.node_of[r as usize], is_self: r == self.rank })
+            .collect()
+    }
+
+    /// Ranks sharing this process's node (including itself), in rank order.
+    pub fn local_ranks(&self) -> Vec<Rank> {
+        let me = self.node_of[self.rank as usize];
+        (0..self.size).filter(|r| self.node_of[*r as usize] == me).collect()
+    }
+
+    /// Name of the node `rank` runs on.
+    pub fn node_name(&self, rank: Rank) -> &str {
+        let idx = self.node_of[rank as usize] as usize;
+        self.node_names.get(idx).map(String::as_str).unwrap_or("?")
+    }
+
+    /// Prefix every shared-memory file of this job must carry (`/dev/shm/<prefix>...`), so the
+    /// launcher can remove them after a crash.
+    pub fn shm_prefix(&self) -> String {
+        format!("rmca-{}-", self.job_id)
+    }
+}

@@ -1,0 +1,197 @@
+//! The PML (point-to-point messaging layer) framework: MPI matching, ordering and protocols.
+//!
+//! One PML runs per job (every rank must select the same one). The facade (`rmca` crate) turns
+//! communicator-level calls into [`Pml`] calls on world ranks and context ids, and completes
+//! requests by polling [`Pml::test`] while driving [`Pml::progress`].
+//!
+//! Semantics a PML must provide (MPI-3.1 §3.5): messages between one pair of processes on one
+//! context are non-overtaking; a receive with [`Source::Any`] / [`TagSel::Any`] matches the
+//! earliest arrived message that fits; a message longer than the receive buffer completes the
+//! receive with [`StatusError::Truncated`] and writes nothing past the buffer.
+
+use thiserror::Error;
+
+use crate::bml::Bml;
+use crate::btl::CommPattern;
+use crate::buffer::UserBuf;
+use crate::component::InitContext;
+use crate::rank::Rank;
+
+/// Identifies a communicator's matching space (MPI's context id).
+pub type ContextId = u32;
+
+/// A message tag chosen by the application (non-negative).
+pub type Tag = i32;
+
+/// Source selector of a receive or probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Only messages from this world rank.
+    Rank(Rank),
+    /// Messages from any process (`MPI_ANY_SOURCE`).
+    Any,
+}
+
+/// Tag selector of a receive or probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TagSel {
+    /// Only messages with this tag.
+    Tag(Tag),
+    /// Any tag (`MPI_ANY_TAG`).
+    Any,
+}
+
+/// MPI send modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SendMode {
+    /// Completes when the buffer may be reused (eager or rendezvous, the PML decides).
+    #[default]
+    Standard,
+    /// Completes only once the matching receive has started (`MPI_Ssend`).
+    Synchronous,
+}
+
+/// Arguments of a send.
+#[derive(Clone, Copy, Debug)]
+pub struct SendArgs {
+    /// The bytes to send; valid until the request completes.
+    pub buf: UserBuf,
+    /// Destination world rank.
+    pub dest: Rank,
+    /// Message tag.
+    pub tag: Tag,
+    /// Communicator context.
+    pub context: ContextId,
+    /// Send mode.
+    pub mode: SendMode,
+    /// Scheduling hint passed down to the BTLs.
+    pub pattern: CommPattern,
+}
+
+/// Arguments of a receive.
+#[derive(Clone, Copy, Debug)]
+pub struct RecvArgs {
+    /// Where to write the message; valid until the request completes.
+    pub buf: UserBuf,
+    /// Which sender.
+    pub source: Source,
+    /// Which tag.
+    pub tag: TagSel,
+    /// Communicator context.
+    pub context: ContextId,
+    /// Scheduling hint (for the rendezvous traffic the receive triggers).
+    pub pattern: CommPattern,
+}
+
+/// Handle of an outstanding request inside a PML.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// Why a completed request did not fully succeed.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum StatusError {
+    /// The message was longer than the receive buffer; only `received` bytes were written.
+    #[error("message truncated: {message_len} bytes sent, receive buffer holds {received}")]
+    Truncated {
+        /// Length of the sent message.
+        message_len: usize,
+        /// Bytes written to the receive buffer.
+        received: usize,
+    },
+    /// The peer died or every path to it failed.
+    #[error("peer rank {peer} unreachable: {reason}")]
+    PeerFailed {
+        /// The peer.
+        peer: Rank,
+        /// Why.
+        reason: String,
+    },
+    /// The request was cancelled.
+    #[error("request cancelled")]
+    Cancelled,
+}
+
+/// The outcome of a completed request (or of a probe).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// World rank of the sender (for receives and probes) or destination (for sends).
+    pub source: Rank,
+    /// Tag of the message.
+    pub tag: Tag,
+    /// Bytes received (receives), or the message length (probes, sends).
+    pub len: usize,
+    /// Set when the request did not fully succeed.
+    pub error: Option<StatusError>,
+}
+
+/// Errors returned by PML calls themselves (as opposed to request statuses).
+#[derive(Debug, Error)]
+pub enum PmlError {
+    /// The destination rank does not exist.
+    #[error("rank {rank} is out of range (job size {size})")]
+    BadRank {
+        /// Offending rank.
+        rank: Rank,
+        /// Job size.
+        size: u32,
+    },
+    /// The tag is negative or above the PML's limit.
+    #[error("tag {0} is invalid (tags must be in 0..={max})", max = Tag::MAX)]
+    BadTag(Tag),
+    /// No BTL reaches this peer.
+    #[error("{0}")]
+    Unreachable(String),
+    /// A request id that is not (or no longer) outstanding.
+    #[error("unknown request {0:?}")]
+    UnknownRequest(RequestId),
+    /// The PML could not initialise.
+    #[error("pml init failed: {0}")]
+    Init(String),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One PML instance.
+pub trait Pml {
+    /// The component name (`"ob1"`, `"dr"`).
+    fn component_name(&self) -> &str;
+
+    /// Start a send; the request completes per [`SendMode`].
+    fn isend(&mut self, args: SendArgs) -> Result<RequestId, PmlError>;
+
+    /// Post a receive.
+    fn irecv(&mut self, args: RecvArgs) -> Result<RequestId, PmlError>;
+
+    /// Is a matching message available? Does not receive it.
+    fn iprobe(&mut self, context: ContextId, source: Source, tag: TagSel) -> Result<Option<Status>, PmlError>;
+
+    /// Poll a request: `Some(status)` once it completed, after which the id is released.
+    fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError>;
+
+    /// Try to cancel a receive that has not matched yet. Returns true if cancelled (the request
+    /// then completes with [`StatusError::Cancelled`]).
+    fn cancel(&mut self, _request: RequestId) -> Result<bool, PmlError> {
+        Ok(false)
+    }
+
+    /// Drive the BTLs and the protocols. Returns the number of events handled (0 = idle).
+    fn progress(&mut self) -> usize;
+
+    /// Counters for the profile, as `(name, value)` pairs (PML and its BTLs).
+    fn counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+
+    /// Flush and release; called once, after every request completed.
+    fn finalize(&mut self) -> Result<(), PmlError>;
+}
+
+/// A PML component.
+pub trait PmlComponent: crate::component::Component {
+    /// Priority of this PML given the current parameters (highest allowed wins).
+    fn priority(&self, params: &crate::params::ParamStore) -> i32;
+
+    /// Create the PML over the job's BML (the BTLs, already wired to every peer).
+    fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError>;
+}
