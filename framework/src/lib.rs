@@ -17,8 +17,10 @@ pub mod memory;
 pub mod modex;
 pub mod mpool;
 pub mod params;
+pub mod plugin;
 pub mod pml;
 pub mod rank;
 pub mod rcache;
+pub mod registry;
 
 pub use inventory;

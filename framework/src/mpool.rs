@@ -199,7 +199,7 @@ mod tests {
         assert!(p.alloc().is_none(), "max is a hard bound");
         assert_eq!((p.slab_count(), p.capacity(), p.in_use()), (3, 5, 5));
         assert_eq!(mem.peak(), 5 * 64);
-        let id = bufs[3].id();
+        let id = bufs[4].id();
         for b in bufs {
             p.free(b);
         }

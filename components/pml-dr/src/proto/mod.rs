@@ -1,0 +1,21 @@
+//! The sans-IO DR protocol core: wire format, per-peer connection state machine, timers.
+//!
+//! Nothing here performs I/O or reads a clock: the caller passes `now` into every call, sends
+//! what [`Connection::poll_transmit`] returns, feeds received bytes to
+//! [`Connection::handle_packet`], and calls [`Connection::handle_timeout`] when
+//! [`Connection::poll_timeout`] says so.
+
+mod config;
+mod connection;
+mod counters;
+pub mod ranges;
+pub mod rtt;
+pub mod wire;
+
+pub use config::{Config, ConfigError, PathConfig};
+pub use connection::{
+    Arrival, BtlFailReason, Connection, DataTransmit, DeathReason, Event, MsgSeq, PlaceError,
+    PlaceToken, SealError, SendError, Transmit, TxToken,
+};
+pub use counters::Counters;
+pub use wire::MatchFields;

@@ -1,0 +1,458 @@
+//! Wire formats of the soft provider: zero-copy views (`new_checked`) and parsed `Repr`s.
+//!
+//! UD datagram (one per UDP packet):
+//! `magic u16 | version u8 | opcode u8 | job tag u64 | src qpn u32 | dst qpn u32 | qkey u32 | imm u32`
+//! followed by the payload. RC segment (framed on a TCP stream):
+//! `opcode u8 | syndrome u8 | rsvd u16 | psn u32 | payload len u32 | imm u32 | remote addr u64 |
+//! rkey u32 | dma len u32` followed by `payload len` bytes. All fields big-endian.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+/// Wire parse errors (the packet is dropped and counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than the header or the announced payload.
+    #[error("truncated")]
+    Truncated,
+    /// Unknown magic/version: not ours.
+    #[error("foreign packet")]
+    Foreign,
+    /// Unknown opcode.
+    #[error("bad opcode {0}")]
+    BadOpcode(u8),
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn be64(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Magic of UD datagrams ("RV").
+pub const UD_MAGIC: u16 = 0x5256;
+/// Wire version.
+pub const VERSION: u8 = 1;
+/// UD header length.
+pub const UD_HEADER_LEN: usize = 28;
+
+/// UD opcodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdOpcode {
+    /// Send.
+    Send = 1,
+    /// Send with immediate.
+    SendImm = 2,
+}
+
+/// Zero-copy view of a UD datagram.
+#[derive(Debug)]
+pub struct UdPacket<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> UdPacket<T> {
+    /// Wraps and checks length, magic and version.
+    pub fn new_checked(buf: T) -> Result<Self, WireError> {
+        let b = buf.as_ref();
+        if b.len() < UD_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if be16(b, 0) != UD_MAGIC || b[2] != VERSION {
+            return Err(WireError::Foreign);
+        }
+        Ok(Self { buf })
+    }
+    /// Opcode.
+    pub fn opcode(&self) -> Result<UdOpcode, WireError> {
+        match self.buf.as_ref()[3] {
+            1 => Ok(UdOpcode::Send),
+            2 => Ok(UdOpcode::SendImm),
+            o => Err(WireError::BadOpcode(o)),
+        }
+    }
+    /// Job tag (filters datagrams of other jobs).
+    pub fn job_tag(&self) -> u64 {
+        be64(self.buf.as_ref(), 4)
+    }
+    /// Source QP number.
+    pub fn src_qpn(&self) -> u32 {
+        be32(self.buf.as_ref(), 12)
+    }
+    /// Destination QP number.
+    pub fn dst_qpn(&self) -> u32 {
+        be32(self.buf.as_ref(), 16)
+    }
+    /// Q_Key.
+    pub fn qkey(&self) -> u32 {
+        be32(self.buf.as_ref(), 20)
+    }
+    /// Immediate data (meaningful with `SendImm`).
+    pub fn imm(&self) -> u32 {
+        be32(self.buf.as_ref(), 24)
+    }
+    /// Payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.buf.as_ref()[UD_HEADER_LEN..]
+    }
+}
+
+/// Parsed UD header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdRepr {
+    /// Opcode.
+    pub opcode: UdOpcode,
+    /// Job tag.
+    pub job_tag: u64,
+    /// Source QPN.
+    pub src_qpn: u32,
+    /// Destination QPN.
+    pub dst_qpn: u32,
+    /// Q_Key.
+    pub qkey: u32,
+    /// Immediate.
+    pub imm: u32,
+}
+
+impl UdRepr {
+    /// Parses a checked view.
+    pub fn parse<T: AsRef<[u8]>>(p: &UdPacket<T>) -> Result<Self, WireError> {
+        Ok(Self {
+            opcode: p.opcode()?,
+            job_tag: p.job_tag(),
+            src_qpn: p.src_qpn(),
+            dst_qpn: p.dst_qpn(),
+            qkey: p.qkey(),
+            imm: p.imm(),
+        })
+    }
+    /// Writes the header into the first [`UD_HEADER_LEN`] bytes of `out`.
+    pub fn emit(&self, out: &mut [u8]) {
+        out[0..2].copy_from_slice(&UD_MAGIC.to_be_bytes());
+        out[2] = VERSION;
+        out[3] = self.opcode as u8;
+        out[4..12].copy_from_slice(&self.job_tag.to_be_bytes());
+        out[12..16].copy_from_slice(&self.src_qpn.to_be_bytes());
+        out[16..20].copy_from_slice(&self.dst_qpn.to_be_bytes());
+        out[20..24].copy_from_slice(&self.qkey.to_be_bytes());
+        out[24..28].copy_from_slice(&self.imm.to_be_bytes());
+    }
+}
+
+/// RC segment header length.
+pub const RC_HEADER_LEN: usize = 32;
+
+/// RC segment opcodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RcOpcode {
+    /// Send.
+    Send = 1,
+    /// Send with immediate.
+    SendImm = 2,
+    /// RDMA write request (carries data).
+    Write = 3,
+    /// RDMA read request.
+    ReadReq = 4,
+    /// RDMA read response (carries data; acknowledges up to its PSN).
+    ReadResp = 5,
+    /// Cumulative acknowledgement up to PSN.
+    Ack = 6,
+    /// Negative acknowledgement of PSN with a syndrome.
+    Nak = 7,
+}
+
+impl RcOpcode {
+    fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => Self::Send,
+            2 => Self::SendImm,
+            3 => Self::Write,
+            4 => Self::ReadReq,
+            5 => Self::ReadResp,
+            6 => Self::Ack,
+            7 => Self::Nak,
+            o => return Err(WireError::BadOpcode(o)),
+        })
+    }
+}
+
+/// NAK syndromes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syndrome {
+    /// Receiver not ready (no receive WQE).
+    Rnr = 1,
+    /// Remote access error (rkey/bounds/rights).
+    RemoteAccess = 2,
+    /// Invalid request (e.g. message longer than the receive buffers).
+    InvalidRequest = 3,
+}
+
+impl Syndrome {
+    /// From the wire byte (unknown values are invalid requests).
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Rnr,
+            2 => Self::RemoteAccess,
+            _ => Self::InvalidRequest,
+        }
+    }
+}
+
+/// Parsed RC segment header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcRepr {
+    /// Opcode.
+    pub opcode: RcOpcode,
+    /// NAK syndrome (0 otherwise).
+    pub syndrome: u8,
+    /// Packet sequence number.
+    pub psn: u32,
+    /// Bytes of payload following the header.
+    pub payload_len: u32,
+    /// Immediate data.
+    pub imm: u32,
+    /// Remote address (write/read).
+    pub remote_addr: u64,
+    /// Remote key (write/read).
+    pub rkey: u32,
+    /// Length to read (read requests).
+    pub dma_len: u32,
+}
+
+impl RcRepr {
+    /// A header with only opcode and PSN set.
+    pub fn new(opcode: RcOpcode, psn: u32) -> Self {
+        Self {
+            opcode,
+            syndrome: 0,
+            psn,
+            payload_len: 0,
+            imm: 0,
+            remote_addr: 0,
+            rkey: 0,
+            dma_len: 0,
+        }
+    }
+
+    /// Appends header and payload to `out`.
+    pub fn emit(&self, payload: &[u8], out: &mut Vec<u8>) {
+        debug_assert_eq!(payload.len(), self.payload_len as usize);
+        out.push(self.opcode as u8);
+        out.push(self.syndrome);
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&self.psn.to_be_bytes());
+        out.extend_from_slice(&self.payload_len.to_be_bytes());
+        out.extend_from_slice(&self.imm.to_be_bytes());
+        out.extend_from_slice(&self.remote_addr.to_be_bytes());
+        out.extend_from_slice(&self.rkey.to_be_bytes());
+        out.extend_from_slice(&self.dma_len.to_be_bytes());
+        out.extend_from_slice(payload);
+    }
+}
+
+/// Zero-copy view of one RC segment at the start of a stream buffer.
+#[derive(Debug)]
+pub struct RcSegment<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> RcSegment<T> {
+    /// Checks a whole segment (header and payload) is present.
+    pub fn new_checked(buf: T) -> Result<Self, WireError> {
+        let b = buf.as_ref();
+        if b.len() < RC_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        RcOpcode::from_u8(b[0])?;
+        if b.len() < RC_HEADER_LEN + be32(b, 8) as usize {
+            return Err(WireError::Truncated);
+        }
+        Ok(Self { buf })
+    }
+    /// Total length of the segment on the stream.
+    pub fn total_len(&self) -> usize {
+        RC_HEADER_LEN + be32(self.buf.as_ref(), 8) as usize
+    }
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.buf.as_ref()[RC_HEADER_LEN..self.total_len()]
+    }
+    /// Parses the header.
+    pub fn repr(&self) -> RcRepr {
+        let b = self.buf.as_ref();
+        RcRepr {
+            opcode: RcOpcode::from_u8(b[0]).expect("checked in new_checked"),
+            syndrome: b[1],
+            psn: be32(b, 4),
+            payload_len: be32(b, 8),
+            imm: be32(b, 12),
+            remote_addr: be64(b, 16),
+            rkey: be32(b, 24),
+            dma_len: be32(b, 28),
+        }
+    }
+}
+
+/// Magic of address blobs.
+const ADDR_MAGIC: [u8; 2] = *b"RA";
+/// Soft provider address blob length.
+pub const SOFT_ADDR_LEN: usize = 2 + 1 + 1 + 16 + 2 + 4;
+
+/// Address of a soft QP, exchanged through the modex as opaque bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftAddr {
+    /// RC (TCP listener) or UD (UDP socket) endpoint.
+    pub sock: SocketAddr,
+    /// QP number.
+    pub qpn: u32,
+    /// 0 = RC, 1 = UD.
+    pub kind: u8,
+}
+
+impl SoftAddr {
+    /// Serialises: `"RA" | kind | 0 | ipv6(-mapped) 16 | port u16 | qpn u32`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(SOFT_ADDR_LEN);
+        v.extend_from_slice(&ADDR_MAGIC);
+        v.push(self.kind);
+        v.push(0);
+        let ip6 = match self.sock.ip() {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        };
+        v.extend_from_slice(&ip6.octets());
+        v.extend_from_slice(&self.sock.port().to_be_bytes());
+        v.extend_from_slice(&self.qpn.to_be_bytes());
+        v
+    }
+
+    /// Parses a blob made by [`SoftAddr::to_bytes`].
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        if b.len() != SOFT_ADDR_LEN {
+            return Err(WireError::Truncated);
+        }
+        if b[0..2] != ADDR_MAGIC || b[3] != 0 || b[2] > 1 {
+            return Err(WireError::Foreign);
+        }
+        let oct: [u8; 16] = b[4..20].try_into().expect("16 bytes");
+        let ip6 = Ipv6Addr::from(oct);
+        let ip = match ip6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(ip6),
+        };
+        Ok(Self {
+            sock: SocketAddr::new(ip, be16(b, 20)),
+            qpn: be32(b, 22),
+            kind: b[2],
+        })
+    }
+}
+
+/// RC connection hello, sent by the connecting side first on the stream:
+/// `magic "RH" | version | 0 | job tag u64 | src qpn u32 | dst qpn u32 | src port u16 | 0 u16`.
+pub const HELLO_LEN: usize = 24;
+
+/// Parsed hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// Job tag.
+    pub job_tag: u64,
+    /// Connecting QP.
+    pub src_qpn: u32,
+    /// Accepting QP.
+    pub dst_qpn: u32,
+    /// Connecting side's listener port (identifies its context).
+    pub src_port: u16,
+}
+
+impl Hello {
+    /// Serialises.
+    pub fn to_bytes(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..2].copy_from_slice(b"RH");
+        b[2] = VERSION;
+        b[4..12].copy_from_slice(&self.job_tag.to_be_bytes());
+        b[12..16].copy_from_slice(&self.src_qpn.to_be_bytes());
+        b[16..20].copy_from_slice(&self.dst_qpn.to_be_bytes());
+        b[20..22].copy_from_slice(&self.src_port.to_be_bytes());
+        b
+    }
+    /// Parses.
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        if b.len() < HELLO_LEN {
+            return Err(WireError::Truncated);
+        }
+        if &b[0..2] != b"RH" || b[2] != VERSION {
+            return Err(WireError::Foreign);
+        }
+        Ok(Self {
+            job_tag: be64(b, 4),
+            src_qpn: be32(b, 12),
+            dst_qpn: be32(b, 16),
+            src_port: be16(b, 20),
+        })
+    }
+}
+
+/// Job tag derived from the job secret (FNV-1a 64): a filter against stray traffic from other
+/// jobs on the same hosts, not an authenticator.
+pub fn job_tag(secret: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in secret {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn ud_parse_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(p) = UdPacket::new_checked(&b[..]) { let _ = UdRepr::parse(&p); let _ = p.payload(); }
+        }
+        #[test]
+        fn rc_parse_never_panics(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            if let Ok(s) = RcSegment::new_checked(&b[..]) { let _ = s.repr(); let _ = s.payload(); }
+        }
+        #[test]
+        fn addr_parse_never_panics(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let _ = SoftAddr::parse(&b); let _ = Hello::parse(&b);
+        }
+        #[test]
+        fn rc_roundtrip(psn in any::<u32>(), imm in any::<u32>(), ra in any::<u64>(), rkey in any::<u32>(),
+                        payload in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let r = RcRepr { opcode: RcOpcode::Write, syndrome: 0, psn, payload_len: payload.len() as u32,
+                imm, remote_addr: ra, rkey, dma_len: 7 };
+            let mut out = Vec::new();
+            r.emit(&payload, &mut out);
+            let s = RcSegment::new_checked(&out[..]).unwrap();
+            prop_assert_eq!(s.repr(), r);
+            prop_assert_eq!(s.payload(), &payload[..]);
+            prop_assert_eq!(s.total_len(), out.len());
+            prop_assert_eq!(RcSegment::new_checked(&out[..out.len() - 1]).err(),
+                if payload.is_empty() { Some(WireError::Truncated) } else { Some(WireError::Truncated) });
+        }
+        #[test]
+        fn ud_roundtrip(src in any::<u32>(), dst in any::<u32>(), qkey in any::<u32>(), tag in any::<u64>()) {
+            let r = UdRepr { opcode: UdOpcode::SendImm, job_tag: tag, src_qpn: src, dst_qpn: dst, qkey, imm: 9 };
+            let mut b = vec![0u8; UD_HEADER_LEN + 3];
+            r.emit(&mut b);
+            let p = UdPacket::new_checked(&b[..]).unwrap();
+            prop_assert_eq!(UdRepr::parse(&p).unwrap(), r);
+            prop_assert_eq!(p.payload().len(), 3);
+        }
+        #[test]
+        fn addr_roundtrip(a in any::<[u8; 4]>(), port in any::<u16>(), qpn in any::<u32>(), kind in 0u8..2) {
+            let s = SoftAddr { sock: SocketAddr::new(IpAddr::from(a), port), qpn, kind };
+            prop_assert_eq!(SoftAddr::parse(&s.to_bytes()).unwrap(), s);
+        }
+    }
+}
