@@ -293,6 +293,16 @@ impl<'a> ParamRegistrar<'a> {
         Self { framework: framework.to_owned(), component: component.to_owned(), specs }
     }
 
+    /// The declarations collected so far (to hand to a registrar of another framework).
+    pub fn specs_mut(&mut self) -> &mut Vec<ParamSpec> {
+        self.specs
+    }
+
+    /// Give back the underlying declaration list.
+    pub fn into_specs(self) -> &'a mut Vec<ParamSpec> {
+        self.specs
+    }
+
     /// Register `param` as `<framework>_<component>_<name>`.
     pub fn add(&mut self, param: Param) {
         let name = format!("{}_{}_{}", self.framework, self.component, param.local);

@@ -78,6 +78,21 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
     r.add_global(Param::bool("profile", false).help(
         "Count messages and bytes by size class, unexpected messages, buffers and peak memory per component, and print a merged summary at finalize",
     ));
+    let mut c = ParamRegistrar::new("coll", "base", r.specs_mut());
+    let algo = |name: &str, values: &[&str], help: &str| {
+        Param::enumeration(name, "auto", values).help(help).level(Level::Tuning)
+    };
+    c.add_global(algo("coll_barrier_algorithm", &["auto", "dissemination", "linear"], "Barrier algorithm (auto: dissemination)"));
+    c.add_global(algo("coll_bcast_algorithm", &["auto", "binomial", "scatter_allgather", "linear"], "Broadcast algorithm (auto: binomial below coll_bcast_long_size, scatter+ring allgather above)"));
+    c.add_global(algo("coll_reduce_algorithm", &["auto", "binomial", "linear"], "Reduce algorithm (auto: binomial)"));
+    c.add_global(algo("coll_allreduce_algorithm", &["auto", "recursive_doubling", "ring", "reduce_bcast"], "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)"));
+    c.add_global(algo("coll_gather_algorithm", &["auto", "binomial", "linear"], "Gather algorithm (auto: binomial)"));
+    c.add_global(algo("coll_scatter_algorithm", &["auto", "binomial", "linear"], "Scatter algorithm (auto: binomial)"));
+    c.add_global(algo("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise)"));
+    c.add_global(algo("coll_alltoall_algorithm", &["auto", "pairwise", "linear"], "Alltoall(v) algorithm (auto: pairwise exchange)"));
+    c.add_global(Param::size("coll_bcast_long_size", 128 << 10).help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'").level(Level::Tuning));
+    c.add_global(Param::size("coll_allreduce_long_size", 64 << 10).help("Allreduces of at least this many bytes use the ring under 'auto'").level(Level::Tuning));
+    let mut r = ParamRegistrar::new("mca", "base", c.into_specs());
     r.add_global(
         Param::string("profile_json", "")
             .help("With profile: also write the merged summary as JSON to this file")

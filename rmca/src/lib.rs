@@ -1,1 +1,252 @@
-//! rmca: one import for applications.
+//! rmca: a Rust messaging runtime built on a Modular Component Architecture. One import for
+//! applications.
+//!
+//! ```no_run
+//! let universe = rmca::init().expect("rmca init");
+//! let world = universe.world();
+//! let (rank, size) = (world.rank(), world.size());
+//! if rank == 0 {
+//!     world.send(&[1.0f64, 2.0], 1 % size, 7).unwrap();
+//! } else if rank == 1 {
+//!     let mut buf = [0.0f64; 2];
+//!     let status = world.recv(&mut buf, rmca::ANY_SOURCE, 7).unwrap();
+//!     assert_eq!((status.source, status.count::<f64>()), (0, 2));
+//! }
+//! ```
+//!
+//! Shaped after rsmpi: a [`Universe`] owns the runtime (finalized on drop), a [`Communicator`]
+//! sends and receives typed buffers of plain-old-data elements ([`bytemuck::Pod`]), and
+//! non-blocking calls return a [`Request`] that borrows the buffer until it completes (dropping
+//! an unfinished request waits for it, so the buffer can never be freed under the transfer).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod comm;
+pub mod coll;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+pub use bytemuck::Pod;
+pub use comm::{Communicator, Request, Status};
+pub use rmca_framework as framework;
+use rmca_framework::pml::{PmlError, RequestId, StatusError};
+use rmca_framework::runtime::{InitError, Runtime};
+use thiserror::Error;
+
+// Built-in components: referenced here so that their crates (and their inventory entries)
+// are linked into every program that uses rmca.
+use rmca_btl_self as _;
+use rmca_btl_shm as _;
+use rmca_pml_dr as _;
+use rmca_pml_ob1 as _;
+
+/// Errors of the rmca API.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The process could not join its job.
+    #[error(transparent)]
+    Init(#[from] InitError),
+    /// A PML call was rejected.
+    #[error(transparent)]
+    Pml(#[from] PmlError),
+    /// A request completed with an error (truncation, peer failure, cancel); the status is
+    /// attached.
+    #[error("{error} (source {}, tag {})", status.source, status.tag)]
+    Status {
+        /// What went wrong.
+        error: StatusError,
+        /// The request's status.
+        status: Status,
+    },
+    /// A rank argument is outside the communicator.
+    #[error("rank {rank} is not in this communicator (size {size})")]
+    BadRank {
+        /// The rank.
+        rank: usize,
+        /// Communicator size.
+        size: usize,
+    },
+    /// A tag argument is invalid.
+    #[error("tag {0} is invalid: tags are non-negative (use rmca::ANY_TAG to receive any)")]
+    BadTag(i32),
+    /// The runtime was finalized.
+    #[error("rmca was finalized")]
+    Finalized,
+    /// Another argument is invalid.
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Receive from any source.
+pub const ANY_SOURCE: Src = Src::Any;
+/// Receive with any tag.
+pub const ANY_TAG: i32 = -1;
+
+/// The source selector of a receive or probe: a rank of the communicator or [`ANY_SOURCE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// This communicator rank.
+    Rank(usize),
+    /// Any rank.
+    Any,
+}
+
+impl From<usize> for Src {
+    fn from(r: usize) -> Self {
+        Src::Rank(r)
+    }
+}
+
+impl From<i32> for Src {
+    fn from(r: i32) -> Self {
+        if r < 0 {
+            Src::Any
+        } else {
+            Src::Rank(r as usize)
+        }
+    }
+}
+
+impl From<u32> for Src {
+    fn from(r: u32) -> Self {
+        Src::Rank(r as usize)
+    }
+}
+
+pub(crate) struct Shared {
+    rt: RefCell<Option<Runtime>>,
+}
+
+impl Shared {
+    /// Run `f` on the runtime, or fail if finalized.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Runtime) -> Result<R>) -> Result<R> {
+        let mut g = self.rt.borrow_mut();
+        let rt = g.as_mut().ok_or(Error::Finalized)?;
+        f(rt)
+    }
+
+    /// Progress until `id` completes.
+    pub(crate) fn wait(&self, id: RequestId) -> Result<rmca_framework::pml::Status> {
+        self.with(|rt| {
+            let mut idle = 0u32;
+            loop {
+                if let Some(st) = rt.pml.test(id)? {
+                    return Ok(st);
+                }
+                if rt.pml.progress() == 0 {
+                    idle = idle.saturating_add(1);
+                    // Spin while traffic is likely imminent; then yield so that oversubscribed
+                    // ranks (more ranks than cores) let their peers run.
+                    if idle > 256 {
+                        std::thread::yield_now();
+                    }
+                } else {
+                    idle = 0;
+                }
+            }
+        })
+    }
+}
+
+/// The running job as seen by this process. Dropping it finalizes rmca (after a barrier).
+pub struct Universe {
+    shared: Rc<Shared>,
+    world: Communicator,
+}
+
+impl std::fmt::Debug for Universe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Universe").field("world", &self.world).finish()
+    }
+}
+
+/// Join the job started by `rmca-run` (or Hydra, or Slurm; or run as a singleton).
+pub fn init() -> Result<Universe> {
+    let rt = Runtime::init(Vec::new())?;
+    Ok(Universe::from_runtime(rt))
+}
+
+impl Universe {
+    fn from_runtime(rt: Runtime) -> Self {
+        let size = rt.job.size;
+        let rank = rt.job.rank;
+        let shared = Rc::new(Shared { rt: RefCell::new(Some(rt)) });
+        let world = Communicator::world(shared.clone(), rank, size);
+        Self { shared, world }
+    }
+
+    /// The communicator of every process of the job.
+    pub fn world(&self) -> Communicator {
+        self.world.clone()
+    }
+
+    /// The name of the node this process runs on (as the launcher placed it) and the node index.
+    pub fn node(&self) -> (String, u32) {
+        let host = hostname();
+        self.shared
+            .with(|rt| Ok((host, rt.job.node_of[rt.job.rank as usize])))
+            .unwrap_or_else(|_| (hostname(), 0))
+    }
+
+    /// Names of the PML and BTLs in use.
+    pub fn components(&self) -> (String, Vec<String>) {
+        self.shared
+            .with(|rt| Ok((rt.pml.component_name().to_owned(), rt.btl_names.clone())))
+            .unwrap_or_default()
+    }
+
+    /// Time this process spent joining the job.
+    pub fn init_time(&self) -> std::time::Duration {
+        self.shared.with(|rt| Ok(rt.init_time())).unwrap_or_default()
+    }
+
+    /// Abort every process of the job with `code`.
+    pub fn abort(&self, code: i32, msg: &str) -> ! {
+        let g = self.shared.rt.borrow();
+        match g.as_ref() {
+            Some(rt) => rt.abort(code, msg),
+            None => std::process::exit(code),
+        }
+    }
+
+    /// Finalize explicitly, returning the merged profile on rank 0 when `profile` is on.
+    pub fn finalize(self) -> Result<Option<serde_json::Value>> {
+        self.finalize_inner()
+    }
+
+    fn finalize_inner(&self) -> Result<Option<serde_json::Value>> {
+        if self.shared.rt.borrow().is_none() {
+            return Ok(None);
+        }
+        // Quiesce: nobody tears down receive resources while a peer may still send to it.
+        self.world.barrier()?;
+        let rt = self.shared.rt.borrow_mut().take().ok_or(Error::Finalized)?;
+        Ok(rt.finalize()?)
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        if let Err(e) = self.finalize_inner() {
+            tracing::error!("rmca finalize failed: {e}");
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Make sure every built-in component crate is linked into the program (their `inventory`
+/// registrations are only seen if the crate is linked). Tools call it before opening the
+/// registry; applications get it through [`init`].
+pub fn link_builtin_components() {
+    // Referencing the crates above with `use ... as _` is what links them; this function gives
+    // tools a call that documents the intent at their call site.
+}

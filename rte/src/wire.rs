@@ -443,7 +443,7 @@ mod tests {
             .with("threaded", "FALSE");
         let bytes = m.encode(WireVersion::V2);
         let s = std::str::from_utf8(&bytes).unwrap();
-        assert_eq!(s, "    36cmd=fullinit;pmirank=3;threaded=FALSE;");
+        assert_eq!(s, "    38cmd=fullinit;pmirank=3;threaded=FALSE;");
         let mut f = Framer::new();
         f.push(&bytes);
         let fr = f.next_frame().unwrap().unwrap();

@@ -207,6 +207,15 @@ impl<P: Clone> FaultInjector<P> {
         }
     }
 
+    /// Decides whether the next unit is delayed (RC delays whole in-order batches).
+    pub fn maybe_delay(&mut self) -> bool {
+        let d = self.roll(self.cfg.delay_rate);
+        if d {
+            self.stats.delayed += 1;
+        }
+        d
+    }
+
     /// Receive-side corruption: flips one random bit of `payload` with the configured rate.
     /// Returns true if it did.
     pub fn maybe_corrupt(&mut self, payload: &mut [u8]) -> bool {

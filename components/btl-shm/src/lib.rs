@@ -1,1 +1,139 @@
 //! btl-shm: shared memory between the processes of a node.
+//!
+//! Every process creates one *inbox* segment, `/dev/shm/<job.shm_prefix()>shm-<rank>` (created
+//! with `O_CREAT|O_EXCL`, mode 0600), holding one lock-free single-producer/single-consumer ring
+//! per other local rank (see [`ring`] for the design and why SPSC). It publishes the segment's
+//! name, its pid and a CMA probe word in its business card; in `add_procs` every process maps
+//! the inboxes of its local peers, checks the card against the segment header, and probes
+//! whether `process_vm_readv` on the peer is permitted. Once every local peer has mapped a
+//! segment its owner unlinks the file (the mappings live on), so a crash after startup leaves
+//! nothing behind; before that point the launcher removes `rmca-<job>-*` files.
+//!
+//! Fragments up to `max_send_size` are copied straight from the caller's header and payload into
+//! the ring (no intermediate copy) and delivered to the receiver in place. Large transfers use
+//! CMA single copy (`get`/`put`), advertised as [`BtlFlags::GET`]/[`BtlFlags::PUT`] only when
+//! the probe succeeded with every peer, so the PML falls back to copy-in/copy-out otherwise.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod card;
+mod module;
+pub mod ring;
+pub mod sys;
+
+use rmca_framework::btl::{Btl, BtlComponent, BtlError};
+use rmca_framework::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+
+pub use module::{ShmBtl, ShmConfig};
+
+/// Key of the business card in the modex.
+pub const MODEX_KEY: &str = "btl.shm";
+
+/// The btl-shm component.
+#[derive(Debug, Default)]
+pub struct ShmComponent;
+
+/// The component instance registered with the framework.
+pub static SHM: ShmComponent = ShmComponent;
+
+inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&SHM)) }
+
+/// What to do about single-copy (CMA) transfers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmaMode {
+    /// Use CMA when every local peer can be read; otherwise copy-in/copy-out.
+    Auto,
+    /// Never use CMA.
+    Off,
+    /// Fail initialisation when CMA is not permitted.
+    Require,
+}
+
+impl Component for ShmComponent {
+    fn meta(&self) -> ComponentMeta {
+        ComponentMeta {
+            name: "shm",
+            version: env!("CARGO_PKG_VERSION"),
+            description: "shared-memory rings between the ranks of a node, CMA single copy for large transfers",
+        }
+    }
+
+    fn register_params(&self, params: &mut ParamRegistrar<'_>) {
+        params.add(
+            Param::size("fifo_size", ShmConfig::DEFAULT.fifo_size as u64)
+                .range(4096, 1 << 30)
+                .help(
+                    "Bytes of each receive ring (one per local sender, in the receiver's segment); a \
+                     power of two holding at least two max_send_size fragments.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::size("max_send_size", ShmConfig::DEFAULT.max_send_size as u64)
+                .range(64, 1 << 29)
+                .help("Largest fragment (PML header + payload) sent through a ring.")
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::size("eager_limit", ShmConfig::DEFAULT.eager_limit as u64)
+                .range(64, 1 << 29)
+                .help("Largest message sent eagerly (no rendezvous); at most max_send_size.")
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::enumeration("single_copy", "auto", &["auto", "off", "require"])
+                .help(
+                    "Cross-memory attach (process_vm_readv/writev) for large transfers: 'auto' uses it \
+                     when the kernel permits it with every local peer, 'off' never, 'require' fails \
+                     when it is not permitted.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::int("latency", i64::from(ShmConfig::DEFAULT.latency_ns))
+                .range(1, 1_000_000)
+                .help("Estimated one-way latency in nanoseconds, used by the BML to order BTLs.")
+                .level(Level::Dev),
+        );
+        params.add(
+            Param::int("bandwidth", i64::from(ShmConfig::DEFAULT.bandwidth_mbps))
+                .range(1, 10_000_000)
+                .help("Estimated bandwidth in Mbit/s, used by the BML to weigh BTLs.")
+                .level(Level::Dev),
+        );
+    }
+}
+
+impl ShmConfig {
+    /// Read and check the `btl_shm_*` parameters.
+    pub fn from_params(params: &ParamStore) -> Result<Self, BtlError> {
+        let get = |n: &str| params.get_size(&format!("btl_shm_{n}")).map_err(|e| BtlError::Other(e.to_string()));
+        let geti = |n: &str| params.get_int(&format!("btl_shm_{n}")).map_err(|e| BtlError::Other(e.to_string()));
+        let mode = match params.get_str("btl_shm_single_copy").map_err(|e| BtlError::Other(e.to_string()))? {
+            "off" => CmaMode::Off,
+            "require" => CmaMode::Require,
+            _ => CmaMode::Auto,
+        };
+        let cfg = ShmConfig {
+            fifo_size: usize::try_from(get("fifo_size")?).unwrap_or(usize::MAX),
+            max_send_size: usize::try_from(get("max_send_size")?).unwrap_or(usize::MAX),
+            eager_limit: usize::try_from(get("eager_limit")?).unwrap_or(usize::MAX),
+            single_copy: mode,
+            latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
+            bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl BtlComponent for ShmComponent {
+    fn init(&self, ctx: &mut InitContext<'_>) -> Result<Vec<Box<dyn Btl>>, BtlError> {
+        let cfg = ShmConfig::from_params(ctx.params)?;
+        match ShmBtl::new(ctx, cfg)? {
+            Some(btl) => Ok(vec![Box::new(btl)]),
+            None => Ok(vec![]),
+        }
+    }
+}

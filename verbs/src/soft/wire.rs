@@ -296,6 +296,14 @@ impl<T: AsRef<[u8]>> RcSegment<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> RcSegment<T> {
+    /// The payload, mutable (fault injection corrupts it in place).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let end = self.total_len();
+        &mut self.buf.as_mut()[RC_HEADER_LEN..end]
+    }
+}
+
 /// Magic of address blobs.
 const ADDR_MAGIC: [u8; 2] = *b"RA";
 /// Soft provider address blob length.

@@ -9,6 +9,8 @@ pub struct Counters {
     pub frags_sent: u64,
     /// Fragments sent again (loss, NACK, timeout probe, failover).
     pub retransmissions: u64,
+    /// Loss declarations proved wrong by a later ack (reordering); each raises the thresholds.
+    pub spurious_retransmissions: u64,
     /// Fragments declared lost by the reordering/time thresholds or a NACK.
     pub lost: u64,
     /// Data fragments received with a valid header.

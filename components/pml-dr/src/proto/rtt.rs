@@ -31,7 +31,7 @@ impl RttEstimator {
                 self.rttvar = adjusted / 2;
             }
             Some(srtt) => {
-                let diff = if srtt > adjusted { srtt - adjusted } else { adjusted - srtt };
+                let diff = srtt.abs_diff(adjusted);
                 self.rttvar = (self.rttvar * 3 + diff) / 4;
                 self.srtt = Some((srtt * 7 + adjusted) / 8);
             }

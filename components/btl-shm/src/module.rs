@@ -1,0 +1,694 @@
+//! The btl-shm module: segment setup, peers, the [`Btl`] implementation.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rmca_framework::btl::{
+    exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, CompletionToken, MemAccess,
+    MemoryUsage, ModexRead, Registration, RemoteSegment, SendError, SendHint,
+};
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::component::InitContext;
+use rmca_framework::memory::MemoryCounter;
+use rmca_framework::rank::{ProcInfo, Rank};
+
+use crate::card::{Card, CardRepr};
+use crate::ring::{self, Consumer, Producer, PushError, RingMem, LINE};
+use crate::sys::{self, Mapping, SHM_DIR};
+use crate::{CmaMode, MODEX_KEY};
+
+/// Settings of a module (from the `btl_shm_*` parameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Bytes of each ring.
+    pub fifo_size: usize,
+    /// Largest fragment.
+    pub max_send_size: usize,
+    /// Eager limit.
+    pub eager_limit: usize,
+    /// CMA policy.
+    pub single_copy: CmaMode,
+    /// Latency estimate (ns).
+    pub latency_ns: u32,
+    /// Bandwidth estimate (Mbit/s).
+    pub bandwidth_mbps: u32,
+}
+
+impl ShmConfig {
+    /// The documented defaults.
+    pub const DEFAULT: ShmConfig = ShmConfig {
+        fifo_size: 256 * 1024,
+        max_send_size: 32 * 1024,
+        eager_limit: 4096,
+        single_copy: CmaMode::Auto,
+        latency_ns: 150,
+        bandwidth_mbps: 100_000,
+    };
+
+    /// Check the combination; the error names the parameter and what is valid.
+    pub fn validate(&self) -> Result<(), BtlError> {
+        if !self.fifo_size.is_power_of_two() || self.fifo_size < 4096 {
+            return Err(BtlError::Other(format!(
+                "btl_shm_fifo_size = {}: must be a power of two of at least 4096 bytes (e.g. 64K, 256K, 1M)",
+                self.fifo_size
+            )));
+        }
+        let max = ring::max_fragment(self.fifo_size / LINE);
+        if self.max_send_size > max {
+            return Err(BtlError::Other(format!(
+                "btl_shm_max_send_size = {}: a ring of btl_shm_fifo_size = {} bytes carries fragments of at most {max} bytes; lower it or raise btl_shm_fifo_size",
+                self.max_send_size, self.fifo_size
+            )));
+        }
+        if self.eager_limit > self.max_send_size {
+            return Err(BtlError::Other(format!(
+                "btl_shm_eager_limit = {}: must not exceed btl_shm_max_send_size = {}",
+                self.eager_limit, self.max_send_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Segment header layout (all offsets in bytes from the segment start).
+mod layout {
+    use super::LINE;
+    pub const MAGIC: &[u8; 8] = b"RMCASHM\0";
+    pub const VERSION: u32 = 1;
+    /// The info block at offset 0: magic (8), version, nrings, lines, rank, pid (u32 LE each).
+    pub const INFO_LEN: usize = 28;
+    /// Count of peers that mapped the segment (its own line: peers write it once).
+    pub const OFF_ATTACHED: usize = 64;
+    /// Consumer heads, one per ring, 128 bytes apart so the adjacent-line prefetcher does not
+    /// make two rings' heads share traffic.
+    pub const HEADS: usize = 128;
+    pub const HEAD_STRIDE: usize = 128;
+    pub const PAGE: usize = 4096;
+
+    pub fn header_len(nrings: usize) -> usize {
+        (HEADS + nrings * HEAD_STRIDE).div_ceil(PAGE) * PAGE
+    }
+    pub fn seg_len(nrings: usize, lines: usize) -> Option<usize> {
+        nrings.checked_mul(lines)?.checked_mul(LINE)?.checked_add(header_len(nrings))
+    }
+    pub fn head(ring: usize) -> usize {
+        HEADS + ring * HEAD_STRIDE
+    }
+    pub fn data(nrings: usize, lines: usize, ring: usize) -> usize {
+        header_len(nrings) + ring * lines * LINE
+    }
+    pub fn info(nrings: u32, lines: u32, rank: u32, pid: u32) -> Vec<u8> {
+        let mut b = Vec::with_capacity(INFO_LEN);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&nrings.to_le_bytes());
+        b.extend_from_slice(&lines.to_le_bytes());
+        b.extend_from_slice(&rank.to_le_bytes());
+        b.extend_from_slice(&pid.to_le_bytes());
+        b
+    }
+}
+
+/// Upper bound on rings per segment (local ranks - 1) accepted from a card.
+const MAX_RINGS: u32 = 1 << 16;
+/// Ring sizes accepted from a card, in lines.
+const MIN_LINES: u32 = 64;
+const MAX_LINES: u32 = 1 << 24;
+/// Records delivered per ring per progress call, so one busy sender cannot starve the others.
+const POLL_BUDGET: usize = 64;
+
+/// Index of the ring that sender `sender` (local index) uses in receiver `receiver`'s segment.
+fn ring_index(sender: usize, receiver: usize) -> usize {
+    if sender < receiver {
+        sender
+    } else {
+        sender - 1
+    }
+}
+
+/// A local peer we send to. Field order matters: the producer (pointing into `mapping`) drops first.
+struct Peer {
+    producer: Producer,
+    pid: i32,
+    cma: bool,
+    _mapping: Mapping,
+}
+
+/// A ring of our inbox and the peer that writes it.
+struct Inbound {
+    rank: Rank,
+    consumer: Consumer,
+    failed: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    frags_sent: u64,
+    bytes_sent: u64,
+    frags_recv: u64,
+    bytes_recv: u64,
+    would_block: u64,
+    cma_gets: u64,
+    cma_get_bytes: u64,
+    cma_puts: u64,
+    cma_put_bytes: u64,
+    cma_errors: u64,
+    corrupt_rings: u64,
+}
+
+/// The btl-shm module.
+pub struct ShmBtl {
+    // Rings first: they point into the mappings below and must be dropped before them.
+    peers: Vec<Option<Peer>>,
+    inbox: Vec<Option<Inbound>>,
+    own: Option<Mapping>,
+    attrs: BtlAttributes,
+    cfg: ShmConfig,
+    my_rank: Rank,
+    my_node: u32,
+    prefix: String,
+    local_ranks: Vec<Rank>,
+    my_local: usize,
+    lines: usize,
+    probe: Box<u64>,
+    cma_local: bool,
+    pending: Vec<(CompletionToken, Result<(), SendError>)>,
+    attach_expected: u32,
+    stats: Stats,
+    memory: Arc<MemoryCounter>,
+    charged: usize,
+    next_registration: u64,
+}
+
+impl std::fmt::Debug for ShmBtl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmBtl")
+            .field("rank", &self.my_rank)
+            .field("segment", &self.own.as_ref().map(|m| m.path().to_owned()))
+            .field("flags", &self.attrs.flags)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn random_u64() -> u64 {
+    // RandomState is seeded from the OS per process: enough for a probe word that only has to
+    // differ from whatever happens to be at the address in another process.
+    let mut h = RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() | 1
+}
+
+fn cma_failure(peer: Rank, e: &std::io::Error) -> SendError {
+    let why = match e.raw_os_error() {
+        Some(libc::ESRCH) => "process is gone".to_owned(),
+        Some(libc::EPERM) => "CMA not permitted by the kernel".to_owned(),
+        Some(libc::EFAULT) => "address range not mapped in one of the processes".to_owned(),
+        _ => e.to_string(),
+    };
+    SendError::PeerFailed { peer, reason: format!("process_vm_readv/writev: {why}") }
+}
+
+impl ShmBtl {
+    /// Create the module: the inbox segment, the probe word, the business card. Returns `None`
+    /// when no other rank shares this node (nothing to do).
+    pub fn new(ctx: &mut InitContext<'_>, cfg: ShmConfig) -> Result<Option<Self>, BtlError> {
+        cfg.validate()?;
+        let job = ctx.job;
+        let local_ranks = job.local_ranks();
+        let Some(my_local) = local_ranks.iter().position(|&r| r == job.rank) else {
+            return Err(BtlError::Other(format!("rank {} is not in its own node's rank list", job.rank)));
+        };
+        if local_ranks.len() < 2 {
+            tracing::info!(rank = job.rank, "btl shm: no other rank on this node, not used");
+            return Ok(None);
+        }
+        let nrings = local_ranks.len() - 1;
+        let lines = cfg.fifo_size / LINE;
+        let seg_len = layout::seg_len(nrings, lines)
+            .ok_or_else(|| BtlError::Other(format!("btl shm: {nrings} rings of {} bytes overflow", cfg.fifo_size)))?;
+        let prefix = job.shm_prefix();
+        let name = format!("{prefix}shm-{}", job.rank);
+        let path = PathBuf::from(SHM_DIR).join(&name);
+        let mut own = Mapping::create(&path, seg_len).map_err(|(op, source)| BtlError::Io { op, source })?;
+        own.write_at(0, &layout::info(nrings as u32, lines as u32, job.rank, std::process::id()));
+        let memory = ctx.memory.counter("btl.shm");
+        memory.alloc(seg_len);
+
+        let probe = Box::new(random_u64());
+        let probe_addr = &*probe as *const u64 as u64;
+        let cma_local = match cfg.single_copy {
+            CmaMode::Off => false,
+            CmaMode::Auto | CmaMode::Require => {
+                sys::allow_ptrace_by_any();
+                // Reading ourselves catches kernels without CMA and seccomp filters; peer
+                // permissions (Yama, capabilities) are probed in add_procs.
+                match sys::cma_read_word(sys::pid(), probe_addr) {
+                    Ok(v) if v == *probe => true,
+                    Ok(_) => false,
+                    Err(e) if cfg.single_copy == CmaMode::Require => {
+                        memory.free(seg_len);
+                        return Err(BtlError::Io { op: "btl_shm_single_copy=require: process_vm_readv".into(), source: e });
+                    }
+                    Err(e) => {
+                        tracing::info!(error = %e, "btl shm: process_vm_readv unavailable, large transfers by copy");
+                        false
+                    }
+                }
+            }
+        };
+        let card = CardRepr {
+            cma: cma_local,
+            pid: std::process::id(),
+            rank: job.rank,
+            nrings: nrings as u32,
+            ring_lines: lines as u32,
+            probe_addr,
+            probe_value: *probe,
+            seg_len: seg_len as u64,
+            name,
+        };
+        if let Err(e) = ctx.modex_put(MODEX_KEY, &card.emit()) {
+            memory.free(seg_len);
+            return Err(BtlError::Other(format!("btl shm: publishing the business card: {e}")));
+        }
+        let mut flags = BtlFlags::SEND;
+        if cma_local {
+            flags |= BtlFlags::GET | BtlFlags::PUT;
+        }
+        let attrs = BtlAttributes {
+            eager_limit: cfg.eager_limit,
+            rndv_eager_limit: cfg.eager_limit,
+            max_send_size: cfg.max_send_size,
+            exclusivity: exclusivity::SHARED_MEMORY,
+            latency_ns: cfg.latency_ns,
+            bandwidth_mbps: cfg.bandwidth_mbps,
+            flags,
+            ..BtlAttributes::default()
+        };
+        tracing::debug!(path = %path.display(), seg_len, nrings, cma_local, "btl shm: segment created");
+        let mut inbox = Vec::new();
+        inbox.resize_with(nrings, || None);
+        let mut peers = Vec::new();
+        peers.resize_with(job.size as usize, || None);
+        Ok(Some(Self {
+            peers,
+            inbox,
+            own: Some(own),
+            attrs,
+            cfg,
+            my_rank: job.rank,
+            my_node: job.node_of[job.rank as usize],
+            prefix,
+            local_ranks,
+            my_local,
+            lines,
+            probe,
+            cma_local,
+            pending: Vec::new(),
+            attach_expected: nrings as u32,
+            stats: Stats::default(),
+            memory,
+            charged: seg_len,
+            next_registration: 1,
+        }))
+    }
+
+    /// Path of this process's segment file (also after it was unlinked).
+    pub fn segment_path(&self) -> Option<PathBuf> {
+        self.own.as_ref().map(|m| m.path().to_owned())
+    }
+
+    /// Whether the segment file is still in the file system.
+    pub fn segment_linked(&self) -> bool {
+        self.own.as_ref().is_some_and(Mapping::is_linked)
+    }
+
+    fn bad(rank: Rank, reason: impl Into<String>) -> BtlError {
+        BtlError::BadCard { rank, reason: reason.into() }
+    }
+
+    /// Map `proc`'s inbox and set up both directions. `Ok(None)` = not reachable (no card).
+    fn connect(&mut self, proc: &ProcInfo, modex: &dyn ModexRead) -> Result<Option<(Peer, Inbound)>, BtlError> {
+        let rank = proc.rank;
+        let Some(bytes) = modex.get(rank, MODEX_KEY).map_err(|e| BtlError::Other(format!("btl shm: modex: {e}")))?
+        else {
+            tracing::info!(peer = rank, "btl shm: local peer published no shm card (shm disabled there?)");
+            return Ok(None);
+        };
+        let card = Card::new_checked(&bytes[..]).map_err(|e| Self::bad(rank, e.to_string()))?;
+        let card = CardRepr::parse(&card, &self.prefix).map_err(|e| Self::bad(rank, e.to_string()))?;
+        if card.rank != rank {
+            return Err(Self::bad(rank, format!("card says rank {}", card.rank)));
+        }
+        let Some(peer_local) = self.local_ranks.iter().position(|&r| r == rank) else {
+            return Err(Self::bad(rank, "peer is not on this node"));
+        };
+        let nrings = self.local_ranks.len() as u32 - 1;
+        if card.nrings != nrings || card.nrings > MAX_RINGS {
+            return Err(Self::bad(rank, format!("{} rings, this node has {} other ranks", card.nrings, nrings)));
+        }
+        if !card.ring_lines.is_power_of_two() || !(MIN_LINES..=MAX_LINES).contains(&card.ring_lines) {
+            return Err(Self::bad(
+                rank,
+                format!("ring of {} lines; valid: a power of two in {MIN_LINES}..={MAX_LINES}", card.ring_lines),
+            ));
+        }
+        let peer_lines = card.ring_lines as usize;
+        let seg_len = layout::seg_len(nrings as usize, peer_lines).ok_or_else(|| Self::bad(rank, "segment size overflows"))?;
+        if card.seg_len != seg_len as u64 {
+            return Err(Self::bad(rank, format!("segment of {} bytes, layout needs {seg_len}", card.seg_len)));
+        }
+        if ring::max_fragment(peer_lines) < self.cfg.max_send_size {
+            return Err(Self::bad(
+                rank,
+                format!(
+                    "its rings ({} bytes) cannot carry our btl_shm_max_send_size of {} bytes; set btl_shm_fifo_size alike on every rank",
+                    peer_lines * LINE,
+                    self.cfg.max_send_size
+                ),
+            ));
+        }
+        if card.pid == 0 || card.pid > i32::MAX as u32 {
+            return Err(Self::bad(rank, format!("pid {}", card.pid)));
+        }
+        let path = PathBuf::from(SHM_DIR).join(&card.name);
+        let mapping = Mapping::open(&path, seg_len).map_err(|(op, source)| BtlError::Io { op, source })?;
+        let expect = layout::info(nrings, card.ring_lines, rank, card.pid);
+        if mapping.read_at(0, layout::INFO_LEN) != expect {
+            return Err(Self::bad(rank, format!("segment {} does not match the card", path.display())));
+        }
+        let ring = ring_index(self.my_local, peer_local);
+        // The mapping lives in `Peer` next to the producer and is dropped after it; we are the
+        // only producer of this ring (one ring per sender, one shm module per rank).
+        let mem = ring_in(&mapping, nrings as usize, peer_lines, ring)
+            .ok_or_else(|| Self::bad(rank, "ring misaligned"))?;
+        let producer = Producer::new(mem, self.cfg.max_send_size);
+        mapping.atomic_u32(layout::OFF_ATTACHED).fetch_add(1, Ordering::AcqRel);
+
+        let own = self.own.as_ref().ok_or_else(|| BtlError::Other("btl shm: used after finalize".into()))?;
+        let in_ring = ring_index(peer_local, self.my_local);
+        let in_mem = ring_in(own, nrings as usize, self.lines, in_ring)
+            .ok_or_else(|| BtlError::Other("btl shm: own ring misaligned".into()))?;
+        let consumer = Consumer::new(in_mem, ring::max_fragment(self.lines));
+
+        let mut cma = false;
+        if self.cma_local && card.cma {
+            match sys::cma_read_word(card.pid as i32, card.probe_addr) {
+                Ok(v) if v == card.probe_value => cma = true,
+                Ok(v) => tracing::warn!(peer = rank, got = v, "btl shm: CMA probe read a wrong value"),
+                Err(e) => tracing::info!(peer = rank, error = %e, "btl shm: CMA to peer not permitted"),
+            }
+        }
+        Ok(Some((
+            Peer { producer, pid: card.pid as i32, cma, _mapping: mapping },
+            Inbound { rank, consumer, failed: false },
+        )))
+    }
+
+    fn check_early_unlink(&mut self) {
+        if let Some(own) = &mut self.own {
+            if own.is_linked() && own.atomic_u32(layout::OFF_ATTACHED).load(Ordering::Acquire) >= self.attach_expected {
+                // Every local peer holds a mapping: the name is no longer needed, and removing it
+                // now means a crash cannot leak the segment.
+                own.unlink();
+            }
+        }
+    }
+
+    fn peer_for_rdma(&self, peer: Rank, op: &'static str) -> Result<&Peer, SendError> {
+        if !self.attrs.flags.contains(BtlFlags::GET) {
+            return Err(SendError::Unsupported(op));
+        }
+        let p = self.peers.get(peer as usize).and_then(Option::as_ref).ok_or(SendError::Unreachable(peer))?;
+        if !p.cma {
+            return Err(SendError::Unsupported(op));
+        }
+        Ok(p)
+    }
+
+    fn check_key(&self, peer: Rank, pid: i32, remote: &RemoteSegment) -> Result<(), SendError> {
+        if remote.remote_key.is_empty() {
+            return Ok(());
+        }
+        let key: Option<[u8; 8]> = remote.remote_key.as_slice().try_into().ok();
+        let Some(key) = key else {
+            return Err(SendError::PeerFailed { peer, reason: format!("remote key of {} bytes, expected 8", remote.remote_key.len()) });
+        };
+        let kpid = i32::from_le_bytes(key[..4].try_into().expect("4 bytes"));
+        if kpid != pid {
+            return Err(SendError::PeerFailed { peer, reason: format!("remote key of pid {kpid}, peer is pid {pid}") });
+        }
+        Ok(())
+    }
+}
+
+/// The [`RingMem`] of ring `ring` inside `mapping`.
+fn ring_in(mapping: &Mapping, nrings: usize, lines: usize, ring: usize) -> Option<RingMem> {
+    if ring >= nrings || layout::head(ring) + 8 > layout::header_len(nrings) {
+        return None;
+    }
+    mapping.ring(layout::head(ring), layout::data(nrings, lines, ring), lines)
+}
+
+impl Btl for ShmBtl {
+    fn component_name(&self) -> &str {
+        "shm"
+    }
+
+    fn attributes(&self) -> &BtlAttributes {
+        &self.attrs
+    }
+
+    fn add_procs(&mut self, procs: &[ProcInfo], modex: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
+        let mut reach = Vec::with_capacity(procs.len());
+        for proc in procs {
+            if proc.is_self || proc.rank == self.my_rank || proc.node != self.my_node {
+                reach.push(false);
+                continue;
+            }
+            if (proc.rank as usize) < self.peers.len() && self.peers[proc.rank as usize].is_some() {
+                reach.push(true);
+                continue;
+            }
+            match self.connect(proc, modex)? {
+                Some((peer, inbound)) => {
+                    let in_ring = ring_index(
+                        self.local_ranks.iter().position(|&r| r == proc.rank).expect("checked in connect"),
+                        self.my_local,
+                    );
+                    if proc.rank as usize >= self.peers.len() {
+                        self.peers.resize_with(proc.rank as usize + 1, || None);
+                    }
+                    self.peers[proc.rank as usize] = Some(peer);
+                    self.inbox[in_ring] = Some(inbound);
+                    reach.push(true);
+                }
+                None => reach.push(false),
+            }
+        }
+        let reachable: Vec<&Peer> = self.peers.iter().flatten().collect();
+        if self.attrs.flags.contains(BtlFlags::GET) && reachable.iter().any(|p| !p.cma) {
+            if self.cfg.single_copy == CmaMode::Require {
+                return Err(BtlError::Other(
+                    "btl_shm_single_copy=require but process_vm_readv to a local peer is not permitted \
+                     (check /proc/sys/kernel/yama/ptrace_scope and seccomp)"
+                        .into(),
+                ));
+            }
+            tracing::info!("btl shm: CMA not permitted with every local peer; large transfers by copy");
+            self.attrs.flags.remove(BtlFlags::GET | BtlFlags::PUT);
+        }
+        self.check_early_unlink();
+        Ok(reach)
+    }
+
+    fn del_procs(&mut self, ranks: &[Rank]) {
+        for &r in ranks {
+            if let Some(slot) = self.peers.get_mut(r as usize) {
+                *slot = None;
+            }
+            for slot in &mut self.inbox {
+                if slot.as_ref().is_some_and(|i| i.rank == r) {
+                    *slot = None;
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn send(&mut self, peer: Rank, tag: BtlTag, header: &[u8], payload: &[u8], _hint: SendHint) -> Result<(), SendError> {
+        let len = header.len() + payload.len();
+        if len > self.cfg.max_send_size {
+            return Err(SendError::TooLarge { len, max: self.cfg.max_send_size });
+        }
+        let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) else {
+            return Err(SendError::Unreachable(peer));
+        };
+        match p.producer.push(tag, header, payload) {
+            Ok(()) => {
+                self.stats.frags_sent += 1;
+                self.stats.bytes_sent += len as u64;
+                Ok(())
+            }
+            Err(PushError::Full) => {
+                self.stats.would_block += 1;
+                Err(SendError::WouldBlock)
+            }
+            Err(PushError::TooLarge { len, max }) => Err(SendError::TooLarge { len, max }),
+        }
+    }
+
+    fn register_mem(&mut self, buf: UserBuf, _access: MemAccess) -> Result<Registration, BtlError> {
+        // CMA needs no registration: the key only names the process, so a get can check that the
+        // address belongs to the peer it is sent to.
+        let _ = buf;
+        let handle = self.next_registration;
+        self.next_registration += 1;
+        let mut key = Vec::with_capacity(8);
+        key.extend_from_slice(&(std::process::id() as i32).to_le_bytes());
+        key.extend_from_slice(&self.my_rank.to_le_bytes());
+        Ok(Registration { handle, remote_key: key })
+    }
+
+    fn get(&mut self, peer: Rank, local: UserBuf, remote: &RemoteSegment, token: CompletionToken) -> Result<(), SendError> {
+        let p = self.peer_for_rdma(peer, "get")?;
+        let pid = p.pid;
+        self.check_key(peer, pid, remote)?;
+        if !local.is_writable() {
+            return Err(SendError::Unsupported("get into a read-only buffer"));
+        }
+        if local.len() > remote.len {
+            return Err(SendError::TooLarge { len: local.len(), max: remote.len });
+        }
+        let result = sys::cma_get(pid, &local, remote.addr);
+        let result = result.map_err(|e| {
+            self.stats.cma_errors += 1;
+            cma_failure(peer, &e)
+        });
+        if result.is_ok() {
+            self.stats.cma_gets += 1;
+            self.stats.cma_get_bytes += local.len() as u64;
+        }
+        self.pending.push((token, result));
+        Ok(())
+    }
+
+    fn put(&mut self, peer: Rank, local: UserBuf, remote: &RemoteSegment, token: CompletionToken) -> Result<(), SendError> {
+        let p = self.peer_for_rdma(peer, "put")?;
+        let pid = p.pid;
+        self.check_key(peer, pid, remote)?;
+        if local.len() > remote.len {
+            return Err(SendError::TooLarge { len: local.len(), max: remote.len });
+        }
+        let result = sys::cma_put(pid, &local, remote.addr);
+        let result = result.map_err(|e| {
+            self.stats.cma_errors += 1;
+            cma_failure(peer, &e)
+        });
+        if result.is_ok() {
+            self.stats.cma_puts += 1;
+            self.stats.cma_put_bytes += local.len() as u64;
+        }
+        self.pending.push((token, result));
+        Ok(())
+    }
+
+    #[inline]
+    fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
+        let mut delivered = 0;
+        if !self.pending.is_empty() {
+            for (token, result) in self.pending.drain(..) {
+                events.rdma_complete(token, result);
+                delivered += 1;
+            }
+        }
+        for slot in self.inbox.iter_mut() {
+            let Some(inb) = slot else { continue };
+            if inb.failed {
+                continue;
+            }
+            let rank = inb.rank;
+            let mut n = 0;
+            while n < POLL_BUDGET {
+                let mut len = 0;
+                match inb.consumer.pop_with(|tag, data| {
+                    len = data.len();
+                    events.recv(rank, tag, data);
+                }) {
+                    Ok(true) => {
+                        n += 1;
+                        self.stats.bytes_recv += len as u64;
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        inb.failed = true;
+                        self.stats.corrupt_rings += 1;
+                        tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
+                        events.peer_failed(rank, &format!("btl shm: {e}"));
+                        break;
+                    }
+                }
+            }
+            if n > 0 {
+                inb.consumer.publish();
+                self.stats.frags_recv += n as u64;
+                delivered += n;
+            }
+        }
+        if self.own.as_ref().is_some_and(Mapping::is_linked) {
+            self.check_early_unlink();
+        }
+        delivered
+    }
+
+    fn memory_usage(&self) -> MemoryUsage {
+        let current = if self.own.is_some() { self.charged } else { 0 };
+        MemoryUsage { current, peak: self.charged }
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let s = &self.stats;
+        [
+            ("frags_sent", s.frags_sent),
+            ("bytes_sent", s.bytes_sent),
+            ("frags_recv", s.frags_recv),
+            ("bytes_recv", s.bytes_recv),
+            ("would_block", s.would_block),
+            ("cma_gets", s.cma_gets),
+            ("cma_get_bytes", s.cma_get_bytes),
+            ("cma_puts", s.cma_puts),
+            ("cma_put_bytes", s.cma_put_bytes),
+            ("cma_errors", s.cma_errors),
+            ("corrupt_rings", s.corrupt_rings),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    fn finalize(&mut self) {
+        self.inbox.clear();
+        self.peers.clear();
+        if let Some(own) = self.own.take() {
+            drop(own); // unlinks (if not yet) and unmaps
+            self.memory.free(self.charged);
+        }
+        let _ = &self.probe;
+    }
+}
+
+impl Drop for ShmBtl {
+    fn drop(&mut self) {
+        self.finalize();
+    }
+}

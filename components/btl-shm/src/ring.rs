@@ -1,0 +1,446 @@
+//! Lock-free single-producer/single-consumer fragment ring in shared memory.
+//!
+//! # Why SPSC per (sender, receiver) and not vader's MPSC fifo
+//! Open MPI's vader gives every receiver one multi-producer fifo (an atomic swap on the tail)
+//! of pointers to fragments that live in the *sender's* free lists, and returns every fragment
+//! through the sender's fifo. That costs an atomic RMW per send, a pointer chase per receive and
+//! a return trip per fragment. With one ring per sender the producer is alone on its ring, so the
+//! fast path is two `memcpy`s and one release store, the receiver reads the fragment in place (no
+//! return trip: it only publishes how far it has read), and a full ring back-pressures exactly
+//! the sender that fills it. The price is memory (`local peers x fifo_size` per receiver), which
+//! is what a node with tens of ranks can afford; the ring size is a parameter.
+//!
+//! # Layout
+//! The ring is `lines` cache lines (a power of two) of [`LINE`] bytes. A record starts on a line:
+//! its first 8 bytes are the *control word*, then the fragment bytes, padded to whole lines, so a
+//! fragment of up to 56 bytes (header + payload) travels in a single cache line, written by the
+//! producer and read by the consumer with one line transfer. The control word is
+//! `VALID | seq << 40 | tag << 32 | len`; a record that would straddle the end of the ring is
+//! preceded by a `VALID | WRAP` word telling the consumer to continue at line 0.
+//!
+//! The consumer polls the control word of its head line. Stale bytes from an earlier lap must
+//! never look like a record, so before *publishing* a record (release store of its control word)
+//! the producer zeroes the control word of the line where the *next* record will start. Hence
+//! the consumer's head line always holds either 0 (nothing yet) or a record published in this
+//! lap. The consumer publishes its head (release) after it has finished with the bytes; the
+//! producer reads it (acquire) only when its cached copy says the ring is full, so in steady
+//! state the producer never touches the consumer's line.
+//!
+//! The consumer trusts nothing it reads: lengths are bounded by its *own* copy of the ring size
+//! and fragment limit, and a per-ring 16-bit sequence number catches a producer that went wrong.
+//! A bad record is reported as [`RingCorrupt`] and the ring is abandoned, never a crash.
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use thiserror::Error;
+
+/// Cache line size assumed by the layout (x86-64, most aarch64).
+pub const LINE: usize = 64;
+/// Bytes of the control word at the start of a record.
+pub const CTRL: usize = 8;
+/// Largest fragment that travels in one cache line.
+pub const ONE_LINE_MAX: usize = LINE - CTRL;
+
+const VALID: u64 = 1 << 63;
+const WRAP: u64 = 1 << 62;
+const SEQ_SHIFT: u32 = 40;
+const TAG_SHIFT: u32 = 32;
+const LEN_MASK: u64 = 0xFFFF_FFFF;
+
+/// Lines taken by a record carrying `len` bytes.
+pub const fn record_lines(len: usize) -> usize {
+    (CTRL + len).div_ceil(LINE)
+}
+
+/// The largest fragment a ring of `lines` lines accepts: a record may need up to twice its size
+/// (wrap skip + record) plus the next record's zeroed control line, so it must fit in half.
+pub fn max_fragment(lines: usize) -> usize {
+    (lines / 2) * LINE - CTRL
+}
+
+fn control(seq: u16, tag: u8, len: usize) -> u64 {
+    VALID | (u64::from(seq) << SEQ_SHIFT) | (u64::from(tag) << TAG_SHIFT) | len as u64
+}
+
+/// Why a push was refused. Nothing was written in either case.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum PushError {
+    /// Not enough free lines until the consumer catches up.
+    #[error("ring full")]
+    Full,
+    /// The fragment can never fit this ring.
+    #[error("fragment of {len} bytes exceeds the ring's limit of {max} bytes")]
+    TooLarge {
+        /// Offered length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+}
+
+/// The ring holds something no correct producer writes.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("corrupt ring at line {line}: {reason}")]
+pub struct RingCorrupt {
+    /// Absolute line position of the bad control word.
+    pub line: u64,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// Where a ring lives: its consumer-head word and its data lines.
+#[derive(Clone, Copy, Debug)]
+pub struct RingMem {
+    head: NonNull<AtomicU64>,
+    data: NonNull<u8>,
+    lines: usize,
+}
+
+impl RingMem {
+    /// Describe a ring at raw addresses.
+    ///
+    /// # Safety
+    /// `head` must point to an 8-byte aligned word and `data` to `lines * LINE` bytes aligned to
+    /// [`LINE`], both zeroed before first use and valid (mapped, not freed) for as long as any
+    /// [`Producer`] or [`Consumer`] built from this `RingMem` exists. At most one producer and one
+    /// consumer may use a ring at any time (they may be in different processes).
+    pub unsafe fn new(head: *mut u8, data: *mut u8, lines: usize) -> Option<Self> {
+        if !lines.is_power_of_two() || lines < 4 || head.align_offset(8) != 0 || data.align_offset(LINE) != 0 {
+            return None;
+        }
+        Some(Self { head: NonNull::new(head.cast())?, data: NonNull::new(data)?, lines })
+    }
+
+    /// Number of lines.
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: `new`'s contract: aligned, valid for the ring's life; AtomicU64 has the layout
+        // of u64 and every access to this word (both processes) is atomic.
+        unsafe { self.head.as_ref() }
+    }
+
+    fn ctrl(&self, index: usize) -> &AtomicU64 {
+        debug_assert!(index < self.lines);
+        // SAFETY: index < lines so the word is inside the data area; line starts are 64-aligned;
+        // control words are only accessed atomically while they can be concurrently observed
+        // (plain payload writes to the same bytes are ordered by the head/control handshake).
+        unsafe { &*self.data.as_ptr().add(index * LINE).cast::<AtomicU64>() }
+    }
+}
+
+// SAFETY: RingMem is a pair of addresses into shared memory whose validity is guaranteed by the
+// creator (see `RingMem::new`); every cross-thread access goes through atomics or the protocol.
+unsafe impl Send for RingMem {}
+
+/// The sending side of one ring.
+#[derive(Debug)]
+pub struct Producer {
+    mem: RingMem,
+    mask: u64,
+    tail: u64,
+    cached_head: u64,
+    seq: u16,
+    max_len: usize,
+}
+
+impl Producer {
+    /// The producer of `mem`, accepting fragments of up to `max_len` bytes (clamped to what the
+    /// ring can ever hold).
+    pub fn new(mem: RingMem, max_len: usize) -> Self {
+        let head = mem.head().load(Ordering::Acquire);
+        Self {
+            mem,
+            mask: mem.lines as u64 - 1,
+            tail: head,
+            cached_head: head,
+            seq: 0,
+            max_len: max_len.min(max_fragment(mem.lines)),
+        }
+    }
+
+    /// Largest fragment accepted.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Append one record holding `header` then `payload` with `tag`. On error nothing changed.
+    #[inline]
+    pub fn push(&mut self, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), PushError> {
+        let len = header.len() + payload.len();
+        if len > self.max_len {
+            return Err(PushError::TooLarge { len, max: self.max_len });
+        }
+        let lines = record_lines(len) as u64;
+        let capacity = self.mem.lines as u64;
+        let pos = self.tail & self.mask;
+        let skip = if pos + lines > capacity { capacity - pos } else { 0 };
+        // +1: the line where the next record starts gets its control word zeroed now.
+        let need = skip + lines + 1;
+        if self.tail - self.cached_head + need > capacity {
+            self.cached_head = self.mem.head().load(Ordering::Acquire);
+            if self.tail - self.cached_head + need > capacity {
+                return Err(PushError::Full);
+            }
+        }
+        if skip > 0 {
+            // Line 0 holds stale bytes from the last lap: clear it before the consumer is sent
+            // there, then publish the wrap marker.
+            self.mem.ctrl(0).store(0, Ordering::Relaxed);
+            self.mem.ctrl(pos as usize).store(VALID | WRAP, Ordering::Release);
+            self.tail += skip;
+        }
+        let index = (self.tail & self.mask) as usize;
+        // SAFETY: lines index..index+lines are free (checked against the consumer's head above)
+        // and inside the ring (the wrap guarantees index + lines <= capacity), so nobody else reads
+        // or writes them until the release store below publishes them.
+        unsafe {
+            let dst = self.mem.data.as_ptr().add(index * LINE + CTRL);
+            std::ptr::copy_nonoverlapping(header.as_ptr(), dst, header.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(header.len()), payload.len());
+        }
+        let next = ((self.tail + lines) & self.mask) as usize;
+        self.mem.ctrl(next).store(0, Ordering::Relaxed);
+        self.mem.ctrl(index).store(control(self.seq, tag, len), Ordering::Release);
+        self.seq = self.seq.wrapping_add(1);
+        self.tail += lines;
+        Ok(())
+    }
+}
+
+/// The receiving side of one ring.
+#[derive(Debug)]
+pub struct Consumer {
+    mem: RingMem,
+    mask: u64,
+    head: u64,
+    published: u64,
+    seq: u16,
+    max_len: usize,
+}
+
+impl Consumer {
+    /// The consumer of `mem`, refusing records longer than `max_len` as corrupt.
+    pub fn new(mem: RingMem, max_len: usize) -> Self {
+        let head = mem.head().load(Ordering::Acquire);
+        Self {
+            mem,
+            mask: mem.lines as u64 - 1,
+            head,
+            published: head,
+            seq: 0,
+            max_len: max_len.min(max_fragment(mem.lines)),
+        }
+    }
+
+    /// Deliver the next record to `deliver(tag, bytes)` if there is one. Returns `Ok(true)` when a
+    /// record was delivered. Call [`Consumer::publish`] afterwards to give the space back.
+    #[inline]
+    pub fn pop_with(&mut self, deliver: impl FnOnce(u8, &[u8])) -> Result<bool, RingCorrupt> {
+        let capacity = self.mem.lines as u64;
+        for _ in 0..2 {
+            let index = (self.head & self.mask) as usize;
+            let word = self.mem.ctrl(index).load(Ordering::Acquire);
+            if word == 0 {
+                return Ok(false);
+            }
+            if word & VALID == 0 {
+                return Err(self.corrupt(format!("control word {word:#018x} lacks the valid bit")));
+            }
+            if word & WRAP != 0 {
+                if index == 0 || word != VALID | WRAP {
+                    return Err(self.corrupt(format!("bad wrap marker {word:#018x} at index {index}")));
+                }
+                self.head += capacity - index as u64;
+                continue;
+            }
+            let len = (word & LEN_MASK) as usize;
+            let tag = (word >> TAG_SHIFT) as u8;
+            let seq = (word >> SEQ_SHIFT) as u16;
+            if word & !(VALID | (0xFFFF << SEQ_SHIFT) | (0xFF << TAG_SHIFT) | LEN_MASK) != 0 {
+                return Err(self.corrupt(format!("reserved bits set in {word:#018x}")));
+            }
+            if seq != self.seq {
+                return Err(self.corrupt(format!("sequence {seq}, expected {}", self.seq)));
+            }
+            let lines = record_lines(len);
+            if len > self.max_len || index + lines > self.mem.lines {
+                return Err(self.corrupt(format!("length {len} exceeds the limit of {} bytes", self.max_len)));
+            }
+            // SAFETY: index + lines <= ring lines (checked), so the bytes are inside the ring; the
+            // acquire load above ordered the producer's writes before our reads, and the producer
+            // does not touch these lines again until we publish a head past them.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(self.mem.data.as_ptr().add(index * LINE + CTRL), len)
+            };
+            deliver(tag, bytes);
+            self.seq = self.seq.wrapping_add(1);
+            self.head += lines as u64;
+            return Ok(true);
+        }
+        // Two wrap markers in a row: the second one would have been at index 0, refused above.
+        Err(self.corrupt("consecutive wrap markers".into()))
+    }
+
+    /// Tell the producer how far we have read (frees the space). Cheap when nothing changed.
+    #[inline]
+    pub fn publish(&mut self) {
+        if self.head != self.published {
+            self.mem.head().store(self.head, Ordering::Release);
+            self.published = self.head;
+        }
+    }
+
+    fn corrupt(&self, reason: String) -> RingCorrupt {
+        RingCorrupt { line: self.head, reason }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    pub(crate) struct Line(pub [u8; LINE]);
+
+    /// A ring in ordinary heap memory (head word in line 0, data after it).
+    pub(crate) struct HeapRing {
+        pub lines: Vec<Line>,
+    }
+
+    impl HeapRing {
+        pub fn new(data_lines: usize) -> Self {
+            Self { lines: vec![Line([0; LINE]); data_lines + 1] }
+        }
+        pub fn mem(&mut self) -> RingMem {
+            let n = self.lines.len() - 1;
+            let base = self.lines.as_mut_ptr().cast::<u8>();
+            // SAFETY: the Vec holds n+1 aligned zeroed lines and outlives every use in the tests.
+            unsafe { RingMem::new(base, base.add(LINE), n) }.unwrap()
+        }
+    }
+
+    fn pattern(i: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|k| (i as usize).wrapping_mul(31).wrapping_add(k) as u8).collect()
+    }
+
+    #[test]
+    fn one_line_record_round_trip() {
+        let mut ring = HeapRing::new(16);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        let mut c = Consumer::new(mem, 1 << 20);
+        p.push(7, b"hdr", b"payload").unwrap();
+        let mut got = None;
+        assert!(c.pop_with(|t, d| got = Some((t, d.to_vec()))).unwrap());
+        assert_eq!(got, Some((7, b"hdrpayload".to_vec())));
+        assert!(!c.pop_with(|_, _| panic!("empty ring delivered")).unwrap());
+        assert_eq!(record_lines(ONE_LINE_MAX), 1);
+        assert_eq!(record_lines(ONE_LINE_MAX + 1), 2);
+    }
+
+    #[test]
+    fn full_ring_refuses_then_recovers_after_publish() {
+        let mut ring = HeapRing::new(16);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        let mut c = Consumer::new(mem, 1 << 20);
+        let mut sent = 0;
+        while p.push(1, &[], &[sent as u8; 100]).is_ok() {
+            sent += 1;
+        }
+        assert!(sent > 0);
+        assert_eq!(p.push(1, &[], &[0; 100]), Err(PushError::Full));
+        // Consuming without publishing frees nothing.
+        assert!(c.pop_with(|_, _| {}).unwrap());
+        assert_eq!(p.push(1, &[], &[0; 100]), Err(PushError::Full));
+        c.publish();
+        assert!(p.push(1, &[], &[0; 100]).is_ok());
+    }
+
+    #[test]
+    fn too_large_is_refused() {
+        let mut ring = HeapRing::new(16);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        let max = max_fragment(16);
+        assert!(matches!(p.push(0, &[], &vec![0; max + 1]), Err(PushError::TooLarge { .. })));
+        assert!(p.push(0, &[], &vec![0; max]).is_ok());
+    }
+
+    #[test]
+    fn garbage_is_reported_not_crashed_on() {
+        for word in [1u64, VALID | 0xFFFF_FFFF, VALID | WRAP | 5, VALID | (3 << SEQ_SHIFT) | 4] {
+            let mut ring = HeapRing::new(16);
+            let mem = ring.mem();
+            mem.ctrl(0).store(word, Ordering::Relaxed);
+            let mut c = Consumer::new(mem, 512);
+            assert!(c.pop_with(|_, _| panic!("garbage delivered")).is_err(), "{word:#x}");
+        }
+        // A wrap marker at a non-zero index followed by garbage at line 0.
+        let mut ring = HeapRing::new(16);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 512);
+        let mut c = Consumer::new(mem, 512);
+        p.push(0, &[], &[1; 10]).unwrap();
+        assert!(c.pop_with(|_, _| {}).unwrap());
+        mem.ctrl(1).store(VALID | WRAP, Ordering::Relaxed);
+        mem.ctrl(0).store(VALID | 1 << 20, Ordering::Relaxed);
+        assert!(c.pop_with(|_, _| panic!("garbage delivered")).is_err());
+    }
+
+    proptest! {
+        /// Against a queue model: any interleaving of pushes (random sizes), pops and publishes
+        /// delivers exactly what was accepted, in order, and refuses only when really full.
+        #[test]
+        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((0u8..4, 0usize..700), 1..400)) {
+            let mut ring = HeapRing::new(32);
+            let mem = ring.mem();
+            let mut p = Producer::new(mem, 1 << 20);
+            let mut c = Consumer::new(mem, 1 << 20);
+            let mut model: VecDeque<Vec<u8>> = VecDeque::new();
+            let mut n = 0u64;
+            for (op, len) in ops {
+                match op {
+                    0 | 1 => {
+                        let len = len.min(p.max_len());
+                        let data = pattern(n, len);
+                        let (h, pl) = data.split_at(len.min(13));
+                        match p.push(n as u8, h, pl) {
+                            Ok(()) => { model.push_back(data); n += 1; }
+                            Err(PushError::Full) => {
+                                // Full only if, after draining everything, it would fit.
+                                let busy = !model.is_empty() || c.head != c.published;
+                                prop_assert!(busy, "refused while empty");
+                            }
+                            Err(e) => prop_assert!(false, "{e}"),
+                        }
+                    }
+                    2 => {
+                        let mut got = None;
+                        let popped = c.pop_with(|t, d| got = Some((t, d.to_vec()))).unwrap();
+                        let expect_some = !model.is_empty();
+                        prop_assert_eq!(popped, expect_some);
+                        if let Some((_, d)) = got { prop_assert_eq!(Some(d), model.pop_front()); }
+                    }
+                    _ => c.publish(),
+                }
+            }
+            while let Some(expect) = model.pop_front() {
+                let mut got = None;
+                let popped = c.pop_with(|_, d| got = Some(d.to_vec())).unwrap();
+                prop_assert!(popped, "record missing");
+                prop_assert_eq!(got, Some(expect));
+            }
+            let more = c.pop_with(|_, _| ()).unwrap();
+            prop_assert!(!more, "delivered more than was pushed");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The operating-system edge: shared-memory segment files and their mappings, and cross-memory
+//! attach (CMA, `process_vm_readv`/`process_vm_writev`). Every `unsafe` of the crate outside the
+//! ring itself is here.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+
+use rmca_framework::buffer::UserBuf;
+
+use crate::ring::{RingMem, LINE};
+
+/// Directory holding the job's segment files (the naming contract with the launcher).
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// A shared-memory file mapped read-write into this process.
+#[derive(Debug)]
+pub struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+    path: PathBuf,
+    /// True for the creator, who removes the file.
+    owner: bool,
+    unlinked: bool,
+}
+
+// SAFETY: the mapping is plain memory valid until Drop; all concurrent access to it goes
+// through the ring protocol and atomics.
+unsafe impl Send for Mapping {}
+
+fn io_err(op: impl Into<String>, source: io::Error) -> (String, io::Error) {
+    (op.into(), source)
+}
+
+/// An error of a system call, with what was being done.
+pub type SysError = (String, io::Error);
+
+impl Mapping {
+    /// Create `path` exclusively with mode 0600, size it to `len` zero bytes and map it.
+    pub fn create(path: &Path, len: usize) -> Result<Self, SysError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true) // O_CREAT | O_EXCL: never adopt someone else's file
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| io_err(format!("create {}", path.display()), e))?;
+        let mut m = Self::map(&file, path, len, true)?;
+        // Size after the mapping object exists so that a failure below still unlinks the file.
+        if let Err(e) = file.set_len(len as u64) {
+            m.unlink();
+            return Err(io_err(format!("size {} to {len} bytes", path.display()), e));
+        }
+        Ok(m)
+    }
+
+    /// Map an existing segment of exactly `len` bytes created by a peer.
+    pub fn open(path: &Path, len: usize) -> Result<Self, SysError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err(format!("open {}", path.display()), e))?;
+        let actual = file.metadata().map_err(|e| io_err(format!("stat {}", path.display()), e))?.len();
+        // A mapping longer than the file raises SIGBUS on access: refuse before mapping.
+        if actual != len as u64 {
+            return Err(io_err(
+                format!("open {}", path.display()),
+                io::Error::new(io::ErrorKind::InvalidData, format!("file has {actual} bytes, expected {len}")),
+            ));
+        }
+        Self::map(&file, path, len, false)
+    }
+
+    fn map(file: &File, path: &Path, len: usize, owner: bool) -> Result<Self, SysError> {
+        // SAFETY: a fresh shared mapping of a file we hold open; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            if owner {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(io_err(format!("mmap {} ({len} bytes)", path.display()), e));
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null without MAP_FAILED");
+        Ok(Self { base, len, path: path.to_owned(), owner, unlinked: !owner })
+    }
+
+    /// Start of the mapping.
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file is still in the file system (owner only).
+    pub fn is_linked(&self) -> bool {
+        !self.unlinked
+    }
+
+    /// Copy `bytes` to `offset`: only for setting up a header before anyone else maps the file.
+    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= self.len, "write_at out of the mapping");
+        // SAFETY: in bounds (asserted); &mut self and the caller's contract (before publication)
+        // mean no one reads these bytes concurrently.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base().add(offset), bytes.len()) }
+    }
+
+    /// Copy `len` bytes from `offset` (a racy snapshot is fine for validation: plain bytes).
+    pub fn read_at(&self, offset: usize, len: usize) -> Vec<u8> {
+        assert!(offset + len <= self.len, "read_at out of the mapping");
+        let mut out = vec![0u8; len];
+        // SAFETY: in bounds; the bytes are plain data (any value is valid).
+        unsafe { std::ptr::copy_nonoverlapping(self.base().add(offset), out.as_mut_ptr(), len) }
+        out
+    }
+
+    /// A 32-bit atomic at `offset` (4-aligned, inside the mapping).
+    pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        assert!(offset % 4 == 0 && offset + 4 <= self.len, "atomic_u32 out of the mapping");
+        // SAFETY: aligned and in bounds (asserted, and the base is page aligned); the word lives
+        // as long as &self; every process accesses it atomically.
+        unsafe { &*self.base().add(offset).cast::<AtomicU32>() }
+    }
+
+    /// The ring whose consumer head is at `head` and whose `lines` data lines start at `data`
+    /// (offsets in this mapping), or `None` if out of bounds or misaligned.
+    pub fn ring(&self, head: usize, data: usize, lines: usize) -> Option<RingMem> {
+        let end = lines.checked_mul(LINE)?.checked_add(data)?;
+        if head.checked_add(8)? > self.len || end > self.len {
+            return None;
+        }
+        // SAFETY: both ranges are inside the mapping (checked above). The creator zero-filled the
+        // segment (ftruncate). The owner of the `Mapping` keeps it alive while the ring is used
+        // (the module drops its producers and consumers before the mappings) and uses one
+        // producer and one consumer per ring (one ring per sender).
+        unsafe { RingMem::new(self.base().add(head), self.base().add(data), lines) }
+    }
+
+    /// Remove the file (the mapping stays valid). Errors other than "already gone" are logged.
+    pub fn unlink(&mut self) {
+        if self.unlinked {
+            return;
+        }
+        self.unlinked = true;
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => tracing::debug!(path = %self.path.display(), "shm segment unlinked"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(path = %self.path.display(), error = %e, "cannot unlink shm segment"),
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.owner {
+            self.unlink();
+        }
+        // SAFETY: base/len came from a successful mmap; rings built on it are dropped before
+        // (the module drops its producers/consumers first, see ShmBtl's field order).
+        unsafe {
+            libc::munmap(self.base().cast(), self.len);
+        }
+    }
+}
+
+/// Let any process of ours attach with CMA even under Yama `ptrace_scope` 1 (siblings forked by
+/// a launcher are not each other's descendants). Open MPI's vader does the same. Scope 2 and 3
+/// still forbid it; the peer probe then fails and the GET flag is dropped.
+pub fn allow_ptrace_by_any() {
+    // SAFETY: prctl with integer arguments changes no memory; failure (no Yama) is harmless.
+    unsafe {
+        libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0);
+    }
+}
+
+/// Read `len` bytes at `remote_addr` in process `pid` into `local`.
+///
+/// # Safety
+/// `local..local+len` must be valid for writes and not accessed by anyone else during the call.
+pub unsafe fn cma_read(pid: i32, local: *mut u8, remote_addr: u64, len: usize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let liov = libc::iovec { iov_base: local.add(done).cast(), iov_len: len - done };
+        let riov = libc::iovec { iov_base: (remote_addr as usize + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: the caller guarantees the local range; the kernel checks the remote one.
+        let n = libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_readv transferred nothing"));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Write `len` bytes from `local` to `remote_addr` in process `pid`.
+///
+/// # Safety
+/// `local..local+len` must be valid for reads during the call.
+pub unsafe fn cma_write(pid: i32, local: *const u8, remote_addr: u64, len: usize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let liov = libc::iovec { iov_base: local.add(done) as *mut libc::c_void, iov_len: len - done };
+        let riov = libc::iovec { iov_base: (remote_addr as usize + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: the caller guarantees the local range; the kernel checks the remote one.
+        let n = libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_writev transferred nothing"));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Read `local.len()` bytes at `remote_addr` in `pid` into `local` (single copy).
+pub fn cma_get(pid: i32, local: &UserBuf, remote_addr: u64) -> io::Result<()> {
+    assert!(local.is_writable(), "cma_get into a read-only UserBuf");
+    // SAFETY: UserBuf's contract: the region is valid for writes and not accessed by anyone
+    // else until the request owning it completes, which is after this synchronous call.
+    unsafe { cma_read(pid, local.as_ptr(), remote_addr, local.len()) }
+}
+
+/// Write `local` to `remote_addr` in `pid` (single copy).
+pub fn cma_put(pid: i32, local: &UserBuf, remote_addr: u64) -> io::Result<()> {
+    // SAFETY: UserBuf's contract: the region is valid for reads until its request completes.
+    unsafe { cma_write(pid, local.as_ptr(), remote_addr, local.len()) }
+}
+
+/// Read the 8-byte word at `addr` in `pid` with CMA (the permission probe).
+pub fn cma_read_word(pid: i32, addr: u64) -> io::Result<u64> {
+    let mut word = 0u64;
+    // SAFETY: `word` is a local 8-byte buffer we own exclusively during the call.
+    unsafe { cma_read(pid, (&mut word as *mut u64).cast(), addr, 8)? };
+    Ok(word)
+}
+
+/// This process's id, as the kernel's CMA calls want it.
+pub fn pid() -> i32 {
+    std::process::id() as i32
+}

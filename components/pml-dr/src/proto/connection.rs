@@ -1,0 +1,1368 @@
+//! The per-peer DR state machine: both directions of the reliable stream to one peer.
+//!
+//! Sender side: messages are cut into vfrags of up to `vfrag_frags` fragments; every
+//! transmission of a fragment gets a fresh `pkt_num` so that acks (which echo it) give
+//! unambiguous RTT samples and QUIC-style loss detection (packet and time thresholds). A per-path
+//! probe timeout (srtt + 4 rttvar + ack delay, backed off exponentially, capped) sends probes;
+//! `btl_retries` consecutive timeouts fail the path and move every unacknowledged vfrag to the
+//! next one. A peer silent for `peer_timeout` while we await it is declared dead.
+//!
+//! Receiver side: fragments are handed to the glue for placement ((message, offset, bytes)),
+//! the payload checksum is verified over the bytes as placed, vfrags are acked with a 64-bit mask
+//! (immediately when complete, on request or on a duplicate; otherwise after `ack_delay`),
+//! completed vfrag ids are remembered in a [`RangeSet`] so duplicates are re-acked and never
+//! delivered twice, and new messages are announced in per-peer sequence order (MPI ordering).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tracing::{debug, trace, warn};
+
+use super::config::{Config, ConfigError, PathConfig};
+use super::counters::Counters;
+use super::ranges::RangeSet;
+use super::rtt::RttEstimator;
+use super::wire::{
+    self, full_mask, AckPacket, AckRepr, DataPacket, DataRepr, MatchFields, PacketType, WireError,
+    ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_LEN, DATA_HEADER_LEN, FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM,
+    FLAG_RETX,
+};
+
+/// Per-peer message sequence number (assigned by the sender, in MPI send order).
+pub type MsgSeq = u64;
+
+/// Timer granularity: the least variance term and loss delay we assume.
+const GRANULARITY: Duration = Duration::from_micros(250);
+/// Probes sent per probe timeout (two, so one loss does not count as a dead path).
+const PROBES_PER_PTO: usize = 2;
+/// Longest exponent of the timeout backoff.
+const MAX_BACKOFF_SHIFT: u32 = 16;
+
+/// Why the peer was declared dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum DeathReason {
+    /// Nothing was heard from the peer for `pml_dr_peer_timeout` while we awaited it.
+    #[error("peer silent for longer than pml_dr_peer_timeout")]
+    PeerTimeout,
+    /// Every BTL to the peer has failed.
+    #[error("every BTL to the peer has failed")]
+    NoBtlLeft,
+}
+
+/// Why a BTL was failed for this peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BtlFailReason {
+    /// `pml_dr_btl_retries` consecutive retransmission timeouts.
+    AckTimeout,
+    /// A send was not completed locally within `pml_dr_watchdog`.
+    Watchdog,
+}
+
+/// Something the glue must act on, from [`Connection::poll_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A new incoming message, announced exactly once and in per-peer sequence order: match it.
+    /// For a rendezvous message call [`Connection::matched`] once a receive is matched.
+    IncomingMessage {
+        /// Message sequence.
+        seq: MsgSeq,
+        /// Match fields.
+        m: MatchFields,
+        /// Total length.
+        len: u64,
+        /// Rendezvous: only the first vfrag is sent before [`Connection::matched`].
+        rndv: bool,
+    },
+    /// Every byte of an announced message has been placed and verified (exactly once).
+    MessageReceived {
+        /// Message sequence.
+        seq: MsgSeq,
+    },
+    /// The peer acknowledged every byte of a sent message: the send buffer may be reused.
+    SendComplete {
+        /// Message sequence.
+        seq: MsgSeq,
+    },
+    /// A send will never complete.
+    SendFailed {
+        /// Message sequence.
+        seq: MsgSeq,
+        /// Why.
+        reason: DeathReason,
+    },
+    /// An announced receive will never complete.
+    RecvFailed {
+        /// Message sequence.
+        seq: MsgSeq,
+        /// Why.
+        reason: DeathReason,
+    },
+    /// A BTL was failed for this peer; its traffic moved to the next BTL.
+    BtlFailed {
+        /// BTL index.
+        btl: usize,
+        /// Why.
+        reason: BtlFailReason,
+    },
+    /// The peer is dead; the connection is closed (all requests were failed above).
+    PeerDead {
+        /// Why.
+        reason: DeathReason,
+    },
+}
+
+/// Errors of [`Connection::send_message`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum SendError {
+    /// The peer was declared dead.
+    #[error("peer is dead: {0}")]
+    PeerDead(DeathReason),
+}
+
+/// Errors of [`Connection::placed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum PlaceError {
+    /// The placed bytes failed the payload checksum: they are garbage and will be overwritten by
+    /// the retransmission (a NACK was queued).
+    #[error("payload checksum mismatch (NACK sent)")]
+    ChecksumMismatch,
+    /// The fragment no longer belongs to a live vfrag (peer dead); nothing was recorded.
+    #[error("fragment is stale")]
+    Stale,
+}
+
+/// Errors of [`DataTransmit::seal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum SealError {
+    /// The payload slice is not the described range.
+    #[error("payload is {got} bytes, the fragment is {want}")]
+    LengthMismatch {
+        /// Bytes given.
+        got: usize,
+        /// Bytes described.
+        want: usize,
+    },
+}
+
+/// Identifies a data transmission for local-completion tracking (the watchdog).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxToken(pub u64);
+
+/// A packet to hand to a BTL.
+#[derive(Debug, Clone)]
+pub enum Transmit {
+    /// A data fragment: the glue fills the payload from the send buffer.
+    Data(DataTransmit),
+    /// An ACK/NACK, complete.
+    Ack {
+        /// BTL index to send on (the one the data came in on).
+        btl: usize,
+        /// The packet.
+        bytes: [u8; ACK_LEN],
+    },
+}
+
+/// A data fragment to send: header plus the payload range `offset..offset+len` of message
+/// `seq`'s send buffer (the core never copies application data).
+#[derive(Debug, Clone)]
+pub struct DataTransmit {
+    /// BTL index to send on.
+    pub btl: usize,
+    /// Message.
+    pub seq: MsgSeq,
+    /// Payload offset in the message.
+    pub offset: u64,
+    /// Payload length.
+    pub len: usize,
+    /// Pass to [`Connection::local_complete`] when the BTL reports local completion.
+    pub token: TxToken,
+    repr: DataRepr,
+}
+
+impl DataTransmit {
+    /// Computes the checksums over `payload` (the bytes being sent, read from the send buffer)
+    /// and returns the header to put in front of them.
+    pub fn seal(&self, payload: &[u8]) -> Result<[u8; DATA_HEADER_LEN], SealError> {
+        if payload.len() != self.len {
+            return Err(SealError::LengthMismatch { got: payload.len(), want: self.len });
+        }
+        let mut repr = self.repr;
+        if repr.flags & FLAG_PAYLOAD_CSUM != 0 {
+            repr.payload_crc = crc32c::crc32c(payload);
+        }
+        let mut h = [0u8; DATA_HEADER_LEN];
+        repr.emit(&mut h);
+        Ok(h)
+    }
+
+    /// The header fields (before sealing).
+    pub fn repr(&self) -> &DataRepr {
+        &self.repr
+    }
+}
+
+/// A received fragment to place: copy `payload` to `offset` of message `seq`'s receive buffer
+/// (or a staging buffer if not matched yet), then call [`Connection::placed`] with the bytes
+/// as placed.
+#[derive(Debug)]
+pub struct Arrival<'a> {
+    /// Message.
+    pub seq: MsgSeq,
+    /// Offset of the payload in the message.
+    pub offset: u64,
+    /// The payload in the received packet.
+    pub payload: &'a [u8],
+    /// Total message length (to size a staging buffer).
+    pub msg_len: u64,
+    /// Match fields.
+    pub m: MatchFields,
+    /// MATCH, RNDV or FRAG.
+    pub kind: PacketType,
+    /// Hand back to [`Connection::placed`].
+    pub token: PlaceToken,
+}
+
+/// Proof of a pending placement; consumed by [`Connection::placed`].
+#[derive(Debug)]
+pub struct PlaceToken {
+    repr: DataRepr,
+    btl: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    pkt: u64,
+    at: Instant,
+    /// This transmission repaired a loss declared by the thresholds (not a probe): a
+    /// duplicate-ack for it means the declaration was spurious (reordering).
+    repair: bool,
+}
+
+#[derive(Debug)]
+struct Path {
+    btl: usize,
+    csum: bool,
+    failed: bool,
+    rtt: RttEstimator,
+    /// Consecutive probe timeouts without an ack on this path.
+    pto_count: u32,
+    largest_acked: Option<u64>,
+    last_ack_eliciting: Option<Instant>,
+    loss_time: Option<Instant>,
+    /// Packet threshold, raised when reordering caused spurious retransmissions.
+    reorder_threshold: u64,
+    /// Time threshold in eighths of an RTT (9 = QUIC's 9/8), raised likewise.
+    loss_eighths: u32,
+}
+
+#[derive(Debug)]
+struct Probe {
+    /// A probe was sent and not answered yet.
+    outstanding: bool,
+    next_at: Instant,
+    interval: Duration,
+}
+
+#[derive(Debug)]
+struct TxVfrag {
+    seq: MsgSeq,
+    kind: PacketType,
+    offset: u64,
+    len: u64,
+    count: u8,
+    path: usize,
+    acked: u64,
+    /// Fragments to (re)send.
+    queued: u64,
+    /// Queued because declared lost by the loss thresholds.
+    lost: u64,
+    sent: Vec<Option<Sent>>,
+    /// Set once a RNDV vfrag is fully acked but the receiver has not matched yet.
+    awaiting_match: Option<Probe>,
+}
+
+impl TxVfrag {
+    fn full(&self) -> u64 {
+        full_mask(self.count as usize)
+    }
+    /// Sent and not acked (queued retransmissions included: still out there).
+    fn unacked_sent(&self) -> u64 {
+        let mut m = 0;
+        for (i, s) in self.sent.iter().enumerate() {
+            if s.is_some() {
+                m |= 1 << i;
+            }
+        }
+        m & !self.acked
+    }
+    fn ack_eliciting_in_flight(&self) -> bool {
+        self.unacked_sent() != 0 || self.awaiting_match.as_ref().is_some_and(|p| p.outstanding)
+    }
+}
+
+#[derive(Debug)]
+struct TxMsg {
+    m: MatchFields,
+    len: u64,
+    rndv: bool,
+    matched: bool,
+    /// Bytes already cut into vfrags.
+    next_offset: u64,
+    open_vfrags: u32,
+}
+
+#[derive(Debug)]
+struct RxVfrag {
+    seq: MsgSeq,
+    kind: PacketType,
+    count: u8,
+    mask: u64,
+    /// Handed out for placement, not yet confirmed.
+    placing: u64,
+    last_pkt: u64,
+    last_rx: Instant,
+    btl: usize,
+    ack_due: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct RxMsg {
+    m: MatchFields,
+    len: u64,
+    rndv: bool,
+    matched: bool,
+    announced: bool,
+    remaining: u64,
+    any_placed: bool,
+    /// The RNDV vfrag: id, fragment count, last pkt_num seen (for the MATCHED ack).
+    rndv_vfrag: Option<(u64, u8, u64)>,
+    last_btl: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PendingAck {
+    btl: usize,
+    repr: AckRepr,
+    rx_at: Instant,
+}
+
+/// Both directions of the reliable stream to one peer. See the module documentation.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Config,
+    frag_size: u64,
+    eager_limit: u64,
+    paths: Vec<Path>,
+    dead: Option<DeathReason>,
+    events: VecDeque<Event>,
+    counters: Counters,
+
+    // Sender.
+    next_msg_seq: MsgSeq,
+    next_vfrag_id: u64,
+    next_pkt_num: u64,
+    next_token: u64,
+    tx_msgs: BTreeMap<MsgSeq, TxMsg>,
+    /// Messages with bytes to cut into vfrags, FIFO.
+    tx_ready: VecDeque<MsgSeq>,
+    tx_vfrags: BTreeMap<u64, TxVfrag>,
+    pending_local: BTreeMap<TxToken, (usize, Instant)>,
+
+    // Receiver.
+    rx_done: RangeSet,
+    rx_partial: BTreeMap<u64, RxVfrag>,
+    rx_msgs: BTreeMap<MsgSeq, RxMsg>,
+    next_announce: MsgSeq,
+    acks: VecDeque<PendingAck>,
+    rx_limit: usize,
+
+    // Liveness.
+    last_heard: Instant,
+    awaiting_since: Option<Instant>,
+}
+
+impl Connection {
+    /// A connection to one peer over `paths` (failover order). The fragment payload size is the
+    /// smallest `max_send_size` minus the DR header, so a vfrag keeps its fragmentation when it
+    /// moves to another BTL.
+    pub fn new(now: Instant, cfg: Config, paths: &[PathConfig]) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        if paths.is_empty() {
+            return Err(ConfigError::NoPath);
+        }
+        let mut frag = usize::MAX;
+        for p in paths {
+            if p.max_send_size <= DATA_HEADER_LEN {
+                return Err(ConfigError::FragTooSmall {
+                    btl: p.btl,
+                    max_send_size: p.max_send_size,
+                });
+            }
+            frag = frag.min(p.max_send_size - DATA_HEADER_LEN);
+        }
+        // Fragments carry a u32 payload length.
+        let frag_size = frag.min(u32::MAX as usize) as u64;
+        let vfrag_bytes = frag_size.saturating_mul(cfg.vfrag_frags as u64);
+        let eager_limit = cfg.eager_limit.min(vfrag_bytes);
+        let rx_limit = (cfg.window * 4).max(256);
+        Ok(Self {
+            frag_size,
+            eager_limit,
+            paths: paths
+                .iter()
+                .map(|p| Path {
+                    btl: p.btl,
+                    csum: p.need_csum || cfg.csum,
+                    failed: false,
+                    rtt: RttEstimator::new(cfg.rto_initial),
+                    pto_count: 0,
+                    largest_acked: None,
+                    last_ack_eliciting: None,
+                    loss_time: None,
+                    reorder_threshold: cfg.reorder_threshold,
+                    loss_eighths: 9,
+                })
+                .collect(),
+            cfg,
+            dead: None,
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            next_msg_seq: 0,
+            next_vfrag_id: 0,
+            next_pkt_num: 0,
+            next_token: 0,
+            tx_msgs: BTreeMap::new(),
+            tx_ready: VecDeque::new(),
+            tx_vfrags: BTreeMap::new(),
+            pending_local: BTreeMap::new(),
+            rx_done: RangeSet::new(),
+            rx_partial: BTreeMap::new(),
+            rx_msgs: BTreeMap::new(),
+            next_announce: 0,
+            acks: VecDeque::new(),
+            rx_limit,
+            last_heard: now,
+            awaiting_since: None,
+        })
+    }
+
+    /// Payload bytes per fragment.
+    pub fn frag_size(&self) -> u64 {
+        self.frag_size
+    }
+
+    /// Effective eager limit (the configured one, clamped to one vfrag).
+    pub fn eager_limit(&self) -> u64 {
+        self.eager_limit
+    }
+
+    /// Counters (with the current srtt of the active path).
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters.clone();
+        c.srtt = self.active_path().map(|p| self.paths[p].rtt.srtt()).unwrap_or_default();
+        c
+    }
+
+    /// Smoothed RTT of the path over BTL `btl`, if it has had a sample.
+    pub fn srtt(&self, btl: usize) -> Option<Duration> {
+        self.paths.iter().find(|p| p.btl == btl).filter(|p| p.rtt.has_sample()).map(|p| p.rtt.srtt())
+    }
+
+    /// Why the peer is dead, if it is.
+    pub fn is_dead(&self) -> Option<DeathReason> {
+        self.dead
+    }
+
+    /// True if nothing is queued, in flight or partially received in either direction.
+    pub fn is_idle(&self) -> bool {
+        self.tx_msgs.is_empty() && self.rx_msgs.is_empty() && self.acks.is_empty()
+    }
+
+    /// Next event for the glue.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ------------------------------------------------------------------ sender API
+
+    /// Queues a message of `len` bytes; returns its sequence number. The send buffer must stay
+    /// valid until [`Event::SendComplete`] or [`Event::SendFailed`] (retransmissions read it).
+    pub fn send_message(
+        &mut self,
+        now: Instant,
+        m: MatchFields,
+        len: u64,
+    ) -> Result<MsgSeq, SendError> {
+        if let Some(r) = self.dead {
+            return Err(SendError::PeerDead(r));
+        }
+        let seq = self.next_msg_seq;
+        self.next_msg_seq += 1;
+        let rndv = len > self.eager_limit;
+        self.tx_msgs.insert(
+            seq,
+            TxMsg { m, len, rndv, matched: false, next_offset: 0, open_vfrags: 0 },
+        );
+        self.tx_ready.push_back(seq);
+        self.update_awaiting(now);
+        Ok(seq)
+    }
+
+    /// The next packet to send, if any: acks first, then retransmissions and new fragments in
+    /// vfrag order, within the window.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if self.dead.is_some() {
+            return None;
+        }
+        if let Some(a) = self.acks.pop_front() {
+            let mut repr = a.repr;
+            let delay = now.saturating_duration_since(a.rx_at);
+            repr.ack_delay_us = delay.as_micros().min(u32::MAX as u128) as u32;
+            if repr.nack {
+                self.counters.nacks_sent += 1;
+            } else {
+                self.counters.acks_sent += 1;
+            }
+            return Some(Transmit::Ack { btl: a.btl, bytes: repr.to_bytes() });
+        }
+        loop {
+            if let Some(t) = self.next_queued_frag(now) {
+                return Some(Transmit::Data(t));
+            }
+            if !self.cut_vfrag() {
+                return None;
+            }
+        }
+    }
+
+    /// The BTL completed the send of `token` locally (its buffer is free).
+    pub fn local_complete(&mut self, token: TxToken) {
+        self.pending_local.remove(&token);
+    }
+
+    /// The BTL reported that the send of `token` failed locally: counts as a timeout of its path.
+    pub fn local_failed(&mut self, now: Instant, token: TxToken) {
+        if let Some((p, _)) = self.pending_local.remove(&token) {
+            if !self.paths[p].failed {
+                self.path_timeout(now, p);
+            }
+        }
+    }
+
+    fn active_path(&self) -> Option<usize> {
+        self.paths.iter().position(|p| !p.failed)
+    }
+
+    fn in_flight_vfrags(&self) -> usize {
+        self.tx_vfrags.values().filter(|v| v.awaiting_match.is_none()).count()
+    }
+
+    /// Cuts the next vfrag from the first ready message, if the window allows.
+    fn cut_vfrag(&mut self) -> bool {
+        if self.in_flight_vfrags() >= self.cfg.window {
+            return false;
+        }
+        let Some(path) = self.active_path() else { return false };
+        let Some(&seq) = self.tx_ready.front() else { return false };
+        let msg = self.tx_msgs.get_mut(&seq).expect("ready message exists");
+        let vfrag_bytes = self.frag_size * self.cfg.vfrag_frags as u64;
+        let (kind, len) = if msg.next_offset == 0 {
+            if msg.rndv {
+                (PacketType::Rndv, self.eager_limit)
+            } else {
+                (PacketType::Match, msg.len)
+            }
+        } else {
+            (PacketType::Frag, (msg.len - msg.next_offset).min(vfrag_bytes))
+        };
+        let offset = msg.next_offset;
+        msg.next_offset += len;
+        msg.open_vfrags += 1;
+        // An RNDV message pauses after its first vfrag until the receiver has matched.
+        let more = msg.next_offset < msg.len && (kind != PacketType::Rndv || msg.matched);
+        if !more {
+            self.tx_ready.pop_front();
+        }
+        let count = len.div_ceil(self.frag_size).max(1) as u8;
+        let id = self.next_vfrag_id;
+        self.next_vfrag_id += 1;
+        trace!(id, seq, ?kind, offset, len, count, "new vfrag");
+        self.tx_vfrags.insert(
+            id,
+            TxVfrag {
+                seq,
+                kind,
+                offset,
+                len,
+                count,
+                path,
+                acked: 0,
+                queued: full_mask(count as usize),
+                lost: 0,
+                sent: vec![None; count as usize],
+                awaiting_match: None,
+            },
+        );
+        true
+    }
+
+    fn next_queued_frag(&mut self, now: Instant) -> Option<DataTransmit> {
+        let (&id, v) = self
+            .tx_vfrags
+            .iter_mut()
+            .find(|(_, v)| v.queued != 0 && !self.paths[v.path].failed)?;
+        let i = v.queued.trailing_zeros() as usize;
+        v.queued &= !(1u64 << i);
+        let retx = v.sent[i].is_some();
+        let probe = v.awaiting_match.is_some();
+        if let Some(p) = v.awaiting_match.as_mut() {
+            p.outstanding = true;
+        }
+        let pkt = self.next_pkt_num;
+        self.next_pkt_num += 1;
+        let repair = v.lost & (1u64 << i) != 0;
+        v.lost &= !(1u64 << i);
+        v.sent[i] = Some(Sent { pkt, at: now, repair });
+        let off_in_vfrag = i as u64 * self.frag_size;
+        let len = (v.len - off_in_vfrag.min(v.len)).min(self.frag_size) as usize;
+        let msg = &self.tx_msgs[&v.seq];
+        let path = &mut self.paths[v.path];
+        path.last_ack_eliciting = Some(now);
+        let mut flags = 0;
+        if path.csum {
+            flags |= FLAG_PAYLOAD_CSUM;
+        }
+        // Ask for an immediate ack at the end of a burst so losses show up within one RTT.
+        if v.queued == 0 || probe {
+            flags |= FLAG_ACK_REQ;
+        }
+        if retx {
+            flags |= FLAG_RETX;
+            self.counters.retransmissions += 1;
+        }
+        self.counters.frags_sent += 1;
+        let token = TxToken(self.next_token);
+        self.next_token += 1;
+        self.pending_local.insert(token, (v.path, now));
+        let repr = DataRepr {
+            kind: v.kind,
+            flags,
+            frag_index: i as u8,
+            frag_count: v.count,
+            payload_crc: 0,
+            payload_len: len as u32,
+            vfrag_id: id,
+            pkt_num: pkt,
+            m: msg.m,
+            msg_seq: v.seq,
+            msg_len: msg.len,
+            offset: v.offset + off_in_vfrag,
+        };
+        Some(DataTransmit {
+            btl: path.btl,
+            seq: v.seq,
+            offset: repr.offset,
+            len,
+            token,
+            repr,
+        })
+    }
+
+    // ------------------------------------------------------------------ receive path
+
+    /// Feeds a packet received on BTL `btl`. A data fragment that needs placing is returned;
+    /// everything else (acks, duplicates, garbage) is consumed here. Never panics.
+    pub fn handle_packet<'a>(
+        &mut self,
+        now: Instant,
+        btl: usize,
+        bytes: &'a [u8],
+    ) -> Option<Arrival<'a>> {
+        if self.dead.is_some() {
+            return None;
+        }
+        let result = match wire::peek_type(bytes) {
+            Ok(t) if t.is_data() => self.handle_data(now, btl, bytes),
+            Ok(_) => {
+                match AckPacket::new_checked(bytes).and_then(|p| AckRepr::parse(&p)) {
+                    Ok(ack) => {
+                        self.last_heard = now;
+                        self.handle_ack(now, ack);
+                    }
+                    Err(e) => self.count_bad(e),
+                }
+                None
+            }
+            Err(e) => {
+                self.count_bad(e);
+                None
+            }
+        };
+        self.update_awaiting(now);
+        result
+    }
+
+    fn count_bad(&mut self, e: WireError) {
+        trace!(%e, "dropped packet");
+        if e == WireError::BadChecksum {
+            self.counters.csum_failures += 1;
+        } else {
+            self.counters.malformed += 1;
+        }
+    }
+
+    fn handle_data<'a>(&mut self, now: Instant, btl: usize, bytes: &'a [u8]) -> Option<Arrival<'a>> {
+        let pkt = match DataPacket::new_checked(bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                self.count_bad(e);
+                return None;
+            }
+        };
+        let repr = match DataRepr::parse(&pkt) {
+            Ok(r) => r,
+            Err(e) => {
+                self.count_bad(e);
+                return None;
+            }
+        };
+        // The header CRC passed: this came from the peer.
+        self.last_heard = now;
+        self.counters.frags_received += 1;
+        let id = repr.vfrag_id;
+        let bit = 1u64 << repr.frag_index;
+        if self.rx_done.contains(id) {
+            self.counters.duplicates += 1;
+            let matched = self.rx_msg_matched(repr.msg_seq);
+            let flags = ACK_FLAG_DUP | if matched { ACK_FLAG_MATCHED } else { 0 };
+            self.queue_ack(now, btl, &repr, full_mask(repr.frag_count as usize), flags, false);
+            return None;
+        }
+        if let Some(v) = self.rx_partial.get(&id) {
+            if v.seq != repr.msg_seq || v.count != repr.frag_count || v.kind != repr.kind {
+                self.counters.malformed += 1;
+                return None;
+            }
+            if v.mask & bit != 0 {
+                self.counters.duplicates += 1;
+                let (mask, matched) = (v.mask, self.rx_msg_matched(repr.msg_seq));
+                let flags = ACK_FLAG_DUP | if matched { ACK_FLAG_MATCHED } else { 0 };
+                self.queue_ack(now, btl, &repr, mask, flags, false);
+                return None;
+            }
+            if v.placing & bit != 0 {
+                // Another copy is being placed right now; its outcome will be acked.
+                self.counters.duplicates += 1;
+                return None;
+            }
+        } else {
+            if !self.accept_new_vfrag(&repr) {
+                self.counters.malformed += 1;
+                return None;
+            }
+            self.rx_partial.insert(
+                id,
+                RxVfrag {
+                    seq: repr.msg_seq,
+                    kind: repr.kind,
+                    count: repr.frag_count,
+                    mask: 0,
+                    placing: 0,
+                    last_pkt: repr.pkt_num,
+                    last_rx: now,
+                    btl,
+                    ack_due: None,
+                },
+            );
+        }
+        let v = self.rx_partial.get_mut(&id).expect("inserted above");
+        v.placing |= bit;
+        if let Some(m) = self.rx_msgs.get_mut(&repr.msg_seq) {
+            m.last_btl = btl;
+        }
+        Some(Arrival {
+            seq: repr.msg_seq,
+            offset: repr.offset,
+            payload: pkt.into_inner().get(DATA_HEADER_LEN..DATA_HEADER_LEN + repr.payload_len as usize)?,
+            msg_len: repr.msg_len,
+            m: repr.m,
+            kind: repr.kind,
+            token: PlaceToken { repr, btl },
+        })
+    }
+
+    /// Checks a first fragment of an unseen vfrag against what we know of its message, and
+    /// registers the message if it is new. False means drop it.
+    fn accept_new_vfrag(&mut self, r: &DataRepr) -> bool {
+        if self.rx_partial.len() >= self.rx_limit {
+            warn!(limit = self.rx_limit, "too many partial vfrags from peer; dropping");
+            return false;
+        }
+        if let Some(m) = self.rx_msgs.get(&r.msg_seq) {
+            // Same message: fields must agree; FRAG vfrags only after we matched.
+            return m.len == r.msg_len
+                && m.m == r.m
+                && match r.kind {
+                    PacketType::Match => !m.rndv,
+                    PacketType::Rndv => false, // only one RNDV vfrag per message
+                    _ => m.rndv && m.matched,
+                };
+        }
+        if r.msg_seq < self.next_announce
+            || r.kind == PacketType::Frag
+            || self.rx_msgs.len() >= self.rx_limit
+        {
+            // A finished message cannot have a new vfrag; a FRAG needs a matched RNDV first.
+            return false;
+        }
+        self.rx_msgs.insert(
+            r.msg_seq,
+            RxMsg {
+                m: r.m,
+                len: r.msg_len,
+                rndv: r.kind == PacketType::Rndv,
+                matched: false,
+                announced: false,
+                remaining: r.msg_len,
+                any_placed: false,
+                rndv_vfrag: (r.kind == PacketType::Rndv).then_some((
+                    r.vfrag_id,
+                    r.frag_count,
+                    r.pkt_num,
+                )),
+                last_btl: 0,
+            },
+        );
+        self.announce_in_order();
+        true
+    }
+
+    fn announce_in_order(&mut self) {
+        while let Some(m) = self.rx_msgs.get_mut(&self.next_announce) {
+            m.announced = true;
+            let seq = self.next_announce;
+            self.events.push_back(Event::IncomingMessage {
+                seq,
+                m: m.m,
+                len: m.len,
+                rndv: m.rndv,
+            });
+            self.next_announce += 1;
+            self.maybe_finish_rx(seq);
+        }
+    }
+
+    fn maybe_finish_rx(&mut self, seq: MsgSeq) {
+        if let Some(m) = self.rx_msgs.get(&seq) {
+            if m.announced && m.any_placed && m.remaining == 0 {
+                self.rx_msgs.remove(&seq);
+                self.events.push_back(Event::MessageReceived { seq });
+            }
+        }
+    }
+
+    /// A finished message was necessarily matched; otherwise ask its state.
+    fn rx_msg_matched(&self, seq: MsgSeq) -> bool {
+        match self.rx_msgs.get(&seq) {
+            Some(m) => m.matched,
+            None => seq < self.next_announce,
+        }
+    }
+
+    fn queue_ack(
+        &mut self,
+        now: Instant,
+        btl: usize,
+        r: &DataRepr,
+        mask: u64,
+        flags: u8,
+        nack: bool,
+    ) {
+        let repr = AckRepr {
+            nack,
+            flags,
+            frag_count: r.frag_count,
+            ack_delay_us: 0,
+            vfrag_id: r.vfrag_id,
+            mask,
+            echo_pkt_num: r.pkt_num,
+            msg_seq: r.msg_seq,
+        };
+        self.push_ack(PendingAck { btl, repr, rx_at: now });
+    }
+
+    fn push_ack(&mut self, a: PendingAck) {
+        // One queued ack per vfrag is enough: the newest state supersedes older ones.
+        if let Some(q) = self
+            .acks
+            .iter_mut()
+            .find(|q| q.repr.vfrag_id == a.repr.vfrag_id && q.repr.nack == a.repr.nack)
+        {
+            *q = a;
+        } else {
+            self.acks.push_back(a);
+        }
+    }
+
+    /// Reports that the payload of `token` now sits in memory as `placed`. Verifies the payload
+    /// checksum over those bytes; on success the fragment counts as received exactly once.
+    pub fn placed(
+        &mut self,
+        now: Instant,
+        token: PlaceToken,
+        placed: &[u8],
+    ) -> Result<(), PlaceError> {
+        let PlaceToken { repr, btl } = token;
+        let id = repr.vfrag_id;
+        let bit = 1u64 << repr.frag_index;
+        let Some(v) = self.rx_partial.get_mut(&id) else { return Err(PlaceError::Stale) };
+        v.placing &= !bit;
+        if !repr.payload_intact(placed) {
+            self.counters.csum_failures += 1;
+            let mask = v.mask;
+            debug!(id, frag = repr.frag_index, "payload checksum mismatch, NACK");
+            let matched = self.rx_msg_matched(repr.msg_seq);
+            let flags = if matched { ACK_FLAG_MATCHED } else { 0 };
+            self.queue_ack(now, btl, &repr, mask, flags, true);
+            self.update_awaiting(now);
+            return Err(PlaceError::ChecksumMismatch);
+        }
+        v.mask |= bit;
+        v.last_pkt = repr.pkt_num;
+        if repr.kind == PacketType::Rndv {
+            if let Some((_, _, pkt)) =
+                self.rx_msgs.get_mut(&repr.msg_seq).and_then(|m| m.rndv_vfrag.as_mut())
+            {
+                *pkt = repr.pkt_num;
+            }
+        }
+        v.last_rx = now;
+        v.btl = btl;
+        let complete = v.mask == full_mask(v.count as usize);
+        let mask = v.mask;
+        if let Some(m) = self.rx_msgs.get_mut(&repr.msg_seq) {
+            m.remaining = m.remaining.saturating_sub(repr.payload_len as u64);
+            m.any_placed = true;
+        }
+        let matched = self.rx_msg_matched(repr.msg_seq);
+        let flags = if matched { ACK_FLAG_MATCHED } else { 0 };
+        if complete {
+            self.rx_partial.remove(&id);
+            self.rx_done.insert(id);
+            self.queue_ack(now, btl, &repr, mask, flags, false);
+        } else if repr.flags & FLAG_ACK_REQ != 0 {
+            self.rx_partial.get_mut(&id).expect("present").ack_due = None;
+            self.queue_ack(now, btl, &repr, mask, flags, false);
+        } else {
+            let v = self.rx_partial.get_mut(&id).expect("present");
+            if v.ack_due.is_none() {
+                v.ack_due = Some(now + self.cfg.ack_delay);
+            }
+        }
+        self.maybe_finish_rx(repr.msg_seq);
+        self.update_awaiting(now);
+        Ok(())
+    }
+
+    /// The glue matched rendezvous message `seq` to a receive: let the sender stream the rest.
+    /// A no-op for eager or unknown messages.
+    pub fn matched(&mut self, now: Instant, seq: MsgSeq) {
+        let Some(m) = self.rx_msgs.get_mut(&seq) else { return };
+        if !m.rndv || m.matched {
+            return;
+        }
+        m.matched = true;
+        let (btl, (vid, count, pkt)) = match m.rndv_vfrag {
+            Some(v) => (m.last_btl, v),
+            None => return,
+        };
+        // Ack the RNDV vfrag with MATCHED now. If this ack is lost, the sender's probes are
+        // re-acked with the flag too (every ack of a matched message carries it).
+        let mask = self.rx_partial.get(&vid).map_or(full_mask(count as usize), |v| v.mask);
+        let repr = AckRepr {
+            nack: false,
+            flags: ACK_FLAG_MATCHED,
+            frag_count: count,
+            ack_delay_us: 0,
+            vfrag_id: vid,
+            mask,
+            echo_pkt_num: pkt,
+            msg_seq: seq,
+        };
+        self.push_ack(PendingAck { btl, repr, rx_at: now });
+        self.update_awaiting(now);
+    }
+
+    /// Gives up on placing `token` (e.g. no staging memory): the fragment is treated as never
+    /// received and will be retransmitted. Every [`Arrival`] must end in `placed` or `abandon`.
+    pub fn abandon(&mut self, token: PlaceToken) {
+        if let Some(v) = self.rx_partial.get_mut(&token.repr.vfrag_id) {
+            v.placing &= !(1u64 << token.repr.frag_index);
+        }
+    }
+
+    // ------------------------------------------------------------------ acks at the sender
+
+    fn handle_ack(&mut self, now: Instant, ack: AckRepr) {
+        if ack.nack {
+            self.counters.nacks_received += 1;
+        } else {
+            self.counters.acks_received += 1;
+        }
+        if ack.flags & ACK_FLAG_MATCHED != 0 {
+            if let Some(m) = self.tx_msgs.get_mut(&ack.msg_seq) {
+                m.matched = true;
+            }
+        }
+        let Some(v) = self.tx_vfrags.get_mut(&ack.vfrag_id) else {
+            self.counters.duplicate_acks += 1;
+            return;
+        };
+        if v.count != ack.frag_count || v.seq != ack.msg_seq {
+            self.counters.malformed += 1;
+            return;
+        }
+        let p = v.path;
+        // Reordering, not loss: the "lost" original arrived (its repair came back as a
+        // duplicate, or it is acked before the repair even left).
+        let spurious = v.awaiting_match.is_none()
+            && ((ack.flags & ACK_FLAG_DUP != 0
+                && v.sent.iter().flatten().any(|s| s.pkt == ack.echo_pkt_num && s.repair))
+                || ack.mask & v.lost != 0);
+        v.acked |= ack.mask;
+        v.queued &= !v.acked;
+        v.lost &= !v.acked;
+        let path = &mut self.paths[p];
+        // Any answer proves the path works in both directions.
+        path.pto_count = 0;
+        if !ack.nack && path.largest_acked.is_none_or(|l| ack.echo_pkt_num > l) {
+            path.largest_acked = Some(ack.echo_pkt_num);
+            if let Some(s) = v.sent.iter().flatten().find(|s| s.pkt == ack.echo_pkt_num) {
+                let sample = now.saturating_duration_since(s.at);
+                path.rtt.update(sample, Duration::from_micros(ack.ack_delay_us as u64));
+            }
+        }
+        if spurious {
+            path.reorder_threshold = (path.reorder_threshold * 2).min(1024);
+            path.loss_eighths = (path.loss_eighths + 4).min(40);
+            self.counters.spurious_retransmissions += 1;
+            debug!(
+                threshold = path.reorder_threshold,
+                eighths = path.loss_eighths,
+                "spurious retransmission: reordering thresholds raised"
+            );
+        }
+        if ack.nack {
+            // The header of the corrupted transmission was intact, so the echo names exactly
+            // the fragment that must be resent (if it is still the latest transmission).
+            if let Some(i) = v.sent.iter().position(|s| s.is_some_and(|s| s.pkt == ack.echo_pkt_num)) {
+                let b = 1u64 << i;
+                if v.acked & b == 0 && v.queued & b == 0 {
+                    v.queued |= b;
+                    self.counters.lost += 1;
+                }
+            }
+        }
+        if v.acked == v.full() {
+            self.vfrag_fully_acked(now, ack.vfrag_id);
+        }
+        self.detect_lost(now, p);
+    }
+
+    fn vfrag_fully_acked(&mut self, now: Instant, id: u64) {
+        let (seq, kind, path) = {
+            let v = &self.tx_vfrags[&id];
+            (v.seq, v.kind, v.path)
+        };
+        let msg = &self.tx_msgs[&seq];
+        if kind == PacketType::Rndv && msg.len > msg.next_offset && !msg.matched {
+            // The receiver has the RNDV but has not matched yet: probe it now and then (it
+            // re-acks, with MATCHED once matched), backing off to rto_max.
+            let first_interval = self.rto(path);
+            let cap = self.cfg.rto_max;
+            let v = self.tx_vfrags.get_mut(&id).expect("present");
+            match v.awaiting_match.as_mut() {
+                Some(p) => {
+                    p.outstanding = false;
+                    p.next_at = now + p.interval;
+                    p.interval = (p.interval * 2).min(cap);
+                }
+                None => {
+                    v.awaiting_match = Some(Probe {
+                        outstanding: false,
+                        next_at: now + first_interval,
+                        interval: (first_interval * 2).min(cap),
+                    });
+                }
+            }
+            return;
+        }
+        self.tx_vfrags.remove(&id);
+        let msg = self.tx_msgs.get_mut(&seq).expect("vfrag's message exists");
+        msg.open_vfrags -= 1;
+        if msg.rndv && msg.matched && msg.next_offset < msg.len && !self.tx_ready.contains(&seq) {
+            self.tx_ready.push_back(seq);
+        }
+        if msg.next_offset == msg.len && msg.open_vfrags == 0 {
+            self.tx_msgs.remove(&seq);
+            self.events.push_back(Event::SendComplete { seq });
+        }
+    }
+
+    /// QUIC loss detection on one path: an unacked transmission is lost when one
+    /// `reorder_threshold` transmissions later was acked, or when it is older than 9/8 RTT and
+    /// something later was acked.
+    fn detect_lost(&mut self, now: Instant, p: usize) {
+        let path = &mut self.paths[p];
+        path.loss_time = None;
+        let Some(largest) = path.largest_acked else { return };
+        let rtt = path.rtt.srtt().max(path.rtt.latest());
+        let loss_delay = (rtt * path.loss_eighths / 8).max(GRANULARITY);
+        let threshold = path.reorder_threshold;
+        let mut lost = 0;
+        let mut loss_time: Option<Instant> = None;
+        for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
+            for (i, s) in v.sent.iter().enumerate() {
+                let b = 1u64 << i;
+                let Some(s) = s else { continue };
+                if v.acked & b != 0 || v.queued & b != 0 || s.pkt >= largest {
+                    continue;
+                }
+                if largest - s.pkt >= threshold || s.at + loss_delay <= now {
+                    v.queued |= b;
+                    v.lost |= b;
+                    lost += 1;
+                } else {
+                    let t = s.at + loss_delay;
+                    loss_time = Some(loss_time.map_or(t, |l| l.min(t)));
+                }
+            }
+        }
+        self.counters.lost += lost;
+        self.paths[p].loss_time = loss_time;
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    fn rto(&self, p: usize) -> Duration {
+        self.paths[p].rtt.rto(GRANULARITY, self.cfg.rto_min, self.cfg.rto_max) + self.cfg.ack_delay
+    }
+
+    fn pto_deadline(&self, p: usize) -> Option<Instant> {
+        let path = &self.paths[p];
+        if path.failed {
+            return None;
+        }
+        let last = path.last_ack_eliciting?;
+        if !self.tx_vfrags.values().any(|v| v.path == p && v.ack_eliciting_in_flight()) {
+            return None;
+        }
+        let backoff = self.rto(p) * (1u32 << path.pto_count.min(MAX_BACKOFF_SHIFT));
+        Some(last + backoff.min(self.cfg.rto_max))
+    }
+
+    fn silence_deadline(&self) -> Option<Instant> {
+        let since = self.awaiting_since?;
+        Some(since.max(self.last_heard) + self.cfg.peer_timeout)
+    }
+
+    /// When [`Connection::handle_timeout`] must next be called (None: no timer armed).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.dead.is_some() {
+            return None;
+        }
+        let mut t: Option<Instant> = None;
+        let mut min = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        for p in 0..self.paths.len() {
+            min(self.pto_deadline(p));
+            if !self.paths[p].failed {
+                min(self.paths[p].loss_time);
+            }
+        }
+        for v in self.tx_vfrags.values() {
+            if let Some(pr) = &v.awaiting_match {
+                if !pr.outstanding {
+                    min(Some(pr.next_at));
+                }
+            }
+        }
+        for v in self.rx_partial.values() {
+            min(v.ack_due);
+        }
+        if let Some((_, &(_, at))) = self.pending_local.iter().next() {
+            min(Some(at + self.cfg.watchdog));
+        }
+        min(self.silence_deadline());
+        t
+    }
+
+    /// Runs every timer that is due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.dead.is_some() {
+            return;
+        }
+        if self.silence_deadline().is_some_and(|d| d <= now) {
+            warn!(timeout = ?self.cfg.peer_timeout, "peer silent too long; declaring it dead");
+            self.die(DeathReason::PeerTimeout);
+            return;
+        }
+        // Watchdog: tokens are issued in time order, so the first is the oldest.
+        while let Some((&tok, &(p, at))) = self.pending_local.iter().next() {
+            if at + self.cfg.watchdog > now {
+                break;
+            }
+            self.pending_local.remove(&tok);
+            self.counters.watchdog_expirations += 1;
+            if !self.paths[p].failed {
+                self.fail_path(now, p, BtlFailReason::Watchdog);
+                if self.dead.is_some() {
+                    return;
+                }
+            }
+        }
+        for p in 0..self.paths.len() {
+            if self.paths[p].failed {
+                continue;
+            }
+            if self.paths[p].loss_time.is_some_and(|t| t <= now) {
+                self.detect_lost(now, p);
+            }
+            if self.pto_deadline(p).is_some_and(|t| t <= now) {
+                self.path_timeout(now, p);
+                if self.dead.is_some() {
+                    return;
+                }
+            }
+        }
+        for v in self.tx_vfrags.values_mut() {
+            if let Some(pr) = v.awaiting_match.as_mut() {
+                if !pr.outstanding && pr.next_at <= now {
+                    // Re-send fragment 0: the receiver re-acks, with MATCHED once it matched.
+                    v.queued |= 1;
+                }
+            }
+        }
+        let mut due = Vec::new();
+        for (&id, v) in self.rx_partial.iter_mut() {
+            if v.ack_due.is_some_and(|t| t <= now) {
+                v.ack_due = None;
+                due.push((id, v.btl, v.count, v.mask, v.last_pkt, v.last_rx, v.seq));
+            }
+        }
+        for (id, btl, count, mask, pkt, rx_at, seq) in due {
+            let flags = if self.rx_msg_matched(seq) { ACK_FLAG_MATCHED } else { 0 };
+            let repr = AckRepr {
+                nack: false,
+                flags,
+                frag_count: count,
+                ack_delay_us: 0,
+                vfrag_id: id,
+                mask,
+                echo_pkt_num: pkt,
+                msg_seq: seq,
+            };
+            self.push_ack(PendingAck { btl, repr, rx_at });
+        }
+        self.update_awaiting(now);
+    }
+
+    /// A probe timeout on path `p`: back off, probe, or fail the path.
+    fn path_timeout(&mut self, now: Instant, p: usize) {
+        self.counters.timeouts += 1;
+        let path = &mut self.paths[p];
+        path.pto_count += 1;
+        debug!(btl = path.btl, count = path.pto_count, "retransmission timeout");
+        if path.pto_count >= self.cfg.btl_retries {
+            self.fail_path(now, p, BtlFailReason::AckTimeout);
+            return;
+        }
+        path.last_ack_eliciting = Some(now);
+        // Probe with the oldest unacked fragments; their acks will reveal the rest.
+        let mut probes = 0;
+        for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
+            if probes == PROBES_PER_PTO {
+                break;
+            }
+            let mut cand = v.unacked_sent() & !v.queued;
+            if cand == 0 && v.awaiting_match.as_ref().is_some_and(|pr| pr.outstanding) {
+                cand = 1;
+            }
+            while cand != 0 && probes < PROBES_PER_PTO {
+                let b = cand & cand.wrapping_neg();
+                v.queued |= b;
+                cand &= !b;
+                probes += 1;
+            }
+        }
+    }
+
+    fn fail_path(&mut self, now: Instant, p: usize, reason: BtlFailReason) {
+        let btl = self.paths[p].btl;
+        self.paths[p].failed = true;
+        warn!(btl, ?reason, "BTL failed for this peer");
+        self.events.push_back(Event::BtlFailed { btl, reason });
+        self.pending_local.retain(|_, (q, _)| *q != p);
+        let Some(next) = self.active_path() else {
+            self.die(DeathReason::NoBtlLeft);
+            return;
+        };
+        self.counters.failovers += 1;
+        self.paths[next].last_ack_eliciting = Some(now);
+        for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
+            v.path = next;
+            v.queued = v.full() & !v.acked;
+            if let Some(pr) = v.awaiting_match.as_mut() {
+                pr.outstanding = false;
+                pr.next_at = now;
+            }
+        }
+    }
+
+    fn die(&mut self, reason: DeathReason) {
+        if self.dead.is_some() {
+            return;
+        }
+        self.dead = Some(reason);
+        for (&seq, _) in self.tx_msgs.iter() {
+            self.events.push_back(Event::SendFailed { seq, reason });
+        }
+        for (&seq, m) in self.rx_msgs.iter() {
+            if m.announced {
+                self.events.push_back(Event::RecvFailed { seq, reason });
+            }
+        }
+        self.events.push_back(Event::PeerDead { reason });
+        self.tx_msgs.clear();
+        self.tx_ready.clear();
+        self.tx_vfrags.clear();
+        self.pending_local.clear();
+        self.rx_partial.clear();
+        self.rx_msgs.clear();
+        self.acks.clear();
+        self.awaiting_since = None;
+    }
+
+    /// Are we waiting for the peer to say something? (Unacked data, a receive in progress, an
+    /// announced gap.) An unmatched rendezvous at our side waits for us, not for the peer.
+    fn awaiting_peer(&self) -> bool {
+        !self.tx_vfrags.is_empty()
+            || !self.rx_partial.is_empty()
+            || self.rx_msgs.values().any(|m| !m.announced || (m.rndv && m.matched))
+    }
+
+    fn update_awaiting(&mut self, now: Instant) {
+        if self.dead.is_some() {
+            return;
+        }
+        match (self.awaiting_peer(), self.awaiting_since) {
+            (true, None) => self.awaiting_since = Some(now),
+            (false, Some(_)) => self.awaiting_since = None,
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Bringing a process into its job: the MCA base opens, components are selected and
+//! initialised, business cards are exchanged, the BML is built and the PML starts.
+//!
+//! The sequence (every rank runs it; the fences are job-wide):
+//! 1. runtime environment (PMI) → rank, size, node map, job id and secret;
+//! 2. parameters from every source, checked against every registered component (plugins too);
+//! 3. every allowed BTL component initialises and publishes its card; the PML is chosen and
+//!    its name published;
+//! 4. fence; every rank checks that all chose the same PML;
+//! 5. the BML asks each BTL which peers it reaches and plans routes; the PML starts;
+//! 6. fence, so that no rank sends before every peer's receive resources exist.
+
+use std::time::Instant;
+
+use rmca_rte::{Rte, RteError};
+use thiserror::Error;
+
+use crate::bml::{Bml, BmlError};
+use crate::btl::{Btl, ModexRead};
+use crate::component::{Framework, InitContext};
+use crate::job::JobInfo;
+use crate::memory::MemoryAccounting;
+use crate::modex::{ModexError, ModexWrite};
+use crate::params::{ParamStore, RawSetting, RawSources};
+use crate::pml::{Pml, PmlError};
+use crate::registry::{McaError, Registry};
+
+/// Why a process could not join its job.
+#[derive(Debug, Error)]
+pub enum InitError {
+    /// The launcher interface failed.
+    #[error("runtime environment: {0}")]
+    Rte(#[from] RteError),
+    /// Parameters or component selection are wrong.
+    #[error("{0}")]
+    Mca(#[from] McaError),
+    /// A component asked for explicitly failed to initialise.
+    #[error("{framework} component '{name}' was requested but failed to initialise: {reason}")]
+    ComponentFailed {
+        /// Framework.
+        framework: Framework,
+        /// Component.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Ranks selected different PMLs.
+    #[error("ranks disagree on the PML: {0}; set the same 'pml' parameter for every rank")]
+    PmlMismatch(String),
+    /// Wiring up peers failed.
+    #[error("{0}")]
+    Bml(#[from] BmlError),
+    /// The PML failed to start.
+    #[error("{0}")]
+    Pml(#[from] PmlError),
+}
+
+/// The modex as seen through the runtime environment.
+pub struct RteModex<'a>(pub &'a Rte);
+
+impl ModexWrite for RteModex<'_> {
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
+        self.0.modex_put(key, value).map_err(|e| ModexError::Rte(e.to_string()))
+    }
+}
+
+impl ModexRead for RteModex<'_> {
+    fn get(&self, rank: u32, key: &str) -> Result<Option<Vec<u8>>, ModexError> {
+        self.0.modex_get(rank, key).map_err(|e| ModexError::Rte(e.to_string()))
+    }
+}
+
+/// A process that joined its job.
+pub struct Runtime {
+    /// This process and its job.
+    pub job: JobInfo,
+    /// Resolved parameters.
+    pub params: ParamStore,
+    /// Known components.
+    pub registry: Registry,
+    /// Memory held per component.
+    pub memory: MemoryAccounting,
+    /// The PML carrying this process's messages.
+    pub pml: Box<dyn Pml>,
+    /// Names of the BTL modules in use.
+    pub btl_names: Vec<String>,
+    rte: Rte,
+    init_time: std::time::Duration,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("job", &self.job)
+            .field("pml", &self.pml.component_name())
+            .field("btls", &self.btl_names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Join the job. `cmdline` holds settings from the program's own `--mca` flags, if it parses
+    /// any (the launcher's flags arrive through the environment).
+    pub fn init(cmdline: Vec<RawSetting>) -> Result<Self, InitError> {
+        let started = Instant::now();
+        let rte = Rte::init()?;
+        let raw = RawSources::gather(cmdline).map_err(McaError::from)?;
+        let registry = Registry::discover(&raw);
+        let params = registry.resolve(&raw)?;
+        registry.check_selectors(&params)?;
+        let node_of: Vec<u32> = (0..rte.size()).map(|r| rte.node_id(r)).collect::<Result<_, _>>()?;
+        let nodes = node_of.iter().copied().max().map_or(1, |m| m + 1);
+        let job = JobInfo {
+            rank: rte.rank(),
+            size: rte.size(),
+            job_id: rte.job_id().to_owned(),
+            secret: rte.job_secret().to_vec(),
+            node_of,
+            node_names: (0..nodes).map(|n| format!("node{n}")).collect(),
+        };
+        let memory = MemoryAccounting::new();
+        let btl_sel = registry.selector(&params, Framework::Btl)?;
+        let mut btls: Vec<Box<dyn Btl>> = Vec::new();
+        let mut writer = RteModex(&rte);
+        for comp in registry.select_btls(&params)? {
+            let name = comp.meta().name;
+            let mut ctx = InitContext::new(&job, &params, &memory, &mut writer);
+            match comp.init(&mut ctx) {
+                Ok(mut modules) => {
+                    tracing::debug!(btl = name, modules = modules.len(), "btl initialised");
+                    btls.append(&mut modules);
+                }
+                Err(e) if btl_sel.explicitly_includes(name) => {
+                    return Err(InitError::ComponentFailed {
+                        framework: Framework::Btl,
+                        name: name.to_owned(),
+                        reason: e.to_string(),
+                    })
+                }
+                Err(e) => tracing::warn!(btl = name, "btl not used: {e}"),
+            }
+        }
+        let pml_comp = registry.select_pml(&params)?;
+        let pml_name = pml_comp.meta().name;
+        writer.put("mca.pml", pml_name.as_bytes()).map_err(|e| RteError::Protocol(e.to_string()))?;
+        rte.fence()?;
+        let reader = RteModex(&rte);
+        let mut others = Vec::new();
+        for r in 0..job.size {
+            let theirs = reader.get(r, "mca.pml").map_err(|e| RteError::Protocol(e.to_string()))?;
+            let theirs = theirs.map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_else(|| "<none>".into());
+            if theirs != pml_name {
+                others.push(format!("rank {r} chose '{theirs}'"));
+            }
+        }
+        if !others.is_empty() {
+            return Err(InitError::PmlMismatch(format!(
+                "rank {} chose '{pml_name}', {}",
+                job.rank,
+                others.join(", ")
+            )));
+        }
+        let btl_names: Vec<String> = btls.iter().map(|b| b.component_name().to_owned()).collect();
+        let bml = Bml::build(btls, &job.procs(), &reader)?;
+        let mut writer = RteModex(&rte);
+        let mut ctx = InitContext::new(&job, &params, &memory, &mut writer);
+        let pml = pml_comp.init(&mut ctx, bml)?;
+        rte.fence()?;
+        let init_time = started.elapsed();
+        tracing::debug!(rank = job.rank, ?init_time, pml = pml_name, btls = ?btl_names, "joined the job");
+        Ok(Self { job, params, registry, memory, pml, btl_names, rte, init_time })
+    }
+
+    /// Time spent in [`Runtime::init`].
+    pub fn init_time(&self) -> std::time::Duration {
+        self.init_time
+    }
+
+    /// The runtime environment (for job-wide fences and aborts).
+    pub fn rte(&self) -> &Rte {
+        &self.rte
+    }
+
+    /// Abort the whole job.
+    pub fn abort(&self, code: i32, msg: &str) -> ! {
+        self.rte.abort(code, msg)
+    }
+
+    /// This process's profile: PML/BTL counters and per-component memory, as JSON.
+    pub fn profile_json(&self) -> serde_json::Value {
+        let counters: serde_json::Map<String, serde_json::Value> =
+            self.pml.counters().into_iter().map(|(k, v)| (k, serde_json::Value::from(v))).collect();
+        let memory: serde_json::Map<String, serde_json::Value> = self
+            .memory
+            .snapshot()
+            .into_iter()
+            .map(|m| {
+                (
+                    m.owner,
+                    serde_json::json!({"current": m.current, "peak": m.peak, "allocations": m.allocations}),
+                )
+            })
+            .collect();
+        serde_json::json!({
+            "rank": self.job.rank,
+            "pml": self.pml.component_name(),
+            "btls": self.btl_names,
+            "init_us": self.init_time.as_micros() as u64,
+            "counters": counters,
+            "memory": memory,
+        })
+    }
+
+    /// Leave the job: finalize the PML (and its BTLs), print the merged profile if asked,
+    /// and tell the launcher.
+    pub fn finalize(mut self) -> Result<Option<serde_json::Value>, InitError> {
+        // The caller (the facade) quiesces traffic with a barrier over the PML first: a PMI
+        // fence does not progress the BTLs, so it cannot be what waits for in-flight messages.
+        let profile = self.params.get_bool("profile").unwrap_or(false);
+        let mut merged = None;
+        if profile {
+            let mine = self.profile_json();
+            let writer = &mut RteModex(&self.rte);
+            writer.put("mca.profile", mine.to_string().as_bytes()).map_err(|e| RteError::Protocol(e.to_string()))?;
+            self.rte.fence()?;
+            if self.job.rank == 0 {
+                let reader = RteModex(&self.rte);
+                let mut ranks = Vec::new();
+                for r in 0..self.job.size {
+                    if let Some(v) = reader.get(r, "mca.profile").map_err(|e| RteError::Protocol(e.to_string()))? {
+                        ranks.push(serde_json::from_slice::<serde_json::Value>(&v).unwrap_or(serde_json::Value::Null));
+                    }
+                }
+                let summary = crate::profile::merge(&ranks);
+                eprint!("{}", crate::profile::render(&summary));
+                if let Ok(path) = self.params.get_str("profile_json") {
+                    if !path.is_empty() {
+                        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&summary).unwrap_or_default()) {
+                            tracing::warn!("cannot write profile to {path}: {e}");
+                        }
+                    }
+                }
+                merged = Some(summary);
+            }
+        }
+        self.pml.finalize()?;
+        self.rte.finalize()?;
+        Ok(merged)
+    }
+}

@@ -1,0 +1,1 @@
+//! btl-tcp plugin.

@@ -1,0 +1,417 @@
+//! Communicators, point-to-point calls and requests.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+use rmca_framework::btl::CommPattern;
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::pml::{self, ContextId, RecvArgs, RequestId, SendArgs, SendMode, Source, TagSel};
+use rmca_framework::rank::Rank;
+
+use crate::{Error, Result, Shared, Src, ANY_TAG};
+
+/// The outcome of a receive, a probe or a send, in communicator terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// Communicator rank of the sender (receives, probes) or destination (sends).
+    pub source: usize,
+    /// Tag of the message.
+    pub tag: i32,
+    /// Bytes received (receives), or message length (probes).
+    pub bytes: usize,
+}
+
+impl Status {
+    /// Number of whole `T` elements received.
+    pub fn count<T: bytemuck::Pod>(&self) -> usize {
+        self.bytes / std::mem::size_of::<T>().max(1)
+    }
+}
+
+/// A group of processes with its own matching space. Cheap to clone (clones share the same
+/// context: use [`Communicator::dup`] for an isolated one).
+#[derive(Clone)]
+pub struct Communicator {
+    pub(crate) shared: Rc<Shared>,
+    /// Context id of point-to-point traffic; collectives use `context + 1`.
+    context: ContextId,
+    /// World rank of each communicator rank.
+    group: Rc<[Rank]>,
+    rank: usize,
+    /// Number of communicators derived so far (dup/split), the same on every member.
+    derived: Rc<Cell<u32>>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("context", &self.context)
+            .field("rank", &self.rank)
+            .field("size", &self.group.len())
+            .finish()
+    }
+}
+
+fn check_tag(tag: i32) -> Result<()> {
+    if tag < 0 {
+        Err(Error::BadTag(tag))
+    } else {
+        Ok(())
+    }
+}
+
+impl Communicator {
+    pub(crate) fn world(shared: Rc<Shared>, rank: Rank, size: u32) -> Self {
+        Self { shared, context: 0, group: (0..size).collect(), rank: rank as usize, derived: Rc::new(Cell::new(0)) }
+    }
+
+    /// This process's rank in the communicator.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of processes in the communicator.
+    pub fn size(&self) -> usize {
+        self.group.len()
+    }
+
+    /// World rank of communicator rank `r`.
+    pub fn world_rank(&self, r: usize) -> Result<Rank> {
+        self.group.get(r).copied().ok_or(Error::BadRank { rank: r, size: self.group.len() })
+    }
+
+    fn comm_rank_of(&self, world: Rank) -> usize {
+        self.group.iter().position(|&w| w == world).unwrap_or(usize::MAX)
+    }
+
+    pub(crate) fn coll_context(&self) -> ContextId {
+        self.context + 1
+    }
+
+    fn to_status(&self, st: &pml::Status) -> Status {
+        Status { source: self.comm_rank_of(st.source), tag: st.tag, bytes: st.len }
+    }
+
+    fn finish(&self, st: pml::Status) -> Result<Status> {
+        let status = self.to_status(&st);
+        match st.error {
+            None => Ok(status),
+            Some(error) => Err(Error::Status { error, status }),
+        }
+    }
+
+    fn source(&self, src: Src) -> Result<Source> {
+        Ok(match src {
+            Src::Any => Source::Any,
+            Src::Rank(r) => Source::Rank(self.world_rank(r)?),
+        })
+    }
+
+    fn tag_sel(tag: i32) -> Result<TagSel> {
+        if tag == ANY_TAG {
+            Ok(TagSel::Any)
+        } else {
+            check_tag(tag)?;
+            Ok(TagSel::Tag(tag))
+        }
+    }
+
+    // ---- raw byte-level operations shared by typed calls and collectives ----
+
+    pub(crate) fn start_send(
+        &self,
+        buf: UserBuf,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+        pattern: CommPattern,
+    ) -> Result<RequestId> {
+        check_tag(tag)?;
+        let dest = self.world_rank(dest)?;
+        self.shared.with(|rt| Ok(rt.pml.isend(SendArgs { buf, dest, tag, context, mode, pattern })?))
+    }
+
+    pub(crate) fn start_recv(
+        &self,
+        buf: UserBuf,
+        src: Src,
+        tag: i32,
+        context: ContextId,
+        pattern: CommPattern,
+    ) -> Result<RequestId> {
+        let source = self.source(src)?;
+        let tag = Self::tag_sel(tag)?;
+        self.shared.with(|rt| Ok(rt.pml.irecv(RecvArgs { buf, source, tag, context, pattern })?))
+    }
+
+    pub(crate) fn wait_raw(&self, id: RequestId) -> Result<Status> {
+        let st = self.shared.wait(id)?;
+        self.finish(st)
+    }
+
+    /// Blocking send of raw bytes on `context` (collectives use their own context).
+    pub(crate) fn send_bytes(&self, bytes: &[u8], dest: usize, tag: i32, context: ContextId, pattern: CommPattern) -> Result<()> {
+        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, context, SendMode::Standard, pattern)?;
+        self.wait_raw(id).map(|_| ())
+    }
+
+    /// Blocking receive of raw bytes on `context`.
+    pub(crate) fn recv_bytes(&self, bytes: &mut [u8], src: Src, tag: i32, context: ContextId, pattern: CommPattern) -> Result<Status> {
+        let id = self.start_recv(UserBuf::from_mut_slice(bytes), src, tag, context, pattern)?;
+        self.wait_raw(id)
+    }
+
+    /// Simultaneous send and receive (deadlock-free exchange), on `context`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn sendrecv_bytes(
+        &self,
+        send: &[u8],
+        dest: usize,
+        recv: &mut [u8],
+        src: Src,
+        tag: i32,
+        context: ContextId,
+        pattern: CommPattern,
+    ) -> Result<Status> {
+        let r = self.start_recv(UserBuf::from_mut_slice(recv), src, tag, context, pattern)?;
+        let s = self.start_send(UserBuf::from_slice(send), dest, tag, context, SendMode::Standard, pattern);
+        // Whatever happens to the send, the receive must finish before `recv` is released.
+        let rs = self.wait_raw(r);
+        self.wait_raw(s?)?;
+        rs
+    }
+
+    // ---- typed point-to-point ----
+
+    /// Blocking standard-mode send.
+    pub fn send<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(buf);
+        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Standard, CommPattern::Blocking)?;
+        self.wait_raw(id).map(|_| ())
+    }
+
+    /// Blocking synchronous send: returns once the receiver has matched the message.
+    pub fn ssend<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(buf);
+        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Synchronous, CommPattern::Blocking)?;
+        self.wait_raw(id).map(|_| ())
+    }
+
+    /// Blocking receive. A message longer than `buf` fills `buf` and returns
+    /// [`Error::Status`] with [`pml::StatusError::Truncated`]; nothing is written past `buf`.
+    pub fn recv<T: bytemuck::Pod>(&self, buf: &mut [T], source: impl Into<Src>, tag: i32) -> Result<Status> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let id = self.start_recv(UserBuf::from_mut_slice(bytes), source.into(), tag, self.context, CommPattern::Blocking)?;
+        self.wait_raw(id)
+    }
+
+    /// Non-blocking send; the buffer stays borrowed until the request completes.
+    pub fn isend<'a, T: bytemuck::Pod>(&self, buf: &'a [T], dest: usize, tag: i32) -> Result<Request<'a>> {
+        let bytes: &[u8] = bytemuck::cast_slice(buf);
+        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Standard, CommPattern::NonBlocking)?;
+        Ok(Request::new(self.clone(), id))
+    }
+
+    /// Non-blocking synchronous send.
+    pub fn issend<'a, T: bytemuck::Pod>(&self, buf: &'a [T], dest: usize, tag: i32) -> Result<Request<'a>> {
+        let bytes: &[u8] = bytemuck::cast_slice(buf);
+        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Synchronous, CommPattern::NonBlocking)?;
+        Ok(Request::new(self.clone(), id))
+    }
+
+    /// Non-blocking receive; the buffer stays borrowed until the request completes.
+    pub fn irecv<'a, T: bytemuck::Pod>(&self, buf: &'a mut [T], source: impl Into<Src>, tag: i32) -> Result<Request<'a>> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let id = self.start_recv(UserBuf::from_mut_slice(bytes), source.into(), tag, self.context, CommPattern::NonBlocking)?;
+        Ok(Request::new(self.clone(), id))
+    }
+
+    /// Send and receive at once (no deadlock whatever the peers' order).
+    pub fn sendrecv<S: bytemuck::Pod, R: bytemuck::Pod>(
+        &self,
+        send: &[S],
+        dest: usize,
+        send_tag: i32,
+        recv: &mut [R],
+        source: impl Into<Src>,
+        recv_tag: i32,
+    ) -> Result<Status> {
+        let r = self.irecv(recv, source, recv_tag)?;
+        let s = self.isend(send, dest, send_tag)?;
+        let st = r.wait();
+        s.wait()?;
+        st
+    }
+
+    /// Is a matching message waiting? Does not receive it.
+    pub fn iprobe(&self, source: impl Into<Src>, tag: i32) -> Result<Option<Status>> {
+        let source = self.source(source.into())?;
+        let tag = Self::tag_sel(tag)?;
+        let ctx = self.context;
+        let st = self.shared.with(|rt| {
+            if let Some(st) = rt.pml.iprobe(ctx, source, tag)? {
+                return Ok(Some(st));
+            }
+            rt.pml.progress();
+            Ok(rt.pml.iprobe(ctx, source, tag)?)
+        })?;
+        Ok(st.map(|s| self.to_status(&s)))
+    }
+
+    /// Wait until a matching message is available; does not receive it.
+    pub fn probe(&self, source: impl Into<Src>, tag: i32) -> Result<Status> {
+        let source = source.into();
+        let mut idle = 0u32;
+        loop {
+            if let Some(st) = self.iprobe(source, tag)? {
+                return Ok(st);
+            }
+            idle += 1;
+            if idle > 256 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    // ---- communicator management ----
+
+    fn derive_context(&self, color: u32) -> ContextId {
+        let n = self.derived.get();
+        self.derived.set(n + 1);
+        // Every member derives the same id from (parent, ordinal, color) without communication;
+        // FNV-1a spreads them; ids are even (p2p) with the odd neighbour for collectives.
+        let mut h: u32 = 0x811c_9dc5;
+        for b in self.context.to_le_bytes().into_iter().chain(n.to_le_bytes()).chain(color.to_le_bytes()) {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        (h | 2) & !1
+    }
+
+    /// A communicator with the same processes and an isolated matching space. Collective:
+    /// every member must call it, in the same order relative to other dup/split calls.
+    pub fn dup(&self) -> Result<Communicator> {
+        let context = self.derive_context(u32::MAX);
+        Ok(Communicator { shared: self.shared.clone(), context, group: self.group.clone(), rank: self.rank, derived: Rc::new(Cell::new(0)) })
+    }
+
+    /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
+    /// `color = None` leaves this process out (returns `None`). Collective.
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        let mine = [color.map_or(-1i64, i64::from), i64::from(key)];
+        let mut all = vec![[0i64; 2]; self.size()];
+        crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
+        let context_color = color.unwrap_or(u32::MAX - 1);
+        let context = self.derive_context(context_color);
+        let Some(color) = color else { return Ok(None) };
+        let mut members: Vec<(i64, usize)> =
+            all.iter().enumerate().filter(|(_, e)| e[0] == i64::from(color)).map(|(r, e)| (e[1], r)).collect();
+        members.sort();
+        let group: Vec<Rank> = members.iter().map(|&(_, r)| self.group[r]).collect();
+        let rank = members.iter().position(|&(_, r)| r == self.rank).expect("caller is a member of its color");
+        Ok(Some(Communicator { shared: self.shared.clone(), context, group: group.into(), rank, derived: Rc::new(Cell::new(0)) }))
+    }
+}
+
+/// An outstanding non-blocking operation, borrowing its buffer for `'a`.
+/// Dropping it before completion waits for completion.
+#[must_use = "a request must be waited on (dropping it waits)"]
+pub struct Request<'a> {
+    comm: Communicator,
+    id: Option<RequestId>,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request").field("id", &self.id).finish()
+    }
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(comm: Communicator, id: RequestId) -> Self {
+        Self { comm, id: Some(id), _buf: PhantomData }
+    }
+
+    /// Block until the operation completes.
+    pub fn wait(mut self) -> Result<Status> {
+        let id = self.id.take().expect("request already completed");
+        self.comm.wait_raw(id)
+    }
+
+    /// Has the operation completed? `Some` returns its outcome (after which the request is spent).
+    pub fn test(&mut self) -> Option<Result<Status>> {
+        let id = self.id?;
+        let r = self.comm.shared.with(|rt| {
+            if let Some(st) = rt.pml.test(id)? {
+                return Ok(Some(st));
+            }
+            rt.pml.progress();
+            Ok(rt.pml.test(id)?)
+        });
+        match r {
+            Ok(None) => None,
+            Ok(Some(st)) => {
+                self.id = None;
+                Some(self.comm.finish(st))
+            }
+            Err(e) => {
+                self.id = None;
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// Wait for every request; statuses in order. The first error is returned after all
+    /// requests completed (no buffer is released while still in use).
+    pub fn wait_all(requests: Vec<Request<'a>>) -> Result<Vec<Status>> {
+        let mut out = Vec::with_capacity(requests.len());
+        let mut first_err = None;
+        for r in requests {
+            match r.wait() {
+                Ok(s) => out.push(s),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Wait until one request completes; it is removed from `requests` and returned with its index.
+    pub fn wait_any(requests: &mut Vec<Request<'a>>) -> Result<(usize, Status)> {
+        if requests.is_empty() {
+            return Err(Error::InvalidArgument("wait_any on an empty list".into()));
+        }
+        let mut idle = 0u32;
+        loop {
+            for i in 0..requests.len() {
+                if let Some(r) = requests[i].test() {
+                    requests.remove(i);
+                    return r.map(|s| (i, s));
+                }
+            }
+            idle += 1;
+            if idle > 256 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            // The buffer is borrowed only as long as the request lives: finish the transfer
+            // before the borrow ends.
+            if let Err(e) = self.comm.wait_raw(id) {
+                tracing::debug!("request dropped with error: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Command line of `rmca-run`.
+
+use std::time::Duration;
+
+/// Everything `rmca-run` was asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Number of ranks.
+    pub np: u32,
+    /// `--mca name value` pairs, in order.
+    pub mca: Vec<(String, String)>,
+    /// Kill the job after this long.
+    pub timeout: Option<Duration>,
+    /// Prefix every output line with `[rank] `.
+    pub tag_output: bool,
+    /// Node names; ranks are placed in blocks over them. Empty: one local node.
+    pub hosts: Vec<String>,
+    /// Launch-agent template, e.g. `ip netns exec {node} {cmd}`.
+    pub launch_agent: Option<String>,
+    /// Address the TCP PMI server binds and advertises.
+    pub pmi_addr: String,
+    /// Use TCP (`PMI_PORT`) even for local ranks.
+    pub force_tcp: bool,
+    /// Time between SIGTERM and SIGKILL at teardown.
+    pub term_grace: Duration,
+    /// The program and its arguments.
+    pub program: Vec<String>,
+}
+
+/// A bad command line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CliError {
+    /// An option needs a value that is missing.
+    #[error("option {0} needs a value")]
+    MissingValue(String),
+    /// A value could not be parsed.
+    #[error("option {opt}: invalid value {value:?} ({expected})")]
+    BadValue {
+        /// The option.
+        opt: String,
+        /// The value given.
+        value: String,
+        /// What is valid.
+        expected: String,
+    },
+    /// An option we do not know.
+    #[error("unknown option {0:?} (see rmca-run --help)")]
+    Unknown(String),
+    /// No program given.
+    #[error("no program to run (usage: rmca-run -n N [options] program [args...])")]
+    NoProgram,
+    /// `--help` was given.
+    #[error("help requested")]
+    Help,
+}
+
+/// Usage text.
+pub const USAGE: &str = "\
+usage: rmca-run -n N [options] program [args...]
+
+  -n, -np, --np N          number of ranks (default 1)
+  --mca NAME VALUE         set MCA parameter NAME in every rank (RMCA_MCA_NAME=VALUE); repeatable
+  --timeout S              terminate the job after S seconds (exit status 124)
+  --tag-output             prefix each output line with [rank]
+  --hosts A,B,...          node names; ranks are placed in blocks, node identity = name
+  --launch-agent TEMPLATE  start each rank through TEMPLATE, with {node} and {cmd} substituted,
+                           e.g. 'ip netns exec {node} {cmd}'; the PMI server is then reached over
+                           TCP at --pmi-addr
+  --pmi-addr IP            address of the TCP PMI server (default 127.0.0.1)
+  --pmi-port               use TCP (PMI_PORT) even for local ranks
+  --term-grace S           seconds between SIGTERM and SIGKILL at teardown (default 2)
+  -h, --help               this text
+
+Exit status: 0 if every rank exited 0 after finalize; otherwise the first failing rank's exit
+code, 128+signal for a rank killed by a signal, the code given to abort, 124 on --timeout.";
+
+fn secs(opt: &str, v: &str) -> Result<Duration, CliError> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| CliError::BadValue {
+            opt: opt.into(),
+            value: v.into(),
+            expected: "seconds, a number >= 0".into(),
+        })
+}
+
+/// Parse arguments (without the program name). Options end at the first non-option word or `--`.
+pub fn parse(args: &[String]) -> Result<Options, CliError> {
+    let mut o = Options {
+        np: 1,
+        mca: Vec::new(),
+        timeout: None,
+        tag_output: false,
+        hosts: Vec::new(),
+        launch_agent: None,
+        pmi_addr: "127.0.0.1".into(),
+        force_tcp: false,
+        term_grace: Duration::from_secs(2),
+        program: Vec::new(),
+    };
+    let mut i = 0;
+    let value = |i: &mut usize, opt: &str| -> Result<String, CliError> {
+        *i += 1;
+        args.get(*i)
+            .cloned()
+            .ok_or_else(|| CliError::MissingValue(opt.into()))
+    };
+    while i < args.len() {
+        let a = args[i].as_str();
+        match a {
+            "-n" | "-np" | "--np" => {
+                let v = value(&mut i, a)?;
+                o.np = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| CliError::BadValue {
+                        opt: a.into(),
+                        value: v.clone(),
+                        expected: "a positive integer".into(),
+                    })?;
+            }
+            "--mca" => {
+                let name = value(&mut i, a)?;
+                let val = value(&mut i, a)?;
+                if name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    return Err(CliError::BadValue {
+                        opt: "--mca".into(),
+                        value: name,
+                        expected: "a parameter name of [A-Za-z0-9_], e.g. btl_ud_send_qps".into(),
+                    });
+                }
+                o.mca.push((name, val));
+            }
+            "--timeout" => {
+                let v = value(&mut i, a)?;
+                o.timeout = Some(secs(a, &v)?);
+            }
+            "--term-grace" => {
+                let v = value(&mut i, a)?;
+                o.term_grace = secs(a, &v)?;
+            }
+            "--tag-output" => o.tag_output = true,
+            "--hosts" | "--host" => {
+                let v = value(&mut i, a)?;
+                o.hosts = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
+                if o.hosts.is_empty() {
+                    return Err(CliError::BadValue {
+                        opt: a.into(),
+                        value: v,
+                        expected: "a comma-separated list of node names".into(),
+                    });
+                }
+            }
+            "--launch-agent" => {
+                let v = value(&mut i, a)?;
+                if !v.split_whitespace().any(|t| t == "{cmd}") {
+                    return Err(CliError::BadValue {
+                        opt: a.into(),
+                        value: v,
+                        expected: "a template containing {cmd} as a separate word".into(),
+                    });
+                }
+                o.launch_agent = Some(v);
+            }
+            "--pmi-addr" => {
+                let v = value(&mut i, a)?;
+                if v.parse::<std::net::IpAddr>().is_err() {
+                    return Err(CliError::BadValue {
+                        opt: a.into(),
+                        value: v,
+                        expected: "an IP address".into(),
+                    });
+                }
+                o.pmi_addr = v;
+            }
+            "--pmi-port" => o.force_tcp = true,
+            "-h" | "--help" => return Err(CliError::Help),
+            "--" => {
+                o.program = args[i + 1..].to_vec();
+                break;
+            }
+            s if s.starts_with('-') => return Err(CliError::Unknown(s.into())),
+            _ => {
+                o.program = args[i..].to_vec();
+                break;
+            }
+        }
+        i += 1;
+    }
+    if o.program.is_empty() {
+        return Err(CliError::NoProgram);
+    }
+    if o.launch_agent.is_some() && o.hosts.is_empty() {
+        return Err(CliError::BadValue {
+            opt: "--launch-agent".into(),
+            value: o.launch_agent.clone().unwrap_or_default(),
+            expected: "--hosts as well (the nodes to substitute for {node})".into(),
+        });
+    }
+    Ok(o)
+}
+
+/// Node index of each rank: blocks of `ceil(np / nodes)` consecutive ranks per node.
+pub fn block_map(np: u32, nodes: u32) -> Vec<u32> {
+    let nodes = nodes.max(1);
+    let per = np.div_ceil(nodes);
+    (0..np).map(|r| (r / per).min(nodes - 1)).collect()
+}
+
+/// Expand the launch-agent template for one rank: `{node}` anywhere, `{cmd}` as a whole word
+/// replaced by `cmd` (several words).
+pub fn expand_agent(template: &str, node: &str, cmd: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in template.split_whitespace() {
+        if t == "{cmd}" {
+            out.extend(cmd.iter().cloned());
+        } else {
+            out.push(t.replace("{node}", node));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_full_command_line() {
+        let o = parse(&a(
+            "-n 4 --mca btl self,shm --mca pml ob1 --timeout 2.5 --tag-output prog -x --y",
+        ))
+        .unwrap();
+        assert_eq!(o.np, 4);
+        assert_eq!(o.mca.len(), 2);
+        assert_eq!(o.timeout, Some(Duration::from_millis(2500)));
+        assert!(o.tag_output);
+        assert_eq!(o.program, a("prog -x --y"));
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        assert_eq!(parse(&a("-n")), Err(CliError::MissingValue("-n".into())));
+        assert!(matches!(parse(&a("-n 0 p")), Err(CliError::BadValue { .. })));
+        assert!(matches!(parse(&a("--mca a-b 1 p")), Err(CliError::BadValue { .. })));
+        assert_eq!(parse(&a("--bogus p")), Err(CliError::Unknown("--bogus".into())));
+        assert_eq!(parse(&a("-n 2")), Err(CliError::NoProgram));
+        assert!(matches!(
+            parse(&a("--launch-agent ssh p")),
+            Err(CliError::BadValue { .. })
+        ));
+    }
+
+    #[test]
+    fn block_mapping_and_agent_expansion() {
+        assert_eq!(block_map(5, 2), vec![0, 0, 0, 1, 1]);
+        assert_eq!(block_map(2, 2), vec![0, 1]);
+        assert_eq!(block_map(1, 3), vec![0]);
+        assert_eq!(
+            expand_agent("ip netns exec {node} {cmd}", "n1", &a("env A=1 prog x")),
+            a("ip netns exec n1 env A=1 prog x")
+        );
+    }
+}

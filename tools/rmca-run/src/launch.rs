@@ -1,0 +1,424 @@
+//! The launcher's I/O: spawning ranks, the PMI server's sockets, output forwarding, teardown.
+//!
+//! Threads only move bytes and report process exits over one channel; all decisions are taken
+//! on the main thread by [`rmca_rte::server::PmiServer`] and [`crate::monitor::JobMonitor`].
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rmca_rte::server::{ConnId, Maxes, PmiServer, ServerConfig, ServerEvent};
+
+use crate::cli::{block_map, expand_agent, Options};
+use crate::monitor::{Action, Exit, JobMonitor};
+use crate::sys;
+
+enum Ev {
+    PmiData(ConnId, Vec<u8>),
+    PmiEof(ConnId),
+    Accepted(TcpStream),
+    Exited(u32, std::io::Result<Exit>),
+    OutputDone,
+}
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.write_all(b),
+            Stream::Tcp(s) => s.write_all(b),
+        }
+    }
+    fn shutdown(&self) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+/// First connection id used for TCP clients (socketpair connections use the rank).
+const TCP_CONN_BASE: ConnId = 1 << 32;
+
+fn spawn_reader<R: Read + Send + 'static>(mut r: R, conn: ConnId, tx: Sender<Ev>) {
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(Ev::PmiEof(conn));
+                    return;
+                }
+                Ok(n) => {
+                    if tx.send(Ev::PmiData(conn, buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn spawn_forwarder<R: Read + Send + 'static>(
+    r: R,
+    rank: u32,
+    tag: bool,
+    to_stderr: bool,
+    tx: Sender<Ev>,
+) {
+    thread::spawn(move || {
+        let mut r = BufReader::new(r);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let mut out = Vec::with_capacity(line.len() + 8);
+                    if tag {
+                        out.extend_from_slice(format!("[{rank}] ").as_bytes());
+                    }
+                    out.extend_from_slice(&line);
+                    // Whole lines under the lock, so ranks' lines never interleave.
+                    let _ = if to_stderr {
+                        std::io::stderr().lock().write_all(&out)
+                    } else {
+                        let mut o = std::io::stdout().lock();
+                        o.write_all(&out).and_then(|_| o.flush())
+                    };
+                }
+            }
+        }
+        let _ = tx.send(Ev::OutputDone);
+    });
+}
+
+/// Remove `/dev/shm/<prefix>*`; returns how many files were removed.
+pub fn remove_shm_files(prefix: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        if e.file_name().to_string_lossy().starts_with(prefix)
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn new_job_id() -> std::io::Result<(String, Vec<u8>)> {
+    let secret = rmca_rte::random_bytes(rmca_rte::SECRET_LEN)?;
+    let id = format!(
+        "{:x}_{}",
+        std::process::id(),
+        rmca_rte::encoding::hex_encode(&secret[..4])
+    );
+    // The id must not reveal the secret: draw the secret again.
+    let secret = rmca_rte::random_bytes(rmca_rte::SECRET_LEN)?;
+    Ok((id, secret))
+}
+
+/// Run the job described by `o`; returns the launcher's exit status.
+pub fn run(o: &Options) -> i32 {
+    let (job_id, secret) = match new_job_id() {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("rmca-run: cannot read /dev/urandom: {e}");
+            return 1;
+        }
+    };
+    let shm_prefix = rmca_rte::shm_prefix(&job_id);
+    sys::catch_termination_signals();
+    let status = run_job(o, &job_id, &secret);
+    let removed = remove_shm_files(&shm_prefix);
+    if removed > 0 {
+        tracing::debug!(removed, "removed shared-memory files of the job");
+    }
+    status
+}
+
+fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
+    let np = o.np;
+    let nodes: Vec<String> = if o.hosts.is_empty() {
+        vec!["localhost".into()]
+    } else {
+        o.hosts.clone()
+    };
+    let node_of_rank = block_map(np, nodes.len() as u32);
+    let kvsname = format!("kvs_{job_id}");
+    let mut preload = Vec::new();
+    if let Some(m) = rmca_rte::server::process_mapping(&node_of_rank) {
+        preload.push(("PMI_process_mapping".to_string(), m));
+    }
+    let mut server = PmiServer::new(ServerConfig {
+        size: np,
+        kvsname,
+        maxes: Maxes::default(),
+        preload,
+    });
+    let (tx, rx) = mpsc::channel::<Ev>();
+    let use_tcp = o.force_tcp || o.launch_agent.is_some();
+    let mut pmi_port = None;
+    if use_tcp {
+        let l = match TcpListener::bind((o.pmi_addr.as_str(), 0)) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("rmca-run: cannot listen on {}: {e}", o.pmi_addr);
+                return 1;
+            }
+        };
+        pmi_port = l.local_addr().ok().map(|a| a.to_string());
+        let tx = tx.clone();
+        thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                if tx.send(Ev::Accepted(s)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    let secret_hex = rmca_rte::encoding::hex_encode(secret);
+    let node_map = rmca_rte::encode_node_map(&node_of_rank);
+    let me = std::process::id();
+    let mut writers: HashMap<ConnId, Stream> = HashMap::new();
+    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut pids: Vec<u32> = Vec::new();
+    let mut spawn_errors = Vec::new();
+    let mut outputs = 0usize;
+
+    for rank in 0..np {
+        let mut env: Vec<(String, String)> = vec![
+            ("PMI_RANK".into(), rank.to_string()),
+            ("PMI_SIZE".into(), np.to_string()),
+            (rmca_rte::ENV_JOB_ID.into(), job_id.to_string()),
+            (rmca_rte::ENV_JOB_SECRET.into(), secret_hex.clone()),
+            (rmca_rte::ENV_NODE_MAP.into(), node_map.clone()),
+        ];
+        for (k, v) in &o.mca {
+            env.push((format!("{}{k}", rmca_rte::MCA_ENV_PREFIX), v.clone()));
+        }
+        let mut child_end = None;
+        if let Some(port) = &pmi_port {
+            env.push(("PMI_PORT".into(), port.clone()));
+            env.push(("PMI_ID".into(), rank.to_string()));
+        } else {
+            match UnixStream::pair() {
+                Ok((ours, theirs)) => {
+                    env.push(("PMI_FD".into(), theirs.as_raw_fd().to_string()));
+                    if let Ok(r) = ours.try_clone() {
+                        spawn_reader(r, rank as ConnId, tx.clone());
+                    }
+                    server.connect(rank as ConnId, Some(rank));
+                    writers.insert(rank as ConnId, Stream::Unix(ours));
+                    child_end = Some(theirs);
+                }
+                Err(e) => {
+                    spawn_errors.push((rank, format!("socketpair: {e}")));
+                    pids.push(0);
+                    children.push(None);
+                    continue;
+                }
+            }
+        }
+        let node = &nodes[node_of_rank[rank as usize] as usize];
+        let argv: Vec<String> = match &o.launch_agent {
+            Some(t) => {
+                // Environment crosses the agent on its command line (ssh does not forward it).
+                let mut c = vec!["env".to_string()];
+                c.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+                c.extend(o.program.iter().cloned());
+                expand_agent(t, node, &c)
+            }
+            None => o.program.clone(),
+        };
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        sys::configure_child(
+            &mut cmd,
+            me,
+            child_end.as_ref().map(|s| s.as_raw_fd()),
+        );
+        match cmd.spawn() {
+            Ok(mut c) => {
+                pids.push(c.id());
+                if let Some(out) = c.stdout.take() {
+                    spawn_forwarder(out, rank, o.tag_output, false, tx.clone());
+                    outputs += 1;
+                }
+                if let Some(err) = c.stderr.take() {
+                    spawn_forwarder(err, rank, o.tag_output, true, tx.clone());
+                    outputs += 1;
+                }
+                let pid = c.id();
+                let tx = tx.clone();
+                thread::spawn(move || {
+                    let _ = tx.send(Ev::Exited(rank, sys::wait_exit_nowait(pid)));
+                });
+                children.push(Some(c));
+            }
+            Err(e) => {
+                spawn_errors.push((rank, format!("{}: {e}", argv[0])));
+                pids.push(0);
+                children.push(None);
+            }
+        }
+        // Our copy of the child's end must close so that its exit shows as EOF.
+        drop(child_end);
+    }
+    // Kept for the readers of TCP connections accepted later.
+    let conn_tx = tx;
+
+    let now = Instant::now();
+    let mut mon = JobMonitor::new(&pids, o.timeout, o.term_grace, now);
+    for (rank, e) in &spawn_errors {
+        mon.handle_spawn_failure(*rank, e, now);
+    }
+    let mut next_tcp: ConnId = TCP_CONN_BASE;
+
+    loop {
+        // Carry out decisions.
+        while let Some(a) = mon.poll_action() {
+            match a {
+                Action::Message(m) => eprintln!("{m}"),
+                Action::Terminate | Action::Kill => {
+                    let sig = if a == Action::Kill {
+                        libc::SIGKILL
+                    } else {
+                        libc::SIGTERM
+                    };
+                    for r in mon.live_ranks() {
+                        sys::kill_group(pids[r as usize], sig);
+                    }
+                }
+            }
+        }
+        if mon.is_done() {
+            break;
+        }
+        let now = Instant::now();
+        let wait = mon
+            .poll_timeout()
+            .map(|t| t.saturating_duration_since(now))
+            .unwrap_or(Duration::from_millis(100))
+            .min(Duration::from_millis(100));
+        let ev = match rx.recv_timeout(wait) {
+            Ok(ev) => Some(ev),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => None,
+        };
+        let now = Instant::now();
+        if let Some(sig) = sys::take_signal() {
+            mon.handle_signal(sig, now);
+        }
+        match ev {
+            None => {}
+            Some(Ev::OutputDone) => outputs = outputs.saturating_sub(1),
+            Some(Ev::Accepted(s)) => {
+                let conn = next_tcp;
+                next_tcp += 1;
+                let _ = s.set_nodelay(true);
+                if let Ok(r) = s.try_clone() {
+                    spawn_reader(r, conn, conn_tx.clone());
+                }
+                server.connect(conn, None);
+                writers.insert(conn, Stream::Tcp(s));
+            }
+            Some(Ev::PmiData(conn, data)) => server.handle_input(conn, &data),
+            Some(Ev::PmiEof(conn)) => {
+                if let Some((rank, _fin)) = server.disconnect(conn) {
+                    if let Some(r) = rank {
+                        mon.handle_pmi_closed(r, now);
+                    }
+                }
+                writers.remove(&conn);
+            }
+            Some(Ev::Exited(rank, res)) => {
+                let exit = match res {
+                    Ok(e) => e,
+                    Err(e) => {
+                        eprintln!("rmca-run: waiting for rank {rank}: {e}");
+                        Exit::Code(1)
+                    }
+                };
+                // The zombie still holds the group id: clear leftovers, then reap.
+                sys::kill_group(pids[rank as usize], libc::SIGKILL);
+                if let Some(mut c) = children[rank as usize].take() {
+                    let _ = c.wait();
+                }
+                mon.handle_exit(rank, exit, now);
+            }
+        }
+        // PMI server output and events.
+        while let Some((conn, bytes)) = server.poll_transmit() {
+            if let Some(w) = writers.get_mut(&conn) {
+                if w.write_all(&bytes).is_err() {
+                    w.shutdown();
+                }
+            }
+        }
+        while let Some(e) = server.poll_event() {
+            match e {
+                ServerEvent::Initialized { rank } => mon.handle_initialized(rank),
+                ServerEvent::Finalized { rank } => mon.handle_finalized(rank),
+                ServerEvent::Abort {
+                    rank,
+                    code,
+                    message,
+                } => mon.handle_abort(rank, code, &message, now),
+                ServerEvent::BarrierComplete { .. } => {}
+                ServerEvent::Close { conn, rank, reason } => {
+                    eprintln!(
+                        "rmca-run: PMI protocol error from {}: {reason}",
+                        rank.map(|r| format!("rank {r}"))
+                            .unwrap_or_else(|| "an unidentified client".into())
+                    );
+                    if let Some(w) = writers.get(&conn) {
+                        w.shutdown();
+                    }
+                }
+            }
+        }
+        let waiting = server.ranks_in_barrier();
+        if !waiting.is_empty() {
+            let w: Vec<String> = waiting.iter().map(u32::to_string).collect();
+            mon.timeout_detail = format!(" (ranks waiting in a fence: {})", w.join(","));
+        } else {
+            mon.timeout_detail.clear();
+        }
+        mon.handle_timeout(now);
+    }
+    // Drain the ranks' remaining output, bounded: a stray descendant that escaped its process
+    // group could hold a pipe open forever.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while outputs > 0 {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        match rx.recv_timeout(deadline - now) {
+            Ok(Ev::OutputDone) => outputs -= 1,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = std::io::stdout().flush();
+    mon.exit_status()
+}
