@@ -75,6 +75,12 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
     r.add_global(Param::string("component_path", "").help(
         "Colon-separated directories searched for plugins named librmca_<framework>_<name>.so",
     ));
+    r.add_global(
+        Param::int("rte_pmi_timeout", 600)
+            .range(1, 86_400)
+            .help("Seconds a rank waits for the launcher's PMI server to answer before giving up (read by the runtime environment)")
+            .level(Level::Tuning),
+    );
     r.add_global(Param::bool("profile", false).help(
         "Count messages and bytes by size class, unexpected messages, buffers and peak memory per component, and print a merged summary at finalize",
     ));

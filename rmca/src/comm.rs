@@ -392,7 +392,7 @@ impl<'a> Request<'a> {
         loop {
             for i in 0..requests.len() {
                 if let Some(r) = requests[i].test() {
-                    requests.remove(i);
+                    let _completed = requests.remove(i);
                     return r.map(|s| (i, s));
                 }
             }

@@ -285,8 +285,10 @@ impl Pd {
     pub fn create_qp(&self, init: QpInit<'_>) -> Result<Qp> {
         let imp = match &self.imp {
             PdImpl::Soft(c, pd) => {
-                let (CqImpl::Soft(s), CqImpl::Soft(r)) = (&init.send_cq.imp, &init.recv_cq.imp) else {
-                    return Err(Error::ContextMismatch);
+                let (s, r) = match (&init.send_cq.imp, &init.recv_cq.imp) {
+                    (CqImpl::Soft(s), CqImpl::Soft(r)) => (s, r),
+                    #[cfg(feature = "rdma")]
+                    _ => return Err(Error::ContextMismatch),
                 };
                 let srq = match init.srq.map(|s| &s.imp) {
                     None => None,

@@ -46,10 +46,6 @@ impl OwnedBuf {
     pub fn len(&self) -> usize {
         self.len
     }
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for OwnedBuf {

@@ -20,6 +20,8 @@ pub mod card;
 mod module;
 pub mod ring;
 pub mod sys;
+#[cfg(test)]
+mod tests;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
 use rmca_framework::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext};

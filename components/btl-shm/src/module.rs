@@ -333,6 +333,14 @@ impl ShmBtl {
         self.own.as_ref().is_some_and(Mapping::is_linked)
     }
 
+    /// Overwrite bytes of our inbox ring `ring` at `offset` (tests of corruption handling).
+    #[cfg(test)]
+    pub(crate) fn scribble_inbox_for_test(&mut self, ring: usize, offset: usize, bytes: &[u8]) {
+        let nrings = self.inbox.len();
+        let at = layout::data(nrings, self.lines, ring) + offset;
+        self.own.as_mut().expect("not finalized").write_at(at, bytes);
+    }
+
     fn bad(rank: Rank, reason: impl Into<String>) -> BtlError {
         BtlError::BadCard { rank, reason: reason.into() }
     }

@@ -274,3 +274,93 @@ pub fn cma_read_word(pid: i32, addr: u64) -> io::Result<u64> {
 pub fn pid() -> i32 {
     std::process::id() as i32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::{Consumer, Producer, PushError};
+
+    fn unique_path(tag: &str) -> PathBuf {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        PathBuf::from(SHM_DIR).join(format!("rmca-unittest{}-{nanos}-{tag}", std::process::id()))
+    }
+
+    #[test]
+    fn create_is_exclusive_private_and_removed_on_drop() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = unique_path("excl");
+        let m = Mapping::create(&path, 8192).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(Mapping::create(&path, 8192).is_err(), "O_EXCL must refuse an existing file");
+        assert!(Mapping::open(&path, 4096).is_err(), "size mismatch must be refused before mmap");
+        drop(m);
+        assert!(!path.exists());
+    }
+
+    /// Two threads, two separate mappings of one real /dev/shm segment (as two processes would
+    /// see it): every record arrives once, in order, intact, through many wraps and full rings.
+    #[test]
+    fn two_threads_over_a_real_segment() {
+        const LINES: usize = 256; // 16 KiB: wraps and back-pressure happen constantly
+        const COUNT: u64 = 40_000;
+        let path = unique_path("stress");
+        let len = 4096 + LINES * LINE;
+        let a = Mapping::create(&path, len).unwrap();
+        let b = Mapping::open(&path, len).unwrap();
+        let tx_mem = a.ring(0, 4096, LINES).unwrap();
+        let rx_mem = b.ring(0, 4096, LINES).unwrap();
+        let size_of = |i: u64| ((i * 7919) % 3000) as usize;
+        let byte = |i: u64, k: usize| (i as usize ^ k.wrapping_mul(13)) as u8;
+
+        let consumer = std::thread::spawn(move || {
+            let _keep = b;
+            let mut c = Consumer::new(rx_mem, 1 << 20);
+            let mut next = 0u64;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while next < COUNT {
+                let mut ok = true;
+                let got = c
+                    .pop_with(|tag, data| {
+                        ok = tag == next as u8
+                            && data.len() == size_of(next)
+                            && data.iter().enumerate().all(|(k, &v)| v == byte(next, k));
+                    })
+                    .expect("ring corrupted");
+                if got {
+                    assert!(ok, "record {next} damaged");
+                    next += 1;
+                    if next % 16 == 0 {
+                        c.publish();
+                    }
+                } else {
+                    c.publish();
+                    assert!(std::time::Instant::now() < deadline, "stalled at {next}");
+                    std::hint::spin_loop();
+                }
+            }
+            c.publish();
+            next
+        });
+        let mut p = Producer::new(tx_mem, 1 << 20);
+        let mut full = 0u64;
+        for i in 0..COUNT {
+            let data: Vec<u8> = (0..size_of(i)).map(|k| byte(i, k)).collect();
+            let (h, pl) = data.split_at(data.len().min(24));
+            loop {
+                match p.push(i as u8, h, pl) {
+                    Ok(()) => break,
+                    Err(PushError::Full) => {
+                        full += 1;
+                        std::thread::yield_now();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        assert_eq!(consumer.join().unwrap(), COUNT);
+        assert!(full > 0, "the test must exercise back-pressure");
+        drop(a);
+        assert!(!path.exists());
+    }
+}

@@ -133,8 +133,10 @@ fn peer_declared_dead_within_peer_timeout_when_all_links_die() {
     s.run(Duration::from_secs(60), |s| s.nodes.iter().all(|n| n.dead.is_some()));
     let (t0, r0) = s.nodes[0].dead.expect("sender gives up");
     let (t1, r1) = s.nodes[1].dead.expect("receiver gives up");
-    assert!(t0 <= cut + cfg.peer_timeout, "sender died at {t0:?}");
-    assert!(t1 <= cut + cfg.peer_timeout, "receiver died at {t1:?}");
+    // Packets already serialized before the cut still arrive; silence counts from the last.
+    assert!(t0 <= s.last_rx[0] + cfg.peer_timeout, "sender died at {t0:?}");
+    assert!(t1 <= s.last_rx[1] + cfg.peer_timeout, "receiver died at {t1:?}");
+    assert!(t1 >= s.last_rx[1] + cfg.peer_timeout, "not before the silence limit");
     assert_eq!(r0, DeathReason::NoBtlLeft, "retries exhaust both BTLs before the silence limit");
     assert_eq!(r1, DeathReason::PeerTimeout);
     assert_eq!(s.nodes[0].btl_failed, vec![0, 1]);
@@ -173,14 +175,21 @@ fn lens_strategy() -> impl Strategy<Value = Vec<u64>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    // Fixed seed: CI explores the same cases every run (override with PROPTEST_RNG_SEED).
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x00d2_5eed),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn exactly_once_in_order_intact_under_faults(
         seed in any::<u64>(),
         lens0 in lens_strategy(),
         lens1 in lens_strategy(),
-        drop in 0.0f64..0.15,
+        // Up to 10% per packet: a probe round (2 probes and their acks) then fails with
+        // p < 0.04, four in a row (a spurious failover) with p < 2e-6 per tail-loss episode.
+        drop in 0.0f64..0.10,
         dup in 0.0f64..0.05,
         corrupt in 0.0f64..0.02,
         corrupt_placed in 0.0f64..0.02,
@@ -202,6 +211,9 @@ proptest! {
         for &l in &lens0 { s.send(0, l); }
         for &l in &lens1 { s.send(1, l); }
         s.run(Duration::from_secs(600), Sim::all_done);
+        for n in 0..2 {
+            prop_assert!(s.nodes[n].dead.is_none(), "node {} died: {:?}", n, s.nodes[n].dead);
+        }
         s.assert_delivered(0);
         s.assert_delivered(1);
         let faults = s.injected.dropped + s.injected.corrupted + s.injected.corrupted_placed;

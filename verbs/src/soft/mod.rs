@@ -479,10 +479,6 @@ impl Srq {
         }
         Some(w)
     }
-
-    pub fn len(&self) -> usize {
-        lock(&self.st).q.len()
-    }
 }
 
 /// Queue pair.
@@ -1325,9 +1321,5 @@ impl Qp {
             }
         }
         s
-    }
-
-    pub fn srq(&self) -> Option<&Arc<Srq>> {
-        self.srq.as_ref()
     }
 }

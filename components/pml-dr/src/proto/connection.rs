@@ -277,6 +277,8 @@ struct TxVfrag {
     queued: u64,
     /// Queued because declared lost by the loss thresholds.
     lost: u64,
+    /// Queued fragments to send twice (a lone probe is doubled, as QUIC sends two).
+    twice: u64,
     sent: Vec<Option<Sent>>,
     /// Set once a RNDV vfrag is fully acked but the receiver has not matched yet.
     awaiting_match: Option<Probe>,
@@ -600,6 +602,7 @@ impl Connection {
                 acked: 0,
                 queued: full_mask(count as usize),
                 lost: 0,
+                twice: 0,
                 sent: vec![None; count as usize],
                 awaiting_match: None,
             },
@@ -613,7 +616,11 @@ impl Connection {
             .iter_mut()
             .find(|(_, v)| v.queued != 0 && !self.paths[v.path].failed)?;
         let i = v.queued.trailing_zeros() as usize;
-        v.queued &= !(1u64 << i);
+        if v.twice & (1u64 << i) != 0 {
+            v.twice &= !(1u64 << i);
+        } else {
+            v.queued &= !(1u64 << i);
+        }
         let retx = v.sent[i].is_some();
         let probe = v.awaiting_match.is_some();
         if let Some(p) = v.awaiting_match.as_mut() {
@@ -1033,6 +1040,7 @@ impl Connection {
         v.acked |= ack.mask;
         v.queued &= !v.acked;
         v.lost &= !v.acked;
+        v.twice &= !v.acked;
         let path = &mut self.paths[p];
         // Any answer proves the path works in both directions.
         path.pto_count = 0;
@@ -1284,7 +1292,8 @@ impl Connection {
         path.last_ack_eliciting = Some(now);
         // Probe with the oldest unacked fragments; their acks will reveal the rest.
         let mut probes = 0;
-        for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
+        let mut last: Option<(u64, u64)> = None;
+        for (&id, v) in self.tx_vfrags.iter_mut().filter(|(_, v)| v.path == p) {
             if probes == PROBES_PER_PTO {
                 break;
             }
@@ -1297,6 +1306,15 @@ impl Connection {
                 v.queued |= b;
                 cand &= !b;
                 probes += 1;
+                last = Some((id, b));
+            }
+        }
+        // A lone candidate goes twice, so that a single loss does not count as a dead path.
+        if probes == 1 {
+            if let Some((id, b)) = last {
+                if let Some(v) = self.tx_vfrags.get_mut(&id) {
+                    v.twice |= b;
+                }
             }
         }
     }
@@ -1316,6 +1334,8 @@ impl Connection {
         for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
             v.path = next;
             v.queued = v.full() & !v.acked;
+            v.lost = 0;
+            v.twice = 0;
             if let Some(pr) = v.awaiting_match.as_mut() {
                 pr.outstanding = false;
                 pr.next_at = now;

@@ -133,6 +133,10 @@ pub struct Sim {
     /// Delay before a receiver matches a rendezvous message (uniform in [0, max]).
     pub match_delay_max: Duration,
     pub steps: u64,
+    /// Print the connection state just before a call that fails a BTL (debugging aid).
+    pub debug_death: bool,
+    /// Simulated time of the last packet delivered to each node.
+    pub last_rx: [Duration; 2],
 }
 
 pub const MAX_SEND: usize = 1024;
@@ -175,6 +179,8 @@ impl Sim {
             injected: Injected::default(),
             match_delay_max: Duration::ZERO,
             steps: 0,
+            debug_death: false,
+            last_rx: [Duration::ZERO; 2],
         }
     }
 
@@ -200,12 +206,16 @@ impl Sim {
 
     fn put_on_wire(&mut self, to: usize, btl: usize, mut bytes: Vec<u8>) {
         self.injected.packets += 1;
+        if self.debug_death {
+            eprintln!("{:?} {}->{} {:?}", self.elapsed(), 1 - to, to, rmca_pml_dr::proto::wire::parse(&bytes));
+        }
         if self.blackholed(btl) {
             self.injected.blackholed += 1;
             return;
         }
         let f = self.faults[btl].clone();
         if self.rng.chance(f.drop) {
+            if self.debug_death { eprintln!("  dropped"); }
             self.injected.dropped += 1;
             return;
         }
@@ -277,7 +287,15 @@ impl Sim {
         let now = self.now;
         let mut progressed = false;
         if self.nodes[n].conn.poll_timeout().is_some_and(|t| t <= now) {
+            let before = self.debug_death.then(|| format!("{:#?}", self.nodes[n].conn));
+            let failovers = self.nodes[n].conn.counters().failovers;
             self.nodes[n].conn.handle_timeout(now);
+            if let Some(b) = before {
+                let c = &self.nodes[n].conn;
+                if c.is_dead().is_some() || c.counters().failovers != failovers {
+                    eprintln!("node {n} at {:?} before failing:\n{b}", self.elapsed());
+                }
+            }
             progressed = true;
         }
         let due: Vec<u64> = {
@@ -352,6 +370,7 @@ impl Sim {
         let now = self.now;
         let corrupt_placed = self.rng.chance(self.faults[btl].corrupt_placed);
         let flip = self.rng.next_u64();
+        self.last_rx[to] = self.elapsed();
         let node = &mut self.nodes[to];
         let Some(a) = node.conn.handle_packet(now, btl, bytes) else { return };
         let buf = node.recv_bufs.entry(a.seq).or_insert_with(|| vec![0u8; a.msg_len as usize]);
@@ -380,6 +399,9 @@ impl Sim {
         }
         let mut got = rx.received.clone();
         got.sort_unstable();
+        if got != (0..n).collect::<Vec<_>>() && std::env::var_os("DR_SIM_DUMP").is_some() {
+            eprintln!("TX {:#?}\nRX {:#?}", tx.conn, rx.conn);
+        }
         assert_eq!(got, (0..n).collect::<Vec<_>>(), "received exactly once each");
         for seq in 0..n {
             let len = tx.sent_lens[seq as usize];

@@ -1,0 +1,224 @@
+//! Multi-process point-to-point checks, run under rmca-run by `tests/tests/p2p.rs`.
+//! `p2p_check <case>`; prints `ok <case>` on rank 0 and exits non-zero on any failure.
+
+use rmca::{Communicator, Error, Request, ANY_SOURCE, ANY_TAG};
+use rmca_framework::pml::StatusError;
+
+fn check(cond: bool, what: &str) {
+    if !cond {
+        eprintln!("rank check failed: {what}");
+        std::process::exit(3);
+    }
+}
+
+/// Messages from one sender with one tag arrive in send order, and wildcards match the
+/// earliest eligible message.
+fn ordering(w: &Communicator) {
+    let (me, n) = (w.rank(), w.size());
+    if me == 0 {
+        for src in 1..n {
+            // Tags 5, 6, 5, 6... from each sender: tag 6 receives must see 1, 3, 5...
+            for i in 0..50u32 {
+                let mut v = [0u32; 1];
+                let st = w.recv(&mut v, src, 6).unwrap();
+                check(v[0] == 2 * i + 1 && st.tag == 6 && st.source == src, "per-source tag order");
+            }
+            for i in 0..50u32 {
+                let mut v = [0u32; 1];
+                w.recv(&mut v, src, ANY_TAG).unwrap();
+                check(v[0] == 2 * i, "ANY_TAG takes the earliest remaining message");
+            }
+        }
+        // ANY_SOURCE: from each source, still in order.
+        let mut next = vec![0u32; n];
+        for _ in 0..(n - 1) * 20 {
+            let mut v = [0u32; 1];
+            let st = w.recv(&mut v, ANY_SOURCE, 9).unwrap();
+            check(v[0] == next[st.source], "ANY_SOURCE preserves per-source order");
+            next[st.source] += 1;
+        }
+    } else {
+        for i in 0..100u32 {
+            w.send(&[i], 0, if i % 2 == 0 { 5 } else { 6 }).unwrap();
+        }
+        for i in 0..20u32 {
+            w.send(&[i], 0, 9).unwrap();
+        }
+    }
+}
+
+fn truncation(w: &Communicator) {
+    if w.rank() == 0 {
+        let mut small = [0u8; 4];
+        // Guard bytes around the receive buffer must survive.
+        let mut guarded = [0xAAu8; 12];
+        let r = w.recv(&mut guarded[4..8], 1, 1);
+        match r {
+            Err(Error::Status { error: StatusError::Truncated { message_len, received }, status }) => {
+                check(message_len == 100 && received == 4 && status.bytes == 4, "truncated status");
+            }
+            other => check(false, &format!("expected truncation, got {other:?}")),
+        }
+        check(guarded[..4] == [0xAA; 4] && guarded[8..] == [0xAA; 4], "no write past the buffer");
+        check(guarded[4..8] == [0, 1, 2, 3], "prefix delivered");
+        // The large (rendezvous) case too.
+        let r = w.recv(&mut small, 1, 2);
+        check(matches!(r, Err(Error::Status { error: StatusError::Truncated { .. }, .. })), "rendezvous truncation");
+        w.send(&[1u8], 1, 3).unwrap();
+    } else if w.rank() == 1 {
+        let v: Vec<u8> = (0..100).collect();
+        w.send(&v, 0, 1).unwrap();
+        w.send(&vec![7u8; 1 << 20], 0, 2).unwrap();
+        let mut ack = [0u8];
+        w.recv(&mut ack, 0, 3).unwrap();
+    }
+}
+
+fn self_and_zero(w: &Communicator) {
+    let me = w.rank();
+    let r = w.irecv(&mut [0u8; 0][..], me, 4).unwrap();
+    w.send(&[0u8; 0][..], me, 4).unwrap();
+    let st = r.wait().unwrap();
+    check(st.bytes == 0 && st.source == me, "zero-byte self message");
+    let mut buf = vec![0u64; 300_000];
+    let data: Vec<u64> = (0..300_000).collect();
+    let r = w.irecv(&mut buf, me, 5).unwrap();
+    w.send(&data, me, 5).unwrap();
+    r.wait().unwrap();
+    check(buf == data, "large self message");
+    if w.size() > 1 {
+        let peer = (me + 1) % w.size();
+        let from = (me + w.size() - 1) % w.size();
+        let mut empty: [u8; 0] = [];
+        let st = w.sendrecv(&[0u8; 0][..], peer, 6, &mut empty, from, 6).unwrap();
+        check(st.bytes == 0 && st.source == from, "zero-byte message between ranks");
+    }
+}
+
+fn large(w: &Communicator, bytes: usize) {
+    if w.size() < 2 || w.rank() > 1 {
+        return;
+    }
+    if w.rank() == 0 {
+        let v: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+        w.send(&v, 1, 7).unwrap();
+    } else {
+        let mut v = vec![0u8; bytes];
+        let st = w.recv(&mut v, 0, 7).unwrap();
+        check(st.bytes == bytes, "large message length");
+        check(v.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "large message content");
+    }
+}
+
+fn many_outstanding(w: &Communicator, count: usize) {
+    if w.size() < 2 || w.rank() > 1 {
+        return;
+    }
+    let peer = 1 - w.rank();
+    let send: Vec<u32> = (0..count as u32).collect();
+    let mut recv = vec![u32::MAX; count];
+    let mut reqs: Vec<Request<'_>> = Vec::with_capacity(2 * count);
+    for (i, slot) in recv.chunks_mut(1).enumerate() {
+        reqs.push(w.irecv(slot, peer, (i % 1000) as i32).unwrap());
+    }
+    for (i, v) in send.chunks(1).enumerate() {
+        reqs.push(w.isend(v, peer, (i % 1000) as i32).unwrap());
+    }
+    Request::wait_all(reqs).unwrap();
+    check(recv == send, "every outstanding receive got its own message in order");
+}
+
+fn isolation(w: &Communicator) {
+    let d = w.dup().unwrap();
+    let n = w.size();
+    if n < 2 {
+        return;
+    }
+    if w.rank() == 0 {
+        // Post on the dup first: the world message must not match it.
+        let mut a = [0u32];
+        let mut b = [0u32];
+        let rd = d.irecv(&mut a, 1, 1).unwrap();
+        w.recv(&mut b, 1, 1).unwrap();
+        rd.wait().unwrap();
+        check(a[0] == 222 && b[0] == 111, "dup has its own matching space");
+    } else if w.rank() == 1 {
+        w.send(&[111u32], 0, 1).unwrap();
+        d.send(&[222u32], 0, 1).unwrap();
+    }
+    // split: even and odd ranks; ranks ordered by descending key.
+    let color = (w.rank() % 2) as u32;
+    let s = w.split(Some(color), -(w.rank() as i32)).unwrap().unwrap();
+    let expect_size = (n + 1 - color as usize) / 2;
+    check(s.size() == expect_size, "split size");
+    let mut sum = [0u64];
+    if s.rank() == 0 {
+        sum[0] = w.rank() as u64;
+        for r in 1..s.size() {
+            let mut v = [0u64];
+            s.recv(&mut v, r, 2).unwrap();
+            sum[0] += v[0];
+        }
+        let expect: u64 = (0..n as u64).filter(|r| r % 2 == color as u64).sum();
+        check(sum[0] == expect, "split members");
+        check(w.rank() == (0..n).filter(|r| r % 2 == color as usize).max().unwrap(), "key order");
+    } else {
+        s.send(&[w.rank() as u64], 0, 2).unwrap();
+    }
+    let none = w.split(if w.rank() == 0 { None } else { Some(1) }, 0).unwrap();
+    check(none.is_none() == (w.rank() == 0), "split with undefined color");
+}
+
+fn ssend_probe(w: &Communicator) {
+    if w.size() < 2 || w.rank() > 1 {
+        return;
+    }
+    if w.rank() == 0 {
+        w.ssend(&[1u16, 2, 3], 1, 8).unwrap();
+    } else {
+        let st = w.probe(0, 8).unwrap();
+        check(st.bytes == 6 && st.source == 0 && st.tag == 8, "probe status");
+        let mut v = vec![0u16; st.count::<u16>()];
+        w.recv(&mut v, 0, 8).unwrap();
+        check(v == [1, 2, 3], "probe then receive");
+        check(w.iprobe(0, 8).unwrap().is_none(), "message consumed");
+    }
+}
+
+fn main() {
+    let case = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let u = rmca::init().unwrap_or_else(|e| {
+        eprintln!("init failed: {e}");
+        std::process::exit(2)
+    });
+    let w = u.world();
+    let run = |name: &str| case == name || case == "all";
+    if run("ordering") {
+        ordering(&w);
+    }
+    if run("truncation") {
+        truncation(&w);
+    }
+    if run("self") {
+        self_and_zero(&w);
+    }
+    if run("large") {
+        large(&w, 64 << 20);
+    }
+    if case == "gib" {
+        large(&w, 1 << 30);
+    }
+    if run("outstanding") {
+        many_outstanding(&w, 100_000);
+    }
+    if run("isolation") {
+        isolation(&w);
+    }
+    if run("ssend") {
+        ssend_probe(&w);
+    }
+    w.barrier().unwrap();
+    if w.rank() == 0 {
+        println!("ok {case}");
+    }
+}

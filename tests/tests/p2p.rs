@@ -1,0 +1,56 @@
+//! Point-to-point semantics across processes: pml ob1 over btl shm + self, launched by rmca-run.
+
+use rmca_tests::{run_job, Job};
+
+fn p2p(n: usize, case: &str, mca: &[(&str, &str)]) {
+    let out = run_job(&Job { ranks: n, program: "p2p_check", args: &[case], mca, timeout_s: 240 });
+    assert!(out.success(), "p2p_check {case} on {n} ranks failed:\n{}", out.text());
+    assert!(out.stdout.contains(&format!("ok {case}")), "{}", out.text());
+}
+
+#[test]
+fn matching_order_and_wildcards() {
+    for n in [2, 3, 4] {
+        p2p(n, "ordering", &[]);
+    }
+}
+
+#[test]
+fn truncation_is_an_error_status_not_corruption() {
+    p2p(2, "truncation", &[]);
+}
+
+#[test]
+fn self_send_and_zero_byte_messages() {
+    p2p(1, "self", &[]);
+    p2p(3, "self", &[]);
+}
+
+#[test]
+fn large_messages_with_and_without_single_copy() {
+    p2p(2, "large", &[]);
+    // Without GET the rendezvous falls back to the pipelined copy protocol.
+    p2p(2, "large", &[("btl_shm_cma", "false")]);
+}
+
+#[test]
+fn one_gib_transfer() {
+    p2p(2, "gib", &[]);
+}
+
+#[test]
+fn hundred_thousand_outstanding_requests() {
+    p2p(2, "outstanding", &[]);
+}
+
+#[test]
+fn communicator_isolation_dup_and_split() {
+    for n in [2, 3, 5] {
+        p2p(n, "isolation", &[]);
+    }
+}
+
+#[test]
+fn synchronous_send_and_probe() {
+    p2p(2, "ssend", &[]);
+}

@@ -1,0 +1,435 @@
+//! End-to-end tests of rmca-run with the `rmca-rte-probe` rank program.
+//!
+//! Every job runs under a watchdog (the test fails instead of hanging) and every failure test
+//! checks that no probe process (found by its unique `--marker` in /proc) and no shared-memory
+//! file of the job remain.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const RUN: &str = env!("CARGO_BIN_EXE_rmca-run");
+const PROBE: &str = env!("CARGO_BIN_EXE_rmca-rte-probe");
+/// Upper bound for any job in these tests; reaching it is a failure (a hang), not a timing check.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+fn marker(name: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "mk{}{}x{}",
+        name,
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+fn wait_bounded(mut c: Child) -> Output {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(_)) = c.try_wait() {
+            return c.wait_with_output().expect("collect output");
+        }
+        if t0.elapsed() > WATCHDOG {
+            let _ = c.kill();
+            let out = c.wait_with_output().expect("collect output");
+            panic!(
+                "job hung; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Job {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_cmd(cmd: &mut Command) -> Job {
+    let c = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = wait_bounded(c);
+    Job {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn rmca_run(launcher_args: &[&str], probe_args: &[&str]) -> Job {
+    let mut cmd = Command::new(RUN);
+    cmd.args(launcher_args).arg(PROBE).args(probe_args);
+    run_cmd(&mut cmd)
+}
+
+/// Pids of live processes with `m` as one of their arguments.
+fn procs_with(m: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cl) = std::fs::read(e.path().join("cmdline")) {
+            if cl.split(|b| *b == 0).any(|a| a == m.as_bytes()) {
+                v.push(pid);
+            }
+        }
+    }
+    v
+}
+
+/// Shared-memory files the probe created with this marker.
+fn shm_with(m: &str) -> Vec<String> {
+    let pat = format!("-probe-{m}-");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(&pat))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Signal delivery to killed process groups is asynchronous: give the kernel a bounded moment.
+fn assert_no_leftovers(m: &str, job: &Job) {
+    let t0 = Instant::now();
+    while !procs_with(m).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        procs_with(m).is_empty(),
+        "leftover processes {:?}; stderr:\n{}",
+        procs_with(m),
+        job.stderr
+    );
+    assert!(
+        shm_with(m).is_empty(),
+        "leftover shm files {:?}",
+        shm_with(m)
+    );
+}
+
+fn count(s: &str, pat: &str) -> usize {
+    s.lines().filter(|l| l.contains(pat)).count()
+}
+
+#[test]
+fn business_cards_for_1_2_4_8_ranks() {
+    for n in [1u32, 2, 4, 8] {
+        let m = marker("cards");
+        let ns = n.to_string();
+        let job = rmca_run(&["-n", &ns], &["--marker", &m]);
+        assert_eq!(job.status, 0, "n={n} stderr:\n{}", job.stderr);
+        assert_eq!(count(&job.stdout, "cards ok"), n as usize, "{}", job.stdout);
+        // Each rank created a file; the launcher removed all of them.
+        assert_eq!(count(&job.stdout, "shm-created"), n as usize);
+        assert_no_leftovers(&m, &job);
+    }
+}
+
+#[test]
+fn chunked_cards_over_tcp_pmi_with_two_nodes() {
+    let m = marker("tcp");
+    // 5000-byte cards need several 1 KiB KVS values each.
+    let job = rmca_run(
+        &["-n", "4", "--pmi-port", "--hosts", "a,b"],
+        &["--marker", &m, "--card-size", "5000"],
+    );
+    assert_eq!(job.status, 0, "stderr:\n{}", job.stderr);
+    assert_eq!(count(&job.stdout, "cards ok"), 4);
+    assert!(job.stdout.contains("rank 1 of 4: cards ok, node 0 local [0,1]"));
+    assert!(job.stdout.contains("rank 3 of 4: cards ok, node 1 local [2,3]"));
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn stdout_and_stderr_are_forwarded_with_and_without_tags() {
+    let m = marker("out");
+    let job = rmca_run(&["-n", "2", "--tag-output"], &["--marker", &m, "--mode", "print"]);
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert!(job.stdout.lines().any(|l| l == "[0] stdout line from rank 0"));
+    assert!(job.stdout.lines().any(|l| l == "[1] stdout line from rank 1"));
+    assert!(job.stderr.lines().any(|l| l == "[1] stderr line from rank 1"));
+    assert!(!job.stdout.contains("stderr line"));
+    let job = rmca_run(&["-n", "2"], &["--marker", &m, "--mode", "print"]);
+    assert!(job.stdout.lines().any(|l| l == "stdout line from rank 1"));
+    assert!(job.stderr.lines().any(|l| l == "stderr line from rank 0"));
+}
+
+#[test]
+fn mca_parameters_reach_every_rank() {
+    let m = marker("mca");
+    let job = rmca_run(
+        &["-n", "3", "--mca", "btl", "self,shm", "--mca", "pml", "ob1"],
+        &["--marker", &m],
+    );
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    for r in 0..3 {
+        assert!(job.stdout.contains(&format!("rank {r} mca btl=self,shm")));
+        assert!(job.stdout.contains(&format!("rank {r} mca pml=ob1")));
+    }
+}
+
+#[test]
+fn exit_code_of_failing_rank_is_propagated() {
+    let m = marker("exit");
+    let job = rmca_run(
+        &["-n", "3"],
+        &["--marker", &m, "--mode", "exit", "--who", "1", "--code", "7", "--spawn-child"],
+    );
+    assert_eq!(job.status, 7, "{}", job.stderr);
+    assert!(job.stderr.contains("rmca-run: rank 1 (pid "), "{}", job.stderr);
+    assert!(job.stderr.contains("exited with status 7; terminating the job"));
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn crashing_rank_tears_the_job_down() {
+    let m = marker("crash");
+    let job = rmca_run(
+        &["-n", "4"],
+        &["--marker", &m, "--mode", "crash", "--who", "2", "--spawn-child"],
+    );
+    assert_eq!(job.status, 128 + 11, "{}", job.stderr);
+    assert!(
+        job.stderr
+            .contains("killed by signal 11 (SIGSEGV); terminating the job"),
+        "{}",
+        job.stderr
+    );
+    assert!(job.stderr.contains("rmca-run: rank 2 (pid "));
+    assert_eq!(count(&job.stdout, "shm-created"), 4);
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn aborting_rank_tears_the_job_down() {
+    let m = marker("abort");
+    let job = rmca_run(
+        &["-n", "3"],
+        &["--marker", &m, "--mode", "abort", "--who", "1", "--code", "5", "--spawn-child"],
+    );
+    assert_eq!(job.status, 5, "{}", job.stderr);
+    assert!(job
+        .stderr
+        .contains("rmca-run: rank 1 called abort with exit code 5: probe abort; terminating the job"));
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn timed_out_job_is_killed_even_if_it_ignores_sigterm() {
+    let m = marker("tmo");
+    let job = rmca_run(
+        &["-n", "2", "--timeout", "2", "--term-grace", "1"],
+        &["--marker", &m, "--mode", "sleep", "--ignore-term", "--spawn-child"],
+    );
+    assert_eq!(job.status, 124, "{}", job.stderr);
+    assert!(job.stderr.contains("job exceeded --timeout 2 s (ranks still running: 0,1)"));
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn clean_exit_without_finalize_is_a_failure() {
+    let m = marker("nofin");
+    let job = rmca_run(
+        &["-n", "2"],
+        &["--marker", &m, "--mode", "no-finalize", "--who", "0"],
+    );
+    assert_eq!(job.status, 1, "{}", job.stderr);
+    assert!(job.stderr.contains("exited without calling finalize"));
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn launcher_terminated_by_signal_cleans_up() {
+    let m = marker("sigterm");
+    let mut c = Command::new(RUN)
+        .args(["-n", "2", "--term-grace", "1", PROBE, "--marker", &m])
+        .args(["--mode", "sleep", "--spawn-child"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&mut c, "cards ok", 2);
+    // SAFETY-free: kill(1) the launcher with SIGTERM.
+    let st = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = wait_bounded(c);
+    let job = Job {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_eq!(job.status, 128 + 15, "{}", job.stderr);
+    assert!(job.stderr.contains("received SIGTERM"));
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn ranks_die_when_the_launcher_is_killed() {
+    let m = marker("sigkill");
+    let mut c = Command::new(RUN)
+        .args(["-n", "2", PROBE, "--marker", &m, "--mode", "sleep"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&mut c, "cards ok", 2);
+    c.kill().unwrap();
+    let _ = c.wait();
+    // PR_SET_PDEATHSIG kills the ranks; nobody is left to remove shm files, so do it here.
+    let t0 = Instant::now();
+    while !procs_with(&m).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(procs_with(&m).is_empty(), "ranks outlived the launcher");
+    for f in shm_with(&m) {
+        let _ = std::fs::remove_file(Path::new("/dev/shm").join(f));
+    }
+}
+
+#[test]
+fn bad_command_lines_and_missing_programs_fail_clearly() {
+    let job = run_cmd(Command::new(RUN).args(["-n", "0", "true"]));
+    assert_eq!(job.status, 2);
+    assert!(job.stderr.contains("option -n: invalid value \"0\""));
+    let job = run_cmd(Command::new(RUN).args(["-n", "2", "/nonexistent/rmca-prog"]));
+    assert_eq!(job.status, 127, "{}", job.stderr);
+    assert!(job.stderr.contains("cannot start rank 0"));
+    // A program that never speaks PMI and exits 0 is a successful job.
+    let job = run_cmd(Command::new(RUN).args(["-n", "2", "true"]));
+    assert_eq!(job.status, 0, "{}", job.stderr);
+}
+
+/// Read the child's stdout until `n` lines contain `pat` (bounded by the watchdog).
+fn wait_for_lines(c: &mut Child, pat: &str, n: usize) {
+    let out = c.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pat = pat.to_string();
+    std::thread::spawn(move || {
+        let mut seen = 0;
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if l.contains(&pat) {
+                seen += 1;
+                if seen == n {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    });
+    rx.recv_timeout(WATCHDOG).expect("ranks never reported ready");
+}
+
+fn which(p: &str) -> Option<String> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(p))
+            .find(|f| f.is_file())
+            .map(|f| f.to_string_lossy().into_owned())
+    })
+}
+
+#[test]
+fn same_probe_runs_under_mpich_hydra_pmi1_and_pmi2() {
+    let Some(hydra) = which("mpiexec.hydra") else {
+        eprintln!("SKIPPED: mpiexec.hydra not installed (Debian package `mpich`)");
+        return;
+    };
+    for (pmi, n) in [("pmi1", 4u32), ("pmi2", 2)] {
+        let m = marker("hydra");
+        let job = run_cmd(
+            Command::new(&hydra)
+                .args(["-n", &n.to_string(), PROBE, "--marker", &m, "--card-size", "3000"])
+                .env("RMCA_PMI", pmi),
+        );
+        // Hydra does not know our shm naming: remove the probe's files ourselves.
+        for f in shm_with(&m) {
+            let _ = std::fs::remove_file(Path::new("/dev/shm").join(f));
+        }
+        assert_eq!(job.status, 0, "{pmi}: {}\n{}", job.stdout, job.stderr);
+        assert_eq!(count(&job.stdout, "cards ok"), n as usize, "{}", job.stdout);
+        let want = if pmi == "pmi1" { "launcher Pmi1" } else { "launcher Pmi2" };
+        assert_eq!(count(&job.stdout, want), n as usize);
+    }
+}
+
+struct Netns(Vec<String>);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting a namespace also deletes the veth end inside it.
+        for n in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+#[test]
+fn job_spans_two_network_namespaces_through_the_launch_agent() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false);
+    if !root || which("ip").is_none() {
+        eprintln!("SKIPPED: needs root and iproute2 to create network namespaces");
+        return;
+    }
+    let id = std::process::id() % 100_000;
+    let (a, b) = (format!("rmcaA{id}"), format!("rmcaB{id}"));
+    let (va, vb) = (format!("rva{id}"), format!("rvb{id}"));
+    if !ip(&["netns", "add", &a]) {
+        eprintln!("SKIPPED: cannot create network namespaces here");
+        return;
+    }
+    let _guard = Netns(vec![a.clone(), b.clone()]);
+    // A private /24 inside our own namespaces; no traffic leaves them.
+    let net = 10 + id % 200;
+    let (ipa, ipb) = (format!("10.{net}.77.1"), format!("10.{net}.77.2"));
+    assert!(ip(&["netns", "add", &b]));
+    assert!(ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]));
+    assert!(ip(&["link", "set", &va, "netns", &a]));
+    assert!(ip(&["link", "set", &vb, "netns", &b]));
+    assert!(ip(&["-n", &a, "addr", "add", &format!("{ipa}/24"), "dev", &va]));
+    assert!(ip(&["-n", &b, "addr", "add", &format!("{ipb}/24"), "dev", &vb]));
+    for (ns, dev) in [(&a, &va), (&b, &vb)] {
+        assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
+        assert!(ip(&["-n", ns, "link", "set", "lo", "up"]));
+    }
+    let m = marker("netns");
+    let hosts = format!("{a},{b}");
+    // The launcher itself runs in namespace A; the rank on B reaches its PMI server over veth.
+    let job = run_cmd(
+        Command::new("ip")
+            .args(["netns", "exec", &a, RUN, "-n", "2", "--hosts", &hosts])
+            .args(["--launch-agent", "ip netns exec {node} {cmd}", "--pmi-addr", &ipa])
+            .args(["--timeout", "60", PROBE, "--marker", &m]),
+    );
+    assert_eq!(job.status, 0, "{}\n{}", job.stdout, job.stderr);
+    assert!(job.stdout.contains("rank 0 of 2: cards ok, node 0 local [0]"), "{}", job.stdout);
+    assert!(job.stdout.contains("rank 1 of 2: cards ok, node 1 local [1]"), "{}", job.stdout);
+    assert_no_leftovers(&m, &job);
+}
