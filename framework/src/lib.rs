@@ -20,6 +20,7 @@ pub mod params;
 pub mod plugin;
 pub mod pml;
 pub mod profile;
+pub mod progress;
 pub mod rank;
 pub mod rcache;
 pub mod registry;

@@ -84,6 +84,8 @@ pub struct Runtime {
     pub pml: Box<dyn Pml>,
     /// Names of the BTL modules in use.
     pub btl_names: Vec<String>,
+    /// Progress functions registered beside the PML.
+    pub progress_engine: crate::progress::ProgressEngine,
     rte: Rte,
     init_time: std::time::Duration,
 }
@@ -168,7 +170,24 @@ impl Runtime {
         rte.fence()?;
         let init_time = started.elapsed();
         tracing::debug!(rank = job.rank, ?init_time, pml = pml_name, btls = ?btl_names, "joined the job");
-        Ok(Self { job, params, registry, memory, pml, btl_names, rte, init_time })
+        Ok(Self { job, params, registry, memory, pml, btl_names, progress_engine: Default::default(), rte, init_time })
+    }
+
+    /// One progress pass: the PML (and its BTLs), then the registered functions.
+    pub fn progress(&mut self) -> usize {
+        self.pml.progress() + self.progress_engine.run()
+    }
+
+    /// Drive progress until `request` completes.
+    pub fn wait(&mut self, request: crate::pml::RequestId) -> Result<crate::pml::Status, PmlError> {
+        let mut backoff = crate::progress::Backoff::default();
+        loop {
+            if let Some(st) = self.pml.test(request)? {
+                return Ok(st);
+            }
+            let n = self.progress();
+            backoff.pass(n);
+        }
     }
 
     /// Time spent in [`Runtime::init`].

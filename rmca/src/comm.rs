@@ -254,7 +254,7 @@ impl Communicator {
             if let Some(st) = rt.pml.iprobe(ctx, source, tag)? {
                 return Ok(Some(st));
             }
-            rt.pml.progress();
+            rt.progress();
             Ok(rt.pml.iprobe(ctx, source, tag)?)
         })?;
         Ok(st.map(|s| self.to_status(&s)))
@@ -348,7 +348,7 @@ impl<'a> Request<'a> {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
             }
-            rt.pml.progress();
+            rt.progress();
             Ok(rt.pml.test(id)?)
         });
         match r {

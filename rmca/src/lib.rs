@@ -131,24 +131,7 @@ impl Shared {
 
     /// Progress until `id` completes.
     pub(crate) fn wait(&self, id: RequestId) -> Result<rmca_framework::pml::Status> {
-        self.with(|rt| {
-            let mut idle = 0u32;
-            loop {
-                if let Some(st) = rt.pml.test(id)? {
-                    return Ok(st);
-                }
-                if rt.pml.progress() == 0 {
-                    idle = idle.saturating_add(1);
-                    // Spin while traffic is likely imminent; then yield so that oversubscribed
-                    // ranks (more ranks than cores) let their peers run.
-                    if idle > 256 {
-                        std::thread::yield_now();
-                    }
-                } else {
-                    idle = 0;
-                }
-            }
-        })
+        self.with(|rt| Ok(rt.wait(id)?))
     }
 }
 

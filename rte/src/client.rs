@@ -112,7 +112,9 @@ impl PmiClient {
                 }
                 None => None,
             };
-            self.t.set_read_timeout(remaining).map_err(|e| io_err(op, e))?;
+            self.t
+                .set_read_timeout(remaining)
+                .map_err(|e| io_err(op, e))?;
             match self.t.read(&mut buf) {
                 Ok(0) => return Err(RteError::ServerClosed(op.to_string())),
                 Ok(n) => self.framer.push(&buf[..n]),
@@ -175,7 +177,10 @@ impl PmiClient {
         // The server also sends `set debug=`; consume it so it is not taken as a reply.
         let m = self.recv("initack")?;
         if m.cmd != "set" {
-            return Err(RteError::Protocol(format!("expected set debug, got {}", m.cmd)));
+            return Err(RteError::Protocol(format!(
+                "expected set debug, got {}",
+                m.cmd
+            )));
         }
         Ok((rank.unwrap_or(0), size.unwrap_or(1)))
     }
@@ -301,7 +306,9 @@ fn check_rc(r: &OwnedMessage, op: &str) -> Result<(), RteError> {
     if rc != 0 {
         return Err(RteError::Protocol(format!(
             "{op} failed (rc={rc}): {}",
-            r.get("msg").or_else(|| r.get("errmsg")).unwrap_or("no message")
+            r.get("msg")
+                .or_else(|| r.get("errmsg"))
+                .unwrap_or("no message")
         )));
     }
     Ok(())

@@ -88,7 +88,9 @@ pub fn chunk_key(base_key: &str, i: usize) -> String {
 /// Parse the head chunk: the chunk count and the first piece of hex.
 pub fn parse_head(head: &str) -> Result<(usize, &str), DecodeError> {
     let (n, rest) = head.split_once(':').ok_or(DecodeError::MissingHeader)?;
-    let count: usize = n.parse().map_err(|_| DecodeError::BadCount(n.to_string()))?;
+    let count: usize = n
+        .parse()
+        .map_err(|_| DecodeError::BadCount(n.to_string()))?;
     if count == 0 || count > MAX_CHUNKS {
         return Err(DecodeError::BadCount(n.to_string()));
     }

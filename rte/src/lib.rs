@@ -214,7 +214,7 @@ pub fn decode_node_map(s: &str, size: u32) -> Result<Vec<u32>, String> {
         if out.len() as u64 + c as u64 > size as u64 {
             return Err(format!("map covers more than {size} ranks"));
         }
-        out.extend(std::iter::repeat_n(n, c as usize));
+        out.extend(std::iter::repeat(n).take(c as usize));
     }
     if out.len() != size as usize {
         return Err(format!("map covers {} ranks, job has {size}", out.len()));
@@ -351,7 +351,11 @@ impl Rte {
             op: "reading /dev/urandom".into(),
             source: e,
         })?;
-        let job_id = format!("s{}x{}", std::process::id(), encoding::hex_encode(&secret[..4]));
+        let job_id = format!(
+            "s{}x{}",
+            std::process::id(),
+            encoding::hex_encode(&secret[..4])
+        );
         tracing::debug!(%job_id, "no launcher detected: singleton");
         Ok(Rte {
             rank: 0,
@@ -405,11 +409,13 @@ impl Rte {
         let mut c = PmiClient::new(transport, version, timeout);
         let (mut rank, mut size) = (env_rank, env_size);
         if via_port && version == PmiVersion::V1 {
-            let id: u32 = env_parse(lookup, "PMI_ID")?.or(env_rank).ok_or(RteError::Env {
-                var: "PMI_ID".into(),
-                value: String::new(),
-                why: "PMI_PORT needs PMI_ID (or PMI_RANK) to identify this process".into(),
-            })?;
+            let id: u32 = env_parse(lookup, "PMI_ID")?
+                .or(env_rank)
+                .ok_or(RteError::Env {
+                    var: "PMI_ID".into(),
+                    value: String::new(),
+                    why: "PMI_PORT needs PMI_ID (or PMI_RANK) to identify this process".into(),
+                })?;
             let (r, s) = c.initack(id)?;
             rank = Some(r);
             size = Some(s);
@@ -484,13 +490,14 @@ impl Rte {
         let (launcher, job_id, secret, node_of_rank) = if let Some(job) = lookup(ENV_JOB_ID) {
             // rmca-run: identity passed explicitly, no extra fence.
             let sec = lookup(ENV_JOB_SECRET).unwrap_or_default();
-            let secret = encoding::hex_decode(&sec)
-                .filter(|s| s.len() >= 16)
-                .ok_or(RteError::Env {
-                    var: ENV_JOB_SECRET.into(),
-                    value: "<hidden>".into(),
-                    why: "expected at least 16 bytes in hex".into(),
-                })?;
+            let secret =
+                encoding::hex_decode(&sec)
+                    .filter(|s| s.len() >= 16)
+                    .ok_or(RteError::Env {
+                        var: ENV_JOB_SECRET.into(),
+                        value: "<hidden>".into(),
+                        why: "expected at least 16 bytes in hex".into(),
+                    })?;
             if job.is_empty() || sanitize_id(&job) != job {
                 return Err(RteError::Env {
                     var: ENV_JOB_ID.into(),
@@ -519,7 +526,11 @@ impl Rte {
                 })?;
                 put_raw(&mut inner, secret_key, &s)?;
             }
-            put_raw(&mut inner, &format!("rmca-host-{rank}"), hostname().as_bytes())?;
+            put_raw(
+                &mut inner,
+                &format!("rmca-host-{rank}"),
+                hostname().as_bytes(),
+            )?;
             pmi(&mut inner)?.barrier()?;
             let secret = get_raw(&mut inner, secret_key, 0)?
                 .filter(|s| s.len() >= 16)
@@ -788,9 +799,15 @@ mod tests {
         assert_eq!(rte.mca_params(), &[("btl".to_string(), "self".to_string())]);
         rte.modex_put("btl.self", b"\x00card\xff").unwrap();
         rte.fence().unwrap();
-        assert_eq!(rte.modex_get(0, "btl.self").unwrap().as_deref(), Some(&b"\x00card\xff"[..]));
+        assert_eq!(
+            rte.modex_get(0, "btl.self").unwrap().as_deref(),
+            Some(&b"\x00card\xff"[..])
+        );
         assert_eq!(rte.modex_get(0, "btl.none").unwrap(), None);
-        assert!(matches!(rte.modex_get(1, "btl.self"), Err(RteError::BadRank { .. })));
+        assert!(matches!(
+            rte.modex_get(1, "btl.self"),
+            Err(RteError::BadRank { .. })
+        ));
         rte.finalize().unwrap();
         assert!(matches!(rte.fence(), Err(RteError::Finalized)));
     }

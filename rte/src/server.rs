@@ -205,7 +205,8 @@ impl PmiServer {
         self.dropped += 1;
         let rank = self.conns.get(&conn).and_then(|c| c.rank);
         tracing::warn!(conn, ?rank, %reason, "closing PMI connection");
-        self.events.push_back(ServerEvent::Close { conn, rank, reason });
+        self.events
+            .push_back(ServerEvent::Close { conn, rank, reason });
     }
 
     fn reply(&mut self, conn: ConnId, msg: OwnedMessage) {
@@ -454,7 +455,9 @@ impl PmiServer {
                         .with("found", "TRUE")
                         .with("value", v)
                         .with("rc", 0),
-                    None => OwnedMessage::new(&name).with("found", "FALSE").with("rc", 0),
+                    None => OwnedMessage::new(&name)
+                        .with("found", "FALSE")
+                        .with("rc", 0),
                 };
                 self.reply(conn, reply);
             }
@@ -546,7 +549,10 @@ mod tests {
         let r = replies(&mut s);
         assert_eq!(r.len(), 2);
         assert!(r.iter().all(|(_, t)| t.starts_with("cmd=barrier_out")));
-        assert_eq!(s.poll_event(), Some(ServerEvent::BarrierComplete { epoch: 1 }));
+        assert_eq!(
+            s.poll_event(),
+            Some(ServerEvent::BarrierComplete { epoch: 1 })
+        );
     }
 
     #[test]
@@ -556,13 +562,33 @@ mod tests {
         send(
             &mut s,
             7,
-            OwnedMessage::new("put").with("kvsname", "kvs_test").with("key", "a").with("value", "1:ff"),
+            OwnedMessage::new("put")
+                .with("kvsname", "kvs_test")
+                .with("key", "a")
+                .with("value", "1:ff"),
             WireVersion::V1,
         );
-        send(&mut s, 7, OwnedMessage::new("get").with("key", "a"), WireVersion::V1);
-        send(&mut s, 7, OwnedMessage::new("get").with("key", "zz"), WireVersion::V1);
+        send(
+            &mut s,
+            7,
+            OwnedMessage::new("get").with("key", "a"),
+            WireVersion::V1,
+        );
+        send(
+            &mut s,
+            7,
+            OwnedMessage::new("get").with("key", "zz"),
+            WireVersion::V1,
+        );
         let long = "x".repeat(2000);
-        send(&mut s, 7, OwnedMessage::new("put").with("key", "b").with("value", &long), WireVersion::V1);
+        send(
+            &mut s,
+            7,
+            OwnedMessage::new("put")
+                .with("key", "b")
+                .with("value", &long),
+            WireVersion::V1,
+        );
         let r = replies(&mut s);
         let g = parse_v1(&r[1].1).unwrap();
         assert_eq!(g.get("value"), Some("1:ff"));
@@ -574,19 +600,49 @@ mod tests {
     fn tcp_initack_then_pmi2_session() {
         let mut s = server(2);
         s.connect(1, None);
-        send(&mut s, 1, OwnedMessage::new("initack").with("pmiid", 1), WireVersion::V1);
+        send(
+            &mut s,
+            1,
+            OwnedMessage::new("initack").with("pmiid", 1),
+            WireVersion::V1,
+        );
         let r = replies(&mut s);
         assert_eq!(r.len(), 4);
         assert_eq!(parse_v1(&r[2].1).unwrap().get("rank"), Some("1"));
         // A second connection cannot claim the same rank.
         s.connect(2, None);
-        send(&mut s, 2, OwnedMessage::new("initack").with("pmiid", 1), WireVersion::V1);
-        assert!(matches!(s.poll_event(), Some(ServerEvent::Close { conn: 2, .. })));
+        send(
+            &mut s,
+            2,
+            OwnedMessage::new("initack").with("pmiid", 1),
+            WireVersion::V1,
+        );
+        assert!(matches!(
+            s.poll_event(),
+            Some(ServerEvent::Close { conn: 2, .. })
+        ));
         // PMI-2 on a fresh connection identified by fullinit.
         s.connect(3, None);
-        send(&mut s, 3, OwnedMessage::new("init").with("pmi_version", 2).with("pmi_subversion", 0), WireVersion::V1);
-        send(&mut s, 3, OwnedMessage::new("fullinit").with("pmirank", 0), WireVersion::V2);
-        send(&mut s, 3, OwnedMessage::new("info-getjobattr").with("key", "PMI_process_mapping"), WireVersion::V2);
+        send(
+            &mut s,
+            3,
+            OwnedMessage::new("init")
+                .with("pmi_version", 2)
+                .with("pmi_subversion", 0),
+            WireVersion::V1,
+        );
+        send(
+            &mut s,
+            3,
+            OwnedMessage::new("fullinit").with("pmirank", 0),
+            WireVersion::V2,
+        );
+        send(
+            &mut s,
+            3,
+            OwnedMessage::new("info-getjobattr").with("key", "PMI_process_mapping"),
+            WireVersion::V2,
+        );
         let r = replies(&mut s);
         assert!(r[0].1.starts_with("cmd=response_to_init"));
         let fi = parse_v2(&r[1].1[6..]).unwrap();
@@ -601,10 +657,16 @@ mod tests {
         let mut s = server(1);
         s.connect(1, Some(0));
         s.handle_input(1, b"\x00\x01garbage");
-        assert!(matches!(s.poll_event(), Some(ServerEvent::Close { conn: 1, .. })));
+        assert!(matches!(
+            s.poll_event(),
+            Some(ServerEvent::Close { conn: 1, .. })
+        ));
         s.connect(2, Some(0));
         s.handle_input(2, b"cmd=frobnicate\n");
-        assert!(matches!(s.poll_event(), Some(ServerEvent::Close { conn: 2, .. })));
+        assert!(matches!(
+            s.poll_event(),
+            Some(ServerEvent::Close { conn: 2, .. })
+        ));
         assert_eq!(s.dropped(), 2);
         // Input for an unknown connection is counted, not a panic.
         s.handle_input(99, b"cmd=init\n");
@@ -615,10 +677,21 @@ mod tests {
     fn abort_and_finalize_are_reported() {
         let mut s = server(2);
         s.connect(1, Some(1));
-        send(&mut s, 1, OwnedMessage::new("abort").with("exitcode", 5).with("message", "bad thing"), WireVersion::V1);
+        send(
+            &mut s,
+            1,
+            OwnedMessage::new("abort")
+                .with("exitcode", 5)
+                .with("message", "bad thing"),
+            WireVersion::V1,
+        );
         assert_eq!(
             s.poll_event(),
-            Some(ServerEvent::Abort { rank: Some(1), code: 5, message: "bad thing".into() })
+            Some(ServerEvent::Abort {
+                rank: Some(1),
+                code: 5,
+                message: "bad thing".into()
+            })
         );
         send(&mut s, 1, OwnedMessage::new("finalize"), WireVersion::V1);
         assert_eq!(s.poll_event(), Some(ServerEvent::Finalized { rank: 1 }));
@@ -627,8 +700,14 @@ mod tests {
 
     #[test]
     fn process_mapping_formats() {
-        assert_eq!(process_mapping(&[0, 0, 1, 1]).as_deref(), Some("(vector,(0,2,2))"));
-        assert_eq!(process_mapping(&[0, 0, 0, 1, 1]).as_deref(), Some("(vector,(0,1,3),(1,1,2))"));
+        assert_eq!(
+            process_mapping(&[0, 0, 1, 1]).as_deref(),
+            Some("(vector,(0,2,2))")
+        );
+        assert_eq!(
+            process_mapping(&[0, 0, 0, 1, 1]).as_deref(),
+            Some("(vector,(0,1,3),(1,1,2))")
+        );
         assert_eq!(process_mapping(&[0, 1, 0]), None);
     }
 }

@@ -477,14 +477,23 @@ mod tests {
     #[test]
     fn malformed_inputs_are_errors() {
         assert_eq!(parse_v1("hello"), Err(WireError::MissingCmd));
-        assert!(matches!(parse_v1("cmd=put k%y=3"), Err(WireError::BadKey('%'))));
-        assert!(matches!(parse_v1("cmd=put key="), Err(WireError::EmptyValue(_))));
+        assert!(matches!(
+            parse_v1("cmd=put k%y=3"),
+            Err(WireError::BadKey('%'))
+        ));
+        assert!(matches!(
+            parse_v1("cmd=put key="),
+            Err(WireError::EmptyValue(_))
+        ));
         let mut f = Framer::new();
         f.push(b"xx");
         assert!(matches!(f.next_frame(), Some(Err(WireError::BadLength(_)))));
         assert_eq!(f.pending(), 0);
         f.push(b"999999cmd=x;");
-        assert!(matches!(f.next_frame(), Some(Err(WireError::TooLong { .. }))));
+        assert!(matches!(
+            f.next_frame(),
+            Some(Err(WireError::TooLong { .. }))
+        ));
     }
 
     #[test]
@@ -492,7 +501,10 @@ mod tests {
         let mut f = Framer::new();
         f.push(b"cmd=put value=");
         f.push(&vec![b'a'; MAX_MESSAGE_LEN + 10]);
-        assert!(matches!(f.next_frame(), Some(Err(WireError::TooLong { .. }))));
+        assert!(matches!(
+            f.next_frame(),
+            Some(Err(WireError::TooLong { .. }))
+        ));
     }
 
     fn token() -> impl Strategy<Value = String> {

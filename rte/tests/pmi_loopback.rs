@@ -97,15 +97,23 @@ fn full_job(size: u32, extra: &'static [(&'static str, &'static str)], want: Lau
             let rte = init(rank_env(fd, r as u32, size, extra)).unwrap();
             assert_eq!(rte.launcher(), want);
             // A card larger than one KVS value, with every byte value.
-            let card: Vec<u8> = (0..2500u32).map(|i| (i as u8).wrapping_add(r as u8)).collect();
+            let card: Vec<u8> = (0..2500u32)
+                .map(|i| (i as u8).wrapping_add(r as u8))
+                .collect();
             rte.modex_put("test.card", &card).unwrap();
             rte.fence().unwrap();
             for p in 0..size {
-                let want: Vec<u8> = (0..2500u32).map(|i| (i as u8).wrapping_add(p as u8)).collect();
+                let want: Vec<u8> = (0..2500u32)
+                    .map(|i| (i as u8).wrapping_add(p as u8))
+                    .collect();
                 assert_eq!(rte.modex_get(p, "test.card").unwrap(), Some(want));
             }
             assert_eq!(rte.modex_get(0, "test.none").unwrap(), None);
-            let out = (rte.job_id().to_string(), rte.job_secret().to_vec(), rte.local_ranks().to_vec());
+            let out = (
+                rte.job_id().to_string(),
+                rte.job_secret().to_vec(),
+                rte.local_ranks().to_vec(),
+            );
             rte.finalize().unwrap();
             out
         }));
@@ -164,7 +172,10 @@ fn server_gone_is_reported_as_closed() {
     let (a, b) = UnixStream::pair().unwrap();
     drop(a);
     let err = init(rank_env(b.into_raw_fd(), 0, 1, &[])).unwrap_err();
-    assert!(matches!(err, RteError::ServerClosed(_) | RteError::Io { .. }), "{err}");
+    assert!(
+        matches!(err, RteError::ServerClosed(_) | RteError::Io { .. }),
+        "{err}"
+    );
 }
 
 #[test]

@@ -93,7 +93,10 @@ impl<T: AsRef<[u8]>> Card<T> {
     fn check(&self) -> Result<(), CardError> {
         let b = self.buffer.as_ref();
         if b.len() < field::NAME {
-            return Err(CardError::Truncated { len: b.len(), need: field::NAME });
+            return Err(CardError::Truncated {
+                len: b.len(),
+                need: field::NAME,
+            });
         }
         let magic: [u8; 4] = b[field::MAGIC].try_into().expect("range of 4");
         if magic != MAGIC {
@@ -184,10 +187,19 @@ impl CardRepr {
             .map_err(|_| CardError::BadName("not UTF-8".into()))?
             .to_owned();
         if name.len() > MAX_NAME {
-            return Err(CardError::BadName(format!("{} bytes, at most {MAX_NAME}", name.len())));
+            return Err(CardError::BadName(format!(
+                "{} bytes, at most {MAX_NAME}",
+                name.len()
+            )));
         }
-        if !name.starts_with(prefix) || name.contains('/') || name.contains('\0') || name.contains("..") {
-            return Err(CardError::BadName(format!("'{name}' is not a file name starting with '{prefix}'")));
+        if !name.starts_with(prefix)
+            || name.contains('/')
+            || name.contains('\0')
+            || name.contains("..")
+        {
+            return Err(CardError::BadName(format!(
+                "'{name}' is not a file name starting with '{prefix}'"
+            )));
         }
         Ok(Self {
             cma: card.flags() & FLAG_CMA != 0,
@@ -256,28 +268,53 @@ mod tests {
     #[test]
     fn refuses_foreign_names() {
         let mut repr = sample();
-        for bad in ["rmca-other-shm-3", "rmca-job7-/../etc/passwd", "rmca-job7-a/b"] {
+        for bad in [
+            "rmca-other-shm-3",
+            "rmca-job7-/../etc/passwd",
+            "rmca-job7-a/b",
+        ] {
             repr.name = bad.into();
             let bytes = repr.emit();
             let card = Card::new_checked(&bytes[..]).unwrap();
-            assert!(matches!(CardRepr::parse(&card, "rmca-job7-"), Err(CardError::BadName(_))), "{bad}");
+            assert!(
+                matches!(
+                    CardRepr::parse(&card, "rmca-job7-"),
+                    Err(CardError::BadName(_))
+                ),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn refuses_bad_framing() {
         let bytes = sample().emit();
-        assert!(matches!(Card::new_checked(&bytes[..10]), Err(CardError::Truncated { .. })));
-        assert!(matches!(Card::new_checked(&bytes[..bytes.len() - 1]), Err(CardError::Truncated { .. })));
+        assert!(matches!(
+            Card::new_checked(&bytes[..10]),
+            Err(CardError::Truncated { .. })
+        ));
+        assert!(matches!(
+            Card::new_checked(&bytes[..bytes.len() - 1]),
+            Err(CardError::Truncated { .. })
+        ));
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(matches!(Card::new_checked(&longer[..]), Err(CardError::Trailing(1))));
+        assert!(matches!(
+            Card::new_checked(&longer[..]),
+            Err(CardError::Trailing(1))
+        ));
         let mut magic = bytes.clone();
         magic[0] = b'X';
-        assert!(matches!(Card::new_checked(&magic[..]), Err(CardError::BadMagic(_))));
+        assert!(matches!(
+            Card::new_checked(&magic[..]),
+            Err(CardError::BadMagic(_))
+        ));
         let mut ver = bytes;
         ver[4] = 9;
-        assert!(matches!(Card::new_checked(&ver[..]), Err(CardError::BadVersion(9))));
+        assert!(matches!(
+            Card::new_checked(&ver[..]),
+            Err(CardError::BadVersion(9))
+        ));
     }
 
     proptest! {

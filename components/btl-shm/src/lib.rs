@@ -24,7 +24,9 @@ pub mod sys;
 mod tests;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
-use rmca_framework::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext};
+use rmca_framework::component::{
+    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
+};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
 pub use module::{ShmBtl, ShmConfig};
@@ -110,9 +112,20 @@ impl Component for ShmComponent {
 impl ShmConfig {
     /// Read and check the `btl_shm_*` parameters.
     pub fn from_params(params: &ParamStore) -> Result<Self, BtlError> {
-        let get = |n: &str| params.get_size(&format!("btl_shm_{n}")).map_err(|e| BtlError::Other(e.to_string()));
-        let geti = |n: &str| params.get_int(&format!("btl_shm_{n}")).map_err(|e| BtlError::Other(e.to_string()));
-        let mode = match params.get_str("btl_shm_single_copy").map_err(|e| BtlError::Other(e.to_string()))? {
+        let get = |n: &str| {
+            params
+                .get_size(&format!("btl_shm_{n}"))
+                .map_err(|e| BtlError::Other(e.to_string()))
+        };
+        let geti = |n: &str| {
+            params
+                .get_int(&format!("btl_shm_{n}"))
+                .map_err(|e| BtlError::Other(e.to_string()))
+        };
+        let mode = match params
+            .get_str("btl_shm_single_copy")
+            .map_err(|e| BtlError::Other(e.to_string()))?
+        {
             "off" => CmaMode::Off,
             "require" => CmaMode::Require,
             _ => CmaMode::Auto,

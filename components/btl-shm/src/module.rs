@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rmca_framework::btl::{
-    exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, CompletionToken, MemAccess,
-    MemoryUsage, ModexRead, Registration, RemoteSegment, SendError, SendHint,
+    exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, CompletionToken,
+    MemAccess, MemoryUsage, ModexRead, Registration, RemoteSegment, SendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::InitContext;
@@ -98,7 +98,10 @@ mod layout {
         (HEADS + nrings * HEAD_STRIDE).div_ceil(PAGE) * PAGE
     }
     pub fn seg_len(nrings: usize, lines: usize) -> Option<usize> {
-        nrings.checked_mul(lines)?.checked_mul(LINE)?.checked_add(header_len(nrings))
+        nrings
+            .checked_mul(lines)?
+            .checked_mul(LINE)?
+            .checked_add(header_len(nrings))
     }
     pub fn head(ring: usize) -> usize {
         HEADS + ring * HEAD_STRIDE
@@ -215,7 +218,10 @@ fn cma_failure(peer: Rank, e: &std::io::Error) -> SendError {
         Some(libc::EFAULT) => "address range not mapped in one of the processes".to_owned(),
         _ => e.to_string(),
     };
-    SendError::PeerFailed { peer, reason: format!("process_vm_readv/writev: {why}") }
+    SendError::PeerFailed {
+        peer,
+        reason: format!("process_vm_readv/writev: {why}"),
+    }
 }
 
 impl ShmBtl {
@@ -226,21 +232,35 @@ impl ShmBtl {
         let job = ctx.job;
         let local_ranks = job.local_ranks();
         let Some(my_local) = local_ranks.iter().position(|&r| r == job.rank) else {
-            return Err(BtlError::Other(format!("rank {} is not in its own node's rank list", job.rank)));
+            return Err(BtlError::Other(format!(
+                "rank {} is not in its own node's rank list",
+                job.rank
+            )));
         };
         if local_ranks.len() < 2 {
-            tracing::info!(rank = job.rank, "btl shm: no other rank on this node, not used");
+            tracing::info!(
+                rank = job.rank,
+                "btl shm: no other rank on this node, not used"
+            );
             return Ok(None);
         }
         let nrings = local_ranks.len() - 1;
         let lines = cfg.fifo_size / LINE;
-        let seg_len = layout::seg_len(nrings, lines)
-            .ok_or_else(|| BtlError::Other(format!("btl shm: {nrings} rings of {} bytes overflow", cfg.fifo_size)))?;
+        let seg_len = layout::seg_len(nrings, lines).ok_or_else(|| {
+            BtlError::Other(format!(
+                "btl shm: {nrings} rings of {} bytes overflow",
+                cfg.fifo_size
+            ))
+        })?;
         let prefix = job.shm_prefix();
         let name = format!("{prefix}shm-{}", job.rank);
         let path = PathBuf::from(SHM_DIR).join(&name);
-        let mut own = Mapping::create(&path, seg_len).map_err(|(op, source)| BtlError::Io { op, source })?;
-        own.write_at(0, &layout::info(nrings as u32, lines as u32, job.rank, std::process::id()));
+        let mut own =
+            Mapping::create(&path, seg_len).map_err(|(op, source)| BtlError::Io { op, source })?;
+        own.write_at(
+            0,
+            &layout::info(nrings as u32, lines as u32, job.rank, std::process::id()),
+        );
         let memory = ctx.memory.counter("btl.shm");
         memory.alloc(seg_len);
 
@@ -257,7 +277,10 @@ impl ShmBtl {
                     Ok(_) => false,
                     Err(e) if cfg.single_copy == CmaMode::Require => {
                         memory.free(seg_len);
-                        return Err(BtlError::Io { op: "btl_shm_single_copy=require: process_vm_readv".into(), source: e });
+                        return Err(BtlError::Io {
+                            op: "btl_shm_single_copy=require: process_vm_readv".into(),
+                            source: e,
+                        });
                     }
                     Err(e) => {
                         tracing::info!(error = %e, "btl shm: process_vm_readv unavailable, large transfers by copy");
@@ -279,7 +302,9 @@ impl ShmBtl {
         };
         if let Err(e) = ctx.modex_put(MODEX_KEY, &card.emit()) {
             memory.free(seg_len);
-            return Err(BtlError::Other(format!("btl shm: publishing the business card: {e}")));
+            return Err(BtlError::Other(format!(
+                "btl shm: publishing the business card: {e}"
+            )));
         }
         let mut flags = BtlFlags::SEND;
         if cma_local {
@@ -338,23 +363,39 @@ impl ShmBtl {
     pub(crate) fn scribble_inbox_for_test(&mut self, ring: usize, offset: usize, bytes: &[u8]) {
         let nrings = self.inbox.len();
         let at = layout::data(nrings, self.lines, ring) + offset;
-        self.own.as_mut().expect("not finalized").write_at(at, bytes);
+        self.own
+            .as_mut()
+            .expect("not finalized")
+            .write_at(at, bytes);
     }
 
     fn bad(rank: Rank, reason: impl Into<String>) -> BtlError {
-        BtlError::BadCard { rank, reason: reason.into() }
+        BtlError::BadCard {
+            rank,
+            reason: reason.into(),
+        }
     }
 
     /// Map `proc`'s inbox and set up both directions. `Ok(None)` = not reachable (no card).
-    fn connect(&mut self, proc: &ProcInfo, modex: &dyn ModexRead) -> Result<Option<(Peer, Inbound)>, BtlError> {
+    fn connect(
+        &mut self,
+        proc: &ProcInfo,
+        modex: &dyn ModexRead,
+    ) -> Result<Option<(Peer, Inbound)>, BtlError> {
         let rank = proc.rank;
-        let Some(bytes) = modex.get(rank, MODEX_KEY).map_err(|e| BtlError::Other(format!("btl shm: modex: {e}")))?
+        let Some(bytes) = modex
+            .get(rank, MODEX_KEY)
+            .map_err(|e| BtlError::Other(format!("btl shm: modex: {e}")))?
         else {
-            tracing::info!(peer = rank, "btl shm: local peer published no shm card (shm disabled there?)");
+            tracing::info!(
+                peer = rank,
+                "btl shm: local peer published no shm card (shm disabled there?)"
+            );
             return Ok(None);
         };
         let card = Card::new_checked(&bytes[..]).map_err(|e| Self::bad(rank, e.to_string()))?;
-        let card = CardRepr::parse(&card, &self.prefix).map_err(|e| Self::bad(rank, e.to_string()))?;
+        let card =
+            CardRepr::parse(&card, &self.prefix).map_err(|e| Self::bad(rank, e.to_string()))?;
         if card.rank != rank {
             return Err(Self::bad(rank, format!("card says rank {}", card.rank)));
         }
@@ -363,18 +404,32 @@ impl ShmBtl {
         };
         let nrings = self.local_ranks.len() as u32 - 1;
         if card.nrings != nrings || card.nrings > MAX_RINGS {
-            return Err(Self::bad(rank, format!("{} rings, this node has {} other ranks", card.nrings, nrings)));
-        }
-        if !card.ring_lines.is_power_of_two() || !(MIN_LINES..=MAX_LINES).contains(&card.ring_lines) {
             return Err(Self::bad(
                 rank,
-                format!("ring of {} lines; valid: a power of two in {MIN_LINES}..={MAX_LINES}", card.ring_lines),
+                format!(
+                    "{} rings, this node has {} other ranks",
+                    card.nrings, nrings
+                ),
+            ));
+        }
+        if !card.ring_lines.is_power_of_two() || !(MIN_LINES..=MAX_LINES).contains(&card.ring_lines)
+        {
+            return Err(Self::bad(
+                rank,
+                format!(
+                    "ring of {} lines; valid: a power of two in {MIN_LINES}..={MAX_LINES}",
+                    card.ring_lines
+                ),
             ));
         }
         let peer_lines = card.ring_lines as usize;
-        let seg_len = layout::seg_len(nrings as usize, peer_lines).ok_or_else(|| Self::bad(rank, "segment size overflows"))?;
+        let seg_len = layout::seg_len(nrings as usize, peer_lines)
+            .ok_or_else(|| Self::bad(rank, "segment size overflows"))?;
         if card.seg_len != seg_len as u64 {
-            return Err(Self::bad(rank, format!("segment of {} bytes, layout needs {seg_len}", card.seg_len)));
+            return Err(Self::bad(
+                rank,
+                format!("segment of {} bytes, layout needs {seg_len}", card.seg_len),
+            ));
         }
         if ring::max_fragment(peer_lines) < self.cfg.max_send_size {
             return Err(Self::bad(
@@ -390,10 +445,14 @@ impl ShmBtl {
             return Err(Self::bad(rank, format!("pid {}", card.pid)));
         }
         let path = PathBuf::from(SHM_DIR).join(&card.name);
-        let mapping = Mapping::open(&path, seg_len).map_err(|(op, source)| BtlError::Io { op, source })?;
+        let mapping =
+            Mapping::open(&path, seg_len).map_err(|(op, source)| BtlError::Io { op, source })?;
         let expect = layout::info(nrings, card.ring_lines, rank, card.pid);
         if mapping.read_at(0, layout::INFO_LEN) != expect {
-            return Err(Self::bad(rank, format!("segment {} does not match the card", path.display())));
+            return Err(Self::bad(
+                rank,
+                format!("segment {} does not match the card", path.display()),
+            ));
         }
         let ring = ring_index(self.my_local, peer_local);
         // The mapping lives in `Peer` next to the producer and is dropped after it; we are the
@@ -401,9 +460,14 @@ impl ShmBtl {
         let mem = ring_in(&mapping, nrings as usize, peer_lines, ring)
             .ok_or_else(|| Self::bad(rank, "ring misaligned"))?;
         let producer = Producer::new(mem, self.cfg.max_send_size);
-        mapping.atomic_u32(layout::OFF_ATTACHED).fetch_add(1, Ordering::AcqRel);
+        mapping
+            .atomic_u32(layout::OFF_ATTACHED)
+            .fetch_add(1, Ordering::AcqRel);
 
-        let own = self.own.as_ref().ok_or_else(|| BtlError::Other("btl shm: used after finalize".into()))?;
+        let own = self
+            .own
+            .as_ref()
+            .ok_or_else(|| BtlError::Other("btl shm: used after finalize".into()))?;
         let in_ring = ring_index(peer_local, self.my_local);
         let in_mem = ring_in(own, nrings as usize, self.lines, in_ring)
             .ok_or_else(|| BtlError::Other("btl shm: own ring misaligned".into()))?;
@@ -413,19 +477,37 @@ impl ShmBtl {
         if self.cma_local && card.cma {
             match sys::cma_read_word(card.pid as i32, card.probe_addr) {
                 Ok(v) if v == card.probe_value => cma = true,
-                Ok(v) => tracing::warn!(peer = rank, got = v, "btl shm: CMA probe read a wrong value"),
-                Err(e) => tracing::info!(peer = rank, error = %e, "btl shm: CMA to peer not permitted"),
+                Ok(v) => tracing::warn!(
+                    peer = rank,
+                    got = v,
+                    "btl shm: CMA probe read a wrong value"
+                ),
+                Err(e) => {
+                    tracing::info!(peer = rank, error = %e, "btl shm: CMA to peer not permitted")
+                }
             }
         }
         Ok(Some((
-            Peer { producer, pid: card.pid as i32, cma, _mapping: mapping },
-            Inbound { rank, consumer, failed: false },
+            Peer {
+                producer,
+                pid: card.pid as i32,
+                cma,
+                _mapping: mapping,
+            },
+            Inbound {
+                rank,
+                consumer,
+                failed: false,
+            },
         )))
     }
 
     fn check_early_unlink(&mut self) {
         if let Some(own) = &mut self.own {
-            if own.is_linked() && own.atomic_u32(layout::OFF_ATTACHED).load(Ordering::Acquire) >= self.attach_expected {
+            if own.is_linked()
+                && own.atomic_u32(layout::OFF_ATTACHED).load(Ordering::Acquire)
+                    >= self.attach_expected
+            {
                 // Every local peer holds a mapping: the name is no longer needed, and removing it
                 // now means a crash cannot leak the segment.
                 own.unlink();
@@ -437,7 +519,11 @@ impl ShmBtl {
         if !self.attrs.flags.contains(BtlFlags::GET) {
             return Err(SendError::Unsupported(op));
         }
-        let p = self.peers.get(peer as usize).and_then(Option::as_ref).ok_or(SendError::Unreachable(peer))?;
+        let p = self
+            .peers
+            .get(peer as usize)
+            .and_then(Option::as_ref)
+            .ok_or(SendError::Unreachable(peer))?;
         if !p.cma {
             return Err(SendError::Unsupported(op));
         }
@@ -450,11 +536,20 @@ impl ShmBtl {
         }
         let key: Option<[u8; 8]> = remote.remote_key.as_slice().try_into().ok();
         let Some(key) = key else {
-            return Err(SendError::PeerFailed { peer, reason: format!("remote key of {} bytes, expected 8", remote.remote_key.len()) });
+            return Err(SendError::PeerFailed {
+                peer,
+                reason: format!(
+                    "remote key of {} bytes, expected 8",
+                    remote.remote_key.len()
+                ),
+            });
         };
         let kpid = i32::from_le_bytes(key[..4].try_into().expect("4 bytes"));
         if kpid != pid {
-            return Err(SendError::PeerFailed { peer, reason: format!("remote key of pid {kpid}, peer is pid {pid}") });
+            return Err(SendError::PeerFailed {
+                peer,
+                reason: format!("remote key of pid {kpid}, peer is pid {pid}"),
+            });
         }
         Ok(())
     }
@@ -477,7 +572,11 @@ impl Btl for ShmBtl {
         &self.attrs
     }
 
-    fn add_procs(&mut self, procs: &[ProcInfo], modex: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
+    fn add_procs(
+        &mut self,
+        procs: &[ProcInfo],
+        modex: &dyn ModexRead,
+    ) -> Result<Vec<bool>, BtlError> {
         let mut reach = Vec::with_capacity(procs.len());
         for proc in procs {
             if proc.is_self || proc.rank == self.my_rank || proc.node != self.my_node {
@@ -491,7 +590,10 @@ impl Btl for ShmBtl {
             match self.connect(proc, modex)? {
                 Some((peer, inbound)) => {
                     let in_ring = ring_index(
-                        self.local_ranks.iter().position(|&r| r == proc.rank).expect("checked in connect"),
+                        self.local_ranks
+                            .iter()
+                            .position(|&r| r == proc.rank)
+                            .expect("checked in connect"),
                         self.my_local,
                     );
                     if proc.rank as usize >= self.peers.len() {
@@ -513,7 +615,9 @@ impl Btl for ShmBtl {
                         .into(),
                 ));
             }
-            tracing::info!("btl shm: CMA not permitted with every local peer; large transfers by copy");
+            tracing::info!(
+                "btl shm: CMA not permitted with every local peer; large transfers by copy"
+            );
             self.attrs.flags.remove(BtlFlags::GET | BtlFlags::PUT);
         }
         self.check_early_unlink();
@@ -534,10 +638,20 @@ impl Btl for ShmBtl {
     }
 
     #[inline]
-    fn send(&mut self, peer: Rank, tag: BtlTag, header: &[u8], payload: &[u8], _hint: SendHint) -> Result<(), SendError> {
+    fn send(
+        &mut self,
+        peer: Rank,
+        tag: BtlTag,
+        header: &[u8],
+        payload: &[u8],
+        _hint: SendHint,
+    ) -> Result<(), SendError> {
         let len = header.len() + payload.len();
         if len > self.cfg.max_send_size {
-            return Err(SendError::TooLarge { len, max: self.cfg.max_send_size });
+            return Err(SendError::TooLarge {
+                len,
+                max: self.cfg.max_send_size,
+            });
         }
         let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) else {
             return Err(SendError::Unreachable(peer));
@@ -565,10 +679,19 @@ impl Btl for ShmBtl {
         let mut key = Vec::with_capacity(8);
         key.extend_from_slice(&(std::process::id() as i32).to_le_bytes());
         key.extend_from_slice(&self.my_rank.to_le_bytes());
-        Ok(Registration { handle, remote_key: key })
+        Ok(Registration {
+            handle,
+            remote_key: key,
+        })
     }
 
-    fn get(&mut self, peer: Rank, local: UserBuf, remote: &RemoteSegment, token: CompletionToken) -> Result<(), SendError> {
+    fn get(
+        &mut self,
+        peer: Rank,
+        local: UserBuf,
+        remote: &RemoteSegment,
+        token: CompletionToken,
+    ) -> Result<(), SendError> {
         let p = self.peer_for_rdma(peer, "get")?;
         let pid = p.pid;
         self.check_key(peer, pid, remote)?;
@@ -576,7 +699,10 @@ impl Btl for ShmBtl {
             return Err(SendError::Unsupported("get into a read-only buffer"));
         }
         if local.len() > remote.len {
-            return Err(SendError::TooLarge { len: local.len(), max: remote.len });
+            return Err(SendError::TooLarge {
+                len: local.len(),
+                max: remote.len,
+            });
         }
         let result = sys::cma_get(pid, &local, remote.addr);
         let result = result.map_err(|e| {
@@ -591,12 +717,21 @@ impl Btl for ShmBtl {
         Ok(())
     }
 
-    fn put(&mut self, peer: Rank, local: UserBuf, remote: &RemoteSegment, token: CompletionToken) -> Result<(), SendError> {
+    fn put(
+        &mut self,
+        peer: Rank,
+        local: UserBuf,
+        remote: &RemoteSegment,
+        token: CompletionToken,
+    ) -> Result<(), SendError> {
         let p = self.peer_for_rdma(peer, "put")?;
         let pid = p.pid;
         self.check_key(peer, pid, remote)?;
         if local.len() > remote.len {
-            return Err(SendError::TooLarge { len: local.len(), max: remote.len });
+            return Err(SendError::TooLarge {
+                len: local.len(),
+                max: remote.len,
+            });
         }
         let result = sys::cma_put(pid, &local, remote.addr);
         let result = result.map_err(|e| {
@@ -661,7 +796,10 @@ impl Btl for ShmBtl {
 
     fn memory_usage(&self) -> MemoryUsage {
         let current = if self.own.is_some() { self.charged } else { 0 };
-        MemoryUsage { current, peak: self.charged }
+        MemoryUsage {
+            current,
+            peak: self.charged,
+        }
     }
 
     fn counters(&self) -> Vec<(String, u64)> {

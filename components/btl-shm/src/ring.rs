@@ -107,10 +107,18 @@ impl RingMem {
     /// [`Producer`] or [`Consumer`] built from this `RingMem` exists. At most one producer and one
     /// consumer may use a ring at any time (they may be in different processes).
     pub unsafe fn new(head: *mut u8, data: *mut u8, lines: usize) -> Option<Self> {
-        if !lines.is_power_of_two() || lines < 4 || head.align_offset(8) != 0 || data.align_offset(LINE) != 0 {
+        if !lines.is_power_of_two()
+            || lines < 4
+            || head.align_offset(8) != 0
+            || data.align_offset(LINE) != 0
+        {
             return None;
         }
-        Some(Self { head: NonNull::new(head.cast())?, data: NonNull::new(data)?, lines })
+        Some(Self {
+            head: NonNull::new(head.cast())?,
+            data: NonNull::new(data)?,
+            lines,
+        })
     }
 
     /// Number of lines.
@@ -173,12 +181,19 @@ impl Producer {
     pub fn push(&mut self, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), PushError> {
         let len = header.len() + payload.len();
         if len > self.max_len {
-            return Err(PushError::TooLarge { len, max: self.max_len });
+            return Err(PushError::TooLarge {
+                len,
+                max: self.max_len,
+            });
         }
         let lines = record_lines(len) as u64;
         let capacity = self.mem.lines as u64;
         let pos = self.tail & self.mask;
-        let skip = if pos + lines > capacity { capacity - pos } else { 0 };
+        let skip = if pos + lines > capacity {
+            capacity - pos
+        } else {
+            0
+        };
         // +1: the line where the next record starts gets its control word zeroed now.
         let need = skip + lines + 1;
         if self.tail - self.cached_head + need > capacity {
@@ -191,7 +206,9 @@ impl Producer {
             // Line 0 holds stale bytes from the last lap: clear it before the consumer is sent
             // there, then publish the wrap marker.
             self.mem.ctrl(0).store(0, Ordering::Relaxed);
-            self.mem.ctrl(pos as usize).store(VALID | WRAP, Ordering::Release);
+            self.mem
+                .ctrl(pos as usize)
+                .store(VALID | WRAP, Ordering::Release);
             self.tail += skip;
         }
         let index = (self.tail & self.mask) as usize;
@@ -205,7 +222,9 @@ impl Producer {
         }
         let next = ((self.tail + lines) & self.mask) as usize;
         self.mem.ctrl(next).store(0, Ordering::Relaxed);
-        self.mem.ctrl(index).store(control(self.seq, tag, len), Ordering::Release);
+        self.mem
+            .ctrl(index)
+            .store(control(self.seq, tag, len), Ordering::Release);
         self.seq = self.seq.wrapping_add(1);
         self.tail += lines;
         Ok(())
@@ -253,7 +272,9 @@ impl Consumer {
             }
             if word & WRAP != 0 {
                 if index == 0 || word != VALID | WRAP {
-                    return Err(self.corrupt(format!("bad wrap marker {word:#018x} at index {index}")));
+                    return Err(
+                        self.corrupt(format!("bad wrap marker {word:#018x} at index {index}"))
+                    );
                 }
                 self.head += capacity - index as u64;
                 continue;
@@ -269,7 +290,10 @@ impl Consumer {
             }
             let lines = record_lines(len);
             if len > self.max_len || index + lines > self.mem.lines {
-                return Err(self.corrupt(format!("length {len} exceeds the limit of {} bytes", self.max_len)));
+                return Err(self.corrupt(format!(
+                    "length {len} exceeds the limit of {} bytes",
+                    self.max_len
+                )));
             }
             // SAFETY: index + lines <= ring lines (checked), so the bytes are inside the ring; the
             // acquire load above ordered the producer's writes before our reads, and the producer
@@ -296,7 +320,10 @@ impl Consumer {
     }
 
     fn corrupt(&self, reason: String) -> RingCorrupt {
-        RingCorrupt { line: self.head, reason }
+        RingCorrupt {
+            line: self.head,
+            reason,
+        }
     }
 }
 
@@ -317,7 +344,9 @@ pub(crate) mod tests {
 
     impl HeapRing {
         pub fn new(data_lines: usize) -> Self {
-            Self { lines: vec![Line([0; LINE]); data_lines + 1] }
+            Self {
+                lines: vec![Line([0; LINE]); data_lines + 1],
+            }
         }
         pub fn mem(&mut self) -> RingMem {
             let n = self.lines.len() - 1;
@@ -328,7 +357,9 @@ pub(crate) mod tests {
     }
 
     fn pattern(i: u64, len: usize) -> Vec<u8> {
-        (0..len).map(|k| (i as usize).wrapping_mul(31).wrapping_add(k) as u8).collect()
+        (0..len)
+            .map(|k| (i as usize).wrapping_mul(31).wrapping_add(k) as u8)
+            .collect()
     }
 
     #[test]
@@ -371,18 +402,29 @@ pub(crate) mod tests {
         let mem = ring.mem();
         let mut p = Producer::new(mem, 1 << 20);
         let max = max_fragment(16);
-        assert!(matches!(p.push(0, &[], &vec![0; max + 1]), Err(PushError::TooLarge { .. })));
+        assert!(matches!(
+            p.push(0, &[], &vec![0; max + 1]),
+            Err(PushError::TooLarge { .. })
+        ));
         assert!(p.push(0, &[], &vec![0; max]).is_ok());
     }
 
     #[test]
     fn garbage_is_reported_not_crashed_on() {
-        for word in [1u64, VALID | 0xFFFF_FFFF, VALID | WRAP | 5, VALID | (3 << SEQ_SHIFT) | 4] {
+        for word in [
+            1u64,
+            VALID | 0xFFFF_FFFF,
+            VALID | WRAP | 5,
+            VALID | (3 << SEQ_SHIFT) | 4,
+        ] {
             let mut ring = HeapRing::new(16);
             let mem = ring.mem();
             mem.ctrl(0).store(word, Ordering::Relaxed);
             let mut c = Consumer::new(mem, 512);
-            assert!(c.pop_with(|_, _| panic!("garbage delivered")).is_err(), "{word:#x}");
+            assert!(
+                c.pop_with(|_, _| panic!("garbage delivered")).is_err(),
+                "{word:#x}"
+            );
         }
         // A wrap marker at a non-zero index followed by garbage at line 0.
         let mut ring = HeapRing::new(16);

@@ -66,12 +66,18 @@ impl Mapping {
             .write(true)
             .open(path)
             .map_err(|e| io_err(format!("open {}", path.display()), e))?;
-        let actual = file.metadata().map_err(|e| io_err(format!("stat {}", path.display()), e))?.len();
+        let actual = file
+            .metadata()
+            .map_err(|e| io_err(format!("stat {}", path.display()), e))?
+            .len();
         // A mapping longer than the file raises SIGBUS on access: refuse before mapping.
         if actual != len as u64 {
             return Err(io_err(
                 format!("open {}", path.display()),
-                io::Error::new(io::ErrorKind::InvalidData, format!("file has {actual} bytes, expected {len}")),
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("file has {actual} bytes, expected {len}"),
+                ),
             ));
         }
         Self::map(&file, path, len, false)
@@ -97,7 +103,13 @@ impl Mapping {
             return Err(io_err(format!("mmap {} ({len} bytes)", path.display()), e));
         }
         let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null without MAP_FAILED");
-        Ok(Self { base, len, path: path.to_owned(), owner, unlinked: !owner })
+        Ok(Self {
+            base,
+            len,
+            path: path.to_owned(),
+            owner,
+            unlinked: !owner,
+        })
     }
 
     /// Start of the mapping.
@@ -108,6 +120,11 @@ impl Mapping {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// True for an empty mapping (never, in practice: segments have a header).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The file's path.
@@ -122,10 +139,15 @@ impl Mapping {
 
     /// Copy `bytes` to `offset`: only for setting up a header before anyone else maps the file.
     pub fn write_at(&mut self, offset: usize, bytes: &[u8]) {
-        assert!(offset + bytes.len() <= self.len, "write_at out of the mapping");
+        assert!(
+            offset + bytes.len() <= self.len,
+            "write_at out of the mapping"
+        );
         // SAFETY: in bounds (asserted); &mut self and the caller's contract (before publication)
         // mean no one reads these bytes concurrently.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base().add(offset), bytes.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base().add(offset), bytes.len())
+        }
     }
 
     /// Copy `len` bytes from `offset` (a racy snapshot is fine for validation: plain bytes).
@@ -139,7 +161,10 @@ impl Mapping {
 
     /// A 32-bit atomic at `offset` (4-aligned, inside the mapping).
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset % 4 == 0 && offset + 4 <= self.len, "atomic_u32 out of the mapping");
+        assert!(
+            offset.is_multiple_of(4) && offset + 4 <= self.len,
+            "atomic_u32 out of the mapping"
+        );
         // SAFETY: aligned and in bounds (asserted, and the base is page aligned); the word lives
         // as long as &self; every process accesses it atomically.
         unsafe { &*self.base().add(offset).cast::<AtomicU32>() }
@@ -168,7 +193,9 @@ impl Mapping {
         match std::fs::remove_file(&self.path) {
             Ok(()) => tracing::debug!(path = %self.path.display(), "shm segment unlinked"),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(path = %self.path.display(), error = %e, "cannot unlink shm segment"),
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot unlink shm segment")
+            }
         }
     }
 }
@@ -203,8 +230,14 @@ pub fn allow_ptrace_by_any() {
 pub unsafe fn cma_read(pid: i32, local: *mut u8, remote_addr: u64, len: usize) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
-        let liov = libc::iovec { iov_base: local.add(done).cast(), iov_len: len - done };
-        let riov = libc::iovec { iov_base: (remote_addr as usize + done) as *mut libc::c_void, iov_len: len - done };
+        let liov = libc::iovec {
+            iov_base: local.add(done).cast(),
+            iov_len: len - done,
+        };
+        let riov = libc::iovec {
+            iov_base: (remote_addr as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
         // SAFETY: the caller guarantees the local range; the kernel checks the remote one.
         let n = libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0);
         if n < 0 {
@@ -215,7 +248,10 @@ pub unsafe fn cma_read(pid: i32, local: *mut u8, remote_addr: u64, len: usize) -
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_readv transferred nothing"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm_readv transferred nothing",
+            ));
         }
         done += n as usize;
     }
@@ -226,11 +262,22 @@ pub unsafe fn cma_read(pid: i32, local: *mut u8, remote_addr: u64, len: usize) -
 ///
 /// # Safety
 /// `local..local+len` must be valid for reads during the call.
-pub unsafe fn cma_write(pid: i32, local: *const u8, remote_addr: u64, len: usize) -> io::Result<()> {
+pub unsafe fn cma_write(
+    pid: i32,
+    local: *const u8,
+    remote_addr: u64,
+    len: usize,
+) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
-        let liov = libc::iovec { iov_base: local.add(done) as *mut libc::c_void, iov_len: len - done };
-        let riov = libc::iovec { iov_base: (remote_addr as usize + done) as *mut libc::c_void, iov_len: len - done };
+        let liov = libc::iovec {
+            iov_base: local.add(done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let riov = libc::iovec {
+            iov_base: (remote_addr as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
         // SAFETY: the caller guarantees the local range; the kernel checks the remote one.
         let n = libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0);
         if n < 0 {
@@ -241,7 +288,10 @@ pub unsafe fn cma_write(pid: i32, local: *const u8, remote_addr: u64, len: usize
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_writev transferred nothing"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm_writev transferred nothing",
+            ));
         }
         done += n as usize;
     }
@@ -281,7 +331,10 @@ mod tests {
     use crate::ring::{Consumer, Producer, PushError};
 
     fn unique_path(tag: &str) -> PathBuf {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
         PathBuf::from(SHM_DIR).join(format!("rmca-unittest{}-{nanos}-{tag}", std::process::id()))
     }
 
@@ -292,8 +345,14 @@ mod tests {
         let m = Mapping::create(&path, 8192).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        assert!(Mapping::create(&path, 8192).is_err(), "O_EXCL must refuse an existing file");
-        assert!(Mapping::open(&path, 4096).is_err(), "size mismatch must be refused before mmap");
+        assert!(
+            Mapping::create(&path, 8192).is_err(),
+            "O_EXCL must refuse an existing file"
+        );
+        assert!(
+            Mapping::open(&path, 4096).is_err(),
+            "size mismatch must be refused before mmap"
+        );
         drop(m);
         assert!(!path.exists());
     }
@@ -330,7 +389,7 @@ mod tests {
                 if got {
                     assert!(ok, "record {next} damaged");
                     next += 1;
-                    if next % 16 == 0 {
+                    if next.is_multiple_of(16) {
                         c.publish();
                     }
                 } else {

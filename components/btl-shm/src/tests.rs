@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use rmca_framework::btl::{Btl, BtlComponent, BtlError, BtlEvents, BtlFlags, CompletionToken, MemAccess, RemoteSegment, SendError, SendHint};
+use rmca_framework::btl::{
+    Btl, BtlComponent, BtlError, BtlEvents, BtlFlags, CompletionToken, MemAccess, RemoteSegment,
+    SendError, SendHint,
+};
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, InitContext};
 use rmca_framework::job::JobInfo;
@@ -18,7 +21,10 @@ use crate::{ShmBtl, ShmConfig, MODEX_KEY, SHM};
 pub(crate) fn params(settings: &[(&str, &str)]) -> ParamStore {
     let mut specs = Vec::new();
     SHM.register_params(&mut ParamRegistrar::new("btl", "shm", &mut specs));
-    let env = settings.iter().map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned())).collect();
+    let env = settings
+        .iter()
+        .map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned()))
+        .collect();
     let raw = RawSources::from_parts(None, None, false, env, vec![]).unwrap();
     ParamStore::resolve(specs, &raw).unwrap()
 }
@@ -35,11 +41,19 @@ fn job(rank: Rank, node_of: &[u32], id: &str) -> JobInfo {
 }
 
 fn job_id(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     format!("ut{}x{nanos}{tag}", std::process::id())
 }
 
-fn init(job: &JobInfo, modex: &LocalModex, mem: &MemoryAccounting, settings: &[(&str, &str)]) -> Result<Vec<Box<dyn Btl>>, BtlError> {
+fn init(
+    job: &JobInfo,
+    modex: &LocalModex,
+    mem: &MemoryAccounting,
+    settings: &[(&str, &str)],
+) -> Result<Vec<Box<dyn Btl>>, BtlError> {
     let p = params(settings);
     let mut w = modex.writer(job.rank);
     let mut ctx = InitContext::new(job, &p, mem, &mut w as &mut dyn ModexWrite);
@@ -90,9 +104,20 @@ fn pair(settings: &[(&str, &str)]) -> (String, ShmBtl, ShmBtl, MemoryAccounting)
     };
     let mut a = new(&j0);
     let mut b = new(&j1);
-    assert!(init(&job(2, &nodes, &id), &modex, &mem, settings).unwrap().is_empty(), "alone on node 1");
-    assert_eq!(a.add_procs(&j0.procs(), &modex).unwrap(), vec![false, true, false]);
-    assert_eq!(b.add_procs(&j1.procs(), &modex).unwrap(), vec![true, false, false]);
+    assert!(
+        init(&job(2, &nodes, &id), &modex, &mem, settings)
+            .unwrap()
+            .is_empty(),
+        "alone on node 1"
+    );
+    assert_eq!(
+        a.add_procs(&j0.procs(), &modex).unwrap(),
+        vec![false, true, false]
+    );
+    assert_eq!(
+        b.add_procs(&j1.procs(), &modex).unwrap(),
+        vec![true, false, false]
+    );
     (id, a, b, mem)
 }
 
@@ -104,14 +129,24 @@ fn send_receive_in_order_and_clean_up() {
     let mut sink = Sink::default();
     a.progress(&mut sink);
     b.progress(&mut sink);
-    assert!(leftover_files(&prefix).is_empty(), "segments should be unlinked once every peer mapped them");
+    assert!(
+        leftover_files(&prefix).is_empty(),
+        "segments should be unlinked once every peer mapped them"
+    );
     assert!(mem.counter("btl.shm").current() > 0);
 
     let max = a.attributes().max_send_size;
     let sizes = [0usize, 1, 8, 55, 56, 57, 200, 4096, max - 16];
     for (i, &n) in sizes.iter().enumerate() {
         let payload: Vec<u8> = (0..n).map(|k| (k + i) as u8).collect();
-        a.send(1, 0x40 + i as u8, &[i as u8; 16], &payload, SendHint::default()).unwrap();
+        a.send(
+            1,
+            0x40 + i as u8,
+            &[i as u8; 16],
+            &payload,
+            SendHint::default(),
+        )
+        .unwrap();
     }
     let mut sink = Sink::default();
     while sink.frags.len() < sizes.len() {
@@ -120,11 +155,23 @@ fn send_receive_in_order_and_clean_up() {
     for (i, (peer, tag, data)) in sink.frags.iter().enumerate() {
         assert_eq!((*peer, *tag), (0, 0x40 + i as u8));
         assert_eq!(&data[..16], &[i as u8; 16]);
-        assert!(data[16..].iter().enumerate().all(|(k, &v)| v == (k + i) as u8));
+        assert!(data[16..]
+            .iter()
+            .enumerate()
+            .all(|(k, &v)| v == (k + i) as u8));
     }
-    assert_eq!(a.send(1, 1, &[], &vec![0; max + 1], SendHint::default()), Err(SendError::TooLarge { len: max + 1, max }));
-    assert_eq!(a.send(2, 1, &[], &[1], SendHint::default()), Err(SendError::Unreachable(2)));
-    assert_eq!(a.send(0, 1, &[], &[1], SendHint::default()), Err(SendError::Unreachable(0)));
+    assert_eq!(
+        a.send(1, 1, &[], &vec![0; max + 1], SendHint::default()),
+        Err(SendError::TooLarge { len: max + 1, max })
+    );
+    assert_eq!(
+        a.send(2, 1, &[], &[1], SendHint::default()),
+        Err(SendError::Unreachable(2))
+    );
+    assert_eq!(
+        a.send(0, 1, &[], &[1], SendHint::default()),
+        Err(SendError::Unreachable(0))
+    );
     let counters: std::collections::HashMap<_, _> = b.counters().into_iter().collect();
     assert_eq!(counters["frags_recv"], sizes.len() as u64);
     a.finalize();
@@ -135,10 +182,20 @@ fn send_receive_in_order_and_clean_up() {
 
 #[test]
 fn full_ring_would_block_then_recovers() {
-    let (_id, mut a, mut b, _mem) = pair(&[("btl_shm_fifo_size", "8K"), ("btl_shm_max_send_size", "2K"), ("btl_shm_eager_limit", "1K")]);
+    let (_id, mut a, mut b, _mem) = pair(&[
+        ("btl_shm_fifo_size", "8K"),
+        ("btl_shm_max_send_size", "2K"),
+        ("btl_shm_eager_limit", "1K"),
+    ]);
     let mut sent = 0u32;
     loop {
-        match a.send(1, 0x41, &sent.to_le_bytes(), &[7; 1000], SendHint::default()) {
+        match a.send(
+            1,
+            0x41,
+            &sent.to_le_bytes(),
+            &[7; 1000],
+            SendHint::default(),
+        ) {
             Ok(()) => sent += 1,
             Err(SendError::WouldBlock) => break,
             Err(e) => panic!("{e}"),
@@ -148,11 +205,29 @@ fn full_ring_would_block_then_recovers() {
     let mut sink = Sink::default();
     b.progress(&mut sink);
     assert_eq!(sink.frags.len(), sent as usize);
-    a.send(1, 0x41, &sent.to_le_bytes(), &[7; 1000], SendHint::default()).expect("space after the receiver progressed");
+    a.send(
+        1,
+        0x41,
+        &sent.to_le_bytes(),
+        &[7; 1000],
+        SendHint::default(),
+    )
+    .expect("space after the receiver progressed");
     b.progress(&mut sink);
-    let seqs: Vec<u32> = sink.frags.iter().map(|f| u32::from_le_bytes(f.2[..4].try_into().unwrap())).collect();
+    let seqs: Vec<u32> = sink
+        .frags
+        .iter()
+        .map(|f| u32::from_le_bytes(f.2[..4].try_into().unwrap()))
+        .collect();
     assert_eq!(seqs, (0..=sent).collect::<Vec<_>>());
-    assert_eq!(a.counters().iter().find(|c| c.0 == "would_block").unwrap().1, 1);
+    assert_eq!(
+        a.counters()
+            .iter()
+            .find(|c| c.0 == "would_block")
+            .unwrap()
+            .1,
+        1
+    );
 }
 
 #[test]
@@ -161,48 +236,121 @@ fn cma_get_and_put_single_copy() {
     if !a.attributes().flags.contains(BtlFlags::GET) {
         // The kernel forbids CMA here: the flag must be absent and get refused.
         let mut dst = vec![0u8; 8];
-        let seg = RemoteSegment { addr: 0, len: 8, remote_key: vec![] };
-        assert!(matches!(a.get(1, UserBuf::from_mut_slice(&mut dst), &seg, CompletionToken(1)), Err(SendError::Unsupported(_))));
+        let seg = RemoteSegment {
+            addr: 0,
+            len: 8,
+            remote_key: vec![],
+        };
+        assert!(matches!(
+            a.get(
+                1,
+                UserBuf::from_mut_slice(&mut dst),
+                &seg,
+                CompletionToken(1)
+            ),
+            Err(SendError::Unsupported(_))
+        ));
         return;
     }
     let src: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7) as u8).collect();
-    let reg = b.register_mem(UserBuf::from_slice(&src), MemAccess { remote_read: true, remote_write: false }).unwrap();
-    let seg = RemoteSegment { addr: src.as_ptr() as u64, len: src.len(), remote_key: reg.remote_key };
+    let reg = b
+        .register_mem(
+            UserBuf::from_slice(&src),
+            MemAccess {
+                remote_read: true,
+                remote_write: false,
+            },
+        )
+        .unwrap();
+    let seg = RemoteSegment {
+        addr: src.as_ptr() as u64,
+        len: src.len(),
+        remote_key: reg.remote_key,
+    };
     let mut dst = vec![0u8; src.len()];
-    a.get(1, UserBuf::from_mut_slice(&mut dst), &seg, CompletionToken(9)).unwrap();
+    a.get(
+        1,
+        UserBuf::from_mut_slice(&mut dst),
+        &seg,
+        CompletionToken(9),
+    )
+    .unwrap();
     let mut sink = Sink::default();
     a.progress(&mut sink);
     assert_eq!(sink.rdma, vec![(CompletionToken(9), Ok(()))]);
     assert!(dst == src);
 
     let mut target = vec![0u8; 4096];
-    let tseg = RemoteSegment { addr: target.as_mut_ptr() as u64, len: target.len(), remote_key: vec![] };
+    let tseg = RemoteSegment {
+        addr: target.as_mut_ptr() as u64,
+        len: target.len(),
+        remote_key: vec![],
+    };
     let data = vec![0x5au8; 4096];
-    a.put(1, UserBuf::from_slice(&data), &tseg, CompletionToken(10)).unwrap();
+    a.put(1, UserBuf::from_slice(&data), &tseg, CompletionToken(10))
+        .unwrap();
     a.progress(&mut sink);
     assert_eq!(sink.rdma[1], (CompletionToken(10), Ok(())));
     assert!(target.iter().all(|&v| v == 0x5a));
 
     // A bad remote address completes with an error, it does not crash.
-    let bad = RemoteSegment { addr: 8, len: 64, remote_key: vec![] };
+    let bad = RemoteSegment {
+        addr: 8,
+        len: 64,
+        remote_key: vec![],
+    };
     let mut small = vec![0u8; 64];
-    a.get(1, UserBuf::from_mut_slice(&mut small), &bad, CompletionToken(11)).unwrap();
+    a.get(
+        1,
+        UserBuf::from_mut_slice(&mut small),
+        &bad,
+        CompletionToken(11),
+    )
+    .unwrap();
     a.progress(&mut sink);
-    assert!(matches!(sink.rdma[2], (CompletionToken(11), Err(SendError::PeerFailed { .. }))));
+    assert!(matches!(
+        sink.rdma[2],
+        (CompletionToken(11), Err(SendError::PeerFailed { .. }))
+    ));
     // A key naming another process is refused.
-    let foreign = RemoteSegment { addr: src.as_ptr() as u64, len: 64, remote_key: vec![1, 0, 0, 0, 0, 0, 0, 0] };
-    assert!(matches!(a.get(1, UserBuf::from_mut_slice(&mut small), &foreign, CompletionToken(12)), Err(SendError::PeerFailed { .. })));
-    assert_eq!(a.counters().iter().find(|c| c.0 == "cma_gets").unwrap().1, 1);
+    let foreign = RemoteSegment {
+        addr: src.as_ptr() as u64,
+        len: 64,
+        remote_key: vec![1, 0, 0, 0, 0, 0, 0, 0],
+    };
+    assert!(matches!(
+        a.get(
+            1,
+            UserBuf::from_mut_slice(&mut small),
+            &foreign,
+            CompletionToken(12)
+        ),
+        Err(SendError::PeerFailed { .. })
+    ));
+    assert_eq!(
+        a.counters().iter().find(|c| c.0 == "cma_gets").unwrap().1,
+        1
+    );
 }
 
 #[test]
 fn single_copy_off_means_no_get() {
     let (_id, mut a, _b, _mem) = pair(&[("btl_shm_single_copy", "off")]);
-    assert!(!a.attributes().flags.intersects(BtlFlags::GET | BtlFlags::PUT));
+    assert!(!a
+        .attributes()
+        .flags
+        .intersects(BtlFlags::GET | BtlFlags::PUT));
     let mut dst = vec![0u8; 8];
-    let seg = RemoteSegment { addr: dst.as_ptr() as u64, len: 8, remote_key: vec![] };
+    let seg = RemoteSegment {
+        addr: dst.as_ptr() as u64,
+        len: 8,
+        remote_key: vec![],
+    };
     let dst2 = UserBuf::from_mut_slice(&mut dst);
-    assert!(matches!(a.get(1, dst2, &seg, CompletionToken(1)), Err(SendError::Unsupported(_))));
+    assert!(matches!(
+        a.get(1, dst2, &seg, CompletionToken(1)),
+        Err(SendError::Unsupported(_))
+    ));
 }
 
 #[test]
@@ -213,9 +361,16 @@ fn bad_cards_are_errors_not_panics() {
     let good_modex = LocalModex::new();
     let j0 = job(0, &nodes, &id);
     let _b = init(&job(1, &nodes, &id), &good_modex, &mem, &[]).unwrap();
-    let good = rmca_framework::btl::ModexRead::get(&good_modex, 1, MODEX_KEY).unwrap().unwrap();
-    let repr = CardRepr::parse(&crate::card::Card::new_checked(&good[..]).unwrap(), "rmca-").unwrap();
-    let mut variants: Vec<Vec<u8>> = vec![vec![], good[..20].to_vec(), b"garbage garbage garbage garbage garbage garbage!!".to_vec()];
+    let good = rmca_framework::btl::ModexRead::get(&good_modex, 1, MODEX_KEY)
+        .unwrap()
+        .unwrap();
+    let repr =
+        CardRepr::parse(&crate::card::Card::new_checked(&good[..]).unwrap(), "rmca-").unwrap();
+    let mut variants: Vec<Vec<u8>> = vec![
+        vec![],
+        good[..20].to_vec(),
+        b"garbage garbage garbage garbage garbage garbage!!".to_vec(),
+    ];
     for f in [
         |r: &mut CardRepr| r.name = "rmca-otherjob-shm-1".into(),
         |r: &mut CardRepr| r.rank = 0,
@@ -228,15 +383,26 @@ fn bad_cards_are_errors_not_panics() {
         f(&mut r);
         variants.push(r.emit());
     }
-    let mut a = init(&j0, &LocalModex::new(), &mem, &[]).unwrap().pop().unwrap();
+    let mut a = init(&j0, &LocalModex::new(), &mem, &[])
+        .unwrap()
+        .pop()
+        .unwrap();
     for (i, bytes) in variants.into_iter().enumerate() {
         let modex = LocalModex::new();
         modex.writer(1).put(MODEX_KEY, &bytes).unwrap();
-        let err = a.add_procs(&j0.procs(), &modex).expect_err(&format!("variant {i} accepted"));
-        assert!(matches!(err, BtlError::BadCard { rank: 1, .. }), "variant {i}: {err}");
+        let err = a
+            .add_procs(&j0.procs(), &modex)
+            .expect_err(&format!("variant {i} accepted"));
+        assert!(
+            matches!(err, BtlError::BadCard { rank: 1, .. }),
+            "variant {i}: {err}"
+        );
     }
     // A peer without a card is simply unreachable.
-    assert_eq!(a.add_procs(&j0.procs(), &LocalModex::new()).unwrap(), vec![false, false]);
+    assert_eq!(
+        a.add_procs(&j0.procs(), &LocalModex::new()).unwrap(),
+        vec![false, false]
+    );
 }
 
 #[test]
@@ -245,7 +411,13 @@ fn bad_parameters_name_the_culprit() {
     let mem = MemoryAccounting::new();
     for (settings, needle) in [
         (vec![("btl_shm_fifo_size", "12K")], "btl_shm_fifo_size"),
-        (vec![("btl_shm_fifo_size", "8K"), ("btl_shm_max_send_size", "32K")], "btl_shm_max_send_size"),
+        (
+            vec![
+                ("btl_shm_fifo_size", "8K"),
+                ("btl_shm_max_send_size", "32K"),
+            ],
+            "btl_shm_max_send_size",
+        ),
         (vec![("btl_shm_eager_limit", "64K")], "btl_shm_eager_limit"),
     ] {
         let Err(err) = init(&job(0, &[0, 0], &id), &LocalModex::new(), &mem, &settings) else {
@@ -260,7 +432,8 @@ fn bad_parameters_name_the_culprit() {
 fn corrupt_ring_reports_peer_failure() {
     let (_id, mut a, mut b, _mem) = pair(&[]);
     a.send(1, 0x40, b"first", &[], SendHint::default()).unwrap();
-    a.send(1, 0x40, b"second", &[], SendHint::default()).unwrap();
+    a.send(1, 0x40, b"second", &[], SendHint::default())
+        .unwrap();
     let mut sink = Sink::default();
     // Damage the second record (line 1 of b's only ring) as a misbehaving peer could.
     b.scribble_inbox_for_test(0, 64, &[0xff; 8]);
@@ -271,5 +444,12 @@ fn corrupt_ring_reports_peer_failure() {
     a.send(1, 0x40, b"third", &[], SendHint::default()).unwrap();
     b.progress(&mut sink);
     assert_eq!(sink.frags.len(), 1, "an abandoned ring is not read again");
-    assert_eq!(b.counters().iter().find(|c| c.0 == "corrupt_rings").unwrap().1, 1);
+    assert_eq!(
+        b.counters()
+            .iter()
+            .find(|c| c.0 == "corrupt_rings")
+            .unwrap()
+            .1,
+        1
+    );
 }

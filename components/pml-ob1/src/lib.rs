@@ -1,1 +1,131 @@
 //! pml-ob1: the default PML: MPI matching and ordering, eager and rendezvous protocols.
+//!
+//! Open MPI's ob1, rebuilt over rmca's BML:
+//! - matching per communicator with per-sender ordering, posted and unexpected queues and
+//!   wildcards, through the framework's shared engine ([`rmca_framework::matching`]);
+//! - messages up to the eager BTL's eager limit travel in one MATCH fragment;
+//! - larger ones send a rendezvous: RGET (the receiver reads the sender's registered buffer
+//!   with BTL GETs, split over the RDMA routes, then sends FIN) when a GET-capable route
+//!   exists, else RNDV with the first bytes, then an ACK from the receiver and a pipeline of
+//!   FRAG copies over the send routes, split by bandwidth weight;
+//! - seed 002's scheduling policies (`pml_ob1_scheduling`) decide which routes a message uses;
+//! - back-pressure (`WouldBlock`) queues work inside the PML, never drops it; a peer with no
+//!   route left fails its requests with [`rmca_framework::pml::StatusError::PeerFailed`].
+//!
+//! Wire headers are in [`hdr`]; the engine in [`engine`].
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod engine;
+pub mod hdr;
+pub mod sched;
+
+use rmca_framework::bml::Bml;
+use rmca_framework::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+use rmca_framework::pml::{Pml, PmlComponent, PmlError};
+
+pub use engine::Ob1;
+pub use sched::Scheduling;
+
+/// Tunables of an [`Ob1`] instance (the `pml_ob1_*` parameters).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ob1Config {
+    /// Multi-rail scheduling policy.
+    pub scheduling: Scheduling,
+    /// Messages up to this length are never striped.
+    pub stripe_threshold: usize,
+    /// FRAGs one request pushes per progress pass.
+    pub send_pipeline_depth: usize,
+    /// Gets one receive keeps outstanding.
+    pub recv_pipeline_depth: usize,
+    /// Most BTLs one message is striped over (and RGET registrations).
+    pub max_rdma_per_request: usize,
+    /// Offer RGET (receiver-driven reads) when a GET-capable route exists.
+    pub use_rget: bool,
+}
+
+impl Default for Ob1Config {
+    fn default() -> Self {
+        Self {
+            scheduling: Scheduling::Striping,
+            stripe_threshold: 16 * 1024,
+            send_pipeline_depth: 3,
+            recv_pipeline_depth: 4,
+            max_rdma_per_request: 4,
+            use_rget: true,
+        }
+    }
+}
+
+impl Ob1Config {
+    /// Read the `pml_ob1_*` parameters.
+    pub fn from_params(params: &ParamStore) -> Result<Self, PmlError> {
+        let e = |x: rmca_framework::params::ParamError| PmlError::Init(x.to_string());
+        let int = |n: &str| -> Result<usize, PmlError> {
+            let v = params.get_int(n).map_err(e)?;
+            usize::try_from(v).map_err(|_| PmlError::Init(format!("{n}={v} must be positive")))
+        };
+        Ok(Self {
+            scheduling: params.get_str("pml_ob1_scheduling").map_err(e)?.parse().map_err(PmlError::Init)?,
+            stripe_threshold: usize::try_from(params.get_size("pml_ob1_stripe_threshold").map_err(e)?).unwrap_or(usize::MAX),
+            send_pipeline_depth: int("pml_ob1_send_pipeline_depth")?.max(1),
+            recv_pipeline_depth: int("pml_ob1_recv_pipeline_depth")?.max(1),
+            max_rdma_per_request: int("pml_ob1_max_rdma_per_request")?.max(1),
+            use_rget: params.get_bool("pml_ob1_use_rget").map_err(e)?,
+        })
+    }
+}
+
+/// The ob1 component.
+#[derive(Debug, Default)]
+pub struct Ob1Component;
+
+/// The component instance registered with the framework.
+pub static OB1: Ob1Component = Ob1Component;
+
+inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&OB1)) }
+
+/// Default selection priority (above dr's, so ob1 is the default PML).
+pub const DEFAULT_PRIORITY: i64 = 20;
+
+impl Component for Ob1Component {
+    fn meta(&self) -> ComponentMeta {
+        ComponentMeta {
+            name: "ob1",
+            version: env!("CARGO_PKG_VERSION"),
+            description: "MPI matching, eager and rendezvous (RGET / copy pipeline) over several BTLs",
+        }
+    }
+
+    fn register_params(&self, params: &mut ParamRegistrar<'_>) {
+        let d = Ob1Config::default();
+        params.add(Param::int("priority", DEFAULT_PRIORITY).range(0, 100).help("Selection priority of pml ob1 (highest allowed PML wins).").level(Level::Tuning));
+        params.add(
+            Param::enumeration("scheduling", d.scheduling.name(), &Scheduling::NAMES)
+                .help("How messages use several BTLs to one peer (seed 002): binding = always the best BTL; round_robin = whole messages rotate over the BTLs; striping = messages above pml_ob1_stripe_threshold are split over the BTLs by bandwidth; epc = striping for blocking and collective traffic, round robin for non-blocking traffic.")
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::size("stripe_threshold", d.stripe_threshold as u64)
+                .help("Messages up to this many bytes are never striped over several BTLs.")
+                .level(Level::Tuning),
+        );
+        params.add(Param::int("send_pipeline_depth", d.send_pipeline_depth as i64).range(1, 1 << 20).help("FRAG fragments one rendezvous send pushes per progress pass (copy pipeline).").level(Level::Tuning));
+        params.add(Param::int("recv_pipeline_depth", d.recv_pipeline_depth as i64).range(1, 1 << 20).help("RDMA gets one receive keeps outstanding.").level(Level::Tuning));
+        params.add(Param::int("max_rdma_per_request", d.max_rdma_per_request as i64).range(1, 255).help("Most BTLs a single message is striped over.").level(Level::Tuning));
+        params.add(Param::bool("use_rget", d.use_rget).help("Use receiver-driven RDMA reads (RGET) for large messages when a BTL offers GET; otherwise the copy pipeline.").level(Level::Tuning));
+    }
+}
+
+impl PmlComponent for Ob1Component {
+    fn priority(&self, params: &ParamStore) -> i32 {
+        params.get_int("pml_ob1_priority").map(|p| p as i32).unwrap_or(DEFAULT_PRIORITY as i32)
+    }
+
+    fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError> {
+        let cfg = Ob1Config::from_params(ctx.params)?;
+        tracing::debug!(?cfg, "pml ob1 init");
+        Ok(Box::new(Ob1::new(bml, cfg)))
+    }
+}

@@ -125,11 +125,7 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
             "--mca" => {
                 let name = value(&mut i, a)?;
                 let val = value(&mut i, a)?;
-                if name.is_empty()
-                    || !name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_')
-                {
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(CliError::BadValue {
                         opt: "--mca".into(),
                         value: name,
@@ -257,9 +253,18 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         assert_eq!(parse(&a("-n")), Err(CliError::MissingValue("-n".into())));
-        assert!(matches!(parse(&a("-n 0 p")), Err(CliError::BadValue { .. })));
-        assert!(matches!(parse(&a("--mca a-b 1 p")), Err(CliError::BadValue { .. })));
-        assert_eq!(parse(&a("--bogus p")), Err(CliError::Unknown("--bogus".into())));
+        assert!(matches!(
+            parse(&a("-n 0 p")),
+            Err(CliError::BadValue { .. })
+        ));
+        assert!(matches!(
+            parse(&a("--mca a-b 1 p")),
+            Err(CliError::BadValue { .. })
+        ));
+        assert_eq!(
+            parse(&a("--bogus p")),
+            Err(CliError::Unknown("--bogus".into()))
+        );
         assert_eq!(parse(&a("-n 2")), Err(CliError::NoProgram));
         assert!(matches!(
             parse(&a("--launch-agent ssh p")),

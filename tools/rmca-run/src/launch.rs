@@ -251,11 +251,7 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        sys::configure_child(
-            &mut cmd,
-            me,
-            child_end.as_ref().map(|s| s.as_raw_fd()),
-        );
+        sys::configure_child(&mut cmd, me, child_end.as_ref().map(|s| s.as_raw_fd()));
         match cmd.spawn() {
             Ok(mut c) => {
                 pids.push(c.id());
@@ -343,10 +339,8 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             }
             Some(Ev::PmiData(conn, data)) => server.handle_input(conn, &data),
             Some(Ev::PmiEof(conn)) => {
-                if let Some((rank, _fin)) = server.disconnect(conn) {
-                    if let Some(r) = rank {
-                        mon.handle_pmi_closed(r, now);
-                    }
+                if let Some((Some(r), _finalized)) = server.disconnect(conn) {
+                    mon.handle_pmi_closed(r, now);
                 }
                 writers.remove(&conn);
             }

@@ -111,8 +111,9 @@ impl JobMonitor {
             return;
         }
         self.status = Some(status);
-        self.actions
-            .push_back(Action::Message(format!("rmca-run: {msg}; terminating the job")));
+        self.actions.push_back(Action::Message(format!(
+            "rmca-run: {msg}; terminating the job"
+        )));
         self.phase = Phase::Terminating {
             since: now,
             killed: false,
@@ -357,7 +358,12 @@ mod tests {
     #[test]
     fn first_failure_wins_and_timeout_reports_running_ranks() {
         let t0 = Instant::now();
-        let mut m = JobMonitor::new(&[1, 2, 3], Some(Duration::from_secs(5)), Duration::from_secs(1), t0);
+        let mut m = JobMonitor::new(
+            &[1, 2, 3],
+            Some(Duration::from_secs(5)),
+            Duration::from_secs(1),
+            t0,
+        );
         m.handle_exit(0, Exit::Code(0), t0);
         m.handle_timeout(t0 + Duration::from_secs(5));
         let a = drain(&mut m);
@@ -373,7 +379,9 @@ mod tests {
         let mut m = JobMonitor::new(&[1, 2], None, Duration::from_secs(1), t0);
         m.handle_abort(Some(1), 5, "probe abort", t0);
         let a = drain(&mut m);
-        assert!(matches!(&a[0], Action::Message(s) if s.contains("rank 1 called abort with exit code 5: probe abort")));
+        assert!(
+            matches!(&a[0], Action::Message(s) if s.contains("rank 1 called abort with exit code 5: probe abort"))
+        );
         assert_eq!(m.exit_status(), 5);
     }
 

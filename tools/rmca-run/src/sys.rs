@@ -17,7 +17,14 @@ pub fn configure_child(cmd: &mut Command, launcher_pid: u32, keep_fd: Option<Raw
     // async-signal-safe functions (prctl, getppid, fcntl, _exit); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             // The launcher may have died between fork and prctl: then nobody would kill us.

@@ -147,19 +147,35 @@ fn chunked_cards_over_tcp_pmi_with_two_nodes() {
     );
     assert_eq!(job.status, 0, "stderr:\n{}", job.stderr);
     assert_eq!(count(&job.stdout, "cards ok"), 4);
-    assert!(job.stdout.contains("rank 1 of 4: cards ok, node 0 local [0,1]"));
-    assert!(job.stdout.contains("rank 3 of 4: cards ok, node 1 local [2,3]"));
+    assert!(job
+        .stdout
+        .contains("rank 1 of 4: cards ok, node 0 local [0,1]"));
+    assert!(job
+        .stdout
+        .contains("rank 3 of 4: cards ok, node 1 local [2,3]"));
     assert_no_leftovers(&m, &job);
 }
 
 #[test]
 fn stdout_and_stderr_are_forwarded_with_and_without_tags() {
     let m = marker("out");
-    let job = rmca_run(&["-n", "2", "--tag-output"], &["--marker", &m, "--mode", "print"]);
+    let job = rmca_run(
+        &["-n", "2", "--tag-output"],
+        &["--marker", &m, "--mode", "print"],
+    );
     assert_eq!(job.status, 0, "{}", job.stderr);
-    assert!(job.stdout.lines().any(|l| l == "[0] stdout line from rank 0"));
-    assert!(job.stdout.lines().any(|l| l == "[1] stdout line from rank 1"));
-    assert!(job.stderr.lines().any(|l| l == "[1] stderr line from rank 1"));
+    assert!(job
+        .stdout
+        .lines()
+        .any(|l| l == "[0] stdout line from rank 0"));
+    assert!(job
+        .stdout
+        .lines()
+        .any(|l| l == "[1] stdout line from rank 1"));
+    assert!(job
+        .stderr
+        .lines()
+        .any(|l| l == "[1] stderr line from rank 1"));
     assert!(!job.stdout.contains("stderr line"));
     let job = rmca_run(&["-n", "2"], &["--marker", &m, "--mode", "print"]);
     assert!(job.stdout.lines().any(|l| l == "stdout line from rank 1"));
@@ -185,11 +201,27 @@ fn exit_code_of_failing_rank_is_propagated() {
     let m = marker("exit");
     let job = rmca_run(
         &["-n", "3"],
-        &["--marker", &m, "--mode", "exit", "--who", "1", "--code", "7", "--spawn-child"],
+        &[
+            "--marker",
+            &m,
+            "--mode",
+            "exit",
+            "--who",
+            "1",
+            "--code",
+            "7",
+            "--spawn-child",
+        ],
     );
     assert_eq!(job.status, 7, "{}", job.stderr);
-    assert!(job.stderr.contains("rmca-run: rank 1 (pid "), "{}", job.stderr);
-    assert!(job.stderr.contains("exited with status 7; terminating the job"));
+    assert!(
+        job.stderr.contains("rmca-run: rank 1 (pid "),
+        "{}",
+        job.stderr
+    );
+    assert!(job
+        .stderr
+        .contains("exited with status 7; terminating the job"));
     assert_no_leftovers(&m, &job);
 }
 
@@ -198,7 +230,15 @@ fn crashing_rank_tears_the_job_down() {
     let m = marker("crash");
     let job = rmca_run(
         &["-n", "4"],
-        &["--marker", &m, "--mode", "crash", "--who", "2", "--spawn-child"],
+        &[
+            "--marker",
+            &m,
+            "--mode",
+            "crash",
+            "--who",
+            "2",
+            "--spawn-child",
+        ],
     );
     assert_eq!(job.status, 128 + 11, "{}", job.stderr);
     assert!(
@@ -217,12 +257,22 @@ fn aborting_rank_tears_the_job_down() {
     let m = marker("abort");
     let job = rmca_run(
         &["-n", "3"],
-        &["--marker", &m, "--mode", "abort", "--who", "1", "--code", "5", "--spawn-child"],
+        &[
+            "--marker",
+            &m,
+            "--mode",
+            "abort",
+            "--who",
+            "1",
+            "--code",
+            "5",
+            "--spawn-child",
+        ],
     );
     assert_eq!(job.status, 5, "{}", job.stderr);
-    assert!(job
-        .stderr
-        .contains("rmca-run: rank 1 called abort with exit code 5: probe abort; terminating the job"));
+    assert!(job.stderr.contains(
+        "rmca-run: rank 1 called abort with exit code 5: probe abort; terminating the job"
+    ));
     assert_no_leftovers(&m, &job);
 }
 
@@ -231,10 +281,19 @@ fn timed_out_job_is_killed_even_if_it_ignores_sigterm() {
     let m = marker("tmo");
     let job = rmca_run(
         &["-n", "2", "--timeout", "2", "--term-grace", "1"],
-        &["--marker", &m, "--mode", "sleep", "--ignore-term", "--spawn-child"],
+        &[
+            "--marker",
+            &m,
+            "--mode",
+            "sleep",
+            "--ignore-term",
+            "--spawn-child",
+        ],
     );
     assert_eq!(job.status, 124, "{}", job.stderr);
-    assert!(job.stderr.contains("job exceeded --timeout 2 s (ranks still running: 0,1)"));
+    assert!(job
+        .stderr
+        .contains("job exceeded --timeout 2 s (ranks still running: 0,1)"));
     assert_no_leftovers(&m, &job);
 }
 
@@ -332,7 +391,8 @@ fn wait_for_lines(c: &mut Child, pat: &str, n: usize) {
             }
         }
     });
-    rx.recv_timeout(WATCHDOG).expect("ranks never reported ready");
+    rx.recv_timeout(WATCHDOG)
+        .expect("ranks never reported ready");
 }
 
 fn which(p: &str) -> Option<String> {
@@ -354,7 +414,15 @@ fn same_probe_runs_under_mpich_hydra_pmi1_and_pmi2() {
         let m = marker("hydra");
         let job = run_cmd(
             Command::new(&hydra)
-                .args(["-n", &n.to_string(), PROBE, "--marker", &m, "--card-size", "3000"])
+                .args([
+                    "-n",
+                    &n.to_string(),
+                    PROBE,
+                    "--marker",
+                    &m,
+                    "--card-size",
+                    "3000",
+                ])
                 .env("RMCA_PMI", pmi),
         );
         // Hydra does not know our shm naming: remove the probe's files ourselves.
@@ -363,7 +431,11 @@ fn same_probe_runs_under_mpich_hydra_pmi1_and_pmi2() {
         }
         assert_eq!(job.status, 0, "{pmi}: {}\n{}", job.stdout, job.stderr);
         assert_eq!(count(&job.stdout, "cards ok"), n as usize, "{}", job.stdout);
-        let want = if pmi == "pmi1" { "launcher Pmi1" } else { "launcher Pmi2" };
+        let want = if pmi == "pmi1" {
+            "launcher Pmi1"
+        } else {
+            "launcher Pmi2"
+        };
         assert_eq!(count(&job.stdout, want), n as usize);
     }
 }
@@ -392,7 +464,10 @@ fn ip(args: &[&str]) -> bool {
 #[test]
 fn job_spans_two_network_namespaces_through_the_launch_agent() {
     let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false);
     if !root || which("ip").is_none() {
         eprintln!("SKIPPED: needs root and iproute2 to create network namespaces");
@@ -410,11 +485,29 @@ fn job_spans_two_network_namespaces_through_the_launch_agent() {
     let net = 10 + id % 200;
     let (ipa, ipb) = (format!("10.{net}.77.1"), format!("10.{net}.77.2"));
     assert!(ip(&["netns", "add", &b]));
-    assert!(ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]));
+    assert!(ip(&[
+        "link", "add", &va, "type", "veth", "peer", "name", &vb
+    ]));
     assert!(ip(&["link", "set", &va, "netns", &a]));
     assert!(ip(&["link", "set", &vb, "netns", &b]));
-    assert!(ip(&["-n", &a, "addr", "add", &format!("{ipa}/24"), "dev", &va]));
-    assert!(ip(&["-n", &b, "addr", "add", &format!("{ipb}/24"), "dev", &vb]));
+    assert!(ip(&[
+        "-n",
+        &a,
+        "addr",
+        "add",
+        &format!("{ipa}/24"),
+        "dev",
+        &va
+    ]));
+    assert!(ip(&[
+        "-n",
+        &b,
+        "addr",
+        "add",
+        &format!("{ipb}/24"),
+        "dev",
+        &vb
+    ]));
     for (ns, dev) in [(&a, &va), (&b, &vb)] {
         assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
         assert!(ip(&["-n", ns, "link", "set", "lo", "up"]));
@@ -425,11 +518,26 @@ fn job_spans_two_network_namespaces_through_the_launch_agent() {
     let job = run_cmd(
         Command::new("ip")
             .args(["netns", "exec", &a, RUN, "-n", "2", "--hosts", &hosts])
-            .args(["--launch-agent", "ip netns exec {node} {cmd}", "--pmi-addr", &ipa])
+            .args([
+                "--launch-agent",
+                "ip netns exec {node} {cmd}",
+                "--pmi-addr",
+                &ipa,
+            ])
             .args(["--timeout", "60", PROBE, "--marker", &m]),
     );
     assert_eq!(job.status, 0, "{}\n{}", job.stdout, job.stderr);
-    assert!(job.stdout.contains("rank 0 of 2: cards ok, node 0 local [0]"), "{}", job.stdout);
-    assert!(job.stdout.contains("rank 1 of 2: cards ok, node 1 local [1]"), "{}", job.stdout);
+    assert!(
+        job.stdout
+            .contains("rank 0 of 2: cards ok, node 0 local [0]"),
+        "{}",
+        job.stdout
+    );
+    assert!(
+        job.stdout
+            .contains("rank 1 of 2: cards ok, node 1 local [1]"),
+        "{}",
+        job.stdout
+    );
     assert_no_leftovers(&m, &job);
 }

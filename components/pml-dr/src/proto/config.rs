@@ -73,7 +73,9 @@ pub enum ConfigError {
     #[error("no BTL reaches this peer (pml dr needs at least one)")]
     NoPath,
     /// A BTL's max_send_size leaves no room for payload after the DR header.
-    #[error("BTL {btl}: max_send_size {max_send_size} must exceed the {DATA_HEADER_LEN}-byte DR header")]
+    #[error(
+        "BTL {btl}: max_send_size {max_send_size} must exceed the {DATA_HEADER_LEN}-byte DR header"
+    )]
     FragTooSmall {
         /// BTL index.
         btl: usize,
@@ -90,7 +92,11 @@ impl Config {
             value: T,
             valid: &'static str,
         ) -> ConfigError {
-            ConfigError::OutOfRange { name, value: format!("{value:?}"), valid }
+            ConfigError::OutOfRange {
+                name,
+                value: format!("{value:?}"),
+                valid,
+            }
         }
         if self.vfrag_frags == 0 || self.vfrag_frags > MAX_VFRAG_FRAGS {
             return Err(bad("vfrag_frags", self.vfrag_frags, "1..=64"));
@@ -99,16 +105,28 @@ impl Config {
             return Err(bad("rto_min", self.rto_min, "> 0"));
         }
         if self.rto_min <= self.ack_delay {
-            return Err(bad("rto_min", self.rto_min, "greater than pml_dr_ack_delay"));
+            return Err(bad(
+                "rto_min",
+                self.rto_min,
+                "greater than pml_dr_ack_delay",
+            ));
         }
         if self.rto_max < self.rto_min {
             return Err(bad("rto_max", self.rto_max, ">= pml_dr_rto_min"));
         }
         if self.rto_initial < self.rto_min || self.rto_initial > self.rto_max {
-            return Err(bad("rto_initial", self.rto_initial, "pml_dr_rto_min..=pml_dr_rto_max"));
+            return Err(bad(
+                "rto_initial",
+                self.rto_initial,
+                "pml_dr_rto_min..=pml_dr_rto_max",
+            ));
         }
         if self.peer_timeout <= self.rto_max {
-            return Err(bad("peer_timeout", self.peer_timeout, "greater than pml_dr_rto_max"));
+            return Err(bad(
+                "peer_timeout",
+                self.peer_timeout,
+                "greater than pml_dr_rto_max",
+            ));
         }
         if self.btl_retries == 0 || self.btl_retries > 30 {
             return Err(bad("btl_retries", self.btl_retries, "1..=30"));
@@ -118,6 +136,19 @@ impl Config {
         }
         if self.watchdog.is_zero() {
             return Err(bad("watchdog", self.watchdog, "> 0"));
+        }
+        // Keeps every deadline computation (Instant + Duration) far from overflow.
+        const DAY: Duration = Duration::from_secs(86_400);
+        for (name, d) in [
+            ("rto_initial", self.rto_initial),
+            ("rto_max", self.rto_max),
+            ("ack_delay", self.ack_delay),
+            ("peer_timeout", self.peer_timeout),
+            ("watchdog", self.watchdog),
+        ] {
+            if d > DAY {
+                return Err(bad(name, d, "at most one day (86400 s)"));
+            }
         }
         if self.reorder_threshold == 0 {
             return Err(bad("reorder_threshold", self.reorder_threshold, ">= 1"));
@@ -148,10 +179,23 @@ mod tests {
 
     #[test]
     fn errors_name_the_parameter_and_range() {
-        let c = Config { vfrag_frags: 65, ..Config::default() };
+        let c = Config {
+            vfrag_frags: 65,
+            ..Config::default()
+        };
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("pml_dr_vfrag_frags") && e.contains("1..=64"), "{e}");
-        let c = Config { peer_timeout: Duration::from_millis(1), ..Config::default() };
-        assert!(c.validate().unwrap_err().to_string().contains("pml_dr_peer_timeout"));
+        assert!(
+            e.contains("pml_dr_vfrag_frags") && e.contains("1..=64"),
+            "{e}"
+        );
+        let c = Config {
+            peer_timeout: Duration::from_millis(1),
+            ..Config::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("pml_dr_peer_timeout"));
     }
 }

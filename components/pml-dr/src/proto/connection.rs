@@ -185,7 +185,10 @@ impl DataTransmit {
     /// and returns the header to put in front of them.
     pub fn seal(&self, payload: &[u8]) -> Result<[u8; DATA_HEADER_LEN], SealError> {
         if payload.len() != self.len {
-            return Err(SealError::LengthMismatch { got: payload.len(), want: self.len });
+            return Err(SealError::LengthMismatch {
+                got: payload.len(),
+                want: self.len,
+            });
         }
         let mut repr = self.repr;
         if repr.flags & FLAG_PAYLOAD_CSUM != 0 {
@@ -462,13 +465,20 @@ impl Connection {
     /// Counters (with the current srtt of the active path).
     pub fn counters(&self) -> Counters {
         let mut c = self.counters.clone();
-        c.srtt = self.active_path().map(|p| self.paths[p].rtt.srtt()).unwrap_or_default();
+        c.srtt = self
+            .active_path()
+            .map(|p| self.paths[p].rtt.srtt())
+            .unwrap_or_default();
         c
     }
 
     /// Smoothed RTT of the path over BTL `btl`, if it has had a sample.
     pub fn srtt(&self, btl: usize) -> Option<Duration> {
-        self.paths.iter().find(|p| p.btl == btl).filter(|p| p.rtt.has_sample()).map(|p| p.rtt.srtt())
+        self.paths
+            .iter()
+            .find(|p| p.btl == btl)
+            .filter(|p| p.rtt.has_sample())
+            .map(|p| p.rtt.srtt())
     }
 
     /// Why the peer is dead, if it is.
@@ -504,7 +514,14 @@ impl Connection {
         let rndv = len > self.eager_limit;
         self.tx_msgs.insert(
             seq,
-            TxMsg { m, len, rndv, matched: false, next_offset: 0, open_vfrags: 0 },
+            TxMsg {
+                m,
+                len,
+                rndv,
+                matched: false,
+                next_offset: 0,
+                open_vfrags: 0,
+            },
         );
         self.tx_ready.push_back(seq);
         self.update_awaiting(now);
@@ -526,7 +543,10 @@ impl Connection {
             } else {
                 self.counters.acks_sent += 1;
             }
-            return Some(Transmit::Ack { btl: a.btl, bytes: repr.to_bytes() });
+            return Some(Transmit::Ack {
+                btl: a.btl,
+                bytes: repr.to_bytes(),
+            });
         }
         loop {
             if let Some(t) = self.next_queued_frag(now) {
@@ -557,7 +577,10 @@ impl Connection {
     }
 
     fn in_flight_vfrags(&self) -> usize {
-        self.tx_vfrags.values().filter(|v| v.awaiting_match.is_none()).count()
+        self.tx_vfrags
+            .values()
+            .filter(|v| v.awaiting_match.is_none())
+            .count()
     }
 
     /// Cuts the next vfrag from the first ready message, if the window allows.
@@ -565,8 +588,12 @@ impl Connection {
         if self.in_flight_vfrags() >= self.cfg.window {
             return false;
         }
-        let Some(path) = self.active_path() else { return false };
-        let Some(&seq) = self.tx_ready.front() else { return false };
+        let Some(path) = self.active_path() else {
+            return false;
+        };
+        let Some(&seq) = self.tx_ready.front() else {
+            return false;
+        };
         let msg = self.tx_msgs.get_mut(&seq).expect("ready message exists");
         let vfrag_bytes = self.frag_size * self.cfg.vfrag_frags as u64;
         let (kind, len) = if msg.next_offset == 0 {
@@ -576,7 +603,10 @@ impl Connection {
                 (PacketType::Match, msg.len)
             }
         } else {
-            (PacketType::Frag, (msg.len - msg.next_offset).min(vfrag_bytes))
+            (
+                PacketType::Frag,
+                (msg.len - msg.next_offset).min(vfrag_bytes),
+            )
         };
         let offset = msg.next_offset;
         msg.next_offset += len;
@@ -630,7 +660,11 @@ impl Connection {
         self.next_pkt_num += 1;
         let repair = v.lost & (1u64 << i) != 0;
         v.lost &= !(1u64 << i);
-        v.sent[i] = Some(Sent { pkt, at: now, repair });
+        v.sent[i] = Some(Sent {
+            pkt,
+            at: now,
+            repair,
+        });
         let off_in_vfrag = i as u64 * self.frag_size;
         let len = (v.len - off_in_vfrag.min(v.len)).min(self.frag_size) as usize;
         let msg = &self.tx_msgs[&v.seq];
@@ -719,7 +753,12 @@ impl Connection {
         }
     }
 
-    fn handle_data<'a>(&mut self, now: Instant, btl: usize, bytes: &'a [u8]) -> Option<Arrival<'a>> {
+    fn handle_data<'a>(
+        &mut self,
+        now: Instant,
+        btl: usize,
+        bytes: &'a [u8],
+    ) -> Option<Arrival<'a>> {
         let pkt = match DataPacket::new_checked(bytes) {
             Ok(p) => p,
             Err(e) => {
@@ -743,7 +782,14 @@ impl Connection {
             self.counters.duplicates += 1;
             let matched = self.rx_msg_matched(repr.msg_seq);
             let flags = ACK_FLAG_DUP | if matched { ACK_FLAG_MATCHED } else { 0 };
-            self.queue_ack(now, btl, &repr, full_mask(repr.frag_count as usize), flags, false);
+            self.queue_ack(
+                now,
+                btl,
+                &repr,
+                full_mask(repr.frag_count as usize),
+                flags,
+                false,
+            );
             return None;
         }
         if let Some(v) = self.rx_partial.get(&id) {
@@ -791,7 +837,9 @@ impl Connection {
         Some(Arrival {
             seq: repr.msg_seq,
             offset: repr.offset,
-            payload: pkt.into_inner().get(DATA_HEADER_LEN..DATA_HEADER_LEN + repr.payload_len as usize)?,
+            payload: pkt
+                .into_inner()
+                .get(DATA_HEADER_LEN..DATA_HEADER_LEN + repr.payload_len as usize)?,
             msg_len: repr.msg_len,
             m: repr.m,
             kind: repr.kind,
@@ -803,7 +851,10 @@ impl Connection {
     /// registers the message if it is new. False means drop it.
     fn accept_new_vfrag(&mut self, r: &DataRepr) -> bool {
         if self.rx_partial.len() >= self.rx_limit {
-            warn!(limit = self.rx_limit, "too many partial vfrags from peer; dropping");
+            warn!(
+                limit = self.rx_limit,
+                "too many partial vfrags from peer; dropping"
+            );
             return false;
         }
         if let Some(m) = self.rx_msgs.get(&r.msg_seq) {
@@ -818,6 +869,9 @@ impl Connection {
         }
         if r.msg_seq < self.next_announce
             || r.kind == PacketType::Frag
+            // Eager messages are bounded by the job-wide eager limit: this also bounds the
+            // staging memory an unexpected message can make the glue allocate.
+            || (r.kind == PacketType::Match && r.msg_len > self.cfg.eager_limit)
             || self.rx_msgs.len() >= self.rx_limit
         {
             // A finished message cannot have a new vfrag; a FRAG needs a matched RNDV first.
@@ -896,7 +950,11 @@ impl Connection {
             echo_pkt_num: r.pkt_num,
             msg_seq: r.msg_seq,
         };
-        self.push_ack(PendingAck { btl, repr, rx_at: now });
+        self.push_ack(PendingAck {
+            btl,
+            repr,
+            rx_at: now,
+        });
     }
 
     fn push_ack(&mut self, a: PendingAck) {
@@ -923,12 +981,18 @@ impl Connection {
         let PlaceToken { repr, btl } = token;
         let id = repr.vfrag_id;
         let bit = 1u64 << repr.frag_index;
-        let Some(v) = self.rx_partial.get_mut(&id) else { return Err(PlaceError::Stale) };
+        let Some(v) = self.rx_partial.get_mut(&id) else {
+            return Err(PlaceError::Stale);
+        };
         v.placing &= !bit;
         if !repr.payload_intact(placed) {
             self.counters.csum_failures += 1;
             let mask = v.mask;
-            debug!(id, frag = repr.frag_index, "payload checksum mismatch, NACK");
+            debug!(
+                id,
+                frag = repr.frag_index,
+                "payload checksum mismatch, NACK"
+            );
             let matched = self.rx_msg_matched(repr.msg_seq);
             let flags = if matched { ACK_FLAG_MATCHED } else { 0 };
             self.queue_ack(now, btl, &repr, mask, flags, true);
@@ -938,8 +1002,10 @@ impl Connection {
         v.mask |= bit;
         v.last_pkt = repr.pkt_num;
         if repr.kind == PacketType::Rndv {
-            if let Some((_, _, pkt)) =
-                self.rx_msgs.get_mut(&repr.msg_seq).and_then(|m| m.rndv_vfrag.as_mut())
+            if let Some((_, _, pkt)) = self
+                .rx_msgs
+                .get_mut(&repr.msg_seq)
+                .and_then(|m| m.rndv_vfrag.as_mut())
             {
                 *pkt = repr.pkt_num;
             }
@@ -975,7 +1041,9 @@ impl Connection {
     /// The glue matched rendezvous message `seq` to a receive: let the sender stream the rest.
     /// A no-op for eager or unknown messages.
     pub fn matched(&mut self, now: Instant, seq: MsgSeq) {
-        let Some(m) = self.rx_msgs.get_mut(&seq) else { return };
+        let Some(m) = self.rx_msgs.get_mut(&seq) else {
+            return;
+        };
         if !m.rndv || m.matched {
             return;
         }
@@ -986,7 +1054,10 @@ impl Connection {
         };
         // Ack the RNDV vfrag with MATCHED now. If this ack is lost, the sender's probes are
         // re-acked with the flag too (every ack of a matched message carries it).
-        let mask = self.rx_partial.get(&vid).map_or(full_mask(count as usize), |v| v.mask);
+        let mask = self
+            .rx_partial
+            .get(&vid)
+            .map_or(full_mask(count as usize), |v| v.mask);
         let repr = AckRepr {
             nack: false,
             flags: ACK_FLAG_MATCHED,
@@ -997,7 +1068,11 @@ impl Connection {
             echo_pkt_num: pkt,
             msg_seq: seq,
         };
-        self.push_ack(PendingAck { btl, repr, rx_at: now });
+        self.push_ack(PendingAck {
+            btl,
+            repr,
+            rx_at: now,
+        });
         self.update_awaiting(now);
     }
 
@@ -1035,7 +1110,10 @@ impl Connection {
         // duplicate, or it is acked before the repair even left).
         let spurious = v.awaiting_match.is_none()
             && ((ack.flags & ACK_FLAG_DUP != 0
-                && v.sent.iter().flatten().any(|s| s.pkt == ack.echo_pkt_num && s.repair))
+                && v.sent
+                    .iter()
+                    .flatten()
+                    .any(|s| s.pkt == ack.echo_pkt_num && s.repair))
                 || ack.mask & v.lost != 0);
         v.acked |= ack.mask;
         v.queued &= !v.acked;
@@ -1048,7 +1126,8 @@ impl Connection {
             path.largest_acked = Some(ack.echo_pkt_num);
             if let Some(s) = v.sent.iter().flatten().find(|s| s.pkt == ack.echo_pkt_num) {
                 let sample = now.saturating_duration_since(s.at);
-                path.rtt.update(sample, Duration::from_micros(ack.ack_delay_us as u64));
+                path.rtt
+                    .update(sample, Duration::from_micros(ack.ack_delay_us as u64));
             }
         }
         if spurious {
@@ -1064,7 +1143,11 @@ impl Connection {
         if ack.nack {
             // The header of the corrupted transmission was intact, so the echo names exactly
             // the fragment that must be resent (if it is still the latest transmission).
-            if let Some(i) = v.sent.iter().position(|s| s.is_some_and(|s| s.pkt == ack.echo_pkt_num)) {
+            if let Some(i) = v
+                .sent
+                .iter()
+                .position(|s| s.is_some_and(|s| s.pkt == ack.echo_pkt_num))
+            {
                 let b = 1u64 << i;
                 if v.acked & b == 0 && v.queued & b == 0 {
                     v.queued |= b;
@@ -1124,7 +1207,9 @@ impl Connection {
     fn detect_lost(&mut self, now: Instant, p: usize) {
         let path = &mut self.paths[p];
         path.loss_time = None;
-        let Some(largest) = path.largest_acked else { return };
+        let Some(largest) = path.largest_acked else {
+            return;
+        };
         let rtt = path.rtt.srtt().max(path.rtt.latest());
         let loss_delay = (rtt * path.loss_eighths / 8).max(GRANULARITY);
         let threshold = path.reorder_threshold;
@@ -1154,7 +1239,10 @@ impl Connection {
     // ------------------------------------------------------------------ timers
 
     fn rto(&self, p: usize) -> Duration {
-        self.paths[p].rtt.rto(GRANULARITY, self.cfg.rto_min, self.cfg.rto_max) + self.cfg.ack_delay
+        self.paths[p]
+            .rtt
+            .rto(GRANULARITY, self.cfg.rto_min, self.cfg.rto_max)
+            + self.cfg.ack_delay
     }
 
     fn pto_deadline(&self, p: usize) -> Option<Instant> {
@@ -1163,10 +1251,17 @@ impl Connection {
             return None;
         }
         let last = path.last_ack_eliciting?;
-        if !self.tx_vfrags.values().any(|v| v.path == p && v.ack_eliciting_in_flight()) {
+        if !self
+            .tx_vfrags
+            .values()
+            .any(|v| v.path == p && v.ack_eliciting_in_flight())
+        {
             return None;
         }
-        let backoff = self.rto(p) * (1u32 << path.pto_count.min(MAX_BACKOFF_SHIFT));
+        let backoff = self
+            .rto(p)
+            .checked_mul(1u32 << path.pto_count.min(MAX_BACKOFF_SHIFT))
+            .unwrap_or(self.cfg.rto_max);
         Some(last + backoff.min(self.cfg.rto_max))
     }
 
@@ -1263,7 +1358,11 @@ impl Connection {
             }
         }
         for (id, btl, count, mask, pkt, rx_at, seq) in due {
-            let flags = if self.rx_msg_matched(seq) { ACK_FLAG_MATCHED } else { 0 };
+            let flags = if self.rx_msg_matched(seq) {
+                ACK_FLAG_MATCHED
+            } else {
+                0
+            };
             let repr = AckRepr {
                 nack: false,
                 flags,
@@ -1284,7 +1383,11 @@ impl Connection {
         self.counters.timeouts += 1;
         let path = &mut self.paths[p];
         path.pto_count += 1;
-        debug!(btl = path.btl, count = path.pto_count, "retransmission timeout");
+        debug!(
+            btl = path.btl,
+            count = path.pto_count,
+            "retransmission timeout"
+        );
         if path.pto_count >= self.cfg.btl_retries {
             self.fail_path(now, p, BtlFailReason::AckTimeout);
             return;
@@ -1370,9 +1473,12 @@ impl Connection {
     /// Are we waiting for the peer to say something? (Unacked data, a receive in progress, an
     /// announced gap.) An unmatched rendezvous at our side waits for us, not for the peer.
     fn awaiting_peer(&self) -> bool {
-        !self.tx_vfrags.is_empty()
+        !self.tx_msgs.is_empty()
             || !self.rx_partial.is_empty()
-            || self.rx_msgs.values().any(|m| !m.announced || (m.rndv && m.matched))
+            || self
+                .rx_msgs
+                .values()
+                .any(|m| !m.announced || (m.rndv && m.matched))
     }
 
     fn update_awaiting(&mut self, now: Instant) {

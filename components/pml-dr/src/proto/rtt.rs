@@ -16,14 +16,24 @@ pub struct RttEstimator {
 impl RttEstimator {
     /// A fresh estimator that reports `initial` until the first sample.
     pub fn new(initial: Duration) -> Self {
-        Self { srtt: None, rttvar: initial / 2, latest: initial, min: Duration::MAX, initial }
+        Self {
+            srtt: None,
+            rttvar: initial / 2,
+            latest: initial,
+            min: Duration::MAX,
+            initial,
+        }
     }
 
     /// Feeds one unambiguous sample. `ack_delay` (reported by the receiver) is subtracted when
     /// that does not take the sample below the minimum RTT seen, as in RFC 9002.
     pub fn update(&mut self, sample: Duration, ack_delay: Duration) {
         self.min = self.min.min(sample);
-        let adjusted = if sample >= self.min + ack_delay { sample - ack_delay } else { sample };
+        let adjusted = if sample >= self.min + ack_delay {
+            sample - ack_delay
+        } else {
+            sample
+        };
         self.latest = adjusted;
         match self.srtt {
             None => {

@@ -342,7 +342,11 @@ impl DataRepr {
             payload_len: p.payload_len(),
             vfrag_id: p.vfrag_id(),
             pkt_num: p.pkt_num(),
-            m: MatchFields { ctx: p.ctx(), src: p.src(), tag: p.tag() },
+            m: MatchFields {
+                ctx: p.ctx(),
+                src: p.src(),
+                tag: p.tag(),
+            },
             msg_seq: p.msg_seq(),
             msg_len: p.msg_len(),
             offset: p.offset(),
@@ -529,7 +533,11 @@ impl AckRepr {
         let b = &mut buf[..ACK_LEN];
         b[0..2].copy_from_slice(&MAGIC.to_be_bytes());
         b[2] = VERSION;
-        b[3] = if self.nack { PacketType::Nack } else { PacketType::Ack } as u8;
+        b[3] = if self.nack {
+            PacketType::Nack
+        } else {
+            PacketType::Ack
+        } as u8;
         b[ack_field::FLAGS] = self.flags;
         b[ack_field::FRAG_COUNT] = self.frag_count;
         b[ack_field::RESERVED..ack_field::RESERVED + 2].copy_from_slice(&[0, 0]);
@@ -586,7 +594,11 @@ mod tests {
 
     fn data_strategy() -> impl Strategy<Value = (DataRepr, Vec<u8>)> {
         (
-            prop_oneof![Just(PacketType::Match), Just(PacketType::Rndv), Just(PacketType::Frag)],
+            prop_oneof![
+                Just(PacketType::Match),
+                Just(PacketType::Rndv),
+                Just(PacketType::Frag)
+            ],
             0u8..8,
             1u8..=64,
             any::<(u64, u64, u64, u32, u32, i32)>(),
@@ -594,28 +606,30 @@ mod tests {
             any::<u64>(),
             any::<bool>(),
         )
-            .prop_flat_map(|(kind, flags, count, (vid, pkt, seq, ctx, src, tag), payload, off, cs)| {
-                (0..count).prop_map(move |idx| {
-                    let flags = (flags & DATA_FLAGS & !FLAG_PAYLOAD_CSUM)
-                        | if cs { FLAG_PAYLOAD_CSUM } else { 0 };
-                    let offset = off % (1 << 40);
-                    let repr = DataRepr {
-                        kind,
-                        flags,
-                        frag_index: idx,
-                        frag_count: count,
-                        payload_crc: if cs { crc32c::crc32c(&payload) } else { 0 },
-                        payload_len: payload.len() as u32,
-                        vfrag_id: vid,
-                        pkt_num: pkt,
-                        m: MatchFields { ctx, src, tag },
-                        msg_seq: seq,
-                        msg_len: offset + payload.len() as u64 + (vid % 7),
-                        offset,
-                    };
-                    (repr, payload.clone())
-                })
-            })
+            .prop_flat_map(
+                |(kind, flags, count, (vid, pkt, seq, ctx, src, tag), payload, off, cs)| {
+                    (0..count).prop_map(move |idx| {
+                        let flags = (flags & DATA_FLAGS & !FLAG_PAYLOAD_CSUM)
+                            | if cs { FLAG_PAYLOAD_CSUM } else { 0 };
+                        let offset = off % (1 << 40);
+                        let repr = DataRepr {
+                            kind,
+                            flags,
+                            frag_index: idx,
+                            frag_count: count,
+                            payload_crc: if cs { crc32c::crc32c(&payload) } else { 0 },
+                            payload_len: payload.len() as u32,
+                            vfrag_id: vid,
+                            pkt_num: pkt,
+                            m: MatchFields { ctx, src, tag },
+                            msg_seq: seq,
+                            msg_len: offset + payload.len() as u64 + (vid % 7),
+                            offset,
+                        };
+                        (repr, payload.clone())
+                    })
+                },
+            )
     }
 
     proptest! {
@@ -680,7 +694,10 @@ mod tests {
         assert_eq!(parse(b"GET / HTTP/1.1"), Err(WireError::BadMagic(0x4745)));
         assert_eq!(parse(&[0x44, 0x52, 9, 1]), Err(WireError::BadVersion(9)));
         assert_eq!(parse(&[0x44, 0x52, VERSION, 1]), Err(WireError::Truncated));
-        assert_eq!(parse(&[0x44, 0x52, VERSION, 77]), Err(WireError::BadType(77)));
+        assert_eq!(
+            parse(&[0x44, 0x52, VERSION, 77]),
+            Err(WireError::BadType(77))
+        );
         let ack = AckRepr {
             nack: false,
             flags: 0,

@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
 use rmca_pml_dr::proto::{
-    BtlFailReason, Config, Connection, Counters, DeathReason, Event, MatchFields, PathConfig, Transmit,
+    BtlFailReason, Config, Connection, Counters, DeathReason, Event, MatchFields, PathConfig,
+    Transmit,
 };
 
 /// splitmix64: small, seedable, good enough for fault injection.
@@ -118,13 +119,16 @@ pub struct Node {
     pub sent_lens: Vec<u64>,
 }
 
+/// A packet on the wire: (deliver at, tie-break order, to node, btl, bytes).
+type InFlight = (Instant, u64, usize, usize, Vec<u8>);
+
 pub struct Sim {
     pub base: Instant,
     pub now: Instant,
     pub nodes: Vec<Node>,
     pub faults: Vec<Faults>,
     /// (deliver at, order, to node, btl, bytes)
-    wire: BinaryHeap<Reverse<(Instant, u64, usize, usize, Vec<u8>)>>,
+    wire: BinaryHeap<Reverse<InFlight>>,
     order: u64,
     /// When each (btl, direction) finishes serializing what it was given.
     link_free: HashMap<(usize, usize), Instant>,
@@ -147,7 +151,11 @@ impl Sim {
         let paths: Vec<PathConfig> = max_send
             .iter()
             .enumerate()
-            .map(|(btl, &m)| PathConfig { btl, max_send_size: m, need_csum: true })
+            .map(|(btl, &m)| PathConfig {
+                btl,
+                max_send_size: m,
+                need_csum: true,
+            })
             .collect();
         let nodes = (0..2)
             .map(|id| Node {
@@ -192,22 +200,38 @@ impl Sim {
     pub fn send(&mut self, n: usize, len: u64) -> u64 {
         let node = &mut self.nodes[n];
         let seq_guess = node.sent_lens.len() as u64;
-        let m = MatchFields { ctx: 7, src: n as u32, tag: seq_guess as i32 };
-        let seq = node.conn.send_message(self.now, m, len).expect("peer alive");
+        let m = MatchFields {
+            ctx: 7,
+            src: n as u32,
+            tag: seq_guess as i32,
+        };
+        let seq = node
+            .conn
+            .send_message(self.now, m, len)
+            .expect("peer alive");
         assert_eq!(seq, seq_guess, "sequence numbers are dense");
-        node.send_bufs.insert(seq, (0..len).map(|i| pattern(n, seq, i)).collect());
+        node.send_bufs
+            .insert(seq, (0..len).map(|i| pattern(n, seq, i)).collect());
         node.sent_lens.push(len);
         seq
     }
 
     fn blackholed(&self, btl: usize) -> bool {
-        self.faults[btl].blackhole_at.is_some_and(|t| self.elapsed() >= t)
+        self.faults[btl]
+            .blackhole_at
+            .is_some_and(|t| self.elapsed() >= t)
     }
 
     fn put_on_wire(&mut self, to: usize, btl: usize, mut bytes: Vec<u8>) {
         self.injected.packets += 1;
         if self.debug_death {
-            eprintln!("{:?} {}->{} {:?}", self.elapsed(), 1 - to, to, rmca_pml_dr::proto::wire::parse(&bytes));
+            eprintln!(
+                "{:?} {}->{} {:?}",
+                self.elapsed(),
+                1 - to,
+                to,
+                rmca_pml_dr::proto::wire::parse(&bytes)
+            );
         }
         if self.blackholed(btl) {
             self.injected.blackholed += 1;
@@ -215,7 +239,9 @@ impl Sim {
         }
         let f = self.faults[btl].clone();
         if self.rng.chance(f.drop) {
-            if self.debug_death { eprintln!("  dropped"); }
+            if self.debug_death {
+                eprintln!("  dropped");
+            }
             self.injected.dropped += 1;
             return;
         }
@@ -239,7 +265,13 @@ impl Sim {
             let span = (f.max_delay - f.min_delay).as_nanos() as u64;
             let delay = f.min_delay + Duration::from_nanos(self.rng.below(span + 1));
             self.order += 1;
-            self.wire.push(Reverse((sent_at + delay, self.order, to, btl, bytes.clone())));
+            self.wire.push(Reverse((
+                sent_at + delay,
+                self.order,
+                to,
+                btl,
+                bytes.clone(),
+            )));
         }
     }
 
@@ -248,8 +280,14 @@ impl Sim {
     pub fn run(&mut self, max_time: Duration, mut done: impl FnMut(&Sim) -> bool) {
         loop {
             self.steps += 1;
-            assert!(self.steps < 5_000_000, "simulation did not converge (steps)");
-            assert!(self.elapsed() <= max_time, "simulation exceeded {max_time:?} of simulated time");
+            assert!(
+                self.steps < 5_000_000,
+                "simulation did not converge (steps)"
+            );
+            assert!(
+                self.elapsed() <= max_time,
+                "simulation exceeded {max_time:?} of simulated time"
+            );
             let mut progressed = false;
             for n in 0..2 {
                 progressed |= self.service(n);
@@ -271,7 +309,12 @@ impl Sim {
             // Advance time to the next thing that can happen.
             let mut next: Option<Instant> = self.wire.peek().map(|Reverse((t, ..))| *t);
             for node in &self.nodes {
-                for t in node.conn.poll_timeout().into_iter().chain(node.to_match.iter().map(|m| m.0)) {
+                for t in node
+                    .conn
+                    .poll_timeout()
+                    .into_iter()
+                    .chain(node.to_match.iter().map(|m| m.0))
+                {
                     next = Some(next.map_or(t, |n| n.min(t)));
                 }
             }
@@ -287,7 +330,9 @@ impl Sim {
         let now = self.now;
         let mut progressed = false;
         if self.nodes[n].conn.poll_timeout().is_some_and(|t| t <= now) {
-            let before = self.debug_death.then(|| format!("{:#?}", self.nodes[n].conn));
+            let before = self
+                .debug_death
+                .then(|| format!("{:#?}", self.nodes[n].conn));
             let failovers = self.nodes[n].conn.counters().failovers;
             self.nodes[n].conn.handle_timeout(now);
             if let Some(b) = before {
@@ -372,9 +417,18 @@ impl Sim {
         let flip = self.rng.next_u64();
         self.last_rx[to] = self.elapsed();
         let node = &mut self.nodes[to];
-        let Some(a) = node.conn.handle_packet(now, btl, bytes) else { return };
-        let buf = node.recv_bufs.entry(a.seq).or_insert_with(|| vec![0u8; a.msg_len as usize]);
-        assert_eq!(buf.len() as u64, a.msg_len, "message length changed between fragments");
+        let Some(a) = node.conn.handle_packet(now, btl, bytes) else {
+            return;
+        };
+        let buf = node
+            .recv_bufs
+            .entry(a.seq)
+            .or_insert_with(|| vec![0u8; a.msg_len as usize]);
+        assert_eq!(
+            buf.len() as u64,
+            a.msg_len,
+            "message length changed between fragments"
+        );
         let range = a.offset as usize..a.offset as usize + a.payload.len();
         buf[range.clone()].copy_from_slice(a.payload);
         if corrupt_placed && !a.payload.is_empty() {
@@ -392,29 +446,52 @@ impl Sim {
         let rx = &self.nodes[1 - from];
         let n = tx.sent_lens.len() as u64;
         let seqs: Vec<u64> = rx.announced.iter().map(|a| a.0).collect();
-        assert_eq!(seqs, (0..n).collect::<Vec<_>>(), "announced once each, in order");
+        assert_eq!(
+            seqs,
+            (0..n).collect::<Vec<_>>(),
+            "announced once each, in order"
+        );
         for (seq, m, len, _) in &rx.announced {
             assert_eq!(*len, tx.sent_lens[*seq as usize]);
-            assert_eq!(*m, MatchFields { ctx: 7, src: from as u32, tag: *seq as i32 });
+            assert_eq!(
+                *m,
+                MatchFields {
+                    ctx: 7,
+                    src: from as u32,
+                    tag: *seq as i32
+                }
+            );
         }
         let mut got = rx.received.clone();
         got.sort_unstable();
         if got != (0..n).collect::<Vec<_>>() && std::env::var_os("DR_SIM_DUMP").is_some() {
             eprintln!("TX {:#?}\nRX {:#?}", tx.conn, rx.conn);
         }
-        assert_eq!(got, (0..n).collect::<Vec<_>>(), "received exactly once each");
+        assert_eq!(
+            got,
+            (0..n).collect::<Vec<_>>(),
+            "received exactly once each"
+        );
         for seq in 0..n {
             let len = tx.sent_lens[seq as usize];
             let empty = Vec::new();
             let buf = rx.recv_bufs.get(&seq).unwrap_or(&empty);
             assert_eq!(buf.len() as u64, len, "message {seq} length");
             for (i, b) in buf.iter().enumerate() {
-                assert_eq!(*b, pattern(from, seq, i as u64), "message {seq} byte {i} corrupted");
+                assert_eq!(
+                    *b,
+                    pattern(from, seq, i as u64),
+                    "message {seq} byte {i} corrupted"
+                );
             }
         }
         let mut done = tx.send_complete.clone();
         done.sort_unstable();
-        assert_eq!(done, (0..n).collect::<Vec<_>>(), "send completed exactly once each");
+        assert_eq!(
+            done,
+            (0..n).collect::<Vec<_>>(),
+            "send completed exactly once each"
+        );
     }
 
     pub fn all_done(&self) -> bool {

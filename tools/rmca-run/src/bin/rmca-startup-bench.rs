@@ -71,7 +71,10 @@ fn run_once(launcher: &[String], probe: &str, ranks: u32) -> Result<Sample, Stri
     // Probes under Hydra leave their shm files (Hydra does not know our naming).
     if let Ok(d) = std::fs::read_dir("/dev/shm") {
         for e in d.flatten() {
-            if e.file_name().to_string_lossy().contains("-probe-startup-bench-") {
+            if e.file_name()
+                .to_string_lossy()
+                .contains("-probe-startup-bench-")
+            {
                 let _ = std::fs::remove_file(e.path());
             }
         }

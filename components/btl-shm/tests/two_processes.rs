@@ -1,0 +1,274 @@
+//! Two real processes on one node: the test binary re-runs itself as rank 1. They exchange
+//! business cards through files (a stand-in for the launcher's modex), then rank 0 streams
+//! fragments of many sizes through a deliberately small ring (so it hits WouldBlock and must
+//! recover), rank 1 checks content and order, rank 0 reads a buffer of rank 1 with CMA (when
+//! the kernel permits it), and both check that no segment file survives.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rmca_btl_shm::{MODEX_KEY, SHM};
+use rmca_framework::btl::{
+    Btl, BtlComponent, BtlEvents, BtlFlags, CompletionToken, MemAccess, ModexRead, RemoteSegment, SendError, SendHint,
+};
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::component::{Component, InitContext};
+use rmca_framework::job::JobInfo;
+use rmca_framework::memory::MemoryAccounting;
+use rmca_framework::modex::{ModexError, ModexWrite};
+use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
+use rmca_framework::rank::Rank;
+
+const ROLE_ENV: &str = "RMCA_SHM_TEST_CHILD";
+const DIR_ENV: &str = "RMCA_SHM_TEST_DIR";
+const JOB_ENV: &str = "RMCA_SHM_TEST_JOB";
+const COUNT: u32 = 20_000;
+const MAX_SEND: usize = 4096;
+const TAG_DATA: u8 = 0x40;
+const TAG_SUMMARY: u8 = 0x41;
+const TAG_CMA_OFFER: u8 = 0x42;
+const TAG_DONE: u8 = 0x43;
+const CMA_LEN: usize = 3 << 20;
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A modex over files in a directory: `put` writes `<rank>.<key>`, `get` waits for it.
+struct FileModex {
+    dir: PathBuf,
+    rank: Rank,
+}
+
+impl ModexWrite for FileModex {
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
+        let tmp = self.dir.join(format!("{}.{key}.tmp", self.rank));
+        std::fs::write(&tmp, value).map_err(|e| ModexError::Rte(e.to_string()))?;
+        std::fs::rename(&tmp, self.dir.join(format!("{}.{key}", self.rank))).map_err(|e| ModexError::Rte(e.to_string()))
+    }
+}
+
+impl ModexRead for FileModex {
+    fn get(&self, rank: Rank, key: &str) -> Result<Option<Vec<u8>>, ModexError> {
+        let path = self.dir.join(format!("{rank}.{key}"));
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            match std::fs::read(&path) {
+                Ok(b) => return Ok(Some(b)),
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => return Err(ModexError::Rte(format!("{}: {e}", path.display()))),
+            }
+        }
+    }
+}
+
+fn params() -> ParamStore {
+    let mut specs = Vec::new();
+    SHM.register_params(&mut ParamRegistrar::new("btl", "shm", &mut specs));
+    let env = vec![
+        ("RMCA_MCA_btl_shm_fifo_size".to_owned(), "16K".to_owned()),
+        ("RMCA_MCA_btl_shm_max_send_size".to_owned(), MAX_SEND.to_string()),
+        ("RMCA_MCA_btl_shm_eager_limit".to_owned(), "1K".to_owned()),
+    ];
+    ParamStore::resolve(specs, &RawSources::from_parts(None, None, false, env, vec![]).unwrap()).unwrap()
+}
+
+fn size_of(i: u32) -> usize {
+    (i as usize * 2654435761) % (MAX_SEND - 8 + 1)
+}
+
+fn byte(i: u32, k: usize) -> u8 {
+    (i as usize).wrapping_mul(131).wrapping_add(k) as u8
+}
+
+#[derive(Default)]
+struct Events {
+    next: u32,
+    bad: u32,
+    other: Vec<(u8, Vec<u8>)>,
+    rdma: Vec<(CompletionToken, Result<(), SendError>)>,
+    failed: Vec<String>,
+}
+
+impl BtlEvents for Events {
+    fn recv(&mut self, _peer: Rank, tag: u8, data: &[u8]) {
+        if tag != TAG_DATA {
+            self.other.push((tag, data.to_vec()));
+            return;
+        }
+        // header = 4-byte index + 4 bytes of its complement, then the patterned payload
+        let i = self.next;
+        let ok = data.len() == 8 + size_of(i)
+            && data[..4] == i.to_le_bytes()
+            && data[4..8] == (!i).to_le_bytes()
+            && data[8..].iter().enumerate().all(|(k, &v)| v == byte(i, k));
+        if !ok {
+            self.bad += 1;
+        }
+        self.next += 1;
+    }
+    fn rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>) {
+        self.rdma.push((token, result));
+    }
+    fn peer_failed(&mut self, _peer: Rank, reason: &str) {
+        self.failed.push(reason.to_owned());
+    }
+}
+
+fn wait_other(btl: &mut dyn Btl, ev: &mut Events, tag: u8) -> Vec<u8> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(i) = ev.other.iter().position(|(t, _)| *t == tag) {
+            return ev.other.remove(i).1;
+        }
+        assert!(ev.failed.is_empty(), "peer failed: {:?}", ev.failed);
+        assert!(Instant::now() < deadline, "timed out waiting for tag {tag:#x}");
+        if btl.progress(ev) == 0 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn send_retry(btl: &mut dyn Btl, ev: &mut Events, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        match btl.send(peer, tag, header, payload, SendHint::default()) {
+            Ok(()) => return,
+            Err(SendError::WouldBlock) => {
+                assert!(Instant::now() < deadline, "ring never drained");
+                btl.progress(ev);
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+}
+
+fn counter(btl: &dyn Btl, name: &str) -> u64 {
+    btl.counters().into_iter().find(|(k, _)| k == name).map(|(_, v)| v).unwrap()
+}
+
+fn leftovers(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
+fn setup(rank: Rank, dir: &Path, job_id: &str) -> (JobInfo, Box<dyn Btl>, FileModex) {
+    let job = JobInfo {
+        rank,
+        size: 2,
+        job_id: job_id.to_owned(),
+        secret: job_id.as_bytes().to_vec(),
+        node_of: vec![0, 0],
+        node_names: vec!["n0".into()],
+    };
+    let params = params();
+    let mem = MemoryAccounting::new();
+    let mut modex = FileModex { dir: dir.to_owned(), rank };
+    let mut btls = {
+        let mut ctx = InitContext::new(&job, &params, &mem, &mut modex);
+        SHM.init(&mut ctx).expect("init")
+    };
+    assert_eq!(btls.len(), 1);
+    let mut btl = btls.pop().unwrap();
+    let reach = btl.add_procs(&job.procs(), &modex).expect("add_procs");
+    let mut expect = vec![true, true];
+    expect[rank as usize] = false;
+    assert_eq!(reach, expect);
+    (job, btl, modex)
+}
+
+fn child(dir: &Path, job_id: &str) {
+    let (job, mut btl, _modex) = setup(1, dir, job_id);
+    let mut ev = Events::default();
+    // Let the sender fill the ring first so that it meets back-pressure.
+    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + TIMEOUT;
+    while ev.next < COUNT {
+        assert!(Instant::now() < deadline, "received only {} fragments", ev.next);
+        btl.progress(&mut ev);
+    }
+    assert!(leftovers(&job.shm_prefix()).is_empty(), "segments must be unlinked once mapped");
+    let mut summary = ev.next.to_le_bytes().to_vec();
+    summary.extend_from_slice(&ev.bad.to_le_bytes());
+    send_retry(&mut *btl, &mut ev, 0, TAG_SUMMARY, &summary, &[]);
+
+    // Offer a buffer for a CMA get.
+    let src: Vec<u8> = (0..CMA_LEN).map(|k| (k % 251) as u8).collect();
+    let reg = btl.register_mem(UserBuf::from_slice(&src), MemAccess { remote_read: true, remote_write: false }).unwrap();
+    let mut offer = (src.as_ptr() as u64).to_le_bytes().to_vec();
+    offer.extend_from_slice(&(src.len() as u64).to_le_bytes());
+    send_retry(&mut *btl, &mut ev, 0, TAG_CMA_OFFER, &offer, &reg.remote_key);
+    let done = wait_other(&mut *btl, &mut ev, TAG_DONE);
+    assert_eq!(done, b"ok");
+    btl.finalize();
+    drop(src);
+}
+
+#[test]
+fn two_processes_exchange() {
+    if std::env::var_os(ROLE_ENV).is_some() {
+        let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
+        child(&dir, &std::env::var(JOB_ENV).unwrap());
+        return;
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let job_id = format!("t{}x{nanos}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("rmca-shm-test-{job_id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut proc1 = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "two_processes_exchange", "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, "1")
+        .env(DIR_ENV, &dir)
+        .env(JOB_ENV, &job_id)
+        .spawn()
+        .unwrap();
+
+    let (job, mut btl, _modex) = setup(0, &dir, &job_id);
+    let mut ev = Events::default();
+    for i in 0..COUNT {
+        let mut header = i.to_le_bytes().to_vec();
+        header.extend_from_slice(&(!i).to_le_bytes());
+        let payload: Vec<u8> = (0..size_of(i)).map(|k| byte(i, k)).collect();
+        send_retry(&mut *btl, &mut ev, 1, TAG_DATA, &header, &payload);
+    }
+    let summary = wait_other(&mut *btl, &mut ev, TAG_SUMMARY);
+    assert_eq!(u32::from_le_bytes(summary[..4].try_into().unwrap()), COUNT, "fragments received");
+    assert_eq!(u32::from_le_bytes(summary[4..8].try_into().unwrap()), 0, "damaged or out-of-order fragments");
+    assert!(counter(&*btl, "would_block") > 0, "the small ring must have pushed back");
+    assert_eq!(counter(&*btl, "frags_sent"), u64::from(COUNT) + 0);
+
+    let offer = wait_other(&mut *btl, &mut ev, TAG_CMA_OFFER);
+    let addr = u64::from_le_bytes(offer[..8].try_into().unwrap());
+    let len = u64::from_le_bytes(offer[8..16].try_into().unwrap()) as usize;
+    let remote = RemoteSegment { addr, len, remote_key: offer[16..].to_vec() };
+    if btl.attributes().flags.contains(BtlFlags::GET) {
+        let mut dst = vec![0u8; len];
+        btl.get(1, UserBuf::from_mut_slice(&mut dst), &remote, CompletionToken(77)).unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        while ev.rdma.is_empty() {
+            assert!(Instant::now() < deadline);
+            btl.progress(&mut ev);
+        }
+        assert_eq!(ev.rdma, vec![(CompletionToken(77), Ok(()))]);
+        assert!(dst.iter().enumerate().all(|(k, &v)| v == (k % 251) as u8), "CMA data wrong");
+        assert_eq!(counter(&*btl, "cma_gets"), 1);
+    } else {
+        eprintln!("note: CMA not permitted on this machine; checked that get is refused instead");
+        let mut dst = vec![0u8; 8];
+        assert!(matches!(
+            btl.get(1, UserBuf::from_mut_slice(&mut dst), &remote, CompletionToken(77)),
+            Err(SendError::Unsupported(_))
+        ));
+    }
+    send_retry(&mut *btl, &mut ev, 1, TAG_DONE, b"ok", &[]);
+    // Deliver everything before finalize: a send is complete once taken.
+    btl.progress(&mut ev);
+    let status = proc1.wait().unwrap();
+    assert!(status.success(), "rank 1 failed: {status}");
+    btl.finalize();
+    assert!(leftovers(&job.shm_prefix()).is_empty(), "segment files left: {:?}", leftovers(&job.shm_prefix()));
+    let _ = MODEX_KEY;
+    let _ = std::fs::remove_dir_all(&dir);
+}

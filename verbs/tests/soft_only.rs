@@ -1,0 +1,340 @@
+//! Soft-provider features beyond the conformance suite: job isolation and fault injection.
+
+use std::time::{Duration, Instant};
+
+use rmca_verbs::*;
+
+const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ);
+
+struct Side {
+    ctx: Context,
+    scq: Cq,
+    rcq: Cq,
+    mr: Mr,
+    qp: Qp,
+    pd: Pd,
+}
+
+fn side(secret: &[u8], soft: SoftConfig, t: QpType) -> Side {
+    let ctx = Context::open(&ProviderConfig {
+        kind: ProviderKind::Soft,
+        soft,
+        job_secret: secret.to_vec(),
+        ..Default::default()
+    })
+    .unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let scq = ctx.create_cq(1024).unwrap();
+    let rcq = ctx.create_cq(1024).unwrap();
+    let mr = pd.register(1 << 20, ALL).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 512,
+        max_recv_wr: 512,
+        ..Default::default()
+    };
+    let qp = pd
+        .create_qp(QpInit {
+            qp_type: t,
+            send_cq: &scq,
+            recv_cq: &rcq,
+            srq: None,
+            caps,
+            qkey: 7,
+        })
+        .unwrap();
+    Side {
+        ctx,
+        scq,
+        rcq,
+        mr,
+        qp,
+        pd,
+    }
+}
+
+fn poll_for(cqs: &[&Cq], d: Duration) -> Vec<Wc> {
+    let end = Instant::now() + d;
+    let mut got = Vec::new();
+    let mut buf = [Wc::EMPTY; 32];
+    while Instant::now() < end {
+        let k = cqs[0].poll(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..k]);
+        for c in &cqs[1..] {
+            c.poll(&mut []).unwrap();
+        }
+    }
+    got
+}
+
+fn wait_n(cqs: &[&Cq], n: usize) -> Vec<Wc> {
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut got = Vec::new();
+    let mut buf = [Wc::EMPTY; 32];
+    while got.len() < n {
+        let k = cqs[0].poll(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..k]);
+        for c in &cqs[1..] {
+            c.poll(&mut []).unwrap();
+        }
+        assert!(Instant::now() < end, "timeout: {got:?}");
+    }
+    got
+}
+
+fn ud_pair(secret_b: &[u8], fault: FaultConfig) -> (Side, Side, Ah) {
+    let soft = SoftConfig {
+        ud_fault: fault,
+        ..Default::default()
+    };
+    let a = side(b"job", soft, QpType::Ud);
+    let b = side(secret_b, SoftConfig::default(), QpType::Ud);
+    a.qp.connect(None, &RcParams::default()).unwrap();
+    b.qp.connect(None, &RcParams::default()).unwrap();
+    let ah = a.pd.create_ah(&b.qp.address()).unwrap();
+    (a, b, ah)
+}
+
+fn ud_send_seq(a: &Side, ah: &Ah, n: u32) {
+    for i in 0..n {
+        a.mr.write_at(i as usize * 4, &i.to_le_bytes()).unwrap();
+        a.qp.post_send(&SendWr {
+            wr_id: u64::from(i),
+            op: SendOp::Send,
+            sges: &[a.mr.sge(i as usize * 4, 4).unwrap()],
+            signaled: false,
+            inline: false,
+            ud: Some(UdDest {
+                ah,
+                remote_qpn: ah.remote_qpn(),
+                remote_qkey: 7,
+            }),
+        })
+        .unwrap();
+    }
+}
+
+fn post_recvs(b: &Side, n: u32) {
+    for i in 0..n {
+        b.qp.post_recv(&RecvWr {
+            wr_id: u64::from(i),
+            sges: &[b.mr.sge(i as usize * 64, 64).unwrap()],
+        })
+        .unwrap();
+    }
+}
+
+fn payloads(b: &Side, wcs: &[Wc]) -> Vec<u32> {
+    wcs.iter()
+        .map(|w| {
+            let mut v = [0u8; 4];
+            b.mr.read_at(w.wr_id as usize * 64 + UD_GRH_LEN, &mut v)
+                .unwrap();
+            u32::from_le_bytes(v)
+        })
+        .collect()
+}
+
+#[test]
+fn ud_from_another_job_is_dropped_and_counted() {
+    let (a, b, ah) = ud_pair(b"other job", FaultConfig::default());
+    post_recvs(&b, 4);
+    ud_send_seq(&a, &ah, 3);
+    let end = Instant::now() + Duration::from_secs(20);
+    while b.ctx.soft_stats().unwrap().foreign_drops < 3 {
+        let k = b.rcq.poll(&mut [Wc::EMPTY; 4]).unwrap();
+        assert_eq!(k, 0, "a datagram of another job was delivered");
+        assert!(Instant::now() < end);
+    }
+}
+
+#[test]
+fn rc_connection_from_another_job_is_refused() {
+    let a = side(b"job", SoftConfig::default(), QpType::Rc);
+    let b = side(b"intruder", SoftConfig::default(), QpType::Rc);
+    let (aa, ba) = (a.qp.address(), b.qp.address());
+    // Whichever side accepts refuses the other's hello; the connector then sees the close.
+    let _ = a.qp.connect(Some(&ba), &RcParams::default());
+    let _ = b.qp.connect(Some(&aa), &RcParams::default());
+    for s in [&a, &b] {
+        let _ = s.qp.post_send(&SendWr::send(1, &[s.mr.sge(0, 4).unwrap()]));
+    }
+    let end = Instant::now() + Duration::from_secs(20);
+    while a.ctx.soft_stats().unwrap().foreign_drops + b.ctx.soft_stats().unwrap().foreign_drops == 0
+    {
+        a.scq.poll(&mut []).unwrap();
+        b.scq.poll(&mut []).unwrap();
+        assert!(Instant::now() < end, "foreign RC connection not refused");
+    }
+    assert_eq!(a.rcq.poll(&mut [Wc::EMPTY; 4]).unwrap_or(0), 0);
+    assert_eq!(b.rcq.poll(&mut [Wc::EMPTY; 4]).unwrap_or(0), 0);
+}
+
+#[test]
+fn ud_fault_drop_all() {
+    let (a, b, ah) = ud_pair(
+        b"job",
+        FaultConfig {
+            drop: 1.0,
+            seed: 1,
+            ..Default::default()
+        },
+    );
+    post_recvs(&b, 10);
+    ud_send_seq(&a, &ah, 10);
+    assert!(poll_for(&[&b.rcq, &a.scq], Duration::from_millis(200)).is_empty());
+    assert_eq!(a.qp.fault_stats().dropped, 10);
+}
+
+#[test]
+fn ud_fault_duplicate_all() {
+    let (a, b, ah) = ud_pair(
+        b"job",
+        FaultConfig {
+            duplicate: 1.0,
+            seed: 2,
+            ..Default::default()
+        },
+    );
+    post_recvs(&b, 20);
+    ud_send_seq(&a, &ah, 5);
+    let r = wait_n(&[&b.rcq, &a.scq], 10);
+    let mut p = payloads(&b, &r);
+    p.sort();
+    assert_eq!(p, vec![0, 0, 1, 1, 2, 2, 3, 3, 4, 4]);
+}
+
+#[test]
+fn ud_fault_reorder() {
+    let (a, b, ah) = ud_pair(
+        b"job",
+        FaultConfig {
+            reorder: 1.0,
+            seed: 3,
+            ..Default::default()
+        },
+    );
+    post_recvs(&b, 20);
+    ud_send_seq(&a, &ah, 10);
+    let r = wait_n(&[&b.rcq, &a.scq], 10);
+    let p = payloads(&b, &r);
+    let mut sorted = p.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..10).collect::<Vec<_>>());
+    assert_ne!(p, sorted, "reorder=1.0 left the order intact");
+}
+
+#[test]
+fn ud_fault_corrupt_flips_one_bit() {
+    let (a, b, ah) = ud_pair(
+        b"job",
+        FaultConfig {
+            corrupt: 1.0,
+            seed: 4,
+            ..Default::default()
+        },
+    );
+    // Corruption happens at the receiver of `a`'s config: make `a` the receiver too.
+    let _ = (&b, &ah);
+    let ah_back = b.pd.create_ah(&a.qp.address()).unwrap();
+    post_recvs(&a, 4);
+    ud_send_seq(&b, &ah_back, 1);
+    let r = wait_n(&[&a.rcq, &b.scq], 1);
+    let mut v = [0u8; 4];
+    a.mr.read_at(r[0].wr_id as usize * 64 + UD_GRH_LEN, &mut v)
+        .unwrap();
+    assert_eq!(
+        u32::from_le_bytes(v).count_ones(),
+        1,
+        "exactly one bit flipped in 0u32"
+    );
+}
+
+fn rc_pair(fault: FaultConfig) -> (Side, Side) {
+    let soft = SoftConfig {
+        rc_fault: fault,
+        ..Default::default()
+    };
+    let a = side(b"job", soft.clone(), QpType::Rc);
+    let b = side(b"job", soft, QpType::Rc);
+    let (aa, ba) = (a.qp.address(), b.qp.address());
+    a.qp.connect(Some(&ba), &RcParams::default()).unwrap();
+    b.qp.connect(Some(&aa), &RcParams::default()).unwrap();
+    (a, b)
+}
+
+#[test]
+fn rc_fault_corrupt_after_integrity_check() {
+    let (a, b) = rc_pair(FaultConfig {
+        corrupt: 1.0,
+        seed: 5,
+        ..Default::default()
+    });
+    b.qp.post_recv(&RecvWr {
+        wr_id: 1,
+        sges: &[b.mr.sge(0, 64).unwrap()],
+    })
+    .unwrap();
+    a.qp.post_send(&SendWr::send(1, &[a.mr.sge(0, 32).unwrap()]))
+        .unwrap();
+    let r = wait_n(&[&b.rcq, &a.scq], 1);
+    assert!(
+        r[0].is_ok(),
+        "RC cannot see host-bus corruption: the receive succeeds"
+    );
+    let mut v = [0u8; 32];
+    b.mr.read_at(0, &mut v).unwrap();
+    assert_eq!(v.iter().map(|x| x.count_ones()).sum::<u32>(), 1);
+}
+
+#[test]
+fn rc_fault_delay_keeps_order() {
+    let (a, b) = rc_pair(FaultConfig {
+        delay_rate: 0.5,
+        delay: Duration::from_millis(5),
+        seed: 6,
+        ..Default::default()
+    });
+    for i in 0..50u64 {
+        b.qp.post_recv(&RecvWr {
+            wr_id: i,
+            sges: &[b.mr.sge(i as usize * 8, 8).unwrap()],
+        })
+        .unwrap();
+    }
+    for i in 0..50u32 {
+        a.mr.write_at(i as usize * 4, &i.to_le_bytes()).unwrap();
+        a.qp.post_send(&SendWr {
+            signaled: false,
+            ..SendWr::send(u64::from(i), &[a.mr.sge(i as usize * 4, 4).unwrap()])
+        })
+        .unwrap();
+        // Let some segments leave between posts, so several delayed batches form.
+        a.scq.poll(&mut []).unwrap();
+    }
+    let r = wait_n(&[&b.rcq, &a.scq], 50);
+    for (i, w) in r.iter().enumerate() {
+        assert_eq!(w.wr_id, i as u64);
+        let mut v = [0u8; 4];
+        b.mr.read_at(i * 8, &mut v).unwrap();
+        assert_eq!(u32::from_le_bytes(v), i as u32);
+    }
+    assert!(a.qp.fault_stats().delayed > 0);
+}
+
+#[test]
+fn bad_fault_config_is_an_error() {
+    let e = Context::open(&ProviderConfig {
+        soft: SoftConfig {
+            rc_fault: FaultConfig {
+                drop: 0.5,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("RC fault drop rate"), "{e}");
+}
