@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `rmca-run` | `PMI_FD` or `PMI_PORT` + `RMCA_JOB_ID` | PMI-1 |
 //! | MPICH Hydra (`mpiexec.hydra`) | `PMI_FD` or `PMI_PORT`, `PMI_RANK`, `PMI_SIZE` | PMI-1 |
-//! | Slurm `srun --mpi=pmi2` | `PMI_FD` + `PMI_JOBID` + `SLURM_STEP_ID` (or `PMI_VERSION=2`) | PMI-2 |
+//! | Slurm `srun --mpi=pmi2` | `PMI_FD` + `SLURM_MPI_TYPE=pmi2` (or `PMI_JOBID` + `SLURM_STEP_ID`, or `PMI_VERSION=2`) | PMI-2 |
 //! | nothing | none of the above | singleton: rank 0 of 1 |
 //!
 //! `RMCA_PMI=pmi1|pmi2|singleton` overrides the detection.
@@ -46,10 +46,15 @@ pub const ENV_JOB_ID: &str = "RMCA_JOB_ID";
 pub const ENV_JOB_SECRET: &str = "RMCA_JOB_SECRET";
 /// Rank-to-node map set by `rmca-run`: `node*count,node*count,...` in rank order.
 pub const ENV_NODE_MAP: &str = "RMCA_NODE_MAP";
+/// Node names set by `rmca-run`, comma-separated, indexed by node id.
+pub const ENV_NODE_NAMES: &str = "RMCA_NODE_NAMES";
 /// Override of launcher detection.
 pub const ENV_PMI: &str = "RMCA_PMI";
 /// Default PMI reply deadline in seconds.
 pub const DEFAULT_PMI_TIMEOUT_SECS: f64 = 600.0;
+/// KVS key of the job secret (put by rank 0 under Hydra/Slurm, preloaded by rmca-run when it
+/// cannot pass the secret in the environment).
+pub const SECRET_KEY: &str = "rmca-job-secret";
 /// Minimum secret length in bytes.
 pub const SECRET_LEN: usize = 32;
 
@@ -156,6 +161,7 @@ pub struct Rte {
     job_id: String,
     secret: Vec<u8>,
     node_of_rank: Vec<u32>,
+    node_names: Vec<String>,
     local_ranks: Vec<u32>,
     mca: Vec<(String, String)>,
     inner: Mutex<Inner>,
@@ -332,7 +338,8 @@ impl Rte {
             }
             None if !has_pmi => None,
             None => {
-                let slurm_pmi2 = lookup("PMI_JOBID").is_some() && lookup("SLURM_STEP_ID").is_some();
+                let slurm_pmi2 = lookup("SLURM_MPI_TYPE").as_deref() == Some("pmi2")
+                    || (lookup("PMI_JOBID").is_some() && lookup("SLURM_STEP_ID").is_some());
                 if lookup("PMI_VERSION").as_deref() == Some("2") || slurm_pmi2 {
                     Some(PmiVersion::V2)
                 } else {
@@ -364,6 +371,7 @@ impl Rte {
             job_id,
             secret,
             node_of_rank: vec![0],
+            node_names: vec![hostname()],
             local_ranks: vec![0],
             mca,
             inner: Mutex::new(Inner {
@@ -442,10 +450,13 @@ impl Rte {
                     value: String::new(),
                     why: "PMI-2 fullinit needs PMI_RANK".into(),
                 })?;
+                let mut full = OwnedMessage::new("fullinit");
+                // Slurm's pmi2 plugin expects the job id it gave us back.
+                if let Some(j) = lookup("PMI_JOBID") {
+                    full = full.with("pmijobid", j);
+                }
                 let fi = c.request(
-                    OwnedMessage::new("fullinit")
-                        .with("pmirank", r)
-                        .with("threaded", "FALSE"),
+                    full.with("pmirank", r).with("threaded", "FALSE"),
                     "fullinit-response",
                 )?;
                 if let Some(v) = fi.get("rank").and_then(|v| v.parse().ok()) {
@@ -487,17 +498,20 @@ impl Rte {
             finalized: false,
         };
 
-        let (launcher, job_id, secret, node_of_rank) = if let Some(job) = lookup(ENV_JOB_ID) {
+        let (launcher, job_id, secret, node_of_rank, names) = if let Some(job) = lookup(ENV_JOB_ID)
+        {
             // rmca-run: identity passed explicitly, no extra fence.
-            let sec = lookup(ENV_JOB_SECRET).unwrap_or_default();
-            let secret =
-                encoding::hex_decode(&sec)
-                    .filter(|s| s.len() >= 16)
-                    .ok_or(RteError::Env {
-                        var: ENV_JOB_SECRET.into(),
-                        value: "<hidden>".into(),
-                        why: "expected at least 16 bytes in hex".into(),
-                    })?;
+            // The secret comes in the environment or, when the launch agent's command line
+            // would expose it, from the launcher's KVS (the key ranks use under Hydra).
+            let secret = match lookup(ENV_JOB_SECRET) {
+                Some(sec) => encoding::hex_decode(&sec),
+                None => get_raw(&mut inner, SECRET_KEY, 0)?,
+            };
+            let secret = secret.filter(|s| s.len() >= 16).ok_or(RteError::Env {
+                var: ENV_JOB_SECRET.into(),
+                value: "<hidden>".into(),
+                why: "expected at least 16 bytes in hex (or the launcher's KVS secret)".into(),
+            })?;
             if job.is_empty() || sanitize_id(&job) != job {
                 return Err(RteError::Env {
                     var: ENV_JOB_ID.into(),
@@ -511,14 +525,17 @@ impl Rte {
                 value: map_s.clone(),
                 why,
             })?;
-            (Launcher::RmcaRun, job, secret, map)
+            let names: Vec<String> = lookup(ENV_NODE_NAMES)
+                .map(|s| s.split(',').map(String::from).collect())
+                .unwrap_or_default();
+            (Launcher::RmcaRun, job, secret, map, names)
         } else {
             // Hydra / Slurm: rank 0 draws the secret, everyone publishes its host name, fence.
             let launcher = match version {
                 PmiVersion::V1 => Launcher::Pmi1,
                 PmiVersion::V2 => Launcher::Pmi2,
             };
-            let secret_key = "rmca-job-secret";
+            let secret_key = SECRET_KEY;
             if rank == 0 {
                 let s = random_bytes(SECRET_LEN).map_err(|e| RteError::Io {
                     op: "reading /dev/urandom".into(),
@@ -546,7 +563,25 @@ impl Rte {
                 sanitize_id(&inner.kvsname),
                 encoding::hex_encode(&secret[..4])
             );
-            (launcher, job, secret, nodes_from_hostnames(&names))
+            let map = nodes_from_hostnames(&names);
+            let mut distinct: Vec<String> = Vec::new();
+            for n in names {
+                if !distinct.contains(&n) {
+                    distinct.push(n);
+                }
+            }
+            (launcher, job, secret, map, distinct)
+        };
+        let nodes = node_of_rank
+            .iter()
+            .copied()
+            .max()
+            .map_or(1, |m| m as usize + 1);
+        // Names must cover every node id; otherwise fall back to neutral names.
+        let node_names = if names.len() == nodes {
+            names
+        } else {
+            (0..nodes).map(|n| format!("node{n}")).collect()
         };
         let me = node_of_rank[rank as usize];
         let local_ranks = (0..size)
@@ -560,6 +595,7 @@ impl Rte {
             job_id,
             secret,
             node_of_rank,
+            node_names,
             local_ranks,
             mca,
             inner: Mutex::new(inner),
@@ -606,6 +642,16 @@ impl Rte {
                 rank,
                 size: self.size,
             })
+    }
+
+    /// Name of node `node` (a host name, or the name given to `rmca-run --hosts`), for messages.
+    pub fn node_name(&self, node: u32) -> Option<&str> {
+        self.node_names.get(node as usize).map(String::as_str)
+    }
+
+    /// Number of distinct nodes in the job.
+    pub fn node_count(&self) -> u32 {
+        self.node_names.len() as u32
     }
 
     /// Ranks on this process's node, ascending, including itself.
@@ -757,6 +803,13 @@ fn get_raw(inner: &mut Inner, wire_key: &str, rank: u32) -> Result<Option<Vec<u8
         parts.push(p);
     }
     encoding::decode_chunks(&parts).map(Some).map_err(corrupt)
+}
+
+/// `Rte` is shared between the framework's components and threads.
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Rte>();
 }
 
 #[cfg(test)]

@@ -14,6 +14,13 @@ use rmca_rte::{Launcher, Rte, RteError};
 
 /// Serve `size` ranks over socketpairs until every connection closes. Returns the client ends.
 fn serve(size: u32) -> (Vec<UnixStream>, thread::JoinHandle<u64>) {
+    serve_with(size, Vec::new())
+}
+
+fn serve_with(
+    size: u32,
+    preload: Vec<(String, String)>,
+) -> (Vec<UnixStream>, thread::JoinHandle<u64>) {
     let (tx, rx) = mpsc::channel::<(u64, Option<Vec<u8>>)>();
     let mut ours = HashMap::new();
     let mut theirs = Vec::new();
@@ -21,7 +28,7 @@ fn serve(size: u32) -> (Vec<UnixStream>, thread::JoinHandle<u64>) {
         size,
         kvsname: "kvs_loop".into(),
         maxes: Maxes::default(),
-        preload: Vec::new(),
+        preload,
     });
     for r in 0..size {
         let (a, b) = UnixStream::pair().unwrap();
@@ -198,4 +205,15 @@ fn rmca_run_environment_is_validated() {
     ))
     .unwrap_err();
     assert!(err.to_string().contains("at least 16 bytes"), "{err}");
+}
+
+#[test]
+fn secret_can_come_from_the_launchers_kvs() {
+    let secret: Vec<u8> = (0..32).collect();
+    let preload = rmca_rte::encoding::encode_chunks(rmca_rte::SECRET_KEY, &secret, 1024);
+    let (ends, _server) = serve_with(1, preload);
+    let fd = ends.into_iter().next().unwrap().into_raw_fd();
+    let rte = init(rank_env(fd, 0, 1, &[("RMCA_JOB_ID", "kvs1")])).unwrap();
+    assert_eq!(rte.job_secret(), &secret[..]);
+    rte.finalize().unwrap();
 }

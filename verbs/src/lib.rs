@@ -109,7 +109,9 @@ impl Context {
     /// Opens the configured provider's device.
     pub fn open(cfg: &ProviderConfig) -> Result<Self> {
         let imp = match cfg.kind {
-            ProviderKind::Soft => CtxImpl::Soft(soft::Ctx::open(cfg.soft.clone(), &cfg.job_secret)?),
+            ProviderKind::Soft => {
+                CtxImpl::Soft(soft::Ctx::open(cfg.soft.clone(), &cfg.job_secret)?)
+            }
             #[cfg(feature = "rdma")]
             ProviderKind::Rdma => CtxImpl::Rdma(rdma::Ctx::open(&cfg.rdma)?),
             #[cfg(not(feature = "rdma"))]
@@ -242,7 +244,8 @@ impl Pd {
     }
 
     fn register_inner(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> Result<Mr> {
-        if access.contains(AccessFlags::REMOTE_WRITE) && !access.contains(AccessFlags::LOCAL_WRITE) {
+        if access.contains(AccessFlags::REMOTE_WRITE) && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
             return Err(Error::InvalidParam {
                 what: "MR access flags",
                 value: format!("{access:?}"),
@@ -274,7 +277,13 @@ impl Pd {
     /// Creates a shared receive queue.
     pub fn create_srq(&self, init: SrqInit) -> Result<Srq> {
         let imp = match &self.imp {
-            PdImpl::Soft(c, pd) => SrqImpl::Soft(soft::Srq::new(c, *pd, init.max_wr, init.max_sge, init.limit)?),
+            PdImpl::Soft(c, pd) => SrqImpl::Soft(soft::Srq::new(
+                c,
+                *pd,
+                init.max_wr,
+                init.max_sge,
+                init.limit,
+            )?),
             #[cfg(feature = "rdma")]
             PdImpl::Rdma(pd) => SrqImpl::Rdma(pd.create_srq(init)?),
         };
@@ -322,7 +331,8 @@ impl Pd {
     pub fn create_ah(&self, peer: &[u8]) -> Result<Ah> {
         match &self.imp {
             PdImpl::Soft(..) => {
-                let a = soft::wire::SoftAddr::parse(peer).map_err(|_| Error::BadAddress("not a soft address"))?;
+                let a = soft::wire::SoftAddr::parse(peer)
+                    .map_err(|_| Error::BadAddress("not a soft address"))?;
                 if a.kind != 1 {
                     return Err(Error::BadAddress("not a UD address"));
                 }
@@ -347,7 +357,7 @@ impl Pd {
 enum MrImpl {
     Soft(Arc<soft::Ctx>, u32),
     #[cfg(feature = "rdma")]
-    Rdma(rdma::Mr),
+    Rdma(#[allow(dead_code)] rdma::Mr), // held for its Drop (deregistration)
 }
 
 /// A registered memory region. Its memory may be written by the provider and by remote peers
@@ -591,6 +601,15 @@ impl Qp {
             QpImpl::Soft(q) => q.qp_type,
             #[cfg(feature = "rdma")]
             QpImpl::Rdma(q) => q.qp_type(),
+        }
+    }
+
+    /// Actual queue capacities (a provider may round the requested depths up).
+    pub fn caps(&self) -> QpCaps {
+        match &self.imp {
+            QpImpl::Soft(q) => q.caps(),
+            #[cfg(feature = "rdma")]
+            QpImpl::Rdma(q) => q.caps(),
         }
     }
 

@@ -86,7 +86,9 @@ struct Entry {
 impl Entry {
     fn contains(&self, addr: u64, len: usize) -> bool {
         let a = addr as usize;
-        a >= self.addr && a.checked_add(len).is_some_and(|end| end <= self.addr + self.len)
+        a >= self.addr
+            && a.checked_add(len)
+                .is_some_and(|end| end <= self.addr + self.len)
     }
 }
 
@@ -195,11 +197,20 @@ impl MrTable {
     }
 
     /// RDMA READ at the target: appends `len` bytes at `addr` to `out` if allowed.
-    pub fn remote_read(&self, pd: u32, rkey: u32, addr: u64, len: usize, out: &mut Vec<u8>) -> bool {
+    pub fn remote_read(
+        &self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let m = self.map.read().expect("mr table poisoned");
         match m.get(&rkey) {
             Some(e)
-                if e.pd == pd && e.access.contains(AccessFlags::REMOTE_READ) && e.contains(addr, len) =>
+                if e.pd == pd
+                    && e.access.contains(AccessFlags::REMOTE_READ)
+                    && e.contains(addr, len) =>
             {
                 let start = out.len();
                 out.resize(start + len, 0);

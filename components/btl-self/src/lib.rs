@@ -252,10 +252,7 @@ impl Btl for BtlSelf {
             self.counters.would_block += 1;
             return Err(SendError::WouldBlock);
         }
-        let mut buf = match self.pool.pop() {
-            Some(b) => b,
-            None => Vec::new(),
-        };
+        let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();
         let before = buf.capacity();
         buf.extend_from_slice(header);

@@ -320,6 +320,20 @@ pub fn cma_read_word(pid: i32, addr: u64) -> io::Result<u64> {
     Ok(word)
 }
 
+/// Bind the calling thread to one CPU (benchmarks pin ranks to cores).
+pub fn bind_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data, zero-initialised is an empty set; CPU_SET bounds-checks
+    // against the set size (it ignores out-of-range CPUs, which the kernel then rejects).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// This process's id, as the kernel's CMA calls want it.
 pub fn pid() -> i32 {
     std::process::id() as i32

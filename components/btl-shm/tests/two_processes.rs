@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rmca_btl_shm::{MODEX_KEY, SHM};
+use rmca_btl_shm::SHM;
 use rmca_framework::btl::{
     Btl, BtlComponent, BtlEvents, BtlFlags, CompletionToken, MemAccess, ModexRead, RemoteSegment, SendError, SendHint,
 };
@@ -23,7 +23,7 @@ use rmca_framework::rank::Rank;
 const ROLE_ENV: &str = "RMCA_SHM_TEST_CHILD";
 const DIR_ENV: &str = "RMCA_SHM_TEST_DIR";
 const JOB_ENV: &str = "RMCA_SHM_TEST_JOB";
-const COUNT: u32 = 20_000;
+const COUNT: u32 = 10_000;
 const MAX_SEND: usize = 4096;
 const TAG_DATA: u8 = 0x40;
 const TAG_SUMMARY: u8 = 0x41;
@@ -122,7 +122,7 @@ fn wait_other(btl: &mut dyn Btl, ev: &mut Events, tag: u8) -> Vec<u8> {
         assert!(ev.failed.is_empty(), "peer failed: {:?}", ev.failed);
         assert!(Instant::now() < deadline, "timed out waiting for tag {tag:#x}");
         if btl.progress(ev) == 0 {
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
 }
@@ -187,7 +187,9 @@ fn child(dir: &Path, job_id: &str) {
     let deadline = Instant::now() + TIMEOUT;
     while ev.next < COUNT {
         assert!(Instant::now() < deadline, "received only {} fragments", ev.next);
-        btl.progress(&mut ev);
+        if btl.progress(&mut ev) == 0 {
+            std::thread::yield_now(); // CI has 2 cores shared with the sender
+        }
     }
     assert!(leftovers(&job.shm_prefix()).is_empty(), "segments must be unlinked once mapped");
     let mut summary = ev.next.to_le_bytes().to_vec();
@@ -237,7 +239,7 @@ fn two_processes_exchange() {
     assert_eq!(u32::from_le_bytes(summary[..4].try_into().unwrap()), COUNT, "fragments received");
     assert_eq!(u32::from_le_bytes(summary[4..8].try_into().unwrap()), 0, "damaged or out-of-order fragments");
     assert!(counter(&*btl, "would_block") > 0, "the small ring must have pushed back");
-    assert_eq!(counter(&*btl, "frags_sent"), u64::from(COUNT) + 0);
+    assert_eq!(counter(&*btl, "frags_sent"), u64::from(COUNT));
 
     let offer = wait_other(&mut *btl, &mut ev, TAG_CMA_OFFER);
     let addr = u64::from_le_bytes(offer[..8].try_into().unwrap());
@@ -269,6 +271,5 @@ fn two_processes_exchange() {
     assert!(status.success(), "rank 1 failed: {status}");
     btl.finalize();
     assert!(leftovers(&job.shm_prefix()).is_empty(), "segment files left: {:?}", leftovers(&job.shm_prefix()));
-    let _ = MODEX_KEY;
     let _ = std::fs::remove_dir_all(&dir);
 }

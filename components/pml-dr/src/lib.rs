@@ -1,10 +1,128 @@
 //! pml-dr: the data-reliability PML: acknowledged virtual fragments, checksums, retransmission
 //! and BTL failover.
 //!
-//! The protocol core lives in [`proto`]: a sans-IO, explicit-time state machine per peer
-//! ([`proto::Connection`]) plus the wire format ([`proto::wire`]). The PML glue that binds it
-//! to the framework's BTLs and matching engine drives it from the progress loop.
+//! - [`proto`]: the sans-IO protocol core: wire format, a per-peer [`proto::Connection`] state
+//!   machine with explicit time (vfrag acks, CRC32C, RTT-derived timeouts, fast retransmit,
+//!   failover, peer death by silence).
+//! - [`pml`]: the PML glue: [`Dr`] implements the framework's `Pml` trait over the BML,
+//!   sharing the framework's matching engine with ob1.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod pml;
 pub mod proto;
+
+use std::time::Duration;
+
+use rmca_framework::bml::Bml;
+use rmca_framework::component::{
+    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
+};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+use rmca_framework::pml::{Pml, PmlComponent, PmlError};
+
+pub use pml::{Dr, DR_TAG};
+pub use proto::Config as DrConfig;
+
+/// The dr component.
+#[derive(Debug, Default)]
+pub struct DrComponent;
+
+/// The component instance registered with the framework.
+pub static DR: DrComponent = DrComponent;
+
+inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&DR)) }
+
+/// Default selection priority (below ob1's: dr is chosen with `pml = "dr"`).
+pub const DEFAULT_PRIORITY: i64 = 10;
+
+/// Reads the `pml_dr_*` parameters into a validated [`DrConfig`].
+pub fn config_from_params(params: &ParamStore) -> Result<DrConfig, PmlError> {
+    let e = |x: rmca_framework::params::ParamError| PmlError::Init(x.to_string());
+    let int = |n: &str| -> Result<u64, PmlError> {
+        let v = params.get_int(n).map_err(e)?;
+        u64::try_from(v).map_err(|_| PmlError::Init(format!("{n} = {v} must not be negative")))
+    };
+    let us = |n: &str| int(n).map(Duration::from_micros);
+    let ms = |n: &str| int(n).map(Duration::from_millis);
+    let cfg = DrConfig {
+        vfrag_frags: int("pml_dr_vfrag_frags")? as usize,
+        eager_limit: params.get_size("pml_dr_eager_limit").map_err(e)?,
+        csum: params.get_bool("pml_dr_csum").map_err(e)?,
+        rto_initial: us("pml_dr_rto_initial_us")?,
+        rto_min: us("pml_dr_rto_min_us")?,
+        rto_max: us("pml_dr_rto_max_us")?,
+        ack_delay: us("pml_dr_ack_delay_us")?,
+        peer_timeout: ms("pml_dr_peer_timeout")?,
+        btl_retries: int("pml_dr_btl_retries")? as u32,
+        window: int("pml_dr_window")? as usize,
+        watchdog: ms("pml_dr_watchdog")?,
+        reorder_threshold: int("pml_dr_reorder_threshold")?,
+    };
+    cfg.validate().map_err(|x| PmlError::Init(x.to_string()))?;
+    Ok(cfg)
+}
+
+impl Component for DrComponent {
+    fn meta(&self) -> ComponentMeta {
+        ComponentMeta {
+            name: "dr",
+            version: env!("CARGO_PKG_VERSION"),
+            description: "data reliability: acknowledged vfrags, CRC32C, RTT-adaptive retransmission, BTL failover",
+        }
+    }
+
+    fn register_params(&self, params: &mut ParamRegistrar<'_>) {
+        let d = DrConfig::default();
+        let us = |x: Duration| x.as_micros() as i64;
+        let ms = |x: Duration| x.as_millis() as i64;
+        params.add(
+            Param::int("priority", DEFAULT_PRIORITY)
+                .range(0, 100)
+                .help("Selection priority of pml dr (highest allowed PML wins).")
+                .level(Level::Tuning),
+        );
+        params.add(Param::int("vfrag_frags", d.vfrag_frags as i64).range(1, 64).help("BTL fragments per vfrag, the unit of acknowledgement (one bit each in the 64-bit ack mask).").level(Level::Tuning));
+        params.add(Param::size("eager_limit", d.eager_limit).help("Messages up to this size are sent eagerly in one vfrag (clamped to one vfrag); larger ones use rendezvous. Also bounds the staging memory of an unexpected message.").level(Level::Tuning));
+        params.add(Param::bool("csum", d.csum).help("Checksum (CRC32C) every payload on every BTL; otherwise only on BTLs flagged NEED_CSUM. Headers are always checksummed.").level(Level::Basic));
+        params.add(
+            Param::int("rto_initial_us", us(d.rto_initial))
+                .range(1, 86_400_000_000)
+                .help("Retransmission timeout before the first RTT sample, microseconds.")
+                .level(Level::Tuning),
+        );
+        params.add(Param::int("rto_min_us", us(d.rto_min)).range(1, 86_400_000_000).help("Floor of the RTT-derived retransmission timeout (srtt + 4 rttvar), microseconds.").level(Level::Tuning));
+        params.add(
+            Param::int("rto_max_us", us(d.rto_max))
+                .range(1, 86_400_000_000)
+                .help("Cap of the backed-off retransmission timeout, microseconds.")
+                .level(Level::Tuning),
+        );
+        params.add(Param::int("ack_delay_us", us(d.ack_delay)).range(0, 86_400_000_000).help("Longest a receiver delays a partial vfrag ack, microseconds (complete vfrags are acked at once).").level(Level::Dev));
+        params.add(Param::int("peer_timeout", ms(d.peer_timeout)).range(1, 86_400_000).help("A peer silent this long (milliseconds) while we await it is declared dead and its requests fail.").level(Level::Basic));
+        params.add(Param::int("btl_retries", d.btl_retries as i64).range(1, 30).help("Consecutive retransmission timeouts after which a BTL is failed for a peer and its traffic moves to the next BTL.").level(Level::Basic));
+        params.add(
+            Param::int("window", d.window as i64)
+                .range(1, 4096)
+                .help("Most vfrags in flight per peer (flow control).")
+                .level(Level::Tuning),
+        );
+        params.add(Param::int("watchdog", ms(d.watchdog)).range(1, 86_400_000).help("A BTL that does not complete a send locally within this many milliseconds is failed for the peer.").level(Level::Tuning));
+        params.add(Param::int("reorder_threshold", d.reorder_threshold as i64).range(1, 1 << 20).help("A fragment is declared lost once a transmission this many transmissions later is acknowledged (raised automatically when a path reorders).").level(Level::Dev));
+    }
+}
+
+impl PmlComponent for DrComponent {
+    fn priority(&self, params: &ParamStore) -> i32 {
+        params
+            .get_int("pml_dr_priority")
+            .map(|p| p as i32)
+            .unwrap_or(DEFAULT_PRIORITY as i32)
+    }
+
+    fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError> {
+        let cfg = config_from_params(ctx.params)?;
+        tracing::debug!(?cfg, "pml dr init");
+        Ok(Box::new(Dr::new(bml, cfg)?))
+    }
+}

@@ -10,8 +10,27 @@ use rmca_pml_dr::proto::{Config, Connection, PathConfig, Transmit};
 
 #[derive(Debug, Clone)]
 enum Op {
-    Data { kind: u8, flags: u8, idx: u8, count: u8, vfrag: u64, seq: u64, len: u64, off: u64, payload: u16, csum_ok: bool },
-    Ack { nack: bool, flags: u8, count: u8, vfrag: u64, mask: u64, echo: u64, seq: u64 },
+    Data {
+        kind: u8,
+        flags: u8,
+        idx: u8,
+        count: u8,
+        vfrag: u64,
+        seq: u64,
+        len: u64,
+        off: u64,
+        payload: u16,
+        csum_ok: bool,
+    },
+    Ack {
+        nack: bool,
+        flags: u8,
+        count: u8,
+        vfrag: u64,
+        mask: u64,
+        echo: u64,
+        seq: u64,
+    },
     Raw(Vec<u8>),
     Flip(usize),
     Send(u64),
@@ -40,7 +59,19 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn data_packet(op: &Op) -> Option<Vec<u8>> {
-    let Op::Data { kind, flags, idx, count, vfrag, seq, len, off, payload, csum_ok } = *op else {
+    let Op::Data {
+        kind,
+        flags,
+        idx,
+        count,
+        vfrag,
+        seq,
+        len,
+        off,
+        payload,
+        csum_ok,
+    } = *op
+    else {
         return None;
     };
     let kind = match kind {
@@ -59,11 +90,19 @@ fn data_packet(op: &Op) -> Option<Vec<u8>> {
         flags: flags & 0x07,
         frag_index: idx,
         frag_count: count,
-        payload_crc: if csum { crc32c::crc32c(&body) ^ u32::from(!csum_ok) } else { 0 },
+        payload_crc: if csum {
+            crc32c::crc32c(&body) ^ u32::from(!csum_ok)
+        } else {
+            0
+        },
         payload_len: payload as u32,
         vfrag_id: vfrag,
         pkt_num: vfrag.wrapping_mul(31),
-        m: MatchFields { ctx: 1, src: 2, tag: 3 },
+        m: MatchFields {
+            ctx: 1,
+            src: 2,
+            tag: 3,
+        },
         msg_seq: seq,
         msg_len,
         offset,

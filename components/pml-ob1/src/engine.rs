@@ -10,13 +10,14 @@ use std::collections::VecDeque;
 
 use rmca_framework::bml::{Bml, BmlEvents, BtlIndex, PeerRoutes, Route};
 use rmca_framework::btl::{
-    tags, BtlAttributes, BtlFlags, BtlTag, CommPattern, CompletionToken, MemAccess, Registration, RemoteSegment,
-    SendError, SendHint,
+    tags, BtlAttributes, BtlFlags, BtlTag, CommPattern, CompletionToken, MemAccess, Registration,
+    RemoteSegment, SendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Arrival, Envelope, Matcher, Posted, Seq};
 use rmca_framework::pml::{
-    ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError, Tag, TagSel,
+    ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError,
+    Tag, TagSel,
 };
 use rmca_framework::rank::Rank;
 
@@ -28,11 +29,19 @@ use crate::Ob1Config;
 pub const TAG: BtlTag = tags::PML_OB1_BASE;
 
 /// Size classes of the traffic counters.
-const CLASSES: [(&str, usize); 5] =
-    [("le64", 64), ("le1k", 1024), ("le16k", 16 * 1024), ("le256k", 256 * 1024), ("gt256k", usize::MAX)];
+const CLASSES: [(&str, usize); 5] = [
+    ("le64", 64),
+    ("le1k", 1024),
+    ("le16k", 16 * 1024),
+    ("le256k", 256 * 1024),
+    ("gt256k", usize::MAX),
+];
 
 fn class(len: usize) -> usize {
-    CLASSES.iter().position(|(_, max)| len <= *max).unwrap_or(CLASSES.len() - 1)
+    CLASSES
+        .iter()
+        .position(|(_, max)| len <= *max)
+        .unwrap_or(CLASSES.len() - 1)
 }
 
 #[derive(Debug, Default, Clone)]
@@ -60,7 +69,11 @@ struct Stats {
 #[derive(Debug)]
 pub(crate) enum Unexp {
     Eager(Vec<u8>),
-    Rndv { info: RndvRepr, data: Vec<u8>, rget: Option<(u64, Vec<RgetKey>)> },
+    Rndv {
+        info: RndvRepr,
+        data: Vec<u8>,
+        rget: Option<(u64, Vec<RgetKey>)>,
+    },
 }
 
 impl Unexp {
@@ -77,9 +90,14 @@ enum SendState {
     /// The first fragment (MATCH, RNDV or RGET) was not accepted by a BTL yet.
     Start,
     /// Rendezvous sent with `sent` bytes; waiting for ACK (or FIN after an RGET).
-    WaitAck { sent: usize },
+    WaitAck {
+        sent: usize,
+    },
     /// Pushing FRAGs for receive request `dst_req`.
-    Stream { dst_req: u64, segs: Vec<Segment> },
+    Stream {
+        dst_req: u64,
+        segs: Vec<Segment>,
+    },
     Done,
 }
 
@@ -100,9 +118,20 @@ struct SendReq {
 enum RecvState {
     Posted,
     /// Copy pipeline: FRAGs fill the buffer up to `wanted`.
-    Frags { received: usize, wanted: usize, src_req: u64 },
+    Frags {
+        received: usize,
+        wanted: usize,
+    },
     /// Reading the sender's buffer.
-    Get { src_req: u64, addr: u64, keys: Vec<Vec<u8>>, segs: Vec<Segment>, wanted: usize, outstanding: usize, failed: bool },
+    Get {
+        src_req: u64,
+        addr: u64,
+        keys: Vec<Vec<u8>>,
+        segs: Vec<Segment>,
+        wanted: usize,
+        outstanding: usize,
+        failed: bool,
+    },
     Done,
 }
 
@@ -211,11 +240,19 @@ pub(crate) struct Core {
 }
 
 fn send_status(s: &SendReq, error: Option<StatusError>) -> Status {
-    Status { source: s.dest, tag: s.tag, len: s.buf.len(), error }
+    Status {
+        source: s.dest,
+        tag: s.tag,
+        len: s.buf.len(),
+        error,
+    }
 }
 
 fn peer_failed(peer: Rank, reason: &str) -> StatusError {
-    StatusError::PeerFailed { peer, reason: reason.to_owned() }
+    StatusError::PeerFailed {
+        peer,
+        reason: reason.to_owned(),
+    }
 }
 
 impl Core {
@@ -224,8 +261,12 @@ impl Core {
         Self {
             me: bml.my_rank(),
             cfg,
-            attrs: (0..bml.btl_count()).map(|i| bml.btl_ref(i).attributes().clone()).collect(),
-            names: (0..bml.btl_count()).map(|i| bml.btl_ref(i).component_name().to_owned()).collect(),
+            attrs: (0..bml.btl_count())
+                .map(|i| bml.btl_ref(i).attributes().clone())
+                .collect(),
+            names: (0..bml.btl_count())
+                .map(|i| bml.btl_ref(i).component_name().to_owned())
+                .collect(),
             routes: (0..n).map(|p| bml.routes(p as Rank).clone()).collect(),
             cursor: vec![0; n],
             dead: vec![false; n],
@@ -248,7 +289,8 @@ impl Core {
                 }
                 Kind::Recv(rv) => rv.state = RecvState::Done,
             }
-            if status.error.is_none() || matches!(status.error, Some(StatusError::Truncated { .. })) {
+            if status.error.is_none() || matches!(status.error, Some(StatusError::Truncated { .. }))
+            {
                 let c = class(status.len);
                 match r.kind {
                     Kind::Send(_) => {
@@ -285,11 +327,28 @@ impl Core {
     // ---------------------------------------------------------------- receive side
 
     fn deliver_eager(&mut self, id: RequestId, env: Envelope, data: &[u8]) {
-        let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) else { return };
+        let Some(Req {
+            kind: Kind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
+            return;
+        };
         let n = data.len().min(r.buf.len());
         r.buf.write_at(0, &data[..n]);
-        let error = (data.len() > n).then_some(StatusError::Truncated { message_len: data.len(), received: n });
-        self.complete(id, Status { source: env.source, tag: env.tag, len: n, error });
+        let error = (data.len() > n).then_some(StatusError::Truncated {
+            message_len: data.len(),
+            received: n,
+        });
+        self.complete(
+            id,
+            Status {
+                source: env.source,
+                tag: env.tag,
+                len: n,
+                error,
+            },
+        );
     }
 
     fn deliver_unexp(&mut self, id: RequestId, env: Envelope, u: Unexp) {
@@ -307,10 +366,23 @@ impl Core {
 
     /// A rendezvous matched receive `id`: take the first bytes, then read the rest (RGET) or
     /// ask for it (ACK).
-    fn start_rndv(&mut self, id: RequestId, env: Envelope, info: RndvRepr, data: &[u8], rget: Option<(u64, Vec<RgetKey>)>) {
+    fn start_rndv(
+        &mut self,
+        id: RequestId,
+        env: Envelope,
+        info: RndvRepr,
+        data: &[u8],
+        rget: Option<(u64, Vec<RgetKey>)>,
+    ) {
         let peer = env.source;
         let msg_len = usize::try_from(info.msg_len).unwrap_or(usize::MAX);
-        let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) else { return };
+        let Some(Req {
+            kind: Kind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
+            return;
+        };
         let wanted = msg_len.min(r.buf.len());
         let first = data.len().min(wanted);
         r.buf.write_at(0, &data[..first]);
@@ -320,8 +392,15 @@ impl Core {
         let pattern = r.pattern;
         if first == wanted {
             let ctrl = match rget {
-                Some(_) => Repr::Fin { src_req: info.src_req, failed: false },
-                None => Repr::Ack { src_req: info.src_req, dst_req: id.0, wanted: first as u64 },
+                Some(_) => Repr::Fin {
+                    src_req: info.src_req,
+                    failed: false,
+                },
+                None => Repr::Ack {
+                    src_req: info.src_req,
+                    dst_req: id.0,
+                    wanted: first as u64,
+                },
             };
             self.queue_ctrl(peer, ctrl);
             self.finish_recv(id);
@@ -354,10 +433,20 @@ impl Core {
                 );
                 let keys: Vec<Vec<u8>> = chosen
                     .iter()
-                    .map(|c| usable.iter().find(|u| u.0.btl == c.btl).map(|u| u.1.clone()).unwrap_or_default())
+                    .map(|c| {
+                        usable
+                            .iter()
+                            .find(|u| u.0.btl == c.btl)
+                            .map(|u| u.1.clone())
+                            .unwrap_or_default()
+                    })
                     .collect();
                 let segs = sched::split(&chosen, first, wanted);
-                if let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) {
+                if let Some(Req {
+                    kind: Kind::Recv(r),
+                    ..
+                }) = self.reqs.get_mut(id)
+                {
                     r.state = RecvState::Get {
                         src_req: info.src_req,
                         addr,
@@ -372,32 +461,69 @@ impl Core {
                 return;
             }
         }
-        if let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) {
-            r.state = RecvState::Frags { received: first, wanted, src_req: info.src_req };
+        if let Some(Req {
+            kind: Kind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(id)
+        {
+            r.state = RecvState::Frags {
+                received: first,
+                wanted,
+            };
         }
-        self.queue_ctrl(peer, Repr::Ack { src_req: info.src_req, dst_req: id.0, wanted: wanted as u64 });
+        self.queue_ctrl(
+            peer,
+            Repr::Ack {
+                src_req: info.src_req,
+                dst_req: id.0,
+                wanted: wanted as u64,
+            },
+        );
     }
 
     /// Complete a receive whose bytes all arrived.
     fn finish_recv(&mut self, id: RequestId) {
-        let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) else { return };
+        let Some(Req {
+            kind: Kind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
+            return;
+        };
         let received = r.msg_len.min(r.buf.len());
-        let error = (r.msg_len > received).then_some(StatusError::Truncated { message_len: r.msg_len, received });
-        let status = Status { source: r.peer, tag: r.msg_tag, len: received, error };
+        let error = (r.msg_len > received).then_some(StatusError::Truncated {
+            message_len: r.msg_len,
+            received,
+        });
+        let status = Status {
+            source: r.peer,
+            tag: r.msg_tag,
+            len: received,
+            error,
+        };
         self.complete(id, status);
     }
 
     fn on_frag(&mut self, peer: Rank, dst_req: u64, offset: u64, data: &[u8]) {
         let id = RequestId(dst_req);
-        let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) else {
+        let Some(Req {
+            kind: Kind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
             self.stats.dropped_stray += 1;
             return;
         };
-        let RecvState::Frags { received, wanted, .. } = &mut r.state else {
+        let RecvState::Frags {
+            received, wanted, ..
+        } = &mut r.state
+        else {
             self.stats.dropped_stray += 1;
             return;
         };
-        let end = usize::try_from(offset).ok().and_then(|o| o.checked_add(data.len()));
+        let end = usize::try_from(offset)
+            .ok()
+            .and_then(|o| o.checked_add(data.len()));
         match end {
             Some(end) if r.peer == peer && end <= *wanted => {
                 r.buf.write_at(end - data.len(), data);
@@ -413,14 +539,29 @@ impl Core {
 
     fn on_rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>) {
         let id = RequestId(token.0);
-        let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) else {
+        let Some(Req {
+            kind: Kind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
             self.stats.dropped_stray += 1;
             return;
         };
-        let RecvState::Get { outstanding, failed, segs, .. } = &mut r.state else { return };
+        let RecvState::Get {
+            outstanding,
+            failed,
+            segs,
+            ..
+        } = &mut r.state
+        else {
+            return;
+        };
         *outstanding = outstanding.saturating_sub(1);
         if let Err(e) = result {
-            tracing::debug!(?e, "ob1: RDMA get failed, falling back to the copy pipeline");
+            tracing::debug!(
+                ?e,
+                "ob1: RDMA get failed, falling back to the copy pipeline"
+            );
             *failed = true;
             self.stats.get_failures += 1;
         }
@@ -432,16 +573,46 @@ impl Core {
 
     /// Every get of receive `id` completed (or one failed): FIN, or fall back to ACK + FRAGs.
     fn finish_get(&mut self, id: RequestId) {
-        let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) else { return };
-        let RecvState::Get { src_req, wanted, failed, .. } = r.state else { return };
+        let Some(Req {
+            kind: Kind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
+            return;
+        };
+        let RecvState::Get {
+            src_req,
+            wanted,
+            failed,
+            ..
+        } = r.state
+        else {
+            return;
+        };
         let peer = r.peer;
         if failed {
             // The sender streams everything again from its start; FRAGs overwrite what the
             // gets may have written with the same bytes.
-            r.state = RecvState::Frags { received: 0, wanted, src_req };
-            self.queue_ctrl(peer, Repr::Ack { src_req, dst_req: id.0, wanted: wanted as u64 });
+            r.state = RecvState::Frags {
+                received: 0,
+                wanted,
+            };
+            self.queue_ctrl(
+                peer,
+                Repr::Ack {
+                    src_req,
+                    dst_req: id.0,
+                    wanted: wanted as u64,
+                },
+            );
         } else {
-            self.queue_ctrl(peer, Repr::Fin { src_req, failed: false });
+            self.queue_ctrl(
+                peer,
+                Repr::Fin {
+                    src_req,
+                    failed: false,
+                },
+            );
             self.finish_recv(id);
         }
     }
@@ -450,7 +621,11 @@ impl Core {
 
     fn on_ack(&mut self, peer: Rank, src_req: u64, dst_req: u64, wanted: u64) {
         let id = RequestId(src_req);
-        let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) else {
+        let Some(Req {
+            kind: Kind::Send(s),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
             self.stats.dropped_stray += 1;
             return;
         };
@@ -464,7 +639,9 @@ impl Core {
         }
         // Registrations (an RGET the receiver could not read) are no longer needed.
         self.dereg.append(&mut s.regs);
-        let wanted = usize::try_from(wanted).unwrap_or(usize::MAX).min(s.buf.len());
+        let wanted = usize::try_from(wanted)
+            .unwrap_or(usize::MAX)
+            .min(s.buf.len());
         if wanted <= sent {
             let status = send_status(s, None);
             self.complete(id, status);
@@ -479,13 +656,20 @@ impl Core {
             self.cfg.max_rdma_per_request,
             &mut self.cursor[peer as usize],
         );
-        s.state = SendState::Stream { dst_req, segs: sched::split(&chosen, sent, wanted) };
+        s.state = SendState::Stream {
+            dst_req,
+            segs: sched::split(&chosen, sent, wanted),
+        };
         self.activate(id);
     }
 
     fn on_fin(&mut self, peer: Rank, src_req: u64) {
         let id = RequestId(src_req);
-        let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) else {
+        let Some(Req {
+            kind: Kind::Send(s),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
             self.stats.dropped_stray += 1;
             return;
         };
@@ -514,23 +698,42 @@ impl Core {
 
     /// Try to get the first fragment of send `id` accepted. Returns true if it must be retried.
     fn start_send(&mut self, id: RequestId, bml: &mut Bml) -> bool {
-        let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) else { return false };
+        let Some(Req {
+            kind: Kind::Send(s),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
+            return false;
+        };
         let (dest, buf, mode, pattern) = (s.dest, s.buf, s.mode, s.pattern);
-        let hdr = MatchRepr { ctx: s.context, src: self.me, tag: s.tag, seq: s.seq };
+        let hdr = MatchRepr {
+            ctx: s.context,
+            src: self.me,
+            tag: s.tag,
+            seq: s.seq,
+        };
         let Some(b) = self.eager_route(dest, pattern) else {
             self.fail_send(id, dest, "no BTL route left");
             return false;
         };
         let len = buf.len();
-        let hint = SendHint { pattern, message_len: len };
+        let hint = SendHint {
+            pattern,
+            message_len: len,
+        };
         let a = &self.attrs[b];
-        if mode == SendMode::Standard && hdr::MATCH_LEN + len <= a.eager_limit.min(a.max_send_size) {
+        if mode == SendMode::Standard && hdr::MATCH_LEN + len <= a.eager_limit.min(a.max_send_size)
+        {
             let mut h = [0u8; hdr::MATCH_LEN];
             let _ = Repr::Match(hdr).emit(&mut h);
             return match bml.btl(b).send(dest, TAG, &h, buf.as_slice(), hint) {
                 Ok(()) => {
                     self.stats.eager += 1;
-                    if let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) {
+                    if let Some(Req {
+                        kind: Kind::Send(s),
+                        ..
+                    }) = self.reqs.get_mut(id)
+                    {
                         let st = send_status(s, None);
                         self.complete(id, st);
                     }
@@ -539,7 +742,12 @@ impl Core {
                 Err(e) => self.send_refused(bml, id, dest, b, e),
             };
         }
-        let rndv = RndvRepr { hdr, msg_len: len as u64, src_req: id.0, sync: mode == SendMode::Synchronous };
+        let rndv = RndvRepr {
+            hdr,
+            msg_len: len as u64,
+            src_req: id.0,
+            sync: mode == SendMode::Synchronous,
+        };
         // Large messages: offer the buffer for the receiver to read when a GET route exists.
         if self.cfg.use_rget && len + hdr::RNDV_LEN > a.eager_limit {
             if let Some(h) = self.rget_header(id, bml, rndv) {
@@ -556,11 +764,20 @@ impl Core {
             }
         }
         let a = &self.attrs[b];
-        let cap = if len + hdr::RNDV_LEN <= a.eager_limit { len } else { a.rndv_eager_limit.saturating_sub(hdr::RNDV_LEN) };
-        let first = len.min(cap).min(a.max_send_size.saturating_sub(hdr::RNDV_LEN));
+        let cap = if len + hdr::RNDV_LEN <= a.eager_limit {
+            len
+        } else {
+            a.rndv_eager_limit.saturating_sub(hdr::RNDV_LEN)
+        };
+        let first = len
+            .min(cap)
+            .min(a.max_send_size.saturating_sub(hdr::RNDV_LEN));
         let mut h = [0u8; hdr::RNDV_LEN];
         let _ = Repr::Rndv(rndv).emit(&mut h);
-        match bml.btl(b).send(dest, TAG, &h, &buf.as_slice()[..first], hint) {
+        match bml
+            .btl(b)
+            .send(dest, TAG, &h, &buf.as_slice()[..first], hint)
+        {
             Ok(()) => {
                 self.stats.rndv += 1;
                 self.set_send_state(id, SendState::WaitAck { sent: first });
@@ -571,24 +788,45 @@ impl Core {
     }
 
     fn set_send_state(&mut self, id: RequestId, state: SendState) {
-        if let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) {
+        if let Some(Req {
+            kind: Kind::Send(s),
+            ..
+        }) = self.reqs.get_mut(id)
+        {
             s.state = state;
         }
     }
 
     /// Register the send buffer with the GET routes to the peer (once) and build the RGET header.
     fn rget_header(&mut self, id: RequestId, bml: &mut Bml, rndv: RndvRepr) -> Option<Vec<u8>> {
-        let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) else { return None };
+        let Some(Req {
+            kind: Kind::Send(s),
+            ..
+        }) = self.reqs.get_mut(id)
+        else {
+            return None;
+        };
         let dest = s.dest;
         if s.regs.is_empty() {
-            let access = MemAccess { remote_read: true, remote_write: false };
-            for route in self.routes[dest as usize].rdma.iter().take(self.cfg.max_rdma_per_request) {
-                if !self.attrs[route.btl].flags.contains(BtlFlags::GET) || s.buf.len() < self.attrs[route.btl].min_rdma_pipeline_size {
+            let access = MemAccess {
+                remote_read: true,
+                remote_write: false,
+            };
+            for route in self.routes[dest as usize]
+                .rdma
+                .iter()
+                .take(self.cfg.max_rdma_per_request)
+            {
+                if !self.attrs[route.btl].flags.contains(BtlFlags::GET)
+                    || s.buf.len() < self.attrs[route.btl].min_rdma_pipeline_size
+                {
                     continue;
                 }
                 match bml.btl(route.btl).register_mem(s.buf, access) {
                     Ok(reg) => s.regs.push((route.btl, reg)),
-                    Err(e) => tracing::debug!(%e, btl = route.btl, "ob1: registration failed, not offering this BTL"),
+                    Err(e) => {
+                        tracing::debug!(%e, btl = route.btl, "ob1: registration failed, not offering this BTL")
+                    }
                 }
             }
         }
@@ -598,14 +836,24 @@ impl Core {
         let keys = s
             .regs
             .iter()
-            .map(|(b, reg)| RgetKey { btl: self.names[*b].clone(), key: reg.remote_key.clone() })
+            .map(|(b, reg)| RgetKey {
+                btl: self.names[*b].clone(),
+                key: reg.remote_key.clone(),
+            })
             .collect();
-        let repr = Repr::Rget { rndv, addr: s.buf.addr() as u64, keys };
+        let repr = Repr::Rget {
+            rndv,
+            addr: s.buf.addr() as u64,
+            keys,
+        };
         let mut h = vec![0u8; repr.header_len()];
         match repr.emit(&mut h) {
             Ok(_) => Some(h),
             Err(e) => {
-                tracing::debug!(?e, "ob1: RGET header not encodable, using the copy pipeline");
+                tracing::debug!(
+                    ?e,
+                    "ob1: RGET header not encodable, using the copy pipeline"
+                );
                 self.dereg.append(&mut s.regs);
                 None
             }
@@ -613,7 +861,14 @@ impl Core {
     }
 
     /// A BTL refused a fragment of request `id`: retry later, or fail over.
-    fn send_refused(&mut self, bml: &mut Bml, id: RequestId, peer: Rank, btl: BtlIndex, e: SendError) -> bool {
+    fn send_refused(
+        &mut self,
+        bml: &mut Bml,
+        id: RequestId,
+        peer: Rank,
+        btl: BtlIndex,
+        e: SendError,
+    ) -> bool {
         match e {
             SendError::WouldBlock => {
                 self.stats.would_block += 1;
@@ -628,7 +883,11 @@ impl Core {
     }
 
     fn fail_send(&mut self, id: RequestId, peer: Rank, reason: &str) {
-        if let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) {
+        if let Some(Req {
+            kind: Kind::Send(s),
+            ..
+        }) = self.reqs.get_mut(id)
+        {
             let st = send_status(s, Some(peer_failed(peer, reason)));
             self.complete(id, st);
         }
@@ -638,10 +897,22 @@ impl Core {
     fn stream(&mut self, id: RequestId, bml: &mut Bml) -> bool {
         let mut budget = self.cfg.send_pipeline_depth;
         loop {
-            let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) else { return false };
-            let SendState::Stream { dst_req, segs } = &mut s.state else { return false };
+            let Some(Req {
+                kind: Kind::Send(s),
+                ..
+            }) = self.reqs.get_mut(id)
+            else {
+                return false;
+            };
+            let SendState::Stream { dst_req, segs } = &mut s.state else {
+                return false;
+            };
             // The share with the most left goes next, so the BTLs of a stripe advance together.
-            let Some(seg) = segs.iter_mut().filter(|g| g.next < g.end).max_by_key(|g| g.end - g.next) else {
+            let Some(seg) = segs
+                .iter_mut()
+                .filter(|g| g.next < g.end)
+                .max_by_key(|g| g.end - g.next)
+            else {
                 let st = send_status(s, None);
                 self.complete(id, st);
                 return false;
@@ -650,12 +921,26 @@ impl Core {
                 return true;
             }
             let a = &self.attrs[seg.btl];
-            let chunk = (seg.end - seg.next).min(a.max_send_size.saturating_sub(hdr::FRAG_LEN).max(1));
+            let chunk =
+                (seg.end - seg.next).min(a.max_send_size.saturating_sub(hdr::FRAG_LEN).max(1));
             let mut h = [0u8; hdr::FRAG_LEN];
-            let _ = Repr::Frag { dst_req: *dst_req, offset: seg.next as u64 }.emit(&mut h);
-            let hint = SendHint { pattern: s.pattern, message_len: s.buf.len() };
+            let _ = Repr::Frag {
+                dst_req: *dst_req,
+                offset: seg.next as u64,
+            }
+            .emit(&mut h);
+            let hint = SendHint {
+                pattern: s.pattern,
+                message_len: s.buf.len(),
+            };
             let (dest, btl) = (s.dest, seg.btl);
-            match bml.btl(btl).send(dest, TAG, &h, &s.buf.as_slice()[seg.next..seg.next + chunk], hint) {
+            match bml.btl(btl).send(
+                dest,
+                TAG,
+                &h,
+                &s.buf.as_slice()[seg.next..seg.next + chunk],
+                hint,
+            ) {
                 Ok(()) => {
                     seg.next += chunk;
                     budget -= 1;
@@ -670,22 +955,51 @@ impl Core {
     fn issue_gets(&mut self, id: RequestId, bml: &mut Bml) -> bool {
         let depth = self.cfg.recv_pipeline_depth;
         loop {
-            let Some(Req { kind: Kind::Recv(r), .. }) = self.reqs.get_mut(id) else { return false };
+            let Some(Req {
+                kind: Kind::Recv(r),
+                ..
+            }) = self.reqs.get_mut(id)
+            else {
+                return false;
+            };
             let peer = r.peer;
             let buf = r.buf;
-            let RecvState::Get { addr, keys, segs, outstanding, failed, .. } = &mut r.state else { return false };
+            let RecvState::Get {
+                addr,
+                keys,
+                segs,
+                outstanding,
+                failed,
+                ..
+            } = &mut r.state
+            else {
+                return false;
+            };
             if *failed {
                 return false;
             }
-            let Some(seg) = segs.iter_mut().filter(|g| g.next < g.end).max_by_key(|g| g.end - g.next) else { return false };
+            let Some(seg) = segs
+                .iter_mut()
+                .filter(|g| g.next < g.end)
+                .max_by_key(|g| g.end - g.next)
+            else {
+                return false;
+            };
             if *outstanding >= depth {
                 return true;
             }
             let frag = self.attrs[seg.btl].rdma_pipeline_frag_size.max(1);
             let chunk = (seg.end - seg.next).min(frag);
-            let remote = RemoteSegment { addr: *addr + seg.next as u64, len: chunk, remote_key: keys[seg.route].clone() };
+            let remote = RemoteSegment {
+                addr: *addr + seg.next as u64,
+                len: chunk,
+                remote_key: keys[seg.route].clone(),
+            };
             let local = buf.slice(seg.next, chunk);
-            match bml.btl(seg.btl).get(peer, local, &remote, CompletionToken(id.0)) {
+            match bml
+                .btl(seg.btl)
+                .get(peer, local, &remote, CompletionToken(id.0))
+            {
                 Ok(()) => {
                     seg.next += chunk;
                     *outstanding += 1;
@@ -710,7 +1024,9 @@ impl Core {
 
     /// Advance request `id`. Returns true if it needs another turn.
     fn step(&mut self, id: RequestId, bml: &mut Bml) -> bool {
-        let Some(r) = self.reqs.get_mut(id) else { return false };
+        let Some(r) = self.reqs.get_mut(id) else {
+            return false;
+        };
         if r.done.is_some() {
             return false;
         }
@@ -734,15 +1050,26 @@ impl Core {
             return;
         }
         self.stats.route_failures += 1;
-        tracing::warn!(peer, btl = self.names.get(btl).map(String::as_str).unwrap_or("?"), reason, "ob1: route failed");
+        tracing::warn!(
+            peer,
+            btl = self.names.get(btl).map(String::as_str).unwrap_or("?"),
+            reason,
+            "ob1: route failed"
+        );
         let left = bml.remove_route(peer, btl);
         self.routes[peer as usize] = bml.routes(peer).clone();
         // Streams assigned to the dead BTL move to the best remaining send route.
         if let Some(alt) = self.routes[peer as usize].send.first().map(|r| r.btl) {
             for id in self.reqs.ids().collect::<Vec<_>>() {
-                if let Some(Req { kind: Kind::Send(s), .. }) = self.reqs.get_mut(id) {
+                if let Some(Req {
+                    kind: Kind::Send(s),
+                    ..
+                }) = self.reqs.get_mut(id)
+                {
                     if let SendState::Stream { segs, .. } = &mut s.state {
-                        segs.iter_mut().filter(|g| g.btl == btl).for_each(|g| g.btl = alt);
+                        segs.iter_mut()
+                            .filter(|g| g.btl == btl)
+                            .for_each(|g| g.btl = alt);
                     }
                 }
             }
@@ -758,21 +1085,36 @@ impl Core {
         self.stats.peers_failed += 1;
         let err = peer_failed(peer, reason);
         for id in self.reqs.ids().collect::<Vec<_>>() {
-            let Some(r) = self.reqs.get_mut(id) else { continue };
+            let Some(r) = self.reqs.get_mut(id) else {
+                continue;
+            };
             if r.done.is_some() {
                 continue;
             }
             let status = match &r.kind {
                 Kind::Send(s) if s.dest == peer => send_status(s, Some(err.clone())),
                 Kind::Recv(rv) if rv.peer == peer && !matches!(rv.state, RecvState::Posted) => {
-                    Status { source: peer, tag: rv.msg_tag, len: 0, error: Some(err.clone()) }
+                    Status {
+                        source: peer,
+                        tag: rv.msg_tag,
+                        len: 0,
+                        error: Some(err.clone()),
+                    }
                 }
                 _ => continue,
             };
             self.complete(id, status);
         }
         for id in self.matcher.take_posted_from(peer) {
-            self.complete(id, Status { source: peer, tag: 0, len: 0, error: Some(err.clone()) });
+            self.complete(
+                id,
+                Status {
+                    source: peer,
+                    tag: 0,
+                    len: 0,
+                    error: Some(err.clone()),
+                },
+            );
         }
     }
 
@@ -796,7 +1138,10 @@ impl Core {
                 self.ctrl.pop_front();
                 continue;
             };
-            match bml.btl(b).send(peer, TAG, &c.buf[..c.len], &[], SendHint::default()) {
+            match bml
+                .btl(b)
+                .send(peer, TAG, &c.buf[..c.len], &[], SendHint::default())
+            {
                 Ok(()) => {
                     self.ctrl.pop_front();
                     n += 1;
@@ -809,7 +1154,9 @@ impl Core {
             }
         }
         for _ in 0..self.active.len() {
-            let Some(id) = self.active.pop_front() else { break };
+            let Some(id) = self.active.pop_front() else {
+                break;
+            };
             if self.step(id, bml) {
                 self.active.push_back(id);
             } else if let Some(r) = self.reqs.get_mut(id) {
@@ -827,7 +1174,8 @@ impl BmlEvents for Core {
             self.stats.dropped_foreign += 1;
             return;
         }
-        let parsed = Packet::new_checked(data).and_then(|p| Repr::parse(&p).map(|r| (r, p.payload())));
+        let parsed = Packet::new_checked(data)
+            .and_then(|p| Repr::parse(&p).map(|r| (r, &data[p.header_len()..])));
         let (repr, payload) = match parsed {
             Ok(x) => x,
             Err(e) => {
@@ -842,8 +1190,15 @@ impl BmlEvents for Core {
                     self.stats.dropped_malformed += 1;
                     return;
                 }
-                let env = Envelope { context: m.ctx, source: peer, tag: m.tag };
-                match self.matcher.arrive(env, m.seq, || Unexp::Eager(payload.to_vec())) {
+                let env = Envelope {
+                    context: m.ctx,
+                    source: peer,
+                    tag: m.tag,
+                };
+                match self
+                    .matcher
+                    .arrive(env, m.seq, || Unexp::Eager(payload.to_vec()))
+                {
                     Arrival::Matched(id) => self.deliver_eager(id, env, payload),
                     Arrival::Stale => self.stats.dropped_stray += 1,
                     Arrival::Unexpected | Arrival::Held => {}
@@ -851,14 +1206,25 @@ impl BmlEvents for Core {
                 self.drain_released();
             }
             Repr::Rndv(info) => self.on_rndv(peer, info, payload, None),
-            Repr::Rget { rndv, addr, keys } => self.on_rndv(peer, rndv, payload, Some((addr, keys))),
-            Repr::Ack { src_req, dst_req, wanted } => self.on_ack(peer, src_req, dst_req, wanted),
+            Repr::Rget { rndv, addr, keys } => {
+                self.on_rndv(peer, rndv, payload, Some((addr, keys)))
+            }
+            Repr::Ack {
+                src_req,
+                dst_req,
+                wanted,
+            } => self.on_ack(peer, src_req, dst_req, wanted),
             Repr::Frag { dst_req, offset } => self.on_frag(peer, dst_req, offset, payload),
             Repr::Fin { src_req, .. } => self.on_fin(peer, src_req),
         }
     }
 
-    fn rdma_complete(&mut self, _btl: BtlIndex, token: CompletionToken, result: Result<(), SendError>) {
+    fn rdma_complete(
+        &mut self,
+        _btl: BtlIndex,
+        token: CompletionToken,
+        result: Result<(), SendError>,
+    ) {
         self.on_rdma_complete(token, result);
     }
 
@@ -868,12 +1234,22 @@ impl BmlEvents for Core {
 }
 
 impl Core {
-    fn on_rndv(&mut self, peer: Rank, info: RndvRepr, payload: &[u8], rget: Option<(u64, Vec<RgetKey>)>) {
+    fn on_rndv(
+        &mut self,
+        peer: Rank,
+        info: RndvRepr,
+        payload: &[u8],
+        rget: Option<(u64, Vec<RgetKey>)>,
+    ) {
         if info.hdr.src != peer || info.hdr.tag < 0 {
             self.stats.dropped_malformed += 1;
             return;
         }
-        let env = Envelope { context: info.hdr.ctx, source: peer, tag: info.hdr.tag };
+        let env = Envelope {
+            context: info.hdr.ctx,
+            source: peer,
+            tag: info.hdr.tag,
+        };
         let mut rget = Some(rget);
         let arrival = self.matcher.arrive(env, info.hdr.seq, || Unexp::Rndv {
             info,
@@ -922,7 +1298,10 @@ impl Ob1 {
         if (rank as usize) < size {
             Ok(())
         } else {
-            Err(PmlError::BadRank { rank, size: size as u32 })
+            Err(PmlError::BadRank {
+                rank,
+                size: size as u32,
+            })
         }
     }
 }
@@ -972,7 +1351,9 @@ impl Pml for Ob1 {
             }
         }
         if !args.buf.is_writable() {
-            return Err(PmlError::Other("receive buffer is read-only (build it with a mutable slice)".into()));
+            return Err(PmlError::Other(
+                "receive buffer is read-only (build it with a mutable slice)".into(),
+            ));
         }
         let core = &mut self.core;
         let id = core.reqs.insert(Req {
@@ -1002,7 +1383,15 @@ impl Pml for Ob1 {
                 if let Source::Rank(r) = args.source {
                     if core.dead[r as usize] {
                         core.matcher.cancel(args.context, &id);
-                        core.complete(id, Status { source: r, tag: 0, len: 0, error: Some(peer_failed(r, "peer failed earlier")) });
+                        core.complete(
+                            id,
+                            Status {
+                                source: r,
+                                tag: 0,
+                                len: 0,
+                                error: Some(peer_failed(r, "peer failed earlier")),
+                            },
+                        );
                     }
                 }
             }
@@ -1010,7 +1399,12 @@ impl Pml for Ob1 {
         Ok(id)
     }
 
-    fn iprobe(&mut self, context: ContextId, source: Source, tag: TagSel) -> Result<Option<Status>, PmlError> {
+    fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: Source,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError> {
         if let Source::Rank(r) = source {
             self.check_rank(r)?;
         }
@@ -1019,11 +1413,18 @@ impl Pml for Ob1 {
             .core
             .matcher
             .probe(context, source, tag)
-            .map(|(e, u)| Status { source: e.source, tag: e.tag, len: u.len(), error: None }))
+            .map(|(e, u)| Status {
+                source: e.source,
+                tag: e.tag,
+                len: u.len(),
+                error: None,
+            }))
     }
 
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
-        let Some(r) = self.core.reqs.get_mut(request) else { return Err(PmlError::UnknownRequest(request)) };
+        let Some(r) = self.core.reqs.get_mut(request) else {
+            return Err(PmlError::UnknownRequest(request));
+        };
         if r.done.is_none() {
             return Ok(None);
         }
@@ -1032,8 +1433,12 @@ impl Pml for Ob1 {
 
     fn cancel(&mut self, request: RequestId) -> Result<bool, PmlError> {
         let core = &mut self.core;
-        let Some(r) = core.reqs.get_mut(request) else { return Err(PmlError::UnknownRequest(request)) };
-        let Kind::Recv(rv) = &r.kind else { return Ok(false) };
+        let Some(r) = core.reqs.get_mut(request) else {
+            return Err(PmlError::UnknownRequest(request));
+        };
+        let Kind::Recv(rv) = &r.kind else {
+            return Ok(false);
+        };
         if !matches!(rv.state, RecvState::Posted) || r.done.is_some() {
             return Ok(false);
         }
@@ -1049,7 +1454,15 @@ impl Pml for Ob1 {
             TagSel::Tag(t) => t,
             TagSel::Any => 0,
         };
-        core.complete(request, Status { source: src, tag, len: 0, error: Some(StatusError::Cancelled) });
+        core.complete(
+            request,
+            Status {
+                source: src,
+                tag,
+                len: 0,
+                error: Some(StatusError::Cancelled),
+            },
+        );
         Ok(true)
     }
 
@@ -1094,7 +1507,17 @@ impl Pml for Ob1 {
     }
 
     fn finalize(&mut self) -> Result<(), PmlError> {
-        let pending = self.core.reqs.ids().filter(|id| self.core.reqs.slots[(id.0 as u32) as usize].1.as_ref().is_some_and(|r| r.done.is_none())).count();
+        let pending = self
+            .core
+            .reqs
+            .ids()
+            .filter(|id| {
+                self.core.reqs.slots[(id.0 as u32) as usize]
+                    .1
+                    .as_ref()
+                    .is_some_and(|r| r.done.is_none())
+            })
+            .count();
         for (btl, reg) in self.core.dereg.drain(..) {
             self.bml.btl(btl).deregister_mem(&reg);
         }

@@ -122,7 +122,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
             for _ in 0..b[field::NKEYS] {
                 let name_len = usize::from(*b.get(header_len).ok_or(HdrError::Truncated)?);
                 header_len += 1 + name_len;
-                let kl = b.get(header_len..header_len + 2).ok_or(HdrError::Truncated)?;
+                let kl = b
+                    .get(header_len..header_len + 2)
+                    .ok_or(HdrError::Truncated)?;
                 header_len += 2 + usize::from(u16::from_le_bytes([kl[0], kl[1]]));
                 if header_len > b.len() {
                     return Err(HdrError::Truncated);
@@ -135,7 +137,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if matches!(ty, kind::RNDV | kind::RGET) {
             let msg_len = u64_at(b, field::MSG_LEN);
             if ((b.len() - header_len) as u64) > msg_len {
-                return Err(HdrError::Malformed("rendezvous carries more bytes than the message length"));
+                return Err(HdrError::Malformed(
+                    "rendezvous carries more bytes than the message length",
+                ));
             }
         }
         Ok(Self { buffer, header_len })
@@ -265,18 +269,31 @@ impl Repr {
                         .map_err(|_| HdrError::Malformed("RGET key names a non-UTF-8 BTL"))?;
                     at += 1 + nl;
                     let kl = usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
-                    keys.push(RgetKey { btl: name.to_owned(), key: b[at + 2..at + 2 + kl].to_vec() });
+                    keys.push(RgetKey {
+                        btl: name.to_owned(),
+                        key: b[at + 2..at + 2 + kl].to_vec(),
+                    });
                     at += 2 + kl;
                 }
-                Repr::Rget { rndv: rndv(), addr: u64_at(b, field::ADDR), keys }
+                Repr::Rget {
+                    rndv: rndv(),
+                    addr: u64_at(b, field::ADDR),
+                    keys,
+                }
             }
             kind::ACK => Repr::Ack {
                 src_req: u64_at(b, field::REQ_A),
                 dst_req: u64_at(b, field::REQ_B),
                 wanted: u64_at(b, field::WANTED),
             },
-            kind::FRAG => Repr::Frag { dst_req: u64_at(b, field::REQ_A), offset: u64_at(b, field::REQ_B) },
-            kind::FIN => Repr::Fin { src_req: u64_at(b, field::REQ_A), failed: p.flags() & flags::FAILED != 0 },
+            kind::FRAG => Repr::Frag {
+                dst_req: u64_at(b, field::REQ_A),
+                offset: u64_at(b, field::REQ_B),
+            },
+            kind::FIN => Repr::Fin {
+                src_req: u64_at(b, field::REQ_A),
+                failed: p.flags() & flags::FAILED != 0,
+            },
             other => return Err(HdrError::UnknownType(other)),
         })
     }
@@ -286,7 +303,13 @@ impl Repr {
         match self {
             Repr::Match(_) => MATCH_LEN,
             Repr::Rndv(_) => RNDV_LEN,
-            Repr::Rget { keys, .. } => RGET_FIXED_LEN + keys.iter().map(|k| 3 + k.btl.len() + k.key.len()).sum::<usize>(),
+            Repr::Rget { keys, .. } => {
+                RGET_FIXED_LEN
+                    + keys
+                        .iter()
+                        .map(|k| 3 + k.btl.len() + k.key.len())
+                        .sum::<usize>()
+            }
             Repr::Ack { .. } => ACK_LEN,
             Repr::Frag { .. } => FRAG_LEN,
             Repr::Fin { .. } => FIN_LEN,
@@ -326,11 +349,14 @@ impl Repr {
                 b[field::TYPE] = kind::RGET;
                 put_rndv(b, rndv);
                 b[field::ADDR].copy_from_slice(&addr.to_le_bytes());
-                b[field::NKEYS] = u8::try_from(keys.len()).map_err(|_| HdrError::Malformed("more than 255 RGET keys"))?;
+                b[field::NKEYS] = u8::try_from(keys.len())
+                    .map_err(|_| HdrError::Malformed("more than 255 RGET keys"))?;
                 let mut at = RGET_FIXED_LEN;
                 for k in keys {
-                    let nl = u8::try_from(k.btl.len()).map_err(|_| HdrError::Malformed("BTL name over 255 bytes"))?;
-                    let kl = u16::try_from(k.key.len()).map_err(|_| HdrError::Malformed("remote key over 65535 bytes"))?;
+                    let nl = u8::try_from(k.btl.len())
+                        .map_err(|_| HdrError::Malformed("BTL name over 255 bytes"))?;
+                    let kl = u16::try_from(k.key.len())
+                        .map_err(|_| HdrError::Malformed("remote key over 65535 bytes"))?;
                     b[at] = nl;
                     b[at + 1..at + 1 + k.btl.len()].copy_from_slice(k.btl.as_bytes());
                     at += 1 + k.btl.len();
@@ -339,7 +365,11 @@ impl Repr {
                     at += 2 + k.key.len();
                 }
             }
-            Repr::Ack { src_req, dst_req, wanted } => {
+            Repr::Ack {
+                src_req,
+                dst_req,
+                wanted,
+            } => {
                 b[field::TYPE] = kind::ACK;
                 b[field::FLAGS] = 0;
                 b[field::REQ_A].copy_from_slice(&src_req.to_le_bytes());
@@ -376,24 +406,44 @@ mod tests {
     use super::*;
 
     fn match_repr() -> impl Strategy<Value = MatchRepr> {
-        (any::<u32>(), any::<u32>(), any::<i32>(), any::<u32>()).prop_map(|(ctx, src, tag, seq)| MatchRepr { ctx, src, tag, seq })
+        (any::<u32>(), any::<u32>(), any::<i32>(), any::<u32>())
+            .prop_map(|(ctx, src, tag, seq)| MatchRepr { ctx, src, tag, seq })
     }
 
     fn rndv_repr() -> impl Strategy<Value = RndvRepr> {
-        (match_repr(), any::<u64>(), any::<u64>(), any::<bool>())
-            .prop_map(|(hdr, msg_len, src_req, sync)| RndvRepr { hdr, msg_len, src_req, sync })
+        (match_repr(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+            |(hdr, msg_len, src_req, sync)| RndvRepr {
+                hdr,
+                msg_len,
+                src_req,
+                sync,
+            },
+        )
     }
 
     fn repr() -> impl Strategy<Value = Repr> {
-        let key = ("[a-z]{0,8}", proptest::collection::vec(any::<u8>(), 0..40)).prop_map(|(btl, key)| RgetKey { btl, key });
+        let key = ("[a-z]{0,8}", proptest::collection::vec(any::<u8>(), 0..40))
+            .prop_map(|(btl, key)| RgetKey { btl, key });
         prop_oneof![
             match_repr().prop_map(Repr::Match),
             rndv_repr().prop_map(Repr::Rndv),
-            (rndv_repr(), any::<u64>(), proptest::collection::vec(key, 0..4))
+            (
+                rndv_repr(),
+                any::<u64>(),
+                proptest::collection::vec(key, 0..4)
+            )
                 .prop_map(|(rndv, addr, keys)| Repr::Rget { rndv, addr, keys }),
-            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(src_req, dst_req, wanted)| Repr::Ack { src_req, dst_req, wanted }),
-            (any::<u64>(), any::<u64>()).prop_map(|(dst_req, offset)| Repr::Frag { dst_req, offset }),
-            (any::<u64>(), any::<bool>()).prop_map(|(src_req, failed)| Repr::Fin { src_req, failed }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(src_req, dst_req, wanted)| {
+                Repr::Ack {
+                    src_req,
+                    dst_req,
+                    wanted,
+                }
+            }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(dst_req, offset)| Repr::Frag { dst_req, offset }),
+            (any::<u64>(), any::<bool>())
+                .prop_map(|(src_req, failed)| Repr::Fin { src_req, failed }),
         ]
     }
 
@@ -435,7 +485,17 @@ mod tests {
     #[test]
     fn unknown_type_and_oversized_rndv_are_rejected() {
         assert_eq!(parse_any(&[99; 40]).unwrap_err(), HdrError::UnknownType(99));
-        let r = Repr::Rndv(RndvRepr { hdr: MatchRepr { ctx: 0, src: 0, tag: 0, seq: 0 }, msg_len: 2, src_req: 0, sync: false });
+        let r = Repr::Rndv(RndvRepr {
+            hdr: MatchRepr {
+                ctx: 0,
+                src: 0,
+                tag: 0,
+                seq: 0,
+            },
+            msg_len: 2,
+            src_req: 0,
+            sync: false,
+        });
         let mut buf = vec![0u8; RNDV_LEN];
         r.emit(&mut buf).unwrap();
         buf.extend_from_slice(&[1, 2, 3]);

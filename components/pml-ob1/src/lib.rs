@@ -21,7 +21,9 @@ pub mod hdr;
 pub mod sched;
 
 use rmca_framework::bml::Bml;
-use rmca_framework::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext};
+use rmca_framework::component::{
+    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
+};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
 
@@ -67,8 +69,15 @@ impl Ob1Config {
             usize::try_from(v).map_err(|_| PmlError::Init(format!("{n}={v} must be positive")))
         };
         Ok(Self {
-            scheduling: params.get_str("pml_ob1_scheduling").map_err(e)?.parse().map_err(PmlError::Init)?,
-            stripe_threshold: usize::try_from(params.get_size("pml_ob1_stripe_threshold").map_err(e)?).unwrap_or(usize::MAX),
+            scheduling: params
+                .get_str("pml_ob1_scheduling")
+                .map_err(e)?
+                .parse()
+                .map_err(PmlError::Init)?,
+            stripe_threshold: usize::try_from(
+                params.get_size("pml_ob1_stripe_threshold").map_err(e)?,
+            )
+            .unwrap_or(usize::MAX),
             send_pipeline_depth: int("pml_ob1_send_pipeline_depth")?.max(1),
             recv_pipeline_depth: int("pml_ob1_recv_pipeline_depth")?.max(1),
             max_rdma_per_request: int("pml_ob1_max_rdma_per_request")?.max(1),
@@ -94,13 +103,19 @@ impl Component for Ob1Component {
         ComponentMeta {
             name: "ob1",
             version: env!("CARGO_PKG_VERSION"),
-            description: "MPI matching, eager and rendezvous (RGET / copy pipeline) over several BTLs",
+            description:
+                "MPI matching, eager and rendezvous (RGET / copy pipeline) over several BTLs",
         }
     }
 
     fn register_params(&self, params: &mut ParamRegistrar<'_>) {
         let d = Ob1Config::default();
-        params.add(Param::int("priority", DEFAULT_PRIORITY).range(0, 100).help("Selection priority of pml ob1 (highest allowed PML wins).").level(Level::Tuning));
+        params.add(
+            Param::int("priority", DEFAULT_PRIORITY)
+                .range(0, 100)
+                .help("Selection priority of pml ob1 (highest allowed PML wins).")
+                .level(Level::Tuning),
+        );
         params.add(
             Param::enumeration("scheduling", d.scheduling.name(), &Scheduling::NAMES)
                 .help("How messages use several BTLs to one peer (seed 002): binding = always the best BTL; round_robin = whole messages rotate over the BTLs; striping = messages above pml_ob1_stripe_threshold are split over the BTLs by bandwidth; epc = striping for blocking and collective traffic, round robin for non-blocking traffic.")
@@ -111,16 +126,36 @@ impl Component for Ob1Component {
                 .help("Messages up to this many bytes are never striped over several BTLs.")
                 .level(Level::Tuning),
         );
-        params.add(Param::int("send_pipeline_depth", d.send_pipeline_depth as i64).range(1, 1 << 20).help("FRAG fragments one rendezvous send pushes per progress pass (copy pipeline).").level(Level::Tuning));
-        params.add(Param::int("recv_pipeline_depth", d.recv_pipeline_depth as i64).range(1, 1 << 20).help("RDMA gets one receive keeps outstanding.").level(Level::Tuning));
-        params.add(Param::int("max_rdma_per_request", d.max_rdma_per_request as i64).range(1, 255).help("Most BTLs a single message is striped over.").level(Level::Tuning));
+        params.add(
+            Param::int("send_pipeline_depth", d.send_pipeline_depth as i64)
+                .range(1, 1 << 20)
+                .help(
+                    "FRAG fragments one rendezvous send pushes per progress pass (copy pipeline).",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::int("recv_pipeline_depth", d.recv_pipeline_depth as i64)
+                .range(1, 1 << 20)
+                .help("RDMA gets one receive keeps outstanding.")
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::int("max_rdma_per_request", d.max_rdma_per_request as i64)
+                .range(1, 255)
+                .help("Most BTLs a single message is striped over.")
+                .level(Level::Tuning),
+        );
         params.add(Param::bool("use_rget", d.use_rget).help("Use receiver-driven RDMA reads (RGET) for large messages when a BTL offers GET; otherwise the copy pipeline.").level(Level::Tuning));
     }
 }
 
 impl PmlComponent for Ob1Component {
     fn priority(&self, params: &ParamStore) -> i32 {
-        params.get_int("pml_ob1_priority").map(|p| p as i32).unwrap_or(DEFAULT_PRIORITY as i32)
+        params
+            .get_int("pml_ob1_priority")
+            .map(|p| p as i32)
+            .unwrap_or(DEFAULT_PRIORITY as i32)
     }
 
     fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError> {

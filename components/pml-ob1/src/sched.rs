@@ -81,20 +81,33 @@ pub fn choose(
         return Vec::new();
     }
     match policy {
-        Scheduling::Binding | Scheduling::Epc => vec![Route { btl: routes[0].btl, weight: 1.0 }],
+        Scheduling::Binding | Scheduling::Epc => vec![Route {
+            btl: routes[0].btl,
+            weight: 1.0,
+        }],
         Scheduling::RoundRobin => {
             let r = routes[*cursor % routes.len()];
             *cursor = cursor.wrapping_add(1);
-            vec![Route { btl: r.btl, weight: 1.0 }]
+            vec![Route {
+                btl: r.btl,
+                weight: 1.0,
+            }]
         }
         Scheduling::Striping => {
             if len <= threshold || routes.len() == 1 {
-                vec![Route { btl: routes[0].btl, weight: 1.0 }]
+                vec![Route {
+                    btl: routes[0].btl,
+                    weight: 1.0,
+                }]
             } else {
                 let mut v: Vec<Route> = routes.iter().take(max.max(1)).copied().collect();
                 let total: f64 = v.iter().map(|r| r.weight).sum();
                 for r in &mut v {
-                    r.weight = if total > 0.0 { r.weight / total } else { 1.0 / routes.len() as f64 };
+                    r.weight = if total > 0.0 {
+                        r.weight / total
+                    } else {
+                        1.0 / routes.len() as f64
+                    };
                 }
                 v
             }
@@ -128,7 +141,12 @@ pub fn split(routes: &[Route], start: usize, end: usize) -> Vec<Segment> {
             ((total as f64 * r.weight) as usize).min(end - at)
         };
         if share > 0 {
-            out.push(Segment { btl: r.btl, route: i, next: at, end: at + share });
+            out.push(Segment {
+                btl: r.btl,
+                route: i,
+                next: at,
+                end: at + share,
+            });
         }
         at += share;
     }
@@ -143,24 +161,51 @@ mod tests {
 
     fn routes(ws: &[f64]) -> Vec<Route> {
         let t: f64 = ws.iter().sum();
-        ws.iter().enumerate().map(|(i, w)| Route { btl: i, weight: w / t }).collect()
+        ws.iter()
+            .enumerate()
+            .map(|(i, w)| Route {
+                btl: i,
+                weight: w / t,
+            })
+            .collect()
     }
 
     #[test]
     fn policies_pick_routes() {
         let r = routes(&[3.0, 1.0]);
         let mut c = 0;
-        assert_eq!(choose(Scheduling::Binding, &r, 1 << 20, 16384, 4, &mut c).len(), 1);
+        assert_eq!(
+            choose(Scheduling::Binding, &r, 1 << 20, 16384, 4, &mut c).len(),
+            1
+        );
         let a = choose(Scheduling::RoundRobin, &r, 10, 16384, 4, &mut c)[0].btl;
         let b = choose(Scheduling::RoundRobin, &r, 10, 16384, 4, &mut c)[0].btl;
         assert_ne!(a, b);
-        assert_eq!(choose(Scheduling::Striping, &r, 100, 16384, 4, &mut c).len(), 1);
-        assert_eq!(choose(Scheduling::Striping, &r, 1 << 20, 16384, 4, &mut c).len(), 2);
-        assert_eq!(choose(Scheduling::Striping, &r, 1 << 20, 16384, 1, &mut c).len(), 1);
-        assert_eq!(Scheduling::Epc.for_pattern(CommPattern::NonBlocking), Scheduling::RoundRobin);
-        assert_eq!(Scheduling::Epc.for_pattern(CommPattern::Collective), Scheduling::Striping);
+        assert_eq!(
+            choose(Scheduling::Striping, &r, 100, 16384, 4, &mut c).len(),
+            1
+        );
+        assert_eq!(
+            choose(Scheduling::Striping, &r, 1 << 20, 16384, 4, &mut c).len(),
+            2
+        );
+        assert_eq!(
+            choose(Scheduling::Striping, &r, 1 << 20, 16384, 1, &mut c).len(),
+            1
+        );
+        assert_eq!(
+            Scheduling::Epc.for_pattern(CommPattern::NonBlocking),
+            Scheduling::RoundRobin
+        );
+        assert_eq!(
+            Scheduling::Epc.for_pattern(CommPattern::Collective),
+            Scheduling::Striping
+        );
         assert_eq!("epc".parse::<Scheduling>(), Ok(Scheduling::Epc));
-        assert!("stripe".parse::<Scheduling>().unwrap_err().contains("striping"));
+        assert!("stripe"
+            .parse::<Scheduling>()
+            .unwrap_err()
+            .contains("striping"));
     }
 
     proptest! {

@@ -45,7 +45,9 @@ impl Card {
         let rest = text
             .strip_prefix(PREFIX)
             .ok_or_else(|| CardError::Format(format!("expected prefix '{}'", PREFIX.trim_end())))?;
-        let addr: SocketAddr = rest.parse().map_err(|_| CardError::Address(rest.chars().take(64).collect()))?;
+        let addr: SocketAddr = rest
+            .parse()
+            .map_err(|_| CardError::Address(rest.chars().take(64).collect()))?;
         if addr.ip().is_unspecified() || addr.ip().is_multicast() || addr.port() == 0 {
             return Err(CardError::Unusable(addr));
         }
@@ -61,18 +63,35 @@ mod tests {
     #[test]
     fn roundtrip_v4_v6() {
         for a in ["127.0.0.1:4000", "[::1]:5"] {
-            let c = Card { addr: a.parse().unwrap() };
+            let c = Card {
+                addr: a.parse().unwrap(),
+            };
             assert_eq!(Card::decode(&c.encode()), Ok(c));
         }
     }
 
     #[test]
     fn bad_cards_say_why() {
-        assert!(matches!(Card::decode(b"\xff\xfe"), Err(CardError::Format(_))));
-        assert!(matches!(Card::decode(b"127.0.0.1:1"), Err(CardError::Format(_))));
-        assert!(matches!(Card::decode(b"v1 localhost:1"), Err(CardError::Address(_))));
-        assert!(matches!(Card::decode(b"v1 0.0.0.0:1"), Err(CardError::Unusable(_))));
-        assert!(matches!(Card::decode(b"v1 127.0.0.1:0"), Err(CardError::Unusable(_))));
+        assert!(matches!(
+            Card::decode(b"\xff\xfe"),
+            Err(CardError::Format(_))
+        ));
+        assert!(matches!(
+            Card::decode(b"127.0.0.1:1"),
+            Err(CardError::Format(_))
+        ));
+        assert!(matches!(
+            Card::decode(b"v1 localhost:1"),
+            Err(CardError::Address(_))
+        ));
+        assert!(matches!(
+            Card::decode(b"v1 0.0.0.0:1"),
+            Err(CardError::Unusable(_))
+        ));
+        assert!(matches!(
+            Card::decode(b"v1 127.0.0.1:0"),
+            Err(CardError::Unusable(_))
+        ));
     }
 
     proptest! {

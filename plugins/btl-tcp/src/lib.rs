@@ -39,7 +39,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
-use rmca_framework::component::{Component, ComponentMeta, ComponentRef, InitContext};
+use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
 pub use module::BtlTcp;
@@ -114,7 +114,8 @@ impl TcpConfig {
     pub fn from_params(params: &ParamStore) -> Result<Self, BtlError> {
         let size = |n: &str| -> Result<usize, BtlError> {
             let v = params.get_size(n).map_err(param_err)?;
-            usize::try_from(v).map_err(|_| BtlError::Other(format!("{n}={v} does not fit in memory")))
+            usize::try_from(v)
+                .map_err(|_| BtlError::Other(format!("{n}={v} does not fit in memory")))
         };
         let int = |n: &str| params.get_int(n).map_err(param_err);
         let addr_text = params.get_str("btl_tcp_if_addr").map_err(param_err)?;
@@ -128,7 +129,9 @@ impl TcpConfig {
                 "btl_tcp_if_addr='{if_addr}' cannot be published to peers (valid: a unicast address of this host that peers can reach)"
             )));
         }
-        let ms = |n: &str| -> Result<Duration, BtlError> { Ok(Duration::from_millis(int(n)?.max(1) as u64)) };
+        let ms = |n: &str| -> Result<Duration, BtlError> {
+            Ok(Duration::from_millis(int(n)?.max(1) as u64))
+        };
         let cfg = Self {
             if_addr,
             port_min: int("btl_tcp_port_min")?.clamp(0, 65535) as u16,

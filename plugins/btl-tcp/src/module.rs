@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rmca_framework::btl::{
-    exclusivity, tags, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, MemoryUsage, ModexRead,
-    SendError, SendHint,
+    exclusivity, tags, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, MemoryUsage,
+    ModexRead, SendError, SendHint,
 };
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::MemoryCounter;
@@ -140,7 +140,9 @@ impl BtlTcp {
         listener
             .set_nonblocking(true)
             .map_err(io_err("btl tcp: making the listener non-blocking".into()))?;
-        let local = listener.local_addr().map_err(io_err("btl tcp: reading the listen address".into()))?;
+        let local = listener
+            .local_addr()
+            .map_err(io_err("btl tcp: reading the listen address".into()))?;
         let attrs = BtlAttributes {
             eager_limit: cfg.eager_limit,
             rndv_eager_limit: cfg.eager_limit,
@@ -183,7 +185,9 @@ impl BtlTcp {
     fn listen(cfg: &TcpConfig) -> Result<TcpListener, BtlError> {
         if cfg.port_min == 0 {
             let addr = SocketAddr::new(cfg.if_addr, 0);
-            return TcpListener::bind(addr).map_err(io_err(format!("btl tcp: listening on {addr} (btl_tcp_if_addr)")));
+            return TcpListener::bind(addr).map_err(io_err(format!(
+                "btl tcp: listening on {addr} (btl_tcp_if_addr)"
+            )));
         }
         let last = cfg.port_min + cfg.port_range;
         let mut last_err = None;
@@ -221,7 +225,10 @@ impl BtlTcp {
 
     /// A counter by name (as listed by [`Btl::counters`]), for tests and tools.
     pub fn counter(&self, name: &str) -> Option<u64> {
-        self.counters().into_iter().find(|(n, _)| n == name).map(|(_, v)| v)
+        self.counters()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
     }
 
     fn adjust_memory(&mut self, before: usize, after: usize) {
@@ -270,7 +277,11 @@ impl BtlTcp {
         });
         match result {
             Ok(stream) => {
-                let hello = HelloRepr { rank: self.me, secret: &self.secret };
+                let hello = HelloRepr {
+                    rank: self.me,
+                    to: peer,
+                    secret: &self.secret,
+                };
                 let proto = Outbound::new(&hello, self.cfg.max_pending);
                 self.adjust_memory(0, proto.capacity());
                 self.counters.connects += 1;
@@ -296,7 +307,10 @@ impl BtlTcp {
                         continue;
                     }
                     self.counters.accepts += 1;
-                    self.incoming.push(InConn { stream, proto: Inbound::new(self.limits.clone(), now) });
+                    self.incoming.push(InConn {
+                        stream,
+                        proto: Inbound::new(self.limits.clone(), now),
+                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -376,7 +390,10 @@ impl BtlTcp {
             }
             InOutcome::Duplicate(p) => {
                 self.counters.rejected_duplicate += 1;
-                tracing::warn!(peer = p, "btl tcp: refused a second connection claiming rank {p}");
+                tracing::warn!(
+                    peer = p,
+                    "btl tcp: refused a second connection claiming rank {p}"
+                );
             }
             InOutcome::Io(peer, e) => match peer {
                 Some(p) => self.fail_peer(p, format!("receiving from rank {p}: {e}")),
@@ -387,6 +404,7 @@ impl BtlTcp {
                     InboundError::WrongSecret { .. } => self.counters.rejected_secret += 1,
                     InboundError::BadHello(_)
                     | InboundError::BadRank { .. }
+                    | InboundError::Misdirected { .. }
                     | InboundError::HandshakeTimeout(_)
                     | InboundError::EofBeforeHello => self.counters.rejected_hello += 1,
                     InboundError::UnexpectedEof { .. } => {}
@@ -412,21 +430,42 @@ impl Btl for BtlTcp {
         &self.attrs
     }
 
-    fn add_procs(&mut self, procs: &[ProcInfo], modex: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
+    fn add_procs(
+        &mut self,
+        procs: &[ProcInfo],
+        modex: &dyn ModexRead,
+    ) -> Result<Vec<bool>, BtlError> {
         // Read every card before changing anything, so a bad card leaves the module as it was.
+        let my_node = procs.iter().find(|p| p.is_self).map(|p| p.node);
         let mut found = Vec::with_capacity(procs.len());
         for p in procs {
             if p.is_self || p.rank == self.me {
                 found.push(None);
                 continue;
             }
-            let bytes = modex
-                .get(p.rank, MODEX_KEY)
-                .map_err(|e| BtlError::Other(format!("btl tcp: reading rank {}'s card: {e}", p.rank)))?;
+            let bytes = modex.get(p.rank, MODEX_KEY).map_err(|e| {
+                BtlError::Other(format!("btl tcp: reading rank {}'s card: {e}", p.rank))
+            })?;
             match bytes {
                 None => found.push(None),
                 Some(b) => {
-                    let card = Card::decode(&b).map_err(|e| BtlError::BadCard { rank: p.rank, reason: e.to_string() })?;
+                    let card = Card::decode(&b).map_err(|e| BtlError::BadCard {
+                        rank: p.rank,
+                        reason: e.to_string(),
+                    })?;
+                    // A loopback card only means something on the peer's own node: from here it
+                    // would reach some other process of this host.
+                    if card.addr.ip().is_loopback() && my_node.is_some_and(|n| n != p.node) {
+                        tracing::warn!(
+                            peer = p.rank,
+                            addr = %card.addr,
+                            "btl tcp: rank {} is on another node but published a loopback address; \
+                             set btl_tcp_if_addr to an address other nodes can reach",
+                            p.rank
+                        );
+                        found.push(None);
+                        continue;
+                    }
                     found.push(Some(card));
                 }
             }
@@ -435,7 +474,10 @@ impl Btl for BtlTcp {
         for (p, card) in procs.iter().zip(found) {
             match card {
                 Some(c) => {
-                    self.peers.entry(p.rank).or_insert(Peer { addr: c.addr, out: None });
+                    self.peers.entry(p.rank).or_insert(Peer {
+                        addr: c.addr,
+                        out: None,
+                    });
                     reach.push(true);
                 }
                 None => reach.push(false),
@@ -455,16 +497,31 @@ impl Btl for BtlTcp {
         }
     }
 
-    fn send(&mut self, peer: Rank, tag: BtlTag, header: &[u8], payload: &[u8], _hint: SendHint) -> Result<(), SendError> {
+    fn send(
+        &mut self,
+        peer: Rank,
+        tag: BtlTag,
+        header: &[u8],
+        payload: &[u8],
+        _hint: SendHint,
+    ) -> Result<(), SendError> {
         if tag >= tags::BTL_INTERNAL_BASE {
-            return Err(SendError::Unsupported("tags 0xf0..=0xff are reserved for btl-internal traffic"));
+            return Err(SendError::Unsupported(
+                "tags 0xf0..=0xff are reserved for btl-internal traffic",
+            ));
         }
         let len = header.len() + payload.len();
         if len > self.cfg.max_send_size {
-            return Err(SendError::TooLarge { len, max: self.cfg.max_send_size });
+            return Err(SendError::TooLarge {
+                len,
+                max: self.cfg.max_send_size,
+            });
         }
         if let Some(reason) = self.failed.get(&peer) {
-            return Err(SendError::PeerFailed { peer, reason: reason.clone() });
+            return Err(SendError::PeerFailed {
+                peer,
+                reason: reason.clone(),
+            });
         }
         let Some(p) = self.peers.get(&peer) else {
             return Err(SendError::Unreachable(peer));
@@ -485,7 +542,10 @@ impl Btl for BtlTcp {
                 return Err(SendError::WouldBlock);
             }
             Err(QueueError::Closing) => {
-                return Err(SendError::PeerFailed { peer, reason: "connection is closing".into() });
+                return Err(SendError::PeerFailed {
+                    peer,
+                    reason: "connection is closing".into(),
+                });
             }
         }
         // Write at once: most fragments leave here without waiting for progress.
@@ -546,7 +606,10 @@ impl Btl for BtlTcp {
     }
 
     fn memory_usage(&self) -> MemoryUsage {
-        MemoryUsage { current: self.held, peak: self.peak }
+        MemoryUsage {
+            current: self.held,
+            peak: self.peak,
+        }
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
@@ -576,7 +639,9 @@ impl Btl for BtlTcp {
         // the connect timeout per peer (a peer that stopped reading must not hang us).
         let timeout = self.cfg.connect_timeout;
         for (rank, p) in &mut self.peers {
-            let Some(mut out) = p.out.take() else { continue };
+            let Some(mut out) = p.out.take() else {
+                continue;
+            };
             out.proto.queue_bye();
             let result = out
                 .stream
@@ -593,7 +658,11 @@ impl Btl for BtlTcp {
                     out.stream.flush()
                 });
             if let Err(e) = result {
-                tracing::warn!(peer = rank, "btl tcp: finalize: {} bytes to rank {rank} not sent: {e}", out.proto.pending());
+                tracing::warn!(
+                    peer = rank,
+                    "btl tcp: finalize: {} bytes to rank {rank} not sent: {e}",
+                    out.proto.pending()
+                );
             }
             let _ = out.stream.shutdown(Shutdown::Write);
         }

@@ -43,6 +43,16 @@ pub enum InboundError {
         /// Our rank.
         me: Rank,
     },
+    /// The hello was meant for another rank (the connector used a stale or wrong card).
+    #[error("hello from rank {from} is addressed to rank {to}, but this is rank {me}")]
+    Misdirected {
+        /// The connector.
+        from: u32,
+        /// The rank it meant to reach.
+        to: u32,
+        /// Our rank.
+        me: Rank,
+    },
     /// No complete hello before the deadline.
     #[error("no hello within {0:?}")]
     HandshakeTimeout(Duration),
@@ -154,7 +164,13 @@ impl Inbound {
     /// A connection accepted at `now`.
     pub fn new(limits: std::sync::Arc<InboundLimits>, now: Instant) -> Self {
         let deadline = now + limits.handshake_timeout;
-        Self { limits, state: InState::AwaitHello { deadline }, buf: Vec::new(), start: 0, end: 0 }
+        Self {
+            limits,
+            state: InState::AwaitHello { deadline },
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+        }
     }
 
     /// The peer, once the hello was accepted.
@@ -205,7 +221,11 @@ impl Inbound {
                 _ => HELLO_HEADER_LEN,
             },
             _ => match FramePacket::new_checked(have) {
-                Err(WireError::Truncated { need, .. }) if need <= FRAME_HEADER_LEN + self.limits.max_frame => need,
+                Err(WireError::Truncated { need, .. })
+                    if need <= FRAME_HEADER_LEN + self.limits.max_frame =>
+                {
+                    need
+                }
                 _ => FRAME_HEADER_LEN,
             },
         };
@@ -244,8 +264,8 @@ impl Inbound {
             Err(e) => return self.fail(InboundError::BadHello(e)),
         };
         let total = packet.total_len();
-        let (rank, secret_ok) = match HelloRepr::parse(&packet) {
-            Ok(h) => (h.rank, ct_eq(h.secret, &self.limits.secret)),
+        let (rank, to, secret_ok) = match HelloRepr::parse(&packet) {
+            Ok(h) => (h.rank, h.to, ct_eq(h.secret, &self.limits.secret)),
             Err(e) => return self.fail(InboundError::BadHello(e)),
         };
         if !secret_ok {
@@ -255,8 +275,15 @@ impl Inbound {
             let (job_size, me) = (self.limits.job_size, self.limits.me);
             return self.fail(InboundError::BadRank { rank, job_size, me });
         }
+        if to != self.limits.me {
+            let me = self.limits.me;
+            return self.fail(InboundError::Misdirected { from: rank, to, me });
+        }
         self.start += total;
-        self.state = InState::Open { peer: rank, bye: false };
+        self.state = InState::Open {
+            peer: rank,
+            bye: false,
+        };
         Ok(Some(InEvent::Hello { peer: rank }))
     }
 
@@ -274,7 +301,11 @@ impl Inbound {
             Err(_) => return Ok(None), // header incomplete
         };
         if repr.len as usize > self.limits.max_frame {
-            return self.fail(InboundError::FrameTooLarge { peer, len: repr.len, max: self.limits.max_frame });
+            return self.fail(InboundError::FrameTooLarge {
+                peer,
+                len: repr.len,
+                max: self.limits.max_frame,
+            });
         }
         if packet.check_len().is_err() {
             return Ok(None);
@@ -287,9 +318,16 @@ impl Inbound {
                 self.state = InState::Open { peer, bye: true };
                 return Ok(Some(InEvent::Bye { peer }));
             }
-            return self.fail(InboundError::ReservedTag { peer, tag: repr.tag });
+            return self.fail(InboundError::ReservedTag {
+                peer,
+                tag: repr.tag,
+            });
         }
-        Ok(Some(InEvent::Frame { peer, tag: repr.tag, data: &self.buf[range] }))
+        Ok(Some(InEvent::Frame {
+            peer,
+            tag: repr.tag,
+            data: &self.buf[range],
+        }))
     }
 
     /// The stream ended. `Ok(Some(peer))` for a clean close after a goodbye.
@@ -362,7 +400,12 @@ impl Outbound {
     pub fn new(hello: &HelloRepr<'_>, cap: usize) -> Self {
         let mut buf = vec![0u8; hello.buffer_len()];
         hello.emit(&mut HelloPacket::new_unchecked(&mut buf[..]));
-        Self { buf, start: 0, cap, closing: false }
+        Self {
+            buf,
+            start: 0,
+            cap,
+            closing: false,
+        }
     }
 
     /// Bytes waiting to be written.
@@ -383,10 +426,16 @@ impl Outbound {
         let len = header.len() + payload.len();
         let pending = self.pending();
         if self.cap != 0 && pending > 0 && pending + FRAME_HEADER_LEN + len > self.cap {
-            return Err(QueueError::Full { pending, cap: self.cap });
+            return Err(QueueError::Full {
+                pending,
+                cap: self.cap,
+            });
         }
         self.compact();
-        let repr = FrameRepr { tag, len: len as u32 };
+        let repr = FrameRepr {
+            tag,
+            len: len as u32,
+        };
         self.buf.extend_from_slice(&repr.emit_header());
         self.buf.extend_from_slice(header);
         self.buf.extend_from_slice(payload);
@@ -397,7 +446,13 @@ impl Outbound {
     pub fn queue_bye(&mut self) {
         if !self.closing {
             self.compact();
-            self.buf.extend_from_slice(&FrameRepr { tag: TAG_BYE, len: 0 }.emit_header());
+            self.buf.extend_from_slice(
+                &FrameRepr {
+                    tag: TAG_BYE,
+                    len: 0,
+                }
+                .emit_header(),
+            );
             self.closing = true;
         }
     }
@@ -448,7 +503,17 @@ mod tests {
 
     /// Everything an Outbound would write for `frags`, with an optional goodbye.
     fn stream(rank: u32, secret: &[u8], frags: &[(u8, Vec<u8>, Vec<u8>)], bye: bool) -> Vec<u8> {
-        let mut out = Outbound::new(&HelloRepr { rank, secret }, 0);
+        stream_to(rank, 1, secret, frags, bye)
+    }
+
+    fn stream_to(
+        rank: u32,
+        to: u32,
+        secret: &[u8],
+        frags: &[(u8, Vec<u8>, Vec<u8>)],
+        bye: bool,
+    ) -> Vec<u8> {
+        let mut out = Outbound::new(&HelloRepr { rank, to, secret }, 0);
         for (tag, h, p) in frags {
             out.queue(*tag, h, p).unwrap();
         }
@@ -469,7 +534,11 @@ mod tests {
     }
 
     /// Feed `bytes` in chunks of the given sizes and collect events until an error.
-    fn feed(inb: &mut Inbound, bytes: &[u8], chunks: &[usize]) -> (Vec<Owned>, Option<InboundError>) {
+    fn feed(
+        inb: &mut Inbound,
+        bytes: &[u8],
+        chunks: &[usize],
+    ) -> (Vec<Owned>, Option<InboundError>) {
         let mut evs = Vec::new();
         let mut pos = 0;
         let mut ci = 0;
@@ -484,7 +553,9 @@ mod tests {
             loop {
                 match inb.poll_event() {
                     Ok(Some(InEvent::Hello { peer })) => evs.push(Owned::Hello(peer)),
-                    Ok(Some(InEvent::Frame { peer, tag, data })) => evs.push(Owned::Frame(peer, tag, data.to_vec())),
+                    Ok(Some(InEvent::Frame { peer, tag, data })) => {
+                        evs.push(Owned::Frame(peer, tag, data.to_vec()))
+                    }
                     Ok(Some(InEvent::Bye { peer })) => evs.push(Owned::Bye(peer)),
                     Ok(None) => break,
                     Err(e) => return (evs, Some(e)),
@@ -496,7 +567,10 @@ mod tests {
 
     #[test]
     fn hello_frames_and_bye() {
-        let frags = vec![(0x40, b"h".to_vec(), b"payload".to_vec()), (0x41, vec![], vec![])];
+        let frags = vec![
+            (0x40, b"h".to_vec(), b"payload".to_vec()),
+            (0x41, vec![], vec![]),
+        ];
         let bytes = stream(2, SECRET, &frags, true);
         let mut inb = Inbound::new(limits(1024), Instant::now());
         let (evs, err) = feed(&mut inb, &bytes, &[]);
@@ -529,15 +603,37 @@ mod tests {
             let bytes = stream(rank, SECRET, &[], false);
             let mut inb = Inbound::new(limits(1024), Instant::now());
             let (_, err) = feed(&mut inb, &bytes, &[]);
-            assert!(matches!(err, Some(InboundError::BadRank { .. })), "{rank}: {err:?}");
+            assert!(
+                matches!(err, Some(InboundError::BadRank { .. })),
+                "{rank}: {err:?}"
+            );
         }
+    }
+
+    #[test]
+    fn misdirected_hello_is_refused() {
+        let bytes = stream_to(2, 3, SECRET, &[(0x40, vec![], b"x".to_vec())], false);
+        let mut inb = Inbound::new(limits(1024), Instant::now());
+        let (evs, err) = feed(&mut inb, &bytes, &[]);
+        assert!(evs.is_empty());
+        assert_eq!(
+            err,
+            Some(InboundError::Misdirected {
+                from: 2,
+                to: 3,
+                me: 1
+            })
+        );
     }
 
     #[test]
     fn stranger_is_refused_on_first_byte() {
         let mut inb = Inbound::new(limits(1024), Instant::now());
         let (_, err) = feed(&mut inb, b"GET / HTTP/1.1\r\n", &[1]);
-        assert!(matches!(err, Some(InboundError::BadHello(WireError::BadMagic(_)))), "{err:?}");
+        assert!(
+            matches!(err, Some(InboundError::BadHello(WireError::BadMagic(_)))),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -562,7 +658,14 @@ mod tests {
         let bytes = stream(3, SECRET, &[(0x40, vec![0; 2000], vec![])], false);
         let mut inb = Inbound::new(limits(1024), Instant::now());
         let (_, err) = feed(&mut inb, &bytes, &[]);
-        assert_eq!(err, Some(InboundError::FrameTooLarge { peer: 3, len: 2000, max: 1024 }));
+        assert_eq!(
+            err,
+            Some(InboundError::FrameTooLarge {
+                peer: 3,
+                len: 2000,
+                max: 1024
+            })
+        );
         let bytes = stream(3, SECRET, &[(0xF7, vec![], vec![])], false);
         let mut inb = Inbound::new(limits(1024), Instant::now());
         let (_, err) = feed(&mut inb, &bytes, &[]);
@@ -575,14 +678,27 @@ mod tests {
         let mut inb = Inbound::new(limits(1024), Instant::now());
         let (_, err) = feed(&mut inb, &bytes[..bytes.len() - 1], &[]);
         assert_eq!(err, None);
-        assert_eq!(inb.handle_eof(), Err(InboundError::UnexpectedEof { peer: 0, partial: true }));
+        assert_eq!(
+            inb.handle_eof(),
+            Err(InboundError::UnexpectedEof {
+                peer: 0,
+                partial: true
+            })
+        );
         let mut inb = Inbound::new(limits(1024), Instant::now());
         assert_eq!(inb.handle_eof(), Err(InboundError::EofBeforeHello));
     }
 
     #[test]
     fn cap_refuses_without_taking() {
-        let mut out = Outbound::new(&HelloRepr { rank: 0, secret: SECRET }, 100);
+        let mut out = Outbound::new(
+            &HelloRepr {
+                rank: 0,
+                to: 1,
+                secret: SECRET,
+            },
+            100,
+        );
         let before = out.pending();
         out.queue(0x40, &[], &[0; 50]).unwrap();
         let err = out.queue(0x40, &[], &[0; 50]).unwrap_err();
@@ -590,7 +706,8 @@ mod tests {
         assert_eq!(out.pending(), before + 55);
         let n = out.pending();
         out.advance(n);
-        out.queue(0x40, &[], &[0; 500]).expect("an empty queue takes any frame");
+        out.queue(0x40, &[], &[0; 500])
+            .expect("an empty queue takes any frame");
         out.queue_bye();
         assert_eq!(out.queue(0x40, &[], &[]), Err(QueueError::Closing));
     }

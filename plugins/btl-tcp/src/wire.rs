@@ -4,7 +4,7 @@
 //! A connection carries data one way only (the connector sends, the acceptor receives):
 //!
 //! ```text
-//! hello: magic "RMTC" | version u8 | rank u32 LE | secret_len u16 LE | secret bytes
+//! hello: magic "RMTC" | version u8 | from u32 LE | to u32 LE | secret_len u16 LE | secret bytes
 //! frame: tag u8 | len u32 LE | len bytes          (repeated until the stream ends)
 //! ```
 //!
@@ -56,8 +56,9 @@ mod field {
     pub const MAGIC: Range<usize> = 0..4;
     pub const VERSION: usize = 4;
     pub const RANK: Range<usize> = 5..9;
-    pub const SECRET_LEN: Range<usize> = 9..11;
-    pub const SECRET: usize = 11;
+    pub const TO: Range<usize> = 9..13;
+    pub const SECRET_LEN: Range<usize> = 13..15;
+    pub const SECRET: usize = 15;
 
     pub const TAG: usize = 0;
     pub const LEN: Range<usize> = 1..5;
@@ -94,7 +95,10 @@ impl<T: AsRef<[u8]>> HelloPacket<T> {
     pub fn check_len(&self) -> Result<(), WireError> {
         let have = self.buffer.as_ref().len();
         if have < HELLO_HEADER_LEN {
-            return Err(WireError::Truncated { need: HELLO_HEADER_LEN, have });
+            return Err(WireError::Truncated {
+                need: HELLO_HEADER_LEN,
+                have,
+            });
         }
         let secret_len = usize::from(self.secret_len());
         if secret_len > MAX_SECRET_LEN {
@@ -121,6 +125,11 @@ impl<T: AsRef<[u8]>> HelloPacket<T> {
     /// The connector's rank.
     pub fn rank(&self) -> u32 {
         le_u32(&self.buffer.as_ref()[field::RANK])
+    }
+
+    /// The rank the connector meant to reach (a stale or misrouted card shows here).
+    pub fn to(&self) -> u32 {
+        le_u32(&self.buffer.as_ref()[field::TO])
     }
 
     /// Length of the secret.
@@ -152,21 +161,31 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> HelloPacket<T> {
 pub struct HelloRepr<'a> {
     /// The connector's rank.
     pub rank: u32,
+    /// The rank the connector meant to reach.
+    pub to: u32,
     /// The connector's job secret.
     pub secret: &'a [u8],
 }
 
 impl<'a> HelloRepr<'a> {
     /// Parse a checked view (magic and version are verified here).
-    pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &'a HelloPacket<&'a T>) -> Result<Self, WireError> {
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(
+        packet: &'a HelloPacket<&'a T>,
+    ) -> Result<Self, WireError> {
         packet.check_len()?;
         if packet.magic() != MAGIC {
             return Err(WireError::BadMagic(packet.magic()));
         }
         if packet.version() != VERSION {
-            return Err(WireError::BadVersion { found: packet.version() });
+            return Err(WireError::BadVersion {
+                found: packet.version(),
+            });
         }
-        Ok(Self { rank: packet.rank(), secret: packet.secret() })
+        Ok(Self {
+            rank: packet.rank(),
+            to: packet.to(),
+            secret: packet.secret(),
+        })
     }
 
     /// Bytes [`HelloRepr::emit`] writes.
@@ -182,6 +201,7 @@ impl<'a> HelloRepr<'a> {
         d[field::MAGIC].copy_from_slice(&MAGIC);
         d[field::VERSION] = VERSION;
         d[field::RANK].copy_from_slice(&self.rank.to_le_bytes());
+        d[field::TO].copy_from_slice(&self.to.to_le_bytes());
         d[field::SECRET_LEN].copy_from_slice(&(self.secret.len() as u16).to_le_bytes());
         d[field::SECRET..field::SECRET + self.secret.len()].copy_from_slice(self.secret);
     }
@@ -211,7 +231,10 @@ impl<T: AsRef<[u8]>> FramePacket<T> {
     pub fn check_header(&self) -> Result<(), WireError> {
         let have = self.buffer.as_ref().len();
         if have < FRAME_HEADER_LEN {
-            return Err(WireError::Truncated { need: FRAME_HEADER_LEN, have });
+            return Err(WireError::Truncated {
+                need: FRAME_HEADER_LEN,
+                have,
+            });
         }
         Ok(())
     }
@@ -266,7 +289,10 @@ impl FrameRepr {
     /// Parse the header of a view (the payload need not be complete).
     pub fn parse<T: AsRef<[u8]>>(packet: &FramePacket<T>) -> Result<Self, WireError> {
         packet.check_header()?;
-        Ok(Self { tag: packet.tag(), len: packet.len() })
+        Ok(Self {
+            tag: packet.tag(),
+            len: packet.len(),
+        })
     }
 
     /// Write the 5 header bytes.
@@ -282,7 +308,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn hello_bytes(rank: u32, secret: &[u8]) -> Vec<u8> {
-        let repr = HelloRepr { rank, secret };
+        let repr = HelloRepr {
+            rank,
+            to: 7,
+            secret,
+        };
         let mut buf = vec![0u8; repr.buffer_len()];
         repr.emit(&mut HelloPacket::new_unchecked(&mut buf[..]));
         buf
@@ -291,7 +321,10 @@ mod tests {
     #[test]
     fn hello_layout_is_stable() {
         let b = hello_bytes(0x0102_0304, b"xy");
-        assert_eq!(b, [b'R', b'M', b'T', b'C', 1, 4, 3, 2, 1, 2, 0, b'x', b'y']);
+        assert_eq!(
+            b,
+            [b'R', b'M', b'T', b'C', 1, 4, 3, 2, 1, 7, 0, 0, 0, 2, 0, b'x', b'y']
+        );
     }
 
     #[test]
@@ -303,10 +336,16 @@ mod tests {
         let mut b = hello_bytes(1, b"s");
         b[4] = 9;
         let p = HelloPacket::new_checked(&b[..]).unwrap();
-        assert_eq!(HelloRepr::parse(&p), Err(WireError::BadVersion { found: 9 }));
+        assert_eq!(
+            HelloRepr::parse(&p),
+            Err(WireError::BadVersion { found: 9 })
+        );
         let mut b = hello_bytes(1, b"s");
-        b[9..11].copy_from_slice(&5000u16.to_le_bytes());
-        assert_eq!(HelloPacket::new_checked(&b[..]).unwrap_err(), WireError::SecretTooLong(5000));
+        b[13..15].copy_from_slice(&5000u16.to_le_bytes());
+        assert_eq!(
+            HelloPacket::new_checked(&b[..]).unwrap_err(),
+            WireError::SecretTooLong(5000)
+        );
     }
 
     #[test]
@@ -315,7 +354,10 @@ mod tests {
         let mut b = h.to_vec();
         b.extend_from_slice(b"abc");
         let p = FramePacket::new_checked(&b[..]).unwrap();
-        assert_eq!(FrameRepr::parse(&p).unwrap(), FrameRepr { tag: 0x41, len: 3 });
+        assert_eq!(
+            FrameRepr::parse(&p).unwrap(),
+            FrameRepr { tag: 0x41, len: 3 }
+        );
         assert_eq!(p.payload(), b"abc");
         assert_eq!(
             FramePacket::new_checked(&b[..6]).unwrap_err(),
@@ -330,6 +372,7 @@ mod tests {
             let p = HelloPacket::new_checked(&b[..]).unwrap();
             let r = HelloRepr::parse(&p).unwrap();
             prop_assert_eq!(r.rank, rank);
+            prop_assert_eq!(r.to, 7);
             prop_assert_eq!(r.secret, &secret[..]);
             prop_assert_eq!(p.total_len(), b.len());
         }

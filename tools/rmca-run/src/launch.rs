@@ -47,6 +47,22 @@ impl Stream {
     }
 }
 
+/// Launcher variables never inherited from rmca-run's own environment.
+const INHERITED_JOB_VARS: &[&str] = &[
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_ID",
+    "PMI_JOBID",
+    "PMI_VERSION",
+    "PMI_SUBVERSION",
+    "SLURM_MPI_TYPE",
+    "SLURM_STEP_ID",
+    rmca_rte::ENV_JOB_ID,
+    rmca_rte::ENV_JOB_SECRET,
+    rmca_rte::ENV_NODE_MAP,
+    rmca_rte::ENV_NODE_NAMES,
+];
+
 /// First connection id used for TCP clients (socketpair connections use the rank).
 const TCP_CONN_BASE: ConnId = 1 << 32;
 
@@ -153,7 +169,9 @@ pub fn run(o: &Options) -> i32 {
 fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     let np = o.np;
     let nodes: Vec<String> = if o.hosts.is_empty() {
-        vec!["localhost".into()]
+        vec![std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into())]
     } else {
         o.hosts.clone()
     };
@@ -162,6 +180,16 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     let mut preload = Vec::new();
     if let Some(m) = rmca_rte::server::process_mapping(&node_of_rank) {
         preload.push(("PMI_process_mapping".to_string(), m));
+    }
+    // Through a launch agent the environment travels on a command line (visible in /proc to
+    // every user): then the secret is served from the KVS instead.
+    let secret_in_env = o.launch_agent.is_none();
+    if !secret_in_env {
+        preload.extend(rmca_rte::encoding::encode_chunks(
+            rmca_rte::SECRET_KEY,
+            secret,
+            Maxes::default().vallen,
+        ));
     }
     let mut server = PmiServer::new(ServerConfig {
         size: np,
@@ -205,9 +233,12 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             ("PMI_RANK".into(), rank.to_string()),
             ("PMI_SIZE".into(), np.to_string()),
             (rmca_rte::ENV_JOB_ID.into(), job_id.to_string()),
-            (rmca_rte::ENV_JOB_SECRET.into(), secret_hex.clone()),
             (rmca_rte::ENV_NODE_MAP.into(), node_map.clone()),
+            (rmca_rte::ENV_NODE_NAMES.into(), nodes.join(",")),
         ];
+        if secret_in_env {
+            env.push((rmca_rte::ENV_JOB_SECRET.into(), secret_hex.clone()));
+        }
         for (k, v) in &o.mca {
             env.push((format!("{}{k}", rmca_rte::MCA_ENV_PREFIX), v.clone()));
         }
@@ -246,6 +277,11 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             None => o.program.clone(),
         };
         let mut cmd = Command::new(&argv[0]);
+        // Variables of an enclosing job (rmca-run under Hydra, Slurm or rmca-run) would make
+        // the rank talk to the wrong server.
+        for k in INHERITED_JOB_VARS {
+            cmd.env_remove(k);
+        }
         cmd.args(&argv[1..])
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())

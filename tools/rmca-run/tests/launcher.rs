@@ -153,6 +153,14 @@ fn chunked_cards_over_tcp_pmi_with_two_nodes() {
     assert!(job
         .stdout
         .contains("rank 3 of 4: cards ok, node 1 local [2,3]"));
+    assert!(job
+        .stdout
+        .lines()
+        .any(|l| l.starts_with("rank 3 of 4") && l.ends_with("nodename b")));
+    assert!(job
+        .stdout
+        .lines()
+        .any(|l| l.starts_with("rank 0 of 4") && l.ends_with("nodename a")));
     assert_no_leftovers(&m, &job);
 }
 
@@ -539,5 +547,21 @@ fn job_spans_two_network_namespaces_through_the_launch_agent() {
         "{}",
         job.stdout
     );
+    assert_no_leftovers(&m, &job);
+}
+
+#[test]
+fn variables_of_an_enclosing_job_are_not_inherited() {
+    let m = marker("nested");
+    let job = run_cmd(
+        Command::new(RUN)
+            .args(["-n", "2", "--pmi-port", PROBE, "--marker", &m])
+            .env("PMI_FD", "3")
+            .env("PMI_PORT", "127.0.0.1:1")
+            .env("RMCA_JOB_SECRET", "00")
+            .env("SLURM_MPI_TYPE", "pmi2"),
+    );
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert_eq!(count(&job.stdout, "launcher RmcaRun"), 2);
     assert_no_leftovers(&m, &job);
 }

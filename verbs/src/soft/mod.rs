@@ -25,6 +25,10 @@ use crate::types::*;
 use rc::{RcEnv, RcProto, RecvWqe};
 use wire::{Hello, SoftAddr, UdOpcode, UdPacket, UdRepr, HELLO_LEN, UD_HEADER_LEN};
 
+/// Largest RC message of the soft provider; a longer announced segment is malformed.
+const MAX_MSG: u64 = 64 << 20;
+const MAX_SEGMENT: usize = MAX_MSG as usize + wire::RC_HEADER_LEN;
+
 /// Bytes a UD receive buffer reserves in front of the payload for the GRH, as on real HCAs.
 pub const UD_GRH_LEN: usize = 40;
 
@@ -120,14 +124,15 @@ pub(crate) struct Ctx {
     pending: Mutex<HashMap<u32, Vec<(Hello, TcpStream)>>>,
     events: Mutex<VecDeque<AsyncEvent>>,
     epoch: Instant,
-    last_poll: AtomicU64,
     pub stats: SoftStats,
     agent_stop: AtomicBool,
 }
 
 impl std::fmt::Debug for Ctx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SoftCtx").field("listen", &self.listen_addr).finish()
+        f.debug_struct("SoftCtx")
+            .field("listen", &self.listen_addr)
+            .finish()
     }
 }
 
@@ -139,7 +144,9 @@ impl Ctx {
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("listener nonblocking", e))?;
-        let listen_addr = listener.local_addr().map_err(|e| Error::io("local_addr", e))?;
+        let listen_addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("local_addr", e))?;
         let ctx = Arc::new(Self {
             cfg,
             job_tag: wire::job_tag(secret),
@@ -151,7 +158,6 @@ impl Ctx {
             pending: Mutex::new(HashMap::new()),
             events: Mutex::new(VecDeque::new()),
             epoch: Instant::now(),
-            last_poll: AtomicU64::new(0),
             stats: SoftStats::default(),
             agent_stop: AtomicBool::new(false),
         });
@@ -172,7 +178,7 @@ impl Ctx {
             max_srq_wr: self.cfg.max_qp_wr,
             max_inline: self.cfg.max_inline,
             mtu: self.cfg.ud_mtu,
-            max_msg_size: 1 << 31,
+            max_msg_size: MAX_MSG,
         }
     }
 
@@ -189,14 +195,8 @@ impl Ctx {
         lock(&self.events).pop_front()
     }
 
-    fn mark_poll(&self) {
-        let t = self.epoch.elapsed().as_nanos() as u64;
-        self.last_poll.store(t, Ordering::Relaxed);
-    }
-
-    fn owner_idle(&self) -> bool {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        now.saturating_sub(self.last_poll.load(Ordering::Relaxed)) > self.cfg.agent_idle.as_nanos() as u64
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
     }
 
     pub fn stats(&self) -> SoftStatsSnapshot {
@@ -224,7 +224,10 @@ impl Ctx {
                         Ok(h) if h.job_tag == self.job_tag => {
                             let _ = s.set_nodelay(true);
                             if s.set_nonblocking(true).is_ok() {
-                                lock(&self.pending).entry(h.dst_qpn).or_default().push((h, s));
+                                lock(&self.pending)
+                                    .entry(h.dst_qpn)
+                                    .or_default()
+                                    .push((h, s));
                             }
                         }
                         Ok(_) => {
@@ -246,10 +249,22 @@ impl Ctx {
         }
     }
 
+    /// Closes connections accepted for `qpn` that it never claimed (it is going away or into
+    /// the error state), so the peer sees the loss instead of waiting forever.
+    fn drop_pending(&self, qpn: u32) {
+        if let Some(v) = lock(&self.pending).remove(&qpn) {
+            for (_, s) in v {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
     fn take_pending(&self, qpn: u32, src_qpn: u32, src_port: u16) -> Option<TcpStream> {
         let mut p = lock(&self.pending);
         let v = p.get_mut(&qpn)?;
-        let i = v.iter().position(|(h, _)| h.src_qpn == src_qpn && h.src_port == src_port)?;
+        let i = v
+            .iter()
+            .position(|(h, _)| h.src_qpn == src_qpn && h.src_port == src_port)?;
         let (_, s) = v.swap_remove(i);
         if v.is_empty() {
             p.remove(&qpn);
@@ -278,25 +293,28 @@ fn agent(weak: Weak<Ctx>) {
             events: libc::POLLIN,
             revents: 0,
         });
-        if ctx.owner_idle() {
-            let qps: Vec<Arc<Qp>> = lock(&ctx.qps).values().cloned().collect();
-            let now = Instant::now();
-            for qp in &qps {
-                if let Ok(mut g) = qp.inner.try_lock() {
-                    qp.progress(&mut g, now);
-                }
-                let fd = qp.fd.load(Ordering::Relaxed);
-                if fd >= 0 {
-                    fds.push(libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    });
-                }
+        // Serve only the QPs their owner has not progressed lately: no contention with a busy
+        // owner, and no wake-ups for its sockets.
+        let qps: Vec<Arc<Qp>> = lock(&ctx.qps).values().cloned().collect();
+        let now = Instant::now();
+        for qp in &qps {
+            if !qp.stale(&ctx) {
+                continue;
+            }
+            if let Ok(mut g) = qp.inner.try_lock() {
+                qp.progress(&mut g, now);
+            }
+            let fd = qp.fd.load(Ordering::Relaxed);
+            if fd >= 0 {
+                fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
             }
         }
         drop(ctx);
-        // SAFETY-free: poll through the libc crate needs unsafe; done in a tiny helper.
+        drop(qps);
         sys_poll(&mut fds, 2);
     }
 }
@@ -326,7 +344,10 @@ struct CqQueue {
 
 impl std::fmt::Debug for Cq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SoftCq").field("id", &self.id).field("depth", &self.depth).finish()
+        f.debug_struct("SoftCq")
+            .field("id", &self.id)
+            .field("depth", &self.depth)
+            .finish()
     }
 }
 
@@ -368,7 +389,6 @@ impl Cq {
     }
 
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
-        self.ctx.mark_poll();
         let qps: Vec<Arc<Qp>> = lock(&self.qps).clone();
         let now = Instant::now();
         for qp in &qps {
@@ -420,7 +440,13 @@ impl std::fmt::Debug for Srq {
 }
 
 impl Srq {
-    pub fn new(ctx: &Arc<Ctx>, pd: u32, max_wr: u32, max_sge: u32, limit: u32) -> Result<Arc<Self>> {
+    pub fn new(
+        ctx: &Arc<Ctx>,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<Arc<Self>> {
         if max_wr == 0 || max_wr > ctx.cfg.max_qp_wr || limit > max_wr {
             return Err(Error::InvalidParam {
                 what: "SRQ max_wr/limit",
@@ -493,13 +519,17 @@ pub(crate) struct Qp {
     caps: QpCaps,
     qkey: u32,
     fd: AtomicI32,
+    last_progress: AtomicU64,
     udp_addr: Option<SocketAddr>,
     inner: Mutex<QpInner>,
 }
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SoftQp").field("qpn", &self.qpn).field("type", &self.qp_type).finish()
+        f.debug_struct("SoftQp")
+            .field("qpn", &self.qpn)
+            .field("type", &self.qp_type)
+            .finish()
     }
 }
 
@@ -514,6 +544,9 @@ struct QpInner {
     rc: Option<RcConn>,
 }
 
+/// Segment batches held back by the RC delay fault, with their release times (kept in order).
+type DelayQueue = VecDeque<(Instant, Vec<u8>)>;
+
 struct RcConn {
     proto: RcProto,
     remote: SoftAddr,
@@ -521,8 +554,9 @@ struct RcConn {
     stream: Option<TcpStream>,
     tx_off: usize,
     rx: Vec<u8>,
+    rx_end: usize,
     rx_fault: Option<FaultInjector<()>>,
-    delay: Option<(FaultInjector<()>, VecDeque<(Instant, Vec<u8>)>)>,
+    delay: Option<(FaultInjector<()>, DelayQueue)>,
 }
 
 /// The RC machine's view of its QP (split borrows of the locked QP state).
@@ -550,10 +584,17 @@ impl RcEnv for Env<'_> {
         self.qp.ctx.mrs.remote_write(self.qp.pd, rkey, addr, data)
     }
     fn remote_read(&mut self, rkey: u32, addr: u64, len: usize, out: &mut Vec<u8>) -> bool {
-        self.qp.ctx.mrs.remote_read(self.qp.pd, rkey, addr, len, out)
+        self.qp
+            .ctx
+            .mrs
+            .remote_read(self.qp.pd, rkey, addr, len, out)
     }
     fn complete(&mut self, wc: Wc, send_cq: bool) {
-        let cq = if send_cq { &self.qp.send_cq } else { &self.qp.recv_cq };
+        let cq = if send_cq {
+            &self.qp.send_cq
+        } else {
+            &self.qp.recv_cq
+        };
         if !cq.push(wc) {
             self.overflow = true;
         }
@@ -633,6 +674,7 @@ impl Qp {
             caps: init.caps,
             qkey: init.qkey,
             fd: AtomicI32::new(fd),
+            last_progress: AtomicU64::new(0),
             udp_addr,
             inner: Mutex::new(QpInner {
                 state: QpState::Reset,
@@ -656,6 +698,7 @@ impl Qp {
         self.send_cq.detach(self.qpn);
         self.recv_cq.detach(self.qpn);
         lock(&self.ctx.qps).remove(&self.qpn);
+        self.ctx.drop_pending(self.qpn);
         self.fd.store(-1, Ordering::Relaxed);
         let mut g = lock(&self.inner);
         g.udp = None;
@@ -682,6 +725,10 @@ impl Qp {
         lock(&self.inner).state
     }
 
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
     pub fn modify_init(&self) -> Result<()> {
         let mut g = lock(&self.inner);
         if g.state != QpState::Reset {
@@ -704,7 +751,8 @@ impl Qp {
         }
         if self.qp_type == QpType::Rc {
             let blob = remote.ok_or(Error::BadAddress("RC needs the peer's address at RTR"))?;
-            let remote = SoftAddr::parse(blob).map_err(|_| Error::BadAddress("not a soft RC address"))?;
+            let remote =
+                SoftAddr::parse(blob).map_err(|_| Error::BadAddress("not a soft RC address"))?;
             if remote.kind != 0 {
                 return Err(Error::BadAddress("a UD address given to an RC QP"));
             }
@@ -734,9 +782,11 @@ impl Qp {
                     dst_qpn: remote.qpn,
                     src_port: self.ctx.listen_addr.port(),
                 };
-                (&s).write_all(&hello.to_bytes()).map_err(|e| Error::io("RC hello", e))?;
+                (&s).write_all(&hello.to_bytes())
+                    .map_err(|e| Error::io("RC hello", e))?;
                 s.set_nodelay(true).map_err(|e| Error::io("nodelay", e))?;
-                s.set_nonblocking(true).map_err(|e| Error::io("nonblocking", e))?;
+                s.set_nonblocking(true)
+                    .map_err(|e| Error::io("nonblocking", e))?;
                 self.fd.store(s.as_raw_fd(), Ordering::Relaxed);
                 Some(s)
             } else {
@@ -749,7 +799,8 @@ impl Qp {
                 active,
                 stream,
                 tx_off: 0,
-                rx: Vec::with_capacity(64 * 1024),
+                rx: vec![0; 256 * 1024],
+                rx_end: 0,
                 rx_fault: (rf.corrupt > 0.0).then(|| {
                     FaultInjector::new(FaultConfig {
                         seed: rf.seed ^ u64::from(self.qpn),
@@ -817,6 +868,7 @@ impl Qp {
             if let Some(s) = c.stream.take() {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
+            self.ctx.drop_pending(self.qpn);
             self.fd.store(-1, Ordering::Relaxed);
         }
         while let Some(w) = env.rq.pop_front() {
@@ -858,11 +910,15 @@ impl Qp {
             return Err(Error::InvalidWr("QP uses an SRQ: post to the SRQ"));
         }
         if wr.sges.len() > self.caps.max_recv_sge as usize {
-            return Err(Error::InvalidWr("too many SGEs for this QP's receive queue"));
+            return Err(Error::InvalidWr(
+                "too many SGEs for this QP's receive queue",
+            ));
         }
         let mut g = lock(&self.inner);
         match g.state {
-            QpState::Reset => return Err(Error::InvalidWr("QP is in Reset: move it to Init first")),
+            QpState::Reset => {
+                return Err(Error::InvalidWr("QP is in Reset: move it to Init first"))
+            }
             QpState::Error => {
                 self.flush_wc(wr.wr_id, WcOpcode::Recv);
                 return Ok(());
@@ -885,13 +941,19 @@ impl Qp {
         Ok(())
     }
 
-    pub fn post_send(&self, wr: &SendWr<'_>, ud_dest: Option<(SocketAddr, u32, u32)>) -> Result<()> {
+    pub fn post_send(
+        &self,
+        wr: &SendWr<'_>,
+        ud_dest: Option<(SocketAddr, u32, u32)>,
+    ) -> Result<()> {
         if wr.sges.len() > self.caps.max_send_sge as usize {
             return Err(Error::InvalidWr("too many SGEs for this QP's send queue"));
         }
         let len: usize = wr.sges.iter().map(|s| s.length as usize).sum();
         if wr.inline && len > self.caps.max_inline_data as usize {
-            return Err(Error::InvalidWr("inline data above the QP's max_inline_data"));
+            return Err(Error::InvalidWr(
+                "inline data above the QP's max_inline_data",
+            ));
         }
         let mut g = lock(&self.inner);
         match g.state {
@@ -935,6 +997,10 @@ impl Qp {
         if wr.ud.is_some() {
             return Err(Error::InvalidWr("UD destination on an RC QP"));
         }
+        let len: u64 = wr.sges.iter().map(|s| u64::from(s.length)).sum();
+        if len > MAX_MSG {
+            return Err(Error::InvalidWr("RC message larger than max_msg_size"));
+        }
         let inline = self.inline_copy(wr)?;
         let QpInner { rq, rc, .. } = g;
         let c = rc.as_mut().expect("RC QP in RTS has a connection");
@@ -949,7 +1015,9 @@ impl Qp {
             fault: None,
             overflow: false,
         };
-        let r = c.proto.post(&mut env, wr.wr_id, wr.signaled, wr.op, wr.sges, inline);
+        let r = c
+            .proto
+            .post(&mut env, wr.wr_id, wr.signaled, wr.op, wr.sges, inline);
         let overflow = env.overflow;
         if r.is_ok() {
             self.rc_flush(c, Instant::now());
@@ -985,7 +1053,9 @@ impl Qp {
                 return true;
             }
         }
-        let Some(s) = c.stream.as_mut() else { return true };
+        let Some(s) = c.stream.as_mut() else {
+            return true;
+        };
         while c.tx_off < c.proto.tx.len() {
             match s.write(&c.proto.tx[c.tx_off..]) {
                 Ok(0) => return false,
@@ -1013,7 +1083,11 @@ impl Qp {
         let (opcode, imm) = match wr.op {
             SendOp::Send => (UdOpcode::Send, 0),
             SendOp::SendWithImm(i) => (UdOpcode::SendImm, i),
-            _ => return Err(Error::InvalidWr("UD supports SEND and SEND with immediate only")),
+            _ => {
+                return Err(Error::InvalidWr(
+                    "UD supports SEND and SEND with immediate only",
+                ))
+            }
         };
         if len > self.ctx.cfg.ud_mtu as usize {
             return Err(Error::InvalidWr("UD message larger than the path MTU"));
@@ -1054,15 +1128,17 @@ impl Qp {
         }
         self.ud_transmit(g, now);
         // The datagram is handed to the wire (or to the fault model): locally complete.
-        if wr.signaled && !self.send_cq.push(Wc {
-            wr_id: wr.wr_id,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: len as u32,
-            imm: None,
-            qp_num: self.qpn,
-            src_qp: 0,
-        }) {
+        if wr.signaled
+            && !self.send_cq.push(Wc {
+                wr_id: wr.wr_id,
+                status: WcStatus::Success,
+                opcode: WcOpcode::Send,
+                byte_len: len as u32,
+                imm: None,
+                qp_num: self.qpn,
+                src_qp: 0,
+            })
+        {
             self.enter_error(g);
         }
         Ok(())
@@ -1126,7 +1202,10 @@ impl Qp {
                     continue;
                 }
             };
-            if repr.job_tag != self.ctx.job_tag || repr.dst_qpn != self.qpn || repr.qkey != self.qkey {
+            if repr.job_tag != self.ctx.job_tag
+                || repr.dst_qpn != self.qpn
+                || repr.qkey != self.qkey
+            {
                 st.foreign_drops.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -1150,7 +1229,11 @@ impl Qp {
             if let Some(f) = ud_rx_fault.as_mut() {
                 f.maybe_corrupt(payload);
             }
-            let (status, byte_len) = match self.ctx.mrs.scatter(self.pd, &wqe.sges, UD_GRH_LEN, payload) {
+            let (status, byte_len) = match self
+                .ctx
+                .mrs
+                .scatter(self.pd, &wqe.sges, UD_GRH_LEN, payload)
+            {
                 Ok(()) => (WcStatus::Success, (payload.len() + UD_GRH_LEN) as u32),
                 Err(s) => (s, 0),
             };
@@ -1170,8 +1253,15 @@ impl Qp {
         }
     }
 
+    /// True when the owner has not progressed this QP for `agent_idle`.
+    fn stale(&self, ctx: &Ctx) -> bool {
+        let idle = ctx.cfg.agent_idle.as_nanos() as u64;
+        ctx.now_ns().saturating_sub(self.last_progress.load(Ordering::Relaxed)) > idle
+    }
+
     /// Moves everything forward: I/O, timers, completions.
     fn progress(&self, g: &mut QpInner, now: Instant) {
+        self.last_progress.store(self.ctx.now_ns(), Ordering::Relaxed);
         match self.qp_type {
             QpType::Ud => {
                 if g.udp.is_some() {
@@ -1212,61 +1302,69 @@ impl Qp {
         }
         let mut broken = false;
         let mut malformed = false;
-        // Read whatever is there.
-        if let Some(s) = c.stream.as_mut() {
-            loop {
-                let start = c.rx.len();
-                let want = 256 * 1024;
-                c.rx.resize(start + want, 0);
-                match s.read(&mut c.rx[start..]) {
-                    Ok(0) => {
-                        c.rx.truncate(start);
-                        broken = true;
-                        break;
-                    }
-                    Ok(n) => {
-                        c.rx.truncate(start + n);
-                        if n < want {
-                            break;
-                        }
-                    }
-                    Err(ref e) if e.kind() == ErrorKind::WouldBlock => {
-                        c.rx.truncate(start);
-                        break;
-                    }
-                    Err(ref e) if e.kind() == ErrorKind::Interrupted => c.rx.truncate(start),
-                    Err(_) => {
-                        c.rx.truncate(start);
-                        broken = true;
-                        break;
-                    }
-                }
-            }
-        }
         let mut env = Env {
             qp: self,
             rq,
             fault: c.rx_fault.as_mut(),
             overflow: false,
         };
-        let mut pos = 0;
-        while pos < c.rx.len() {
-            match wire::RcSegment::new_checked(&mut c.rx[pos..]) {
-                Ok(mut seg) => {
-                    let r = seg.repr();
-                    let total = seg.total_len();
-                    let payload = seg.payload_mut();
-                    c.proto.handle_segment(now, &mut env, r, payload);
-                    pos += total;
-                }
-                Err(wire::WireError::Truncated) => break,
-                Err(_) => {
-                    malformed = true;
-                    break;
+        // Read and parse until the socket is drained; the buffer is allocated once and grows
+        // only when one segment is larger than it.
+        loop {
+            let mut full = false;
+            if let Some(s) = c.stream.as_mut() {
+                loop {
+                    if c.rx_end == c.rx.len() {
+                        full = true;
+                        break;
+                    }
+                    match s.read(&mut c.rx[c.rx_end..]) {
+                        Ok(0) => {
+                            broken = true;
+                            break;
+                        }
+                        Ok(n) => c.rx_end += n,
+                        Err(ref e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(ref e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            broken = true;
+                            break;
+                        }
+                    }
                 }
             }
+            let mut pos = 0;
+            let mut need = 0;
+            while pos < c.rx_end {
+                match wire::RcSegment::new_checked(&mut c.rx[pos..c.rx_end]) {
+                    Ok(mut seg) => {
+                        let r = seg.repr();
+                        let total = seg.total_len();
+                        c.proto.handle_segment(now, &mut env, r, seg.payload_mut());
+                        pos += total;
+                    }
+                    Err(wire::WireError::Truncated) => {
+                        need = wire::RcSegment::<&[u8]>::announced_len(&c.rx[pos..c.rx_end]);
+                        break;
+                    }
+                    Err(_) => {
+                        malformed = true;
+                        break;
+                    }
+                }
+            }
+            c.rx.copy_within(pos..c.rx_end, 0);
+            c.rx_end -= pos;
+            if need > MAX_SEGMENT {
+                malformed = true;
+            }
+            if !full || broken || malformed {
+                break;
+            }
+            if need > c.rx.len() {
+                c.rx.resize(need.next_power_of_two(), 0);
+            }
         }
-        c.rx.drain(..pos);
         c.proto.flush_ack();
         c.proto.handle_timeout(now, &mut env);
         let overflow = env.overflow;
@@ -1274,7 +1372,10 @@ impl Qp {
             broken = true;
         }
         if malformed {
-            self.ctx.stats.malformed_drops.fetch_add(1, Ordering::Relaxed);
+            self.ctx
+                .stats
+                .malformed_drops
+                .fetch_add(1, Ordering::Relaxed);
         }
         if c.proto.failed || overflow {
             self.enter_error(g);
@@ -1301,9 +1402,12 @@ impl Qp {
     pub fn fault_stats(&self) -> FaultStats {
         let g = lock(&self.inner);
         let mut s = FaultStats::default();
-        for f in [g.ud_fault.as_ref().map(|f| f.stats), g.ud_rx_fault.as_ref().map(|f| f.stats)]
-            .into_iter()
-            .flatten()
+        for f in [
+            g.ud_fault.as_ref().map(|f| f.stats),
+            g.ud_rx_fault.as_ref().map(|f| f.stats),
+        ]
+        .into_iter()
+        .flatten()
         {
             s.dropped += f.dropped;
             s.duplicated += f.duplicated;
@@ -1312,9 +1416,12 @@ impl Qp {
             s.corrupted += f.corrupted;
         }
         if let Some(c) = &g.rc {
-            for f in [c.rx_fault.as_ref().map(|f| f.stats), c.delay.as_ref().map(|d| d.0.stats)]
-                .into_iter()
-                .flatten()
+            for f in [
+                c.rx_fault.as_ref().map(|f| f.stats),
+                c.delay.as_ref().map(|d| d.0.stats),
+            ]
+            .into_iter()
+            .flatten()
             {
                 s.delayed += f.delayed;
                 s.corrupted += f.corrupted;

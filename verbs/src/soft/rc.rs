@@ -189,22 +189,23 @@ impl RcProto {
                 false
             }
         };
-        let mut data = std::mem::take(&mut self.scratch);
-        data.clear();
+        // Header first, then the payload gathered straight behind it (one copy, no scratch).
+        let start = self.tx.len();
+        r.payload_len = if with_data { o.len } else { 0 };
+        r.emit(&[], &mut self.tx);
         if with_data {
-            match &o.inline_data {
-                Some(d) => data.extend_from_slice(d),
-                None => {
-                    if let Err(e) = env.gather(&o.sges, &mut data) {
-                        self.scratch = data;
-                        return Err(e);
-                    }
+            let res = match &o.inline_data {
+                Some(d) => {
+                    self.tx.extend_from_slice(d);
+                    Ok(())
                 }
+                None => env.gather(&o.sges, &mut self.tx),
+            };
+            if let Err(e) = res {
+                self.tx.truncate(start);
+                return Err(e);
             }
         }
-        r.payload_len = data.len() as u32;
-        r.emit(&data, &mut self.tx);
-        self.scratch = data;
         Ok(())
     }
 
@@ -247,7 +248,13 @@ impl RcProto {
     }
 
     /// Handles one segment received from the peer.
-    pub fn handle_segment(&mut self, now: Instant, env: &mut dyn RcEnv, r: RcRepr, payload: &mut [u8]) {
+    pub fn handle_segment(
+        &mut self,
+        now: Instant,
+        env: &mut dyn RcEnv,
+        r: RcRepr,
+        payload: &mut [u8],
+    ) {
         if self.failed {
             return;
         }
@@ -255,7 +262,9 @@ impl RcProto {
             RcOpcode::Ack => self.ack_upto(env, r.psn),
             RcOpcode::ReadResp => {
                 self.ack_upto(env, r.psn.wrapping_sub(1));
-                let Some(o) = self.outstanding.front() else { return };
+                let Some(o) = self.outstanding.front() else {
+                    return;
+                };
                 if o.psn != r.psn {
                     return; // stale duplicate response
                 }
@@ -293,7 +302,9 @@ impl RcProto {
                         self.resend_at = Some((r.psn, now + self.rnr_timer));
                     }
                     Syndrome::RemoteAccess => self.fail_front(env, WcStatus::RemoteAccessError),
-                    Syndrome::InvalidRequest => self.fail_front(env, WcStatus::RemoteInvalidRequest),
+                    Syndrome::InvalidRequest => {
+                        self.fail_front(env, WcStatus::RemoteInvalidRequest)
+                    }
                 }
             }
             RcOpcode::Send | RcOpcode::SendImm | RcOpcode::Write | RcOpcode::ReadReq => {
@@ -334,7 +345,12 @@ impl RcProto {
                 env.corrupt(payload);
                 match env.scatter(&wqe.sges, payload) {
                     Ok(()) => {
-                        let mut wc = self.wc(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, payload.len() as u32);
+                        let mut wc = self.wc(
+                            wqe.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::Recv,
+                            payload.len() as u32,
+                        );
                         if r.opcode == RcOpcode::SendImm {
                             wc.imm = Some(r.imm);
                         }
@@ -397,7 +413,9 @@ impl RcProto {
 
     /// Drives timers (RNR resend).
     pub fn handle_timeout(&mut self, now: Instant, env: &mut dyn RcEnv) {
-        let Some((from, due)) = self.resend_at else { return };
+        let Some((from, due)) = self.resend_at else {
+            return;
+        };
         if now < due || self.failed {
             return;
         }
@@ -450,7 +468,11 @@ mod tests {
         fn gather(&mut self, sges: &[Sge], out: &mut Vec<u8>) -> Result<(), WcStatus> {
             for s in sges {
                 let a = s.addr as usize;
-                out.extend_from_slice(self.mem.get(a..a + s.length as usize).ok_or(WcStatus::LocalProtectionError)?);
+                out.extend_from_slice(
+                    self.mem
+                        .get(a..a + s.length as usize)
+                        .ok_or(WcStatus::LocalProtectionError)?,
+                );
             }
             Ok(())
         }
@@ -482,7 +504,11 @@ mod tests {
             true
         }
         fn complete(&mut self, wc: Wc, send_cq: bool) {
-            if send_cq { self.send_wcs.push(wc) } else { self.recv_wcs.push(wc) }
+            if send_cq {
+                self.send_wcs.push(wc)
+            } else {
+                self.recv_wcs.push(wc)
+            }
         }
         fn corrupt(&mut self, _: &mut [u8]) {}
     }
@@ -502,7 +528,11 @@ mod tests {
     }
 
     fn sge(addr: u64, len: u32) -> Sge {
-        Sge { addr, length: len, lkey: 1 }
+        Sge {
+            addr,
+            length: len,
+            lkey: 1,
+        }
     }
 
     #[test]
@@ -510,37 +540,65 @@ mod tests {
         let t0 = Instant::now();
         let timer = Duration::from_millis(1);
         let (mut a, mut b) = (RcProto::new(1, 7, timer), RcProto::new(2, 7, timer));
-        let mut ea = Env { mem: (0..64).collect(), ..Default::default() };
-        let mut eb = Env { mem: vec![0; 64], ..Default::default() };
-        a.post(&mut ea, 10, true, SendOp::Send, &[sge(0, 4)], None).unwrap();
-        a.post(&mut ea, 11, true, SendOp::Send, &[sge(4, 4)], None).unwrap();
+        let mut ea = Env {
+            mem: (0..64).collect(),
+            ..Default::default()
+        };
+        let mut eb = Env {
+            mem: vec![0; 64],
+            ..Default::default()
+        };
+        a.post(&mut ea, 10, true, SendOp::Send, &[sge(0, 4)], None)
+            .unwrap();
+        a.post(&mut ea, 11, true, SendOp::Send, &[sge(4, 4)], None)
+            .unwrap();
         deliver(t0, &mut a, &mut b, &mut eb); // no receive posted: RNR NAK for psn 0
         assert_eq!(b.stats.rnr_naks_sent, 1);
         assert_eq!(b.stats.out_of_sequence, 1);
         deliver(t0, &mut b, &mut a, &mut ea);
         assert!(ea.send_wcs.is_empty());
-        eb.recvs.push_back(RecvWqe { wr_id: 20, sges: vec![sge(0, 8)] });
-        eb.recvs.push_back(RecvWqe { wr_id: 21, sges: vec![sge(8, 8)] });
+        eb.recvs.push_back(RecvWqe {
+            wr_id: 20,
+            sges: vec![sge(0, 8)],
+        });
+        eb.recvs.push_back(RecvWqe {
+            wr_id: 21,
+            sges: vec![sge(8, 8)],
+        });
         a.handle_timeout(t0, &mut ea);
         assert!(a.tx.is_empty(), "no resend before the RNR timer");
         a.handle_timeout(t0 + timer, &mut ea);
         deliver(t0 + timer, &mut a, &mut b, &mut eb);
         deliver(t0 + timer, &mut b, &mut a, &mut ea);
-        assert_eq!(eb.recv_wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![20, 21]);
+        assert_eq!(
+            eb.recv_wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            vec![20, 21]
+        );
         assert_eq!(&eb.mem[0..4], &[0, 1, 2, 3]);
         assert_eq!(&eb.mem[8..12], &[4, 5, 6, 7]);
-        assert_eq!(ea.send_wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![10, 11]);
+        assert_eq!(
+            ea.send_wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            vec![10, 11]
+        );
         assert_eq!(a.outstanding(), 0);
     }
 
     #[test]
     fn rnr_retry_exhaustion_fails() {
         let t0 = Instant::now();
-        let (mut a, mut b) = (RcProto::new(1, 1, Duration::ZERO), RcProto::new(2, 7, Duration::ZERO));
-        let mut ea = Env { mem: vec![1; 8], ..Default::default() };
+        let (mut a, mut b) = (
+            RcProto::new(1, 1, Duration::ZERO),
+            RcProto::new(2, 7, Duration::ZERO),
+        );
+        let mut ea = Env {
+            mem: vec![1; 8],
+            ..Default::default()
+        };
         let mut eb = Env::default();
-        a.post(&mut ea, 5, true, SendOp::Send, &[sge(0, 4)], None).unwrap();
-        a.post(&mut ea, 6, false, SendOp::Send, &[sge(0, 4)], None).unwrap();
+        a.post(&mut ea, 5, true, SendOp::Send, &[sge(0, 4)], None)
+            .unwrap();
+        a.post(&mut ea, 6, false, SendOp::Send, &[sge(0, 4)], None)
+            .unwrap();
         for _ in 0..3 {
             deliver(t0, &mut a, &mut b, &mut eb);
             deliver(t0, &mut b, &mut a, &mut ea);
@@ -554,18 +612,60 @@ mod tests {
     #[test]
     fn write_read_and_bad_rkey() {
         let t0 = Instant::now();
-        let (mut a, mut b) = (RcProto::new(1, 7, Duration::ZERO), RcProto::new(2, 7, Duration::ZERO));
-        let mut ea = Env { mem: vec![7; 16], ..Default::default() };
-        let mut eb = Env { mem: vec![0; 16], ..Default::default() };
-        a.post(&mut ea, 1, true, SendOp::RdmaWrite { remote_addr: 4, rkey: 1 }, &[sge(0, 4)], None).unwrap();
-        a.post(&mut ea, 2, true, SendOp::RdmaRead { remote_addr: 2, rkey: 1 }, &[sge(8, 4)], None).unwrap();
+        let (mut a, mut b) = (
+            RcProto::new(1, 7, Duration::ZERO),
+            RcProto::new(2, 7, Duration::ZERO),
+        );
+        let mut ea = Env {
+            mem: vec![7; 16],
+            ..Default::default()
+        };
+        let mut eb = Env {
+            mem: vec![0; 16],
+            ..Default::default()
+        };
+        a.post(
+            &mut ea,
+            1,
+            true,
+            SendOp::RdmaWrite {
+                remote_addr: 4,
+                rkey: 1,
+            },
+            &[sge(0, 4)],
+            None,
+        )
+        .unwrap();
+        a.post(
+            &mut ea,
+            2,
+            true,
+            SendOp::RdmaRead {
+                remote_addr: 2,
+                rkey: 1,
+            },
+            &[sge(8, 4)],
+            None,
+        )
+        .unwrap();
         deliver(t0, &mut a, &mut b, &mut eb);
         deliver(t0, &mut b, &mut a, &mut ea);
         assert_eq!(&eb.mem[4..8], &[7; 4]);
         assert_eq!(&ea.mem[8..12], &[0, 0, 7, 7]);
         assert_eq!(ea.send_wcs.len(), 2);
         assert!(ea.send_wcs.iter().all(|w| w.is_ok()));
-        a.post(&mut ea, 3, true, SendOp::RdmaWrite { remote_addr: 0, rkey: 99 }, &[sge(0, 4)], None).unwrap();
+        a.post(
+            &mut ea,
+            3,
+            true,
+            SendOp::RdmaWrite {
+                remote_addr: 0,
+                rkey: 99,
+            },
+            &[sge(0, 4)],
+            None,
+        )
+        .unwrap();
         deliver(t0, &mut a, &mut b, &mut eb);
         deliver(t0, &mut b, &mut a, &mut ea);
         assert_eq!(ea.send_wcs[2].status, WcStatus::RemoteAccessError);

@@ -237,9 +237,10 @@ impl RcRepr {
         }
     }
 
-    /// Appends header and payload to `out`.
+    /// Appends the header and `payload` to `out`. `payload` may be empty while
+    /// `payload_len` is not, when the caller appends the payload itself.
     pub fn emit(&self, payload: &[u8], out: &mut Vec<u8>) {
-        debug_assert_eq!(payload.len(), self.payload_len as usize);
+        debug_assert!(payload.is_empty() || payload.len() == self.payload_len as usize);
         out.push(self.opcode as u8);
         out.push(self.syndrome);
         out.extend_from_slice(&[0, 0]);
@@ -272,6 +273,15 @@ impl<T: AsRef<[u8]>> RcSegment<T> {
         }
         Ok(Self { buf })
     }
+    /// Length of the segment starting at `b` as announced by its header (0 if the header is
+    /// incomplete), to size the receive buffer.
+    pub fn announced_len(b: &[u8]) -> usize {
+        if b.len() < RC_HEADER_LEN {
+            return 0;
+        }
+        RC_HEADER_LEN + be32(b, 8) as usize
+    }
+
     /// Total length of the segment on the stream.
     pub fn total_len(&self) -> usize {
         RC_HEADER_LEN + be32(self.buf.as_ref(), 8) as usize
@@ -446,7 +456,7 @@ mod tests {
             prop_assert_eq!(s.payload(), &payload[..]);
             prop_assert_eq!(s.total_len(), out.len());
             prop_assert_eq!(RcSegment::new_checked(&out[..out.len() - 1]).err(),
-                if payload.is_empty() { Some(WireError::Truncated) } else { Some(WireError::Truncated) });
+                Some(WireError::Truncated));
         }
         #[test]
         fn ud_roundtrip(src in any::<u32>(), dst in any::<u32>(), qkey in any::<u32>(), tag in any::<u64>()) {

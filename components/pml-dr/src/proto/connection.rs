@@ -57,6 +57,8 @@ pub enum BtlFailReason {
     AckTimeout,
     /// A send was not completed locally within `pml_dr_watchdog`.
     Watchdog,
+    /// The BTL reported the path broken.
+    Reported,
 }
 
 /// Something the glue must act on, from [`Connection::poll_event`].
@@ -340,6 +342,8 @@ struct RxMsg {
     announced: bool,
     remaining: u64,
     any_placed: bool,
+    /// MessageReceived was emitted.
+    reported: bool,
     /// The RNDV vfrag: id, fragment count, last pkt_num seen (for the MATCHED ack).
     rndv_vfrag: Option<(u64, u8, u64)>,
     last_btl: usize,
@@ -506,12 +510,25 @@ impl Connection {
         m: MatchFields,
         len: u64,
     ) -> Result<MsgSeq, SendError> {
+        self.send_message_with(now, m, len, false)
+    }
+
+    /// Like [`Connection::send_message`]; `synchronous` forces the rendezvous protocol whatever
+    /// the length, so that [`Event::SendComplete`] also means the receiver has matched
+    /// (`MPI_Ssend`).
+    pub fn send_message_with(
+        &mut self,
+        now: Instant,
+        m: MatchFields,
+        len: u64,
+        synchronous: bool,
+    ) -> Result<MsgSeq, SendError> {
         if let Some(r) = self.dead {
             return Err(SendError::PeerDead(r));
         }
         let seq = self.next_msg_seq;
         self.next_msg_seq += 1;
-        let rndv = len > self.eager_limit;
+        let rndv = synchronous || len > self.eager_limit;
         self.tx_msgs.insert(
             seq,
             TxMsg {
@@ -572,6 +589,18 @@ impl Connection {
         }
     }
 
+    /// The BTL itself reported that its path to the peer is broken: fail it over now rather
+    /// than waiting for timeouts.
+    pub fn btl_failed(&mut self, now: Instant, btl: usize) {
+        if self.dead.is_some() {
+            return;
+        }
+        if let Some(p) = self.paths.iter().position(|p| p.btl == btl && !p.failed) {
+            self.fail_path(now, p, BtlFailReason::Reported);
+        }
+        self.update_awaiting(now);
+    }
+
     fn active_path(&self) -> Option<usize> {
         self.paths.iter().position(|p| !p.failed)
     }
@@ -598,7 +627,7 @@ impl Connection {
         let vfrag_bytes = self.frag_size * self.cfg.vfrag_frags as u64;
         let (kind, len) = if msg.next_offset == 0 {
             if msg.rndv {
-                (PacketType::Rndv, self.eager_limit)
+                (PacketType::Rndv, self.eager_limit.min(msg.len))
             } else {
                 (PacketType::Match, msg.len)
             }
@@ -887,6 +916,7 @@ impl Connection {
                 announced: false,
                 remaining: r.msg_len,
                 any_placed: false,
+                reported: false,
                 rndv_vfrag: (r.kind == PacketType::Rndv).then_some((
                     r.vfrag_id,
                     r.frag_count,
@@ -915,11 +945,16 @@ impl Connection {
     }
 
     fn maybe_finish_rx(&mut self, seq: MsgSeq) {
-        if let Some(m) = self.rx_msgs.get(&seq) {
-            if m.announced && m.any_placed && m.remaining == 0 {
-                self.rx_msgs.remove(&seq);
-                self.events.push_back(Event::MessageReceived { seq });
-            }
+        let Some(m) = self.rx_msgs.get_mut(&seq) else {
+            return;
+        };
+        if m.announced && m.any_placed && m.remaining == 0 && !m.reported {
+            m.reported = true;
+            self.events.push_back(Event::MessageReceived { seq });
+        }
+        // A rendezvous message is remembered until matched: its MATCHED ack is still owed.
+        if m.reported && (!m.rndv || m.matched) {
+            self.rx_msgs.remove(&seq);
         }
     }
 
@@ -1073,6 +1108,7 @@ impl Connection {
             repr,
             rx_at: now,
         });
+        self.maybe_finish_rx(seq);
         self.update_awaiting(now);
     }
 
@@ -1131,7 +1167,9 @@ impl Connection {
             }
         }
         if spurious {
-            path.reorder_threshold = (path.reorder_threshold * 2).min(1024);
+            // This path reorders: stop counting packets (a burst sent within microseconds can
+            // arrive in any order) and rely on a longer time threshold, as RACK does.
+            path.reorder_threshold = u64::MAX;
             path.loss_eighths = (path.loss_eighths + 4).min(40);
             self.counters.spurious_retransmissions += 1;
             debug!(
@@ -1167,7 +1205,7 @@ impl Connection {
             (v.seq, v.kind, v.path)
         };
         let msg = &self.tx_msgs[&seq];
-        if kind == PacketType::Rndv && msg.len > msg.next_offset && !msg.matched {
+        if kind == PacketType::Rndv && !msg.matched {
             // The receiver has the RNDV but has not matched yet: probe it now and then (it
             // re-acks, with MATCHED once matched), backing off to rto_max.
             let first_interval = self.rto(path);
@@ -1211,7 +1249,11 @@ impl Connection {
             return;
         };
         let rtt = path.rtt.srtt().max(path.rtt.latest());
-        let loss_delay = (rtt * path.loss_eighths / 8).max(GRANULARITY);
+        let mut loss_delay = (rtt * path.loss_eighths / 8).max(GRANULARITY);
+        if path.reorder_threshold == u64::MAX {
+            // Reordering seen: also cover the RTT variation (jitter is what reorders).
+            loss_delay = loss_delay.max(path.rtt.srtt() + path.rtt.rttvar() * 4);
+        }
         let threshold = path.reorder_threshold;
         let mut lost = 0;
         let mut loss_time: Option<Instant> = None;
@@ -1455,7 +1497,7 @@ impl Connection {
             self.events.push_back(Event::SendFailed { seq, reason });
         }
         for (&seq, m) in self.rx_msgs.iter() {
-            if m.announced {
+            if m.announced && !m.reported {
                 self.events.push_back(Event::RecvFailed { seq, reason });
             }
         }

@@ -117,6 +117,10 @@ pub struct Node {
     /// Rendezvous messages to match at a (simulated) time.
     pub to_match: Vec<(Instant, u64)>,
     pub sent_lens: Vec<u64>,
+    /// When this node matched each rendezvous message it received.
+    pub matched_at: HashMap<u64, Duration>,
+    /// When each of this node's sends completed.
+    pub completed_at: HashMap<u64, Duration>,
 }
 
 /// A packet on the wire: (deliver at, tie-break order, to node, btl, bytes).
@@ -173,6 +177,8 @@ impl Sim {
                 dead: None,
                 to_match: Vec::new(),
                 sent_lens: Vec::new(),
+                matched_at: HashMap::new(),
+                completed_at: HashMap::new(),
             })
             .collect();
         Self {
@@ -198,6 +204,11 @@ impl Sim {
 
     /// Node `n` sends a message of `len` bytes (tag = seq, ctx = 7, src = n).
     pub fn send(&mut self, n: usize, len: u64) -> u64 {
+        self.send_with(n, len, false)
+    }
+
+    /// Like [`Sim::send`], optionally synchronous (complete only once matched).
+    pub fn send_with(&mut self, n: usize, len: u64, synchronous: bool) -> u64 {
         let node = &mut self.nodes[n];
         let seq_guess = node.sent_lens.len() as u64;
         let m = MatchFields {
@@ -207,7 +218,7 @@ impl Sim {
         };
         let seq = node
             .conn
-            .send_message(self.now, m, len)
+            .send_message_with(self.now, m, len, synchronous)
             .expect("peer alive");
         assert_eq!(seq, seq_guess, "sequence numbers are dense");
         node.send_bufs
@@ -349,7 +360,9 @@ impl Sim {
             node.to_match = keep;
             due.into_iter().map(|m| m.1).collect()
         };
+        let elapsed = self.elapsed();
         for seq in due {
+            self.nodes[n].matched_at.insert(seq, elapsed);
             self.nodes[n].conn.matched(now, seq);
             progressed = true;
         }
@@ -393,6 +406,7 @@ impl Sim {
                 }
                 Event::MessageReceived { seq } => node.received.push(seq),
                 Event::SendComplete { seq } => {
+                    node.completed_at.insert(seq, elapsed);
                     node.send_bufs.remove(&seq);
                     node.send_complete.push(seq);
                 }

@@ -159,11 +159,12 @@ fn main() {
     }
     let local: Vec<String> = rte.local_ranks().iter().map(u32::to_string).collect();
     println!(
-        "rank {rank} of {size}: cards ok, node {} local [{}] job {} launcher {:?}",
+        "rank {rank} of {size}: cards ok, node {} local [{}] job {} launcher {:?} nodename {}",
         rte.node_id(rank).unwrap_or(0),
         local.join(","),
         rte.job_id(),
-        rte.launcher()
+        rte.launcher(),
+        rte.node_name(rte.node_id(rank).unwrap_or(0)).unwrap_or("?")
     );
     for (k, v) in rte.mca_params() {
         println!("rank {rank} mca {k}={v}");

@@ -1,0 +1,670 @@
+//! The btl-ud module: verbs objects at the edges, the sans-IO pieces ([`crate::sched`],
+//! [`crate::recv`], [`crate::header`], [`crate::card`]) in the middle.
+
+use std::sync::Arc;
+
+use rmca_framework::btl::{
+    exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, MemoryUsage, ModexRead, SendError,
+    SendHint,
+};
+use rmca_framework::job::JobInfo;
+use rmca_framework::memory::{MemoryAccounting, MemoryCounter};
+use rmca_framework::mpool::PoolBuf;
+use rmca_framework::rank::{ProcInfo, Rank};
+use rmca_verbs::{
+    AccessFlags, Ah, Context, Cq, Pd, ProviderConfig, ProviderKind, Qp, QpCaps, QpInit, QpType, RcParams, RdmaConfig,
+    RecvWr, SendOp, SendWr, SoftConfig, UdDest, Wc, WcStatus, UD_GRH_LEN,
+};
+use thiserror::Error;
+
+use crate::card::{provider_code, CardRepr};
+use crate::config::{ConfigError, ProviderChoice, UdConfig};
+use crate::header::{job_tag16, FragRepr, HEADER_LEN};
+use crate::recv::{classify, DropReason, PeerSources, RecvMeta};
+use crate::reg::RegisteredPool;
+use crate::sched::{Admit, SendScheduler};
+use crate::MODEX_KEY;
+
+/// Errors of opening a btl-ud module.
+#[derive(Debug, Error)]
+pub enum UdError {
+    /// A parameter is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A verbs call failed.
+    #[error("btl-ud: {op}: {source}")]
+    Verbs {
+        /// What was being done.
+        op: &'static str,
+        /// The verbs error.
+        #[source]
+        source: rmca_verbs::Error,
+    },
+    /// The configuration does not fit the device.
+    #[error("btl-ud: {0}")]
+    Unsupported(String),
+}
+
+impl From<UdError> for BtlError {
+    fn from(e: UdError) -> Self {
+        BtlError::Other(e.to_string())
+    }
+}
+
+fn verbs(op: &'static str) -> impl FnOnce(rmca_verbs::Error) -> UdError {
+    move |source| UdError::Verbs { op, source }
+}
+
+/// Route to one peer's receive QP.
+#[derive(Debug)]
+struct Peer {
+    ah: Ah,
+    qpn: u32,
+    qkey: u32,
+}
+
+/// A fragment waiting for a send credit: the whole datagram (btl-ud header included).
+#[derive(Debug)]
+struct Pending {
+    peer: Rank,
+    bytes: Vec<u8>,
+}
+
+/// Counters reported by [`Btl::counters`].
+#[derive(Debug, Default, Clone)]
+struct Stats {
+    frags_sent: u64,
+    bytes_sent: u64,
+    inline_sends: u64,
+    frags_received: u64,
+    bytes_received: u64,
+    drops_truncated: u64,
+    drops_foreign: u64,
+    drops_wrong_job: u64,
+    drops_unknown_source: u64,
+    drops_completion_error: u64,
+    send_errors: u64,
+    sends_refused: u64,
+    recv_reposts: u64,
+    recv_post_errors: u64,
+    cq_errors: u64,
+}
+
+// Send wr_id layout: send QP index in bits 48.., the inline flag in bit 47, the pool buffer id
+// (slab 0, so below 2^32) in the low bits.
+const WR_INLINE: u64 = 1 << 47;
+const WR_QP_SHIFT: u32 = 48;
+
+/// One btl-ud module: one verbs device port.
+#[derive(Debug)]
+pub struct UdBtl {
+    // Drop order matters for the rdma provider: QPs, then AHs, then MRs, then CQs, PD, context.
+    recv_qp: Qp,
+    send_qps: Vec<Qp>,
+    peers: Vec<Option<Peer>>,
+    recv_pool: RegisteredPool,
+    send_pool: RegisteredPool,
+    send_cq: Cq,
+    recv_cq: Cq,
+    pd: Pd,
+    ctx: Context,
+    sources: PeerSources,
+    sched: SendScheduler<Pending>,
+    attrs: BtlAttributes,
+    card: CardRepr,
+    rank: Rank,
+    job_tag: u16,
+    mtu: usize,
+    inline_max: usize,
+    wcs: Vec<Wc>,
+    stats: Stats,
+    memory: Arc<MemoryCounter>,
+}
+
+fn resolve_provider(choice: ProviderChoice) -> ProviderKind {
+    match choice {
+        ProviderChoice::Soft => ProviderKind::Soft,
+        ProviderChoice::Rdma => ProviderKind::Rdma,
+        ProviderChoice::Auto => match rmca_verbs::devices(ProviderKind::Rdma) {
+            Ok(d) if !d.is_empty() => ProviderKind::Rdma,
+            _ => ProviderKind::Soft,
+        },
+    }
+}
+
+impl UdBtl {
+    /// Open the device, create the QPs, allocate, register and post the receive pool.
+    /// The business card to publish is [`UdBtl::card`].
+    pub fn open(cfg: &UdConfig, job: &JobInfo, memory: &MemoryAccounting) -> Result<Self, UdError> {
+        let kind = resolve_provider(cfg.provider);
+        if kind == ProviderKind::Rdma && !cfg.fault.is_none() {
+            return Err(UdError::Unsupported(
+                "btl_ud_fault_* parameters need the soft provider (set btl_ud_provider = soft)".into(),
+            ));
+        }
+        let mut soft = SoftConfig { bind_addr: cfg.if_addr, ud_fault: cfg.fault, ..SoftConfig::default() };
+        if let Some(m) = cfg.mtu {
+            // The soft "device" MTU is ours to choose; a real device's is only lowered.
+            soft.ud_mtu = m;
+        }
+        let pcfg = ProviderConfig {
+            kind,
+            soft,
+            rdma: RdmaConfig { device: cfg.device.clone(), port: cfg.port, gid_index: cfg.gid_index },
+            job_secret: job.secret.clone(),
+        };
+        let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
+        let attr = ctx.attr();
+        let mtu = match cfg.mtu {
+            Some(m) if m > attr.mtu => {
+                return Err(UdError::Unsupported(format!(
+                    "btl_ud_mtu {m} exceeds the device's active MTU of {} bytes (valid: 0 or 256..={})",
+                    attr.mtu, attr.mtu
+                )))
+            }
+            Some(m) => m,
+            None => attr.mtu,
+        } as usize;
+        if mtu <= HEADER_LEN {
+            return Err(UdError::Unsupported(format!("device MTU of {mtu} bytes cannot carry a fragment")));
+        }
+        let depth = cfg.send_queue_depth.min(attr.max_qp_wr);
+        let recv_n = cfg.recv_buffers_for(job.size, attr.max_qp_wr.min(attr.max_cqe.saturating_sub(16)));
+        let inline_max = (cfg.max_inline.min(attr.max_inline) as usize).min(mtu);
+
+        let pd = ctx.alloc_pd().map_err(verbs("alloc PD"))?;
+        let send_cq_depth = (cfg.send_qps as u32 * depth + 16).min(attr.max_cqe);
+        let send_cq = ctx.create_cq(send_cq_depth).map_err(verbs("create send CQ"))?;
+        let recv_cq = ctx.create_cq((recv_n as u32 + 16).min(attr.max_cqe)).map_err(verbs("create receive CQ"))?;
+        let counter = memory.counter("btl.ud");
+        let recv_pool = RegisteredPool::new(&pd, UD_GRH_LEN + mtu, recv_n, AccessFlags::LOCAL_WRITE, counter.clone())
+            .map_err(verbs("register receive pool"))?;
+        let send_n = cfg.send_qps * depth as usize;
+        let send_pool = RegisteredPool::new(&pd, mtu, send_n, AccessFlags::LOCAL_WRITE, counter.clone())
+            .map_err(verbs("register send pool"))?;
+
+        let qkey = cfg.qkey;
+        let recv_qp = pd
+            .create_qp(QpInit {
+                qp_type: QpType::Ud,
+                send_cq: &send_cq,
+                recv_cq: &recv_cq,
+                srq: None,
+                caps: QpCaps {
+                    max_send_wr: 1,
+                    max_recv_wr: recv_n as u32,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qkey,
+            })
+            .map_err(verbs("create receive QP"))?;
+        recv_qp.modify_to_init().map_err(verbs("receive QP to INIT"))?;
+        let mut send_qps = Vec::with_capacity(cfg.send_qps);
+        for _ in 0..cfg.send_qps {
+            let qp = pd
+                .create_qp(QpInit {
+                    qp_type: QpType::Ud,
+                    send_cq: &send_cq,
+                    recv_cq: &recv_cq,
+                    srq: None,
+                    caps: QpCaps {
+                        max_send_wr: depth,
+                        max_recv_wr: 1,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: inline_max as u32,
+                    },
+                    qkey,
+                })
+                .map_err(verbs("create send QP"))?;
+            qp.connect(None, &RcParams::default()).map_err(verbs("send QP to RTS"))?;
+            send_qps.push(qp);
+        }
+        let card = CardRepr {
+            provider: provider_code(kind),
+            mtu: mtu as u32,
+            qkey,
+            addr: recv_qp.address(),
+            send_qpns: send_qps.iter().map(Qp::qp_num).collect(),
+        };
+        let (latency_ns, bandwidth_mbps) = match kind {
+            ProviderKind::Soft => (5_000, 8_000),
+            ProviderKind::Rdma => (2_000, 20_000),
+        };
+        let max = mtu - HEADER_LEN;
+        let attrs = BtlAttributes {
+            eager_limit: max,
+            rndv_eager_limit: max,
+            max_send_size: max,
+            exclusivity: exclusivity::HIGH_SPEED_NETWORK,
+            latency_ns: cfg.latency_ns.unwrap_or(latency_ns),
+            bandwidth_mbps: cfg.bandwidth_mbps.unwrap_or(bandwidth_mbps),
+            flags: BtlFlags::SEND | BtlFlags::NEED_ACK | BtlFlags::NEED_CSUM,
+            ..BtlAttributes::default()
+        };
+        let mut btl = Self {
+            recv_qp,
+            send_qps,
+            peers: Vec::new(),
+            recv_pool,
+            send_pool,
+            send_cq,
+            recv_cq,
+            pd,
+            ctx,
+            sources: PeerSources::default(),
+            sched: SendScheduler::new(cfg.send_qps, depth, cfg.pending_max),
+            attrs,
+            card,
+            rank: job.rank,
+            job_tag: job_tag16(&job.secret),
+            mtu,
+            inline_max,
+            wcs: vec![Wc::EMPTY; cfg.poll_batch],
+            stats: Stats::default(),
+            memory: counter,
+        };
+        // Post the whole pool before the QP can receive, so early datagrams find buffers.
+        btl.refill();
+        btl.recv_qp.modify_to_rtr(None, &RcParams::default()).map_err(verbs("receive QP to RTR"))?;
+        btl.recv_qp.modify_to_rts().map_err(verbs("receive QP to RTS"))?;
+        tracing::info!(
+            provider = kind.name(),
+            mtu,
+            recv_buffers = recv_n,
+            send_qps = cfg.send_qps,
+            depth,
+            inline_max,
+            "btl-ud module open"
+        );
+        Ok(btl)
+    }
+
+    /// The business card to publish under [`MODEX_KEY`].
+    pub fn card(&self) -> &CardRepr {
+        &self.card
+    }
+
+    /// The provider in use.
+    pub fn provider(&self) -> ProviderKind {
+        self.ctx.provider()
+    }
+
+    /// The UD MTU in use (fragment size limit, header included).
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Receive buffers posted now.
+    pub fn recv_posted(&self) -> usize {
+        self.recv_pool.in_use()
+    }
+
+    /// Post every free receive buffer.
+    fn refill(&mut self) {
+        let size = self.recv_pool.buffer_size();
+        while let Some(buf) = self.recv_pool.alloc() {
+            let sge = self.recv_pool.sge(&buf, size);
+            let wr = RecvWr { wr_id: buf.id(), sges: &[sge] };
+            if let Err(e) = self.recv_qp.post_recv(&wr) {
+                self.stats.recv_post_errors += 1;
+                tracing::warn!(error = %e, "btl-ud: posting a receive buffer failed");
+                self.recv_pool.free(buf);
+                return;
+            }
+            self.stats.recv_reposts += 1;
+        }
+    }
+
+    /// Copy `parts` into a registered send buffer and post it on `qp` to `peer`.
+    fn post(&mut self, qp: usize, peer: Rank, parts: &[&[u8]]) -> Result<(), rmca_verbs::Error> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let Some(buf) = self.send_pool.alloc() else {
+            // Cannot happen (one buffer per credit), but never lose the fragment if it does.
+            return Err(rmca_verbs::Error::QueueFull { depth: self.send_pool.capacity() as u32 });
+        };
+        {
+            let b = self.send_pool.bytes_mut(&buf);
+            let mut at = 0;
+            for p in parts {
+                b[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+        }
+        let sge = self.send_pool.sge(&buf, len);
+        let inline = len <= self.inline_max;
+        let wr_id = ((qp as u64) << WR_QP_SHIFT) | if inline { WR_INLINE } else { buf.id() };
+        let Some(Some(p)) = self.peers.get(peer as usize) else {
+            self.send_pool.free(buf);
+            return Err(rmca_verbs::Error::BadAddress("peer not reachable"));
+        };
+        let sges = [sge];
+        let wr = SendWr {
+            wr_id,
+            op: SendOp::SendWithImm(self.rank),
+            sges: &sges,
+            signaled: true,
+            inline,
+            ud: Some(UdDest { ah: &p.ah, remote_qpn: p.qpn, remote_qkey: p.qkey }),
+        };
+        match self.send_qps[qp].post_send(&wr) {
+            Ok(()) => {
+                if inline {
+                    // The device copied the bytes at post time.
+                    self.send_pool.free(buf);
+                    self.stats.inline_sends += 1;
+                }
+                self.stats.frags_sent += 1;
+                self.stats.bytes_sent += len as u64;
+                Ok(())
+            }
+            Err(e) => {
+                self.send_pool.free(buf);
+                Err(e)
+            }
+        }
+    }
+
+    fn queue(&mut self, peer: Rank, parts: &[&[u8]]) -> Result<(), SendError> {
+        let bytes: Vec<u8> = parts.concat();
+        let len = bytes.len();
+        match self.sched.enqueue(Pending { peer, bytes }) {
+            Ok(()) => {
+                self.memory.alloc(len);
+                Ok(())
+            }
+            Err(_) => {
+                self.stats.sends_refused += 1;
+                Err(SendError::WouldBlock)
+            }
+        }
+    }
+
+    fn poll_send_completions(&mut self) -> usize {
+        let mut done = 0;
+        loop {
+            let n = match self.send_cq.poll(&mut self.wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.stats.cq_errors += 1;
+                    tracing::error!(error = %e, "btl-ud: send CQ failed");
+                    return done;
+                }
+            };
+            for i in 0..n {
+                let wc = self.wcs[i];
+                let qp = (wc.wr_id >> WR_QP_SHIFT) as usize;
+                if qp < self.send_qps.len() {
+                    self.sched.complete(qp);
+                }
+                if wc.wr_id & WR_INLINE == 0 {
+                    self.send_pool.free(PoolBuf::from_id(wc.wr_id & (WR_INLINE - 1)));
+                }
+                if wc.status != WcStatus::Success {
+                    self.stats.send_errors += 1;
+                    tracing::warn!(status = ?wc.status, "btl-ud: send completed in error (fragment lost)");
+                }
+            }
+            done += n;
+            if n < self.wcs.len() {
+                return done;
+            }
+        }
+    }
+
+    fn flush_pending(&mut self) {
+        while let Some((qp, frag)) = self.sched.poll_transmit() {
+            let len = frag.bytes.len();
+            match self.post(qp, frag.peer, &[&frag.bytes]) {
+                Ok(()) => self.memory.free(len),
+                Err(rmca_verbs::Error::QueueFull { .. }) => {
+                    self.sched.requeue_front(qp, frag);
+                    return;
+                }
+                Err(e) => {
+                    self.sched.release(qp);
+                    self.memory.free(len);
+                    self.stats.send_errors += 1;
+                    tracing::warn!(peer = frag.peer, error = %e, "btl-ud: queued fragment could not be posted (lost)");
+                }
+            }
+        }
+    }
+
+    fn poll_receives(&mut self, events: &mut dyn BtlEvents) -> usize {
+        let n = match self.recv_cq.poll(&mut self.wcs) {
+            Ok(n) => n,
+            Err(e) => {
+                self.stats.cq_errors += 1;
+                tracing::error!(error = %e, "btl-ud: receive CQ failed");
+                return 0;
+            }
+        };
+        let mut delivered = 0;
+        for i in 0..n {
+            let wc = self.wcs[i];
+            let buf = PoolBuf::from_id(wc.wr_id);
+            let meta = RecvMeta { ok: wc.is_ok(), byte_len: wc.byte_len, imm: wc.imm, src_qp: wc.src_qp };
+            let data = self.recv_pool.bytes(&buf);
+            match classify(meta, data, UD_GRH_LEN, self.job_tag, &self.sources) {
+                Ok(d) => {
+                    let frag = &data[d.range];
+                    self.stats.frags_received += 1;
+                    self.stats.bytes_received += frag.len() as u64;
+                    events.recv(d.peer, d.tag, frag);
+                    delivered += 1;
+                }
+                Err(reason) => {
+                    tracing::debug!(?reason, src_qp = wc.src_qp, len = wc.byte_len, "btl-ud: datagram dropped");
+                    let s = &mut self.stats;
+                    *match reason {
+                        DropReason::Truncated => &mut s.drops_truncated,
+                        DropReason::Foreign => &mut s.drops_foreign,
+                        DropReason::WrongJob => &mut s.drops_wrong_job,
+                        DropReason::UnknownSource => &mut s.drops_unknown_source,
+                        DropReason::CompletionError => &mut s.drops_completion_error,
+                    } += 1;
+                }
+            }
+            self.recv_pool.free(buf);
+        }
+        // Repost the batch's buffers together, straight from the receive path.
+        if n > 0 && !self.recv_qp_in_error() {
+            self.refill();
+        }
+        delivered
+    }
+
+    fn recv_qp_in_error(&self) -> bool {
+        self.recv_qp.state() == rmca_verbs::QpState::Error
+    }
+}
+
+impl Btl for UdBtl {
+    fn component_name(&self) -> &str {
+        "ud"
+    }
+
+    fn attributes(&self) -> &BtlAttributes {
+        &self.attrs
+    }
+
+    fn add_procs(&mut self, procs: &[ProcInfo], modex: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
+        let mut reach = Vec::with_capacity(procs.len());
+        for p in procs {
+            let blob = modex
+                .get(p.rank, MODEX_KEY)
+                .map_err(|e| BtlError::Other(format!("btl-ud: reading rank {}'s card: {e}", p.rank)))?;
+            let Some(blob) = blob else {
+                reach.push(false);
+                continue;
+            };
+            let card = CardRepr::from_bytes(&blob)
+                .map_err(|e| BtlError::BadCard { rank: p.rank, reason: e.to_string() })?;
+            let why_not = if card.provider != self.card.provider {
+                Some("it uses another verbs provider")
+            } else if (card.mtu as usize) < self.mtu {
+                Some("its UD MTU is smaller than ours (set the same btl_ud_mtu everywhere)")
+            } else if card.qkey != self.card.qkey {
+                Some("its Q_Key differs (set the same btl_ud_qkey everywhere)")
+            } else {
+                None
+            };
+            if let Some(why) = why_not {
+                tracing::warn!(rank = p.rank, "btl-ud: rank unreachable: {why}");
+                reach.push(false);
+                continue;
+            }
+            let ah = self
+                .pd
+                .create_ah(&card.addr)
+                .map_err(|e| BtlError::BadCard { rank: p.rank, reason: format!("address handle: {e}") })?;
+            let r = p.rank as usize;
+            if self.peers.len() <= r {
+                self.peers.resize_with(r + 1, || None);
+            }
+            let qpn = ah.remote_qpn();
+            self.peers[r] = Some(Peer { ah, qpn, qkey: card.qkey });
+            self.sources.insert(p.rank, card.send_qpns);
+            reach.push(true);
+        }
+        Ok(reach)
+    }
+
+    fn del_procs(&mut self, ranks: &[Rank]) {
+        for &r in ranks {
+            if let Some(slot) = self.peers.get_mut(r as usize) {
+                *slot = None;
+            }
+            self.sources.remove(r);
+        }
+        let mut freed = 0;
+        self.sched.drop_pending(|f| {
+            let gone = ranks.contains(&f.peer);
+            if gone {
+                freed += f.bytes.len();
+            }
+            gone
+        });
+        self.memory.free(freed);
+    }
+
+    fn send(
+        &mut self,
+        peer: Rank,
+        tag: BtlTag,
+        header: &[u8],
+        payload: &[u8],
+        _hint: SendHint,
+    ) -> Result<(), SendError> {
+        let len = header.len() + payload.len();
+        if len > self.attrs.max_send_size {
+            return Err(SendError::TooLarge { len, max: self.attrs.max_send_size });
+        }
+        if !matches!(self.peers.get(peer as usize), Some(Some(_))) {
+            return Err(SendError::Unreachable(peer));
+        }
+        let mut hdr = [0u8; HEADER_LEN];
+        FragRepr { tag, job_tag: self.job_tag }.emit(&mut hdr);
+        let parts: [&[u8]; 3] = [&hdr, header, payload];
+        match self.sched.admit() {
+            Admit::Post(qp) => match self.post(qp, peer, &parts) {
+                Ok(()) => Ok(()),
+                Err(rmca_verbs::Error::QueueFull { .. }) => {
+                    // The device's queue is fuller than our credits say: queue, never drop.
+                    self.sched.release(qp);
+                    self.queue(peer, &parts)
+                }
+                Err(e) => {
+                    self.sched.release(qp);
+                    self.stats.send_errors += 1;
+                    Err(SendError::PeerFailed { peer, reason: format!("btl-ud post_send: {e}") })
+                }
+            },
+            Admit::Queue => self.queue(peer, &parts),
+            Admit::Refuse => {
+                self.stats.sends_refused += 1;
+                Err(SendError::WouldBlock)
+            }
+        }
+    }
+
+    fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
+        let completed = self.poll_send_completions();
+        if self.sched.pending_len() > 0 {
+            self.flush_pending();
+        }
+        let delivered = self.poll_receives(events);
+        delivered + completed
+    }
+
+    fn memory_usage(&self) -> MemoryUsage {
+        MemoryUsage { current: self.memory.current(), peak: self.memory.peak() }
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let s = &self.stats;
+        let mut v: Vec<(&str, u64)> = vec![
+            ("frags_sent", s.frags_sent),
+            ("bytes_sent", s.bytes_sent),
+            ("inline_sends", s.inline_sends),
+            ("frags_received", s.frags_received),
+            ("bytes_received", s.bytes_received),
+            ("recv_buffers_total", self.recv_pool.capacity() as u64),
+            ("recv_buffers_posted", self.recv_pool.in_use() as u64),
+            ("recv_reposts", s.recv_reposts),
+            ("recv_post_errors", s.recv_post_errors),
+            ("drops_truncated", s.drops_truncated),
+            ("drops_foreign", s.drops_foreign),
+            ("drops_wrong_job", s.drops_wrong_job),
+            ("drops_unknown_source", s.drops_unknown_source),
+            ("drops_completion_error", s.drops_completion_error),
+            ("send_errors", s.send_errors),
+            ("sends_refused", s.sends_refused),
+            ("sends_outstanding", self.sched.total_outstanding()),
+            ("pending_now", self.sched.pending_len() as u64),
+            ("pending_max_depth", self.sched.pending_hwm() as u64),
+            ("pending_total", self.sched.queued_total()),
+            ("cq_errors", s.cq_errors),
+        ];
+        if let Some(p) = self.ctx.soft_stats() {
+            v.extend([
+                ("drops_no_recv_posted", p.ud_no_wqe_drops),
+                ("drops_provider_foreign", p.foreign_drops),
+                ("drops_provider_malformed", p.malformed_drops),
+                ("drops_provider_mtu", p.mtu_drops),
+            ]);
+        }
+        let mut f = self.recv_qp.fault_stats();
+        for qp in &self.send_qps {
+            let s = qp.fault_stats();
+            f.dropped += s.dropped;
+            f.duplicated += s.duplicated;
+            f.reordered += s.reordered;
+            f.delayed += s.delayed;
+            f.corrupted += s.corrupted;
+        }
+        v.extend([
+            ("faults_dropped", f.dropped),
+            ("faults_duplicated", f.duplicated),
+            ("faults_reordered", f.reordered),
+            ("faults_delayed", f.delayed),
+            ("faults_corrupted", f.corrupted),
+        ]);
+        v.into_iter().map(|(k, x)| (k.to_owned(), x)).collect()
+    }
+
+    fn finalize(&mut self) {
+        let mut freed = 0;
+        self.sched.drop_pending(|f| {
+            freed += f.bytes.len();
+            true
+        });
+        self.memory.free(freed);
+        for qp in self.send_qps.iter().chain(std::iter::once(&self.recv_qp)) {
+            let _ = qp.modify_to_error();
+        }
+    }
+}

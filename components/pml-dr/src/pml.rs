@@ -1,0 +1,722 @@
+//! The DR PML: MPI point-to-point over the sans-IO protocol core ([`crate::proto`]), one
+//! [`Connection`] per peer, matching through the framework's shared engine.
+//!
+//! This module is the I/O edge: it reads the clock, moves bytes between user buffers and BTLs,
+//! and turns connection events into request completions.
+//! - Sends never copy: fragments are read from the user buffer when (re)transmitted, which is
+//!   why a send completes only when every byte is acknowledged (or, for `MPI_Ssend`, matched).
+//! - Receives are placed straight into the user buffer once matched; before that (eager, or
+//!   the first vfrag of a rendezvous) into a staging buffer bounded by `pml_dr_eager_limit`.
+//! - The core announces messages in per-peer send order, so the per-(context, sender) sequence
+//!   the matching engine wants is assigned here by counting: nothing is ever held.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use rmca_framework::bml::{Bml, BmlEvents, BtlIndex};
+use rmca_framework::btl::{
+    tags, BtlFlags, BtlTag, CompletionToken, SendError as BtlSendError, SendHint,
+};
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::matching::{Arrival as MatchArrival, Envelope, Matcher, Posted, Seq};
+use rmca_framework::pml::{
+    ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError,
+    TagSel,
+};
+use rmca_framework::rank::Rank;
+use tracing::{debug, warn};
+
+use crate::proto::{
+    Arrival, Config, Connection, Counters, Event, MatchFields, MsgSeq, PathConfig, Transmit,
+};
+
+/// The BTL tag of every DR packet.
+pub const DR_TAG: BtlTag = tags::PML_DR_BASE;
+
+#[derive(Debug)]
+struct Incoming {
+    env: Envelope,
+    len: u64,
+    rndv: bool,
+    /// Bytes that arrived before the message was matched (at most the eager limit).
+    staging: Vec<u8>,
+    /// The matched receive.
+    target: Option<(RequestId, UserBuf)>,
+    received: bool,
+}
+
+#[derive(Debug)]
+struct Peer {
+    conn: Connection,
+    /// A packet the BTL refused with WouldBlock, retried first.
+    stalled: Option<Transmit>,
+    sends: HashMap<MsgSeq, (RequestId, UserBuf, i32)>,
+    recvs: HashMap<MsgSeq, Incoming>,
+    dead: Option<String>,
+}
+
+#[derive(Debug)]
+enum Req {
+    Send {
+        status: Option<Status>,
+    },
+    Recv {
+        args: RecvArgs,
+        status: Option<Status>,
+    },
+}
+
+#[derive(Debug)]
+struct State {
+    me: Rank,
+    cfg: Config,
+    peers: Vec<Peer>,
+    matcher: Matcher<RequestId, (Rank, MsgSeq)>,
+    reqs: HashMap<RequestId, Req>,
+    next_req: u64,
+    /// Next matching sequence per (sender, context), assigned in announcement order.
+    rx_ctx_seq: HashMap<(Rank, ContextId), Seq>,
+    /// Packets dropped by the glue (wrong tag, abandoned placements).
+    dropped: u64,
+    now: Instant,
+}
+
+/// A DR PML instance.
+pub struct Dr {
+    bml: Bml,
+    st: State,
+}
+
+impl std::fmt::Debug for Dr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dr")
+            .field("me", &self.st.me)
+            .field("bml", &self.bml)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dr {
+    /// A DR PML over `bml`. Each peer gets a connection whose BTLs, in failover order, are its
+    /// eager routes (lowest latency first).
+    pub fn new(bml: Bml, cfg: Config) -> Result<Self, PmlError> {
+        let now = Instant::now();
+        let me = bml.my_rank();
+        let mut peers = Vec::with_capacity(bml.peer_count());
+        for p in 0..bml.peer_count() as Rank {
+            let paths: Vec<PathConfig> = bml
+                .routes(p)
+                .eager
+                .iter()
+                .map(|r| {
+                    let a = bml.btl_ref(r.btl).attributes();
+                    PathConfig {
+                        btl: r.btl,
+                        max_send_size: a.max_send_size,
+                        need_csum: a.flags.contains(BtlFlags::NEED_CSUM),
+                    }
+                })
+                .collect();
+            let conn = Connection::new(now, cfg.clone(), &paths)
+                .map_err(|e| PmlError::Init(format!("peer {p}: {e}")))?;
+            peers.push(Peer {
+                conn,
+                stalled: None,
+                sends: HashMap::new(),
+                recvs: HashMap::new(),
+                dead: None,
+            });
+        }
+        let nprocs = peers.len();
+        Ok(Self {
+            bml,
+            st: State {
+                me,
+                cfg,
+                peers,
+                matcher: Matcher::new(nprocs),
+                reqs: HashMap::new(),
+                next_req: 0,
+                rx_ctx_seq: HashMap::new(),
+                dropped: 0,
+                now,
+            },
+        })
+    }
+
+    /// Protocol counters of the connection to `peer`.
+    pub fn peer_counters(&self, peer: Rank) -> Option<Counters> {
+        self.st.peers.get(peer as usize).map(|p| p.conn.counters())
+    }
+
+    fn pump_all(&mut self) -> usize {
+        let mut n = 0;
+        for p in 0..self.st.peers.len() {
+            n += self.pump(p as Rank);
+        }
+        n
+    }
+
+    /// Hand the peer's pending packets to its BTLs until one refuses.
+    fn pump(&mut self, p: Rank) -> usize {
+        let now = self.st.now;
+        let peer = &mut self.st.peers[p as usize];
+        let mut n = 0;
+        while let Some(t) = peer.stalled.take().or_else(|| peer.conn.poll_transmit(now)) {
+            let result = match &t {
+                Transmit::Ack { btl, bytes } => {
+                    self.bml
+                        .btl(*btl)
+                        .send(p, DR_TAG, bytes, &[], SendHint::default())
+                }
+                Transmit::Data(d) => {
+                    let Some((_, buf, _)) = peer.sends.get(&d.seq) else {
+                        // Cannot happen: a send buffer lives until its completion event.
+                        warn!(seq = d.seq, "no send buffer for a fragment; dropped");
+                        continue;
+                    };
+                    let off = d.offset as usize;
+                    let payload = &buf.as_slice()[off..off + d.len];
+                    let header = d.seal(payload).expect("fragment range comes from the core");
+                    let hint = SendHint {
+                        message_len: buf.len(),
+                        ..SendHint::default()
+                    };
+                    self.bml.btl(d.btl).send(p, DR_TAG, &header, payload, hint)
+                }
+            };
+            match result {
+                Ok(()) => {
+                    n += 1;
+                    if let Transmit::Data(d) = &t {
+                        peer.conn.local_complete(d.token);
+                    }
+                }
+                Err(BtlSendError::WouldBlock) => {
+                    peer.stalled = Some(t);
+                    break;
+                }
+                Err(e) => {
+                    debug!(peer = p, %e, "BTL refused a DR packet");
+                    if let Transmit::Data(d) = &t {
+                        peer.conn.local_failed(now, d.token);
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    fn new_request(&mut self, req: Req) -> RequestId {
+        let id = RequestId(self.st.next_req);
+        self.st.next_req += 1;
+        self.st.reqs.insert(id, req);
+        id
+    }
+}
+
+impl State {
+    fn place(&mut self, p: Rank, a: Arrival<'_>) {
+        let now = self.now;
+        let eager_limit = self.cfg.eager_limit;
+        let peer = &mut self.peers[p as usize];
+        let inc = peer.recvs.entry(a.seq).or_insert_with(|| Incoming {
+            env: Envelope {
+                context: a.m.ctx,
+                source: p,
+                tag: a.m.tag,
+            },
+            len: a.msg_len,
+            rndv: false,
+            staging: Vec::new(),
+            target: None,
+            received: false,
+        });
+        let off = a.offset as usize;
+        let end = off + a.payload.len();
+        match inc.target {
+            Some((_, buf)) if end <= buf.len() => {
+                buf.write_at(off, a.payload);
+                // Verify the bytes where they now live (DR's end-to-end check).
+                let placed = &buf.as_slice()[off..end];
+                let _ = peer.conn.placed(now, a.token, placed);
+            }
+            Some((_, buf)) => {
+                // Truncated receive: verify the packet, then keep what fits.
+                let payload = a.payload;
+                if peer.conn.placed(now, a.token, payload).is_ok() && off < buf.len() {
+                    buf.write_at(off, &payload[..buf.len() - off]);
+                }
+            }
+            None => {
+                let cap = (inc.len.min(eager_limit)) as usize;
+                if end > cap {
+                    // Only the RNDV vfrag precedes the match, and it fits the eager limit.
+                    self.dropped += 1;
+                    peer.conn.abandon(a.token);
+                    return;
+                }
+                if inc.staging.len() < cap {
+                    inc.staging.resize(cap, 0);
+                }
+                inc.staging[off..end].copy_from_slice(a.payload);
+                let _ = peer.conn.placed(now, a.token, &inc.staging[off..end]);
+            }
+        }
+    }
+
+    fn complete(&mut self, id: RequestId, status: Status) {
+        match self.reqs.get_mut(&id) {
+            Some(Req::Send { status: s }) | Some(Req::Recv { status: s, .. }) => *s = Some(status),
+            None => warn!(?id, "completion for an unknown request"),
+        }
+    }
+
+    fn recv_status(env: &Envelope, len: u64, buf_len: usize, error: Option<StatusError>) -> Status {
+        let received = (len as usize).min(buf_len);
+        let error = error.or_else(|| {
+            (len as usize > buf_len).then_some(StatusError::Truncated {
+                message_len: len as usize,
+                received,
+            })
+        });
+        Status {
+            source: env.source,
+            tag: env.tag,
+            len: received,
+            error,
+        }
+    }
+
+    /// A posted receive `req` matched message `seq` from `p`.
+    fn bind(&mut self, req: RequestId, p: Rank, seq: MsgSeq) {
+        let now = self.now;
+        let buf = match self.reqs.get(&req) {
+            Some(Req::Recv { args, .. }) => args.buf,
+            _ => return,
+        };
+        let peer = &mut self.peers[p as usize];
+        let Some(inc) = peer.recvs.get_mut(&seq) else {
+            // The message was lost with its peer before we got to it.
+            let reason = peer.dead.clone().unwrap_or_else(|| "message lost".into());
+            let st = Status {
+                source: p,
+                tag: 0,
+                len: 0,
+                error: Some(StatusError::PeerFailed { peer: p, reason }),
+            };
+            self.complete(req, st);
+            return;
+        };
+        if !inc.staging.is_empty() {
+            let n = inc.staging.len().min(buf.len());
+            buf.write_at(0, &inc.staging[..n]);
+            inc.staging = Vec::new();
+        }
+        inc.target = Some((req, buf));
+        if inc.rndv {
+            peer.conn.matched(now, seq);
+        }
+        if inc.received {
+            let inc = peer.recvs.remove(&seq).expect("present");
+            let st = Self::recv_status(&inc.env, inc.len, buf.len(), None);
+            self.complete(req, st);
+        }
+    }
+
+    fn handle_events(&mut self, p: Rank, bml: &mut Bml) -> usize {
+        let mut n = 0;
+        while let Some(ev) = self.peers[p as usize].conn.poll_event() {
+            n += 1;
+            match ev {
+                Event::IncomingMessage { seq, m, len, rndv } => {
+                    let env = Envelope {
+                        context: m.ctx,
+                        source: p,
+                        tag: m.tag,
+                    };
+                    let peer = &mut self.peers[p as usize];
+                    let inc = peer.recvs.entry(seq).or_insert_with(|| Incoming {
+                        env,
+                        len,
+                        rndv,
+                        staging: Vec::new(),
+                        target: None,
+                        received: false,
+                    });
+                    inc.rndv = rndv;
+                    let ctx_seq = self.rx_ctx_seq.entry((p, m.ctx)).or_insert(0);
+                    let s = *ctx_seq;
+                    *ctx_seq = ctx_seq.wrapping_add(1);
+                    match self.matcher.arrive(env, s, || (p, seq)) {
+                        MatchArrival::Matched(req) => self.bind(req, p, seq),
+                        MatchArrival::Unexpected | MatchArrival::Held => {}
+                        MatchArrival::Stale => warn!(peer = p, seq, "stale match sequence"),
+                    }
+                    while let Some(r) = self.matcher.poll_released() {
+                        let (rp, rseq) = r.payload;
+                        self.bind(r.recv, rp, rseq);
+                    }
+                }
+                Event::MessageReceived { seq } => {
+                    let peer = &mut self.peers[p as usize];
+                    if let Some(inc) = peer.recvs.get_mut(&seq) {
+                        inc.received = true;
+                        if let Some((req, buf)) = inc.target {
+                            let inc = peer.recvs.remove(&seq).expect("present");
+                            let st = Self::recv_status(&inc.env, inc.len, buf.len(), None);
+                            self.complete(req, st);
+                        }
+                    }
+                }
+                Event::SendComplete { seq } => {
+                    if let Some((req, buf, tag)) = self.peers[p as usize].sends.remove(&seq) {
+                        self.complete(
+                            req,
+                            Status {
+                                source: p,
+                                tag,
+                                len: buf.len(),
+                                error: None,
+                            },
+                        );
+                    }
+                }
+                Event::SendFailed { seq, reason } => {
+                    if let Some((req, _, tag)) = self.peers[p as usize].sends.remove(&seq) {
+                        let err = StatusError::PeerFailed {
+                            peer: p,
+                            reason: reason.to_string(),
+                        };
+                        self.complete(
+                            req,
+                            Status {
+                                source: p,
+                                tag,
+                                len: 0,
+                                error: Some(err),
+                            },
+                        );
+                    }
+                }
+                Event::RecvFailed { seq, reason } => {
+                    let peer = &mut self.peers[p as usize];
+                    if let Some(inc) = peer.recvs.remove(&seq) {
+                        if let Some((req, buf)) = inc.target {
+                            let err = StatusError::PeerFailed {
+                                peer: p,
+                                reason: reason.to_string(),
+                            };
+                            let st = Self::recv_status(&inc.env, 0, buf.len(), Some(err));
+                            self.complete(req, st);
+                        }
+                    }
+                }
+                Event::BtlFailed { btl, reason } => {
+                    warn!(
+                        peer = p,
+                        btl,
+                        ?reason,
+                        "pml dr: BTL failed for peer, failing over"
+                    );
+                    bml.remove_route(p, btl);
+                }
+                Event::PeerDead { reason } => {
+                    warn!(peer = p, %reason, "pml dr: peer declared dead");
+                    self.peers[p as usize].dead = Some(reason.to_string());
+                    for req in self.matcher.take_posted_from(p) {
+                        let err = StatusError::PeerFailed {
+                            peer: p,
+                            reason: reason.to_string(),
+                        };
+                        self.complete(
+                            req,
+                            Status {
+                                source: p,
+                                tag: 0,
+                                len: 0,
+                                error: Some(err),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        n
+    }
+}
+
+impl BmlEvents for State {
+    fn recv(&mut self, btl: BtlIndex, peer: Rank, tag: BtlTag, data: &[u8]) {
+        if tag != DR_TAG || peer as usize >= self.peers.len() {
+            self.dropped += 1;
+            return;
+        }
+        let now = self.now;
+        if let Some(a) = self.peers[peer as usize].conn.handle_packet(now, btl, data) {
+            self.place(peer, a);
+        }
+    }
+
+    fn rdma_complete(
+        &mut self,
+        _btl: BtlIndex,
+        _token: CompletionToken,
+        _result: Result<(), BtlSendError>,
+    ) {
+        // DR never issues RDMA: every byte travels in acknowledged fragments.
+    }
+
+    fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str) {
+        if let Some(p) = self.peers.get_mut(peer as usize) {
+            warn!(peer, btl, reason, "BTL reports path failure");
+            p.conn.btl_failed(self.now, btl);
+        }
+    }
+}
+
+impl Pml for Dr {
+    fn component_name(&self) -> &str {
+        "dr"
+    }
+
+    fn isend(&mut self, args: SendArgs) -> Result<RequestId, PmlError> {
+        let size = self.st.peers.len() as u32;
+        if args.dest >= size {
+            return Err(PmlError::BadRank {
+                rank: args.dest,
+                size,
+            });
+        }
+        if args.tag < 0 {
+            return Err(PmlError::BadTag(args.tag));
+        }
+        self.st.now = Instant::now();
+        let me = self.st.me;
+        let peer = &mut self.st.peers[args.dest as usize];
+        let m = MatchFields {
+            ctx: args.context,
+            src: me,
+            tag: args.tag,
+        };
+        let sync = args.mode == SendMode::Synchronous;
+        let result = peer
+            .conn
+            .send_message_with(self.st.now, m, args.buf.len() as u64, sync);
+        let id = self.new_request(Req::Send { status: None });
+        match result {
+            Ok(seq) => {
+                self.st.peers[args.dest as usize]
+                    .sends
+                    .insert(seq, (id, args.buf, args.tag));
+                self.pump(args.dest);
+            }
+            Err(e) => {
+                let err = StatusError::PeerFailed {
+                    peer: args.dest,
+                    reason: e.to_string(),
+                };
+                let st = Status {
+                    source: args.dest,
+                    tag: args.tag,
+                    len: 0,
+                    error: Some(err),
+                };
+                self.st.complete(id, st);
+            }
+        }
+        Ok(id)
+    }
+
+    fn irecv(&mut self, args: RecvArgs) -> Result<RequestId, PmlError> {
+        let size = self.st.peers.len() as u32;
+        if let Source::Rank(r) = args.source {
+            if r >= size {
+                return Err(PmlError::BadRank { rank: r, size });
+            }
+        }
+        if let TagSel::Tag(t) = args.tag {
+            if t < 0 {
+                return Err(PmlError::BadTag(t));
+            }
+        }
+        self.st.now = Instant::now();
+        let id = self.new_request(Req::Recv { args, status: None });
+        match self
+            .st
+            .matcher
+            .post(args.context, args.source, args.tag, id)
+        {
+            Posted::Matched(_env, (p, seq)) => {
+                self.st.bind(id, p, seq);
+                self.pump(p);
+            }
+            Posted::Queued => {
+                if let Source::Rank(r) = args.source {
+                    if let Some(reason) = self.st.peers[r as usize].dead.clone() {
+                        self.st.matcher.cancel(args.context, &id);
+                        let err = StatusError::PeerFailed { peer: r, reason };
+                        self.st.complete(
+                            id,
+                            Status {
+                                source: r,
+                                tag: 0,
+                                len: 0,
+                                error: Some(err),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: Source,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError> {
+        self.progress();
+        Ok(self
+            .st
+            .matcher
+            .probe(context, source, tag)
+            .map(|(env, &(p, seq))| {
+                let len = self.st.peers[p as usize]
+                    .recvs
+                    .get(&seq)
+                    .map_or(0, |i| i.len as usize);
+                Status {
+                    source: env.source,
+                    tag: env.tag,
+                    len,
+                    error: None,
+                }
+            }))
+    }
+
+    fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
+        let done = match self.st.reqs.get(&request) {
+            None => return Err(PmlError::UnknownRequest(request)),
+            Some(Req::Send { status }) | Some(Req::Recv { status, .. }) => status.is_some(),
+        };
+        if !done {
+            return Ok(None);
+        }
+        match self.st.reqs.remove(&request) {
+            Some(Req::Send { status }) | Some(Req::Recv { status, .. }) => Ok(status),
+            None => Ok(None),
+        }
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<bool, PmlError> {
+        let ctx = match self.st.reqs.get(&request) {
+            None => return Err(PmlError::UnknownRequest(request)),
+            Some(Req::Send { .. }) => return Ok(false),
+            Some(Req::Recv { args, status }) => {
+                if status.is_some() {
+                    return Ok(false);
+                }
+                args.context
+            }
+        };
+        if self.st.matcher.cancel(ctx, &request) {
+            let st = Status {
+                source: 0,
+                tag: 0,
+                len: 0,
+                error: Some(StatusError::Cancelled),
+            };
+            self.st.complete(request, st);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn progress(&mut self) -> usize {
+        self.st.now = Instant::now();
+        let now = self.st.now;
+        let mut n = self.bml.progress(&mut self.st);
+        for p in 0..self.st.peers.len() {
+            let conn = &mut self.st.peers[p].conn;
+            if conn.poll_timeout().is_some_and(|t| t <= now) {
+                conn.handle_timeout(now);
+            }
+            n += self.st.handle_events(p as Rank, &mut self.bml);
+        }
+        n += self.pump_all();
+        // Acks and matches produced while handling events go out in this same pass.
+        for p in 0..self.st.peers.len() {
+            n += self.st.handle_events(p as Rank, &mut self.bml);
+        }
+        n
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let mut sum = Counters::default();
+        let mut srtt_max = 0u64;
+        for p in &self.st.peers {
+            let c = p.conn.counters();
+            sum.frags_sent += c.frags_sent;
+            sum.retransmissions += c.retransmissions;
+            sum.spurious_retransmissions += c.spurious_retransmissions;
+            sum.lost += c.lost;
+            sum.frags_received += c.frags_received;
+            sum.duplicates += c.duplicates;
+            sum.duplicate_acks += c.duplicate_acks;
+            sum.csum_failures += c.csum_failures;
+            sum.malformed += c.malformed;
+            sum.timeouts += c.timeouts;
+            sum.watchdog_expirations += c.watchdog_expirations;
+            sum.failovers += c.failovers;
+            sum.acks_sent += c.acks_sent;
+            sum.nacks_sent += c.nacks_sent;
+            sum.acks_received += c.acks_received;
+            sum.nacks_received += c.nacks_received;
+            srtt_max = srtt_max.max(c.srtt.as_micros() as u64);
+        }
+        let mut v = vec![
+            ("pml.dr.frags_sent".to_owned(), sum.frags_sent),
+            ("pml.dr.retransmissions".to_owned(), sum.retransmissions),
+            (
+                "pml.dr.spurious_retransmissions".to_owned(),
+                sum.spurious_retransmissions,
+            ),
+            ("pml.dr.lost".to_owned(), sum.lost),
+            ("pml.dr.frags_received".to_owned(), sum.frags_received),
+            ("pml.dr.duplicates".to_owned(), sum.duplicates),
+            ("pml.dr.duplicate_acks".to_owned(), sum.duplicate_acks),
+            ("pml.dr.csum_failures".to_owned(), sum.csum_failures),
+            (
+                "pml.dr.malformed".to_owned(),
+                sum.malformed + self.st.dropped,
+            ),
+            ("pml.dr.timeouts".to_owned(), sum.timeouts),
+            (
+                "pml.dr.watchdog_expirations".to_owned(),
+                sum.watchdog_expirations,
+            ),
+            ("pml.dr.failovers".to_owned(), sum.failovers),
+            ("pml.dr.acks_sent".to_owned(), sum.acks_sent),
+            ("pml.dr.nacks_sent".to_owned(), sum.nacks_sent),
+            ("pml.dr.acks_received".to_owned(), sum.acks_received),
+            ("pml.dr.nacks_received".to_owned(), sum.nacks_received),
+            ("pml.dr.srtt_max_us".to_owned(), srtt_max),
+        ];
+        v.extend(self.bml.counters());
+        v
+    }
+
+    fn finalize(&mut self) -> Result<(), PmlError> {
+        // Push out any last acks so peers can complete their sends.
+        for _ in 0..64 {
+            if self.progress() == 0 {
+                break;
+            }
+        }
+        self.bml.finalize();
+        Ok(())
+    }
+}

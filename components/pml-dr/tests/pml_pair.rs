@@ -1,0 +1,458 @@
+//! The DR PML end to end inside one process: two `Dr` instances (ranks 0 and 1) joined by
+//! in-memory BTLs that drop, duplicate, reorder and corrupt (flagged NEED_ACK | NEED_CSUM, like
+//! UD), plus btl-self. The PML runs on the real clock, so the loops are bounded by a deadline
+//! (they never assert a duration).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmca_btl_self::{BtlSelf, SelfConfig};
+use rmca_framework::bml::Bml;
+use rmca_framework::btl::{
+    exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, ModexRead, SendError,
+    SendHint,
+};
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::modex::LocalModex;
+use rmca_framework::pml::{
+    Pml, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError, TagSel,
+};
+use rmca_framework::rank::{ProcInfo, Rank};
+use rmca_pml_dr::{Dr, DrConfig};
+
+#[derive(Clone, Debug)]
+struct Faults {
+    drop: f64,
+    dup: f64,
+    corrupt: f64,
+    reorder: bool,
+}
+
+#[derive(Default)]
+struct Wire {
+    inbound: [VecDeque<(BtlTag, Vec<u8>)>; 2],
+    rng: u64,
+}
+
+impl Wire {
+    fn next(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
+    }
+}
+
+#[derive(Clone)]
+struct Rail {
+    wire: Arc<Mutex<Wire>>,
+    /// Silently loses everything (a dead cable: no error anywhere).
+    blackhole: Arc<AtomicBool>,
+    faults: Faults,
+}
+
+impl Rail {
+    fn new(seed: u64, faults: Faults) -> Self {
+        let wire = Wire {
+            rng: seed,
+            ..Wire::default()
+        };
+        Self {
+            wire: Arc::new(Mutex::new(wire)),
+            blackhole: Arc::default(),
+            faults,
+        }
+    }
+}
+
+struct LossyBtl {
+    me: Rank,
+    attrs: BtlAttributes,
+    rail: Rail,
+}
+
+impl Btl for LossyBtl {
+    fn component_name(&self) -> &str {
+        "lossy"
+    }
+    fn attributes(&self) -> &BtlAttributes {
+        &self.attrs
+    }
+    fn add_procs(&mut self, procs: &[ProcInfo], _m: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
+        Ok(procs.iter().map(|p| p.rank != self.me).collect())
+    }
+    fn send(
+        &mut self,
+        peer: Rank,
+        tag: BtlTag,
+        header: &[u8],
+        payload: &[u8],
+        _hint: SendHint,
+    ) -> Result<(), SendError> {
+        let len = header.len() + payload.len();
+        if len > self.attrs.max_send_size {
+            return Err(SendError::TooLarge {
+                len,
+                max: self.attrs.max_send_size,
+            });
+        }
+        if self.rail.blackhole.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let f = &self.rail.faults;
+        let mut w = self.rail.wire.lock().unwrap();
+        if w.chance(f.drop) {
+            return Ok(());
+        }
+        let mut v = Vec::with_capacity(len);
+        v.extend_from_slice(header);
+        v.extend_from_slice(payload);
+        if w.chance(f.corrupt) {
+            let bit = (w.next() % (v.len() as u64 * 8)) as usize;
+            v[bit / 8] ^= 1 << (bit % 8);
+        }
+        let copies = if w.chance(f.dup) { 2 } else { 1 };
+        for _ in 0..copies {
+            w.inbound[peer as usize].push_back((tag, v.clone()));
+        }
+        Ok(())
+    }
+    fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
+        let mut batch: Vec<(BtlTag, Vec<u8>)> = {
+            let mut w = self.rail.wire.lock().unwrap();
+            let mut b: Vec<_> = w.inbound[self.me as usize].drain(..).collect();
+            if self.rail.faults.reorder && b.len() > 1 {
+                for i in (1..b.len()).rev() {
+                    let j = (w.next() % (i as u64 + 1)) as usize;
+                    b.swap(i, j);
+                }
+            }
+            b
+        };
+        if self.rail.blackhole.load(Ordering::Relaxed) {
+            batch.clear();
+        }
+        let n = batch.len();
+        for (tag, data) in batch {
+            events.recv(1 - self.me, tag, &data);
+        }
+        n
+    }
+}
+
+fn procs(me: Rank) -> Vec<ProcInfo> {
+    (0..2)
+        .map(|r| ProcInfo {
+            rank: r,
+            node: r,
+            is_self: r == me,
+        })
+        .collect()
+}
+
+fn cfg() -> DrConfig {
+    DrConfig {
+        rto_initial: Duration::from_millis(10),
+        rto_min: Duration::from_millis(2),
+        rto_max: Duration::from_millis(200),
+        ack_delay: Duration::from_micros(300),
+        // Generous: a CI machine may stall this thread; only the dead-peer test wants it short.
+        peer_timeout: Duration::from_secs(20),
+        eager_limit: 8 * 1024,
+        ..DrConfig::default()
+    }
+}
+
+fn pair(rails: &[Rail], max_send: &[usize], cfg: DrConfig) -> (Dr, Dr) {
+    let make = |me: Rank| {
+        let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(BtlSelf::new(SelfConfig::default()))];
+        for (i, r) in rails.iter().enumerate() {
+            let attrs = BtlAttributes {
+                max_send_size: max_send[i],
+                eager_limit: max_send[i],
+                exclusivity: exclusivity::HIGH_SPEED_NETWORK,
+                latency_ns: 1000 * (i as u32 + 1),
+                flags: BtlFlags::SEND | BtlFlags::NEED_ACK | BtlFlags::NEED_CSUM,
+                ..BtlAttributes::default()
+            };
+            btls.push(Box::new(LossyBtl {
+                me,
+                attrs,
+                rail: r.clone(),
+            }));
+        }
+        Dr::new(
+            Bml::build(btls, &procs(me), &LocalModex::new()).unwrap(),
+            cfg.clone(),
+        )
+        .unwrap()
+    };
+    (make(0), make(1))
+}
+
+/// Progress both until every request completed; panics past a generous deadline (a hang).
+fn wait_all(a: &mut Dr, b: &mut Dr, reqs: &[(usize, RequestId)]) -> Vec<Status> {
+    let mut out: Vec<Option<Status>> = vec![None; reqs.len()];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut left = 0;
+        for (i, &(side, id)) in reqs.iter().enumerate() {
+            if out[i].is_none() {
+                let p = if side == 0 { &mut *a } else { &mut *b };
+                out[i] = p.test(id).unwrap();
+                left += usize::from(out[i].is_none());
+            }
+        }
+        if left == 0 {
+            return out.into_iter().map(Option::unwrap).collect();
+        }
+        assert!(Instant::now() < deadline, "{left} requests never completed");
+        a.progress();
+        b.progress();
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(0x9e37)) as u8)
+        .collect()
+}
+
+fn isend(p: &mut Dr, buf: &[u8], dest: Rank, tag: i32, mode: SendMode) -> RequestId {
+    p.isend(SendArgs {
+        buf: UserBuf::from_slice(buf),
+        dest,
+        tag,
+        context: 3,
+        mode,
+        pattern: Default::default(),
+    })
+    .unwrap()
+}
+
+fn irecv(p: &mut Dr, buf: &mut [u8], source: Source, tag: TagSel) -> RequestId {
+    p.irecv(RecvArgs {
+        buf: UserBuf::from_mut_slice(buf),
+        source,
+        tag,
+        context: 3,
+        pattern: Default::default(),
+    })
+    .unwrap()
+}
+
+fn counter(p: &Dr, name: &str) -> u64 {
+    p.counters()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .unwrap()
+}
+
+fn sizes(n: usize) -> Vec<usize> {
+    let menu = [
+        0, 1, 13, 100, 1000, 1400, 5000, 8192, 8193, 20_000, 70_000, 300_000,
+    ];
+    (0..n).map(|i| menu[(i * 7 + i / 3) % menu.len()]).collect()
+}
+
+/// Messages both ways under drop, duplication, reordering and corruption: every receive gets
+/// exactly its message, intact, in MPI order (same tag → FIFO), including synchronous sends,
+/// wildcard receives posted before and after the data arrived, and a send to self.
+#[test]
+fn exactly_once_intact_over_a_lossy_rail() {
+    let faults = Faults {
+        drop: 0.03,
+        dup: 0.01,
+        corrupt: 0.003,
+        reorder: true,
+    };
+    let rails = [Rail::new(11, faults)];
+    let (mut a, mut b) = pair(&rails, &[2048], cfg());
+    let lens = sizes(60);
+    let data: Vec<Vec<u8>> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| pattern(l, i as u64))
+        .collect();
+    let mut bufs_a: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0u8; l]).collect();
+    let mut bufs_b: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0u8; l]).collect();
+    let mut reqs = Vec::new();
+    // Half the receives are posted before the sends (expected), half after (unexpected).
+    let half = lens.len() / 2;
+    let (early_b, late_b) = bufs_b.split_at_mut(half);
+    for (i, buf) in early_b.iter_mut().enumerate() {
+        reqs.push((
+            1,
+            irecv(&mut b, buf, Source::Rank(0), TagSel::Tag((i % 4) as i32)),
+        ));
+    }
+    for (i, d) in data.iter().enumerate() {
+        let mode = if i % 5 == 0 {
+            SendMode::Synchronous
+        } else {
+            SendMode::Standard
+        };
+        reqs.push((0, isend(&mut a, d, 1, (i % 4) as i32, mode)));
+        reqs.push((1, isend(&mut b, d, 0, (i % 4) as i32, mode)));
+    }
+    for _ in 0..200 {
+        a.progress();
+        b.progress();
+    }
+    for (j, buf) in late_b.iter_mut().enumerate() {
+        let i = half + j;
+        reqs.push((
+            1,
+            irecv(&mut b, buf, Source::Any, TagSel::Tag((i % 4) as i32)),
+        ));
+    }
+    for (i, buf) in bufs_a.iter_mut().enumerate() {
+        reqs.push((
+            0,
+            irecv(&mut a, buf, Source::Rank(1), TagSel::Tag((i % 4) as i32)),
+        ));
+    }
+    // And one to self, through btl-self and the same protocol.
+    let me_data = pattern(30_000, 99);
+    let mut me_buf = vec![0u8; 30_000];
+    reqs.push((0, isend(&mut a, &me_data, 0, 77, SendMode::Standard)));
+    reqs.push((
+        0,
+        irecv(&mut a, &mut me_buf, Source::Rank(0), TagSel::Tag(77)),
+    ));
+    let st = wait_all(&mut a, &mut b, &reqs);
+    for s in &st {
+        assert_eq!(s.error, None, "{s:?}");
+    }
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(&bufs_b[i], d, "message {i} to rank 1");
+        assert_eq!(&bufs_a[i], d, "message {i} to rank 0");
+    }
+    assert_eq!(me_buf, me_data);
+    let lost = counter(&a, "pml.dr.retransmissions") + counter(&b, "pml.dr.retransmissions");
+    assert!(lost > 0, "the rail did lose packets");
+    assert!(counter(&a, "pml.dr.duplicates") + counter(&b, "pml.dr.duplicates") > 0);
+}
+
+/// A receive buffer shorter than the message: truncated status, nothing written past it.
+#[test]
+fn truncated_receive_reports_and_stays_in_bounds() {
+    let rails = [Rail::new(
+        12,
+        Faults {
+            drop: 0.02,
+            dup: 0.0,
+            corrupt: 0.0,
+            reorder: false,
+        },
+    )];
+    let (mut a, mut b) = pair(&rails, &[1500], cfg());
+    let msg = pattern(50_000, 5);
+    let mut buf = vec![0xEEu8; 20_000];
+    let reqs = [
+        (0, isend(&mut a, &msg, 1, 1, SendMode::Standard)),
+        (
+            1,
+            irecv(&mut b, &mut buf[..10_000], Source::Rank(0), TagSel::Any),
+        ),
+    ];
+    let st = wait_all(&mut a, &mut b, &reqs);
+    assert_eq!(st[0].error, None);
+    assert_eq!(
+        st[1].error,
+        Some(StatusError::Truncated {
+            message_len: 50_000,
+            received: 10_000
+        })
+    );
+    assert_eq!(&buf[..10_000], &msg[..10_000]);
+    assert!(buf[10_000..].iter().all(|&x| x == 0xEE));
+}
+
+/// Rail 0 dies silently mid-stream: traffic moves to rail 1 and everything completes.
+#[test]
+fn failover_to_the_second_rail() {
+    let f = Faults {
+        drop: 0.01,
+        dup: 0.0,
+        corrupt: 0.0,
+        reorder: false,
+    };
+    let rails = [Rail::new(13, f.clone()), Rail::new(14, f)];
+    let (mut a, mut b) = pair(&rails, &[4096, 1024], cfg());
+    let lens = sizes(40);
+    let data: Vec<Vec<u8>> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| pattern(l, i as u64))
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0u8; l]).collect();
+    let mut reqs = Vec::new();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        reqs.push((
+            1,
+            irecv(&mut b, buf, Source::Rank(0), TagSel::Tag(i as i32)),
+        ));
+    }
+    for (i, d) in data.iter().enumerate() {
+        reqs.push((0, isend(&mut a, d, 1, i as i32, SendMode::Standard)));
+    }
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    rails[0].blackhole.store(true, Ordering::Relaxed);
+    let st = wait_all(&mut a, &mut b, &reqs);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(&bufs[i], d, "message {i}");
+    }
+    assert_eq!(counter(&a, "pml.dr.failovers"), 1);
+}
+
+/// Every rail dies: sends and posted receives complete with an error; the job never hangs.
+#[test]
+fn dead_peer_fails_requests_instead_of_hanging() {
+    let f = Faults {
+        drop: 0.0,
+        dup: 0.0,
+        corrupt: 0.0,
+        reorder: false,
+    };
+    let rails = [Rail::new(15, f)];
+    let cfg = DrConfig {
+        peer_timeout: Duration::from_millis(500),
+        btl_retries: 3,
+        ..cfg()
+    };
+    let (mut a, mut b) = pair(&rails, &[2048], cfg);
+    let big = pattern(2_000_000, 1);
+    let mut buf = vec![0u8; 64];
+    rails[0].blackhole.store(true, Ordering::Relaxed);
+    let reqs = [
+        (0, isend(&mut a, &big, 1, 0, SendMode::Standard)),
+        (0, irecv(&mut a, &mut buf, Source::Rank(1), TagSel::Any)),
+    ];
+    let st = wait_all(&mut a, &mut b, &reqs);
+    for s in &st {
+        assert!(
+            matches!(s.error, Some(StatusError::PeerFailed { peer: 1, .. })),
+            "{s:?}"
+        );
+    }
+    // Later operations towards the dead peer fail at once rather than hang.
+    let mut buf2 = vec![0u8; 8];
+    let reqs = [
+        (0, isend(&mut a, &big[..10], 1, 0, SendMode::Standard)),
+        (0, irecv(&mut a, &mut buf2, Source::Rank(1), TagSel::Any)),
+    ];
+    let st = wait_all(&mut a, &mut b, &reqs);
+    assert!(st.iter().all(|s| s.error.is_some()), "{st:?}");
+}

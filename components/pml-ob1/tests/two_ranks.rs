@@ -1,0 +1,573 @@
+//! Two ob1 instances in one process over in-memory BTLs: matching, protocols, scheduling.
+
+mod common;
+
+use common::*;
+use rmca_framework::btl::BtlFlags;
+use rmca_framework::pml::{Pml, Source, StatusError, TagSel};
+use rmca_pml_ob1::{Ob1Config, Scheduling};
+
+fn one_rail(c: MemConfig) -> Vec<MemConfig> {
+    vec![c]
+}
+
+#[test]
+fn eager_messages_match_in_send_order_with_wildcards() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let m1 = pattern(10, 1);
+    let m2 = pattern(20, 2);
+    let m3 = pattern(30, 3);
+    let s = [
+        send(&mut a, &m1, 1, 5, 0),
+        send(&mut a, &m2, 1, 6, 0),
+        send(&mut a, &m3, 1, 5, 0),
+    ];
+    let (mut r1, mut r2, mut r3) = (vec![0u8; 64], vec![0u8; 64], vec![0u8; 64]);
+    // Tag 6 first: skips the earlier tag-5 message; then wildcards take the rest in order.
+    let r = [
+        recv(&mut b, &mut r1, Source::Rank(0), TagSel::Tag(6), 0),
+        recv(&mut b, &mut r2, Source::Any, TagSel::Any, 0),
+        recv(&mut b, &mut r3, Source::Rank(0), TagSel::Any, 0),
+    ];
+    let st = wait_all(
+        &mut a,
+        &mut b,
+        &[
+            (Side::A, s[0]),
+            (Side::A, s[1]),
+            (Side::A, s[2]),
+            (Side::B, r[0]),
+            (Side::B, r[1]),
+            (Side::B, r[2]),
+        ],
+    );
+    assert_eq!((st[3].tag, st[3].len), (6, 20));
+    assert_eq!((st[4].tag, st[4].len, st[4].source), (5, 10, 0));
+    assert_eq!((st[5].tag, st[5].len), (5, 30));
+    assert_eq!(&r1[..20], &m2[..]);
+    assert_eq!(&r2[..10], &m1[..]);
+    assert_eq!(&r3[..30], &m3[..]);
+    assert!(st.iter().all(|s| s.error.is_none()));
+}
+
+#[test]
+fn posted_receives_match_in_posting_order() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let mut bufs = vec![vec![0u8; 8]; 4];
+    let mut reqs = Vec::new();
+    let (x, rest) = bufs.split_at_mut(1);
+    reqs.push((
+        Side::B,
+        recv(&mut b, &mut x[0], Source::Any, TagSel::Tag(1), 0),
+    ));
+    let (y, rest) = rest.split_at_mut(1);
+    reqs.push((
+        Side::B,
+        recv(&mut b, &mut y[0], Source::Rank(0), TagSel::Tag(1), 0),
+    ));
+    let (z, w) = rest.split_at_mut(1);
+    reqs.push((
+        Side::B,
+        recv(&mut b, &mut z[0], Source::Rank(0), TagSel::Any, 0),
+    ));
+    reqs.push((
+        Side::B,
+        recv(&mut b, &mut w[0], Source::Any, TagSel::Any, 0),
+    ));
+    for i in 0..4u8 {
+        reqs.push((Side::A, send(&mut a, &[i; 8], 1, 1, 0)));
+    }
+    wait_all(&mut a, &mut b, &reqs);
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(buf, &vec![i as u8; 8], "receive {i} got the wrong message");
+    }
+}
+
+#[test]
+fn any_source_takes_the_earliest_arrival_from_self_or_peer() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let s0 = send(&mut a, b"from zero", 1, 3, 0);
+    drive(&mut a, &mut b, |_, b| {
+        b.iprobe(0, Source::Any, TagSel::Any).unwrap().is_some()
+    });
+    let s1 = send(&mut b, b"from one!", 1, 3, 0);
+    b.progress();
+    let mut x = [0u8; 9];
+    let mut y = [0u8; 9];
+    let rx = recv(&mut b, &mut x, Source::Any, TagSel::Tag(3), 0);
+    let ry = recv(&mut b, &mut y, Source::Any, TagSel::Tag(3), 0);
+    let st = wait_all(
+        &mut a,
+        &mut b,
+        &[(Side::A, s0), (Side::B, s1), (Side::B, rx), (Side::B, ry)],
+    );
+    assert_eq!((&x, st[2].source), (b"from zero", 0));
+    assert_eq!((&y, st[3].source), (b"from one!", 1));
+}
+
+#[test]
+fn contexts_are_isolated() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let s1 = send(&mut a, b"ctx1", 1, 0, 1);
+    let s2 = send(&mut a, b"ctx2", 1, 0, 2);
+    let mut x = [0u8; 4];
+    let rx = recv(&mut b, &mut x, Source::Any, TagSel::Any, 2);
+    wait_all(
+        &mut a,
+        &mut b,
+        &[(Side::A, s1), (Side::A, s2), (Side::B, rx)],
+    );
+    assert_eq!(&x, b"ctx2");
+    assert!(b.iprobe(3, Source::Any, TagSel::Any).unwrap().is_none());
+    assert_eq!(
+        b.iprobe(1, Source::Any, TagSel::Any)
+            .unwrap()
+            .map(|s| s.len),
+        Some(4)
+    );
+}
+
+#[test]
+fn truncation_is_reported_and_never_writes_past_the_buffer() {
+    for flags in [BtlFlags::SEND, BtlFlags::SEND | BtlFlags::GET] {
+        let (mut a, mut b, _) = pair(
+            &one_rail(MemConfig {
+                flags,
+                ..MemConfig::default()
+            }),
+            Ob1Config::default(),
+        );
+        for len in [100usize, 300_000] {
+            let m = pattern(len, 9);
+            let s = send(&mut a, &m, 1, 0, 0);
+            let mut big = vec![0xEEu8; len / 2 + 8];
+            let r = recv(&mut b, &mut big[..len / 2], Source::Rank(0), TagSel::Any, 0);
+            let st = wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+            assert_eq!(
+                st[1].error,
+                Some(StatusError::Truncated {
+                    message_len: len,
+                    received: len / 2
+                })
+            );
+            assert_eq!(st[1].len, len / 2);
+            assert_eq!(&big[..len / 2], &m[..len / 2]);
+            assert!(
+                big[len / 2..].iter().all(|&x| x == 0xEE),
+                "wrote past the receive buffer"
+            );
+            assert!(st[0].error.is_none());
+        }
+    }
+}
+
+#[test]
+fn zero_byte_messages_standard_and_synchronous() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let s = send(&mut a, &[], 1, 1, 0);
+    let ss = ssend(&mut a, &[], 1, 2, 0);
+    let mut empty: [u8; 0] = [];
+    let mut e2: [u8; 0] = [];
+    let r = recv(&mut b, &mut empty, Source::Rank(0), TagSel::Tag(1), 0);
+    let r2 = recv(&mut b, &mut e2, Source::Rank(0), TagSel::Tag(2), 0);
+    let st = wait_all(
+        &mut a,
+        &mut b,
+        &[(Side::A, s), (Side::A, ss), (Side::B, r), (Side::B, r2)],
+    );
+    assert!(st.iter().all(|s| s.error.is_none() && s.len == 0));
+}
+
+#[test]
+fn synchronous_send_completes_only_after_the_match() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let s = ssend(&mut a, b"sync", 1, 4, 0);
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    assert!(
+        a.test(s).unwrap().is_none(),
+        "ssend completed before any receive was posted"
+    );
+    let mut x = [0u8; 4];
+    let r = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(4), 0);
+    wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+    assert_eq!(&x, b"sync");
+}
+
+fn roundtrip_sizes(
+    rails: Vec<MemConfig>,
+    cfg: Ob1Config,
+    sizes: &[usize],
+) -> (rmca_pml_ob1::Ob1, rmca_pml_ob1::Ob1, Vec<LinkHandle>) {
+    let (mut a, mut b, h) = pair(&rails, cfg);
+    let msgs: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, i as u8))
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let mut reqs = Vec::new();
+    // Half the receives are posted before the sends (expected path), half after (unexpected).
+    let half = sizes.len() / 2;
+    let (early, late) = bufs.split_at_mut(half);
+    for (i, buf) in early.iter_mut().enumerate() {
+        reqs.push((
+            Side::B,
+            recv(&mut b, buf, Source::Rank(0), TagSel::Tag(i as i32), 0),
+        ));
+    }
+    for (i, m) in msgs.iter().enumerate() {
+        reqs.push((Side::A, send(&mut a, m, 1, i as i32, 0)));
+    }
+    for _ in 0..3 {
+        a.progress();
+        b.progress();
+    }
+    for (j, buf) in late.iter_mut().enumerate() {
+        reqs.push((
+            Side::B,
+            recv(
+                &mut b,
+                buf,
+                Source::Rank(0),
+                TagSel::Tag((half + j) as i32),
+                0,
+            ),
+        ));
+    }
+    let st = wait_all(&mut a, &mut b, &reqs);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    for (i, (m, buf)) in msgs.iter().zip(&bufs).enumerate() {
+        assert!(m == buf, "message {i} ({} bytes) corrupted", m.len());
+    }
+    (a, b, h)
+}
+
+const SIZES: &[usize] = &[
+    0, 1, 4000, 4076, 4077, 5000, 65_535, 65_536, 300_000, 1_000_003,
+];
+
+#[test]
+fn rendezvous_copy_pipeline() {
+    let (a, b, _) = roundtrip_sizes(one_rail(MemConfig::default()), Ob1Config::default(), SIZES);
+    assert!(counter(&a, "pml.ob1.rndv") > 0);
+    assert!(counter(&b, "pml.ob1.frags_recv") > 0);
+    assert_eq!(counter(&a, "pml.ob1.rget"), 0);
+}
+
+#[test]
+fn rendezvous_rget() {
+    let rail = MemConfig {
+        flags: BtlFlags::SEND | BtlFlags::GET,
+        rdma_frag: 100_000,
+        ..MemConfig::default()
+    };
+    let (a, b, h) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), SIZES);
+    assert!(counter(&a, "pml.ob1.rget") > 0);
+    assert!(h[0].gets() > 0);
+    assert_eq!(counter(&b, "pml.ob1.frags_recv"), 0);
+}
+
+#[test]
+fn rget_disabled_by_parameter_uses_the_copy_pipeline() {
+    let rail = MemConfig {
+        flags: BtlFlags::SEND | BtlFlags::GET,
+        ..MemConfig::default()
+    };
+    let (a, _, h) = roundtrip_sizes(
+        one_rail(rail),
+        Ob1Config {
+            use_rget: false,
+            ..Ob1Config::default()
+        },
+        &[300_000],
+    );
+    assert_eq!(counter(&a, "pml.ob1.rget"), 0);
+    assert_eq!(h[0].gets(), 0);
+}
+
+#[test]
+fn back_pressure_and_reordering_lose_nothing() {
+    for flags in [BtlFlags::SEND, BtlFlags::SEND | BtlFlags::GET] {
+        let rail = MemConfig {
+            flags,
+            would_block_every: 3,
+            reorder: true,
+            rdma_frag: 50_000,
+            ..MemConfig::default()
+        };
+        let (a, _, _) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), SIZES);
+        assert!(counter(&a, "pml.ob1.would_block") > 0);
+    }
+}
+
+fn two_rails(flags: BtlFlags) -> Vec<MemConfig> {
+    vec![
+        MemConfig {
+            flags,
+            bandwidth_mbps: 30_000,
+            latency_ns: 500,
+            reorder: true,
+            rdma_frag: 64 * 1024,
+            ..MemConfig::default()
+        },
+        MemConfig {
+            flags,
+            bandwidth_mbps: 10_000,
+            latency_ns: 900,
+            max_send_size: 32 * 1024,
+            reorder: true,
+            rdma_frag: 64 * 1024,
+            ..MemConfig::default()
+        },
+    ]
+}
+
+#[test]
+fn striping_splits_large_messages_by_bandwidth_weight() {
+    for flags in [BtlFlags::SEND, BtlFlags::SEND | BtlFlags::GET] {
+        let (_, _, h) = roundtrip_sizes(
+            two_rails(flags),
+            Ob1Config::default(),
+            &[2_000_000, 3_000_001],
+        );
+        let (f0, f1) = (
+            h[0].frags_to(1) + h[0].gets(),
+            h[1].frags_to(1) + h[1].gets(),
+        );
+        assert!(f0 > 0 && f1 > 0, "both rails must carry data ({f0}, {f1})");
+        let bytes = |i: usize| h[i].link.lock().unwrap().bytes[1];
+        if flags == BtlFlags::SEND {
+            let (b0, b1) = (bytes(0) as f64, bytes(1) as f64);
+            let share = b0 / (b0 + b1);
+            assert!(
+                (0.65..0.85).contains(&share),
+                "rail 0 carried {share:.2} of the bytes, weight is 0.75"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_scheduling_policy_delivers_in_order() {
+    for policy in [
+        Scheduling::Binding,
+        Scheduling::RoundRobin,
+        Scheduling::Striping,
+        Scheduling::Epc,
+    ] {
+        let cfg = Ob1Config {
+            scheduling: policy,
+            ..Ob1Config::default()
+        };
+        let sizes: Vec<usize> = (0..40)
+            .map(|i| [8usize, 3000, 20_000, 200_000][i % 4])
+            .collect();
+        let (_, b, h) = roundtrip_sizes(two_rails(BtlFlags::SEND), cfg, &sizes);
+        let used = (h[0].frags_to(1) > 0, h[1].frags_to(1) > 0);
+        match policy {
+            Scheduling::Binding => assert_eq!(used, (true, false), "binding uses one rail"),
+            _ => assert_eq!(used, (true, true), "{policy} uses both rails"),
+        }
+        if policy == Scheduling::RoundRobin {
+            assert!(
+                counter(&b, "pml.ob1.out_of_order") + counter(&b, "pml.ob1.matched_on_arrival") > 0
+            );
+        }
+    }
+}
+
+#[test]
+fn one_gib_transfer() {
+    const N: usize = 1 << 30;
+    for flags in [BtlFlags::SEND | BtlFlags::GET, BtlFlags::SEND] {
+        let rail = MemConfig {
+            flags,
+            max_send_size: 4 << 20,
+            rdma_frag: 256 << 20,
+            ..MemConfig::default()
+        };
+        let cfg = Ob1Config {
+            send_pipeline_depth: 64,
+            ..Ob1Config::default()
+        };
+        let (mut a, mut b, _) = pair(&[rail], cfg);
+        let mut src = vec![0x5Au8; N];
+        for (i, chunk) in src.chunks_mut(1 << 16).enumerate() {
+            chunk[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        }
+        let mut dst = vec![0u8; N];
+        let s = send(&mut a, &src, 1, 0, 0);
+        let r = recv(&mut b, &mut dst, Source::Rank(0), TagSel::Any, 0);
+        let st = wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+        assert_eq!(st[1].len, N);
+        assert!(src == dst, "1 GiB message corrupted ({flags:?})");
+    }
+}
+
+#[test]
+fn hundred_thousand_outstanding_requests() {
+    const N: usize = 100_000;
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let payloads: Vec<[u8; 8]> = (0..N as u64).map(|i| i.to_le_bytes()).collect();
+    let mut bufs = vec![[0u8; 8]; N];
+    let mut reqs = Vec::with_capacity(2 * N);
+    // Synchronous sends stay outstanding until matched; half the receives are posted first.
+    for (i, buf) in bufs.iter_mut().enumerate().take(N / 2) {
+        reqs.push((
+            Side::B,
+            recv(&mut b, buf, Source::Rank(0), TagSel::Tag((i % 5) as i32), 0),
+        ));
+    }
+    for (i, p) in payloads.iter().enumerate() {
+        reqs.push((Side::A, ssend(&mut a, p, 1, (i % 5) as i32, 0)));
+    }
+    for (i, buf) in bufs.iter_mut().enumerate().skip(N / 2) {
+        reqs.push((
+            Side::B,
+            recv(&mut b, buf, Source::Rank(0), TagSel::Tag((i % 5) as i32), 0),
+        ));
+    }
+    assert!(a.live_requests() >= N && b.live_requests() >= N);
+    let st = wait_all(&mut a, &mut b, &reqs);
+    assert!(st.iter().all(|s| s.error.is_none()));
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(u64::from_le_bytes(*buf), i as u64);
+    }
+    assert_eq!(a.live_requests() + b.live_requests(), 0);
+}
+
+#[test]
+fn foreign_and_malformed_fragments_are_dropped_and_counted() {
+    let (mut a, mut b, h) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    h[0].inject(1, 0x99, b"not ours");
+    h[0].inject(1, rmca_pml_ob1::engine::TAG, &[]);
+    h[0].inject(1, rmca_pml_ob1::engine::TAG, &[1, 0, 0]);
+    h[0].inject(1, rmca_pml_ob1::engine::TAG, &[42; 64]);
+    // A FRAG and a FIN for requests that do not exist.
+    let mut frag = [0u8; rmca_pml_ob1::hdr::FRAG_LEN + 4];
+    rmca_pml_ob1::hdr::Repr::Frag {
+        dst_req: 12345,
+        offset: 0,
+    }
+    .emit(&mut frag)
+    .unwrap();
+    h[0].inject(1, rmca_pml_ob1::engine::TAG, &frag);
+    let mut fin = [0u8; rmca_pml_ob1::hdr::FIN_LEN];
+    rmca_pml_ob1::hdr::Repr::Fin {
+        src_req: 1 << 32,
+        failed: false,
+    }
+    .emit(&mut fin)
+    .unwrap();
+    h[0].inject(1, rmca_pml_ob1::engine::TAG, &fin);
+    // A MATCH claiming to come from another rank than the link's peer.
+    let mut m = [0u8; rmca_pml_ob1::hdr::MATCH_LEN];
+    rmca_pml_ob1::hdr::Repr::Match(rmca_pml_ob1::hdr::MatchRepr {
+        ctx: 0,
+        src: 1,
+        tag: 0,
+        seq: 0,
+    })
+    .emit(&mut m)
+    .unwrap();
+    h[0].inject(1, rmca_pml_ob1::engine::TAG, &m);
+    b.progress();
+    assert_eq!(counter(&b, "pml.ob1.dropped_foreign"), 1);
+    assert_eq!(counter(&b, "pml.ob1.dropped_malformed"), 4);
+    assert_eq!(counter(&b, "pml.ob1.dropped_stray"), 2);
+    // The real traffic is unaffected.
+    let s = send(&mut a, b"ok", 1, 0, 0);
+    let mut x = [0u8; 2];
+    let r = recv(&mut b, &mut x, Source::Rank(0), TagSel::Any, 0);
+    wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+    assert_eq!(&x, b"ok");
+}
+
+#[test]
+fn a_failed_peer_completes_its_requests_with_an_error() {
+    let (mut a, mut b, h) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let big = pattern(100_000, 1);
+    let s = send(&mut a, &big, 1, 0, 0); // rendezvous, waits for an ACK that never comes
+    let mut x = [0u8; 8];
+    let r = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(77), 0);
+    let mut y = [0u8; 8];
+    let r_any = recv(&mut b, &mut y, Source::Any, TagSel::Tag(78), 0);
+    h[0].broken
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..3 {
+        a.progress();
+        b.progress();
+    }
+    let sa = a.test(s).unwrap().expect("send completed");
+    assert!(matches!(
+        sa.error,
+        Some(StatusError::PeerFailed { peer: 1, .. })
+    ));
+    let sb = b.test(r).unwrap().expect("receive completed");
+    assert!(matches!(
+        sb.error,
+        Some(StatusError::PeerFailed { peer: 0, .. })
+    ));
+    // New operations towards the dead peer fail at once instead of hanging.
+    let s2 = send(&mut a, b"late", 1, 0, 0);
+    assert!(a.test(s2).unwrap().unwrap().error.is_some());
+    // ANY_SOURCE receives still work (self is alive).
+    let s3 = send(&mut b, b"selfmsg!", 1, 78, 0);
+    wait_all(&mut a, &mut b, &[(Side::B, s3), (Side::B, r_any)]);
+    assert_eq!(&y, b"selfmsg!");
+}
+
+#[test]
+fn cancel_a_posted_receive() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let mut x = [0u8; 4];
+    let r = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(1), 0);
+    assert!(b.cancel(r).unwrap());
+    assert_eq!(
+        b.test(r).unwrap().unwrap().error,
+        Some(StatusError::Cancelled)
+    );
+    assert!(b.test(r).is_err(), "a tested request id is released");
+    let s = send(&mut a, b"next", 1, 1, 0);
+    let mut y = [0u8; 4];
+    let r2 = recv(&mut b, &mut y, Source::Rank(0), TagSel::Tag(1), 0);
+    wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r2)]);
+    assert_eq!(&y, b"next");
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let (mut a, _, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    use rmca_framework::buffer::UserBuf;
+    use rmca_framework::pml::{PmlError, RecvArgs, SendArgs};
+    let e = a.isend(SendArgs {
+        buf: UserBuf::empty(),
+        dest: 5,
+        tag: 0,
+        context: 0,
+        mode: Default::default(),
+        pattern: Default::default(),
+    });
+    assert!(matches!(e, Err(PmlError::BadRank { rank: 5, size: 2 })));
+    let e = a.isend(SendArgs {
+        buf: UserBuf::empty(),
+        dest: 1,
+        tag: -3,
+        context: 0,
+        mode: Default::default(),
+        pattern: Default::default(),
+    });
+    assert!(matches!(e, Err(PmlError::BadTag(-3))));
+    let ro = [0u8; 4];
+    let e = a.irecv(RecvArgs {
+        buf: UserBuf::from_slice(&ro),
+        source: Source::Any,
+        tag: TagSel::Any,
+        context: 0,
+        pattern: Default::default(),
+    });
+    assert!(e.unwrap_err().to_string().contains("read-only"));
+}

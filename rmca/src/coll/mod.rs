@@ -1,0 +1,318 @@
+//! Collective operations over point-to-point, on each communicator's collective context.
+//!
+//! Each collective picks an algorithm by message size and process count (Open MPI's
+//! coll/tuned style decision), overridable per operation with the MCA parameter
+//! `coll_<op>_algorithm` (e.g. `--mca coll_allreduce_algorithm ring`). Algorithms are pure
+//! schedules ([`schedule`]) run by one executor, and every operation uses its own tag, so
+//! consecutive collectives never cross-match (per-source ordering does the rest).
+//!
+//! | operation | auto choice | alternatives |
+//! |---|---|---|
+//! | barrier | dissemination | linear |
+//! | bcast | binomial; scatter + ring allgather at >= `coll_bcast_long_size` bytes and > 2 ranks | linear |
+//! | reduce | binomial | linear |
+//! | allreduce | recursive doubling; ring at >= `coll_allreduce_long_size` bytes (and >= n elements) | reduce_bcast |
+//! | gather, scatter | binomial | linear |
+//! | allgather | recursive doubling for powers of two up to 256 KiB in total; ring otherwise | linear |
+//! | alltoall(v) | pairwise exchange | linear |
+//!
+//! Reduction order (floats): binomial reduce combines ranks cyclically from the root
+//! (`x[root] op x[root+1] op ...`) as a binomial tree; linear reduce combines in rank order;
+//! recursive doubling combines in rank order as a balanced tree (after folding pairs
+//! (2i, 2i+1) when n is not a power of two); the ring reduces chunk c in ring order starting
+//! at rank c. Every algorithm gives every rank bit-identical results.
+
+mod exec;
+mod op;
+pub(crate) mod schedule;
+
+pub use op::{Op, Reducible};
+
+use std::ops::Range;
+
+use crate::{Communicator, Error, Result};
+use exec::ReduceFn;
+use schedule::Schedule;
+
+const TAG_BARRIER: i32 = 1;
+const TAG_BCAST: i32 = 2;
+const TAG_REDUCE: i32 = 3;
+const TAG_ALLREDUCE: i32 = 4;
+const TAG_GATHER: i32 = 5;
+const TAG_SCATTER: i32 = 6;
+const TAG_ALLGATHER: i32 = 7;
+const TAG_ALLTOALL: i32 = 8;
+const TAG_ALLTOALLV: i32 = 9;
+
+/// Allgathers up to this many bytes in total use recursive doubling under 'auto' (powers of two).
+const ALLGATHER_RD_MAX: usize = 256 << 10;
+
+impl Communicator {
+    /// The algorithm chosen by `coll_<op>_algorithm` ("auto" when unset).
+    fn coll_algorithm(&self, op: &str) -> Result<String> {
+        let name = format!("coll_{op}_algorithm");
+        self.shared.with(|rt| Ok(rt.params.get_str(&name).map(str::to_owned).unwrap_or_else(|_| "auto".into())))
+    }
+
+    fn coll_size_param(&self, name: &str, default: u64) -> Result<usize> {
+        self.shared.with(|rt| Ok(rt.params.get_size(name).unwrap_or(default) as usize))
+    }
+
+    fn check_root(&self, root: usize) -> Result<()> {
+        if root < self.size() {
+            Ok(())
+        } else {
+            Err(Error::BadRank { rank: root, size: self.size() })
+        }
+    }
+
+    fn run_schedule(&self, s: &Schedule, tag: i32, send: &[u8], work: &mut [u8], reduce: Option<ReduceFn<'_>>) -> Result<()> {
+        exec::run(self, s, tag, send, work, reduce)
+    }
+
+    /// Block until every member called `barrier`.
+    pub fn barrier(&self) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
+        let s = match self.coll_algorithm("barrier")?.as_str() {
+            "linear" => schedule::barrier_linear(n, me),
+            _ => schedule::barrier_dissemination(n, me),
+        };
+        self.run_schedule(&s, TAG_BARRIER, &[], &mut [], None)
+    }
+
+    /// Broadcast `buf` from `root` to every member (`buf` must have the same length everywhere).
+    pub fn bcast<T: bytemuck::Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let (n, me, len) = (self.size(), self.rank(), bytes.len());
+        let s = match self.coll_algorithm("bcast")?.as_str() {
+            "linear" => schedule::bcast_linear(n, me, root, len),
+            "binomial" => schedule::bcast_binomial(n, me, root, len),
+            "scatter_allgather" => schedule::bcast_scatter_allgather(n, me, root, len),
+            _ if n > 2 && len >= self.coll_size_param("coll_bcast_long_size", 128 << 10)? => {
+                schedule::bcast_scatter_allgather(n, me, root, len)
+            }
+            _ => schedule::bcast_binomial(n, me, root, len),
+        };
+        self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
+    }
+
+    /// Reduce every member's `send` with `op` into `recv` at `root`. `recv` is required at the
+    /// root (same length as `send`) and ignored elsewhere.
+    pub fn reduce<T: Reducible>(&self, send: &[T], recv: Option<&mut [T]>, op: Op, root: usize) -> Result<()> {
+        self.check_root(root)?;
+        check_op::<T>(op)?;
+        let (n, me) = (self.size(), self.rank());
+        let mut own;
+        let work: &mut [T] = if me == root {
+            let recv = recv.ok_or_else(|| Error::InvalidArgument("reduce: the root must pass a receive buffer".into()))?;
+            check_len("reduce", "receive buffer", recv.len(), send.len())?;
+            recv
+        } else {
+            own = send.to_vec();
+            &mut own
+        };
+        work.copy_from_slice(send);
+        let len = std::mem::size_of_val(send);
+        let s = match self.coll_algorithm("reduce")?.as_str() {
+            "linear" => schedule::reduce_linear(n, me, root, len),
+            _ => schedule::reduce_binomial(n, me, root, len),
+        };
+        let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
+        self.run_schedule(&s, TAG_REDUCE, &[], bytemuck::cast_slice_mut(work), Some(&f))
+    }
+
+    /// Reduce every member's `send` with `op`; every member gets the result in `recv`.
+    pub fn allreduce<T: Reducible>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
+        check_op::<T>(op)?;
+        check_len("allreduce", "receive buffer", recv.len(), send.len())?;
+        recv.copy_from_slice(send);
+        let (n, me) = (self.size(), self.rank());
+        let len = std::mem::size_of_val(send);
+        let elem = std::mem::size_of::<T>();
+        let s = match self.coll_algorithm("allreduce")?.as_str() {
+            "ring" => schedule::allreduce_ring(n, me, len, elem),
+            "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
+            "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
+            _ if n > 1 && send.len() >= n && len >= self.coll_size_param("coll_allreduce_long_size", 64 << 10)? => {
+                schedule::allreduce_ring(n, me, len, elem)
+            }
+            _ => schedule::allreduce_recursive_doubling(n, me, len),
+        };
+        let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
+        self.run_schedule(&s, TAG_ALLREDUCE, &[], bytemuck::cast_slice_mut(recv), Some(&f))
+    }
+
+    /// Gather every member's `send` (same length everywhere) into `recv` at `root`, in rank
+    /// order; `recv` (size × `send.len()`) is required at the root and ignored elsewhere.
+    pub fn gather<T: bytemuck::Pod>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<()> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        let block = std::mem::size_of_val(send);
+        let v = (me + n - root) % n;
+        let mut own;
+        let work: &mut [u8] = if me == root {
+            let recv = recv.ok_or_else(|| Error::InvalidArgument("gather: the root must pass a receive buffer".into()))?;
+            check_len("gather", "receive buffer", recv.len(), n * send.len())?;
+            bytemuck::cast_slice_mut(recv)
+        } else {
+            own = vec![0u8; n * block];
+            &mut own
+        };
+        work[v * block..(v + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
+        let s = match self.coll_algorithm("gather")?.as_str() {
+            "linear" => schedule::gather_linear(n, me, root, block),
+            _ => schedule::gather_binomial(n, me, root, block),
+        };
+        self.run_schedule(&s, TAG_GATHER, &[], work, None)?;
+        if me == root {
+            // Virtual-rank order to rank order.
+            work.rotate_right(root * block);
+        }
+        Ok(())
+    }
+
+    /// Scatter `send` (size × `recv.len()` elements, required at the root, ignored elsewhere)
+    /// from `root`: member r receives block r.
+    pub fn scatter<T: bytemuck::Pod>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        let block = std::mem::size_of_val(recv);
+        let v = (me + n - root) % n;
+        let mut work = vec![0u8; n * block];
+        if me == root {
+            let send = send.ok_or_else(|| Error::InvalidArgument("scatter: the root must pass a send buffer".into()))?;
+            check_len("scatter", "send buffer", send.len(), n * recv.len())?;
+            work.copy_from_slice(bytemuck::cast_slice(send));
+            // Rank order to virtual-rank order.
+            work.rotate_left(root * block);
+        }
+        let s = match self.coll_algorithm("scatter")?.as_str() {
+            "linear" => schedule::scatter_linear(n, me, root, block),
+            _ => schedule::scatter_binomial(n, me, root, block),
+        };
+        self.run_schedule(&s, TAG_SCATTER, &[], &mut work, None)?;
+        bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work[v * block..(v + 1) * block]);
+        Ok(())
+    }
+
+    /// Gather every member's `send` into every member's `recv` (size × `send.len()`), in rank order.
+    pub fn allgather<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        check_len("allgather", "receive buffer", recv.len(), self.size() * send.len())?;
+        allgather_bytes(self, bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv))
+    }
+
+    /// Every member sends block r of `send` to member r and receives member r's block into
+    /// block r of `recv` (both size × k elements).
+    pub fn alltoall<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let n = self.size();
+        if send.len() % n != 0 {
+            return Err(Error::InvalidArgument(format!("alltoall: send length {} is not a multiple of the size {n}", send.len())));
+        }
+        check_len("alltoall", "receive buffer", recv.len(), send.len())?;
+        let block = std::mem::size_of_val(send) / n;
+        let ranges: Vec<Range<usize>> = (0..n).map(|r| r * block..(r + 1) * block).collect();
+        self.alltoallv_bytes(bytemuck::cast_slice(send), &ranges, bytemuck::cast_slice_mut(recv), &ranges, TAG_ALLTOALL)
+    }
+
+    /// Like [`Communicator::alltoall`] with per-peer element counts and displacements: send
+    /// `send[send_displs[r]..][..send_counts[r]]` to r, receive r's into
+    /// `recv[recv_displs[r]..][..recv_counts[r]]`. Receive regions must not overlap.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoallv<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        let sz = std::mem::size_of::<T>();
+        let sends = layout("send", self.size(), send.len(), send_counts, send_displs, sz)?;
+        let recvs = layout("receive", self.size(), recv.len(), recv_counts, recv_displs, sz)?;
+        let mut sorted: Vec<&Range<usize>> = recvs.iter().filter(|r| !r.is_empty()).collect();
+        sorted.sort_by_key(|r| r.start);
+        if sorted.windows(2).any(|w| w[0].end > w[1].start) {
+            return Err(Error::InvalidArgument("alltoallv: receive regions overlap".into()));
+        }
+        self.alltoallv_bytes(bytemuck::cast_slice(send), &sends, bytemuck::cast_slice_mut(recv), &recvs, TAG_ALLTOALLV)
+    }
+
+    fn alltoallv_bytes(&self, send: &[u8], sends: &[Range<usize>], recv: &mut [u8], recvs: &[Range<usize>], tag: i32) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
+        if sends[me].len() != recvs[me].len() {
+            return Err(Error::InvalidArgument(format!(
+                "alltoallv: this rank sends {} B to itself but expects {} B",
+                sends[me].len(),
+                recvs[me].len()
+            )));
+        }
+        let s = match self.coll_algorithm("alltoall")?.as_str() {
+            "linear" => schedule::alltoallv_linear(n, me, sends, recvs),
+            _ => schedule::alltoallv_pairwise(n, me, sends, recvs),
+        };
+        self.run_schedule(&s, tag, send, recv, None)
+    }
+}
+
+fn check_op<T: Reducible>(op: Op) -> Result<()> {
+    if T::supports(op) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!("{op:?} is not defined for {}: use Sum, Prod, Min or Max", T::NAME)))
+    }
+}
+
+fn check_len(what: &str, buf: &str, got: usize, want: usize) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!("{what}: {buf} holds {got} elements, expected {want}")))
+    }
+}
+
+/// Byte ranges of an alltoallv side, validated against the buffer.
+fn layout(side: &str, n: usize, len: usize, counts: &[usize], displs: &[usize], sz: usize) -> Result<Vec<Range<usize>>> {
+    if counts.len() != n || displs.len() != n {
+        return Err(Error::InvalidArgument(format!(
+            "alltoallv: {side} counts ({}) and displacements ({}) need one entry per rank ({n})",
+            counts.len(),
+            displs.len()
+        )));
+    }
+    counts
+        .iter()
+        .zip(displs)
+        .enumerate()
+        .map(|(r, (&c, &d))| match d.checked_add(c) {
+            Some(end) if end <= len => Ok(d * sz..end * sz),
+            _ => Err(Error::InvalidArgument(format!(
+                "alltoallv: {side} region for rank {r} ({c} elements at {d}) exceeds the buffer ({len} elements)"
+            ))),
+        })
+        .collect()
+}
+
+fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<()> {
+    let (n, me, block) = (comm.size(), comm.rank(), mine.len());
+    out[me * block..(me + 1) * block].copy_from_slice(mine);
+    let s = match comm.coll_algorithm("allgather")?.as_str() {
+        "ring" => schedule::allgather_ring(n, me, block),
+        "linear" => schedule::allgather_linear(n, me, block),
+        "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
+        _ if n.is_power_of_two() && n * block <= ALLGATHER_RD_MAX => schedule::allgather_recursive_doubling(n, me, block),
+        _ => schedule::allgather_ring(n, me, block),
+    };
+    comm.run_schedule(&s, TAG_ALLGATHER, &[], out, None)
+}
+
+/// Gather `mine` from every member into `out` (rank order; `out.len() == size * mine.len()`
+/// bytes). Used by `Communicator::split`.
+pub(crate) fn allgather_into<T: bytemuck::Pod>(comm: &Communicator, mine: &[T], out: &mut [u8]) -> Result<()> {
+    let mine: &[u8] = bytemuck::cast_slice(mine);
+    if out.len() != mine.len() * comm.size() {
+        return Err(Error::InvalidArgument(format!("allgather: output holds {} B, expected {}", out.len(), mine.len() * comm.size())));
+    }
+    allgather_bytes(comm, mine, out)
+}

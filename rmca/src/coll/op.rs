@@ -1,0 +1,171 @@
+//! Reduction operations and the element types they apply to.
+
+/// A predefined reduction operation.
+///
+/// All are associative and commutative on integers; on floats, Sum and Prod are not
+/// associative, so each algorithm documents its combination order (and guarantees that every
+/// rank receives bit-identical results).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Sum (wrapping on integers).
+    Sum,
+    /// Product (wrapping on integers).
+    Prod,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+    /// Bitwise and (integers only).
+    BitAnd,
+    /// Bitwise or (integers only).
+    BitOr,
+    /// Bitwise exclusive or (integers only).
+    BitXor,
+    /// Logical and: 1 if both are non-zero, else 0 (integers only).
+    LogicalAnd,
+    /// Logical or (integers only).
+    LogicalOr,
+    /// Logical exclusive or (integers only).
+    LogicalXor,
+}
+
+impl Op {
+    /// Every operation, for tests and tools.
+    pub const ALL: [Op; 10] =
+        [Op::Sum, Op::Prod, Op::Min, Op::Max, Op::BitAnd, Op::BitOr, Op::BitXor, Op::LogicalAnd, Op::LogicalOr, Op::LogicalXor];
+
+    /// Is this an integer-only operation?
+    pub fn integer_only(self) -> bool {
+        !matches!(self, Op::Sum | Op::Prod | Op::Min | Op::Max)
+    }
+}
+
+/// An element type that reductions apply to.
+pub trait Reducible: bytemuck::Pod {
+    /// Name of the type, for error messages.
+    const NAME: &'static str;
+    /// Does `op` apply to this type?
+    fn supports(op: Op) -> bool;
+    /// `a op b`. Only called when [`Reducible::supports`] holds.
+    fn combine(op: Op, a: Self, b: Self) -> Self;
+}
+
+macro_rules! int_reducible {
+    ($($t:ty),*) => {$(
+        impl Reducible for $t {
+            const NAME: &'static str = stringify!($t);
+            fn supports(_: Op) -> bool {
+                true
+            }
+            #[inline]
+            fn combine(op: Op, a: Self, b: Self) -> Self {
+                match op {
+                    Op::Sum => a.wrapping_add(b),
+                    Op::Prod => a.wrapping_mul(b),
+                    Op::Min => a.min(b),
+                    Op::Max => a.max(b),
+                    Op::BitAnd => a & b,
+                    Op::BitOr => a | b,
+                    Op::BitXor => a ^ b,
+                    Op::LogicalAnd => Self::from(a != 0 && b != 0),
+                    Op::LogicalOr => Self::from(a != 0 || b != 0),
+                    Op::LogicalXor => Self::from((a != 0) != (b != 0)),
+                }
+            }
+        }
+    )*};
+}
+int_reducible!(i8, i16, i32, i64, u8, u16, u32, u64, usize, isize);
+
+macro_rules! float_reducible {
+    ($($t:ty),*) => {$(
+        impl Reducible for $t {
+            const NAME: &'static str = stringify!($t);
+            fn supports(op: Op) -> bool {
+                !op.integer_only()
+            }
+            #[inline]
+            fn combine(op: Op, a: Self, b: Self) -> Self {
+                match op {
+                    Op::Sum => a + b,
+                    Op::Prod => a * b,
+                    Op::Min => a.min(b),
+                    Op::Max => a.max(b),
+                    // Excluded by `supports`; keep the left operand rather than panic.
+                    _ => a,
+                }
+            }
+        }
+    )*};
+}
+float_reducible!(f32, f64);
+
+/// `dst = src op dst` (`src_first`) or `dst op src`, elementwise over byte views of `T`.
+pub(crate) fn reduce_bytes<T: Reducible>(op: Op, dst: &mut [u8], src: &[u8], src_first: bool) {
+    match (bytemuck::try_cast_slice_mut::<u8, T>(dst), bytemuck::try_cast_slice::<u8, T>(src)) {
+        (Ok(d), Ok(s)) => {
+            if src_first {
+                d.iter_mut().zip(s).for_each(|(d, s)| *d = T::combine(op, *s, *d));
+            } else {
+                d.iter_mut().zip(s).for_each(|(d, s)| *d = T::combine(op, *d, *s));
+            }
+        }
+        // Misaligned views (never produced by the executor, whose buffers are 8-byte aligned
+        // or the caller's typed slices): element by element.
+        _ => {
+            let size = std::mem::size_of::<T>();
+            for (d, s) in dst.chunks_exact_mut(size).zip(src.chunks_exact(size)) {
+                let (a, b): (T, T) = (bytemuck::pod_read_unaligned(d), bytemuck::pod_read_unaligned(s));
+                let r = if src_first { T::combine(op, b, a) } else { T::combine(op, a, b) };
+                d.copy_from_slice(bytemuck::bytes_of(&r));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_ops() {
+        assert_eq!(i32::combine(Op::Sum, i32::MAX, 1), i32::MIN);
+        assert_eq!(u8::combine(Op::Prod, 16, 17), 16);
+        assert_eq!(i64::combine(Op::Min, -3, 2), -3);
+        assert_eq!(u16::combine(Op::Max, 3, 9), 9);
+        assert_eq!(u32::combine(Op::BitAnd, 0b1100, 0b1010), 0b1000);
+        assert_eq!(u32::combine(Op::BitOr, 0b1100, 0b1010), 0b1110);
+        assert_eq!(u32::combine(Op::BitXor, 0b1100, 0b1010), 0b0110);
+        assert_eq!(i8::combine(Op::LogicalAnd, 5, -1), 1);
+        assert_eq!(i8::combine(Op::LogicalAnd, 5, 0), 0);
+        assert_eq!(usize::combine(Op::LogicalOr, 0, 0), 0);
+        assert_eq!(isize::combine(Op::LogicalXor, 4, 0), 1);
+        assert_eq!(isize::combine(Op::LogicalXor, 4, 2), 0);
+    }
+
+    #[test]
+    fn float_ops_and_support() {
+        assert_eq!(f64::combine(Op::Sum, 1.5, 2.0), 3.5);
+        assert_eq!(f32::combine(Op::Min, 1.5, -2.0), -2.0);
+        assert!(!f64::supports(Op::BitXor));
+        assert!(f64::supports(Op::Max));
+        assert!(u8::supports(Op::LogicalOr));
+    }
+
+    #[test]
+    fn reduce_bytes_order_and_misalignment() {
+        let mut d = [0u8; 17];
+        let s = [0u8; 17];
+        // Misaligned u32 views take the slow path and still compute.
+        d[1..5].copy_from_slice(&7u32.to_ne_bytes());
+        let mut s2 = s;
+        s2[1..5].copy_from_slice(&5u32.to_ne_bytes());
+        reduce_bytes::<u32>(Op::Sum, &mut d[1..], &s2[1..], false);
+        assert_eq!(u32::from_ne_bytes(d[1..5].try_into().unwrap()), 12);
+        // Aligned fast path.
+        let mut a = [1.0f64, 2.0];
+        let b = [10.0f64, 20.0];
+        reduce_bytes::<f64>(Op::Prod, bytemuck::cast_slice_mut(&mut a), bytemuck::cast_slice(&b), true);
+        assert_eq!(a, [10.0, 40.0]);
+    }
+}

@@ -1,0 +1,511 @@
+//! Collective algorithms as communication schedules, without I/O.
+//!
+//! Every algorithm is a pure function of (process count, rank, root, sizes) that returns a
+//! [`Schedule`]: rounds of concurrent sends and receives over byte regions, each followed by
+//! local steps (reductions, copies). The executor in `exec.rs` runs a schedule on a
+//! communicator; the unit tests at the bottom run the schedules of N simulated ranks against
+//! each other with in-memory FIFO channels, so every algorithm is checked for every process
+//! count without a transport.
+//!
+//! Layout conventions (the typed API in `mod.rs` adapts user buffers to them):
+//! - bcast, reduce, allreduce: `Work` holds the whole vector.
+//! - gather, scatter: `Work` holds `n` blocks in *virtual-rank order* (block `v` belongs to
+//!   rank `(v + root) % n`), so every binomial subtree is one contiguous region; the root
+//!   rotates by `root` blocks at the end (gather) or the start (scatter).
+//! - allgather: `Work` holds `n` blocks in rank order.
+//! - alltoall(v): `Send` is the user's input, `Work` the user's output.
+//!
+//! Reduction order: a `Reduce` step combines `tmp` and `work` as `tmp op work` when
+//! `src_first` (the received partial covers lower ranks) and `work op tmp` otherwise, so two
+//! partners combining the same two partials compute bit-identical results.
+
+use std::ops::Range;
+
+/// Which buffer a region lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Buf {
+    /// The caller's input (read-only), for alltoall(v).
+    Send,
+    /// The result buffer.
+    Work,
+    /// Scratch space of `Schedule::tmp_len` bytes.
+    Tmp,
+}
+
+/// A byte range of one buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub buf: Buf,
+    pub range: Range<usize>,
+}
+
+impl Region {
+    fn work(range: Range<usize>) -> Self {
+        Self { buf: Buf::Work, range }
+    }
+    fn tmp(range: Range<usize>) -> Self {
+        Self { buf: Buf::Tmp, range }
+    }
+    fn send(range: Range<usize>) -> Self {
+        Self { buf: Buf::Send, range }
+    }
+}
+
+/// A point-to-point transfer of one round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Comm {
+    /// Send `region` to `peer`.
+    Send { peer: usize, region: Region },
+    /// Receive exactly `region.range.len()` bytes from `peer` into `region`.
+    Recv { peer: usize, region: Region },
+}
+
+/// A local step run after a round's transfers completed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Local {
+    /// `work[dst] = tmp[src] op work[dst]` if `src_first`, else `work[dst] op tmp[src]`.
+    Reduce { src: Range<usize>, dst: Range<usize>, src_first: bool },
+    /// `work[dst] = src`.
+    Copy { src: Region, dst: Range<usize> },
+}
+
+/// One round: transfers posted together, then local steps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Round {
+    pub comms: Vec<Comm>,
+    pub locals: Vec<Local>,
+}
+
+/// A whole collective as seen by one rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Schedule {
+    /// Bytes of scratch space the schedule uses.
+    pub tmp_len: usize,
+    pub rounds: Vec<Round>,
+}
+
+impl Schedule {
+    fn push(&mut self, comms: Vec<Comm>, locals: Vec<Local>) {
+        if !comms.is_empty() || !locals.is_empty() {
+            self.rounds.push(Round { comms, locals });
+        }
+    }
+
+    /// This schedule followed by `other` (same buffers).
+    fn then(mut self, other: Schedule) -> Schedule {
+        self.tmp_len = self.tmp_len.max(other.tmp_len);
+        self.rounds.extend(other.rounds);
+        self
+    }
+}
+
+fn send(peer: usize, region: Region) -> Comm {
+    Comm::Send { peer, region }
+}
+fn recv(peer: usize, region: Region) -> Comm {
+    Comm::Recv { peer, region }
+}
+
+fn vrank(rank: usize, root: usize, n: usize) -> usize {
+    (rank + n - root) % n
+}
+fn real(v: usize, root: usize, n: usize) -> usize {
+    (v + root) % n
+}
+/// Lowest set bit of `v`, or the first power of two >= n for the tree root (v = 0).
+fn subtree_span(v: usize, n: usize) -> usize {
+    if v == 0 {
+        n.next_power_of_two()
+    } else {
+        1 << v.trailing_zeros()
+    }
+}
+
+/// Balanced split of `total` units into `n` parts: part `i` is `[i*total/n, (i+1)*total/n)`.
+fn part(total: usize, n: usize, i: usize) -> Range<usize> {
+    (i * total / n)..((i + 1) * total / n)
+}
+
+// ---------------------------------------------------------------- barrier
+
+/// Dissemination barrier: ceil(log2 n) rounds, each a zero-byte exchange at distance 2^k.
+pub(crate) fn barrier_dissemination(n: usize, me: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let mut dist = 1;
+    while dist < n {
+        let e = Region::work(0..0);
+        s.push(vec![recv((me + n - dist) % n, e.clone()), send((me + dist) % n, e)], vec![]);
+        dist *= 2;
+    }
+    s
+}
+
+/// Linear barrier: everyone reports to rank 0, which then releases everyone.
+pub(crate) fn barrier_linear(n: usize, me: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let e = || Region::work(0..0);
+    if me == 0 {
+        s.push((1..n).map(|r| recv(r, e())).collect(), vec![]);
+        s.push((1..n).map(|r| send(r, e())).collect(), vec![]);
+    } else {
+        s.push(vec![send(0, e())], vec![]);
+        s.push(vec![recv(0, e())], vec![]);
+    }
+    s
+}
+
+// ---------------------------------------------------------------- bcast
+
+/// Binomial-tree broadcast of `len` bytes: log2(n) hops; each rank forwards to its subtrees,
+/// largest first.
+pub(crate) fn bcast_binomial(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let v = vrank(me, root, n);
+    if v != 0 {
+        let parent = v - subtree_span(v, n);
+        s.push(vec![recv(real(parent, root, n), Region::work(0..len))], vec![]);
+    }
+    let mut sends = Vec::new();
+    let mut mask = subtree_span(v, n) >> 1;
+    while mask > 0 {
+        if v + mask < n {
+            sends.push(send(real(v + mask, root, n), Region::work(0..len)));
+        }
+        mask >>= 1;
+    }
+    s.push(sends, vec![]);
+    s
+}
+
+/// Linear broadcast: the root sends to everyone.
+pub(crate) fn bcast_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+    let mut s = Schedule::default();
+    if me == root {
+        s.push((0..n).filter(|&r| r != root).map(|r| send(r, Region::work(0..len))).collect(), vec![]);
+    } else {
+        s.push(vec![recv(root, Region::work(0..len))], vec![]);
+    }
+    s
+}
+
+/// Van de Geijn broadcast for long messages: binomial scatter of n chunks, then a ring
+/// allgather; about 2x the message crosses each link instead of log2(n)x.
+pub(crate) fn bcast_scatter_allgather(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let v = vrank(me, root, n);
+    // Chunk c (by virtual rank) of the buffer; chunks [a, b) are contiguous.
+    let chunks = |a: usize, b: usize| part(len, n, a).start..part(len, n, b.max(a + 1) - 1).end;
+    let span = subtree_span(v, n);
+    if v != 0 {
+        let end = (v + span).min(n);
+        s.push(vec![recv(real(v - span, root, n), Region::work(chunks(v, end)))], vec![]);
+    }
+    let mut sends = Vec::new();
+    let mut mask = span >> 1;
+    while mask > 0 {
+        if v + mask < n {
+            let end = (v + 2 * mask).min(n);
+            sends.push(send(real(v + mask, root, n), Region::work(chunks(v + mask, end))));
+        }
+        mask >>= 1;
+    }
+    s.push(sends, vec![]);
+    let right = real((v + 1) % n, root, n);
+    let left = real((v + n - 1) % n, root, n);
+    for step in 0..n.saturating_sub(1) {
+        let out = (v + n - step) % n;
+        let inc = (v + 2 * n - step - 1) % n;
+        s.push(vec![recv(left, Region::work(part(len, n, inc))), send(right, Region::work(part(len, n, out)))], vec![]);
+    }
+    s
+}
+
+// ---------------------------------------------------------------- reduce
+
+/// Binomial-tree reduction of `len` bytes to `root`. Each rank receives its children's
+/// partials concurrently and combines them in virtual-rank order (mine, then the child at
+/// distance 1, 2, 4, ...), i.e. the result is `x[root] op x[root+1] op ...` (ranks taken
+/// cyclically from the root), associated as a binomial tree.
+pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let v = vrank(me, root, n);
+    let span = subtree_span(v, n);
+    let mut comms = Vec::new();
+    let mut locals = Vec::new();
+    let mut mask = 1;
+    let mut slot = 0;
+    while mask < span {
+        if v + mask < n {
+            let t = slot * len..(slot + 1) * len;
+            comms.push(recv(real(v + mask, root, n), Region::tmp(t.clone())));
+            locals.push(Local::Reduce { src: t, dst: 0..len, src_first: false });
+            slot += 1;
+        }
+        mask <<= 1;
+    }
+    s.tmp_len = slot * len;
+    s.push(comms, locals);
+    if v != 0 {
+        s.push(vec![send(real(v - span, root, n), Region::work(0..len))], vec![]);
+    }
+    s
+}
+
+/// Linear reduction: the root receives every contribution and combines them in rank order.
+pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+    let mut s = Schedule::default();
+    if me != root {
+        s.push(vec![send(root, Region::work(0..len))], vec![]);
+        return s;
+    }
+    // Slot per rank; the root's own value is already in work and is folded in at its place.
+    let others: Vec<usize> = (0..n).filter(|&r| r != root).collect();
+    let slot = |r: usize| others.iter().position(|&o| o == r).expect("other rank");
+    let comms = others.iter().map(|&r| recv(r, Region::tmp(slot(r) * len..(slot(r) + 1) * len))).collect();
+    // Rank order: ranks below the root are combined in front of the root's value
+    // (folding right to left), ranks above behind it (left to right).
+    let mut locals = Vec::new();
+    for r in (0..root).rev() {
+        locals.push(Local::Reduce { src: slot(r) * len..(slot(r) + 1) * len, dst: 0..len, src_first: true });
+    }
+    for r in root + 1..n {
+        locals.push(Local::Reduce { src: slot(r) * len..(slot(r) + 1) * len, dst: 0..len, src_first: false });
+    }
+    s.tmp_len = others.len() * len;
+    s.push(comms, locals);
+    s
+}
+
+// ---------------------------------------------------------------- allreduce
+
+/// Recursive doubling allreduce for any n: with p2 the largest power of two <= n and
+/// rem = n - p2, ranks 2i and 2i+1 (i < rem) first fold into 2i+1, the p2 survivors exchange
+/// at distances 1, 2, 4, ... combining `lower group op upper group`, then 2i+1 hands the
+/// result back to 2i. Both partners of an exchange compute the same expression on the same
+/// operands, so every rank ends with bit-identical results.
+pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> Schedule {
+    let mut s = Schedule { tmp_len: len, rounds: Vec::new() };
+    let p2 = if n == 0 { 0 } else { 1 << (usize::BITS - 1 - n.leading_zeros()) };
+    let rem = n - p2;
+    let w = || Region::work(0..len);
+    let red = |src_first| Local::Reduce { src: 0..len, dst: 0..len, src_first };
+    let v = if me < 2 * rem {
+        if me % 2 == 0 {
+            s.push(vec![send(me + 1, w())], vec![]);
+            s.push(vec![recv(me + 1, w())], vec![]);
+            return s;
+        }
+        s.push(vec![recv(me - 1, Region::tmp(0..len))], vec![red(true)]);
+        me / 2
+    } else {
+        me - rem
+    };
+    let real_of = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
+    let mut mask = 1;
+    while mask < p2 {
+        let pv = v ^ mask;
+        let peer = real_of(pv);
+        s.push(vec![recv(peer, Region::tmp(0..len)), send(peer, w())], vec![red(pv < v)]);
+        mask <<= 1;
+    }
+    if me < 2 * rem {
+        s.push(vec![send(me - 1, w())], vec![]);
+    }
+    s
+}
+
+/// Ring allreduce (reduce-scatter then allgather, each n-1 steps over chunks of ~len/n):
+/// bandwidth-optimal for long vectors. `elem` is the element size, so chunks never split an
+/// element. Chunk c is reduced in ring order starting at rank c; all ranks then copy the
+/// same reduced chunks, so results are identical everywhere.
+pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Schedule {
+    let count = len / elem.max(1);
+    let chunk = |c: usize| {
+        let r = part(count, n, c);
+        r.start * elem..r.end * elem
+    };
+    let mut s = Schedule { tmp_len: chunk(n - 1).len().max(chunk(0).len()), rounds: Vec::new() };
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    for step in 0..n - 1 {
+        let out = (me + n - step) % n;
+        let inc = (me + 2 * n - step - 1) % n;
+        let t = 0..chunk(inc).len();
+        s.push(
+            vec![recv(left, Region::tmp(t.clone())), send(right, Region::work(chunk(out)))],
+            vec![Local::Reduce { src: t, dst: chunk(inc), src_first: true }],
+        );
+    }
+    for step in 0..n - 1 {
+        let out = (me + 1 + n - step) % n;
+        let inc = (me + n - step) % n;
+        s.push(vec![recv(left, Region::work(chunk(inc))), send(right, Region::work(chunk(out)))], vec![]);
+    }
+    s
+}
+
+/// Reduce to rank 0 (binomial) then broadcast from rank 0 (binomial).
+pub(crate) fn allreduce_reduce_bcast(n: usize, me: usize, len: usize) -> Schedule {
+    reduce_binomial(n, me, 0, len).then(bcast_binomial(n, me, 0, len))
+}
+
+// ---------------------------------------------------------------- gather / scatter
+
+/// Binomial gather of `block`-byte blocks (virtual-rank layout): each rank receives its
+/// children's subtrees straight into place, then forwards its whole subtree.
+pub(crate) fn gather_binomial(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let v = vrank(me, root, n);
+    let span = subtree_span(v, n);
+    let mut comms = Vec::new();
+    let mut mask = 1;
+    while mask < span && v + mask < n {
+        let c = v + mask;
+        let end = (c + mask).min(n);
+        comms.push(recv(real(c, root, n), Region::work(c * block..end * block)));
+        mask <<= 1;
+    }
+    s.push(comms, vec![]);
+    if v != 0 {
+        let end = (v + span).min(n);
+        s.push(vec![send(real(v - span, root, n), Region::work(v * block..end * block))], vec![]);
+    }
+    s
+}
+
+/// Linear gather (virtual-rank layout): the root receives every block directly.
+pub(crate) fn gather_linear(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let v = vrank(me, root, n);
+    if v == 0 {
+        s.push((1..n).map(|u| recv(real(u, root, n), Region::work(u * block..(u + 1) * block))).collect(), vec![]);
+    } else {
+        s.push(vec![send(root, Region::work(v * block..(v + 1) * block))], vec![]);
+    }
+    s
+}
+
+/// Binomial scatter (virtual-rank layout): the mirror image of [`gather_binomial`].
+pub(crate) fn scatter_binomial(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let v = vrank(me, root, n);
+    let span = subtree_span(v, n);
+    if v != 0 {
+        let end = (v + span).min(n);
+        s.push(vec![recv(real(v - span, root, n), Region::work(v * block..end * block))], vec![]);
+    }
+    let mut sends = Vec::new();
+    let mut mask = span >> 1;
+    while mask > 0 {
+        let c = v + mask;
+        if c < n {
+            let end = (c + mask).min(n);
+            sends.push(send(real(c, root, n), Region::work(c * block..end * block)));
+        }
+        mask >>= 1;
+    }
+    s.push(sends, vec![]);
+    s
+}
+
+/// Linear scatter (virtual-rank layout): the root sends every block directly.
+pub(crate) fn scatter_linear(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let v = vrank(me, root, n);
+    if v == 0 {
+        s.push((1..n).map(|u| send(real(u, root, n), Region::work(u * block..(u + 1) * block))).collect(), vec![]);
+    } else {
+        s.push(vec![recv(root, Region::work(v * block..(v + 1) * block))], vec![]);
+    }
+    s
+}
+
+// ---------------------------------------------------------------- allgather
+
+/// Ring allgather (rank-order layout): n-1 steps, each passing one block to the right.
+pub(crate) fn allgather_ring(n: usize, me: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    for step in 0..n.saturating_sub(1) {
+        let out = (me + n - step) % n;
+        let inc = (me + 2 * n - step - 1) % n;
+        s.push(
+            vec![recv(left, Region::work(inc * block..(inc + 1) * block)), send(right, Region::work(out * block..(out + 1) * block))],
+            vec![],
+        );
+    }
+    s
+}
+
+/// Recursive doubling allgather for any n (rank-order layout): the rem = n - p2 even ranks
+/// below 2*rem hand their block to their odd neighbour, the p2 survivors double their
+/// contiguous holdings log2(p2) times, and the odd ranks return the full result.
+pub(crate) fn allgather_recursive_doubling(n: usize, me: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let p2 = if n == 0 { 0 } else { 1 << (usize::BITS - 1 - n.leading_zeros()) };
+    let rem = n - p2;
+    let all = || Region::work(0..n * block);
+    let v = if me < 2 * rem {
+        if me % 2 == 0 {
+            s.push(vec![send(me + 1, Region::work(me * block..(me + 1) * block))], vec![]);
+            s.push(vec![recv(me + 1, all())], vec![]);
+            return s;
+        }
+        s.push(vec![recv(me - 1, Region::work((me - 1) * block..me * block))], vec![]);
+        me / 2
+    } else {
+        me - rem
+    };
+    // First real block held by virtual rank v (virtual ranks map to contiguous real ranges).
+    let start = |v: usize| if v < rem { 2 * v } else { v + rem };
+    let real_of = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
+    let mut mask = 1;
+    while mask < p2 {
+        let mine = v & !(mask - 1);
+        let theirs = mine ^ mask;
+        let r = |g: usize| start(g) * block..start(g + mask) * block;
+        s.push(vec![recv(real_of(v ^ mask), Region::work(r(theirs))), send(real_of(v ^ mask), Region::work(r(mine)))], vec![]);
+        mask <<= 1;
+    }
+    if me < 2 * rem {
+        s.push(vec![send(me - 1, all())], vec![]);
+    }
+    s
+}
+
+/// Linear allgather: everyone sends its block to everyone at once.
+pub(crate) fn allgather_linear(n: usize, me: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let mut comms: Vec<Comm> = (0..n).filter(|&r| r != me).map(|r| recv(r, Region::work(r * block..(r + 1) * block))).collect();
+    comms.extend((0..n).filter(|&r| r != me).map(|r| send(r, Region::work(me * block..(me + 1) * block))));
+    s.push(comms, vec![]);
+    s
+}
+
+// ---------------------------------------------------------------- alltoall(v)
+
+/// Pairwise exchange: step k sends to `me + k` and receives from `me - k`, one peer per step,
+/// so no rank is flooded. `sends[r]`/`recvs[r]` are the byte ranges for peer r.
+pub(crate) fn alltoallv_pairwise(n: usize, me: usize, sends: &[Range<usize>], recvs: &[Range<usize>]) -> Schedule {
+    let mut s = Schedule::default();
+    s.push(vec![], vec![Local::Copy { src: Region::send(sends[me].clone()), dst: recvs[me].clone() }]);
+    for k in 1..n {
+        let to = (me + k) % n;
+        let from = (me + n - k) % n;
+        s.push(vec![recv(from, Region::work(recvs[from].clone())), send(to, Region::send(sends[to].clone()))], vec![]);
+    }
+    s
+}
+
+/// Linear alltoall(v): every transfer posted at once.
+pub(crate) fn alltoallv_linear(n: usize, me: usize, sends: &[Range<usize>], recvs: &[Range<usize>]) -> Schedule {
+    let mut s = Schedule::default();
+    let mut comms: Vec<Comm> = (0..n).filter(|&r| r != me).map(|r| recv(r, Region::work(recvs[r].clone()))).collect();
+    comms.extend((0..n).filter(|&r| r != me).map(|r| send(r, Region::send(sends[r].clone()))));
+    s.push(comms, vec![Local::Copy { src: Region::send(sends[me].clone()), dst: recvs[me].clone() }]);
+    s
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+//! The probe under a real single-node Slurm (`srun --mpi=pmi2`), started by this test.
+//!
+//! Needs root, iproute2, nsenter and Debian's `slurmctld slurmd slurm-client`; skips with a message
+//! otherwise. The daemons use `auth/none`, so they run inside a private network namespace that
+//! has only a loopback interface: nothing outside the test can reach them. They are killed and
+//! the namespace deleted when the test ends, whatever happens.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_rmca-rte-probe");
+
+fn which(p: &str) -> Option<String> {
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(p))
+        .find(|f| f.is_file())
+        .map(|f| f.to_string_lossy().into_owned())
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+struct Cluster {
+    ns: String,
+    dir: PathBuf,
+    daemons: Vec<Child>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Cluster {
+    fn cmd(&self, prog: &str) -> Command {
+        // nsenter (not `ip netns exec`, which remounts /sys and hides the cgroup tree that
+        // slurmd needs) joins only the network namespace.
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/var/run/netns/{}", self.ns))
+            .arg(prog)
+            .env("SLURM_CONF", self.dir.join("slurm.conf"));
+        c
+    }
+}
+
+fn start() -> Result<Cluster, String> {
+    let id = std::process::id();
+    let ns = format!("rmcaS{}", id % 100_000);
+    let dir = std::env::temp_dir().join(format!("rmca-slurm-{id}"));
+    if !Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+    {
+        return Err("cannot create a network namespace".into());
+    }
+    let mut cl = Cluster {
+        ns,
+        dir: dir.clone(),
+        daemons: Vec::new(),
+    };
+    // Slurm resolves "127.0.0.1" with AI_ADDRCONFIG, which needs some non-loopback IPv4
+    // address: give the namespace a veth pair of its own (both ends inside it).
+    let (v0, v1) = (
+        format!("rs0{}", id % 100_000),
+        format!("rs1{}", id % 100_000),
+    );
+    let net = 10 + id % 200;
+    for args in [
+        vec!["-n", &cl.ns, "link", "set", "lo", "up"],
+        vec![
+            "-n", &cl.ns, "link", "add", &v0, "type", "veth", "peer", "name", &v1,
+        ],
+        vec!["-n", &cl.ns, "link", "set", &v0, "up"],
+        vec!["-n", &cl.ns, "link", "set", &v1, "up"],
+    ] {
+        let _ = Command::new("ip").args(&args).status();
+    }
+    let addr = format!("10.{net}.251.1/24");
+    let _ = Command::new("ip")
+        .args(["-n", &cl.ns, "addr", "add", &addr, "dev", &v0])
+        .status();
+    for sub in ["state", "spool", "log"] {
+        std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let d = dir.display();
+    let conf = format!(
+        "ClusterName=rmcatest\n\
+         SlurmctldHost={host}(127.0.0.1)\n\
+         SlurmctldPort=46817\nSlurmdPort=46818\n\
+         AuthType=auth/none\nCredType=cred/none\n\
+         SlurmUser=root\nSlurmdUser=root\n\
+         StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
+         SlurmctldPidFile={d}/ctld.pid\nSlurmdPidFile={d}/d.pid\n\
+         SlurmctldLogFile={d}/log/ctld.log\nSlurmdLogFile={d}/log/d.log\n\
+         ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nSwitchType=switch/none\n\
+         MpiDefault=none\nSchedulerType=sched/builtin\n\
+         SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
+         SlurmdParameters=config_overrides\nReturnToService=2\n\
+         JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n\
+         NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
+         PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
+    );
+    std::fs::write(dir.join("slurm.conf"), conf).map_err(|e| e.to_string())?;
+    let conf_path = dir.join("slurm.conf").to_string_lossy().into_owned();
+    let ctld = cl
+        .cmd("slurmctld")
+        .args(["-D", "-f", &conf_path])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    cl.daemons.push(ctld);
+    let slurmd = cl
+        .cmd("slurmd")
+        .args(["-D", "-f", &conf_path, "-N", &host])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    cl.daemons.push(slurmd);
+    // Wait (bounded) for the node to become schedulable.
+    let t0 = Instant::now();
+    loop {
+        let out = cl
+            .cmd("sinfo")
+            .args(["-h", "-o", "%t"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if state == "idle" {
+            eprintln!("slurm up after {:?}", t0.elapsed());
+            return Ok(cl);
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            return Err(format!("node never became idle (state {state:?})"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn probe_runs_under_slurm_srun_mpi_pmi2() {
+    if !is_root() || which("ip").is_none() {
+        eprintln!("SKIPPED: needs root and iproute2 (for an isolated single-node Slurm)");
+        return;
+    }
+    if ["slurmctld", "slurmd", "srun", "sinfo", "nsenter"]
+        .iter()
+        .any(|p| which(p).is_none())
+    {
+        eprintln!("SKIPPED: Slurm not installed (Debian packages slurmctld slurmd slurm-client)");
+        return;
+    }
+    let cl = match start() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("SKIPPED: could not start a single-node Slurm: {e}");
+            return;
+        }
+    };
+    let m = format!("mkslurm{}", std::process::id());
+    let t0 = Instant::now();
+    let out = cl
+        .cmd("srun")
+        .args(["--mpi=pmi2", "-n", "4", "--time=2", PROBE, "--marker", &m])
+        .args(["--card-size", "3000"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("srun");
+    eprintln!("srun took {:?}", t0.elapsed());
+    // Slurm does not know our shm naming: remove the probe's files ourselves.
+    if let Ok(d) = std::fs::read_dir("/dev/shm") {
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().contains(&m) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("cards ok") && l.contains("launcher Pmi2"))
+            .count(),
+        4,
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("error"),
+        "slurmstepd complained:\n{stderr}"
+    );
+}
