@@ -118,7 +118,7 @@ impl Runtime {
             job_id: rte.job_id().to_owned(),
             secret: rte.job_secret().to_vec(),
             node_of,
-            node_names: (0..nodes).map(|n| format!("node{n}")).collect(),
+            node_names: (0..nodes).map(|n| rte.node_name(n).map_or_else(|| format!("node{n}"), str::to_owned)).collect(),
         };
         let memory = MemoryAccounting::new();
         let btl_sel = registry.selector(&params, Framework::Btl)?;

@@ -1,13 +1,17 @@
 //! Plugin loading end to end: the real btl-tcp plugin (`plugins/btl-tcp`, a cdylib) is loaded
 //! from a directory on `component_path`, listed, configured and used to move a message between
-//! two in-process ranks; C-built impostors are refused one differing field at a time, and the
-//! job goes on without them unless the user asked for one by name.
+//! two in-process ranks, and between two processes (this test binary re-run as rank 1) until
+//! rank 1 dies without a goodbye and is reported failed; C-built impostors are refused one
+//! differing field at a time, and the job goes on without them unless the user asked for one by
+//! name.
 //!
 //! Finding the plugin: `RMCA_BTL_TCP_PLUGIN=<path to librmca_btl_tcp.so>` is used as is when
-//! set. Otherwise the test runs `$CARGO build -p rmca-btl-tcp` into the target directory and
-//! profile this test binary was built in (derived from its own path, `<target>/<profile>/deps/`,
-//! honouring `CARGO_TARGET_DIR`), then takes `<target>/<profile>/librmca_btl_tcp.so`. The C
-//! cases need a C compiler (`$CC`, else `cc`) and are skipped with a message without one.
+//! set. Otherwise the test runs `$CARGO build -p rmca-btl-tcp --lib` into the target directory
+//! and profile this test binary was built in (derived from its own path,
+//! `<target>[/<triple>]/<profile>/deps/`, so `CARGO_TARGET_DIR`, `--release`, `--profile` and
+//! `--target` are all followed), then takes `<target>[/<triple>]/<profile>/librmca_btl_tcp.so`:
+//! the plugin is always as fresh as the test. The C cases need a C compiler (`$CC`, else `cc`)
+//! and are skipped with a message without one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +22,7 @@ use rmca_framework::btl::{Btl, BtlEvents, CompletionToken, ModexRead, SendError,
 use rmca_framework::component::{ComponentRef, Framework, InitContext, Origin};
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::MemoryAccounting;
-use rmca_framework::modex::LocalModex;
+use rmca_framework::modex::{LocalModex, ModexWrite};
 use rmca_framework::params::{ParamStore, RawSetting, RawSources, Source};
 use rmca_framework::plugin::{
     PluginError, FRAMEWORK_API_VERSION, PLUGIN_ABI_VERSION, RUSTC_VERSION,
@@ -91,10 +95,6 @@ fn tcp_plugin() -> &'static Path {
             return p;
         }
         let (target_dir, profile, triple) = build_layout();
-        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .filter(|d| d.canonicalize().ok() == target_dir.canonicalize().ok())
-            .unwrap_or(target_dir);
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut cmd = Command::new(&cargo);
@@ -652,4 +652,176 @@ fn job_goes_on_without_refused_plugins_unless_one_is_requested() {
     if have_cc {
         assert!(msg.contains("plugin ABI version"), "{msg}");
     }
+}
+
+/// Set in the child process of [`two_processes_talk_through_the_plugin`]: rank 0's card.
+const CHILD_CARD_ENV: &str = "RMCA_PLUGIN_TEST_RANK0_CARD";
+/// Set in the child: the directory holding the plugin.
+const CHILD_DIR_ENV: &str = "RMCA_PLUGIN_TEST_DIR";
+/// Fragments rank 0 sends and rank 1 echoes.
+const ECHOES: usize = 50;
+
+fn tcp_component(reg: &Registry) -> &'static dyn rmca_framework::btl::BtlComponent {
+    match reg
+        .find(Framework::Btl, "tcp")
+        .expect("tcp plugin loaded")
+        .component
+    {
+        ComponentRef::Btl(b) => b,
+        other => panic!("tcp is {other:?}"),
+    }
+}
+
+/// Rank 1, in its own process: echo `ECHOES` fragments, then vanish without finalize.
+fn child_rank1(rank0_card: String, dir: String) {
+    let sources = raw(&[("component_path", &dir)]);
+    let reg = Registry::discover(&sources);
+    let params = reg.resolve(&sources).expect("resolve");
+    let modex = LocalModex::new();
+    modex
+        .writer(0)
+        .put("btl.tcp", rank0_card.as_bytes())
+        .expect("rank 0 card");
+    let mem = MemoryAccounting::new();
+    let me = job(1);
+    let mut w = modex.writer(1);
+    let mut ctx = InitContext::new(&me, &params, &mem, &mut w);
+    let mut btl = tcp_component(&reg)
+        .init(&mut ctx)
+        .expect("init")
+        .pop()
+        .unwrap();
+    let card = modex.get(1, "btl.tcp").unwrap().expect("own card");
+    println!(
+        "\nRMCA-CARD {}",
+        String::from_utf8(card).expect("text card")
+    );
+    assert_eq!(
+        btl.add_procs(&me.procs(), &modex).unwrap(),
+        vec![true, false]
+    );
+    let mut sink = Sink::default();
+    let start = Instant::now();
+    let mut echoed = 0;
+    // Echo ECHOES fragments; the next one is rank 0's sign that every echo arrived.
+    while sink.got.len() <= ECHOES {
+        btl.progress(&mut sink);
+        while echoed < sink.got.len().min(ECHOES) {
+            let (peer, tag, data) = &sink.got[echoed];
+            btl.send(*peer, *tag, &[], data, SendHint::default())
+                .expect("echo");
+            echoed += 1;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "child: rank 0 went quiet"
+        );
+    }
+    // Die as a crashed process would: no finalize, no goodbye.
+    std::process::exit(0);
+}
+
+#[test]
+fn two_processes_talk_through_the_plugin() {
+    if let (Ok(card), Ok(dir)) = (std::env::var(CHILD_CARD_ENV), std::env::var(CHILD_DIR_ENV)) {
+        return child_rank1(card, dir);
+    }
+    use std::io::BufRead;
+    let dir = TempDir::new("procs");
+    std::fs::copy(tcp_plugin(), dir.path().join(PLUGIN_FILE)).expect("copy plugin");
+    let sources = raw(&[("component_path", dir.as_str())]);
+    let reg = Registry::discover(&sources);
+    let params = reg.resolve(&sources).expect("resolve");
+    let modex = LocalModex::new();
+    let mem = MemoryAccounting::new();
+    let me = job(0);
+    let mut w = modex.writer(0);
+    let mut ctx = InitContext::new(&me, &params, &mem, &mut w);
+    let mut btl = tcp_component(&reg)
+        .init(&mut ctx)
+        .expect("init")
+        .pop()
+        .unwrap();
+    let card0 = String::from_utf8(modex.get(0, "btl.tcp").unwrap().unwrap()).unwrap();
+
+    // Rank 1 is this test binary again, running only this test in child mode.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "two_processes_talk_through_the_plugin",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_CARD_ENV, &card0)
+        .env(CHILD_DIR_ENV, dir.as_str())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rank 1");
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let mut child = KillOnDrop(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            // libtest may have printed "test <name> ... " on the same line first.
+            if let Some(at) = line.find("RMCA-CARD ") {
+                let card = &line[at + "RMCA-CARD ".len()..];
+                let _ = tx.send(card.to_owned());
+            }
+        }
+    });
+    let card1 = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("rank 1 published no card");
+    modex.writer(1).put("btl.tcp", card1.as_bytes()).unwrap();
+    assert_eq!(
+        btl.add_procs(&me.procs(), &modex).unwrap(),
+        vec![false, true]
+    );
+
+    let frags: Vec<Vec<u8>> = (0..ECHOES)
+        .map(|i| (0..i * 997).map(|k| (k * 31 + i) as u8).collect())
+        .collect();
+    for (i, f) in frags.iter().enumerate() {
+        btl.send(1, 0x40 + (i % 8) as u8, &[], f, SendHint::default())
+            .expect("send");
+    }
+    let mut sink = Sink::default();
+    let wait = |btl: &mut Box<dyn Btl>, sink: &mut Sink, done: &dyn Fn(&Sink) -> bool| {
+        let start = Instant::now();
+        while !done(sink) {
+            btl.progress(sink);
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "got {} echoes, failures {:?}",
+                sink.got.len(),
+                sink.failed
+            );
+        }
+    };
+    wait(&mut btl, &mut sink, &|s| s.got.len() >= ECHOES);
+    btl.send(1, 0x50, &[], b"fin", SendHint::default())
+        .expect("send fin");
+    wait(&mut btl, &mut sink, &|s| !s.failed.is_empty());
+    let want: Vec<(u32, u8, Vec<u8>)> = frags
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (1, 0x40 + (i % 8) as u8, f.clone()))
+        .collect();
+    assert!(sink.got == want, "echoes differ from what was sent");
+    // Rank 1 exited without saying goodbye: its path is reported failed, once.
+    assert_eq!(sink.failed.len(), 1, "{:?}", sink.failed);
+    assert_eq!(sink.failed[0].0, 1);
+    let status = child.0.wait().expect("wait rank 1");
+    assert!(status.success(), "rank 1 failed: {status}");
+    btl.finalize();
 }

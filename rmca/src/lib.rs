@@ -169,9 +169,11 @@ impl Universe {
 
     /// The name of the node this process runs on (as the launcher placed it) and the node index.
     pub fn node(&self) -> (String, u32) {
-        let host = hostname();
         self.shared
-            .with(|rt| Ok((host, rt.job.node_of[rt.job.rank as usize])))
+            .with(|rt| {
+                let idx = rt.job.node_of[rt.job.rank as usize];
+                Ok((rt.job.node_name(rt.job.rank).to_owned(), idx))
+            })
             .unwrap_or_else(|_| (hostname(), 0))
     }
 

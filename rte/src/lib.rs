@@ -12,8 +12,13 @@
 //! `RMCA_PMI=pmi1|pmi2|singleton` overrides the detection.
 //!
 //! Job identity (id, secret, which ranks share a node) comes from the launcher: `rmca-run` passes
-//! it in `RMCA_JOB_ID`, `RMCA_JOB_SECRET` and `RMCA_NODE_MAP`; under Hydra or Slurm, rank 0 puts
-//! a random secret and every rank its host name into the KVS, and `init` fences once.
+//! it in `RMCA_JOB_ID`, `RMCA_JOB_SECRET` (or, through a launch agent, its KVS key
+//! [`SECRET_KEY`]), `RMCA_NODE_MAP` and `RMCA_NODE_NAMES`; under Hydra or Slurm, rank 0 puts a
+//! random secret and every rank its host name into the KVS, and `init` fences once. Under Hydra
+//! and Slurm nobody removes `/dev/shm/rmca-<job_id>-*` after a crash: only `rmca-run` does.
+//!
+//! Modex values are binary-safe: hex-encoded and split into chunks of at most the server's
+//! `vallen_max` (1024 under Hydra), stored under `rmca-<rank>-<key>` and `rmca-<rank>-<key>#<i>`.
 //!
 //! Failure semantics: every PMI read has a deadline (`RMCA_MCA_rte_pmi_timeout` seconds,
 //! default 600, `0` = none) and EOF from the launcher is an error, so a rank never hangs on a

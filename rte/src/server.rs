@@ -698,6 +698,124 @@ mod tests {
         assert_eq!(s.disconnect(1), Some((Some(1), true)));
     }
 
+    /// One simulated client: its requests, the reply each expects, and for gets the value.
+    struct Sim {
+        prog: Vec<(OwnedMessage, WireVersion, &'static str, Option<String>)>,
+        pc: usize,
+        waiting: bool,
+        framer: crate::wire::Framer,
+    }
+
+    fn program(r: u32, n: u32) -> Vec<(OwnedMessage, WireVersion, &'static str, Option<String>)> {
+        let v2 = r % 2 == 1;
+        let w = if v2 { WireVersion::V2 } else { WireVersion::V1 };
+        let mut p = vec![(
+            OwnedMessage::new("init").with("pmi_version", if v2 { 2 } else { 1 }),
+            WireVersion::V1,
+            "response_to_init",
+            None,
+        )];
+        let (put, put_r, bar, bar_r, get, get_r, fin_r) = if v2 {
+            (
+                "kvs-put",
+                "kvs-put-response",
+                "kvs-fence",
+                "kvs-fence-response",
+                "kvs-get",
+                "kvs-get-response",
+                "finalize-response",
+            )
+        } else {
+            (
+                "put",
+                "put_result",
+                "barrier_in",
+                "barrier_out",
+                "get",
+                "get_result",
+                "finalize_ack",
+            )
+        };
+        p.push((
+            OwnedMessage::new(put)
+                .with("key", format!("k{r}"))
+                .with("value", format!("v{r}")),
+            w,
+            put_r,
+            None,
+        ));
+        p.push((OwnedMessage::new(bar), w, bar_r, None));
+        for q in 0..n {
+            p.push((
+                OwnedMessage::new(get).with("key", format!("k{q}")),
+                w,
+                get_r,
+                Some(format!("v{q}")),
+            ));
+        }
+        p.push((OwnedMessage::new(bar), w, bar_r, None));
+        p.push((OwnedMessage::new("finalize"), w, fin_r, None));
+        p
+    }
+
+    proptest::proptest! {
+        /// Whatever the interleaving of ranks (mixing PMI-1 and PMI-2) and however their bytes
+        /// are split, every fence completes, every get after a fence sees every put before it,
+        /// and nothing is dropped.
+        #[test]
+        fn random_interleavings_complete_every_fence(n in 1u32..6, seed in proptest::prelude::any::<u64>(), split in 1usize..48) {
+            let mut s = server(n);
+            let mut sims: Vec<Sim> = (0..n)
+                .map(|r| Sim { prog: program(r, n), pc: 0, waiting: false, framer: crate::wire::Framer::new() })
+                .collect();
+            for r in 0..n {
+                s.connect(r as u64, Some(r));
+            }
+            let mut rng = seed | 1;
+            let mut finalized = 0;
+            for _ in 0..10_000 {
+                let runnable: Vec<usize> = (0..n as usize)
+                    .filter(|&i| !sims[i].waiting && sims[i].pc < sims[i].prog.len())
+                    .collect();
+                if runnable.is_empty() {
+                    break;
+                }
+                rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+                let i = runnable[(rng % runnable.len() as u64) as usize];
+                let (m, w, _, _) = &sims[i].prog[sims[i].pc];
+                let bytes = m.encode(*w);
+                sims[i].waiting = true;
+                for chunk in bytes.chunks(split) {
+                    s.handle_input(i as u64, chunk);
+                }
+                while let Some((c, b)) = s.poll_transmit() {
+                    let sim = &mut sims[c as usize];
+                    sim.framer.push(&b);
+                    while let Some(fr) = sim.framer.next_frame() {
+                        let fr = fr.unwrap();
+                        let msg = fr.parse().unwrap();
+                        let (_, _, want, val) = &sim.prog[sim.pc];
+                        proptest::prop_assert_eq!(&*msg.cmd, *want);
+                        if let Some(v) = val {
+                            proptest::prop_assert_eq!(msg.get("value"), Some(v.as_str()));
+                        }
+                        sim.pc += 1;
+                        sim.waiting = false;
+                    }
+                }
+                while let Some(e) = s.poll_event() {
+                    if matches!(e, ServerEvent::Finalized { .. }) {
+                        finalized += 1;
+                    }
+                    proptest::prop_assert!(!matches!(e, ServerEvent::Close { .. }), "{:?}", e);
+                }
+            }
+            proptest::prop_assert!(sims.iter().all(|x| x.pc == x.prog.len()), "a rank never finished");
+            proptest::prop_assert_eq!(finalized, n);
+            proptest::prop_assert_eq!(s.dropped(), 0);
+        }
+    }
+
     #[test]
     fn process_mapping_formats() {
         assert_eq!(

@@ -30,7 +30,7 @@ fn self_send_and_zero_byte_messages() {
 fn large_messages_with_and_without_single_copy() {
     p2p(2, "large", &[]);
     // Without GET the rendezvous falls back to the pipelined copy protocol.
-    p2p(2, "large", &[("btl_shm_cma", "false")]);
+    p2p(2, "large", &[("btl_shm_single_copy", "off")]);
 }
 
 #[test]

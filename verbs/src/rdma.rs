@@ -62,8 +62,53 @@ fn mtu_bytes(m: ibv_mtu::Type) -> u32 {
     }
 }
 
+/// Depth accounting of one work queue. libibverbs providers may accept more WRs than the
+/// depth they report (or round it up), so the depth is enforced here: each posted WR carries
+/// its sequence number as the verbs `wr_id`, and a completion of sequence `s` retires every
+/// earlier WR of the queue (work queues complete in order), unsignalled ones included.
+#[derive(Debug, Default)]
+struct Ring {
+    posted: u64,
+    done: u64,
+    depth: u32,
+    ids: std::collections::VecDeque<u64>,
+}
+
+impl Ring {
+    fn post(&mut self, user: u64) -> Result<u64> {
+        if self.posted - self.done >= u64::from(self.depth) {
+            return Err(Error::QueueFull { depth: self.depth });
+        }
+        self.posted += 1;
+        self.ids.push_back(user);
+        Ok(self.posted - 1)
+    }
+    fn unpost(&mut self) {
+        self.posted -= 1;
+        self.ids.pop_back();
+    }
+    fn complete(&mut self, seq: u64) -> Option<u64> {
+        if seq < self.done || seq >= self.posted {
+            return None;
+        }
+        let k = (seq - self.done) as usize;
+        let user = self.ids[k];
+        self.ids.drain(..=k);
+        self.done = seq + 1;
+        Some(user)
+    }
+}
+
+#[derive(Debug, Default)]
+struct QpRings {
+    send: Mutex<Ring>,
+    recv: Mutex<Ring>,
+    srq: bool,
+}
+
 /// An open device.
 pub(crate) struct Ctx {
+    rings: Mutex<std::collections::HashMap<u32, Arc<QpRings>>>,
     ctx: *mut ibv_context,
     port: u8,
     gid_index: u8,
@@ -180,6 +225,7 @@ impl Ctx {
             max_msg_size: u64::from(pattr.max_msg_sz),
         };
         Ok(Arc::new(Self {
+            rings: Mutex::new(std::collections::HashMap::new()),
             ctx,
             port: cfg.port,
             gid_index: cfg.gid_index,
@@ -230,7 +276,7 @@ impl Ctx {
             return Err(last_err("ibv_create_cq"));
         }
         Ok(Arc::new(Cq {
-            _ctx: self.clone(),
+            ctx: self.clone(),
             cq,
         }))
     }
@@ -438,7 +484,33 @@ impl Pd {
         if qp.is_null() {
             return Err(last_err("ibv_create_qp"));
         }
+        let caps = QpCaps {
+            max_send_wr: a.cap.max_send_wr,
+            max_recv_wr: a.cap.max_recv_wr,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+            max_inline_data: a.cap.max_inline_data,
+        };
+        let rings = Arc::new(QpRings {
+            send: Mutex::new(Ring {
+                depth: caps.max_send_wr,
+                ..Default::default()
+            }),
+            recv: Mutex::new(Ring {
+                depth: caps.max_recv_wr,
+                ..Default::default()
+            }),
+            srq: srq.is_some(),
+        });
+        // SAFETY: qp was just created.
+        let qpn = unsafe { (*qp).qp_num };
+        self.ctx
+            .rings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(qpn, rings.clone());
         Ok(Qp {
+            rings,
             pd: self.clone(),
             _cqs: (scq.clone(), rcq.clone()),
             _srq: srq,
@@ -446,13 +518,7 @@ impl Pd {
             qp_type: init.qp_type,
             qkey: init.qkey,
             // The provider wrote the actual (possibly rounded-up) capacities back.
-            caps: QpCaps {
-                max_send_wr: a.cap.max_send_wr,
-                max_recv_wr: a.cap.max_recv_wr,
-                max_send_sge: a.cap.max_send_sge,
-                max_recv_sge: a.cap.max_recv_sge,
-                max_inline_data: a.cap.max_inline_data,
-            },
+            caps,
             state: Mutex::new(QpState::Reset),
             rc_params: Mutex::new(RcParams::default()),
         })
@@ -517,7 +583,7 @@ impl Drop for Mr {
 
 /// Completion queue.
 pub(crate) struct Cq {
-    _ctx: Arc<Ctx>,
+    ctx: Arc<Ctx>,
     cq: *mut ibv_cq,
 }
 
@@ -570,10 +636,24 @@ impl Cq {
                     cq: unsafe { (*self.cq).handle },
                 });
             }
+            let rings = self.ctx.rings.lock().unwrap_or_else(|p| p.into_inner());
             for w in &wcs[..n as usize] {
                 let with_imm = w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
+                let is_recv = w.opcode & ibv_wc_opcode::IBV_WC_RECV != 0;
+                let wr_id = match rings.get(&w.qp_num) {
+                    Some(r) if is_recv && r.srq => Some(w.wr_id),
+                    Some(r) => {
+                        let ring = if is_recv { &r.recv } else { &r.send };
+                        ring.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .complete(w.wr_id)
+                    }
+                    None => None,
+                };
+                // A completion of a QP destroyed meanwhile has no owner any more.
+                let Some(wr_id) = wr_id else { continue };
                 out[done] = Wc {
-                    wr_id: w.wr_id,
+                    wr_id,
                     status: status_of(w.status),
                     opcode: match w.opcode {
                         ibv_wc_opcode::IBV_WC_SEND => WcOpcode::Send,
@@ -591,6 +671,7 @@ impl Cq {
                 };
                 done += 1;
             }
+            drop(rings);
             if (n as usize) < want {
                 break;
             }
@@ -718,6 +799,7 @@ pub(crate) struct Qp {
     caps: QpCaps,
     state: Mutex<QpState>,
     rc_params: Mutex<RcParams>,
+    rings: Arc<QpRings>,
 }
 
 // SAFETY: verbs objects are thread-safe.
@@ -735,6 +817,12 @@ impl std::fmt::Debug for Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        self.pd
+            .ctx
+            .rings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.qp_num());
         // SAFETY: created once, destroyed once; CQs/SRQ/PD outlive it (fields dropped after).
         unsafe { ibv_destroy_qp(self.qp) };
     }
@@ -973,10 +1061,15 @@ impl Qp {
             (QpType::Rc, Some(_)) => return Err(Error::InvalidWr("UD destination on an RC QP")),
             (QpType::Rc, None) => {}
         }
+        let mut ring = self.rings.send.lock().unwrap_or_else(|p| p.into_inner());
+        w.wr_id = ring.post(wr.wr_id)?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: qp alive; w, its SGEs and the AH live across the call; the provider copies
         // the WR (and inline data) before returning.
         let rc = unsafe { ibv_post_send(self.qp, &mut w, &mut bad) };
+        if rc != 0 {
+            ring.unpost();
+        }
         match rc {
             0 => Ok(()),
             libc::ENOMEM => Err(Error::QueueFull {
@@ -996,9 +1089,14 @@ impl Qp {
         w.wr_id = wr.wr_id;
         w.sg_list = sg.as_mut_ptr();
         w.num_sge = sg.len() as i32;
+        let mut ring = self.rings.recv.lock().unwrap_or_else(|p| p.into_inner());
+        w.wr_id = ring.post(wr.wr_id)?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: qp alive; w and SGEs live across the call.
         let rc = unsafe { ibv_post_recv(self.qp, &mut w, &mut bad) };
+        if rc != 0 {
+            ring.unpost();
+        }
         match rc {
             0 => Ok(()),
             libc::ENOMEM => Err(Error::QueueFull {

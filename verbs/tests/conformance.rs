@@ -106,6 +106,7 @@ fn rc_pair(cq_depth: u32, caps: QpCaps, p: RcParams) -> (Side, Qp, Side, Qp) {
 
 /// Polls until `n` completions arrived on `cqs[0]`; the other CQs are polled with an empty
 /// buffer, which drives their QPs (soft provider progress) without consuming completions.
+#[track_caller]
 fn wait(cqs: &[&Cq], n: usize) -> Vec<Wc> {
     let end = Instant::now() + deadline();
     let mut got = Vec::new();

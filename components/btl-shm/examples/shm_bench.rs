@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use rmca_btl_shm::{sys, SHM};
 use rmca_framework::btl::{
-    Btl, BtlComponent, BtlEvents, BtlFlags, CompletionToken, MemAccess, ModexRead, RemoteSegment, SendError,
-    SendHint,
+    Btl, BtlComponent, BtlEvents, BtlFlags, CompletionToken, MemAccess, ModexRead, RemoteSegment,
+    SendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, InitContext};
@@ -29,6 +29,7 @@ const DIR_ENV: &str = "RMCA_SHM_BENCH_DIR";
 const JOB_ENV: &str = "RMCA_SHM_BENCH_JOB";
 const TAG: u8 = 0x40;
 const TAG_ACK: u8 = 0x41;
+const TAG_BARRIER: u8 = 0x42;
 const MIB: usize = 1 << 20;
 
 struct FileModex {
@@ -40,7 +41,8 @@ impl ModexWrite for FileModex {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
         let tmp = self.dir.join(format!("{}.{key}.tmp", self.rank));
         std::fs::write(&tmp, value).map_err(|e| ModexError::Rte(e.to_string()))?;
-        std::fs::rename(&tmp, self.dir.join(format!("{}.{key}", self.rank))).map_err(|e| ModexError::Rte(e.to_string()))
+        std::fs::rename(&tmp, self.dir.join(format!("{}.{key}", self.rank)))
+            .map_err(|e| ModexError::Rte(e.to_string()))
     }
 }
 
@@ -63,8 +65,12 @@ impl ModexRead for FileModex {
 struct Ev {
     got: u64,
     acks: u64,
+    barriers: u64,
     last: [u8; 16],
     rdma: u64,
+    /// When not empty, data fragments are copied in here (wrapping), as a PML's receive would.
+    sink: Vec<u8>,
+    sink_off: usize,
 }
 
 impl BtlEvents for Ev {
@@ -74,9 +80,20 @@ impl BtlEvents for Ev {
             self.acks += 1;
             return;
         }
+        if tag == TAG_BARRIER {
+            self.barriers += 1;
+            return;
+        }
         self.got += 1;
         let n = data.len().min(16);
         self.last[..n].copy_from_slice(&data[..n]);
+        if !self.sink.is_empty() && data.len() > 16 {
+            if self.sink_off + data.len() > self.sink.len() {
+                self.sink_off = 0;
+            }
+            self.sink[self.sink_off..self.sink_off + data.len()].copy_from_slice(data);
+            self.sink_off += data.len();
+        }
     }
     fn rdma_complete(&mut self, _token: CompletionToken, result: Result<(), SendError>) {
         result.expect("CMA get failed");
@@ -91,13 +108,17 @@ struct Rank0or1 {
     btl: Box<dyn Btl>,
     ev: Ev,
     peer: Rank,
+    generation: u64,
 }
 
 impl Rank0or1 {
     #[inline]
     fn send(&mut self, tag: u8, header: &[u8], payload: &[u8]) {
         loop {
-            match self.btl.send(self.peer, tag, header, payload, SendHint::default()) {
+            match self
+                .btl
+                .send(self.peer, tag, header, payload, SendHint::default())
+            {
                 Ok(()) => return,
                 Err(SendError::WouldBlock) => {
                     self.btl.progress(&mut self.ev);
@@ -117,11 +138,14 @@ impl Rank0or1 {
             self.btl.progress(&mut self.ev);
         }
     }
-    /// Both ranks meet here (each sends one ack and waits for the other's).
+    /// Both ranks meet here. Counted by generation: the peer may leave the barrier and enter
+    /// the next one before we have even seen its first message.
     fn barrier(&mut self) {
-        let target = self.ev.acks + 1;
-        self.send(TAG_ACK, &[], &[]);
-        self.wait_acks(target);
+        self.generation += 1;
+        self.send(TAG_BARRIER, &[], &[]);
+        while self.ev.barriers < self.generation {
+            self.btl.progress(&mut self.ev);
+        }
     }
 }
 
@@ -137,18 +161,31 @@ fn setup(rank: Rank, dir: &Path, job_id: &str) -> Rank0or1 {
     let mut specs = Vec::new();
     SHM.register_params(&mut ParamRegistrar::new("btl", "shm", &mut specs));
     // Honour RMCA_MCA_btl_shm_* from the environment so sizes can be tuned from the shell.
-    let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("RMCA_MCA_btl_shm_")).collect();
-    let params = ParamStore::resolve(specs, &RawSources::from_parts(None, None, false, env, vec![]).unwrap())
-        .unwrap_or_else(|e| panic!("parameters: {e:?}"));
+    let env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("RMCA_MCA_btl_shm_"))
+        .collect();
+    let params = ParamStore::resolve(
+        specs,
+        &RawSources::from_parts(None, None, false, env, vec![]).unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("parameters: {e:?}"));
     let mem = MemoryAccounting::new();
-    let mut modex = FileModex { dir: dir.to_owned(), rank };
+    let mut modex = FileModex {
+        dir: dir.to_owned(),
+        rank,
+    };
     let mut btls = {
         let mut ctx = InitContext::new(&job, &params, &mem, &mut modex);
         SHM.init(&mut ctx).expect("init")
     };
     let mut btl = btls.pop().expect("one module");
     btl.add_procs(&job.procs(), &modex).expect("add_procs");
-    Rank0or1 { btl, ev: Ev::default(), peer: 1 - rank }
+    Rank0or1 {
+        btl,
+        ev: Ev::default(),
+        peer: 1 - rank,
+        generation: 0,
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -160,15 +197,24 @@ struct Stat {
 
 fn stat(mut v: Vec<f64>) -> Stat {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Stat { median: v[v.len() / 2], min: v[0], max: v[v.len() - 1] }
+    Stat {
+        median: v[v.len() / 2],
+        min: v[0],
+        max: v[v.len() - 1],
+    }
 }
 
 fn json(s: Stat) -> String {
-    format!("{{\"median\":{:.4},\"min\":{:.4},\"max\":{:.4}}}", s.median, s.min, s.max)
+    format!(
+        "{{\"median\":{:.4},\"min\":{:.4},\"max\":{:.4}}}",
+        s.median, s.min, s.max
+    )
 }
 
 fn run(rank: Rank, dir: &Path, job_id: &str, quick: bool) {
-    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     if ncpu >= 2 {
         if let Err(e) = sys::bind_to_cpu(rank as usize) {
             eprintln!("rank {rank}: cannot bind to CPU {rank}: {e}");
@@ -197,8 +243,9 @@ fn run(rank: Rank, dir: &Path, job_id: &str, quick: bool) {
         let payload = vec![1u8; size];
         let mut samples = Vec::new();
         for run_no in 0..=runs {
-            r.barrier();
+            // Read the count before the barrier: the peer may send right after it.
             let base = r.ev.got;
+            r.barrier();
             let t0 = Instant::now();
             for i in 0..iters {
                 if rank == 0 {
@@ -223,8 +270,9 @@ fn run(rank: Rank, dir: &Path, job_id: &str, quick: bool) {
         let n = 1_000_000 / scale as u64;
         let mut samples = Vec::new();
         for run_no in 0..=runs {
-            r.barrier();
+            // Read the count before the barrier: the peer may send right after it.
             let base = r.ev.got;
+            r.barrier();
             let t0 = Instant::now();
             if rank == 0 {
                 let acks = r.ev.acks;
@@ -240,94 +288,153 @@ fn run(rank: Rank, dir: &Path, job_id: &str, quick: bool) {
                 samples.push(n as f64 / t0.elapsed().as_secs_f64() / 1e6);
             }
         }
-        results.push(("msgrate_8B_Mps".into(), stat(samples), "million fragments/s"));
+        results.push((
+            "msgrate_8B_Mps".into(),
+            stat(samples),
+            "million fragments/s",
+        ));
     }
 
-    phase("bandwidth (rings)");
-    // 3. Bandwidth through the rings: 1 MiB messages cut in max_send_size fragments.
-    {
-        let msgs = 200 / scale as u64;
-        let frags_per_msg = MIB.div_ceil(max_send) as u64;
-        let data = vec![7u8; max_send];
-        let mut samples = Vec::new();
-        for run_no in 0..=runs {
-            r.barrier();
-            let base = r.ev.got;
-            let t0 = Instant::now();
-            if rank == 0 {
-                let acks = r.ev.acks;
-                for _ in 0..msgs {
-                    let mut left = MIB;
-                    while left > 0 {
-                        let n = left.min(max_send);
-                        r.send(TAG, &[], &data[..n]);
-                        left -= n;
-                    }
-                }
-                r.wait_acks(acks + 1);
-            } else {
-                r.wait_got(base + msgs * frags_per_msg);
-                r.send(TAG_ACK, &[], &[]);
-            }
-            if run_no > 0 {
-                samples.push((msgs as usize * MIB) as f64 / t0.elapsed().as_secs_f64() / 1e9);
-            }
-        }
-        results.push(("bw_copy_1MiB_GBps".into(), stat(samples), "GB/s (rings, 2 copies)"));
-    }
-
-    phase("bandwidth (CMA)");
-    // 4. 1 MiB by rendezvous + CMA get, window of 64 messages (OSU bw style). Rank 0 sends.
-    if r.btl.attributes().flags.contains(BtlFlags::GET) {
-        let window = 64u64;
-        let windows = (20 / scale.min(20)) as u64;
-        let src = vec![3u8; MIB];
-        let mut dst = vec![0u8; MIB];
-        let reg = r.btl.register_mem(UserBuf::from_slice(&src), MemAccess { remote_read: true, remote_write: false }).unwrap();
-        let mut samples = Vec::new();
-        for run_no in 0..=runs {
-            r.barrier();
-            let t0 = Instant::now();
-            let base = r.ev.got;
-            for w in 0..windows {
+    for &msg in &[MIB, 8 * MIB] {
+        let label = format!("{}MiB", msg / MIB);
+        let msgs = ((200 * MIB / msg) / scale).max(2) as u64;
+        phase(&format!("bandwidth {label} (rings)"));
+        // 3. Through the rings: messages cut in max_send_size fragments; the receiver copies
+        //    each fragment into its message buffer (copy-in/copy-out, as a PML would).
+        {
+            let frags_per_msg = msg.div_ceil(max_send) as u64;
+            let data = vec![7u8; max_send];
+            r.ev.sink = vec![0u8; msg];
+            let mut samples = Vec::new();
+            for run_no in 0..=runs {
+                let base = r.ev.got;
+                r.barrier();
+                let t0 = Instant::now();
                 if rank == 0 {
-                    for _ in 0..window {
-                        r.send(TAG, &(src.as_ptr() as u64).to_le_bytes(), &reg.remote_key);
-                    }
-                    r.wait_got(base + (w + 1) * window); // FINs
-                } else {
-                    for i in 0..window {
-                        r.wait_got(base + w * window + i + 1);
-                        let addr = u64::from_le_bytes(r.ev.last[..8].try_into().unwrap());
-                        let key = r.ev.last[8..16].to_vec();
-                        let seg = RemoteSegment { addr, len: MIB, remote_key: key };
-                        let before = r.ev.rdma;
-                        r.btl.get(0, UserBuf::from_mut_slice(&mut dst), &seg, CompletionToken(i)).unwrap();
-                        while r.ev.rdma == before {
-                            r.btl.progress(&mut r.ev);
+                    let acks = r.ev.acks;
+                    for _ in 0..msgs {
+                        let mut left = msg;
+                        while left > 0 {
+                            let n = left.min(max_send);
+                            r.send(TAG, &[], &data[..n]);
+                            left -= n;
                         }
-                        r.send(TAG, &[], &[0u8; 8]); // FIN
                     }
+                    r.wait_acks(acks + 1);
+                } else {
+                    r.wait_got(base + msgs * frags_per_msg);
+                    r.send(TAG_ACK, &[], &[]);
+                }
+                if run_no > 0 {
+                    samples.push((msgs as usize * msg) as f64 / t0.elapsed().as_secs_f64() / 1e9);
                 }
             }
-            if run_no > 0 {
-                samples.push((windows * window) as f64 * MIB as f64 / t0.elapsed().as_secs_f64() / 1e9);
-            }
+            assert!(
+                rank == 0 || r.ev.sink.iter().all(|&b| b == 7),
+                "copy path delivered wrong bytes"
+            );
+            r.ev.sink = Vec::new();
+            results.push((
+                format!("bw_copy_{label}_GBps"),
+                stat(samples),
+                "GB/s (rings, copy in + copy out)",
+            ));
         }
-        assert!(rank == 0 || dst.iter().all(|&b| b == 3));
-        results.push(("bw_cma_get_1MiB_GBps".into(), stat(samples), "GB/s (RTS + CMA get + FIN)"));
-    } else if rank == 0 {
-        println!("CMA not permitted here: no single-copy figure");
+
+        // 4. By rendezvous + CMA get, window of 16 messages (OSU bw style). Rank 0 sends.
+        if r.btl.attributes().flags.contains(BtlFlags::GET) {
+            phase(&format!("bandwidth {label} (CMA)"));
+            let window = 16u64;
+            let windows = msgs.div_ceil(window);
+            let src = vec![3u8; msg];
+            let mut dst = vec![0u8; msg];
+            let reg = r
+                .btl
+                .register_mem(
+                    UserBuf::from_slice(&src),
+                    MemAccess {
+                        remote_read: true,
+                        remote_write: false,
+                    },
+                )
+                .unwrap();
+            let mut samples = Vec::new();
+            for run_no in 0..=runs {
+                let base = r.ev.got;
+                r.barrier();
+                let t0 = Instant::now();
+                for w in 0..windows {
+                    if rank == 0 {
+                        for _ in 0..window {
+                            r.send(TAG, &(src.as_ptr() as u64).to_le_bytes(), &reg.remote_key);
+                        }
+                        r.wait_got(base + (w + 1) * window); // FINs
+                    } else {
+                        for i in 0..window {
+                            r.wait_got(base + w * window + i + 1);
+                            let addr = u64::from_le_bytes(r.ev.last[..8].try_into().unwrap());
+                            let key = r.ev.last[8..16].to_vec();
+                            let seg = RemoteSegment {
+                                addr,
+                                len: msg,
+                                remote_key: key,
+                            };
+                            let before = r.ev.rdma;
+                            r.btl
+                                .get(
+                                    0,
+                                    UserBuf::from_mut_slice(&mut dst),
+                                    &seg,
+                                    CompletionToken(i),
+                                )
+                                .unwrap();
+                            while r.ev.rdma == before {
+                                r.btl.progress(&mut r.ev);
+                            }
+                            r.send(TAG, &[], &[0u8; 8]); // FIN
+                        }
+                    }
+                }
+                if run_no > 0 {
+                    samples.push(
+                        (windows * window) as f64 * msg as f64 / t0.elapsed().as_secs_f64() / 1e9,
+                    );
+                }
+            }
+            assert!(
+                rank == 0 || dst.iter().all(|&b| b == 3),
+                "CMA delivered wrong bytes"
+            );
+            results.push((
+                format!("bw_cma_get_{label}_GBps"),
+                stat(samples),
+                "GB/s (RTS + CMA get + FIN)",
+            ));
+        } else if rank == 0 {
+            println!("CMA not permitted here: no single-copy figure");
+        }
     }
     r.barrier();
 
     if rank == 0 {
-        println!("btl-shm raw BTL, 2 processes, {} runs each (median [min..max])", runs);
+        println!(
+            "btl-shm raw BTL, 2 processes, {} runs each (median [min..max])",
+            runs
+        );
         for (name, s, unit) in &results {
-            println!("  {name:<24} {:>9.4} [{:.4}..{:.4}] {unit}", s.median, s.min, s.max);
+            println!(
+                "  {name:<24} {:>9.4} [{:.4}..{:.4}] {unit}",
+                s.median, s.min, s.max
+            );
         }
-        let fields: Vec<String> = results.iter().map(|(n, s, _)| format!("\"{n}\":{}", json(*s))).collect();
-        println!("{{\"bench\":\"btl-shm\",\"runs\":{runs},{}}}", fields.join(","));
+        let fields: Vec<String> = results
+            .iter()
+            .map(|(n, s, _)| format!("\"{n}\":{}", json(*s)))
+            .collect();
+        println!(
+            "{{\"bench\":\"btl-shm\",\"runs\":{runs},{}}}",
+            fields.join(",")
+        );
     }
     r.btl.finalize();
 }
@@ -339,7 +446,10 @@ fn main() {
         run(1, &dir, &std::env::var(JOB_ENV).unwrap(), quick);
         return;
     }
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     let job_id = format!("b{}x{nanos}", std::process::id());
     let dir = std::env::temp_dir().join(format!("rmca-shm-bench-{job_id}"));
     std::fs::create_dir_all(&dir).unwrap();

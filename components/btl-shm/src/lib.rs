@@ -95,6 +95,16 @@ impl Component for ShmComponent {
                 .level(Level::Tuning),
         );
         params.add(
+            Param::size("single_copy_min", ShmConfig::DEFAULT.single_copy_min as u64)
+                .help(
+                    "Messages shorter than this go through the rings (copy-in/copy-out) even when CMA \
+                     works: on virtual machines process_vm_readv pins pages one call at a time and \
+                     is several times slower than two pipelined memcpys (measure with the shm_bench \
+                     example). 0 lets the PML use CMA for every rendezvous.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
             Param::int("latency", i64::from(ShmConfig::DEFAULT.latency_ns))
                 .range(1, 1_000_000)
                 .help("Estimated one-way latency in nanoseconds, used by the BML to order BTLs.")
@@ -135,6 +145,7 @@ impl ShmConfig {
             max_send_size: usize::try_from(get("max_send_size")?).unwrap_or(usize::MAX),
             eager_limit: usize::try_from(get("eager_limit")?).unwrap_or(usize::MAX),
             single_copy: mode,
+            single_copy_min: usize::try_from(get("single_copy_min")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
             bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
         };

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use rmca_btl_shm::SHM;
 use rmca_framework::btl::{
-    Btl, BtlComponent, BtlEvents, BtlFlags, CompletionToken, MemAccess, ModexRead, RemoteSegment, SendError, SendHint,
+    Btl, BtlComponent, BtlEvents, BtlFlags, CompletionToken, MemAccess, ModexRead, RemoteSegment,
+    SendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, InitContext};
@@ -42,7 +43,8 @@ impl ModexWrite for FileModex {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
         let tmp = self.dir.join(format!("{}.{key}.tmp", self.rank));
         std::fs::write(&tmp, value).map_err(|e| ModexError::Rte(e.to_string()))?;
-        std::fs::rename(&tmp, self.dir.join(format!("{}.{key}", self.rank))).map_err(|e| ModexError::Rte(e.to_string()))
+        std::fs::rename(&tmp, self.dir.join(format!("{}.{key}", self.rank)))
+            .map_err(|e| ModexError::Rte(e.to_string()))
     }
 }
 
@@ -65,10 +67,17 @@ fn params() -> ParamStore {
     SHM.register_params(&mut ParamRegistrar::new("btl", "shm", &mut specs));
     let env = vec![
         ("RMCA_MCA_btl_shm_fifo_size".to_owned(), "16K".to_owned()),
-        ("RMCA_MCA_btl_shm_max_send_size".to_owned(), MAX_SEND.to_string()),
+        (
+            "RMCA_MCA_btl_shm_max_send_size".to_owned(),
+            MAX_SEND.to_string(),
+        ),
         ("RMCA_MCA_btl_shm_eager_limit".to_owned(), "1K".to_owned()),
     ];
-    ParamStore::resolve(specs, &RawSources::from_parts(None, None, false, env, vec![]).unwrap()).unwrap()
+    ParamStore::resolve(
+        specs,
+        &RawSources::from_parts(None, None, false, env, vec![]).unwrap(),
+    )
+    .unwrap()
 }
 
 fn size_of(i: u32) -> usize {
@@ -120,14 +129,24 @@ fn wait_other(btl: &mut dyn Btl, ev: &mut Events, tag: u8) -> Vec<u8> {
             return ev.other.remove(i).1;
         }
         assert!(ev.failed.is_empty(), "peer failed: {:?}", ev.failed);
-        assert!(Instant::now() < deadline, "timed out waiting for tag {tag:#x}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for tag {tag:#x}"
+        );
         if btl.progress(ev) == 0 {
             std::thread::yield_now();
         }
     }
 }
 
-fn send_retry(btl: &mut dyn Btl, ev: &mut Events, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+fn send_retry(
+    btl: &mut dyn Btl,
+    ev: &mut Events,
+    peer: Rank,
+    tag: u8,
+    header: &[u8],
+    payload: &[u8],
+) {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         match btl.send(peer, tag, header, payload, SendHint::default()) {
@@ -143,7 +162,11 @@ fn send_retry(btl: &mut dyn Btl, ev: &mut Events, peer: Rank, tag: u8, header: &
 }
 
 fn counter(btl: &dyn Btl, name: &str) -> u64 {
-    btl.counters().into_iter().find(|(k, _)| k == name).map(|(_, v)| v).unwrap()
+    btl.counters()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .unwrap()
 }
 
 fn leftovers(prefix: &str) -> Vec<String> {
@@ -165,7 +188,10 @@ fn setup(rank: Rank, dir: &Path, job_id: &str) -> (JobInfo, Box<dyn Btl>, FileMo
     };
     let params = params();
     let mem = MemoryAccounting::new();
-    let mut modex = FileModex { dir: dir.to_owned(), rank };
+    let mut modex = FileModex {
+        dir: dir.to_owned(),
+        rank,
+    };
     let mut btls = {
         let mut ctx = InitContext::new(&job, &params, &mem, &mut modex);
         SHM.init(&mut ctx).expect("init")
@@ -186,22 +212,44 @@ fn child(dir: &Path, job_id: &str) {
     std::thread::sleep(Duration::from_millis(300));
     let deadline = Instant::now() + TIMEOUT;
     while ev.next < COUNT {
-        assert!(Instant::now() < deadline, "received only {} fragments", ev.next);
+        assert!(
+            Instant::now() < deadline,
+            "received only {} fragments",
+            ev.next
+        );
         if btl.progress(&mut ev) == 0 {
             std::thread::yield_now(); // CI has 2 cores shared with the sender
         }
     }
-    assert!(leftovers(&job.shm_prefix()).is_empty(), "segments must be unlinked once mapped");
+    assert!(
+        leftovers(&job.shm_prefix()).is_empty(),
+        "segments must be unlinked once mapped"
+    );
     let mut summary = ev.next.to_le_bytes().to_vec();
     summary.extend_from_slice(&ev.bad.to_le_bytes());
     send_retry(&mut *btl, &mut ev, 0, TAG_SUMMARY, &summary, &[]);
 
     // Offer a buffer for a CMA get.
     let src: Vec<u8> = (0..CMA_LEN).map(|k| (k % 251) as u8).collect();
-    let reg = btl.register_mem(UserBuf::from_slice(&src), MemAccess { remote_read: true, remote_write: false }).unwrap();
+    let reg = btl
+        .register_mem(
+            UserBuf::from_slice(&src),
+            MemAccess {
+                remote_read: true,
+                remote_write: false,
+            },
+        )
+        .unwrap();
     let mut offer = (src.as_ptr() as u64).to_le_bytes().to_vec();
     offer.extend_from_slice(&(src.len() as u64).to_le_bytes());
-    send_retry(&mut *btl, &mut ev, 0, TAG_CMA_OFFER, &offer, &reg.remote_key);
+    send_retry(
+        &mut *btl,
+        &mut ev,
+        0,
+        TAG_CMA_OFFER,
+        &offer,
+        &reg.remote_key,
+    );
     let done = wait_other(&mut *btl, &mut ev, TAG_DONE);
     assert_eq!(done, b"ok");
     btl.finalize();
@@ -215,12 +263,20 @@ fn two_processes_exchange() {
         child(&dir, &std::env::var(JOB_ENV).unwrap());
         return;
     }
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     let job_id = format!("t{}x{nanos}", std::process::id());
     let dir = std::env::temp_dir().join(format!("rmca-shm-test-{job_id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let mut proc1 = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "two_processes_exchange", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "two_processes_exchange",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROLE_ENV, "1")
         .env(DIR_ENV, &dir)
         .env(JOB_ENV, &job_id)
@@ -236,31 +292,60 @@ fn two_processes_exchange() {
         send_retry(&mut *btl, &mut ev, 1, TAG_DATA, &header, &payload);
     }
     let summary = wait_other(&mut *btl, &mut ev, TAG_SUMMARY);
-    assert_eq!(u32::from_le_bytes(summary[..4].try_into().unwrap()), COUNT, "fragments received");
-    assert_eq!(u32::from_le_bytes(summary[4..8].try_into().unwrap()), 0, "damaged or out-of-order fragments");
-    assert!(counter(&*btl, "would_block") > 0, "the small ring must have pushed back");
+    assert_eq!(
+        u32::from_le_bytes(summary[..4].try_into().unwrap()),
+        COUNT,
+        "fragments received"
+    );
+    assert_eq!(
+        u32::from_le_bytes(summary[4..8].try_into().unwrap()),
+        0,
+        "damaged or out-of-order fragments"
+    );
+    assert!(
+        counter(&*btl, "would_block") > 0,
+        "the small ring must have pushed back"
+    );
     assert_eq!(counter(&*btl, "frags_sent"), u64::from(COUNT));
 
     let offer = wait_other(&mut *btl, &mut ev, TAG_CMA_OFFER);
     let addr = u64::from_le_bytes(offer[..8].try_into().unwrap());
     let len = u64::from_le_bytes(offer[8..16].try_into().unwrap()) as usize;
-    let remote = RemoteSegment { addr, len, remote_key: offer[16..].to_vec() };
+    let remote = RemoteSegment {
+        addr,
+        len,
+        remote_key: offer[16..].to_vec(),
+    };
     if btl.attributes().flags.contains(BtlFlags::GET) {
         let mut dst = vec![0u8; len];
-        btl.get(1, UserBuf::from_mut_slice(&mut dst), &remote, CompletionToken(77)).unwrap();
+        btl.get(
+            1,
+            UserBuf::from_mut_slice(&mut dst),
+            &remote,
+            CompletionToken(77),
+        )
+        .unwrap();
         let deadline = Instant::now() + TIMEOUT;
         while ev.rdma.is_empty() {
             assert!(Instant::now() < deadline);
             btl.progress(&mut ev);
         }
         assert_eq!(ev.rdma, vec![(CompletionToken(77), Ok(()))]);
-        assert!(dst.iter().enumerate().all(|(k, &v)| v == (k % 251) as u8), "CMA data wrong");
+        assert!(
+            dst.iter().enumerate().all(|(k, &v)| v == (k % 251) as u8),
+            "CMA data wrong"
+        );
         assert_eq!(counter(&*btl, "cma_gets"), 1);
     } else {
         eprintln!("note: CMA not permitted on this machine; checked that get is refused instead");
         let mut dst = vec![0u8; 8];
         assert!(matches!(
-            btl.get(1, UserBuf::from_mut_slice(&mut dst), &remote, CompletionToken(77)),
+            btl.get(
+                1,
+                UserBuf::from_mut_slice(&mut dst),
+                &remote,
+                CompletionToken(77)
+            ),
             Err(SendError::Unsupported(_))
         ));
     }
@@ -270,6 +355,10 @@ fn two_processes_exchange() {
     let status = proc1.wait().unwrap();
     assert!(status.success(), "rank 1 failed: {status}");
     btl.finalize();
-    assert!(leftovers(&job.shm_prefix()).is_empty(), "segment files left: {:?}", leftovers(&job.shm_prefix()));
+    assert!(
+        leftovers(&job.shm_prefix()).is_empty(),
+        "segment files left: {:?}",
+        leftovers(&job.shm_prefix())
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

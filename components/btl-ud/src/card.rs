@@ -66,9 +66,13 @@ impl<T: AsRef<[u8]>> CardPacket<T> {
     pub fn new_checked(buf: T) -> Result<Self, CardError> {
         let b = buf.as_ref();
         if b.len() < FIXED_LEN {
-            return Err(CardError::Truncated { len: b.len(), expected: FIXED_LEN });
+            return Err(CardError::Truncated {
+                len: b.len(),
+                expected: FIXED_LEN,
+            });
         }
-        if b[field::MAGIC] != MAGIC || b[field::VERSION] != CARD_VERSION || b[field::RESERVED] != 0 {
+        if b[field::MAGIC] != MAGIC || b[field::VERSION] != CARD_VERSION || b[field::RESERVED] != 0
+        {
             return Err(CardError::Foreign);
         }
         let p = Self { buf };
@@ -178,7 +182,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn sample() -> CardRepr {
-        CardRepr { provider: 0, mtu: 2048, qkey: 0x1111_2222, addr: vec![7; 26], send_qpns: vec![3, 4, 5, 6] }
+        CardRepr {
+            provider: 0,
+            mtu: 2048,
+            qkey: 0x1111_2222,
+            addr: vec![7; 26],
+            send_qpns: vec![3, 4, 5, 6],
+        }
     }
 
     #[test]
@@ -186,7 +196,10 @@ mod tests {
         let c = sample();
         let b = c.to_bytes();
         assert_eq!(CardRepr::from_bytes(&b).unwrap(), c);
-        assert!(matches!(CardRepr::from_bytes(&b[..b.len() - 1]), Err(CardError::Truncated { .. })));
+        assert!(matches!(
+            CardRepr::from_bytes(&b[..b.len() - 1]),
+            Err(CardError::Truncated { .. })
+        ));
         let mut long = b.clone();
         long.push(0);
         assert_eq!(CardRepr::from_bytes(&long), Err(CardError::Trailing(1)));

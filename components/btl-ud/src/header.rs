@@ -119,7 +119,10 @@ impl FragRepr {
     /// Parse a checked view.
     pub fn parse<T: AsRef<[u8]>>(p: &FragPacket<T>) -> Result<Self, HeaderError> {
         p.check()?;
-        Ok(Self { tag: p.tag(), job_tag: p.job_tag() })
+        Ok(Self {
+            tag: p.tag(),
+            job_tag: p.job_tag(),
+        })
     }
 
     /// Write into the first [`HEADER_LEN`] bytes of `out` (which must be that long).
@@ -156,18 +159,37 @@ mod tests {
     #[test]
     fn emit_parse_roundtrip() {
         let mut b = [0u8; 6];
-        FragRepr { tag: 0x21, job_tag: 0xbeef }.emit(&mut b);
+        FragRepr {
+            tag: 0x21,
+            job_tag: 0xbeef,
+        }
+        .emit(&mut b);
         assert_eq!(b[..4], [0x21, 0x10, 0xbe, 0xef]);
         let p = FragPacket::new_checked(&b[..]).unwrap();
-        assert_eq!(FragRepr::parse(&p).unwrap(), FragRepr { tag: 0x21, job_tag: 0xbeef });
+        assert_eq!(
+            FragRepr::parse(&p).unwrap(),
+            FragRepr {
+                tag: 0x21,
+                job_tag: 0xbeef
+            }
+        );
         assert_eq!(p.payload().len(), 2);
     }
 
     #[test]
     fn rejects_short_and_foreign() {
-        assert_eq!(FragPacket::new_checked(&[1u8, 0x10, 0][..]).unwrap_err(), HeaderError::Truncated(3));
-        assert_eq!(FragPacket::new_checked(&[1u8, 0x20, 0, 0][..]).unwrap_err(), HeaderError::Version(2));
-        assert_eq!(FragPacket::new_checked(&[1u8, 0x11, 0, 0][..]).unwrap_err(), HeaderError::Reserved);
+        assert_eq!(
+            FragPacket::new_checked(&[1u8, 0x10, 0][..]).unwrap_err(),
+            HeaderError::Truncated(3)
+        );
+        assert_eq!(
+            FragPacket::new_checked(&[1u8, 0x20, 0, 0][..]).unwrap_err(),
+            HeaderError::Version(2)
+        );
+        assert_eq!(
+            FragPacket::new_checked(&[1u8, 0x11, 0, 0][..]).unwrap_err(),
+            HeaderError::Reserved
+        );
     }
 
     #[test]

@@ -29,7 +29,9 @@ mod reg;
 pub mod sched;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
-use rmca_framework::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext};
+use rmca_framework::component::{
+    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
+};
 use rmca_framework::params::ParamRegistrar;
 
 pub use config::{ConfigError, ProviderChoice, UdConfig};
@@ -63,7 +65,8 @@ impl Component for UdComponent {
 
 impl BtlComponent for UdComponent {
     fn init(&self, ctx: &mut InitContext<'_>) -> Result<Vec<Box<dyn Btl>>, BtlError> {
-        let cfg = UdConfig::from_params(ctx.params, ctx.job.rank).map_err(|e| BtlError::Other(e.to_string()))?;
+        let cfg = UdConfig::from_params(ctx.params, ctx.job.rank)
+            .map_err(|e| BtlError::Other(e.to_string()))?;
         let btl = UdBtl::open(&cfg, ctx.job, ctx.memory)?;
         ctx.modex_put(MODEX_KEY, &btl.card().to_bytes())
             .map_err(|e| BtlError::Other(format!("btl-ud: publishing the card: {e}")))?;

@@ -4,16 +4,16 @@
 use std::sync::Arc;
 
 use rmca_framework::btl::{
-    exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, MemoryUsage, ModexRead, SendError,
-    SendHint,
+    exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, MemoryUsage, ModexRead,
+    SendError, SendHint,
 };
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::{MemoryAccounting, MemoryCounter};
 use rmca_framework::mpool::PoolBuf;
 use rmca_framework::rank::{ProcInfo, Rank};
 use rmca_verbs::{
-    AccessFlags, Ah, Context, Cq, Pd, ProviderConfig, ProviderKind, Qp, QpCaps, QpInit, QpType, RcParams, RdmaConfig,
-    RecvWr, SendOp, SendWr, SoftConfig, UdDest, Wc, WcStatus, UD_GRH_LEN,
+    AccessFlags, Ah, Context, Cq, Pd, ProviderConfig, ProviderKind, Qp, QpCaps, QpInit, QpType,
+    RcParams, RdmaConfig, RecvWr, SendOp, SendWr, SoftConfig, UdDest, Wc, WcStatus, UD_GRH_LEN,
 };
 use thiserror::Error;
 
@@ -85,7 +85,7 @@ struct Stats {
     drops_completion_error: u64,
     send_errors: u64,
     sends_refused: u64,
-    recv_reposts: u64,
+    recv_posts: u64,
     recv_post_errors: u64,
     cq_errors: u64,
 }
@@ -117,6 +117,9 @@ pub struct UdBtl {
     mtu: usize,
     inline_max: usize,
     wcs: Vec<Wc>,
+    ticks: u32,
+    credits: u64,
+    repost_batch: usize,
     stats: Stats,
     memory: Arc<MemoryCounter>,
 }
@@ -139,10 +142,15 @@ impl UdBtl {
         let kind = resolve_provider(cfg.provider);
         if kind == ProviderKind::Rdma && !cfg.fault.is_none() {
             return Err(UdError::Unsupported(
-                "btl_ud_fault_* parameters need the soft provider (set btl_ud_provider = soft)".into(),
+                "btl_ud_fault_* parameters need the soft provider (set btl_ud_provider = soft)"
+                    .into(),
             ));
         }
-        let mut soft = SoftConfig { bind_addr: cfg.if_addr, ud_fault: cfg.fault, ..SoftConfig::default() };
+        let mut soft = SoftConfig {
+            bind_addr: cfg.if_addr,
+            ud_fault: cfg.fault,
+            ..SoftConfig::default()
+        };
         if let Some(m) = cfg.mtu {
             // The soft "device" MTU is ours to choose; a real device's is only lowered.
             soft.ud_mtu = m;
@@ -150,7 +158,11 @@ impl UdBtl {
         let pcfg = ProviderConfig {
             kind,
             soft,
-            rdma: RdmaConfig { device: cfg.device.clone(), port: cfg.port, gid_index: cfg.gid_index },
+            rdma: RdmaConfig {
+                device: cfg.device.clone(),
+                port: cfg.port,
+                gid_index: cfg.gid_index,
+            },
             job_secret: job.secret.clone(),
         };
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
@@ -158,36 +170,55 @@ impl UdBtl {
         let mtu = match cfg.mtu {
             Some(m) if m > attr.mtu => {
                 return Err(UdError::Unsupported(format!(
-                    "btl_ud_mtu {m} exceeds the device's active MTU of {} bytes (valid: 0 or 256..={})",
-                    attr.mtu, attr.mtu
-                )))
+                "btl_ud_mtu {m} exceeds the device's active MTU of {} bytes (valid: 0 or 256..={})",
+                attr.mtu, attr.mtu
+            )))
             }
             Some(m) => m,
             None => attr.mtu,
         } as usize;
         if mtu <= HEADER_LEN {
-            return Err(UdError::Unsupported(format!("device MTU of {mtu} bytes cannot carry a fragment")));
+            return Err(UdError::Unsupported(format!(
+                "device MTU of {mtu} bytes cannot carry a fragment"
+            )));
         }
         let depth = cfg.send_queue_depth.min(attr.max_qp_wr);
-        let recv_n = cfg.recv_buffers_for(job.size, attr.max_qp_wr.min(attr.max_cqe.saturating_sub(16)));
+        let recv_n = cfg.recv_buffers_for(
+            job.size,
+            attr.max_qp_wr.min(attr.max_cqe.saturating_sub(16)),
+        );
         let inline_max = (cfg.max_inline.min(attr.max_inline) as usize).min(mtu);
 
         let pd = ctx.alloc_pd().map_err(verbs("alloc PD"))?;
         let send_cq_depth = (cfg.send_qps as u32 * depth + 16).min(attr.max_cqe);
-        let send_cq = ctx.create_cq(send_cq_depth).map_err(verbs("create send CQ"))?;
-        let recv_cq = ctx.create_cq((recv_n as u32 + 16).min(attr.max_cqe)).map_err(verbs("create receive CQ"))?;
+        let send_cq = ctx
+            .create_cq(send_cq_depth)
+            .map_err(verbs("create send CQ"))?;
+        let recv_cq = ctx
+            .create_cq((recv_n as u32 + 16).min(attr.max_cqe))
+            .map_err(verbs("create receive CQ"))?;
         let counter = memory.counter("btl.ud");
-        let recv_pool = RegisteredPool::new(&pd, UD_GRH_LEN + mtu, recv_n, AccessFlags::LOCAL_WRITE, counter.clone())
-            .map_err(verbs("register receive pool"))?;
+        let recv_pool = RegisteredPool::new(
+            &pd,
+            UD_GRH_LEN + mtu,
+            recv_n,
+            AccessFlags::LOCAL_WRITE,
+            counter.clone(),
+        )
+        .map_err(verbs("register receive pool"))?;
         let send_n = cfg.send_qps * depth as usize;
-        let send_pool = RegisteredPool::new(&pd, mtu, send_n, AccessFlags::LOCAL_WRITE, counter.clone())
-            .map_err(verbs("register send pool"))?;
+        let send_pool =
+            RegisteredPool::new(&pd, mtu, send_n, AccessFlags::LOCAL_WRITE, counter.clone())
+                .map_err(verbs("register send pool"))?;
 
         let qkey = cfg.qkey;
         let recv_qp = pd
             .create_qp(QpInit {
                 qp_type: QpType::Ud,
-                send_cq: &send_cq,
+                // The receive QP never sends: keep it off the send CQ so that polling one CQ
+                // only drives the QPs that can complete on it (the soft provider polls each
+                // attached QP's socket).
+                send_cq: &recv_cq,
                 recv_cq: &recv_cq,
                 srq: None,
                 caps: QpCaps {
@@ -200,14 +231,17 @@ impl UdBtl {
                 qkey,
             })
             .map_err(verbs("create receive QP"))?;
-        recv_qp.modify_to_init().map_err(verbs("receive QP to INIT"))?;
+        recv_qp
+            .modify_to_init()
+            .map_err(verbs("receive QP to INIT"))?;
         let mut send_qps = Vec::with_capacity(cfg.send_qps);
         for _ in 0..cfg.send_qps {
             let qp = pd
                 .create_qp(QpInit {
                     qp_type: QpType::Ud,
                     send_cq: &send_cq,
-                    recv_cq: &recv_cq,
+                    // Send QPs never get a receive posted.
+                    recv_cq: &send_cq,
                     srq: None,
                     caps: QpCaps {
                         max_send_wr: depth,
@@ -219,7 +253,8 @@ impl UdBtl {
                     qkey,
                 })
                 .map_err(verbs("create send QP"))?;
-            qp.connect(None, &RcParams::default()).map_err(verbs("send QP to RTS"))?;
+            qp.connect(None, &RcParams::default())
+                .map_err(verbs("send QP to RTS"))?;
             send_qps.push(qp);
         }
         let card = CardRepr {
@@ -263,13 +298,20 @@ impl UdBtl {
             mtu,
             inline_max,
             wcs: vec![Wc::EMPTY; cfg.poll_batch],
+            ticks: 0,
+            credits: send_n as u64,
+            repost_batch: cfg.repost_batch.min((recv_n / 4).max(1)),
             stats: Stats::default(),
             memory: counter,
         };
         // Post the whole pool before the QP can receive, so early datagrams find buffers.
         btl.refill();
-        btl.recv_qp.modify_to_rtr(None, &RcParams::default()).map_err(verbs("receive QP to RTR"))?;
-        btl.recv_qp.modify_to_rts().map_err(verbs("receive QP to RTS"))?;
+        btl.recv_qp
+            .modify_to_rtr(None, &RcParams::default())
+            .map_err(verbs("receive QP to RTR"))?;
+        btl.recv_qp
+            .modify_to_rts()
+            .map_err(verbs("receive QP to RTS"))?;
         tracing::info!(
             provider = kind.name(),
             mtu,
@@ -307,14 +349,17 @@ impl UdBtl {
         let size = self.recv_pool.buffer_size();
         while let Some(buf) = self.recv_pool.alloc() {
             let sge = self.recv_pool.sge(&buf, size);
-            let wr = RecvWr { wr_id: buf.id(), sges: &[sge] };
+            let wr = RecvWr {
+                wr_id: buf.id(),
+                sges: &[sge],
+            };
             if let Err(e) = self.recv_qp.post_recv(&wr) {
                 self.stats.recv_post_errors += 1;
                 tracing::warn!(error = %e, "btl-ud: posting a receive buffer failed");
                 self.recv_pool.free(buf);
                 return;
             }
-            self.stats.recv_reposts += 1;
+            self.stats.recv_posts += 1;
         }
     }
 
@@ -323,7 +368,9 @@ impl UdBtl {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let Some(buf) = self.send_pool.alloc() else {
             // Cannot happen (one buffer per credit), but never lose the fragment if it does.
-            return Err(rmca_verbs::Error::QueueFull { depth: self.send_pool.capacity() as u32 });
+            return Err(rmca_verbs::Error::QueueFull {
+                depth: self.send_pool.capacity() as u32,
+            });
         };
         {
             let b = self.send_pool.bytes_mut(&buf);
@@ -347,7 +394,11 @@ impl UdBtl {
             sges: &sges,
             signaled: true,
             inline,
-            ud: Some(UdDest { ah: &p.ah, remote_qpn: p.qpn, remote_qkey: p.qkey }),
+            ud: Some(UdDest {
+                ah: &p.ah,
+                remote_qpn: p.qpn,
+                remote_qkey: p.qkey,
+            }),
         };
         match self.send_qps[qp].post_send(&wr) {
             Ok(()) => {
@@ -400,7 +451,8 @@ impl UdBtl {
                     self.sched.complete(qp);
                 }
                 if wc.wr_id & WR_INLINE == 0 {
-                    self.send_pool.free(PoolBuf::from_id(wc.wr_id & (WR_INLINE - 1)));
+                    self.send_pool
+                        .free(PoolBuf::from_id(wc.wr_id & (WR_INLINE - 1)));
                 }
                 if wc.status != WcStatus::Success {
                     self.stats.send_errors += 1;
@@ -446,7 +498,12 @@ impl UdBtl {
         for i in 0..n {
             let wc = self.wcs[i];
             let buf = PoolBuf::from_id(wc.wr_id);
-            let meta = RecvMeta { ok: wc.is_ok(), byte_len: wc.byte_len, imm: wc.imm, src_qp: wc.src_qp };
+            let meta = RecvMeta {
+                ok: wc.is_ok(),
+                byte_len: wc.byte_len,
+                imm: wc.imm,
+                src_qp: wc.src_qp,
+            };
             let data = self.recv_pool.bytes(&buf);
             match classify(meta, data, UD_GRH_LEN, self.job_tag, &self.sources) {
                 Ok(d) => {
@@ -457,7 +514,12 @@ impl UdBtl {
                     delivered += 1;
                 }
                 Err(reason) => {
-                    tracing::debug!(?reason, src_qp = wc.src_qp, len = wc.byte_len, "btl-ud: datagram dropped");
+                    tracing::debug!(
+                        ?reason,
+                        src_qp = wc.src_qp,
+                        len = wc.byte_len,
+                        "btl-ud: datagram dropped"
+                    );
                     let s = &mut self.stats;
                     *match reason {
                         DropReason::Truncated => &mut s.drops_truncated,
@@ -470,8 +532,10 @@ impl UdBtl {
             }
             self.recv_pool.free(buf);
         }
-        // Repost the batch's buffers together, straight from the receive path.
-        if n > 0 && !self.recv_qp_in_error() {
+        // Repost consumed buffers together, straight from the receive path, once a batch of
+        // them is free (each post costs a doorbell, or a syscall on the soft provider).
+        let free = self.recv_pool.capacity() - self.recv_pool.in_use();
+        if n > 0 && free >= self.repost_batch && !self.recv_qp_in_error() {
             self.refill();
         }
         delivered
@@ -491,43 +555,62 @@ impl Btl for UdBtl {
         &self.attrs
     }
 
-    fn add_procs(&mut self, procs: &[ProcInfo], modex: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
+    fn add_procs(
+        &mut self,
+        procs: &[ProcInfo],
+        modex: &dyn ModexRead,
+    ) -> Result<Vec<bool>, BtlError> {
         let mut reach = Vec::with_capacity(procs.len());
         for p in procs {
-            let blob = modex
-                .get(p.rank, MODEX_KEY)
-                .map_err(|e| BtlError::Other(format!("btl-ud: reading rank {}'s card: {e}", p.rank)))?;
+            let blob = modex.get(p.rank, MODEX_KEY).map_err(|e| {
+                BtlError::Other(format!("btl-ud: reading rank {}'s card: {e}", p.rank))
+            })?;
             let Some(blob) = blob else {
                 reach.push(false);
                 continue;
             };
-            let card = CardRepr::from_bytes(&blob)
-                .map_err(|e| BtlError::BadCard { rank: p.rank, reason: e.to_string() })?;
-            let why_not = if card.provider != self.card.provider {
-                Some("it uses another verbs provider")
-            } else if (card.mtu as usize) < self.mtu {
-                Some("its UD MTU is smaller than ours (set the same btl_ud_mtu everywhere)")
-            } else if card.qkey != self.card.qkey {
-                Some("its Q_Key differs (set the same btl_ud_qkey everywhere)")
-            } else {
-                None
-            };
-            if let Some(why) = why_not {
-                tracing::warn!(rank = p.rank, "btl-ud: rank unreachable: {why}");
+            let card = CardRepr::from_bytes(&blob).map_err(|e| BtlError::BadCard {
+                rank: p.rank,
+                reason: e.to_string(),
+            })?;
+            if card.provider != self.card.provider || card.qkey != self.card.qkey {
+                tracing::warn!(
+                    rank = p.rank,
+                    "btl-ud: rank unreachable: it uses another verbs provider or Q_Key (set the same btl_ud_provider and btl_ud_qkey everywhere)"
+                );
+                reach.push(false);
+                continue;
+            }
+            // Accept its datagrams even if we cannot send to it: it only sends to us when our
+            // MTU is at least its own (its add_procs checks), so they fit our buffers.
+            self.sources.insert(p.rank, card.send_qpns.clone());
+            if (card.mtu as usize) < self.mtu {
+                tracing::warn!(
+                    rank = p.rank,
+                    peer_mtu = card.mtu,
+                    mtu = self.mtu,
+                    "btl-ud: rank unreachable: its UD MTU is smaller than ours (set the same btl_ud_mtu everywhere)"
+                );
                 reach.push(false);
                 continue;
             }
             let ah = self
                 .pd
                 .create_ah(&card.addr)
-                .map_err(|e| BtlError::BadCard { rank: p.rank, reason: format!("address handle: {e}") })?;
+                .map_err(|e| BtlError::BadCard {
+                    rank: p.rank,
+                    reason: format!("address handle: {e}"),
+                })?;
             let r = p.rank as usize;
             if self.peers.len() <= r {
                 self.peers.resize_with(r + 1, || None);
             }
             let qpn = ah.remote_qpn();
-            self.peers[r] = Some(Peer { ah, qpn, qkey: card.qkey });
-            self.sources.insert(p.rank, card.send_qpns);
+            self.peers[r] = Some(Peer {
+                ah,
+                qpn,
+                qkey: card.qkey,
+            });
             reach.push(true);
         }
         Ok(reach)
@@ -561,13 +644,20 @@ impl Btl for UdBtl {
     ) -> Result<(), SendError> {
         let len = header.len() + payload.len();
         if len > self.attrs.max_send_size {
-            return Err(SendError::TooLarge { len, max: self.attrs.max_send_size });
+            return Err(SendError::TooLarge {
+                len,
+                max: self.attrs.max_send_size,
+            });
         }
         if !matches!(self.peers.get(peer as usize), Some(Some(_))) {
             return Err(SendError::Unreachable(peer));
         }
         let mut hdr = [0u8; HEADER_LEN];
-        FragRepr { tag, job_tag: self.job_tag }.emit(&mut hdr);
+        FragRepr {
+            tag,
+            job_tag: self.job_tag,
+        }
+        .emit(&mut hdr);
         let parts: [&[u8]; 3] = [&hdr, header, payload];
         match self.sched.admit() {
             Admit::Post(qp) => match self.post(qp, peer, &parts) {
@@ -580,7 +670,10 @@ impl Btl for UdBtl {
                 Err(e) => {
                     self.sched.release(qp);
                     self.stats.send_errors += 1;
-                    Err(SendError::PeerFailed { peer, reason: format!("btl-ud post_send: {e}") })
+                    Err(SendError::PeerFailed {
+                        peer,
+                        reason: format!("btl-ud post_send: {e}"),
+                    })
                 }
             },
             Admit::Queue => self.queue(peer, &parts),
@@ -592,7 +685,17 @@ impl Btl for UdBtl {
     }
 
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
-        let completed = self.poll_send_completions();
+        // Send completions are reaped lazily: when fragments wait for credits, when half the
+        // credits are in use, or every 16th call (which also lets the soft provider transmit
+        // datagrams its socket deferred, and delayed faults). The CQ holds every credit's
+        // completion, so it cannot overflow meanwhile; the receive path stays cheap.
+        self.ticks = self.ticks.wrapping_add(1);
+        let busy = self.sched.total_outstanding() >= self.credits / 2;
+        let completed = if busy || self.sched.pending_len() > 0 || self.ticks % 16 == 0 {
+            self.poll_send_completions()
+        } else {
+            0
+        };
         if self.sched.pending_len() > 0 {
             self.flush_pending();
         }
@@ -601,7 +704,10 @@ impl Btl for UdBtl {
     }
 
     fn memory_usage(&self) -> MemoryUsage {
-        MemoryUsage { current: self.memory.current(), peak: self.memory.peak() }
+        MemoryUsage {
+            current: self.memory.current(),
+            peak: self.memory.peak(),
+        }
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
@@ -614,7 +720,7 @@ impl Btl for UdBtl {
             ("bytes_received", s.bytes_received),
             ("recv_buffers_total", self.recv_pool.capacity() as u64),
             ("recv_buffers_posted", self.recv_pool.in_use() as u64),
-            ("recv_reposts", s.recv_reposts),
+            ("recv_posts", s.recv_posts),
             ("recv_post_errors", s.recv_post_errors),
             ("drops_truncated", s.drops_truncated),
             ("drops_foreign", s.drops_foreign),

@@ -102,7 +102,11 @@ pub fn classify(
     if !peers.matches(peer, meta.src_qp) {
         return Err(DropReason::UnknownSource);
     }
-    Ok(Delivery { peer, tag: repr.tag, range: grh + HEADER_LEN..end })
+    Ok(Delivery {
+        peer,
+        tag: repr.tag,
+        range: grh + HEADER_LEN..end,
+    })
 }
 
 #[cfg(test)]
@@ -126,7 +130,12 @@ mod tests {
     }
 
     fn meta(len: usize) -> RecvMeta {
-        RecvMeta { ok: true, byte_len: len as u32, imm: Some(1), src_qp: 7 }
+        RecvMeta {
+            ok: true,
+            byte_len: len as u32,
+            imm: Some(1),
+            src_qp: 7,
+        }
     }
 
     #[test]
@@ -136,25 +145,52 @@ mod tests {
         assert_eq!((d.peer, d.tag, &b[d.range]), (1, 0x40, &b"hello"[..]));
         // Zero-byte fragment.
         let e = datagram(1, 0xabcd, b"");
-        assert!(classify(meta(e.len()), &e, GRH, 0xabcd, &peers()).unwrap().range.is_empty());
-        assert_eq!(classify(meta(b.len()), &b, GRH, 0x1234, &peers()), Err(DropReason::WrongJob));
-        assert_eq!(classify(meta(GRH + 3), &b, GRH, 0xabcd, &peers()), Err(DropReason::Truncated));
-        assert_eq!(classify(meta(b.len() + 1), &b, GRH, 0xabcd, &peers()), Err(DropReason::Truncated));
+        assert!(classify(meta(e.len()), &e, GRH, 0xabcd, &peers())
+            .unwrap()
+            .range
+            .is_empty());
+        assert_eq!(
+            classify(meta(b.len()), &b, GRH, 0x1234, &peers()),
+            Err(DropReason::WrongJob)
+        );
+        assert_eq!(
+            classify(meta(GRH + 3), &b, GRH, 0xabcd, &peers()),
+            Err(DropReason::Truncated)
+        );
+        assert_eq!(
+            classify(meta(b.len() + 1), &b, GRH, 0xabcd, &peers()),
+            Err(DropReason::Truncated)
+        );
         let mut m = meta(b.len());
         m.src_qp = 8;
-        assert_eq!(classify(m, &b, GRH, 0xabcd, &peers()), Err(DropReason::UnknownSource));
+        assert_eq!(
+            classify(m, &b, GRH, 0xabcd, &peers()),
+            Err(DropReason::UnknownSource)
+        );
         m = meta(b.len());
         m.imm = None;
-        assert_eq!(classify(m, &b, GRH, 0xabcd, &peers()), Err(DropReason::UnknownSource));
+        assert_eq!(
+            classify(m, &b, GRH, 0xabcd, &peers()),
+            Err(DropReason::UnknownSource)
+        );
         m = meta(b.len());
         m.imm = Some(u32::MAX);
-        assert_eq!(classify(m, &b, GRH, 0xabcd, &peers()), Err(DropReason::UnknownSource));
+        assert_eq!(
+            classify(m, &b, GRH, 0xabcd, &peers()),
+            Err(DropReason::UnknownSource)
+        );
         let mut f = b.clone();
         f[GRH + 1] = 0x70;
-        assert_eq!(classify(meta(f.len()), &f, GRH, 0xabcd, &peers()), Err(DropReason::Foreign));
+        assert_eq!(
+            classify(meta(f.len()), &f, GRH, 0xabcd, &peers()),
+            Err(DropReason::Foreign)
+        );
         m = meta(b.len());
         m.ok = false;
-        assert_eq!(classify(m, &b, GRH, 0xabcd, &peers()), Err(DropReason::CompletionError));
+        assert_eq!(
+            classify(m, &b, GRH, 0xabcd, &peers()),
+            Err(DropReason::CompletionError)
+        );
     }
 
     proptest! {

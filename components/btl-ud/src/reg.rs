@@ -28,7 +28,12 @@ impl RegisteredPool {
     ) -> Result<Self, rmca_verbs::Error> {
         assert!(size > 0 && count > 0, "empty registered pool");
         // initial == max and grow_by == 0: one slab, allocated here, never grown.
-        let spec = PoolSpec { buffer_size: size, initial: count, grow_by: 0, max: count };
+        let spec = PoolSpec {
+            buffer_size: size,
+            initial: count,
+            grow_by: 0,
+            max: count,
+        };
         let mut pool = FreeListPool::new(spec, memory);
         debug_assert_eq!(pool.slab_count(), 1);
         let slab = pool.slab(0);

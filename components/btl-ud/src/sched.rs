@@ -204,9 +204,9 @@ mod tests {
                     }
                     Op::Flush => while let Some((q, f)) = s.poll_transmit() { sent.push(f); in_flight[q].push(f); },
                 }
-                for q in 0..qps {
+                for (q, fl) in in_flight.iter().enumerate() {
                     prop_assert!(s.outstanding(q) <= depth);
-                    prop_assert_eq!(s.outstanding(q) as usize, in_flight[q].len());
+                    prop_assert_eq!(s.outstanding(q) as usize, fl.len());
                 }
             }
             // Drain everything.

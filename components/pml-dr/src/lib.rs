@@ -126,3 +126,67 @@ impl PmlComponent for DrComponent {
         Ok(Box::new(Dr::new(bml, cfg)?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmca_framework::params::{RawSetting, RawSources, Source};
+
+    fn store(
+        settings: &[(&str, &str)],
+    ) -> Result<ParamStore, Vec<rmca_framework::params::ParamError>> {
+        let mut specs = Vec::new();
+        DR.register_params(&mut ParamRegistrar::new("pml", "dr", &mut specs));
+        let raw = RawSources {
+            settings: settings
+                .iter()
+                .map(|(n, v)| RawSetting {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                    source: Source::CommandLine,
+                })
+                .collect(),
+        };
+        ParamStore::resolve(specs, &raw)
+    }
+
+    #[test]
+    fn registered_defaults_are_the_config_defaults() {
+        assert_eq!(
+            config_from_params(&store(&[]).unwrap()).unwrap(),
+            DrConfig::default()
+        );
+    }
+
+    #[test]
+    fn params_reach_the_config() {
+        let s = store(&[
+            ("pml_dr_vfrag_frags", "16"),
+            ("pml_dr_csum", "true"),
+            ("pml_dr_peer_timeout", "5000"),
+            ("pml_dr_eager_limit", "8K"),
+        ])
+        .unwrap();
+        let c = config_from_params(&s).unwrap();
+        assert_eq!(c.vfrag_frags, 16);
+        assert!(c.csum);
+        assert_eq!(c.peer_timeout, Duration::from_secs(5));
+        assert_eq!(c.eager_limit, 8192);
+    }
+
+    #[test]
+    fn inconsistent_params_are_an_error_naming_the_parameter() {
+        // Each value is in its own range, but the floor is above the cap.
+        let s = store(&[
+            ("pml_dr_rto_min_us", "5000000"),
+            ("pml_dr_rto_max_us", "1000"),
+        ])
+        .unwrap();
+        let e = config_from_params(&s).unwrap_err().to_string();
+        assert!(e.contains("pml_dr_rto_"), "{e}");
+        assert!(
+            store(&[("pml_dr_vfrag_frags", "65")]).is_err(),
+            "range checked at resolve"
+        );
+    }
+}

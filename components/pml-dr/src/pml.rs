@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use rmca_framework::bml::{Bml, BmlEvents, BtlIndex};
 use rmca_framework::btl::{
-    tags, BtlFlags, BtlTag, CompletionToken, SendError as BtlSendError, SendHint,
+    tags, BtlFlags, BtlTag, CommPattern, CompletionToken, SendError as BtlSendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Arrival as MatchArrival, Envelope, Matcher, Posted, Seq};
@@ -50,7 +50,7 @@ struct Peer {
     conn: Connection,
     /// A packet the BTL refused with WouldBlock, retried first.
     stalled: Option<Transmit>,
-    sends: HashMap<MsgSeq, (RequestId, UserBuf, i32)>,
+    sends: HashMap<MsgSeq, (RequestId, UserBuf, i32, CommPattern)>,
     recvs: HashMap<MsgSeq, Incoming>,
     dead: Option<String>,
 }
@@ -63,6 +63,8 @@ enum Req {
     Recv {
         args: RecvArgs,
         status: Option<Status>,
+        /// Queued for this specific peer (counted in `State::awaiting`).
+        awaits: Option<Rank>,
     },
 }
 
@@ -78,6 +80,9 @@ struct State {
     rx_ctx_seq: HashMap<(Rank, ContextId), Seq>,
     /// Packets dropped by the glue (wrong tag, abandoned placements).
     dropped: u64,
+    /// Receives queued for each specific peer: while any, that peer is awaited (keepalives,
+    /// death by silence) even if it has nothing in flight.
+    awaiting: Vec<usize>,
     now: Instant,
 }
 
@@ -139,6 +144,7 @@ impl Dr {
                 next_req: 0,
                 rx_ctx_seq: HashMap::new(),
                 dropped: 0,
+                awaiting: vec![0; nprocs],
                 now,
             },
         })
@@ -170,7 +176,7 @@ impl Dr {
                         .send(p, DR_TAG, bytes, &[], SendHint::default())
                 }
                 Transmit::Data(d) => {
-                    let Some((_, buf, _)) = peer.sends.get(&d.seq) else {
+                    let Some(&(_, buf, _, pattern)) = peer.sends.get(&d.seq) else {
                         // Cannot happen: a send buffer lives until its completion event.
                         warn!(seq = d.seq, "no send buffer for a fragment; dropped");
                         continue;
@@ -179,8 +185,8 @@ impl Dr {
                     let payload = &buf.as_slice()[off..off + d.len];
                     let header = d.seal(payload).expect("fragment range comes from the core");
                     let hint = SendHint {
+                        pattern,
                         message_len: buf.len(),
-                        ..SendHint::default()
                     };
                     self.bml.btl(d.btl).send(p, DR_TAG, &header, payload, hint)
                 }
@@ -270,6 +276,20 @@ impl State {
             Some(Req::Send { status: s }) | Some(Req::Recv { status: s, .. }) => *s = Some(status),
             None => warn!(?id, "completion for an unknown request"),
         }
+        self.unawait(id);
+    }
+
+    /// A receive queued for a specific peer left the queue (matched, failed or cancelled).
+    fn unawait(&mut self, id: RequestId) {
+        if let Some(Req::Recv { awaits, .. }) = self.reqs.get_mut(&id) {
+            if let Some(p) = awaits.take() {
+                let n = &mut self.awaiting[p as usize];
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.peers[p as usize].conn.set_interest(self.now, false);
+                }
+            }
+        }
     }
 
     fn recv_status(env: &Envelope, len: u64, buf_len: usize, error: Option<StatusError>) -> Status {
@@ -295,6 +315,7 @@ impl State {
             Some(Req::Recv { args, .. }) => args.buf,
             _ => return,
         };
+        self.unawait(req);
         let peer = &mut self.peers[p as usize];
         let Some(inc) = peer.recvs.get_mut(&seq) else {
             // The message was lost with its peer before we got to it.
@@ -370,7 +391,7 @@ impl State {
                     }
                 }
                 Event::SendComplete { seq } => {
-                    if let Some((req, buf, tag)) = self.peers[p as usize].sends.remove(&seq) {
+                    if let Some((req, buf, tag, _)) = self.peers[p as usize].sends.remove(&seq) {
                         self.complete(
                             req,
                             Status {
@@ -383,7 +404,7 @@ impl State {
                     }
                 }
                 Event::SendFailed { seq, reason } => {
-                    if let Some((req, _, tag)) = self.peers[p as usize].sends.remove(&seq) {
+                    if let Some((req, _, tag, _)) = self.peers[p as usize].sends.remove(&seq) {
                         let err = StatusError::PeerFailed {
                             peer: p,
                             reason: reason.to_string(),
@@ -508,7 +529,7 @@ impl Pml for Dr {
             Ok(seq) => {
                 self.st.peers[args.dest as usize]
                     .sends
-                    .insert(seq, (id, args.buf, args.tag));
+                    .insert(seq, (id, args.buf, args.tag, args.pattern));
                 self.pump(args.dest);
             }
             Err(e) => {
@@ -541,7 +562,11 @@ impl Pml for Dr {
             }
         }
         self.st.now = Instant::now();
-        let id = self.new_request(Req::Recv { args, status: None });
+        let id = self.new_request(Req::Recv {
+            args,
+            status: None,
+            awaits: None,
+        });
         match self
             .st
             .matcher
@@ -565,6 +590,13 @@ impl Pml for Dr {
                                 error: Some(err),
                             },
                         );
+                    } else {
+                        if let Some(Req::Recv { awaits, .. }) = self.st.reqs.get_mut(&id) {
+                            *awaits = Some(r);
+                        }
+                        self.st.awaiting[r as usize] += 1;
+                        let now = self.st.now;
+                        self.st.peers[r as usize].conn.set_interest(now, true);
                     }
                 }
             }
@@ -615,7 +647,7 @@ impl Pml for Dr {
         let ctx = match self.st.reqs.get(&request) {
             None => return Err(PmlError::UnknownRequest(request)),
             Some(Req::Send { .. }) => return Ok(false),
-            Some(Req::Recv { args, status }) => {
+            Some(Req::Recv { args, status, .. }) => {
                 if status.is_some() {
                     return Ok(false);
                 }
@@ -675,6 +707,8 @@ impl Pml for Dr {
             sum.nacks_sent += c.nacks_sent;
             sum.acks_received += c.acks_received;
             sum.nacks_received += c.nacks_received;
+            sum.pings_sent += c.pings_sent;
+            sum.pongs_sent += c.pongs_sent;
             srtt_max = srtt_max.max(c.srtt.as_micros() as u64);
         }
         let mut v = vec![
@@ -703,6 +737,8 @@ impl Pml for Dr {
             ("pml.dr.nacks_sent".to_owned(), sum.nacks_sent),
             ("pml.dr.acks_received".to_owned(), sum.acks_received),
             ("pml.dr.nacks_received".to_owned(), sum.nacks_received),
+            ("pml.dr.pings_sent".to_owned(), sum.pings_sent),
+            ("pml.dr.pongs_sent".to_owned(), sum.pongs_sent),
             ("pml.dr.srtt_max_us".to_owned(), srtt_max),
         ];
         v.extend(self.bml.counters());

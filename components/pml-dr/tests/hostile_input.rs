@@ -36,6 +36,10 @@ enum Op {
     Send(u64),
     Match(u64),
     Advance(u32),
+    Interest(bool),
+    BtlFailed(usize),
+    /// Place the next arrival with these bytes instead (or abandon it).
+    PlaceGarbage(bool),
 }
 
 fn small() -> impl Strategy<Value = u64> {
@@ -54,7 +58,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Flip),
         2 => (0u64..20_000).prop_map(Op::Send),
         1 => (0u64..8).prop_map(Op::Match),
-        2 => (0u32..200_000).prop_map(Op::Advance),
+                2 => (0u32..200_000).prop_map(Op::Advance),
+        1 => any::<bool>().prop_map(Op::Interest),
+        1 => prop_oneof![Just(0usize), Just(5), Just(7)].prop_map(Op::BtlFailed),
+        1 => any::<bool>().prop_map(Op::PlaceGarbage),
     ]
 }
 
@@ -113,12 +120,27 @@ fn data_packet(op: &Op) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// Fixed seed and case count so CI explores the same cases every run; `PROPTEST_CASES` and
+/// `PROPTEST_RNG_SEED` override them for a longer or different exploration.
+fn pconfig(cases: u32, seed: u64) -> ProptestConfig {
+    let d = ProptestConfig::default();
+    ProptestConfig {
+        cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+            d.cases
+        } else {
+            cases
+        },
+        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+            d.rng_seed
+        } else {
+            proptest::test_runner::RngSeed::Fixed(seed)
+        },
+        ..d
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 96,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(0x0bad_1dea),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(pconfig(96, 0x0bad_1dea))]
 
     #[test]
     fn hostile_packets_never_panic(ops in proptest::collection::vec(op(), 1..120)) {
@@ -131,7 +153,8 @@ proptest! {
         ];
         let mut c = Connection::new(base, cfg, &paths).unwrap();
         let mut last: Vec<u8> = Vec::new();
-        let mut sent_lens = Vec::new();
+                let mut sent_lens = Vec::new();
+        let mut garbage: Option<bool> = None;
         for op in &ops {
             let pkt = match op {
                 Op::Data { .. } => data_packet(op),
@@ -154,15 +177,27 @@ proptest! {
                     None
                 }
                 Op::Match(seq) => { c.matched(now, *seq); None }
-                Op::Advance(us) => { now += Duration::from_micros(*us as u64); None }
+                                Op::Advance(us) => { now += Duration::from_micros(*us as u64); None }
+                Op::Interest(i) => { c.set_interest(now, *i); None }
+                Op::BtlFailed(b) => { c.btl_failed(now, *b); None }
+                Op::PlaceGarbage(g) => { garbage = Some(*g); None }
                 Op::Flip(_) => None,
             };
             if let Some(pkt) = pkt {
                 for btl in [0usize, 5, 9] {
                     if let Some(a) = c.handle_packet(now, btl, &pkt) {
                         prop_assert!(a.offset + a.payload.len() as u64 <= a.msg_len);
-                        let placed = a.payload.to_vec();
-                        let _ = c.placed(now, a.token, &placed);
+                                                match garbage.take() {
+                            Some(true) => {
+                                let junk = vec![0xA5u8; a.payload.len()];
+                                let _ = c.placed(now, a.token, &junk);
+                            }
+                            Some(false) => c.abandon(a.token),
+                            None => {
+                                let placed = a.payload.to_vec();
+                                let _ = c.placed(now, a.token, &placed);
+                            }
+                        }
                     }
                 }
                 last = pkt;
@@ -171,11 +206,15 @@ proptest! {
                 c.handle_timeout(now);
             }
             while let Some(t) = c.poll_transmit(now) {
-                if let Transmit::Data(d) = t {
+                                if let Transmit::Data(d) = t {
                     prop_assert!(d.offset + d.len as u64 <= sent_lens[d.seq as usize]);
                     let payload = vec![0u8; d.len];
                     let _ = d.seal(&payload).unwrap();
-                    c.local_complete(d.token);
+                    if d.len % 3 == 0 {
+                        c.local_complete(d.token);
+                    } else if d.len % 3 == 1 {
+                        c.local_failed(now, d.token);
+                    } // else: never completes (the watchdog must cope)
                 }
             }
             while c.poll_event().is_some() {}

@@ -259,13 +259,27 @@ fn lens_strategy() -> impl Strategy<Value = Vec<u64>> {
     )
 }
 
+/// Fixed seed and case count so CI explores the same cases every run; `PROPTEST_CASES` and
+/// `PROPTEST_RNG_SEED` override them for a longer or different exploration.
+fn pconfig(cases: u32, seed: u64) -> ProptestConfig {
+    let d = ProptestConfig::default();
+    ProptestConfig {
+        cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+            d.cases
+        } else {
+            cases
+        },
+        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+            d.rng_seed
+        } else {
+            proptest::test_runner::RngSeed::Fixed(seed)
+        },
+        ..d
+    }
+}
+
 proptest! {
-    // Fixed seed: CI explores the same cases every run (override with PROPTEST_RNG_SEED).
-    #![proptest_config(ProptestConfig {
-        cases: 48,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(0x00d2_5eed),
-        ..ProptestConfig::default()
-    })]
+        #![proptest_config(pconfig(48, 0x00d2_5eed))]
 
     #[test]
     fn exactly_once_in_order_intact_under_faults(
@@ -320,11 +334,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 16,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(0x0fa1_10e2),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(pconfig(16, 0x0fa1_10e2))]
 
     /// BTL 0 dies at a random moment while BTL 1 is lossy: everything still arrives once.
     #[test]
@@ -416,4 +426,45 @@ fn btl_reported_failure_fails_over_at_once() {
     s.assert_delivered(0);
     assert_eq!(s.nodes[0].btl_fail_reasons, vec![BtlFailReason::Reported]);
     assert_eq!(s.counters(0).timeouts, 0, "no timeout needed");
+}
+
+#[test]
+fn awaited_idle_peer_is_kept_alive_by_keepalives() {
+    let cfg = test_config();
+    let mut s = Sim::new(
+        10,
+        cfg.clone(),
+        vec![Faults {
+            drop: 0.05,
+            ..Faults::default()
+        }],
+        &[1024],
+    );
+    let now = s.now;
+    s.nodes[1].conn.set_interest(now, true); // a receive posted for rank 0, which stays quiet
+    let horizon = cfg.peer_timeout * 3;
+    s.run(horizon * 2, |s| s.elapsed() >= horizon);
+    assert!(s.nodes.iter().all(|n| n.dead.is_none()));
+    assert!(s.counters(1).pings_sent > 0);
+    assert!(s.counters(0).pongs_sent > 0);
+}
+
+#[test]
+fn awaited_peer_that_died_is_declared_dead_within_peer_timeout() {
+    let cfg = test_config();
+    let dead_link = Faults {
+        blackhole_at: Some(Duration::ZERO),
+        ..Faults::default()
+    };
+    let mut s = Sim::new(11, cfg.clone(), vec![dead_link], &[1024]);
+    let now = s.now;
+    s.nodes[1].conn.set_interest(now, true);
+    s.run(cfg.peer_timeout * 4, |s| s.nodes[1].dead.is_some());
+    let (t, reason) = s.nodes[1].dead.expect("declared dead");
+    assert_eq!(reason, DeathReason::PeerTimeout);
+    assert_eq!(
+        t, cfg.peer_timeout,
+        "exactly at the silence limit (simulated time)"
+    );
+    assert!(s.nodes[0].dead.is_none(), "rank 0 awaited nothing");
 }

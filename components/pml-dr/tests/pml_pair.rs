@@ -456,3 +456,49 @@ fn dead_peer_fails_requests_instead_of_hanging() {
     let st = wait_all(&mut a, &mut b, &reqs);
     assert!(st.iter().all(|s| s.error.is_some()), "{st:?}");
 }
+
+/// A receive posted for a peer that dies without ever sending completes with an error (the
+/// keepalives go unanswered); a quiet but live peer is not declared dead.
+#[test]
+fn posted_receive_from_a_killed_peer_fails() {
+    let f = Faults {
+        drop: 0.0,
+        dup: 0.0,
+        corrupt: 0.0,
+        reorder: false,
+    };
+    let rails = [Rail::new(16, f)];
+    let cfg = DrConfig {
+        peer_timeout: Duration::from_millis(300),
+        ..cfg()
+    };
+    let (mut a, mut b) = pair(&rails, &[2048], cfg);
+    let mut buf = vec![0u8; 16];
+    let r = irecv(&mut a, &mut buf, Source::Rank(1), TagSel::Any);
+    // Quiet but alive for longer than the peer timeout: keepalives are answered.
+    let until = Instant::now() + Duration::from_millis(700);
+    while Instant::now() < until {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(
+        a.test(r).unwrap(),
+        None,
+        "a live, quiet peer must not be declared dead"
+    );
+    assert!(counter(&a, "pml.dr.pings_sent") > 0);
+    // Now rank 1 "dies": nothing of it gets through any more, and it never progresses.
+    rails[0].blackhole.store(true, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let st = loop {
+        a.progress();
+        if let Some(st) = a.test(r).unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "receive never failed");
+    };
+    assert!(
+        matches!(st.error, Some(StatusError::PeerFailed { peer: 1, .. })),
+        "{st:?}"
+    );
+}

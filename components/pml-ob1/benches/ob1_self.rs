@@ -23,19 +23,38 @@ fn run(p: &mut Ob1, n: usize, len: usize, posted_first: bool) -> f64 {
     for i in 0..n {
         let tag = (i & 7) as i32;
         let send = |p: &mut Ob1| {
-            p.isend(SendArgs { buf: UserBuf::from_slice(&msg), dest: 0, tag, context: 0, mode: SendMode::Standard, pattern: Default::default() })
-                .unwrap()
+            p.isend(SendArgs {
+                buf: UserBuf::from_slice(&msg),
+                dest: 0,
+                tag,
+                context: 0,
+                mode: SendMode::Standard,
+                pattern: Default::default(),
+            })
+            .unwrap()
         };
         let (s, r) = if posted_first {
             let r = p
-                .irecv(RecvArgs { buf: UserBuf::from_mut_slice(&mut out), source: Source::Rank(0), tag: TagSel::Tag(tag), context: 0, pattern: Default::default() })
+                .irecv(RecvArgs {
+                    buf: UserBuf::from_mut_slice(&mut out),
+                    source: Source::Rank(0),
+                    tag: TagSel::Tag(tag),
+                    context: 0,
+                    pattern: Default::default(),
+                })
                 .unwrap();
             (send(p), r)
         } else {
             let s = send(p);
             p.progress();
             let r = p
-                .irecv(RecvArgs { buf: UserBuf::from_mut_slice(&mut out), source: Source::Rank(0), tag: TagSel::Tag(tag), context: 0, pattern: Default::default() })
+                .irecv(RecvArgs {
+                    buf: UserBuf::from_mut_slice(&mut out),
+                    source: Source::Rank(0),
+                    tag: TagSel::Tag(tag),
+                    context: 0,
+                    pattern: Default::default(),
+                })
                 .unwrap();
             (s, r)
         };
@@ -53,10 +72,20 @@ fn run(p: &mut Ob1, n: usize, len: usize, posted_first: bool) -> f64 {
 }
 
 fn main() {
-    let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1_000_000);
-    let procs = [ProcInfo { rank: 0, node: 0, is_self: true }];
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let procs = [ProcInfo {
+        rank: 0,
+        node: 0,
+        is_self: true,
+    }];
     let btls: Vec<Box<dyn Btl>> = vec![Box::new(BtlSelf::new(SelfConfig::default()))];
-    let mut p = Ob1::new(Bml::build(btls, &procs, &LocalModex::new()).unwrap(), Ob1Config::default());
+    let mut p = Ob1::new(
+        Bml::build(btls, &procs, &LocalModex::new()).unwrap(),
+        Ob1Config::default(),
+    );
     run(&mut p, n / 10, 8, true);
     for (name, posted_first) in [("expected", true), ("unexpected", false)] {
         let mut v: Vec<f64> = (0..7).map(|_| run(&mut p, n, 8, posted_first)).collect();

@@ -37,6 +37,11 @@ const CLASSES: [(&str, usize); 5] = [
     ("gt256k", usize::MAX),
 ];
 
+/// Recycled unexpected-message buffers kept at most.
+const SPARE_BUFFERS: usize = 256;
+/// Larger buffers are freed rather than kept.
+const SPARE_MAX_CAPACITY: usize = 64 * 1024;
+
 fn class(len: usize) -> usize {
     CLASSES
         .iter()
@@ -122,17 +127,20 @@ enum RecvState {
         received: usize,
         wanted: usize,
     },
-    /// Reading the sender's buffer.
-    Get {
-        src_req: u64,
-        addr: u64,
-        keys: Vec<Vec<u8>>,
-        segs: Vec<Segment>,
-        wanted: usize,
-        outstanding: usize,
-        failed: bool,
-    },
+    /// Reading the sender's buffer (boxed: rare, and it would double every request's size).
+    Get(Box<GetState>),
     Done,
+}
+
+#[derive(Debug)]
+struct GetState {
+    src_req: u64,
+    addr: u64,
+    keys: Vec<Vec<u8>>,
+    segs: Vec<Segment>,
+    wanted: usize,
+    outstanding: usize,
+    failed: bool,
 }
 
 #[derive(Debug)]
@@ -171,6 +179,7 @@ struct Slab {
 }
 
 impl Slab {
+    #[inline]
     fn insert(&mut self, req: Req) -> RequestId {
         let i = match self.free.pop() {
             Some(i) => i,
@@ -190,17 +199,27 @@ impl Slab {
             _ => None,
         }
     }
-    fn remove(&mut self, id: RequestId) -> Option<Req> {
+    /// If `id` completed, release it and return its status, without moving the request.
+    #[inline]
+    fn take_done(&mut self, id: RequestId) -> Result<Option<Status>, ()> {
         let (gen, i) = ((id.0 >> 32) as u32, id.0 as u32);
         match self.slots.get_mut(i as usize) {
-            Some((g, r @ Some(_))) if *g == gen => {
+            Some((g, slot @ Some(_))) if *g == gen => {
+                let Some(req) = slot.as_mut() else {
+                    return Err(());
+                };
+                let Some(status) = req.done.take() else {
+                    return Ok(None);
+                };
+                *slot = None;
                 *g = g.wrapping_add(1).max(1);
                 self.free.push(i);
-                r.take()
+                Ok(Some(status))
             }
-            _ => None,
+            _ => Err(()),
         }
     }
+
     fn ids(&self) -> impl Iterator<Item = RequestId> + '_ {
         self.slots
             .iter()
@@ -237,6 +256,9 @@ pub(crate) struct Core {
     failures: Vec<(BtlIndex, Rank, String)>,
     dereg: Vec<(BtlIndex, Registration)>,
     stats: Stats,
+    /// Recycled buffers for unexpected eager messages, so the unexpected path does not
+    /// allocate in the steady state either.
+    spare: Vec<Vec<u8>>,
 }
 
 fn send_status(s: &SendReq, error: Option<StatusError>) -> Status {
@@ -277,6 +299,7 @@ impl Core {
             failures: Vec::new(),
             dereg: Vec::new(),
             stats: Stats::default(),
+            spare: Vec::new(),
         }
     }
 
@@ -353,7 +376,12 @@ impl Core {
 
     fn deliver_unexp(&mut self, id: RequestId, env: Envelope, u: Unexp) {
         match u {
-            Unexp::Eager(v) => self.deliver_eager(id, env, &v),
+            Unexp::Eager(v) => {
+                self.deliver_eager(id, env, &v);
+                if self.spare.len() < SPARE_BUFFERS && v.capacity() <= SPARE_MAX_CAPACITY {
+                    self.spare.push(v);
+                }
+            }
             Unexp::Rndv { info, data, rget } => self.start_rndv(id, env, info, &data, rget),
         }
     }
@@ -447,7 +475,7 @@ impl Core {
                     ..
                 }) = self.reqs.get_mut(id)
                 {
-                    r.state = RecvState::Get {
+                    r.state = RecvState::Get(Box::new(GetState {
                         src_req: info.src_req,
                         addr,
                         keys,
@@ -455,7 +483,7 @@ impl Core {
                         wanted,
                         outstanding: 0,
                         failed: false,
-                    };
+                    }));
                 }
                 self.activate(id);
                 return;
@@ -547,15 +575,15 @@ impl Core {
             self.stats.dropped_stray += 1;
             return;
         };
-        let RecvState::Get {
+        let RecvState::Get(g) = &mut r.state else {
+            return;
+        };
+        let GetState {
             outstanding,
             failed,
             segs,
             ..
-        } = &mut r.state
-        else {
-            return;
-        };
+        } = &mut **g;
         *outstanding = outstanding.saturating_sub(1);
         if let Err(e) = result {
             tracing::debug!(
@@ -580,15 +608,10 @@ impl Core {
         else {
             return;
         };
-        let RecvState::Get {
-            src_req,
-            wanted,
-            failed,
-            ..
-        } = r.state
-        else {
+        let RecvState::Get(g) = &r.state else {
             return;
         };
+        let (src_req, wanted, failed) = (g.src_req, g.wanted, g.failed);
         let peer = r.peer;
         if failed {
             // The sender streams everything again from its start; FRAGs overwrite what the
@@ -964,17 +987,17 @@ impl Core {
             };
             let peer = r.peer;
             let buf = r.buf;
-            let RecvState::Get {
+            let RecvState::Get(g) = &mut r.state else {
+                return false;
+            };
+            let GetState {
                 addr,
                 keys,
                 segs,
                 outstanding,
                 failed,
                 ..
-            } = &mut r.state
-            else {
-                return false;
-            };
+            } = &mut **g;
             if *failed {
                 return false;
             }
@@ -991,7 +1014,7 @@ impl Core {
             let frag = self.attrs[seg.btl].rdma_pipeline_frag_size.max(1);
             let chunk = (seg.end - seg.next).min(frag);
             let remote = RemoteSegment {
-                addr: *addr + seg.next as u64,
+                addr: addr.wrapping_add(seg.next as u64),
                 len: chunk,
                 remote_key: keys[seg.route].clone(),
             };
@@ -1037,7 +1060,7 @@ impl Core {
                 _ => false,
             },
             Kind::Recv(rv) => match rv.state {
-                RecvState::Get { .. } => self.issue_gets(id, bml),
+                RecvState::Get(_) => self.issue_gets(id, bml),
                 _ => false,
             },
         }
@@ -1195,10 +1218,12 @@ impl BmlEvents for Core {
                     source: peer,
                     tag: m.tag,
                 };
-                match self
-                    .matcher
-                    .arrive(env, m.seq, || Unexp::Eager(payload.to_vec()))
-                {
+                match self.matcher.arrive(env, m.seq, || {
+                    let mut v = self.spare.pop().unwrap_or_default();
+                    v.clear();
+                    v.extend_from_slice(payload);
+                    Unexp::Eager(v)
+                }) {
                     Arrival::Matched(id) => self.deliver_eager(id, env, payload),
                     Arrival::Stale => self.stats.dropped_stray += 1,
                     Arrival::Unexpected | Arrival::Held => {}
@@ -1422,13 +1447,10 @@ impl Pml for Ob1 {
     }
 
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
-        let Some(r) = self.core.reqs.get_mut(request) else {
-            return Err(PmlError::UnknownRequest(request));
-        };
-        if r.done.is_none() {
-            return Ok(None);
-        }
-        Ok(self.core.reqs.remove(request).and_then(|r| r.done))
+        self.core
+            .reqs
+            .take_done(request)
+            .map_err(|()| PmlError::UnknownRequest(request))
     }
 
     fn cancel(&mut self, request: RequestId) -> Result<bool, PmlError> {

@@ -249,7 +249,10 @@ impl<R, T> ContextState<R, T> {
 /// The matching state of one process: every context it has seen, every peer.
 pub struct Matcher<R, T> {
     nprocs: usize,
-    contexts: IdMap<ContextState<R, T>>,
+    contexts: Vec<ContextState<R, T>>,
+    index: IdMap<usize>,
+    /// The last context used and its slot: most programs use one communicator at a time.
+    last: (ContextId, usize),
     released: VecDeque<Released<R, T>>,
     stats: MatchStats,
 }
@@ -264,16 +267,6 @@ impl<R, T> std::fmt::Debug for Matcher<R, T> {
     }
 }
 
-fn ctx_of<R, T>(
-    contexts: &mut IdMap<ContextState<R, T>>,
-    nprocs: usize,
-    context: ContextId,
-) -> &mut ContextState<R, T> {
-    contexts
-        .entry(context)
-        .or_insert_with(|| ContextState::new(nprocs))
-}
-
 /// `a` comes before `b` in wrapping sequence space.
 fn seq_before(a: Seq, b: Seq) -> bool {
     (a.wrapping_sub(b) as i32) < 0
@@ -284,7 +277,9 @@ impl<R, T> Matcher<R, T> {
     pub fn new(nprocs: usize) -> Self {
         Self {
             nprocs,
-            contexts: IdMap::default(),
+            contexts: Vec::new(),
+            index: IdMap::default(),
+            last: (0, usize::MAX),
             released: VecDeque::new(),
             stats: MatchStats::default(),
         }
@@ -300,8 +295,31 @@ impl<R, T> Matcher<R, T> {
         self.stats
     }
 
+    /// The slot of `context`, created on first use.
+    #[inline]
+    fn slot(&mut self, context: ContextId) -> usize {
+        if self.last.0 == context && self.last.1 != usize::MAX {
+            return self.last.1;
+        }
+        let i = match self.index.get(&context) {
+            Some(&i) => i,
+            None => {
+                self.contexts.push(ContextState::new(self.nprocs));
+                self.index.insert(context, self.contexts.len() - 1);
+                self.contexts.len() - 1
+            }
+        };
+        self.last = (context, i);
+        i
+    }
+
     fn ctx(&mut self, context: ContextId) -> &mut ContextState<R, T> {
-        ctx_of(&mut self.contexts, self.nprocs, context)
+        let i = self.slot(context);
+        &mut self.contexts[i]
+    }
+
+    fn ctx_ref(&self, context: ContextId) -> Option<&ContextState<R, T>> {
+        self.index.get(&context).map(|&i| &self.contexts[i])
     }
 
     /// The sequence number to stamp on the next message to `dest` on `context` (advances it).
@@ -318,7 +336,8 @@ impl<R, T> Matcher<R, T> {
     /// A `Source::Rank` beyond `nprocs` never matches anything (the PML rejects it first).
     pub fn post(&mut self, context: ContextId, source: Source, tag: TagSel, recv: R) -> Posted<T> {
         let nprocs = self.nprocs;
-        let c = ctx_of(&mut self.contexts, nprocs, context);
+        let slot = self.slot(context);
+        let c = &mut self.contexts[slot];
         if let Some((p, i)) = c.find_unexpected(source, tag) {
             let u = c.peers[p]
                 .unexpected
@@ -364,7 +383,8 @@ impl<R, T> Matcher<R, T> {
             self.stats.stale += 1;
             return Arrival::Stale;
         }
-        let c = ctx_of(&mut self.contexts, self.nprocs, envelope.context);
+        let slot = self.slot(envelope.context);
+        let c = &mut self.contexts[slot];
         let src = envelope.source as usize;
         let expected = c.peers[src].expected;
         if seq != expected {
@@ -389,13 +409,13 @@ impl<R, T> Matcher<R, T> {
             }
         };
         if !c.peers[src].held.is_empty() {
-            self.release_held(envelope.context, envelope.source);
+            self.release_held(slot, envelope.context, envelope.source);
         }
         result
     }
 
-    fn release_held(&mut self, context: ContextId, source: Rank) {
-        let c = self.contexts.get_mut(&context).expect("context exists");
+    fn release_held(&mut self, slot: usize, context: ContextId, source: Rank) {
+        let c = &mut self.contexts[slot];
         loop {
             let peer = &mut c.peers[source as usize];
             let Some(i) = peer.held.iter().position(|h| h.0 == peer.expected) else {
@@ -432,7 +452,7 @@ impl<R, T> Matcher<R, T> {
 
     /// The earliest arrived unexpected message fitting the selectors, without removing it.
     pub fn probe(&self, context: ContextId, source: Source, tag: TagSel) -> Option<(Envelope, &T)> {
-        let c = self.contexts.get(&context)?;
+        let c = self.ctx_ref(context)?;
         let (p, i) = c.find_unexpected(source, tag)?;
         let u = &c.peers[p].unexpected[i];
         Some((
@@ -450,9 +470,10 @@ impl<R, T> Matcher<R, T> {
     where
         R: PartialEq,
     {
-        let Some(c) = self.contexts.get_mut(&context) else {
+        let Some(&slot) = self.index.get(&context) else {
             return false;
         };
+        let c = &mut self.contexts[slot];
         if let Some(i) = c.wild.iter().position(|p| &p.handle == recv) {
             c.wild.remove(i);
             return true;
@@ -471,7 +492,7 @@ impl<R, T> Matcher<R, T> {
     /// messages stay: eager ones are complete and may still be received.
     pub fn take_posted_from(&mut self, source: Rank) -> Vec<R> {
         let mut out = Vec::new();
-        for c in self.contexts.values_mut() {
+        for c in &mut self.contexts {
             if let Some(p) = c.peers.get_mut(source as usize) {
                 out.extend(p.posted.drain(..).map(|e| e.handle));
             }
@@ -482,20 +503,20 @@ impl<R, T> Matcher<R, T> {
     /// Number of posted receives waiting (all contexts).
     pub fn posted_len(&self) -> usize {
         self.contexts
-            .values()
+            .iter()
             .map(|c| c.wild.len() + c.peers.iter().map(|p| p.posted.len()).sum::<usize>())
             .sum()
     }
 
     /// Number of unexpected messages waiting (all contexts).
     pub fn unexpected_len(&self) -> usize {
-        self.contexts.values().map(|c| c.unexpected_count).sum()
+        self.contexts.iter().map(|c| c.unexpected_count).sum()
     }
 
     /// Number of held (out-of-sequence) messages (all contexts).
     pub fn held_len(&self) -> usize {
         self.contexts
-            .values()
+            .iter()
             .map(|c| c.peers.iter().map(|p| p.held.len()).sum::<usize>())
             .sum()
     }

@@ -16,10 +16,12 @@
 //!   (or anything else) are refused and counted. Then it carries frames
 //!   `[tag u8][len u32][bytes]` (see [`wire`]); a sender says goodbye before closing so the
 //!   receiver can tell a clean exit from a crash, which it reports as [`BtlEvents::peer_failed`].
-//! - Sockets are non-blocking after the connect. [`Btl::send`] copies the fragment into the
-//!   connection's queue and writes what the kernel takes at once; [`Btl::progress`] accepts,
-//!   reads, delivers, and flushes the rest. A send only answers `WouldBlock` when
-//!   `btl_tcp_max_pending` is set and exceeded.
+//! - Nothing waits for the network. The connect runs in a short-lived helper thread (std has no
+//!   non-blocking connect) while fragments queue; sockets are non-blocking. [`Btl::send`] copies
+//!   the fragment into the connection's queue and writes what the kernel takes at once;
+//!   [`Btl::progress`] accepts, reads, delivers, completes connects and flushes the rest. A send
+//!   only answers `WouldBlock` when `btl_tcp_max_pending` is set and exceeded. Only
+//!   [`Btl::finalize`] blocks, at most `btl_tcp_connect_timeout` per peer, to say goodbye.
 //!
 //! The protocol itself lives in sans-IO state machines ([`proto`]), the sockets in
 //! [`module`].
@@ -27,6 +29,7 @@
 //! [`BtlEvents::peer_failed`]: rmca_framework::btl::BtlEvents::peer_failed
 //! [`Btl::send`]: rmca_framework::btl::Btl::send
 //! [`Btl::progress`]: rmca_framework::btl::Btl::progress
+//! [`Btl::finalize`]: rmca_framework::btl::Btl::finalize
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -3,7 +3,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::thread;
 use std::time::Instant;
 
 use rmca_framework::btl::{
@@ -29,11 +30,55 @@ struct Peer {
     out: Option<OutConn>,
 }
 
+/// The socket of a sending connection.
+#[derive(Debug)]
+enum Link {
+    /// A helper thread is connecting (std has no non-blocking connect); fragments queue
+    /// meanwhile, so `send` never waits for the network.
+    Connecting(mpsc::Receiver<io::Result<TcpStream>>),
+    /// Connected, non-blocking.
+    Up(TcpStream),
+}
+
 /// Our connection to a peer, on which we send.
 #[derive(Debug)]
 struct OutConn {
-    stream: TcpStream,
+    link: Link,
     proto: Outbound,
+}
+
+impl OutConn {
+    /// Finish the connect if it completed, then write what the kernel takes now.
+    /// An error means the path to the peer is broken.
+    fn drive(&mut self) -> io::Result<()> {
+        if let Link::Connecting(rx) = &self.link {
+            match rx.try_recv() {
+                Ok(Ok(stream)) => self.link = Link::Up(stream),
+                Ok(Err(e)) => return Err(e),
+                Err(mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return Err(io::Error::other(
+                        "the connecting thread ended without a result",
+                    ))
+                }
+            }
+        }
+        if let Link::Up(stream) = &mut self.link {
+            flush(stream, &mut self.proto)?;
+        }
+        Ok(())
+    }
+
+    /// Whether [`OutConn::drive`] has anything to do.
+    fn busy(&self) -> bool {
+        matches!(self.link, Link::Connecting(_)) || self.proto.pending() > 0
+    }
+
+    fn close(&self) {
+        if let Link::Up(stream) = &self.link {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
 }
 
 /// A connection a peer opened to us, on which we receive.
@@ -91,6 +136,7 @@ pub struct BtlTcp {
     memory: Option<Arc<MemoryCounter>>,
     held: usize,
     peak: usize,
+    progress_calls: u64,
 }
 
 impl std::fmt::Debug for BtlTcp {
@@ -179,6 +225,7 @@ impl BtlTcp {
             memory: None,
             held: 0,
             peak: 0,
+            progress_calls: 0,
         })
     }
 
@@ -239,7 +286,7 @@ impl BtlTcp {
                 m.alloc(after - before);
             }
         } else if before > after {
-            self.held -= before - after;
+            self.held = self.held.saturating_sub(before - after);
             if let Some(m) = &self.memory {
                 m.free(before - after);
             }
@@ -254,48 +301,56 @@ impl BtlTcp {
         self.counters.peer_failures += 1;
         if let Some(p) = self.peers.get_mut(&peer) {
             if let Some(out) = p.out.take() {
-                let cap = out.proto.capacity();
-                let _ = out.stream.shutdown(Shutdown::Both);
-                self.adjust_memory(cap, 0);
+                out.close();
+                self.adjust_memory(out.proto.capacity(), 0);
             }
         }
         self.failed.insert(peer, reason.clone());
         self.to_report.push_back((peer, reason));
     }
 
-    /// Open our sending connection to `peer`.
+    /// Start opening our sending connection to `peer` (completed by [`OutConn::drive`]).
     fn connect(&mut self, peer: Rank) -> Result<(), SendError> {
         let Some(p) = self.peers.get(&peer) else {
             return Err(SendError::Unreachable(peer));
         };
         let addr = p.addr;
-        let result = TcpStream::connect_timeout(&addr, self.cfg.connect_timeout).and_then(|s| {
-            // Small fragments must leave now: the PML does its own batching.
-            s.set_nodelay(true)?;
-            s.set_nonblocking(true)?;
-            Ok(s)
-        });
-        match result {
-            Ok(stream) => {
-                let hello = HelloRepr {
-                    rank: self.me,
-                    to: peer,
-                    secret: &self.secret,
-                };
-                let proto = Outbound::new(&hello, self.cfg.max_pending);
-                self.adjust_memory(0, proto.capacity());
-                self.counters.connects += 1;
-                if let Some(p) = self.peers.get_mut(&peer) {
-                    p.out = Some(OutConn { stream, proto });
-                }
-                Ok(())
-            }
-            Err(e) => {
-                let reason = format!("connecting to {addr}: {e}");
-                self.fail_peer(peer, reason.clone());
-                Err(SendError::PeerFailed { peer, reason })
-            }
+        let timeout = self.cfg.connect_timeout;
+        let (tx, rx) = mpsc::channel();
+        let spawned = thread::Builder::new()
+            .name(format!("btl-tcp-connect-{peer}"))
+            .spawn(move || {
+                let result = TcpStream::connect_timeout(&addr, timeout)
+                    .and_then(|s| {
+                        // Small fragments must leave now: the PML does its own batching.
+                        s.set_nodelay(true)?;
+                        s.set_nonblocking(true)?;
+                        Ok(s)
+                    })
+                    .map_err(|e| io::Error::new(e.kind(), format!("connecting to {addr}: {e}")));
+                // The module may be gone; then the socket just closes.
+                let _ = tx.send(result);
+            });
+        if let Err(e) = spawned {
+            let reason = format!("connecting to {addr}: cannot start a thread: {e}");
+            self.fail_peer(peer, reason.clone());
+            return Err(SendError::PeerFailed { peer, reason });
         }
+        let hello = HelloRepr {
+            rank: self.me,
+            to: peer,
+            secret: &self.secret,
+        };
+        let proto = Outbound::new(&hello, self.cfg.max_pending);
+        self.adjust_memory(0, proto.capacity());
+        self.counters.connects += 1;
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.out = Some(OutConn {
+                link: Link::Connecting(rx),
+                proto,
+            });
+        }
+        Ok(())
     }
 
     fn accept(&mut self, now: Instant) {
@@ -335,6 +390,7 @@ impl BtlTcp {
     ) -> InOutcome {
         for _ in 0..READS_PER_PROGRESS {
             let buf = conn.proto.read_buf();
+            let window = buf.len();
             let n = match conn.stream.read(buf) {
                 Ok(0) => {
                     return match conn.proto.handle_eof() {
@@ -349,6 +405,8 @@ impl BtlTcp {
                 Err(e) => return InOutcome::Io(conn.proto.peer(), e),
             };
             conn.proto.commit(n);
+            // A short read means the socket is drained: skip the read that would say EAGAIN.
+            let drained = n < window;
             loop {
                 match conn.proto.poll_event() {
                     Ok(None) => break,
@@ -367,6 +425,9 @@ impl BtlTcp {
                     Err(e) => return InOutcome::Failed(e),
                 }
             }
+            if drained {
+                break;
+            }
         }
         match conn.proto.handle_timeout(now) {
             Ok(()) => InOutcome::Open,
@@ -378,8 +439,11 @@ impl BtlTcp {
         let conn = self.incoming.swap_remove(idx);
         let _ = conn.stream.shutdown(Shutdown::Both);
         self.adjust_memory(conn.proto.capacity(), 0);
-        let peer = conn.proto.peer();
-        if let Some(p) = peer {
+        // A refused duplicate carries the rank of the connection that stays open: keep it.
+        if let (Some(p), false) = (
+            conn.proto.peer(),
+            matches!(outcome, InOutcome::Duplicate(_)),
+        ) {
             self.inbound_from.remove(&p);
         }
         match outcome {
@@ -490,7 +554,7 @@ impl Btl for BtlTcp {
         for r in ranks {
             if let Some(p) = self.peers.remove(r) {
                 if let Some(out) = p.out {
-                    let _ = out.stream.shutdown(Shutdown::Both);
+                    out.close();
                     self.adjust_memory(out.proto.capacity(), 0);
                 }
             }
@@ -537,7 +601,7 @@ impl Btl for BtlTcp {
             Ok(()) => {}
             Err(QueueError::Full { .. }) => {
                 // Drain what the kernel takes now, so the retry after progress has room.
-                let _ = flush(&mut out.stream, &mut out.proto);
+                let _ = out.drive();
                 self.counters.would_block += 1;
                 return Err(SendError::WouldBlock);
             }
@@ -549,7 +613,7 @@ impl Btl for BtlTcp {
             }
         }
         // Write at once: most fragments leave here without waiting for progress.
-        let result = flush(&mut out.stream, &mut out.proto);
+        let result = out.drive();
         let after = out.proto.capacity();
         self.adjust_memory(before, after);
         self.counters.sends += 1;
@@ -564,7 +628,12 @@ impl Btl for BtlTcp {
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
         let now = Instant::now();
         let mut n = 0;
-        self.accept(now);
+        // Accept at every call while peers may still connect, then only now and then: the
+        // accept syscall would otherwise double the cost of an idle progress call.
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        if self.incoming.len() < self.peers.len() || self.progress_calls & 63 == 0 {
+            self.accept(now);
+        }
         let mut i = 0;
         while i < self.incoming.len() {
             let conn = &mut self.incoming[i];
@@ -588,8 +657,8 @@ impl Btl for BtlTcp {
         let mut broken = Vec::new();
         for (rank, p) in &mut self.peers {
             if let Some(out) = &mut p.out {
-                if out.proto.pending() > 0 {
-                    if let Err(e) = flush(&mut out.stream, &mut out.proto) {
+                if out.busy() {
+                    if let Err(e) = out.drive() {
                         broken.push((*rank, format!("sending to rank {rank}: {e}")));
                     }
                 }
@@ -643,20 +712,25 @@ impl Btl for BtlTcp {
                 continue;
             };
             out.proto.queue_bye();
-            let result = out
-                .stream
-                .set_nonblocking(false)
-                .and_then(|()| out.stream.set_write_timeout(Some(timeout)))
-                .and_then(|()| {
-                    while let Some(bytes) = out.proto.poll_transmit() {
-                        let n = out.stream.write(bytes)?;
-                        if n == 0 {
-                            return Err(io::ErrorKind::WriteZero.into());
-                        }
-                        out.proto.advance(n);
+            let stream = match out.link {
+                Link::Up(s) => Ok(s),
+                Link::Connecting(rx) => rx
+                    .recv_timeout(timeout)
+                    .unwrap_or_else(|e| Err(io::Error::new(io::ErrorKind::TimedOut, e))),
+            };
+            let result = stream.and_then(|mut stream| {
+                stream.set_nonblocking(false)?;
+                stream.set_write_timeout(Some(timeout))?;
+                while let Some(bytes) = out.proto.poll_transmit() {
+                    let n = stream.write(bytes)?;
+                    if n == 0 {
+                        return Err(io::ErrorKind::WriteZero.into());
                     }
-                    out.stream.flush()
-                });
+                    out.proto.advance(n);
+                }
+                stream.flush()?;
+                stream.shutdown(Shutdown::Write)
+            });
             if let Err(e) = result {
                 tracing::warn!(
                     peer = rank,
@@ -664,7 +738,6 @@ impl Btl for BtlTcp {
                     out.proto.pending()
                 );
             }
-            let _ = out.stream.shutdown(Shutdown::Write);
         }
         self.peers.clear();
         self.incoming.clear();

@@ -319,6 +319,42 @@ fn stranger_bytes_are_refused_without_harm() {
 }
 
 #[test]
+fn second_connection_claiming_a_connected_rank_is_refused() {
+    let (mut a, mut b, modex) = pair(&[]);
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    a.send(1, 0x40, &[], b"one", SendHint::default()).unwrap();
+    pump(a.as_mut(), b.as_mut(), &mut sa, &mut sb, |_, _, _, sb| {
+        sb.got.len() == 1
+    });
+    let addr = card::Card::decode(&modex.get(1, card::MODEX_KEY).unwrap().unwrap())
+        .unwrap()
+        .addr;
+    let hello = wire::HelloRepr {
+        rank: 0,
+        to: 1,
+        secret: b"secret-A",
+    };
+    let mut bytes = vec![0u8; hello.buffer_len()];
+    hello.emit(&mut wire::HelloPacket::new_unchecked(&mut bytes[..]));
+    // Twice: the first refusal must not forget that rank 0 is still connected.
+    let mut impostors = Vec::new();
+    for k in 1..=2 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&bytes).unwrap();
+        impostors.push(s);
+        pump(a.as_mut(), b.as_mut(), &mut sa, &mut sb, |_, b, _, _| {
+            counter(b, "rejected_duplicate") == k
+        });
+    }
+    a.send(1, 0x40, &[], b"two", SendHint::default()).unwrap();
+    pump(a.as_mut(), b.as_mut(), &mut sa, &mut sb, |_, _, _, sb| {
+        sb.got.len() == 2
+    });
+    assert_eq!(sb.got[1].2, b"two");
+    assert!(sb.failed.is_empty());
+}
+
+#[test]
 fn crash_is_peer_failed_but_finalize_is_clean() {
     // Clean: rank 0 finalizes after sending; rank 1 gets everything and no failure.
     let (mut a, mut b, _m) = pair(&[]);
@@ -365,14 +401,21 @@ fn send_to_dead_listener_fails_the_peer() {
     let b = init(&j1, &p, &modex);
     a.add_procs(&j0.procs(), &modex).unwrap();
     drop(b); // its listener is closed: connecting is refused
-    let err = a.send(1, 0x40, &[], b"x", SendHint::default()).unwrap_err();
-    assert!(
-        matches!(err, SendError::PeerFailed { peer: 1, .. }),
-        "{err}"
-    );
+             // The send is taken (the connect runs in the background); the failure comes from progress.
+    a.send(1, 0x40, &[], b"x", SendHint::default()).unwrap();
     let mut sa = Sink::default();
-    a.progress(&mut sa);
+    let start = Instant::now();
+    while sa.failed.is_empty() {
+        a.progress(&mut sa);
+        assert!(start.elapsed() < WAIT, "connect failure never reported");
+    }
     assert_eq!(sa.failed.len(), 1);
+    assert_eq!(sa.failed[0].0, 1);
+    assert!(
+        sa.failed[0].1.contains("connecting to"),
+        "{}",
+        sa.failed[0].1
+    );
     assert!(matches!(
         a.send(1, 0x40, &[], b"x", SendHint::default()),
         Err(SendError::PeerFailed { .. })

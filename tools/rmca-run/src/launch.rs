@@ -147,6 +147,26 @@ fn new_job_id() -> std::io::Result<(String, Vec<u8>)> {
     Ok((id, secret))
 }
 
+/// Node identity is the host name: a name listed twice in `--hosts` is one node. Returns the
+/// distinct names (indexed by node id) and each rank's node id.
+pub fn node_identity(hosts: &[String], slot_of_rank: &[u32]) -> (Vec<String>, Vec<u32>) {
+    let mut names: Vec<String> = Vec::new();
+    let ids = slot_of_rank
+        .iter()
+        .map(|&slot| {
+            let h = &hosts[slot as usize];
+            match names.iter().position(|n| n == h) {
+                Some(i) => i as u32,
+                None => {
+                    names.push(h.clone());
+                    (names.len() - 1) as u32
+                }
+            }
+        })
+        .collect();
+    (names, ids)
+}
+
 /// Run the job described by `o`; returns the launcher's exit status.
 pub fn run(o: &Options) -> i32 {
     let (job_id, secret) = match new_job_id() {
@@ -175,7 +195,7 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     } else {
         o.hosts.clone()
     };
-    let node_of_rank = block_map(np, nodes.len() as u32);
+    let (nodes, node_of_rank) = node_identity(&nodes, &block_map(np, nodes.len() as u32));
     let kvsname = format!("kvs_{job_id}");
     let mut preload = Vec::new();
     if let Some(m) = rmca_rte::server::process_mapping(&node_of_rank) {
@@ -451,4 +471,17 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     }
     let _ = std::io::stdout().flush();
     mon.exit_status()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_host_names_are_one_node() {
+        let hosts: Vec<String> = ["a", "b", "a"].iter().map(|s| s.to_string()).collect();
+        let (names, ids) = node_identity(&hosts, &block_map(6, 3));
+        assert_eq!(names, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(ids, vec![0, 0, 1, 1, 0, 0]);
+    }
 }

@@ -3,9 +3,12 @@
 //! RC QPs run [`rc::RcProto`] over one TCP connection each; UD QPs own one UDP socket each and
 //! send one datagram per message. The data path runs in the caller's thread: `post_send` writes
 //! to the socket directly and `poll_cq` drains the sockets of the CQ's QPs. A background agent
-//! thread per context accepts RC connections and, when the owner has not polled for a while,
-//! progresses every QP (using `try_lock`, so it never stalls the owner), so RDMA READ/WRITE are
-//! served and RNR/timers run without the target application's involvement.
+//! thread per context accepts RC connections and progresses every QP its owner has not polled
+//! lately (using `try_lock`, so it never stalls the owner), so RDMA READ/WRITE are served and
+//! RNR/timers run without the target application's involvement.
+//!
+//! Limitations: an address handle names one UD QP's socket (the soft "port" is per QP), and
+//! the RC send-queue slot of a WR is released when the peer acknowledges it.
 
 pub mod rc;
 pub mod wire;
@@ -52,7 +55,8 @@ pub struct SoftConfig {
     pub max_inline: u32,
     /// Maximum CQ depth.
     pub max_cqe: u32,
-    /// The agent serves the QPs when the owner has not polled for this long.
+    /// The agent progresses a QP (RDMA service, RNR timers, UD drops) that its owner has not
+    /// progressed (by polling one of its CQs) for this long.
     pub agent_idle: Duration,
 }
 
@@ -223,12 +227,26 @@ impl Ctx {
                     match hello {
                         Ok(h) if h.job_tag == self.job_tag => {
                             let _ = s.set_nodelay(true);
-                            if s.set_nonblocking(true).is_ok() {
+                            let qp = lock(&self.qps).get(&h.dst_qpn).cloned();
+                            // Filed under the QP's lock, so entering the error state (which
+                            // closes unclaimed connections under the same lock) cannot miss it.
+                            let g = qp.as_ref().map(|q| lock(&q.inner));
+                            let alive = g
+                                .as_ref()
+                                .is_some_and(|g| !matches!(g.state, QpState::Error));
+                            if alive && s.set_nonblocking(true).is_ok() {
                                 lock(&self.pending)
                                     .entry(h.dst_qpn)
                                     .or_default()
                                     .push((h, s));
+                            } else {
+                                tracing::debug!(
+                                    qpn = h.dst_qpn,
+                                    "soft RC: connection for a gone or failed QP closed"
+                                );
+                                let _ = s.shutdown(std::net::Shutdown::Both);
                             }
+                            drop(g);
                         }
                         Ok(_) => {
                             tracing::warn!(%peer, "soft verbs: RC connection from another job refused");
@@ -1256,12 +1274,15 @@ impl Qp {
     /// True when the owner has not progressed this QP for `agent_idle`.
     fn stale(&self, ctx: &Ctx) -> bool {
         let idle = ctx.cfg.agent_idle.as_nanos() as u64;
-        ctx.now_ns().saturating_sub(self.last_progress.load(Ordering::Relaxed)) > idle
+        ctx.now_ns()
+            .saturating_sub(self.last_progress.load(Ordering::Relaxed))
+            > idle
     }
 
     /// Moves everything forward: I/O, timers, completions.
     fn progress(&self, g: &mut QpInner, now: Instant) {
-        self.last_progress.store(self.ctx.now_ns(), Ordering::Relaxed);
+        self.last_progress
+            .store(self.ctx.now_ns(), Ordering::Relaxed);
         match self.qp_type {
             QpType::Ud => {
                 if g.udp.is_some() {
@@ -1293,11 +1314,8 @@ impl Qp {
                     self.fd.store(s.as_raw_fd(), Ordering::Relaxed);
                     c.stream = Some(s);
                 }
-                None => {
-                    // The agent accepts; the owner may also do it to avoid waiting for it.
-                    self.ctx.accept_all();
-                    return;
-                }
+                // Not accepted yet: the agent accepts and files it within a poll period.
+                None => return,
             }
         }
         let mut broken = false;

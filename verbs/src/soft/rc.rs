@@ -297,7 +297,7 @@ impl RcProto {
                             self.fail_front(env, WcStatus::RnrRetryExceeded);
                             return;
                         }
-                        self.rnr_count += 1;
+                        self.rnr_count = self.rnr_count.saturating_add(1);
                         // Go-back-N: everything from the NAKed PSN is resent after the timer.
                         self.resend_at = Some((r.psn, now + self.rnr_timer));
                     }

@@ -32,7 +32,11 @@ pub fn params(settings: &[(&str, &str)]) -> ParamStore {
     UD.register_params(&mut ParamRegistrar::new("btl", "ud", &mut specs));
     let prov = provider();
     let mut env: Vec<(String, String)> = vec![("RMCA_MCA_btl_ud_provider".into(), prov)];
-    env.extend(settings.iter().map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned())));
+    env.extend(
+        settings
+            .iter()
+            .map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned())),
+    );
     let raw = RawSources::from_parts(None, None, false, env, vec![]).unwrap();
     ParamStore::resolve(specs, &raw).unwrap()
 }
@@ -69,10 +73,13 @@ pub fn ranks(secret: &str, settings: &[&[(&str, &str)]]) -> Vec<Box<dyn Btl>> {
     let modex = LocalModex::new();
     let mem = MemoryAccounting::new();
     let n = settings.len() as u32;
-    let mut v: Vec<Box<dyn Btl>> =
-        (0..n).map(|r| init(&job(r, n, secret), &modex, &mem, settings[r as usize]).expect("init")).collect();
+    let mut v: Vec<Box<dyn Btl>> = (0..n)
+        .map(|r| init(&job(r, n, secret), &modex, &mem, settings[r as usize]).expect("init"))
+        .collect();
     for (r, b) in v.iter_mut().enumerate() {
-        let reach = b.add_procs(&job(r as u32, n, secret).procs(), &modex).expect("add_procs");
+        let reach = b
+            .add_procs(&job(r as u32, n, secret).procs(), &modex)
+            .expect("add_procs");
         assert!(reach.iter().all(|&x| x), "every rank reachable: {reach:?}");
     }
     v
@@ -140,5 +147,11 @@ pub fn progress_rounds(btls: &mut [Box<dyn Btl>], sinks: &mut [Sink], rounds: us
 
 /// Deterministic payload of fragment `seq` from `src`, `len` bytes.
 pub fn pattern(src: Rank, seq: u32, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(seq * 7 + src * 101) as u8).collect()
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(seq * 7 + src * 101) as u8
+        })
+        .collect()
 }

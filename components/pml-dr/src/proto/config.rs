@@ -16,13 +16,13 @@ pub struct Config {
     pub eager_limit: u64,
     /// `pml_dr_csum`: checksum payloads on every BTL, not only those flagged NEED_CSUM.
     pub csum: bool,
-    /// `pml_dr_rto_initial`: retransmission timeout before the first RTT sample.
+    /// `pml_dr_rto_initial_us`: retransmission timeout before the first RTT sample.
     pub rto_initial: Duration,
-    /// `pml_dr_rto_min`: floor of the retransmission timeout.
+    /// `pml_dr_rto_min_us`: floor of the retransmission timeout.
     pub rto_min: Duration,
-    /// `pml_dr_rto_max`: cap of the (backed-off) retransmission timeout.
+    /// `pml_dr_rto_max_us`: cap of the (backed-off) retransmission timeout.
     pub rto_max: Duration,
-    /// `pml_dr_ack_delay`: longest a receiver holds a partial ack hoping to cover more frags.
+    /// `pml_dr_ack_delay_us`: longest a receiver holds a partial ack hoping to cover more frags.
     pub ack_delay: Duration,
     /// `pml_dr_peer_timeout`: a peer silent this long while we await it is declared dead.
     pub peer_timeout: Duration,
@@ -102,30 +102,30 @@ impl Config {
             return Err(bad("vfrag_frags", self.vfrag_frags, "1..=64"));
         }
         if self.rto_min.is_zero() {
-            return Err(bad("rto_min", self.rto_min, "> 0"));
+            return Err(bad("rto_min_us", self.rto_min, "> 0"));
         }
         if self.rto_min <= self.ack_delay {
             return Err(bad(
-                "rto_min",
+                "rto_min_us",
                 self.rto_min,
-                "greater than pml_dr_ack_delay",
+                "greater than pml_dr_ack_delay_us",
             ));
         }
         if self.rto_max < self.rto_min {
-            return Err(bad("rto_max", self.rto_max, ">= pml_dr_rto_min"));
+            return Err(bad("rto_max_us", self.rto_max, ">= pml_dr_rto_min_us"));
         }
         if self.rto_initial < self.rto_min || self.rto_initial > self.rto_max {
             return Err(bad(
-                "rto_initial",
+                "rto_initial_us",
                 self.rto_initial,
-                "pml_dr_rto_min..=pml_dr_rto_max",
+                "pml_dr_rto_min_us..=pml_dr_rto_max_us",
             ));
         }
         if self.peer_timeout <= self.rto_max {
             return Err(bad(
                 "peer_timeout",
                 self.peer_timeout,
-                "greater than pml_dr_rto_max",
+                "greater than pml_dr_rto_max_us",
             ));
         }
         if self.btl_retries == 0 || self.btl_retries > 30 {
@@ -140,9 +140,9 @@ impl Config {
         // Keeps every deadline computation (Instant + Duration) far from overflow.
         const DAY: Duration = Duration::from_secs(86_400);
         for (name, d) in [
-            ("rto_initial", self.rto_initial),
-            ("rto_max", self.rto_max),
-            ("ack_delay", self.ack_delay),
+            ("rto_initial_us", self.rto_initial),
+            ("rto_max_us", self.rto_max),
+            ("ack_delay_us", self.ack_delay),
             ("peer_timeout", self.peer_timeout),
             ("watchdog", self.watchdog),
         ] {

@@ -25,8 +25,8 @@ use super::ranges::RangeSet;
 use super::rtt::RttEstimator;
 use super::wire::{
     self, full_mask, AckPacket, AckRepr, DataPacket, DataRepr, MatchFields, PacketType, WireError,
-    ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_LEN, DATA_HEADER_LEN, FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM,
-    FLAG_RETX,
+    ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN, DATA_HEADER_LEN,
+    FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
 };
 
 /// Per-peer message sequence number (assigned by the sender, in MPI send order).
@@ -285,6 +285,8 @@ struct TxVfrag {
     /// Queued fragments to send twice (a lone probe is doubled, as QUIC sends two).
     twice: u64,
     sent: Vec<Option<Sent>>,
+    /// Fragments transmitted at least once (bit i = `sent[i].is_some()`).
+    sent_mask: u64,
     /// Set once a RNDV vfrag is fully acked but the receiver has not matched yet.
     awaiting_match: Option<Probe>,
 }
@@ -295,13 +297,7 @@ impl TxVfrag {
     }
     /// Sent and not acked (queued retransmissions included: still out there).
     fn unacked_sent(&self) -> u64 {
-        let mut m = 0;
-        for (i, s) in self.sent.iter().enumerate() {
-            if s.is_some() {
-                m |= 1 << i;
-            }
-        }
-        m & !self.acked
+        self.sent_mask & !self.acked
     }
     fn ack_eliciting_in_flight(&self) -> bool {
         self.unacked_sent() != 0 || self.awaiting_match.as_ref().is_some_and(|p| p.outstanding)
@@ -389,6 +385,9 @@ pub struct Connection {
     // Liveness.
     last_heard: Instant,
     awaiting_since: Option<Instant>,
+    /// The glue awaits a message from this peer (a receive posted for it).
+    interest: bool,
+    last_ping: Option<Instant>,
 }
 
 impl Connection {
@@ -453,6 +452,8 @@ impl Connection {
             rx_limit,
             last_heard: now,
             awaiting_since: None,
+            interest: false,
+            last_ping: None,
         })
     }
 
@@ -663,6 +664,7 @@ impl Connection {
                 lost: 0,
                 twice: 0,
                 sent: vec![None; count as usize],
+                sent_mask: 0,
                 awaiting_match: None,
             },
         );
@@ -694,6 +696,7 @@ impl Connection {
             at: now,
             repair,
         });
+        v.sent_mask |= 1u64 << i;
         let off_in_vfrag = i as u64 * self.frag_size;
         let len = (v.len - off_in_vfrag.min(v.len)).min(self.frag_size) as usize;
         let msg = &self.tx_msgs[&v.seq];
@@ -758,7 +761,20 @@ impl Connection {
                 match AckPacket::new_checked(bytes).and_then(|p| AckRepr::parse(&p)) {
                     Ok(ack) => {
                         self.last_heard = now;
-                        self.handle_ack(now, ack);
+                        if ack.flags & ACK_FLAG_PING != 0 {
+                            self.counters.pongs_sent += 1;
+                            let pong = AckRepr {
+                                flags: ACK_FLAG_PONG,
+                                ..ack
+                            };
+                            self.push_ack(PendingAck {
+                                btl,
+                                repr: pong,
+                                rx_at: now,
+                            });
+                        } else if ack.flags & ACK_FLAG_PONG == 0 {
+                            self.handle_ack(now, ack);
+                        }
                     }
                     Err(e) => self.count_bad(e),
                 }
@@ -994,11 +1010,12 @@ impl Connection {
 
     fn push_ack(&mut self, a: PendingAck) {
         // One queued ack per vfrag is enough: the newest state supersedes older ones.
-        if let Some(q) = self
-            .acks
-            .iter_mut()
-            .find(|q| q.repr.vfrag_id == a.repr.vfrag_id && q.repr.nack == a.repr.nack)
-        {
+        let keepalive = ACK_FLAG_PING | ACK_FLAG_PONG;
+        if let Some(q) = self.acks.iter_mut().find(|q| {
+            q.repr.vfrag_id == a.repr.vfrag_id
+                && q.repr.nack == a.repr.nack
+                && q.repr.flags & keepalive == a.repr.flags & keepalive
+        }) {
             *q = a;
         } else {
             self.acks.push_back(a);
@@ -1258,10 +1275,14 @@ impl Connection {
         let mut lost = 0;
         let mut loss_time: Option<Instant> = None;
         for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
-            for (i, s) in v.sent.iter().enumerate() {
+            // Only fragments out on the wire: sent, not acked, not already queued again.
+            let mut out = v.unacked_sent() & !v.queued;
+            while out != 0 {
+                let i = out.trailing_zeros() as usize;
                 let b = 1u64 << i;
-                let Some(s) = s else { continue };
-                if v.acked & b != 0 || v.queued & b != 0 || s.pkt >= largest {
+                out &= !b;
+                let Some(s) = v.sent[i] else { continue };
+                if s.pkt >= largest {
                     continue;
                 }
                 if largest - s.pkt >= threshold || s.at + loss_delay <= now {
@@ -1312,6 +1333,26 @@ impl Connection {
         Some(since.max(self.last_heard) + self.cfg.peer_timeout)
     }
 
+    fn ping_interval(&self) -> Duration {
+        (self.cfg.peer_timeout / 8).max(self.cfg.rto_min)
+    }
+
+    /// While we await a silent peer, a keepalive every peer_timeout/8 makes a live but idle
+    /// peer answer (its PML progress answers; the application need not send), so only a dead
+    /// one reaches the silence limit.
+    fn ping_deadline(&self) -> Option<Instant> {
+        let since = self.awaiting_since?.max(self.last_heard);
+        let base = self.last_ping.map_or(since, |p| p.max(since));
+        Some(base + self.ping_interval())
+    }
+
+    /// The glue does (or no longer does) await a message from this peer, e.g. a receive posted
+    /// for it: silence then counts towards peer death, and keepalives probe it.
+    pub fn set_interest(&mut self, now: Instant, interested: bool) {
+        self.interest = interested;
+        self.update_awaiting(now);
+    }
+
     /// When [`Connection::handle_timeout`] must next be called (None: no timer armed).
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.dead.is_some() {
@@ -1343,6 +1384,7 @@ impl Connection {
             min(Some(at + self.cfg.watchdog));
         }
         min(self.silence_deadline());
+        min(self.ping_deadline());
         t
     }
 
@@ -1355,6 +1397,28 @@ impl Connection {
             warn!(timeout = ?self.cfg.peer_timeout, "peer silent too long; declaring it dead");
             self.die(DeathReason::PeerTimeout);
             return;
+        }
+        if self.ping_deadline().is_some_and(|d| d <= now) {
+            if let Some(p) = self.active_path() {
+                self.last_ping = Some(now);
+                self.counters.pings_sent += 1;
+                let ping = AckRepr {
+                    nack: false,
+                    flags: ACK_FLAG_PING,
+                    frag_count: 1,
+                    ack_delay_us: 0,
+                    vfrag_id: 0,
+                    mask: 0,
+                    echo_pkt_num: 0,
+                    msg_seq: 0,
+                };
+                let btl = self.paths[p].btl;
+                self.push_ack(PendingAck {
+                    btl,
+                    repr: ping,
+                    rx_at: now,
+                });
+            }
         }
         // Watchdog: tokens are issued in time order, so the first is the oldest.
         while let Some((&tok, &(p, at))) = self.pending_local.iter().next() {
@@ -1515,7 +1579,8 @@ impl Connection {
     /// Are we waiting for the peer to say something? (Unacked data, a receive in progress, an
     /// announced gap.) An unmatched rendezvous at our side waits for us, not for the peer.
     fn awaiting_peer(&self) -> bool {
-        !self.tx_msgs.is_empty()
+        self.interest
+            || !self.tx_msgs.is_empty()
             || !self.rx_partial.is_empty()
             || self
                 .rx_msgs

@@ -37,6 +37,10 @@ pub struct Counters {
     pub acks_received: u64,
     /// NACK packets received.
     pub nacks_received: u64,
+    /// Keepalive requests sent (while awaiting a silent peer).
+    pub pings_sent: u64,
+    /// Keepalive answers sent.
+    pub pongs_sent: u64,
     /// Current smoothed RTT of the active path.
     pub srtt: Duration,
 }

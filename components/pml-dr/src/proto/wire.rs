@@ -110,7 +110,11 @@ const DATA_FLAGS: u8 = FLAG_ACK_REQ | FLAG_PAYLOAD_CSUM | FLAG_RETX;
 pub const ACK_FLAG_MATCHED: u8 = 0x01;
 /// Ack flag: this ack answers a duplicate (informational).
 pub const ACK_FLAG_DUP: u8 = 0x02;
-const ACK_FLAGS: u8 = ACK_FLAG_MATCHED | ACK_FLAG_DUP;
+/// Ack flag: a keepalive request (no vfrag); the peer answers with [`ACK_FLAG_PONG`].
+pub const ACK_FLAG_PING: u8 = 0x04;
+/// Ack flag: the answer to a keepalive request.
+pub const ACK_FLAG_PONG: u8 = 0x08;
+const ACK_FLAGS: u8 = ACK_FLAG_MATCHED | ACK_FLAG_DUP | ACK_FLAG_PING | ACK_FLAG_PONG;
 
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
@@ -647,7 +651,7 @@ mod tests {
         }
 
         #[test]
-        fn ack_roundtrip(nack in any::<bool>(), flags in 0u8..4, count in 1u8..=64,
+                fn ack_roundtrip(nack in any::<bool>(), flags in 0u8..16, count in 1u8..=64,
                          mask in any::<u64>(), rest in any::<(u32, u64, u64, u64)>()) {
             let repr = AckRepr {
                 nack, flags, frag_count: count, ack_delay_us: rest.0, vfrag_id: rest.1,

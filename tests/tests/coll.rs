@@ -1,0 +1,110 @@
+//! Every collective against a sequential reference, for 1..=8 ranks (powers of two and not),
+//! with each algorithm forced through its `coll_<op>_algorithm` MCA parameter, plus the
+//! examples. The checking program is `rmca/examples/coll_check.rs`.
+
+use rmca_tests::{run_job, Job};
+
+/// Algorithm sets: together they force every registered algorithm of every collective.
+const CONFIGS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "linear",
+        &[
+            ("coll_barrier_algorithm", "linear"),
+            ("coll_bcast_algorithm", "linear"),
+            ("coll_reduce_algorithm", "linear"),
+            ("coll_allreduce_algorithm", "reduce_bcast"),
+            ("coll_gather_algorithm", "linear"),
+            ("coll_scatter_algorithm", "linear"),
+            ("coll_allgather_algorithm", "linear"),
+            ("coll_alltoall_algorithm", "linear"),
+        ],
+    ),
+    (
+        "trees",
+        &[
+            ("coll_barrier_algorithm", "dissemination"),
+            ("coll_bcast_algorithm", "binomial"),
+            ("coll_reduce_algorithm", "binomial"),
+            ("coll_allreduce_algorithm", "recursive_doubling"),
+            ("coll_gather_algorithm", "binomial"),
+            ("coll_scatter_algorithm", "binomial"),
+            ("coll_allgather_algorithm", "recursive_doubling"),
+            ("coll_alltoall_algorithm", "pairwise"),
+        ],
+    ),
+    (
+        "long",
+        &[
+            ("coll_bcast_algorithm", "scatter_allgather"),
+            ("coll_allreduce_algorithm", "ring"),
+            ("coll_allgather_algorithm", "ring"),
+        ],
+    ),
+    // 'auto' with low thresholds, so that the size-based switches happen inside the checked sizes.
+    ("auto", &[("coll_bcast_long_size", "1k"), ("coll_allreduce_long_size", "1k")]),
+];
+
+fn check(config: &str, mca: &[(&str, &str)]) {
+    for n in 1..=8 {
+        let out = run_job(&Job { ranks: n, program: "coll_check", args: &[], mca, timeout_s: 120 });
+        assert!(
+            out.success() && out.stdout.contains(&format!("coll_check: {n} ranks")) && out.stdout.contains(" 0 failures"),
+            "coll_check with {config} algorithms on {n} ranks failed:\n{}",
+            out.text()
+        );
+        assert!(!out.stdout.contains("FAIL"), "{config}, {n} ranks:\n{}", out.text());
+    }
+}
+
+#[test]
+fn linear_algorithms_match_reference() {
+    check(CONFIGS[0].0, CONFIGS[0].1);
+}
+
+#[test]
+fn tree_algorithms_match_reference() {
+    check(CONFIGS[1].0, CONFIGS[1].1);
+}
+
+#[test]
+fn long_message_algorithms_match_reference() {
+    check(CONFIGS[2].0, CONFIGS[2].1);
+}
+
+#[test]
+fn auto_selection_matches_reference() {
+    check(CONFIGS[3].0, CONFIGS[3].1);
+}
+
+#[test]
+fn unknown_algorithm_is_rejected_with_the_valid_names() {
+    let out = run_job(&Job { ranks: 2, program: "coll_check", args: &[], mca: &[("coll_allreduce_algorithm", "bogus")], timeout_s: 60 });
+    assert!(!out.success(), "{}", out.text());
+    assert!(out.stderr.contains("recursive_doubling, ring, reduce_bcast"), "{}", out.text());
+}
+
+#[test]
+fn hello_prints_every_rank() {
+    let out = run_job(&Job { ranks: 3, program: "hello", args: &[], mca: &[], timeout_s: 60 });
+    assert!(out.success(), "{}", out.text());
+    for r in 0..3 {
+        assert!(out.stdout.contains(&format!("hello from rank {r} of 3 on node")), "{}", out.text());
+    }
+}
+
+#[test]
+fn ring_token_survives_many_laps() {
+    for n in [1, 2, 4] {
+        let out = run_job(&Job { ranks: n, program: "ring", args: &["200"], mca: &[], timeout_s: 120 });
+        assert!(out.success() && out.stdout.contains(&format!("ring: 200 laps over {n} ranks OK")), "{}", out.text());
+    }
+}
+
+#[test]
+fn pingpong_covers_sizes() {
+    let out = run_job(&Job { ranks: 2, program: "pingpong", args: &["20"], mca: &[], timeout_s: 120 });
+    assert!(out.success(), "{}", out.text());
+    // 0, 1, 4, ..., 1 MiB: 12 rows after the header.
+    let rows = out.stdout.lines().filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok())).count();
+    assert_eq!(rows, 12, "{}", out.text());
+}

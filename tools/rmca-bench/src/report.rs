@@ -1,0 +1,318 @@
+//! Summaries of measured runs: table, JSON lines and an SVG plot drawn by hand.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::bench::Bench;
+
+/// Figures of one (benchmark, configuration, size): one vector of runs per metric.
+pub type Runs = Vec<Vec<f64>>;
+
+/// All measurements: benchmark -> configuration (in run order) -> size -> runs.
+#[derive(Default)]
+pub struct Results {
+    /// Configuration names in the order they were run (rmca first).
+    pub configs: Vec<String>,
+    /// The figures.
+    pub data: BTreeMap<&'static str, BTreeMap<String, BTreeMap<usize, Runs>>>,
+}
+
+/// Median, minimum and maximum of a sample.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    /// Median (mean of the middle two for even counts).
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Summarize `v` (None when empty).
+pub fn summarize(v: &[f64]) -> Option<Summary> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    let median = if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 };
+    Some(Summary { median, min: s[0], max: s[s.len() - 1] })
+}
+
+impl Results {
+    /// Record one run's result line for `config`.
+    pub fn add(&mut self, bench: Bench, config: &str, size: usize, figures: &[f64]) {
+        let runs = self.data.entry(bench.name()).or_default().entry(config.to_owned()).or_default().entry(size).or_default();
+        if runs.len() < figures.len() {
+            runs.resize(figures.len(), Vec::new());
+        }
+        for (r, f) in runs.iter_mut().zip(figures) {
+            r.push(*f);
+        }
+    }
+
+    fn summary(&self, bench: Bench, config: &str, size: usize, metric: usize) -> Option<Summary> {
+        let runs = self.data.get(bench.name())?.get(config)?.get(&size)?;
+        summarize(runs.get(metric)?)
+    }
+
+    fn sizes(&self, bench: Bench) -> Vec<usize> {
+        let mut s: Vec<usize> = self.data.get(bench.name()).into_iter().flat_map(|c| c.values().flat_map(|m| m.keys().copied())).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
+    /// The human-readable table of `bench`: medians with [min..max] per configuration, then
+    /// the ratios rmca/peer.
+    pub fn table(&self, bench: Bench, ranks: usize, runs: usize) -> String {
+        let mut out = String::new();
+        let peers: Vec<&String> = self.configs.iter().skip(1).collect();
+        for (mi, (metric, unit)) in bench.metrics().iter().enumerate() {
+            let better = if bench.higher_is_better() { "higher is better" } else { "lower is better" };
+            let _ = writeln!(out, "# {} {metric} ({unit}, {better}), {ranks} ranks, median [min..max] of {runs} runs", bench.name());
+            let _ = write!(out, "{:>9}", "size");
+            for c in &self.configs {
+                let _ = write!(out, "  {c:>28}");
+            }
+            for p in &peers {
+                let _ = write!(out, "  {:>16}", format!("rmca/{p}"));
+            }
+            out.push('\n');
+            for size in self.sizes(bench) {
+                let _ = write!(out, "{:>9}", human_size(size));
+                for c in &self.configs {
+                    let cell = match self.summary(bench, c, size, mi) {
+                        Some(s) => format!("{} [{}..{}]", fig(s.median), fig(s.min), fig(s.max)),
+                        None => "-".into(),
+                    };
+                    let _ = write!(out, "  {cell:>28}");
+                }
+                for p in &peers {
+                    let cell = match (self.summary(bench, &self.configs[0], size, mi), self.summary(bench, p, size, mi)) {
+                        (Some(a), Some(b)) if b.median > 0.0 => format!("{:.2}", a.median / b.median),
+                        _ => "-".into(),
+                    };
+                    let _ = write!(out, "  {cell:>16}");
+                }
+                out.push('\n');
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// One JSON object per (configuration, size, metric) of `bench`.
+    pub fn json_lines(&self, bench: Bench, context: &serde_json::Value) -> Vec<String> {
+        let mut lines = Vec::new();
+        for size in self.sizes(bench) {
+            for c in &self.configs {
+                for (mi, (metric, unit)) in bench.metrics().iter().enumerate() {
+                    let Some(s) = self.summary(bench, c, size, mi) else { continue };
+                    let runs = &self.data[bench.name()][c][&size][mi];
+                    let mut obj = serde_json::json!({
+                        "benchmark": bench.name(),
+                        "config": c,
+                        "size": size,
+                        "metric": metric,
+                        "unit": unit,
+                        "median": s.median,
+                        "min": s.min,
+                        "max": s.max,
+                        "runs": runs,
+                    });
+                    if let (Some(o), Some(ctx)) = (obj.as_object_mut(), context.as_object()) {
+                        for (k, v) in ctx {
+                            o.insert(k.clone(), v.clone());
+                        }
+                        if c == &self.configs[0] {
+                            let ratios: serde_json::Map<String, serde_json::Value> = self
+                                .configs
+                                .iter()
+                                .skip(1)
+                                .filter_map(|p| {
+                                    let b = self.summary(bench, p, size, mi)?;
+                                    (b.median > 0.0).then(|| (p.clone(), serde_json::json!(s.median / b.median)))
+                                })
+                                .collect();
+                            if !ratios.is_empty() {
+                                o.insert("ratio_rmca_over".into(), serde_json::Value::Object(ratios));
+                            }
+                        }
+                    }
+                    lines.push(obj.to_string());
+                }
+            }
+        }
+        lines
+    }
+
+    /// An SVG with one log-log panel per size-sweeping benchmark (first metric), one polyline
+    /// per configuration (medians; sizes from 1 B, since 0 has no place on a log axis).
+    pub fn svg(&self, benches: &[Bench], ranks: usize) -> String {
+        const W: f64 = 720.0;
+        const H: f64 = 380.0;
+        const L: f64 = 80.0;
+        const R: f64 = 150.0;
+        const T: f64 = 40.0;
+        const B: f64 = 50.0;
+        const COLORS: [&str; 6] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+        let panels: Vec<Bench> = benches.iter().copied().filter(|b| b.sweeps_sizes() && self.data.contains_key(b.name())).collect();
+        let mut svg = String::new();
+        let total_h = H * panels.len().max(1) as f64;
+        let _ = writeln!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        for (pi, bench) in panels.iter().enumerate() {
+            let y0 = pi as f64 * H;
+            let (metric, unit) = bench.metrics()[0];
+            let pts: Vec<(usize, f64)> = self
+                .sizes(*bench)
+                .into_iter()
+                .filter(|&s| s > 0)
+                .flat_map(|s| self.configs.iter().filter_map(move |c| self.summary(*bench, c, s, 0).map(|m| (s, m.median))))
+                .filter(|&(_, v)| v > 0.0)
+                .collect();
+            if pts.is_empty() {
+                continue;
+            }
+            let (xmin, xmax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(s, _)| (a.min((s as f64).log2()), b.max((s as f64).log2())));
+            let (ymin, ymax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(_, v)| (a.min(v.log10()), b.max(v.log10())));
+            let (ymin, ymax) = (ymin.floor(), ymax.ceil().max(ymin.floor() + 1.0));
+            let xmax = xmax.max(xmin + 1.0);
+            let px = |s: f64| L + (s.log2() - xmin) / (xmax - xmin) * (W - L - R);
+            let py = |v: f64| y0 + T + (ymax - v.log10()) / (ymax - ymin) * (H - T - B);
+            let _ = writeln!(svg, r#"<text x="{}" y="{}" font-size="14" text-anchor="middle">{} {metric} ({unit}), {ranks} ranks, log-log</text>"#, (L + W - R) / 2.0, y0 + 22.0, bench.name());
+            let _ = writeln!(svg, r#"<rect x="{L}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#, y0 + T, W - L - R, H - T - B);
+            // x ticks every 4 doublings, y ticks every decade.
+            let mut e = xmin.ceil() as i32;
+            while f64::from(e) <= xmax {
+                if e % 2 == 0 {
+                    let x = px(2f64.powi(e));
+                    let _ = writeln!(svg, r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#ddd"/>"##, y0 + T, y0 + H - B);
+                    let _ = writeln!(svg, r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#, y0 + H - B + 16.0, human_size(1usize << e));
+                }
+                e += 1;
+            }
+            let _ = writeln!(svg, r#"<text x="{}" y="{}" text-anchor="middle">message size (bytes)</text>"#, (L + W - R) / 2.0, y0 + H - 12.0);
+            let mut d = ymin as i32;
+            while f64::from(d) <= ymax {
+                let y = py(10f64.powi(d));
+                let _ = writeln!(svg, r##"<line x1="{L}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/>"##, W - R);
+                let _ = writeln!(svg, r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#, L - 6.0, y + 4.0, fig(10f64.powi(d)));
+                d += 1;
+            }
+            for (ci, c) in self.configs.iter().enumerate() {
+                let color = COLORS[ci % COLORS.len()];
+                let line: Vec<String> = self
+                    .sizes(*bench)
+                    .into_iter()
+                    .filter(|&s| s > 0)
+                    .filter_map(|s| self.summary(*bench, c, s, 0).filter(|m| m.median > 0.0).map(|m| format!("{:.1},{:.1}", px(s as f64), py(m.median))))
+                    .collect();
+                if line.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(svg, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, line.join(" "));
+                let ly = y0 + T + 16.0 + ci as f64 * 18.0;
+                let _ = writeln!(svg, r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/>"#, W - R + 10.0, W - R + 30.0);
+                let _ = writeln!(svg, r#"<text x="{}" y="{}">{}</text>"#, W - R + 35.0, ly + 4.0, xml_escape(c));
+            }
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A figure with about four significant digits.
+pub fn fig(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// 0, 1, ..., 512, 1K, ..., 4M.
+pub fn human_size(s: usize) -> String {
+    if s >= 1 << 20 && s % (1 << 20) == 0 {
+        format!("{}M", s >> 20)
+    } else if s >= 1 << 10 && s % (1 << 10) == 0 {
+        format!("{}K", s >> 10)
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_spread() {
+        assert_eq!(summarize(&[3.0, 1.0, 2.0]), Some(Summary { median: 2.0, min: 1.0, max: 3.0 }));
+        assert_eq!(summarize(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
+        assert_eq!(summarize(&[]), None);
+    }
+
+    fn sample() -> Results {
+        let mut r = Results { configs: vec!["rmca".into(), "mpich".into()], ..Default::default() };
+        for (run, f) in [1.0, 3.0, 2.0].into_iter().enumerate() {
+            for size in [0usize, 1, 1024] {
+                r.add(Bench::Latency, "rmca", size, &[f * (size as f64 + 1.0)]);
+                r.add(Bench::Latency, "mpich", size, &[0.5 * (run as f64 + 1.0) * (size as f64 + 1.0)]);
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn table_has_medians_and_ratios() {
+        let t = sample().table(Bench::Latency, 2, 3);
+        assert!(t.contains("rmca/mpich"), "{t}");
+        // Size 0: rmca runs 1,3,2 -> median 2; mpich 0.5,1,1.5 -> median 1; ratio 2.00.
+        let row = t.lines().find(|l| l.trim_start().starts_with("0 ")).expect("row for size 0");
+        assert!(row.contains("2.000 [1.000..3.000]") && row.trim_end().ends_with("2.00"), "{row}");
+    }
+
+    #[test]
+    fn json_lines_are_objects_with_figures() {
+        let ctx = serde_json::json!({"ranks": 2});
+        let lines = sample().json_lines(Bench::Latency, &ctx);
+        assert_eq!(lines.len(), 6);
+        let v: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["benchmark"], "latency");
+        assert_eq!(v["config"], "rmca");
+        assert_eq!(v["size"], 0);
+        assert_eq!(v["median"], 2.0);
+        assert_eq!(v["ranks"], 2);
+        assert_eq!(v["ratio_rmca_over"]["mpich"], 2.0);
+    }
+
+    #[test]
+    fn svg_draws_one_polyline_per_config() {
+        let svg = sample().svg(&[Bench::Latency], 2);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+    }
+
+    #[test]
+    fn sizes_print_short() {
+        assert_eq!(human_size(0), "0");
+        assert_eq!(human_size(512), "512");
+        assert_eq!(human_size(4096), "4K");
+        assert_eq!(human_size(4 << 20), "4M");
+    }
+}

@@ -1,0 +1,198 @@
+//! The benchmark side that runs inside each rank (`rmca-bench --worker ...` under rmca-run).
+//! Methodology and output format are those of bench/osu_like.c, line for line.
+
+use std::time::Instant;
+
+use rmca::coll::Op;
+use rmca::{Communicator, Request};
+
+use crate::bench::{iters_for, sizes, warmup_for, Bench, Params};
+
+/// Run `bench` in this rank; rank 0 prints `result SIZE VALUE [VALUE2]` lines.
+pub fn run(bench: Bench, p: &Params, bind: bool) -> Result<(), String> {
+    let universe = rmca::init().map_err(|e| format!("rmca init: {e}"))?;
+    let world = universe.world();
+    if bind {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let core = world.rank() % cores;
+        if !crate::affinity::pin_to_core(core) {
+            eprintln!("rmca-bench: rank {} could not be bound to core {core}", world.rank());
+        }
+    }
+    let init_us = universe.init_time().as_secs_f64() * 1e6;
+    let e = |e: rmca::Error| e.to_string();
+    match bench {
+        Bench::Allconn => allconn(&world, init_us).map_err(e)?,
+        Bench::Barrier => barrier(&world, p.iters).map_err(e)?,
+        _ => {
+            for size in sizes(bench, p.min, p.max) {
+                let it = iters_for(p.iters, size);
+                let value = match bench {
+                    Bench::Latency => latency(&world, size, it),
+                    Bench::Bw => window(&world, size, it, p.window, false),
+                    Bench::Msgrate => window(&world, size, it, p.window, true),
+                    Bench::Bibw => bibw(&world, size, it, p.window),
+                    Bench::Allreduce => allreduce(&world, size, it),
+                    Bench::Allconn | Bench::Barrier => unreachable!("handled above"),
+                }
+                .map_err(e)?;
+                if world.rank() == 0 {
+                    println!("result {size} {value:.4}");
+                }
+            }
+        }
+    }
+    drop(universe);
+    Ok(())
+}
+
+type R<T> = Result<T, rmca::Error>;
+
+fn latency(w: &Communicator, size: usize, it: usize) -> R<f64> {
+    let (sbuf, mut rbuf) = (vec![b'a'; size], vec![0u8; size]);
+    let warm = warmup_for(it);
+    w.barrier()?;
+    let mut t0 = Instant::now();
+    if w.rank() < 2 && w.size() >= 2 {
+        for i in 0..warm + it {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            if w.rank() == 0 {
+                w.send(&sbuf, 1, 1)?;
+                w.recv(&mut rbuf, 1, 1)?;
+            } else {
+                w.recv(&mut rbuf, 0, 1)?;
+                w.send(&sbuf, 0, 1)?;
+            }
+        }
+    }
+    Ok(t0.elapsed().as_secs_f64() * 1e6 / (2 * it) as f64)
+}
+
+/// bw (ranks 0 -> 1) or msgrate (pairs r -> r + n/2): `window` messages in flight, then an ack.
+fn window(w: &Communicator, size: usize, it: usize, window: usize, msgrate: bool) -> R<f64> {
+    let (n, me) = (w.size(), w.rank());
+    let pairs = (n / 2).max(1);
+    let (active, sender) = if msgrate { (me < 2 * pairs, me < pairs) } else { (me < 2, me == 0) };
+    let peer = if msgrate {
+        if sender {
+            me + pairs
+        } else {
+            me.wrapping_sub(pairs)
+        }
+    } else {
+        1 - me.min(1)
+    };
+    let sbuf = vec![b'a'; size];
+    // One receive buffer per window slot (Rust cannot alias them; osu_like.c does the same).
+    let mut rbuf = vec![0u8; size * window];
+    let warm = warmup_for(it);
+    w.barrier()?;
+    let mut t0 = Instant::now();
+    if active && n >= 2 {
+        for i in 0..warm + it {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            if sender {
+                let reqs = (0..window).map(|_| w.isend(&sbuf, peer, 2)).collect::<R<Vec<_>>>()?;
+                Request::wait_all(reqs)?;
+                w.recv::<u8>(&mut [], peer, 3)?;
+            } else {
+                let reqs = rbuf_chunks(&mut rbuf, size, window).map(|c| w.irecv(c, peer, 2)).collect::<R<Vec<_>>>()?;
+                Request::wait_all(reqs)?;
+                w.send::<u8>(&[], peer, 3)?;
+            }
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(if msgrate { pairs as f64 * (window * it) as f64 / secs / 1e6 } else { (size * window * it) as f64 / secs / 1e6 })
+}
+
+/// `window` disjoint receive slots of `size` bytes (zero-sized slots for 0-byte messages).
+fn rbuf_chunks(buf: &mut [u8], size: usize, window: usize) -> impl Iterator<Item = &mut [u8]> {
+    let mut rest = buf;
+    (0..window).map(move |_| {
+        let (a, b) = std::mem::take(&mut rest).split_at_mut(size);
+        rest = b;
+        a
+    })
+}
+
+fn bibw(w: &Communicator, size: usize, it: usize, window: usize) -> R<f64> {
+    let sbuf = vec![b'a'; size];
+    let mut rbuf = vec![0u8; size * window];
+    let warm = warmup_for(it);
+    w.barrier()?;
+    let mut t0 = Instant::now();
+    if w.rank() < 2 && w.size() >= 2 {
+        let peer = 1 - w.rank();
+        for i in 0..warm + it {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            let mut reqs = rbuf_chunks(&mut rbuf, size, window).map(|c| w.irecv(c, peer, 4)).collect::<R<Vec<_>>>()?;
+            for _ in 0..window {
+                reqs.push(w.isend(&sbuf, peer, 4)?);
+            }
+            Request::wait_all(reqs)?;
+        }
+    }
+    Ok((2 * size * window * it) as f64 / t0.elapsed().as_secs_f64() / 1e6)
+}
+
+fn allreduce(w: &Communicator, size: usize, it: usize) -> R<f64> {
+    let count = size / 4;
+    let send = vec![1.0f32; count];
+    let mut recv = vec![0.0f32; count];
+    let warm = warmup_for(it);
+    w.barrier()?;
+    let mut t0 = Instant::now();
+    for i in 0..warm + it {
+        if i == warm {
+            t0 = Instant::now();
+        }
+        w.allreduce(&send, &mut recv, Op::Sum)?;
+    }
+    avg_over_ranks(w, t0.elapsed().as_secs_f64() * 1e6 / it as f64)
+}
+
+fn avg_over_ranks(w: &Communicator, mine: f64) -> R<f64> {
+    let mut sum = [0.0f64];
+    w.reduce(&[mine], (w.rank() == 0).then_some(&mut sum[..]), Op::Sum, 0)?;
+    Ok(sum[0] / w.size() as f64)
+}
+
+fn barrier(w: &Communicator, it: usize) -> R<()> {
+    let warm = warmup_for(it);
+    let mut t0 = Instant::now();
+    for i in 0..warm + it {
+        if i == warm {
+            t0 = Instant::now();
+        }
+        w.barrier()?;
+    }
+    let v = avg_over_ranks(w, t0.elapsed().as_secs_f64() * 1e6 / it as f64)?;
+    if w.rank() == 0 {
+        println!("result 0 {v:.4}");
+    }
+    Ok(())
+}
+
+/// First 0-byte exchange with every peer in ring order, right after init (no barrier before:
+/// connection set-up is what is measured), and the init time; maxima over ranks.
+fn allconn(w: &Communicator, init_us: f64) -> R<()> {
+    let (n, me) = (w.size(), w.rank());
+    let t0 = Instant::now();
+    for k in 1..n {
+        w.sendrecv::<u8, u8>(&[], (me + k) % n, 5, &mut [], (me + n - k) % n, 5)?;
+    }
+    let mine = [t0.elapsed().as_secs_f64() * 1e6, init_us];
+    let mut worst = [0.0f64; 2];
+    w.reduce(&mine, (me == 0).then_some(&mut worst[..]), Op::Max, 0)?;
+    if me == 0 {
+        println!("result 0 {:.3} {:.3}", worst[0], worst[1]);
+    }
+    Ok(())
+}
