@@ -58,7 +58,12 @@ pub trait BmlEvents {
     /// See [`BtlEvents::recv`].
     fn recv(&mut self, btl: BtlIndex, peer: Rank, tag: BtlTag, data: &[u8]);
     /// See [`BtlEvents::rdma_complete`].
-    fn rdma_complete(&mut self, btl: BtlIndex, token: CompletionToken, result: Result<(), SendError>);
+    fn rdma_complete(
+        &mut self,
+        btl: BtlIndex,
+        token: CompletionToken,
+        result: Result<(), SendError>,
+    );
     /// See [`BtlEvents::send_complete`].
     fn send_complete(&mut self, _btl: BtlIndex, _token: CompletionToken) {}
     /// See [`BtlEvents::peer_failed`].
@@ -95,7 +100,10 @@ pub struct Bml {
 impl fmt::Debug for Bml {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.btls.iter().map(|b| b.component_name()).collect();
-        f.debug_struct("Bml").field("btls", &names).field("routes", &self.routes).finish()
+        f.debug_struct("Bml")
+            .field("btls", &names)
+            .field("routes", &self.routes)
+            .finish()
     }
 }
 
@@ -107,35 +115,61 @@ impl Bml {
         procs: &[ProcInfo],
         modex: &dyn ModexRead,
     ) -> Result<Self, BmlError> {
-        let me = procs.iter().find(|p| p.is_self).map(|p| p.rank).unwrap_or(0);
+        let me = procs
+            .iter()
+            .find(|p| p.is_self)
+            .map(|p| p.rank)
+            .unwrap_or(0);
         let mut reach = Vec::with_capacity(btls.len());
         for b in btls.iter_mut() {
             let r = b
                 .add_procs(procs, modex)
-                .map_err(|source| BmlError::AddProcs { btl: b.component_name().to_owned(), source })?;
+                .map_err(|source| BmlError::AddProcs {
+                    btl: b.component_name().to_owned(),
+                    source,
+                })?;
             reach.push(r);
         }
         let mut routes = vec![PeerRoutes::default(); procs.len()];
         let mut unreachable = Vec::new();
         for (i, p) in procs.iter().enumerate() {
-            let candidates: Vec<BtlIndex> =
-                (0..btls.len()).filter(|&b| reach[b].get(i).copied().unwrap_or(false)).collect();
-            let Some(best) = candidates.iter().map(|&b| btls[b].attributes().exclusivity).max() else {
+            let candidates: Vec<BtlIndex> = (0..btls.len())
+                .filter(|&b| reach[b].get(i).copied().unwrap_or(false))
+                .collect();
+            let Some(best) = candidates
+                .iter()
+                .map(|&b| btls[b].attributes().exclusivity)
+                .max()
+            else {
                 unreachable.push(p.rank);
                 continue;
             };
-            let chosen: Vec<BtlIndex> =
-                candidates.into_iter().filter(|&b| btls[b].attributes().exclusivity == best).collect();
+            let chosen: Vec<BtlIndex> = candidates
+                .into_iter()
+                .filter(|&b| btls[b].attributes().exclusivity == best)
+                .collect();
             routes[p.rank as usize] = Self::plan(&btls, &chosen);
         }
         if !unreachable.is_empty() {
             let tried: Vec<&str> = btls.iter().map(|b| b.component_name()).collect();
-            let tried = if tried.is_empty() { "none".to_owned() } else { tried.join(", ") };
+            let tried = if tried.is_empty() {
+                "none".to_owned()
+            } else {
+                tried.join(", ")
+            };
             let missing_self = unreachable.contains(&me) && !tried.contains("self");
             return Err(BmlError::Unreachable(format!(
                 "rank {me} cannot reach rank(s) {}: no BTL reaches them (BTLs tried: {tried}){}",
-                unreachable.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
-                if missing_self { "; a process reaching itself needs 'self' in the btl list" } else { "" }
+                unreachable
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if missing_self {
+                    "; a process reaching itself needs 'self' in the btl list"
+                } else {
+                    ""
+                }
             )));
         }
         Ok(Self { btls, routes, me })
@@ -143,22 +177,43 @@ impl Bml {
 
     fn plan(btls: &[Box<dyn Btl>], chosen: &[BtlIndex]) -> PeerRoutes {
         let weighted = |list: Vec<BtlIndex>| -> Vec<Route> {
-            let total: f64 = list.iter().map(|&b| f64::from(btls[b].attributes().bandwidth_mbps.max(1))).sum();
+            let total: f64 = list
+                .iter()
+                .map(|&b| f64::from(btls[b].attributes().bandwidth_mbps.max(1)))
+                .sum();
             let mut v: Vec<Route> = list
                 .iter()
-                .map(|&b| Route { btl: b, weight: f64::from(btls[b].attributes().bandwidth_mbps.max(1)) / total })
+                .map(|&b| Route {
+                    btl: b,
+                    weight: f64::from(btls[b].attributes().bandwidth_mbps.max(1)) / total,
+                })
                 .collect();
             v.sort_by(|a, b| b.weight.total_cmp(&a.weight));
             v
         };
-        let mut eager: Vec<Route> = chosen.iter().map(|&b| Route { btl: b, weight: 1.0 }).collect();
+        let mut eager: Vec<Route> = chosen
+            .iter()
+            .map(|&b| Route {
+                btl: b,
+                weight: 1.0,
+            })
+            .collect();
         eager.sort_by_key(|r| btls[r.btl].attributes().latency_ns);
         let rdma: Vec<BtlIndex> = chosen
             .iter()
             .copied()
-            .filter(|&b| btls[b].attributes().flags.intersects(BtlFlags::PUT | BtlFlags::GET))
+            .filter(|&b| {
+                btls[b]
+                    .attributes()
+                    .flags
+                    .intersects(BtlFlags::PUT | BtlFlags::GET)
+            })
             .collect();
-        PeerRoutes { eager, send: weighted(chosen.to_vec()), rdma: weighted(rdma) }
+        PeerRoutes {
+            eager,
+            send: weighted(chosen.to_vec()),
+            rdma: weighted(rdma),
+        }
     }
 
     /// This process's rank.
@@ -210,7 +265,10 @@ impl Bml {
     pub fn progress(&mut self, events: &mut dyn BmlEvents) -> usize {
         let mut n = 0;
         for (i, b) in self.btls.iter_mut().enumerate() {
-            n += b.progress(&mut Indexed { btl: i, inner: events });
+            n += b.progress(&mut Indexed {
+                btl: i,
+                inner: events,
+            });
         }
         n
     }
@@ -221,7 +279,9 @@ impl Bml {
             .iter()
             .flat_map(|b| {
                 let name = b.component_name().to_owned();
-                b.counters().into_iter().map(move |(k, v)| (format!("btl.{name}.{k}"), v))
+                b.counters()
+                    .into_iter()
+                    .map(move |(k, v)| (format!("btl.{name}.{k}"), v))
             })
             .collect()
     }

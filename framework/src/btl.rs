@@ -289,7 +289,11 @@ pub trait Btl: Send {
     }
 
     /// Register `buf` for RDMA with `access` (only with PUT or GET).
-    fn register_mem(&mut self, _buf: UserBuf, _access: MemAccess) -> Result<Registration, BtlError> {
+    fn register_mem(
+        &mut self,
+        _buf: UserBuf,
+        _access: MemAccess,
+    ) -> Result<Registration, BtlError> {
         Err(BtlError::Other(format!(
             "btl {} does not register memory",
             self.component_name()
@@ -364,12 +368,19 @@ pub trait BtlComponent: crate::component::Component {
     fn init(&self, ctx: &mut InitContext<'_>) -> Result<Vec<Box<dyn Btl>>, BtlError>;
 }
 
+/// Callback for fragments of one tag.
+pub type RecvCallback<'a> = Box<dyn FnMut(Rank, &[u8]) + 'a>;
+/// Callback for RDMA completions.
+pub type RdmaCallback<'a> = Box<dyn FnMut(CompletionToken, Result<(), SendError>) + 'a>;
+/// Callback for path failures.
+pub type FailureCallback<'a> = Box<dyn FnMut(Rank, &str) + 'a>;
+
 /// Routes received fragments to a callback registered per tag (Open MPI's
 /// `mca_btl_base_active_message_trigger`), for PMLs that prefer callbacks to one event sink.
 pub struct TagDispatcher<'a> {
-    handlers: Vec<Option<Box<dyn FnMut(Rank, &[u8]) + 'a>>>,
-    rdma: Option<Box<dyn FnMut(CompletionToken, Result<(), SendError>) + 'a>>,
-    failures: Option<Box<dyn FnMut(Rank, &str) + 'a>>,
+    handlers: Vec<Option<RecvCallback<'a>>>,
+    rdma: Option<RdmaCallback<'a>>,
+    failures: Option<FailureCallback<'a>>,
     /// Fragments whose tag had no callback (counted, dropped).
     pub unhandled: u64,
 }
@@ -416,7 +427,12 @@ impl BtlEvents for TagDispatcher<'_> {
             Some(cb) => cb(peer, data),
             None => {
                 self.unhandled += 1;
-                tracing::warn!(peer, tag, len = data.len(), "fragment with unregistered tag dropped");
+                tracing::warn!(
+                    peer,
+                    tag,
+                    len = data.len(),
+                    "fragment with unregistered tag dropped"
+                );
             }
         }
     }

@@ -23,14 +23,24 @@ unsafe impl Send for UserBuf {}
 
 impl fmt::Debug for UserBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "UserBuf({:p}, {} B{})", self.ptr, self.len, if self.writable { ", rw" } else { "" })
+        write!(
+            f,
+            "UserBuf({:p}, {} B{})",
+            self.ptr,
+            self.len,
+            if self.writable { ", rw" } else { "" }
+        )
     }
 }
 
 impl UserBuf {
     /// An empty buffer.
     pub const fn empty() -> Self {
-        Self { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0, writable: true }
+        Self {
+            ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+            len: 0,
+            writable: true,
+        }
     }
 
     /// A read-only view of `len` bytes at `ptr`.
@@ -39,7 +49,11 @@ impl UserBuf {
     /// `ptr..ptr+len` must be valid for reads until every user of this `UserBuf` (and its copies)
     /// is done with it, and must not be written by anyone else meanwhile.
     pub unsafe fn from_raw_parts(ptr: *const u8, len: usize) -> Self {
-        Self { ptr: ptr as *mut u8, len, writable: false }
+        Self {
+            ptr: ptr as *mut u8,
+            len,
+            writable: false,
+        }
     }
 
     /// A writable view of `len` bytes at `ptr`.
@@ -48,17 +62,29 @@ impl UserBuf {
     /// `ptr..ptr+len` must be valid for reads and writes until every user of this `UserBuf` (and
     /// its copies) is done with it, and must not be accessed by anyone else meanwhile.
     pub unsafe fn from_raw_parts_mut(ptr: *mut u8, len: usize) -> Self {
-        Self { ptr, len, writable: true }
+        Self {
+            ptr,
+            len,
+            writable: true,
+        }
     }
 
     /// Borrow a slice as a `UserBuf` for a call that completes before the borrow ends.
     pub fn from_slice(slice: &[u8]) -> Self {
-        Self { ptr: slice.as_ptr() as *mut u8, len: slice.len(), writable: false }
+        Self {
+            ptr: slice.as_ptr() as *mut u8,
+            len: slice.len(),
+            writable: false,
+        }
     }
 
     /// Borrow a mutable slice as a writable `UserBuf` for a call that completes before the borrow ends.
     pub fn from_mut_slice(slice: &mut [u8]) -> Self {
-        Self { ptr: slice.as_mut_ptr(), len: slice.len(), writable: true }
+        Self {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+            writable: true,
+        }
     }
 
     /// Length in bytes.
@@ -89,9 +115,16 @@ impl UserBuf {
 
     /// The sub-range `offset..offset+len`. Panics if out of bounds (a PML bug, not user input).
     pub fn slice(&self, offset: usize, len: usize) -> Self {
-        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len), "UserBuf::slice out of bounds");
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "UserBuf::slice out of bounds"
+        );
         // SAFETY: in bounds per the assertion, so the pointer stays inside the original region.
-        Self { ptr: unsafe { self.ptr.add(offset) }, len, writable: self.writable }
+        Self {
+            ptr: unsafe { self.ptr.add(offset) },
+            len,
+            writable: self.writable,
+        }
     }
 
     /// Read the bytes. The returned slice must not outlive the request.
@@ -107,7 +140,12 @@ impl UserBuf {
     /// Copy `src` into the buffer at `offset`. Panics if the buffer is read-only or too small.
     pub fn write_at(&self, offset: usize, src: &[u8]) {
         assert!(self.writable, "write into a read-only UserBuf");
-        assert!(offset.checked_add(src.len()).is_some_and(|end| end <= self.len), "UserBuf::write_at out of bounds");
+        assert!(
+            offset
+                .checked_add(src.len())
+                .is_some_and(|end| end <= self.len),
+            "UserBuf::write_at out of bounds"
+        );
         if src.is_empty() {
             return;
         }

@@ -30,7 +30,12 @@ pub enum Framework {
 
 impl Framework {
     /// Every framework, in listing order.
-    pub const ALL: [Framework; 4] = [Framework::Pml, Framework::Btl, Framework::Mpool, Framework::Rcache];
+    pub const ALL: [Framework; 4] = [
+        Framework::Pml,
+        Framework::Btl,
+        Framework::Mpool,
+        Framework::Rcache,
+    ];
 
     /// The framework's name, also its selector parameter's name.
     pub fn name(self) -> &'static str {
@@ -183,7 +188,12 @@ impl<'a> InitContext<'a> {
         memory: &'a MemoryAccounting,
         modex: &'a mut dyn ModexWrite,
     ) -> Self {
-        Self { job, params, memory, modex }
+        Self {
+            job,
+            params,
+            memory,
+            modex,
+        }
     }
 
     /// Publish this process's business card under `key` (namespace it: `"btl.shm"`).
@@ -194,6 +204,8 @@ impl<'a> InitContext<'a> {
 
 impl fmt::Debug for InitContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InitContext").field("job", &self.job).finish_non_exhaustive()
+        f.debug_struct("InitContext")
+            .field("job", &self.job)
+            .finish_non_exhaustive()
     }
 }

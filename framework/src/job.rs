@@ -36,14 +36,20 @@ impl JobInfo {
     /// Describe every process of the job for `add_procs`.
     pub fn procs(&self) -> Vec<ProcInfo> {
         (0..self.size)
-            .map(|r| ProcInfo { rank: r, node: self.node_of[r as usize], is_self: r == self.rank })
+            .map(|r| ProcInfo {
+                rank: r,
+                node: self.node_of[r as usize],
+                is_self: r == self.rank,
+            })
             .collect()
     }
 
     /// Ranks sharing this process's node (including itself), in rank order.
     pub fn local_ranks(&self) -> Vec<Rank> {
         let me = self.node_of[self.rank as usize];
-        (0..self.size).filter(|r| self.node_of[*r as usize] == me).collect()
+        (0..self.size)
+            .filter(|r| self.node_of[*r as usize] == me)
+            .collect()
     }
 
     /// Name of the node `rank` runs on.

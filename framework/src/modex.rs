@@ -25,11 +25,13 @@ pub trait ModexWrite {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError>;
 }
 
+type Cards = HashMap<(Rank, String), Vec<u8>>;
+
 /// An in-process modex shared by simulated ranks: for tests that run several "ranks" in one
 /// process, and for singletons.
 #[derive(Clone, Debug, Default)]
 pub struct LocalModex {
-    cards: Arc<Mutex<HashMap<(Rank, String), Vec<u8>>>>,
+    cards: Arc<Mutex<Cards>>,
 }
 
 impl LocalModex {
@@ -40,7 +42,10 @@ impl LocalModex {
 
     /// A writer publishing as `rank`.
     pub fn writer(&self, rank: Rank) -> LocalModexWriter {
-        LocalModexWriter { modex: self.clone(), rank }
+        LocalModexWriter {
+            modex: self.clone(),
+            rank,
+        }
     }
 }
 
@@ -53,8 +58,15 @@ pub struct LocalModexWriter {
 
 impl ModexWrite for LocalModexWriter {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
-        let mut cards = self.modex.cards.lock().map_err(|_| ModexError::Rte("poisoned".into()))?;
-        if cards.insert((self.rank, key.to_owned()), value.to_vec()).is_some() {
+        let mut cards = self
+            .modex
+            .cards
+            .lock()
+            .map_err(|_| ModexError::Rte("poisoned".into()))?;
+        if cards
+            .insert((self.rank, key.to_owned()), value.to_vec())
+            .is_some()
+        {
             return Err(ModexError::Duplicate(key.to_owned()));
         }
         Ok(())
@@ -63,7 +75,10 @@ impl ModexWrite for LocalModexWriter {
 
 impl ModexRead for LocalModex {
     fn get(&self, rank: Rank, key: &str) -> Result<Option<Vec<u8>>, ModexError> {
-        let cards = self.cards.lock().map_err(|_| ModexError::Rte("poisoned".into()))?;
+        let cards = self
+            .cards
+            .lock()
+            .map_err(|_| ModexError::Rte("poisoned".into()))?;
         Ok(cards.get(&(rank, key.to_owned())).cloned())
     }
 }

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use crate::component::{Component, ComponentMeta, ComponentRef, BuiltinComponent};
+use crate::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef};
 use crate::memory::MemoryCounter;
-use crate::params::{Param, ParamRegistrar, ParamStore, Level};
+use crate::params::{Level, Param, ParamRegistrar, ParamStore};
 
 /// How a pool should be shaped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,7 +41,10 @@ impl PoolBuf {
     }
     /// Rebuild a handle from [`PoolBuf::id`] (for completions that only carry the id).
     pub fn from_id(id: u64) -> Self {
-        Self { slab: (id >> 32) as u32, index: id as u32 }
+        Self {
+            slab: (id >> 32) as u32,
+            index: id as u32,
+        }
     }
 }
 
@@ -70,7 +73,12 @@ pub trait Mpool: Send {
 /// An MPool component: the factory of pools.
 pub trait MpoolComponent: Component {
     /// Create a pool; memory it holds is recorded in `memory`.
-    fn create(&self, params: &ParamStore, spec: PoolSpec, memory: Arc<MemoryCounter>) -> Box<dyn Mpool>;
+    fn create(
+        &self,
+        params: &ParamStore,
+        spec: PoolSpec,
+        memory: Arc<MemoryCounter>,
+    ) -> Box<dyn Mpool>;
 }
 
 /// The default pool: slabs of `grow_by` buffers, a LIFO free list (hot buffers stay in cache).
@@ -86,7 +94,13 @@ pub struct FreeListPool {
 impl FreeListPool {
     /// A pool shaped by `spec`, charging `memory`.
     pub fn new(spec: PoolSpec, memory: Arc<MemoryCounter>) -> Self {
-        let mut pool = Self { spec, slabs: Vec::new(), free: Vec::new(), capacity: 0, memory };
+        let mut pool = Self {
+            spec,
+            slabs: Vec::new(),
+            free: Vec::new(),
+            capacity: 0,
+            memory,
+        };
         let initial = pool.spec.initial.min(pool.spec.max);
         if initial > 0 {
             pool.grow(initial);
@@ -104,7 +118,8 @@ impl FreeListPool {
         self.memory.alloc(bytes);
         let slab = (self.slabs.len() - 1) as u32;
         // Reverse so that the first alloc hands out index 0 (LIFO pop from the end).
-        self.free.extend((0..count as u32).rev().map(|index| PoolBuf { slab, index }));
+        self.free
+            .extend((0..count as u32).rev().map(|index| PoolBuf { slab, index }));
         self.capacity += count;
         true
     }
@@ -175,7 +190,12 @@ impl Component for DefaultMpoolComponent {
 }
 
 impl MpoolComponent for DefaultMpoolComponent {
-    fn create(&self, _params: &ParamStore, spec: PoolSpec, memory: Arc<MemoryCounter>) -> Box<dyn Mpool> {
+    fn create(
+        &self,
+        _params: &ParamStore,
+        spec: PoolSpec,
+        memory: Arc<MemoryCounter>,
+    ) -> Box<dyn Mpool> {
         Box::new(FreeListPool::new(spec, memory))
     }
 }
@@ -188,7 +208,12 @@ mod tests {
     use super::*;
 
     fn spec(max: usize) -> PoolSpec {
-        PoolSpec { buffer_size: 64, initial: 2, grow_by: 2, max }
+        PoolSpec {
+            buffer_size: 64,
+            initial: 2,
+            grow_by: 2,
+            max,
+        }
     }
 
     #[test]
@@ -205,7 +230,11 @@ mod tests {
         }
         assert_eq!(p.in_use(), 0);
         let again = p.alloc().unwrap();
-        assert_eq!(again.id(), id, "LIFO: the most recently freed buffer comes back first");
+        assert_eq!(
+            again.id(),
+            id,
+            "LIFO: the most recently freed buffer comes back first"
+        );
     }
 
     #[test]

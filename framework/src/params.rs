@@ -133,7 +133,7 @@ impl fmt::Display for Value {
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (unit, suffix) in UNITS {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{}", bytes / unit, suffix);
         }
     }
@@ -224,7 +224,13 @@ pub struct Param {
 
 impl Param {
     fn new(local: &str, ty: ParamType, default: Value) -> Self {
-        Self { local: local.to_owned(), ty, default, help: String::new(), level: Level::Basic }
+        Self {
+            local: local.to_owned(),
+            ty,
+            default,
+            help: String::new(),
+            level: Level::Basic,
+        }
     }
     /// A boolean parameter.
     pub fn bool(name: &str, default: bool) -> Self {
@@ -232,11 +238,25 @@ impl Param {
     }
     /// An integer parameter (any `i64` until [`Param::range`] narrows it).
     pub fn int(name: &str, default: i64) -> Self {
-        Self::new(name, ParamType::Int { min: i64::MIN, max: i64::MAX }, Value::Int(default))
+        Self::new(
+            name,
+            ParamType::Int {
+                min: i64::MIN,
+                max: i64::MAX,
+            },
+            Value::Int(default),
+        )
     }
     /// A byte-count parameter.
     pub fn size(name: &str, default: u64) -> Self {
-        Self::new(name, ParamType::Size { min: 0, max: u64::MAX }, Value::Size(default))
+        Self::new(
+            name,
+            ParamType::Size {
+                min: 0,
+                max: u64::MAX,
+            },
+            Value::Size(default),
+        )
     }
     /// A text parameter.
     pub fn string(name: &str, default: &str) -> Self {
@@ -290,7 +310,11 @@ pub struct ParamRegistrar<'a> {
 impl<'a> ParamRegistrar<'a> {
     /// A registrar for `framework`/`component` appending to `specs`.
     pub fn new(framework: &str, component: &str, specs: &'a mut Vec<ParamSpec>) -> Self {
-        Self { framework: framework.to_owned(), component: component.to_owned(), specs }
+        Self {
+            framework: framework.to_owned(),
+            component: component.to_owned(),
+            specs,
+        }
     }
 
     /// The declarations collected so far (to hand to a registrar of another framework).
@@ -317,7 +341,8 @@ impl<'a> ParamRegistrar<'a> {
 
     fn add_named(&mut self, name: String, param: Param) {
         debug_assert!(
-            parse_value(&param.ty, &param.default.to_string()).is_ok() || matches!(param.ty, ParamType::List),
+            parse_value(&param.ty, &param.default.to_string()).is_ok()
+                || matches!(param.ty, ParamType::List),
             "default of {name} does not satisfy its own type"
         );
         self.specs.push(ParamSpec {
@@ -357,7 +382,9 @@ pub enum ParamError {
         suggestion: Option<String>,
     },
     /// A value does not fit its parameter's type.
-    #[error("invalid value '{value}' for MCA parameter '{name}' (set by {origin}): expected {expected}")]
+    #[error(
+        "invalid value '{value}' for MCA parameter '{name}' (set by {origin}): expected {expected}"
+    )]
     BadValue {
         /// Parameter.
         name: String,
@@ -438,13 +465,15 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
                 v = v.min(d[i - 2][j - 2] + 1);
             }
@@ -494,7 +523,11 @@ pub fn parse_value(ty: &ParamType, text: &str) -> Result<Value, String> {
 
 /// Split a comma-separated list, trimming blanks and dropping empty items.
 pub fn split_list(text: &str) -> Vec<String> {
-    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Parse `64K`, `2M`, `1G`, `4096` (also `KiB`/`KB` spellings, case-insensitive).
@@ -516,23 +549,38 @@ pub fn parse_size(text: &str) -> Option<u64> {
 /// Read a TOML parameter file into raw settings. Keys are flat parameter names; values are
 /// strings, integers, booleans or arrays of strings (lists).
 pub fn read_param_file(path: &Path, system: bool) -> Result<Vec<RawSetting>, ParamError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ParamError::File { path: path.to_owned(), reason: e.to_string() })?;
+    let text = std::fs::read_to_string(path).map_err(|e| ParamError::File {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
     parse_param_file(&text, path, system)
 }
 
 /// Parse the text of a parameter file (see [`read_param_file`]).
-pub fn parse_param_file(text: &str, path: &Path, system: bool) -> Result<Vec<RawSetting>, ParamError> {
+pub fn parse_param_file(
+    text: &str,
+    path: &Path,
+    system: bool,
+) -> Result<Vec<RawSetting>, ParamError> {
     let table: toml::Table = text
         .parse()
-        .map_err(|e: toml::de::Error| ParamError::File { path: path.to_owned(), reason: e.to_string() })?;
+        .map_err(|e: toml::de::Error| ParamError::File {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
     let mut out = Vec::new();
     for (key, value) in table {
         let line = key_line(text, &key);
         let source = if system {
-            Source::SystemFile { path: path.to_owned(), line }
+            Source::SystemFile {
+                path: path.to_owned(),
+                line,
+            }
         } else {
-            Source::UserFile { path: path.to_owned(), line }
+            Source::UserFile {
+                path: path.to_owned(),
+                line,
+            }
         };
         let text_value = match value {
             toml::Value::String(s) => s,
@@ -556,7 +604,11 @@ pub fn parse_param_file(text: &str, path: &Path, system: bool) -> Result<Vec<Raw
                 })
             }
         };
-        out.push(RawSetting { name: key, value: text_value, source });
+        out.push(RawSetting {
+            name: key,
+            value: text_value,
+            source,
+        });
     }
     out.sort_by_key(|s| match &s.source {
         Source::SystemFile { line, .. } | Source::UserFile { line, .. } => *line,
@@ -588,7 +640,11 @@ pub fn env_settings(vars: impl IntoIterator<Item = (String, String)>) -> Vec<Raw
         .into_iter()
         .filter_map(|(k, v)| {
             let name = k.strip_prefix(ENV_PREFIX)?.to_owned();
-            Some(RawSetting { name, value: v, source: Source::Env { var: k } })
+            Some(RawSetting {
+                name,
+                value: v,
+                source: Source::Env { var: k },
+            })
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -603,9 +659,17 @@ pub fn cmdline_settings(args: &[String]) -> Result<(Vec<RawSetting>, Vec<String>
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--mca" || a == "-mca" {
-            let name = it.next().ok_or("--mca needs a parameter name and a value")?;
-            let value = it.next().ok_or_else(|| format!("--mca {name} needs a value"))?;
-            settings.push(RawSetting { name: name.clone(), value: value.clone(), source: Source::CommandLine });
+            let name = it
+                .next()
+                .ok_or("--mca needs a parameter name and a value")?;
+            let value = it
+                .next()
+                .ok_or_else(|| format!("--mca {name} needs a value"))?;
+            settings.push(RawSetting {
+                name: name.clone(),
+                value: value.clone(),
+                source: Source::CommandLine,
+            });
         } else {
             rest.push(a.clone());
         }
@@ -632,7 +696,9 @@ pub const CMDLINE_ENV: &str = "RMCA_MCA_CMDLINE";
 /// Where the system file is by default: the `mca-params.toml` at the root of the source tree
 /// this build came from.
 pub fn default_system_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("mca-params.toml")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("mca-params.toml")
 }
 
 /// Encode settings for [`CMDLINE_ENV`].
@@ -645,10 +711,15 @@ impl RawSources {
     /// (settings parsed from this process's own flags, plus any forwarded by the launcher).
     pub fn gather(cmdline: Vec<RawSetting>) -> Result<Self, ParamError> {
         let env: Vec<(String, String)> = std::env::vars().collect();
-        let system = std::env::var_os(SYSTEM_FILE_ENV).map(PathBuf::from).unwrap_or_else(default_system_file);
-        let user = std::env::var_os(USER_FILE_ENV).map(PathBuf::from).or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".rmca").join("mca-params.toml"))
-        });
+        let system = std::env::var_os(SYSTEM_FILE_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(default_system_file);
+        let user = std::env::var_os(USER_FILE_ENV)
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(|h| PathBuf::from(h).join(".rmca").join("mca-params.toml"))
+            });
         let explicit_user = std::env::var_os(USER_FILE_ENV).is_some();
         Self::from_parts(Some(&system), user.as_deref(), explicit_user, env, cmdline)
     }
@@ -671,13 +742,22 @@ impl RawSources {
                 settings.extend(read_param_file(p, false)?);
             }
         }
-        let forwarded = env.iter().find(|(k, _)| k == CMDLINE_ENV).map(|(_, v)| v.clone());
-        settings.extend(env_settings(env.into_iter().filter(|(k, _)| k != CMDLINE_ENV)));
+        let forwarded = env
+            .iter()
+            .find(|(k, _)| k == CMDLINE_ENV)
+            .map(|(_, v)| v.clone());
+        settings.extend(env_settings(
+            env.into_iter().filter(|(k, _)| k != CMDLINE_ENV),
+        ));
         if let Some(text) = forwarded {
             let mut fwd: Vec<RawSetting> = text
                 .lines()
                 .filter_map(|l| l.split_once('='))
-                .map(|(n, v)| RawSetting { name: n.to_owned(), value: v.to_owned(), source: Source::CommandLine })
+                .map(|(n, v)| RawSetting {
+                    name: n.to_owned(),
+                    value: v.to_owned(),
+                    source: Source::CommandLine,
+                })
                 .collect();
             // The rank's own flags come after the launcher's so they win.
             fwd.append(&mut cmdline);
@@ -690,7 +770,10 @@ impl RawSources {
     /// The highest-precedence raw text for `name`, before validation (used before plugins load,
     /// e.g. for `component_path`).
     pub fn peek(&self, name: &str) -> Option<&RawSetting> {
-        self.settings.iter().filter(|s| s.name == name).max_by_key(|s| s.source.precedence())
+        self.settings
+            .iter()
+            .filter(|s| s.name == name)
+            .max_by_key(|s| s.source.precedence())
     }
 }
 
@@ -723,7 +806,14 @@ impl ParamStore {
                 continue;
             }
             let value = spec.default.clone();
-            entries.insert(spec.name.clone(), ParamEntry { spec, value, source: Source::Default });
+            entries.insert(
+                spec.name.clone(),
+                ParamEntry {
+                    spec,
+                    value,
+                    source: Source::Default,
+                },
+            );
         }
         let mut ordered: Vec<&RawSetting> = raw.settings.iter().collect();
         ordered.sort_by_key(|s| s.source.precedence()); // stable: keeps file order within a source
@@ -765,7 +855,9 @@ impl ParamStore {
 
     /// One entry.
     pub fn entry(&self, name: &str) -> Result<&ParamEntry, ParamError> {
-        self.entries.get(name).ok_or_else(|| ParamError::NotRegistered(name.to_owned()))
+        self.entries
+            .get(name)
+            .ok_or_else(|| ParamError::NotRegistered(name.to_owned()))
     }
 
     /// A boolean parameter's value.
@@ -827,7 +919,12 @@ pub enum Selector {
 
 impl Selector {
     /// Parse and check a selector's text against the available component names.
-    pub fn parse(framework: &str, text: &str, source: &Source, available: &[&str]) -> Result<Self, ParamError> {
+    pub fn parse(
+        framework: &str,
+        text: &str,
+        source: &Source,
+        available: &[&str],
+    ) -> Result<Self, ParamError> {
         let items = split_list(text);
         if items.is_empty() {
             return Ok(Selector::All);
@@ -842,7 +939,10 @@ impl Selector {
                 origin: source.clone(),
             });
         }
-        let names: Vec<String> = items.iter().map(|i| i.trim_start_matches('^').to_owned()).collect();
+        let names: Vec<String> = items
+            .iter()
+            .map(|i| i.trim_start_matches('^').to_owned())
+            .collect();
         for n in &names {
             if !available.contains(&n.as_str()) {
                 return Err(ParamError::UnknownComponent {
@@ -854,7 +954,11 @@ impl Selector {
                 });
             }
         }
-        Ok(if excluded > 0 { Selector::Exclude(names) } else { Selector::Include(names) })
+        Ok(if excluded > 0 {
+            Selector::Exclude(names)
+        } else {
+            Selector::Include(names)
+        })
     }
 
     /// Whether `name` is allowed.

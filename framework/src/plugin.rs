@@ -146,21 +146,33 @@ pub fn discover(path_list: &str) -> (Vec<PluginCandidate>, Vec<PluginError>) {
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
             Err(e) => {
-                dir_errors.push(PluginError::Directory { path: dir.into(), reason: e.to_string() });
+                dir_errors.push(PluginError::Directory {
+                    path: dir.into(),
+                    reason: e.to_string(),
+                });
                 continue;
             }
         };
         let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
         for path in files {
-            let Some((framework, name)) = path.file_name().and_then(|f| f.to_str()).and_then(parse_file_name) else {
+            let Some((framework, name)) = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .and_then(parse_file_name)
+            else {
                 continue;
             };
             let result = load(&path, framework, &name);
             if let Err(e) = &result {
                 tracing::warn!("{e}");
             }
-            found.push(PluginCandidate { path, framework, name, result });
+            found.push(PluginCandidate {
+                path,
+                framework,
+                name,
+                result,
+            });
         }
     }
     (found, dir_errors)
@@ -168,13 +180,18 @@ pub fn discover(path_list: &str) -> (Vec<PluginCandidate>, Vec<PluginError>) {
 
 fn cstr(path: &Path, field: &'static str, p: *const c_char) -> Result<&'static str, PluginError> {
     if p.is_null() {
-        return Err(PluginError::Corrupt { path: path.into(), reason: format!("field '{field}' is null") });
+        return Err(PluginError::Corrupt {
+            path: path.into(),
+            reason: format!("field '{field}' is null"),
+        });
     }
     // SAFETY: the ABI version matched, so the descriptor has our layout and its string fields are
     // documented as static NUL-terminated strings; the library is never unloaded ('static holds).
     let s = unsafe { CStr::from_ptr(p) };
-    s.to_str()
-        .map_err(|_| PluginError::Corrupt { path: path.into(), reason: format!("field '{field}' is not UTF-8") })
+    s.to_str().map_err(|_| PluginError::Corrupt {
+        path: path.into(),
+        reason: format!("field '{field}' is not UTF-8"),
+    })
 }
 
 fn trim_nul(s: &'static str) -> &'static str {
@@ -185,8 +202,10 @@ fn trim_nul(s: &'static str) -> &'static str {
 pub fn load(path: &Path, framework: Framework, name: &str) -> Result<LoadedPlugin, PluginError> {
     // SAFETY: loading a library runs its initialisers; the component path is trusted
     // configuration, as for any MCA implementation (Open MPI dlopens its components alike).
-    let lib = unsafe { libloading::Library::new(path) }
-        .map_err(|e| PluginError::Load { path: path.into(), reason: e.to_string() })?;
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| PluginError::Load {
+        path: path.into(),
+        reason: e.to_string(),
+    })?;
     let descriptor_fn = {
         // SAFETY: the symbol's type is fixed by the plugin ABI (version-checked just below before
         // anything but the first field is read).
@@ -201,7 +220,10 @@ pub fn load(path: &Path, framework: Framework, name: &str) -> Result<LoadedPlugi
     std::mem::forget(lib);
     let desc_ptr = descriptor_fn();
     if desc_ptr.is_null() {
-        return Err(PluginError::Corrupt { path: path.into(), reason: "descriptor function returned null".into() });
+        return Err(PluginError::Corrupt {
+            path: path.into(),
+            reason: "descriptor function returned null".into(),
+        });
     }
     // SAFETY: every layout version starts with a u32 ABI version, so reading it is valid for any
     // plugin that follows the protocol at all.
@@ -218,13 +240,22 @@ pub fn load(path: &Path, framework: Framework, name: &str) -> Result<LoadedPlugi
     let d = unsafe { &*desc_ptr };
     let checks: [(&'static str, *const c_char, &'static str); 3] = [
         ("rustc version", d.rustc_version, trim_nul(RUSTC_VERSION)),
-        ("framework API version", d.framework_api_version, trim_nul(FRAMEWORK_API_VERSION)),
+        (
+            "framework API version",
+            d.framework_api_version,
+            trim_nul(FRAMEWORK_API_VERSION),
+        ),
         ("framework", d.framework, framework.name()),
     ];
     for (field, ptr, expected) in checks {
         let found = cstr(path, field, ptr)?;
         if found != expected {
-            return Err(PluginError::Mismatch { path: path.into(), field, found: found.into(), expected: expected.into() });
+            return Err(PluginError::Mismatch {
+                path: path.into(),
+                field,
+                found: found.into(),
+                expected: expected.into(),
+            });
         }
     }
     let plugin_name = cstr(path, "name", d.name)?;
@@ -238,7 +269,10 @@ pub fn load(path: &Path, framework: Framework, name: &str) -> Result<LoadedPlugi
     }
     let version = cstr(path, "component version", d.component_version)?;
     if d.vtable.is_null() {
-        return Err(PluginError::Corrupt { path: path.into(), reason: "vtable is null".into() });
+        return Err(PluginError::Corrupt {
+            path: path.into(),
+            reason: "vtable is null".into(),
+        });
     }
     // SAFETY: versions match, so the vtable has our layout and was built by declare_plugin!.
     let vtable = unsafe { &*d.vtable };
@@ -246,7 +280,10 @@ pub fn load(path: &Path, framework: Framework, name: &str) -> Result<LoadedPlugi
     (vtable.set_tracing_dispatch)(&dispatch);
     let comp_ptr = (vtable.component)();
     if comp_ptr.is_null() {
-        return Err(PluginError::Corrupt { path: path.into(), reason: "component is null".into() });
+        return Err(PluginError::Corrupt {
+            path: path.into(),
+            reason: "component is null".into(),
+        });
     }
     // SAFETY: same rustc and framework version, so ComponentRef has the same layout on both sides;
     // it points into the plugin's statics, which live forever since the library is never unloaded.
@@ -277,7 +314,9 @@ macro_rules! declare_plugin {
             &__RMCA_PLUGIN_COMPONENT
         }
 
-        extern "C" fn __rmca_plugin_set_dispatch(dispatch: *const $crate::plugin::tracing::Dispatch) {
+        extern "C" fn __rmca_plugin_set_dispatch(
+            dispatch: *const $crate::plugin::tracing::Dispatch,
+        ) {
             if dispatch.is_null() {
                 return;
             }
@@ -296,15 +335,19 @@ macro_rules! declare_plugin {
         // SAFETY: the descriptor only holds pointers to immutable statics.
         unsafe impl Sync for __RmcaDescriptor {}
 
-        static __RMCA_PLUGIN_DESCRIPTOR: __RmcaDescriptor = __RmcaDescriptor($crate::plugin::PluginDescriptor {
-            abi_version: $crate::plugin::PLUGIN_ABI_VERSION,
-            rustc_version: $crate::plugin::RUSTC_VERSION.as_ptr() as *const ::std::ffi::c_char,
-            framework_api_version: $crate::plugin::FRAMEWORK_API_VERSION.as_ptr() as *const ::std::ffi::c_char,
-            framework: concat!(stringify!($framework), "\0").as_ptr() as *const ::std::ffi::c_char,
-            name: concat!($name, "\0").as_ptr() as *const ::std::ffi::c_char,
-            component_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const ::std::ffi::c_char,
-            vtable: &__RMCA_PLUGIN_VTABLE,
-        });
+        static __RMCA_PLUGIN_DESCRIPTOR: __RmcaDescriptor =
+            __RmcaDescriptor($crate::plugin::PluginDescriptor {
+                abi_version: $crate::plugin::PLUGIN_ABI_VERSION,
+                rustc_version: $crate::plugin::RUSTC_VERSION.as_ptr() as *const ::std::ffi::c_char,
+                framework_api_version: $crate::plugin::FRAMEWORK_API_VERSION.as_ptr()
+                    as *const ::std::ffi::c_char,
+                framework: concat!(stringify!($framework), "\0").as_ptr()
+                    as *const ::std::ffi::c_char,
+                name: concat!($name, "\0").as_ptr() as *const ::std::ffi::c_char,
+                component_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr()
+                    as *const ::std::ffi::c_char,
+                vtable: &__RMCA_PLUGIN_VTABLE,
+            });
 
         /// The plugin's descriptor, read by the rmca host.
         #[no_mangle]
@@ -323,8 +366,14 @@ mod tests {
 
     #[test]
     fn file_names() {
-        assert_eq!(parse_file_name("librmca_btl_tcp.so"), Some((Framework::Btl, "tcp".into())));
-        assert_eq!(parse_file_name("librmca_btl_my_net.so"), Some((Framework::Btl, "my_net".into())));
+        assert_eq!(
+            parse_file_name("librmca_btl_tcp.so"),
+            Some((Framework::Btl, "tcp".into()))
+        );
+        assert_eq!(
+            parse_file_name("librmca_btl_my_net.so"),
+            Some((Framework::Btl, "my_net".into()))
+        );
         assert_eq!(parse_file_name("librmca_foo_tcp.so"), None);
         assert_eq!(parse_file_name("libother.so"), None);
         assert_eq!(parse_file_name("librmca_btl_.so"), None);
@@ -340,7 +389,10 @@ mod tests {
         assert!(errs.is_empty());
         assert_eq!(found.len(), 1);
         let err = found[0].result.as_ref().unwrap_err().to_string();
-        assert!(err.contains("librmca_btl_garbage.so") && err.contains("cannot be loaded"), "{err}");
+        assert!(
+            err.contains("librmca_btl_garbage.so") && err.contains("cannot be loaded"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -164,7 +164,12 @@ pub trait Pml {
     fn irecv(&mut self, args: RecvArgs) -> Result<RequestId, PmlError>;
 
     /// Is a matching message available? Does not receive it.
-    fn iprobe(&mut self, context: ContextId, source: Source, tag: TagSel) -> Result<Option<Status>, PmlError>;
+    fn iprobe(
+        &mut self,
+        context: ContextId,
+        source: Source,
+        tag: TagSel,
+    ) -> Result<Option<Status>, PmlError>;
 
     /// Poll a request: `Some(status)` once it completed, after which the id is released.
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError>;

@@ -33,7 +33,12 @@ pub fn merge(ranks: &[Value]) -> Value {
     }
     let memory: BTreeMap<String, Value> = mem_peak_sum
         .iter()
-        .map(|(k, sum)| (k.clone(), json!({"peak_total": sum, "peak_max_per_rank": mem_peak_max[k]})))
+        .map(|(k, sum)| {
+            (
+                k.clone(),
+                json!({"peak_total": sum, "peak_max_per_rank": mem_peak_max[k]}),
+            )
+        })
         .collect();
     json!({
         "ranks": ranks.len(),
@@ -61,9 +66,17 @@ pub fn render(summary: &Value) -> String {
         }
     }
     if let Some(m) = summary["memory"].as_object() {
-        let _ = writeln!(out, "  {:<32} {:>16} {:>16}", "memory (bytes)", "peak total", "peak max/rank");
+        let _ = writeln!(
+            out,
+            "  {:<32} {:>16} {:>16}",
+            "memory (bytes)", "peak total", "peak max/rank"
+        );
         for (k, v) in m {
-            let _ = writeln!(out, "  {k:<32} {:>16} {:>16}", v["peak_total"], v["peak_max_per_rank"]);
+            let _ = writeln!(
+                out,
+                "  {k:<32} {:>16} {:>16}",
+                v["peak_total"], v["peak_max_per_rank"]
+            );
         }
     }
     out

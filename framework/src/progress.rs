@@ -22,7 +22,9 @@ pub struct ProgressEngine {
 
 impl std::fmt::Debug for ProgressEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProgressEngine").field("functions", &self.fns.len()).finish()
+        f.debug_struct("ProgressEngine")
+            .field("functions", &self.fns.len())
+            .finish()
     }
 }
 

@@ -62,7 +62,13 @@ pub struct LruRcache {
 impl LruRcache {
     /// A cache of at most `max_entries` registrations (0 = unbounded).
     pub fn new(max_entries: usize) -> Self {
-        Self { max_entries, entries: BTreeMap::new(), clock: 0, hits: 0, misses: 0 }
+        Self {
+            max_entries,
+            entries: BTreeMap::new(),
+            clock: 0,
+            hits: 0,
+            misses: 0,
+        }
     }
 }
 
@@ -98,7 +104,11 @@ impl Rcache for LruRcache {
             evicted.push(old);
         }
         while self.max_entries > 0 && self.entries.len() > self.max_entries {
-            let oldest = self.entries.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k);
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k);
             match oldest.and_then(|k| self.entries.remove(&k)) {
                 Some((e, _)) => evicted.push(e),
                 None => break,
@@ -115,7 +125,10 @@ impl Rcache for LruRcache {
             .filter(|(_, (e, _))| e.addr + e.len > addr)
             .map(|(k, _)| *k)
             .collect();
-        doomed.into_iter().filter_map(|k| self.entries.remove(&k).map(|(e, _)| e)).collect()
+        doomed
+            .into_iter()
+            .filter_map(|k| self.entries.remove(&k).map(|(e, _)| e))
+            .collect()
     }
 
     fn len(&self) -> usize {
@@ -136,7 +149,8 @@ impl Component for LruRcacheComponent {
         ComponentMeta {
             name: "lru",
             version: env!("CARGO_PKG_VERSION"),
-            description: "registration cache with least-recently-used eviction and range invalidation",
+            description:
+                "registration cache with least-recently-used eviction and range invalidation",
         }
     }
     fn register_params(&self, params: &mut ParamRegistrar<'_>) {
@@ -151,7 +165,10 @@ impl Component for LruRcacheComponent {
 
 impl RcacheComponent for LruRcacheComponent {
     fn create(&self, params: &ParamStore) -> Box<dyn Rcache> {
-        let max = params.get_int("rcache_lru_max_entries").unwrap_or(1024).max(0) as usize;
+        let max = params
+            .get_int("rcache_lru_max_entries")
+            .unwrap_or(1024)
+            .max(0) as usize;
         Box::new(LruRcache::new(max))
     }
 }
@@ -164,7 +181,14 @@ mod tests {
     use super::*;
 
     fn reg(addr: usize, len: usize, h: u64) -> CachedRegistration {
-        CachedRegistration { addr, len, registration: Registration { handle: h, remote_key: vec![] } }
+        CachedRegistration {
+            addr,
+            len,
+            registration: Registration {
+                handle: h,
+                remote_key: vec![],
+            },
+        }
     }
 
     #[test]
@@ -172,7 +196,10 @@ mod tests {
         let mut c = LruRcache::new(0);
         c.insert(reg(1000, 100, 1));
         assert_eq!(c.lookup(1010, 50).map(|r| r.handle), Some(1));
-        assert!(c.lookup(1050, 100).is_none(), "partially covered range is a miss");
+        assert!(
+            c.lookup(1050, 100).is_none(),
+            "partially covered range is a miss"
+        );
         assert_eq!(c.stats(), (1, 1));
     }
 
@@ -182,7 +209,11 @@ mod tests {
         c.insert(reg(1000, 100, 1));
         c.insert(reg(1100, 100, 2));
         c.insert(reg(5000, 10, 3));
-        let gone: Vec<u64> = c.invalidate(1050, 100).iter().map(|e| e.registration.handle).collect();
+        let gone: Vec<u64> = c
+            .invalidate(1050, 100)
+            .iter()
+            .map(|e| e.registration.handle)
+            .collect();
         assert_eq!(gone, vec![1, 2]);
         // Same address handed out again by the allocator: must not hit the stale entry.
         assert!(c.lookup(1000, 10).is_none());
@@ -196,6 +227,9 @@ mod tests {
         c.insert(reg(100, 10, 2));
         c.lookup(0, 10);
         let ev = c.insert(reg(200, 10, 3));
-        assert_eq!(ev.iter().map(|e| e.registration.handle).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(
+            ev.iter().map(|e| e.registration.handle).collect::<Vec<_>>(),
+            vec![2]
+        );
     }
 }

@@ -63,15 +63,19 @@ pub struct Registry {
 /// Register the MCA base's own parameters (selectors, plugin path, profile).
 pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
     let mut r = ParamRegistrar::new("mca", "base", specs);
-    r.add_global(
-        Param::string("pml", "")
-            .help("PML to use (one name, e.g. 'dr'); empty: the highest-priority PML. Every rank must agree."),
-    );
+    r.add_global(Param::string("pml", "").help(
+        "PML to use (one name, e.g. 'dr'); empty: the highest-priority PML. Every rank must agree.",
+    ));
     r.add_global(Param::string("btl", "").help(
         "BTLs to use: a list ('ud,shm,self') or '^' and a list to exclude ('^rc'); empty: every BTL that initialises. Remember 'self' when listing.",
     ));
-    r.add_global(Param::string("mpool", "").help("Memory pool component (empty: the highest-priority one)."));
-    r.add_global(Param::string("rcache", "").help("Registration cache component (empty: the highest-priority one)."));
+    r.add_global(
+        Param::string("mpool", "").help("Memory pool component (empty: the highest-priority one)."),
+    );
+    r.add_global(
+        Param::string("rcache", "")
+            .help("Registration cache component (empty: the highest-priority one)."),
+    );
     r.add_global(Param::string("component_path", "").help(
         "Colon-separated directories searched for plugins named librmca_<framework>_<name>.so",
     ));
@@ -86,18 +90,52 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
     ));
     let mut c = ParamRegistrar::new("coll", "base", r.specs_mut());
     let algo = |name: &str, values: &[&str], help: &str| {
-        Param::enumeration(name, "auto", values).help(help).level(Level::Tuning)
+        Param::enumeration(name, "auto", values)
+            .help(help)
+            .level(Level::Tuning)
     };
-    c.add_global(algo("coll_barrier_algorithm", &["auto", "dissemination", "linear"], "Barrier algorithm (auto: dissemination)"));
+    c.add_global(algo(
+        "coll_barrier_algorithm",
+        &["auto", "dissemination", "linear"],
+        "Barrier algorithm (auto: dissemination)",
+    ));
     c.add_global(algo("coll_bcast_algorithm", &["auto", "binomial", "scatter_allgather", "linear"], "Broadcast algorithm (auto: binomial below coll_bcast_long_size, scatter+ring allgather above)"));
-    c.add_global(algo("coll_reduce_algorithm", &["auto", "binomial", "linear"], "Reduce algorithm (auto: binomial)"));
-    c.add_global(algo("coll_allreduce_algorithm", &["auto", "recursive_doubling", "ring", "reduce_bcast"], "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)"));
-    c.add_global(algo("coll_gather_algorithm", &["auto", "binomial", "linear"], "Gather algorithm (auto: binomial)"));
-    c.add_global(algo("coll_scatter_algorithm", &["auto", "binomial", "linear"], "Scatter algorithm (auto: binomial)"));
+    c.add_global(algo(
+        "coll_reduce_algorithm",
+        &["auto", "binomial", "linear"],
+        "Reduce algorithm (auto: binomial)",
+    ));
+    c.add_global(algo(
+        "coll_allreduce_algorithm",
+        &["auto", "recursive_doubling", "ring", "reduce_bcast"],
+        "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)",
+    ));
+    c.add_global(algo(
+        "coll_gather_algorithm",
+        &["auto", "binomial", "linear"],
+        "Gather algorithm (auto: binomial)",
+    ));
+    c.add_global(algo(
+        "coll_scatter_algorithm",
+        &["auto", "binomial", "linear"],
+        "Scatter algorithm (auto: binomial)",
+    ));
     c.add_global(algo("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise)"));
-    c.add_global(algo("coll_alltoall_algorithm", &["auto", "pairwise", "linear"], "Alltoall(v) algorithm (auto: pairwise exchange)"));
-    c.add_global(Param::size("coll_bcast_long_size", 128 << 10).help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'").level(Level::Tuning));
-    c.add_global(Param::size("coll_allreduce_long_size", 64 << 10).help("Allreduces of at least this many bytes use the ring under 'auto'").level(Level::Tuning));
+    c.add_global(algo(
+        "coll_alltoall_algorithm",
+        &["auto", "pairwise", "linear"],
+        "Alltoall(v) algorithm (auto: pairwise exchange)",
+    ));
+    c.add_global(
+        Param::size("coll_bcast_long_size", 128 << 10)
+            .help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'")
+            .level(Level::Tuning),
+    );
+    c.add_global(
+        Param::size("coll_allreduce_long_size", 64 << 10)
+            .help("Allreduces of at least this many bytes use the ring under 'auto'")
+            .level(Level::Tuning),
+    );
     let mut r = ParamRegistrar::new("mca", "base", c.into_specs());
     r.add_global(
         Param::string("profile_json", "")
@@ -120,10 +158,17 @@ impl Registry {
     pub fn builtin() -> Self {
         let mut components: Vec<RegisteredComponent> = inventory::iter::<BuiltinComponent>
             .into_iter()
-            .map(|b| RegisteredComponent { component: b.component, origin: Origin::Builtin })
+            .map(|b| RegisteredComponent {
+                component: b.component,
+                origin: Origin::Builtin,
+            })
             .collect();
         components.sort_by_key(|c| (c.component.framework(), c.meta().name));
-        Self { components, refused: Vec::new(), path_errors: Vec::new() }
+        Self {
+            components,
+            refused: Vec::new(),
+            path_errors: Vec::new(),
+        }
     }
 
     /// Load the plugins of a `:`-separated directory list. A plugin with the name of an already
@@ -146,7 +191,8 @@ impl Registry {
                 Err(_) => self.refused.push(cand),
             }
         }
-        self.components.sort_by_key(|c| (c.component.framework(), c.meta().name));
+        self.components
+            .sort_by_key(|c| (c.component.framework(), c.meta().name));
     }
 
     /// Every known component.
@@ -156,7 +202,9 @@ impl Registry {
 
     /// Components of one framework.
     pub fn of(&self, framework: Framework) -> impl Iterator<Item = &RegisteredComponent> {
-        self.components.iter().filter(move |c| c.component.framework() == framework)
+        self.components
+            .iter()
+            .filter(move |c| c.component.framework() == framework)
     }
 
     /// One component.
@@ -193,17 +241,30 @@ impl Registry {
 
     /// The parsed selector of `framework`, checked against the available names. Naming a
     /// refused plugin explicitly is an error carrying the refusal.
-    pub fn selector(&self, params: &ParamStore, framework: Framework) -> Result<Selector, McaError> {
+    pub fn selector(
+        &self,
+        params: &ParamStore,
+        framework: Framework,
+    ) -> Result<Selector, McaError> {
         let entry = params.entry(framework.name())?;
         let text = entry.value.to_string();
         let mut names: BTreeSet<&str> = self.of(framework).map(|c| c.meta().name).collect();
-        let refused: Vec<&PluginCandidate> = self.refused.iter().filter(|c| c.framework == framework).collect();
+        let refused: Vec<&PluginCandidate> = self
+            .refused
+            .iter()
+            .filter(|c| c.framework == framework)
+            .collect();
         names.extend(refused.iter().map(|c| c.name.as_str()));
         let available: Vec<&str> = names.into_iter().collect();
         let sel = Selector::parse(framework.name(), &text, &entry.source, &available)?;
         for cand in refused {
             if sel.explicitly_includes(&cand.name) {
-                let reason = cand.result.as_ref().err().cloned().expect("refused plugins carry an error");
+                let reason = cand
+                    .result
+                    .as_ref()
+                    .err()
+                    .cloned()
+                    .expect("refused plugins carry an error");
                 return Err(McaError::RequestedPluginRefused {
                     framework,
                     name: cand.name.clone(),
@@ -224,7 +285,10 @@ impl Registry {
     }
 
     /// The allowed BTL components, in the include list's order (or registry order).
-    pub fn select_btls(&self, params: &ParamStore) -> Result<Vec<&'static dyn BtlComponent>, McaError> {
+    pub fn select_btls(
+        &self,
+        params: &ParamStore,
+    ) -> Result<Vec<&'static dyn BtlComponent>, McaError> {
         let sel = self.selector(params, Framework::Btl)?;
         let mut out: Vec<(usize, &'static dyn BtlComponent)> = Vec::new();
         for c in self.of(Framework::Btl) {
@@ -233,7 +297,9 @@ impl Registry {
                 continue;
             }
             let order = match &sel {
-                Selector::Include(list) => list.iter().position(|n| n == name).unwrap_or(usize::MAX),
+                Selector::Include(list) => {
+                    list.iter().position(|n| n == name).unwrap_or(usize::MAX)
+                }
                 _ => out.len(),
             };
             if let ComponentRef::Btl(b) = c.component {
@@ -249,7 +315,9 @@ impl Registry {
         let sel = self.selector(params, Framework::Pml)?;
         let mut best: Option<(i32, &'static str, &'static dyn PmlComponent)> = None;
         for c in self.of(Framework::Pml) {
-            let ComponentRef::Pml(p) = c.component else { continue };
+            let ComponentRef::Pml(p) = c.component else {
+                continue;
+            };
             let name = c.meta().name;
             if !sel.allows(name) {
                 continue;
@@ -259,22 +327,30 @@ impl Registry {
                 best = Some((prio, name, p));
             }
         }
-        best.map(|(_, _, p)| p).ok_or_else(|| McaError::NoneAvailable {
-            framework: Framework::Pml,
-            reason: match sel {
-                Selector::All => "no PML component is built in or loaded".into(),
-                _ => "the 'pml' selector excludes every PML".into(),
-            },
-        })
+        best.map(|(_, _, p)| p)
+            .ok_or_else(|| McaError::NoneAvailable {
+                framework: Framework::Pml,
+                reason: match sel {
+                    Selector::All => "no PML component is built in or loaded".into(),
+                    _ => "the 'pml' selector excludes every PML".into(),
+                },
+            })
     }
 
     /// The component of a single-choice framework (mpool, rcache): the selected name, or the
     /// first available.
-    pub fn select_one(&self, params: &ParamStore, framework: Framework) -> Result<ComponentRef, McaError> {
+    pub fn select_one(
+        &self,
+        params: &ParamStore,
+        framework: Framework,
+    ) -> Result<ComponentRef, McaError> {
         let sel = self.selector(params, framework)?;
         self.of(framework)
             .find(|c| sel.allows(c.meta().name))
             .map(|c| c.component)
-            .ok_or_else(|| McaError::NoneAvailable { framework, reason: format!("the '{framework}' selector excludes every component") })
+            .ok_or_else(|| McaError::NoneAvailable {
+                framework,
+                reason: format!("the '{framework}' selector excludes every component"),
+            })
     }
 }

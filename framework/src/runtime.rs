@@ -60,13 +60,17 @@ pub struct RteModex<'a>(pub &'a Rte);
 
 impl ModexWrite for RteModex<'_> {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
-        self.0.modex_put(key, value).map_err(|e| ModexError::Rte(e.to_string()))
+        self.0
+            .modex_put(key, value)
+            .map_err(|e| ModexError::Rte(e.to_string()))
     }
 }
 
 impl ModexRead for RteModex<'_> {
     fn get(&self, rank: u32, key: &str) -> Result<Option<Vec<u8>>, ModexError> {
-        self.0.modex_get(rank, key).map_err(|e| ModexError::Rte(e.to_string()))
+        self.0
+            .modex_get(rank, key)
+            .map_err(|e| ModexError::Rte(e.to_string()))
     }
 }
 
@@ -110,7 +114,9 @@ impl Runtime {
         let registry = Registry::discover(&raw);
         let params = registry.resolve(&raw)?;
         registry.check_selectors(&params)?;
-        let node_of: Vec<u32> = (0..rte.size()).map(|r| rte.node_id(r)).collect::<Result<_, _>>()?;
+        let node_of: Vec<u32> = (0..rte.size())
+            .map(|r| rte.node_id(r))
+            .collect::<Result<_, _>>()?;
         let nodes = node_of.iter().copied().max().map_or(1, |m| m + 1);
         let job = JobInfo {
             rank: rte.rank(),
@@ -118,7 +124,12 @@ impl Runtime {
             job_id: rte.job_id().to_owned(),
             secret: rte.job_secret().to_vec(),
             node_of,
-            node_names: (0..nodes).map(|n| rte.node_name(n).map_or_else(|| format!("node{n}"), str::to_owned)).collect(),
+            node_names: (0..nodes)
+                .map(|n| {
+                    rte.node_name(n)
+                        .map_or_else(|| format!("node{n}"), str::to_owned)
+                })
+                .collect(),
         };
         let memory = MemoryAccounting::new();
         let btl_sel = registry.selector(&params, Framework::Btl)?;
@@ -144,13 +155,19 @@ impl Runtime {
         }
         let pml_comp = registry.select_pml(&params)?;
         let pml_name = pml_comp.meta().name;
-        writer.put("mca.pml", pml_name.as_bytes()).map_err(|e| RteError::Protocol(e.to_string()))?;
+        writer
+            .put("mca.pml", pml_name.as_bytes())
+            .map_err(|e| RteError::Protocol(e.to_string()))?;
         rte.fence()?;
         let reader = RteModex(&rte);
         let mut others = Vec::new();
         for r in 0..job.size {
-            let theirs = reader.get(r, "mca.pml").map_err(|e| RteError::Protocol(e.to_string()))?;
-            let theirs = theirs.map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_else(|| "<none>".into());
+            let theirs = reader
+                .get(r, "mca.pml")
+                .map_err(|e| RteError::Protocol(e.to_string()))?;
+            let theirs = theirs
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
+                .unwrap_or_else(|| "<none>".into());
             if theirs != pml_name {
                 others.push(format!("rank {r} chose '{theirs}'"));
             }
@@ -170,7 +187,17 @@ impl Runtime {
         rte.fence()?;
         let init_time = started.elapsed();
         tracing::debug!(rank = job.rank, ?init_time, pml = pml_name, btls = ?btl_names, "joined the job");
-        Ok(Self { job, params, registry, memory, pml, btl_names, progress_engine: Default::default(), rte, init_time })
+        Ok(Self {
+            job,
+            params,
+            registry,
+            memory,
+            pml,
+            btl_names,
+            progress_engine: Default::default(),
+            rte,
+            init_time,
+        })
     }
 
     /// One progress pass: the PML (and its BTLs), then the registered functions.
@@ -207,8 +234,12 @@ impl Runtime {
 
     /// This process's profile: PML/BTL counters and per-component memory, as JSON.
     pub fn profile_json(&self) -> serde_json::Value {
-        let counters: serde_json::Map<String, serde_json::Value> =
-            self.pml.counters().into_iter().map(|(k, v)| (k, serde_json::Value::from(v))).collect();
+        let counters: serde_json::Map<String, serde_json::Value> = self
+            .pml
+            .counters()
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::Value::from(v)))
+            .collect();
         let memory: serde_json::Map<String, serde_json::Value> = self
             .memory
             .snapshot()
@@ -240,21 +271,32 @@ impl Runtime {
         if profile {
             let mine = self.profile_json();
             let writer = &mut RteModex(&self.rte);
-            writer.put("mca.profile", mine.to_string().as_bytes()).map_err(|e| RteError::Protocol(e.to_string()))?;
+            writer
+                .put("mca.profile", mine.to_string().as_bytes())
+                .map_err(|e| RteError::Protocol(e.to_string()))?;
             self.rte.fence()?;
             if self.job.rank == 0 {
                 let reader = RteModex(&self.rte);
                 let mut ranks = Vec::new();
                 for r in 0..self.job.size {
-                    if let Some(v) = reader.get(r, "mca.profile").map_err(|e| RteError::Protocol(e.to_string()))? {
-                        ranks.push(serde_json::from_slice::<serde_json::Value>(&v).unwrap_or(serde_json::Value::Null));
+                    if let Some(v) = reader
+                        .get(r, "mca.profile")
+                        .map_err(|e| RteError::Protocol(e.to_string()))?
+                    {
+                        ranks.push(
+                            serde_json::from_slice::<serde_json::Value>(&v)
+                                .unwrap_or(serde_json::Value::Null),
+                        );
                     }
                 }
                 let summary = crate::profile::merge(&ranks);
                 eprint!("{}", crate::profile::render(&summary));
                 if let Ok(path) = self.params.get_str("profile_json") {
                     if !path.is_empty() {
-                        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&summary).unwrap_or_default()) {
+                        if let Err(e) = std::fs::write(
+                            path,
+                            serde_json::to_string_pretty(&summary).unwrap_or_default(),
+                        ) {
                             tracing::warn!("cannot write profile to {path}: {e}");
                         }
                     }

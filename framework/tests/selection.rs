@@ -1,9 +1,16 @@
 //! Component selection and BML routing, with fake components registered through inventory in
 //! this test binary (exactly as built-in components register).
+// McaError carries the culprit's source by value; configuration-time only.
+#![allow(clippy::result_large_err)]
 
 use rmca_framework::bml::{Bml, BmlError};
-use rmca_framework::btl::{exclusivity, Btl, BtlAttributes, BtlComponent, BtlError, BtlEvents, BtlFlags, BtlTag, ModexRead, SendError, SendHint};
-use rmca_framework::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext};
+use rmca_framework::btl::{
+    exclusivity, Btl, BtlAttributes, BtlComponent, BtlError, BtlEvents, BtlFlags, BtlTag,
+    ModexRead, SendError, SendHint,
+};
+use rmca_framework::component::{
+    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
+};
 use rmca_framework::modex::LocalModex;
 use rmca_framework::params::{Param, ParamRegistrar, ParamStore, RawSetting, RawSources, Source};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
@@ -17,7 +24,11 @@ struct FakePml {
 
 impl Component for FakePml {
     fn meta(&self) -> ComponentMeta {
-        ComponentMeta { name: self.name, version: "1.0", description: "fake pml" }
+        ComponentMeta {
+            name: self.name,
+            version: "1.0",
+            description: "fake pml",
+        }
     }
     fn register_params(&self, p: &mut ParamRegistrar<'_>) {
         p.add(Param::int("priority", self.default_priority).range(0, 100));
@@ -26,15 +37,23 @@ impl Component for FakePml {
 
 impl PmlComponent for FakePml {
     fn priority(&self, params: &ParamStore) -> i32 {
-        params.get_int(&format!("pml_{}_priority", self.name)).unwrap() as i32
+        params
+            .get_int(&format!("pml_{}_priority", self.name))
+            .unwrap() as i32
     }
     fn init(&self, _: &mut InitContext<'_>, _: Bml) -> Result<Box<dyn Pml>, PmlError> {
         Err(PmlError::Init("fake".into()))
     }
 }
 
-static FAST: FakePml = FakePml { name: "fakefast", default_priority: 20 };
-static SAFE: FakePml = FakePml { name: "fakesafe", default_priority: 5 };
+static FAST: FakePml = FakePml {
+    name: "fakefast",
+    default_priority: 20,
+};
+static SAFE: FakePml = FakePml {
+    name: "fakesafe",
+    default_priority: 5,
+};
 inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&FAST)) }
 inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&SAFE)) }
 
@@ -55,7 +74,14 @@ impl Btl for FakeBtl {
     fn add_procs(&mut self, procs: &[ProcInfo], _: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
         Ok(procs.iter().map(self.reach).collect())
     }
-    fn send(&mut self, _: Rank, _: BtlTag, _: &[u8], _: &[u8], _: SendHint) -> Result<(), SendError> {
+    fn send(
+        &mut self,
+        _: Rank,
+        _: BtlTag,
+        _: &[u8],
+        _: &[u8],
+        _: SendHint,
+    ) -> Result<(), SendError> {
         Ok(())
     }
     fn progress(&mut self, _: &mut dyn BtlEvents) -> usize {
@@ -66,7 +92,11 @@ impl Btl for FakeBtl {
 struct FakeBtlComponent(&'static str);
 impl Component for FakeBtlComponent {
     fn meta(&self) -> ComponentMeta {
-        ComponentMeta { name: self.0, version: "1.0", description: "fake btl" }
+        ComponentMeta {
+            name: self.0,
+            version: "1.0",
+            description: "fake btl",
+        }
     }
     fn register_params(&self, _: &mut ParamRegistrar<'_>) {}
 }
@@ -83,7 +113,11 @@ inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&NETB)) }
 fn store(reg: &Registry, cli: &[(&str, &str)]) -> Result<ParamStore, McaError> {
     let settings = cli
         .iter()
-        .map(|(n, v)| RawSetting { name: (*n).into(), value: (*v).into(), source: Source::CommandLine })
+        .map(|(n, v)| RawSetting {
+            name: (*n).into(),
+            value: (*v).into(),
+            source: Source::CommandLine,
+        })
         .collect();
     reg.resolve(&RawSources::from_parts(None, None, false, vec![], settings).unwrap())
 }
@@ -94,17 +128,28 @@ fn highest_priority_pml_wins_and_selectors_restrict() {
     let s = store(&reg, &[]).unwrap();
     assert_eq!(reg.select_pml(&s).unwrap().meta().name, "fakefast");
     let s = store(&reg, &[("pml_fakesafe_priority", "50")]).unwrap();
-    assert_eq!(reg.select_pml(&s).unwrap().meta().name, "fakesafe", "priority follows parameters");
+    assert_eq!(
+        reg.select_pml(&s).unwrap().meta().name,
+        "fakesafe",
+        "priority follows parameters"
+    );
     let s = store(&reg, &[("pml", "fakesafe")]).unwrap();
     assert_eq!(reg.select_pml(&s).unwrap().meta().name, "fakesafe");
     let s = store(&reg, &[("pml", "^fakefast")]).unwrap();
     assert_eq!(reg.select_pml(&s).unwrap().meta().name, "fakesafe");
     let s = store(&reg, &[("pml", "^fakefast,fakesafe")]).unwrap();
-    let e = reg.select_pml(&s).err().expect("everything excluded").to_string();
+    let e = reg
+        .select_pml(&s)
+        .err()
+        .expect("everything excluded")
+        .to_string();
     assert!(e.contains("excludes every PML"), "{e}");
     let s = store(&reg, &[("pml", "fakefats")]).unwrap();
     let e = reg.select_pml(&s).err().unwrap().to_string();
-    assert!(e.contains("unknown pml component 'fakefats'") && e.contains("did you mean 'fakefast'?"), "{e}");
+    assert!(
+        e.contains("unknown pml component 'fakefats'") && e.contains("did you mean 'fakefast'?"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -112,7 +157,11 @@ fn btl_include_list_keeps_its_order_and_exclude_removes() {
     let reg = Registry::builtin();
     let names = |cli: &[(&str, &str)]| -> Vec<&'static str> {
         let s = store(&reg, cli).unwrap();
-        reg.select_btls(&s).unwrap().iter().map(|b| b.meta().name).collect()
+        reg.select_btls(&s)
+            .unwrap()
+            .iter()
+            .map(|b| b.meta().name)
+            .collect()
     };
     assert_eq!(names(&[]), vec!["neta", "netb"]);
     assert_eq!(names(&[("btl", "netb,neta")]), vec!["netb", "neta"]);
@@ -122,19 +171,69 @@ fn btl_include_list_keeps_its_order_and_exclude_removes() {
 }
 
 fn procs(me: Rank, nodes: &[u32]) -> Vec<ProcInfo> {
-    nodes.iter().enumerate().map(|(r, &n)| ProcInfo { rank: r as Rank, node: n, is_self: r as Rank == me }).collect()
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(r, &n)| ProcInfo {
+            rank: r as Rank,
+            node: n,
+            is_self: r as Rank == me,
+        })
+        .collect()
 }
 
 fn attrs(exclusivity: u32, latency_ns: u32, bandwidth_mbps: u32, flags: BtlFlags) -> BtlAttributes {
-    BtlAttributes { exclusivity, latency_ns, bandwidth_mbps, flags, ..Default::default() }
+    BtlAttributes {
+        exclusivity,
+        latency_ns,
+        bandwidth_mbps,
+        flags,
+        ..Default::default()
+    }
 }
 
 fn btls() -> Vec<Box<dyn Btl>> {
     vec![
-        Box::new(FakeBtl { name: "self", attrs: attrs(exclusivity::SELF, 10, 100_000, BtlFlags::SEND | BtlFlags::GET), reach: |p| p.is_self }),
-        Box::new(FakeBtl { name: "shm", attrs: attrs(exclusivity::SHARED_MEMORY, 100, 80_000, BtlFlags::SEND | BtlFlags::GET), reach: |p| !p.is_self && p.node == 0 }),
-        Box::new(FakeBtl { name: "slownet", attrs: attrs(exclusivity::HIGH_SPEED_NETWORK, 5000, 10_000, BtlFlags::SEND | BtlFlags::PUT), reach: |p| !p.is_self }),
-        Box::new(FakeBtl { name: "fastnet", attrs: attrs(exclusivity::HIGH_SPEED_NETWORK, 2000, 30_000, BtlFlags::SEND), reach: |p| !p.is_self }),
+        Box::new(FakeBtl {
+            name: "self",
+            attrs: attrs(
+                exclusivity::SELF,
+                10,
+                100_000,
+                BtlFlags::SEND | BtlFlags::GET,
+            ),
+            reach: |p| p.is_self,
+        }),
+        Box::new(FakeBtl {
+            name: "shm",
+            attrs: attrs(
+                exclusivity::SHARED_MEMORY,
+                100,
+                80_000,
+                BtlFlags::SEND | BtlFlags::GET,
+            ),
+            reach: |p| !p.is_self && p.node == 0,
+        }),
+        Box::new(FakeBtl {
+            name: "slownet",
+            attrs: attrs(
+                exclusivity::HIGH_SPEED_NETWORK,
+                5000,
+                10_000,
+                BtlFlags::SEND | BtlFlags::PUT,
+            ),
+            reach: |p| !p.is_self,
+        }),
+        Box::new(FakeBtl {
+            name: "fastnet",
+            attrs: attrs(
+                exclusivity::HIGH_SPEED_NETWORK,
+                2000,
+                30_000,
+                BtlFlags::SEND,
+            ),
+            reach: |p| !p.is_self,
+        }),
     ]
 }
 
@@ -142,15 +241,34 @@ fn btls() -> Vec<Box<dyn Btl>> {
 fn exclusivity_picks_self_then_shm_then_networks() {
     let bml = Bml::build(btls(), &procs(0, &[0, 0, 1]), &LocalModex::new()).unwrap();
     let names = |r: Rank| -> Vec<String> {
-        bml.routes(r).eager.iter().map(|x| bml.btl_ref(x.btl).component_name().to_owned()).collect()
+        bml.routes(r)
+            .eager
+            .iter()
+            .map(|x| bml.btl_ref(x.btl).component_name().to_owned())
+            .collect()
     };
     assert_eq!(names(0), ["self"]);
-    assert_eq!(names(1), ["shm"], "a same-node peer uses shm only, though the networks reach it");
-    assert_eq!(names(2), ["fastnet", "slownet"], "eager list ordered by latency");
+    assert_eq!(
+        names(1),
+        ["shm"],
+        "a same-node peer uses shm only, though the networks reach it"
+    );
+    assert_eq!(
+        names(2),
+        ["fastnet", "slownet"],
+        "eager list ordered by latency"
+    );
     let remote = bml.routes(2);
-    let w: Vec<(String, f64)> = remote.send.iter().map(|x| (bml.btl_ref(x.btl).component_name().to_owned(), x.weight)).collect();
+    let w: Vec<(String, f64)> = remote
+        .send
+        .iter()
+        .map(|x| (bml.btl_ref(x.btl).component_name().to_owned(), x.weight))
+        .collect();
     assert_eq!(w[0].0, "fastnet");
-    assert!((w[0].1 - 0.75).abs() < 1e-9 && (w[1].1 - 0.25).abs() < 1e-9, "weights by bandwidth: {w:?}");
+    assert!(
+        (w[0].1 - 0.75).abs() < 1e-9 && (w[1].1 - 0.25).abs() < 1e-9,
+        "weights by bandwidth: {w:?}"
+    );
     assert_eq!(remote.rdma.len(), 1, "only BTLs with PUT/GET carry RDMA");
 }
 
@@ -177,7 +295,12 @@ fn unreachable_peer_error_names_peer_btls_and_self_hint() {
     assert!(msg.contains("needs 'self' in the btl list"), "{msg}");
     // shm + self, but a peer on another node.
     let local: Vec<Box<dyn Btl>> = btls().into_iter().take(2).collect();
-    let msg = Bml::build(local, &procs(0, &[0, 1, 1]), &LocalModex::new()).unwrap_err().to_string();
-    assert!(msg.contains("cannot reach rank(s) 1, 2") && msg.contains("BTLs tried: self, shm"), "{msg}");
+    let msg = Bml::build(local, &procs(0, &[0, 1, 1]), &LocalModex::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("cannot reach rank(s) 1, 2") && msg.contains("BTLs tried: self, shm"),
+        "{msg}"
+    );
     assert!(!msg.contains("needs 'self'"), "{msg}");
 }

@@ -27,7 +27,11 @@ impl Checker {
             return;
         }
         self.failures += 1;
-        let at = got.iter().zip(want).position(|(g, w)| g != w).unwrap_or(got.len().min(want.len()));
+        let at = got
+            .iter()
+            .zip(want)
+            .position(|(g, w)| g != w)
+            .unwrap_or(got.len().min(want.len()));
         println!(
             "FAIL {name} (rank {}): length {} vs {}, first difference at {at}: got {:?}, expected {:?}",
             self.world.rank(),
@@ -41,7 +45,9 @@ impl Checker {
     /// Summarize a group of cases over every rank.
     fn done(&mut self, name: &str) {
         let mut total = [0u32];
-        self.world.allreduce(&[self.failures], &mut total, Op::Sum).expect("allreduce");
+        self.world
+            .allreduce(&[self.failures], &mut total, Op::Sum)
+            .expect("allreduce");
         if self.world.rank() == 0 {
             match total[0] - self.reported {
                 0 => println!("OK {name}"),
@@ -60,11 +66,23 @@ fn input_f64(r: usize, i: usize) -> f64 {
     ((r * 5 + i * 3) % 7) as f64 - 2.0
 }
 
-fn reference<T: Reducible>(n: usize, count: usize, op: Op, f: impl Fn(usize, usize) -> T) -> Vec<T> {
-    (0..count).map(|i| (1..n).fold(f(0, i), |acc, r| T::combine(op, acc, f(r, i)))).collect()
+fn reference<T: Reducible>(
+    n: usize,
+    count: usize,
+    op: Op,
+    f: impl Fn(usize, usize) -> T,
+) -> Vec<T> {
+    (0..count)
+        .map(|i| (1..n).fold(f(0, i), |acc, r| T::combine(op, acc, f(r, i))))
+        .collect()
 }
 
-fn reductions<T: Reducible + PartialEq + std::fmt::Debug>(c: &mut Checker, ty: &str, ops: &[Op], f: fn(usize, usize) -> T) {
+fn reductions<T: Reducible + PartialEq + std::fmt::Debug>(
+    c: &mut Checker,
+    ty: &str,
+    ops: &[Op],
+    f: fn(usize, usize) -> T,
+) {
     let (n, me) = (c.world.size(), c.world.rank());
     for &count in &COUNTS {
         let send: Vec<T> = (0..count).map(|i| f(me, i)).collect();
@@ -72,13 +90,25 @@ fn reductions<T: Reducible + PartialEq + std::fmt::Debug>(c: &mut Checker, ty: &
             let want = reference(n, count, op, f);
             let mut recv = vec![T::zeroed(); count];
             c.world.allreduce(&send, &mut recv, op).expect("allreduce");
-            c.check(&format!("allreduce {ty} {op:?} count={count}"), &recv, &want);
+            c.check(
+                &format!("allreduce {ty} {op:?} count={count}"),
+                &recv,
+                &want,
+            );
             for root in roots(n) {
                 let mut recv = vec![T::zeroed(); count];
-                let r = if me == root { Some(&mut recv[..]) } else { None };
+                let r = if me == root {
+                    Some(&mut recv[..])
+                } else {
+                    None
+                };
                 c.world.reduce(&send, r, op, root).expect("reduce");
                 if me == root {
-                    c.check(&format!("reduce {ty} {op:?} count={count} root={root}"), &recv, &want);
+                    c.check(
+                        &format!("reduce {ty} {op:?} count={count} root={root}"),
+                        &recv,
+                        &want,
+                    );
                 }
             }
         }
@@ -102,7 +132,12 @@ fn main() {
     });
     let world = universe.world();
     let (n, me) = (world.size(), world.rank());
-    let mut c = Checker { world: world.clone(), failures: 0, cases: 0, reported: 0 };
+    let mut c = Checker {
+        world: world.clone(),
+        failures: 0,
+        cases: 0,
+        reported: 0,
+    };
 
     for _ in 0..3 {
         world.barrier().expect("barrier");
@@ -112,31 +147,55 @@ fn main() {
     let val = |r: usize, i: usize| (r * 1_000_003 + i * 7) as u32;
     for &count in &COUNTS {
         for root in roots(n) {
-            let mut buf: Vec<u32> = if me == root { (0..count).map(|i| val(root, i)).collect() } else { vec![0; count] };
+            let mut buf: Vec<u32> = if me == root {
+                (0..count).map(|i| val(root, i)).collect()
+            } else {
+                vec![0; count]
+            };
             world.bcast(&mut buf, root).expect("bcast");
-            c.check(&format!("bcast count={count} root={root}"), &buf, &(0..count).map(|i| val(root, i)).collect::<Vec<_>>());
+            c.check(
+                &format!("bcast count={count} root={root}"),
+                &buf,
+                &(0..count).map(|i| val(root, i)).collect::<Vec<_>>(),
+            );
 
             let mine: Vec<u32> = (0..count).map(|i| val(me, i)).collect();
-            let all: Vec<u32> = (0..n).flat_map(|r| (0..count).map(move |i| val(r, i))).collect();
+            let all: Vec<u32> = (0..n)
+                .flat_map(|r| (0..count).map(move |i| val(r, i)))
+                .collect();
             let mut g = vec![0u32; n * count];
-            world.gather(&mine, if me == root { Some(&mut g[..]) } else { None }, root).expect("gather");
+            world
+                .gather(
+                    &mine,
+                    if me == root { Some(&mut g[..]) } else { None },
+                    root,
+                )
+                .expect("gather");
             if me == root {
                 c.check(&format!("gather count={count} root={root}"), &g, &all);
             }
             let mut s = vec![0u32; count];
-            world.scatter(if me == root { Some(&all[..]) } else { None }, &mut s, root).expect("scatter");
+            world
+                .scatter(if me == root { Some(&all[..]) } else { None }, &mut s, root)
+                .expect("scatter");
             c.check(&format!("scatter count={count} root={root}"), &s, &mine);
         }
         let mine: Vec<u32> = (0..count).map(|i| val(me, i)).collect();
-        let all: Vec<u32> = (0..n).flat_map(|r| (0..count).map(move |i| val(r, i))).collect();
+        let all: Vec<u32> = (0..n)
+            .flat_map(|r| (0..count).map(move |i| val(r, i)))
+            .collect();
         let mut g = vec![0u32; n * count];
         world.allgather(&mine, &mut g).expect("allgather");
         c.check(&format!("allgather count={count}"), &g, &all);
 
         // alltoall: block d of rank s holds f(s, d, i).
         let a2a = |s: usize, d: usize, i: usize| (s * 65_536 + d * 1024 + i) as u32;
-        let send: Vec<u32> = (0..n).flat_map(|d| (0..count).map(move |i| a2a(me, d, i))).collect();
-        let want: Vec<u32> = (0..n).flat_map(|s| (0..count).map(move |i| a2a(s, me, i))).collect();
+        let send: Vec<u32> = (0..n)
+            .flat_map(|d| (0..count).map(move |i| a2a(me, d, i)))
+            .collect();
+        let want: Vec<u32> = (0..n)
+            .flat_map(|s| (0..count).map(move |i| a2a(s, me, i)))
+            .collect();
         let mut recv = vec![0u32; n * count];
         world.alltoall(&send, &mut recv).expect("alltoall");
         c.check(&format!("alltoall count={count}"), &recv, &want);
@@ -145,8 +204,17 @@ fn main() {
         // packed in reverse source order with a gap of one element.
         let cnt = |s: usize, d: usize| (s + d) % 3 * count / 2 + d;
         let scounts: Vec<usize> = (0..n).map(|d| cnt(me, d)).collect();
-        let sdispls: Vec<usize> = scounts.iter().scan(0, |o, &k| { let d = *o; *o += k; Some(d) }).collect();
-        let send: Vec<u32> = (0..n).flat_map(|d| (0..cnt(me, d)).map(move |i| a2a(me, d, i))).collect();
+        let sdispls: Vec<usize> = scounts
+            .iter()
+            .scan(0, |o, &k| {
+                let d = *o;
+                *o += k;
+                Some(d)
+            })
+            .collect();
+        let send: Vec<u32> = (0..n)
+            .flat_map(|d| (0..cnt(me, d)).map(move |i| a2a(me, d, i)))
+            .collect();
         let rcounts: Vec<usize> = (0..n).map(|s| cnt(s, me)).collect();
         let mut rdispls = vec![0; n];
         let mut off = 0;
@@ -155,7 +223,9 @@ fn main() {
             off += rcounts[s] + 1;
         }
         let mut recv = vec![u32::MAX; off];
-        world.alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls).expect("alltoallv");
+        world
+            .alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls)
+            .expect("alltoallv");
         let mut want = vec![u32::MAX; off];
         for s in 0..n {
             for i in 0..rcounts[s] {
@@ -167,21 +237,46 @@ fn main() {
     c.done("bcast/gather/scatter/allgather/alltoall/alltoallv");
 
     reductions::<i64>(&mut c, "i64", &Op::ALL, input_i64);
-    reductions::<u8>(&mut c, "u8", &[Op::Sum, Op::Prod, Op::Max, Op::BitXor, Op::LogicalOr], |r, i| (r * 13 + i) as u8);
-    reductions::<i32>(&mut c, "i32", &[Op::Sum, Op::Min, Op::BitAnd, Op::LogicalAnd], |r, i| input_i64(r, i) as i32);
-    reductions::<f64>(&mut c, "f64", &[Op::Sum, Op::Prod, Op::Min, Op::Max], input_f64);
-    reductions::<f32>(&mut c, "f32", &[Op::Sum, Op::Max], |r, i| input_f64(r, i) as f32);
+    reductions::<u8>(
+        &mut c,
+        "u8",
+        &[Op::Sum, Op::Prod, Op::Max, Op::BitXor, Op::LogicalOr],
+        |r, i| (r * 13 + i) as u8,
+    );
+    reductions::<i32>(
+        &mut c,
+        "i32",
+        &[Op::Sum, Op::Min, Op::BitAnd, Op::LogicalAnd],
+        |r, i| input_i64(r, i) as i32,
+    );
+    reductions::<f64>(
+        &mut c,
+        "f64",
+        &[Op::Sum, Op::Prod, Op::Min, Op::Max],
+        input_f64,
+    );
+    reductions::<f32>(&mut c, "f32", &[Op::Sum, Op::Max], |r, i| {
+        input_f64(r, i) as f32
+    });
 
     // Determinism: non-representable float sums must come out bit-identical on every rank.
     let count = 5000;
-    let send: Vec<f64> = (0..count).map(|i| 1.0 / (1.0 + (me * count + i) as f64)).collect();
+    let send: Vec<f64> = (0..count)
+        .map(|i| 1.0 / (1.0 + (me * count + i) as f64))
+        .collect();
     let mut sum = vec![0.0f64; count];
-    world.allreduce(&send, &mut sum, Op::Sum).expect("allreduce");
+    world
+        .allreduce(&send, &mut sum, Op::Sum)
+        .expect("allreduce");
     let bits: Vec<u64> = sum.iter().map(|x| x.to_bits()).collect();
     let mut everyone = vec![0u64; n * count];
     world.allgather(&bits, &mut everyone).expect("allgather");
     for r in 0..n {
-        c.check(&format!("allreduce f64 bit-identical on rank {r}"), &everyone[r * count..(r + 1) * count], &bits);
+        c.check(
+            &format!("allreduce f64 bit-identical on rank {r}"),
+            &everyone[r * count..(r + 1) * count],
+            &bits,
+        );
     }
     c.done("allreduce determinism");
 
@@ -204,9 +299,14 @@ fn main() {
     }
 
     let mut total = [0u32; 2];
-    world.allreduce(&[c.failures, c.cases], &mut total, Op::Sum).expect("allreduce");
+    world
+        .allreduce(&[c.failures, c.cases], &mut total, Op::Sum)
+        .expect("allreduce");
     if me == 0 {
-        println!("coll_check: {n} ranks, {} cases, {} failures", total[1], total[0]);
+        println!(
+            "coll_check: {n} ranks, {} cases, {} failures",
+            total[1], total[0]
+        );
     }
     drop(universe);
     std::process::exit(if total[0] == 0 { 0 } else { 1 });

@@ -50,7 +50,11 @@ fn main() {
                 universe.abort(3, "pingpong: payload corrupted");
             }
             let one_way = t0.elapsed().as_secs_f64() / (2 * iters) as f64;
-            println!("{size:>10} {:>12.3} {:>12.1}", one_way * 1e6, size as f64 / one_way / 1e6);
+            println!(
+                "{size:>10} {:>12.3} {:>12.1}",
+                one_way * 1e6,
+                size as f64 / one_way / 1e6
+            );
         }
         size = if size == 0 { 1 } else { size * 4 };
     }

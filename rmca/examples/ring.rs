@@ -33,7 +33,10 @@ fn main() {
                 world.recv(&mut token, prev, 1).expect("recv");
             }
             if token != [(lap + 1) * n, lap] {
-                eprintln!("ring: lap {lap}: token {token:?}, expected [{}, {lap}]", (lap + 1) * n);
+                eprintln!(
+                    "ring: lap {lap}: token {token:?}, expected [{}, {lap}]",
+                    (lap + 1) * n
+                );
                 universe.abort(3, "corrupt token");
             }
         } else {

@@ -6,7 +6,9 @@ use std::rc::Rc;
 
 use rmca_framework::btl::CommPattern;
 use rmca_framework::buffer::UserBuf;
-use rmca_framework::pml::{self, ContextId, RecvArgs, RequestId, SendArgs, SendMode, Source, TagSel};
+use rmca_framework::pml::{
+    self, ContextId, RecvArgs, RequestId, SendArgs, SendMode, Source, TagSel,
+};
 use rmca_framework::rank::Rank;
 
 use crate::{Error, Result, Shared, Src, ANY_TAG};
@@ -63,7 +65,13 @@ fn check_tag(tag: i32) -> Result<()> {
 
 impl Communicator {
     pub(crate) fn world(shared: Rc<Shared>, rank: Rank, size: u32) -> Self {
-        Self { shared, context: 0, group: (0..size).collect(), rank: rank as usize, derived: Rc::new(Cell::new(0)) }
+        Self {
+            shared,
+            context: 0,
+            group: (0..size).collect(),
+            rank: rank as usize,
+            derived: Rc::new(Cell::new(0)),
+        }
     }
 
     /// This process's rank in the communicator.
@@ -78,11 +86,17 @@ impl Communicator {
 
     /// World rank of communicator rank `r`.
     pub fn world_rank(&self, r: usize) -> Result<Rank> {
-        self.group.get(r).copied().ok_or(Error::BadRank { rank: r, size: self.group.len() })
+        self.group.get(r).copied().ok_or(Error::BadRank {
+            rank: r,
+            size: self.group.len(),
+        })
     }
 
     fn comm_rank_of(&self, world: Rank) -> usize {
-        self.group.iter().position(|&w| w == world).unwrap_or(usize::MAX)
+        self.group
+            .iter()
+            .position(|&w| w == world)
+            .unwrap_or(usize::MAX)
     }
 
     pub(crate) fn coll_context(&self) -> ContextId {
@@ -90,7 +104,11 @@ impl Communicator {
     }
 
     fn to_status(&self, st: &pml::Status) -> Status {
-        Status { source: self.comm_rank_of(st.source), tag: st.tag, bytes: st.len }
+        Status {
+            source: self.comm_rank_of(st.source),
+            tag: st.tag,
+            bytes: st.len,
+        }
     }
 
     fn finish(&self, st: pml::Status) -> Result<Status> {
@@ -130,7 +148,16 @@ impl Communicator {
     ) -> Result<RequestId> {
         check_tag(tag)?;
         let dest = self.world_rank(dest)?;
-        self.shared.with(|rt| Ok(rt.pml.isend(SendArgs { buf, dest, tag, context, mode, pattern })?))
+        self.shared.with(|rt| {
+            Ok(rt.pml.isend(SendArgs {
+                buf,
+                dest,
+                tag,
+                context,
+                mode,
+                pattern,
+            })?)
+        })
     }
 
     pub(crate) fn start_recv(
@@ -143,7 +170,15 @@ impl Communicator {
     ) -> Result<RequestId> {
         let source = self.source(src)?;
         let tag = Self::tag_sel(tag)?;
-        self.shared.with(|rt| Ok(rt.pml.irecv(RecvArgs { buf, source, tag, context, pattern })?))
+        self.shared.with(|rt| {
+            Ok(rt.pml.irecv(RecvArgs {
+                buf,
+                source,
+                tag,
+                context,
+                pattern,
+            })?)
+        })
     }
 
     pub(crate) fn wait_raw(&self, id: RequestId) -> Result<Status> {
@@ -152,13 +187,34 @@ impl Communicator {
     }
 
     /// Blocking send of raw bytes on `context` (collectives use their own context).
-    pub(crate) fn send_bytes(&self, bytes: &[u8], dest: usize, tag: i32, context: ContextId, pattern: CommPattern) -> Result<()> {
-        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, context, SendMode::Standard, pattern)?;
+    pub(crate) fn send_bytes(
+        &self,
+        bytes: &[u8],
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        pattern: CommPattern,
+    ) -> Result<()> {
+        let id = self.start_send(
+            UserBuf::from_slice(bytes),
+            dest,
+            tag,
+            context,
+            SendMode::Standard,
+            pattern,
+        )?;
         self.wait_raw(id).map(|_| ())
     }
 
     /// Blocking receive of raw bytes on `context`.
-    pub(crate) fn recv_bytes(&self, bytes: &mut [u8], src: Src, tag: i32, context: ContextId, pattern: CommPattern) -> Result<Status> {
+    pub(crate) fn recv_bytes(
+        &self,
+        bytes: &mut [u8],
+        src: Src,
+        tag: i32,
+        context: ContextId,
+        pattern: CommPattern,
+    ) -> Result<Status> {
         let id = self.start_recv(UserBuf::from_mut_slice(bytes), src, tag, context, pattern)?;
         self.wait_raw(id)
     }
@@ -176,7 +232,14 @@ impl Communicator {
         pattern: CommPattern,
     ) -> Result<Status> {
         let r = self.start_recv(UserBuf::from_mut_slice(recv), src, tag, context, pattern)?;
-        let s = self.start_send(UserBuf::from_slice(send), dest, tag, context, SendMode::Standard, pattern);
+        let s = self.start_send(
+            UserBuf::from_slice(send),
+            dest,
+            tag,
+            context,
+            SendMode::Standard,
+            pattern,
+        );
         // Whatever happens to the send, the receive must finish before `recv` is released.
         let rs = self.wait_raw(r);
         self.wait_raw(s?)?;
@@ -188,43 +251,103 @@ impl Communicator {
     /// Blocking standard-mode send.
     pub fn send<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Standard, CommPattern::Blocking)?;
+        let id = self.start_send(
+            UserBuf::from_slice(bytes),
+            dest,
+            tag,
+            self.context,
+            SendMode::Standard,
+            CommPattern::Blocking,
+        )?;
         self.wait_raw(id).map(|_| ())
     }
 
     /// Blocking synchronous send: returns once the receiver has matched the message.
     pub fn ssend<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Synchronous, CommPattern::Blocking)?;
+        let id = self.start_send(
+            UserBuf::from_slice(bytes),
+            dest,
+            tag,
+            self.context,
+            SendMode::Synchronous,
+            CommPattern::Blocking,
+        )?;
         self.wait_raw(id).map(|_| ())
     }
 
     /// Blocking receive. A message longer than `buf` fills `buf` and returns
     /// [`Error::Status`] with [`pml::StatusError::Truncated`]; nothing is written past `buf`.
-    pub fn recv<T: bytemuck::Pod>(&self, buf: &mut [T], source: impl Into<Src>, tag: i32) -> Result<Status> {
+    pub fn recv<T: bytemuck::Pod>(
+        &self,
+        buf: &mut [T],
+        source: impl Into<Src>,
+        tag: i32,
+    ) -> Result<Status> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let id = self.start_recv(UserBuf::from_mut_slice(bytes), source.into(), tag, self.context, CommPattern::Blocking)?;
+        let id = self.start_recv(
+            UserBuf::from_mut_slice(bytes),
+            source.into(),
+            tag,
+            self.context,
+            CommPattern::Blocking,
+        )?;
         self.wait_raw(id)
     }
 
     /// Non-blocking send; the buffer stays borrowed until the request completes.
-    pub fn isend<'a, T: bytemuck::Pod>(&self, buf: &'a [T], dest: usize, tag: i32) -> Result<Request<'a>> {
+    pub fn isend<'a, T: bytemuck::Pod>(
+        &self,
+        buf: &'a [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'a>> {
         let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Standard, CommPattern::NonBlocking)?;
+        let id = self.start_send(
+            UserBuf::from_slice(bytes),
+            dest,
+            tag,
+            self.context,
+            SendMode::Standard,
+            CommPattern::NonBlocking,
+        )?;
         Ok(Request::new(self.clone(), id))
     }
 
     /// Non-blocking synchronous send.
-    pub fn issend<'a, T: bytemuck::Pod>(&self, buf: &'a [T], dest: usize, tag: i32) -> Result<Request<'a>> {
+    pub fn issend<'a, T: bytemuck::Pod>(
+        &self,
+        buf: &'a [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'a>> {
         let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(UserBuf::from_slice(bytes), dest, tag, self.context, SendMode::Synchronous, CommPattern::NonBlocking)?;
+        let id = self.start_send(
+            UserBuf::from_slice(bytes),
+            dest,
+            tag,
+            self.context,
+            SendMode::Synchronous,
+            CommPattern::NonBlocking,
+        )?;
         Ok(Request::new(self.clone(), id))
     }
 
     /// Non-blocking receive; the buffer stays borrowed until the request completes.
-    pub fn irecv<'a, T: bytemuck::Pod>(&self, buf: &'a mut [T], source: impl Into<Src>, tag: i32) -> Result<Request<'a>> {
+    pub fn irecv<'a, T: bytemuck::Pod>(
+        &self,
+        buf: &'a mut [T],
+        source: impl Into<Src>,
+        tag: i32,
+    ) -> Result<Request<'a>> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let id = self.start_recv(UserBuf::from_mut_slice(bytes), source.into(), tag, self.context, CommPattern::NonBlocking)?;
+        let id = self.start_recv(
+            UserBuf::from_mut_slice(bytes),
+            source.into(),
+            tag,
+            self.context,
+            CommPattern::NonBlocking,
+        )?;
         Ok(Request::new(self.clone(), id))
     }
 
@@ -283,7 +406,13 @@ impl Communicator {
         // Every member derives the same id from (parent, ordinal, color) without communication;
         // FNV-1a spreads them; ids are even (p2p) with the odd neighbour for collectives.
         let mut h: u32 = 0x811c_9dc5;
-        for b in self.context.to_le_bytes().into_iter().chain(n.to_le_bytes()).chain(color.to_le_bytes()) {
+        for b in self
+            .context
+            .to_le_bytes()
+            .into_iter()
+            .chain(n.to_le_bytes())
+            .chain(color.to_le_bytes())
+        {
             h ^= u32::from(b);
             h = h.wrapping_mul(0x0100_0193);
         }
@@ -294,7 +423,13 @@ impl Communicator {
     /// every member must call it, in the same order relative to other dup/split calls.
     pub fn dup(&self) -> Result<Communicator> {
         let context = self.derive_context(u32::MAX);
-        Ok(Communicator { shared: self.shared.clone(), context, group: self.group.clone(), rank: self.rank, derived: Rc::new(Cell::new(0)) })
+        Ok(Communicator {
+            shared: self.shared.clone(),
+            context,
+            group: self.group.clone(),
+            rank: self.rank,
+            derived: Rc::new(Cell::new(0)),
+        })
     }
 
     /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
@@ -306,12 +441,25 @@ impl Communicator {
         let context_color = color.unwrap_or(u32::MAX - 1);
         let context = self.derive_context(context_color);
         let Some(color) = color else { return Ok(None) };
-        let mut members: Vec<(i64, usize)> =
-            all.iter().enumerate().filter(|(_, e)| e[0] == i64::from(color)).map(|(r, e)| (e[1], r)).collect();
+        let mut members: Vec<(i64, usize)> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e[0] == i64::from(color))
+            .map(|(r, e)| (e[1], r))
+            .collect();
         members.sort();
         let group: Vec<Rank> = members.iter().map(|&(_, r)| self.group[r]).collect();
-        let rank = members.iter().position(|&(_, r)| r == self.rank).expect("caller is a member of its color");
-        Ok(Some(Communicator { shared: self.shared.clone(), context, group: group.into(), rank, derived: Rc::new(Cell::new(0)) }))
+        let rank = members
+            .iter()
+            .position(|&(_, r)| r == self.rank)
+            .expect("caller is a member of its color");
+        Ok(Some(Communicator {
+            shared: self.shared.clone(),
+            context,
+            group: group.into(),
+            rank,
+            derived: Rc::new(Cell::new(0)),
+        }))
     }
 }
 
@@ -332,7 +480,11 @@ impl std::fmt::Debug for Request<'_> {
 
 impl<'a> Request<'a> {
     pub(crate) fn new(comm: Communicator, id: RequestId) -> Self {
-        Self { comm, id: Some(id), _buf: PhantomData }
+        Self {
+            comm,
+            id: Some(id),
+            _buf: PhantomData,
+        }
     }
 
     /// Block until the operation completes.

@@ -21,8 +21,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod comm;
 pub mod coll;
+mod comm;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -44,9 +44,9 @@ use rmca_pml_ob1 as _;
 /// Errors of the rmca API.
 #[derive(Debug, Error)]
 pub enum Error {
-    /// The process could not join its job.
+    /// The process could not join its job (boxed: it is large and never on a message path).
     #[error(transparent)]
-    Init(#[from] InitError),
+    Init(Box<InitError>),
     /// A PML call was rejected.
     #[error(transparent)]
     Pml(#[from] PmlError),
@@ -76,6 +76,12 @@ pub enum Error {
     /// Another argument is invalid.
     #[error("{0}")]
     InvalidArgument(String),
+}
+
+impl From<InitError> for Error {
+    fn from(e: InitError) -> Self {
+        Error::Init(Box::new(e))
+    }
 }
 
 /// Result alias.
@@ -143,7 +149,9 @@ pub struct Universe {
 
 impl std::fmt::Debug for Universe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Universe").field("world", &self.world).finish()
+        f.debug_struct("Universe")
+            .field("world", &self.world)
+            .finish()
     }
 }
 
@@ -157,7 +165,9 @@ impl Universe {
     fn from_runtime(rt: Runtime) -> Self {
         let size = rt.job.size;
         let rank = rt.job.rank;
-        let shared = Rc::new(Shared { rt: RefCell::new(Some(rt)) });
+        let shared = Rc::new(Shared {
+            rt: RefCell::new(Some(rt)),
+        });
         let world = Communicator::world(shared.clone(), rank, size);
         Self { shared, world }
     }
@@ -186,7 +196,9 @@ impl Universe {
 
     /// Time this process spent joining the job.
     pub fn init_time(&self) -> std::time::Duration {
-        self.shared.with(|rt| Ok(rt.init_time())).unwrap_or_default()
+        self.shared
+            .with(|rt| Ok(rt.init_time()))
+            .unwrap_or_default()
     }
 
     /// Abort every process of the job with `code`.

@@ -7,11 +7,16 @@ use std::sync::OnceLock;
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("workspace root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("workspace root")
 }
 
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// Build (once per test process) the release binaries and examples the jobs run.
@@ -21,7 +26,14 @@ fn ensure_built() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(workspace_root())
-            .args(["build", "--release", "--workspace", "--bins", "--examples", "--quiet"])
+            .args([
+                "build",
+                "--release",
+                "--workspace",
+                "--bins",
+                "--examples",
+                "--quiet",
+            ])
             .status()
             .expect("run cargo build");
         assert!(status.success(), "building the release binaries failed");
@@ -37,7 +49,11 @@ pub fn release_bin(name: &str) -> PathBuf {
         return p;
     }
     let e = dir.join("examples").join(name);
-    assert!(e.exists(), "no binary or example named {name} in {}", dir.display());
+    assert!(
+        e.exists(),
+        "no binary or example named {name} in {}",
+        dir.display()
+    );
     e
 }
 
@@ -74,14 +90,20 @@ impl JobOutput {
     }
     /// Both streams, for assertion messages.
     pub fn text(&self) -> String {
-        format!("exit {:?}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+        format!(
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
 /// Run a job under rmca-run and collect its output.
 pub fn run_job(job: &Job<'_>) -> JobOutput {
     let mut cmd = Command::new(release_bin("rmca-run"));
-    cmd.arg("-n").arg(job.ranks.to_string()).arg("--timeout").arg(job.timeout_s.to_string());
+    cmd.arg("-n")
+        .arg(job.ranks.to_string())
+        .arg("--timeout")
+        .arg(job.timeout_s.to_string());
     for (k, v) in job.mca {
         cmd.arg("--mca").arg(k).arg(v);
     }

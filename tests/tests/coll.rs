@@ -41,18 +41,36 @@ const CONFIGS: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     // 'auto' with low thresholds, so that the size-based switches happen inside the checked sizes.
-    ("auto", &[("coll_bcast_long_size", "1k"), ("coll_allreduce_long_size", "1k")]),
+    (
+        "auto",
+        &[
+            ("coll_bcast_long_size", "1k"),
+            ("coll_allreduce_long_size", "1k"),
+        ],
+    ),
 ];
 
 fn check(config: &str, mca: &[(&str, &str)]) {
     for n in 1..=8 {
-        let out = run_job(&Job { ranks: n, program: "coll_check", args: &[], mca, timeout_s: 120 });
+        let out = run_job(&Job {
+            ranks: n,
+            program: "coll_check",
+            args: &[],
+            mca,
+            timeout_s: 120,
+        });
         assert!(
-            out.success() && out.stdout.contains(&format!("coll_check: {n} ranks")) && out.stdout.contains(" 0 failures"),
+            out.success()
+                && out.stdout.contains(&format!("coll_check: {n} ranks"))
+                && out.stdout.contains(" 0 failures"),
             "coll_check with {config} algorithms on {n} ranks failed:\n{}",
             out.text()
         );
-        assert!(!out.stdout.contains("FAIL"), "{config}, {n} ranks:\n{}", out.text());
+        assert!(
+            !out.stdout.contains("FAIL"),
+            "{config}, {n} ranks:\n{}",
+            out.text()
+        );
     }
 }
 
@@ -78,33 +96,132 @@ fn auto_selection_matches_reference() {
 
 #[test]
 fn unknown_algorithm_is_rejected_with_the_valid_names() {
-    let out = run_job(&Job { ranks: 2, program: "coll_check", args: &[], mca: &[("coll_allreduce_algorithm", "bogus")], timeout_s: 60 });
+    let out = run_job(&Job {
+        ranks: 2,
+        program: "coll_check",
+        args: &[],
+        mca: &[("coll_allreduce_algorithm", "bogus")],
+        timeout_s: 60,
+    });
     assert!(!out.success(), "{}", out.text());
-    assert!(out.stderr.contains("recursive_doubling, ring, reduce_bcast"), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("recursive_doubling, ring, reduce_bcast"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]
 fn hello_prints_every_rank() {
-    let out = run_job(&Job { ranks: 3, program: "hello", args: &[], mca: &[], timeout_s: 60 });
+    let out = run_job(&Job {
+        ranks: 3,
+        program: "hello",
+        args: &[],
+        mca: &[],
+        timeout_s: 60,
+    });
     assert!(out.success(), "{}", out.text());
     for r in 0..3 {
-        assert!(out.stdout.contains(&format!("hello from rank {r} of 3 on node")), "{}", out.text());
+        assert!(
+            out.stdout
+                .contains(&format!("hello from rank {r} of 3 on node")),
+            "{}",
+            out.text()
+        );
     }
 }
 
 #[test]
 fn ring_token_survives_many_laps() {
     for n in [1, 2, 4] {
-        let out = run_job(&Job { ranks: n, program: "ring", args: &["200"], mca: &[], timeout_s: 120 });
-        assert!(out.success() && out.stdout.contains(&format!("ring: 200 laps over {n} ranks OK")), "{}", out.text());
+        let out = run_job(&Job {
+            ranks: n,
+            program: "ring",
+            args: &["200"],
+            mca: &[],
+            timeout_s: 120,
+        });
+        assert!(
+            out.success()
+                && out
+                    .stdout
+                    .contains(&format!("ring: 200 laps over {n} ranks OK")),
+            "{}",
+            out.text()
+        );
     }
 }
 
 #[test]
 fn pingpong_covers_sizes() {
-    let out = run_job(&Job { ranks: 2, program: "pingpong", args: &["20"], mca: &[], timeout_s: 120 });
+    let out = run_job(&Job {
+        ranks: 2,
+        program: "pingpong",
+        args: &["20"],
+        mca: &[],
+        timeout_s: 120,
+    });
     assert!(out.success(), "{}", out.text());
     // 0, 1, 4, ..., 1 MiB: 12 rows after the header.
-    let rows = out.stdout.lines().filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok())).count();
+    let rows = out
+        .stdout
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u64>().is_ok())
+        })
+        .count();
     assert_eq!(rows, 12, "{}", out.text());
+}
+
+#[test]
+fn rmca_bench_prints_json_lines_and_a_plot() {
+    let svg = std::env::temp_dir().join(format!("rmca-bench-test-{}.svg", std::process::id()));
+    let out = std::process::Command::new(rmca_tests::release_bin("rmca-bench"))
+        .args([
+            "latency,allreduce,allconn",
+            "-n",
+            "2",
+            "--max",
+            "64",
+            "--iters",
+            "20",
+            "--runs",
+            "2",
+            "--json",
+            "--no-bind",
+            "--plot",
+        ])
+        .arg(&svg)
+        .output()
+        .expect("run rmca-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objs: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    // latency: sizes 0,1,2,...,64 (8 sizes); allreduce: 4..64 (5 sizes); allconn: 2 metrics.
+    assert_eq!(objs.len(), 8 + 5 + 2, "{stdout}");
+    for o in &objs {
+        assert_eq!(o["config"], "rmca");
+        assert_eq!(o["ranks"], 2);
+        assert_eq!(o["runs"].as_array().map(Vec::len), Some(2), "{o}");
+        assert!(o["median"].as_f64().is_some_and(|m| m > 0.0), "{o}");
+    }
+    assert!(objs
+        .iter()
+        .any(|o| o["benchmark"] == "allconn" && o["metric"] == "init"));
+    let plot = std::fs::read_to_string(&svg).expect("plot written");
+    let _ = std::fs::remove_file(&svg);
+    assert!(
+        plot.starts_with("<svg") && plot.matches("<polyline").count() == 2,
+        "{plot}"
+    );
 }

@@ -3,8 +3,18 @@
 use rmca_tests::{run_job, Job};
 
 fn p2p(n: usize, case: &str, mca: &[(&str, &str)]) {
-    let out = run_job(&Job { ranks: n, program: "p2p_check", args: &[case], mca, timeout_s: 240 });
-    assert!(out.success(), "p2p_check {case} on {n} ranks failed:\n{}", out.text());
+    let out = run_job(&Job {
+        ranks: n,
+        program: "p2p_check",
+        args: &[case],
+        mca,
+        timeout_s: 240,
+    });
+    assert!(
+        out.success(),
+        "p2p_check {case} on {n} ranks failed:\n{}",
+        out.text()
+    );
     assert!(out.stdout.contains(&format!("ok {case}")), "{}", out.text());
 }
 

@@ -99,11 +99,16 @@ impl Ring {
     }
 }
 
+/// Tags in the top bits of the verbs `wr_id`: which queue a WR was posted to.
+const TAG_MASK: u64 = 3 << 62;
+const TAG_RECV: u64 = 1 << 62;
+const TAG_SRQ: u64 = 2 << 62;
+
 #[derive(Debug, Default)]
 struct QpRings {
     send: Mutex<Ring>,
     recv: Mutex<Ring>,
-    srq: bool,
+    srq: Option<Arc<SrqRaw>>,
 }
 
 /// An open device.
@@ -437,6 +442,7 @@ impl Pd {
                 _pd: self.clone(),
                 srq,
                 depth: a.attr.max_wr,
+                slab: Mutex::new((0, std::collections::HashMap::new())),
             }),
         };
         if init.limit > 0 {
@@ -500,7 +506,7 @@ impl Pd {
                 depth: caps.max_recv_wr,
                 ..Default::default()
             }),
-            srq: srq.is_some(),
+            srq: srq.clone(),
         });
         // SAFETY: qp was just created.
         let qpn = unsafe { (*qp).qp_num };
@@ -639,28 +645,37 @@ impl Cq {
             let rings = self.ctx.rings.lock().unwrap_or_else(|p| p.into_inner());
             for w in &wcs[..n as usize] {
                 let with_imm = w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
-                let is_recv = w.opcode & ibv_wc_opcode::IBV_WC_RECV != 0;
+                // The queue is told by the tag in our wr_id: the opcode of an error completion
+                // is undefined in verbs.
+                let tag = w.wr_id & TAG_MASK;
+                let key = w.wr_id & !TAG_MASK;
                 let wr_id = match rings.get(&w.qp_num) {
-                    Some(r) if is_recv && r.srq => Some(w.wr_id),
-                    Some(r) => {
-                        let ring = if is_recv { &r.recv } else { &r.send };
-                        ring.lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .complete(w.wr_id)
-                    }
+                    Some(r) if tag == TAG_SRQ => r.srq.as_ref().and_then(|s| s.take(key)),
+                    Some(r) if tag == TAG_RECV => r
+                        .recv
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .complete(key),
+                    Some(r) => r
+                        .send
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .complete(key),
                     None => None,
                 };
                 // A completion of a QP destroyed meanwhile has no owner any more.
                 let Some(wr_id) = wr_id else { continue };
+                let status = status_of(w.status);
+                let opcode = match (status, tag, w.opcode) {
+                    (_, TAG_RECV | TAG_SRQ, _) => WcOpcode::Recv,
+                    (WcStatus::Success, _, ibv_wc_opcode::IBV_WC_RDMA_WRITE) => WcOpcode::RdmaWrite,
+                    (WcStatus::Success, _, ibv_wc_opcode::IBV_WC_RDMA_READ) => WcOpcode::RdmaRead,
+                    _ => WcOpcode::Send,
+                };
                 out[done] = Wc {
                     wr_id,
-                    status: status_of(w.status),
-                    opcode: match w.opcode {
-                        ibv_wc_opcode::IBV_WC_SEND => WcOpcode::Send,
-                        ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
-                        ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
-                        _ => WcOpcode::Recv,
-                    },
+                    status,
+                    opcode,
                     byte_len: w.byte_len,
                     // SAFETY: imm_data is the valid member when IBV_WC_WITH_IMM is set.
                     imm: with_imm.then(|| {
@@ -684,6 +699,24 @@ struct SrqRaw {
     _pd: Arc<Pd>,
     srq: *mut ibv_srq,
     depth: u32,
+    /// Caller wr_ids of posted WQEs by key (SRQ WQEs may be consumed in any order).
+    slab: Mutex<(u64, std::collections::HashMap<u64, u64>)>,
+}
+
+impl std::fmt::Debug for SrqRaw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RdmaSrqRaw")
+    }
+}
+
+impl SrqRaw {
+    fn take(&self, key: u64) -> Option<u64> {
+        self.slab
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .remove(&key)
+    }
 }
 
 // SAFETY: verbs objects are thread-safe.
@@ -729,12 +762,27 @@ impl Srq {
         let mut sg = sges(wr.sges);
         // SAFETY: plain C struct.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
-        w.wr_id = wr.wr_id;
+        let key = {
+            let mut slab = self.inner.slab.lock().unwrap_or_else(|p| p.into_inner());
+            if slab.1.len() >= self.inner.depth as usize {
+                return Err(Error::QueueFull {
+                    depth: self.inner.depth,
+                });
+            }
+            let key = slab.0 & !TAG_MASK;
+            slab.0 = slab.0.wrapping_add(1);
+            slab.1.insert(key, wr.wr_id);
+            key
+        };
+        w.wr_id = key | TAG_SRQ;
         w.sg_list = sg.as_mut_ptr();
         w.num_sge = sg.len() as i32;
         let mut bad = std::ptr::null_mut();
         // SAFETY: srq alive; w and its SGE array live across the call (copied by the provider).
         let rc = unsafe { ibv_post_srq_recv(self.inner.srq, &mut w, &mut bad) };
+        if rc != 0 {
+            self.inner.take(key);
+        }
         match rc {
             0 => Ok(()),
             libc::ENOMEM => Err(Error::QueueFull {
@@ -1090,7 +1138,7 @@ impl Qp {
         w.sg_list = sg.as_mut_ptr();
         w.num_sge = sg.len() as i32;
         let mut ring = self.rings.recv.lock().unwrap_or_else(|p| p.into_inner());
-        w.wr_id = ring.post(wr.wr_id)?;
+        w.wr_id = ring.post(wr.wr_id)? | TAG_RECV;
         let mut bad = std::ptr::null_mut();
         // SAFETY: qp alive; w and SGEs live across the call.
         let rc = unsafe { ibv_post_recv(self.qp, &mut w, &mut bad) };

@@ -187,7 +187,9 @@ pub struct ShmBtl {
     local_ranks: Vec<Rank>,
     my_local: usize,
     lines: usize,
-    probe: Box<u64>,
+    /// The word peers read with CMA to test permission; kept alive (and at a fixed address)
+    /// for the module's life since peers probe it during their own add_procs.
+    _probe: Box<u64>,
     cma_local: bool,
     pending: Vec<(CompletionToken, Result<(), SendError>)>,
     attach_expected: u32,
@@ -343,7 +345,7 @@ impl ShmBtl {
             local_ranks,
             my_local,
             lines,
-            probe,
+            _probe: probe,
             cma_local,
             pending: Vec::new(),
             attach_expected: nrings as u32,
@@ -835,7 +837,6 @@ impl Btl for ShmBtl {
             drop(own); // unlinks (if not yet) and unmaps
             self.memory.free(self.charged);
         }
-        let _ = &self.probe;
     }
 }
 

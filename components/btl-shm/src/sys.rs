@@ -409,7 +409,7 @@ mod tests {
                 } else {
                     c.publish();
                     assert!(std::time::Instant::now() < deadline, "stalled at {next}");
-                    std::hint::spin_loop();
+                    std::thread::yield_now(); // CI's 2 cores are shared with the producer
                 }
             }
             c.publish();

@@ -691,7 +691,7 @@ impl Btl for UdBtl {
         // completion, so it cannot overflow meanwhile; the receive path stays cheap.
         self.ticks = self.ticks.wrapping_add(1);
         let busy = self.sched.total_outstanding() >= self.credits / 2;
-        let completed = if busy || self.sched.pending_len() > 0 || self.ticks % 16 == 0 {
+        let completed = if busy || self.sched.pending_len() > 0 || self.ticks & 15 == 0 {
             self.poll_send_completions()
         } else {
             0

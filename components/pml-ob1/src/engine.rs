@@ -98,12 +98,70 @@ enum SendState {
     WaitAck {
         sent: usize,
     },
-    /// Pushing FRAGs for receive request `dst_req`.
-    Stream {
-        dst_req: u64,
-        segs: Vec<Segment>,
-    },
+    /// Pushing FRAGs (boxed to keep requests small on the eager path).
+    Stream(Box<StreamState>),
     Done,
+}
+
+#[derive(Debug)]
+struct StreamState {
+    /// The receive request the FRAGs are for.
+    dst_req: u64,
+    segs: Vec<Segment>,
+}
+
+/// A send buffer's RDMA registrations (boxed: only RGET sends have any).
+// A boxed Vec is one word in every request instead of three; only RGET sends allocate it.
+#[allow(clippy::box_collection)]
+#[derive(Debug, Default)]
+struct Regs(Option<Box<Vec<(BtlIndex, Registration)>>>);
+
+impl Regs {
+    fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none() || self.0.as_ref().is_some_and(|v| v.is_empty())
+    }
+    fn push(&mut self, r: (BtlIndex, Registration)) {
+        self.0.get_or_insert_with(Default::default).push(r);
+    }
+    fn iter(&self) -> impl Iterator<Item = &(BtlIndex, Registration)> {
+        self.0.iter().flat_map(|v| v.iter())
+    }
+    fn drain_into(&mut self, out: &mut Vec<(BtlIndex, Registration)>) {
+        if let Some(v) = self.0.as_mut() {
+            out.append(v);
+        }
+    }
+}
+
+/// A completed request's status, compact (the error is rare, so it is boxed).
+#[derive(Debug)]
+struct Done {
+    source: Rank,
+    tag: Tag,
+    len: usize,
+    error: Option<Box<StatusError>>,
+}
+
+impl From<Status> for Done {
+    fn from(s: Status) -> Self {
+        Done {
+            source: s.source,
+            tag: s.tag,
+            len: s.len,
+            error: s.error.map(Box::new),
+        }
+    }
+}
+
+impl From<Done> for Status {
+    fn from(d: Done) -> Self {
+        Status {
+            source: d.source,
+            tag: d.tag,
+            len: d.len,
+            error: d.error.map(|e| *e),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -116,7 +174,7 @@ struct SendReq {
     pattern: CommPattern,
     seq: Seq,
     state: SendState,
-    regs: Vec<(BtlIndex, Registration)>,
+    regs: Regs,
 }
 
 #[derive(Debug)]
@@ -146,8 +204,6 @@ struct GetState {
 #[derive(Debug)]
 struct RecvReq {
     buf: UserBuf,
-    source: Source,
-    tag: TagSel,
     context: ContextId,
     pattern: CommPattern,
     state: RecvState,
@@ -167,7 +223,7 @@ struct Req {
     kind: Kind,
     /// Queued in `Core::active`.
     active: bool,
-    done: Option<Status>,
+    done: Option<Done>,
 }
 
 /// Requests in a slab: ids are index + generation, so a stale id (or a forged one in a
@@ -214,7 +270,7 @@ impl Slab {
                 *slot = None;
                 *g = g.wrapping_add(1).max(1);
                 self.free.push(i);
-                Ok(Some(status))
+                Ok(Some(status.into()))
             }
             _ => Err(()),
         }
@@ -308,7 +364,7 @@ impl Core {
             match &mut r.kind {
                 Kind::Send(s) => {
                     s.state = SendState::Done;
-                    self.dereg.append(&mut s.regs);
+                    s.regs.drain_into(&mut self.dereg);
                 }
                 Kind::Recv(rv) => rv.state = RecvState::Done,
             }
@@ -326,7 +382,7 @@ impl Core {
                     }
                 }
             }
-            r.done = Some(status);
+            r.done = Some(status.into());
         }
     }
 
@@ -661,7 +717,7 @@ impl Core {
             return;
         }
         // Registrations (an RGET the receiver could not read) are no longer needed.
-        self.dereg.append(&mut s.regs);
+        s.regs.drain_into(&mut self.dereg);
         let wanted = usize::try_from(wanted)
             .unwrap_or(usize::MAX)
             .min(s.buf.len());
@@ -679,10 +735,10 @@ impl Core {
             self.cfg.max_rdma_per_request,
             &mut self.cursor[peer as usize],
         );
-        s.state = SendState::Stream {
+        s.state = SendState::Stream(Box::new(StreamState {
             dst_req,
             segs: sched::split(&chosen, sent, wanted),
-        };
+        }));
         self.activate(id);
     }
 
@@ -877,7 +933,7 @@ impl Core {
                     ?e,
                     "ob1: RGET header not encodable, using the copy pipeline"
                 );
-                self.dereg.append(&mut s.regs);
+                s.regs.drain_into(&mut self.dereg);
                 None
             }
         }
@@ -927,9 +983,10 @@ impl Core {
             else {
                 return false;
             };
-            let SendState::Stream { dst_req, segs } = &mut s.state else {
+            let SendState::Stream(st) = &mut s.state else {
                 return false;
             };
+            let StreamState { dst_req, segs } = &mut **st;
             // The share with the most left goes next, so the BTLs of a stripe advance together.
             let Some(seg) = segs
                 .iter_mut()
@@ -1056,7 +1113,7 @@ impl Core {
         match &r.kind {
             Kind::Send(s) => match s.state {
                 SendState::Start => self.start_send(id, bml),
-                SendState::Stream { .. } => self.stream(id, bml),
+                SendState::Stream(_) => self.stream(id, bml),
                 _ => false,
             },
             Kind::Recv(rv) => match rv.state {
@@ -1089,7 +1146,8 @@ impl Core {
                     ..
                 }) = self.reqs.get_mut(id)
                 {
-                    if let SendState::Stream { segs, .. } = &mut s.state {
+                    if let SendState::Stream(st) = &mut s.state {
+                        let segs = &mut st.segs;
                         segs.iter_mut()
                             .filter(|g| g.btl == btl)
                             .for_each(|g| g.btl = alt);
@@ -1353,7 +1411,7 @@ impl Pml for Ob1 {
                 pattern: args.pattern,
                 seq,
                 state: SendState::Start,
-                regs: Vec::new(),
+                regs: Regs::default(),
             }),
             active: false,
             done: None,
@@ -1384,13 +1442,18 @@ impl Pml for Ob1 {
         let id = core.reqs.insert(Req {
             kind: Kind::Recv(RecvReq {
                 buf: args.buf,
-                source: args.source,
-                tag: args.tag,
                 context: args.context,
                 pattern: args.pattern,
                 state: RecvState::Posted,
-                peer: 0,
-                msg_tag: 0,
+                // Until matched: the selectors (for a cancelled receive's status).
+                peer: match args.source {
+                    Source::Rank(r) => r,
+                    Source::Any => 0,
+                },
+                msg_tag: match args.tag {
+                    TagSel::Tag(t) => t,
+                    TagSel::Any => 0,
+                },
                 msg_len: 0,
             }),
             active: false,
@@ -1464,18 +1527,10 @@ impl Pml for Ob1 {
         if !matches!(rv.state, RecvState::Posted) || r.done.is_some() {
             return Ok(false);
         }
-        let (context, source) = (rv.context, rv.source);
+        let (context, src, tag) = (rv.context, rv.peer, rv.msg_tag);
         if !core.matcher.cancel(context, &request) {
             return Ok(false);
         }
-        let src = match source {
-            Source::Rank(r) => r,
-            Source::Any => 0,
-        };
-        let tag = match rv.tag {
-            TagSel::Tag(t) => t,
-            TagSel::Any => 0,
-        };
         core.complete(
             request,
             Status {

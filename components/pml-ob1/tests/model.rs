@@ -90,7 +90,7 @@ proptest! {
         let mut leftovers = Vec::new();
         for (i, m) in msgs.iter().enumerate() {
             let slot = (0..recvs.len()).find(|&r| {
-                assigned[r].is_none() && recvs[r].0 == m.ctx && recvs[r].1.is_none_or(|t| t == m.tag)
+                assigned[r].is_none() && recvs[r].0 == m.ctx && (recvs[r].1.is_none() || recvs[r].1 == Some(m.tag))
             });
             match slot {
                 Some(r) => assigned[r] = Some(i),

@@ -222,7 +222,7 @@ impl<R, T> ContextState<R, T> {
                 for (p, peer) in self.peers.iter().enumerate() {
                     if let Some(i) = peer.unexpected.iter().position(|u| tag_fits(tag, u.tag)) {
                         let a = peer.unexpected[i].arrival;
-                        if best.is_none_or(|(b, _, _)| a < b) {
+                        if best.is_none() || best.is_some_and(|(b, _, _)| a < b) {
                             best = Some((a, p, i));
                         }
                     }

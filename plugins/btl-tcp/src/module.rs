@@ -559,6 +559,19 @@ impl Btl for BtlTcp {
                 }
             }
         }
+        // Their inbound connections go too: a later EOF must not report a forgotten peer.
+        let mut i = 0;
+        while i < self.incoming.len() {
+            match self.incoming[i].proto.peer() {
+                Some(p) if ranks.contains(&p) => {
+                    let conn = self.incoming.swap_remove(i);
+                    let _ = conn.stream.shutdown(Shutdown::Both);
+                    self.adjust_memory(conn.proto.capacity(), 0);
+                    self.inbound_from.remove(&p);
+                }
+                _ => i += 1,
+            }
+        }
     }
 
     fn send(

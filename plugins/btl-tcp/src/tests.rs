@@ -392,6 +392,26 @@ fn crash_is_peer_failed_but_finalize_is_clean() {
 }
 
 #[test]
+fn deleted_peer_is_forgotten_in_both_directions() {
+    let (mut a, mut b, _m) = pair(&[]);
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    a.send(1, 0x40, &[], b"x", SendHint::default()).unwrap();
+    pump(a.as_mut(), b.as_mut(), &mut sa, &mut sb, |_, _, _, sb| {
+        sb.got.len() == 1
+    });
+    b.del_procs(&[0]);
+    assert_eq!(
+        b.send(0, 0x40, &[], b"y", SendHint::default()),
+        Err(SendError::Unreachable(0))
+    );
+    drop(a); // would be a failure of rank 0, had rank 1 not forgotten it
+    for _ in 0..200 {
+        b.progress(&mut sb);
+    }
+    assert!(sb.failed.is_empty(), "{:?}", sb.failed);
+}
+
+#[test]
 fn send_to_dead_listener_fails_the_peer() {
     let p = params(&[("btl_tcp_connect_timeout", "2000")]);
     let modex = LocalModex::new();

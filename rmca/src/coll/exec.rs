@@ -18,7 +18,14 @@ pub(crate) fn aligned(len: usize) -> Vec<u64> {
 /// Execute `sched` on `comm` with `tag`. Every round's transfers are posted together and all
 /// of them are waited for (even after an error) before the buffers are touched again: the
 /// schedule guarantees that concurrent regions are disjoint (checked by the schedule tests).
-pub(crate) fn run(comm: &Communicator, sched: &Schedule, tag: i32, send: &[u8], work: &mut [u8], reduce: Option<ReduceFn<'_>>) -> Result<()> {
+pub(crate) fn run(
+    comm: &Communicator,
+    sched: &Schedule,
+    tag: i32,
+    send: &[u8],
+    work: &mut [u8],
+    reduce: Option<ReduceFn<'_>>,
+) -> Result<()> {
     let mut tmp_words = aligned(sched.tmp_len);
     let tmp: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut tmp_words)[..sched.tmp_len];
     let ctx = comm.coll_context();
@@ -28,16 +35,36 @@ pub(crate) fn run(comm: &Communicator, sched: &Schedule, tag: i32, send: &[u8], 
             // The common shapes (tree hops, ring and butterfly exchanges) take the blocking
             // helpers, which need no request list.
             [Comm::Recv { peer, region }] => {
-                let st = comm.recv_bytes(slice_mut(region, work, tmp)?, Src::Rank(*peer), tag, ctx, CommPattern::Collective)?;
+                let st = comm.recv_bytes(
+                    slice_mut(region, work, tmp)?,
+                    Src::Rank(*peer),
+                    tag,
+                    ctx,
+                    CommPattern::Collective,
+                )?;
                 check_received(st.bytes, region.range.len(), *peer)?;
             }
             [Comm::Send { peer, region }] => {
                 let b = slice_ref(region, send, work, tmp)?;
                 comm.send_bytes(b, *peer, tag, ctx, CommPattern::Collective)?;
             }
-            [Comm::Recv { peer: from, region: rr }, Comm::Send { peer: to, region: sr }] => {
+            [Comm::Recv {
+                peer: from,
+                region: rr,
+            }, Comm::Send {
+                peer: to,
+                region: sr,
+            }] => {
                 let (r, s) = split_pair(rr, sr, send, work, tmp)?;
-                let st = comm.sendrecv_bytes(s, *to, r, Src::Rank(*from), tag, ctx, CommPattern::Collective)?;
+                let st = comm.sendrecv_bytes(
+                    s,
+                    *to,
+                    r,
+                    Src::Rank(*from),
+                    tag,
+                    ctx,
+                    CommPattern::Collective,
+                )?;
                 check_received(st.bytes, rr.range.len(), *from)?;
             }
             _ => post_and_wait(comm, &round.comms, tag, send, work, tmp)?,
@@ -57,20 +84,42 @@ fn check_received(got: usize, want: usize, peer: usize) -> Result<()> {
 
 /// Post every transfer of a round, then wait for all of them (even after an error: no buffer
 /// is released while the PML may still use it).
-fn post_and_wait(comm: &Communicator, comms: &[Comm], tag: i32, send: &[u8], work: &mut [u8], tmp: &mut [u8]) -> Result<()> {
+fn post_and_wait(
+    comm: &Communicator,
+    comms: &[Comm],
+    tag: i32,
+    send: &[u8],
+    work: &mut [u8],
+    tmp: &mut [u8],
+) -> Result<()> {
     let ctx = comm.coll_context();
     {
         let mut posted: Vec<(RequestId, Option<usize>)> = Vec::with_capacity(comms.len());
         let mut first_err: Option<Error> = None;
         // Receives first, so that eager data from fast peers lands in place.
-        for c in comms.iter().filter(|c| matches!(c, Comm::Recv { .. })).chain(comms.iter().filter(|c| matches!(c, Comm::Send { .. }))) {
+        for c in comms
+            .iter()
+            .filter(|c| matches!(c, Comm::Recv { .. }))
+            .chain(comms.iter().filter(|c| matches!(c, Comm::Send { .. })))
+        {
             let r = match c {
-                Comm::Recv { peer, region } => {
-                    region_mut(region, work, tmp).and_then(|ub| comm.start_recv(ub, Src::Rank(*peer), tag, ctx, CommPattern::Collective)).map(|id| (id, Some(region.range.len())))
-                }
-                Comm::Send { peer, region } => {
-                    region_ref(region, send, work, tmp).and_then(|ub| comm.start_send(ub, *peer, tag, ctx, SendMode::Standard, CommPattern::Collective)).map(|id| (id, None))
-                }
+                Comm::Recv { peer, region } => region_mut(region, work, tmp)
+                    .and_then(|ub| {
+                        comm.start_recv(ub, Src::Rank(*peer), tag, ctx, CommPattern::Collective)
+                    })
+                    .map(|id| (id, Some(region.range.len()))),
+                Comm::Send { peer, region } => region_ref(region, send, work, tmp)
+                    .and_then(|ub| {
+                        comm.start_send(
+                            ub,
+                            *peer,
+                            tag,
+                            ctx,
+                            SendMode::Standard,
+                            CommPattern::Collective,
+                        )
+                    })
+                    .map(|id| (id, None)),
             };
             match r {
                 Ok(p) => posted.push(p),
@@ -84,7 +133,9 @@ fn post_and_wait(comm: &Communicator, comms: &[Comm], tag: i32, send: &[u8], wor
             match comm.wait_raw(id) {
                 Ok(st) => {
                     if let Some(want) = expect {
-                        if let (Err(e), None) = (check_received(st.bytes, want, st.source), &first_err) {
+                        if let (Err(e), None) =
+                            (check_received(st.bytes, want, st.source), &first_err)
+                        {
                             first_err = Some(e);
                         }
                     }
@@ -101,12 +152,26 @@ fn post_and_wait(comm: &Communicator, comms: &[Comm], tag: i32, send: &[u8], wor
     Ok(())
 }
 
-fn run_locals(locals: &[Local], send: &[u8], work: &mut [u8], tmp: &[u8], reduce: Option<ReduceFn<'_>>) -> Result<()> {
+fn run_locals(
+    locals: &[Local],
+    send: &[u8],
+    work: &mut [u8],
+    tmp: &[u8],
+    reduce: Option<ReduceFn<'_>>,
+) -> Result<()> {
     {
         for l in locals {
             match l {
-                Local::Reduce { src, dst, src_first } => {
-                    let f = reduce.ok_or_else(|| Error::InvalidArgument("internal: reduction step without an operation".into()))?;
+                Local::Reduce {
+                    src,
+                    dst,
+                    src_first,
+                } => {
+                    let f = reduce.ok_or_else(|| {
+                        Error::InvalidArgument(
+                            "internal: reduction step without an operation".into(),
+                        )
+                    })?;
                     f(&mut work[dst.clone()], &tmp[src.clone()], *src_first);
                 }
                 Local::Copy { src, dst } => match src.buf {
@@ -121,7 +186,9 @@ fn run_locals(locals: &[Local], send: &[u8], work: &mut [u8], tmp: &[u8], reduce
 }
 
 fn oob(region: &Region) -> Error {
-    Error::InvalidArgument(format!("internal: collective region {region:?} outside its buffer"))
+    Error::InvalidArgument(format!(
+        "internal: collective region {region:?} outside its buffer"
+    ))
 }
 
 fn region_mut(region: &Region, work: &mut [u8], tmp: &mut [u8]) -> Result<UserBuf> {
@@ -130,7 +197,9 @@ fn region_mut(region: &Region, work: &mut [u8], tmp: &mut [u8]) -> Result<UserBu
         Buf::Tmp => tmp,
         Buf::Send => return Err(oob(region)),
     };
-    b.get_mut(region.range.clone()).map(UserBuf::from_mut_slice).ok_or_else(|| oob(region))
+    b.get_mut(region.range.clone())
+        .map(UserBuf::from_mut_slice)
+        .ok_or_else(|| oob(region))
 }
 
 fn region_ref(region: &Region, send: &[u8], work: &[u8], tmp: &[u8]) -> Result<UserBuf> {
@@ -139,7 +208,9 @@ fn region_ref(region: &Region, send: &[u8], work: &[u8], tmp: &[u8]) -> Result<U
         Buf::Tmp => tmp,
         Buf::Send => send,
     };
-    b.get(region.range.clone()).map(UserBuf::from_slice).ok_or_else(|| oob(region))
+    b.get(region.range.clone())
+        .map(UserBuf::from_slice)
+        .ok_or_else(|| oob(region))
 }
 
 fn slice_mut<'a>(region: &Region, work: &'a mut [u8], tmp: &'a mut [u8]) -> Result<&'a mut [u8]> {
@@ -151,7 +222,12 @@ fn slice_mut<'a>(region: &Region, work: &'a mut [u8], tmp: &'a mut [u8]) -> Resu
     b.get_mut(region.range.clone()).ok_or_else(|| oob(region))
 }
 
-fn slice_ref<'a>(region: &Region, send: &'a [u8], work: &'a [u8], tmp: &'a [u8]) -> Result<&'a [u8]> {
+fn slice_ref<'a>(
+    region: &Region,
+    send: &'a [u8],
+    work: &'a [u8],
+    tmp: &'a [u8],
+) -> Result<&'a [u8]> {
     let b = match region.buf {
         Buf::Work => work,
         Buf::Tmp => tmp,
@@ -162,7 +238,13 @@ fn slice_ref<'a>(region: &Region, send: &'a [u8], work: &'a [u8], tmp: &'a [u8])
 
 /// The receive region (mutable) and the send region of an exchange, which may both live in
 /// `work` (disjoint, as every schedule guarantees).
-fn split_pair<'a>(rr: &Region, sr: &Region, send: &'a [u8], work: &'a mut [u8], tmp: &'a mut [u8]) -> Result<(&'a mut [u8], &'a [u8])> {
+fn split_pair<'a>(
+    rr: &Region,
+    sr: &Region,
+    send: &'a [u8],
+    work: &'a mut [u8],
+    tmp: &'a mut [u8],
+) -> Result<(&'a mut [u8], &'a [u8])> {
     match (rr.buf, sr.buf) {
         (Buf::Work, Buf::Work) | (Buf::Tmp, Buf::Tmp) => {
             let b = if rr.buf == Buf::Work { work } else { tmp };
@@ -180,12 +262,17 @@ fn split_pair<'a>(rr: &Region, sr: &Region, send: &'a [u8], work: &'a mut [u8], 
                 let (lo, hi) = b.split_at_mut(r.start);
                 Ok((&mut hi[..r.len()], &lo[s]))
             } else {
-                Err(Error::InvalidArgument(format!("internal: exchange regions {rr:?} and {sr:?} overlap")))
+                Err(Error::InvalidArgument(format!(
+                    "internal: exchange regions {rr:?} and {sr:?} overlap"
+                )))
             }
         }
         (Buf::Tmp, Buf::Work) => Ok((slice_mut(rr, &mut [], tmp)?, slice_ref(sr, &[], work, &[])?)),
         (Buf::Tmp, Buf::Send) => Ok((slice_mut(rr, &mut [], tmp)?, slice_ref(sr, send, &[], &[])?)),
-        (Buf::Work, Buf::Send) => Ok((slice_mut(rr, work, &mut [])?, slice_ref(sr, send, &[], &[])?)),
+        (Buf::Work, Buf::Send) => Ok((
+            slice_mut(rr, work, &mut [])?,
+            slice_ref(sr, send, &[], &[])?,
+        )),
         (Buf::Work, Buf::Tmp) => Ok((slice_mut(rr, work, &mut [])?, slice_ref(sr, &[], &[], tmp)?)),
         _ => Err(oob(rr)),
     }

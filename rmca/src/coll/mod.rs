@@ -22,6 +22,10 @@
 //! (2i, 2i+1) when n is not a power of two); the ring reduces chunk c in ring order starting
 //! at rank c. Every algorithm gives every rank bit-identical results.
 
+// rmca::Error (owned by lib.rs) carries InitError by value; boxing it is the crate's call,
+// not this module's.
+#![allow(clippy::result_large_err)]
+
 mod exec;
 mod op;
 pub(crate) mod schedule;
@@ -51,22 +55,39 @@ impl Communicator {
     /// The algorithm chosen by `coll_<op>_algorithm` ("auto" when unset).
     fn coll_algorithm(&self, op: &str) -> Result<String> {
         let name = format!("coll_{op}_algorithm");
-        self.shared.with(|rt| Ok(rt.params.get_str(&name).map(str::to_owned).unwrap_or_else(|_| "auto".into())))
+        self.shared.with(|rt| {
+            Ok(rt
+                .params
+                .get_str(&name)
+                .map(str::to_owned)
+                .unwrap_or_else(|_| "auto".into()))
+        })
     }
 
     fn coll_size_param(&self, name: &str, default: u64) -> Result<usize> {
-        self.shared.with(|rt| Ok(rt.params.get_size(name).unwrap_or(default) as usize))
+        self.shared
+            .with(|rt| Ok(rt.params.get_size(name).unwrap_or(default) as usize))
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
         if root < self.size() {
             Ok(())
         } else {
-            Err(Error::BadRank { rank: root, size: self.size() })
+            Err(Error::BadRank {
+                rank: root,
+                size: self.size(),
+            })
         }
     }
 
-    fn run_schedule(&self, s: &Schedule, tag: i32, send: &[u8], work: &mut [u8], reduce: Option<ReduceFn<'_>>) -> Result<()> {
+    fn run_schedule(
+        &self,
+        s: &Schedule,
+        tag: i32,
+        send: &[u8],
+        work: &mut [u8],
+        reduce: Option<ReduceFn<'_>>,
+    ) -> Result<()> {
         exec::run(self, s, tag, send, work, reduce)
     }
 
@@ -99,13 +120,21 @@ impl Communicator {
 
     /// Reduce every member's `send` with `op` into `recv` at `root`. `recv` is required at the
     /// root (same length as `send`) and ignored elsewhere.
-    pub fn reduce<T: Reducible>(&self, send: &[T], recv: Option<&mut [T]>, op: Op, root: usize) -> Result<()> {
+    pub fn reduce<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        op: Op,
+        root: usize,
+    ) -> Result<()> {
         self.check_root(root)?;
         check_op::<T>(op)?;
         let (n, me) = (self.size(), self.rank());
         let mut own;
         let work: &mut [T] = if me == root {
-            let recv = recv.ok_or_else(|| Error::InvalidArgument("reduce: the root must pass a receive buffer".into()))?;
+            let recv = recv.ok_or_else(|| {
+                Error::InvalidArgument("reduce: the root must pass a receive buffer".into())
+            })?;
             check_len("reduce", "receive buffer", recv.len(), send.len())?;
             recv
         } else {
@@ -119,7 +148,13 @@ impl Communicator {
             _ => schedule::reduce_binomial(n, me, root, len),
         };
         let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
-        self.run_schedule(&s, TAG_REDUCE, &[], bytemuck::cast_slice_mut(work), Some(&f))
+        self.run_schedule(
+            &s,
+            TAG_REDUCE,
+            &[],
+            bytemuck::cast_slice_mut(work),
+            Some(&f),
+        )
     }
 
     /// Reduce every member's `send` with `op`; every member gets the result in `recv`.
@@ -134,25 +169,41 @@ impl Communicator {
             "ring" => schedule::allreduce_ring(n, me, len, elem),
             "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
             "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
-            _ if n > 1 && send.len() >= n && len >= self.coll_size_param("coll_allreduce_long_size", 64 << 10)? => {
+            _ if n > 1
+                && send.len() >= n
+                && len >= self.coll_size_param("coll_allreduce_long_size", 64 << 10)? =>
+            {
                 schedule::allreduce_ring(n, me, len, elem)
             }
             _ => schedule::allreduce_recursive_doubling(n, me, len),
         };
         let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
-        self.run_schedule(&s, TAG_ALLREDUCE, &[], bytemuck::cast_slice_mut(recv), Some(&f))
+        self.run_schedule(
+            &s,
+            TAG_ALLREDUCE,
+            &[],
+            bytemuck::cast_slice_mut(recv),
+            Some(&f),
+        )
     }
 
     /// Gather every member's `send` (same length everywhere) into `recv` at `root`, in rank
     /// order; `recv` (size × `send.len()`) is required at the root and ignored elsewhere.
-    pub fn gather<T: bytemuck::Pod>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<()> {
+    pub fn gather<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        root: usize,
+    ) -> Result<()> {
         self.check_root(root)?;
         let (n, me) = (self.size(), self.rank());
         let block = std::mem::size_of_val(send);
         let v = (me + n - root) % n;
         let mut own;
         let work: &mut [u8] = if me == root {
-            let recv = recv.ok_or_else(|| Error::InvalidArgument("gather: the root must pass a receive buffer".into()))?;
+            let recv = recv.ok_or_else(|| {
+                Error::InvalidArgument("gather: the root must pass a receive buffer".into())
+            })?;
             check_len("gather", "receive buffer", recv.len(), n * send.len())?;
             bytemuck::cast_slice_mut(recv)
         } else {
@@ -174,14 +225,21 @@ impl Communicator {
 
     /// Scatter `send` (size × `recv.len()` elements, required at the root, ignored elsewhere)
     /// from `root`: member r receives block r.
-    pub fn scatter<T: bytemuck::Pod>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<()> {
+    pub fn scatter<T: bytemuck::Pod>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<()> {
         self.check_root(root)?;
         let (n, me) = (self.size(), self.rank());
         let block = std::mem::size_of_val(recv);
         let v = (me + n - root) % n;
         let mut work = vec![0u8; n * block];
         if me == root {
-            let send = send.ok_or_else(|| Error::InvalidArgument("scatter: the root must pass a send buffer".into()))?;
+            let send = send.ok_or_else(|| {
+                Error::InvalidArgument("scatter: the root must pass a send buffer".into())
+            })?;
             check_len("scatter", "send buffer", send.len(), n * recv.len())?;
             work.copy_from_slice(bytemuck::cast_slice(send));
             // Rank order to virtual-rank order.
@@ -198,21 +256,39 @@ impl Communicator {
 
     /// Gather every member's `send` into every member's `recv` (size × `send.len()`), in rank order.
     pub fn allgather<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        check_len("allgather", "receive buffer", recv.len(), self.size() * send.len())?;
-        allgather_bytes(self, bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv))
+        check_len(
+            "allgather",
+            "receive buffer",
+            recv.len(),
+            self.size() * send.len(),
+        )?;
+        allgather_bytes(
+            self,
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(recv),
+        )
     }
 
     /// Every member sends block r of `send` to member r and receives member r's block into
     /// block r of `recv` (both size × k elements).
     pub fn alltoall<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.size();
-        if send.len() % n != 0 {
-            return Err(Error::InvalidArgument(format!("alltoall: send length {} is not a multiple of the size {n}", send.len())));
+        if !send.len().is_multiple_of(n) {
+            return Err(Error::InvalidArgument(format!(
+                "alltoall: send length {} is not a multiple of the size {n}",
+                send.len()
+            )));
         }
         check_len("alltoall", "receive buffer", recv.len(), send.len())?;
         let block = std::mem::size_of_val(send) / n;
         let ranges: Vec<Range<usize>> = (0..n).map(|r| r * block..(r + 1) * block).collect();
-        self.alltoallv_bytes(bytemuck::cast_slice(send), &ranges, bytemuck::cast_slice_mut(recv), &ranges, TAG_ALLTOALL)
+        self.alltoallv_bytes(
+            bytemuck::cast_slice(send),
+            &ranges,
+            bytemuck::cast_slice_mut(recv),
+            &ranges,
+            TAG_ALLTOALL,
+        )
     }
 
     /// Like [`Communicator::alltoall`] with per-peer element counts and displacements: send
@@ -229,17 +305,46 @@ impl Communicator {
         recv_displs: &[usize],
     ) -> Result<()> {
         let sz = std::mem::size_of::<T>();
-        let sends = layout("send", self.size(), send.len(), send_counts, send_displs, sz)?;
-        let recvs = layout("receive", self.size(), recv.len(), recv_counts, recv_displs, sz)?;
+        let sends = layout(
+            "send",
+            self.size(),
+            send.len(),
+            send_counts,
+            send_displs,
+            sz,
+        )?;
+        let recvs = layout(
+            "receive",
+            self.size(),
+            recv.len(),
+            recv_counts,
+            recv_displs,
+            sz,
+        )?;
         let mut sorted: Vec<&Range<usize>> = recvs.iter().filter(|r| !r.is_empty()).collect();
         sorted.sort_by_key(|r| r.start);
         if sorted.windows(2).any(|w| w[0].end > w[1].start) {
-            return Err(Error::InvalidArgument("alltoallv: receive regions overlap".into()));
+            return Err(Error::InvalidArgument(
+                "alltoallv: receive regions overlap".into(),
+            ));
         }
-        self.alltoallv_bytes(bytemuck::cast_slice(send), &sends, bytemuck::cast_slice_mut(recv), &recvs, TAG_ALLTOALLV)
+        self.alltoallv_bytes(
+            bytemuck::cast_slice(send),
+            &sends,
+            bytemuck::cast_slice_mut(recv),
+            &recvs,
+            TAG_ALLTOALLV,
+        )
     }
 
-    fn alltoallv_bytes(&self, send: &[u8], sends: &[Range<usize>], recv: &mut [u8], recvs: &[Range<usize>], tag: i32) -> Result<()> {
+    fn alltoallv_bytes(
+        &self,
+        send: &[u8],
+        sends: &[Range<usize>],
+        recv: &mut [u8],
+        recvs: &[Range<usize>],
+        tag: i32,
+    ) -> Result<()> {
         let (n, me) = (self.size(), self.rank());
         if sends[me].len() != recvs[me].len() {
             return Err(Error::InvalidArgument(format!(
@@ -260,7 +365,10 @@ fn check_op<T: Reducible>(op: Op) -> Result<()> {
     if T::supports(op) {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("{op:?} is not defined for {}: use Sum, Prod, Min or Max", T::NAME)))
+        Err(Error::InvalidArgument(format!(
+            "{op:?} is not defined for {}: use Sum, Prod, Min or Max",
+            T::NAME
+        )))
     }
 }
 
@@ -268,12 +376,21 @@ fn check_len(what: &str, buf: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("{what}: {buf} holds {got} elements, expected {want}")))
+        Err(Error::InvalidArgument(format!(
+            "{what}: {buf} holds {got} elements, expected {want}"
+        )))
     }
 }
 
 /// Byte ranges of an alltoallv side, validated against the buffer.
-fn layout(side: &str, n: usize, len: usize, counts: &[usize], displs: &[usize], sz: usize) -> Result<Vec<Range<usize>>> {
+fn layout(
+    side: &str,
+    n: usize,
+    len: usize,
+    counts: &[usize],
+    displs: &[usize],
+    sz: usize,
+) -> Result<Vec<Range<usize>>> {
     if counts.len() != n || displs.len() != n {
         return Err(Error::InvalidArgument(format!(
             "alltoallv: {side} counts ({}) and displacements ({}) need one entry per rank ({n})",
@@ -301,7 +418,9 @@ fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<(
         "ring" => schedule::allgather_ring(n, me, block),
         "linear" => schedule::allgather_linear(n, me, block),
         "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
-        _ if n.is_power_of_two() && n * block <= ALLGATHER_RD_MAX => schedule::allgather_recursive_doubling(n, me, block),
+        _ if n.is_power_of_two() && n * block <= ALLGATHER_RD_MAX => {
+            schedule::allgather_recursive_doubling(n, me, block)
+        }
         _ => schedule::allgather_ring(n, me, block),
     };
     comm.run_schedule(&s, TAG_ALLGATHER, &[], out, None)
@@ -309,10 +428,18 @@ fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<(
 
 /// Gather `mine` from every member into `out` (rank order; `out.len() == size * mine.len()`
 /// bytes). Used by `Communicator::split`.
-pub(crate) fn allgather_into<T: bytemuck::Pod>(comm: &Communicator, mine: &[T], out: &mut [u8]) -> Result<()> {
+pub(crate) fn allgather_into<T: bytemuck::Pod>(
+    comm: &Communicator,
+    mine: &[T],
+    out: &mut [u8],
+) -> Result<()> {
     let mine: &[u8] = bytemuck::cast_slice(mine);
     if out.len() != mine.len() * comm.size() {
-        return Err(Error::InvalidArgument(format!("allgather: output holds {} B, expected {}", out.len(), mine.len() * comm.size())));
+        return Err(Error::InvalidArgument(format!(
+            "allgather: output holds {} B, expected {}",
+            out.len(),
+            mine.len() * comm.size()
+        )));
     }
     allgather_bytes(comm, mine, out)
 }

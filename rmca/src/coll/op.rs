@@ -31,8 +31,18 @@ pub enum Op {
 
 impl Op {
     /// Every operation, for tests and tools.
-    pub const ALL: [Op; 10] =
-        [Op::Sum, Op::Prod, Op::Min, Op::Max, Op::BitAnd, Op::BitOr, Op::BitXor, Op::LogicalAnd, Op::LogicalOr, Op::LogicalXor];
+    pub const ALL: [Op; 10] = [
+        Op::Sum,
+        Op::Prod,
+        Op::Min,
+        Op::Max,
+        Op::BitAnd,
+        Op::BitOr,
+        Op::BitXor,
+        Op::LogicalAnd,
+        Op::LogicalOr,
+        Op::LogicalXor,
+    ];
 
     /// Is this an integer-only operation?
     pub fn integer_only(self) -> bool {
@@ -102,12 +112,19 @@ float_reducible!(f32, f64);
 
 /// `dst = src op dst` (`src_first`) or `dst op src`, elementwise over byte views of `T`.
 pub(crate) fn reduce_bytes<T: Reducible>(op: Op, dst: &mut [u8], src: &[u8], src_first: bool) {
-    match (bytemuck::try_cast_slice_mut::<u8, T>(dst), bytemuck::try_cast_slice::<u8, T>(src)) {
+    match (
+        bytemuck::try_cast_slice_mut::<u8, T>(dst),
+        bytemuck::try_cast_slice::<u8, T>(src),
+    ) {
         (Ok(d), Ok(s)) => {
             if src_first {
-                d.iter_mut().zip(s).for_each(|(d, s)| *d = T::combine(op, *s, *d));
+                d.iter_mut()
+                    .zip(s)
+                    .for_each(|(d, s)| *d = T::combine(op, *s, *d));
             } else {
-                d.iter_mut().zip(s).for_each(|(d, s)| *d = T::combine(op, *d, *s));
+                d.iter_mut()
+                    .zip(s)
+                    .for_each(|(d, s)| *d = T::combine(op, *d, *s));
             }
         }
         // Misaligned views (never produced by the executor, whose buffers are 8-byte aligned
@@ -115,8 +132,15 @@ pub(crate) fn reduce_bytes<T: Reducible>(op: Op, dst: &mut [u8], src: &[u8], src
         _ => {
             let size = std::mem::size_of::<T>();
             for (d, s) in dst.chunks_exact_mut(size).zip(src.chunks_exact(size)) {
-                let (a, b): (T, T) = (bytemuck::pod_read_unaligned(d), bytemuck::pod_read_unaligned(s));
-                let r = if src_first { T::combine(op, b, a) } else { T::combine(op, a, b) };
+                let (a, b): (T, T) = (
+                    bytemuck::pod_read_unaligned(d),
+                    bytemuck::pod_read_unaligned(s),
+                );
+                let r = if src_first {
+                    T::combine(op, b, a)
+                } else {
+                    T::combine(op, a, b)
+                };
                 d.copy_from_slice(bytemuck::bytes_of(&r));
             }
         }
@@ -165,7 +189,12 @@ mod tests {
         // Aligned fast path.
         let mut a = [1.0f64, 2.0];
         let b = [10.0f64, 20.0];
-        reduce_bytes::<f64>(Op::Prod, bytemuck::cast_slice_mut(&mut a), bytemuck::cast_slice(&b), true);
+        reduce_bytes::<f64>(
+            Op::Prod,
+            bytemuck::cast_slice_mut(&mut a),
+            bytemuck::cast_slice(&b),
+            true,
+        );
         assert_eq!(a, [10.0, 40.0]);
     }
 }

@@ -41,13 +41,22 @@ pub(crate) struct Region {
 
 impl Region {
     fn work(range: Range<usize>) -> Self {
-        Self { buf: Buf::Work, range }
+        Self {
+            buf: Buf::Work,
+            range,
+        }
     }
     fn tmp(range: Range<usize>) -> Self {
-        Self { buf: Buf::Tmp, range }
+        Self {
+            buf: Buf::Tmp,
+            range,
+        }
     }
     fn send(range: Range<usize>) -> Self {
-        Self { buf: Buf::Send, range }
+        Self {
+            buf: Buf::Send,
+            range,
+        }
     }
 }
 
@@ -64,7 +73,11 @@ pub(crate) enum Comm {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Local {
     /// `work[dst] = tmp[src] op work[dst]` if `src_first`, else `work[dst] op tmp[src]`.
-    Reduce { src: Range<usize>, dst: Range<usize>, src_first: bool },
+    Reduce {
+        src: Range<usize>,
+        dst: Range<usize>,
+        src_first: bool,
+    },
     /// `work[dst] = src`.
     Copy { src: Region, dst: Range<usize> },
 }
@@ -134,7 +147,13 @@ pub(crate) fn barrier_dissemination(n: usize, me: usize) -> Schedule {
     let mut dist = 1;
     while dist < n {
         let e = Region::work(0..0);
-        s.push(vec![recv((me + n - dist) % n, e.clone()), send((me + dist) % n, e)], vec![]);
+        s.push(
+            vec![
+                recv((me + n - dist) % n, e.clone()),
+                send((me + dist) % n, e),
+            ],
+            vec![],
+        );
         dist *= 2;
     }
     s
@@ -163,7 +182,10 @@ pub(crate) fn bcast_binomial(n: usize, me: usize, root: usize, len: usize) -> Sc
     let v = vrank(me, root, n);
     if v != 0 {
         let parent = v - subtree_span(v, n);
-        s.push(vec![recv(real(parent, root, n), Region::work(0..len))], vec![]);
+        s.push(
+            vec![recv(real(parent, root, n), Region::work(0..len))],
+            vec![],
+        );
     }
     let mut sends = Vec::new();
     let mut mask = subtree_span(v, n) >> 1;
@@ -181,7 +203,13 @@ pub(crate) fn bcast_binomial(n: usize, me: usize, root: usize, len: usize) -> Sc
 pub(crate) fn bcast_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     if me == root {
-        s.push((0..n).filter(|&r| r != root).map(|r| send(r, Region::work(0..len))).collect(), vec![]);
+        s.push(
+            (0..n)
+                .filter(|&r| r != root)
+                .map(|r| send(r, Region::work(0..len)))
+                .collect(),
+            vec![],
+        );
     } else {
         s.push(vec![recv(root, Region::work(0..len))], vec![]);
     }
@@ -198,14 +226,20 @@ pub(crate) fn bcast_scatter_allgather(n: usize, me: usize, root: usize, len: usi
     let span = subtree_span(v, n);
     if v != 0 {
         let end = (v + span).min(n);
-        s.push(vec![recv(real(v - span, root, n), Region::work(chunks(v, end)))], vec![]);
+        s.push(
+            vec![recv(real(v - span, root, n), Region::work(chunks(v, end)))],
+            vec![],
+        );
     }
     let mut sends = Vec::new();
     let mut mask = span >> 1;
     while mask > 0 {
         if v + mask < n {
             let end = (v + 2 * mask).min(n);
-            sends.push(send(real(v + mask, root, n), Region::work(chunks(v + mask, end))));
+            sends.push(send(
+                real(v + mask, root, n),
+                Region::work(chunks(v + mask, end)),
+            ));
         }
         mask >>= 1;
     }
@@ -215,7 +249,13 @@ pub(crate) fn bcast_scatter_allgather(n: usize, me: usize, root: usize, len: usi
     for step in 0..n.saturating_sub(1) {
         let out = (v + n - step) % n;
         let inc = (v + 2 * n - step - 1) % n;
-        s.push(vec![recv(left, Region::work(part(len, n, inc))), send(right, Region::work(part(len, n, out)))], vec![]);
+        s.push(
+            vec![
+                recv(left, Region::work(part(len, n, inc))),
+                send(right, Region::work(part(len, n, out))),
+            ],
+            vec![],
+        );
     }
     s
 }
@@ -238,7 +278,11 @@ pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> S
         if v + mask < n {
             let t = slot * len..(slot + 1) * len;
             comms.push(recv(real(v + mask, root, n), Region::tmp(t.clone())));
-            locals.push(Local::Reduce { src: t, dst: 0..len, src_first: false });
+            locals.push(Local::Reduce {
+                src: t,
+                dst: 0..len,
+                src_first: false,
+            });
             slot += 1;
         }
         mask <<= 1;
@@ -246,7 +290,10 @@ pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> S
     s.tmp_len = slot * len;
     s.push(comms, locals);
     if v != 0 {
-        s.push(vec![send(real(v - span, root, n), Region::work(0..len))], vec![]);
+        s.push(
+            vec![send(real(v - span, root, n), Region::work(0..len))],
+            vec![],
+        );
     }
     s
 }
@@ -261,15 +308,26 @@ pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Sch
     // Slot per rank; the root's own value is already in work and is folded in at its place.
     let others: Vec<usize> = (0..n).filter(|&r| r != root).collect();
     let slot = |r: usize| others.iter().position(|&o| o == r).expect("other rank");
-    let comms = others.iter().map(|&r| recv(r, Region::tmp(slot(r) * len..(slot(r) + 1) * len))).collect();
+    let comms = others
+        .iter()
+        .map(|&r| recv(r, Region::tmp(slot(r) * len..(slot(r) + 1) * len)))
+        .collect();
     // Rank order: ranks below the root are combined in front of the root's value
     // (folding right to left), ranks above behind it (left to right).
     let mut locals = Vec::new();
     for r in (0..root).rev() {
-        locals.push(Local::Reduce { src: slot(r) * len..(slot(r) + 1) * len, dst: 0..len, src_first: true });
+        locals.push(Local::Reduce {
+            src: slot(r) * len..(slot(r) + 1) * len,
+            dst: 0..len,
+            src_first: true,
+        });
     }
     for r in root + 1..n {
-        locals.push(Local::Reduce { src: slot(r) * len..(slot(r) + 1) * len, dst: 0..len, src_first: false });
+        locals.push(Local::Reduce {
+            src: slot(r) * len..(slot(r) + 1) * len,
+            dst: 0..len,
+            src_first: false,
+        });
     }
     s.tmp_len = others.len() * len;
     s.push(comms, locals);
@@ -284,13 +342,24 @@ pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Sch
 /// result back to 2i. Both partners of an exchange compute the same expression on the same
 /// operands, so every rank ends with bit-identical results.
 pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> Schedule {
-    let mut s = Schedule { tmp_len: len, rounds: Vec::new() };
-    let p2 = if n == 0 { 0 } else { 1 << (usize::BITS - 1 - n.leading_zeros()) };
+    let mut s = Schedule {
+        tmp_len: len,
+        rounds: Vec::new(),
+    };
+    let p2 = if n == 0 {
+        0
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    };
     let rem = n - p2;
     let w = || Region::work(0..len);
-    let red = |src_first| Local::Reduce { src: 0..len, dst: 0..len, src_first };
+    let red = |src_first| Local::Reduce {
+        src: 0..len,
+        dst: 0..len,
+        src_first,
+    };
     let v = if me < 2 * rem {
-        if me % 2 == 0 {
+        if me.is_multiple_of(2) {
             s.push(vec![send(me + 1, w())], vec![]);
             s.push(vec![recv(me + 1, w())], vec![]);
             return s;
@@ -305,7 +374,10 @@ pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> S
     while mask < p2 {
         let pv = v ^ mask;
         let peer = real_of(pv);
-        s.push(vec![recv(peer, Region::tmp(0..len)), send(peer, w())], vec![red(pv < v)]);
+        s.push(
+            vec![recv(peer, Region::tmp(0..len)), send(peer, w())],
+            vec![red(pv < v)],
+        );
         mask <<= 1;
     }
     if me < 2 * rem {
@@ -324,7 +396,10 @@ pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Sc
         let r = part(count, n, c);
         r.start * elem..r.end * elem
     };
-    let mut s = Schedule { tmp_len: chunk(n - 1).len().max(chunk(0).len()), rounds: Vec::new() };
+    let mut s = Schedule {
+        tmp_len: chunk(n - 1).len().max(chunk(0).len()),
+        rounds: Vec::new(),
+    };
     let right = (me + 1) % n;
     let left = (me + n - 1) % n;
     for step in 0..n - 1 {
@@ -332,14 +407,27 @@ pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Sc
         let inc = (me + 2 * n - step - 1) % n;
         let t = 0..chunk(inc).len();
         s.push(
-            vec![recv(left, Region::tmp(t.clone())), send(right, Region::work(chunk(out)))],
-            vec![Local::Reduce { src: t, dst: chunk(inc), src_first: true }],
+            vec![
+                recv(left, Region::tmp(t.clone())),
+                send(right, Region::work(chunk(out))),
+            ],
+            vec![Local::Reduce {
+                src: t,
+                dst: chunk(inc),
+                src_first: true,
+            }],
         );
     }
     for step in 0..n - 1 {
         let out = (me + 1 + n - step) % n;
         let inc = (me + n - step) % n;
-        s.push(vec![recv(left, Region::work(chunk(inc))), send(right, Region::work(chunk(out)))], vec![]);
+        s.push(
+            vec![
+                recv(left, Region::work(chunk(inc))),
+                send(right, Region::work(chunk(out))),
+            ],
+            vec![],
+        );
     }
     s
 }
@@ -368,7 +456,13 @@ pub(crate) fn gather_binomial(n: usize, me: usize, root: usize, block: usize) ->
     s.push(comms, vec![]);
     if v != 0 {
         let end = (v + span).min(n);
-        s.push(vec![send(real(v - span, root, n), Region::work(v * block..end * block))], vec![]);
+        s.push(
+            vec![send(
+                real(v - span, root, n),
+                Region::work(v * block..end * block),
+            )],
+            vec![],
+        );
     }
     s
 }
@@ -378,9 +472,17 @@ pub(crate) fn gather_linear(n: usize, me: usize, root: usize, block: usize) -> S
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     if v == 0 {
-        s.push((1..n).map(|u| recv(real(u, root, n), Region::work(u * block..(u + 1) * block))).collect(), vec![]);
+        s.push(
+            (1..n)
+                .map(|u| recv(real(u, root, n), Region::work(u * block..(u + 1) * block)))
+                .collect(),
+            vec![],
+        );
     } else {
-        s.push(vec![send(root, Region::work(v * block..(v + 1) * block))], vec![]);
+        s.push(
+            vec![send(root, Region::work(v * block..(v + 1) * block))],
+            vec![],
+        );
     }
     s
 }
@@ -392,7 +494,13 @@ pub(crate) fn scatter_binomial(n: usize, me: usize, root: usize, block: usize) -
     let span = subtree_span(v, n);
     if v != 0 {
         let end = (v + span).min(n);
-        s.push(vec![recv(real(v - span, root, n), Region::work(v * block..end * block))], vec![]);
+        s.push(
+            vec![recv(
+                real(v - span, root, n),
+                Region::work(v * block..end * block),
+            )],
+            vec![],
+        );
     }
     let mut sends = Vec::new();
     let mut mask = span >> 1;
@@ -413,9 +521,17 @@ pub(crate) fn scatter_linear(n: usize, me: usize, root: usize, block: usize) -> 
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     if v == 0 {
-        s.push((1..n).map(|u| send(real(u, root, n), Region::work(u * block..(u + 1) * block))).collect(), vec![]);
+        s.push(
+            (1..n)
+                .map(|u| send(real(u, root, n), Region::work(u * block..(u + 1) * block)))
+                .collect(),
+            vec![],
+        );
     } else {
-        s.push(vec![recv(root, Region::work(v * block..(v + 1) * block))], vec![]);
+        s.push(
+            vec![recv(root, Region::work(v * block..(v + 1) * block))],
+            vec![],
+        );
     }
     s
 }
@@ -431,7 +547,10 @@ pub(crate) fn allgather_ring(n: usize, me: usize, block: usize) -> Schedule {
         let out = (me + n - step) % n;
         let inc = (me + 2 * n - step - 1) % n;
         s.push(
-            vec![recv(left, Region::work(inc * block..(inc + 1) * block)), send(right, Region::work(out * block..(out + 1) * block))],
+            vec![
+                recv(left, Region::work(inc * block..(inc + 1) * block)),
+                send(right, Region::work(out * block..(out + 1) * block)),
+            ],
             vec![],
         );
     }
@@ -443,16 +562,26 @@ pub(crate) fn allgather_ring(n: usize, me: usize, block: usize) -> Schedule {
 /// contiguous holdings log2(p2) times, and the odd ranks return the full result.
 pub(crate) fn allgather_recursive_doubling(n: usize, me: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
-    let p2 = if n == 0 { 0 } else { 1 << (usize::BITS - 1 - n.leading_zeros()) };
+    let p2 = if n == 0 {
+        0
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    };
     let rem = n - p2;
     let all = || Region::work(0..n * block);
     let v = if me < 2 * rem {
-        if me % 2 == 0 {
-            s.push(vec![send(me + 1, Region::work(me * block..(me + 1) * block))], vec![]);
+        if me.is_multiple_of(2) {
+            s.push(
+                vec![send(me + 1, Region::work(me * block..(me + 1) * block))],
+                vec![],
+            );
             s.push(vec![recv(me + 1, all())], vec![]);
             return s;
         }
-        s.push(vec![recv(me - 1, Region::work((me - 1) * block..me * block))], vec![]);
+        s.push(
+            vec![recv(me - 1, Region::work((me - 1) * block..me * block))],
+            vec![],
+        );
         me / 2
     } else {
         me - rem
@@ -465,7 +594,13 @@ pub(crate) fn allgather_recursive_doubling(n: usize, me: usize, block: usize) ->
         let mine = v & !(mask - 1);
         let theirs = mine ^ mask;
         let r = |g: usize| start(g) * block..start(g + mask) * block;
-        s.push(vec![recv(real_of(v ^ mask), Region::work(r(theirs))), send(real_of(v ^ mask), Region::work(r(mine)))], vec![]);
+        s.push(
+            vec![
+                recv(real_of(v ^ mask), Region::work(r(theirs))),
+                send(real_of(v ^ mask), Region::work(r(mine))),
+            ],
+            vec![],
+        );
         mask <<= 1;
     }
     if me < 2 * rem {
@@ -477,8 +612,15 @@ pub(crate) fn allgather_recursive_doubling(n: usize, me: usize, block: usize) ->
 /// Linear allgather: everyone sends its block to everyone at once.
 pub(crate) fn allgather_linear(n: usize, me: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
-    let mut comms: Vec<Comm> = (0..n).filter(|&r| r != me).map(|r| recv(r, Region::work(r * block..(r + 1) * block))).collect();
-    comms.extend((0..n).filter(|&r| r != me).map(|r| send(r, Region::work(me * block..(me + 1) * block))));
+    let mut comms: Vec<Comm> = (0..n)
+        .filter(|&r| r != me)
+        .map(|r| recv(r, Region::work(r * block..(r + 1) * block)))
+        .collect();
+    comms.extend(
+        (0..n)
+            .filter(|&r| r != me)
+            .map(|r| send(r, Region::work(me * block..(me + 1) * block))),
+    );
     s.push(comms, vec![]);
     s
 }
@@ -487,23 +629,58 @@ pub(crate) fn allgather_linear(n: usize, me: usize, block: usize) -> Schedule {
 
 /// Pairwise exchange: step k sends to `me + k` and receives from `me - k`, one peer per step,
 /// so no rank is flooded. `sends[r]`/`recvs[r]` are the byte ranges for peer r.
-pub(crate) fn alltoallv_pairwise(n: usize, me: usize, sends: &[Range<usize>], recvs: &[Range<usize>]) -> Schedule {
+pub(crate) fn alltoallv_pairwise(
+    n: usize,
+    me: usize,
+    sends: &[Range<usize>],
+    recvs: &[Range<usize>],
+) -> Schedule {
     let mut s = Schedule::default();
-    s.push(vec![], vec![Local::Copy { src: Region::send(sends[me].clone()), dst: recvs[me].clone() }]);
+    s.push(
+        vec![],
+        vec![Local::Copy {
+            src: Region::send(sends[me].clone()),
+            dst: recvs[me].clone(),
+        }],
+    );
     for k in 1..n {
         let to = (me + k) % n;
         let from = (me + n - k) % n;
-        s.push(vec![recv(from, Region::work(recvs[from].clone())), send(to, Region::send(sends[to].clone()))], vec![]);
+        s.push(
+            vec![
+                recv(from, Region::work(recvs[from].clone())),
+                send(to, Region::send(sends[to].clone())),
+            ],
+            vec![],
+        );
     }
     s
 }
 
 /// Linear alltoall(v): every transfer posted at once.
-pub(crate) fn alltoallv_linear(n: usize, me: usize, sends: &[Range<usize>], recvs: &[Range<usize>]) -> Schedule {
+pub(crate) fn alltoallv_linear(
+    n: usize,
+    me: usize,
+    sends: &[Range<usize>],
+    recvs: &[Range<usize>],
+) -> Schedule {
     let mut s = Schedule::default();
-    let mut comms: Vec<Comm> = (0..n).filter(|&r| r != me).map(|r| recv(r, Region::work(recvs[r].clone()))).collect();
-    comms.extend((0..n).filter(|&r| r != me).map(|r| send(r, Region::send(sends[r].clone()))));
-    s.push(comms, vec![Local::Copy { src: Region::send(sends[me].clone()), dst: recvs[me].clone() }]);
+    let mut comms: Vec<Comm> = (0..n)
+        .filter(|&r| r != me)
+        .map(|r| recv(r, Region::work(recvs[r].clone())))
+        .collect();
+    comms.extend(
+        (0..n)
+            .filter(|&r| r != me)
+            .map(|r| send(r, Region::send(sends[r].clone()))),
+    );
+    s.push(
+        comms,
+        vec![Local::Copy {
+            src: Region::send(sends[me].clone()),
+            dst: recvs[me].clone(),
+        }],
+    );
     s
 }
 

@@ -21,12 +21,18 @@ fn ordering(w: &Communicator) {
             for i in 0..50u32 {
                 let mut v = [0u32; 1];
                 let st = w.recv(&mut v, src, 6).unwrap();
-                check(v[0] == 2 * i + 1 && st.tag == 6 && st.source == src, "per-source tag order");
+                check(
+                    v[0] == 2 * i + 1 && st.tag == 6 && st.source == src,
+                    "per-source tag order",
+                );
             }
             for i in 0..50u32 {
                 let mut v = [0u32; 1];
                 w.recv(&mut v, src, ANY_TAG).unwrap();
-                check(v[0] == 2 * i, "ANY_TAG takes the earliest remaining message");
+                check(
+                    v[0] == 2 * i,
+                    "ANY_TAG takes the earliest remaining message",
+                );
             }
         }
         // ANY_SOURCE: from each source, still in order.
@@ -34,7 +40,10 @@ fn ordering(w: &Communicator) {
         for _ in 0..(n - 1) * 20 {
             let mut v = [0u32; 1];
             let st = w.recv(&mut v, ANY_SOURCE, 9).unwrap();
-            check(v[0] == next[st.source], "ANY_SOURCE preserves per-source order");
+            check(
+                v[0] == next[st.source],
+                "ANY_SOURCE preserves per-source order",
+            );
             next[st.source] += 1;
         }
     } else {
@@ -57,16 +66,38 @@ fn truncation(w: &Communicator) {
         let mut guarded = [0xAAu8; 12];
         let r = w.recv(&mut guarded[4..8], 1, 1);
         match r {
-            Err(Error::Status { error: StatusError::Truncated { message_len, received }, status }) => {
-                check(message_len == 100 && received == 4 && status.bytes == 4, "truncated status");
+            Err(Error::Status {
+                error:
+                    StatusError::Truncated {
+                        message_len,
+                        received,
+                    },
+                status,
+            }) => {
+                check(
+                    message_len == 100 && received == 4 && status.bytes == 4,
+                    "truncated status",
+                );
             }
             other => check(false, &format!("expected truncation, got {other:?}")),
         }
-        check(guarded[..4] == [0xAA; 4] && guarded[8..] == [0xAA; 4], "no write past the buffer");
+        check(
+            guarded[..4] == [0xAA; 4] && guarded[8..] == [0xAA; 4],
+            "no write past the buffer",
+        );
         check(guarded[4..8] == [0, 1, 2, 3], "prefix delivered");
         // The large (rendezvous) case too.
         let r = w.recv(&mut small, 1, 2);
-        check(matches!(r, Err(Error::Status { error: StatusError::Truncated { .. }, .. })), "rendezvous truncation");
+        check(
+            matches!(
+                r,
+                Err(Error::Status {
+                    error: StatusError::Truncated { .. },
+                    ..
+                })
+            ),
+            "rendezvous truncation",
+        );
         w.send(&[1u8], 1, 3).unwrap();
     } else if w.rank() == 1 {
         let v: Vec<u8> = (0..100).collect();
@@ -93,8 +124,13 @@ fn self_and_zero(w: &Communicator) {
         let peer = (me + 1) % w.size();
         let from = (me + w.size() - 1) % w.size();
         let mut empty: [u8; 0] = [];
-        let st = w.sendrecv(&[0u8; 0][..], peer, 6, &mut empty, from, 6).unwrap();
-        check(st.bytes == 0 && st.source == from, "zero-byte message between ranks");
+        let st = w
+            .sendrecv(&[0u8; 0][..], peer, 6, &mut empty, from, 6)
+            .unwrap();
+        check(
+            st.bytes == 0 && st.source == from,
+            "zero-byte message between ranks",
+        );
     }
 }
 
@@ -109,7 +145,10 @@ fn large(w: &Communicator, bytes: usize) {
         let mut v = vec![0u8; bytes];
         let st = w.recv(&mut v, 0, 7).unwrap();
         check(st.bytes == bytes, "large message length");
-        check(v.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "large message content");
+        check(
+            v.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+            "large message content",
+        );
     }
 }
 
@@ -128,7 +167,10 @@ fn many_outstanding(w: &Communicator, count: usize) {
         reqs.push(w.isend(v, peer, (i % 1000) as i32).unwrap());
     }
     Request::wait_all(reqs).unwrap();
-    check(recv == send, "every outstanding receive got its own message in order");
+    check(
+        recv == send,
+        "every outstanding receive got its own message in order",
+    );
 }
 
 fn isolation(w: &Communicator) {
@@ -164,12 +206,20 @@ fn isolation(w: &Communicator) {
         }
         let expect: u64 = (0..n as u64).filter(|r| r % 2 == color as u64).sum();
         check(sum[0] == expect, "split members");
-        check(w.rank() == (0..n).filter(|r| r % 2 == color as usize).max().unwrap(), "key order");
+        check(
+            w.rank() == (0..n).filter(|r| r % 2 == color as usize).max().unwrap(),
+            "key order",
+        );
     } else {
         s.send(&[w.rank() as u64], 0, 2).unwrap();
     }
-    let none = w.split(if w.rank() == 0 { None } else { Some(1) }, 0).unwrap();
-    check(none.is_none() == (w.rank() == 0), "split with undefined color");
+    let none = w
+        .split(if w.rank() == 0 { None } else { Some(1) }, 0)
+        .unwrap();
+    check(
+        none.is_none() == (w.rank() == 0),
+        "split with undefined color",
+    );
 }
 
 fn ssend_probe(w: &Communicator) {
@@ -180,7 +230,10 @@ fn ssend_probe(w: &Communicator) {
         w.ssend(&[1u16, 2, 3], 1, 8).unwrap();
     } else {
         let st = w.probe(0, 8).unwrap();
-        check(st.bytes == 6 && st.source == 0 && st.tag == 8, "probe status");
+        check(
+            st.bytes == 6 && st.source == 0 && st.tag == 8,
+            "probe status",
+        );
         let mut v = vec![0u16; st.count::<u16>()];
         w.recv(&mut v, 0, 8).unwrap();
         check(v == [1, 2, 3], "probe then receive");

@@ -21,7 +21,15 @@ pub enum Bench {
 
 impl Bench {
     /// Every benchmark, in the order `all` runs them.
-    pub const ALL: [Bench; 7] = [Bench::Latency, Bench::Bw, Bench::Bibw, Bench::Msgrate, Bench::Allconn, Bench::Barrier, Bench::Allreduce];
+    pub const ALL: [Bench; 7] = [
+        Bench::Latency,
+        Bench::Bw,
+        Bench::Bibw,
+        Bench::Msgrate,
+        Bench::Allconn,
+        Bench::Barrier,
+        Bench::Allreduce,
+    ];
 
     /// Command-line name.
     pub fn name(self) -> &'static str {
@@ -81,7 +89,11 @@ pub struct Params {
 /// Sizes swept: `min`, then doubling up to `max` (0 is followed by 1). Allreduce starts at 4 B
 /// (one f32).
 pub fn sizes(bench: Bench, min: usize, max: usize) -> Vec<usize> {
-    let mut s = if bench == Bench::Allreduce { min.max(4) } else { min };
+    let mut s = if bench == Bench::Allreduce {
+        min.max(4)
+    } else {
+        min
+    };
     let mut out = Vec::new();
     while s <= max {
         out.push(s);

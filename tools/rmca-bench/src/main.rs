@@ -61,19 +61,26 @@ struct Opts {
 fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim().to_ascii_lowercase();
     let (num, mul) = match t.strip_suffix(['k', 'm', 'g']) {
-        Some(n) => (n, match t.as_bytes()[t.len() - 1] {
-            b'k' => 1 << 10,
-            b'm' => 1 << 20,
-            _ => 1 << 30,
-        }),
+        Some(n) => (
+            n,
+            match t.as_bytes()[t.len() - 1] {
+                b'k' => 1 << 10,
+                b'm' => 1 << 20,
+                _ => 1 << 30,
+            },
+        ),
         None => (t.as_str(), 1),
     };
-    num.parse::<usize>().ok().and_then(|n| n.checked_mul(mul)).ok_or_else(|| format!("'{s}' is not a size (e.g. 0, 64, 8k, 4m)"))
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("'{s}' is not a size (e.g. 0, 64, 8k, 4m)"))
 }
 
 fn parse_num(flag: &str, s: Option<&String>) -> Result<usize, String> {
     let s = s.ok_or_else(|| format!("{flag} needs a value"))?;
-    s.parse().map_err(|_| format!("{flag}: '{s}' is not a number"))
+    s.parse()
+        .map_err(|_| format!("{flag}: '{s}' is not a number"))
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
@@ -114,8 +121,15 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--peers" => {
                 let list = it.next().ok_or("--peers needs a list")?;
                 o.peers = list.split(',').map(str::to_owned).collect();
-                if let Some(bad) = o.peers.iter().find(|p| !peers::DEFAULT.contains(&p.as_str())) {
-                    return Err(format!("unknown peer '{bad}': valid peers are {}", peers::DEFAULT.join(", ")));
+                if let Some(bad) = o
+                    .peers
+                    .iter()
+                    .find(|p| !peers::DEFAULT.contains(&p.as_str()))
+                {
+                    return Err(format!(
+                        "unknown peer '{bad}': valid peers are {}",
+                        peers::DEFAULT.join(", ")
+                    ));
                 }
             }
             "--json" => o.json = true,
@@ -128,7 +142,10 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
                         o.benches.extend(Bench::ALL);
                     } else {
                         o.benches.push(Bench::parse(name).ok_or_else(|| {
-                            format!("unknown benchmark '{name}': valid are {} and all", Bench::ALL.map(|b| b.name()).join(", "))
+                            format!(
+                                "unknown benchmark '{name}': valid are {} and all",
+                                Bench::ALL.map(|b| b.name()).join(", ")
+                            )
                         })?);
                     }
                 }
@@ -139,8 +156,15 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     if o.benches.is_empty() {
         return Err("no benchmark given".into());
     }
-    if o.ranks < 2 && o.benches.iter().any(|b| matches!(b, Bench::Latency | Bench::Bw | Bench::Bibw | Bench::Msgrate)) {
-        return Err(format!("point-to-point benchmarks need at least 2 ranks (-n {})", o.ranks));
+    if o.ranks < 2
+        && o.benches
+            .iter()
+            .any(|b| matches!(b, Bench::Latency | Bench::Bw | Bench::Bibw | Bench::Msgrate))
+    {
+        return Err(format!(
+            "point-to-point benchmarks need at least 2 ranks (-n {})",
+            o.ranks
+        ));
     }
     if o.ranks == 0 || o.runs == 0 || o.window == 0 || o.iters == Some(0) {
         return Err("-n, --runs, --window and --iters must be at least 1".into());
@@ -164,11 +188,18 @@ fn worker_main(args: &[String]) -> ! {
     let parsed = (|| {
         let bench = Bench::parse(args.first()?)?;
         let n = |i: usize| args.get(i)?.parse::<usize>().ok();
-        let p = Params { min: n(1)?, max: n(2)?, iters: n(3)?.max(1), window: n(4)?.max(1) };
+        let p = Params {
+            min: n(1)?,
+            max: n(2)?,
+            iters: n(3)?.max(1),
+            window: n(4)?.max(1),
+        };
         Some((bench, p, !args.iter().any(|a| a == "--no-bind")))
     })();
     let Some((bench, p, bind)) = parsed else {
-        eprintln!("rmca-bench --worker BENCH MIN MAX ITERS WINDOW [--no-bind]: bad arguments {args:?}");
+        eprintln!(
+            "rmca-bench --worker BENCH MIN MAX ITERS WINDOW [--no-bind]: bad arguments {args:?}"
+        );
         exit(2);
     };
     match worker::run(bench, &p, bind) {
@@ -203,8 +234,12 @@ fn main() {
 }
 
 fn drive(o: &Opts) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate rmca-bench itself: {e}"))?;
-    let dir = exe.parent().ok_or("rmca-bench has no directory")?.to_path_buf();
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot locate rmca-bench itself: {e}"))?;
+    let dir = exe
+        .parent()
+        .ok_or("rmca-bench has no directory")?
+        .to_path_buf();
     let mut configs = vec![peers::Config::rmca(&dir, &exe, &o.mca)?];
     if o.vs {
         for name in &o.peers {
@@ -214,10 +249,18 @@ fn drive(o: &Opts) -> Result<(), String> {
             }
         }
     }
-    let mut results = Results { configs: configs.iter().map(|c| c.name.clone()).collect(), ..Default::default() };
+    let mut results = Results {
+        configs: configs.iter().map(|c| c.name.clone()).collect(),
+        ..Default::default()
+    };
     for run in 0..o.runs {
         for &bench in &o.benches {
-            let p = Params { min: o.min, max: o.max, iters: o.iters.unwrap_or_else(|| default_iters(bench)), window: o.window };
+            let p = Params {
+                min: o.min,
+                max: o.max,
+                iters: o.iters.unwrap_or_else(|| default_iters(bench)),
+                window: o.window,
+            };
             for c in &configs {
                 if !o.json {
                     eprintln!("run {}/{}: {} on {}", run + 1, o.runs, bench.name(), c.name);
@@ -229,7 +272,11 @@ fn drive(o: &Opts) -> Result<(), String> {
             }
         }
     }
-    let mca: serde_json::Map<String, serde_json::Value> = o.mca.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+    let mca: serde_json::Map<String, serde_json::Value> = o
+        .mca
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
     for &bench in &o.benches {
         if o.json {
             let ctx = serde_json::json!({
@@ -248,7 +295,8 @@ fn drive(o: &Opts) -> Result<(), String> {
         }
     }
     if let Some(path) = &o.plot {
-        std::fs::write(path, results.svg(&o.benches, o.ranks)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, results.svg(&o.benches, o.ranks))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         if !o.json {
             eprintln!("plot written to {}", path.display());
         }
@@ -278,9 +326,18 @@ mod tests {
     fn rejects_bad_input_naming_the_valid_choices() {
         let e = parse_opts(&args("latncy")).err().unwrap();
         assert!(e.contains("latency, bw, bibw"), "{e}");
-        assert!(parse_opts(&args("latency -n 1")).err().unwrap().contains("at least 2 ranks"));
-        assert!(parse_opts(&args("latency --max 4x")).err().unwrap().contains("not a size"));
-        assert!(parse_opts(&args("latency --vs --peers ompi,mpich")).err().unwrap().contains("valid peers"));
+        assert!(parse_opts(&args("latency -n 1"))
+            .err()
+            .unwrap()
+            .contains("at least 2 ranks"));
+        assert!(parse_opts(&args("latency --max 4x"))
+            .err()
+            .unwrap()
+            .contains("not a size"));
+        assert!(parse_opts(&args("latency --vs --peers ompi,mpich"))
+            .err()
+            .unwrap()
+            .contains("valid peers"));
         assert!(parse_opts(&args("latency --min 8 --max 4")).is_err());
         assert!(parse_opts(&args("")).is_err());
     }

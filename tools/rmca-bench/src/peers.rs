@@ -15,9 +15,18 @@ pub const DEFAULT: [&str; 3] = ["ompi-vader", "ompi-ucx", "mpich"];
 const OSU_LIKE_C: &str = include_str!("../../../bench/osu_like.c");
 
 enum Kind {
-    Rmca { rmca_run: PathBuf, exe: PathBuf, mca: Vec<(String, String)> },
-    OpenMpi { bin: PathBuf, mca: &'static [&'static str] },
-    Mpich { bin: PathBuf },
+    Rmca {
+        rmca_run: PathBuf,
+        exe: PathBuf,
+        mca: Vec<(String, String)>,
+    },
+    OpenMpi {
+        bin: PathBuf,
+        mca: &'static [&'static str],
+    },
+    Mpich {
+        bin: PathBuf,
+    },
 }
 
 /// One implementation to measure.
@@ -28,20 +37,30 @@ pub struct Config {
 }
 
 fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file()))
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|f| f.is_file())
+    })
 }
 
 /// Compile osu_like.c with `mpicc` into `dir` (once per source change).
 fn build_peer(dir: &Path, mpicc: &str, suffix: &str) -> Result<PathBuf, String> {
-    which(mpicc).ok_or_else(|| format!("{mpicc} not found (install the peers with scripts/install-deps.sh --bench)"))?;
+    which(mpicc).ok_or_else(|| {
+        format!("{mpicc} not found (install the peers with scripts/install-deps.sh --bench)")
+    })?;
     let dir = dir.join("rmca-bench-peers");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let src = dir.join("osu_like.c");
     if std::fs::read_to_string(&src).ok().as_deref() != Some(OSU_LIKE_C) {
-        std::fs::write(&src, OSU_LIKE_C).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
+        std::fs::write(&src, OSU_LIKE_C)
+            .map_err(|e| format!("cannot write {}: {e}", src.display()))?;
     }
     let bin = dir.join(format!("osu_like.{suffix}"));
-    let fresh = match (std::fs::metadata(&bin).and_then(|m| m.modified()), std::fs::metadata(&src).and_then(|m| m.modified())) {
+    let fresh = match (
+        std::fs::metadata(&bin).and_then(|m| m.modified()),
+        std::fs::metadata(&src).and_then(|m| m.modified()),
+    ) {
         (Ok(b), Ok(s)) => b >= s,
         _ => false,
     };
@@ -53,7 +72,10 @@ fn build_peer(dir: &Path, mpicc: &str, suffix: &str) -> Result<PathBuf, String> 
             .output()
             .map_err(|e| format!("cannot run {mpicc}: {e}"))?;
         if !out.status.success() {
-            return Err(format!("{mpicc} failed: {}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "{mpicc} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
     }
     Ok(bin)
@@ -64,20 +86,35 @@ impl Config {
     pub fn rmca(dir: &Path, exe: &Path, mca: &[(String, String)]) -> Result<Config, String> {
         let rmca_run = dir.join("rmca-run");
         if !rmca_run.is_file() {
-            return Err(format!("{} not found: build it with `cargo build --release -p rmca-run`", rmca_run.display()));
+            return Err(format!(
+                "{} not found: build it with `cargo build --release -p rmca-run`",
+                rmca_run.display()
+            ));
         }
-        Ok(Config { name: "rmca".into(), kind: Kind::Rmca { rmca_run, exe: exe.to_path_buf(), mca: mca.to_vec() } })
+        Ok(Config {
+            name: "rmca".into(),
+            kind: Kind::Rmca {
+                rmca_run,
+                exe: exe.to_path_buf(),
+                mca: mca.to_vec(),
+            },
+        })
     }
 
     /// A peer by name (see [`DEFAULT`]).
     pub fn peer(name: &str, dir: &Path) -> Result<Config, String> {
         let kind = match name {
-            "ompi-vader" => Kind::OpenMpi { bin: build_peer(dir, "mpicc.openmpi", "openmpi")?, mca: &["pml", "ob1", "btl", "self,vader"] },
+            "ompi-vader" => Kind::OpenMpi {
+                bin: build_peer(dir, "mpicc.openmpi", "openmpi")?,
+                mca: &["pml", "ob1", "btl", "self,vader"],
+            },
             "ompi-ucx" => Kind::OpenMpi {
                 bin: build_peer(dir, "mpicc.openmpi", "openmpi")?,
                 mca: &["pml", "ucx", "pml_ucx_tls", "any", "pml_ucx_devices", "any"],
             },
-            "mpich" => Kind::Mpich { bin: build_peer(dir, "mpicc.mpich", "mpich")? },
+            "mpich" => Kind::Mpich {
+                bin: build_peer(dir, "mpicc.mpich", "mpich")?,
+            },
             other => return Err(format!("unknown peer '{other}'")),
         };
         if matches!(kind, Kind::OpenMpi { .. }) && which("mpirun.openmpi").is_none() {
@@ -86,17 +123,36 @@ impl Config {
         if matches!(kind, Kind::Mpich { .. }) && which("mpiexec.mpich").is_none() {
             return Err("mpiexec.mpich not found".into());
         }
-        Ok(Config { name: name.into(), kind })
+        Ok(Config {
+            name: name.into(),
+            kind,
+        })
     }
 
     /// Run one job; returns the (size, figures) result lines of rank 0.
-    pub fn run(&self, bench: Bench, p: &Params, ranks: usize, bind: bool, timeout_s: u64) -> Result<Vec<(usize, Vec<f64>)>, String> {
+    pub fn run(
+        &self,
+        bench: Bench,
+        p: &Params,
+        ranks: usize,
+        bind: bool,
+        timeout_s: u64,
+    ) -> Result<Vec<(usize, Vec<f64>)>, String> {
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let bench_args = [bench.name().to_owned(), p.min.to_string(), p.max.to_string(), p.iters.to_string(), p.window.to_string()];
+        let bench_args = [
+            bench.name().to_owned(),
+            p.min.to_string(),
+            p.max.to_string(),
+            p.iters.to_string(),
+            p.window.to_string(),
+        ];
         let mut cmd = match &self.kind {
             Kind::Rmca { rmca_run, exe, mca } => {
                 let mut c = Command::new(rmca_run);
-                c.arg("-n").arg(ranks.to_string()).arg("--timeout").arg(timeout_s.to_string());
+                c.arg("-n")
+                    .arg(ranks.to_string())
+                    .arg("--timeout")
+                    .arg(timeout_s.to_string());
                 for (k, v) in mca {
                     c.arg("--mca").arg(k).arg(v);
                 }
@@ -108,7 +164,8 @@ impl Config {
             }
             Kind::OpenMpi { bin, mca } => {
                 let mut c = Command::new("mpirun.openmpi");
-                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+                c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
                 c.arg("-np").arg(ranks.to_string());
                 if bind && ranks <= cores {
                     c.args(["--bind-to", "core"]);
@@ -139,11 +196,19 @@ impl Config {
         }
         let (ok, stdout, stderr) = run_with_timeout(cmd, Duration::from_secs(timeout_s + 30))?;
         if !ok {
-            return Err(format!("{} {} failed:\n{stdout}{stderr}", self.name, bench.name()));
+            return Err(format!(
+                "{} {} failed:\n{stdout}{stderr}",
+                self.name,
+                bench.name()
+            ));
         }
         let lines = parse_results(&stdout);
         if lines.is_empty() {
-            return Err(format!("{} {} printed no results:\n{stdout}{stderr}", self.name, bench.name()));
+            return Err(format!(
+                "{} {} printed no results:\n{stdout}{stderr}",
+                self.name,
+                bench.name()
+            ));
         }
         Ok(lines)
     }
@@ -165,7 +230,12 @@ pub fn parse_results(out: &str) -> Vec<(usize, Vec<f64>)> {
 }
 
 fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<(bool, String, String), String> {
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
     let mut so = child.stdout.take().ok_or("no stdout")?;
     let mut se = child.stderr.take().ok_or("no stderr")?;
     let t_out = std::thread::spawn(move || {
@@ -190,10 +260,16 @@ fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<(bool, String, 
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let (out, err) = (t_out.join().unwrap_or_default(), t_err.join().unwrap_or_default());
+    let (out, err) = (
+        t_out.join().unwrap_or_default(),
+        t_err.join().unwrap_or_default(),
+    );
     match status {
         Some(st) => Ok((st.success(), out, err)),
-        None => Err(format!("{cmd:?} did not finish within {} s", limit.as_secs())),
+        None => Err(format!(
+            "{cmd:?} did not finish within {} s",
+            limit.as_secs()
+        )),
     }
 }
 
@@ -204,7 +280,10 @@ mod tests {
     #[test]
     fn result_lines_are_picked_from_launcher_chatter() {
         let out = "Warning: something\nresult 0 1.5\nresult 8 2.25 9\nresult x 1\nresult 16\nbye\n";
-        assert_eq!(parse_results(out), vec![(0, vec![1.5]), (8, vec![2.25, 9.0])]);
+        assert_eq!(
+            parse_results(out),
+            vec![(0, vec![1.5]), (8, vec![2.25, 9.0])]
+        );
     }
 
     #[test]

@@ -36,14 +36,29 @@ pub fn summarize(v: &[f64]) -> Option<Summary> {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let m = s.len() / 2;
-    let median = if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 };
-    Some(Summary { median, min: s[0], max: s[s.len() - 1] })
+    let median = if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    };
+    Some(Summary {
+        median,
+        min: s[0],
+        max: s[s.len() - 1],
+    })
 }
 
 impl Results {
     /// Record one run's result line for `config`.
     pub fn add(&mut self, bench: Bench, config: &str, size: usize, figures: &[f64]) {
-        let runs = self.data.entry(bench.name()).or_default().entry(config.to_owned()).or_default().entry(size).or_default();
+        let runs = self
+            .data
+            .entry(bench.name())
+            .or_default()
+            .entry(config.to_owned())
+            .or_default()
+            .entry(size)
+            .or_default();
         if runs.len() < figures.len() {
             runs.resize(figures.len(), Vec::new());
         }
@@ -58,7 +73,12 @@ impl Results {
     }
 
     fn sizes(&self, bench: Bench) -> Vec<usize> {
-        let mut s: Vec<usize> = self.data.get(bench.name()).into_iter().flat_map(|c| c.values().flat_map(|m| m.keys().copied())).collect();
+        let mut s: Vec<usize> = self
+            .data
+            .get(bench.name())
+            .into_iter()
+            .flat_map(|c| c.values().flat_map(|m| m.keys().copied()))
+            .collect();
         s.sort_unstable();
         s.dedup();
         s
@@ -70,8 +90,16 @@ impl Results {
         let mut out = String::new();
         let peers: Vec<&String> = self.configs.iter().skip(1).collect();
         for (mi, (metric, unit)) in bench.metrics().iter().enumerate() {
-            let better = if bench.higher_is_better() { "higher is better" } else { "lower is better" };
-            let _ = writeln!(out, "# {} {metric} ({unit}, {better}), {ranks} ranks, median [min..max] of {runs} runs", bench.name());
+            let better = if bench.higher_is_better() {
+                "higher is better"
+            } else {
+                "lower is better"
+            };
+            let _ = writeln!(
+                out,
+                "# {} {metric} ({unit}, {better}), {ranks} ranks, median [min..max] of {runs} runs",
+                bench.name()
+            );
             let _ = write!(out, "{:>9}", "size");
             for c in &self.configs {
                 let _ = write!(out, "  {c:>28}");
@@ -90,8 +118,13 @@ impl Results {
                     let _ = write!(out, "  {cell:>28}");
                 }
                 for p in &peers {
-                    let cell = match (self.summary(bench, &self.configs[0], size, mi), self.summary(bench, p, size, mi)) {
-                        (Some(a), Some(b)) if b.median > 0.0 => format!("{:.2}", a.median / b.median),
+                    let cell = match (
+                        self.summary(bench, &self.configs[0], size, mi),
+                        self.summary(bench, p, size, mi),
+                    ) {
+                        (Some(a), Some(b)) if b.median > 0.0 => {
+                            format!("{:.2}", a.median / b.median)
+                        }
                         _ => "-".into(),
                     };
                     let _ = write!(out, "  {cell:>16}");
@@ -109,7 +142,9 @@ impl Results {
         for size in self.sizes(bench) {
             for c in &self.configs {
                 for (mi, (metric, unit)) in bench.metrics().iter().enumerate() {
-                    let Some(s) = self.summary(bench, c, size, mi) else { continue };
+                    let Some(s) = self.summary(bench, c, size, mi) else {
+                        continue;
+                    };
                     let runs = &self.data[bench.name()][c][&size][mi];
                     let mut obj = serde_json::json!({
                         "benchmark": bench.name(),
@@ -133,11 +168,16 @@ impl Results {
                                 .skip(1)
                                 .filter_map(|p| {
                                     let b = self.summary(bench, p, size, mi)?;
-                                    (b.median > 0.0).then(|| (p.clone(), serde_json::json!(s.median / b.median)))
+                                    (b.median > 0.0).then(|| {
+                                        (p.clone(), serde_json::json!(s.median / b.median))
+                                    })
                                 })
                                 .collect();
                             if !ratios.is_empty() {
-                                o.insert("ratio_rmca_over".into(), serde_json::Value::Object(ratios));
+                                o.insert(
+                                    "ratio_rmca_over".into(),
+                                    serde_json::Value::Object(ratios),
+                                );
                             }
                         }
                     }
@@ -157,8 +197,14 @@ impl Results {
         const R: f64 = 150.0;
         const T: f64 = 40.0;
         const B: f64 = 50.0;
-        const COLORS: [&str; 6] = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
-        let panels: Vec<Bench> = benches.iter().copied().filter(|b| b.sweeps_sizes() && self.data.contains_key(b.name())).collect();
+        const COLORS: [&str; 6] = [
+            "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+        ];
+        let panels: Vec<Bench> = benches
+            .iter()
+            .copied()
+            .filter(|b| b.sweeps_sizes() && self.data.contains_key(b.name()))
+            .collect();
         let mut svg = String::new();
         let total_h = H * panels.len().max(1) as f64;
         let _ = writeln!(
@@ -173,36 +219,81 @@ impl Results {
                 .sizes(*bench)
                 .into_iter()
                 .filter(|&s| s > 0)
-                .flat_map(|s| self.configs.iter().filter_map(move |c| self.summary(*bench, c, s, 0).map(|m| (s, m.median))))
+                .flat_map(|s| {
+                    self.configs
+                        .iter()
+                        .filter_map(move |c| self.summary(*bench, c, s, 0).map(|m| (s, m.median)))
+                })
                 .filter(|&(_, v)| v > 0.0)
                 .collect();
             if pts.is_empty() {
                 continue;
             }
-            let (xmin, xmax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(s, _)| (a.min((s as f64).log2()), b.max((s as f64).log2())));
-            let (ymin, ymax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(_, v)| (a.min(v.log10()), b.max(v.log10())));
+            let (xmin, xmax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(s, _)| {
+                (a.min((s as f64).log2()), b.max((s as f64).log2()))
+            });
+            let (ymin, ymax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(_, v)| {
+                (a.min(v.log10()), b.max(v.log10()))
+            });
             let (ymin, ymax) = (ymin.floor(), ymax.ceil().max(ymin.floor() + 1.0));
             let xmax = xmax.max(xmin + 1.0);
             let px = |s: f64| L + (s.log2() - xmin) / (xmax - xmin) * (W - L - R);
             let py = |v: f64| y0 + T + (ymax - v.log10()) / (ymax - ymin) * (H - T - B);
-            let _ = writeln!(svg, r#"<text x="{}" y="{}" font-size="14" text-anchor="middle">{} {metric} ({unit}), {ranks} ranks, log-log</text>"#, (L + W - R) / 2.0, y0 + 22.0, bench.name());
-            let _ = writeln!(svg, r#"<rect x="{L}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#, y0 + T, W - L - R, H - T - B);
+            let _ = writeln!(
+                svg,
+                r#"<text x="{}" y="{}" font-size="14" text-anchor="middle">{} {metric} ({unit}), {ranks} ranks, log-log</text>"#,
+                (L + W - R) / 2.0,
+                y0 + 22.0,
+                bench.name()
+            );
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{L}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#,
+                y0 + T,
+                W - L - R,
+                H - T - B
+            );
             // x ticks every 4 doublings, y ticks every decade.
             let mut e = xmin.ceil() as i32;
             while f64::from(e) <= xmax {
                 if e % 2 == 0 {
                     let x = px(2f64.powi(e));
-                    let _ = writeln!(svg, r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#ddd"/>"##, y0 + T, y0 + H - B);
-                    let _ = writeln!(svg, r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#, y0 + H - B + 16.0, human_size(1usize << e));
+                    let _ = writeln!(
+                        svg,
+                        r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#ddd"/>"##,
+                        y0 + T,
+                        y0 + H - B
+                    );
+                    let _ = writeln!(
+                        svg,
+                        r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                        y0 + H - B + 16.0,
+                        human_size(1usize << e)
+                    );
                 }
                 e += 1;
             }
-            let _ = writeln!(svg, r#"<text x="{}" y="{}" text-anchor="middle">message size (bytes)</text>"#, (L + W - R) / 2.0, y0 + H - 12.0);
+            let _ = writeln!(
+                svg,
+                r#"<text x="{}" y="{}" text-anchor="middle">message size (bytes)</text>"#,
+                (L + W - R) / 2.0,
+                y0 + H - 12.0
+            );
             let mut d = ymin as i32;
             while f64::from(d) <= ymax {
                 let y = py(10f64.powi(d));
-                let _ = writeln!(svg, r##"<line x1="{L}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/>"##, W - R);
-                let _ = writeln!(svg, r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#, L - 6.0, y + 4.0, fig(10f64.powi(d)));
+                let _ = writeln!(
+                    svg,
+                    r##"<line x1="{L}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/>"##,
+                    W - R
+                );
+                let _ = writeln!(
+                    svg,
+                    r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+                    L - 6.0,
+                    y + 4.0,
+                    fig(10f64.powi(d))
+                );
                 d += 1;
             }
             for (ci, c) in self.configs.iter().enumerate() {
@@ -211,15 +302,34 @@ impl Results {
                     .sizes(*bench)
                     .into_iter()
                     .filter(|&s| s > 0)
-                    .filter_map(|s| self.summary(*bench, c, s, 0).filter(|m| m.median > 0.0).map(|m| format!("{:.1},{:.1}", px(s as f64), py(m.median))))
+                    .filter_map(|s| {
+                        self.summary(*bench, c, s, 0)
+                            .filter(|m| m.median > 0.0)
+                            .map(|m| format!("{:.1},{:.1}", px(s as f64), py(m.median)))
+                    })
                     .collect();
                 if line.is_empty() {
                     continue;
                 }
-                let _ = writeln!(svg, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, line.join(" "));
+                let _ = writeln!(
+                    svg,
+                    r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+                    line.join(" ")
+                );
                 let ly = y0 + T + 16.0 + ci as f64 * 18.0;
-                let _ = writeln!(svg, r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/>"#, W - R + 10.0, W - R + 30.0);
-                let _ = writeln!(svg, r#"<text x="{}" y="{}">{}</text>"#, W - R + 35.0, ly + 4.0, xml_escape(c));
+                let _ = writeln!(
+                    svg,
+                    r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/>"#,
+                    W - R + 10.0,
+                    W - R + 30.0
+                );
+                let _ = writeln!(
+                    svg,
+                    r#"<text x="{}" y="{}">{}</text>"#,
+                    W - R + 35.0,
+                    ly + 4.0,
+                    xml_escape(c)
+                );
             }
         }
         svg.push_str("</svg>\n");
@@ -228,7 +338,9 @@ impl Results {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// A figure with about four significant digits.
@@ -247,9 +359,9 @@ pub fn fig(v: f64) -> String {
 
 /// 0, 1, ..., 512, 1K, ..., 4M.
 pub fn human_size(s: usize) -> String {
-    if s >= 1 << 20 && s % (1 << 20) == 0 {
+    if s >= 1 << 20 && s.is_multiple_of(1 << 20) {
         format!("{}M", s >> 20)
-    } else if s >= 1 << 10 && s % (1 << 10) == 0 {
+    } else if s >= 1 << 10 && s.is_multiple_of(1 << 10) {
         format!("{}K", s >> 10)
     } else {
         s.to_string()
@@ -262,17 +374,32 @@ mod tests {
 
     #[test]
     fn medians_and_spread() {
-        assert_eq!(summarize(&[3.0, 1.0, 2.0]), Some(Summary { median: 2.0, min: 1.0, max: 3.0 }));
+        assert_eq!(
+            summarize(&[3.0, 1.0, 2.0]),
+            Some(Summary {
+                median: 2.0,
+                min: 1.0,
+                max: 3.0
+            })
+        );
         assert_eq!(summarize(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
         assert_eq!(summarize(&[]), None);
     }
 
     fn sample() -> Results {
-        let mut r = Results { configs: vec!["rmca".into(), "mpich".into()], ..Default::default() };
+        let mut r = Results {
+            configs: vec!["rmca".into(), "mpich".into()],
+            ..Default::default()
+        };
         for (run, f) in [1.0, 3.0, 2.0].into_iter().enumerate() {
             for size in [0usize, 1, 1024] {
                 r.add(Bench::Latency, "rmca", size, &[f * (size as f64 + 1.0)]);
-                r.add(Bench::Latency, "mpich", size, &[0.5 * (run as f64 + 1.0) * (size as f64 + 1.0)]);
+                r.add(
+                    Bench::Latency,
+                    "mpich",
+                    size,
+                    &[0.5 * (run as f64 + 1.0) * (size as f64 + 1.0)],
+                );
             }
         }
         r
@@ -283,8 +410,14 @@ mod tests {
         let t = sample().table(Bench::Latency, 2, 3);
         assert!(t.contains("rmca/mpich"), "{t}");
         // Size 0: rmca runs 1,3,2 -> median 2; mpich 0.5,1,1.5 -> median 1; ratio 2.00.
-        let row = t.lines().find(|l| l.trim_start().starts_with("0 ")).expect("row for size 0");
-        assert!(row.contains("2.000 [1.000..3.000]") && row.trim_end().ends_with("2.00"), "{row}");
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("0 "))
+            .expect("row for size 0");
+        assert!(
+            row.contains("2.000 [1.000..3.000]") && row.trim_end().ends_with("2.00"),
+            "{row}"
+        );
     }
 
     #[test]

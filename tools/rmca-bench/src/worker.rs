@@ -16,7 +16,10 @@ pub fn run(bench: Bench, p: &Params, bind: bool) -> Result<(), String> {
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let core = world.rank() % cores;
         if !crate::affinity::pin_to_core(core) {
-            eprintln!("rmca-bench: rank {} could not be bound to core {core}", world.rank());
+            eprintln!(
+                "rmca-bench: rank {} could not be bound to core {core}",
+                world.rank()
+            );
         }
     }
     let init_us = universe.init_time().as_secs_f64() * 1e6;
@@ -74,7 +77,11 @@ fn latency(w: &Communicator, size: usize, it: usize) -> R<f64> {
 fn window(w: &Communicator, size: usize, it: usize, window: usize, msgrate: bool) -> R<f64> {
     let (n, me) = (w.size(), w.rank());
     let pairs = (n / 2).max(1);
-    let (active, sender) = if msgrate { (me < 2 * pairs, me < pairs) } else { (me < 2, me == 0) };
+    let (active, sender) = if msgrate {
+        (me < 2 * pairs, me < pairs)
+    } else {
+        (me < 2, me == 0)
+    };
     let peer = if msgrate {
         if sender {
             me + pairs
@@ -96,18 +103,26 @@ fn window(w: &Communicator, size: usize, it: usize, window: usize, msgrate: bool
                 t0 = Instant::now();
             }
             if sender {
-                let reqs = (0..window).map(|_| w.isend(&sbuf, peer, 2)).collect::<R<Vec<_>>>()?;
+                let reqs = (0..window)
+                    .map(|_| w.isend(&sbuf, peer, 2))
+                    .collect::<R<Vec<_>>>()?;
                 Request::wait_all(reqs)?;
                 w.recv::<u8>(&mut [], peer, 3)?;
             } else {
-                let reqs = rbuf_chunks(&mut rbuf, size, window).map(|c| w.irecv(c, peer, 2)).collect::<R<Vec<_>>>()?;
+                let reqs = rbuf_chunks(&mut rbuf, size, window)
+                    .map(|c| w.irecv(c, peer, 2))
+                    .collect::<R<Vec<_>>>()?;
                 Request::wait_all(reqs)?;
                 w.send::<u8>(&[], peer, 3)?;
             }
         }
     }
     let secs = t0.elapsed().as_secs_f64();
-    Ok(if msgrate { pairs as f64 * (window * it) as f64 / secs / 1e6 } else { (size * window * it) as f64 / secs / 1e6 })
+    Ok(if msgrate {
+        pairs as f64 * (window * it) as f64 / secs / 1e6
+    } else {
+        (size * window * it) as f64 / secs / 1e6
+    })
 }
 
 /// `window` disjoint receive slots of `size` bytes (zero-sized slots for 0-byte messages).
@@ -132,7 +147,9 @@ fn bibw(w: &Communicator, size: usize, it: usize, window: usize) -> R<f64> {
             if i == warm {
                 t0 = Instant::now();
             }
-            let mut reqs = rbuf_chunks(&mut rbuf, size, window).map(|c| w.irecv(c, peer, 4)).collect::<R<Vec<_>>>()?;
+            let mut reqs = rbuf_chunks(&mut rbuf, size, window)
+                .map(|c| w.irecv(c, peer, 4))
+                .collect::<R<Vec<_>>>()?;
             for _ in 0..window {
                 reqs.push(w.isend(&sbuf, peer, 4)?);
             }

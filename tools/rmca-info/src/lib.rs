@@ -77,7 +77,12 @@ pub fn render_components(reg: &Registry, parsable: bool) -> String {
         }
     }
     for r in reg.refused() {
-        let reason = r.result.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+        let reason = r
+            .result
+            .as_ref()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         if parsable {
             let _ = writeln!(out, "mca:{}:{}:refused:{}", r.framework, r.name, reason);
         } else {
@@ -106,7 +111,10 @@ pub fn select_entries<'a>(
     component: &str,
     level: Level,
 ) -> Result<Vec<&'a ParamEntry>, InfoError> {
-    let fw_ok = framework == "all" || framework == "mca" || framework == "coll" || Framework::parse(framework).is_some();
+    let fw_ok = framework == "all"
+        || framework == "mca"
+        || framework == "coll"
+        || Framework::parse(framework).is_some();
     if !fw_ok {
         return Err(InfoError::UnknownFramework(framework.to_owned()));
     }
@@ -154,10 +162,20 @@ pub fn render_params(entries: &[&ParamEntry], parsable: bool) -> String {
             let _ = writeln!(out, "{p}:level:{}", s.level.as_str());
             let _ = writeln!(out, "{p}:help:{}", s.help);
         } else {
-            let changed = if e.value != s.default { format!(" (default {})", s.default) } else { String::new() };
+            let changed = if e.value != s.default {
+                format!(" (default {})", s.default)
+            } else {
+                String::new()
+            };
             let _ = writeln!(out, "  {} = {}{}", s.name, display_value(&e.value), changed);
             let _ = writeln!(out, "      source: {}", e.source);
-            let _ = writeln!(out, "      type: {}, {}; level: {}", s.ty.name(), valid_text(&s.ty), s.level.as_str());
+            let _ = writeln!(
+                out,
+                "      type: {}, {}; level: {}",
+                s.ty.name(),
+                valid_text(&s.ty),
+                s.level.as_str()
+            );
             if !s.help.is_empty() {
                 let _ = writeln!(out, "      {}", s.help);
             }
@@ -177,7 +195,9 @@ fn display_value(v: &Value) -> String {
 /// repository's `mca-params.toml` is this output (a test keeps them in sync).
 pub fn render_defaults_toml(specs: &[ParamSpec]) -> String {
     let mut specs: Vec<&ParamSpec> = specs.iter().collect();
-    specs.sort_by(|a, b| (&a.framework, &a.component, &a.name).cmp(&(&b.framework, &b.component, &b.name)));
+    specs.sort_by(|a, b| {
+        (&a.framework, &a.component, &a.name).cmp(&(&b.framework, &b.component, &b.name))
+    });
     let mut out = String::from(
         "# rmca system-wide MCA parameters.\n\
          #\n\
@@ -193,11 +213,24 @@ pub fn render_defaults_toml(specs: &[ParamSpec]) -> String {
             let _ = write!(out, "\n# ---- {} {} ----\n", s.framework, s.component);
             last = (s.framework.clone(), s.component.clone());
         }
-        let _ = writeln!(out, "\n# {} [{}; {}; level {}]", s.help, s.ty.name(), valid_text(&s.ty), s.level.as_str());
+        let _ = writeln!(
+            out,
+            "\n# {} [{}; {}; level {}]",
+            s.help,
+            s.ty.name(),
+            valid_text(&s.ty),
+            s.level.as_str()
+        );
         let value = match &s.default {
             Value::Bool(b) => b.to_string(),
             Value::Int(i) => i.to_string(),
-            Value::List(l) => format!("[{}]", l.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", ")),
+            Value::List(l) => format!(
+                "[{}]",
+                l.iter()
+                    .map(|x| format!("{x:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             other => format!("{:?}", other.to_string()),
         };
         let _ = writeln!(out, "# {} = {}", s.name, value);

@@ -1,4 +1,6 @@
 //! `rmca-info`: components and MCA parameters of this build. See `rmca-info --help`.
+// McaError carries the culprit's source by value; configuration-time only.
+#![allow(clippy::result_large_err)]
 
 use std::process::ExitCode;
 
@@ -6,7 +8,8 @@ use rmca_framework::params::{cmdline_settings, Level, RawSources};
 use rmca_framework::registry::Registry;
 use rmca_info::{render_components, render_defaults_toml, render_params, select_entries, Options};
 
-const USAGE: &str = "usage: rmca-info [--all] [--param <framework|all> <component|all>] [--parsable]
+const USAGE: &str =
+    "usage: rmca-info [--all] [--param <framework|all> <component|all>] [--parsable]
                  [--level basic|tuning|dev] [--mca <name> <value>]... [--defaults-toml]
 
   (no option)        list every component (built-in and plugins) with version and origin
@@ -27,7 +30,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut opts = Options { components: false, params: None, parsable: false, level: Level::Dev };
+    let mut opts = Options {
+        components: false,
+        params: None,
+        parsable: false,
+        level: Level::Dev,
+    };
     let mut defaults_toml = false;
     let mut it = rest.into_iter();
     while let Some(a) = it.next() {
@@ -36,13 +44,15 @@ fn main() -> ExitCode {
                 opts.components = true;
                 opts.params = Some(("all".into(), "all".into()));
             }
-            "--param" => match (it.next(), it.next()) {
-                (Some(f), Some(c)) => opts.params = Some((f, c)),
-                _ => {
-                    eprintln!("rmca-info: --param needs a framework and a component (or 'all')\n{USAGE}");
-                    return ExitCode::from(2);
+            "--param" => {
+                match (it.next(), it.next()) {
+                    (Some(f), Some(c)) => opts.params = Some((f, c)),
+                    _ => {
+                        eprintln!("rmca-info: --param needs a framework and a component (or 'all')\n{USAGE}");
+                        return ExitCode::from(2);
+                    }
                 }
-            },
+            }
             "--parsable" | "--parseable" => opts.parsable = true,
             "--level" => match it.next().as_deref().and_then(Level::parse) {
                 Some(l) => opts.level = l,
@@ -78,7 +88,10 @@ fn main() -> ExitCode {
         print!("{}", render_defaults_toml(&reg.param_specs()));
         return ExitCode::SUCCESS;
     }
-    let store = match reg.resolve(&raw).and_then(|s| reg.check_selectors(&s).map(|_| s)) {
+    let store = match reg
+        .resolve(&raw)
+        .and_then(|s| reg.check_selectors(&s).map(|_| s))
+    {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rmca-info: {e}");
@@ -87,7 +100,11 @@ fn main() -> ExitCode {
     };
     if opts.components {
         if !opts.parsable {
-            println!("rmca {} (framework API {})", env!("CARGO_PKG_VERSION"), rmca_framework::plugin::FRAMEWORK_API_VERSION.trim_end_matches('\0'));
+            println!(
+                "rmca {} (framework API {})",
+                env!("CARGO_PKG_VERSION"),
+                rmca_framework::plugin::FRAMEWORK_API_VERSION.trim_end_matches('\0')
+            );
             println!("Components:");
         }
         print!("{}", render_components(&reg, opts.parsable));

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// Run rmca-info with a clean MCA environment plus `env`.
@@ -48,8 +51,14 @@ fn lists_builtin_components_with_version_and_origin() {
     }
     assert!(out.contains("built-in"));
     let p = stdout(&info(&["--parsable"], &[]));
-    assert!(p.lines().any(|l| l == "mca:btl:self:origin:built-in"), "{p}");
-    assert!(p.lines().any(|l| l.starts_with("mca:btl:shm:version:")), "{p}");
+    assert!(
+        p.lines().any(|l| l == "mca:btl:self:origin:built-in"),
+        "{p}"
+    );
+    assert!(
+        p.lines().any(|l| l.starts_with("mca:btl:shm:version:")),
+        "{p}"
+    );
 }
 
 #[test]
@@ -57,7 +66,10 @@ fn param_listing_shows_value_source_type_range_and_help() {
     let out = stdout(&info(&["--param", "rcache", "lru"], &[]));
     assert!(out.contains("rcache_lru_max_entries = 1024"), "{out}");
     assert!(out.contains("source: default"), "{out}");
-    assert!(out.contains("type: int, an integer in 0..=16777216; level: tuning"), "{out}");
+    assert!(
+        out.contains("type: int, an integer in 0..=16777216; level: tuning"),
+        "{out}"
+    );
     assert!(out.contains("Registrations kept per BTL module"), "{out}");
 }
 
@@ -73,13 +85,43 @@ fn every_source_is_reported() {
         stdout(&info(&a, env))
     };
     let only_sys = q(&[], &[("RMCA_SYSTEM_PARAM_FILE", sys_s)]);
-    assert!(only_sys.contains(":value:7\n") && only_sys.contains(&format!(":source:system file {sys_s}:1\n")), "{only_sys}");
-    let user_too = q(&[], &[("RMCA_SYSTEM_PARAM_FILE", sys_s), ("RMCA_PARAM_FILE", user_s)]);
-    assert!(user_too.contains(":value:8\n") && user_too.contains(&format!(":source:user file {user_s}:3\n")), "{user_too}");
-    let env = q(&[], &[("RMCA_PARAM_FILE", user_s), ("RMCA_MCA_rcache_lru_max_entries", "9")]);
-    assert!(env.contains(":value:9\n") && env.contains(":source:environment variable RMCA_MCA_rcache_lru_max_entries\n"), "{env}");
-    let cli = q(&["--mca", "rcache_lru_max_entries", "10"], &[("RMCA_MCA_rcache_lru_max_entries", "9")]);
-    assert!(cli.contains(":value:10\n") && cli.contains(":source:command line (--mca)\n"), "{cli}");
+    assert!(
+        only_sys.contains(":value:7\n")
+            && only_sys.contains(&format!(":source:system file {sys_s}:1\n")),
+        "{only_sys}"
+    );
+    let user_too = q(
+        &[],
+        &[
+            ("RMCA_SYSTEM_PARAM_FILE", sys_s),
+            ("RMCA_PARAM_FILE", user_s),
+        ],
+    );
+    assert!(
+        user_too.contains(":value:8\n")
+            && user_too.contains(&format!(":source:user file {user_s}:3\n")),
+        "{user_too}"
+    );
+    let env = q(
+        &[],
+        &[
+            ("RMCA_PARAM_FILE", user_s),
+            ("RMCA_MCA_rcache_lru_max_entries", "9"),
+        ],
+    );
+    assert!(
+        env.contains(":value:9\n")
+            && env.contains(":source:environment variable RMCA_MCA_rcache_lru_max_entries\n"),
+        "{env}"
+    );
+    let cli = q(
+        &["--mca", "rcache_lru_max_entries", "10"],
+        &[("RMCA_MCA_rcache_lru_max_entries", "9")],
+    );
+    assert!(
+        cli.contains(":value:10\n") && cli.contains(":source:command line (--mca)\n"),
+        "{cli}"
+    );
     std::fs::remove_file(sys).unwrap();
     std::fs::remove_file(user).unwrap();
 }
@@ -89,8 +131,14 @@ fn unknown_parameter_is_an_error_with_suggestion() {
     let o = info(&[], &[("RMCA_MCA_rcache_lru_max_entrie", "3")]);
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("unknown MCA parameter 'rcache_lru_max_entrie'"), "{e}");
-    assert!(e.contains("environment variable RMCA_MCA_rcache_lru_max_entrie"), "{e}");
+    assert!(
+        e.contains("unknown MCA parameter 'rcache_lru_max_entrie'"),
+        "{e}"
+    );
+    assert!(
+        e.contains("environment variable RMCA_MCA_rcache_lru_max_entrie"),
+        "{e}"
+    );
     assert!(e.contains("did you mean 'rcache_lru_max_entries'?"), "{e}");
 }
 
@@ -119,7 +167,10 @@ fn unknown_names_in_param_query_are_errors() {
     let e = stderr(&info(&["--param", "btll", "all"], &[]));
     assert!(e.contains("unknown framework 'btll'"), "{e}");
     let e = stderr(&info(&["--param", "btl", "shn"], &[]));
-    assert!(e.contains("unknown btl component 'shn'") && e.contains("did you mean 'shm'?"), "{e}");
+    assert!(
+        e.contains("unknown btl component 'shn'") && e.contains("did you mean 'shm'?"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -127,7 +178,10 @@ fn level_filter_hides_higher_levels_only_when_asked() {
     let all = stdout(&info(&["--param", "all", "all"], &[]));
     let basic = stdout(&info(&["--param", "all", "all", "--level", "basic"], &[]));
     assert!(all.contains("rcache_lru_max_entries"));
-    assert!(!basic.contains("rcache_lru_max_entries"), "tuning parameter shown at level basic");
+    assert!(
+        !basic.contains("rcache_lru_max_entries"),
+        "tuning parameter shown at level basic"
+    );
     assert!(basic.contains("component_path"));
 }
 
@@ -140,6 +194,12 @@ fn shipped_mca_params_toml_documents_every_parameter() {
         "mca-params.toml is out of date: regenerate with `cargo run -p rmca-info -- --defaults-toml > mca-params.toml`"
     );
     // And it parses as the system file: every line commented, so nothing is set.
-    let o = info(&["--param", "all", "all", "--parsable"], &[("RMCA_SYSTEM_PARAM_FILE", repo_root().join("mca-params.toml").to_str().unwrap())]);
+    let o = info(
+        &["--param", "all", "all", "--parsable"],
+        &[(
+            "RMCA_SYSTEM_PARAM_FILE",
+            repo_root().join("mca-params.toml").to_str().unwrap(),
+        )],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -320,6 +320,8 @@ fn verbs_pingpong(a: End, b: End, iters: usize, ud: bool) -> f64 {
         LAT_SIZE as u32
     };
     let (ah_ab, ah_ba) = if ud {
+        a.qp.connect(None, &RcParams::default()).unwrap();
+        b.qp.connect(None, &RcParams::default()).unwrap();
         (
             Some(a._pd.create_ah(&b.qp.address()).unwrap()),
             Some(b._pd.create_ah(&a.qp.address()).unwrap()),

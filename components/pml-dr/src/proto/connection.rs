@@ -253,6 +253,8 @@ struct Path {
     /// Consecutive probe timeouts without an ack on this path.
     pto_count: u32,
     largest_acked: Option<u64>,
+    /// When the largest acknowledged transmission was sent.
+    largest_acked_sent: Option<Instant>,
     last_ack_eliciting: Option<Instant>,
     loss_time: Option<Instant>,
     /// Packet threshold, raised when reordering caused spurious retransmissions.
@@ -372,7 +374,10 @@ pub struct Connection {
     /// Messages with bytes to cut into vfrags, FIFO.
     tx_ready: VecDeque<MsgSeq>,
     tx_vfrags: BTreeMap<u64, TxVfrag>,
-    pending_local: BTreeMap<TxToken, (usize, Instant)>,
+        pending_local: BTreeMap<TxToken, (usize, Instant)>,
+    /// Recent loss repairs (pkt_num, path): a duplicate-ack echoing one proves the loss was
+    /// spurious even after its vfrag completed.
+    recent_repairs: VecDeque<(u64, usize)>,
 
     // Receiver.
     rx_done: RangeSet,
@@ -426,6 +431,7 @@ impl Connection {
                     rtt: RttEstimator::new(cfg.rto_initial),
                     pto_count: 0,
                     largest_acked: None,
+                    largest_acked_sent: None,
                     last_ack_eliciting: None,
                     loss_time: None,
                     reorder_threshold: cfg.reorder_threshold,
@@ -443,7 +449,8 @@ impl Connection {
             tx_msgs: BTreeMap::new(),
             tx_ready: VecDeque::new(),
             tx_vfrags: BTreeMap::new(),
-            pending_local: BTreeMap::new(),
+                        pending_local: BTreeMap::new(),
+            recent_repairs: VecDeque::new(),
             rx_done: RangeSet::new(),
             rx_partial: BTreeMap::new(),
             rx_msgs: BTreeMap::new(),
@@ -689,8 +696,14 @@ impl Connection {
         }
         let pkt = self.next_pkt_num;
         self.next_pkt_num += 1;
-        let repair = v.lost & (1u64 << i) != 0;
+                let repair = v.lost & (1u64 << i) != 0;
         v.lost &= !(1u64 << i);
+        if repair {
+            if self.recent_repairs.len() == REPAIR_MEMORY {
+                self.recent_repairs.pop_front();
+            }
+            self.recent_repairs.push_back((pkt, v.path));
+        }
         v.sent[i] = Some(Sent {
             pkt,
             at: now,
@@ -1150,6 +1163,12 @@ impl Connection {
                 m.matched = true;
             }
         }
+                if ack.flags & ACK_FLAG_DUP != 0 && !ack.nack {
+            if let Some(i) = self.recent_repairs.iter().position(|&(pkt, _)| pkt == ack.echo_pkt_num) {
+                let (_, p) = self.recent_repairs.remove(i).expect("found");
+                self.spurious_loss(p);
+            }
+        }
         let Some(v) = self.tx_vfrags.get_mut(&ack.vfrag_id) else {
             self.counters.duplicate_acks += 1;
             return;
@@ -1161,13 +1180,7 @@ impl Connection {
         let p = v.path;
         // Reordering, not loss: the "lost" original arrived (its repair came back as a
         // duplicate, or it is acked before the repair even left).
-        let spurious = v.awaiting_match.is_none()
-            && ((ack.flags & ACK_FLAG_DUP != 0
-                && v.sent
-                    .iter()
-                    .flatten()
-                    .any(|s| s.pkt == ack.echo_pkt_num && s.repair))
-                || ack.mask & v.lost != 0);
+                let spurious = v.awaiting_match.is_none() && ack.mask & v.lost != 0;
         v.acked |= ack.mask;
         v.queued &= !v.acked;
         v.lost &= !v.acked;
@@ -1177,7 +1190,9 @@ impl Connection {
         path.pto_count = 0;
         if !ack.nack && path.largest_acked.is_none_or(|l| ack.echo_pkt_num > l) {
             path.largest_acked = Some(ack.echo_pkt_num);
-            if let Some(s) = v.sent.iter().flatten().find(|s| s.pkt == ack.echo_pkt_num) {
+            let echoed = v.sent.iter().flatten().find(|s| s.pkt == ack.echo_pkt_num);
+            path.largest_acked_sent = echoed.map(|s| s.at);
+            if let Some(s) = echoed {
                 let sample = now.saturating_duration_since(s.at);
                 path.rtt
                     .update(sample, Duration::from_micros(ack.ack_delay_us as u64));
@@ -1272,6 +1287,14 @@ impl Connection {
             loss_delay = loss_delay.max(path.rtt.srtt() + path.rtt.rttvar() * 4);
         }
         let threshold = path.reorder_threshold;
+        // RACK's reordering window: the packet threshold only counts transmissions sent at
+        // least min_rtt/4 before the acknowledged one. Fragments of one burst leave within
+        // microseconds and may legitimately arrive in any order; the time threshold covers them.
+        let reo_wnd = path
+            .rtt
+            .min()
+            .map_or(Duration::MAX, |m| (m / 4).max(Duration::from_micros(1)));
+        let acked_sent = path.largest_acked_sent;
         let mut lost = 0;
         let mut loss_time: Option<Instant> = None;
         for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
@@ -1285,7 +1308,10 @@ impl Connection {
                 if s.pkt >= largest {
                     continue;
                 }
-                if largest - s.pkt >= threshold || s.at + loss_delay <= now {
+                let by_count = largest - s.pkt >= threshold
+                    && acked_sent
+                        .is_some_and(|t| s.at.checked_add(reo_wnd).is_some_and(|x| x <= t));
+                if by_count || s.at + loss_delay <= now {
                     v.queued |= b;
                     v.lost |= b;
                     lost += 1;

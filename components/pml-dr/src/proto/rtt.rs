@@ -63,6 +63,11 @@ impl RttEstimator {
         self.latest
     }
 
+    /// Smallest sample seen (`None` before the first).
+    pub fn min(&self) -> Option<Duration> {
+        self.srtt.map(|_| self.min)
+    }
+
     /// RTT variation.
     pub fn rttvar(&self) -> Duration {
         self.rttvar

@@ -7,6 +7,8 @@ use std::ops::Range;
 use super::*;
 
 type Reducer = fn(&mut [u8], &[u8], bool);
+/// Per-peer byte ranges of one side of an alltoallv.
+type Layout = Vec<Range<usize>>;
 
 struct Rank {
     sched: Schedule,
@@ -35,13 +37,16 @@ fn check_disjoint(round: &Round) {
     for (i, (wi, ri)) in regions.iter().enumerate() {
         for (wj, rj) in regions.iter().skip(i + 1) {
             if (*wi || *wj) && ri.buf == rj.buf {
-                assert!(!overlaps(&ri.range, &rj.range), "round touches {ri:?} and {rj:?} concurrently");
+                assert!(
+                    !overlaps(&ri.range, &rj.range),
+                    "round touches {ri:?} and {rj:?} concurrently"
+                );
             }
         }
     }
 }
 
-fn buf<'a>(r: &'a mut Rank, b: Buf) -> &'a mut Vec<u8> {
+fn buf(r: &mut Rank, b: Buf) -> &mut Vec<u8> {
     match b {
         Buf::Send => &mut r.send,
         Buf::Work => &mut r.work,
@@ -61,9 +66,10 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
     }
     loop {
         let mut progress = false;
-        for me in 0..n {
-            let r = &mut ranks[me];
-            let Some(round) = r.sched.rounds.get(r.next).cloned() else { continue };
+        for (me, r) in ranks.iter_mut().enumerate() {
+            let Some(round) = r.sched.rounds.get(r.next).cloned() else {
+                continue;
+            };
             if !r.posted {
                 for c in &round.comms {
                     if let Comm::Send { peer, region } = c {
@@ -81,20 +87,32 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
                     *need.entry(*peer).or_default() += 1;
                 }
             }
-            if need.iter().any(|(p, k)| chan.get(&(*p, me)).map_or(0, |q| q.len()) < *k) {
+            if need
+                .iter()
+                .any(|(p, k)| chan.get(&(*p, me)).map_or(0, |q| q.len()) < *k)
+            {
                 continue;
             }
             for c in &round.comms {
                 if let Comm::Recv { peer, region } = c {
                     assert!(region.buf != Buf::Send, "receive into the send buffer");
                     let msg = chan.get_mut(&(*peer, me)).unwrap().pop_front().unwrap();
-                    assert_eq!(msg.len(), region.range.len(), "rank {me} receives {} B from {peer} into {region:?}", msg.len());
+                    assert_eq!(
+                        msg.len(),
+                        region.range.len(),
+                        "rank {me} receives {} B from {peer} into {region:?}",
+                        msg.len()
+                    );
                     buf(r, region.buf)[region.range.clone()].copy_from_slice(&msg);
                 }
             }
             for l in &round.locals {
                 match l {
-                    Local::Reduce { src, dst, src_first } => {
+                    Local::Reduce {
+                        src,
+                        dst,
+                        src_first,
+                    } => {
                         let s = r.tmp[src.clone()].to_vec();
                         reduce(&mut r.work[dst.clone()], &s, *src_first);
                     }
@@ -113,14 +131,29 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
         }
     }
     for (me, r) in ranks.iter().enumerate() {
-        assert_eq!(r.next, r.sched.rounds.len(), "rank {me} stuck at round {} (deadlock)", r.next);
+        assert_eq!(
+            r.next,
+            r.sched.rounds.len(),
+            "rank {me} stuck at round {} (deadlock)",
+            r.next
+        );
     }
-    assert!(chan.values().all(|q| q.is_empty()), "unreceived messages left");
+    assert!(
+        chan.values().all(|q| q.is_empty()),
+        "unreceived messages left"
+    );
     ranks.into_iter().map(|r| r.work).collect()
 }
 
 fn rank(sched: Schedule, send: Vec<u8>, work: Vec<u8>) -> Rank {
-    Rank { sched, next: 0, posted: false, send, work, tmp: Vec::new() }
+    Rank {
+        sched,
+        next: 0,
+        posted: false,
+        send,
+        work,
+        tmp: Vec::new(),
+    }
 }
 
 /// Distinct bytes for (rank, index).
@@ -151,7 +184,14 @@ fn put_mat(out: &mut [u8], m: [u16; 4]) {
 fn mat_reduce(dst: &mut [u8], src: &[u8], src_first: bool) {
     for (d, s) in dst.chunks_exact_mut(MAT).zip(src.chunks_exact(MAT)) {
         let (a, b) = (mat_of(d), mat_of(s));
-        put_mat(d, if src_first { mat_mul(b, a) } else { mat_mul(a, b) });
+        put_mat(
+            d,
+            if src_first {
+                mat_mul(b, a)
+            } else {
+                mat_mul(a, b)
+            },
+        );
     }
 }
 /// Sequential product of the ranks' vectors in the given rank order.
@@ -168,7 +208,8 @@ fn mat_reference(inputs: &[Vec<u8>], order: impl Iterator<Item = usize>) -> Vec<
 // results (the ring).
 fn sum_reduce(dst: &mut [u8], src: &[u8], _src_first: bool) {
     for (d, s) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
-        let v = u32::from_le_bytes(d.try_into().unwrap()).wrapping_add(u32::from_le_bytes(s.try_into().unwrap()));
+        let v = u32::from_le_bytes(d.try_into().unwrap())
+            .wrapping_add(u32::from_le_bytes(s.try_into().unwrap()));
         d.copy_from_slice(&v.to_le_bytes());
     }
 }
@@ -179,12 +220,18 @@ const NS: Range<usize> = 1..9;
 fn barriers_complete_and_synchronize() {
     for n in NS {
         for algo in [barrier_dissemination, barrier_linear] {
-            simulate((0..n).map(|r| rank(algo(n, r), vec![], vec![])).collect(), sum_reduce);
+            simulate(
+                (0..n).map(|r| rank(algo(n, r), vec![], vec![])).collect(),
+                sum_reduce,
+            );
             // Synchronization: with rank 0 absent, nobody may finish (every rank depends on it).
             if n > 1 {
-                let mut ranks: Vec<Rank> = (0..n).map(|r| rank(algo(n, r), vec![], vec![])).collect();
+                let mut ranks: Vec<Rank> =
+                    (0..n).map(|r| rank(algo(n, r), vec![], vec![])).collect();
                 ranks[0].sched.rounds.clear();
-                let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| simulate(ranks, sum_reduce)));
+                let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    simulate(ranks, sum_reduce)
+                }));
                 assert!(res.is_err(), "{n} ranks finished a barrier without rank 0");
             }
         }
@@ -194,14 +241,31 @@ fn barriers_complete_and_synchronize() {
 #[test]
 fn bcasts_deliver_root_buffer() {
     type B = fn(usize, usize, usize, usize) -> Schedule;
-    let algos: [(&str, B); 3] = [("binomial", bcast_binomial), ("linear", bcast_linear), ("scatter_allgather", bcast_scatter_allgather)];
+    let algos: [(&str, B); 3] = [
+        ("binomial", bcast_binomial),
+        ("linear", bcast_linear),
+        ("scatter_allgather", bcast_scatter_allgather),
+    ];
     for n in NS {
         for root in 0..n {
             for len in [0, 1, 7, 64, 1000] {
                 for (name, algo) in algos {
                     let want = pattern(root, len);
-                    let ranks = (0..n).map(|r| rank(algo(n, r, root, len), vec![], if r == root { want.clone() } else { vec![0; len] }));
-                    for (r, got) in simulate(ranks.collect(), sum_reduce).into_iter().enumerate() {
+                    let ranks = (0..n).map(|r| {
+                        rank(
+                            algo(n, r, root, len),
+                            vec![],
+                            if r == root {
+                                want.clone()
+                            } else {
+                                vec![0; len]
+                            },
+                        )
+                    });
+                    for (r, got) in simulate(ranks.collect(), sum_reduce)
+                        .into_iter()
+                        .enumerate()
+                    {
                         assert_eq!(got, want, "{name} n={n} root={root} len={len} rank={r}");
                     }
                 }
@@ -217,12 +281,24 @@ fn reduces_follow_documented_order() {
             for count in [0, 1, 5] {
                 let len = count * MAT;
                 let inputs: Vec<Vec<u8>> = (0..n).map(|r| pattern(r, len)).collect();
-                let sched: Vec<Rank> = (0..n).map(|r| rank(reduce_binomial(n, r, root, len), vec![], inputs[r].clone())).collect();
+                let sched: Vec<Rank> = (0..n)
+                    .map(|r| rank(reduce_binomial(n, r, root, len), vec![], inputs[r].clone()))
+                    .collect();
                 let got = simulate(sched, mat_reduce);
-                assert_eq!(got[root], mat_reference(&inputs, (0..n).map(|i| (root + i) % n)), "binomial n={n} root={root}");
-                let sched: Vec<Rank> = (0..n).map(|r| rank(reduce_linear(n, r, root, len), vec![], inputs[r].clone())).collect();
+                assert_eq!(
+                    got[root],
+                    mat_reference(&inputs, (0..n).map(|i| (root + i) % n)),
+                    "binomial n={n} root={root}"
+                );
+                let sched: Vec<Rank> = (0..n)
+                    .map(|r| rank(reduce_linear(n, r, root, len), vec![], inputs[r].clone()))
+                    .collect();
                 let got = simulate(sched, mat_reduce);
-                assert_eq!(got[root], mat_reference(&inputs, 0..n), "linear n={n} root={root}");
+                assert_eq!(
+                    got[root],
+                    mat_reference(&inputs, 0..n),
+                    "linear n={n} root={root}"
+                );
             }
         }
     }
@@ -236,11 +312,21 @@ fn allreduces_agree_everywhere() {
             let inputs: Vec<Vec<u8>> = (0..n).map(|r| pattern(r, len)).collect();
             // Rank-ordered algorithms: exact non-commutative product in rank order.
             let want = mat_reference(&inputs, 0..n);
-            let rd: Vec<Rank> = (0..n).map(|r| rank(allreduce_recursive_doubling(n, r, len), vec![], inputs[r].clone())).collect();
+            let rd: Vec<Rank> = (0..n)
+                .map(|r| {
+                    rank(
+                        allreduce_recursive_doubling(n, r, len),
+                        vec![],
+                        inputs[r].clone(),
+                    )
+                })
+                .collect();
             for (r, got) in simulate(rd, mat_reduce).into_iter().enumerate() {
                 assert_eq!(got, want, "recursive_doubling n={n} count={count} rank={r}");
             }
-            let rb: Vec<Rank> = (0..n).map(|r| rank(allreduce_reduce_bcast(n, r, len), vec![], inputs[r].clone())).collect();
+            let rb: Vec<Rank> = (0..n)
+                .map(|r| rank(allreduce_reduce_bcast(n, r, len), vec![], inputs[r].clone()))
+                .collect();
             for (r, got) in simulate(rb, mat_reduce).into_iter().enumerate() {
                 assert_eq!(got, want, "reduce_bcast n={n} count={count} rank={r}");
             }
@@ -252,7 +338,9 @@ fn allreduces_agree_everywhere() {
                 }
                 acc
             };
-            let ring: Vec<Rank> = (0..n).map(|r| rank(allreduce_ring(n, r, len, 4), vec![], inputs[r].clone())).collect();
+            let ring: Vec<Rank> = (0..n)
+                .map(|r| rank(allreduce_ring(n, r, len, 4), vec![], inputs[r].clone()))
+                .collect();
             for (r, got) in simulate(ring, sum_reduce).into_iter().enumerate() {
                 assert_eq!(got, want, "ring n={n} count={count} rank={r}");
             }
@@ -266,7 +354,10 @@ fn gathers_and_scatters_place_blocks() {
     for n in NS {
         for root in 0..n {
             for block in [0, 1, 13] {
-                for (name, algo) in [("binomial", gather_binomial as G), ("linear", gather_linear)] {
+                for (name, algo) in [
+                    ("binomial", gather_binomial as G),
+                    ("linear", gather_linear),
+                ] {
                     // Gather: virtual-rank layout; rank r's block sits at slot (r - root) mod n.
                     let ranks = (0..n).map(|r| {
                         let v = (r + n - root) % n;
@@ -275,15 +366,42 @@ fn gathers_and_scatters_place_blocks() {
                         rank(algo(n, r, root, block), vec![], w)
                     });
                     let got = simulate(ranks.collect(), sum_reduce);
-                    let want: Vec<u8> = (0..n).flat_map(|v| pattern((v + root) % n, block)).collect();
-                    assert_eq!(got[root], want, "gather {name} n={n} root={root} block={block}");
+                    let want: Vec<u8> = (0..n)
+                        .flat_map(|v| pattern((v + root) % n, block))
+                        .collect();
+                    assert_eq!(
+                        got[root], want,
+                        "gather {name} n={n} root={root} block={block}"
+                    );
                 }
-                for (name, algo) in [("binomial", scatter_binomial as G), ("linear", scatter_linear)] {
-                    let full: Vec<u8> = (0..n).flat_map(|v| pattern((v + root) % n, block)).collect();
-                    let ranks = (0..n).map(|r| rank(algo(n, r, root, block), vec![], if r == root { full.clone() } else { vec![0; n * block] }));
-                    for (r, got) in simulate(ranks.collect(), sum_reduce).into_iter().enumerate() {
+                for (name, algo) in [
+                    ("binomial", scatter_binomial as G),
+                    ("linear", scatter_linear),
+                ] {
+                    let full: Vec<u8> = (0..n)
+                        .flat_map(|v| pattern((v + root) % n, block))
+                        .collect();
+                    let ranks = (0..n).map(|r| {
+                        rank(
+                            algo(n, r, root, block),
+                            vec![],
+                            if r == root {
+                                full.clone()
+                            } else {
+                                vec![0; n * block]
+                            },
+                        )
+                    });
+                    for (r, got) in simulate(ranks.collect(), sum_reduce)
+                        .into_iter()
+                        .enumerate()
+                    {
                         let v = (r + n - root) % n;
-                        assert_eq!(&got[v * block..(v + 1) * block], &pattern(r, block)[..], "scatter {name} n={n} root={root} rank={r}");
+                        assert_eq!(
+                            &got[v * block..(v + 1) * block],
+                            &pattern(r, block)[..],
+                            "scatter {name} n={n} root={root} rank={r}"
+                        );
                     }
                 }
             }
@@ -296,14 +414,21 @@ fn allgathers_collect_every_block() {
     type A = fn(usize, usize, usize) -> Schedule;
     for n in NS {
         for block in [0, 1, 13] {
-            for (name, algo) in [("ring", allgather_ring as A), ("recursive_doubling", allgather_recursive_doubling), ("linear", allgather_linear)] {
+            for (name, algo) in [
+                ("ring", allgather_ring as A),
+                ("recursive_doubling", allgather_recursive_doubling),
+                ("linear", allgather_linear),
+            ] {
                 let ranks = (0..n).map(|r| {
                     let mut w = vec![0; n * block];
                     w[r * block..(r + 1) * block].copy_from_slice(&pattern(r, block));
                     rank(algo(n, r, block), vec![], w)
                 });
                 let want: Vec<u8> = (0..n).flat_map(|r| pattern(r, block)).collect();
-                for (r, got) in simulate(ranks.collect(), sum_reduce).into_iter().enumerate() {
+                for (r, got) in simulate(ranks.collect(), sum_reduce)
+                    .into_iter()
+                    .enumerate()
+                {
                     assert_eq!(got, want, "allgather {name} n={n} block={block} rank={r}");
                 }
             }
@@ -317,8 +442,11 @@ fn alltoallvs_transpose() {
     for n in NS {
         // Irregular counts: rank s sends (s + d) % 3 + d bytes to rank d.
         let cnt = |s: usize, d: usize| (s + d) % 3 + d;
-        for (name, algo) in [("pairwise", alltoallv_pairwise as V), ("linear", alltoallv_linear)] {
-            let layouts: Vec<(Vec<Range<usize>>, Vec<Range<usize>>)> = (0..n)
+        for (name, algo) in [
+            ("pairwise", alltoallv_pairwise as V),
+            ("linear", alltoallv_linear),
+        ] {
+            let layouts: Vec<(Layout, Layout)> = (0..n)
                 .map(|me| {
                     let mut off = 0;
                     let sends = (0..n)
@@ -354,9 +482,16 @@ fn alltoallvs_transpose() {
                 let recv_len = recvs.iter().map(|r| r.end).max().unwrap();
                 rank(algo(n, me, sends, recvs), send, vec![0; recv_len])
             });
-            for (me, got) in simulate(ranks.collect(), sum_reduce).into_iter().enumerate() {
+            for (me, got) in simulate(ranks.collect(), sum_reduce)
+                .into_iter()
+                .enumerate()
+            {
                 for (s, r) in layouts[me].1.iter().enumerate() {
-                    assert_eq!(&got[r.clone()], &pattern(s * 10 + me, r.len())[..], "alltoallv {name} n={n} {s}->{me}");
+                    assert_eq!(
+                        &got[r.clone()],
+                        &pattern(s * 10 + me, r.len())[..],
+                        "alltoallv {name} n={n} {s}->{me}"
+                    );
                 }
             }
         }
