@@ -4,6 +4,7 @@
 #   scripts/install-deps.sh --bench  also the peers measured by rmca-bench --vs
 set -euo pipefail
 pkgs=(
+  gcc                           # C fixtures of the plugin-loading tests (impostor plugins)
   iproute2                      # network-namespace tests of rmca-run (multi-node placement)
   mpich                         # mpiexec.hydra: rmca ranks under MPICH's launcher (PMI-1)
   libibverbs-dev librdmacm-dev  # the verbs 'rdma' provider (rdma-sys)

@@ -156,7 +156,12 @@ impl std::fmt::Debug for Universe {
 }
 
 /// Join the job started by `rmca-run` (or Hydra, or Slurm; or run as a singleton).
+///
+/// Unless the application installed a `tracing` subscriber already, one is installed that
+/// writes to stderr with the filter in `RMCA_LOG` (default `warn`, e.g. `RMCA_LOG=debug` or
+/// `RMCA_LOG=rmca_btl_shm=trace`). It is installed before plugins load, so that they log too.
 pub fn init() -> Result<Universe> {
+    install_default_logging();
     let rt = Runtime::init(Vec::new())?;
     Ok(Universe::from_runtime(rt))
 }
@@ -232,6 +237,13 @@ impl Drop for Universe {
             tracing::error!("rmca finalize failed: {e}");
         }
     }
+}
+
+fn install_default_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RMCA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Fails only when the application already chose a subscriber, which then stays in charge.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 fn hostname() -> String {

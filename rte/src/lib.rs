@@ -717,10 +717,13 @@ impl Rte {
     }
 
     /// Abort the whole job with `code`. Under a launcher this asks it to kill every rank and
-    /// waits (bounded) to be killed; then, or without a launcher, exits the process.
+    /// waits (at most 10 s) to be killed; then, or without a launcher, or when another thread
+    /// is inside a PMI call, exits the process with `code` (1 if `code` is 0).
     pub fn abort(&self, code: i32, msg: &str) -> ! {
         tracing::error!(rank = self.rank, code, msg, "aborting the job");
-        if let Ok(mut inner) = self.inner.lock() {
+        // try_lock: another thread may be blocked in a fence holding the client. Then we cannot
+        // speak PMI, and exiting non-zero is itself what makes the launcher end the job.
+        if let Ok(mut inner) = self.inner.try_lock() {
             if let Backend::Pmi(c) = &mut inner.backend {
                 if c.abort(code, msg).is_ok() {
                     // The launcher kills us; EOF or the deadline ends the wait otherwise.

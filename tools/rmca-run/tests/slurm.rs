@@ -34,11 +34,53 @@ struct Cluster {
     daemons: Vec<Child>,
 }
 
+/// Pids of processes living in the network namespace whose inode is `ino`.
+fn procs_in_netns(ino: u64) -> Vec<u32> {
+    let want = format!("net:[{ino}]");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(link) = std::fs::read_link(e.path().join("ns/net")) else {
+            continue;
+        };
+        // Zombies have no namespace link left; anything listed here is alive.
+        if link.to_string_lossy() == want {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+fn netns_inode(ns: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/var/run/netns/{ns}"))
+        .map(|m| m.ino())
+        .ok()
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let ino = netns_inode(&self.ns);
         for d in &mut self.daemons {
             let _ = d.kill();
             let _ = d.wait();
+        }
+        // slurmd forks daemonised slurmstepd processes that can outlive it (retrying to report
+        // to the dead slurmd): everything in our private namespace was started by this test.
+        if let Some(ino) = ino {
+            let t0 = Instant::now();
+            loop {
+                let left = procs_in_netns(ino);
+                if left.is_empty() || t0.elapsed() > Duration::from_secs(10) {
+                    break;
+                }
+                for pid in left {
+                    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -209,5 +251,11 @@ fn probe_runs_under_slurm_srun_mpi_pmi2() {
     assert!(
         !stderr.contains("error"),
         "slurmstepd complained:\n{stderr}"
+    );
+    let ino = netns_inode(&cl.ns).expect("our namespace");
+    drop(cl);
+    assert!(
+        procs_in_netns(ino).is_empty(),
+        "Slurm processes outlived the test"
     );
 }

@@ -36,6 +36,8 @@ pub type MsgSeq = u64;
 const GRANULARITY: Duration = Duration::from_micros(250);
 /// Probes sent per probe timeout (two, so one loss does not count as a dead path).
 const PROBES_PER_PTO: usize = 2;
+/// Loss repairs remembered for spurious-loss detection.
+const REPAIR_MEMORY: usize = 256;
 /// Longest exponent of the timeout backoff.
 const MAX_BACKOFF_SHIFT: u32 = 16;
 
@@ -239,9 +241,6 @@ pub struct PlaceToken {
 struct Sent {
     pkt: u64,
     at: Instant,
-    /// This transmission repaired a loss declared by the thresholds (not a probe): a
-    /// duplicate-ack for it means the declaration was spurious (reordering).
-    repair: bool,
 }
 
 #[derive(Debug)]
@@ -374,7 +373,7 @@ pub struct Connection {
     /// Messages with bytes to cut into vfrags, FIFO.
     tx_ready: VecDeque<MsgSeq>,
     tx_vfrags: BTreeMap<u64, TxVfrag>,
-        pending_local: BTreeMap<TxToken, (usize, Instant)>,
+    pending_local: BTreeMap<TxToken, (usize, Instant)>,
     /// Recent loss repairs (pkt_num, path): a duplicate-ack echoing one proves the loss was
     /// spurious even after its vfrag completed.
     recent_repairs: VecDeque<(u64, usize)>,
@@ -449,7 +448,7 @@ impl Connection {
             tx_msgs: BTreeMap::new(),
             tx_ready: VecDeque::new(),
             tx_vfrags: BTreeMap::new(),
-                        pending_local: BTreeMap::new(),
+            pending_local: BTreeMap::new(),
             recent_repairs: VecDeque::new(),
             rx_done: RangeSet::new(),
             rx_partial: BTreeMap::new(),
@@ -696,7 +695,7 @@ impl Connection {
         }
         let pkt = self.next_pkt_num;
         self.next_pkt_num += 1;
-                let repair = v.lost & (1u64 << i) != 0;
+        let repair = v.lost & (1u64 << i) != 0;
         v.lost &= !(1u64 << i);
         if repair {
             if self.recent_repairs.len() == REPAIR_MEMORY {
@@ -704,11 +703,7 @@ impl Connection {
             }
             self.recent_repairs.push_back((pkt, v.path));
         }
-        v.sent[i] = Some(Sent {
-            pkt,
-            at: now,
-            repair,
-        });
+        v.sent[i] = Some(Sent { pkt, at: now });
         v.sent_mask |= 1u64 << i;
         let off_in_vfrag = i as u64 * self.frag_size;
         let len = (v.len - off_in_vfrag.min(v.len)).min(self.frag_size) as usize;
@@ -1163,8 +1158,12 @@ impl Connection {
                 m.matched = true;
             }
         }
-                if ack.flags & ACK_FLAG_DUP != 0 && !ack.nack {
-            if let Some(i) = self.recent_repairs.iter().position(|&(pkt, _)| pkt == ack.echo_pkt_num) {
+        if ack.flags & ACK_FLAG_DUP != 0 && !ack.nack {
+            if let Some(i) = self
+                .recent_repairs
+                .iter()
+                .position(|&(pkt, _)| pkt == ack.echo_pkt_num)
+            {
                 let (_, p) = self.recent_repairs.remove(i).expect("found");
                 self.spurious_loss(p);
             }
@@ -1180,7 +1179,7 @@ impl Connection {
         let p = v.path;
         // Reordering, not loss: the "lost" original arrived (its repair came back as a
         // duplicate, or it is acked before the repair even left).
-                let spurious = v.awaiting_match.is_none() && ack.mask & v.lost != 0;
+        let spurious = v.awaiting_match.is_none() && ack.mask & v.lost != 0;
         v.acked |= ack.mask;
         v.queued &= !v.acked;
         v.lost &= !v.acked;
@@ -1198,18 +1197,7 @@ impl Connection {
                     .update(sample, Duration::from_micros(ack.ack_delay_us as u64));
             }
         }
-        if spurious {
-            // This path reorders: stop counting packets (a burst sent within microseconds can
-            // arrive in any order) and rely on a longer time threshold, as RACK does.
-            path.reorder_threshold = u64::MAX;
-            path.loss_eighths = (path.loss_eighths + 4).min(40);
-            self.counters.spurious_retransmissions += 1;
-            debug!(
-                threshold = path.reorder_threshold,
-                eighths = path.loss_eighths,
-                "spurious retransmission: reordering thresholds raised"
-            );
-        }
+
         if ack.nack {
             // The header of the corrupted transmission was intact, so the echo names exactly
             // the fragment that must be resent (if it is still the latest transmission).
@@ -1228,7 +1216,24 @@ impl Connection {
         if v.acked == v.full() {
             self.vfrag_fully_acked(now, ack.vfrag_id);
         }
+        if spurious {
+            self.spurious_loss(p);
+        }
         self.detect_lost(now, p);
+    }
+
+    /// A loss declared on path `p` proved spurious: the path reorders. Stop counting packets (a
+    /// burst sent within microseconds can arrive in any order) and widen the time threshold,
+    /// as RACK does.
+    fn spurious_loss(&mut self, p: usize) {
+        let path = &mut self.paths[p];
+        path.reorder_threshold = u64::MAX;
+        path.loss_eighths = (path.loss_eighths + 4).min(40);
+        self.counters.spurious_retransmissions += 1;
+        debug!(
+            eighths = path.loss_eighths,
+            "spurious retransmission: loss thresholds widened"
+        );
     }
 
     fn vfrag_fully_acked(&mut self, now: Instant, id: u64) {
