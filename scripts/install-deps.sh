@@ -7,6 +7,8 @@ pkgs=(
   gcc                           # C fixtures of the plugin-loading tests (impostor plugins)
   iproute2                      # network-namespace tests of rmca-run (multi-node placement)
   mpich                         # mpiexec.hydra: rmca ranks under MPICH's launcher (PMI-1)
+  slurmctld slurmd slurm-client # a single-node Slurm started by the tests (srun --mpi=pmi2)
+  util-linux                    # nsenter, for the namespaced Slurm test
   libibverbs-dev librdmacm-dev  # the verbs 'rdma' provider (rdma-sys)
   clang libclang-dev pkg-config # bindgen for rdma-sys
   ibverbs-providers rdma-core   # rxe provider library for the Soft-RoCE guest

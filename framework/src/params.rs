@@ -746,23 +746,26 @@ impl RawSources {
             .iter()
             .find(|(k, _)| k == CMDLINE_ENV)
             .map(|(_, v)| v.clone());
-        settings.extend(env_settings(
-            env.into_iter().filter(|(k, _)| k != CMDLINE_ENV),
-        ));
-        if let Some(text) = forwarded {
-            let mut fwd: Vec<RawSetting> = text
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(n, v)| RawSetting {
-                    name: n.to_owned(),
-                    value: v.to_owned(),
-                    source: Source::CommandLine,
-                })
-                .collect();
-            // The rank's own flags come after the launcher's so they win.
-            fwd.append(&mut cmdline);
-            cmdline = fwd;
-        }
+        let mut fwd: Vec<RawSetting> = forwarded
+            .as_deref()
+            .unwrap_or("")
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(n, v)| RawSetting {
+                name: n.to_owned(),
+                value: v.to_owned(),
+                source: Source::CommandLine,
+            })
+            .collect();
+        // The launcher also exports forwarded flags as RMCA_MCA_<name> (for tools that only read
+        // the environment); those copies are the command-line setting, not a second one.
+        let from_env = env_settings(env.into_iter().filter(|(k, _)| k != CMDLINE_ENV))
+            .into_iter()
+            .filter(|e| !fwd.iter().any(|f| f.name == e.name && f.value == e.value));
+        settings.extend(from_env);
+        // The rank's own flags come after the launcher's so they win.
+        fwd.append(&mut cmdline);
+        cmdline = fwd;
         settings.extend(cmdline);
         Ok(Self { settings })
     }

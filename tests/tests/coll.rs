@@ -212,7 +212,8 @@ fn rmca_bench_prints_json_lines_and_a_plot() {
     for o in &objs {
         assert_eq!(o["config"], "rmca");
         assert_eq!(o["ranks"], 2);
-        assert_eq!(o["runs"].as_array().map(Vec::len), Some(2), "{o}");
+        assert_eq!(o["values"].as_array().map(Vec::len), Some(2), "{o}");
+        assert_eq!(o["runs"], 2);
         assert!(o["median"].as_f64().is_some_and(|m| m > 0.0), "{o}");
     }
     assert!(objs

@@ -618,7 +618,8 @@ fn cq_overflow_is_reported() {
 
 #[test]
 fn qp_error_state_flushes() {
-    let (a, qa, b, qb) = rc_pair(64, QpCaps::default(), RcParams::default());
+    // rnr_retry 1: whether the errored peer stays silent or NAKs, the healthy side must fail.
+    let (a, qa, b, qb) = rc_pair(64, QpCaps::default(), fast_rnr(1));
     recv(&qb, 1, b.mr.sge(0, 16).unwrap());
     recv(&qb, 2, b.mr.sge(16, 16).unwrap());
     qb.modify_to_error().unwrap();

@@ -156,7 +156,7 @@ fn main() {
     let mut json = Vec::new();
     println!(
         "{:>6} {:>14} {:>14} {:>8} {:>6}",
-        "bytes", "btl-ud us", "udp us", "ratio", "lost"
+        "bytes", "btl-ud us", "udp us", "ratio", "timeouts"
     );
     for &size in &sizes {
         let mut ud_runs = Vec::new();
@@ -196,8 +196,10 @@ fn main() {
             ud / udp
         ));
     }
+    let provider = std::env::var("RMCA_MCA_btl_ud_provider").unwrap_or_else(|_| "auto".into());
     println!(
-        "{{\"bench\":\"btl-ud pingpong\",\"iterations\":{iters},\"runs\":{runs},\"results\":[{}]}}",
+        "{{\"bench\":\"btl-ud pingpong\",\"provider\":\"{provider}\",\"mtu\":{},\"iterations\":{iters},\"runs\":{runs},\"results\":[{}]}}",
+        max + 4,
         json.join(",")
     );
 }

@@ -120,6 +120,10 @@ pub struct UdBtl {
     ticks: u32,
     credits: u64,
     repost_batch: usize,
+    /// Why the module can no longer carry traffic (a QP or CQ failed), and whether the PML
+    /// was told through `peer_failed`.
+    fatal: Option<String>,
+    fatal_reported: bool,
     stats: Stats,
     memory: Arc<MemoryCounter>,
 }
@@ -301,6 +305,8 @@ impl UdBtl {
             ticks: 0,
             credits: send_n as u64,
             repost_batch: cfg.repost_batch.min((recv_n / 4).max(1)),
+            fatal: None,
+            fatal_reported: false,
             stats: Stats::default(),
             memory: counter,
         };
@@ -441,6 +447,7 @@ impl UdBtl {
                 Err(e) => {
                     self.stats.cq_errors += 1;
                     tracing::error!(error = %e, "btl-ud: send CQ failed");
+                    self.fail(format!("btl-ud send completion queue failed: {e}"));
                     return done;
                 }
             };
@@ -453,6 +460,9 @@ impl UdBtl {
                 if wc.wr_id & WR_INLINE == 0 {
                     self.send_pool
                         .free(PoolBuf::from_id(wc.wr_id & (WR_INLINE - 1)));
+                }
+                if wc.status == WcStatus::WrFlushError {
+                    self.fail("a btl-ud send QP entered the error state".into());
                 }
                 if wc.status != WcStatus::Success {
                     self.stats.send_errors += 1;
@@ -491,6 +501,7 @@ impl UdBtl {
             Err(e) => {
                 self.stats.cq_errors += 1;
                 tracing::error!(error = %e, "btl-ud: receive CQ failed");
+                self.fail(format!("btl-ud receive completion queue failed: {e}"));
                 return 0;
             }
         };
@@ -535,10 +546,20 @@ impl UdBtl {
         // Repost consumed buffers together, straight from the receive path, once a batch of
         // them is free (each post costs a doorbell, or a syscall on the soft provider).
         let free = self.recv_pool.capacity() - self.recv_pool.in_use();
-        if n > 0 && free >= self.repost_batch && !self.recv_qp_in_error() {
+        if self.recv_qp_in_error() {
+            self.fail("the btl-ud receive QP entered the error state".into());
+        } else if n > 0 && free >= self.repost_batch {
             self.refill();
         }
         delivered
+    }
+
+    /// The module cannot carry traffic any more: remember why; `progress` tells the PML.
+    fn fail(&mut self, reason: String) {
+        if self.fatal.is_none() {
+            tracing::error!(%reason, "btl-ud: module failed");
+            self.fatal = Some(reason);
+        }
     }
 
     fn recv_qp_in_error(&self) -> bool {
@@ -652,6 +673,12 @@ impl Btl for UdBtl {
         if !matches!(self.peers.get(peer as usize), Some(Some(_))) {
             return Err(SendError::Unreachable(peer));
         }
+        if let Some(reason) = &self.fatal {
+            return Err(SendError::PeerFailed {
+                peer,
+                reason: reason.clone(),
+            });
+        }
         let mut hdr = [0u8; HEADER_LEN];
         FragRepr {
             tag,
@@ -700,7 +727,17 @@ impl Btl for UdBtl {
             self.flush_pending();
         }
         let delivered = self.poll_receives(events);
-        delivered + completed
+        let mut reported = 0;
+        if let (Some(reason), false) = (&self.fatal, self.fatal_reported) {
+            self.fatal_reported = true;
+            for (rank, p) in self.peers.iter().enumerate() {
+                if p.is_some() {
+                    events.peer_failed(rank as Rank, reason);
+                    reported += 1;
+                }
+            }
+        }
+        delivered + completed + reported
     }
 
     fn memory_usage(&self) -> MemoryUsage {
@@ -772,5 +809,91 @@ impl Btl for UdBtl {
         for qp in self.send_qps.iter().chain(std::iter::once(&self.recv_qp)) {
             let _ = qp.modify_to_error();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use rmca_framework::btl::CompletionToken;
+    use rmca_framework::modex::{LocalModex, ModexWrite};
+    use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
+
+    #[derive(Default)]
+    struct Failures(Vec<(Rank, String)>);
+    impl BtlEvents for Failures {
+        fn recv(&mut self, _peer: Rank, _tag: BtlTag, _data: &[u8]) {}
+        fn rdma_complete(&mut self, _t: CompletionToken, _r: Result<(), SendError>) {}
+        fn peer_failed(&mut self, peer: Rank, reason: &str) {
+            self.0.push((peer, reason.to_owned()));
+        }
+    }
+
+    fn soft_cfg() -> UdConfig {
+        let mut specs = Vec::new();
+        config::register(&mut ParamRegistrar::new("btl", "ud", &mut specs));
+        let env = vec![
+            ("RMCA_MCA_btl_ud_provider".to_owned(), "soft".to_owned()),
+            ("RMCA_MCA_btl_ud_recv_buffers".to_owned(), "16".to_owned()),
+        ];
+        let raw = RawSources::from_parts(None, None, false, env, vec![]).unwrap();
+        UdConfig::from_params(&ParamStore::resolve(specs, &raw).unwrap(), 0).unwrap()
+    }
+
+    fn job(rank: Rank) -> JobInfo {
+        JobInfo {
+            rank,
+            size: 2,
+            job_id: "fatal".into(),
+            secret: b"fatal".to_vec(),
+            node_of: vec![0, 0],
+            node_names: vec!["n".into()],
+        }
+    }
+
+    #[test]
+    fn a_receive_qp_in_error_fails_every_peer_once_and_refuses_sends() {
+        let modex = LocalModex::new();
+        let mem = MemoryAccounting::new();
+        let mut b: Vec<UdBtl> = (0..2)
+            .map(|r| {
+                let m = UdBtl::open(&soft_cfg(), &job(r), &mem).unwrap();
+                modex
+                    .writer(r)
+                    .put(MODEX_KEY, &m.card().to_bytes())
+                    .unwrap();
+                m
+            })
+            .collect();
+        for (r, m) in b.iter_mut().enumerate() {
+            assert_eq!(
+                m.add_procs(&job(r as Rank).procs(), &modex).unwrap(),
+                vec![true, true]
+            );
+        }
+        b[1].recv_qp.modify_to_error().unwrap();
+        let mut ev = Failures::default();
+        b[1].progress(&mut ev);
+        assert_eq!(
+            ev.0.iter().map(|f| f.0).collect::<Vec<_>>(),
+            vec![0, 1],
+            "{:?}",
+            ev.0
+        );
+        assert!(ev.0[0].1.contains("error state"));
+        b[1].progress(&mut ev);
+        assert_eq!(ev.0.len(), 2, "reported once");
+        assert!(matches!(
+            b[1].send(0, 0x40, b"x", &[], SendHint::default()),
+            Err(SendError::PeerFailed { peer: 0, .. })
+        ));
+        assert_eq!(
+            b[1].recv_posted(),
+            0,
+            "flushed buffers are not reposted into a dead QP"
+        );
+        // The healthy module is unaffected.
+        assert!(b[0].send(1, 0x40, b"x", &[], SendHint::default()).is_ok());
     }
 }

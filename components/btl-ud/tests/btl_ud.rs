@@ -28,6 +28,11 @@ fn every_size_up_to_the_mtu_between_three_ranks() {
     let mut btls = ranks("job-sizes", &[s, s, s]);
     let a = btls[0].attributes().clone();
     let max = a.max_send_size;
+    eprintln!(
+        "provider {}: max_send_size {max} (MTU {})",
+        provider(),
+        max + 4
+    );
     assert_eq!(a.eager_limit, max, "eager limit follows the MTU");
     assert!(a
         .flags

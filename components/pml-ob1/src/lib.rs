@@ -21,11 +21,13 @@ pub mod hdr;
 pub mod sched;
 
 use rmca_framework::bml::Bml;
+use rmca_framework::btl::BtlFlags;
 use rmca_framework::component::{
     BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
 };
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
+use rmca_framework::rank::Rank;
 
 pub use engine::Ob1;
 pub use sched::Scheduling;
@@ -84,6 +86,37 @@ impl Ob1Config {
             use_rget: params.get_bool("pml_ob1_use_rget").map_err(e)?,
         })
     }
+}
+
+/// ob1 has no acknowledgements or checksums of its own: refuse BTLs that need them (they
+/// would lose or corrupt messages silently, and a lost fragment is a hang) with an error that
+/// says what to select instead.
+pub fn check_reliable(bml: &Bml) -> Result<(), PmlError> {
+    let unsafe_flags = BtlFlags::NEED_ACK | BtlFlags::NEED_CSUM;
+    for b in 0..bml.btl_count() {
+        let btl = bml.btl_ref(b);
+        if !btl.attributes().flags.intersects(unsafe_flags) {
+            continue;
+        }
+        let used = (0..bml.peer_count() as Rank).any(|p| {
+            let r = bml.routes(p);
+            r.eager
+                .iter()
+                .chain(&r.send)
+                .chain(&r.rdma)
+                .any(|x| x.btl == b)
+        });
+        if used {
+            return Err(PmlError::Init(format!(
+                "btl {} delivers unreliably (it needs acknowledgements/checksums from the PML), \
+                 which pml ob1 does not provide: select pml dr (--mca pml dr) or exclude the btl \
+                 (--mca btl ^{})",
+                btl.component_name(),
+                btl.component_name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The ob1 component.
@@ -160,6 +193,7 @@ impl PmlComponent for Ob1Component {
 
     fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError> {
         let cfg = Ob1Config::from_params(ctx.params)?;
+        check_reliable(&bml)?;
         tracing::debug!(?cfg, "pml ob1 init");
         Ok(Box::new(Ob1::new(bml, cfg)))
     }

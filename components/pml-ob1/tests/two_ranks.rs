@@ -620,3 +620,29 @@ fn eager_uses_the_lowest_latency_rail_and_bulk_the_highest_bandwidth() {
     assert_eq!(h[1].frags_to(1), 2);
     assert!(h[0].frags_to(1) >= 1_000_000 / (64 * 1024));
 }
+
+#[test]
+fn unreliable_btls_are_refused_with_advice() {
+    use rmca_framework::bml::Bml;
+    use rmca_framework::btl::Btl;
+    use rmca_framework::modex::LocalModex;
+    use rmca_framework::rank::ProcInfo;
+    let rail = MemConfig {
+        flags: BtlFlags::SEND | BtlFlags::NEED_ACK,
+        ..MemConfig::default()
+    };
+    let procs: Vec<ProcInfo> = (0..2)
+        .map(|r| ProcInfo {
+            rank: r,
+            node: 0,
+            is_self: r == 0,
+        })
+        .collect();
+    let btls: Vec<Box<dyn Btl>> = vec![
+        Box::new(rmca_btl_self::BtlSelf::new(Default::default())),
+        Box::new(MemBtl::new(0, rail, LinkHandle::default())),
+    ];
+    let bml = Bml::build(btls, &procs, &LocalModex::new()).unwrap();
+    let err = rmca_pml_ob1::check_reliable(&bml).unwrap_err().to_string();
+    assert!(err.contains("pml dr") && err.contains("btl mem"), "{err}");
+}

@@ -139,6 +139,24 @@ fn launcher_forwarded_flags_are_command_line_and_beat_env() {
     );
 }
 
+#[test]
+fn a_forwarded_flag_exported_to_the_environment_too_is_one_setting() {
+    let envs = vec![
+        env("btl_ud_sendqps", "9"),
+        (CMDLINE_ENV.into(), "btl_ud_sendqps=9\n".into()),
+    ];
+    let raw = RawSources::from_parts(None, None, false, envs, vec![]).unwrap();
+    let errs = errors(raw);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0]
+            .to_string()
+            .contains("(set by command line (--mca))"),
+        "{}",
+        errs[0]
+    );
+}
+
 fn errors(raw: RawSources) -> Vec<ParamError> {
     ParamStore::resolve(specs(), &raw).unwrap_err()
 }

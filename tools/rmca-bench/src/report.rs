@@ -155,7 +155,7 @@ impl Results {
                         "median": s.median,
                         "min": s.min,
                         "max": s.max,
-                        "runs": runs,
+                        "values": runs,
                     });
                     if let (Some(o), Some(ctx)) = (obj.as_object_mut(), context.as_object()) {
                         for (k, v) in ctx {
@@ -431,6 +431,7 @@ mod tests {
         assert_eq!(v["size"], 0);
         assert_eq!(v["median"], 2.0);
         assert_eq!(v["ranks"], 2);
+        assert_eq!(v["values"], serde_json::json!([1.0, 3.0, 2.0]));
         assert_eq!(v["ratio_rmca_over"]["mpich"], 2.0);
     }
 

@@ -3,6 +3,9 @@
 //! Threads only move bytes and report process exits over one channel; all decisions are taken
 //! on the main thread by [`rmca_rte::server::PmiServer`] and [`crate::monitor::JobMonitor`].
 
+/// Environment variable listing the `--mca` settings (read by `rmca_framework::params`).
+pub const MCA_CMDLINE_ENV: &str = "RMCA_MCA_CMDLINE";
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -261,6 +264,12 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         }
         for (k, v) in &o.mca {
             env.push((format!("{}{k}", rmca_rte::MCA_ENV_PREFIX), v.clone()));
+        }
+        if !o.mca.is_empty() {
+            // Also say which of those came from `--mca`, so the ranks report them (and rank them)
+            // as command-line settings rather than environment ones: one `name=value` per line.
+            let listed: String = o.mca.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            env.push((MCA_CMDLINE_ENV.into(), listed));
         }
         let mut child_end = None;
         if let Some(port) = &pmi_port {

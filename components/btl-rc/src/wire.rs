@@ -1,0 +1,524 @@
+//! Byte formats of btl-rc, smoltcp style: zero-copy views (`Packet<T: AsRef<[u8]>>` with
+//! `new_checked`) separate from parsed `Repr`s.
+//!
+//! - The business card (modex): `"RC" | version u8 | provider u8 | addr_len u16 | UD CM address`.
+//! - Connection-management datagrams on the UD CM QP: `"RM" | version u8 | type u8 | src u32 |
+//!   dst u32 | job u32 | credits u16 | nqps u8 | 0 u8 | nqps x (len u16 | RC QP address)`.
+//! - The 16-byte header of every RC send: `kind u8 | tag u8 | credits u16 | seq u16 | aux u16 |
+//!   a u32 | b u32` (see [`FragKind`] for what `aux`, `a` and `b` mean per kind).
+//! - Records inside a coalesced buffer: `flags u8 | tag u8 | hdr_len u16 | payload_len u32 |
+//!   [hdr] | payload`, with [`REC_CACHED_HDR`] meaning "same header bytes as the previous record".
+
+use thiserror::Error;
+
+/// Why bytes were not accepted.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum WireError {
+    /// Shorter than its header or declared lengths.
+    #[error("truncated")]
+    Truncated,
+    /// Wrong magic.
+    #[error("bad magic")]
+    BadMagic,
+    /// Unknown version.
+    #[error("unsupported version {0}")]
+    Version(u8),
+    /// Unknown kind/type.
+    #[error("unknown kind {0}")]
+    Kind(u8),
+    /// A field has an impossible value.
+    #[error("malformed field {0}")]
+    Malformed(&'static str),
+}
+
+/// Format version of the card and CM datagrams.
+pub const VERSION: u8 = 1;
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Business card
+
+/// Parsed business card.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CardRepr {
+    /// 0 soft, 1 rdma.
+    pub provider: u8,
+    /// Address of the peer's UD connection-management QP.
+    pub cm_addr: Vec<u8>,
+}
+
+impl CardRepr {
+    /// Serialise.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(6 + self.cm_addr.len());
+        v.extend_from_slice(b"RC");
+        v.push(VERSION);
+        v.push(self.provider);
+        v.extend_from_slice(&(self.cm_addr.len() as u16).to_le_bytes());
+        v.extend_from_slice(&self.cm_addr);
+        v
+    }
+
+    /// Parse, checking every length.
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        if b.len() < 6 {
+            return Err(WireError::Truncated);
+        }
+        if &b[..2] != b"RC" {
+            return Err(WireError::BadMagic);
+        }
+        if b[2] != VERSION {
+            return Err(WireError::Version(b[2]));
+        }
+        let len = usize::from(u16_at(b, 4));
+        let addr = b.get(6..6 + len).ok_or(WireError::Truncated)?;
+        Ok(Self {
+            provider: b[3],
+            cm_addr: addr.to_vec(),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection management datagrams
+
+/// Connection-management message types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmType {
+    /// "Here are my QPs; connect to them and answer with yours."
+    Req = 1,
+    /// "Connected to yours; here are mine."
+    Rep = 2,
+}
+
+/// Fixed part of a CM datagram.
+pub const CM_HEADER_LEN: usize = 20;
+
+/// Zero-copy view of a CM datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct CmPacket<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> CmPacket<T> {
+    /// Wrap and check magic, version, type and every length.
+    pub fn new_checked(buf: T) -> Result<Self, WireError> {
+        let b = buf.as_ref();
+        if b.len() < CM_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if &b[..2] != b"RM" {
+            return Err(WireError::BadMagic);
+        }
+        if b[2] != VERSION {
+            return Err(WireError::Version(b[2]));
+        }
+        if !matches!(b[3], 1 | 2) {
+            return Err(WireError::Kind(b[3]));
+        }
+        if b[18] == 0 {
+            return Err(WireError::Malformed("nqps"));
+        }
+        let mut off = CM_HEADER_LEN;
+        for _ in 0..b[18] {
+            let len = usize::from(u16_at(b, off.min(b.len().saturating_sub(2))));
+            if off + 2 > b.len() || off + 2 + len > b.len() {
+                return Err(WireError::Truncated);
+            }
+            off += 2 + len;
+        }
+        Ok(Self { buf })
+    }
+    /// Message type.
+    pub fn cm_type(&self) -> CmType {
+        if self.buf.as_ref()[3] == 1 {
+            CmType::Req
+        } else {
+            CmType::Rep
+        }
+    }
+    /// Sender rank.
+    pub fn src(&self) -> u32 {
+        u32_at(self.buf.as_ref(), 4)
+    }
+    /// Destination rank.
+    pub fn dst(&self) -> u32 {
+        u32_at(self.buf.as_ref(), 8)
+    }
+    /// Job tag.
+    pub fn job(&self) -> u32 {
+        u32_at(self.buf.as_ref(), 12)
+    }
+    /// Data credits the sender posted per QP (0 with an SRQ).
+    pub fn credits(&self) -> u16 {
+        u16_at(self.buf.as_ref(), 16)
+    }
+    /// The RC QP addresses.
+    pub fn addrs(&self) -> Vec<Vec<u8>> {
+        let b = self.buf.as_ref();
+        let mut off = CM_HEADER_LEN;
+        (0..b[18])
+            .map(|_| {
+                let len = usize::from(u16_at(b, off));
+                let a = b[off + 2..off + 2 + len].to_vec();
+                off += 2 + len;
+                a
+            })
+            .collect()
+    }
+}
+
+/// Parsed CM datagram.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CmRepr {
+    /// Type.
+    pub cm_type: CmType,
+    /// Sender rank.
+    pub src: u32,
+    /// Destination rank.
+    pub dst: u32,
+    /// Job tag.
+    pub job: u32,
+    /// Per-QP data credits.
+    pub credits: u16,
+    /// RC QP addresses (1..=255).
+    pub addrs: Vec<Vec<u8>>,
+}
+
+impl CmRepr {
+    /// Parse a checked packet.
+    pub fn parse<T: AsRef<[u8]>>(p: &CmPacket<T>) -> Self {
+        Self {
+            cm_type: p.cm_type(),
+            src: p.src(),
+            dst: p.dst(),
+            job: p.job(),
+            credits: p.credits(),
+            addrs: p.addrs(),
+        }
+    }
+    /// Serialise.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(b"RM");
+        v.push(VERSION);
+        v.push(self.cm_type as u8);
+        v.extend_from_slice(&self.src.to_le_bytes());
+        v.extend_from_slice(&self.dst.to_le_bytes());
+        v.extend_from_slice(&self.job.to_le_bytes());
+        v.extend_from_slice(&self.credits.to_le_bytes());
+        v.push(self.addrs.len() as u8);
+        v.push(0);
+        for a in &self.addrs {
+            v.extend_from_slice(&(a.len() as u16).to_le_bytes());
+            v.extend_from_slice(a);
+        }
+        v
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RC fragment header
+
+/// Length of the header in front of every RC send.
+pub const FRAG_HEADER_LEN: usize = 16;
+/// Length of a record header inside a coalesced buffer.
+pub const REC_HEADER_LEN: usize = 8;
+/// Record flag: the PML header is the previous record's (not repeated on the wire).
+pub const REC_CACHED_HDR: u8 = 1;
+
+/// What an RC send carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FragKind {
+    /// One fragment: `seq`; payload follows. `a` = PML header length (informational).
+    Data = 1,
+    /// `aux` fragments with consecutive seqs from `seq`, as records.
+    Coalesced = 2,
+    /// One stripe of fragment `seq`: `aux` = index << 8 | count, `a` = total length, `b` = offset.
+    Stripe = 3,
+    /// Credits only (control, no seq).
+    Credit = 4,
+    /// Ready to use: the requester's first message on a new connection (control, no seq).
+    Rtu = 5,
+}
+
+impl FragKind {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::Data,
+            2 => Self::Coalesced,
+            3 => Self::Stripe,
+            4 => Self::Credit,
+            5 => Self::Rtu,
+            _ => return None,
+        })
+    }
+    /// Control messages bypass credits and never carry a seq.
+    pub fn is_control(self) -> bool {
+        matches!(self, Self::Credit | Self::Rtu)
+    }
+}
+
+/// Zero-copy view of an RC send.
+#[derive(Debug, Clone, Copy)]
+pub struct FragPacket<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> FragPacket<T> {
+    /// Wrap and check the header (kind, stripe geometry).
+    pub fn new_checked(buf: T) -> Result<Self, WireError> {
+        let b = buf.as_ref();
+        if b.len() < FRAG_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        let kind = FragKind::from_u8(b[0]).ok_or(WireError::Kind(b[0]))?;
+        let p = Self { buf };
+        match kind {
+            FragKind::Coalesced if p.aux() == 0 => return Err(WireError::Malformed("count")),
+            FragKind::Stripe => {
+                let (idx, n) = p.stripe();
+                let body = p.body().len() as u64;
+                if n == 0 || idx >= n || u64::from(p.b()) + body > u64::from(p.a()) {
+                    return Err(WireError::Malformed("stripe"));
+                }
+            }
+            _ => {}
+        }
+        Ok(p)
+    }
+    /// Kind.
+    pub fn kind(&self) -> FragKind {
+        FragKind::from_u8(self.buf.as_ref()[0]).expect("checked")
+    }
+    /// BTL tag.
+    pub fn tag(&self) -> u8 {
+        self.buf.as_ref()[1]
+    }
+    /// Piggybacked credits.
+    pub fn credits(&self) -> u16 {
+        u16_at(self.buf.as_ref(), 2)
+    }
+    /// Per-peer sequence number.
+    pub fn seq(&self) -> u16 {
+        u16_at(self.buf.as_ref(), 4)
+    }
+    /// Kind-specific.
+    pub fn aux(&self) -> u16 {
+        u16_at(self.buf.as_ref(), 6)
+    }
+    /// Kind-specific.
+    pub fn a(&self) -> u32 {
+        u32_at(self.buf.as_ref(), 8)
+    }
+    /// Kind-specific.
+    pub fn b(&self) -> u32 {
+        u32_at(self.buf.as_ref(), 12)
+    }
+    /// Stripe index and count.
+    pub fn stripe(&self) -> (u8, u8) {
+        let aux = self.aux();
+        ((aux >> 8) as u8, aux as u8)
+    }
+    /// Bytes after the header.
+    pub fn body(&self) -> &[u8] {
+        &self.buf.as_ref()[FRAG_HEADER_LEN..]
+    }
+}
+
+/// Parsed RC header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragRepr {
+    /// Kind.
+    pub kind: FragKind,
+    /// Tag.
+    pub tag: u8,
+    /// Credits returned.
+    pub credits: u16,
+    /// Seq.
+    pub seq: u16,
+    /// See [`FragKind`].
+    pub aux: u16,
+    /// See [`FragKind`].
+    pub a: u32,
+    /// See [`FragKind`].
+    pub b: u32,
+}
+
+impl FragRepr {
+    /// A control header.
+    pub fn control(kind: FragKind, credits: u16) -> Self {
+        Self {
+            kind,
+            tag: 0,
+            credits,
+            seq: 0,
+            aux: 0,
+            a: 0,
+            b: 0,
+        }
+    }
+    /// Write into the first [`FRAG_HEADER_LEN`] bytes of `out`.
+    pub fn emit(&self, out: &mut [u8]) {
+        out[0] = self.kind as u8;
+        out[1] = self.tag;
+        out[2..4].copy_from_slice(&self.credits.to_le_bytes());
+        out[4..6].copy_from_slice(&self.seq.to_le_bytes());
+        out[6..8].copy_from_slice(&self.aux.to_le_bytes());
+        out[8..12].copy_from_slice(&self.a.to_le_bytes());
+        out[12..16].copy_from_slice(&self.b.to_le_bytes());
+    }
+    /// Parse a checked packet.
+    pub fn parse<T: AsRef<[u8]>>(p: &FragPacket<T>) -> Self {
+        Self {
+            kind: p.kind(),
+            tag: p.tag(),
+            credits: p.credits(),
+            seq: p.seq(),
+            aux: p.aux(),
+            a: p.a(),
+            b: p.b(),
+        }
+    }
+}
+
+/// One record of a coalesced buffer, borrowed from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Tag.
+    pub tag: u8,
+    /// The PML header bytes (resolved from the previous record when cached).
+    pub header: &'a [u8],
+    /// Payload.
+    pub payload: &'a [u8],
+}
+
+/// Split a coalesced body into `count` records, resolving cached headers.
+pub fn parse_records(body: &[u8], count: u16) -> Result<Vec<Record<'_>>, WireError> {
+    let mut out: Vec<Record<'_>> = Vec::with_capacity(usize::from(count));
+    let mut off = 0usize;
+    for _ in 0..count {
+        let h = body
+            .get(off..off + REC_HEADER_LEN)
+            .ok_or(WireError::Truncated)?;
+        let flags = h[0];
+        let tag = h[1];
+        let hdr_len = usize::from(u16_at(h, 2));
+        let pay_len = u32_at(h, 4) as usize;
+        off += REC_HEADER_LEN;
+        let header = if flags & REC_CACHED_HDR != 0 {
+            let prev = out.last().ok_or(WireError::Malformed("cached header first"))?;
+            if prev.header.len() != hdr_len {
+                return Err(WireError::Malformed("cached header length"));
+            }
+            prev.header
+        } else {
+            let hb = body
+                .get(off..off + hdr_len)
+                .ok_or(WireError::Truncated)?;
+            off += hdr_len;
+            hb
+        };
+        let payload = body
+            .get(off..off.checked_add(pay_len).ok_or(WireError::Truncated)?)
+            .ok_or(WireError::Truncated)?;
+        off += pay_len;
+        out.push(Record {
+            tag,
+            header,
+            payload,
+        });
+    }
+    if off != body.len() {
+        return Err(WireError::Malformed("trailing bytes"));
+    }
+    Ok(out)
+}
+
+/// Append one record to a coalesced body; `cached` omits the header bytes.
+pub fn emit_record(out: &mut Vec<u8>, tag: u8, header: &[u8], payload: &[u8], cached: bool) {
+    out.push(if cached { REC_CACHED_HDR } else { 0 });
+    out.push(tag);
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    if !cached {
+        out.extend_from_slice(header);
+    }
+    out.extend_from_slice(payload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn card_roundtrip_and_rejects() {
+        let c = CardRepr {
+            provider: 1,
+            cm_addr: vec![1, 2, 3],
+        };
+        assert_eq!(CardRepr::parse(&c.to_bytes()), Ok(c.clone()));
+        let mut b = c.to_bytes();
+        b[0] = b'X';
+        assert_eq!(CardRepr::parse(&b), Err(WireError::BadMagic));
+        assert_eq!(
+            CardRepr::parse(&c.to_bytes()[..7]),
+            Err(WireError::Truncated)
+        );
+    }
+
+    #[test]
+    fn records_with_cached_header() {
+        let mut body = Vec::new();
+        emit_record(&mut body, 7, b"HDR", b"one", false);
+        emit_record(&mut body, 7, b"HDR", b"", true);
+        emit_record(&mut body, 8, b"", b"xyz", false);
+        let r = parse_records(&body, 3).unwrap();
+        assert_eq!(r[1].header, b"HDR");
+        assert_eq!(r[1].payload, b"");
+        assert_eq!((r[2].tag, r[2].payload), (8, &b"xyz"[..]));
+        assert!(parse_records(&body, 4).is_err());
+        assert!(parse_records(&body, 2).is_err(), "trailing bytes");
+    }
+
+    proptest! {
+        #[test]
+        fn cm_roundtrip(src in any::<u32>(), dst in any::<u32>(), job in any::<u32>(),
+                        credits in any::<u16>(), addrs in proptest::collection::vec(
+                            proptest::collection::vec(any::<u8>(), 0..40), 1..8), req in any::<bool>()) {
+            let r = CmRepr { cm_type: if req { CmType::Req } else { CmType::Rep }, src, dst, job, credits, addrs };
+            let b = r.to_bytes();
+            let p = CmPacket::new_checked(&b[..]).unwrap();
+            prop_assert_eq!(CmRepr::parse(&p), r);
+            for cut in 0..b.len() {
+                prop_assert!(CmPacket::new_checked(&b[..cut]).is_err());
+            }
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), count in 0u16..10) {
+            let _ = CardRepr::parse(&bytes);
+            if let Ok(p) = CmPacket::new_checked(&bytes[..]) { let _ = CmRepr::parse(&p); }
+            if let Ok(p) = FragPacket::new_checked(&bytes[..]) {
+                let r = FragRepr::parse(&p);
+                if r.kind == FragKind::Coalesced { let _ = parse_records(p.body(), count); }
+            }
+        }
+
+        #[test]
+        fn frag_header_roundtrip(tag in any::<u8>(), credits in any::<u16>(), seq in any::<u16>(), n in 1u16..100) {
+            let r = FragRepr { kind: FragKind::Coalesced, tag, credits, seq, aux: n, a: 0, b: 0 };
+            let mut b = [0u8; FRAG_HEADER_LEN];
+            r.emit(&mut b);
+            let p = FragPacket::new_checked(&b[..]).unwrap();
+            prop_assert_eq!(FragRepr::parse(&p), r);
+        }
+    }
+}
