@@ -38,6 +38,7 @@ use thiserror::Error;
 // are linked into every program that uses rmca.
 use rmca_btl_self as _;
 use rmca_btl_shm as _;
+use rmca_btl_ud as _;
 use rmca_pml_dr as _;
 use rmca_pml_ob1 as _;
 

@@ -1238,12 +1238,19 @@ impl Core {
             let Some(id) = self.active.pop_front() else {
                 break;
             };
+            let blocked_before = self.stats.would_block;
             if self.step(id, bml) {
                 self.active.push_back(id);
             } else if let Some(r) = self.reqs.get_mut(id) {
                 r.active = false;
             }
             n += 1;
+            // A BTL is out of resources: retrying every other queued request in this pass
+            // would mostly fail again, and with 10^5 queued sends that is quadratic. The queue
+            // rotated, so the next pass starts after this request.
+            if self.stats.would_block != blocked_before {
+                break;
+            }
         }
         n
     }

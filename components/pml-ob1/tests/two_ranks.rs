@@ -419,7 +419,12 @@ fn five_gib_transfer() {
 #[test]
 fn hundred_thousand_outstanding_requests() {
     const N: usize = 100_000;
-    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    // Back-pressure too, so that queued work must not be retried quadratically.
+    let rail = MemConfig {
+        would_block_every: 50,
+        ..MemConfig::default()
+    };
+    let (mut a, mut b, _) = pair(&one_rail(rail), Ob1Config::default());
     let payloads: Vec<[u8; 8]> = (0..N as u64).map(|i| i.to_le_bytes()).collect();
     let mut bufs = vec![[0u8; 8]; N];
     let mut reqs = Vec::with_capacity(2 * N);

@@ -35,7 +35,7 @@ benchmarks: latency bw bibw msgrate allconn barrier allreduce (all: every one)
   --vs               also run Open MPI (ob1/vader and UCX) and MPICH on bench/osu_like.c and
                      print the ratios rmca/peer
   --peers LIST       peers for --vs (default ompi-vader,ompi-ucx,mpich)
-  --json             print one JSON object per line instead of tables
+  --json             print one JSON object per line (the tables go to stderr)
   --plot FILE.svg    draw the size sweeps (log-log) into FILE.svg
   --no-bind          do not bind ranks to cores (default: rank r on core r % ncores)
   --timeout S        per-job time limit in seconds (default 600)";
@@ -290,6 +290,8 @@ fn drive(o: &Opts) -> Result<(), String> {
             for l in results.json_lines(bench, &ctx) {
                 println!("{l}");
             }
+            // The table still goes to the terminal, out of the way of the JSON stream.
+            eprint!("{}", results.table(bench, o.ranks, o.runs));
         } else {
             print!("{}", results.table(bench, o.ranks, o.runs));
         }

@@ -95,10 +95,14 @@ impl Results {
             } else {
                 "lower is better"
             };
+            let title = if *metric == bench.name() {
+                bench.name().to_owned()
+            } else {
+                format!("{}: {metric}", bench.name())
+            };
             let _ = writeln!(
                 out,
-                "# {} {metric} ({unit}, {better}), {ranks} ranks, median [min..max] of {runs} runs",
-                bench.name()
+                "# {title} ({unit}, {better}), {ranks} ranks, median [min..max] of {runs} runs"
             );
             let _ = write!(out, "{:>9}", "size");
             for c in &self.configs {

@@ -111,6 +111,11 @@ impl BtlEvents for Sink {
     }
 }
 
+/// `n` empty sinks.
+pub fn sinks(n: usize) -> Vec<Sink> {
+    (0..n).map(|_| Sink::default()).collect()
+}
+
 /// A module's counters as a map.
 pub fn counters(b: &dyn Btl) -> HashMap<String, u64> {
     b.counters().into_iter().collect()
