@@ -488,8 +488,9 @@ pub struct Cq {
 
 impl Cq {
     /// Polls up to `out.len()` completions; returns how many were written. The soft provider
-    /// progresses the CQ's QPs here (socket I/O, timers). After an overflow, once the queued
-    /// entries are drained, returns [`Error::CqOverflow`].
+    /// progresses the CQ's QPs here (socket I/O, timers); an empty `out` progresses without
+    /// consuming completions. After an overflow, once the queued entries are drained, returns
+    /// [`Error::CqOverflow`] (the rdma provider reports overflow as [`AsyncEvent::CqError`]).
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         match &self.imp {
             CqImpl::Soft(c) => c.poll(out),

@@ -1,4 +1,6 @@
 //! btl-rc's MCA parameters (`btl_rc_*`) and their checked, typed form.
+// ParamError carries its source by value (as in the framework); this runs once at init.
+#![allow(clippy::result_large_err)]
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -228,7 +230,9 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     );
     p.add(
         Param::size("stripe_threshold", defaults::STRIPE_THRESHOLD)
-            .help("Messages at least this long are striped over the QPs (policies striping and epc)")
+            .help(
+                "Messages at least this long are striped over the QPs (policies striping and epc)",
+            )
             .level(Level::Tuning),
     );
     p.add(
@@ -314,7 +318,13 @@ impl RcConfig {
             "round_robin" => Policy::RoundRobin,
             "striping" => Policy::Striping,
             "epc" => Policy::Epc,
-            other => return Err(bad("qp_policy", other, "binding, round_robin, striping or epc")),
+            other => {
+                return Err(bad(
+                    "qp_policy",
+                    other,
+                    "binding, round_robin, striping or epc",
+                ))
+            }
         };
         let max_send_size = size("max_send_size")?;
         if !(1024..=1 << 20).contains(&max_send_size) {
@@ -383,7 +393,10 @@ mod tests {
                 max: 256
             })
         );
-        assert!(RecvQueues::parse("S,64,64").is_none(), "low must be below initial");
+        assert!(
+            RecvQueues::parse("S,64,64").is_none(),
+            "low must be below initial"
+        );
         assert!(RecvQueues::parse("P,1").is_none());
         assert!(RecvQueues::parse("X,4").is_none());
         assert!(RecvQueues::parse("P,4,x").is_none());

@@ -17,6 +17,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+/// Cap of the retransmission timeout, in multiples of the first one.
+const MAX_BACKOFF: u32 = 32;
+
 /// Where a connection is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
@@ -132,7 +135,11 @@ impl Connection {
                     // Our request wins; the peer will accept it.
                     tracing::debug!(me = self.me, peer = self.peer, "connect collision: we win");
                 } else {
-                    tracing::debug!(me = self.me, peer = self.peer, "connect collision: we accept");
+                    tracing::debug!(
+                        me = self.me,
+                        peer = self.peer,
+                        "connect collision: we accept"
+                    );
                     self.accept(now, remote, credits);
                 }
             }
@@ -141,7 +148,10 @@ impl Connection {
                     // Our REP was lost: say it again.
                     self.actions.push_back(Action::SendRep);
                 } else {
-                    tracing::warn!(peer = self.peer, "REQ with other QPs while accepting: ignored");
+                    tracing::warn!(
+                        peer = self.peer,
+                        "REQ with other QPs while accepting: ignored"
+                    );
                 }
             }
             State::Connected | State::Failed => {}
@@ -155,7 +165,8 @@ impl Connection {
             .push_back(Action::ConnectQps { remote, credits });
         self.actions.push_back(Action::SendRep);
         // The requester retransmits its REQ if our REP is lost; we only time out to give up.
-        let total = self.first_rto * (1u32 << self.max_retries.min(16)).saturating_mul(2);
+        // Longer than the requester can keep retrying, so we never give up first.
+        let total = self.first_rto * MAX_BACKOFF * (self.max_retries + 1) * 2;
         self.deadline = Some(now + total);
     }
 
@@ -204,7 +215,8 @@ impl Connection {
         match self.state {
             State::Requesting if self.retries_left > 0 => {
                 self.retries_left -= 1;
-                self.rto = self.rto.saturating_mul(2);
+                // Exponential backoff, capped so a long outage does not stall for minutes.
+                self.rto = self.rto.saturating_mul(2).min(self.first_rto * MAX_BACKOFF);
                 self.send_req(now);
             }
             State::Requesting => self.fail(&format!(
@@ -247,7 +259,10 @@ mod tests {
             drain(&mut b),
             vec![
                 Action::CreateQps,
-                Action::ConnectQps { remote: addrs(0), credits: 8 },
+                Action::ConnectQps {
+                    remote: addrs(0),
+                    credits: 8
+                },
                 Action::SendRep
             ]
         );
@@ -256,7 +271,10 @@ mod tests {
         assert_eq!(
             drain(&mut a),
             vec![
-                Action::ConnectQps { remote: addrs(1), credits: 8 },
+                Action::ConnectQps {
+                    remote: addrs(1),
+                    credits: 8
+                },
                 Action::SendRtu,
                 Action::Established
             ]
@@ -281,7 +299,13 @@ mod tests {
         assert!(drain(&mut a).is_empty(), "winner ignores the loser's REQ");
         assert_eq!(
             drain(&mut b),
-            vec![Action::ConnectQps { remote: addrs(0), credits: 4 }, Action::SendRep],
+            vec![
+                Action::ConnectQps {
+                    remote: addrs(0),
+                    credits: 4
+                },
+                Action::SendRep
+            ],
             "loser reuses its QPs and accepts"
         );
         a.handle_rep(addrs(1), 4);
@@ -334,7 +358,7 @@ mod tests {
             let mut established = [0u32; 2];
             // In flight: (to, kind 0=req 1=rep 2=inband)
             let mut wire: Vec<(usize, u8)> = Vec::new();
-            for _ in 0..400 {
+            for _ in 0..20_000 {
                 for i in 0..2 {
                     while let Some(a) = ends[i].poll_action() {
                         match a {

@@ -131,7 +131,8 @@ impl BufPool {
     }
     fn write(&self, id: u64, at: usize, data: &[u8]) {
         let (mr, off) = self.locate(id);
-        mr.write_at(off + at, data).expect("write inside the buffer");
+        mr.write_at(off + at, data)
+            .expect("write inside the buffer");
     }
     fn read(&self, id: u64, at: usize, out: &mut [u8]) {
         let (mr, off) = self.locate(id);
@@ -256,9 +257,9 @@ fn resolve_provider(choice: ProviderChoice) -> ProviderKind {
 
 /// FNV-1a of the job secret: CM datagrams of other jobs are dropped.
 fn job_tag(secret: &[u8]) -> u32 {
-    secret
-        .iter()
-        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
+    secret.iter().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 fn rc_params() -> RcParams {
@@ -722,11 +723,14 @@ impl RcBtl {
             return false;
         }
         match slot.credits.as_mut() {
-            Some(c) if !c.try_spend(1) => {
-                self.stats.credit_stalls += 1;
-                false
+            Some(c) => {
+                let ok = c.try_spend(1);
+                if !ok {
+                    self.stats.credit_stalls += 1;
+                }
+                ok
             }
-            _ => true,
+            None => true,
         }
     }
 
@@ -860,8 +864,9 @@ impl RcBtl {
             }
         }
         while let Some(front) = self.peers[pi].queue.front() {
+            let front_hint = front.hint;
             if self.peers[pi].queue.next_is_bundle() {
-                let qi = match self.peers[pi].sched.plan(0, front.hint) {
+                let qi = match self.peers[pi].sched.plan(0, front_hint) {
                     Plan::One(q) => q,
                     Plan::Stripe(_) => 0,
                 };
@@ -899,6 +904,7 @@ impl RcBtl {
                 let (h, pay) = data.split_at(hdr_len);
                 match self.try_send_now(pi, tag, seq, h, pay, hint) {
                     Ok(true) => {
+                        self.peers[pi].queue_front_mut().data = data;
                         self.peers[pi].queue.pop();
                         moved += 1;
                     }
@@ -961,10 +967,9 @@ impl RcBtl {
         let pi = m.src as usize;
         let valid = m.job == self.job_tag
             && m.dst == self.rank
-            && self
-                .peers
-                .get(pi)
-                .is_some_and(|p| p.reachable && p.ah.as_ref().is_some_and(|a| a.remote_qpn() == src_qp));
+            && self.peers.get(pi).is_some_and(|p| {
+                p.reachable && p.ah.as_ref().is_some_and(|a| a.remote_qpn() == src_qp)
+            });
         if !valid {
             self.stats.cm_dropped += 1;
             return;
@@ -1424,10 +1429,7 @@ impl Btl for RcBtl {
                         (self.rank as usize) ^ (r as usize),
                         self.cfg.stripe_threshold,
                     ),
-                    queue: SendQueue::new(
-                        self.cfg.coalescing,
-                        self.cfg.max_send_size,
-                    ),
+                    queue: SendQueue::new(self.cfg.coalescing, self.cfg.max_send_size),
                     tx_seq: 0,
                     rx: Reorder::default(),
                     rtu_due: false,
@@ -1514,12 +1516,10 @@ impl Btl for RcBtl {
         let p = &self.peers[pi];
         let direct = p.conn.is_connected() && p.queue.is_empty() && !p.rtu_due;
         let seq = p.tx_seq;
-        if direct {
-            if self.try_send_now(pi, tag, seq, header, payload, hint)? {
-                self.peers[pi].tx_seq = seq.wrapping_add(1);
-                self.stats.sent += 1;
-                return Ok(());
-            }
+        if direct && self.try_send_now(pi, tag, seq, header, payload, hint)? {
+            self.peers[pi].tx_seq = seq.wrapping_add(1);
+            self.stats.sent += 1;
+            return Ok(());
         }
         let p = &mut self.peers[pi];
         if p.queue.bytes() + len > self.cfg.pending_max {
@@ -1592,11 +1592,7 @@ impl Btl for RcBtl {
         self.progress_async();
         let now = Instant::now();
         for pi in 0..self.peers.len() {
-            if self.peers[pi]
-                .conn
-                .poll_timeout()
-                .is_some_and(|t| t <= now)
-            {
+            if self.peers[pi].conn.poll_timeout().is_some_and(|t| t <= now) {
                 self.peers[pi].conn.handle_timeout(now);
                 self.run_actions(pi, now);
             }

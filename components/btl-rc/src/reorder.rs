@@ -117,7 +117,8 @@ mod tests {
         fn delivers_in_order(n in 1usize..60, start in any::<u16>(), perm_seed in any::<u64>()) {
             let mut r = Reorder { next: start, ..Default::default() };
             // Fragment i: data [i as u8; i % 7 * 10]; every third is split in 3 stripes.
-            let mut arrivals: Vec<(usize, Option<(u8, usize, usize)>)> = Vec::new();
+            type Arrival = (usize, Option<(u8, usize, usize)>);
+            let mut arrivals: Vec<Arrival> = Vec::new();
             for i in 0..n {
                 let len = i % 7 * 10;
                 if i % 3 == 0 {

@@ -108,9 +108,16 @@ mod tests {
     #[test]
     fn epc_stripes_blocking_and_round_robins_nonblocking() {
         let mut s = QpScheduler::new(Policy::Epc, 4, 0, 16 << 10);
-        assert!(matches!(s.plan(64 << 10, hint(CommPattern::Blocking)), Plan::Stripe(v) if v.len() == 4));
-        assert!(matches!(s.plan(64 << 10, hint(CommPattern::Collective)), Plan::Stripe(_)));
-        let qs: Vec<Plan> = (0..4).map(|_| s.plan(64 << 10, hint(CommPattern::NonBlocking))).collect();
+        assert!(
+            matches!(s.plan(64 << 10, hint(CommPattern::Blocking)), Plan::Stripe(v) if v.len() == 4)
+        );
+        assert!(matches!(
+            s.plan(64 << 10, hint(CommPattern::Collective)),
+            Plan::Stripe(_)
+        ));
+        let qs: Vec<Plan> = (0..4)
+            .map(|_| s.plan(64 << 10, hint(CommPattern::NonBlocking)))
+            .collect();
         assert_eq!(qs, (0..4).map(Plan::One).collect::<Vec<_>>());
         assert_eq!(s.plan(100, hint(CommPattern::Blocking)), Plan::One(0));
     }

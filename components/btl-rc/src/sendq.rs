@@ -211,7 +211,14 @@ mod tests {
         q.push(p(1, b"h", b"b", true));
         q.push(p(2, b"R", &[0; 100], false));
         q.push(p(3, b"h", b"c", true));
-        assert!(matches!(q.pop(), Some(Item::Bundle { count: 2, cached: 1, .. })));
+        assert!(matches!(
+            q.pop(),
+            Some(Item::Bundle {
+                count: 2,
+                cached: 1,
+                ..
+            })
+        ));
         assert!(matches!(q.pop(), Some(Item::Single(x)) if x.seq == 2));
         assert!(matches!(q.pop(), Some(Item::Single(x)) if x.seq == 3));
         assert!(q.pop().is_none());

@@ -413,15 +413,15 @@ pub fn parse_records(body: &[u8], count: u16) -> Result<Vec<Record<'_>>, WireErr
         let pay_len = u32_at(h, 4) as usize;
         off += REC_HEADER_LEN;
         let header = if flags & REC_CACHED_HDR != 0 {
-            let prev = out.last().ok_or(WireError::Malformed("cached header first"))?;
+            let prev = out
+                .last()
+                .ok_or(WireError::Malformed("cached header first"))?;
             if prev.header.len() != hdr_len {
                 return Err(WireError::Malformed("cached header length"));
             }
             prev.header
         } else {
-            let hb = body
-                .get(off..off + hdr_len)
-                .ok_or(WireError::Truncated)?;
+            let hb = body.get(off..off + hdr_len).ok_or(WireError::Truncated)?;
             off += hdr_len;
             hb
         };

@@ -98,9 +98,9 @@ impl Component for ShmComponent {
             Param::size("single_copy_min", ShmConfig::DEFAULT.single_copy_min as u64)
                 .help(
                     "Messages shorter than this go through the rings (copy-in/copy-out) even when CMA \
-                     works: on virtual machines process_vm_readv pins pages one call at a time and \
-                     is several times slower than two pipelined memcpys (measure with the shm_bench \
-                     example). 0 lets the PML use CMA for every rendezvous.",
+                     works (the BTL's min_rdma_pipeline_size). On virtual machines process_vm_readv \
+                     can be slower than two pipelined memcpys while both ranks run; compare with \
+                     the shm_bench example. 0: the PML may use CMA for every rendezvous.",
                 )
                 .level(Level::Tuning),
         );

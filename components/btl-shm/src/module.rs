@@ -46,9 +46,10 @@ impl ShmConfig {
         max_send_size: 32 * 1024,
         eager_limit: 4096,
         single_copy: CmaMode::Auto,
-        // Measured here (2-vCPU AMD EPYC VM): 1 MiB by process_vm_readv 2-6 GB/s against
-        // 30+ GB/s through the rings; see the report of issue 4.
-        single_copy_min: 4 << 20,
+        // CMA for every rendezvous (the brief's protocol). It needs only the receiver to run,
+        // which keeps it fast when the two cores are oversubscribed; on a quiet VM two pipelined
+        // memcpys may beat it (process_vm_readv pins pages call by call): tune with shm_bench.
+        single_copy_min: 0,
         latency_ns: 150,
         bandwidth_mbps: 100_000,
     };

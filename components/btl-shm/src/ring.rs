@@ -438,6 +438,38 @@ pub(crate) mod tests {
         assert!(c.pop_with(|_, _| panic!("garbage delivered")).is_err());
     }
 
+    /// Producer and consumer on two threads over heap memory: small enough for miri, which then
+    /// checks the release/acquire protocol for data races on the payload bytes.
+    #[test]
+    fn two_threads_heap_ring() {
+        const COUNT: u64 = if cfg!(miri) { 300 } else { 20_000 };
+        let mut ring = HeapRing::new(32);
+        let mem = ring.mem();
+        let consumer = std::thread::spawn(move || {
+            let mut c = Consumer::new(mem, 1 << 20);
+            let mut next = 0u64;
+            while next < COUNT {
+                let mut ok = true;
+                if c.pop_with(|_, d| ok = d == pattern(next, (next % 300) as usize)).unwrap() {
+                    assert!(ok, "record {next} damaged");
+                    next += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+                c.publish();
+            }
+        });
+        let mut p = Producer::new(mem, 1 << 20);
+        for i in 0..COUNT {
+            let data = pattern(i, (i % 300) as usize);
+            while p.push(0, &data[..data.len().min(5)], &data[data.len().min(5)..]).is_err() {
+                std::thread::yield_now();
+            }
+        }
+        consumer.join().unwrap();
+        drop(ring);
+    }
+
     proptest! {
         /// Whatever a broken or hostile producer leaves in the ring, the consumer returns records
         /// inside the ring or an error, and never panics or reads out of bounds.

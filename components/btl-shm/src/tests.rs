@@ -334,6 +334,32 @@ fn cma_get_and_put_single_copy() {
 }
 
 #[test]
+fn attributes_follow_the_parameters() {
+    let (_id, a, _b, _mem) = pair(&[]);
+    let at = a.attributes();
+    assert_eq!(
+        at.exclusivity,
+        rmca_framework::btl::exclusivity::SHARED_MEMORY
+    );
+    assert_eq!(
+        (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
+        (4096, 32 * 1024, 0)
+    );
+    assert!(at.flags.contains(BtlFlags::SEND));
+    let (_id, a, _b, _mem) = pair(&[
+        ("btl_shm_single_copy_min", "2M"),
+        ("btl_shm_eager_limit", "2K"),
+    ]);
+    assert_eq!(
+        (
+            a.attributes().eager_limit,
+            a.attributes().min_rdma_pipeline_size
+        ),
+        (2048, 2 << 20)
+    );
+}
+
+#[test]
 fn single_copy_off_means_no_get() {
     let (_id, mut a, _b, _mem) = pair(&[("btl_shm_single_copy", "off")]);
     assert!(!a
@@ -452,4 +478,62 @@ fn corrupt_ring_reports_peer_failure() {
             .1,
         1
     );
+}
+
+/// Four ranks on one node: every ordered pair uses its own ring (ring indices skip the owner).
+#[test]
+fn four_local_ranks_all_pairs() {
+    let id = job_id("q");
+    let nodes = [0, 0, 0, 0];
+    let modex = LocalModex::new();
+    let mem = MemoryAccounting::new();
+    let jobs: Vec<JobInfo> = (0..4).map(|r| job(r, &nodes, &id)).collect();
+    let mut btls: Vec<Box<dyn Btl>> = jobs
+        .iter()
+        .map(|j| init(j, &modex, &mem, &[]).unwrap().pop().unwrap())
+        .collect();
+    for (j, b) in jobs.iter().zip(btls.iter_mut()) {
+        let reach = b.add_procs(&j.procs(), &modex).unwrap();
+        assert_eq!(reach, (0..4).map(|r| r != j.rank).collect::<Vec<_>>());
+    }
+    for round in 0..3u8 {
+        for src in 0..4u32 {
+            for dst in (0..4u32).filter(|&d| d != src) {
+                let msg = [src as u8, dst as u8, round];
+                btls[src as usize]
+                    .send(dst, 0x40, &msg, &[], SendHint::default())
+                    .unwrap();
+            }
+        }
+    }
+    for (dst, b) in btls.iter_mut().enumerate() {
+        let mut sink = Sink::default();
+        b.progress(&mut sink);
+        assert_eq!(sink.frags.len(), 9, "rank {dst}");
+        for src in (0..4u32).filter(|&s| s as usize != dst) {
+            let from: Vec<&Vec<u8>> = sink
+                .frags
+                .iter()
+                .filter(|f| f.0 == src)
+                .map(|f| &f.2)
+                .collect();
+            let expect: Vec<Vec<u8>> = (0..3)
+                .map(|round| vec![src as u8, dst as u8, round])
+                .collect();
+            assert_eq!(
+                from,
+                expect.iter().collect::<Vec<_>>(),
+                "rank {dst} from {src}"
+            );
+        }
+    }
+    assert!(leftover_files(&format!("rmca-{id}-")).is_empty());
+    assert_eq!(
+        mem.counter("btl.shm").current(),
+        4 * (4096 + 3 * 256 * 1024)
+    );
+    for b in &mut btls {
+        b.finalize();
+    }
+    assert_eq!(mem.counter("btl.shm").current(), 0);
 }

@@ -315,6 +315,11 @@ pub(crate) struct Core {
     /// Recycled buffers for unexpected eager messages, so the unexpected path does not
     /// allocate in the steady state either.
     spare: Vec<Vec<u8>>,
+    /// Per peer, sends whose first fragment a BTL refused, in send order: they are retried
+    /// in order and later sends to that peer queue behind them, so back-pressure does not
+    /// make later messages overtake (which would fill the receiver's holding area).
+    starts: Vec<VecDeque<RequestId>>,
+    starts_pending: usize,
 }
 
 fn send_status(s: &SendReq, error: Option<StatusError>) -> Status {
@@ -356,6 +361,8 @@ impl Core {
             dereg: Vec::new(),
             stats: Stats::default(),
             spare: Vec::new(),
+            starts: vec![VecDeque::new(); n],
+            starts_pending: 0,
         }
     }
 
@@ -1209,6 +1216,22 @@ impl Core {
         for (btl, reg) in self.dereg.drain(..) {
             bml.btl(btl).deregister_mem(&reg);
         }
+        if self.starts_pending > 0 {
+            for peer in 0..self.starts.len() {
+                while let Some(&id) = self.starts[peer].front() {
+                    let waiting = self.reqs.get_mut(id).is_some_and(|r| {
+                        r.done.is_none()
+                            && matches!(&r.kind, Kind::Send(s) if matches!(s.state, SendState::Start))
+                    });
+                    if waiting && self.start_send(id, bml) {
+                        break;
+                    }
+                    self.starts[peer].pop_front();
+                    self.starts_pending -= 1;
+                    n += 1;
+                }
+            }
+        }
         while let Some(c) = self.ctrl.front() {
             let peer = c.peer;
             if self.dead[peer as usize] {
@@ -1425,8 +1448,10 @@ impl Pml for Ob1 {
         });
         if core.dead[args.dest as usize] {
             core.fail_send(id, args.dest, "peer failed earlier");
-        } else if core.start_send(id, &mut self.bml) {
-            core.activate(id);
+        } else if !core.starts[args.dest as usize].is_empty() || core.start_send(id, &mut self.bml)
+        {
+            core.starts[args.dest as usize].push_back(id);
+            core.starts_pending += 1;
         }
         Ok(id)
     }

@@ -150,7 +150,8 @@ struct PeerState<R, T> {
     /// Messages from this peer nobody asked for yet, in arrival order.
     unexpected: VecDeque<UnexpectedEntry<T>>,
     /// Messages that arrived ahead of their predecessors (rare: striping over several BTLs).
-    held: Vec<(Seq, Tag, T)>,
+    /// Keyed by sequence number: a burst of reordering can hold many, so lookups stay O(1).
+    held: HashMap<Seq, (Tag, T)>,
 }
 
 impl<R, T> Default for PeerState<R, T> {
@@ -160,7 +161,7 @@ impl<R, T> Default for PeerState<R, T> {
             next_send: 0,
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
-            held: Vec::new(),
+            held: HashMap::new(),
         }
     }
 }
@@ -388,11 +389,11 @@ impl<R, T> Matcher<R, T> {
         let src = envelope.source as usize;
         let expected = c.peers[src].expected;
         if seq != expected {
-            if seq_before(seq, expected) || c.peers[src].held.iter().any(|h| h.0 == seq) {
+            if seq_before(seq, expected) || c.peers[src].held.contains_key(&seq) {
                 self.stats.stale += 1;
                 return Arrival::Stale;
             }
-            c.peers[src].held.push((seq, envelope.tag, payload()));
+            c.peers[src].held.insert(seq, (envelope.tag, payload()));
             self.stats.out_of_order += 1;
             return Arrival::Held;
         }
@@ -418,10 +419,9 @@ impl<R, T> Matcher<R, T> {
         let c = &mut self.contexts[slot];
         loop {
             let peer = &mut c.peers[source as usize];
-            let Some(i) = peer.held.iter().position(|h| h.0 == peer.expected) else {
+            let Some((tag, payload)) = peer.held.remove(&peer.expected) else {
                 break;
             };
-            let (_, tag, payload) = peer.held.swap_remove(i);
             peer.expected = peer.expected.wrapping_add(1);
             let envelope = Envelope {
                 context,

@@ -136,12 +136,13 @@ impl Communicator {
                 Error::InvalidArgument("reduce: the root must pass a receive buffer".into())
             })?;
             check_len("reduce", "receive buffer", recv.len(), send.len())?;
+            recv.copy_from_slice(send);
             recv
         } else {
+            // Non-roots accumulate their subtree in a private copy.
             own = send.to_vec();
             &mut own
         };
-        work.copy_from_slice(send);
         let len = std::mem::size_of_val(send);
         let s = match self.coll_algorithm("reduce")?.as_str() {
             "linear" => schedule::reduce_linear(n, me, root, len),

@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -129,7 +129,6 @@ pub(crate) struct Ctx {
     events: Mutex<VecDeque<AsyncEvent>>,
     epoch: Instant,
     pub stats: SoftStats,
-    agent_stop: AtomicBool,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -163,7 +162,6 @@ impl Ctx {
             events: Mutex::new(VecDeque::new()),
             epoch: Instant::now(),
             stats: SoftStats::default(),
-            agent_stop: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&ctx);
         std::thread::Builder::new()
@@ -296,14 +294,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The agent: accepts connections always; progresses every QP while the owner is idle.
+/// The agent: accepts connections; progresses the QPs their owner has not polled lately.
 fn agent(weak: Weak<Ctx>) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
     loop {
+        // The agent ends with its context (the last handle dropped).
         let Some(ctx) = weak.upgrade() else { return };
-        if ctx.agent_stop.load(Ordering::Relaxed) {
-            return;
-        }
         ctx.accept_all();
         fds.clear();
         fds.push(libc::pollfd {
@@ -572,6 +568,7 @@ struct RcConn {
     stream: Option<TcpStream>,
     tx_off: usize,
     rx: Vec<u8>,
+    rx_start: usize,
     rx_end: usize,
     rx_fault: Option<FaultInjector<()>>,
     delay: Option<(FaultInjector<()>, DelayQueue)>,
@@ -818,6 +815,7 @@ impl Qp {
                 stream,
                 tx_off: 0,
                 rx: vec![0; 256 * 1024],
+                rx_start: 0,
                 rx_end: 0,
                 rx_fault: (rf.corrupt > 0.0).then(|| {
                     FaultInjector::new(FaultConfig {
@@ -1333,6 +1331,14 @@ impl Qp {
             if let Some(s) = c.stream.as_mut() {
                 loop {
                     if c.rx_end == c.rx.len() {
+                        // Compact only when out of room: a large segment arriving in pieces
+                        // is not moved again and again.
+                        if c.rx_start > 0 {
+                            c.rx.copy_within(c.rx_start..c.rx_end, 0);
+                            c.rx_end -= c.rx_start;
+                            c.rx_start = 0;
+                            continue;
+                        }
                         full = true;
                         break;
                     }
@@ -1351,7 +1357,7 @@ impl Qp {
                     }
                 }
             }
-            let mut pos = 0;
+            let mut pos = c.rx_start;
             let mut need = 0;
             while pos < c.rx_end {
                 match wire::RcSegment::new_checked(&mut c.rx[pos..c.rx_end]) {
@@ -1371,15 +1377,18 @@ impl Qp {
                     }
                 }
             }
-            c.rx.copy_within(pos..c.rx_end, 0);
-            c.rx_end -= pos;
+            c.rx_start = pos;
+            if pos == c.rx_end {
+                c.rx_start = 0;
+                c.rx_end = 0;
+            }
             if need > MAX_SEGMENT {
                 malformed = true;
             }
             if !full || broken || malformed {
                 break;
             }
-            if need > c.rx.len() {
+            if c.rx_start == 0 && need > c.rx.len() {
                 c.rx.resize(need.next_power_of_two(), 0);
             }
         }

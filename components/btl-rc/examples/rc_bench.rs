@@ -1,0 +1,270 @@
+//! btl-rc benchmarks, printed side by side (and as JSON on the last line):
+//!
+//! 1. Message rate of 8-byte fragments with `btl_rc_send_wqes` 5, 10, 200, with and without
+//!    coalescing (seed 001, Figures 2 and 4): two modules in two threads, one sending a window
+//!    of fragments, the other receiving.
+//! 2. Registered memory per process (rank 0's `btl.rc` accounting) versus process count for
+//!    per-peer receive queues and for an SRQ, with on-demand versus static connections, on a
+//!    ring and an all-to-all pattern (seeds 000, 004), all ranks in this process.
+//! 3. A memory model extrapolating the measured per-connection cost to 1K-16K processes.
+//!
+//! Run: `cargo run --release -p rmca-btl-rc --example rc_bench [-- quick]`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rmca_btl_rc::RC;
+use rmca_framework::btl::{Btl, BtlComponent, BtlEvents, CompletionToken, SendError, SendHint};
+use rmca_framework::component::{Component, InitContext};
+use rmca_framework::job::JobInfo;
+use rmca_framework::memory::MemoryAccounting;
+use rmca_framework::modex::{LocalModex, ModexWrite};
+use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
+use rmca_framework::rank::Rank;
+
+fn params(settings: &[(&str, &str)]) -> ParamStore {
+    let mut specs = Vec::new();
+    RC.register_params(&mut ParamRegistrar::new("btl", "rc", &mut specs));
+    let env: Vec<(String, String)> = settings
+        .iter()
+        .map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned()))
+        .collect();
+    let raw = RawSources::from_parts(None, None, false, env, vec![]).expect("sources");
+    ParamStore::resolve(specs, &raw).expect("params")
+}
+
+fn job(rank: Rank, size: u32, secret: &str) -> JobInfo {
+    JobInfo {
+        rank,
+        size,
+        job_id: secret.to_owned(),
+        secret: secret.as_bytes().to_vec(),
+        node_of: vec![0; size as usize],
+        node_names: vec!["n0".into()],
+    }
+}
+
+fn ranks(secret: &str, n: u32, settings: &[(&str, &str)]) -> (Vec<Box<dyn Btl>>, Vec<MemoryAccounting>) {
+    let modex = LocalModex::new();
+    let p = params(settings);
+    let mems: Vec<MemoryAccounting> = (0..n).map(|_| MemoryAccounting::new()).collect();
+    let mut v: Vec<Box<dyn Btl>> = (0..n)
+        .map(|r| {
+            let j = job(r, n, secret);
+            let mut w = modex.writer(r);
+            let mut ctx = InitContext::new(&j, &p, &mems[r as usize], &mut w as &mut dyn ModexWrite);
+            RC.init(&mut ctx).expect("init").remove(0)
+        })
+        .collect();
+    for (r, b) in v.iter_mut().enumerate() {
+        b.add_procs(&job(r as Rank, n, secret).procs(), &modex)
+            .expect("add_procs");
+    }
+    (v, mems)
+}
+
+#[derive(Default)]
+struct Count {
+    n: usize,
+    from: HashMap<Rank, usize>,
+}
+
+impl BtlEvents for Count {
+    fn recv(&mut self, peer: Rank, _tag: u8, _data: &[u8]) {
+        self.n += 1;
+        *self.from.entry(peer).or_default() += 1;
+    }
+    fn rdma_complete(&mut self, _t: CompletionToken, _r: Result<(), SendError>) {}
+    fn peer_failed(&mut self, peer: Rank, reason: &str) {
+        panic!("peer {peer} failed: {reason}");
+    }
+}
+
+fn counter(b: &dyn Btl, name: &str) -> u64 {
+    b.counters()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map_or(0, |(_, v)| v)
+}
+
+/// Messages per second of `n` 8-byte fragments from rank 0 to rank 1, and the fraction coalesced.
+fn message_rate(wqes: u32, coalescing: bool, n: usize, run: usize) -> (f64, f64) {
+    let w = wqes.to_string();
+    let c = coalescing.to_string();
+    let (mut v, _m) = ranks(
+        &format!("rate{wqes}{coalescing}{run}"),
+        2,
+        &[("btl_rc_send_wqes", &w), ("btl_rc_coalescing", &c), ("btl_rc_provider", "soft")],
+    );
+    let mut rx = v.pop().expect("rank 1");
+    let mut tx = v.pop().expect("rank 0");
+    let hint = SendHint { message_len: 8, ..SendHint::default() };
+    // Warm up: connect.
+    let mut sink0 = Count::default();
+    let mut sink1 = Count::default();
+    tx.send(1, 0x41, &[0; 8], &[], hint).expect("send");
+    while sink1.n == 0 {
+        tx.progress(&mut sink0);
+        rx.progress(&mut sink1);
+    }
+    let receiver = std::thread::spawn(move || {
+        let mut s = Count::default();
+        while s.n < n {
+            rx.progress(&mut s);
+        }
+        rx
+    });
+    let t0 = Instant::now();
+    let mut sent = 0;
+    while sent < n {
+        match tx.send(1, 0x41, &(sent as u64).to_le_bytes(), &[], hint) {
+            Ok(()) => sent += 1,
+            Err(SendError::WouldBlock) => {}
+            Err(e) => panic!("{e}"),
+        }
+        if sent % 16 == 0 {
+            tx.progress(&mut sink0);
+        }
+    }
+    let rx = loop {
+        tx.progress(&mut sink0);
+        if receiver.is_finished() {
+            break receiver.join().expect("receiver");
+        }
+    };
+    let dt = t0.elapsed().as_secs_f64();
+    let packed = counter(tx.as_ref(), "coalesced_messages") as f64 / n as f64;
+    drop(rx);
+    (n as f64 / dt, packed)
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+/// Rank 0's registered bytes and QPs after a ring or all-to-all exchange among `n` ranks.
+fn memory(n: u32, rq: &str, connect: &str, all_to_all: bool) -> (usize, u64) {
+    let (mut v, mems) = ranks(
+        &format!("mem{n}{rq}{connect}{all_to_all}"),
+        n,
+        &[("btl_rc_receive_queues", rq), ("btl_rc_connect", connect), ("btl_rc_provider", "soft")],
+    );
+    let mut sinks: Vec<Count> = (0..n).map(|_| Count::default()).collect();
+    let hint = SendHint::default();
+    let mut expect = vec![0usize; n as usize];
+    for r in 0..n {
+        let dests: Vec<Rank> = if all_to_all {
+            (0..n).filter(|d| *d != r).collect()
+        } else {
+            vec![(r + 1) % n]
+        };
+        for d in dests {
+            v[r as usize].send(d, 0x41, &[1; 8], &[], hint).expect("send");
+            expect[d as usize] += 1;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sinks.iter().zip(&expect).any(|(s, e)| s.n < *e) {
+        assert!(Instant::now() < deadline, "memory run stuck");
+        for (b, s) in v.iter_mut().zip(sinks.iter_mut()) {
+            b.progress(s);
+        }
+    }
+    let bytes = mems[0].counter("btl.rc").current();
+    (bytes, counter(v[0].as_ref(), "qps_now"))
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let n = if quick { 20_000 } else { 200_000 };
+    let runs = if quick { 1 } else { 3 };
+    let mut json = Vec::new();
+    println!("## btl-rc message rate, 8-byte fragments, soft provider, {n} per run, median of {runs} (min..max)");
+    println!("{:>10} {:>12} {:>16} {:>22} {:>10}", "send_wqes", "coalescing", "Mmsg/s", "spread", "packed %");
+    for wqes in [5u32, 10, 200] {
+        for coalescing in [false, true] {
+            let mut rates = Vec::new();
+            let mut packed = 0.0;
+            for run in 0..runs {
+                let (r, p) = message_rate(wqes, coalescing, n, run);
+                rates.push(r / 1e6);
+                packed = p;
+            }
+            let (med, lo, hi) = median(rates);
+            println!(
+                "{wqes:>10} {:>12} {med:>16.3} {:>22} {:>10.1}",
+                if coalescing { "on" } else { "off" },
+                format!("{lo:.3}..{hi:.3}"),
+                packed * 100.0
+            );
+            json.push(format!(
+                "{{\"bench\":\"rate\",\"send_wqes\":{wqes},\"coalescing\":{coalescing},\"mmsg_per_s\":{med:.4},\"min\":{lo:.4},\"max\":{hi:.4},\"packed\":{packed:.4}}}"
+            ));
+        }
+    }
+
+    println!();
+    println!("## rank 0 registered memory (KiB) / RC QPs after one exchange, all ranks in one process");
+    let sizes: &[u32] = if quick { &[2, 4, 8] } else { &[2, 4, 8, 16] };
+    let configs = [
+        ("per-peer P,32,16", "P,32,16"),
+        ("SRQ S,256,32,256,4096", "S,256,32,256,4096"),
+    ];
+    println!("{:>24} {:>10} {:>6} {:>12} {:>12} {:>12} {:>12}", "receive queues", "connect", "procs", "ring KiB", "ring QPs", "a2a KiB", "a2a QPs");
+    let mut per_conn: HashMap<&str, f64> = HashMap::new();
+    let mut base: HashMap<&str, f64> = HashMap::new();
+    for (name, rq) in configs {
+        for connect in ["on_demand", "static"] {
+            let mut pts = Vec::new();
+            for &np in sizes {
+                let (ring, ring_q) = memory(np, rq, connect, false);
+                let (a2a, a2a_q) = memory(np, rq, connect, true);
+                println!(
+                    "{name:>24} {connect:>10} {np:>6} {:>12.1} {ring_q:>12} {:>12.1} {a2a_q:>12}",
+                    ring as f64 / 1024.0,
+                    a2a as f64 / 1024.0
+                );
+                json.push(format!(
+                    "{{\"bench\":\"memory\",\"rq\":\"{rq}\",\"connect\":\"{connect}\",\"procs\":{np},\"ring_bytes\":{ring},\"ring_qps\":{ring_q},\"a2a_bytes\":{a2a},\"a2a_qps\":{a2a_q}}}"
+                ));
+                pts.push((a2a_q as f64, a2a as f64));
+            }
+            if connect == "static" {
+                // Least squares slope of bytes over connections: the measured per-connection cost.
+                let k = pts.len() as f64;
+                let (sx, sy) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+                let (sxx, sxy) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x * x, b + x * y));
+                let slope = (k * sxy - sx * sy) / (k * sxx - sx * sx);
+                per_conn.insert(name, slope);
+                base.insert(name, (sy - slope * sx) / k);
+            }
+        }
+    }
+
+    println!();
+    println!("## memory model: fixed + per-connection cost (measured above, registered buffers only)");
+    println!("{:>24} {:>14} {:>14}", "receive queues", "fixed KiB", "KiB/conn");
+    for (name, _) in configs {
+        println!("{name:>24} {:>14.1} {:>14.2}", base[name] / 1024.0, per_conn[name] / 1024.0);
+    }
+    println!("{:>8} {:>26} {:>26} {:>26} {:>26}", "procs", "P static all-to-all MiB", "P on-demand ring MiB", "SRQ static all-to-all MiB", "SRQ on-demand ring MiB");
+    for np in [1024u32, 2048, 4096, 8192, 16384] {
+        let m = |name: &str, conns: f64| (base[name] + per_conn[name] * conns) / (1 << 20) as f64;
+        let (p, s) = (configs[0].0, configs[1].0);
+        let all = f64::from(np - 1);
+        println!(
+            "{np:>8} {:>26.1} {:>26.1} {:>26.1} {:>26.1}",
+            m(p, all),
+            m(p, 2.0),
+            m(s, all),
+            m(s, 2.0)
+        );
+        json.push(format!(
+            "{{\"bench\":\"model\",\"procs\":{np},\"p_static_a2a_mib\":{:.2},\"p_ondemand_ring_mib\":{:.2},\"srq_static_a2a_mib\":{:.2},\"srq_ondemand_ring_mib\":{:.2}}}",
+            m(p, all), m(p, 2.0), m(s, all), m(s, 2.0)
+        ));
+    }
+    println!("(QP and CQ memory of a real HCA is not visible to this accounting; the soft provider has none to measure.)");
+    println!("JSON [{}]", json.join(","));
+}

@@ -1,0 +1,576 @@
+//! btl-rc modules in one process exchanging fragments over the configured verbs provider.
+
+mod common;
+
+use common::*;
+use rmca_framework::btl::{
+    Btl, CommPattern, CompletionToken, MemAccess, RemoteSegment, SendError, SendHint,
+};
+use rmca_framework::buffer::UserBuf;
+
+const TAG: u8 = 0x41;
+
+fn hint(len: usize) -> SendHint {
+    SendHint {
+        pattern: CommPattern::Blocking,
+        message_len: len,
+    }
+}
+
+fn sinks(n: usize) -> Vec<Sink> {
+    (0..n).map(|_| Sink::default()).collect()
+}
+
+/// Check that rank `to` got `count` messages from `from` in order with the expected bytes.
+fn check_in_order(s: &Sink, from: u32, lens: &[usize]) {
+    let got = &s.got[&from];
+    assert_eq!(got.len(), lens.len());
+    for (i, (tag, data)) in got.iter().enumerate() {
+        assert_eq!(*tag, TAG);
+        let mut want = (i as u32).to_le_bytes().to_vec();
+        want.extend(payload(from, i, lens[i]));
+        assert_eq!(data, &want, "message {i} from {from}");
+    }
+}
+
+fn lens(n: usize) -> Vec<usize> {
+    (0..n)
+        .map(|i| [0, 1, 8, 100, 1000, 5000, 12_000][i % 7])
+        .collect()
+}
+
+#[test]
+fn on_demand_connects_on_first_send_and_keeps_order() {
+    let (mut b, _m) = ranks("od", 2, &[]);
+    let mut s = sinks(2);
+    assert_eq!(counter(b[0].as_ref(), "qps_now"), 0, "no QP before traffic");
+    assert_eq!(counter(b[1].as_ref(), "qps_now"), 0);
+    let l = lens(3000);
+    for (i, len) in l.iter().enumerate() {
+        let hdr = (i as u32).to_le_bytes();
+        send_retry(
+            &mut b,
+            &mut s,
+            0,
+            1,
+            TAG,
+            &hdr,
+            &payload(0, i, *len),
+            hint(*len),
+        );
+    }
+    run_until(&mut b, &mut s, "3000 fragments", |s| {
+        s[1].got.get(&0).map_or(0, Vec::len) == 3000
+    });
+    check_in_order(&s[1], 0, &l);
+    assert_eq!(counter(b[0].as_ref(), "qps_now"), 1);
+    assert_eq!(
+        counter(b[1].as_ref(), "qps_now"),
+        1,
+        "the receiver connected on demand"
+    );
+    assert!(
+        counter(b[0].as_ref(), "fragments_queued") > 0,
+        "sends queued while connecting"
+    );
+    // The reverse direction reuses the connection.
+    send_retry(
+        &mut b,
+        &mut s,
+        1,
+        0,
+        TAG,
+        &0u32.to_le_bytes(),
+        &payload(1, 0, 0),
+        hint(0),
+    );
+    run_until(&mut b, &mut s, "reply", |s| s[0].got.contains_key(&1));
+    assert_eq!(counter(b[1].as_ref(), "connect_requests"), 0);
+    assert_eq!(counter(b[0].as_ref(), "connections"), 1);
+}
+
+#[test]
+fn simultaneous_connects_resolve_to_one_connection() {
+    for qps in ["1", "3"] {
+        let (mut b, _m) = ranks(
+            "sim",
+            2,
+            &[
+                ("btl_rc_qps_per_peer", qps),
+                ("btl_rc_qp_policy", "round_robin"),
+            ],
+        );
+        let mut s = sinks(2);
+        let l = lens(200);
+        // Both sides send before either progresses: both REQs cross.
+        for (i, len) in l.iter().enumerate() {
+            for from in 0..2u32 {
+                let hdr = (i as u32).to_le_bytes();
+                b[from as usize]
+                    .send(1 - from, TAG, &hdr, &payload(from, i, *len), hint(*len))
+                    .unwrap();
+            }
+        }
+        run_until(&mut b, &mut s, "both directions", |s| {
+            s[0].got.get(&1).map_or(0, Vec::len) == 200
+                && s[1].got.get(&0).map_or(0, Vec::len) == 200
+        });
+        check_in_order(&s[1], 0, &l);
+        check_in_order(&s[0], 1, &l);
+        let n: u64 = qps.parse().unwrap();
+        for r in &b {
+            assert_eq!(
+                counter(r.as_ref(), "qps_now"),
+                n,
+                "one connection, no duplicate QPs"
+            );
+            assert_eq!(counter(r.as_ref(), "connections"), 1);
+        }
+        assert!(
+            counter(b[0].as_ref(), "connect_collisions")
+                + counter(b[1].as_ref(), "connect_collisions")
+                > 0,
+            "the REQs crossed"
+        );
+    }
+}
+
+#[test]
+fn three_ranks_static_and_zero_byte_payloads() {
+    let (mut b, _m) = ranks("st", 3, &[("btl_rc_connect", "static")]);
+    let mut s = sinks(3);
+    for (from, to) in [(0, 1), (0, 2), (1, 2), (2, 0), (1, 0), (2, 1)] {
+        for i in 0..50usize {
+            let hdr = (i as u32).to_le_bytes();
+            send_retry(
+                &mut b,
+                &mut s,
+                from,
+                to as u32,
+                TAG,
+                &hdr,
+                &payload(from as u32, i, 0),
+                hint(0),
+            );
+        }
+    }
+    run_until(&mut b, &mut s, "all pairs", |s| {
+        s.iter()
+            .all(|x| x.got.values().map(Vec::len).sum::<usize>() == 100)
+    });
+    for to in 0..3usize {
+        for from in 0..3u32 {
+            if from as usize != to {
+                check_in_order(&s[to], from, &[0; 50]);
+            }
+        }
+        assert_eq!(
+            counter(b[to].as_ref(), "qps_now"),
+            2,
+            "static: a QP to every peer"
+        );
+    }
+}
+
+#[test]
+fn send_wqe_exhaustion_coalesces_queued_small_sends() {
+    for (coalescing, wqes) in [("true", "5"), ("false", "5"), ("true", "200")] {
+        let (mut b, _m) = ranks(
+            "co",
+            2,
+            &[
+                ("btl_rc_send_wqes", wqes),
+                ("btl_rc_coalescing", coalescing),
+            ],
+        );
+        let mut s = sinks(2);
+        // Connect first so the burst meets the WQE budget, not the handshake.
+        send_retry(
+            &mut b,
+            &mut s,
+            0,
+            1,
+            TAG,
+            &0u32.to_le_bytes(),
+            &payload(0, 0, 8),
+            hint(8),
+        );
+        run_until(&mut b, &mut s, "first", |s| s[1].got.contains_key(&0));
+        let n = 2000;
+        let mut l = vec![8usize];
+        for i in 1..n {
+            let len = if i % 500 == 0 { 40_000 } else { 8 + i % 24 };
+            l.push(len);
+            let hdr = (i as u32).to_le_bytes();
+            send_retry(
+                &mut b,
+                &mut s,
+                0,
+                1,
+                TAG,
+                &hdr,
+                &payload(0, i, len),
+                hint(len),
+            );
+        }
+        run_until(&mut b, &mut s, "burst", |s| s[1].got[&0].len() == n);
+        check_in_order(&s[1], 0, &l);
+        let packed = counter(b[0].as_ref(), "coalesced_messages");
+        match (coalescing, wqes) {
+            ("true", "5") => {
+                assert!(
+                    counter(b[0].as_ref(), "send_wqe_stalls") > 0,
+                    "budget exhausted"
+                );
+                assert!(packed > 0, "queued sends were coalesced");
+            }
+            ("false", _) => assert_eq!(packed, 0),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn cached_header_flag_for_repeated_headers() {
+    let (mut b, _m) = ranks("ch", 2, &[("btl_rc_send_wqes", "1")]);
+    let mut s = sinks(2);
+    for i in 0..300usize {
+        send_retry(
+            &mut b,
+            &mut s,
+            0,
+            1,
+            TAG,
+            b"SAMEHEADER",
+            &payload(0, i, 4),
+            hint(4),
+        );
+    }
+    run_until(&mut b, &mut s, "all", |s| {
+        s[1].got.get(&0).map_or(0, Vec::len) == 300
+    });
+    for (i, (_, d)) in s[1].got[&0].iter().enumerate() {
+        let mut want = b"SAMEHEADER".to_vec();
+        want.extend(payload(0, i, 4));
+        assert_eq!(d, &want);
+    }
+    assert!(counter(b[0].as_ref(), "cached_headers") > 0);
+}
+
+#[test]
+fn srq_exhaustion_triggers_low_watermark_refill() {
+    let (mut b, _m) = ranks(
+        "srq",
+        2,
+        &[
+            ("btl_rc_receive_queues", "S,8,4,16,512"),
+            ("btl_rc_coalescing", "false"),
+        ],
+    );
+    let mut s = sinks(2);
+    let before = counter(b[1].as_ref(), "recv_buffers_allocated");
+    assert_eq!(before, 8);
+    let n = 600;
+    let l: Vec<usize> = (0..n).map(|i| 64 + i % 100).collect();
+    for (i, len) in l.iter().enumerate() {
+        let hdr = (i as u32).to_le_bytes();
+        send_retry(
+            &mut b,
+            &mut s,
+            0,
+            1,
+            TAG,
+            &hdr,
+            &payload(0, i, *len),
+            hint(*len),
+        );
+    }
+    // Let the sender push while the receiver does not poll: the SRQ drains (RNR covers it).
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_millis(300) {
+        b[0].progress(&mut s[0]);
+    }
+    run_until(&mut b, &mut s, "all through the SRQ", |s| {
+        s[1].got.get(&0).map_or(0, Vec::len) == n
+    });
+    check_in_order(&s[1], 0, &l);
+    assert!(
+        counter(b[1].as_ref(), "srq_low_watermark_events") > 0,
+        "low watermark fired"
+    );
+    assert!(
+        counter(b[1].as_ref(), "recv_buffers_allocated") > before,
+        "the pool grew"
+    );
+}
+
+#[test]
+fn per_peer_credits_flow_without_loss() {
+    let (mut b, _m) = ranks(
+        "cr",
+        2,
+        &[
+            ("btl_rc_receive_queues", "P,4,2"),
+            ("btl_rc_coalescing", "false"),
+        ],
+    );
+    let mut s = sinks(2);
+    let l: Vec<usize> = (0..1000).map(|i| i % 300).collect();
+    for (i, len) in l.iter().enumerate() {
+        let hdr = (i as u32).to_le_bytes();
+        send_retry(
+            &mut b,
+            &mut s,
+            0,
+            1,
+            TAG,
+            &hdr,
+            &payload(0, i, *len),
+            hint(*len),
+        );
+    }
+    run_until(&mut b, &mut s, "credited", |s| {
+        s[1].got.get(&0).map_or(0, Vec::len) == 1000
+    });
+    check_in_order(&s[1], 0, &l);
+    assert!(
+        counter(b[0].as_ref(), "credit_stalls") > 0,
+        "the window of 4 closed"
+    );
+    assert!(
+        counter(b[1].as_ref(), "credit_messages") > 0,
+        "credits returned explicitly"
+    );
+}
+
+#[test]
+fn multi_qp_striping_reassembles_in_order() {
+    for policy in ["striping", "epc", "round_robin", "binding"] {
+        let (mut b, _m) = ranks(
+            "mq",
+            2,
+            &[("btl_rc_qps_per_peer", "4"), ("btl_rc_qp_policy", policy)],
+        );
+        let mut s = sinks(2);
+        let l: Vec<usize> = (0..400)
+            .map(|i| if i % 3 == 0 { 50_000 } else { i % 200 })
+            .collect();
+        for (i, len) in l.iter().enumerate() {
+            let hdr = (i as u32).to_le_bytes();
+            let h = SendHint {
+                pattern: if i % 2 == 0 {
+                    CommPattern::Blocking
+                } else {
+                    CommPattern::NonBlocking
+                },
+                message_len: *len,
+            };
+            send_retry(&mut b, &mut s, 0, 1, TAG, &hdr, &payload(0, i, *len), h);
+        }
+        run_until(&mut b, &mut s, "striped", |s| {
+            s[1].got.get(&0).map_or(0, Vec::len) == 400
+        });
+        check_in_order(&s[1], 0, &l);
+        let stripes = counter(b[0].as_ref(), "stripes_sent");
+        match policy {
+            "striping" | "epc" => assert!(stripes > 0, "{policy} striped"),
+            _ => assert_eq!(stripes, 0, "{policy} never stripes"),
+        }
+    }
+}
+
+#[test]
+fn get_and_put_with_registration_cache_and_reuse_after_free() {
+    let (mut b, _m) = ranks("rd", 2, &[]);
+    let mut s = sinks(2);
+    // Connect.
+    send_retry(&mut b, &mut s, 0, 1, TAG, &0u32.to_le_bytes(), &[], hint(0));
+    run_until(&mut b, &mut s, "connect", |s| s[1].got.contains_key(&0));
+    for round in 0..3u8 {
+        // Rank 1 exposes a buffer; rank 0 reads it, then writes into it.
+        let mut src = vec![round.wrapping_mul(17); 100_000];
+        src[5] = round;
+        let reg = b[1]
+            .register_mem(
+                UserBuf::from_mut_slice(&mut src),
+                MemAccess {
+                    remote_read: true,
+                    remote_write: true,
+                },
+            )
+            .unwrap();
+        let seg = RemoteSegment {
+            addr: src.as_ptr() as u64,
+            len: src.len(),
+            remote_key: reg.remote_key.clone(),
+        };
+        let mut dst = vec![0u8; 100_000];
+        b[0].get(
+            1,
+            UserBuf::from_mut_slice(&mut dst),
+            &seg,
+            CompletionToken(round as u64),
+        )
+        .unwrap();
+        run_until(&mut b, &mut s, "get", |s| {
+            s[0].rdma.len() == 2 * round as usize + 1
+        });
+        assert!(s[0].rdma.last().unwrap().1.is_ok());
+        assert_eq!(dst, src);
+        let data = vec![0xA5u8 ^ round; 100_000];
+        b[0].put(
+            1,
+            UserBuf::from_slice(&data),
+            &seg,
+            CompletionToken(100 + round as u64),
+        )
+        .unwrap();
+        run_until(&mut b, &mut s, "put", |s| {
+            s[0].rdma.len() == 2 * round as usize + 2
+        });
+        assert!(s[0].rdma.last().unwrap().1.is_ok());
+        assert_eq!(src, data);
+        b[1].deregister_mem(&reg);
+        assert_eq!(
+            counter(b[1].as_ref(), "registrations_now"),
+            0,
+            "released at request completion"
+        );
+        assert_eq!(
+            counter(b[0].as_ref(), "registrations_now"),
+            0,
+            "local registrations released at completion"
+        );
+        // `src` is freed here; the next round's allocation of the same size usually reuses
+        // the address, and must get a fresh registration (a miss), never the stale one.
+        drop(src);
+    }
+    let misses = counter(b[1].as_ref(), "rcache_misses");
+    let hits = counter(b[1].as_ref(), "rcache_hits");
+    assert_eq!((hits, misses), (0, 3), "every round registered afresh");
+}
+
+#[test]
+fn rdma_with_a_wrong_key_fails_the_operation_not_the_process() {
+    let (mut b, _m) = ranks("bk", 2, &[]);
+    let mut s = sinks(2);
+    send_retry(&mut b, &mut s, 0, 1, TAG, &0u32.to_le_bytes(), &[], hint(0));
+    run_until(&mut b, &mut s, "connect", |s| s[1].got.contains_key(&0));
+    let mut dst = vec![0u8; 64];
+    let seg = RemoteSegment {
+        addr: 0x1000,
+        len: 64,
+        remote_key: vec![9, 9, 9, 9],
+    };
+    b[0].get(
+        1,
+        UserBuf::from_mut_slice(&mut dst),
+        &seg,
+        CompletionToken(7),
+    )
+    .unwrap();
+    run_until(&mut b, &mut s, "error completion", |s| {
+        !s[0].rdma.is_empty()
+    });
+    assert!(matches!(
+        s[0].rdma[0],
+        (CompletionToken(7), Err(SendError::PeerFailed { .. }))
+    ));
+}
+
+#[test]
+fn unanswered_connection_is_reported_failed() {
+    let (mut b, _m) = ranks(
+        "uf",
+        2,
+        &[
+            ("btl_rc_connect_timeout_ms", "2"),
+            ("btl_rc_connect_retries", "2"),
+        ],
+    );
+    let mut s = sinks(2);
+    b[0].send(1, TAG, b"x", b"", hint(1)).unwrap();
+    // Rank 1 never progresses: nobody answers.
+    let t = std::time::Instant::now();
+    while s[0].failed.is_empty() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(30));
+        b[0].progress(&mut s[0]);
+    }
+    assert_eq!(s[0].failed[0].0, 1);
+    assert!(matches!(
+        b[0].send(1, TAG, b"x", b"", hint(1)),
+        Err(SendError::PeerFailed { .. })
+    ));
+}
+
+#[test]
+fn bad_parameters_are_errors_naming_the_parameter() {
+    let modex = rmca_framework::modex::LocalModex::new();
+    let mem = rmca_framework::memory::MemoryAccounting::new();
+    let e = init(
+        &job(0, 1, "bp"),
+        &modex,
+        &mem,
+        &[("btl_rc_receive_queues", "Q,9")],
+    )
+    .err()
+    .expect("refused");
+    assert!(e.to_string().contains("btl_rc_receive_queues"), "{e}");
+    let e = init(
+        &job(0, 1, "bp"),
+        &modex,
+        &mem,
+        &[("btl_rc_eager_limit", "2M")],
+    )
+    .err()
+    .expect("refused");
+    assert!(e.to_string().contains("btl_rc_eager_limit"), "{e}");
+}
+
+#[test]
+fn memory_is_accounted_and_grows_with_connections() {
+    let (mut b, m) = ranks("mem", 3, &[]);
+    let mut s = sinks(3);
+    let idle = m[0].counter("btl.rc").current();
+    send_retry(&mut b, &mut s, 0, 1, TAG, &0u32.to_le_bytes(), &[], hint(0));
+    run_until(&mut b, &mut s, "one", |s| s[1].got.contains_key(&0));
+    let one = m[0].counter("btl.rc").current();
+    send_retry(&mut b, &mut s, 0, 2, TAG, &0u32.to_le_bytes(), &[], hint(0));
+    run_until(&mut b, &mut s, "two", |s| s[2].got.contains_key(&0));
+    let two = m[0].counter("btl.rc").current();
+    assert!(
+        idle < one && one < two,
+        "per-peer receive buffers appear per connection: {idle} {one} {two}"
+    );
+    assert_eq!(b[0].memory_usage().current, two);
+    let _: &dyn Btl = b[0].as_ref();
+}
+
+#[test]
+fn dead_peer_surfaces_as_peer_failed() {
+    let (mut b, _m) = ranks("dp", 2, &[]);
+    let mut s = sinks(2);
+    send_retry(&mut b, &mut s, 0, 1, TAG, &0u32.to_le_bytes(), &[], hint(0));
+    run_until(&mut b, &mut s, "connect", |s| s[1].got.contains_key(&0));
+    // Rank 1 goes away (its QPs are destroyed, the transport breaks).
+    let dead = b.pop().unwrap();
+    drop(dead);
+    let t = std::time::Instant::now();
+    let mut i = 0u32;
+    while s[0].failed.is_empty() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60), "failure never reported");
+        match b[0].send(1, TAG, &i.to_le_bytes(), b"after death", hint(11)) {
+            Ok(()) | Err(SendError::WouldBlock) => {}
+            Err(SendError::PeerFailed { .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+        i += 1;
+        b[0].progress(&mut s[0]);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(s[0].failed[0].0, 1);
+    assert!(matches!(
+        b[0].send(1, TAG, b"x", b"", hint(1)),
+        Err(SendError::PeerFailed { .. })
+    ));
+}
