@@ -91,10 +91,16 @@ fn counter(b: &dyn Btl, name: &str) -> u64 {
 fn message_rate(wqes: u32, coalescing: bool, n: usize, run: usize) -> (f64, f64) {
     let w = wqes.to_string();
     let c = coalescing.to_string();
+    let rq = std::env::var("RC_BENCH_RQ").unwrap_or_else(|_| "P,256,32".into());
     let (mut v, _m) = ranks(
         &format!("rate{wqes}{coalescing}{run}"),
         2,
-        &[("btl_rc_send_wqes", &w), ("btl_rc_coalescing", &c), ("btl_rc_provider", "soft")],
+        &[
+            ("btl_rc_send_wqes", &w),
+            ("btl_rc_coalescing", &c),
+            ("btl_rc_provider", "soft"),
+            ("btl_rc_receive_queues", &rq),
+        ],
     );
     let mut rx = v.pop().expect("rank 1");
     let mut tx = v.pop().expect("rank 0");
@@ -134,6 +140,9 @@ fn message_rate(wqes: u32, coalescing: bool, n: usize, run: usize) -> (f64, f64)
     };
     let dt = t0.elapsed().as_secs_f64();
     let packed = counter(tx.as_ref(), "coalesced_messages") as f64 / n as f64;
+    if std::env::var("RC_BENCH_DEBUG").is_ok() {
+        eprintln!("{:?}", tx.counters());
+    }
     drop(rx);
     (n as f64 / dt, packed)
 }

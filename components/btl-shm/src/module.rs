@@ -132,6 +132,8 @@ const MAX_RINGS: u32 = 1 << 16;
 /// Ring sizes accepted from a card, in lines.
 const MIN_LINES: u32 = 64;
 const MAX_LINES: u32 = 1 << 24;
+/// Refused sends in a row to one peer between two checks that the peer process still exists.
+const DEAD_CHECK_INTERVAL: u32 = 1024;
 /// Records delivered per ring per progress call, so one busy sender cannot starve the others.
 const POLL_BUDGET: usize = 64;
 
@@ -149,6 +151,9 @@ struct Peer {
     producer: Producer,
     pid: i32,
     cma: bool,
+    /// Consecutive refused sends: a ring that stays full may belong to a dead process.
+    full_streak: u32,
+    watch: sys::ProcessWatch,
     _mapping: Mapping,
 }
 
@@ -501,6 +506,8 @@ impl ShmBtl {
                 producer,
                 pid: card.pid as i32,
                 cma,
+                full_streak: 0,
+                watch: sys::ProcessWatch::new(card.pid as i32),
                 _mapping: mapping,
             },
             Inbound {
@@ -667,12 +674,21 @@ impl Btl for ShmBtl {
         };
         match p.producer.push(tag, header, payload) {
             Ok(()) => {
+                p.full_streak = 0;
                 self.stats.frags_sent += 1;
                 self.stats.bytes_sent += len as u64;
                 Ok(())
             }
             Err(PushError::Full) => {
                 self.stats.would_block += 1;
+                p.full_streak = p.full_streak.wrapping_add(1);
+                // A dead receiver never drains its ring: check now and then, off the fast path.
+                if p.full_streak % DEAD_CHECK_INTERVAL == 0 && p.watch.exited() {
+                    return Err(SendError::PeerFailed {
+                        peer,
+                        reason: format!("process {} exited", p.pid),
+                    });
+                }
                 Err(SendError::WouldBlock)
             }
             Err(PushError::TooLarge { len, max }) => Err(SendError::TooLarge { len, max }),

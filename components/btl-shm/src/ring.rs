@@ -450,7 +450,9 @@ pub(crate) mod tests {
             let mut next = 0u64;
             while next < COUNT {
                 let mut ok = true;
-                if c.pop_with(|_, d| ok = d == pattern(next, (next % 300) as usize)).unwrap() {
+                if c.pop_with(|_, d| ok = d == pattern(next, (next % 300) as usize))
+                    .unwrap()
+                {
                     assert!(ok, "record {next} damaged");
                     next += 1;
                 } else {
@@ -462,7 +464,10 @@ pub(crate) mod tests {
         let mut p = Producer::new(mem, 1 << 20);
         for i in 0..COUNT {
             let data = pattern(i, (i % 300) as usize);
-            while p.push(0, &data[..data.len().min(5)], &data[data.len().min(5)..]).is_err() {
+            while p
+                .push(0, &data[..data.len().min(5)], &data[data.len().min(5)..])
+                .is_err()
+            {
                 std::thread::yield_now();
             }
         }

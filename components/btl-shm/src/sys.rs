@@ -334,6 +334,49 @@ pub fn bind_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Watches whether a peer process still exists: a pidfd (immune to pid reuse) where the kernel
+/// has them (Linux 5.3+), else `kill(pid, 0)`.
+#[derive(Debug)]
+pub struct ProcessWatch {
+    pid: i32,
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+impl ProcessWatch {
+    /// Start watching `pid`. Never fails: without a pidfd it falls back to signals.
+    pub fn new(pid: i32) -> Self {
+        // SAFETY: pidfd_open takes two integers and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let pidfd = (fd >= 0).then(|| {
+            use std::os::fd::FromRawFd;
+            // SAFETY: the syscall just returned this fd to us; nobody else owns it.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }
+        });
+        Self { pid, pidfd }
+    }
+
+    /// True once the process has exited (a zombie counts as exited).
+    pub fn exited(&self) -> bool {
+        match &self.pidfd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, zero timeout.
+                let n = unsafe { libc::poll(&mut p, 1, 0) };
+                n > 0 && p.revents & libc::POLLIN != 0
+            }
+            None => {
+                // SAFETY: signal 0 only checks for existence and permission.
+                let r = unsafe { libc::kill(self.pid, 0) };
+                r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+            }
+        }
+    }
+}
+
 /// This process's id, as the kernel's CMA calls want it.
 pub fn pid() -> i32 {
     std::process::id() as i32
@@ -350,6 +393,19 @@ mod tests {
             .unwrap()
             .subsec_nanos();
         PathBuf::from(SHM_DIR).join(format!("rmca-unittest{}-{nanos}-{tag}", std::process::id()))
+    }
+
+    #[test]
+    fn process_watch_sees_exit() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let watch = ProcessWatch::new(child.id() as i32);
+        assert!(!watch.exited());
+        child.wait().unwrap();
+        assert!(watch.exited());
+        assert!(!ProcessWatch::new(pid()).exited());
     }
 
     #[test]

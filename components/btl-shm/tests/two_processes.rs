@@ -256,6 +256,61 @@ fn child(dir: &Path, job_id: &str) {
     drop(src);
 }
 
+/// Rank 1 dies without finalizing; rank 0's sends then fail with PeerFailed instead of
+/// blocking forever on a ring nobody drains.
+#[test]
+fn dead_peer_is_detected() {
+    if std::env::var_os(ROLE_ENV).is_some() {
+        let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
+        let (_job, _btl, _modex) = setup(1, &dir, &std::env::var(JOB_ENV).unwrap());
+        std::process::exit(0); // a crash, as far as the BTL can tell: no finalize, no Drop
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let job_id = format!("d{}x{nanos}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("rmca-shm-test-{job_id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut proc1 = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dead_peer_is_detected",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE_ENV, "1")
+        .env(DIR_ENV, &dir)
+        .env(JOB_ENV, &job_id)
+        .spawn()
+        .unwrap();
+    let (job, mut btl, _modex) = setup(0, &dir, &job_id);
+    assert!(proc1.wait().unwrap().success());
+    let mut ev = Events::default();
+    let mut outcome = None;
+    for _ in 0..1_000_000 {
+        match btl.send(1, TAG_DATA, &[0; 8], &[0; 1000], SendHint::default()) {
+            Ok(()) | Err(SendError::WouldBlock) => {
+                btl.progress(&mut ev);
+            }
+            Err(e) => {
+                outcome = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(
+        matches!(outcome, Some(SendError::PeerFailed { peer: 1, .. })),
+        "{outcome:?}"
+    );
+    btl.finalize();
+    // What the launcher does after a crash: remove whatever the dead rank left.
+    for f in leftovers(&job.shm_prefix()) {
+        let _ = std::fs::remove_file(Path::new("/dev/shm").join(f));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn two_processes_exchange() {
     if std::env::var_os(ROLE_ENV).is_some() {

@@ -316,7 +316,7 @@ fn agent(weak: Weak<Ctx>) {
                 continue;
             }
             if let Ok(mut g) = qp.inner.try_lock() {
-                qp.progress(&mut g, now);
+                qp.progress(&mut g, now, false);
             }
             let fd = qp.fd.load(Ordering::Relaxed);
             if fd >= 0 {
@@ -407,7 +407,7 @@ impl Cq {
         let now = Instant::now();
         for qp in &qps {
             let mut g = lock(&qp.inner);
-            qp.progress(&mut g, now);
+            qp.progress(&mut g, now, true);
         }
         let mut g = lock(&self.q);
         let n = out.len().min(g.q.len());
@@ -1031,6 +1031,8 @@ impl Qp {
             fault: None,
             overflow: false,
         };
+        // A deferred ACK rides in the same write as this request.
+        c.proto.flush_ack();
         let r = c
             .proto
             .post(&mut env, wr.wr_id, wr.signaled, wr.op, wr.sges, inline);
@@ -1277,8 +1279,10 @@ impl Qp {
             > idle
     }
 
-    /// Moves everything forward: I/O, timers, completions.
-    fn progress(&self, g: &mut QpInner, now: Instant) {
+    /// Moves everything forward: I/O, timers, completions. The owner (`owner`) defers the
+    /// ACK of what it just received to its next post or poll, so that in request/reply traffic
+    /// the ACK rides in the same write as the reply; the agent acknowledges at once.
+    fn progress(&self, g: &mut QpInner, now: Instant, owner: bool) {
         self.last_progress
             .store(self.ctx.now_ns(), Ordering::Relaxed);
         match self.qp_type {
@@ -1293,11 +1297,11 @@ impl Qp {
                     }
                 }
             }
-            QpType::Rc => self.rc_progress(g, now),
+            QpType::Rc => self.rc_progress(g, now, owner),
         }
     }
 
-    fn rc_progress(&self, g: &mut QpInner, now: Instant) {
+    fn rc_progress(&self, g: &mut QpInner, now: Instant, defer_ack: bool) {
         if !matches!(g.state, QpState::Rtr | QpState::Rts) {
             return;
         }
@@ -1318,6 +1322,8 @@ impl Qp {
         }
         let mut broken = false;
         let mut malformed = false;
+        // An ACK deferred by the previous call goes out now at the latest.
+        c.proto.flush_ack();
         let mut env = Env {
             qp: self,
             rq,
@@ -1392,7 +1398,9 @@ impl Qp {
                 c.rx.resize(need.next_power_of_two(), 0);
             }
         }
-        c.proto.flush_ack();
+        if !defer_ack {
+            c.proto.flush_ack();
+        }
         c.proto.handle_timeout(now, &mut env);
         let overflow = env.overflow;
         if !self.rc_flush(c, now) {
