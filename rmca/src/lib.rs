@@ -244,7 +244,10 @@ fn install_default_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RMCA_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Fails only when the application already chose a subscriber, which then stays in charge.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn hostname() -> String {

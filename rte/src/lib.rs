@@ -225,7 +225,7 @@ pub fn decode_node_map(s: &str, size: u32) -> Result<Vec<u32>, String> {
         if out.len() as u64 + c as u64 > size as u64 {
             return Err(format!("map covers more than {size} ranks"));
         }
-        out.extend(std::iter::repeat(n).take(c as usize));
+        out.extend(std::iter::repeat_n(n, c as usize));
     }
     if out.len() != size as usize {
         return Err(format!("map covers {} ranks, job has {size}", out.len()));

@@ -44,7 +44,11 @@ fn job(rank: Rank, size: u32, secret: &str) -> JobInfo {
     }
 }
 
-fn ranks(secret: &str, n: u32, settings: &[(&str, &str)]) -> (Vec<Box<dyn Btl>>, Vec<MemoryAccounting>) {
+fn ranks(
+    secret: &str,
+    n: u32,
+    settings: &[(&str, &str)],
+) -> (Vec<Box<dyn Btl>>, Vec<MemoryAccounting>) {
     let modex = LocalModex::new();
     let p = params(settings);
     let mems: Vec<MemoryAccounting> = (0..n).map(|_| MemoryAccounting::new()).collect();
@@ -52,7 +56,8 @@ fn ranks(secret: &str, n: u32, settings: &[(&str, &str)]) -> (Vec<Box<dyn Btl>>,
         .map(|r| {
             let j = job(r, n, secret);
             let mut w = modex.writer(r);
-            let mut ctx = InitContext::new(&j, &p, &mems[r as usize], &mut w as &mut dyn ModexWrite);
+            let mut ctx =
+                InitContext::new(&j, &p, &mems[r as usize], &mut w as &mut dyn ModexWrite);
             RC.init(&mut ctx).expect("init").remove(0)
         })
         .collect();
@@ -104,7 +109,10 @@ fn message_rate(wqes: u32, coalescing: bool, n: usize, run: usize) -> (f64, f64)
     );
     let mut rx = v.pop().expect("rank 1");
     let mut tx = v.pop().expect("rank 0");
-    let hint = SendHint { message_len: 8, ..SendHint::default() };
+    let hint = SendHint {
+        message_len: 8,
+        ..SendHint::default()
+    };
     // Warm up: connect.
     let mut sink0 = Count::default();
     let mut sink1 = Count::default();
@@ -157,7 +165,11 @@ fn memory(n: u32, rq: &str, connect: &str, all_to_all: bool) -> (usize, u64) {
     let (mut v, mems) = ranks(
         &format!("mem{n}{rq}{connect}{all_to_all}"),
         n,
-        &[("btl_rc_receive_queues", rq), ("btl_rc_connect", connect), ("btl_rc_provider", "soft")],
+        &[
+            ("btl_rc_receive_queues", rq),
+            ("btl_rc_connect", connect),
+            ("btl_rc_provider", "soft"),
+        ],
     );
     let mut sinks: Vec<Count> = (0..n).map(|_| Count::default()).collect();
     let hint = SendHint::default();
@@ -169,7 +181,9 @@ fn memory(n: u32, rq: &str, connect: &str, all_to_all: bool) -> (usize, u64) {
             vec![(r + 1) % n]
         };
         for d in dests {
-            v[r as usize].send(d, 0x41, &[1; 8], &[], hint).expect("send");
+            v[r as usize]
+                .send(d, 0x41, &[1; 8], &[], hint)
+                .expect("send");
             expect[d as usize] += 1;
         }
     }
@@ -190,7 +204,10 @@ fn main() {
     let runs = if quick { 1 } else { 3 };
     let mut json = Vec::new();
     println!("## btl-rc message rate, 8-byte fragments, soft provider, {n} per run, median of {runs} (min..max)");
-    println!("{:>10} {:>12} {:>16} {:>22} {:>10}", "send_wqes", "coalescing", "Mmsg/s", "spread", "packed %");
+    println!(
+        "{:>10} {:>12} {:>16} {:>22} {:>10}",
+        "send_wqes", "coalescing", "Mmsg/s", "spread", "packed %"
+    );
     for wqes in [5u32, 10, 200] {
         for coalescing in [false, true] {
             let mut rates = Vec::new();
@@ -214,13 +231,18 @@ fn main() {
     }
 
     println!();
-    println!("## rank 0 registered memory (KiB) / RC QPs after one exchange, all ranks in one process");
+    println!(
+        "## rank 0 registered memory (KiB) / RC QPs after one exchange, all ranks in one process"
+    );
     let sizes: &[u32] = if quick { &[2, 4, 8] } else { &[2, 4, 8, 16] };
     let configs = [
         ("per-peer P,32,16", "P,32,16"),
         ("SRQ S,256,32,256,4096", "S,256,32,256,4096"),
     ];
-    println!("{:>24} {:>10} {:>6} {:>12} {:>12} {:>12} {:>12}", "receive queues", "connect", "procs", "ring KiB", "ring QPs", "a2a KiB", "a2a QPs");
+    println!(
+        "{:>24} {:>10} {:>6} {:>12} {:>12} {:>12} {:>12}",
+        "receive queues", "connect", "procs", "ring KiB", "ring QPs", "a2a KiB", "a2a QPs"
+    );
     let mut per_conn: HashMap<&str, f64> = HashMap::new();
     let mut base: HashMap<&str, f64> = HashMap::new();
     for (name, rq) in configs {
@@ -243,7 +265,9 @@ fn main() {
                 // Least squares slope of bytes over connections: the measured per-connection cost.
                 let k = pts.len() as f64;
                 let (sx, sy) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-                let (sxx, sxy) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x * x, b + x * y));
+                let (sxx, sxy) = pts
+                    .iter()
+                    .fold((0.0, 0.0), |(a, b), (x, y)| (a + x * x, b + x * y));
                 let slope = (k * sxy - sx * sy) / (k * sxx - sx * sx);
                 per_conn.insert(name, slope);
                 base.insert(name, (sy - slope * sx) / k);
@@ -252,12 +276,28 @@ fn main() {
     }
 
     println!();
-    println!("## memory model: fixed + per-connection cost (measured above, registered buffers only)");
-    println!("{:>24} {:>14} {:>14}", "receive queues", "fixed KiB", "KiB/conn");
+    println!(
+        "## memory model: fixed + per-connection cost (measured above, registered buffers only)"
+    );
+    println!(
+        "{:>24} {:>14} {:>14}",
+        "receive queues", "fixed KiB", "KiB/conn"
+    );
     for (name, _) in configs {
-        println!("{name:>24} {:>14.1} {:>14.2}", base[name] / 1024.0, per_conn[name] / 1024.0);
+        println!(
+            "{name:>24} {:>14.1} {:>14.2}",
+            base[name] / 1024.0,
+            per_conn[name] / 1024.0
+        );
     }
-    println!("{:>8} {:>26} {:>26} {:>26} {:>26}", "procs", "P static all-to-all MiB", "P on-demand ring MiB", "SRQ static all-to-all MiB", "SRQ on-demand ring MiB");
+    println!(
+        "{:>8} {:>26} {:>26} {:>26} {:>26}",
+        "procs",
+        "P static all-to-all MiB",
+        "P on-demand ring MiB",
+        "SRQ static all-to-all MiB",
+        "SRQ on-demand ring MiB"
+    );
     for np in [1024u32, 2048, 4096, 8192, 16384] {
         let m = |name: &str, conns: f64| (base[name] + per_conn[name] * conns) / (1 << 20) as f64;
         let (p, s) = (configs[0].0, configs[1].0);

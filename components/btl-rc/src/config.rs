@@ -151,6 +151,12 @@ pub struct RcConfig {
     pub max_send_size: usize,
     /// Bound on bytes queued per peer before `send` says WouldBlock.
     pub pending_max: usize,
+    /// Messages from a peer before an eager RDMA ring is opened for it.
+    pub eager_rdma_threshold: u32,
+    /// Peers with an eager RDMA ring at most (0 disables eager RDMA).
+    pub eager_rdma_max_peers: u32,
+    /// Slots per eager RDMA ring.
+    pub eager_rdma_num: u32,
     /// First retransmission timeout of a connection request.
     pub connect_timeout: Duration,
     /// Connection request retransmissions before the peer is declared unreachable.
@@ -248,6 +254,22 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::size("pending_max", 16 << 20)
             .help("Bytes queued per peer (while connecting or out of resources) before send refuses with WouldBlock")
+            .level(Level::Tuning),
+    );
+    p.add(
+        Param::int("eager_rdma_threshold", 16)
+            .range(1, 1 << 30)
+            .help("Messages received from a peer before this process opens an eager RDMA ring for it (seed 000's adaptive eager RDMA)"),
+    );
+    p.add(
+        Param::int("eager_rdma_max_peers", 16)
+            .range(0, 1 << 20)
+            .help("Peers that may get an eager RDMA ring (0 disables eager RDMA)"),
+    );
+    p.add(
+        Param::int("eager_rdma_num", 16)
+            .range(2, 1024)
+            .help("Slots per eager RDMA ring (each btl_rc_eager_limit + 24 bytes)")
             .level(Level::Tuning),
     );
     p.add(
@@ -361,6 +383,9 @@ impl RcConfig {
             eager_limit: eager_limit as usize,
             max_send_size: max_send_size as usize,
             pending_max: size("pending_max")? as usize,
+            eager_rdma_threshold: int("eager_rdma_threshold")? as u32,
+            eager_rdma_max_peers: int("eager_rdma_max_peers")? as u32,
+            eager_rdma_num: int("eager_rdma_num")? as u32,
             connect_timeout: Duration::from_millis(int("connect_timeout_ms")? as u64),
             connect_retries: int("connect_retries")? as u32,
             fault_delay_rate,

@@ -29,7 +29,7 @@ use crate::sched::{Plan, QpScheduler};
 use crate::sendq::{Item, Pending, SendQueue};
 use crate::wire::{
     parse_records, CardRepr, CmPacket, CmRepr, CmType, FragKind, FragPacket, FragRepr,
-    FRAG_HEADER_LEN,
+    EAGER_FOOTER_LEN, EAGER_VALID, FRAG_HEADER_LEN,
 };
 
 /// Errors of opening the module.
@@ -155,6 +155,28 @@ struct QpSlot {
     credit_msg_due: bool,
 }
 
+/// A ring of RDMA-writable slots this process polls for one peer's eager messages.
+#[derive(Debug)]
+struct RingRx {
+    mr: Mr,
+    slots: u32,
+    slot_size: usize,
+    tail: u32,
+    owed: u32,
+    open_due: bool,
+}
+
+/// The peer's ring we write eager messages into.
+#[derive(Debug)]
+struct RingTx {
+    addr: u64,
+    rkey: u32,
+    slots: u32,
+    slot_size: usize,
+    head: u32,
+    credits: u32,
+}
+
 #[derive(Debug)]
 struct Peer {
     rank: Rank,
@@ -170,6 +192,22 @@ struct Peer {
     rtu_due: bool,
     failed: Option<String>,
     failure_reported: bool,
+    rx_count: u64,
+    ring_rx: Option<RingRx>,
+    ring_tx: Option<RingTx>,
+}
+
+impl Peer {
+    fn control_due(&self) -> bool {
+        self.rtu_due
+            || self.qps.iter().any(|q| {
+                q.credit_msg_due || q.credits.as_ref().is_some_and(|c| c.needs_credit_msg())
+            })
+            || self
+                .ring_rx
+                .as_ref()
+                .is_some_and(|r| r.open_due || r.owed >= (r.slots / 2).max(1))
+    }
 }
 
 #[derive(Debug)]
@@ -206,6 +244,9 @@ struct Stats {
     rdma_ops: u64,
     peer_failures: u64,
     queued: u64,
+    eager_rings: u64,
+    eager_sent: u64,
+    eager_received: u64,
 }
 
 /// One btl-rc module: one verbs device port.
@@ -753,6 +794,9 @@ impl RcBtl {
         let plan = self.peers[pi].sched.plan(len, hint);
         match plan {
             Plan::One(qi) => {
+                if self.try_eager(pi, qi, tag, seq, header, payload)? {
+                    return Ok(true);
+                }
                 if self.send_pool.free.is_empty() && self.send_pool.total >= self.send_pool.max {
                     return Ok(false);
                 }
@@ -863,6 +907,7 @@ impl RcBtl {
                 }
             }
         }
+        moved += self.ring_control(pi);
         while let Some(front) = self.peers[pi].queue.front() {
             let front_hint = front.hint;
             if self.peers[pi].queue.next_is_bundle() {
@@ -1099,6 +1144,17 @@ impl RcBtl {
         bytes: &[u8],
         events: &mut dyn BtlEvents,
     ) -> usize {
+        self.handle_frag_from(pi, qi, bytes, events, false)
+    }
+
+    fn handle_frag_from(
+        &mut self,
+        pi: usize,
+        qi: usize,
+        bytes: &[u8],
+        events: &mut dyn BtlEvents,
+        ring: bool,
+    ) -> usize {
         let now = Instant::now();
         self.peers[pi].conn.handle_inband();
         self.run_actions(pi, now);
@@ -1111,7 +1167,7 @@ impl RcBtl {
         let peer = &mut self.peers[pi];
         if let Some(c) = peer.qps[qi].credits.as_mut() {
             c.returned(h.credits);
-            if per_peer && !h.kind.is_control() {
+            if per_peer && !ring && !h.kind.is_control() {
                 c.consumed();
             }
         }
@@ -1154,9 +1210,221 @@ impl RcBtl {
                 }
             }
             FragKind::Credit | FragKind::Rtu => {}
+            FragKind::EagerOpen => match <[u8; 8]>::try_from(p.body()) {
+                Ok(addr) if h.b as usize > FRAG_HEADER_LEN + EAGER_FOOTER_LEN && h.seq >= 2 => {
+                    peer.ring_tx = Some(RingTx {
+                        addr: u64::from_le_bytes(addr),
+                        rkey: h.a,
+                        slots: u32::from(h.seq),
+                        slot_size: h.b as usize,
+                        head: 0,
+                        credits: u32::from(h.seq),
+                    });
+                }
+                _ => self.stats.malformed += 1,
+            },
+            FragKind::EagerCredit => {
+                if let Some(r) = peer.ring_tx.as_mut() {
+                    r.credits = (r.credits + u32::from(h.aux)).min(r.slots);
+                }
+            }
         }
         self.stats.received += n as u64;
+        if n > 0 {
+            self.maybe_open_ring(pi, n as u64);
+        }
         n
+    }
+
+    // ------------------------------------------------------------------ eager RDMA
+
+    /// Adaptive eager RDMA (seed 000): after `btl_rc_eager_rdma_threshold` messages from a
+    /// peer, give it a ring of RDMA-writable slots that this process polls.
+    fn maybe_open_ring(&mut self, pi: usize, n: u64) {
+        let cfg = &self.cfg;
+        let p = &mut self.peers[pi];
+        p.rx_count += n;
+        if p.ring_rx.is_some()
+            || p.rx_count < u64::from(cfg.eager_rdma_threshold)
+            || self.stats.eager_rings >= u64::from(cfg.eager_rdma_max_peers)
+        {
+            return;
+        }
+        let slot_size = cfg.eager_limit + FRAG_HEADER_LEN + EAGER_FOOTER_LEN;
+        let slots = cfg.eager_rdma_num.min(u32::from(u16::MAX));
+        let bytes = slot_size * slots as usize;
+        match self
+            .pd
+            .register(bytes, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        {
+            Ok(mr) => {
+                self.memory.alloc(bytes);
+                self.stats.eager_rings += 1;
+                p.ring_rx = Some(RingRx {
+                    mr,
+                    slots,
+                    slot_size,
+                    tail: 0,
+                    owed: 0,
+                    open_due: true,
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "btl-rc: eager RDMA ring registration failed"),
+        }
+    }
+
+    /// Tell the peer about its ring, and return consumed slots.
+    fn ring_control(&mut self, pi: usize) -> usize {
+        let Some(r) = self.peers[pi].ring_rx.as_ref() else {
+            return 0;
+        };
+        if self.peers[pi].qps.is_empty() || self.peers[pi].qps[0].ctrl_wqes == 0 {
+            return 0;
+        }
+        if r.open_due {
+            let hdr = FragRepr {
+                kind: FragKind::EagerOpen,
+                tag: 0,
+                credits: 0,
+                seq: r.slots as u16,
+                aux: 0,
+                a: r.mr.rkey(),
+                b: r.slot_size as u32,
+            };
+            let addr = r.mr.addr().to_le_bytes();
+            if self.post_buf(pi, 0, hdr, &[&addr], true).is_ok() {
+                if let Some(r) = self.peers[pi].ring_rx.as_mut() {
+                    r.open_due = false;
+                }
+                return 1;
+            }
+            return 0;
+        }
+        if r.owed >= (r.slots / 2).max(1) {
+            let owed = r.owed;
+            let mut hdr = FragRepr::control(FragKind::EagerCredit, 0);
+            hdr.aux = owed as u16;
+            if self.post_buf(pi, 0, hdr, &[], true).is_ok() {
+                if let Some(r) = self.peers[pi].ring_rx.as_mut() {
+                    r.owed -= owed;
+                }
+                return 1;
+            }
+        }
+        0
+    }
+
+    /// Send through the peer's eager RDMA ring when it has a free slot and the fragment fits.
+    fn try_eager(
+        &mut self,
+        pi: usize,
+        qi: usize,
+        tag: BtlTag,
+        seq: u16,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<bool, SendError> {
+        let len = FRAG_HEADER_LEN + header.len() + payload.len();
+        let total = len + EAGER_FOOTER_LEN;
+        let (remote_addr, rkey) = match self.peers[pi].ring_tx.as_ref() {
+            Some(r) if r.credits > 0 && total <= r.slot_size => (
+                r.addr + u64::from(r.head) * r.slot_size as u64 + (r.slot_size - total) as u64,
+                r.rkey,
+            ),
+            _ => return Ok(false),
+        };
+        if self.peers[pi].qps[qi].wqes == 0 {
+            return Ok(false);
+        }
+        let Some(id) = self.send_pool.alloc(&self.pd) else {
+            return Ok(false);
+        };
+        let hdr = FragRepr {
+            kind: FragKind::Data,
+            tag,
+            credits: 0,
+            seq,
+            aux: 1,
+            a: header.len() as u32,
+            b: 0,
+        };
+        let mut h = [0u8; FRAG_HEADER_LEN];
+        hdr.emit(&mut h);
+        self.send_pool.write(id, 0, &h);
+        self.send_pool.write(id, FRAG_HEADER_LEN, header);
+        self.send_pool
+            .write(id, FRAG_HEADER_LEN + header.len(), payload);
+        let mut footer = [0u8; EAGER_FOOTER_LEN];
+        footer[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        footer[4..].copy_from_slice(&EAGER_VALID.to_le_bytes());
+        self.send_pool.write(id, len, &footer);
+        let sge = self.send_pool.sge(id, total);
+        let wr = SendWr {
+            wr_id: id,
+            op: SendOp::RdmaWrite { remote_addr, rkey },
+            sges: &[sge],
+            signaled: true,
+            inline: false,
+            ud: None,
+        };
+        match self.peers[pi].qps[qi].qp.post_send(&wr) {
+            Ok(()) => {
+                self.peers[pi].qps[qi].wqes -= 1;
+                let r = self.peers[pi].ring_tx.as_mut().expect("checked");
+                r.head = (r.head + 1) % r.slots;
+                r.credits -= 1;
+                self.stats.eager_sent += 1;
+                Ok(true)
+            }
+            Err(rmca_verbs::Error::QueueFull { .. }) => {
+                self.send_pool.release(id);
+                Ok(false)
+            }
+            Err(e) => {
+                self.send_pool.release(id);
+                let reason = format!("post RDMA write: {e}");
+                self.fail_peer(pi, &reason);
+                Err(SendError::PeerFailed {
+                    peer: pi as Rank,
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Poll the ring of `pi` for slots written by the peer, in order.
+    fn poll_ring(&mut self, pi: usize, events: &mut dyn BtlEvents) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(r) = self.peers[pi].ring_rx.as_mut() else {
+                return n;
+            };
+            let end = (r.tail as usize + 1) * r.slot_size;
+            let mut footer = [0u8; EAGER_FOOTER_LEN];
+            r.mr.read_at(end - EAGER_FOOTER_LEN, &mut footer)
+                .expect("slot inside the ring");
+            if u32::from_le_bytes(footer[4..].try_into().expect("4")) != EAGER_VALID {
+                return n;
+            }
+            let len = u32::from_le_bytes(footer[..4].try_into().expect("4")) as usize;
+            let mut buf = std::mem::take(&mut self.scratch);
+            let ok = len <= r.slot_size - EAGER_FOOTER_LEN;
+            if ok {
+                r.mr.read_at(end - EAGER_FOOTER_LEN - len, &mut buf[..len])
+                    .expect("inside the slot");
+            }
+            r.mr.write_at(end - EAGER_FOOTER_LEN, &[0; EAGER_FOOTER_LEN])
+                .expect("slot inside the ring");
+            r.tail = (r.tail + 1) % r.slots;
+            r.owed += 1;
+            if ok {
+                self.stats.eager_received += 1;
+                n += self.handle_frag_from(pi, 0, &buf[..len], events, true);
+            } else {
+                self.stats.malformed += 1;
+            }
+            self.scratch = buf;
+        }
     }
 
     fn progress_async(&mut self) {
@@ -1385,6 +1653,16 @@ impl RcBtl {
     }
 }
 
+impl Drop for RcBtl {
+    fn drop(&mut self) {
+        for p in &self.peers {
+            if let Some(r) = &p.ring_rx {
+                self.memory.free(r.slots as usize * r.slot_size);
+            }
+        }
+    }
+}
+
 impl Peer {
     fn queue_front_mut(&mut self) -> &mut Pending {
         self.queue.front_mut().expect("non-empty")
@@ -1435,6 +1713,9 @@ impl Btl for RcBtl {
                     rtu_due: false,
                     failed: None,
                     failure_reported: false,
+                    rx_count: 0,
+                    ring_rx: None,
+                    ring_tx: None,
                 });
             }
             if p.is_self {
@@ -1600,12 +1881,8 @@ impl Btl for RcBtl {
         n += self.progress_recvs(events);
         n += self.progress_sends(events);
         for pi in 0..self.peers.len() {
-            if !self.peers[pi].queue.is_empty()
-                || self.peers[pi].rtu_due
-                || self.peers[pi].qps.iter().any(|q| {
-                    q.credit_msg_due || q.credits.as_ref().is_some_and(|c| c.needs_credit_msg())
-                })
-            {
+            n += self.poll_ring(pi, events);
+            if !self.peers[pi].queue.is_empty() || self.peers[pi].control_due() {
                 n += self.drain_peer(pi);
             }
             let p = &mut self.peers[pi];
@@ -1653,6 +1930,9 @@ impl Btl for RcBtl {
             ("srq_buffers_posted", s.srq_posted),
             ("srq_low_watermark_events", s.srq_limit_events),
             ("rdma_ops", s.rdma_ops),
+            ("eager_rdma_connections", s.eager_rings),
+            ("eager_rdma_sent", s.eager_sent),
+            ("eager_rdma_received", s.eager_received),
             ("rcache_hits", hits),
             ("rcache_misses", misses),
             ("registrations_now", self.regs.len() as u64),

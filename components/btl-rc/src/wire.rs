@@ -246,7 +246,18 @@ pub enum FragKind {
     Credit = 4,
     /// Ready to use: the requester's first message on a new connection (control, no seq).
     Rtu = 5,
+    /// Eager RDMA ring opened for the receiver of this message (control): `seq` = slots,
+    /// `a` = rkey, `b` = slot size, body = ring address (u64).
+    EagerOpen = 6,
+    /// Eager RDMA ring slots returned (control): `aux` = slots.
+    EagerCredit = 7,
 }
+
+/// Footer at the end of every eager RDMA slot: `len u32 | EAGER_VALID`. The sender writes the
+/// fragment right-aligned so that the footer lands last; the receiver polls it.
+pub const EAGER_FOOTER_LEN: usize = 8;
+/// Marks a full eager RDMA slot.
+pub const EAGER_VALID: u32 = 0x5243_4541;
 
 impl FragKind {
     fn from_u8(v: u8) -> Option<Self> {
@@ -256,12 +267,17 @@ impl FragKind {
             3 => Self::Stripe,
             4 => Self::Credit,
             5 => Self::Rtu,
+            6 => Self::EagerOpen,
+            7 => Self::EagerCredit,
             _ => return None,
         })
     }
     /// Control messages bypass credits and never carry a seq.
     pub fn is_control(self) -> bool {
-        matches!(self, Self::Credit | Self::Rtu)
+        matches!(
+            self,
+            Self::Credit | Self::Rtu | Self::EagerOpen | Self::EagerCredit
+        )
     }
 }
 

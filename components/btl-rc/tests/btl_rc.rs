@@ -558,7 +558,10 @@ fn dead_peer_surfaces_as_peer_failed() {
     let t = std::time::Instant::now();
     let mut i = 0u32;
     while s[0].failed.is_empty() {
-        assert!(t.elapsed() < std::time::Duration::from_secs(60), "failure never reported");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "failure never reported"
+        );
         match b[0].send(1, TAG, &i.to_le_bytes(), b"after death", hint(11)) {
             Ok(()) | Err(SendError::WouldBlock) => {}
             Err(SendError::PeerFailed { .. }) => {}
@@ -573,4 +576,90 @@ fn dead_peer_surfaces_as_peer_failed() {
         b[0].send(1, TAG, b"x", b"", hint(1)),
         Err(SendError::PeerFailed { .. })
     ));
+}
+
+#[test]
+fn eager_rdma_ring_opens_after_threshold_and_wraps_many_times() {
+    let (mut b, _m) = ranks(
+        "er",
+        2,
+        &[
+            ("btl_rc_eager_rdma_threshold", "8"),
+            ("btl_rc_eager_rdma_num", "4"),
+            ("btl_rc_coalescing", "false"),
+        ],
+    );
+    let mut s = sinks(2);
+    let n = 3000;
+    let l: Vec<usize> = (0..n)
+        .map(|i| if i % 97 == 0 { 30_000 } else { i % 2000 })
+        .collect();
+    for (i, len) in l.iter().enumerate() {
+        let hdr = (i as u32).to_le_bytes();
+        send_retry(
+            &mut b,
+            &mut s,
+            0,
+            1,
+            TAG,
+            &hdr,
+            &payload(0, i, *len),
+            hint(*len),
+        );
+        if i % 8 == 0 {
+            for (x, y) in b.iter_mut().zip(s.iter_mut()) {
+                x.progress(y);
+            }
+        }
+    }
+    run_until(&mut b, &mut s, "ring traffic", |s| {
+        s[1].got.get(&0).map_or(0, Vec::len) == n
+    });
+    check_in_order(&s[1], 0, &l);
+    assert_eq!(
+        counter(b[1].as_ref(), "eager_rdma_connections"),
+        1,
+        "receiver opened one ring"
+    );
+    let via_ring = counter(b[0].as_ref(), "eager_rdma_sent");
+    assert!(
+        via_ring > 40,
+        "the 4-slot ring wrapped many times ({via_ring} writes)"
+    );
+    assert_eq!(counter(b[1].as_ref(), "eager_rdma_received"), via_ring);
+    // Rank 0 never received 8 messages from rank 1: no ring the other way.
+    assert_eq!(counter(b[0].as_ref(), "eager_rdma_connections"), 0);
+}
+
+#[test]
+fn eager_rdma_respects_max_peers() {
+    let (mut b, _m) = ranks(
+        "emp",
+        3,
+        &[
+            ("btl_rc_eager_rdma_threshold", "2"),
+            ("btl_rc_eager_rdma_max_peers", "1"),
+        ],
+    );
+    let mut s = sinks(3);
+    for from in [0usize, 2] {
+        for i in 0..20usize {
+            send_retry(
+                &mut b,
+                &mut s,
+                from,
+                1,
+                TAG,
+                &(i as u32).to_le_bytes(),
+                &payload(from as u32, i, 10),
+                hint(10),
+            );
+        }
+    }
+    run_until(&mut b, &mut s, "both senders", |s| {
+        s[1].got.values().map(Vec::len).sum::<usize>() == 40
+    });
+    check_in_order(&s[1], 0, &[10; 20]);
+    check_in_order(&s[1], 2, &[10; 20]);
+    assert_eq!(counter(b[1].as_ref(), "eager_rdma_connections"), 1);
 }

@@ -403,9 +403,10 @@ impl Cq {
     }
 
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
-        let qps: Vec<Arc<Qp>> = lock(&self.qps).clone();
+        // Iterated under the list lock (no per-poll allocation): nothing takes a QP lock and
+        // then this list's lock, so the order cq.qps -> qp.inner cannot deadlock.
         let now = Instant::now();
-        for qp in &qps {
+        for qp in lock(&self.qps).iter() {
             let mut g = lock(&qp.inner);
             qp.progress(&mut g, now, true);
         }

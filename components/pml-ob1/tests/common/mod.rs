@@ -161,7 +161,8 @@ impl Btl for MemBtl {
             });
         }
         self.count += 1;
-        if self.cfg.would_block_every != 0 && self.count % self.cfg.would_block_every == 0 {
+        if self.cfg.would_block_every != 0 && self.count.is_multiple_of(self.cfg.would_block_every)
+        {
             return Err(SendError::WouldBlock);
         }
         let mut v = Vec::with_capacity(len);
@@ -206,7 +207,8 @@ impl Btl for MemBtl {
             return Err(SendError::Unreachable(peer));
         }
         self.count += 1;
-        if self.cfg.would_block_every != 0 && self.count % self.cfg.would_block_every == 0 {
+        if self.cfg.would_block_every != 0 && self.count.is_multiple_of(self.cfg.would_block_every)
+        {
             return Err(SendError::WouldBlock);
         }
         let key = u64::from_le_bytes(
