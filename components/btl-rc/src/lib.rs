@@ -11,6 +11,11 @@
 //!   ([`credits`]; `btl_rc_receive_queues = P,<bufs>,<threshold>`), or one SRQ for every
 //!   connection whose low-watermark event grows and reposts the pool (`S,<initial>,<low>,
 //!   <grow>,<max>`).
+//! - **Adaptive eager RDMA** (seed 000): after `btl_rc_eager_rdma_threshold` messages from a
+//!   peer (for at most `btl_rc_eager_rdma_max_peers` peers) the receiver registers a ring of
+//!   `btl_rc_eager_rdma_num` slots and sends its address in-band; the sender RDMA-writes eager
+//!   fragments right-aligned into the slots with a footer written last, the receiver polls the
+//!   footer of the next slot, and returns consumed slots with eager-credit messages.
 //! - **Send-WQE budget and coalescing** (seed 001, [`sendq`]): `btl_rc_send_wqes` data WQEs per
 //!   QP; when exhausted, queued small sends to a peer are packed into one buffer, with a
 //!   cached-header flag for repeated PML headers. Never for rendezvous data or control.
@@ -63,7 +68,7 @@ impl Component for RcComponent {
         ComponentMeta {
             name: "rc",
             version: env!("CARGO_PKG_VERSION"),
-            description: "InfiniBand reliable connections: on-demand connections, per-peer credits or SRQ, send-WQE budget with coalescing, multi-QP scheduling, RDMA put/get",
+            description: "InfiniBand reliable connections: on-demand connections, per-peer credits or SRQ, adaptive eager RDMA, send-WQE budget with coalescing, multi-QP scheduling, RDMA put/get",
         }
     }
 

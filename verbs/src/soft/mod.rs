@@ -333,6 +333,33 @@ fn agent(weak: Weak<Ctx>) {
     }
 }
 
+/// Kernel bookkeeping charged per queued datagram beyond its payload (sk_buff truesize).
+const UD_SKB_OVERHEAD: usize = 1024;
+
+/// Raise a UDP socket's receive buffer to `bytes`: `SO_RCVBUFFORCE` where permitted (root or
+/// CAP_NET_ADMIN, which may exceed `net.core.rmem_max`), else `SO_RCVBUF` (capped by rmem_max).
+#[allow(unsafe_code)]
+fn size_udp_rcvbuf(sock: &UdpSocket, bytes: usize) {
+    let val = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: the fd is a live socket owned by `sock`; the option value is a c_int read
+        // by the kernel for the given length.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&val as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            return;
+        }
+    }
+    tracing::debug!(bytes, "could not raise the UD socket receive buffer");
+}
+
 #[allow(unsafe_code)]
 fn sys_poll(fds: &mut [libc::pollfd], timeout_ms: i32) {
     // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd of the given length; a
@@ -661,6 +688,11 @@ impl Qp {
                 .map_err(|e| Error::io("bind UD socket", e))?;
             s.set_nonblocking(true)
                 .map_err(|e| Error::io("UD nonblocking", e))?;
+            // A HCA accepts as many datagrams as there are posted receives; the kernel's
+            // default socket buffer (~200 KiB, 50-100 datagrams) would silently drop bursts that
+            // a real device takes. Size it for the deepest receive queue this QP can have.
+            let depth = c.max_recv_wr.max(cfg.max_qp_wr.min(8192)) as usize;
+            size_udp_rcvbuf(&s, depth * (cfg.ud_mtu as usize + UD_SKB_OVERHEAD));
             let a = s.local_addr().map_err(|e| Error::io("local_addr", e))?;
             (Some(s), Some(a))
         } else {
