@@ -8,11 +8,13 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The real-verbs provider compiles only with the rdma feature (libibverbs): lint it too.
+cargo clippy -p rmca-verbs -p rmca-btl-ud --features rdma --all-targets --locked -- -D warnings
 echo "== cargo build (release binaries used by the multi-process tests)"
 cargo build --workspace --release --bins --examples --locked
 echo "== cargo test"
 cargo test --workspace --locked
-if [[ -x verbs/ci/vm-tests.sh ]]; then
-  echo "== verbs tests on Soft-RoCE (QEMU guest)"
-  bash verbs/ci/vm-tests.sh
-fi
+echo "== real verbs: Soft-RoCE (rxe0) inside a QEMU guest"
+for t in verbs/ci/vm-tests.sh components/*/ci/vm-tests.sh; do
+  [[ -f "$t" ]] && bash "$t"
+done
