@@ -16,5 +16,5 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== real verbs: Soft-RoCE (rxe0) inside a QEMU guest"
 for t in verbs/ci/vm-tests.sh components/*/ci/vm-tests.sh; do
-  [[ -f "$t" ]] && bash "$t"
+  if [[ -f "$t" ]]; then bash "$t"; fi
 done
