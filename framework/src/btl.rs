@@ -248,7 +248,8 @@ pub trait Btl: Send {
     /// The component name (`"shm"`, `"ud"`...).
     fn component_name(&self) -> &str;
 
-    /// The module's attributes (fixed after init).
+    /// The module's attributes. A module may narrow them in `add_procs` (e.g. drop GET when a
+    /// peer forbids single-copy access); they are fixed from then on, which is when the BML reads them.
     fn attributes(&self) -> &BtlAttributes;
 
     /// Learn the job's processes (with their business cards via `modex`) and return, for each
