@@ -150,6 +150,46 @@ impl Bml {
                 .collect();
             routes[p.rank as usize] = Self::plan(&btls, &chosen);
         }
+        // A module that serves no peer (e.g. a network BTL when every peer is on this node)
+        // would only cost polling time on every progress pass: finalize it and drop it.
+        let used: Vec<bool> = (0..btls.len())
+            .map(|b| {
+                routes.iter().any(|r| {
+                    r.eager
+                        .iter()
+                        .chain(&r.send)
+                        .chain(&r.rdma)
+                        .any(|x| x.btl == b)
+                })
+            })
+            .collect();
+        if unreachable.is_empty() && used.iter().any(|u| !u) {
+            let mut remap = vec![usize::MAX; btls.len()];
+            let mut kept = Vec::with_capacity(btls.len());
+            for (i, mut b) in btls.into_iter().enumerate() {
+                if used[i] {
+                    remap[i] = kept.len();
+                    kept.push(b);
+                } else {
+                    tracing::debug!(
+                        btl = b.component_name(),
+                        "btl reaches no peer through the chosen routes; released"
+                    );
+                    b.finalize();
+                }
+            }
+            btls = kept;
+            for r in &mut routes {
+                for x in r
+                    .eager
+                    .iter_mut()
+                    .chain(r.send.iter_mut())
+                    .chain(r.rdma.iter_mut())
+                {
+                    x.btl = remap[x.btl];
+                }
+            }
+        }
         if !unreachable.is_empty() {
             let tried: Vec<&str> = btls.iter().map(|b| b.component_name()).collect();
             let tried = if tried.is_empty() {

@@ -273,6 +273,21 @@ fn exclusivity_picks_self_then_shm_then_networks() {
 }
 
 #[test]
+fn modules_serving_no_peer_are_released() {
+    // Everyone on node 0: the networks are never chosen over shm and must not be polled.
+    let bml = Bml::build(btls(), &procs(0, &[0, 0, 0]), &LocalModex::new()).unwrap();
+    let names: Vec<&str> = (0..bml.btl_count())
+        .map(|i| bml.btl_ref(i).component_name())
+        .collect();
+    assert_eq!(names, ["self", "shm"]);
+    assert_eq!(
+        bml.btl_ref(bml.routes(2).eager[0].btl).component_name(),
+        "shm",
+        "routes follow the new indices"
+    );
+}
+
+#[test]
 fn failed_route_is_removed_and_weights_renormalised() {
     let mut bml = Bml::build(btls(), &procs(0, &[0, 1]), &LocalModex::new()).unwrap();
     let fast = bml.routes(1).eager[0].btl;

@@ -169,11 +169,11 @@ fn parse_args() -> Result<Args, String> {
             }
             "--max-size" => {
                 let v = val("bytes")?;
-                a.max_size = parse_size(&v)
-                    .filter(|&b| b <= 1 << 30)
-                    .ok_or_else(|| {
-                        format!("--max-size {v:?}: expected bytes from 0 to 1g (suffix k, m or g allowed)")
-                    })? as usize;
+                a.max_size = parse_size(&v).filter(|&b| b <= 1 << 30).ok_or_else(|| {
+                    format!(
+                        "--max-size {v:?}: expected bytes from 0 to 1g (suffix k, m or g allowed)"
+                    )
+                })? as usize;
             }
             "--batch" => {
                 let v = val("messages per round")?;

@@ -1,8 +1,8 @@
 //! Guaranteed delivery over UD (issue 6): pml dr over btl ud (soft provider, UDP) with injected
 //! faults, run by rmca-run as real multi-process jobs.
 //!
-//! Failover between two BTLs to the same peer is NOT covered here: with the components in the
-//! tree the BML can never keep ud and a second BTL for one peer (see the lead's report).
+//! Failover runs through test-only wrapper components (tests/src/bin/dr_failover.rs): the tree
+//! has no way to give a peer a second BTL next to ud, nor to kill ud's path at run time.
 
 use rmca_tests::{run_job, Job};
 use serde_json::Value;
@@ -63,7 +63,11 @@ fn dr_over_lossy_ud_delivers_every_byte_exactly_once_in_order() {
         mca: &mca,
         timeout_s: 600,
     });
-    assert!(out.success(), "stress over lossy ud failed:\n{}", out.text());
+    assert!(
+        out.success(),
+        "stress over lossy ud failed:\n{}",
+        out.text()
+    );
     let lines = stress_lines(&out.stdout);
     assert_eq!(lines.len(), ranks, "one line per rank:\n{}", out.text());
     for (m, _, e) in &lines {
@@ -128,7 +132,12 @@ fn ob1_refuses_ud_instead_of_losing_messages() {
         timeout_s: 60,
     });
     assert!(!out.success(), "{}", out.text());
-    assert_ne!(out.code, Some(124), "timed out instead of failing:\n{}", out.text());
+    assert_ne!(
+        out.code,
+        Some(124),
+        "timed out instead of failing:\n{}",
+        out.text()
+    );
     assert!(
         out.stderr.contains("btl ud delivers unreliably")
             && out.stderr.contains("select pml dr (--mca pml dr)"),
@@ -178,4 +187,57 @@ fn killed_peer_ends_the_job_with_an_error_not_a_hang() {
     // 128 + SIGABRT: the launcher reports the dead rank and tears the job down.
     assert_eq!(out.code, Some(134), "{}", out.text());
     assert!(out.stderr.contains("rank 1"), "{}", out.text());
+}
+
+#[test]
+fn dr_fails_over_from_a_black_holed_ud_path_to_the_second_btl() {
+    // udcut = the real btl ud, whose sends vanish after 3000 fragments per process (mid-stream:
+    // the job moves ~130 MB); shmnet = btl shm presented as a slower network, so the BML keeps
+    // both BTLs for the peer and dr starts on ud.
+    let json = std::env::temp_dir().join(format!("rmca-dr-failover-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&json);
+    let json_s = json.to_str().expect("utf-8 temp path").to_owned();
+    let out = run_job(&Job {
+        ranks: 2,
+        program: "dr_failover",
+        args: &["2000"],
+        mca: &[
+            ("pml", "dr"),
+            ("btl", "udcut,shmnet,self"),
+            ("btl_ud_provider", "soft"),
+            ("btl_udcut_after", "3000"),
+            ("profile", "1"),
+            ("profile_json", &json_s),
+        ],
+        timeout_s: 300,
+    });
+    assert!(out.success(), "{}", out.text());
+    let lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("failover "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", out.text());
+    for l in &lines {
+        assert!(
+            l.contains("messages=2000 ") && l.contains(" errors=0 "),
+            "{}",
+            out.text()
+        );
+    }
+    let text = std::fs::read_to_string(&json)
+        .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", json.display(), out.text()));
+    let _ = std::fs::remove_file(&json);
+    let profile: Value = serde_json::from_str(&text).expect("profile is JSON");
+    // ud carried traffic, was cut, dr failed the path and shm finished the job.
+    assert!(
+        counter(&profile, "btl.ud.frags_sent") >= 3000,
+        "{profile:#}"
+    );
+    assert!(
+        counter(&profile, "btl.ud.udcut_swallowed") > 0,
+        "{profile:#}"
+    );
+    assert!(counter(&profile, "pml.dr.failovers") > 0, "{profile:#}");
+    assert!(counter(&profile, "btl.shm.frags_sent") > 0, "{profile:#}");
 }

@@ -22,10 +22,6 @@
 //! (2i, 2i+1) when n is not a power of two); the ring reduces chunk c in ring order starting
 //! at rank c. Every algorithm gives every rank bit-identical results.
 
-// rmca::Error (owned by lib.rs) carries InitError by value; boxing it is the crate's call,
-// not this module's.
-#![allow(clippy::result_large_err)]
-
 mod exec;
 mod op;
 pub(crate) mod schedule;
