@@ -261,11 +261,31 @@ impl Runtime {
         })
     }
 
-    /// Leave the job: finalize the PML (and its BTLs), print the merged profile if asked,
-    /// and tell the launcher.
+    /// A job-wide fence that keeps this process's PML progressing while it waits: peers may
+    /// still need us (a reliability protocol re-acknowledging a lost ack, a rendezvous
+    /// finishing), and a PMI barrier alone would leave them stuck.
+    pub fn fence_progressing(&mut self) -> Result<(), InitError> {
+        let rte = &self.rte;
+        let pml = &mut self.pml;
+        let engine = &mut self.progress_engine;
+        std::thread::scope(|scope| {
+            let fence = scope.spawn(|| rte.fence());
+            let mut backoff = crate::progress::Backoff::default();
+            while !fence.is_finished() {
+                let n = pml.progress() + engine.run();
+                backoff.pass(n);
+            }
+            fence
+                .join()
+                .unwrap_or_else(|_| Err(RteError::Protocol("fence thread panicked".into())))
+        })?;
+        Ok(())
+    }
+
+    /// Leave the job: exchange the profile if asked, fence (progressing) so that nobody tears
+    /// down transports a peer still uses, finalize the PML and its BTLs, tell the launcher.
     pub fn finalize(mut self) -> Result<Option<serde_json::Value>, InitError> {
-        // The caller (the facade) quiesces traffic with a barrier over the PML first: a PMI
-        // fence does not progress the BTLs, so it cannot be what waits for in-flight messages.
+        // The caller (the facade) quiesces traffic with a barrier over the PML first.
         let profile = self.params.get_bool("profile").unwrap_or(false);
         let mut merged = None;
         if profile {
@@ -274,35 +294,35 @@ impl Runtime {
             writer
                 .put("mca.profile", mine.to_string().as_bytes())
                 .map_err(|e| RteError::Protocol(e.to_string()))?;
-            self.rte.fence()?;
-            if self.job.rank == 0 {
-                let reader = RteModex(&self.rte);
-                let mut ranks = Vec::new();
-                for r in 0..self.job.size {
-                    if let Some(v) = reader
-                        .get(r, "mca.profile")
-                        .map_err(|e| RteError::Protocol(e.to_string()))?
-                    {
-                        ranks.push(
-                            serde_json::from_slice::<serde_json::Value>(&v)
-                                .unwrap_or(serde_json::Value::Null),
-                        );
-                    }
+        }
+        self.fence_progressing()?;
+        if profile && self.job.rank == 0 {
+            let reader = RteModex(&self.rte);
+            let mut ranks = Vec::new();
+            for r in 0..self.job.size {
+                if let Some(v) = reader
+                    .get(r, "mca.profile")
+                    .map_err(|e| RteError::Protocol(e.to_string()))?
+                {
+                    ranks.push(
+                        serde_json::from_slice::<serde_json::Value>(&v)
+                            .unwrap_or(serde_json::Value::Null),
+                    );
                 }
-                let summary = crate::profile::merge(&ranks);
-                eprint!("{}", crate::profile::render(&summary));
-                if let Ok(path) = self.params.get_str("profile_json") {
-                    if !path.is_empty() {
-                        if let Err(e) = std::fs::write(
-                            path,
-                            serde_json::to_string_pretty(&summary).unwrap_or_default(),
-                        ) {
-                            tracing::warn!("cannot write profile to {path}: {e}");
-                        }
-                    }
-                }
-                merged = Some(summary);
             }
+            let summary = crate::profile::merge(&ranks);
+            eprint!("{}", crate::profile::render(&summary));
+            if let Ok(path) = self.params.get_str("profile_json") {
+                if !path.is_empty() {
+                    if let Err(e) = std::fs::write(
+                        path,
+                        serde_json::to_string_pretty(&summary).unwrap_or_default(),
+                    ) {
+                        tracing::warn!("cannot write profile to {path}: {e}");
+                    }
+                }
+            }
+            merged = Some(summary);
         }
         self.pml.finalize()?;
         self.rte.finalize()?;

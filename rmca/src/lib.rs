@@ -36,8 +36,8 @@ use thiserror::Error;
 
 // Built-in components: referenced here so that their crates (and their inventory entries)
 // are linked into every program that uses rmca.
-use rmca_btl_self as _;
 use rmca_btl_rc as _;
+use rmca_btl_self as _;
 use rmca_btl_shm as _;
 use rmca_btl_ud as _;
 use rmca_pml_dr as _;

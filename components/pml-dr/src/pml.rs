@@ -746,12 +746,9 @@ impl Pml for Dr {
     }
 
     fn finalize(&mut self) -> Result<(), PmlError> {
-        // Push out any last acks so peers can complete their sends.
-        for _ in 0..64 {
-            if self.progress() == 0 {
-                break;
-            }
-        }
+        // No linger loop here: the runtime's finalize fence keeps every rank progressing until
+        // all ranks arrived, and a rank arrives only once all its sends were acknowledged, so no
+        // peer can still need an ack from us. Progressing now would only see peers tearing down.
         self.bml.finalize();
         Ok(())
     }
