@@ -35,7 +35,7 @@ pub fn hex_encode(data: &[u8]) -> String {
 /// Decode lowercase or uppercase hex; `None` on odd length or a non-hex character.
 pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return None;
     }
     let nib = |c: u8| -> Option<u8> {
