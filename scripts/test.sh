@@ -9,7 +9,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The real-verbs provider compiles only with the rdma feature (libibverbs): lint it too.
-cargo clippy -p rmca-verbs -p rmca-btl-ud --features rdma --all-targets --locked -- -D warnings
+cargo clippy -p rmca-verbs -p rmca-btl-ud -p rmca-btl-rc --features rdma --all-targets --locked -- -D warnings
 echo "== cargo build (release binaries used by the multi-process tests)"
 cargo build --workspace --release --bins --examples --locked
 echo "== cargo test"
