@@ -248,31 +248,42 @@ impl Communicator {
 
     // ---- typed point-to-point ----
 
+    /// Start a send of typed elements on the point-to-point context.
+    fn start_typed_send<T: bytemuck::Pod>(
+        &self,
+        buf: &[T],
+        dest: usize,
+        tag: i32,
+        mode: SendMode,
+        pattern: CommPattern,
+    ) -> Result<RequestId> {
+        let bytes = UserBuf::from_slice(bytemuck::cast_slice(buf));
+        self.start_send(bytes, dest, tag, self.context, mode, pattern)
+    }
+
+    /// Start a receive of typed elements on the point-to-point context.
+    fn start_typed_recv<T: bytemuck::Pod>(
+        &self,
+        buf: &mut [T],
+        source: Src,
+        tag: i32,
+        pattern: CommPattern,
+    ) -> Result<RequestId> {
+        let bytes = UserBuf::from_mut_slice(bytemuck::cast_slice_mut(buf));
+        self.start_recv(bytes, source, tag, self.context, pattern)
+    }
+
     /// Blocking standard-mode send.
     pub fn send<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(
-            UserBuf::from_slice(bytes),
-            dest,
-            tag,
-            self.context,
-            SendMode::Standard,
-            CommPattern::Blocking,
-        )?;
+        let id =
+            self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::Blocking)?;
         self.wait_raw(id).map(|_| ())
     }
 
     /// Blocking synchronous send: returns once the receiver has matched the message.
     pub fn ssend<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(
-            UserBuf::from_slice(bytes),
-            dest,
-            tag,
-            self.context,
-            SendMode::Synchronous,
-            CommPattern::Blocking,
-        )?;
+        let id =
+            self.start_typed_send(buf, dest, tag, SendMode::Synchronous, CommPattern::Blocking)?;
         self.wait_raw(id).map(|_| ())
     }
 
@@ -284,14 +295,7 @@ impl Communicator {
         source: impl Into<Src>,
         tag: i32,
     ) -> Result<Status> {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let id = self.start_recv(
-            UserBuf::from_mut_slice(bytes),
-            source.into(),
-            tag,
-            self.context,
-            CommPattern::Blocking,
-        )?;
+        let id = self.start_typed_recv(buf, source.into(), tag, CommPattern::Blocking)?;
         self.wait_raw(id)
     }
 
@@ -302,15 +306,8 @@ impl Communicator {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
-        let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(
-            UserBuf::from_slice(bytes),
-            dest,
-            tag,
-            self.context,
-            SendMode::Standard,
-            CommPattern::NonBlocking,
-        )?;
+        let id =
+            self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::NonBlocking)?;
         Ok(Request::new(self.clone(), id))
     }
 
@@ -321,12 +318,10 @@ impl Communicator {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
-        let bytes: &[u8] = bytemuck::cast_slice(buf);
-        let id = self.start_send(
-            UserBuf::from_slice(bytes),
+        let id = self.start_typed_send(
+            buf,
             dest,
             tag,
-            self.context,
             SendMode::Synchronous,
             CommPattern::NonBlocking,
         )?;
@@ -340,14 +335,7 @@ impl Communicator {
         source: impl Into<Src>,
         tag: i32,
     ) -> Result<Request<'a>> {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let id = self.start_recv(
-            UserBuf::from_mut_slice(bytes),
-            source.into(),
-            tag,
-            self.context,
-            CommPattern::NonBlocking,
-        )?;
+        let id = self.start_typed_recv(buf, source.into(), tag, CommPattern::NonBlocking)?;
         Ok(Request::new(self.clone(), id))
     }
 

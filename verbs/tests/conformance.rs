@@ -186,7 +186,7 @@ fn rc_send_recv_with_imm_and_inline() {
     .unwrap();
     send(&qa, 12, SendOp::Send, a.mr.sge(0, 5).unwrap(), true, true).unwrap();
     // Inline data was copied at post time: overwriting the buffer now must not matter.
-    a.mr.write_at(0, b"XXXXX").unwrap();
+    a.mr.write_at(0, b"QQQQQ").unwrap();
     let r = wait(&[&b.rcq, &a.scq], 3);
     assert_eq!(r.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![1, 2, 3]);
     assert!(r.iter().all(|w| w.is_ok() && w.opcode == WcOpcode::Recv));
