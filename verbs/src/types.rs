@@ -285,7 +285,8 @@ pub struct Wc {
     pub status: WcStatus,
     /// What completed.
     pub opcode: WcOpcode,
-    /// Received bytes (receives; for UD without the 40-byte GRH).
+    /// Received bytes (receives). For UD this includes the 40-byte GRH the provider writes in
+    /// front of the payload ([`crate::UD_GRH_LEN`]), as on a real HCA.
     pub byte_len: u32,
     /// Immediate data, if the sender supplied some.
     pub imm: Option<u32>,
