@@ -2,14 +2,16 @@
  * methodology and output format as rmca-bench's worker (tools/rmca-bench/src/worker.rs), on any
  * MPI. Compiled by rmca-bench with mpicc.openmpi / mpicc.mpich.
  *
- *   osu_like BENCH MIN MAX ITERS WINDOW
+ *   osu_like BENCH MIN MAX ITERS WINDOW [mem]
  *
- * BENCH: latency bw bibw msgrate allconn barrier allreduce. Sizes MIN, 2*MIN, ..., MAX
+ * BENCH: latency bw bibw msgrate allconn ringconn barrier allreduce. Sizes MIN, 2*MIN, ..., MAX
  * (starting with 0 when MIN is 0, then 1). Rank 0 prints one line per size:
  *   result SIZE VALUE [VALUE2]
  * latency: one-way us (half round trip); bw/bibw: MB/s (1e6 B/s) with WINDOW messages in
  * flight then an ack; msgrate: million messages/s, pairs r <-> r+n/2; allconn: us for a first
- * 0-byte exchange with every peer (ring order), then MPI_Init us (max over ranks); barrier and
+ * 0-byte exchange with every peer (ring order), then MPI_Init us (max over ranks), and with
+ * `mem` VmHWM and VmRSS in MiB from /proc/self/status before MPI_Finalize (max over ranks);
+ * ringconn: the same with the two ring neighbours only; barrier and
  * allreduce (float sum, SIZE/4 elements): us per call, averaged over ranks. */
 #include <mpi.h>
 #include <stdio.h>
@@ -33,12 +35,31 @@ static long warmup_for(long iters) { return iters / 10 + 1; }
 
 static long next_size(long s) { return s == 0 ? 1 : 2 * s; }
 
+/* "VmHWM:" / "VmRSS:" of /proc/self/status in MiB, -1 when unreadable. */
+static double vm_mib(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double v = -1;
+  size_t n = strlen(field);
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f)) {
+    long kb;
+    if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%ld", &kb) == 1) {
+      v = kb / 1024.0;
+      break;
+    }
+  }
+  fclose(f);
+  return v;
+}
+
 int main(int argc, char **argv) {
   double t_init0 = now_us();
   MPI_Init(&argc, &argv);
   double init_us = now_us() - t_init0;
-  if (argc != 6) {
-    fprintf(stderr, "usage: osu_like BENCH MIN MAX ITERS WINDOW\n");
+  int mem = argc == 7 && !strcmp(argv[6], "mem");
+  if (argc != 6 && !mem) {
+    fprintf(stderr, "usage: osu_like BENCH MIN MAX ITERS WINDOW [mem]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const char *bench = argv[1];
@@ -48,15 +69,29 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   if (window < 1 || iters0 < 1 || max < min) MPI_Abort(MPI_COMM_WORLD, 2);
 
-  if (!strcmp(bench, "allconn")) {
+  if (!strcmp(bench, "allconn") || !strcmp(bench, "ringconn")) {
+    int ring = !strcmp(bench, "ringconn");
+    int steps = ring ? (n > 1 ? 1 : 0) : n - 1;
     double t0 = now_us();
-    for (int k = 1; k < n; k++) {
+    for (int k = 1; k <= steps; k++) {
       MPI_Sendrecv(NULL, 0, MPI_BYTE, (rank + k) % n, 5, NULL, 0, MPI_BYTE, (rank + n - k) % n, 5,
                    MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
-    double mine[2] = {now_us() - t0, init_us}, worst[2];
-    MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    if (rank == 0) printf("result 0 %.3f %.3f\n", worst[0], worst[1]);
+    if (ring && n > 2) {
+      MPI_Sendrecv(NULL, 0, MPI_BYTE, (rank + n - 1) % n, 5, NULL, 0, MPI_BYTE, (rank + 1) % n, 5,
+                   MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    double mine[4] = {now_us() - t0, init_us, vm_mib("VmHWM"), vm_mib("VmRSS")}, worst[4];
+    int nf = mem ? 4 : 2;
+    MPI_Reduce(mine, worst, nf, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      printf("result 0 %.3f %.3f", worst[0], worst[1]);
+      for (int i = 2; i < nf; i++) {
+        if (worst[i] < 0) printf(" -");
+        else printf(" %.3f", worst[i]);
+      }
+      printf("\n");
+    }
     MPI_Finalize();
     return 0;
   }

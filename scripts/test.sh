@@ -9,12 +9,10 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The real-verbs provider compiles only with the rdma feature (libibverbs): lint it too.
-cargo clippy -p rmca-verbs -p rmca-btl-ud -p rmca-btl-rc --features rdma --all-targets --locked -- -D warnings
+cargo clippy -p rmca-verbs -p rmca-common-verbs -p rmca-btl-ud -p rmca-btl-rc --features rdma --all-targets --locked -- -D warnings
 echo "== cargo build (release binaries used by the multi-process tests)"
 cargo build --workspace --release --bins --examples --locked
 echo "== cargo test"
 cargo test --workspace --locked
 echo "== real verbs: Soft-RoCE (rxe0) inside a QEMU guest"
-for t in verbs/ci/vm-tests.sh components/*/ci/vm-tests.sh; do
-  if [[ -f "$t" ]]; then bash "$t"; fi
-done
+bash scripts/vm-tests.sh

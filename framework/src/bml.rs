@@ -111,10 +111,29 @@ impl Bml {
     /// Ask every BTL which peers it reaches and build the routes. Every peer must be reached
     /// by at least one BTL; otherwise the error names each unreachable peer and the BTLs tried.
     pub fn build(
-        mut btls: Vec<Box<dyn Btl>>,
+        btls: Vec<Box<dyn Btl>>,
         procs: &[ProcInfo],
         modex: &dyn ModexRead,
     ) -> Result<Self, BmlError> {
+        Self::build_with_exclusivity(btls, procs, modex, &[])
+    }
+
+    /// [`Bml::build`] with the exclusivity of some modules overridden: `overrides[b]`, when
+    /// present and `Some`, replaces module `b`'s own (the `btl_<name>_exclusivity` parameters),
+    /// so that e.g. two network BTLs, or shm and a network, both serve one peer.
+    pub fn build_with_exclusivity(
+        mut btls: Vec<Box<dyn Btl>>,
+        procs: &[ProcInfo],
+        modex: &dyn ModexRead,
+        overrides: &[Option<u32>],
+    ) -> Result<Self, BmlError> {
+        let exclusivity_of = |btls: &[Box<dyn Btl>], b: BtlIndex| {
+            overrides
+                .get(b)
+                .copied()
+                .flatten()
+                .unwrap_or_else(|| btls[b].attributes().exclusivity)
+        };
         let me = procs
             .iter()
             .find(|p| p.is_self)
@@ -136,17 +155,13 @@ impl Bml {
             let candidates: Vec<BtlIndex> = (0..btls.len())
                 .filter(|&b| reach[b].get(i).copied().unwrap_or(false))
                 .collect();
-            let Some(best) = candidates
-                .iter()
-                .map(|&b| btls[b].attributes().exclusivity)
-                .max()
-            else {
+            let Some(best) = candidates.iter().map(|&b| exclusivity_of(&btls, b)).max() else {
                 unreachable.push(p.rank);
                 continue;
             };
             let chosen: Vec<BtlIndex> = candidates
                 .into_iter()
-                .filter(|&b| btls[b].attributes().exclusivity == best)
+                .filter(|&b| exclusivity_of(&btls, b) == best)
                 .collect();
             routes[p.rank as usize] = Self::plan(&btls, &chosen);
         }

@@ -13,7 +13,7 @@ use crate::modex::{ModexError, ModexWrite};
 use crate::mpool::MpoolComponent;
 use crate::params::{ParamRegistrar, ParamStore};
 use crate::pml::PmlComponent;
-use crate::rcache::RcacheComponent;
+use crate::rcache::{Rcache, RcacheComponent};
 
 /// The frameworks of rmca.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -178,6 +178,7 @@ pub struct InitContext<'a> {
     /// Where components record the memory they hold.
     pub memory: &'a MemoryAccounting,
     modex: &'a mut dyn ModexWrite,
+    rcache: Option<&'static dyn RcacheComponent>,
 }
 
 impl<'a> InitContext<'a> {
@@ -193,7 +194,31 @@ impl<'a> InitContext<'a> {
             params,
             memory,
             modex,
+            rcache: None,
         }
+    }
+
+    /// The same context with `component` as the selected registration cache (the runtime
+    /// passes the one the `rcache` selector chose).
+    pub fn with_rcache(mut self, component: &'static dyn RcacheComponent) -> Self {
+        self.rcache = Some(component);
+        self
+    }
+
+    /// Name of the registration cache component [`InitContext::create_rcache`] uses.
+    pub fn rcache_name(&self) -> &'static str {
+        self.rcache
+            .unwrap_or(&crate::rcache::LRU_RCACHE as &dyn RcacheComponent)
+            .meta()
+            .name
+    }
+
+    /// A new registration cache for one BTL module, from the selected `rcache` component
+    /// (the built-in `lru` when the context was built without one, e.g. in unit tests).
+    pub fn create_rcache(&self) -> Box<dyn Rcache> {
+        self.rcache
+            .unwrap_or(&crate::rcache::LRU_RCACHE as &dyn RcacheComponent)
+            .create(self.params)
     }
 
     /// Publish this process's business card under `key` (namespace it: `"btl.shm"`).
@@ -206,6 +231,7 @@ impl fmt::Debug for InitContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InitContext")
             .field("job", &self.job)
+            .field("rcache", &self.rcache.map(|c| c.meta().name))
             .finish_non_exhaustive()
     }
 }

@@ -210,6 +210,9 @@ pub struct ParamSpec {
     pub help: String,
     /// Who should touch it.
     pub level: Level,
+    /// Every rank of a job must use the same value (a protocol constant both ends assume):
+    /// checked through the modex at init, see [`ParamStore::job_wide_settings`].
+    pub job_wide: bool,
 }
 
 /// Builder for a [`ParamSpec`] registered through a [`ParamRegistrar`].
@@ -220,6 +223,7 @@ pub struct Param {
     default: Value,
     help: String,
     level: Level,
+    job_wide: bool,
 }
 
 impl Param {
@@ -230,6 +234,7 @@ impl Param {
             default,
             help: String::new(),
             level: Level::Basic,
+            job_wide: false,
         }
     }
     /// A boolean parameter.
@@ -297,6 +302,13 @@ impl Param {
         self.level = level;
         self
     }
+    /// Every rank must use the same value: a rank started with a different one fails init
+    /// with an error naming the parameter, the ranks and both values, instead of
+    /// misinterpreting its peers' packets.
+    pub fn job_wide(mut self) -> Self {
+        self.job_wide = true;
+        self
+    }
 }
 
 /// Collects the parameters of one component, prefixing their names.
@@ -353,6 +365,7 @@ impl<'a> ParamRegistrar<'a> {
             default: param.default,
             help: param.help,
             level: param.level,
+            job_wide: param.job_wide,
         });
     }
 }
@@ -791,6 +804,42 @@ pub struct ParamEntry {
     pub source: Source,
 }
 
+/// Compare this rank's [job-wide settings](ParamStore::job_wide_settings) with the other
+/// ranks': one line per parameter that differs, naming it, this rank's value and every rank
+/// that has another value (a parameter a rank does not know counts as `<unset>`).
+pub fn job_wide_disagreements(me: u32, mine: &str, theirs: &[(u32, String)]) -> Vec<String> {
+    fn parse(text: &str) -> BTreeMap<&str, &str> {
+        text.lines().filter_map(|l| l.split_once('=')).collect()
+    }
+    let mine_map = parse(mine);
+    let mut names: Vec<&str> = mine_map.keys().copied().collect();
+    let parsed: Vec<(u32, BTreeMap<&str, &str>)> =
+        theirs.iter().map(|(r, t)| (*r, parse(t))).collect();
+    for (_, m) in &parsed {
+        names.extend(m.keys().copied());
+    }
+    names.sort_unstable();
+    names.dedup();
+    let mut out = Vec::new();
+    for name in names {
+        let own = mine_map.get(name).copied().unwrap_or("<unset>");
+        let others: Vec<String> = parsed
+            .iter()
+            .filter_map(|(r, m)| {
+                let v = m.get(name).copied().unwrap_or("<unset>");
+                (v != own).then(|| format!("rank {r} has {v}"))
+            })
+            .collect();
+        if !others.is_empty() {
+            out.push(format!(
+                "{name}: rank {me} has {own}, {}",
+                others.join(", ")
+            ));
+        }
+    }
+    out
+}
+
 /// Every registered parameter with its value: what components read at init.
 #[derive(Clone, Debug, Default)]
 pub struct ParamStore {
@@ -854,6 +903,16 @@ impl ParamStore {
     /// All entries, sorted by name.
     pub fn entries(&self) -> impl Iterator<Item = &ParamEntry> {
         self.entries.values()
+    }
+
+    /// The values of the [job-wide](Param::job_wide) parameters, one `name=value` per line in
+    /// name order: what a rank publishes so that the others can check they agree.
+    pub fn job_wide_settings(&self) -> String {
+        self.entries
+            .values()
+            .filter(|e| e.spec.job_wide)
+            .map(|e| format!("{}={}\n", e.spec.name, e.value))
+            .collect()
     }
 
     /// One entry.

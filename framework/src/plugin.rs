@@ -23,9 +23,15 @@ use crate::component::{ComponentRef, Framework};
 /// Version of the [`PluginDescriptor`] layout. Bump on any change to it or to [`PluginVTable`].
 pub const PLUGIN_ABI_VERSION: u32 = 1;
 
-/// The framework API version a plugin must have been built against (this crate's version:
-/// the traits a plugin implements are this crate's).
-pub const FRAMEWORK_API_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+/// The framework API version a plugin must have been built against: this crate's version and
+/// a fingerprint of its source (the traits a plugin implements are this crate's, and their
+/// layout can change without a version bump), e.g. `0.1.0+3f2a...`.
+pub const FRAMEWORK_API_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "+",
+    env!("RMCA_FRAMEWORK_FINGERPRINT"),
+    "\0"
+);
 
 /// The rustc that built this crate (captured by the build script).
 pub const RUSTC_VERSION: &str = concat!(env!("RMCA_RUSTC_VERSION"), "\0");

@@ -124,6 +124,16 @@ pub struct Status {
     pub error: Option<StatusError>,
 }
 
+/// How a send started with [`Pml::start_send`] stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendStart {
+    /// It completed at once (typically: a BTL took the whole eager message); the PML kept no
+    /// request for it.
+    Done(Status),
+    /// It is in progress: wait for (or test) this request.
+    Pending(RequestId),
+}
+
 /// Errors returned by PML calls themselves (as opposed to request statuses).
 #[derive(Debug, Error)]
 pub enum PmlError {
@@ -159,6 +169,18 @@ pub trait Pml {
 
     /// Start a send; the request completes per [`SendMode`].
     fn isend(&mut self, args: SendArgs) -> Result<RequestId, PmlError>;
+
+    /// Start a send like [`Pml::isend`], but when it completes at once return its status
+    /// instead of a request: the fast path of blocking sends and of eager non-blocking sends,
+    /// with no request to allocate, test and release. The default starts a request and tests
+    /// it once.
+    fn start_send(&mut self, args: SendArgs) -> Result<SendStart, PmlError> {
+        let id = self.isend(args)?;
+        Ok(match self.test(id)? {
+            Some(status) => SendStart::Done(status),
+            None => SendStart::Pending(id),
+        })
+    }
 
     /// Post a receive.
     fn irecv(&mut self, args: RecvArgs) -> Result<RequestId, PmlError>;

@@ -173,7 +173,9 @@ impl RcacheComponent for LruRcacheComponent {
     }
 }
 
-static LRU_RCACHE: LruRcacheComponent = LruRcacheComponent;
+/// The `lru` component instance (also the fallback of
+/// [`InitContext::create_rcache`](crate::component::InitContext::create_rcache)).
+pub static LRU_RCACHE: LruRcacheComponent = LruRcacheComponent;
 inventory::submit! { BuiltinComponent::new(ComponentRef::Rcache(&LRU_RCACHE)) }
 
 #[cfg(test)]

@@ -89,10 +89,13 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
         "Count messages and bytes by size class, unexpected messages, buffers and peak memory per component, and print a merged summary at finalize",
     ));
     let mut c = ParamRegistrar::new("coll", "base", r.specs_mut());
+    // Every rank must run the same algorithm (their send/receive schedules must match), so
+    // the collective choices are job-wide.
     let algo = |name: &str, values: &[&str], help: &str| {
         Param::enumeration(name, "auto", values)
             .help(help)
             .level(Level::Tuning)
+            .job_wide()
     };
     c.add_global(algo(
         "coll_barrier_algorithm",
@@ -129,12 +132,14 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
     c.add_global(
         Param::size("coll_bcast_long_size", 128 << 10)
             .help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'")
-            .level(Level::Tuning),
+            .level(Level::Tuning)
+            .job_wide(),
     );
     c.add_global(
         Param::size("coll_allreduce_long_size", 64 << 10)
             .help("Allreduces of at least this many bytes use the ring under 'auto'")
-            .level(Level::Tuning),
+            .level(Level::Tuning)
+            .job_wide(),
     );
     let mut r = ParamRegistrar::new("mca", "base", c.into_specs());
     r.add_global(
@@ -142,6 +147,26 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
             .help("With profile: also write the merged summary as JSON to this file")
             .level(Level::Tuning),
     );
+}
+
+/// Parameters the MCA base declares for every BTL component (Open MPI's `btl_base` ones), so
+/// that a user can change how the BML ranks a transport without the component's help.
+fn register_btl_base_params(r: &mut ParamRegistrar<'_>) {
+    r.add(
+        Param::int("exclusivity", -1)
+            .range(-1, i64::from(u32::MAX))
+            .help("Override of this BTL's exclusivity: for each peer only the BTLs of the highest exclusivity that reach it are used (self 65536, shm 32768, rc/ud 1024, tcp 256). -1 keeps the component's own")
+            .level(Level::Tuning),
+    );
+}
+
+/// The `btl_<name>_exclusivity` override of a BTL component, if set (see
+/// [`Bml::build_with_exclusivity`](crate::bml::Bml::build_with_exclusivity)).
+pub fn btl_exclusivity_override(params: &ParamStore, component: &str) -> Option<u32> {
+    params
+        .get_int(&format!("btl_{component}_exclusivity"))
+        .ok()
+        .and_then(|v| u32::try_from(v).ok())
 }
 
 impl Registry {
@@ -228,7 +253,11 @@ impl Registry {
         register_base_params(&mut specs);
         for c in &self.components {
             let meta = c.meta();
-            let mut r = ParamRegistrar::new(c.component.framework().name(), meta.name, &mut specs);
+            let framework = c.component.framework();
+            let mut r = ParamRegistrar::new(framework.name(), meta.name, &mut specs);
+            if framework == Framework::Btl {
+                register_btl_base_params(&mut r);
+            }
             c.component.component().register_params(&mut r);
         }
         specs

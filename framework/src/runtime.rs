@@ -44,6 +44,9 @@ pub enum InitError {
         /// Why.
         reason: String,
     },
+    /// Ranks run with different values of a parameter every rank must share.
+    #[error("ranks disagree on job-wide MCA parameters: {0}; set them the same for every rank")]
+    ParamDisagreement(String),
     /// Ranks selected different PMLs.
     #[error("ranks disagree on the PML: {0}; set the same 'pml' parameter for every rank")]
     PmlMismatch(String),
@@ -135,9 +138,15 @@ impl Runtime {
         let btl_sel = registry.selector(&params, Framework::Btl)?;
         let mut btls: Vec<Box<dyn Btl>> = Vec::new();
         let mut writer = RteModex(&rte);
+        // The registration cache BTLs get (`--mca rcache <name>`); an unknown name already
+        // failed check_selectors above with the list of valid ones.
+        let rcache = match registry.select_one(&params, Framework::Rcache)? {
+            crate::component::ComponentRef::Rcache(c) => c,
+            _ => unreachable!("select_one(Rcache) yields an rcache component"),
+        };
         for comp in registry.select_btls(&params)? {
             let name = comp.meta().name;
-            let mut ctx = InitContext::new(&job, &params, &memory, &mut writer);
+            let mut ctx = InitContext::new(&job, &params, &memory, &mut writer).with_rcache(rcache);
             match comp.init(&mut ctx) {
                 Ok(mut modules) => {
                     tracing::debug!(btl = name, modules = modules.len(), "btl initialised");
@@ -158,6 +167,10 @@ impl Runtime {
         writer
             .put("mca.pml", pml_name.as_bytes())
             .map_err(|e| RteError::Protocol(e.to_string()))?;
+        let job_wide = params.job_wide_settings();
+        writer
+            .put("mca.job_wide", job_wide.as_bytes())
+            .map_err(|e| RteError::Protocol(e.to_string()))?;
         rte.fence()?;
         let reader = RteModex(&rte);
         let mut others = Vec::new();
@@ -172,6 +185,18 @@ impl Runtime {
                 others.push(format!("rank {r} chose '{theirs}'"));
             }
         }
+        let mut theirs = Vec::new();
+        for r in (0..job.size).filter(|&r| r != job.rank) {
+            let v = reader
+                .get(r, "mca.job_wide")
+                .map_err(|e| RteError::Protocol(e.to_string()))?
+                .unwrap_or_default();
+            theirs.push((r, String::from_utf8_lossy(&v).into_owned()));
+        }
+        let disagree = crate::params::job_wide_disagreements(job.rank, &job_wide, &theirs);
+        if !disagree.is_empty() {
+            return Err(InitError::ParamDisagreement(disagree.join("; ")));
+        }
         if !others.is_empty() {
             return Err(InitError::PmlMismatch(format!(
                 "rank {} chose '{pml_name}', {}",
@@ -180,9 +205,13 @@ impl Runtime {
             )));
         }
         let btl_names: Vec<String> = btls.iter().map(|b| b.component_name().to_owned()).collect();
-        let bml = Bml::build(btls, &job.procs(), &reader)?;
+        let exclusivity: Vec<Option<u32>> = btl_names
+            .iter()
+            .map(|name| crate::registry::btl_exclusivity_override(&params, name))
+            .collect();
+        let bml = Bml::build_with_exclusivity(btls, &job.procs(), &reader, &exclusivity)?;
         let mut writer = RteModex(&rte);
-        let mut ctx = InitContext::new(&job, &params, &memory, &mut writer);
+        let mut ctx = InitContext::new(&job, &params, &memory, &mut writer).with_rcache(rcache);
         let pml = pml_comp.init(&mut ctx, bml)?;
         rte.fence()?;
         let init_time = started.elapsed();

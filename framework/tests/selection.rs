@@ -9,7 +9,7 @@ use rmca_framework::btl::{
     ModexRead, SendError, SendHint,
 };
 use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
+    BuiltinComponent, Component, ComponentMeta, ComponentRef, Framework, InitContext,
 };
 use rmca_framework::modex::LocalModex;
 use rmca_framework::params::{Param, ParamRegistrar, ParamStore, RawSetting, RawSources, Source};
@@ -270,6 +270,54 @@ fn exclusivity_picks_self_then_shm_then_networks() {
         "weights by bandwidth: {w:?}"
     );
     assert_eq!(remote.rdma.len(), 1, "only BTLs with PUT/GET carry RDMA");
+}
+
+#[test]
+fn exclusivity_override_lets_shm_and_a_network_share_a_peer() {
+    // btl_shm_exclusivity lowered to the networks' level: a same-node peer gets all three,
+    // shm first for eager traffic since it has the lowest latency.
+    let overrides = [None, Some(exclusivity::HIGH_SPEED_NETWORK), None, None];
+    let bml =
+        Bml::build_with_exclusivity(btls(), &procs(0, &[0, 0]), &LocalModex::new(), &overrides)
+            .unwrap();
+    let eager: Vec<&str> = bml
+        .routes(1)
+        .eager
+        .iter()
+        .map(|x| bml.btl_ref(x.btl).component_name())
+        .collect();
+    assert_eq!(eager, ["shm", "fastnet", "slownet"]);
+    // Raised above self: self keeps rank 0, since only the BTLs that reach a peer compete.
+    let overrides = [None, Some(exclusivity::SELF * 2), None, None];
+    let bml =
+        Bml::build_with_exclusivity(btls(), &procs(0, &[0, 0]), &LocalModex::new(), &overrides)
+            .unwrap();
+    let names = |r: Rank| -> Vec<&str> {
+        bml.routes(r)
+            .eager
+            .iter()
+            .map(|x| bml.btl_ref(x.btl).component_name())
+            .collect()
+    };
+    assert_eq!(names(0), ["self"], "only BTLs that reach a peer compete");
+    assert_eq!(names(1), ["shm"]);
+}
+
+#[test]
+fn exclusivity_parameter_is_declared_for_every_btl() {
+    let reg = Registry::builtin();
+    let specs = reg.param_specs();
+    assert!(
+        reg.of(Framework::Btl).count() >= 2,
+        "this test registers neta and netb"
+    );
+    for c in reg.of(Framework::Btl) {
+        let name = format!("btl_{}_exclusivity", c.meta().name);
+        assert!(
+            specs.iter().any(|s| s.name == name),
+            "{name} missing from the declared parameters"
+        );
+    }
 }
 
 #[test]

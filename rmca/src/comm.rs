@@ -7,7 +7,7 @@ use std::rc::Rc;
 use rmca_framework::btl::CommPattern;
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::pml::{
-    self, ContextId, RecvArgs, RequestId, SendArgs, SendMode, Source, TagSel,
+    self, ContextId, RecvArgs, RequestId, SendArgs, SendMode, SendStart, Source, TagSel,
 };
 use rmca_framework::rank::Rank;
 
@@ -41,6 +41,8 @@ pub struct Communicator {
     /// World rank of each communicator rank.
     group: Rc<[Rank]>,
     rank: usize,
+    /// `group[i] == i` for every rank (world and its dups): rank translation is free.
+    identity: bool,
     /// Number of communicators derived so far (dup/split), the same on every member.
     derived: Rc<Cell<u32>>,
 }
@@ -70,6 +72,7 @@ impl Communicator {
             context: 0,
             group: (0..size).collect(),
             rank: rank as usize,
+            identity: true,
             derived: Rc::new(Cell::new(0)),
         }
     }
@@ -86,13 +89,17 @@ impl Communicator {
 
     /// World rank of communicator rank `r`.
     pub fn world_rank(&self, r: usize) -> Result<Rank> {
-        self.group.get(r).copied().ok_or(Error::BadRank {
+        // ok_or_else: an eagerly built error would be constructed and dropped on every call.
+        self.group.get(r).copied().ok_or_else(|| Error::BadRank {
             rank: r,
             size: self.group.len(),
         })
     }
 
     fn comm_rank_of(&self, world: Rank) -> usize {
+        if self.identity {
+            return world as usize;
+        }
         self.group
             .iter()
             .position(|&w| w == world)
@@ -160,6 +167,39 @@ impl Communicator {
         })
     }
 
+    /// [`Communicator::start_send`] through the PML's fast path: an eager message the BTL took
+    /// at once comes back completed, with no request behind it.
+    fn start_send_fast(
+        &self,
+        buf: UserBuf,
+        dest: usize,
+        tag: i32,
+        mode: SendMode,
+        pattern: CommPattern,
+    ) -> Result<SendStart> {
+        check_tag(tag)?;
+        let dest = self.world_rank(dest)?;
+        let context = self.context;
+        self.shared.with(|rt| {
+            Ok(rt.pml.start_send(SendArgs {
+                buf,
+                dest,
+                tag,
+                context,
+                mode,
+                pattern,
+            })?)
+        })
+    }
+
+    /// Finish a send started by [`Communicator::start_send_fast`].
+    fn wait_send(&self, started: SendStart) -> Result<Status> {
+        match started {
+            SendStart::Done(st) => self.finish(st),
+            SendStart::Pending(id) => self.wait_raw(id),
+        }
+    }
+
     pub(crate) fn start_recv(
         &self,
         buf: UserBuf,
@@ -195,6 +235,16 @@ impl Communicator {
         context: ContextId,
         pattern: CommPattern,
     ) -> Result<()> {
+        if context == self.context {
+            let started = self.start_send_fast(
+                UserBuf::from_slice(bytes),
+                dest,
+                tag,
+                SendMode::Standard,
+                pattern,
+            )?;
+            return self.wait_send(started).map(|_| ());
+        }
         let id = self.start_send(
             UserBuf::from_slice(bytes),
             dest,
@@ -256,9 +306,9 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
         pattern: CommPattern,
-    ) -> Result<RequestId> {
+    ) -> Result<SendStart> {
         let bytes = UserBuf::from_slice(bytemuck::cast_slice(buf));
-        self.start_send(bytes, dest, tag, self.context, mode, pattern)
+        self.start_send_fast(bytes, dest, tag, mode, pattern)
     }
 
     /// Start a receive of typed elements on the point-to-point context.
@@ -275,16 +325,16 @@ impl Communicator {
 
     /// Blocking standard-mode send.
     pub fn send<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let id =
+        let started =
             self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::Blocking)?;
-        self.wait_raw(id).map(|_| ())
+        self.wait_send(started).map(|_| ())
     }
 
     /// Blocking synchronous send: returns once the receiver has matched the message.
     pub fn ssend<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let id =
+        let started =
             self.start_typed_send(buf, dest, tag, SendMode::Synchronous, CommPattern::Blocking)?;
-        self.wait_raw(id).map(|_| ())
+        self.wait_send(started).map(|_| ())
     }
 
     /// Blocking receive. A message longer than `buf` fills `buf` and returns
@@ -306,9 +356,9 @@ impl Communicator {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
-        let id =
+        let started =
             self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::NonBlocking)?;
-        Ok(Request::new(self.clone(), id))
+        Ok(Request::started(self.clone(), started))
     }
 
     /// Non-blocking synchronous send.
@@ -318,14 +368,14 @@ impl Communicator {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
-        let id = self.start_typed_send(
+        let started = self.start_typed_send(
             buf,
             dest,
             tag,
             SendMode::Synchronous,
             CommPattern::NonBlocking,
         )?;
-        Ok(Request::new(self.clone(), id))
+        Ok(Request::started(self.clone(), started))
     }
 
     /// Non-blocking receive; the buffer stays borrowed until the request completes.
@@ -416,6 +466,7 @@ impl Communicator {
             context,
             group: self.group.clone(),
             rank: self.rank,
+            identity: self.identity,
             derived: Rc::new(Cell::new(0)),
         })
     }
@@ -441,11 +492,13 @@ impl Communicator {
             .iter()
             .position(|&(_, r)| r == self.rank)
             .expect("caller is a member of its color");
+        let identity = group.iter().enumerate().all(|(i, &w)| w as usize == i);
         Ok(Some(Communicator {
             shared: self.shared.clone(),
             context,
             group: group.into(),
             rank,
+            identity,
             derived: Rc::new(Cell::new(0)),
         }))
     }
@@ -456,13 +509,26 @@ impl Communicator {
 #[must_use = "a request must be waited on (dropping it waits)"]
 pub struct Request<'a> {
     comm: Communicator,
-    id: Option<RequestId>,
+    state: ReqState,
     _buf: PhantomData<&'a mut [u8]>,
+}
+
+/// Where a [`Request`] stands.
+#[derive(Debug)]
+enum ReqState {
+    /// Outstanding in the PML.
+    Pending(RequestId),
+    /// Completed when it was started (an eager send the BTL took): nothing left in the PML.
+    Done(pml::Status),
+    /// Its outcome was returned.
+    Spent,
 }
 
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request").field("id", &self.id).finish()
+        f.debug_struct("Request")
+            .field("state", &self.state)
+            .finish()
     }
 }
 
@@ -470,20 +536,42 @@ impl<'a> Request<'a> {
     pub(crate) fn new(comm: Communicator, id: RequestId) -> Self {
         Self {
             comm,
-            id: Some(id),
+            state: ReqState::Pending(id),
+            _buf: PhantomData,
+        }
+    }
+
+    fn started(comm: Communicator, started: SendStart) -> Self {
+        let state = match started {
+            SendStart::Done(st) => ReqState::Done(st),
+            SendStart::Pending(id) => ReqState::Pending(id),
+        };
+        Self {
+            comm,
+            state,
             _buf: PhantomData,
         }
     }
 
     /// Block until the operation completes.
     pub fn wait(mut self) -> Result<Status> {
-        let id = self.id.take().expect("request already completed");
-        self.comm.wait_raw(id)
+        match std::mem::replace(&mut self.state, ReqState::Spent) {
+            ReqState::Pending(id) => self.comm.wait_raw(id),
+            ReqState::Done(st) => self.comm.finish(st),
+            ReqState::Spent => panic!("request already completed"),
+        }
     }
 
     /// Has the operation completed? `Some` returns its outcome (after which the request is spent).
     pub fn test(&mut self) -> Option<Result<Status>> {
-        let id = self.id?;
+        let id = match std::mem::replace(&mut self.state, ReqState::Spent) {
+            ReqState::Pending(id) => {
+                self.state = ReqState::Pending(id);
+                id
+            }
+            ReqState::Done(st) => return Some(self.comm.finish(st)),
+            ReqState::Spent => return None,
+        };
         let r = self.comm.shared.with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
@@ -494,11 +582,11 @@ impl<'a> Request<'a> {
         match r {
             Ok(None) => None,
             Ok(Some(st)) => {
-                self.id = None;
+                self.state = ReqState::Spent;
                 Some(self.comm.finish(st))
             }
             Err(e) => {
-                self.id = None;
+                self.state = ReqState::Spent;
                 Some(Err(e))
             }
         }
@@ -546,7 +634,7 @@ impl<'a> Request<'a> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
+        if let ReqState::Pending(id) = std::mem::replace(&mut self.state, ReqState::Spent) {
             // The buffer is borrowed only as long as the request lives: finish the transfer
             // before the borrow ends.
             if let Err(e) = self.comm.wait_raw(id) {

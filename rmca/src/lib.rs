@@ -131,9 +131,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Run `f` on the runtime, or fail if finalized.
+    #[inline]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Runtime) -> Result<R>) -> Result<R> {
         let mut g = self.rt.borrow_mut();
-        let rt = g.as_mut().ok_or(Error::Finalized)?;
+        // Not `ok_or(Error::Finalized)`: that builds and drops an Error on every call.
+        let Some(rt) = g.as_mut() else {
+            return Err(Error::Finalized);
+        };
         f(rt)
     }
 

@@ -155,12 +155,16 @@ impl PmiClient {
     }
 
     /// `PMI_PORT` handshake: identify with `PMI_ID`, learn rank and size.
-    pub(crate) fn initack(&mut self, pmiid: u32) -> Result<(u32, u32), RteError> {
-        self.request_wire(
-            OwnedMessage::new("initack").with("pmiid", pmiid),
-            "initack",
-            WireVersion::V1,
-        )?;
+    pub(crate) fn initack(
+        &mut self,
+        pmiid: u32,
+        token: Option<&str>,
+    ) -> Result<(u32, u32), RteError> {
+        let mut msg = OwnedMessage::new("initack").with("pmiid", pmiid);
+        if let Some(t) = token {
+            msg = msg.with("token", t);
+        }
+        self.request_wire(msg, "initack", WireVersion::V1)?;
         let (mut rank, mut size) = (None, None);
         while rank.is_none() || size.is_none() {
             let m = self.recv("initack")?;

@@ -55,6 +55,8 @@ pub const ENV_NODE_MAP: &str = "RMCA_NODE_MAP";
 pub const ENV_NODE_NAMES: &str = "RMCA_NODE_NAMES";
 /// Override of launcher detection.
 pub const ENV_PMI: &str = "RMCA_PMI";
+/// One-time token `rmca-run` gives each rank to authenticate on its TCP PMI server.
+pub const ENV_PMI_TOKEN: &str = "RMCA_PMI_TOKEN";
 /// Default PMI reply deadline in seconds.
 pub const DEFAULT_PMI_TIMEOUT_SECS: f64 = 600.0;
 /// KVS key of the job secret (put by rank 0 under Hydra/Slurm, preloaded by rmca-run when it
@@ -429,7 +431,8 @@ impl Rte {
                     value: String::new(),
                     why: "PMI_PORT needs PMI_ID (or PMI_RANK) to identify this process".into(),
                 })?;
-            let (r, s) = c.initack(id)?;
+            let token = lookup(ENV_PMI_TOKEN);
+            let (r, s) = c.initack(id, token.as_deref())?;
             rank = Some(r);
             size = Some(s);
         }
@@ -459,6 +462,9 @@ impl Rte {
                 // Slurm's pmi2 plugin expects the job id it gave us back.
                 if let Some(j) = lookup("PMI_JOBID") {
                     full = full.with("pmijobid", j);
+                }
+                if let Some(t) = lookup(ENV_PMI_TOKEN) {
+                    full = full.with("token", t);
                 }
                 let fi = c.request(
                     full.with("pmirank", r).with("threaded", "FALSE"),

@@ -43,6 +43,12 @@ pub struct ServerConfig {
     pub kvsname: String,
     /// Limits advertised to clients.
     pub maxes: Maxes,
+    /// One-time tokens, one per rank, that a client connecting without a known rank (TCP,
+    /// `PMI_PORT`) must present with its identity (`initack pmiid= token=` or PMI-2 `fullinit
+    /// pmirank= token=`) before anything else is served: without them anyone who can reach the
+    /// port could read the KVS (the job secret under launch agents) or abort the job. `None`
+    /// serves any client (MPICH's servers do the same).
+    pub tokens: Option<Vec<String>>,
     /// Keys present before any rank puts (e.g. `PMI_process_mapping`).
     pub preload: Vec<(String, String)>,
 }
@@ -93,6 +99,9 @@ struct Conn {
     /// Framing of replies (set by the client's init).
     version: WireVersion,
     finalized: bool,
+    /// Socketpair connections (rank known at connect) and servers without tokens start out
+    /// trusted; a TCP client becomes so by presenting its rank's token.
+    trusted: bool,
 }
 
 /// The PMI server state machine.
@@ -104,6 +113,9 @@ pub struct PmiServer {
     /// Ranks waiting in the current barrier, and the connections to answer.
     barrier: BTreeSet<u32>,
     barrier_conns: Vec<ConnId>,
+    /// Ranks that died without finalizing while the job goes on (launcher's keep-going mode):
+    /// no fence can complete without them, so fences fail instead of waiting forever.
+    departed: BTreeSet<u32>,
     epoch: u64,
     transmit: VecDeque<(ConnId, Vec<u8>)>,
     events: VecDeque<ServerEvent>,
@@ -120,6 +132,7 @@ impl PmiServer {
             conns: HashMap::new(),
             barrier: BTreeSet::new(),
             barrier_conns: Vec::new(),
+            departed: BTreeSet::new(),
             epoch: 0,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
@@ -137,6 +150,7 @@ impl PmiServer {
                 framer: Framer::new(),
                 version: WireVersion::V1,
                 finalized: false,
+                trusted: rank.is_some() || self.cfg.tokens.is_none(),
             },
         );
     }
@@ -261,9 +275,41 @@ impl PmiServer {
         Ok(())
     }
 
+    /// `rank` died without finalizing and the job goes on without it. Every fence, the one in
+    /// progress and later ones, fails with `rc=1` and a message naming the dead ranks, so the
+    /// survivors get an error from their fence (e.g. in finalize) instead of a hang.
+    pub fn rank_departed(&mut self, rank: u32) {
+        if self.departed.insert(rank) {
+            self.fail_barrier();
+        }
+    }
+
+    /// Answer the waiting fence with an error, if a departed rank makes it impossible.
+    fn fail_barrier(&mut self) {
+        if self.departed.is_empty() || self.barrier_conns.is_empty() {
+            return;
+        }
+        let dead: Vec<String> = self.departed.iter().map(u32::to_string).collect();
+        let msg = format!("fence cannot complete: rank(s) {} died", dead.join(","));
+        let conns = std::mem::take(&mut self.barrier_conns);
+        self.barrier.clear();
+        for c in conns {
+            let v = self.conns.get(&c).map(|c| c.version);
+            let reply = match v {
+                Some(WireVersion::V2) => OwnedMessage::new("kvs-fence-response"),
+                _ => OwnedMessage::new("barrier_out"),
+            };
+            self.reply(c, reply.with("rc", 1).with("msg", &msg));
+        }
+    }
+
     fn enter_barrier(&mut self, conn: ConnId, rank: u32) {
         self.barrier.insert(rank);
         self.barrier_conns.push(conn);
+        if !self.departed.is_empty() {
+            self.fail_barrier();
+            return;
+        }
         if self.barrier.len() as u32 == self.cfg.size {
             self.epoch += 1;
             let conns = std::mem::take(&mut self.barrier_conns);
@@ -281,8 +327,43 @@ impl PmiServer {
         }
     }
 
+    /// Check the one-time token a TCP client presents for `rank`, and trust the connection.
+    fn authenticate(&mut self, conn: ConnId, rank: u32, m: &Message<'_>) -> Result<(), String> {
+        if self.conns.get(&conn).is_some_and(|c| c.trusted) {
+            return Ok(());
+        }
+        let Some(tokens) = self.cfg.tokens.as_mut() else {
+            return Ok(());
+        };
+        let expected = tokens.get_mut(rank as usize);
+        match (expected, m.get("token")) {
+            (Some(t), Some(given)) if !t.is_empty() && t.as_str() == given => {
+                // One use: a token read from a command line cannot open a second connection.
+                t.clear();
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.trusted = true;
+                }
+                Ok(())
+            }
+            (_, None) => Err(format!(
+                "unauthenticated PMI client claiming rank {rank}: no token (this server needs the RMCA_PMI_TOKEN its launcher gave the rank)"
+            )),
+            _ => Err(format!(
+                "PMI client claiming rank {rank} presented a wrong or already used token"
+            )),
+        }
+    }
+
     fn dispatch(&mut self, conn: ConnId, m: &Message<'_>) -> Result<(), String> {
         let cmd: &str = &m.cmd;
+        let trusted = self.conns.get(&conn).is_some_and(|c| c.trusted);
+        // Before it has identified itself with a token, a TCP client may only negotiate the
+        // version and identify.
+        if !trusted && !matches!(cmd, "init" | "initack" | "fullinit") {
+            return Err(format!(
+                "PMI command '{cmd}' from a client that has not authenticated"
+            ));
+        }
         match cmd {
             // ---- PMI-1 (and the PMI-1-framed init of PMI-2) ----
             "init" => {
@@ -308,6 +389,7 @@ impl PmiServer {
             }
             "initack" => {
                 let rank = self.parse_rank(m.get("pmiid"), "pmiid")?;
+                self.authenticate(conn, rank, m)?;
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.rank = Some(rank);
                 }
@@ -403,6 +485,7 @@ impl PmiServer {
                     Some(r) => r,
                     None => {
                         let r = self.parse_rank(m.get("pmirank"), "pmirank")?;
+                        self.authenticate(conn, r, m)?;
                         if let Some(c) = self.conns.get_mut(&conn) {
                             c.rank = Some(r);
                         }
@@ -524,6 +607,7 @@ mod tests {
             kvsname: "kvs_test".into(),
             maxes: Maxes::default(),
             preload: vec![("PMI_process_mapping".into(), "(vector,(0,1,2))".into())],
+            tokens: None,
         })
     }
 
@@ -553,6 +637,125 @@ mod tests {
             s.poll_event(),
             Some(ServerEvent::BarrierComplete { epoch: 1 })
         );
+    }
+
+    #[test]
+    fn fences_fail_once_a_rank_departed() {
+        let mut s = server(3);
+        for r in 0..3 {
+            s.connect(u64::from(r) + 1, Some(r));
+        }
+        send(&mut s, 1, OwnedMessage::new("barrier_in"), WireVersion::V1);
+        assert!(replies(&mut s).is_empty());
+        s.rank_departed(2);
+        let r = replies(&mut s);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(
+            r[0].1.starts_with("cmd=barrier_out") && r[0].1.contains("rc=1"),
+            "{r:?}"
+        );
+        assert!(r[0].1.contains(r"2\ died"), "names the dead rank: {r:?}");
+        assert!(s.ranks_in_barrier().is_empty());
+        // A later fence fails at once rather than waiting for the dead rank.
+        send(&mut s, 2, OwnedMessage::new("barrier_in"), WireVersion::V1);
+        let r = replies(&mut s);
+        assert!(r.len() == 1 && r[0].1.contains("rc=1"), "{r:?}");
+    }
+
+    #[test]
+    fn tcp_clients_need_their_ranks_one_time_token() {
+        let mut s = server(2);
+        s.cfg.tokens = Some(vec!["aa11".into(), "bb22".into()]);
+        // No token: refused, and nothing else is served on that connection.
+        s.connect(100, None);
+        send(
+            &mut s,
+            100,
+            OwnedMessage::new("initack").with("pmiid", 0),
+            WireVersion::V1,
+        );
+        assert!(
+            matches!(s.poll_event(), Some(ServerEvent::Close { conn: 100, reason, .. }) if reason.contains("no token"))
+        );
+        s.connect(101, None);
+        send(
+            &mut s,
+            101,
+            OwnedMessage::new("get")
+                .with("kvsname", "kvs_test")
+                .with("key", "PMI_process_mapping"),
+            WireVersion::V1,
+        );
+        assert!(
+            matches!(s.poll_event(), Some(ServerEvent::Close { conn: 101, reason, .. }) if reason.contains("not authenticated"))
+        );
+        // Rank 1's token does not open rank 0.
+        s.connect(102, None);
+        send(
+            &mut s,
+            102,
+            OwnedMessage::new("initack")
+                .with("pmiid", 0)
+                .with("token", "bb22"),
+            WireVersion::V1,
+        );
+        assert!(
+            matches!(s.poll_event(), Some(ServerEvent::Close { conn: 102, reason, .. }) if reason.contains("wrong or already used"))
+        );
+        let _ = replies(&mut s);
+        // The right token works once.
+        s.connect(103, None);
+        send(
+            &mut s,
+            103,
+            OwnedMessage::new("initack")
+                .with("pmiid", 0)
+                .with("token", "aa11"),
+            WireVersion::V1,
+        );
+        let r = replies(&mut s);
+        assert!(
+            r.iter()
+                .any(|(c, t)| *c == 103 && t.starts_with("cmd=initack")),
+            "{r:?}"
+        );
+        assert_eq!(s.poll_event(), None);
+        // Even once rank 0's connection is gone, its token opens nothing.
+        s.disconnect(103);
+        s.connect(104, None);
+        send(
+            &mut s,
+            104,
+            OwnedMessage::new("initack")
+                .with("pmiid", 0)
+                .with("token", "aa11"),
+            WireVersion::V1,
+        );
+        let ev = s.poll_event();
+        assert!(
+            matches!(&ev, Some(ServerEvent::Close { conn: 104, reason, .. }) if reason.contains("already used")),
+            "{ev:?}"
+        );
+        // PMI-2 identifies with fullinit.
+        s.connect(105, None);
+        send(
+            &mut s,
+            105,
+            OwnedMessage::new("fullinit")
+                .with("pmirank", 1)
+                .with("token", "bb22"),
+            WireVersion::V2,
+        );
+        let r = replies(&mut s);
+        assert!(
+            r.iter()
+                .any(|(c, t)| *c == 105 && t.contains("fullinit-response")),
+            "{r:?}"
+        );
+        // Socketpair connections (rank known) need no token.
+        s.connect(106, Some(1));
+        send(&mut s, 106, OwnedMessage::new("get_maxes"), WireVersion::V1);
+        assert!(replies(&mut s).iter().any(|(c, _)| *c == 106));
     }
 
     #[test]

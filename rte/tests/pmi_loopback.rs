@@ -29,6 +29,7 @@ fn serve_with(
         kvsname: "kvs_loop".into(),
         maxes: Maxes::default(),
         preload,
+        tokens: None,
     });
     for r in 0..size {
         let (a, b) = UnixStream::pair().unwrap();

@@ -19,10 +19,15 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// Build (once per test process) the release binaries and examples the jobs run.
+/// Build (once per test process) the release binaries and examples the jobs run, unless
+/// `RMCA_TESTS_PREBUILT` is set.
 fn ensure_built() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
+        // For developers who built the binaries themselves (e.g. part of the workspace only).
+        if std::env::var_os("RMCA_TESTS_PREBUILT").is_some() {
+            return;
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(workspace_root())
@@ -99,7 +104,13 @@ impl JobOutput {
 
 /// Run a job under rmca-run and collect its output.
 pub fn run_job(job: &Job<'_>) -> JobOutput {
+    run_job_with(job, &[])
+}
+
+/// [`run_job`] with extra rmca-run options (e.g. `--keep-going`).
+pub fn run_job_with(job: &Job<'_>, launcher_args: &[&str]) -> JobOutput {
     let mut cmd = Command::new(release_bin("rmca-run"));
+    cmd.args(launcher_args);
     cmd.arg("-n")
         .arg(job.ranks.to_string())
         .arg("--timeout")

@@ -1,8 +1,8 @@
 //! Guaranteed delivery over UD (issue 6): pml dr over btl ud (soft provider, UDP) with injected
 //! faults, run by rmca-run as real multi-process jobs.
 //!
-//! Failover runs through test-only wrapper components (tests/src/bin/dr_failover.rs): the tree
-//! has no way to give a peer a second BTL next to ud, nor to kill ud's path at run time.
+//! Failover runs ud next to shm (shm's exclusivity lowered to ud's, its latency raised) and
+//! kills ud's path with btl-ud's `btl_ud_fault_blackhole_after` knob.
 
 use rmca_tests::{run_job, Job};
 use serde_json::Value;
@@ -16,9 +16,6 @@ const FAULTS: &[(&str, &str)] = &[
     ("btl_ud_fault_duplicate", "0.01"),
     ("btl_ud_fault_reorder", "0.05"),
     ("btl_ud_fault_corrupt", "0.001"),
-    // 2 shared cores, 3 busy-polling ranks and whatever else CI runs: a rank can be descheduled
-    // for longer than 4 backed-off probes (the default), which would fail the only BTL.
-    ("pml_dr_btl_retries", "12"),
 ];
 
 /// The `messages=N bytes=B errors=E ...` lines of stress, as (messages, bytes, errors).
@@ -212,9 +209,10 @@ fn killed_peer_ends_the_job_with_an_error_not_a_hang() {
 
 #[test]
 fn dr_fails_over_from_a_black_holed_ud_path_to_the_second_btl() {
-    // udcut = the real btl ud, whose sends vanish after 3000 fragments per process (mid-stream:
-    // the job moves ~130 MB); shmnet = btl shm presented as a slower network, so the BML keeps
-    // both BTLs for the peer and dr starts on ud.
+    // ud and shm both reach the (same-node) peer: shm's exclusivity is lowered to ud's so the
+    // BML keeps both, its latency raised so dr sends on ud first. btl-ud's kill knob then
+    // black-holes ud after 3000 fragments per process (mid-stream: the job moves ~130 MB), with
+    // no error anywhere: dr's timeouts must fail ud over to shm, which finishes the job.
     let json = std::env::temp_dir().join(format!("rmca-dr-failover-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&json);
     let json_s = json.to_str().expect("utf-8 temp path").to_owned();
@@ -224,9 +222,11 @@ fn dr_fails_over_from_a_black_holed_ud_path_to_the_second_btl() {
         args: &["2000"],
         mca: &[
             ("pml", "dr"),
-            ("btl", "udcut,shmnet,self"),
+            ("btl", "ud,shm,self"),
             ("btl_ud_provider", "soft"),
-            ("btl_udcut_after", "3000"),
+            ("btl_shm_exclusivity", "1024"),
+            ("btl_shm_latency", "1000000"),
+            ("btl_ud_fault_blackhole_after", "3000"),
             ("profile", "1"),
             ("profile_json", &json_s),
         ],
@@ -250,15 +250,44 @@ fn dr_fails_over_from_a_black_holed_ud_path_to_the_second_btl() {
         .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", json.display(), out.text()));
     let _ = std::fs::remove_file(&json);
     let profile: Value = serde_json::from_str(&text).expect("profile is JSON");
-    // ud carried traffic, was cut, dr failed the path and shm finished the job.
+    // ud carried traffic first (a process reached its 3000; its peer may fail ud over before
+    // reaching its own, once acks stop coming back on it), was cut, dr failed the path over
+    // and shm finished the job.
     assert!(
         counter(&profile, "btl.ud.frags_sent") >= 3000,
         "{profile:#}"
     );
     assert!(
-        counter(&profile, "btl.ud.udcut_swallowed") > 0,
+        counter(&profile, "btl.ud.faults_blackholed") > 0,
         "{profile:#}"
     );
     assert!(counter(&profile, "pml.dr.failovers") > 0, "{profile:#}");
     assert!(counter(&profile, "btl.shm.frags_sent") > 0, "{profile:#}");
+}
+
+#[test]
+fn a_rank_with_another_vfrag_size_fails_init_naming_both_values() {
+    // The last rank runs with pml_dr_vfrag_frags = 16, the others with the default 64: the
+    // protocol constant is checked through the modex, so every rank fails init at once with
+    // the parameter and both values, rather than exchanging misunderstood vfrags.
+    let out = run_job(&Job {
+        ranks: 2,
+        program: "dr_mismatch",
+        args: &["pml_dr_vfrag_frags", "16"],
+        mca: &[("pml", "dr"), ("btl", "ud,self"), ("btl_ud_provider", "soft")],
+        timeout_s: 60,
+    });
+    assert_ne!(out.code, Some(124), "hung:\n{}", out.text());
+    assert!(!out.success(), "{}", out.text());
+    assert!(!out.stdout.contains("init succeeded"), "{}", out.text());
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("init failed"))
+        .unwrap_or_else(|| panic!("no init failure reported:\n{}", out.text()));
+    assert!(
+        line.contains("pml_dr_vfrag_frags") && line.contains("64") && line.contains("16"),
+        "{}",
+        out.text()
+    );
 }

@@ -2,7 +2,7 @@
 //!
 //! `cargo test -p rmca-verbs` runs it on the soft provider. With `--features rdma` and
 //! `RMCA_VERBS_PROVIDER=rdma` it runs on the first real verbs device (the CI runs it inside a
-//! QEMU guest on Soft-RoCE `rxe0`, see `verbs/ci/vm-tests.sh`). Both endpoints live in this
+//! QEMU guest on Soft-RoCE `rxe0`, see `scripts/vm-tests.sh`). Both endpoints live in this
 //! process, each with its own context. Nothing here asserts a time: deadlines only bound waits.
 
 use std::time::{Duration, Instant};

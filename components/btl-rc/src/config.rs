@@ -2,42 +2,17 @@
 // ParamError carries its source by value (as in the framework); this runs once at init.
 #![allow(clippy::result_large_err)]
 
-use std::net::IpAddr;
 use std::time::Duration;
 
-use rmca_framework::params::{Level, Param, ParamError, ParamRegistrar, ParamStore};
-use thiserror::Error;
+use rmca_common_verbs::{
+    fault_from_params, register_device_params, register_fault_params, DeviceConfig, Transport,
+};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+use rmca_verbs::FaultConfig;
 
 use crate::sched::Policy;
 
-/// A parameter had a value btl-rc cannot use.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    /// Named parameter, bad value, what is valid.
-    #[error("btl-rc: parameter {name} = '{value}' is invalid; valid: {valid}")]
-    Bad {
-        /// Full parameter name.
-        name: String,
-        /// Offending value.
-        value: String,
-        /// What would be accepted.
-        valid: String,
-    },
-    /// The parameter store refused the lookup.
-    #[error(transparent)]
-    Param(#[from] ParamError),
-}
-
-/// Which verbs provider to open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProviderChoice {
-    /// rdma when compiled in and a device exists, else soft.
-    Auto,
-    /// Sockets.
-    Soft,
-    /// libibverbs.
-    Rdma,
-}
+pub use rmca_common_verbs::{ConfigError, ProviderChoice};
 
 /// When QPs are created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +23,7 @@ pub enum ConnectMode {
     Static,
 }
 
-/// How receive buffers are provided (Open MPI's `receive_queues`, one buffer size).
+/// The kind of one receive queue (Open MPI's `receive_queues` entries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecvQueues {
     /// Per-QP receive queues of `bufs` buffers with credit flow control; credits return
@@ -73,34 +48,177 @@ pub enum RecvQueues {
     },
 }
 
-impl RecvQueues {
-    /// Parse `P,<bufs>[,<threshold>]` or `S,<initial>[,<low>[,<grow>[,<max>]]]`.
-    pub fn parse(text: &str) -> Option<Self> {
-        let mut it = text.trim().split(',').map(str::trim);
-        let kind = it.next()?;
-        let nums: Option<Vec<u32>> = it.map(|s| s.parse().ok()).collect();
-        let nums = nums?;
-        match (kind, nums.as_slice()) {
-            ("P", [bufs, rest @ ..]) if *bufs >= 2 && rest.len() <= 1 => {
-                let threshold = rest.first().copied().unwrap_or((bufs / 2).max(1));
-                (threshold >= 1 && threshold <= *bufs).then_some(Self::PerPeer {
-                    bufs: *bufs,
-                    threshold,
-                })
-            }
-            ("S", [initial, rest @ ..]) if *initial >= 2 && rest.len() <= 3 => {
-                let low = rest.first().copied().unwrap_or((initial / 4).max(1));
-                let grow = rest.get(1).copied().unwrap_or(*initial);
-                let max = rest.get(2).copied().unwrap_or(initial * 8);
-                (low < *initial && max >= *initial).then_some(Self::Shared {
-                    initial: *initial,
-                    low,
-                    grow,
-                    max,
-                })
-            }
-            _ => None,
+/// One receive queue: fragments up to `size` bytes (PML header included) use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveQueue {
+    /// Largest fragment its buffers hold.
+    pub size: usize,
+    /// Per-peer or shared.
+    pub kind: RecvQueues,
+}
+
+/// `btl_rc_receive_queues`, checked: one queue, or a per-peer and a shared one of different
+/// buffer sizes (small fragments on the smaller, e.g. per-peer queues of small buffers, whose
+/// memory grows with the peers, and one SRQ of large buffers, whose memory does not; or the
+/// reverse). Each queue class gets its own QPs to every peer (a QP has one receive queue).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiveQueues {
+    queues: Vec<ReceiveQueue>,
+}
+
+/// The grammar, for error messages and the help text.
+pub const RECEIVE_QUEUES_GRAMMAR: &str = "one queue 'P,<bufs>[,<credit threshold>]' or 'S,<initial>[,<low watermark>[,<grow>[,<max>]]]' (buffers of btl_rc_max_send_size), or two queues of increasing buffer size separated by ':', each with its size first: 'P,<size>,<bufs>[,<threshold>]' and 'S,<size>,<initial>[,<low>[,<grow>[,<max>]]]' (one of each kind, the last size at least btl_rc_max_send_size), e.g. 'P,256,32,16:S,65536,256,64,256,4096'";
+
+impl ReceiveQueues {
+    /// Parse a spec; `max_send_size` is the size of the single-queue form and the least
+    /// size of the last queue. The error says which entry and field is wrong and why.
+    pub fn parse(text: &str, max_send_size: usize) -> Result<Self, String> {
+        let entries: Vec<&str> = text.trim().split(':').map(str::trim).collect();
+        if entries.len() > 2 {
+            return Err(format!(
+                "{} queues given; at most 2 (one per-peer, one shared)",
+                entries.len()
+            ));
         }
+        let sized = entries.len() > 1;
+        let mut queues = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let at = |msg: String| format!("queue {} '{e}': {msg}", i + 1);
+            let mut fields = e.split(',').map(str::trim);
+            let kind = fields.next().unwrap_or_default();
+            let mut nums = Vec::new();
+            for (j, f) in fields.enumerate() {
+                nums.push(f.parse::<u32>().map_err(|_| {
+                    at(format!(
+                        "field {} '{f}' is not a non-negative integer",
+                        j + 2
+                    ))
+                })?);
+            }
+            let (size, nums) = if sized {
+                match nums.split_first() {
+                    Some((s, rest)) => (*s as usize, rest),
+                    None => return Err(at("the buffer size is missing".into())),
+                }
+            } else {
+                (max_send_size, &nums[..])
+            };
+            let kind = match (kind, nums) {
+                ("P", [bufs, rest @ ..]) if rest.len() <= 1 => {
+                    if *bufs < 2 {
+                        return Err(at(format!("<bufs> is {bufs}; at least 2")));
+                    }
+                    let threshold = rest.first().copied().unwrap_or((bufs / 2).max(1));
+                    if threshold == 0 || threshold > *bufs {
+                        return Err(at(format!(
+                            "<credit threshold> is {threshold}; 1 ..= <bufs> ({bufs})"
+                        )));
+                    }
+                    RecvQueues::PerPeer {
+                        bufs: *bufs,
+                        threshold,
+                    }
+                }
+                ("S", [initial, rest @ ..]) if rest.len() <= 3 => {
+                    if *initial < 2 {
+                        return Err(at(format!("<initial> is {initial}; at least 2")));
+                    }
+                    let low = rest.first().copied().unwrap_or((initial / 4).max(1));
+                    let grow = rest.get(1).copied().unwrap_or(*initial);
+                    let max = rest.get(2).copied().unwrap_or(initial.saturating_mul(8));
+                    if low >= *initial {
+                        return Err(at(format!(
+                            "<low watermark> is {low}; below <initial> ({initial})"
+                        )));
+                    }
+                    if max < *initial {
+                        return Err(at(format!(
+                            "<max> is {max}; at least <initial> ({initial})"
+                        )));
+                    }
+                    RecvQueues::Shared {
+                        initial: *initial,
+                        low,
+                        grow,
+                        max,
+                    }
+                }
+                ("P" | "S", _) => {
+                    return Err(at(format!(
+                        "{} numbers; {}",
+                        nums.len(),
+                        if kind == "P" {
+                            "P takes <bufs>[,<credit threshold>]"
+                        } else {
+                            "S takes <initial>[,<low>[,<grow>[,<max>]]]"
+                        }
+                    )))
+                }
+                (k, _) => {
+                    return Err(at(format!(
+                        "kind '{k}'; P (per-peer queues) or S (shared receive queue)"
+                    )))
+                }
+            };
+            queues.push(ReceiveQueue { size, kind });
+        }
+        if let [a, b] = queues.as_slice() {
+            if std::mem::discriminant(&a.kind) == std::mem::discriminant(&b.kind) {
+                return Err("two queues of the same kind; one P and one S".into());
+            }
+            if a.size < 64 {
+                return Err(format!(
+                    "the first queue's size is {}; at least 64 (control messages use it)",
+                    a.size
+                ));
+            }
+            if b.size <= a.size {
+                return Err(format!(
+                    "sizes {} then {}; they must increase",
+                    a.size, b.size
+                ));
+            }
+            if b.size < max_send_size {
+                return Err(format!(
+                    "the last queue's size is {}; at least btl_rc_max_send_size ({max_send_size}) so that every fragment fits",
+                    b.size
+                ));
+            }
+        }
+        Ok(Self { queues })
+    }
+
+    /// The queues by increasing buffer size (one or two).
+    pub fn queues(&self) -> &[ReceiveQueue] {
+        &self.queues
+    }
+
+    /// The queue class of a fragment of `len` bytes: the first whose buffers hold it.
+    pub fn class_of(&self, len: usize) -> usize {
+        self.queues
+            .iter()
+            .position(|q| len <= q.size)
+            .unwrap_or(self.queues.len() - 1)
+    }
+
+    /// The per-peer queue, if any: (class, bufs, credit threshold).
+    pub fn per_peer(&self) -> Option<(usize, u32, u32)> {
+        self.queues
+            .iter()
+            .enumerate()
+            .find_map(|(c, q)| match q.kind {
+                RecvQueues::PerPeer { bufs, threshold } => Some((c, bufs, threshold)),
+                RecvQueues::Shared { .. } => None,
+            })
+    }
+
+    /// The shared queue, if any: its class and settings.
+    pub fn shared(&self) -> Option<(usize, RecvQueues)> {
+        self.queues
+            .iter()
+            .enumerate()
+            .find(|(_, q)| matches!(q.kind, RecvQueues::Shared { .. }))
+            .map(|(c, q)| (c, q.kind))
     }
 }
 
@@ -121,20 +239,12 @@ pub mod defaults {
 /// Every btl-rc setting, checked.
 #[derive(Clone, Debug)]
 pub struct RcConfig {
-    /// Provider.
-    pub provider: ProviderChoice,
-    /// Soft provider bind address.
-    pub if_addr: IpAddr,
-    /// rdma device name.
-    pub device: Option<String>,
-    /// rdma port.
-    pub port: u8,
-    /// rdma GID index.
-    pub gid_index: u8,
+    /// Device, provider and the BML estimates (shared with btl-ud).
+    pub device: DeviceConfig,
     /// Connection establishment.
     pub connect: ConnectMode,
-    /// Receive buffers.
-    pub recv: RecvQueues,
+    /// Receive queues.
+    pub recv: ReceiveQueues,
     /// Data send WQEs per QP.
     pub send_wqes: u32,
     /// Coalesce queued small sends.
@@ -161,56 +271,27 @@ pub struct RcConfig {
     pub connect_timeout: Duration,
     /// Connection request retransmissions before the peer is declared unreachable.
     pub connect_retries: u32,
-    /// Soft provider: probability that an RC segment's delivery is delayed.
-    pub fault_delay_rate: f64,
-    /// Soft provider: that delay.
-    pub fault_delay: Duration,
-    /// Fault seed.
-    pub fault_seed: u64,
+    /// Fault injection: after this many data fragments sent, the QPs to the peer of the last
+    /// one go to the error state (0: never).
+    pub fault_kill_after: u64,
+    /// Faults the soft provider injects on RC traffic (delays only).
+    pub fault: FaultConfig,
 }
 
 fn bad(name: &str, value: impl ToString, valid: &str) -> ConfigError {
-    ConfigError::Bad {
-        name: format!("btl_rc_{name}"),
-        value: value.to_string(),
-        valid: valid.to_owned(),
-    }
+    ConfigError::bad("btl_rc", name, value, valid)
 }
 
 /// Declare btl-rc's parameters.
 pub fn register(p: &mut ParamRegistrar<'_>) {
-    p.add(
-        Param::enumeration("provider", "auto", &["auto", "soft", "rdma"])
-            .help("Verbs provider: 'rdma' (libibverbs: a real HCA or Soft-RoCE; needs the 'rdma' feature), 'soft' (RC emulated over TCP), or 'auto' (rdma when compiled in and a device exists, else soft)"),
-    );
-    p.add(
-        Param::string("if_addr", "127.0.0.1")
-            .help("Soft provider: IP address the sockets bind to (this node's address, reachable by the other nodes)"),
-    );
-    p.add(
-        Param::string("device", "")
-            .help("rdma provider: device name (e.g. rxe0, mlx5_0); empty picks the first")
-            .level(Level::Tuning),
-    );
-    p.add(
-        Param::int("port", 1)
-            .range(1, 255)
-            .help("rdma provider: port number (1-based)")
-            .level(Level::Tuning),
-    );
-    p.add(
-        Param::int("gid_index", 0)
-            .range(0, 255)
-            .help("rdma provider: GID index (Soft-RoCE needs 0)")
-            .level(Level::Tuning),
-    );
+    register_device_params(p, Transport::Rc);
     p.add(
         Param::enumeration("connect", "on_demand", &["on_demand", "static"])
             .help("When RC QPs are created: 'on_demand' at the first message to or from a peer (seed 004), 'static' with every peer at startup"),
     );
     p.add(
         Param::string("receive_queues", defaults::RECEIVE_QUEUES)
-            .help("Receive buffers, Open MPI style: 'P,<bufs>[,<credit threshold>]' per-QP receive queues with credit flow control, or 'S,<initial>[,<low watermark>[,<grow>[,<max>]]]' one shared receive queue refilled and grown on its low-watermark event"),
+            .help(&format!("Receive buffers, Open MPI style: P = per-QP receive queues with credit flow control, S = one shared receive queue refilled and grown on its low-watermark event. Syntax: {RECEIVE_QUEUES_GRAMMAR}")),
     );
     p.add(
         Param::int("send_wqes", defaults::SEND_WQES)
@@ -284,21 +365,11 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
             .help("Connection request retransmissions before the peer is reported failed")
             .level(Level::Tuning),
     );
+    register_fault_params(p, Transport::Rc);
     p.add(
-        Param::string("fault_delay_rate", "0")
-            .help("Soft provider fault injection on RC: probability (0 to 1) that a segment is delayed by btl_rc_fault_delay")
-            .level(Level::Dev),
-    );
-    p.add(
-        Param::int("fault_delay", 0)
-            .range(0, 60_000_000)
-            .help("Soft provider fault injection on RC: delay in microseconds")
-            .level(Level::Dev),
-    );
-    p.add(
-        Param::int("fault_seed", 0)
+        Param::int("fault_kill_after", 0)
             .range(0, i64::MAX)
-            .help("Seed of the fault injection (mixed with the rank)")
+            .help("Fault injection on any provider: after this many data fragments sent by this process, move the RC QPs to the peer of the last one to the error state, as a link whose retries ran out, so that the peer is reported failed (pml dr then fails over to another BTL); 0 never")
             .level(Level::Dev),
     );
 }
@@ -309,32 +380,11 @@ impl RcConfig {
         let n = |s: &str| format!("btl_rc_{s}");
         let int = |s: &str| params.get_int(&n(s)).map_err(ConfigError::from);
         let size = |s: &str| params.get_size(&n(s)).map_err(ConfigError::from);
-        let provider = match params.get_str(&n("provider"))? {
-            "auto" => ProviderChoice::Auto,
-            "soft" => ProviderChoice::Soft,
-            "rdma" => ProviderChoice::Rdma,
-            other => return Err(bad("provider", other, "auto, soft or rdma")),
-        };
-        let addr_text = params.get_str(&n("if_addr"))?;
-        let if_addr: IpAddr = addr_text
-            .trim()
-            .parse()
-            .map_err(|_| bad("if_addr", addr_text, "an IPv4 or IPv6 address of this node"))?;
-        let device =
-            Some(params.get_str(&n("device"))?.trim().to_owned()).filter(|d| !d.is_empty());
         let connect = match params.get_str(&n("connect"))? {
             "on_demand" => ConnectMode::OnDemand,
             "static" => ConnectMode::Static,
             other => return Err(bad("connect", other, "on_demand or static")),
         };
-        let rq = params.get_str(&n("receive_queues"))?;
-        let recv = RecvQueues::parse(rq).ok_or_else(|| {
-            bad(
-                "receive_queues",
-                rq,
-                "'P,<bufs >= 2>[,<threshold 1..=bufs>]' or 'S,<initial >= 2>[,<low < initial>[,<grow>[,<max >= initial>]]]'",
-            )
-        })?;
         let policy = match params.get_str(&n("qp_policy"))? {
             "binding" => Policy::Binding,
             "round_robin" => Policy::RoundRobin,
@@ -360,19 +410,16 @@ impl RcConfig {
                 "1 ..= btl_rc_max_send_size",
             ));
         }
-        let rate_text = params.get_str(&n("fault_delay_rate"))?;
-        let fault_delay_rate = rate_text
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|v| (0.0..=1.0).contains(v))
-            .ok_or_else(|| bad("fault_delay_rate", rate_text, "a probability from 0 to 1"))?;
+        let rq = params.get_str(&n("receive_queues"))?;
+        let recv = ReceiveQueues::parse(rq, max_send_size as usize).map_err(|why| {
+            bad(
+                "receive_queues",
+                rq,
+                &format!("a valid spec ({why}): {RECEIVE_QUEUES_GRAMMAR}"),
+            )
+        })?;
         Ok(Self {
-            provider,
-            if_addr,
-            device,
-            port: int("port")? as u8,
-            gid_index: int("gid_index")? as u8,
+            device: DeviceConfig::from_params(params, "btl_rc")?,
             connect,
             recv,
             send_wqes: int("send_wqes")? as u32,
@@ -388,10 +435,8 @@ impl RcConfig {
             eager_rdma_num: int("eager_rdma_num")? as u32,
             connect_timeout: Duration::from_millis(int("connect_timeout_ms")? as u64),
             connect_retries: int("connect_retries")? as u32,
-            fault_delay_rate,
-            fault_delay: Duration::from_micros(int("fault_delay")? as u64),
-            fault_seed: (int("fault_seed")? as u64)
-                ^ u64::from(rank).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            fault_kill_after: int("fault_kill_after")? as u64,
+            fault: fault_from_params(params, "btl_rc", Transport::Rc, rank)?,
         })
     }
 }
@@ -400,30 +445,62 @@ impl RcConfig {
 mod tests {
     use super::*;
 
+    const M: usize = 65536;
+
+    fn one(text: &str) -> RecvQueues {
+        let q = ReceiveQueues::parse(text, M).unwrap();
+        assert_eq!(q.queues().len(), 1);
+        assert_eq!(q.queues()[0].size, M);
+        q.queues()[0].kind
+    }
+
     #[test]
     fn receive_queue_specs() {
         assert_eq!(
-            RecvQueues::parse("P,32,8"),
-            Some(RecvQueues::PerPeer {
+            one("P,32,8"),
+            RecvQueues::PerPeer {
                 bufs: 32,
                 threshold: 8
-            })
+            }
         );
         assert_eq!(
-            RecvQueues::parse("S,64,8,32,256"),
-            Some(RecvQueues::Shared {
+            one("S,64,8,32,256"),
+            RecvQueues::Shared {
                 initial: 64,
                 low: 8,
                 grow: 32,
                 max: 256
-            })
+            }
         );
-        assert!(
-            RecvQueues::parse("S,64,64").is_none(),
-            "low must be below initial"
-        );
-        assert!(RecvQueues::parse("P,1").is_none());
-        assert!(RecvQueues::parse("X,4").is_none());
-        assert!(RecvQueues::parse("P,4,x").is_none());
+        let err = |t: &str| ReceiveQueues::parse(t, M).unwrap_err();
+        assert!(err("S,64,64").contains("<low watermark> is 64"));
+        assert!(err("P,1").contains("<bufs> is 1"));
+        assert!(err("X,4").contains("kind 'X'"));
+        assert!(err("P,4,x").contains("field 3 'x'"));
+        assert!(err("P,4,2,1").contains("3 numbers"));
+    }
+
+    #[test]
+    fn combined_specs() {
+        let q = ReceiveQueues::parse("P,128,32,16:S,65536,256,64,128,4096", M).unwrap();
+        assert_eq!(q.queues().len(), 2);
+        assert_eq!(q.per_peer(), Some((0, 32, 16)));
+        assert_eq!(q.shared().map(|s| s.0), Some(1));
+        assert_eq!(q.class_of(0), 0);
+        assert_eq!(q.class_of(128), 0);
+        assert_eq!(q.class_of(129), 1);
+        assert_eq!(q.class_of(M), 1);
+        // The reverse: small on the SRQ, large on per-peer queues.
+        let r = ReceiveQueues::parse("S,1024,64:P,65536,4", M).unwrap();
+        assert_eq!(r.shared().map(|s| s.0), Some(0));
+        assert_eq!(r.per_peer(), Some((1, 4, 2)));
+        let err = |t: &str| ReceiveQueues::parse(t, M).unwrap_err();
+        assert!(err("P,128,8:P,65536,8").contains("same kind"));
+        assert!(err("P,4096,8:S,1024,8").contains("must increase"));
+        assert!(err("P,128,8:S,4096,8").contains("btl_rc_max_send_size (65536)"));
+        assert!(err("P,16,8:S,65536,8").contains("at least 64"));
+        assert!(err("P,128:S,65536,8").contains("queue 1 'P,128'"));
+        assert!(err("S,65536:P,128,8").contains("0 numbers; S takes"));
+        assert!(err("P,128,8:S,65536,8:S,1,2").contains("3 queues"));
     }
 }

@@ -7,10 +7,13 @@
 //!   connection (the lower rank's request wins). Sends queue FIFO meanwhile; a per-peer
 //!   sequence number keeps MPI order across QPs ([`reorder`]). `btl_rc_connect = static`
 //!   connects every peer at `add_procs` instead.
-//! - **Receive buffers** (seed 000): per-QP receive queues with credit flow control
-//!   ([`credits`]; `btl_rc_receive_queues = P,<bufs>,<threshold>`), or one SRQ for every
-//!   connection whose low-watermark event grows and reposts the pool (`S,<initial>,<low>,
-//!   <grow>,<max>`).
+//! - **Receive buffers** (seed 000, [`config::ReceiveQueues`]): per-QP receive queues with
+//!   credit flow control ([`credits`]; `btl_rc_receive_queues = P,<bufs>,<threshold>`), or one
+//!   SRQ for every connection whose low-watermark event grows and reposts the pool
+//!   (`S,<initial>,<low>,<grow>,<max>`), or both, Open MPI style, each with its buffer size
+//!   (`P,256,32,16:S,65536,256,64,256,4096`: fragments up to 256 bytes on per-peer queues of
+//!   small buffers, larger ones on the SRQ; or the reverse order). Each queue class has its
+//!   own QPs to a peer, since a QP has one receive queue.
 //! - **Adaptive eager RDMA** (seed 000): after `btl_rc_eager_rdma_threshold` messages from a
 //!   peer (for at most `btl_rc_eager_rdma_max_peers` peers) the receiver registers a ring of
 //!   `btl_rc_eager_rdma_num` slots and sends its address in-band; the sender RDMA-writes eager
@@ -21,11 +24,14 @@
 //!   cached-header flag for repeated PML headers. Never for rendezvous data or control.
 //! - **Several QPs per peer** (seed 002, [`sched`]): binding, round robin, striping and EPC,
 //!   using the PML's [`rmca_framework::btl::SendHint`]; stripes are reassembled in order.
-//! - **RDMA put/get** with registrations cached in the framework's `LruRcache`, reference
+//! - **RDMA put/get** with registrations cached in the `rcache` component the framework
+//!   selected (`--mca rcache lru`, [`InitContext::create_rcache`]), reference
 //!   counted, invalidated and deregistered when the last user (PML request or RDMA operation)
 //!   releases them, so freed-and-reallocated memory is never served a stale registration.
 //! - Failures (QP errors, unanswered connection requests) surface as
-//!   [`rmca_framework::btl::BtlEvents::peer_failed`] and `SendError::PeerFailed` for pml-dr.
+//!   [`rmca_framework::btl::BtlEvents::peer_failed`] and `SendError::PeerFailed` for pml-dr,
+//!   which fails over to another BTL. `btl_rc_fault_kill_after = N` (any provider) moves the
+//!   QPs to the error state after N data fragments, to exercise exactly that.
 //!
 //! Providers: `btl_rc_provider = auto | soft | rdma` (rdma needs the crate feature `rdma`).
 #![deny(unsafe_code)]
@@ -48,7 +54,9 @@ use rmca_framework::component::{
 };
 use rmca_framework::params::ParamRegistrar;
 
-pub use config::{ConfigError, ConnectMode, ProviderChoice, RcConfig, RecvQueues};
+pub use config::{
+    ConfigError, ConnectMode, ProviderChoice, RcConfig, ReceiveQueue, ReceiveQueues, RecvQueues,
+};
 pub use module::{RcBtl, RcError};
 
 /// Modex key of btl-rc's business card.
@@ -81,7 +89,7 @@ impl BtlComponent for RcComponent {
     fn init(&self, ctx: &mut InitContext<'_>) -> Result<Vec<Box<dyn Btl>>, BtlError> {
         let cfg = RcConfig::from_params(ctx.params, ctx.job.rank)
             .map_err(|e| BtlError::Other(e.to_string()))?;
-        let btl = RcBtl::open(&cfg, ctx.job, ctx.memory)?;
+        let btl = RcBtl::open(&cfg, ctx.job, ctx.memory, ctx.create_rcache())?;
         ctx.modex_put(MODEX_KEY, &btl.card().to_bytes())
             .map_err(|e| BtlError::Other(format!("btl-rc: publishing the card: {e}")))?;
         Ok(vec![Box::new(btl)])

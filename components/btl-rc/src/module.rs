@@ -13,15 +13,14 @@ use rmca_framework::buffer::UserBuf;
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::{MemoryAccounting, MemoryCounter};
 use rmca_framework::rank::{ProcInfo, Rank};
-use rmca_framework::rcache::{CachedRegistration, LruRcache, Rcache};
+use rmca_framework::rcache::{CachedRegistration, Rcache};
 use rmca_verbs::{
-    AccessFlags, Ah, AsyncEvent, Context, Cq, FaultConfig, Mr, Pd, ProviderConfig, ProviderKind,
-    Qp, QpCaps, QpInit, QpType, RcParams, RdmaConfig, RecvWr, SendOp, SendWr, SoftConfig, Srq,
-    SrqInit, UdDest, Wc, WcStatus, UD_GRH_LEN,
+    AccessFlags, Ah, AsyncEvent, Context, Cq, Mr, Pd, ProviderKind, Qp, QpCaps, QpInit, QpType,
+    RcParams, RecvWr, SendOp, SendWr, SoftConfig, Srq, SrqInit, UdDest, Wc, WcStatus, UD_GRH_LEN,
 };
 use thiserror::Error;
 
-use crate::config::{ConnectMode, ProviderChoice, RcConfig, RecvQueues};
+use crate::config::{ConnectMode, RcConfig, RecvQueues};
 use crate::conn::{Action, Connection, State};
 use crate::credits::{Credits, CONTROL_RESERVE};
 use crate::reorder::Reorder;
@@ -247,6 +246,35 @@ struct Stats {
     eager_rings: u64,
     eager_sent: u64,
     eager_received: u64,
+    /// Data fragments (send or eager RDMA write) per QP index, summed over peers: shows
+    /// how the multi-QP policy spreads traffic.
+    qp_frags: Vec<u64>,
+    /// Data fragments posted (sends and eager RDMA writes), for `btl_rc_fault_kill_after`.
+    data_posts: u64,
+}
+
+/// The registration cache component's cache (a trait object, so Debug by hand).
+struct RcacheHandle(Box<dyn Rcache>);
+
+impl std::fmt::Debug for RcacheHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rcache")
+            .field("entries", &self.0.len())
+            .finish()
+    }
+}
+
+impl std::ops::Deref for RcacheHandle {
+    type Target = dyn Rcache;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::ops::DerefMut for RcacheHandle {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
+    }
 }
 
 /// One btl-rc module: one verbs device port.
@@ -259,41 +287,32 @@ pub struct RcBtl {
     regs: HashMap<u64, UserReg>,
     cm_recv: BufPool,
     cm_send: BufPool,
-    recv_pool: BufPool,
+    /// Receive buffers per receive queue class (`btl_rc_receive_queues`, by size).
+    recv_pools: Vec<BufPool>,
     send_pool: BufPool,
     send_cq: Cq,
     recv_cq: Cq,
     cm_cq: Cq,
     pd: Pd,
     ctx: Context,
-    rcache: LruRcache,
+    rcache: RcacheHandle,
     next_reg: u64,
     ops: HashMap<u64, RdmaOp>,
     next_op: u64,
     qpn_map: HashMap<u32, (usize, usize)>,
+    /// Peer whose QPs `btl_rc_fault_kill_after` kills at the next progress.
+    kill_due: Option<usize>,
     cfg: RcConfig,
     attrs: BtlAttributes,
     card: CardRepr,
     rank: Rank,
     job_tag: u32,
-    buf_size: usize,
     ud_mtu: usize,
     srq_total: u32,
     wcs: Vec<Wc>,
     scratch: Vec<u8>,
     stats: Stats,
     memory: Arc<MemoryCounter>,
-}
-
-fn resolve_provider(choice: ProviderChoice) -> ProviderKind {
-    match choice {
-        ProviderChoice::Soft => ProviderKind::Soft,
-        ProviderChoice::Rdma => ProviderKind::Rdma,
-        ProviderChoice::Auto => match rmca_verbs::devices(ProviderKind::Rdma) {
-            Ok(d) if !d.is_empty() => ProviderKind::Rdma,
-            _ => ProviderKind::Soft,
-        },
-    }
 }
 
 /// FNV-1a of the job secret: CM datagrams of other jobs are dropped.
@@ -309,38 +328,22 @@ fn rc_params() -> RcParams {
 
 impl RcBtl {
     /// Open the device, create the CM QP and the receive resources. No RC QP exists yet.
-    pub fn open(cfg: &RcConfig, job: &JobInfo, memory: &MemoryAccounting) -> Result<Self, RcError> {
-        let kind = resolve_provider(cfg.provider);
-        let mut rc_fault = FaultConfig::default();
-        if cfg.fault_delay_rate > 0.0 || !cfg.fault_delay.is_zero() {
-            if kind == ProviderKind::Rdma {
-                return Err(RcError::Unsupported(
-                    "btl_rc_fault_* parameters need the soft provider (btl_rc_provider = soft)"
-                        .into(),
-                ));
-            }
-            rc_fault.delay = cfg.fault_delay;
-            rc_fault.delay_rate = if cfg.fault_delay_rate > 0.0 {
-                cfg.fault_delay_rate
-            } else {
-                1.0
-            };
-            rc_fault.seed = cfg.fault_seed;
-        }
-        let pcfg = ProviderConfig {
-            kind,
-            soft: SoftConfig {
-                bind_addr: cfg.if_addr,
-                rc_fault,
-                ..SoftConfig::default()
-            },
-            rdma: RdmaConfig {
-                device: cfg.device.clone(),
-                port: cfg.port,
-                gid_index: cfg.gid_index,
-            },
-            job_secret: job.secret.clone(),
+    /// `rcache` caches the user-buffer registrations of put/get (the component the `rcache`
+    /// selector chose: [`rmca_framework::component::InitContext::create_rcache`]).
+    pub fn open(
+        cfg: &RcConfig,
+        job: &JobInfo,
+        memory: &MemoryAccounting,
+        rcache: Box<dyn Rcache>,
+    ) -> Result<Self, RcError> {
+        let kind = cfg.device.provider.resolve();
+        rmca_common_verbs::check_faults_supported(kind, &cfg.fault, "btl_rc")
+            .map_err(RcError::Unsupported)?;
+        let soft = SoftConfig {
+            rc_fault: cfg.fault,
+            ..SoftConfig::default()
         };
+        let pcfg = cfg.device.provider_config(kind, soft, &job.secret);
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
         let attr = ctx.attr();
         if u64::from(cfg.max_send_size as u32) > attr.max_msg_size {
@@ -393,10 +396,16 @@ impl RcBtl {
         }
         let buf_size = cfg.max_send_size + FRAG_HEADER_LEN;
         let send_pool = BufPool::new(buf_size, 64, usize::MAX, memory.clone());
-        let mut recv_pool = BufPool::new(buf_size, 64, usize::MAX, memory.clone());
+        // One pool per receive queue class, of that class's buffer size.
+        let mut recv_pools: Vec<BufPool> = cfg
+            .recv
+            .queues()
+            .iter()
+            .map(|q| BufPool::new(q.size + FRAG_HEADER_LEN, 64, usize::MAX, memory.clone()))
+            .collect();
         let mut srq = None;
         let mut srq_total = 0;
-        if let RecvQueues::Shared { initial, low, .. } = cfg.recv {
+        if let Some((class, RecvQueues::Shared { initial, low, .. })) = cfg.recv.shared() {
             let depth = attr.max_srq_wr.min(1 << 15);
             let s = pd
                 .create_srq(SrqInit {
@@ -405,11 +414,13 @@ impl RcBtl {
                     limit: low,
                 })
                 .map_err(verbs("create SRQ"))?;
-            recv_pool = BufPool::new(buf_size, initial as usize, usize::MAX, memory.clone());
+            let size = recv_pools[class].size;
+            let recv_pool = &mut recv_pools[class];
+            *recv_pool = BufPool::new(size, initial as usize, usize::MAX, memory.clone());
             recv_pool.grow(&pd, initial as usize);
             for _ in 0..initial {
                 let id = recv_pool.alloc(&pd).expect("pre-grown");
-                let sge = recv_pool.sge(id, buf_size);
+                let sge = recv_pool.sge(id, size);
                 s.post_recv(&RecvWr {
                     wr_id: id,
                     sges: &[sge],
@@ -419,10 +430,7 @@ impl RcBtl {
             srq_total = initial;
             srq = Some(s);
         }
-        let (latency_ns, bandwidth_mbps) = match kind {
-            ProviderKind::Soft => (6_000, 7_000),
-            ProviderKind::Rdma => (2_000, 20_000),
-        };
+        let estimate = cfg.device.estimate(kind, rmca_common_verbs::Transport::Rc);
         let attrs = BtlAttributes {
             eager_limit: cfg.eager_limit,
             rndv_eager_limit: cfg.eager_limit,
@@ -431,16 +439,23 @@ impl RcBtl {
             rdma_pipeline_frag_size: (attr.max_msg_size.min(8 << 20)) as usize,
             min_rdma_pipeline_size: 0,
             exclusivity: exclusivity::HIGH_SPEED_NETWORK,
-            latency_ns,
-            bandwidth_mbps,
+            latency_ns: estimate.latency_ns,
+            bandwidth_mbps: estimate.bandwidth_mbps,
             flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET,
         };
         let card = CardRepr {
             provider: u8::from(kind == ProviderKind::Rdma),
             cm_addr: cm_qp.address(),
         };
+        let scratch_len = recv_pools
+            .iter()
+            .map(|p| p.size)
+            .chain([buf_size, UD_GRH_LEN + ud_mtu])
+            .max()
+            .unwrap_or(buf_size);
         let stats = Stats {
             srq_posted: u64::from(srq_total),
+            qp_frags: vec![0; cfg.qps_per_peer as usize * cfg.recv.queues().len()],
             ..Stats::default()
         };
         Ok(Self {
@@ -450,28 +465,28 @@ impl RcBtl {
             regs: HashMap::new(),
             cm_recv,
             cm_send,
-            recv_pool,
+            recv_pools,
             send_pool,
             send_cq,
             recv_cq,
             cm_cq,
             pd,
             ctx,
-            rcache: LruRcache::new(0),
+            rcache: RcacheHandle(rcache),
             next_reg: 1,
             ops: HashMap::new(),
             next_op: 0,
             qpn_map: HashMap::new(),
+            kill_due: None,
             cfg: cfg.clone(),
             attrs,
             card,
             rank: job.rank,
             job_tag: job_tag(&job.secret),
-            buf_size,
             ud_mtu,
             srq_total,
             wcs: vec![Wc::EMPTY; 64],
-            scratch: vec![0; buf_size.max(UD_GRH_LEN + ud_mtu)],
+            scratch: vec![0; scratch_len],
             stats,
             memory,
         })
@@ -540,18 +555,35 @@ impl RcBtl {
             return Ok(());
         }
         let n = self.cfg.qps_per_peer as usize;
-        let per_peer = match self.cfg.recv {
-            RecvQueues::PerPeer { bufs, .. } => Some(bufs + CONTROL_RESERVE),
-            RecvQueues::Shared { .. } => None,
-        };
-        for _ in 0..n {
+        // QPs grouped by receive queue class: class c owns QPs c*n .. (c+1)*n.
+        let classes: Vec<Option<u32>> = self
+            .cfg
+            .recv
+            .queues()
+            .iter()
+            .map(|q| match q.kind {
+                RecvQueues::PerPeer { bufs, .. } => Some(bufs + CONTROL_RESERVE),
+                RecvQueues::Shared { .. } => None,
+            })
+            .collect();
+        for (class, per_peer) in classes
+            .iter()
+            .flat_map(|c| std::iter::repeat_n(c, n))
+            .enumerate()
+        {
+            let class = class / n;
+            let per_peer = *per_peer;
             let qp = self
                 .pd
                 .create_qp(QpInit {
                     qp_type: QpType::Rc,
                     send_cq: &self.send_cq,
                     recv_cq: &self.recv_cq,
-                    srq: self.srq.as_ref(),
+                    srq: if per_peer.is_none() {
+                        self.srq.as_ref()
+                    } else {
+                        None
+                    },
                     caps: QpCaps {
                         max_send_wr: self.cfg.send_wqes + CTRL_WQES,
                         max_recv_wr: per_peer.unwrap_or(1),
@@ -566,11 +598,9 @@ impl RcBtl {
                 .map_err(|e| format!("RC QP to Init: {e}"))?;
             if let Some(count) = per_peer {
                 for _ in 0..count {
-                    let id = self
-                        .recv_pool
-                        .alloc(&self.pd)
-                        .ok_or("receive buffers exhausted")?;
-                    let sge = self.recv_pool.sge(id, self.buf_size);
+                    let pool = &mut self.recv_pools[class];
+                    let id = pool.alloc(&self.pd).ok_or("receive buffers exhausted")?;
+                    let sge = pool.sge(id, pool.size);
                     qp.post_recv(&RecvWr {
                         wr_id: id,
                         sges: &[sge],
@@ -603,16 +633,22 @@ impl RcBtl {
                 p.qps.len()
             ));
         }
-        let threshold = match self.cfg.recv {
-            RecvQueues::PerPeer { threshold, .. } => threshold,
-            RecvQueues::Shared { .. } => u32::MAX,
-        };
-        let granted = if credits == NO_FLOW_CONTROL {
-            u32::MAX / 2
-        } else {
-            u32::from(credits)
-        };
-        for (slot, addr) in p.qps.iter_mut().zip(remote) {
+        let qpp = self.cfg.qps_per_peer as usize;
+        let per_peer = self.cfg.recv.per_peer();
+        if per_peer.is_some() == (credits == NO_FLOW_CONTROL) {
+            return Err(format!(
+                "peer {} {} per-peer receive queues and this process {} (btl_rc_receive_queues must agree)",
+                p.rank,
+                if credits == NO_FLOW_CONTROL { "has no" } else { "has" },
+                if per_peer.is_some() { "has" } else { "has none" },
+            ));
+        }
+        for (qi, (slot, addr)) in p.qps.iter_mut().zip(remote).enumerate() {
+            // Flow control only on the per-peer class's QPs: the SRQ class has none.
+            let (granted, threshold) = match per_peer {
+                Some((class, _, threshold)) if qi / qpp == class => (u32::from(credits), threshold),
+                _ => (u32::MAX / 2, u32::MAX),
+            };
             slot.qp
                 .modify_to_rtr(Some(addr), &rc_params())
                 .map_err(|e| format!("RC QP to RTR: {e}"))?;
@@ -624,10 +660,38 @@ impl RcBtl {
         Ok(())
     }
 
+    /// The credits a peer gets on each of its QPs of the per-peer class.
     fn local_credits(&self) -> u16 {
-        match self.cfg.recv {
-            RecvQueues::PerPeer { bufs, .. } => bufs.min(u32::from(u16::MAX - 1)) as u16,
-            RecvQueues::Shared { .. } => NO_FLOW_CONTROL,
+        match self.cfg.recv.per_peer() {
+            Some((_, bufs, _)) => bufs.min(u32::from(u16::MAX - 1)) as u16,
+            None => NO_FLOW_CONTROL,
+        }
+    }
+
+    /// The receive queue class of QP `qi` of a peer.
+    fn class_of_qp(&self, qi: usize) -> usize {
+        (qi / self.cfg.qps_per_peer as usize).min(self.recv_pools.len() - 1)
+    }
+
+    /// Does QP `qi` of a peer have its own receive queue (else it uses the SRQ)?
+    fn qp_per_peer(&self, qi: usize) -> bool {
+        matches!(
+            self.cfg.recv.queues()[self.class_of_qp(qi)].kind,
+            RecvQueues::PerPeer { .. }
+        )
+    }
+
+    /// The scheduler's plan for a fragment of `len` bytes, on the QPs of the receive queue
+    /// class whose buffers hold it.
+    fn plan(&mut self, pi: usize, len: usize, hint: SendHint) -> Plan {
+        let base = self.cfg.recv.class_of(len) * self.cfg.qps_per_peer as usize;
+        match self.peers[pi].sched.plan(len, hint) {
+            Plan::One(q) => Plan::One(base + q),
+            Plan::Stripe(v) => Plan::Stripe(
+                v.into_iter()
+                    .map(|(q, off, l)| (base + q, off, l))
+                    .collect(),
+            ),
         }
     }
 
@@ -673,6 +737,16 @@ impl RcBtl {
             tracing::debug!(error = %e, "btl-rc: CM send refused");
             self.cm_send.release(id);
             self.stats.cm_dropped += 1;
+        }
+    }
+
+    /// Count a posted data fragment; `btl_rc_fault_kill_after` kills the path to `pi` at
+    /// the configured count, at the next progress (not here: callers still hold the
+    /// peer's send queue). What was posted by then is flushed, never delivered.
+    fn count_data_post(&mut self, pi: usize) {
+        self.stats.data_posts += 1;
+        if self.cfg.fault_kill_after > 0 && self.stats.data_posts == self.cfg.fault_kill_after {
+            self.kill_due = Some(pi);
         }
     }
 
@@ -733,6 +807,10 @@ impl RcBtl {
                     slot.ctrl_wqes -= 1;
                 } else {
                     slot.wqes -= 1;
+                    if let Some(c) = self.stats.qp_frags.get_mut(qi) {
+                        *c += 1;
+                    }
+                    self.count_data_post(pi);
                 }
                 Ok(())
             }
@@ -791,7 +869,7 @@ impl RcBtl {
         hint: SendHint,
     ) -> Result<bool, SendError> {
         let len = header.len() + payload.len();
-        let plan = self.peers[pi].sched.plan(len, hint);
+        let plan = self.plan(pi, len, hint);
         match plan {
             Plan::One(qi) => {
                 if self.try_eager(pi, qi, tag, seq, header, payload)? {
@@ -911,10 +989,13 @@ impl RcBtl {
         while let Some(front) = self.peers[pi].queue.front() {
             let front_hint = front.hint;
             if self.peers[pi].queue.next_is_bundle() {
-                let qi = match self.peers[pi].sched.plan(0, front_hint) {
-                    Plan::One(q) => q,
-                    Plan::Stripe(_) => 0,
-                };
+                // A bundle can be as large as a fragment: the largest receive buffers.
+                let base = (self.recv_pools.len() - 1) * self.cfg.qps_per_peer as usize;
+                let qi = base
+                    + match self.peers[pi].sched.plan(0, front_hint) {
+                        Plan::One(q) => q,
+                        Plan::Stripe(_) => 0,
+                    };
                 if !self.reserve(pi, qi) {
                     break;
                 }
@@ -1097,12 +1178,13 @@ impl RcBtl {
         for wc in &wcs[..n] {
             let id = wc.wr_id;
             let Some((pi, qi)) = self.qpn_map.get(&wc.qp_num).copied() else {
-                self.recv_pool.release(id);
+                // Not ours (never happens): the buffer cannot be attributed to a pool.
                 continue;
             };
+            let class = self.class_of_qp(qi);
             if !wc.is_ok() {
-                self.recv_pool.release(id);
-                if self.srq.is_some() {
+                self.recv_pools[class].release(id);
+                if !self.qp_per_peer(qi) {
                     self.srq_total = self.srq_total.saturating_sub(1);
                 }
                 if wc.status != WcStatus::WrFlushError {
@@ -1110,9 +1192,9 @@ impl RcBtl {
                 }
                 continue;
             }
-            let len = (wc.byte_len as usize).min(self.buf_size);
+            let len = (wc.byte_len as usize).min(self.recv_pools[class].size);
             let mut buf = std::mem::take(&mut self.scratch);
-            self.recv_pool.read(id, 0, &mut buf[..len]);
+            self.recv_pools[class].read(id, 0, &mut buf[..len]);
             self.repost(pi, qi, id);
             delivered += self.handle_frag(pi, qi, &buf[..len], events);
             self.scratch = buf;
@@ -1122,18 +1204,20 @@ impl RcBtl {
     }
 
     fn repost(&mut self, pi: usize, qi: usize, id: u64) {
-        let sge = self.recv_pool.sge(id, self.buf_size);
+        let class = self.class_of_qp(qi);
+        let pool = &self.recv_pools[class];
+        let sge = pool.sge(id, pool.size);
         let wr = RecvWr {
             wr_id: id,
             sges: &[sge],
         };
-        let r = match &self.srq {
-            Some(s) => s.post_recv(&wr),
-            None => self.peers[pi].qps[qi].qp.post_recv(&wr),
+        let r = match (&self.srq, self.qp_per_peer(qi)) {
+            (Some(s), false) => s.post_recv(&wr),
+            _ => self.peers[pi].qps[qi].qp.post_recv(&wr),
         };
         if let Err(e) = r {
             tracing::warn!(error = %e, "btl-rc: repost failed");
-            self.recv_pool.release(id);
+            self.recv_pools[class].release(id);
         }
     }
 
@@ -1163,7 +1247,7 @@ impl RcBtl {
             return 0;
         };
         let h = FragRepr::parse(&p);
-        let per_peer = self.srq.is_none();
+        let per_peer = self.qp_per_peer(qi);
         let peer = &mut self.peers[pi];
         if let Some(c) = peer.qps[qi].credits.as_mut() {
             c.returned(h.credits);
@@ -1184,7 +1268,7 @@ impl RcBtl {
                     let mut tmp = Vec::new();
                     for (i, r) in recs.iter().enumerate() {
                         tmp.clear();
-                        tmp.extend_from_slice(r.header);
+                        tmp.extend_from_slice(&r.header);
                         tmp.extend_from_slice(r.payload);
                         peer.rx
                             .push(h.seq.wrapping_add(i as u16), r.tag, &tmp, &mut deliver);
@@ -1370,10 +1454,14 @@ impl RcBtl {
         match self.peers[pi].qps[qi].qp.post_send(&wr) {
             Ok(()) => {
                 self.peers[pi].qps[qi].wqes -= 1;
+                if let Some(c) = self.stats.qp_frags.get_mut(qi) {
+                    *c += 1;
+                }
                 let r = self.peers[pi].ring_tx.as_mut().expect("checked");
                 r.head = (r.head + 1) % r.slots;
                 r.credits -= 1;
                 self.stats.eager_sent += 1;
+                self.count_data_post(pi);
                 Ok(true)
             }
             Err(rmca_verbs::Error::QueueFull { .. }) => {
@@ -1444,7 +1532,8 @@ impl RcBtl {
     /// The SRQ fell below its low watermark: grow the pool and post the new buffers, then
     /// re-arm (seed 000's SRQ limit event).
     fn srq_refill(&mut self) {
-        let RecvQueues::Shared { low, grow, max, .. } = self.cfg.recv else {
+        let Some((class, RecvQueues::Shared { low, grow, max, .. })) = self.cfg.recv.shared()
+        else {
             return;
         };
         self.stats.srq_limit_events += 1;
@@ -1452,10 +1541,11 @@ impl RcBtl {
         let add = grow.min(max.saturating_sub(self.srq_total));
         let mut posted = 0;
         for _ in 0..add {
-            let Some(id) = self.recv_pool.alloc(&self.pd) else {
+            let pool = &mut self.recv_pools[class];
+            let Some(id) = pool.alloc(&self.pd) else {
                 break;
             };
-            let sge = self.recv_pool.sge(id, self.buf_size);
+            let sge = pool.sge(id, pool.size);
             if srq
                 .post_recv(&RecvWr {
                     wr_id: id,
@@ -1463,7 +1553,7 @@ impl RcBtl {
                 })
                 .is_err()
             {
-                self.recv_pool.release(id);
+                self.recv_pools[class].release(id);
                 break;
             }
             posted += 1;
@@ -1869,6 +1959,13 @@ impl Btl for RcBtl {
     }
 
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
+        if let Some(pi) = self.kill_due.take() {
+            let n = self.cfg.fault_kill_after;
+            self.fail_peer(
+                pi,
+                &format!("fault injection: QPs killed after {n} data fragments"),
+            );
+        }
         let mut n = self.progress_cm();
         self.progress_async();
         let now = Instant::now();
@@ -1925,7 +2022,10 @@ impl Btl for RcBtl {
             ("cached_headers", sum(&|p| p.queue.cached_headers)),
             ("stripes_sent", s.stripes_sent),
             ("reordered_held", sum(&|p| p.rx.held_total)),
-            ("recv_buffers_allocated", self.recv_pool.total as u64),
+            (
+                "recv_buffers_allocated",
+                self.recv_pools.iter().map(|p| p.total as u64).sum(),
+            ),
             ("send_buffers_allocated", self.send_pool.total as u64),
             ("srq_buffers_posted", s.srq_posted),
             ("srq_low_watermark_events", s.srq_limit_events),
@@ -1938,7 +2038,14 @@ impl Btl for RcBtl {
             ("registrations_now", self.regs.len() as u64),
             ("peer_failures", s.peer_failures),
         ];
-        v.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+        let mut v: Vec<(String, u64)> = v.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        v.extend(
+            s.qp_frags
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (format!("qp{i}_fragments_sent"), n)),
+        );
+        v
     }
 
     fn finalize(&mut self) {

@@ -4,14 +4,15 @@
 //! of send WQEs (`btl_rc_send_wqes`), credits or send buffers. When resources come back, the
 //! module asks for the next [`Item`]: with coalescing on, consecutive small messages are packed
 //! into one buffer (one WQE, one credit), and a record whose PML header bytes equal the previous
-//! record's carries the cached-header flag instead of the bytes. Rendezvous data (fragments of
+//! record's carries the cached-header flag instead of the bytes, or, when only a few bytes
+//! differ (a PML's sequence number), the previous header's patches. Rendezvous data (fragments of
 //! messages above the eager limit) and control messages are never coalesced.
 
 use std::collections::VecDeque;
 
 use rmca_framework::btl::SendHint;
 
-use crate::wire::{emit_record, REC_HEADER_LEN};
+use crate::wire::{emit_record, header_delta, REC_HEADER_LEN};
 
 /// A queued fragment (bytes owned: `send` returned already).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +44,7 @@ pub enum Item {
         count: u16,
         /// Encoded records.
         body: Vec<u8>,
-        /// Records whose header was cached.
+        /// Records whose header was cached (equal or patched).
         cached: u32,
     },
 }
@@ -59,7 +60,7 @@ pub struct SendQueue {
     pub bundles: u64,
     /// Messages that went out inside bundles.
     pub coalesced_msgs: u64,
-    /// Records sent with the cached-header flag.
+    /// Records sent with the cached-header flag (equal header) or as patches of the previous.
     pub cached_headers: u64,
 }
 
@@ -168,9 +169,9 @@ impl SendQueue {
                 first_seq = p.seq;
             }
             let (h, pay) = p.data.split_at(p.hdr_len);
-            let same = !h.is_empty() && prev_hdr.as_deref() == Some(h);
-            cached += u32::from(same);
-            emit_record(&mut body, p.tag, h, pay, same);
+            let delta = header_delta(prev_hdr.as_deref(), h);
+            cached += u32::from(delta.is_some());
+            emit_record(&mut body, p.tag, h, pay, delta.as_deref());
             prev_hdr = Some(h.to_vec());
         }
         self.bundles += 1;

@@ -7,7 +7,10 @@
 //! - The 16-byte header of every RC send: `kind u8 | tag u8 | credits u16 | seq u16 | aux u16 |
 //!   a u32 | b u32` (see [`FragKind`] for what `aux`, `a` and `b` mean per kind).
 //! - Records inside a coalesced buffer: `flags u8 | tag u8 | hdr_len u16 | payload_len u32 |
-//!   [hdr] | payload`, with [`REC_CACHED_HDR`] meaning "same header bytes as the previous record".
+//!   [hdr] | payload`, with [`REC_CACHED_HDR`] meaning "same header bytes as the previous record"
+//!   and [`REC_PATCHED_HDR`] "the previous record's header with a few bytes changed", the
+//!   `[hdr]` then being `n u8 | n x (offset u16 | byte u8)` (a PML's match header usually
+//!   differs from the previous one only in its sequence number).
 
 use thiserror::Error;
 
@@ -232,6 +235,29 @@ pub const FRAG_HEADER_LEN: usize = 16;
 pub const REC_HEADER_LEN: usize = 8;
 /// Record flag: the PML header is the previous record's (not repeated on the wire).
 pub const REC_CACHED_HDR: u8 = 1;
+/// Record flag: the PML header is the previous record's with the listed bytes replaced.
+pub const REC_PATCHED_HDR: u8 = 2;
+/// Most bytes a patched header may change (beyond that the header is sent whole).
+pub const MAX_HDR_PATCHES: usize = 8;
+
+/// How `header` can be sent after `prev`: `Some(vec![])` when equal (cached), `Some(patches)`
+/// when a few bytes differ and the patch is shorter than the header, `None` otherwise.
+pub fn header_delta(prev: Option<&[u8]>, header: &[u8]) -> Option<Vec<(u16, u8)>> {
+    let prev = prev?;
+    if header.is_empty() || prev.len() != header.len() || header.len() > usize::from(u16::MAX) {
+        return None;
+    }
+    let mut patches = Vec::new();
+    for (i, (a, b)) in prev.iter().zip(header).enumerate() {
+        if a != b {
+            if patches.len() == MAX_HDR_PATCHES {
+                return None;
+            }
+            patches.push((i as u16, *b));
+        }
+    }
+    (patches.is_empty() || 1 + 3 * patches.len() < header.len()).then_some(patches)
+}
 
 /// What an RC send carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -404,13 +430,13 @@ impl FragRepr {
     }
 }
 
-/// One record of a coalesced buffer, borrowed from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One record of a coalesced buffer, borrowed from it (a patched header is rebuilt).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<'a> {
     /// Tag.
     pub tag: u8,
-    /// The PML header bytes (resolved from the previous record when cached).
-    pub header: &'a [u8],
+    /// The PML header bytes (resolved from the previous record when cached or patched).
+    pub header: std::borrow::Cow<'a, [u8]>,
     /// Payload.
     pub payload: &'a [u8],
 }
@@ -428,18 +454,33 @@ pub fn parse_records(body: &[u8], count: u16) -> Result<Vec<Record<'_>>, WireErr
         let hdr_len = usize::from(u16_at(h, 2));
         let pay_len = u32_at(h, 4) as usize;
         off += REC_HEADER_LEN;
-        let header = if flags & REC_CACHED_HDR != 0 {
+        let header = if flags & (REC_CACHED_HDR | REC_PATCHED_HDR) != 0 {
             let prev = out
                 .last()
                 .ok_or(WireError::Malformed("cached header first"))?;
             if prev.header.len() != hdr_len {
                 return Err(WireError::Malformed("cached header length"));
             }
-            prev.header
+            if flags & REC_PATCHED_HDR != 0 {
+                let n = usize::from(*body.get(off).ok_or(WireError::Truncated)?);
+                let list = body
+                    .get(off + 1..off + 1 + 3 * n)
+                    .ok_or(WireError::Truncated)?;
+                off += 1 + 3 * n;
+                let mut h = prev.header.to_vec();
+                for p in list.chunks_exact(3) {
+                    let at = usize::from(u16_at(p, 0));
+                    *h.get_mut(at)
+                        .ok_or(WireError::Malformed("header patch out of range"))? = p[2];
+                }
+                std::borrow::Cow::Owned(h)
+            } else {
+                prev.header.clone()
+            }
         } else {
             let hb = body.get(off..off + hdr_len).ok_or(WireError::Truncated)?;
             off += hdr_len;
-            hb
+            std::borrow::Cow::Borrowed(hb)
         };
         let payload = body
             .get(off..off.checked_add(pay_len).ok_or(WireError::Truncated)?)
@@ -457,14 +498,33 @@ pub fn parse_records(body: &[u8], count: u16) -> Result<Vec<Record<'_>>, WireErr
     Ok(out)
 }
 
-/// Append one record to a coalesced body; `cached` omits the header bytes.
-pub fn emit_record(out: &mut Vec<u8>, tag: u8, header: &[u8], payload: &[u8], cached: bool) {
-    out.push(if cached { REC_CACHED_HDR } else { 0 });
+/// Append one record to a coalesced body. `delta` (from [`header_delta`] against the previous
+/// record's header) omits the header bytes: empty means cached, else the patches are sent.
+pub fn emit_record(
+    out: &mut Vec<u8>,
+    tag: u8,
+    header: &[u8],
+    payload: &[u8],
+    delta: Option<&[(u16, u8)]>,
+) {
+    out.push(match delta {
+        None => 0,
+        Some([]) => REC_CACHED_HDR,
+        Some(_) => REC_PATCHED_HDR,
+    });
     out.push(tag);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    if !cached {
-        out.extend_from_slice(header);
+    match delta {
+        None => out.extend_from_slice(header),
+        Some([]) => {}
+        Some(patches) => {
+            out.push(patches.len() as u8);
+            for (at, b) in patches {
+                out.extend_from_slice(&at.to_le_bytes());
+                out.push(*b);
+            }
+        }
     }
     out.extend_from_slice(payload);
 }
@@ -493,15 +553,44 @@ mod tests {
     #[test]
     fn records_with_cached_header() {
         let mut body = Vec::new();
-        emit_record(&mut body, 7, b"HDR", b"one", false);
-        emit_record(&mut body, 7, b"HDR", b"", true);
-        emit_record(&mut body, 8, b"", b"xyz", false);
+        emit_record(&mut body, 7, b"HDR", b"one", None);
+        emit_record(&mut body, 7, b"HDR", b"", Some(&[]));
+        emit_record(&mut body, 8, b"", b"xyz", None);
         let r = parse_records(&body, 3).unwrap();
-        assert_eq!(r[1].header, b"HDR");
+        assert_eq!(&r[1].header[..], b"HDR");
         assert_eq!(r[1].payload, b"");
         assert_eq!((r[2].tag, r[2].payload), (8, &b"xyz"[..]));
         assert!(parse_records(&body, 4).is_err());
         assert!(parse_records(&body, 2).is_err(), "trailing bytes");
+    }
+
+    #[test]
+    fn records_with_patched_header() {
+        // A match header whose sequence number (bytes 4..6) counts up.
+        let h1 = b"\x10\x00\x05\x00\x07\x00ctxtag..";
+        let h2 = b"\x10\x00\x05\x00\x08\x00ctxtag..";
+        let d = header_delta(Some(h1), h2).unwrap();
+        assert_eq!(d, vec![(4, 8)]);
+        assert_eq!(header_delta(Some(h1), h1), Some(vec![]));
+        assert_eq!(header_delta(Some(b"ab"), b"ba"), None, "patch not shorter");
+        assert_eq!(header_delta(Some(b"abc"), b"abcd"), None, "length differs");
+        assert_eq!(header_delta(None, h1), None);
+        let mut body = Vec::new();
+        emit_record(&mut body, 1, h1, b"p1", None);
+        emit_record(&mut body, 1, h2, b"p2", Some(&d));
+        emit_record(&mut body, 1, h2, b"p3", Some(&[]));
+        let r = parse_records(&body, 3).unwrap();
+        assert_eq!(&r[1].header[..], h2);
+        assert_eq!(&r[2].header[..], h2);
+        assert_eq!(r[2].payload, b"p3");
+        // A patch pointing past the header is refused, not applied.
+        let mut bad = Vec::new();
+        emit_record(&mut bad, 1, h1, b"", None);
+        emit_record(&mut bad, 1, h2, b"", Some(&[(200, 1)]));
+        assert_eq!(
+            parse_records(&bad, 2),
+            Err(WireError::Malformed("header patch out of range"))
+        );
     }
 
     proptest! {

@@ -343,6 +343,64 @@ fn per_peer_credits_flow_without_loss() {
     );
 }
 
+/// Both receive queue kinds at once, in both orders: fragments up to the first queue's size
+/// go over its QPs, larger ones over the second's, and one ordered stream comes out.
+#[test]
+fn combined_per_peer_and_shared_receive_queues() {
+    for (spec, small_per_peer) in [
+        ("P,300,4,2:S,65536,4,2,4,1024", true),
+        ("S,300,4,2,4,1024:P,65536,4,2", false),
+    ] {
+        let (mut b, _m) = ranks(
+            "pq",
+            2,
+            &[
+                ("btl_rc_receive_queues", spec),
+                ("btl_rc_coalescing", "false"),
+                ("btl_rc_eager_rdma_max_peers", "0"),
+            ],
+        );
+        let mut s = sinks(2);
+        // Lengths on both sides of the 300-byte split (4 bytes of header in front).
+        let l: Vec<usize> = (0..600)
+            .map(|i| [0, 40, 296, 297, 2000, 12_000][i % 6])
+            .collect();
+        for (i, len) in l.iter().enumerate() {
+            let hdr = (i as u32).to_le_bytes();
+            send_retry(
+                &mut b,
+                &mut s,
+                0,
+                1,
+                TAG,
+                &hdr,
+                &payload(0, i, *len),
+                hint(*len),
+            );
+        }
+        run_until(&mut b, &mut s, "both classes delivered", |s| {
+            s[1].got.get(&0).map_or(0, Vec::len) == l.len()
+        });
+        check_in_order(&s[1], 0, &l);
+        let c = |name: &str| counter(b[0].as_ref(), name);
+        assert_eq!(c("qps_created"), 2, "{spec}: one QP per class");
+        // 300 messages fit the small buffers, 300 do not.
+        assert_eq!(c("qp0_fragments_sent"), 300, "{spec}: small class");
+        assert_eq!(c("qp1_fragments_sent"), 300, "{spec}: large class");
+        let r = |name: &str| counter(b[1].as_ref(), name);
+        if small_per_peer {
+            assert!(
+                c("credit_stalls") > 0,
+                "{spec}: the 4 small credits ran out"
+            );
+        }
+        assert!(
+            r("srq_low_watermark_events") > 0,
+            "{spec}: the 4-buffer SRQ ran low"
+        );
+    }
+}
+
 #[test]
 fn multi_qp_striping_reassembles_in_order() {
     for policy in ["striping", "epc", "round_robin", "binding"] {
@@ -670,4 +728,134 @@ fn eager_rdma_respects_max_peers() {
     check_in_order(&s[1], 0, &[10; 20]);
     check_in_order(&s[1], 2, &[10; 20]);
     assert_eq!(counter(b[1].as_ref(), "eager_rdma_connections"), 1);
+}
+
+#[test]
+fn fault_kill_after_fails_the_path_at_both_ends() {
+    let (mut b, _m) = ranks(
+        "fk",
+        2,
+        &[
+            ("btl_rc_fault_kill_after", "10"),
+            ("btl_rc_eager_rdma_max_peers", "0"),
+        ],
+    );
+    let mut s = sinks(2);
+    let mut refused = None;
+    let mut accepted = 0;
+    for i in 0..100usize {
+        let hdr = (i as u32).to_le_bytes();
+        match b[0].send(1, TAG, &hdr, &payload(0, i, 100), hint(100)) {
+            Ok(()) => accepted += 1,
+            Err(SendError::WouldBlock) => {}
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+        for (m, sink) in b.iter_mut().zip(s.iter_mut()) {
+            m.progress(sink);
+        }
+    }
+    run_until(&mut b, &mut s, "both ends report the killed path", |s| {
+        !s[0].failed.is_empty() && !s[1].failed.is_empty()
+    });
+    assert!(
+        matches!(refused, Some(SendError::PeerFailed { peer: 1, .. })),
+        "later sends are refused as PeerFailed: {refused:?}"
+    );
+    assert!(s[0].failed[0].1.contains("fault injection"));
+    assert_eq!(s[1].failed[0].0, 0, "the peer notices its QP died too");
+    // The kill takes effect at the progress after the 10th post: what was posted by then
+    // may or may not arrive, nothing later is accepted.
+    let got = s[1].got.get(&0).map_or(0, Vec::len);
+    assert!(accepted < 100 && got <= accepted, "{got} of {accepted}");
+    assert_eq!(counter(b[0].as_ref(), "peer_failures"), 1);
+}
+
+/// A registration cache component that counts its use, to see that btl-rc takes its cache
+/// from the framework's selection rather than building its own.
+mod counting_rcache {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rmca_framework::btl::Registration;
+    use rmca_framework::component::{Component, ComponentMeta};
+    use rmca_framework::params::{ParamRegistrar, ParamStore};
+    use rmca_framework::rcache::{CachedRegistration, LruRcache, Rcache, RcacheComponent};
+
+    pub static CREATED: AtomicUsize = AtomicUsize::new(0);
+    pub static INSERTS: AtomicUsize = AtomicUsize::new(0);
+
+    #[derive(Debug)]
+    pub struct Counting;
+    pub static COUNTING: Counting = Counting;
+
+    impl Component for Counting {
+        fn meta(&self) -> ComponentMeta {
+            ComponentMeta {
+                name: "counting",
+                version: "0",
+                description: "test rcache",
+            }
+        }
+        fn register_params(&self, _: &mut ParamRegistrar<'_>) {}
+    }
+
+    impl RcacheComponent for Counting {
+        fn create(&self, _: &ParamStore) -> Box<dyn Rcache> {
+            CREATED.fetch_add(1, Ordering::SeqCst);
+            Box::new(Cache(LruRcache::new(0)))
+        }
+    }
+
+    struct Cache(LruRcache);
+
+    impl Rcache for Cache {
+        fn lookup(&mut self, addr: usize, len: usize) -> Option<Registration> {
+            self.0.lookup(addr, len)
+        }
+        fn insert(&mut self, e: CachedRegistration) -> Vec<CachedRegistration> {
+            INSERTS.fetch_add(1, Ordering::SeqCst);
+            self.0.insert(e)
+        }
+        fn invalidate(&mut self, addr: usize, len: usize) -> Vec<CachedRegistration> {
+            self.0.invalidate(addr, len)
+        }
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn stats(&self) -> (u64, u64) {
+            self.0.stats()
+        }
+    }
+}
+
+#[test]
+fn registrations_go_through_the_selected_rcache_component() {
+    use rmca_framework::component::InitContext;
+    use rmca_framework::modex::{LocalModex, ModexWrite};
+    use std::sync::atomic::Ordering;
+    let modex = LocalModex::new();
+    let mem = rmca_framework::memory::MemoryAccounting::new();
+    let j = job(0, 1, "rcache-sel");
+    let p = params(&[]);
+    let mut w = modex.writer(0);
+    let mut ctx = InitContext::new(&j, &p, &mem, &mut w as &mut dyn ModexWrite)
+        .with_rcache(&counting_rcache::COUNTING);
+    assert_eq!(ctx.rcache_name(), "counting");
+    let mut btl = rmca_framework::btl::BtlComponent::init(&rmca_btl_rc::RC, &mut ctx)
+        .unwrap()
+        .remove(0);
+    assert_eq!(counting_rcache::CREATED.load(Ordering::SeqCst), 1);
+    let mut buf = vec![0u8; 4096];
+    let access = MemAccess {
+        remote_read: true,
+        remote_write: true,
+    };
+    let r = btl
+        .register_mem(UserBuf::from_mut_slice(&mut buf), access)
+        .unwrap();
+    assert_eq!(counting_rcache::INSERTS.load(Ordering::SeqCst), 1);
+    btl.deregister_mem(&r);
+    assert_eq!(counter(btl.as_ref(), "registrations_now"), 0);
 }

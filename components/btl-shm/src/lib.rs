@@ -116,6 +116,15 @@ impl Component for ShmComponent {
                 .help("Estimated bandwidth in Mbit/s, used by the BML to weigh BTLs.")
                 .level(Level::Dev),
         );
+        params.add(
+            Param::bool("early_unlink", ShmConfig::DEFAULT.early_unlink)
+                .help(
+                    "Unlink each segment file as soon as every local peer has mapped it, so a crash \
+                     after startup leaves nothing in /dev/shm. 0 keeps the files until finalize \
+                     (to inspect them, or to test the launcher's cleanup after a crash).",
+                )
+                .level(Level::Dev),
+        );
     }
 }
 
@@ -148,6 +157,9 @@ impl ShmConfig {
             single_copy_min: usize::try_from(get("single_copy_min")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
             bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
+            early_unlink: params
+                .get_bool("btl_shm_early_unlink")
+                .map_err(|e| BtlError::Other(e.to_string()))?,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -37,6 +37,8 @@ pub struct ShmConfig {
     pub latency_ns: u32,
     /// Bandwidth estimate (Mbit/s).
     pub bandwidth_mbps: u32,
+    /// Unlink the segment file once every local peer mapped it (else at finalize).
+    pub early_unlink: bool,
 }
 
 impl ShmConfig {
@@ -52,6 +54,7 @@ impl ShmConfig {
         single_copy_min: 0,
         latency_ns: 150,
         bandwidth_mbps: 100_000,
+        early_unlink: true,
     };
 
     /// Check the combination; the error names the parameter and what is valid.
@@ -199,6 +202,8 @@ pub struct ShmBtl {
     cma_local: bool,
     pending: Vec<(CompletionToken, Result<(), SendError>)>,
     attach_expected: u32,
+    /// The segment is still linked and waits for every peer to map it (checked in progress).
+    unlink_pending: bool,
     stats: Stats,
     memory: Arc<MemoryCounter>,
     charged: usize,
@@ -355,6 +360,7 @@ impl ShmBtl {
             cma_local,
             pending: Vec::new(),
             attach_expected: nrings as u32,
+            unlink_pending: cfg.early_unlink,
             stats: Stats::default(),
             memory,
             charged: seg_len,
@@ -518,7 +524,60 @@ impl ShmBtl {
         )))
     }
 
+    /// Deliver completions and received fragments (the body of [`Btl::progress`]).
+    #[inline(never)]
+    fn poll(&mut self, events: &mut dyn BtlEvents) -> usize {
+        let mut delivered = 0;
+        if !self.pending.is_empty() {
+            for (token, result) in self.pending.drain(..) {
+                events.rdma_complete(token, result);
+                delivered += 1;
+            }
+        }
+        for slot in self.inbox.iter_mut() {
+            let Some(inb) = slot else { continue };
+            if !inb.consumer.ready() || inb.failed {
+                continue;
+            }
+            let rank = inb.rank;
+            let mut n = 0;
+            while n < POLL_BUDGET {
+                let mut len = 0;
+                match inb.consumer.pop_with(|tag, data| {
+                    len = data.len();
+                    events.recv(rank, tag, data);
+                }) {
+                    Ok(true) => {
+                        n += 1;
+                        self.stats.bytes_recv += len as u64;
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        inb.failed = true;
+                        self.stats.corrupt_rings += 1;
+                        tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
+                        events.peer_failed(rank, &format!("btl shm: {e}"));
+                        break;
+                    }
+                }
+            }
+            if n > 0 {
+                inb.consumer.publish();
+                self.stats.frags_recv += n as u64;
+                delivered += n;
+            }
+        }
+        if self.unlink_pending {
+            self.check_early_unlink();
+        }
+        delivered
+    }
+
     fn check_early_unlink(&mut self) {
+        if !self.cfg.early_unlink {
+            self.unlink_pending = false;
+            return;
+        }
         if let Some(own) = &mut self.own {
             if own.is_linked()
                 && own.atomic_u32(layout::OFF_ATTACHED).load(Ordering::Acquire)
@@ -528,6 +587,9 @@ impl ShmBtl {
                 // now means a crash cannot leak the segment.
                 own.unlink();
             }
+            self.unlink_pending = own.is_linked();
+        } else {
+            self.unlink_pending = false;
         }
     }
 
@@ -773,50 +835,18 @@ impl Btl for ShmBtl {
 
     #[inline]
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
-        let mut delivered = 0;
-        if !self.pending.is_empty() {
-            for (token, result) in self.pending.drain(..) {
-                events.rdma_complete(token, result);
-                delivered += 1;
-            }
+        // The idle poll (every pass of every wait loop): one load per inbound ring, without the
+        // delivery loop's register saves.
+        let idle = self.pending.is_empty()
+            && !self.unlink_pending
+            && self
+                .inbox
+                .iter()
+                .all(|slot| slot.as_ref().is_none_or(|inb| !inb.consumer.ready()));
+        if idle {
+            return 0;
         }
-        for slot in self.inbox.iter_mut() {
-            let Some(inb) = slot else { continue };
-            if inb.failed {
-                continue;
-            }
-            let rank = inb.rank;
-            let mut n = 0;
-            while n < POLL_BUDGET {
-                let mut len = 0;
-                match inb.consumer.pop_with(|tag, data| {
-                    len = data.len();
-                    events.recv(rank, tag, data);
-                }) {
-                    Ok(true) => {
-                        n += 1;
-                        self.stats.bytes_recv += len as u64;
-                    }
-                    Ok(false) => break,
-                    Err(e) => {
-                        inb.failed = true;
-                        self.stats.corrupt_rings += 1;
-                        tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
-                        events.peer_failed(rank, &format!("btl shm: {e}"));
-                        break;
-                    }
-                }
-            }
-            if n > 0 {
-                inb.consumer.publish();
-                self.stats.frags_recv += n as u64;
-                delivered += n;
-            }
-        }
-        if self.own.as_ref().is_some_and(Mapping::is_linked) {
-            self.check_early_unlink();
-        }
-        delivered
+        self.poll(events)
     }
 
     fn memory_usage(&self) -> MemoryUsage {

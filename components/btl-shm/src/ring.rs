@@ -256,6 +256,14 @@ impl Consumer {
         }
     }
 
+    /// Is a record (or wrap marker) waiting? One load of the head line's control word: the
+    /// idle poll of a progress loop.
+    #[inline]
+    pub fn ready(&self) -> bool {
+        let index = (self.head & self.mask) as usize;
+        self.mem.ctrl(index).load(Ordering::Acquire) != 0
+    }
+
     /// Deliver the next record to `deliver(tag, bytes)` if there is one. Returns `Ok(true)` when a
     /// record was delivered. Call [`Consumer::publish`] afterwards to give the space back.
     #[inline]

@@ -1,60 +1,18 @@
 //! The MCA parameters of btl-ud and their typed, checked form ([`UdConfig`]).
 
-use std::net::IpAddr;
-use std::time::Duration;
-
-use rmca_framework::params::{Level, Param, ParamError, ParamRegistrar, ParamStore};
+use rmca_common_verbs::{
+    fault_from_params, register_device_params, register_fault_params, DeviceConfig, Transport,
+};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_verbs::FaultConfig;
-use thiserror::Error;
 
-/// Which verbs provider to open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderChoice {
-    /// rdma when compiled in and a device exists, else soft.
-    Auto,
-    /// The socket-based soft provider.
-    Soft,
-    /// libibverbs (real HCA or Soft-RoCE).
-    Rdma,
-}
-
-/// A bad parameter value, naming the parameter and what is valid.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum ConfigError {
-    /// A value out of range or unparsable.
-    #[error("invalid value '{value}' for MCA parameter '{name}': expected {valid}")]
-    Bad {
-        /// Full parameter name.
-        name: String,
-        /// Value as set.
-        value: String,
-        /// What is valid.
-        valid: String,
-    },
-    /// The parameter store lacks a btl-ud parameter (component not registered).
-    #[error(transparent)]
-    Param(Box<ParamError>),
-}
-
-impl From<ParamError> for ConfigError {
-    fn from(e: ParamError) -> Self {
-        ConfigError::Param(Box::new(e))
-    }
-}
+pub use rmca_common_verbs::{ConfigError, ProviderChoice};
 
 /// Everything btl-ud reads from its parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UdConfig {
-    /// Provider.
-    pub provider: ProviderChoice,
-    /// Soft provider bind address (the node's address).
-    pub if_addr: IpAddr,
-    /// rdma device name (`None`: first device).
-    pub device: Option<String>,
-    /// rdma port.
-    pub port: u8,
-    /// rdma GID index.
-    pub gid_index: u8,
+    /// Device, provider and the BML estimates (shared with btl-rc).
+    pub device: DeviceConfig,
     /// UD MTU override (`None`: the device's active MTU).
     pub mtu: Option<u32>,
     /// Number of send QPs.
@@ -73,12 +31,11 @@ pub struct UdConfig {
     pub poll_batch: usize,
     /// Receive buffers reposted together (at most a quarter of the pool).
     pub repost_batch: usize,
-    /// Latency estimate (ns) for the BML (`None`: per-provider default).
-    pub latency_ns: Option<u32>,
-    /// Bandwidth estimate (Mbit/s) for the BML (`None`: per-provider default).
-    pub bandwidth_mbps: Option<u32>,
     /// Faults injected by the soft provider on UD traffic.
     pub fault: FaultConfig,
+    /// `btl_ud_fault_blackhole_after`: fragments sent before every later send is discarded
+    /// (the path "dies"); `None`: never. Provider-independent (see [`crate::fault`]).
+    pub blackhole_after: Option<u64>,
 }
 
 /// Defaults documented in the parameters' help.
@@ -107,31 +64,7 @@ pub mod defaults {
 
 /// Register btl-ud's parameters.
 pub fn register(p: &mut ParamRegistrar<'_>) {
-    p.add(
-        Param::enumeration("provider", "auto", &["auto", "soft", "rdma"])
-            .help("Verbs provider: 'rdma' (libibverbs: a real HCA or Soft-RoCE; needs rmca built with the 'rdma' feature), 'soft' (UD emulated over UDP sockets), or 'auto' (rdma when compiled in and a device exists, else soft)"),
-    );
-    p.add(
-        Param::string("if_addr", "127.0.0.1")
-            .help("Soft provider: IP address the UD sockets bind to (this node's address, reachable by the other nodes); 127.0.0.1 suits one node"),
-    );
-    p.add(
-        Param::string("device", "")
-            .help("rdma provider: device name (e.g. rxe0, mlx5_0); empty picks the first")
-            .level(Level::Tuning),
-    );
-    p.add(
-        Param::int("port", 1)
-            .range(1, 255)
-            .help("rdma provider: port number (1-based)")
-            .level(Level::Tuning),
-    );
-    p.add(
-        Param::int("gid_index", 0)
-            .range(0, 255)
-            .help("rdma provider: GID index used in address handles (Soft-RoCE needs 0)")
-            .level(Level::Tuning),
-    );
+    register_device_params(p, Transport::Ud);
     p.add(
         Param::size("mtu", 0)
             .range(0, 65000)
@@ -183,52 +116,17 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
             .help("Consumed receive buffers are reposted together once this many are free (capped at a quarter of the pool)")
             .level(Level::Tuning),
     );
+    register_fault_params(p, Transport::Ud);
     p.add(
-        Param::int("latency", 0)
-            .range(0, i64::from(u32::MAX))
-            .help("Latency estimate in ns for the BML; 0 = provider default (soft 5000, rdma 2000)")
-            .level(Level::Tuning),
-    );
-    p.add(Param::int("bandwidth", 0).range(0, i64::from(u32::MAX)).help("Bandwidth estimate in Mbit/s for the BML; 0 = provider default (soft 8000, rdma 20000)").level(Level::Tuning));
-    let rate = |name: &str, what: &str| {
-        Param::string(name, "0")
-            .help(&format!("Soft provider fault injection on UD: probability (a decimal number from 0 to 1, e.g. 0.01) that a datagram is {what}. Seeded by btl_ud_fault_seed"))
-            .level(Level::Dev)
-    };
-    p.add(rate("fault_drop", "dropped"));
-    p.add(rate("fault_duplicate", "delivered twice"));
-    p.add(rate("fault_reorder", "held back behind the next one"));
-    p.add(rate(
-        "fault_corrupt",
-        "corrupted (one bit flipped on delivery)",
-    ));
-    p.add(rate("fault_delay_rate", "delayed by btl_ud_fault_delay"));
-    p.add(
-        Param::int("fault_delay", 0)
-            .range(0, 60_000_000)
-            .help("Soft provider fault injection on UD: delay in microseconds applied to datagrams chosen with probability btl_ud_fault_delay_rate (if that rate is 0 and this is set, every datagram is delayed)")
-            .level(Level::Dev),
-    );
-    p.add(
-        Param::int("fault_seed", 0)
-            .range(0, i64::MAX)
-            .help("Seed of the fault injection (same seed, same faults; mixed with the rank)")
+        Param::int("fault_blackhole_after", -1)
+            .range(-1, i64::MAX)
+            .help("Kill this process's ud path after this many fragments: every later send is accepted and silently discarded (counted as faults_blackholed), as if the network died, on any provider. For failover tests. -1 (default) never; 0 from the start")
             .level(Level::Dev),
     );
 }
 
 fn bad(name: &str, value: impl ToString, valid: &str) -> ConfigError {
-    ConfigError::Bad {
-        name: format!("btl_ud_{name}"),
-        value: value.to_string(),
-        valid: valid.to_owned(),
-    }
-}
-
-/// Parse a probability written as a decimal number in 0..=1.
-pub fn parse_rate(text: &str) -> Option<f64> {
-    let v: f64 = text.trim().parse().ok()?;
-    (0.0..=1.0).contains(&v).then_some(v)
+    ConfigError::bad("btl_ud", name, value, valid)
 }
 
 impl UdConfig {
@@ -236,19 +134,6 @@ impl UdConfig {
     pub fn from_params(params: &ParamStore, rank: u32) -> Result<Self, ConfigError> {
         let n = |s: &str| format!("btl_ud_{s}");
         let int = |s: &str| params.get_int(&n(s)).map_err(ConfigError::from);
-        let provider = match params.get_str(&n("provider"))? {
-            "auto" => ProviderChoice::Auto,
-            "soft" => ProviderChoice::Soft,
-            "rdma" => ProviderChoice::Rdma,
-            other => return Err(bad("provider", other, "auto, soft or rdma")),
-        };
-        let addr_text = params.get_str(&n("if_addr"))?;
-        let if_addr: IpAddr = addr_text
-            .trim()
-            .parse()
-            .map_err(|_| bad("if_addr", addr_text, "an IPv4 or IPv6 address of this node"))?;
-        let device =
-            Some(params.get_str(&n("device"))?.trim().to_owned()).filter(|d| !d.is_empty());
         let mtu = params.get_size(&n("mtu"))?;
         let mtu = match mtu {
             0 => None,
@@ -256,32 +141,8 @@ impl UdConfig {
             _ => return Err(bad("mtu", mtu, "0 (device MTU) or 256..=65000")),
         };
         let recv = int("recv_buffers")?;
-        let nz = |v: i64| (v > 0).then_some(v as u32);
-        let mut fault = FaultConfig::default();
-        for (name, slot) in [
-            ("fault_drop", &mut fault.drop),
-            ("fault_duplicate", &mut fault.duplicate),
-            ("fault_reorder", &mut fault.reorder),
-            ("fault_corrupt", &mut fault.corrupt),
-            ("fault_delay_rate", &mut fault.delay_rate),
-        ] {
-            let t = params.get_str(&n(name))?;
-            *slot = parse_rate(t)
-                .ok_or_else(|| bad(name, t, "a probability from 0 to 1, e.g. 0.05"))?;
-        }
-        fault.delay = Duration::from_micros(int("fault_delay")? as u64);
-        if !fault.delay.is_zero() && fault.delay_rate == 0.0 {
-            fault.delay_rate = 1.0;
-        }
-        // Mix the rank in so that ranks do not inject the same fault pattern.
-        fault.seed =
-            (int("fault_seed")? as u64) ^ u64::from(rank).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         Ok(Self {
-            provider,
-            if_addr,
-            device,
-            port: int("port")? as u8,
-            gid_index: int("gid_index")? as u8,
+            device: DeviceConfig::from_params(params, "btl_ud")?,
             mtu,
             send_qps: int("send_qps")? as usize,
             send_queue_depth: int("send_queue_depth")? as u32,
@@ -291,9 +152,12 @@ impl UdConfig {
             qkey: int("qkey")? as u32,
             poll_batch: int("poll_batch")? as usize,
             repost_batch: int("recv_repost_batch")? as usize,
-            latency_ns: nz(int("latency")?),
-            bandwidth_mbps: nz(int("bandwidth")?),
-            fault,
+            fault: fault_from_params(params, "btl_ud", Transport::Ud, rank)?,
+            blackhole_after: match int("fault_blackhole_after")? {
+                -1 => None,
+                n @ 0.. => Some(n as u64),
+                n => return Err(bad("fault_blackhole_after", n, "-1 (never) or >= 0")),
+            },
         })
     }
 

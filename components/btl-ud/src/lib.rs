@@ -16,17 +16,18 @@
 //! Providers: `btl_ud_provider = auto | soft | rdma` (rdma needs the crate feature `rdma`,
 //! e.g. Soft-RoCE in the CI guest; rxe reserves the 40-byte GRH, uses GID 0 and MTU 1024).
 //! The soft provider can inject faults (`btl_ud_fault_*`: drop, duplicate, reorder, delay,
-//! corrupt, seeded by `btl_ud_fault_seed`).
+//! corrupt, seeded by `btl_ud_fault_seed`). On every provider, `btl_ud_fault_blackhole_after`
+//! N kills the path after N fragments sent by this process ([`fault`]), for failover tests.
 //!
 //! Counters ([`rmca_framework::btl::Btl::counters`]): `frags_sent/received`, `bytes_*`,
 //! `inline_sends`, `recv_buffers_total/posted`, `recv_posts`, `drops_truncated`,
 //! `drops_foreign`, `drops_wrong_job`, `drops_unknown_source`, `drops_completion_error`,
 //! the soft provider's `drops_no_recv_posted` and `drops_provider_{foreign,malformed,mtu}`,
 //! `send_errors`, `sends_refused`, `sends_outstanding`, `pending_now`, `pending_max_depth`,
-//! `pending_total`, `cq_errors`, and the injected `faults_*`.
+//! `pending_total`, `cq_errors`, the injected `faults_*` and `faults_blackholed`.
 //!
 //! Tests: `cargo test -p rmca-btl-ud` (soft provider); on Soft-RoCE,
-//! `components/btl-ud/ci/vm-tests.sh` runs the same integration tests on the rdma provider
+//! `scripts/vm-tests.sh btl-ud` runs the same integration tests on the rdma provider
 //! (`RMCA_BTL_UD_TEST_PROVIDER=rdma`). Latency against raw UDP: `cargo run --release -p
 //! rmca-btl-ud --example ud_pingpong`.
 #![deny(unsafe_code)]
@@ -34,6 +35,7 @@
 
 pub mod card;
 pub mod config;
+pub mod fault;
 pub mod header;
 mod module;
 pub mod recv;

@@ -12,13 +12,14 @@ use rmca_framework::memory::{MemoryAccounting, MemoryCounter};
 use rmca_framework::mpool::PoolBuf;
 use rmca_framework::rank::{ProcInfo, Rank};
 use rmca_verbs::{
-    AccessFlags, Ah, Context, Cq, Pd, ProviderConfig, ProviderKind, Qp, QpCaps, QpInit, QpType,
-    RcParams, RdmaConfig, RecvWr, SendOp, SendWr, SoftConfig, UdDest, Wc, WcStatus, UD_GRH_LEN,
+    AccessFlags, Ah, Context, Cq, Pd, ProviderKind, Qp, QpCaps, QpInit, QpType, RcParams, RecvWr,
+    SendOp, SendWr, SoftConfig, UdDest, Wc, WcStatus, UD_GRH_LEN,
 };
 use thiserror::Error;
 
 use crate::card::{provider_code, CardRepr};
-use crate::config::{ConfigError, ProviderChoice, UdConfig};
+use crate::config::{ConfigError, UdConfig};
+use crate::fault::Blackhole;
 use crate::header::{job_tag16, FragRepr, HEADER_LEN};
 use crate::recv::{classify, DropReason, PeerSources, RecvMeta};
 use crate::reg::RegisteredPool;
@@ -124,34 +125,20 @@ pub struct UdBtl {
     /// was told through `peer_failed`.
     fatal: Option<String>,
     fatal_reported: bool,
+    /// `btl_ud_fault_blackhole_after`: kills the path after N sends (tests).
+    blackhole: Blackhole,
     stats: Stats,
     memory: Arc<MemoryCounter>,
-}
-
-fn resolve_provider(choice: ProviderChoice) -> ProviderKind {
-    match choice {
-        ProviderChoice::Soft => ProviderKind::Soft,
-        ProviderChoice::Rdma => ProviderKind::Rdma,
-        ProviderChoice::Auto => match rmca_verbs::devices(ProviderKind::Rdma) {
-            Ok(d) if !d.is_empty() => ProviderKind::Rdma,
-            _ => ProviderKind::Soft,
-        },
-    }
 }
 
 impl UdBtl {
     /// Open the device, create the QPs, allocate, register and post the receive pool.
     /// The business card to publish is [`UdBtl::card`].
     pub fn open(cfg: &UdConfig, job: &JobInfo, memory: &MemoryAccounting) -> Result<Self, UdError> {
-        let kind = resolve_provider(cfg.provider);
-        if kind == ProviderKind::Rdma && !cfg.fault.is_none() {
-            return Err(UdError::Unsupported(
-                "btl_ud_fault_* parameters need the soft provider (set btl_ud_provider = soft)"
-                    .into(),
-            ));
-        }
+        let kind = cfg.device.provider.resolve();
+        rmca_common_verbs::check_faults_supported(kind, &cfg.fault, "btl_ud")
+            .map_err(UdError::Unsupported)?;
         let mut soft = SoftConfig {
-            bind_addr: cfg.if_addr,
             ud_fault: cfg.fault,
             ..SoftConfig::default()
         };
@@ -159,16 +146,7 @@ impl UdBtl {
             // The soft "device" MTU is ours to choose; a real device's is only lowered.
             soft.ud_mtu = m;
         }
-        let pcfg = ProviderConfig {
-            kind,
-            soft,
-            rdma: RdmaConfig {
-                device: cfg.device.clone(),
-                port: cfg.port,
-                gid_index: cfg.gid_index,
-            },
-            job_secret: job.secret.clone(),
-        };
+        let pcfg = cfg.device.provider_config(kind, soft, &job.secret);
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
         let attr = ctx.attr();
         let mtu = match cfg.mtu {
@@ -268,18 +246,15 @@ impl UdBtl {
             addr: recv_qp.address(),
             send_qpns: send_qps.iter().map(Qp::qp_num).collect(),
         };
-        let (latency_ns, bandwidth_mbps) = match kind {
-            ProviderKind::Soft => (5_000, 8_000),
-            ProviderKind::Rdma => (2_000, 20_000),
-        };
+        let estimate = cfg.device.estimate(kind, rmca_common_verbs::Transport::Ud);
         let max = mtu - HEADER_LEN;
         let attrs = BtlAttributes {
             eager_limit: max,
             rndv_eager_limit: max,
             max_send_size: max,
             exclusivity: exclusivity::HIGH_SPEED_NETWORK,
-            latency_ns: cfg.latency_ns.unwrap_or(latency_ns),
-            bandwidth_mbps: cfg.bandwidth_mbps.unwrap_or(bandwidth_mbps),
+            latency_ns: estimate.latency_ns,
+            bandwidth_mbps: estimate.bandwidth_mbps,
             flags: BtlFlags::SEND | BtlFlags::NEED_ACK | BtlFlags::NEED_CSUM,
             ..BtlAttributes::default()
         };
@@ -307,6 +282,7 @@ impl UdBtl {
             repost_batch: cfg.repost_batch.min((recv_n / 4).max(1)),
             fatal: None,
             fatal_reported: false,
+            blackhole: Blackhole::new(cfg.blackhole_after),
             stats: Stats::default(),
             memory: counter,
         };
@@ -679,6 +655,10 @@ impl Btl for UdBtl {
                 reason: reason.clone(),
             });
         }
+        if !self.blackhole.admit() {
+            // The injected path death: the send "succeeds" locally and nothing arrives.
+            return Ok(());
+        }
         let mut hdr = [0u8; HEADER_LEN];
         FragRepr {
             tag,
@@ -795,6 +775,7 @@ impl Btl for UdBtl {
             ("faults_reordered", f.reordered),
             ("faults_delayed", f.delayed),
             ("faults_corrupted", f.corrupted),
+            ("faults_blackholed", self.blackhole.swallowed()),
         ]);
         v.into_iter().map(|(k, x)| (k.to_owned(), x)).collect()
     }
@@ -831,14 +812,105 @@ mod tests {
     }
 
     fn soft_cfg() -> UdConfig {
+        soft_cfg_with(&[])
+    }
+
+    fn soft_cfg_with(extra: &[(&str, &str)]) -> UdConfig {
         let mut specs = Vec::new();
         config::register(&mut ParamRegistrar::new("btl", "ud", &mut specs));
-        let env = vec![
+        let mut env = vec![
             ("RMCA_MCA_btl_ud_provider".to_owned(), "soft".to_owned()),
             ("RMCA_MCA_btl_ud_recv_buffers".to_owned(), "16".to_owned()),
         ];
+        env.extend(
+            extra
+                .iter()
+                .map(|(k, v)| (format!("RMCA_MCA_btl_ud_{k}"), (*v).to_owned())),
+        );
         let raw = RawSources::from_parts(None, None, false, env, vec![]).unwrap();
         UdConfig::from_params(&ParamStore::resolve(specs, &raw).unwrap(), 0).unwrap()
+    }
+
+    /// Payloads received, in order.
+    #[derive(Default)]
+    struct Received(Vec<Vec<u8>>);
+    impl BtlEvents for Received {
+        fn recv(&mut self, _peer: Rank, _tag: BtlTag, data: &[u8]) {
+            self.0.push(data.to_vec());
+        }
+        fn rdma_complete(&mut self, _t: CompletionToken, _r: Result<(), SendError>) {}
+        fn peer_failed(&mut self, peer: Rank, reason: &str) {
+            panic!("peer {peer} failed: {reason}");
+        }
+    }
+
+    fn counter(b: &UdBtl, name: &str) -> u64 {
+        b.counters()
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+            .1
+    }
+
+    /// Progresses both modules until `rx` has `want` payloads or a (generous) bound passes.
+    fn pump(b: &mut [UdBtl], to: usize, rx: &mut Received, want: usize) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while rx.0.len() < want && std::time::Instant::now() < until {
+            b[1 - to].progress(&mut Received::default());
+            b[to].progress(rx);
+        }
+    }
+
+    #[test]
+    fn blackhole_after_n_swallows_every_later_send_of_this_process_only() {
+        assert_eq!(soft_cfg().blackhole_after, None, "off by default");
+        let modex = LocalModex::new();
+        let mem = MemoryAccounting::new();
+        let mut b: Vec<UdBtl> = (0..2)
+            .map(|r| {
+                // Only rank 0's sends die, after 3 fragments.
+                let cfg = if r == 0 {
+                    soft_cfg_with(&[("fault_blackhole_after", "3")])
+                } else {
+                    soft_cfg()
+                };
+                assert_eq!(cfg.blackhole_after, (r == 0).then_some(3));
+                let m = UdBtl::open(&cfg, &job(r), &mem).unwrap();
+                modex
+                    .writer(r)
+                    .put(MODEX_KEY, &m.card().to_bytes())
+                    .unwrap();
+                m
+            })
+            .collect();
+        for (r, m) in b.iter_mut().enumerate() {
+            m.add_procs(&job(r as Rank).procs(), &modex).unwrap();
+        }
+        for i in 0..8u8 {
+            // Every send is accepted: the death is silent, as a dead network's would be.
+            b[0].send(1, 0x40, &[i], &[], SendHint::default()).unwrap();
+        }
+        let mut rx = Received::default();
+        pump(&mut b, 1, &mut rx, 3);
+        assert_eq!(rx.0, vec![vec![0u8], vec![1], vec![2]]);
+        assert_eq!(counter(&b[0], "frags_sent"), 3);
+        assert_eq!(counter(&b[0], "faults_blackholed"), 5);
+        // Later fragments never show up, even after a marker from the live direction has
+        // made the round trip.
+        b[1].send(0, 0x40, b"back", &[], SendHint::default())
+            .unwrap();
+        let mut back = Received::default();
+        pump(&mut b, 0, &mut back, 1);
+        assert_eq!(
+            back.0,
+            vec![b"back".to_vec()],
+            "the other process's sends still work"
+        );
+        for _ in 0..1000 {
+            b[1].progress(&mut rx);
+        }
+        assert_eq!(rx.0.len(), 3, "nothing after the cut arrives");
+        assert_eq!(counter(&b[1], "faults_blackholed"), 0);
     }
 
     fn job(rank: Rank) -> JobInfo {

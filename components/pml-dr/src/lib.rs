@@ -82,8 +82,11 @@ impl Component for DrComponent {
                 .help("Selection priority of pml dr (highest allowed PML wins).")
                 .level(Level::Tuning),
         );
-        params.add(Param::int("vfrag_frags", d.vfrag_frags as i64).range(1, 64).help("BTL fragments per vfrag, the unit of acknowledgement (one bit each in the 64-bit ack mask).").level(Level::Tuning));
-        params.add(Param::size("eager_limit", d.eager_limit).help("Messages up to this size are sent eagerly in one vfrag (clamped to one vfrag); larger ones use rendezvous. Also bounds the staging memory of an unexpected message.").level(Level::Tuning));
+        // Protocol constants both ends assume: job-wide, so the runtime checks through the modex at
+        // init that every rank has the same value and fails naming both values otherwise (a
+        // receiver drops an eager MATCH above its own eager limit: a mismatch would hang).
+        params.add(Param::int("vfrag_frags", d.vfrag_frags as i64).range(1, 64).help("BTL fragments per vfrag, the unit of acknowledgement (one bit each in the 64-bit ack mask). Every rank must use the same value.").level(Level::Tuning).job_wide());
+        params.add(Param::size("eager_limit", d.eager_limit).help("Messages up to this size are sent eagerly in one vfrag (clamped to one vfrag); larger ones use rendezvous. Also bounds the staging memory of an unexpected message. Every rank must use the same value.").level(Level::Tuning).job_wide());
         params.add(Param::bool("csum", d.csum).help("Checksum (CRC32C) every payload on every BTL; otherwise only on BTLs flagged NEED_CSUM. Headers are always checksummed.").level(Level::Basic));
         params.add(
             Param::int("rto_initial_us", us(d.rto_initial))
@@ -100,7 +103,7 @@ impl Component for DrComponent {
         );
         params.add(Param::int("ack_delay_us", us(d.ack_delay)).range(0, 86_400_000_000).help("Longest a receiver delays a partial vfrag ack, microseconds (complete vfrags are acked at once).").level(Level::Dev));
         params.add(Param::int("peer_timeout", ms(d.peer_timeout)).range(1, 86_400_000).help("A peer silent this long (milliseconds) while we await it is declared dead and its requests fail.").level(Level::Basic));
-        params.add(Param::int("btl_retries", d.btl_retries as i64).range(1, 30).help("Consecutive retransmission timeouts after which a BTL is failed for a peer and its traffic moves to the next BTL.").level(Level::Basic));
+        params.add(Param::int("btl_retries", d.btl_retries as i64).range(1, 30).help("Consecutive retransmission timeouts after which a BTL is failed for a peer and its traffic moves to the next BTL. The last BTL to a peer is never failed by timeouts: it keeps retrying until pml_dr_peer_timeout of silence.").level(Level::Basic));
         params.add(
             Param::int("window", d.window as i64)
                 .range(1, 4096)
@@ -172,6 +175,26 @@ mod tests {
         assert!(c.csum);
         assert_eq!(c.peer_timeout, Duration::from_secs(5));
         assert_eq!(c.eager_limit, 8192);
+    }
+
+    #[test]
+    fn protocol_constants_are_job_wide_and_a_mismatch_names_both_values() {
+        let mine = store(&[]).unwrap().job_wide_settings();
+        let theirs = store(&[("pml_dr_vfrag_frags", "16")])
+            .unwrap()
+            .job_wide_settings();
+        for p in ["pml_dr_vfrag_frags", "pml_dr_eager_limit"] {
+            assert!(mine.contains(p), "{p} is not job-wide: {mine}");
+        }
+        // What the runtime reports at init when rank 1 runs with another vfrag size.
+        let d = rmca_framework::params::job_wide_disagreements(0, &mine, &[(1, theirs)]);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            d[0].contains("pml_dr_vfrag_frags")
+                && d[0].contains("rank 0 has 64")
+                && d[0].contains("rank 1 has 16"),
+            "{d:?}"
+        );
     }
 
     #[test]

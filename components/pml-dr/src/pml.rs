@@ -68,11 +68,67 @@ enum Req {
     },
 }
 
+/// Per-peer state, created on first use (a send to, a receive posted for, or a packet or failure
+/// report from the peer), so that init and the progress loop cost O(peers talked to), not
+/// O(job size). Indexing a peer that was never created is a bug: every path reaching a peer by
+/// index goes through [`Peers::ensure`] first.
+#[derive(Debug)]
+struct Peers {
+    slots: Vec<Option<Box<Peer>>>,
+    /// Created peers, in creation order (the progress loop walks these).
+    active: Vec<Rank>,
+    /// Each peer's BTLs in failover order, checked at init.
+    paths: Vec<Vec<PathConfig>>,
+    cfg: Config,
+}
+
+impl Peers {
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn get(&self, p: Rank) -> Option<&Peer> {
+        self.slots.get(p as usize)?.as_deref()
+    }
+
+    /// Creates the connection to `p` if it does not exist yet.
+    fn ensure(&mut self, now: Instant, p: Rank) {
+        let slot = &mut self.slots[p as usize];
+        if slot.is_none() {
+            let conn = Connection::new(now, self.cfg.clone(), &self.paths[p as usize])
+                .expect("config and paths were validated at init");
+            *slot = Some(Box::new(Peer {
+                conn,
+                stalled: None,
+                sends: HashMap::new(),
+                recvs: HashMap::new(),
+                dead: None,
+            }));
+            self.active.push(p);
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Peers {
+    type Output = Peer;
+    fn index(&self, p: usize) -> &Peer {
+        self.slots[p].as_deref().expect("peer connection created")
+    }
+}
+
+impl std::ops::IndexMut<usize> for Peers {
+    fn index_mut(&mut self, p: usize) -> &mut Peer {
+        self.slots[p]
+            .as_deref_mut()
+            .expect("peer connection created")
+    }
+}
+
 #[derive(Debug)]
 struct State {
     me: Rank,
     cfg: Config,
-    peers: Vec<Peer>,
+    peers: Peers,
     matcher: Matcher<RequestId, (Rank, MsgSeq)>,
     reqs: HashMap<RequestId, Req>,
     next_req: u64,
@@ -102,12 +158,13 @@ impl std::fmt::Debug for Dr {
 }
 
 impl Dr {
-    /// A DR PML over `bml`. Each peer gets a connection whose BTLs, in failover order, are its
-    /// eager routes (lowest latency first).
+    /// A DR PML over `bml`. Each peer gets (on first use) a connection whose BTLs, in failover
+    /// order, are its eager routes (lowest latency first).
     pub fn new(bml: Bml, cfg: Config) -> Result<Self, PmlError> {
         let now = Instant::now();
         let me = bml.my_rank();
-        let mut peers = Vec::with_capacity(bml.peer_count());
+        cfg.validate().map_err(|e| PmlError::Init(e.to_string()))?;
+        let mut paths_of = Vec::with_capacity(bml.peer_count());
         for p in 0..bml.peer_count() as Rank {
             let paths: Vec<PathConfig> = bml
                 .routes(p)
@@ -122,17 +179,17 @@ impl Dr {
                     }
                 })
                 .collect();
-            let conn = Connection::new(now, cfg.clone(), &paths)
+            Connection::check_paths(&paths)
                 .map_err(|e| PmlError::Init(format!("peer {p}: {e}")))?;
-            peers.push(Peer {
-                conn,
-                stalled: None,
-                sends: HashMap::new(),
-                recvs: HashMap::new(),
-                dead: None,
-            });
+            paths_of.push(paths);
         }
-        let nprocs = peers.len();
+        let nprocs = paths_of.len();
+        let peers = Peers {
+            slots: (0..nprocs).map(|_| None).collect(),
+            active: Vec::new(),
+            paths: paths_of,
+            cfg: cfg.clone(),
+        };
         Ok(Self {
             bml,
             st: State {
@@ -150,15 +207,20 @@ impl Dr {
         })
     }
 
-    /// Protocol counters of the connection to `peer`.
+    /// Peers that have a connection (created on first use), out of the job's size.
+    pub fn connected_peers(&self) -> usize {
+        self.st.peers.active.len()
+    }
+
+    /// Protocol counters of the connection to `peer` (`None`: no connection yet).
     pub fn peer_counters(&self, peer: Rank) -> Option<Counters> {
-        self.st.peers.get(peer as usize).map(|p| p.conn.counters())
+        self.st.peers.get(peer).map(|p| p.conn.counters())
     }
 
     fn pump_all(&mut self) -> usize {
         let mut n = 0;
-        for p in 0..self.st.peers.len() {
-            n += self.pump(p as Rank);
+        for i in 0..self.st.peers.active.len() {
+            n += self.pump(self.st.peers.active[i]);
         }
         n
     }
@@ -474,6 +536,7 @@ impl BmlEvents for State {
             return;
         }
         let now = self.now;
+        self.peers.ensure(now, peer);
         if let Some(a) = self.peers[peer as usize].conn.handle_packet(now, btl, data) {
             self.place(peer, a);
         }
@@ -489,9 +552,10 @@ impl BmlEvents for State {
     }
 
     fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str) {
-        if let Some(p) = self.peers.get_mut(peer as usize) {
+        if (peer as usize) < self.peers.len() {
             warn!(peer, btl, reason, "BTL reports path failure");
-            p.conn.btl_failed(self.now, btl);
+            self.peers.ensure(self.now, peer);
+            self.peers[peer as usize].conn.btl_failed(self.now, btl);
         }
     }
 }
@@ -514,6 +578,7 @@ impl Pml for Dr {
         }
         self.st.now = Instant::now();
         let me = self.st.me;
+        self.st.peers.ensure(self.st.now, args.dest);
         let peer = &mut self.st.peers[args.dest as usize];
         let m = MatchFields {
             ctx: args.context,
@@ -578,6 +643,7 @@ impl Pml for Dr {
             }
             Posted::Queued => {
                 if let Source::Rank(r) = args.source {
+                    self.st.peers.ensure(self.st.now, r);
                     if let Some(reason) = self.st.peers[r as usize].dead.clone() {
                         self.st.matcher.cancel(args.context, &id);
                         let err = StatusError::PeerFailed { peer: r, reason };
@@ -671,17 +737,20 @@ impl Pml for Dr {
         self.st.now = Instant::now();
         let now = self.st.now;
         let mut n = self.bml.progress(&mut self.st);
-        for p in 0..self.st.peers.len() {
-            let conn = &mut self.st.peers[p].conn;
+        for i in 0..self.st.peers.active.len() {
+            let p = self.st.peers.active[i];
+            let conn = &mut self.st.peers[p as usize].conn;
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
             }
-            n += self.st.handle_events(p as Rank, &mut self.bml);
+            n += self.st.handle_events(p, &mut self.bml);
         }
         n += self.pump_all();
         // Acks and matches produced while handling events go out in this same pass.
-        for p in 0..self.st.peers.len() {
-            n += self.st.handle_events(p as Rank, &mut self.bml);
+        for i in 0..self.st.peers.active.len() {
+            n += self
+                .st
+                .handle_events(self.st.peers.active[i], &mut self.bml);
         }
         n
     }
@@ -689,8 +758,8 @@ impl Pml for Dr {
     fn counters(&self) -> Vec<(String, u64)> {
         let mut sum = Counters::default();
         let mut srtt_max = 0u64;
-        for p in &self.st.peers {
-            let c = p.conn.counters();
+        for &p in &self.st.peers.active {
+            let c = self.st.peers[p as usize].conn.counters();
             sum.frags_sent += c.frags_sent;
             sum.retransmissions += c.retransmissions;
             sum.spurious_retransmissions += c.spurious_retransmissions;

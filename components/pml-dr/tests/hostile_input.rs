@@ -58,7 +58,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Flip),
         2 => (0u64..20_000).prop_map(Op::Send),
         1 => (0u64..8).prop_map(Op::Match),
-                2 => (0u32..200_000).prop_map(Op::Advance),
+        2 => (0u32..200_000).prop_map(Op::Advance),
         1 => any::<bool>().prop_map(Op::Interest),
         1 => prop_oneof![Just(0usize), Just(5), Just(7)].prop_map(Op::BtlFailed),
         1 => any::<bool>().prop_map(Op::PlaceGarbage),
@@ -147,13 +147,13 @@ proptest! {
         let base = Instant::now();
         let mut now = base;
         let cfg = Config { window: 4, ..Config::default() };
-        let paths = [
+                let paths = [
             PathConfig { btl: 0, max_send_size: 300, need_csum: true },
             PathConfig { btl: 5, max_send_size: 2048, need_csum: false },
         ];
-        let mut c = Connection::new(base, cfg, &paths).unwrap();
+        let mut c = Connection::new(base, cfg.clone(), &paths).unwrap();
         let mut last: Vec<u8> = Vec::new();
-                let mut sent_lens = Vec::new();
+        let mut sent_lens = Vec::new();
         let mut garbage: Option<bool> = None;
         for op in &ops {
             let pkt = match op {
@@ -177,7 +177,7 @@ proptest! {
                     None
                 }
                 Op::Match(seq) => { c.matched(now, *seq); None }
-                                Op::Advance(us) => { now += Duration::from_micros(*us as u64); None }
+                Op::Advance(us) => { now += Duration::from_micros(*us as u64); None }
                 Op::Interest(i) => { c.set_interest(now, *i); None }
                 Op::BtlFailed(b) => { c.btl_failed(now, *b); None }
                 Op::PlaceGarbage(g) => { garbage = Some(*g); None }
@@ -187,7 +187,7 @@ proptest! {
                 for btl in [0usize, 5, 9] {
                     if let Some(a) = c.handle_packet(now, btl, &pkt) {
                         prop_assert!(a.offset + a.payload.len() as u64 <= a.msg_len);
-                                                match garbage.take() {
+                                        match garbage.take() {
                             Some(true) => {
                                 let junk = vec![0xA5u8; a.payload.len()];
                                 let _ = c.placed(now, a.token, &junk);
@@ -205,8 +205,13 @@ proptest! {
             if c.poll_timeout().is_some_and(|t| t <= now) {
                 c.handle_timeout(now);
             }
+            // At one instant the window (and one ack per vfrag) bounds what can go out; a
+            // local send failure must not requeue at once and spin the caller.
+            let mut burst = 0;
             while let Some(t) = c.poll_transmit(now) {
-                                if let Transmit::Data(d) = t {
+                burst += 1;
+                prop_assert!(burst <= 4096, "poll_transmit does not run dry at one instant");
+                if let Transmit::Data(d) = t {
                     prop_assert!(d.offset + d.len as u64 <= sent_lens[d.seq as usize]);
                     let payload = vec![0u8; d.len];
                     let _ = d.seal(&payload).unwrap();
@@ -218,11 +223,24 @@ proptest! {
                 }
             }
             while c.poll_event().is_some() {}
+            // Every state waiting for the peer has a deadline: silence cannot wait forever.
+            prop_assert!(
+                !c.awaits_peer() || c.poll_timeout().is_some(),
+                "waiting for the peer with no timer armed"
+            );
         }
-        // Advance far: everything must end (peer dead or idle), never hang or panic.
+        // Advance far: everything must end (peer dead or idle), never hang or panic, and no
+        // later than peer_timeout after the last thing heard: every waiting state has a
+        // silence deadline, and retries on the last BTL never outlive it.
+        let end = now;
         for _ in 0..10_000 {
             let Some(t) = c.poll_timeout() else { break };
             now = now.max(t);
+            prop_assert!(
+                now <= end + cfg.peer_timeout,
+                "a timer runs {:?} after the last input, beyond pml_dr_peer_timeout",
+                now - end
+            );
             c.handle_timeout(now);
             while let Some(t) = c.poll_transmit(now) {
                 if let Transmit::Data(d) = t { c.local_complete(d.token); }
@@ -230,5 +248,6 @@ proptest! {
             while c.poll_event().is_some() {}
         }
         prop_assert!(c.poll_timeout().is_none(), "timers still armed after the peer timeout");
+        prop_assert!(!c.awaits_peer(), "still waiting for a silent peer after peer_timeout");
     }
 }

@@ -179,25 +179,23 @@ fn peer_declared_dead_within_peer_timeout_when_all_links_die() {
     let (t0, r0) = s.nodes[0].dead.expect("sender gives up");
     let (t1, r1) = s.nodes[1].dead.expect("receiver gives up");
     // Packets already serialized before the cut still arrive; silence counts from the last.
-    assert!(
-        t0 <= s.last_rx[0] + cfg.peer_timeout,
-        "sender died at {t0:?}"
-    );
-    assert!(
-        t1 <= s.last_rx[1] + cfg.peer_timeout,
+    // Both sides die exactly at the silence limit (simulated time): the sender's retries fail
+    // BTL 0 over, but on its last BTL it keeps probing until the peer has been silent for
+    // pml_dr_peer_timeout, never giving up earlier on a retry count.
+    assert_eq!(t0, s.last_rx[0] + cfg.peer_timeout, "sender died at {t0:?}");
+    assert_eq!(
+        t1,
+        s.last_rx[1] + cfg.peer_timeout,
         "receiver died at {t1:?}"
     );
-    assert!(
-        t1 >= s.last_rx[1] + cfg.peer_timeout,
-        "not before the silence limit"
-    );
-    assert_eq!(
-        r0,
-        DeathReason::NoBtlLeft,
-        "retries exhaust both BTLs before the silence limit"
-    );
+    assert_eq!(r0, DeathReason::PeerTimeout);
     assert_eq!(r1, DeathReason::PeerTimeout);
-    assert_eq!(s.nodes[0].btl_failed, vec![0, 1]);
+    assert_eq!(
+        s.nodes[0].btl_failed,
+        vec![0],
+        "the last BTL is never failed by retries"
+    );
+    assert!(s.counters(0).timeouts > 2 * u64::from(cfg.btl_retries));
     // The small messages made it (the eager one after the rendezvous did not wait for it);
     // the large one was cut off mid-stream and fails on both sides.
     assert_eq!(s.nodes[0].send_complete, vec![0, 2]);
@@ -470,4 +468,70 @@ fn awaited_peer_that_died_is_declared_dead_within_peer_timeout() {
         "exactly at the silence limit (simulated time)"
     );
     assert!(s.nodes[0].dead.is_none(), "rank 0 awaited nothing");
+}
+
+#[test]
+fn last_btl_survives_many_timeouts_when_the_peer_answers_late() {
+    // One BTL; it goes silent for far longer than btl_retries backed-off timeouts (but less
+    // than peer_timeout), then comes back: the transfer resumes and completes on it.
+    let cfg = test_config();
+    let mut s = Sim::new(12, cfg.clone(), vec![Faults::default()], &[1024]);
+    for &l in SIZES {
+        s.send(0, l);
+    }
+    s.run(Duration::from_secs(1), |s| {
+        s.elapsed() > Duration::from_micros(300)
+    });
+    assert!(!Sim::all_done(&s), "the outage must hit mid-transfer");
+    s.faults[0].blackhole_at = Some(Duration::ZERO);
+    let outage = cfg.peer_timeout / 2;
+    let until = s.elapsed() + outage;
+    s.run(Duration::from_secs(60), |s| s.elapsed() >= until);
+    s.faults[0].blackhole_at = None;
+    s.run(Duration::from_secs(60), Sim::all_done);
+    s.assert_delivered(0);
+    for n in 0..2 {
+        assert!(s.nodes[n].dead.is_none(), "node {n} died");
+        assert!(
+            s.nodes[n].btl_failed.is_empty(),
+            "node {n} failed its only BTL"
+        );
+    }
+    let c = s.counters(0);
+    assert!(
+        c.timeouts > 2 * u64::from(cfg.btl_retries),
+        "the outage spanned many timeouts: {:?}",
+        summarize(&c)
+    );
+    assert_eq!(c.failovers, 0);
+}
+
+#[test]
+fn silence_on_the_last_btl_beyond_peer_timeout_fails_the_requests() {
+    let cfg = test_config();
+    let dead_link = Faults {
+        blackhole_at: Some(Duration::from_millis(2)),
+        ..Faults::default()
+    };
+    let mut s = Sim::new(13, cfg.clone(), vec![dead_link], &[1024]);
+    s.send(0, 10);
+    s.send(0, 3_000_000);
+    s.run(cfg.peer_timeout * 4, |s| {
+        s.nodes.iter().all(|n| n.dead.is_some())
+    });
+    let (t0, r0) = s.nodes[0].dead.expect("sender gives up");
+    assert_eq!(r0, DeathReason::PeerTimeout);
+    assert_eq!(
+        t0,
+        s.last_rx[0] + cfg.peer_timeout,
+        "exactly at the silence limit"
+    );
+    assert_eq!(s.nodes[0].send_complete, vec![0]);
+    assert_eq!(s.nodes[0].send_failed, vec![1], "the cut-off send fails");
+    assert_eq!(s.nodes[1].recv_failed, vec![1], "and so does its receive");
+    assert!(
+        s.nodes[0].btl_failed.is_empty(),
+        "no retry count fails the last BTL"
+    );
+    assert!(s.counters(0).timeouts > u64::from(cfg.btl_retries));
 }

@@ -508,3 +508,44 @@ fn posted_receive_from_a_killed_peer_fails() {
         "{st:?}"
     );
 }
+
+/// Connections are created on first use, not for every rank of the job at init: an idle PML
+/// holds none and its progress loop walks none; a send creates the sender's, the first packet
+/// the receiver's, a receive posted for a specific peer its own.
+#[test]
+fn connections_are_created_on_first_use() {
+    let rails = [Rail::new(
+        21,
+        Faults {
+            drop: 0.0,
+            dup: 0.0,
+            corrupt: 0.0,
+            reorder: false,
+        },
+    )];
+    let (mut a, mut b) = pair(&rails, &[2048], cfg());
+    for _ in 0..10 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!((a.connected_peers(), b.connected_peers()), (0, 0));
+    assert!(a.peer_counters(1).is_none());
+    let mut buf = [0u8; 5];
+    let r = irecv(&mut b, &mut buf, Source::Any, TagSel::Any);
+    assert_eq!(
+        b.connected_peers(),
+        0,
+        "a wildcard receive awaits no one in particular"
+    );
+    let s = isend(&mut a, b"hello", 1, 4, SendMode::Standard);
+    assert_eq!(a.connected_peers(), 1);
+    let st = wait_all(&mut a, &mut b, &[(0, s), (1, r)]);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    assert_eq!(&buf, b"hello");
+    assert_eq!(b.connected_peers(), 1, "created by the first packet");
+    assert!(a.peer_counters(1).is_some_and(|c| c.frags_sent > 0));
+    // A receive posted for rank 0 on rank 0 itself (self) creates that connection too.
+    let mut one = [0u8; 1];
+    let _ = irecv(&mut a, &mut one, Source::Rank(0), TagSel::Tag(1));
+    assert_eq!(a.connected_peers(), 2);
+}

@@ -16,8 +16,8 @@ use rmca_framework::btl::{
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Arrival, Envelope, Matcher, Posted, Seq};
 use rmca_framework::pml::{
-    ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError,
-    Tag, TagSel,
+    ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, SendStart, Source, Status,
+    StatusError, Tag, TagSel,
 };
 use rmca_framework::rank::Rank;
 
@@ -42,11 +42,20 @@ const SPARE_BUFFERS: usize = 256;
 /// Larger buffers are freed rather than kept.
 const SPARE_MAX_CAPACITY: usize = 64 * 1024;
 
+#[inline]
 fn class(len: usize) -> usize {
-    CLASSES
-        .iter()
-        .position(|(_, max)| len <= *max)
-        .unwrap_or(CLASSES.len() - 1)
+    // Unrolled CLASSES lookup (it runs for every message).
+    if len <= CLASSES[0].1 {
+        0
+    } else if len <= CLASSES[1].1 {
+        1
+    } else if len <= CLASSES[2].1 {
+        2
+    } else if len <= CLASSES[3].1 {
+        3
+    } else {
+        4
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -255,6 +264,13 @@ impl Slab {
             _ => None,
         }
     }
+    /// Is `id` a live request that has not completed?
+    #[inline]
+    fn is_pending(&self, id: RequestId) -> bool {
+        let (gen, i) = ((id.0 >> 32) as u32, id.0 as u32);
+        matches!(self.slots.get(i as usize), Some((g, Some(r))) if *g == gen && r.done.is_none())
+    }
+
     /// If `id` completed, release it and return its status, without moving the request.
     #[inline]
     fn take_done(&mut self, id: RequestId) -> Result<Option<Status>, ()> {
@@ -810,8 +826,7 @@ impl Core {
         let a = &self.attrs[b];
         if mode == SendMode::Standard && hdr::MATCH_LEN + len <= a.eager_limit.min(a.max_send_size)
         {
-            let mut h = [0u8; hdr::MATCH_LEN];
-            let _ = Repr::Match(hdr).emit(&mut h);
+            let h = hdr::emit_match(&hdr);
             return match bml.btl(b).send(dest, TAG, &h, buf.as_slice(), hint) {
                 Ok(()) => {
                     self.stats.eager += 1;
@@ -1206,6 +1221,16 @@ impl Core {
         }
     }
 
+    /// Is any work queued for [`Core::run`]?
+    #[inline]
+    fn has_work(&self) -> bool {
+        !(self.failures.is_empty()
+            && self.dereg.is_empty()
+            && self.starts_pending == 0
+            && self.ctrl.is_empty()
+            && self.active.is_empty())
+    }
+
     /// Execute queued work against the BTLs. Returns the number of actions taken.
     fn run(&mut self, bml: &mut Bml) -> usize {
         let mut n = 0;
@@ -1285,6 +1310,10 @@ impl BmlEvents for Core {
             self.stats.dropped_foreign += 1;
             return;
         }
+        if let Some((m, payload)) = hdr::parse_match(data) {
+            self.on_match(peer, m, payload);
+            return;
+        }
         let parsed = Packet::new_checked(data)
             .and_then(|p| Repr::parse(&p).map(|r| (r, &data[p.header_len()..])));
         let (repr, payload) = match parsed {
@@ -1296,28 +1325,7 @@ impl BmlEvents for Core {
             }
         };
         match repr {
-            Repr::Match(m) => {
-                if m.src != peer || m.tag < 0 {
-                    self.stats.dropped_malformed += 1;
-                    return;
-                }
-                let env = Envelope {
-                    context: m.ctx,
-                    source: peer,
-                    tag: m.tag,
-                };
-                match self.matcher.arrive(env, m.seq, || {
-                    let mut v = self.spare.pop().unwrap_or_default();
-                    v.clear();
-                    v.extend_from_slice(payload);
-                    Unexp::Eager(v)
-                }) {
-                    Arrival::Matched(id) => self.deliver_eager(id, env, payload),
-                    Arrival::Stale => self.stats.dropped_stray += 1,
-                    Arrival::Unexpected | Arrival::Held => {}
-                }
-                self.drain_released();
-            }
+            Repr::Match(m) => self.on_match(peer, m, payload),
             Repr::Rndv(info) => self.on_rndv(peer, info, payload, None),
             Repr::Rget { rndv, addr, keys } => {
                 self.on_rndv(peer, rndv, payload, Some((addr, keys)))
@@ -1347,6 +1355,30 @@ impl BmlEvents for Core {
 }
 
 impl Core {
+    #[inline]
+    fn on_match(&mut self, peer: Rank, m: MatchRepr, payload: &[u8]) {
+        if m.src != peer || m.tag < 0 {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let env = Envelope {
+            context: m.ctx,
+            source: peer,
+            tag: m.tag,
+        };
+        match self.matcher.arrive(env, m.seq, || {
+            let mut v = self.spare.pop().unwrap_or_default();
+            v.clear();
+            v.extend_from_slice(payload);
+            Unexp::Eager(v)
+        }) {
+            Arrival::Matched(id) => self.deliver_eager(id, env, payload),
+            Arrival::Stale => self.stats.dropped_stray += 1,
+            Arrival::Unexpected | Arrival::Held => {}
+        }
+        self.drain_released();
+    }
+
     fn on_rndv(
         &mut self,
         peer: Rank,
@@ -1406,6 +1438,14 @@ impl Ob1 {
         self.core.reqs.live()
     }
 
+    #[inline(never)]
+    fn take_done(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
+        self.core
+            .reqs
+            .take_done(request)
+            .map_err(|()| PmlError::UnknownRequest(request))
+    }
+
     fn check_rank(&self, rank: Rank) -> Result<(), PmlError> {
         let size = self.core.routes.len();
         if (rank as usize) < size {
@@ -1454,6 +1494,91 @@ impl Pml for Ob1 {
             core.starts_pending += 1;
         }
         Ok(id)
+    }
+
+    fn start_send(&mut self, args: SendArgs) -> Result<SendStart, PmlError> {
+        self.check_rank(args.dest)?;
+        if args.tag < 0 {
+            return Err(PmlError::BadTag(args.tag));
+        }
+        let core = &mut self.core;
+        let dest = args.dest as usize;
+        // The eager fast path: nothing queued before it to this peer, one obvious eager BTL,
+        // the whole message in one fragment. No request is created unless the BTL refuses.
+        let eager = &core.routes[dest].eager;
+        let btl = match eager.as_slice() {
+            [only] => Some(only.btl),
+            [first, ..]
+                if core.cfg.scheduling.for_pattern(args.pattern) != Scheduling::RoundRobin =>
+            {
+                Some(first.btl)
+            }
+            _ => None,
+        };
+        let fast = args.mode == SendMode::Standard
+            && !core.dead[dest]
+            && core.starts[dest].is_empty()
+            && btl.is_some_and(|b| {
+                let a = &core.attrs[b];
+                hdr::MATCH_LEN + args.buf.len() <= a.eager_limit.min(a.max_send_size)
+            });
+        let Some(b) = btl.filter(|_| fast) else {
+            return self.isend(args).map(SendStart::Pending);
+        };
+        let seq = core.matcher.next_send_seq(args.context, args.dest);
+        let h = hdr::emit_match(&MatchRepr {
+            ctx: args.context,
+            src: core.me,
+            tag: args.tag,
+            seq,
+        });
+        let len = args.buf.len();
+        let hint = SendHint {
+            pattern: args.pattern,
+            message_len: len,
+        };
+        match self
+            .bml
+            .btl(b)
+            .send(args.dest, TAG, &h, args.buf.as_slice(), hint)
+        {
+            Ok(()) => {
+                core.stats.eager += 1;
+                let c = class(len);
+                core.stats.sent_msgs[c] += 1;
+                core.stats.sent_bytes[c] += len as u64;
+                Ok(SendStart::Done(Status {
+                    source: args.dest,
+                    tag: args.tag,
+                    len,
+                    error: None,
+                }))
+            }
+            Err(e) => {
+                // Refused: keep it as a request with the sequence number it already has, and
+                // handle the refusal as isend does (retry in order, or fail over).
+                let id = core.reqs.insert(Req {
+                    kind: Kind::Send(SendReq {
+                        buf: args.buf,
+                        dest: args.dest,
+                        tag: args.tag,
+                        context: args.context,
+                        mode: args.mode,
+                        pattern: args.pattern,
+                        seq,
+                        state: SendState::Start,
+                        regs: Regs::default(),
+                    }),
+                    active: false,
+                    done: None,
+                });
+                if core.send_refused(&mut self.bml, id, args.dest, b, e) {
+                    core.starts[dest].push_back(id);
+                    core.starts_pending += 1;
+                }
+                Ok(SendStart::Pending(id))
+            }
+        }
     }
 
     fn irecv(&mut self, args: RecvArgs) -> Result<RequestId, PmlError> {
@@ -1541,11 +1666,13 @@ impl Pml for Ob1 {
             }))
     }
 
+    #[inline]
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
-        self.core
-            .reqs
-            .take_done(request)
-            .map_err(|()| PmlError::UnknownRequest(request))
+        // Wait loops test far more often than requests complete: answer "not yet" cheaply.
+        if self.core.reqs.is_pending(request) {
+            return Ok(None);
+        }
+        self.take_done(request)
     }
 
     fn cancel(&mut self, request: RequestId) -> Result<bool, PmlError> {
@@ -1577,6 +1704,10 @@ impl Pml for Ob1 {
 
     fn progress(&mut self) -> usize {
         let n = self.bml.progress(&mut self.core);
+        // An idle pass stops here: most passes of a wait loop find nothing queued.
+        if !self.core.has_work() {
+            return n;
+        }
         n + self.core.run(&mut self.bml)
     }
 

@@ -47,6 +47,9 @@ pub struct Ob1Config {
     pub max_rdma_per_request: usize,
     /// Offer RGET (receiver-driven reads) when a GET-capable route exists.
     pub use_rget: bool,
+    /// Use BTLs that need acknowledgements or checksums (NEED_ACK / NEED_CSUM) anyway:
+    /// a lost fragment is then never recovered (for measuring the cost of reliability).
+    pub unreliable_btls: bool,
 }
 
 impl Default for Ob1Config {
@@ -58,6 +61,7 @@ impl Default for Ob1Config {
             recv_pipeline_depth: 4,
             max_rdma_per_request: 4,
             use_rget: true,
+            unreliable_btls: false,
         }
     }
 }
@@ -84,6 +88,7 @@ impl Ob1Config {
             recv_pipeline_depth: int("pml_ob1_recv_pipeline_depth")?.max(1),
             max_rdma_per_request: int("pml_ob1_max_rdma_per_request")?.max(1),
             use_rget: params.get_bool("pml_ob1_use_rget").map_err(e)?,
+            unreliable_btls: params.get_bool("pml_ob1_unreliable_btls").map_err(e)?,
         })
     }
 }
@@ -92,6 +97,20 @@ impl Ob1Config {
 /// would lose or corrupt messages silently, and a lost fragment is a hang) with an error that
 /// says what to select instead.
 pub fn check_reliable(bml: &Bml) -> Result<(), PmlError> {
+    match unreliable_btl_in_use(bml) {
+        None => Ok(()),
+        Some(name) => Err(PmlError::Init(format!(
+            "btl {name} delivers unreliably (it needs acknowledgements/checksums from the PML), \
+             which pml ob1 does not provide: select pml dr (--mca pml dr) or exclude the btl \
+             (--mca btl ^{name}); to measure ob1 over it anyway, accepting that a lost fragment \
+             hangs the job, set pml_ob1_unreliable_btls 1"
+        ))),
+    }
+}
+
+/// The component name of the first BTL that routes some traffic and needs acknowledgements
+/// or checksums (NEED_ACK / NEED_CSUM), if any.
+pub fn unreliable_btl_in_use(bml: &Bml) -> Option<String> {
     let unsafe_flags = BtlFlags::NEED_ACK | BtlFlags::NEED_CSUM;
     for b in 0..bml.btl_count() {
         let btl = bml.btl_ref(b);
@@ -107,16 +126,10 @@ pub fn check_reliable(bml: &Bml) -> Result<(), PmlError> {
                 .any(|x| x.btl == b)
         });
         if used {
-            return Err(PmlError::Init(format!(
-                "btl {} delivers unreliably (it needs acknowledgements/checksums from the PML), \
-                 which pml ob1 does not provide: select pml dr (--mca pml dr) or exclude the btl \
-                 (--mca btl ^{})",
-                btl.component_name(),
-                btl.component_name()
-            )));
+            return Some(btl.component_name().to_owned());
         }
     }
-    Ok(())
+    None
 }
 
 /// The ob1 component.
@@ -179,6 +192,11 @@ impl Component for Ob1Component {
                 .help("Most BTLs a single message is striped over.")
                 .level(Level::Tuning),
         );
+        params.add(
+            Param::bool("unreliable_btls", d.unreliable_btls)
+                .help("Let ob1 use BTLs that need acknowledgements or checksums from the PML (NEED_ACK / NEED_CSUM, e.g. btl ud), which it refuses by default. ob1 does not acknowledge, retransmit or checksum: a lost fragment is never recovered (the job hangs) and a corrupted one is delivered. Only for measuring the cost of reliability (ob1+ud against dr+ud) on a loss-free fabric; use pml dr otherwise.")
+                .level(Level::Dev),
+        );
         params.add(Param::bool("use_rget", d.use_rget).help("Use receiver-driven RDMA reads (RGET) for large messages when a BTL offers GET; otherwise the copy pipeline.").level(Level::Tuning));
     }
 }
@@ -193,8 +211,20 @@ impl PmlComponent for Ob1Component {
 
     fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError> {
         let cfg = Ob1Config::from_params(ctx.params)?;
-        check_reliable(&bml)?;
-        tracing::debug!(?cfg, "pml ob1 init");
+        if !cfg.unreliable_btls {
+            check_reliable(&bml)?;
+        } else if let Some(name) = unreliable_btl_in_use(&bml) {
+            tracing::warn!(
+                btl = %name,
+                "pml_ob1_unreliable_btls: ob1 uses btl {name}, which needs acknowledgements; \
+                 a lost fragment will not be recovered (the job hangs) and a corrupted one is delivered"
+            );
+        }
+        // ob1 busy-polls its BTLs: spin when every local rank has a core, yield when the node
+        // is oversubscribed (the runtime would be the better owner of this choice).
+        let local = ctx.job.local_ranks().len();
+        let yields = rmca_framework::progress::configure_idle_for_node(local);
+        tracing::debug!(?cfg, local, yields, "pml ob1 init");
         Ok(Box::new(Ob1::new(bml, cfg)))
     }
 }

@@ -187,8 +187,18 @@ impl<R, T> ContextState<R, T> {
     }
 
     /// Remove and return the earliest posted receive that `source`/`tag` fits.
+    #[inline]
     fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<R> {
         let peer = &mut self.peers[source as usize];
+        // The common case: no ANY_SOURCE receive waiting, and the oldest receive posted for this
+        // source fits (receives posted in the order messages come): O(1), no scan.
+        if self.wild.is_empty() {
+            if peer.posted.front().is_some_and(|p| tag_fits(p.tag, tag)) {
+                return peer.posted.pop_front().map(|p| p.handle);
+            }
+            let i = peer.posted.iter().position(|p| tag_fits(p.tag, tag))?;
+            return peer.posted.remove(i).map(|p| p.handle);
+        }
         let specific = peer.posted.iter().position(|p| tag_fits(p.tag, tag));
         let wild = self.wild.iter().position(|p| tag_fits(p.tag, tag));
         match (specific, wild) {
@@ -297,11 +307,16 @@ impl<R, T> Matcher<R, T> {
     }
 
     /// The slot of `context`, created on first use.
-    #[inline]
+    #[inline(always)]
     fn slot(&mut self, context: ContextId) -> usize {
         if self.last.0 == context && self.last.1 != usize::MAX {
             return self.last.1;
         }
+        self.slot_slow(context)
+    }
+
+    #[inline(never)]
+    fn slot_slow(&mut self, context: ContextId) -> usize {
         let i = match self.index.get(&context) {
             Some(&i) => i,
             None => {
@@ -325,6 +340,7 @@ impl<R, T> Matcher<R, T> {
 
     /// The sequence number to stamp on the next message to `dest` on `context` (advances it).
     /// Panics if `dest >= nprocs` (the PML validates ranks first).
+    #[inline]
     pub fn next_send_seq(&mut self, context: ContextId, dest: Rank) -> Seq {
         let p = &mut self.ctx(context).peers[dest as usize];
         let s = p.next_send;
@@ -339,7 +355,12 @@ impl<R, T> Matcher<R, T> {
         let nprocs = self.nprocs;
         let slot = self.slot(context);
         let c = &mut self.contexts[slot];
-        if let Some((p, i)) = c.find_unexpected(source, tag) {
+        let found = if c.unexpected_count == 0 {
+            None
+        } else {
+            c.find_unexpected(source, tag)
+        };
+        if let Some((p, i)) = found {
             let u = c.peers[p]
                 .unexpected
                 .remove(i)
@@ -374,6 +395,7 @@ impl<R, T> Matcher<R, T> {
     /// if the engine must keep the message (unexpected or held). After an in-order arrival,
     /// held successors may have been released: drain them with [`Matcher::poll_released`].
     /// A source beyond `nprocs` is reported as [`Arrival::Stale`].
+    #[inline]
     pub fn arrive(
         &mut self,
         envelope: Envelope,
@@ -446,6 +468,7 @@ impl<R, T> Matcher<R, T> {
     }
 
     /// The next held message that matched a posted receive when its predecessor arrived.
+    #[inline]
     pub fn poll_released(&mut self) -> Option<Released<R, T>> {
         self.released.pop_front()
     }

@@ -371,3 +371,40 @@ fn duplicate_registration_is_an_error() {
     let errs = ParamStore::resolve(v, &RawSources::default()).unwrap_err();
     assert_eq!(errs, vec![ParamError::Duplicate("btl_ud_send_qps".into())]);
 }
+
+#[test]
+fn job_wide_settings_list_only_job_wide_parameters() {
+    let mut specs = Vec::new();
+    let mut r = ParamRegistrar::new("pml", "xx", &mut specs);
+    r.add(Param::int("vfrag", 8).job_wide());
+    r.add(Param::int("window", 4));
+    r.add(Param::string("mode", "fast").job_wide());
+    let raw = RawSources::from_parts(
+        None,
+        None,
+        false,
+        vec![("RMCA_MCA_pml_xx_vfrag".into(), "16".into())],
+        vec![],
+    )
+    .unwrap();
+    let store = ParamStore::resolve(specs, &raw).unwrap();
+    assert_eq!(
+        store.job_wide_settings(),
+        "pml_xx_mode=fast\npml_xx_vfrag=16\n"
+    );
+}
+
+#[test]
+fn job_wide_disagreements_name_parameter_ranks_and_values() {
+    let mine = "a=1\nb=x\n";
+    let same = (1, mine.to_owned());
+    assert!(job_wide_disagreements(0, mine, std::slice::from_ref(&same)).is_empty());
+    let theirs = [same, (2, "a=2\nb=x\n".to_owned()), (3, "a=1\n".to_owned())];
+    assert_eq!(
+        job_wide_disagreements(0, mine, &theirs),
+        [
+            "a: rank 0 has 1, rank 2 has 2".to_owned(),
+            "b: rank 0 has x, rank 3 has <unset>".to_owned()
+        ]
+    );
+}

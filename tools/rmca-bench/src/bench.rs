@@ -11,8 +11,10 @@ pub enum Bench {
     Bibw,
     /// Message rate of pairs r -> r + n/2.
     Msgrate,
-    /// First exchange with every peer, plus init time.
+    /// First exchange with every peer, plus init time (and memory with `--mem`).
     Allconn,
+    /// First exchange with the two ring neighbours only, plus init time (and memory).
+    Ringconn,
     /// Barrier time.
     Barrier,
     /// Allreduce time (f32 sum).
@@ -31,6 +33,18 @@ impl Bench {
         Bench::Allreduce,
     ];
 
+    /// Every benchmark the command line accepts (`all` leaves out ringconn).
+    pub const KNOWN: [Bench; 8] = [
+        Bench::Latency,
+        Bench::Bw,
+        Bench::Bibw,
+        Bench::Msgrate,
+        Bench::Allconn,
+        Bench::Ringconn,
+        Bench::Barrier,
+        Bench::Allreduce,
+    ];
+
     /// Command-line name.
     pub fn name(self) -> &'static str {
         match self {
@@ -39,6 +53,7 @@ impl Bench {
             Bench::Bibw => "bibw",
             Bench::Msgrate => "msgrate",
             Bench::Allconn => "allconn",
+            Bench::Ringconn => "ringconn",
             Bench::Barrier => "barrier",
             Bench::Allreduce => "allreduce",
         }
@@ -46,7 +61,7 @@ impl Bench {
 
     /// Parse a command-line name.
     pub fn parse(s: &str) -> Option<Bench> {
-        Self::ALL.into_iter().find(|b| b.name() == s)
+        Self::KNOWN.into_iter().find(|b| b.name() == s)
     }
 
     /// Names and units of the figures of each result line, in order.
@@ -56,7 +71,7 @@ impl Bench {
             Bench::Bw => &[("bandwidth", "MB/s")],
             Bench::Bibw => &[("bi-bandwidth", "MB/s")],
             Bench::Msgrate => &[("message rate", "Mmsg/s")],
-            Bench::Allconn => &[("all-connect", "us"), ("init", "us")],
+            Bench::Allconn | Bench::Ringconn => &CONN_METRICS,
             Bench::Barrier => &[("barrier", "us")],
             Bench::Allreduce => &[("allreduce", "us")],
         }
@@ -69,9 +84,32 @@ impl Bench {
 
     /// Does the benchmark sweep message sizes?
     pub fn sweeps_sizes(self) -> bool {
-        !matches!(self, Bench::Allconn | Bench::Barrier)
+        !matches!(self, Bench::Allconn | Bench::Ringconn | Bench::Barrier)
+    }
+
+    /// Is the benchmark measured per process count (`--procs`) rather than per size?
+    pub fn sweeps_procs(self) -> bool {
+        matches!(self, Bench::Allconn | Bench::Ringconn)
+    }
+
+    /// Is a larger value of metric `i` better?
+    pub fn metric_higher_is_better(self, i: usize) -> bool {
+        self.higher_is_better() && i == 0
     }
 }
+
+/// Figures of allconn and ringconn, in the order of their result line. The first two are always
+/// measured; the memory figures with `--mem` (VmHWM/VmRSS of /proc/self/status just before
+/// finalize, the largest over ranks; for rmca also the framework-accounted memory of the worst
+/// rank from the profile and the RC connections per rank).
+pub const CONN_METRICS: [(&str, &str); 6] = [
+    ("connect", "us"),
+    ("init", "us"),
+    ("VmHWM", "MiB"),
+    ("VmRSS", "MiB"),
+    ("accounted", "KiB"),
+    ("rc connections/rank", "n"),
+];
 
 /// Parameters handed from the driver to the worker (and to osu_like.c).
 #[derive(Clone, Debug)]
@@ -139,7 +177,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for b in Bench::ALL {
+        for b in Bench::KNOWN {
             assert_eq!(Bench::parse(b.name()), Some(b));
         }
         assert_eq!(Bench::parse("nope"), None);

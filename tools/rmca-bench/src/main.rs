@@ -1,7 +1,10 @@
-//! rmca-bench: OSU-style micro-benchmarks of rmca, optionally side by side with Open MPI and
-//! MPICH (`--vs`), with table, JSON-lines and SVG output.
+//! rmca-bench: OSU-style micro-benchmarks of rmca, several rmca configurations (`--conf`) side
+//! by side, optionally with Open MPI, MPICH and libfabric rxd (`--vs`, `--peers`), with table,
+//! JSON-lines and SVG output.
 //!
 //! `rmca-bench latency,bw -n 2 --runs 5 --vs --plot bench.svg`
+//! `rmca-bench latency,bw --conf ob1+ud --conf dr+ud --peers rxd`
+//! `rmca-bench --suite seed003-conn` (allconn and memory as the process count grows)
 //!
 //! The driver launches its own ranks: `rmca-run -n N [--mca ...] rmca-bench --worker ...`
 //! (rmca-run is looked up next to this binary), and for `--vs` compiles bench/osu_like.c (embedded
@@ -11,8 +14,11 @@
 
 mod affinity;
 mod bench;
+mod conf;
+mod memstat;
 mod peers;
 mod report;
+mod rxd;
 mod worker;
 
 use std::path::PathBuf;
@@ -22,29 +28,137 @@ use bench::{Bench, Params};
 use report::Results;
 
 const USAGE: &str = "usage: rmca-bench BENCH[,BENCH...]|all [options]
+       rmca-bench --suite NAME [options]
 
-benchmarks: latency bw bibw msgrate allconn barrier allreduce (all: every one)
+benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
+  (all: every one but ringconn)
   -n N               ranks (default 2)
-  --mca NAME VALUE   MCA parameter for the rmca ranks (repeatable)
+  --procs LIST       process counts for allconn and ringconn, e.g. 2,4,8,16 (default: -n);
+                     above the core count the ranks are oversubscribed (the table says so)
+  --mca NAME VALUE   MCA parameter for every rmca configuration (repeatable)
+  --conf SPEC        an rmca configuration to measure (repeatable; default one named 'rmca'
+                     with --mca only). SPEC is a preset name, or NAME=ITEM,ITEM... where an
+                     ITEM is key=value or a preset name; '+' in a value stands for ','
+                     (btl=rc+self); with ';' between items values are literal
+                     ('x=pml=ob1;btl=rc,self'). --mca applies first, the spec overrides it.
+  --ratio A/B        ratio column of the medians of configurations A and B (repeatable;
+                     default: dr+X/ob1+X pairs, dr+ud/rxd, and the first rmca configuration
+                     over each MPI peer)
+  --mem              allconn/ringconn also measure per-process memory: VmHWM and VmRSS
+                     (/proc/self/status before finalize, max over ranks) and, for rmca, the
+                     memory accounted by the framework profile (--mca profile 1, worst rank)
   --min BYTES        smallest message size (default 0; suffixes k, m)
   --max BYTES        largest message size (default 4m)
   --iters N          timed iterations up to 8 KiB, scaled down above (default 10000 for
                      latency, barrier, allreduce; 1000 for bw, bibw, msgrate)
   --window N         messages in flight for bw, bibw, msgrate (default 64)
   --runs N           jobs per configuration; medians and [min..max] are reported (default 5)
-  --vs               also run Open MPI (ob1/vader and UCX) and MPICH on bench/osu_like.c and
-                     print the ratios rmca/peer
-  --peers LIST       peers for --vs (default ompi-vader,ompi-ucx,mpich)
+  --vs               also run the peers: Open MPI (ob1/vader and UCX) and MPICH on
+                     bench/osu_like.c
+  --peers LIST       peers to run (implies --vs; default ompi-vader,ompi-ucx,mpich; also
+                     rxd: libfabric reliable datagrams over UDP through fi_pingpong, latency
+                     and bw only, one message in flight)
+  --suite NAME       a preset experiment (its options come first; later options override):
+SUITES
   --json             print one JSON object per line (the tables go to stderr)
   --plot FILE.svg    draw the size sweeps (log-log) into FILE.svg
   --no-bind          do not bind ranks to cores (default: rank r on core r % ncores)
-  --timeout S        per-job time limit in seconds (default 600)";
+  --timeout S        per-job time limit in seconds (default 600)
+
+presets for --conf:
+PRESETS";
+
+/// `--suite` experiments: name, what it reproduces, the options it stands for.
+const SUITES: &[(&str, &str, &str)] = &[
+    (
+        "seed003-lat",
+        "seed 003 Figures 3-4: latency and bandwidth, ob1 and dr over rc and ud, vs rxd",
+        "latency,bw --min 8 --max 1m --iters 1000 --runs 3 \
+         --conf ob1+rc --conf dr+rc --conf ob1+ud --conf dr+ud --peers rxd",
+    ),
+    (
+        "seed003-conn",
+        "seed 003 Figures 5-6: allconn, init and memory per process vs process count",
+        "allconn --procs 2,4,8,16 --mem --conf rc --conf rc+srq --conf ud --runs 3",
+    ),
+    (
+        "wqe",
+        "issue 7 / seed 001: 8 B message rate with btl_rc_send_wqes 5, 10, 200, coalescing off/on",
+        "msgrate --min 8 --max 8 --iters 200 --runs 3 \
+         --conf wqe5=ob1+rc,btl_rc_send_wqes=5,btl_rc_coalescing=0 \
+         --conf wqe5+coal=ob1+rc,btl_rc_send_wqes=5,btl_rc_coalescing=1 \
+         --conf wqe10=ob1+rc,btl_rc_send_wqes=10,btl_rc_coalescing=0 \
+         --conf wqe10+coal=ob1+rc,btl_rc_send_wqes=10,btl_rc_coalescing=1 \
+         --conf wqe200=ob1+rc,btl_rc_send_wqes=200,btl_rc_coalescing=0 \
+         --conf wqe200+coal=ob1+rc,btl_rc_send_wqes=200,btl_rc_coalescing=1 \
+         --ratio wqe5+coal/wqe5 --ratio wqe10+coal/wqe10 --ratio wqe200+coal/wqe200 \
+         --ratio wqe5+coal/wqe200",
+    ),
+    (
+        "rc-mem",
+        "issue 7 / seed 000: memory per process vs process count: per-peer queues, SRQ, SRQ + eager RDMA",
+        "allconn --procs 2,4,8,16 --mem --conf rc --conf rc+srq --conf rc+srq+erdma --runs 3 \
+         --ratio rc+srq/rc --ratio rc+srq+erdma/rc+srq",
+    ),
+    (
+        "rc-conn",
+        "issue 7 / seed 004: on-demand vs static connections, ring and all-to-all patterns",
+        "allconn,ringconn --procs 2,4,8,16 --mem --runs 3 \
+         --conf on_demand=rc,btl_rc_connect=on_demand --conf static=rc,btl_rc_connect=static \
+         --ratio on_demand/static",
+    ),
+];
+
+fn usage() -> String {
+    let suites: Vec<String> = SUITES
+        .iter()
+        .map(|(n, d, a)| {
+            format!(
+                "                     {n}: {d}\n                       = {}",
+                a.split_whitespace().collect::<Vec<_>>().join(" ")
+            )
+        })
+        .collect();
+    USAGE
+        .replace("SUITES", &suites.join("\n"))
+        .replace("PRESETS", &conf::describe_presets())
+}
+
+/// Replace every `--suite NAME` by the options it stands for.
+fn expand_suites(args: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--suite" {
+            let name = it.next().ok_or("--suite needs a name")?;
+            let (_, _, expansion) = SUITES.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
+                format!(
+                    "unknown suite '{name}': valid are {}",
+                    SUITES.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+                )
+            })?;
+            // The suite's options first, so that the user's later ones override them; its
+            // benchmark list is positional, so it must lead.
+            let mut mine: Vec<String> = expansion.split_whitespace().map(str::to_owned).collect();
+            mine.append(&mut out);
+            out = mine;
+        } else {
+            out.push(a.clone());
+        }
+    }
+    Ok(out)
+}
 
 /// Command line of the driver.
+#[derive(Debug)]
 struct Opts {
     benches: Vec<Bench>,
     ranks: usize,
+    procs: Vec<usize>,
     mca: Vec<(String, String)>,
+    confs: Vec<conf::Conf>,
+    ratios: Vec<(String, String)>,
+    mem: bool,
     min: usize,
     max: usize,
     iters: Option<usize>,
@@ -84,10 +198,15 @@ fn parse_num(flag: &str, s: Option<&String>) -> Result<usize, String> {
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let args = expand_suites(args)?;
     let mut o = Opts {
         benches: Vec::new(),
         ranks: 2,
+        procs: Vec::new(),
         mca: Vec::new(),
+        confs: Vec::new(),
+        ratios: Vec::new(),
+        mem: false,
         min: 0,
         max: 4 << 20,
         iters: None,
@@ -105,6 +224,32 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         match a.as_str() {
             "-h" | "--help" => return Err(String::new()),
             "-n" | "-np" => o.ranks = parse_num(a, it.next())?,
+            "--procs" => {
+                let list = it.next().ok_or("--procs needs a list, e.g. 2,4,8,16")?;
+                o.procs = list
+                    .split(',')
+                    .map(|p| match p.trim().parse::<usize>() {
+                        Ok(n) if n >= 1 => Ok(n),
+                        _ => Err(format!("--procs: '{p}' is not a process count (1 or more)")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--conf" => {
+                let c = conf::parse(it.next().ok_or("--conf needs a spec")?)?;
+                if o.confs.iter().any(|e| e.name == c.name) {
+                    return Err(format!("--conf: the name '{}' is used twice", c.name));
+                }
+                o.confs.push(c);
+            }
+            "--ratio" => {
+                let r = it.next().ok_or("--ratio needs A/B")?;
+                let (a, b) = r
+                    .split_once('/')
+                    .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+                    .ok_or_else(|| format!("--ratio '{r}': expected A/B (configuration names)"))?;
+                o.ratios.push((a.to_owned(), b.to_owned()));
+            }
+            "--mem" => o.mem = true,
             "--mca" => {
                 let (k, v) = (it.next(), it.next());
                 match (k, v) {
@@ -121,14 +266,11 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--peers" => {
                 let list = it.next().ok_or("--peers needs a list")?;
                 o.peers = list.split(',').map(str::to_owned).collect();
-                if let Some(bad) = o
-                    .peers
-                    .iter()
-                    .find(|p| !peers::DEFAULT.contains(&p.as_str()))
-                {
+                o.vs = true;
+                if let Some(bad) = o.peers.iter().find(|p| !peers::KNOWN.contains(&p.as_str())) {
                     return Err(format!(
                         "unknown peer '{bad}': valid peers are {}",
-                        peers::DEFAULT.join(", ")
+                        peers::KNOWN.join(", ")
                     ));
                 }
             }
@@ -144,7 +286,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
                         o.benches.push(Bench::parse(name).ok_or_else(|| {
                             format!(
                                 "unknown benchmark '{name}': valid are {} and all",
-                                Bench::ALL.map(|b| b.name()).join(", ")
+                                Bench::KNOWN.map(|b| b.name()).join(", ")
                             )
                         })?);
                     }
@@ -172,18 +314,64 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     if o.min > o.max {
         return Err(format!("--min {} is larger than --max {}", o.min, o.max));
     }
+    if o.procs.is_empty() {
+        o.procs = vec![o.ranks];
+    }
+    let mut names: Vec<String> = o.confs.iter().map(|c| c.name.clone()).collect();
+    if names.is_empty() {
+        names.push("rmca".into());
+    }
+    if o.vs {
+        names.extend(o.peers.iter().cloned());
+    }
+    for (a, b) in &o.ratios {
+        if let Some(bad) = [a, b].into_iter().find(|n| !names.contains(n)) {
+            return Err(format!(
+                "--ratio {a}/{b}: '{bad}' is not a configuration of this run (have: {})",
+                names.join(", ")
+            ));
+        }
+    }
     Ok(o)
 }
 
 fn default_iters(b: Bench) -> usize {
     match b {
         Bench::Bw | Bench::Bibw | Bench::Msgrate => 1000,
-        Bench::Allconn => 1,
+        Bench::Allconn | Bench::Ringconn => 1,
         _ => 10_000,
     }
 }
 
-/// `--worker BENCH MIN MAX ITERS WINDOW [--no-bind]`: the in-rank side.
+/// The default ratio columns: dr+X over ob1+X, dr+ud over rxd, and the first rmca
+/// configuration over each MPI peer.
+fn default_ratios(rmca: &[String], peers: &[String]) -> Vec<(String, String)> {
+    let mut r = Vec::new();
+    for a in rmca {
+        if let Some(x) = a.strip_prefix("dr+") {
+            let b = format!("ob1+{x}");
+            if rmca.contains(&b) {
+                r.push((a.clone(), b));
+            }
+        }
+    }
+    if peers.iter().any(|p| p == "rxd") {
+        for a in rmca
+            .iter()
+            .filter(|a| a.as_str() == "dr+ud" || a.as_str() == "ob1+ud")
+        {
+            r.push((a.clone(), "rxd".into()));
+        }
+    }
+    if let Some(first) = rmca.first() {
+        for p in peers.iter().filter(|p| p.as_str() != "rxd") {
+            r.push((first.clone(), p.clone()));
+        }
+    }
+    r
+}
+
+/// `--worker BENCH MIN MAX ITERS WINDOW [mem] [--no-bind]`: the in-rank side.
 fn worker_main(args: &[String]) -> ! {
     let parsed = (|| {
         let bench = Bench::parse(args.first()?)?;
@@ -194,15 +382,20 @@ fn worker_main(args: &[String]) -> ! {
             iters: n(3)?.max(1),
             window: n(4)?.max(1),
         };
-        Some((bench, p, !args.iter().any(|a| a == "--no-bind")))
+        Some((
+            bench,
+            p,
+            !args.iter().any(|a| a == "--no-bind"),
+            args.iter().skip(5).any(|a| a == "mem"),
+        ))
     })();
-    let Some((bench, p, bind)) = parsed else {
+    let Some((bench, p, bind, mem)) = parsed else {
         eprintln!(
-            "rmca-bench --worker BENCH MIN MAX ITERS WINDOW [--no-bind]: bad arguments {args:?}"
+            "rmca-bench --worker BENCH MIN MAX ITERS WINDOW [mem] [--no-bind]: bad arguments {args:?}"
         );
         exit(2);
     };
-    match worker::run(bench, &p, bind) {
+    match worker::run(bench, &p, bind, mem) {
         Ok(()) => exit(0),
         Err(e) => {
             eprintln!("rmca-bench worker: {e}");
@@ -219,11 +412,11 @@ fn main() {
     let o = match parse_opts(&args) {
         Ok(o) => o,
         Err(e) if e.is_empty() => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return;
         }
         Err(e) => {
-            eprintln!("rmca-bench: {e}\n\n{USAGE}");
+            eprintln!("rmca-bench: {e}\n\n{}", usage());
             exit(2);
         }
     };
@@ -240,19 +433,56 @@ fn drive(o: &Opts) -> Result<(), String> {
         .parent()
         .ok_or("rmca-bench has no directory")?
         .to_path_buf();
-    let mut configs = vec![peers::Config::rmca(&dir, &exe, &o.mca)?];
+    let mut configs = Vec::new();
+    if o.confs.is_empty() {
+        configs.push(peers::Config::rmca("rmca", &dir, &exe, &o.mca)?);
+    }
+    for c in &o.confs {
+        // --mca first, the configuration's own parameters override it.
+        let mut mca: Vec<(String, String)> = o
+            .mca
+            .iter()
+            .filter(|(k, _)| !c.mca.iter().any(|(ck, _)| ck == k))
+            .cloned()
+            .collect();
+        mca.extend(c.mca.iter().cloned());
+        configs.push(peers::Config::rmca(&c.name, &dir, &exe, &mca)?);
+    }
+    let rmca_names: Vec<String> = configs.iter().map(|c| c.name.clone()).collect();
+    let mut peer_names = Vec::new();
     if o.vs {
         for name in &o.peers {
             match peers::Config::peer(name, &dir) {
-                Ok(c) => configs.push(c),
+                Ok(c) => {
+                    peer_names.push(c.name.clone());
+                    configs.push(c);
+                }
                 Err(e) => eprintln!("rmca-bench: skipping {name}: {e}"),
             }
         }
     }
+    let names: Vec<String> = configs.iter().map(|c| c.name.clone()).collect();
+    let ratios = if o.ratios.is_empty() {
+        default_ratios(&rmca_names, &peer_names)
+    } else {
+        o.ratios
+            .iter()
+            .filter(|(a, b)| names.contains(a) && names.contains(b))
+            .cloned()
+            .collect()
+    };
     let mut results = Results {
-        configs: configs.iter().map(|c| c.name.clone()).collect(),
+        configs: names,
+        ratios,
         ..Default::default()
     };
+    let ropts = peers::RunOpts {
+        bind: o.bind,
+        timeout_s: o.timeout_s,
+        mem: o.mem,
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let mut failed = 0usize;
     for run in 0..o.runs {
         for &bench in &o.benches {
             let p = Params {
@@ -261,13 +491,35 @@ fn drive(o: &Opts) -> Result<(), String> {
                 iters: o.iters.unwrap_or_else(|| default_iters(bench)),
                 window: o.window,
             };
-            for c in &configs {
-                if !o.json {
-                    eprintln!("run {}/{}: {} on {}", run + 1, o.runs, bench.name(), c.name);
-                }
-                let lines = c.run(bench, &p, o.ranks, o.bind, o.timeout_s)?;
-                for (size, figures) in lines {
-                    results.add(bench, &c.name, size, &figures);
+            let counts = if bench.sweeps_procs() {
+                o.procs.clone()
+            } else {
+                vec![o.ranks]
+            };
+            for &n in &counts {
+                for c in configs.iter().filter(|c| c.supports(bench)) {
+                    if !o.json {
+                        eprintln!(
+                            "run {}/{}: {} on {} ({n} ranks)",
+                            run + 1,
+                            o.runs,
+                            bench.name(),
+                            c.name
+                        );
+                    }
+                    // A failed job is reported and its figures are missing; the others go on.
+                    let lines = match c.run(bench, &p, n, ropts) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            eprintln!("rmca-bench: {} {} -n {n}: {e}", c.name, bench.name());
+                            failed += 1;
+                            continue;
+                        }
+                    };
+                    for (size, figures) in lines {
+                        let x = if bench.sweeps_procs() { n } else { size };
+                        results.add(bench, &c.name, x, &figures);
+                    }
                 }
             }
         }
@@ -277,7 +529,27 @@ fn drive(o: &Opts) -> Result<(), String> {
         .iter()
         .map(|(k, v)| (k.clone(), v.clone().into()))
         .collect();
+    let confs: serde_json::Map<String, serde_json::Value> = o
+        .confs
+        .iter()
+        .map(|c| {
+            let m: serde_json::Map<String, serde_json::Value> = c
+                .mca
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().into()))
+                .collect();
+            (c.name.clone(), serde_json::Value::Object(m))
+        })
+        .collect();
+    let oversubscribed = o.procs.iter().any(|&n| n > cores);
     for &bench in &o.benches {
+        let mut note = String::new();
+        if bench.sweeps_procs() && oversubscribed {
+            note = format!(
+                "note: {cores} cores: jobs with more than {cores} ranks are oversubscribed (busy-polling ranks share cores)\n"
+            );
+        }
+        let table = format!("{}{note}", results.table(bench, o.ranks, o.runs));
         if o.json {
             let ctx = serde_json::json!({
                 "ranks": o.ranks,
@@ -286,14 +558,16 @@ fn drive(o: &Opts) -> Result<(), String> {
                 "iters": o.iters.unwrap_or_else(|| default_iters(bench)),
                 "bind": o.bind,
                 "mca": mca,
+                "confs": confs,
+                "cores": cores,
             });
             for l in results.json_lines(bench, &ctx) {
                 println!("{l}");
             }
             // The table still goes to the terminal, out of the way of the JSON stream.
-            eprint!("{}", results.table(bench, o.ranks, o.runs));
+            eprint!("{table}");
         } else {
-            print!("{}", results.table(bench, o.ranks, o.runs));
+            print!("{table}");
         }
     }
     if let Some(path) = &o.plot {
@@ -302,6 +576,11 @@ fn drive(o: &Opts) -> Result<(), String> {
         if !o.json {
             eprintln!("plot written to {}", path.display());
         }
+    }
+    if failed > 0 {
+        return Err(format!(
+            "{failed} job(s) failed (their figures are missing from the tables)"
+        ));
     }
     Ok(())
 }
@@ -342,6 +621,59 @@ mod tests {
             .contains("valid peers"));
         assert!(parse_opts(&args("latency --min 8 --max 4")).is_err());
         assert!(parse_opts(&args("")).is_err());
+    }
+
+    #[test]
+    fn confs_ratios_and_procs() {
+        let o = parse_opts(&args(
+            "allconn --procs 2,4,8 --conf ob1+ud --conf dr+ud --conf x=ob1+rc,btl_rc_send_wqes=5 --mem --ratio x/ob1+ud",
+        ))
+        .unwrap();
+        assert_eq!(o.procs, vec![2, 4, 8]);
+        assert!(o.mem);
+        let names: Vec<&str> = o.confs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["ob1+ud", "dr+ud", "x"]);
+        assert_eq!(o.ratios, vec![("x".to_owned(), "ob1+ud".to_owned())]);
+        assert!(parse_opts(&args("latency --conf dr+ud --conf dr+ud"))
+            .unwrap_err()
+            .contains("used twice"));
+        assert!(
+            parse_opts(&args("latency --conf dr+ud --ratio dr+ud/ob1+ud"))
+                .unwrap_err()
+                .contains("not a configuration")
+        );
+        assert!(parse_opts(&args("allconn --procs 2,0")).is_err());
+        assert!(parse_opts(&args("latency --ratio ab")).is_err());
+        // --peers implies --vs and accepts rxd.
+        let o = parse_opts(&args("latency --conf dr+ud --peers rxd --ratio dr+ud/rxd")).unwrap();
+        assert!(o.vs && o.peers == vec!["rxd".to_owned()]);
+    }
+
+    #[test]
+    fn default_ratios_pair_dr_with_ob1_and_rxd() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let r = default_ratios(&s(&["ob1+ud", "dr+ud", "dr+rc"]), &s(&["rxd", "mpich"]));
+        let r: Vec<String> = r.iter().map(|(a, b)| format!("{a}/{b}")).collect();
+        assert_eq!(
+            r,
+            vec!["dr+ud/ob1+ud", "ob1+ud/rxd", "dr+ud/rxd", "ob1+ud/mpich"]
+        );
+    }
+
+    #[test]
+    fn every_suite_parses_and_later_options_override() {
+        for (name, _, _) in SUITES {
+            let o = parse_opts(&args(&format!("--suite {name}")))
+                .unwrap_or_else(|e| panic!("suite {name}: {e}"));
+            assert!(!o.benches.is_empty() && !o.confs.is_empty(), "{name}");
+        }
+        let o = parse_opts(&args("--suite seed003-conn --runs 1 --procs 2")).unwrap();
+        assert_eq!((o.runs, o.procs.clone()), (1, vec![2]));
+        assert_eq!(o.benches, vec![Bench::Allconn]);
+        assert!(parse_opts(&args("--suite nope"))
+            .unwrap_err()
+            .contains("seed003-lat"));
+        assert!(usage().contains("rc+srq+erdma") && usage().contains("rc-conn"));
     }
 
     #[test]

@@ -1,15 +1,19 @@
-//! The configurations measured: rmca through rmca-run, and the peers (bench/osu_like.c built
-//! with Debian's Open MPI and MPICH).
+//! The configurations measured: rmca through rmca-run (one per `--conf`), and the peers
+//! (bench/osu_like.c built with Debian's Open MPI and MPICH; libfabric's rxd through
+//! fi_pingpong).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::bench::{Bench, Params};
+use crate::bench::{iters_for, sizes, Bench, Params};
 
-/// Peers known to `--vs`.
+/// Peers run by `--vs` without `--peers`.
 pub const DEFAULT: [&str; 3] = ["ompi-vader", "ompi-ucx", "mpich"];
+
+/// Every peer `--peers` accepts.
+pub const KNOWN: [&str; 4] = ["ompi-vader", "ompi-ucx", "mpich", "rxd"];
 
 /// The peer benchmark source, embedded so that the binary works from any directory.
 const OSU_LIKE_C: &str = include_str!("../../../bench/osu_like.c");
@@ -27,6 +31,19 @@ enum Kind {
     Mpich {
         bin: PathBuf,
     },
+    /// libfabric rxd over UDP (fi_pingpong): latency and bw only.
+    Rxd,
+}
+
+/// How every job is run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOpts {
+    /// Bind rank r to core r % ncores.
+    pub bind: bool,
+    /// Per-job time limit, seconds.
+    pub timeout_s: u64,
+    /// Measure memory (allconn, ringconn): VmHWM/VmRSS, and for rmca the profile.
+    pub mem: bool,
 }
 
 /// One implementation to measure.
@@ -82,8 +99,13 @@ fn build_peer(dir: &Path, mpicc: &str, suffix: &str) -> Result<PathBuf, String> 
 }
 
 impl Config {
-    /// rmca, launched by the rmca-run next to this binary.
-    pub fn rmca(dir: &Path, exe: &Path, mca: &[(String, String)]) -> Result<Config, String> {
+    /// rmca named `name`, launched by the rmca-run next to this binary with `mca`.
+    pub fn rmca(
+        name: &str,
+        dir: &Path,
+        exe: &Path,
+        mca: &[(String, String)],
+    ) -> Result<Config, String> {
         let rmca_run = dir.join("rmca-run");
         if !rmca_run.is_file() {
             return Err(format!(
@@ -92,7 +114,7 @@ impl Config {
             ));
         }
         Ok(Config {
-            name: "rmca".into(),
+            name: name.into(),
             kind: Kind::Rmca {
                 rmca_run,
                 exe: exe.to_path_buf(),
@@ -115,6 +137,15 @@ impl Config {
             "mpich" => Kind::Mpich {
                 bin: build_peer(dir, "mpicc.mpich", "mpich")?,
             },
+            "rxd" => {
+                if !crate::rxd::available() {
+                    return Err(
+                        "fi_pingpong not found (Debian libfabric-bin; scripts/install-deps.sh --bench)"
+                            .into(),
+                    );
+                }
+                Kind::Rxd
+            }
             other => return Err(format!("unknown peer '{other}'")),
         };
         if matches!(kind, Kind::OpenMpi { .. }) && which("mpirun.openmpi").is_none() {
@@ -129,23 +160,32 @@ impl Config {
         })
     }
 
-    /// Run one job; returns the (size, figures) result lines of rank 0.
+    /// Does this configuration measure `bench`?
+    pub fn supports(&self, bench: Bench) -> bool {
+        !matches!(self.kind, Kind::Rxd) || matches!(bench, Bench::Latency | Bench::Bw)
+    }
+
+    /// Run one job; returns the (size, figures) result lines of rank 0 (figures that were not
+    /// measured are NaN).
     pub fn run(
         &self,
         bench: Bench,
         p: &Params,
         ranks: usize,
-        bind: bool,
-        timeout_s: u64,
+        o: RunOpts,
     ) -> Result<Vec<(usize, Vec<f64>)>, String> {
+        let (bind, timeout_s) = (o.bind, o.timeout_s);
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let bench_args = [
+        let mut bench_args = vec![
             bench.name().to_owned(),
             p.min.to_string(),
             p.max.to_string(),
             p.iters.to_string(),
             p.window.to_string(),
         ];
+        if o.mem {
+            bench_args.push("mem".into());
+        }
         let mut cmd = match &self.kind {
             Kind::Rmca { rmca_run, exe, mca } => {
                 let mut c = Command::new(rmca_run);
@@ -155,6 +195,10 @@ impl Config {
                     .arg(timeout_s.to_string());
                 for (k, v) in mca {
                     c.arg("--mca").arg(k).arg(v);
+                }
+                if o.mem {
+                    // The merged profile (rank 0, at finalize) carries the accounted memory.
+                    c.args(["--mca", "profile", "1"]);
                 }
                 c.arg(exe).arg("--worker").args(&bench_args);
                 if !bind {
@@ -187,6 +231,7 @@ impl Config {
                 c.arg(bin).args(&bench_args);
                 c
             }
+            Kind::Rxd => return self.run_rxd(bench, p, bind, timeout_s),
         };
         for (k, _) in std::env::vars() {
             // The user's own RMCA_MCA_* settings would leak into rmca only; keep runs explicit.
@@ -203,6 +248,9 @@ impl Config {
             ));
         }
         let lines = parse_results(&stdout);
+        if lines.is_empty() && !self.supports(bench) {
+            return Ok(lines);
+        }
         if lines.is_empty() {
             return Err(format!(
                 "{} {} printed no results:\n{stdout}{stderr}",
@@ -214,7 +262,37 @@ impl Config {
     }
 }
 
-/// `result SIZE V1 [V2 ...]` lines; anything else (launcher chatter) is ignored.
+impl Config {
+    fn run_rxd(
+        &self,
+        bench: Bench,
+        p: &Params,
+        bind: bool,
+        timeout_s: u64,
+    ) -> Result<Vec<(usize, Vec<f64>)>, String> {
+        if !self.supports(bench) {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for size in sizes(bench, p.min, p.max) {
+            // At least 100 round trips: fi_pingpong times its first exchange (rxd's connection
+            // set-up) too, which a handful of iterations would not amortize.
+            let it = iters_for(p.iters, size).max(100);
+            if let Some(r) = crate::rxd::run(size, it, bind, Duration::from_secs(timeout_s))? {
+                let v = if bench == Bench::Latency {
+                    r.usec_per_xfer
+                } else {
+                    r.mb_per_sec
+                };
+                out.push((size, vec![v]));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `result SIZE V1 [V2 ...]` lines (a `-` figure was not measured: NaN); anything else
+/// (launcher chatter) is ignored.
 pub fn parse_results(out: &str) -> Vec<(usize, Vec<f64>)> {
     out.lines()
         .filter_map(|l| {
@@ -223,21 +301,45 @@ pub fn parse_results(out: &str) -> Vec<(usize, Vec<f64>)> {
                 return None;
             }
             let size = w.next()?.parse().ok()?;
-            let figures: Option<Vec<f64>> = w.map(|x| x.parse().ok()).collect();
+            let figures: Option<Vec<f64>> = w
+                .map(|x| {
+                    if x == "-" {
+                        Some(f64::NAN)
+                    } else {
+                        x.parse().ok()
+                    }
+                })
+                .collect();
             figures.filter(|f| !f.is_empty()).map(|f| (size, f))
         })
         .collect()
 }
 
 fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<(bool, String, String), String> {
-    let mut child = cmd
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
-    let mut so = child.stdout.take().ok_or("no stdout")?;
-    let mut se = child.stderr.take().ok_or("no stderr")?;
+    match wait_output(child, limit) {
+        (ok, out, err) if !err.starts_with(TIMED_OUT) => Ok((ok, out, err)),
+        _ => Err(format!(
+            "{cmd:?} did not finish within {} s",
+            limit.as_secs()
+        )),
+    }
+}
+
+const TIMED_OUT: &str = "rmca-bench: timed out\n";
+
+/// Wait for `child` (stdout and stderr piped) at most `limit`, killing it then; returns
+/// (success, stdout, stderr), stderr starting with a timeout marker when it was killed.
+pub fn wait_output(mut child: Child, limit: Duration) -> (bool, String, String) {
+    let (Some(mut so), Some(mut se)) = (child.stdout.take(), child.stderr.take()) else {
+        let ok = child.wait().is_ok_and(|s| s.success());
+        return (ok, String::new(), String::new());
+    };
     let t_out = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = so.read_to_string(&mut s);
@@ -250,8 +352,10 @@ fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<(bool, String, 
     });
     let start = Instant::now();
     let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(st);
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(_) => break None,
         }
         if start.elapsed() > limit {
             let _ = child.kill();
@@ -265,11 +369,8 @@ fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<(bool, String, 
         t_err.join().unwrap_or_default(),
     );
     match status {
-        Some(st) => Ok((st.success(), out, err)),
-        None => Err(format!(
-            "{cmd:?} did not finish within {} s",
-            limit.as_secs()
-        )),
+        Some(st) => (st.success(), out, err),
+        None => (false, out, format!("{TIMED_OUT}{err}")),
     }
 }
 
@@ -284,6 +385,9 @@ mod tests {
             parse_results(out),
             vec![(0, vec![1.5]), (8, vec![2.25, 9.0])]
         );
+        let r = parse_results("result 4 1 - 3\n");
+        assert_eq!(r.len(), 1);
+        assert!(r[0].1[1].is_nan() && r[0].1[2] == 3.0);
     }
 
     #[test]

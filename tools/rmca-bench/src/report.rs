@@ -13,6 +13,8 @@ pub type Runs = Vec<Vec<f64>>;
 pub struct Results {
     /// Configuration names in the order they were run (rmca first).
     pub configs: Vec<String>,
+    /// Ratio columns: (numerator, denominator) configuration names.
+    pub ratios: Vec<(String, String)>,
     /// The figures.
     pub data: BTreeMap<&'static str, BTreeMap<String, BTreeMap<usize, Runs>>>,
 }
@@ -49,7 +51,7 @@ pub fn summarize(v: &[f64]) -> Option<Summary> {
 }
 
 impl Results {
-    /// Record one run's result line for `config`.
+    /// Record one run's result line for `config` (NaN figures were not measured).
     pub fn add(&mut self, bench: Bench, config: &str, size: usize, figures: &[f64]) {
         let runs = self
             .data
@@ -63,7 +65,9 @@ impl Results {
             runs.resize(figures.len(), Vec::new());
         }
         for (r, f) in runs.iter_mut().zip(figures) {
-            r.push(*f);
+            if f.is_finite() {
+                r.push(*f);
+            }
         }
     }
 
@@ -84,13 +88,38 @@ impl Results {
         s
     }
 
+    fn ratio(&self, bench: Bench, a: &str, b: &str, size: usize, metric: usize) -> Option<f64> {
+        let (x, y) = (
+            self.summary(bench, a, size, metric)?,
+            self.summary(bench, b, size, metric)?,
+        );
+        (y.median > 0.0).then(|| x.median / y.median)
+    }
+
+    fn has_metric(&self, bench: Bench, metric: usize) -> bool {
+        self.data.get(bench.name()).is_some_and(|c| {
+            c.values().any(|m| {
+                m.values()
+                    .any(|r| r.get(metric).is_some_and(|v| !v.is_empty()))
+            })
+        })
+    }
+
     /// The human-readable table of `bench`: medians with [min..max] per configuration, then
-    /// the ratios rmca/peer.
+    /// the ratio columns A/B of the medians. Rows are sizes, or process counts for allconn and
+    /// ringconn; metrics nobody measured are left out.
     pub fn table(&self, bench: Bench, ranks: usize, runs: usize) -> String {
         let mut out = String::new();
-        let peers: Vec<&String> = self.configs.iter().skip(1).collect();
+        let xlabel = if bench.sweeps_procs() {
+            "procs"
+        } else {
+            "size"
+        };
         for (mi, (metric, unit)) in bench.metrics().iter().enumerate() {
-            let better = if bench.higher_is_better() {
+            if !self.has_metric(bench, mi) {
+                continue;
+            }
+            let better = if bench.metric_higher_is_better(mi) {
                 "higher is better"
             } else {
                 "lower is better"
@@ -100,38 +129,68 @@ impl Results {
             } else {
                 format!("{}: {metric}", bench.name())
             };
+            let who = if bench.sweeps_procs() {
+                String::new()
+            } else {
+                format!(", {ranks} ranks")
+            };
             let _ = writeln!(
                 out,
-                "# {title} ({unit}, {better}), {ranks} ranks, median [min..max] of {runs} runs"
+                "# {title} ({unit}, {better}){who}, median [min..max] of {runs} runs"
             );
-            let _ = write!(out, "{:>9}", "size");
-            for c in &self.configs {
-                let _ = write!(out, "  {c:>28}");
-            }
-            for p in &peers {
-                let _ = write!(out, "  {:>16}", format!("rmca/{p}"));
+            let xs = self.sizes(bench);
+            let cells: Vec<Vec<String>> = xs
+                .iter()
+                .map(|&x| {
+                    let mut row: Vec<String> = self
+                        .configs
+                        .iter()
+                        .map(|c| match self.summary(bench, c, x, mi) {
+                            Some(s) => {
+                                format!("{} [{}..{}]", fig(s.median), fig(s.min), fig(s.max))
+                            }
+                            None => "-".into(),
+                        })
+                        .collect();
+                    row.extend(self.ratios.iter().map(|(a, b)| {
+                        self.ratio(bench, a, b, x, mi)
+                            .map_or("-".into(), |r| format!("{r:.2}"))
+                    }));
+                    row
+                })
+                .collect();
+            let heads: Vec<String> = self
+                .configs
+                .iter()
+                .cloned()
+                .chain(self.ratios.iter().map(|(a, b)| format!("{a}/{b}")))
+                .collect();
+            let widths: Vec<usize> = heads
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    cells
+                        .iter()
+                        .map(|r| r[i].len())
+                        .chain([h.len()])
+                        .max()
+                        .unwrap_or(1)
+                })
+                .collect();
+            let _ = write!(out, "{xlabel:>9}");
+            for (h, w) in heads.iter().zip(&widths) {
+                let _ = write!(out, "  {h:>w$}");
             }
             out.push('\n');
-            for size in self.sizes(bench) {
-                let _ = write!(out, "{:>9}", human_size(size));
-                for c in &self.configs {
-                    let cell = match self.summary(bench, c, size, mi) {
-                        Some(s) => format!("{} [{}..{}]", fig(s.median), fig(s.min), fig(s.max)),
-                        None => "-".into(),
-                    };
-                    let _ = write!(out, "  {cell:>28}");
-                }
-                for p in &peers {
-                    let cell = match (
-                        self.summary(bench, &self.configs[0], size, mi),
-                        self.summary(bench, p, size, mi),
-                    ) {
-                        (Some(a), Some(b)) if b.median > 0.0 => {
-                            format!("{:.2}", a.median / b.median)
-                        }
-                        _ => "-".into(),
-                    };
-                    let _ = write!(out, "  {cell:>16}");
+            for (x, row) in xs.iter().zip(&cells) {
+                let label = if bench.sweeps_procs() {
+                    x.to_string()
+                } else {
+                    human_size(*x)
+                };
+                let _ = write!(out, "{label:>9}");
+                for (c, w) in row.iter().zip(&widths) {
+                    let _ = write!(out, "  {c:>w$}");
                 }
                 out.push('\n');
             }
@@ -150,10 +209,14 @@ impl Results {
                         continue;
                     };
                     let runs = &self.data[bench.name()][c][&size][mi];
+                    let xkey = if bench.sweeps_procs() {
+                        "procs"
+                    } else {
+                        "size"
+                    };
                     let mut obj = serde_json::json!({
                         "benchmark": bench.name(),
                         "config": c,
-                        "size": size,
                         "metric": metric,
                         "unit": unit,
                         "median": s.median,
@@ -162,27 +225,21 @@ impl Results {
                         "values": runs,
                     });
                     if let (Some(o), Some(ctx)) = (obj.as_object_mut(), context.as_object()) {
+                        o.insert(xkey.into(), size.into());
                         for (k, v) in ctx {
                             o.insert(k.clone(), v.clone());
                         }
-                        if c == &self.configs[0] {
-                            let ratios: serde_json::Map<String, serde_json::Value> = self
-                                .configs
-                                .iter()
-                                .skip(1)
-                                .filter_map(|p| {
-                                    let b = self.summary(bench, p, size, mi)?;
-                                    (b.median > 0.0).then(|| {
-                                        (p.clone(), serde_json::json!(s.median / b.median))
-                                    })
-                                })
-                                .collect();
-                            if !ratios.is_empty() {
-                                o.insert(
-                                    "ratio_rmca_over".into(),
-                                    serde_json::Value::Object(ratios),
-                                );
-                            }
+                        let ratios: serde_json::Map<String, serde_json::Value> = self
+                            .ratios
+                            .iter()
+                            .filter(|(a, _)| a == c)
+                            .filter_map(|(a, b)| {
+                                let r = self.ratio(bench, a, b, size, mi)?;
+                                Some((format!("{a}/{b}"), serde_json::json!(r)))
+                            })
+                            .collect();
+                        if !ratios.is_empty() {
+                            o.insert("ratios".into(), serde_json::Value::Object(ratios));
                         }
                     }
                     lines.push(obj.to_string());
@@ -393,6 +450,7 @@ mod tests {
     fn sample() -> Results {
         let mut r = Results {
             configs: vec!["rmca".into(), "mpich".into()],
+            ratios: vec![("rmca".into(), "mpich".into())],
             ..Default::default()
         };
         for (run, f) in [1.0, 3.0, 2.0].into_iter().enumerate() {
@@ -436,7 +494,7 @@ mod tests {
         assert_eq!(v["median"], 2.0);
         assert_eq!(v["ranks"], 2);
         assert_eq!(v["values"], serde_json::json!([1.0, 3.0, 2.0]));
-        assert_eq!(v["ratio_rmca_over"]["mpich"], 2.0);
+        assert_eq!(v["ratios"]["rmca/mpich"], 2.0);
     }
 
     #[test]

@@ -7,9 +7,11 @@ use rmca::coll::Op;
 use rmca::{Communicator, Request};
 
 use crate::bench::{iters_for, sizes, warmup_for, Bench, Params};
+use crate::memstat;
 
-/// Run `bench` in this rank; rank 0 prints `result SIZE VALUE [VALUE2]` lines.
-pub fn run(bench: Bench, p: &Params, bind: bool) -> Result<(), String> {
+/// Run `bench` in this rank; rank 0 prints `result SIZE VALUE [VALUE2 ...]` lines. With `mem`,
+/// allconn and ringconn add the memory figures (see [`crate::bench::CONN_METRICS`]).
+pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String> {
     let universe = rmca::init().map_err(|e| format!("rmca init: {e}"))?;
     let world = universe.world();
     if bind {
@@ -25,7 +27,36 @@ pub fn run(bench: Bench, p: &Params, bind: bool) -> Result<(), String> {
     let init_us = universe.init_time().as_secs_f64() * 1e6;
     let e = |e: rmca::Error| e.to_string();
     match bench {
-        Bench::Allconn => allconn(&world, init_us).map_err(e)?,
+        Bench::Allconn | Bench::Ringconn => {
+            let figures = connect(&world, init_us, bench == Bench::Ringconn, mem).map_err(e)?;
+            // Finalize here: with `--mca profile 1` rank 0 gets the merged profile back.
+            let profile = universe.finalize().map_err(e)?;
+            if let Some(mut f) = figures {
+                if mem {
+                    let prof = profile.as_ref();
+                    f.push(
+                        prof.and_then(memstat::accounted_peak_max)
+                            .map_or(f64::NAN, |b| b as f64 / 1024.0),
+                    );
+                    f.push(
+                        prof.and_then(|p| memstat::counter_per_rank(p, "btl.rc.connections"))
+                            .unwrap_or(f64::NAN),
+                    );
+                }
+                let cells: Vec<String> = f
+                    .iter()
+                    .map(|v| {
+                        if v.is_nan() {
+                            "-".to_owned()
+                        } else {
+                            format!("{v:.3}")
+                        }
+                    })
+                    .collect();
+                println!("result 0 {}", cells.join(" "));
+            }
+            return Ok(());
+        }
         Bench::Barrier => barrier(&world, p.iters).map_err(e)?,
         _ => {
             for size in sizes(bench, p.min, p.max) {
@@ -36,7 +67,9 @@ pub fn run(bench: Bench, p: &Params, bind: bool) -> Result<(), String> {
                     Bench::Msgrate => window(&world, size, it, p.window, true),
                     Bench::Bibw => bibw(&world, size, it, p.window),
                     Bench::Allreduce => allreduce(&world, size, it),
-                    Bench::Allconn | Bench::Barrier => unreachable!("handled above"),
+                    Bench::Allconn | Bench::Ringconn | Bench::Barrier => {
+                        unreachable!("handled above")
+                    }
                 }
                 .map_err(e)?;
                 if world.rank() == 0 {
@@ -197,19 +230,35 @@ fn barrier(w: &Communicator, it: usize) -> R<()> {
     Ok(())
 }
 
-/// First 0-byte exchange with every peer in ring order, right after init (no barrier before:
-/// connection set-up is what is measured), and the init time; maxima over ranks.
-fn allconn(w: &Communicator, init_us: f64) -> R<()> {
+/// First 0-byte exchange with every peer in ring order (or, for `ring`, with the two ring
+/// neighbours only), right after init (no barrier before: connection set-up is what is
+/// measured), and the init time; maxima over ranks. With `mem`, VmHWM and VmRSS (MiB) just
+/// before finalize, maxima over ranks. Rank 0 gets the figures.
+fn connect(w: &Communicator, init_us: f64, ring: bool, mem: bool) -> R<Option<Vec<f64>>> {
     let (n, me) = (w.size(), w.rank());
     let t0 = Instant::now();
-    for k in 1..n {
+    let steps = if ring { (n - 1).min(1) } else { n - 1 };
+    for k in 1..=steps {
         w.sendrecv::<u8, u8>(&[], (me + k) % n, 5, &mut [], (me + n - k) % n, 5)?;
     }
-    let mine = [t0.elapsed().as_secs_f64() * 1e6, init_us];
-    let mut worst = [0.0f64; 2];
-    w.reduce(&mine, (me == 0).then_some(&mut worst[..]), Op::Max, 0)?;
-    if me == 0 {
-        println!("result 0 {:.3} {:.3}", worst[0], worst[1]);
+    if ring && n > 2 {
+        // The other direction, so that each rank has talked to both neighbours.
+        w.sendrecv::<u8, u8>(&[], (me + n - 1) % n, 5, &mut [], (me + 1) % n, 5)?;
     }
-    Ok(())
+    let mut mine = vec![t0.elapsed().as_secs_f64() * 1e6, init_us];
+    if mem {
+        let vm = memstat::current();
+        // -1 marks "not readable" (the maximum stays -1 only if no rank could read it).
+        let mib = |f: fn(&memstat::Vm) -> u64| vm.as_ref().map_or(-1.0, |v| f(v) as f64 / 1024.0);
+        mine.push(mib(|v| v.hwm_kib));
+        mine.push(mib(|v| v.rss_kib));
+    }
+    let mut worst = vec![0.0f64; mine.len()];
+    w.reduce(&mine, (me == 0).then_some(&mut worst[..]), Op::Max, 0)?;
+    Ok((me == 0).then(|| {
+        worst
+            .into_iter()
+            .map(|v| if v < 0.0 { f64::NAN } else { v })
+            .collect()
+    }))
 }

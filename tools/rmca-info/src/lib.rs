@@ -160,6 +160,7 @@ pub fn render_params(entries: &[&ParamEntry], parsable: bool) -> String {
             let _ = writeln!(out, "{p}:valid:{}", valid_text(&s.ty));
             let _ = writeln!(out, "{p}:default:{}", s.default);
             let _ = writeln!(out, "{p}:level:{}", s.level.as_str());
+            let _ = writeln!(out, "{p}:job_wide:{}", s.job_wide);
             let _ = writeln!(out, "{p}:help:{}", s.help);
         } else {
             let changed = if e.value != s.default {
@@ -171,10 +172,11 @@ pub fn render_params(entries: &[&ParamEntry], parsable: bool) -> String {
             let _ = writeln!(out, "      source: {}", e.source);
             let _ = writeln!(
                 out,
-                "      type: {}, {}; level: {}",
+                "      type: {}, {}; level: {}{}",
                 s.ty.name(),
                 valid_text(&s.ty),
-                s.level.as_str()
+                s.level.as_str(),
+                job_wide_note(s)
             );
             if !s.help.is_empty() {
                 let _ = writeln!(out, "      {}", s.help);
@@ -182,6 +184,14 @@ pub fn render_params(entries: &[&ParamEntry], parsable: bool) -> String {
         }
     }
     out
+}
+
+fn job_wide_note(s: &ParamSpec) -> &'static str {
+    if s.job_wide {
+        "; the same on every rank"
+    } else {
+        ""
+    }
 }
 
 fn display_value(v: &Value) -> String {
@@ -215,11 +225,12 @@ pub fn render_defaults_toml(specs: &[ParamSpec]) -> String {
         }
         let _ = writeln!(
             out,
-            "\n# {} [{}; {}; level {}]",
+            "\n# {} [{}; {}; level {}{}]",
             s.help,
             s.ty.name(),
             valid_text(&s.ty),
-            s.level.as_str()
+            s.level.as_str(),
+            job_wide_note(s)
         );
         let value = match &s.default {
             Value::Bool(b) => b.to_string(),

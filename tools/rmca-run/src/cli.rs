@@ -13,6 +13,8 @@ pub struct Options {
     pub timeout: Option<Duration>,
     /// Prefix every output line with `[rank] `.
     pub tag_output: bool,
+    /// A rank's death does not end the job (the survivors go on; fences then fail).
+    pub keep_going: bool,
     /// Node names; ranks are placed in blocks over them. Empty: one local node.
     pub hosts: Vec<String>,
     /// Launch-agent template, e.g. `ip netns exec {node} {cmd}`.
@@ -62,6 +64,10 @@ usage: rmca-run -n N [options] program [args...]
   --mca NAME VALUE         set MCA parameter NAME in every rank (RMCA_MCA_NAME=VALUE); repeatable
   --timeout S              terminate the job after S seconds (exit status 124)
   --tag-output             prefix each output line with [rank]
+  --keep-going             a rank that dies does not end the job: it is reported, the others go
+                           on (to observe the loss, e.g. pml dr's peer timeout) and their PMI
+                           fences fail instead of waiting for it; the job's status stays the
+                           first failure (MPICH's -disable-auto-cleanup)
   --hosts A,B,...          node names; ranks are placed in blocks, node identity = name
   --launch-agent TEMPLATE  start each rank through TEMPLATE, with {node} and {cmd} substituted,
                            e.g. 'ip netns exec {node} {cmd}'; the PMI server is then reached over
@@ -93,6 +99,7 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
         mca: Vec::new(),
         timeout: None,
         tag_output: false,
+        keep_going: false,
         hosts: Vec::new(),
         launch_agent: None,
         pmi_addr: "127.0.0.1".into(),
@@ -143,6 +150,7 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
                 o.term_grace = secs(a, &v)?;
             }
             "--tag-output" => o.tag_output = true,
+            "--keep-going" => o.keep_going = true,
             "--hosts" | "--host" => {
                 let v = value(&mut i, a)?;
                 o.hosts = v
@@ -240,13 +248,14 @@ mod tests {
     #[test]
     fn parses_full_command_line() {
         let o = parse(&a(
-            "-n 4 --mca btl self,shm --mca pml ob1 --timeout 2.5 --tag-output prog -x --y",
+            "-n 4 --mca btl self,shm --mca pml ob1 --timeout 2.5 --tag-output --keep-going prog -x --y",
         ))
         .unwrap();
         assert_eq!(o.np, 4);
         assert_eq!(o.mca.len(), 2);
         assert_eq!(o.timeout, Some(Duration::from_millis(2500)));
         assert!(o.tag_output);
+        assert!(o.keep_going);
         assert_eq!(o.program, a("prog -x --y"));
     }
 

@@ -214,14 +214,32 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             Maxes::default().vallen,
         ));
     }
+    let use_tcp = o.force_tcp || o.launch_agent.is_some();
+    // A TCP PMI port can be reached by anyone on the network: each rank gets a one-time token
+    // to identify itself with (a token copied from a command line opens nothing once used).
+    let tokens: Option<Vec<String>> = if use_tcp {
+        let mut t = Vec::with_capacity(np as usize);
+        for _ in 0..np {
+            match rmca_rte::random_bytes(16) {
+                Ok(b) => t.push(rmca_rte::encoding::hex_encode(&b)),
+                Err(e) => {
+                    eprintln!("rmca-run: cannot read /dev/urandom: {e}");
+                    return 1;
+                }
+            }
+        }
+        Some(t)
+    } else {
+        None
+    };
     let mut server = PmiServer::new(ServerConfig {
         size: np,
         kvsname,
         maxes: Maxes::default(),
         preload,
+        tokens: tokens.clone(),
     });
     let (tx, rx) = mpsc::channel::<Ev>();
-    let use_tcp = o.force_tcp || o.launch_agent.is_some();
     let mut pmi_port = None;
     if use_tcp {
         let l = match TcpListener::bind((o.pmi_addr.as_str(), 0)) {
@@ -275,6 +293,9 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         if let Some(port) = &pmi_port {
             env.push(("PMI_PORT".into(), port.clone()));
             env.push(("PMI_ID".into(), rank.to_string()));
+            if let Some(t) = &tokens {
+                env.push((rmca_rte::ENV_PMI_TOKEN.into(), t[rank as usize].clone()));
+            }
         } else {
             match UnixStream::pair() {
                 Ok((ours, theirs)) => {
@@ -348,7 +369,7 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     let conn_tx = tx;
 
     let now = Instant::now();
-    let mut mon = JobMonitor::new(&pids, o.timeout, o.term_grace, now);
+    let mut mon = JobMonitor::new(&pids, o.timeout, o.term_grace, now).keep_going(o.keep_going);
     for (rank, e) in &spawn_errors {
         mon.handle_spawn_failure(*rank, e, now);
     }
@@ -359,6 +380,16 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         while let Some(a) = mon.poll_action() {
             match a {
                 Action::Message(m) => eprintln!("{m}"),
+                Action::RankLost(r) => {
+                    server.rank_departed(r);
+                    while let Some((conn, bytes)) = server.poll_transmit() {
+                        if let Some(w) = writers.get_mut(&conn) {
+                            if w.write_all(&bytes).is_err() {
+                                w.shutdown();
+                            }
+                        }
+                    }
+                }
                 Action::Terminate | Action::Kill => {
                     let sig = if a == Action::Kill {
                         libc::SIGKILL

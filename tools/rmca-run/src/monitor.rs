@@ -23,6 +23,9 @@ pub enum Action {
     Terminate,
     /// Send SIGKILL to the process groups of all live ranks.
     Kill,
+    /// Keep-going mode: this rank died and the job goes on without it; tell the PMI server so
+    /// that fences fail instead of waiting for it.
+    RankLost(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +62,8 @@ pub struct JobMonitor {
     timeout: Option<Duration>,
     grace: Duration,
     actions: VecDeque<Action>,
+    /// A rank's death does not end the job (`--keep-going`).
+    keep_going: bool,
     /// Extra text for the timeout message (e.g. which ranks wait in a fence), set by the caller.
     pub timeout_detail: String,
 }
@@ -102,8 +107,33 @@ impl JobMonitor {
             timeout,
             grace,
             actions: VecDeque::new(),
+            keep_going: false,
             timeout_detail: String::new(),
         }
+    }
+
+    /// Keep-going mode: a rank that dies (signal, non-zero exit, exit without finalize) is
+    /// reported and its status kept for the job's exit, but the other ranks keep running, so
+    /// that they can observe the loss themselves (pml dr's peer timeout). Aborts, `--timeout`
+    /// and signals to the launcher still end the job.
+    pub fn keep_going(mut self, on: bool) -> Self {
+        self.keep_going = on;
+        self
+    }
+
+    /// A rank is lost: the job ends, or in keep-going mode it is reported and the job goes on.
+    fn rank_failed(&mut self, rank: usize, status: i32, msg: String, now: Instant) {
+        if !self.keep_going {
+            return self.fail(status, msg, now);
+        }
+        if self.phase != Phase::Running {
+            return;
+        }
+        self.status.get_or_insert(status);
+        self.actions.push_back(Action::Message(format!(
+            "rmca-run: {msg}; the other ranks go on (--keep-going)"
+        )));
+        self.actions.push_back(Action::RankLost(rank as u32));
     }
 
     fn fail(&mut self, status: i32, msg: String, now: Instant) {
@@ -186,8 +216,10 @@ impl JobMonitor {
         };
         r.exit = Some(exit);
         let pid = r.pid;
+        let index = rank as usize;
         match exit {
-            Exit::Signal(s) => self.fail(
+            Exit::Signal(s) => self.rank_failed(
+                index,
                 128 + s,
                 format!(
                     "rank {rank} (pid {pid}) killed by signal {s} ({})",
@@ -195,7 +227,8 @@ impl JobMonitor {
                 ),
                 now,
             ),
-            Exit::Code(c) if c != 0 => self.fail(
+            Exit::Code(c) if c != 0 => self.rank_failed(
+                index,
                 c,
                 format!("rank {rank} (pid {pid}) exited with status {c}"),
                 now,
@@ -218,7 +251,8 @@ impl JobMonitor {
                     r.judge_at = None;
                     if !r.finalized {
                         let pid = r.pid;
-                        self.fail(
+                        self.rank_failed(
+                            rank,
                             1,
                             format!("rank {rank} (pid {pid}) exited without calling finalize"),
                             now,
@@ -371,6 +405,42 @@ mod tests {
         m.handle_abort(Some(1), 9, "late", t0 + Duration::from_secs(6));
         m.handle_exit(1, Exit::Code(3), t0 + Duration::from_secs(6));
         assert_eq!(m.exit_status(), TIMEOUT_STATUS);
+    }
+
+    #[test]
+    fn keep_going_reports_a_dead_rank_and_lets_the_others_finish() {
+        let t0 = Instant::now();
+        let mut m = JobMonitor::new(&[1, 2, 3], None, Duration::from_secs(1), t0).keep_going(true);
+        for r in 0..3 {
+            m.handle_initialized(r);
+        }
+        m.handle_exit(1, Exit::Signal(9), t0);
+        let a = drain(&mut m);
+        assert!(
+            matches!(&a[0], Action::Message(s) if s.contains("rank 1 (pid 2) killed by signal 9") && s.contains("--keep-going")),
+            "{a:?}"
+        );
+        assert_eq!(a[1], Action::RankLost(1));
+        assert!(!a.contains(&Action::Terminate));
+        assert!(!m.is_terminating());
+        // The survivors see the loss and exit on their own.
+        m.handle_exit(0, Exit::Code(3), t0);
+        m.handle_finalized(2);
+        m.handle_exit(2, Exit::Code(0), t0);
+        assert_eq!(drain(&mut m), vec![
+            Action::Message("rmca-run: rank 0 (pid 1) exited with status 3; the other ranks go on (--keep-going)".into()),
+            Action::RankLost(0),
+        ]);
+        assert!(m.is_done());
+        assert_eq!(
+            m.exit_status(),
+            137,
+            "the first failure is the job's status"
+        );
+        // Aborts still end a keep-going job.
+        let mut m = JobMonitor::new(&[1, 2], None, Duration::from_secs(1), t0).keep_going(true);
+        m.handle_abort(Some(0), 4, "", t0);
+        assert!(drain(&mut m).contains(&Action::Terminate));
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub struct Config {
     pub ack_delay: Duration,
     /// `pml_dr_peer_timeout`: a peer silent this long while we await it is declared dead.
     pub peer_timeout: Duration,
-    /// `pml_dr_btl_retries`: consecutive timeouts after which a BTL is failed for the peer.
+    /// `pml_dr_btl_retries`: consecutive timeouts after which a BTL is failed for the peer, if
+    /// another BTL is left (the last one retries until `peer_timeout` of silence).
     pub btl_retries: u32,
     /// `pml_dr_window`: most vfrags in flight (sent, not fully acked) per peer.
     pub window: usize,

@@ -5,7 +5,8 @@
 //! unambiguous RTT samples and QUIC-style loss detection (packet and time thresholds). A per-path
 //! probe timeout (srtt + 4 rttvar + ack delay, backed off exponentially, capped) sends probes;
 //! `btl_retries` consecutive timeouts fail the path and move every unacknowledged vfrag to the
-//! next one. A peer silent for `peer_timeout` while we await it is declared dead.
+//! next one while another is left; the last path keeps probing. A peer silent for
+//! `peer_timeout` while we await it is declared dead: every waiting state has that deadline.
 //!
 //! Receiver side: fragments are handed to the glue for placement ((message, offset, bytes)),
 //! the payload checksum is verified over the bytes as placed, vfrags are acked with a 64-bit mask
@@ -400,19 +401,12 @@ impl Connection {
     /// moves to another BTL.
     pub fn new(now: Instant, cfg: Config, paths: &[PathConfig]) -> Result<Self, ConfigError> {
         cfg.validate()?;
-        if paths.is_empty() {
-            return Err(ConfigError::NoPath);
-        }
-        let mut frag = usize::MAX;
-        for p in paths {
-            if p.max_send_size <= DATA_HEADER_LEN {
-                return Err(ConfigError::FragTooSmall {
-                    btl: p.btl,
-                    max_send_size: p.max_send_size,
-                });
-            }
-            frag = frag.min(p.max_send_size - DATA_HEADER_LEN);
-        }
+        Self::check_paths(paths)?;
+        let frag = paths
+            .iter()
+            .map(|p| p.max_send_size - DATA_HEADER_LEN)
+            .min()
+            .expect("checked: at least one path");
         // Fragments carry a u32 payload length.
         let frag_size = frag.min(u32::MAX as usize) as u64;
         let vfrag_bytes = frag_size.saturating_mul(cfg.vfrag_frags as u64);
@@ -463,6 +457,24 @@ impl Connection {
         })
     }
 
+    /// Checks the BTLs to one peer as [`Connection::new`] does (so a glue that creates
+    /// connections lazily can reject a bad peer at init): at least one, each with room for
+    /// payload after the DR header.
+    pub fn check_paths(paths: &[PathConfig]) -> Result<(), ConfigError> {
+        if paths.is_empty() {
+            return Err(ConfigError::NoPath);
+        }
+        for p in paths {
+            if p.max_send_size <= DATA_HEADER_LEN {
+                return Err(ConfigError::FragTooSmall {
+                    btl: p.btl,
+                    max_send_size: p.max_send_size,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Payload bytes per fragment.
     pub fn frag_size(&self) -> u64 {
         self.frag_size
@@ -495,6 +507,14 @@ impl Connection {
     /// Why the peer is dead, if it is.
     pub fn is_dead(&self) -> Option<DeathReason> {
         self.dead
+    }
+
+    /// True while we wait for the peer to say something (unacked data or an unmatched
+    /// rendezvous being probed, a receive in progress, an announced gap, or a receive posted
+    /// for it). Every such state has a silence deadline: [`Connection::poll_timeout`] is armed
+    /// and the peer is declared dead after `peer_timeout` of silence.
+    pub fn awaits_peer(&self) -> bool {
+        self.dead.is_none() && self.awaiting_peer()
     }
 
     /// True if nothing is queued, in flight or partially received in either direction.
@@ -587,11 +607,13 @@ impl Connection {
         self.pending_local.remove(&token);
     }
 
-    /// The BTL reported that the send of `token` failed locally: counts as a timeout of its path.
+    /// The BTL reported that the send of `token` failed locally: counts as a timeout of its path
+    /// (towards failover and backoff). The fragment is resent by the next probe timeout, not at
+    /// once: a BTL failing every send synchronously must not spin the caller.
     pub fn local_failed(&mut self, now: Instant, token: TxToken) {
         if let Some((p, _)) = self.pending_local.remove(&token) {
             if !self.paths[p].failed {
-                self.path_timeout(now, p);
+                self.path_timeout(now, p, false);
             }
         }
     }
@@ -1473,7 +1495,7 @@ impl Connection {
                 self.detect_lost(now, p);
             }
             if self.pto_deadline(p).is_some_and(|t| t <= now) {
-                self.path_timeout(now, p);
+                self.path_timeout(now, p, true);
                 if self.dead.is_some() {
                     return;
                 }
@@ -1515,8 +1537,9 @@ impl Connection {
         self.update_awaiting(now);
     }
 
-    /// A probe timeout on path `p`: back off, probe, or fail the path.
-    fn path_timeout(&mut self, now: Instant, p: usize) {
+    /// A probe timeout on path `p` (or a local send failure, `probe` false): back off, probe,
+    /// or fail the path over to the next BTL.
+    fn path_timeout(&mut self, now: Instant, p: usize, probe: bool) {
         self.counters.timeouts += 1;
         let path = &mut self.paths[p];
         path.pto_count += 1;
@@ -1525,11 +1548,20 @@ impl Connection {
             count = path.pto_count,
             "retransmission timeout"
         );
-        if path.pto_count >= self.cfg.btl_retries {
+        // Retries exhausted: move to the next BTL if one is left. On the last one, keep
+        // probing (backed off, capped at rto_max): only peer_timeout of silence kills the peer,
+        // so a slow but live peer is never given up on by a retry count.
+        if path.pto_count >= self.cfg.btl_retries
+            && self.paths.iter().filter(|q| !q.failed).count() > 1
+        {
             self.fail_path(now, p, BtlFailReason::AckTimeout);
             return;
         }
+        let path = &mut self.paths[p];
         path.last_ack_eliciting = Some(now);
+        if !probe {
+            return;
+        }
         // Probe with the oldest unacked fragments; their acks will reveal the rest.
         let mut probes = 0;
         let mut last: Option<(u64, u64)> = None;
