@@ -317,13 +317,17 @@ impl Bml {
     }
 
     /// Progress every BTL, delivering events tagged with the BTL's index.
+    #[inline]
     pub fn progress(&mut self, events: &mut dyn BmlEvents) -> usize {
+        // Runs on every pass of every wait loop: one adapter for all BTLs, re-indexed in place.
+        let mut sink = Indexed {
+            btl: 0,
+            inner: events,
+        };
         let mut n = 0;
-        for (i, b) in self.btls.iter_mut().enumerate() {
-            n += b.progress(&mut Indexed {
-                btl: i,
-                inner: events,
-            });
+        for b in self.btls.iter_mut() {
+            n += b.progress(&mut sink);
+            sink.btl += 1;
         }
         n
     }

@@ -174,12 +174,12 @@ impl Communicator {
         buf: UserBuf,
         dest: usize,
         tag: i32,
+        context: ContextId,
         mode: SendMode,
         pattern: CommPattern,
     ) -> Result<SendStart> {
         check_tag(tag)?;
         let dest = self.world_rank(dest)?;
-        let context = self.context;
         self.shared.with(|rt| {
             Ok(rt.pml.start_send(SendArgs {
                 buf,
@@ -235,17 +235,7 @@ impl Communicator {
         context: ContextId,
         pattern: CommPattern,
     ) -> Result<()> {
-        if context == self.context {
-            let started = self.start_send_fast(
-                UserBuf::from_slice(bytes),
-                dest,
-                tag,
-                SendMode::Standard,
-                pattern,
-            )?;
-            return self.wait_send(started).map(|_| ());
-        }
-        let id = self.start_send(
+        let started = self.start_send_fast(
             UserBuf::from_slice(bytes),
             dest,
             tag,
@@ -253,7 +243,7 @@ impl Communicator {
             SendMode::Standard,
             pattern,
         )?;
-        self.wait_raw(id).map(|_| ())
+        self.wait_send(started).map(|_| ())
     }
 
     /// Blocking receive of raw bytes on `context`.
@@ -282,7 +272,7 @@ impl Communicator {
         pattern: CommPattern,
     ) -> Result<Status> {
         let r = self.start_recv(UserBuf::from_mut_slice(recv), src, tag, context, pattern)?;
-        let s = self.start_send(
+        let s = self.start_send_fast(
             UserBuf::from_slice(send),
             dest,
             tag,
@@ -292,7 +282,7 @@ impl Communicator {
         );
         // Whatever happens to the send, the receive must finish before `recv` is released.
         let rs = self.wait_raw(r);
-        self.wait_raw(s?)?;
+        self.wait_send(s?)?;
         rs
     }
 
@@ -308,7 +298,7 @@ impl Communicator {
         pattern: CommPattern,
     ) -> Result<SendStart> {
         let bytes = UserBuf::from_slice(bytemuck::cast_slice(buf));
-        self.start_send_fast(bytes, dest, tag, mode, pattern)
+        self.start_send_fast(bytes, dest, tag, self.context, mode, pattern)
     }
 
     /// Start a receive of typed elements on the point-to-point context.

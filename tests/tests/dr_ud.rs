@@ -4,7 +4,7 @@
 //! Failover runs ud next to shm (shm's exclusivity lowered to ud's, its latency raised) and
 //! kills ud's path with btl-ud's `btl_ud_fault_blackhole_after` knob.
 
-use rmca_tests::{run_job, Job};
+use rmca_tests::{run_job, run_job_with, Job};
 use serde_json::Value;
 
 /// Faults injected into every UD datagram stream (the soft provider's knobs).
@@ -195,6 +195,7 @@ fn frozen_peer_fails_the_blocked_receives_instead_of_hanging() {
 
 #[test]
 fn killed_peer_ends_the_job_with_an_error_not_a_hang() {
+    // Without --keep-going the launcher tears the job down as soon as rank 1 dies.
     let out = run_job(&Job {
         ranks: 3,
         program: "dr_peer_loss",
@@ -205,6 +206,34 @@ fn killed_peer_ends_the_job_with_an_error_not_a_hang() {
     // 128 + SIGABRT: the launcher reports the dead rank and tears the job down.
     assert_eq!(out.code, Some(134), "{}", out.text());
     assert!(out.stderr.contains("rank 1"), "{}", out.text());
+}
+
+#[test]
+fn killed_peer_fails_the_survivors_receives_through_dr_liveness() {
+    // With --keep-going the survivors outlive the killed rank 1: only pml dr's own detection
+    // (peer_timeout of silence on the last BTL, then every request needing the peer fails)
+    // ends their blocked receives. The --timeout (124) is the hang.
+    let out = run_job_with(
+        &Job {
+            ranks: 3,
+            program: "dr_peer_loss",
+            args: &["abort"],
+            mca: PEER_LOSS,
+            timeout_s: 90,
+        },
+        &["--keep-going"],
+    );
+    // The job's status is the first failure: rank 1's abort.
+    assert_eq!(out.code, Some(134), "{}", out.text());
+    for r in [0, 2] {
+        assert!(
+            out.stdout.lines().any(|l| l
+                .starts_with(&format!("rank {r}: peer-loss detected after"))
+                && l.contains("peer rank 1 unreachable")),
+            "rank {r} did not report the loss itself:\n{}",
+            out.text()
+        );
+    }
 }
 
 #[test]
@@ -274,7 +303,11 @@ fn a_rank_with_another_vfrag_size_fails_init_naming_both_values() {
         ranks: 2,
         program: "dr_mismatch",
         args: &["pml_dr_vfrag_frags", "16"],
-        mca: &[("pml", "dr"), ("btl", "ud,self"), ("btl_ud_provider", "soft")],
+        mca: &[
+            ("pml", "dr"),
+            ("btl", "ud,self"),
+            ("btl_ud_provider", "soft"),
+        ],
         timeout_s: 60,
     });
     assert_ne!(out.code, Some(124), "hung:\n{}", out.text());

@@ -15,7 +15,11 @@ fn crash(ranks: usize, mca: &[(&str, &str)]) -> (String, usize) {
         mca: &all,
         timeout_s: 120,
     });
-    assert!(!out.success(), "a killed rank must fail the job\n{}", out.text());
+    assert!(
+        !out.success(),
+        "a killed rank must fail the job\n{}",
+        out.text()
+    );
     assert!(
         out.stderr.contains("killed by signal 9"),
         "the launcher should report the SIGKILL\n{}",
@@ -50,7 +54,10 @@ fn launcher_removes_segments_of_a_killed_job() {
     // counted them), and no rank finalizes, so only rmca-run can remove them.
     let ranks = 3;
     let (prefix, segments) = crash(ranks, &[("btl_shm_early_unlink", "0")]);
-    assert_eq!(segments, ranks, "every rank's segment exists before the kill");
+    assert_eq!(
+        segments, ranks,
+        "every rank's segment exists before the kill"
+    );
     let left = leftovers(&prefix);
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
@@ -59,6 +66,9 @@ fn launcher_removes_segments_of_a_killed_job() {
 fn default_early_unlink_leaves_nothing_either() {
     // By default the owners unlink their segments once mapped: nothing to clean up at the kill.
     let (prefix, segments) = crash(2, &[]);
-    assert_eq!(segments, 0, "segments are unlinked once every peer mapped them");
+    assert_eq!(
+        segments, 0,
+        "segments are unlinked once every peer mapped them"
+    );
     assert!(leftovers(&prefix).is_empty());
 }

@@ -272,8 +272,8 @@ pub struct RcConfig {
     /// Connection request retransmissions before the peer is declared unreachable.
     pub connect_retries: u32,
     /// Fault injection: after this many data fragments sent, the QPs to the peer of the last
-    /// one go to the error state (0: never).
-    pub fault_kill_after: u64,
+    /// one go to the error state (`None`: never; 0 acts at the first fragment).
+    pub fault_kill_after: Option<u64>,
     /// Faults the soft provider injects on RC traffic (delays only).
     pub fault: FaultConfig,
 }
@@ -367,9 +367,9 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     );
     register_fault_params(p, Transport::Rc);
     p.add(
-        Param::int("fault_kill_after", 0)
-            .range(0, i64::MAX)
-            .help("Fault injection on any provider: after this many data fragments sent by this process, move the RC QPs to the peer of the last one to the error state, as a link whose retries ran out, so that the peer is reported failed (pml dr then fails over to another BTL); 0 never")
+        Param::int("fault_kill_after", -1)
+            .range(-1, i64::MAX)
+            .help("Fault injection on any provider: after this many data fragments sent by this process, move the RC QPs to the peer of the last one to the error state, as a link whose retries ran out, so that the peer is reported failed (pml dr then fails over to another BTL), as btl_ud_fault_blackhole_after does for ud. -1 (default) never; 0 with the first fragment")
             .level(Level::Dev),
     );
 }
@@ -435,7 +435,7 @@ impl RcConfig {
             eager_rdma_num: int("eager_rdma_num")? as u32,
             connect_timeout: Duration::from_millis(int("connect_timeout_ms")? as u64),
             connect_retries: int("connect_retries")? as u32,
-            fault_kill_after: int("fault_kill_after")? as u64,
+            fault_kill_after: u64::try_from(int("fault_kill_after")?).ok(),
             fault: fault_from_params(params, "btl_rc", Transport::Rc, rank)?,
         })
     }

@@ -323,7 +323,13 @@ fn job_tag(secret: &[u8]) -> u32 {
 }
 
 fn rc_params() -> RcParams {
-    RcParams::default()
+    RcParams {
+        // 7 is the largest count the spec allows, but Soft-RoCE (rxe) reads it as "retry
+        // forever", so a peer that vanished would never fail its sends: 6 retries of the
+        // local ACK timeout, then RETRY_EXC_ERR and peer_failed.
+        retry_cnt: 6,
+        ..RcParams::default()
+    }
 }
 
 impl RcBtl {
@@ -745,7 +751,11 @@ impl RcBtl {
     /// peer's send queue). What was posted by then is flushed, never delivered.
     fn count_data_post(&mut self, pi: usize) {
         self.stats.data_posts += 1;
-        if self.cfg.fault_kill_after > 0 && self.stats.data_posts == self.cfg.fault_kill_after {
+        if self
+            .cfg
+            .fault_kill_after
+            .is_some_and(|n| self.stats.data_posts == n.max(1))
+        {
             self.kill_due = Some(pi);
         }
     }
@@ -1960,7 +1970,7 @@ impl Btl for RcBtl {
 
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
         if let Some(pi) = self.kill_due.take() {
-            let n = self.cfg.fault_kill_after;
+            let n = self.cfg.fault_kill_after.unwrap_or_default();
             self.fail_peer(
                 pi,
                 &format!("fault injection: QPs killed after {n} data fragments"),

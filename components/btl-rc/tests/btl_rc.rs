@@ -606,13 +606,8 @@ fn memory_is_accounted_and_grows_with_connections() {
 
 #[test]
 fn dead_peer_surfaces_as_peer_failed() {
-    if provider() == "rdma" {
-        // Known gap: on rxe in the CI guest, sends to a peer whose QPs were destroyed in the
-        // same process neither complete in error nor raise QpFatal within 60 s (31 sends
-        // posted, no completion). Skipped there until understood; see the btl-rc report.
-        eprintln!("SKIPPED on the rdma provider: dead-peer detection not verified on rxe");
-        return;
-    }
+    // On rxe this needs a finite transport retry count: rxe retries forever with 7 (the
+    // module uses 6), and a destroyed QP's packets are dropped without a NAK.
     let (mut b, _m) = ranks("dp", 2, &[]);
     let mut s = sinks(2);
     send_retry(&mut b, &mut s, 0, 1, TAG, &0u32.to_le_bytes(), &[], hint(0));
@@ -731,7 +726,7 @@ fn eager_rdma_respects_max_peers() {
 }
 
 #[test]
-fn fault_kill_after_fails_the_path_at_both_ends() {
+fn fault_kill_after_fails_the_path() {
     let (mut b, _m) = ranks(
         "fk",
         2,
@@ -757,15 +752,20 @@ fn fault_kill_after_fails_the_path_at_both_ends() {
             m.progress(sink);
         }
     }
-    run_until(&mut b, &mut s, "both ends report the killed path", |s| {
-        !s[0].failed.is_empty() && !s[1].failed.is_empty()
+    // The soft provider's RC is a TCP stream, which the killed end closes, so the peer's QP
+    // breaks too; on real verbs the peer learns only when its own sends exhaust their retries.
+    let peer_notices = provider() != "rdma";
+    run_until(&mut b, &mut s, "the killed path reported", |s| {
+        !s[0].failed.is_empty() && (!peer_notices || !s[1].failed.is_empty())
     });
     assert!(
         matches!(refused, Some(SendError::PeerFailed { peer: 1, .. })),
         "later sends are refused as PeerFailed: {refused:?}"
     );
     assert!(s[0].failed[0].1.contains("fault injection"));
-    assert_eq!(s[1].failed[0].0, 0, "the peer notices its QP died too");
+    if peer_notices {
+        assert_eq!(s[1].failed[0].0, 0, "the peer notices its QP died too");
+    }
     // The kill takes effect at the progress after the 10th post: what was posted by then
     // may or may not arrive, nothing later is accepted.
     let got = s[1].got.get(&0).map_or(0, Vec::len);

@@ -613,6 +613,7 @@ fn the_component_is_registered_with_its_parameters() {
         "btl_ud_fault_delay",
         "btl_ud_fault_corrupt",
         "btl_ud_fault_seed",
+        "btl_ud_fault_blackhole_after",
     ] {
         assert!(names.iter().any(|n| n == p), "{p} registered");
     }
@@ -705,5 +706,41 @@ fn with_fault_corrupt_damaged_fragments_reach_the_pml_or_are_dropped_so_it_must_
     assert!(
         !sk[1].frags.is_empty(),
         "most corruption hits the data, which only the PML can detect"
+    );
+}
+
+#[test]
+fn blackhole_after_n_kills_this_processs_path_silently_on_any_provider() {
+    // Rank 0's sends die after 3 fragments: later sends are accepted (no error anywhere, as
+    // with a dead network) and counted, never delivered; rank 1's direction keeps working.
+    // The knob sits above the provider, so this holds on rdma (Soft-RoCE) as on soft.
+    let cut: &[(&str, &str)] = &[("btl_ud_fault_blackhole_after", "3")];
+    let mut btls = ranks("job-blackhole", &[cut, &[]]);
+    for i in 0..8u8 {
+        btls[0]
+            .send(1, tags::USER_BASE, &[i], &[], SendHint::default())
+            .expect("a black-holed send still succeeds locally");
+    }
+    let mut sk = sinks(2);
+    progress_until(&mut btls, &mut sk, |s| s[1].frags.len() >= 3);
+    btls[1]
+        .send(0, tags::USER_BASE, b"back", &[], SendHint::default())
+        .unwrap();
+    progress_until(&mut btls, &mut sk, |s| !s[0].frags.is_empty());
+    assert_eq!(sk[0].frags, vec![(1, tags::USER_BASE, b"back".to_vec())]);
+    // The round trip above outlasts the first fragments' flight: later ones would be here too.
+    progress_rounds(&mut btls, &mut sk, 20);
+    let got: Vec<u8> = sk[1].frags.iter().map(|(_, _, d)| d[0]).collect();
+    assert_eq!(
+        got,
+        vec![0, 1, 2],
+        "only the fragments before the cut arrive"
+    );
+    let c0 = counters(btls[0].as_ref());
+    assert_eq!((c0["frags_sent"], c0["faults_blackholed"]), (3, 5));
+    assert_eq!(counters(btls[1].as_ref())["faults_blackholed"], 0);
+    assert!(
+        sk.iter().all(|s| s.failed.is_empty()),
+        "nothing reports the death"
     );
 }

@@ -1,5 +1,6 @@
 //! The DR PML: MPI point-to-point over the sans-IO protocol core ([`crate::proto`]), one
-//! [`Connection`] per peer, matching through the framework's shared engine.
+//! [`Connection`] per peer (created on first use), matching through the framework's shared
+//! engine.
 //!
 //! This module is the I/O edge: it reads the clock, moves bytes between user buffers and BTLs,
 //! and turns connection events into request completions.

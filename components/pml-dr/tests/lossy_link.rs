@@ -535,3 +535,31 @@ fn silence_on_the_last_btl_beyond_peer_timeout_fails_the_requests() {
     );
     assert!(s.counters(0).timeouts > u64::from(cfg.btl_retries));
 }
+
+#[test]
+fn eager_limit_zero_sends_every_message_by_rendezvous() {
+    // The RNDV vfrag then carries no bytes: everything after it must go as FRAG vfrags (a
+    // second, empty RNDV used to be cut forever, dropped by the receiver as malformed).
+    let cfg = Config {
+        eager_limit: 0,
+        vfrag_frags: 1,
+        window: 1,
+        ..test_config()
+    };
+    let mut s = Sim::new(14, cfg, vec![Faults::default()], &[100]);
+    s.match_delay_max = Duration::from_millis(20);
+    for &l in SIZES {
+        s.send(0, l);
+        s.send(1, l);
+    }
+    s.run(Duration::from_secs(60), Sim::all_done);
+    s.assert_delivered(0);
+    s.assert_delivered(1);
+    for n in 0..2 {
+        assert_eq!(s.counters(n).malformed, 0, "node {n}");
+        assert!(
+            s.nodes[n].announced.iter().all(|a| a.3 == (a.2 > 0)),
+            "every non-empty message went by rendezvous"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! eager path is one header encode plus one BTL call.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use rmca_framework::bml::{Bml, BmlEvents, BtlIndex, PeerRoutes, Route};
 use rmca_framework::btl::{
@@ -15,6 +16,7 @@ use rmca_framework::btl::{
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Arrival, Envelope, Matcher, Posted, Seq};
+use rmca_framework::memory::MemoryCounter;
 use rmca_framework::pml::{
     ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, SendStart, Source, Status,
     StatusError, Tag, TagSel,
@@ -91,6 +93,14 @@ pub(crate) enum Unexp {
 }
 
 impl Unexp {
+    /// Bytes this entry buffers (for the memory profile).
+    fn held_bytes(&self) -> usize {
+        match self {
+            Unexp::Eager(v) => v.len(),
+            Unexp::Rndv { data, .. } => data.len(),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Unexp::Eager(v) => v.len(),
@@ -336,6 +346,9 @@ pub(crate) struct Core {
     /// make later messages overtake (which would fill the receiver's holding area).
     starts: Vec<VecDeque<RequestId>>,
     starts_pending: usize,
+    /// Bytes of unexpected messages held (the profile's `pml.ob1` memory; one allocation per
+    /// message buffered).
+    memory: Option<Arc<MemoryCounter>>,
 }
 
 fn send_status(s: &SendReq, error: Option<StatusError>) -> Status {
@@ -379,6 +392,7 @@ impl Core {
             spare: Vec::new(),
             starts: vec![VecDeque::new(); n],
             starts_pending: 0,
+            memory: None,
         }
     }
 
@@ -428,32 +442,42 @@ impl Core {
 
     // ---------------------------------------------------------------- receive side
 
+    /// An eager message matched receive `id`: copy it and complete the receive, touching the
+    /// request once (the receive hot path; [`Core::complete`] does the same for any request).
+    #[inline]
     fn deliver_eager(&mut self, id: RequestId, env: Envelope, data: &[u8]) {
-        let Some(Req {
-            kind: Kind::Recv(r),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
+        let Core { reqs, stats, .. } = self;
+        let Some(req) = reqs.get_mut(id) else {
+            return;
+        };
+        let Kind::Recv(r) = &mut req.kind else {
             return;
         };
         let n = data.len().min(r.buf.len());
         r.buf.write_at(0, &data[..n]);
-        let error = (data.len() > n).then_some(StatusError::Truncated {
-            message_len: data.len(),
-            received: n,
+        r.state = RecvState::Done;
+        let error = (data.len() > n).then(|| {
+            Box::new(StatusError::Truncated {
+                message_len: data.len(),
+                received: n,
+            })
         });
-        self.complete(
-            id,
-            Status {
-                source: env.source,
-                tag: env.tag,
-                len: n,
-                error,
-            },
-        );
+        // Counted like complete() does: delivered bytes, truncated or not.
+        let c = class(n);
+        stats.recv_msgs[c] += 1;
+        stats.recv_bytes[c] += n as u64;
+        req.done = Some(Done {
+            source: env.source,
+            tag: env.tag,
+            len: n,
+            error,
+        });
     }
 
     fn deliver_unexp(&mut self, id: RequestId, env: Envelope, u: Unexp) {
+        if let Some(m) = &self.memory {
+            m.free(u.held_bytes());
+        }
         match u {
             Unexp::Eager(v) => {
                 self.deliver_eager(id, env, &v);
@@ -1367,6 +1391,9 @@ impl Core {
             tag: m.tag,
         };
         match self.matcher.arrive(env, m.seq, || {
+            if let Some(mem) = &self.memory {
+                mem.alloc(payload.len());
+            }
             let mut v = self.spare.pop().unwrap_or_default();
             v.clear();
             v.extend_from_slice(payload);
@@ -1396,10 +1423,16 @@ impl Core {
             tag: info.hdr.tag,
         };
         let mut rget = Some(rget);
-        let arrival = self.matcher.arrive(env, info.hdr.seq, || Unexp::Rndv {
-            info,
-            data: payload.to_vec(),
-            rget: rget.take().flatten(),
+        let memory = self.memory.as_deref();
+        let arrival = self.matcher.arrive(env, info.hdr.seq, || {
+            if let Some(mem) = memory {
+                mem.alloc(payload.len());
+            }
+            Unexp::Rndv {
+                info,
+                data: payload.to_vec(),
+                rget: rget.take().flatten(),
+            }
         });
         match arrival {
             Arrival::Matched(id) => self.start_rndv(id, env, info, payload, rget.take().flatten()),
@@ -1431,6 +1464,13 @@ impl Ob1 {
     pub fn new(bml: Bml, cfg: Ob1Config) -> Self {
         let core = Core::new(&bml, cfg);
         Self { bml, core }
+    }
+
+    /// Account the bytes of buffered unexpected messages to `counter` (the profile's memory
+    /// per component).
+    pub fn with_memory(mut self, counter: Arc<MemoryCounter>) -> Self {
+        self.core.memory = Some(counter);
+        self
     }
 
     /// Requests currently held (outstanding or completed but not yet tested).

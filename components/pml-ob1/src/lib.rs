@@ -225,6 +225,7 @@ impl PmlComponent for Ob1Component {
         let local = ctx.job.local_ranks().len();
         let yields = rmca_framework::progress::configure_idle_for_node(local);
         tracing::debug!(?cfg, local, yields, "pml ob1 init");
-        Ok(Box::new(Ob1::new(bml, cfg)))
+        let memory = ctx.memory.counter("pml.ob1");
+        Ok(Box::new(Ob1::new(bml, cfg).with_memory(memory)))
     }
 }

@@ -650,4 +650,61 @@ fn unreliable_btls_are_refused_with_advice() {
     let bml = Bml::build(btls, &procs, &LocalModex::new()).unwrap();
     let err = rmca_pml_ob1::check_reliable(&bml).unwrap_err().to_string();
     assert!(err.contains("pml dr") && err.contains("btl mem"), "{err}");
+    // The switch that accepts such BTLs anyway is named in the advice.
+    assert!(err.contains("pml_ob1_unreliable_btls"), "{err}");
+    assert_eq!(
+        rmca_pml_ob1::unreliable_btl_in_use(&bml).as_deref(),
+        Some("mem")
+    );
+}
+
+#[test]
+fn start_send_completes_eager_at_once_and_keeps_order_under_back_pressure() {
+    use rmca_framework::buffer::UserBuf;
+    use rmca_framework::pml::{SendArgs, SendMode, SendStart};
+    // Every third BTL send is refused: those sends become requests, and the later sends to
+    // the same peer queue behind them (no overtaking) until the refused ones went out.
+    let rail = MemConfig {
+        would_block_every: 3,
+        ..MemConfig::default()
+    };
+    let (mut a, mut b, _) = pair(&one_rail(rail), Ob1Config::default());
+    let msgs: Vec<[u8; 4]> = (0..60u32).map(|i| i.to_le_bytes()).collect();
+    let (mut done, mut reqs) = (0, Vec::new());
+    for m in &msgs {
+        let started = a
+            .start_send(SendArgs {
+                buf: UserBuf::from_slice(m),
+                dest: 1,
+                tag: 9,
+                context: 0,
+                mode: SendMode::Standard,
+                pattern: Default::default(),
+            })
+            .unwrap();
+        match started {
+            SendStart::Done(st) => {
+                assert_eq!((st.source, st.tag, st.len, st.error), (1, 9, 4, None));
+                done += 1;
+            }
+            SendStart::Pending(id) => reqs.push((Side::A, id)),
+        }
+    }
+    assert!(
+        done > 0,
+        "eager sends the BTL took complete without a request"
+    );
+    assert!(!reqs.is_empty(), "refused sends are kept as requests");
+    assert_eq!(a.live_requests(), reqs.len());
+    let mut bufs = vec![[0u8; 4]; msgs.len()];
+    for buf in bufs.iter_mut() {
+        let id = recv(&mut b, buf, Source::Rank(0), TagSel::Tag(9), 0);
+        reqs.push((Side::B, id));
+    }
+    let st = wait_all(&mut a, &mut b, &reqs);
+    assert!(st.iter().all(|s| s.error.is_none()));
+    assert_eq!(bufs, msgs, "every message arrived once, in send order");
+    assert_eq!(counter(&a, "pml.ob1.sent_msgs_le64"), msgs.len() as u64);
+    assert_eq!(counter(&b, "pml.ob1.recv_msgs_le64"), msgs.len() as u64);
+    assert_eq!(a.live_requests(), 0);
 }

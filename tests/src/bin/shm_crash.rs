@@ -24,7 +24,9 @@ fn main() {
         for peer in (0..n).filter(|&p| p != me) {
             let v = [round, me as u64];
             let mut got = [0u64; 2];
-            let st = w.sendrecv(&v, peer, 1, &mut got, peer, 1).expect("sendrecv");
+            let st = w
+                .sendrecv(&v, peer, 1, &mut got, peer, 1)
+                .expect("sendrecv");
             assert_eq!((got, st.source), ([round, peer as u64], peer));
         }
     }

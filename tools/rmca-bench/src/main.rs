@@ -73,7 +73,7 @@ const SUITES: &[(&str, &str, &str)] = &[
     (
         "seed003-lat",
         "seed 003 Figures 3-4: latency and bandwidth, ob1 and dr over rc and ud, vs rxd",
-        "latency,bw --min 8 --max 1m --iters 1000 --runs 3 \
+        "latency,bw --min 8 --max 1m --iters 200 --runs 3 \
          --conf ob1+rc --conf dr+rc --conf ob1+ud --conf dr+ud --peers rxd",
     ),
     (
@@ -498,15 +498,14 @@ fn drive(o: &Opts) -> Result<(), String> {
             };
             for &n in &counts {
                 for c in configs.iter().filter(|c| c.supports(bench)) {
-                    if !o.json {
-                        eprintln!(
-                            "run {}/{}: {} on {} ({n} ranks)",
-                            run + 1,
-                            o.runs,
-                            bench.name(),
-                            c.name
-                        );
-                    }
+                    // Progress goes to stderr, also with --json (whose stream is stdout).
+                    eprintln!(
+                        "run {}/{}: {} on {} ({n} ranks)",
+                        run + 1,
+                        o.runs,
+                        bench.name(),
+                        c.name
+                    );
                     // A failed job is reported and its figures are missing; the others go on.
                     let lines = match c.run(bench, &p, n, ropts) {
                         Ok(l) => l,

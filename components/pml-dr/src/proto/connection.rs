@@ -314,6 +314,9 @@ struct TxMsg {
     matched: bool,
     /// Bytes already cut into vfrags.
     next_offset: u64,
+    /// The first (MATCH or RNDV) vfrag was cut. Not `next_offset > 0`: with an eager limit of
+    /// 0 the RNDV vfrag carries no bytes, and every later vfrag must still be a FRAG.
+    started: bool,
     open_vfrags: u32,
 }
 
@@ -564,6 +567,7 @@ impl Connection {
                 rndv,
                 matched: false,
                 next_offset: 0,
+                started: false,
                 open_vfrags: 0,
             },
         );
@@ -654,7 +658,7 @@ impl Connection {
         };
         let msg = self.tx_msgs.get_mut(&seq).expect("ready message exists");
         let vfrag_bytes = self.frag_size * self.cfg.vfrag_frags as u64;
-        let (kind, len) = if msg.next_offset == 0 {
+        let (kind, len) = if !msg.started {
             if msg.rndv {
                 (PacketType::Rndv, self.eager_limit.min(msg.len))
             } else {
@@ -668,6 +672,7 @@ impl Connection {
         };
         let offset = msg.next_offset;
         msg.next_offset += len;
+        msg.started = true;
         msg.open_vfrags += 1;
         // An RNDV message pauses after its first vfrag until the receiver has matched.
         let more = msg.next_offset < msg.len && (kind != PacketType::Rndv || msg.matched);

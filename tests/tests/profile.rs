@@ -1,0 +1,94 @@
+//! The job profile (`--mca profile 1`, issue 4 / seed 000) of a job whose traffic is known:
+//! messages and bytes by size class, unexpected messages, and memory per component.
+
+use rmca_tests::{run_job, Job};
+use serde_json::Value;
+
+/// Must match `PLAN` in tests/src/bin/profile_check.rs: (size, count), one per size class.
+const PLAN: [(&str, u64, u64); 5] = [
+    ("le64", 8, 10),
+    ("le1k", 512, 5),
+    ("le16k", 8192, 4),
+    ("le256k", 100_000, 3),
+    ("gt256k", 1_000_000, 2),
+];
+
+fn counter(profile: &Value, name: &str) -> u64 {
+    profile["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("profile has no counter {name}: {profile:#}"))
+}
+
+#[test]
+fn merged_profile_counts_the_traffic_of_the_job() {
+    let json = std::env::temp_dir().join(format!("rmca-profile-{}.json", std::process::id()));
+    let json_s = json.to_str().expect("utf-8 temp path").to_owned();
+    let _ = std::fs::remove_file(&json);
+    let out = run_job(&Job {
+        ranks: 2,
+        program: "profile_check",
+        args: &[],
+        mca: &[
+            ("pml", "ob1"),
+            ("btl", "self,shm"),
+            ("profile", "1"),
+            ("profile_json", &json_s),
+        ],
+        timeout_s: 120,
+    });
+    assert!(out.success() && out.stdout.contains("ok"), "{}", out.text());
+    // Rank 0 prints the human-readable summary too.
+    assert!(
+        out.stderr.contains("rmca profile: 2 ranks"),
+        "{}",
+        out.text()
+    );
+    let text = std::fs::read_to_string(&json)
+        .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", json.display(), out.text()));
+    let _ = std::fs::remove_file(&json);
+    let p: Value = serde_json::from_str(&text).expect("profile is JSON");
+    assert_eq!(p["ranks"], 2);
+    assert_eq!(p["pml"], "ob1");
+    for (class, size, count) in PLAN {
+        let (sent, sent_b) = (
+            counter(&p, &format!("pml.ob1.sent_msgs_{class}")),
+            counter(&p, &format!("pml.ob1.sent_bytes_{class}")),
+        );
+        let (recv, recv_b) = (
+            counter(&p, &format!("pml.ob1.recv_msgs_{class}")),
+            counter(&p, &format!("pml.ob1.recv_bytes_{class}")),
+        );
+        if class == "le64" {
+            // The barriers of init/finalize add small collective messages to this class.
+            assert!(sent >= count && recv >= count, "{class}: {sent}/{recv}");
+            assert!(sent_b >= size * count && recv_b >= size * count, "{class}");
+        } else {
+            assert_eq!((sent, recv), (count, count), "{class} messages: {p:#}");
+            assert_eq!(
+                (sent_b, recv_b),
+                (size * count, size * count),
+                "{class} bytes"
+            );
+        }
+    }
+    // Rank 1 probed before posting any receive: at least the first message was unexpected.
+    assert!(counter(&p, "pml.ob1.unexpected") > 0, "{p:#}");
+    assert!(counter(&p, "pml.ob1.eager") >= 10 + 5);
+    assert!(counter(&p, "btl.shm.frags_sent") > 0);
+    // Memory per component: the shm segments, and ob1's buffered unexpected messages.
+    for component in ["btl.shm", "pml.ob1"] {
+        let peak = p["memory"][component]["peak_total"].as_u64();
+        assert!(
+            peak.is_some_and(|b| b > 0),
+            "no memory for {component}: {p:#}"
+        );
+    }
+    // Per-rank detail: allocation counts are kept per rank.
+    let per_rank = p["per_rank"].as_array().expect("per_rank");
+    assert_eq!(per_rank.len(), 2);
+    let ob1_allocs: u64 = per_rank
+        .iter()
+        .filter_map(|r| r["memory"]["pml.ob1"]["allocations"].as_u64())
+        .sum();
+    assert!(ob1_allocs > 0, "{p:#}");
+}
