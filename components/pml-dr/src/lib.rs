@@ -102,7 +102,7 @@ impl Component for DrComponent {
                 .level(Level::Tuning),
         );
         params.add(Param::int("ack_delay_us", us(d.ack_delay)).range(0, 86_400_000_000).help("Longest a receiver delays a partial vfrag ack, microseconds (complete vfrags are acked at once).").level(Level::Dev));
-        params.add(Param::int("peer_timeout", ms(d.peer_timeout)).range(1, 86_400_000).help("A peer silent this long (milliseconds) while we await it is declared dead and its requests fail.").level(Level::Basic));
+        params.add(Param::int("peer_timeout", ms(d.peer_timeout)).range(1, 86_400_000).help("A peer silent this long (milliseconds) while we await it is declared dead and its requests fail. While messages of ours wait, only acknowledgements of them count as hearing from it.").level(Level::Basic));
         params.add(Param::int("btl_retries", d.btl_retries as i64).range(1, 30).help("Consecutive retransmission timeouts after which a BTL is failed for a peer and its traffic moves to the next BTL. The last BTL to a peer is never failed by timeouts: it keeps retrying until pml_dr_peer_timeout of silence.").level(Level::Basic));
         params.add(
             Param::int("window", d.window as i64)

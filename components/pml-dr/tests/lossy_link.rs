@@ -563,3 +563,45 @@ fn eager_limit_zero_sends_every_message_by_rendezvous() {
         );
     }
 }
+
+#[test]
+fn one_way_path_death_fails_the_sender_within_peer_timeout_though_the_peer_still_talks() {
+    // The path towards node 1 dies; node 1's traffic still reaches node 0, so node 0 keeps
+    // hearing from it (its retransmissions, until node 1 itself gives up). Node 0's messages
+    // are never acknowledged again: only acknowledgements count for them, so node 0 fails
+    // within peer_timeout of the cut, not peer_timeout after node 1 falls silent.
+    let cfg = test_config();
+    let cut = 5 * MS;
+    let f = Faults {
+        blackhole_towards: Some((1, cut)),
+        ..Faults::default()
+    };
+    let mut s = Sim::new(15, cfg.clone(), vec![f], &[1024]);
+    s.send(0, 3_000_000);
+    s.send(1, 3_000_000);
+    s.run(cfg.peer_timeout * 4, |s| {
+        s.nodes.iter().all(|n| n.dead.is_some())
+    });
+    let (t0, r0) = s.nodes[0].dead.expect("node 0 gives up");
+    let (t1, r1) = s.nodes[1].dead.expect("node 1 gives up");
+    assert_eq!(
+        (r0, r1),
+        (DeathReason::PeerTimeout, DeathReason::PeerTimeout)
+    );
+    // Acks already in flight at the cut still arrive: allow one RTT-ish margin.
+    assert!(
+        t0 <= cut + cfg.peer_timeout + 50 * MS,
+        "node 0 died at {t0:?}"
+    );
+    assert!(
+        s.last_rx[0] + cfg.peer_timeout > t0 + cfg.peer_timeout / 2,
+        "node 0 still heard node 1 long after the cut (last at {:?}), yet failed at {t0:?}",
+        s.last_rx[0]
+    );
+    assert!(
+        t1 <= cut + cfg.peer_timeout + 50 * MS,
+        "node 1 died at {t1:?}"
+    );
+    assert_eq!(s.nodes[0].send_failed, vec![0]);
+    assert_eq!(s.nodes[1].send_failed, vec![0]);
+}

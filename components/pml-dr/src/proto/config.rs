@@ -24,7 +24,8 @@ pub struct Config {
     pub rto_max: Duration,
     /// `pml_dr_ack_delay_us`: longest a receiver holds a partial ack hoping to cover more frags.
     pub ack_delay: Duration,
-    /// `pml_dr_peer_timeout`: a peer silent this long while we await it is declared dead.
+    /// `pml_dr_peer_timeout`: a peer silent this long while we await it is declared dead (while
+    /// messages of ours wait, only acknowledgements of them count as hearing from it).
     pub peer_timeout: Duration,
     /// `pml_dr_btl_retries`: consecutive timeouts after which a BTL is failed for the peer, if
     /// another BTL is left (the last one retries until `peer_timeout` of silence).

@@ -45,8 +45,9 @@ const MAX_BACKOFF_SHIFT: u32 = 16;
 /// Why the peer was declared dead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum DeathReason {
-    /// Nothing was heard from the peer for `pml_dr_peer_timeout` while we awaited it.
-    #[error("peer silent for longer than pml_dr_peer_timeout")]
+    /// Nothing was heard from the peer (or, while messages of ours waited, no acknowledgement
+    /// of them) for `pml_dr_peer_timeout` while we awaited it.
+    #[error("peer silent (or not acknowledging) for longer than pml_dr_peer_timeout")]
     PeerTimeout,
     /// Every BTL to the peer has failed.
     #[error("every BTL to the peer has failed")]
@@ -393,6 +394,10 @@ pub struct Connection {
     // Liveness.
     last_heard: Instant,
     awaiting_since: Option<Instant>,
+    /// Last acknowledgement (ack, NACK, duplicate ack: not a keepalive) of our data.
+    last_acked: Instant,
+    /// Since when we have had messages to deliver (unacknowledged or unmatched).
+    tx_since: Option<Instant>,
     /// The glue awaits a message from this peer (a receive posted for it).
     interest: bool,
     last_ping: Option<Instant>,
@@ -455,6 +460,8 @@ impl Connection {
             rx_limit,
             last_heard: now,
             awaiting_since: None,
+            last_acked: now,
+            tx_since: None,
             interest: false,
             last_ping: None,
         })
@@ -808,6 +815,7 @@ impl Connection {
                                 rx_at: now,
                             });
                         } else if ack.flags & ACK_FLAG_PONG == 0 {
+                            self.last_acked = now;
                             self.handle_ack(now, ack);
                         }
                     }
@@ -1386,9 +1394,18 @@ impl Connection {
         Some(last + backoff.min(self.cfg.rto_max))
     }
 
+    /// While we await the peer, anything it says (data, acks, keepalive answers) proves it
+    /// alive. While our own messages wait, only acknowledgements of them count: a peer that
+    /// answers keepalives or sends data but never acknowledges ours (the path towards it dead,
+    /// or a peer that drops what we send) would otherwise keep them retransmitting forever.
     fn silence_deadline(&self) -> Option<Instant> {
-        let since = self.awaiting_since?;
-        Some(since.max(self.last_heard) + self.cfg.peer_timeout)
+        let pt = self.cfg.peer_timeout;
+        let heard = self.awaiting_since.map(|s| s.max(self.last_heard) + pt);
+        let acked = self.tx_since.map(|s| s.max(self.last_acked) + pt);
+        match (heard, acked) {
+            (Some(h), Some(a)) => Some(h.min(a)),
+            (h, a) => h.or(a),
+        }
     }
 
     fn ping_interval(&self) -> Duration {
@@ -1452,7 +1469,10 @@ impl Connection {
             return;
         }
         if self.silence_deadline().is_some_and(|d| d <= now) {
-            warn!(timeout = ?self.cfg.peer_timeout, "peer silent too long; declaring it dead");
+            warn!(
+                timeout = ?self.cfg.peer_timeout,
+                "peer silent or not acknowledging too long; declaring it dead"
+            );
             self.die(DeathReason::PeerTimeout);
             return;
         }
@@ -1642,6 +1662,7 @@ impl Connection {
         self.rx_msgs.clear();
         self.acks.clear();
         self.awaiting_since = None;
+        self.tx_since = None;
     }
 
     /// Are we waiting for the peer to say something? (Unacked data, a receive in progress, an
@@ -1663,6 +1684,11 @@ impl Connection {
         match (self.awaiting_peer(), self.awaiting_since) {
             (true, None) => self.awaiting_since = Some(now),
             (false, Some(_)) => self.awaiting_since = None,
+            _ => {}
+        }
+        match (!self.tx_msgs.is_empty(), self.tx_since) {
+            (true, None) => self.tx_since = Some(now),
+            (false, Some(_)) => self.tx_since = None,
             _ => {}
         }
     }

@@ -57,6 +57,9 @@ pub struct Faults {
     pub max_delay: Duration,
     /// From this simulated offset on, everything on this BTL is lost.
     pub blackhole_at: Option<Duration>,
+    /// (node, from): from this simulated offset on, everything sent towards `node` on this
+    /// BTL is lost; the other direction keeps working (a one-way path death).
+    pub blackhole_towards: Option<(usize, Duration)>,
     /// The BTL never reports local completion (wedged device).
     pub never_completes: bool,
     /// Serialization rate in bytes per second (per direction).
@@ -73,6 +76,7 @@ impl Default for Faults {
             min_delay: Duration::from_micros(20),
             max_delay: Duration::from_micros(20),
             blackhole_at: None,
+            blackhole_towards: None,
             never_completes: false,
             bytes_per_sec: 125_000_000,
         }
@@ -244,7 +248,10 @@ impl Sim {
                 rmca_pml_dr::proto::wire::parse(&bytes)
             );
         }
-        if self.blackholed(btl) {
+        let one_way = self.faults[btl]
+            .blackhole_towards
+            .is_some_and(|(n, t)| n == to && self.elapsed() >= t);
+        if self.blackholed(btl) || one_way {
             self.injected.blackholed += 1;
             return;
         }
