@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     }
     double mine = (now_us() - t0) / it, sum;
     MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (rank == 0) printf("result 0 %.4f\n", sum / n);
+    if (rank == 0) printf("result 0 %.6g\n", sum / n);
     MPI_Finalize();
     return 0;
   }
@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
       if (rank == 0) fprintf(stderr, "osu_like: unknown benchmark %s\n", bench);
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (rank == 0) printf("result %ld %.4f\n", size, value);
+    if (rank == 0) printf("result %ld %.6g\n", size, value);
     fflush(stdout);
   }
   free(sbuf);

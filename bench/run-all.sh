@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every rmca-bench suite once and keeps each table, its exact command, the date and the
 # load (uptime) before and after, in OUT (default bench/out-<date>), for bench/RESULTS.md.
-#   bench/run-all.sh [OUT] [extra rmca-bench options, e.g. --runs 5]
+#   [SUITES="wqe rc-mem"] bench/run-all.sh [OUT] [extra rmca-bench options, e.g. --runs 5]
 # Needs `cargo build --release --workspace --bins --examples` (rmca-bench finds rmca-run next
 # to itself) and, for the rxd peer, Debian libfabric-bin (scripts/install-deps.sh --bench).
 set -uo pipefail
@@ -11,7 +11,7 @@ out=${1:-$root/bench/out-$(date -u +%Y%m%dT%H%M%SZ)}
 shift || true
 mkdir -p "$out"
 status=0
-for suite in seed003-lat seed003-conn wqe rc-mem rc-conn; do
+for suite in ${SUITES:-seed003-lat seed003-conn wqe rc-mem rc-conn}; do
   f="$out/$suite.txt"
   {
     echo "\$ rmca-bench --suite $suite $*"

@@ -55,6 +55,7 @@ pub fn config_from_params(params: &ParamStore) -> Result<DrConfig, PmlError> {
         ack_delay: us("pml_dr_ack_delay_us")?,
         peer_timeout: ms("pml_dr_peer_timeout")?,
         btl_retries: int("pml_dr_btl_retries")? as u32,
+        btl_fail_silence: ms("pml_dr_btl_fail_silence")?,
         window: int("pml_dr_window")? as usize,
         watchdog: ms("pml_dr_watchdog")?,
         reorder_threshold: int("pml_dr_reorder_threshold")?,
@@ -104,6 +105,7 @@ impl Component for DrComponent {
         params.add(Param::int("ack_delay_us", us(d.ack_delay)).range(0, 86_400_000_000).help("Longest a receiver delays a partial vfrag ack, microseconds (complete vfrags are acked at once).").level(Level::Dev));
         params.add(Param::int("peer_timeout", ms(d.peer_timeout)).range(1, 86_400_000).help("A peer silent this long (milliseconds) while we await it is declared dead and its requests fail. While messages of ours wait, only acknowledgements of them count as hearing from it.").level(Level::Basic));
         params.add(Param::int("btl_retries", d.btl_retries as i64).range(1, 30).help("Consecutive retransmission timeouts after which a BTL is failed for a peer and its traffic moves to the next BTL. The last BTL to a peer is never failed by timeouts: it keeps retrying until pml_dr_peer_timeout of silence.").level(Level::Basic));
+        params.add(Param::int("btl_fail_silence", ms(d.btl_fail_silence)).range(0, 86_400_000).help("A BTL is failed over by timeouts only once the peer has also been silent (no acknowledgement) this many milliseconds, so that a peer busy computing for a moment keeps its preferred BTL; 0 fails after btl_retries timeouts alone.").level(Level::Tuning));
         params.add(
             Param::int("window", d.window as i64)
                 .range(1, 4096)

@@ -605,3 +605,45 @@ fn one_way_path_death_fails_the_sender_within_peer_timeout_though_the_peer_still
     assert_eq!(s.nodes[0].send_failed, vec![0]);
     assert_eq!(s.nodes[1].send_failed, vec![0]);
 }
+
+#[test]
+fn busy_peer_keeps_its_preferred_btl() {
+    // The peer stops answering on every path for 400 ms (as a rank computing without
+    // progressing would): many RTT-derived timeouts, but less than btl_fail_silence, so the
+    // preferred BTL is not failed over to the second one.
+    let cfg = test_config();
+    assert!(cfg.btl_fail_silence > 400 * MS);
+    let mut s = Sim::new(
+        14,
+        cfg.clone(),
+        vec![Faults::default(), Faults::default()],
+        &[1024, 1024],
+    );
+    for &l in SIZES {
+        s.send(0, l);
+    }
+    s.run(Duration::from_secs(1), |s| {
+        s.elapsed() > Duration::from_micros(300)
+    });
+    assert!(!Sim::all_done(&s), "the pause must hit mid-transfer");
+    for f in &mut s.faults {
+        f.blackhole_at = Some(Duration::ZERO);
+    }
+    let until = s.elapsed() + 400 * MS;
+    s.run(Duration::from_secs(60), |s| s.elapsed() >= until);
+    for f in &mut s.faults {
+        f.blackhole_at = None;
+    }
+    s.run(Duration::from_secs(60), Sim::all_done);
+    s.assert_delivered(0);
+    let c = s.counters(0);
+    assert!(
+        c.timeouts > u64::from(cfg.btl_retries),
+        "the pause spanned more than btl_retries timeouts: {:?}",
+        summarize(&c)
+    );
+    for n in 0..2 {
+        assert!(s.nodes[n].btl_failed.is_empty(), "node {n} failed a BTL");
+    }
+    assert_eq!(c.failovers, 0);
+}

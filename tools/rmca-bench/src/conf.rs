@@ -30,7 +30,7 @@ pub const PRESETS: &[(&str, &str, Params)] = &[
     ),
     (
         "ob1+ud",
-        "pml ob1 over unreliable datagrams (no recovery: loss is an error)",
+        "pml ob1 over unreliable datagrams (no recovery: a lost datagram hangs the job)",
         &[
             ("pml", "ob1"),
             ("btl", "ud,self"),

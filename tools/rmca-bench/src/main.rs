@@ -42,7 +42,7 @@ benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
                      (btl=rc+self); with ';' between items values are literal
                      ('x=pml=ob1;btl=rc,self'). --mca applies first, the spec overrides it.
   --ratio A/B        ratio column of the medians of configurations A and B (repeatable;
-                     default: dr+X/ob1+X pairs, dr+ud/rxd, and the first rmca configuration
+                     default: dr+X/ob1+X pairs, dr+ud/rxd and ob1+ud/rxd, and the first rmca configuration
                      over each MPI peer)
   --mem              allconn/ringconn also measure per-process memory: VmHWM and VmRSS
                      (/proc/self/status before finalize, max over ranks) and, for rmca, the
@@ -343,6 +343,27 @@ fn default_iters(b: Bench) -> usize {
     }
 }
 
+/// A JSON line of `json_lines` with `mca` set to the parameters of its own configuration
+/// (`--mca` merged with its `--conf` spec) when it is one of `confs`.
+fn with_own_params(line: &str, confs: &serde_json::Map<String, serde_json::Value>) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(line) else {
+        return line.to_owned();
+    };
+    let own = v
+        .get("config")
+        .and_then(|c| c.as_str())
+        .and_then(|c| confs.get(c))
+        .cloned();
+    if let (Some(own), Some(o)) = (own, v.as_object_mut()) {
+        if let (Some(serde_json::Value::Object(m)), serde_json::Value::Object(p)) =
+            (o.get_mut("mca"), own)
+        {
+            m.extend(p);
+        }
+    }
+    v.to_string()
+}
+
 /// The default ratio columns: dr+X over ob1+X, dr+ud over rxd, and the first rmca
 /// configuration over each MPI peer.
 fn default_ratios(rmca: &[String], peers: &[String]) -> Vec<(String, String)> {
@@ -557,11 +578,10 @@ fn drive(o: &Opts) -> Result<(), String> {
                 "iters": o.iters.unwrap_or_else(|| default_iters(bench)),
                 "bind": o.bind,
                 "mca": mca,
-                "confs": confs,
                 "cores": cores,
             });
             for l in results.json_lines(bench, &ctx) {
-                println!("{l}");
+                println!("{}", with_own_params(&l, &confs));
             }
             // The table still goes to the terminal, out of the way of the JSON stream.
             eprint!("{table}");
@@ -673,6 +693,20 @@ mod tests {
             .unwrap_err()
             .contains("seed003-lat"));
         assert!(usage().contains("rc+srq+erdma") && usage().contains("rc-conn"));
+    }
+
+    #[test]
+    fn json_lines_carry_their_own_configuration() {
+        let confs = serde_json::json!({"dr+ud": {"pml": "dr", "btl": "ud,self"}});
+        let confs = confs.as_object().unwrap();
+        let l = r#"{"config":"dr+ud","mca":{"btl_ud_mtu":"1024"},"median":1.0}"#;
+        let v: serde_json::Value = serde_json::from_str(&with_own_params(l, confs)).unwrap();
+        assert_eq!(v["mca"]["pml"], "dr");
+        assert_eq!(v["mca"]["btl_ud_mtu"], "1024");
+        // A peer keeps the global parameters only.
+        let l = r#"{"config":"rxd","mca":{},"median":1.0}"#;
+        let v: serde_json::Value = serde_json::from_str(&with_own_params(l, confs)).unwrap();
+        assert_eq!(v["mca"], serde_json::json!({}));
     }
 
     #[test]

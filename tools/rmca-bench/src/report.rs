@@ -413,8 +413,12 @@ pub fn fig(v: f64) -> String {
         format!("{v:.1}")
     } else if a >= 10.0 {
         format!("{v:.2}")
-    } else {
+    } else if a >= 1.0 || a == 0.0 {
         format!("{v:.3}")
+    } else {
+        // Four significant digits below 1 too (message rates in Mmsg/s, ratios).
+        let decimals = (3 - a.log10().floor() as i32).clamp(3, 9) as usize;
+        format!("{v:.decimals$}")
     }
 }
 
@@ -502,6 +506,16 @@ mod tests {
         let svg = sample().svg(&[Bench::Latency], 2);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 2);
+    }
+
+    #[test]
+    fn figures_keep_four_significant_digits() {
+        assert_eq!(fig(1234.6), "1235");
+        assert_eq!(fig(12.345), "12.35");
+        assert_eq!(fig(1.5), "1.500");
+        assert_eq!(fig(0.0), "0.000");
+        assert_eq!(fig(0.5), "0.5000");
+        assert_eq!(fig(0.006123), "0.006123");
     }
 
     #[test]

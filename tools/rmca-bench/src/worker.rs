@@ -73,7 +73,7 @@ pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String
                 }
                 .map_err(e)?;
                 if world.rank() == 0 {
-                    println!("result {size} {value:.4}");
+                    println!("result {size} {value:.6e}");
                 }
             }
         }
@@ -225,7 +225,7 @@ fn barrier(w: &Communicator, it: usize) -> R<()> {
     }
     let v = avg_over_ranks(w, t0.elapsed().as_secs_f64() * 1e6 / it as f64)?;
     if w.rank() == 0 {
-        println!("result 0 {v:.4}");
+        println!("result 0 {v:.6e}");
     }
     Ok(())
 }

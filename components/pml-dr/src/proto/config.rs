@@ -30,6 +30,10 @@ pub struct Config {
     /// `pml_dr_btl_retries`: consecutive timeouts after which a BTL is failed for the peer, if
     /// another BTL is left (the last one retries until `peer_timeout` of silence).
     pub btl_retries: u32,
+    /// `pml_dr_btl_fail_silence`: and at least this long without an acknowledgement from the
+    /// peer, so that a peer busy computing (not progressing) for a moment does not lose its
+    /// preferred BTL to a few short RTT-derived timeouts.
+    pub btl_fail_silence: Duration,
     /// `pml_dr_window`: most vfrags in flight (sent, not fully acked) per peer.
     pub window: usize,
     /// `pml_dr_watchdog`: a BTL that has not completed a send locally within this is failed.
@@ -51,6 +55,7 @@ impl Default for Config {
             ack_delay: Duration::from_millis(1),
             peer_timeout: Duration::from_secs(30),
             btl_retries: 4,
+            btl_fail_silence: Duration::from_secs(1),
             window: 32,
             watchdog: Duration::from_secs(5),
             reorder_threshold: 3,

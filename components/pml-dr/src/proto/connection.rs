@@ -1576,7 +1576,14 @@ impl Connection {
         // Retries exhausted: move to the next BTL if one is left. On the last one, keep
         // probing (backed off, capped at rto_max): only peer_timeout of silence kills the peer,
         // so a slow but live peer is never given up on by a retry count.
+        // A peer that is merely busy (not progressing) looks like a dead path for a few
+        // RTT-derived timeouts: also require btl_fail_silence without an acknowledgement.
+        let silent_for = now.saturating_duration_since(
+            self.tx_since
+                .map_or(self.last_acked, |s| s.max(self.last_acked)),
+        );
         if path.pto_count >= self.cfg.btl_retries
+            && silent_for >= self.cfg.btl_fail_silence
             && self.paths.iter().filter(|q| !q.failed).count() > 1
         {
             self.fail_path(now, p, BtlFailReason::AckTimeout);
