@@ -138,6 +138,7 @@ impl UserBuf {
     }
 
     /// Copy `src` into the buffer at `offset`. Panics if the buffer is read-only or too small.
+    #[inline]
     pub fn write_at(&self, offset: usize, src: &[u8]) {
         assert!(self.writable, "write into a read-only UserBuf");
         assert!(

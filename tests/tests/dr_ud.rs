@@ -135,8 +135,9 @@ fn stress_verifies_the_same_plan_on_reliable_transports() {
 
 #[test]
 fn ob1_refuses_ud_instead_of_losing_messages() {
-    // ob1 has no acks or checksums and no parameter to accept an unreliable BTL: it must refuse
-    // ud at init, with a message naming the fix, not hang or deliver corrupted data.
+    // ob1 has no acks or checksums: unless pml_ob1_unreliable_btls is set (benchmarks on a
+    // lossless link, tests/tests/ob1_ud.rs), it must refuse ud at init with a message naming
+    // the fix, not hang or deliver corrupted data.
     let out = run_job(&Job {
         ranks: 2,
         program: "stress",

@@ -48,11 +48,14 @@ pub fn config_from_params(params: &ParamStore) -> Result<DrConfig, PmlError> {
     let cfg = DrConfig {
         vfrag_frags: int("pml_dr_vfrag_frags")? as usize,
         eager_limit: params.get_size("pml_dr_eager_limit").map_err(e)?,
+        eager_copy: usize::try_from(params.get_size("pml_dr_eager_copy").map_err(e)?)
+            .unwrap_or(usize::MAX),
         csum: params.get_bool("pml_dr_csum").map_err(e)?,
         rto_initial: us("pml_dr_rto_initial_us")?,
         rto_min: us("pml_dr_rto_min_us")?,
         rto_max: us("pml_dr_rto_max_us")?,
         ack_delay: us("pml_dr_ack_delay_us")?,
+        ack_hold: us("pml_dr_ack_hold_us")?,
         peer_timeout: ms("pml_dr_peer_timeout")?,
         btl_retries: int("pml_dr_btl_retries")? as u32,
         btl_fail_silence: ms("pml_dr_btl_fail_silence")?,
@@ -88,6 +91,7 @@ impl Component for DrComponent {
         // receiver drops an eager MATCH above its own eager limit: a mismatch would hang).
         params.add(Param::int("vfrag_frags", d.vfrag_frags as i64).range(1, 64).help("BTL fragments per vfrag, the unit of acknowledgement (one bit each in the 64-bit ack mask). Every rank must use the same value.").level(Level::Tuning).job_wide());
         params.add(Param::size("eager_limit", d.eager_limit).help("Messages up to this size are sent eagerly in one vfrag (clamped to one vfrag); larger ones use rendezvous. Also bounds the staging memory of an unexpected message. Every rank must use the same value.").level(Level::Tuning).job_wide());
+        params.add(Param::size("eager_copy", d.eager_copy as u64).range(0, 1 << 20).help("Standard (not synchronous) sends up to this many bytes are copied and complete at once, like an eager send of ob1; the acknowledgement, a round trip later, only frees the copy. Larger sends complete when every vfrag is acknowledged. If the peer dies before acknowledging a copied send, the loss surfaces on the next operation with it.").level(Level::Tuning));
         params.add(Param::bool("csum", d.csum).help("Checksum (CRC32C) every payload on every BTL; otherwise only on BTLs flagged NEED_CSUM. Headers are always checksummed.").level(Level::Basic));
         params.add(
             Param::int("rto_initial_us", us(d.rto_initial))
@@ -103,6 +107,7 @@ impl Component for DrComponent {
                 .level(Level::Tuning),
         );
         params.add(Param::int("ack_delay_us", us(d.ack_delay)).range(0, 86_400_000_000).help("Longest a receiver delays a partial vfrag ack, microseconds (complete vfrags are acked at once).").level(Level::Dev));
+        params.add(Param::int("ack_hold_us", us(d.ack_hold)).range(0, 1_000_000).help("The ack of a complete vfrag waits up to this many microseconds for data going back to the same peer, which then leaves first with the ack right behind it (a ping-pong saves one packet ahead of each reply); 0 acks at once.").level(Level::Tuning));
         params.add(Param::int("peer_timeout", ms(d.peer_timeout)).range(1, 86_400_000).help("A peer silent this long (milliseconds) while we await it is declared dead and its requests fail. While messages of ours wait, only acknowledgements of them count as hearing from it.").level(Level::Basic));
         params.add(Param::int("btl_retries", d.btl_retries as i64).range(1, 30).help("Consecutive retransmission timeouts after which a BTL is failed for a peer and its traffic moves to the next BTL. The last BTL to a peer is never failed by timeouts: it keeps retrying until pml_dr_peer_timeout of silence.").level(Level::Basic));
         params.add(Param::int("btl_fail_silence", ms(d.btl_fail_silence)).range(0, 86_400_000).help("A BTL is failed over by timeouts only once the peer has also been silent (no acknowledgement) this many milliseconds, so that a peer busy computing for a moment keeps its preferred BTL; 0 fails after btl_retries timeouts alone.").level(Level::Tuning));

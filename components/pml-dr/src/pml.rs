@@ -46,12 +46,26 @@ struct Incoming {
     received: bool,
 }
 
+/// A message the connection is still sending (until every vfrag is acknowledged).
+#[derive(Debug)]
+struct PendingSend {
+    /// The request to complete on acknowledgement; `None` once completed locally (a copied
+    /// small send, see [`Config::eager_copy`]).
+    req: Option<RequestId>,
+    /// Where the fragments are read from: the user's buffer, or `copy`.
+    buf: UserBuf,
+    tag: i32,
+    pattern: CommPattern,
+    /// The payload copied for a send that completed at once (kept for retransmission).
+    _copy: Option<Box<[u8]>>,
+}
+
 #[derive(Debug)]
 struct Peer {
     conn: Connection,
     /// A packet the BTL refused with WouldBlock, retried first.
     stalled: Option<Transmit>,
-    sends: HashMap<MsgSeq, (RequestId, UserBuf, i32, CommPattern)>,
+    sends: HashMap<MsgSeq, PendingSend>,
     recvs: HashMap<MsgSeq, Incoming>,
     dead: Option<String>,
 }
@@ -239,7 +253,7 @@ impl Dr {
                         .send(p, DR_TAG, bytes, &[], SendHint::default())
                 }
                 Transmit::Data(d) => {
-                    let Some(&(_, buf, _, pattern)) = peer.sends.get(&d.seq) else {
+                    let Some(&PendingSend { buf, pattern, .. }) = peer.sends.get(&d.seq) else {
                         // Cannot happen: a send buffer lives until its completion event.
                         warn!(seq = d.seq, "no send buffer for a fragment; dropped");
                         continue;
@@ -454,7 +468,13 @@ impl State {
                     }
                 }
                 Event::SendComplete { seq } => {
-                    if let Some((req, buf, tag, _)) = self.peers[p as usize].sends.remove(&seq) {
+                    if let Some(PendingSend {
+                        req: Some(req),
+                        buf,
+                        tag,
+                        ..
+                    }) = self.peers[p as usize].sends.remove(&seq)
+                    {
                         self.complete(
                             req,
                             Status {
@@ -467,7 +487,24 @@ impl State {
                     }
                 }
                 Event::SendFailed { seq, reason } => {
-                    if let Some((req, _, tag, _)) = self.peers[p as usize].sends.remove(&seq) {
+                    let lost = self.peers[p as usize].sends.remove(&seq);
+                    if let Some(PendingSend { req: None, buf, .. }) = &lost {
+                        // Completed locally (copied): the loss surfaces on the next operation
+                        // with this peer, as for any eager send whose peer dies after it.
+                        warn!(
+                            peer = p,
+                            seq,
+                            len = buf.len(),
+                            %reason,
+                            "a locally completed small send was never acknowledged"
+                        );
+                    }
+                    if let Some(PendingSend {
+                        req: Some(req),
+                        tag,
+                        ..
+                    }) = lost
+                    {
                         let err = StatusError::PeerFailed {
                             peer: p,
                             reason: reason.to_string(),
@@ -593,9 +630,33 @@ impl Pml for Dr {
         let id = self.new_request(Req::Send { status: None });
         match result {
             Ok(seq) => {
-                self.st.peers[args.dest as usize]
-                    .sends
-                    .insert(seq, (id, args.buf, args.tag, args.pattern));
+                // A small standard send is copied and completes now: its acknowledgement (a
+                // round trip later) then only frees the copy, as an eager send of ob1 does.
+                let copy = (!sync && args.buf.len() <= self.st.cfg.eager_copy)
+                    .then(|| Box::<[u8]>::from(args.buf.as_slice()));
+                let (req, buf) = match &copy {
+                    Some(c) => {
+                        let st = Status {
+                            source: args.dest,
+                            tag: args.tag,
+                            len: c.len(),
+                            error: None,
+                        };
+                        self.st.complete(id, st);
+                        (None, UserBuf::from_slice(c))
+                    }
+                    None => (Some(id), args.buf),
+                };
+                self.st.peers[args.dest as usize].sends.insert(
+                    seq,
+                    PendingSend {
+                        req,
+                        buf,
+                        tag: args.tag,
+                        pattern: args.pattern,
+                        _copy: copy,
+                    },
+                );
                 self.pump(args.dest);
             }
             Err(e) => {

@@ -549,3 +549,59 @@ fn connections_are_created_on_first_use() {
     let _ = irecv(&mut a, &mut one, Source::Rank(0), TagSel::Tag(1));
     assert_eq!(a.connected_peers(), 2);
 }
+
+#[test]
+fn small_standard_sends_complete_at_once_and_are_still_retransmitted() {
+    // Every packet of the first exchange is lost: the small standard send completed at once
+    // (its payload was copied), yet it still arrives intact, from the copy; a large send and a
+    // synchronous one complete only once acknowledged.
+    let rails = [Rail::new(
+        22,
+        Faults {
+            drop: 0.0,
+            dup: 0.0,
+            corrupt: 0.0,
+            reorder: false,
+        },
+    )];
+    let (mut a, mut b) = pair(&rails, &[2048], cfg());
+    rails[0].blackhole.store(true, Ordering::SeqCst);
+    let mut small = pattern(100, 7);
+    let s = isend(&mut a, &small, 1, 1, SendMode::Standard);
+    let st = a.test(s).unwrap().expect("copied: complete at once");
+    assert_eq!((st.len, st.error), (100, None));
+    // The user may reuse the buffer at once: the copy is what goes on the wire.
+    let sent = small.clone();
+    small.fill(0);
+    let big = pattern(20_000, 8);
+    let l = isend(&mut a, &big, 1, 2, SendMode::Standard);
+    let y = isend(&mut a, &sent[..10], 1, 3, SendMode::Synchronous);
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    assert!(
+        a.test(l).unwrap().is_none(),
+        "a large send waits for its acks"
+    );
+    assert!(
+        a.test(y).unwrap().is_none(),
+        "a synchronous send waits for the match"
+    );
+    rails[0].blackhole.store(false, Ordering::SeqCst);
+    let mut got = vec![0u8; 100];
+    let mut got_big = vec![0u8; 20_000];
+    let mut got_sync = vec![0u8; 10];
+    let r1 = irecv(&mut b, &mut got, Source::Rank(0), TagSel::Tag(1));
+    let r2 = irecv(&mut b, &mut got_big, Source::Rank(0), TagSel::Tag(2));
+    let r3 = irecv(&mut b, &mut got_sync, Source::Rank(0), TagSel::Tag(3));
+    let st = wait_all(&mut a, &mut b, &[(0, l), (0, y), (1, r1), (1, r2), (1, r3)]);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    assert_eq!(got, sent);
+    assert_eq!(got_big, big);
+    assert_eq!(got_sync, sent[..10]);
+    assert!(
+        counter(&a, "pml.dr.retransmissions") > 0,
+        "the copy was retransmitted"
+    );
+}

@@ -220,11 +220,7 @@ impl PmlComponent for Ob1Component {
                  a lost fragment will not be recovered (the job hangs) and a corrupted one is delivered"
             );
         }
-        // ob1 busy-polls its BTLs: spin when every local rank has a core, yield when the node
-        // is oversubscribed (the runtime would be the better owner of this choice).
-        let local = ctx.job.local_ranks().len();
-        let yields = rmca_framework::progress::configure_idle_for_node(local);
-        tracing::debug!(?cfg, local, yields, "pml ob1 init");
+        tracing::debug!(?cfg, "pml ob1 init");
         let memory = ctx.memory.counter("pml.ob1");
         Ok(Box::new(Ob1::new(bml, cfg).with_memory(memory)))
     }

@@ -1,7 +1,7 @@
 //! A peer lost in the middle of a transfer while the others are blocked receiving from it.
 //!
 //! `rmca-run -n N dr_peer_loss freeze|abort`: rank 1 exchanges a few warm-up messages with every
-//! rank (so RTTs are known), then starts sending each of them a 4 MiB message, pushes part of it
+//! rank (so RTTs are known), then starts sending each of them a 16 MiB message, pushes a few ms of it
 //! and is lost: `freeze` stops the process (SIGSTOP: to the network a frozen peer is exactly a
 //! dead one, but the launcher sees no exit, so what ends the job is the survivors' own
 //! detection), `abort` kills it outright (the launcher tears the job down).
@@ -12,7 +12,7 @@
 use std::process::{exit, Command};
 use std::time::{Duration, Instant};
 
-const BIG: usize = 4 << 20;
+const BIG: usize = 16 << 20;
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
@@ -51,7 +51,7 @@ fn main() {
             .collect();
         // Drive the transfers for a moment so the loss happens mid-message.
         let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(20) {
+        while t.elapsed() < Duration::from_millis(2) {
             for r in &mut reqs {
                 let _ = r.test();
             }

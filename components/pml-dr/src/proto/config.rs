@@ -14,6 +14,9 @@ pub struct Config {
     /// `pml_dr_eager_limit`: messages up to this size go in one MATCH vfrag; larger ones use
     /// rendezvous (the first this-many bytes in the RNDV vfrag). Clamped to one vfrag.
     pub eager_limit: u64,
+    /// `pml_dr_eager_copy`: standard sends up to this size are copied and complete at once
+    /// (the acknowledgement frees the copy); larger ones complete when acknowledged.
+    pub eager_copy: usize,
     /// `pml_dr_csum`: checksum payloads on every BTL, not only those flagged NEED_CSUM.
     pub csum: bool,
     /// `pml_dr_rto_initial_us`: retransmission timeout before the first RTT sample.
@@ -24,6 +27,9 @@ pub struct Config {
     pub rto_max: Duration,
     /// `pml_dr_ack_delay_us`: longest a receiver holds a partial ack hoping to cover more frags.
     pub ack_delay: Duration,
+    /// `pml_dr_ack_hold_us`: how long the ack of a complete vfrag waits for data going back to
+    /// the same peer, so that a reply leaves ahead of it (0: acks leave at once).
+    pub ack_hold: Duration,
     /// `pml_dr_peer_timeout`: a peer silent this long while we await it is declared dead (while
     /// messages of ours wait, only acknowledgements of them count as hearing from it).
     pub peer_timeout: Duration,
@@ -48,11 +54,13 @@ impl Default for Config {
         Self {
             vfrag_frags: 64,
             eager_limit: 64 * 1024,
+            eager_copy: 4096,
             csum: false,
             rto_initial: Duration::from_millis(50),
             rto_min: Duration::from_millis(5),
             rto_max: Duration::from_secs(2),
             ack_delay: Duration::from_millis(1),
+            ack_hold: Duration::from_micros(20),
             peer_timeout: Duration::from_secs(30),
             btl_retries: 4,
             btl_fail_silence: Duration::from_secs(1),

@@ -356,6 +356,8 @@ struct PendingAck {
     btl: usize,
     repr: AckRepr,
     rx_at: Instant,
+    /// Not sent before this unless data leaves first (see [`Config::ack_hold`]).
+    ready_at: Instant,
 }
 
 /// Both directions of the reliable stream to one peer. See the module documentation.
@@ -389,6 +391,9 @@ pub struct Connection {
     rx_msgs: BTreeMap<MsgSeq, RxMsg>,
     next_announce: MsgSeq,
     acks: VecDeque<PendingAck>,
+    /// Data just left: the held acks follow it at once (they are due anyway, and behind the
+    /// data they no longer delay it).
+    flush_acks: bool,
     rx_limit: usize,
 
     // Liveness.
@@ -457,6 +462,7 @@ impl Connection {
             rx_msgs: BTreeMap::new(),
             next_announce: 0,
             acks: VecDeque::new(),
+            flush_acks: false,
             rx_limit,
             last_heard: now,
             awaiting_since: None,
@@ -589,7 +595,9 @@ impl Connection {
         if self.dead.is_some() {
             return None;
         }
-        if let Some(a) = self.acks.pop_front() {
+        let flush = self.flush_acks;
+        if let Some(i) = self.acks.iter().position(|a| flush || a.ready_at <= now) {
+            let a = self.acks.remove(i).expect("position is in range");
             let mut repr = a.repr;
             let delay = now.saturating_duration_since(a.rx_at);
             repr.ack_delay_us = delay.as_micros().min(u32::MAX as u128) as u32;
@@ -605,9 +613,11 @@ impl Connection {
         }
         loop {
             if let Some(t) = self.next_queued_frag(now) {
+                self.flush_acks = true;
                 return Some(Transmit::Data(t));
             }
             if !self.cut_vfrag() {
+                self.flush_acks = false;
                 return None;
             }
         }
@@ -813,6 +823,7 @@ impl Connection {
                                 btl,
                                 repr: pong,
                                 rx_at: now,
+                                ready_at: now,
                             });
                         } else if ack.flags & ACK_FLAG_PONG == 0 {
                             self.last_acked = now;
@@ -877,6 +888,7 @@ impl Connection {
                 full_mask(repr.frag_count as usize),
                 flags,
                 false,
+                false,
             );
             return None;
         }
@@ -889,7 +901,7 @@ impl Connection {
                 self.counters.duplicates += 1;
                 let (mask, matched) = (v.mask, self.rx_msg_matched(repr.msg_seq));
                 let flags = ACK_FLAG_DUP | if matched { ACK_FLAG_MATCHED } else { 0 };
-                self.queue_ack(now, btl, &repr, mask, flags, false);
+                self.queue_ack(now, btl, &repr, mask, flags, false, false);
                 return None;
             }
             if v.placing & bit != 0 {
@@ -1025,6 +1037,9 @@ impl Connection {
         }
     }
 
+    /// Queue an ack of `r`'s vfrag; `hold` delays it by [`Config::ack_hold`] unless data to
+    /// the peer leaves first.
+    #[allow(clippy::too_many_arguments)]
     fn queue_ack(
         &mut self,
         now: Instant,
@@ -1033,6 +1048,7 @@ impl Connection {
         mask: u64,
         flags: u8,
         nack: bool,
+        hold: bool,
     ) {
         let repr = AckRepr {
             nack,
@@ -1044,22 +1060,26 @@ impl Connection {
             echo_pkt_num: r.pkt_num,
             msg_seq: r.msg_seq,
         };
+        let ready_at = if hold { now + self.cfg.ack_hold } else { now };
         self.push_ack(PendingAck {
             btl,
             repr,
             rx_at: now,
+            ready_at,
         });
     }
 
     fn push_ack(&mut self, a: PendingAck) {
-        // One queued ack per vfrag is enough: the newest state supersedes older ones.
+        // One queued ack per vfrag is enough: the newest state supersedes older ones (and is
+        // due no later than the one it replaces).
         let keepalive = ACK_FLAG_PING | ACK_FLAG_PONG;
         if let Some(q) = self.acks.iter_mut().find(|q| {
             q.repr.vfrag_id == a.repr.vfrag_id
                 && q.repr.nack == a.repr.nack
                 && q.repr.flags & keepalive == a.repr.flags & keepalive
         }) {
-            *q = a;
+            let ready_at = q.ready_at.min(a.ready_at);
+            *q = PendingAck { ready_at, ..a };
         } else {
             self.acks.push_back(a);
         }
@@ -1090,7 +1110,7 @@ impl Connection {
             );
             let matched = self.rx_msg_matched(repr.msg_seq);
             let flags = if matched { ACK_FLAG_MATCHED } else { 0 };
-            self.queue_ack(now, btl, &repr, mask, flags, true);
+            self.queue_ack(now, btl, &repr, mask, flags, true, false);
             self.update_awaiting(now);
             return Err(PlaceError::ChecksumMismatch);
         }
@@ -1118,10 +1138,12 @@ impl Connection {
         if complete {
             self.rx_partial.remove(&id);
             self.rx_done.insert(id);
-            self.queue_ack(now, btl, &repr, mask, flags, false);
+            // Held briefly: a reply the application sends at once carries the data first and
+            // this ack right behind it (one fewer packet ahead of the reply).
+            self.queue_ack(now, btl, &repr, mask, flags, false, true);
         } else if repr.flags & FLAG_ACK_REQ != 0 {
             self.rx_partial.get_mut(&id).expect("present").ack_due = None;
-            self.queue_ack(now, btl, &repr, mask, flags, false);
+            self.queue_ack(now, btl, &repr, mask, flags, false, false);
         } else {
             let v = self.rx_partial.get_mut(&id).expect("present");
             if v.ack_due.is_none() {
@@ -1167,6 +1189,7 @@ impl Connection {
             btl,
             repr,
             rx_at: now,
+            ready_at: now,
         });
         self.maybe_finish_rx(seq);
         self.update_awaiting(now);
@@ -1455,6 +1478,9 @@ impl Connection {
         for v in self.rx_partial.values() {
             min(v.ack_due);
         }
+        for a in &self.acks {
+            min(Some(a.ready_at));
+        }
         if let Some((_, &(_, at))) = self.pending_local.iter().next() {
             min(Some(at + self.cfg.watchdog));
         }
@@ -1495,6 +1521,7 @@ impl Connection {
                     btl,
                     repr: ping,
                     rx_at: now,
+                    ready_at: now,
                 });
             }
         }
@@ -1557,7 +1584,12 @@ impl Connection {
                 echo_pkt_num: pkt,
                 msg_seq: seq,
             };
-            self.push_ack(PendingAck { btl, repr, rx_at });
+            self.push_ack(PendingAck {
+                btl,
+                repr,
+                rx_at,
+                ready_at: now,
+            });
         }
         self.update_awaiting(now);
     }
