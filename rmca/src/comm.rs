@@ -153,17 +153,28 @@ impl Communicator {
         mode: SendMode,
         pattern: CommPattern,
     ) -> Result<RequestId> {
+        let args = self.send_args(buf, dest, tag, context, mode, pattern)?;
+        self.shared.with(|rt| Ok(rt.pml.isend(args)?))
+    }
+
+    /// Check the tag and translate `dest` to a world rank: the PML's send arguments.
+    fn send_args(
+        &self,
+        buf: UserBuf,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+        pattern: CommPattern,
+    ) -> Result<SendArgs> {
         check_tag(tag)?;
-        let dest = self.world_rank(dest)?;
-        self.shared.with(|rt| {
-            Ok(rt.pml.isend(SendArgs {
-                buf,
-                dest,
-                tag,
-                context,
-                mode,
-                pattern,
-            })?)
+        Ok(SendArgs {
+            buf,
+            dest: self.world_rank(dest)?,
+            tag,
+            context,
+            mode,
+            pattern,
         })
     }
 
@@ -178,18 +189,8 @@ impl Communicator {
         mode: SendMode,
         pattern: CommPattern,
     ) -> Result<SendStart> {
-        check_tag(tag)?;
-        let dest = self.world_rank(dest)?;
-        self.shared.with(|rt| {
-            Ok(rt.pml.start_send(SendArgs {
-                buf,
-                dest,
-                tag,
-                context,
-                mode,
-                pattern,
-            })?)
-        })
+        let args = self.send_args(buf, dest, tag, context, mode, pattern)?;
+        self.shared.with(|rt| Ok(rt.pml.start_send(args)?))
     }
 
     /// Finish a send started by [`Communicator::start_send_fast`].

@@ -131,3 +131,13 @@ pub fn run_job_with(job: &Job<'_>, launcher_args: &[&str]) -> JobOutput {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// Read, delete and parse the merged profile a job wrote with `--mca profile_json PATH`;
+/// panics with the job's output (`out`) if it is missing or not JSON.
+pub fn take_profile(path: &Path, out: &JobOutput) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", path.display(), out.text()));
+    let _ = std::fs::remove_file(path);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("profile at {} is not JSON: {e}", path.display()))
+}

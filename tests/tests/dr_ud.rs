@@ -4,7 +4,7 @@
 //! Failover runs ud next to shm (shm's exclusivity lowered to ud's, its latency raised) and
 //! kills ud's path with btl-ud's `btl_ud_fault_blackhole_after` knob.
 
-use rmca_tests::{run_job, run_job_with, Job};
+use rmca_tests::{run_job, run_job_with, take_profile, Job};
 use serde_json::Value;
 
 /// Faults injected into every UD datagram stream (the soft provider's knobs).
@@ -276,10 +276,7 @@ fn dr_fails_over_from_a_black_holed_ud_path_to_the_second_btl() {
             out.text()
         );
     }
-    let text = std::fs::read_to_string(&json)
-        .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", json.display(), out.text()));
-    let _ = std::fs::remove_file(&json);
-    let profile: Value = serde_json::from_str(&text).expect("profile is JSON");
+    let profile = take_profile(&json, &out);
     // ud carried traffic first (a process reached its 3000; its peer may fail ud over before
     // reaching its own, once acks stop coming back on it), was cut, dr failed the path over
     // and shm finished the job.

@@ -1,7 +1,7 @@
 //! The job profile (`--mca profile 1`, issue 4 / seed 000) of a job whose traffic is known:
 //! messages and bytes by size class, unexpected messages, and memory per component.
 
-use rmca_tests::{run_job, Job};
+use rmca_tests::{run_job, take_profile, Job};
 use serde_json::Value;
 
 /// Must match `PLAN` in tests/src/bin/profile_check.rs: (size, count), one per size class.
@@ -43,10 +43,7 @@ fn merged_profile_counts_the_traffic_of_the_job() {
         "{}",
         out.text()
     );
-    let text = std::fs::read_to_string(&json)
-        .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", json.display(), out.text()));
-    let _ = std::fs::remove_file(&json);
-    let p: Value = serde_json::from_str(&text).expect("profile is JSON");
+    let p = take_profile(&json, &out);
     assert_eq!(p["ranks"], 2);
     assert_eq!(p["pml"], "ob1");
     for (class, size, count) in PLAN {

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rmca_tests::{run_job, Job};
+use rmca_tests::{run_job, take_profile, Job};
 use serde_json::Value;
 
 /// Both PMLs: ob1 (RDMA rendezvous over put/get) and dr (its own acks and retransmissions).
@@ -47,10 +47,7 @@ fn rc_job(ranks: usize, case: &str, pml: &str, extra: &[(&str, &str)]) -> Value 
         "{what}:\n{}",
         out.text()
     );
-    let text = std::fs::read_to_string(&json)
-        .unwrap_or_else(|e| panic!("{what}: no profile {}: {e}\n{}", json.display(), out.text()));
-    let _ = std::fs::remove_file(&json);
-    let v: Value = serde_json::from_str(&text).expect("profile JSON");
+    let v = take_profile(&json, &out);
     assert_eq!(v["pml"], pml, "{what}: profile of another PML");
     v
 }

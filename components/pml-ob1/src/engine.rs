@@ -245,6 +245,27 @@ struct Req {
     done: Option<Done>,
 }
 
+impl Req {
+    /// A send request for `args` that has MPI sequence number `seq` and has not started.
+    fn new_send(args: &SendArgs, seq: Seq) -> Self {
+        Req {
+            kind: Kind::Send(SendReq {
+                buf: args.buf,
+                dest: args.dest,
+                tag: args.tag,
+                context: args.context,
+                mode: args.mode,
+                pattern: args.pattern,
+                seq,
+                state: SendState::Start,
+                regs: Regs::default(),
+            }),
+            active: false,
+            done: None,
+        }
+    }
+}
+
 /// Requests in a slab: ids are index + generation, so a stale id (or a forged one in a
 /// packet) never reaches a reused slot.
 #[derive(Debug, Default)]
@@ -1511,21 +1532,7 @@ impl Pml for Ob1 {
         }
         let core = &mut self.core;
         let seq = core.matcher.next_send_seq(args.context, args.dest);
-        let id = core.reqs.insert(Req {
-            kind: Kind::Send(SendReq {
-                buf: args.buf,
-                dest: args.dest,
-                tag: args.tag,
-                context: args.context,
-                mode: args.mode,
-                pattern: args.pattern,
-                seq,
-                state: SendState::Start,
-                regs: Regs::default(),
-            }),
-            active: false,
-            done: None,
-        });
+        let id = core.reqs.insert(Req::new_send(&args, seq));
         if core.dead[args.dest as usize] {
             core.fail_send(id, args.dest, "peer failed earlier");
         } else if !core.starts[args.dest as usize].is_empty() || core.start_send(id, &mut self.bml)
@@ -1597,21 +1604,7 @@ impl Pml for Ob1 {
             Err(e) => {
                 // Refused: keep it as a request with the sequence number it already has, and
                 // handle the refusal as isend does (retry in order, or fail over).
-                let id = core.reqs.insert(Req {
-                    kind: Kind::Send(SendReq {
-                        buf: args.buf,
-                        dest: args.dest,
-                        tag: args.tag,
-                        context: args.context,
-                        mode: args.mode,
-                        pattern: args.pattern,
-                        seq,
-                        state: SendState::Start,
-                        regs: Regs::default(),
-                    }),
-                    active: false,
-                    done: None,
-                });
+                let id = core.reqs.insert(Req::new_send(&args, seq));
                 if core.send_refused(&mut self.bml, id, args.dest, b, e) {
                     core.starts[dest].push_back(id);
                     core.starts_pending += 1;
