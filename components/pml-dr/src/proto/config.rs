@@ -126,6 +126,10 @@ impl Config {
                 "greater than pml_dr_ack_delay_us",
             ));
         }
+        if self.rto_min <= self.ack_hold {
+            // A held ack must never look like a loss to the sender.
+            return Err(bad("ack_hold_us", self.ack_hold, "below pml_dr_rto_min_us"));
+        }
         if self.rto_max < self.rto_min {
             return Err(bad("rto_max_us", self.rto_max, ">= pml_dr_rto_min_us"));
         }
