@@ -11,7 +11,7 @@ use crate::job::JobInfo;
 use crate::memory::MemoryAccounting;
 use crate::modex::{ModexError, ModexWrite};
 use crate::mpool::MpoolComponent;
-use crate::params::{ParamRegistrar, ParamStore};
+use crate::params::{ParamError, ParamRegistrar, ParamStore, RawSources};
 use crate::pml::PmlComponent;
 use crate::rcache::{Rcache, RcacheComponent};
 
@@ -77,6 +77,28 @@ pub trait Component: Send + Sync {
 
     /// Declare the component's MCA parameters. Called once per process, before any value is read.
     fn register_params(&self, params: &mut ParamRegistrar<'_>);
+}
+
+/// The parameters `component` (of `framework`) declares, resolved with `settings` applied as
+/// `(name, value)` environment settings: what in-process tests, examples and benchmarks of one
+/// component run with, without a registry or a launcher.
+pub fn component_params(
+    framework: Framework,
+    component: &dyn Component,
+    settings: &[(&str, &str)],
+) -> Result<ParamStore, Vec<ParamError>> {
+    let mut specs = Vec::new();
+    component.register_params(&mut ParamRegistrar::new(
+        framework.name(),
+        component.meta().name,
+        &mut specs,
+    ));
+    let env = settings
+        .iter()
+        .map(|(k, v)| (format!("{}{k}", rmca_rte::MCA_ENV_PREFIX), (*v).to_owned()))
+        .collect();
+    let raw = RawSources::from_parts(None, None, false, env, vec![]).map_err(|e| vec![e])?;
+    ParamStore::resolve(specs, &raw)
 }
 
 /// A component of any framework.

@@ -33,6 +33,27 @@ impl JobInfo {
         }
     }
 
+    /// Rank `rank` of a job of `size` processes all on one node ("n0"), tagged by `secret`:
+    /// what in-process tests and benchmarks of a component build.
+    pub fn single_node(rank: Rank, size: u32, secret: &str) -> Self {
+        Self {
+            rank,
+            size,
+            job_id: secret.to_owned(),
+            secret: secret.as_bytes().to_vec(),
+            node_of: vec![0; size as usize],
+            node_names: vec!["n0".into()],
+        }
+    }
+
+    /// True when this node's ranks outnumber the cores this process may run on: busy-polling
+    /// ranks then share cores, so waits should yield and protocols that need both ends
+    /// running at once (pipelined copies) lose to ones that need only one.
+    pub fn oversubscribed(&self) -> bool {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        self.local_ranks().len() > cores
+    }
+
     /// Describe every process of the job for `add_procs`.
     pub fn procs(&self) -> Vec<ProcInfo> {
         (0..self.size)

@@ -3,9 +3,10 @@
 //!
 //! Waiting is a spin-then-yield loop: spinning keeps small-message latency at memory speed when
 //! a peer is about to answer, and yielding after a short idle streak lets oversubscribed ranks
-//! (more ranks than cores) run their peers. Ranks that each have a core spin only (see
-//! [`configure_idle_for_node`]). A wait never blocks in the kernel, so a dead peer
-//! cannot hang it: the PML reports the failure (peer timeouts, BTL errors) or the launcher,
+//! (more ranks than cores) run their peers. Ranks that each have a core spin only: the
+//! runtime sets [`set_yield_when_idle`] from
+//! [`JobInfo::oversubscribed`](crate::job::JobInfo::oversubscribed). A wait never blocks in
+//! the kernel, so a dead peer cannot hang it: the PML reports the failure (peer timeouts, BTL errors) or the launcher,
 //! which watches every rank, tears the job down.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,19 +24,9 @@ pub fn set_yield_when_idle(on: bool) {
 }
 
 /// The current idle policy (true until [`set_yield_when_idle`] or
-/// [`configure_idle_for_node`] says otherwise).
+/// the runtime says otherwise).
 pub fn yield_when_idle() -> bool {
     YIELD_WHEN_IDLE.load(Ordering::Relaxed)
-}
-
-/// Set the idle policy for a process sharing its node with `local_ranks` ranks (itself
-/// included): yield only when they outnumber the cores this process may run on. Returns the
-/// policy chosen.
-pub fn configure_idle_for_node(local_ranks: usize) -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let on = local_ranks > cores;
-    set_yield_when_idle(on);
-    on
 }
 
 /// Handle of a registered progress function.

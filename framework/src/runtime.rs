@@ -136,7 +136,8 @@ impl Runtime {
         };
         // Every PML busy-polls its BTLs: spin when each local rank has a core, yield when the
         // node is oversubscribed (Open MPI's mpi_yield_when_idle, decided the same way).
-        let yields = crate::progress::configure_idle_for_node(job.local_ranks().len());
+        let yields = job.oversubscribed();
+        crate::progress::set_yield_when_idle(yields);
         tracing::debug!(yields, "idle policy");
         let memory = MemoryAccounting::new();
         let btl_sel = registry.selector(&params, Framework::Btl)?;

@@ -19,33 +19,15 @@ use std::time::{Duration, Instant};
 
 use rmca_btl_rc::RC;
 use rmca_framework::btl::{Btl, BtlComponent, BtlEvents, CompletionToken, SendError, SendHint};
-use rmca_framework::component::{Component, InitContext};
+use rmca_framework::component::{component_params, Framework, InitContext};
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::MemoryAccounting;
 use rmca_framework::modex::{LocalModex, ModexWrite};
-use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
+use rmca_framework::params::ParamStore;
 use rmca_framework::rank::Rank;
 
 fn params(settings: &[(&str, &str)]) -> ParamStore {
-    let mut specs = Vec::new();
-    RC.register_params(&mut ParamRegistrar::new("btl", "rc", &mut specs));
-    let env: Vec<(String, String)> = settings
-        .iter()
-        .map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned()))
-        .collect();
-    let raw = RawSources::from_parts(None, None, false, env, vec![]).expect("sources");
-    ParamStore::resolve(specs, &raw).expect("params")
-}
-
-fn job(rank: Rank, size: u32, secret: &str) -> JobInfo {
-    JobInfo {
-        rank,
-        size,
-        job_id: secret.to_owned(),
-        secret: secret.as_bytes().to_vec(),
-        node_of: vec![0; size as usize],
-        node_names: vec!["n0".into()],
-    }
+    component_params(Framework::Btl, &RC, settings).expect("btl-rc parameters")
 }
 
 fn ranks(
@@ -58,7 +40,7 @@ fn ranks(
     let mems: Vec<MemoryAccounting> = (0..n).map(|_| MemoryAccounting::new()).collect();
     let mut v: Vec<Box<dyn Btl>> = (0..n)
         .map(|r| {
-            let j = job(r, n, secret);
+            let j = JobInfo::single_node(r, n, secret);
             let mut w = modex.writer(r);
             let mut ctx =
                 InitContext::new(&j, &p, &mems[r as usize], &mut w as &mut dyn ModexWrite);
@@ -66,7 +48,7 @@ fn ranks(
         })
         .collect();
     for (r, b) in v.iter_mut().enumerate() {
-        b.add_procs(&job(r as Rank, n, secret).procs(), &modex)
+        b.add_procs(&JobInfo::single_node(r as Rank, n, secret).procs(), &modex)
             .expect("add_procs");
     }
     (v, mems)

@@ -891,15 +891,7 @@ impl RcBtl {
                 if !self.reserve(pi, qi) {
                     return Ok(false);
                 }
-                let hdr = FragRepr {
-                    kind: FragKind::Data,
-                    tag,
-                    credits: 0,
-                    seq,
-                    aux: 1,
-                    a: header.len() as u32,
-                    b: 0,
-                };
+                let hdr = FragRepr::data(tag, seq, header.len());
                 match self.post_buf(pi, qi, hdr, &[header, payload], false) {
                     Ok(()) => Ok(true),
                     Err(SendError::WouldBlock) => {
@@ -1433,15 +1425,7 @@ impl RcBtl {
         let Some(id) = self.send_pool.alloc(&self.pd) else {
             return Ok(false);
         };
-        let hdr = FragRepr {
-            kind: FragKind::Data,
-            tag,
-            credits: 0,
-            seq,
-            aux: 1,
-            a: header.len() as u32,
-            b: 0,
-        };
+        let hdr = FragRepr::data(tag, seq, header.len());
         let mut h = [0u8; FRAG_HEADER_LEN];
         hdr.emit(&mut h);
         self.send_pool.write(id, 0, &h);

@@ -406,6 +406,19 @@ impl FragRepr {
             b: 0,
         }
     }
+    /// The header of one whole data fragment (not striped, not coalesced) whose PML header is
+    /// `pml_header_len` bytes long.
+    pub fn data(tag: u8, seq: u16, pml_header_len: usize) -> Self {
+        Self {
+            kind: FragKind::Data,
+            tag,
+            credits: 0,
+            seq,
+            aux: 1,
+            a: pml_header_len as u32,
+            b: 0,
+        }
+    }
     /// Write into the first [`FRAG_HEADER_LEN`] bytes of `out`.
     pub fn emit(&self, out: &mut [u8]) {
         out[0] = self.kind as u8;

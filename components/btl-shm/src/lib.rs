@@ -178,9 +178,7 @@ impl BtlComponent for ShmComponent {
             .entry("btl_shm_single_copy_min")
             .is_ok_and(|e| e.source != Source::Default);
         if !user_set {
-            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-            cfg.single_copy_min =
-                ShmConfig::auto_single_copy_min(ctx.job.local_ranks().len(), cores);
+            cfg.single_copy_min = ShmConfig::auto_single_copy_min(ctx.job.oversubscribed());
         }
         match ShmBtl::new(ctx, cfg)? {
             Some(btl) => Ok(vec![Box::new(btl)]),

@@ -64,8 +64,8 @@ impl ShmConfig {
     /// 1.3-2x; it pins pages call by call), so CMA serves only larger messages. When the ranks
     /// outnumber the cores the pipeline stalls whenever the peer is descheduled, and CMA,
     /// which needs only the receiver to run, serves every rendezvous.
-    pub fn auto_single_copy_min(local_ranks: usize, cores: usize) -> usize {
-        if local_ranks > cores {
+    pub fn auto_single_copy_min(oversubscribed: bool) -> usize {
+        if oversubscribed {
             0
         } else {
             64 << 20

@@ -537,3 +537,27 @@ fn four_local_ranks_all_pairs() {
     }
     assert_eq!(mem.counter("btl.shm").current(), 0);
 }
+
+#[test]
+fn unset_single_copy_threshold_follows_the_placement() {
+    // Through the component's init (as the runtime does): unset, the threshold comes from the
+    // job's placement; set, even to its default value, the user's value stands.
+    let id = job_id("sc");
+    let nodes = [0, 0];
+    let modex = LocalModex::new();
+    let mem = MemoryAccounting::new();
+    let j = job(0, &nodes, &id);
+    let auto = init(&j, &modex, &mem, &[]).unwrap();
+    let expected = if j.oversubscribed() { 0 } else { 64 << 20 };
+    assert_eq!(auto[0].attributes().min_rdma_pipeline_size, expected);
+    let id = job_id("sd");
+    let j = job(0, &nodes, &id);
+    let set = init(
+        &j,
+        &LocalModex::new(),
+        &mem,
+        &[("btl_shm_single_copy_min", "0")],
+    )
+    .unwrap();
+    assert_eq!(set[0].attributes().min_rdma_pipeline_size, 0);
+}

@@ -26,14 +26,7 @@ impl BtlEvents for Count {
 }
 
 fn job(rank: u32) -> JobInfo {
-    JobInfo {
-        rank,
-        size: 2,
-        job_id: format!("bench{}", std::process::id()),
-        secret: format!("bench{}", std::process::id()).into_bytes(),
-        node_of: vec![0, 0],
-        node_names: vec!["n0".into()],
-    }
+    JobInfo::single_node(rank, 2, &format!("bench{}", std::process::id()))
 }
 
 fn modules() -> (Box<dyn Btl>, Box<dyn Btl>) {

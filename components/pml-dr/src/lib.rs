@@ -133,7 +133,8 @@ impl PmlComponent for DrComponent {
     fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError> {
         let cfg = config_from_params(ctx.params)?;
         tracing::debug!(?cfg, "pml dr init");
-        Ok(Box::new(Dr::new(bml, cfg)?))
+        let memory = ctx.memory.counter("pml.dr");
+        Ok(Box::new(Dr::new(bml, cfg)?.with_memory(memory)))
     }
 }
 

@@ -12,6 +12,7 @@
 //!   the matching engine wants is assigned here by counting: nothing is ever held.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rmca_framework::bml::{Bml, BmlEvents, BtlIndex};
@@ -20,6 +21,8 @@ use rmca_framework::btl::{
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Arrival as MatchArrival, Envelope, Matcher, Posted, Seq};
+use rmca_framework::memory::MemoryCounter;
+use rmca_framework::mpool::{FreeListPool, Mpool, PoolBuf, PoolSpec};
 use rmca_framework::pml::{
     ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError,
     TagSel,
@@ -56,8 +59,9 @@ struct PendingSend {
     buf: UserBuf,
     tag: i32,
     pattern: CommPattern,
-    /// The payload copied for a send that completed at once (kept for retransmission).
-    _copy: Option<Box<[u8]>>,
+    /// The pool buffer holding the payload of a send that completed at once (kept for
+    /// retransmission, freed on acknowledgement or failure).
+    copy: Option<PoolBuf>,
 }
 
 #[derive(Debug)]
@@ -155,6 +159,24 @@ struct State {
     /// death by silence) even if it has nothing in flight.
     awaiting: Vec<usize>,
     now: Instant,
+    /// Buffers for the payloads of small sends that completed at once ([`COPY_POOL_MAX`] at
+    /// most: past that, sends complete on acknowledgement).
+    copies: FreeListPool,
+}
+
+/// Most small-send copies held at once (a few MiB at the default `pml_dr_eager_copy`).
+const COPY_POOL_MAX: usize = 1024;
+
+fn copy_pool(cfg: &Config, memory: Arc<MemoryCounter>) -> FreeListPool {
+    FreeListPool::new(
+        PoolSpec {
+            buffer_size: cfg.eager_copy,
+            initial: 0,
+            grow_by: 64,
+            max: COPY_POOL_MAX,
+        },
+        memory,
+    )
 }
 
 /// A DR PML instance.
@@ -199,6 +221,7 @@ impl Dr {
             paths_of.push(paths);
         }
         let nprocs = paths_of.len();
+        let cfg_for_pool = cfg.clone();
         let peers = Peers {
             slots: (0..nprocs).map(|_| None).collect(),
             active: Vec::new(),
@@ -218,8 +241,15 @@ impl Dr {
                 dropped: 0,
                 awaiting: vec![0; nprocs],
                 now,
+                copies: copy_pool(&cfg_for_pool, Arc::default()),
             },
         })
+    }
+
+    /// Account the buffers of small-send copies to `memory` (the component uses `pml.dr`).
+    pub fn with_memory(mut self, memory: Arc<MemoryCounter>) -> Self {
+        self.st.copies = copy_pool(&self.st.cfg, memory);
+        self
     }
 
     /// Peers that have a connection (created on first use), out of the job's size.
@@ -468,43 +498,41 @@ impl State {
                     }
                 }
                 Event::SendComplete { seq } => {
-                    if let Some(PendingSend {
-                        req: Some(req),
-                        buf,
-                        tag,
-                        ..
-                    }) = self.peers[p as usize].sends.remove(&seq)
-                    {
-                        self.complete(
-                            req,
-                            Status {
+                    if let Some(sent) = self.peers[p as usize].sends.remove(&seq) {
+                        if let Some(c) = sent.copy {
+                            self.copies.free(c);
+                        }
+                        if let Some(req) = sent.req {
+                            let status = Status {
                                 source: p,
-                                tag,
-                                len: buf.len(),
+                                tag: sent.tag,
+                                len: sent.buf.len(),
                                 error: None,
-                            },
-                        );
+                            };
+                            self.complete(req, status);
+                        }
                     }
                 }
                 Event::SendFailed { seq, reason } => {
-                    let lost = self.peers[p as usize].sends.remove(&seq);
-                    if let Some(PendingSend { req: None, buf, .. }) = &lost {
+                    let Some(lost) = self.peers[p as usize].sends.remove(&seq) else {
+                        continue;
+                    };
+                    if let Some(c) = lost.copy {
+                        self.copies.free(c);
+                    }
+                    if lost.req.is_none() {
                         // Completed locally (copied): the loss surfaces on the next operation
                         // with this peer, as for any eager send whose peer dies after it.
                         warn!(
                             peer = p,
                             seq,
-                            len = buf.len(),
+                            len = lost.buf.len(),
                             %reason,
                             "a locally completed small send was never acknowledged"
                         );
                     }
-                    if let Some(PendingSend {
-                        req: Some(req),
-                        tag,
-                        ..
-                    }) = lost
-                    {
+                    if let Some(req) = lost.req {
+                        let tag = lost.tag;
                         let err = StatusError::PeerFailed {
                             peer: p,
                             reason: reason.to_string(),
@@ -632,18 +660,26 @@ impl Pml for Dr {
             Ok(seq) => {
                 // A small standard send is copied and completes now: its acknowledgement (a
                 // round trip later) then only frees the copy, as an eager send of ob1 does.
-                let copy = (!sync && args.buf.len() <= self.st.cfg.eager_copy)
-                    .then(|| Box::<[u8]>::from(args.buf.as_slice()));
+                let len = args.buf.len();
+                let copy = if !sync && len <= self.st.cfg.eager_copy {
+                    self.st.copies.alloc()
+                } else {
+                    None
+                };
                 let (req, buf) = match &copy {
                     Some(c) => {
+                        let dst = &mut self.st.copies.bytes_mut(c)[..len];
+                        dst.copy_from_slice(args.buf.as_slice());
                         let st = Status {
                             source: args.dest,
                             tag: args.tag,
-                            len: c.len(),
+                            len,
                             error: None,
                         };
                         self.st.complete(id, st);
-                        (None, UserBuf::from_slice(c))
+                        // The slab never moves while the pool lives, and the buffer is not
+                        // reused before the acknowledgement frees it.
+                        (None, UserBuf::from_slice(&self.st.copies.bytes(c)[..len]))
                     }
                     None => (Some(id), args.buf),
                 };
@@ -654,7 +690,7 @@ impl Pml for Dr {
                         buf,
                         tag: args.tag,
                         pattern: args.pattern,
-                        _copy: copy,
+                        copy,
                     },
                 );
                 self.pump(args.dest);

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use rmca_btl_rc::RC;
 use rmca_framework::btl::{Btl, BtlComponent, BtlError, BtlEvents, CompletionToken, SendError};
-use rmca_framework::component::{Component, InitContext};
+use rmca_framework::component::{component_params, Framework, InitContext};
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::MemoryAccounting;
 use rmca_framework::modex::{LocalModex, ModexWrite};
-use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
+use rmca_framework::params::ParamStore;
 use rmca_framework::rank::Rank;
 
 /// The provider the tests run on.
@@ -23,28 +23,15 @@ pub fn provider() -> String {
 
 /// Resolve btl-rc's parameters with `settings` applied.
 pub fn params(settings: &[(&str, &str)]) -> ParamStore {
-    let mut specs = Vec::new();
-    RC.register_params(&mut ParamRegistrar::new("btl", "rc", &mut specs));
-    let mut env: Vec<(String, String)> = vec![("RMCA_MCA_btl_rc_provider".into(), provider())];
-    env.extend(
-        settings
-            .iter()
-            .map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned())),
-    );
-    let raw = RawSources::from_parts(None, None, false, env, vec![]).unwrap();
-    ParamStore::resolve(specs, &raw).unwrap()
+    let provider = provider();
+    let mut all = vec![("btl_rc_provider", provider.as_str())];
+    all.extend_from_slice(settings);
+    component_params(Framework::Btl, &RC, &all).unwrap()
 }
 
 /// A job description.
 pub fn job(rank: Rank, size: u32, secret: &str) -> JobInfo {
-    JobInfo {
-        rank,
-        size,
-        job_id: secret.to_owned(),
-        secret: secret.as_bytes().to_vec(),
-        node_of: vec![0; size as usize],
-        node_names: vec!["n0".into()],
-    }
+    JobInfo::single_node(rank, size, secret)
 }
 
 /// Initialise one module.
