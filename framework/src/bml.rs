@@ -70,12 +70,15 @@ pub trait BmlEvents {
     fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str);
 }
 
-struct Indexed<'a> {
+/// Adds the BTL index to a BTL's events. Generic over the sink so that a BTL's one dynamic call
+/// per event lands in code that calls the PML's handler directly (inlined), not through a
+/// second dynamic call.
+struct Indexed<'a, E: BmlEvents + ?Sized> {
     btl: BtlIndex,
-    inner: &'a mut dyn BmlEvents,
+    inner: &'a mut E,
 }
 
-impl BtlEvents for Indexed<'_> {
+impl<E: BmlEvents + ?Sized> BtlEvents for Indexed<'_, E> {
     fn recv(&mut self, peer: Rank, tag: BtlTag, data: &[u8]) {
         self.inner.recv(self.btl, peer, tag, data)
     }
@@ -318,7 +321,7 @@ impl Bml {
 
     /// Progress every BTL, delivering events tagged with the BTL's index.
     #[inline]
-    pub fn progress(&mut self, events: &mut dyn BmlEvents) -> usize {
+    pub fn progress<E: BmlEvents + ?Sized>(&mut self, events: &mut E) -> usize {
         // Runs on every pass of every wait loop: one adapter for all BTLs, re-indexed in place.
         let mut sink = Indexed {
             btl: 0,

@@ -120,8 +120,36 @@ pub struct Status {
     pub tag: Tag,
     /// Bytes received (receives), or the message length (probes, sends).
     pub len: usize,
-    /// Set when the request did not fully succeed.
-    pub error: Option<StatusError>,
+    /// Set when the request did not fully succeed (boxed: a status is copied on every
+    /// completion, an error is rare).
+    pub error: Option<Box<StatusError>>,
+}
+
+impl Status {
+    /// A successful status.
+    pub fn ok(source: Rank, tag: Tag, len: usize) -> Self {
+        Self {
+            source,
+            tag,
+            len,
+            error: None,
+        }
+    }
+
+    /// A status carrying `error`.
+    pub fn failed(source: Rank, tag: Tag, len: usize, error: StatusError) -> Self {
+        Self {
+            source,
+            tag,
+            len,
+            error: Some(Box::new(error)),
+        }
+    }
+
+    /// The error, if any.
+    pub fn error(&self) -> Option<&StatusError> {
+        self.error.as_deref()
+    }
 }
 
 /// How a send started with [`Pml::start_send`] stands.

@@ -243,7 +243,20 @@ impl Runtime {
     }
 
     /// Drive progress until `request` completes.
+    #[inline]
     pub fn wait(&mut self, request: crate::pml::RequestId) -> Result<crate::pml::Status, PmlError> {
+        // Requests of a window are mostly complete by the time they are waited on.
+        match self.pml.test(request)? {
+            Some(st) => Ok(st),
+            None => self.wait_progressing(request),
+        }
+    }
+
+    #[inline(never)]
+    fn wait_progressing(
+        &mut self,
+        request: crate::pml::RequestId,
+    ) -> Result<crate::pml::Status, PmlError> {
         let mut backoff = crate::progress::Backoff::default();
         loop {
             if let Some(st) = self.pml.test(request)? {

@@ -35,24 +35,30 @@ impl Status {
 /// context: use [`Communicator::dup`] for an isolated one).
 #[derive(Clone)]
 pub struct Communicator {
-    pub(crate) shared: Rc<Shared>,
+    // One reference-counted block: a clone (every non-blocking request holds one) is a single
+    // counter increment.
+    inner: Rc<CommInner>,
+}
+
+struct CommInner {
+    shared: Rc<Shared>,
     /// Context id of point-to-point traffic; collectives use `context + 1`.
     context: ContextId,
     /// World rank of each communicator rank.
-    group: Rc<[Rank]>,
+    group: Box<[Rank]>,
     rank: usize,
     /// `group[i] == i` for every rank (world and its dups): rank translation is free.
     identity: bool,
     /// Number of communicators derived so far (dup/split), the same on every member.
-    derived: Rc<Cell<u32>>,
+    derived: Cell<u32>,
 }
 
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Communicator")
-            .field("context", &self.context)
-            .field("rank", &self.rank)
-            .field("size", &self.group.len())
+            .field("context", &self.inner.context)
+            .field("rank", &self.inner.rank)
+            .field("size", &self.inner.group.len())
             .finish()
     }
 }
@@ -67,47 +73,63 @@ fn check_tag(tag: i32) -> Result<()> {
 
 impl Communicator {
     pub(crate) fn world(shared: Rc<Shared>, rank: Rank, size: u32) -> Self {
-        Self {
+        Self::new(CommInner {
             shared,
             context: 0,
             group: (0..size).collect(),
             rank: rank as usize,
             identity: true,
-            derived: Rc::new(Cell::new(0)),
+            derived: Cell::new(0),
+        })
+    }
+
+    fn new(inner: CommInner) -> Self {
+        Self {
+            inner: Rc::new(inner),
         }
+    }
+
+    /// The runtime this communicator belongs to.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
     }
 
     /// This process's rank in the communicator.
     pub fn rank(&self) -> usize {
-        self.rank
+        self.inner.rank
     }
 
     /// Number of processes in the communicator.
     pub fn size(&self) -> usize {
-        self.group.len()
+        self.inner.group.len()
     }
 
     /// World rank of communicator rank `r`.
     pub fn world_rank(&self, r: usize) -> Result<Rank> {
         // ok_or_else: an eagerly built error would be constructed and dropped on every call.
-        self.group.get(r).copied().ok_or_else(|| Error::BadRank {
-            rank: r,
-            size: self.group.len(),
-        })
+        self.inner
+            .group
+            .get(r)
+            .copied()
+            .ok_or_else(|| Error::BadRank {
+                rank: r,
+                size: self.inner.group.len(),
+            })
     }
 
     fn comm_rank_of(&self, world: Rank) -> usize {
-        if self.identity {
+        if self.inner.identity {
             return world as usize;
         }
-        self.group
+        self.inner
+            .group
             .iter()
             .position(|&w| w == world)
             .unwrap_or(usize::MAX)
     }
 
     pub(crate) fn coll_context(&self) -> ContextId {
-        self.context + 1
+        self.inner.context + 1
     }
 
     fn to_status(&self, st: &pml::Status) -> Status {
@@ -118,11 +140,15 @@ impl Communicator {
         }
     }
 
+    #[inline]
     fn finish(&self, st: pml::Status) -> Result<Status> {
         let status = self.to_status(&st);
         match st.error {
             None => Ok(status),
-            Some(error) => Err(Error::Status { error, status }),
+            Some(error) => Err(Error::Status {
+                error: *error,
+                status,
+            }),
         }
     }
 
@@ -154,7 +180,7 @@ impl Communicator {
         pattern: CommPattern,
     ) -> Result<RequestId> {
         let args = self.send_args(buf, dest, tag, context, mode, pattern)?;
-        self.shared.with(|rt| Ok(rt.pml.isend(args)?))
+        self.inner.shared.with(|rt| Ok(rt.pml.isend(args)?))
     }
 
     /// Check the tag and translate `dest` to a world rank: the PML's send arguments.
@@ -190,7 +216,7 @@ impl Communicator {
         pattern: CommPattern,
     ) -> Result<SendStart> {
         let args = self.send_args(buf, dest, tag, context, mode, pattern)?;
-        self.shared.with(|rt| Ok(rt.pml.start_send(args)?))
+        self.inner.shared.with(|rt| Ok(rt.pml.start_send(args)?))
     }
 
     /// Finish a send started by [`Communicator::start_send_fast`].
@@ -211,7 +237,7 @@ impl Communicator {
     ) -> Result<RequestId> {
         let source = self.source(src)?;
         let tag = Self::tag_sel(tag)?;
-        self.shared.with(|rt| {
+        self.inner.shared.with(|rt| {
             Ok(rt.pml.irecv(RecvArgs {
                 buf,
                 source,
@@ -223,7 +249,7 @@ impl Communicator {
     }
 
     pub(crate) fn wait_raw(&self, id: RequestId) -> Result<Status> {
-        let st = self.shared.wait(id)?;
+        let st = self.shared().wait(id)?;
         self.finish(st)
     }
 
@@ -299,7 +325,7 @@ impl Communicator {
         pattern: CommPattern,
     ) -> Result<SendStart> {
         let bytes = UserBuf::from_slice(bytemuck::cast_slice(buf));
-        self.start_send_fast(bytes, dest, tag, self.context, mode, pattern)
+        self.start_send_fast(bytes, dest, tag, self.inner.context, mode, pattern)
     }
 
     /// Start a receive of typed elements on the point-to-point context.
@@ -311,7 +337,7 @@ impl Communicator {
         pattern: CommPattern,
     ) -> Result<RequestId> {
         let bytes = UserBuf::from_mut_slice(bytemuck::cast_slice_mut(buf));
-        self.start_recv(bytes, source, tag, self.context, pattern)
+        self.start_recv(bytes, source, tag, self.inner.context, pattern)
     }
 
     /// Blocking standard-mode send.
@@ -401,8 +427,8 @@ impl Communicator {
     pub fn iprobe(&self, source: impl Into<Src>, tag: i32) -> Result<Option<Status>> {
         let source = self.source(source.into())?;
         let tag = Self::tag_sel(tag)?;
-        let ctx = self.context;
-        let st = self.shared.with(|rt| {
+        let ctx = self.inner.context;
+        let st = self.inner.shared.with(|rt| {
             if let Some(st) = rt.pml.iprobe(ctx, source, tag)? {
                 return Ok(Some(st));
             }
@@ -430,12 +456,13 @@ impl Communicator {
     // ---- communicator management ----
 
     fn derive_context(&self, color: u32) -> ContextId {
-        let n = self.derived.get();
-        self.derived.set(n + 1);
+        let n = self.inner.derived.get();
+        self.inner.derived.set(n + 1);
         // Every member derives the same id from (parent, ordinal, color) without communication;
         // FNV-1a spreads them; ids are even (p2p) with the odd neighbour for collectives.
         let mut h: u32 = 0x811c_9dc5;
         for b in self
+            .inner
             .context
             .to_le_bytes()
             .into_iter()
@@ -452,14 +479,14 @@ impl Communicator {
     /// every member must call it, in the same order relative to other dup/split calls.
     pub fn dup(&self) -> Result<Communicator> {
         let context = self.derive_context(u32::MAX);
-        Ok(Communicator {
-            shared: self.shared.clone(),
+        Ok(Communicator::new(CommInner {
+            shared: self.inner.shared.clone(),
             context,
-            group: self.group.clone(),
-            rank: self.rank,
-            identity: self.identity,
-            derived: Rc::new(Cell::new(0)),
-        })
+            group: self.inner.group.clone(),
+            rank: self.inner.rank,
+            identity: self.inner.identity,
+            derived: Cell::new(0),
+        }))
     }
 
     /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
@@ -478,20 +505,20 @@ impl Communicator {
             .map(|(r, e)| (e[1], r))
             .collect();
         members.sort();
-        let group: Vec<Rank> = members.iter().map(|&(_, r)| self.group[r]).collect();
+        let group: Vec<Rank> = members.iter().map(|&(_, r)| self.inner.group[r]).collect();
         let rank = members
             .iter()
-            .position(|&(_, r)| r == self.rank)
+            .position(|&(_, r)| r == self.inner.rank)
             .expect("caller is a member of its color");
         let identity = group.iter().enumerate().all(|(i, &w)| w as usize == i);
-        Ok(Some(Communicator {
-            shared: self.shared.clone(),
+        Ok(Some(Communicator::new(CommInner {
+            shared: self.inner.shared.clone(),
             context,
             group: group.into(),
             rank,
             identity,
-            derived: Rc::new(Cell::new(0)),
-        }))
+            derived: Cell::new(0),
+        })))
     }
 }
 
@@ -545,11 +572,19 @@ impl<'a> Request<'a> {
     }
 
     /// Block until the operation completes.
+    #[inline]
     pub fn wait(mut self) -> Result<Status> {
+        let st = self.wait_pml()?;
+        self.comm.finish(st)
+    }
+
+    /// Wait for the PML status; the request is spent afterwards.
+    #[inline]
+    fn wait_pml(&mut self) -> Result<pml::Status> {
         match std::mem::replace(&mut self.state, ReqState::Spent) {
-            ReqState::Pending(id) => self.comm.wait_raw(id),
-            ReqState::Done(st) => self.comm.finish(st),
-            ReqState::Spent => panic!("request already completed"),
+            ReqState::Pending(id) => self.comm.shared().wait(id),
+            ReqState::Done(st) => Ok(st),
+            ReqState::Spent => Err(Error::InvalidArgument("request already completed".into())),
         }
     }
 
@@ -563,7 +598,7 @@ impl<'a> Request<'a> {
             ReqState::Done(st) => return Some(self.comm.finish(st)),
             ReqState::Spent => return None,
         };
-        let r = self.comm.shared.with(|rt| {
+        let r = self.comm.shared().with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
             }
@@ -602,6 +637,24 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Wait for every request without collecting statuses (`MPI_Waitall` with
+    /// `MPI_STATUSES_IGNORE`): the loop of windowed transfers. The first error is returned
+    /// after all requests completed.
+    pub fn complete_all(requests: Vec<Request<'a>>) -> Result<()> {
+        let mut first_err = None;
+        for mut r in requests {
+            let outcome = match r.wait_pml() {
+                Ok(st) if st.error.is_none() => continue,
+                Ok(st) => r.comm.finish(st).map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// Wait until one request completes; it is removed from `requests` and returned with its index.
     pub fn wait_any(requests: &mut Vec<Request<'a>>) -> Result<(usize, Status)> {
         if requests.is_empty() {
@@ -624,6 +677,7 @@ impl<'a> Request<'a> {
 }
 
 impl Drop for Request<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let ReqState::Pending(id) = std::mem::replace(&mut self.state, ReqState::Spent) {
             // The buffer is borrowed only as long as the request lives: finish the transfer

@@ -539,48 +539,43 @@ impl ShmBtl {
         )))
     }
 
-    /// Deliver completions and received fragments (the body of [`Btl::progress`]).
-    #[inline(never)]
-    fn poll(&mut self, events: &mut dyn BtlEvents) -> usize {
-        let mut delivered = 0;
-        if !self.pending.is_empty() {
-            for (token, result) in self.pending.drain(..) {
-                events.rdma_complete(token, result);
-                delivered += 1;
-            }
-        }
-        for slot in self.inbox.iter_mut() {
-            let Some(inb) = slot else { continue };
-            if !inb.consumer.ready() || inb.failed {
-                continue;
-            }
-            let rank = inb.rank;
-            let mut n = 0;
-            while n < POLL_BUDGET {
-                let mut len = 0;
-                match inb.consumer.pop_with(|tag, data| {
-                    len = data.len();
-                    events.recv(rank, tag, data);
-                }) {
-                    Ok(true) => {
-                        n += 1;
-                        self.stats.bytes_recv += len as u64;
-                    }
-                    Ok(false) => break,
-                    Err(e) => {
-                        inb.failed = true;
-                        self.stats.corrupt_rings += 1;
-                        tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
-                        events.peer_failed(rank, &format!("btl shm: {e}"));
-                        break;
-                    }
+    /// Deliver up to [`POLL_BUDGET`] records of one inbound ring.
+    #[inline]
+    fn drain(inb: &mut Inbound, stats: &mut Stats, events: &mut dyn BtlEvents) -> usize {
+        let rank = inb.rank;
+        let mut n = 0;
+        let mut bytes = 0;
+        while n < POLL_BUDGET {
+            match inb.consumer.pop_with(|tag, data| {
+                bytes += data.len();
+                events.recv(rank, tag, data);
+            }) {
+                Ok(true) => n += 1,
+                Ok(false) => break,
+                Err(e) => {
+                    inb.failed = true;
+                    stats.corrupt_rings += 1;
+                    tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
+                    events.peer_failed(rank, &format!("btl shm: {e}"));
+                    break;
                 }
             }
-            if n > 0 {
-                inb.consumer.publish();
-                self.stats.frags_recv += n as u64;
-                delivered += n;
-            }
+        }
+        if n > 0 {
+            inb.consumer.publish();
+            stats.frags_recv += n as u64;
+            stats.bytes_recv += bytes as u64;
+        }
+        n
+    }
+
+    /// Completions of CMA transfers and the segment's early unlink (the rare work of a pass).
+    #[inline(never)]
+    fn housekeeping(&mut self, events: &mut dyn BtlEvents) -> usize {
+        let mut delivered = 0;
+        for (token, result) in self.pending.drain(..) {
+            events.rdma_complete(token, result);
+            delivered += 1;
         }
         if self.unlink_pending {
             self.check_early_unlink();
@@ -850,18 +845,17 @@ impl Btl for ShmBtl {
 
     #[inline]
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
-        // The idle poll (every pass of every wait loop): one load per inbound ring, without the
-        // delivery loop's register saves.
-        let idle = self.pending.is_empty()
-            && !self.unlink_pending
-            && self
-                .inbox
-                .iter()
-                .all(|slot| slot.as_ref().is_none_or(|inb| !inb.consumer.ready()));
-        if idle {
-            return 0;
+        // Runs on every pass of every wait loop: an idle pass is one load per inbound ring.
+        let mut delivered = 0;
+        if !self.pending.is_empty() || self.unlink_pending {
+            delivered += self.housekeeping(events);
         }
-        self.poll(events)
+        for inb in self.inbox.iter_mut().flatten() {
+            if inb.consumer.ready() && !inb.failed {
+                delivered += Self::drain(inb, &mut self.stats, events);
+            }
+        }
+        delivered
     }
 
     fn memory_usage(&self) -> MemoryUsage {

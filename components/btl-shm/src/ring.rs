@@ -48,6 +48,13 @@ const WRAP: u64 = 1 << 62;
 const SEQ_SHIFT: u32 = 40;
 const TAG_SHIFT: u32 = 32;
 const LEN_MASK: u64 = 0xFFFF_FFFF;
+const TAG_MASK: u64 = 0xFF << TAG_SHIFT;
+/// Lines ahead of the tail that [`Producer::push`] claims for writing. The consumer still holds
+/// every line of the ring from the previous lap (a 256 KiB ring fits its L2), so each first
+/// write of a line is an ownership request that crosses cores; issued this far ahead it
+/// completes while the sender does other work instead of stalling it (8 B message rate +20%
+/// here, measured over 10 interleaved runs; 8 to 32 lines ahead are alike).
+const PREFETCH_AHEAD: u64 = 16;
 
 /// Lines taken by a record carrying `len` bytes.
 pub const fn record_lines(len: usize) -> usize {
@@ -171,6 +178,23 @@ impl Producer {
         }
     }
 
+    /// Ask for line `pos` (absolute position) in exclusive state, ahead of writing it.
+    #[inline(always)]
+    fn prefetch_for_write(&self, pos: u64) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            let index = (pos & self.mask) as usize;
+            // SAFETY: a prefetch is only a hint and cannot fault; the address is inside the ring
+            // (index < lines).
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+                _mm_prefetch::<_MM_HINT_ET0>(self.mem.data.as_ptr().add(index * LINE).cast());
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        let _ = pos;
+    }
+
     /// Largest fragment accepted.
     pub fn max_len(&self) -> usize {
         self.max_len
@@ -180,6 +204,52 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), PushError> {
         let len = header.len() + payload.len();
+        if len <= ONE_LINE_MAX && len <= self.max_len {
+            return self.push_one_line(tag, header, payload, len);
+        }
+        self.push_lines(tag, header, payload, len)
+    }
+
+    /// The small-message path: a one-line record never needs a wrap marker (it fits at any
+    /// position), so only the free space is checked, and the bytes are copied inline.
+    #[inline(always)]
+    fn push_one_line(
+        &mut self,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        len: usize,
+    ) -> Result<(), PushError> {
+        let capacity = self.mem.lines as u64;
+        // The record's line plus the next one, whose control word is zeroed now.
+        if self.tail + 2 - self.cached_head > capacity {
+            self.cached_head = self.mem.head().load(Ordering::Acquire);
+            if self.tail + 2 - self.cached_head > capacity {
+                return Err(PushError::Full);
+            }
+        }
+        let index = (self.tail & self.mask) as usize;
+        // SAFETY: line `index` is free (checked against the consumer's head above) and inside
+        // the ring; nobody reads it until the release store below publishes it. The record's
+        // bytes (len <= ONE_LINE_MAX) stay inside the line.
+        unsafe {
+            let dst = self.mem.data.as_ptr().add(index * LINE + CTRL);
+            copy_short(header, dst);
+            copy_short(payload, dst.add(header.len()));
+        }
+        self.publish_record(index, 1, tag, len);
+        Ok(())
+    }
+
+    /// Records of several lines, with the wrap marker when one would straddle the ring's end.
+    #[inline(never)]
+    fn push_lines(
+        &mut self,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        len: usize,
+    ) -> Result<(), PushError> {
         if len > self.max_len {
             return Err(PushError::TooLarge {
                 len,
@@ -220,14 +290,56 @@ impl Producer {
             std::ptr::copy_nonoverlapping(header.as_ptr(), dst, header.len());
             std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(header.len()), payload.len());
         }
+        self.publish_record(index, lines, tag, len);
+        Ok(())
+    }
+
+    /// Zero the control word where the next record will start, then publish the record at line
+    /// `index` (whose bytes are written) and advance.
+    #[inline(always)]
+    fn publish_record(&mut self, index: usize, lines: u64, tag: u8, len: usize) {
         let next = ((self.tail + lines) & self.mask) as usize;
+        self.prefetch_for_write(self.tail + lines + PREFETCH_AHEAD);
         self.mem.ctrl(next).store(0, Ordering::Relaxed);
         self.mem
             .ctrl(index)
             .store(control(self.seq, tag, len), Ordering::Release);
         self.seq = self.seq.wrapping_add(1);
         self.tail += lines;
-        Ok(())
+    }
+}
+
+/// Copy `src` (at most [`ONE_LINE_MAX`] bytes) to `dst` with a few unaligned word moves instead
+/// of a call to `memcpy`: the fragments of small messages are a header of a few tens of bytes
+/// and a short payload. Words may overlap, so some bytes are written twice.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes of writes and not overlap `src`.
+#[inline(always)]
+unsafe fn copy_short(src: &[u8], dst: *mut u8) {
+    let n = src.len();
+    let s = src.as_ptr();
+    debug_assert!(n <= ONE_LINE_MAX);
+    // SAFETY (all branches): every access is inside 0..n of `src` and `dst`.
+    unsafe {
+        if n >= 16 {
+            let mut i = 0;
+            while i + 16 < n {
+                std::ptr::copy_nonoverlapping(s.add(i), dst.add(i), 16);
+                i += 16;
+            }
+            std::ptr::copy_nonoverlapping(s.add(n - 16), dst.add(n - 16), 16);
+        } else if n >= 8 {
+            std::ptr::copy_nonoverlapping(s, dst, 8);
+            std::ptr::copy_nonoverlapping(s.add(n - 8), dst.add(n - 8), 8);
+        } else if n >= 4 {
+            std::ptr::copy_nonoverlapping(s, dst, 4);
+            std::ptr::copy_nonoverlapping(s.add(n - 4), dst.add(n - 4), 4);
+        } else {
+            for i in 0..n {
+                *dst.add(i) = *s.add(i);
+            }
+        }
     }
 }
 
@@ -268,54 +380,65 @@ impl Consumer {
     /// record was delivered. Call [`Consumer::publish`] afterwards to give the space back.
     #[inline]
     pub fn pop_with(&mut self, deliver: impl FnOnce(u8, &[u8])) -> Result<bool, RingCorrupt> {
-        let capacity = self.mem.lines as u64;
-        for _ in 0..2 {
-            let index = (self.head & self.mask) as usize;
-            let word = self.mem.ctrl(index).load(Ordering::Acquire);
-            if word == 0 {
-                return Ok(false);
-            }
-            if word & VALID == 0 {
-                return Err(self.corrupt(format!("control word {word:#018x} lacks the valid bit")));
-            }
-            if word & WRAP != 0 {
-                if index == 0 || word != VALID | WRAP {
-                    return Err(
-                        self.corrupt(format!("bad wrap marker {word:#018x} at index {index}"))
-                    );
-                }
-                self.head += capacity - index as u64;
-                continue;
-            }
+        let index = (self.head & self.mask) as usize;
+        let word = self.mem.ctrl(index).load(Ordering::Acquire);
+        // The common case in one comparison: valid, no wrap, no reserved bit, our sequence.
+        let expected = VALID | (u64::from(self.seq) << SEQ_SHIFT);
+        if word & !(TAG_MASK | LEN_MASK) == expected {
             let len = (word & LEN_MASK) as usize;
-            let tag = (word >> TAG_SHIFT) as u8;
-            let seq = (word >> SEQ_SHIFT) as u16;
-            if word & !(VALID | (0xFFFF << SEQ_SHIFT) | (0xFF << TAG_SHIFT) | LEN_MASK) != 0 {
-                return Err(self.corrupt(format!("reserved bits set in {word:#018x}")));
-            }
-            if seq != self.seq {
-                return Err(self.corrupt(format!("sequence {seq}, expected {}", self.seq)));
-            }
             let lines = record_lines(len);
-            if len > self.max_len || index + lines > self.mem.lines {
-                return Err(self.corrupt(format!(
-                    "length {len} exceeds the limit of {} bytes",
-                    self.max_len
-                )));
+            if len <= self.max_len && index + lines <= self.mem.lines {
+                // SAFETY: index + lines <= ring lines (checked), so the bytes are inside the
+                // ring; the acquire load above ordered the producer's writes before our reads,
+                // and the producer does not touch these lines again until we publish a head
+                // past them.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(self.mem.data.as_ptr().add(index * LINE + CTRL), len)
+                };
+                deliver((word >> TAG_SHIFT) as u8, bytes);
+                self.seq = self.seq.wrapping_add(1);
+                self.head += lines as u64;
+                return Ok(true);
             }
-            // SAFETY: index + lines <= ring lines (checked), so the bytes are inside the ring; the
-            // acquire load above ordered the producer's writes before our reads, and the producer
-            // does not touch these lines again until we publish a head past them.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(self.mem.data.as_ptr().add(index * LINE + CTRL), len)
-            };
-            deliver(tag, bytes);
-            self.seq = self.seq.wrapping_add(1);
-            self.head += lines as u64;
-            return Ok(true);
         }
-        // Two wrap markers in a row: the second one would have been at index 0, refused above.
-        Err(self.corrupt("consecutive wrap markers".into()))
+        if word == 0 {
+            return Ok(false);
+        }
+        self.pop_unusual(word, index, deliver)
+    }
+
+    /// A wrap marker (then the record at line 0), or a control word no correct producer writes.
+    #[inline(never)]
+    fn pop_unusual(
+        &mut self,
+        word: u64,
+        index: usize,
+        deliver: impl FnOnce(u8, &[u8]),
+    ) -> Result<bool, RingCorrupt> {
+        if word & VALID == 0 {
+            return Err(self.corrupt(format!("control word {word:#018x} lacks the valid bit")));
+        }
+        if word & WRAP != 0 {
+            if index == 0 || word != VALID | WRAP {
+                return Err(self.corrupt(format!("bad wrap marker {word:#018x} at index {index}")));
+            }
+            self.head += self.mem.lines as u64 - index as u64;
+            // Recursion depth is one: a marker at line 0, where none is ever written, is refused
+            // above.
+            return self.pop_with(deliver);
+        }
+        if word & !(VALID | (0xFFFF << SEQ_SHIFT) | TAG_MASK | LEN_MASK) != 0 {
+            return Err(self.corrupt(format!("reserved bits set in {word:#018x}")));
+        }
+        let seq = (word >> SEQ_SHIFT) as u16;
+        if seq != self.seq {
+            return Err(self.corrupt(format!("sequence {seq}, expected {}", self.seq)));
+        }
+        let len = (word & LEN_MASK) as usize;
+        Err(self.corrupt(format!(
+            "length {len} exceeds the limit of {} bytes",
+            self.max_len
+        )))
     }
 
     /// Tell the producer how far we have read (frees the space). Cheap when nothing changed.

@@ -411,7 +411,7 @@ impl State {
             source: env.source,
             tag: env.tag,
             len: received,
-            error,
+            error: error.map(Box::new),
         }
     }
 
@@ -431,7 +431,7 @@ impl State {
                 source: p,
                 tag: 0,
                 len: 0,
-                error: Some(StatusError::PeerFailed { peer: p, reason }),
+                error: Some(Box::new(StatusError::PeerFailed { peer: p, reason })),
             };
             self.complete(req, st);
             return;
@@ -543,7 +543,7 @@ impl State {
                                 source: p,
                                 tag,
                                 len: 0,
-                                error: Some(err),
+                                error: Some(Box::new(err)),
                             },
                         );
                     }
@@ -584,7 +584,7 @@ impl State {
                                 source: p,
                                 tag: 0,
                                 len: 0,
-                                error: Some(err),
+                                error: Some(Box::new(err)),
                             },
                         );
                     }
@@ -704,7 +704,7 @@ impl Pml for Dr {
                     source: args.dest,
                     tag: args.tag,
                     len: 0,
-                    error: Some(err),
+                    error: Some(Box::new(err)),
                 };
                 self.st.complete(id, st);
             }
@@ -751,7 +751,7 @@ impl Pml for Dr {
                                 source: r,
                                 tag: 0,
                                 len: 0,
-                                error: Some(err),
+                                error: Some(Box::new(err)),
                             },
                         );
                     } else {
@@ -823,7 +823,7 @@ impl Pml for Dr {
                 source: 0,
                 tag: 0,
                 len: 0,
-                error: Some(StatusError::Cancelled),
+                error: Some(Box::new(StatusError::Cancelled)),
             };
             self.st.complete(request, st);
             return Ok(true);

@@ -366,8 +366,8 @@ fn truncated_receive_reports_and_stays_in_bounds() {
     let st = wait_all(&mut a, &mut b, &reqs);
     assert_eq!(st[0].error, None);
     assert_eq!(
-        st[1].error,
-        Some(StatusError::Truncated {
+        st[1].error(),
+        Some(&StatusError::Truncated {
             message_len: 50_000,
             received: 10_000
         })
@@ -449,7 +449,7 @@ fn dead_peer_fails_requests_instead_of_hanging() {
     let st = wait_all(&mut a, &mut b, &reqs);
     for s in &st {
         assert!(
-            matches!(s.error, Some(StatusError::PeerFailed { peer: 1, .. })),
+            matches!(s.error(), Some(StatusError::PeerFailed { peer: 1, .. })),
             "{s:?}"
         );
     }
@@ -504,7 +504,7 @@ fn posted_receive_from_a_killed_peer_fails() {
         assert!(Instant::now() < deadline, "receive never failed");
     };
     assert!(
-        matches!(st.error, Some(StatusError::PeerFailed { peer: 1, .. })),
+        matches!(st.error(), Some(StatusError::PeerFailed { peer: 1, .. })),
         "{st:?}"
     );
 }

@@ -5,6 +5,11 @@
 //! gets, fragment streams). The queued work is executed against the [`Bml`] right after the BTL
 //! progress returns ([`Core::run`]), and sends are attempted directly from `isend` so that the
 //! eager path is one header encode plus one BTL call.
+//!
+//! A request is one flat [`Req`]: the fields every message needs sit in it, and what only
+//! rendezvous and RDMA use (fragment schedules, registrations, get state) hangs off one
+//! optional box, so that posting, completing and releasing an eager receive touch one small
+//! struct and free nothing.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -81,6 +86,22 @@ struct Stats {
     peers_failed: u64,
 }
 
+impl Stats {
+    #[inline]
+    fn count_sent(&mut self, len: usize) {
+        let c = class(len);
+        self.sent_msgs[c] += 1;
+        self.sent_bytes[c] += len as u64;
+    }
+
+    #[inline]
+    fn count_received(&mut self, len: usize) {
+        let c = class(len);
+        self.recv_msgs[c] += 1;
+        self.recv_bytes[c] += len as u64;
+    }
+}
+
 /// What the matching engine keeps for a message nobody has asked for yet.
 #[derive(Debug)]
 pub(crate) enum Unexp {
@@ -109,104 +130,68 @@ impl Unexp {
     }
 }
 
-#[derive(Debug)]
-enum SendState {
-    /// The first fragment (MATCH, RNDV or RGET) was not accepted by a BTL yet.
-    Start,
-    /// Rendezvous sent with `sent` bytes; waiting for ACK (or FIN after an RGET).
-    WaitAck {
-        sent: usize,
-    },
-    /// Pushing FRAGs (boxed to keep requests small on the eager path).
-    Stream(Box<StreamState>),
+/// Where a request stands. The data of each phase is in [`Req`] (`count`, `wanted`) or, for
+/// the rendezvous phases, in its [`Cold`] part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Send: the first fragment (MATCH, RNDV or RGET) was not accepted by a BTL yet.
+    SendStart,
+    /// Send: the rendezvous left with `count` bytes; waiting for ACK (or FIN after an RGET).
+    SendWaitAck,
+    /// Send: pushing FRAGs (`Cold::stream`).
+    SendStream,
+    /// Receive: posted, not matched yet.
+    RecvPosted,
+    /// Receive: copy pipeline, `count` of `wanted` bytes arrived.
+    RecvFrags,
+    /// Receive: reading the sender's buffer (`Cold::get`).
+    RecvGet,
+    /// Completed: `peer`, `tag`, `count` and `error` are the status.
     Done,
 }
 
+/// One send or receive request.
 #[derive(Debug)]
-struct StreamState {
-    /// The receive request the FRAGs are for.
-    dst_req: u64,
-    segs: Vec<Segment>,
-}
-
-/// A send buffer's RDMA registrations (boxed: only RGET sends have any).
-// A boxed Vec is one word in every request instead of three; only RGET sends allocate it.
-#[allow(clippy::box_collection)]
-#[derive(Debug, Default)]
-struct Regs(Option<Box<Vec<(BtlIndex, Registration)>>>);
-
-impl Regs {
-    fn is_empty(&self) -> bool {
-        self.0.as_ref().is_none() || self.0.as_ref().is_some_and(|v| v.is_empty())
-    }
-    fn push(&mut self, r: (BtlIndex, Registration)) {
-        self.0.get_or_insert_with(Default::default).push(r);
-    }
-    fn iter(&self) -> impl Iterator<Item = &(BtlIndex, Registration)> {
-        self.0.iter().flat_map(|v| v.iter())
-    }
-    fn drain_into(&mut self, out: &mut Vec<(BtlIndex, Registration)>) {
-        if let Some(v) = self.0.as_mut() {
-            out.append(v);
-        }
-    }
-}
-
-/// A completed request's status, compact (the error is rare, so it is boxed).
-#[derive(Debug)]
-struct Done {
-    source: Rank,
-    tag: Tag,
-    len: usize,
-    error: Option<Box<StatusError>>,
-}
-
-impl From<Status> for Done {
-    fn from(s: Status) -> Self {
-        Done {
-            source: s.source,
-            tag: s.tag,
-            len: s.len,
-            error: s.error.map(Box::new),
-        }
-    }
-}
-
-impl From<Done> for Status {
-    fn from(d: Done) -> Self {
-        Status {
-            source: d.source,
-            tag: d.tag,
-            len: d.len,
-            error: d.error.map(|e| *e),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct SendReq {
+struct Req {
     buf: UserBuf,
-    dest: Rank,
+    /// Send: the destination. Receive: the sender once matched (the source selector before,
+    /// 0 for any). Done: the status's source.
+    peer: Rank,
+    /// Send: the tag. Receive: the message's tag once matched (the selector before, 0 for
+    /// any). Done: the status's tag.
     tag: Tag,
     context: ContextId,
+    /// Send: the MPI sequence number.
+    seq: Seq,
+    /// Receive: length of the matched message.
+    msg_len: usize,
+    /// SendWaitAck: bytes sent with the rendezvous. RecvFrags: bytes arrived. Done: the
+    /// status's length.
+    count: usize,
+    /// RecvFrags: bytes to arrive in all.
+    wanted: usize,
+    phase: Phase,
     mode: SendMode,
     pattern: CommPattern,
-    seq: Seq,
-    state: SendState,
-    regs: Regs,
+    /// Queued in `Core::active`.
+    active: bool,
+    /// Set when the request completed unsuccessfully.
+    error: Option<Box<StatusError>>,
+    /// Rendezvous and RDMA state (boxed: eager messages never need it).
+    cold: Option<Box<Cold>>,
 }
 
-#[derive(Debug)]
-enum RecvState {
-    Posted,
-    /// Copy pipeline: FRAGs fill the buffer up to `wanted`.
-    Frags {
-        received: usize,
-        wanted: usize,
-    },
-    /// Reading the sender's buffer (boxed: rare, and it would double every request's size).
-    Get(Box<GetState>),
-    Done,
+/// The parts of a request only rendezvous transfers use.
+#[derive(Debug, Default)]
+struct Cold {
+    /// The send buffer's RDMA registrations (RGET).
+    regs: Vec<(BtlIndex, Registration)>,
+    /// SendStream: the receive request the FRAGs are for.
+    dst_req: u64,
+    /// SendStream: the shares of the message per BTL.
+    segs: Vec<Segment>,
+    /// RecvGet: the reads of the sender's buffer.
+    get: Option<GetState>,
 }
 
 #[derive(Debug)]
@@ -220,49 +205,65 @@ struct GetState {
     failed: bool,
 }
 
-#[derive(Debug)]
-struct RecvReq {
-    buf: UserBuf,
-    context: ContextId,
-    pattern: CommPattern,
-    state: RecvState,
-    peer: Rank,
-    msg_tag: Tag,
-    msg_len: usize,
-}
-
-#[derive(Debug)]
-enum Kind {
-    Send(SendReq),
-    Recv(RecvReq),
-}
-
-#[derive(Debug)]
-struct Req {
-    kind: Kind,
-    /// Queued in `Core::active`.
-    active: bool,
-    done: Option<Done>,
-}
-
 impl Req {
     /// A send request for `args` that has MPI sequence number `seq` and has not started.
+    #[inline]
     fn new_send(args: &SendArgs, seq: Seq) -> Self {
         Req {
-            kind: Kind::Send(SendReq {
-                buf: args.buf,
-                dest: args.dest,
-                tag: args.tag,
-                context: args.context,
-                mode: args.mode,
-                pattern: args.pattern,
-                seq,
-                state: SendState::Start,
-                regs: Regs::default(),
-            }),
+            buf: args.buf,
+            peer: args.dest,
+            tag: args.tag,
+            context: args.context,
+            seq,
+            msg_len: 0,
+            count: 0,
+            wanted: 0,
+            phase: Phase::SendStart,
+            mode: args.mode,
+            pattern: args.pattern,
             active: false,
-            done: None,
+            error: None,
+            cold: None,
         }
+    }
+
+    /// A posted receive for `args`.
+    #[inline]
+    fn new_recv(args: &RecvArgs) -> Self {
+        Req {
+            buf: args.buf,
+            // Until matched: the selectors (for a cancelled receive's status).
+            peer: match args.source {
+                Source::Rank(r) => r,
+                Source::Any => 0,
+            },
+            tag: match args.tag {
+                TagSel::Tag(t) => t,
+                TagSel::Any => 0,
+            },
+            context: args.context,
+            seq: 0,
+            msg_len: 0,
+            count: 0,
+            wanted: 0,
+            phase: Phase::RecvPosted,
+            mode: SendMode::Standard,
+            pattern: args.pattern,
+            active: false,
+            error: None,
+            cold: None,
+        }
+    }
+
+    fn is_send(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::SendStart | Phase::SendWaitAck | Phase::SendStream
+        )
+    }
+
+    fn cold(&mut self) -> &mut Cold {
+        self.cold.get_or_insert_with(Default::default)
     }
 }
 
@@ -274,8 +275,13 @@ struct Slab {
     free: Vec<u32>,
 }
 
+#[inline]
+fn split_id(id: RequestId) -> (u32, usize) {
+    ((id.0 >> 32) as u32, id.0 as u32 as usize)
+}
+
 impl Slab {
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, req: Req) -> RequestId {
         let i = match self.free.pop() {
             Some(i) => i,
@@ -288,39 +294,39 @@ impl Slab {
         slot.1 = Some(req);
         RequestId((u64::from(slot.0) << 32) | u64::from(i))
     }
+
+    #[inline]
     fn get_mut(&mut self, id: RequestId) -> Option<&mut Req> {
-        let (gen, i) = ((id.0 >> 32) as u32, id.0 as u32);
-        match self.slots.get_mut(i as usize) {
+        let (gen, i) = split_id(id);
+        match self.slots.get_mut(i) {
             Some((g, Some(r))) if *g == gen => Some(r),
             _ => None,
         }
     }
-    /// Is `id` a live request that has not completed?
-    #[inline]
-    fn is_pending(&self, id: RequestId) -> bool {
-        let (gen, i) = ((id.0 >> 32) as u32, id.0 as u32);
-        matches!(self.slots.get(i as usize), Some((g, Some(r))) if *g == gen && r.done.is_none())
-    }
 
-    /// If `id` completed, release it and return its status, without moving the request.
+    /// If `id` completed, release it and return its status.
     #[inline]
     fn take_done(&mut self, id: RequestId) -> Result<Option<Status>, ()> {
-        let (gen, i) = ((id.0 >> 32) as u32, id.0 as u32);
-        match self.slots.get_mut(i as usize) {
-            Some((g, slot @ Some(_))) if *g == gen => {
-                let Some(req) = slot.as_mut() else {
-                    return Err(());
-                };
-                let Some(status) = req.done.take() else {
-                    return Ok(None);
-                };
-                *slot = None;
-                *g = g.wrapping_add(1).max(1);
-                self.free.push(i);
-                Ok(Some(status.into()))
-            }
-            _ => Err(()),
+        let (gen, i) = split_id(id);
+        let Some((g, slot)) = self.slots.get_mut(i) else {
+            return Err(());
+        };
+        let Some(req) = slot.as_mut().filter(|_| *g == gen) else {
+            return Err(());
+        };
+        if req.phase != Phase::Done {
+            return Ok(None);
         }
+        let status = Status {
+            source: req.peer,
+            tag: req.tag,
+            len: req.count,
+            error: req.error.take(),
+        };
+        *slot = None;
+        *g = g.wrapping_add(1).max(1);
+        self.free.push(i as u32);
+        Ok(Some(status))
     }
 
     fn ids(&self) -> impl Iterator<Item = RequestId> + '_ {
@@ -330,8 +336,17 @@ impl Slab {
             .filter(|(_, s)| s.1.is_some())
             .map(|(i, s)| RequestId((u64::from(s.0) << 32) | i as u64))
     }
+
     fn live(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+
+    /// Requests not completed yet.
+    fn outstanding(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.1.as_ref().is_some_and(|r| r.phase != Phase::Done))
+            .count()
     }
 }
 
@@ -343,6 +358,17 @@ struct Ctrl {
     len: usize,
 }
 
+/// The eager fast path to one peer, derived from its routes: a standard send whose MATCH
+/// fragment (header + payload) fits `limit` goes to `btl` with no request (see
+/// [`Ob1::start_send`]). `limit` is 0 when there is no route (or the peer failed).
+#[derive(Clone, Copy, Debug, Default)]
+struct EagerPath {
+    btl: BtlIndex,
+    limit: usize,
+    /// Several eager routes: round-robin scheduling rotates over them (slow path).
+    several: bool,
+}
+
 /// The protocol state of one ob1 instance (everything but the BTLs).
 pub(crate) struct Core {
     me: Rank,
@@ -350,6 +376,7 @@ pub(crate) struct Core {
     attrs: Vec<BtlAttributes>,
     names: Vec<String>,
     routes: Vec<PeerRoutes>,
+    eager_paths: Vec<EagerPath>,
     cursor: Vec<usize>,
     dead: Vec<bool>,
     matcher: Matcher<RequestId, Unexp>,
@@ -372,15 +399,6 @@ pub(crate) struct Core {
     memory: Option<Arc<MemoryCounter>>,
 }
 
-fn send_status(s: &SendReq, error: Option<StatusError>) -> Status {
-    Status {
-        source: s.dest,
-        tag: s.tag,
-        len: s.buf.len(),
-        error,
-    }
-}
-
 fn peer_failed(peer: Rank, reason: &str) -> StatusError {
     StatusError::PeerFailed {
         peer,
@@ -391,7 +409,7 @@ fn peer_failed(peer: Rank, reason: &str) -> StatusError {
 impl Core {
     fn new(bml: &Bml, cfg: Ob1Config) -> Self {
         let n = bml.peer_count();
-        Self {
+        let mut core = Self {
             me: bml.my_rank(),
             cfg,
             attrs: (0..bml.btl_count())
@@ -401,6 +419,7 @@ impl Core {
                 .map(|i| bml.btl_ref(i).component_name().to_owned())
                 .collect(),
             routes: (0..n).map(|p| bml.routes(p as Rank).clone()).collect(),
+            eager_paths: vec![EagerPath::default(); n],
             cursor: vec![0; n],
             dead: vec![false; n],
             matcher: Matcher::new(n),
@@ -414,33 +433,64 @@ impl Core {
             starts: vec![VecDeque::new(); n],
             starts_pending: 0,
             memory: None,
+        };
+        for peer in 0..n {
+            core.update_eager_path(peer as Rank);
         }
+        core
     }
 
-    fn complete(&mut self, id: RequestId, status: Status) {
+    /// Recompute the eager fast path to `peer` after its routes or liveness changed.
+    fn update_eager_path(&mut self, peer: Rank) {
+        let p = peer as usize;
+        self.eager_paths[p] = match self.routes[p].eager.as_slice() {
+            [first, rest @ ..] if !self.dead[p] => {
+                let a = &self.attrs[first.btl];
+                EagerPath {
+                    btl: first.btl,
+                    limit: a.eager_limit.min(a.max_send_size),
+                    several: !rest.is_empty(),
+                }
+            }
+            _ => EagerPath::default(),
+        };
+    }
+
+    /// Complete request `id` with this status; what the transfer held is released (its
+    /// registrations are queued for deregistration).
+    fn finish(
+        &mut self,
+        id: RequestId,
+        source: Rank,
+        tag: Tag,
+        len: usize,
+        error: Option<StatusError>,
+    ) {
+        let Some(r) = self.reqs.get_mut(id) else {
+            return;
+        };
+        if let Some(mut cold) = r.cold.take() {
+            self.dereg.append(&mut cold.regs);
+        }
+        if error.is_none() || matches!(error, Some(StatusError::Truncated { .. })) {
+            if r.is_send() {
+                self.stats.count_sent(len);
+            } else {
+                self.stats.count_received(len);
+            }
+        }
+        r.peer = source;
+        r.tag = tag;
+        r.count = len;
+        r.error = error.map(Box::new);
+        r.phase = Phase::Done;
+    }
+
+    /// Complete send `id` (successfully when `error` is `None`).
+    fn finish_send(&mut self, id: RequestId, error: Option<StatusError>) {
         if let Some(r) = self.reqs.get_mut(id) {
-            match &mut r.kind {
-                Kind::Send(s) => {
-                    s.state = SendState::Done;
-                    s.regs.drain_into(&mut self.dereg);
-                }
-                Kind::Recv(rv) => rv.state = RecvState::Done,
-            }
-            if status.error.is_none() || matches!(status.error, Some(StatusError::Truncated { .. }))
-            {
-                let c = class(status.len);
-                match r.kind {
-                    Kind::Send(_) => {
-                        self.stats.sent_msgs[c] += 1;
-                        self.stats.sent_bytes[c] += status.len as u64;
-                    }
-                    Kind::Recv(_) => {
-                        self.stats.recv_msgs[c] += 1;
-                        self.stats.recv_bytes[c] += status.len as u64;
-                    }
-                }
-            }
-            r.done = Some(status.into());
+            let (dest, tag, len) = (r.peer, r.tag, r.buf.len());
+            self.finish(id, dest, tag, len, error);
         }
     }
 
@@ -464,35 +514,27 @@ impl Core {
     // ---------------------------------------------------------------- receive side
 
     /// An eager message matched receive `id`: copy it and complete the receive, touching the
-    /// request once (the receive hot path; [`Core::complete`] does the same for any request).
+    /// request once (the receive hot path; [`Core::finish`] does the same for any request).
     #[inline]
     fn deliver_eager(&mut self, id: RequestId, env: Envelope, data: &[u8]) {
         let Core { reqs, stats, .. } = self;
-        let Some(req) = reqs.get_mut(id) else {
-            return;
-        };
-        let Kind::Recv(r) = &mut req.kind else {
+        let Some(r) = reqs.get_mut(id) else {
             return;
         };
         let n = data.len().min(r.buf.len());
         r.buf.write_at(0, &data[..n]);
-        r.state = RecvState::Done;
-        let error = (data.len() > n).then(|| {
-            Box::new(StatusError::Truncated {
+        if data.len() > n {
+            r.error = Some(Box::new(StatusError::Truncated {
                 message_len: data.len(),
                 received: n,
-            })
-        });
-        // Counted like complete() does: delivered bytes, truncated or not.
-        let c = class(n);
-        stats.recv_msgs[c] += 1;
-        stats.recv_bytes[c] += n as u64;
-        req.done = Some(Done {
-            source: env.source,
-            tag: env.tag,
-            len: n,
-            error,
-        });
+            }));
+        }
+        // Counted like finish() does: delivered bytes, truncated or not.
+        stats.count_received(n);
+        r.peer = env.source;
+        r.tag = env.tag;
+        r.count = n;
+        r.phase = Phase::Done;
     }
 
     fn deliver_unexp(&mut self, id: RequestId, env: Envelope, u: Unexp) {
@@ -510,6 +552,7 @@ impl Core {
         }
     }
 
+    #[inline]
     fn drain_released(&mut self) {
         while let Some(r) = self.matcher.poll_released() {
             self.deliver_unexp(r.recv, r.envelope, r.payload);
@@ -528,18 +571,14 @@ impl Core {
     ) {
         let peer = env.source;
         let msg_len = usize::try_from(info.msg_len).unwrap_or(usize::MAX);
-        let Some(Req {
-            kind: Kind::Recv(r),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
+        let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
         let wanted = msg_len.min(r.buf.len());
         let first = data.len().min(wanted);
         r.buf.write_at(0, &data[..first]);
         r.peer = peer;
-        r.msg_tag = env.tag;
+        r.tag = env.tag;
         r.msg_len = msg_len;
         let pattern = r.pattern;
         if first == wanted {
@@ -594,12 +633,9 @@ impl Core {
                     })
                     .collect();
                 let segs = sched::split(&chosen, first, wanted);
-                if let Some(Req {
-                    kind: Kind::Recv(r),
-                    ..
-                }) = self.reqs.get_mut(id)
-                {
-                    r.state = RecvState::Get(Box::new(GetState {
+                if let Some(r) = self.reqs.get_mut(id) {
+                    r.phase = Phase::RecvGet;
+                    r.cold().get = Some(GetState {
                         src_req: info.src_req,
                         addr,
                         keys,
@@ -607,21 +643,16 @@ impl Core {
                         wanted,
                         outstanding: 0,
                         failed: false,
-                    }));
+                    });
                 }
                 self.activate(id);
                 return;
             }
         }
-        if let Some(Req {
-            kind: Kind::Recv(r),
-            ..
-        }) = self.reqs.get_mut(id)
-        {
-            r.state = RecvState::Frags {
-                received: first,
-                wanted,
-            };
+        if let Some(r) = self.reqs.get_mut(id) {
+            r.phase = Phase::RecvFrags;
+            r.count = first;
+            r.wanted = wanted;
         }
         self.queue_ctrl(
             peer,
@@ -635,11 +666,7 @@ impl Core {
 
     /// Complete a receive whose bytes all arrived.
     fn finish_recv(&mut self, id: RequestId) {
-        let Some(Req {
-            kind: Kind::Recv(r),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
+        let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
         let received = r.msg_len.min(r.buf.len());
@@ -647,28 +674,16 @@ impl Core {
             message_len: r.msg_len,
             received,
         });
-        let status = Status {
-            source: r.peer,
-            tag: r.msg_tag,
-            len: received,
-            error,
-        };
-        self.complete(id, status);
+        let (peer, tag) = (r.peer, r.tag);
+        self.finish(id, peer, tag, received, error);
     }
 
     fn on_frag(&mut self, peer: Rank, dst_req: u64, offset: u64, data: &[u8]) {
         let id = RequestId(dst_req);
-        let Some(Req {
-            kind: Kind::Recv(r),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
-            self.stats.dropped_stray += 1;
-            return;
-        };
-        let RecvState::Frags {
-            received, wanted, ..
-        } = &mut r.state
+        let Some(r) = self
+            .reqs
+            .get_mut(id)
+            .filter(|r| r.phase == Phase::RecvFrags)
         else {
             self.stats.dropped_stray += 1;
             return;
@@ -677,11 +692,11 @@ impl Core {
             .ok()
             .and_then(|o| o.checked_add(data.len()));
         match end {
-            Some(end) if r.peer == peer && end <= *wanted => {
+            Some(end) if r.peer == peer && end <= r.wanted => {
                 r.buf.write_at(end - data.len(), data);
-                *received += data.len();
+                r.count += data.len();
                 self.stats.frags_recv += 1;
-                if *received >= *wanted {
+                if r.count >= r.wanted {
                     self.finish_recv(id);
                 }
             }
@@ -691,72 +706,59 @@ impl Core {
 
     fn on_rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>) {
         let id = RequestId(token.0);
-        let Some(Req {
-            kind: Kind::Recv(r),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
+        let Some(r) = self.reqs.get_mut(id) else {
             self.stats.dropped_stray += 1;
             return;
         };
-        let RecvState::Get(g) = &mut r.state else {
+        if r.phase != Phase::RecvGet {
+            return;
+        }
+        let Some(g) = r.cold.as_mut().and_then(|c| c.get.as_mut()) else {
             return;
         };
-        let GetState {
-            outstanding,
-            failed,
-            segs,
-            ..
-        } = &mut **g;
-        *outstanding = outstanding.saturating_sub(1);
+        g.outstanding = g.outstanding.saturating_sub(1);
         if let Err(e) = result {
             tracing::debug!(
                 ?e,
                 "ob1: RDMA get failed, falling back to the copy pipeline"
             );
-            *failed = true;
+            g.failed = true;
             self.stats.get_failures += 1;
         }
-        let all_issued = segs.iter().all(|s| s.next >= s.end);
-        if *outstanding == 0 && (all_issued || *failed) {
+        let all_issued = g.segs.iter().all(|s| s.next >= s.end);
+        if g.outstanding == 0 && (all_issued || g.failed) {
             self.finish_get(id);
         }
     }
 
     /// Every get of receive `id` completed (or one failed): FIN, or fall back to ACK + FRAGs.
     fn finish_get(&mut self, id: RequestId) {
-        let Some(Req {
-            kind: Kind::Recv(r),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
+        let Some(r) = self.reqs.get_mut(id).filter(|r| r.phase == Phase::RecvGet) else {
             return;
         };
-        let RecvState::Get(g) = &r.state else {
+        let Some(g) = r.cold.as_mut().and_then(|c| c.get.take()) else {
             return;
         };
-        let (src_req, wanted, failed) = (g.src_req, g.wanted, g.failed);
         let peer = r.peer;
-        if failed {
+        if g.failed {
             // The sender streams everything again from its start; FRAGs overwrite what the
             // gets may have written with the same bytes.
-            r.state = RecvState::Frags {
-                received: 0,
-                wanted,
-            };
+            r.phase = Phase::RecvFrags;
+            r.count = 0;
+            r.wanted = g.wanted;
             self.queue_ctrl(
                 peer,
                 Repr::Ack {
-                    src_req,
+                    src_req: g.src_req,
                     dst_req: id.0,
-                    wanted: wanted as u64,
+                    wanted: g.wanted as u64,
                 },
             );
         } else {
             self.queue_ctrl(
                 peer,
                 Repr::Fin {
-                    src_req,
+                    src_req: g.src_req,
                     failed: false,
                 },
             );
@@ -768,30 +770,28 @@ impl Core {
 
     fn on_ack(&mut self, peer: Rank, src_req: u64, dst_req: u64, wanted: u64) {
         let id = RequestId(src_req);
-        let Some(Req {
-            kind: Kind::Send(s),
-            ..
-        }) = self.reqs.get_mut(id)
+        let Some(s) = self
+            .reqs
+            .get_mut(id)
+            .filter(|s| s.phase == Phase::SendWaitAck)
         else {
             self.stats.dropped_stray += 1;
             return;
         };
-        let SendState::WaitAck { sent } = s.state else {
-            self.stats.dropped_stray += 1;
-            return;
-        };
-        if s.dest != peer {
+        if s.peer != peer {
             self.stats.dropped_malformed += 1;
             return;
         }
         // Registrations (an RGET the receiver could not read) are no longer needed.
-        s.regs.drain_into(&mut self.dereg);
+        if let Some(cold) = s.cold.as_mut() {
+            self.dereg.append(&mut cold.regs);
+        }
+        let sent = s.count;
         let wanted = usize::try_from(wanted)
             .unwrap_or(usize::MAX)
             .min(s.buf.len());
         if wanted <= sent {
-            let status = send_status(s, None);
-            self.complete(id, status);
+            self.finish_send(id, None);
             return;
         }
         let policy = self.cfg.scheduling.for_pattern(s.pattern);
@@ -803,29 +803,24 @@ impl Core {
             self.cfg.max_rdma_per_request,
             &mut self.cursor[peer as usize],
         );
-        s.state = SendState::Stream(Box::new(StreamState {
-            dst_req,
-            segs: sched::split(&chosen, sent, wanted),
-        }));
+        s.phase = Phase::SendStream;
+        let cold = s.cold();
+        cold.dst_req = dst_req;
+        cold.segs = sched::split(&chosen, sent, wanted);
         self.activate(id);
     }
 
     fn on_fin(&mut self, peer: Rank, src_req: u64) {
         let id = RequestId(src_req);
-        let Some(Req {
-            kind: Kind::Send(s),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
-            self.stats.dropped_stray += 1;
-            return;
-        };
-        if s.dest != peer || !matches!(s.state, SendState::WaitAck { .. }) {
+        let waiting = self
+            .reqs
+            .get_mut(id)
+            .is_some_and(|s| s.phase == Phase::SendWaitAck && s.peer == peer);
+        if !waiting {
             self.stats.dropped_stray += 1;
             return;
         }
-        let status = send_status(s, None);
-        self.complete(id, status);
+        self.finish_send(id, None);
     }
 
     /// The eager route for a message: rotates under round robin, else the lowest latency.
@@ -845,14 +840,14 @@ impl Core {
 
     /// Try to get the first fragment of send `id` accepted. Returns true if it must be retried.
     fn start_send(&mut self, id: RequestId, bml: &mut Bml) -> bool {
-        let Some(Req {
-            kind: Kind::Send(s),
-            ..
-        }) = self.reqs.get_mut(id)
+        let Some(s) = self
+            .reqs
+            .get_mut(id)
+            .filter(|s| s.phase == Phase::SendStart)
         else {
             return false;
         };
-        let (dest, buf, mode, pattern) = (s.dest, s.buf, s.mode, s.pattern);
+        let (dest, buf, mode, pattern) = (s.peer, s.buf, s.mode, s.pattern);
         let hdr = MatchRepr {
             ctx: s.context,
             src: self.me,
@@ -860,7 +855,7 @@ impl Core {
             seq: s.seq,
         };
         let Some(b) = self.eager_route(dest, pattern) else {
-            self.fail_send(id, dest, "no BTL route left");
+            self.finish_send(id, Some(peer_failed(dest, "no BTL route left")));
             return false;
         };
         let len = buf.len();
@@ -875,14 +870,7 @@ impl Core {
             return match bml.btl(b).send(dest, TAG, &h, buf.as_slice(), hint) {
                 Ok(()) => {
                     self.stats.eager += 1;
-                    if let Some(Req {
-                        kind: Kind::Send(s),
-                        ..
-                    }) = self.reqs.get_mut(id)
-                    {
-                        let st = send_status(s, None);
-                        self.complete(id, st);
-                    }
+                    self.finish_send(id, None);
                     false
                 }
                 Err(e) => self.send_refused(bml, id, dest, b, e),
@@ -901,7 +889,7 @@ impl Core {
                     return match bml.btl(b).send(dest, TAG, &h, &[], hint) {
                         Ok(()) => {
                             self.stats.rget += 1;
-                            self.set_send_state(id, SendState::WaitAck { sent: 0 });
+                            self.wait_ack(id, 0);
                             false
                         }
                         Err(e) => self.send_refused(bml, id, dest, b, e),
@@ -926,34 +914,27 @@ impl Core {
         {
             Ok(()) => {
                 self.stats.rndv += 1;
-                self.set_send_state(id, SendState::WaitAck { sent: first });
+                self.wait_ack(id, first);
                 false
             }
             Err(e) => self.send_refused(bml, id, dest, b, e),
         }
     }
 
-    fn set_send_state(&mut self, id: RequestId, state: SendState) {
-        if let Some(Req {
-            kind: Kind::Send(s),
-            ..
-        }) = self.reqs.get_mut(id)
-        {
-            s.state = state;
+    /// The rendezvous of send `id` left carrying `sent` bytes.
+    fn wait_ack(&mut self, id: RequestId, sent: usize) {
+        if let Some(s) = self.reqs.get_mut(id) {
+            s.phase = Phase::SendWaitAck;
+            s.count = sent;
         }
     }
 
     /// Register the send buffer with the GET routes to the peer (once) and build the RGET header.
     fn rget_header(&mut self, id: RequestId, bml: &mut Bml, rndv: RndvRepr) -> Option<Vec<u8>> {
-        let Some(Req {
-            kind: Kind::Send(s),
-            ..
-        }) = self.reqs.get_mut(id)
-        else {
-            return None;
-        };
-        let dest = s.dest;
-        if s.regs.is_empty() {
+        let s = self.reqs.get_mut(id)?;
+        let (dest, buf) = (s.peer, s.buf);
+        let cold = s.cold();
+        if cold.regs.is_empty() {
             let access = MemAccess {
                 remote_read: true,
                 remote_write: false,
@@ -964,22 +945,22 @@ impl Core {
                 .take(self.cfg.max_rdma_per_request)
             {
                 if !self.attrs[route.btl].flags.contains(BtlFlags::GET)
-                    || s.buf.len() < self.attrs[route.btl].min_rdma_pipeline_size
+                    || buf.len() < self.attrs[route.btl].min_rdma_pipeline_size
                 {
                     continue;
                 }
-                match bml.btl(route.btl).register_mem(s.buf, access) {
-                    Ok(reg) => s.regs.push((route.btl, reg)),
+                match bml.btl(route.btl).register_mem(buf, access) {
+                    Ok(reg) => cold.regs.push((route.btl, reg)),
                     Err(e) => {
                         tracing::debug!(%e, btl = route.btl, "ob1: registration failed, not offering this BTL")
                     }
                 }
             }
         }
-        if s.regs.is_empty() {
+        if cold.regs.is_empty() {
             return None;
         }
-        let keys = s
+        let keys = cold
             .regs
             .iter()
             .map(|(b, reg)| RgetKey {
@@ -989,7 +970,7 @@ impl Core {
             .collect();
         let repr = Repr::Rget {
             rndv,
-            addr: s.buf.addr() as u64,
+            addr: buf.addr() as u64,
             keys,
         };
         let mut h = vec![0u8; repr.header_len()];
@@ -1000,7 +981,7 @@ impl Core {
                     ?e,
                     "ob1: RGET header not encodable, using the copy pipeline"
                 );
-                s.regs.drain_into(&mut self.dereg);
+                self.dereg.append(&mut cold.regs);
                 None
             }
         }
@@ -1023,19 +1004,10 @@ impl Core {
             other => {
                 self.route_failed(bml, peer, btl, &other.to_string());
                 // Retry on what is left (the request was failed if nothing is).
-                self.reqs.get_mut(id).is_some_and(|r| r.done.is_none())
+                self.reqs
+                    .get_mut(id)
+                    .is_some_and(|r| r.phase != Phase::Done)
             }
-        }
-    }
-
-    fn fail_send(&mut self, id: RequestId, peer: Rank, reason: &str) {
-        if let Some(Req {
-            kind: Kind::Send(s),
-            ..
-        }) = self.reqs.get_mut(id)
-        {
-            let st = send_status(s, Some(peer_failed(peer, reason)));
-            self.complete(id, st);
         }
     }
 
@@ -1043,25 +1015,23 @@ impl Core {
     fn stream(&mut self, id: RequestId, bml: &mut Bml) -> bool {
         let mut budget = self.cfg.send_pipeline_depth;
         loop {
-            let Some(Req {
-                kind: Kind::Send(s),
-                ..
-            }) = self.reqs.get_mut(id)
+            let Some(s) = self
+                .reqs
+                .get_mut(id)
+                .filter(|s| s.phase == Phase::SendStream)
             else {
                 return false;
             };
-            let SendState::Stream(st) = &mut s.state else {
-                return false;
-            };
-            let StreamState { dst_req, segs } = &mut **st;
+            let (dest, buf, pattern) = (s.peer, s.buf, s.pattern);
+            let cold = s.cold();
             // The share with the most left goes next, so the BTLs of a stripe advance together.
-            let Some(seg) = segs
+            let Some(seg) = cold
+                .segs
                 .iter_mut()
                 .filter(|g| g.next < g.end)
                 .max_by_key(|g| g.end - g.next)
             else {
-                let st = send_status(s, None);
-                self.complete(id, st);
+                self.finish_send(id, None);
                 return false;
             };
             if budget == 0 {
@@ -1072,20 +1042,20 @@ impl Core {
                 (seg.end - seg.next).min(a.max_send_size.saturating_sub(hdr::FRAG_LEN).max(1));
             let mut h = [0u8; hdr::FRAG_LEN];
             let _ = Repr::Frag {
-                dst_req: *dst_req,
+                dst_req: cold.dst_req,
                 offset: seg.next as u64,
             }
             .emit(&mut h);
             let hint = SendHint {
-                pattern: s.pattern,
-                message_len: s.buf.len(),
+                pattern,
+                message_len: buf.len(),
             };
-            let (dest, btl) = (s.dest, seg.btl);
+            let btl = seg.btl;
             match bml.btl(btl).send(
                 dest,
                 TAG,
                 &h,
-                &s.buf.as_slice()[seg.next..seg.next + chunk],
+                &buf.as_slice()[seg.next..seg.next + chunk],
                 hint,
             ) {
                 Ok(()) => {
@@ -1102,45 +1072,33 @@ impl Core {
     fn issue_gets(&mut self, id: RequestId, bml: &mut Bml) -> bool {
         let depth = self.cfg.recv_pipeline_depth;
         loop {
-            let Some(Req {
-                kind: Kind::Recv(r),
-                ..
-            }) = self.reqs.get_mut(id)
-            else {
+            let Some(r) = self.reqs.get_mut(id).filter(|r| r.phase == Phase::RecvGet) else {
                 return false;
             };
-            let peer = r.peer;
-            let buf = r.buf;
-            let RecvState::Get(g) = &mut r.state else {
+            let (peer, buf) = (r.peer, r.buf);
+            let Some(g) = r.cold.as_mut().and_then(|c| c.get.as_mut()) else {
                 return false;
             };
-            let GetState {
-                addr,
-                keys,
-                segs,
-                outstanding,
-                failed,
-                ..
-            } = &mut **g;
-            if *failed {
+            if g.failed {
                 return false;
             }
-            let Some(seg) = segs
+            let Some(seg) = g
+                .segs
                 .iter_mut()
-                .filter(|g| g.next < g.end)
-                .max_by_key(|g| g.end - g.next)
+                .filter(|s| s.next < s.end)
+                .max_by_key(|s| s.end - s.next)
             else {
                 return false;
             };
-            if *outstanding >= depth {
+            if g.outstanding >= depth {
                 return true;
             }
             let frag = self.attrs[seg.btl].rdma_pipeline_frag_size.max(1);
             let chunk = (seg.end - seg.next).min(frag);
             let remote = RemoteSegment {
-                addr: addr.wrapping_add(seg.next as u64),
+                addr: g.addr.wrapping_add(seg.next as u64),
                 len: chunk,
-                remote_key: keys[seg.route].clone(),
+                remote_key: g.keys[seg.route].clone(),
             };
             let local = buf.slice(seg.next, chunk);
             match bml
@@ -1149,7 +1107,7 @@ impl Core {
             {
                 Ok(()) => {
                     seg.next += chunk;
-                    *outstanding += 1;
+                    g.outstanding += 1;
                     self.stats.gets += 1;
                 }
                 Err(SendError::WouldBlock) => {
@@ -1158,9 +1116,9 @@ impl Core {
                 }
                 Err(e) => {
                     tracing::debug!(%e, "ob1: get refused, falling back to the copy pipeline");
-                    *failed = true;
+                    g.failed = true;
                     self.stats.get_failures += 1;
-                    if *outstanding == 0 {
+                    if g.outstanding == 0 {
                         self.finish_get(id);
                     }
                     return false;
@@ -1174,19 +1132,11 @@ impl Core {
         let Some(r) = self.reqs.get_mut(id) else {
             return false;
         };
-        if r.done.is_some() {
-            return false;
-        }
-        match &r.kind {
-            Kind::Send(s) => match s.state {
-                SendState::Start => self.start_send(id, bml),
-                SendState::Stream(_) => self.stream(id, bml),
-                _ => false,
-            },
-            Kind::Recv(rv) => match rv.state {
-                RecvState::Get(_) => self.issue_gets(id, bml),
-                _ => false,
-            },
+        match r.phase {
+            Phase::SendStart => self.start_send(id, bml),
+            Phase::SendStream => self.stream(id, bml),
+            Phase::RecvGet => self.issue_gets(id, bml),
+            _ => false,
         }
     }
 
@@ -1205,17 +1155,18 @@ impl Core {
         );
         let left = bml.remove_route(peer, btl);
         self.routes[peer as usize] = bml.routes(peer).clone();
+        self.update_eager_path(peer);
         // Streams assigned to the dead BTL move to the best remaining send route.
         if let Some(alt) = self.routes[peer as usize].send.first().map(|r| r.btl) {
             for id in self.reqs.ids().collect::<Vec<_>>() {
-                if let Some(Req {
-                    kind: Kind::Send(s),
-                    ..
-                }) = self.reqs.get_mut(id)
+                if let Some(s) = self
+                    .reqs
+                    .get_mut(id)
+                    .filter(|s| s.phase == Phase::SendStream && s.peer == peer)
                 {
-                    if let SendState::Stream(st) = &mut s.state {
-                        let segs = &mut st.segs;
-                        segs.iter_mut()
+                    if let Some(cold) = s.cold.as_mut() {
+                        cold.segs
+                            .iter_mut()
                             .filter(|g| g.btl == btl)
                             .for_each(|g| g.btl = alt);
                     }
@@ -1230,39 +1181,29 @@ impl Core {
     /// No route to `peer` is left: complete everything that depends on it with an error.
     fn fail_peer(&mut self, peer: Rank, reason: &str) {
         self.dead[peer as usize] = true;
+        self.update_eager_path(peer);
         self.stats.peers_failed += 1;
         let err = peer_failed(peer, reason);
         for id in self.reqs.ids().collect::<Vec<_>>() {
             let Some(r) = self.reqs.get_mut(id) else {
                 continue;
             };
-            if r.done.is_some() {
+            if r.peer != peer {
                 continue;
             }
-            let status = match &r.kind {
-                Kind::Send(s) if s.dest == peer => send_status(s, Some(err.clone())),
-                Kind::Recv(rv) if rv.peer == peer && !matches!(rv.state, RecvState::Posted) => {
-                    Status {
-                        source: peer,
-                        tag: rv.msg_tag,
-                        len: 0,
-                        error: Some(err.clone()),
-                    }
+            match r.phase {
+                Phase::SendStart | Phase::SendWaitAck | Phase::SendStream => {
+                    self.finish_send(id, Some(err.clone()))
                 }
-                _ => continue,
-            };
-            self.complete(id, status);
+                Phase::RecvFrags | Phase::RecvGet => {
+                    let tag = r.tag;
+                    self.finish(id, peer, tag, 0, Some(err.clone()));
+                }
+                Phase::RecvPosted | Phase::Done => {}
+            }
         }
         for id in self.matcher.take_posted_from(peer) {
-            self.complete(
-                id,
-                Status {
-                    source: peer,
-                    tag: 0,
-                    len: 0,
-                    error: Some(err.clone()),
-                },
-            );
+            self.finish(id, peer, 0, 0, Some(err.clone()));
         }
     }
 
@@ -1289,10 +1230,10 @@ impl Core {
         if self.starts_pending > 0 {
             for peer in 0..self.starts.len() {
                 while let Some(&id) = self.starts[peer].front() {
-                    let waiting = self.reqs.get_mut(id).is_some_and(|r| {
-                        r.done.is_none()
-                            && matches!(&r.kind, Kind::Send(s) if matches!(s.state, SendState::Start))
-                    });
+                    let waiting = self
+                        .reqs
+                        .get_mut(id)
+                        .is_some_and(|r| r.phase == Phase::SendStart);
                     if waiting && self.start_send(id, bml) {
                         break;
                     }
@@ -1350,6 +1291,7 @@ impl Core {
 }
 
 impl BmlEvents for Core {
+    #[inline]
     fn recv(&mut self, _btl: BtlIndex, peer: Rank, tag: BtlTag, data: &[u8]) {
         if tag != TAG {
             self.stats.dropped_foreign += 1;
@@ -1359,6 +1301,27 @@ impl BmlEvents for Core {
             self.on_match(peer, m, payload);
             return;
         }
+        self.recv_control(peer, data);
+    }
+
+    fn rdma_complete(
+        &mut self,
+        _btl: BtlIndex,
+        token: CompletionToken,
+        result: Result<(), SendError>,
+    ) {
+        self.on_rdma_complete(token, result);
+    }
+
+    fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str) {
+        self.failures.push((btl, peer, reason.to_owned()));
+    }
+}
+
+impl Core {
+    /// Every header but an eager MATCH.
+    #[inline(never)]
+    fn recv_control(&mut self, peer: Rank, data: &[u8]) {
         let parsed = Packet::new_checked(data)
             .and_then(|p| Repr::parse(&p).map(|r| (r, &data[p.header_len()..])));
         let (repr, payload) = match parsed {
@@ -1385,21 +1348,6 @@ impl BmlEvents for Core {
         }
     }
 
-    fn rdma_complete(
-        &mut self,
-        _btl: BtlIndex,
-        token: CompletionToken,
-        result: Result<(), SendError>,
-    ) {
-        self.on_rdma_complete(token, result);
-    }
-
-    fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str) {
-        self.failures.push((btl, peer, reason.to_owned()));
-    }
-}
-
-impl Core {
     #[inline]
     fn on_match(&mut self, peer: Rank, m: MatchRepr, payload: &[u8]) {
         if m.src != peer || m.tag < 0 {
@@ -1499,14 +1447,6 @@ impl Ob1 {
         self.core.reqs.live()
     }
 
-    #[inline(never)]
-    fn take_done(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
-        self.core
-            .reqs
-            .take_done(request)
-            .map_err(|()| PmlError::UnknownRequest(request))
-    }
-
     fn check_rank(&self, rank: Rank) -> Result<(), PmlError> {
         let size = self.core.routes.len();
         if (rank as usize) < size {
@@ -1517,6 +1457,12 @@ impl Ob1 {
                 size: size as u32,
             })
         }
+    }
+
+    /// Queue send `id` behind the earlier refused sends to its peer.
+    fn queue_start(&mut self, dest: Rank, id: RequestId) {
+        self.core.starts[dest as usize].push_back(id);
+        self.core.starts_pending += 1;
     }
 }
 
@@ -1534,44 +1480,33 @@ impl Pml for Ob1 {
         let seq = core.matcher.next_send_seq(args.context, args.dest);
         let id = core.reqs.insert(Req::new_send(&args, seq));
         if core.dead[args.dest as usize] {
-            core.fail_send(id, args.dest, "peer failed earlier");
+            core.finish_send(id, Some(peer_failed(args.dest, "peer failed earlier")));
         } else if !core.starts[args.dest as usize].is_empty() || core.start_send(id, &mut self.bml)
         {
-            core.starts[args.dest as usize].push_back(id);
-            core.starts_pending += 1;
+            self.queue_start(args.dest, id);
         }
         Ok(id)
     }
 
+    #[inline]
     fn start_send(&mut self, args: SendArgs) -> Result<SendStart, PmlError> {
-        self.check_rank(args.dest)?;
-        if args.tag < 0 {
-            return Err(PmlError::BadTag(args.tag));
-        }
-        let core = &mut self.core;
         let dest = args.dest as usize;
+        let core = &mut self.core;
         // The eager fast path: nothing queued before it to this peer, one obvious eager BTL,
         // the whole message in one fragment. No request is created unless the BTL refuses.
-        let eager = &core.routes[dest].eager;
-        let btl = match eager.as_slice() {
-            [only] => Some(only.btl),
-            [first, ..]
-                if core.cfg.scheduling.for_pattern(args.pattern) != Scheduling::RoundRobin =>
-            {
-                Some(first.btl)
-            }
-            _ => None,
-        };
-        let fast = args.mode == SendMode::Standard
-            && !core.dead[dest]
-            && core.starts[dest].is_empty()
-            && btl.is_some_and(|b| {
-                let a = &core.attrs[b];
-                hdr::MATCH_LEN + args.buf.len() <= a.eager_limit.min(a.max_send_size)
-            });
-        let Some(b) = btl.filter(|_| fast) else {
+        let Some(&path) = core.eager_paths.get(dest) else {
             return self.isend(args).map(SendStart::Pending);
         };
+        let len = args.buf.len();
+        let fast = args.mode == SendMode::Standard
+            && args.tag >= 0
+            && hdr::MATCH_LEN + len <= path.limit
+            && (core.starts_pending == 0 || core.starts[dest].is_empty())
+            && !(path.several
+                && core.cfg.scheduling.for_pattern(args.pattern) == Scheduling::RoundRobin);
+        if !fast {
+            return self.isend(args).map(SendStart::Pending);
+        }
         let seq = core.matcher.next_send_seq(args.context, args.dest);
         let h = hdr::emit_match(&MatchRepr {
             ctx: args.context,
@@ -1579,38 +1514,23 @@ impl Pml for Ob1 {
             tag: args.tag,
             seq,
         });
-        let len = args.buf.len();
         let hint = SendHint {
             pattern: args.pattern,
             message_len: len,
         };
         match self
             .bml
-            .btl(b)
+            .btl(path.btl)
             .send(args.dest, TAG, &h, args.buf.as_slice(), hint)
         {
             Ok(()) => {
                 core.stats.eager += 1;
-                let c = class(len);
-                core.stats.sent_msgs[c] += 1;
-                core.stats.sent_bytes[c] += len as u64;
-                Ok(SendStart::Done(Status {
-                    source: args.dest,
-                    tag: args.tag,
-                    len,
-                    error: None,
-                }))
+                core.stats.count_sent(len);
+                Ok(SendStart::Done(Status::ok(args.dest, args.tag, len)))
             }
-            Err(e) => {
-                // Refused: keep it as a request with the sequence number it already has, and
-                // handle the refusal as isend does (retry in order, or fail over).
-                let id = core.reqs.insert(Req::new_send(&args, seq));
-                if core.send_refused(&mut self.bml, id, args.dest, b, e) {
-                    core.starts[dest].push_back(id);
-                    core.starts_pending += 1;
-                }
-                Ok(SendStart::Pending(id))
-            }
+            Err(e) => Ok(SendStart::Pending(
+                self.refused_eager(&args, seq, path.btl, e),
+            )),
         }
     }
 
@@ -1629,50 +1549,17 @@ impl Pml for Ob1 {
             ));
         }
         let core = &mut self.core;
-        let id = core.reqs.insert(Req {
-            kind: Kind::Recv(RecvReq {
-                buf: args.buf,
-                context: args.context,
-                pattern: args.pattern,
-                state: RecvState::Posted,
-                // Until matched: the selectors (for a cancelled receive's status).
-                peer: match args.source {
-                    Source::Rank(r) => r,
-                    Source::Any => 0,
-                },
-                msg_tag: match args.tag {
-                    TagSel::Tag(t) => t,
-                    TagSel::Any => 0,
-                },
-                msg_len: 0,
-            }),
-            active: false,
-            done: None,
-        });
+        let id = core.reqs.insert(Req::new_recv(&args));
         match core.matcher.post(args.context, args.source, args.tag, id) {
-            Posted::Matched(env, u) => {
-                let rndv = matches!(u, Unexp::Rndv { .. });
-                core.deliver_unexp(id, env, u);
-                if rndv {
-                    core.run(&mut self.bml);
-                }
-            }
             Posted::Queued => {
                 if let Source::Rank(r) = args.source {
                     if core.dead[r as usize] {
                         core.matcher.cancel(args.context, &id);
-                        core.complete(
-                            id,
-                            Status {
-                                source: r,
-                                tag: 0,
-                                len: 0,
-                                error: Some(peer_failed(r, "peer failed earlier")),
-                            },
-                        );
+                        core.finish(id, r, 0, 0, Some(peer_failed(r, "peer failed earlier")));
                     }
                 }
             }
+            Posted::Matched(env, u) => self.matched_on_post(id, env, u),
         }
         Ok(id)
     }
@@ -1691,21 +1578,15 @@ impl Pml for Ob1 {
             .core
             .matcher
             .probe(context, source, tag)
-            .map(|(e, u)| Status {
-                source: e.source,
-                tag: e.tag,
-                len: u.len(),
-                error: None,
-            }))
+            .map(|(e, u)| Status::ok(e.source, e.tag, u.len())))
     }
 
     #[inline]
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
-        // Wait loops test far more often than requests complete: answer "not yet" cheaply.
-        if self.core.reqs.is_pending(request) {
-            return Ok(None);
-        }
-        self.take_done(request)
+        self.core
+            .reqs
+            .take_done(request)
+            .map_err(|()| PmlError::UnknownRequest(request))
     }
 
     fn cancel(&mut self, request: RequestId) -> Result<bool, PmlError> {
@@ -1713,28 +1594,18 @@ impl Pml for Ob1 {
         let Some(r) = core.reqs.get_mut(request) else {
             return Err(PmlError::UnknownRequest(request));
         };
-        let Kind::Recv(rv) = &r.kind else {
-            return Ok(false);
-        };
-        if !matches!(rv.state, RecvState::Posted) || r.done.is_some() {
+        if r.phase != Phase::RecvPosted {
             return Ok(false);
         }
-        let (context, src, tag) = (rv.context, rv.peer, rv.msg_tag);
+        let (context, src, tag) = (r.context, r.peer, r.tag);
         if !core.matcher.cancel(context, &request) {
             return Ok(false);
         }
-        core.complete(
-            request,
-            Status {
-                source: src,
-                tag,
-                len: 0,
-                error: Some(StatusError::Cancelled),
-            },
-        );
+        core.finish(request, src, tag, 0, Some(StatusError::Cancelled));
         Ok(true)
     }
 
+    #[inline]
     fn progress(&mut self) -> usize {
         let n = self.bml.progress(&mut self.core);
         // An idle pass stops here: most passes of a wait loop find nothing queued.
@@ -1780,17 +1651,7 @@ impl Pml for Ob1 {
     }
 
     fn finalize(&mut self) -> Result<(), PmlError> {
-        let pending = self
-            .core
-            .reqs
-            .ids()
-            .filter(|id| {
-                self.core.reqs.slots[(id.0 as u32) as usize]
-                    .1
-                    .as_ref()
-                    .is_some_and(|r| r.done.is_none())
-            })
-            .count();
+        let pending = self.core.reqs.outstanding();
         for (btl, reg) in self.core.dereg.drain(..) {
             self.bml.btl(btl).deregister_mem(&reg);
         }
@@ -1799,5 +1660,35 @@ impl Pml for Ob1 {
             tracing::warn!(pending, "ob1 finalized with requests still outstanding");
         }
         Ok(())
+    }
+}
+
+impl Ob1 {
+    /// The eager fast path's BTL refused the fragment: keep the send as a request with the
+    /// sequence number it already has, and handle the refusal as isend does (retry in order,
+    /// or fail over).
+    #[inline(never)]
+    fn refused_eager(
+        &mut self,
+        args: &SendArgs,
+        seq: Seq,
+        btl: BtlIndex,
+        e: SendError,
+    ) -> RequestId {
+        let id = self.core.reqs.insert(Req::new_send(args, seq));
+        if self.core.send_refused(&mut self.bml, id, args.dest, btl, e) {
+            self.queue_start(args.dest, id);
+        }
+        id
+    }
+
+    /// A receive found its message already waiting.
+    #[inline(never)]
+    fn matched_on_post(&mut self, id: RequestId, env: Envelope, u: Unexp) {
+        let rndv = matches!(u, Unexp::Rndv { .. });
+        self.core.deliver_unexp(id, env, u);
+        if rndv {
+            self.core.run(&mut self.bml);
+        }
     }
 }

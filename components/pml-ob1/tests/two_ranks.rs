@@ -144,8 +144,8 @@ fn truncation_is_reported_and_never_writes_past_the_buffer() {
             let r = recv(&mut b, &mut big[..len / 2], Source::Rank(0), TagSel::Any, 0);
             let st = wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
             assert_eq!(
-                st[1].error,
-                Some(StatusError::Truncated {
+                st[1].error(),
+                Some(&StatusError::Truncated {
                     message_len: len,
                     received: len / 2
                 })
@@ -517,12 +517,12 @@ fn a_failed_peer_completes_its_requests_with_an_error() {
     }
     let sa = a.test(s).unwrap().expect("send completed");
     assert!(matches!(
-        sa.error,
+        sa.error(),
         Some(StatusError::PeerFailed { peer: 1, .. })
     ));
     let sb = b.test(r).unwrap().expect("receive completed");
     assert!(matches!(
-        sb.error,
+        sb.error(),
         Some(StatusError::PeerFailed { peer: 0, .. })
     ));
     // New operations towards the dead peer fail at once instead of hanging.
@@ -541,8 +541,8 @@ fn cancel_a_posted_receive() {
     let r = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(1), 0);
     assert!(b.cancel(r).unwrap());
     assert_eq!(
-        b.test(r).unwrap().unwrap().error,
-        Some(StatusError::Cancelled)
+        b.test(r).unwrap().unwrap().error(),
+        Some(&StatusError::Cancelled)
     );
     assert!(b.test(r).is_err(), "a tested request id is released");
     let s = send(&mut a, b"next", 1, 1, 0);

@@ -186,6 +186,25 @@ impl<R, T> ContextState<R, T> {
         }
     }
 
+    /// Queue a receive that found no unexpected message.
+    #[inline]
+    fn queue_posted(&mut self, nprocs: usize, source: Source, tag: TagSel, recv: R) {
+        let order = self.post_order;
+        self.post_order += 1;
+        let entry = PostedEntry {
+            order,
+            tag,
+            handle: recv,
+        };
+        match source {
+            Source::Any => self.wild.push_back(entry),
+            Source::Rank(r) if (r as usize) < nprocs => {
+                self.peers[r as usize].posted.push_back(entry)
+            }
+            Source::Rank(_) => {}
+        }
+    }
+
     /// Remove and return the earliest posted receive that `source`/`tag` fits.
     #[inline]
     fn take_posted(&mut self, source: Rank, tag: Tag) -> Option<R> {
@@ -351,16 +370,32 @@ impl<R, T> Matcher<R, T> {
     /// Post a receive with handle `recv`. If an unexpected message fits, it is removed and
     /// returned with its payload; otherwise the receive is queued.
     /// A `Source::Rank` beyond `nprocs` never matches anything (the PML rejects it first).
+    #[inline]
     pub fn post(&mut self, context: ContextId, source: Source, tag: TagSel, recv: R) -> Posted<T> {
         let nprocs = self.nprocs;
         let slot = self.slot(context);
         let c = &mut self.contexts[slot];
-        let found = if c.unexpected_count == 0 {
-            None
-        } else {
-            c.find_unexpected(source, tag)
-        };
-        if let Some((p, i)) = found {
+        if c.unexpected_count == 0 {
+            // Pre-posted receives (the common case of a well-ordered program) only queue.
+            c.queue_posted(nprocs, source, tag, recv);
+            return Posted::Queued;
+        }
+        self.post_searching(slot, context, source, tag, recv)
+    }
+
+    /// [`Matcher::post`] when unexpected messages are waiting on the context.
+    #[inline(never)]
+    fn post_searching(
+        &mut self,
+        slot: usize,
+        context: ContextId,
+        source: Source,
+        tag: TagSel,
+        recv: R,
+    ) -> Posted<T> {
+        let nprocs = self.nprocs;
+        let c = &mut self.contexts[slot];
+        if let Some((p, i)) = c.find_unexpected(source, tag) {
             let u = c.peers[p]
                 .unexpected
                 .remove(i)
@@ -376,18 +411,7 @@ impl<R, T> Matcher<R, T> {
                 u.payload,
             );
         }
-        let order = c.post_order;
-        c.post_order += 1;
-        let entry = PostedEntry {
-            order,
-            tag,
-            handle: recv,
-        };
-        match source {
-            Source::Any => c.wild.push_back(entry),
-            Source::Rank(r) if (r as usize) < nprocs => c.peers[r as usize].posted.push_back(entry),
-            Source::Rank(_) => {}
-        }
+        c.queue_posted(nprocs, source, tag, recv);
         Posted::Queued
     }
 
@@ -402,11 +426,44 @@ impl<R, T> Matcher<R, T> {
         seq: Seq,
         payload: impl FnOnce() -> T,
     ) -> Arrival<R> {
-        if envelope.source as usize >= self.nprocs {
+        let src = envelope.source as usize;
+        if src >= self.nprocs {
             self.stats.stale += 1;
             return Arrival::Stale;
         }
         let slot = self.slot(envelope.context);
+        let c = &mut self.contexts[slot];
+        // The common case: in sequence, nothing held, no ANY_SOURCE receive waiting, and the
+        // oldest receive posted for this source fits.
+        if c.wild.is_empty() {
+            let peer = &mut c.peers[src];
+            if seq == peer.expected
+                && peer.held.is_empty()
+                && peer
+                    .posted
+                    .front()
+                    .is_some_and(|p| tag_fits(p.tag, envelope.tag))
+            {
+                if let Some(p) = peer.posted.pop_front() {
+                    peer.expected = seq.wrapping_add(1);
+                    self.stats.matched_on_arrival += 1;
+                    return Arrival::Matched(p.handle);
+                }
+            }
+        }
+        self.arrive_general(slot, envelope, seq, payload)
+    }
+
+    /// [`Matcher::arrive`] for every other case: out of sequence, held successors, wildcards,
+    /// unexpected.
+    #[inline(never)]
+    fn arrive_general(
+        &mut self,
+        slot: usize,
+        envelope: Envelope,
+        seq: Seq,
+        payload: impl FnOnce() -> T,
+    ) -> Arrival<R> {
         let c = &mut self.contexts[slot];
         let src = envelope.source as usize;
         let expected = c.peers[src].expected;

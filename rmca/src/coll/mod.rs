@@ -51,7 +51,7 @@ impl Communicator {
     /// The algorithm chosen by `coll_<op>_algorithm` ("auto" when unset).
     fn coll_algorithm(&self, op: &str) -> Result<String> {
         let name = format!("coll_{op}_algorithm");
-        self.shared.with(|rt| {
+        self.shared().with(|rt| {
             Ok(rt
                 .params
                 .get_str(&name)
@@ -61,7 +61,7 @@ impl Communicator {
     }
 
     fn coll_size_param(&self, name: &str, default: u64) -> Result<usize> {
-        self.shared
+        self.shared()
             .with(|rt| Ok(rt.params.get_size(name).unwrap_or(default) as usize))
     }
 

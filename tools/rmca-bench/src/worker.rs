@@ -135,17 +135,19 @@ fn window(w: &Communicator, size: usize, it: usize, window: usize, msgrate: bool
             if i == warm {
                 t0 = Instant::now();
             }
+            // Like osu_like.c: a request array of the window's size, statuses ignored.
+            let mut reqs = Vec::with_capacity(window);
             if sender {
-                let reqs = (0..window)
-                    .map(|_| w.isend(&sbuf, peer, 2))
-                    .collect::<R<Vec<_>>>()?;
-                Request::wait_all(reqs)?;
+                for _ in 0..window {
+                    reqs.push(w.isend(&sbuf, peer, 2)?);
+                }
+                Request::complete_all(reqs)?;
                 w.recv::<u8>(&mut [], peer, 3)?;
             } else {
-                let reqs = rbuf_chunks(&mut rbuf, size, window)
-                    .map(|c| w.irecv(c, peer, 2))
-                    .collect::<R<Vec<_>>>()?;
-                Request::wait_all(reqs)?;
+                for c in rbuf_chunks(&mut rbuf, size, window) {
+                    reqs.push(w.irecv(c, peer, 2)?);
+                }
+                Request::complete_all(reqs)?;
                 w.send::<u8>(&[], peer, 3)?;
             }
         }
@@ -180,13 +182,14 @@ fn bibw(w: &Communicator, size: usize, it: usize, window: usize) -> R<f64> {
             if i == warm {
                 t0 = Instant::now();
             }
-            let mut reqs = rbuf_chunks(&mut rbuf, size, window)
-                .map(|c| w.irecv(c, peer, 4))
-                .collect::<R<Vec<_>>>()?;
+            let mut reqs = Vec::with_capacity(2 * window);
+            for c in rbuf_chunks(&mut rbuf, size, window) {
+                reqs.push(w.irecv(c, peer, 4)?);
+            }
             for _ in 0..window {
                 reqs.push(w.isend(&sbuf, peer, 4)?);
             }
-            Request::wait_all(reqs)?;
+            Request::complete_all(reqs)?;
         }
     }
     Ok((2 * size * window * it) as f64 / t0.elapsed().as_secs_f64() / 1e6)
