@@ -14,7 +14,7 @@ pkgs=(
   ibverbs-providers rdma-core   # rxe provider library for the Soft-RoCE guest
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(openmpi-bin libopenmpi-dev libfabric-bin hwloc)
+  pkgs+=(openmpi-bin libopenmpi-dev libmpich-dev libfabric-bin hwloc)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -153,11 +153,14 @@ impl Status {
 }
 
 /// How a send started with [`Pml::start_send`] stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendStart {
-    /// It completed at once (typically: a BTL took the whole eager message); the PML kept no
-    /// request for it.
-    Done(Status),
+    /// It completed at once and successfully (typically: a BTL took the whole eager message);
+    /// the PML kept no request for it. Its status is the send's own destination, tag and
+    /// length, which the caller has, so none is returned: the value stays a word or two that
+    /// the caller reads back without waiting for the PML's stores (on the eager path those
+    /// queue behind the fragment's stores into shared memory).
+    Done,
     /// It is in progress: wait for (or test) this request.
     Pending(RequestId),
 }
@@ -198,16 +201,12 @@ pub trait Pml {
     /// Start a send; the request completes per [`SendMode`].
     fn isend(&mut self, args: SendArgs) -> Result<RequestId, PmlError>;
 
-    /// Start a send like [`Pml::isend`], but when it completes at once return its status
-    /// instead of a request: the fast path of blocking sends and of eager non-blocking sends,
-    /// with no request to allocate, test and release. The default starts a request and tests
-    /// it once.
+    /// Start a send like [`Pml::isend`], but when it completes at once and successfully say
+    /// so instead of returning a request: the fast path of blocking sends and of eager
+    /// non-blocking sends, with no request to allocate, test and release. The default starts
+    /// a request.
     fn start_send(&mut self, args: SendArgs) -> Result<SendStart, PmlError> {
-        let id = self.isend(args)?;
-        Ok(match self.test(id)? {
-            Some(status) => SendStart::Done(status),
-            None => SendStart::Pending(id),
-        })
+        self.isend(args).map(SendStart::Pending)
     }
 
     /// Post a receive.

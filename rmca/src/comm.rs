@@ -214,16 +214,24 @@ impl Communicator {
         context: ContextId,
         mode: SendMode,
         pattern: CommPattern,
-    ) -> Result<SendStart> {
+    ) -> Result<Started> {
         let args = self.send_args(buf, dest, tag, context, mode, pattern)?;
-        self.inner.shared.with(|rt| Ok(rt.pml.start_send(args)?))
+        let len = buf.len();
+        match self.shared().with(|rt| Ok(rt.pml.start_send(args)?))? {
+            SendStart::Done => Ok(Started::Done(Status {
+                source: dest,
+                tag,
+                bytes: len,
+            })),
+            SendStart::Pending(id) => Ok(Started::Pending(id)),
+        }
     }
 
     /// Finish a send started by [`Communicator::start_send_fast`].
-    fn wait_send(&self, started: SendStart) -> Result<Status> {
+    fn wait_send(&self, started: Started) -> Result<Status> {
         match started {
-            SendStart::Done(st) => self.finish(st),
-            SendStart::Pending(id) => self.wait_raw(id),
+            Started::Done(st) => Ok(st),
+            Started::Pending(id) => self.wait_raw(id),
         }
     }
 
@@ -323,7 +331,7 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
         pattern: CommPattern,
-    ) -> Result<SendStart> {
+    ) -> Result<Started> {
         let bytes = UserBuf::from_slice(bytemuck::cast_slice(buf));
         self.start_send_fast(bytes, dest, tag, self.inner.context, mode, pattern)
     }
@@ -536,10 +544,19 @@ pub struct Request<'a> {
 enum ReqState {
     /// Outstanding in the PML.
     Pending(RequestId),
-    /// Completed when it was started (an eager send the BTL took): nothing left in the PML.
-    Done(pml::Status),
+    /// Completed successfully when it was started (an eager send the BTL took): nothing left
+    /// in the PML.
+    Done(Status),
     /// Its outcome was returned.
     Spent,
+}
+
+/// How a send the facade started stands (a [`SendStart`] with its status in communicator
+/// terms).
+#[derive(Debug)]
+enum Started {
+    Done(Status),
+    Pending(RequestId),
 }
 
 impl std::fmt::Debug for Request<'_> {
@@ -559,10 +576,10 @@ impl<'a> Request<'a> {
         }
     }
 
-    fn started(comm: Communicator, started: SendStart) -> Self {
+    fn started(comm: Communicator, started: Started) -> Self {
         let state = match started {
-            SendStart::Done(st) => ReqState::Done(st),
-            SendStart::Pending(id) => ReqState::Pending(id),
+            Started::Done(st) => ReqState::Done(st),
+            Started::Pending(id) => ReqState::Pending(id),
         };
         Self {
             comm,
@@ -574,15 +591,8 @@ impl<'a> Request<'a> {
     /// Block until the operation completes.
     #[inline]
     pub fn wait(mut self) -> Result<Status> {
-        let st = self.wait_pml()?;
-        self.comm.finish(st)
-    }
-
-    /// Wait for the PML status; the request is spent afterwards.
-    #[inline]
-    fn wait_pml(&mut self) -> Result<pml::Status> {
         match std::mem::replace(&mut self.state, ReqState::Spent) {
-            ReqState::Pending(id) => self.comm.shared().wait(id),
+            ReqState::Pending(id) => self.comm.wait_raw(id),
             ReqState::Done(st) => Ok(st),
             ReqState::Spent => Err(Error::InvalidArgument("request already completed".into())),
         }
@@ -595,7 +605,7 @@ impl<'a> Request<'a> {
                 self.state = ReqState::Pending(id);
                 id
             }
-            ReqState::Done(st) => return Some(self.comm.finish(st)),
+            ReqState::Done(st) => return Some(Ok(st)),
             ReqState::Spent => return None,
         };
         let r = self.comm.shared().with(|rt| {
@@ -643,10 +653,13 @@ impl<'a> Request<'a> {
     pub fn complete_all(requests: Vec<Request<'a>>) -> Result<()> {
         let mut first_err = None;
         for mut r in requests {
-            let outcome = match r.wait_pml() {
-                Ok(st) if st.error.is_none() => continue,
-                Ok(st) => r.comm.finish(st).map(|_| ()),
-                Err(e) => Err(e),
+            let outcome = match std::mem::replace(&mut r.state, ReqState::Spent) {
+                ReqState::Pending(id) => match r.comm.shared().wait(id) {
+                    Ok(st) if st.error.is_none() => continue,
+                    Ok(st) => r.comm.finish(st).map(|_| ()),
+                    Err(e) => Err(e),
+                },
+                ReqState::Done(_) | ReqState::Spent => continue,
             };
             if let Err(e) = outcome {
                 first_err.get_or_insert(e);

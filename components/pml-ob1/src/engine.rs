@@ -1526,7 +1526,7 @@ impl Pml for Ob1 {
             Ok(()) => {
                 core.stats.eager += 1;
                 core.stats.count_sent(len);
-                Ok(SendStart::Done(Status::ok(args.dest, args.tag, len)))
+                Ok(SendStart::Done)
             }
             Err(e) => Ok(SendStart::Pending(
                 self.refused_eager(&args, seq, path.btl, e),

@@ -683,10 +683,7 @@ fn start_send_completes_eager_at_once_and_keeps_order_under_back_pressure() {
             })
             .unwrap();
         match started {
-            SendStart::Done(st) => {
-                assert_eq!((st.source, st.tag, st.len, st.error), (1, 9, 4, None));
-                done += 1;
-            }
+            SendStart::Done => done += 1,
             SendStart::Pending(id) => reqs.push((Side::A, id)),
         }
     }
