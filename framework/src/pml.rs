@@ -232,6 +232,30 @@ pub trait Pml {
     /// Drive the BTLs and the protocols. Returns the number of events handled (0 = idle).
     fn progress(&mut self) -> usize;
 
+    /// Progress until `request` completes and return its status (a blocking wait). Between
+    /// passes `between` runs too (the runtime's registered progress functions; its result
+    /// counts as events). The default alternates [`Pml::test`] and [`Pml::progress`]; a PML
+    /// overrides it to spin without a dynamic call per pass, which is what a waiting rank
+    /// does between noticing a message and completing it.
+    fn wait(
+        &mut self,
+        request: RequestId,
+        between: Option<&mut dyn FnMut() -> usize>,
+    ) -> Result<Status, PmlError> {
+        let mut between = between;
+        let mut backoff = crate::progress::Backoff::default();
+        loop {
+            if let Some(st) = self.test(request)? {
+                return Ok(st);
+            }
+            let mut n = self.progress();
+            if let Some(f) = between.as_mut() {
+                n += f();
+            }
+            backoff.pass(n);
+        }
+    }
+
     /// Counters for the profile, as `(name, value)` pairs (PML and its BTLs).
     fn counters(&self) -> Vec<(String, u64)> {
         Vec::new()

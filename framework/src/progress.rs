@@ -66,6 +66,11 @@ impl ProgressEngine {
         self.fns.len() != before
     }
 
+    /// No function is registered.
+    pub fn is_empty(&self) -> bool {
+        self.fns.is_empty()
+    }
+
     /// Run every function once; total events handled.
     pub fn run(&mut self) -> usize {
         self.fns.iter_mut().map(|(_, f)| f()).sum()

@@ -257,14 +257,12 @@ impl Runtime {
         &mut self,
         request: crate::pml::RequestId,
     ) -> Result<crate::pml::Status, PmlError> {
-        let mut backoff = crate::progress::Backoff::default();
-        loop {
-            if let Some(st) = self.pml.test(request)? {
-                return Ok(st);
-            }
-            let n = self.progress();
-            backoff.pass(n);
+        if self.progress_engine.is_empty() {
+            return self.pml.wait(request, None);
         }
+        let engine = &mut self.progress_engine;
+        let mut between = || engine.run();
+        self.pml.wait(request, Some(&mut between))
     }
 
     /// Time spent in [`Runtime::init`].

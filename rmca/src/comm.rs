@@ -204,8 +204,9 @@ impl Communicator {
         })
     }
 
-    /// [`Communicator::start_send`] through the PML's fast path: an eager message the BTL took
-    /// at once comes back completed, with no request behind it.
+    /// [`Communicator::start_send`] through the PML's fast path: an eager message a BTL took
+    /// at once comes back as [`SendStart::Done`], with no request behind it.
+    #[inline]
     fn start_send_fast(
         &self,
         buf: UserBuf,
@@ -214,27 +215,21 @@ impl Communicator {
         context: ContextId,
         mode: SendMode,
         pattern: CommPattern,
-    ) -> Result<Started> {
+    ) -> Result<SendStart> {
         let args = self.send_args(buf, dest, tag, context, mode, pattern)?;
-        let len = buf.len();
-        match self.shared().with(|rt| Ok(rt.pml.start_send(args)?))? {
-            SendStart::Done => Ok(Started::Done(Status {
-                source: dest,
-                tag,
-                bytes: len,
-            })),
-            SendStart::Pending(id) => Ok(Started::Pending(id)),
-        }
+        self.shared().start_send(args)
     }
 
     /// Finish a send started by [`Communicator::start_send_fast`].
-    fn wait_send(&self, started: Started) -> Result<Status> {
+    #[inline]
+    fn wait_send(&self, started: SendStart) -> Result<()> {
         match started {
-            Started::Done(st) => Ok(st),
-            Started::Pending(id) => self.wait_raw(id),
+            SendStart::Done => Ok(()),
+            SendStart::Pending(id) => self.wait_raw(id).map(|_| ()),
         }
     }
 
+    #[inline]
     pub(crate) fn start_recv(
         &self,
         buf: UserBuf,
@@ -245,14 +240,12 @@ impl Communicator {
     ) -> Result<RequestId> {
         let source = self.source(src)?;
         let tag = Self::tag_sel(tag)?;
-        self.inner.shared.with(|rt| {
-            Ok(rt.pml.irecv(RecvArgs {
-                buf,
-                source,
-                tag,
-                context,
-                pattern,
-            })?)
+        self.shared().irecv(RecvArgs {
+            buf,
+            source,
+            tag,
+            context,
+            pattern,
         })
     }
 
@@ -278,7 +271,7 @@ impl Communicator {
             SendMode::Standard,
             pattern,
         )?;
-        self.wait_send(started).map(|_| ())
+        self.wait_send(started)
     }
 
     /// Blocking receive of raw bytes on `context`.
@@ -324,6 +317,7 @@ impl Communicator {
     // ---- typed point-to-point ----
 
     /// Start a send of typed elements on the point-to-point context.
+    #[inline]
     fn start_typed_send<T: bytemuck::Pod>(
         &self,
         buf: &[T],
@@ -331,12 +325,13 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
         pattern: CommPattern,
-    ) -> Result<Started> {
+    ) -> Result<SendStart> {
         let bytes = UserBuf::from_slice(bytemuck::cast_slice(buf));
         self.start_send_fast(bytes, dest, tag, self.inner.context, mode, pattern)
     }
 
     /// Start a receive of typed elements on the point-to-point context.
+    #[inline]
     fn start_typed_recv<T: bytemuck::Pod>(
         &self,
         buf: &mut [T],
@@ -349,21 +344,23 @@ impl Communicator {
     }
 
     /// Blocking standard-mode send.
+    #[inline]
     pub fn send<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         let started =
             self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::Blocking)?;
-        self.wait_send(started).map(|_| ())
+        self.wait_send(started)
     }
 
     /// Blocking synchronous send: returns once the receiver has matched the message.
     pub fn ssend<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         let started =
             self.start_typed_send(buf, dest, tag, SendMode::Synchronous, CommPattern::Blocking)?;
-        self.wait_send(started).map(|_| ())
+        self.wait_send(started)
     }
 
     /// Blocking receive. A message longer than `buf` fills `buf` and returns
     /// [`Error::Status`] with [`pml::StatusError::Truncated`]; nothing is written past `buf`.
+    #[inline]
     pub fn recv<T: bytemuck::Pod>(
         &self,
         buf: &mut [T],
@@ -375,6 +372,7 @@ impl Communicator {
     }
 
     /// Non-blocking send; the buffer stays borrowed until the request completes.
+    #[inline]
     pub fn isend<'a, T: bytemuck::Pod>(
         &self,
         buf: &'a [T],
@@ -383,7 +381,13 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let started =
             self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::NonBlocking)?;
-        Ok(Request::started(self.clone(), started))
+        Ok(Request::started(
+            self,
+            started,
+            dest,
+            tag,
+            std::mem::size_of_val(buf),
+        ))
     }
 
     /// Non-blocking synchronous send.
@@ -400,10 +404,17 @@ impl Communicator {
             SendMode::Synchronous,
             CommPattern::NonBlocking,
         )?;
-        Ok(Request::started(self.clone(), started))
+        Ok(Request::started(
+            self,
+            started,
+            dest,
+            tag,
+            std::mem::size_of_val(buf),
+        ))
     }
 
     /// Non-blocking receive; the buffer stays borrowed until the request completes.
+    #[inline]
     pub fn irecv<'a, T: bytemuck::Pod>(
         &self,
         buf: &'a mut [T],
@@ -551,14 +562,6 @@ enum ReqState {
     Spent,
 }
 
-/// How a send the facade started stands (a [`SendStart`] with its status in communicator
-/// terms).
-#[derive(Debug)]
-enum Started {
-    Done(Status),
-    Pending(RequestId),
-}
-
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Request")
@@ -576,13 +579,25 @@ impl<'a> Request<'a> {
         }
     }
 
-    fn started(comm: Communicator, started: Started) -> Self {
+    /// The request of a send to `dest` with `tag` of `bytes` bytes that started as `started`.
+    #[inline]
+    fn started(
+        comm: &Communicator,
+        started: SendStart,
+        dest: usize,
+        tag: i32,
+        bytes: usize,
+    ) -> Self {
         let state = match started {
-            Started::Done(st) => ReqState::Done(st),
-            Started::Pending(id) => ReqState::Pending(id),
+            SendStart::Done => ReqState::Done(Status {
+                source: dest,
+                tag,
+                bytes,
+            }),
+            SendStart::Pending(id) => ReqState::Pending(id),
         };
         Self {
-            comm,
+            comm: comm.clone(),
             state,
             _buf: PhantomData,
         }

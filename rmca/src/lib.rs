@@ -30,7 +30,7 @@ use std::rc::Rc;
 pub use bytemuck::Pod;
 pub use comm::{Communicator, Request, Status};
 pub use rmca_framework as framework;
-use rmca_framework::pml::{PmlError, RequestId, StatusError};
+use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
 use rmca_framework::runtime::{InitError, Runtime};
 use thiserror::Error;
 
@@ -142,8 +142,21 @@ impl Shared {
     }
 
     /// Progress until `id` completes.
+    #[inline]
     pub(crate) fn wait(&self, id: RequestId) -> Result<rmca_framework::pml::Status> {
         self.with(|rt| Ok(rt.wait(id)?))
+    }
+
+    /// Start a send (the PML's fast path for eager messages).
+    #[inline]
+    pub(crate) fn start_send(&self, args: SendArgs) -> Result<SendStart> {
+        self.with(|rt| Ok(rt.pml.start_send(args)?))
+    }
+
+    /// Post a receive.
+    #[inline]
+    pub(crate) fn irecv(&self, args: RecvArgs) -> Result<RequestId> {
+        self.with(|rt| Ok(rt.pml.irecv(args)?))
     }
 }
 

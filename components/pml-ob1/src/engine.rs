@@ -26,6 +26,7 @@ use rmca_framework::pml::{
     ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, SendStart, Source, Status,
     StatusError, Tag, TagSel,
 };
+use rmca_framework::progress::Backoff;
 use rmca_framework::rank::Rank;
 
 use crate::hdr::{self, MatchRepr, Packet, Repr, RgetKey, RndvRepr};
@@ -1607,12 +1608,31 @@ impl Pml for Ob1 {
 
     #[inline]
     fn progress(&mut self) -> usize {
-        let n = self.bml.progress(&mut self.core);
-        // An idle pass stops here: most passes of a wait loop find nothing queued.
-        if !self.core.has_work() {
-            return n;
+        self.progress_pass()
+    }
+
+    fn wait(
+        &mut self,
+        request: RequestId,
+        mut between: Option<&mut dyn FnMut() -> usize>,
+    ) -> Result<Status, PmlError> {
+        // The loop a blocked rank spins in: test and progress are direct calls here.
+        let mut backoff = Backoff::default();
+        loop {
+            if let Some(st) = self
+                .core
+                .reqs
+                .take_done(request)
+                .map_err(|()| PmlError::UnknownRequest(request))?
+            {
+                return Ok(st);
+            }
+            let mut n = self.progress_pass();
+            if let Some(f) = between.as_mut() {
+                n += f();
+            }
+            backoff.pass(n);
         }
-        n + self.core.run(&mut self.bml)
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
@@ -1664,6 +1684,17 @@ impl Pml for Ob1 {
 }
 
 impl Ob1 {
+    /// One pass over the BTLs, then the work their events queued.
+    #[inline(always)]
+    fn progress_pass(&mut self) -> usize {
+        let n = self.bml.progress(&mut self.core);
+        // An idle pass stops here: most passes of a wait loop find nothing queued.
+        if !self.core.has_work() {
+            return n;
+        }
+        n + self.core.run(&mut self.bml)
+    }
+
     /// The eager fast path's BTL refused the fragment: keep the send as a request with the
     /// sequence number it already has, and handle the refusal as isend does (retry in order,
     /// or fail over).
