@@ -149,6 +149,8 @@ enum Phase {
     RecvGet,
     /// Completed: `peer`, `tag`, `count` and `error` are the status.
     Done,
+    /// The slab slot is free (the request was released).
+    Free,
 }
 
 /// One send or receive request.
@@ -263,16 +265,23 @@ impl Req {
         )
     }
 
+    /// A released slot's value: it owns no heap memory.
+    fn is_released(&self) -> bool {
+        self.phase == Phase::Free && self.error.is_none() && self.cold.is_none()
+    }
+
     fn cold(&mut self) -> &mut Cold {
         self.cold.get_or_insert_with(Default::default)
     }
 }
 
 /// Requests in a slab: ids are index + generation, so a stale id (or a forged one in a
-/// packet) never reaches a reused slot.
+/// packet) never reaches a reused slot. A released slot keeps its [`Req`] with
+/// [`Phase::Free`] and nothing on the heap, so releasing and reusing one frees and drops
+/// nothing.
 #[derive(Debug, Default)]
 struct Slab {
-    slots: Vec<(u32, Option<Req>)>,
+    slots: Vec<(u32, Req)>,
     free: Vec<u32>,
 }
 
@@ -285,22 +294,26 @@ impl Slab {
     #[inline(always)]
     fn insert(&mut self, req: Req) -> RequestId {
         let i = match self.free.pop() {
-            Some(i) => i,
+            Some(i) => {
+                let slot = &mut self.slots[i as usize];
+                debug_assert!(slot.1.is_released());
+                // The old value owns nothing (see `take_done`): skip its drop glue.
+                std::mem::forget(std::mem::replace(&mut slot.1, req));
+                i
+            }
             None => {
-                self.slots.push((1, None));
+                self.slots.push((1, req));
                 (self.slots.len() - 1) as u32
             }
         };
-        let slot = &mut self.slots[i as usize];
-        slot.1 = Some(req);
-        RequestId((u64::from(slot.0) << 32) | u64::from(i))
+        RequestId((u64::from(self.slots[i as usize].0) << 32) | u64::from(i))
     }
 
     #[inline]
     fn get_mut(&mut self, id: RequestId) -> Option<&mut Req> {
         let (gen, i) = split_id(id);
         match self.slots.get_mut(i) {
-            Some((g, Some(r))) if *g == gen => Some(r),
+            Some((g, r)) if *g == gen && r.phase != Phase::Free => Some(r),
             _ => None,
         }
     }
@@ -309,12 +322,12 @@ impl Slab {
     #[inline]
     fn take_done(&mut self, id: RequestId) -> Result<Option<Status>, ()> {
         let (gen, i) = split_id(id);
-        let Some((g, slot)) = self.slots.get_mut(i) else {
+        let Some((g, req)) = self.slots.get_mut(i) else {
             return Err(());
         };
-        let Some(req) = slot.as_mut().filter(|_| *g == gen) else {
+        if *g != gen || req.phase == Phase::Free {
             return Err(());
-        };
+        }
         if req.phase != Phase::Done {
             return Ok(None);
         }
@@ -324,7 +337,10 @@ impl Slab {
             len: req.count,
             error: req.error.take(),
         };
-        *slot = None;
+        if req.cold.is_some() {
+            req.cold = None;
+        }
+        req.phase = Phase::Free;
         *g = g.wrapping_add(1).max(1);
         self.free.push(i as u32);
         Ok(Some(status))
@@ -334,7 +350,7 @@ impl Slab {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.1.is_some())
+            .filter(|(_, s)| s.1.phase != Phase::Free)
             .map(|(i, s)| RequestId((u64::from(s.0) << 32) | i as u64))
     }
 
@@ -346,7 +362,7 @@ impl Slab {
     fn outstanding(&self) -> usize {
         self.slots
             .iter()
-            .filter(|s| s.1.as_ref().is_some_and(|r| r.phase != Phase::Done))
+            .filter(|s| !matches!(s.1.phase, Phase::Done | Phase::Free))
             .count()
     }
 }
@@ -1200,7 +1216,7 @@ impl Core {
                     let tag = r.tag;
                     self.finish(id, peer, tag, 0, Some(err.clone()));
                 }
-                Phase::RecvPosted | Phase::Done => {}
+                Phase::RecvPosted | Phase::Done | Phase::Free => {}
             }
         }
         for id in self.matcher.take_posted_from(peer) {
