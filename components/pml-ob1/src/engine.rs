@@ -375,15 +375,24 @@ struct Ctrl {
     len: usize,
 }
 
-/// The eager fast path to one peer, derived from its routes: a standard send whose MATCH
-/// fragment (header + payload) fits `limit` goes to `btl` with no request (see
-/// [`Ob1::start_send`]). `limit` is 0 when there is no route (or the peer failed).
-#[derive(Clone, Copy, Debug, Default)]
+/// The eager fast path to one peer, derived from its routes: a standard send of at most
+/// `max_payload` bytes goes to `btl` in one MATCH fragment with no request (see
+/// [`Ob1::start_send`]). `max_payload` is negative when there is no such path (no route, a
+/// failed peer, an eager limit below the header).
+#[derive(Clone, Copy, Debug)]
 struct EagerPath {
     btl: BtlIndex,
-    limit: usize,
+    max_payload: isize,
     /// Several eager routes: round-robin scheduling rotates over them (slow path).
     several: bool,
+}
+
+impl EagerPath {
+    const NONE: EagerPath = EagerPath {
+        btl: 0,
+        max_payload: -1,
+        several: false,
+    };
 }
 
 /// The protocol state of one ob1 instance (everything but the BTLs).
@@ -436,7 +445,7 @@ impl Core {
                 .map(|i| bml.btl_ref(i).component_name().to_owned())
                 .collect(),
             routes: (0..n).map(|p| bml.routes(p as Rank).clone()).collect(),
-            eager_paths: vec![EagerPath::default(); n],
+            eager_paths: vec![EagerPath::NONE; n],
             cursor: vec![0; n],
             dead: vec![false; n],
             matcher: Matcher::new(n),
@@ -463,13 +472,15 @@ impl Core {
         self.eager_paths[p] = match self.routes[p].eager.as_slice() {
             [first, rest @ ..] if !self.dead[p] => {
                 let a = &self.attrs[first.btl];
+                let limit = a.eager_limit.min(a.max_send_size);
                 EagerPath {
                     btl: first.btl,
-                    limit: a.eager_limit.min(a.max_send_size),
+                    max_payload: isize::try_from(limit).unwrap_or(isize::MAX)
+                        - hdr::MATCH_LEN as isize,
                     several: !rest.is_empty(),
                 }
             }
-            _ => EagerPath::default(),
+            _ => EagerPath::NONE,
         };
     }
 
@@ -1367,15 +1378,27 @@ impl Core {
 
     #[inline]
     fn on_match(&mut self, peer: Rank, m: MatchRepr, payload: &[u8]) {
-        if m.src != peer || m.tag < 0 {
-            self.stats.dropped_malformed += 1;
-            return;
-        }
         let env = Envelope {
             context: m.ctx,
             source: peer,
             tag: m.tag,
         };
+        // The receive hot path: a well-formed, in-order message for the oldest posted receive.
+        if m.src == peer && m.tag >= 0 {
+            if let Some(id) = self.matcher.arrive_posted(env, m.seq) {
+                self.deliver_eager(id, env, payload);
+                return;
+            }
+        }
+        self.on_match_general(peer, m, env, payload);
+    }
+
+    #[inline(never)]
+    fn on_match_general(&mut self, peer: Rank, m: MatchRepr, env: Envelope, payload: &[u8]) {
+        if m.src != peer || m.tag < 0 {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
         match self.matcher.arrive(env, m.seq, || {
             if let Some(mem) = &self.memory {
                 mem.alloc(payload.len());
@@ -1507,23 +1530,25 @@ impl Pml for Ob1 {
 
     #[inline]
     fn start_send(&mut self, args: SendArgs) -> Result<SendStart, PmlError> {
-        let dest = args.dest as usize;
         let core = &mut self.core;
-        // The eager fast path: nothing queued before it to this peer, one obvious eager BTL,
-        // the whole message in one fragment. No request is created unless the BTL refuses.
-        let Some(&path) = core.eager_paths.get(dest) else {
-            return self.isend(args).map(SendStart::Pending);
+        // The eager fast path: no send waits for a BTL (so none to this peer could be
+        // overtaken), one obvious eager BTL, the whole message in one fragment. No request is
+        // created unless the BTL refuses.
+        let path = match core.eager_paths.get(args.dest as usize) {
+            Some(p)
+                if args.mode == SendMode::Standard
+                    && args.tag >= 0
+                    && args.buf.len() as isize <= p.max_payload
+                    && core.starts_pending == 0
+                    && !(p.several
+                        && core.cfg.scheduling.for_pattern(args.pattern)
+                            == Scheduling::RoundRobin) =>
+            {
+                *p
+            }
+            _ => return self.isend(args).map(SendStart::Pending),
         };
         let len = args.buf.len();
-        let fast = args.mode == SendMode::Standard
-            && args.tag >= 0
-            && hdr::MATCH_LEN + len <= path.limit
-            && (core.starts_pending == 0 || core.starts[dest].is_empty())
-            && !(path.several
-                && core.cfg.scheduling.for_pattern(args.pattern) == Scheduling::RoundRobin);
-        if !fast {
-            return self.isend(args).map(SendStart::Pending);
-        }
         let seq = core.matcher.next_send_seq(args.context, args.dest);
         let h = hdr::emit_match(&MatchRepr {
             ctx: args.context,

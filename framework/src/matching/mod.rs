@@ -426,32 +426,42 @@ impl<R, T> Matcher<R, T> {
         seq: Seq,
         payload: impl FnOnce() -> T,
     ) -> Arrival<R> {
+        match self.arrive_posted(envelope, seq) {
+            Some(recv) => Arrival::Matched(recv),
+            None => self.arrive_general(envelope, seq, payload),
+        }
+    }
+
+    /// The common case of [`Matcher::arrive`], tried alone: the message is in sequence,
+    /// nothing is held, no `ANY_SOURCE` receive waits, and the oldest receive posted for its
+    /// source fits. Returns that receive (removed); `None` means nothing changed and
+    /// [`Matcher::arrive`] must handle the message. No successor can be released by such an
+    /// arrival (nothing was held), so [`Matcher::poll_released`] has nothing new.
+    #[inline]
+    pub fn arrive_posted(&mut self, envelope: Envelope, seq: Seq) -> Option<R> {
         let src = envelope.source as usize;
         if src >= self.nprocs {
-            self.stats.stale += 1;
-            return Arrival::Stale;
+            return None;
         }
         let slot = self.slot(envelope.context);
         let c = &mut self.contexts[slot];
-        // The common case: in sequence, nothing held, no ANY_SOURCE receive waiting, and the
-        // oldest receive posted for this source fits.
-        if c.wild.is_empty() {
-            let peer = &mut c.peers[src];
-            if seq == peer.expected
-                && peer.held.is_empty()
-                && peer
-                    .posted
-                    .front()
-                    .is_some_and(|p| tag_fits(p.tag, envelope.tag))
-            {
-                if let Some(p) = peer.posted.pop_front() {
-                    peer.expected = seq.wrapping_add(1);
-                    self.stats.matched_on_arrival += 1;
-                    return Arrival::Matched(p.handle);
-                }
-            }
+        if !c.wild.is_empty() {
+            return None;
         }
-        self.arrive_general(slot, envelope, seq, payload)
+        let peer = &mut c.peers[src];
+        if seq != peer.expected
+            || !peer.held.is_empty()
+            || !peer
+                .posted
+                .front()
+                .is_some_and(|p| tag_fits(p.tag, envelope.tag))
+        {
+            return None;
+        }
+        let p = peer.posted.pop_front()?;
+        peer.expected = seq.wrapping_add(1);
+        self.stats.matched_on_arrival += 1;
+        Some(p.handle)
     }
 
     /// [`Matcher::arrive`] for every other case: out of sequence, held successors, wildcards,
@@ -459,13 +469,17 @@ impl<R, T> Matcher<R, T> {
     #[inline(never)]
     fn arrive_general(
         &mut self,
-        slot: usize,
         envelope: Envelope,
         seq: Seq,
         payload: impl FnOnce() -> T,
     ) -> Arrival<R> {
-        let c = &mut self.contexts[slot];
         let src = envelope.source as usize;
+        if src >= self.nprocs {
+            self.stats.stale += 1;
+            return Arrival::Stale;
+        }
+        let slot = self.slot(envelope.context);
+        let c = &mut self.contexts[slot];
         let expected = c.peers[src].expected;
         if seq != expected {
             if seq_before(seq, expected) || c.peers[src].held.contains_key(&seq) {
