@@ -147,25 +147,46 @@ impl UserBuf {
                 .is_some_and(|end| end <= self.len),
             "UserBuf::write_at out of bounds"
         );
-        let (n, s) = (src.len(), src.as_ptr());
-        // SAFETY (every branch): bounds checked above; the constructor's contract grants
-        // exclusive write access; src is a distinct Rust slice so the regions cannot overlap.
-        unsafe {
-            let d = self.ptr.add(offset);
-            // Small messages (the eager path of every receive) are copied with two possibly
-            // overlapping word moves instead of a call into memcpy.
-            if n > 16 {
-                std::ptr::copy_nonoverlapping(s, d, n);
-            } else if n >= 8 {
-                std::ptr::copy_nonoverlapping(s, d, 8);
-                std::ptr::copy_nonoverlapping(s.add(n - 8), d.add(n - 8), 8);
-            } else if n >= 4 {
-                std::ptr::copy_nonoverlapping(s, d, 4);
-                std::ptr::copy_nonoverlapping(s.add(n - 4), d.add(n - 4), 4);
-            } else {
-                for i in 0..n {
-                    *d.add(i) = *s.add(i);
+        // SAFETY: bounds checked above; the constructor's contract grants exclusive write
+        // access; src is a distinct Rust slice so the regions cannot overlap.
+        unsafe { copy_to_raw(src, self.ptr.add(offset)) }
+    }
+}
+
+/// Copy `src` to `dst`. Up to 64 bytes (the fragments and payloads of small messages) the
+/// copy is a few possibly overlapping word moves inline, instead of a call into `memcpy`;
+/// longer copies call it.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes of writes and must not overlap `src`.
+#[inline(always)]
+pub unsafe fn copy_to_raw(src: &[u8], dst: *mut u8) {
+    let (n, s) = (src.len(), src.as_ptr());
+    // SAFETY (every branch): each access is inside 0..n of `src` and `dst` (the caller's
+    // contract for `dst`), and the regions do not overlap.
+    unsafe {
+        if n > 64 {
+            std::ptr::copy_nonoverlapping(s, dst, n);
+        } else if n >= 16 {
+            // Unrolled (a loop here is turned back into a memcpy call): chunks at 0, 16 and
+            // 32 as far as they fit, then the last 16 bytes.
+            std::ptr::copy_nonoverlapping(s, dst, 16);
+            if n > 32 {
+                std::ptr::copy_nonoverlapping(s.add(16), dst.add(16), 16);
+                if n > 48 {
+                    std::ptr::copy_nonoverlapping(s.add(32), dst.add(32), 16);
                 }
+            }
+            std::ptr::copy_nonoverlapping(s.add(n - 16), dst.add(n - 16), 16);
+        } else if n >= 8 {
+            std::ptr::copy_nonoverlapping(s, dst, 8);
+            std::ptr::copy_nonoverlapping(s.add(n - 8), dst.add(n - 8), 8);
+        } else if n >= 4 {
+            std::ptr::copy_nonoverlapping(s, dst, 4);
+            std::ptr::copy_nonoverlapping(s.add(n - 4), dst.add(n - 4), 4);
+        } else {
+            for i in 0..n {
+                *dst.add(i) = *s.add(i);
             }
         }
     }
@@ -179,9 +200,9 @@ mod tests {
     fn every_short_write_lands_exactly() {
         // Short writes use overlapping word moves: each length at each offset writes its
         // bytes and nothing around them.
-        for n in 0..=40usize {
+        for n in 0..=80usize {
             for offset in 0..8usize {
-                let mut mem = vec![0xAAu8; 64];
+                let mut mem = vec![0xAAu8; 96];
                 let src: Vec<u8> = (0..n as u8).map(|b| b + 1).collect();
                 UserBuf::from_mut_slice(&mut mem).write_at(offset, &src);
                 assert!(mem[..offset].iter().all(|&b| b == 0xAA), "before, n {n}");

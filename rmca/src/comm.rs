@@ -379,15 +379,7 @@ impl Communicator {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
-        let started =
-            self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::NonBlocking)?;
-        Ok(Request::started(
-            self,
-            started,
-            dest,
-            tag,
-            std::mem::size_of_val(buf),
-        ))
+        self.start_send_request(buf, dest, tag, SendMode::Standard)
     }
 
     /// Non-blocking synchronous send.
@@ -397,13 +389,18 @@ impl Communicator {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
-        let started = self.start_typed_send(
-            buf,
-            dest,
-            tag,
-            SendMode::Synchronous,
-            CommPattern::NonBlocking,
-        )?;
+        self.start_send_request(buf, dest, tag, SendMode::Synchronous)
+    }
+
+    #[inline]
+    fn start_send_request<'a, T: bytemuck::Pod>(
+        &self,
+        buf: &'a [T],
+        dest: usize,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<Request<'a>> {
+        let started = self.start_typed_send(buf, dest, tag, mode, CommPattern::NonBlocking)?;
         Ok(Request::started(
             self,
             started,

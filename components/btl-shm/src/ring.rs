@@ -34,6 +34,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rmca_framework::buffer::copy_to_raw;
 use thiserror::Error;
 
 /// Cache line size assumed by the layout (x86-64, most aarch64).
@@ -235,8 +236,8 @@ impl Producer {
         // bytes (len <= ONE_LINE_MAX) stay inside the line.
         unsafe {
             let dst = self.mem.data.as_ptr().add(index * LINE + CTRL);
-            copy_short(header, dst);
-            copy_short(payload, dst.add(header.len()));
+            copy_to_raw(header, dst);
+            copy_to_raw(payload, dst.add(header.len()));
         }
         self.publish_record(index, 1, tag, len);
         Ok(())
@@ -316,44 +317,6 @@ impl Producer {
             .store(control(self.seq, tag, len), Ordering::Release);
         self.seq = self.seq.wrapping_add(1);
         self.tail += lines;
-    }
-}
-
-/// Copy `src` (at most [`ONE_LINE_MAX`] bytes) to `dst` with a few unaligned word moves instead
-/// of a call to `memcpy`: the fragments of small messages are a header of a few tens of bytes
-/// and a short payload. Words may overlap, so some bytes are written twice.
-///
-/// # Safety
-/// `dst` must be valid for `src.len()` bytes of writes and not overlap `src`.
-#[inline(always)]
-unsafe fn copy_short(src: &[u8], dst: *mut u8) {
-    let n = src.len();
-    let s = src.as_ptr();
-    debug_assert!(n <= ONE_LINE_MAX);
-    // SAFETY (all branches): every access is inside 0..n of `src` and `dst`.
-    unsafe {
-        if n >= 16 {
-            // Unrolled (a loop here is turned back into a memcpy call): chunks at 0, 16 and 32
-            // as far as they fit, then the last 16 bytes.
-            std::ptr::copy_nonoverlapping(s, dst, 16);
-            if n > 32 {
-                std::ptr::copy_nonoverlapping(s.add(16), dst.add(16), 16);
-                if n > 48 {
-                    std::ptr::copy_nonoverlapping(s.add(32), dst.add(32), 16);
-                }
-            }
-            std::ptr::copy_nonoverlapping(s.add(n - 16), dst.add(n - 16), 16);
-        } else if n >= 8 {
-            std::ptr::copy_nonoverlapping(s, dst, 8);
-            std::ptr::copy_nonoverlapping(s.add(n - 8), dst.add(n - 8), 8);
-        } else if n >= 4 {
-            std::ptr::copy_nonoverlapping(s, dst, 4);
-            std::ptr::copy_nonoverlapping(s.add(n - 4), dst.add(n - 4), 4);
-        } else {
-            for i in 0..n {
-                *dst.add(i) = *s.add(i);
-            }
-        }
     }
 }
 
