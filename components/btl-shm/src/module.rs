@@ -603,6 +603,26 @@ impl ShmBtl {
         }
     }
 
+    /// A push was refused: back-pressure, or a fragment that can never fit.
+    #[inline(never)]
+    fn refused(p: &mut Peer, stats: &mut Stats, peer: Rank, e: PushError) -> Result<(), SendError> {
+        match e {
+            PushError::Full => {
+                stats.would_block += 1;
+                p.full_streak = p.full_streak.wrapping_add(1);
+                // A dead receiver never drains its ring: check now and then, off the fast path.
+                if p.full_streak % DEAD_CHECK_INTERVAL == 0 && p.watch.exited() {
+                    return Err(SendError::PeerFailed {
+                        peer,
+                        reason: format!("process {} exited", p.pid),
+                    });
+                }
+                Err(SendError::WouldBlock)
+            }
+            PushError::TooLarge { len, max } => Err(SendError::TooLarge { len, max }),
+        }
+    }
+
     fn peer_for_rdma(&self, peer: Rank, op: &'static str) -> Result<&Peer, SendError> {
         if !self.attrs.flags.contains(BtlFlags::GET) {
             return Err(SendError::Unsupported(op));
@@ -734,36 +754,20 @@ impl Btl for ShmBtl {
         payload: &[u8],
         _hint: SendHint,
     ) -> Result<(), SendError> {
-        let len = header.len() + payload.len();
-        if len > self.cfg.max_send_size {
-            return Err(SendError::TooLarge {
-                len,
-                max: self.cfg.max_send_size,
-            });
-        }
         let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) else {
             return Err(SendError::Unreachable(peer));
         };
+        // The ring checks the length against btl_shm_max_send_size (its limit).
         match p.producer.push(tag, header, payload) {
             Ok(()) => {
-                p.full_streak = 0;
                 self.stats.frags_sent += 1;
-                self.stats.bytes_sent += len as u64;
+                self.stats.bytes_sent += (header.len() + payload.len()) as u64;
+                if p.full_streak != 0 {
+                    p.full_streak = 0;
+                }
                 Ok(())
             }
-            Err(PushError::Full) => {
-                self.stats.would_block += 1;
-                p.full_streak = p.full_streak.wrapping_add(1);
-                // A dead receiver never drains its ring: check now and then, off the fast path.
-                if p.full_streak % DEAD_CHECK_INTERVAL == 0 && p.watch.exited() {
-                    return Err(SendError::PeerFailed {
-                        peer,
-                        reason: format!("process {} exited", p.pid),
-                    });
-                }
-                Err(SendError::WouldBlock)
-            }
-            Err(PushError::TooLarge { len, max }) => Err(SendError::TooLarge { len, max }),
+            Err(e) => Self::refused(p, &mut self.stats, peer, e),
         }
     }
 
