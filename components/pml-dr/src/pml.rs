@@ -427,12 +427,7 @@ impl State {
         let Some(inc) = peer.recvs.get_mut(&seq) else {
             // The message was lost with its peer before we got to it.
             let reason = peer.dead.clone().unwrap_or_else(|| "message lost".into());
-            let st = Status {
-                source: p,
-                tag: 0,
-                len: 0,
-                error: Some(Box::new(StatusError::PeerFailed { peer: p, reason })),
-            };
+            let st = Status::failed(p, 0, 0, StatusError::PeerFailed { peer: p, reason });
             self.complete(req, st);
             return;
         };
@@ -578,15 +573,7 @@ impl State {
                             peer: p,
                             reason: reason.to_string(),
                         };
-                        self.complete(
-                            req,
-                            Status {
-                                source: p,
-                                tag: 0,
-                                len: 0,
-                                error: Some(Box::new(err)),
-                            },
-                        );
+                        self.complete(req, Status::failed(p, 0, 0, err));
                     }
                 }
             }
@@ -700,12 +687,7 @@ impl Pml for Dr {
                     peer: args.dest,
                     reason: e.to_string(),
                 };
-                let st = Status {
-                    source: args.dest,
-                    tag: args.tag,
-                    len: 0,
-                    error: Some(Box::new(err)),
-                };
+                let st = Status::failed(args.dest, args.tag, 0, err);
                 self.st.complete(id, st);
             }
         }
@@ -745,15 +727,7 @@ impl Pml for Dr {
                     if let Some(reason) = self.st.peers[r as usize].dead.clone() {
                         self.st.matcher.cancel(args.context, &id);
                         let err = StatusError::PeerFailed { peer: r, reason };
-                        self.st.complete(
-                            id,
-                            Status {
-                                source: r,
-                                tag: 0,
-                                len: 0,
-                                error: Some(Box::new(err)),
-                            },
-                        );
+                        self.st.complete(id, Status::failed(r, 0, 0, err));
                     } else {
                         if let Some(Req::Recv { awaits, .. }) = self.st.reqs.get_mut(&id) {
                             *awaits = Some(r);
@@ -819,12 +793,7 @@ impl Pml for Dr {
             }
         };
         if self.st.matcher.cancel(ctx, &request) {
-            let st = Status {
-                source: 0,
-                tag: 0,
-                len: 0,
-                error: Some(Box::new(StatusError::Cancelled)),
-            };
+            let st = Status::failed(0, 0, 0, StatusError::Cancelled);
             self.st.complete(request, st);
             return Ok(true);
         }
