@@ -542,7 +542,6 @@ impl Communicator {
 /// Dropping it before completion waits for completion.
 #[must_use = "a request must be waited on (dropping it waits)"]
 pub struct Request<'a> {
-    comm: Communicator,
     state: ReqState,
     _buf: PhantomData<&'a mut [u8]>,
 }
@@ -550,10 +549,10 @@ pub struct Request<'a> {
 /// Where a [`Request`] stands.
 #[derive(Debug)]
 enum ReqState {
-    /// Outstanding in the PML.
-    Pending(RequestId),
+    /// Outstanding in the PML; the communicator waits for it and translates its status.
+    Pending(RequestId, Communicator),
     /// Completed successfully when it was started (an eager send the BTL took): nothing left
-    /// in the PML.
+    /// in the PML, and no communicator to hold.
     Done(Status),
     /// Its outcome was returned.
     Spent,
@@ -570,8 +569,7 @@ impl std::fmt::Debug for Request<'_> {
 impl<'a> Request<'a> {
     pub(crate) fn new(comm: Communicator, id: RequestId) -> Self {
         Self {
-            comm,
-            state: ReqState::Pending(id),
+            state: ReqState::Pending(id, comm),
             _buf: PhantomData,
         }
     }
@@ -591,10 +589,9 @@ impl<'a> Request<'a> {
                 tag,
                 bytes,
             }),
-            SendStart::Pending(id) => ReqState::Pending(id),
+            SendStart::Pending(id) => ReqState::Pending(id, comm.clone()),
         };
         Self {
-            comm: comm.clone(),
             state,
             _buf: PhantomData,
         }
@@ -604,7 +601,7 @@ impl<'a> Request<'a> {
     #[inline]
     pub fn wait(mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, ReqState::Spent) {
-            ReqState::Pending(id) => self.comm.wait_raw(id),
+            ReqState::Pending(id, comm) => comm.wait_raw(id),
             ReqState::Done(st) => Ok(st),
             ReqState::Spent => Err(Error::InvalidArgument("request already completed".into())),
         }
@@ -612,32 +609,27 @@ impl<'a> Request<'a> {
 
     /// Has the operation completed? `Some` returns its outcome (after which the request is spent).
     pub fn test(&mut self) -> Option<Result<Status>> {
-        let id = match std::mem::replace(&mut self.state, ReqState::Spent) {
-            ReqState::Pending(id) => {
-                self.state = ReqState::Pending(id);
-                id
-            }
-            ReqState::Done(st) => return Some(Ok(st)),
-            ReqState::Spent => return None,
+        let ReqState::Pending(id, comm) = &self.state else {
+            return match std::mem::replace(&mut self.state, ReqState::Spent) {
+                ReqState::Done(st) => Some(Ok(st)),
+                _ => None,
+            };
         };
-        let r = self.comm.shared().with(|rt| {
+        let id = *id;
+        let r = comm.shared().with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
             }
             rt.progress();
             Ok(rt.pml.test(id)?)
         });
-        match r {
-            Ok(None) => None,
-            Ok(Some(st)) => {
-                self.state = ReqState::Spent;
-                Some(self.comm.finish(st))
-            }
-            Err(e) => {
-                self.state = ReqState::Spent;
-                Some(Err(e))
-            }
-        }
+        let outcome = match r {
+            Ok(None) => return None,
+            Ok(Some(st)) => comm.finish(st),
+            Err(e) => Err(e),
+        };
+        self.state = ReqState::Spent;
+        Some(outcome)
     }
 
     /// Wait for every request; statuses in order. The first error is returned after all
@@ -665,13 +657,14 @@ impl<'a> Request<'a> {
     pub fn complete_all(requests: Vec<Request<'a>>) -> Result<()> {
         let mut first_err = None;
         for mut r in requests {
-            let outcome = match std::mem::replace(&mut r.state, ReqState::Spent) {
-                ReqState::Pending(id) => match r.comm.shared().wait(id) {
-                    Ok(st) if st.error.is_none() => continue,
-                    Ok(st) => r.comm.finish(st).map(|_| ()),
-                    Err(e) => Err(e),
-                },
-                ReqState::Done(_) | ReqState::Spent => continue,
+            let ReqState::Pending(id, comm) = std::mem::replace(&mut r.state, ReqState::Spent)
+            else {
+                continue;
+            };
+            let outcome = match comm.shared().wait(id) {
+                Ok(st) if st.error.is_none() => continue,
+                Ok(st) => comm.finish(st).map(|_| ()),
+                Err(e) => Err(e),
             };
             if let Err(e) = outcome {
                 first_err.get_or_insert(e);
@@ -704,10 +697,10 @@ impl<'a> Request<'a> {
 impl Drop for Request<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let ReqState::Pending(id) = std::mem::replace(&mut self.state, ReqState::Spent) {
+        if let ReqState::Pending(id, comm) = std::mem::replace(&mut self.state, ReqState::Spent) {
             // The buffer is borrowed only as long as the request lives: finish the transfer
             // before the borrow ends.
-            if let Err(e) = self.comm.wait_raw(id) {
+            if let Err(e) = comm.wait_raw(id) {
                 tracing::debug!("request dropped with error: {e}");
             }
         }
