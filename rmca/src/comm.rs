@@ -654,18 +654,19 @@ impl<'a> Request<'a> {
     /// Wait for every request without collecting statuses (`MPI_Waitall` with
     /// `MPI_STATUSES_IGNORE`): the loop of windowed transfers. The first error is returned
     /// after all requests completed.
-    pub fn complete_all(requests: Vec<Request<'a>>) -> Result<()> {
+    pub fn complete_all(mut requests: Vec<Request<'a>>) -> Result<()> {
         let mut first_err = None;
-        for mut r in requests {
-            let ReqState::Pending(id, comm) = std::mem::replace(&mut r.state, ReqState::Spent)
-            else {
+        // In place: requests that completed when they started (eager sends) are only looked at.
+        for r in requests.iter_mut() {
+            let ReqState::Pending(id, ref comm) = r.state else {
                 continue;
             };
             let outcome = match comm.shared().wait(id) {
-                Ok(st) if st.error.is_none() => continue,
+                Ok(st) if st.error.is_none() => Ok(()),
                 Ok(st) => comm.finish(st).map(|_| ()),
                 Err(e) => Err(e),
             };
+            r.state = ReqState::Spent;
             if let Err(e) = outcome {
                 first_err.get_or_insert(e);
             }

@@ -150,7 +150,7 @@ const MAX_RINGS: u32 = 1 << 16;
 /// Ring sizes accepted from a card, in lines.
 const MIN_LINES: u32 = 64;
 const MAX_LINES: u32 = 1 << 24;
-/// Refused sends in a row to one peer between two checks that the peer process still exists.
+/// Refused sends to one peer between two checks that the peer process still exists.
 const DEAD_CHECK_INTERVAL: u32 = 1024;
 
 /// Index of the ring that sender `sender` (local index) uses in receiver `receiver`'s segment.
@@ -167,8 +167,9 @@ struct Peer {
     producer: Producer,
     pid: i32,
     cma: bool,
-    /// Consecutive refused sends: a ring that stays full may belong to a dead process.
-    full_streak: u32,
+    /// Refused sends so far: a ring that stays full may belong to a dead process, which is
+    /// checked every [`DEAD_CHECK_INTERVAL`] refusals (a successful send touches nothing).
+    refusals: u32,
     watch: sys::ProcessWatch,
     _mapping: Mapping,
 }
@@ -525,7 +526,7 @@ impl ShmBtl {
                 producer,
                 pid: card.pid as i32,
                 cma,
-                full_streak: 0,
+                refusals: 0,
                 watch: sys::ProcessWatch::new(card.pid as i32),
                 _mapping: mapping,
             },
@@ -609,9 +610,9 @@ impl ShmBtl {
         match e {
             PushError::Full => {
                 stats.would_block += 1;
-                p.full_streak = p.full_streak.wrapping_add(1);
+                p.refusals = p.refusals.wrapping_add(1);
                 // A dead receiver never drains its ring: check now and then, off the fast path.
-                if p.full_streak % DEAD_CHECK_INTERVAL == 0 && p.watch.exited() {
+                if p.refusals % DEAD_CHECK_INTERVAL == 0 && p.watch.exited() {
                     return Err(SendError::PeerFailed {
                         peer,
                         reason: format!("process {} exited", p.pid),
@@ -762,9 +763,6 @@ impl Btl for ShmBtl {
             Ok(()) => {
                 self.stats.frags_sent += 1;
                 self.stats.bytes_sent += (header.len() + payload.len()) as u64;
-                if p.full_streak != 0 {
-                    p.full_streak = 0;
-                }
                 Ok(())
             }
             Err(e) => Self::refused(p, &mut self.stats, peer, e),
