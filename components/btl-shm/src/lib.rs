@@ -27,7 +27,7 @@ use rmca_framework::btl::{Btl, BtlComponent, BtlError};
 use rmca_framework::component::{
     BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
 };
-use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore, Source};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
 pub use module::{ShmBtl, ShmConfig};
 
@@ -98,13 +98,13 @@ impl Component for ShmComponent {
             Param::size("single_copy_min", ShmConfig::DEFAULT.single_copy_min as u64)
                 .help(
                     "Messages shorter than this go through the rings (copy-in/copy-out) even when CMA \
-                     works (the BTL's min_rdma_pipeline_size); 0: the PML may use CMA for every \
-                     rendezvous. Unset, it is chosen per job: 64 MiB when every local rank has a core \
-                     (two pipelined memcpys beat process_vm_readv there: on the 2-vCPU VM this is \
-                     measured on, a 1 MiB ping-pong takes 54 us through the rings against 446 us \
-                     with CMA, and streams 10.6 against 8.3 GB/s, at every size up to 64 MiB), 0 \
-                     when the node is oversubscribed (CMA needs only the receiver to run). Compare \
-                     on your hardware with rmca-bench latency,bw --mca btl_shm_single_copy off.",
+                     works (the BTL's min_rdma_pipeline_size); 0: the PML reads every rendezvous \
+                     message with one process_vm_readv. One copy instead of two halves the memory \
+                     traffic and leaves the sender free: on the 2-vCPU VM this is measured on, a \
+                     1 MiB ping-pong takes 84-88 us with CMA against 109-115 us through the rings, \
+                     and bidirectional bandwidth is 15.7-16.3 against 8.5 GB/s. Raise it where the \
+                     kernel makes process_vm_readv slow (compare with rmca-bench latency,bw,bibw \
+                     --conf cma=btl_shm_single_copy_min=0 --conf rings=btl_shm_single_copy_min=1G).",
                 )
                 .level(Level::Tuning),
         );
@@ -172,14 +172,7 @@ impl ShmConfig {
 
 impl BtlComponent for ShmComponent {
     fn init(&self, ctx: &mut InitContext<'_>) -> Result<Vec<Box<dyn Btl>>, BtlError> {
-        let mut cfg = ShmConfig::from_params(ctx.params)?;
-        let user_set = ctx
-            .params
-            .entry("btl_shm_single_copy_min")
-            .is_ok_and(|e| e.source != Source::Default);
-        if !user_set {
-            cfg.single_copy_min = ShmConfig::auto_single_copy_min(ctx.job.oversubscribed());
-        }
+        let cfg = ShmConfig::from_params(ctx.params)?;
         match ShmBtl::new(ctx, cfg)? {
             Some(btl) => Ok(vec![Box::new(btl)]),
             None => Ok(vec![]),

@@ -50,27 +50,12 @@ impl ShmConfig {
         // rendezvous round trip plus a process_vm_readv by several microseconds here.
         eager_limit: 16 * 1024,
         single_copy: CmaMode::Auto,
-        // The registered default; unless the user sets it, init replaces it with
-        // [`ShmConfig::auto_single_copy_min`] for the job's placement.
+        // Every rendezvous by CMA (see the parameter's help for the measurement).
         single_copy_min: 0,
         latency_ns: 150,
         bandwidth_mbps: 100_000,
         early_unlink: true,
     };
-
-    /// The single-copy threshold when the user did not choose one. With a core per local
-    /// rank, copy-in/copy-out through the rings (both ranks copying, pipelined) beat
-    /// process_vm_readv at every size measured up to 64 MiB (latency about 2x, bandwidth
-    /// 1.3-2x; it pins pages call by call), so CMA serves only larger messages. When the ranks
-    /// outnumber the cores the pipeline stalls whenever the peer is descheduled, and CMA,
-    /// which needs only the receiver to run, serves every rendezvous.
-    pub fn auto_single_copy_min(oversubscribed: bool) -> usize {
-        if oversubscribed {
-            0
-        } else {
-            64 << 20
-        }
-    }
 
     /// Check the combination; the error names the parameter and what is valid.
     pub fn validate(&self) -> Result<(), BtlError> {

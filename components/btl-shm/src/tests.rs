@@ -556,25 +556,24 @@ fn four_local_ranks_all_pairs() {
 }
 
 #[test]
-fn unset_single_copy_threshold_follows_the_placement() {
-    // Through the component's init (as the runtime does): unset, the threshold comes from the
-    // job's placement; set, even to its default value, the user's value stands.
+fn single_copy_threshold_defaults_to_every_rendezvous() {
+    // Through the component's init (as the runtime does): unset, CMA serves every rendezvous
+    // (the BTL's min_rdma_pipeline_size is 0); a value the user sets stands.
     let id = job_id("sc");
     let nodes = [0, 0];
     let modex = LocalModex::new();
     let mem = MemoryAccounting::new();
     let j = job(0, &nodes, &id);
-    let auto = init(&j, &modex, &mem, &[]).unwrap();
-    let expected = if j.oversubscribed() { 0 } else { 64 << 20 };
-    assert_eq!(auto[0].attributes().min_rdma_pipeline_size, expected);
+    let default = init(&j, &modex, &mem, &[]).unwrap();
+    assert_eq!(default[0].attributes().min_rdma_pipeline_size, 0);
     let id = job_id("sd");
     let j = job(0, &nodes, &id);
     let set = init(
         &j,
         &LocalModex::new(),
         &mem,
-        &[("btl_shm_single_copy_min", "0")],
+        &[("btl_shm_single_copy_min", "2M")],
     )
     .unwrap();
-    assert_eq!(set[0].attributes().min_rdma_pipeline_size, 0);
+    assert_eq!(set[0].attributes().min_rdma_pipeline_size, 2 << 20);
 }

@@ -139,7 +139,7 @@ enum Phase {
     SendStart,
     /// Send: the rendezvous left with `count` bytes; waiting for ACK (or FIN after an RGET).
     SendWaitAck,
-    /// Send: pushing FRAGs (`Cold::stream`).
+    /// Send: pushing FRAGs (`Cold::segs`).
     SendStream,
     /// Receive: posted, not matched yet.
     RecvPosted,
