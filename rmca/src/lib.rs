@@ -127,6 +127,7 @@ impl From<u32> for Src {
 
 pub(crate) struct Shared {
     rt: RefCell<Option<Runtime>>,
+    coll: std::cell::OnceCell<coll::CollParams>,
 }
 
 impl Shared {
@@ -139,6 +140,15 @@ impl Shared {
             return Err(Error::Finalized);
         };
         f(rt)
+    }
+
+    /// The `coll_*` parameters (read at the first collective).
+    pub(crate) fn coll_params(&self) -> Result<&coll::CollParams> {
+        if let Some(c) = self.coll.get() {
+            return Ok(c);
+        }
+        let c = self.with(|rt| Ok(coll::CollParams::read(&rt.params)))?;
+        Ok(self.coll.get_or_init(|| c))
     }
 
     /// Progress until `id` completes.
@@ -191,6 +201,7 @@ impl Universe {
         let rank = rt.job.rank;
         let shared = Rc::new(Shared {
             rt: RefCell::new(Some(rt)),
+            coll: std::cell::OnceCell::new(),
         });
         let world = Communicator::world(shared.clone(), rank, size);
         Self { shared, world }

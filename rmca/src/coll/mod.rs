@@ -47,22 +47,59 @@ const TAG_ALLTOALLV: i32 = 9;
 /// Allgathers up to this many bytes in total use recursive doubling under 'auto' (powers of two).
 const ALLGATHER_RD_MAX: usize = 256 << 10;
 
+/// The operations with a `coll_<op>_algorithm` parameter, in [`CollParams::algorithms`] order.
+const OPS: [&str; 8] = [
+    "barrier",
+    "bcast",
+    "reduce",
+    "allreduce",
+    "gather",
+    "scatter",
+    "allgather",
+    "alltoall",
+];
+
+/// The `coll_*` parameters, read once per process: parameters are fixed once the job runs,
+/// and a collective of a few bytes should not pay a parameter lookup.
+#[derive(Debug)]
+pub(crate) struct CollParams {
+    /// The algorithm of each of [`OPS`] ("auto" when unset).
+    algorithms: [String; OPS.len()],
+    bcast_long_size: usize,
+    allreduce_long_size: usize,
+}
+
+impl CollParams {
+    pub(crate) fn read(params: &rmca_framework::params::ParamStore) -> Self {
+        let size = |name: &str, default: u64| {
+            usize::try_from(params.get_size(name).unwrap_or(default)).unwrap_or(usize::MAX)
+        };
+        Self {
+            algorithms: OPS.map(|op| {
+                params
+                    .get_str(&format!("coll_{op}_algorithm"))
+                    .map(str::to_owned)
+                    .unwrap_or_else(|_| "auto".into())
+            }),
+            bcast_long_size: size("coll_bcast_long_size", 128 << 10),
+            allreduce_long_size: size("coll_allreduce_long_size", 64 << 10),
+        }
+    }
+}
+
 impl Communicator {
-    /// The algorithm chosen by `coll_<op>_algorithm` ("auto" when unset).
-    fn coll_algorithm(&self, op: &str) -> Result<String> {
-        let name = format!("coll_{op}_algorithm");
-        self.shared().with(|rt| {
-            Ok(rt
-                .params
-                .get_str(&name)
-                .map(str::to_owned)
-                .unwrap_or_else(|_| "auto".into()))
-        })
+    /// The `coll_*` parameters of this process.
+    fn coll_params(&self) -> Result<&CollParams> {
+        self.shared().coll_params()
     }
 
-    fn coll_size_param(&self, name: &str, default: u64) -> Result<usize> {
-        self.shared()
-            .with(|rt| Ok(rt.params.get_size(name).unwrap_or(default) as usize))
+    /// The algorithm chosen by `coll_<op>_algorithm` ("auto" when unset).
+    fn coll_algorithm(&self, op: &str) -> Result<&str> {
+        let i = OPS
+            .iter()
+            .position(|o| *o == op)
+            .expect("every collective has an algorithm parameter");
+        Ok(&self.coll_params()?.algorithms[i])
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
@@ -90,7 +127,7 @@ impl Communicator {
     /// Block until every member called `barrier`.
     pub fn barrier(&self) -> Result<()> {
         let (n, me) = (self.size(), self.rank());
-        let s = match self.coll_algorithm("barrier")?.as_str() {
+        let s = match self.coll_algorithm("barrier")? {
             "linear" => schedule::barrier_linear(n, me),
             _ => schedule::barrier_dissemination(n, me),
         };
@@ -102,11 +139,11 @@ impl Communicator {
         self.check_root(root)?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let (n, me, len) = (self.size(), self.rank(), bytes.len());
-        let s = match self.coll_algorithm("bcast")?.as_str() {
+        let s = match self.coll_algorithm("bcast")? {
             "linear" => schedule::bcast_linear(n, me, root, len),
             "binomial" => schedule::bcast_binomial(n, me, root, len),
             "scatter_allgather" => schedule::bcast_scatter_allgather(n, me, root, len),
-            _ if n > 2 && len >= self.coll_size_param("coll_bcast_long_size", 128 << 10)? => {
+            _ if n > 2 && len >= self.coll_params()?.bcast_long_size => {
                 schedule::bcast_scatter_allgather(n, me, root, len)
             }
             _ => schedule::bcast_binomial(n, me, root, len),
@@ -140,7 +177,7 @@ impl Communicator {
             &mut own
         };
         let len = std::mem::size_of_val(send);
-        let s = match self.coll_algorithm("reduce")?.as_str() {
+        let s = match self.coll_algorithm("reduce")? {
             "linear" => schedule::reduce_linear(n, me, root, len),
             _ => schedule::reduce_binomial(n, me, root, len),
         };
@@ -162,13 +199,13 @@ impl Communicator {
         let (n, me) = (self.size(), self.rank());
         let len = std::mem::size_of_val(send);
         let elem = std::mem::size_of::<T>();
-        let s = match self.coll_algorithm("allreduce")?.as_str() {
+        let s = match self.coll_algorithm("allreduce")? {
             "ring" => schedule::allreduce_ring(n, me, len, elem),
             "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
             "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
             _ if n > 1
                 && send.len() >= n
-                && len >= self.coll_size_param("coll_allreduce_long_size", 64 << 10)? =>
+                && len >= self.coll_params()?.allreduce_long_size =>
             {
                 schedule::allreduce_ring(n, me, len, elem)
             }
@@ -208,7 +245,7 @@ impl Communicator {
             &mut own
         };
         work[v * block..(v + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
-        let s = match self.coll_algorithm("gather")?.as_str() {
+        let s = match self.coll_algorithm("gather")? {
             "linear" => schedule::gather_linear(n, me, root, block),
             _ => schedule::gather_binomial(n, me, root, block),
         };
@@ -242,7 +279,7 @@ impl Communicator {
             // Rank order to virtual-rank order.
             work.rotate_left(root * block);
         }
-        let s = match self.coll_algorithm("scatter")?.as_str() {
+        let s = match self.coll_algorithm("scatter")? {
             "linear" => schedule::scatter_linear(n, me, root, block),
             _ => schedule::scatter_binomial(n, me, root, block),
         };
@@ -350,7 +387,7 @@ impl Communicator {
                 recvs[me].len()
             )));
         }
-        let s = match self.coll_algorithm("alltoall")?.as_str() {
+        let s = match self.coll_algorithm("alltoall")? {
             "linear" => schedule::alltoallv_linear(n, me, sends, recvs),
             _ => schedule::alltoallv_pairwise(n, me, sends, recvs),
         };
@@ -411,7 +448,7 @@ fn layout(
 fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<()> {
     let (n, me, block) = (comm.size(), comm.rank(), mine.len());
     out[me * block..(me + 1) * block].copy_from_slice(mine);
-    let s = match comm.coll_algorithm("allgather")?.as_str() {
+    let s = match comm.coll_algorithm("allgather")? {
         "ring" => schedule::allgather_ring(n, me, block),
         "linear" => schedule::allgather_linear(n, me, block),
         "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
