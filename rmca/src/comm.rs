@@ -51,6 +51,8 @@ struct CommInner {
     identity: bool,
     /// Number of communicators derived so far (dup/split), the same on every member.
     derived: Cell<u32>,
+    /// Collective schedules and scratch memory kept between calls.
+    coll: crate::coll::CollCache,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -80,6 +82,7 @@ impl Communicator {
             rank: rank as usize,
             identity: true,
             derived: Cell::new(0),
+            coll: Default::default(),
         })
     }
 
@@ -92,6 +95,11 @@ impl Communicator {
     /// The runtime this communicator belongs to.
     pub(crate) fn shared(&self) -> &Shared {
         &self.inner.shared
+    }
+
+    /// This communicator's collective schedules and scratch memory.
+    pub(crate) fn coll_cache(&self) -> &crate::coll::CollCache {
+        &self.inner.coll
     }
 
     /// This process's rank in the communicator.
@@ -502,6 +510,7 @@ impl Communicator {
             rank: self.inner.rank,
             identity: self.inner.identity,
             derived: Cell::new(0),
+            coll: Default::default(),
         }))
     }
 
@@ -534,6 +543,7 @@ impl Communicator {
             rank,
             identity,
             derived: Cell::new(0),
+            coll: Default::default(),
         })))
     }
 }

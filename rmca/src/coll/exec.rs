@@ -10,24 +10,25 @@ use crate::{Communicator, Error, Result, Src};
 /// Combines `src` into `dst` (see [`Local::Reduce`]); only called by reductions.
 pub(crate) type ReduceFn<'a> = &'a dyn Fn(&mut [u8], &[u8], bool);
 
-/// Scratch memory aligned for every reducible type (8 bytes), viewed as bytes.
-pub(crate) fn aligned(len: usize) -> Vec<u64> {
-    vec![0u64; len.div_ceil(8)]
-}
-
-/// Execute `sched` on `comm` with `tag`. Every round's transfers are posted together and all
-/// of them are waited for (even after an error) before the buffers are touched again: the
-/// schedule guarantees that concurrent regions are disjoint (checked by the schedule tests).
+/// Execute `sched` on `comm` with `tag`, with `scratch` as the schedule's scratch space
+/// (grown as needed; its contents are not read before a round received into them). Every
+/// round's transfers are posted together and all of them are waited for (even after an error)
+/// before the buffers are touched again: the schedule guarantees that concurrent regions are
+/// disjoint (checked by the schedule tests).
 pub(crate) fn run(
     comm: &Communicator,
     sched: &Schedule,
     tag: i32,
     send: &[u8],
     work: &mut [u8],
+    scratch: &mut Vec<u64>,
     reduce: Option<ReduceFn<'_>>,
 ) -> Result<()> {
-    let mut tmp_words = aligned(sched.tmp_len);
-    let tmp: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut tmp_words)[..sched.tmp_len];
+    let words = sched.tmp_len.div_ceil(8);
+    if scratch.len() < words {
+        scratch.resize(words, 0);
+    }
+    let tmp: &mut [u8] = &mut bytemuck::cast_slice_mut(scratch.as_mut_slice())[..sched.tmp_len];
     let ctx = comm.coll_context();
     for round in &sched.rounds {
         match round.comms.as_slice() {

@@ -28,7 +28,9 @@ pub(crate) mod schedule;
 
 pub use op::{Op, Reducible};
 
+use std::cell::RefCell;
 use std::ops::Range;
+use std::rc::Rc;
 
 use crate::{Communicator, Error, Result};
 use exec::ReduceFn;
@@ -87,7 +89,46 @@ impl CollParams {
     }
 }
 
+/// What determines a collective's schedule on one communicator (size and rank are the
+/// communicator's, the algorithm parameters are fixed for the job): the operation's tag, the
+/// root, the byte length (per block where the operation has blocks) and the element size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SchedKey {
+    tag: i32,
+    root: usize,
+    len: usize,
+    elem: usize,
+}
+
+/// Schedules kept per communicator: loops repeat a collective with the same arguments, and
+/// building a schedule allocates. Bounded; the oldest entry makes room.
+const SCHEDULES_KEPT: usize = 16;
+
+/// A communicator's collective state kept between calls.
+#[derive(Debug, Default)]
+pub(crate) struct CollCache {
+    schedules: RefCell<Vec<(SchedKey, Rc<Schedule>)>>,
+    /// Scratch memory of the last collective, reused (schedules receive into it before
+    /// reading it, so it needs no clearing).
+    scratch: RefCell<Vec<u64>>,
+}
+
 impl Communicator {
+    /// The schedule for `key`, built by `build` unless kept from an earlier call.
+    fn schedule(&self, key: SchedKey, build: impl FnOnce() -> Schedule) -> Rc<Schedule> {
+        let cache = &self.coll_cache().schedules;
+        if let Some((_, s)) = cache.borrow().iter().find(|(k, _)| *k == key) {
+            return s.clone();
+        }
+        let s = Rc::new(build());
+        let mut kept = cache.borrow_mut();
+        if kept.len() == SCHEDULES_KEPT {
+            kept.remove(0);
+        }
+        kept.push((key, s.clone()));
+        s
+    }
+
     /// The `coll_*` parameters of this process.
     fn coll_params(&self) -> Result<&CollParams> {
         self.shared().coll_params()
@@ -121,16 +162,27 @@ impl Communicator {
         work: &mut [u8],
         reduce: Option<ReduceFn<'_>>,
     ) -> Result<()> {
-        exec::run(self, s, tag, send, work, reduce)
+        // Taken out for the run (no borrow is held while messages are exchanged).
+        let mut scratch = self.coll_cache().scratch.take();
+        let r = exec::run(self, s, tag, send, work, &mut scratch, reduce);
+        *self.coll_cache().scratch.borrow_mut() = scratch;
+        r
     }
 
     /// Block until every member called `barrier`.
     pub fn barrier(&self) -> Result<()> {
         let (n, me) = (self.size(), self.rank());
-        let s = match self.coll_algorithm("barrier")? {
+        let algorithm = self.coll_algorithm("barrier")?;
+        let key = SchedKey {
+            tag: TAG_BARRIER,
+            root: 0,
+            len: 0,
+            elem: 0,
+        };
+        let s = self.schedule(key, || match algorithm {
             "linear" => schedule::barrier_linear(n, me),
             _ => schedule::barrier_dissemination(n, me),
-        };
+        });
         self.run_schedule(&s, TAG_BARRIER, &[], &mut [], None)
     }
 
@@ -139,15 +191,21 @@ impl Communicator {
         self.check_root(root)?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let (n, me, len) = (self.size(), self.rank(), bytes.len());
-        let s = match self.coll_algorithm("bcast")? {
+        let algorithm = self.coll_algorithm("bcast")?;
+        let long = self.coll_params()?.bcast_long_size;
+        let key = SchedKey {
+            tag: TAG_BCAST,
+            root,
+            len,
+            elem: 0,
+        };
+        let s = self.schedule(key, || match algorithm {
             "linear" => schedule::bcast_linear(n, me, root, len),
             "binomial" => schedule::bcast_binomial(n, me, root, len),
             "scatter_allgather" => schedule::bcast_scatter_allgather(n, me, root, len),
-            _ if n > 2 && len >= self.coll_params()?.bcast_long_size => {
-                schedule::bcast_scatter_allgather(n, me, root, len)
-            }
+            _ if n > 2 && len >= long => schedule::bcast_scatter_allgather(n, me, root, len),
             _ => schedule::bcast_binomial(n, me, root, len),
-        };
+        });
         self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
     }
 
@@ -177,10 +235,17 @@ impl Communicator {
             &mut own
         };
         let len = std::mem::size_of_val(send);
-        let s = match self.coll_algorithm("reduce")? {
+        let algorithm = self.coll_algorithm("reduce")?;
+        let key = SchedKey {
+            tag: TAG_REDUCE,
+            root,
+            len,
+            elem: 0,
+        };
+        let s = self.schedule(key, || match algorithm {
             "linear" => schedule::reduce_linear(n, me, root, len),
             _ => schedule::reduce_binomial(n, me, root, len),
-        };
+        });
         let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
         self.run_schedule(
             &s,
@@ -199,18 +264,23 @@ impl Communicator {
         let (n, me) = (self.size(), self.rank());
         let len = std::mem::size_of_val(send);
         let elem = std::mem::size_of::<T>();
-        let s = match self.coll_algorithm("allreduce")? {
+        let algorithm = self.coll_algorithm("allreduce")?;
+        let long = self.coll_params()?.allreduce_long_size;
+        let key = SchedKey {
+            tag: TAG_ALLREDUCE,
+            root: 0,
+            len,
+            elem,
+        };
+        let s = self.schedule(key, || match algorithm {
             "ring" => schedule::allreduce_ring(n, me, len, elem),
             "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
             "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
-            _ if n > 1
-                && send.len() >= n
-                && len >= self.coll_params()?.allreduce_long_size =>
-            {
+            _ if n > 1 && send.len() >= n && len >= long => {
                 schedule::allreduce_ring(n, me, len, elem)
             }
             _ => schedule::allreduce_recursive_doubling(n, me, len),
-        };
+        });
         let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
         self.run_schedule(
             &s,
@@ -245,10 +315,17 @@ impl Communicator {
             &mut own
         };
         work[v * block..(v + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
-        let s = match self.coll_algorithm("gather")? {
+        let algorithm = self.coll_algorithm("gather")?;
+        let key = SchedKey {
+            tag: TAG_GATHER,
+            root,
+            len: block,
+            elem: 0,
+        };
+        let s = self.schedule(key, || match algorithm {
             "linear" => schedule::gather_linear(n, me, root, block),
             _ => schedule::gather_binomial(n, me, root, block),
-        };
+        });
         self.run_schedule(&s, TAG_GATHER, &[], work, None)?;
         if me == root {
             // Virtual-rank order to rank order.
@@ -279,10 +356,17 @@ impl Communicator {
             // Rank order to virtual-rank order.
             work.rotate_left(root * block);
         }
-        let s = match self.coll_algorithm("scatter")? {
+        let algorithm = self.coll_algorithm("scatter")?;
+        let key = SchedKey {
+            tag: TAG_SCATTER,
+            root,
+            len: block,
+            elem: 0,
+        };
+        let s = self.schedule(key, || match algorithm {
             "linear" => schedule::scatter_linear(n, me, root, block),
             _ => schedule::scatter_binomial(n, me, root, block),
-        };
+        });
         self.run_schedule(&s, TAG_SCATTER, &[], &mut work, None)?;
         bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work[v * block..(v + 1) * block]);
         Ok(())
@@ -387,9 +471,23 @@ impl Communicator {
                 recvs[me].len()
             )));
         }
-        let s = match self.coll_algorithm("alltoall")? {
+        let algorithm = self.coll_algorithm("alltoall")?;
+        let build = || match algorithm {
             "linear" => schedule::alltoallv_linear(n, me, sends, recvs),
             _ => schedule::alltoallv_pairwise(n, me, sends, recvs),
+        };
+        // alltoall's regions follow from the block size; alltoallv's from every count, so
+        // only alltoall's schedules are kept.
+        let s = if tag == TAG_ALLTOALL {
+            let key = SchedKey {
+                tag,
+                root: 0,
+                len: sends[0].len(),
+                elem: 0,
+            };
+            self.schedule(key, build)
+        } else {
+            Rc::new(build())
         };
         self.run_schedule(&s, tag, send, recv, None)
     }
@@ -448,7 +546,14 @@ fn layout(
 fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<()> {
     let (n, me, block) = (comm.size(), comm.rank(), mine.len());
     out[me * block..(me + 1) * block].copy_from_slice(mine);
-    let s = match comm.coll_algorithm("allgather")? {
+    let algorithm = comm.coll_algorithm("allgather")?;
+    let key = SchedKey {
+        tag: TAG_ALLGATHER,
+        root: 0,
+        len: block,
+        elem: 0,
+    };
+    let s = comm.schedule(key, || match algorithm {
         "ring" => schedule::allgather_ring(n, me, block),
         "linear" => schedule::allgather_linear(n, me, block),
         "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
@@ -456,7 +561,7 @@ fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<(
             schedule::allgather_recursive_doubling(n, me, block)
         }
         _ => schedule::allgather_ring(n, me, block),
-    };
+    });
     comm.run_schedule(&s, TAG_ALLGATHER, &[], out, None)
 }
 
