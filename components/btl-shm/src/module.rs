@@ -597,7 +597,7 @@ impl ShmBtl {
                 stats.would_block += 1;
                 p.refusals = p.refusals.wrapping_add(1);
                 // A dead receiver never drains its ring: check now and then, off the fast path.
-                if p.refusals % DEAD_CHECK_INTERVAL == 0 && p.watch.exited() {
+                if p.refusals.is_multiple_of(DEAD_CHECK_INTERVAL) && p.watch.exited() {
                     return Err(SendError::PeerFailed {
                         peer,
                         reason: format!("process {} exited", p.pid),
