@@ -423,6 +423,9 @@ pub(crate) struct Core {
     /// Bytes of unexpected messages held (the profile's `pml.ob1` memory; one allocation per
     /// message buffered).
     memory: Option<Arc<MemoryCounter>>,
+    /// Count messages and bytes by size class, and eager sends (the profile's traffic
+    /// counters: only with `--mca profile 1`, since they cost on every message).
+    traffic: bool,
 }
 
 fn peer_failed(peer: Rank, reason: &str) -> StatusError {
@@ -459,6 +462,7 @@ impl Core {
             starts: vec![VecDeque::new(); n],
             starts_pending: 0,
             memory: None,
+            traffic: false,
         };
         for peer in 0..n {
             core.update_eager_path(peer as Rank);
@@ -500,7 +504,8 @@ impl Core {
         if let Some(mut cold) = r.cold.take() {
             self.dereg.append(&mut cold.regs);
         }
-        if error.is_none() || matches!(error, Some(StatusError::Truncated { .. })) {
+        if self.traffic && (error.is_none() || matches!(error, Some(StatusError::Truncated { .. })))
+        {
             if r.is_send() {
                 self.stats.count_sent(len);
             } else {
@@ -545,7 +550,12 @@ impl Core {
     /// request once (the receive hot path; [`Core::finish`] does the same for any request).
     #[inline]
     fn deliver_eager(&mut self, id: RequestId, env: Envelope, data: &[u8]) {
-        let Core { reqs, stats, .. } = self;
+        let Core {
+            reqs,
+            stats,
+            traffic,
+            ..
+        } = self;
         let Some(r) = reqs.get_mut(id) else {
             return;
         };
@@ -558,7 +568,9 @@ impl Core {
             }));
         }
         // Counted like finish() does: delivered bytes, truncated or not.
-        stats.count_received(n);
+        if *traffic {
+            stats.count_received(n);
+        }
         r.peer = env.source;
         r.tag = env.tag;
         r.count = n;
@@ -897,7 +909,9 @@ impl Core {
             let h = hdr::emit_match(&hdr);
             return match bml.btl(b).send(dest, TAG, &h, buf.as_slice(), hint) {
                 Ok(()) => {
-                    self.stats.eager += 1;
+                    if self.traffic {
+                        self.stats.eager += 1;
+                    }
                     self.finish_send(id, None);
                     false
                 }
@@ -1482,6 +1496,13 @@ impl Ob1 {
         self
     }
 
+    /// Count the traffic by size class and the eager sends (`--mca profile 1`); off, those
+    /// counters stay 0 and the message paths skip them.
+    pub fn with_traffic_counters(mut self, on: bool) -> Self {
+        self.core.traffic = on;
+        self
+    }
+
     /// Requests currently held (outstanding or completed but not yet tested).
     pub fn live_requests(&self) -> usize {
         self.core.reqs.live()
@@ -1566,8 +1587,10 @@ impl Pml for Ob1 {
             .send(args.dest, TAG, &h, args.buf.as_slice(), hint)
         {
             Ok(()) => {
-                core.stats.eager += 1;
-                core.stats.count_sent(len);
+                if core.traffic {
+                    core.stats.eager += 1;
+                    core.stats.count_sent(len);
+                }
                 Ok(SendStart::Done)
             }
             Err(e) => Ok(SendStart::Pending(

@@ -222,6 +222,11 @@ impl PmlComponent for Ob1Component {
         }
         tracing::debug!(?cfg, "pml ob1 init");
         let memory = ctx.memory.counter("pml.ob1");
-        Ok(Box::new(Ob1::new(bml, cfg).with_memory(memory)))
+        let profile = ctx.params.get_bool("profile").unwrap_or(false);
+        Ok(Box::new(
+            Ob1::new(bml, cfg)
+                .with_memory(memory)
+                .with_traffic_counters(profile),
+        ))
     }
 }

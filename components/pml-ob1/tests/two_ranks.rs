@@ -705,3 +705,35 @@ fn start_send_completes_eager_at_once_and_keeps_order_under_back_pressure() {
     assert_eq!(counter(&b, "pml.ob1.recv_msgs_le64"), msgs.len() as u64);
     assert_eq!(a.live_requests(), 0);
 }
+
+#[test]
+fn traffic_counters_count_only_when_profiling() {
+    // Counted by size class with `--mca profile 1` (the harness's setting); off, the message
+    // paths skip them and they stay 0, while the protocol counters still count.
+    let (a, b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let (mut a, mut b) = (
+        a.with_traffic_counters(false),
+        b.with_traffic_counters(false),
+    );
+    let mut x = [0u8; 8];
+    let r = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(1), 0);
+    let s = send(&mut a, b"8 bytes!", 1, 1, 0);
+    wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+    assert_eq!(&x, b"8 bytes!");
+    for (p, name) in [
+        (&a, "pml.ob1.sent_msgs_le64"),
+        (&a, "pml.ob1.eager"),
+        (&b, "pml.ob1.recv_msgs_le64"),
+        (&b, "pml.ob1.recv_bytes_le64"),
+    ] {
+        assert_eq!(counter(p, name), 0, "{name} counted without profiling");
+    }
+    assert_eq!(counter(&b, "pml.ob1.matched_on_arrival"), 1);
+
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let r = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(1), 0);
+    let s = send(&mut a, b"8 bytes!", 1, 1, 0);
+    wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+    assert_eq!(counter(&a, "pml.ob1.sent_msgs_le64"), 1);
+    assert_eq!(counter(&b, "pml.ob1.recv_bytes_le64"), 8);
+}

@@ -282,10 +282,12 @@ pub fn pair(rails: &[MemConfig], cfg: Ob1Config) -> (Ob1, Ob1, Vec<LinkHandle>) 
         for (c, h) in rails.iter().zip(&handles) {
             btls.push(Box::new(MemBtl::new(me, c.clone(), h.clone())));
         }
+        // Traffic counters on, as with `--mca profile 1`: tests read them.
         Ob1::new(
             Bml::build(btls, &procs(me), &LocalModex::new()).unwrap(),
             cfg.clone(),
         )
+        .with_traffic_counters(true)
     };
     let a = make(0);
     let b = make(1);
