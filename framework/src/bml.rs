@@ -68,6 +68,10 @@ pub trait BmlEvents {
     fn send_complete(&mut self, _btl: BtlIndex, _token: CompletionToken) {}
     /// See [`BtlEvents::peer_failed`].
     fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str);
+    /// See [`BtlEvents::wants_more`].
+    fn wants_more(&self) -> bool {
+        true
+    }
 }
 
 /// Adds the BTL index to a BTL's events. Generic over the sink so that a BTL's one dynamic call
@@ -90,6 +94,10 @@ impl<E: BmlEvents + ?Sized> BtlEvents for Indexed<'_, E> {
     }
     fn peer_failed(&mut self, peer: Rank, reason: &str) {
         self.inner.peer_failed(self.btl, peer, reason)
+    }
+    #[inline]
+    fn wants_more(&self) -> bool {
+        self.inner.wants_more()
     }
 }
 

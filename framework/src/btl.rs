@@ -241,6 +241,14 @@ pub trait BtlEvents {
     fn send_complete(&mut self, _token: CompletionToken) {}
     /// The path to `peer` through this BTL is broken (peer died, QP in error...).
     fn peer_failed(&mut self, peer: Rank, reason: &str);
+    /// Whether to go on delivering fragments in this progress call. A BTL that delivers
+    /// several per call asks after each one; the default is yes. A PML answers no once the
+    /// operation it is blocked on has completed, so that the BTL returns at once instead of
+    /// looking for more (on shared memory, looking at an empty ring reads a line the peer
+    /// wrote last: a cache miss between a message's arrival and its completion).
+    fn wants_more(&self) -> bool {
+        true
+    }
 }
 
 /// One BTL module: one network (device, port) driven by one component.

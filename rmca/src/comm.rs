@@ -647,14 +647,16 @@ impl<'a> Request<'a> {
     pub fn wait_all(requests: Vec<Request<'a>>) -> Result<Vec<Status>> {
         let mut out = Vec::with_capacity(requests.len());
         let mut first_err = None;
-        for r in requests {
+        // Last first (see complete_all); statuses are put back in order below.
+        for r in requests.into_iter().rev() {
             match r.wait() {
                 Ok(s) => out.push(s),
                 Err(e) => {
-                    first_err.get_or_insert(e);
+                    first_err = Some(e);
                 }
             }
         }
+        out.reverse();
         match first_err {
             Some(e) => Err(e),
             None => Ok(out),
@@ -666,8 +668,10 @@ impl<'a> Request<'a> {
     /// after all requests completed.
     pub fn complete_all(mut requests: Vec<Request<'a>>) -> Result<()> {
         let mut first_err = None;
-        // In place: requests that completed when they started (eager sends) are only looked at.
-        for r in requests.iter_mut() {
+        // Last first: messages from one peer arrive in order, so waiting for the last one lets
+        // a single wait take in the whole window, and the others are found complete.
+        // Requests that completed when they started (eager sends) are only looked at.
+        for r in requests.iter_mut().rev() {
             let ReqState::Pending(id, ref comm) = r.state else {
                 continue;
             };
@@ -678,7 +682,7 @@ impl<'a> Request<'a> {
             };
             r.state = ReqState::Spent;
             if let Err(e) = outcome {
-                first_err.get_or_insert(e);
+                first_err = Some(e);
             }
         }
         first_err.map_or(Ok(()), Err)

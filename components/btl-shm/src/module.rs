@@ -137,6 +137,8 @@ const MIN_LINES: u32 = 64;
 const MAX_LINES: u32 = 1 << 24;
 /// Refused sends to one peer between two checks that the peer process still exists.
 const DEAD_CHECK_INTERVAL: u32 = 1024;
+/// Records delivered per ring per progress call, so one busy sender cannot starve the others.
+const POLL_BUDGET: usize = 64;
 
 /// Index of the ring that sender `sender` (local index) uses in receiver `receiver`'s segment.
 fn ring_index(sender: usize, receiver: usize) -> usize {
@@ -523,36 +525,44 @@ impl ShmBtl {
         )))
     }
 
-    /// Deliver the next record of one inbound ring, if any. One record per ring per progress
-    /// call: looking for a second one reads the control word the producer zeroed when it
-    /// published the first, which is a miss on the peer's cache line whenever the ring is
-    /// empty, and it would sit between a message's arrival and its completion (8 B ping-pong
-    /// latency -26% measured here without it; message rate and bandwidth unchanged, since a
-    /// waiting rank passes again at once). It also keeps rings fair: one busy sender cannot
-    /// starve the others.
+    /// Deliver the records waiting in one inbound ring, up to [`POLL_BUDGET`] and for as long
+    /// as the PML wants more: once the operation it is blocked on completed, looking for
+    /// another record would read the control word the producer zeroed when it published the
+    /// last one, a miss on the peer's cache line whenever the ring is empty, between a
+    /// message's arrival and its completion (8 B ping-pong latency -22% measured here
+    /// without it). A rank waiting for many messages still takes a ring's records in one go.
     #[inline]
-    fn deliver_one(inb: &mut Inbound, stats: &mut Stats, events: &mut dyn BtlEvents) -> usize {
+    fn drain(inb: &mut Inbound, stats: &mut Stats, events: &mut dyn BtlEvents) -> usize {
         let rank = inb.rank;
+        let mut n = 0;
         let mut bytes = 0;
-        match inb.consumer.pop_with(|tag, data| {
-            bytes = data.len();
-            events.recv(rank, tag, data);
-        }) {
-            Ok(true) => {
-                inb.consumer.publish();
-                stats.frags_recv += 1;
-                stats.bytes_recv += bytes as u64;
-                1
-            }
-            Ok(false) => 0,
-            Err(e) => {
-                inb.failed = true;
-                stats.corrupt_rings += 1;
-                tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
-                events.peer_failed(rank, &format!("btl shm: {e}"));
-                0
+        loop {
+            match inb.consumer.pop_with(|tag, data| {
+                bytes += data.len();
+                events.recv(rank, tag, data);
+            }) {
+                Ok(true) => {
+                    n += 1;
+                    if n == POLL_BUDGET || !events.wants_more() {
+                        break;
+                    }
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    inb.failed = true;
+                    stats.corrupt_rings += 1;
+                    tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
+                    events.peer_failed(rank, &format!("btl shm: {e}"));
+                    break;
+                }
             }
         }
+        if n > 0 {
+            inb.consumer.publish();
+            stats.frags_recv += n as u64;
+            stats.bytes_recv += bytes as u64;
+        }
+        n
     }
 
     /// Completions of CMA transfers and the segment's early unlink (the rare work of a pass).
@@ -839,7 +849,7 @@ impl Btl for ShmBtl {
         }
         for inb in self.inbox.iter_mut().flatten() {
             if inb.consumer.ready() && !inb.failed {
-                delivered += Self::deliver_one(inb, &mut self.stats, events);
+                delivered += Self::drain(inb, &mut self.stats, events);
             }
         }
         delivered

@@ -426,6 +426,11 @@ pub(crate) struct Core {
     /// Count messages and bytes by size class, and eager sends (the profile's traffic
     /// counters: only with `--mca profile 1`, since they cost on every message).
     traffic: bool,
+    /// The request [`Ob1::wait`] is blocked on, and whether it completed during the current
+    /// progress pass: the BTLs are then told to stop delivering (see
+    /// [`rmca_framework::btl::BtlEvents::wants_more`]).
+    awaited: Option<RequestId>,
+    awaited_done: bool,
 }
 
 fn peer_failed(peer: Rank, reason: &str) -> StatusError {
@@ -463,6 +468,8 @@ impl Core {
             starts_pending: 0,
             memory: None,
             traffic: false,
+            awaited: None,
+            awaited_done: false,
         };
         for peer in 0..n {
             core.update_eager_path(peer as Rank);
@@ -517,6 +524,7 @@ impl Core {
         r.count = len;
         r.error = error.map(Box::new);
         r.phase = Phase::Done;
+        self.awaited_done |= self.awaited == Some(id);
     }
 
     /// Complete send `id` (successfully when `error` is `None`).
@@ -554,6 +562,8 @@ impl Core {
             reqs,
             stats,
             traffic,
+            awaited,
+            awaited_done,
             ..
         } = self;
         let Some(r) = reqs.get_mut(id) else {
@@ -575,6 +585,7 @@ impl Core {
         r.tag = env.tag;
         r.count = n;
         r.phase = Phase::Done;
+        *awaited_done |= *awaited == Some(id);
     }
 
     fn deliver_unexp(&mut self, id: RequestId, env: Envelope, u: Unexp) {
@@ -1358,6 +1369,11 @@ impl BmlEvents for Core {
     fn peer_failed(&mut self, btl: BtlIndex, peer: Rank, reason: &str) {
         self.failures.push((btl, peer, reason.to_owned()));
     }
+
+    #[inline]
+    fn wants_more(&self) -> bool {
+        !self.awaited_done
+    }
 }
 
 impl Core {
@@ -1680,23 +1696,26 @@ impl Pml for Ob1 {
         request: RequestId,
         mut between: Option<&mut dyn FnMut() -> usize>,
     ) -> Result<Status, PmlError> {
-        // The loop a blocked rank spins in: test and progress are direct calls here.
+        // The loop a blocked rank spins in: test and progress are direct calls here, and the
+        // BTLs stop delivering as soon as this request completes.
         let mut backoff = Backoff::default();
-        loop {
-            if let Some(st) = self
-                .core
-                .reqs
-                .take_done(request)
-                .map_err(|()| PmlError::UnknownRequest(request))?
-            {
-                return Ok(st);
+        self.core.awaited = Some(request);
+        self.core.awaited_done = false;
+        let status = loop {
+            match self.core.reqs.take_done(request) {
+                Ok(Some(st)) => break Ok(st),
+                Ok(None) => {}
+                Err(()) => break Err(PmlError::UnknownRequest(request)),
             }
             let mut n = self.progress_pass();
             if let Some(f) = between.as_mut() {
                 n += f();
             }
             backoff.pass(n);
-        }
+        };
+        self.core.awaited = None;
+        self.core.awaited_done = false;
+        status
     }
 
     fn counters(&self) -> Vec<(String, u64)> {

@@ -737,3 +737,32 @@ fn traffic_counters_count_only_when_profiling() {
     assert_eq!(counter(&a, "pml.ob1.sent_msgs_le64"), 1);
     assert_eq!(counter(&b, "pml.ob1.recv_bytes_le64"), 8);
 }
+
+#[test]
+fn a_blocking_wait_stops_delivery_once_its_request_completed() {
+    // The BTL is told to stop as soon as the awaited receive completed, so a waiting rank
+    // gets its message back without the BTL looking for more; the rest arrives later.
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let mut bufs = [[0u8; 4]; 3];
+    let [x, y, z] = &mut bufs;
+    let r0 = recv(&mut b, x, Source::Rank(0), TagSel::Tag(5), 0);
+    let r1 = recv(&mut b, y, Source::Rank(0), TagSel::Tag(5), 0);
+    let r2 = recv(&mut b, z, Source::Rank(0), TagSel::Tag(5), 0);
+    for m in [b"msg0", b"msg1", b"msg2"] {
+        let s = send(&mut a, m, 1, 5, 0);
+        assert!(a.test(s).unwrap().is_some(), "eager sends complete at once");
+    }
+    let st = b.wait(r0, None).unwrap();
+    assert_eq!(st.len, 4);
+    assert!(
+        b.test(r1).unwrap().is_none(),
+        "delivery stopped after the awaited one"
+    );
+    let st2 = b.wait(r2, None).unwrap();
+    assert_eq!(st2.len, 4);
+    assert!(
+        b.test(r1).unwrap().is_some(),
+        "waiting for the last took the rest"
+    );
+    assert_eq!(&bufs, &[*b"msg0", *b"msg1", *b"msg2"]);
+}

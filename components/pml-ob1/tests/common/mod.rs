@@ -256,9 +256,18 @@ impl Btl for MemBtl {
         if self.cfg.reorder {
             batch.shuffle(&mut self.rng);
         }
-        for (tag, data) in batch {
+        let mut batch = batch.into_iter();
+        for (tag, data) in batch.by_ref() {
             events.recv(self.peer, tag, &data);
             n += 1;
+            if !events.wants_more() {
+                break;
+            }
+        }
+        // What the PML did not want now stays first in line.
+        let mut l = self.h.link.lock().unwrap();
+        for f in batch.rev() {
+            l.inbound[self.me as usize].push_front(f);
         }
         n
     }
