@@ -647,16 +647,14 @@ impl<'a> Request<'a> {
     pub fn wait_all(requests: Vec<Request<'a>>) -> Result<Vec<Status>> {
         let mut out = Vec::with_capacity(requests.len());
         let mut first_err = None;
-        // Last first (see complete_all); statuses are put back in order below.
-        for r in requests.into_iter().rev() {
+        for r in requests {
             match r.wait() {
                 Ok(s) => out.push(s),
                 Err(e) => {
-                    first_err = Some(e);
+                    first_err.get_or_insert(e);
                 }
             }
         }
-        out.reverse();
         match first_err {
             Some(e) => Err(e),
             None => Ok(out),
@@ -668,10 +666,12 @@ impl<'a> Request<'a> {
     /// after all requests completed.
     pub fn complete_all(mut requests: Vec<Request<'a>>) -> Result<()> {
         let mut first_err = None;
-        // Last first: messages from one peer arrive in order, so waiting for the last one lets
-        // a single wait take in the whole window, and the others are found complete.
-        // Requests that completed when they started (eager sends) are only looked at.
-        for r in requests.iter_mut().rev() {
+        // In order, each wait returning as soon as its request completed. (Waiting for the
+        // last first, so that one wait takes in a whole window, measured 15% slower here: the
+        // receiver then polls the ring right behind the sender, which slows the sender's
+        // writes to those lines.) Requests that completed when they started (eager sends) are
+        // only looked at.
+        for r in requests.iter_mut() {
             let ReqState::Pending(id, ref comm) = r.state else {
                 continue;
             };
@@ -682,7 +682,7 @@ impl<'a> Request<'a> {
             };
             r.state = ReqState::Spent;
             if let Err(e) = outcome {
-                first_err = Some(e);
+                first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
