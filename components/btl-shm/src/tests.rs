@@ -376,7 +376,7 @@ fn attributes_follow_the_parameters() {
     );
     assert_eq!(
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
-        (16 * 1024, 32 * 1024, 0)
+        (32 * 1024, 32 * 1024, 0)
     );
     assert!(at.flags.contains(BtlFlags::SEND));
     let (_id, a, _b, _mem) = pair(&[

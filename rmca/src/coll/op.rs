@@ -110,6 +110,16 @@ macro_rules! float_reducible {
 }
 float_reducible!(f32, f64);
 
+/// `d = f(s, d)` (`src_first`) or `f(d, s)`, elementwise.
+#[inline(always)]
+fn combine_all<T: Copy>(d: &mut [T], s: &[T], src_first: bool, f: impl Fn(T, T) -> T) {
+    if src_first {
+        d.iter_mut().zip(s).for_each(|(d, s)| *d = f(*s, *d));
+    } else {
+        d.iter_mut().zip(s).for_each(|(d, s)| *d = f(*d, *s));
+    }
+}
+
 /// `dst = src op dst` (`src_first`) or `dst op src`, elementwise over byte views of `T`.
 pub(crate) fn reduce_bytes<T: Reducible>(op: Op, dst: &mut [u8], src: &[u8], src_first: bool) {
     match (
@@ -117,15 +127,16 @@ pub(crate) fn reduce_bytes<T: Reducible>(op: Op, dst: &mut [u8], src: &[u8], src
         bytemuck::try_cast_slice::<u8, T>(src),
     ) {
         (Ok(d), Ok(s)) => {
-            if src_first {
-                d.iter_mut()
-                    .zip(s)
-                    .for_each(|(d, s)| *d = T::combine(op, *s, *d));
-            } else {
-                d.iter_mut()
-                    .zip(s)
-                    .for_each(|(d, s)| *d = T::combine(op, *d, *s));
+            // One loop per operation, so that each is a plain elementwise loop the compiler
+            // vectorizes (with the operation matched inside, it stays scalar).
+            macro_rules! each {
+                ($($op:ident),*) => {
+                    match op {
+                        $(Op::$op => combine_all(d, s, src_first, |a, b| T::combine(Op::$op, a, b)),)*
+                    }
+                };
             }
+            each!(Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, LogicalXor)
         }
         // Misaligned views (never produced by the executor, whose buffers are 8-byte aligned
         // or the caller's typed slices): element by element.
