@@ -35,7 +35,7 @@ impl Status {
 /// context: use [`Communicator::dup`] for an isolated one).
 #[derive(Clone)]
 pub struct Communicator {
-    // One reference-counted block: a clone (every non-blocking request holds one) is a single
+    // One reference-counted block: a clone (every pending request holds one) is a single
     // counter increment.
     inner: Rc<CommInner>,
 }
