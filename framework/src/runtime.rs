@@ -242,21 +242,9 @@ impl Runtime {
         self.pml.progress() + self.progress_engine.run()
     }
 
-    /// Drive progress until `request` completes.
+    /// Drive progress until `request` completes (the PML's wait tests it first).
     #[inline]
     pub fn wait(&mut self, request: crate::pml::RequestId) -> Result<crate::pml::Status, PmlError> {
-        // Requests of a window are mostly complete by the time they are waited on.
-        match self.pml.test(request)? {
-            Some(st) => Ok(st),
-            None => self.wait_progressing(request),
-        }
-    }
-
-    #[inline(never)]
-    fn wait_progressing(
-        &mut self,
-        request: crate::pml::RequestId,
-    ) -> Result<crate::pml::Status, PmlError> {
         if self.progress_engine.is_empty() {
             return self.pml.wait(request, None);
         }
