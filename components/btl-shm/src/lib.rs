@@ -13,10 +13,13 @@
 //! the ring (no intermediate copy) and delivered to the receiver in place. Large transfers use
 //! CMA single copy (`get`/`put`), advertised as [`BtlFlags::GET`]/[`BtlFlags::PUT`] only when
 //! the probe succeeded with every peer, so the PML falls back to copy-in/copy-out otherwise.
+//! A large get is shared between the two processes ([`coop`]): the receiver reads half while
+//! the sender, otherwise idle until the FIN, writes pieces of the rest when it polls.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod card;
+pub mod coop;
 mod module;
 pub mod ring;
 pub mod sys;
@@ -109,6 +112,19 @@ impl Component for ShmComponent {
                 .level(Level::Tuning),
         );
         params.add(
+            Param::size("shared_copy_min", ShmConfig::DEFAULT.shared_copy_min as u64)
+                .help(
+                    "Single-copy transfers of at least this many bytes are copied by both \
+                     processes at once: the receiver reads half, and the sender, which would \
+                     otherwise only wait, writes pieces of the rest when it next polls (the \
+                     receiver takes whatever the sender has not). Measured on the 2-vCPU VM: \
+                     1 MiB ping-pong 52-55 against 85-94 us, 1 MiB bandwidth 1.3-1.5x, \
+                     bidirectional bandwidth unchanged (a rank busy with gets of its own does \
+                     not help). 0: the receiver copies alone, like Open MPI's vader.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
             Param::int("latency", i64::from(ShmConfig::DEFAULT.latency_ns))
                 .range(1, 1_000_000)
                 .help("Estimated one-way latency in nanoseconds, used by the BML to order BTLs.")
@@ -159,6 +175,7 @@ impl ShmConfig {
             eager_limit: usize::try_from(get("eager_limit")?).unwrap_or(usize::MAX),
             single_copy: mode,
             single_copy_min: usize::try_from(get("single_copy_min")?).unwrap_or(usize::MAX),
+            shared_copy_min: usize::try_from(get("shared_copy_min")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
             bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
             early_unlink: params

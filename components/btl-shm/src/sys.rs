@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use rmca_framework::buffer::UserBuf;
 
@@ -170,6 +170,17 @@ impl Mapping {
         unsafe { &*self.base().add(offset).cast::<AtomicU32>() }
     }
 
+    /// The five words of a cooperative-copy slot at `offset` (8-aligned, inside the mapping).
+    pub fn slot_words(&self, offset: usize) -> &[AtomicU64; 5] {
+        assert!(
+            offset.is_multiple_of(8) && offset + 40 <= self.len,
+            "slot_words out of the mapping"
+        );
+        // SAFETY: aligned and in bounds (asserted, the base is page aligned); the words live as
+        // long as &self; every process accesses them atomically only.
+        unsafe { &*self.base().add(offset).cast::<[AtomicU64; 5]>() }
+    }
+
     /// The ring whose consumer head is at `head` and whose `lines` data lines start at `data`
     /// (offsets in this mapping), or `None` if out of bounds or misaligned.
     pub fn ring(&self, head: usize, data: usize, lines: usize) -> Option<RingMem> {
@@ -310,6 +321,16 @@ pub fn cma_get(pid: i32, local: &UserBuf, remote_addr: u64) -> io::Result<()> {
 pub fn cma_put(pid: i32, local: &UserBuf, remote_addr: u64) -> io::Result<()> {
     // SAFETY: UserBuf's contract: the region is valid for reads until its request completes.
     unsafe { cma_write(pid, local.as_ptr(), remote_addr, local.len()) }
+}
+
+/// Write `len` bytes of this process's memory at `local_addr` to `remote_addr` in `pid`: the
+/// helper's side of a cooperative copy, whose addresses come from the receiver's slot.
+pub fn cma_write_own(pid: i32, local_addr: u64, remote_addr: u64, len: usize) -> io::Result<()> {
+    // SAFETY: no Rust reference to the local range is made; the kernel reads it with
+    // copy_from_user, so an address that is not mapped here is EFAULT, not a fault of this
+    // process. The range is the sender's buffer of a pending send, which nothing writes until
+    // the receiver's FIN (the send's completion) after this copy was accounted for.
+    unsafe { cma_write(pid, local_addr as usize as *const u8, remote_addr, len) }
 }
 
 /// Read the 8-byte word at `addr` in `pid` with CMA (the permission probe).

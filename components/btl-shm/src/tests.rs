@@ -567,7 +567,8 @@ fn four_local_ranks_all_pairs() {
     assert!(leftover_files(&format!("rmca-{id}-")).is_empty());
     assert_eq!(
         mem.counter("btl.shm").current(),
-        4 * (4096 + 3 * 256 * 1024)
+        4 * (8192 + 3 * 256 * 1024),
+        "a header (heads and cooperative-copy slots) and three rings each"
     );
     for b in &mut btls {
         b.finalize();
@@ -596,4 +597,229 @@ fn single_copy_threshold_defaults_to_every_rendezvous() {
     )
     .unwrap();
     assert_eq!(set[0].attributes().min_rdma_pipeline_size, 2 << 20);
+}
+
+fn counter(b: &ShmBtl, name: &str) -> u64 {
+    b.counters()
+        .into_iter()
+        .find(|c| c.0 == name)
+        .unwrap_or_else(|| panic!("no counter {name}"))
+        .1
+}
+
+/// `len` bytes of a recognisable pattern, registered with `owner` for remote reads.
+fn exposed(owner: &mut ShmBtl, len: usize, seed: u32) -> (Vec<u8>, RemoteSegment) {
+    let src: Vec<u8> = (0..len as u32).map(|i| (i * 7 + seed) as u8).collect();
+    let reg = owner
+        .register_mem(
+            UserBuf::from_slice(&src),
+            MemAccess {
+                remote_read: true,
+                remote_write: false,
+            },
+        )
+        .unwrap();
+    let seg = RemoteSegment {
+        addr: src.as_ptr() as u64,
+        len,
+        remote_key: reg.remote_key,
+    };
+    (src, seg)
+}
+
+#[test]
+fn a_large_get_is_copied_by_both_processes() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    if !a.attributes().flags.contains(BtlFlags::GET) {
+        return; // no CMA here (checked by cma_get_and_put_single_copy)
+    }
+    let (src, seg) = exposed(&mut b, 1 << 20, 1);
+    let mut dst = vec![0u8; src.len()];
+    a.get(
+        1,
+        UserBuf::from_mut_slice(&mut dst),
+        &seg,
+        CompletionToken(3),
+    )
+    .unwrap();
+    assert_eq!(counter(&a, "shared_gets"), 1);
+    // The receiver copied its half at once; the sender, polling, takes pieces of the rest.
+    let mut sender_sink = Sink::default();
+    b.progress(&mut sender_sink);
+    assert!(
+        sender_sink.frags.is_empty(),
+        "the help message is not the PML's"
+    );
+    assert_eq!(counter(&b, "shared_bytes_helped"), 512 << 10);
+    let mut sink = Sink::default();
+    a.progress(&mut sink);
+    assert_eq!(sink.rdma, vec![(CompletionToken(3), Ok(()))]);
+    assert!(dst == src);
+    assert_eq!(counter(&a, "cma_get_bytes"), 1 << 20);
+}
+
+#[test]
+fn a_shared_get_completes_when_the_sender_never_polls() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    if !a.attributes().flags.contains(BtlFlags::GET) {
+        return;
+    }
+    let (src, seg) = exposed(&mut b, 3 << 20, 2);
+    let mut dst = vec![0u8; src.len()];
+    a.get(
+        1,
+        UserBuf::from_mut_slice(&mut dst),
+        &seg,
+        CompletionToken(4),
+    )
+    .unwrap();
+    let mut sink = Sink::default();
+    a.progress(&mut sink);
+    assert_eq!(sink.rdma, vec![(CompletionToken(4), Ok(()))]);
+    assert!(dst == src);
+    // The help message read late finds its transfer finished: nothing is written any more.
+    dst.fill(0xee);
+    b.progress(&mut Sink::default());
+    assert_eq!(counter(&b, "shared_bytes_helped"), 0);
+    assert!(
+        dst.iter().all(|&v| v == 0xee),
+        "a late helper wrote into a completed receive"
+    );
+}
+
+#[test]
+fn gets_beyond_the_slots_are_copied_by_the_receiver_alone() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    if !a.attributes().flags.contains(BtlFlags::GET) {
+        return;
+    }
+    let n = crate::coop::SLOTS + 3;
+    let (src, seg) = exposed(&mut b, 256 << 10, 3);
+    let mut dsts = vec![vec![0u8; src.len()]; n];
+    for (i, d) in dsts.iter_mut().enumerate() {
+        a.get(
+            1,
+            UserBuf::from_mut_slice(d),
+            &seg,
+            CompletionToken(100 + i as u64),
+        )
+        .unwrap();
+    }
+    assert_eq!(counter(&a, "shared_gets"), crate::coop::SLOTS as u64);
+    let mut sink = Sink::default();
+    b.progress(&mut Sink::default());
+    a.progress(&mut sink);
+    let mut tokens: Vec<u64> = sink
+        .rdma
+        .iter()
+        .map(|(t, r)| {
+            assert!(r.is_ok());
+            t.0
+        })
+        .collect();
+    tokens.sort_unstable();
+    assert_eq!(tokens, (100..100 + n as u64).collect::<Vec<_>>());
+    assert!(dsts.iter().all(|d| *d == src));
+    // Every slot is free again: the next round shares them all.
+    for (i, d) in dsts.iter_mut().enumerate() {
+        a.get(
+            1,
+            UserBuf::from_mut_slice(d),
+            &seg,
+            CompletionToken(i as u64),
+        )
+        .unwrap();
+    }
+    assert_eq!(counter(&a, "shared_gets"), 2 * crate::coop::SLOTS as u64);
+    a.progress(&mut Sink::default());
+}
+
+#[test]
+fn a_shared_get_from_a_bad_address_fails_cleanly() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    if !a.attributes().flags.contains(BtlFlags::GET) {
+        return;
+    }
+    let bad = RemoteSegment {
+        addr: 4096,
+        len: 1 << 20,
+        remote_key: vec![],
+    };
+    let mut dst = vec![0u8; 1 << 20];
+    a.get(
+        1,
+        UserBuf::from_mut_slice(&mut dst),
+        &bad,
+        CompletionToken(5),
+    )
+    .unwrap();
+    b.progress(&mut Sink::default());
+    let mut sink = Sink::default();
+    a.progress(&mut sink);
+    assert!(
+        matches!(
+            &sink.rdma[..],
+            [(CompletionToken(5), Err(SendError::PeerFailed { .. }))]
+        ),
+        "{:?}",
+        sink.rdma
+    );
+    assert_eq!(counter(&b, "shared_bytes_helped"), 0);
+}
+
+#[test]
+fn the_receiver_copies_alone_below_the_threshold_or_when_disabled() {
+    for (settings, len, shared) in [
+        (&[][..], (64 << 10) - 1, 0),
+        (&[][..], 64 << 10, 1),
+        (&[("btl_shm_shared_copy_min", "0")][..], 4 << 20, 0),
+    ] {
+        let (_id, mut a, mut b, _mem) = pair(settings);
+        if !a.attributes().flags.contains(BtlFlags::GET) {
+            return;
+        }
+        let (src, seg) = exposed(&mut b, len, 4);
+        let mut dst = vec![0u8; len];
+        a.get(
+            1,
+            UserBuf::from_mut_slice(&mut dst),
+            &seg,
+            CompletionToken(6),
+        )
+        .unwrap();
+        b.progress(&mut Sink::default());
+        a.progress(&mut Sink::default());
+        assert!(dst == src);
+        assert_eq!(counter(&a, "shared_gets"), shared, "{settings:?} {len}");
+    }
+}
+
+#[test]
+fn foreign_control_records_are_dropped_and_counted() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    // An unknown btl-internal tag, a help message of the wrong size, one naming a slot that
+    // does not exist, and one for a transfer that never was: none reaches the PML, none copies.
+    b.send(0, 0xF7, &[1, 2, 3], &[], SendHint::default())
+        .unwrap();
+    b.send(0, 0xF0, &[0; 5], &[], SendHint::default()).unwrap();
+    b.send(
+        0,
+        0xF0,
+        &[200, 0, 0, 0, 1, 0, 0, 0],
+        &[],
+        SendHint::default(),
+    )
+    .unwrap();
+    b.send(0, 0xF0, &[2, 0, 0, 0, 9, 0, 0, 0], &[], SendHint::default())
+        .unwrap();
+    b.send(0, 0x40, b"pml", &[], SendHint::default()).unwrap();
+    let mut sink = Sink::default();
+    progress_until_idle(&mut a, &mut sink);
+    assert_eq!(sink.frags, vec![(1, 0x40, b"pml".to_vec())]);
+    assert!(
+        sink.failed.is_empty(),
+        "a bad control record is not a dead peer"
+    );
+    assert_eq!(counter(&a, "bad_control"), 3);
+    assert_eq!(counter(&a, "shared_bytes_helped"), 0);
 }

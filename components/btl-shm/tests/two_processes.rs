@@ -30,6 +30,7 @@ const TAG_DATA: u8 = 0x40;
 const TAG_SUMMARY: u8 = 0x41;
 const TAG_CMA_OFFER: u8 = 0x42;
 const TAG_DONE: u8 = 0x43;
+const TAG_HELPED: u8 = 0x44;
 const CMA_LEN: usize = 3 << 20;
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -250,8 +251,19 @@ fn child(dir: &Path, job_id: &str) {
         &offer,
         &reg.remote_key,
     );
+    // Polling here is what lets this process help rank 0's large gets (cooperative copy).
     let done = wait_other(&mut *btl, &mut ev, TAG_DONE);
     assert_eq!(done, b"ok");
+    let helped = counter(&*btl, "shared_bytes_helped");
+    send_retry(
+        &mut *btl,
+        &mut ev,
+        0,
+        TAG_HELPED,
+        &helped.to_le_bytes(),
+        &[],
+    );
+    wait_other(&mut *btl, &mut ev, TAG_DONE);
     btl.finalize();
     drop(src);
 }
@@ -391,6 +403,7 @@ fn two_processes_exchange() {
             "CMA data wrong"
         );
         assert_eq!(counter(&*btl, "cma_gets"), 1);
+        many_shared_gets(&mut *btl, &mut ev, &remote);
     } else {
         eprintln!("note: CMA not permitted on this machine; checked that get is refused instead");
         let mut dst = vec![0u8; 8];
@@ -405,6 +418,15 @@ fn two_processes_exchange() {
         ));
     }
     send_retry(&mut *btl, &mut ev, 1, TAG_DONE, b"ok", &[]);
+    let helped = wait_other(&mut *btl, &mut ev, TAG_HELPED);
+    let helped = u64::from_le_bytes(helped.try_into().unwrap());
+    if btl.attributes().flags.contains(BtlFlags::GET) {
+        assert!(
+            helped > 0,
+            "rank 1 polled during 320 large gets but never helped"
+        );
+    }
+    send_retry(&mut *btl, &mut ev, 1, TAG_DONE, b"ok", &[]);
     // Deliver everything before finalize: a send is complete once taken.
     btl.progress(&mut ev);
     let status = proc1.wait().unwrap();
@@ -416,4 +438,65 @@ fn two_processes_exchange() {
         leftovers(&job.shm_prefix())
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Rank 0 reads rank 1's buffer 320 times, eight gets in flight, at offsets and lengths that
+/// split unevenly, while rank 1 polls: both processes copy the large ones (cooperative copy),
+/// and every byte must land where it belongs.
+fn many_shared_gets(btl: &mut dyn Btl, ev: &mut Events, remote: &RemoteSegment) {
+    const IN_FLIGHT: usize = 8;
+    ev.rdma.clear();
+    let mut bufs = vec![vec![0u8; remote.len]; IN_FLIGHT];
+    let pattern: Vec<u8> = (0..remote.len).map(|k| (k % 251) as u8).collect();
+    let zeros = vec![0u8; remote.len];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        rng = rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (rng >> 24) as usize
+    };
+    for round in 0..40 {
+        let mut spans = Vec::new();
+        for (k, buf) in bufs.iter_mut().enumerate() {
+            let offset = next() % 5000;
+            let len = 1 + next() % (remote.len - offset);
+            buf.fill(0);
+            let seg = RemoteSegment {
+                addr: remote.addr + offset as u64,
+                len,
+                remote_key: remote.remote_key.clone(),
+            };
+            // The buffer is not touched again until its completion below.
+            btl.get(
+                1,
+                UserBuf::from_mut_slice(&mut buf[..len]),
+                &seg,
+                CompletionToken(k as u64),
+            )
+            .unwrap();
+            spans.push((offset, len));
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        while ev.rdma.len() < IN_FLIGHT {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: gets never completed"
+            );
+            btl.progress(ev);
+        }
+        for (token, result) in ev.rdma.drain(..) {
+            assert_eq!(result, Ok(()), "round {round}, get {token:?}");
+            let k = token.0 as usize;
+            let (offset, len) = spans[k];
+            assert!(
+                bufs[k][..len] == pattern[offset..offset + len],
+                "round {round}: get {k} ({len} bytes at {offset}) delivered wrong bytes"
+            );
+            assert!(
+                bufs[k][len..] == zeros[len..],
+                "round {round}: get {k} wrote past its end"
+            );
+        }
+    }
 }
