@@ -285,21 +285,7 @@ fn cma_get_and_put_single_copy() {
         ));
         return;
     }
-    let src: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7) as u8).collect();
-    let reg = b
-        .register_mem(
-            UserBuf::from_slice(&src),
-            MemAccess {
-                remote_read: true,
-                remote_write: false,
-            },
-        )
-        .unwrap();
-    let seg = RemoteSegment {
-        addr: src.as_ptr() as u64,
-        len: src.len(),
-        remote_key: reg.remote_key,
-    };
+    let (src, seg) = exposed(&mut b, 1_000_000, 0);
     let mut dst = vec![0u8; src.len()];
     a.get(
         1,
@@ -360,10 +346,7 @@ fn cma_get_and_put_single_copy() {
         ),
         Err(SendError::PeerFailed { .. })
     ));
-    assert_eq!(
-        a.counters().iter().find(|c| c.0 == "cma_gets").unwrap().1,
-        1
-    );
+    assert_eq!(counter(&a, "cma_gets"), 1);
 }
 
 #[test]
