@@ -57,17 +57,20 @@ int main(int argc, char **argv) {
   double t_init0 = now_us();
   MPI_Init(&argc, &argv);
   double init_us = now_us() - t_init0;
-  int mem = argc == 7 && !strcmp(argv[6], "mem");
-  if (argc != 6 && !mem) {
-    fprintf(stderr, "usage: osu_like BENCH MIN MAX ITERS WINDOW [mem]\n");
+  int mem = argc == 8 && !strcmp(argv[7], "mem");
+  if (argc != 7 && !mem) {
+    fprintf(stderr, "usage: osu_like BENCH MIN MAX ITERS WINDOW MISALIGN [mem]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const char *bench = argv[1];
   long min = atol(argv[2]), max = atol(argv[3]), iters0 = atol(argv[4]), window = atol(argv[5]);
+  /* The send buffer starts this many bytes past a page boundary (rmca-bench --misalign). */
+  long misalign = atol(argv[6]);
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  if (window < 1 || iters0 < 1 || max < min) MPI_Abort(MPI_COMM_WORLD, 2);
+  if (window < 1 || iters0 < 1 || max < min || misalign < 0 || misalign >= 4096)
+    MPI_Abort(MPI_COMM_WORLD, 2);
 
   if (!strcmp(bench, "allconn") || !strcmp(bench, "ringconn")) {
     int ring = !strcmp(bench, "ringconn");
@@ -110,13 +113,14 @@ int main(int argc, char **argv) {
   }
 
   long maxbuf = max * window;
-  /* Page-aligned like the OSU benchmarks' buffers (and the Rust worker's): the kernel's copy for
-     single-copy transfers runs up to 1.5x slower when source and destination are not aligned
-     alike, so unaligned buffers would measure the heap's layout instead of the runtime. */
-  char *sbuf = NULL, *rbuf = NULL;
-  if (posix_memalign((void **)&sbuf, 4096, max > 0 ? max : 1) ||
+  /* Page-aligned like the OSU benchmarks' buffers (and the Rust worker's), the send buffer
+     `misalign` bytes further: the kernel's copy for single-copy transfers is slower when source
+     and destination are not aligned alike, so heap addresses would measure the heap's layout. */
+  char *sbase = NULL, *rbuf = NULL;
+  if (posix_memalign((void **)&sbase, 4096, (max > 0 ? max : 1) + misalign) ||
       posix_memalign((void **)&rbuf, 4096, maxbuf > 0 ? maxbuf : 1))
     MPI_Abort(MPI_COMM_WORLD, 2);
+  char *sbuf = sbase + misalign;
   memset(sbuf, 'a', max > 0 ? max : 1);
   memset(rbuf, 0, maxbuf > 0 ? maxbuf : 1);
   MPI_Request *reqs = malloc(sizeof(MPI_Request) * 2 * window);
@@ -184,7 +188,7 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("result %ld %.6g\n", size, value);
     fflush(stdout);
   }
-  free(sbuf);
+  free(sbase);
   free(rbuf);
   free(reqs);
   MPI_Finalize();

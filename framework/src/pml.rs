@@ -234,26 +234,15 @@ pub trait Pml {
 
     /// Progress until `request` completes and return its status (a blocking wait). Between
     /// passes `between` runs too (the runtime's registered progress functions; its result
-    /// counts as events). The default alternates [`Pml::test`] and [`Pml::progress`]; a PML
-    /// overrides it to spin without a dynamic call per pass, which is what a waiting rank
-    /// does between noticing a message and completing it.
+    /// counts as events). One dynamic call for the whole wait: inside, [`Pml::test`] and
+    /// [`Pml::progress`] are direct calls ([`spin_until_done`]). A PML overrides it to do more
+    /// around the loop (ob1 tells its BTLs when the awaited request completed).
     fn wait(
         &mut self,
         request: RequestId,
         between: Option<&mut dyn FnMut() -> usize>,
     ) -> Result<Status, PmlError> {
-        let mut between = between;
-        let mut backoff = crate::progress::Backoff::default();
-        loop {
-            if let Some(st) = self.test(request)? {
-                return Ok(st);
-            }
-            let mut n = self.progress();
-            if let Some(f) = between.as_mut() {
-                n += f();
-            }
-            backoff.pass(n);
-        }
+        spin_until_done(self, request, between, Self::test, Self::progress)
     }
 
     /// Counters for the profile, as `(name, value)` pairs (PML and its BTLs).
@@ -263,6 +252,29 @@ pub trait Pml {
 
     /// Flush and release; called once, after every request completed.
     fn finalize(&mut self) -> Result<(), PmlError>;
+}
+
+/// The loop of a blocking wait: `test` the request, and after each miss run a `progress` pass
+/// (and `between`), backing off when passes find nothing. [`Pml::wait`]'s default, and the core
+/// of a PML's own `wait`.
+pub fn spin_until_done<P: ?Sized>(
+    pml: &mut P,
+    request: RequestId,
+    mut between: Option<&mut dyn FnMut() -> usize>,
+    test: impl Fn(&mut P, RequestId) -> Result<Option<Status>, PmlError>,
+    progress: impl Fn(&mut P) -> usize,
+) -> Result<Status, PmlError> {
+    let mut backoff = crate::progress::Backoff::default();
+    loop {
+        if let Some(st) = test(pml, request)? {
+            return Ok(st);
+        }
+        let mut n = progress(pml);
+        if let Some(f) = between.as_mut() {
+            n += f();
+        }
+        backoff.pass(n);
+    }
 }
 
 /// A PML component.

@@ -64,3 +64,9 @@ fn communicator_isolation_dup_and_split() {
 fn synchronous_send_and_probe() {
     p2p(2, "ssend", &[]);
 }
+
+#[test]
+fn complete_all_waits_for_every_request_then_reports_the_first_error() {
+    p2p(2, "complete_all", &[]);
+    p2p(3, "complete_all", &[]);
+}

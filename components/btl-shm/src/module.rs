@@ -434,6 +434,29 @@ impl ShmBtl {
         self.own.as_ref().is_some_and(Mapping::is_linked)
     }
 
+    /// Take the help messages waiting in our inbox and claim one piece of each without ever
+    /// copying or finishing it: a helper that dies in the middle of its copy. Returns the
+    /// pieces claimed.
+    #[cfg(test)]
+    pub(crate) fn stall_helping_for_test(&mut self, events: &mut dyn BtlEvents) -> usize {
+        for inb in self.inbox.iter_mut().flatten() {
+            Self::drain(inb, &mut self.stats, &mut self.help, events);
+        }
+        let nrings = self.inbox.len();
+        let mut claimed = 0;
+        for (rank, h) in self.help.drain(..) {
+            let p = self.peers[rank as usize]
+                .as_ref()
+                .expect("a connected peer");
+            let slot = Slot::new(
+                p.mapping
+                    .slot_words(layout::slot(nrings, usize::from(h.slot))),
+            );
+            claimed += usize::from(slot.claim(h.gen, MIN_CLAIM, u64::MAX).is_some());
+        }
+        claimed
+    }
+
     /// Overwrite bytes of our inbox ring `ring` at `offset` (tests of corruption handling).
     #[cfg(test)]
     pub(crate) fn scribble_inbox_for_test(&mut self, ring: usize, offset: usize, bytes: &[u8]) {

@@ -610,21 +610,38 @@ fn exposed(owner: &mut ShmBtl, len: usize, seed: u32) -> (Vec<u8>, RemoteSegment
     (src, seg)
 }
 
-#[test]
-fn a_large_get_is_copied_by_both_processes() {
-    let (_id, mut a, mut b, _mem) = pair(&[]);
-    if !a.attributes().flags.contains(BtlFlags::GET) {
-        return; // no CMA here (checked by cma_get_and_put_single_copy)
-    }
-    let (src, seg) = exposed(&mut b, 1 << 20, 1);
-    let mut dst = vec![0u8; src.len()];
+/// A pair whose processes may use CMA with each other, or `None` where the kernel forbids it
+/// (`cma_get_and_put_single_copy` checks that case).
+fn cma_pair(settings: &[(&str, &str)]) -> Option<(String, ShmBtl, ShmBtl, MemoryAccounting)> {
+    let pair = pair(settings);
+    pair.1
+        .attributes()
+        .flags
+        .contains(BtlFlags::GET)
+        .then_some(pair)
+}
+
+/// Start `a`'s get of `seg` (from rank 1) into a new zeroed buffer, returned: moving the `Vec`
+/// leaves its bytes where the get writes them.
+fn start_get(a: &mut ShmBtl, seg: &RemoteSegment, token: u64) -> Vec<u8> {
+    let mut dst = vec![0u8; seg.len];
     a.get(
         1,
         UserBuf::from_mut_slice(&mut dst),
-        &seg,
-        CompletionToken(3),
+        seg,
+        CompletionToken(token),
     )
     .unwrap();
+    dst
+}
+
+#[test]
+fn a_large_get_is_copied_by_both_processes() {
+    let Some((_id, mut a, mut b, _mem)) = cma_pair(&[]) else {
+        return;
+    };
+    let (src, seg) = exposed(&mut b, 1 << 20, 1);
+    let dst = start_get(&mut a, &seg, 3);
     assert_eq!(counter(&a, "shared_gets"), 1);
     // The receiver copied its half at once; the sender, polling, takes pieces of the rest.
     let mut sender_sink = Sink::default();
@@ -643,19 +660,11 @@ fn a_large_get_is_copied_by_both_processes() {
 
 #[test]
 fn a_shared_get_completes_when_the_sender_never_polls() {
-    let (_id, mut a, mut b, _mem) = pair(&[]);
-    if !a.attributes().flags.contains(BtlFlags::GET) {
+    let Some((_id, mut a, mut b, _mem)) = cma_pair(&[]) else {
         return;
-    }
+    };
     let (src, seg) = exposed(&mut b, 3 << 20, 2);
-    let mut dst = vec![0u8; src.len()];
-    a.get(
-        1,
-        UserBuf::from_mut_slice(&mut dst),
-        &seg,
-        CompletionToken(4),
-    )
-    .unwrap();
+    let mut dst = start_get(&mut a, &seg, 4);
     let mut sink = Sink::default();
     a.progress(&mut sink);
     assert_eq!(sink.rdma, vec![(CompletionToken(4), Ok(()))]);
@@ -671,23 +680,52 @@ fn a_shared_get_completes_when_the_sender_never_polls() {
 }
 
 #[test]
-fn gets_beyond_the_slots_are_copied_by_the_receiver_alone() {
-    let (_id, mut a, mut b, _mem) = pair(&[]);
-    if !a.attributes().flags.contains(BtlFlags::GET) {
+fn a_helper_that_dies_mid_copy_fails_the_get_instead_of_hanging() {
+    let Some((_id, mut a, mut b, _mem)) = cma_pair(&[]) else {
         return;
+    };
+    let (_src, seg) = exposed(&mut b, 1 << 20, 5);
+    let _dst = start_get(&mut a, &seg, 8);
+    assert_eq!(b.stall_helping_for_test(&mut Sink::default()), 1);
+    // While the helper lives, its piece is awaited: the receive is not complete without it.
+    let mut sink = Sink::default();
+    for _ in 0..3 * 4096 {
+        a.progress(&mut sink);
     }
+    assert!(
+        sink.rdma.is_empty(),
+        "completed with a piece still being copied"
+    );
+    // The helper goes away: the get fails with the peer named, instead of waiting forever.
+    a.del_procs(&[1]);
+    for _ in 0..4096 {
+        if a.progress(&mut sink) > 0 {
+            break;
+        }
+    }
+    assert!(
+        matches!(
+            &sink.rdma[..],
+            [(
+                CompletionToken(8),
+                Err(SendError::PeerFailed { peer: 1, .. })
+            )]
+        ),
+        "{:?}",
+        sink.rdma
+    );
+}
+
+#[test]
+fn gets_beyond_the_slots_are_copied_by_the_receiver_alone() {
+    let Some((_id, mut a, mut b, _mem)) = cma_pair(&[]) else {
+        return;
+    };
     let n = crate::coop::SLOTS + 3;
     let (src, seg) = exposed(&mut b, 256 << 10, 3);
-    let mut dsts = vec![vec![0u8; src.len()]; n];
-    for (i, d) in dsts.iter_mut().enumerate() {
-        a.get(
-            1,
-            UserBuf::from_mut_slice(d),
-            &seg,
-            CompletionToken(100 + i as u64),
-        )
-        .unwrap();
-    }
+    let dsts: Vec<Vec<u8>> = (0..n)
+        .map(|i| start_get(&mut a, &seg, 100 + i as u64))
+        .collect();
     assert_eq!(counter(&a, "shared_gets"), crate::coop::SLOTS as u64);
     let mut sink = Sink::default();
     b.progress(&mut Sink::default());
@@ -704,38 +742,23 @@ fn gets_beyond_the_slots_are_copied_by_the_receiver_alone() {
     assert_eq!(tokens, (100..100 + n as u64).collect::<Vec<_>>());
     assert!(dsts.iter().all(|d| *d == src));
     // Every slot is free again: the next round shares them all.
-    for (i, d) in dsts.iter_mut().enumerate() {
-        a.get(
-            1,
-            UserBuf::from_mut_slice(d),
-            &seg,
-            CompletionToken(i as u64),
-        )
-        .unwrap();
-    }
+    let again: Vec<Vec<u8>> = (0..n).map(|i| start_get(&mut a, &seg, i as u64)).collect();
     assert_eq!(counter(&a, "shared_gets"), 2 * crate::coop::SLOTS as u64);
     a.progress(&mut Sink::default());
+    assert!(again.iter().all(|d| *d == src));
 }
 
 #[test]
 fn a_shared_get_from_a_bad_address_fails_cleanly() {
-    let (_id, mut a, mut b, _mem) = pair(&[]);
-    if !a.attributes().flags.contains(BtlFlags::GET) {
+    let Some((_id, mut a, mut b, _mem)) = cma_pair(&[]) else {
         return;
-    }
+    };
     let bad = RemoteSegment {
         addr: 4096,
         len: 1 << 20,
         remote_key: vec![],
     };
-    let mut dst = vec![0u8; 1 << 20];
-    a.get(
-        1,
-        UserBuf::from_mut_slice(&mut dst),
-        &bad,
-        CompletionToken(5),
-    )
-    .unwrap();
+    let _dst = start_get(&mut a, &bad, 5);
     b.progress(&mut Sink::default());
     let mut sink = Sink::default();
     a.progress(&mut sink);
@@ -757,19 +780,11 @@ fn the_receiver_copies_alone_below_the_threshold_or_when_disabled() {
         (&[][..], 64 << 10, 1),
         (&[("btl_shm_shared_copy_min", "0")][..], 4 << 20, 0),
     ] {
-        let (_id, mut a, mut b, _mem) = pair(settings);
-        if !a.attributes().flags.contains(BtlFlags::GET) {
+        let Some((_id, mut a, mut b, _mem)) = cma_pair(settings) else {
             return;
-        }
+        };
         let (src, seg) = exposed(&mut b, len, 4);
-        let mut dst = vec![0u8; len];
-        a.get(
-            1,
-            UserBuf::from_mut_slice(&mut dst),
-            &seg,
-            CompletionToken(6),
-        )
-        .unwrap();
+        let dst = start_get(&mut a, &seg, 6);
         b.progress(&mut Sink::default());
         a.progress(&mut Sink::default());
         assert!(dst == src);

@@ -532,15 +532,7 @@ impl State {
                             peer: p,
                             reason: reason.to_string(),
                         };
-                        self.complete(
-                            req,
-                            Status {
-                                source: p,
-                                tag,
-                                len: 0,
-                                error: Some(Box::new(err)),
-                            },
-                        );
+                        self.complete(req, Status::failed(p, tag, 0, err));
                     }
                 }
                 Event::RecvFailed { seq, reason } => {

@@ -23,10 +23,9 @@ use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Arrival, Envelope, Matcher, Posted, Seq};
 use rmca_framework::memory::MemoryCounter;
 use rmca_framework::pml::{
-    ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, SendStart, Source, Status,
-    StatusError, Tag, TagSel,
+    spin_until_done, ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, SendStart,
+    Source, Status, StatusError, Tag, TagSel,
 };
-use rmca_framework::progress::Backoff;
 use rmca_framework::rank::Rank;
 
 use crate::hdr::{self, MatchRepr, Packet, Repr, RgetKey, RndvRepr};
@@ -337,9 +336,7 @@ impl Slab {
             len: req.count,
             error: req.error.take(),
         };
-        if req.cold.is_some() {
-            req.cold = None;
-        }
+        req.cold = None;
         req.phase = Phase::Free;
         *g = g.wrapping_add(1).max(1);
         self.free.push(i as u32);
@@ -1694,25 +1691,12 @@ impl Pml for Ob1 {
     fn wait(
         &mut self,
         request: RequestId,
-        mut between: Option<&mut dyn FnMut() -> usize>,
+        between: Option<&mut dyn FnMut() -> usize>,
     ) -> Result<Status, PmlError> {
-        // The loop a blocked rank spins in: test and progress are direct calls here, and the
-        // BTLs stop delivering as soon as this request completes.
-        let mut backoff = Backoff::default();
+        // The BTLs stop delivering as soon as this request completes.
         self.core.awaited = Some(request);
         self.core.awaited_done = false;
-        let status = loop {
-            match self.core.reqs.take_done(request) {
-                Ok(Some(st)) => break Ok(st),
-                Ok(None) => {}
-                Err(()) => break Err(PmlError::UnknownRequest(request)),
-            }
-            let mut n = self.progress_pass();
-            if let Some(f) = between.as_mut() {
-                n += f();
-            }
-            backoff.pass(n);
-        };
+        let status = spin_until_done(self, request, between, Self::test, Self::progress_pass);
         self.core.awaited = None;
         self.core.awaited_done = false;
         status

@@ -100,6 +100,17 @@ struct SchedKey {
     elem: usize,
 }
 
+impl SchedKey {
+    fn new(tag: i32, root: usize, len: usize, elem: usize) -> Self {
+        Self {
+            tag,
+            root,
+            len,
+            elem,
+        }
+    }
+}
+
 /// Schedules kept per communicator: loops repeat a collective with the same arguments, and
 /// building a schedule allocates. Bounded; the oldest entry makes room.
 const SCHEDULES_KEPT: usize = 16;
@@ -173,12 +184,7 @@ impl Communicator {
     pub fn barrier(&self) -> Result<()> {
         let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("barrier")?;
-        let key = SchedKey {
-            tag: TAG_BARRIER,
-            root: 0,
-            len: 0,
-            elem: 0,
-        };
+        let key = SchedKey::new(TAG_BARRIER, 0, 0, 0);
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::barrier_linear(n, me),
             _ => schedule::barrier_dissemination(n, me),
@@ -193,12 +199,7 @@ impl Communicator {
         let (n, me, len) = (self.size(), self.rank(), bytes.len());
         let algorithm = self.coll_algorithm("bcast")?;
         let long = self.coll_params()?.bcast_long_size;
-        let key = SchedKey {
-            tag: TAG_BCAST,
-            root,
-            len,
-            elem: 0,
-        };
+        let key = SchedKey::new(TAG_BCAST, root, len, 0);
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::bcast_linear(n, me, root, len),
             "binomial" => schedule::bcast_binomial(n, me, root, len),
@@ -236,12 +237,7 @@ impl Communicator {
         };
         let len = std::mem::size_of_val(send);
         let algorithm = self.coll_algorithm("reduce")?;
-        let key = SchedKey {
-            tag: TAG_REDUCE,
-            root,
-            len,
-            elem: 0,
-        };
+        let key = SchedKey::new(TAG_REDUCE, root, len, 0);
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::reduce_linear(n, me, root, len),
             _ => schedule::reduce_binomial(n, me, root, len),
@@ -266,12 +262,7 @@ impl Communicator {
         let elem = std::mem::size_of::<T>();
         let algorithm = self.coll_algorithm("allreduce")?;
         let long = self.coll_params()?.allreduce_long_size;
-        let key = SchedKey {
-            tag: TAG_ALLREDUCE,
-            root: 0,
-            len,
-            elem,
-        };
+        let key = SchedKey::new(TAG_ALLREDUCE, 0, len, elem);
         let s = self.schedule(key, || match algorithm {
             "ring" => schedule::allreduce_ring(n, me, len, elem),
             "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
@@ -316,12 +307,7 @@ impl Communicator {
         };
         work[v * block..(v + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
         let algorithm = self.coll_algorithm("gather")?;
-        let key = SchedKey {
-            tag: TAG_GATHER,
-            root,
-            len: block,
-            elem: 0,
-        };
+        let key = SchedKey::new(TAG_GATHER, root, block, 0);
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::gather_linear(n, me, root, block),
             _ => schedule::gather_binomial(n, me, root, block),
@@ -357,12 +343,7 @@ impl Communicator {
             work.rotate_left(root * block);
         }
         let algorithm = self.coll_algorithm("scatter")?;
-        let key = SchedKey {
-            tag: TAG_SCATTER,
-            root,
-            len: block,
-            elem: 0,
-        };
+        let key = SchedKey::new(TAG_SCATTER, root, block, 0);
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::scatter_linear(n, me, root, block),
             _ => schedule::scatter_binomial(n, me, root, block),
@@ -479,13 +460,7 @@ impl Communicator {
         // alltoall's regions follow from the block size; alltoallv's from every count, so
         // only alltoall's schedules are kept.
         let s = if tag == TAG_ALLTOALL {
-            let key = SchedKey {
-                tag,
-                root: 0,
-                len: sends[0].len(),
-                elem: 0,
-            };
-            self.schedule(key, build)
+            self.schedule(SchedKey::new(tag, 0, sends[0].len(), 0), build)
         } else {
             Rc::new(build())
         };
@@ -547,12 +522,7 @@ fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<(
     let (n, me, block) = (comm.size(), comm.rank(), mine.len());
     out[me * block..(me + 1) * block].copy_from_slice(mine);
     let algorithm = comm.coll_algorithm("allgather")?;
-    let key = SchedKey {
-        tag: TAG_ALLGATHER,
-        root: 0,
-        len: block,
-        elem: 0,
-    };
+    let key = SchedKey::new(TAG_ALLGATHER, 0, block, 0);
     let s = comm.schedule(key, || match algorithm {
         "ring" => schedule::allgather_ring(n, me, block),
         "linear" => schedule::allgather_linear(n, me, block),

@@ -241,6 +241,70 @@ fn ssend_probe(w: &Communicator) {
     }
 }
 
+/// `Request::complete_all` over mixed requests: eager sends done at once, rendezvous ones,
+/// receives; an error (a truncated receive) comes back after every request completed.
+fn complete_all(w: &Communicator) {
+    if w.size() < 2 || w.rank() > 1 {
+        return;
+    }
+    const BIG: usize = 200 << 10; // rendezvous on shm
+    if w.rank() == 0 {
+        let (mut a, mut big, mut short, mut d) = ([0u8; 8], vec![0u8; BIG], [0u8; 4], [0u8; 8]);
+        let reqs = vec![
+            w.irecv(&mut a, 1, 1).unwrap(),
+            w.irecv(&mut big, 1, 2).unwrap(),
+            w.irecv(&mut short, 1, 3).unwrap(),
+            w.irecv(&mut d, 1, 4).unwrap(),
+        ];
+        match Request::complete_all(reqs) {
+            Err(Error::Status {
+                error: StatusError::Truncated { message_len, .. },
+                ..
+            }) => check(message_len == 100, "the truncated receive's length"),
+            other => check(false, &format!("expected a truncation, got {other:?}")),
+        }
+        check(a == *b"eager-1!", "eager receive");
+        check(
+            big.iter().enumerate().all(|(i, &v)| v == i as u8),
+            "rendezvous receive",
+        );
+        check(short == [7; 4], "truncated receive keeps its prefix");
+        check(
+            d == *b"after-3!",
+            "the receive after the error completed too",
+        );
+        let big_back: Vec<u8> = (0..BIG).map(|i| (i * 3) as u8).collect();
+        let reqs = vec![
+            w.isend(b"back-1!!", 1, 5).unwrap(),
+            w.isend(&big_back, 1, 6).unwrap(),
+        ];
+        check(Request::complete_all(reqs).is_ok(), "sends complete");
+    } else {
+        let big: Vec<u8> = (0..BIG).map(|i| i as u8).collect();
+        let reqs = vec![
+            w.isend(b"eager-1!", 0, 1).unwrap(),
+            w.isend(&big, 0, 2).unwrap(),
+            w.isend(&[7u8; 100], 0, 3).unwrap(),
+            w.isend(b"after-3!", 0, 4).unwrap(),
+        ];
+        check(Request::complete_all(reqs).is_ok(), "sends complete");
+        let (mut e, mut big_back) = ([0u8; 8], vec![0u8; BIG]);
+        let reqs = vec![
+            w.irecv(&mut e, 0, 5).unwrap(),
+            w.irecv(&mut big_back, 0, 6).unwrap(),
+        ];
+        check(Request::complete_all(reqs).is_ok(), "receives complete");
+        check(e == *b"back-1!!", "eager receive");
+        check(
+            big_back
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == (i * 3) as u8),
+            "rendezvous receive",
+        );
+    }
+}
+
 fn main() {
     let case = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let u = rmca::init().unwrap_or_else(|e| {
@@ -272,6 +336,9 @@ fn main() {
     }
     if run("ssend") {
         ssend_probe(&w);
+    }
+    if run("complete_all") {
+        complete_all(&w);
     }
     w.barrier().unwrap();
     if w.rank() == 0 {

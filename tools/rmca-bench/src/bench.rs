@@ -122,6 +122,9 @@ pub struct Params {
     pub iters: usize,
     /// Messages in flight for bw, bibw, msgrate.
     pub window: usize,
+    /// Bytes past a page boundary where the point-to-point send buffers start (the receive
+    /// buffers start on one).
+    pub misalign: usize,
 }
 
 /// Sizes swept: `min`, then doubling up to `max` (0 is followed by 1). Allreduce starts at 4 B

@@ -52,6 +52,9 @@ benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
   --iters N          timed iterations up to 8 KiB, scaled down above (default 10000 for
                      latency, barrier, allreduce; 1000 for bw, bibw, msgrate)
   --window N         messages in flight for bw, bibw, msgrate (default 64)
+  --misalign BYTES   start the send buffers of latency, bw, bibw and msgrate BYTES past a page
+                     boundary, in rmca and in the peers (default 0: page-aligned, like the
+                     receive buffers and like OSU's)
   --runs N           jobs per configuration; medians and [min..max] are reported (default 5)
   --vs               also run the peers: Open MPI (ob1/vader and UCX) and MPICH on
                      bench/osu_like.c
@@ -163,6 +166,7 @@ struct Opts {
     max: usize,
     iters: Option<usize>,
     window: usize,
+    misalign: usize,
     runs: usize,
     vs: bool,
     peers: Vec<String>,
@@ -211,6 +215,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         max: 4 << 20,
         iters: None,
         window: 64,
+        misalign: 0,
         runs: 5,
         vs: false,
         peers: peers::DEFAULT.iter().map(|s| s.to_string()).collect(),
@@ -261,6 +266,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--max" => o.max = parse_size(it.next().ok_or("--max needs a size")?)?,
             "--iters" => o.iters = Some(parse_num(a, it.next())?),
             "--window" => o.window = parse_num(a, it.next())?,
+            "--misalign" => o.misalign = parse_num(a, it.next())?,
             "--runs" => o.runs = parse_num(a, it.next())?,
             "--vs" => o.vs = true,
             "--peers" => {
@@ -310,6 +316,12 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     }
     if o.ranks == 0 || o.runs == 0 || o.window == 0 || o.iters == Some(0) {
         return Err("-n, --runs, --window and --iters must be at least 1".into());
+    }
+    if o.misalign >= 4096 {
+        return Err(format!(
+            "--misalign {}: must be below the page size (0..4096)",
+            o.misalign
+        ));
     }
     if o.min > o.max {
         return Err(format!("--min {} is larger than --max {}", o.min, o.max));
@@ -392,7 +404,7 @@ fn default_ratios(rmca: &[String], peers: &[String]) -> Vec<(String, String)> {
     r
 }
 
-/// `--worker BENCH MIN MAX ITERS WINDOW [mem] [--no-bind]`: the in-rank side.
+/// `--worker BENCH MIN MAX ITERS WINDOW MISALIGN [mem] [--no-bind]`: the in-rank side.
 fn worker_main(args: &[String]) -> ! {
     let parsed = (|| {
         let bench = Bench::parse(args.first()?)?;
@@ -402,17 +414,18 @@ fn worker_main(args: &[String]) -> ! {
             max: n(2)?,
             iters: n(3)?.max(1),
             window: n(4)?.max(1),
+            misalign: n(5).filter(|&m| m < 4096)?,
         };
         Some((
             bench,
             p,
             !args.iter().any(|a| a == "--no-bind"),
-            args.iter().skip(5).any(|a| a == "mem"),
+            args.iter().skip(6).any(|a| a == "mem"),
         ))
     })();
     let Some((bench, p, bind, mem)) = parsed else {
         eprintln!(
-            "rmca-bench --worker BENCH MIN MAX ITERS WINDOW [mem] [--no-bind]: bad arguments {args:?}"
+            "rmca-bench --worker BENCH MIN MAX ITERS WINDOW MISALIGN [mem] [--no-bind]: bad arguments {args:?}"
         );
         exit(2);
     };
@@ -511,6 +524,7 @@ fn drive(o: &Opts) -> Result<(), String> {
                 max: o.max,
                 iters: o.iters.unwrap_or_else(|| default_iters(bench)),
                 window: o.window,
+                misalign: o.misalign,
             };
             let counts = if bench.sweeps_procs() {
                 o.procs.clone()
@@ -575,6 +589,7 @@ fn drive(o: &Opts) -> Result<(), String> {
                 "ranks": o.ranks,
                 "runs": o.runs,
                 "window": o.window,
+                "misalign": o.misalign,
                 "iters": o.iters.unwrap_or_else(|| default_iters(bench)),
                 "bind": o.bind,
                 "mca": mca,

@@ -182,6 +182,7 @@ impl Config {
             p.max.to_string(),
             p.iters.to_string(),
             p.window.to_string(),
+            p.misalign.to_string(),
         ];
         if o.mem {
             bench_args.push("mem".into());

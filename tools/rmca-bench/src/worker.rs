@@ -62,10 +62,10 @@ pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String
             for size in sizes(bench, p.min, p.max) {
                 let it = iters_for(p.iters, size);
                 let value = match bench {
-                    Bench::Latency => latency(&world, size, it),
-                    Bench::Bw => window(&world, size, it, p.window, false),
-                    Bench::Msgrate => window(&world, size, it, p.window, true),
-                    Bench::Bibw => bibw(&world, size, it, p.window),
+                    Bench::Latency => latency(&world, size, it, p.misalign),
+                    Bench::Bw => window(&world, size, it, p, false),
+                    Bench::Msgrate => window(&world, size, it, p, true),
+                    Bench::Bibw => bibw(&world, size, it, p),
                     Bench::Allreduce => allreduce(&world, size, it),
                     Bench::Allconn | Bench::Ringconn | Bench::Barrier => {
                         unreachable!("handled above")
@@ -84,8 +84,8 @@ pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String
 
 type R<T> = Result<T, rmca::Error>;
 
-fn latency(w: &Communicator, size: usize, it: usize) -> R<f64> {
-    let sbuf = PageBuf::new(size, b'a');
+fn latency(w: &Communicator, size: usize, it: usize, misalign: usize) -> R<f64> {
+    let sbuf = PageBuf::at_offset(size, b'a', misalign);
     let mut rbuf = PageBuf::new(size, 0u8);
     let warm = warmup_for(it);
     w.barrier()?;
@@ -108,7 +108,8 @@ fn latency(w: &Communicator, size: usize, it: usize) -> R<f64> {
 }
 
 /// bw (ranks 0 -> 1) or msgrate (pairs r -> r + n/2): `window` messages in flight, then an ack.
-fn window(w: &Communicator, size: usize, it: usize, window: usize, msgrate: bool) -> R<f64> {
+fn window(w: &Communicator, size: usize, it: usize, p: &Params, msgrate: bool) -> R<f64> {
+    let (window, misalign) = (p.window, p.misalign);
     let (n, me) = (w.size(), w.rank());
     let pairs = (n / 2).max(1);
     let (active, sender) = if msgrate {
@@ -125,7 +126,7 @@ fn window(w: &Communicator, size: usize, it: usize, window: usize, msgrate: bool
     } else {
         1 - me.min(1)
     };
-    let sbuf = PageBuf::new(size, b'a');
+    let sbuf = PageBuf::at_offset(size, b'a', misalign);
     // One receive buffer per window slot (Rust cannot alias them; osu_like.c does the same).
     let mut rbuf = PageBuf::new(size * window, 0u8);
     let warm = warmup_for(it);
@@ -171,8 +172,9 @@ fn rbuf_chunks(buf: &mut [u8], size: usize, window: usize) -> impl Iterator<Item
     })
 }
 
-fn bibw(w: &Communicator, size: usize, it: usize, window: usize) -> R<f64> {
-    let sbuf = PageBuf::new(size, b'a');
+fn bibw(w: &Communicator, size: usize, it: usize, p: &Params) -> R<f64> {
+    let (window, misalign) = (p.window, p.misalign);
+    let sbuf = PageBuf::at_offset(size, b'a', misalign);
     let mut rbuf = PageBuf::new(size * window, 0u8);
     let warm = warmup_for(it);
     w.barrier()?;
@@ -267,12 +269,12 @@ fn connect(w: &Communicator, init_us: f64, ring: bool, mem: bool) -> R<Option<Ve
     }))
 }
 
-/// A buffer that starts on a page boundary, as the OSU benchmarks (and `osu_like.c`) allocate
-/// theirs. Where a buffer starts matters for large messages: the kernel's copy behind single-copy
-/// transfers runs at about 2/3 of its speed when source and destination are not aligned alike
-/// (measured here: 1 MiB bw 6.2 against 9.5 GB/s with the send buffer 32 against 16 bytes past a
-/// page boundary and the receive buffer 16). Heap buffers land wherever the allocator's history
-/// puts them, so without this the figures would measure that history.
+/// A buffer that starts on a page boundary (or a chosen offset past one), as the OSU benchmarks
+/// (and `osu_like.c`) allocate theirs. Where a buffer starts matters for large messages: the
+/// kernel's copy behind single-copy transfers runs at about 2/3 of its speed when source and
+/// destination are 16 bytes apart in their alignment (`--misalign 16`, see bench/RESULTS.md).
+/// Heap buffers land wherever the allocator's history puts them, so without this the figures
+/// would measure that history.
 struct PageBuf<T> {
     raw: Vec<T>,
     start: usize,
@@ -283,10 +285,15 @@ impl<T: Copy> PageBuf<T> {
     const PAGE: usize = 4096;
 
     fn new(len: usize, fill: T) -> Self {
+        Self::at_offset(len, fill, 0)
+    }
+
+    /// `offset` elements past a page boundary (`offset` below a page).
+    fn at_offset(len: usize, fill: T, offset: usize) -> Self {
         let spare = Self::PAGE / std::mem::size_of::<T>().max(1);
-        let raw = vec![fill; len + spare];
+        let raw = vec![fill; len + 2 * spare];
         // In elements; a page is a whole number of them for the element types used here.
-        let start = raw.as_ptr().align_offset(Self::PAGE).min(spare);
+        let start = raw.as_ptr().align_offset(Self::PAGE).min(spare) + offset.min(spare);
         Self { raw, start, len }
     }
 }
