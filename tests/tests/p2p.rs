@@ -66,6 +66,11 @@ fn synchronous_send_and_probe() {
 }
 
 #[test]
+fn request_reports_its_status_once_whether_done_at_start_or_pending() {
+    p2p(2, "request_states", &[]);
+}
+
+#[test]
 fn complete_all_waits_for_every_request_then_reports_the_first_error() {
     p2p(2, "complete_all", &[]);
     p2p(3, "complete_all", &[]);

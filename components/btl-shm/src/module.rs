@@ -101,7 +101,7 @@ impl Default for ShmConfig {
 mod layout {
     use super::LINE;
     pub const MAGIC: &[u8; 8] = b"RMCASHM\0";
-    pub const VERSION: u32 = 2;
+    pub const VERSION: u32 = 3;
     /// The info block at offset 0: magic (8), version, nrings, lines, rank, pid (u32 LE each).
     pub const INFO_LEN: usize = 28;
     /// Count of peers that mapped the segment (its own line: peers write it once).

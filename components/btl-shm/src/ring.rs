@@ -11,24 +11,30 @@
 //! is what a node with tens of ranks can afford; the ring size is a parameter.
 //!
 //! # Layout
-//! The ring is `lines` cache lines (a power of two) of [`LINE`] bytes. A record starts on a line:
-//! its first 8 bytes are the *control word*, then the fragment bytes, padded to whole lines, so a
-//! fragment of up to 56 bytes (header + payload) travels in a single cache line, written by the
-//! producer and read by the consumer with one line transfer. The control word is
-//! `VALID | seq << 40 | tag << 32 | len`; a record that would straddle the end of the ring is
-//! preceded by a `VALID | WRAP` word telling the consumer to continue at line 0.
+//! The ring is `lines` cache lines (a power of two) of [`LINE`] bytes, cut in [`SLOT`]s of 32
+//! bytes, two per line. A record starts on a slot: its first 8 bytes are the *control word*,
+//! then the fragment bytes, padded to whole slots. A fragment of up to 24 bytes (an 8-byte
+//! eager message behind ob1's 16-byte MATCH header) takes one slot, so two of them share a
+//! cache line: a window of small messages moves half the lines from producer to consumer that
+//! one record per line moved (Open MPI's vader packs its fast boxes at 32 bytes for the same
+//! reason). A longer record starts on a line, so that up to 56 bytes still travel in one line
+//! and large copies start aligned: a producer at an odd slot first publishes a *skip marker*
+//! there. A record that would straddle the end of the ring is preceded by a skip marker to the
+//! end, where the consumer continues at slot 0. The control word is
+//! `VALID | seq << 40 | tag << 32 | len`; a skip marker is `VALID | SKIP | slots`.
 //!
-//! The consumer polls the control word of its head line. Stale bytes from an earlier lap must
-//! never look like a record, so before *publishing* a record (release store of its control word)
-//! the producer zeroes the control word of the line where the *next* record will start. Hence
-//! the consumer's head line always holds either 0 (nothing yet) or a record published in this
-//! lap. The consumer publishes its head (release) after it has finished with the bytes; the
-//! producer reads it (acquire) only when its cached copy says the ring is full, so in steady
-//! state the producer never touches the consumer's line.
+//! The consumer polls the control word of its head slot. Stale bytes from an earlier lap must
+//! never look like a record, so before *publishing* a record or a skip marker (release store of
+//! its control word) the producer zeroes the control word of the slot where the consumer will
+//! look next. Hence the consumer's head slot always holds either 0 (nothing yet) or a word
+//! published in this lap. The consumer publishes its head (release) after it has finished with
+//! the bytes; the producer reads it (acquire) only when its cached copy says the ring is full,
+//! so in steady state the producer never touches the consumer's line.
 //!
 //! The consumer trusts nothing it reads: lengths are bounded by its *own* copy of the ring size
-//! and fragment limit, and a per-ring 16-bit sequence number catches a producer that went wrong.
-//! A bad record is reported as [`RingCorrupt`] and the ring is abandoned, never a crash.
+//! and fragment limit, skips must land on a line inside the ring and may not follow a skip, and
+//! a per-ring 16-bit sequence number catches a producer that went wrong. A bad record is
+//! reported as [`RingCorrupt`] and the ring is abandoned, never a crash.
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
@@ -39,25 +45,31 @@ use thiserror::Error;
 
 /// Cache line size assumed by the layout (x86-64, most aarch64).
 pub const LINE: usize = 64;
+/// Granule of record placement: half a line.
+pub const SLOT: usize = 32;
+/// Slots per line.
+const SLOTS_PER_LINE: u64 = (LINE / SLOT) as u64;
 /// Bytes of the control word at the start of a record.
 pub const CTRL: usize = 8;
+/// Largest fragment that travels in one slot (any slot: it never needs a skip).
+pub const ONE_SLOT_MAX: usize = SLOT - CTRL;
 /// Largest fragment that travels in one cache line.
 pub const ONE_LINE_MAX: usize = LINE - CTRL;
 
 const VALID: u64 = 1 << 63;
-const WRAP: u64 = 1 << 62;
+const SKIP: u64 = 1 << 62;
 const SEQ_SHIFT: u32 = 40;
 const TAG_SHIFT: u32 = 32;
 const LEN_MASK: u64 = 0xFFFF_FFFF;
 const TAG_MASK: u64 = 0xFF << TAG_SHIFT;
 
-/// Lines taken by a record carrying `len` bytes.
-pub const fn record_lines(len: usize) -> usize {
-    (CTRL + len).div_ceil(LINE)
+/// Slots taken by a record carrying `len` bytes.
+pub const fn record_slots(len: usize) -> usize {
+    (CTRL + len).div_ceil(SLOT)
 }
 
 /// The largest fragment a ring of `lines` lines accepts: a record may need up to twice its size
-/// (wrap skip + record) plus the next record's zeroed control line, so it must fit in half.
+/// (skip + record) plus the next record's zeroed control slot, so it must fit in half.
 pub fn max_fragment(lines: usize) -> usize {
     (lines / 2) * LINE - CTRL
 }
@@ -69,7 +81,7 @@ fn control(seq: u16, tag: u8, len: usize) -> u64 {
 /// Why a push was refused. Nothing was written in either case.
 #[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
 pub enum PushError {
-    /// Not enough free lines until the consumer catches up.
+    /// Not enough free slots until the consumer catches up.
     #[error("ring full")]
     Full,
     /// The fragment can never fit this ring.
@@ -84,10 +96,10 @@ pub enum PushError {
 
 /// The ring holds something no correct producer writes.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error("corrupt ring at line {line}: {reason}")]
+#[error("corrupt ring at slot {slot}: {reason}")]
 pub struct RingCorrupt {
-    /// Absolute line position of the bad control word.
-    pub line: u64,
+    /// Absolute slot position of the bad control word.
+    pub slot: u64,
     /// What was wrong.
     pub reason: String,
 }
@@ -128,6 +140,11 @@ impl RingMem {
         self.lines
     }
 
+    /// Number of slots.
+    fn slots(&self) -> usize {
+        self.lines * SLOTS_PER_LINE as usize
+    }
+
     fn head(&self) -> &AtomicU64 {
         // SAFETY: `new`'s contract: aligned, valid for the ring's life; AtomicU64 has the layout
         // of u64 and every access to this word (both processes) is atomic.
@@ -135,11 +152,11 @@ impl RingMem {
     }
 
     fn ctrl(&self, index: usize) -> &AtomicU64 {
-        debug_assert!(index < self.lines);
-        // SAFETY: index < lines so the word is inside the data area; line starts are 64-aligned;
+        debug_assert!(index < self.slots());
+        // SAFETY: index < slots so the word is inside the data area; slot starts are 32-aligned;
         // control words are only accessed atomically while they can be concurrently observed
         // (plain payload writes to the same bytes are ordered by the head/control handshake).
-        unsafe { &*self.data.as_ptr().add(index * LINE).cast::<AtomicU64>() }
+        unsafe { &*self.data.as_ptr().add(index * SLOT).cast::<AtomicU64>() }
     }
 }
 
@@ -152,6 +169,7 @@ unsafe impl Send for RingMem {}
 pub struct Producer {
     mem: RingMem,
     mask: u64,
+    /// Absolute slot where the next record starts.
     tail: u64,
     cached_head: u64,
     seq: u16,
@@ -165,7 +183,7 @@ impl Producer {
         let head = mem.head().load(Ordering::Acquire);
         Self {
             mem,
-            mask: mem.lines as u64 - 1,
+            mask: mem.slots() as u64 - 1,
             tail: head,
             cached_head: head,
             seq: 0,
@@ -182,36 +200,30 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), PushError> {
         let len = header.len() + payload.len();
-        if len <= ONE_LINE_MAX && len <= self.max_len {
-            return self.push_one_line(tag, header, payload, len);
+        if len <= ONE_SLOT_MAX && len <= self.max_len {
+            return self.push_one_slot(tag, header, payload, len);
         }
-        self.push_lines(tag, header, payload, len)
+        self.push_slots(tag, header, payload, len)
     }
 
-    /// The small-message path: a one-line record never needs a wrap marker (it fits at any
-    /// position), so only the free space is checked, and the bytes are copied inline.
+    /// The small-message path: a one-slot record fits at any position (no skip marker), so
+    /// only the free space is checked, and the bytes are copied inline.
     #[inline(always)]
-    fn push_one_line(
+    fn push_one_slot(
         &mut self,
         tag: u8,
         header: &[u8],
         payload: &[u8],
         len: usize,
     ) -> Result<(), PushError> {
-        let capacity = self.mem.lines as u64;
-        // The record's line plus the next one, whose control word is zeroed now.
-        if self.tail + 2 - self.cached_head > capacity {
-            self.cached_head = self.mem.head().load(Ordering::Acquire);
-            if self.tail + 2 - self.cached_head > capacity {
-                return Err(PushError::Full);
-            }
-        }
+        // The record's slot plus the next one, whose control word is zeroed now.
+        self.reserve(2)?;
         let index = (self.tail & self.mask) as usize;
-        // SAFETY: line `index` is free (checked against the consumer's head above) and inside
-        // the ring; nobody reads it until the release store below publishes it. The record's
-        // bytes (len <= ONE_LINE_MAX) stay inside the line.
+        // SAFETY: slot `index` is free (reserved above) and inside the ring; nobody reads it
+        // until the release store below publishes it. The record's bytes (len <= ONE_SLOT_MAX)
+        // stay inside the slot.
         unsafe {
-            let dst = self.mem.data.as_ptr().add(index * LINE + CTRL);
+            let dst = self.mem.data.as_ptr().add(index * SLOT + CTRL);
             copy_to_raw(header, dst);
             copy_to_raw(payload, dst.add(header.len()));
         }
@@ -219,9 +231,24 @@ impl Producer {
         Ok(())
     }
 
-    /// Records of several lines, with the wrap marker when one would straddle the ring's end.
+    /// Is there room for `slots` more slots? Reads the consumer's head only when the cached
+    /// copy says no.
+    #[inline(always)]
+    fn reserve(&mut self, slots: u64) -> Result<(), PushError> {
+        let capacity = self.mem.slots() as u64;
+        if self.tail + slots - self.cached_head > capacity {
+            self.cached_head = self.mem.head().load(Ordering::Acquire);
+            if self.tail + slots - self.cached_head > capacity {
+                return Err(PushError::Full);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records of several slots: line-aligned, after a skip marker when the tail is mid-line or
+    /// the record would straddle the ring's end.
     #[inline(never)]
-    fn push_lines(
+    fn push_slots(
         &mut self,
         tag: u8,
         header: &[u8],
@@ -234,55 +261,51 @@ impl Producer {
                 max: self.max_len,
             });
         }
-        let lines = record_lines(len) as u64;
-        let capacity = self.mem.lines as u64;
+        let slots = record_slots(len) as u64;
+        let capacity = self.mem.slots() as u64;
         let pos = self.tail & self.mask;
-        let skip = if pos + lines > capacity {
+        let to_line = pos.next_multiple_of(SLOTS_PER_LINE) - pos;
+        let skip = if pos + to_line + slots > capacity {
             capacity - pos
         } else {
-            0
+            to_line
         };
-        // +1: the line where the next record starts gets its control word zeroed now.
-        let need = skip + lines + 1;
-        if self.tail - self.cached_head + need > capacity {
-            self.cached_head = self.mem.head().load(Ordering::Acquire);
-            if self.tail - self.cached_head + need > capacity {
-                return Err(PushError::Full);
-            }
-        }
+        // +1: the slot where the next record starts gets its control word zeroed now.
+        self.reserve(skip + slots + 1)?;
         if skip > 0 {
-            // Line 0 holds stale bytes from the last lap: clear it before the consumer is sent
-            // there, then publish the wrap marker.
-            self.mem.ctrl(0).store(0, Ordering::Relaxed);
+            // The slot after the skip holds stale bytes from the last lap: clear it before the
+            // consumer is sent there, then publish the marker.
+            let landing = ((pos + skip) & self.mask) as usize;
+            self.mem.ctrl(landing).store(0, Ordering::Relaxed);
             self.mem
                 .ctrl(pos as usize)
-                .store(VALID | WRAP, Ordering::Release);
+                .store(VALID | SKIP | skip, Ordering::Release);
             self.tail += skip;
         }
         let index = (self.tail & self.mask) as usize;
-        // SAFETY: lines index..index+lines are free (checked against the consumer's head above)
-        // and inside the ring (the wrap guarantees index + lines <= capacity), so nobody else reads
-        // or writes them until the release store below publishes them.
+        // SAFETY: slots index..index+slots are free (reserved above) and inside the ring (the
+        // skip guarantees index + slots <= capacity), so nobody else reads or writes them until
+        // the release store below publishes them.
         unsafe {
-            let dst = self.mem.data.as_ptr().add(index * LINE + CTRL);
+            let dst = self.mem.data.as_ptr().add(index * SLOT + CTRL);
             std::ptr::copy_nonoverlapping(header.as_ptr(), dst, header.len());
             std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(header.len()), payload.len());
         }
-        self.publish_record(index, lines, tag, len);
+        self.publish_record(index, slots, tag, len);
         Ok(())
     }
 
-    /// Zero the control word where the next record will start, then publish the record at line
+    /// Zero the control word where the next record will start, then publish the record at slot
     /// `index` (whose bytes are written) and advance.
     #[inline(always)]
-    fn publish_record(&mut self, index: usize, lines: u64, tag: u8, len: usize) {
-        let next = ((self.tail + lines) & self.mask) as usize;
+    fn publish_record(&mut self, index: usize, slots: u64, tag: u8, len: usize) {
+        let next = ((self.tail + slots) & self.mask) as usize;
         self.mem.ctrl(next).store(0, Ordering::Relaxed);
         self.mem
             .ctrl(index)
             .store(control(self.seq, tag, len), Ordering::Release);
         self.seq = self.seq.wrapping_add(1);
-        self.tail += lines;
+        self.tail += slots;
     }
 }
 
@@ -291,6 +314,7 @@ impl Producer {
 pub struct Consumer {
     mem: RingMem,
     mask: u64,
+    /// Absolute slot of the next record.
     head: u64,
     published: u64,
     seq: u16,
@@ -303,7 +327,7 @@ impl Consumer {
         let head = mem.head().load(Ordering::Acquire);
         Self {
             mem,
-            mask: mem.lines as u64 - 1,
+            mask: mem.slots() as u64 - 1,
             head,
             published: head,
             seq: 0,
@@ -311,7 +335,7 @@ impl Consumer {
         }
     }
 
-    /// Is a record (or wrap marker) waiting? One load of the head line's control word: the
+    /// Is a record (or skip marker) waiting? One load of the head slot's control word: the
     /// idle poll of a progress loop.
     #[inline]
     pub fn ready(&self) -> bool {
@@ -325,24 +349,9 @@ impl Consumer {
     pub fn pop_with(&mut self, deliver: impl FnOnce(u8, &[u8])) -> Result<bool, RingCorrupt> {
         let index = (self.head & self.mask) as usize;
         let word = self.mem.ctrl(index).load(Ordering::Acquire);
-        // The common case in one comparison: valid, no wrap, no reserved bit, our sequence.
-        let expected = VALID | (u64::from(self.seq) << SEQ_SHIFT);
-        if word & !(TAG_MASK | LEN_MASK) == expected {
-            let len = (word & LEN_MASK) as usize;
-            let lines = record_lines(len);
-            if len <= self.max_len && index + lines <= self.mem.lines {
-                // SAFETY: index + lines <= ring lines (checked), so the bytes are inside the
-                // ring; the acquire load above ordered the producer's writes before our reads,
-                // and the producer does not touch these lines again until we publish a head
-                // past them.
-                let bytes = unsafe {
-                    std::slice::from_raw_parts(self.mem.data.as_ptr().add(index * LINE + CTRL), len)
-                };
-                deliver((word >> TAG_SHIFT) as u8, bytes);
-                self.seq = self.seq.wrapping_add(1);
-                self.head += lines as u64;
-                return Ok(true);
-            }
+        if self.is_record(word, index) {
+            self.deliver(word, index, deliver);
+            return Ok(true);
         }
         if word == 0 {
             return Ok(false);
@@ -350,7 +359,36 @@ impl Consumer {
         self.pop_unusual(word, index, deliver)
     }
 
-    /// A wrap marker (then the record at line 0), or a control word no correct producer writes.
+    /// The common case in one comparison: valid, no skip, no reserved bit, our sequence; and a
+    /// length that fits.
+    #[inline(always)]
+    fn is_record(&self, word: u64, index: usize) -> bool {
+        let expected = VALID | (u64::from(self.seq) << SEQ_SHIFT);
+        let len = (word & LEN_MASK) as usize;
+        word & !(TAG_MASK | LEN_MASK) == expected
+            && len <= self.max_len
+            && index + record_slots(len) <= self.mem.slots()
+    }
+
+    /// Hand the record `word` at slot `index` (checked by [`Consumer::is_record`]) to `deliver`
+    /// and advance past it.
+    #[inline(always)]
+    fn deliver(&mut self, word: u64, index: usize, deliver: impl FnOnce(u8, &[u8])) {
+        let len = (word & LEN_MASK) as usize;
+        // SAFETY: is_record checked index + record_slots(len) <= ring slots, so the bytes are
+        // inside the ring; the acquire load of `word` ordered the producer's writes before our
+        // reads, and the producer does not touch these slots again until we publish a head past
+        // them.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(self.mem.data.as_ptr().add(index * SLOT + CTRL), len)
+        };
+        deliver((word >> TAG_SHIFT) as u8, bytes);
+        self.seq = self.seq.wrapping_add(1);
+        self.head += record_slots(len) as u64;
+    }
+
+    /// A skip marker (then the record where it lands), or a control word no correct producer
+    /// writes.
     #[inline(never)]
     fn pop_unusual(
         &mut self,
@@ -358,30 +396,55 @@ impl Consumer {
         index: usize,
         deliver: impl FnOnce(u8, &[u8]),
     ) -> Result<bool, RingCorrupt> {
-        if word & VALID == 0 {
-            return Err(self.corrupt(format!("control word {word:#018x} lacks the valid bit")));
-        }
-        if word & WRAP != 0 {
-            if index == 0 || word != VALID | WRAP {
-                return Err(self.corrupt(format!("bad wrap marker {word:#018x} at index {index}")));
+        if word & (VALID | SKIP) == VALID | SKIP {
+            let skip = word & LEN_MASK;
+            let landing = index as u64 + skip;
+            let slots = self.mem.slots() as u64;
+            if word != VALID | SKIP | skip
+                || skip == 0
+                || landing > slots
+                || !landing.is_multiple_of(SLOTS_PER_LINE)
+            {
+                return Err(self.corrupt(format!("bad skip marker {word:#018x} at slot {index}")));
             }
-            self.head += self.mem.lines as u64 - index as u64;
-            // Recursion depth is one: a marker at line 0, where none is ever written, is refused
-            // above.
-            return self.pop_with(deliver);
+            self.head += skip;
+            // A producer writes one marker before a record, never two in a row: no loop here,
+            // so a hostile ring cannot keep us skipping.
+            let index = (self.head & self.mask) as usize;
+            let word = self.mem.ctrl(index).load(Ordering::Acquire);
+            if self.is_record(word, index) {
+                self.deliver(word, index, deliver);
+                return Ok(true);
+            }
+            if word == 0 {
+                return Ok(false);
+            }
+            if word & SKIP != 0 {
+                return Err(self.corrupt(format!("skip marker {word:#018x} right after a skip")));
+            }
+            return Err(self.diagnose(word));
+        }
+        Err(self.diagnose(word))
+    }
+
+    /// What is wrong with `word`, a control word that is neither a record nor a skip marker.
+    #[cold]
+    fn diagnose(&self, word: u64) -> RingCorrupt {
+        if word & VALID == 0 {
+            return self.corrupt(format!("control word {word:#018x} lacks the valid bit"));
         }
         if word & !(VALID | (0xFFFF << SEQ_SHIFT) | TAG_MASK | LEN_MASK) != 0 {
-            return Err(self.corrupt(format!("reserved bits set in {word:#018x}")));
+            return self.corrupt(format!("reserved bits set in {word:#018x}"));
         }
         let seq = (word >> SEQ_SHIFT) as u16;
         if seq != self.seq {
-            return Err(self.corrupt(format!("sequence {seq}, expected {}", self.seq)));
+            return self.corrupt(format!("sequence {seq}, expected {}", self.seq));
         }
         let len = (word & LEN_MASK) as usize;
-        Err(self.corrupt(format!(
-            "length {len} exceeds the limit of {} bytes",
+        self.corrupt(format!(
+            "length {len} exceeds the limit of {} bytes or the ring's end",
             self.max_len
-        )))
+        ))
     }
 
     /// Tell the producer how far we have read (frees the space). Cheap when nothing changed.
@@ -395,7 +458,7 @@ impl Consumer {
 
     fn corrupt(&self, reason: String) -> RingCorrupt {
         RingCorrupt {
-            line: self.head,
+            slot: self.head,
             reason,
         }
     }
@@ -447,13 +510,46 @@ pub(crate) mod tests {
         assert!(c.pop_with(|t, d| got = Some((t, d.to_vec()))).unwrap());
         assert_eq!(got, Some((7, b"hdrpayload".to_vec())));
         assert!(!c.pop_with(|_, _| panic!("empty ring delivered")).unwrap());
-        assert_eq!(record_lines(ONE_LINE_MAX), 1);
-        assert_eq!(record_lines(ONE_LINE_MAX + 1), 2);
+        assert_eq!(record_slots(ONE_SLOT_MAX), 1);
+        assert_eq!(record_slots(ONE_SLOT_MAX + 1), 2);
+        assert_eq!(record_slots(ONE_LINE_MAX), 2);
+    }
+
+    /// Where each record lands: one-slot records pack two per line, longer ones start on a
+    /// line (after a skip marker when the tail is mid-line), and every one arrives intact.
+    #[test]
+    fn small_records_share_lines_and_long_ones_start_on_a_line() {
+        let mut ring = HeapRing::new(16);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        let mut c = Consumer::new(mem, 1 << 20);
+        let mut expect = VecDeque::new();
+        // (length, slot where the record must start)
+        for (i, (len, slot)) in [(24, 0), (0, 1), (24, 2), (25, 4), (8, 6), (56, 8), (57, 10)]
+            .into_iter()
+            .enumerate()
+        {
+            let data = pattern(i as u64, len);
+            p.push(1, &data, &[]).unwrap();
+            let start = p.tail - record_slots(len) as u64;
+            assert_eq!(start, slot, "record {i} of {len} bytes");
+            expect.push_back(data);
+        }
+        // (After the 24-byte record at slot 2 the 25-byte one skipped slot 3.)
+        assert_eq!(mem.ctrl(3).load(Ordering::Relaxed), VALID | SKIP | 1);
+        // (8 bytes at slot 6 leaves the tail mid-line: the 56-byte record skipped slot 7.)
+        assert_eq!(mem.ctrl(7).load(Ordering::Relaxed), VALID | SKIP | 1);
+        while let Some(want) = expect.pop_front() {
+            let mut got = None;
+            assert!(c.pop_with(|_, d| got = Some(d.to_vec())).unwrap());
+            assert_eq!(got, Some(want));
+        }
+        assert!(!c.pop_with(|_, _| panic!("empty ring delivered")).unwrap());
     }
 
     #[test]
     fn every_split_of_a_one_line_record_arrives_intact() {
-        // The one-line path copies with overlapping word moves: check every header/payload
+        // The one-slot path copies with overlapping word moves: check every header/payload
         // split up to a full line, over stale bytes from earlier laps.
         let mut ring = HeapRing::new(64);
         let mem = ring.mem();
@@ -510,7 +606,10 @@ pub(crate) mod tests {
         for word in [
             1u64,
             VALID | 0xFFFF_FFFF,
-            VALID | WRAP | 5,
+            VALID | SKIP | 3,             // lands mid-line
+            VALID | SKIP,                 // skips nothing
+            VALID | SKIP | 34,            // lands past the ring's end
+            VALID | SKIP | (1 << 40) | 2, // reserved bits in a marker
             VALID | (3 << SEQ_SHIFT) | 4,
         ] {
             let mut ring = HeapRing::new(16);
@@ -522,16 +621,21 @@ pub(crate) mod tests {
                 "{word:#x}"
             );
         }
-        // A wrap marker at a non-zero index followed by garbage at line 0.
-        let mut ring = HeapRing::new(16);
-        let mem = ring.mem();
-        let mut p = Producer::new(mem, 512);
-        let mut c = Consumer::new(mem, 512);
-        p.push(0, &[], &[1; 10]).unwrap();
-        assert!(c.pop_with(|_, _| {}).unwrap());
-        mem.ctrl(1).store(VALID | WRAP, Ordering::Relaxed);
-        mem.ctrl(0).store(VALID | 1 << 20, Ordering::Relaxed);
-        assert!(c.pop_with(|_, _| panic!("garbage delivered")).is_err());
+        // A skip marker to the ring's end followed by garbage at slot 0, and a skip marker
+        // followed by another (a hostile ring must not keep the consumer skipping).
+        for (landing_word, landing) in [(VALID | 1 << 20, 0), (VALID | SKIP | 2, 4)] {
+            let mut ring = HeapRing::new(16);
+            let mem = ring.mem();
+            let mut p = Producer::new(mem, 512);
+            let mut c = Consumer::new(mem, 512);
+            p.push(0, &[], &[1; 10]).unwrap();
+            assert!(c.pop_with(|_, _| {}).unwrap());
+            let skip = if landing == 0 { 31 } else { 3 };
+            mem.ctrl(1).store(VALID | SKIP | skip, Ordering::Relaxed);
+            mem.ctrl(landing).store(landing_word, Ordering::Relaxed);
+            let err = c.pop_with(|_, _| panic!("garbage delivered")).unwrap_err();
+            assert!(err.reason.contains("skip") || landing == 0, "{err}");
+        }
     }
 
     /// Producer and consumer on two threads over heap memory: small enough for miri, which then

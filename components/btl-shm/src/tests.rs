@@ -477,8 +477,8 @@ fn corrupt_ring_reports_peer_failure() {
     a.send(1, 0x40, b"second", &[], SendHint::default())
         .unwrap();
     let mut sink = Sink::default();
-    // Damage the second record (line 1 of b's only ring) as a misbehaving peer could.
-    b.scribble_inbox_for_test(0, 64, &[0xff; 8]);
+    // Damage the second record (slot 1 of b's only ring) as a misbehaving peer could.
+    b.scribble_inbox_for_test(0, crate::ring::SLOT, &[0xff; 8]);
     progress_until_idle(&mut b, &mut sink);
     assert_eq!(sink.frags.len(), 1, "the intact record is delivered");
     assert_eq!(sink.failed.len(), 1);

@@ -898,7 +898,6 @@ impl Core {
         let (dest, buf, mode, pattern) = (s.peer, s.buf, s.mode, s.pattern);
         let hdr = MatchRepr {
             ctx: s.context,
-            src: self.me,
             tag: s.tag,
             seq: s.seq,
         };
@@ -1403,6 +1402,8 @@ impl Core {
         }
     }
 
+    /// An eager message from `peer`, the rank the BTL delivered it from: headers carry no
+    /// source rank, the BTL names the sender.
     #[inline]
     fn on_match(&mut self, peer: Rank, m: MatchRepr, payload: &[u8]) {
         let env = Envelope {
@@ -1411,18 +1412,18 @@ impl Core {
             tag: m.tag,
         };
         // The receive hot path: a well-formed, in-order message for the oldest posted receive.
-        if m.src == peer && m.tag >= 0 {
+        if m.tag >= 0 {
             if let Some(id) = self.matcher.arrive_posted(env, m.seq) {
                 self.deliver_eager(id, env, payload);
                 return;
             }
         }
-        self.on_match_general(peer, m, env, payload);
+        self.on_match_general(m, env, payload);
     }
 
     #[inline(never)]
-    fn on_match_general(&mut self, peer: Rank, m: MatchRepr, env: Envelope, payload: &[u8]) {
-        if m.src != peer || m.tag < 0 {
+    fn on_match_general(&mut self, m: MatchRepr, env: Envelope, payload: &[u8]) {
+        if m.tag < 0 {
             self.stats.dropped_malformed += 1;
             return;
         }
@@ -1449,7 +1450,8 @@ impl Core {
         payload: &[u8],
         rget: Option<(u64, Vec<RgetKey>)>,
     ) {
-        if info.hdr.src != peer || info.hdr.tag < 0 {
+        // As for MATCH, the source is the peer the BTL names; only the tag can be invalid.
+        if info.hdr.tag < 0 {
             self.stats.dropped_malformed += 1;
             return;
         }
@@ -1586,7 +1588,6 @@ impl Pml for Ob1 {
         let seq = core.matcher.next_send_seq(args.context, args.dest);
         let h = hdr::emit_match(&MatchRepr {
             ctx: args.context,
-            src: core.me,
             tag: args.tag,
             seq,
         });

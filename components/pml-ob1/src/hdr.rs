@@ -6,13 +6,18 @@
 //! little-endian. Every header starts with `type: u8, flags: u8, reserved: u16`.
 //!
 //! ```text
-//! MATCH  type flags rsv | ctx u32 | src u32 | tag i32 | seq u32                     (20 B) + data
-//! RNDV   MATCH fields   | msg_len u64 | src_req u64                                 (36 B) + first bytes
+//! MATCH  type flags rsv | ctx u32 | tag i32 | seq u32                               (16 B) + data
+//! RNDV   MATCH fields   | msg_len u64 | src_req u64                                 (32 B) + first bytes
 //! RGET   RNDV fields    | addr u64 | nkeys u8 | nkeys x (name_len u8, name, key_len u16, key)
 //! ACK    type flags rsv | src_req u64 | dst_req u64 | wanted u64                    (28 B)
 //! FRAG   type flags rsv | dst_req u64 | offset u64                                  (20 B) + data
 //! FIN    type flags rsv | src_req u64                                               (12 B)
 //! ```
+//!
+//! The envelope carries no source rank (Open MPI's `hdr_src`): every BTL names the sending
+//! peer with each fragment it delivers, and that is the message's source. A 16-byte MATCH
+//! keeps an 8-byte eager message at 24 bytes, one 32-byte slot of btl-shm's ring with its
+//! 8-byte control word.
 
 use thiserror::Error;
 
@@ -41,11 +46,11 @@ pub mod flags {
 }
 
 /// Length of a MATCH header.
-pub const MATCH_LEN: usize = 20;
+pub const MATCH_LEN: usize = 16;
 /// Length of a RNDV header.
-pub const RNDV_LEN: usize = 36;
+pub const RNDV_LEN: usize = 32;
 /// Length of the fixed part of an RGET header (before the keys).
-pub const RGET_FIXED_LEN: usize = 45;
+pub const RGET_FIXED_LEN: usize = 41;
 /// Length of an ACK header.
 pub const ACK_LEN: usize = 28;
 /// Length of a FRAG header.
@@ -74,13 +79,12 @@ mod field {
     pub const TYPE: usize = 0;
     pub const FLAGS: usize = 1;
     pub const CTX: Range<usize> = 4..8;
-    pub const SRC: Range<usize> = 8..12;
-    pub const TAG: Range<usize> = 12..16;
-    pub const SEQ: Range<usize> = 16..20;
-    pub const MSG_LEN: Range<usize> = 20..28;
-    pub const RNDV_SRC_REQ: Range<usize> = 28..36;
-    pub const ADDR: Range<usize> = 36..44;
-    pub const NKEYS: usize = 44;
+    pub const TAG: Range<usize> = 8..12;
+    pub const SEQ: Range<usize> = 12..16;
+    pub const MSG_LEN: Range<usize> = 16..24;
+    pub const RNDV_SRC_REQ: Range<usize> = 24..32;
+    pub const ADDR: Range<usize> = 32..40;
+    pub const NKEYS: usize = 40;
     pub const REQ_A: Range<usize> = 4..12;
     pub const REQ_B: Range<usize> = 12..20;
     pub const WANTED: Range<usize> = 20..28;
@@ -99,7 +103,6 @@ pub fn emit_match(m: &MatchRepr) -> [u8; MATCH_LEN] {
     let mut b = [0u8; MATCH_LEN];
     b[field::TYPE] = kind::MATCH;
     b[field::CTX].copy_from_slice(&m.ctx.to_le_bytes());
-    b[field::SRC].copy_from_slice(&m.src.to_le_bytes());
     b[field::TAG].copy_from_slice(&m.tag.to_le_bytes());
     b[field::SEQ].copy_from_slice(&m.seq.to_le_bytes());
     b
@@ -114,7 +117,6 @@ pub fn parse_match(data: &[u8]) -> Option<(MatchRepr, &[u8])> {
     }
     let m = MatchRepr {
         ctx: u32_at(data, field::CTX),
-        src: u32_at(data, field::SRC),
         tag: u32_at(data, field::TAG) as i32,
         seq: u32_at(data, field::SEQ),
     };
@@ -191,13 +193,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
-/// The matching envelope of MATCH/RNDV/RGET.
+/// The matching envelope of MATCH/RNDV/RGET. There is no source rank: the message's source is
+/// the peer the BTL reports the fragment from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatchRepr {
     /// Context id.
     pub ctx: u32,
-    /// Sender's world rank.
-    pub src: u32,
     /// Tag.
     pub tag: i32,
     /// Per-(context, peer) sequence number.
@@ -273,7 +274,6 @@ impl Repr {
         let b = p.buffer.as_ref();
         let envelope = || MatchRepr {
             ctx: u32_at(b, field::CTX),
-            src: u32_at(b, field::SRC),
             tag: u32_at(b, field::TAG) as i32,
             seq: u32_at(b, field::SEQ),
         };
@@ -353,7 +353,6 @@ impl Repr {
         b[3] = 0;
         let put_match = |b: &mut [u8], m: &MatchRepr| {
             b[field::CTX].copy_from_slice(&m.ctx.to_le_bytes());
-            b[field::SRC].copy_from_slice(&m.src.to_le_bytes());
             b[field::TAG].copy_from_slice(&m.tag.to_le_bytes());
             b[field::SEQ].copy_from_slice(&m.seq.to_le_bytes());
         };
@@ -434,8 +433,11 @@ mod tests {
     use super::*;
 
     fn match_repr() -> impl Strategy<Value = MatchRepr> {
-        (any::<u32>(), any::<u32>(), any::<i32>(), any::<u32>())
-            .prop_map(|(ctx, src, tag, seq)| MatchRepr { ctx, src, tag, seq })
+        (any::<u32>(), any::<i32>(), any::<u32>()).prop_map(|(ctx, tag, seq)| MatchRepr {
+            ctx,
+            tag,
+            seq,
+        })
     }
 
     fn rndv_repr() -> impl Strategy<Value = RndvRepr> {
@@ -543,12 +545,68 @@ mod tests {
     }
 
     #[test]
+    fn eager_8_byte_message_fits_one_32_byte_shm_slot() {
+        // btl-shm's 32-byte ring slot holds an 8-byte control word + MATCH + 8 payload bytes.
+        assert_eq!(MATCH_LEN, 16);
+        let m = MatchRepr {
+            ctx: 1,
+            tag: 2,
+            seq: 3,
+        };
+        let mut frag = emit_match(&m).to_vec();
+        frag.extend_from_slice(&[0xAB; 8]);
+        assert_eq!(frag.len(), 24);
+        assert!(8 + frag.len() <= 32);
+        assert_eq!(parse_match(&frag), Some((m, &[0xAB; 8][..])));
+    }
+
+    #[test]
+    fn wire_layout_is_pinned() {
+        let hdr = MatchRepr {
+            ctx: 0x0403_0201,
+            tag: -2,
+            seq: 0x0c0b_0a09,
+        };
+        let envelope = [
+            0, 0, 0, 0, 1, 2, 3, 4, 0xfe, 0xff, 0xff, 0xff, 9, 10, 11, 12,
+        ];
+        let mut m = envelope;
+        m[0] = kind::MATCH;
+        assert_eq!(emit_match(&hdr), m);
+        let rndv = RndvRepr {
+            hdr,
+            msg_len: 0x1817_1615_1413_1211,
+            src_req: 0x2827_2625_2423_2221,
+            sync: true,
+        };
+        let mut b = [0u8; RNDV_LEN];
+        Repr::Rndv(rndv).emit(&mut b).unwrap();
+        assert_eq!(b[..2], [kind::RNDV, flags::SYNC]);
+        assert_eq!(b[2..16], envelope[2..]);
+        assert_eq!(b[16..24], rndv.msg_len.to_le_bytes());
+        assert_eq!(b[24..32], rndv.src_req.to_le_bytes());
+        let rget = Repr::Rget {
+            rndv,
+            addr: 0x3837_3635_3433_3231,
+            keys: vec![RgetKey {
+                btl: "sm".into(),
+                key: vec![7],
+            }],
+        };
+        let mut g = vec![0u8; rget.header_len()];
+        assert_eq!(rget.emit(&mut g).unwrap(), RGET_FIXED_LEN + 6);
+        assert_eq!(g[0], kind::RGET);
+        assert_eq!(g[1..32], b[1..]);
+        assert_eq!(g[32..40], 0x3837_3635_3433_3231u64.to_le_bytes());
+        assert_eq!(g[40..], [1, 2, b's', b'm', 1, 0, 7]);
+    }
+
+    #[test]
     fn unknown_type_and_oversized_rndv_are_rejected() {
         assert_eq!(parse_any(&[99; 40]).unwrap_err(), HdrError::UnknownType(99));
         let r = Repr::Rndv(RndvRepr {
             hdr: MatchRepr {
                 ctx: 0,
-                src: 0,
                 tag: 0,
                 seq: 0,
             },

@@ -13,12 +13,8 @@ use rmca_pml_ob1::Ob1Config;
 fn forged() -> impl Strategy<Value = (Repr, Vec<u8>)> {
     // Request ids near the real ones (generation 1, small indices) to hit live requests.
     let req = prop_oneof![(0u64..8).prop_map(|i| (1u64 << 32) | i), any::<u64>()];
-    let env = (0u32..3, 0u32..3, -2i32..3, 0u32..4).prop_map(|(ctx, src, tag, seq)| MatchRepr {
-        ctx,
-        src,
-        tag,
-        seq,
-    });
+    // No source rank on the wire: a forged envelope is taken as from the link's peer.
+    let env = (0u32..3, -2i32..3, 0u32..4).prop_map(|(ctx, tag, seq)| MatchRepr { ctx, tag, seq });
     let rndv = (
         env.clone(),
         prop_oneof![0u64..100_000, any::<u64>()],

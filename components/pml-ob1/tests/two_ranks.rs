@@ -477,21 +477,35 @@ fn foreign_and_malformed_fragments_are_dropped_and_counted() {
     .emit(&mut fin)
     .unwrap();
     h[0].inject(1, rmca_pml_ob1::engine::TAG, &fin);
-    // A MATCH claiming to come from another rank than the link's peer.
+    // A MATCH with a negative (reserved) tag.
     let mut m = [0u8; rmca_pml_ob1::hdr::MATCH_LEN];
     rmca_pml_ob1::hdr::Repr::Match(rmca_pml_ob1::hdr::MatchRepr {
         ctx: 0,
-        src: 1,
-        tag: 0,
+        tag: -1,
         seq: 0,
     })
     .emit(&mut m)
     .unwrap();
     h[0].inject(1, rmca_pml_ob1::engine::TAG, &m);
+    // Headers name no source rank (a MATCH that once claimed another sender is now just a
+    // MATCH): a well-formed one is a message from the peer the BTL delivered it from. Context
+    // 5 keeps it apart from the real traffic below.
+    let mut m = rmca_pml_ob1::hdr::emit_match(&rmca_pml_ob1::hdr::MatchRepr {
+        ctx: 5,
+        tag: 3,
+        seq: 0,
+    })
+    .to_vec();
+    m.extend_from_slice(b"hi");
+    h[0].inject(1, rmca_pml_ob1::engine::TAG, &m);
     b.progress();
     assert_eq!(counter(&b, "pml.ob1.dropped_foreign"), 1);
     assert_eq!(counter(&b, "pml.ob1.dropped_malformed"), 4);
     assert_eq!(counter(&b, "pml.ob1.dropped_stray"), 2);
+    let mut y = [0u8; 2];
+    let r = recv(&mut b, &mut y, Source::Any, TagSel::Any, 5);
+    let st = wait_all(&mut a, &mut b, &[(Side::B, r)]);
+    assert_eq!((st[0].source, st[0].tag, &y), (0, 3, b"hi"));
     // The real traffic is unaffected.
     let s = send(&mut a, b"ok", 1, 0, 0);
     let mut x = [0u8; 2];

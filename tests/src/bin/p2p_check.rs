@@ -305,6 +305,68 @@ fn complete_all(w: &Communicator) {
     }
 }
 
+/// What a request reports through its life: a send completed when it started (eager) and one
+/// still outstanding (rendezvous) both give destination, tag and length; `test` returns the
+/// outcome once and then nothing; a receive's status names its source.
+fn request_states(w: &Communicator) {
+    if w.size() < 2 || w.rank() > 1 {
+        return;
+    }
+    const BIG: usize = 200 << 10; // rendezvous on shm
+    let peer = 1 - w.rank();
+    let big = vec![w.rank() as u8; BIG];
+    let mut got_small = [0u8; 8];
+    let mut got_big = vec![0u8; BIG];
+    let r_small = w.irecv(&mut got_small, peer, 11).unwrap();
+    let r_big = w.irecv(&mut got_big, peer, 12).unwrap();
+    let mut s_small = w.isend(b"8 bytes!", peer, 11).unwrap();
+    let s_big = w.isend(&big, peer, 12).unwrap();
+    let st = loop {
+        if let Some(outcome) = s_small.test() {
+            break outcome.unwrap();
+        }
+    };
+    check(
+        (st.source, st.tag, st.bytes) == (peer, 11, 8),
+        &format!("eager send status {st:?}"),
+    );
+    check(s_small.test().is_none(), "a spent request reports nothing");
+    let st = s_big.wait().unwrap();
+    check(
+        (st.source, st.tag, st.bytes) == (peer, 12, BIG),
+        &format!("rendezvous send status {st:?}"),
+    );
+    let st = r_small.wait().unwrap();
+    check(
+        (st.source, st.tag, st.bytes) == (peer, 11, 8),
+        &format!("receive status {st:?}"),
+    );
+    let st = r_big.wait().unwrap();
+    check(
+        (st.source, st.tag, st.bytes) == (peer, 12, BIG),
+        &format!("large receive status {st:?}"),
+    );
+    check(got_small == *b"8 bytes!", "eager payload");
+    check(
+        got_big.iter().all(|&v| v == peer as u8),
+        "rendezvous payload",
+    );
+    // A receive tested until it completes, then spent.
+    let mut token = [0u8; 4];
+    let mut r = w.irecv(&mut token, peer, 13).unwrap();
+    w.send(&[w.rank() as u8; 4], peer, 13).unwrap();
+    let st = loop {
+        if let Some(outcome) = r.test() {
+            break outcome.unwrap();
+        }
+    };
+    check(st.source == peer && st.bytes == 4, "tested receive status");
+    check(r.test().is_none(), "a spent receive reports nothing");
+    check(format!("{r:?}").contains("spent"), "debug names the state");
+    drop(r);
+    check(token == [peer as u8; 4], "tested receive payload");
+}
+
 fn main() {
     let case = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let u = rmca::init().unwrap_or_else(|e| {
@@ -339,6 +401,9 @@ fn main() {
     }
     if run("complete_all") {
         complete_all(&w);
+    }
+    if run("request_states") {
+        request_states(&w);
     }
     w.barrier().unwrap();
     if w.rank() == 0 {
