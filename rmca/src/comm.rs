@@ -550,29 +550,13 @@ impl Communicator {
 
 /// An outstanding non-blocking operation, borrowing its buffer for `'a`.
 /// Dropping it before completion waits for completion.
-///
-/// Stored flat (three words, no enum layout) rather than as a [`ReqState`]: a send loop pushes
-/// one per message, and an enum of differently shaped variants was spilled to the stack as
-/// four 8-byte stores and copied into the caller's vector with two 16-byte loads. Such a load
-/// cannot be forwarded from the store buffer and waited for it to drain behind the ring stores
-/// of the send (a fifth of the 8-byte message-rate loop, measured with perf). Plain fields stay
-/// in registers and are stored once, where the request lands.
 #[must_use = "a request must be waited on (dropping it waits)"]
 pub struct Request<'a> {
-    /// The communicator waiting for a request outstanding in the PML; `None` when nothing is
-    /// left there (completed at start, or outcome returned).
-    comm: Option<Communicator>,
-    /// Outstanding: the PML's request id. Completed at start: the message length in bytes.
-    word: u64,
-    /// Completed at start: the destination (communicator rank).
-    dest: u32,
-    /// Completed at start: the tag (never negative for a send). [`Request::SPENT`] once the
-    /// outcome was returned.
-    tag: i32,
+    state: ReqState,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
-/// Where a [`Request`] stands (a view taken out of it, see [`Request::take`]).
+/// Where a [`Request`] stands.
 #[derive(Debug)]
 enum ReqState {
     /// Outstanding in the PML; the communicator waits for it and translates its status.
@@ -586,25 +570,16 @@ enum ReqState {
 
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match &self.comm {
-            Some(_) => "pending",
-            None if self.tag == Self::SPENT => "spent",
-            None => "done",
-        };
-        f.debug_struct("Request").field("state", &state).finish()
+        f.debug_struct("Request")
+            .field("state", &self.state)
+            .finish()
     }
 }
 
 impl<'a> Request<'a> {
-    /// `tag` of a request whose outcome was returned (send tags are never negative).
-    const SPENT: i32 = -1;
-
     pub(crate) fn new(comm: Communicator, id: RequestId) -> Self {
         Self {
-            comm: Some(comm),
-            word: id.0,
-            dest: 0,
-            tag: 0,
+            state: ReqState::Pending(id, comm),
             _buf: PhantomData,
         }
     }
@@ -618,39 +593,24 @@ impl<'a> Request<'a> {
         tag: i32,
         bytes: usize,
     ) -> Self {
-        match started {
-            // `dest` was checked against the communicator size (a `u32` rank) and `tag` is
-            // not negative: both fit.
-            SendStart::Done => Self {
-                comm: None,
-                word: bytes as u64,
-                dest: dest as u32,
+        let state = match started {
+            SendStart::Done => ReqState::Done(Status {
+                source: dest,
                 tag,
-                _buf: PhantomData,
-            },
-            SendStart::Pending(id) => Self::new(comm.clone(), id),
-        }
-    }
-
-    /// The state, leaving the request spent.
-    #[inline]
-    fn take(&mut self) -> ReqState {
-        let tag = std::mem::replace(&mut self.tag, Self::SPENT);
-        match self.comm.take() {
-            Some(comm) => ReqState::Pending(RequestId(self.word), comm),
-            None if tag == Self::SPENT => ReqState::Spent,
-            None => ReqState::Done(Status {
-                source: self.dest as usize,
-                tag,
-                bytes: self.word as usize,
+                bytes,
             }),
+            SendStart::Pending(id) => ReqState::Pending(id, comm.clone()),
+        };
+        Self {
+            state,
+            _buf: PhantomData,
         }
     }
 
     /// Block until the operation completes.
     #[inline]
     pub fn wait(mut self) -> Result<Status> {
-        match self.take() {
+        match std::mem::replace(&mut self.state, ReqState::Spent) {
             ReqState::Pending(id, comm) => comm.wait_raw(id),
             ReqState::Done(st) => Ok(st),
             ReqState::Spent => Err(Error::InvalidArgument("request already completed".into())),
@@ -659,13 +619,13 @@ impl<'a> Request<'a> {
 
     /// Has the operation completed? `Some` returns its outcome (after which the request is spent).
     pub fn test(&mut self) -> Option<Result<Status>> {
-        let Some(comm) = &self.comm else {
-            return match self.take() {
+        let ReqState::Pending(id, comm) = &self.state else {
+            return match std::mem::replace(&mut self.state, ReqState::Spent) {
                 ReqState::Done(st) => Some(Ok(st)),
                 _ => None,
             };
         };
-        let id = RequestId(self.word);
+        let id = *id;
         let r = comm.shared().with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
@@ -678,7 +638,7 @@ impl<'a> Request<'a> {
             Ok(Some(st)) => comm.finish(st),
             Err(e) => Err(e),
         };
-        self.take();
+        self.state = ReqState::Spent;
         Some(outcome)
     }
 
@@ -712,16 +672,15 @@ impl<'a> Request<'a> {
         // writes to those lines.) Requests that completed when they started (eager sends) are
         // only looked at.
         for r in requests.iter_mut() {
-            let Some(comm) = &r.comm else {
+            let ReqState::Pending(id, ref comm) = r.state else {
                 continue;
             };
-            let id = RequestId(r.word);
             let outcome = match comm.shared().wait(id) {
                 Ok(st) if st.error.is_none() => Ok(()),
                 Ok(st) => comm.finish(st).map(|_| ()),
                 Err(e) => Err(e),
             };
-            r.take();
+            r.state = ReqState::Spent;
             if let Err(e) = outcome {
                 first_err.get_or_insert(e);
             }
@@ -753,8 +712,7 @@ impl<'a> Request<'a> {
 impl Drop for Request<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let Some(comm) = self.comm.take() {
-            let id = RequestId(self.word);
+        if let ReqState::Pending(id, comm) = std::mem::replace(&mut self.state, ReqState::Spent) {
             // The buffer is borrowed only as long as the request lives: finish the transfer
             // before the borrow ends.
             if let Err(e) = comm.wait_raw(id) {

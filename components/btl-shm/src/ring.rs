@@ -347,6 +347,17 @@ impl Consumer {
     /// record was delivered. Call [`Consumer::publish`] afterwards to give the space back.
     #[inline]
     pub fn pop_with(&mut self, deliver: impl FnOnce(u8, &[u8])) -> Result<bool, RingCorrupt> {
+        self.pop_at_head(deliver, true)
+    }
+
+    /// [`Consumer::pop_with`], following a skip marker only if `may_skip`: a producer writes one
+    /// marker before a record, never two in a row, so a hostile ring cannot keep us skipping.
+    #[inline(always)]
+    fn pop_at_head(
+        &mut self,
+        deliver: impl FnOnce(u8, &[u8]),
+        may_skip: bool,
+    ) -> Result<bool, RingCorrupt> {
         let index = (self.head & self.mask) as usize;
         let word = self.mem.ctrl(index).load(Ordering::Acquire);
         if self.is_record(word, index) {
@@ -356,7 +367,7 @@ impl Consumer {
         if word == 0 {
             return Ok(false);
         }
-        self.pop_unusual(word, index, deliver)
+        self.pop_unusual(word, index, deliver, may_skip)
     }
 
     /// The common case in one comparison: valid, no skip, no reserved bit, our sequence; and a
@@ -395,36 +406,25 @@ impl Consumer {
         word: u64,
         index: usize,
         deliver: impl FnOnce(u8, &[u8]),
+        may_skip: bool,
     ) -> Result<bool, RingCorrupt> {
-        if word & (VALID | SKIP) == VALID | SKIP {
-            let skip = word & LEN_MASK;
-            let landing = index as u64 + skip;
-            let slots = self.mem.slots() as u64;
-            if word != VALID | SKIP | skip
-                || skip == 0
-                || landing > slots
-                || !landing.is_multiple_of(SLOTS_PER_LINE)
-            {
-                return Err(self.corrupt(format!("bad skip marker {word:#018x} at slot {index}")));
-            }
-            self.head += skip;
-            // A producer writes one marker before a record, never two in a row: no loop here,
-            // so a hostile ring cannot keep us skipping.
-            let index = (self.head & self.mask) as usize;
-            let word = self.mem.ctrl(index).load(Ordering::Acquire);
-            if self.is_record(word, index) {
-                self.deliver(word, index, deliver);
-                return Ok(true);
-            }
-            if word == 0 {
-                return Ok(false);
-            }
-            if word & SKIP != 0 {
-                return Err(self.corrupt(format!("skip marker {word:#018x} right after a skip")));
-            }
+        if word & (VALID | SKIP) != VALID | SKIP {
             return Err(self.diagnose(word));
         }
-        Err(self.diagnose(word))
+        if !may_skip {
+            return Err(self.corrupt(format!("skip marker {word:#018x} right after a skip")));
+        }
+        let skip = word & LEN_MASK;
+        let landing = index as u64 + skip;
+        if word != VALID | SKIP | skip
+            || skip == 0
+            || landing > self.mem.slots() as u64
+            || !landing.is_multiple_of(SLOTS_PER_LINE)
+        {
+            return Err(self.corrupt(format!("bad skip marker {word:#018x} at slot {index}")));
+        }
+        self.head += skip;
+        self.pop_at_head(deliver, false)
     }
 
     /// What is wrong with `word`, a control word that is neither a record nor a skip marker.
