@@ -242,7 +242,37 @@ pub trait Pml {
         request: RequestId,
         between: Option<&mut dyn FnMut() -> usize>,
     ) -> Result<Status, PmlError> {
-        spin_until_done(self, request, between, Self::test, Self::progress)
+        spin_until_done(self, request, &mut { between }, Self::test, Self::progress)
+    }
+
+    /// Progress until every request of `requests` completed and release them all
+    /// (`MPI_Waitall` with `MPI_STATUSES_IGNORE`): the loop of windowed transfers, one dynamic
+    /// call for the whole window. Requests that completed successfully produce nothing; the
+    /// status of each one that did not (truncation, peer failure, cancel) is appended to
+    /// `failed` with its index in `requests`. Every request is waited for even after a
+    /// failure, so no buffer is released while a transfer still uses it; an id the PML does not
+    /// know is skipped and the first such error returned at the end. The default waits for
+    /// each in turn with [`Pml::wait`].
+    fn wait_all(
+        &mut self,
+        requests: &[RequestId],
+        mut between: Option<&mut dyn FnMut() -> usize>,
+        failed: &mut Vec<(usize, Status)>,
+    ) -> Result<(), PmlError> {
+        let mut first_err = None;
+        for (i, &id) in requests.iter().enumerate() {
+            let between = between
+                .as_mut()
+                .map(|f| &mut **f as &mut dyn FnMut() -> usize);
+            match self.wait(id, between) {
+                Ok(st) if st.error.is_none() => {}
+                Ok(st) => failed.push((i, st)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Counters for the profile, as `(name, value)` pairs (PML and its BTLs).
@@ -256,14 +286,15 @@ pub trait Pml {
 
 /// The loop of a blocking wait: `test` the request, and after each miss run a `progress` pass
 /// (and `between`), backing off when passes find nothing. [`Pml::wait`]'s default, and the core
-/// of a PML's own `wait`.
-pub fn spin_until_done<P: ?Sized>(
+/// of a PML's own `wait` and `wait_all` (whose `test` may return less than a [`Status`]).
+#[inline]
+pub fn spin_until_done<P: ?Sized, T>(
     pml: &mut P,
     request: RequestId,
-    mut between: Option<&mut dyn FnMut() -> usize>,
-    test: impl Fn(&mut P, RequestId) -> Result<Option<Status>, PmlError>,
+    between: &mut Option<&mut dyn FnMut() -> usize>,
+    test: impl Fn(&mut P, RequestId) -> Result<Option<T>, PmlError>,
     progress: impl Fn(&mut P) -> usize,
-) -> Result<Status, PmlError> {
+) -> Result<T, PmlError> {
     let mut backoff = crate::progress::Backoff::default();
     loop {
         if let Some(st) = test(pml, request)? {

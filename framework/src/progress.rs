@@ -88,6 +88,7 @@ impl Backoff {
     pub const SPIN_PASSES: u32 = 256;
 
     /// Note a pass with or without events; yields the CPU after a long idle streak.
+    #[inline]
     pub fn pass(&mut self, events: usize) {
         if events > 0 {
             self.idle = 0;

@@ -253,6 +253,22 @@ impl Runtime {
         self.pml.wait(request, Some(&mut between))
     }
 
+    /// Drive progress until every request of `requests` completed (see [`Pml::wait_all`]):
+    /// the statuses of those that failed are appended to `failed` with their index.
+    #[inline]
+    pub fn wait_all(
+        &mut self,
+        requests: &[crate::pml::RequestId],
+        failed: &mut Vec<(usize, crate::pml::Status)>,
+    ) -> Result<(), PmlError> {
+        if self.progress_engine.is_empty() {
+            return self.pml.wait_all(requests, None, failed);
+        }
+        let engine = &mut self.progress_engine;
+        let mut between = || engine.run();
+        self.pml.wait_all(requests, Some(&mut between), failed)
+    }
+
     /// Time spent in [`Runtime::init`].
     pub fn init_time(&self) -> std::time::Duration {
         self.init_time

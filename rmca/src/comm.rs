@@ -665,25 +665,49 @@ impl<'a> Request<'a> {
     /// `MPI_STATUSES_IGNORE`): the loop of windowed transfers. The first error is returned
     /// after all requests completed.
     pub fn complete_all(mut requests: Vec<Request<'a>>) -> Result<()> {
+        // Requests that completed when they started (eager sends) are only looked at; the
+        // others go to the PML in one call, which waits for them in order.
+        let outcome = {
+            let mut pending = requests.iter().filter_map(|r| match &r.state {
+                ReqState::Pending(id, comm) => Some((*id, comm)),
+                _ => None,
+            });
+            let Some((first, comm)) = pending.next() else {
+                return Ok(());
+            };
+            let shared = comm.shared();
+            let mut ids = shared.take_batch();
+            ids.push(first);
+            ids.extend(pending.map(|(id, _)| id));
+            let outcome = shared.wait_all(&ids);
+            shared.give_batch(ids);
+            outcome
+        };
+        // Every request the PML knew is released now, failed or not.
+        let failed = match outcome {
+            Ok(failed) => failed,
+            Err(e) => {
+                for r in &mut requests {
+                    r.state = ReqState::Spent;
+                }
+                return Err(e);
+            }
+        };
         let mut first_err = None;
-        // In order, each wait returning as soon as its request completed. (Waiting for the
-        // last first, so that one wait takes in a whole window, measured 15% slower here: the
-        // receiver then polls the ring right behind the sender, which slows the sender's
-        // writes to those lines.) Requests that completed when they started (eager sends) are
-        // only looked at.
-        for r in requests.iter_mut() {
-            let ReqState::Pending(id, ref comm) = r.state else {
+        let mut pending_index = 0;
+        let mut failed = failed.into_iter().peekable();
+        for mut r in requests {
+            let ReqState::Pending(_, comm) = std::mem::replace(&mut r.state, ReqState::Spent)
+            else {
                 continue;
             };
-            let outcome = match comm.shared().wait(id) {
-                Ok(st) if st.error.is_none() => Ok(()),
-                Ok(st) => comm.finish(st).map(|_| ()),
-                Err(e) => Err(e),
-            };
-            r.state = ReqState::Spent;
-            if let Err(e) = outcome {
-                first_err.get_or_insert(e);
+            if failed.peek().is_some_and(|(i, _)| *i == pending_index) {
+                let (_, st) = failed.next().expect("peeked");
+                if let Err(e) = comm.finish(st) {
+                    first_err.get_or_insert(e);
+                }
             }
+            pending_index += 1;
         }
         first_err.map_or(Ok(()), Err)
     }

@@ -128,6 +128,9 @@ impl From<u32> for Src {
 pub(crate) struct Shared {
     rt: RefCell<Option<Runtime>>,
     coll: std::cell::OnceCell<coll::CollParams>,
+    /// The ids of a [`Request::complete_all`] batch, kept between calls (no allocation per
+    /// window).
+    batch: std::cell::Cell<Vec<RequestId>>,
 }
 
 impl Shared {
@@ -155,6 +158,30 @@ impl Shared {
     #[inline]
     pub(crate) fn wait(&self, id: RequestId) -> Result<rmca_framework::pml::Status> {
         self.with(|rt| Ok(rt.wait(id)?))
+    }
+
+    /// Progress until every request of `ids` completed; the statuses of those that failed
+    /// come back with their index in `ids`.
+    pub(crate) fn wait_all(
+        &self,
+        ids: &[RequestId],
+    ) -> Result<Vec<(usize, rmca_framework::pml::Status)>> {
+        let mut failed = Vec::new();
+        self.with(|rt| Ok(rt.wait_all(ids, &mut failed)?))?;
+        Ok(failed)
+    }
+
+    /// The batch buffer of [`Request::complete_all`] (empty), to be given back with
+    /// [`Shared::give_batch`].
+    pub(crate) fn take_batch(&self) -> Vec<RequestId> {
+        let mut v = self.batch.take();
+        v.clear();
+        v
+    }
+
+    /// Keep `v` for the next batch.
+    pub(crate) fn give_batch(&self, v: Vec<RequestId>) {
+        self.batch.set(v);
     }
 
     /// Start a send (the PML's fast path for eager messages).
@@ -202,6 +229,7 @@ impl Universe {
         let shared = Rc::new(Shared {
             rt: RefCell::new(Some(rt)),
             coll: std::cell::OnceCell::new(),
+            batch: Default::default(),
         });
         let world = Communicator::world(shared.clone(), rank, size);
         Self { shared, world }

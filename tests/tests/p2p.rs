@@ -74,4 +74,6 @@ fn request_reports_its_status_once_whether_done_at_start_or_pending() {
 fn complete_all_waits_for_every_request_then_reports_the_first_error() {
     p2p(2, "complete_all", &[]);
     p2p(3, "complete_all", &[]);
+    // pml dr waits through the framework's default `Pml::wait_all`.
+    p2p(2, "complete_all", &[("pml", "dr")]);
 }

@@ -621,23 +621,9 @@ impl ShmBtl {
         let mut bytes = 0;
         let mut bad_control = 0;
         loop {
-            match inb.consumer.pop_with(|tag, data| {
-                if tag >= TAG_HELP {
-                    if !Self::control(rank, tag, data, help) {
-                        bad_control += 1;
-                    }
-                    return;
-                }
-                bytes += data.len();
-                events.recv(rank, tag, data);
-            }) {
-                Ok(true) => {
-                    n += 1;
-                    if n == POLL_BUDGET || !events.wants_more() {
-                        break;
-                    }
-                }
-                Ok(false) => break,
+            let rec = match inb.consumer.peek() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
                 Err(e) => {
                     inb.failed = true;
                     stats.corrupt_rings += 1;
@@ -645,6 +631,18 @@ impl ShmBtl {
                     events.peer_failed(rank, &format!("btl shm: {e}"));
                     break;
                 }
+            };
+            let (tag, slots) = (rec.tag, rec.slots);
+            if tag < TAG_HELP {
+                bytes += rec.bytes.len();
+                events.recv(rank, tag, rec.bytes);
+            } else if !Self::control(rank, tag, rec.bytes, help) {
+                bad_control += 1;
+            }
+            inb.consumer.advance(slots);
+            n += 1;
+            if n == POLL_BUDGET || !events.wants_more() {
+                break;
             }
         }
         if n > 0 {

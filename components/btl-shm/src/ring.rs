@@ -309,6 +309,17 @@ impl Producer {
     }
 }
 
+/// A record returned by [`Consumer::peek`].
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// The tag it was pushed with.
+    pub tag: u8,
+    /// Its bytes (header then payload, as pushed).
+    pub bytes: &'a [u8],
+    /// Slots it takes: what [`Consumer::advance`] moves past.
+    pub slots: u64,
+}
+
 /// The receiving side of one ring.
 #[derive(Debug)]
 pub struct Consumer {
@@ -347,27 +358,39 @@ impl Consumer {
     /// record was delivered. Call [`Consumer::publish`] afterwards to give the space back.
     #[inline]
     pub fn pop_with(&mut self, deliver: impl FnOnce(u8, &[u8])) -> Result<bool, RingCorrupt> {
-        self.pop_at_head(deliver, true)
+        match self.peek()? {
+            Some(rec) => {
+                deliver(rec.tag, rec.bytes);
+                let slots = rec.slots;
+                self.advance(slots);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
-    /// [`Consumer::pop_with`], following a skip marker only if `may_skip`: a producer writes one
-    /// marker before a record, never two in a row, so a hostile ring cannot keep us skipping.
-    #[inline(always)]
-    fn pop_at_head(
-        &mut self,
-        deliver: impl FnOnce(u8, &[u8]),
-        may_skip: bool,
-    ) -> Result<bool, RingCorrupt> {
+    /// The next record, if one is waiting (a skip marker before it is followed). The record
+    /// stays in the ring until [`Consumer::advance`] moves past it (with its `slots`), and its
+    /// space until [`Consumer::publish`]. The drain loop of a progress pass: no closure, so the
+    /// loop's state stays in registers.
+    #[inline]
+    pub fn peek(&mut self) -> Result<Option<Record<'_>>, RingCorrupt> {
         let index = (self.head & self.mask) as usize;
         let word = self.mem.ctrl(index).load(Ordering::Acquire);
         if self.is_record(word, index) {
-            self.deliver(word, index, deliver);
-            return Ok(true);
+            return Ok(Some(self.record(word, index)));
         }
         if word == 0 {
-            return Ok(false);
+            return Ok(None);
         }
-        self.pop_unusual(word, index, deliver, may_skip)
+        self.peek_after_skip(word, index)
+    }
+
+    /// Move past the record [`Consumer::peek`] returned, which took `slots` slots.
+    #[inline]
+    pub fn advance(&mut self, slots: u64) {
+        self.seq = self.seq.wrapping_add(1);
+        self.head += slots;
     }
 
     /// The common case in one comparison: valid, no skip, no reserved bit, our sequence; and a
@@ -381,38 +404,35 @@ impl Consumer {
             && index + record_slots(len) <= self.mem.slots()
     }
 
-    /// Hand the record `word` at slot `index` (checked by [`Consumer::is_record`]) to `deliver`
-    /// and advance past it.
+    /// The record `word` at slot `index`, checked by [`Consumer::is_record`].
     #[inline(always)]
-    fn deliver(&mut self, word: u64, index: usize, deliver: impl FnOnce(u8, &[u8])) {
+    fn record(&self, word: u64, index: usize) -> Record<'_> {
         let len = (word & LEN_MASK) as usize;
         // SAFETY: is_record checked index + record_slots(len) <= ring slots, so the bytes are
         // inside the ring; the acquire load of `word` ordered the producer's writes before our
         // reads, and the producer does not touch these slots again until we publish a head past
-        // them.
+        // them (which needs `&mut self`, so not while the record is borrowed).
         let bytes = unsafe {
             std::slice::from_raw_parts(self.mem.data.as_ptr().add(index * SLOT + CTRL), len)
         };
-        deliver((word >> TAG_SHIFT) as u8, bytes);
-        self.seq = self.seq.wrapping_add(1);
-        self.head += record_slots(len) as u64;
+        Record {
+            tag: (word >> TAG_SHIFT) as u8,
+            bytes,
+            slots: record_slots(len) as u64,
+        }
     }
 
     /// A skip marker (then the record where it lands), or a control word no correct producer
-    /// writes.
+    /// writes. A producer writes one marker before a record, never two in a row, so a hostile
+    /// ring cannot keep us skipping.
     #[inline(never)]
-    fn pop_unusual(
+    fn peek_after_skip(
         &mut self,
         word: u64,
         index: usize,
-        deliver: impl FnOnce(u8, &[u8]),
-        may_skip: bool,
-    ) -> Result<bool, RingCorrupt> {
+    ) -> Result<Option<Record<'_>>, RingCorrupt> {
         if word & (VALID | SKIP) != VALID | SKIP {
             return Err(self.diagnose(word));
-        }
-        if !may_skip {
-            return Err(self.corrupt(format!("skip marker {word:#018x} right after a skip")));
         }
         let skip = word & LEN_MASK;
         let landing = index as u64 + skip;
@@ -424,7 +444,18 @@ impl Consumer {
             return Err(self.corrupt(format!("bad skip marker {word:#018x} at slot {index}")));
         }
         self.head += skip;
-        self.pop_at_head(deliver, false)
+        let index = (self.head & self.mask) as usize;
+        let word = self.mem.ctrl(index).load(Ordering::Acquire);
+        if self.is_record(word, index) {
+            return Ok(Some(self.record(word, index)));
+        }
+        if word == 0 {
+            return Ok(None);
+        }
+        if word & (VALID | SKIP) == VALID | SKIP {
+            return Err(self.corrupt(format!("skip marker {word:#018x} right after a skip")));
+        }
+        Err(self.diagnose(word))
     }
 
     /// What is wrong with `word`, a control word that is neither a record nor a skip marker.

@@ -26,6 +26,7 @@ use rmca_framework::pml::{
     spin_until_done, ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, SendStart,
     Source, Status, StatusError, Tag, TagSel,
 };
+use rmca_framework::progress::Backoff;
 use rmca_framework::rank::Rank;
 
 use crate::hdr::{self, MatchRepr, Packet, Repr, RgetKey, RndvRepr};
@@ -341,6 +342,33 @@ impl Slab {
         *g = g.wrapping_add(1).max(1);
         self.free.push(i as u32);
         Ok(Some(status))
+    }
+
+    /// If `id` completed successfully, release it (`Some(true)`); `Some(false)` if it
+    /// completed with an error (left for [`Slab::take_done`] to return its status); `None`
+    /// while it is in progress. [`Slab::take_done`] without building a status for a success:
+    /// the check of `wait_all`'s loop, which a status returned through memory for every
+    /// message would cost more than the check itself.
+    #[inline]
+    fn release_if_ok(&mut self, id: RequestId) -> Result<Option<bool>, ()> {
+        let (gen, i) = split_id(id);
+        let Some((g, req)) = self.slots.get_mut(i) else {
+            return Err(());
+        };
+        if *g != gen || req.phase == Phase::Free {
+            return Err(());
+        }
+        if req.phase != Phase::Done {
+            return Ok(None);
+        }
+        if req.error.is_some() {
+            return Ok(Some(false));
+        }
+        req.cold = None;
+        req.phase = Phase::Free;
+        *g = g.wrapping_add(1).max(1);
+        self.free.push(i as u32);
+        Ok(Some(true))
     }
 
     fn ids(&self) -> impl Iterator<Item = RequestId> + '_ {
@@ -1697,10 +1725,66 @@ impl Pml for Ob1 {
         // The BTLs stop delivering as soon as this request completes.
         self.core.awaited = Some(request);
         self.core.awaited_done = false;
-        let status = spin_until_done(self, request, between, Self::test, Self::progress_pass);
+        let status = spin_until_done(
+            self,
+            request,
+            &mut { between },
+            Self::test,
+            Self::progress_pass,
+        );
         self.core.awaited = None;
         self.core.awaited_done = false;
         status
+    }
+
+    fn wait_all(
+        &mut self,
+        requests: &[RequestId],
+        mut between: Option<&mut dyn FnMut() -> usize>,
+        failed: &mut Vec<(usize, Status)>,
+    ) -> Result<(), PmlError> {
+        let mut first_err = None;
+        // The BTLs deliver whatever they have until the *last* request completed (then as
+        // `wait` does, one record at a time): taking a window's messages in few passes rather
+        // than one pass per message raised the 8 B message rate 1.2x here. Stopping at the
+        // last keeps the next window's messages in the rings until receives are posted for
+        // them.
+        self.core.awaited = requests.last().copied();
+        self.core.awaited_done = requests.last().is_some_and(|&id| {
+            self.core
+                .reqs
+                .get_mut(id)
+                .is_some_and(|r| r.phase == Phase::Done)
+        });
+        // One loop over the window: a request found complete costs one check; progress
+        // passes run only while the next request is still in flight.
+        let mut backoff = Backoff::default();
+        let mut i = 0;
+        while let Some(&id) = requests.get(i) {
+            match self.core.reqs.release_if_ok(id) {
+                Ok(Some(true)) => {}
+                Ok(Some(false)) => {
+                    if let Ok(Some(status)) = self.core.reqs.take_done(id) {
+                        failed.push((i, status));
+                    }
+                }
+                Err(()) => {
+                    first_err.get_or_insert(PmlError::UnknownRequest(id));
+                }
+                Ok(None) => {
+                    let mut n = self.progress_pass();
+                    if let Some(f) = between.as_mut() {
+                        n += f();
+                    }
+                    backoff.pass(n);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        self.core.awaited = None;
+        self.core.awaited_done = false;
+        first_err.map_or(Ok(()), Err)
     }
 
     fn counters(&self) -> Vec<(String, u64)> {

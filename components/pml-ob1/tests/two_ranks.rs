@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use rmca_framework::btl::BtlFlags;
-use rmca_framework::pml::{Pml, Source, StatusError, TagSel};
+use rmca_framework::pml::{Pml, PmlError, RequestId, Source, StatusError, TagSel};
 use rmca_pml_ob1::{Ob1Config, Scheduling};
 
 fn one_rail(c: MemConfig) -> Vec<MemConfig> {
@@ -779,4 +779,69 @@ fn a_blocking_wait_stops_delivery_once_its_request_completed() {
         "waiting for the last took the rest"
     );
     assert_eq!(&bufs, &[*b"msg0", *b"msg1", *b"msg2"]);
+}
+
+#[test]
+fn wait_all_releases_every_request_and_reports_only_the_failures() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let (mut x, mut y, mut z) = ([0u8; 8], [0u8; 3], [0u8; 8]);
+    let r0 = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(1), 0);
+    let r1 = recv(&mut b, &mut y, Source::Rank(0), TagSel::Tag(1), 0);
+    let r2 = recv(&mut b, &mut z, Source::Rank(0), TagSel::Tag(1), 0);
+    for m in [b"first-8B", b"second!!", b"third-8B"] {
+        send(&mut a, m, 1, 1, 0);
+    }
+    // An id nobody issued sits in the middle: the others are still waited for and released.
+    let bogus = RequestId(u64::MAX);
+    let mut failed = Vec::new();
+    let outcome = b.wait_all(&[r0, r1, bogus, r2], None, &mut failed);
+    assert!(
+        matches!(outcome, Err(PmlError::UnknownRequest(id)) if id == bogus),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        failed.len(),
+        1,
+        "only the truncated receive reports: {failed:?}"
+    );
+    let (index, st) = &failed[0];
+    assert_eq!(*index, 1);
+    assert_eq!(
+        st.error(),
+        Some(&StatusError::Truncated {
+            message_len: 8,
+            received: 3
+        })
+    );
+    assert_eq!((st.source, st.tag, st.len), (0, 1, 3));
+    assert_eq!((&x, &y, &z), (b"first-8B", b"sec", b"third-8B"));
+    for r in [r0, r1, r2] {
+        assert!(b.test(r).is_err(), "request {r:?} was not released");
+    }
+    assert_eq!(b.live_requests(), 0);
+}
+
+#[test]
+fn wait_all_takes_a_window_and_leaves_the_next_message_in_the_btl() {
+    // Delivery goes on until the last request of the batch completed, then stops: a message
+    // for a receive outside the batch stays in the BTL.
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let mut bufs = [[0u8; 4]; 4];
+    let [w, x, y, z] = &mut bufs;
+    let r: Vec<RequestId> = [w, x, y, z]
+        .into_iter()
+        .map(|buf| recv(&mut b, buf, Source::Rank(0), TagSel::Tag(5), 0))
+        .collect();
+    for m in [b"msg0", b"msg1", b"msg2", b"msg3"] {
+        send(&mut a, m, 1, 5, 0);
+    }
+    let mut failed = Vec::new();
+    b.wait_all(&r[..3], None, &mut failed).unwrap();
+    assert!(failed.is_empty());
+    assert!(
+        b.test(r[3]).unwrap().is_none(),
+        "delivery stopped after the batch's last request"
+    );
+    b.wait_all(&r[3..], None, &mut failed).unwrap();
+    assert_eq!(&bufs, &[*b"msg0", *b"msg1", *b"msg2", *b"msg3"]);
 }
