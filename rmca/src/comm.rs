@@ -677,6 +677,7 @@ impl<'a> Request<'a> {
             };
             let shared = comm.shared();
             let mut ids = shared.take_batch();
+            ids.reserve(requests.len());
             ids.push(first);
             ids.extend(pending.map(|(id, _)| id));
             let outcome = shared.wait_all(&ids);
@@ -696,7 +697,7 @@ impl<'a> Request<'a> {
         let mut first_err = None;
         let mut pending_index = 0;
         let mut failed = failed.into_iter().peekable();
-        for mut r in requests {
+        for r in &mut requests {
             let ReqState::Pending(_, comm) = std::mem::replace(&mut r.state, ReqState::Spent)
             else {
                 continue;
@@ -736,9 +737,21 @@ impl<'a> Request<'a> {
 impl Drop for Request<'_> {
     #[inline]
     fn drop(&mut self) {
+        // Small enough to inline where a window of requests is dropped (they are done or spent
+        // by then); an outstanding one waits out of line.
+        if matches!(self.state, ReqState::Pending(..)) {
+            self.wait_on_drop();
+        }
+    }
+}
+
+impl Request<'_> {
+    /// Dropped while outstanding: the buffer is borrowed only as long as the request lives,
+    /// so finish the transfer before the borrow ends.
+    #[cold]
+    #[inline(never)]
+    fn wait_on_drop(&mut self) {
         if let ReqState::Pending(id, comm) = std::mem::replace(&mut self.state, ReqState::Spent) {
-            // The buffer is borrowed only as long as the request lives: finish the transfer
-            // before the borrow ends.
             if let Err(e) = comm.wait_raw(id) {
                 tracing::debug!("request dropped with error: {e}");
             }

@@ -248,7 +248,15 @@ fn eager_rdma_ring_wraps_many_times() {
             received >= 10 * 4,
             "pml {pml}: a 4-slot ring wrapped at least 10 times ({received} slots consumed)"
         );
-        assert_eq!(rc(&p, "eager_rdma_sent"), received);
+        // Counters are captured by each rank after the final barrier, so a control fragment
+        // sent after it (pml dr acknowledges the barrier's last message) can still be on its
+        // way to the other rank: it is counted as sent but not yet as received (seen once
+        // here, 1306 against 1305, in a loaded full-suite run). Nothing may be received twice.
+        let sent = rc(&p, "eager_rdma_sent");
+        assert!(
+            (received..=received + 2).contains(&sent),
+            "pml {pml}: {sent} eager RDMA fragments sent, {received} received"
+        );
     }
 }
 

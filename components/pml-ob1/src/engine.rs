@@ -275,6 +275,19 @@ impl Req {
     }
 }
 
+/// What [`Slab::settle`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settle {
+    /// Still in progress.
+    Pending,
+    /// Completed successfully, and released.
+    Released,
+    /// Completed with an error; still held (its status is to be taken).
+    Failed,
+    /// Not an outstanding request.
+    Unknown,
+}
+
 /// Requests in a slab: ids are index + generation, so a stale id (or a forged one in a
 /// packet) never reaches a reused slot. A released slot keeps its [`Req`] with
 /// [`Phase::Free`] and nothing on the heap, so releasing and reusing one frees and drops
@@ -344,31 +357,33 @@ impl Slab {
         Ok(Some(status))
     }
 
-    /// If `id` completed successfully, release it (`Some(true)`); `Some(false)` if it
-    /// completed with an error (left for [`Slab::take_done`] to return its status); `None`
-    /// while it is in progress. [`Slab::take_done`] without building a status for a success:
-    /// the check of `wait_all`'s loop, which a status returned through memory for every
-    /// message would cost more than the check itself.
+    /// Where request `id` stands for `wait_all`, releasing it if it completed successfully:
+    /// [`Slab::take_done`] without building a status for a success (a status returned through
+    /// memory for every message would cost more than the check). A failed request is left for
+    /// [`Slab::take_done`] to return its status.
     #[inline]
-    fn release_if_ok(&mut self, id: RequestId) -> Result<Option<bool>, ()> {
+    fn settle(&mut self, id: RequestId) -> Settle {
         let (gen, i) = split_id(id);
         let Some((g, req)) = self.slots.get_mut(i) else {
-            return Err(());
+            return Settle::Unknown;
         };
-        if *g != gen || req.phase == Phase::Free {
-            return Err(());
+        if *g != gen {
+            return Settle::Unknown;
         }
-        if req.phase != Phase::Done {
-            return Ok(None);
+        match req.phase {
+            Phase::Done if req.error.is_none() => {
+                if req.cold.is_some() {
+                    req.cold = None;
+                }
+                req.phase = Phase::Free;
+                *g = g.wrapping_add(1).max(1);
+                self.free.push(i as u32);
+                Settle::Released
+            }
+            Phase::Done => Settle::Failed,
+            Phase::Free => Settle::Unknown,
+            _ => Settle::Pending,
         }
-        if req.error.is_some() {
-            return Ok(Some(false));
-        }
-        req.cold = None;
-        req.phase = Phase::Free;
-        *g = g.wrapping_add(1).max(1);
-        self.free.push(i as u32);
-        Ok(Some(true))
     }
 
     fn ids(&self) -> impl Iterator<Item = RequestId> + '_ {
@@ -1434,27 +1449,34 @@ impl Core {
     /// source rank, the BTL names the sender.
     #[inline]
     fn on_match(&mut self, peer: Rank, m: MatchRepr, payload: &[u8]) {
-        let env = Envelope {
-            context: m.ctx,
-            source: peer,
-            tag: m.tag,
-        };
         // The receive hot path: a well-formed, in-order message for the oldest posted receive.
         if m.tag >= 0 {
+            let env = Envelope {
+                context: m.ctx,
+                source: peer,
+                tag: m.tag,
+            };
             if let Some(id) = self.matcher.arrive_posted(env, m.seq) {
                 self.deliver_eager(id, env, payload);
                 return;
             }
         }
-        self.on_match_general(m, env, payload);
+        // (The envelope is rebuilt there: one built here for both paths is spilled to the
+        // stack before the fast path's first test.)
+        self.on_match_general(peer, m, payload);
     }
 
     #[inline(never)]
-    fn on_match_general(&mut self, m: MatchRepr, env: Envelope, payload: &[u8]) {
+    fn on_match_general(&mut self, peer: Rank, m: MatchRepr, payload: &[u8]) {
         if m.tag < 0 {
             self.stats.dropped_malformed += 1;
             return;
         }
+        let env = Envelope {
+            context: m.ctx,
+            source: peer,
+            tag: m.tag,
+        };
         match self.matcher.arrive(env, m.seq, || {
             if let Some(mem) = &self.memory {
                 mem.alloc(payload.len());
@@ -1642,9 +1664,14 @@ impl Pml for Ob1 {
     }
 
     fn irecv(&mut self, args: RecvArgs) -> Result<RequestId, PmlError> {
-        if let Source::Rank(r) = args.source {
-            self.check_rank(r)?;
-        }
+        // Whether a specific source failed earlier (the lookup checks the rank too).
+        let source_dead = match args.source {
+            Source::Rank(r) => match self.core.dead.get(r as usize) {
+                Some(&dead) => dead,
+                None => return Err(self.check_rank(r).expect_err("rank out of range")),
+            },
+            Source::Any => false,
+        };
         if let TagSel::Tag(t) = args.tag {
             if t < 0 {
                 return Err(PmlError::BadTag(t));
@@ -1659,11 +1686,9 @@ impl Pml for Ob1 {
         let id = core.reqs.insert(Req::new_recv(&args));
         match core.matcher.post(args.context, args.source, args.tag, id) {
             Posted::Queued => {
-                if let Source::Rank(r) = args.source {
-                    if core.dead[r as usize] {
-                        core.matcher.cancel(args.context, &id);
-                        core.finish(id, r, 0, 0, Some(peer_failed(r, "peer failed earlier")));
-                    }
+                if let (true, Source::Rank(r)) = (source_dead, args.source) {
+                    core.matcher.cancel(args.context, &id);
+                    core.finish(id, r, 0, 0, Some(peer_failed(r, "peer failed earlier")));
                 }
             }
             Posted::Matched(env, u) => self.matched_on_post(id, env, u),
@@ -1743,7 +1768,6 @@ impl Pml for Ob1 {
         mut between: Option<&mut dyn FnMut() -> usize>,
         failed: &mut Vec<(usize, Status)>,
     ) -> Result<(), PmlError> {
-        let mut first_err = None;
         // The BTLs deliver whatever they have until the *last* request completed (then as
         // `wait` does, one record at a time): taking a window's messages in few passes rather
         // than one pass per message raised the 8 B message rate 1.2x here. Stopping at the
@@ -1758,33 +1782,26 @@ impl Pml for Ob1 {
         });
         // One loop over the window: a request found complete costs one check; progress
         // passes run only while the next request is still in flight.
+        let mut unknown = None;
         let mut backoff = Backoff::default();
         let mut i = 0;
         while let Some(&id) = requests.get(i) {
-            match self.core.reqs.release_if_ok(id) {
-                Ok(Some(true)) => {}
-                Ok(Some(false)) => {
-                    if let Ok(Some(status)) = self.core.reqs.take_done(id) {
-                        failed.push((i, status));
-                    }
-                }
-                Err(()) => {
-                    first_err.get_or_insert(PmlError::UnknownRequest(id));
-                }
-                Ok(None) => {
-                    let mut n = self.progress_pass();
-                    if let Some(f) = between.as_mut() {
-                        n += f();
-                    }
-                    backoff.pass(n);
+            match self.core.reqs.settle(id) {
+                Settle::Released => {}
+                Settle::Pending => {
+                    self.wait_pass(&mut between, &mut backoff);
                     continue;
+                }
+                Settle::Failed => self.take_failed(i, id, failed),
+                Settle::Unknown => {
+                    unknown.get_or_insert(id);
                 }
             }
             i += 1;
         }
         self.core.awaited = None;
         self.core.awaited_done = false;
-        first_err.map_or(Ok(()), Err)
+        unknown.map_or(Ok(()), |id| Err(PmlError::UnknownRequest(id)))
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
@@ -1863,6 +1880,30 @@ impl Ob1 {
             self.queue_start(args.dest, id);
         }
         id
+    }
+
+    /// One pass of a wait loop: progress, the runtime's functions, back-off. Out of line in
+    /// `wait_all`, so that its check of completed requests keeps its values in registers.
+    #[inline(never)]
+    fn wait_pass(
+        &mut self,
+        between: &mut Option<&mut dyn FnMut() -> usize>,
+        backoff: &mut Backoff,
+    ) {
+        let mut n = self.progress_pass();
+        if let Some(f) = between.as_mut() {
+            n += f();
+        }
+        backoff.pass(n);
+    }
+
+    /// `wait_all` found request `id` (its `i`-th) completed with an error: release it and
+    /// report its status.
+    #[cold]
+    fn take_failed(&mut self, i: usize, id: RequestId, failed: &mut Vec<(usize, Status)>) {
+        if let Ok(Some(status)) = self.core.reqs.take_done(id) {
+            failed.push((i, status));
+        }
     }
 
     /// A receive found its message already waiting.

@@ -305,11 +305,15 @@ fn seq_before(a: Seq, b: Seq) -> bool {
 impl<R, T> Matcher<R, T> {
     /// A matcher for a job of `nprocs` processes.
     pub fn new(nprocs: usize) -> Self {
+        // Context 0 (the world's) exists from the start, so that the last-used cache always
+        // names a real slot and its check is one comparison.
+        let mut index = IdMap::default();
+        index.insert(0, 0);
         Self {
             nprocs,
-            contexts: Vec::new(),
-            index: IdMap::default(),
-            last: (0, usize::MAX),
+            contexts: vec![ContextState::new(nprocs)],
+            index,
+            last: (0, 0),
             released: VecDeque::new(),
             stats: MatchStats::default(),
         }
@@ -328,7 +332,7 @@ impl<R, T> Matcher<R, T> {
     /// The slot of `context`, created on first use.
     #[inline(always)]
     fn slot(&mut self, context: ContextId) -> usize {
-        if self.last.0 == context && self.last.1 != usize::MAX {
+        if self.last.0 == context {
             return self.last.1;
         }
         self.slot_slow(context)
