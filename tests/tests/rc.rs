@@ -248,13 +248,14 @@ fn eager_rdma_ring_wraps_many_times() {
             received >= 10 * 4,
             "pml {pml}: a 4-slot ring wrapped at least 10 times ({received} slots consumed)"
         );
-        // Counters are captured by each rank after the final barrier, so a control fragment
-        // sent after it (pml dr acknowledges the barrier's last message) can still be on its
-        // way to the other rank: it is counted as sent but not yet as received (seen once
-        // here, 1306 against 1305, in a loaded full-suite run). Nothing may be received twice.
+        // Counters are captured by each rank after the final barrier, while pml dr may still
+        // acknowledge the barrier's last message: an ack sent before the sender's capture can
+        // be on its way at the receiver's (sent, not yet received: 1306 against 1305 once), and
+        // one sent after the sender's capture can arrive before the receiver's (received, not
+        // counted as sent: 1354 against 1355 once), each in a loaded full-suite run.
         let sent = rc(&p, "eager_rdma_sent");
         assert!(
-            (received..=received + 2).contains(&sent),
+            sent.abs_diff(received) <= 2,
             "pml {pml}: {sent} eager RDMA fragments sent, {received} received"
         );
     }

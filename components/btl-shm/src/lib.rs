@@ -100,14 +100,14 @@ impl Component for ShmComponent {
         params.add(
             Param::size("single_copy_min", ShmConfig::DEFAULT.single_copy_min as u64)
                 .help(
-                    "Messages shorter than this go through the rings (copy-in/copy-out) even when CMA \
-                     works (the BTL's min_rdma_pipeline_size); 0: the PML reads every rendezvous \
-                     message with one process_vm_readv. One copy instead of two halves the memory \
-                     traffic and leaves the sender free: on the 2-vCPU VM this is measured on, a \
-                     1 MiB ping-pong takes 84-88 us with CMA against 109-115 us through the rings, \
-                     and bidirectional bandwidth is 15.7-16.3 against 8.5 GB/s. Raise it where the \
-                     kernel makes process_vm_readv slow (compare with rmca-bench latency,bw,bibw \
-                     --conf cma=btl_shm_single_copy_min=0 --conf rings=btl_shm_single_copy_min=1G).",
+                    "Messages shorter than this go through the rings (streamed copy-in/copy-out) \
+                     even when CMA works (the BTL's min_rdma_pipeline_size); 0: the PML reads \
+                     every rendezvous message with process_vm_readv. On the 2-vCPU VM this is \
+                     measured on, the rings win below 512 KiB (256 KiB ping-pong 17-18 against \
+                     23-25 us, bandwidth 12.4-13 against 9.8 GB/s) and are even above, where one \
+                     copy instead of two halves the memory traffic. Compare on your machine with \
+                     rmca-bench latency,bw,bibw --conf cma=btl_shm_single_copy_min=0 \
+                     --conf rings=btl_shm_single_copy_min=1G.",
                 )
                 .level(Level::Tuning),
         );
@@ -123,6 +123,22 @@ impl Component for ShmComponent {
                      not help). 0: the receiver copies alone, like Open MPI's vader.",
                 )
                 .level(Level::Tuning),
+        );
+        params.add(
+            Param::size("stream_min", ShmConfig::DEFAULT.stream_min as u64)
+                .help(
+                    "Fragments of at least this many bytes are streamed through the ring: the \
+                     sender publishes the record first and then its bytes chunk by chunk, and the \
+                     receiver pulls what is written into its cache while the rest is being \
+                     written, so the two copies overlap. 0: never.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::size("stream_chunk", ShmConfig::DEFAULT.stream_chunk as u64)
+                .range(64, 1 << 30)
+                .help("Bytes of a streamed fragment written between two progress marks.")
+                .level(Level::Dev),
         );
         params.add(
             Param::int("latency", i64::from(ShmConfig::DEFAULT.latency_ns))
@@ -176,6 +192,8 @@ impl ShmConfig {
             single_copy: mode,
             single_copy_min: usize::try_from(get("single_copy_min")?).unwrap_or(usize::MAX),
             shared_copy_min: usize::try_from(get("shared_copy_min")?).unwrap_or(usize::MAX),
+            stream_min: usize::try_from(get("stream_min")?).unwrap_or(usize::MAX),
+            stream_chunk: usize::try_from(get("stream_chunk")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
             bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
             early_unlink: params

@@ -36,6 +36,10 @@ pub struct ShmConfig {
     pub single_copy_min: usize,
     /// Smallest get that both processes copy together (0: the receiver copies alone).
     pub shared_copy_min: usize,
+    /// Smallest fragment streamed through a ring (0: none).
+    pub stream_min: usize,
+    /// Bytes written between two progress stores of a streamed fragment.
+    pub stream_chunk: usize,
     /// Latency estimate (ns).
     pub latency_ns: u32,
     /// Bandwidth estimate (Mbit/s).
@@ -44,23 +48,34 @@ pub struct ShmConfig {
     pub early_unlink: bool,
 }
 
+/// Default fragment size: 32 KiB of payload plus room for the PML's header.
+const SHM_FRAGMENT: usize = 32 * 1024 + 64;
+
 impl ShmConfig {
     /// The documented defaults.
     pub const DEFAULT: ShmConfig = ShmConfig {
         fifo_size: 256 * 1024,
-        max_send_size: 32 * 1024,
-        // A whole fragment: up to 32 KiB a message in one ring record (two copies) beats a
-        // rendezvous round trip plus a process_vm_readv here (16 KiB ping-pong 2.5-2.7 us
-        // against 4.9 us, bandwidth 2x); at 64 KiB the single copy wins bidirectional
-        // bandwidth (15.4 against 8.9 GB/s at 32 KiB with a 64 KiB limit).
-        eager_limit: 32 * 1024,
+        // 32 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes), so that
+        // a 32 KiB message goes in one record instead of a rendezvous for its last bytes
+        // (32 KiB ping-pong 3.0 against 3.8 us here, 2026-11-24, paired runs). A fragment of
+        // 64 KiB was slower from 128 KiB up: the copy pipeline of a rendezvous overlaps less.
+        max_send_size: SHM_FRAGMENT,
+        // A whole fragment: streamed through the ring (see `ring`), a 32 KiB eager message
+        // beats any rendezvous here.
+        eager_limit: SHM_FRAGMENT,
         single_copy: CmaMode::Auto,
-        // Every rendezvous by CMA (see the parameter's help for the measurement).
-        single_copy_min: 0,
-        // From 64 KiB (the smallest rendezvous is 32 KiB + 1) sharing halves ping-pong time
-        // and raises bandwidth 1.3-1.5x here; bidirectional traffic, where both cores are
-        // busy anyway, is unchanged (see the parameter's help).
+        // Below 512 KiB the streamed rings beat process_vm_readv on the 2-vCPU VM (ping-pong
+        // 64 KiB 6.5-6.9 against 9.3 us, 128 KiB 10.8-11.1 against 15.6, 256 KiB 17-18
+        // against 23-25; bandwidth 12.4-13 against 9.8 GB/s at 256 KiB); from 512 KiB they
+        // are even (34-37 against 37-42 us, bidirectional bandwidth equal) and the single copy
+        // halves the memory traffic, which is what a node full of ranks runs out of.
+        single_copy_min: 512 * 1024,
+        // Sharing halves the ping-pong time of a CMA transfer and raises its bandwidth
+        // 1.3-1.5x here; bidirectional traffic, where both cores are busy anyway, is unchanged
+        // (see the parameter's help). It applies to every get from single_copy_min up.
         shared_copy_min: 64 * 1024,
+        stream_min: ring::STREAM_MIN,
+        stream_chunk: ring::STREAM_CHUNK,
         latency_ns: 150,
         bandwidth_mbps: 100_000,
         early_unlink: true,
@@ -101,7 +116,7 @@ impl Default for ShmConfig {
 mod layout {
     use super::LINE;
     pub const MAGIC: &[u8; 8] = b"RMCASHM\0";
-    pub const VERSION: u32 = 3;
+    pub const VERSION: u32 = 4;
     /// The info block at offset 0: magic (8), version, nrings, lines, rank, pid (u32 LE each).
     pub const INFO_LEN: usize = 28;
     /// Count of peers that mapped the segment (its own line: peers write it once).
@@ -558,7 +573,12 @@ impl ShmBtl {
         // only producer of this ring (one ring per sender, one shm module per rank).
         let mem = ring_in(&mapping, nrings as usize, peer_lines, ring)
             .ok_or_else(|| Self::bad(rank, "ring misaligned"))?;
-        let producer = Producer::new(mem, self.cfg.max_send_size);
+        let mut producer = Producer::new(mem, self.cfg.max_send_size);
+        let stream_min = match self.cfg.stream_min {
+            0 => usize::MAX,
+            n => n,
+        };
+        producer.set_streaming(stream_min, self.cfg.stream_chunk);
         mapping
             .atomic_u32(layout::OFF_ATTACHED)
             .fetch_add(1, Ordering::AcqRel);

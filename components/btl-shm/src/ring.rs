@@ -23,6 +23,21 @@
 //! end, where the consumer continues at slot 0. The control word is
 //! `VALID | seq << 40 | tag << 32 | len`; a skip marker is `VALID | SKIP | slots`.
 //!
+//! # Streamed records
+//! A record written in one go is seen by the consumer only once its last byte is written, and
+//! then every line moves between the cores while the consumer copies it out: the two copies of
+//! a message run one after the other. A record of at least the producer's streaming threshold
+//! (`btl_shm_stream_min`) is instead published *before* its bytes: control word
+//! `VALID | STREAM | pad << 56 | seq << 40 | tag << 32 | len`, then a progress word (bytes
+//! written so far), `pad` bytes, and the fragment. The producer raises the progress word
+//! (release) after every chunk; the consumer, finding the record incomplete, reads the lines
+//! written so far (pulling them into its cache while the producer writes the next chunk) and
+//! delivers the record once the progress word reaches `len`. `pad` puts the byte after the
+//! PML header on a 32-byte boundary, so that the payload copies on both sides run at full
+//! speed for 32-byte-aligned user buffers (glibc's `memcpy` of 16 KiB in cache, on the EPYC
+//! these figures come from: 93 GB/s when source and destination share their offset within 32
+//! bytes, 67 GB/s when they do not).
+//!
 //! The consumer polls the control word of its head slot. Stale bytes from an earlier lap must
 //! never look like a record, so before *publishing* a record or a skip marker (release store of
 //! its control word) the producer zeroes the control word of the slot where the consumer will
@@ -58,6 +73,15 @@ pub const ONE_LINE_MAX: usize = LINE - CTRL;
 
 const VALID: u64 = 1 << 63;
 const SKIP: u64 = 1 << 62;
+/// The record is streamed: its second word counts the bytes written so far.
+const STREAM: u64 = 1 << 61;
+/// Bytes before a streamed record's padding: control word and progress word.
+const STREAM_HDR: usize = 16;
+/// Where a streamed record's padding length sits in its control word (5 bits).
+const PAD_SHIFT: u32 = 56;
+const PAD_MASK: u64 = 0x1F << PAD_SHIFT;
+/// A streamed record's payload starts on this alignment in the ring.
+const PAYLOAD_ALIGN: usize = 32;
 const SEQ_SHIFT: u32 = 40;
 const TAG_SHIFT: u32 = 32;
 const LEN_MASK: u64 = 0xFFFF_FFFF;
@@ -68,10 +92,20 @@ pub const fn record_slots(len: usize) -> usize {
     (CTRL + len).div_ceil(SLOT)
 }
 
+/// Slots taken by a streamed record carrying `len` bytes.
+pub const fn stream_slots(pad: usize, len: usize) -> usize {
+    (STREAM_HDR + pad + len).div_ceil(SLOT)
+}
+
+/// Padding that puts the payload after a `header_len`-byte header on [`PAYLOAD_ALIGN`].
+fn stream_pad(header_len: usize) -> usize {
+    (PAYLOAD_ALIGN - (STREAM_HDR + header_len) % PAYLOAD_ALIGN) % PAYLOAD_ALIGN
+}
+
 /// The largest fragment a ring of `lines` lines accepts: a record may need up to twice its size
 /// (skip + record) plus the next record's zeroed control slot, so it must fit in half.
 pub fn max_fragment(lines: usize) -> usize {
-    (lines / 2) * LINE - CTRL
+    (lines / 2) * LINE - STREAM_HDR - (PAYLOAD_ALIGN - 1)
 }
 
 fn control(seq: u16, tag: u8, len: usize) -> u64 {
@@ -158,6 +192,40 @@ impl RingMem {
         // (plain payload writes to the same bytes are ordered by the head/control handshake).
         unsafe { &*self.data.as_ptr().add(index * SLOT).cast::<AtomicU64>() }
     }
+
+    /// The progress word of a streamed record starting at slot `index`.
+    fn progress(&self, index: usize) -> &AtomicU64 {
+        debug_assert!(index < self.slots());
+        // SAFETY: as for `ctrl`: the word right after the control word, 8-aligned, inside the
+        // record's first slot, only accessed atomically.
+        unsafe {
+            &*self
+                .data
+                .as_ptr()
+                .add(index * SLOT + CTRL)
+                .cast::<AtomicU64>()
+        }
+    }
+}
+
+/// Copy bytes `[from, to)` of `header ++ payload` to `dst + from`.
+///
+/// # Safety
+/// `dst + from .. dst + to` must be valid for writes and not overlap the inputs.
+unsafe fn copy_split(header: &[u8], payload: &[u8], from: usize, to: usize, dst: *mut u8) {
+    let h = header.len();
+    if from < h {
+        let e = to.min(h);
+        // SAFETY: caller's contract; [from, e) is inside `header`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(header.as_ptr().add(from), dst.add(from), e - from)
+        };
+    }
+    let (a, b) = (from.max(h), to);
+    if a < b {
+        // SAFETY: caller's contract; [a - h, b - h) is inside `payload`.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(a - h), dst.add(a), b - a) };
+    }
 }
 
 // SAFETY: RingMem is a pair of addresses into shared memory whose validity is guaranteed by the
@@ -174,7 +242,16 @@ pub struct Producer {
     cached_head: u64,
     seq: u16,
     max_len: usize,
+    /// Records of at least this many bytes are streamed.
+    stream_min: usize,
+    /// Bytes written between two progress stores of a streamed record.
+    stream_chunk: usize,
 }
+
+/// Default [`Producer::set_streaming`] threshold: records from this size are streamed.
+pub const STREAM_MIN: usize = 4096;
+/// Default [`Producer::set_streaming`] chunk.
+pub const STREAM_CHUNK: usize = 4096;
 
 impl Producer {
     /// The producer of `mem`, accepting fragments of up to `max_len` bytes (clamped to what the
@@ -188,7 +265,16 @@ impl Producer {
             cached_head: head,
             seq: 0,
             max_len: max_len.min(max_fragment(mem.lines)),
+            stream_min: STREAM_MIN,
+            stream_chunk: STREAM_CHUNK,
         }
+    }
+
+    /// Stream records of at least `min` bytes in chunks of `chunk` bytes (`min` = usize::MAX:
+    /// never). Streaming lets the consumer read a long record while it is being written.
+    pub fn set_streaming(&mut self, min: usize, chunk: usize) {
+        self.stream_min = min.max(ONE_LINE_MAX + 1);
+        self.stream_chunk = chunk.max(LINE);
     }
 
     /// Largest fragment accepted.
@@ -261,7 +347,13 @@ impl Producer {
                 max: self.max_len,
             });
         }
-        let slots = record_slots(len) as u64;
+        let stream = len >= self.stream_min;
+        let pad = stream_pad(header.len());
+        let slots = if stream {
+            stream_slots(pad, len)
+        } else {
+            record_slots(len)
+        } as u64;
         let capacity = self.mem.slots() as u64;
         let pos = self.tail & self.mask;
         let to_line = pos.next_multiple_of(SLOTS_PER_LINE) - pos;
@@ -283,6 +375,10 @@ impl Producer {
             self.tail += skip;
         }
         let index = (self.tail & self.mask) as usize;
+        if stream {
+            self.push_streamed(index, slots, pad, tag, header, payload);
+            return Ok(());
+        }
         // SAFETY: slots index..index+slots are free (reserved above) and inside the ring (the
         // skip guarantees index + slots <= capacity), so nobody else reads or writes them until
         // the release store below publishes them.
@@ -295,15 +391,51 @@ impl Producer {
         Ok(())
     }
 
+    /// A streamed record at slot `index` (reserved, `slots` long): its control word is published
+    /// first, then the bytes chunk by chunk, each chunk made visible by a release store of the
+    /// progress word, so that the consumer can pull the lines written so far into its cache
+    /// while the rest is being written.
+    fn push_streamed(
+        &mut self,
+        index: usize,
+        slots: u64,
+        pad: usize,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) {
+        let len = header.len() + payload.len();
+        let mem = self.mem;
+        let progress = mem.progress(index);
+        progress.store(0, Ordering::Relaxed);
+        // Publishes the zeroed progress word with the control word (release).
+        let word = control(self.seq, tag, len) | STREAM | (pad as u64) << PAD_SHIFT;
+        self.publish_record_word(index, slots, word);
+        // SAFETY: the record's slots are reserved for us: the consumer only reads bytes below
+        // the progress word's value, which we raise after writing them.
+        let base = unsafe { self.mem.data.as_ptr().add(index * SLOT + STREAM_HDR + pad) };
+        let mut done = 0;
+        while done < len {
+            let end = (done + self.stream_chunk).min(len);
+            // SAFETY: [done, end) lies in the record (end <= len) and is not yet visible.
+            unsafe { copy_split(header, payload, done, end, base) };
+            progress.store(end as u64, Ordering::Release);
+            done = end;
+        }
+    }
+
     /// Zero the control word where the next record will start, then publish the record at slot
     /// `index` (whose bytes are written) and advance.
     #[inline(always)]
     fn publish_record(&mut self, index: usize, slots: u64, tag: u8, len: usize) {
+        self.publish_record_word(index, slots, control(self.seq, tag, len));
+    }
+
+    #[inline(always)]
+    fn publish_record_word(&mut self, index: usize, slots: u64, word: u64) {
         let next = ((self.tail + slots) & self.mask) as usize;
         self.mem.ctrl(next).store(0, Ordering::Relaxed);
-        self.mem
-            .ctrl(index)
-            .store(control(self.seq, tag, len), Ordering::Release);
+        self.mem.ctrl(index).store(word, Ordering::Release);
         self.seq = self.seq.wrapping_add(1);
         self.tail += slots;
     }
@@ -330,6 +462,9 @@ pub struct Consumer {
     published: u64,
     seq: u16,
     max_len: usize,
+    /// Byte offset in the ring up to which the streamed record at the head was pulled into this
+    /// core's cache (0 after every record).
+    pulled_to: usize,
 }
 
 impl Consumer {
@@ -343,6 +478,7 @@ impl Consumer {
             published: head,
             seq: 0,
             max_len: max_len.min(max_fragment(mem.lines)),
+            pulled_to: 0,
         }
     }
 
@@ -391,6 +527,7 @@ impl Consumer {
     pub fn advance(&mut self, slots: u64) {
         self.seq = self.seq.wrapping_add(1);
         self.head += slots;
+        self.pulled_to = 0;
     }
 
     /// The common case in one comparison: valid, no skip, no reserved bit, our sequence; and a
@@ -431,6 +568,9 @@ impl Consumer {
         word: u64,
         index: usize,
     ) -> Result<Option<Record<'_>>, RingCorrupt> {
+        if word & (VALID | SKIP | STREAM) == VALID | STREAM {
+            return self.peek_streamed(word, index);
+        }
         if word & (VALID | SKIP) != VALID | SKIP {
             return Err(self.diagnose(word));
         }
@@ -455,7 +595,60 @@ impl Consumer {
         if word & (VALID | SKIP) == VALID | SKIP {
             return Err(self.corrupt(format!("skip marker {word:#018x} right after a skip")));
         }
+        if word & (VALID | STREAM) == VALID | STREAM {
+            return self.peek_streamed(word, index);
+        }
         Err(self.diagnose(word))
+    }
+
+    /// A streamed record: until the progress word says it is complete, pull the lines written
+    /// since the last look into this core's cache, so that the transfer between the cores
+    /// overlaps the producer's writing and the bytes are local when the record is delivered.
+    #[inline(never)]
+    fn peek_streamed(
+        &mut self,
+        word: u64,
+        index: usize,
+    ) -> Result<Option<Record<'_>>, RingCorrupt> {
+        let len = (word & LEN_MASK) as usize;
+        let pad = ((word & PAD_MASK) >> PAD_SHIFT) as usize;
+        let expected = VALID | STREAM | (u64::from(self.seq) << SEQ_SHIFT);
+        if word & !(TAG_MASK | LEN_MASK | PAD_MASK) != expected
+            || len > self.max_len
+            || index + stream_slots(pad, len) > self.mem.slots()
+        {
+            return Err(self.diagnose(word & !(STREAM | PAD_MASK)));
+        }
+        let written = self.mem.progress(index).load(Ordering::Acquire);
+        if written > len as u64 {
+            return Err(self.corrupt(format!(
+                "streamed record of {len} bytes at slot {index} claims {written} written"
+            )));
+        }
+        let start = index * SLOT + STREAM_HDR + pad;
+        if (written as usize) < len {
+            // Whole lines only: a line the producer has yet to finish would bounce back to it.
+            let from = self.pulled_to.max(index * SLOT);
+            let to = (start + written as usize) & !(LINE - 1);
+            let data = self.mem.data.as_ptr();
+            for at in (from..to).step_by(LINE) {
+                // SAFETY: [index * SLOT, start + written) is inside the record (checked above)
+                // and written: the acquire load of the progress word ordered the producer's
+                // writes before this read.
+                unsafe { std::ptr::read_volatile(data.add(at)) };
+            }
+            self.pulled_to = from.max(to);
+            return Ok(None);
+        }
+        // SAFETY: the record lies inside the ring (checked above), all `len` bytes are written
+        // (acquire above), and the producer does not touch them again until we publish a head
+        // past them (which needs `&mut self`, so not while the record is borrowed).
+        let bytes = unsafe { std::slice::from_raw_parts(self.mem.data.as_ptr().add(start), len) };
+        Ok(Some(Record {
+            tag: (word >> TAG_SHIFT) as u8,
+            bytes,
+            slots: stream_slots(pad, len) as u64,
+        }))
     }
 
     /// What is wrong with `word`, a control word that is neither a record nor a skip marker.
@@ -600,6 +793,92 @@ pub(crate) mod tests {
         }
     }
 
+    /// Streamed records arrive intact for every header length (and so every padding), and the
+    /// byte after the header sits on a 32-byte boundary of the ring.
+    #[test]
+    fn streamed_records_arrive_intact_with_aligned_payloads() {
+        let mut ring = HeapRing::new(256);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        p.set_streaming(100, 64);
+        let mut c = Consumer::new(mem, 1 << 20);
+        let data_start = mem.data.as_ptr() as usize;
+        let mut i = 0u64;
+        for header_len in 0..=40 {
+            for len in [100, 101, 163, 1000, 4095] {
+                let bytes = pattern(i, len);
+                p.push(5, &bytes[..header_len], &bytes[header_len..])
+                    .unwrap();
+                let rec = c.peek().unwrap().expect("a complete streamed record");
+                assert_eq!(
+                    (rec.tag, rec.bytes),
+                    (5, &bytes[..]),
+                    "header {header_len}, {len} B"
+                );
+                let payload_at = rec.bytes.as_ptr() as usize + header_len - data_start;
+                assert_eq!(payload_at % PAYLOAD_ALIGN, 0, "header {header_len}");
+                let slots = rec.slots;
+                c.advance(slots);
+                c.publish();
+                i += 1;
+            }
+        }
+        // Below the threshold records are written in one go.
+        p.push(1, &[], &[9; 99]).unwrap();
+        let word = mem.ctrl(((p.tail - record_slots(99) as u64) & p.mask) as usize);
+        assert_eq!(word.load(Ordering::Relaxed) & STREAM, 0);
+    }
+
+    /// An incomplete streamed record is not delivered, and pulling its lines changes nothing.
+    #[test]
+    fn incomplete_streamed_record_waits_for_its_last_chunk() {
+        let mut ring = HeapRing::new(64);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        p.set_streaming(64, 64);
+        let mut c = Consumer::new(mem, 1 << 20);
+        let bytes = pattern(3, 1500);
+        p.push(2, &bytes[..16], &bytes[16..]).unwrap();
+        // Roll the progress word back, as if the producer were still writing.
+        let progress = mem.progress(0);
+        for written in [0, 1, 63, 64, 700, 1499] {
+            progress.store(written, Ordering::Release);
+            assert!(
+                c.peek().unwrap().is_none(),
+                "delivered at {written} of 1500"
+            );
+            assert!(c.ready(), "the record is visible while incomplete");
+        }
+        progress.store(1500, Ordering::Release);
+        let rec = c.peek().unwrap().expect("complete");
+        assert_eq!(rec.bytes, &bytes[..]);
+    }
+
+    #[test]
+    fn bad_streamed_records_are_reported() {
+        // (progress word, control word change) -> corrupt
+        let cases: [(u64, u64); 4] = [
+            (1501, 0),           // more written than the record holds
+            (0, 1 << SEQ_SHIFT), // wrong sequence
+            (0, 0x10_0000),      // length past the limit
+            (0, SKIP),           // streamed skip marker
+        ];
+        for (written, change) in cases {
+            let mut ring = HeapRing::new(64);
+            let mem = ring.mem();
+            let mut p = Producer::new(mem, 2000);
+            p.set_streaming(64, 64);
+            let mut c = Consumer::new(mem, 2000);
+            p.push(2, &[], &pattern(1, 1500)).unwrap();
+            let word = mem.ctrl(0).load(Ordering::Relaxed);
+            mem.ctrl(0).store(word ^ change, Ordering::Relaxed);
+            if written > 0 {
+                mem.progress(0).store(written, Ordering::Relaxed);
+            }
+            assert!(c.peek().is_err(), "written {written}, change {change:#x}");
+        }
+    }
+
     #[test]
     fn full_ring_refuses_then_recovers_after_publish() {
         let mut ring = HeapRing::new(16);
@@ -673,6 +952,17 @@ pub(crate) mod tests {
     /// checks the release/acquire protocol for data races on the payload bytes.
     #[test]
     fn two_threads_heap_ring() {
+        two_threads(usize::MAX);
+    }
+
+    /// The same with every record of 60 bytes or more streamed in 64-byte chunks: the consumer
+    /// sees records half written.
+    #[test]
+    fn two_threads_heap_ring_streamed() {
+        two_threads(60);
+    }
+
+    fn two_threads(stream_min: usize) {
         const COUNT: u64 = if cfg!(miri) { 300 } else { 20_000 };
         let mut ring = HeapRing::new(32);
         let mem = ring.mem();
@@ -693,6 +983,7 @@ pub(crate) mod tests {
             }
         });
         let mut p = Producer::new(mem, 1 << 20);
+        p.set_streaming(stream_min, 64);
         for i in 0..COUNT {
             let data = pattern(i, (i % 300) as usize);
             while p
@@ -715,7 +1006,8 @@ pub(crate) mod tests {
             let mem = ring.mem();
             for (i, w) in words.iter().enumerate() {
                 // Bias half the lines towards plausible control words.
-                let w = if valid & (1 << i) != 0 { VALID | (w & 0x00FF_FFFF_0000_03FF) } else { *w };
+                // ... some of them streamed (random pad; the next word is then read as progress).
+                let w = if valid & (1 << i) != 0 { VALID | (w & 0x3FFF_FFFF_0000_03FF) } else { *w };
                 mem.ctrl(i).store(w, Ordering::Relaxed);
             }
             let mut c = Consumer::new(mem, 512);
@@ -730,10 +1022,11 @@ pub(crate) mod tests {
         /// Against a queue model: any interleaving of pushes (random sizes), pops and publishes
         /// delivers exactly what was accepted, in order, and refuses only when really full.
         #[test]
-        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((0u8..4, 0usize..700), 1..400)) {
+        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((0u8..4, 0usize..700), 1..400), stream_min in prop_oneof![Just(usize::MAX), 57usize..700]) {
             let mut ring = HeapRing::new(32);
             let mem = ring.mem();
             let mut p = Producer::new(mem, 1 << 20);
+            p.set_streaming(stream_min, 64);
             let mut c = Consumer::new(mem, 1 << 20);
             let mut model: VecDeque<Vec<u8>> = VecDeque::new();
             let mut n = 0u64;

@@ -449,7 +449,8 @@ mod tests {
     }
 
     /// Two threads, two separate mappings of one real /dev/shm segment (as two processes would
-    /// see it): every record arrives once, in order, intact, through many wraps and full rings.
+    /// see it): every record arrives once, in order, intact, through many wraps and full rings;
+    /// records from 1000 bytes are streamed in 256-byte chunks.
     #[test]
     fn two_threads_over_a_real_segment() {
         const LINES: usize = 256; // 16 KiB: wraps and back-pressure happen constantly
@@ -493,6 +494,7 @@ mod tests {
             next
         });
         let mut p = Producer::new(tx_mem, 1 << 20);
+        p.set_streaming(1000, 256);
         let mut full = 0u64;
         for i in 0..COUNT {
             let data: Vec<u8> = (0..size_of(i)).map(|k| byte(i, k)).collect();

@@ -359,7 +359,7 @@ fn attributes_follow_the_parameters() {
     );
     assert_eq!(
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
-        (32 * 1024, 32 * 1024, 0)
+        (32 * 1024 + 64, 32 * 1024 + 64, 512 * 1024)
     );
     assert!(at.flags.contains(BtlFlags::SEND));
     let (_id, a, _b, _mem) = pair(&[
@@ -560,16 +560,16 @@ fn four_local_ranks_all_pairs() {
 }
 
 #[test]
-fn single_copy_threshold_defaults_to_every_rendezvous() {
-    // Through the component's init (as the runtime does): unset, CMA serves every rendezvous
-    // (the BTL's min_rdma_pipeline_size is 0); a value the user sets stands.
+fn single_copy_threshold_defaults_to_512k() {
+    // Through the component's init (as the runtime does): unset, CMA serves rendezvous of
+    // 512 KiB and more (the BTL's min_rdma_pipeline_size); a value the user sets stands.
     let id = job_id("sc");
     let nodes = [0, 0];
     let modex = LocalModex::new();
     let mem = MemoryAccounting::new();
     let j = job(0, &nodes, &id);
     let default = init(&j, &modex, &mem, &[]).unwrap();
-    assert_eq!(default[0].attributes().min_rdma_pipeline_size, 0);
+    assert_eq!(default[0].attributes().min_rdma_pipeline_size, 512 << 10);
     let id = job_id("sd");
     let j = job(0, &nodes, &id);
     let set = init(

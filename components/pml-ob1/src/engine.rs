@@ -473,6 +473,21 @@ pub(crate) struct Core {
     awaited_done: bool,
 }
 
+/// Granule of the message offsets where the fragments of a copied message start.
+const FRAG_ALIGN: usize = 64;
+
+/// Payload bytes for a fragment with room for `room`: whole multiples of [`FRAG_ALIGN`] when
+/// there is room for two, so that every fragment starts at the same offset within a cache line
+/// in the send and the receive buffer; a copy between buffers that differ in that offset runs
+/// markedly slower (glibc's `memcpy` of 16 KiB in cache here: 67 against 93 GB/s).
+fn frag_payload(room: usize) -> usize {
+    if room >= 2 * FRAG_ALIGN {
+        room & !(FRAG_ALIGN - 1)
+    } else {
+        room.max(1)
+    }
+}
+
 fn peer_failed(peer: Rank, reason: &str) -> StatusError {
     StatusError::PeerFailed {
         peer,
@@ -993,11 +1008,11 @@ impl Core {
         let cap = if len + hdr::RNDV_LEN <= a.eager_limit {
             len
         } else {
-            a.rndv_eager_limit.saturating_sub(hdr::RNDV_LEN)
+            frag_payload(a.rndv_eager_limit.saturating_sub(hdr::RNDV_LEN))
         };
         let first = len
             .min(cap)
-            .min(a.max_send_size.saturating_sub(hdr::RNDV_LEN));
+            .min(frag_payload(a.max_send_size.saturating_sub(hdr::RNDV_LEN)));
         let mut h = [0u8; hdr::RNDV_LEN];
         let _ = Repr::Rndv(rndv).emit(&mut h);
         match bml
@@ -1130,8 +1145,8 @@ impl Core {
                 return true;
             }
             let a = &self.attrs[seg.btl];
-            let chunk =
-                (seg.end - seg.next).min(a.max_send_size.saturating_sub(hdr::FRAG_LEN).max(1));
+            let chunk = (seg.end - seg.next)
+                .min(frag_payload(a.max_send_size.saturating_sub(hdr::FRAG_LEN)));
             let mut h = [0u8; hdr::FRAG_LEN];
             let _ = Repr::Frag {
                 dst_req: cold.dst_req,

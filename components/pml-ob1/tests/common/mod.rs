@@ -61,6 +61,8 @@ pub struct Link {
     pub frags: [u64; 2],
     pub bytes: [u64; 2],
     pub gets: u64,
+    /// `sent[r]`: the first 64 bytes of every fragment sent to rank r.
+    pub sent: [Vec<Vec<u8>>; 2],
 }
 
 #[derive(Clone, Default)]
@@ -171,6 +173,7 @@ impl Btl for MemBtl {
         let mut l = self.h.link.lock().unwrap();
         l.frags[peer as usize] += 1;
         l.bytes[peer as usize] += len as u64;
+        l.sent[peer as usize].push(v[..len.min(64)].to_vec());
         l.inbound[peer as usize].push_back((tag, v));
         self.h.sends.fetch_add(1, Ordering::Relaxed);
         Ok(())
