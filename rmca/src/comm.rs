@@ -13,6 +13,10 @@ use rmca_framework::rank::Rank;
 
 use crate::{Error, Result, Shared, Src, ANY_TAG};
 
+/// Largest receive of an exchange posted after its send (see `sendrecv_bytes`): above it, a
+/// message arriving first would be copied twice (unexpected queue, then the buffer).
+const SEND_FIRST_MAX: usize = 256;
+
 /// The outcome of a receive, a probe or a send, in communicator terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
@@ -295,27 +299,34 @@ impl Communicator {
         self.wait_raw(id)
     }
 
-    /// Simultaneous send and receive (deadlock-free exchange), on `context`.
-    #[allow(clippy::too_many_arguments)]
+    /// Simultaneous send and receive (deadlock-free exchange), on `context`. Receives of up
+    /// to [`SEND_FIRST_MAX`] bytes are posted after the send.
     pub(crate) fn sendrecv_bytes(
         &self,
-        send: &[u8],
-        dest: usize,
-        recv: &mut [u8],
-        src: Src,
-        tag: i32,
+        (send, dest, send_tag): (&[u8], usize, i32),
+        (recv, src, recv_tag): (&mut [u8], Src, i32),
         context: ContextId,
         pattern: CommPattern,
     ) -> Result<Status> {
-        let r = self.start_recv(UserBuf::from_mut_slice(recv), src, tag, context, pattern)?;
-        let s = self.start_send_fast(
-            UserBuf::from_slice(send),
-            dest,
-            tag,
+        let send = UserBuf::from_slice(send);
+        if recv.len() <= SEND_FIRST_MAX {
+            // A short message that arrives before its receive is posted costs one small copy;
+            // sending first takes the posting out of the exchange's critical path (2-rank
+            // zero-byte exchange 0.116 against 0.143 us here).
+            let s =
+                self.start_send_fast(send, dest, send_tag, context, SendMode::Standard, pattern)?;
+            let rs = self.recv_bytes(recv, src, recv_tag, context, pattern);
+            self.wait_send(s)?;
+            return rs;
+        }
+        let r = self.start_recv(
+            UserBuf::from_mut_slice(recv),
+            src,
+            recv_tag,
             context,
-            SendMode::Standard,
             pattern,
-        );
+        )?;
+        let s = self.start_send_fast(send, dest, send_tag, context, SendMode::Standard, pattern);
         // Whatever happens to the send, the receive must finish before `recv` is released.
         let rs = self.wait_raw(r);
         self.wait_send(s?)?;
@@ -440,11 +451,12 @@ impl Communicator {
         source: impl Into<Src>,
         recv_tag: i32,
     ) -> Result<Status> {
-        let r = self.irecv(recv, source, recv_tag)?;
-        let s = self.isend(send, dest, send_tag)?;
-        let st = r.wait();
-        s.wait()?;
-        st
+        self.sendrecv_bytes(
+            (bytemuck::cast_slice(send), dest, send_tag),
+            (bytemuck::cast_slice_mut(recv), source.into(), recv_tag),
+            self.inner.context,
+            CommPattern::Blocking,
+        )
     }
 
     /// Is a matching message waiting? Does not receive it.

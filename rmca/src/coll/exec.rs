@@ -58,11 +58,8 @@ pub(crate) fn run(
             }] => {
                 let (r, s) = split_pair(rr, sr, send, work, tmp)?;
                 let st = comm.sendrecv_bytes(
-                    s,
-                    *to,
-                    r,
-                    Src::Rank(*from),
-                    tag,
+                    (s, *to, tag),
+                    (r, Src::Rank(*from), tag),
                     ctx,
                     CommPattern::Collective,
                 )?;

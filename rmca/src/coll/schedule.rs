@@ -141,20 +141,22 @@ fn part(total: usize, n: usize, i: usize) -> Range<usize> {
 
 // ---------------------------------------------------------------- barrier
 
-/// Dissemination barrier: ceil(log2 n) rounds, each a zero-byte exchange at distance 2^k.
+/// The rounds of a dissemination barrier: ceil(log2 n) zero-byte exchanges at distance 2^k,
+/// as (rank sent to, rank received from).
+pub(crate) fn dissemination_rounds(n: usize, me: usize) -> impl Iterator<Item = (usize, usize)> {
+    std::iter::successors(Some(1usize), |d| d.checked_mul(2))
+        .take_while(move |&d| d < n)
+        .map(move |d| ((me + d) % n, (me + n - d) % n))
+}
+
+/// Dissemination barrier as a schedule (the facade runs [`dissemination_rounds`] directly;
+/// this form lets the schedule tests check that it synchronizes).
+#[cfg(test)]
 pub(crate) fn barrier_dissemination(n: usize, me: usize) -> Schedule {
     let mut s = Schedule::default();
-    let mut dist = 1;
-    while dist < n {
+    for (to, from) in dissemination_rounds(n, me) {
         let e = Region::work(0..0);
-        s.push(
-            vec![
-                recv((me + n - dist) % n, e.clone()),
-                send((me + dist) % n, e),
-            ],
-            vec![],
-        );
-        dist *= 2;
+        s.push(vec![recv(from, e.clone()), send(to, e)], vec![]);
     }
     s
 }
