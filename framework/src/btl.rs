@@ -87,6 +87,10 @@ pub struct BtlAttributes {
     pub rndv_eager_limit: usize,
     /// Largest fragment [`Btl::send`] accepts.
     pub max_send_size: usize,
+    /// Preferred size (header included) of the fragments that carry a rendezvous message by
+    /// send (ob1's FRAGs); the PML uses at most [`BtlAttributes::max_send_size`]. Smaller
+    /// fragments let the receiver start copying out sooner where the transport pipelines.
+    pub pipeline_frag_size: usize,
     /// Bytes of a large message sent by copy before switching to RDMA, when RDMA is offered.
     pub rdma_pipeline_send_length: usize,
     /// Largest single put/get.
@@ -109,6 +113,7 @@ impl Default for BtlAttributes {
             eager_limit: 4096,
             rndv_eager_limit: 4096,
             max_send_size: 64 * 1024,
+            pipeline_frag_size: usize::MAX,
             rdma_pipeline_send_length: 0,
             rdma_pipeline_frag_size: usize::MAX,
             min_rdma_pipeline_size: 0,

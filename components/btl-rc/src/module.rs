@@ -448,6 +448,7 @@ impl RcBtl {
             latency_ns: estimate.latency_ns,
             bandwidth_mbps: estimate.bandwidth_mbps,
             flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET,
+            ..BtlAttributes::default()
         };
         let card = CardRepr {
             provider: u8::from(kind == ProviderKind::Rdma),

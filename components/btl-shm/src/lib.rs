@@ -89,6 +89,31 @@ impl Component for ShmComponent {
                 .level(Level::Tuning),
         );
         params.add(
+            Param::size(
+                "rndv_eager_limit",
+                ShmConfig::DEFAULT.rndv_eager_limit as u64,
+            )
+            .range(64, 1 << 29)
+            .help(
+                "Bytes (PML header included) a rendezvous request carries through the rings \
+                     before the receiver asks for the rest; at most max_send_size.",
+            )
+            .level(Level::Tuning),
+        );
+        params.add(
+            Param::size(
+                "pipeline_frag_size",
+                ShmConfig::DEFAULT.pipeline_frag_size as u64,
+            )
+            .range(64, 1 << 29)
+            .help(
+                "Fragment size (PML header included) of a rendezvous message copied through \
+                     the rings (at most max_send_size): the receiver copies one fragment out while \
+                     the sender writes the next.",
+            )
+            .level(Level::Tuning),
+        );
+        params.add(
             Param::enumeration("single_copy", "auto", &["auto", "off", "require"])
                 .help(
                     "Cross-memory attach (process_vm_readv/writev) for large transfers: 'auto' uses it \
@@ -189,6 +214,8 @@ impl ShmConfig {
             fifo_size: usize::try_from(get("fifo_size")?).unwrap_or(usize::MAX),
             max_send_size: usize::try_from(get("max_send_size")?).unwrap_or(usize::MAX),
             eager_limit: usize::try_from(get("eager_limit")?).unwrap_or(usize::MAX),
+            rndv_eager_limit: usize::try_from(get("rndv_eager_limit")?).unwrap_or(usize::MAX),
+            pipeline_frag_size: usize::try_from(get("pipeline_frag_size")?).unwrap_or(usize::MAX),
             single_copy: mode,
             single_copy_min: usize::try_from(get("single_copy_min")?).unwrap_or(usize::MAX),
             shared_copy_min: usize::try_from(get("shared_copy_min")?).unwrap_or(usize::MAX),

@@ -30,6 +30,10 @@ pub struct ShmConfig {
     pub max_send_size: usize,
     /// Eager limit.
     pub eager_limit: usize,
+    /// Bytes a rendezvous request carries (header included).
+    pub rndv_eager_limit: usize,
+    /// Fragment size of a rendezvous copied through the rings (header included).
+    pub pipeline_frag_size: usize,
     /// CMA policy.
     pub single_copy: CmaMode,
     /// Smallest message for which the PML should use CMA (`min_rdma_pipeline_size`).
@@ -48,7 +52,8 @@ pub struct ShmConfig {
     pub early_unlink: bool,
 }
 
-/// Default fragment size: 32 KiB of payload plus room for the PML's header.
+/// Default fragment size: 32 KiB of payload plus room for the PML's header (the 64 bytes keep
+/// payloads whole multiples of a cache line).
 const SHM_FRAGMENT: usize = 32 * 1024 + 64;
 
 impl ShmConfig {
@@ -63,6 +68,12 @@ impl ShmConfig {
         // A whole fragment: streamed through the ring (see `ring`), a 32 KiB eager message
         // beats any rendezvous here.
         eager_limit: SHM_FRAGMENT,
+        // A rendezvous asks for its data early and gets it in small fragments, so that the
+        // receiver copies one out while the sender writes the next (paired runs here against
+        // 32 KiB for both: ping-pong 64 KiB 0.81x, 128 KiB 0.85x, 256 KiB 0.92x, bandwidth
+        // unchanged; 8 KiB fragments lost bandwidth).
+        rndv_eager_limit: 4 * 1024 + 64,
+        pipeline_frag_size: 16 * 1024 + 64,
         single_copy: CmaMode::Auto,
         // Below 512 KiB the streamed rings beat process_vm_readv on the 2-vCPU VM (ping-pong
         // 64 KiB 6.5-6.9 against 9.3 us, 128 KiB 10.8-11.1 against 15.6, 256 KiB 17-18
@@ -397,8 +408,10 @@ impl ShmBtl {
         }
         let attrs = BtlAttributes {
             eager_limit: cfg.eager_limit,
-            rndv_eager_limit: cfg.eager_limit,
+            // Both default above a lowered max_send_size: they are "at most" sizes.
+            rndv_eager_limit: cfg.rndv_eager_limit.min(cfg.max_send_size),
             max_send_size: cfg.max_send_size,
+            pipeline_frag_size: cfg.pipeline_frag_size.min(cfg.max_send_size),
             exclusivity: exclusivity::SHARED_MEMORY,
             min_rdma_pipeline_size: cfg.single_copy_min,
             latency_ns: cfg.latency_ns,

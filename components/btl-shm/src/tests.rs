@@ -361,18 +361,34 @@ fn attributes_follow_the_parameters() {
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
         (32 * 1024 + 64, 32 * 1024 + 64, 512 * 1024)
     );
+    assert_eq!(
+        (at.rndv_eager_limit, at.pipeline_frag_size),
+        (4 * 1024 + 64, 16 * 1024 + 64)
+    );
     assert!(at.flags.contains(BtlFlags::SEND));
     let (_id, a, _b, _mem) = pair(&[
         ("btl_shm_single_copy_min", "2M"),
         ("btl_shm_eager_limit", "2K"),
+        ("btl_shm_rndv_eager_limit", "1K"),
+        ("btl_shm_pipeline_frag_size", "8K"),
     ]);
+    let at = a.attributes();
     assert_eq!(
         (
-            a.attributes().eager_limit,
-            a.attributes().min_rdma_pipeline_size
+            at.eager_limit,
+            at.min_rdma_pipeline_size,
+            at.rndv_eager_limit,
+            at.pipeline_frag_size
         ),
-        (2048, 2 << 20)
+        (2048, 2 << 20, 1024, 8192)
     );
+    // A lowered max_send_size bounds the rendezvous sizes left at their defaults.
+    let (_id, a, _b, _mem) = pair(&[
+        ("btl_shm_max_send_size", "2K"),
+        ("btl_shm_eager_limit", "1K"),
+    ]);
+    let at = a.attributes();
+    assert_eq!((at.rndv_eager_limit, at.pipeline_frag_size), (2048, 2048));
 }
 
 #[test]

@@ -1145,8 +1145,8 @@ impl Core {
                 return true;
             }
             let a = &self.attrs[seg.btl];
-            let chunk = (seg.end - seg.next)
-                .min(frag_payload(a.max_send_size.saturating_sub(hdr::FRAG_LEN)));
+            let room = a.max_send_size.min(a.pipeline_frag_size);
+            let chunk = (seg.end - seg.next).min(frag_payload(room.saturating_sub(hdr::FRAG_LEN)));
             let mut h = [0u8; hdr::FRAG_LEN];
             let _ = Repr::Frag {
                 dst_req: cold.dst_req,

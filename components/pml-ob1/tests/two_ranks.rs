@@ -259,26 +259,40 @@ fn rendezvous_copy_pipeline() {
 
 /// With a BTL whose limits are not multiples of 64, the rendezvous still cuts a message at
 /// multiples of 64 bytes: every FRAG starts at the same offset within a cache line in the send
-/// and the receive buffer, so that its copies run at full speed.
+/// and the receive buffer, so that its copies run at full speed. FRAGs are no larger than the
+/// BTL's pipeline_frag_size.
 #[test]
 fn copied_fragments_start_on_cache_line_offsets_of_the_message() {
-    let rail = MemConfig {
-        eager_limit: 4000,
-        max_send_size: 10_000,
-        ..MemConfig::default()
-    };
-    let (_a, _b, h) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), &[200_000]);
-    let link = h[0].link.lock().unwrap();
-    let mut frags = 0;
-    for head in &link.sent[1] {
-        if let Ok((rmca_pml_ob1::hdr::Repr::Frag { offset, .. }, _)) =
-            rmca_pml_ob1::hdr::parse_any(head)
-        {
-            assert_eq!(offset % 64, 0, "FRAG at offset {offset}");
-            frags += 1;
+    for (max_send_size, pipeline_frag, payload) in
+        [(10_000, usize::MAX, 9920), (64 << 10, 5000, 4928)]
+    {
+        let rail = MemConfig {
+            eager_limit: 4000,
+            max_send_size,
+            pipeline_frag,
+            ..MemConfig::default()
+        };
+        let (_a, _b, h) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), &[200_000]);
+        let link = h[0].link.lock().unwrap();
+        let mut offsets = Vec::new();
+        for head in &link.sent[1] {
+            if let Ok((rmca_pml_ob1::hdr::Repr::Frag { offset, .. }, _)) =
+                rmca_pml_ob1::hdr::parse_any(head)
+            {
+                assert_eq!(offset % 64, 0, "FRAG at offset {offset}");
+                offsets.push(offset as usize);
+            }
+        }
+        assert!(offsets.len() > 10, "{} FRAGs", offsets.len());
+        // Every FRAG but the last carries `payload` bytes.
+        for w in offsets.windows(2) {
+            assert_eq!(
+                w[1] - w[0],
+                payload,
+                "limits {max_send_size}/{pipeline_frag}"
+            );
         }
     }
-    assert!(frags > 10, "{frags} FRAGs");
 }
 
 #[test]

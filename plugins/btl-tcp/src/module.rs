@@ -193,6 +193,7 @@ impl BtlTcp {
             eager_limit: cfg.eager_limit,
             rndv_eager_limit: cfg.eager_limit,
             max_send_size: cfg.max_send_size,
+            pipeline_frag_size: usize::MAX,
             rdma_pipeline_send_length: 0,
             rdma_pipeline_frag_size: usize::MAX,
             min_rdma_pipeline_size: 0,

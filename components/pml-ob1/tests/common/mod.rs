@@ -34,6 +34,8 @@ pub struct MemConfig {
     /// Deliver each progress batch in a seeded random order.
     pub reorder: bool,
     pub rdma_frag: usize,
+    /// The BTL's `pipeline_frag_size`.
+    pub pipeline_frag: usize,
 }
 
 impl Default for MemConfig {
@@ -47,6 +49,7 @@ impl Default for MemConfig {
             would_block_every: 0,
             reorder: false,
             rdma_frag: 1 << 20,
+            pipeline_frag: usize::MAX,
         }
     }
 }
@@ -103,6 +106,7 @@ impl MemBtl {
             eager_limit: cfg.eager_limit,
             rndv_eager_limit: cfg.eager_limit,
             max_send_size: cfg.max_send_size,
+            pipeline_frag_size: cfg.pipeline_frag,
             rdma_pipeline_frag_size: cfg.rdma_frag,
             exclusivity: exclusivity::SHARED_MEMORY,
             latency_ns: cfg.latency_ns,
