@@ -10,7 +10,9 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::btl::{Btl, BtlEvents, BtlFlags, BtlTag, CompletionToken, ModexRead, SendError};
+use crate::btl::{
+    Btl, BtlEvents, BtlFlags, BtlTag, CompletionToken, ModexRead, Placement, SendError,
+};
 use crate::rank::{ProcInfo, Rank};
 
 /// Index of a BTL module inside the BML.
@@ -57,6 +59,25 @@ pub enum BmlError {
 pub trait BmlEvents {
     /// See [`BtlEvents::recv`].
     fn recv(&mut self, btl: BtlIndex, peer: Rank, tag: BtlTag, data: &[u8]);
+    /// See [`BtlEvents::recv_begin`].
+    fn recv_begin(
+        &mut self,
+        _btl: BtlIndex,
+        _peer: Rank,
+        _tag: BtlTag,
+        _head: &[u8],
+        _len: usize,
+    ) -> Option<Placement> {
+        None
+    }
+    /// See [`BtlEvents::recv_placed`].
+    fn recv_placed(
+        &mut self,
+        _btl: BtlIndex,
+        _token: CompletionToken,
+        _result: Result<usize, SendError>,
+    ) {
+    }
     /// See [`BtlEvents::rdma_complete`].
     fn rdma_complete(
         &mut self,
@@ -85,6 +106,18 @@ struct Indexed<'a, E: BmlEvents + ?Sized> {
 impl<E: BmlEvents + ?Sized> BtlEvents for Indexed<'_, E> {
     fn recv(&mut self, peer: Rank, tag: BtlTag, data: &[u8]) {
         self.inner.recv(self.btl, peer, tag, data)
+    }
+    fn recv_begin(
+        &mut self,
+        peer: Rank,
+        tag: BtlTag,
+        head: &[u8],
+        len: usize,
+    ) -> Option<Placement> {
+        self.inner.recv_begin(self.btl, peer, tag, head, len)
+    }
+    fn recv_placed(&mut self, token: CompletionToken, result: Result<usize, SendError>) {
+        self.inner.recv_placed(self.btl, token, result)
     }
     fn rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>) {
         self.inner.rdma_complete(self.btl, token, result)

@@ -236,10 +236,41 @@ pub struct RemoteSegment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CompletionToken(pub u64);
 
+/// Where the PML wants the rest of a fragment that is still arriving (see
+/// [`BtlEvents::recv_begin`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Placement {
+    /// Bytes `head.len()..` of the fragment go here, as many as fit; the rest is dropped.
+    pub dst: UserBuf,
+    /// Echoed by [`BtlEvents::recv_placed`].
+    pub token: CompletionToken,
+}
+
 /// The sink of everything a BTL reports during [`Btl::progress`].
 pub trait BtlEvents {
     /// A fragment arrived from `peer` with `tag`; `data` is only valid during the call.
     fn recv(&mut self, peer: Rank, tag: BtlTag, data: &[u8]);
+    /// A fragment of `len` bytes from `peer` is arriving and only its first bytes, `head`
+    /// (at least 64, or all of them), are there yet: a BTL that can write the rest straight
+    /// into place as it arrives offers it here, before [`BtlEvents::recv`]. The PML either
+    /// takes the fragment now, handling `head` as it would the start of the fragment in
+    /// `recv`, and returns where the remaining bytes go: the BTL then copies them there as
+    /// they arrive and reports [`BtlEvents::recv_placed`] exactly once, instead of `recv`
+    /// (so that the receiver's copy overlaps the sender's writing); or it returns `None`
+    /// (the default) and receives the whole fragment with `recv` later.
+    fn recv_begin(
+        &mut self,
+        _peer: Rank,
+        _tag: BtlTag,
+        _head: &[u8],
+        _len: usize,
+    ) -> Option<Placement> {
+        None
+    }
+    /// The fragment taken by [`BtlEvents::recv_begin`] with `token` is in place: `Ok(n)` with
+    /// the `n` bytes written to the placement's `dst`, or the error that ended it (the BTL
+    /// writes nothing more either way).
+    fn recv_placed(&mut self, _token: CompletionToken, _result: Result<usize, SendError>) {}
     /// A put or get finished (successfully or not).
     fn rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>);
     /// An in-place send (see [`Btl::send_inplace`]) left the user buffer.

@@ -178,6 +178,16 @@ impl Component for ShmComponent {
                 .level(Level::Dev),
         );
         params.add(
+            Param::bool("place_in_buffer", ShmConfig::DEFAULT.place_in_buffer)
+                .help(
+                    "Offer a streamed fragment to the PML while it is still being written: when \
+                     the PML knows where it goes (an eager message for a posted receive, a \
+                     rendezvous fragment), its bytes are copied there as they arrive instead of \
+                     once it is whole. 0 delivers every fragment whole.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
             Param::bool("early_unlink", ShmConfig::DEFAULT.early_unlink)
                 .help(
                     "Unlink each segment file as soon as every local peer has mapped it, so a crash \
@@ -223,6 +233,9 @@ impl ShmConfig {
             stream_chunk: usize::try_from(get("stream_chunk")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
             bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
+            place_in_buffer: params
+                .get_bool("btl_shm_place_in_buffer")
+                .map_err(|e| BtlError::Other(e.to_string()))?,
             early_unlink: params
                 .get_bool("btl_shm_early_unlink")
                 .map_err(|e| BtlError::Other(e.to_string()))?,

@@ -17,7 +17,7 @@ use rmca_framework::rank::{ProcInfo, Rank};
 
 use crate::card::{Card, CardRepr};
 use crate::coop::{self, Help, Slot, Transfer};
-use crate::ring::{self, Consumer, Producer, PushError, RingMem, LINE};
+use crate::ring::{self, Consumer, Producer, PushError, RingCorrupt, RingMem, LINE};
 use crate::sys::{self, Mapping, SHM_DIR};
 use crate::{CmaMode, MODEX_KEY};
 
@@ -50,6 +50,8 @@ pub struct ShmConfig {
     pub bandwidth_mbps: u32,
     /// Unlink the segment file once every local peer mapped it (else at finalize).
     pub early_unlink: bool,
+    /// Offer streamed fragments to the PML to be written in place as they arrive.
+    pub place_in_buffer: bool,
 }
 
 /// Default fragment size: 32 KiB of payload plus room for the PML's header (the 64 bytes keep
@@ -90,6 +92,7 @@ impl ShmConfig {
         latency_ns: 150,
         bandwidth_mbps: 100_000,
         early_unlink: true,
+        place_in_buffer: true,
     };
 
     /// Check the combination; the error names the parameter and what is valid.
@@ -215,7 +218,25 @@ struct Inbound {
     rank: Rank,
     consumer: Consumer,
     failed: bool,
+    /// The streamed record at the head, taken by the PML and copied into place as it arrives.
+    placing: Option<Placing>,
+    /// Offer streamed records to the PML (`btl_shm_place_in_buffer`).
+    offer: bool,
 }
+
+/// A fragment being written into the PML's buffer as it arrives (see [`BtlEvents::recv_begin`]).
+struct Placing {
+    dst: UserBuf,
+    token: CompletionToken,
+    /// Bytes of the record that the PML took from the head (the rest goes to `dst`).
+    head: usize,
+    /// Bytes of the record handled so far.
+    copied: usize,
+}
+
+/// The first bytes of a streamed record the PML is offered only once there are this many (or
+/// the whole record): enough for any PML header.
+const OFFER_MIN: usize = 64;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
@@ -272,6 +293,8 @@ pub struct ShmBtl {
     _probe: Box<u64>,
     cma_local: bool,
     pending: Vec<(CompletionToken, Result<(), SendError>)>,
+    /// Placements of peers forgotten by `del_procs`, reported as failed at the next progress.
+    dropped_placements: Vec<(Rank, CompletionToken)>,
     /// Gets shared with their sender, not finished yet.
     shared: Vec<SharedGet>,
     /// Slots of our segment not in use, and the generation each used last.
@@ -439,6 +462,7 @@ impl ShmBtl {
             _probe: probe,
             cma_local,
             pending: Vec::new(),
+            dropped_placements: Vec::new(),
             shared: Vec::new(),
             free_slots: (0..coop::SLOTS as u16).rev().collect(),
             slot_gens: vec![0; coop::SLOTS],
@@ -632,6 +656,8 @@ impl ShmBtl {
                 rank,
                 consumer,
                 failed: false,
+                placing: None,
+                offer: self.cfg.place_in_buffer,
             },
         )))
     }
@@ -654,14 +680,33 @@ impl ShmBtl {
         let mut bytes = 0;
         let mut bad_control = 0;
         loop {
+            if inb.placing.is_some() {
+                match Self::place(inb, events) {
+                    Ok(Some(len)) => {
+                        bytes += len;
+                        n += 1;
+                        if n == POLL_BUDGET || !events.wants_more() {
+                            break;
+                        }
+                        continue;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        Self::abandon(inb, stats, events, &e);
+                        break;
+                    }
+                }
+            }
             let rec = match inb.consumer.peek() {
                 Ok(Some(rec)) => rec,
-                Ok(None) => break,
+                Ok(None) => {
+                    if inb.offer && inb.consumer.has_partial() {
+                        Self::offer(inb, events);
+                    }
+                    break;
+                }
                 Err(e) => {
-                    inb.failed = true;
-                    stats.corrupt_rings += 1;
-                    tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
-                    events.peer_failed(rank, &format!("btl shm: {e}"));
+                    Self::abandon(inb, stats, events, &e);
                     break;
                 }
             };
@@ -685,6 +730,75 @@ impl ShmBtl {
             stats.bad_control += bad_control;
         }
         n
+    }
+
+    /// The ring of `inb` holds something no correct peer writes: give the peer up.
+    #[cold]
+    fn abandon(inb: &mut Inbound, stats: &mut Stats, events: &mut dyn BtlEvents, e: &RingCorrupt) {
+        let rank = inb.rank;
+        inb.failed = true;
+        stats.corrupt_rings += 1;
+        tracing::error!(peer = rank, error = %e, "btl shm: corrupt ring, peer abandoned");
+        if let Some(pl) = inb.placing.take() {
+            let reason = format!("btl shm: {e}");
+            events.recv_placed(pl.token, Err(SendError::PeerFailed { peer: rank, reason }));
+        }
+        events.peer_failed(rank, &format!("btl shm: {e}"));
+    }
+
+    /// The head of `inb` is a streamed record still being written: offer it to the PML, which
+    /// may take it and have the rest written straight into its buffer (see
+    /// [`BtlEvents::recv_begin`]), so that our copy overlaps the sender's writing.
+    #[inline(never)]
+    fn offer(inb: &mut Inbound, events: &mut dyn BtlEvents) {
+        let Ok(Some(p)) = inb.consumer.partial() else {
+            return; // (an error shows again at the next peek)
+        };
+        if p.written.len() < OFFER_MIN.min(p.len) {
+            return;
+        }
+        if p.tag < TAG_HELP {
+            if let Some(pl) = events.recv_begin(inb.rank, p.tag, p.written, p.len) {
+                let head = p.written.len();
+                inb.placing = Some(Placing {
+                    dst: pl.dst,
+                    token: pl.token,
+                    head,
+                    copied: head,
+                });
+            }
+        }
+        inb.consumer.set_offered();
+    }
+
+    /// Copy what arrived of the record being placed. Returns its length once it is whole (and
+    /// reported with [`BtlEvents::recv_placed`]).
+    #[inline(never)]
+    fn place(inb: &mut Inbound, events: &mut dyn BtlEvents) -> Result<Option<usize>, RingCorrupt> {
+        let Some(pl) = inb.placing.as_mut() else {
+            return Ok(None);
+        };
+        let Some(p) = inb.consumer.partial()? else {
+            return Err(RingCorrupt {
+                slot: inb.consumer.position(),
+                reason: "the record being placed is no longer there".into(),
+            });
+        };
+        let written = p.written.len();
+        let (from, to) = (pl.copied.max(pl.head), written.min(pl.head + pl.dst.len()));
+        if from < to {
+            pl.dst.write_at(from - pl.head, &p.written[from..to]);
+        }
+        pl.copied = pl.copied.max(written);
+        if written < p.len {
+            return Ok(None);
+        }
+        let placed = p.len.saturating_sub(pl.head).min(pl.dst.len());
+        let (token, slots, len) = (pl.token, p.slots, p.len);
+        inb.placing = None;
+        inb.consumer.advance(slots);
+        events.recv_placed(token, Ok(placed));
+        Ok(Some(len))
     }
 
     /// A btl-internal record from `rank`. Returns false (and logs) if it is not one we know.
@@ -715,6 +829,11 @@ impl ShmBtl {
         let mut delivered = 0;
         for (token, result) in self.pending.drain(..) {
             events.rdma_complete(token, result);
+            delivered += 1;
+        }
+        for (peer, token) in self.dropped_placements.drain(..) {
+            let reason = "btl shm: peer removed".to_owned();
+            events.recv_placed(token, Err(SendError::PeerFailed { peer, reason }));
             delivered += 1;
         }
         if self.unlink_pending {
@@ -1046,7 +1165,9 @@ impl Btl for ShmBtl {
             }
             for slot in &mut self.inbox {
                 if slot.as_ref().is_some_and(|i| i.rank == r) {
-                    *slot = None;
+                    if let Some(pl) = slot.take().and_then(|i| i.placing) {
+                        self.dropped_placements.push((r, pl.token));
+                    }
                 }
             }
         }
@@ -1164,7 +1285,11 @@ impl Btl for ShmBtl {
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
         // Runs on every pass of every wait loop: an idle pass is one load per inbound ring.
         let mut delivered = 0;
-        if !self.pending.is_empty() || self.unlink_pending || !self.shared.is_empty() {
+        if !self.pending.is_empty()
+            || self.unlink_pending
+            || !self.shared.is_empty()
+            || !self.dropped_placements.is_empty()
+        {
             delivered += self.housekeeping(events);
         }
         for inb in self.inbox.iter_mut().flatten() {

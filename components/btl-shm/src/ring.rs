@@ -465,6 +465,37 @@ pub struct Consumer {
     /// Byte offset in the ring up to which the streamed record at the head was pulled into this
     /// core's cache (0 after every record).
     pulled_to: usize,
+    /// Whether the last peek stopped at an incomplete streamed record, and whether it was
+    /// offered yet (see [`Consumer::has_partial`]); [`PARTIAL_NONE`] after every record.
+    partial: u8,
+}
+
+const PARTIAL_NONE: u8 = 0;
+const PARTIAL_NEW: u8 = 1;
+const PARTIAL_OFFERED: u8 = 2;
+
+/// A checked streamed record (see `Consumer::streamed_at`).
+struct StreamedAt {
+    tag: u8,
+    len: usize,
+    written: usize,
+    /// Byte offset of its fragment in the ring.
+    start: usize,
+    slots: u64,
+}
+
+/// A streamed record at the head of a ring, possibly still being written (see
+/// [`Consumer::partial`]).
+#[derive(Debug)]
+pub struct Partial<'a> {
+    /// The tag it was pushed with.
+    pub tag: u8,
+    /// Its length once complete.
+    pub len: usize,
+    /// The bytes written so far (complete when `written.len() == len`).
+    pub written: &'a [u8],
+    /// Slots it takes: what [`Consumer::advance`] moves past.
+    pub slots: u64,
 }
 
 impl Consumer {
@@ -479,6 +510,7 @@ impl Consumer {
             seq: 0,
             max_len: max_len.min(max_fragment(mem.lines)),
             pulled_to: 0,
+            partial: PARTIAL_NONE,
         }
     }
 
@@ -528,6 +560,7 @@ impl Consumer {
         self.seq = self.seq.wrapping_add(1);
         self.head += slots;
         self.pulled_to = 0;
+        self.partial = PARTIAL_NONE;
     }
 
     /// The common case in one comparison: valid, no skip, no reserved bit, our sequence; and a
@@ -610,6 +643,34 @@ impl Consumer {
         word: u64,
         index: usize,
     ) -> Result<Option<Record<'_>>, RingCorrupt> {
+        let p = self.streamed_at(word, index)?;
+        if p.written < p.len {
+            // Whole lines only: a line the producer has yet to finish would bounce back to it.
+            let from = self.pulled_to.max(index * SLOT);
+            let to = (p.start + p.written) & !(LINE - 1);
+            let data = self.mem.data.as_ptr();
+            for at in (from..to).step_by(LINE) {
+                // SAFETY: [index * SLOT, start + written) is inside the record (checked by
+                // streamed_at) and written: the acquire load of the progress word ordered the
+                // producer's writes before this read.
+                unsafe { std::ptr::read_volatile(data.add(at)) };
+            }
+            self.pulled_to = from.max(to);
+            if self.partial == PARTIAL_NONE {
+                self.partial = PARTIAL_NEW;
+            }
+            return Ok(None);
+        }
+        Ok(Some(Record {
+            tag: p.tag,
+            bytes: self.bytes(p.start, p.len),
+            slots: p.slots,
+        }))
+    }
+
+    /// The streamed record of control word `word` at slot `index`, checked: where its bytes
+    /// start in the ring and how many are written.
+    fn streamed_at(&self, word: u64, index: usize) -> Result<StreamedAt, RingCorrupt> {
         let len = (word & LEN_MASK) as usize;
         let pad = ((word & PAD_MASK) >> PAD_SHIFT) as usize;
         let expected = VALID | STREAM | (u64::from(self.seq) << SEQ_SHIFT);
@@ -625,29 +686,60 @@ impl Consumer {
                 "streamed record of {len} bytes at slot {index} claims {written} written"
             )));
         }
-        let start = index * SLOT + STREAM_HDR + pad;
-        if (written as usize) < len {
-            // Whole lines only: a line the producer has yet to finish would bounce back to it.
-            let from = self.pulled_to.max(index * SLOT);
-            let to = (start + written as usize) & !(LINE - 1);
-            let data = self.mem.data.as_ptr();
-            for at in (from..to).step_by(LINE) {
-                // SAFETY: [index * SLOT, start + written) is inside the record (checked above)
-                // and written: the acquire load of the progress word ordered the producer's
-                // writes before this read.
-                unsafe { std::ptr::read_volatile(data.add(at)) };
-            }
-            self.pulled_to = from.max(to);
+        Ok(StreamedAt {
+            tag: (word >> TAG_SHIFT) as u8,
+            len,
+            written: written as usize,
+            start: index * SLOT + STREAM_HDR + pad,
+            slots: stream_slots(pad, len) as u64,
+        })
+    }
+
+    /// `len` bytes of the ring from byte `start`, written (ordered by an acquire load of the
+    /// control or progress word that says so) and inside the ring (checked by the caller).
+    fn bytes(&self, start: usize, len: usize) -> &[u8] {
+        debug_assert!(start + len <= self.mem.lines * LINE);
+        // SAFETY: the caller's contract: in the ring and written; the producer does not touch
+        // them again until we publish a head past them (which needs `&mut self`, so not while
+        // the slice is borrowed).
+        unsafe { std::slice::from_raw_parts(self.mem.data.as_ptr().add(start), len) }
+    }
+
+    /// Absolute slot of the head (for error reports).
+    pub fn position(&self) -> u64 {
+        self.head
+    }
+
+    /// Did [`Consumer::peek`] stop at a streamed record that is still being written, and
+    /// that [`Consumer::set_offered`] was not called for?
+    #[inline]
+    pub fn has_partial(&self) -> bool {
+        self.partial == PARTIAL_NEW
+    }
+
+    /// The partial record at the head was offered to the PML (taken or not): `has_partial`
+    /// is false until the next record.
+    pub fn set_offered(&mut self) {
+        self.partial = PARTIAL_OFFERED;
+    }
+
+    /// The streamed record at the head, however much of it is written (see
+    /// [`Consumer::has_partial`]); `None` if the head holds something else. Unlike
+    /// [`Consumer::peek`] this reads nothing but the record's first line: the caller copies
+    /// the bytes out itself as they arrive, then moves past the record with
+    /// [`Consumer::advance`] once `written` is whole.
+    pub fn partial(&self) -> Result<Option<Partial<'_>>, RingCorrupt> {
+        let index = (self.head & self.mask) as usize;
+        let word = self.mem.ctrl(index).load(Ordering::Acquire);
+        if word & (VALID | SKIP | STREAM) != VALID | STREAM {
             return Ok(None);
         }
-        // SAFETY: the record lies inside the ring (checked above), all `len` bytes are written
-        // (acquire above), and the producer does not touch them again until we publish a head
-        // past them (which needs `&mut self`, so not while the record is borrowed).
-        let bytes = unsafe { std::slice::from_raw_parts(self.mem.data.as_ptr().add(start), len) };
-        Ok(Some(Record {
-            tag: (word >> TAG_SHIFT) as u8,
-            bytes,
-            slots: stream_slots(pad, len) as u64,
+        let p = self.streamed_at(word, index)?;
+        Ok(Some(Partial {
+            tag: p.tag,
+            len: p.len,
+            written: self.bytes(p.start, p.written),
+            slots: p.slots,
         }))
     }
 
@@ -852,6 +944,49 @@ pub(crate) mod tests {
         progress.store(1500, Ordering::Release);
         let rec = c.peek().unwrap().expect("complete");
         assert_eq!(rec.bytes, &bytes[..]);
+    }
+
+    /// `partial` shows a streamed record's written prefix while peek holds it back; the record
+    /// is offered once (`has_partial` until `set_offered`) and the state ends at `advance`.
+    #[test]
+    fn partial_records_show_their_written_prefix() {
+        let mut ring = HeapRing::new(64);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        p.set_streaming(64, 64);
+        let mut c = Consumer::new(mem, 1 << 20);
+        assert!(c.partial().unwrap().is_none(), "empty ring");
+        let bytes = pattern(9, 1500);
+        p.push(4, &bytes[..20], &bytes[20..]).unwrap();
+        let progress = mem.progress(0);
+        progress.store(640, Ordering::Release);
+        assert!(!c.has_partial(), "not before a peek saw it");
+        assert!(c.peek().unwrap().is_none());
+        assert!(c.has_partial());
+        let part = c.partial().unwrap().expect("a streamed record at the head");
+        assert_eq!((part.tag, part.len, part.written), (4, 1500, &bytes[..640]));
+        c.set_offered();
+        assert!(c.peek().unwrap().is_none());
+        assert!(!c.has_partial(), "offered once");
+        progress.store(1500, Ordering::Release);
+        let part = c.partial().unwrap().unwrap();
+        assert_eq!(part.written, &bytes[..]);
+        let slots = part.slots;
+        c.advance(slots);
+        c.publish();
+        // The next record starts fresh.
+        p.push(4, &[], &bytes[..900]).unwrap();
+        mem.progress(((p.tail - stream_slots(stream_pad(0), 900) as u64) & p.mask) as usize)
+            .store(64, Ordering::Release);
+        assert!(c.peek().unwrap().is_none());
+        assert!(c.has_partial());
+        // A short record at the head is not partial.
+        let mut ring = HeapRing::new(64);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        let c = Consumer::new(mem, 1 << 20);
+        p.push(4, &[], &[1; 100]).unwrap();
+        assert!(c.partial().unwrap().is_none());
     }
 
     #[test]

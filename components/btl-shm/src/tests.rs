@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use rmca_framework::btl::{
-    Btl, BtlComponent, BtlError, BtlEvents, BtlFlags, CompletionToken, MemAccess, RemoteSegment,
-    SendError, SendHint,
+    Btl, BtlComponent, BtlError, BtlEvents, BtlFlags, CompletionToken, MemAccess, Placement,
+    RemoteSegment, SendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, InitContext};
@@ -836,4 +836,131 @@ fn foreign_control_records_are_dropped_and_counted() {
     );
     assert_eq!(counter(&a, "bad_control"), 3);
     assert_eq!(counter(&a, "shared_bytes_helped"), 0);
+}
+
+/// Takes every streamed fragment offered while it is still being written, into its own buffer.
+struct PlacingSink {
+    take: bool,
+    buf: Vec<u8>,
+    heads: Vec<(u8, Vec<u8>, usize)>,
+    placed: Vec<(CompletionToken, Result<usize, SendError>)>,
+    whole: Sink,
+}
+
+impl PlacingSink {
+    fn new(take: bool, room: usize) -> Self {
+        Self {
+            take,
+            buf: vec![0; room],
+            heads: Vec::new(),
+            placed: Vec::new(),
+            whole: Sink::default(),
+        }
+    }
+}
+
+impl BtlEvents for PlacingSink {
+    fn recv(&mut self, peer: Rank, tag: u8, data: &[u8]) {
+        self.whole.recv(peer, tag, data);
+    }
+    fn recv_begin(&mut self, _peer: Rank, tag: u8, head: &[u8], len: usize) -> Option<Placement> {
+        self.heads.push((tag, head.to_vec(), len));
+        self.take.then(|| Placement {
+            dst: UserBuf::from_mut_slice(&mut self.buf),
+            token: CompletionToken(77),
+        })
+    }
+    fn recv_placed(&mut self, token: CompletionToken, result: Result<usize, SendError>) {
+        self.placed.push((token, result));
+    }
+    fn rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>) {
+        self.whole.rdma_complete(token, result);
+    }
+    fn peer_failed(&mut self, peer: Rank, reason: &str) {
+        self.whole.peer_failed(peer, reason);
+    }
+}
+
+/// Roll the progress word of the streamed record at the start of `b`'s ring from rank 0 to
+/// `written`, as if the sender were still writing it.
+fn set_progress(b: &mut ShmBtl, written: u64) {
+    b.scribble_inbox_for_test(0, crate::ring::CTRL, &written.to_le_bytes());
+}
+
+/// A streamed fragment the PML takes while it arrives is written into the PML's buffer piece
+/// by piece (the head goes to `recv_begin`, the rest to the placement, as far as it fits) and
+/// ends with one `recv_placed`; one it declines arrives whole through `recv`.
+#[test]
+fn streamed_fragments_are_placed_as_they_arrive_or_delivered_whole() {
+    let payload: Vec<u8> = (0..10_000u32).map(|i| (i * 13 + 5) as u8).collect();
+    let header = *b"0123456789abcdef";
+    let mut whole = header.to_vec();
+    whole.extend_from_slice(&payload);
+    for take in [true, false] {
+        let (_id, mut a, mut b, _mem) = pair(&[]);
+        // Room for less than the rest: what does not fit is dropped.
+        let mut sink = PlacingSink::new(take, 9_000);
+        a.send(1, 0x40, &header, &payload, SendHint::default())
+            .unwrap();
+        set_progress(&mut b, 64);
+        assert_eq!(b.progress(&mut sink), 0);
+        assert_eq!(
+            sink.heads.len(),
+            1,
+            "offered once the first bytes are there"
+        );
+        assert_eq!(sink.heads[0], (0x40, whole[..64].to_vec(), whole.len()));
+        set_progress(&mut b, 5000);
+        assert_eq!(b.progress(&mut sink), 0);
+        assert_eq!(sink.heads.len(), 1, "offered only once");
+        if take {
+            assert_eq!(
+                &sink.buf[..5000 - 64],
+                &whole[64..5000],
+                "placed as it arrives"
+            );
+        }
+        set_progress(&mut b, whole.len() as u64);
+        assert_eq!(b.progress(&mut sink), 1);
+        if take {
+            assert_eq!(sink.placed.len(), 1);
+            assert_eq!(sink.placed[0].0, CompletionToken(77));
+            assert_eq!(sink.placed[0].1.as_ref().ok(), Some(&9_000));
+            assert_eq!(&sink.buf[..], &whole[64..64 + 9_000]);
+            assert!(sink.whole.frags.is_empty(), "not delivered twice");
+        } else {
+            assert!(sink.placed.is_empty());
+            assert_eq!(sink.whole.frags.len(), 1);
+            assert_eq!(sink.whole.frags[0].2, whole);
+        }
+        // The ring goes on after it.
+        a.send(1, 0x40, b"next", &[], SendHint::default()).unwrap();
+        progress_until_idle(&mut b, &mut sink.whole);
+        assert_eq!(sink.whole.frags.last().unwrap().2, b"next");
+    }
+}
+
+/// A ring that goes bad while a fragment is being placed ends the placement with an error
+/// before the peer is reported failed: the PML's buffer is never written again.
+#[test]
+fn a_corrupt_ring_ends_a_placement_with_an_error() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    let mut sink = PlacingSink::new(true, 20_000);
+    a.send(1, 0x40, b"hdr", &[3; 10_000], SendHint::default())
+        .unwrap();
+    set_progress(&mut b, 128);
+    b.progress(&mut sink);
+    assert_eq!(sink.heads.len(), 1);
+    set_progress(&mut b, 20_000); // more than the record holds
+    b.progress(&mut sink);
+    assert_eq!(sink.placed.len(), 1);
+    assert!(matches!(
+        sink.placed[0].1,
+        Err(SendError::PeerFailed { peer: 0, .. })
+    ));
+    assert_eq!(sink.whole.failed.len(), 1);
+    let before = sink.buf.clone();
+    b.progress(&mut sink);
+    assert_eq!(sink.buf, before);
+    assert_eq!(sink.placed.len(), 1);
 }

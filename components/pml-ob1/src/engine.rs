@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use rmca_framework::bml::{Bml, BmlEvents, BtlIndex, PeerRoutes, Route};
 use rmca_framework::btl::{
-    tags, BtlAttributes, BtlFlags, BtlTag, CommPattern, CompletionToken, MemAccess, Registration,
-    RemoteSegment, SendError, SendHint,
+    tags, BtlAttributes, BtlFlags, BtlTag, CommPattern, CompletionToken, MemAccess, Placement,
+    Registration, RemoteSegment, SendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Arrival, Envelope, Matcher, Posted, Seq};
@@ -77,6 +77,8 @@ struct Stats {
     rget: u64,
     frags_sent: u64,
     frags_recv: u64,
+    /// Fragments a BTL wrote in place as they arrived (`recv_begin`).
+    placed: u64,
     gets: u64,
     get_failures: u64,
     would_block: u64,
@@ -178,6 +180,9 @@ struct Req {
     pattern: CommPattern,
     /// Queued in `Core::active`.
     active: bool,
+    /// RecvFrags: fragments a BTL is still writing into `buf` (see [`Core::begin_match`]);
+    /// the request completes only once there are none.
+    placing: u8,
     /// Set when the request completed unsuccessfully.
     error: Option<Box<StatusError>>,
     /// Rendezvous and RDMA state (boxed: eager messages never need it).
@@ -225,6 +230,7 @@ impl Req {
             mode: args.mode,
             pattern: args.pattern,
             active: false,
+            placing: 0,
             error: None,
             cold: None,
         }
@@ -253,6 +259,7 @@ impl Req {
             mode: SendMode::Standard,
             pattern: args.pattern,
             active: false,
+            placing: 0,
             error: None,
             cold: None,
         }
@@ -802,7 +809,9 @@ impl Core {
                 r.buf.write_at(end - data.len(), data);
                 r.count += data.len();
                 self.stats.frags_recv += 1;
-                if r.count >= r.wanted {
+                // (A duplicate FRAG from a broken peer must not complete a buffer a BTL is
+                // still writing into.)
+                if r.count >= r.wanted && r.placing == 0 {
                     self.finish_recv(id);
                 }
             }
@@ -1302,6 +1311,10 @@ impl Core {
                 Phase::SendStart | Phase::SendWaitAck | Phase::SendStream => {
                     self.finish_send(id, Some(err.clone()))
                 }
+                Phase::RecvFrags if r.placing > 0 => {
+                    // A BTL still writes into the buffer: complete when it reports the end.
+                    r.error.get_or_insert_with(|| Box::new(err.clone()));
+                }
                 Phase::RecvFrags | Phase::RecvGet => {
                     let tag = r.tag;
                     self.finish(id, peer, tag, 0, Some(err.clone()));
@@ -1409,6 +1422,34 @@ impl BmlEvents for Core {
             return;
         }
         self.recv_control(peer, data);
+    }
+
+    fn recv_begin(
+        &mut self,
+        _btl: BtlIndex,
+        peer: Rank,
+        tag: BtlTag,
+        head: &[u8],
+        len: usize,
+    ) -> Option<Placement> {
+        if tag != TAG {
+            return None;
+        }
+        match hdr::parse_match(head) {
+            Some((m, payload)) => {
+                self.begin_match(peer, m, payload, len.saturating_sub(hdr::MATCH_LEN))
+            }
+            None => self.begin_frag(peer, head, len),
+        }
+    }
+
+    fn recv_placed(
+        &mut self,
+        _btl: BtlIndex,
+        token: CompletionToken,
+        result: Result<usize, SendError>,
+    ) {
+        self.on_placed(token, result);
     }
 
     fn rdma_complete(
@@ -1543,6 +1584,105 @@ impl Core {
             Arrival::Unexpected | Arrival::Held => {}
         }
         self.drain_released();
+    }
+}
+
+impl Core {
+    /// The start of an eager message whose rest a BTL can write in place as it arrives: taken
+    /// only in the common case (in order, for the oldest posted receive of its source), which
+    /// is then matched now. The request waits in [`Phase::RecvFrags`] for the rest.
+    fn begin_match(
+        &mut self,
+        peer: Rank,
+        m: MatchRepr,
+        head: &[u8],
+        msg_len: usize,
+    ) -> Option<Placement> {
+        if m.tag < 0 {
+            return None;
+        }
+        let env = Envelope {
+            context: m.ctx,
+            source: peer,
+            tag: m.tag,
+        };
+        let id = self.matcher.arrive_posted(env, m.seq)?;
+        let r = self.reqs.get_mut(id)?;
+        let wanted = msg_len.min(r.buf.len());
+        let n = head.len().min(wanted);
+        r.buf.write_at(0, &head[..n]);
+        r.peer = peer;
+        r.tag = m.tag;
+        r.msg_len = msg_len;
+        r.wanted = wanted;
+        r.count = n;
+        r.phase = Phase::RecvFrags;
+        r.placing = 1;
+        self.stats.placed += 1;
+        Some(Placement {
+            dst: r.buf.slice(n, wanted - n),
+            token: CompletionToken(id.0),
+        })
+    }
+
+    /// The start of a FRAG whose rest a BTL can write in place; a FRAG that [`Core::on_frag`]
+    /// would drop is left to it.
+    fn begin_frag(&mut self, peer: Rank, head: &[u8], len: usize) -> Option<Placement> {
+        let p = Packet::new_checked(head).ok()?;
+        let Ok(Repr::Frag { dst_req, offset }) = Repr::parse(&p) else {
+            return None;
+        };
+        let payload = &head[p.header_len()..];
+        let total = len.checked_sub(p.header_len())?;
+        let id = RequestId(dst_req);
+        let r = self
+            .reqs
+            .get_mut(id)
+            .filter(|r| r.phase == Phase::RecvFrags && r.peer == peer)?;
+        let offset = usize::try_from(offset).ok()?;
+        if offset.checked_add(total)? > r.wanted || payload.len() > total {
+            return None;
+        }
+        r.placing = r.placing.checked_add(1)?;
+        r.buf.write_at(offset, payload);
+        r.count += payload.len();
+        self.stats.frags_recv += 1;
+        self.stats.placed += 1;
+        Some(Placement {
+            dst: r.buf.slice(offset + payload.len(), total - payload.len()),
+            token: CompletionToken(id.0),
+        })
+    }
+
+    /// A BTL finished writing a fragment taken by `begin_match` or `begin_frag`.
+    fn on_placed(&mut self, token: CompletionToken, result: Result<usize, SendError>) {
+        let id = RequestId(token.0);
+        let Some(r) = self
+            .reqs
+            .get_mut(id)
+            .filter(|r| r.phase == Phase::RecvFrags && r.placing > 0)
+        else {
+            self.stats.dropped_stray += 1;
+            return;
+        };
+        r.placing -= 1;
+        match result {
+            Ok(n) => r.count += n,
+            Err(e) => {
+                let peer = r.peer;
+                r.error
+                    .get_or_insert_with(|| Box::new(peer_failed(peer, &e.to_string())));
+            }
+        }
+        if r.placing > 0 {
+            return;
+        }
+        if let Some(e) = r.error.take() {
+            let (peer, tag) = (r.peer, r.tag);
+            self.finish(id, peer, tag, 0, Some(*e));
+        } else if r.count >= r.wanted {
+            self.finish_recv(id);
+        }
     }
 }
 
@@ -1835,6 +1975,7 @@ impl Pml for Ob1 {
             ("rget", s.rget),
             ("frags_sent", s.frags_sent),
             ("frags_recv", s.frags_recv),
+            ("placed", s.placed),
             ("gets", s.gets),
             ("get_failures", s.get_failures),
             ("would_block", s.would_block),

@@ -1,7 +1,7 @@
 //! Property test of ob1 end to end against a reference matching model: random messages
 //! (sizes across eager / rendezvous / RGET, tags, contexts, modes) and random receive
 //! selectors, over random BTL configurations (one or two rails, GET or not, reordering,
-//! back-pressure) and scheduling policies.
+//! back-pressure, in-place delivery) and scheduling policies.
 
 mod common;
 
@@ -33,8 +33,14 @@ fn msg() -> impl Strategy<Value = Msg> {
 
 fn rails(choice: u8) -> Vec<MemConfig> {
     let get = BtlFlags::SEND | BtlFlags::GET;
-    match choice % 4 {
+    match choice % 5 {
         0 => vec![MemConfig::default()],
+        // Fragments written in place as they arrive (btl-shm), with back-pressure.
+        4 => vec![MemConfig {
+            place_from: 100,
+            would_block_every: 7,
+            ..MemConfig::default()
+        }],
         1 => vec![MemConfig {
             flags: get,
             rdma_frag: 40_000,

@@ -295,6 +295,76 @@ fn copied_fragments_start_on_cache_line_offsets_of_the_message() {
     }
 }
 
+/// A BTL that writes fragments in place as they arrive (btl-shm's streamed records): eager
+/// messages for posted receives and FRAGs are taken early, the rest (unexpected messages,
+/// RNDV) arrive whole; everything lands intact and in order, truncation included.
+#[test]
+fn fragments_placed_as_they_arrive() {
+    let rail = MemConfig {
+        place_from: 200,
+        ..MemConfig::default()
+    };
+    let (a, b, _) = roundtrip_sizes(one_rail(rail.clone()), Ob1Config::default(), SIZES);
+    assert!(counter(&b, "pml.ob1.placed") > 0);
+    assert!(counter(&a, "pml.ob1.placed") == 0);
+    // Truncated: the placement stops at the end of the buffer.
+    let (mut a, mut b, _) = pair(&one_rail(rail), Ob1Config::default());
+    for len in [3000usize, 300_000] {
+        let m = pattern(len, 4);
+        let mut big = vec![0xEEu8; len / 2 + 8];
+        let r = recv(&mut b, &mut big[..len / 2], Source::Rank(0), TagSel::Any, 0);
+        let s = send(&mut a, &m, 1, 0, 0);
+        let st = wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+        assert_eq!(
+            st[1].error(),
+            Some(&StatusError::Truncated {
+                message_len: len,
+                received: len / 2
+            })
+        );
+        assert_eq!(&big[..len / 2], &m[..len / 2]);
+        assert!(
+            big[len / 2..].iter().all(|&x| x == 0xEE),
+            "wrote past the buffer"
+        );
+    }
+}
+
+/// A path that fails while a fragment is being placed: the receive completes with the error
+/// only once the BTL reported the end of the placement (it still owns the buffer until then).
+#[test]
+fn a_path_failing_during_a_placement_fails_the_receive_after_it() {
+    let rail = MemConfig {
+        place_from: 200,
+        ..MemConfig::default()
+    };
+    let (mut a, mut b, h) = pair(&one_rail(rail), Ob1Config::default());
+    let m = pattern(3000, 2);
+    let mut buf = vec![0u8; 3000];
+    let r = recv(&mut b, &mut buf, Source::Rank(0), TagSel::Any, 0);
+    let _s = send(&mut a, &m, 1, 0, 0);
+    a.progress();
+    b.progress(); // the placement starts: 64 bytes in, the rest pending
+    assert!(
+        b.test(r).unwrap().is_none(),
+        "complete before the rest arrived"
+    );
+    assert_eq!(counter(&b, "pml.ob1.placed"), 1);
+    h[0].broken
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    b.progress(); // the peer is reported failed, the placement not ended yet
+    assert!(
+        b.test(r).unwrap().is_none(),
+        "completed while the BTL still writes"
+    );
+    b.progress();
+    let st = b.test(r).unwrap().expect("failed");
+    assert!(matches!(
+        st.error(),
+        Some(StatusError::PeerFailed { peer: 0, .. })
+    ));
+}
+
 #[test]
 fn rendezvous_rget() {
     let rail = MemConfig {

@@ -13,7 +13,7 @@ use rmca_btl_self::{BtlSelf, SelfConfig};
 use rmca_framework::bml::Bml;
 use rmca_framework::btl::{
     exclusivity, Btl, BtlAttributes, BtlError, BtlEvents, BtlFlags, BtlTag, CompletionToken,
-    MemAccess, ModexRead, Registration, RemoteSegment, SendError, SendHint,
+    MemAccess, ModexRead, Placement, Registration, RemoteSegment, SendError, SendHint,
 };
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::modex::LocalModex;
@@ -36,6 +36,10 @@ pub struct MemConfig {
     pub rdma_frag: usize,
     /// The BTL's `pipeline_frag_size`.
     pub pipeline_frag: usize,
+    /// Fragments of at least this many bytes (0: none) are offered with `recv_begin` and
+    /// their first 64 bytes; when taken, the rest is written in place one progress call
+    /// later (as btl-shm does while the sender is still writing).
+    pub place_from: usize,
 }
 
 impl Default for MemConfig {
@@ -50,6 +54,7 @@ impl Default for MemConfig {
             reorder: false,
             rdma_frag: 1 << 20,
             pipeline_frag: usize::MAX,
+            place_from: 0,
         }
     }
 }
@@ -98,6 +103,8 @@ pub struct MemBtl {
     completions: VecDeque<(CompletionToken, Result<(), SendError>)>,
     rng: StdRng,
     reported: bool,
+    /// A fragment taken by the PML: where its rest goes, and the rest.
+    placing: Option<(Placement, Vec<u8>)>,
 }
 
 impl MemBtl {
@@ -124,6 +131,7 @@ impl MemBtl {
             completions: VecDeque::new(),
             rng: StdRng::seed_from_u64(u64::from(me) + 7),
             reported: false,
+            placing: None,
         }
     }
 }
@@ -248,10 +256,25 @@ impl Btl for MemBtl {
             if !self.reported {
                 self.reported = true;
                 events.peer_failed(self.peer, "link cut by the test");
+                // A placement in progress ends on the next call: the PML must not complete
+                // its receive before that.
+                return 0;
+            }
+            if let Some((pl, _)) = self.placing.take() {
+                let reason = "link cut by the test".to_owned();
+                let peer = self.peer;
+                events.recv_placed(pl.token, Err(SendError::PeerFailed { peer, reason }));
+                return 1;
             }
             return 0;
         }
         let mut n = 0;
+        if let Some((pl, rest)) = self.placing.take() {
+            let k = rest.len().min(pl.dst.len());
+            pl.dst.write_at(0, &rest[..k]);
+            events.recv_placed(pl.token, Ok(k));
+            n += 1;
+        }
         while let Some((t, r)) = self.completions.pop_front() {
             events.rdma_complete(t, r);
             n += 1;
@@ -265,8 +288,15 @@ impl Btl for MemBtl {
         }
         let mut batch = batch.into_iter();
         for (tag, data) in batch.by_ref() {
-            events.recv(self.peer, tag, &data);
             n += 1;
+            if self.cfg.place_from > 0 && data.len() >= self.cfg.place_from.max(64) {
+                if let Some(pl) = events.recv_begin(self.peer, tag, &data[..64], data.len()) {
+                    // The rest arrives later; nothing behind it overtakes it.
+                    self.placing = Some((pl, data[64..].to_vec()));
+                    break;
+                }
+            }
+            events.recv(self.peer, tag, &data);
             if !events.wants_more() {
                 break;
             }
