@@ -277,6 +277,19 @@ impl Req {
         self.phase == Phase::Free && self.error.is_none() && self.cold.is_none()
     }
 
+    /// This receive matched a message of `msg_len` bytes from `peer` with `tag`, whose first
+    /// bytes are `head`: note the envelope and copy them (as far as the buffer goes). Returns
+    /// the bytes to receive in all (message and buffer permitting) and the bytes copied.
+    fn take_first(&mut self, peer: Rank, tag: Tag, msg_len: usize, head: &[u8]) -> (usize, usize) {
+        let wanted = msg_len.min(self.buf.len());
+        let first = head.len().min(wanted);
+        self.buf.write_at(0, &head[..first]);
+        self.peer = peer;
+        self.tag = tag;
+        self.msg_len = msg_len;
+        (wanted, first)
+    }
+
     fn cold(&mut self) -> &mut Cold {
         self.cold.get_or_insert_with(Default::default)
     }
@@ -687,12 +700,7 @@ impl Core {
         let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
-        let wanted = msg_len.min(r.buf.len());
-        let first = data.len().min(wanted);
-        r.buf.write_at(0, &data[..first]);
-        r.peer = peer;
-        r.tag = env.tag;
-        r.msg_len = msg_len;
+        let (wanted, first) = r.take_first(peer, env.tag, msg_len, data);
         let pattern = r.pattern;
         if first == wanted {
             let ctrl = match rget {
@@ -1608,12 +1616,7 @@ impl Core {
         };
         let id = self.matcher.arrive_posted(env, m.seq)?;
         let r = self.reqs.get_mut(id)?;
-        let wanted = msg_len.min(r.buf.len());
-        let n = head.len().min(wanted);
-        r.buf.write_at(0, &head[..n]);
-        r.peer = peer;
-        r.tag = m.tag;
-        r.msg_len = msg_len;
+        let (wanted, n) = r.take_first(peer, m.tag, msg_len, head);
         r.wanted = wanted;
         r.count = n;
         r.phase = Phase::RecvFrags;
