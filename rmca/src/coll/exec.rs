@@ -7,14 +7,17 @@ use rmca_framework::pml::{RequestId, SendMode};
 use super::schedule::{Buf, Comm, Local, Region, Schedule};
 use crate::{Communicator, Error, Result, Src};
 
-/// Combines `src` into `dst` (see [`Local::Reduce`]); only called by reductions.
-pub(crate) type ReduceFn<'a> = &'a dyn Fn(&mut [u8], &[u8], bool);
+/// Computes a [`Local::Reduce`] step `(dst, src, acc, src_first)`: `dst = src op acc` if
+/// `src_first`, else `acc op src`, where `acc` is the accumulated operand, `None` when it is
+/// `dst` itself (in place). Only called by reductions.
+pub(crate) type ReduceFn<'a> = &'a dyn Fn(&mut [u8], &[u8], Option<&[u8]>, bool);
 
-/// Execute `sched` on `comm` with `tag`, with `scratch` as the schedule's scratch space
-/// (grown as needed; its contents are not read before a round received into them). Every
-/// round's transfers are posted together and all of them are waited for (even after an error)
-/// before the buffers are touched again: the schedule guarantees that concurrent regions are
-/// disjoint (checked by the schedule tests).
+/// Execute `sched` on `comm` with `tag` over `send` (the caller's input, read only) and `work`
+/// (the result, in the layout of the schedule's collective), with `scratch` as the schedule's
+/// scratch space (grown as needed; its contents are not read before a round received into
+/// them). Every round's transfers are posted together and all of them are waited for (even
+/// after an error) before the buffers are touched again: the schedule guarantees that
+/// concurrent regions are disjoint (checked by the schedule tests).
 pub(crate) fn run(
     comm: &Communicator,
     sched: &Schedule,
@@ -164,13 +167,26 @@ fn run_locals(
                     src,
                     dst,
                     src_first,
+                    acc,
                 } => {
                     let f = reduce.ok_or_else(|| {
                         Error::InvalidArgument(
                             "internal: reduction step without an operation".into(),
                         )
                     })?;
-                    f(&mut work[dst.clone()], &tmp[src.clone()], *src_first);
+                    let acc = match acc {
+                        Buf::Work => None,
+                        b => Some(slice_ref(
+                            &Region {
+                                buf: *b,
+                                range: dst.clone(),
+                            },
+                            send,
+                            &[],
+                            tmp,
+                        )?),
+                    };
+                    f(&mut work[dst.clone()], &tmp[src.clone()], acc, *src_first);
                 }
                 Local::Copy { src, dst } => match src.buf {
                     Buf::Send => work[dst.clone()].copy_from_slice(&send[src.range.clone()]),

@@ -241,16 +241,16 @@ impl Communicator {
         check_op::<T>(op)?;
         let (n, me) = (self.size(), self.rank());
         let mut own;
+        // The schedule reads the input from `send` and writes `work` before reading it.
         let work: &mut [T] = if me == root {
             let recv = recv.ok_or_else(|| {
                 Error::InvalidArgument("reduce: the root must pass a receive buffer".into())
             })?;
             check_len("reduce", "receive buffer", recv.len(), send.len())?;
-            recv.copy_from_slice(send);
             recv
         } else {
-            // Non-roots accumulate their subtree in a private copy.
-            own = send.to_vec();
+            // Non-roots accumulate their subtree in private space (a leaf never touches it).
+            own = vec![T::zeroed(); send.len()];
             &mut own
         };
         let len = std::mem::size_of_val(send);
@@ -260,13 +260,12 @@ impl Communicator {
             "linear" => schedule::reduce_linear(n, me, root, len),
             _ => schedule::reduce_binomial(n, me, root, len),
         });
-        let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
         self.run_schedule(
             &s,
             TAG_REDUCE,
-            &[],
+            bytemuck::cast_slice(send),
             bytemuck::cast_slice_mut(work),
-            Some(&f),
+            Some(&reduce_step::<T>(op)),
         )
     }
 
@@ -274,7 +273,8 @@ impl Communicator {
     pub fn allreduce<T: Reducible>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
         check_op::<T>(op)?;
         check_len("allreduce", "receive buffer", recv.len(), send.len())?;
-        recv.copy_from_slice(send);
+        // `recv` needs no initialization: the schedule reads the input from `send` where it
+        // first needs it (a copy up front would be a full extra pass over the vector).
         let (n, me) = (self.size(), self.rank());
         let len = std::mem::size_of_val(send);
         let elem = std::mem::size_of::<T>();
@@ -290,13 +290,12 @@ impl Communicator {
             }
             _ => schedule::allreduce_recursive_doubling(n, me, len),
         });
-        let f = |d: &mut [u8], s: &[u8], first: bool| op::reduce_bytes::<T>(op, d, s, first);
         self.run_schedule(
             &s,
             TAG_ALLREDUCE,
-            &[],
+            bytemuck::cast_slice(send),
             bytemuck::cast_slice_mut(recv),
-            Some(&f),
+            Some(&reduce_step::<T>(op)),
         )
     }
 
@@ -483,6 +482,14 @@ impl Communicator {
             Rc::new(build())
         };
         self.run_schedule(&s, tag, send, recv, None)
+    }
+}
+
+/// The executor's reduction step for `T` under `op` (see [`ReduceFn`]).
+fn reduce_step<T: Reducible>(op: Op) -> impl Fn(&mut [u8], &[u8], Option<&[u8]>, bool) {
+    move |dst, src, acc, src_first| match acc {
+        None => op::reduce_bytes::<T>(op, dst, src, src_first),
+        Some(acc) => op::reduce_into_bytes::<T>(op, dst, src, acc, src_first),
     }
 }
 

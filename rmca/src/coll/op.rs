@@ -158,6 +158,73 @@ pub(crate) fn reduce_bytes<T: Reducible>(op: Op, dst: &mut [u8], src: &[u8], src
     }
 }
 
+/// `d = f(s, a)` (`src_first`) or `f(a, s)`, elementwise: [`combine_all`] with the
+/// accumulated operand read from `a` instead of `d`.
+#[inline(always)]
+fn combine_into<T: Copy>(d: &mut [T], s: &[T], a: &[T], src_first: bool, f: impl Fn(T, T) -> T) {
+    if src_first {
+        d.iter_mut()
+            .zip(s)
+            .zip(a)
+            .for_each(|((d, s), a)| *d = f(*s, *a));
+    } else {
+        d.iter_mut()
+            .zip(s)
+            .zip(a)
+            .for_each(|((d, s), a)| *d = f(*a, *s));
+    }
+}
+
+/// `dst = src op acc` (`src_first`) or `acc op src`, elementwise over byte views of `T`: a
+/// reduction whose accumulated operand is not in `dst` yet (the caller's input), computed in
+/// one pass instead of a copy followed by [`reduce_bytes`].
+pub(crate) fn reduce_into_bytes<T: Reducible>(
+    op: Op,
+    dst: &mut [u8],
+    src: &[u8],
+    acc: &[u8],
+    src_first: bool,
+) {
+    debug_assert!(dst.len() == src.len() && dst.len() == acc.len());
+    match (
+        bytemuck::try_cast_slice_mut::<u8, T>(dst),
+        bytemuck::try_cast_slice::<u8, T>(src),
+        bytemuck::try_cast_slice::<u8, T>(acc),
+    ) {
+        (Ok(d), Ok(s), Ok(a)) => {
+            // One loop per operation, as in `reduce_bytes`, so that each vectorizes.
+            macro_rules! each {
+                ($($op:ident),*) => {
+                    match op {
+                        $(Op::$op => combine_into(d, s, a, src_first, |x, y| T::combine(Op::$op, x, y)),)*
+                    }
+                };
+            }
+            each!(Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, LogicalXor)
+        }
+        // Misaligned views (never produced by the executor): element by element.
+        _ => {
+            let size = std::mem::size_of::<T>();
+            for ((d, s), a) in dst
+                .chunks_exact_mut(size)
+                .zip(src.chunks_exact(size))
+                .zip(acc.chunks_exact(size))
+            {
+                let (s, a): (T, T) = (
+                    bytemuck::pod_read_unaligned(s),
+                    bytemuck::pod_read_unaligned(a),
+                );
+                let r = if src_first {
+                    T::combine(op, s, a)
+                } else {
+                    T::combine(op, a, s)
+                };
+                d.copy_from_slice(bytemuck::bytes_of(&r));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +274,103 @@ mod tests {
             true,
         );
         assert_eq!(a, [10.0, 40.0]);
+    }
+
+    /// An element whose combination is not commutative (`a op b` = 10a + b for every op), so
+    /// the operand order a kernel passes to `combine` shows in the result.
+    #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    #[repr(transparent)]
+    struct Ordered(u32);
+
+    impl Reducible for Ordered {
+        const NAME: &'static str = "Ordered";
+        fn supports(_: Op) -> bool {
+            true
+        }
+        fn combine(_: Op, a: Self, b: Self) -> Self {
+            Ordered(a.0 * 10 + b.0)
+        }
+    }
+
+    #[test]
+    fn reduce_into_bytes_computes_from_three_operands() {
+        let src = [1i32, -2, i32::MAX, 40];
+        let acc = [10i32, 20, 1, -40];
+        let mut dst = [0x5a5a_5a5ai32; 4];
+        for src_first in [false, true] {
+            reduce_into_bytes::<i32>(
+                Op::Sum,
+                bytemuck::cast_slice_mut(&mut dst),
+                bytemuck::cast_slice(&src),
+                bytemuck::cast_slice(&acc),
+                src_first,
+            );
+            assert_eq!(dst, [11, 18, i32::MIN, 0], "src_first={src_first}");
+        }
+        // Floats: the same values as the in-place kernel, bit for bit.
+        let src = [0.1f64, 1e300, -3.5, f64::MIN_POSITIVE];
+        let acc = [0.2f64, 1e300, 7.25, -0.0];
+        for op in [Op::Sum, Op::Prod, Op::Min, Op::Max] {
+            for src_first in [false, true] {
+                let mut dst = [f64::NAN; 4];
+                reduce_into_bytes::<f64>(
+                    op,
+                    bytemuck::cast_slice_mut(&mut dst),
+                    bytemuck::cast_slice(&src),
+                    bytemuck::cast_slice(&acc),
+                    src_first,
+                );
+                let mut in_place = acc;
+                reduce_bytes::<f64>(
+                    op,
+                    bytemuck::cast_slice_mut(&mut in_place),
+                    bytemuck::cast_slice(&src),
+                    src_first,
+                );
+                assert_eq!(
+                    dst.map(f64::to_bits),
+                    in_place.map(f64::to_bits),
+                    "{op:?} src_first={src_first}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn src_first_selects_operand_order() {
+        let (src, acc) = ([Ordered(1), Ordered(2)], [Ordered(3), Ordered(4)]);
+        for (src_first, want) in [(true, [13, 24]), (false, [31, 42])] {
+            let want = want.map(Ordered);
+            let mut dst = [Ordered(0); 2];
+            reduce_into_bytes::<Ordered>(
+                Op::Sum,
+                bytemuck::cast_slice_mut(&mut dst),
+                bytemuck::cast_slice(&src),
+                bytemuck::cast_slice(&acc),
+                src_first,
+            );
+            assert_eq!(dst, want, "3-operand, src_first={src_first}");
+            let mut in_place = acc;
+            reduce_bytes::<Ordered>(
+                Op::Sum,
+                bytemuck::cast_slice_mut(&mut in_place),
+                bytemuck::cast_slice(&src),
+                src_first,
+            );
+            assert_eq!(in_place, want, "in place, src_first={src_first}");
+            // Misaligned views take the element-by-element path, in the same order.
+            // (Word-aligned storage, so that one byte in is certainly misaligned.)
+            let (mut d, mut s, mut a) = ([0u32; 3], [0u32; 3], [0u32; 3]);
+            let [d, s, a] =
+                [&mut d, &mut s, &mut a].map(|w| &mut bytemuck::cast_slice_mut(w)[1..9]);
+            s.copy_from_slice(bytemuck::cast_slice(&src));
+            a.copy_from_slice(bytemuck::cast_slice(&acc));
+            reduce_into_bytes::<Ordered>(Op::Sum, d, s, a, src_first);
+            assert_eq!(
+                bytemuck::pod_read_unaligned::<[Ordered; 2]>(d),
+                want,
+                "misaligned, src_first={src_first}"
+            );
+        }
     }
 }

@@ -8,23 +8,31 @@
 //! count without a transport.
 //!
 //! Layout conventions (the typed API in `mod.rs` adapts user buffers to them):
-//! - bcast, reduce, allreduce: `Work` holds the whole vector.
+//! - bcast: `Work` holds the whole vector.
+//! - reduce, allreduce: `Send` is the caller's input and `Work` the result (the whole vector
+//!   in both; a non-root of reduce gets private space for its subtree's partial). `Work`
+//!   starts uninitialized, so that the input is not copied into it up front (a full extra
+//!   pass over the vector): a rank sends its own contribution from `Send`, the first reduction
+//!   of a range reads its accumulated operand from `Send` (`Local::Reduce::acc`) and writes
+//!   `Work`, and a rank that combines nothing copies `Send` into `Work` (n = 1). Every `Work`
+//!   byte is written before it is read or sent (checked by the schedule tests).
 //! - gather, scatter: `Work` holds `n` blocks in *virtual-rank order* (block `v` belongs to
 //!   rank `(v + root) % n`), so every binomial subtree is one contiguous region; the root
 //!   rotates by `root` blocks at the end (gather) or the start (scatter).
 //! - allgather: `Work` holds `n` blocks in rank order.
 //! - alltoall(v): `Send` is the user's input, `Work` the user's output.
 //!
-//! Reduction order: a `Reduce` step combines `tmp` and `work` as `tmp op work` when
-//! `src_first` (the received partial covers lower ranks) and `work op tmp` otherwise, so two
-//! partners combining the same two partials compute bit-identical results.
+//! Reduction order: a `Reduce` step combines the received partial `tmp` and the accumulated
+//! operand `acc` (`work`, or the input in `send`) as `tmp op acc` when `src_first` (the
+//! received partial covers lower ranks) and `acc op tmp` otherwise, so two partners combining
+//! the same two partials compute bit-identical results.
 
 use std::ops::Range;
 
 /// Which buffer a region lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Buf {
-    /// The caller's input (read-only), for alltoall(v).
+    /// The caller's input (read-only), for reductions and alltoall(v).
     Send,
     /// The result buffer.
     Work,
@@ -72,11 +80,14 @@ pub(crate) enum Comm {
 /// A local step run after a round's transfers completed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Local {
-    /// `work[dst] = tmp[src] op work[dst]` if `src_first`, else `work[dst] op tmp[src]`.
+    /// `work[dst] = tmp[src] op acc[dst]` if `src_first`, else `acc[dst] op tmp[src]`, where
+    /// `acc` is `Work` (in place) or `Send` (the first reduction of a range, whose `Work`
+    /// bytes are not written yet).
     Reduce {
         src: Range<usize>,
         dst: Range<usize>,
         src_first: bool,
+        acc: Buf,
     },
     /// `work[dst] = src`.
     Copy { src: Region, dst: Range<usize> },
@@ -117,6 +128,14 @@ fn send(peer: usize, region: Region) -> Comm {
 }
 fn recv(peer: usize, region: Region) -> Comm {
     Comm::Recv { peer, region }
+}
+
+/// The whole input as the result, for a rank of a reduction that combines nothing.
+fn copy_input(len: usize) -> Local {
+    Local::Copy {
+        src: Region::send(0..len),
+        dst: 0..len,
+    }
 }
 
 fn vrank(rank: usize, root: usize, n: usize) -> usize {
@@ -267,7 +286,8 @@ pub(crate) fn bcast_scatter_allgather(n: usize, me: usize, root: usize, len: usi
 /// Binomial-tree reduction of `len` bytes to `root`. Each rank receives its children's
 /// partials concurrently and combines them in virtual-rank order (mine, then the child at
 /// distance 1, 2, 4, ...), i.e. the result is `x[root] op x[root+1] op ...` (ranks taken
-/// cyclically from the root), associated as a binomial tree.
+/// cyclically from the root), associated as a binomial tree. A leaf sends its input from
+/// `Send` and never touches `Work`.
 pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
@@ -276,6 +296,8 @@ pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> S
     let mut locals = Vec::new();
     let mut mask = 1;
     let mut slot = 0;
+    // Where this rank's partial is: its input until the first reduction wrote `Work`.
+    let mut acc = Buf::Send;
     while mask < span {
         if v + mask < n {
             let t = slot * len..(slot + 1) * len;
@@ -284,16 +306,27 @@ pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> S
                 src: t,
                 dst: 0..len,
                 src_first: false,
+                acc,
             });
+            acc = Buf::Work;
             slot += 1;
         }
         mask <<= 1;
+    }
+    if v == 0 && acc == Buf::Send {
+        locals.push(copy_input(len));
     }
     s.tmp_len = slot * len;
     s.push(comms, locals);
     if v != 0 {
         s.push(
-            vec![send(real(v - span, root, n), Region::work(0..len))],
+            vec![send(
+                real(v - span, root, n),
+                Region {
+                    buf: acc,
+                    range: 0..len,
+                },
+            )],
             vec![],
         );
     }
@@ -304,10 +337,10 @@ pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> S
 pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     if me != root {
-        s.push(vec![send(root, Region::work(0..len))], vec![]);
+        s.push(vec![send(root, Region::send(0..len))], vec![]);
         return s;
     }
-    // Slot per rank; the root's own value is already in work and is folded in at its place.
+    // Slot per rank; the root's own value (in `Send`) is folded in at its place.
     let others: Vec<usize> = (0..n).filter(|&r| r != root).collect();
     let slot = |r: usize| others.iter().position(|&o| o == r).expect("other rank");
     let comms = others
@@ -316,20 +349,21 @@ pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Sch
         .collect();
     // Rank order: ranks below the root are combined in front of the root's value
     // (folding right to left), ranks above behind it (left to right).
-    let mut locals = Vec::new();
-    for r in (0..root).rev() {
-        locals.push(Local::Reduce {
+    let mut locals: Vec<Local> = (0..root)
+        .rev()
+        .map(|r| (r, true))
+        .chain((root + 1..n).map(|r| (r, false)))
+        .enumerate()
+        .map(|(i, (r, src_first))| Local::Reduce {
             src: slot(r) * len..(slot(r) + 1) * len,
             dst: 0..len,
-            src_first: true,
-        });
-    }
-    for r in root + 1..n {
-        locals.push(Local::Reduce {
-            src: slot(r) * len..(slot(r) + 1) * len,
-            dst: 0..len,
-            src_first: false,
-        });
+            src_first,
+            // The first step combines with the input; later ones with that partial.
+            acc: if i == 0 { Buf::Send } else { Buf::Work },
+        })
+        .collect();
+    if locals.is_empty() {
+        locals.push(copy_input(len));
     }
     s.tmp_len = others.len() * len;
     s.push(comms, locals);
@@ -342,7 +376,8 @@ pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Sch
 /// rem = n - p2, ranks 2i and 2i+1 (i < rem) first fold into 2i+1, the p2 survivors exchange
 /// at distances 1, 2, 4, ... combining `lower group op upper group`, then 2i+1 hands the
 /// result back to 2i. Both partners of an exchange compute the same expression on the same
-/// operands, so every rank ends with bit-identical results.
+/// operands, so every rank ends with bit-identical results. A rank's first send and first
+/// reduction read its input from `Send`; every later step reads the partial in `Work`.
 pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> Schedule {
     let mut s = Schedule {
         tmp_len: len,
@@ -355,18 +390,25 @@ pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> S
     };
     let rem = n - p2;
     let w = || Region::work(0..len);
-    let red = |src_first| Local::Reduce {
+    let red = |src_first, acc| Local::Reduce {
         src: 0..len,
         dst: 0..len,
         src_first,
+        acc,
     };
+    // Where this rank's partial is: its input until the first reduction wrote `Work`.
+    let mut acc = Buf::Send;
     let v = if me < 2 * rem {
         if me.is_multiple_of(2) {
-            s.push(vec![send(me + 1, w())], vec![]);
+            s.push(vec![send(me + 1, Region::send(0..len))], vec![]);
             s.push(vec![recv(me + 1, w())], vec![]);
             return s;
         }
-        s.push(vec![recv(me - 1, Region::tmp(0..len))], vec![red(true)]);
+        s.push(
+            vec![recv(me - 1, Region::tmp(0..len))],
+            vec![red(true, acc)],
+        );
+        acc = Buf::Work;
         me / 2
     } else {
         me - rem
@@ -376,11 +418,20 @@ pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> S
     while mask < p2 {
         let pv = v ^ mask;
         let peer = real_of(pv);
+        let mine = Region {
+            buf: acc,
+            range: 0..len,
+        };
         s.push(
-            vec![recv(peer, Region::tmp(0..len)), send(peer, w())],
-            vec![red(pv < v)],
+            vec![recv(peer, Region::tmp(0..len)), send(peer, mine)],
+            vec![red(pv < v, acc)],
         );
+        acc = Buf::Work;
         mask <<= 1;
+    }
+    if acc == Buf::Send {
+        // n = 1: nothing to combine.
+        s.push(vec![], vec![copy_input(len)]);
     }
     if me < 2 * rem {
         s.push(vec![send(me - 1, w())], vec![]);
@@ -391,7 +442,9 @@ pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> S
 /// Ring allreduce (reduce-scatter then allgather, each n-1 steps over chunks of ~len/n):
 /// bandwidth-optimal for long vectors. `elem` is the element size, so chunks never split an
 /// element. Chunk c is reduced in ring order starting at rank c; all ranks then copy the
-/// same reduced chunks, so results are identical everywhere.
+/// same reduced chunks, so results are identical everywhere. A rank reduces every chunk but
+/// its own exactly once, so each reduction reads its input from `Send`; its first send is
+/// its own chunk, from `Send`, and the first allgather step writes that chunk of `Work`.
 pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Schedule {
     let count = len / elem.max(1);
     let chunk = |c: usize| {
@@ -404,19 +457,26 @@ pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Sc
     };
     let right = (me + 1) % n;
     let left = (me + n - 1) % n;
+    if n == 1 {
+        s.push(vec![], vec![copy_input(len)]);
+    }
     for step in 0..n - 1 {
         let out = (me + n - step) % n;
         let inc = (me + 2 * n - step - 1) % n;
         let t = 0..chunk(inc).len();
+        // Step 0 sends this rank's own chunk; later steps the chunk reduced one step before.
+        let out = if step == 0 {
+            Region::send(chunk(out))
+        } else {
+            Region::work(chunk(out))
+        };
         s.push(
-            vec![
-                recv(left, Region::tmp(t.clone())),
-                send(right, Region::work(chunk(out))),
-            ],
+            vec![recv(left, Region::tmp(t.clone())), send(right, out)],
             vec![Local::Reduce {
                 src: t,
                 dst: chunk(inc),
                 src_first: true,
+                acc: Buf::Send,
             }],
         );
     }
@@ -434,7 +494,8 @@ pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Sc
     s
 }
 
-/// Reduce to rank 0 (binomial) then broadcast from rank 0 (binomial).
+/// Reduce to rank 0 (binomial) then broadcast from rank 0 (binomial). The reduction reads
+/// the input from `Send` and leaves the result in rank 0's `Work`, which the broadcast sends.
 pub(crate) fn allreduce_reduce_bcast(n: usize, me: usize, len: usize) -> Schedule {
     reduce_binomial(n, me, 0, len).then(bcast_binomial(n, me, 0, len))
 }

@@ -1,5 +1,10 @@
 //! Runs the schedules of N simulated ranks against each other (eager, per-pair FIFO channels,
 //! like the PML's per-source ordering) and compares with sequential references.
+//!
+//! `Send` holds a rank's input; `Work` holds only what the caller put there (the root's
+//! vector of a bcast, one's own block of a gather), the rest is poison, like `Tmp`. The
+//! simulator tracks which `Work` and `Tmp` bytes were written and panics when a schedule
+//! sends, combines or copies a byte before anything wrote it.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -10,6 +15,9 @@ type Reducer = fn(&mut [u8], &[u8], bool);
 /// Per-peer byte ranges of one side of an alltoallv.
 type Layout = Vec<Range<usize>>;
 
+/// The contents of `Work` and `Tmp` bytes that nothing wrote yet.
+const POISON: u8 = 0xA5;
+
 struct Rank {
     sched: Schedule,
     next: usize,
@@ -17,6 +25,45 @@ struct Rank {
     send: Vec<u8>,
     work: Vec<u8>,
     tmp: Vec<u8>,
+    /// Which bytes of `work` hold data (the caller's, or written by the schedule).
+    work_written: Vec<bool>,
+    /// Which bytes of `tmp` were written by the schedule.
+    tmp_written: Vec<bool>,
+}
+
+impl Rank {
+    /// Place the caller's `data` at `at` in `Work`.
+    fn with(mut self, at: usize, data: &[u8]) -> Self {
+        self.work[at..at + data.len()].copy_from_slice(data);
+        self.mark_written(&Region::work(at..at + data.len()));
+        self
+    }
+
+    fn written(&mut self, b: Buf) -> Option<&mut Vec<bool>> {
+        match b {
+            Buf::Send => None,
+            Buf::Work => Some(&mut self.work_written),
+            Buf::Tmp => Some(&mut self.tmp_written),
+        }
+    }
+
+    fn mark_written(&mut self, region: &Region) {
+        if let Some(w) = self.written(region.buf) {
+            w[region.range.clone()].fill(true);
+        }
+    }
+
+    /// Panics if the schedule of rank `me` reads a byte of `region` that nothing wrote.
+    fn check_written(&mut self, me: usize, region: &Region, what: &str) {
+        if let Some(w) = self.written(region.buf) {
+            if let Some(i) = w[region.range.clone()].iter().position(|w| !w) {
+                panic!(
+                    "rank {me} {what} {region:?} before byte {} was written",
+                    region.range.start + i
+                );
+            }
+        }
+    }
 }
 
 fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
@@ -59,7 +106,8 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
     let n = ranks.len();
     let mut chan: HashMap<(usize, usize), VecDeque<Vec<u8>>> = HashMap::new();
     for r in &mut ranks {
-        r.tmp = vec![0; r.sched.tmp_len];
+        r.tmp = vec![POISON; r.sched.tmp_len];
+        r.tmp_written = vec![false; r.sched.tmp_len];
         for round in &r.sched.rounds {
             check_disjoint(round);
         }
@@ -74,6 +122,7 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
                 for c in &round.comms {
                     if let Comm::Send { peer, region } = c {
                         assert!(*peer < n && *peer != me, "rank {me} sends to {peer}");
+                        r.check_written(me, region, "sends");
                         let data = buf(r, region.buf)[region.range.clone()].to_vec();
                         chan.entry((me, *peer)).or_default().push_back(data);
                     }
@@ -104,6 +153,7 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
                         msg.len()
                     );
                     buf(r, region.buf)[region.range.clone()].copy_from_slice(&msg);
+                    r.mark_written(region);
                 }
             }
             for l in &round.locals {
@@ -112,13 +162,28 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
                         src,
                         dst,
                         src_first,
+                        acc,
                     } => {
-                        let s = r.tmp[src.clone()].to_vec();
-                        reduce(&mut r.work[dst.clone()], &s, *src_first);
+                        let (src, acc) = (
+                            Region::tmp(src.clone()),
+                            Region {
+                                buf: *acc,
+                                range: dst.clone(),
+                            },
+                        );
+                        r.check_written(me, &src, "combines");
+                        r.check_written(me, &acc, "combines");
+                        let s = r.tmp[src.range].to_vec();
+                        let mut v = buf(r, acc.buf)[acc.range].to_vec();
+                        reduce(&mut v, &s, *src_first);
+                        r.work[dst.clone()].copy_from_slice(&v);
+                        r.mark_written(&Region::work(dst.clone()));
                     }
                     Local::Copy { src, dst } => {
+                        r.check_written(me, src, "copies");
                         let s = buf(r, src.buf)[src.range.clone()].to_vec();
                         r.work[dst.clone()].copy_from_slice(&s);
+                        r.mark_written(&Region::work(dst.clone()));
                     }
                 }
             }
@@ -145,14 +210,26 @@ fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
     ranks.into_iter().map(|r| r.work).collect()
 }
 
+/// A rank whose `Work` starts as `work`, all of it the caller's data.
 fn rank(sched: Schedule, send: Vec<u8>, work: Vec<u8>) -> Rank {
     Rank {
         sched,
         next: 0,
         posted: false,
         send,
+        work_written: vec![true; work.len()],
         work,
         tmp: Vec::new(),
+        tmp_written: Vec::new(),
+    }
+}
+
+/// A rank whose `Work` is `len` bytes of poison that the schedule must write before reading.
+fn fresh(sched: Schedule, send: Vec<u8>, len: usize) -> Rank {
+    Rank {
+        work: vec![POISON; len],
+        work_written: vec![false; len],
+        ..rank(sched, send, vec![])
     }
 }
 
@@ -252,15 +329,11 @@ fn bcasts_deliver_root_buffer() {
                 for (name, algo) in algos {
                     let want = pattern(root, len);
                     let ranks = (0..n).map(|r| {
-                        rank(
-                            algo(n, r, root, len),
-                            vec![],
-                            if r == root {
-                                want.clone()
-                            } else {
-                                vec![0; len]
-                            },
-                        )
+                        if r == root {
+                            rank(algo(n, r, root, len), vec![], want.clone())
+                        } else {
+                            fresh(algo(n, r, root, len), vec![], len)
+                        }
                     });
                     for (r, got) in simulate(ranks.collect(), sum_reduce)
                         .into_iter()
@@ -282,7 +355,7 @@ fn reduces_follow_documented_order() {
                 let len = count * MAT;
                 let inputs: Vec<Vec<u8>> = (0..n).map(|r| pattern(r, len)).collect();
                 let sched: Vec<Rank> = (0..n)
-                    .map(|r| rank(reduce_binomial(n, r, root, len), vec![], inputs[r].clone()))
+                    .map(|r| fresh(reduce_binomial(n, r, root, len), inputs[r].clone(), len))
                     .collect();
                 let got = simulate(sched, mat_reduce);
                 assert_eq!(
@@ -291,7 +364,7 @@ fn reduces_follow_documented_order() {
                     "binomial n={n} root={root}"
                 );
                 let sched: Vec<Rank> = (0..n)
-                    .map(|r| rank(reduce_linear(n, r, root, len), vec![], inputs[r].clone()))
+                    .map(|r| fresh(reduce_linear(n, r, root, len), inputs[r].clone(), len))
                     .collect();
                 let got = simulate(sched, mat_reduce);
                 assert_eq!(
@@ -314,10 +387,10 @@ fn allreduces_agree_everywhere() {
             let want = mat_reference(&inputs, 0..n);
             let rd: Vec<Rank> = (0..n)
                 .map(|r| {
-                    rank(
+                    fresh(
                         allreduce_recursive_doubling(n, r, len),
-                        vec![],
                         inputs[r].clone(),
+                        len,
                     )
                 })
                 .collect();
@@ -325,7 +398,7 @@ fn allreduces_agree_everywhere() {
                 assert_eq!(got, want, "recursive_doubling n={n} count={count} rank={r}");
             }
             let rb: Vec<Rank> = (0..n)
-                .map(|r| rank(allreduce_reduce_bcast(n, r, len), vec![], inputs[r].clone()))
+                .map(|r| fresh(allreduce_reduce_bcast(n, r, len), inputs[r].clone(), len))
                 .collect();
             for (r, got) in simulate(rb, mat_reduce).into_iter().enumerate() {
                 assert_eq!(got, want, "reduce_bcast n={n} count={count} rank={r}");
@@ -339,7 +412,7 @@ fn allreduces_agree_everywhere() {
                 acc
             };
             let ring: Vec<Rank> = (0..n)
-                .map(|r| rank(allreduce_ring(n, r, len, 4), vec![], inputs[r].clone()))
+                .map(|r| fresh(allreduce_ring(n, r, len, 4), inputs[r].clone(), len))
                 .collect();
             for (r, got) in simulate(ring, sum_reduce).into_iter().enumerate() {
                 assert_eq!(got, want, "ring n={n} count={count} rank={r}");
@@ -361,9 +434,8 @@ fn gathers_and_scatters_place_blocks() {
                     // Gather: virtual-rank layout; rank r's block sits at slot (r - root) mod n.
                     let ranks = (0..n).map(|r| {
                         let v = (r + n - root) % n;
-                        let mut w = vec![0; n * block];
-                        w[v * block..(v + 1) * block].copy_from_slice(&pattern(r, block));
-                        rank(algo(n, r, root, block), vec![], w)
+                        fresh(algo(n, r, root, block), vec![], n * block)
+                            .with(v * block, &pattern(r, block))
                     });
                     let got = simulate(ranks.collect(), sum_reduce);
                     let want: Vec<u8> = (0..n)
@@ -382,15 +454,11 @@ fn gathers_and_scatters_place_blocks() {
                         .flat_map(|v| pattern((v + root) % n, block))
                         .collect();
                     let ranks = (0..n).map(|r| {
-                        rank(
-                            algo(n, r, root, block),
-                            vec![],
-                            if r == root {
-                                full.clone()
-                            } else {
-                                vec![0; n * block]
-                            },
-                        )
+                        if r == root {
+                            rank(algo(n, r, root, block), vec![], full.clone())
+                        } else {
+                            fresh(algo(n, r, root, block), vec![], n * block)
+                        }
                     });
                     for (r, got) in simulate(ranks.collect(), sum_reduce)
                         .into_iter()
@@ -420,9 +488,7 @@ fn allgathers_collect_every_block() {
                 ("linear", allgather_linear),
             ] {
                 let ranks = (0..n).map(|r| {
-                    let mut w = vec![0; n * block];
-                    w[r * block..(r + 1) * block].copy_from_slice(&pattern(r, block));
-                    rank(algo(n, r, block), vec![], w)
+                    fresh(algo(n, r, block), vec![], n * block).with(r * block, &pattern(r, block))
                 });
                 let want: Vec<u8> = (0..n).flat_map(|r| pattern(r, block)).collect();
                 for (r, got) in simulate(ranks.collect(), sum_reduce)
@@ -480,7 +546,7 @@ fn alltoallvs_transpose() {
                     send[r.clone()].copy_from_slice(&pattern(me * 10 + d, r.len()));
                 }
                 let recv_len = recvs.iter().map(|r| r.end).max().unwrap();
-                rank(algo(n, me, sends, recvs), send, vec![0; recv_len])
+                fresh(algo(n, me, sends, recvs), send, recv_len)
             });
             for (me, got) in simulate(ranks.collect(), sum_reduce)
                 .into_iter()
