@@ -88,7 +88,7 @@ fn reductions<T: Reducible + PartialEq + std::fmt::Debug>(
         let send: Vec<T> = (0..count).map(|i| f(me, i)).collect();
         for &op in ops {
             let want = reference(n, count, op, f);
-            let mut recv = vec![T::zeroed(); count];
+            let mut recv = poisoned::<T>(count);
             c.world.allreduce(&send, &mut recv, op).expect("allreduce");
             c.check(
                 &format!("allreduce {ty} {op:?} count={count}"),
@@ -96,7 +96,7 @@ fn reductions<T: Reducible + PartialEq + std::fmt::Debug>(
                 &want,
             );
             for root in roots(n) {
-                let mut recv = vec![T::zeroed(); count];
+                let mut recv = poisoned::<T>(count);
                 let r = if me == root {
                     Some(&mut recv[..])
                 } else {
@@ -114,6 +114,14 @@ fn reductions<T: Reducible + PartialEq + std::fmt::Debug>(
         }
     }
     c.done(&format!("reduce/allreduce {ty}"));
+}
+
+/// A receive buffer of `count` elements filled with 0xA5 bytes: a collective that read its
+/// receive buffer before writing it would fold them into the result.
+fn poisoned<T: Reducible>(count: usize) -> Vec<T> {
+    let mut v = vec![T::zeroed(); count];
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).fill(0xA5);
+    v
 }
 
 /// Roots checked: first, last and a middle one.

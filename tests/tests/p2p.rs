@@ -44,6 +44,14 @@ fn large_messages_with_and_without_single_copy() {
 }
 
 #[test]
+fn medium_sizes_across_the_shm_protocol_boundaries() {
+    p2p(2, "medium", &[]);
+    // Delivered whole instead of written in place; and with no streaming at all.
+    p2p(2, "medium", &[("btl_shm_place_in_buffer", "0")]);
+    p2p(2, "medium", &[("btl_shm_stream_min", "0")]);
+}
+
+#[test]
 fn one_gib_transfer() {
     p2p(2, "gib", &[]);
 }

@@ -152,6 +152,82 @@ fn large(w: &Communicator, bytes: usize) {
     }
 }
 
+/// Every size around btl-shm's protocol boundaries (streamed records from 4 KiB, the 32 KiB
+/// eager fragment, the rendezvous copy pipeline below 512 KiB, CMA above), both ways at once,
+/// receives posted before the message (written in place as it arrives) and after it
+/// (unexpected, delivered whole), and truncated ones.
+fn medium_sizes(w: &Communicator) {
+    if w.size() < 2 || w.rank() > 1 {
+        return;
+    }
+    const SIZES: [usize; 14] = [
+        4095, 4096, 4097, 8191, 16_384, 32_768, 32_832, 32_833, 65_536, 100_003, 262_144, 524_287,
+        524_288, 600_001,
+    ];
+    let peer = 1 - w.rank();
+    let byte = |n: usize, i: usize, from: usize| ((i * 7 + n + from * 131) % 251) as u8;
+    for (k, &n) in SIZES.iter().enumerate() {
+        let tag = k as i32;
+        let out: Vec<u8> = (0..n).map(|i| byte(n, i, w.rank())).collect();
+        // Posted first: the peer's message is matched on arrival.
+        let mut early = vec![0u8; n];
+        let r = w.irecv(&mut early, peer, tag).unwrap();
+        w.barrier().unwrap();
+        let s = w.isend(&out, peer, tag).unwrap();
+        let st = r.wait().unwrap();
+        s.wait().unwrap();
+        check(st.bytes == n, "posted-first length");
+        check(
+            early
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == byte(n, i, peer)),
+            "posted-first content",
+        );
+        // Posted after the peer's message arrived (the barrier orders them); then the same
+        // into a buffer one third short.
+        let s = w.isend(&out, peer, 1000 + tag).unwrap();
+        let s2 = w.isend(&out, peer, 2000 + tag).unwrap();
+        w.barrier().unwrap();
+        let mut late = vec![0u8; n];
+        let st = w.recv(&mut late, peer, 1000 + tag).unwrap();
+        check(st.bytes == n, "unexpected length");
+        check(
+            late.iter().enumerate().all(|(i, &b)| b == byte(n, i, peer)),
+            "unexpected content",
+        );
+        let mut short = vec![0xEEu8; n];
+        let keep = n - n / 3;
+        match w.recv(&mut short[..keep], peer, 2000 + tag) {
+            Err(Error::Status {
+                error:
+                    StatusError::Truncated {
+                        message_len,
+                        received,
+                    },
+                ..
+            }) => check(message_len == n && received == keep, "truncated lengths"),
+            other => check(
+                false,
+                &format!("truncation of {n} B not reported: {other:?}"),
+            ),
+        }
+        check(
+            short[..keep]
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == byte(n, i, peer)),
+            "truncated content",
+        );
+        check(
+            short[keep..].iter().all(|&b| b == 0xEE),
+            "wrote past a short buffer",
+        );
+        s.wait().unwrap();
+        s2.wait().unwrap();
+    }
+}
+
 fn many_outstanding(w: &Communicator, count: usize) {
     if w.size() < 2 || w.rank() > 1 {
         return;
@@ -392,6 +468,9 @@ fn main() {
     }
     if case == "gib" {
         large(&w, 1 << 30);
+    }
+    if run("medium") {
+        medium_sizes(&w);
     }
     if run("outstanding") {
         many_outstanding(&w, 100_000);
