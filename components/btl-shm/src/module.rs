@@ -54,21 +54,22 @@ pub struct ShmConfig {
     pub place_in_buffer: bool,
 }
 
-/// Default fragment size: 32 KiB of payload plus room for the PML's header (the 64 bytes keep
+/// Default fragment size: 64 KiB of payload plus room for the PML's header (the 64 bytes keep
 /// payloads whole multiples of a cache line).
-const SHM_FRAGMENT: usize = 32 * 1024 + 64;
+const SHM_FRAGMENT: usize = 64 * 1024 + 64;
 
 impl ShmConfig {
     /// The documented defaults.
     pub const DEFAULT: ShmConfig = ShmConfig {
         fifo_size: 256 * 1024,
-        // 32 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes), so that
-        // a 32 KiB message goes in one record instead of a rendezvous for its last bytes
-        // (32 KiB ping-pong 3.0 against 3.8 us here, 2026-11-24, paired runs). A fragment of
-        // 64 KiB was slower from 128 KiB up: the copy pipeline of a rendezvous overlaps less.
+        // 64 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
+        // message up to 64 KiB goes in one streamed record, written into the receive buffer
+        // as it arrives, with no rendezvous round trip (ping-pong, paired runs here on
+        // 2026-11-24: 64 KiB 0.78x the time with a 32 KiB + 64 limit, smaller and larger
+        // sizes unchanged; 32 KiB 0.79x the time with a limit of exactly 32 KiB, which sent
+        // it as a rendezvous for its last bytes). Rendezvous fragments have their own size,
+        // pipeline_frag_size.
         max_send_size: SHM_FRAGMENT,
-        // A whole fragment: streamed through the ring (see `ring`), a 32 KiB eager message
-        // beats any rendezvous here.
         eager_limit: SHM_FRAGMENT,
         // A rendezvous asks for its data early and gets it in small fragments, so that the
         // receiver copies one out while the sender writes the next (paired runs here against

@@ -359,7 +359,7 @@ fn attributes_follow_the_parameters() {
     );
     assert_eq!(
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
-        (32 * 1024 + 64, 32 * 1024 + 64, 512 * 1024)
+        (64 * 1024 + 64, 64 * 1024 + 64, 512 * 1024)
     );
     assert_eq!(
         (at.rndv_eager_limit, at.pipeline_frag_size),
@@ -476,7 +476,7 @@ fn bad_parameters_name_the_culprit() {
             ],
             "btl_shm_max_send_size",
         ),
-        (vec![("btl_shm_eager_limit", "64K")], "btl_shm_eager_limit"),
+        (vec![("btl_shm_eager_limit", "128K")], "btl_shm_eager_limit"),
     ] {
         let Err(err) = init(&job(0, &[0, 0], &id), &LocalModex::new(), &mem, &settings) else {
             panic!("{settings:?} accepted");

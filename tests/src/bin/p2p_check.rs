@@ -152,7 +152,7 @@ fn large(w: &Communicator, bytes: usize) {
     }
 }
 
-/// Every size around btl-shm's protocol boundaries (streamed records from 4 KiB, the 32 KiB
+/// Every size around btl-shm's protocol boundaries (streamed records from 4 KiB, the 64 KiB
 /// eager fragment, the rendezvous copy pipeline below 512 KiB, CMA above), both ways at once,
 /// receives posted before the message (written in place as it arrives) and after it
 /// (unexpected, delivered whole), and truncated ones.
@@ -160,9 +160,9 @@ fn medium_sizes(w: &Communicator) {
     if w.size() < 2 || w.rank() > 1 {
         return;
     }
-    const SIZES: [usize; 14] = [
-        4095, 4096, 4097, 8191, 16_384, 32_768, 32_832, 32_833, 65_536, 100_003, 262_144, 524_287,
-        524_288, 600_001,
+    const SIZES: [usize; 15] = [
+        4095, 4096, 4097, 8191, 16_384, 32_768, 32_833, 65_536, 65_584, 65_585, 100_003, 262_144,
+        524_287, 524_288, 600_001,
     ];
     let peer = 1 - w.rank();
     let byte = |n: usize, i: usize, from: usize| ((i * 7 + n + from * 131) % 251) as u8;
