@@ -128,9 +128,9 @@ impl Component for ShmComponent {
                     "Messages shorter than this go through the rings (streamed copy-in/copy-out) \
                      even when CMA works (the BTL's min_rdma_pipeline_size); 0: the PML reads \
                      every rendezvous message with process_vm_readv. On the 2-vCPU VM this is \
-                     measured on, the rings win below 512 KiB (256 KiB ping-pong 17-18 against \
-                     23-25 us, bandwidth 12.4-13 against 9.8 GB/s) and are even above, where one \
-                     copy instead of two halves the memory traffic. Compare on your machine with \
+                     measured on, the rings win below 1 MiB (512 KiB ping-pong 32-33 against \
+                     39-43 us) and by less above, where one copy instead of two halves the \
+                     memory traffic of a busy node. Compare on your machine with \
                      rmca-bench latency,bw,bibw --conf cma=btl_shm_single_copy_min=0 \
                      --conf rings=btl_shm_single_copy_min=1G.",
                 )

@@ -78,12 +78,13 @@ impl ShmConfig {
         rndv_eager_limit: 4 * 1024 + 64,
         pipeline_frag_size: 16 * 1024 + 64,
         single_copy: CmaMode::Auto,
-        // Below 512 KiB the streamed rings beat process_vm_readv on the 2-vCPU VM (ping-pong
-        // 64 KiB 6.5-6.9 against 9.3 us, 128 KiB 10.8-11.1 against 15.6, 256 KiB 17-18
-        // against 23-25; bandwidth 12.4-13 against 9.8 GB/s at 256 KiB); from 512 KiB they
-        // are even (34-37 against 37-42 us, bidirectional bandwidth equal) and the single copy
-        // halves the memory traffic, which is what a node full of ranks runs out of.
-        single_copy_min: 512 * 1024,
+        // Below 1 MiB the streamed rings (written into place as they arrive, 16 KiB
+        // rendezvous fragments) beat process_vm_readv on the 2-vCPU VM: ping-pong 256 KiB
+        // 16-18 against 23-27 us, 512 KiB 32-33 against 39-43 (paired runs 0.76-0.83x),
+        // bandwidth at 256 KiB 12.4-13 against 9.8 GB/s. From 1 MiB the rings are still
+        // 0.86-0.94x the time with two ranks on two cores, but the single copy halves the
+        // memory traffic, which is what a node full of ranks runs out of.
+        single_copy_min: 1024 * 1024,
         // Sharing halves the ping-pong time of a CMA transfer and raises its bandwidth
         // 1.3-1.5x here; bidirectional traffic, where both cores are busy anyway, is unchanged
         // (see the parameter's help). It applies to every get from single_copy_min up.

@@ -153,7 +153,7 @@ fn large(w: &Communicator, bytes: usize) {
 }
 
 /// Every size around btl-shm's protocol boundaries (streamed records from 4 KiB, the 64 KiB
-/// eager fragment, the rendezvous copy pipeline below 512 KiB, CMA above), both ways at once,
+/// eager fragment, the rendezvous copy pipeline below 1 MiB, CMA above), both ways at once,
 /// receives posted before the message (written in place as it arrives) and after it
 /// (unexpected, delivered whole), and truncated ones.
 fn medium_sizes(w: &Communicator) {
@@ -162,7 +162,7 @@ fn medium_sizes(w: &Communicator) {
     }
     const SIZES: [usize; 15] = [
         4095, 4096, 4097, 8191, 16_384, 32_768, 32_833, 65_536, 65_584, 65_585, 100_003, 262_144,
-        524_287, 524_288, 600_001,
+        1_048_575, 1_048_576, 1_200_001,
     ];
     let peer = 1 - w.rank();
     let byte = |n: usize, i: usize, from: usize| ((i * 7 + n + from * 131) % 251) as u8;
