@@ -10,9 +10,13 @@
 //! nothing behind; before that point the launcher removes `rmca-<job>-*` files.
 //!
 //! Fragments up to `max_send_size` are copied straight from the caller's header and payload into
-//! the ring (no intermediate copy) and delivered to the receiver in place. Large transfers use
-//! CMA single copy (`get`/`put`), advertised as [`BtlFlags::GET`]/[`BtlFlags::PUT`] only when
-//! the probe succeeded with every peer, so the PML falls back to copy-in/copy-out otherwise.
+//! the ring (no intermediate copy) and delivered to the receiver in place. Fragments of 4 KiB
+//! and more are streamed: the receiver sees them while they are written and, when the PML
+//! takes one early (`BtlEvents::recv_begin`), copies each chunk into the PML's buffer as it
+//! arrives, so that the sender's and the receiver's copies overlap. Transfers from 1 MiB use
+//! CMA single copy (`get`/`put`), advertised as
+//! [`BtlFlags::GET`](rmca_framework::btl::BtlFlags::GET)/`PUT` only when the probe succeeded
+//! with every peer, so the PML falls back to copy-in/copy-out otherwise.
 //! A large get is shared between the two processes ([`coop`]): the receiver reads half while
 //! the sender, otherwise idle until the FIN, writes pieces of the rest when it polls.
 #![deny(unsafe_code)]

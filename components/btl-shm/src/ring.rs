@@ -32,7 +32,9 @@
 //! written so far), `pad` bytes, and the fragment. The producer raises the progress word
 //! (release) after every chunk; the consumer, finding the record incomplete, reads the lines
 //! written so far (pulling them into its cache while the producer writes the next chunk) and
-//! delivers the record once the progress word reaches `len`. `pad` puts the byte after the
+//! delivers the record once the progress word reaches `len`; or its owner takes the written
+//! prefix as it grows ([`Consumer::partial`]) and copies it to its final place itself, which
+//! is what btl-shm does when the PML knows where the fragment goes. `pad` puts the byte after the
 //! PML header on a 32-byte boundary, so that the payload copies on both sides run at full
 //! speed for 32-byte-aligned user buffers (glibc's `memcpy` of 16 KiB in cache, on the EPYC
 //! these figures come from: 93 GB/s when source and destination share their offset within 32
