@@ -52,6 +52,13 @@ fn medium_sizes_across_the_shm_protocol_boundaries() {
 }
 
 #[test]
+fn sendrecv_with_sends_before_short_receives_never_deadlocks() {
+    p2p(2, "sendrecv", &[]);
+    p2p(2, "sendrecv", &[("btl_shm_single_copy", "off")]);
+    p2p(2, "sendrecv", &[("pml", "dr")]);
+}
+
+#[test]
 fn one_gib_transfer() {
     p2p(2, "gib", &[]);
 }

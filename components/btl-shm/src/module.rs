@@ -222,8 +222,6 @@ struct Inbound {
     failed: bool,
     /// The streamed record at the head, taken by the PML and copied into place as it arrives.
     placing: Option<Placing>,
-    /// Offer streamed records to the PML (`btl_shm_place_in_buffer`).
-    offer: bool,
 }
 
 /// A fragment being written into the PML's buffer as it arrives (see [`BtlEvents::recv_begin`]).
@@ -232,7 +230,7 @@ struct Placing {
     token: CompletionToken,
     /// Bytes of the record that the PML took from the head (the rest goes to `dst`).
     head: usize,
-    /// Bytes of the record handled so far.
+    /// Bytes of the record handled so far (at least `head`).
     copied: usize,
 }
 
@@ -494,7 +492,7 @@ impl ShmBtl {
     #[cfg(test)]
     pub(crate) fn stall_helping_for_test(&mut self, events: &mut dyn BtlEvents) -> usize {
         for inb in self.inbox.iter_mut().flatten() {
-            Self::drain(inb, &mut self.stats, &mut self.help, events);
+            Self::drain(inb, false, &mut self.stats, &mut self.help, events);
         }
         let nrings = self.inbox.len();
         let mut claimed = 0;
@@ -659,7 +657,6 @@ impl ShmBtl {
                 consumer,
                 failed: false,
                 placing: None,
-                offer: self.cfg.place_in_buffer,
             },
         )))
     }
@@ -673,6 +670,7 @@ impl ShmBtl {
     #[inline]
     fn drain(
         inb: &mut Inbound,
+        offer: bool,
         stats: &mut Stats,
         help: &mut Vec<(Rank, Help)>,
         events: &mut dyn BtlEvents,
@@ -702,7 +700,7 @@ impl ShmBtl {
             let rec = match inb.consumer.peek() {
                 Ok(Some(rec)) => rec,
                 Ok(None) => {
-                    if inb.offer && inb.consumer.has_partial() {
+                    if offer && inb.consumer.has_partial() {
                         Self::offer(inb, events);
                     }
                     break;
@@ -787,7 +785,7 @@ impl ShmBtl {
             });
         };
         let written = p.written.len();
-        let (from, to) = (pl.copied.max(pl.head), written.min(pl.head + pl.dst.len()));
+        let (from, to) = (pl.copied, written.min(pl.head + pl.dst.len()));
         if from < to {
             pl.dst.write_at(from - pl.head, &p.written[from..to]);
         }
@@ -1294,9 +1292,10 @@ impl Btl for ShmBtl {
         {
             delivered += self.housekeeping(events);
         }
+        let offer = self.cfg.place_in_buffer;
         for inb in self.inbox.iter_mut().flatten() {
             if inb.consumer.ready() && !inb.failed {
-                delivered += Self::drain(inb, &mut self.stats, &mut self.help, events);
+                delivered += Self::drain(inb, offer, &mut self.stats, &mut self.help, events);
             }
         }
         if !self.help.is_empty() {

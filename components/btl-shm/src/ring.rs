@@ -350,7 +350,7 @@ impl Producer {
             });
         }
         let stream = len >= self.stream_min;
-        let pad = stream_pad(header.len());
+        let pad = if stream { stream_pad(header.len()) } else { 0 };
         let slots = if stream {
             stream_slots(pad, len)
         } else {

@@ -183,7 +183,8 @@ struct Req {
     /// RecvFrags: fragments a BTL is still writing into `buf` (see [`Core::begin_match`]);
     /// the request completes only once there are none.
     placing: u8,
-    /// Set when the request completed unsuccessfully.
+    /// Set when the request completed unsuccessfully; in RecvFrags with `placing > 0`, the
+    /// error it will complete with once the BTLs stop writing into `buf`.
     error: Option<Box<StatusError>>,
     /// Rendezvous and RDMA state (boxed: eager messages never need it).
     cold: Option<Box<Cold>>,
@@ -508,6 +509,35 @@ fn frag_payload(room: usize) -> usize {
     }
 }
 
+/// Why a FRAG is dropped.
+enum FragReject {
+    /// No receive is waiting for FRAGs under that id (late, or for a finished request).
+    Stray,
+    /// From the wrong peer, or outside the bytes the receive asked for.
+    Malformed,
+}
+
+/// The receive a FRAG of `len` payload bytes at `offset` from `peer` is for, and where its
+/// bytes go: the one check of a FRAG, whether it arrives whole ([`Core::on_frag`]) or is
+/// placed as it arrives ([`Core::begin_frag`]).
+fn frag_target(
+    reqs: &mut Slab,
+    peer: Rank,
+    dst_req: u64,
+    offset: u64,
+    len: usize,
+) -> Result<(&mut Req, usize), FragReject> {
+    let r = reqs
+        .get_mut(RequestId(dst_req))
+        .filter(|r| r.phase == Phase::RecvFrags)
+        .ok_or(FragReject::Stray)?;
+    let at = usize::try_from(offset)
+        .ok()
+        .filter(|&o| r.peer == peer && o.checked_add(len).is_some_and(|end| end <= r.wanted))
+        .ok_or(FragReject::Malformed)?;
+    Ok((r, at))
+}
+
 fn peer_failed(peer: Rank, reason: &str) -> StatusError {
     StatusError::PeerFailed {
         peer,
@@ -800,30 +830,24 @@ impl Core {
     }
 
     fn on_frag(&mut self, peer: Rank, dst_req: u64, offset: u64, data: &[u8]) {
-        let id = RequestId(dst_req);
-        let Some(r) = self
-            .reqs
-            .get_mut(id)
-            .filter(|r| r.phase == Phase::RecvFrags)
-        else {
-            self.stats.dropped_stray += 1;
-            return;
-        };
-        let end = usize::try_from(offset)
-            .ok()
-            .and_then(|o| o.checked_add(data.len()));
-        match end {
-            Some(end) if r.peer == peer && end <= r.wanted => {
-                r.buf.write_at(end - data.len(), data);
-                r.count += data.len();
-                self.stats.frags_recv += 1;
-                // (A duplicate FRAG from a broken peer must not complete a buffer a BTL is
-                // still writing into.)
-                if r.count >= r.wanted && r.placing == 0 {
-                    self.finish_recv(id);
-                }
+        let (r, at) = match frag_target(&mut self.reqs, peer, dst_req, offset, data.len()) {
+            Ok(t) => t,
+            Err(FragReject::Stray) => {
+                self.stats.dropped_stray += 1;
+                return;
             }
-            _ => self.stats.dropped_malformed += 1,
+            Err(FragReject::Malformed) => {
+                self.stats.dropped_malformed += 1;
+                return;
+            }
+        };
+        r.buf.write_at(at, data);
+        r.count += data.len();
+        self.stats.frags_recv += 1;
+        // (A duplicate FRAG from a broken peer must not complete a buffer a BTL is still
+        // writing into.)
+        if r.count >= r.wanted && r.placing == 0 {
+            self.finish_recv(RequestId(dst_req));
         }
     }
 
@@ -1636,24 +1660,18 @@ impl Core {
             return None;
         };
         let payload = &head[p.header_len()..];
-        let total = len.checked_sub(p.header_len())?;
-        let id = RequestId(dst_req);
-        let r = self
-            .reqs
-            .get_mut(id)
-            .filter(|r| r.phase == Phase::RecvFrags && r.peer == peer)?;
-        let offset = usize::try_from(offset).ok()?;
-        if offset.checked_add(total)? > r.wanted || payload.len() > total {
-            return None;
-        }
+        let total = len
+            .checked_sub(p.header_len())
+            .filter(|&t| t >= payload.len())?;
+        let (r, at) = frag_target(&mut self.reqs, peer, dst_req, offset, total).ok()?;
         r.placing = r.placing.checked_add(1)?;
-        r.buf.write_at(offset, payload);
+        r.buf.write_at(at, payload);
         r.count += payload.len();
         self.stats.frags_recv += 1;
         self.stats.placed += 1;
         Some(Placement {
-            dst: r.buf.slice(offset + payload.len(), total - payload.len()),
-            token: CompletionToken(id.0),
+            dst: r.buf.slice(at + payload.len(), total - payload.len()),
+            token: CompletionToken(dst_req),
         })
     }
 

@@ -234,6 +234,48 @@ fn medium_sizes(w: &Communicator) {
     }
 }
 
+/// `sendrecv` with different tags and sizes on the two sides: a short receive is posted after
+/// its send (which may be a rendezvous), a long one before it; neither order can deadlock.
+fn sendrecv_shapes(w: &Communicator) {
+    if w.size() < 2 || w.rank() > 1 {
+        return;
+    }
+    const BIG: usize = 3 << 20; // a rendezvous, CMA or not
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let big: Vec<u8> = (0..BIG).map(|i| (i % 253) as u8).collect();
+    // Rank 0 sends big and receives 8 bytes (send first); rank 1 the reverse (receive first).
+    let st = if me == 0 {
+        let mut small = [0u8; 8];
+        let st = w.sendrecv(&big, peer, 1, &mut small, peer, 2).unwrap();
+        check(small == [7u8; 8], "short receive of an asymmetric sendrecv");
+        st
+    } else {
+        let mut got = vec![0u8; BIG];
+        let st = w.sendrecv(&[7u8; 8], peer, 2, &mut got, peer, 1).unwrap();
+        check(got == big, "long receive of an asymmetric sendrecv");
+        st
+    };
+    check(st.source == peer, "sendrecv status source");
+    // Both sides send big and post a short receive after it: both rendezvous sends must
+    // progress while each side waits for its receive, which ends truncated.
+    let mut short = [0u8; 16];
+    match w.sendrecv(&big, peer, 3, &mut short, peer, 3) {
+        Err(Error::Status {
+            error:
+                StatusError::Truncated {
+                    message_len,
+                    received,
+                },
+            ..
+        }) => check(
+            message_len == BIG && received == 16,
+            "truncated sendrecv lengths",
+        ),
+        other => check(false, &format!("truncated sendrecv: {other:?}")),
+    }
+    check(short[..] == big[..16], "truncated sendrecv content");
+}
+
 fn many_outstanding(w: &Communicator, count: usize) {
     if w.size() < 2 || w.rank() > 1 {
         return;
@@ -477,6 +519,9 @@ fn main() {
     }
     if run("medium") {
         medium_sizes(&w);
+    }
+    if run("sendrecv") {
+        sendrecv_shapes(&w);
     }
     if run("outstanding") {
         many_outstanding(&w, 100_000);
