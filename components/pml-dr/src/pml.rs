@@ -284,8 +284,12 @@ impl Dr {
                 }
                 Transmit::Data(d) => {
                     let Some(&PendingSend { buf, pattern, .. }) = peer.sends.get(&d.seq) else {
-                        // Cannot happen: a send buffer lives until its completion event.
-                        warn!(seq = d.seq, "no send buffer for a fragment; dropped");
+                        // A fragment held back by a full BTL (a probe or a retransmission) whose
+                        // message the acknowledgements of the originals completed meanwhile:
+                        // nothing is left to send, and nothing is left for the watchdog to wait
+                        // for (a token left pending would fail a working path).
+                        debug!(seq = d.seq, "held fragment of a completed message dropped");
+                        peer.conn.local_complete(d.token);
                         continue;
                     };
                     let off = d.offset as usize;

@@ -4,7 +4,7 @@
 //! (they never assert a duration).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,9 @@ struct Rail {
     wire: Arc<Mutex<Wire>>,
     /// Silently loses everything (a dead cable: no error anywhere).
     blackhole: Arc<AtomicBool>,
+    /// Refuses sends (`WouldBlock`) while this many packets wait for the peer (0: no limit),
+    /// like a full shared-memory ring.
+    capacity: Arc<AtomicUsize>,
     faults: Faults,
 }
 
@@ -66,6 +69,7 @@ impl Rail {
         Self {
             wire: Arc::new(Mutex::new(wire)),
             blackhole: Arc::default(),
+            capacity: Arc::default(),
             faults,
         }
     }
@@ -107,6 +111,10 @@ impl Btl for LossyBtl {
         }
         let f = &self.rail.faults;
         let mut w = self.rail.wire.lock().unwrap();
+        let cap = self.rail.capacity.load(Ordering::Relaxed);
+        if cap != 0 && w.inbound[peer as usize].len() >= cap {
+            return Err(SendError::WouldBlock);
+        }
         if w.chance(f.drop) {
             return Ok(());
         }
@@ -604,4 +612,69 @@ fn small_standard_sends_complete_at_once_and_are_still_retransmitted() {
         counter(&a, "pml.dr.retransmissions") > 0,
         "the copy was retransmitted"
     );
+}
+
+/// A probe refused by a full BTL (`WouldBlock`) is held by the PML and sent when the BTL has
+/// room. If the acknowledgements of the original fragments complete the message meanwhile, the
+/// held probe has nothing left to send: it must be let go without leaving a local completion
+/// that the watchdog waits for. (Over shared memory, the tail of a large message fills the
+/// ring exactly like this, and the watchdog then failed the only path to a live peer.)
+#[test]
+fn a_refused_probe_of_a_completed_message_leaves_no_watchdog_behind() {
+    let faults = Faults {
+        drop: 0.0,
+        dup: 0.0,
+        corrupt: 0.0,
+        reorder: false,
+    };
+    let rails = [Rail::new(5, faults)];
+    let watchdog = Duration::from_millis(150);
+    let cfg = DrConfig { watchdog, ..cfg() };
+    let (mut a, mut b) = pair(&rails, &[2048], cfg);
+    // Warm up (connection and RTT) with a word each way.
+    let mut word = [0u8; 8];
+    let reqs = [
+        (1, irecv(&mut b, &mut word, Source::Rank(0), TagSel::Tag(2))),
+        (0, isend(&mut a, &[7u8; 8], 1, 2, SendMode::Standard)),
+    ];
+    wait_all(&mut a, &mut b, &reqs);
+
+    // An eager message of four fragments fills a ring of four packets.
+    let msg = pattern(4 * 1900, 1);
+    let mut got = vec![0u8; msg.len()];
+    rails[0].capacity.store(4, Ordering::Relaxed);
+    let send = isend(&mut a, &msg, 1, 1, SendMode::Standard);
+    // The receiver stays away past the probe timeout: the sender's probe finds the ring full.
+    let away = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < away {
+        a.progress();
+    }
+    assert!(
+        counter(&a, "pml.dr.frags_sent") >= 4,
+        "the message did not go out"
+    );
+    // The receiver drains and acknowledges: the message completes while the probe is held.
+    let reqs = [
+        (1, irecv(&mut b, &mut got, Source::Rank(0), TagSel::Tag(1))),
+        (0, send),
+    ];
+    for st in wait_all(&mut a, &mut b, &reqs) {
+        assert!(st.error.is_none(), "{st:?}");
+    }
+    assert!(got == msg, "payload differs");
+    rails[0].capacity.store(0, Ordering::Relaxed);
+    // Keep the pair talking, a small exchange at a time, for several watchdog periods.
+    let until = Instant::now() + watchdog * 4;
+    while Instant::now() < until {
+        let reqs = [
+            (1, irecv(&mut b, &mut word, Source::Rank(0), TagSel::Tag(2))),
+            (0, isend(&mut a, &[7u8; 8], 1, 2, SendMode::Standard)),
+        ];
+        for st in wait_all(&mut a, &mut b, &reqs) {
+            assert!(st.error.is_none(), "a live peer was failed: {st:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(counter(&a, "pml.dr.watchdog_expirations"), 0);
+    assert_eq!(counter(&b, "pml.dr.watchdog_expirations"), 0);
 }
