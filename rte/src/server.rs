@@ -7,6 +7,7 @@
 //! the server never times out by itself, the launcher's job monitor does.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use crate::wire::{Framer, Message, OwnedMessage, WireVersion};
 
@@ -51,6 +52,27 @@ pub struct ServerConfig {
     pub tokens: Option<Vec<String>>,
     /// Keys present before any rank puts (e.g. `PMI_process_mapping`).
     pub preload: Vec<(String, String)>,
+    /// How many clients of unknown rank are held, and for how long, before they identify.
+    pub untrusted_limit: UntrustedLimit,
+}
+
+/// Bounds on clients that have not yet presented a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UntrustedLimit {
+    /// At most this many are held at once (the oldest are evicted for newer ones).
+    pub max: usize,
+    /// Each is evicted this long after it connected.
+    pub auth_timeout: Duration,
+}
+
+impl UntrustedLimit {
+    /// Room for every rank of a job of `size` connecting at once, plus stragglers.
+    pub fn for_job(size: u32) -> Self {
+        Self {
+            max: 2 * size as usize + 64,
+            auth_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Something the launcher must act on.
@@ -102,6 +124,8 @@ struct Conn {
     /// Socketpair connections (rank known at connect) and servers without tokens start out
     /// trusted; a TCP client becomes so by presenting its rank's token.
     trusted: bool,
+    /// When an untrusted client connected (it must present a token before a deadline).
+    since: Option<Instant>,
 }
 
 /// The PMI server state machine.
@@ -151,8 +175,59 @@ impl PmiServer {
                 version: WireVersion::V1,
                 finalized: false,
                 trusted: rank.is_some() || self.cfg.tokens.is_none(),
+                since: None,
             },
         );
+    }
+
+    /// A new client of unknown rank accepted at `now` (TCP). Until it presents its token it is
+    /// held only for `auth_timeout`, and at most `max_untrusted` such clients are held: the
+    /// oldest are evicted first, so a flood of idle or garbage clients cannot keep a late rank
+    /// out. Returns the connections to close (already forgotten by the server).
+    pub fn connect_untrusted(&mut self, conn: ConnId, now: Instant) -> Vec<ConnId> {
+        self.connect(conn, None);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if !c.trusted {
+                c.since = Some(now);
+            }
+        }
+        self.evict_untrusted(now)
+    }
+
+    /// Connections whose authentication deadline passed, and the oldest untrusted ones beyond
+    /// the limit; they are forgotten here and must be closed by the caller.
+    pub fn evict_untrusted(&mut self, now: Instant) -> Vec<ConnId> {
+        let limit = self.cfg.untrusted_limit;
+        let mut waiting: Vec<(Instant, ConnId)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.trusted)
+            .filter_map(|(&id, c)| c.since.map(|t| (t, id)))
+            .collect();
+        waiting.sort_unstable();
+        let excess = waiting.len().saturating_sub(limit.max);
+        let evict: Vec<ConnId> = waiting
+            .iter()
+            .enumerate()
+            .filter(|(i, (t, _))| {
+                *i < excess || now.saturating_duration_since(*t) >= limit.auth_timeout
+            })
+            .map(|(_, &(_, id))| id)
+            .collect();
+        for id in &evict {
+            self.disconnect(*id);
+        }
+        evict
+    }
+
+    /// When the oldest untrusted client's authentication deadline passes.
+    pub fn untrusted_deadline(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter(|c| !c.trusted)
+            .filter_map(|c| c.since)
+            .min()
+            .map(|t| t + self.cfg.untrusted_limit.auth_timeout)
     }
 
     /// The connection went away. Returns the rank and whether it had finalized.
@@ -342,6 +417,7 @@ impl PmiServer {
                 t.clear();
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.trusted = true;
+                    c.since = None;
                 }
                 Ok(())
             }
@@ -608,6 +684,7 @@ mod tests {
             maxes: Maxes::default(),
             preload: vec![("PMI_process_mapping".into(), "(vector,(0,1,2))".into())],
             tokens: None,
+            untrusted_limit: UntrustedLimit::for_job(size),
         })
     }
 
@@ -660,6 +737,46 @@ mod tests {
         send(&mut s, 2, OwnedMessage::new("barrier_in"), WireVersion::V1);
         let r = replies(&mut s);
         assert!(r.len() == 1 && r[0].1.contains("rc=1"), "{r:?}");
+    }
+
+    #[test]
+    fn untrusted_clients_are_bounded_in_number_and_time() {
+        let mut s = server(2);
+        s.cfg.tokens = Some(vec!["aa11".into(), "bb22".into()]);
+        s.cfg.untrusted_limit = UntrustedLimit {
+            max: 3,
+            auth_timeout: Duration::from_secs(10),
+        };
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        for c in 0..3 {
+            assert!(s.connect_untrusted(100 + c, at(c)).is_empty());
+        }
+        // A fourth idle client pushes out the oldest.
+        assert_eq!(s.connect_untrusted(103, at(3)), vec![100]);
+        // A rank that identifies is trusted and never evicted, however many idle clients follow.
+        send(
+            &mut s,
+            101,
+            OwnedMessage::new("initack")
+                .with("pmiid", 0)
+                .with("token", "aa11"),
+            WireVersion::V1,
+        );
+        for c in 0..10 {
+            let evicted = s.connect_untrusted(200 + c, at(10 + c));
+            assert!(!evicted.contains(&101), "{evicted:?}");
+        }
+        assert_eq!(
+            s.untrusted_deadline(),
+            Some(at(17) + Duration::from_secs(10))
+        );
+        // Past the deadline every idle client goes; the trusted rank stays.
+        let mut left = s.evict_untrusted(at(20_000));
+        left.sort_unstable();
+        assert_eq!(left, vec![207, 208, 209]);
+        assert_eq!(s.untrusted_deadline(), None);
+        assert!(s.disconnect(101).is_some(), "the trusted rank was kept");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
 use std::thread;
 
-use rmca_rte::server::{Maxes, PmiServer, ServerConfig};
+use rmca_rte::server::{Maxes, PmiServer, ServerConfig, UntrustedLimit};
 use rmca_rte::{Launcher, Rte, RteError};
 
 /// Serve `size` ranks over socketpairs until every connection closes. Returns the client ends.
@@ -30,6 +30,7 @@ fn serve_with(
         maxes: Maxes::default(),
         preload,
         tokens: None,
+        untrusted_limit: UntrustedLimit::for_job(size),
     });
     for r in 0..size {
         let (a, b) = UnixStream::pair().unwrap();

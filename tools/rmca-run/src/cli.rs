@@ -80,15 +80,22 @@ usage: rmca-run -n N [options] program [args...]
 Exit status: 0 if every rank exited 0 after finalize; otherwise the first failing rank's exit
 code, 128+signal for a rank killed by a signal, the code given to abort, 124 on --timeout.";
 
+/// Longest duration accepted for `--timeout` and `--term-grace` (about 31 years): anything
+/// longer means "never" in practice and would overflow the clock's arithmetic.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// Most ranks one launcher starts (each costs it a few descriptors and a process).
+pub const MAX_RANKS: u32 = 1 << 20;
+
 fn secs(opt: &str, v: &str) -> Result<Duration, CliError> {
     v.parse::<f64>()
         .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+        .filter(|s| (0.0..=MAX_SECONDS).contains(s))
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or_else(|| CliError::BadValue {
             opt: opt.into(),
             value: v.into(),
-            expected: "seconds, a number >= 0".into(),
+            expected: format!("seconds, a number from 0 to {MAX_SECONDS:e}"),
         })
 }
 
@@ -122,11 +129,11 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
                 o.np = v
                     .parse()
                     .ok()
-                    .filter(|n| *n >= 1)
+                    .filter(|n| (1..=MAX_RANKS).contains(n))
                     .ok_or_else(|| CliError::BadValue {
                         opt: a.into(),
                         value: v.clone(),
-                        expected: "a positive integer".into(),
+                        expected: format!("a whole number from 1 to {MAX_RANKS}"),
                     })?;
             }
             "--mca" => {

@@ -7,28 +7,20 @@
 pub const MCA_CMDLINE_ENV: &str = "RMCA_MCA_CMDLINE";
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::thread;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use rmca_rte::server::{ConnId, Maxes, PmiServer, ServerConfig, ServerEvent};
+use rmca_rte::server::{ConnId, Maxes, PmiServer, ServerConfig, ServerEvent, UntrustedLimit};
 
 use crate::cli::{block_map, expand_agent, Options};
-use crate::monitor::{Action, Exit, JobMonitor};
+use crate::monitor::{Action, JobMonitor};
+use crate::poller::{self, Ev, Poller, Source};
 use crate::sys;
-
-enum Ev {
-    PmiData(ConnId, Vec<u8>),
-    PmiEof(ConnId),
-    Accepted(TcpStream),
-    Exited(u32, std::io::Result<Exit>),
-    OutputDone,
-}
 
 enum Stream {
     Unix(UnixStream),
@@ -68,59 +60,6 @@ const INHERITED_JOB_VARS: &[&str] = &[
 
 /// First connection id used for TCP clients (socketpair connections use the rank).
 const TCP_CONN_BASE: ConnId = 1 << 32;
-
-fn spawn_reader<R: Read + Send + 'static>(mut r: R, conn: ConnId, tx: Sender<Ev>) {
-    thread::spawn(move || {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match r.read(&mut buf) {
-                Ok(0) | Err(_) => {
-                    let _ = tx.send(Ev::PmiEof(conn));
-                    return;
-                }
-                Ok(n) => {
-                    if tx.send(Ev::PmiData(conn, buf[..n].to_vec())).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-}
-
-fn spawn_forwarder<R: Read + Send + 'static>(
-    r: R,
-    rank: u32,
-    tag: bool,
-    to_stderr: bool,
-    tx: Sender<Ev>,
-) {
-    thread::spawn(move || {
-        let mut r = BufReader::new(r);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let mut out = Vec::with_capacity(line.len() + 8);
-                    if tag {
-                        out.extend_from_slice(format!("[{rank}] ").as_bytes());
-                    }
-                    out.extend_from_slice(&line);
-                    // Whole lines under the lock, so ranks' lines never interleave.
-                    let _ = if to_stderr {
-                        std::io::stderr().lock().write_all(&out)
-                    } else {
-                        let mut o = std::io::stdout().lock();
-                        o.write_all(&out).and_then(|_| o.flush())
-                    };
-                }
-            }
-        }
-        let _ = tx.send(Ev::OutputDone);
-    });
-}
 
 /// Remove `/dev/shm/<prefix>*`; returns how many files were removed.
 pub fn remove_shm_files(prefix: &str) -> usize {
@@ -189,8 +128,34 @@ pub fn run(o: &Options) -> i32 {
     status
 }
 
+/// Whether this launcher can hold a job of `np` ranks: descriptors for each rank's PMI
+/// connection and output pipes, and processes under the user's limit. Checked before anything
+/// proportional to `np` is allocated or started.
+fn check_capacity(np: u32, tcp: bool) -> Result<(), String> {
+    let per_rank: u64 = if tcp { 5 } else { 3 };
+    let needed = u64::from(np) * per_rank + 64;
+    let (files, procs) = sys::fd_and_process_limits();
+    if files.is_some_and(|f| f < needed) {
+        if let Some(f) = sys::raise_fd_limit().filter(|&f| f < needed) {
+            return Err(format!(
+                "-n {np} needs about {needed} open files in the launcher, but its limit is {f} (raise it with ulimit -n, or run fewer ranks)"
+            ));
+        }
+    }
+    if let Some(p) = procs.filter(|&p| p < u64::from(np)) {
+        return Err(format!(
+            "-n {np} exceeds the limit of {p} processes for this user (ulimit -u)"
+        ));
+    }
+    Ok(())
+}
+
 fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     let np = o.np;
+    if let Err(e) = check_capacity(np, o.force_tcp || o.launch_agent.is_some()) {
+        eprintln!("rmca-run: {e}");
+        return 2;
+    }
     let nodes: Vec<String> = if o.hosts.is_empty() {
         vec![std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
@@ -238,9 +203,11 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         maxes: Maxes::default(),
         preload,
         tokens: tokens.clone(),
+        untrusted_limit: UntrustedLimit::for_job(np),
     });
     let (tx, rx) = mpsc::channel::<Ev>();
     let mut pmi_port = None;
+    let mut listener = None;
     if use_tcp {
         let l = match TcpListener::bind((o.pmi_addr.as_str(), 0)) {
             Ok(l) => l,
@@ -250,21 +217,14 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             }
         };
         pmi_port = l.local_addr().ok().map(|a| a.to_string());
-        let tx = tx.clone();
-        thread::spawn(move || {
-            for s in l.incoming().flatten() {
-                if tx.send(Ev::Accepted(s)).is_err() {
-                    return;
-                }
-            }
-        });
+        listener = Some(l);
     }
+    let mut poller = Poller::new(listener, TCP_CONN_BASE, o.tag_output);
 
     let secret_hex = rmca_rte::encoding::hex_encode(secret);
     let node_map = rmca_rte::encode_node_map(&node_of_rank);
     let me = std::process::id();
     let mut writers: HashMap<ConnId, Stream> = HashMap::new();
-    let mut children: Vec<Option<Child>> = Vec::new();
     let mut pids: Vec<u32> = Vec::new();
     let mut spawn_errors = Vec::new();
     let mut outputs = 0usize;
@@ -301,7 +261,7 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
                 Ok((ours, theirs)) => {
                     env.push(("PMI_FD".into(), theirs.as_raw_fd().to_string()));
                     if let Ok(r) = ours.try_clone() {
-                        spawn_reader(r, rank as ConnId, tx.clone());
+                        poller.watch(r, Source::Pmi(rank as ConnId));
                     }
                     server.connect(rank as ConnId, Some(rank));
                     writers.insert(rank as ConnId, Stream::Unix(ours));
@@ -310,7 +270,6 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
                 Err(e) => {
                     spawn_errors.push((rank, format!("socketpair: {e}")));
                     pids.push(0);
-                    children.push(None);
                     continue;
                 }
             }
@@ -342,38 +301,55 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             Ok(mut c) => {
                 pids.push(c.id());
                 if let Some(out) = c.stdout.take() {
-                    spawn_forwarder(out, rank, o.tag_output, false, tx.clone());
+                    let source = Source::Output {
+                        rank,
+                        to_stderr: false,
+                    };
+                    poller.watch(out, source);
                     outputs += 1;
                 }
                 if let Some(err) = c.stderr.take() {
-                    spawn_forwarder(err, rank, o.tag_output, true, tx.clone());
+                    let source = Source::Output {
+                        rank,
+                        to_stderr: true,
+                    };
+                    poller.watch(err, source);
                     outputs += 1;
                 }
-                let pid = c.id();
-                let tx = tx.clone();
-                thread::spawn(move || {
-                    let _ = tx.send(Ev::Exited(rank, sys::wait_exit_nowait(pid)));
-                });
-                children.push(Some(c));
+                // The reaper waits for and reaps the process; the handle is not needed.
+                drop(c);
             }
             Err(e) => {
                 spawn_errors.push((rank, format!("{}: {e}", argv[0])));
                 pids.push(0);
-                children.push(None);
             }
         }
         // Our copy of the child's end must close so that its exit shows as EOF.
         drop(child_end);
     }
-    // Kept for the readers of TCP connections accepted later.
-    let conn_tx = tx;
+    let rank_of_pid = pids
+        .iter()
+        .enumerate()
+        .filter(|(_, &pid)| pid != 0)
+        .map(|(rank, &pid)| (pid, rank as u32))
+        .collect();
+    let io = poller
+        .spawn(tx.clone())
+        .and_then(|()| poller::spawn_reaper(rank_of_pid, tx));
+    if let Err(e) = io {
+        // Without its I/O threads the launcher cannot watch the job: end it now.
+        eprintln!("rmca-run: cannot start the launcher's I/O threads: {e}; terminating the job");
+        for &pid in pids.iter().filter(|&&p| p != 0) {
+            sys::kill_group(pid, libc::SIGKILL);
+        }
+        return 1;
+    }
 
     let now = Instant::now();
     let mut mon = JobMonitor::new(&pids, o.timeout, o.term_grace, now).keep_going(o.keep_going);
     for (rank, e) in &spawn_errors {
         mon.handle_spawn_failure(*rank, e, now);
     }
-    let mut next_tcp: ConnId = TCP_CONN_BASE;
 
     loop {
         // Carry out decisions.
@@ -406,8 +382,10 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             break;
         }
         let now = Instant::now();
-        let wait = mon
-            .poll_timeout()
+        let wait = [mon.poll_timeout(), server.untrusted_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
             .map(|t| t.saturating_duration_since(now))
             .unwrap_or(Duration::from_millis(100))
             .min(Duration::from_millis(100));
@@ -423,15 +401,13 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         match ev {
             None => {}
             Some(Ev::OutputDone) => outputs = outputs.saturating_sub(1),
-            Some(Ev::Accepted(s)) => {
-                let conn = next_tcp;
-                next_tcp += 1;
-                let _ = s.set_nodelay(true);
-                if let Ok(r) = s.try_clone() {
-                    spawn_reader(r, conn, conn_tx.clone());
-                }
-                server.connect(conn, None);
+            Some(Ev::Accepted(conn, s)) => {
                 writers.insert(conn, Stream::Tcp(s));
+                for gone in server.connect_untrusted(conn, now) {
+                    if let Some(w) = writers.remove(&gone) {
+                        w.shutdown();
+                    }
+                }
             }
             Some(Ev::PmiData(conn, data)) => server.handle_input(conn, &data),
             Some(Ev::PmiEof(conn)) => {
@@ -440,20 +416,11 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
                 }
                 writers.remove(&conn);
             }
-            Some(Ev::Exited(rank, res)) => {
-                let exit = match res {
-                    Ok(e) => e,
-                    Err(e) => {
-                        eprintln!("rmca-run: waiting for rank {rank}: {e}");
-                        Exit::Code(1)
-                    }
-                };
-                // The zombie still holds the group id: clear leftovers, then reap.
-                sys::kill_group(pids[rank as usize], libc::SIGKILL);
-                if let Some(mut c) = children[rank as usize].take() {
-                    let _ = c.wait();
-                }
-                mon.handle_exit(rank, exit, now);
+            Some(Ev::Exited(rank, exit)) => mon.handle_exit(rank, exit, now),
+        }
+        for gone in server.evict_untrusted(now) {
+            if let Some(w) = writers.remove(&gone) {
+                w.shutdown();
             }
         }
         // PMI server output and events.

@@ -9,4 +9,5 @@
 pub mod cli;
 pub mod launch;
 pub mod monitor;
+mod poller;
 mod sys;

@@ -140,7 +140,9 @@ impl JobMonitor {
         if self.phase != Phase::Running {
             return;
         }
-        self.status = Some(status);
+        // The job's status is its first failure: a rank already lost under --keep-going wins
+        // over the timeout or abort that ends the job later.
+        self.status.get_or_insert(status);
         self.actions.push_back(Action::Message(format!(
             "rmca-run: {msg}; terminating the job"
         )));
@@ -441,6 +443,26 @@ mod tests {
         let mut m = JobMonitor::new(&[1, 2], None, Duration::from_secs(1), t0).keep_going(true);
         m.handle_abort(Some(0), 4, "", t0);
         assert!(drain(&mut m).contains(&Action::Terminate));
+    }
+
+    #[test]
+    fn keep_going_status_is_the_first_failure_even_when_a_timeout_ends_the_job() {
+        let t0 = Instant::now();
+        let mut m = JobMonitor::new(
+            &[1, 2, 3],
+            Some(Duration::from_secs(5)),
+            Duration::from_secs(1),
+            t0,
+        )
+        .keep_going(true);
+        m.handle_exit(1, Exit::Code(3), t0);
+        m.handle_timeout(t0 + Duration::from_secs(5));
+        let a = drain(&mut m);
+        assert!(a.contains(&Action::Terminate), "{a:?}");
+        m.handle_exit(0, Exit::Signal(15), t0 + Duration::from_secs(5));
+        m.handle_exit(2, Exit::Signal(15), t0 + Duration::from_secs(5));
+        assert!(m.is_done());
+        assert_eq!(m.exit_status(), 3, "the first failure is the job's status");
     }
 
     #[test]

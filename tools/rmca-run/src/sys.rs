@@ -6,6 +6,7 @@ use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 
 use crate::monitor::Exit;
 
@@ -41,36 +42,107 @@ pub fn configure_child(cmd: &mut Command, launcher_pid: u32, keep_fd: Option<Raw
     }
 }
 
-/// Block until process `pid` (our child) has exited, WITHOUT reaping it: while the zombie
-/// exists its process-group id cannot be reused, so the caller can still safely kill the group
-/// (leftover grandchildren) before reaping with `Child::wait`.
-pub fn wait_exit_nowait(pid: u32) -> io::Result<Exit> {
+/// Wait until any child has exited, WITHOUT reaping it: while the zombie exists its
+/// process-group id cannot be reused, so the caller can still safely kill the group (leftover
+/// grandchildren) before reaping with [`reap`]. `None` once the launcher has no child left.
+pub fn wait_any_exit_nowait() -> io::Result<Option<(u32, Exit)>> {
     loop {
         // SAFETY: siginfo_t is plain data; zeroed is a valid value for waitid to fill.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is a valid, writable siginfo_t; P_PID with our own child's pid.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
+        // SAFETY: `info` is a valid, writable siginfo_t; P_ALL waits for any child of ours.
+        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if rc != 0 {
             let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return Ok(None),
+                _ => return Err(e),
             }
-            return Err(e);
         }
-        // SAFETY: waitid succeeded for a child state change, so si_status is initialised.
-        let status = unsafe { info.si_status() };
-        return Ok(match info.si_code {
+        // SAFETY: waitid succeeded for a child state change, so si_pid/si_status are set.
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        let exit = match info.si_code {
             libc::CLD_EXITED => Exit::Code(status),
             _ => Exit::Signal(status),
-        });
+        };
+        return Ok(Some((pid as u32, exit)));
     }
+}
+
+/// Reap the exited child `pid` (after [`wait_any_exit_nowait`] reported it).
+pub fn reap(pid: u32) {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer; pid is our own exited child.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// Which of `fds` are readable (or closed/in error), waiting at most `timeout` (`None`:
+/// forever). An interrupted wait returns all `false`.
+pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as libc::c_int);
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structures that poll may write.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+/// The soft limits on open files and on processes (`None`: unlimited, or not enforced because
+/// the launcher runs as root).
+pub fn fd_and_process_limits() -> (Option<u64>, Option<u64>) {
+    let get = |res| {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `l` is a valid, writable rlimit.
+        let rc = unsafe { libc::getrlimit(res, &mut l) };
+        (rc == 0 && l.rlim_cur != libc::RLIM_INFINITY).then_some(l.rlim_cur)
+    };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let nproc = if root { None } else { get(libc::RLIMIT_NPROC) };
+    (get(libc::RLIMIT_NOFILE), nproc)
+}
+
+/// Raise the soft open-files limit to the hard one (as shells allow `ulimit -n` to), returning
+/// the new soft limit.
+pub fn raise_fd_limit() -> Option<u64> {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `l` is a valid, writable rlimit; setrlimit only reads it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return None;
+        }
+        l.rlim_cur = l.rlim_max;
+        // A refusal leaves the old limit, which the second getrlimit reports.
+        libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return None;
+        }
+    }
+    (l.rlim_cur != libc::RLIM_INFINITY).then_some(l.rlim_cur)
 }
 
 /// Send `sig` to process group `pgid`; a group that no longer exists is not an error.

@@ -565,3 +565,97 @@ fn variables_of_an_enclosing_job_are_not_inherited() {
     assert_eq!(count(&job.stdout, "launcher RmcaRun"), 2);
     assert_no_leftovers(&m, &job);
 }
+
+#[test]
+fn absurd_values_and_limits_are_errors_not_panics() {
+    for args in [
+        &["--timeout", "1e20", "true"][..],
+        &["--term-grace", "1e300", "true"],
+        &["-n", "4294967295", "true"],
+        &["--timeout", "-1", "true"],
+    ] {
+        let job = run_cmd(Command::new(RUN).args(args));
+        assert_eq!(job.status, 2, "{args:?}: {}", job.stderr);
+        assert!(
+            job.stderr.contains("invalid value"),
+            "{args:?}: {}",
+            job.stderr
+        );
+        assert!(!job.stderr.contains("panicked"), "{args:?}: {}", job.stderr);
+    }
+    // More ranks than the launcher has descriptors for: said before anything starts.
+    let job = run_cmd(Command::new("prlimit").args(["--nofile=64:64", RUN, "-n", "1000", "true"]));
+    assert_eq!(job.status, 2, "{}", job.stderr);
+    assert!(
+        job.stderr.contains("-n 1000 needs about") && job.stderr.contains("ulimit -n"),
+        "{}",
+        job.stderr
+    );
+    // Many ranks are a matter of descriptors, not of threads per rank.
+    let job = run_cmd(Command::new(RUN).args(["-n", "400", "true"]));
+    assert_eq!(job.status, 0, "{}", job.stderr);
+}
+
+#[test]
+fn a_flood_of_idle_and_garbage_pmi_clients_does_not_keep_ranks_out() {
+    use std::io::Write;
+    use std::net::TcpStream;
+    // The launcher gets few descriptors: before unauthenticated clients were bounded, holding
+    // more idle connections than that starved the ranks (and the accept loop spun on EMFILE).
+    let m = marker("flood");
+    let dir = std::env::temp_dir().join(format!("rmca-flood-{m}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port_file = dir.join("port");
+    let script = format!(
+        "echo \"$PMI_PORT\" > {}.$PMI_ID; sleep 2; exec {PROBE} --marker {m}",
+        port_file.display()
+    );
+    let child = Command::new("prlimit")
+        .args([
+            "--nofile=200:200",
+            RUN,
+            "-n",
+            "2",
+            "--pmi-port",
+            "--timeout",
+            "60",
+        ])
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let port_of_rank0 = port_file.with_extension("0");
+    let t0 = Instant::now();
+    let port = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_of_rank0) {
+            if p.trim().contains(':') {
+                break p.trim().to_string();
+            }
+        }
+        assert!(t0.elapsed() < WATCHDOG, "the ranks never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Hold 400 idle connections and 40 that send garbage, while the ranks connect.
+    let mut held = Vec::new();
+    for i in 0..440 {
+        if let Ok(mut s) = TcpStream::connect(&port) {
+            if i % 11 == 0 {
+                let _ = s.write_all(b"cmd=\xff\xfe garbage without end");
+            }
+            held.push(s);
+        }
+    }
+    let out = wait_bounded(child);
+    drop(held);
+    let _ = std::fs::remove_dir_all(&dir);
+    let job = Job {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert_eq!(count(&job.stdout, "cards ok"), 2, "{}", job.stdout);
+    assert_no_leftovers(&m, &job);
+}
