@@ -55,8 +55,39 @@ pub const ENV_NODE_MAP: &str = "RMCA_NODE_MAP";
 pub const ENV_NODE_NAMES: &str = "RMCA_NODE_NAMES";
 /// Override of launcher detection.
 pub const ENV_PMI: &str = "RMCA_PMI";
-/// One-time token `rmca-run` gives each rank to authenticate on its TCP PMI server.
-pub const ENV_PMI_TOKEN: &str = "RMCA_PMI_TOKEN";
+/// Set to `1` by `rmca-run` when the rank's one-time PMI token (to authenticate on its TCP PMI
+/// server) waits as the first line of its standard input. The token never travels in an
+/// environment or a command line, which launch agents expose to every user in `/proc`.
+pub const ENV_PMI_TOKEN_STDIN: &str = "RMCA_PMI_TOKEN_STDIN";
+
+/// The longest token line read from standard input.
+const MAX_TOKEN_LINE: u64 = 256;
+
+/// The one-time PMI token the launcher left on standard input, if it said it did.
+fn pmi_token(lookup: EnvFn<'_>) -> Result<Option<String>, RteError> {
+    use std::io::{BufRead, Read};
+    if lookup(ENV_PMI_TOKEN_STDIN).as_deref() != Some("1") {
+        return Ok(None);
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_TOKEN_LINE)
+        .read_line(&mut line)
+        .map_err(|e| RteError::Io {
+            op: "read the PMI token from standard input".into(),
+            source: e,
+        })?;
+    let token = line.trim();
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(RteError::Env {
+            var: ENV_PMI_TOKEN_STDIN.into(),
+            value: "1".into(),
+            why: "the launcher announced a PMI token on standard input, but none was there (does the launch agent forward stdin?)".into(),
+        });
+    }
+    Ok(Some(token.to_owned()))
+}
 /// Default PMI reply deadline in seconds.
 pub const DEFAULT_PMI_TIMEOUT_SECS: f64 = 600.0;
 /// KVS key of the job secret (put by rank 0 under Hydra/Slurm, preloaded by rmca-run when it
@@ -421,6 +452,7 @@ impl Rte {
                 why: "PMI requested but neither PMI_FD nor PMI_PORT is set".into(),
             });
         };
+        let token = if via_port { pmi_token(lookup)? } else { None };
         let mut c = PmiClient::new(transport, version, timeout);
         let (mut rank, mut size) = (env_rank, env_size);
         if via_port && version == PmiVersion::V1 {
@@ -431,7 +463,6 @@ impl Rte {
                     value: String::new(),
                     why: "PMI_PORT needs PMI_ID (or PMI_RANK) to identify this process".into(),
                 })?;
-            let token = lookup(ENV_PMI_TOKEN);
             let (r, s) = c.initack(id, token.as_deref())?;
             rank = Some(r);
             size = Some(s);
@@ -463,7 +494,7 @@ impl Rte {
                 if let Some(j) = lookup("PMI_JOBID") {
                     full = full.with("pmijobid", j);
                 }
-                if let Some(t) = lookup(ENV_PMI_TOKEN) {
+                if let Some(t) = &token {
                     full = full.with("token", t);
                 }
                 let fi = c.request(

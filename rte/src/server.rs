@@ -422,7 +422,7 @@ impl PmiServer {
                 Ok(())
             }
             (_, None) => Err(format!(
-                "unauthenticated PMI client claiming rank {rank}: no token (this server needs the RMCA_PMI_TOKEN its launcher gave the rank)"
+                "unauthenticated PMI client claiming rank {rank}: no token (this server needs the one-time token its launcher gave the rank on standard input)"
             )),
             _ => Err(format!(
                 "PMI client claiming rank {rank} presented a wrong or already used token"

@@ -253,8 +253,10 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         if let Some(port) = &pmi_port {
             env.push(("PMI_PORT".into(), port.clone()));
             env.push(("PMI_ID".into(), rank.to_string()));
-            if let Some(t) = &tokens {
-                env.push((rmca_rte::ENV_PMI_TOKEN.into(), t[rank as usize].clone()));
+            if tokens.is_some() {
+                // The token itself goes through the rank's stdin (below): an environment
+                // crosses a launch agent on its command line, readable by every user.
+                env.push((rmca_rte::ENV_PMI_TOKEN_STDIN.into(), "1".into()));
             }
         } else {
             match UnixStream::pair() {
@@ -293,13 +295,22 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         }
         cmd.args(&argv[1..])
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
+            .stdin(if tokens.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         sys::configure_child(&mut cmd, me, child_end.as_ref().map(|s| s.as_raw_fd()));
         match cmd.spawn() {
             Ok(mut c) => {
                 pids.push(c.id());
+                if let (Some(t), Some(mut stdin)) = (&tokens, c.stdin.take()) {
+                    // One short line fits any pipe buffer: this never blocks. A rank that
+                    // exits without reading it is no error of ours (EPIPE is ignored).
+                    let _ = stdin.write_all(format!("{}\n", t[rank as usize]).as_bytes());
+                }
                 if let Some(out) = c.stdout.take() {
                     let source = Source::Output {
                         rank,

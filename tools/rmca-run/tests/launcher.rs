@@ -659,3 +659,63 @@ fn a_flood_of_idle_and_garbage_pmi_clients_does_not_keep_ranks_out() {
     assert_eq!(count(&job.stdout, "cards ok"), 2, "{}", job.stdout);
     assert_no_leftovers(&m, &job);
 }
+
+/// Every `/proc/<pid>/cmdline` and `/proc/<pid>/environ` that holds `needle`.
+fn procs_exposing(needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if e.file_name().to_string_lossy().parse::<u32>().is_err() {
+            continue;
+        }
+        for f in ["cmdline", "environ"] {
+            if let Ok(b) = std::fs::read(e.path().join(f)) {
+                if b.windows(needle.len()).any(|w| w == needle) {
+                    found.push(format!("{}/{f}", e.path().display()));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn pmi_tokens_never_appear_in_a_command_line_or_environment() {
+    // A slow launch agent: its command line (and the rank's) stays visible for a while.
+    let m = marker("token");
+    let dir = std::env::temp_dir().join(format!("rmca-token-{m}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = dir.join("slow-agent");
+    std::fs::write(&agent, "#!/bin/sh\nsleep 0.5\nexec \"$@\"\n").unwrap();
+    let mut perm = std::fs::metadata(&agent).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&agent, perm).unwrap();
+    let template = format!("{} {{cmd}}", agent.display());
+    let child = Command::new(RUN)
+        .args(["-n", "3", "--hosts", "a,b", "--launch-agent", &template])
+        .args([PROBE, "--marker", &m, "--mode", "sleep", "--secs", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut exposed = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1500) {
+        exposed.extend(procs_exposing(b"RMCA_PMI_TOKEN="));
+    }
+    let out = wait_bounded(child);
+    let _ = std::fs::remove_dir_all(&dir);
+    let job = Job {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert_eq!(count(&job.stdout, "cards ok"), 3, "{}", job.stdout);
+    exposed.dedup();
+    assert!(
+        exposed.is_empty(),
+        "the PMI token was exposed in {exposed:?}"
+    );
+    assert_no_leftovers(&m, &job);
+}
