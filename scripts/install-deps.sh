@@ -12,6 +12,7 @@ pkgs=(
   libibverbs-dev librdmacm-dev  # the verbs 'rdma' provider (rdma-sys)
   clang libclang-dev pkg-config # bindgen for rdma-sys
   ibverbs-providers rdma-core   # rxe provider library for the Soft-RoCE guest
+  valgrind python3              # scripts/miri.sh's fallback when no Miri can be installed
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(openmpi-bin libopenmpi-dev libmpich-dev libfabric-bin hwloc)

@@ -14,5 +14,7 @@ echo "== cargo build (release binaries used by the multi-process tests)"
 cargo build --workspace --release --bins --examples --locked
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== miri: the unsafe cores (UserBuf, shm ring, cooperative copy); what is not, and why: scripts/miri.sh"
+bash scripts/miri.sh
 echo "== real verbs: Soft-RoCE (rxe0) inside a QEMU guest"
 bash scripts/vm-tests.sh

@@ -1,9 +1,12 @@
 //! [`UserBuf`]: application memory handed to the PML and BTLs for the life of a request.
 //!
 //! Non-blocking MPI operations let the library read or write the user's buffer after the call
-//! returns. In Rust the facade ties the buffer's borrow to the request's lifetime (and waits in
-//! `Drop`), then hands the layers below a `UserBuf`. This module is the only place where that
-//! raw memory is touched, so the unsafety is audited here once.
+//! returns, so a `UserBuf` carries no lifetime: it is a capability, like a raw pointer, that
+//! the PMLs and BTLs copy into their request tables. Every constructor is therefore `unsafe`:
+//! whoever lends memory promises it stays valid until the request carrying it completes (the
+//! `rmca` facade keeps that promise with blocking calls and request scopes). In return, a PML
+//! or BTL must not touch a `UserBuf` after completing the request that carried it. This module
+//! is the only place where that raw memory is read or written.
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -69,8 +72,19 @@ impl UserBuf {
         }
     }
 
-    /// Borrow a slice as a `UserBuf` for a call that completes before the borrow ends.
-    pub fn from_slice(slice: &[u8]) -> Self {
+    /// Lend a slice as a read-only `UserBuf`. The borrow is not carried by the result, which
+    /// is why safe code cannot call it:
+    ///
+    /// ```compile_fail,E0133
+    /// let v = vec![0u8; 4];
+    /// let lent = rmca_framework::buffer::UserBuf::from_slice(&v);
+    /// ```
+    ///
+    /// # Safety
+    /// The slice must stay valid and unwritten until every user of this `UserBuf` (and its
+    /// copies) is done with it: typically until the request it is given to has completed, even
+    /// if the borrow of `slice` ends earlier in the caller's code.
+    pub unsafe fn from_slice(slice: &[u8]) -> Self {
         Self {
             ptr: slice.as_ptr() as *mut u8,
             len: slice.len(),
@@ -78,8 +92,19 @@ impl UserBuf {
         }
     }
 
-    /// Borrow a mutable slice as a writable `UserBuf` for a call that completes before the borrow ends.
-    pub fn from_mut_slice(slice: &mut [u8]) -> Self {
+    /// Lend a mutable slice as a writable `UserBuf`. The borrow is not carried by the result,
+    /// which is why safe code cannot call it:
+    ///
+    /// ```compile_fail,E0133
+    /// let mut v = vec![0u8; 4];
+    /// let lent = rmca_framework::buffer::UserBuf::from_mut_slice(&mut v);
+    /// ```
+    ///
+    /// # Safety
+    /// The slice must stay valid and otherwise unaccessed until every user of this `UserBuf`
+    /// (and its copies) is done with it: typically until the request it is given to has
+    /// completed, even if the borrow of `slice` ends earlier in the caller's code.
+    pub unsafe fn from_mut_slice(slice: &mut [u8]) -> Self {
         Self {
             ptr: slice.as_mut_ptr(),
             len: slice.len(),
@@ -196,6 +221,14 @@ pub unsafe fn copy_to_raw(src: &[u8], dst: *mut u8) {
 mod tests {
     use super::*;
 
+    // SAFETY (both helpers): every test uses the UserBuf only while the slice is borrowed.
+    fn lend(v: &[u8]) -> UserBuf {
+        unsafe { UserBuf::from_slice(v) }
+    }
+    fn lend_mut(v: &mut [u8]) -> UserBuf {
+        unsafe { UserBuf::from_mut_slice(v) }
+    }
+
     #[test]
     fn every_short_write_lands_exactly() {
         // Short writes use overlapping word moves: each length at each offset writes its
@@ -204,7 +237,7 @@ mod tests {
             for offset in 0..8usize {
                 let mut mem = vec![0xAAu8; 96];
                 let src: Vec<u8> = (0..n as u8).map(|b| b + 1).collect();
-                UserBuf::from_mut_slice(&mut mem).write_at(offset, &src);
+                lend_mut(&mut mem).write_at(offset, &src);
                 assert!(mem[..offset].iter().all(|&b| b == 0xAA), "before, n {n}");
                 assert_eq!(&mem[offset..offset + n], &src[..], "n {n} at {offset}");
                 assert!(mem[offset + n..].iter().all(|&b| b == 0xAA), "after, n {n}");
@@ -215,7 +248,7 @@ mod tests {
     #[test]
     fn slice_write_and_read_back() {
         let mut v = vec![0u8; 8];
-        let b = UserBuf::from_mut_slice(&mut v);
+        let b = lend_mut(&mut v);
         b.slice(2, 4).write_at(1, &[7, 8]);
         assert_eq!(b.as_slice(), &[0, 0, 0, 7, 8, 0, 0, 0]);
     }
@@ -224,13 +257,13 @@ mod tests {
     #[should_panic(expected = "out of bounds")]
     fn slice_out_of_bounds_panics() {
         let v = vec![0u8; 4];
-        UserBuf::from_slice(&v).slice(3, 2);
+        lend(&v).slice(3, 2);
     }
 
     #[test]
     #[should_panic(expected = "read-only")]
     fn write_to_read_only_panics() {
         let v = vec![0u8; 4];
-        UserBuf::from_slice(&v).write_at(0, &[1]);
+        lend(&v).write_at(0, &[1]);
     }
 }

@@ -287,7 +287,20 @@ fn round(world: &Communicator, a: &Args, t: &mut Tally, round: u64) -> Result<()
     // 8 spare bytes: a message longer than planned shows as a wrong length, not truncation.
     let mut bufs: Vec<Vec<u8>> = entries.iter().map(|e| vec![0u8; e.plan.len + 8]).collect();
     let mut statuses: Vec<Option<rmca::Status>> = vec![None; entries.len()];
-    {
+    // The messages to send, made before the scope that lends them.
+    let mut out = Vec::new();
+    for peer in (0..n).filter(|&p| p != me) {
+        let count = stream_len(a.messages, n, me, peer);
+        let hi = count.min(lo + a.batch);
+        let tail = mix(a.seed ^ round ^ (me as u64) << 40) % 3;
+        for idx in lo..hi {
+            let p = plan(a.seed, me, peer, idx, count, a.max_size);
+            let mut buf = vec![0u8; p.len];
+            fill(p.key, &mut buf);
+            out.push((peer, idx, p, idx + tail >= hi, buf));
+        }
+    }
+    rmca::scope(|s| -> Result<(), String> {
         let mut recvs: Vec<(usize, Request<'_>)> = Vec::new();
         let mut tail: Vec<(usize, &mut Vec<u8>)> = Vec::new();
         for (i, (e, buf)) in entries.iter().zip(bufs.iter_mut()).enumerate() {
@@ -296,7 +309,7 @@ fn round(world: &Communicator, a: &Args, t: &mut Tally, round: u64) -> Result<()
             } else {
                 let tag = if e.plan.any_tag { ANY_TAG } else { e.plan.tag };
                 let r = world
-                    .irecv(buf.as_mut_slice(), e.peer, tag)
+                    .irecv(s, buf.as_mut_slice(), e.peer, tag)
                     .map_err(|err| format!("irecv message {} from {}: {err}", e.idx, e.peer))?;
                 recvs.push((i, r));
             }
@@ -304,18 +317,6 @@ fn round(world: &Communicator, a: &Args, t: &mut Tally, round: u64) -> Result<()
 
         // Sends. A blocking send only targets a message its receiver pre-posts (it posts them
         // before sending anything), so no two ranks can wait on each other's blocking sends.
-        let mut out = Vec::new();
-        for peer in (0..n).filter(|&p| p != me) {
-            let count = stream_len(a.messages, n, me, peer);
-            let hi = count.min(lo + a.batch);
-            let tail = mix(a.seed ^ round ^ (me as u64) << 40) % 3;
-            for idx in lo..hi {
-                let p = plan(a.seed, me, peer, idx, count, a.max_size);
-                let mut buf = vec![0u8; p.len];
-                fill(p.key, &mut buf);
-                out.push((peer, idx, p, idx + tail >= hi, buf));
-            }
-        }
         let mut sends: Vec<Request<'_>> = Vec::new();
         for (peer, idx, p, to_tail, buf) in &out {
             let how = match (p.send, to_tail) {
@@ -326,10 +327,10 @@ fn round(world: &Communicator, a: &Args, t: &mut Tally, round: u64) -> Result<()
                 SendHow::Blocking => world.send(buf.as_slice(), *peer, p.tag),
                 SendHow::Synchronous => world.ssend(buf.as_slice(), *peer, p.tag),
                 SendHow::NonBlocking => world
-                    .isend(buf.as_slice(), *peer, p.tag)
+                    .isend(s, buf.as_slice(), *peer, p.tag)
                     .map(|r| sends.push(r)),
                 SendHow::NonBlockingSync => world
-                    .issend(buf.as_slice(), *peer, p.tag)
+                    .issend(s, buf.as_slice(), *peer, p.tag)
                     .map(|r| sends.push(r)),
             };
             res.map_err(|err| format!("send ({how:?}) message {idx} to {peer}: {err}"))?;
@@ -352,7 +353,8 @@ fn round(world: &Communicator, a: &Args, t: &mut Tally, round: u64) -> Result<()
             statuses[ids.remove(k)] = Some(st);
         }
         Request::wait_all(sends).map_err(|err| format!("isend: {err}"))?;
-    }
+        Ok(())
+    })?;
     for ((e, buf), st) in entries.iter().zip(&bufs).zip(&statuses) {
         let st = st.as_ref().expect("every receive completed");
         check(t, e, st, buf);

@@ -1,7 +1,6 @@
 //! Communicators, point-to-point calls and requests.
 
 use std::cell::Cell;
-use std::marker::PhantomData;
 use std::rc::Rc;
 
 use rmca_framework::btl::CommPattern;
@@ -11,7 +10,8 @@ use rmca_framework::pml::{
 };
 use rmca_framework::rank::Rank;
 
-use crate::{Error, Result, Shared, Src, ANY_TAG};
+use crate::request::{Request, Scope};
+use crate::{Dest, Error, Result, Shared, Src, ANY_TAG};
 
 /// Largest receive of an exchange posted after its send (see `sendrecv_bytes`): above it, a
 /// message arriving first would be copied twice (unexpected queue, then the buffer).
@@ -29,6 +29,22 @@ pub struct Status {
 }
 
 impl Status {
+    /// The status of an operation on [`crate::PROC_NULL`]: source [`Status::PROC_NULL_SOURCE`],
+    /// tag [`ANY_TAG`], no bytes (as MPI reports it).
+    pub const PROC_NULL: Status = Status {
+        source: Status::PROC_NULL_SOURCE,
+        tag: ANY_TAG,
+        bytes: 0,
+    };
+
+    /// The `source` of a status that comes from [`crate::PROC_NULL`].
+    pub const PROC_NULL_SOURCE: usize = usize::MAX;
+
+    /// True for the status of an operation on [`crate::PROC_NULL`].
+    pub fn is_proc_null(&self) -> bool {
+        self.source == Self::PROC_NULL_SOURCE
+    }
+
     /// Number of whole `T` elements received.
     pub fn count<T: bytemuck::Pod>(&self) -> usize {
         self.bytes / std::mem::size_of::<T>().max(1)
@@ -101,6 +117,11 @@ impl Communicator {
         &self.inner.shared
     }
 
+    /// The runtime this communicator belongs to, shared.
+    pub(crate) fn shared_rc(&self) -> &Rc<Shared> {
+        &self.inner.shared
+    }
+
     /// This communicator's collective schedules and scratch memory.
     pub(crate) fn coll_cache(&self) -> &crate::coll::CollCache {
         &self.inner.coll
@@ -153,7 +174,7 @@ impl Communicator {
     }
 
     #[inline]
-    fn finish(&self, st: pml::Status) -> Result<Status> {
+    pub(crate) fn finish(&self, st: pml::Status) -> Result<Status> {
         let status = self.to_status(&st);
         match st.error {
             None => Ok(status),
@@ -164,11 +185,25 @@ impl Communicator {
         }
     }
 
-    fn source(&self, src: Src) -> Result<Source> {
-        Ok(match src {
+    /// The PML's source selector, or `None` for `PROC_NULL` (nothing to receive).
+    fn source(&self, src: Src) -> Result<Option<Source>> {
+        Ok(Some(match src {
             Src::Any => Source::Any,
             Src::Rank(r) => Source::Rank(self.world_rank(r)?),
-        })
+            Src::Null => return Ok(None),
+            Src::Negative(r) => return Err(Error::NegativeRank(r)),
+        }))
+    }
+
+    /// The destination rank, or `None` for `PROC_NULL` (nothing to send). The tag is checked
+    /// in both cases.
+    fn dest(dest: Dest, tag: i32) -> Result<Option<usize>> {
+        check_tag(tag)?;
+        match dest {
+            Dest::Rank(r) => Ok(Some(r)),
+            Dest::Null => Ok(None),
+            Dest::Negative(r) => Err(Error::NegativeRank(r)),
+        }
     }
 
     fn tag_sel(tag: i32) -> Result<TagSel> {
@@ -250,8 +285,12 @@ impl Communicator {
         context: ContextId,
         pattern: CommPattern,
     ) -> Result<RequestId> {
-        let source = self.source(src)?;
         let tag = Self::tag_sel(tag)?;
+        let Some(source) = self.source(src)? else {
+            return Err(Error::InvalidArgument(
+                "internal: PROC_NULL reached the PML".into(),
+            ));
+        };
         self.shared().irecv(RecvArgs {
             buf,
             source,
@@ -267,6 +306,7 @@ impl Communicator {
     }
 
     /// Blocking send of raw bytes on `context` (collectives use their own context).
+    #[allow(unsafe_code)]
     pub(crate) fn send_bytes(
         &self,
         bytes: &[u8],
@@ -275,18 +315,14 @@ impl Communicator {
         context: ContextId,
         pattern: CommPattern,
     ) -> Result<()> {
-        let started = self.start_send_fast(
-            UserBuf::from_slice(bytes),
-            dest,
-            tag,
-            context,
-            SendMode::Standard,
-            pattern,
-        )?;
+        // SAFETY: `bytes` stays borrowed until the send completes: waited below.
+        let buf = unsafe { UserBuf::from_slice(bytes) };
+        let started = self.start_send_fast(buf, dest, tag, context, SendMode::Standard, pattern)?;
         self.wait_send(started)
     }
 
     /// Blocking receive of raw bytes on `context`.
+    #[allow(unsafe_code)]
     pub(crate) fn recv_bytes(
         &self,
         bytes: &mut [u8],
@@ -295,12 +331,15 @@ impl Communicator {
         context: ContextId,
         pattern: CommPattern,
     ) -> Result<Status> {
-        let id = self.start_recv(UserBuf::from_mut_slice(bytes), src, tag, context, pattern)?;
+        // SAFETY: `bytes` stays borrowed until the receive completes: waited below.
+        let buf = unsafe { UserBuf::from_mut_slice(bytes) };
+        let id = self.start_recv(buf, src, tag, context, pattern)?;
         self.wait_raw(id)
     }
 
     /// Simultaneous send and receive (deadlock-free exchange), on `context`. Receives of up
     /// to [`SEND_FIRST_MAX`] bytes are posted after the send.
+    #[allow(unsafe_code)]
     pub(crate) fn sendrecv_bytes(
         &self,
         (send, dest, send_tag): (&[u8], usize, i32),
@@ -308,7 +347,9 @@ impl Communicator {
         context: ContextId,
         pattern: CommPattern,
     ) -> Result<Status> {
-        let send = UserBuf::from_slice(send);
+        // SAFETY: both buffers stay borrowed until both transfers completed: every path below
+        // waits for what it started before returning.
+        let send = unsafe { UserBuf::from_slice(send) };
         if recv.len() <= SEND_FIRST_MAX {
             // A short message that arrives before its receive is posted costs one small copy;
             // sending first takes the posting out of the exchange's critical path (2-rank
@@ -319,13 +360,9 @@ impl Communicator {
             self.wait_send(s)?;
             return rs;
         }
-        let r = self.start_recv(
-            UserBuf::from_mut_slice(recv),
-            src,
-            recv_tag,
-            context,
-            pattern,
-        )?;
+        // SAFETY: as for `send` above.
+        let recv = unsafe { UserBuf::from_mut_slice(recv) };
+        let r = self.start_recv(recv, src, recv_tag, context, pattern)?;
         let s = self.start_send_fast(send, dest, send_tag, context, SendMode::Standard, pattern);
         // Whatever happens to the send, the receive must finish before `recv` is released.
         let rs = self.wait_raw(r);
@@ -336,8 +373,12 @@ impl Communicator {
     // ---- typed point-to-point ----
 
     /// Start a send of typed elements on the point-to-point context.
+    ///
+    /// # Safety
+    /// `buf` must stay borrowed until the send completes (waited for, or lent for a scope).
     #[inline]
-    fn start_typed_send<T: bytemuck::Pod>(
+    #[allow(unsafe_code)]
+    unsafe fn start_typed_send<T: bytemuck::Pod>(
         &self,
         buf: &[T],
         dest: usize,
@@ -345,124 +386,194 @@ impl Communicator {
         mode: SendMode,
         pattern: CommPattern,
     ) -> Result<SendStart> {
-        let bytes = UserBuf::from_slice(bytemuck::cast_slice(buf));
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { UserBuf::from_slice(bytemuck::cast_slice(buf)) };
         self.start_send_fast(bytes, dest, tag, self.inner.context, mode, pattern)
     }
 
     /// Start a receive of typed elements on the point-to-point context.
+    ///
+    /// # Safety
+    /// `buf` must stay borrowed until the receive completes (waited for, or lent for a scope).
     #[inline]
-    fn start_typed_recv<T: bytemuck::Pod>(
+    #[allow(unsafe_code)]
+    unsafe fn start_typed_recv<T: bytemuck::Pod>(
         &self,
         buf: &mut [T],
         source: Src,
         tag: i32,
         pattern: CommPattern,
     ) -> Result<RequestId> {
-        let bytes = UserBuf::from_mut_slice(bytemuck::cast_slice_mut(buf));
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { UserBuf::from_mut_slice(bytemuck::cast_slice_mut(buf)) };
         self.start_recv(bytes, source, tag, self.inner.context, pattern)
     }
 
-    /// Blocking standard-mode send.
+    /// Blocking standard-mode send. A send to [`crate::PROC_NULL`] returns at once.
     #[inline]
-    pub fn send<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let started =
-            self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::Blocking)?;
+    #[allow(unsafe_code)]
+    pub fn send<T: bytemuck::Pod>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        let Some(dest) = Self::dest(dest.into(), tag)? else {
+            return Ok(());
+        };
+        // SAFETY: `buf` stays borrowed until the send completes: waited below.
+        let started = unsafe {
+            self.start_typed_send(buf, dest, tag, SendMode::Standard, CommPattern::Blocking)?
+        };
         self.wait_send(started)
     }
 
     /// Blocking synchronous send: returns once the receiver has matched the message.
-    pub fn ssend<T: bytemuck::Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
-        let started =
-            self.start_typed_send(buf, dest, tag, SendMode::Synchronous, CommPattern::Blocking)?;
+    #[allow(unsafe_code)]
+    pub fn ssend<T: bytemuck::Pod>(
+        &self,
+        buf: &[T],
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<()> {
+        let Some(dest) = Self::dest(dest.into(), tag)? else {
+            return Ok(());
+        };
+        // SAFETY: `buf` stays borrowed until the send completes: waited below.
+        let started = unsafe {
+            self.start_typed_send(buf, dest, tag, SendMode::Synchronous, CommPattern::Blocking)?
+        };
         self.wait_send(started)
     }
 
     /// Blocking receive. A message longer than `buf` fills `buf` and returns
     /// [`Error::Status`] with [`pml::StatusError::Truncated`]; nothing is written past `buf`.
+    /// A receive from [`crate::PROC_NULL`] returns [`Status::PROC_NULL`] at once.
     #[inline]
+    #[allow(unsafe_code)]
     pub fn recv<T: bytemuck::Pod>(
         &self,
         buf: &mut [T],
         source: impl Into<Src>,
         tag: i32,
     ) -> Result<Status> {
-        let id = self.start_typed_recv(buf, source.into(), tag, CommPattern::Blocking)?;
+        let source = source.into();
+        if self.is_null_source(source, tag)? {
+            return Ok(Status::PROC_NULL);
+        }
+        // SAFETY: `buf` stays borrowed until the receive completes: waited below.
+        let id = unsafe { self.start_typed_recv(buf, source, tag, CommPattern::Blocking)? };
         self.wait_raw(id)
     }
 
-    /// Non-blocking send; the buffer stays borrowed until the request completes.
-    #[inline]
-    pub fn isend<'a, T: bytemuck::Pod>(
-        &self,
-        buf: &'a [T],
-        dest: usize,
-        tag: i32,
-    ) -> Result<Request<'a>> {
-        self.start_send_request(buf, dest, tag, SendMode::Standard)
+    /// Is `source` [`crate::PROC_NULL`]? Checks the tag and the source's sign either way.
+    fn is_null_source(&self, source: Src, tag: i32) -> Result<bool> {
+        Self::tag_sel(tag)?;
+        match source {
+            Src::Null => Ok(true),
+            Src::Negative(r) => Err(Error::NegativeRank(r)),
+            Src::Any | Src::Rank(_) => Ok(false),
+        }
     }
 
-    /// Non-blocking synchronous send.
-    pub fn issend<'a, T: bytemuck::Pod>(
+    /// Non-blocking send; `buf` stays borrowed until the end of `scope` (see [`crate::scope`]).
+    #[inline]
+    pub fn isend<'s, T: bytemuck::Pod>(
         &self,
-        buf: &'a [T],
-        dest: usize,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s [T],
+        dest: impl Into<Dest>,
         tag: i32,
-    ) -> Result<Request<'a>> {
-        self.start_send_request(buf, dest, tag, SendMode::Synchronous)
+    ) -> Result<Request<'s>> {
+        self.start_send_request(scope, buf, dest.into(), tag, SendMode::Standard)
+    }
+
+    /// Non-blocking synchronous send; `buf` stays borrowed until the end of `scope`.
+    pub fn issend<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s [T],
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<Request<'s>> {
+        self.start_send_request(scope, buf, dest.into(), tag, SendMode::Synchronous)
     }
 
     #[inline]
-    fn start_send_request<'a, T: bytemuck::Pod>(
+    #[allow(unsafe_code)]
+    fn start_send_request<'s, T: bytemuck::Pod>(
         &self,
-        buf: &'a [T],
-        dest: usize,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s [T],
+        dest: Dest,
         tag: i32,
         mode: SendMode,
-    ) -> Result<Request<'a>> {
-        let started = self.start_typed_send(buf, dest, tag, mode, CommPattern::NonBlocking)?;
-        Ok(Request::started(
-            self,
-            started,
-            dest,
-            tag,
-            std::mem::size_of_val(buf),
-        ))
+    ) -> Result<Request<'s>> {
+        let Some(dest) = Self::dest(dest, tag)? else {
+            return Ok(Request::done(Status::PROC_NULL));
+        };
+        // SAFETY: `buf` is borrowed for the scope, which waits for the request before it ends
+        // (even if the request is forgotten).
+        let started =
+            unsafe { self.start_typed_send(buf, dest, tag, mode, CommPattern::NonBlocking)? };
+        Ok(scope.started_send(self, started, dest, tag, std::mem::size_of_val(buf)))
     }
 
-    /// Non-blocking receive; the buffer stays borrowed until the request completes.
+    /// Non-blocking receive; `buf` stays borrowed until the end of `scope` (see
+    /// [`crate::scope`]).
     #[inline]
-    pub fn irecv<'a, T: bytemuck::Pod>(
+    #[allow(unsafe_code)]
+    pub fn irecv<'s, T: bytemuck::Pod>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         source: impl Into<Src>,
         tag: i32,
-    ) -> Result<Request<'a>> {
-        let id = self.start_typed_recv(buf, source.into(), tag, CommPattern::NonBlocking)?;
-        Ok(Request::new(self.clone(), id))
+    ) -> Result<Request<'s>> {
+        let source = source.into();
+        if self.is_null_source(source, tag)? {
+            return Ok(Request::done(Status::PROC_NULL));
+        }
+        // SAFETY: `buf` is borrowed for the scope, which waits for the request before it ends
+        // (even if the request is forgotten).
+        let id = unsafe { self.start_typed_recv(buf, source, tag, CommPattern::NonBlocking)? };
+        Ok(scope.pending(self, id))
     }
 
-    /// Send and receive at once (no deadlock whatever the peers' order).
+    /// Send and receive at once (no deadlock whatever the peers' order). Either side may be
+    /// [`crate::PROC_NULL`].
     pub fn sendrecv<S: bytemuck::Pod, R: bytemuck::Pod>(
         &self,
         send: &[S],
-        dest: usize,
+        dest: impl Into<Dest>,
         send_tag: i32,
         recv: &mut [R],
         source: impl Into<Src>,
         recv_tag: i32,
     ) -> Result<Status> {
+        let source = source.into();
+        let recv_null = self.is_null_source(source, recv_tag)?;
+        let Some(dest) = Self::dest(dest.into(), send_tag)? else {
+            return if recv_null {
+                Ok(Status::PROC_NULL)
+            } else {
+                self.recv(recv, source, recv_tag)
+            };
+        };
+        if recv_null {
+            self.send(send, dest, send_tag)?;
+            return Ok(Status::PROC_NULL);
+        }
         self.sendrecv_bytes(
             (bytemuck::cast_slice(send), dest, send_tag),
-            (bytemuck::cast_slice_mut(recv), source.into(), recv_tag),
+            (bytemuck::cast_slice_mut(recv), source, recv_tag),
             self.inner.context,
             CommPattern::Blocking,
         )
     }
 
-    /// Is a matching message waiting? Does not receive it.
+    /// Is a matching message waiting? Does not receive it. A probe of [`crate::PROC_NULL`]
+    /// finds [`Status::PROC_NULL`] at once.
     pub fn iprobe(&self, source: impl Into<Src>, tag: i32) -> Result<Option<Status>> {
-        let source = self.source(source.into())?;
         let tag = Self::tag_sel(tag)?;
+        let Some(source) = self.source(source.into())? else {
+            return Ok(Some(Status::PROC_NULL));
+        };
         let ctx = self.inner.context;
         let st = self.inner.shared.with(|rt| {
             if let Some(st) = rt.pml.iprobe(ctx, source, tag)? {
@@ -557,216 +668,5 @@ impl Communicator {
             derived: Cell::new(0),
             coll: Default::default(),
         })))
-    }
-}
-
-/// An outstanding non-blocking operation, borrowing its buffer for `'a`.
-/// Dropping it before completion waits for completion.
-#[must_use = "a request must be waited on (dropping it waits)"]
-pub struct Request<'a> {
-    state: ReqState,
-    _buf: PhantomData<&'a mut [u8]>,
-}
-
-/// Where a [`Request`] stands.
-#[derive(Debug)]
-enum ReqState {
-    /// Outstanding in the PML; the communicator waits for it and translates its status.
-    Pending(RequestId, Communicator),
-    /// Completed successfully when it was started (an eager send the BTL took): nothing left
-    /// in the PML, and no communicator to hold.
-    Done(Status),
-    /// Its outcome was returned.
-    Spent,
-}
-
-impl std::fmt::Debug for Request<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request")
-            .field("state", &self.state)
-            .finish()
-    }
-}
-
-impl<'a> Request<'a> {
-    pub(crate) fn new(comm: Communicator, id: RequestId) -> Self {
-        Self {
-            state: ReqState::Pending(id, comm),
-            _buf: PhantomData,
-        }
-    }
-
-    /// The request of a send to `dest` with `tag` of `bytes` bytes that started as `started`.
-    #[inline]
-    fn started(
-        comm: &Communicator,
-        started: SendStart,
-        dest: usize,
-        tag: i32,
-        bytes: usize,
-    ) -> Self {
-        let state = match started {
-            SendStart::Done => ReqState::Done(Status {
-                source: dest,
-                tag,
-                bytes,
-            }),
-            SendStart::Pending(id) => ReqState::Pending(id, comm.clone()),
-        };
-        Self {
-            state,
-            _buf: PhantomData,
-        }
-    }
-
-    /// Block until the operation completes.
-    #[inline]
-    pub fn wait(mut self) -> Result<Status> {
-        match std::mem::replace(&mut self.state, ReqState::Spent) {
-            ReqState::Pending(id, comm) => comm.wait_raw(id),
-            ReqState::Done(st) => Ok(st),
-            ReqState::Spent => Err(Error::InvalidArgument("request already completed".into())),
-        }
-    }
-
-    /// Has the operation completed? `Some` returns its outcome (after which the request is spent).
-    pub fn test(&mut self) -> Option<Result<Status>> {
-        let ReqState::Pending(id, comm) = &self.state else {
-            return match std::mem::replace(&mut self.state, ReqState::Spent) {
-                ReqState::Done(st) => Some(Ok(st)),
-                _ => None,
-            };
-        };
-        let id = *id;
-        let r = comm.shared().with(|rt| {
-            if let Some(st) = rt.pml.test(id)? {
-                return Ok(Some(st));
-            }
-            rt.progress();
-            Ok(rt.pml.test(id)?)
-        });
-        let outcome = match r {
-            Ok(None) => return None,
-            Ok(Some(st)) => comm.finish(st),
-            Err(e) => Err(e),
-        };
-        self.state = ReqState::Spent;
-        Some(outcome)
-    }
-
-    /// Wait for every request; statuses in order. The first error is returned after all
-    /// requests completed (no buffer is released while still in use).
-    pub fn wait_all(requests: Vec<Request<'a>>) -> Result<Vec<Status>> {
-        let mut out = Vec::with_capacity(requests.len());
-        let mut first_err = None;
-        for r in requests {
-            match r.wait() {
-                Ok(s) => out.push(s),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
-    }
-
-    /// Wait for every request without collecting statuses (`MPI_Waitall` with
-    /// `MPI_STATUSES_IGNORE`): the loop of windowed transfers. The first error is returned
-    /// after all requests completed.
-    pub fn complete_all(mut requests: Vec<Request<'a>>) -> Result<()> {
-        // Requests that completed when they started (eager sends) are only looked at; the
-        // others go to the PML in one call, which waits for them in order.
-        let outcome = {
-            let mut pending = requests.iter().filter_map(|r| match &r.state {
-                ReqState::Pending(id, comm) => Some((*id, comm)),
-                _ => None,
-            });
-            let Some((first, comm)) = pending.next() else {
-                return Ok(());
-            };
-            let shared = comm.shared();
-            let mut ids = shared.take_batch();
-            ids.reserve(requests.len());
-            ids.push(first);
-            ids.extend(pending.map(|(id, _)| id));
-            let outcome = shared.wait_all(&ids);
-            shared.give_batch(ids);
-            outcome
-        };
-        // Every request the PML knew is released now, failed or not.
-        let failed = match outcome {
-            Ok(failed) => failed,
-            Err(e) => {
-                for r in &mut requests {
-                    r.state = ReqState::Spent;
-                }
-                return Err(e);
-            }
-        };
-        let mut first_err = None;
-        let mut pending_index = 0;
-        let mut failed = failed.into_iter().peekable();
-        for r in &mut requests {
-            let ReqState::Pending(_, comm) = std::mem::replace(&mut r.state, ReqState::Spent)
-            else {
-                continue;
-            };
-            if failed.peek().is_some_and(|(i, _)| *i == pending_index) {
-                let (_, st) = failed.next().expect("peeked");
-                if let Err(e) = comm.finish(st) {
-                    first_err.get_or_insert(e);
-                }
-            }
-            pending_index += 1;
-        }
-        first_err.map_or(Ok(()), Err)
-    }
-
-    /// Wait until one request completes; it is removed from `requests` and returned with its index.
-    pub fn wait_any(requests: &mut Vec<Request<'a>>) -> Result<(usize, Status)> {
-        if requests.is_empty() {
-            return Err(Error::InvalidArgument("wait_any on an empty list".into()));
-        }
-        let mut idle = 0u32;
-        loop {
-            for i in 0..requests.len() {
-                if let Some(r) = requests[i].test() {
-                    let _completed = requests.remove(i);
-                    return r.map(|s| (i, s));
-                }
-            }
-            idle += 1;
-            if idle > 256 {
-                std::thread::yield_now();
-            }
-        }
-    }
-}
-
-impl Drop for Request<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        // Small enough to inline where a window of requests is dropped (they are done or spent
-        // by then); an outstanding one waits out of line.
-        if matches!(self.state, ReqState::Pending(..)) {
-            self.wait_on_drop();
-        }
-    }
-}
-
-impl Request<'_> {
-    /// Dropped while outstanding: the buffer is borrowed only as long as the request lives,
-    /// so finish the transfer before the borrow ends.
-    #[cold]
-    #[inline(never)]
-    fn wait_on_drop(&mut self) {
-        if let ReqState::Pending(id, comm) = std::mem::replace(&mut self.state, ReqState::Spent) {
-            if let Err(e) = comm.wait_raw(id) {
-                tracing::debug!("request dropped with error: {e}");
-            }
-        }
     }
 }

@@ -16,19 +16,24 @@
 //!
 //! Shaped after rsmpi: a [`Universe`] owns the runtime (finalized on drop), a [`Communicator`]
 //! sends and receives typed buffers of plain-old-data elements ([`bytemuck::Pod`]), and
-//! non-blocking calls return a [`Request`] that borrows the buffer until it completes (dropping
-//! an unfinished request waits for it, so the buffer can never be freed under the transfer).
+//! non-blocking calls return a [`Request`] that lives in a [`scope`]: its buffer stays borrowed
+//! until the scope ends, and the scope waits for every request left outstanding (dropping an
+//! unfinished request also waits for it), so a buffer can never be freed under a transfer,
+//! not even by `std::mem::forget`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod coll;
 mod comm;
+mod request;
 
 use std::cell::RefCell;
+use std::io::IsTerminal;
 use std::rc::Rc;
 
 pub use bytemuck::Pod;
-pub use comm::{Communicator, Request, Status};
+pub use comm::{Communicator, Status};
+pub use request::{scope, Request, Scope};
 pub use rmca_framework as framework;
 use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
 use rmca_framework::runtime::{InitError, Runtime};
@@ -69,9 +74,20 @@ pub enum Error {
         /// Communicator size.
         size: usize,
     },
+    /// A negative rank that is not [`ANY_SOURCE`] or [`PROC_NULL`].
+    #[error("rank {0} is invalid: ranks are non-negative (use rmca::ANY_SOURCE to receive from any rank, rmca::PROC_NULL for no rank)")]
+    NegativeRank(i32),
     /// A tag argument is invalid.
     #[error("tag {0} is invalid: tags are non-negative (use rmca::ANY_TAG to receive any)")]
     BadTag(i32),
+    /// Finalize was called while requests of a [`Scope`] were outstanding: it completes when
+    /// the last of them does (at the latest when their scope ends), since the PML may still
+    /// write into their buffers.
+    #[error("finalize deferred: {outstanding} non-blocking request(s) still outstanding; rmca finalizes when they complete (at the latest when their scope ends)")]
+    FinalizeDeferred {
+        /// Requests outstanding when finalize was called.
+        outstanding: usize,
+    },
     /// The runtime was finalized.
     #[error("rmca was finalized")]
     Finalized,
@@ -94,13 +110,41 @@ pub const ANY_SOURCE: Src = Src::Any;
 /// Receive with any tag.
 pub const ANY_TAG: i32 = -1;
 
-/// The source selector of a receive or probe: a rank of the communicator or [`ANY_SOURCE`].
+/// The rank that does not exist: a send to it or a receive from it completes at once, moving
+/// nothing (a receive's status is [`Status::PROC_NULL`]). Handy at the edges of a
+/// non-periodic halo exchange.
+pub const PROC_NULL: ProcNull = ProcNull;
+
+/// The type of [`PROC_NULL`], accepted wherever a source or a destination is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcNull;
+
+/// The source selector of a receive or probe: a rank of the communicator, [`ANY_SOURCE`] or
+/// [`PROC_NULL`]. Integers convert into it; a negative integer is kept as
+/// [`Src::Negative`] and refused by every call with [`Error::NegativeRank`] (unlike the
+/// C interface, no integer stands for "any source": use the constant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Src {
     /// This communicator rank.
     Rank(usize),
     /// Any rank.
     Any,
+    /// No rank ([`PROC_NULL`]).
+    Null,
+    /// A negative integer given as a rank: an error wherever it is used.
+    Negative(i32),
+}
+
+/// The destination of a send: a rank of the communicator or [`PROC_NULL`]. Integers convert
+/// into it; a negative integer is refused with [`Error::NegativeRank`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// This communicator rank.
+    Rank(usize),
+    /// No rank ([`PROC_NULL`]): the send completes at once.
+    Null,
+    /// A negative integer given as a rank: an error wherever it is used.
+    Negative(i32),
 }
 
 impl From<usize> for Src {
@@ -111,11 +155,7 @@ impl From<usize> for Src {
 
 impl From<i32> for Src {
     fn from(r: i32) -> Self {
-        if r < 0 {
-            Src::Any
-        } else {
-            Src::Rank(r as usize)
-        }
+        usize::try_from(r).map_or(Src::Negative(r), Src::Rank)
     }
 }
 
@@ -125,12 +165,47 @@ impl From<u32> for Src {
     }
 }
 
+impl From<ProcNull> for Src {
+    fn from(_: ProcNull) -> Self {
+        Src::Null
+    }
+}
+
+impl From<usize> for Dest {
+    fn from(r: usize) -> Self {
+        Dest::Rank(r)
+    }
+}
+
+impl From<i32> for Dest {
+    fn from(r: i32) -> Self {
+        usize::try_from(r).map_or(Dest::Negative(r), Dest::Rank)
+    }
+}
+
+impl From<u32> for Dest {
+    fn from(r: u32) -> Self {
+        Dest::Rank(r as usize)
+    }
+}
+
+impl From<ProcNull> for Dest {
+    fn from(_: ProcNull) -> Self {
+        Dest::Null
+    }
+}
+
 pub(crate) struct Shared {
     rt: RefCell<Option<Runtime>>,
     coll: std::cell::OnceCell<coll::CollParams>,
     /// The ids of a [`Request::complete_all`] batch, kept between calls (no allocation per
     /// window).
     batch: std::cell::Cell<Vec<RequestId>>,
+    /// Requests of every [`Scope`] still outstanding: finalizing under them would let the
+    /// PML go while it may still write into their buffers.
+    lent: std::cell::Cell<usize>,
+    /// Finalize was called under outstanding requests: it runs when the last completes.
+    finalize_deferred: std::cell::Cell<bool>,
 }
 
 impl Shared {
@@ -177,6 +252,39 @@ impl Shared {
         let mut v = self.batch.take();
         v.clear();
         v
+    }
+
+    /// Count `delta` requests lent buffers by a scope (negative: completed). The last to
+    /// complete runs a finalize that was deferred for them.
+    pub(crate) fn lent_requests(shared: &Rc<Shared>, delta: isize) {
+        shared
+            .lent
+            .set(shared.lent.get().wrapping_add_signed(delta));
+        if shared.lent.get() == 0 && shared.finalize_deferred.take() {
+            if let Err(e) = Shared::finalize(shared) {
+                tracing::error!("rmca deferred finalize failed: {e}");
+            }
+        }
+    }
+
+    /// Finalize the runtime (after a barrier of the world), or defer it while requests of a
+    /// scope are outstanding.
+    fn finalize(shared: &Rc<Shared>) -> Result<Option<serde_json::Value>> {
+        let (rank, size) = match shared.rt.borrow().as_ref() {
+            None => return Ok(None),
+            Some(rt) => (rt.job.rank, rt.job.size),
+        };
+        // The PML may still write into the buffers of outstanding requests: it must outlive
+        // them. Their communicators keep the runtime up meanwhile.
+        let outstanding = shared.lent.get();
+        if outstanding > 0 {
+            shared.finalize_deferred.set(true);
+            return Err(Error::FinalizeDeferred { outstanding });
+        }
+        // Quiesce: nobody tears down receive resources while a peer may still send to it.
+        Communicator::world(shared.clone(), rank, size).barrier()?;
+        let rt = shared.rt.borrow_mut().take().ok_or(Error::Finalized)?;
+        Ok(rt.finalize()?)
     }
 
     /// Keep `v` for the next batch.
@@ -230,6 +338,8 @@ impl Universe {
             rt: RefCell::new(Some(rt)),
             coll: std::cell::OnceCell::new(),
             batch: Default::default(),
+            lent: Default::default(),
+            finalize_deferred: Default::default(),
         });
         let world = Communicator::world(shared.clone(), rank, size);
         Self { shared, world }
@@ -279,20 +389,15 @@ impl Universe {
     }
 
     fn finalize_inner(&self) -> Result<Option<serde_json::Value>> {
-        if self.shared.rt.borrow().is_none() {
-            return Ok(None);
-        }
-        // Quiesce: nobody tears down receive resources while a peer may still send to it.
-        self.world.barrier()?;
-        let rt = self.shared.rt.borrow_mut().take().ok_or(Error::Finalized)?;
-        Ok(rt.finalize()?)
+        Shared::finalize(&self.shared)
     }
 }
 
 impl Drop for Universe {
     fn drop(&mut self) {
-        if let Err(e) = self.finalize_inner() {
-            tracing::error!("rmca finalize failed: {e}");
+        match self.finalize_inner() {
+            Ok(_) | Err(Error::FinalizeDeferred { .. }) => {}
+            Err(e) => tracing::error!("rmca finalize failed: {e}"),
         }
     }
 }
@@ -304,6 +409,8 @@ fn install_default_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: logs redirected to a file stay plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 

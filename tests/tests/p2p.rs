@@ -92,3 +92,22 @@ fn complete_all_waits_for_every_request_then_reports_the_first_error() {
     // pml dr waits through the framework's default `Pml::wait_all`.
     p2p(2, "complete_all", &[("pml", "dr")]);
 }
+
+#[test]
+fn forgotten_and_unwound_requests_are_waited_by_their_scope() {
+    p2p(2, "scopes", &[]);
+    p2p(2, "scopes", &[("pml", "dr")]);
+}
+
+#[test]
+fn proc_null_everywhere_and_negative_ranks_refused() {
+    for n in [1, 3] {
+        p2p(n, "proc_null", &[]);
+    }
+    p2p(2, "proc_null", &[("pml", "dr")]);
+}
+
+#[test]
+fn finalize_is_deferred_until_outstanding_requests_complete() {
+    p2p(1, "finalize_outstanding", &[]);
+}

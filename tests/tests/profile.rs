@@ -89,3 +89,25 @@ fn merged_profile_counts_the_traffic_of_the_job() {
         .sum();
     assert!(ob1_allocs > 0, "{p:#}");
 }
+
+/// Warnings of ranks written to a file or a pipe are plain text: no terminal colour codes.
+#[test]
+fn logs_to_a_non_terminal_carry_no_colour_codes() {
+    let out = std::process::Command::new(rmca_tests::release_bin("rmca-run"))
+        .args(["-n", "2", "--timeout", "60"])
+        .args(["--mca", "profile", "1"])
+        .args(["--mca", "profile_json", "/nonexistent-dir/profile.json"])
+        .arg(rmca_tests::release_bin("p2p_check"))
+        .arg("self")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("spawn rmca-run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // A rank's warning reached the pipe through the launcher.
+    assert!(stderr.contains("cannot write profile"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in logs: {stderr:?}"
+    );
+}

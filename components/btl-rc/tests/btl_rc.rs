@@ -8,6 +8,15 @@ use rmca_framework::btl::{
 };
 use rmca_framework::buffer::UserBuf;
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 const TAG: u8 = 0x41;
 
 fn hint(len: usize) -> SendHint {
@@ -450,7 +459,7 @@ fn get_and_put_with_registration_cache_and_reuse_after_free() {
         src[5] = round;
         let reg = b[1]
             .register_mem(
-                UserBuf::from_mut_slice(&mut src),
+                lend_mut(&mut src),
                 MemAccess {
                     remote_read: true,
                     remote_write: true,
@@ -463,26 +472,16 @@ fn get_and_put_with_registration_cache_and_reuse_after_free() {
             remote_key: reg.remote_key.clone(),
         };
         let mut dst = vec![0u8; 100_000];
-        b[0].get(
-            1,
-            UserBuf::from_mut_slice(&mut dst),
-            &seg,
-            CompletionToken(round as u64),
-        )
-        .unwrap();
+        b[0].get(1, lend_mut(&mut dst), &seg, CompletionToken(round as u64))
+            .unwrap();
         run_until(&mut b, &mut s, "get", |s| {
             s[0].rdma.len() == 2 * round as usize + 1
         });
         assert!(s[0].rdma.last().unwrap().1.is_ok());
         assert_eq!(dst, src);
         let data = vec![0xA5u8 ^ round; 100_000];
-        b[0].put(
-            1,
-            UserBuf::from_slice(&data),
-            &seg,
-            CompletionToken(100 + round as u64),
-        )
-        .unwrap();
+        b[0].put(1, lend(&data), &seg, CompletionToken(100 + round as u64))
+            .unwrap();
         run_until(&mut b, &mut s, "put", |s| {
             s[0].rdma.len() == 2 * round as usize + 2
         });
@@ -520,13 +519,8 @@ fn rdma_with_a_wrong_key_fails_the_operation_not_the_process() {
         len: 64,
         remote_key: vec![9, 9, 9, 9],
     };
-    b[0].get(
-        1,
-        UserBuf::from_mut_slice(&mut dst),
-        &seg,
-        CompletionToken(7),
-    )
-    .unwrap();
+    b[0].get(1, lend_mut(&mut dst), &seg, CompletionToken(7))
+        .unwrap();
     run_until(&mut b, &mut s, "error completion", |s| {
         !s[0].rdma.is_empty()
     });
@@ -852,9 +846,7 @@ fn registrations_go_through_the_selected_rcache_component() {
         remote_read: true,
         remote_write: true,
     };
-    let r = btl
-        .register_mem(UserBuf::from_mut_slice(&mut buf), access)
-        .unwrap();
+    let r = btl.register_mem(lend_mut(&mut buf), access).unwrap();
     assert_eq!(counting_rcache::INSERTS.load(Ordering::SeqCst), 1);
     btl.deregister_mem(&r);
     assert_eq!(counter(btl.as_ref(), "registrations_now"), 0);

@@ -3,6 +3,17 @@ use rmca_framework::modex::LocalModex;
 
 use super::*;
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+#[allow(unsafe_code)]
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+#[allow(unsafe_code)]
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 #[derive(Default)]
 struct Sink {
     frags: Vec<(Rank, BtlTag, Vec<u8>)>,
@@ -93,7 +104,7 @@ fn get_and_put_copy_within_registered_memory_only() {
     let mut dst = vec![0u8; 40];
     let reg = b
         .register_mem(
-            UserBuf::from_slice(&src),
+            lend(&src),
             MemAccess {
                 remote_read: true,
                 remote_write: false,
@@ -105,29 +116,18 @@ fn get_and_put_copy_within_registered_memory_only() {
         len: 40,
         remote_key: reg.remote_key.clone(),
     };
-    b.get(
-        1,
-        UserBuf::from_mut_slice(&mut dst),
-        &seg,
-        CompletionToken(7),
-    )
-    .unwrap();
-    // Write access was not granted: the put is refused (reported at completion).
-    b.put(1, UserBuf::from_slice(&dst), &seg, CompletionToken(8))
+    b.get(1, lend_mut(&mut dst), &seg, CompletionToken(7))
         .unwrap();
+    // Write access was not granted: the put is refused (reported at completion).
+    b.put(1, lend(&dst), &seg, CompletionToken(8)).unwrap();
     // A segment running past the registration is refused.
     let bad = RemoteSegment {
         addr: src.as_ptr() as u64 + 90,
         len: 40,
         remote_key: reg.remote_key.clone(),
     };
-    b.get(
-        1,
-        UserBuf::from_mut_slice(&mut dst),
-        &bad,
-        CompletionToken(9),
-    )
-    .unwrap();
+    b.get(1, lend_mut(&mut dst), &bad, CompletionToken(9))
+        .unwrap();
     let mut sink = Sink::default();
     b.progress(&mut sink);
     assert_eq!(dst, (10..50u8).collect::<Vec<_>>());
@@ -136,13 +136,8 @@ fn get_and_put_copy_within_registered_memory_only() {
     assert!(sink.rdma[2].1.is_err());
     b.deregister_mem(&reg);
     let mut dst2 = vec![0u8; 4];
-    b.get(
-        1,
-        UserBuf::from_mut_slice(&mut dst2),
-        &seg.clone(),
-        CompletionToken(10),
-    )
-    .unwrap();
+    b.get(1, lend_mut(&mut dst2), &seg.clone(), CompletionToken(10))
+        .unwrap();
     b.progress(&mut sink);
     assert!(
         sink.rdma[3].1.is_err(),
@@ -152,7 +147,7 @@ fn get_and_put_copy_within_registered_memory_only() {
     let mut target = vec![0u8; 8];
     let reg = b
         .register_mem(
-            UserBuf::from_mut_slice(&mut target),
+            lend_mut(&mut target),
             MemAccess {
                 remote_read: false,
                 remote_write: true,
@@ -164,13 +159,8 @@ fn get_and_put_copy_within_registered_memory_only() {
         len: 8,
         remote_key: reg.remote_key,
     };
-    b.put(
-        1,
-        UserBuf::from_slice(&[1, 2, 3]),
-        &seg,
-        CompletionToken(11),
-    )
-    .unwrap();
+    b.put(1, lend(&[1, 2, 3]), &seg, CompletionToken(11))
+        .unwrap();
     b.progress(&mut sink);
     assert_eq!(sink.rdma[4], (CompletionToken(11), Ok(())));
     assert_eq!(&target[..4], &[1, 2, 3, 0]);

@@ -24,6 +24,15 @@ use rmca_framework::modex::{ModexError, ModexWrite};
 use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
 use rmca_framework::rank::Rank;
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 const ROLE_ENV: &str = "RMCA_SHM_BENCH_CHILD";
 const DIR_ENV: &str = "RMCA_SHM_BENCH_DIR";
 const JOB_ENV: &str = "RMCA_SHM_BENCH_JOB";
@@ -351,7 +360,7 @@ fn run(rank: Rank, dir: &Path, job_id: &str, quick: bool) {
             let reg = r
                 .btl
                 .register_mem(
-                    UserBuf::from_slice(&src),
+                    lend(&src),
                     MemAccess {
                         remote_read: true,
                         remote_write: false,
@@ -381,12 +390,7 @@ fn run(rank: Rank, dir: &Path, job_id: &str, quick: bool) {
                             };
                             let before = r.ev.rdma;
                             r.btl
-                                .get(
-                                    0,
-                                    UserBuf::from_mut_slice(&mut dst),
-                                    &seg,
-                                    CompletionToken(i),
-                                )
+                                .get(0, lend_mut(&mut dst), &seg, CompletionToken(i))
                                 .unwrap();
                             while r.ev.rdma == before {
                                 r.btl.progress(&mut r.ev);

@@ -18,6 +18,17 @@ use rmca_framework::rank::Rank;
 use crate::card::CardRepr;
 use crate::{ShmBtl, ShmConfig, MODEX_KEY, SHM};
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+#[allow(unsafe_code)]
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+#[allow(unsafe_code)]
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 pub(crate) fn params(settings: &[(&str, &str)]) -> ParamStore {
     let mut specs = Vec::new();
     SHM.register_params(&mut ParamRegistrar::new("btl", "shm", &mut specs));
@@ -275,25 +286,15 @@ fn cma_get_and_put_single_copy() {
             remote_key: vec![],
         };
         assert!(matches!(
-            a.get(
-                1,
-                UserBuf::from_mut_slice(&mut dst),
-                &seg,
-                CompletionToken(1)
-            ),
+            a.get(1, lend_mut(&mut dst), &seg, CompletionToken(1)),
             Err(SendError::Unsupported(_))
         ));
         return;
     }
     let (src, seg) = exposed(&mut b, 1_000_000, 0);
     let mut dst = vec![0u8; src.len()];
-    a.get(
-        1,
-        UserBuf::from_mut_slice(&mut dst),
-        &seg,
-        CompletionToken(9),
-    )
-    .unwrap();
+    a.get(1, lend_mut(&mut dst), &seg, CompletionToken(9))
+        .unwrap();
     let mut sink = Sink::default();
     a.progress(&mut sink);
     assert_eq!(sink.rdma, vec![(CompletionToken(9), Ok(()))]);
@@ -306,8 +307,7 @@ fn cma_get_and_put_single_copy() {
         remote_key: vec![],
     };
     let data = vec![0x5au8; 4096];
-    a.put(1, UserBuf::from_slice(&data), &tseg, CompletionToken(10))
-        .unwrap();
+    a.put(1, lend(&data), &tseg, CompletionToken(10)).unwrap();
     a.progress(&mut sink);
     assert_eq!(sink.rdma[1], (CompletionToken(10), Ok(())));
     assert!(target.iter().all(|&v| v == 0x5a));
@@ -319,13 +319,8 @@ fn cma_get_and_put_single_copy() {
         remote_key: vec![],
     };
     let mut small = vec![0u8; 64];
-    a.get(
-        1,
-        UserBuf::from_mut_slice(&mut small),
-        &bad,
-        CompletionToken(11),
-    )
-    .unwrap();
+    a.get(1, lend_mut(&mut small), &bad, CompletionToken(11))
+        .unwrap();
     a.progress(&mut sink);
     assert!(matches!(
         sink.rdma[2],
@@ -338,12 +333,7 @@ fn cma_get_and_put_single_copy() {
         remote_key: vec![1, 0, 0, 0, 0, 0, 0, 0],
     };
     assert!(matches!(
-        a.get(
-            1,
-            UserBuf::from_mut_slice(&mut small),
-            &foreign,
-            CompletionToken(12)
-        ),
+        a.get(1, lend_mut(&mut small), &foreign, CompletionToken(12)),
         Err(SendError::PeerFailed { .. })
     ));
     assert_eq!(counter(&a, "cma_gets"), 1);
@@ -404,7 +394,7 @@ fn single_copy_off_means_no_get() {
         len: 8,
         remote_key: vec![],
     };
-    let dst2 = UserBuf::from_mut_slice(&mut dst);
+    let dst2 = lend_mut(&mut dst);
     assert!(matches!(
         a.get(1, dst2, &seg, CompletionToken(1)),
         Err(SendError::Unsupported(_))
@@ -611,7 +601,7 @@ fn exposed(owner: &mut ShmBtl, len: usize, seed: u32) -> (Vec<u8>, RemoteSegment
     let src: Vec<u8> = (0..len as u32).map(|i| (i * 7 + seed) as u8).collect();
     let reg = owner
         .register_mem(
-            UserBuf::from_slice(&src),
+            lend(&src),
             MemAccess {
                 remote_read: true,
                 remote_write: false,
@@ -641,13 +631,8 @@ fn cma_pair(settings: &[(&str, &str)]) -> Option<(String, ShmBtl, ShmBtl, Memory
 /// leaves its bytes where the get writes them.
 fn start_get(a: &mut ShmBtl, seg: &RemoteSegment, token: u64) -> Vec<u8> {
     let mut dst = vec![0u8; seg.len];
-    a.get(
-        1,
-        UserBuf::from_mut_slice(&mut dst),
-        seg,
-        CompletionToken(token),
-    )
-    .unwrap();
+    a.get(1, lend_mut(&mut dst), seg, CompletionToken(token))
+        .unwrap();
     dst
 }
 
@@ -866,7 +851,7 @@ impl BtlEvents for PlacingSink {
     fn recv_begin(&mut self, _peer: Rank, tag: u8, head: &[u8], len: usize) -> Option<Placement> {
         self.heads.push((tag, head.to_vec(), len));
         self.take.then(|| Placement {
-            dst: UserBuf::from_mut_slice(&mut self.buf),
+            dst: lend_mut(&mut self.buf),
             token: CompletionToken(77),
         })
     }

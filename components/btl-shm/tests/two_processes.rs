@@ -21,6 +21,15 @@ use rmca_framework::modex::{ModexError, ModexWrite};
 use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
 use rmca_framework::rank::Rank;
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 const ROLE_ENV: &str = "RMCA_SHM_TEST_CHILD";
 const DIR_ENV: &str = "RMCA_SHM_TEST_DIR";
 const JOB_ENV: &str = "RMCA_SHM_TEST_JOB";
@@ -234,7 +243,7 @@ fn child(dir: &Path, job_id: &str) {
     let src: Vec<u8> = (0..CMA_LEN).map(|k| (k % 251) as u8).collect();
     let reg = btl
         .register_mem(
-            UserBuf::from_slice(&src),
+            lend(&src),
             MemAccess {
                 remote_read: true,
                 remote_write: false,
@@ -385,13 +394,8 @@ fn two_processes_exchange() {
     };
     if btl.attributes().flags.contains(BtlFlags::GET) {
         let mut dst = vec![0u8; len];
-        btl.get(
-            1,
-            UserBuf::from_mut_slice(&mut dst),
-            &remote,
-            CompletionToken(77),
-        )
-        .unwrap();
+        btl.get(1, lend_mut(&mut dst), &remote, CompletionToken(77))
+            .unwrap();
         let deadline = Instant::now() + TIMEOUT;
         while ev.rdma.is_empty() {
             assert!(Instant::now() < deadline);
@@ -408,12 +412,7 @@ fn two_processes_exchange() {
         eprintln!("note: CMA not permitted on this machine; checked that get is refused instead");
         let mut dst = vec![0u8; 8];
         assert!(matches!(
-            btl.get(
-                1,
-                UserBuf::from_mut_slice(&mut dst),
-                &remote,
-                CompletionToken(77)
-            ),
+            btl.get(1, lend_mut(&mut dst), &remote, CompletionToken(77)),
             Err(SendError::Unsupported(_))
         ));
     }
@@ -470,7 +469,7 @@ fn many_shared_gets(btl: &mut dyn Btl, ev: &mut Events, remote: &RemoteSegment) 
             // The buffer is not touched again until its completion below.
             btl.get(
                 1,
-                UserBuf::from_mut_slice(&mut buf[..len]),
+                lend_mut(&mut buf[..len]),
                 &seg,
                 CompletionToken(k as u64),
             )

@@ -660,9 +660,13 @@ impl Pml for Dr {
                             error: None,
                         };
                         self.st.complete(id, st);
-                        // The slab never moves while the pool lives, and the buffer is not
-                        // reused before the acknowledgement frees it.
-                        (None, UserBuf::from_slice(&self.st.copies.bytes(c)[..len]))
+                        let copied = &self.st.copies.bytes(c)[..len];
+                        // SAFETY: the slab never moves while the pool lives, and this slot is
+                        // not reused before the acknowledgement that frees it, which ends
+                        // every use of the fragment's buffer.
+                        #[allow(unsafe_code)]
+                        let buf = unsafe { UserBuf::from_slice(copied) };
+                        (None, buf)
                     }
                     None => (Some(id), args.buf),
                 };

@@ -22,6 +22,15 @@ use rmca_framework::pml::{
 use rmca_framework::rank::{ProcInfo, Rank};
 use rmca_pml_dr::{Dr, DrConfig};
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 #[derive(Clone, Debug)]
 struct Faults {
     drop: f64,
@@ -234,7 +243,7 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 fn isend(p: &mut Dr, buf: &[u8], dest: Rank, tag: i32, mode: SendMode) -> RequestId {
     p.isend(SendArgs {
-        buf: UserBuf::from_slice(buf),
+        buf: lend(buf),
         dest,
         tag,
         context: 3,
@@ -246,7 +255,7 @@ fn isend(p: &mut Dr, buf: &[u8], dest: Rank, tag: i32, mode: SendMode) -> Reques
 
 fn irecv(p: &mut Dr, buf: &mut [u8], source: Source, tag: TagSel) -> RequestId {
     p.irecv(RecvArgs {
-        buf: UserBuf::from_mut_slice(buf),
+        buf: lend_mut(buf),
         source,
         tag,
         context: 3,

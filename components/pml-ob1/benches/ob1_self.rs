@@ -16,6 +16,15 @@ use rmca_framework::pml::{Pml, RecvArgs, SendArgs, SendMode, Source, TagSel};
 use rmca_framework::rank::ProcInfo;
 use rmca_pml_ob1::{Ob1, Ob1Config};
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 fn run(p: &mut Ob1, n: usize, len: usize, posted_first: bool) -> f64 {
     let msg = vec![7u8; len];
     let mut out = vec![0u8; len];
@@ -24,7 +33,7 @@ fn run(p: &mut Ob1, n: usize, len: usize, posted_first: bool) -> f64 {
         let tag = (i & 7) as i32;
         let send = |p: &mut Ob1| {
             p.isend(SendArgs {
-                buf: UserBuf::from_slice(&msg),
+                buf: lend(&msg),
                 dest: 0,
                 tag,
                 context: 0,
@@ -36,7 +45,7 @@ fn run(p: &mut Ob1, n: usize, len: usize, posted_first: bool) -> f64 {
         let (s, r) = if posted_first {
             let r = p
                 .irecv(RecvArgs {
-                    buf: UserBuf::from_mut_slice(&mut out),
+                    buf: lend_mut(&mut out),
                     source: Source::Rank(0),
                     tag: TagSel::Tag(tag),
                     context: 0,
@@ -49,7 +58,7 @@ fn run(p: &mut Ob1, n: usize, len: usize, posted_first: bool) -> f64 {
             p.progress();
             let r = p
                 .irecv(RecvArgs {
-                    buf: UserBuf::from_mut_slice(&mut out),
+                    buf: lend_mut(&mut out),
                     source: Source::Rank(0),
                     tag: TagSel::Tag(tag),
                     context: 0,

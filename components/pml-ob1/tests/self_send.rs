@@ -17,6 +17,15 @@ use rmca_framework::pml::{
 };
 use rmca_pml_ob1::OB1;
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 fn store(settings: &[(&str, &str)]) -> Result<ParamStore, String> {
     let mut specs = Vec::new();
     OB1.register_params(&mut ParamRegistrar::new("pml", "ob1", &mut specs));
@@ -58,7 +67,7 @@ fn wait(p: &mut dyn Pml, id: RequestId) -> Status {
 
 fn isend(p: &mut dyn Pml, buf: &[u8], tag: i32, mode: SendMode) -> RequestId {
     p.isend(SendArgs {
-        buf: UserBuf::from_slice(buf),
+        buf: lend(buf),
         dest: 0,
         tag,
         context: 0,
@@ -70,7 +79,7 @@ fn isend(p: &mut dyn Pml, buf: &[u8], tag: i32, mode: SendMode) -> RequestId {
 
 fn irecv(p: &mut dyn Pml, buf: &mut [u8], tag: i32) -> RequestId {
     p.irecv(RecvArgs {
-        buf: UserBuf::from_mut_slice(buf),
+        buf: lend_mut(buf),
         source: Source::Rank(0),
         tag: TagSel::Tag(tag),
         context: 0,

@@ -699,7 +699,7 @@ fn bad_arguments_are_errors() {
     assert!(matches!(e, Err(PmlError::BadTag(-3))));
     let ro = [0u8; 4];
     let e = a.irecv(RecvArgs {
-        buf: UserBuf::from_slice(&ro),
+        buf: lend(&ro),
         source: Source::Any,
         tag: TagSel::Any,
         context: 0,
@@ -782,7 +782,6 @@ fn unreliable_btls_are_refused_with_advice() {
 
 #[test]
 fn start_send_completes_eager_at_once_and_keeps_order_under_back_pressure() {
-    use rmca_framework::buffer::UserBuf;
     use rmca_framework::pml::{SendArgs, SendMode, SendStart};
     // Every third BTL send is refused: those sends become requests, and the later sends to
     // the same peer queue behind them (no overtaking) until the refused ones went out.
@@ -796,7 +795,7 @@ fn start_send_completes_eager_at_once_and_keeps_order_under_back_pressure() {
     for m in &msgs {
         let started = a
             .start_send(SendArgs {
-                buf: UserBuf::from_slice(m),
+                buf: lend(m),
                 dest: 1,
                 tag: 9,
                 context: 0,

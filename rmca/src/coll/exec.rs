@@ -85,6 +85,7 @@ fn check_received(got: usize, want: usize, peer: usize) -> Result<()> {
 
 /// Post every transfer of a round, then wait for all of them (even after an error: no buffer
 /// is released while the PML may still use it).
+#[allow(unsafe_code)]
 fn post_and_wait(
     comm: &Communicator,
     comms: &[Comm],
@@ -104,12 +105,14 @@ fn post_and_wait(
             .chain(comms.iter().filter(|c| matches!(c, Comm::Send { .. })))
         {
             let r = match c {
-                Comm::Recv { peer, region } => region_mut(region, work, tmp)
+                // SAFETY (both arms): every request posted here is waited for below, before
+                // the buffers' borrows end, whatever happens to the others.
+                Comm::Recv { peer, region } => unsafe { region_mut(region, work, tmp) }
                     .and_then(|ub| {
                         comm.start_recv(ub, Src::Rank(*peer), tag, ctx, CommPattern::Collective)
                     })
                     .map(|id| (id, Some(region.range.len()))),
-                Comm::Send { peer, region } => region_ref(region, send, work, tmp)
+                Comm::Send { peer, region } => unsafe { region_ref(region, send, work, tmp) }
                     .and_then(|ub| {
                         comm.start_send(
                             ub,
@@ -205,25 +208,37 @@ fn oob(region: &Region) -> Error {
     ))
 }
 
-fn region_mut(region: &Region, work: &mut [u8], tmp: &mut [u8]) -> Result<UserBuf> {
+/// `region` of `work` or `tmp` lent to the PML.
+///
+/// # Safety
+/// The buffers must stay borrowed until the operation given the result completes.
+#[allow(unsafe_code)]
+unsafe fn region_mut(region: &Region, work: &mut [u8], tmp: &mut [u8]) -> Result<UserBuf> {
     let b = match region.buf {
         Buf::Work => work,
         Buf::Tmp => tmp,
         Buf::Send => return Err(oob(region)),
     };
     b.get_mut(region.range.clone())
-        .map(UserBuf::from_mut_slice)
+        // SAFETY: the caller's contract.
+        .map(|b| unsafe { UserBuf::from_mut_slice(b) })
         .ok_or_else(|| oob(region))
 }
 
-fn region_ref(region: &Region, send: &[u8], work: &[u8], tmp: &[u8]) -> Result<UserBuf> {
+/// `region` of `send`, `work` or `tmp` lent to the PML, read-only.
+///
+/// # Safety
+/// The buffers must stay borrowed until the operation given the result completes.
+#[allow(unsafe_code)]
+unsafe fn region_ref(region: &Region, send: &[u8], work: &[u8], tmp: &[u8]) -> Result<UserBuf> {
     let b = match region.buf {
         Buf::Work => work,
         Buf::Tmp => tmp,
         Buf::Send => send,
     };
     b.get(region.range.clone())
-        .map(UserBuf::from_slice)
+        // SAFETY: the caller's contract.
+        .map(|b| unsafe { UserBuf::from_slice(b) })
         .ok_or_else(|| oob(region))
 }
 

@@ -61,20 +61,20 @@ fn main() {
         let want: Vec<Vec<u8>> = (i..hi).map(|k| message(peer, k)).collect();
         let out: Vec<Vec<u8>> = (i..hi).map(|k| message(me, k)).collect();
         let mut bufs: Vec<Vec<u8>> = want.iter().map(|w| vec![0u8; w.len() + 8]).collect();
-        let res = (|| -> rmca::Result<Vec<rmca::Status>> {
+        let res = rmca::scope(|s| -> rmca::Result<Vec<rmca::Status>> {
             let recvs = bufs
                 .iter_mut()
-                .map(|b| world.irecv(b.as_mut_slice(), peer, ANY_TAG))
+                .map(|b| world.irecv(s, b.as_mut_slice(), peer, ANY_TAG))
                 .collect::<rmca::Result<Vec<_>>>()?;
             let sends = out
                 .iter()
                 .zip(i..)
-                .map(|(b, k)| world.isend(b.as_slice(), peer, (k % 1000) as i32))
+                .map(|(b, k)| world.isend(s, b.as_slice(), peer, (k % 1000) as i32))
                 .collect::<rmca::Result<Vec<_>>>()?;
             let st = Request::wait_all(recvs)?;
             Request::wait_all(sends)?;
             Ok(st)
-        })();
+        });
         let statuses = res.unwrap_or_else(|e| {
             println!(
                 "failover messages={msgs} bytes={bytes} errors={} call failed: {e}",

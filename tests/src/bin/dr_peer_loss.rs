@@ -45,29 +45,31 @@ fn main() {
     }
     if me == 1 {
         let data = vec![0x5au8; BIG];
-        let mut reqs: Vec<_> = (0..n)
-            .filter(|&p| p != 1)
-            .map(|p| world.isend(&data, p, 2).expect("isend"))
-            .collect();
-        // Drive the transfers for a moment so the loss happens mid-message.
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(2) {
-            for r in &mut reqs {
-                let _ = r.test();
+        rmca::scope(|s| {
+            let mut reqs: Vec<_> = (0..n)
+                .filter(|&p| p != 1)
+                .map(|p| world.isend(s, &data, p, 2).expect("isend"))
+                .collect();
+            // Drive the transfers for a moment so the loss happens mid-message.
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(2) {
+                for r in &mut reqs {
+                    let _ = r.test();
+                }
             }
-        }
-        eprintln!("dr_peer_loss: rank 1 lost now ({mode})");
-        if mode == "abort" {
-            std::process::abort();
-        }
-        // The shell's kill builtin: no extra package and no unsafe here.
-        let me_pid = std::process::id().to_string();
-        let _ = Command::new("sh")
-            .args(["-c", &format!("kill -STOP {me_pid}")])
-            .status();
-        // Only reached if someone resumes us; the job is being torn down by then.
-        std::mem::forget(reqs);
-        exit(5);
+            eprintln!("dr_peer_loss: rank 1 lost now ({mode})");
+            if mode == "abort" {
+                std::process::abort();
+            }
+            // The shell's kill builtin: no extra package and no unsafe here.
+            let me_pid = std::process::id().to_string();
+            let _ = Command::new("sh")
+                .args(["-c", &format!("kill -STOP {me_pid}")])
+                .status();
+            // Only reached if someone resumes us; the job is being torn down by then.
+            std::mem::forget(reqs);
+            exit(5);
+        });
     }
     let mut buf = vec![0u8; BIG];
     let t = Instant::now();

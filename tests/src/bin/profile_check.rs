@@ -25,12 +25,14 @@ fn main() {
         .map(|(i, size)| (0..size).map(|k| byte(i, k)).collect())
         .collect();
     if w.rank() == 0 {
-        let reqs = msgs
-            .iter()
-            .map(|m| w.isend(m, 1, 7))
-            .collect::<Result<Vec<_>, _>>()
-            .expect("isend");
-        Request::wait_all(reqs).expect("sends");
+        rmca::scope(|s| {
+            let reqs = msgs
+                .iter()
+                .map(|m| w.isend(s, m, 1, 7))
+                .collect::<Result<Vec<_>, _>>()
+                .expect("isend");
+            Request::wait_all(reqs).expect("sends");
+        });
     } else {
         // Progress until the first message is in the unexpected queue: no receive is posted.
         let st = w.probe(0, 7).expect("probe");

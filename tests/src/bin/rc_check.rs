@@ -55,14 +55,16 @@ fn alltoall(w: &Communicator, rounds: usize) {
                     .map(move |(si, &len)| (d, si, content(me, d, round * 100 + si, len)))
             })
             .collect();
-        let mut reqs: Vec<Request<'_>> = Vec::new();
-        for (src, si, b) in bufs.iter_mut() {
-            reqs.push(w.irecv(&mut b[..], *src, *si as i32).unwrap());
-        }
-        for (d, si, data) in &sends {
-            reqs.push(w.isend(&data[..], *d, *si as i32).unwrap());
-        }
-        Request::wait_all(reqs).unwrap();
+        rmca::scope(|s| {
+            let mut reqs: Vec<Request<'_>> = Vec::new();
+            for (src, si, b) in bufs.iter_mut() {
+                reqs.push(w.irecv(s, &mut b[..], *src, *si as i32).unwrap());
+            }
+            for (d, si, data) in &sends {
+                reqs.push(w.isend(s, &data[..], *d, *si as i32).unwrap());
+            }
+            Request::wait_all(reqs).unwrap();
+        });
         for (src, si, b) in &bufs {
             check(
                 *b == content(*src, me, round * 100 + si, SIZES[*si]),
@@ -91,15 +93,17 @@ fn stream(w: &Communicator, count: usize) {
     for start in (0..half).step_by(batch) {
         let end = (start + batch).min(half);
         let mut got: Vec<Vec<u8>> = (start..end).map(|i| vec![0; len_of(i)]).collect();
-        let mut reqs: Vec<Request<'_>> = Vec::new();
-        for b in got.iter_mut() {
-            reqs.push(w.irecv(&mut b[..], prev, 5).unwrap());
-        }
-        // Same tag for every message: consecutive ones share most of the match header.
-        for data in &out[start..end] {
-            reqs.push(w.isend(&data[..], next, 5).unwrap());
-        }
-        Request::wait_all(reqs).unwrap();
+        rmca::scope(|s| {
+            let mut reqs: Vec<Request<'_>> = Vec::new();
+            for b in got.iter_mut() {
+                reqs.push(w.irecv(s, &mut b[..], prev, 5).unwrap());
+            }
+            // Same tag for every message: consecutive ones share most of the match header.
+            for data in &out[start..end] {
+                reqs.push(w.isend(s, &data[..], next, 5).unwrap());
+            }
+            Request::wait_all(reqs).unwrap();
+        });
         for (k, b) in got.iter().enumerate() {
             let i = start + k;
             check(
@@ -108,23 +112,25 @@ fn stream(w: &Communicator, count: usize) {
             );
         }
     }
-    let reqs: Vec<Request<'_>> = out[half..]
-        .iter()
-        .map(|d| w.isend(&d[..], next, 5).unwrap())
-        .collect();
-    for i in half..count {
-        let mut b = vec![0u8; len_of(i)];
-        let st = w.recv(&mut b[..], ANY_SOURCE, 5).unwrap();
-        check(
-            st.source == prev && st.bytes == len_of(i),
-            "ANY_SOURCE status",
-        );
-        check(
-            b == content(prev, me, i, len_of(i)),
-            "stream order (ANY_SOURCE)",
-        );
-    }
-    Request::wait_all(reqs).unwrap();
+    rmca::scope(|s| {
+        let reqs: Vec<Request<'_>> = out[half..]
+            .iter()
+            .map(|d| w.isend(s, &d[..], next, 5).unwrap())
+            .collect();
+        for i in half..count {
+            let mut b = vec![0u8; len_of(i)];
+            let st = w.recv(&mut b[..], ANY_SOURCE, 5).unwrap();
+            check(
+                st.source == prev && st.bytes == len_of(i),
+                "ANY_SOURCE status",
+            );
+            check(
+                b == content(prev, me, i, len_of(i)),
+                "stream order (ANY_SOURCE)",
+            );
+        }
+        Request::wait_all(reqs).unwrap();
+    });
 }
 
 fn flood(w: &Communicator, count: usize) {
@@ -160,11 +166,13 @@ fn flood(w: &Communicator, count: usize) {
         let out: Vec<Vec<u8>> = (0..count)
             .map(|i| content(me, 0, i, 16 + i % 100))
             .collect();
-        let reqs: Vec<Request<'_>> = out
-            .iter()
-            .map(|d| w.isend(&d[..], 0, 32).unwrap())
-            .collect();
-        Request::wait_all(reqs).unwrap();
+        rmca::scope(|s| {
+            let reqs: Vec<Request<'_>> = out
+                .iter()
+                .map(|d| w.isend(s, &d[..], 0, 32).unwrap())
+                .collect();
+            Request::wait_all(reqs).unwrap();
+        });
     }
 }
 

@@ -137,19 +137,25 @@ fn window(w: &Communicator, size: usize, it: usize, p: &Params, msgrate: bool) -
             if i == warm {
                 t0 = Instant::now();
             }
-            // Like osu_like.c: a request array of the window's size, statuses ignored.
-            let mut reqs = Vec::with_capacity(window);
+            // Like osu_like.c: a request array of the window's size, statuses ignored; one
+            // request scope per window (the receive slots are lent again each round).
             if sender {
-                for _ in 0..window {
-                    reqs.push(w.isend(&sbuf, peer, 2)?);
-                }
-                Request::complete_all(reqs)?;
+                rmca::scope(|s| {
+                    let mut reqs = Vec::with_capacity(window);
+                    for _ in 0..window {
+                        reqs.push(w.isend(s, &sbuf, peer, 2)?);
+                    }
+                    Request::complete_all(reqs)
+                })?;
                 w.recv::<u8>(&mut [], peer, 3)?;
             } else {
-                for c in rbuf_chunks(&mut rbuf, size, window) {
-                    reqs.push(w.irecv(c, peer, 2)?);
-                }
-                Request::complete_all(reqs)?;
+                rmca::scope(|s| {
+                    let mut reqs = Vec::with_capacity(window);
+                    for c in rbuf_chunks(&mut rbuf, size, window) {
+                        reqs.push(w.irecv(s, c, peer, 2)?);
+                    }
+                    Request::complete_all(reqs)
+                })?;
                 w.send::<u8>(&[], peer, 3)?;
             }
         }
@@ -185,14 +191,16 @@ fn bibw(w: &Communicator, size: usize, it: usize, p: &Params) -> R<f64> {
             if i == warm {
                 t0 = Instant::now();
             }
-            let mut reqs = Vec::with_capacity(2 * window);
-            for c in rbuf_chunks(&mut rbuf, size, window) {
-                reqs.push(w.irecv(c, peer, 4)?);
-            }
-            for _ in 0..window {
-                reqs.push(w.isend(&sbuf, peer, 4)?);
-            }
-            Request::complete_all(reqs)?;
+            rmca::scope(|s| {
+                let mut reqs = Vec::with_capacity(2 * window);
+                for c in rbuf_chunks(&mut rbuf, size, window) {
+                    reqs.push(w.irecv(s, c, peer, 4)?);
+                }
+                for _ in 0..window {
+                    reqs.push(w.isend(s, &sbuf, peer, 4)?);
+                }
+                Request::complete_all(reqs)
+            })?;
         }
     }
     Ok((2 * size * window * it) as f64 / t0.elapsed().as_secs_f64() / 1e6)

@@ -26,5 +26,7 @@ fn tracing_subscriber_init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: logs redirected to a file stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

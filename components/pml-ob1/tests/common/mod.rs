@@ -21,6 +21,15 @@ use rmca_framework::pml::{Pml, RecvArgs, RequestId, SendArgs, SendMode, Source, 
 use rmca_framework::rank::{ProcInfo, Rank};
 use rmca_pml_ob1::{Ob1, Ob1Config};
 
+// SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
+// has completed (every caller waits for its operations before its buffers go).
+pub fn lend(v: &[u8]) -> UserBuf {
+    unsafe { UserBuf::from_slice(v) }
+}
+pub fn lend_mut(v: &mut [u8]) -> UserBuf {
+    unsafe { UserBuf::from_mut_slice(v) }
+}
+
 /// One rail of the in-memory link.
 #[derive(Clone, Debug)]
 pub struct MemConfig {
@@ -389,7 +398,7 @@ pub fn wait_all(a: &mut Ob1, b: &mut Ob1, reqs: &[(Side, RequestId)]) -> Vec<Sta
 
 pub fn send(p: &mut Ob1, buf: &[u8], dest: Rank, tag: i32, context: u32) -> RequestId {
     p.isend(SendArgs {
-        buf: UserBuf::from_slice(buf),
+        buf: lend(buf),
         dest,
         tag,
         context,
@@ -401,7 +410,7 @@ pub fn send(p: &mut Ob1, buf: &[u8], dest: Rank, tag: i32, context: u32) -> Requ
 
 pub fn ssend(p: &mut Ob1, buf: &[u8], dest: Rank, tag: i32, context: u32) -> RequestId {
     p.isend(SendArgs {
-        buf: UserBuf::from_slice(buf),
+        buf: lend(buf),
         dest,
         tag,
         context,
@@ -413,7 +422,7 @@ pub fn ssend(p: &mut Ob1, buf: &[u8], dest: Rank, tag: i32, context: u32) -> Req
 
 pub fn recv(p: &mut Ob1, buf: &mut [u8], source: Source, tag: TagSel, context: u32) -> RequestId {
     p.irecv(RecvArgs {
-        buf: UserBuf::from_mut_slice(buf),
+        buf: lend_mut(buf),
         source,
         tag,
         context,
