@@ -141,3 +141,238 @@ pub fn take_profile(path: &Path, out: &JobOutput) -> serde_json::Value {
     serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("profile at {} is not JSON: {e}", path.display()))
 }
+
+/// Two network namespaces joined by a veth pair with a given MTU and random loss of UDP
+/// packets (IP fragments included) in both directions, for jobs spanning "two nodes" of a
+/// lossy link. Needs root and iproute2; the kernel needs veth, HTB, the pfifo qdisc and the
+/// BPF classifier (no netem: the loss is a classic-BPF filter on `ld rand` sending the chosen
+/// packets to a pfifo of limit 0, which drops everything it is given). Removed on drop.
+#[derive(Debug)]
+pub struct LossyLink {
+    /// Namespace names ("node" names for `--hosts`).
+    pub ns: [String; 2],
+    /// Interface names, inside their namespace.
+    pub dev: [String; 2],
+    /// Addresses of the two ends.
+    pub addr: [String; 2],
+    dir: PathBuf,
+}
+
+impl LossyLink {
+    /// Creates the pair: MTU `mtu`, each UDP packet leaving either end dropped with probability
+    /// `loss`, and `ipfrag_time` of both namespaces set to `ipfrag_time_s` seconds. `Err` says
+    /// why it cannot be made here (not root, no iproute2, kernel features missing).
+    pub fn new(mtu: u32, loss: f64, ipfrag_time_s: u32) -> Result<Self, String> {
+        let id = std::process::id() % 100_000;
+        let link = Self {
+            ns: [format!("rmcaLa{id}"), format!("rmcaLb{id}")],
+            dev: [format!("rla{id}"), format!("rlb{id}")],
+            addr: {
+                let net = 10 + id % 200;
+                [format!("10.{net}.88.1"), format!("10.{net}.88.2")]
+            },
+            dir: std::env::temp_dir().join(format!("rmca-lossy-link-{id}")),
+        };
+        let run = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new(args[0])
+                .args(&args[1..])
+                .output()
+                .map_err(|e| format!("{}: {e}", args[0]))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`{}` failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        run(&["ip", "netns", "add", &link.ns[0]])?;
+        // From here on, Drop removes whatever was made.
+        run(&["ip", "netns", "add", &link.ns[1]])?;
+        let mtu_s = mtu.to_string();
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &link.dev[0],
+            "mtu",
+            &mtu_s,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &link.dev[1],
+            "mtu",
+            &mtu_s,
+        ])?;
+        // Loss as a classic BPF program (tc's bytecode syntax: count, then "code jt jf k"):
+        // IPv4 (ethertype 0x0800), protocol UDP (17), then a random u32 below the threshold.
+        // Returning -1 classifies into the filter's class (the dropping pfifo), 0 passes.
+        let threshold = (loss.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
+        let bytecode = format!(
+            "8,40 0 0 12,21 0 5 2048,48 0 0 23,21 0 3 17,32 0 0 {rand},53 1 0 {threshold},6 0 0 4294967295,6 0 0 0",
+            rand = 0xffff_f000u32 + 56 // SKF_AD_OFF + SKF_AD_RANDOM
+        );
+        for i in 0..2 {
+            let (ns, dev) = (&link.ns[i], &link.dev[i]);
+            run(&["ip", "link", "set", dev, "netns", ns])?;
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{}/24", link.addr[i]),
+                "dev",
+                dev,
+            ])?;
+            run(&["ip", "-n", ns, "link", "set", dev, "up"])?;
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+            let tc = |rest: &[&str]| {
+                let mut a = vec!["tc", "-n", ns.as_str()];
+                a.extend_from_slice(rest);
+                run(&a)
+            };
+            tc(&[
+                "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10",
+            ])?;
+            for class in ["1:10", "1:20"] {
+                tc(&[
+                    "class", "add", "dev", dev, "parent", "1:", "classid", class, "htb", "rate",
+                    "10gbit", "quantum", "60000",
+                ])?;
+            }
+            tc(&[
+                "qdisc", "add", "dev", dev, "parent", "1:20", "handle", "20:", "pfifo", "limit",
+                "0",
+            ])?;
+            tc(&[
+                "filter", "add", "dev", dev, "parent", "1:", "bpf", "bytecode", &bytecode,
+                "classid", "1:20",
+            ])?;
+            // Per namespace: how long an incomplete IP datagram's fragments are kept.
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sh",
+                "-c",
+                &format!("echo {ipfrag_time_s} > /proc/sys/net/ipv4/ipfrag_time"),
+            ])?;
+        }
+        // One script per node sets what differs between the nodes (each rank's own address)
+        // and runs the rank: the launch agent is `ip netns exec {node} sh DIR/{node}.sh {cmd}`.
+        std::fs::create_dir_all(&link.dir).map_err(|e| e.to_string())?;
+        for i in 0..2 {
+            let script = format!(
+                "RMCA_MCA_btl_ud_if_addr={}\nexport RMCA_MCA_btl_ud_if_addr\nexec \"$@\"\n",
+                link.addr[i]
+            );
+            std::fs::write(link.dir.join(format!("{}.sh", link.ns[i])), script)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(link)
+    }
+
+    /// Runs `job` with its ranks spread over the two namespaces (launcher in the first, PMI over
+    /// the link's TCP, which the loss spares), each rank's `btl_ud_if_addr` set to its end.
+    pub fn run_job(&self, job: &Job<'_>) -> JobOutput {
+        let hosts = format!("{},{}", self.ns[0], self.ns[1]);
+        let agent = format!(
+            "ip netns exec {{node}} sh {}/{{node}}.sh {{cmd}}",
+            self.dir.display()
+        );
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns[0]])
+            .arg(release_bin("rmca-run"))
+            .args([
+                "--hosts",
+                &hosts,
+                "--launch-agent",
+                &agent,
+                "--pmi-addr",
+                &self.addr[0],
+            ])
+            .arg("-n")
+            .arg(job.ranks.to_string())
+            .arg("--timeout")
+            .arg(job.timeout_s.to_string());
+        for (k, v) in job.mca {
+            cmd.arg("--mca").arg(k).arg(v);
+        }
+        cmd.arg(release_bin(job.program)).args(job.args);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RMCA_MCA_") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd.output().expect("spawn ip netns exec rmca-run");
+        JobOutput {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// A counter of the `Ip:` line of `/proc/net/snmp` in namespace `i` (e.g. `FragCreates`:
+    /// IP fragments this node made; `ReasmFails`: reassemblies it gave up).
+    pub fn ip_counter(&self, i: usize, name: &str) -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns[i], "cat", "/proc/net/snmp"])
+            .output()
+            .expect("read /proc/net/snmp");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut ip = text.lines().filter(|l| l.starts_with("Ip:"));
+        let (names, values) = (ip.next().unwrap_or(""), ip.next().unwrap_or(""));
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("no Ip counter {name} in {text}"))
+    }
+
+    /// Packets the loss dropped so far on end `i` (what its dropping pfifo was given).
+    pub fn dropped(&self, i: usize) -> u64 {
+        let out = Command::new("tc")
+            .args([
+                "-n",
+                &self.ns[i],
+                "-s",
+                "qdisc",
+                "show",
+                "dev",
+                &self.dev[i],
+            ])
+            .output()
+            .expect("run tc");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // "qdisc pfifo 20: parent 1:20 limit 0p\n Sent 0 bytes 0 pkt (dropped N, ..."
+        text.split("qdisc pfifo 20:")
+            .nth(1)
+            .and_then(|s| s.split("dropped ").nth(1))
+            .and_then(|s| s.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no pfifo drop count in {text}"))
+    }
+}
+
+impl Drop for LossyLink {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth end inside it (and with it the pair).
+        for ns in &self.ns {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.dev[0]])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -63,6 +63,35 @@ pub enum Error {
         /// CQ number.
         cq: u32,
     },
+    /// The soft provider found no interface to take its UD MTU from.
+    #[error("soft verbs: no interface for address {addr}: {reason}")]
+    NoInterface {
+        /// The bound address.
+        addr: std::net::IpAddr,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The interface under the soft provider's bound address cannot carry the smallest UD
+    /// datagram unfragmented.
+    #[error(
+        "soft verbs: interface {interface} of address {addr} has an MTU of {if_mtu} bytes, which \
+         leaves {limit} bytes of UD payload after the IP, UDP and soft UD headers; at least \
+         {min} are needed (raise the interface MTU by {short} bytes or bind another address)"
+    )]
+    LinkMtuTooSmall {
+        /// The interface.
+        interface: String,
+        /// The bound address.
+        addr: std::net::IpAddr,
+        /// Its MTU.
+        if_mtu: u32,
+        /// UD payload it leaves.
+        limit: u32,
+        /// Smallest UD MTU accepted.
+        min: u32,
+        /// How much the interface MTU falls short.
+        short: u32,
+    },
     /// Operating-system error.
     #[error("{op}: {source}")]
     Io {

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 pub use error::{Error, Result};
 pub use fault::{FaultConfig, FaultStats};
+pub use soft::link::SoftLink;
 pub use soft::{SoftConfig, SoftStatsSnapshot, UD_GRH_LEN};
 pub use types::*;
 
@@ -169,6 +170,16 @@ impl Context {
             CtxImpl::Soft(c) => c.poll_event(),
             #[cfg(feature = "rdma")]
             CtxImpl::Rdma(c) => c.poll_event(),
+        }
+    }
+
+    /// The interface under the soft provider's bound address, its MTU and the UD payload it
+    /// carries unfragmented (`None` for rdma).
+    pub fn soft_link(&self) -> Option<SoftLink> {
+        match &self.imp {
+            CtxImpl::Soft(c) => Some(c.link().clone()),
+            #[cfg(feature = "rdma")]
+            CtxImpl::Rdma(_) => None,
         }
     }
 

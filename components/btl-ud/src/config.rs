@@ -13,7 +13,7 @@ pub use rmca_common_verbs::{ConfigError, ProviderChoice};
 pub struct UdConfig {
     /// Device, provider and the BML estimates (shared with btl-rc).
     pub device: DeviceConfig,
-    /// UD MTU override (`None`: the device's active MTU).
+    /// UD MTU override (`None`: the device's active MTU; a larger value is lowered to it).
     pub mtu: Option<u32>,
     /// Number of send QPs.
     pub send_qps: usize,
@@ -68,7 +68,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::size("mtu", 0)
             .range(0, 65000)
-            .help("UD MTU in bytes; 0 uses the device's active MTU (soft provider: 2048; Soft-RoCE: usually 1024). Fragments (4-byte header included) never exceed it, so eager limit and max send size are MTU - 4. Valid: 0, or 256 up to the device MTU (soft: up to 65000)"),
+            .help("UD MTU in bytes; 0 uses the device's active MTU (Soft-RoCE: usually 1024; soft provider: 2048, or less when the interface of btl_ud_if_addr carries less in one packet: its MTU - 56 on IPv4, e.g. 1444 on a 1500-byte link, 65000 at most). A larger value is lowered to the device MTU with a warning: a datagram is never IP-fragmented. Fragments (4-byte header included) never exceed it, nor the smallest MTU of the peers, so eager limit and max send size are MTU - 4. Valid: 0, or 256..=65000"),
     );
     p.add(
         Param::int("send_qps", defaults::SEND_QPS)

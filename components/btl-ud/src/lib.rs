@@ -5,7 +5,11 @@
 //! A static receive pool of `btl_ud_recv_buffers` buffers (GRH + MTU each) is allocated once
 //! from the mpool framework, registered once and reposted per completion batch. Every
 //! datagram is one fragment: a 4-byte header ([`header`]) then the PML's bytes, at most the UD
-//! MTU (queried from the device, overridable), so eager limit = max send size = MTU - 4.
+//! MTU, so eager limit = max send size = MTU - 4. The MTU is the device's (on the soft provider:
+//! what one packet on the interface of `btl_ud_if_addr` carries, so datagrams are never
+//! IP-fragmented), or `btl_ud_mtu` when smaller (a larger value is lowered, with a warning).
+//! Each card carries the MTU; `add_procs` lowers the fragment size to the smallest MTU of the
+//! peers, as a HCA's path MTU is the smaller of both ports'.
 //! Small datagrams go inline. When every send queue is full a fragment is copied into a FIFO
 //! and posted from `progress`; it is never dropped (past `btl_ud_pending_max`, `send` says
 //! `WouldBlock` and takes nothing). The sender's rank travels in the immediate data and is
@@ -22,7 +26,8 @@
 //! Counters ([`rmca_framework::btl::Btl::counters`]): `frags_sent/received`, `bytes_*`,
 //! `inline_sends`, `recv_buffers_total/posted`, `recv_posts`, `drops_truncated`,
 //! `drops_foreign`, `drops_wrong_job`, `drops_unknown_source`, `drops_completion_error`,
-//! the soft provider's `drops_no_recv_posted` and `drops_provider_{foreign,malformed,mtu}`,
+//! the soft provider's `drops_no_recv_posted`, `drops_provider_{foreign,malformed,mtu}` and
+//! `drops_provider_send_mtu` (datagrams the kernel refused for a path MTU that shrank),
 //! `send_errors`, `sends_refused`, `sends_outstanding`, `pending_now`, `pending_max_depth`,
 //! `pending_total`, `cq_errors`, the injected `faults_*` and `faults_blackholed`.
 //!

@@ -91,6 +91,39 @@ struct Stats {
     cq_errors: u64,
 }
 
+/// Smallest UD MTU a peer's card may announce (the smallest InfiniBand MTU).
+const MIN_PEER_MTU: usize = 256;
+
+/// The MTU a module uses: the device's, or the user's `btl_ud_mtu` when smaller. A larger
+/// `btl_ud_mtu` is lowered to the device's with a warning: a UD datagram is one packet, never
+/// larger than the path (on the soft provider: the interface of `btl_ud_if_addr`), and the same
+/// setting must work on nodes whose links differ.
+fn effective_mtu(wanted: Option<u32>, device: u32, ctx: &Context) -> u32 {
+    match wanted {
+        Some(m) if m > device => {
+            match ctx.soft_link() {
+                Some(l) => tracing::warn!(
+                    btl_ud_mtu = m,
+                    interface = %l.interface,
+                    if_mtu = l.if_mtu,
+                    using = device,
+                    "btl-ud: btl_ud_mtu {m} is larger than what one packet carries on interface {} (MTU {}, the interface of btl_ud_if_addr) after the IP, UDP and soft UD headers: using {device} bytes, so that datagrams are never IP-fragmented",
+                    l.interface,
+                    l.if_mtu
+                ),
+                None => tracing::warn!(
+                    btl_ud_mtu = m,
+                    using = device,
+                    "btl-ud: btl_ud_mtu {m} is larger than the device's active MTU: using {device} bytes"
+                ),
+            }
+            device
+        }
+        Some(m) => m,
+        None => device,
+    }
+}
+
 // Send wr_id layout: send QP index in bits 48.., the inline flag in bit 47, the pool buffer id
 // (slab 0, so below 2^32) in the low bits.
 const WR_INLINE: u64 = 1 << 47;
@@ -143,22 +176,14 @@ impl UdBtl {
             ..SoftConfig::default()
         };
         if let Some(m) = cfg.mtu {
-            // The soft "device" MTU is ours to choose; a real device's is only lowered.
+            // The soft "device" MTU is ours to choose, up to what its interface carries in one
+            // packet; a real device's is only lowered.
             soft.ud_mtu = m;
         }
         let pcfg = cfg.device.provider_config(kind, soft, &job.secret);
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
         let attr = ctx.attr();
-        let mtu = match cfg.mtu {
-            Some(m) if m > attr.mtu => {
-                return Err(UdError::Unsupported(format!(
-                "btl_ud_mtu {m} exceeds the device's active MTU of {} bytes (valid: 0 or 256..={})",
-                attr.mtu, attr.mtu
-            )))
-            }
-            Some(m) => m,
-            None => attr.mtu,
-        } as usize;
+        let mtu = effective_mtu(cfg.mtu, attr.mtu, &ctx) as usize;
         if mtu <= HEADER_LEN {
             return Err(UdError::Unsupported(format!(
                 "device MTU of {mtu} bytes cannot carry a fragment"
@@ -316,9 +341,17 @@ impl UdBtl {
         self.ctx.provider()
     }
 
-    /// The UD MTU in use (fragment size limit, header included).
+    /// The UD MTU of this module's receive buffers (what it publishes; fragments it sends are
+    /// at most [`UdBtl::send_mtu`]).
     pub fn mtu(&self) -> usize {
         self.mtu
+    }
+
+    /// The largest datagram (header included) this module sends: its MTU, lowered by
+    /// `add_procs` to the smallest MTU of the peers it reaches (as a HCA's path MTU is the
+    /// smaller of both ends').
+    pub fn send_mtu(&self) -> usize {
+        self.attrs.max_send_size + HEADER_LEN
     }
 
     /// Receive buffers posted now.
@@ -578,18 +611,34 @@ impl Btl for UdBtl {
                 reach.push(false);
                 continue;
             }
-            // Accept its datagrams even if we cannot send to it: it only sends to us when our
-            // MTU is at least its own (its add_procs checks), so they fit our buffers.
+            if (card.mtu as usize) < MIN_PEER_MTU {
+                return Err(BtlError::BadCard {
+                    rank: p.rank,
+                    reason: format!(
+                        "UD MTU of {} bytes (valid: at least {MIN_PEER_MTU})",
+                        card.mtu
+                    ),
+                });
+            }
+            // Its datagrams fit our buffers: it sends at most the smaller of both MTUs, as we
+            // do (below).
             self.sources.insert(p.rank, card.send_qpns.clone());
-            if (card.mtu as usize) < self.mtu {
-                tracing::warn!(
+            let peer_mtu = card.mtu as usize;
+            if peer_mtu < self.send_mtu() {
+                // The module has one fragment size (the PML reads the attributes after
+                // add_procs): the smallest MTU among the peers, like the path MTU of a HCA
+                // toward a peer whose port MTU is smaller.
+                tracing::info!(
                     rank = p.rank,
-                    peer_mtu = card.mtu,
+                    peer_mtu,
                     mtu = self.mtu,
-                    "btl-ud: rank unreachable: its UD MTU is smaller than ours (set the same btl_ud_mtu everywhere)"
+                    "btl-ud: a peer's UD MTU is smaller than ours: fragments are limited to it"
                 );
-                reach.push(false);
-                continue;
+                let max = peer_mtu - HEADER_LEN;
+                self.attrs.max_send_size = max;
+                self.attrs.eager_limit = self.attrs.eager_limit.min(max);
+                self.attrs.rndv_eager_limit = self.attrs.rndv_eager_limit.min(max);
+                self.inline_max = self.inline_max.min(peer_mtu);
             }
             let ah = self
                 .pd
@@ -758,6 +807,7 @@ impl Btl for UdBtl {
                 ("drops_provider_foreign", p.foreign_drops),
                 ("drops_provider_malformed", p.malformed_drops),
                 ("drops_provider_mtu", p.mtu_drops),
+                ("drops_provider_send_mtu", p.ud_send_mtu_drops),
             ]);
         }
         let mut f = self.recv_qp.fault_stats();

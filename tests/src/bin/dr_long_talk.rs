@@ -4,7 +4,8 @@
 //! byte), then both run an allreduce every 50 ms for SECONDS. The tail of a large message fills
 //! a shared-memory ring, which is where a held-back fragment once left a local completion
 //! pending, and the watchdog failed the only path to a live peer a few seconds later. Prints
-//! `rank R: talked N rounds` and exits 0, or names the failure and exits 1.
+//! `rank R: talked N rounds` and exits 0, or names the failure and exits 1. Rank 0's clock
+//! decides when the talk ends (both ranks do the same rounds).
 
 use std::process::exit;
 use std::time::{Duration, Instant};
@@ -54,15 +55,22 @@ fn main() {
     }
     let start = Instant::now();
     let mut rounds = 0u64;
-    while start.elapsed() < Duration::from_secs(seconds) {
-        let mut sum = [0u64];
-        if let Err(e) = world.allreduce(&[1u64], &mut sum, Op::Sum) {
+    loop {
+        // Rank 0's clock alone decides when to stop, and every round carries its decision:
+        // with a clock per rank, one rank could leave the loop while the other (which finished
+        // the transfer a retransmission later) entered one more allreduce, alone.
+        let go = u64::from(me == 0 && start.elapsed() < Duration::from_secs(seconds));
+        let mut sum = [0u64; 2];
+        if let Err(e) = world.allreduce(&[1u64, go], &mut sum, Op::Sum) {
             eprintln!("rank {me}: allreduce failed after {rounds} rounds: {e}");
             exit(1);
         }
         if sum[0] != 2 {
             eprintln!("rank {me}: allreduce gave {} instead of 2", sum[0]);
             exit(1);
+        }
+        if sum[1] == 0 {
+            break;
         }
         rounds += 1;
         std::thread::sleep(Duration::from_millis(50));

@@ -7,9 +7,15 @@
 //! lately (using `try_lock`, so it never stalls the owner), so RDMA READ/WRITE are served and
 //! RNR/timers run without the target application's involvement.
 //!
+//! A UD message is one UDP datagram that is never larger than the MTU of the interface under
+//! the bound address ([`link`]): like a HCA's UD MTU, the context's MTU is the path MTU, so
+//! datagrams are never IP-fragmented (the DF bit is set, and a datagram refused by the kernel
+//! for a smaller path MTU is counted in [`SoftStats::ud_send_mtu_drops`]).
+//!
 //! Limitations: an address handle names one UD QP's socket (the soft "port" is per QP), and
 //! the RC send-queue slot of a WR is released when the peer acknowledges it.
 
+pub mod link;
 pub mod rc;
 pub mod wire;
 
@@ -25,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::fault::{FaultConfig, FaultInjector, FaultStats};
 use crate::mem::MrTable;
 use crate::types::*;
+use link::SoftLink;
 use rc::{RcEnv, RcProto, RecvWqe};
 use wire::{Hello, SoftAddr, UdOpcode, UdPacket, UdRepr, HELLO_LEN, UD_HEADER_LEN};
 
@@ -41,7 +48,10 @@ pub struct SoftConfig {
     /// Address the UDP sockets and the RC listener bind to (the node's address; default
     /// 127.0.0.1). Peers connect to it, so it must be reachable from them.
     pub bind_addr: IpAddr,
-    /// UD payload MTU in bytes (default 2048).
+    /// UD payload MTU wanted, in bytes (default 2048). The context uses at most what one
+    /// unfragmented datagram carries on the interface of `bind_addr` (its MTU minus the IP, UDP
+    /// and soft UD headers, see [`link::SoftLink`]): [`DeviceAttr::mtu`] reports the value in
+    /// use.
     pub ud_mtu: u32,
     /// Faults injected on UD traffic.
     pub ud_fault: FaultConfig,
@@ -102,6 +112,9 @@ pub struct SoftStats {
     pub malformed_drops: AtomicU64,
     /// UD datagrams dropped for exceeding the MTU.
     pub mtu_drops: AtomicU64,
+    /// UD datagrams the kernel refused to send (EMSGSIZE): larger than the path MTU, which
+    /// fell below the interface MTU after the context opened (DF is set: never fragmented).
+    pub ud_send_mtu_drops: AtomicU64,
 }
 
 /// Snapshot of [`SoftStats`] plus fault counters.
@@ -115,10 +128,16 @@ pub struct SoftStatsSnapshot {
     pub malformed_drops: u64,
     /// UD datagrams above the MTU dropped.
     pub mtu_drops: u64,
+    /// UD datagrams the kernel refused to send for exceeding the path MTU (EMSGSIZE).
+    pub ud_send_mtu_drops: u64,
 }
 
 pub(crate) struct Ctx {
     pub cfg: SoftConfig,
+    /// The interface under `cfg.bind_addr`.
+    pub link: SoftLink,
+    /// UD MTU in use: `cfg.ud_mtu` clamped to what the link carries unfragmented.
+    pub ud_mtu: u32,
     job_tag: u64,
     pub mrs: MrTable,
     qps: Mutex<HashMap<u32, Arc<Qp>>>,
@@ -150,8 +169,32 @@ impl Ctx {
         let listen_addr = listener
             .local_addr()
             .map_err(|e| Error::io("local_addr", e))?;
+        let link = link::link_of(cfg.bind_addr)?;
+        if link.ud_mtu_limit < link::MIN_UD_MTU {
+            return Err(Error::LinkMtuTooSmall {
+                addr: cfg.bind_addr,
+                if_mtu: link.if_mtu,
+                limit: link.ud_mtu_limit,
+                min: link::MIN_UD_MTU,
+                short: link::MIN_UD_MTU - link.ud_mtu_limit,
+                interface: link.interface,
+            });
+        }
+        let ud_mtu = cfg.ud_mtu.min(link.ud_mtu_limit);
+        if ud_mtu < cfg.ud_mtu {
+            // The caller (a BTL) knows whether the value was the user's and says so.
+            tracing::debug!(
+                wanted = cfg.ud_mtu,
+                ud_mtu,
+                interface = %link.interface,
+                if_mtu = link.if_mtu,
+                "soft verbs: UD MTU lowered to what the interface carries unfragmented"
+            );
+        }
         let ctx = Arc::new(Self {
             cfg,
+            link,
+            ud_mtu,
             job_tag: wire::job_tag(secret),
             mrs: MrTable::default(),
             qps: Mutex::new(HashMap::new()),
@@ -179,7 +222,7 @@ impl Ctx {
             max_cqe: self.cfg.max_cqe,
             max_srq_wr: self.cfg.max_qp_wr,
             max_inline: self.cfg.max_inline,
-            mtu: self.cfg.ud_mtu,
+            mtu: self.ud_mtu,
             max_msg_size: MAX_MSG,
         }
     }
@@ -201,12 +244,18 @@ impl Ctx {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// The interface under the bound address.
+    pub fn link(&self) -> &SoftLink {
+        &self.link
+    }
+
     pub fn stats(&self) -> SoftStatsSnapshot {
         SoftStatsSnapshot {
             ud_no_wqe_drops: self.stats.ud_no_wqe_drops.load(Ordering::Relaxed),
             foreign_drops: self.stats.foreign_drops.load(Ordering::Relaxed),
             malformed_drops: self.stats.malformed_drops.load(Ordering::Relaxed),
             mtu_drops: self.stats.mtu_drops.load(Ordering::Relaxed),
+            ud_send_mtu_drops: self.stats.ud_send_mtu_drops.load(Ordering::Relaxed),
         }
     }
 
@@ -688,11 +737,12 @@ impl Qp {
                 .map_err(|e| Error::io("bind UD socket", e))?;
             s.set_nonblocking(true)
                 .map_err(|e| Error::io("UD nonblocking", e))?;
+            link::set_dont_fragment(&s, cfg.bind_addr.is_ipv6())?;
             // A HCA accepts as many datagrams as there are posted receives; the kernel's
             // default socket buffer (~200 KiB, 50-100 datagrams) would silently drop bursts that
             // a real device takes. Size it for the deepest receive queue this QP can have.
             let depth = c.max_recv_wr.max(cfg.max_qp_wr.min(8192)) as usize;
-            size_udp_rcvbuf(&s, depth * (cfg.ud_mtu as usize + UD_SKB_OVERHEAD));
+            size_udp_rcvbuf(&s, depth * (ctx.ud_mtu as usize + UD_SKB_OVERHEAD));
             let a = s.local_addr().map_err(|e| Error::io("local_addr", e))?;
             (Some(s), Some(a))
         } else {
@@ -1140,7 +1190,7 @@ impl Qp {
                 ))
             }
         };
-        if len > self.ctx.cfg.ud_mtu as usize {
+        if len > self.ctx.ud_mtu as usize {
             return Err(Error::InvalidWr("UD message larger than the path MTU"));
         }
         if g.ud_pending.len() >= self.caps.max_send_wr as usize {
@@ -1208,6 +1258,28 @@ impl Qp {
                     g.ud_pending.pop_front();
                 }
                 Err(ref e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(ref e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                    // DF is set: the path MTU towards `to` fell below the datagram (the
+                    // interface MTU was lowered, or a router reported a smaller path). The
+                    // message is lost, as a HCA drops a packet above the path MTU; counted, and
+                    // said (at growing intervals, not once per datagram).
+                    let n = self
+                        .ctx
+                        .stats
+                        .ud_send_mtu_drops
+                        .fetch_add(1, Ordering::Relaxed)
+                        + 1;
+                    if n.is_power_of_two() {
+                        tracing::warn!(
+                            bytes = p.len(),
+                            %to,
+                            dropped = n,
+                            interface = %self.ctx.link.interface,
+                            "soft verbs: a UD datagram exceeds the path MTU (EMSGSIZE: the interface MTU shrank or a router reported a smaller path); dropped"
+                        );
+                    }
+                    g.ud_pending.pop_front();
+                }
                 Err(e) => {
                     // Unreachable destination etc.: a datagram is just lost, as on the wire.
                     tracing::trace!(error = %e, "soft UD send_to failed");
@@ -1260,7 +1332,7 @@ impl Qp {
                 st.foreign_drops.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if pkt.payload().len() > self.ctx.cfg.ud_mtu as usize {
+            if pkt.payload().len() > self.ctx.ud_mtu as usize {
                 st.mtu_drops.fetch_add(1, Ordering::Relaxed);
                 continue;
             }

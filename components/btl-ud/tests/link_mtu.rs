@@ -1,0 +1,180 @@
+//! btl-ud over the soft provider on a 1500-byte interface (a veth in a fresh network namespace;
+//! needs root): datagrams never exceed one packet, a larger `btl_ud_mtu` is lowered with a
+//! warning that names it, and peers of different MTUs use the smaller.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use rmca_framework::btl::{tags, SendHint};
+use rmca_framework::memory::MemoryAccounting;
+use rmca_framework::modex::LocalModex;
+
+/// Skips a test that cannot run here, or fails it when the test script demands that every
+/// test runs (`RMCA_TESTS_REQUIRE`).
+fn skip(why: &str) {
+    assert!(
+        std::env::var_os("RMCA_TESTS_REQUIRE").is_none(),
+        "cannot run: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run ip (iproute2)");
+    assert!(st.success(), "ip {args:?} failed");
+}
+
+/// Runs `body` in a thread of its own in a new network namespace holding a veth pair
+/// `udmtu0`/`udmtu1` (10.77.0.1/24 on udmtu0) with MTU 1500, loopback up.
+fn in_fresh_netns(body: impl FnOnce() + Send + 'static) {
+    let t = std::thread::spawn(move || {
+        // SAFETY: unshare only changes the calling thread's namespaces (this test thread's).
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return false;
+        }
+        // Commands spawned from this thread run in its namespace.
+        ip(&["link", "set", "lo", "up"]);
+        ip(&[
+            "link", "add", "udmtu0", "mtu", "1500", "type", "veth", "peer", "name", "udmtu1",
+        ]);
+        ip(&["addr", "add", "10.77.0.1/24", "dev", "udmtu0"]);
+        ip(&["link", "set", "udmtu0", "up"]);
+        ip(&["link", "set", "udmtu1", "up"]);
+        body();
+        true
+    });
+    match t.join() {
+        Ok(true) => {}
+        Ok(false) => skip("needs root (CAP_SYS_ADMIN) to create a network namespace"),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// Log lines written while `f` runs on this thread.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || w.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    (out, text)
+}
+
+const ON_VETH: (&str, &str) = ("btl_ud_if_addr", "10.77.0.1");
+/// UD payload of one packet on a 1500-byte link: 1500 - 20 (IPv4) - 8 (UDP) - 28 (soft UD).
+const LINK_UD_MTU: usize = 1444;
+
+#[test]
+fn btl_ud_mtu_above_the_interface_is_lowered_with_a_warning_naming_it() {
+    if !soft() {
+        eprintln!("the interface MTU is the soft provider's: skipped");
+        return;
+    }
+    in_fresh_netns(|| {
+        let modex = LocalModex::new();
+        let mem = MemoryAccounting::new();
+        let (b, log) = logged(|| {
+            init(
+                &job(0, 1, "job-link"),
+                &modex,
+                &mem,
+                &[ON_VETH, ("btl_ud_mtu", "65000")],
+            )
+        });
+        let b = b.expect("a too large btl_ud_mtu is lowered, not refused");
+        assert_eq!(b.attributes().max_send_size, LINK_UD_MTU - 4);
+        assert_eq!(card_of(&modex, 0).mtu as usize, LINK_UD_MTU);
+        for s in [
+            "WARN",
+            "btl_ud_mtu 65000",
+            "udmtu0",
+            "MTU 1500",
+            "using 1444",
+        ] {
+            assert!(log.contains(s), "{s:?} missing from the warning: {log}");
+        }
+        // The default takes the interface's room silently; a smaller value is kept.
+        let (b, log) =
+            logged(|| init(&job(0, 1, "job-link"), &LocalModex::new(), &mem, &[ON_VETH]));
+        assert_eq!(b.unwrap().attributes().max_send_size, LINK_UD_MTU - 4);
+        assert!(!log.contains("btl_ud_mtu"), "{log}");
+        let b = init(
+            &job(0, 1, "job-link"),
+            &LocalModex::new(),
+            &mem,
+            &[ON_VETH, ("btl_ud_mtu", "1024")],
+        );
+        assert_eq!(b.unwrap().attributes().max_send_size, 1020);
+    });
+}
+
+#[test]
+fn a_peer_on_a_smaller_link_lowers_the_fragment_size_of_its_peers() {
+    if !soft() {
+        eprintln!("the interface MTU is the soft provider's: skipped");
+        return;
+    }
+    in_fresh_netns(|| {
+        let modex = LocalModex::new();
+        let mem = MemoryAccounting::new();
+        // Rank 0 on the 1500-byte veth, rank 1 on loopback asking for 4 KiB.
+        let settings: [&[(&str, &str)]; 2] = [
+            &[ON_VETH],
+            &[("btl_ud_if_addr", "127.0.0.1"), ("btl_ud_mtu", "4096")],
+        ];
+        let mut btls: Vec<_> = (0..2u32)
+            .map(|r| init(&job(r, 2, "job-peers"), &modex, &mem, settings[r as usize]).unwrap())
+            .collect();
+        assert_eq!(btls[1].attributes().max_send_size, 4092);
+        for (r, b) in btls.iter_mut().enumerate() {
+            let reach = b
+                .add_procs(&job(r as u32, 2, "job-peers").procs(), &modex)
+                .unwrap();
+            assert_eq!(reach, vec![true, true]);
+        }
+        for b in &btls {
+            assert_eq!(b.attributes().max_send_size, LINK_UD_MTU - 4);
+        }
+        let max = LINK_UD_MTU - 4;
+        let mut sk = sinks(2);
+        for (from, to, byte) in [(0u32, 1u32, 3u8), (1, 0, 5)] {
+            btls[from as usize]
+                .send(
+                    to,
+                    tags::USER_BASE,
+                    &[],
+                    &vec![byte; max],
+                    SendHint::default(),
+                )
+                .unwrap();
+        }
+        progress_until(&mut btls, &mut sk, |s| {
+            s.iter().all(|s| !s.frags.is_empty())
+        });
+        assert_eq!(sk[1].frags[0].2, vec![3; max]);
+        assert_eq!(sk[0].frags[0].2, vec![5; max]);
+    });
+}
