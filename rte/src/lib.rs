@@ -16,6 +16,8 @@
 //! [`SECRET_KEY`]), `RMCA_NODE_MAP` and `RMCA_NODE_NAMES`; under Hydra or Slurm, rank 0 puts a
 //! random secret and every rank its host name into the KVS, and `init` fences once. Under Hydra
 //! and Slurm nobody removes `/dev/shm/rmca-<job_id>-*` after a crash: only `rmca-run` does.
+//! When `rmca-run` itself dies (even of `SIGKILL`), each rank removes the files it registered
+//! with [`lifeline::remove_on_launcher_death`] before it dies (see [`lifeline`]).
 //!
 //! Modex values are binary-safe: hex-encoded and split into chunks of at most the server's
 //! `vallen_max` (1024 under Hydra), stored under `rmca-<rank>-<key>` and `rmca-<rank>-<key>#<i>`.
@@ -30,6 +32,7 @@
 mod client;
 pub mod encoding;
 mod fd;
+pub mod lifeline;
 pub mod server;
 pub mod wire;
 
@@ -59,6 +62,11 @@ pub const ENV_PMI: &str = "RMCA_PMI";
 /// server) waits as the first line of its standard input. The token never travels in an
 /// environment or a command line, which launch agents expose to every user in `/proc`.
 pub const ENV_PMI_TOKEN_STDIN: &str = "RMCA_PMI_TOKEN_STDIN";
+
+/// Set by `rmca-run` to the signal number it made the rank's parent-death signal: [`Rte::init`]
+/// then handles that signal by removing the rank's registered files before dying (see
+/// [`lifeline`]).
+pub const ENV_LAUNCHER_DEATH_SIGNAL: &str = "RMCA_LAUNCHER_DEATH_SIGNAL";
 
 /// The longest token line read from standard input.
 const MAX_TOKEN_LINE: u64 = 256;
@@ -162,6 +170,14 @@ pub enum RteError {
     /// The environment was already finalized.
     #[error("runtime environment already finalized")]
     Finalized,
+    /// A path cannot be registered for removal when the launcher dies.
+    #[error("cannot register {path} for removal at launcher death: {why}")]
+    Cleanup {
+        /// The path.
+        path: String,
+        /// What is wrong and what is valid.
+        why: String,
+    },
 }
 
 /// Which launcher started this process.
@@ -429,6 +445,17 @@ impl Rte {
         timeout: Option<Duration>,
         mca: Vec<(String, String)>,
     ) -> Result<Rte, RteError> {
+        if lookup(ENV_JOB_ID).is_some() {
+            // First of all: from here on a dying launcher gets our registered files removed.
+            if let Some(v) = lookup(ENV_LAUNCHER_DEATH_SIGNAL) {
+                let sig = v.trim().parse().map_err(|_| RteError::Env {
+                    var: ENV_LAUNCHER_DEATH_SIGNAL.into(),
+                    value: v.clone(),
+                    why: "expected a signal number".into(),
+                })?;
+                lifeline::expect_launcher_death_signal(sig)?;
+            }
+        }
         let env_rank: Option<u32> = env_parse(lookup, "PMI_RANK")?;
         let env_size: Option<u32> = env_parse(lookup, "PMI_SIZE")?;
         let (transport, via_port) = if let Some(fd) = lookup("PMI_FD") {

@@ -207,6 +207,21 @@ fn rmca_run_environment_is_validated() {
     ))
     .unwrap_err();
     assert!(err.to_string().contains("at least 16 bytes"), "{err}");
+    // The launcher's death signal: a number, and one the rank can handle (not SIGKILL).
+    for (bad, why) in [("x", "expected a signal number"), ("9", "real-time signal")] {
+        let err = init(rank_env(
+            -1,
+            0,
+            1,
+            &[("RMCA_JOB_ID", "ok"), ("RMCA_LAUNCHER_DEATH_SIGNAL", bad)],
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("RMCA_LAUNCHER_DEATH_SIGNAL") && err.contains(why),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //! the inboxes of its local peers, checks the card against the segment header, and probes
 //! whether `process_vm_readv` on the peer is permitted. Once every local peer has mapped a
 //! segment its owner unlinks the file (the mappings live on), so a crash after startup leaves
-//! nothing behind; before that point the launcher removes `rmca-<job>-*` files.
+//! nothing behind; before that point the launcher removes `rmca-<job>-*` files, and if the
+//! launcher itself dies, each process removes its own (the segment is registered with
+//! [`rmca_rte::lifeline`] before it is created).
 //!
 //! Fragments up to `max_send_size` are copied straight from the caller's header and payload into
 //! the ring (no intermediate copy) and delivered to the receiver in place. Fragments of 4 KiB

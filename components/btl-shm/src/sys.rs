@@ -27,6 +27,9 @@ pub struct Mapping {
     /// True for the creator, who removes the file.
     owner: bool,
     unlinked: bool,
+    /// The creator's registration of the file for removal if the launcher dies, held while the
+    /// file is linked.
+    on_launcher_death: Option<rmca_rte::lifeline::RemoveOnDeath>,
 }
 
 // SAFETY: the mapping is plain memory valid until Drop; all concurrent access to it goes
@@ -41,8 +44,16 @@ fn io_err(op: impl Into<String>, source: io::Error) -> (String, io::Error) {
 pub type SysError = (String, io::Error);
 
 impl Mapping {
-    /// Create `path` exclusively with mode 0600, size it to `len` zero bytes and map it.
+    /// Create `path` exclusively with mode 0600, size it to `len` zero bytes and map it. The
+    /// file is removed if the launcher dies before [`Mapping::unlink`] (or Drop) removes it.
     pub fn create(path: &Path, len: usize) -> Result<Self, SysError> {
+        // Registered before it exists: a dying launcher finds it in the table at any point.
+        let guard = rmca_rte::lifeline::remove_on_launcher_death(path).map_err(|e| {
+            io_err(
+                format!("create {}", path.display()),
+                io::Error::other(e.to_string()),
+            )
+        })?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -51,6 +62,7 @@ impl Mapping {
             .open(path)
             .map_err(|e| io_err(format!("create {}", path.display()), e))?;
         let mut m = Self::map(&file, path, len, true)?;
+        m.on_launcher_death = Some(guard);
         // Size after the mapping object exists so that a failure below still unlinks the file.
         if let Err(e) = file.set_len(len as u64) {
             m.unlink();
@@ -109,6 +121,7 @@ impl Mapping {
             path: path.to_owned(),
             owner,
             unlinked: !owner,
+            on_launcher_death: None,
         })
     }
 
@@ -208,6 +221,8 @@ impl Mapping {
                 tracing::warn!(path = %self.path.display(), error = %e, "cannot unlink shm segment")
             }
         }
+        // Only now: the name must stay registered for as long as it may exist.
+        self.on_launcher_death = None;
     }
 }
 

@@ -224,6 +224,7 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     let secret_hex = rmca_rte::encoding::hex_encode(secret);
     let node_map = rmca_rte::encode_node_map(&node_of_rank);
     let me = std::process::id();
+    let death_signal = rmca_rte::lifeline::launcher_death_signal();
     let mut writers: HashMap<ConnId, Stream> = HashMap::new();
     let mut pids: Vec<u32> = Vec::new();
     let mut spawn_errors = Vec::new();
@@ -236,6 +237,11 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             (rmca_rte::ENV_JOB_ID.into(), job_id.to_string()),
             (rmca_rte::ENV_NODE_MAP.into(), node_map.clone()),
             (rmca_rte::ENV_NODE_NAMES.into(), nodes.join(",")),
+            // The rank's parent-death signal (set below): its runtime removes its files on it.
+            (
+                rmca_rte::ENV_LAUNCHER_DEATH_SIGNAL.into(),
+                death_signal.to_string(),
+            ),
         ];
         if secret_in_env {
             env.push((rmca_rte::ENV_JOB_SECRET.into(), secret_hex.clone()));
@@ -302,7 +308,12 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        sys::configure_child(&mut cmd, me, child_end.as_ref().map(|s| s.as_raw_fd()));
+        sys::configure_child(
+            &mut cmd,
+            me,
+            death_signal,
+            child_end.as_ref().map(|s| s.as_raw_fd()),
+        );
         match cmd.spawn() {
             Ok(mut c) => {
                 pids.push(c.id());

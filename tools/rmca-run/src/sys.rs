@@ -11,16 +11,31 @@ use std::time::Duration;
 use crate::monitor::Exit;
 
 /// Put the child in its own process group (so teardown reaches everything it forks), make it
-/// die if the launcher dies, and let it inherit `keep_fd` (its end of the PMI socketpair).
-pub fn configure_child(cmd: &mut Command, launcher_pid: u32, keep_fd: Option<RawFd>) {
+/// get `death_signal` if the launcher dies, and let it inherit `keep_fd` (its end of the PMI
+/// socketpair). The death signal is not SIGKILL so that the rank's runtime can remove the files
+/// it created before dying of it (`rmca_rte::lifeline`); its default action, restored here in
+/// case the launcher inherited it ignored, terminates any process that does not handle it.
+pub fn configure_child(
+    cmd: &mut Command,
+    launcher_pid: u32,
+    death_signal: i32,
+    keep_fd: Option<RawFd>,
+) {
     cmd.process_group(0);
     // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (prctl, getppid, fcntl, _exit); it allocates nothing.
+    // async-signal-safe functions (signal, sigprocmask, prctl, getppid, fcntl, _exit); it
+    // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // Dispositions set to "ignore" and the signal mask survive exec: undo both.
+            libc::signal(death_signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, death_signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
+                death_signal as libc::c_ulong,
                 0,
                 0,
                 0,

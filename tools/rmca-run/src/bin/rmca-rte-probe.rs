@@ -1,7 +1,8 @@
 //! `rmca-rte-probe`: a small rank program for testing launchers (rmca-run, Hydra, Slurm).
 //!
 //! Every mode initialises the runtime environment, creates one shared-memory file named with
-//! the job's prefix (to prove the launcher removes it), publishes a business card and checks
+//! the job's prefix (to prove the launcher removes it, or the rank itself when the launcher
+//! dies), publishes a business card and checks
 //! every other rank's card, then does what the mode says:
 //!
 //! `--mode cards` (default) finalize and exit 0; `crash` rank `--who` dies of SIGSEGV;
@@ -128,6 +129,10 @@ fn main() {
     }
 
     let shm = format!("/dev/shm/{}probe-{}-{rank}", rte.shm_prefix(), a.marker);
+    // Removed by this rank if the launcher dies, else left for the launcher to remove. Held
+    // until the process ends.
+    let _registered = rmca_rte::lifeline::remove_on_launcher_death(std::path::Path::new(&shm))
+        .unwrap_or_else(|e| fail(format!("{e}")));
     std::fs::write(&shm, b"probe").unwrap_or_else(|e| fail(format!("create {shm}: {e}")));
     println!("shm-created {shm}");
 
