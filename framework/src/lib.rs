@@ -27,6 +27,7 @@ pub mod progress;
 pub mod rank;
 pub mod rcache;
 pub mod registry;
+pub mod rng;
 pub mod runtime;
 
 pub use inventory;

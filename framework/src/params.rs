@@ -575,15 +575,16 @@ pub fn parse_param_file(
     path: &Path,
     system: bool,
 ) -> Result<Vec<RawSetting>, ParamError> {
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| ParamError::File {
+    // Spanned keys: the parser says where each key is, for messages naming its line.
+    let table: std::collections::BTreeMap<toml::Spanned<String>, toml::Value> =
+        toml::from_str(text).map_err(|e: toml::de::Error| ParamError::File {
             path: path.to_owned(),
             reason: e.to_string(),
         })?;
     let mut out = Vec::new();
     for (key, value) in table {
-        let line = key_line(text, &key);
+        let line = 1 + text[..key.span().start].matches('\n').count();
+        let key = key.into_inner();
         let source = if system {
             Source::SystemFile {
                 path: path.to_owned(),
@@ -628,20 +629,6 @@ pub fn parse_param_file(
         _ => 0,
     });
     Ok(out)
-}
-
-fn key_line(text: &str, key: &str) -> usize {
-    for (i, line) in text.lines().enumerate() {
-        let l = line.trim_start();
-        let l = l.strip_prefix('"').unwrap_or(l);
-        if let Some(rest) = l.strip_prefix(key) {
-            let rest = rest.strip_prefix('"').unwrap_or(rest).trim_start();
-            if rest.starts_with('=') {
-                return i + 1;
-            }
-        }
-    }
-    0
 }
 
 /// Environment variable prefix for parameters.

@@ -22,27 +22,20 @@
 //! `rank=R sent=S seconds=T`) before finalizing, and exits 1 if E > 0 or a call failed, 3 if
 //! finalize failed.
 
+use rmca::framework::rng::mix64;
 use std::process::exit;
 use std::time::Instant;
 
 use rmca::{Communicator, Request, ANY_TAG};
 
-/// SplitMix64 finaliser: a cheap, well-mixed hash of a 64-bit word.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Key of message `idx` of the stream src -> dst.
 fn msg_key(seed: u64, src: usize, dst: usize, idx: u64) -> u64 {
-    mix(mix(mix(seed ^ 0x5354_5245_5353) ^ ((src as u64) << 32 | dst as u64)) ^ idx)
+    mix64(mix64(mix64(seed ^ 0x5354_5245_5353) ^ ((src as u64) << 32 | dst as u64)) ^ idx)
 }
 
 /// The 8 content bytes at word `w` of the message with key `key`.
 fn content_word(key: u64, w: u64) -> [u8; 8] {
-    mix(key ^ w.wrapping_mul(0xd6e8_feb8_6659_fd93)).to_le_bytes()
+    mix64(key ^ w.wrapping_mul(0xd6e8_feb8_6659_fd93)).to_le_bytes()
 }
 
 fn fill(key: u64, buf: &mut [u8]) {
@@ -88,7 +81,7 @@ struct Plan {
 
 fn plan(seed: u64, src: usize, dst: usize, idx: u64, count: u64, max: usize) -> Plan {
     let key = msg_key(seed, src, dst, idx);
-    let h = mix(key ^ 0x706c_616e);
+    let h = mix64(key ^ 0x706c_616e);
     let r = h % 20_000;
     let pick = |lo: usize, hi: usize| -> usize {
         let hi = hi.min(max);
@@ -131,17 +124,6 @@ struct Args {
     batch: u64,
 }
 
-fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last()?.to_ascii_lowercase() {
-        'k' => (&s[..s.len() - 1], 1u64 << 10),
-        'm' => (&s[..s.len() - 1], 1 << 20),
-        'g' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mul)
-}
-
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         seed: 1,
@@ -170,11 +152,13 @@ fn parse_args() -> Result<Args, String> {
             }
             "--max-size" => {
                 let v = val("bytes")?;
-                a.max_size = parse_size(&v).filter(|&b| b <= 1 << 30).ok_or_else(|| {
-                    format!(
+                a.max_size = rmca::framework::params::parse_size(&v)
+                    .filter(|&b| b <= 1 << 30)
+                    .ok_or_else(|| {
+                        format!(
                         "--max-size {v:?}: expected bytes from 0 to 1g (suffix k, m or g allowed)"
                     )
-                })? as usize;
+                    })? as usize;
             }
             "--batch" => {
                 let v = val("messages per round")?;
@@ -274,7 +258,7 @@ fn round(world: &Communicator, a: &Args, t: &mut Tally, round: u64) -> Result<()
     for peer in (0..n).filter(|&p| p != me) {
         let count = stream_len(a.messages, n, peer, me);
         let hi = count.min(lo + a.batch);
-        let tail = mix(a.seed ^ round ^ (peer as u64) << 40) % 3;
+        let tail = mix64(a.seed ^ round ^ (peer as u64) << 40) % 3;
         for idx in lo..hi {
             entries.push(Entry {
                 peer,
@@ -292,7 +276,7 @@ fn round(world: &Communicator, a: &Args, t: &mut Tally, round: u64) -> Result<()
     for peer in (0..n).filter(|&p| p != me) {
         let count = stream_len(a.messages, n, me, peer);
         let hi = count.min(lo + a.batch);
-        let tail = mix(a.seed ^ round ^ (me as u64) << 40) % 3;
+        let tail = mix64(a.seed ^ round ^ (me as u64) << 40) % 3;
         for idx in lo..hi {
             let p = plan(a.seed, me, peer, idx, count, a.max_size);
             let mut buf = vec![0u8; p.len];

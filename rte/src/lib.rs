@@ -37,7 +37,6 @@ pub mod server;
 pub mod wire;
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -240,10 +239,11 @@ pub fn shm_prefix(job_id: &str) -> String {
     format!("rmca-{job_id}-")
 }
 
-/// Read `n` random bytes from the kernel.
+/// `n` random bytes from the kernel (getrandom(2): no file to open, works in a chroot or
+/// under a descriptor limit).
 pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
     let mut v = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut v)?;
+    getrandom::getrandom(&mut v).map_err(std::io::Error::from)?;
     Ok(v)
 }
 

@@ -111,6 +111,12 @@ pub fn run_job(job: &Job<'_>) -> JobOutput {
 pub fn run_job_with(job: &Job<'_>, launcher_args: &[&str]) -> JobOutput {
     let mut cmd = Command::new(release_bin("rmca-run"));
     cmd.args(launcher_args);
+    run_launcher(cmd, job)
+}
+
+/// Add `job` to the rmca-run command line `cmd` (its size, timeout, `--mca` settings and
+/// program, with the caller's own `RMCA_MCA_*` variables removed), run it and collect its output.
+fn run_launcher(mut cmd: Command, job: &Job<'_>) -> JobOutput {
     cmd.arg("-n")
         .arg(job.ranks.to_string())
         .arg("--timeout")
@@ -295,26 +301,8 @@ impl LossyLink {
                 &agent,
                 "--pmi-addr",
                 &self.addr[0],
-            ])
-            .arg("-n")
-            .arg(job.ranks.to_string())
-            .arg("--timeout")
-            .arg(job.timeout_s.to_string());
-        for (k, v) in job.mca {
-            cmd.arg("--mca").arg(k).arg(v);
-        }
-        cmd.arg(release_bin(job.program)).args(job.args);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("RMCA_MCA_") {
-                cmd.env_remove(k);
-            }
-        }
-        let out = cmd.output().expect("spawn ip netns exec rmca-run");
-        JobOutput {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+            ]);
+        run_launcher(cmd, job)
     }
 
     /// A counter of the `Ip:` line of `/proc/net/snmp` in namespace `i` (e.g. `FragCreates`:

@@ -3,6 +3,7 @@
 //! UD), plus btl-self. The PML runs on the real clock, so the loops are bounded by a deadline
 //! (they never assert a duration).
 
+use rmca_framework::rng::SplitMix64;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,19 +43,15 @@ struct Faults {
 #[derive(Default)]
 struct Wire {
     inbound: [VecDeque<(BtlTag, Vec<u8>)>; 2],
-    rng: u64,
+    rng: SplitMix64,
 }
 
 impl Wire {
     fn next(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.rng.next_u64()
     }
     fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
+        self.rng.chance(p)
     }
 }
 
@@ -72,7 +69,7 @@ struct Rail {
 impl Rail {
     fn new(seed: u64, faults: Faults) -> Self {
         let wire = Wire {
-            rng: seed,
+            rng: SplitMix64::new(seed),
             ..Wire::default()
         };
         Self {

@@ -408,3 +408,18 @@ fn job_wide_disagreements_name_parameter_ranks_and_values() {
         ]
     );
 }
+
+#[test]
+fn settings_name_the_line_their_key_is_on() {
+    // A key's name also appears earlier, inside a multi-line string: the setting's line is
+    // where the parser found the key, not the first line that looks like it.
+    let text =
+        "# rmca parameters\nbtl_ud_devices = \"\"\"\nbtl = \"x\"\n\"\"\"\n\n\"btl\" = \"tcp\"\n";
+    let raw = parse_param_file(text, Path::new("f.toml"), false).unwrap();
+    let line_of = |name: &str| match &raw.iter().find(|s| s.name == name).unwrap().source {
+        Source::UserFile { line, .. } => *line,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(line_of("btl_ud_devices"), 2);
+    assert_eq!(line_of("btl"), 6);
+}

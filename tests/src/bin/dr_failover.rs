@@ -9,27 +9,21 @@
 //! (up to 1 MiB) and print `failover messages=N bytes=B errors=E rank=R`; exit 1 if E > 0 or a
 //! call failed.
 
+use rmca::framework::rng::mix64;
 use std::process::exit;
 
 use rmca::{Request, ANY_TAG};
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Size and content of message `i` from `src`: content = f(src, i, offset).
 fn message(src: usize, i: u64) -> Vec<u8> {
-    let key = mix((src as u64) << 40 ^ i);
+    let key = mix64((src as u64) << 40 ^ i);
     let len = match key % 100 {
         0..=4 => (key >> 8) as usize % (1 << 20),
         5..=29 => (key >> 8) as usize % (64 << 10),
         _ => (key >> 8) as usize % 2048,
     };
     (0..len)
-        .map(|o| (mix(key ^ (o as u64 / 8)) >> ((o % 8) * 8)) as u8)
+        .map(|o| (mix64(key ^ (o as u64 / 8)) >> ((o % 8) * 8)) as u8)
         .collect()
 }
 

@@ -177,21 +177,8 @@ struct Opts {
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, mul) = match t.strip_suffix(['k', 'm', 'g']) {
-        Some(n) => (
-            n,
-            match t.as_bytes()[t.len() - 1] {
-                b'k' => 1 << 10,
-                b'm' => 1 << 20,
-                _ => 1 << 30,
-            },
-        ),
-        None => (t.as_str(), 1),
-    };
-    num.parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
+    rmca::framework::params::parse_size(s)
+        .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| format!("'{s}' is not a size (e.g. 0, 64, 8k, 4m)"))
 }
 

@@ -15,33 +15,8 @@ use rmca_pml_dr::proto::{
     Transmit,
 };
 
-/// splitmix64: small, seedable, good enough for fault injection.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-}
+/// Small, seedable, good enough for fault injection.
+pub use rmca_framework::rng::SplitMix64 as Rng;
 
 /// Faults of one BTL (both directions).
 #[derive(Debug, Clone)]
