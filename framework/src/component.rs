@@ -95,7 +95,7 @@ pub fn component_params(
     ));
     let env = settings
         .iter()
-        .map(|(k, v)| (format!("{}{k}", rmca_rte::MCA_ENV_PREFIX), (*v).to_owned()))
+        .map(|(k, v)| (format!("{}{k}", crate::params::ENV_PREFIX), (*v).to_owned()))
         .collect();
     let raw = RawSources::from_parts(None, None, false, env, vec![]).map_err(|e| vec![e])?;
     ParamStore::resolve(specs, &raw)

@@ -22,11 +22,9 @@ pub mod mpool;
 pub mod params;
 pub mod plugin;
 pub mod pml;
-pub mod profile;
 pub mod progress;
 pub mod rank;
 pub mod rcache;
 pub mod registry;
-pub mod runtime;
 
 pub use inventory;
