@@ -57,3 +57,8 @@ pub mod rcache;
 pub mod registry;
 
 pub use inventory;
+
+// The pins of the crates crossing the plugin boundary, read by build.rs; compiled here for its tests.
+#[cfg(test)]
+#[path = "../build/abi.rs"]
+mod build_abi;
