@@ -1,8 +1,12 @@
 //! Captures what a plugin must match to be loaded: the compiler version (Rust has no stable
-//! ABI) and a fingerprint of this crate's source (the traits and types a plugin is compiled
-//! against; a version number alone does not change when they do).
+//! ABI), a fingerprint of this crate's source (the traits and types a plugin is compiled
+//! against; a version number alone does not change when they do) and the exact versions of the
+//! other crates whose types cross the boundary (build/abi.rs).
 use std::path::Path;
 use std::process::Command;
+
+#[path = "build/abi.rs"]
+mod abi;
 
 /// FNV-1a over the relative paths and contents of every file under `dir`, in path order.
 fn fingerprint(dir: &Path) -> u64 {
@@ -56,4 +60,16 @@ fn main() {
         fingerprint(&src)
     );
     println!("cargo:rerun-if-changed=src");
+    let manifest_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let manifest = std::fs::read_to_string(&manifest_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest_path.display()));
+    let pins = abi::pinned_versions(&manifest, abi::ABI_CRATES)
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest_path.display()));
+    let pins: Vec<String> = pins.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    println!(
+        "cargo:rustc-env=RMCA_FRAMEWORK_ABI_CRATES={}",
+        pins.join(";")
+    );
+    println!("cargo:rerun-if-changed=Cargo.toml");
+    println!("cargo:rerun-if-changed=build/abi.rs");
 }

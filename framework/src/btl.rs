@@ -24,9 +24,12 @@ use std::fmt;
 use bitflags::bitflags;
 use thiserror::Error;
 
+use crate::base::Component;
 use crate::buffer::UserBuf;
-use crate::component::InitContext;
+use crate::init::InitContext;
+pub use crate::modex::ModexRead;
 use crate::rank::{ProcInfo, Rank};
+pub use crate::rcache::Registration;
 
 /// The 8-bit tag that selects the receive callback for a fragment.
 pub type BtlTag = u8;
@@ -212,15 +215,6 @@ pub struct MemAccess {
     pub remote_write: bool,
 }
 
-/// A BTL's registration of local memory, valid until [`Btl::deregister_mem`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Registration {
-    /// BTL-private handle (e.g. an index into the BTL's table of MRs).
-    pub handle: u64,
-    /// Bytes the peer needs to address this memory (rkey, pid...), carried in PML headers.
-    pub remote_key: Vec<u8>,
-}
-
 /// Memory on a peer, as described by the peer's [`Registration::remote_key`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteSegment {
@@ -399,14 +393,8 @@ pub struct MemoryUsage {
     pub peak: usize,
 }
 
-/// Read access to the peers' business cards after the fence.
-pub trait ModexRead {
-    /// The card `rank` published under `key` (namespaced by the caller, e.g. `"btl.shm"`).
-    fn get(&self, rank: Rank, key: &str) -> Result<Option<Vec<u8>>, crate::modex::ModexError>;
-}
-
 /// A BTL component: the factory of BTL modules.
-pub trait BtlComponent: crate::component::Component {
+pub trait BtlComponent: Component {
     /// Open the component and create its modules. A component that cannot run here (no device,
     /// disabled by parameter) returns `Ok(vec![])` and says why with `tracing::info!`; an error
     /// is for a component that should work but failed.

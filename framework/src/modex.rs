@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 
-use crate::btl::ModexRead;
 use crate::rank::Rank;
 
 /// Errors of the modex.
@@ -17,6 +16,12 @@ pub enum ModexError {
     /// A key was published twice by one process.
     #[error("modex key '{0}' published twice")]
     Duplicate(String),
+}
+
+/// Read access to the peers' business cards after the fence.
+pub trait ModexRead {
+    /// The card `rank` published under `key` (namespaced by the caller, e.g. `"btl.shm"`).
+    fn get(&self, rank: Rank, key: &str) -> Result<Option<Vec<u8>>, ModexError>;
 }
 
 /// Write access to this process's business cards, before the fence.

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef};
+use crate::base::{Component, ComponentMeta};
 use crate::memory::MemoryCounter;
 use crate::params::{Level, Param, ParamRegistrar, ParamStore};
 
@@ -200,8 +200,8 @@ impl MpoolComponent for DefaultMpoolComponent {
     }
 }
 
-static DEFAULT_MPOOL: DefaultMpoolComponent = DefaultMpoolComponent;
-inventory::submit! { BuiltinComponent::new(ComponentRef::Mpool(&DEFAULT_MPOOL)) }
+/// The `default` component instance (registered as a built-in by [`crate::component`]).
+pub static DEFAULT_MPOOL: DefaultMpoolComponent = DefaultMpoolComponent;
 
 #[cfg(test)]
 mod tests {

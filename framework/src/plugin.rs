@@ -5,7 +5,9 @@
 //! returning a pointer to a `#[repr(C)]` [`PluginDescriptor`]. Rust has no stable ABI, so the
 //! trait objects behind the descriptor are only touched once every version field matched: the
 //! plugin ABI version (the layout of the descriptor itself), the rustc that built it and the
-//! framework API version. A refusal names the file and the differing field.
+//! framework API version, which covers every crate whose types cross the boundary (this crate's
+//! version and source, and the exact versions of `tracing-core` and `bitflags`: see
+//! [`FRAMEWORK_API_VERSION`]). A refusal names the file and the differing field or crate.
 //!
 //! Plugins are never unloaded: thread-local destructors and `dlclose` do not mix
 //! (the library handle is leaked on purpose).
@@ -25,11 +27,15 @@ pub const PLUGIN_ABI_VERSION: u32 = 1;
 
 /// The framework API version a plugin must have been built against: this crate's version and
 /// a fingerprint of its source (the traits a plugin implements are this crate's, and their
-/// layout can change without a version bump), e.g. `0.1.0+3f2a...`.
+/// layout can change without a version bump), then `;crate=version` for every other crate whose
+/// types cross the boundary (the host's `tracing_core::Dispatch`, `bitflags`-built flags), each
+/// pinned exactly in this crate's Cargo.toml; e.g. `0.1.0+3f2a...;tracing-core=0.1.36;bitflags=2.13.2`.
 pub const FRAMEWORK_API_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "+",
     env!("RMCA_FRAMEWORK_FINGERPRINT"),
+    ";",
+    env!("RMCA_FRAMEWORK_ABI_CRATES"),
     "\0"
 );
 
@@ -45,7 +51,7 @@ pub struct PluginVTable {
     /// The component (only dereferenced after the version checks).
     pub component: extern "C" fn() -> *const ComponentRef,
     /// Hand the host's `tracing` dispatcher to the plugin's own copy of `tracing`.
-    pub set_tracing_dispatch: extern "C" fn(dispatch: *const tracing::Dispatch),
+    pub set_tracing_dispatch: extern "C" fn(dispatch: *const tracing_core::Dispatch),
 }
 
 /// What [`DESCRIPTOR_SYMBOL`] returns. Strings are NUL-terminated UTF-8 with static lifetime.
@@ -94,6 +100,19 @@ pub enum PluginError {
         /// The plugin's value.
         found: String,
         /// The host's value.
+        expected: String,
+    },
+    /// The plugin was built against another version of a crate whose types cross the plugin
+    /// boundary (rmca-framework itself, tracing-core, bitflags).
+    #[error("plugin {path}: built against {krate} {found}, this host uses {krate} {expected}; its types cross the plugin boundary, so rebuild the plugin against this host's rmca-framework")]
+    ApiMismatch {
+        /// File.
+        path: PathBuf,
+        /// The crate whose version differs (`rmca-framework` for this crate's version or source).
+        krate: String,
+        /// The plugin's version of it.
+        found: String,
+        /// The host's.
         expected: String,
     },
     /// The descriptor is malformed (null pointers, bad UTF-8).
@@ -204,6 +223,34 @@ fn trim_nul(s: &'static str) -> &'static str {
     s.trim_end_matches('\0')
 }
 
+/// The parts of a framework API version: `("rmca-framework", "<version>+<fingerprint>")`, then
+/// `(crate, version)` for every other crate it names; `None` if it is not of that shape.
+fn api_parts(api: &str) -> Option<Vec<(&str, &str)>> {
+    let mut parts = api.split(';');
+    let own = parts.next().filter(|p| !p.is_empty() && !p.contains('='))?;
+    let mut out = vec![("rmca-framework", own)];
+    for p in parts {
+        out.push(p.split_once('=')?);
+    }
+    Some(out)
+}
+
+/// The first crate whose version differs between two framework API versions that name the
+/// same crates: `(crate, plugin's version, host's version)`.
+pub fn api_difference(plugin: &str, host: &str) -> Option<(String, String, String)> {
+    let (theirs, ours) = (api_parts(plugin)?, api_parts(host)?);
+    let same_crates =
+        theirs.len() == ours.len() && theirs.iter().zip(&ours).all(|((a, _), (b, _))| a == b);
+    if !same_crates {
+        return None;
+    }
+    theirs
+        .iter()
+        .zip(&ours)
+        .find(|((_, a), (_, b))| a != b)
+        .map(|((k, a), (_, b))| ((*k).to_owned(), (*a).to_owned(), (*b).to_owned()))
+}
+
 /// Load one plugin file and check its descriptor against this host.
 pub fn load(path: &Path, framework: Framework, name: &str) -> Result<LoadedPlugin, PluginError> {
     // SAFETY: loading a library runs its initialisers; the component path is trusted
@@ -255,6 +302,17 @@ pub fn load(path: &Path, framework: Framework, name: &str) -> Result<LoadedPlugi
     ];
     for (field, ptr, expected) in checks {
         let found = cstr(path, field, ptr)?;
+        if found != expected && field == "framework API version" {
+            // Name the crate that differs when both sides list the same ones.
+            if let Some((krate, found, expected)) = api_difference(found, expected) {
+                return Err(PluginError::ApiMismatch {
+                    path: path.into(),
+                    krate,
+                    found,
+                    expected,
+                });
+            }
+        }
         if found != expected {
             return Err(PluginError::Mismatch {
                 path: path.into(),
@@ -400,6 +458,55 @@ mod tests {
             "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn api_version_names_every_crate_crossing_the_boundary() {
+        let api = trim_nul(FRAMEWORK_API_VERSION);
+        let parts = api_parts(api).expect("the host's API version parses");
+        let names: Vec<&str> = parts.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            names,
+            ["rmca-framework", "tracing-core", "bitflags"],
+            "{api}"
+        );
+        assert!(parts[0]
+            .1
+            .starts_with(concat!(env!("CARGO_PKG_VERSION"), "+")));
+        // The pinned versions are the ones this build links: check against the lock file.
+        let lock = include_str!("../../Cargo.lock");
+        for (krate, version) in &parts[1..] {
+            let entry = format!("name = \"{krate}\"\nversion = \"{version}\"\n");
+            assert!(
+                lock.contains(&entry),
+                "{krate} {version} is not in Cargo.lock"
+            );
+        }
+    }
+
+    #[test]
+    fn api_difference_names_the_crate() {
+        let host = "0.1.0+aa;tracing-core=0.1.36;bitflags=2.13.2";
+        assert_eq!(api_difference(host, host), None);
+        assert_eq!(
+            api_difference("0.1.0+aa;tracing-core=0.1.35;bitflags=2.13.2", host),
+            Some(("tracing-core".into(), "0.1.35".into(), "0.1.36".into()))
+        );
+        assert_eq!(
+            api_difference("0.1.0+bb;tracing-core=0.1.36;bitflags=2.13.2", host),
+            Some((
+                "rmca-framework".into(),
+                "0.1.0+bb".into(),
+                "0.1.0+aa".into()
+            ))
+        );
+        // Not the same list of crates (an older plugin, garbage): no crate to name.
+        assert_eq!(api_difference("0.1.0+aa", host), None);
+        assert_eq!(api_difference("0.0.0-elsewhere", host), None);
+        assert_eq!(
+            api_difference("0.1.0+aa;bitflags=2.13.2;tracing-core=0.1.36", host),
+            None
+        );
     }
 
     #[test]

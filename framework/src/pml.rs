@@ -14,7 +14,7 @@ use thiserror::Error;
 use crate::bml::Bml;
 use crate::btl::CommPattern;
 use crate::buffer::UserBuf;
-use crate::component::InitContext;
+use crate::init::InitContext;
 use crate::rank::Rank;
 
 /// Identifies a communicator's matching space (MPI's context id).
@@ -309,7 +309,7 @@ pub fn spin_until_done<P: ?Sized, T>(
 }
 
 /// A PML component.
-pub trait PmlComponent: crate::component::Component {
+pub trait PmlComponent: crate::base::Component {
     /// Priority of this PML given the current parameters (highest allowed wins).
     fn priority(&self, params: &crate::params::ParamStore) -> i32;
 

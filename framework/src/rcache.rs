@@ -7,9 +7,18 @@
 
 use std::collections::BTreeMap;
 
-use crate::btl::Registration;
-use crate::component::{BuiltinComponent, Component, ComponentMeta, ComponentRef};
+use crate::base::{Component, ComponentMeta};
 use crate::params::{Level, Param, ParamRegistrar, ParamStore};
+
+/// A BTL's registration of local memory, valid until
+/// [`Btl::deregister_mem`](crate::btl::Btl::deregister_mem): the currency of registration caches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// BTL-private handle (e.g. an index into the BTL's table of MRs).
+    pub handle: u64,
+    /// Bytes the peer needs to address this memory (rkey, pid...), carried in PML headers.
+    pub remote_key: Vec<u8>,
+}
 
 /// A cached registration of `addr..addr+len`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,9 +183,8 @@ impl RcacheComponent for LruRcacheComponent {
 }
 
 /// The `lru` component instance (also the fallback of
-/// [`InitContext::create_rcache`](crate::component::InitContext::create_rcache)).
+/// [`InitContext::create_rcache`](crate::init::InitContext::create_rcache)).
 pub static LRU_RCACHE: LruRcacheComponent = LruRcacheComponent;
-inventory::submit! { BuiltinComponent::new(ComponentRef::Rcache(&LRU_RCACHE)) }
 
 #[cfg(test)]
 mod tests {

@@ -314,6 +314,29 @@ fn host(s: &'static str) -> &'static str {
     s.trim_end_matches('\0')
 }
 
+/// The host's tracing-core version, as its framework API version names it.
+fn host_tracing_core() -> &'static str {
+    host(FRAMEWORK_API_VERSION)
+        .split(';')
+        .find_map(|p| p.strip_prefix("tracing-core="))
+        .unwrap_or_else(|| {
+            panic!(
+                "the framework API version '{}' does not name the tracing-core version",
+                host(FRAMEWORK_API_VERSION)
+            )
+        })
+}
+
+/// `api` with another tracing-core version, every other part the same.
+fn other_tracing_core(api: &str) -> String {
+    let theirs = api.replace(
+        &format!("tracing-core={}", host_tracing_core()),
+        "tracing-core=0.0.0-impostor",
+    );
+    assert_ne!(theirs, api);
+    theirs
+}
+
 /// One impostor: the file's component name, its `-D` overrides, and what the refusal must say.
 struct Case {
     name: &'static str,
@@ -395,6 +418,22 @@ fn cases() -> Vec<Case> {
                 "framework API version".into(),
                 "'0.0.0-elsewhere'".into(),
                 format!("'{}'", host(FRAMEWORK_API_VERSION)),
+            ],
+        },
+        Case {
+            // Everything the host has but the version of tracing-core, whose Dispatch the host
+            // hands to the plugin: refused, naming the crate and both versions.
+            name: "badtracing",
+            defines: vec![d(
+                "FRAMEWORK_API_VERSION",
+                c_str(&other_tracing_core(host(FRAMEWORK_API_VERSION))),
+            )],
+            source: "descriptor.c",
+            check: |e| matches!(e, PluginError::ApiMismatch { krate, .. } if krate == "tracing-core"),
+            must_contain: vec![
+                "built against tracing-core 0.0.0-impostor".into(),
+                format!("this host uses tracing-core {}", host_tracing_core()),
+                "rebuild the plugin".into(),
             ],
         },
         Case {

@@ -36,7 +36,7 @@ pub use comm::{Communicator, Status};
 pub use request::{scope, Request, Scope};
 pub use rmca_framework as framework;
 use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
-use rmca_framework::runtime::{InitError, Runtime};
+use rmca_runtime::{InitError, Runtime};
 use thiserror::Error;
 
 // Built-in components: referenced here so that their crates (and their inventory entries)

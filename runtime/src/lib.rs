@@ -1,4 +1,4 @@
-//! Bringing a process into its job: the MCA base opens, components are selected and
+//! Runtime init of rmca: bringing a process into its job: the MCA base opens, components are selected and
 //! initialised, business cards are exchanged, the BML is built and the PML starts.
 //!
 //! The sequence (every rank runs it; the fences are job-wide):
@@ -9,21 +9,33 @@
 //! 4. fence; every rank checks that all chose the same PML;
 //! 5. the BML asks each BTL which peers it reaches and plans routes; the PML starts;
 //! 6. fence, so that no rank sends before every peer's receive resources exist.
+//!
+//! This crate is the only one that ties the framework to the launcher's interface (rte): the
+//! framework is what a component or plugin author compiles against, and knows nothing of PMI.
+//! It links no component itself: it selects among those the program links (the `rmca` facade
+//! links the built-in ones) and the plugins on `component_path`.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+// Errors here carry the culprit's source (file path and line) by value; they occur at
+// configuration time, never on a message path, so their size costs nothing that matters.
+#![allow(clippy::result_large_err)]
+
+pub mod profile;
 
 use std::time::Instant;
 
 use rmca_rte::{Rte, RteError};
 use thiserror::Error;
 
-use crate::bml::{Bml, BmlError};
-use crate::btl::{Btl, ModexRead};
-use crate::component::{Framework, InitContext};
-use crate::job::JobInfo;
-use crate::memory::MemoryAccounting;
-use crate::modex::{ModexError, ModexWrite};
-use crate::params::{ParamStore, RawSetting, RawSources};
-use crate::pml::{Pml, PmlError};
-use crate::registry::{McaError, Registry};
+use rmca_framework::bml::{Bml, BmlError};
+use rmca_framework::btl::{Btl, ModexRead};
+use rmca_framework::component::{Framework, InitContext};
+use rmca_framework::job::JobInfo;
+use rmca_framework::memory::MemoryAccounting;
+use rmca_framework::modex::{ModexError, ModexWrite};
+use rmca_framework::params::{ParamStore, RawSetting, RawSources};
+use rmca_framework::pml::{Pml, PmlError};
+use rmca_framework::registry::{McaError, Registry};
 
 /// Why a process could not join its job.
 #[derive(Debug, Error)]
@@ -92,7 +104,7 @@ pub struct Runtime {
     /// Names of the BTL modules in use.
     pub btl_names: Vec<String>,
     /// Progress functions registered beside the PML.
-    pub progress_engine: crate::progress::ProgressEngine,
+    pub progress_engine: rmca_framework::progress::ProgressEngine,
     rte: Rte,
     init_time: std::time::Duration,
 }
@@ -137,7 +149,7 @@ impl Runtime {
         // Every PML busy-polls its BTLs: spin when each local rank has a core, yield when the
         // node is oversubscribed (Open MPI's mpi_yield_when_idle, decided the same way).
         let yields = job.oversubscribed();
-        crate::progress::set_yield_when_idle(yields);
+        rmca_framework::progress::set_yield_when_idle(yields);
         tracing::debug!(yields, "idle policy");
         let memory = MemoryAccounting::new();
         let btl_sel = registry.selector(&params, Framework::Btl)?;
@@ -146,7 +158,7 @@ impl Runtime {
         // The registration cache BTLs get (`--mca rcache <name>`); an unknown name already
         // failed check_selectors above with the list of valid ones.
         let rcache = match registry.select_one(&params, Framework::Rcache)? {
-            crate::component::ComponentRef::Rcache(c) => c,
+            rmca_framework::component::ComponentRef::Rcache(c) => c,
             _ => unreachable!("select_one(Rcache) yields an rcache component"),
         };
         for comp in registry.select_btls(&params)? {
@@ -201,7 +213,7 @@ impl Runtime {
                 .unwrap_or_default();
             theirs.push((0, String::from_utf8_lossy(&v).into_owned()));
         }
-        let disagree = crate::params::job_wide_disagreements(job.rank, &job_wide, &theirs);
+        let disagree = rmca_framework::params::job_wide_disagreements(job.rank, &job_wide, &theirs);
         if !disagree.is_empty() {
             return Err(InitError::ParamDisagreement(disagree.join("; ")));
         }
@@ -215,7 +227,7 @@ impl Runtime {
         let btl_names: Vec<String> = btls.iter().map(|b| b.component_name().to_owned()).collect();
         let exclusivity: Vec<Option<u32>> = btl_names
             .iter()
-            .map(|name| crate::registry::btl_exclusivity_override(&params, name))
+            .map(|name| rmca_framework::registry::btl_exclusivity_override(&params, name))
             .collect();
         let bml = Bml::build_with_exclusivity(btls, &job.procs(), &reader, &exclusivity)?;
         let mut writer = RteModex(&rte);
@@ -244,7 +256,10 @@ impl Runtime {
 
     /// Drive progress until `request` completes (the PML's wait tests it first).
     #[inline]
-    pub fn wait(&mut self, request: crate::pml::RequestId) -> Result<crate::pml::Status, PmlError> {
+    pub fn wait(
+        &mut self,
+        request: rmca_framework::pml::RequestId,
+    ) -> Result<rmca_framework::pml::Status, PmlError> {
         if self.progress_engine.is_empty() {
             return self.pml.wait(request, None);
         }
@@ -258,8 +273,8 @@ impl Runtime {
     #[inline]
     pub fn wait_all(
         &mut self,
-        requests: &[crate::pml::RequestId],
-        failed: &mut Vec<(usize, crate::pml::Status)>,
+        requests: &[rmca_framework::pml::RequestId],
+        failed: &mut Vec<(usize, rmca_framework::pml::Status)>,
     ) -> Result<(), PmlError> {
         if self.progress_engine.is_empty() {
             return self.pml.wait_all(requests, None, failed);
@@ -322,7 +337,7 @@ impl Runtime {
         let engine = &mut self.progress_engine;
         std::thread::scope(|scope| {
             let fence = scope.spawn(|| rte.fence());
-            let mut backoff = crate::progress::Backoff::default();
+            let mut backoff = rmca_framework::progress::Backoff::default();
             while !fence.is_finished() {
                 let n = pml.progress() + engine.run();
                 backoff.pass(n);
