@@ -3,16 +3,37 @@
 # Soft-RoCE device (rxe0), via ../shared/tools/verbs-vm.sh: the verbs conformance suite and the
 # btl-ud / btl-rc integration tests. Each binary is built on the host with the `rdma` feature; in
 # plain `cargo test` the same tests run on the soft provider. In the guest an environment
-# variable selects rdma (rxe0: GID index 0, active MTU 1024, UD GRH 40 B) and the soft-only tests
-# (fault injection, raw sockets) skip themselves.
-# Prints "SKIPPED" and exits 0 when the VM or the build packages are unavailable; otherwise exits
-# non-zero if any suite failed.
+# variable selects rdma (rxe0: GID index 0, active MTU 1024, UD GRH 40 B); the tests named
+# `soft_only_*` (fault injection, behaviour rxe does not show) are filtered out there, and
+# RMCA_TESTS_REQUIRE=1 makes any other test that cannot run on rdma fail rather than pass.
+# When the VM or the build packages are unavailable: prints "SKIPPED" and exits 0, except under
+# RMCA_TESTS_REQUIRE=1 or CI=true (scripts/test.sh), where it fails (exit 1) unless
+# RMCA_SKIP_VM=1 opts out explicitly (a machine without QEMU). Otherwise exits non-zero if any
+# suite failed.
 # usage: scripts/vm-tests.sh [verbs|btl-ud|btl-rc ...]   (default: all three)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 VM=${VERBS_VM_SCRIPT:-$ROOT/../shared/tools/verbs-vm.sh}
-skip() { echo "SKIPPED: rdma-provider tests: $*"; exit 0; }
+case "${RMCA_SKIP_VM:-0}" in
+  0 | "") ;;
+  1) echo "SKIPPED: rdma-provider tests: RMCA_SKIP_VM=1"; exit 0 ;;
+  *) echo "RMCA_SKIP_VM=${RMCA_SKIP_VM} is invalid: valid values are 1 (skip the VM lane) and 0 or unset"; exit 2 ;;
+esac
+case "${RMCA_TESTS_REQUIRE:-0}" in
+  1) required="RMCA_TESTS_REQUIRE=1" ;;
+  0 | "") required= ;;
+  *) echo "RMCA_TESTS_REQUIRE=${RMCA_TESTS_REQUIRE} is invalid: valid values are 1 and 0 or unset"; exit 2 ;;
+esac
+if [ -z "$required" ] && [[ "${CI:-}" == [Tt][Rr][Uu][Ee] || "${CI:-}" == 1 ]]; then required="CI=${CI}"; fi
+skip() {
+  if [ -n "$required" ]; then
+    echo "FAILED: rdma-provider tests cannot run: $* ($required: the VM lane must run; set RMCA_SKIP_VM=1 to skip it on a machine without QEMU)"
+    exit 1
+  fi
+  echo "SKIPPED: rdma-provider tests: $*"
+  exit 0
+}
 
 # suite -> package, test target, the variable that selects the rdma provider in its tests
 declare -A PKG=([verbs]=rmca-verbs [btl-ud]=rmca-btl-ud [btl-rc]=rmca-btl-rc)
@@ -54,7 +75,7 @@ for line in sys.stdin:
   # One test at a time: the emulated guest is slow.
   cat >>"$guest" <<GUEST
 echo "== $s tests on Soft-RoCE (rxe0)"
-if env ${SELECT[$s]}=rdma RUST_BACKTRACE=1 "$VM_DIR/bin/$s-tests" --test-threads=1; then
+if env ${SELECT[$s]}=rdma RMCA_TESTS_REQUIRE=1 RUST_BACKTRACE=1 "$VM_DIR/bin/$s-tests" --test-threads=1 --skip soft_only_; then
   echo "$s rdma-provider tests: PASSED (rxe0)"
 else
   echo "$s rdma-provider tests: FAILED"; failed=1
@@ -64,7 +85,7 @@ done
 echo 'exit $failed' >>"$guest"
 chmod +x "$guest"
 
-# Smoke boot: if the guest cannot run at all, skip rather than fail.
+# Smoke boot: if the guest cannot run at all, skip (or, when required, fail).
 if ! "$VM" true >"$VM_DIR/smoke.log" 2>&1; then
   tail -5 "$VM_DIR/smoke.log"
   skip "the verbs VM could not boot here (see $VM_DIR/smoke.log)"

@@ -10,8 +10,9 @@
 //! and profile this test binary was built in (derived from its own path,
 //! `<target>[/<triple>]/<profile>/deps/`, so `CARGO_TARGET_DIR`, `--release`, `--profile` and
 //! `--target` are all followed), then takes `<target>[/<triple>]/<profile>/librmca_btl_tcp.so`:
-//! the plugin is always as fresh as the test. The C cases need a C compiler (`$CC`, else `cc`)
-//! and are skipped with a message without one.
+//! the plugin is always as fresh as the test. The C cases need a C compiler (`$CC`, else `cc`;
+//! Debian package gcc): without one they skip themselves with a message, or fail under
+//! `RMCA_TESTS_REQUIRE=1` / `CI=true` ([`rmca_test_support::skip_or_fail`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +29,7 @@ use rmca_framework::plugin::{
     PluginError, FRAMEWORK_API_VERSION, PLUGIN_ABI_VERSION, RUSTC_VERSION,
 };
 use rmca_framework::registry::{McaError, Registry};
+use rmca_test_support::skip_or_fail;
 
 const PLUGIN_FILE: &str = "librmca_btl_tcp.so";
 
@@ -279,22 +281,18 @@ fn tcp_plugin_loads_lists_params_and_carries_messages() {
     }
 }
 
-/// The C compiler, or `None` (with the reason printed) when there is none.
-fn c_compiler() -> Option<String> {
+/// The C compiler, or why there is none usable.
+fn c_compiler() -> Result<String, String> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     match Command::new(&cc).arg("--version").output() {
-        Ok(o) if o.status.success() => Some(cc),
-        Ok(o) => {
-            eprintln!(
-                "SKIPPED C plugin cases: '{cc} --version' failed ({})",
-                o.status
-            );
-            None
-        }
-        Err(e) => {
-            eprintln!("SKIPPED C plugin cases: no C compiler ('{cc}': {e}); install gcc or set CC");
-            None
-        }
+        Ok(o) if o.status.success() => Ok(cc),
+        Ok(o) => Err(format!(
+            "the C compiler does not work ('{cc} --version' failed: {}); set CC to a working one",
+            o.status
+        )),
+        Err(e) => Err(format!(
+            "no C compiler ('{cc}': {e}); install Debian package gcc or set CC"
+        )),
     }
 }
 
@@ -496,8 +494,8 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Build every impostor (plus a garbage file) into `dir`; `None` without a C compiler.
-fn build_impostors(dir: &Path) -> Option<Vec<Case>> {
+/// Build every impostor (plus a garbage file) into `dir`; without a C compiler, why not.
+fn build_impostors(dir: &Path) -> Result<Vec<Case>, String> {
     let cc = c_compiler()?;
     let cases = cases();
     for case in &cases {
@@ -532,14 +530,18 @@ fn build_impostors(dir: &Path) -> Option<Vec<Case>> {
         b"#!/bin/sh\necho this is not an ELF shared object\n",
     )
     .expect("write garbage");
-    Some(cases)
+    Ok(cases)
 }
 
 #[test]
 fn refused_plugins_name_the_file_and_the_differing_field() {
     let dir = TempDir::new("impostors");
-    let Some(cases) = build_impostors(dir.path()) else {
-        return;
+    let cases = match build_impostors(dir.path()) {
+        Ok(cases) => cases,
+        Err(why) => {
+            skip_or_fail(why);
+            return;
+        }
     };
     let mut reg = Registry::builtin();
     reg.load_plugins(dir.as_str());
@@ -604,7 +606,13 @@ fn job_goes_on_without_refused_plugins_unless_one_is_requested() {
     let good = TempDir::new("good");
     std::fs::copy(tcp_plugin(), good.path().join(PLUGIN_FILE)).expect("copy plugin");
     let bad = TempDir::new("bad");
-    let have_cc = build_impostors(bad.path()).is_some();
+    let have_cc = match build_impostors(bad.path()) {
+        Ok(_) => true,
+        Err(why) => {
+            skip_or_fail(format!("the impostor half of this test: {why}"));
+            false
+        }
+    };
     if !have_cc {
         // Without a compiler the garbage file alone still exercises the refusal path.
         std::fs::write(bad.path().join("librmca_btl_badabi.so"), b"not a library").unwrap();

@@ -6,23 +6,17 @@
 
 use rmca_tests::{Job, LossyLink};
 
-/// Skips a test that cannot run here, or fails it when the test script demands that every
-/// test runs (`RMCA_TESTS_REQUIRE`).
-fn skip(why: &str) {
-    assert!(
-        std::env::var_os("RMCA_TESTS_REQUIRE").is_none(),
-        "cannot run: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-}
-
 #[test]
 fn dr_over_ud_survives_a_lossy_1500_byte_link_without_ip_fragments() {
     // ipfrag_time (30 s, as in the issue) is far longer than the peer timeout: one filled
     // reassembly memory is enough for dr to give the peer up.
     let link = match LossyLink::new(1500, 0.2, 30) {
         Ok(l) => l,
-        Err(e) => return skip(&format!("needs root, iproute2, veth, HTB and cls_bpf: {e}")),
+        Err(e) => {
+            return rmca_test_support::skip_or_fail(format!(
+                "needs root, iproute2, veth, HTB and cls_bpf: {e}"
+            ))
+        }
     };
     let base: &[(&str, &str)] = &[
         ("pml", "dr"),

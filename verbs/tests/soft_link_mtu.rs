@@ -10,16 +10,6 @@ use rmca_verbs::soft::link::ud_payload_limit;
 use rmca_verbs::soft::wire::SoftAddr;
 use rmca_verbs::*;
 
-/// Skips a test that cannot run here, or fails it when the test script demands that every
-/// test runs (`RMCA_TESTS_REQUIRE`).
-fn skip(why: &str) {
-    assert!(
-        std::env::var_os("RMCA_TESTS_REQUIRE").is_none(),
-        "cannot run: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-}
-
 fn ip(args: &[&str]) {
     let st = Command::new("ip")
         .args(args)
@@ -53,7 +43,9 @@ fn in_fresh_netns(body: impl FnOnce() + Send + 'static) -> bool {
     match t.join() {
         Ok(true) => true,
         Ok(false) => {
-            skip("needs root (CAP_SYS_ADMIN) to create a network namespace");
+            rmca_test_support::skip_or_fail(
+                "needs root (CAP_SYS_ADMIN) to create a network namespace",
+            );
             false
         }
         Err(p) => std::panic::resume_unwind(p),

@@ -1,5 +1,10 @@
 //! btl-ud modules of one process talking over a verbs provider (soft by default; rdma in the
 //! Soft-RoCE guest: `RMCA_BTL_UD_TEST_PROVIDER=rdma cargo test -p rmca-btl-ud --features rdma`).
+//!
+//! Tests named `soft_only_*` need the soft provider (fault injection, an MTU above the
+//! device's): the rdma lane of `scripts/vm-tests.sh` filters them out (`--skip soft_only_`)
+//! rather than reporting them passed, and run on rdma anyway they skip or fail
+//! ([`require_soft`]).
 
 mod common;
 
@@ -434,9 +439,8 @@ fn receive_pool_exhaustion_drops_are_counted_and_the_pool_refills() {
 }
 
 #[test]
-fn with_fault_drop_half_the_fragments_are_lost_because_ud_is_unreliable() {
-    if !soft() {
-        eprintln!("fault injection needs the soft provider: skipped");
+fn soft_only_with_fault_drop_half_the_fragments_are_lost_because_ud_is_unreliable() {
+    if !require_soft("fault injection") {
         return;
     }
     let lossy: &[(&str, &str)] = &[("btl_ud_fault_drop", "0.5"), ("btl_ud_fault_seed", "42")];
@@ -480,9 +484,8 @@ fn with_fault_drop_half_the_fragments_are_lost_because_ud_is_unreliable() {
 }
 
 #[test]
-fn with_fault_duplicate_every_fragment_arrives_twice() {
-    if !soft() {
-        eprintln!("fault injection needs the soft provider: skipped");
+fn soft_only_with_fault_duplicate_every_fragment_arrives_twice() {
+    if !require_soft("fault injection") {
         return;
     }
     let dup: &[(&str, &str)] = &[
@@ -503,9 +506,8 @@ fn with_fault_duplicate_every_fragment_arrives_twice() {
 }
 
 #[test]
-fn mtu_override_sets_the_limits_and_peers_use_the_smaller_mtu() {
-    if !soft() {
-        eprintln!("MTU override above the device MTU is soft-only: skipped");
+fn soft_only_mtu_override_sets_the_limits_and_peers_use_the_smaller_mtu() {
+    if !require_soft("an MTU override above the device's MTU") {
         return;
     }
     let modex = LocalModex::new();
@@ -637,9 +639,8 @@ fn the_component_is_registered_with_its_parameters() {
 }
 
 #[test]
-fn reorder_and_delay_faults_still_deliver_everything_once() {
-    if !soft() {
-        eprintln!("fault injection needs the soft provider: skipped");
+fn soft_only_reorder_and_delay_faults_still_deliver_everything_once() {
+    if !require_soft("fault injection") {
         return;
     }
     let f: &[(&str, &str)] = &[
@@ -683,9 +684,9 @@ fn reorder_and_delay_faults_still_deliver_everything_once() {
 }
 
 #[test]
-fn with_fault_corrupt_damaged_fragments_reach_the_pml_or_are_dropped_so_it_must_checksum() {
-    if !soft() {
-        eprintln!("fault injection needs the soft provider: skipped");
+fn soft_only_with_fault_corrupt_damaged_fragments_reach_the_pml_or_are_dropped_so_it_must_checksum()
+{
+    if !require_soft("fault injection") {
         return;
     }
     // Corruption is injected on the receiving side (host-bus errors after the wire check).

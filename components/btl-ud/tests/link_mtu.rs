@@ -13,16 +13,6 @@ use rmca_framework::btl::{tags, SendHint};
 use rmca_framework::memory::MemoryAccounting;
 use rmca_framework::modex::LocalModex;
 
-/// Skips a test that cannot run here, or fails it when the test script demands that every
-/// test runs (`RMCA_TESTS_REQUIRE`).
-fn skip(why: &str) {
-    assert!(
-        std::env::var_os("RMCA_TESTS_REQUIRE").is_none(),
-        "cannot run: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-}
-
 fn ip(args: &[&str]) {
     let st = Command::new("ip")
         .args(args)
@@ -53,7 +43,9 @@ fn in_fresh_netns(body: impl FnOnce() + Send + 'static) {
     });
     match t.join() {
         Ok(true) => {}
-        Ok(false) => skip("needs root (CAP_SYS_ADMIN) to create a network namespace"),
+        Ok(false) => rmca_test_support::skip_or_fail(
+            "needs root (CAP_SYS_ADMIN) to create a network namespace",
+        ),
         Err(p) => std::panic::resume_unwind(p),
     }
 }
@@ -88,9 +80,8 @@ const ON_VETH: (&str, &str) = ("btl_ud_if_addr", "10.77.0.1");
 const LINK_UD_MTU: usize = 1444;
 
 #[test]
-fn btl_ud_mtu_above_the_interface_is_lowered_with_a_warning_naming_it() {
-    if !soft() {
-        eprintln!("the interface MTU is the soft provider's: skipped");
+fn soft_only_btl_ud_mtu_above_the_interface_is_lowered_with_a_warning_naming_it() {
+    if !require_soft("the interface MTU rule of the soft provider") {
         return;
     }
     in_fresh_netns(|| {
@@ -132,9 +123,8 @@ fn btl_ud_mtu_above_the_interface_is_lowered_with_a_warning_naming_it() {
 }
 
 #[test]
-fn a_peer_on_a_smaller_link_lowers_the_fragment_size_of_its_peers() {
-    if !soft() {
-        eprintln!("the interface MTU is the soft provider's: skipped");
+fn soft_only_a_peer_on_a_smaller_link_lowers_the_fragment_size_of_its_peers() {
+    if !require_soft("the interface MTU rule of the soft provider") {
         return;
     }
     in_fresh_netns(|| {

@@ -4,11 +4,13 @@
 //! - [`proto`]: the sans-IO protocol core: wire format, a per-peer [`proto::Connection`] state
 //!   machine with explicit time (vfrag acks, CRC32C, RTT-derived timeouts, fast retransmit,
 //!   failover, peer death by silence).
+//! - [`fuzz`]: bodies of the fuzz targets (cargo-fuzz in `fuzz/`, and `tests/fuzz.rs`).
 //! - [`pml`]: the PML glue: [`Dr`] implements the framework's `Pml` trait over the BML,
 //!   sharing the framework's matching engine with ob1.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod fuzz;
 pub mod pml;
 pub mod proto;
 

@@ -12,11 +12,12 @@
 //! - back-pressure (`WouldBlock`) queues work inside the PML, never drops it; a peer with no
 //!   route left fails its requests with [`rmca_framework::pml::StatusError::PeerFailed`].
 //!
-//! Wire headers are in [`hdr`]; the engine in [`engine`].
+//! Wire headers are in [`hdr`]; the engine in [`engine`]; the fuzz target's body in [`fuzz`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod fuzz;
 pub mod hdr;
 pub mod sched;
 

@@ -10,6 +10,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use rmca_test_support::skip_or_fail;
+
 const RUN: &str = env!("CARGO_BIN_EXE_rmca-run");
 const PROBE: &str = env!("CARGO_BIN_EXE_rmca-rte-probe");
 /// Upper bound for any job in these tests; reaching it is a failure (a hang), not a timing check.
@@ -415,7 +417,7 @@ fn which(p: &str) -> Option<String> {
 #[test]
 fn same_probe_runs_under_mpich_hydra_pmi1_and_pmi2() {
     let Some(hydra) = which("mpiexec.hydra") else {
-        eprintln!("SKIPPED: mpiexec.hydra not installed (Debian package `mpich`)");
+        skip_or_fail("mpiexec.hydra is not installed (Debian package mpich)");
         return;
     };
     for (pmi, n) in [("pmi1", 4u32), ("pmi2", 2)] {
@@ -477,15 +479,22 @@ fn job_spans_two_network_namespaces_through_the_launch_agent() {
                 .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false);
-    if !root || which("ip").is_none() {
-        eprintln!("SKIPPED: needs root and iproute2 to create network namespaces");
+    if !root {
+        skip_or_fail("needs root to create network namespaces");
+        return;
+    }
+    if which("ip").is_none() {
+        skip_or_fail("ip is not installed (Debian package iproute2)");
         return;
     }
     let id = std::process::id() % 100_000;
     let (a, b) = (format!("rmcaA{id}"), format!("rmcaB{id}"));
     let (va, vb) = (format!("rva{id}"), format!("rvb{id}"));
     if !ip(&["netns", "add", &a]) {
-        eprintln!("SKIPPED: cannot create network namespaces here");
+        skip_or_fail(format!(
+            "`ip netns add {a}` failed: network namespaces are not available here (a container \
+             without CAP_SYS_ADMIN?)"
+        ));
         return;
     }
     let _guard = Netns(vec![a.clone(), b.clone()]);

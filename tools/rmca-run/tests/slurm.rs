@@ -1,13 +1,17 @@
 //! The probe under a real single-node Slurm (`srun --mpi=pmi2`), started by this test.
 //!
-//! Needs root, iproute2, nsenter and Debian's `slurmctld slurmd slurm-client`; skips with a message
-//! otherwise. The daemons use `auth/none`, so they run inside a private network namespace that
-//! has only a loopback interface: nothing outside the test can reach them. They are killed and
+//! Needs root, iproute2, nsenter and Debian's `slurmctld slurmd slurm-client`
+//! (`scripts/install-deps.sh`); without them it skips itself with a message, or fails under
+//! `RMCA_TESTS_REQUIRE=1` / `CI=true` ([`rmca_test_support::skip_or_fail`]). The daemons use
+//! `auth/none`, so they run inside a private network namespace that has only a loopback
+//! interface: nothing outside the test can reach them. They are killed and
 //! the namespace deleted when the test ends, whatever happens.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use rmca_test_support::skip_or_fail;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_rmca-rte-probe");
 
@@ -193,7 +197,16 @@ fn start() -> Result<Cluster, String> {
             return Ok(cl);
         }
         if t0.elapsed() > Duration::from_secs(60) {
-            return Err(format!("node never became idle (state {state:?})"));
+            let tail = |f: &str| {
+                let log = std::fs::read_to_string(dir.join("log").join(f)).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                lines[lines.len().saturating_sub(10)..].join("\n")
+            };
+            return Err(format!(
+                "node never became idle (state {state:?})\nslurmctld log:\n{}\nslurmd log:\n{}",
+                tail("ctld.log"),
+                tail("d.log")
+            ));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -201,21 +214,34 @@ fn start() -> Result<Cluster, String> {
 
 #[test]
 fn probe_runs_under_slurm_srun_mpi_pmi2() {
-    if !is_root() || which("ip").is_none() {
-        eprintln!("SKIPPED: needs root and iproute2 (for an isolated single-node Slurm)");
+    if !is_root() {
+        skip_or_fail("needs root (to start Slurm daemons in a private network namespace)");
         return;
     }
-    if ["slurmctld", "slurmd", "srun", "sinfo", "nsenter"]
-        .iter()
-        .any(|p| which(p).is_none())
-    {
-        eprintln!("SKIPPED: Slurm not installed (Debian packages slurmctld slurmd slurm-client)");
+    let missing: Vec<&str> = [
+        ("ip", "iproute2"),
+        ("nsenter", "util-linux"),
+        ("slurmctld", "slurmctld"),
+        ("slurmd", "slurmd"),
+        ("srun", "slurm-client"),
+        ("sinfo", "slurm-client"),
+    ]
+    .iter()
+    .filter(|(prog, _)| which(prog).is_none())
+    .map(|&(_, pkg)| pkg)
+    .collect();
+    if !missing.is_empty() {
+        skip_or_fail(format!(
+            "Slurm or its tools are not installed (Debian packages: {}; scripts/install-deps.sh \
+             installs them)",
+            missing.join(" ")
+        ));
         return;
     }
     let cl = match start() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("SKIPPED: could not start a single-node Slurm: {e}");
+            skip_or_fail(format!("could not start a single-node Slurm: {e}"));
             return;
         }
     };

@@ -26,6 +26,21 @@ pub fn soft() -> bool {
     provider() == "soft"
 }
 
+/// For a `soft_only_*` test, which needs the soft provider for `what`: true on it; on another
+/// provider [`rmca_test_support::skip_or_fail`] (the rdma lane filters these tests out, so
+/// getting here there means the filter missed one) and false.
+pub fn require_soft(what: &str) -> bool {
+    if soft() {
+        return true;
+    }
+    rmca_test_support::skip_or_fail(format!(
+        "{what} needs the soft provider, not {}: a soft_only_ test (run it with \
+         RMCA_BTL_UD_TEST_PROVIDER unset; the rdma lane passes --skip soft_only_)",
+        provider()
+    ));
+    false
+}
+
 /// Resolve btl-ud's parameters with `settings` applied (as environment settings).
 pub fn params(settings: &[(&str, &str)]) -> ParamStore {
     let provider = provider();
