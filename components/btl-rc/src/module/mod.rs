@@ -19,7 +19,7 @@ mod send;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rmca_framework::btl::{exclusivity, BtlAttributes, BtlError, BtlFlags, SendError};
+use rmca_framework::btl::{exclusivity, BtlAttributes, BtlFlags, SendError};
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::{MemoryAccounting, MemoryCounter};
 use rmca_framework::rank::Rank;
@@ -28,7 +28,6 @@ use rmca_verbs::{
     Ah, Context, Cq, Pd, ProviderKind, Qp, QpCaps, QpInit, QpType, RcParams, RecvWr, SoftConfig,
     Srq, SrqInit, Wc, UD_GRH_LEN,
 };
-use thiserror::Error;
 
 use crate::config::{RcConfig, RecvQueues};
 use crate::conn::{Connection, State};
@@ -42,32 +41,8 @@ use self::eager::{RingRx, RingTx};
 use self::pool::BufPool;
 use self::rdma::{RcacheHandle, RdmaOp, UserReg};
 
-/// Errors of opening the module.
-#[derive(Debug, Error)]
-pub enum RcError {
-    /// A verbs call failed.
-    #[error("btl-rc: {op}: {source}")]
-    Verbs {
-        /// What was being done.
-        op: &'static str,
-        /// The verbs error.
-        #[source]
-        source: rmca_verbs::Error,
-    },
-    /// The configuration cannot work here.
-    #[error("btl-rc: {0}")]
-    Unsupported(String),
-}
-
-impl From<RcError> for BtlError {
-    fn from(e: RcError) -> Self {
-        BtlError::Other(e.to_string())
-    }
-}
-
-fn verbs(op: &'static str) -> impl FnOnce(rmca_verbs::Error) -> RcError {
-    move |source| RcError::Verbs { op, source }
-}
+/// Errors of opening the module (shared with btl-ud: [`rmca_common_verbs::OpenError`]).
+pub type RcError = rmca_common_verbs::OpenError;
 
 const Q_KEY: u32 = 0x5243_4d31;
 const CTRL_WQES: u32 = 4;
@@ -211,9 +186,14 @@ impl RcBtl {
         memory: &MemoryAccounting,
         rcache: Box<dyn Rcache>,
     ) -> Result<Self, RcError> {
+        let verbs = |op| rmca_common_verbs::verbs("btl-rc", op);
+        let unsupported = |reason| RcError::Unsupported {
+            btl: "btl-rc",
+            reason,
+        };
         let kind = cfg.device.provider.resolve();
         rmca_common_verbs::check_faults_supported(kind, &cfg.fault, "btl_rc")
-            .map_err(RcError::Unsupported)?;
+            .map_err(unsupported)?;
         let soft = SoftConfig {
             rc_fault: cfg.fault,
             ..SoftConfig::default()
@@ -222,7 +202,7 @@ impl RcBtl {
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
         let attr = ctx.attr();
         if u64::from(cfg.max_send_size as u32) > attr.max_msg_size {
-            return Err(RcError::Unsupported(format!(
+            return Err(unsupported(format!(
                 "btl_rc_max_send_size {} exceeds the device's largest message ({})",
                 cfg.max_send_size, attr.max_msg_size
             )));
