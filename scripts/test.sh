@@ -14,8 +14,12 @@ export RMCA_FUZZ_SECS=${RMCA_FUZZ_SECS:-15}
 bash scripts/install-deps.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+# The out-of-tree plugin example is outside the workspace: lint it on its own (its tests run
+# from tests/tests/out_of_tree.rs).
+cargo fmt --manifest-path examples/out-of-tree-btl/Cargo.toml -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+CARGO_TARGET_DIR=target/out-of-tree cargo clippy --manifest-path examples/out-of-tree-btl/Cargo.toml --all-targets --locked -- -D warnings
 # The real-verbs provider compiles only with the rdma feature (libibverbs): lint it too.
 cargo clippy -p rmca-verbs -p rmca-common-verbs -p rmca-btl-ud -p rmca-btl-rc --features rdma --all-targets --locked -- -D warnings
 echo "== cargo build (release binaries used by the multi-process tests)"

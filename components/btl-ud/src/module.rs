@@ -15,10 +15,9 @@ use rmca_verbs::{
     AccessFlags, Ah, Context, Cq, Pd, ProviderKind, Qp, QpCaps, QpInit, QpType, RcParams, RecvWr,
     SendOp, SendWr, SoftConfig, UdDest, Wc, WcStatus, UD_GRH_LEN,
 };
-use thiserror::Error;
 
 use crate::card::{provider_code, CardRepr};
-use crate::config::{ConfigError, UdConfig};
+use crate::config::UdConfig;
 use crate::fault::Blackhole;
 use crate::header::{job_tag16, FragRepr, HEADER_LEN};
 use crate::recv::{classify, DropReason, PeerSources, RecvMeta};
@@ -26,35 +25,8 @@ use crate::reg::RegisteredPool;
 use crate::sched::{Admit, SendScheduler};
 use crate::MODEX_KEY;
 
-/// Errors of opening a btl-ud module.
-#[derive(Debug, Error)]
-pub enum UdError {
-    /// A parameter is wrong.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A verbs call failed.
-    #[error("btl-ud: {op}: {source}")]
-    Verbs {
-        /// What was being done.
-        op: &'static str,
-        /// The verbs error.
-        #[source]
-        source: rmca_verbs::Error,
-    },
-    /// The configuration does not fit the device.
-    #[error("btl-ud: {0}")]
-    Unsupported(String),
-}
-
-impl From<UdError> for BtlError {
-    fn from(e: UdError) -> Self {
-        BtlError::Other(e.to_string())
-    }
-}
-
-fn verbs(op: &'static str) -> impl FnOnce(rmca_verbs::Error) -> UdError {
-    move |source| UdError::Verbs { op, source }
-}
+/// Errors of opening a btl-ud module (shared with btl-rc: [`rmca_common_verbs::OpenError`]).
+pub type UdError = rmca_common_verbs::OpenError;
 
 /// Route to one peer's receive QP.
 #[derive(Debug)]
@@ -168,9 +140,14 @@ impl UdBtl {
     /// Open the device, create the QPs, allocate, register and post the receive pool.
     /// The business card to publish is [`UdBtl::card`].
     pub fn open(cfg: &UdConfig, job: &JobInfo, memory: &MemoryAccounting) -> Result<Self, UdError> {
+        let verbs = |op| rmca_common_verbs::verbs("btl-ud", op);
+        let unsupported = |reason| UdError::Unsupported {
+            btl: "btl-ud",
+            reason,
+        };
         let kind = cfg.device.provider.resolve();
         rmca_common_verbs::check_faults_supported(kind, &cfg.fault, "btl_ud")
-            .map_err(UdError::Unsupported)?;
+            .map_err(unsupported)?;
         let mut soft = SoftConfig {
             ud_fault: cfg.fault,
             ..SoftConfig::default()
@@ -185,7 +162,7 @@ impl UdBtl {
         let attr = ctx.attr();
         let mtu = effective_mtu(cfg.mtu, attr.mtu, &ctx) as usize;
         if mtu <= HEADER_LEN {
-            return Err(UdError::Unsupported(format!(
+            return Err(unsupported(format!(
                 "device MTU of {mtu} bytes cannot carry a fragment"
             )));
         }

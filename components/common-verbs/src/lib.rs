@@ -5,7 +5,8 @@
 //!
 //! Each BTL registers these under its own prefix (`btl_rc_provider`, `btl_ud_provider`, ...)
 //! with [`register_device_params`] and [`register_fault_params`], and reads them back with
-//! [`DeviceConfig::from_params`] and [`fault_from_params`].
+//! [`DeviceConfig::from_params`] and [`fault_from_params`]. Opening a module fails with
+//! [`OpenError`] (btl-rc's `RcError`, btl-ud's `UdError`), verbs calls mapped by [`verbs`].
 #![deny(unsafe_code)]
 // ParamError carries its source by value (as in the framework); this runs once at init.
 #![allow(clippy::result_large_err)]
@@ -13,6 +14,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use rmca_framework::btl::BtlError;
 use rmca_framework::params::{Level, Param, ParamError, ParamRegistrar, ParamStore};
 use rmca_verbs::{FaultConfig, ProviderConfig, ProviderKind, RdmaConfig, SoftConfig};
 use thiserror::Error;
@@ -362,6 +364,44 @@ pub fn check_faults_supported(
         ));
     }
     Ok(())
+}
+
+/// Errors of opening a verbs BTL's module; each message starts with the BTL's name.
+#[derive(Debug, Error)]
+pub enum OpenError {
+    /// A parameter is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A verbs call failed.
+    #[error("{btl}: {op}: {source}")]
+    Verbs {
+        /// The BTL (`btl-rc`, `btl-ud`).
+        btl: &'static str,
+        /// What was being done.
+        op: &'static str,
+        /// The verbs error.
+        #[source]
+        source: rmca_verbs::Error,
+    },
+    /// The configuration cannot work here.
+    #[error("{btl}: {reason}")]
+    Unsupported {
+        /// The BTL (`btl-rc`, `btl-ud`).
+        btl: &'static str,
+        /// What does not work, and what would.
+        reason: String,
+    },
+}
+
+impl From<OpenError> for BtlError {
+    fn from(e: OpenError) -> Self {
+        BtlError::Other(e.to_string())
+    }
+}
+
+/// For `map_err`: a verbs call of `btl` (`btl-rc`, `btl-ud`) doing `op` failed.
+pub fn verbs(btl: &'static str, op: &'static str) -> impl FnOnce(rmca_verbs::Error) -> OpenError {
+    move |source| OpenError::Verbs { btl, op, source }
 }
 
 #[cfg(test)]

@@ -136,3 +136,28 @@ fn faults_on_rdma_are_refused_with_the_fix() {
     let e = check_faults_supported(ProviderKind::Rdma, &f, "btl_ud").unwrap_err();
     assert!(e.contains("btl_ud_provider = soft"), "{e}");
 }
+
+#[test]
+fn open_errors_name_the_btl_and_reach_the_framework_unchanged() {
+    use std::error::Error as _;
+    let e = verbs("btl-rc", "create CQ")(rmca_verbs::Error::NoDevice("mlx5_9".into()));
+    assert_eq!(
+        e.to_string(),
+        "btl-rc: create CQ: no verbs device \"mlx5_9\""
+    );
+    assert!(e.source().is_some_and(|s| s.to_string().contains("mlx5_9")));
+    let e = OpenError::Unsupported {
+        btl: "btl-ud",
+        reason: "btl_ud_mtu too small".into(),
+    };
+    assert_eq!(e.to_string(), "btl-ud: btl_ud_mtu too small");
+    match BtlError::from(e) {
+        BtlError::Other(m) => assert_eq!(m, "btl-ud: btl_ud_mtu too small"),
+        other => panic!("expected BtlError::Other, got {other:?}"),
+    }
+    let e = OpenError::from(ConfigError::bad("btl_ud", "mtu", 3, "256 to 4096"));
+    assert_eq!(
+        e.to_string(),
+        "invalid value '3' for MCA parameter 'btl_ud_mtu': expected 256 to 4096"
+    );
+}
