@@ -6,10 +6,12 @@
 //!   `CI=true`), fails naming what is missing. A green CI run therefore means every test ran.
 //! - [`fuzz`]: runs a fuzz target's body on stable Rust for a bounded time with random and
 //!   mutated inputs, so the test script exercises the cargo-fuzz targets without nightly.
+//! - [`netns`]: a fresh network namespace with a veth pair of a chosen MTU.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod fuzz;
+pub mod netns;
 
 use std::fmt::Display;
 

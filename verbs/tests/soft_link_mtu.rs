@@ -2,54 +2,18 @@
 //! fresh network namespace (needs root) never send a datagram larger than one packet, and a
 //! datagram above a path MTU that shrank afterwards is refused (DF) and counted, not fragmented.
 
+use rmca_test_support::netns::ip;
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rmca_verbs::soft::link::ud_payload_limit;
 use rmca_verbs::soft::wire::SoftAddr;
 use rmca_verbs::*;
 
-fn ip(args: &[&str]) {
-    let st = Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run ip (iproute2)");
-    assert!(st.success(), "ip {args:?} failed");
-}
-
-/// Runs `body` in a thread of its own in a new network namespace holding a veth pair
-/// `mtu0`/`mtu1` (10.77.0.1/24 on mtu0) with MTU 1500 and loopback up. Returns false (after
-/// saying why) when namespaces cannot be made here.
+/// Runs `body` in a new network namespace holding a veth pair `mtu0`/`mtu1` with MTU
+/// 1500, 10.77.0.1/24 on `mtu0`.
 fn in_fresh_netns(body: impl FnOnce() + Send + 'static) -> bool {
-    let t = std::thread::spawn(move || {
-        // SAFETY: unshare only changes the calling thread's namespaces (this test thread's).
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        if rc != 0 {
-            return false;
-        }
-        // Commands spawned from this thread run in its namespace.
-        ip(&["link", "set", "lo", "up"]);
-        ip(&[
-            "link", "add", "mtu0", "mtu", "1500", "type", "veth", "peer", "name", "mtu1",
-        ]);
-        ip(&["addr", "add", "10.77.0.1/24", "dev", "mtu0"]);
-        ip(&["link", "set", "mtu0", "up"]);
-        ip(&["link", "set", "mtu1", "up"]);
-        body();
-        true
-    });
-    match t.join() {
-        Ok(true) => true,
-        Ok(false) => {
-            rmca_test_support::skip_or_fail(
-                "needs root (CAP_SYS_ADMIN) to create a network namespace",
-            );
-            false
-        }
-        Err(p) => std::panic::resume_unwind(p),
-    }
+    rmca_test_support::netns::in_fresh_netns("mtu", 1500, "10.77.0.1/24", body)
 }
 
 fn open(bind: &str, ud_mtu: u32) -> Context {

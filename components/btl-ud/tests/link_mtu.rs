@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use common::*;
@@ -13,41 +12,10 @@ use rmca_framework::btl::{tags, SendHint};
 use rmca_framework::memory::MemoryAccounting;
 use rmca_framework::modex::LocalModex;
 
-fn ip(args: &[&str]) {
-    let st = Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run ip (iproute2)");
-    assert!(st.success(), "ip {args:?} failed");
-}
-
-/// Runs `body` in a thread of its own in a new network namespace holding a veth pair
-/// `udmtu0`/`udmtu1` (10.77.0.1/24 on udmtu0) with MTU 1500, loopback up.
-fn in_fresh_netns(body: impl FnOnce() + Send + 'static) {
-    let t = std::thread::spawn(move || {
-        // SAFETY: unshare only changes the calling thread's namespaces (this test thread's).
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return false;
-        }
-        // Commands spawned from this thread run in its namespace.
-        ip(&["link", "set", "lo", "up"]);
-        ip(&[
-            "link", "add", "udmtu0", "mtu", "1500", "type", "veth", "peer", "name", "udmtu1",
-        ]);
-        ip(&["addr", "add", "10.77.0.1/24", "dev", "udmtu0"]);
-        ip(&["link", "set", "udmtu0", "up"]);
-        ip(&["link", "set", "udmtu1", "up"]);
-        body();
-        true
-    });
-    match t.join() {
-        Ok(true) => {}
-        Ok(false) => rmca_test_support::skip_or_fail(
-            "needs root (CAP_SYS_ADMIN) to create a network namespace",
-        ),
-        Err(p) => std::panic::resume_unwind(p),
-    }
+/// Runs `body` in a new network namespace holding a veth pair `udmtu0`/`udmtu1` with MTU
+/// 1500, 10.77.0.1/24 on `udmtu0`.
+fn in_fresh_netns(body: impl FnOnce() + Send + 'static) -> bool {
+    rmca_test_support::netns::in_fresh_netns("udmtu", 1500, "10.77.0.1/24", body)
 }
 
 /// Log lines written while `f` runs on this thread.
