@@ -234,6 +234,10 @@ struct Placing {
     copied: usize,
 }
 
+/// Records of at least this many slots (2 KiB) give their space back to the producer as soon
+/// as they are consumed; smaller ones at the end of the pass, one head store for many records.
+const PUBLISH_EACH_SLOTS: u64 = (2048 / ring::SLOT) as u64;
+
 /// The first bytes of a streamed record the PML is offered only once there are this many (or
 /// the whole record): enough for any PML header.
 const OFFER_MIN: usize = 64;
@@ -254,6 +258,11 @@ struct Stats {
     shared_gets: u64,
     shared_bytes_helped: u64,
     bad_control: u64,
+    /// Streamed records offered to the PML while being written, and those it took.
+    offers: u64,
+    offers_taken: u64,
+    /// Streamed records already whole when first seen: too late to be placed.
+    streamed_whole: u64,
 }
 
 /// A get shared with the sender (see [`coop`]): in flight until every byte is accounted for.
@@ -685,6 +694,8 @@ impl ShmBtl {
                     Ok(Some(len)) => {
                         bytes += len;
                         n += 1;
+                        // A placed record is a long one: give its space back now (see below).
+                        inb.consumer.publish();
                         if n == POLL_BUDGET || !events.wants_more() {
                             break;
                         }
@@ -701,7 +712,7 @@ impl ShmBtl {
                 Ok(Some(rec)) => rec,
                 Ok(None) => {
                     if offer && inb.consumer.has_partial() {
-                        Self::offer(inb, events);
+                        Self::offer(inb, stats, events);
                     }
                     break;
                 }
@@ -711,6 +722,7 @@ impl ShmBtl {
                 }
             };
             let (tag, slots) = (rec.tag, rec.slots);
+            stats.streamed_whole += u64::from(rec.whole_streamed);
             if tag < TAG_HELP {
                 bytes += rec.bytes.len();
                 events.recv(rank, tag, rec.bytes);
@@ -718,6 +730,12 @@ impl ShmBtl {
                 bad_control += 1;
             }
             inb.consumer.advance(slots);
+            if slots >= PUBLISH_EACH_SLOTS {
+                // The producer may be waiting for this space: holding it while we copy the
+                // next records out would make the sender wait for all of them, and the two
+                // copies would run one after the other instead of side by side.
+                inb.consumer.publish();
+            }
             n += 1;
             if n == POLL_BUDGET || !events.wants_more() {
                 break;
@@ -750,7 +768,7 @@ impl ShmBtl {
     /// may take it and have the rest written straight into its buffer (see
     /// [`BtlEvents::recv_begin`]), so that our copy overlaps the sender's writing.
     #[inline(never)]
-    fn offer(inb: &mut Inbound, events: &mut dyn BtlEvents) {
+    fn offer(inb: &mut Inbound, stats: &mut Stats, events: &mut dyn BtlEvents) {
         let Ok(Some(p)) = inb.consumer.partial() else {
             return; // (an error shows again at the next peek)
         };
@@ -758,7 +776,9 @@ impl ShmBtl {
             return;
         }
         if p.tag < TAG_HELP {
+            stats.offers += 1;
             if let Some(pl) = events.recv_begin(inb.rank, p.tag, p.written, p.len) {
+                stats.offers_taken += 1;
                 let head = p.written.len();
                 inb.placing = Some(Placing {
                     dst: pl.dst,
@@ -1329,6 +1349,9 @@ impl Btl for ShmBtl {
             ("shared_gets", s.shared_gets),
             ("shared_bytes_helped", s.shared_bytes_helped),
             ("bad_control", s.bad_control),
+            ("offers", s.offers),
+            ("offers_taken", s.offers_taken),
+            ("streamed_whole", s.streamed_whole),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
