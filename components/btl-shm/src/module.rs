@@ -78,13 +78,12 @@ impl ShmConfig {
         rndv_eager_limit: 4 * 1024 + 64,
         pipeline_frag_size: 16 * 1024 + 64,
         single_copy: CmaMode::Auto,
-        // Below 1 MiB the streamed rings (written into place as they arrive, 16 KiB
-        // rendezvous fragments) beat process_vm_readv on the 2-vCPU VM: ping-pong 256 KiB
-        // 16-18 against 23-27 us, 512 KiB 32-33 against 39-43 (paired runs 0.76-0.83x),
-        // bandwidth at 256 KiB 12.4-13 against 9.8 GB/s. From 1 MiB the rings are still
-        // 0.86-0.94x the time with two ranks on two cores, but the single copy halves the
-        // memory traffic, which is what a node full of ranks runs out of.
-        single_copy_min: 1024 * 1024,
+        // Every rendezvous message is offered for a CMA read, and ob1's receiver measures the
+        // read against the rings per size class and takes the faster (pml_ob1_adaptive_bulk).
+        // A fixed threshold was wrong from one boot to the next on the 2-vCPU VM: with fast
+        // cache-line handoffs the rings won below 1 MiB (512 KiB ping-pong 32-33 against
+        // 39-43 us), with slow ones a sweep ran the rings at 2 GB/s from 8 to 512 KiB.
+        single_copy_min: 0,
         // Sharing halves the ping-pong time of a CMA transfer and raises its bandwidth
         // 1.3-1.5x here; bidirectional traffic, where both cores are busy anyway, is unchanged
         // (see the parameter's help). It applies to every get from single_copy_min up.

@@ -349,7 +349,7 @@ fn attributes_follow_the_parameters() {
     );
     assert_eq!(
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
-        (64 * 1024 + 64, 64 * 1024 + 64, 1024 * 1024)
+        (64 * 1024 + 64, 64 * 1024 + 64, 0)
     );
     assert_eq!(
         (at.rndv_eager_limit, at.pipeline_frag_size),
@@ -566,16 +566,17 @@ fn four_local_ranks_all_pairs() {
 }
 
 #[test]
-fn single_copy_threshold_defaults_to_1m() {
-    // Through the component's init (as the runtime does): unset, CMA serves rendezvous of
-    // 1 MiB and more (the BTL's min_rdma_pipeline_size); a value the user sets stands.
+fn single_copy_is_offered_for_every_rendezvous_by_default() {
+    // Through the component's init (as the runtime does): unset, CMA is offered for every
+    // rendezvous (the BTL's min_rdma_pipeline_size is 0; ob1's receiver chooses by
+    // measurement); a value the user sets stands.
     let id = job_id("sc");
     let nodes = [0, 0];
     let modex = LocalModex::new();
     let mem = MemoryAccounting::new();
     let j = job(0, &nodes, &id);
     let default = init(&j, &modex, &mem, &[]).unwrap();
-    assert_eq!(default[0].attributes().min_rdma_pipeline_size, 1 << 20);
+    assert_eq!(default[0].attributes().min_rdma_pipeline_size, 0);
     let id = job_id("sd");
     let j = job(0, &nodes, &id);
     let set = init(

@@ -372,10 +372,37 @@ fn rendezvous_rget() {
         rdma_frag: 100_000,
         ..MemConfig::default()
     };
-    let (a, b, h) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), SIZES);
+    // Not measured: the receiver reads whatever is offered.
+    let cfg = Ob1Config {
+        adaptive_bulk: false,
+        ..Ob1Config::default()
+    };
+    let (a, b, h) = roundtrip_sizes(one_rail(rail), cfg, SIZES);
     assert!(counter(&a, "pml.ob1.rget") > 0);
     assert!(h[0].gets() > 0);
     assert_eq!(counter(&b, "pml.ob1.frags_recv"), 0);
+    assert_eq!(counter(&b, "pml.ob1.bulk_copy"), 0);
+}
+
+/// With `adaptive_bulk` (the default) the receiver of an offered read measures both ways:
+/// while a size class warms up it reads some messages and has the others sent through the
+/// copy pipeline (declining the read with an ACK), and every message arrives intact.
+#[test]
+fn offered_reads_are_measured_against_the_copy_pipeline() {
+    let rail = MemConfig {
+        flags: BtlFlags::SEND | BtlFlags::GET,
+        rdma_frag: 100_000,
+        ..MemConfig::default()
+    };
+    let (a, b, h) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), &[300_000; 8]);
+    assert_eq!(counter(&a, "pml.ob1.rget"), 8, "every send offers a read");
+    assert_eq!(counter(&b, "pml.ob1.bulk_get"), 4);
+    assert_eq!(counter(&b, "pml.ob1.bulk_copy"), 4);
+    assert!(h[0].gets() > 0);
+    assert!(
+        counter(&b, "pml.ob1.frags_recv") > 0,
+        "declined reads were copied"
+    );
 }
 
 #[test]
