@@ -205,7 +205,7 @@ impl Component for Ob1Component {
         );
         params.add(
             Param::bool("adaptive_bulk", d.adaptive_bulk)
-                .help("When a sender offers a large message for reading (RGET), the receiver measures, per power-of-two size class, the time per byte of reading it (e.g. CMA) and of having it sent through the copy pipeline (e.g. shm's rings), and takes the faster, trying the other one message in 32. Which one wins moves with the machine (cache-line transfer times, load); a fixed threshold measured once does not. Off: the receiver always reads what is offered (the BTL's threshold, e.g. btl_shm_single_copy_min, then decides alone).")
+                .help("When a sender offers a large message for reading (RGET), the receiver measures, per power-of-two size class, the time per byte of reading it (e.g. CMA) and of having it sent through the copy pipeline (e.g. shm's rings), and takes the faster, in runs of 16 messages that go the same way (one run in 16 goes the other way). Which one wins moves with the machine (cache-line transfer times, load); a fixed threshold measured once does not. Off: the receiver always reads what is offered (the BTL's threshold, e.g. btl_shm_single_copy_min, then decides alone).")
                 .level(Level::Tuning),
         );
         params.add(Param::bool("use_rget", d.use_rget).help("Use receiver-driven RDMA reads (RGET) for large messages when a BTL offers GET; otherwise the copy pipeline.").level(Level::Tuning));
