@@ -132,12 +132,14 @@ impl Component for ShmComponent {
             Param::size("single_copy_min", ShmConfig::DEFAULT.single_copy_min as u64)
                 .help(
                     "Messages shorter than this go through the rings (streamed copy-in/copy-out) \
-                     even when CMA works (the BTL's min_rdma_pipeline_size); 0: the PML reads \
-                     every rendezvous message with process_vm_readv. On the 2-vCPU VM this is \
-                     measured on, the rings win below 1 MiB (512 KiB ping-pong 32-33 against \
-                     39-43 us) and by less above, where one copy instead of two halves the \
-                     memory traffic of a busy node. Compare on your machine with \
-                     rmca-bench latency,bw,bibw --conf cma=btl_shm_single_copy_min=0 \
+                     even when CMA works (the BTL's min_rdma_pipeline_size). 0 (the default): \
+                     every rendezvous message is offered for a CMA read, and ob1's receiver \
+                     measures reads against the rings per size class and takes the faster \
+                     (pml_ob1_adaptive_bulk), since which one wins moves with the machine \
+                     (cache-line transfer times between cores changed 5x from one boot to the \
+                     next on the 2-vCPU VM this is developed on). A fixed threshold: set this \
+                     and pml_ob1_adaptive_bulk=0. Compare with rmca-bench latency,bw \
+                     --conf adaptive=pml=ob1 --conf cma=pml_ob1_adaptive_bulk=0 \
                      --conf rings=btl_shm_single_copy_min=1G.",
                 )
                 .level(Level::Tuning),

@@ -78,13 +78,12 @@ impl ShmConfig {
         rndv_eager_limit: 4 * 1024 + 64,
         pipeline_frag_size: 16 * 1024 + 64,
         single_copy: CmaMode::Auto,
-        // Below 1 MiB the streamed rings (written into place as they arrive, 16 KiB
-        // rendezvous fragments) beat process_vm_readv on the 2-vCPU VM: ping-pong 256 KiB
-        // 16-18 against 23-27 us, 512 KiB 32-33 against 39-43 (paired runs 0.76-0.83x),
-        // bandwidth at 256 KiB 12.4-13 against 9.8 GB/s. From 1 MiB the rings are still
-        // 0.86-0.94x the time with two ranks on two cores, but the single copy halves the
-        // memory traffic, which is what a node full of ranks runs out of.
-        single_copy_min: 1024 * 1024,
+        // Every rendezvous message is offered for a CMA read, and ob1's receiver measures the
+        // read against the rings per size class and takes the faster (pml_ob1_adaptive_bulk).
+        // A fixed threshold was wrong from one boot to the next on the 2-vCPU VM: with fast
+        // cache-line handoffs the rings won below 1 MiB (512 KiB ping-pong 32-33 against
+        // 39-43 us), with slow ones a sweep ran the rings at 2 GB/s from 8 to 512 KiB.
+        single_copy_min: 0,
         // Sharing halves the ping-pong time of a CMA transfer and raises its bandwidth
         // 1.3-1.5x here; bidirectional traffic, where both cores are busy anyway, is unchanged
         // (see the parameter's help). It applies to every get from single_copy_min up.
@@ -234,6 +233,10 @@ struct Placing {
     copied: usize,
 }
 
+/// Records of at least this many slots (2 KiB) give their space back to the producer as soon
+/// as they are consumed; smaller ones at the end of the pass, one head store for many records.
+const PUBLISH_EACH_SLOTS: u64 = (2048 / ring::SLOT) as u64;
+
 /// The first bytes of a streamed record the PML is offered only once there are this many (or
 /// the whole record): enough for any PML header.
 const OFFER_MIN: usize = 64;
@@ -254,6 +257,11 @@ struct Stats {
     shared_gets: u64,
     shared_bytes_helped: u64,
     bad_control: u64,
+    /// Streamed records offered to the PML while being written, and those it took.
+    offers: u64,
+    offers_taken: u64,
+    /// Streamed records already whole when first seen: too late to be placed.
+    streamed_whole: u64,
 }
 
 /// A get shared with the sender (see [`coop`]): in flight until every byte is accounted for.
@@ -685,6 +693,8 @@ impl ShmBtl {
                     Ok(Some(len)) => {
                         bytes += len;
                         n += 1;
+                        // A placed record is a long one: give its space back now (see below).
+                        inb.consumer.publish();
                         if n == POLL_BUDGET || !events.wants_more() {
                             break;
                         }
@@ -701,7 +711,7 @@ impl ShmBtl {
                 Ok(Some(rec)) => rec,
                 Ok(None) => {
                     if offer && inb.consumer.has_partial() {
-                        Self::offer(inb, events);
+                        Self::offer(inb, stats, events);
                     }
                     break;
                 }
@@ -711,6 +721,7 @@ impl ShmBtl {
                 }
             };
             let (tag, slots) = (rec.tag, rec.slots);
+            stats.streamed_whole += u64::from(rec.whole_streamed);
             if tag < TAG_HELP {
                 bytes += rec.bytes.len();
                 events.recv(rank, tag, rec.bytes);
@@ -718,6 +729,12 @@ impl ShmBtl {
                 bad_control += 1;
             }
             inb.consumer.advance(slots);
+            if slots >= PUBLISH_EACH_SLOTS {
+                // The producer may be waiting for this space: holding it while we copy the
+                // next records out would make the sender wait for all of them, and the two
+                // copies would run one after the other instead of side by side.
+                inb.consumer.publish();
+            }
             n += 1;
             if n == POLL_BUDGET || !events.wants_more() {
                 break;
@@ -750,7 +767,7 @@ impl ShmBtl {
     /// may take it and have the rest written straight into its buffer (see
     /// [`BtlEvents::recv_begin`]), so that our copy overlaps the sender's writing.
     #[inline(never)]
-    fn offer(inb: &mut Inbound, events: &mut dyn BtlEvents) {
+    fn offer(inb: &mut Inbound, stats: &mut Stats, events: &mut dyn BtlEvents) {
         let Ok(Some(p)) = inb.consumer.partial() else {
             return; // (an error shows again at the next peek)
         };
@@ -758,7 +775,9 @@ impl ShmBtl {
             return;
         }
         if p.tag < TAG_HELP {
+            stats.offers += 1;
             if let Some(pl) = events.recv_begin(inb.rank, p.tag, p.written, p.len) {
+                stats.offers_taken += 1;
                 let head = p.written.len();
                 inb.placing = Some(Placing {
                     dst: pl.dst,
@@ -1329,6 +1348,9 @@ impl Btl for ShmBtl {
             ("shared_gets", s.shared_gets),
             ("shared_bytes_helped", s.shared_bytes_helped),
             ("bad_control", s.bad_control),
+            ("offers", s.offers),
+            ("offers_taken", s.offers_taken),
+            ("streamed_whole", s.streamed_whole),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

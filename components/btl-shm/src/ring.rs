@@ -452,6 +452,8 @@ pub struct Record<'a> {
     pub bytes: &'a [u8],
     /// Slots it takes: what [`Consumer::advance`] moves past.
     pub slots: u64,
+    /// A streamed record that was already whole when first seen (never partial at a peek).
+    pub whole_streamed: bool,
 }
 
 /// The receiving side of one ring.
@@ -591,6 +593,7 @@ impl Consumer {
             tag: (word >> TAG_SHIFT) as u8,
             bytes,
             slots: record_slots(len) as u64,
+            whole_streamed: false,
         }
     }
 
@@ -667,6 +670,7 @@ impl Consumer {
             tag: p.tag,
             bytes: self.bytes(p.start, p.len),
             slots: p.slots,
+            whole_streamed: self.partial == PARTIAL_NONE,
         }))
     }
 

@@ -349,7 +349,7 @@ fn attributes_follow_the_parameters() {
     );
     assert_eq!(
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
-        (64 * 1024 + 64, 64 * 1024 + 64, 1024 * 1024)
+        (64 * 1024 + 64, 64 * 1024 + 64, 0)
     );
     assert_eq!(
         (at.rndv_eager_limit, at.pipeline_frag_size),
@@ -566,16 +566,17 @@ fn four_local_ranks_all_pairs() {
 }
 
 #[test]
-fn single_copy_threshold_defaults_to_1m() {
-    // Through the component's init (as the runtime does): unset, CMA serves rendezvous of
-    // 1 MiB and more (the BTL's min_rdma_pipeline_size); a value the user sets stands.
+fn single_copy_is_offered_for_every_rendezvous_by_default() {
+    // Through the component's init (as the runtime does): unset, CMA is offered for every
+    // rendezvous (the BTL's min_rdma_pipeline_size is 0; ob1's receiver chooses by
+    // measurement); a value the user sets stands.
     let id = job_id("sc");
     let nodes = [0, 0];
     let modex = LocalModex::new();
     let mem = MemoryAccounting::new();
     let j = job(0, &nodes, &id);
     let default = init(&j, &modex, &mem, &[]).unwrap();
-    assert_eq!(default[0].attributes().min_rdma_pipeline_size, 1 << 20);
+    assert_eq!(default[0].attributes().min_rdma_pipeline_size, 0);
     let id = job_id("sd");
     let j = job(0, &nodes, &id);
     let set = init(
@@ -948,4 +949,66 @@ fn a_corrupt_ring_ends_a_placement_with_an_error() {
     b.progress(&mut sink);
     assert_eq!(sink.buf, before);
     assert_eq!(sink.placed.len(), 1);
+}
+
+/// Receives whole records and, at each one, tries to send another large record back into the
+/// same ring (it owns the sending module): that succeeds only if the receiver has given back
+/// the space of the records it already consumed in this pass.
+struct RefillSink {
+    sender: ShmBtl,
+    whole: Sink,
+    refills: usize,
+    max_refills: usize,
+}
+
+impl BtlEvents for RefillSink {
+    fn recv(&mut self, peer: Rank, tag: u8, data: &[u8]) {
+        self.whole.recv(peer, tag, data);
+        if self.refills < self.max_refills
+            && self
+                .sender
+                .send(1, 0x40, b"hdr", &[9; 30_000], SendHint::default())
+                .is_ok()
+        {
+            self.refills += 1;
+        }
+    }
+    fn rdma_complete(&mut self, token: CompletionToken, result: Result<(), SendError>) {
+        self.whole.rdma_complete(token, result);
+    }
+    fn peer_failed(&mut self, peer: Rank, reason: &str) {
+        self.whole.peer_failed(peer, reason);
+    }
+}
+
+/// Long records that were written whole before the receiver looked (a sender ahead of its
+/// receiver, as in a bandwidth window) free their space one by one, so that the sender writes
+/// the next while the receiver copies the others out: one pass over a full ring lets the
+/// sender refill it. They are counted as streamed records found whole.
+#[test]
+fn long_records_give_their_space_back_one_by_one() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    let mut sent = 0;
+    while a
+        .send(1, 0x40, b"hdr", &[9; 30_000], SendHint::default())
+        .is_ok()
+    {
+        sent += 1;
+    }
+    assert!(sent >= 3, "a 256 KiB ring holds several 30 KB records");
+    let mut sink = RefillSink {
+        sender: a,
+        whole: Sink::default(),
+        refills: 0,
+        max_refills: sent,
+    };
+    // The refills arrive whole too, and the same pass takes them.
+    assert_eq!(b.progress(&mut sink), 2 * sent, "one pass takes them all");
+    assert_eq!(
+        sink.refills, sent,
+        "the sender refilled the ring as it emptied"
+    );
+    assert_eq!(counter(&b, "streamed_whole"), 2 * sent as u64);
+    assert_eq!(counter(&b, "offers"), 0);
+    assert_eq!(progress_until_idle(&mut b, &mut sink.whole), 0);
 }

@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rmca_framework::bml::{Bml, BmlEvents, BtlIndex, PeerRoutes, Route};
 use rmca_framework::btl::{
@@ -29,6 +30,7 @@ use rmca_framework::pml::{
 use rmca_framework::progress::Backoff;
 use rmca_framework::rank::Rank;
 
+use crate::bulk::{Bulk, BulkChooser};
 use crate::hdr::{self, MatchRepr, Packet, Repr, RgetKey, RndvRepr};
 use crate::sched::{self, Scheduling, Segment};
 use crate::Ob1Config;
@@ -80,6 +82,9 @@ struct Stats {
     /// Fragments a BTL wrote in place as they arrived (`recv_begin`).
     placed: u64,
     gets: u64,
+    /// Offered reads the receiver took, and declined for the copy pipeline ([`BulkChooser`]).
+    bulk_get: u64,
+    bulk_copy: u64,
     get_failures: u64,
     would_block: u64,
     dropped_foreign: u64,
@@ -201,6 +206,9 @@ struct Cold {
     segs: Vec<Segment>,
     /// RecvGet: the reads of the sender's buffer.
     get: Option<GetState>,
+    /// A receive whose sender offered a read: how its bulk travels and when it was matched
+    /// (a sample for [`BulkChooser`] at completion).
+    bulk: Option<(Bulk, Instant, usize)>,
 }
 
 #[derive(Debug)]
@@ -492,6 +500,10 @@ pub(crate) struct Core {
     /// [`rmca_framework::btl::BtlEvents::wants_more`]).
     awaited: Option<RequestId>,
     awaited_done: bool,
+    /// Reads against the copy pipeline, measured (`pml_ob1_adaptive_bulk`).
+    bulk: BulkChooser,
+    /// When the last measured bulk transfer completed: a transfer's service starts no earlier.
+    bulk_free_at: Option<Instant>,
 }
 
 /// Granule of the message offsets where the fragments of a copied message start.
@@ -575,6 +587,8 @@ impl Core {
             traffic: false,
             awaited: None,
             awaited_done: false,
+            bulk: BulkChooser::new(),
+            bulk_free_at: None,
         };
         for peer in 0..n {
             core.update_eager_path(peer as Rank);
@@ -748,7 +762,21 @@ impl Core {
             self.finish_recv(id);
             return;
         }
-        if let Some((addr, keys)) = rget.filter(|_| self.cfg.use_rget) {
+        // Offered a read: measure it against the copy pipeline and take the faster.
+        let offered = rget.is_some() && self.cfg.use_rget;
+        let bulk_len = wanted - first;
+        let how = if offered && self.cfg.adaptive_bulk {
+            Some(self.bulk.choose(bulk_len))
+        } else {
+            None
+        };
+        let started = how.map(|h| (h, Instant::now(), bulk_len));
+        match how {
+            Some(Bulk::Get) => self.stats.bulk_get += 1,
+            Some(Bulk::Copy) => self.stats.bulk_copy += 1,
+            None => {}
+        }
+        if let Some((addr, keys)) = rget.filter(|_| offered && how != Some(Bulk::Copy)) {
             // Pair each of our GET routes to the peer with an unused key of the same BTL component.
             let mut used = vec![false; keys.len()];
             let mut usable: Vec<(Route, Vec<u8>)> = Vec::new();
@@ -786,6 +814,7 @@ impl Core {
                 let segs = sched::split(&chosen, first, wanted);
                 if let Some(r) = self.reqs.get_mut(id) {
                     r.phase = Phase::RecvGet;
+                    r.cold().bulk = started;
                     r.cold().get = Some(GetState {
                         src_req: info.src_req,
                         addr,
@@ -804,6 +833,10 @@ impl Core {
             r.phase = Phase::RecvFrags;
             r.count = first;
             r.wanted = wanted;
+            // A sample of the copy pipeline only if it was chosen over an offered read.
+            if let Some(b @ (Bulk::Copy, _, _)) = started {
+                r.cold().bulk = Some(b);
+            }
         }
         self.queue_ctrl(
             peer,
@@ -820,6 +853,13 @@ impl Core {
         let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
+        if let Some((how, start, len)) = r.cold.as_mut().and_then(|c| c.bulk.take()) {
+            let now = Instant::now();
+            let from = self.bulk_free_at.map_or(start, |f| f.max(start));
+            let ns = u64::try_from(now.duration_since(from).as_nanos()).unwrap_or(u64::MAX);
+            self.bulk.record(len, how, ns);
+            self.bulk_free_at = Some(now);
+        }
         let received = r.msg_len.min(r.buf.len());
         let error = (r.msg_len > received).then_some(StatusError::Truncated {
             message_len: r.msg_len,
@@ -888,6 +928,10 @@ impl Core {
         };
         let peer = r.peer;
         if g.failed {
+            // Not a measure of either way.
+            if let Some(c) = r.cold.as_mut() {
+                c.bulk = None;
+            }
             // The sender streams everything again from its start; FRAGs overwrite what the
             // gets may have written with the same bytes.
             r.phase = Phase::RecvFrags;
@@ -1998,6 +2042,8 @@ impl Pml for Ob1 {
             ("frags_recv", s.frags_recv),
             ("placed", s.placed),
             ("gets", s.gets),
+            ("bulk_get", s.bulk_get),
+            ("bulk_copy", s.bulk_copy),
             ("get_failures", s.get_failures),
             ("would_block", s.would_block),
             ("dropped_foreign", s.dropped_foreign),

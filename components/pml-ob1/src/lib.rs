@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bulk;
 pub mod engine;
 pub mod fuzz;
 pub mod hdr;
@@ -48,6 +49,9 @@ pub struct Ob1Config {
     pub max_rdma_per_request: usize,
     /// Offer RGET (receiver-driven reads) when a GET-capable route exists.
     pub use_rget: bool,
+    /// When a sender offers RGET, the receiver measures reads and the copy pipeline per size
+    /// class and takes the faster ([`bulk::BulkChooser`]); off: it always reads.
+    pub adaptive_bulk: bool,
     /// Use BTLs that need acknowledgements or checksums (NEED_ACK / NEED_CSUM) anyway:
     /// a lost fragment is then never recovered (for measuring the cost of reliability).
     pub unreliable_btls: bool,
@@ -62,6 +66,7 @@ impl Default for Ob1Config {
             recv_pipeline_depth: 4,
             max_rdma_per_request: 4,
             use_rget: true,
+            adaptive_bulk: true,
             unreliable_btls: false,
         }
     }
@@ -89,6 +94,7 @@ impl Ob1Config {
             recv_pipeline_depth: int("pml_ob1_recv_pipeline_depth")?.max(1),
             max_rdma_per_request: int("pml_ob1_max_rdma_per_request")?.max(1),
             use_rget: params.get_bool("pml_ob1_use_rget").map_err(e)?,
+            adaptive_bulk: params.get_bool("pml_ob1_adaptive_bulk").map_err(e)?,
             unreliable_btls: params.get_bool("pml_ob1_unreliable_btls").map_err(e)?,
         })
     }
@@ -197,6 +203,11 @@ impl Component for Ob1Component {
             Param::bool("unreliable_btls", d.unreliable_btls)
                 .help("Let ob1 use BTLs that need acknowledgements or checksums from the PML (NEED_ACK / NEED_CSUM, e.g. btl ud), which it refuses by default. ob1 does not acknowledge, retransmit or checksum: a lost fragment is never recovered (the job hangs) and a corrupted one is delivered. Only for measuring the cost of reliability (ob1+ud against dr+ud) on a loss-free fabric; use pml dr otherwise.")
                 .level(Level::Dev),
+        );
+        params.add(
+            Param::bool("adaptive_bulk", d.adaptive_bulk)
+                .help("When a sender offers a large message for reading (RGET), the receiver measures, per power-of-two size class, the time per byte of reading it (e.g. CMA) and of having it sent through the copy pipeline (e.g. shm's rings), and takes the faster, in runs of 16 messages that go the same way (one run in 16 goes the other way). Which one wins moves with the machine (cache-line transfer times, load); a fixed threshold measured once does not. Off: the receiver always reads what is offered (the BTL's threshold, e.g. btl_shm_single_copy_min, then decides alone).")
+                .level(Level::Tuning),
         );
         params.add(Param::bool("use_rget", d.use_rget).help("Use receiver-driven RDMA reads (RGET) for large messages when a BTL offers GET; otherwise the copy pipeline.").level(Level::Tuning));
     }

@@ -372,10 +372,47 @@ fn rendezvous_rget() {
         rdma_frag: 100_000,
         ..MemConfig::default()
     };
-    let (a, b, h) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), SIZES);
+    // Not measured: the receiver reads whatever is offered.
+    let cfg = Ob1Config {
+        adaptive_bulk: false,
+        ..Ob1Config::default()
+    };
+    let (a, b, h) = roundtrip_sizes(one_rail(rail), cfg, SIZES);
     assert!(counter(&a, "pml.ob1.rget") > 0);
     assert!(h[0].gets() > 0);
     assert_eq!(counter(&b, "pml.ob1.frags_recv"), 0);
+    assert_eq!(counter(&b, "pml.ob1.bulk_copy"), 0);
+}
+
+/// With `adaptive_bulk` (the default) the receiver of an offered read measures both ways:
+/// while a size class warms up it reads a run of messages and has the next run sent through
+/// the copy pipeline (declining the read with an ACK), and every message arrives intact.
+#[test]
+fn offered_reads_are_measured_against_the_copy_pipeline() {
+    let rail = MemConfig {
+        flags: BtlFlags::SEND | BtlFlags::GET,
+        rdma_frag: 100_000,
+        ..MemConfig::default()
+    };
+    let n = rmca_pml_ob1::bulk::RUN_LEN as u64;
+    let sizes = vec![300_000; 2 * n as usize + 4];
+    let (a, b, h) = roundtrip_sizes(one_rail(rail), Ob1Config::default(), &sizes);
+    assert_eq!(
+        counter(&a, "pml.ob1.rget"),
+        2 * n + 4,
+        "every send offers a read"
+    );
+    assert!(counter(&b, "pml.ob1.bulk_get") >= n);
+    assert!(counter(&b, "pml.ob1.bulk_copy") >= n);
+    assert_eq!(
+        counter(&b, "pml.ob1.bulk_get") + counter(&b, "pml.ob1.bulk_copy"),
+        2 * n + 4
+    );
+    assert!(h[0].gets() > 0);
+    assert!(
+        counter(&b, "pml.ob1.frags_recv") > 0,
+        "declined reads were copied"
+    );
 }
 
 #[test]

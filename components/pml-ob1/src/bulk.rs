@@ -1,0 +1,253 @@
+//! Run-time choice of how a rendezvous message's bulk travels when the sender offers both: read
+//! by the receiver (RGET, e.g. CMA on one node) or copied through the sender's fragments (the
+//! copy pipeline, e.g. shm's streamed rings).
+//!
+//! Which one is faster depends on the size and on the machine's mood: on the 2-vCPU VM this
+//! was developed on, the time to move a cache line between the cores changes between ~50 and
+//! ~280 ns from one boot to the next, which moves the size at which a kernel copy beats two
+//! user copies through a ring by a factor of several. A threshold measured once is wrong on the
+//! next boot, so the receiver measures both as it goes, per power-of-two size class, and takes
+//! the faster, trying the other one now and then so that a change of mood is noticed.
+//!
+//! What is measured is a message's *service time*: from when its transfer could start (its
+//! rendezvous matched, or the previous bulk transfer finished, whichever is later) to its
+//! completion, per byte. With one message at a time that is its latency; with a window of
+//! messages in flight it is the time between two completions, the inverse of the bandwidth.
+//! This module is sans-IO: the caller passes the times.
+
+/// How the bulk of a rendezvous message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bulk {
+    /// The receiver reads the sender's buffer (RGET).
+    Get,
+    /// The sender sends fragments the receiver copies (ACK, then FRAGs).
+    Copy,
+}
+
+impl Bulk {
+    fn index(self) -> usize {
+        match self {
+            Bulk::Get => 0,
+            Bulk::Copy => 1,
+        }
+    }
+
+    fn other(self) -> Bulk {
+        match self {
+            Bulk::Get => Bulk::Copy,
+            Bulk::Copy => Bulk::Get,
+        }
+    }
+}
+
+/// Size classes: 2^0 .. 2^63 bytes, one per power of two.
+const CLASSES: usize = 64;
+/// Messages of a class that go the same way in a row. Choosing per message mixed reads and
+/// copies within a bandwidth window, where each slowed the other down (the receiver busy with a
+/// read does not drain the rings, a sender helping a read does not stream), and the service
+/// times measured neither (paired runs here: 128-512 KiB bandwidth 0.5x either way alone).
+pub const RUN_LEN: u32 = 16;
+/// Once both ways are measured, one run in this many goes the slower way, to notice a change.
+pub const EXPLORE_EVERY: u32 = 16;
+/// Weight of a new sample in the running estimate (1/8: a run replaces most of the estimate).
+const NEW_WEIGHT: f64 = 0.125;
+
+#[derive(Clone, Copy, Debug)]
+struct Class {
+    /// Nanoseconds per byte, per way (index [`Bulk::index`]).
+    estimate: [f64; 2],
+    samples: [u32; 2],
+    /// Runs started, per way.
+    runs: [u32; 2],
+    /// The way of the current run and the messages left in it.
+    current: Bulk,
+    left: u32,
+}
+
+impl Default for Class {
+    fn default() -> Self {
+        Self {
+            estimate: [0.0; 2],
+            samples: [0; 2],
+            runs: [0; 2],
+            current: Bulk::Get,
+            left: 0,
+        }
+    }
+}
+
+/// The per-size-class estimates and the choice (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct BulkChooser {
+    classes: Box<[Class; CLASSES]>,
+}
+
+impl Default for BulkChooser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn class_of(len: usize) -> usize {
+    (usize::BITS - 1 - len.max(1).leading_zeros()) as usize
+}
+
+impl BulkChooser {
+    /// No measurement yet.
+    pub fn new() -> Self {
+        Self {
+            classes: Box::new([Class::default(); CLASSES]),
+        }
+    }
+
+    /// How a message of `len` bytes should travel. Ways go in runs of [`RUN_LEN`] messages:
+    /// one run of each first (the read first), then the way with the lower estimate, and the
+    /// other one run in [`EXPLORE_EVERY`]. Until both ways have samples (completions lag the
+    /// choices) the current way goes on.
+    pub fn choose(&mut self, len: usize) -> Bulk {
+        let c = &mut self.classes[class_of(len)];
+        if c.left == 0 {
+            let way = if c.runs[0] == 0 {
+                Bulk::Get
+            } else if c.runs[1] == 0 {
+                Bulk::Copy
+            } else if c.samples[0] == 0 || c.samples[1] == 0 {
+                c.current
+            } else {
+                let best = if c.estimate[0] <= c.estimate[1] {
+                    Bulk::Get
+                } else {
+                    Bulk::Copy
+                };
+                let total = c.runs[0].wrapping_add(c.runs[1]);
+                if total.is_multiple_of(EXPLORE_EVERY) {
+                    best.other()
+                } else {
+                    best
+                }
+            };
+            c.runs[way.index()] = c.runs[way.index()].saturating_add(1);
+            c.current = way;
+            c.left = RUN_LEN;
+        }
+        c.left -= 1;
+        c.current
+    }
+
+    /// A message of `len` bytes that went `how` took `service_ns` nanoseconds (see the module
+    /// documentation). Empty messages and zero times carry no information and are ignored.
+    pub fn record(&mut self, len: usize, how: Bulk, service_ns: u64) {
+        if len == 0 || service_ns == 0 {
+            return;
+        }
+        let per_byte = service_ns as f64 / len as f64;
+        let c = &mut self.classes[class_of(len)];
+        let i = how.index();
+        c.estimate[i] = if c.samples[i] == 0 {
+            per_byte
+        } else {
+            c.estimate[i] + NEW_WEIGHT * (per_byte - c.estimate[i])
+        };
+        c.samples[i] = c.samples[i].saturating_add(1);
+    }
+
+    /// The current estimate of `how` for messages of `len` bytes (ns per byte), if measured.
+    pub fn estimate(&self, len: usize, how: Bulk) -> Option<f64> {
+        let c = &self.classes[class_of(len)];
+        (c.samples[how.index()] > 0).then(|| c.estimate[how.index()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feed `n` choices for `len` with the given service times per way; returns the choices.
+    fn run(ch: &mut BulkChooser, len: usize, n: usize, get_ns: u64, copy_ns: u64) -> Vec<Bulk> {
+        (0..n)
+            .map(|_| {
+                let how = ch.choose(len);
+                ch.record(
+                    len,
+                    how,
+                    match how {
+                        Bulk::Get => get_ns,
+                        Bulk::Copy => copy_ns,
+                    },
+                );
+                how
+            })
+            .collect()
+    }
+
+    fn count(v: &[Bulk], b: Bulk) -> usize {
+        v.iter().filter(|&&x| x == b).count()
+    }
+
+    #[test]
+    fn both_ways_are_measured_in_runs_before_either_is_trusted() {
+        let mut ch = BulkChooser::new();
+        let n = RUN_LEN as usize;
+        let first = run(&mut ch, 256 << 10, 2 * n, 100, 50);
+        assert!(first[..n].iter().all(|&b| b == Bulk::Get), "{first:?}");
+        assert!(first[n..].iter().all(|&b| b == Bulk::Copy), "{first:?}");
+    }
+
+    #[test]
+    fn a_way_is_kept_until_both_have_completions() {
+        let mut ch = BulkChooser::new();
+        let n = RUN_LEN as usize;
+        // Choices without completions (a window still in flight): Get, then Copy, then Copy.
+        let v: Vec<Bulk> = (0..3 * n).map(|_| ch.choose(100_000)).collect();
+        assert_eq!(count(&v[..n], Bulk::Get), n);
+        assert_eq!(count(&v[n..], Bulk::Copy), 2 * n);
+    }
+
+    #[test]
+    fn the_faster_way_wins_and_the_other_is_tried_now_and_then() {
+        let mut ch = BulkChooser::new();
+        let n = RUN_LEN as usize;
+        let e = EXPLORE_EVERY as usize;
+        run(&mut ch, 128 << 10, 2 * n, 30_000, 10_000);
+        let next = run(&mut ch, 128 << 10, 4 * e * n, 30_000, 10_000);
+        assert_eq!(
+            count(&next, Bulk::Get),
+            4 * n,
+            "copy is 3x faster: one run in {e} reads"
+        );
+        // Another size class learns on its own: there the read is faster.
+        run(&mut ch, 2 << 20, 2 * n, 100_000, 400_000);
+        let big = run(&mut ch, 2 << 20, e * n, 100_000, 400_000);
+        assert!(count(&big, Bulk::Get) >= (e - 1) * n);
+        assert!(ch.estimate(128 << 10, Bulk::Copy) < ch.estimate(128 << 10, Bulk::Get));
+    }
+
+    #[test]
+    fn a_change_of_mood_is_followed() {
+        let mut ch = BulkChooser::new();
+        let n = RUN_LEN as usize;
+        let e = EXPLORE_EVERY as usize;
+        run(&mut ch, 512 << 10, 4 * e * n, 40_000, 20_000);
+        assert!(ch.estimate(512 << 10, Bulk::Copy) < ch.estimate(512 << 10, Bulk::Get));
+        // The copy pipeline gets four times slower (slow cache-line handoffs): the run that
+        // goes on sees it, and the read takes over.
+        let after = run(&mut ch, 512 << 10, 4 * e * n, 40_000, 80_000);
+        let tail = &after[after.len() - e * n..];
+        assert!(count(tail, Bulk::Get) >= (e - 1) * n, "{tail:?}");
+    }
+
+    #[test]
+    fn sizes_fall_in_power_of_two_classes() {
+        assert_eq!(class_of(0), 0);
+        assert_eq!(class_of(1), 0);
+        assert_eq!(class_of(65_536), 16);
+        assert_eq!(class_of(131_071), 16);
+        assert_eq!(class_of(usize::MAX), 63);
+        let mut ch = BulkChooser::new();
+        ch.record(0, Bulk::Get, 5);
+        ch.record(10, Bulk::Get, 0);
+        assert_eq!(ch.estimate(10, Bulk::Get), None);
+        ch.record(100, Bulk::Copy, 50);
+        assert_eq!(ch.estimate(127, Bulk::Copy), Some(0.5));
+    }
+}
