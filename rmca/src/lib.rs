@@ -36,6 +36,7 @@ pub use comm::{Communicator, Status};
 pub use request::{scope, Request, Scope};
 pub use rmca_framework as framework;
 use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
+pub use rmca_runtime::profile::{JobProfile, MemorySummary, MemoryUse, RankProfile};
 use rmca_runtime::{InitError, Runtime};
 use thiserror::Error;
 
@@ -269,7 +270,7 @@ impl Shared {
 
     /// Finalize the runtime (after a barrier of the world), or defer it while requests of a
     /// scope are outstanding.
-    fn finalize(shared: &Rc<Shared>) -> Result<Option<serde_json::Value>> {
+    fn finalize(shared: &Rc<Shared>) -> Result<Option<JobProfile>> {
         let (rank, size) = match shared.rt.borrow().as_ref() {
             None => return Ok(None),
             Some(rt) => (rt.job.rank, rt.job.size),
@@ -384,11 +385,11 @@ impl Universe {
     }
 
     /// Finalize explicitly, returning the merged profile on rank 0 when `profile` is on.
-    pub fn finalize(self) -> Result<Option<serde_json::Value>> {
+    pub fn finalize(self) -> Result<Option<JobProfile>> {
         self.finalize_inner()
     }
 
-    fn finalize_inner(&self) -> Result<Option<serde_json::Value>> {
+    fn finalize_inner(&self) -> Result<Option<JobProfile>> {
         Shared::finalize(&self.shared)
     }
 }

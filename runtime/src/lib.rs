@@ -299,33 +299,28 @@ impl Runtime {
         self.rte.abort(code, msg)
     }
 
-    /// This process's profile: PML/BTL counters and per-component memory, as JSON.
-    pub fn profile_json(&self) -> serde_json::Value {
-        let counters: serde_json::Map<String, serde_json::Value> = self
-            .pml
-            .counters()
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::Value::from(v)))
-            .collect();
-        let memory: serde_json::Map<String, serde_json::Value> = self
-            .memory
-            .snapshot()
-            .into_iter()
-            .map(|m| {
-                (
-                    m.owner,
-                    serde_json::json!({"current": m.current, "peak": m.peak, "allocations": m.allocations}),
-                )
-            })
-            .collect();
-        serde_json::json!({
-            "rank": self.job.rank,
-            "pml": self.pml.component_name(),
-            "btls": self.btl_names,
-            "init_us": self.init_time.as_micros() as u64,
-            "counters": counters,
-            "memory": memory,
-        })
+    /// This process's profile: PML/BTL counters and per-component memory.
+    pub fn profile(&self) -> crate::profile::RankProfile {
+        crate::profile::RankProfile {
+            rank: self.job.rank,
+            pml: self.pml.component_name().to_owned(),
+            btls: self.btl_names.clone(),
+            init_us: self.init_time.as_micros() as u64,
+            counters: self.pml.counters().into_iter().collect(),
+            memory: self
+                .memory
+                .snapshot()
+                .into_iter()
+                .map(|m| {
+                    let usage = crate::profile::MemoryUse {
+                        current: m.current as u64,
+                        peak: m.peak as u64,
+                        allocations: m.allocations,
+                    };
+                    (m.owner, usage)
+                })
+                .collect(),
+        }
     }
 
     /// A job-wide fence that keeps this process's PML progressing while it waits: peers may
@@ -351,15 +346,17 @@ impl Runtime {
 
     /// Leave the job: exchange the profile if asked, fence (progressing) so that nobody tears
     /// down transports a peer still uses, finalize the PML and its BTLs, tell the launcher.
-    pub fn finalize(mut self) -> Result<Option<serde_json::Value>, InitError> {
+    pub fn finalize(mut self) -> Result<Option<crate::profile::JobProfile>, InitError> {
         // The caller (the facade) quiesces traffic with a barrier over the PML first.
         let profile = self.params.get_bool("profile").unwrap_or(false);
         let mut merged = None;
         if profile {
-            let mine = self.profile_json();
+            let mine = serde_json::to_vec(&self.profile()).map_err(|e| {
+                RteError::Protocol(format!("cannot encode this rank's profile: {e}"))
+            })?;
             let writer = &mut RteModex(&self.rte);
             writer
-                .put("mca.profile", mine.to_string().as_bytes())
+                .put("mca.profile", &mine)
                 .map_err(|e| RteError::Protocol(e.to_string()))?;
         }
         self.fence_progressing()?;
@@ -371,14 +368,15 @@ impl Runtime {
                     .get(r, "mca.profile")
                     .map_err(|e| RteError::Protocol(e.to_string()))?
                 {
-                    ranks.push(
-                        serde_json::from_slice::<serde_json::Value>(&v)
-                            .unwrap_or(serde_json::Value::Null),
-                    );
+                    // A peer's malformed profile is left out of the summary, not fatal.
+                    match serde_json::from_slice::<crate::profile::RankProfile>(&v) {
+                        Ok(p) => ranks.push(p),
+                        Err(e) => tracing::warn!(rank = r, "profile of rank {r} ignored: {e}"),
+                    }
                 }
             }
-            let summary = crate::profile::merge(&ranks);
-            eprint!("{}", crate::profile::render(&summary));
+            let summary = crate::profile::JobProfile::merge(ranks);
+            eprint!("{}", summary.render());
             if let Ok(path) = self.params.get_str("profile_json") {
                 if !path.is_empty() {
                     if let Err(e) = std::fs::write(

@@ -35,11 +35,11 @@ pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String
                 if mem {
                     let prof = profile.as_ref();
                     f.push(
-                        prof.and_then(memstat::accounted_peak_max)
+                        prof.and_then(rmca::JobProfile::accounted_peak_max)
                             .map_or(f64::NAN, |b| b as f64 / 1024.0),
                     );
                     f.push(
-                        prof.and_then(|p| memstat::counter_per_rank(p, "btl.rc.connections"))
+                        prof.and_then(|p| p.counter_per_rank("btl.rc.connections"))
                             .unwrap_or(f64::NAN),
                     );
                 }
