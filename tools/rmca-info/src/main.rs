@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use rmca_framework::params::{cmdline_settings, Level, RawSources};
+use rmca_framework::params::{Level, RawSources};
 use rmca_framework::registry::Registry;
 use rmca_info::{render_components, render_defaults_toml, render_params, select_entries, Options};
 
@@ -21,57 +21,88 @@ const USAGE: &str =
   --mca NAME VALUE   set a parameter as a job would (shows its effect and source)
   --defaults-toml    print the documented-defaults file shipped as mca-params.toml";
 
+/// What the command line asks for.
+struct Request {
+    opts: Options,
+    defaults_toml: bool,
+    settings: Vec<rmca_framework::params::RawSetting>,
+}
+
+/// Parse the command line; `Ok(None)` for `--help`.
+fn parse(args: Vec<String>) -> Result<Option<Request>, String> {
+    use lexopt::prelude::*;
+    let mut req = Request {
+        opts: Options {
+            components: false,
+            params: None,
+            parsable: false,
+            level: Level::Dev,
+        },
+        defaults_toml: false,
+        settings: Vec::new(),
+    };
+    // Open MPI's single-dash spelling of --mca.
+    let args = args
+        .into_iter()
+        .map(|a| if a == "-mca" { "--mca".to_owned() } else { a });
+    let mut p = lexopt::Parser::from_args(args);
+    let text = |v: std::ffi::OsString, what: &str| {
+        v.into_string()
+            .map_err(|v| format!("{what}: {v:?} is not valid UTF-8"))
+    };
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        match arg {
+            Short('a') | Long("all") => {
+                req.opts.components = true;
+                req.opts.params = Some(("all".into(), "all".into()));
+            }
+            Long("param") => {
+                let need = |_| "--param needs a framework and a component (or 'all')".to_owned();
+                let f = text(p.value().map_err(need)?, "--param")?;
+                let c = text(p.value().map_err(need)?, "--param")?;
+                req.opts.params = Some((f, c));
+            }
+            Long("parsable") | Long("parseable") => req.opts.parsable = true,
+            Long("level") => {
+                let v = text(p.value().map_err(|e| e.to_string())?, "--level")?;
+                req.opts.level = Level::parse(&v)
+                    .ok_or_else(|| format!("--level '{v}': valid levels are basic, tuning, dev"))?;
+            }
+            Long("mca") => {
+                // Values are taken as they are: a value may start with '-' (a negative number).
+                let need = |_| "--mca needs a parameter name and a value".to_owned();
+                let name = text(p.value().map_err(need)?, "--mca")?;
+                let value = text(p.value().map_err(need)?, "--mca")?;
+                req.settings.push(rmca_framework::params::RawSetting {
+                    name,
+                    value,
+                    source: rmca_framework::params::Source::CommandLine,
+                });
+            }
+            Long("defaults-toml") => req.defaults_toml = true,
+            Short('h') | Long("help") => return Ok(None),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(Some(req))
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (settings, rest) = match cmdline_settings(&args) {
-        Ok(x) => x,
+    let Request {
+        mut opts,
+        defaults_toml,
+        settings,
+    } = match parse(std::env::args().skip(1).collect()) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("rmca-info: {e}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    let mut opts = Options {
-        components: false,
-        params: None,
-        parsable: false,
-        level: Level::Dev,
-    };
-    let mut defaults_toml = false;
-    let mut it = rest.into_iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--all" | "-a" => {
-                opts.components = true;
-                opts.params = Some(("all".into(), "all".into()));
-            }
-            "--param" => {
-                match (it.next(), it.next()) {
-                    (Some(f), Some(c)) => opts.params = Some((f, c)),
-                    _ => {
-                        eprintln!("rmca-info: --param needs a framework and a component (or 'all')\n{USAGE}");
-                        return ExitCode::from(2);
-                    }
-                }
-            }
-            "--parsable" | "--parseable" => opts.parsable = true,
-            "--level" => match it.next().as_deref().and_then(Level::parse) {
-                Some(l) => opts.level = l,
-                None => {
-                    eprintln!("rmca-info: --level needs one of basic, tuning, dev");
-                    return ExitCode::from(2);
-                }
-            },
-            "--defaults-toml" => defaults_toml = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            other => {
-                eprintln!("rmca-info: unknown option '{other}'\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
     if opts.params.is_none() && !defaults_toml {
         opts.components = true;
     }

@@ -203,3 +203,38 @@ fn shipped_mca_params_toml_documents_every_parameter() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn options_take_both_spellings_and_bad_ones_name_what_is_valid() {
+    // Open MPI's `-mca`, and `--opt=value` as well as `--opt value`.
+    let o = info(
+        &[
+            "-mca",
+            "btl_ud_mtu",
+            "1024",
+            "--level=basic",
+            "--param",
+            "btl",
+            "ud",
+            "--parsable",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.contains("btl_ud_mtu:source:command line"), "{out}");
+    assert!(
+        !out.contains("btl_ud_qkey"),
+        "a dev-level parameter under --level basic: {out}"
+    );
+    let o = info(&["--level", "expert"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("valid levels are basic, tuning, dev"),
+        "{}",
+        stderr(&o)
+    );
+    let o = info(&["--frobnicate"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--frobnicate"), "{}", stderr(&o));
+}
