@@ -75,13 +75,15 @@ pub fn socket() -> Result<UdpSocket, UdpError> {
     Ok(s)
 }
 
-/// Receives one message of `size` bytes (its chunks) into `buf`, polling.
+/// Receives one message of `size` bytes (its chunks, at successive offsets) into `buf`,
+/// polling.
 fn recv_msg(s: &UdpSocket, buf: &mut [u8], size: usize) -> Result<(), UdpError> {
+    let mut at = 0;
     for want in chunks(size) {
         let mut idle = 0u32;
         let mut since: Option<Instant> = None;
         loop {
-            match s.recv(buf) {
+            match s.recv(&mut buf[at..at + CHUNK.max(want)]) {
                 Ok(n) if n == want => break,
                 // A foreign or stray datagram: not ours, keep waiting.
                 Ok(_) => continue,
@@ -104,14 +106,18 @@ fn recv_msg(s: &UdpSocket, buf: &mut [u8], size: usize) -> Result<(), UdpError> 
                 }
             }
         }
+        at += want;
     }
     Ok(())
 }
 
 fn send_msg(s: &UdpSocket, buf: &[u8], size: usize) -> Result<(), UdpError> {
+    let mut at = 0;
     for len in chunks(size) {
+        let chunk = &buf[at..at + len];
+        at += len;
         loop {
-            match s.send(&buf[..len]) {
+            match s.send(chunk) {
                 Ok(_) => break,
                 // The socket's send buffer is full: the receiver drains it.
                 Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
@@ -128,10 +134,18 @@ fn send_msg(s: &UdpSocket, buf: &[u8], size: usize) -> Result<(), UdpError> {
     Ok(())
 }
 
+/// A buffer for the largest message of `plan` (plus a chunk of slack for receiving): each
+/// message is sent from and received into memory of its own size, as the rmca worker's are,
+/// not one cache-resident chunk over and over.
+fn message_buffer(plan: &[(usize, usize, usize)]) -> Vec<u8> {
+    let max = plan.iter().map(|p| p.0).max().unwrap_or(0);
+    vec![0x5a; max + CHUNK]
+}
+
 /// The server side: learns the client from its hello, then answers every message of the
 /// schedule with one of the same size.
 pub fn serve(s: &UdpSocket, plan: &[(usize, usize, usize)]) -> Result<(), UdpError> {
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = message_buffer(plan);
     let t0 = Instant::now();
     let from = loop {
         match s.recv_from(&mut buf) {
@@ -169,7 +183,7 @@ pub fn client(
     plan: &[(usize, usize, usize)],
 ) -> Result<Vec<(usize, f64, f64)>, UdpError> {
     s.connect(server).map_err(io("connect"))?;
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = message_buffer(plan);
     // The hello names us to the server; its answer says it is ready.
     send_msg(s, &buf, 1)?;
     recv_msg(s, &mut buf, 1)?;
