@@ -358,3 +358,63 @@ fn rdma_without_device_is_declined_cleanly() {
         assert!(devs.iter().all(|d| d.provider == ProviderKind::Rdma));
     }
 }
+
+#[test]
+fn queued_datagrams_are_received_in_batches_in_order() {
+    let (a, b, ah) = ud_pair(b"job", FaultConfig::default());
+    post_recvs(&b, 40);
+    let calls0 = b.ctx.soft_stats().unwrap().ud_recv_calls;
+    ud_send_seq(&a, &ah, 40);
+    // Let all 40 queue up on b's socket before b polls.
+    std::thread::sleep(Duration::from_millis(50));
+    let wcs = wait_n(&[&b.rcq], 40);
+    assert_eq!(payloads(&b, &wcs), (0..40).collect::<Vec<u32>>());
+    let calls = b.ctx.soft_stats().unwrap().ud_recv_calls - calls0;
+    // 2 KiB MTU: 32 datagrams per call; the agent may take some, in batches too.
+    assert!(
+        (2..=4).contains(&calls),
+        "{calls} receive calls for 40 queued datagrams"
+    );
+}
+
+#[test]
+fn a_datagram_above_the_receivers_mtu_is_dropped_in_a_batch_and_its_neighbours_delivered() {
+    // a sends up to 2048 bytes; b's MTU is 256: b's slots are 256 + header bytes.
+    let a = side(b"job", SoftConfig::default(), QpType::Ud);
+    let b = side(
+        b"job",
+        SoftConfig {
+            ud_mtu: 256,
+            ..Default::default()
+        },
+        QpType::Ud,
+    );
+    a.qp.connect(None, &RcParams::default()).unwrap();
+    b.qp.connect(None, &RcParams::default()).unwrap();
+    let ah = a.pd.create_ah(&b.qp.address()).unwrap();
+    post_recvs(&b, 4);
+    let send = |wr_id: u64, at: usize, len: u32| {
+        a.mr.write_at(at, &(wr_id as u32).to_le_bytes()).unwrap();
+        a.qp.post_send(&SendWr {
+            wr_id,
+            op: SendOp::Send,
+            sges: &[a.mr.sge(at, len).unwrap()],
+            signaled: false,
+            inline: false,
+            ud: Some(UdDest {
+                ah: &ah,
+                remote_qpn: ah.remote_qpn(),
+                remote_qkey: 7,
+            }),
+        })
+        .unwrap();
+    };
+    send(0, 0, 4);
+    send(1, 4096, 1000);
+    send(2, 8, 4);
+    std::thread::sleep(Duration::from_millis(50));
+    let wcs = wait_n(&[&b.rcq], 2);
+    assert_eq!(payloads(&b, &wcs), vec![0, 2]);
+    assert_eq!(b.ctx.soft_stats().unwrap().mtu_drops, 1);
+    assert!(poll_for(&[&b.rcq], Duration::from_millis(100)).is_empty());
+}

@@ -60,6 +60,15 @@ pub mod defaults {
     pub const RECV_PER_RANK: usize = 16;
     /// Receive buffers ceiling of the automatic size.
     pub const RECV_MAX_AUTO: usize = 8192;
+    /// Bytes the automatic receive pool may take: with large datagrams (65000 bytes on
+    /// loopback) it holds fewer buffers, at least [`RECV_MIN_LARGE`].
+    pub const RECV_POOL_BYTES: usize = 32 << 20;
+    /// Floor of the automatic receive buffer count whatever their size.
+    pub const RECV_MIN_LARGE: usize = 64;
+    /// The soft provider's UD MTU asked for when `btl_ud_mtu` is 0: the most one datagram
+    /// carries, which the provider lowers to one packet of the interface (65000 on loopback,
+    /// 1444 on a 1500-byte link), as a HCA's active MTU is its port's.
+    pub const SOFT_MTU: u32 = 65000;
 }
 
 /// Register btl-ud's parameters.
@@ -68,7 +77,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::size("mtu", 0)
             .range(0, 65000)
-            .help("UD MTU in bytes; 0 uses the device's active MTU (Soft-RoCE: usually 1024; soft provider: 2048, or less when the interface of btl_ud_if_addr carries less in one packet: its MTU - 56 on IPv4, e.g. 1444 on a 1500-byte link, 65000 at most). A larger value is lowered to the device MTU with a warning: a datagram is never IP-fragmented. Fragments (4-byte header included) never exceed it, nor the smallest MTU of the peers, so eager limit and max send size are MTU - 4. Valid: 0, or 256..=65000"),
+            .help("UD MTU in bytes; 0 uses the device's active MTU (Soft-RoCE: usually 1024; soft provider: what one packet of the interface of btl_ud_if_addr carries, its MTU - 56 on IPv4, 65000 at most: 65000 on loopback, 1444 on a 1500-byte link). A larger value is lowered to the device MTU with a warning: a datagram is never IP-fragmented. Fragments (4-byte header included) never exceed it, nor the smallest MTU of the peers, so eager limit and max send size are MTU - 4. Valid: 0, or 256..=65000"),
     );
     p.add(
         Param::int("send_qps", defaults::SEND_QPS)
@@ -84,7 +93,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::int("recv_buffers", 0)
             .range(0, 1 << 20)
-            .help("Receive buffers (each GRH 40 B + MTU) posted on the receive QP, allocated once from the mpool. 0 sizes for the job: 256 + 16 per rank, at most 8192 (and the device's queue limit); ofud used 6000"),
+            .help("Receive buffers (each GRH 40 B + MTU) posted on the receive QP, allocated once from the mpool. 0 sizes for the job: 256 + 16 per rank, at most 8192 and at most 32 MiB of buffers (but at least 64), and the device's queue limit; ofud used 6000"),
     );
     p.add(
         Param::int("pending_max", defaults::PENDING_MAX)
@@ -161,11 +170,15 @@ impl UdConfig {
         })
     }
 
-    /// Receive buffers for a job of `size` ranks: the parameter, or 256 + 16 per rank capped
-    /// at 8192, and never above the device's queue limit.
-    pub fn recv_buffers_for(&self, size: u32, device_max: u32) -> usize {
+    /// Receive buffers of `buffer_bytes` each for a job of `size` ranks: the parameter, or
+    /// 256 + 16 per rank capped at 8192 and at [`defaults::RECV_POOL_BYTES`] of buffers (but at
+    /// least [`defaults::RECV_MIN_LARGE`]), and never above the device's queue limit.
+    pub fn recv_buffers_for(&self, size: u32, device_max: u32, buffer_bytes: usize) -> usize {
+        let by_bytes =
+            (defaults::RECV_POOL_BYTES / buffer_bytes.max(1)).max(defaults::RECV_MIN_LARGE);
         let auto = (defaults::RECV_MIN + defaults::RECV_PER_RANK * size as usize)
-            .min(defaults::RECV_MAX_AUTO);
+            .min(defaults::RECV_MAX_AUTO)
+            .min(by_bytes);
         self.recv_buffers
             .unwrap_or(auto)
             .min(device_max as usize)

@@ -152,11 +152,10 @@ impl UdBtl {
             ud_fault: cfg.fault,
             ..SoftConfig::default()
         };
-        if let Some(m) = cfg.mtu {
-            // The soft "device" MTU is ours to choose, up to what its interface carries in one
-            // packet; a real device's is only lowered.
-            soft.ud_mtu = m;
-        }
+        // The soft "device" MTU is ours to choose, up to what its interface carries in one
+        // packet (the largest by default: on loopback one datagram carries 32 times more than
+        // 2 KiB, and each costs a system call); a real device's is only lowered.
+        soft.ud_mtu = cfg.mtu.unwrap_or(crate::config::defaults::SOFT_MTU);
         let pcfg = cfg.device.provider_config(kind, soft, &job.secret);
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
         let attr = ctx.attr();
@@ -170,6 +169,7 @@ impl UdBtl {
         let recv_n = cfg.recv_buffers_for(
             job.size,
             attr.max_qp_wr.min(attr.max_cqe.saturating_sub(16)),
+            UD_GRH_LEN + mtu,
         );
         let inline_max = (cfg.max_inline.min(attr.max_inline) as usize).min(mtu);
 
@@ -938,6 +938,36 @@ mod tests {
         }
         assert_eq!(rx.0.len(), 3, "nothing after the cut arrives");
         assert_eq!(counter(&b[1], "faults_blackholed"), 0);
+    }
+
+    #[test]
+    fn the_soft_default_mtu_is_one_packet_of_the_interface() {
+        let m = UdBtl::open(&soft_cfg(), &job(0), &MemoryAccounting::new()).unwrap();
+        let link = m.ctx.soft_link().expect("soft provider");
+        // On loopback (65536-byte MTU) that is the 65000 bytes a soft datagram carries at most.
+        assert_eq!(
+            m.mtu(),
+            (link.ud_mtu_limit as usize).min(config::defaults::SOFT_MTU as usize),
+            "{link:?}"
+        );
+        assert_eq!(m.attributes().max_send_size, m.mtu() - HEADER_LEN);
+    }
+
+    #[test]
+    fn the_automatic_receive_pool_is_bounded_in_bytes() {
+        let mut cfg = soft_cfg();
+        cfg.recv_buffers = None;
+        // Small buffers: 256 + 16 per rank.
+        assert_eq!(cfg.recv_buffers_for(2, 16384, 2088), 288);
+        assert_eq!(cfg.recv_buffers_for(4096, 16384, 2088), 8192);
+        // 65000-byte datagrams: at most 32 MiB of buffers, at least 64 buffers.
+        assert_eq!(cfg.recv_buffers_for(2, 16384, 65040), 288);
+        assert_eq!(cfg.recv_buffers_for(64, 16384, 65040), (32 << 20) / 65040);
+        assert_eq!(cfg.recv_buffers_for(64, 16384, 1 << 20), 64);
+        // The device's limit and the parameter still rule.
+        assert_eq!(cfg.recv_buffers_for(64, 100, 65040), 100);
+        cfg.recv_buffers = Some(5000);
+        assert_eq!(cfg.recv_buffers_for(2, 16384, 65040), 5000);
     }
 
     fn job(rank: Rank) -> JobInfo {

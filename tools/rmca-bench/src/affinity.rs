@@ -1,4 +1,5 @@
-//! Pinning the worker to one core (the only unsafe code of rmca-bench: a libc call).
+//! Pinning the worker to one core and sizing socket buffers (the only unsafe code of
+//! rmca-bench: libc calls).
 #![allow(unsafe_code)]
 
 /// Pin the calling process to `core`. Returns false if the kernel refused.
@@ -10,5 +11,33 @@ pub fn pin_to_core(core: usize) -> bool {
         libc::CPU_ZERO(&mut set);
         libc::CPU_SET(core, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Ask for socket buffers of `bytes` on `sock`: `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where
+/// permitted (root), else the plain options (capped by net.core.[rw]mem_max).
+pub fn grow_socket_buffers(sock: &std::net::UdpSocket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let val = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for opts in [
+        [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF],
+        [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF],
+    ] {
+        for opt in opts {
+            // SAFETY: the fd is a live socket owned by `sock`; the kernel reads one c_int of
+            // the given length.
+            let rc = unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&val as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
     }
 }

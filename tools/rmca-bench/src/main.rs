@@ -19,6 +19,7 @@ mod memstat;
 mod peers;
 mod report;
 mod rxd;
+mod udp;
 mod worker;
 
 use std::path::PathBuf;
@@ -42,7 +43,7 @@ benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
                      (btl=rc+self); with ';' between items values are literal
                      ('x=pml=ob1;btl=rc,self'). --mca applies first, the spec overrides it.
   --ratio A/B        ratio column of the medians of configurations A and B (repeatable;
-                     default: dr+X/ob1+X pairs, dr+ud/rxd and ob1+ud/rxd, and the first rmca configuration
+                     default: dr+X/ob1+X pairs, dr+ud and ob1+ud over rxd and udp, and the first rmca configuration
                      over each MPI peer)
   --mem              allconn/ringconn also measure per-process memory: VmHWM and VmRSS
                      (/proc/self/status before finalize, max over ranks) and, for rmca, the
@@ -60,7 +61,9 @@ benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
                      bench/osu_like.c
   --peers LIST       peers to run (implies --vs; default ompi-vader,ompi-ucx,mpich; also
                      rxd: libfabric reliable datagrams over UDP through fi_pingpong, latency
-                     and bw only, one message in flight)
+                     and bw only, one message in flight; udp: a raw UDP ping-pong between
+                     two processes of this binary on 127.0.0.1, busy-polling, latency and
+                     ping-pong bw, the floor under any UD path)
   --suite NAME       a preset experiment (its options come first; later options override):
 SUITES
   --json             print one JSON object per line (the tables go to stderr)
@@ -363,7 +366,7 @@ fn with_own_params(line: &str, confs: &serde_json::Map<String, serde_json::Value
     v.to_string()
 }
 
-/// The default ratio columns: dr+X over ob1+X, dr+ud over rxd, and the first rmca
+/// The default ratio columns: dr+X over ob1+X, dr+ud and ob1+ud over rxd and udp, and the first rmca
 /// configuration over each MPI peer.
 fn default_ratios(rmca: &[String], peers: &[String]) -> Vec<(String, String)> {
     let mut r = Vec::new();
@@ -375,16 +378,21 @@ fn default_ratios(rmca: &[String], peers: &[String]) -> Vec<(String, String)> {
             }
         }
     }
-    if peers.iter().any(|p| p == "rxd") {
-        for a in rmca
-            .iter()
-            .filter(|a| a.as_str() == "dr+ud" || a.as_str() == "ob1+ud")
-        {
-            r.push((a.clone(), "rxd".into()));
+    for dgram in ["rxd", "udp"] {
+        if peers.iter().any(|p| p == dgram) {
+            for a in rmca
+                .iter()
+                .filter(|a| a.as_str() == "dr+ud" || a.as_str() == "ob1+ud")
+            {
+                r.push((a.clone(), dgram.into()));
+            }
         }
     }
     if let Some(first) = rmca.first() {
-        for p in peers.iter().filter(|p| p.as_str() != "rxd") {
+        for p in peers
+            .iter()
+            .filter(|p| p.as_str() != "rxd" && p.as_str() != "udp")
+        {
             r.push((first.clone(), p.clone()));
         }
     }
@@ -429,6 +437,15 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--worker") {
         worker_main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("--udp-peer") {
+        match udp::peer_main(&args[1..]) {
+            Ok(()) => exit(0),
+            Err(e) => {
+                eprintln!("rmca-bench --udp-peer: {e}");
+                exit(1)
+            }
+        }
     }
     let o = match parse_opts(&args) {
         Ok(o) => o,
@@ -679,6 +696,10 @@ mod tests {
             r,
             vec!["dr+ud/ob1+ud", "ob1+ud/rxd", "dr+ud/rxd", "ob1+ud/mpich"]
         );
+        // The raw UDP floor gets its own ratios and is never the MPI-peer comparison.
+        let r = default_ratios(&s(&["dr+ud"]), &s(&["rxd", "udp"]));
+        let r: Vec<String> = r.iter().map(|(a, b)| format!("{a}/{b}")).collect();
+        assert_eq!(r, vec!["dr+ud/rxd", "dr+ud/udp"]);
     }
 
     #[test]

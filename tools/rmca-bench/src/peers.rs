@@ -13,7 +13,7 @@ use crate::bench::{iters_for, sizes, Bench, Params};
 pub const DEFAULT: [&str; 3] = ["ompi-vader", "ompi-ucx", "mpich"];
 
 /// Every peer `--peers` accepts.
-pub const KNOWN: [&str; 4] = ["ompi-vader", "ompi-ucx", "mpich", "rxd"];
+pub const KNOWN: [&str; 5] = ["ompi-vader", "ompi-ucx", "mpich", "rxd", "udp"];
 
 /// The peer benchmark source, embedded so that the binary works from any directory.
 const OSU_LIKE_C: &str = include_str!("../../../bench/osu_like.c");
@@ -33,6 +33,10 @@ enum Kind {
     },
     /// libfabric rxd over UDP (fi_pingpong): latency and bw only.
     Rxd,
+    /// A raw UDP ping-pong of this binary (`--udp-peer`): latency and bw only.
+    Udp {
+        exe: PathBuf,
+    },
 }
 
 /// How every job is run.
@@ -146,6 +150,10 @@ impl Config {
                 }
                 Kind::Rxd
             }
+            "udp" => Kind::Udp {
+                exe: std::env::current_exe()
+                    .map_err(|e| format!("cannot locate rmca-bench itself: {e}"))?,
+            },
             other => return Err(format!("unknown peer '{other}'")),
         };
         if matches!(kind, Kind::OpenMpi { .. }) && which("mpirun.openmpi").is_none() {
@@ -162,7 +170,8 @@ impl Config {
 
     /// Does this configuration measure `bench`?
     pub fn supports(&self, bench: Bench) -> bool {
-        !matches!(self.kind, Kind::Rxd) || matches!(bench, Bench::Latency | Bench::Bw)
+        !matches!(self.kind, Kind::Rxd | Kind::Udp { .. })
+            || matches!(bench, Bench::Latency | Bench::Bw)
     }
 
     /// Run one job; returns the (size, figures) result lines of rank 0 (figures that were not
@@ -233,6 +242,12 @@ impl Config {
                 c
             }
             Kind::Rxd => return self.run_rxd(bench, p, bind, timeout_s),
+            Kind::Udp { exe } => {
+                if !self.supports(bench) {
+                    return Ok(Vec::new());
+                }
+                return crate::udp::run(exe, bench, p, bind, Duration::from_secs(timeout_s));
+            }
         };
         for (k, _) in std::env::vars() {
             // The user's own RMCA_MCA_* settings would leak into rmca only; keep runs explicit.

@@ -17,6 +17,7 @@
 
 pub mod link;
 pub mod rc;
+mod rx;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -115,6 +116,8 @@ pub struct SoftStats {
     /// UD datagrams the kernel refused to send (EMSGSIZE): larger than the path MTU, which
     /// fell below the interface MTU after the context opened (DF is set: never fragmented).
     pub ud_send_mtu_drops: AtomicU64,
+    /// Receive system calls on UD sockets that returned datagrams (`recvmmsg` batches).
+    pub ud_recv_calls: AtomicU64,
 }
 
 /// Snapshot of [`SoftStats`] plus fault counters.
@@ -130,6 +133,9 @@ pub struct SoftStatsSnapshot {
     pub mtu_drops: u64,
     /// UD datagrams the kernel refused to send for exceeding the path MTU (EMSGSIZE).
     pub ud_send_mtu_drops: u64,
+    /// Receive system calls on UD sockets that returned datagrams (several datagrams per call
+    /// when they queue up).
+    pub ud_recv_calls: u64,
 }
 
 pub(crate) struct Ctx {
@@ -256,6 +262,7 @@ impl Ctx {
             malformed_drops: self.stats.malformed_drops.load(Ordering::Relaxed),
             mtu_drops: self.stats.mtu_drops.load(Ordering::Relaxed),
             ud_send_mtu_drops: self.stats.ud_send_mtu_drops.load(Ordering::Relaxed),
+            ud_recv_calls: self.stats.ud_recv_calls.load(Ordering::Relaxed),
         }
     }
 
@@ -384,6 +391,9 @@ fn agent(weak: Weak<Ctx>) {
 
 /// Kernel bookkeeping charged per queued datagram beyond its payload (sk_buff truesize).
 const UD_SKB_OVERHEAD: usize = 1024;
+
+/// Most bytes a UD socket buffers beyond its QP's receive queue depth.
+const UD_RCVBUF_MAX: usize = 64 << 20;
 
 /// Raise a UDP socket's receive buffer to `bytes`: `SO_RCVBUFFORCE` where permitted (root or
 /// CAP_NET_ADMIN, which may exceed `net.core.rmem_max`), else `SO_RCVBUF` (capped by rmem_max).
@@ -631,7 +641,9 @@ struct QpInner {
     ud_fault: Option<FaultInjector<(SocketAddr, Vec<u8>)>>,
     ud_rx_fault: Option<FaultInjector<()>>,
     ud_pending: VecDeque<(SocketAddr, Vec<u8>)>,
-    ud_buf: Vec<u8>,
+    /// Receive buffers of the UD socket (allocated at the first receive: send-only QPs never
+    /// hold one).
+    ud_rx: Option<rx::RxBatch>,
     rc: Option<RcConn>,
 }
 
@@ -741,8 +753,12 @@ impl Qp {
             // A HCA accepts as many datagrams as there are posted receives; the kernel's
             // default socket buffer (~200 KiB, 50-100 datagrams) would silently drop bursts that
             // a real device takes. Size it for the deepest receive queue this QP can have.
+            // With datagrams of up to 65000 bytes that is half a gigabyte: beyond the posted
+            // receives, bound the backlog to UD_RCVBUF_MAX.
+            let per = ctx.ud_mtu as usize + UD_SKB_OVERHEAD;
             let depth = c.max_recv_wr.max(cfg.max_qp_wr.min(8192)) as usize;
-            size_udp_rcvbuf(&s, depth * (ctx.ud_mtu as usize + UD_SKB_OVERHEAD));
+            let posted = c.max_recv_wr as usize * per;
+            size_udp_rcvbuf(&s, (depth * per).min(posted.max(UD_RCVBUF_MAX)));
             let a = s.local_addr().map_err(|e| Error::io("local_addr", e))?;
             (Some(s), Some(a))
         } else {
@@ -781,7 +797,7 @@ impl Qp {
                 ud_fault,
                 ud_rx_fault,
                 ud_pending: VecDeque::new(),
-                ud_buf: vec![0; 65536],
+                ud_rx: None,
                 rc: None,
             }),
         });
@@ -1029,8 +1045,10 @@ impl Qp {
                 depth: self.caps.max_recv_wr,
             });
         }
-        if self.qp_type == QpType::Ud {
-            // Datagrams that arrived before this WQE was posted find no WQE, as on a HCA.
+        if self.qp_type == QpType::Ud && g.rq.is_empty() {
+            // Datagrams that arrived before this WQE was posted found no WQE, as on a HCA. With
+            // WQEs already posted, anything queued is theirs (earlier WQEs are consumed first):
+            // no system call needed.
             self.ud_receive(&mut g);
         }
         g.rq.push_back(RecvWqe {
@@ -1289,91 +1307,120 @@ impl Qp {
         }
     }
 
+    /// Receives every datagram queued on the QP's socket, a batch per system call
+    /// (`recvmmsg`: one call returns what is queued, so a poll that finds one datagram costs
+    /// one call, not a second one that says there is no more), and hands each to
+    /// [`Qp::ud_deliver`] in arrival order.
     fn ud_receive(&self, g: &mut QpInner) {
+        if g.udp.is_none() {
+            return;
+        }
+        let mtu = self.ctx.ud_mtu as usize;
+        let mut rx = g
+            .ud_rx
+            .take()
+            .unwrap_or_else(|| rx::RxBatch::for_mtu(UD_HEADER_LEN + mtu));
+        while let Some(sock) = g.udp.as_ref() {
+            let n = match rx.recv(sock) {
+                Ok(n) => n,
+                Err(ref e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(ref e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // E.g. ECONNREFUSED from an earlier send to a closed port: not fatal for UD.
+                    tracing::trace!(error = %e, "soft UD recvmmsg");
+                    continue;
+                }
+            };
+            self.ctx.stats.ud_recv_calls.fetch_add(1, Ordering::Relaxed);
+            let mut stop = false;
+            for i in 0..n {
+                let (d, truncated) = rx.datagram(i);
+                if !self.ud_deliver(g, d, truncated) {
+                    stop = true;
+                    break;
+                }
+            }
+            if stop || n < rx.capacity() {
+                // A short batch: the socket is drained (what arrives later waits for the next
+                // poll).
+                break;
+            }
+        }
+        g.ud_rx = Some(rx);
+    }
+
+    /// Delivers one received datagram (`truncated`: it did not fit an MTU-sized buffer) into
+    /// the next receive WQE, or drops and counts it as a HCA would. False when the QP entered
+    /// the error state (nothing more may be delivered).
+    fn ud_deliver(&self, g: &mut QpInner, dgram: &mut [u8], truncated: bool) -> bool {
         let QpInner {
-            udp,
-            ud_buf,
             rq,
             ud_rx_fault,
             state,
             ..
         } = g;
-        let Some(sock) = udp.as_ref() else { return };
-        loop {
-            let n = match sock.recv_from(ud_buf) {
-                Ok((n, _)) => n,
-                Err(ref e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(ref e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // E.g. ECONNREFUSED from an earlier send to a closed port: not fatal for UD.
-                    tracing::trace!(error = %e, "soft UD recv_from");
-                    continue;
-                }
-            };
-            let st = &self.ctx.stats;
-            let pkt = match UdPacket::new_checked(&mut ud_buf[..n]) {
-                Ok(p) => p,
-                Err(_) => {
-                    st.malformed_drops.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            };
-            let repr = match UdRepr::parse(&pkt) {
-                Ok(r) => r,
-                Err(_) => {
-                    st.malformed_drops.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            };
-            if repr.job_tag != self.ctx.job_tag
-                || repr.dst_qpn != self.qpn
-                || repr.qkey != self.qkey
-            {
-                st.foreign_drops.fetch_add(1, Ordering::Relaxed);
-                continue;
+        let st = &self.ctx.stats;
+        let n = dgram.len();
+        let pkt = match UdPacket::new_checked(&mut dgram[..]) {
+            Ok(p) => p,
+            Err(_) => {
+                st.malformed_drops.fetch_add(1, Ordering::Relaxed);
+                return true;
             }
-            if pkt.payload().len() > self.ctx.ud_mtu as usize {
-                st.mtu_drops.fetch_add(1, Ordering::Relaxed);
-                continue;
+        };
+        let repr = match UdRepr::parse(&pkt) {
+            Ok(r) => r,
+            Err(_) => {
+                st.malformed_drops.fetch_add(1, Ordering::Relaxed);
+                return true;
             }
-            if !matches!(*state, QpState::Rtr | QpState::Rts) {
-                st.ud_no_wqe_drops.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let wqe = match &self.srq {
-                Some(s) => s.take(),
-                None => rq.pop_front(),
-            };
-            let Some(wqe) = wqe else {
-                st.ud_no_wqe_drops.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let payload = &mut ud_buf[UD_HEADER_LEN..n];
-            if let Some(f) = ud_rx_fault.as_mut() {
-                f.maybe_corrupt(payload);
-            }
-            let (status, byte_len) = match self
-                .ctx
-                .mrs
-                .scatter(self.pd, &wqe.sges, UD_GRH_LEN, payload)
-            {
-                Ok(()) => (WcStatus::Success, (payload.len() + UD_GRH_LEN) as u32),
-                Err(s) => (s, 0),
-            };
-            let wc = Wc {
-                wr_id: wqe.wr_id,
-                status,
-                opcode: WcOpcode::Recv,
-                byte_len,
-                imm: (repr.opcode == UdOpcode::SendImm).then_some(repr.imm),
-                qp_num: self.qpn,
-                src_qp: repr.src_qpn,
-            };
-            if !self.recv_cq.push(wc) || status != WcStatus::Success {
-                self.enter_error(g);
-                return;
-            }
+        };
+        if repr.job_tag != self.ctx.job_tag || repr.dst_qpn != self.qpn || repr.qkey != self.qkey {
+            st.foreign_drops.fetch_add(1, Ordering::Relaxed);
+            return true;
         }
+        if truncated || pkt.payload().len() > self.ctx.ud_mtu as usize {
+            st.mtu_drops.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if !matches!(*state, QpState::Rtr | QpState::Rts) {
+            st.ud_no_wqe_drops.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let wqe = match &self.srq {
+            Some(s) => s.take(),
+            None => rq.pop_front(),
+        };
+        let Some(wqe) = wqe else {
+            st.ud_no_wqe_drops.fetch_add(1, Ordering::Relaxed);
+            return true;
+        };
+        let payload = &mut dgram[UD_HEADER_LEN..n];
+        if let Some(f) = ud_rx_fault.as_mut() {
+            f.maybe_corrupt(payload);
+        }
+        let (status, byte_len) = match self
+            .ctx
+            .mrs
+            .scatter(self.pd, &wqe.sges, UD_GRH_LEN, payload)
+        {
+            Ok(()) => (WcStatus::Success, (payload.len() + UD_GRH_LEN) as u32),
+            Err(s) => (s, 0),
+        };
+        let wc = Wc {
+            wr_id: wqe.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len,
+            imm: (repr.opcode == UdOpcode::SendImm).then_some(repr.imm),
+            qp_num: self.qpn,
+            src_qp: repr.src_qpn,
+        };
+        if !self.recv_cq.push(wc) || status != WcStatus::Success {
+            self.enter_error(g);
+            return false;
+        }
+        true
     }
 
     /// True when the owner has not progressed this QP for `agent_idle`.
