@@ -1,4 +1,4 @@
-//! The job profile (seed 000's in-library profiling): every rank's counters and memory are
+//! The job profile (in-library profiling): every rank's counters and memory are
 //! merged at finalize into one summary, printed by rank 0 and optionally written as JSON.
 
 use std::collections::BTreeMap;
