@@ -210,7 +210,7 @@ fn main() {
             packed[k] = p;
         }
     }
-    // Baseline: the generous budget without coalescing (the coalescing paper's reference configuration).
+    // Baseline: the generous budget without coalescing (Koop07's reference configuration).
     let base = median(rates[configs.len() - 2].clone()).0;
     for (k, &(wqes, coalescing)) in configs.iter().enumerate() {
         let (med, lo, hi) = median(rates[k].clone());

@@ -1,5 +1,5 @@
 //! Named rmca configurations (`--conf`): sets of MCA parameters measured side by side in one
-//! invocation, with presets for the transports of seeds 000-004.
+//! invocation, with presets for the PML/BTL combinations and btl-rc's receive-queue modes.
 //!
 //! Spec grammar, `NAME[=ITEM,ITEM...]` where an ITEM is either `key=value` or the name of a
 //! preset whose parameters are included at that point (later items override earlier ones):
