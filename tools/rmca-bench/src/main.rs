@@ -147,12 +147,13 @@ fn expand_suites(args: &[String]) -> Result<Vec<String>, String> {
                 .iter()
                 .find(|(old, _)| old == name)
                 .map_or(name, |(_, new)| new);
-            let (_, _, expansion) = SUITES.iter().find(|(n, _, _)| *n == name).ok_or_else(|| {
-                format!(
-                    "unknown suite '{name}': valid are {}",
-                    SUITES.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
-                )
-            })?;
+            let (_, _, expansion) =
+                SUITES.iter().find(|(n, _, _)| *n == name).ok_or_else(|| {
+                    format!(
+                        "unknown suite '{name}': valid are {}",
+                        SUITES.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+                    )
+                })?;
             // The suite's options first, so that the user's later ones override them; its
             // benchmark list is positional, so it must lead.
             let mut mine: Vec<String> = expansion.split_whitespace().map(str::to_owned).collect();
