@@ -11,7 +11,7 @@ out=${1:-$root/bench/out-$(date -u +%Y%m%dT%H%M%SZ)}
 shift || true
 mkdir -p "$out"
 status=0
-for suite in ${SUITES:-seed003-lat seed003-conn wqe rc-mem rc-conn}; do
+for suite in ${SUITES:-ud-reliability ud-scaling wqe rc-mem rc-conn}; do
   f="$out/$suite.txt"
   {
     echo "\$ rmca-bench --suite $suite $*"

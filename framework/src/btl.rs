@@ -129,8 +129,8 @@ impl Default for BtlAttributes {
 }
 
 /// The communication pattern a send belongs to, passed down so that multi-rail and multi-QP
-/// schedulers can apply seed 002's policies (e.g. EPC: stripe blocking and collective traffic,
-/// round-robin non-blocking traffic).
+/// schedulers can apply policies that depend on it (e.g. EPC: stripe blocking and collective
+/// traffic, round-robin non-blocking traffic).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum CommPattern {
     /// A blocking point-to-point call (send/recv/ssend).

@@ -1,4 +1,4 @@
-//! Per-component memory accounting for the profile (seed 000: buffers allocated, peak memory).
+//! Per-component memory accounting for the job profile (buffers allocated, peak memory).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -352,8 +352,7 @@ impl Communicator {
         let send = unsafe { UserBuf::from_slice(send) };
         if recv.len() <= SEND_FIRST_MAX {
             // A short message that arrives before its receive is posted costs one small copy;
-            // sending first takes the posting out of the exchange's critical path (2-rank
-            // zero-byte exchange 0.116 against 0.143 us here).
+            // sending first takes the posting out of the exchange's critical path.
             let s =
                 self.start_send_fast(send, dest, send_tag, context, SendMode::Standard, pattern)?;
             let rs = self.recv_bytes(recv, src, recv_tag, context, pattern);

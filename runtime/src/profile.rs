@@ -1,6 +1,6 @@
-//! The job profile (in-library profiling counters, as Open MPI's PERUSE/MPI_T expose them):
-//! every rank's counters and memory are merged at finalize into one summary, printed by rank 0
-//! and optionally written as JSON (`profile_json`). The JSON is these types, serialized.
+//! The job profile (in-library profiling counters, as Open MPI's MPI_T performance variables
+//! expose them): every rank's counters and memory are merged at finalize into one summary,
+//! printed by rank 0 and optionally written as JSON (`profile_json`): these types, serialized.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

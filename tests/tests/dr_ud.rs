@@ -1,4 +1,4 @@
-//! Guaranteed delivery over UD (issue 6): pml dr over btl ud (soft provider, UDP) with injected
+//! Guaranteed delivery over UD: pml dr over btl ud (soft provider, UDP) with injected
 //! faults, run by rmca-run as real multi-process jobs.
 //!
 //! Failover runs ud next to shm (shm's exclusivity lowered to ud's, its latency raised) and

@@ -1,4 +1,4 @@
-//! The job profile (`--mca profile 1`, issue 4 / seed 000) of a job whose traffic is known:
+//! The job profile (`--mca profile 1`, in-library profiling) of a job whose traffic is known:
 //! messages and bytes by size class, unexpected messages, and memory per component.
 
 use rmca_tests::{run_job, take_profile, Job};

@@ -1,6 +1,6 @@
-//! Shared-memory cleanup after a crash (issue 4): a rank of a real job is killed by SIGKILL
+//! Shared-memory cleanup after a crash: a rank of a real job is killed by SIGKILL
 //! mid-job, after btl shm created and used its segments; once rmca-run returns, no
-//! `/dev/shm/rmca-<job>-*` file is left. And after the launcher itself is killed (issue 15).
+//! `/dev/shm/rmca-<job>-*` file is left. And after the launcher itself is killed.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -79,7 +79,7 @@ fn default_early_unlink_leaves_nothing_either() {
     assert!(leftovers(&prefix).is_empty());
 }
 
-// Issue 15 item 7: the launcher itself is killed (SIGKILL), at init or mid-run. Nobody is left
+// The launcher itself is killed (SIGKILL), at init or mid-run. Nobody is left
 // to clean up but the ranks, which get the launcher's death signal: each removes the files it
 // created before dying, so nothing of the job remains in /dev/shm.
 

@@ -1,5 +1,5 @@
 //! pml dr over btl-ud (soft provider) between two network namespaces joined by a lossy
-//! 1500-byte-MTU link (issue 15, item 2). UD datagrams larger than the link were IP-fragmented;
+//! 1500-byte-MTU link. UD datagrams larger than the link were IP-fragmented;
 //! each lost fragment left its siblings in the receiver's reassembly memory until
 //! `ipfrag_time`, the memory filled, every later fragment was dropped, and dr declared the live
 //! peer dead. Datagrams now never exceed one packet, so the job completes.

@@ -1,16 +1,22 @@
 //! btl-rc benchmarks, printed side by side (and as JSON on the last line):
 //!
 //! 1. Message rate of 8-byte fragments with `btl_rc_send_wqes` 5, 10, 200, with and without
-//!    coalescing (seed 001, Figures 2 and 4): two modules driven by one thread, one sending,
+//!    coalescing (\[Koop07\], Figures 2 and 4): two modules driven by one thread, one sending,
 //!    the other receiving.
 //! 2. Registered memory per process (rank 0's `btl.rc` accounting) versus process count for
 //!    per-peer receive queues and for an SRQ, with on-demand versus static connections, on a
-//!    ring and an all-to-all pattern (seeds 000, 004), all ranks in this process.
+//!    ring and an all-to-all pattern (\[Sur06\], \[Wu02\]), all ranks in this process.
 //! 3. A memory model extrapolating the measured per-connection cost to 1K-16K processes,
-//!    printed next to the numbers the papers give for the same process counts (seed 003
-//!    section 3, seed 001 Table 2, Figure 1 and abstract, seed 000 section 3.2), each with
-//!    what it includes. Seed 004's Table 1 (destinations per process at 1024 processes) is
+//!    printed next to the numbers the papers give for the same process counts (\[Friedley07\]
+//!    section 3, \[Koop07\] Table 2, Figure 1 and abstract, \[Sur06\] section 3.2), each with
+//!    what it includes. \[Wu02\]'s Table 1 (destinations per process at 1024 processes) is
 //!    not legible in the text copy of the paper, so it is not quoted.
+//!
+//! The papers (full references in the crate documentation of `rmca-btl-rc` and the README):
+//! \[Sur06\] Sur, Koop, Panda, SC 2006 (SRQ, adaptive eager RDMA, memory at scale);
+//! \[Koop07\] Koop, Jones, Panda, CCGrid 2007 (send-WQE budget, message coalescing);
+//! \[Friedley07\] Friedley, Hoefler, Leininger, Lumsdaine, KiCC 2007 (Open MPI over UD);
+//! \[Wu02\] Wu, Liu, Wyckoff, Panda, Cluster 2002 (on-demand connection management).
 //!
 //! Run: `cargo run --release -p rmca-btl-rc --example rc_bench [-- quick]`.
 
@@ -204,7 +210,7 @@ fn main() {
             packed[k] = p;
         }
     }
-    // Baseline: the generous budget without coalescing (seed 001's reference configuration).
+    // Baseline: the generous budget without coalescing (Koop07's reference configuration).
     let base = median(rates[configs.len() - 2].clone()).0;
     for (k, &(wqes, coalescing)) in configs.iter().enumerate() {
         let (med, lo, hi) = median(rates[k].clone());
@@ -230,7 +236,7 @@ fn main() {
         median(rates[k].clone()).0
     };
     println!(
-        "seed 001, MVAPICH on DDR InfiniBand: Fig. 2: 200 send WQEs nearly 900 K msg/s, 5 WQEs under 200 K (5/200 < 0.22); Fig. 4 and abstract: coalescing raises the small-message rate by over 150% (on/off > 2.5); cached headers about +10% under 64 B (s.4.2)"
+        "Koop07, MVAPICH on DDR InfiniBand: Fig. 2: 200 send WQEs nearly 900 K msg/s, 5 WQEs under 200 K (5/200 < 0.22); Fig. 4 and abstract: coalescing raises the small-message rate by over 150% (on/off > 2.5); cached headers about +10% under 64 B (s.4.2)"
     );
     println!(
         "here (soft provider, one thread): 5/200 without coalescing {:.2}; coalescing on/off at 5 WQEs {:.2}, at 10 {:.2}, at 200 {:.2}",
@@ -349,14 +355,14 @@ fn main() {
     let rows: [(u32, &str, &str, &str, f64); 6] = [
         (
             1024,
-            "Open MPI RC, no SRQ, fully connected (seed 003 s.3)",
+            "Open MPI RC, no SRQ, fully connected (Friedley07 s.3)",
             "25.0 MiB",
             p,
             1023.0,
         ),
         (
             1024,
-            "Open MPI RC + SRQ, fully connected (seed 003 s.3)",
+            "Open MPI RC + SRQ, fully connected (Friedley07 s.3)",
             "14.75 MiB",
             s,
             1023.0,
@@ -364,28 +370,28 @@ fn main() {
         // UD: connectionless with one fixed receive pool, like an SRQ with no QPs per peer.
         (
             1024,
-            "Open MPI UD, fully connected (seed 003 s.3)",
+            "Open MPI UD, fully connected (Friedley07 s.3)",
             "8.8 MiB",
             s,
             1023.0,
         ),
         (
             8192,
-            "MVAPICH, 200 send WQEs/QP, static (seed 001 Fig. 1)",
+            "MVAPICH, 200 send WQEs/QP, static (Koop07 Fig. 1)",
             "~1 GB",
             s,
             8191.0,
         ),
         (
             8192,
-            "MVAPICH, 5 send WQEs/QP, static (seed 001 Fig. 1)",
+            "MVAPICH, 5 send WQEs/QP, static (Koop07 Fig. 1)",
             "<90 MB",
             s,
             8191.0,
         ),
         (
             8192,
-            "MVAPICH + coalescing, static (seed 001 abstract)",
+            "MVAPICH + coalescing, static (Koop07 abstract)",
             "~120 MB",
             s,
             8191.0,
@@ -403,14 +409,14 @@ fn main() {
         ));
     }
     println!("Per connection, the papers vs measured here (registered buffers only):");
-    println!("  seed 001 Table 2, HCA memory per connection by send WQEs/QP: 5: 8.82 KB, 10: 12.82 KB, 20: 20.81 KB, 40: 36.86 KB, 100: 68.73 KB, 200: 132.76 KB (about 4 KB besides the WQEs)");
-    println!("  seed 000 s.3.2: each RDMA (eager) connection about 500 KB with MVAPICH 0.9.7 defaults; SRQ channel under 5 MB of buffers at 16-81 processes (Figs. 4a-g)");
+    println!("  Koop07 Table 2, HCA memory per connection by send WQEs/QP: 5: 8.82 KB, 10: 12.82 KB, 20: 20.81 KB, 40: 36.86 KB, 100: 68.73 KB, 200: 132.76 KB (about 4 KB besides the WQEs)");
+    println!("  Sur06 s.3.2: each RDMA (eager) connection about 500 KB with MVAPICH 0.9.7 defaults; SRQ channel under 5 MB of buffers at 16-81 processes (Figs. 4a-g)");
     println!(
         "  measured: eager RDMA ring {:.1} KiB per connection (SRQ + eager RDMA minus SRQ), per-peer P,32,16 {:.1} KiB, P,256 small + SRQ large {:.1} KiB",
         (per_conn[e] - per_conn[s]) / 1024.0,
         per_conn[p] / 1024.0,
         per_conn[ps] / 1024.0
     );
-    println!("  (the papers count the HCA's QP/CQ/WQE memory and, in seed 003, all process memory; this accounting counts registered buffers, so the model is a lower bound next to them)");
+    println!("  (the papers count the HCA's QP/CQ/WQE memory and, in Friedley07, all process memory; this accounting counts registered buffers, so the model is a lower bound next to them)");
     println!("JSON [{}]", json.join(","));
 }

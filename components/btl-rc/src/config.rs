@@ -17,7 +17,7 @@ pub use rmca_common_verbs::{ConfigError, ProviderChoice};
 /// When QPs are created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnectMode {
-    /// On the first message to or from a peer (seed 004).
+    /// On the first message to or from a peer (on-demand connection management).
     OnDemand,
     /// With every peer at `add_procs` (the all-to-all baseline).
     Static,
@@ -230,7 +230,7 @@ pub mod defaults {
     pub const EAGER_LIMIT: u64 = 12 * 1024;
     /// Largest fragment.
     pub const MAX_SEND_SIZE: u64 = 64 * 1024;
-    /// Striping threshold (seed 002).
+    /// Striping threshold of the multi-QP policies.
     pub const STRIPE_THRESHOLD: u64 = 16 * 1024;
     /// Receive queues.
     pub const RECEIVE_QUEUES: &str = "P,32,16";
@@ -287,7 +287,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     register_device_params(p, Transport::Rc);
     p.add(
         Param::enumeration("connect", "on_demand", &["on_demand", "static"])
-            .help("When RC QPs are created: 'on_demand' at the first message to or from a peer (seed 004), 'static' with every peer at startup"),
+            .help("When RC QPs are created: 'on_demand' at the first message to or from a peer, 'static' with every peer at startup"),
     );
     p.add(
         Param::string("receive_queues", defaults::RECEIVE_QUEUES)
@@ -296,7 +296,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::int("send_wqes", defaults::SEND_WQES)
             .range(1, 16384)
-            .help("Send work requests in flight per QP for data (seed 001); when exhausted, sends queue (and are coalesced when btl_rc_coalescing is on)"),
+            .help("Send work requests in flight per QP for data; when exhausted, sends queue (and are coalesced when btl_rc_coalescing is on)"),
     );
     p.add(
         Param::bool("coalescing", true)
@@ -305,7 +305,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::int("qps_per_peer", 1)
             .range(1, 16)
-            .help("RC QPs per peer (seed 002)"),
+            .help("RC QPs per peer (used as btl_rc_qp_policy says)"),
     );
     p.add(
         Param::enumeration(
@@ -340,7 +340,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::int("eager_rdma_threshold", 16)
             .range(1, 1 << 30)
-            .help("Messages received from a peer before this process opens an eager RDMA ring for it (seed 000's adaptive eager RDMA)"),
+            .help("Messages received from a peer before this process opens an eager RDMA ring for it (adaptive eager RDMA)"),
     );
     p.add(
         Param::int("eager_rdma_max_peers", 16)

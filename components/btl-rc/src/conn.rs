@@ -1,4 +1,4 @@
-//! On-demand connection establishment (seed 004), sans-IO.
+//! On-demand connection management, sans-IO.
 //!
 //! One [`Connection`] per peer. The requester creates its RC QPs and sends a REQ (its QP
 //! addresses) over the unreliable UD connection-management QP, retransmitting with

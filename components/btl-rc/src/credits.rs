@@ -1,4 +1,4 @@
-//! Credit-based flow control for per-QP receive queues (seed 000), sans-IO.
+//! Credit-based flow control for per-QP receive queues, sans-IO.
 //!
 //! The receiver posts `data + reserve` buffers per QP and grants the sender `data` credits.
 //! Every data send spends one; every buffer the receiver consumes and reposts is owed back,

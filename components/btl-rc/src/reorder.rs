@@ -1,9 +1,9 @@
 //! Per-peer in-order delivery over several QPs, and stripe reassembly, sans-IO.
 //!
-//! Each QP is ordered, but several QPs per peer (seed 002) are not ordered with respect to
-//! each other, so every fragment carries a 16-bit per-peer sequence number and the receiver
-//! delivers in sequence order, holding early arrivals (copied) until the gap fills. With one
-//! QP nothing is ever held. A striped fragment is reassembled before it takes its place.
+//! Each QP is ordered, but several QPs per peer (multi-QP scheduling) are not ordered with respect
+//! to each other, so every fragment carries a 16-bit per-peer sequence number and the receiver
+//! delivers in sequence order, holding early arrivals (copied) until the gap fills. With one QP
+//! nothing is ever held. A striped fragment is reassembled before it takes its place.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,5 @@
-//! Multi-QP scheduling (seed 002), sans-IO: which of a peer's QPs carry a fragment.
+//! Multi-QP scheduling (binding, round robin, striping, EPC), sans-IO: which of a peer's QPs
+//! carry a fragment.
 //!
 //! Policies: binding (always the peer's bound QP), round robin, striping (fragments at or
 //! above the threshold split evenly over all QPs, smaller ones round robin) and EPC (stripe

@@ -1,4 +1,4 @@
-//! The per-peer send queue with coalescing (seed 001), sans-IO.
+//! The per-peer send queue with message coalescing, sans-IO.
 //!
 //! Sends queue here while the connection is being established or when the peer's QPs are out
 //! of send WQEs (`btl_rc_send_wqes`), credits or send buffers. When resources come back, the

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run btl-shm's raw benchmark and the same measurements through the MPI libraries installed
-# here, alternating, in one session (figures on shared 2-core VMs move 3-4x with vCPU placement:
-# compare ratios within a round, and medians across rounds).
+# here, alternating, in one session (figures on a shared VM move with where the host places its
+# vCPUs: compare ratios within a round, and medians across rounds).
 # Usage: components/btl-shm/bench/compare.sh [rounds] [--quick]
 set -eu
 rounds=${1:-3}

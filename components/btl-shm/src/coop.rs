@@ -1,12 +1,11 @@
 //! Cooperative single copy: both processes copy one large message at once.
 //!
-//! A CMA get is one core's copy. During a rendezvous the sender has nothing to do but wait for
-//! the receiver's FIN, and on this kind of machine two cores copy faster than one (measured
-//! here with two processes and `process_vm_readv`/`writev`: 1 MiB in 49 against 82-94 us from
-//! cache, 77-88 against 124-130 us into cold memory). So the receiver publishes the transfer in
-//! a *slot* of its own segment, tells the sender (a [`HELP_LEN`]-byte message on the ring), and
-//! both claim pieces of the message from the slot: the receiver reads its pieces with
-//! `process_vm_readv`, the sender, when it next polls, writes its pieces with
+//! A CMA get is one core's copy. During a rendezvous the sender has nothing to do but wait for the
+//! receiver's FIN, and two cores copy a large message faster than one, from cache and into cold
+//! memory alike (`bench/RESULTS.md`, "Figures formerly quoted in code"). So the receiver publishes
+//! the transfer in a *slot* of its own segment, tells the sender (a [`HELP_LEN`]-byte message on
+//! the ring), and both claim pieces of the message from the slot: the receiver reads its pieces
+//! with `process_vm_readv`, the sender, when it next polls, writes its pieces with
 //! `process_vm_writev`. Claims are *guided*: each takes half of what is left (at least
 //! `min_claim`), so the receiver's first claim is half the message, a sender that arrives late
 //! takes a quarter, and so on; a sender that never polls costs the receiver a handful of extra

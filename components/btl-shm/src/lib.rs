@@ -136,8 +136,8 @@ impl Component for ShmComponent {
                      every rendezvous message is offered for a CMA read, and ob1's receiver \
                      measures reads against the rings per size class and takes the faster \
                      (pml_ob1_adaptive_bulk), since which one wins moves with the machine \
-                     (cache-line transfer times between cores changed 5x from one boot to the \
-                     next on the 2-vCPU VM this is developed on). A fixed threshold: set this \
+                     (the time to move a cache line between cores differs between machines, \
+                     and between boots of one virtual machine). A fixed threshold: set this \
                      and pml_ob1_adaptive_bulk=0. Compare with rmca-bench latency,bw \
                      --conf adaptive=pml=ob1 --conf cma=pml_ob1_adaptive_bulk=0 \
                      --conf rings=btl_shm_single_copy_min=1G.",
@@ -150,10 +150,10 @@ impl Component for ShmComponent {
                     "Single-copy transfers of at least this many bytes are copied by both \
                      processes at once: the receiver reads half, and the sender, which would \
                      otherwise only wait, writes pieces of the rest when it next polls (the \
-                     receiver takes whatever the sender has not). Measured on the 2-vCPU VM: \
-                     1 MiB ping-pong 52-55 against 85-94 us, 1 MiB bandwidth 1.3-1.5x, \
-                     bidirectional bandwidth unchanged (a rank busy with gets of its own does \
-                     not help). 0: the receiver copies alone, like Open MPI's vader.",
+                     receiver takes whatever the sender has not), so two cores share the copy. \
+                     It shortens ping-pong and one-way bandwidth transfers, not bidirectional \
+                     ones, where each rank is busy with gets of its own. \
+                     0: the receiver copies alone, like Open MPI's vader.",
                 )
                 .level(Level::Tuning),
         );

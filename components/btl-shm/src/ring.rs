@@ -36,9 +36,8 @@
 //! prefix as it grows ([`Consumer::partial`]) and copies it to its final place itself, which
 //! is what btl-shm does when the PML knows where the fragment goes. `pad` puts the byte after the
 //! PML header on a 32-byte boundary, so that the payload copies on both sides run at full
-//! speed for 32-byte-aligned user buffers (glibc's `memcpy` of 16 KiB in cache on the EPYC
-//! these figures come from is 1.2-1.45x faster when source and destination share their offset
-//! within 32 bytes; `bench/RESULTS.md`, "Alignment of copies").
+//! speed for 32-byte-aligned user buffers (glibc's `memcpy` is faster when source and
+//! destination share their offset within 32 bytes; `bench/RESULTS.md`, "Alignment of copies").
 //!
 //! The consumer polls the control word of its head slot. Stale bytes from an earlier lap must
 //! never look like a record, so before *publishing* a record or a skip marker (release store of

@@ -2,12 +2,12 @@
 //! by the receiver (RGET, e.g. CMA on one node) or copied through the sender's fragments (the
 //! copy pipeline, e.g. shm's streamed rings).
 //!
-//! Which one is faster depends on the size and on the machine's mood: on the 2-vCPU VM this
-//! was developed on, the time to move a cache line between the cores changes between ~50 and
-//! ~280 ns from one boot to the next, which moves the size at which a kernel copy beats two
-//! user copies through a ring by a factor of several. A threshold measured once is wrong on the
-//! next boot, so the receiver measures both as it goes, per power-of-two size class, and takes
-//! the faster, trying the other one now and then so that a change of mood is noticed.
+//! Which one is faster depends on the size and on the machine's state: on a virtual machine the
+//! time to move a cache line between cores can change from one boot to the next, and with it the
+//! size at which a kernel copy beats two user copies through a ring (`bench/RESULTS.md`, "Figures
+//! formerly quoted in code"). A threshold measured once is wrong on the next boot, so the receiver
+//! measures both as it goes, per power-of-two size class, and takes the faster, trying the other
+//! one now and then so that a change is noticed.
 //!
 //! What is measured is a message's *service time*: from when its transfer could start (its
 //! rendezvous matched, or the previous bulk transfer finished, whichever is later) to its
@@ -45,7 +45,7 @@ const CLASSES: usize = 64;
 /// Messages of a class that go the same way in a row. Choosing per message mixed reads and
 /// copies within a bandwidth window, where each slowed the other down (the receiver busy with a
 /// read does not drain the rings, a sender helping a read does not stream), and the service
-/// times measured neither (paired runs here: 128-512 KiB bandwidth 0.5x either way alone).
+/// times measured neither: the mix was slower than either way alone.
 pub const RUN_LEN: u32 = 16;
 /// Once both ways are measured, one run in this many goes the slower way, to notice a change.
 pub const EXPLORE_EVERY: u32 = 16;

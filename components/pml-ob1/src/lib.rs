@@ -8,7 +8,9 @@
 //!   with BTL GETs, split over the RDMA routes, then sends FIN) when a GET-capable route
 //!   exists, else RNDV with the first bytes, then an ACK from the receiver and a pipeline of
 //!   FRAG copies over the send routes, split by bandwidth weight;
-//! - seed 002's scheduling policies (`pml_ob1_scheduling`) decide which routes a message uses;
+//! - multi-rail scheduling policies (`pml_ob1_scheduling`: binding, round robin, striping and
+//!   EPC, after Vishnu, Benton and Panda, *High Performance MPI on IBM 12x InfiniBand
+//!   Architecture*, 2007) decide which routes a message uses;
 //! - back-pressure (`WouldBlock`) queues work inside the PML, never drops it; a peer with no
 //!   route left fails its requests with [`rmca_framework::pml::StatusError::PeerFailed`].
 //!
@@ -171,7 +173,7 @@ impl Component for Ob1Component {
         );
         params.add(
             Param::enumeration("scheduling", d.scheduling.name(), &Scheduling::NAMES)
-                .help("How messages use several BTLs to one peer (seed 002): binding = always the best BTL; round_robin = whole messages rotate over the BTLs; striping = messages above pml_ob1_stripe_threshold are split over the BTLs by bandwidth; epc = striping for blocking and collective traffic, round robin for non-blocking traffic.")
+                .help("How messages use several BTLs to one peer: binding = always the best BTL; round_robin = whole messages rotate over the BTLs; striping = messages above pml_ob1_stripe_threshold are split over the BTLs by bandwidth; epc = striping for blocking and collective traffic, round robin for non-blocking traffic.")
                 .level(Level::Tuning),
         );
         params.add(

@@ -1,4 +1,5 @@
-//! Seed 002's multi-rail scheduling policies, and splitting a byte range by bandwidth weight.
+//! Multi-rail scheduling policies (binding, round robin, striping, EPC), and splitting a byte
+//! range by bandwidth weight.
 
 use std::fmt;
 use std::str::FromStr;
@@ -17,7 +18,8 @@ pub enum Scheduling {
     /// Messages above the stripe threshold are split over every route by bandwidth weight.
     #[default]
     Striping,
-    /// Seed 002's EPC: stripe blocking and collective traffic, round-robin non-blocking traffic.
+    /// EPC (enhanced point-to-point and collective): stripe blocking and collective traffic,
+    /// round-robin non-blocking traffic.
     Epc,
 }
 

@@ -100,8 +100,8 @@ impl Default for TcpConfig {
             max_pending: 0,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
-            // TCP loopback one way measured about 3.5-5 us here (DESIGN.md section 6); a real
-            // network is slower, and either way below shm and the verbs BTLs.
+            // Even over loopback TCP is far slower than shm and the verbs BTLs, so it ranks
+            // below them; a real network is slower still.
             latency_ns: 5_000,
             bandwidth_mbps: 10_000,
         }

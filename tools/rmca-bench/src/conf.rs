@@ -1,5 +1,5 @@
 //! Named rmca configurations (`--conf`): sets of MCA parameters measured side by side in one
-//! invocation, with presets for the transports of seeds 000-004.
+//! invocation, with presets for the PML/BTL combinations and btl-rc's receive-queue modes.
 //!
 //! Spec grammar, `NAME[=ITEM,ITEM...]` where an ITEM is either `key=value` or the name of a
 //! preset whose parameters are included at that point (later items override earlier ones):
@@ -39,7 +39,7 @@ pub const PRESETS: &[(&str, &str, Params)] = &[
     ),
     (
         "dr+ud",
-        "pml dr (VFRAG acks, retransmission, checksums) over UD: seed 003",
+        "pml dr (VFRAG acks, retransmission, checksums) over UD: guaranteed delivery over UD",
         &[("pml", "dr"), ("btl", "ud,self")],
     ),
     (
@@ -85,7 +85,7 @@ pub const PRESETS: &[(&str, &str, Params)] = &[
     ),
     (
         "ud",
-        "dr over UD (the seed 003 configuration, named for the allconn figures)",
+        "dr over UD (as dr+ud, named to sit next to rc and rc+srq in the scaling tables)",
         &[("pml", "dr"), ("btl", "ud,self")],
     ),
 ];

@@ -4,7 +4,7 @@
 //!
 //! `rmca-bench latency,bw -n 2 --runs 5 --vs --plot bench.svg`
 //! `rmca-bench latency,bw --conf ob1+ud --conf dr+ud --peers rxd`
-//! `rmca-bench --suite seed003-conn` (allconn and memory as the process count grows)
+//! `rmca-bench --suite ud-scaling` (allconn and memory as the process count grows)
 //!
 //! The driver launches its own ranks: `rmca-run -n N [--mca ...] rmca-bench --worker ...`
 //! (rmca-run is looked up next to this binary), and for `--vs` compiles bench/osu_like.c (embedded
@@ -74,22 +74,23 @@ SUITES
 presets for --conf:
 PRESETS";
 
-/// `--suite` experiments: name, what it reproduces, the options it stands for.
+/// `--suite` experiments: name, what it measures, the options it stands for.
 const SUITES: &[(&str, &str, &str)] = &[
     (
-        "seed003-lat",
-        "seed 003 Figures 3-4: latency and bandwidth, ob1 and dr over rc and ud, vs rxd",
+        "ud-reliability",
+        "guaranteed delivery over UD: latency and bandwidth, ob1 and dr over rc and ud, vs rxd",
         "latency,bw --min 8 --max 1m --iters 200 --runs 3 \
          --conf ob1+rc --conf dr+rc --conf ob1+ud --conf dr+ud --peers rxd",
     ),
     (
-        "seed003-conn",
-        "seed 003 Figures 5-6: allconn, init and memory per process vs process count",
+        "ud-scaling",
+        "UD against RC as jobs grow: allconn, init and memory per process vs process count",
         "allconn --procs 2,4,8,16 --mem --conf rc --conf rc+srq --conf ud --runs 3",
     ),
     (
         "wqe",
-        "issue 7 / seed 001: 8 B message rate with btl_rc_send_wqes 5, 10, 200, coalescing off/on",
+        "send-WQE budget and message coalescing: 8 B message rate with btl_rc_send_wqes 5, 10, \
+         200, coalescing off/on",
         "msgrate --min 8 --max 8 --iters 200 --runs 3 \
          --conf wqe5=ob1+rc,btl_rc_send_wqes=5,btl_rc_coalescing=0 \
          --conf wqe5+coal=ob1+rc,btl_rc_send_wqes=5,btl_rc_coalescing=1 \
@@ -102,17 +103,25 @@ const SUITES: &[(&str, &str, &str)] = &[
     ),
     (
         "rc-mem",
-        "issue 7 / seed 000: memory per process vs process count: per-peer queues, SRQ, SRQ + eager RDMA",
+        "shared receive queue and adaptive eager RDMA: memory per process vs process count: \
+         per-peer queues, SRQ, SRQ + eager RDMA",
         "allconn --procs 2,4,8,16 --mem --conf rc --conf rc+srq --conf rc+srq+erdma --runs 3 \
          --ratio rc+srq/rc --ratio rc+srq+erdma/rc+srq",
     ),
     (
         "rc-conn",
-        "issue 7 / seed 004: on-demand vs static connections, ring and all-to-all patterns",
+        "on-demand connection management: on-demand vs static connections, ring and all-to-all \
+         patterns",
         "allconn,ringconn --procs 2,4,8,16 --mem --runs 3 \
          --conf on_demand=rc,btl_rc_connect=on_demand --conf static=rc,btl_rc_connect=static \
          --ratio on_demand/static",
     ),
+];
+
+/// Earlier `--suite` names, still accepted: `bench/RESULTS.md` records runs under them.
+const SUITE_ALIASES: &[(&str, &str)] = &[
+    ("seed003-lat", "ud-reliability"),
+    ("seed003-conn", "ud-scaling"),
 ];
 
 fn usage() -> String {
@@ -137,12 +146,17 @@ fn expand_suites(args: &[String]) -> Result<Vec<String>, String> {
     while let Some(a) = it.next() {
         if a == "--suite" {
             let name = it.next().ok_or("--suite needs a name")?;
-            let (_, _, expansion) = SUITES.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
-                format!(
-                    "unknown suite '{name}': valid are {}",
-                    SUITES.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
-                )
-            })?;
+            let name: &str = SUITE_ALIASES
+                .iter()
+                .find(|(old, _)| old == name)
+                .map_or(name, |(_, new)| new);
+            let (_, _, expansion) =
+                SUITES.iter().find(|(n, _, _)| *n == name).ok_or_else(|| {
+                    format!(
+                        "unknown suite '{name}': valid are {}",
+                        SUITES.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+                    )
+                })?;
             // The suite's options first, so that the user's later ones override them; its
             // benchmark list is positional, so it must lead.
             let mut mine: Vec<String> = expansion.split_whitespace().map(str::to_owned).collect();
@@ -709,13 +723,26 @@ mod tests {
                 .unwrap_or_else(|e| panic!("suite {name}: {e}"));
             assert!(!o.benches.is_empty() && !o.confs.is_empty(), "{name}");
         }
-        let o = parse_opts(&args("--suite seed003-conn --runs 1 --procs 2")).unwrap();
+        let o = parse_opts(&args("--suite ud-scaling --runs 1 --procs 2")).unwrap();
         assert_eq!((o.runs, o.procs.clone()), (1, vec![2]));
         assert_eq!(o.benches, vec![Bench::Allconn]);
         assert!(parse_opts(&args("--suite nope"))
             .unwrap_err()
-            .contains("seed003-lat"));
+            .contains("ud-reliability"));
         assert!(usage().contains("rc+srq+erdma") && usage().contains("rc-conn"));
+    }
+
+    #[test]
+    fn earlier_suite_names_expand_like_the_current_ones() {
+        for (old, new) in SUITE_ALIASES {
+            assert_eq!(
+                expand_suites(&args(&format!("--suite {old} --runs 1"))),
+                expand_suites(&args(&format!("--suite {new} --runs 1"))),
+                "{old}"
+            );
+        }
+        // The help text names each suite by what it measures.
+        assert!(!usage().contains("seed"), "{}", usage());
     }
 
     #[test]

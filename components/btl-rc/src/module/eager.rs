@@ -31,7 +31,7 @@ pub(super) struct RingTx {
 }
 
 impl RcBtl {
-    /// Adaptive eager RDMA (seed 000): after `btl_rc_eager_rdma_threshold` messages from a
+    /// Adaptive eager RDMA: after `btl_rc_eager_rdma_threshold` messages from a
     /// peer, give it a ring of RDMA-writable slots that this process polls.
     pub(super) fn maybe_open_ring(&mut self, pi: usize, n: u64) {
         let cfg = &self.cfg;

@@ -185,7 +185,7 @@ impl RcBtl {
     }
 
     /// The SRQ fell below its low watermark: grow the pool and post the new buffers, then
-    /// re-arm (seed 000's SRQ limit event).
+    /// re-arm (the SRQ limit event).
     fn srq_refill(&mut self) {
         let Some((class, RecvQueues::Shared { low, grow, max, .. })) = self.cfg.recv.shared()
         else {
