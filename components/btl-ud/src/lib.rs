@@ -1,4 +1,5 @@
-//! btl-ud: the InfiniBand unreliable-datagram BTL (Open MPI's ofud, redone; seed 003).
+//! btl-ud: the InfiniBand unreliable-datagram BTL (Open MPI's ofud, redone after the UD design of
+//! Friedley, Hoefler, Leininger and Lumsdaine, \[Friedley07\] in the README's references).
 //!
 //! Connectionless: one UD receive QP and `btl_ud_send_qps` send QPs used round-robin, address
 //! handles built from the peers' business cards at `add_procs`, no handshake in the send path.
