@@ -24,7 +24,7 @@
 //! base      → params                              (Framework, ComponentMeta, Component)
 //! modex     → rank                                (ModexRead, ModexWrite)
 //! job       → rank
-//! params, progress, memory, buffer, rank: leaves
+//! params, progress, memory, buffer, rank, wire: leaves
 //! ```
 //!
 //! [`component`] re-exports what a component crate needs from below it ([`base::Component`],
@@ -56,6 +56,7 @@ pub mod rank;
 pub mod rcache;
 pub mod registry;
 pub mod rng;
+pub mod wire;
 
 pub use inventory;
 

@@ -359,7 +359,8 @@ fn access_bits(a: AccessFlags) -> u32 {
     v
 }
 
-/// Address blob: `"RA" | 2 (rdma) | qp type | gid 16 | lid u16 | qpn u32 | psn u32 | mtu u8`.
+/// Address blob: `"RA" | 2 (rdma) | qp type | gid 16 | lid u16 | qpn u32 | psn u32 | mtu u8`,
+/// little-endian through `rmca_framework::wire` (carried in versioned btl-ud/btl-rc cards).
 const ADDR_LEN: usize = 2 + 1 + 1 + 16 + 2 + 4 + 4 + 1;
 
 struct RdmaAddr {
@@ -374,28 +375,34 @@ struct RdmaAddr {
 impl RdmaAddr {
     fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(ADDR_LEN);
-        v.extend_from_slice(b"RA");
-        v.push(2);
-        v.push(self.qp_type);
-        v.extend_from_slice(&self.gid);
-        v.extend_from_slice(&self.lid.to_be_bytes());
-        v.extend_from_slice(&self.qpn.to_be_bytes());
-        v.extend_from_slice(&self.psn.to_be_bytes());
-        v.push(self.mtu);
+        rmca_framework::wire::Writer::new(&mut v)
+            .bytes(b"RA")
+            .u8(2)
+            .u8(self.qp_type)
+            .bytes(&self.gid)
+            .u16(self.lid)
+            .u32(self.qpn)
+            .u32(self.psn)
+            .u8(self.mtu);
         v
     }
     fn parse(b: &[u8]) -> Result<Self> {
+        let bad = || Error::BadAddress("not an rdma provider address");
         if b.len() != ADDR_LEN || &b[0..2] != b"RA" || b[2] != 2 {
-            return Err(Error::BadAddress("not an rdma provider address"));
+            return Err(bad());
         }
-        Ok(Self {
-            qp_type: b[3],
-            gid: b[4..20].try_into().expect("16 bytes"),
-            lid: u16::from_be_bytes([b[20], b[21]]),
-            qpn: u32::from_be_bytes(b[22..26].try_into().expect("4 bytes")),
-            psn: u32::from_be_bytes(b[26..30].try_into().expect("4 bytes")),
-            mtu: b[30],
-        })
+        let mut r = rmca_framework::wire::Reader::new(&b[3..]);
+        let mut field = || -> std::result::Result<Self, rmca_framework::wire::Truncated> {
+            Ok(Self {
+                qp_type: r.u8()?,
+                gid: r.array()?,
+                lid: r.u16()?,
+                qpn: r.u32()?,
+                psn: r.u32()?,
+                mtu: r.u8()?,
+            })
+        };
+        field().map_err(|_| bad())
     }
 }
 

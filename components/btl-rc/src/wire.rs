@@ -11,7 +11,10 @@
 //!   and [`REC_PATCHED_HDR`] "the previous record's header with a few bytes changed", the
 //!   `[hdr]` then being `n u8 | n x (offset u16 | byte u8)` (a PML's match header usually
 //!   differs from the previous one only in its sequence number).
+//!
+//! Integers are little-endian, read and written through [`rmca_framework::wire`].
 
+use rmca_framework::wire::{read_u16_at, read_u32_at, write_u16_at, write_u32_at, Reader, Writer};
 use thiserror::Error;
 
 /// Why bytes were not accepted.
@@ -34,14 +37,14 @@ pub enum WireError {
     Malformed(&'static str),
 }
 
-/// Format version of the card and CM datagrams.
-pub const VERSION: u8 = 1;
+/// Format version of the card and CM datagrams. 2: the verbs address blobs they carry became
+/// little-endian (a peer of version 1 is refused at the card, not misread).
+pub const VERSION: u8 = 2;
 
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+impl From<rmca_framework::wire::Truncated> for WireError {
+    fn from(_: rmca_framework::wire::Truncated) -> Self {
+        Self::Truncated
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -60,30 +63,30 @@ impl CardRepr {
     /// Serialise.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(6 + self.cm_addr.len());
-        v.extend_from_slice(b"RC");
-        v.push(VERSION);
-        v.push(self.provider);
-        v.extend_from_slice(&(self.cm_addr.len() as u16).to_le_bytes());
-        v.extend_from_slice(&self.cm_addr);
+        Writer::new(&mut v)
+            .bytes(b"RC")
+            .u8(VERSION)
+            .u8(self.provider)
+            .u16(self.cm_addr.len() as u16)
+            .bytes(&self.cm_addr);
         v
     }
 
     /// Parse, checking every length.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
-        if b.len() < 6 {
-            return Err(WireError::Truncated);
-        }
-        if &b[..2] != b"RC" {
+        let mut r = Reader::new(b);
+        if r.bytes(2)? != b"RC" {
             return Err(WireError::BadMagic);
         }
-        if b[2] != VERSION {
-            return Err(WireError::Version(b[2]));
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(WireError::Version(version));
         }
-        let len = usize::from(u16_at(b, 4));
-        let addr = b.get(6..6 + len).ok_or(WireError::Truncated)?;
+        let provider = r.u8()?;
+        let len = usize::from(r.u16()?);
         Ok(Self {
-            provider: b[3],
-            cm_addr: addr.to_vec(),
+            provider,
+            cm_addr: r.bytes(len)?.to_vec(),
         })
     }
 }
@@ -128,13 +131,10 @@ impl<T: AsRef<[u8]>> CmPacket<T> {
         if b[18] == 0 {
             return Err(WireError::Malformed("nqps"));
         }
-        let mut off = CM_HEADER_LEN;
+        let mut r = Reader::new(&b[CM_HEADER_LEN..]);
         for _ in 0..b[18] {
-            let len = usize::from(u16_at(b, off.min(b.len().saturating_sub(2))));
-            if off + 2 > b.len() || off + 2 + len > b.len() {
-                return Err(WireError::Truncated);
-            }
-            off += 2 + len;
+            let len = usize::from(r.u16()?);
+            r.skip(len)?;
         }
         Ok(Self { buf })
     }
@@ -148,30 +148,29 @@ impl<T: AsRef<[u8]>> CmPacket<T> {
     }
     /// Sender rank.
     pub fn src(&self) -> u32 {
-        u32_at(self.buf.as_ref(), 4)
+        read_u32_at(self.buf.as_ref(), 4)
     }
     /// Destination rank.
     pub fn dst(&self) -> u32 {
-        u32_at(self.buf.as_ref(), 8)
+        read_u32_at(self.buf.as_ref(), 8)
     }
     /// Job tag.
     pub fn job(&self) -> u32 {
-        u32_at(self.buf.as_ref(), 12)
+        read_u32_at(self.buf.as_ref(), 12)
     }
     /// Data credits the sender posted per QP (0 with an SRQ).
     pub fn credits(&self) -> u16 {
-        u16_at(self.buf.as_ref(), 16)
+        read_u16_at(self.buf.as_ref(), 16)
     }
     /// The RC QP addresses.
     pub fn addrs(&self) -> Vec<Vec<u8>> {
         let b = self.buf.as_ref();
-        let mut off = CM_HEADER_LEN;
+        let mut r = Reader::new(&b[CM_HEADER_LEN..]);
         (0..b[18])
             .map(|_| {
-                let len = usize::from(u16_at(b, off));
-                let a = b[off + 2..off + 2 + len].to_vec();
-                off += 2 + len;
-                a
+                // new_checked walked the same list: these reads are in bounds.
+                let len = usize::from(r.u16().expect("checked"));
+                r.bytes(len).expect("checked").to_vec()
             })
             .collect()
     }
@@ -209,18 +208,18 @@ impl CmRepr {
     /// Serialise.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(64);
-        v.extend_from_slice(b"RM");
-        v.push(VERSION);
-        v.push(self.cm_type as u8);
-        v.extend_from_slice(&self.src.to_le_bytes());
-        v.extend_from_slice(&self.dst.to_le_bytes());
-        v.extend_from_slice(&self.job.to_le_bytes());
-        v.extend_from_slice(&self.credits.to_le_bytes());
-        v.push(self.addrs.len() as u8);
-        v.push(0);
+        let mut w = Writer::new(&mut v);
+        w.bytes(b"RM")
+            .u8(VERSION)
+            .u8(self.cm_type as u8)
+            .u32(self.src)
+            .u32(self.dst)
+            .u32(self.job)
+            .u16(self.credits)
+            .u8(self.addrs.len() as u8)
+            .u8(0);
         for a in &self.addrs {
-            v.extend_from_slice(&(a.len() as u16).to_le_bytes());
-            v.extend_from_slice(a);
+            w.u16(a.len() as u16).bytes(a);
         }
         v
     }
@@ -345,23 +344,23 @@ impl<T: AsRef<[u8]>> FragPacket<T> {
     }
     /// Piggybacked credits.
     pub fn credits(&self) -> u16 {
-        u16_at(self.buf.as_ref(), 2)
+        read_u16_at(self.buf.as_ref(), 2)
     }
     /// Per-peer sequence number.
     pub fn seq(&self) -> u16 {
-        u16_at(self.buf.as_ref(), 4)
+        read_u16_at(self.buf.as_ref(), 4)
     }
     /// Kind-specific.
     pub fn aux(&self) -> u16 {
-        u16_at(self.buf.as_ref(), 6)
+        read_u16_at(self.buf.as_ref(), 6)
     }
     /// Kind-specific.
     pub fn a(&self) -> u32 {
-        u32_at(self.buf.as_ref(), 8)
+        read_u32_at(self.buf.as_ref(), 8)
     }
     /// Kind-specific.
     pub fn b(&self) -> u32 {
-        u32_at(self.buf.as_ref(), 12)
+        read_u32_at(self.buf.as_ref(), 12)
     }
     /// Stripe index and count.
     pub fn stripe(&self) -> (u8, u8) {
@@ -423,11 +422,11 @@ impl FragRepr {
     pub fn emit(&self, out: &mut [u8]) {
         out[0] = self.kind as u8;
         out[1] = self.tag;
-        out[2..4].copy_from_slice(&self.credits.to_le_bytes());
-        out[4..6].copy_from_slice(&self.seq.to_le_bytes());
-        out[6..8].copy_from_slice(&self.aux.to_le_bytes());
-        out[8..12].copy_from_slice(&self.a.to_le_bytes());
-        out[12..16].copy_from_slice(&self.b.to_le_bytes());
+        write_u16_at(out, 2, self.credits);
+        write_u16_at(out, 4, self.seq);
+        write_u16_at(out, 6, self.aux);
+        write_u32_at(out, 8, self.a);
+        write_u32_at(out, 12, self.b);
     }
     /// Parse a checked packet.
     pub fn parse<T: AsRef<[u8]>>(p: &FragPacket<T>) -> Self {
@@ -459,13 +458,11 @@ pub fn parse_records(body: &[u8], count: u16) -> Result<Vec<Record<'_>>, WireErr
     let mut out: Vec<Record<'_>> = Vec::with_capacity(usize::from(count));
     let mut off = 0usize;
     for _ in 0..count {
-        let h = body
-            .get(off..off + REC_HEADER_LEN)
-            .ok_or(WireError::Truncated)?;
-        let flags = h[0];
-        let tag = h[1];
-        let hdr_len = usize::from(u16_at(h, 2));
-        let pay_len = u32_at(h, 4) as usize;
+        let mut h = Reader::new(&body[off..]);
+        let flags = h.u8()?;
+        let tag = h.u8()?;
+        let hdr_len = usize::from(h.u16()?);
+        let pay_len = h.u32()? as usize;
         off += REC_HEADER_LEN;
         let header = if flags & (REC_CACHED_HDR | REC_PATCHED_HDR) != 0 {
             let prev = out
@@ -482,7 +479,7 @@ pub fn parse_records(body: &[u8], count: u16) -> Result<Vec<Record<'_>>, WireErr
                 off += 1 + 3 * n;
                 let mut h = prev.header.to_vec();
                 for p in list.chunks_exact(3) {
-                    let at = usize::from(u16_at(p, 0));
+                    let at = usize::from(read_u16_at(p, 0));
                     *h.get_mut(at)
                         .ok_or(WireError::Malformed("header patch out of range"))? = p[2];
                 }
@@ -525,21 +522,21 @@ pub fn emit_record(
         Some([]) => REC_CACHED_HDR,
         Some(_) => REC_PATCHED_HDR,
     });
-    out.push(tag);
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut w = Writer::new(out);
+    w.u8(tag).u16(header.len() as u16).u32(payload.len() as u32);
     match delta {
-        None => out.extend_from_slice(header),
+        None => {
+            w.bytes(header);
+        }
         Some([]) => {}
         Some(patches) => {
-            out.push(patches.len() as u8);
+            w.u8(patches.len() as u8);
             for (at, b) in patches {
-                out.extend_from_slice(&at.to_le_bytes());
-                out.push(*b);
+                w.u16(*at).u8(*b);
             }
         }
     }
-    out.extend_from_slice(payload);
+    w.bytes(payload);
 }
 
 #[cfg(test)]

@@ -297,7 +297,11 @@ impl Btl for BtlSelf {
         let handle = self.regions.insert(buf, access);
         Ok(Registration {
             handle,
-            remote_key: handle.to_le_bytes().to_vec(),
+            remote_key: {
+                let mut key = Vec::with_capacity(8);
+                rmca_framework::wire::Writer::new(&mut key).u64(handle);
+                key
+            },
         })
     }
 

@@ -36,18 +36,19 @@ impl Regions {
     /// The registered buffer `remote` lies in, sliced to exactly `remote`, if its key names a
     /// live registration that covers it with the wanted right.
     fn resolve(&self, remote: &RemoteSegment, write: bool) -> Result<UserBuf, SendError> {
-        let key: [u8; 8] = remote
-            .remote_key
-            .as_slice()
-            .try_into()
-            .map_err(|_| SendError::Unsupported("malformed remote key"))?;
-        let (buf, access) = self
-            .slots
-            .get(u64::from_le_bytes(key) as usize)
-            .and_then(|s| *s)
-            .ok_or(SendError::Unsupported(
-                "remote key names no live registration",
-            ))?;
+        let malformed = SendError::Unsupported("malformed remote key (expected 8 bytes)");
+        let mut r = rmca_framework::wire::Reader::new(&remote.remote_key);
+        let key = r.u64().map_err(|_| malformed.clone())?;
+        if r.remaining() != 0 {
+            return Err(malformed);
+        }
+        let (buf, access) =
+            self.slots
+                .get(key as usize)
+                .and_then(|s| *s)
+                .ok_or(SendError::Unsupported(
+                    "remote key names no live registration",
+                ))?;
         if (write && !access.remote_write) || (!write && !access.remote_read) {
             return Err(SendError::Unsupported(
                 "registration lacks the access right",

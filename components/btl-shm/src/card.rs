@@ -7,8 +7,11 @@
 //!  40         48
 //!  | seg_len  | name (name_len bytes, UTF-8) |
 //! ```
-//! All integers little-endian.
+//! All integers little-endian, through [`rmca_framework::wire`].
 
+use rmca_framework::wire::{
+    read_u16_at, read_u32_at, read_u64_at, write_u16_at, write_u32_at, write_u64_at,
+};
 use thiserror::Error;
 
 /// `"RSHM"`.
@@ -20,19 +23,19 @@ pub const FLAG_CMA: u8 = 1;
 /// Longest segment name accepted.
 pub const MAX_NAME: usize = 200;
 
+/// Field offsets (widths in the module doc).
 mod field {
-    use std::ops::Range;
-    pub const MAGIC: Range<usize> = 0..4;
+    pub const MAGIC: std::ops::Range<usize> = 0..4;
     pub const VERSION: usize = 4;
     pub const FLAGS: usize = 5;
-    pub const NAME_LEN: Range<usize> = 6..8;
-    pub const PID: Range<usize> = 8..12;
-    pub const RANK: Range<usize> = 12..16;
-    pub const NRINGS: Range<usize> = 16..20;
-    pub const RING_LINES: Range<usize> = 20..24;
-    pub const PROBE_ADDR: Range<usize> = 24..32;
-    pub const PROBE_VALUE: Range<usize> = 32..40;
-    pub const SEG_LEN: Range<usize> = 40..48;
+    pub const NAME_LEN: usize = 6;
+    pub const PID: usize = 8;
+    pub const RANK: usize = 12;
+    pub const NRINGS: usize = 16;
+    pub const RING_LINES: usize = 20;
+    pub const PROBE_ADDR: usize = 24;
+    pub const PROBE_VALUE: usize = 32;
+    pub const SEG_LEN: usize = 40;
     pub const NAME: usize = 48;
 }
 
@@ -65,16 +68,6 @@ pub enum CardError {
 #[derive(Debug, Clone)]
 pub struct Card<T: AsRef<[u8]>> {
     buffer: T,
-}
-
-fn u16_at(b: &[u8], r: std::ops::Range<usize>) -> u16 {
-    u16::from_le_bytes(b[r].try_into().expect("range of 2"))
-}
-fn u32_at(b: &[u8], r: std::ops::Range<usize>) -> u32 {
-    u32::from_le_bytes(b[r].try_into().expect("range of 4"))
-}
-fn u64_at(b: &[u8], r: std::ops::Range<usize>) -> u64 {
-    u64::from_le_bytes(b[r].try_into().expect("range of 8"))
 }
 
 impl<T: AsRef<[u8]>> Card<T> {
@@ -121,35 +114,35 @@ impl<T: AsRef<[u8]>> Card<T> {
     }
     /// Length of the name.
     pub fn name_len(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::NAME_LEN)
+        read_u16_at(self.buffer.as_ref(), field::NAME_LEN)
     }
     /// Owner's process id.
     pub fn pid(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::PID)
+        read_u32_at(self.buffer.as_ref(), field::PID)
     }
     /// Owner's rank.
     pub fn rank(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::RANK)
+        read_u32_at(self.buffer.as_ref(), field::RANK)
     }
     /// Rings in the owner's segment.
     pub fn nrings(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::NRINGS)
+        read_u32_at(self.buffer.as_ref(), field::NRINGS)
     }
     /// Lines per ring.
     pub fn ring_lines(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::RING_LINES)
+        read_u32_at(self.buffer.as_ref(), field::RING_LINES)
     }
     /// Address of the CMA probe word in the owner.
     pub fn probe_addr(&self) -> u64 {
-        u64_at(self.buffer.as_ref(), field::PROBE_ADDR)
+        read_u64_at(self.buffer.as_ref(), field::PROBE_ADDR)
     }
     /// Value of the CMA probe word.
     pub fn probe_value(&self) -> u64 {
-        u64_at(self.buffer.as_ref(), field::PROBE_VALUE)
+        read_u64_at(self.buffer.as_ref(), field::PROBE_VALUE)
     }
     /// Segment length in bytes.
     pub fn seg_len(&self) -> u64 {
-        u64_at(self.buffer.as_ref(), field::SEG_LEN)
+        read_u64_at(self.buffer.as_ref(), field::SEG_LEN)
     }
     /// Raw name bytes.
     pub fn name(&self) -> &[u8] {
@@ -225,14 +218,14 @@ impl CardRepr {
         b[field::MAGIC].copy_from_slice(&MAGIC);
         b[field::VERSION] = VERSION;
         b[field::FLAGS] = if self.cma { FLAG_CMA } else { 0 };
-        b[field::NAME_LEN].copy_from_slice(&(self.name.len() as u16).to_le_bytes());
-        b[field::PID].copy_from_slice(&self.pid.to_le_bytes());
-        b[field::RANK].copy_from_slice(&self.rank.to_le_bytes());
-        b[field::NRINGS].copy_from_slice(&self.nrings.to_le_bytes());
-        b[field::RING_LINES].copy_from_slice(&self.ring_lines.to_le_bytes());
-        b[field::PROBE_ADDR].copy_from_slice(&self.probe_addr.to_le_bytes());
-        b[field::PROBE_VALUE].copy_from_slice(&self.probe_value.to_le_bytes());
-        b[field::SEG_LEN].copy_from_slice(&self.seg_len.to_le_bytes());
+        write_u16_at(&mut b, field::NAME_LEN, self.name.len() as u16);
+        write_u32_at(&mut b, field::PID, self.pid);
+        write_u32_at(&mut b, field::RANK, self.rank);
+        write_u32_at(&mut b, field::NRINGS, self.nrings);
+        write_u32_at(&mut b, field::RING_LINES, self.ring_lines);
+        write_u64_at(&mut b, field::PROBE_ADDR, self.probe_addr);
+        write_u64_at(&mut b, field::PROBE_VALUE, self.probe_value);
+        write_u64_at(&mut b, field::SEG_LEN, self.seg_len);
         b[field::NAME..].copy_from_slice(self.name.as_bytes());
         b
     }

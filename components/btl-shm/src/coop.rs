@@ -239,21 +239,21 @@ impl Help {
     /// Encode.
     pub fn emit(&self) -> [u8; HELP_LEN] {
         let mut b = [0u8; HELP_LEN];
-        b[..2].copy_from_slice(&self.slot.to_le_bytes());
-        b[4..].copy_from_slice(&self.gen.to_le_bytes());
+        rmca_framework::wire::write_u16_at(&mut b, 0, self.slot);
+        rmca_framework::wire::write_u32_at(&mut b, 4, self.gen);
         b
     }
 
     /// Decode and check a message from the ring (any bytes: a peer may be corrupt).
     pub fn parse(b: &[u8]) -> Result<Self, HelpError> {
         let b: &[u8; HELP_LEN] = b.try_into().map_err(|_| HelpError::Length(b.len()))?;
-        let slot = u16::from_le_bytes([b[0], b[1]]);
+        let slot = rmca_framework::wire::read_u16_at(b, 0);
         if usize::from(slot) >= SLOTS {
             return Err(HelpError::Slot(slot));
         }
         Ok(Self {
             slot,
-            gen: u32::from_le_bytes([b[4], b[5], b[6], b[7]]) & GEN_MASK,
+            gen: rmca_framework::wire::read_u32_at(b, 4) & GEN_MASK,
         })
     }
 }

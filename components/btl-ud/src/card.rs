@@ -4,28 +4,30 @@
 //! "UC" | version u8 | provider u8 | mtu u32 | qkey u32 | n_send u8 | 0 u8 | addr_len u16
 //!      | receive QP address blob (addr_len) | n_send x send QP number u32
 //! ```
-//! (big endian). The receive QP's address blob builds the address handle; the send QP numbers
+//! (little-endian, through [`rmca_framework::wire`]). The receive QP's address blob builds the address handle; the send QP numbers
 //! let the receiver check that a datagram claiming to come from rank r left one of r's QPs.
 
+use rmca_framework::wire::{read_u16_at, read_u32_at, Writer};
 use thiserror::Error;
 
 const MAGIC: [u8; 2] = *b"UC";
-/// Card format version.
-pub const CARD_VERSION: u8 = 1;
+/// Card format version. 2: integers little-endian (version 1 was big-endian), so a job
+/// mixing the two builds refuses the card instead of misreading it.
+pub const CARD_VERSION: u8 = 2;
 const FIXED_LEN: usize = 16;
 /// Largest number of send QPs a card can list.
 pub const MAX_SEND_QPS: usize = 255;
 
+/// Field offsets (widths in the module doc).
 mod field {
-    use std::ops::Range;
-    pub const MAGIC: Range<usize> = 0..2;
+    pub const MAGIC: std::ops::Range<usize> = 0..2;
     pub const VERSION: usize = 2;
     pub const PROVIDER: usize = 3;
-    pub const MTU: Range<usize> = 4..8;
-    pub const QKEY: Range<usize> = 8..12;
+    pub const MTU: usize = 4;
+    pub const QKEY: usize = 8;
     pub const N_SEND: usize = 12;
     pub const RESERVED: usize = 13;
-    pub const ADDR_LEN: Range<usize> = 14..16;
+    pub const ADDR_LEN: usize = 14;
 }
 
 /// Why a card was rejected.
@@ -87,30 +89,24 @@ impl<T: AsRef<[u8]>> CardPacket<T> {
         Ok(p)
     }
 
-    fn be32(&self, r: std::ops::Range<usize>) -> u32 {
-        let b = &self.buf.as_ref()[r];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-    }
-
     /// Provider code ([`provider_code`]).
     pub fn provider(&self) -> u8 {
         self.buf.as_ref()[field::PROVIDER]
     }
     /// The publisher's UD MTU (largest datagram its receive buffers hold, after the GRH).
     pub fn mtu(&self) -> u32 {
-        self.be32(field::MTU)
+        read_u32_at(self.buf.as_ref(), field::MTU)
     }
     /// The Q_Key of the receive QP.
     pub fn qkey(&self) -> u32 {
-        self.be32(field::QKEY)
+        read_u32_at(self.buf.as_ref(), field::QKEY)
     }
     /// Number of send QPs listed.
     pub fn n_send(&self) -> usize {
         usize::from(self.buf.as_ref()[field::N_SEND])
     }
     fn addr_len(&self) -> usize {
-        let b = &self.buf.as_ref()[field::ADDR_LEN];
-        usize::from(u16::from_be_bytes([b[0], b[1]]))
+        usize::from(read_u16_at(self.buf.as_ref(), field::ADDR_LEN))
     }
     /// The receive QP's address blob.
     pub fn addr(&self) -> &[u8] {
@@ -119,7 +115,7 @@ impl<T: AsRef<[u8]>> CardPacket<T> {
     /// The `i`th send QP number.
     pub fn send_qpn(&self, i: usize) -> u32 {
         let at = FIXED_LEN + self.addr_len() + 4 * i;
-        self.be32(at..at + 4)
+        read_u32_at(self.buf.as_ref(), at)
     }
 }
 
@@ -160,17 +156,18 @@ impl CardRepr {
     pub fn to_bytes(&self) -> Vec<u8> {
         assert!(self.send_qpns.len() <= MAX_SEND_QPS && self.addr.len() <= usize::from(u16::MAX));
         let mut v = Vec::with_capacity(FIXED_LEN + self.addr.len() + 4 * self.send_qpns.len());
-        v.extend_from_slice(&MAGIC);
-        v.push(CARD_VERSION);
-        v.push(self.provider);
-        v.extend_from_slice(&self.mtu.to_be_bytes());
-        v.extend_from_slice(&self.qkey.to_be_bytes());
-        v.push(self.send_qpns.len() as u8);
-        v.push(0);
-        v.extend_from_slice(&(self.addr.len() as u16).to_be_bytes());
-        v.extend_from_slice(&self.addr);
+        let mut w = Writer::new(&mut v);
+        w.bytes(&MAGIC)
+            .u8(CARD_VERSION)
+            .u8(self.provider)
+            .u32(self.mtu)
+            .u32(self.qkey)
+            .u8(self.send_qpns.len() as u8)
+            .u8(0)
+            .u16(self.addr.len() as u16)
+            .bytes(&self.addr);
         for q in &self.send_qpns {
-            v.extend_from_slice(&q.to_be_bytes());
+            w.u32(*q);
         }
         v
     }
@@ -206,6 +203,48 @@ mod tests {
         let mut foreign = b;
         foreign[0] = b'X';
         assert_eq!(CardRepr::from_bytes(&foreign), Err(CardError::Foreign));
+    }
+
+    #[test]
+    fn layout_is_little_endian_and_version_1_is_refused() {
+        let c = CardRepr {
+            provider: 1,
+            mtu: 0x0102_0304,
+            qkey: 0x0506_0708,
+            addr: vec![0xaa],
+            send_qpns: vec![0x090a_0b0c],
+        };
+        let b = c.to_bytes();
+        assert_eq!(
+            b,
+            [
+                b'U',
+                b'C',
+                CARD_VERSION,
+                1,
+                4,
+                3,
+                2,
+                1,
+                8,
+                7,
+                6,
+                5,
+                1,
+                0,
+                1,
+                0,
+                0xaa,
+                0x0c,
+                0x0b,
+                0x0a,
+                0x09
+            ]
+        );
+        // A card of the big-endian build (version 1) is refused, not misread.
+        let mut old = b;
+        old[field::VERSION] = 1;
+        assert_eq!(CardRepr::from_bytes(&old), Err(CardError::Foreign));
     }
 
     proptest! {

@@ -3,7 +3,7 @@
 //! ```text
 //!  0        1        2        3
 //! +--------+--------+--------+--------+
-//! |  tag   |ver|rsvd|   job tag (BE)  |
+//! |  tag   |ver|rsvd|   job tag (LE)  |
 //! +--------+--------+--------+--------+
 //! ```
 //! The issue fixes the header at 4 bytes (tag + padding). The padding carries a version nibble
@@ -12,17 +12,19 @@
 //! The sender's rank travels in the work request's immediate data (free on InfiniBand: it is
 //! part of the transport header, not of the payload).
 
+use rmca_framework::wire::{read_u16_at, write_u16_at};
 use thiserror::Error;
 
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 4;
-/// Wire version (the high nibble of byte 1).
-pub const VERSION: u8 = 1;
+/// Wire version (the high nibble of byte 1). 2: the job tag is little-endian, through
+/// [`rmca_framework::wire`] (version 1 sent it big-endian).
+pub const VERSION: u8 = 2;
 
 mod field {
     pub const TAG: usize = 0;
     pub const VER: usize = 1;
-    pub const JOB: std::ops::Range<usize> = 2..4;
+    pub const JOB: usize = 2;
 }
 
 /// Why a header was rejected.
@@ -81,8 +83,7 @@ impl<T: AsRef<[u8]>> FragPacket<T> {
 
     /// 16-bit job tag.
     pub fn job_tag(&self) -> u16 {
-        let b = &self.buf.as_ref()[field::JOB];
-        u16::from_be_bytes([b[0], b[1]])
+        read_u16_at(self.buf.as_ref(), field::JOB)
     }
 
     /// Bytes after the header.
@@ -102,7 +103,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> FragPacket<T> {
     }
     /// Set the job tag.
     pub fn set_job_tag(&mut self, job: u16) {
-        self.buf.as_mut()[field::JOB].copy_from_slice(&job.to_be_bytes());
+        write_u16_at(self.buf.as_mut(), field::JOB, job);
     }
 }
 
@@ -164,7 +165,7 @@ mod tests {
             job_tag: 0xbeef,
         }
         .emit(&mut b);
-        assert_eq!(b[..4], [0x21, 0x10, 0xbe, 0xef]);
+        assert_eq!(b[..4], [0x21, VERSION << 4, 0xef, 0xbe]);
         let p = FragPacket::new_checked(&b[..]).unwrap();
         assert_eq!(
             FragRepr::parse(&p).unwrap(),
@@ -179,15 +180,20 @@ mod tests {
     #[test]
     fn rejects_short_and_foreign() {
         assert_eq!(
-            FragPacket::new_checked(&[1u8, 0x10, 0][..]).unwrap_err(),
+            FragPacket::new_checked(&[1u8, 0x20, 0][..]).unwrap_err(),
             HeaderError::Truncated(3)
         );
+        // Version 1 (the big-endian build) and unknown versions are refused.
         assert_eq!(
-            FragPacket::new_checked(&[1u8, 0x20, 0, 0][..]).unwrap_err(),
-            HeaderError::Version(2)
+            FragPacket::new_checked(&[1u8, 0x10, 0, 0][..]).unwrap_err(),
+            HeaderError::Version(1)
         );
         assert_eq!(
-            FragPacket::new_checked(&[1u8, 0x11, 0, 0][..]).unwrap_err(),
+            FragPacket::new_checked(&[1u8, 0x30, 0, 0][..]).unwrap_err(),
+            HeaderError::Version(3)
+        );
+        assert_eq!(
+            FragPacket::new_checked(&[1u8, 0x21, 0, 0][..]).unwrap_err(),
             HeaderError::Reserved
         );
     }

@@ -265,7 +265,7 @@ impl RawPeer {
 
 fn header(tag: u8, job: u16, version: u8) -> Vec<u8> {
     let mut h = vec![tag, version << 4];
-    h.extend_from_slice(&job.to_be_bytes());
+    h.extend_from_slice(&job.to_le_bytes());
     h
 }
 
@@ -292,10 +292,10 @@ fn foreign_truncated_wrong_job_and_unknown_source_datagrams_are_dropped_and_coun
     let mut v = header(0x40, job_tag, 7); // another version
     v.extend_from_slice(b"payload");
     raw.send(&card1, &v, Some(0));
-    let mut w = header(0x40, job_tag ^ 0x5a5a, 1); // another job
+    let mut w = header(0x40, job_tag ^ 0x5a5a, rmca_btl_ud::header::VERSION); // another job
     w.extend_from_slice(b"payload");
     raw.send(&card1, &w, Some(0));
-    let mut u = header(0x40, job_tag, 1); // valid header, but a rank that is not in the job...
+    let mut u = header(0x40, job_tag, rmca_btl_ud::header::VERSION); // valid header, but a rank that is not in the job...
     u.extend_from_slice(b"payload");
     raw.send(&card1, &u, Some(77));
     raw.send(&card1, &u, None); // ...or no rank at all

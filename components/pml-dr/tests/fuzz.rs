@@ -49,24 +49,24 @@ fn crc_with_hole(b: &[u8], at: usize) -> u32 {
 /// Recomputes the checksums of `pkt` if it starts like a DR packet: the header CRC always,
 /// the payload CRC when the packet claims one and carries its payload.
 fn reseal(pkt: &mut [u8]) {
-    if pkt.len() < 4 || pkt[..2] != MAGIC.to_be_bytes() || pkt[2] != VERSION {
+    if pkt.len() < 4 || pkt[..2] != MAGIC.to_le_bytes() || pkt[2] != VERSION {
         return;
     }
     if (1..=3).contains(&pkt[3]) && pkt.len() >= DATA_HEADER_LEN {
-        let len = u32::from_be_bytes(pkt[16..20].try_into().unwrap()) as usize;
+        let len = u32::from_le_bytes(pkt[16..20].try_into().unwrap()) as usize;
         if pkt[4] & FLAG_PAYLOAD_CSUM != 0 && pkt.len() - DATA_HEADER_LEN >= len {
             let c = crc32c::crc32c(&pkt[DATA_HEADER_LEN..DATA_HEADER_LEN + len]);
-            pkt[12..16].copy_from_slice(&c.to_be_bytes());
+            pkt[12..16].copy_from_slice(&c.to_le_bytes());
         }
         let c = crc_with_hole(&pkt[..DATA_HEADER_LEN], 8);
-        pkt[8..12].copy_from_slice(&c.to_be_bytes());
+        pkt[8..12].copy_from_slice(&c.to_le_bytes());
     } else if pkt.len() >= ACK_LEN {
         let c = crc_with_hole(&pkt[..ACK_LEN], 8);
-        pkt[8..12].copy_from_slice(&c.to_be_bytes());
+        pkt[8..12].copy_from_slice(&c.to_le_bytes());
     }
 }
 
-/// (offset, width) of every field of a DATA header that a peer chooses (big-endian).
+/// (offset, width) of every field of a DATA header that a peer chooses (little-endian).
 const DATA_FIELDS: &[(usize, usize)] = &[
     (3, 1),  // type
     (4, 1),  // flags
@@ -102,12 +102,15 @@ fn fields_of(pkt: &[u8]) -> &'static [(usize, usize)] {
     }
 }
 
-fn read_be(b: &[u8], at: usize, w: usize) -> u64 {
-    b[at..at + w].iter().fold(0, |v, &x| v << 8 | u64::from(x))
+fn read_le(b: &[u8], at: usize, w: usize) -> u64 {
+    b[at..at + w]
+        .iter()
+        .rev()
+        .fold(0, |v, &x| v << 8 | u64::from(x))
 }
 
-fn write_be(b: &mut [u8], at: usize, w: usize, v: u64) {
-    b[at..at + w].copy_from_slice(&v.to_be_bytes()[8 - w..]);
+fn write_le(b: &mut [u8], at: usize, w: usize, v: u64) {
+    b[at..at + w].copy_from_slice(&v.to_le_bytes()[..w]);
 }
 
 /// Sets one field of `pkt` to a boundary value, a small step from its value, or the same
@@ -118,16 +121,16 @@ fn mutate_field(rng: &mut Rng, pkt: &mut [u8], donor: &[u8]) {
         return;
     }
     let &(at, w) = rng.pick(fields);
-    let old = read_be(pkt, at, w);
+    let old = read_le(pkt, at, w);
     let step = 1 + rng.below(8) as u64;
     let v = match rng.below(5) {
         0 | 1 => rng.interesting_u64(),
         2 => old.wrapping_add(step),
         3 => old.wrapping_sub(step),
-        _ if donor.len() >= at + w => read_be(donor, at, w),
+        _ if donor.len() >= at + w => read_le(donor, at, w),
         _ => rng.next_u64(),
     };
-    write_be(pkt, at, w, v);
+    write_le(pkt, at, w, v);
 }
 
 /// The structure-aware mutation of a single packet: change 1 to 3 fields, then reseal.

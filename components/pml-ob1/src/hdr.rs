@@ -2,8 +2,9 @@
 //!
 //! smoltcp style: [`Packet`] is a zero-copy view over received bytes whose
 //! [`Packet::new_checked`] validates lengths once, so the accessors cannot go out of bounds;
-//! [`Repr`] is the parsed, owned form, and [`Repr::emit`] writes it back. All integers are
-//! little-endian. Every header starts with `type: u8, flags: u8, reserved: u16`.
+//! [`Repr`] is the parsed, owned form, and [`Repr::emit`] writes it back. Integers go through
+//! [`rmca_framework::wire`] (little-endian, as all of rmca's wire formats); the hot path reads
+//! them at fixed offsets. Every header starts with `type: u8, flags: u8, reserved: u16`.
 //!
 //! ```text
 //! MATCH  type flags rsv | ctx u32 | tag i32 | seq u32                               (16 B) + data
@@ -19,6 +20,9 @@
 //! keeps an 8-byte eager message at 24 bytes, one 32-byte slot of btl-shm's ring with its
 //! 8-byte control word.
 
+use rmca_framework::wire::{
+    read_u16_at, read_u32_at, read_u64_at, write_u16_at, write_u32_at, write_u64_at, Reader,
+};
 use thiserror::Error;
 
 /// Header type codes.
@@ -74,27 +78,31 @@ pub enum HdrError {
     Malformed(&'static str),
 }
 
+/// Field offsets (widths in the module doc).
 mod field {
-    use std::ops::Range;
     pub const TYPE: usize = 0;
     pub const FLAGS: usize = 1;
-    pub const CTX: Range<usize> = 4..8;
-    pub const TAG: Range<usize> = 8..12;
-    pub const SEQ: Range<usize> = 12..16;
-    pub const MSG_LEN: Range<usize> = 16..24;
-    pub const RNDV_SRC_REQ: Range<usize> = 24..32;
-    pub const ADDR: Range<usize> = 32..40;
+    pub const RESERVED: usize = 2;
+    pub const CTX: usize = 4;
+    pub const TAG: usize = 8;
+    pub const SEQ: usize = 12;
+    pub const MSG_LEN: usize = 16;
+    pub const RNDV_SRC_REQ: usize = 24;
+    pub const ADDR: usize = 32;
     pub const NKEYS: usize = 40;
-    pub const REQ_A: Range<usize> = 4..12;
-    pub const REQ_B: Range<usize> = 12..20;
-    pub const WANTED: Range<usize> = 20..28;
+    pub const REQ_A: usize = 4;
+    pub const REQ_B: usize = 12;
+    pub const WANTED: usize = 20;
 }
 
-fn u32_at(b: &[u8], r: std::ops::Range<usize>) -> u32 {
-    u32::from_le_bytes(b[r].try_into().expect("4-byte field"))
-}
-fn u64_at(b: &[u8], r: std::ops::Range<usize>) -> u64 {
-    u64::from_le_bytes(b[r].try_into().expect("8-byte field"))
+/// The envelope of a buffer at least [`MATCH_LEN`] long.
+#[inline]
+fn envelope_at(b: &[u8]) -> MatchRepr {
+    MatchRepr {
+        ctx: read_u32_at(b, field::CTX),
+        tag: read_u32_at(b, field::TAG) as i32,
+        seq: read_u32_at(b, field::SEQ),
+    }
 }
 
 /// A MATCH header for `m` (the eager hot path: no [`Repr`] round trip).
@@ -105,8 +113,8 @@ pub fn emit_match(m: &MatchRepr) -> [u8; MATCH_LEN] {
     let lo = u64::from(kind::MATCH) | u64::from(m.ctx) << 32;
     let hi = u64::from(m.tag as u32) | u64::from(m.seq) << 32;
     let mut b = [0u8; MATCH_LEN];
-    b[..8].copy_from_slice(&lo.to_le_bytes());
-    b[8..].copy_from_slice(&hi.to_le_bytes());
+    write_u64_at(&mut b, 0, lo);
+    write_u64_at(&mut b, 8, hi);
     b
 }
 
@@ -117,12 +125,7 @@ pub fn parse_match(data: &[u8]) -> Option<(MatchRepr, &[u8])> {
     if data.len() < MATCH_LEN || data[field::TYPE] != kind::MATCH {
         return None;
     }
-    let m = MatchRepr {
-        ctx: u32_at(data, field::CTX),
-        tag: u32_at(data, field::TAG) as i32,
-        seq: u32_at(data, field::SEQ),
-    };
-    Some((m, &data[MATCH_LEN..]))
+    Some((envelope_at(data), &data[MATCH_LEN..]))
 }
 
 /// A zero-copy view of a received ob1 fragment.
@@ -157,7 +160,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 let kl = b
                     .get(header_len..header_len + 2)
                     .ok_or(HdrError::Truncated)?;
-                header_len += 2 + usize::from(u16::from_le_bytes([kl[0], kl[1]]));
+                header_len += 2 + usize::from(read_u16_at(kl, 0));
                 if header_len > b.len() {
                     return Err(HdrError::Truncated);
                 }
@@ -167,7 +170,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             }
         }
         if matches!(ty, kind::RNDV | kind::RGET) {
-            let msg_len = u64_at(b, field::MSG_LEN);
+            let msg_len = read_u64_at(b, field::MSG_LEN);
             if ((b.len() - header_len) as u64) > msg_len {
                 return Err(HdrError::Malformed(
                     "rendezvous carries more bytes than the message length",
@@ -274,54 +277,49 @@ impl Repr {
     /// Parse a checked packet.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, HdrError> {
         let b = p.buffer.as_ref();
-        let envelope = || MatchRepr {
-            ctx: u32_at(b, field::CTX),
-            tag: u32_at(b, field::TAG) as i32,
-            seq: u32_at(b, field::SEQ),
-        };
         let rndv = || RndvRepr {
-            hdr: envelope(),
-            msg_len: u64_at(b, field::MSG_LEN),
-            src_req: u64_at(b, field::RNDV_SRC_REQ),
+            hdr: envelope_at(b),
+            msg_len: read_u64_at(b, field::MSG_LEN),
+            src_req: read_u64_at(b, field::RNDV_SRC_REQ),
             sync: p.flags() & flags::SYNC != 0,
         };
         Ok(match p.kind() {
-            kind::MATCH => Repr::Match(envelope()),
+            kind::MATCH => Repr::Match(envelope_at(b)),
             kind::RNDV => Repr::Rndv(rndv()),
             kind::RGET => {
                 let n = b[field::NKEYS];
-                let mut at = RGET_FIXED_LEN;
+                let mut r = Reader::new(&b[RGET_FIXED_LEN..p.header_len]);
                 let mut keys = Vec::with_capacity(usize::from(n));
                 for _ in 0..n {
-                    // Bounds were checked by new_checked.
-                    let nl = usize::from(b[at]);
-                    let name = std::str::from_utf8(&b[at + 1..at + 1 + nl])
-                        .map_err(|_| HdrError::Malformed("RGET key names a non-UTF-8 BTL"))?;
-                    at += 1 + nl;
-                    let kl = usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
+                    // new_checked walked the same list, so a short read cannot happen here.
+                    let nl = usize::from(r.u8().map_err(|_| HdrError::Truncated)?);
+                    let name =
+                        std::str::from_utf8(r.bytes(nl).map_err(|_| HdrError::Truncated)?)
+                            .map_err(|_| HdrError::Malformed("RGET key names a non-UTF-8 BTL"))?;
+                    let kl = usize::from(r.u16().map_err(|_| HdrError::Truncated)?);
+                    let key = r.bytes(kl).map_err(|_| HdrError::Truncated)?;
                     keys.push(RgetKey {
                         btl: name.to_owned(),
-                        key: b[at + 2..at + 2 + kl].to_vec(),
+                        key: key.to_vec(),
                     });
-                    at += 2 + kl;
                 }
                 Repr::Rget {
                     rndv: rndv(),
-                    addr: u64_at(b, field::ADDR),
+                    addr: read_u64_at(b, field::ADDR),
                     keys,
                 }
             }
             kind::ACK => Repr::Ack {
-                src_req: u64_at(b, field::REQ_A),
-                dst_req: u64_at(b, field::REQ_B),
-                wanted: u64_at(b, field::WANTED),
+                src_req: read_u64_at(b, field::REQ_A),
+                dst_req: read_u64_at(b, field::REQ_B),
+                wanted: read_u64_at(b, field::WANTED),
             },
             kind::FRAG => Repr::Frag {
-                dst_req: u64_at(b, field::REQ_A),
-                offset: u64_at(b, field::REQ_B),
+                dst_req: read_u64_at(b, field::REQ_A),
+                offset: read_u64_at(b, field::REQ_B),
             },
             kind::FIN => Repr::Fin {
-                src_req: u64_at(b, field::REQ_A),
+                src_req: read_u64_at(b, field::REQ_A),
                 failed: p.flags() & flags::FAILED != 0,
             },
             other => return Err(HdrError::UnknownType(other)),
@@ -351,18 +349,17 @@ impl Repr {
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, HdrError> {
         let len = self.header_len();
         let b = buf.get_mut(..len).ok_or(HdrError::Truncated)?;
-        b[2] = 0;
-        b[3] = 0;
+        write_u16_at(b, field::RESERVED, 0);
         let put_match = |b: &mut [u8], m: &MatchRepr| {
-            b[field::CTX].copy_from_slice(&m.ctx.to_le_bytes());
-            b[field::TAG].copy_from_slice(&m.tag.to_le_bytes());
-            b[field::SEQ].copy_from_slice(&m.seq.to_le_bytes());
+            write_u32_at(b, field::CTX, m.ctx);
+            write_u32_at(b, field::TAG, m.tag as u32);
+            write_u32_at(b, field::SEQ, m.seq);
         };
         let put_rndv = |b: &mut [u8], r: &RndvRepr| {
             put_match(b, &r.hdr);
             b[field::FLAGS] = if r.sync { flags::SYNC } else { 0 };
-            b[field::MSG_LEN].copy_from_slice(&r.msg_len.to_le_bytes());
-            b[field::RNDV_SRC_REQ].copy_from_slice(&r.src_req.to_le_bytes());
+            write_u64_at(b, field::MSG_LEN, r.msg_len);
+            write_u64_at(b, field::RNDV_SRC_REQ, r.src_req);
         };
         match self {
             Repr::Match(m) => {
@@ -377,7 +374,7 @@ impl Repr {
             Repr::Rget { rndv, addr, keys } => {
                 b[field::TYPE] = kind::RGET;
                 put_rndv(b, rndv);
-                b[field::ADDR].copy_from_slice(&addr.to_le_bytes());
+                write_u64_at(b, field::ADDR, *addr);
                 b[field::NKEYS] = u8::try_from(keys.len())
                     .map_err(|_| HdrError::Malformed("more than 255 RGET keys"))?;
                 let mut at = RGET_FIXED_LEN;
@@ -389,7 +386,7 @@ impl Repr {
                     b[at] = nl;
                     b[at + 1..at + 1 + k.btl.len()].copy_from_slice(k.btl.as_bytes());
                     at += 1 + k.btl.len();
-                    b[at..at + 2].copy_from_slice(&kl.to_le_bytes());
+                    write_u16_at(b, at, kl);
                     b[at + 2..at + 2 + k.key.len()].copy_from_slice(&k.key);
                     at += 2 + k.key.len();
                 }
@@ -401,20 +398,20 @@ impl Repr {
             } => {
                 b[field::TYPE] = kind::ACK;
                 b[field::FLAGS] = 0;
-                b[field::REQ_A].copy_from_slice(&src_req.to_le_bytes());
-                b[field::REQ_B].copy_from_slice(&dst_req.to_le_bytes());
-                b[field::WANTED].copy_from_slice(&wanted.to_le_bytes());
+                write_u64_at(b, field::REQ_A, *src_req);
+                write_u64_at(b, field::REQ_B, *dst_req);
+                write_u64_at(b, field::WANTED, *wanted);
             }
             Repr::Frag { dst_req, offset } => {
                 b[field::TYPE] = kind::FRAG;
                 b[field::FLAGS] = 0;
-                b[field::REQ_A].copy_from_slice(&dst_req.to_le_bytes());
-                b[field::REQ_B].copy_from_slice(&offset.to_le_bytes());
+                write_u64_at(b, field::REQ_A, *dst_req);
+                write_u64_at(b, field::REQ_B, *offset);
             }
             Repr::Fin { src_req, failed } => {
                 b[field::TYPE] = kind::FIN;
                 b[field::FLAGS] = if *failed { flags::FAILED } else { 0 };
-                b[field::REQ_A].copy_from_slice(&src_req.to_le_bytes());
+                write_u64_at(b, field::REQ_A, *src_req);
             }
         }
         Ok(len)

@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Integers are little-endian: every host we target is, so no byte swapping on the hot path.
+//! They are read and written through [`rmca_framework::wire`], rmca's one byte-order rule.
 
+use rmca_framework::wire::{read_u16_at, read_u32_at, write_u16_at, write_u32_at};
 use thiserror::Error;
 
 /// The first bytes of every connection: tells a stray client (port scanner, another program)
@@ -51,26 +53,22 @@ pub enum WireError {
     SecretTooLong(usize),
 }
 
+/// Field offsets (widths in the module doc).
 mod field {
-    use std::ops::Range;
-    pub const MAGIC: Range<usize> = 0..4;
+    pub const MAGIC: std::ops::Range<usize> = 0..4;
     pub const VERSION: usize = 4;
-    pub const RANK: Range<usize> = 5..9;
-    pub const TO: Range<usize> = 9..13;
-    pub const SECRET_LEN: Range<usize> = 13..15;
+    pub const RANK: usize = 5;
+    pub const TO: usize = 9;
+    pub const SECRET_LEN: usize = 13;
     pub const SECRET: usize = 15;
 
     pub const TAG: usize = 0;
-    pub const LEN: Range<usize> = 1..5;
+    pub const LEN: usize = 1;
     pub const PAYLOAD: usize = 5;
 }
 
 /// Fixed part of a hello.
 pub const HELLO_HEADER_LEN: usize = field::SECRET;
-
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
 
 /// A view of a hello message.
 #[derive(Debug, Clone)]
@@ -124,18 +122,17 @@ impl<T: AsRef<[u8]>> HelloPacket<T> {
 
     /// The connector's rank.
     pub fn rank(&self) -> u32 {
-        le_u32(&self.buffer.as_ref()[field::RANK])
+        read_u32_at(self.buffer.as_ref(), field::RANK)
     }
 
     /// The rank the connector meant to reach (a stale or misrouted card shows here).
     pub fn to(&self) -> u32 {
-        le_u32(&self.buffer.as_ref()[field::TO])
+        read_u32_at(self.buffer.as_ref(), field::TO)
     }
 
     /// Length of the secret.
     pub fn secret_len(&self) -> u16 {
-        let b = &self.buffer.as_ref()[field::SECRET_LEN];
-        u16::from_le_bytes([b[0], b[1]])
+        read_u16_at(self.buffer.as_ref(), field::SECRET_LEN)
     }
 
     /// The job secret.
@@ -200,9 +197,9 @@ impl<'a> HelloRepr<'a> {
         let d = packet.data_mut();
         d[field::MAGIC].copy_from_slice(&MAGIC);
         d[field::VERSION] = VERSION;
-        d[field::RANK].copy_from_slice(&self.rank.to_le_bytes());
-        d[field::TO].copy_from_slice(&self.to.to_le_bytes());
-        d[field::SECRET_LEN].copy_from_slice(&(self.secret.len() as u16).to_le_bytes());
+        write_u32_at(d, field::RANK, self.rank);
+        write_u32_at(d, field::TO, self.to);
+        write_u16_at(d, field::SECRET_LEN, self.secret.len() as u16);
         d[field::SECRET..field::SECRET + self.secret.len()].copy_from_slice(self.secret);
     }
 }
@@ -257,7 +254,7 @@ impl<T: AsRef<[u8]>> FramePacket<T> {
 
     /// Payload length.
     pub fn len(&self) -> u32 {
-        le_u32(&self.buffer.as_ref()[field::LEN])
+        read_u32_at(self.buffer.as_ref(), field::LEN)
     }
 
     /// True for an empty payload.
@@ -297,8 +294,9 @@ impl FrameRepr {
 
     /// Write the 5 header bytes.
     pub fn emit_header(&self) -> [u8; FRAME_HEADER_LEN] {
-        let l = self.len.to_le_bytes();
-        [self.tag, l[0], l[1], l[2], l[3]]
+        let mut h = [self.tag, 0, 0, 0, 0];
+        write_u32_at(&mut h, field::LEN, self.len);
+        h
     }
 }
 

@@ -4,9 +4,14 @@
 //! `magic u16 | version u8 | opcode u8 | job tag u64 | src qpn u32 | dst qpn u32 | qkey u32 | imm u32`
 //! followed by the payload. RC segment (framed on a TCP stream):
 //! `opcode u8 | syndrome u8 | rsvd u16 | psn u32 | payload len u32 | imm u32 | remote addr u64 |
-//! rkey u32 | dma len u32` followed by `payload len` bytes. All fields big-endian.
+//! rkey u32 | dma len u32` followed by `payload len` bytes. All fields little-endian, through
+//! [`rmca_framework::wire`] (rmca's one byte order; [`VERSION`] 1 was big-endian).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use rmca_framework::wire::{
+    read_u16_at, read_u32_at, read_u64_at, write_u16_at, write_u32_at, write_u64_at, Reader, Writer,
+};
 
 /// Wire parse errors (the packet is dropped and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -22,20 +27,16 @@ pub enum WireError {
     BadOpcode(u8),
 }
 
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn be64(b: &[u8], at: usize) -> u64 {
-    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+impl From<rmca_framework::wire::Truncated> for WireError {
+    fn from(_: rmca_framework::wire::Truncated) -> Self {
+        Self::Truncated
+    }
 }
 
-/// Magic of UD datagrams ("RV").
-pub const UD_MAGIC: u16 = 0x5256;
-/// Wire version.
-pub const VERSION: u8 = 1;
+/// Magic of UD datagrams: the bytes "RV", as the little-endian `u16` they read as.
+pub const UD_MAGIC: u16 = u16::from_le_bytes(*b"RV");
+/// Wire version of UD datagrams and the RC hello. 2: little-endian (1 was big-endian).
+pub const VERSION: u8 = 2;
 /// UD header length.
 pub const UD_HEADER_LEN: usize = 28;
 
@@ -61,7 +62,7 @@ impl<T: AsRef<[u8]>> UdPacket<T> {
         if b.len() < UD_HEADER_LEN {
             return Err(WireError::Truncated);
         }
-        if be16(b, 0) != UD_MAGIC || b[2] != VERSION {
+        if read_u16_at(b, 0) != UD_MAGIC || b[2] != VERSION {
             return Err(WireError::Foreign);
         }
         Ok(Self { buf })
@@ -76,23 +77,23 @@ impl<T: AsRef<[u8]>> UdPacket<T> {
     }
     /// Job tag (filters datagrams of other jobs).
     pub fn job_tag(&self) -> u64 {
-        be64(self.buf.as_ref(), 4)
+        read_u64_at(self.buf.as_ref(), 4)
     }
     /// Source QP number.
     pub fn src_qpn(&self) -> u32 {
-        be32(self.buf.as_ref(), 12)
+        read_u32_at(self.buf.as_ref(), 12)
     }
     /// Destination QP number.
     pub fn dst_qpn(&self) -> u32 {
-        be32(self.buf.as_ref(), 16)
+        read_u32_at(self.buf.as_ref(), 16)
     }
     /// Q_Key.
     pub fn qkey(&self) -> u32 {
-        be32(self.buf.as_ref(), 20)
+        read_u32_at(self.buf.as_ref(), 20)
     }
     /// Immediate data (meaningful with `SendImm`).
     pub fn imm(&self) -> u32 {
-        be32(self.buf.as_ref(), 24)
+        read_u32_at(self.buf.as_ref(), 24)
     }
     /// Payload.
     pub fn payload(&self) -> &[u8] {
@@ -131,14 +132,14 @@ impl UdRepr {
     }
     /// Writes the header into the first [`UD_HEADER_LEN`] bytes of `out`.
     pub fn emit(&self, out: &mut [u8]) {
-        out[0..2].copy_from_slice(&UD_MAGIC.to_be_bytes());
+        write_u16_at(out, 0, UD_MAGIC);
         out[2] = VERSION;
         out[3] = self.opcode as u8;
-        out[4..12].copy_from_slice(&self.job_tag.to_be_bytes());
-        out[12..16].copy_from_slice(&self.src_qpn.to_be_bytes());
-        out[16..20].copy_from_slice(&self.dst_qpn.to_be_bytes());
-        out[20..24].copy_from_slice(&self.qkey.to_be_bytes());
-        out[24..28].copy_from_slice(&self.imm.to_be_bytes());
+        write_u64_at(out, 4, self.job_tag);
+        write_u32_at(out, 12, self.src_qpn);
+        write_u32_at(out, 16, self.dst_qpn);
+        write_u32_at(out, 20, self.qkey);
+        write_u32_at(out, 24, self.imm);
     }
 }
 
@@ -241,16 +242,17 @@ impl RcRepr {
     /// `payload_len` is not, when the caller appends the payload itself.
     pub fn emit(&self, payload: &[u8], out: &mut Vec<u8>) {
         debug_assert!(payload.is_empty() || payload.len() == self.payload_len as usize);
-        out.push(self.opcode as u8);
-        out.push(self.syndrome);
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&self.psn.to_be_bytes());
-        out.extend_from_slice(&self.payload_len.to_be_bytes());
-        out.extend_from_slice(&self.imm.to_be_bytes());
-        out.extend_from_slice(&self.remote_addr.to_be_bytes());
-        out.extend_from_slice(&self.rkey.to_be_bytes());
-        out.extend_from_slice(&self.dma_len.to_be_bytes());
-        out.extend_from_slice(payload);
+        Writer::new(out)
+            .u8(self.opcode as u8)
+            .u8(self.syndrome)
+            .u16(0)
+            .u32(self.psn)
+            .u32(self.payload_len)
+            .u32(self.imm)
+            .u64(self.remote_addr)
+            .u32(self.rkey)
+            .u32(self.dma_len)
+            .bytes(payload);
     }
 }
 
@@ -268,7 +270,7 @@ impl<T: AsRef<[u8]>> RcSegment<T> {
             return Err(WireError::Truncated);
         }
         RcOpcode::from_u8(b[0])?;
-        if b.len() < RC_HEADER_LEN + be32(b, 8) as usize {
+        if b.len() < RC_HEADER_LEN + read_u32_at(b, 8) as usize {
             return Err(WireError::Truncated);
         }
         Ok(Self { buf })
@@ -279,12 +281,12 @@ impl<T: AsRef<[u8]>> RcSegment<T> {
         if b.len() < RC_HEADER_LEN {
             return 0;
         }
-        RC_HEADER_LEN + be32(b, 8) as usize
+        RC_HEADER_LEN + read_u32_at(b, 8) as usize
     }
 
     /// Total length of the segment on the stream.
     pub fn total_len(&self) -> usize {
-        RC_HEADER_LEN + be32(self.buf.as_ref(), 8) as usize
+        RC_HEADER_LEN + read_u32_at(self.buf.as_ref(), 8) as usize
     }
     /// The payload.
     pub fn payload(&self) -> &[u8] {
@@ -296,12 +298,12 @@ impl<T: AsRef<[u8]>> RcSegment<T> {
         RcRepr {
             opcode: RcOpcode::from_u8(b[0]).expect("checked in new_checked"),
             syndrome: b[1],
-            psn: be32(b, 4),
-            payload_len: be32(b, 8),
-            imm: be32(b, 12),
-            remote_addr: be64(b, 16),
-            rkey: be32(b, 24),
-            dma_len: be32(b, 28),
+            psn: read_u32_at(b, 4),
+            payload_len: read_u32_at(b, 8),
+            imm: read_u32_at(b, 12),
+            remote_addr: read_u64_at(b, 16),
+            rkey: read_u32_at(b, 24),
+            dma_len: read_u32_at(b, 28),
         }
     }
 }
@@ -316,6 +318,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RcSegment<T> {
 
 /// Magic of address blobs.
 const ADDR_MAGIC: [u8; 2] = *b"RA";
+/// Layout version of soft address blobs, in the byte version 1 of the blob kept 0 (and
+/// checked): 1 = little-endian port and QP number. A blob of the big-endian build is refused.
+const ADDR_VERSION: u8 = 1;
 /// Soft provider address blob length.
 pub const SOFT_ADDR_LEN: usize = 2 + 1 + 1 + 16 + 2 + 4;
 
@@ -331,19 +336,20 @@ pub struct SoftAddr {
 }
 
 impl SoftAddr {
-    /// Serialises: `"RA" | kind | 0 | ipv6(-mapped) 16 | port u16 | qpn u32`.
+    /// Serialises: `"RA" | kind | ADDR_VERSION | ipv6(-mapped) 16 | port u16 | qpn u32`.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(SOFT_ADDR_LEN);
-        v.extend_from_slice(&ADDR_MAGIC);
-        v.push(self.kind);
-        v.push(0);
         let ip6 = match self.sock.ip() {
             IpAddr::V4(a) => a.to_ipv6_mapped(),
             IpAddr::V6(a) => a,
         };
-        v.extend_from_slice(&ip6.octets());
-        v.extend_from_slice(&self.sock.port().to_be_bytes());
-        v.extend_from_slice(&self.qpn.to_be_bytes());
+        Writer::new(&mut v)
+            .bytes(&ADDR_MAGIC)
+            .u8(self.kind)
+            .u8(ADDR_VERSION)
+            .bytes(&ip6.octets())
+            .u16(self.sock.port())
+            .u32(self.qpn);
         v
     }
 
@@ -352,19 +358,21 @@ impl SoftAddr {
         if b.len() != SOFT_ADDR_LEN {
             return Err(WireError::Truncated);
         }
-        if b[0..2] != ADDR_MAGIC || b[3] != 0 || b[2] > 1 {
+        let mut r = Reader::new(b);
+        let magic: [u8; 2] = r.array()?;
+        let kind = r.u8()?;
+        if magic != ADDR_MAGIC || r.u8()? != ADDR_VERSION || kind > 1 {
             return Err(WireError::Foreign);
         }
-        let oct: [u8; 16] = b[4..20].try_into().expect("16 bytes");
-        let ip6 = Ipv6Addr::from(oct);
+        let ip6 = Ipv6Addr::from(r.array::<16>()?);
         let ip = match ip6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(ip6),
         };
         Ok(Self {
-            sock: SocketAddr::new(ip, be16(b, 20)),
-            qpn: be32(b, 22),
-            kind: b[2],
+            sock: SocketAddr::new(ip, r.u16()?),
+            qpn: r.u32()?,
+            kind,
         })
     }
 }
@@ -392,10 +400,10 @@ impl Hello {
         let mut b = [0u8; HELLO_LEN];
         b[0..2].copy_from_slice(b"RH");
         b[2] = VERSION;
-        b[4..12].copy_from_slice(&self.job_tag.to_be_bytes());
-        b[12..16].copy_from_slice(&self.src_qpn.to_be_bytes());
-        b[16..20].copy_from_slice(&self.dst_qpn.to_be_bytes());
-        b[20..22].copy_from_slice(&self.src_port.to_be_bytes());
+        write_u64_at(&mut b, 4, self.job_tag);
+        write_u32_at(&mut b, 12, self.src_qpn);
+        write_u32_at(&mut b, 16, self.dst_qpn);
+        write_u16_at(&mut b, 20, self.src_port);
         b
     }
     /// Parses.
@@ -407,10 +415,10 @@ impl Hello {
             return Err(WireError::Foreign);
         }
         Ok(Self {
-            job_tag: be64(b, 4),
-            src_qpn: be32(b, 12),
-            dst_qpn: be32(b, 16),
-            src_port: be16(b, 20),
+            job_tag: read_u64_at(b, 4),
+            src_qpn: read_u32_at(b, 12),
+            dst_qpn: read_u32_at(b, 16),
+            src_port: read_u16_at(b, 20),
         })
     }
 }
@@ -430,6 +438,49 @@ pub fn job_tag(secret: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn layouts_are_little_endian_and_the_big_endian_build_is_refused() {
+        let mut rc = Vec::new();
+        RcRepr::new(RcOpcode::Send, 0x0102_0304).emit(&[], &mut rc);
+        assert_eq!(rc[4..8], [4, 3, 2, 1]);
+        let mut ud = [0u8; UD_HEADER_LEN];
+        UdRepr {
+            opcode: UdOpcode::Send,
+            job_tag: 1,
+            src_qpn: 2,
+            dst_qpn: 3,
+            qkey: 4,
+            imm: 5,
+        }
+        .emit(&mut ud);
+        assert_eq!(ud[..5], [b'R', b'V', VERSION, 1, 1]);
+        let a = SoftAddr {
+            sock: "10.0.0.1:258".parse().unwrap(),
+            qpn: 0x0a0b_0c0d,
+            kind: 1,
+        };
+        let b = a.to_bytes();
+        assert_eq!(b[20..], [2, 1, 0x0d, 0x0c, 0x0b, 0x0a]);
+        // Version 1 datagrams, hellos and (reserved byte 0) addresses are foreign.
+        ud[2] = 1;
+        assert_eq!(
+            UdPacket::new_checked(&ud[..]).err(),
+            Some(WireError::Foreign)
+        );
+        let mut h = Hello {
+            job_tag: 1,
+            src_qpn: 2,
+            dst_qpn: 3,
+            src_port: 4,
+        }
+        .to_bytes();
+        h[2] = 1;
+        assert_eq!(Hello::parse(&h), Err(WireError::Foreign));
+        let mut old = b;
+        old[3] = 0;
+        assert_eq!(SoftAddr::parse(&old), Err(WireError::Foreign));
+    }
 
     proptest! {
         #[test]
@@ -466,6 +517,11 @@ mod tests {
             let p = UdPacket::new_checked(&b[..]).unwrap();
             prop_assert_eq!(UdRepr::parse(&p).unwrap(), r);
             prop_assert_eq!(p.payload().len(), 3);
+        }
+        #[test]
+        fn hello_roundtrip(job_tag in any::<u64>(), src_qpn in any::<u32>(), dst_qpn in any::<u32>(), src_port in any::<u16>()) {
+            let h = Hello { job_tag, src_qpn, dst_qpn, src_port };
+            prop_assert_eq!(Hello::parse(&h.to_bytes()).unwrap(), h);
         }
         #[test]
         fn addr_roundtrip(a in any::<[u8; 4]>(), port in any::<u16>(), qpn in any::<u32>(), kind in 0u8..2) {

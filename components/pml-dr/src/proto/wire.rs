@@ -1,7 +1,8 @@
 //! DR wire format: zero-copy packet views (`*Packet<T: AsRef<[u8]>>`, smoltcp style) and the
 //! parsed, validated representations (`*Repr`) that the connection works with.
 //!
-//! All integers are big-endian. Every packet starts with the same 4 bytes: magic `"DR"`, a
+//! All integers are little-endian, read and written through [`rmca_framework::wire`] (rmca's
+//! one byte order; version 1 of this format was big-endian). Every packet starts with the same 4 bytes: magic `"DR"`, a
 //! version byte and a type byte, so that foreign or future packets are recognised and dropped.
 //!
 //! Data packet (MATCH, RNDV, FRAG), [`DATA_HEADER_LEN`] = 72 bytes, then the payload:
@@ -29,12 +30,17 @@
 //! 16 vfrag_id u64   24 mask u64 (frags received intact)   32 echo pkt_num u64   40 msg_seq u64
 //! ```
 
+use rmca_framework::wire::{
+    read_i32_at, read_u16_at, read_u32_at, read_u64_at, write_i32_at, write_u16_at, write_u32_at,
+    write_u64_at,
+};
 use thiserror::Error;
 
-/// `"DR"`: first two bytes of every DR packet.
-pub const MAGIC: u16 = 0x4452;
-/// Wire-format version; a packet with another version is dropped and counted.
-pub const VERSION: u8 = 1;
+/// `"DR"`: first two bytes of every DR packet, as the little-endian `u16` they read as.
+pub const MAGIC: u16 = u16::from_le_bytes(*b"DR");
+/// Wire-format version; a packet with another version is dropped and counted. 2: integers
+/// little-endian (version 1 was big-endian).
+pub const VERSION: u8 = 2;
 /// Length of a data header (MATCH, RNDV, FRAG).
 pub const DATA_HEADER_LEN: usize = 72;
 /// Length of an ACK or NACK packet.
@@ -116,18 +122,6 @@ pub const ACK_FLAG_PING: u8 = 0x04;
 pub const ACK_FLAG_PONG: u8 = 0x08;
 const ACK_FLAGS: u8 = ACK_FLAG_MATCHED | ACK_FLAG_DUP | ACK_FLAG_PING | ACK_FLAG_PONG;
 
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-fn be64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(a)
-}
-
 /// CRC32C of `bytes` with the 4 bytes at `crc_at` taken as zero.
 fn crc_with_hole(bytes: &[u8], crc_at: usize) -> u32 {
     let c = crc32c::crc32c(&bytes[..crc_at]);
@@ -140,7 +134,7 @@ pub fn peek_type(bytes: &[u8]) -> Result<PacketType, WireError> {
     if bytes.len() < 4 {
         return Err(WireError::Truncated);
     }
-    let magic = be16(bytes, 0);
+    let magic = read_u16_at(bytes, 0);
     if magic != MAGIC {
         return Err(WireError::BadMagic(magic));
     }
@@ -244,47 +238,47 @@ impl<T: AsRef<[u8]>> DataPacket<T> {
     }
     /// Header CRC as carried.
     pub fn header_crc(&self) -> u32 {
-        be32(self.buffer.as_ref(), data_field::HEADER_CRC)
+        read_u32_at(self.buffer.as_ref(), data_field::HEADER_CRC)
     }
     /// Payload CRC as carried.
     pub fn payload_crc(&self) -> u32 {
-        be32(self.buffer.as_ref(), data_field::PAYLOAD_CRC)
+        read_u32_at(self.buffer.as_ref(), data_field::PAYLOAD_CRC)
     }
     /// Payload length.
     pub fn payload_len(&self) -> u32 {
-        be32(self.buffer.as_ref(), data_field::PAYLOAD_LEN)
+        read_u32_at(self.buffer.as_ref(), data_field::PAYLOAD_LEN)
     }
     /// MPI context id.
     pub fn ctx(&self) -> u32 {
-        be32(self.buffer.as_ref(), data_field::CTX)
+        read_u32_at(self.buffer.as_ref(), data_field::CTX)
     }
     /// Per-peer vfrag id.
     pub fn vfrag_id(&self) -> u64 {
-        be64(self.buffer.as_ref(), data_field::VFRAG_ID)
+        read_u64_at(self.buffer.as_ref(), data_field::VFRAG_ID)
     }
     /// Transmission number (unique per transmission on this connection).
     pub fn pkt_num(&self) -> u64 {
-        be64(self.buffer.as_ref(), data_field::PKT_NUM)
+        read_u64_at(self.buffer.as_ref(), data_field::PKT_NUM)
     }
     /// Per-peer message sequence number (MPI ordering).
     pub fn msg_seq(&self) -> u64 {
-        be64(self.buffer.as_ref(), data_field::MSG_SEQ)
+        read_u64_at(self.buffer.as_ref(), data_field::MSG_SEQ)
     }
     /// Total message length.
     pub fn msg_len(&self) -> u64 {
-        be64(self.buffer.as_ref(), data_field::MSG_LEN)
+        read_u64_at(self.buffer.as_ref(), data_field::MSG_LEN)
     }
     /// Offset of this payload in the message.
     pub fn offset(&self) -> u64 {
-        be64(self.buffer.as_ref(), data_field::OFFSET)
+        read_u64_at(self.buffer.as_ref(), data_field::OFFSET)
     }
     /// Source rank.
     pub fn src(&self) -> u32 {
-        be32(self.buffer.as_ref(), data_field::SRC)
+        read_u32_at(self.buffer.as_ref(), data_field::SRC)
     }
     /// MPI tag.
     pub fn tag(&self) -> i32 {
-        be32(self.buffer.as_ref(), data_field::TAG) as i32
+        read_i32_at(self.buffer.as_ref(), data_field::TAG)
     }
     /// The payload bytes (exactly `payload_len`; trailing padding is ignored).
     pub fn payload(&self) -> &[u8] {
@@ -363,31 +357,25 @@ impl DataRepr {
     /// If `buf` is shorter than [`DATA_HEADER_LEN`].
     pub fn emit(&self, buf: &mut [u8]) {
         let b = &mut buf[..DATA_HEADER_LEN];
-        b[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        write_u16_at(b, 0, MAGIC);
         b[2] = VERSION;
         b[3] = self.kind as u8;
         b[data_field::FLAGS] = self.flags;
         b[data_field::FRAG_INDEX] = self.frag_index;
         b[data_field::FRAG_COUNT] = self.frag_count;
         b[data_field::RESERVED] = 0;
-        b[data_field::PAYLOAD_CRC..data_field::PAYLOAD_CRC + 4]
-            .copy_from_slice(&self.payload_crc.to_be_bytes());
-        b[data_field::PAYLOAD_LEN..data_field::PAYLOAD_LEN + 4]
-            .copy_from_slice(&self.payload_len.to_be_bytes());
-        b[data_field::CTX..data_field::CTX + 4].copy_from_slice(&self.m.ctx.to_be_bytes());
-        b[data_field::VFRAG_ID..data_field::VFRAG_ID + 8]
-            .copy_from_slice(&self.vfrag_id.to_be_bytes());
-        b[data_field::PKT_NUM..data_field::PKT_NUM + 8]
-            .copy_from_slice(&self.pkt_num.to_be_bytes());
-        b[data_field::MSG_SEQ..data_field::MSG_SEQ + 8]
-            .copy_from_slice(&self.msg_seq.to_be_bytes());
-        b[data_field::MSG_LEN..data_field::MSG_LEN + 8]
-            .copy_from_slice(&self.msg_len.to_be_bytes());
-        b[data_field::OFFSET..data_field::OFFSET + 8].copy_from_slice(&self.offset.to_be_bytes());
-        b[data_field::SRC..data_field::SRC + 4].copy_from_slice(&self.m.src.to_be_bytes());
-        b[data_field::TAG..data_field::TAG + 4].copy_from_slice(&self.m.tag.to_be_bytes());
+        write_u32_at(b, data_field::PAYLOAD_CRC, self.payload_crc);
+        write_u32_at(b, data_field::PAYLOAD_LEN, self.payload_len);
+        write_u32_at(b, data_field::CTX, self.m.ctx);
+        write_u64_at(b, data_field::VFRAG_ID, self.vfrag_id);
+        write_u64_at(b, data_field::PKT_NUM, self.pkt_num);
+        write_u64_at(b, data_field::MSG_SEQ, self.msg_seq);
+        write_u64_at(b, data_field::MSG_LEN, self.msg_len);
+        write_u64_at(b, data_field::OFFSET, self.offset);
+        write_u32_at(b, data_field::SRC, self.m.src);
+        write_i32_at(b, data_field::TAG, self.m.tag);
         let crc = crc_with_hole(b, data_field::HEADER_CRC);
-        b[data_field::HEADER_CRC..data_field::HEADER_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        write_u32_at(b, data_field::HEADER_CRC, crc);
     }
 
     /// Checks `placed` (the payload as it now sits in memory) against the payload CRC.
@@ -441,7 +429,7 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
         if crc_with_hole(&b[..ACK_LEN], ack_field::CRC) != self.crc() {
             return Err(WireError::BadChecksum);
         }
-        if be16(b, ack_field::RESERVED) != 0 || self.flags() & !ACK_FLAGS != 0 {
+        if read_u16_at(b, ack_field::RESERVED) != 0 || self.flags() & !ACK_FLAGS != 0 {
             return Err(WireError::Malformed("reserved bits set"));
         }
         let count = self.frag_count() as usize;
@@ -468,27 +456,27 @@ impl<T: AsRef<[u8]>> AckPacket<T> {
     }
     /// CRC as carried.
     pub fn crc(&self) -> u32 {
-        be32(self.buffer.as_ref(), ack_field::CRC)
+        read_u32_at(self.buffer.as_ref(), ack_field::CRC)
     }
     /// Time the receiver held the ack after the echoed packet arrived, in microseconds.
     pub fn ack_delay_us(&self) -> u32 {
-        be32(self.buffer.as_ref(), ack_field::ACK_DELAY)
+        read_u32_at(self.buffer.as_ref(), ack_field::ACK_DELAY)
     }
     /// Acknowledged vfrag.
     pub fn vfrag_id(&self) -> u64 {
-        be64(self.buffer.as_ref(), ack_field::VFRAG_ID)
+        read_u64_at(self.buffer.as_ref(), ack_field::VFRAG_ID)
     }
     /// Fragments received intact (bit i = fragment i).
     pub fn mask(&self) -> u64 {
-        be64(self.buffer.as_ref(), ack_field::MASK)
+        read_u64_at(self.buffer.as_ref(), ack_field::MASK)
     }
     /// `pkt_num` of the transmission that triggered this ack.
     pub fn echo_pkt_num(&self) -> u64 {
-        be64(self.buffer.as_ref(), ack_field::ECHO)
+        read_u64_at(self.buffer.as_ref(), ack_field::ECHO)
     }
     /// Message the vfrag belongs to.
     pub fn msg_seq(&self) -> u64 {
-        be64(self.buffer.as_ref(), ack_field::MSG_SEQ)
+        read_u64_at(self.buffer.as_ref(), ack_field::MSG_SEQ)
     }
 }
 
@@ -535,7 +523,7 @@ impl AckRepr {
     /// If `buf` is shorter than [`ACK_LEN`].
     pub fn emit(&self, buf: &mut [u8]) {
         let b = &mut buf[..ACK_LEN];
-        b[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        write_u16_at(b, 0, MAGIC);
         b[2] = VERSION;
         b[3] = if self.nack {
             PacketType::Nack
@@ -544,16 +532,14 @@ impl AckRepr {
         } as u8;
         b[ack_field::FLAGS] = self.flags;
         b[ack_field::FRAG_COUNT] = self.frag_count;
-        b[ack_field::RESERVED..ack_field::RESERVED + 2].copy_from_slice(&[0, 0]);
-        b[ack_field::ACK_DELAY..ack_field::ACK_DELAY + 4]
-            .copy_from_slice(&self.ack_delay_us.to_be_bytes());
-        b[ack_field::VFRAG_ID..ack_field::VFRAG_ID + 8]
-            .copy_from_slice(&self.vfrag_id.to_be_bytes());
-        b[ack_field::MASK..ack_field::MASK + 8].copy_from_slice(&self.mask.to_be_bytes());
-        b[ack_field::ECHO..ack_field::ECHO + 8].copy_from_slice(&self.echo_pkt_num.to_be_bytes());
-        b[ack_field::MSG_SEQ..ack_field::MSG_SEQ + 8].copy_from_slice(&self.msg_seq.to_be_bytes());
+        write_u16_at(b, ack_field::RESERVED, 0);
+        write_u32_at(b, ack_field::ACK_DELAY, self.ack_delay_us);
+        write_u64_at(b, ack_field::VFRAG_ID, self.vfrag_id);
+        write_u64_at(b, ack_field::MASK, self.mask);
+        write_u64_at(b, ack_field::ECHO, self.echo_pkt_num);
+        write_u64_at(b, ack_field::MSG_SEQ, self.msg_seq);
         let crc = crc_with_hole(b, ack_field::CRC);
-        b[ack_field::CRC..ack_field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        write_u32_at(b, ack_field::CRC, crc);
     }
 
     /// The packet as a fixed-size array.
@@ -695,8 +681,10 @@ mod tests {
     #[test]
     fn foreign_and_truncated_are_errors() {
         assert_eq!(parse(&[]), Err(WireError::Truncated));
-        assert_eq!(parse(b"GET / HTTP/1.1"), Err(WireError::BadMagic(0x4745)));
+        assert_eq!(parse(b"GET / HTTP/1.1"), Err(WireError::BadMagic(0x4547)));
         assert_eq!(parse(&[0x44, 0x52, 9, 1]), Err(WireError::BadVersion(9)));
+        // Version 1 is the big-endian layout: refused, not misread.
+        assert_eq!(parse(&[0x44, 0x52, 1, 1]), Err(WireError::BadVersion(1)));
         assert_eq!(parse(&[0x44, 0x52, VERSION, 1]), Err(WireError::Truncated));
         assert_eq!(
             parse(&[0x44, 0x52, VERSION, 77]),
@@ -734,6 +722,8 @@ mod tests {
         };
         let mut buf = vec![0u8; DATA_HEADER_LEN + 9];
         repr.emit(&mut buf);
+        assert_eq!(buf[..4], [b'D', b'R', VERSION, 1]);
+        assert_eq!(buf[16..20], [10, 0, 0, 0], "payload_len is little-endian");
         assert_eq!(parse(&buf), Err(WireError::Truncated));
     }
 }
