@@ -94,7 +94,8 @@ impl<T> Slab<T> {
     /// # Panics
     /// If `u32::MAX` entries are held at once (the index half of an id would overflow); the
     /// memory of that many requests runs out long before.
-    #[inline]
+    // Always inlined: the value is then built in its slot rather than copied there.
+    #[inline(always)]
     pub fn insert(&mut self, value: T) -> RequestId {
         self.len += 1;
         if self.free != NO_SLOT {
@@ -161,14 +162,16 @@ impl<T> Slab<T> {
     #[inline]
     pub fn entry(&mut self, id: RequestId) -> Option<Occupied<'_, T>> {
         let (gen, i) = split_id(id);
-        match self.slots.get(i) {
-            Some(Slot {
-                gen: g,
-                entry: Entry::Occupied(_),
-            }) if *g == gen => Some(Occupied {
-                slab: self,
-                index: i as u32,
-            }),
+        let Slab { slots, free, len } = self;
+        match slots.get_mut(i) {
+            Some(slot) if slot.gen == gen && matches!(slot.entry, Entry::Occupied(_)) => {
+                Some(Occupied {
+                    slot,
+                    free,
+                    len,
+                    index: i as u32,
+                })
+            }
             _ => None,
         }
     }
@@ -204,21 +207,18 @@ impl<T> Slab<T> {
 /// A held entry of a [`Slab`], from [`Slab::entry`].
 #[derive(Debug)]
 pub struct Occupied<'a, T> {
-    slab: &'a mut Slab<T>,
-    /// An occupied slot's index.
+    /// An occupied slot.
+    slot: &'a mut Slot<T>,
+    free: &'a mut u32,
+    len: &'a mut usize,
     index: u32,
 }
 
 impl<'a, T> Occupied<'a, T> {
-    #[inline(always)]
-    fn slot(&mut self) -> &mut Slot<T> {
-        &mut self.slab.slots[self.index as usize]
-    }
-
     /// The entry.
     #[inline]
     pub fn get_mut(&mut self) -> &mut T {
-        match &mut self.slot().entry {
+        match &mut self.slot.entry {
             Entry::Occupied(v) => v,
             Entry::Vacant(_) => unreachable!("an Occupied names an occupied slot"),
         }
@@ -227,7 +227,7 @@ impl<'a, T> Occupied<'a, T> {
     /// The entry, for as long as the table is borrowed.
     #[inline]
     pub fn into_mut(self) -> &'a mut T {
-        match &mut self.slab.slots[self.index as usize].entry {
+        match &mut self.slot.entry {
             Entry::Occupied(v) => v,
             Entry::Vacant(_) => unreachable!("an Occupied names an occupied slot"),
         }
@@ -236,16 +236,28 @@ impl<'a, T> Occupied<'a, T> {
     /// Takes the entry out; its id is stale from then on.
     #[inline]
     pub fn remove(self) -> T {
-        let free = self.slab.free;
-        let slot = &mut self.slab.slots[self.index as usize];
-        let Entry::Occupied(v) = std::mem::replace(&mut slot.entry, Entry::Vacant(free)) else {
-            unreachable!("an Occupied names an occupied slot");
-        };
+        let old = std::mem::replace(&mut self.slot.entry, Entry::Vacant(*self.free));
+        self.vacated();
+        match old {
+            Entry::Occupied(v) => v,
+            Entry::Vacant(_) => unreachable!("an Occupied names an occupied slot"),
+        }
+    }
+
+    /// Drops the entry where it lies (cheaper than moving it out with [`Occupied::remove`]
+    /// when the caller has no use for it); its id is stale from then on.
+    #[inline]
+    pub fn delete(self) {
+        self.slot.entry = Entry::Vacant(*self.free);
+        self.vacated();
+    }
+
+    #[inline(always)]
+    fn vacated(self) {
         // Skip 0 on wrap-around: a zero generation is never issued.
-        slot.gen = slot.gen.wrapping_add(1).max(1);
-        self.slab.free = self.index;
-        self.slab.len -= 1;
-        v
+        self.slot.gen = self.slot.gen.wrapping_add(1).max(1);
+        *self.free = self.index;
+        *self.len -= 1;
     }
 }
 
@@ -284,6 +296,14 @@ mod tests {
         assert!(s.entry(b).is_none());
         assert_eq!(s.len(), 1);
         assert_eq!(s.get(a), Some(&11));
+        s.entry(a).unwrap().delete();
+        assert!(s.is_empty());
+        assert_eq!(s.get(a), None);
+        // Both slots are reused before the table grows.
+        let c = s.insert(3);
+        let d = s.insert(4);
+        assert_eq!((c.0 as u32, d.0 as u32), (0, 1));
+        assert_eq!(s.slots.len(), 2);
     }
 
     #[test]

@@ -226,7 +226,7 @@ impl Requests {
             len: req.count,
             error: req.error.take(),
         };
-        e.remove();
+        e.delete();
         Ok(Some(status))
     }
 
@@ -242,7 +242,7 @@ impl Requests {
         let req = e.get_mut();
         match req.phase {
             Phase::Done if req.error.is_none() => {
-                e.remove();
+                e.delete();
                 Settle::Released
             }
             Phase::Done => Settle::Failed,
