@@ -97,17 +97,23 @@ impl<T> Slab<T> {
     // Always inlined: the value is then built in its slot rather than copied there.
     #[inline(always)]
     pub fn insert(&mut self, value: T) -> RequestId {
-        self.len += 1;
-        if self.free != NO_SLOT {
-            let i = self.free;
-            let slot = &mut self.slots[i as usize];
-            let Entry::Vacant(next) = slot.entry else {
-                unreachable!("the free chain holds only vacant slots");
-            };
-            self.free = next;
-            slot.entry = Entry::Occupied(value);
-            return make_id(slot.gen, i);
+        let i = self.free;
+        // NO_SLOT is past the end, so an empty chain falls through to growing.
+        if let Some(slot) = self.slots.get_mut(i as usize) {
+            if let Entry::Vacant(next) = slot.entry {
+                self.free = next;
+                self.len += 1;
+                slot.entry = Entry::Occupied(value);
+                return make_id(slot.gen, i);
+            }
         }
+        self.push(value)
+    }
+
+    /// [`Slab::insert`] into a new slot.
+    #[cold]
+    #[inline(never)]
+    fn push(&mut self, value: T) -> RequestId {
         let i = u32::try_from(self.slots.len())
             .ok()
             .filter(|&i| i != NO_SLOT)
@@ -116,6 +122,7 @@ impl<T> Slab<T> {
             gen: 1,
             entry: Entry::Occupied(value),
         });
+        self.len += 1;
         make_id(1, i)
     }
 

