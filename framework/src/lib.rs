@@ -15,6 +15,7 @@
 //! plugin    → component
 //! component → base, init, btl, pml, mpool, rcache   (ComponentRef over the four traits)
 //! matching  → pml, rank
+//! slab      → pml                                 (the request table, keyed by RequestId)
 //! pml       → base, init, bml, btl, buffer, progress, params, rank
 //! bml       → btl, rank
 //! btl       → base, init, modex, rcache, buffer, rank
@@ -56,6 +57,7 @@ pub mod rank;
 pub mod rcache;
 pub mod registry;
 pub mod rng;
+pub mod slab;
 pub mod wire;
 
 pub use inventory;

@@ -28,6 +28,7 @@ use rmca_framework::pml::{
     TagSel,
 };
 use rmca_framework::rank::Rank;
+use rmca_framework::slab::Slab;
 use tracing::{debug, warn};
 
 use crate::proto::{
@@ -149,8 +150,7 @@ struct State {
     cfg: Config,
     peers: Peers,
     matcher: Matcher<RequestId, (Rank, MsgSeq)>,
-    reqs: HashMap<RequestId, Req>,
-    next_req: u64,
+    reqs: Slab<Req>,
     /// Next matching sequence per (sender, context), assigned in announcement order.
     rx_ctx_seq: HashMap<(Rank, ContextId), Seq>,
     /// Packets dropped by the glue (wrong tag, abandoned placements).
@@ -235,8 +235,7 @@ impl Dr {
                 cfg,
                 peers,
                 matcher: Matcher::new(nprocs),
-                reqs: HashMap::new(),
-                next_req: 0,
+                reqs: Slab::new(),
                 rx_ctx_seq: HashMap::new(),
                 dropped: 0,
                 awaiting: vec![0; nprocs],
@@ -325,10 +324,7 @@ impl Dr {
     }
 
     fn new_request(&mut self, req: Req) -> RequestId {
-        let id = RequestId(self.st.next_req);
-        self.st.next_req += 1;
-        self.st.reqs.insert(id, req);
-        id
+        self.st.reqs.insert(req)
     }
 }
 
@@ -383,7 +379,7 @@ impl State {
     }
 
     fn complete(&mut self, id: RequestId, status: Status) {
-        match self.reqs.get_mut(&id) {
+        match self.reqs.get_mut(id) {
             Some(Req::Send { status: s }) | Some(Req::Recv { status: s, .. }) => *s = Some(status),
             None => warn!(?id, "completion for an unknown request"),
         }
@@ -392,7 +388,7 @@ impl State {
 
     /// A receive queued for a specific peer left the queue (matched, failed or cancelled).
     fn unawait(&mut self, id: RequestId) {
-        if let Some(Req::Recv { awaits, .. }) = self.reqs.get_mut(&id) {
+        if let Some(Req::Recv { awaits, .. }) = self.reqs.get_mut(id) {
             if let Some(p) = awaits.take() {
                 let n = &mut self.awaiting[p as usize];
                 *n = n.saturating_sub(1);
@@ -422,7 +418,7 @@ impl State {
     /// A posted receive `req` matched message `seq` from `p`.
     fn bind(&mut self, req: RequestId, p: Rank, seq: MsgSeq) {
         let now = self.now;
-        let buf = match self.reqs.get(&req) {
+        let buf = match self.reqs.get(req) {
             Some(Req::Recv { args, .. }) => args.buf,
             _ => return,
         };
@@ -729,7 +725,7 @@ impl Pml for Dr {
                         let err = StatusError::PeerFailed { peer: r, reason };
                         self.st.complete(id, Status::failed(r, 0, 0, err));
                     } else {
-                        if let Some(Req::Recv { awaits, .. }) = self.st.reqs.get_mut(&id) {
+                        if let Some(Req::Recv { awaits, .. }) = self.st.reqs.get_mut(id) {
                             *awaits = Some(r);
                         }
                         self.st.awaiting[r as usize] += 1;
@@ -768,21 +764,21 @@ impl Pml for Dr {
     }
 
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
-        let done = match self.st.reqs.get(&request) {
+        let done = match self.st.reqs.get(request) {
             None => return Err(PmlError::UnknownRequest(request)),
             Some(Req::Send { status }) | Some(Req::Recv { status, .. }) => status.is_some(),
         };
         if !done {
             return Ok(None);
         }
-        match self.st.reqs.remove(&request) {
+        match self.st.reqs.remove(request) {
             Some(Req::Send { status }) | Some(Req::Recv { status, .. }) => Ok(status),
             None => Ok(None),
         }
     }
 
     fn cancel(&mut self, request: RequestId) -> Result<bool, PmlError> {
-        let ctx = match self.st.reqs.get(&request) {
+        let ctx = match self.st.reqs.get(request) {
             None => return Err(PmlError::UnknownRequest(request)),
             Some(Req::Send { .. }) => return Ok(false),
             Some(Req::Recv { args, status, .. }) => {

@@ -18,7 +18,7 @@ use rmca_framework::btl::{
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::modex::LocalModex;
 use rmca_framework::pml::{
-    Pml, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError, TagSel,
+    Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError, TagSel,
 };
 use rmca_framework::rank::{ProcInfo, Rank};
 use rmca_pml_dr::{Dr, DrConfig};
@@ -683,4 +683,41 @@ fn a_refused_probe_of_a_completed_message_leaves_no_watchdog_behind() {
     }
     assert_eq!(counter(&a, "pml.dr.watchdog_expirations"), 0);
     assert_eq!(counter(&b, "pml.dr.watchdog_expirations"), 0);
+}
+
+/// A released request's id stays unknown once a later request took its place in the table: it
+/// never answers for that request (test and cancel both refuse it).
+#[test]
+fn a_released_id_never_names_the_request_that_reuses_its_slot() {
+    let rails = [Rail::new(
+        23,
+        Faults {
+            drop: 0.0,
+            dup: 0.0,
+            corrupt: 0.0,
+            reorder: false,
+        },
+    )];
+    let (mut a, mut b) = pair(&rails, &[2048], cfg());
+    let s = isend(&mut a, b"first", 1, 4, SendMode::Standard);
+    let st = a
+        .test(s)
+        .unwrap()
+        .expect("a small standard send completes at once");
+    assert!(st.error.is_none(), "{st:?}");
+    assert!(matches!(a.test(s), Err(PmlError::UnknownRequest(id)) if id == s));
+    // A pending receive now holds the slot the send released.
+    let mut buf = [0u8; 6];
+    let r = irecv(&mut a, &mut buf, Source::Rank(1), TagSel::Tag(9));
+    assert_ne!(r, s);
+    assert!(matches!(a.test(s), Err(PmlError::UnknownRequest(id)) if id == s));
+    assert!(matches!(a.cancel(s), Err(PmlError::UnknownRequest(id)) if id == s));
+    assert!(a.test(r).unwrap().is_none(), "the receive is still pending");
+    let s2 = isend(&mut b, b"second", 0, 9, SendMode::Standard);
+    let st = wait_all(&mut a, &mut b, &[(1, s2), (0, r)]);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    assert_eq!(&buf, b"second");
+    for bogus in [RequestId(0), RequestId(u64::MAX)] {
+        assert!(matches!(a.test(bogus), Err(PmlError::UnknownRequest(id)) if id == bogus));
+    }
 }

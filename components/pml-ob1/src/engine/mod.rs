@@ -35,7 +35,7 @@ mod rendezvous;
 mod requests;
 
 pub use pml::Ob1;
-use requests::{Phase, Req, Slab};
+use requests::{Phase, Req, Requests};
 
 /// The BTL tag every ob1 header travels with (the header's first byte says which one it is).
 pub const TAG: BtlTag = tags::PML_OB1_BASE;
@@ -179,7 +179,7 @@ pub(crate) struct Core {
     cursor: Vec<usize>,
     dead: Vec<bool>,
     matcher: Matcher<RequestId, Unexp>,
-    reqs: Slab,
+    reqs: Requests,
     ctrl: VecDeque<Ctrl>,
     active: VecDeque<RequestId>,
     failures: Vec<(BtlIndex, Rank, String)>,
@@ -237,7 +237,7 @@ enum FragReject {
 /// bytes go: the one check of a FRAG, whether it arrives whole ([`Core::on_frag`]) or is
 /// placed as it arrives ([`Core::begin_frag`]).
 fn frag_target(
-    reqs: &mut Slab,
+    reqs: &mut Requests,
     peer: Rank,
     dst_req: u64,
     offset: u64,
@@ -278,7 +278,7 @@ impl Core {
             cursor: vec![0; n],
             dead: vec![false; n],
             matcher: Matcher::new(n),
-            reqs: Slab::default(),
+            reqs: Requests::default(),
             ctrl: VecDeque::new(),
             active: VecDeque::new(),
             failures: Vec::new(),
@@ -634,7 +634,7 @@ impl Core {
                     let tag = r.tag;
                     self.finish(id, peer, tag, 0, Some(err.clone()));
                 }
-                Phase::RecvPosted | Phase::Done | Phase::Free => {}
+                Phase::RecvPosted | Phase::Done => {}
             }
         }
         for id in self.matcher.take_posted_from(peer) {

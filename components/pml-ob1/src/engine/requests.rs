@@ -1,5 +1,5 @@
 //! Requests: one flat [`Req`] per send or receive, the part only rendezvous transfers use
-//! ([`Cold`]), and the [`Slab`] that holds them under generational ids.
+//! ([`Cold`]), and the [`Requests`] that holds them under generational ids.
 
 use std::time::Instant;
 
@@ -11,6 +11,7 @@ use rmca_framework::pml::{
     ContextId, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError, Tag, TagSel,
 };
 use rmca_framework::rank::Rank;
+use rmca_framework::slab::Slab;
 
 use crate::bulk::Bulk;
 use crate::sched::Segment;
@@ -33,8 +34,6 @@ pub(super) enum Phase {
     RecvGet,
     /// Completed: `peer`, `tag`, `count` and `error` are the status.
     Done,
-    /// The slab slot is free (the request was released).
-    Free,
 }
 
 /// One send or receive request.
@@ -158,11 +157,6 @@ impl Req {
         )
     }
 
-    /// A released slot's value: it owns no heap memory.
-    fn is_released(&self) -> bool {
-        self.phase == Phase::Free && self.error.is_none() && self.cold.is_none()
-    }
-
     /// This receive matched a message of `msg_len` bytes from `peer` with `tag`, whose first
     /// bytes are `head`: note the envelope and copy them (as far as the buffer goes). Returns
     /// the bytes to receive in all (message and buffer permitting) and the bytes copied.
@@ -187,7 +181,7 @@ impl Req {
     }
 }
 
-/// What [`Slab::settle`] found.
+/// What [`Requests::settle`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Settle {
     /// Still in progress.
@@ -200,59 +194,29 @@ pub(super) enum Settle {
     Unknown,
 }
 
-/// Requests in a slab: ids are index + generation, so a stale id (or a forged one in a
-/// packet) never reaches a reused slot. A released slot keeps its [`Req`] with
-/// [`Phase::Free`] and nothing on the heap, so releasing and reusing one frees and drops
-/// nothing.
+/// The requests of one ob1 instance, in the framework's request table: a stale id (or a forged
+/// one in a packet) never reaches a reused slot.
 #[derive(Debug, Default)]
-pub(super) struct Slab {
-    slots: Vec<(u32, Req)>,
-    free: Vec<u32>,
+pub(super) struct Requests {
+    slab: Slab<Req>,
 }
 
-#[inline]
-fn split_id(id: RequestId) -> (u32, usize) {
-    ((id.0 >> 32) as u32, id.0 as u32 as usize)
-}
-
-impl Slab {
+impl Requests {
     #[inline(always)]
     pub(super) fn insert(&mut self, req: Req) -> RequestId {
-        let i = match self.free.pop() {
-            Some(i) => {
-                let slot = &mut self.slots[i as usize];
-                debug_assert!(slot.1.is_released());
-                // The old value owns nothing (see `take_done`): skip its drop glue.
-                std::mem::forget(std::mem::replace(&mut slot.1, req));
-                i
-            }
-            None => {
-                self.slots.push((1, req));
-                (self.slots.len() - 1) as u32
-            }
-        };
-        RequestId((u64::from(self.slots[i as usize].0) << 32) | u64::from(i))
+        self.slab.insert(req)
     }
 
     #[inline]
     pub(super) fn get_mut(&mut self, id: RequestId) -> Option<&mut Req> {
-        let (gen, i) = split_id(id);
-        match self.slots.get_mut(i) {
-            Some((g, r)) if *g == gen && r.phase != Phase::Free => Some(r),
-            _ => None,
-        }
+        self.slab.get_mut(id)
     }
 
     /// If `id` completed, release it and return its status.
     #[inline]
     pub(super) fn take_done(&mut self, id: RequestId) -> Result<Option<Status>, ()> {
-        let (gen, i) = split_id(id);
-        let Some((g, req)) = self.slots.get_mut(i) else {
-            return Err(());
-        };
-        if *g != gen || req.phase == Phase::Free {
-            return Err(());
-        }
+        let mut e = self.slab.entry(id).ok_or(())?;
+        let req = e.get_mut();
         if req.phase != Phase::Done {
             return Ok(None);
         }
@@ -262,59 +226,49 @@ impl Slab {
             len: req.count,
             error: req.error.take(),
         };
-        req.cold = None;
-        req.phase = Phase::Free;
-        *g = g.wrapping_add(1).max(1);
-        self.free.push(i as u32);
+        e.delete();
         Ok(Some(status))
     }
 
     /// Where request `id` stands for `wait_all`, releasing it if it completed successfully:
-    /// [`Slab::take_done`] without building a status for a success (a status returned through
-    /// memory for every message would cost more than the check). A failed request is left for
-    /// [`Slab::take_done`] to return its status.
+    /// [`Requests::take_done`] without building a status for a success (a status returned
+    /// through memory for every message would cost more than the check). A failed request is
+    /// left for [`Requests::take_done`] to return its status.
     #[inline]
     pub(super) fn settle(&mut self, id: RequestId) -> Settle {
-        let (gen, i) = split_id(id);
-        let Some((g, req)) = self.slots.get_mut(i) else {
+        let Some(mut e) = self.slab.entry(id) else {
             return Settle::Unknown;
         };
-        if *g != gen {
-            return Settle::Unknown;
-        }
+        let req = e.get_mut();
         match req.phase {
             Phase::Done if req.error.is_none() => {
+                // An eager request has no cold part: checked here, inline, its drop below
+                // knows so and skips the out-of-line drop glue (measured: 2-3% of the 8 B
+                // message rate).
                 if req.cold.is_some() {
                     req.cold = None;
                 }
-                req.phase = Phase::Free;
-                *g = g.wrapping_add(1).max(1);
-                self.free.push(i as u32);
+                e.delete();
                 Settle::Released
             }
             Phase::Done => Settle::Failed,
-            Phase::Free => Settle::Unknown,
             _ => Settle::Pending,
         }
     }
 
     pub(super) fn ids(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.1.phase != Phase::Free)
-            .map(|(i, s)| RequestId((u64::from(s.0) << 32) | i as u64))
+        self.slab.ids()
     }
 
     pub(super) fn live(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slab.len()
     }
 
     /// Requests not completed yet.
     pub(super) fn outstanding(&self) -> usize {
-        self.slots
+        self.slab
             .iter()
-            .filter(|s| !matches!(s.1.phase, Phase::Done | Phase::Free))
+            .filter(|(_, r)| r.phase != Phase::Done)
             .count()
     }
 }
