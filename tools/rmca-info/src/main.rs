@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use rmca_framework::params::{Level, RawSources};
+use rmca_framework::params::{cmdline_settings, Level, RawSources};
 use rmca_framework::registry::Registry;
 use rmca_info::{render_components, render_defaults_toml, render_params, select_entries, Options};
 
@@ -41,11 +41,11 @@ fn parse(args: Vec<String>) -> Result<Option<Request>, String> {
         defaults_toml: false,
         settings: Vec::new(),
     };
-    // Open MPI's single-dash spelling of --mca.
-    let args = args
-        .into_iter()
-        .map(|a| if a == "-mca" { "--mca".to_owned() } else { a });
-    let mut p = lexopt::Parser::from_args(args);
+    // `--mca NAME VALUE` (and Open MPI's `-mca`) as every rmca tool reads them: a value may
+    // start with '-' (a negative number).
+    let (settings, rest) = cmdline_settings(&args)?;
+    req.settings = settings;
+    let mut p = lexopt::Parser::from_args(rest);
     let text = |v: std::ffi::OsString, what: &str| {
         v.into_string()
             .map_err(|v| format!("{what}: {v:?} is not valid UTF-8"))
@@ -67,17 +67,6 @@ fn parse(args: Vec<String>) -> Result<Option<Request>, String> {
                 let v = text(p.value().map_err(|e| e.to_string())?, "--level")?;
                 req.opts.level = Level::parse(&v)
                     .ok_or_else(|| format!("--level '{v}': valid levels are basic, tuning, dev"))?;
-            }
-            Long("mca") => {
-                // Values are taken as they are: a value may start with '-' (a negative number).
-                let need = |_| "--mca needs a parameter name and a value".to_owned();
-                let name = text(p.value().map_err(need)?, "--mca")?;
-                let value = text(p.value().map_err(need)?, "--mca")?;
-                req.settings.push(rmca_framework::params::RawSetting {
-                    name,
-                    value,
-                    source: rmca_framework::params::Source::CommandLine,
-                });
             }
             Long("defaults-toml") => req.defaults_toml = true,
             Short('h') | Long("help") => return Ok(None),
