@@ -48,7 +48,7 @@ if ! command -v valgrind >/dev/null; then
   exit 1
 fi
 test_binary() {
-  cargo test -p "$1" --lib --no-run --locked --message-format=json 2>/dev/null |
+  cargo test -p "$1" --lib --no-run --locked --message-format=json |
     python3 -c 'import sys, json
 for line in sys.stdin:
     m = json.loads(line)
@@ -56,5 +56,10 @@ for line in sys.stdin:
         print(m["executable"])'
 }
 export PROPTEST_CASES=32
-valgrind --error-exitcode=1 --quiet "$(test_binary rmca-framework)" buffer::
-valgrind --error-exitcode=1 --quiet "$(test_binary rmca-btl-shm)" ring:: coop::
+# Each binary on its own line: a failed build stops the script (set -e) instead of reaching
+# valgrind as an empty name.
+framework_tests=$(test_binary rmca-framework)
+shm_tests=$(test_binary rmca-btl-shm)
+[ -n "$framework_tests" ] && [ -n "$shm_tests" ] || { echo "FAILED: test binaries not found" >&2; exit 1; }
+valgrind --error-exitcode=1 --quiet "$framework_tests" buffer::
+valgrind --error-exitcode=1 --quiet "$shm_tests" ring:: coop::

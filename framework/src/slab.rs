@@ -2,9 +2,10 @@
 //! [`RequestId`].
 //!
 //! An id is a slot index and the slot's generation. Removing an entry bumps its slot's
-//! generation, so a stale id (or a forged one, e.g. read from a packet) never reaches the
+//! generation, so a stale id (or a forged one, e.g. read from a packet) does not reach the
 //! request that reuses the slot: every lookup with it answers `None`, as for an id never
-//! issued. Vacant slots are chained through themselves, so insert and remove allocate only
+//! issued. (The 32-bit generation wraps after 2^32-1 reuses of one slot; a forged id guesses
+//! the current generation once in 2^32.) Vacant slots are chained through themselves, so insert and remove allocate only
 //! when the table grows past its largest size so far.
 
 use crate::pml::RequestId;

@@ -10,7 +10,8 @@
 //!
 //! Environment (every value checked; a bad one fails the run naming the valid range):
 //! - `RMCA_FUZZ_SECS`: time budget per target in seconds (default [`DEFAULT_SECS`]).
-//! - `RMCA_FUZZ_ITERS`: stop after this many inputs even if time is left (default: no limit).
+//! - `RMCA_FUZZ_ITERS`: stop after this many inputs even if time is left (default: no limit);
+//!   given alone, the time budget is lifted so that a replay reaches the failing input.
 //! - `RMCA_FUZZ_SEED`: RNG seed (decimal or `0x` hex; default: derived from the target name, so
 //!   every run explores the same inputs first). The seed is printed and in every failure.
 //! - `RMCA_FUZZ_INPUT_TIMEOUT_SECS`: one input running longer is a hang (default 20).
@@ -182,7 +183,14 @@ impl Budget {
         seed: Option<&str>,
         input_timeout: Option<&str>,
     ) -> Result<Self, String> {
-        let time = secs_var("RMCA_FUZZ_SECS", secs, DEFAULT_SECS)?;
+        // A replay names its input count: then the count decides, not the default time
+        // budget (a crash found at input n after 15 s must come back at input n).
+        let default_secs = if iters.is_some() {
+            86_400.0
+        } else {
+            DEFAULT_SECS
+        };
+        let time = secs_var("RMCA_FUZZ_SECS", secs, default_secs)?;
         let input_timeout = secs_var(
             "RMCA_FUZZ_INPUT_TIMEOUT_SECS",
             input_timeout,
@@ -569,6 +577,10 @@ mod tests {
     fn budget_values_are_checked() {
         let b = Budget::parse("x", None, None, None, None).unwrap();
         assert_eq!(b.time, Duration::from_secs(2));
+        // The reproduce line names only the seed and the input count: no time limit then.
+        let replay = Budget::parse("x", None, Some("41310"), Some("0x1f"), None).unwrap();
+        assert_eq!(replay.time, Duration::from_secs(86_400));
+        assert_eq!(replay.iters, Some(41_310));
         assert_eq!(b.iters, None);
         assert_eq!(b.seed, fnv(b"x"));
         let b = Budget::parse("x", Some("0.5"), Some("10"), Some("0x1f"), Some("3")).unwrap();

@@ -25,6 +25,10 @@ pub fn in_fresh_netns(
     addr: &str,
     body: impl FnOnce() + Send + 'static,
 ) -> bool {
+    if Command::new("ip").arg("-V").output().is_err() {
+        crate::skip_or_fail("ip is not installed (Debian package iproute2)");
+        return false;
+    }
     let (a, b, mtu, addr) = (
         format!("{name}0"),
         format!("{name}1"),
@@ -35,7 +39,7 @@ pub fn in_fresh_netns(
         // SAFETY: unshare(CLONE_NEWNET) only moves the calling thread (this new one) to a new
         // network namespace; it touches no memory of ours.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return false;
+            return Err(std::io::Error::last_os_error());
         }
         // Commands spawned from this thread run in its namespace.
         ip(&["link", "set", "lo", "up"]);
@@ -46,12 +50,14 @@ pub fn in_fresh_netns(
         ip(&["link", "set", &a, "up"]);
         ip(&["link", "set", &b, "up"]);
         body();
-        true
+        Ok(())
     });
     match t.join() {
-        Ok(true) => true,
-        Ok(false) => {
-            crate::skip_or_fail("needs root (CAP_SYS_ADMIN) to create a network namespace");
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            crate::skip_or_fail(format!(
+                "cannot create a network namespace ({e}): needs root (CAP_SYS_ADMIN)"
+            ));
             false
         }
         Err(p) => std::panic::resume_unwind(p),

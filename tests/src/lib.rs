@@ -169,16 +169,6 @@ impl LossyLink {
     /// `loss`, and `ipfrag_time` of both namespaces set to `ipfrag_time_s` seconds. `Err` says
     /// why it cannot be made here (not root, no iproute2, kernel features missing).
     pub fn new(mtu: u32, loss: f64, ipfrag_time_s: u32) -> Result<Self, String> {
-        let id = std::process::id() % 100_000;
-        let link = Self {
-            ns: [format!("rmcaLa{id}"), format!("rmcaLb{id}")],
-            dev: [format!("rla{id}"), format!("rlb{id}")],
-            addr: {
-                let net = 10 + id % 200;
-                [format!("10.{net}.88.1"), format!("10.{net}.88.2")]
-            },
-            dir: std::env::temp_dir().join(format!("rmca-lossy-link-{id}")),
-        };
         let run = |args: &[&str]| -> Result<(), String> {
             let out = Command::new(args[0])
                 .args(&args[1..])
@@ -194,8 +184,26 @@ impl LossyLink {
                 ))
             }
         };
-        run(&["ip", "netns", "add", &link.ns[0]])?;
-        // From here on, Drop removes whatever was made.
+        // Unique per process and per link within it (interface names stay within 15 bytes).
+        static LINKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = LINKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = (std::process::id() % 10_000) * 10 + n % 10;
+        let names = Self {
+            ns: [format!("rmcaLa{id}"), format!("rmcaLb{id}")],
+            dev: [format!("rla{id}"), format!("rlb{id}")],
+            addr: {
+                let net = 10 + id % 200;
+                [format!("10.{net}.88.1"), format!("10.{net}.88.2")]
+            },
+            dir: std::env::temp_dir().join(format!("rmca-lossy-link-{id}")),
+        };
+        // Only once this namespace is ours may Drop remove what carries these names (another
+        // process may hold them): a failure here must not run Drop.
+        if let Err(e) = run(&["ip", "netns", "add", &names.ns[0]]) {
+            std::mem::forget(names);
+            return Err(e);
+        }
+        let link = names;
         run(&["ip", "netns", "add", &link.ns[1]])?;
         let mtu_s = mtu.to_string();
         run(&[

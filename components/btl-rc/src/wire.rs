@@ -558,6 +558,25 @@ mod tests {
             CardRepr::parse(&c.to_bytes()[..7]),
             Err(WireError::Truncated)
         );
+        // A peer of the big-endian layout (version 1) is refused at its card and at its
+        // connection packets.
+        let mut b = c.to_bytes();
+        b[2] = 1;
+        assert_eq!(CardRepr::parse(&b), Err(WireError::Version(1)));
+        let cm = CmRepr {
+            cm_type: CmType::Req,
+            src: 1,
+            dst: 2,
+            job: 3,
+            credits: 4,
+            addrs: vec![vec![5]],
+        };
+        let mut b = cm.to_bytes();
+        b[2] = 1;
+        assert!(matches!(
+            CmPacket::new_checked(&b[..]),
+            Err(WireError::Version(1))
+        ));
     }
 
     #[test]

@@ -50,7 +50,10 @@ impl Mapping {
         // Registered before it exists: a dying launcher finds it in the table at any point.
         let guard = rmca_rte::lifeline::remove_on_launcher_death(path).map_err(|e| {
             io_err(
-                format!("create {}", path.display()),
+                format!(
+                    "register {} for removal if the launcher dies",
+                    path.display()
+                ),
                 io::Error::other(e.to_string()),
             )
         })?;

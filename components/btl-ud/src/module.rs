@@ -64,7 +64,7 @@ struct Stats {
 }
 
 /// Smallest UD MTU a peer's card may announce (the smallest InfiniBand MTU).
-const MIN_PEER_MTU: usize = 256;
+const MIN_PEER_MTU: usize = rmca_verbs::soft::link::MIN_UD_MTU as usize;
 
 /// The MTU a module uses: the device's, or the user's `btl_ud_mtu` when smaller. A larger
 /// `btl_ud_mtu` is lowered to the device's with a warning: a UD datagram is one packet, never

@@ -764,17 +764,17 @@ impl Pml for Dr {
     }
 
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {
-        let done = match self.st.reqs.get(request) {
-            None => return Err(PmlError::UnknownRequest(request)),
-            Some(Req::Send { status }) | Some(Req::Recv { status, .. }) => status.is_some(),
-        };
-        if !done {
+        let mut entry = self
+            .st
+            .reqs
+            .entry(request)
+            .ok_or(PmlError::UnknownRequest(request))?;
+        let (Req::Send { status } | Req::Recv { status, .. }) = entry.get_mut();
+        if status.is_none() {
             return Ok(None);
         }
-        match self.st.reqs.remove(request) {
-            Some(Req::Send { status }) | Some(Req::Recv { status, .. }) => Ok(status),
-            None => Ok(None),
-        }
+        let (Req::Send { status } | Req::Recv { status, .. }) = entry.remove();
+        Ok(status)
     }
 
     fn cancel(&mut self, request: RequestId) -> Result<bool, PmlError> {

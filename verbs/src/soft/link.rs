@@ -246,7 +246,7 @@ pub fn set_dont_fragment(sock: &UdpSocket, ipv6_socket: bool) -> Result<()> {
 }
 
 #[allow(unsafe_code)]
-fn int_sockopt(
+pub(super) fn int_sockopt(
     sock: &UdpSocket,
     level: libc::c_int,
     opt: libc::c_int,

@@ -2,7 +2,6 @@
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -20,22 +19,10 @@ pub(super) const UD_RCVBUF_MAX: usize = 64 << 20;
 
 /// Raise a UDP socket's receive buffer to `bytes`: `SO_RCVBUFFORCE` where permitted (root or
 /// CAP_NET_ADMIN, which may exceed `net.core.rmem_max`), else `SO_RCVBUF` (capped by rmem_max).
-#[allow(unsafe_code)]
 pub(super) fn size_udp_rcvbuf(sock: &UdpSocket, bytes: usize) {
     let val = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: the fd is a live socket owned by `sock`; the option value is a c_int read
-        // by the kernel for the given length.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&val as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
+        if super::link::int_sockopt(sock, libc::SOL_SOCKET, opt, val).is_ok() {
             return;
         }
     }

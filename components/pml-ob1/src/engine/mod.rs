@@ -204,10 +204,18 @@ pub(crate) struct Core {
     /// [`rmca_framework::btl::BtlEvents::wants_more`]).
     awaited: Option<RequestId>,
     awaited_done: bool,
-    /// Reads against the copy pipeline, measured (`pml_ob1_adaptive_bulk`).
-    bulk: BulkChooser,
-    /// When the last measured bulk transfer completed: a transfer's service starts no earlier.
-    bulk_free_at: Option<Instant>,
+    /// Reads against the copy pipeline, measured (`pml_ob1_adaptive_bulk`), one chooser per
+    /// BTL that would serve the read (by BTL index): a CMA read on the node and an RDMA read
+    /// across nodes are different machines.
+    bulk: Vec<BulkState>,
+}
+
+/// The measured choice of one reading BTL.
+#[derive(Debug, Default)]
+pub(super) struct BulkState {
+    pub(super) chooser: BulkChooser,
+    /// When its last measured bulk transfer completed: a transfer's service starts no earlier.
+    pub(super) free_at: Option<Instant>,
 }
 
 /// Granule of the message offsets where the fragments of a copied message start.
@@ -291,8 +299,7 @@ impl Core {
             traffic: false,
             awaited: None,
             awaited_done: false,
-            bulk: BulkChooser::new(),
-            bulk_free_at: None,
+            bulk: Vec::new(),
         };
         for peer in 0..n {
             core.update_eager_path(peer as Rank);

@@ -51,24 +51,10 @@ impl Core {
             self.finish_recv(id);
             return;
         }
-        // Offered a read: measure it against the copy pipeline and take the faster.
-        let offered = rget.is_some() && self.cfg.use_rget;
-        let bulk_len = wanted - first;
-        let how = if offered && self.cfg.adaptive_bulk {
-            Some(self.bulk.choose(bulk_len))
-        } else {
-            None
-        };
-        let started = how.map(|h| (h, Instant::now(), bulk_len));
-        match how {
-            Some(Bulk::Get) => self.stats.bulk_get += 1,
-            Some(Bulk::Copy) => self.stats.bulk_copy += 1,
-            None => {}
-        }
-        if let Some((addr, keys)) = rget.filter(|_| offered && how != Some(Bulk::Copy)) {
-            // Pair each of our GET routes to the peer with an unused key of the same BTL component.
+        // Pair each of our GET routes to the peer with an unused key of the same BTL component.
+        let mut usable: Vec<(Route, Vec<u8>)> = Vec::new();
+        if let Some((_, keys)) = rget.as_ref().filter(|_| self.cfg.use_rget) {
             let mut used = vec![false; keys.len()];
-            let mut usable: Vec<(Route, Vec<u8>)> = Vec::new();
             for route in &self.routes[peer as usize].rdma {
                 if !self.attrs[route.btl].flags.contains(BtlFlags::GET) {
                     continue;
@@ -79,6 +65,27 @@ impl Core {
                     usable.push((*route, keys[k].key.clone()));
                 }
             }
+        }
+        // A read we can take: measure it against the copy pipeline, for the BTL that would
+        // read, and take the faster.
+        let bulk_len = wanted - first;
+        let how = match usable.first() {
+            Some((route, _)) if self.cfg.adaptive_bulk => {
+                let btl = route.btl;
+                if self.bulk.len() <= btl {
+                    self.bulk.resize_with(btl + 1, Default::default);
+                }
+                Some((self.bulk[btl].chooser.choose(bulk_len), btl))
+            }
+            _ => None,
+        };
+        let started = how.map(|(h, btl)| (h, Instant::now(), bulk_len, btl));
+        match how {
+            Some((Bulk::Get, _)) => self.stats.bulk_get += 1,
+            Some((Bulk::Copy, _)) => self.stats.bulk_copy += 1,
+            None => {}
+        }
+        if let Some((addr, _)) = rget.filter(|_| !matches!(how, Some((Bulk::Copy, _)))) {
             if !usable.is_empty() {
                 let list: Vec<Route> = usable.iter().map(|u| u.0).collect();
                 let policy = self.cfg.scheduling.for_pattern(pattern);
@@ -123,7 +130,7 @@ impl Core {
             r.count = first;
             r.wanted = wanted;
             // A sample of the copy pipeline only if it was chosen over an offered read.
-            if let Some(b @ (Bulk::Copy, _, _)) = started {
+            if let Some(b @ (Bulk::Copy, _, _, _)) = started {
                 r.cold().bulk = Some(b);
             }
         }
@@ -142,12 +149,13 @@ impl Core {
         let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
-        if let Some((how, start, len)) = r.cold.as_mut().and_then(|c| c.bulk.take()) {
+        if let Some((how, start, len, btl)) = r.cold.as_mut().and_then(|c| c.bulk.take()) {
             let now = Instant::now();
-            let from = self.bulk_free_at.map_or(start, |f| f.max(start));
+            let b = &mut self.bulk[btl];
+            let from = b.free_at.map_or(start, |f| f.max(start));
             let ns = u64::try_from(now.duration_since(from).as_nanos()).unwrap_or(u64::MAX);
-            self.bulk.record(len, how, ns);
-            self.bulk_free_at = Some(now);
+            b.chooser.record(len, how, ns);
+            b.free_at = Some(now);
         }
         let received = r.msg_len.min(r.buf.len());
         let error = (r.msg_len > received).then_some(StatusError::Truncated {

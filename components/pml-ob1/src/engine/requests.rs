@@ -84,7 +84,8 @@ pub(super) struct Cold {
     pub(super) get: Option<GetState>,
     /// A receive whose sender offered a read: how its bulk travels and when it was matched
     /// (a sample for [`BulkChooser`](crate::bulk::BulkChooser) at completion).
-    pub(super) bulk: Option<(Bulk, Instant, usize)>,
+    /// The last field is the index of the BTL that would read.
+    pub(super) bulk: Option<(Bulk, Instant, usize, usize)>,
 }
 
 #[derive(Debug)]
