@@ -349,23 +349,24 @@ fn run_with_timeout(mut cmd: Command, limit: Duration) -> Result<(bool, String, 
 
 const TIMED_OUT: &str = "rmca-bench: timed out\n";
 
-/// Wait for `child` (stdout and stderr piped) at most `limit`, killing it then; returns
-/// (success, stdout, stderr), stderr starting with a timeout marker when it was killed.
+/// Read all of `stream` on a thread of its own (nothing if it is not there, e.g. taken by the
+/// caller).
+fn read_all<R: Read + Send + 'static>(stream: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut r) = stream {
+            let _ = r.read_to_string(&mut s);
+        }
+        s
+    })
+}
+
+/// Wait for `child` at most `limit`, killing it then; returns (success, stdout, stderr),
+/// stderr starting with a timeout marker when it was killed. Either stream may have been
+/// taken (or not piped): the other is still read and the limit still holds.
 pub fn wait_output(mut child: Child, limit: Duration) -> (bool, String, String) {
-    let (Some(mut so), Some(mut se)) = (child.stdout.take(), child.stderr.take()) else {
-        let ok = child.wait().is_ok_and(|s| s.success());
-        return (ok, String::new(), String::new());
-    };
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
+    let t_out = read_all(child.stdout.take());
+    let t_err = read_all(child.stderr.take());
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -393,6 +394,30 @@ pub fn wait_output(mut child: Child, limit: Duration) -> (bool, String, String) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_whose_stdout_was_taken_still_reports_stderr_and_keeps_the_limit() {
+        // What the udp and rxd peers do with their server: read its first stdout line (the
+        // port), then wait for it.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo oops >&2; exec sleep 5"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let t = Instant::now();
+        let (ok, out, err) = wait_output(child, Duration::from_millis(300));
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "the limit was not applied"
+        );
+        assert!(!ok && out.is_empty());
+        assert!(
+            err.starts_with(TIMED_OUT) && err.contains("oops"),
+            "{err:?}"
+        );
+    }
 
     #[test]
     fn result_lines_are_picked_from_launcher_chatter() {
