@@ -1,8 +1,9 @@
 //! Components of any framework: [`ComponentRef`], how built-in components register
 //! ([`BuiltinComponent`]) and where a registered one came from ([`Origin`]).
 //!
-//! Built-in components register a [`BuiltinComponent`] with `inventory::submit!`; plugins hand
-//! the same [`ComponentRef`] to the host through their descriptor (see [`crate::plugin`]).
+//! Built-in components register with [`builtin_component!`](crate::builtin_component) (a
+//! [`BuiltinComponent`] collected by `inventory`); plugins hand the same [`ComponentRef`] to the
+//! host through their descriptor (see [`crate::plugin`]).
 //!
 //! This module sits above the four framework traits (it names each of them); the items every
 //! component author needs from below ([`Component`], [`ComponentMeta`], [`Framework`],
@@ -66,7 +67,7 @@ pub struct BuiltinComponent {
 }
 
 impl BuiltinComponent {
-    /// Wrap a component for `inventory::submit!`.
+    /// Wrap a component for `inventory::submit!` (what [`builtin_component!`](crate::builtin_component) expands to).
     pub const fn new(component: ComponentRef) -> Self {
         Self { component }
     }
@@ -74,9 +75,24 @@ impl BuiltinComponent {
 
 inventory::collect!(BuiltinComponent);
 
+/// Register a statically linked component of a framework: `builtin_component!(Btl, MY_BTL)`
+/// where the first word is the [`ComponentRef`] variant (Pml, Btl, Mpool, Rcache) and the second
+/// a `static` implementing that framework's component trait. The registry finds it at start-up
+/// (no list to edit); a component crate needs no dependency on `inventory` itself.
+#[macro_export]
+macro_rules! builtin_component {
+    ($framework:ident, $component:path) => {
+        $crate::inventory::submit! {
+            $crate::component::BuiltinComponent::new(
+                $crate::component::ComponentRef::$framework(&$component),
+            )
+        }
+    };
+}
+
 // The framework's own defaults, registered like any built-in component.
-inventory::submit! { BuiltinComponent::new(ComponentRef::Mpool(&DEFAULT_MPOOL)) }
-inventory::submit! { BuiltinComponent::new(ComponentRef::Rcache(&LRU_RCACHE)) }
+crate::builtin_component!(Mpool, DEFAULT_MPOOL);
+crate::builtin_component!(Rcache, LRU_RCACHE);
 
 /// Where a component in the registry came from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,9 +8,7 @@ use rmca_framework::btl::{
     exclusivity, Btl, BtlAttributes, BtlComponent, BtlError, BtlEvents, BtlFlags, BtlTag,
     ModexRead, SendError, SendHint,
 };
-use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, Framework, InitContext,
-};
+use rmca_framework::component::{Component, ComponentMeta, Framework, InitContext};
 use rmca_framework::modex::LocalModex;
 use rmca_framework::params::{Param, ParamRegistrar, ParamStore, RawSetting, RawSources, Source};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
@@ -54,8 +52,8 @@ static SAFE: FakePml = FakePml {
     name: "fakesafe",
     default_priority: 5,
 };
-inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&FAST)) }
-inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&SAFE)) }
+rmca_framework::builtin_component!(Pml, FAST);
+rmca_framework::builtin_component!(Pml, SAFE);
 
 /// A BTL whose reachability and attributes are set by the test.
 struct FakeBtl {
@@ -107,8 +105,8 @@ impl BtlComponent for FakeBtlComponent {
 }
 static NETA: FakeBtlComponent = FakeBtlComponent("neta");
 static NETB: FakeBtlComponent = FakeBtlComponent("netb");
-inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&NETA)) }
-inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&NETB)) }
+rmca_framework::builtin_component!(Btl, NETA);
+rmca_framework::builtin_component!(Btl, NETB);
 
 fn store(reg: &Registry, cli: &[(&str, &str)]) -> Result<ParamStore, McaError> {
     let settings = cli

@@ -59,9 +59,7 @@ pub mod sendq;
 pub mod wire;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
-use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
-};
+use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::ParamRegistrar;
 
 pub use config::{
@@ -79,7 +77,7 @@ pub struct RcComponent;
 /// The component instance registered with the framework.
 pub static RC: RcComponent = RcComponent;
 
-inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&RC)) }
+rmca_framework::builtin_component!(Btl, RC);
 
 impl Component for RcComponent {
     fn meta(&self) -> ComponentMeta {

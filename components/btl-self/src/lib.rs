@@ -21,9 +21,7 @@ use rmca_framework::btl::{
     SendHint,
 };
 use rmca_framework::buffer::UserBuf;
-use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
-};
+use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::memory::MemoryCounter;
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::rank::{ProcInfo, Rank};
@@ -37,7 +35,7 @@ pub struct SelfComponent;
 /// The component instance registered with the framework.
 pub static SELF: SelfComponent = SelfComponent;
 
-inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&SELF)) }
+rmca_framework::builtin_component!(Btl, SELF);
 
 /// Configuration of a [`BtlSelf`] module.
 #[derive(Clone, Debug, PartialEq, Eq)]

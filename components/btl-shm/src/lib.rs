@@ -33,9 +33,7 @@ pub mod sys;
 mod tests;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
-use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
-};
+use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
 pub use module::{ShmBtl, ShmConfig};
@@ -50,7 +48,7 @@ pub struct ShmComponent;
 /// The component instance registered with the framework.
 pub static SHM: ShmComponent = ShmComponent;
 
-inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&SHM)) }
+rmca_framework::builtin_component!(Btl, SHM);
 
 /// What to do about single-copy (CMA) transfers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

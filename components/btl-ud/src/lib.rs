@@ -50,9 +50,7 @@ mod reg;
 pub mod sched;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
-use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
-};
+use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::ParamRegistrar;
 
 pub use config::{ConfigError, ProviderChoice, UdConfig};
@@ -68,7 +66,7 @@ pub struct UdComponent;
 /// The component instance registered with the framework.
 pub static UD: UdComponent = UdComponent;
 
-inventory::submit! { BuiltinComponent::new(ComponentRef::Btl(&UD)) }
+rmca_framework::builtin_component!(Btl, UD);
 
 impl Component for UdComponent {
     fn meta(&self) -> ComponentMeta {

@@ -17,9 +17,7 @@ pub mod proto;
 use std::time::Duration;
 
 use rmca_framework::bml::Bml;
-use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
-};
+use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
 
@@ -33,7 +31,7 @@ pub struct DrComponent;
 /// The component instance registered with the framework.
 pub static DR: DrComponent = DrComponent;
 
-inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&DR)) }
+rmca_framework::builtin_component!(Pml, DR);
 
 /// Default selection priority (below ob1's: dr is chosen with `pml = "dr"`).
 pub const DEFAULT_PRIORITY: i64 = 10;

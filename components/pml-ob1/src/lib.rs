@@ -26,9 +26,7 @@ pub mod sched;
 
 use rmca_framework::bml::Bml;
 use rmca_framework::btl::BtlFlags;
-use rmca_framework::component::{
-    BuiltinComponent, Component, ComponentMeta, ComponentRef, InitContext,
-};
+use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
 use rmca_framework::rank::Rank;
@@ -148,7 +146,7 @@ pub struct Ob1Component;
 /// The component instance registered with the framework.
 pub static OB1: Ob1Component = Ob1Component;
 
-inventory::submit! { BuiltinComponent::new(ComponentRef::Pml(&OB1)) }
+rmca_framework::builtin_component!(Pml, OB1);
 
 /// Default selection priority (above dr's, so ob1 is the default PML).
 pub const DEFAULT_PRIORITY: i64 = 20;

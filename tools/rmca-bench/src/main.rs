@@ -199,19 +199,21 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("'{s}' is not a size (e.g. 0, 64, 8k, 4m)"))
 }
 
-fn parse_num(flag: &str, s: Option<&String>) -> Result<usize, String> {
-    let s = s.ok_or_else(|| format!("{flag} needs a value"))?;
+fn parse_num(flag: &str, s: &str) -> Result<usize, String> {
     s.parse()
         .map_err(|_| format!("{flag}: '{s}' is not a number"))
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    use lexopt::prelude::*;
     let args = expand_suites(args)?;
+    // `--mca NAME VALUE` as every rmca tool reads it (a value may start with '-').
+    let (settings, rest) = rmca::framework::params::cmdline_settings(&args)?;
     let mut o = Opts {
         benches: Vec::new(),
         ranks: 2,
         procs: Vec::new(),
-        mca: Vec::new(),
+        mca: settings.into_iter().map(|s| (s.name, s.value)).collect(),
         confs: Vec::new(),
         ratios: Vec::new(),
         mem: false,
@@ -228,13 +230,23 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         bind: true,
         timeout_s: 600,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-h" | "--help" => return Err(String::new()),
-            "-n" | "-np" => o.ranks = parse_num(a, it.next())?,
-            "--procs" => {
-                let list = it.next().ok_or("--procs needs a list, e.g. 2,4,8,16")?;
+    // Open MPI's single-dash `-np` (lexopt would read it as `-n p`).
+    let rest = rest
+        .into_iter()
+        .map(|a| if a == "-np" { "--np".to_owned() } else { a });
+    let mut p = lexopt::Parser::from_args(rest);
+    // The value of the option just read, as text; `what` names it in errors.
+    fn value(p: &mut lexopt::Parser, what: &str) -> Result<String, String> {
+        let v = p.value().map_err(|_| format!("{what} needs a value"))?;
+        v.into_string()
+            .map_err(|v| format!("{what}: {v:?} is not valid UTF-8"))
+    }
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        match arg {
+            Short('h') | Long("help") => return Err(String::new()),
+            Short('n') | Long("np") => o.ranks = parse_num("-n", &value(&mut p, "-n")?)?,
+            Long("procs") => {
+                let list = value(&mut p, "--procs (a list, e.g. 2,4,8,16)")?;
                 o.procs = list
                     .split(',')
                     .map(|p| match p.trim().parse::<usize>() {
@@ -243,38 +255,33 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
                     })
                     .collect::<Result<_, _>>()?;
             }
-            "--conf" => {
-                let c = conf::parse(it.next().ok_or("--conf needs a spec")?)?;
+            Long("conf") => {
+                let c = conf::parse(&value(&mut p, "--conf (a spec)")?)?;
                 if o.confs.iter().any(|e| e.name == c.name) {
                     return Err(format!("--conf: the name '{}' is used twice", c.name));
                 }
                 o.confs.push(c);
             }
-            "--ratio" => {
-                let r = it.next().ok_or("--ratio needs A/B")?;
+            Long("ratio") => {
+                let r = value(&mut p, "--ratio (A/B)")?;
                 let (a, b) = r
                     .split_once('/')
                     .filter(|(a, b)| !a.is_empty() && !b.is_empty())
                     .ok_or_else(|| format!("--ratio '{r}': expected A/B (configuration names)"))?;
                 o.ratios.push((a.to_owned(), b.to_owned()));
             }
-            "--mem" => o.mem = true,
-            "--mca" => {
-                let (k, v) = (it.next(), it.next());
-                match (k, v) {
-                    (Some(k), Some(v)) => o.mca.push((k.clone(), v.clone())),
-                    _ => return Err("--mca needs NAME VALUE".into()),
-                }
+            Long("mem") => o.mem = true,
+            Long("min") => o.min = parse_size(&value(&mut p, "--min (a size)")?)?,
+            Long("max") => o.max = parse_size(&value(&mut p, "--max (a size)")?)?,
+            Long("iters") => o.iters = Some(parse_num("--iters", &value(&mut p, "--iters")?)?),
+            Long("window") => o.window = parse_num("--window", &value(&mut p, "--window")?)?,
+            Long("misalign") => {
+                o.misalign = parse_num("--misalign", &value(&mut p, "--misalign")?)?;
             }
-            "--min" => o.min = parse_size(it.next().ok_or("--min needs a size")?)?,
-            "--max" => o.max = parse_size(it.next().ok_or("--max needs a size")?)?,
-            "--iters" => o.iters = Some(parse_num(a, it.next())?),
-            "--window" => o.window = parse_num(a, it.next())?,
-            "--misalign" => o.misalign = parse_num(a, it.next())?,
-            "--runs" => o.runs = parse_num(a, it.next())?,
-            "--vs" => o.vs = true,
-            "--peers" => {
-                let list = it.next().ok_or("--peers needs a list")?;
+            Long("runs") => o.runs = parse_num("--runs", &value(&mut p, "--runs")?)?,
+            Long("vs") => o.vs = true,
+            Long("peers") => {
+                let list = value(&mut p, "--peers (a list)")?;
                 o.peers = list.split(',').map(str::to_owned).collect();
                 o.vs = true;
                 if let Some(bad) = o.peers.iter().find(|p| !peers::KNOWN.contains(&p.as_str())) {
@@ -284,12 +291,17 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
                     ));
                 }
             }
-            "--json" => o.json = true,
-            "--plot" => o.plot = Some(PathBuf::from(it.next().ok_or("--plot needs a file name")?)),
-            "--no-bind" => o.bind = false,
-            "--timeout" => o.timeout_s = parse_num(a, it.next())? as u64,
-            b if !b.starts_with('-') && o.benches.is_empty() => {
-                for name in b.split(',') {
+            Long("json") => o.json = true,
+            Long("plot") => o.plot = Some(PathBuf::from(value(&mut p, "--plot (a file name)")?)),
+            Long("no-bind") => o.bind = false,
+            Long("timeout") => {
+                o.timeout_s = parse_num("--timeout", &value(&mut p, "--timeout")?)? as u64;
+            }
+            Value(v) if o.benches.is_empty() => {
+                let list = v
+                    .into_string()
+                    .map_err(|v| format!("benchmark list {v:?} is not valid UTF-8"))?;
+                for name in list.split(',') {
                     if name == "all" {
                         o.benches.extend(Bench::ALL);
                     } else {
@@ -302,7 +314,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
                     }
                 }
             }
-            other => return Err(format!("unexpected argument '{other}'")),
+            other => return Err(other.unexpected().to_string()),
         }
     }
     if o.benches.is_empty() {
@@ -623,7 +635,7 @@ fn drive(o: &Opts) -> Result<(), String> {
         }
     }
     if let Some(path) = &o.plot {
-        std::fs::write(path, results.svg(&o.benches, o.ranks))
+        std::fs::write(path, results.svg(&o.benches, o.ranks)?)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         if !o.json {
             eprintln!("plot written to {}", path.display());
@@ -653,6 +665,18 @@ mod tests {
         assert_eq!(o.mca, vec![("btl".to_owned(), "self,shm".to_owned())]);
         assert!(o.vs && o.json && !o.bind && o.plot.is_some());
         assert_eq!(parse_opts(&args("all")).unwrap().benches.len(), 7);
+        // The forms a CLI parser accepts: attached values, `=`, Open MPI's -np, a negative
+        // --mca value.
+        let o = parse_opts(&args("bw -n4 --max=1m --min=8 --mca btl_x -1")).unwrap();
+        assert_eq!((o.ranks, o.min, o.max), (4, 8, 1 << 20));
+        assert_eq!(o.mca, vec![("btl_x".to_owned(), "-1".to_owned())]);
+        assert_eq!(parse_opts(&args("bw -np 3")).unwrap().ranks, 3);
+        assert!(parse_opts(&args("bw --runs"))
+            .unwrap_err()
+            .contains("--runs needs a value"));
+        assert!(parse_opts(&args("bw --frobnicate"))
+            .unwrap_err()
+            .contains("--frobnicate"));
     }
 
     #[test]

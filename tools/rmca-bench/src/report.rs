@@ -249,159 +249,98 @@ impl Results {
         lines
     }
 
-    /// An SVG with one log-log panel per size-sweeping benchmark (first metric), one polyline
-    /// per configuration (medians; sizes from 1 B, since 0 has no place on a log axis).
-    pub fn svg(&self, benches: &[Bench], ranks: usize) -> String {
-        const W: f64 = 720.0;
-        const H: f64 = 380.0;
-        const L: f64 = 80.0;
-        const R: f64 = 150.0;
-        const T: f64 = 40.0;
-        const B: f64 = 50.0;
-        const COLORS: [&str; 6] = [
-            "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-        ];
+    /// An SVG with one log-log panel per size-sweeping benchmark (first metric), one line per
+    /// configuration (medians; sizes from 1 B, since 0 has no place on a log axis).
+    pub fn svg(&self, benches: &[Bench], ranks: usize) -> Result<String, String> {
+        use plotters::prelude::*;
+        const W: u32 = 760;
+        const H: u32 = 400;
         let panels: Vec<Bench> = benches
             .iter()
             .copied()
             .filter(|b| b.sweeps_sizes() && self.data.contains_key(b.name()))
             .collect();
         let mut svg = String::new();
-        let total_h = H * panels.len().max(1) as f64;
-        let _ = writeln!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-        for (pi, bench) in panels.iter().enumerate() {
-            let y0 = pi as f64 * H;
-            let (metric, unit) = bench.metrics()[0];
-            let pts: Vec<(usize, f64)> = self
-                .sizes(*bench)
-                .into_iter()
-                .filter(|&s| s > 0)
-                .flat_map(|s| {
-                    self.configs
-                        .iter()
-                        .filter_map(move |c| self.summary(*bench, c, s, 0).map(|m| (s, m.median)))
-                })
-                .filter(|&(_, v)| v > 0.0)
-                .collect();
-            if pts.is_empty() {
-                continue;
-            }
-            let (xmin, xmax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(s, _)| {
-                (a.min((s as f64).log2()), b.max((s as f64).log2()))
-            });
-            let (ymin, ymax) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), &(_, v)| {
-                (a.min(v.log10()), b.max(v.log10()))
-            });
-            let (ymin, ymax) = (ymin.floor(), ymax.ceil().max(ymin.floor() + 1.0));
-            let xmax = xmax.max(xmin + 1.0);
-            let px = |s: f64| L + (s.log2() - xmin) / (xmax - xmin) * (W - L - R);
-            let py = |v: f64| y0 + T + (ymax - v.log10()) / (ymax - ymin) * (H - T - B);
-            let _ = writeln!(
-                svg,
-                r#"<text x="{}" y="{}" font-size="14" text-anchor="middle">{} {metric} ({unit}), {ranks} ranks, log-log</text>"#,
-                (L + W - R) / 2.0,
-                y0 + 22.0,
-                bench.name()
-            );
-            let _ = writeln!(
-                svg,
-                r#"<rect x="{L}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#,
-                y0 + T,
-                W - L - R,
-                H - T - B
-            );
-            // x ticks every 4 doublings, y ticks every decade.
-            let mut e = xmin.ceil() as i32;
-            while f64::from(e) <= xmax {
-                if e % 2 == 0 {
-                    let x = px(2f64.powi(e));
-                    let _ = writeln!(
-                        svg,
-                        r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#ddd"/>"##,
-                        y0 + T,
-                        y0 + H - B
-                    );
-                    let _ = writeln!(
-                        svg,
-                        r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
-                        y0 + H - B + 16.0,
-                        human_size(1usize << e)
-                    );
-                }
-                e += 1;
-            }
-            let _ = writeln!(
-                svg,
-                r#"<text x="{}" y="{}" text-anchor="middle">message size (bytes)</text>"#,
-                (L + W - R) / 2.0,
-                y0 + H - 12.0
-            );
-            let mut d = ymin as i32;
-            while f64::from(d) <= ymax {
-                let y = py(10f64.powi(d));
-                let _ = writeln!(
-                    svg,
-                    r##"<line x1="{L}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/>"##,
-                    W - R
-                );
-                let _ = writeln!(
-                    svg,
-                    r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-                    L - 6.0,
-                    y + 4.0,
-                    fig(10f64.powi(d))
-                );
-                d += 1;
-            }
-            for (ci, c) in self.configs.iter().enumerate() {
-                let color = COLORS[ci % COLORS.len()];
-                let line: Vec<String> = self
-                    .sizes(*bench)
-                    .into_iter()
-                    .filter(|&s| s > 0)
-                    .filter_map(|s| {
-                        self.summary(*bench, c, s, 0)
-                            .filter(|m| m.median > 0.0)
-                            .map(|m| format!("{:.1},{:.1}", px(s as f64), py(m.median)))
+        {
+            let height = H * u32::try_from(panels.len().max(1)).unwrap_or(1);
+            let root = SVGBackend::with_string(&mut svg, (W, height)).into_drawing_area();
+            let draw_err = |e: &dyn std::fmt::Display| format!("drawing the plot: {e}");
+            root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+            let areas = root.split_evenly((panels.len().max(1), 1));
+            for (bench, area) in panels.iter().zip(areas) {
+                let (metric, unit) = bench.metrics()[0];
+                // Per configuration, the (size, median) points a log axis can show.
+                let lines: Vec<(&String, Vec<(f64, f64)>)> = self
+                    .configs
+                    .iter()
+                    .map(|c| {
+                        let pts = self
+                            .sizes(*bench)
+                            .into_iter()
+                            .filter(|&s| s > 0)
+                            .filter_map(|s| {
+                                self.summary(*bench, c, s, 0)
+                                    .filter(|m| m.median > 0.0)
+                                    .map(|m| (s as f64, m.median))
+                            })
+                            .collect();
+                        (c, pts)
                     })
+                    .filter(|(_, pts): &(_, Vec<_>)| !pts.is_empty())
                     .collect();
-                if line.is_empty() {
+                let all = lines.iter().flat_map(|(_, p)| p.iter().copied());
+                let Some((xmin, xmax, ymin, ymax)) = all.fold(None, |acc, (x, y)| {
+                    let (a, b, c, d) = acc.unwrap_or((x, x, y, y));
+                    Some((a.min(x), b.max(x), c.min(y), d.max(y)))
+                }) else {
                     continue;
+                };
+                // Whole decades on y, and never a zero-width axis.
+                let (ymin, ymax) = (
+                    10f64.powf(ymin.log10().floor()),
+                    10f64.powf(ymax.log10().ceil().max(ymin.log10().floor() + 1.0)),
+                );
+                let xmax = xmax.max(xmin * 2.0);
+                let mut chart = ChartBuilder::on(&area)
+                    .caption(
+                        format!("{} {metric} ({unit}), {ranks} ranks", bench.name()),
+                        ("sans-serif", 16),
+                    )
+                    .margin(12)
+                    .x_label_area_size(36)
+                    .y_label_area_size(64)
+                    .build_cartesian_2d((xmin..xmax).log_scale(), (ymin..ymax).log_scale())
+                    .map_err(|e| draw_err(&e))?;
+                chart
+                    .configure_mesh()
+                    .x_desc("message size (bytes)")
+                    .y_desc(format!("{metric} ({unit})"))
+                    .x_label_formatter(&|x| human_size(x.round() as usize))
+                    .y_label_formatter(&|y| fig(*y))
+                    .draw()
+                    .map_err(|e| draw_err(&e))?;
+                for (i, (config, pts)) in lines.into_iter().enumerate() {
+                    let color = Palette99::pick(i).to_rgba();
+                    chart
+                        .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+                        .map_err(|e| draw_err(&e))?
+                        .label(config.as_str())
+                        .legend(move |(x, y)| {
+                            PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3))
+                        });
                 }
-                let _ = writeln!(
-                    svg,
-                    r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-                    line.join(" ")
-                );
-                let ly = y0 + T + 16.0 + ci as f64 * 18.0;
-                let _ = writeln!(
-                    svg,
-                    r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/>"#,
-                    W - R + 10.0,
-                    W - R + 30.0
-                );
-                let _ = writeln!(
-                    svg,
-                    r#"<text x="{}" y="{}">{}</text>"#,
-                    W - R + 35.0,
-                    ly + 4.0,
-                    xml_escape(c)
-                );
+                chart
+                    .configure_series_labels()
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .position(SeriesLabelPosition::UpperLeft)
+                    .draw()
+                    .map_err(|e| draw_err(&e))?;
             }
+            root.present().map_err(|e| draw_err(&e))?;
         }
-        svg.push_str("</svg>\n");
-        svg
+        Ok(svg)
     }
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// A figure with about four significant digits.
@@ -502,10 +441,23 @@ mod tests {
     }
 
     #[test]
-    fn svg_draws_one_polyline_per_config() {
-        let svg = sample().svg(&[Bench::Latency], 2);
+    fn svg_draws_one_line_per_config_with_a_legend() {
+        let svg = sample().svg(&[Bench::Latency], 2).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<polyline").count(), 2);
+        // One 2-px data line per configuration, each named in the legend.
+        assert_eq!(
+            svg.matches(r#"stroke-width="2" points="#).count(),
+            2,
+            "{svg}"
+        );
+        for name in ["rmca", "mpich"] {
+            assert!(
+                svg.contains(&format!("\n{name}\n")),
+                "{name} in the legend: {svg}"
+            );
+        }
+        // Nothing to sweep: an empty page, not an error.
+        assert!(Results::default().svg(&[Bench::Latency], 2).is_ok());
     }
 
     #[test]
