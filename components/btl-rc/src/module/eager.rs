@@ -2,6 +2,7 @@
 
 use rmca_framework::btl::{BtlEvents, BtlTag, SendError};
 use rmca_framework::rank::Rank;
+use rmca_framework::wire::{read_u32_at, write_u32_at};
 use rmca_verbs::{AccessFlags, Mr, SendOp, SendWr};
 
 use crate::wire::{FragKind, FragRepr, EAGER_FOOTER_LEN, EAGER_VALID, FRAG_HEADER_LEN};
@@ -140,8 +141,8 @@ impl RcBtl {
         self.send_pool
             .write(id, FRAG_HEADER_LEN + header.len(), payload);
         let mut footer = [0u8; EAGER_FOOTER_LEN];
-        footer[..4].copy_from_slice(&(len as u32).to_le_bytes());
-        footer[4..].copy_from_slice(&EAGER_VALID.to_le_bytes());
+        write_u32_at(&mut footer, 0, len as u32);
+        write_u32_at(&mut footer, 4, EAGER_VALID);
         self.send_pool.write(id, len, &footer);
         let sge = self.send_pool.sge(id, total);
         let wr = SendWr {
@@ -192,10 +193,10 @@ impl RcBtl {
             let mut footer = [0u8; EAGER_FOOTER_LEN];
             r.mr.read_at(end - EAGER_FOOTER_LEN, &mut footer)
                 .expect("slot inside the ring");
-            if u32::from_le_bytes(footer[4..].try_into().expect("4")) != EAGER_VALID {
+            if read_u32_at(&footer, 4) != EAGER_VALID {
                 return n;
             }
-            let len = u32::from_le_bytes(footer[..4].try_into().expect("4")) as usize;
+            let len = read_u32_at(&footer, 0) as usize;
             let mut buf = std::mem::take(&mut self.scratch);
             let ok = len <= r.slot_size - EAGER_FOOTER_LEN;
             if ok {

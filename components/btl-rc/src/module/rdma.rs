@@ -8,6 +8,7 @@ use rmca_framework::btl::{
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::rank::Rank;
 use rmca_framework::rcache::{CachedRegistration, Rcache};
+use rmca_framework::wire::read_u32_at;
 use rmca_verbs::{Mr, SendOp, SendWr};
 
 use crate::sched::Plan;
@@ -177,7 +178,7 @@ impl RcBtl {
                 }),
             )
         };
-        let rkey = u32::from_le_bytes(remote.remote_key[..4].try_into().expect("4 bytes"));
+        let rkey = read_u32_at(&remote.remote_key, 0);
         let op = if read {
             SendOp::RdmaRead {
                 remote_addr: remote.addr,

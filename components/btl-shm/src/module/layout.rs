@@ -1,3 +1,5 @@
+use rmca_framework::wire;
+
 use super::LINE;
 pub const MAGIC: &[u8; 8] = b"RMCASHM\0";
 pub const VERSION: u32 = 4;
@@ -35,11 +37,12 @@ pub fn data(nrings: usize, lines: usize, ring: usize) -> usize {
 }
 pub fn info(nrings: u32, lines: u32, rank: u32, pid: u32) -> Vec<u8> {
     let mut b = Vec::with_capacity(INFO_LEN);
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
-    b.extend_from_slice(&nrings.to_le_bytes());
-    b.extend_from_slice(&lines.to_le_bytes());
-    b.extend_from_slice(&rank.to_le_bytes());
-    b.extend_from_slice(&pid.to_le_bytes());
+    wire::Writer::new(&mut b)
+        .bytes(MAGIC)
+        .u32(VERSION)
+        .u32(nrings)
+        .u32(lines)
+        .u32(rank)
+        .u32(pid);
     b
 }

@@ -9,6 +9,7 @@ use rmca_framework::btl::{
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::memory::MemoryCounter;
 use rmca_framework::rank::{ProcInfo, Rank};
+use rmca_framework::wire;
 
 use crate::coop::{self, Help};
 use crate::ring::{self, Producer, PushError, LINE};
@@ -314,7 +315,7 @@ impl ShmBtl {
                 ),
             });
         };
-        let kpid = i32::from_le_bytes(key[..4].try_into().expect("4 bytes"));
+        let kpid = wire::read_i32_at(&key, 0);
         if kpid != pid {
             return Err(SendError::PeerFailed {
                 peer,
@@ -431,8 +432,9 @@ impl Btl for ShmBtl {
         let handle = self.next_registration;
         self.next_registration += 1;
         let mut key = Vec::with_capacity(8);
-        key.extend_from_slice(&(std::process::id() as i32).to_le_bytes());
-        key.extend_from_slice(&self.my_rank.to_le_bytes());
+        wire::Writer::new(&mut key)
+            .i32(std::process::id() as i32)
+            .u32(self.my_rank);
         Ok(Registration {
             handle,
             remote_key: key,
