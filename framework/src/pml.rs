@@ -194,7 +194,7 @@ pub enum PmlError {
 }
 
 /// One PML instance.
-pub trait Pml {
+pub trait Pml: Send {
     /// The component name (`"ob1"`, `"dr"`).
     fn component_name(&self) -> &str;
 

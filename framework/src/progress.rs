@@ -33,7 +33,7 @@ pub fn yield_when_idle() -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ProgressId(u64);
 
-type ProgressFn = Box<dyn FnMut() -> usize>;
+type ProgressFn = Box<dyn FnMut() -> usize + Send>;
 
 /// Registered progress functions (beyond the PML, which the runtime always drives).
 #[derive(Default)]
@@ -52,7 +52,7 @@ impl std::fmt::Debug for ProgressEngine {
 
 impl ProgressEngine {
     /// Register `f`; it is called on every progress pass and returns how many events it handled.
-    pub fn register(&mut self, f: impl FnMut() -> usize + 'static) -> ProgressId {
+    pub fn register(&mut self, f: impl FnMut() -> usize + Send + 'static) -> ProgressId {
         let id = ProgressId(self.next);
         self.next += 1;
         self.fns.push((id, Box::new(f)));
@@ -106,22 +106,22 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
-    use std::rc::Rc;
+    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn registered_functions_run_until_unregistered() {
         let mut e = ProgressEngine::default();
-        let hits = Rc::new(Cell::new(0));
+        let hits = Arc::new(AtomicI32::new(0));
         let h = hits.clone();
         let id = e.register(move || {
-            h.set(h.get() + 1);
+            h.fetch_add(1, Ordering::Relaxed);
             2
         });
         assert_eq!(e.run(), 2);
         assert!(e.unregister(id));
         assert!(!e.unregister(id));
         assert_eq!(e.run(), 0);
-        assert_eq!(hits.get(), 1);
+        assert_eq!(hits.load(Ordering::Relaxed), 1);
     }
 }

@@ -112,6 +112,11 @@ impl Communicator {
         }
     }
 
+    /// How many handles (clones, weak ones included) refer to this communicator.
+    pub(crate) fn handle_count(&self) -> usize {
+        Rc::strong_count(&self.inner) + Rc::weak_count(&self.inner)
+    }
+
     /// The runtime this communicator belongs to.
     pub(crate) fn shared(&self) -> &Shared {
         &self.inner.shared

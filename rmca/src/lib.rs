@@ -26,6 +26,7 @@
 pub mod coll;
 mod comm;
 mod request;
+pub mod thread;
 
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -39,6 +40,7 @@ use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, St
 pub use rmca_runtime::profile::{JobProfile, MemorySummary, MemoryUse, RankProfile};
 use rmca_runtime::{InitError, Runtime};
 use thiserror::Error;
+pub use thread::{SendUniverse, ThreadLevel, THREAD_LEVEL};
 
 // Built-in components: referenced here so that their crates (and their inventory entries)
 // are linked into every program that uses rmca.
@@ -88,6 +90,13 @@ pub enum Error {
     FinalizeDeferred {
         /// Requests outstanding when finalize was called.
         outstanding: usize,
+    },
+    /// [`Universe::into_send`] was refused: communicators, requests or scopes derived from the
+    /// universe still refer to it, and would stay behind on this thread.
+    #[error("the universe cannot move to another thread: {handles} communicator(s), request(s) or scope(s) derived from it still exist on this one (drop them first)")]
+    StillShared {
+        /// Handles other than the universe's own.
+        handles: usize,
     },
     /// The runtime was finalized.
     #[error("rmca was finalized")]

@@ -394,3 +394,10 @@ impl Runtime {
         Ok(merged)
     }
 }
+
+// A universe may be handed to another thread (rmca's `SendUniverse`): everything the runtime
+// holds must be able to move with it.
+const _: fn() = || {
+    fn movable<T: Send>() {}
+    movable::<Runtime>();
+};
