@@ -345,6 +345,19 @@ impl Bml {
         !r.eager.is_empty()
     }
 
+    /// The component names of the BTLs on any route to `peer` (eager order first, each once).
+    pub fn route_names(&self, peer: Rank) -> Vec<String> {
+        let r = self.routes(peer);
+        let mut names: Vec<String> = Vec::new();
+        for x in r.eager.iter().chain(&r.send).chain(&r.rdma) {
+            let name = self.btls[x.btl].component_name();
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+        names
+    }
+
     /// Number of BTL modules.
     pub fn btl_count(&self) -> usize {
         self.btls.len()

@@ -280,6 +280,12 @@ pub trait Pml: Send {
         Vec::new()
     }
 
+    /// For the profile: the component names of the BTLs that carry traffic to each peer (by
+    /// rank), e.g. `["self"], ["shm"], ["rc"]`. Empty when the PML does not say.
+    fn peer_btls(&self) -> Vec<Vec<String>> {
+        Vec::new()
+    }
+
     /// Flush and release; called once, after every request completed.
     fn finalize(&mut self) -> Result<(), PmlError>;
 }

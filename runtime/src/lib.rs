@@ -179,11 +179,22 @@ impl Runtime {
                 Err(e) => tracing::warn!(btl = name, "btl not used: {e}"),
             }
         }
-        let pml_comp = registry.select_pml(&params)?;
+        let mut pml_comp = registry.select_pml(&params)?;
         let pml_name = pml_comp.meta().name;
         writer
             .put("mca.pml", pml_name.as_bytes())
             .map_err(|e| RteError::Protocol(e.to_string()))?;
+        // What this rank can use between nodes without acknowledgements from the PML, for the
+        // automatic PML choice of a job that spans nodes (read by every rank after the fence).
+        let spans_nodes = job.node_names.len() > 1;
+        if spans_nodes {
+            writer
+                .put(
+                    "mca.net_reliable",
+                    reliable_network_btls(&btls).join(",").as_bytes(),
+                )
+                .map_err(|e| RteError::Protocol(e.to_string()))?;
+        }
         let job_wide = params.job_wide_settings();
         writer
             .put("mca.job_wide", job_wide.as_bytes())
@@ -224,6 +235,45 @@ impl Runtime {
                 others.join(", ")
             )));
         }
+        // The automatic PML choice ('pml' unset) across nodes: ob1 while every pair of ranks on
+        // different nodes shares a BTL that delivers reliably (ob1 then leaves unreliable ones
+        // unused), dr as soon as one pair can only talk over a BTL that needs acknowledgements.
+        // Every rank reads the same cards, so every rank decides the same.
+        if spans_nodes && params.get_str("pml").unwrap_or("").trim().is_empty() {
+            let sets = (0..job.size)
+                .map(|r| {
+                    let v = reader
+                        .get(r, "mca.net_reliable")
+                        .map_err(|e| RteError::Protocol(e.to_string()))?
+                        .unwrap_or_default();
+                    Ok((
+                        job.node_of[r as usize],
+                        String::from_utf8_lossy(&v).into_owned(),
+                    ))
+                })
+                .collect::<Result<Vec<_>, RteError>>()?;
+            if let Some((a, b)) = pair_without_reliable_btl(&sets) {
+                let dr = registry.of(Framework::Pml).find_map(|c| match c.component {
+                    rmca_framework::component::ComponentRef::Pml(p) if c.meta().name == "dr" => {
+                        Some(p)
+                    }
+                    _ => None,
+                });
+                match dr {
+                    Some(dr) if pml_name != "dr" => {
+                        tracing::info!(
+                            rank_a = a,
+                            rank_b = b,
+                            "pml: dr, since ranks {a} and {b} (on different nodes) share no BTL \
+                             that delivers reliably (set --mca pml to choose)"
+                        );
+                        pml_comp = dr;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let pml_name = pml_comp.meta().name;
         let btl_names: Vec<String> = btls.iter().map(|b| b.component_name().to_owned()).collect();
         let exclusivity: Vec<Option<u32>> = btl_names
             .iter()
@@ -307,6 +357,12 @@ impl Runtime {
             btls: self.btl_names.clone(),
             init_us: self.init_time.as_micros() as u64,
             counters: self.pml.counters().into_iter().collect(),
+            peer_btls: self
+                .pml
+                .peer_btls()
+                .into_iter()
+                .map(|names| names.join("+"))
+                .collect(),
             memory: self
                 .memory
                 .snapshot()
@@ -395,9 +451,95 @@ impl Runtime {
     }
 }
 
+/// The component names of this rank's BTL modules that reach other nodes (below shared-memory
+/// exclusivity) and deliver reliably (neither NEED_ACK nor NEED_CSUM), sorted.
+fn reliable_network_btls(btls: &[Box<dyn Btl>]) -> Vec<String> {
+    use rmca_framework::btl::{exclusivity, BtlFlags};
+    let mut v: Vec<String> = btls
+        .iter()
+        .filter(|b| {
+            let a = b.attributes();
+            a.exclusivity < exclusivity::SHARED_MEMORY
+                && !a.flags.intersects(BtlFlags::NEED_ACK | BtlFlags::NEED_CSUM)
+        })
+        .map(|b| b.component_name().to_owned())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Two ranks on different nodes whose reliable network BTLs (`(node, "rc,tcp")` per rank, as
+/// published) have none in common, if any. Compares each distinct (node, set) once.
+fn pair_without_reliable_btl(sets: &[(u32, String)]) -> Option<(u32, u32)> {
+    let mut distinct: Vec<(u32, &str, u32)> = Vec::new();
+    for (rank, (node, set)) in sets.iter().enumerate() {
+        if !distinct
+            .iter()
+            .any(|(n, s, _)| n == node && *s == set.as_str())
+        {
+            distinct.push((*node, set.as_str(), rank as u32));
+        }
+    }
+    for (i, (na, sa, ra)) in distinct.iter().enumerate() {
+        for (nb, sb, rb) in &distinct[i + 1..] {
+            if na == nb {
+                continue;
+            }
+            let shared = sa
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .any(|x| sb.split(',').any(|y| y == x));
+            if !shared {
+                return Some((*ra, *rb));
+            }
+        }
+    }
+    None
+}
+
 // A universe may be handed to another thread (rmca's `SendUniverse`): everything the runtime
 // holds must be able to move with it.
 const _: fn() = || {
     fn movable<T: Send>() {}
     movable::<Runtime>();
 };
+
+#[cfg(test)]
+mod pml_choice_tests {
+    use super::pair_without_reliable_btl;
+
+    fn sets(v: &[(u32, &str)]) -> Vec<(u32, String)> {
+        v.iter().map(|(n, s)| (*n, (*s).to_owned())).collect()
+    }
+
+    #[test]
+    fn ranks_on_different_nodes_need_a_common_reliable_btl() {
+        // rc everywhere: ob1 stays.
+        assert_eq!(
+            pair_without_reliable_btl(&sets(&[(0, "rc"), (0, "rc"), (1, "rc,tcp")])),
+            None
+        );
+        // Nothing reliable between nodes (ud only): the first such pair is named.
+        assert_eq!(
+            pair_without_reliable_btl(&sets(&[(0, ""), (0, ""), (1, "")])),
+            Some((0, 2))
+        );
+        // Different reliable BTLs on the two nodes: no common one.
+        assert_eq!(
+            pair_without_reliable_btl(&sets(&[(0, "rc"), (1, "tcp")])),
+            Some((0, 1))
+        );
+        // One rank of node 1 lacks rc (its device failed): that rank's pairs fail.
+        assert_eq!(
+            pair_without_reliable_btl(&sets(&[(0, "rc"), (1, "rc"), (1, "")])),
+            Some((0, 2))
+        );
+        // Ranks of one node never need a network BTL between them.
+        assert_eq!(
+            pair_without_reliable_btl(&sets(&[(0, ""), (0, "rc")])),
+            None
+        );
+        assert_eq!(pair_without_reliable_btl(&[]), None);
+    }
+}

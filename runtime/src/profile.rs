@@ -33,6 +33,9 @@ pub struct RankProfile {
     pub counters: BTreeMap<String, u64>,
     /// Memory by owner.
     pub memory: BTreeMap<String, MemoryUse>,
+    /// The BTLs carrying this rank's traffic to each peer (by rank), joined with '+'.
+    #[serde(default)]
+    pub peer_btls: Vec<String>,
 }
 
 /// Memory of one owner over the job.
@@ -106,6 +109,18 @@ impl JobProfile {
             .max()
     }
 
+    /// How many (rank, peer) pairs each combination of BTLs carries (see
+    /// [`RankProfile::peer_btls`]; the detail per pair is in [`JobProfile::per_rank`]).
+    pub fn route_counts(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for r in &self.per_rank {
+            for b in &r.peer_btls {
+                *out.entry(b.clone()).or_default() += 1;
+            }
+        }
+        out
+    }
+
     /// Human-readable summary.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -129,6 +144,13 @@ impl JobProfile {
                 "  {k:<32} {:>16} {:>16}",
                 m.peak_total, m.peak_max_per_rank
             );
+        }
+        let routes = self.route_counts();
+        if !routes.is_empty() {
+            let _ = writeln!(out, "  {:<32} {:>16}", "btls to a peer", "rank pairs");
+            for (btls, n) in routes {
+                let _ = writeln!(out, "  {btls:<32} {n:>16}");
+            }
         }
         out
     }
@@ -154,6 +176,7 @@ mod tests {
                 },
             )]
             .into(),
+            peer_btls: vec!["self".into(), "shm".into()],
         }
     }
 
@@ -171,6 +194,12 @@ mod tests {
         assert_eq!(m.counter_per_rank("msgs"), Some(2.5));
         assert_eq!(m.accounted_peak_max(), Some(30));
         assert!(m.render().contains("msgs"));
+        // Every rank reaches one peer (itself) by self and one by shm.
+        assert_eq!(
+            m.route_counts(),
+            [("self".to_owned(), 2), ("shm".to_owned(), 2)].into()
+        );
+        assert!(m.render().contains("btls to a peer"));
     }
 
     #[test]

@@ -156,7 +156,10 @@ impl UdBtl {
         // packet (the largest by default: on loopback one datagram carries 32 times more than
         // 2 KiB, and each costs a system call); a real device's is only lowered.
         soft.ud_mtu = cfg.mtu.unwrap_or(crate::config::defaults::SOFT_MTU);
-        let pcfg = cfg.device.provider_config(kind, soft, &job.secret);
+        let pcfg = cfg
+            .device
+            .provider_config(kind, soft, job)
+            .map_err(verbs("choose the address to bind"))?;
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
         let attr = ctx.attr();
         let mtu = effective_mtu(cfg.mtu, attr.mtu, &ctx) as usize;

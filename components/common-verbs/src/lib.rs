@@ -15,6 +15,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use rmca_framework::btl::BtlError;
+use rmca_framework::job::JobInfo;
 use rmca_framework::params::{Level, Param, ParamError, ParamRegistrar, ParamStore};
 use rmca_verbs::{FaultConfig, ProviderConfig, ProviderKind, RdmaConfig, SoftConfig};
 use thiserror::Error;
@@ -134,8 +135,9 @@ pub struct LinkEstimate {
 pub struct DeviceConfig {
     /// Provider.
     pub provider: ProviderChoice,
-    /// Soft provider bind address (this node's address).
-    pub if_addr: IpAddr,
+    /// Soft provider bind address (this node's address); `None` ("auto"): 127.0.0.1 when the
+    /// job runs on one node, else this node's address ([`rmca_verbs::soft::link::node_address`]).
+    pub if_addr: Option<IpAddr>,
     /// rdma device name (`None`: the first device).
     pub device: Option<String>,
     /// rdma port (1-based).
@@ -159,8 +161,8 @@ pub fn register_device_params(p: &mut ParamRegistrar<'_>, transport: Transport) 
             .help(&format!("Verbs provider: 'rdma' (libibverbs: a real HCA or Soft-RoCE; needs rmca built with the 'rdma' feature), 'soft' ({t} emulated over {medium} sockets), or 'auto' (rdma when compiled in and a device exists, else soft)")),
     );
     p.add(
-        Param::string("if_addr", "127.0.0.1")
-            .help("Soft provider: IP address the sockets bind to (this node's address, reachable by the other nodes); 127.0.0.1 suits one node"),
+        Param::string("if_addr", "auto")
+            .help("Soft provider: IP address the sockets bind to, reachable by the other nodes; 'auto': 127.0.0.1 when the job runs on one node, else the first IPv4 address of an interface that is up and not loopback (interfaces in name order)"),
     );
     p.add(
         Param::string("device", "")
@@ -212,14 +214,17 @@ impl DeviceConfig {
             }
         };
         let addr_text = params.get_str(&n("if_addr"))?;
-        let if_addr: IpAddr = addr_text.trim().parse().map_err(|_| {
-            ConfigError::bad(
-                prefix,
-                "if_addr",
-                addr_text,
-                "an IPv4 or IPv6 address of this node",
-            )
-        })?;
+        let if_addr = match addr_text.trim() {
+            "auto" => None,
+            text => Some(text.parse::<IpAddr>().map_err(|_| {
+                ConfigError::bad(
+                    prefix,
+                    "if_addr",
+                    addr_text,
+                    "'auto' or an IPv4 or IPv6 address of this node",
+                )
+            })?),
+        };
         let device =
             Some(params.get_str(&n("device"))?.trim().to_owned()).filter(|d| !d.is_empty());
         let nonzero = |v: i64| u32::try_from(v).ok().filter(|&v| v > 0);
@@ -238,27 +243,41 @@ impl DeviceConfig {
         })
     }
 
+    /// The soft provider's bind address for `job`: `if_addr`, or under "auto" loopback for a
+    /// job on one node and this node's address for one that spans nodes.
+    pub fn bind_addr(&self, job: &JobInfo) -> Result<IpAddr, rmca_verbs::Error> {
+        match self.if_addr {
+            Some(a) => Ok(a),
+            None if job.node_names.len() <= 1 => Ok(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+            None => rmca_verbs::soft::link::node_address(),
+        }
+    }
+
     /// The provider configuration to open `kind` with: this device, the soft provider
-    /// settings the BTL prepared (`soft.bind_addr` is set from `if_addr`), the job secret.
+    /// settings the BTL prepared (`soft.bind_addr` is set from [`DeviceConfig::bind_addr`]),
+    /// the job secret.
     pub fn provider_config(
         &self,
         kind: ProviderKind,
         soft: SoftConfig,
-        job_secret: &[u8],
-    ) -> ProviderConfig {
-        ProviderConfig {
+        job: &JobInfo,
+    ) -> Result<ProviderConfig, rmca_verbs::Error> {
+        let bind_addr = if kind == ProviderKind::Soft {
+            self.bind_addr(job)?
+        } else {
+            // The rdma provider binds nothing; the field keeps its meaning for logs only.
+            soft.bind_addr
+        };
+        Ok(ProviderConfig {
             kind,
-            soft: SoftConfig {
-                bind_addr: self.if_addr,
-                ..soft
-            },
+            soft: SoftConfig { bind_addr, ..soft },
             rdma: RdmaConfig {
                 device: self.device.clone(),
                 port: self.port,
                 gid_index: self.gid_index,
             },
-            job_secret: job_secret.to_vec(),
-        }
+            job_secret: job.secret.clone(),
+        })
     }
 
     /// The estimates the BML gets: the user's overrides, else the transport's default on

@@ -19,7 +19,7 @@ fn defaults_are_soft_friendly() {
     let p = store(Transport::Ud, &[]);
     let d = DeviceConfig::from_params(&p, "btl_xx").unwrap();
     assert_eq!(d.provider, ProviderChoice::Auto);
-    assert_eq!(d.if_addr, "127.0.0.1".parse::<IpAddr>().unwrap());
+    assert_eq!(d.if_addr, None, "auto by default");
     assert_eq!((d.device.as_deref(), d.port, d.gid_index), (None, 1, 0));
     for kind in [ProviderKind::Soft, ProviderKind::Rdma] {
         assert_eq!(
@@ -67,10 +67,29 @@ fn settings_are_read_back() {
     let e = d.estimate(ProviderKind::Soft, Transport::Ud);
     let base = Transport::Ud.default_estimate(ProviderKind::Soft);
     assert_eq!((e.latency_ns, e.bandwidth_mbps), (700, base.bandwidth_mbps));
-    let pc = d.provider_config(ProviderKind::Soft, SoftConfig::default(), b"secret");
-    assert_eq!(pc.soft.bind_addr, d.if_addr);
+    let mut job = JobInfo::single_node(0, 2, "secret");
+    let pc = d
+        .provider_config(ProviderKind::Soft, SoftConfig::default(), &job)
+        .unwrap();
+    assert_eq!(Some(pc.soft.bind_addr), d.if_addr);
     assert_eq!(pc.rdma.device.as_deref(), Some("rxe0"));
-    assert_eq!(pc.job_secret, b"secret");
+    assert_eq!(pc.job_secret, job.secret);
+    // "auto": loopback on one node; on several, an address of this node that is not loopback.
+    let auto = DeviceConfig {
+        if_addr: None,
+        ..d.clone()
+    };
+    assert_eq!(
+        auto.bind_addr(&job).unwrap(),
+        "127.0.0.1".parse::<IpAddr>().unwrap()
+    );
+    job.node_of = vec![0, 1];
+    job.node_names = vec!["a".into(), "b".into()];
+    match auto.bind_addr(&job) {
+        Ok(a) => assert!(!a.is_loopback(), "{a}"),
+        // A host without any non-loopback interface: said, not guessed.
+        Err(e) => assert!(e.to_string().contains("if_addr"), "{e}"),
+    }
     let f = fault_from_params(&p, "btl_xx", Transport::Ud, 0).unwrap();
     assert_eq!((f.drop, f.corrupt), (0.05, 0.001));
     assert_eq!(f.delay, Duration::from_micros(20));

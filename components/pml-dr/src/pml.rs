@@ -818,6 +818,12 @@ impl Pml for Dr {
         n
     }
 
+    fn peer_btls(&self) -> Vec<Vec<String>> {
+        (0..self.bml.peer_count() as Rank)
+            .map(|p| self.bml.route_names(p))
+            .collect()
+    }
+
     fn counters(&self) -> Vec<(String, u64)> {
         let mut sum = Counters::default();
         let mut srtt_max = 0u64;

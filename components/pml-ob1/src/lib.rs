@@ -115,6 +115,38 @@ pub fn check_reliable(bml: &Bml) -> Result<(), PmlError> {
     }
 }
 
+/// Where a peer is reached both by BTLs that deliver reliably and by ones that need
+/// acknowledgements (e.g. rc and ud between nodes), drop the latter from its routes: ob1 can
+/// use the peer safely, and a job that opened every network BTL still runs on ob1. Peers
+/// reached only unreliably keep their routes, for [`check_reliable`] to refuse.
+pub fn prefer_reliable_routes(bml: &mut Bml) {
+    let unsafe_flags = BtlFlags::NEED_ACK | BtlFlags::NEED_CSUM;
+    let unreliable: Vec<bool> = (0..bml.btl_count())
+        .map(|b| bml.btl_ref(b).attributes().flags.intersects(unsafe_flags))
+        .collect();
+    for peer in 0..bml.peer_count() as Rank {
+        let r = bml.routes(peer);
+        let used: Vec<usize> = r
+            .eager
+            .iter()
+            .chain(&r.send)
+            .chain(&r.rdma)
+            .map(|x| x.btl)
+            .collect();
+        if !used.iter().any(|&b| !unreliable[b]) {
+            continue;
+        }
+        for b in used.into_iter().filter(|&b| unreliable[b]) {
+            tracing::debug!(
+                peer,
+                btl = bml.btl_ref(b).component_name(),
+                "ob1: a reliable BTL reaches this peer; the unreliable one is not used for it"
+            );
+            bml.remove_route(peer, b);
+        }
+    }
+}
+
 /// The component name of the first BTL that routes some traffic and needs acknowledgements
 /// or checksums (NEED_ACK / NEED_CSUM), if any.
 pub fn unreliable_btl_in_use(bml: &Bml) -> Option<String> {
@@ -221,9 +253,10 @@ impl PmlComponent for Ob1Component {
             .unwrap_or(DEFAULT_PRIORITY as i32)
     }
 
-    fn init(&self, ctx: &mut InitContext<'_>, bml: Bml) -> Result<Box<dyn Pml>, PmlError> {
+    fn init(&self, ctx: &mut InitContext<'_>, mut bml: Bml) -> Result<Box<dyn Pml>, PmlError> {
         let cfg = Ob1Config::from_params(ctx.params)?;
         if !cfg.unreliable_btls {
+            prefer_reliable_routes(&mut bml);
             check_reliable(&bml)?;
         } else if let Some(name) = unreliable_btl_in_use(&bml) {
             tracing::warn!(

@@ -818,6 +818,53 @@ fn unreliable_btls_are_refused_with_advice() {
 }
 
 #[test]
+fn a_peer_reached_reliably_drops_its_unreliable_routes() {
+    use rmca_framework::bml::Bml;
+    use rmca_framework::btl::Btl;
+    use rmca_framework::modex::LocalModex;
+    use rmca_framework::rank::ProcInfo;
+    // Two network rails of one exclusivity to the peer, one needing acknowledgements (as ud
+    // next to rc between nodes): ob1 keeps the reliable one and runs.
+    let lossy = MemConfig {
+        flags: BtlFlags::SEND | BtlFlags::NEED_ACK,
+        ..MemConfig::default()
+    };
+    let procs: Vec<ProcInfo> = (0..2)
+        .map(|r| ProcInfo {
+            rank: r,
+            node: 0,
+            is_self: r == 0,
+        })
+        .collect();
+    let btls: Vec<Box<dyn Btl>> = vec![
+        Box::new(rmca_btl_self::BtlSelf::new(Default::default())),
+        Box::new(MemBtl::new(0, lossy, LinkHandle::default())),
+        Box::new(MemBtl::new(0, MemConfig::default(), LinkHandle::default())),
+    ];
+    let mut bml = Bml::build(btls, &procs, &LocalModex::new()).unwrap();
+    let used = |bml: &Bml| -> Vec<usize> {
+        let r = bml.routes(1);
+        let mut v: Vec<usize> = r
+            .eager
+            .iter()
+            .chain(&r.send)
+            .chain(&r.rdma)
+            .map(|x| x.btl)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    assert_eq!(used(&bml), vec![1, 2], "both rails reach the peer before");
+    assert!(rmca_pml_ob1::check_reliable(&bml).is_err());
+    rmca_pml_ob1::prefer_reliable_routes(&mut bml);
+    assert_eq!(used(&bml), vec![2], "only the reliable rail is left");
+    rmca_pml_ob1::check_reliable(&bml).unwrap();
+    // Rank 0's route to itself (btl self) is untouched.
+    assert_eq!(bml.routes(0).eager.len(), 1);
+}
+
+#[test]
 fn start_send_completes_eager_at_once_and_keeps_order_under_back_pressure() {
     use rmca_framework::pml::{SendArgs, SendMode, SendStart};
     // Every third BTL send is refused: those sends become requests, and the later sends to

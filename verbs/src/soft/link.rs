@@ -101,6 +101,35 @@ pub fn link_of(addr: IpAddr) -> Result<SoftLink> {
     })
 }
 
+/// The address other nodes reach this one at, for a soft provider whose job spans nodes: the
+/// first IPv4 address of an interface that is up and not loopback (interfaces in name order,
+/// so every process of a node picks the same), else the first such global IPv6 address.
+pub fn node_address() -> Result<IpAddr> {
+    let ifs = interfaces()?;
+    pick_node_address(&ifs).ok_or(Error::NoInterface {
+        addr: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        reason: "no interface of this host (network namespace) is up with a non-loopback \
+                 address: set the BTL's if_addr to an address the other nodes reach",
+    })
+}
+
+fn pick_node_address(ifs: &[IfAddr]) -> Option<IpAddr> {
+    let mut usable: Vec<(&str, IpAddr)> = ifs
+        .iter()
+        .filter(|i| i.up && !i.loopback)
+        .filter_map(|i| Some((i.name.as_str(), i.addr?)))
+        .filter(|(_, a)| match a {
+            IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_unspecified() && !v4.is_link_local(),
+            // Link-local IPv6 needs a scope id a card does not carry.
+            IpAddr::V6(v6) => {
+                !v6.is_loopback() && !v6.is_unspecified() && (v6.segments()[0] & 0xffc0) != 0xfe80
+            }
+        })
+        .collect();
+    usable.sort_by_key(|(name, a)| (a.is_ipv6(), *name));
+    usable.first().map(|(_, a)| *a)
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum Choice {
     Named(String),
@@ -288,6 +317,32 @@ mod tests {
         assert_eq!(ud_payload_limit(1500, true), 1500 - 40 - 8 - 28);
         assert_eq!(ud_payload_limit(65536, false), 65480);
         assert_eq!(ud_payload_limit(40, false), 0, "no underflow");
+    }
+
+    #[test]
+    fn the_node_address_is_the_first_usable_ipv4_in_interface_order() {
+        let ifs = [
+            ifa("lo", Some("127.0.0.1"), true, true),
+            ifa("veth9", Some("10.1.0.9"), true, false),
+            ifa("eth1", Some("fe80::1"), true, false),
+            ifa("eth1", Some("2001:db8::7"), true, false),
+            ifa("eth0", None, true, false),
+            ifa("eth0", Some("169.254.3.3"), true, false),
+            ifa("down0", Some("10.9.9.9"), false, false),
+            ifa("br0", Some("10.2.0.2"), true, false),
+        ];
+        // br0 sorts before veth9; link-local, down and loopback addresses never qualify.
+        assert_eq!(pick_node_address(&ifs), Some("10.2.0.2".parse().unwrap()));
+        // Without IPv4, a global IPv6 address (never a link-local one).
+        assert_eq!(
+            pick_node_address(&ifs[..4]),
+            Some("10.1.0.9".parse().unwrap())
+        );
+        assert_eq!(
+            pick_node_address(&[ifs[0].clone(), ifs[2].clone(), ifs[3].clone()]),
+            Some("2001:db8::7".parse().unwrap())
+        );
+        assert_eq!(pick_node_address(&[ifs[0].clone(), ifs[2].clone()]), None);
     }
 
     #[test]

@@ -198,7 +198,10 @@ impl RcBtl {
             rc_fault: cfg.fault,
             ..SoftConfig::default()
         };
-        let pcfg = cfg.device.provider_config(kind, soft, &job.secret);
+        let pcfg = cfg
+            .device
+            .provider_config(kind, soft, job)
+            .map_err(verbs("choose the address to bind"))?;
         let ctx = Context::open(&pcfg).map_err(verbs("open device"))?;
         let attr = ctx.attr();
         if u64::from(cfg.max_send_size as u32) > attr.max_msg_size {

@@ -292,6 +292,12 @@ impl Pml for Ob1 {
         unknown.map_or(Ok(()), |id| Err(PmlError::UnknownRequest(id)))
     }
 
+    fn peer_btls(&self) -> Vec<Vec<String>> {
+        (0..self.bml.peer_count() as Rank)
+            .map(|p| self.bml.route_names(p))
+            .collect()
+    }
+
     fn counters(&self) -> Vec<(String, u64)> {
         let s = &self.core.stats;
         let mut v = Vec::new();
