@@ -117,6 +117,12 @@ pub fn run_job_with(job: &Job<'_>, launcher_args: &[&str]) -> JobOutput {
 /// Add `job` to the rmca-run command line `cmd` (its size, timeout, `--mca` settings and
 /// program, with the caller's own `RMCA_MCA_*` variables removed), run it and collect its output.
 fn run_launcher(mut cmd: Command, job: &Job<'_>) -> JobOutput {
+    add_job(&mut cmd, job);
+    collect(cmd.output().expect("spawn rmca-run"))
+}
+
+/// Add `job` to the rmca-run command line `cmd` (see [`run_launcher`]).
+fn add_job(cmd: &mut Command, job: &Job<'_>) {
     cmd.arg("-n")
         .arg(job.ranks.to_string())
         .arg("--timeout")
@@ -130,7 +136,9 @@ fn run_launcher(mut cmd: Command, job: &Job<'_>) -> JobOutput {
             cmd.env_remove(k);
         }
     }
-    let out = cmd.output().expect("spawn rmca-run");
+}
+
+fn collect(out: std::process::Output) -> JobOutput {
     JobOutput {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -161,6 +169,11 @@ pub struct LossyLink {
     pub dev: [String; 2],
     /// Addresses of the two ends.
     pub addr: [String; 2],
+    /// A second, loss-free link between the same namespaces ([`LossyLink::with_second_link`]):
+    /// interface names and addresses of its two ends.
+    pub second: Option<([String; 2], [String; 2])>,
+    /// The link whose address the launcher's PMI server listens on (0: the lossy one).
+    pub pmi_link: usize,
     dir: PathBuf,
 }
 
@@ -195,6 +208,8 @@ impl LossyLink {
                 let net = 10 + id % 200;
                 [format!("10.{net}.88.1"), format!("10.{net}.88.2")]
             },
+            second: None,
+            pmi_link: 0,
             dir: std::env::temp_dir().join(format!("rmca-lossy-link-{id}")),
         };
         // Only once this namespace is ours may Drop remove what carries these names (another
@@ -277,23 +292,125 @@ impl LossyLink {
                 &format!("echo {ipfrag_time_s} > /proc/sys/net/ipv4/ipfrag_time"),
             ])?;
         }
-        // One script per node sets what differs between the nodes (each rank's own address)
-        // and runs the rank: the launch agent is `ip netns exec {node} sh DIR/{node}.sh {cmd}`.
         std::fs::create_dir_all(&link.dir).map_err(|e| e.to_string())?;
+        link.bind(&[("btl_ud_if_addr", 0)])?;
+        Ok(link)
+    }
+
+    /// Adds a second link between the two namespaces (MTU 1500, no loss), addresses
+    /// `10.N.89.1` and `.2`, for jobs whose BTLs use different links.
+    pub fn with_second_link(mut self) -> Result<Self, String> {
+        let id = &self.dev[0][3..];
+        let dev = [format!("rlc{id}"), format!("rld{id}")];
+        let net: String = self.addr[0].split('.').nth(1).unwrap_or("10").to_owned();
+        let addr = [format!("10.{net}.89.1"), format!("10.{net}.89.2")];
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`ip {}` failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        ip(&[
+            "link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1],
+        ])?;
         for i in 0..2 {
-            let script = format!(
-                "RMCA_MCA_btl_ud_if_addr={}\nexport RMCA_MCA_btl_ud_if_addr\nexec \"$@\"\n",
-                link.addr[i]
-            );
-            std::fs::write(link.dir.join(format!("{}.sh", link.ns[i])), script)
+            ip(&["link", "set", &dev[i], "netns", &self.ns[i]])?;
+            ip(&[
+                "-n",
+                &self.ns[i],
+                "addr",
+                "add",
+                &format!("{}/24", addr[i]),
+                "dev",
+                &dev[i],
+            ])?;
+            ip(&["-n", &self.ns[i], "link", "set", &dev[i], "up"])?;
+        }
+        self.second = Some((dev, addr));
+        Ok(self)
+    }
+
+    /// The address of link `link` (0: the lossy one, 1: the second) on node `node`.
+    pub fn link_addr(&self, link: usize, node: usize) -> &str {
+        match (link, &self.second) {
+            (0, _) => &self.addr[node],
+            (1, Some((_, addr))) => &addr[node],
+            _ => panic!("no link {link} (add the second with with_second_link)"),
+        }
+    }
+
+    /// Each rank binds the parameters of `bindings` (e.g. `btl_rc_if_addr`) to its own end of
+    /// the given link: one script per node sets them and runs the rank (the launch agent is
+    /// `ip netns exec {node} sh DIR/{node}.sh {cmd}`).
+    pub fn bind(&self, bindings: &[(&str, usize)]) -> Result<(), String> {
+        for node in 0..2 {
+            let mut script = String::new();
+            for (param, link) in bindings {
+                script.push_str(&format!(
+                    "RMCA_MCA_{param}={}\nexport RMCA_MCA_{param}\n",
+                    self.link_addr(*link, node)
+                ));
+            }
+            script.push_str("exec \"$@\"\n");
+            std::fs::write(self.dir.join(format!("{}.sh", self.ns[node])), script)
                 .map_err(|e| e.to_string())?;
         }
-        Ok(link)
+        Ok(())
+    }
+
+    /// Sets link `link` down (`up` false: both ends, as a cable pulled) or up again.
+    pub fn set_link(&self, link: usize, up: bool) {
+        let devs = match (link, &self.second) {
+            (0, _) => self.dev.clone(),
+            (1, Some((dev, _))) => dev.clone(),
+            _ => panic!("no link {link}"),
+        };
+        for (ns, dev) in self.ns.iter().zip(&devs) {
+            let st = Command::new("ip")
+                .args(["-n", ns, "link", "set", dev])
+                .arg(if up { "up" } else { "down" })
+                .status()
+                .expect("run ip");
+            assert!(st.success(), "setting link {link} of {ns} failed");
+        }
     }
 
     /// Runs `job` with its ranks spread over the two namespaces (launcher in the first, PMI over
     /// the link's TCP, which the loss spares), each rank's `btl_ud_if_addr` set to its end.
     pub fn run_job(&self, job: &Job<'_>) -> JobOutput {
+        run_launcher(self.launcher(), job)
+    }
+
+    /// [`LossyLink::run_job`], running `during` (e.g. a link failure) while the job runs.
+    pub fn run_job_while(&self, job: &Job<'_>, during: impl FnOnce()) -> JobOutput {
+        let mut cmd = self.launcher();
+        add_job(&mut cmd, job);
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn rmca-run");
+        let waiter = std::thread::spawn(move || child.wait_with_output());
+        during();
+        collect(
+            waiter
+                .join()
+                .expect("waiter thread")
+                .expect("wait for rmca-run"),
+        )
+    }
+
+    /// rmca-run in the first namespace, placing ranks on both.
+    fn launcher(&self) -> Command {
         let hosts = format!("{},{}", self.ns[0], self.ns[1]);
         let agent = format!(
             "ip netns exec {{node}} sh {}/{{node}}.sh {{cmd}}",
@@ -308,9 +425,9 @@ impl LossyLink {
                 "--launch-agent",
                 &agent,
                 "--pmi-addr",
-                &self.addr[0],
+                self.link_addr(self.pmi_link, 0),
             ]);
-        run_launcher(cmd, job)
+        cmd
     }
 
     /// A counter of the `Ip:` line of `/proc/net/snmp` in namespace `i` (e.g. `FragCreates`:
