@@ -10,7 +10,10 @@
 # RMCA_TESTS_REQUIRE=1 or CI=true (scripts/test.sh), where it fails (exit 1) unless
 # RMCA_SKIP_VM=1 opts out explicitly (a machine without QEMU). Otherwise exits non-zero if any
 # suite failed.
-# usage: scripts/vm-tests.sh [verbs|btl-ud|btl-rc ...]   (default: all three)
+# The `jobs` suite runs multi-process jobs through rmca-run in the guest on the rdma provider:
+# dr over ud (stress, every byte checked), dr failing over from a black-holed ud to rc, ob1 over
+# rc with combined per-peer and shared receive queues and eager RDMA, and four striped QPs.
+# usage: scripts/vm-tests.sh [verbs|btl-ud|btl-rc|jobs ...]   (default: all four)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -40,9 +43,9 @@ declare -A PKG=([verbs]=rmca-verbs [btl-ud]=rmca-btl-ud [btl-rc]=rmca-btl-rc)
 declare -A TARGET=([verbs]=conformance [btl-ud]=btl_ud [btl-rc]=btl_rc)
 declare -A SELECT=([verbs]=RMCA_VERBS_PROVIDER [btl-ud]=RMCA_BTL_UD_TEST_PROVIDER [btl-rc]=RMCA_BTL_RC_TEST_PROVIDER)
 suites=("$@")
-((${#suites[@]})) || suites=(verbs btl-ud btl-rc)
+((${#suites[@]})) || suites=(verbs btl-ud btl-rc jobs)
 for s in "${suites[@]}"; do
-  [ -n "${PKG[$s]:-}" ] || { echo "unknown suite '$s' (valid: verbs, btl-ud, btl-rc)"; exit 2; }
+  [ -n "${PKG[$s]:-}" ] || [ "$s" = jobs ] || { echo "unknown suite '$s' (valid: verbs, btl-ud, btl-rc, jobs)"; exit 2; }
 done
 
 [ -x "$VM" ] || skip "VM script not found at $VM"
@@ -60,6 +63,7 @@ guest="$VM_DIR/bin/run-suites.sh"
   echo 'failed=0'
 } >"$guest"
 for s in "${suites[@]}"; do
+  [ "$s" = jobs ] && continue
   json=$(cargo test -p "${PKG[$s]}" --features rdma --test "${TARGET[$s]}" --no-run --message-format=json) ||
     { echo "FAILED: could not build the $s rdma test binary"; exit 1; }
   exe=$(printf '%s\n' "$json" | python3 -c '
@@ -82,6 +86,47 @@ else
 fi
 GUEST
 done
+if [[ " ${suites[*]} " == *" jobs "* ]]; then
+  # Release binaries with the rdma provider, in a target directory of their own (the plain
+  # release binaries of the test suite stay soft-only).
+  CARGO_TARGET_DIR="$ROOT/target/vm-rdma" cargo build --release --locked --features rmca/rdma \
+    -p rmca-run -p rmca-tests -p rmca --bins --example stress ||
+    { echo "FAILED: could not build the rdma job binaries"; exit 1; }
+  mkdir -p "$VM_DIR/bin/jobs"
+  for b in rmca-run rc_check examples/stress; do
+    cp "$ROOT/target/vm-rdma/release/$b" "$VM_DIR/bin/jobs/" || { echo "FAILED: no $b"; exit 1; }
+  done
+  cat >>"$guest" <<GUEST
+J=$VM_DIR/bin/jobs
+# A job passes when it exits 0 and its output has every expected line (grep -c >= count).
+job() {
+  local name=\$1 want=\$2 count=\$3; shift 3
+  echo "== job: \$name"
+  local out
+  out=\$("\$J/rmca-run" --timeout 900 "\$@" 2>&1); local rc=\$?
+  local got; got=\$(printf '%s\\n' "\$out" | grep -cE -- "\$want")
+  if [ \$rc -eq 0 ] && [ "\$got" -ge "\$count" ]; then
+    echo "job \$name: PASSED (rxe0)"
+  else
+    printf '%s\\n' "\$out" | tail -30
+    echo "job \$name: FAILED (exit \$rc, \$got of \$count lines matching '\$want')"; failed=1
+  fi
+}
+RD="--mca btl_ud_provider rdma --mca btl_rc_provider rdma"
+job dr+ud "errors=0" 2 -n 2 --mca pml dr --mca btl ud,self \$RD \\
+  "\$J/stress" --messages 2000 --max-size 256k
+# ud preferred (lower latency estimate), then black-holed after 300 fragments: dr moves to rc.
+job dr-failover-ud-to-rc "pml.dr.failovers +[1-9]" 1 -n 2 --mca pml dr --mca btl ud,rc,self \$RD \\
+  --mca btl_ud_latency 1000 --mca btl_rc_latency 50000 --mca btl_ud_fault_blackhole_after 300 \\
+  --mca pml_dr_btl_fail_silence 200 --mca profile 1 "\$J/stress" --messages 1000 --max-size 64k
+job ob1+rc-srq-eager-rdma "btl.rc.(eager_rdma_sent|srq_buffers_posted) +[1-9]" 2 -n 2 --mca btl rc,self \$RD \\
+  --mca btl_rc_receive_queues P,256,4,2:S,65536,8,2,8,4096 --mca btl_rc_eager_rdma_threshold 4 \\
+  --mca profile 1 "\$J/rc_check" stream,large
+job ob1+rc-striping "btl.rc.stripes_sent +[1-9]" 1 -n 2 --mca btl rc,self \$RD \\
+  --mca btl_rc_qps_per_peer 4 --mca btl_rc_qp_policy striping --mca btl_rc_stripe_threshold 4k \\
+  --mca profile 1 "\$J/rc_check" alltoall,large
+GUEST
+fi
 echo 'exit $failed' >>"$guest"
 chmod +x "$guest"
 

@@ -818,6 +818,35 @@ fn unreliable_btls_are_refused_with_advice() {
 }
 
 #[test]
+fn a_send_blocked_on_a_full_btl_is_not_progress() {
+    // The wait loop backs off (and yields on an oversubscribed node) only after passes that
+    // found nothing to do: a sender retrying into a full ring must report none, or it would
+    // spin forever while the receiver, maybe on the same core, never gets to drain it.
+    let (mut a, mut b, h) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let big = pattern(1 << 20, 3);
+    let mut y = vec![0u8; big.len()];
+    let s = send(&mut a, &big, 1, 5, 0);
+    let r = recv(&mut b, &mut y, Source::Rank(0), TagSel::Tag(5), 0);
+    // Run until fragments flow, then fill the link.
+    while h[0].frags_to(1) < 4 {
+        a.progress();
+        b.progress();
+    }
+    h[0].full.store(true, std::sync::atomic::Ordering::Relaxed);
+    a.progress();
+    for _ in 0..10 {
+        assert_eq!(
+            a.progress(),
+            0,
+            "a pass that only met a full BTL counted as progress"
+        );
+    }
+    h[0].full.store(false, std::sync::atomic::Ordering::Relaxed);
+    wait_all(&mut a, &mut b, &[(Side::A, s), (Side::B, r)]);
+    assert!(y == big);
+}
+
+#[test]
 fn a_peer_reached_reliably_drops_its_unreliable_routes() {
     use rmca_framework::bml::Bml;
     use rmca_framework::btl::Btl;

@@ -714,17 +714,24 @@ impl Core {
             let Some(id) = self.active.pop_front() else {
                 break;
             };
-            let blocked_before = self.stats.would_block;
-            if self.step(id, bml) {
+            let (blocked_before, sent_before) = (self.stats.would_block, self.stats.frags_sent);
+            let more = self.step(id, bml);
+            if more {
                 self.active.push_back(id);
             } else if let Some(r) = self.reqs.get_mut(id) {
                 r.active = false;
             }
-            n += 1;
+            let blocked = self.stats.would_block != blocked_before;
+            // A step that only met a full BTL did nothing: counting it would keep the wait
+            // loop spinning (never backing off or yielding) while the peer that must drain
+            // the BTL waits for the core.
+            if !blocked || !more || self.stats.frags_sent != sent_before {
+                n += 1;
+            }
             // A BTL is out of resources: retrying every other queued request in this pass
             // would mostly fail again, and with 10^5 queued sends that is quadratic. The queue
             // rotated, so the next pass starts after this request.
-            if self.stats.would_block != blocked_before {
+            if blocked {
                 break;
             }
         }

@@ -86,6 +86,8 @@ pub struct Link {
 pub struct LinkHandle {
     pub link: Arc<Mutex<Link>>,
     pub broken: Arc<AtomicBool>,
+    /// Every send and get refused with WouldBlock while set (a full ring).
+    pub full: Arc<AtomicBool>,
     pub sends: Arc<AtomicU64>,
 }
 
@@ -184,7 +186,9 @@ impl Btl for MemBtl {
             });
         }
         self.count += 1;
-        if self.cfg.would_block_every != 0 && self.count.is_multiple_of(self.cfg.would_block_every)
+        if self.h.full.load(Ordering::Relaxed)
+            || (self.cfg.would_block_every != 0
+                && self.count.is_multiple_of(self.cfg.would_block_every))
         {
             return Err(SendError::WouldBlock);
         }
