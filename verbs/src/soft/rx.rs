@@ -67,28 +67,31 @@ impl RxBatch {
         let slot = self.slot;
         self.got.clear();
         let base = self.buf.as_mut_ptr();
-        let mut iov: [libc::iovec; MAX_BATCH] = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MAX_BATCH];
-        // SAFETY: mmsghdr is plain data for which all-zero is a valid value (null pointers,
-        // zero lengths).
-        let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        // Only the `n` entries the call uses are written: this runs on every poll of an idle
+        // socket, and at the loopback MTU n is 4 of 32.
+        let mut iov = [const { std::mem::MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
+        let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
         for i in 0..n {
             // SAFETY: i * slot + slot <= buf.len() (capacity() slots fit the buffer), so the
             // pointer stays inside the allocation.
-            iov[i].iov_base = unsafe { base.add(i * slot) }.cast();
-            iov[i].iov_len = slot;
-            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
+            let io = iov[i].write(libc::iovec {
+                iov_base: unsafe { base.add(i * slot) }.cast(),
+                iov_len: slot,
+            });
+            // SAFETY: mmsghdr is plain data for which all-zero is a valid value (null pointers,
+            // zero lengths); the iovec it then points at lives until the end of this call.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = io;
+            h.msg_hdr.msg_iovlen = 1;
+            hdrs[i].write(h);
         }
-        // SAFETY: the fd is the live socket of `sock`; `hdrs[..n]` point at `iov[..n]`, each
-        // naming `slot` writable bytes of `self.buf`, all of which outlive the call; no address
-        // or control buffers are asked for (null, zero length).
+        // SAFETY: the fd is the live socket of `sock`; `hdrs[..n]` are initialized above and
+        // point at `iov[..n]`, each naming `slot` writable bytes of `self.buf`, all of which
+        // outlive the call; no address or control buffers are asked for (null, zero length).
         let r = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
-                hdrs.as_mut_ptr(),
+                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
                 n as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -97,8 +100,10 @@ impl RxBatch {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        let r = r as usize;
+        let r = (r as usize).min(n);
         for h in &hdrs[..r] {
+            // SAFETY: the first n entries were initialized above and r <= n.
+            let h = unsafe { h.assume_init_ref() };
             self.record(h.msg_len as usize, h.msg_hdr.msg_flags);
         }
         Ok(r)
