@@ -127,6 +127,11 @@ impl Ctx {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// `at` as nanoseconds since this context's epoch (the [`Ctx::now_ns`] scale).
+    pub(super) fn ns_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
     /// The interface under the bound address.
     pub fn link(&self) -> &SoftLink {
         &self.link

@@ -430,8 +430,10 @@ impl Qp {
     /// ACK of what it just received to its next post or poll, so that in request/reply traffic
     /// the ACK rides in the same write as the reply; the agent acknowledges at once.
     pub(super) fn progress(&self, g: &mut QpInner, now: Instant, owner: bool) {
+        // From the caller's clock reading: a poll progresses every QP of its CQ, and one
+        // clock read per QP was a visible share of an idle spin.
         self.last_progress
-            .store(self.ctx.now_ns(), Ordering::Relaxed);
+            .store(self.ctx.ns_at(now), Ordering::Relaxed);
         match self.qp_type {
             QpType::Ud => {
                 if g.udp.is_some() {
