@@ -25,6 +25,7 @@
 
 pub mod coll;
 mod comm;
+mod group;
 mod request;
 
 use std::cell::RefCell;
@@ -33,7 +34,8 @@ use std::rc::Rc;
 
 pub use bytemuck::Pod;
 pub use comm::{Communicator, Status};
-pub use request::{scope, Request, Scope};
+pub use group::{Comparison, Group};
+pub use request::{scope, Persistent, Request, Scope};
 pub use rmca_framework as framework;
 use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
 pub use rmca_runtime::profile::{JobProfile, MemorySummary, MemoryUse, RankProfile};
