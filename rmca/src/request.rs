@@ -378,14 +378,12 @@ impl<'scope> Request<'scope> {
     }
 
     /// Complete at most one request of `requests` without blocking (`MPI_Testany`): one
-    /// progress pass, then the first complete request is removed and returned with its index.
-    /// `Ok(None)`: none has completed (or the list is empty).
-    pub fn test_any(requests: &mut Vec<Request<'scope>>) -> Result<Option<(usize, Status)>> {
-        let done = Self::poll_all(requests);
-        let Some(i) = done.iter().position(|&d| d) else {
-            return Ok(None);
-        };
-        requests.remove(i).take_outcome().map(|st| Some((i, st)))
+    /// progress pass, then the first complete request is removed and returned with its index
+    /// and outcome (the index also comes with an error). `None`: none has completed (or the
+    /// list is empty).
+    pub fn test_any(requests: &mut Vec<Request<'scope>>) -> Option<(usize, Result<Status>)> {
+        let i = Self::poll_all(requests).iter().position(|&d| d)?;
+        Some((i, requests.remove(i).take_outcome()))
     }
 
     /// Complete every request of `requests` if all have completed (`MPI_Testall`): one
