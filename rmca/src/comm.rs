@@ -583,6 +583,34 @@ impl Communicator {
         Ok(scope.pending(self, id))
     }
 
+    /// Buffered send (`MPI_Bsend`): the message is copied into the buffer attached with
+    /// [`crate::Universe::buffer_attach`] and sent from there, so this returns at once, even
+    /// for a message the receiver has not asked for yet. Fails with
+    /// [`Error::BsendBufferFull`] (sending nothing) when the buffer has no room left, and
+    /// with [`Error::InvalidArgument`] when none is attached. A send to
+    /// [`crate::PROC_NULL`] returns at once.
+    pub fn bsend<T: bytemuck::Pod>(
+        &self,
+        buf: &[T],
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<()> {
+        let Some(dest) = Self::dest(dest.into(), tag)? else {
+            return Ok(());
+        };
+        let args = self.send_args(
+            UserBuf::empty(),
+            dest,
+            tag,
+            self.inner.context,
+            SendMode::Standard,
+            CommPattern::NonBlocking,
+        )?;
+        self.shared().bsend(bytemuck::cast_slice(buf), |rt, copy| {
+            Ok(rt.pml.start_send(SendArgs { buf: copy, ..args })?)
+        })
+    }
+
     /// Blocking send of one value (`send(std::slice::from_ref(value), ..)`).
     pub fn send_value<T: bytemuck::Pod>(
         &self,

@@ -533,6 +533,76 @@ fn groups(w: &Communicator) {
     w.barrier().unwrap();
 }
 
+/// Buffered sends: they return before the receiver posts anything (rendezvous sizes
+/// included: the receives come after a barrier), a message larger than the free buffer is
+/// refused, and detach waits for the sends and gives the buffer back.
+fn buffered(u: &rmca::Universe, w: &Communicator) {
+    let (me, n) = (w.rank(), w.size());
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    check(
+        matches!(w.bsend(&[1u8], right, 50), Err(Error::InvalidArgument(m)) if m.contains("no buffer")),
+        "bsend without an attached buffer",
+    );
+    check(
+        matches!(u.buffer_detach(), Err(Error::InvalidArgument(_))),
+        "detach without a buffer",
+    );
+    let attached = 2 * LARGE * 8 + 64;
+    u.buffer_attach(vec![0u8; attached]).unwrap();
+    check(
+        matches!(u.buffer_attach(vec![0; 8]), Err(Error::InvalidArgument(_))),
+        "one buffer at a time",
+    );
+    let mut big: Vec<u64> = (0..LARGE).map(|i| value(me, 50, i)).collect();
+    w.bsend(&big, right, 50).unwrap();
+    w.bsend(&big[..8], right, 51).unwrap();
+    // The caller's buffer is free at once: overwrite it before the next bsend.
+    big.iter_mut().for_each(|v| *v = !*v);
+    w.bsend(&big, right, 52).unwrap();
+    w.bsend(&[0u8; 0], PROC_NULL, 52).unwrap();
+    check(
+        matches!(w.bsend(&vec![0u8; attached + 1], right, 53),
+            Err(Error::BsendBufferFull { needed, attached: a, .. }) if needed == attached + 1 && a == attached),
+        "a message larger than the buffer is refused",
+    );
+    check(
+        matches!(w.bsend(&[1u8], -4, 53), Err(Error::NegativeRank(-4))),
+        "bsend checks its rank",
+    );
+    w.barrier().unwrap();
+    let mut got = vec![0u64; LARGE];
+    w.recv(&mut got, left, 50).unwrap();
+    check(
+        got.iter()
+            .enumerate()
+            .all(|(i, &v)| v == value(left, 50, i)),
+        "first buffered message",
+    );
+    let mut small = [0u64; 8];
+    w.recv(&mut small, left, 51).unwrap();
+    check(
+        small
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == value(left, 50, i)),
+        "small buffered message",
+    );
+    w.recv(&mut got, left, 52).unwrap();
+    check(
+        got.iter()
+            .enumerate()
+            .all(|(i, &v)| v == !value(left, 50, i)),
+        "buffered message taken before its source was overwritten",
+    );
+    let back = u.buffer_detach().unwrap();
+    check(back.len() == attached, "detach gives the buffer back");
+    check(
+        matches!(w.bsend(&[1u8], right, 50), Err(Error::InvalidArgument(_))),
+        "bsend after detach",
+    );
+    w.barrier().unwrap();
+}
+
 /// Argument checks of the new calls: nothing is sent when they fail.
 fn arguments(w: &Communicator) {
     let n = w.size();
@@ -603,6 +673,7 @@ fn main() {
     scalars(&w);
     groups(&w);
     arguments(&w);
+    buffered(&u, &w);
     w.barrier().unwrap();
     if w.rank() == 0 {
         println!("ok p2p_more {} ranks", w.size());
