@@ -624,6 +624,34 @@ pub(crate) enum PersistentOp {
 /// })
 /// # }
 /// ```
+/// What the borrow checker refuses. The buffer stays lent for the whole scope, even if the
+/// request is forgotten while active:
+///
+/// ```compile_fail,E0503
+/// # let universe = rmca::init().unwrap();
+/// # let world = universe.world();
+/// let mut inbox = [0u8; 4];
+/// rmca::scope(|s| {
+///     let mut r = world.recv_init(s, &mut inbox, 0, 0).unwrap();
+///     r.start().unwrap();
+///     std::mem::forget(r);
+///     let _peek = inbox[0]; // still lent to the forgotten, active receive
+/// });
+/// ```
+///
+/// And a buffer lent back between runs must be given up before the next start:
+///
+/// ```compile_fail,E0502
+/// # let universe = rmca::init().unwrap();
+/// # let world = universe.world();
+/// let mut inbox = [0u8; 4];
+/// rmca::scope(|s| {
+///     let mut r = world.recv_init(s, &mut inbox, 0, 0).unwrap();
+///     let seen = r.data().unwrap();
+///     r.start().unwrap(); // the PML may now write into what `seen` reads
+///     let _peek = seen[0];
+/// });
+/// ```
 pub struct Persistent<'scope, T> {
     comm: Communicator,
     set: &'scope RequestSet,

@@ -369,6 +369,33 @@ fn completion_sets(w: &Communicator) {
         check(truncated, "the truncated receive was reported");
     });
     check(short == [5], "truncated receive kept its first element");
+    // A request test_all found failed keeps its error until it is waited: complete_all
+    // reports it even though the PML released it already.
+    let mut short2 = [0u64; 1];
+    let mut other = [0u64; 1];
+    rmca::scope(|s| {
+        let mut reqs = vec![
+            w.irecv(s, &mut short2, me, 23).unwrap(),
+            w.irecv(s, &mut other, me, 24).unwrap(),
+        ];
+        w.send(&[1u64, 2], me, 23).unwrap();
+        let mut polls = 0;
+        while !format!("{:?}", reqs[0]).contains("Failed") {
+            check(
+                Request::test_all(&mut reqs).is_none(),
+                "test_all: one is pending",
+            );
+            polls += 1;
+            check(polls < 1_000_000, "a self-send completes the receive");
+        }
+        w.send(&[3u64], me, 24).unwrap();
+        check(
+            is_truncation(Request::complete_all(reqs).map(|()| Status::PROC_NULL)),
+            "complete_all reports the error test_all found",
+        );
+    });
+    check(other == [3], "the other receive completed");
+
     check(
         bufs2
             .iter()
