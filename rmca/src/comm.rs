@@ -28,7 +28,7 @@ pub struct Status {
     /// Bytes received (receives), or message length (probes).
     pub bytes: usize,
     /// The operation was cancelled ([`crate::Request::cancel`]) and moved no data
-    /// (`MPI_Test_cancelled`).
+    /// (`MPI_Test_cancelled`); `source` and `tag` then mean nothing.
     pub cancelled: bool,
 }
 
@@ -612,6 +612,11 @@ impl Communicator {
     }
 
     /// Blocking send of one value (`send(std::slice::from_ref(value), ..)`).
+    ///
+    /// A separate call rather than a `send` generic over "a value or a slice": with a generic
+    /// buffer parameter, `&Vec<T>` and `&[T; N]` arguments would no longer coerce to `&[T]`
+    /// (an array would even be sent as one value), so existing calls would change meaning or
+    /// stop compiling.
     pub fn send_value<T: bytemuck::Pod>(
         &self,
         value: &T,
