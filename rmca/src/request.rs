@@ -301,11 +301,16 @@ impl<'scope> Request<'scope> {
         if !self.poll(true) {
             return None;
         }
+        // Exhaustive (no wildcard): a new kind of request must say how it completes.
         match std::mem::replace(&mut self.state, ReqState::Spent) {
             ReqState::Done(st) => Some(Ok(st)),
             ReqState::Failed(e) => Some(Err(*e)),
             // Spent already: its outcome was returned before.
-            _ => None,
+            ReqState::Spent => None,
+            pending @ ReqState::Pending { .. } => {
+                self.state = pending;
+                None
+            }
         }
     }
 
@@ -313,8 +318,9 @@ impl<'scope> Request<'scope> {
     /// outcome ([`ReqState::Done`] or [`ReqState::Failed`]) and gives back its slot; with
     /// `progress`, a miss runs one progress pass and looks again.
     fn poll(&mut self, progress: bool) -> bool {
-        let ReqState::Pending { slot, set } = self.state else {
-            return true;
+        let (slot, set) = match self.state {
+            ReqState::Pending { slot, set } => (slot, set),
+            ReqState::Done(_) | ReqState::Failed(_) | ReqState::Spent => return true,
         };
         let (id, comm) = set.get(slot);
         let r = comm.shared().with(|rt| {
