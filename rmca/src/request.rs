@@ -372,8 +372,9 @@ impl<'scope> Request<'scope> {
     /// yet is withdrawn from matching: it completes at once and its [`Status::cancelled`]
     /// says so. Sends cannot be cancelled with either PML (an eager message was handed to a
     /// BTL when the send started, and a rendezvous announcement is already queued at the
-    /// receiver; see `Pml::cancel` in the framework), nor can a receive that matched: those
-    /// complete normally. Either way the request must still be waited or tested; the
+    /// receiver; see `Pml::cancel` in the framework; even a send still queued behind BTL
+    /// back-pressure holds a sequence number the receiver's ordering would wait for), nor can
+    /// a receive that matched: those complete normally. Either way the request must still be waited or tested; the
     /// returned flag says whether the cancel took effect.
     pub fn cancel(&mut self) -> Result<bool> {
         let ReqState::Pending { slot, set } = self.state else {
