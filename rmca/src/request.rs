@@ -374,8 +374,8 @@ impl<'scope> Request<'scope> {
     /// BTL when the send started, and a rendezvous announcement is already queued at the
     /// receiver; see `Pml::cancel` in the framework; even a send still queued behind BTL
     /// back-pressure holds a sequence number the receiver's ordering would wait for), nor can
-    /// a receive that matched: those complete normally. Either way the request must still be waited or tested; the
-    /// returned flag says whether the cancel took effect.
+    /// a receive that matched: those complete normally. Either way the request must still be
+    /// waited or tested; the returned flag says whether the cancel took effect.
     pub fn cancel(&mut self) -> Result<bool> {
         let ReqState::Pending { slot, set } = self.state else {
             return Ok(false);
@@ -631,6 +631,7 @@ pub(crate) enum PersistentOp {
 /// })
 /// # }
 /// ```
+///
 /// What the borrow checker refuses. The buffer stays lent for the whole scope, even if the
 /// request is forgotten while active:
 ///
