@@ -1,6 +1,5 @@
 //! Communicators, point-to-point calls and requests.
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use rmca_framework::btl::CommPattern;
@@ -84,8 +83,6 @@ struct CommInner {
     rank: usize,
     /// `group[i] == i` for every rank (world and its dups): rank translation is free.
     identity: bool,
-    /// Number of communicators derived so far (dup/split), the same on every member.
-    derived: Cell<u32>,
     /// Collective schedules and scratch memory kept between calls.
     coll: crate::coll::CollCache,
 }
@@ -116,7 +113,6 @@ impl Communicator {
             group: (0..size).collect(),
             rank: rank as usize,
             identity: true,
-            derived: Cell::new(0),
             coll: Default::default(),
         })
     }
@@ -789,37 +785,43 @@ impl Communicator {
 
     // ---- communicator management ----
 
-    fn derive_context(&self, color: u32) -> ContextId {
-        let n = self.inner.derived.get();
-        self.inner.derived.set(n + 1);
-        // Every member derives the same id from (parent, ordinal, color) without communication;
-        // FNV-1a spreads them; ids are even (p2p) with the odd neighbour for collectives.
-        let mut h: u32 = 0x811c_9dc5;
-        for b in self
-            .inner
-            .context
-            .to_le_bytes()
-            .into_iter()
-            .chain(n.to_le_bytes())
-            .chain(color.to_le_bytes())
-        {
-            h ^= u32::from(b);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-        (h | 2) & !1
+    /// This process's lowest free context id, to be agreed on by a collective.
+    fn free_context(&self) -> u64 {
+        self.inner.shared.next_context.get()
+    }
+
+    /// Take `agreed` (the largest lowest-free id of the parent's processes, so free on each of
+    /// them) for a communicator this process joins: ids are even (point-to-point) with the odd
+    /// neighbour for collectives, and a process never joins two communicators with one id.
+    /// Communicators that share an id have no process in common, so their messages can never
+    /// meet in one matching engine. (A hash of parent, ordinal and color, the earlier scheme,
+    /// needed no communication but could give two communicators of one process the same id.)
+    fn claim_context(&self, agreed: u64) -> Result<ContextId> {
+        let context = ContextId::try_from(agreed)
+            .ok()
+            .filter(|c| *c < ContextId::MAX)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "no context id left for a new communicator (next free: {agreed}); free ones are not reused"
+                ))
+            })?;
+        self.inner.shared.next_context.set(agreed + 2);
+        Ok(context)
     }
 
     /// A communicator with the same processes and an isolated matching space. Collective:
-    /// every member must call it, in the same order relative to other dup/split calls.
+    /// every member must call it, in the same order relative to other dup/split/create calls
+    /// (one allreduce agrees on the new context id).
     pub fn dup(&self) -> Result<Communicator> {
-        let context = self.derive_context(u32::MAX);
+        let mut agreed = [0u64];
+        self.allreduce(&[self.free_context()], &mut agreed, crate::coll::Op::Max)?;
+        let context = self.claim_context(agreed[0])?;
         Ok(Communicator::new(CommInner {
             shared: self.inner.shared.clone(),
             context,
             group: self.inner.group.clone(),
             rank: self.inner.rank,
             identity: self.inner.identity,
-            derived: Cell::new(0),
             coll: Default::default(),
         }))
     }
@@ -827,12 +829,14 @@ impl Communicator {
     /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
     /// `color = None` leaves this process out (returns `None`). Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
-        let mine = [color.map_or(-1i64, i64::from), i64::from(key)];
-        let mut all = vec![[0i64; 2]; self.size()];
+        let free = i64::try_from(self.free_context()).unwrap_or(i64::MAX);
+        let mine = [color.map_or(-1i64, i64::from), i64::from(key), free];
+        let mut all = vec![[0i64; 3]; self.size()];
         crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
-        let context_color = color.unwrap_or(u32::MAX - 1);
-        let context = self.derive_context(context_color);
         let Some(color) = color else { return Ok(None) };
+        // One id for every color: the new communicators are disjoint.
+        let agreed = all.iter().map(|e| e[2]).max().unwrap_or(free);
+        let context = self.claim_context(agreed.unsigned_abs())?;
         let mut members: Vec<(i64, usize)> = all
             .iter()
             .enumerate()
@@ -852,7 +856,6 @@ impl Communicator {
             group: group.into(),
             rank,
             identity,
-            derived: Cell::new(0),
             coll: Default::default(),
         })))
     }
@@ -890,8 +893,13 @@ impl Communicator {
             fingerprint ^= u64::from(b);
             fingerprint = fingerprint.wrapping_mul(0x0100_0000_01b3);
         }
-        let mine = [fingerprint, members.len() as u64, u64::from(check.is_err())];
-        let mut all = vec![[0u64; 3]; self.size()];
+        let mine = [
+            fingerprint,
+            members.len() as u64,
+            u64::from(check.is_err()),
+            self.free_context(),
+        ];
+        let mut all = vec![[0u64; 4]; self.size()];
         crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
         check?;
         if let Some(r) = all.iter().position(|e| e[..2] != mine[..2] || e[2] != 0) {
@@ -899,12 +907,10 @@ impl Communicator {
                 "Communicator::create: rank {r} passed a different group or one that is not a subset of this communicator (every member must pass the same group)"
             )));
         }
-        // Every member derives the context, members of the group or not, so that later
-        // dup/split/create calls stay in step.
-        let context = self.derive_context(u32::MAX - 2);
         let Some(rank) = group.rank() else {
             return Ok(None);
         };
+        let context = self.claim_context(all.iter().map(|e| e[3]).max().unwrap_or(mine[3]))?;
         let identity = members.iter().enumerate().all(|(i, &w)| w as usize == i);
         Ok(Some(Communicator::new(CommInner {
             shared: self.inner.shared.clone(),
@@ -912,7 +918,6 @@ impl Communicator {
             group: members.into(),
             rank,
             identity,
-            derived: Cell::new(0),
             coll: Default::default(),
         })))
     }

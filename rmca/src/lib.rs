@@ -220,6 +220,9 @@ pub(crate) struct Shared {
     lent: std::cell::Cell<usize>,
     /// Finalize was called under outstanding requests: it runs when the last completes.
     finalize_deferred: std::cell::Cell<bool>,
+    /// The lowest context id this process has not used (the world has 0 and 1); derived
+    /// communicators agree on the largest of their processes' (see `Communicator::dup`).
+    next_context: std::cell::Cell<u64>,
     /// The buffer of buffered sends, while one is attached. Declared after `rt`, so that a
     /// runtime dropped unfinalized goes before the memory its sends may point into.
     bsend: RefCell<Option<bsend::BsendPool>>,
@@ -376,6 +379,7 @@ impl Universe {
             batch: Default::default(),
             lent: Default::default(),
             finalize_deferred: Default::default(),
+            next_context: std::cell::Cell::new(2),
             bsend: Default::default(),
         });
         let world = Communicator::world(shared.clone(), rank, size);

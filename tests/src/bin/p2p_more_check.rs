@@ -630,6 +630,35 @@ fn buffered(u: &rmca::Universe, w: &Communicator) {
     w.barrier().unwrap();
 }
 
+/// Communicators derived from one parent never share a context id, whatever their colors:
+/// the split color below made a 32-bit hash of (parent, ordinal, color), the earlier scheme,
+/// give the split at ordinal 0 the id of the dup at ordinal 1, so that their messages matched
+/// each other's receives.
+fn contexts(w: &Communicator) {
+    let (me, n) = (w.rank(), w.size());
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let a = w.split(Some(2_538_682_794), me as i32).unwrap().unwrap();
+    let b = w.dup().unwrap();
+    let c = w.create(&w.group()).unwrap().unwrap();
+    let (mut on_a, mut on_b, mut on_c) = ([0u32], [0u32], [0u32]);
+    rmca::scope(|s| {
+        let ra = a.irecv(s, &mut on_a, left, 0).unwrap();
+        let rc = c.irecv(s, &mut on_c, left, 0).unwrap();
+        // Sent first, on the others: they must not match the receives posted on `a` and `c`.
+        b.send(&[2u32], right, 0).unwrap();
+        c.send(&[3u32], right, 0).unwrap();
+        a.send(&[1u32], right, 0).unwrap();
+        ra.wait().unwrap();
+        rc.wait().unwrap();
+        b.recv(&mut on_b, left, 0).unwrap();
+    });
+    check(
+        (on_a, on_b, on_c) == ([1], [2], [3]),
+        "split, dup and create have distinct matching spaces",
+    );
+    w.barrier().unwrap();
+}
+
 /// Argument checks of the new calls: nothing is sent when they fail.
 fn arguments(w: &Communicator) {
     let n = w.size();
@@ -694,6 +723,8 @@ fn main() {
         std::process::exit(2)
     });
     let w = u.world();
+    // First: it needs the world's first derived communicators.
+    contexts(&w);
     persistent(&w);
     cancel(&w);
     completion_sets(&w);
