@@ -223,8 +223,14 @@ pub trait Pml: Send {
     /// Poll a request: `Some(status)` once it completed, after which the id is released.
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError>;
 
-    /// Try to cancel a receive that has not matched yet. Returns true if cancelled (the request
-    /// then completes with [`StatusError::Cancelled`]).
+    /// Try to cancel a request (`MPI_Cancel`). Returns true if cancelled: the request then
+    /// completes at once with [`StatusError::Cancelled`] (and must still be tested). The
+    /// default cancels nothing. ob1 and dr cancel a receive that has not matched a message
+    /// (it leaves the posted queue; a matched one completes normally), and no send: an eager
+    /// message was handed to a BTL when the send started, and a rendezvous or synchronous
+    /// send has announced itself to the receiver, whose unexpected queue would have to be
+    /// asked to drop it (a protocol round trip neither PML has; MPI-4 deprecates cancelling
+    /// sends).
     fn cancel(&mut self, _request: RequestId) -> Result<bool, PmlError> {
         Ok(false)
     }

@@ -1,6 +1,5 @@
 //! Communicators, point-to-point calls and requests.
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use rmca_framework::btl::CommPattern;
@@ -10,7 +9,8 @@ use rmca_framework::pml::{
 };
 use rmca_framework::rank::Rank;
 
-use crate::request::{Request, Scope};
+use crate::group::{Comparison, Group};
+use crate::request::{Lent, Persistent, PersistentOp, Request, Scope};
 use crate::{Dest, Error, Result, Shared, Src, ANY_TAG};
 
 /// Largest receive of an exchange posted after its send (see `sendrecv_bytes`): above it, a
@@ -26,6 +26,9 @@ pub struct Status {
     pub tag: i32,
     /// Bytes received (receives), or message length (probes).
     pub bytes: usize,
+    /// The operation was cancelled ([`crate::Request::cancel`]) and moved no data
+    /// (`MPI_Test_cancelled`); `source` and `tag` then mean nothing.
+    pub cancelled: bool,
 }
 
 impl Status {
@@ -35,7 +38,18 @@ impl Status {
         source: Status::PROC_NULL_SOURCE,
         tag: ANY_TAG,
         bytes: 0,
+        cancelled: false,
     };
+
+    /// The status of a completed send to `dest`.
+    pub(crate) fn sent(dest: usize, tag: i32, bytes: usize) -> Self {
+        Status {
+            source: dest,
+            tag,
+            bytes,
+            cancelled: false,
+        }
+    }
 
     /// The `source` of a status that comes from [`crate::PROC_NULL`].
     pub const PROC_NULL_SOURCE: usize = usize::MAX;
@@ -69,8 +83,6 @@ struct CommInner {
     rank: usize,
     /// `group[i] == i` for every rank (world and its dups): rank translation is free.
     identity: bool,
-    /// Number of communicators derived so far (dup/split), the same on every member.
-    derived: Cell<u32>,
     /// Collective schedules and scratch memory kept between calls.
     coll: crate::coll::CollCache,
 }
@@ -101,7 +113,6 @@ impl Communicator {
             group: (0..size).collect(),
             rank: rank as usize,
             identity: true,
-            derived: Cell::new(0),
             coll: Default::default(),
         })
     }
@@ -175,14 +186,20 @@ impl Communicator {
             source: self.comm_rank_of(st.source),
             tag: st.tag,
             bytes: st.len,
+            cancelled: false,
         }
     }
 
     #[inline]
     pub(crate) fn finish(&self, st: pml::Status) -> Result<Status> {
-        let status = self.to_status(&st);
+        let mut status = self.to_status(&st);
         match st.error {
             None => Ok(status),
+            // As in MPI, a cancelled request completes normally; its status says so.
+            Some(error) if *error == pml::StatusError::Cancelled => {
+                status.cancelled = true;
+                Ok(status)
+            }
             Some(error) => Err(Error::Status {
                 error: *error,
                 status,
@@ -270,6 +287,34 @@ impl Communicator {
     ) -> Result<SendStart> {
         let args = self.send_args(buf, dest, tag, context, mode, pattern)?;
         self.shared().start_send(args)
+    }
+
+    /// Start a send of `buf` on the point-to-point context (a persistent request's run).
+    pub(crate) fn start_send_bytes(
+        &self,
+        buf: UserBuf,
+        dest: usize,
+        tag: i32,
+        mode: SendMode,
+        pattern: CommPattern,
+    ) -> Result<SendStart> {
+        self.start_send_fast(buf, dest, tag, self.inner.context, mode, pattern)
+    }
+
+    /// Post a receive into `buf` on the point-to-point context (a persistent request's run).
+    pub(crate) fn start_recv_bytes(
+        &self,
+        buf: UserBuf,
+        source: Src,
+        tag: i32,
+    ) -> Result<RequestId> {
+        self.start_recv(
+            buf,
+            source,
+            tag,
+            self.inner.context,
+            CommPattern::NonBlocking,
+        )
     }
 
     /// Finish a send started by [`Communicator::start_send_fast`].
@@ -539,6 +584,145 @@ impl Communicator {
         Ok(scope.pending(self, id))
     }
 
+    /// Buffered send (`MPI_Bsend`): the message is copied into the buffer attached with
+    /// [`crate::Universe::buffer_attach`] and sent from there, so this returns at once, even
+    /// for a message the receiver has not asked for yet. Fails with
+    /// [`Error::BsendBufferFull`] (sending nothing) when the buffer has no room left, and
+    /// with [`Error::InvalidArgument`] when none is attached. A send to
+    /// [`crate::PROC_NULL`] returns at once.
+    pub fn bsend<T: bytemuck::Pod>(
+        &self,
+        buf: &[T],
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<()> {
+        let Some(dest) = Self::dest(dest.into(), tag)? else {
+            return Ok(());
+        };
+        let args = self.send_args(
+            UserBuf::empty(),
+            dest,
+            tag,
+            self.inner.context,
+            SendMode::Standard,
+            CommPattern::NonBlocking,
+        )?;
+        self.shared().bsend(bytemuck::cast_slice(buf), |rt, copy| {
+            Ok(rt.pml.start_send(SendArgs { buf: copy, ..args })?)
+        })
+    }
+
+    /// Blocking send of one value (`send(std::slice::from_ref(value), ..)`).
+    ///
+    /// A separate call rather than a `send` generic over "a value or a slice": with a generic
+    /// buffer parameter, `&Vec<T>` and `&[T; N]` arguments would no longer coerce to `&[T]`
+    /// (an array would even be sent as one value), so existing calls would change meaning or
+    /// stop compiling.
+    pub fn send_value<T: bytemuck::Pod>(
+        &self,
+        value: &T,
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<()> {
+        self.send(std::slice::from_ref(value), dest, tag)
+    }
+
+    /// Blocking receive of one value. A message of another size is an error: longer ones
+    /// [`pml::StatusError::Truncated`] as for [`Communicator::recv`], shorter ones
+    /// [`Error::InvalidArgument`] naming both sizes. A receive from [`crate::PROC_NULL`]
+    /// returns `T::zeroed()` with [`Status::PROC_NULL`].
+    pub fn recv_value<T: bytemuck::Pod>(
+        &self,
+        source: impl Into<Src>,
+        tag: i32,
+    ) -> Result<(T, Status)> {
+        let mut value = T::zeroed();
+        let status = self.recv(std::slice::from_mut(&mut value), source, tag)?;
+        let want = std::mem::size_of::<T>();
+        if !status.is_proc_null() && status.bytes != want {
+            return Err(Error::InvalidArgument(format!(
+                "recv_value: the message from rank {} (tag {}) has {} bytes, a value of this type has {want}",
+                status.source, status.tag, status.bytes
+            )));
+        }
+        Ok((value, status))
+    }
+
+    // ---- persistent requests ----
+
+    /// The checked destination of a persistent send (`None`: `PROC_NULL`).
+    fn persistent_send(&self, dest: Dest, tag: i32, mode: SendMode) -> Result<PersistentOp> {
+        let dest = Self::dest(dest, tag)?;
+        if let Some(d) = dest {
+            self.world_rank(d)?;
+        }
+        Ok(PersistentOp::Send { dest, tag, mode })
+    }
+
+    /// A persistent standard-mode send of `buf` (`MPI_Send_init`): arguments checked now,
+    /// each [`Persistent::start`] sends the buffer's current contents. `buf` stays borrowed
+    /// (read-only) for the scope; see [`Persistent`].
+    pub fn send_init<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s [T],
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<Persistent<'s, T>> {
+        let op = self.persistent_send(dest.into(), tag, SendMode::Standard)?;
+        Ok(scope.persistent(self, Lent::Shared(buf), op))
+    }
+
+    /// [`Communicator::send_init`] with the buffer borrowed exclusively, so that it can be
+    /// rewritten between runs with [`Persistent::data_mut`].
+    pub fn send_init_mut<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<Persistent<'s, T>> {
+        let op = self.persistent_send(dest.into(), tag, SendMode::Standard)?;
+        Ok(scope.persistent(self, Lent::Exclusive(buf), op))
+    }
+
+    /// A persistent synchronous send (`MPI_Ssend_init`): each run completes once the receiver
+    /// matched it.
+    pub fn ssend_init<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s [T],
+        dest: impl Into<Dest>,
+        tag: i32,
+    ) -> Result<Persistent<'s, T>> {
+        let op = self.persistent_send(dest.into(), tag, SendMode::Synchronous)?;
+        Ok(scope.persistent(self, Lent::Shared(buf), op))
+    }
+
+    /// A persistent receive into `buf` (`MPI_Recv_init`): arguments checked now, each
+    /// [`Persistent::start`] posts the receive. Read the message with [`Persistent::data`]
+    /// after each run; see [`Persistent`].
+    pub fn recv_init<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
+        source: impl Into<Src>,
+        tag: i32,
+    ) -> Result<Persistent<'s, T>> {
+        let source = source.into();
+        let source = if self.is_null_source(source, tag)? {
+            None
+        } else {
+            self.source(source)?;
+            Some(source)
+        };
+        Ok(scope.persistent(
+            self,
+            Lent::Exclusive(buf),
+            PersistentOp::Recv { source, tag },
+        ))
+    }
+
     /// Send and receive at once (no deadlock whatever the peers' order). Either side may be
     /// [`crate::PROC_NULL`].
     pub fn sendrecv<S: bytemuck::Pod, R: bytemuck::Pod>(
@@ -606,37 +790,43 @@ impl Communicator {
 
     // ---- communicator management ----
 
-    fn derive_context(&self, color: u32) -> ContextId {
-        let n = self.inner.derived.get();
-        self.inner.derived.set(n + 1);
-        // Every member derives the same id from (parent, ordinal, color) without communication;
-        // FNV-1a spreads them; ids are even (p2p) with the odd neighbour for collectives.
-        let mut h: u32 = 0x811c_9dc5;
-        for b in self
-            .inner
-            .context
-            .to_le_bytes()
-            .into_iter()
-            .chain(n.to_le_bytes())
-            .chain(color.to_le_bytes())
-        {
-            h ^= u32::from(b);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-        (h | 2) & !1
+    /// This process's lowest free context id, to be agreed on by a collective.
+    fn free_context(&self) -> u64 {
+        self.inner.shared.next_context.get()
+    }
+
+    /// Take `agreed` (the largest lowest-free id of the parent's processes, so free on each of
+    /// them) for a communicator this process joins: ids are even (point-to-point) with the odd
+    /// neighbour for collectives, and a process never joins two communicators with one id.
+    /// Communicators that share an id have no process in common, so their messages can never
+    /// meet in one matching engine. (A hash of parent, ordinal and color, the earlier scheme,
+    /// needed no communication but could give two communicators of one process the same id.)
+    fn claim_context(&self, agreed: u64) -> Result<ContextId> {
+        let context = ContextId::try_from(agreed)
+            .ok()
+            .filter(|c| *c < ContextId::MAX)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "no context id left for a new communicator (next free: {agreed}); free ones are not reused"
+                ))
+            })?;
+        self.inner.shared.next_context.set(agreed + 2);
+        Ok(context)
     }
 
     /// A communicator with the same processes and an isolated matching space. Collective:
-    /// every member must call it, in the same order relative to other dup/split calls.
+    /// every member must call it, in the same order relative to other dup/split/create calls
+    /// (one allreduce agrees on the new context id).
     pub fn dup(&self) -> Result<Communicator> {
-        let context = self.derive_context(u32::MAX);
+        let mut agreed = [0u64];
+        self.allreduce(&[self.free_context()], &mut agreed, crate::coll::Op::Max)?;
+        let context = self.claim_context(agreed[0])?;
         Ok(Communicator::new(CommInner {
             shared: self.inner.shared.clone(),
             context,
             group: self.inner.group.clone(),
             rank: self.inner.rank,
             identity: self.inner.identity,
-            derived: Cell::new(0),
             coll: Default::default(),
         }))
     }
@@ -644,12 +834,14 @@ impl Communicator {
     /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
     /// `color = None` leaves this process out (returns `None`). Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
-        let mine = [color.map_or(-1i64, i64::from), i64::from(key)];
-        let mut all = vec![[0i64; 2]; self.size()];
+        let free = i64::try_from(self.free_context()).unwrap_or(i64::MAX);
+        let mine = [color.map_or(-1i64, i64::from), i64::from(key), free];
+        let mut all = vec![[0i64; 3]; self.size()];
         crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
-        let context_color = color.unwrap_or(u32::MAX - 1);
-        let context = self.derive_context(context_color);
         let Some(color) = color else { return Ok(None) };
+        // One id for every color: the new communicators are disjoint.
+        let agreed = all.iter().map(|e| e[2]).max().unwrap_or(free);
+        let context = self.claim_context(agreed.unsigned_abs())?;
         let mut members: Vec<(i64, usize)> = all
             .iter()
             .enumerate()
@@ -669,8 +861,87 @@ impl Communicator {
             group: group.into(),
             rank,
             identity,
-            derived: Cell::new(0),
             coll: Default::default(),
         })))
+    }
+
+    /// The communicator's group: its processes in rank order (`MPI_Comm_group`). Local.
+    pub fn group(&self) -> Group {
+        Group::from_world_ranks(self.inner.group.to_vec(), self.inner.group[self.inner.rank])
+    }
+
+    /// A communicator of the members of `group`, ranked in the group's order
+    /// (`MPI_Comm_create`). Collective over `self`: every member of `self` calls it with the
+    /// same group, which must be a subset of `self`'s; members of the group get `Some`, the
+    /// others `None`. The groups are compared (one allgather of their fingerprints) so that a
+    /// disagreement is an error on every process rather than a hang.
+    pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
+        let members = group.world_ranks();
+        // Checked before any communication, the same way on every process (the group is
+        // the same everywhere, or the allgather below reports it).
+        let mut in_self = vec![false; self.size()];
+        let mut check = Ok(());
+        for &w in members {
+            match self.inner.group.iter().position(|&m| m == w) {
+                Some(r) => in_self[r] = true,
+                None => {
+                    check = Err(Error::InvalidArgument(format!(
+                        "Communicator::create: world rank {w} of the group is not in this communicator"
+                    )));
+                    break;
+                }
+            }
+        }
+        // FNV-1a over the members, plus a flag for a group that failed the check.
+        let mut fingerprint: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in members.iter().flat_map(|w| w.to_le_bytes()) {
+            fingerprint ^= u64::from(b);
+            fingerprint = fingerprint.wrapping_mul(0x0100_0000_01b3);
+        }
+        let mine = [
+            fingerprint,
+            members.len() as u64,
+            u64::from(check.is_err()),
+            self.free_context(),
+        ];
+        let mut all = vec![[0u64; 4]; self.size()];
+        crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
+        check?;
+        if let Some(r) = all.iter().position(|e| e[..2] != mine[..2] || e[2] != 0) {
+            return Err(Error::InvalidArgument(format!(
+                "Communicator::create: rank {r} passed a different group or one that is not a subset of this communicator (every member must pass the same group)"
+            )));
+        }
+        let Some(rank) = group.rank() else {
+            return Ok(None);
+        };
+        let context = self.claim_context(all.iter().map(|e| e[3]).max().unwrap_or(mine[3]))?;
+        let identity = members.iter().enumerate().all(|(i, &w)| w as usize == i);
+        Ok(Some(Communicator::new(CommInner {
+            shared: self.inner.shared.clone(),
+            context,
+            group: members.into(),
+            rank,
+            identity,
+            coll: Default::default(),
+        })))
+    }
+
+    /// How this communicator relates to `other` (`MPI_Comm_compare`):
+    /// [`Comparison::Identical`] for the same communicator (a clone: one matching space),
+    /// [`Comparison::Congruent`] for the same processes in the same order (e.g. a
+    /// [`Communicator::dup`]), [`Comparison::Similar`] for the same processes in another
+    /// order, [`Comparison::Unequal`] otherwise. Local.
+    pub fn compare(&self, other: &Communicator) -> Comparison {
+        if Rc::ptr_eq(&self.inner, &other.inner) {
+            return Comparison::Identical;
+        }
+        match self.group().compare(&other.group()) {
+            Comparison::Identical if self.inner.context == other.inner.context => {
+                Comparison::Identical
+            }
+            Comparison::Identical => Comparison::Congruent,
+            c => c,
+        }
     }
 }

@@ -23,8 +23,10 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bsend;
 pub mod coll;
 mod comm;
+mod group;
 mod request;
 pub mod thread;
 
@@ -34,7 +36,8 @@ use std::rc::Rc;
 
 pub use bytemuck::Pod;
 pub use comm::{Communicator, Status};
-pub use request::{scope, Request, Scope};
+pub use group::{Comparison, Group};
+pub use request::{scope, Persistent, Request, Scope};
 pub use rmca_framework as framework;
 use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
 pub use rmca_runtime::profile::{JobProfile, MemorySummary, MemoryUse, RankProfile};
@@ -104,6 +107,16 @@ pub enum Error {
     /// Another argument is invalid.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A buffered send found no room in the attached buffer (nothing was sent).
+    #[error("bsend of {needed} bytes: the attached buffer ({attached} bytes) has no free part that large ({in_use} bytes still being sent); attach a larger one (Universe::buffer_attach)")]
+    BsendBufferFull {
+        /// Bytes of the message.
+        needed: usize,
+        /// Bytes attached.
+        attached: usize,
+        /// Bytes of messages still being sent from the buffer.
+        in_use: usize,
+    },
 }
 
 impl From<InitError> for Error {
@@ -216,6 +229,12 @@ pub(crate) struct Shared {
     lent: std::cell::Cell<usize>,
     /// Finalize was called under outstanding requests: it runs when the last completes.
     finalize_deferred: std::cell::Cell<bool>,
+    /// The lowest context id this process has not used (the world has 0 and 1); derived
+    /// communicators agree on the largest of their processes' (see `Communicator::dup`).
+    next_context: std::cell::Cell<u64>,
+    /// The buffer of buffered sends, while one is attached. Declared after `rt`, so that a
+    /// runtime dropped unfinalized goes before the memory its sends may point into.
+    bsend: RefCell<Option<bsend::BsendPool>>,
 }
 
 impl Shared {
@@ -291,6 +310,10 @@ impl Shared {
             shared.finalize_deferred.set(true);
             return Err(Error::FinalizeDeferred { outstanding });
         }
+        // Buffered sends complete before finalize (as MPI_Finalize requires).
+        if let Some(pool) = shared.bsend.borrow_mut().as_mut() {
+            shared.with(|rt| pool.drain(rt))?;
+        }
         // Quiesce: nobody tears down receive resources while a peer may still send to it.
         Communicator::world(shared.clone(), rank, size).barrier()?;
         let rt = shared.rt.borrow_mut().take().ok_or(Error::Finalized)?;
@@ -300,6 +323,21 @@ impl Shared {
     /// Keep `v` for the next batch.
     pub(crate) fn give_batch(&self, v: Vec<RequestId>) {
         self.batch.set(v);
+    }
+
+    /// Buffered send of `msg` (see [`Communicator::bsend`]): `start` is given the copy.
+    pub(crate) fn bsend(
+        &self,
+        msg: &[u8],
+        start: impl FnOnce(&mut Runtime, rmca_framework::buffer::UserBuf) -> Result<SendStart>,
+    ) -> Result<()> {
+        let mut pool = self.bsend.borrow_mut();
+        let Some(pool) = pool.as_mut() else {
+            return Err(Error::InvalidArgument(
+                "bsend: no buffer is attached (Universe::buffer_attach)".into(),
+            ));
+        };
+        self.with(|rt| pool.send(rt, msg, start))
     }
 
     /// Start a send (the PML's fast path for eager messages).
@@ -350,6 +388,8 @@ impl Universe {
             batch: Default::default(),
             lent: Default::default(),
             finalize_deferred: Default::default(),
+            next_context: std::cell::Cell::new(2),
+            bsend: Default::default(),
         });
         let world = Communicator::world(shared.clone(), rank, size);
         Self { shared, world }
@@ -391,6 +431,34 @@ impl Universe {
             Some(rt) => rt.abort(code, msg),
             None => std::process::exit(code),
         }
+    }
+
+    /// Attach `buffer` for buffered sends ([`Communicator::bsend`]; `MPI_Buffer_attach`):
+    /// each message in flight takes its length in it. One buffer at a time: an error if one
+    /// is attached already.
+    pub fn buffer_attach(&self, buffer: Vec<u8>) -> Result<()> {
+        let mut slot = self.shared.bsend.borrow_mut();
+        if let Some(pool) = slot.as_ref() {
+            return Err(Error::InvalidArgument(format!(
+                "buffer_attach: a buffer of {} bytes is attached already (detach it first)",
+                pool.capacity()
+            )));
+        }
+        *slot = Some(bsend::BsendPool::new(buffer));
+        Ok(())
+    }
+
+    /// Wait until every buffered send has completed and give the attached buffer back
+    /// (`MPI_Buffer_detach`). An error if none is attached.
+    pub fn buffer_detach(&self) -> Result<Vec<u8>> {
+        let mut slot = self.shared.bsend.borrow_mut();
+        let Some(pool) = slot.as_mut() else {
+            return Err(Error::InvalidArgument(
+                "buffer_detach: no buffer is attached".into(),
+            ));
+        };
+        self.shared.with(|rt| pool.drain(rt))?;
+        Ok(slot.take().expect("checked above").into_buffer())
     }
 
     /// Finalize explicitly, returning the merged profile on rank 0 when `profile` is on.

@@ -10,6 +10,8 @@
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 
+use rmca_framework::btl::CommPattern;
+use rmca_framework::buffer::UserBuf;
 use rmca_framework::pml::{RequestId, SendStart};
 
 use crate::comm::Communicator;
@@ -116,12 +118,7 @@ impl std::fmt::Debug for Scope<'_, '_> {
 impl<'scope> Scope<'scope, '_> {
     /// The request of an operation the PML accepted as `id`.
     pub(crate) fn pending(&'scope self, comm: &Communicator, id: RequestId) -> Request<'scope> {
-        Request {
-            state: ReqState::Pending {
-                slot: self.set.insert(id, comm),
-                set: &self.set,
-            },
-        }
+        Request::pending_in(&self.set, comm, id)
     }
 
     /// The request of a send to `dest` with `tag` of `bytes` bytes that started as `started`.
@@ -135,11 +132,7 @@ impl<'scope> Scope<'scope, '_> {
         bytes: usize,
     ) -> Request<'scope> {
         match started {
-            SendStart::Done => Request::done(Status {
-                source: dest,
-                tag,
-                bytes,
-            }),
+            SendStart::Done => Request::done(Status::sent(dest, tag, bytes)),
             SendStart::Pending(id) => self.pending(comm, id),
         }
     }
@@ -247,8 +240,12 @@ enum ReqState<'scope> {
     /// Outstanding in the PML, in `slot` of its scope's set.
     Pending { slot: u32, set: &'scope RequestSet },
     /// Completed when it was started (an eager send the BTL took, or an operation on
-    /// `PROC_NULL`): nothing left in the PML.
+    /// `PROC_NULL`), or found complete by a poll that keeps the outcome
+    /// ([`Request::test_all`]): nothing left in the PML.
     Done(Status),
+    /// Found failed by a poll that keeps the outcome: nothing left in the PML (boxed: rare,
+    /// and a request stays two words on the hot path).
+    Failed(Box<Error>),
     /// Its outcome was returned.
     Spent,
 }
@@ -258,6 +255,7 @@ impl std::fmt::Debug for Request<'_> {
         let state = match &self.state {
             ReqState::Pending { slot, .. } => format!("Pending(slot {slot})"),
             ReqState::Done(st) => format!("Done({st:?})"),
+            ReqState::Failed(e) => format!("Failed({e})"),
             ReqState::Spent => "Spent".to_owned(),
         };
         f.debug_struct("Request").field("state", &state).finish()
@@ -265,6 +263,16 @@ impl std::fmt::Debug for Request<'_> {
 }
 
 impl<'scope> Request<'scope> {
+    /// The request of an operation the PML accepted as `id`, waited by `set`'s scope.
+    fn pending_in(set: &'scope RequestSet, comm: &Communicator, id: RequestId) -> Self {
+        Self {
+            state: ReqState::Pending {
+                slot: set.insert(id, comm),
+                set,
+            },
+        }
+    }
+
     /// A request that completed as it started.
     pub(crate) fn done(status: Status) -> Self {
         Self {
@@ -283,34 +291,153 @@ impl<'scope> Request<'scope> {
                 outcome
             }
             ReqState::Done(st) => Ok(st),
+            ReqState::Failed(e) => Err(*e),
             ReqState::Spent => Err(Error::InvalidArgument("request already completed".into())),
         }
     }
 
     /// Has the operation completed? `Some` returns its outcome (after which the request is spent).
     pub fn test(&mut self) -> Option<Result<Status>> {
-        let ReqState::Pending { slot, set } = self.state else {
-            return match std::mem::replace(&mut self.state, ReqState::Spent) {
-                ReqState::Done(st) => Some(Ok(st)),
-                _ => None,
-            };
+        if !self.poll(true) {
+            return None;
+        }
+        // Exhaustive (no wildcard): a new kind of request must say how it completes.
+        match std::mem::replace(&mut self.state, ReqState::Spent) {
+            ReqState::Done(st) => Some(Ok(st)),
+            ReqState::Failed(e) => Some(Err(*e)),
+            // Spent already: its outcome was returned before.
+            ReqState::Spent => None,
+            pending @ ReqState::Pending { .. } => {
+                self.state = pending;
+                None
+            }
+        }
+    }
+
+    /// Is the operation complete? A pending request the PML reports complete keeps its
+    /// outcome ([`ReqState::Done`] or [`ReqState::Failed`]) and gives back its slot; with
+    /// `progress`, a miss runs one progress pass and looks again.
+    fn poll(&mut self, progress: bool) -> bool {
+        let (slot, set) = match self.state {
+            ReqState::Pending { slot, set } => (slot, set),
+            ReqState::Done(_) | ReqState::Failed(_) | ReqState::Spent => return true,
         };
         let (id, comm) = set.get(slot);
         let r = comm.shared().with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
             }
+            if !progress {
+                return Ok(None);
+            }
             rt.progress();
             Ok(rt.pml.test(id)?)
         });
         let outcome = match r {
-            Ok(None) => return None,
+            Ok(None) => return false,
             Ok(Some(st)) => comm.finish(st),
             Err(e) => Err(e),
         };
         set.release(slot);
-        self.state = ReqState::Spent;
-        Some(outcome)
+        self.state = match outcome {
+            Ok(st) => ReqState::Done(st),
+            Err(e) => ReqState::Failed(Box::new(e)),
+        };
+        true
+    }
+
+    /// One progress pass of the runtime of the first pending request of `requests` (if any),
+    /// then which of them are complete (their outcomes kept in them).
+    fn poll_all(requests: &mut [Request<'scope>]) -> Vec<bool> {
+        let comm = requests.iter().find_map(|r| match r.state {
+            ReqState::Pending { slot, set } => Some(set.get(slot).1),
+            _ => None,
+        });
+        if let Some(comm) = comm {
+            // A finalized runtime shows up in each request's own poll below.
+            let _ = comm.shared().with(|rt| {
+                rt.progress();
+                Ok(())
+            });
+        }
+        requests.iter_mut().map(|r| r.poll(false)).collect()
+    }
+
+    /// The outcome of a request that [`Request::poll`] found complete.
+    fn take_outcome(self) -> Result<Status> {
+        self.wait()
+    }
+
+    /// Try to cancel the operation (`MPI_Cancel`). A receive that has not matched a message
+    /// yet is withdrawn from matching: it completes at once and its [`Status::cancelled`]
+    /// says so. Sends cannot be cancelled with either PML (an eager message was handed to a
+    /// BTL when the send started, and a rendezvous announcement is already queued at the
+    /// receiver; see `Pml::cancel` in the framework; even a send still queued behind BTL
+    /// back-pressure holds a sequence number the receiver's ordering would wait for), nor can
+    /// a receive that matched: those complete normally. Either way the request must still be
+    /// waited or tested; the returned flag says whether the cancel took effect.
+    pub fn cancel(&mut self) -> Result<bool> {
+        let ReqState::Pending { slot, set } = self.state else {
+            return Ok(false);
+        };
+        let (id, comm) = set.get(slot);
+        comm.shared().with(|rt| Ok(rt.pml.cancel(id)?))
+    }
+
+    /// Complete at most one request of `requests` without blocking (`MPI_Testany`): one
+    /// progress pass, then the first complete request is removed and returned with its index
+    /// and outcome (the index also comes with an error). `None`: none has completed (or the
+    /// list is empty).
+    pub fn test_any(requests: &mut Vec<Request<'scope>>) -> Option<(usize, Result<Status>)> {
+        let i = Self::poll_all(requests).iter().position(|&d| d)?;
+        Some((i, requests.remove(i).take_outcome()))
+    }
+
+    /// Complete every request of `requests` if all have completed (`MPI_Testall`): one
+    /// progress pass, then either `None` (some are still outstanding: every request stays in
+    /// `requests`, those complete keeping their outcome) or the statuses in order, `requests`
+    /// emptied. As [`Request::wait_all`], the first error is returned if any failed.
+    pub fn test_all(requests: &mut Vec<Request<'scope>>) -> Option<Result<Vec<Status>>> {
+        if !Self::poll_all(requests).into_iter().all(|d| d) {
+            return None;
+        }
+        Some(Self::wait_all(std::mem::take(requests)))
+    }
+
+    /// Complete every request of `requests` that has completed, without blocking
+    /// (`MPI_Testsome`): one progress pass, then the complete ones are removed and returned,
+    /// each with its index in `requests` as it was before the call (ascending). Empty when none
+    /// has completed.
+    pub fn test_some(requests: &mut Vec<Request<'scope>>) -> Vec<(usize, Result<Status>)> {
+        let done = Self::poll_all(requests);
+        let mut out = Vec::new();
+        let mut kept = Vec::with_capacity(requests.len());
+        for (index, (r, d)) in std::mem::take(requests).into_iter().zip(done).enumerate() {
+            if d {
+                out.push((index, r.take_outcome()));
+            } else {
+                kept.push(r);
+            }
+        }
+        *requests = kept;
+        out
+    }
+
+    /// Block until at least one request of `requests` completes, then complete every one that
+    /// has (`MPI_Waitsome`): as [`Request::test_some`], never empty. An empty list is an
+    /// error (nothing could complete).
+    pub fn wait_some(requests: &mut Vec<Request<'scope>>) -> Result<Vec<(usize, Result<Status>)>> {
+        if requests.is_empty() {
+            return Err(Error::InvalidArgument("wait_some on an empty list".into()));
+        }
+        let mut backoff = rmca_framework::progress::Backoff::default();
+        loop {
+            let done = Self::test_some(requests);
+            if !done.is_empty() {
+                return Ok(done);
+            }
+            backoff.pass(0);
+        }
     }
 
     /// Wait for every request; statuses in order. The first error is returned after all
@@ -343,7 +470,14 @@ impl<'scope> Request<'scope> {
             _ => None,
         });
         let Some((first, comm)) = pending.next() else {
-            return Ok(());
+            // Nothing left in the PML; a request polled complete may hold an error.
+            return requests
+                .iter_mut()
+                .find_map(|r| match std::mem::replace(&mut r.state, ReqState::Spent) {
+                    ReqState::Failed(e) => Some(*e),
+                    _ => None,
+                })
+                .map_or(Ok(()), Err);
         };
         let shared = comm.shared();
         let mut ids = shared.take_batch();
@@ -367,7 +501,9 @@ impl<'scope> Request<'scope> {
         let mut failed = failed.into_iter().peekable();
         for r in &mut requests {
             if !matches!(r.state, ReqState::Pending { .. }) {
-                r.state = ReqState::Spent;
+                if let ReqState::Failed(e) = std::mem::replace(&mut r.state, ReqState::Spent) {
+                    first_err.get_or_insert(*e);
+                }
                 continue;
             }
             if failed.peek().is_some_and(|(i, _)| *i == pending_index) {
@@ -435,6 +571,273 @@ impl Request<'_> {
                 tracing::debug!("request dropped with error: {e}");
             }
             set.release(slot);
+        }
+    }
+}
+
+/// How a [`Persistent`] request borrows its buffer.
+pub(crate) enum Lent<'scope, T> {
+    /// Read-only (sends).
+    Shared(&'scope [T]),
+    /// Exclusively: lent back mutably between runs.
+    Exclusive(&'scope mut [T]),
+}
+
+/// What a [`Persistent`] request does at each start.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PersistentOp {
+    /// Send to this communicator rank (`None`: `PROC_NULL`).
+    Send {
+        dest: Option<usize>,
+        tag: i32,
+        mode: rmca_framework::pml::SendMode,
+    },
+    /// Receive (a `source` of `None`: `PROC_NULL`).
+    Recv {
+        source: Option<crate::Src>,
+        tag: i32,
+    },
+}
+
+/// A persistent operation (`MPI_Send_init`, `MPI_Recv_init`): the arguments are checked once,
+/// then [`Persistent::start`] runs the operation again and again, each run completed by
+/// [`Persistent::wait`] or [`Persistent::test`] before the next start.
+///
+/// The buffer is borrowed for the request's [`Scope`], as for [`Request`]s: while a run is
+/// outstanding, a dropped persistent request waits for it, and a forgotten one
+/// (`std::mem::forget`) is waited at the end of the scope, so the PML never writes into a
+/// released buffer. Between runs the request lends the buffer back: [`Persistent::data`]
+/// (and [`Persistent::data_mut`] for receives and `send_init_mut` sends) return it, refusing
+/// while a run is outstanding; the borrow checker keeps such a borrow from overlapping a start.
+///
+/// ```no_run
+/// # fn main() -> rmca::Result<()> {
+/// let universe = rmca::init()?;
+/// let world = universe.world();
+/// let (right, left) = ((world.rank() + 1) % world.size(), (world.rank() + world.size() - 1) % world.size());
+/// let (mut out, mut inbox) = ([0u64; 4], [0u64; 4]);
+/// rmca::scope(|s| {
+///     let mut send = world.send_init_mut(s, &mut out, right, 0)?;
+///     let mut recv = world.recv_init(s, &mut inbox, left, 0)?;
+///     for step in 0..10u64 {
+///         send.data_mut()?.fill(step);
+///         recv.start()?;
+///         send.start()?;
+///         send.wait()?;
+///         recv.wait()?;
+///         assert_eq!(recv.data()?[0], step);
+///     }
+///     Ok(())
+/// })
+/// # }
+/// ```
+///
+/// What the borrow checker refuses. The buffer stays lent for the whole scope, even if the
+/// request is forgotten while active:
+///
+/// ```compile_fail,E0503
+/// # let universe = rmca::init().unwrap();
+/// # let world = universe.world();
+/// let mut inbox = [0u8; 4];
+/// rmca::scope(|s| {
+///     let mut r = world.recv_init(s, &mut inbox, 0, 0).unwrap();
+///     r.start().unwrap();
+///     std::mem::forget(r);
+///     let _peek = inbox[0]; // still lent to the forgotten, active receive
+/// });
+/// ```
+///
+/// And a buffer lent back between runs must be given up before the next start:
+///
+/// ```compile_fail,E0502
+/// # let universe = rmca::init().unwrap();
+/// # let world = universe.world();
+/// let mut inbox = [0u8; 4];
+/// rmca::scope(|s| {
+///     let mut r = world.recv_init(s, &mut inbox, 0, 0).unwrap();
+///     let seen = r.data().unwrap();
+///     r.start().unwrap(); // the PML may now write into what `seen` reads
+///     let _peek = seen[0];
+/// });
+/// ```
+pub struct Persistent<'scope, T> {
+    comm: Communicator,
+    set: &'scope RequestSet,
+    /// The buffer, borrowed for `'scope` (`_buf`). Kept as a pointer rather than the reference
+    /// it came from: a reference moved along with the request would be re-asserted as unique
+    /// while the PML writes through the pointer it was given.
+    ptr: std::ptr::NonNull<T>,
+    len: usize,
+    /// Borrowed exclusively (receives, `send_init_mut`): may be lent back mutably.
+    exclusive: bool,
+    _buf: PhantomData<&'scope mut [T]>,
+    op: PersistentOp,
+    /// The outstanding run, if started and not yet completed.
+    active: Option<Request<'scope>>,
+}
+
+impl<T> std::fmt::Debug for Persistent<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persistent")
+            .field("op", &self.op)
+            .field("active", &self.active)
+            .finish()
+    }
+}
+
+impl<'scope> Scope<'scope, '_> {
+    /// A persistent request over `buf` (arguments already checked).
+    pub(crate) fn persistent<T: bytemuck::Pod>(
+        &'scope self,
+        comm: &Communicator,
+        buf: Lent<'scope, T>,
+        op: PersistentOp,
+    ) -> Persistent<'scope, T> {
+        let (ptr, len, exclusive) = match buf {
+            Lent::Shared(b) => (std::ptr::NonNull::from(b), b.len(), false),
+            Lent::Exclusive(b) => (std::ptr::NonNull::from(&mut *b), b.len(), true),
+        };
+        Persistent {
+            comm: comm.clone(),
+            set: &self.set,
+            ptr: ptr.cast(),
+            len,
+            exclusive,
+            _buf: PhantomData,
+            op,
+            active: None,
+        }
+    }
+}
+
+impl<'scope, T: bytemuck::Pod> Persistent<'scope, T> {
+    fn idle(&self, what: &str) -> Result<()> {
+        if self.active.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "Persistent::{what}: the request is active (started and not yet waited or tested to completion)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Is a run outstanding (started, not yet completed by `wait` or `test`)?
+    pub fn is_active(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// The buffer, between runs (an error while one is outstanding).
+    #[allow(unsafe_code)]
+    pub fn data(&self) -> Result<&[T]> {
+        self.idle("data")?;
+        // SAFETY: the buffer is borrowed for `'scope` by this request, and no run is
+        // outstanding, so nothing writes into it while the returned borrow of `self` lives
+        // (starting one takes `&mut self`).
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The buffer to modify, between runs: receives, and sends made with `send_init_mut`.
+    #[allow(unsafe_code)]
+    pub fn data_mut(&mut self) -> Result<&mut [T]> {
+        self.idle("data_mut")?;
+        if !self.exclusive {
+            return Err(Error::InvalidArgument(
+                "Persistent::data_mut: this send borrowed its buffer shared (use send_init_mut to modify it between runs)".into(),
+            ));
+        }
+        // SAFETY: the buffer was borrowed exclusively for `'scope` by this request, no run is
+        // outstanding, and the returned borrow of `self` excludes a start while it lives.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// Start a run (`MPI_Start`). An error if the previous run has not been completed.
+    #[allow(unsafe_code)]
+    pub fn start(&mut self) -> Result<()> {
+        self.idle("start")?;
+        let ptr = self.ptr.as_ptr().cast::<u8>();
+        let bytes = std::mem::size_of::<T>() * self.len;
+        let request = match self.op {
+            PersistentOp::Send { dest: None, .. } | PersistentOp::Recv { source: None, .. } => {
+                Request::done(Status::PROC_NULL)
+            }
+            PersistentOp::Send {
+                dest: Some(dest),
+                tag,
+                mode,
+            } => {
+                // SAFETY: the buffer is borrowed for the scope, which waits for the run before
+                // it ends (even if this request is forgotten); the PML only reads a send buffer.
+                let buf = unsafe { UserBuf::from_raw_parts(ptr, bytes) };
+                let started =
+                    self.comm
+                        .start_send_bytes(buf, dest, tag, mode, CommPattern::NonBlocking)?;
+                match started {
+                    SendStart::Done => Request::done(Status::sent(dest, tag, bytes)),
+                    SendStart::Pending(id) => Request::pending_in(self.set, &self.comm, id),
+                }
+            }
+            PersistentOp::Recv {
+                source: Some(source),
+                tag,
+            } => {
+                // SAFETY: as for sends; receives always borrow their buffer exclusively, and
+                // this request lends it out only between runs (`data`/`data_mut`).
+                let buf = unsafe { UserBuf::from_raw_parts_mut(ptr, bytes) };
+                let id = self.comm.start_recv_bytes(buf, source, tag)?;
+                Request::pending_in(self.set, &self.comm, id)
+            }
+        };
+        self.active = Some(request);
+        Ok(())
+    }
+
+    /// Start every request of `requests` (`MPI_Startall`), in order; stops at the first error
+    /// (the requests started before it stay active).
+    pub fn start_all(requests: &mut [Persistent<'scope, T>]) -> Result<()> {
+        requests.iter_mut().try_for_each(Persistent::start)
+    }
+
+    /// Block until the run completes; the request can then be started again. An error if it
+    /// is not active.
+    pub fn wait(&mut self) -> Result<Status> {
+        match self.active.take() {
+            Some(r) => r.wait(),
+            None => Err(Error::InvalidArgument(
+                "Persistent::wait: the request is not active (start it first)".into(),
+            )),
+        }
+    }
+
+    /// Has the run completed? `Some` returns its outcome (the request can then be started
+    /// again); `None` while outstanding or when not active.
+    pub fn test(&mut self) -> Option<Result<Status>> {
+        let outcome = self.active.as_mut()?.test()?;
+        self.active = None;
+        Some(outcome)
+    }
+
+    /// Wait for the runs of every active request of `requests`, statuses in order (inactive
+    /// ones report `None`). The first error is returned after all completed.
+    pub fn wait_all(requests: &mut [Persistent<'scope, T>]) -> Result<Vec<Option<Status>>> {
+        let mut out = Vec::with_capacity(requests.len());
+        let mut first_err = None;
+        for r in requests {
+            match r.active.take().map(Request::wait) {
+                None => out.push(None),
+                Some(Ok(st)) => out.push(Some(st)),
+                Some(Err(e)) => {
+                    out.push(None);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(out), Err)
+    }
+
+    /// Try to cancel the active run (see [`Request::cancel`]); it must still be waited.
+    pub fn cancel(&mut self) -> Result<bool> {
+        match self.active.as_mut() {
+            Some(r) => r.cancel(),
+            None => Ok(false),
         }
     }
 }

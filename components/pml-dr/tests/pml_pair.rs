@@ -721,3 +721,67 @@ fn a_released_id_never_names_the_request_that_reuses_its_slot() {
         assert!(matches!(a.test(bogus), Err(PmlError::UnknownRequest(id)) if id == bogus));
     }
 }
+
+/// Cancel withdraws a receive that has not matched (it completes at once with `Cancelled`, and
+/// a later message goes to a later receive); a receive that matched, and sends (eager and
+/// rendezvous), are not cancelled and complete normally.
+#[test]
+fn cancel_withdraws_only_unmatched_receives() {
+    let rails = [Rail::new(
+        31,
+        Faults {
+            drop: 0.0,
+            dup: 0.0,
+            corrupt: 0.0,
+            reorder: false,
+        },
+    )];
+    let (mut a, mut b) = pair(&rails, &[2048], cfg());
+    let mut never = [0u8; 4];
+    let r = irecv(&mut b, &mut never, Source::Any, TagSel::Tag(1));
+    assert!(b.cancel(r).unwrap(), "an unmatched receive is cancelled");
+    let st = b
+        .test(r)
+        .unwrap()
+        .expect("a cancelled receive completes at once");
+    assert_eq!(st.error(), Some(&StatusError::Cancelled));
+    assert!(
+        !b.cancel(r).is_ok_and(|c| c),
+        "a released id cannot be cancelled"
+    );
+
+    // The next tag-1 message is not swallowed by the cancelled receive.
+    let mut next = [0u8; 4];
+    let s = isend(&mut a, b"next", 1, 1, SendMode::Standard);
+    assert!(
+        !a.cancel(s).unwrap_or(false),
+        "an eager send is not cancelled"
+    );
+    let r2 = irecv(&mut b, &mut next, Source::Rank(0), TagSel::Tag(1));
+    let st = wait_all(&mut a, &mut b, &[(0, s), (1, r2)]);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    assert_eq!((&next, never), (b"next", [0; 4]));
+
+    // A rendezvous send the receiver has not matched yet is not cancelled either.
+    let big = pattern(50_000, 3);
+    let s = isend(&mut a, &big, 1, 2, SendMode::Standard);
+    a.progress();
+    assert!(!a.cancel(s).unwrap(), "a rendezvous send is not cancelled");
+    // Matched on arrival (probed first): the receive is no longer cancellable.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while b
+        .iprobe(3, Source::Rank(0), TagSel::Tag(2))
+        .unwrap()
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "the rendezvous never arrived");
+        a.progress();
+        b.progress();
+    }
+    let mut got = vec![0u8; big.len()];
+    let r = irecv(&mut b, &mut got, Source::Rank(0), TagSel::Tag(2));
+    assert!(!b.cancel(r).unwrap(), "a matched receive is not cancelled");
+    let st = wait_all(&mut a, &mut b, &[(0, s), (1, r)]);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    assert_eq!(got, big);
+}

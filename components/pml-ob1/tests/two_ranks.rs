@@ -711,6 +711,52 @@ fn cancel_a_posted_receive() {
     assert_eq!(&y, b"next");
 }
 
+/// Sends are not cancellable (an eager message went to a BTL at the start, a rendezvous or
+/// synchronous send announced itself), nor is a receive that matched: each completes normally.
+#[test]
+fn sends_and_matched_receives_are_not_cancelled() {
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let big = pattern(300_000, 5);
+    let sync = ssend(&mut a, b"sync", 1, 3, 0);
+    let rndv = send(&mut a, &big, 1, 4, 0);
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    assert!(
+        !a.cancel(sync).unwrap(),
+        "a synchronous send is not cancelled"
+    );
+    assert!(
+        !a.cancel(rndv).unwrap(),
+        "a rendezvous send is not cancelled"
+    );
+    // Both have arrived (probed): the receives match when posted.
+    assert!(b
+        .iprobe(0, Source::Rank(0), TagSel::Tag(4))
+        .unwrap()
+        .is_some());
+    let (mut x, mut y) = ([0u8; 4], vec![0u8; big.len()]);
+    let r1 = recv(&mut b, &mut x, Source::Rank(0), TagSel::Tag(3), 0);
+    let r2 = recv(&mut b, &mut y, Source::Any, TagSel::Any, 0);
+    assert!(
+        !b.cancel(r1).unwrap() && !b.cancel(r2).unwrap(),
+        "matched receives"
+    );
+    let st = wait_all(
+        &mut a,
+        &mut b,
+        &[
+            (Side::A, sync),
+            (Side::A, rndv),
+            (Side::B, r1),
+            (Side::B, r2),
+        ],
+    );
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    assert_eq!((&x, &y), (b"sync", &big));
+}
+
 #[test]
 fn bad_arguments_are_errors() {
     let (mut a, _, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
