@@ -25,6 +25,7 @@
 
 pub mod coll;
 mod comm;
+pub mod datatype;
 mod request;
 pub mod thread;
 
@@ -32,8 +33,12 @@ use std::cell::RefCell;
 use std::io::IsTerminal;
 use std::rc::Rc;
 
+/// The `bytemuck` crate rmca builds on, for `#[bytemuck(crate = "rmca::bytemuck")]` (see [`datatype`]).
+pub use bytemuck;
 pub use bytemuck::Pod;
+pub use bytemuck::Zeroable;
 pub use comm::{Communicator, Status};
+pub use datatype::{Datatype, DatatypeError, TypedRequest};
 pub use request::{scope, Request, Scope};
 pub use rmca_framework as framework;
 use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
