@@ -436,7 +436,7 @@ fn resized_columns_interleave_without_overlap() {
     // Resized to half an element: instances overlap.
     let half = Datatype::resized(&col, 0, 4).unwrap();
     assert!(matches!(
-        half.unpack(&[0u8; 48], &mut vec![0.0f64; 12], 2),
+        half.unpack(&[0u8; 48], &mut [0.0f64; 12], 2),
         Err(DatatypeError::Overlap { .. })
     ));
 }
