@@ -1,7 +1,7 @@
 //! Derived datatypes across processes: strided matrix columns, a transposition through a
 //! resized column type, a struct of mixed fields received into another layout, indexed
 //! triangles, halo exchanges with `PROC_NULL` at the edges, truncated and short messages,
-//! refused layouts, and typed collectives. Every result is compared with a serial
+//! refused layouts, non-blocking typed requests (test, drop, forget), and typed collectives. Every result is compared with a serial
 //! computation (each rank can compute every rank's data). Prints `OK`/`FAIL` per group and
 //! a summary line `dtype_check: N ranks, C cases, F failures`; exits non-zero on failure.
 //!
@@ -454,6 +454,65 @@ fn edges(c: &mut Checker) -> rmca::Result<()> {
     Ok(())
 }
 
+/// Non-blocking typed requests: a receive through a scratch buffer is unpacked by a
+/// successful `test` and by a drop; a forgotten one is waited for by its scope and unpacked
+/// nowhere; PROC_NULL completes at once.
+fn requests(c: &mut Checker) -> rmca::Result<()> {
+    let w = c.world.clone();
+    let (n, me) = (w.size(), w.rank());
+    let (to, from) = ((me + 1) % n, (me + n - 1) % n);
+    let a = matrix(me, R, C);
+    let (col, _) = column(R, C);
+    let want: Vec<f64> = (0..R).map(|i| val(from, i, 0)).collect();
+    let column0 = |b: &[f64]| -> Vec<f64> { (0..R).map(|i| b[i * C]).collect() };
+
+    let mut b = vec![0.0f64; R * C];
+    let st = scope(|s| {
+        let mut r = w.irecv_typed(s, &mut b, 1, &col, from, 70)?;
+        w.isend_typed(s, &a, 1, &col, to, 70)?.wait()?;
+        loop {
+            if let Some(st) = r.test() {
+                break st;
+            }
+        }
+    })?;
+    c.check("unpacked by test", &column0(&b), &want);
+    c.ok("test status", st.bytes == R * 8, format!("{st:?}"));
+
+    let mut b = vec![0.0f64; R * C];
+    scope(|s| {
+        let r = w.irecv_typed(s, &mut b, 1, &col, from, 71)?;
+        w.send_typed(&a, 1, &col, to, 71)?;
+        drop(r);
+        Ok::<_, Error>(())
+    })?;
+    c.check("unpacked by drop", &column0(&b), &want);
+
+    let mut b = vec![0.0f64; R * C];
+    scope(|s| {
+        std::mem::forget(w.irecv_typed(s, &mut b, 1, &col, from, 72)?);
+        w.send_typed(&a, 1, &col, to, 72)
+    })?;
+    c.ok(
+        "forgotten receive completes, unpacked nowhere",
+        b.iter().all(|&x| x == 0.0),
+        "buffer written",
+    );
+
+    let mut b = vec![0.0f64; R * C];
+    let (rs, ss) = scope(|s| {
+        let r = w.irecv_typed(s, &mut b, 1, &col, rmca::PROC_NULL, 73)?;
+        let t = w.isend_typed(s, &a, 1, &col, rmca::PROC_NULL, 73)?;
+        Ok::<_, Error>((r.wait()?, t.wait()?))
+    })?;
+    c.ok(
+        "PROC_NULL typed requests",
+        rs.is_proc_null() && ss.is_proc_null() && b.iter().all(|&x| x == 0.0),
+        format!("{rs:?} {ss:?}"),
+    );
+    Ok(())
+}
+
 /// Contiguous layouts go to the PML in place; others cost exactly one pack and one unpack.
 fn staging(c: &mut Checker) -> rmca::Result<()> {
     let w = c.world.clone();
@@ -578,7 +637,7 @@ fn main() {
         reported: 0,
     };
     type Case = fn(&mut Checker) -> rmca::Result<()>;
-    let groups: [(&str, Case); 9] = [
+    let groups: [(&str, Case); 10] = [
         ("columns", columns),
         ("transpose", |c| transpose(c, R, C, 60)),
         ("transpose large", |c| transpose(c, 1024, 72, 62)),
@@ -586,6 +645,7 @@ fn main() {
         ("indexed", indexed),
         ("halos", halos),
         ("edges", edges),
+        ("requests", requests),
         ("staging", staging),
         ("collectives", collectives),
     ];
