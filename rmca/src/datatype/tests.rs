@@ -328,7 +328,7 @@ proptest! {
         counts in prop::collection::vec(any::<usize>(), 1..4),
         small in prop::collection::vec(0usize..1 << 16, 1..4),
         strides in prop::collection::vec(any::<isize>(), 1..4),
-        which in 0u8..8,
+        which in 0u8..9,
         use_count in 0usize..1 << 20,
         buf_len in any::<usize>(),
     ) {
@@ -341,7 +341,11 @@ proptest! {
             4 => Datatype::hvector(c(0), c(1), s(0), &old),
             5 => Datatype::indexed(&[c(0), c(1)], &strides, &old),
             6 => Datatype::hindexed(&counts[..1], &strides[..1], &old),
-            _ => Datatype::resized(&old, s(0), s(1)),
+            7 => Datatype::resized(&old, s(0), s(1)),
+            _ => {
+                let types = vec![old.clone(); counts.len()];
+                Datatype::structure(&counts, &strides, &types)
+            }
         };
         if let Ok(t) = r {
             let total: usize = t.segments().iter().map(|s| s.len).sum();
