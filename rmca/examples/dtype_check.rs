@@ -174,6 +174,16 @@ fn columns(c: &mut Checker) -> rmca::Result<()> {
             odd_untouched,
             "gap written",
         );
+        // Exchanged with sendrecv_typed, column into stride 2.
+        let mut evens = vec![-1.0f64; 2 * R];
+        let st = w.sendrecv_typed((&a[j..], 1, &col), to, 4, (&mut evens, 1, &every), from, 4)?;
+        let got: Vec<f64> = evens.iter().step_by(2).copied().collect();
+        c.check(&format!("column {j} by sendrecv_typed"), &got, &want);
+        c.ok(
+            "sendrecv_typed status",
+            st.bytes == R * 8 && st.source == from,
+            format!("{st:?}"),
+        );
     }
     Ok(())
 }
@@ -478,6 +488,33 @@ fn requests(c: &mut Checker) -> rmca::Result<()> {
     })?;
     c.check("unpacked by test", &column0(&b), &want);
     c.ok("test status", st.bytes == R * 8, format!("{st:?}"));
+
+    // Several at once, completed together: column j into every other element of its
+    // own array.
+    let every = Datatype::vector(R, 1, 2, &f64t())?;
+    let mut bufs = vec![vec![-1.0f64; 2 * R]; C];
+    let sts = scope(|s| {
+        let mut reqs = Vec::new();
+        for (j, buf) in bufs.iter_mut().enumerate() {
+            reqs.push(w.irecv_typed(s, buf, 1, &every, from, 74 + j as i32)?);
+        }
+        for j in 0..C {
+            reqs.push(w.isend_typed(s, &a[j..], 1, &col, to, 74 + j as i32)?);
+        }
+        rmca::TypedRequest::wait_all(reqs)
+    })?;
+    let got: Vec<f64> = (0..R * C).map(|k| bufs[k % C][2 * (k / C)]).collect();
+    c.check("wait_all of typed requests", &got, &matrix(from, R, C));
+    let statuses_ok = sts.len() == 2 * C
+        && sts.iter().enumerate().all(|(i, st)| {
+            let peer = if i < C { from } else { to };
+            (st.source, st.tag, st.bytes) == (peer, 74 + (i % C) as i32, R * 8)
+        });
+    c.ok(
+        "wait_all statuses in order",
+        statuses_ok,
+        format!("{sts:?}"),
+    );
 
     let mut b = vec![0.0f64; R * C];
     scope(|s| {

@@ -203,6 +203,22 @@ impl<'s> TypedRequest<'s> {
         Some(self.finish(outcome))
     }
 
+    /// Wait for every request (each unpacked as it completes); statuses in order. The first
+    /// error is returned after all requests completed.
+    pub fn wait_all(requests: Vec<TypedRequest<'s>>) -> Result<Vec<Status>> {
+        let mut out = Vec::with_capacity(requests.len());
+        let mut first_err = None;
+        for r in requests {
+            match r.wait() {
+                Ok(st) => out.push(st),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(out), Err)
+    }
+
     /// The PML request completed with `outcome`: unpack what a receive got.
     fn finish(&mut self, outcome: Result<Status>) -> Result<Status> {
         if let Some(u) = self.unpack.take() {
@@ -287,6 +303,26 @@ impl Communicator {
         let source = source.into();
         with_recv_view(bytemuck::cast_slice_mut(buf), count, dtype, |view| {
             self.recv(view, source, tag)
+        })
+    }
+
+    /// [`Communicator::sendrecv`] with layouts: send `count` instances of a type from the
+    /// first buffer to `dest` and receive into the second from `source`, deadlock-free.
+    /// Either side may be [`crate::PROC_NULL`].
+    pub fn sendrecv_typed<S: bytemuck::Pod, R: bytemuck::Pod>(
+        &self,
+        (send, scount, sdtype): (&[S], usize, &Datatype),
+        dest: impl Into<Dest>,
+        send_tag: i32,
+        (recv, rcount, rdtype): (&mut [R], usize, &Datatype),
+        source: impl Into<Src>,
+        recv_tag: i32,
+    ) -> Result<Status> {
+        let (dest, source) = (dest.into(), source.into());
+        with_send_view(bytemuck::cast_slice(send), scount, sdtype, |view| {
+            with_recv_view(bytemuck::cast_slice_mut(recv), rcount, rdtype, |rview| {
+                self.sendrecv(view, dest, send_tag, rview, source, recv_tag)
+            })
         })
     }
 
