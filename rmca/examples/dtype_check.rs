@@ -1,6 +1,6 @@
 //! Derived datatypes across processes: strided matrix columns, a transposition through a
 //! resized column type, a struct of mixed fields received into another layout, indexed
-//! triangles, halo exchanges with `PROC_NULL` at the edges, truncated and short messages,
+//! triangles, halo exchanges and subarray faces with `PROC_NULL` at the edges, truncated and short messages,
 //! refused layouts, non-blocking typed requests (test, drop, forget), and typed collectives. Every result is compared with a serial
 //! computation (each rank can compute every rank's data). Prints `OK`/`FAIL` per group and
 //! a summary line `dtype_check: N ranks, C cases, F failures`; exits non-zero on failure.
@@ -389,6 +389,45 @@ fn halos(c: &mut Checker) -> rmca::Result<()> {
     let interior_kept = (0..h * cols)
         .filter(|k| k % cols != 0 && k % cols != cols - 1)
         .all(|k| grid[k] == src[k]);
+    // The interior as a subarray, received into a contiguous block, and a 3-D face (x = 0
+    // of a 3 x 4 x 5 box) received into the opposite face (x = 2) of another.
+    let interior = Datatype::subarray(&[h, cols], &[h, wd], &[0, 1], &f64t())?;
+    let mut block = vec![0.0f64; h * wd];
+    w.sendrecv_typed(
+        (&src, 1, &interior),
+        east.0,
+        33,
+        (&mut block, h * wd, &f64t()),
+        west.1,
+        33,
+    )?;
+    let block_want: Vec<f64> = if me == 0 {
+        vec![0.0; h * wd]
+    } else {
+        (0..h * wd)
+            .map(|k| val(me - 1, k / wd, 1 + k % wd))
+            .collect()
+    };
+    c.check("interior subarray", &block, &block_want);
+    let boxed: Vec<f64> = (0..60).map(|k| val(me, k / 20, k % 20)).collect();
+    let west_face = Datatype::subarray(&[3, 4, 5], &[1, 4, 5], &[0, 0, 0], &f64t())?;
+    let east_face = Datatype::subarray(&[3, 4, 5], &[1, 4, 5], &[2, 0, 0], &f64t())?;
+    let mut other = vec![0.0f64; 60];
+    w.sendrecv_typed(
+        (&boxed, 1, &west_face),
+        east.0,
+        34,
+        (&mut other, 1, &east_face),
+        west.1,
+        34,
+    )?;
+    let face_want: Vec<f64> = (0..60)
+        .map(|k| match (k >= 40, me) {
+            (true, m) if m > 0 => val(m - 1, 0, k - 40),
+            _ => 0.0,
+        })
+        .collect();
+    c.check("3-D face subarray", &other, &face_want);
     c.ok(
         "halo exchange keeps the interior",
         interior_kept,

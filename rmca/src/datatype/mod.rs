@@ -81,6 +81,7 @@ mod tests;
 pub use comm::TypedRequest;
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -124,6 +125,21 @@ pub enum DatatypeError {
         /// The number of blocks (length of the block-length slice).
         expected: usize,
     },
+    /// A [`Datatype::subarray`] block reaching past its array, or an array of no dimension.
+    #[error("subarray: dimension {dim}: start {start} + subsize {subsize} exceeds the size {size} (the block must lie inside the array)")]
+    SubarrayOutOfRange {
+        /// The dimension (0 is the slowest-varying).
+        dim: usize,
+        /// Start of the block in that dimension.
+        start: usize,
+        /// Length of the block in that dimension.
+        subsize: usize,
+        /// Length of the array in that dimension.
+        size: usize,
+    },
+    /// A [`Datatype::subarray`] of no dimension.
+    #[error("subarray: sizes is empty; an array has at least one dimension")]
+    NoDimensions,
     /// [`Datatype::resized`] with a negative extent.
     #[error("resized: extent {0} is negative; an extent is >= 0 bytes")]
     NegativeExtent(isize),
@@ -213,6 +229,9 @@ struct TypeMap {
     align: usize,
     /// Some byte of one instance is named twice.
     self_overlap: Option<isize>,
+    /// The largest instance count checked to name no byte twice (any smaller count is then
+    /// fine too): interleaved instances are checked once, not on every receive.
+    disjoint_upto: AtomicUsize,
 }
 
 impl std::fmt::Debug for Datatype {
@@ -403,6 +422,7 @@ impl Datatype {
                 true_ub: size as isize,
                 align: std::mem::align_of::<T>(),
                 self_overlap: None,
+                disjoint_upto: AtomicUsize::new(0),
             }),
         }
     }
@@ -540,6 +560,84 @@ impl Datatype {
         Self::build("structure", Blocks::Listed(blocks), Some(align))
     }
 
+    /// A block of a multi-dimensional row-major array of `old` (MPI's subarray in C order):
+    /// the array has `sizes[d]` elements in dimension `d` (the last varies fastest), the
+    /// block `subsizes[d]` elements from `starts[d]`. The extent is the whole array's, so
+    /// that `count` instances are `count` consecutive arrays. The usual use: the faces and
+    /// interior of a local grid with halo cells.
+    ///
+    /// ```
+    /// use rmca::Datatype;
+    /// // The 2 x 2 interior of a 4 x 4 grid with a one-cell halo.
+    /// let interior = Datatype::subarray(&[4, 4], &[2, 2], &[1, 1], &Datatype::of::<u8>()).unwrap();
+    /// let grid: Vec<u8> = (0..16).collect();
+    /// assert_eq!(interior.pack_to_vec(&grid, 1).unwrap(), [5, 6, 9, 10]);
+    /// assert_eq!(interior.extent(), 16);
+    /// ```
+    pub fn subarray(
+        sizes: &[usize],
+        subsizes: &[usize],
+        starts: &[usize],
+        old: &Datatype,
+    ) -> Result<Datatype, DatatypeError> {
+        check_lengths("subarray", "subsizes", sizes, subsizes.len())?;
+        check_lengths("subarray", "starts", sizes, starts.len())?;
+        let over = |what| DatatypeError::Overflow {
+            constructor: "subarray",
+            what,
+        };
+        let Some(last) = sizes.len().checked_sub(1) else {
+            return Err(DatatypeError::NoDimensions);
+        };
+        for (dim, ((&size, &subsize), &start)) in sizes.iter().zip(subsizes).zip(starts).enumerate()
+        {
+            if start.checked_add(subsize).is_none_or(|end| end > size) {
+                return Err(DatatypeError::SubarrayOutOfRange {
+                    dim,
+                    start,
+                    subsize,
+                    size,
+                });
+            }
+        }
+        // Byte stride of each dimension (the last: one element), innermost first.
+        let mut stride = old.map.extent();
+        let mut disp: i128 = 0;
+        let mut t = Datatype::contiguous(subsizes[last], old)?;
+        disp = ck(
+            (starts[last] as i128)
+                .checked_mul(stride)
+                .and_then(|d| d.checked_add(disp)),
+            "subarray",
+            "start offset",
+        )?;
+        for dim in (0..last).rev() {
+            stride = ck(
+                stride.checked_mul(sizes[dim + 1] as i128),
+                "subarray",
+                "array size",
+            )?;
+            let stride_bytes = isize::try_from(stride).map_err(|_| over("array size"))?;
+            t = Datatype::hvector(subsizes[dim], 1, stride_bytes, &t)?;
+            disp = ck(
+                (starts[dim] as i128)
+                    .checked_mul(stride)
+                    .and_then(|d| d.checked_add(disp)),
+                "subarray",
+                "start offset",
+            )?;
+        }
+        let whole = ck(
+            stride.checked_mul(sizes[0] as i128),
+            "subarray",
+            "array size",
+        )?;
+        let disp = isize::try_from(disp).map_err(|_| over("start offset"))?;
+        let whole = isize::try_from(whole).map_err(|_| over("array size"))?;
+        let placed = Datatype::hindexed(&[1], &[disp], &t)?;
+        Datatype::resized(&placed, 0, whole)
+    }
+
     /// `old` with its lower bound set to `lb` and its extent to `extent` bytes (>= 0); the
     /// bytes it names are unchanged. The usual use: shrink a column type's extent to one
     /// element, so that consecutive instances are consecutive columns.
@@ -562,6 +660,7 @@ impl Datatype {
                 true_ub: m.true_ub,
                 align: m.align,
                 self_overlap: m.self_overlap,
+                disjoint_upto: AtomicUsize::new(0),
             }),
         })
     }
@@ -670,6 +769,7 @@ impl Datatype {
                 true_ub,
                 align,
                 self_overlap: self_overlap.map(|o| o as isize),
+                disjoint_upto: AtomicUsize::new(0),
             }),
         })
     }
@@ -784,6 +884,9 @@ impl Datatype {
             // Each instance stays inside its own [true_lb, true_ub) shifted by the extent.
             return Ok(());
         }
+        if count <= m.disjoint_upto.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         // Interleaved instances (a resized column type): check them all.
         let all = (0..count as i128).flat_map(|i| {
             m.segments
@@ -791,7 +894,10 @@ impl Datatype {
                 .map(move |s| (i * extent + s.offset as i128, s.len))
         });
         match first_overlap(all) {
-            None => Ok(()),
+            None => {
+                m.disjoint_upto.fetch_max(count, Ordering::Relaxed);
+                Ok(())
+            }
             Some(o) => Err(DatatypeError::Overlap {
                 count,
                 offset: o as isize,

@@ -17,6 +17,8 @@ enum Model {
     HIndexed(Vec<usize>, Vec<isize>, Box<Model>),
     Struct(Vec<(usize, isize, Model)>),
     Resized(Box<Model>, isize, isize),
+    /// (sizes, subsizes, starts), row-major.
+    Subarray(Vec<usize>, Vec<usize>, Vec<usize>, Box<Model>),
 }
 
 /// A 3-byte element with alignment 1.
@@ -127,6 +129,34 @@ impl Model {
                     .collect(),
                 true,
             ),
+            Model::Subarray(sizes, subsizes, starts, m) => {
+                let c = m.naive();
+                let ext = c.ub - c.lb;
+                // Every index of the block, last dimension fastest.
+                let mut bytes = Vec::new();
+                let mut idx = vec![0usize; sizes.len()];
+                let cells: usize = subsizes.iter().product();
+                for _ in 0..cells {
+                    let mut linear = 0i128;
+                    for d in 0..sizes.len() {
+                        linear = linear * sizes[d] as i128 + (starts[d] + idx[d]) as i128;
+                    }
+                    bytes.extend(c.bytes.iter().map(|b| linear * ext + b));
+                    for d in (0..sizes.len()).rev() {
+                        idx[d] += 1;
+                        if idx[d] < subsizes[d] {
+                            break;
+                        }
+                        idx[d] = 0;
+                    }
+                }
+                Naive {
+                    bytes,
+                    lb: 0,
+                    ub: sizes.iter().product::<usize>() as i128 * ext,
+                    align: c.align,
+                }
+            }
             Model::Resized(m, lb, extent) => {
                 let c = m.naive();
                 Naive {
@@ -161,6 +191,7 @@ impl Model {
                 Datatype::structure(&bls, &ds, &types)
             }
             Model::Resized(m, lb, e) => Datatype::resized(&m.build()?, *lb, *e),
+            Model::Subarray(sz, sub, st, m) => Datatype::subarray(sz, sub, st, &m.build()?),
         }
     }
 }
@@ -203,7 +234,21 @@ fn model() -> impl Strategy<Value = Model> {
                 }),
             prop::collection::vec((0usize..3, -16isize..48, inner.clone()), 1..4)
                 .prop_map(Model::Struct),
-            (b, -8isize..8, 0isize..48).prop_map(|(m, lb, e)| Model::Resized(m, lb, e)),
+            (b.clone(), -8isize..8, 0isize..48).prop_map(|(m, lb, e)| Model::Resized(m, lb, e)),
+            (
+                prop::collection::vec((1usize..5, 0usize..5, 0usize..5), 1..4),
+                b
+            )
+                .prop_map(|(dims, m)| {
+                    let sizes: Vec<usize> = dims.iter().map(|d| d.0).collect();
+                    let starts: Vec<usize> = dims.iter().map(|d| d.1 % d.0).collect();
+                    let subsizes = dims
+                        .iter()
+                        .zip(&starts)
+                        .map(|(d, st)| d.2 % (d.0 - st + 1))
+                        .collect();
+                    Model::Subarray(sizes, subsizes, starts, m)
+                }),
         ]
     })
 }
@@ -419,6 +464,42 @@ fn construction_errors_name_the_problem() {
 }
 
 #[test]
+fn subarray_errors_and_faces() {
+    let u8t = Datatype::of::<u8>();
+    let e = Datatype::subarray(&[4, 4], &[3, 2], &[2, 0], &u8t).unwrap_err();
+    assert_eq!(
+        e,
+        DatatypeError::SubarrayOutOfRange {
+            dim: 0,
+            start: 2,
+            subsize: 3,
+            size: 4
+        }
+    );
+    assert!(e
+        .to_string()
+        .contains("dimension 0: start 2 + subsize 3 exceeds the size 4"));
+    assert_eq!(
+        Datatype::subarray(&[], &[], &[], &u8t).unwrap_err(),
+        DatatypeError::NoDimensions
+    );
+    assert!(matches!(
+        Datatype::subarray(&[4], &[1, 1], &[0], &u8t),
+        Err(DatatypeError::LengthMismatch {
+            what: "subsizes",
+            ..
+        })
+    ));
+    assert!(Datatype::subarray(&[usize::MAX, 4], &[1, 1], &[0, 0], &u8t).is_err());
+    // The west face of a 3 x 4 x 5 grid: x = 0, every y and z.
+    let face = Datatype::subarray(&[3, 4, 5], &[3, 4, 1], &[0, 0, 0], &u8t).unwrap();
+    let grid: Vec<u8> = (0..60).collect();
+    let want: Vec<u8> = (0..12).map(|k| k * 5).collect();
+    assert_eq!(face.pack_to_vec(&grid, 1).unwrap(), want);
+    assert_eq!(face.extent(), 60);
+}
+
+#[test]
 fn resized_columns_interleave_without_overlap() {
     // The MPI idiom: a column of a 3 × 4 matrix resized to one element, so that instance
     // j is column j.
@@ -435,6 +516,11 @@ fn resized_columns_interleave_without_overlap() {
     let mut back = vec![0.0f64; 12];
     col1.unpack(&packed, &mut back, 4).unwrap();
     assert_eq!(back, m);
+    // Checked once, remembered (also for fewer instances).
+    assert_eq!(col1.map.disjoint_upto.load(Ordering::Relaxed), 4);
+    col1.unpack(&packed[..24], &mut back, 1).unwrap();
+    col1.unpack(&packed[..48], &mut back, 2).unwrap();
+    assert_eq!(col1.map.disjoint_upto.load(Ordering::Relaxed), 4);
     // Five columns of a four-column matrix would run off its end.
     assert!(col1.pack_to_vec(&m, 5).is_err());
     // Resized to half an element: instances overlap.
