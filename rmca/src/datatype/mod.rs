@@ -966,18 +966,22 @@ impl Datatype {
         Ok(packed.len())
     }
 
-    /// Offsets of each segment of each of `count` instances, in order, as buffer indices;
-    /// `f` gets (buffer offset, length). The caller checked the bounds.
-    fn for_each_run(&self, count: usize, mut f: impl FnMut(usize, usize) -> bool) {
+    /// Calls `f(buffer offset, packed offset, length)` for each segment of each of `count`
+    /// instances, in order, while it returns true. The caller checked the bounds: every
+    /// offset is non-negative and inside the buffer, so plain `usize` arithmetic is exact.
+    #[inline(always)]
+    fn for_each_run(&self, count: usize, mut f: impl FnMut(usize, usize, usize) -> bool) {
         let m = &self.map;
-        let extent = m.ub as i128 - m.lb as i128;
-        for i in 0..count as i128 {
+        let extent = self.extent();
+        let mut pos = 0;
+        for i in 0..count {
             let base = i * extent;
             for s in m.segments.iter() {
-                // Non-negative and in bounds: check_bounds.
-                if !f((base + s.offset as i128) as usize, s.len) {
+                let at = base.wrapping_add_signed(s.offset);
+                if !f(at, pos, s.len) {
                     return;
                 }
+                pos += s.len;
             }
         }
     }
@@ -989,10 +993,8 @@ impl Datatype {
             out.copy_from_slice(&bytes[start..start + len]);
             return;
         }
-        let mut pos = 0;
-        self.for_each_run(count, |at, len| {
-            out[pos..pos + len].copy_from_slice(&bytes[at..at + len]);
-            pos += len;
+        self.for_each_run(count, |at, pos, len| {
+            copy_run(&mut out[pos..pos + len], &bytes[at..at + len]);
             true
         });
     }
@@ -1004,13 +1006,29 @@ impl Datatype {
             bytes[start..start + packed.len()].copy_from_slice(packed);
             return;
         }
-        let mut pos = 0;
-        self.for_each_run(count, |at, len| {
-            let n = len.min(packed.len() - pos);
-            bytes[at..at + n].copy_from_slice(&packed[pos..pos + n]);
-            pos += n;
-            pos < packed.len()
+        let total = packed.len();
+        self.for_each_run(count, |at, pos, len| {
+            if pos + len <= total {
+                copy_run(&mut bytes[at..at + len], &packed[pos..pos + len]);
+                return pos + len < total;
+            }
+            // A shorter message ends inside this segment.
+            let n = total - pos;
+            bytes[at..at + n].copy_from_slice(&packed[pos..]);
+            false
         });
+    }
+}
+
+/// Copy one segment. The common element sizes get fixed-size copies (a move or two)
+/// instead of a call into `memcpy`: strided layouts are mostly such short runs.
+#[inline(always)]
+fn copy_run(dst: &mut [u8], src: &[u8]) {
+    match src.len() {
+        4 => dst[..4].copy_from_slice(&src[..4]),
+        8 => dst[..8].copy_from_slice(&src[..8]),
+        16 => dst[..16].copy_from_slice(&src[..16]),
+        _ => dst.copy_from_slice(src),
     }
 }
 
