@@ -25,8 +25,9 @@ thread_local! {
     static SCRATCH: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
 }
 
-/// A scratch buffer of at least `len` bytes (contents unspecified).
-fn take_scratch(len: usize) -> Vec<u8> {
+/// A scratch buffer of at least `len` bytes (contents unspecified), or an error when there
+/// is no memory for it (a send of many overlapping instances can ask for any size).
+fn take_scratch(len: usize) -> Result<Vec<u8>, DatatypeError> {
     let mut v = SCRATCH.with(|s| {
         let mut pool = s.take();
         let v = pool.pop();
@@ -34,9 +35,11 @@ fn take_scratch(len: usize) -> Vec<u8> {
         v.unwrap_or_default()
     });
     if v.len() < len {
+        v.try_reserve_exact(len - v.len())
+            .map_err(|_| DatatypeError::Allocation { bytes: len })?;
         v.resize(len, 0);
     }
-    v
+    Ok(v)
 }
 
 fn give_scratch(v: Vec<u8>) {
@@ -53,8 +56,8 @@ fn give_scratch(v: Vec<u8>) {
 }
 
 /// Run `f` on a scratch buffer of exactly `len` bytes.
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    let mut v = take_scratch(len);
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+    let mut v = take_scratch(len)?;
     let r = f(&mut v[..len]);
     give_scratch(v);
     r
@@ -351,7 +354,7 @@ impl Communicator {
             Dest::Negative(r) => return Err(Error::NegativeRank(r)),
         };
         let need = dtype.pack_size(count)?;
-        let mut scratch = take_scratch(need);
+        let mut scratch = take_scratch(need)?;
         scratch.truncate(need);
         dtype.pack_unchecked(bytes, count, &mut scratch);
         count_staged(need);
@@ -407,7 +410,7 @@ impl Communicator {
             Src::Any | Src::Rank(_) => {}
         }
         let need = dtype.pack_size(count)?;
-        let mut scratch = take_scratch(need);
+        let mut scratch = take_scratch(need)?;
         scratch.truncate(need);
         // SAFETY: as in `isend_typed`: the scratch is freed only after the PML request
         // completed, or leaked with a forgotten request; nothing else touches it meanwhile.

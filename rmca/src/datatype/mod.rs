@@ -163,6 +163,23 @@ pub enum DatatypeError {
         /// A byte offset named twice.
         offset: isize,
     },
+    /// A type used to receive or unpack names more bytes than its instances span, so some
+    /// byte twice.
+    #[error("{count} instance(s) of the datatype name {bytes} bytes within a span of {span}, so some byte more than once; a type that is written into must not overlap")]
+    OverlapBySize {
+        /// Instances used.
+        count: usize,
+        /// Bytes named (count × size).
+        bytes: u128,
+        /// Bytes from the first to one past the last byte named.
+        span: i128,
+    },
+    /// No memory for the packed copy of a message.
+    #[error("cannot allocate {bytes} bytes to pack the message into")]
+    Allocation {
+        /// The packed size.
+        bytes: usize,
+    },
     /// The packed buffer has the wrong length.
     #[error("{what}: {got} packed bytes, but {count} instance(s) of {size} B {need}")]
     PackedLength {
@@ -887,6 +904,13 @@ impl Datatype {
         if count <= m.disjoint_upto.load(Ordering::Relaxed) {
             return Ok(());
         }
+        // More bytes than room for them: an overlap somewhere (and, otherwise, the runs to
+        // sort below are at most the span's bytes, which the caller checked fit the buffer).
+        let bytes = count as u128 * m.size as u128;
+        let span = (count as i128 - 1) * extent + m.true_ub as i128 - m.true_lb as i128;
+        if bytes > span as u128 {
+            return Err(DatatypeError::OverlapBySize { count, bytes, span });
+        }
         // Interleaved instances (a resized column type): check them all.
         let all = (0..count as i128).flat_map(|i| {
             m.segments
@@ -935,7 +959,13 @@ impl Datatype {
         buf: &[T],
         count: usize,
     ) -> Result<Vec<u8>, DatatypeError> {
-        let mut out = vec![0; self.pack_size(count)?];
+        let bytes = self.pack_size(count)?;
+        // Checked first: a huge count of overlapping instances must not allocate.
+        self.check_bounds(count, std::mem::size_of_val(buf))?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(bytes)
+            .map_err(|_| DatatypeError::Allocation { bytes })?;
+        out.resize(bytes, 0);
         self.pack(buf, count, &mut out)?;
         Ok(out)
     }

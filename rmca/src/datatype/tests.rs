@@ -339,7 +339,10 @@ proptest! {
             let mut got = vec![0xEEu8; buf.len()];
             let r = t.unpack(&src[..take], &mut got, count);
             if overlaps {
-                let refused = matches!(r, Err(DatatypeError::Overlap { .. }));
+                let refused = matches!(
+                    r,
+                    Err(DatatypeError::Overlap { .. } | DatatypeError::OverlapBySize { .. })
+                );
                 prop_assert!(refused, "{:?}", r);
                 continue;
             }
@@ -355,7 +358,9 @@ proptest! {
         let too_long = t.unpack(&pattern(want.len() + 1, 0), &mut sink, count);
         let refused = matches!(
             too_long,
-            Err(DatatypeError::PackedLength { .. }) | Err(DatatypeError::Overlap { .. })
+            Err(DatatypeError::PackedLength { .. }
+                | DatatypeError::Overlap { .. }
+                | DatatypeError::OverlapBySize { .. })
         );
         prop_assert!(refused, "{:?}", too_long);
     }
@@ -527,8 +532,34 @@ fn resized_columns_interleave_without_overlap() {
     let half = Datatype::resized(&col, 0, 4).unwrap();
     assert!(matches!(
         half.unpack(&[0u8; 48], &mut [0.0f64; 12], 2),
-        Err(DatatypeError::Overlap { .. })
+        Err(DatatypeError::Overlap { offset: 4, .. })
     ));
+    // Two elements every element: more bytes than room for them, refused without
+    // looking at every run.
+    let pair = Datatype::resized(&Datatype::contiguous(2, &f64t).unwrap(), 0, 8).unwrap();
+    assert_eq!(
+        pair.unpack(&[0u8; 64], &mut [0.0f64; 5], 4),
+        Err(DatatypeError::OverlapBySize {
+            count: 4,
+            bytes: 64,
+            span: 40
+        })
+    );
+    // A million one-byte runs, two million interleaved instances: answered at once.
+    let sparse = Datatype::vector(1 << 20, 1, 2, &Datatype::of::<u8>()).unwrap();
+    let dense = Datatype::resized(&sparse, 0, 1).unwrap();
+    let mut big = vec![0u8; 4 << 20];
+    assert!(matches!(
+        dense.unpack(&[], &mut big, 2 << 20),
+        Err(DatatypeError::OverlapBySize { .. })
+    ));
+    // Sending many overlapping instances packs them all: a size beyond memory is an
+    // error, not an abort.
+    let same = Datatype::resized(&f64t, 0, 0).unwrap();
+    assert_eq!(
+        same.pack_to_vec(&[1.0f64], 1 << 60),
+        Err(DatatypeError::Allocation { bytes: 8 << 60 })
+    );
 }
 
 #[test]
