@@ -22,15 +22,9 @@ enum Model {
 }
 
 /// A 3-byte element with alignment 1.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 struct Odd([u8; 3]);
-// SAFETY: a byte array, every bit pattern valid, no padding.
-#[allow(unsafe_code)]
-unsafe impl bytemuck::Zeroable for Odd {}
-// SAFETY: as above.
-#[allow(unsafe_code)]
-unsafe impl bytemuck::Pod for Odd {}
 
 /// What the naive model knows of a layout: the offset of every byte in type-map order,
 /// the bounds, the alignment.
