@@ -449,6 +449,26 @@ fn edges(c: &mut Checker) -> rmca::Result<()> {
         matches!(&e, Err(Error::InvalidArgument(m)) if m.contains("outside the buffer")),
         format!("{e:?}"),
     );
+    // Bad ranks are refused on the packing paths too, and nothing stays lent.
+    let mut sink = vec![0.0f64; R * C];
+    let bad = scope(|s| {
+        let r1 = w.isend_typed(s, &a, 1, &col, n, 40).map(|_| ());
+        let r2 = w.send_typed(&a, 1, &col, -2i32, 40);
+        let r3 = w.irecv_typed(s, &mut sink, 1, &col, n, 40).map(|_| ());
+        (r1, r2, r3)
+    });
+    c.ok(
+        "typed calls refuse bad ranks",
+        matches!(
+            &bad,
+            (
+                Err(Error::BadRank { .. }),
+                Err(Error::NegativeRank(-2)),
+                Err(Error::BadRank { .. })
+            )
+        ),
+        format!("{bad:?}"),
+    );
     // A receive layout naming a byte twice is refused.
     let twice = Datatype::hindexed(&[2, 2], &[0, 8], &f64t())?;
     let mut sink = [0.0f64; 4];
