@@ -713,6 +713,59 @@ fn collectives(c: &mut Checker) -> rmca::Result<()> {
         .collect();
     c.check("alltoall_typed particles", &got, &want);
 
+    // allreduce over one column (Sum), reduce of it to the last rank (Max): only the
+    // column's elements of the result are written.
+    let mut sum = vec![-1.0f64; R * C];
+    w.allreduce_typed(&a[1..], &mut sum[1..], 1, &col, Op::Sum)?;
+    let want: Vec<f64> = (0..R * C)
+        .map(|k| {
+            if k % C == 1 {
+                (0..n).map(|r| val(r, k / C, 1)).sum()
+            } else {
+                -1.0
+            }
+        })
+        .collect();
+    c.check("allreduce_typed column", &sum, &want);
+    let mut max = vec![-1.0f64; R * C];
+    let root = n - 1;
+    let recv = (me == root).then_some(&mut max[2..]);
+    w.reduce_typed(&a[2..], recv, 1, &col, Op::Max, root)?;
+    if me == root {
+        let want: Vec<f64> = (0..R * C)
+            .map(|k| {
+                if k % C == 2 {
+                    val(n - 1, k / C, 2)
+                } else {
+                    -1.0
+                }
+            })
+            .collect();
+        c.check("reduce_typed column", &max, &want);
+    }
+    // A contiguous layout reduces in place, as the plain call does.
+    let before = staged_bytes();
+    let row = Datatype::contiguous(C, &plain)?;
+    let mut all = vec![0.0f64; R * C];
+    w.allreduce_typed(&a, &mut all, R, &row, Op::Sum)?;
+    let want: Vec<f64> = (0..R * C)
+        .map(|k| (0..n).map(|r| val(r, k / C, k % C)).sum())
+        .collect();
+    c.check("allreduce_typed contiguous", &all, &want);
+    c.ok(
+        "contiguous allreduce_typed copies nothing",
+        staged_bytes() == before,
+        format!("{} bytes staged", staged_bytes() - before),
+    );
+    // A layout cutting through elements is refused.
+    let skewed = Datatype::hindexed(&[1], &[4], &Datatype::of::<u32>())?;
+    let e = w.allreduce_typed(&a, &mut all, 1, &skewed, Op::Sum);
+    c.ok(
+        "allreduce_typed refuses split elements",
+        matches!(&e, Err(Error::InvalidArgument(m)) if m.contains("segment offset 4 is not a multiple of the 8-byte element")),
+        format!("{e:?}"),
+    );
+
     // Mismatched amounts are refused locally.
     let e = w.allgather_typed(&a, 2, &plain, &mut g, 3, &plain);
     c.ok(

@@ -13,6 +13,7 @@ use rmca_framework::buffer::UserBuf;
 use rmca_framework::pml::{ContextId, SendMode, StatusError};
 
 use super::{count_staged, Datatype, DatatypeError};
+use crate::coll::{Op, Reducible};
 use crate::{Communicator, Dest, Error, Request, Result, Scope, Src, Status};
 
 /// Scratch buffers larger than this are freed after use instead of kept for the next call.
@@ -464,6 +465,122 @@ impl Communicator {
             Ok(filled(root, view.len()))
         })
         .map(|_| ())
+    }
+
+    /// [`Communicator::reduce`] over `count` instances of `dtype` laid out in `send` (and,
+    /// at the root, in `recv`, required there and ignored elsewhere): the elements the
+    /// layout names are reduced element by element. The layout must consist of whole `T`s.
+    pub fn reduce_typed<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        count: usize,
+        dtype: &Datatype,
+        op: Op,
+        root: usize,
+    ) -> Result<()> {
+        self.reduce_layout(
+            send,
+            recv,
+            count,
+            dtype,
+            |s, r| self.reduce(s, r, op, root),
+            self.rank() == root,
+            "reduce_typed",
+        )
+    }
+
+    /// [`Communicator::allreduce`] over `count` instances of `dtype` laid out in `send` and
+    /// `recv` (the same layout on both sides, as in MPI): the elements the layout names are
+    /// reduced element by element, and only those of `recv` are written. The layout must
+    /// consist of whole `T`s.
+    pub fn allreduce_typed<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        count: usize,
+        dtype: &Datatype,
+        op: Op,
+    ) -> Result<()> {
+        self.reduce_layout(
+            send,
+            Some(recv),
+            count,
+            dtype,
+            |s, r| match r {
+                Some(r) => self.allreduce(s, r, op),
+                None => Err(Error::InvalidArgument(
+                    "allreduce_typed: internal: no receive buffer".into(),
+                )),
+            },
+            true,
+            "allreduce_typed",
+        )
+    }
+
+    /// Run the reduction `run` on the elements `count` instances of `dtype` name in `send`
+    /// and, where `needs_recv`, `recv`: in place when the layout is one run, else on
+    /// packed copies, the result unpacked into `recv`.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_layout<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        count: usize,
+        dtype: &Datatype,
+        run: impl FnOnce(&[T], Option<&mut [T]>) -> Result<()>,
+        needs_recv: bool,
+        what: &'static str,
+    ) -> Result<()> {
+        let elem = std::mem::size_of::<T>();
+        dtype.check_whole_elements(elem)?;
+        dtype.check_bounds(count, std::mem::size_of_val(send))?;
+        let recv = match (needs_recv, recv) {
+            (false, _) => None,
+            (true, Some(r)) => {
+                dtype.check_bounds(count, std::mem::size_of_val(r))?;
+                dtype.check_no_overlap(count)?;
+                Some(r)
+            }
+            (true, None) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: the root must pass a receive buffer"
+                )))
+            }
+        };
+        let elem = elem.max(1);
+        if let Some((start, len)) = dtype.contiguous_run(count) {
+            let run_of = (start.max(0) as usize / elem)..((start.max(0) as usize + len) / elem);
+            return run(&send[run_of.clone()], recv.map(|r| &mut r[run_of]));
+        }
+        let bytes = dtype.pack_size(count)?;
+        let elems = bytes / elem;
+        let zeroed = || -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(elems)
+                .map_err(|_| DatatypeError::Allocation { bytes })?;
+            v.resize(elems, T::zeroed());
+            Ok(v)
+        };
+        let mut packed = zeroed()?;
+        dtype.pack_unchecked(
+            bytemuck::cast_slice(send),
+            count,
+            bytemuck::cast_slice_mut(&mut packed),
+        );
+        count_staged(bytes);
+        let Some(recv) = recv else {
+            return run(&packed, None);
+        };
+        let mut result = zeroed()?;
+        run(&packed, Some(&mut result))?;
+        dtype.unpack_unchecked(
+            bytemuck::cast_slice(&result),
+            bytemuck::cast_slice_mut(recv),
+            count,
+        );
+        count_staged(bytes);
+        Ok(())
     }
 
     /// [`Communicator::gather`] with layouts: `scount` instances of `sdtype` from every

@@ -174,6 +174,16 @@ pub enum DatatypeError {
         /// Bytes from the first to one past the last byte named.
         span: i128,
     },
+    /// A layout reduced as elements of `elem` bytes cuts through one.
+    #[error("the datatype's {what} {value} is not a multiple of the {elem}-byte element it is reduced as")]
+    SplitsElements {
+        /// Size of the element type.
+        elem: usize,
+        /// Which quantity ("segment offset", "segment length", "extent").
+        what: &'static str,
+        /// Its value in bytes.
+        value: isize,
+    },
     /// No memory for the packed copy of a message.
     #[error("cannot allocate {bytes} bytes to pack the message into")]
     Allocation {
@@ -876,6 +886,30 @@ impl Datatype {
                 end,
                 len,
             });
+        }
+        Ok(())
+    }
+
+    /// Check that every instance names whole elements of `elem` bytes, at multiples of
+    /// `elem` from the buffer start: packed, they are then a sequence of such elements.
+    pub(crate) fn check_whole_elements(&self, elem: usize) -> Result<(), DatatypeError> {
+        let Ok(e) = isize::try_from(elem) else {
+            return Ok(());
+        };
+        if e <= 1 {
+            return Ok(());
+        }
+        let split = |what, value: isize| DatatypeError::SplitsElements { elem, what, value };
+        for s in self.map.segments.iter() {
+            if s.offset % e != 0 {
+                return Err(split("segment offset", s.offset));
+            }
+            if !s.len.is_multiple_of(elem) {
+                return Err(split("segment length", s.len as isize));
+            }
+        }
+        if !self.extent().is_multiple_of(elem) {
+            return Err(split("extent", self.extent() as isize));
         }
         Ok(())
     }

@@ -557,6 +557,41 @@ fn resized_columns_interleave_without_overlap() {
 }
 
 #[test]
+fn whole_elements_are_recognised() {
+    let u32t = Datatype::of::<u32>();
+    let f64t = Datatype::of::<f64>();
+    let col = Datatype::vector(3, 1, 4, &f64t).unwrap();
+    assert_eq!(col.check_whole_elements(8), Ok(()));
+    assert_eq!(col.check_whole_elements(4), Ok(()));
+    let skewed = Datatype::hindexed(&[1], &[4], &u32t).unwrap();
+    assert_eq!(
+        skewed.check_whole_elements(8),
+        Err(DatatypeError::SplitsElements {
+            elem: 8,
+            what: "segment offset",
+            value: 4
+        })
+    );
+    let short = Datatype::contiguous(3, &u32t).unwrap();
+    assert!(matches!(
+        short.check_whole_elements(8),
+        Err(DatatypeError::SplitsElements {
+            what: "segment length",
+            ..
+        })
+    ));
+    let odd_extent = Datatype::resized(&f64t, 0, 12).unwrap();
+    assert!(matches!(
+        odd_extent.check_whole_elements(8),
+        Err(DatatypeError::SplitsElements {
+            what: "extent",
+            value: 12,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn contiguity_is_recognised() {
     let f64t = Datatype::of::<f64>();
     assert!(f64t.is_contiguous(5));
