@@ -26,6 +26,7 @@
 mod bsend;
 pub mod coll;
 mod comm;
+pub mod datatype;
 mod group;
 mod request;
 pub mod thread;
@@ -34,8 +35,12 @@ use std::cell::RefCell;
 use std::io::IsTerminal;
 use std::rc::Rc;
 
+/// The `bytemuck` crate rmca builds on, for `#[bytemuck(crate = "rmca::bytemuck")]` (see [`datatype`]).
+pub use bytemuck;
 pub use bytemuck::Pod;
+pub use bytemuck::Zeroable;
 pub use comm::{Communicator, Status};
+pub use datatype::{Datatype, DatatypeError, TypedRequest};
 pub use group::{Comparison, Group};
 pub use request::{scope, Persistent, Request, Scope};
 pub use rmca_framework as framework;
@@ -101,6 +106,9 @@ pub enum Error {
         /// Handles other than the universe's own.
         handles: usize,
     },
+    /// A derived datatype could not be built or does not fit its buffer.
+    #[error(transparent)]
+    Datatype(#[from] DatatypeError),
     /// The runtime was finalized.
     #[error("rmca was finalized")]
     Finalized,
