@@ -129,6 +129,16 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
         &["auto", "pairwise", "linear"],
         "Alltoall(v) algorithm (auto: pairwise exchange)",
     ));
+    c.add_global(algo(
+        "coll_reduce_scatter_algorithm",
+        &["auto", "ring", "reduce_scatterv"],
+        "Reduce_scatter(_block) algorithm (auto: ring at >= coll_allreduce_long_size bytes for built-in and commutative operations, else binomial reduce to rank 0 + linear scatterv; non-commutative operations always take the latter)",
+    ));
+    c.add_global(algo(
+        "coll_scan_algorithm",
+        &["auto", "recursive_doubling", "linear"],
+        "Scan and exscan algorithm (auto: recursive doubling)",
+    ));
     c.add_global(
         Param::size("coll_bcast_long_size", 128 << 10)
             .help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'")
