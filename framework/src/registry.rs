@@ -123,7 +123,7 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
         &["auto", "binomial", "linear"],
         "Scatter algorithm (auto: binomial)",
     ));
-    c.add_global(algo("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise)"));
+    c.add_global(algo("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise); allgatherv runs linear when this is 'linear', else ring"));
     c.add_global(algo(
         "coll_alltoall_algorithm",
         &["auto", "pairwise", "linear"],

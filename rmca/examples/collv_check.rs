@@ -316,7 +316,7 @@ fn reductions(c: &mut Checker) {
         let mfull = fold(n, n * k, mat, matmul);
         let mut mrecv = vec![[0i64; 4]; k];
         world
-            .reduce_scatter_block(&msend, &mut mrecv, &matmul_op)
+            .reduce_scatter_block(&msend, &mut mrecv, matmul_op)
             .expect("reduce_scatter_block");
         c.check(
             &format!("reduce_scatter_block matmul k={k}"),
@@ -348,7 +348,7 @@ fn reductions(c: &mut Checker) {
         let mfull = fold(n, total, mat, matmul);
         let mut mrecv = vec![[0i64; 4]; cnt[me]];
         world
-            .reduce_scatter(&msend, &mut mrecv, &cnt, &matmul_op)
+            .reduce_scatter(&msend, &mut mrecv, &cnt, matmul_op)
             .expect("reduce_scatter");
         c.check(
             &format!("reduce_scatter matmul base={base}"),
@@ -392,16 +392,14 @@ fn reductions(c: &mut Checker) {
         c.check(&format!("exscan_in_place Sum count={count}"), &buf, &want);
         let msend: Vec<Mat> = (0..count).map(|i| mat(me, i)).collect();
         let mut mrecv = vec![[0i64; 4]; count];
-        world.scan(&msend, &mut mrecv, &matmul_op).expect("scan");
+        world.scan(&msend, &mut mrecv, matmul_op).expect("scan");
         c.check(
             &format!("scan matmul count={count}"),
             &mrecv,
             &fold(me + 1, count, mat, matmul),
         );
         let mut mrecv = vec![[7i64; 4]; count];
-        world
-            .exscan(&msend, &mut mrecv, &matmul_op)
-            .expect("exscan");
+        world.exscan(&msend, &mut mrecv, matmul_op).expect("exscan");
         let want = if me == 0 {
             vec![[7i64; 4]; count]
         } else {
@@ -414,7 +412,7 @@ fn reductions(c: &mut Checker) {
         for root in roots(n) {
             let mut mrecv = vec![[0i64; 4]; count];
             let r = (me == root).then_some(&mut mrecv[..]);
-            world.reduce(&msend, r, &matmul_op, root).expect("reduce");
+            world.reduce(&msend, r, matmul_op, root).expect("reduce");
             if me == root {
                 c.check(
                     &format!("reduce matmul count={count} root={root}"),
@@ -423,7 +421,7 @@ fn reductions(c: &mut Checker) {
                 );
                 let mut buf = msend.clone();
                 world
-                    .reduce_in_place(&mut buf, &matmul_op, root)
+                    .reduce_in_place(&mut buf, matmul_op, root)
                     .expect("reduce_in_place");
                 c.check(
                     &format!("reduce_in_place matmul count={count} root={root}"),
@@ -431,19 +429,17 @@ fn reductions(c: &mut Checker) {
                     &mwant,
                 );
             } else {
-                world
-                    .reduce(&msend, None, &matmul_op, root)
-                    .expect("reduce");
+                world.reduce(&msend, None, matmul_op, root).expect("reduce");
             }
         }
         let mut mrecv = vec![[0i64; 4]; count];
         world
-            .allreduce(&msend, &mut mrecv, &matmul_op)
+            .allreduce(&msend, &mut mrecv, matmul_op)
             .expect("allreduce");
         c.check(&format!("allreduce matmul count={count}"), &mrecv, &mwant);
         let mut buf = msend.clone();
         world
-            .allreduce_in_place(&mut buf, &matmul_op)
+            .allreduce_in_place(&mut buf, matmul_op)
             .expect("allreduce_in_place");
         c.check(
             &format!("allreduce_in_place matmul count={count}"),

@@ -7,6 +7,18 @@ impl Communicator {
     /// Inclusive prefix reduction: member r gets `send(0) op send(1) op ... op send(r)` in
     /// `recv` (same length as `send`, the same everywhere), combined in rank order (so a
     /// non-commutative [`UserOp`](super::UserOp) is fine).
+    ///
+    /// ```no_run
+    /// # let universe = rmca::init().unwrap();
+    /// # let world = universe.world();
+    /// // Running 2x2 matrix products over the ranks (not commutative: rank order is kept).
+    /// let matmul = rmca::coll::UserOp::non_commutative(|a: [i64; 4], b: [i64; 4]| {
+    ///     [a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3],
+    ///      a[2] * b[0] + a[3] * b[2], a[2] * b[1] + a[3] * b[3]]
+    /// });
+    /// let mut prefix = [[1, world.rank() as i64, 0, 1]];
+    /// world.scan_in_place(&mut prefix, &matmul).unwrap();
+    /// ```
     pub fn scan<T: bytemuck::Pod>(
         &self,
         send: &[T],
