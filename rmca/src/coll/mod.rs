@@ -319,7 +319,10 @@ impl Communicator {
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::reduce_linear(n, me, root, len),
             // The binomial tree combines cyclically from the root: rank order only from 0.
-            _ if ordered => schedule::reduce_in_order(n, me, root, len),
+            _ if ordered => {
+                tracing::debug!("reduce: a non-commutative operation reduces to rank 0 in rank order (then one hop to root {root} if it is not 0)");
+                schedule::reduce_in_order(n, me, root, len)
+            }
             _ => schedule::reduce_binomial(n, me, root, len),
         });
         self.run_schedule(&s, TAG_REDUCE, send, work, Some(&reduce_step(op)))
@@ -361,6 +364,10 @@ impl Communicator {
         let s = self.schedule(key, || match algorithm {
             // The ring combines chunk c from rank c on: not rank order.
             "ring" if !ordered => schedule::allreduce_ring(n, me, len, elem),
+            "ring" => {
+                tracing::debug!("allreduce: a non-commutative operation runs recursive doubling, not the ring chosen by coll_allreduce_algorithm");
+                schedule::allreduce_recursive_doubling(n, me, len)
+            }
             "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
             "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
             _ if !ordered && n > 1 && count >= n && len >= long => {

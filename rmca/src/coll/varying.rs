@@ -296,6 +296,10 @@ impl Communicator {
         // The ring combines chunk c in ring order from rank c + 1: commutative only.
         let build = || match algorithm {
             "ring" if !ordered => schedule::reduce_scatter_ring(n, me, chunks),
+            "ring" => {
+                tracing::debug!("reduce_scatter: a non-commutative operation runs reduce_scatterv, not the ring chosen by coll_reduce_scatter_algorithm");
+                schedule::reduce_scatter_reduce_scatterv(n, me, chunks)
+            }
             "reduce_scatterv" => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
             _ if !ordered && n > 1 && len >= long => schedule::reduce_scatter_ring(n, me, chunks),
             _ => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
