@@ -101,7 +101,7 @@ impl Communicator {
     /// Scatter a varying number of elements from `root`: member r receives
     /// `send[displs[r]..][..counts[r]]` into `recv` (`counts[r]` elements). `send`, `counts`
     /// and `displs` are required at the root (one count and displacement per member, each
-    /// region inside `send`) and ignored elsewhere.
+    /// region inside `send`; regions may overlap, they are only read) and ignored elsewhere.
     pub fn scatterv<T: bytemuck::Pod>(
         &self,
         send: Option<&[T]>,
