@@ -592,6 +592,16 @@ fn bad_arguments(c: &mut Checker) {
             "not a multiple of the size",
         );
         c.check_err(
+            "gather_in_place off the root",
+            world.gather_in_place(&mut big, (me + 1) % n),
+            &format!("only the root (rank {}) works in place", (me + 1) % n),
+        );
+        c.check_err(
+            "scatterv_in_place off the root",
+            world.scatterv_in_place(&big, &ones, &seq, (me + 1) % n),
+            "scatterv_in_place: only the root",
+        );
+        c.check_err(
             "reduce_in_place off the root",
             world.reduce_in_place(&mut [1i64], Op::Sum, (me + 1) % n),
             "only the root",

@@ -78,6 +78,7 @@ const TAG_ALLGATHERV: i32 = 34;
 const TAG_REDUCE_SCATTER: i32 = 35;
 const TAG_SCAN: i32 = 36;
 const TAG_EXSCAN: i32 = 37;
+const TAG_REDUCE_SCATTER_BLOCK: i32 = 38;
 
 /// Allgathers up to this many bytes in total use recursive doubling under 'auto' (powers of two).
 const ALLGATHER_RD_MAX: usize = 256 << 10;

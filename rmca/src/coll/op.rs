@@ -286,8 +286,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A value type of [`Loc`] pairs: the numbers of MPI's pair types, each with an index type of
-/// its own size (sealed).
+/// A value type of [`Loc`] pairs (sealed): `i32`, `u32` and `f32` with an `i32` index, `i64`,
+/// `u64` and `f64` with an `i64` index (an index of the value's size leaves no padding).
 pub trait LocValue: Reducible + PartialOrd + std::fmt::Debug + Default + sealed::Sealed {
     /// The index stored beside the value.
     type Index: bytemuck::Pod + Ord + std::fmt::Debug + Default;

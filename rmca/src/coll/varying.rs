@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use super::{
     check_disjoint, check_len, layout, reduce_step, schedule, Reduction, SchedKey, TAG_ALLGATHERV,
-    TAG_GATHERV, TAG_REDUCE_SCATTER, TAG_SCATTERV,
+    TAG_GATHERV, TAG_REDUCE_SCATTER, TAG_REDUCE_SCATTER_BLOCK, TAG_SCATTERV,
 };
 use crate::{Communicator, Error, Result};
 
@@ -277,8 +277,9 @@ impl Communicator {
             .collect())
     }
 
-    /// Reduce_scatter over checked `chunks`; `block` is the chunk size when all are equal
-    /// (the schedule is then kept).
+    /// Reduce_scatter over checked `chunks`; `block` is the chunk size of
+    /// reduce_scatter_block (equal chunks: the schedule is then kept), `None` for
+    /// reduce_scatter.
     pub(super) fn reduce_scatter_elems<T: bytemuck::Pod>(
         &self,
         send: &[T],
@@ -304,19 +305,22 @@ impl Communicator {
             _ if !ordered && n > 1 && len >= long => schedule::reduce_scatter_ring(n, me, chunks),
             _ => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
         };
-        let s = match block {
-            Some(b) => self.schedule(
-                SchedKey::new(TAG_REDUCE_SCATTER, 0, b, elem).ordered(ordered),
-                build,
+        let (s, tag) = match block {
+            Some(b) => (
+                self.schedule(
+                    SchedKey::new(TAG_REDUCE_SCATTER_BLOCK, 0, b, elem).ordered(ordered),
+                    build,
+                ),
+                TAG_REDUCE_SCATTER_BLOCK,
             ),
-            None => std::rc::Rc::new(build()),
+            None => (std::rc::Rc::new(build()), TAG_REDUCE_SCATTER),
         };
         // The schedule works over the whole vector (partials of other ranks' chunks);
         // typed, so that the reduction kernels see aligned elements.
         let mut work = vec![T::zeroed(); send.len()];
         self.run_schedule(
             &s,
-            TAG_REDUCE_SCATTER,
+            tag,
             bytemuck::cast_slice(send),
             bytemuck::cast_slice_mut(&mut work),
             Some(&reduce_step(op)),
