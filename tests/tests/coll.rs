@@ -111,6 +111,8 @@ const V_CONFIGS: &[(&str, &[(&str, &str)])] = &[
             ("coll_reduce_scatter_algorithm", "reduce_scatterv"),
             ("coll_scan_algorithm", "linear"),
             ("coll_allgather_algorithm", "linear"),
+            ("coll_gather_algorithm", "linear"),
+            ("coll_scatter_algorithm", "linear"),
             ("coll_reduce_algorithm", "linear"),
             ("coll_allreduce_algorithm", "reduce_bcast"),
         ],
