@@ -123,11 +123,21 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
         &["auto", "binomial", "linear"],
         "Scatter algorithm (auto: binomial)",
     ));
-    c.add_global(algo("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise)"));
+    c.add_global(algo("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise); allgatherv runs linear when this is 'linear', else ring"));
     c.add_global(algo(
         "coll_alltoall_algorithm",
         &["auto", "pairwise", "linear"],
         "Alltoall(v) algorithm (auto: pairwise exchange)",
+    ));
+    c.add_global(algo(
+        "coll_reduce_scatter_algorithm",
+        &["auto", "ring", "reduce_scatterv"],
+        "Reduce_scatter(_block) algorithm (auto: ring at >= coll_allreduce_long_size bytes for built-in and commutative operations, else binomial reduce to rank 0 + linear scatterv; non-commutative operations always take the latter)",
+    ));
+    c.add_global(algo(
+        "coll_scan_algorithm",
+        &["auto", "recursive_doubling", "linear"],
+        "Scan and exscan algorithm (auto: recursive doubling)",
     ));
     c.add_global(
         Param::size("coll_bcast_long_size", 128 << 10)

@@ -1,6 +1,9 @@
 //! Every collective against a sequential reference, for 1..=8 ranks (powers of two and not),
 //! with each algorithm forced through its `coll_<op>_algorithm` MCA parameter, plus the
-//! examples. The checking program is `rmca/examples/coll_check.rs`.
+//! examples. The checking program is `rmca/examples/coll_check.rs`; the collectives of issue
+//! 17 (v-forms, reduce_scatter, scans, in-place forms, MinLoc/MaxLoc, user operations) are
+//! checked by `rmca/examples/collv_check.rs` over ob1+shm, dr+shm, dr+ud and ob1+rc at 1..=4
+//! ranks.
 
 use rmca_tests::{run_job, Job};
 
@@ -92,6 +95,91 @@ fn long_message_algorithms_match_reference() {
 #[test]
 fn auto_selection_matches_reference() {
     check(CONFIGS[3].0, CONFIGS[3].1);
+}
+
+/// Transport configurations for `collv_check` (gatherv, scatterv, allgatherv,
+/// reduce_scatter(_block), scan, exscan, in-place forms, MinLoc/MaxLoc, user operations),
+/// each also forcing a different set of algorithms so that all of them run somewhere.
+const V_CONFIGS: &[(&str, &[(&str, &str)])] = &[
+    // ob1 + shm, 'auto' with a low long-message threshold: the ring reduce_scatter for
+    // commutative operations and its refusal for non-commutative ones happen in the sizes.
+    ("ob1+shm", &[("coll_allreduce_long_size", "1k")]),
+    (
+        "dr+shm",
+        &[
+            ("pml", "dr"),
+            ("coll_reduce_scatter_algorithm", "reduce_scatterv"),
+            ("coll_scan_algorithm", "linear"),
+            ("coll_allgather_algorithm", "linear"),
+            ("coll_gather_algorithm", "linear"),
+            ("coll_scatter_algorithm", "linear"),
+            ("coll_reduce_algorithm", "linear"),
+            ("coll_allreduce_algorithm", "reduce_bcast"),
+        ],
+    ),
+    (
+        "dr+ud",
+        &[
+            ("pml", "dr"),
+            ("btl", "ud,self"),
+            ("btl_ud_provider", "soft"),
+            // Forced ring and binomial: a non-commutative operation must still get rank order.
+            ("coll_reduce_scatter_algorithm", "ring"),
+            ("coll_allreduce_algorithm", "ring"),
+            ("coll_reduce_algorithm", "binomial"),
+            ("coll_scan_algorithm", "recursive_doubling"),
+        ],
+    ),
+    (
+        "ob1+rc",
+        &[
+            ("pml", "ob1"),
+            ("btl", "rc,self"),
+            ("btl_rc_provider", "soft"),
+        ],
+    ),
+];
+
+/// Run `collv_check` on 1, 2, 3 and 4 ranks under `V_CONFIGS[i]`.
+fn check_v(i: usize) {
+    let (config, mca) = V_CONFIGS[i];
+    for n in 1..=4 {
+        let out = run_job(&Job {
+            ranks: n,
+            program: "collv_check",
+            args: &[],
+            mca,
+            timeout_s: 120,
+        });
+        assert!(
+            out.success()
+                && out.stdout.contains(&format!("collv_check: {n} ranks"))
+                && out.stdout.contains(" 0 failures")
+                && !out.stdout.contains("FAIL"),
+            "collv_check over {config} on {n} ranks failed:\n{}",
+            out.text()
+        );
+    }
+}
+
+#[test]
+fn v_collectives_scans_and_user_ops_over_ob1_shm() {
+    check_v(0);
+}
+
+#[test]
+fn v_collectives_scans_and_user_ops_over_dr_shm() {
+    check_v(1);
+}
+
+#[test]
+fn v_collectives_scans_and_user_ops_over_dr_ud() {
+    check_v(2);
+}
+
+#[test]
+fn v_collectives_scans_and_user_ops_over_ob1_rc() {
+    check_v(3);
 }
 
 #[test]

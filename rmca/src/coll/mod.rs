@@ -15,18 +15,43 @@
 //! | gather, scatter | binomial | linear |
 //! | allgather | recursive doubling for powers of two up to 256 KiB in total; ring otherwise | linear |
 //! | alltoall(v) | pairwise exchange | linear |
+//! | gatherv, scatterv | linear (no parameter) | |
+//! | allgatherv | ring (follows `coll_allgather_algorithm`: linear, else ring) | linear |
+//! | reduce_scatter(_block) | ring at >= `coll_allreduce_long_size` bytes, else reduce_scatterv | ring, reduce_scatterv |
+//! | scan, exscan | recursive doubling | linear |
 //!
 //! Reduction order (floats): binomial reduce combines ranks cyclically from the root
 //! (`x[root] op x[root+1] op ...`) as a binomial tree; linear reduce combines in rank order;
 //! recursive doubling combines in rank order as a balanced tree (after folding pairs
 //! (2i, 2i+1) when n is not a power of two); the ring reduces chunk c in ring order starting
 //! at rank c. Every algorithm gives every rank bit-identical results.
+//!
+//! Reduction operations are predefined [`Op`]s on [`Reducible`] numbers, [`Op::MinLoc`] and
+//! [`Op::MaxLoc`] on [`Loc`] value-index pairs, or user-defined [`UserOp`]s (any [`Reduction`]).
+//! A non-commutative [`UserOp`] is combined in rank order (`x0 op x1 op ... op x(n-1)`),
+//! whatever the algorithm parameters say: reduce uses the linear algorithm if chosen, else a
+//! binomial reduction to rank 0 then one hop to the root; allreduce never uses the ring
+//! (recursive doubling instead); reduce_scatter uses reduce_scatterv; scan and exscan keep
+//! rank order in both algorithms.
+//!
+//! In-place forms (MPI's `MPI_IN_PLACE`) are separate methods named `<op>_in_place` that take
+//! one buffer, both input and output: [`Communicator::allreduce_in_place`],
+//! [`Communicator::allgather_in_place`], [`Communicator::allgatherv_in_place`],
+//! [`Communicator::alltoall_in_place`], [`Communicator::reduce_scatter_in_place`],
+//! [`Communicator::reduce_scatter_block_in_place`], [`Communicator::scan_in_place`],
+//! [`Communicator::exscan_in_place`]; and, called at the root only (the other members make
+//! the ordinary call, as in MPI), [`Communicator::reduce_in_place`],
+//! [`Communicator::gather_in_place`], [`Communicator::gatherv_in_place`],
+//! [`Communicator::scatter_in_place`], [`Communicator::scatterv_in_place`].
 
 mod exec;
+mod in_place;
 mod op;
+mod prefix;
 pub(crate) mod schedule;
+mod varying;
 
-pub use op::{Op, Reducible};
+pub use op::{Loc, LocValue, Op, Reducible, Reduction, UserOp};
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -46,12 +71,21 @@ const TAG_SCATTER: i32 = 6;
 const TAG_ALLGATHER: i32 = 7;
 const TAG_ALLTOALL: i32 = 8;
 const TAG_ALLTOALLV: i32 = 9;
+// Tags from 32 on: v-forms, reduce_scatter and scans (10..=31 left free for the other
+// operations of issue 17, e.g. non-blocking ones, so that parallel work does not collide).
+const TAG_GATHERV: i32 = 32;
+const TAG_SCATTERV: i32 = 33;
+const TAG_ALLGATHERV: i32 = 34;
+const TAG_REDUCE_SCATTER: i32 = 35;
+const TAG_SCAN: i32 = 36;
+const TAG_EXSCAN: i32 = 37;
+const TAG_REDUCE_SCATTER_BLOCK: i32 = 38;
 
 /// Allgathers up to this many bytes in total use recursive doubling under 'auto' (powers of two).
 const ALLGATHER_RD_MAX: usize = 256 << 10;
 
 /// The operations with a `coll_<op>_algorithm` parameter, in [`CollParams::algorithms`] order.
-const OPS: [&str; 8] = [
+const OPS: [&str; 10] = [
     "barrier",
     "bcast",
     "reduce",
@@ -60,6 +94,8 @@ const OPS: [&str; 8] = [
     "scatter",
     "allgather",
     "alltoall",
+    "reduce_scatter",
+    "scan",
 ];
 
 /// Where `op` is in [`OPS`].
@@ -103,13 +139,15 @@ impl CollParams {
 
 /// What determines a collective's schedule on one communicator (size and rank are the
 /// communicator's, the algorithm parameters are fixed for the job): the operation's tag, the
-/// root, the byte length (per block where the operation has blocks) and the element size.
+/// root, the byte length (per block where the operation has blocks), the element size, and
+/// whether the reduction must keep rank order (non-commutative operations).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct SchedKey {
     tag: i32,
     root: usize,
     len: usize,
     elem: usize,
+    ordered: bool,
 }
 
 impl SchedKey {
@@ -119,7 +157,13 @@ impl SchedKey {
             root,
             len,
             elem,
+            ordered: false,
         }
+    }
+
+    /// The key of a schedule built for an operation that must combine in rank order.
+    fn ordered(self, ordered: bool) -> Self {
+        Self { ordered, ..self }
     }
 }
 
@@ -228,18 +272,19 @@ impl Communicator {
         self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
     }
 
-    /// Reduce every member's `send` with `op` into `recv` at `root`. `recv` is required at the
-    /// root (same length as `send`) and ignored elsewhere.
-    pub fn reduce<T: Reducible>(
+    /// Reduce every member's `send` with `op` (an [`Op`], a [`UserOp`] or a reference to
+    /// one) into `recv` at `root`. `recv` is required at the root (same length as `send`) and
+    /// ignored elsewhere.
+    pub fn reduce<T: bytemuck::Pod>(
         &self,
         send: &[T],
         recv: Option<&mut [T]>,
-        op: Op,
+        op: impl Reduction<T>,
         root: usize,
     ) -> Result<()> {
         self.check_root(root)?;
-        check_op::<T>(op)?;
-        let (n, me) = (self.size(), self.rank());
+        op.check()?;
+        let me = self.rank();
         let mut own;
         // The schedule reads the input from `send` and writes `work` before reading it.
         let work: &mut [T] = if me == root {
@@ -253,50 +298,87 @@ impl Communicator {
             own = vec![T::zeroed(); send.len()];
             &mut own
         };
-        let len = std::mem::size_of_val(send);
-        let algorithm = self.coll_algorithm("reduce")?;
-        let key = SchedKey::new(TAG_REDUCE, root, len, 0);
-        let s = self.schedule(key, || match algorithm {
-            "linear" => schedule::reduce_linear(n, me, root, len),
-            _ => schedule::reduce_binomial(n, me, root, len),
-        });
-        self.run_schedule(
-            &s,
-            TAG_REDUCE,
+        self.reduce_bytes(
             bytemuck::cast_slice(send),
             bytemuck::cast_slice_mut(work),
-            Some(&reduce_step::<T>(op)),
+            &op,
+            root,
         )
     }
 
-    /// Reduce every member's `send` with `op`; every member gets the result in `recv`.
-    pub fn allreduce<T: Reducible>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        check_op::<T>(op)?;
+    /// Reduce `send` into `work` at the root (private partial space elsewhere).
+    fn reduce_bytes<T: bytemuck::Pod>(
+        &self,
+        send: &[u8],
+        work: &mut [u8],
+        op: &impl Reduction<T>,
+        root: usize,
+    ) -> Result<()> {
+        let (n, me, len) = (self.size(), self.rank(), send.len());
+        let algorithm = self.coll_algorithm("reduce")?;
+        let ordered = !op.is_commutative();
+        let key = SchedKey::new(TAG_REDUCE, root, len, 0).ordered(ordered);
+        let s = self.schedule(key, || match algorithm {
+            "linear" => schedule::reduce_linear(n, me, root, len),
+            // The binomial tree combines cyclically from the root: rank order only from 0.
+            _ if ordered => {
+                tracing::debug!("reduce: a non-commutative operation reduces to rank 0 in rank order (then one hop to root {root} if it is not 0)");
+                schedule::reduce_in_order(n, me, root, len)
+            }
+            _ => schedule::reduce_binomial(n, me, root, len),
+        });
+        self.run_schedule(&s, TAG_REDUCE, send, work, Some(&reduce_step(op)))
+    }
+
+    /// Reduce every member's `send` with `op` (an [`Op`], a [`UserOp`] or a reference to
+    /// one); every member gets the result in `recv`.
+    pub fn allreduce<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: impl Reduction<T>,
+    ) -> Result<()> {
+        op.check()?;
         check_len("allreduce", "receive buffer", recv.len(), send.len())?;
+        self.allreduce_bytes(
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(recv),
+            &op,
+        )
+    }
+
+    /// Allreduce over byte views of `T` (lengths checked by the caller).
+    fn allreduce_bytes<T: bytemuck::Pod>(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        op: &impl Reduction<T>,
+    ) -> Result<()> {
         // `recv` needs no initialization: the schedule reads the input from `send` where it
         // first needs it (a copy up front would be a full extra pass over the vector).
-        let (n, me) = (self.size(), self.rank());
-        let len = std::mem::size_of_val(send);
+        let (n, me, len) = (self.size(), self.rank(), send.len());
         let elem = std::mem::size_of::<T>();
         let algorithm = self.coll_algorithm("allreduce")?;
         let long = self.coll_params()?.allreduce_long_size;
-        let key = SchedKey::new(TAG_ALLREDUCE, 0, len, elem);
+        let ordered = !op.is_commutative();
+        let key = SchedKey::new(TAG_ALLREDUCE, 0, len, elem).ordered(ordered);
         let s = self.schedule(key, || match algorithm {
-            "ring" => schedule::allreduce_ring(n, me, len, elem),
+            // The ring combines chunk c from rank c on: not rank order.
+            "ring" if !ordered => schedule::allreduce_ring(n, me, len, elem),
+            "ring" => {
+                tracing::debug!("allreduce: a non-commutative operation runs recursive doubling, not the ring chosen by coll_allreduce_algorithm");
+                schedule::allreduce_recursive_doubling(n, me, len)
+            }
             "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
             "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
-            _ if n > 1 && send.len() >= n && len >= long => {
+            // (Elements counted here, on a cache miss: a division per call shows in 8 B
+            // latency.)
+            _ if !ordered && n > 1 && len / elem.max(1) >= n && len >= long => {
                 schedule::allreduce_ring(n, me, len, elem)
             }
             _ => schedule::allreduce_recursive_doubling(n, me, len),
         });
-        self.run_schedule(
-            &s,
-            TAG_ALLREDUCE,
-            bytemuck::cast_slice(send),
-            bytemuck::cast_slice_mut(recv),
-            Some(&reduce_step::<T>(op)),
-        )
+        self.run_schedule(&s, TAG_ALLREDUCE, send, recv, Some(&reduce_step(op)))
     }
 
     /// Gather every member's `send` (same length everywhere) into `recv` at `root`, in rank
@@ -323,18 +405,24 @@ impl Communicator {
             &mut own
         };
         work[v * block..(v + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
+        self.gather_virtual(work, block, root)?;
+        if me == root {
+            // Virtual-rank order to rank order.
+            work.rotate_right(root * block);
+        }
+        Ok(())
+    }
+
+    /// Gather over `work` in virtual-rank layout, this rank's block already in place.
+    fn gather_virtual(&self, work: &mut [u8], block: usize, root: usize) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("gather")?;
         let key = SchedKey::new(TAG_GATHER, root, block, 0);
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::gather_linear(n, me, root, block),
             _ => schedule::gather_binomial(n, me, root, block),
         });
-        self.run_schedule(&s, TAG_GATHER, &[], work, None)?;
-        if me == root {
-            // Virtual-rank order to rank order.
-            work.rotate_right(root * block);
-        }
-        Ok(())
+        self.run_schedule(&s, TAG_GATHER, &[], work, None)
     }
 
     /// Scatter `send` (size × `recv.len()` elements, required at the root, ignored elsewhere)
@@ -359,15 +447,21 @@ impl Communicator {
             // Rank order to virtual-rank order.
             work.rotate_left(root * block);
         }
+        self.scatter_virtual(&mut work, block, root)?;
+        bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work[v * block..(v + 1) * block]);
+        Ok(())
+    }
+
+    /// Scatter over `work` in virtual-rank layout (the whole vector at the root).
+    fn scatter_virtual(&self, work: &mut [u8], block: usize, root: usize) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("scatter")?;
         let key = SchedKey::new(TAG_SCATTER, root, block, 0);
         let s = self.schedule(key, || match algorithm {
             "linear" => schedule::scatter_linear(n, me, root, block),
             _ => schedule::scatter_binomial(n, me, root, block),
         });
-        self.run_schedule(&s, TAG_SCATTER, &[], &mut work, None)?;
-        bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work[v * block..(v + 1) * block]);
-        Ok(())
+        self.run_schedule(&s, TAG_SCATTER, &[], work, None)
     }
 
     /// Gather every member's `send` into every member's `recv` (size × `send.len()`), in rank order.
@@ -380,7 +474,8 @@ impl Communicator {
         )?;
         allgather_bytes(
             self,
-            bytemuck::cast_slice(send),
+            Some(bytemuck::cast_slice(send)),
+            std::mem::size_of_val(send),
             bytemuck::cast_slice_mut(recv),
         )
     }
@@ -422,6 +517,7 @@ impl Communicator {
     ) -> Result<()> {
         let sz = std::mem::size_of::<T>();
         let sends = layout(
+            "alltoallv",
             "send",
             self.size(),
             send.len(),
@@ -430,6 +526,7 @@ impl Communicator {
             sz,
         )?;
         let recvs = layout(
+            "alltoallv",
             "receive",
             self.size(),
             recv.len(),
@@ -437,13 +534,7 @@ impl Communicator {
             recv_displs,
             sz,
         )?;
-        let mut sorted: Vec<&Range<usize>> = recvs.iter().filter(|r| !r.is_empty()).collect();
-        sorted.sort_by_key(|r| r.start);
-        if sorted.windows(2).any(|w| w[0].end > w[1].start) {
-            return Err(Error::InvalidArgument(
-                "alltoallv: receive regions overlap".into(),
-            ));
-        }
+        check_disjoint("alltoallv", &recvs)?;
         self.alltoallv_bytes(
             bytemuck::cast_slice(send),
             &sends,
@@ -486,22 +577,10 @@ impl Communicator {
 }
 
 /// The executor's reduction step for `T` under `op` (see [`ReduceFn`]).
-fn reduce_step<T: Reducible>(op: Op) -> impl Fn(&mut [u8], &[u8], Option<&[u8]>, bool) {
-    move |dst, src, acc, src_first| match acc {
-        None => op::reduce_bytes::<T>(op, dst, src, src_first),
-        Some(acc) => op::reduce_into_bytes::<T>(op, dst, src, acc, src_first),
-    }
-}
-
-fn check_op<T: Reducible>(op: Op) -> Result<()> {
-    if T::supports(op) {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "{op:?} is not defined for {}: use Sum, Prod, Min or Max",
-            T::NAME
-        )))
-    }
+fn reduce_step<'a, T: bytemuck::Pod>(
+    op: &'a impl Reduction<T>,
+) -> impl Fn(&mut [u8], &[u8], Option<&[u8]>, bool) + 'a {
+    move |dst, src, acc, src_first| op.apply(dst, src, acc, src_first)
 }
 
 fn check_len(what: &str, buf: &str, got: usize, want: usize) -> Result<()> {
@@ -514,8 +593,28 @@ fn check_len(what: &str, buf: &str, got: usize, want: usize) -> Result<()> {
     }
 }
 
-/// Byte ranges of an alltoallv side, validated against the buffer.
+/// Receive regions must not overlap (MPI makes it an error: the result would depend on the
+/// arrival order).
+fn check_disjoint(what: &str, regions: &[Range<usize>]) -> Result<()> {
+    let mut sorted: Vec<(usize, &Range<usize>)> = regions
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_empty())
+        .collect();
+    sorted.sort_by_key(|(_, r)| r.start);
+    match sorted.windows(2).find(|w| w[0].1.end > w[1].1.start) {
+        None => Ok(()),
+        Some(w) => Err(Error::InvalidArgument(format!(
+            "{what}: receive regions of ranks {} and {} overlap",
+            w[0].0, w[1].0
+        ))),
+    }
+}
+
+/// Byte ranges of a v-collective's side (`counts[r]` elements at `displs[r]` for each rank),
+/// validated against the buffer of `len` elements of `sz` bytes.
 fn layout(
+    what: &str,
     side: &str,
     n: usize,
     len: usize,
@@ -525,7 +624,7 @@ fn layout(
 ) -> Result<Vec<Range<usize>>> {
     if counts.len() != n || displs.len() != n {
         return Err(Error::InvalidArgument(format!(
-            "alltoallv: {side} counts ({}) and displacements ({}) need one entry per rank ({n})",
+            "{what}: {side} counts ({}) and displacements ({}) need one entry per rank ({n})",
             counts.len(),
             displs.len()
         )));
@@ -537,15 +636,24 @@ fn layout(
         .map(|(r, (&c, &d))| match d.checked_add(c) {
             Some(end) if end <= len => Ok(d * sz..end * sz),
             _ => Err(Error::InvalidArgument(format!(
-                "alltoallv: {side} region for rank {r} ({c} elements at {d}) exceeds the buffer ({len} elements)"
+                "{what}: {side} region for rank {r} ({c} elements at {d}) exceeds the buffer ({len} elements)"
             ))),
         })
         .collect()
 }
 
-fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<()> {
-    let (n, me, block) = (comm.size(), comm.rank(), mine.len());
-    out[me * block..(me + 1) * block].copy_from_slice(mine);
+/// Allgather of `block`-byte blocks into `out`: `mine` is copied into place first, or is
+/// already there (`None`, in place).
+fn allgather_bytes(
+    comm: &Communicator,
+    mine: Option<&[u8]>,
+    block: usize,
+    out: &mut [u8],
+) -> Result<()> {
+    let (n, me) = (comm.size(), comm.rank());
+    if let Some(mine) = mine {
+        out[me * block..(me + 1) * block].copy_from_slice(mine);
+    }
     let algorithm = comm.coll_algorithm("allgather")?;
     let key = SchedKey::new(TAG_ALLGATHER, 0, block, 0);
     let s = comm.schedule(key, || match algorithm {
@@ -575,5 +683,5 @@ pub(crate) fn allgather_into<T: bytemuck::Pod>(
             mine.len() * comm.size()
         )));
     }
-    allgather_bytes(comm, mine, out)
+    allgather_bytes(comm, Some(mine), mine.len(), out)
 }

@@ -1,4 +1,8 @@
-//! Reduction operations and the element types they apply to.
+//! Reduction operations and the element types they apply to: the predefined [`Op`]s on
+//! [`Reducible`] numbers, [`Op::MinLoc`]/[`Op::MaxLoc`] on [`Loc`] pairs, and user-defined
+//! operations ([`UserOp`]), all used through the [`Reduction`] trait.
+
+use crate::{Error, Result};
 
 /// A predefined reduction operation.
 ///
@@ -27,10 +31,17 @@ pub enum Op {
     LogicalOr,
     /// Logical exclusive or (integers only).
     LogicalXor,
+    /// Minimum value and its index, on [`Loc`] pairs only: the smaller value wins; equal
+    /// values keep the lower index (MPI's `MPI_MINLOC`).
+    MinLoc,
+    /// Maximum value and its index, on [`Loc`] pairs only: the larger value wins; equal
+    /// values keep the lower index (MPI's `MPI_MAXLOC`).
+    MaxLoc,
 }
 
 impl Op {
-    /// Every operation, for tests and tools.
+    /// Every elementwise operation on plain numbers (all but [`Op::MinLoc`] and
+    /// [`Op::MaxLoc`]), for tests and tools.
     pub const ALL: [Op; 10] = [
         Op::Sum,
         Op::Prod,
@@ -46,7 +57,15 @@ impl Op {
 
     /// Is this an integer-only operation?
     pub fn integer_only(self) -> bool {
-        !matches!(self, Op::Sum | Op::Prod | Op::Min | Op::Max)
+        !matches!(
+            self,
+            Op::Sum | Op::Prod | Op::Min | Op::Max | Op::MinLoc | Op::MaxLoc
+        )
+    }
+
+    /// Is this a value-and-index operation ([`Op::MinLoc`], [`Op::MaxLoc`])?
+    pub fn is_loc(self) -> bool {
+        matches!(self, Op::MinLoc | Op::MaxLoc)
     }
 }
 
@@ -64,12 +83,14 @@ macro_rules! int_reducible {
     ($($t:ty),*) => {$(
         impl Reducible for $t {
             const NAME: &'static str = stringify!($t);
-            fn supports(_: Op) -> bool {
-                true
+            fn supports(op: Op) -> bool {
+                !op.is_loc()
             }
             #[inline]
             fn combine(op: Op, a: Self, b: Self) -> Self {
                 match op {
+                    // Excluded by `supports`; keep the left operand rather than panic.
+                    Op::MinLoc | Op::MaxLoc => a,
                     Op::Sum => a.wrapping_add(b),
                     Op::Prod => a.wrapping_mul(b),
                     Op::Min => a.min(b),
@@ -92,7 +113,7 @@ macro_rules! float_reducible {
         impl Reducible for $t {
             const NAME: &'static str = stringify!($t);
             fn supports(op: Op) -> bool {
-                !op.integer_only()
+                !op.integer_only() && !op.is_loc()
             }
             #[inline]
             fn combine(op: Op, a: Self, b: Self) -> Self {
@@ -136,7 +157,10 @@ pub(crate) fn reduce_bytes<T: Reducible>(op: Op, dst: &mut [u8], src: &[u8], src
                     }
                 };
             }
-            each!(Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, LogicalXor)
+            each!(
+                Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, LogicalXor,
+                MinLoc, MaxLoc
+            )
         }
         // Misaligned views (never produced by the executor, whose buffers are 8-byte aligned
         // or the caller's typed slices): element by element.
@@ -200,7 +224,10 @@ pub(crate) fn reduce_into_bytes<T: Reducible>(
                     }
                 };
             }
-            each!(Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, LogicalXor)
+            each!(
+                Sum, Prod, Min, Max, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, LogicalXor,
+                MinLoc, MaxLoc
+            )
         }
         // Misaligned views (never produced by the executor): element by element.
         _ => {
@@ -222,6 +249,232 @@ pub(crate) fn reduce_into_bytes<T: Reducible>(
                 d.copy_from_slice(bytemuck::bytes_of(&r));
             }
         }
+    }
+}
+
+/// A value and its index, the element type of [`Op::MinLoc`] and [`Op::MaxLoc`] (MPI's
+/// `MPI_2INT`, `MPI_FLOAT_INT`, `MPI_DOUBLE_INT`, ... pair types). The index has the value's
+/// size ([`LocValue::Index`]: `i32` beside 4-byte values, `i64` beside 8-byte ones), so the
+/// pair has no padding and is [`bytemuck::Pod`].
+///
+/// ```
+/// use rmca::coll::{Loc, Op, Reducible};
+/// let a = Loc { value: 2.5f64, index: 3 };
+/// let b = Loc { value: 2.5f64, index: 1 };
+/// assert_eq!(Loc::combine(Op::MaxLoc, a, b), b); // a tie keeps the lower index
+/// ```
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct Loc<T: LocValue> {
+    /// The value compared.
+    pub value: T,
+    /// Its index (typically a rank or a position), the tie-breaker.
+    pub index: T::Index,
+}
+
+// SAFETY: `Loc<T>` is `repr(C)` with two `Pod` fields, and `LocValue` (sealed) is only
+// implemented for types whose `Index` has the value's size and alignment, so the struct has
+// no padding; the all-zero pattern is a valid value of both fields.
+#[allow(unsafe_code)]
+unsafe impl<T: LocValue> bytemuck::Zeroable for Loc<T> {}
+// SAFETY: as above (no padding, every bit pattern of both fields valid, `Copy + 'static`).
+#[allow(unsafe_code)]
+unsafe impl<T: LocValue> bytemuck::Pod for Loc<T> {}
+
+mod sealed {
+    /// Keeps [`super::LocValue`] and [`super::Reduction`] implementable only here.
+    pub trait Sealed {}
+}
+
+/// A value type of [`Loc`] pairs (sealed): `i32`, `u32` and `f32` with an `i32` index, `i64`,
+/// `u64` and `f64` with an `i64` index (an index of the value's size leaves no padding).
+pub trait LocValue: Reducible + PartialOrd + std::fmt::Debug + Default + sealed::Sealed {
+    /// The index stored beside the value.
+    type Index: bytemuck::Pod + Ord + std::fmt::Debug + Default;
+}
+
+macro_rules! loc_value {
+    ($($t:ty => $i:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl LocValue for $t {
+            type Index = $i;
+        }
+    )*};
+}
+loc_value!(i32 => i32, u32 => i32, f32 => i32, i64 => i64, u64 => i64, f64 => i64);
+
+impl<T: LocValue> Reducible for Loc<T> {
+    const NAME: &'static str = "Loc";
+    fn supports(op: Op) -> bool {
+        op.is_loc()
+    }
+    #[inline]
+    fn combine(op: Op, a: Self, b: Self) -> Self {
+        use std::cmp::Ordering::{Greater, Less};
+        // The winner by value; on a tie (or an unordered NaN pair) a's value with the lower
+        // index, as MPI specifies.
+        let better = match op {
+            Op::MaxLoc => Greater,
+            _ => Less,
+        };
+        match a.value.partial_cmp(&b.value) {
+            Some(o) if o == better => a,
+            Some(o) if o == better.reverse() => b,
+            _ => Loc {
+                value: a.value,
+                index: a.index.min(b.index),
+            },
+        }
+    }
+}
+
+/// A reduction operation on elements of type `T`: a predefined [`Op`] (on [`Reducible`]
+/// types), a user-defined [`UserOp`], or a reference to either. Sealed; its methods are the
+/// collectives' internals.
+pub trait Reduction<T: bytemuck::Pod>: sealed::Sealed {
+    /// Is the operation defined for `T`? (An error names what is valid.)
+    #[doc(hidden)]
+    fn check(&self) -> Result<()>;
+    /// May the operands be combined in any order? Non-commutative operations are combined in
+    /// rank order, which rules out some algorithms.
+    #[doc(hidden)]
+    fn is_commutative(&self) -> bool;
+    /// `dst = src op acc` (`src_first`) or `acc op src` elementwise over byte views of `T`,
+    /// where `acc` is `dst` itself when `None`.
+    #[doc(hidden)]
+    fn apply(&self, dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool);
+}
+
+impl sealed::Sealed for Op {}
+
+impl<T: Reducible> Reduction<T> for Op {
+    fn check(&self) -> Result<()> {
+        if T::supports(*self) {
+            return Ok(());
+        }
+        let valid: Vec<String> = Op::ALL
+            .iter()
+            .chain(&[Op::MinLoc, Op::MaxLoc])
+            .filter(|o| T::supports(**o))
+            .map(|o| format!("{o:?}"))
+            .collect();
+        Err(Error::InvalidArgument(format!(
+            "{self:?} is not defined for {}: use {}",
+            T::NAME,
+            valid.join(", ")
+        )))
+    }
+    fn is_commutative(&self) -> bool {
+        true
+    }
+    fn apply(&self, dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
+        match acc {
+            None => reduce_bytes::<T>(*self, dst, src, src_first),
+            Some(acc) => reduce_into_bytes::<T>(*self, dst, src, acc, src_first),
+        }
+    }
+}
+
+impl<R: ?Sized + sealed::Sealed> sealed::Sealed for &R {}
+
+impl<T: bytemuck::Pod, R: ?Sized + Reduction<T>> Reduction<T> for &R {
+    fn check(&self) -> Result<()> {
+        (**self).check()
+    }
+    fn is_commutative(&self) -> bool {
+        (**self).is_commutative()
+    }
+    fn apply(&self, dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
+        (**self).apply(dst, src, acc, src_first)
+    }
+}
+
+/// A user-defined reduction operation: `f(a, b)` combines two elements, `a` from lower ranks
+/// than `b` (MPI's `MPI_Op_create`). It must be associative; a [`UserOp::non_commutative`]
+/// operation is combined strictly in rank order (`x0 op x1 op ... op x(n-1)`), so the
+/// collectives pick order-preserving algorithms for it whatever `coll_*_algorithm` says (see
+/// the module documentation).
+///
+/// ```
+/// use rmca::coll::UserOp;
+/// // 2x2 matrix product: associative, not commutative.
+/// let matmul = UserOp::non_commutative(|a: [i64; 4], b: [i64; 4]| {
+///     [a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3],
+///      a[2] * b[0] + a[3] * b[2], a[2] * b[1] + a[3] * b[3]]
+/// });
+/// # let _ = matmul;
+/// ```
+#[derive(Clone, Copy)]
+pub struct UserOp<F> {
+    f: F,
+    commutative: bool,
+}
+
+impl<F> UserOp<F> {
+    /// An operation whose operands may be combined in any order.
+    pub fn commutative(f: F) -> Self {
+        Self {
+            f,
+            commutative: true,
+        }
+    }
+
+    /// An operation combined in rank order only.
+    pub fn non_commutative(f: F) -> Self {
+        Self {
+            f,
+            commutative: false,
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for UserOp<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserOp")
+            .field("commutative", &self.commutative)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> sealed::Sealed for UserOp<F> {}
+
+impl<T: bytemuck::Pod, F: Fn(T, T) -> T> Reduction<T> for UserOp<F> {
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+    fn is_commutative(&self) -> bool {
+        self.commutative
+    }
+    fn apply(&self, dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
+        combine_elements(dst, src, acc, src_first, &self.f);
+    }
+}
+
+/// `dst = f(src, acc)` (`src_first`) or `f(acc, src)` elementwise over byte views of `T`
+/// (`acc` is `dst` when `None`), aligned or not.
+fn combine_elements<T: bytemuck::Pod>(
+    dst: &mut [u8],
+    src: &[u8],
+    acc: Option<&[u8]>,
+    src_first: bool,
+    f: impl Fn(T, T) -> T,
+) {
+    let size = std::mem::size_of::<T>();
+    if size == 0 {
+        return;
+    }
+    for (i, (d, s)) in dst
+        .chunks_exact_mut(size)
+        .zip(src.chunks_exact(size))
+        .enumerate()
+    {
+        let s: T = bytemuck::pod_read_unaligned(s);
+        let a: T = match acc {
+            None => bytemuck::pod_read_unaligned(d),
+            Some(acc) => bytemuck::pod_read_unaligned(&acc[i * size..(i + 1) * size]),
+        };
+        let r = if src_first { f(s, a) } else { f(a, s) };
+        d.copy_from_slice(bytemuck::bytes_of(&r));
     }
 }
 
@@ -372,5 +625,94 @@ mod tests {
                 "misaligned, src_first={src_first}"
             );
         }
+    }
+
+    #[test]
+    fn loc_ops_pick_value_then_lowest_index() {
+        let l = |value: f64, index: i64| Loc { value, index };
+        assert_eq!(Loc::combine(Op::MinLoc, l(1.0, 5), l(2.0, 0)), l(1.0, 5));
+        assert_eq!(Loc::combine(Op::MinLoc, l(3.0, 5), l(2.0, 9)), l(2.0, 9));
+        assert_eq!(Loc::combine(Op::MaxLoc, l(1.0, 5), l(2.0, 9)), l(2.0, 9));
+        assert_eq!(Loc::combine(Op::MaxLoc, l(4.0, 5), l(2.0, 0)), l(4.0, 5));
+        // Ties keep the lower index whichever operand it comes from.
+        for op in [Op::MinLoc, Op::MaxLoc] {
+            assert_eq!(Loc::combine(op, l(7.0, 3), l(7.0, 1)), l(7.0, 1));
+            assert_eq!(Loc::combine(op, l(7.0, 1), l(7.0, 3)), l(7.0, 1));
+        }
+        let i = |value: i32, index: i32| Loc { value, index };
+        assert_eq!(Loc::combine(Op::MinLoc, i(-4, 2), i(-4, 0)), i(-4, 0));
+        assert_eq!(std::mem::size_of::<Loc<f32>>(), 8);
+        assert_eq!(std::mem::size_of::<Loc<u64>>(), 16);
+        // Through the byte kernel (the path the collectives take).
+        let mut d = [i(5, 0), i(1, 4)];
+        let s = [i(5, 2), i(0, 7)];
+        reduce_bytes::<Loc<i32>>(
+            Op::MinLoc,
+            bytemuck::cast_slice_mut(&mut d),
+            bytemuck::cast_slice(&s),
+            true,
+        );
+        assert_eq!(d, [i(5, 0), i(0, 7)]);
+    }
+
+    #[test]
+    fn op_support_errors_name_the_valid_ops() {
+        let e = Reduction::<f64>::check(&Op::BitXor)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("BitXor is not defined for f64") && e.contains("Sum, Prod, Min, Max"),
+            "{e}"
+        );
+        assert!(!e.contains("MinLoc"), "{e}");
+        let e = Reduction::<i32>::check(&Op::MinLoc)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MinLoc is not defined for i32"), "{e}");
+        let e = Reduction::<Loc<f32>>::check(&Op::Sum)
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("use MinLoc, MaxLoc"), "{e}");
+        assert!(Reduction::<Loc<f32>>::check(&Op::MaxLoc).is_ok());
+    }
+
+    #[test]
+    fn user_ops_combine_in_the_given_order() {
+        // String-concatenation-like: digits appended, so operand order shows.
+        let concat = UserOp::non_commutative(|a: u64, b: u64| a * 10 + b);
+        assert!(!Reduction::<u64>::is_commutative(&concat));
+        assert!(Reduction::<u64>::is_commutative(&UserOp::commutative(
+            |a: u64, b: u64| a + b
+        )));
+        let (src, acc) = ([1u64, 2], [3u64, 4]);
+        for (src_first, want) in [(true, [13u64, 24]), (false, [31, 42])] {
+            let mut dst = [0u64; 2];
+            // Through a reference, as the collectives take it.
+            fn apply_via<R: Reduction<u64>>(r: R, d: &mut [u8], s: &[u8], a: &[u8], sf: bool) {
+                r.apply(d, s, Some(a), sf)
+            }
+            apply_via::<&UserOp<_>>(
+                &concat,
+                bytemuck::cast_slice_mut(&mut dst),
+                bytemuck::cast_slice(&src),
+                bytemuck::cast_slice(&acc),
+                src_first,
+            );
+            assert_eq!(dst, want, "3-operand, src_first={src_first}");
+            let mut in_place = acc;
+            concat.apply(
+                bytemuck::cast_slice_mut(&mut in_place),
+                bytemuck::cast_slice(&src),
+                None,
+                src_first,
+            );
+            assert_eq!(in_place, want, "in place, src_first={src_first}");
+        }
+        // Misaligned byte views.
+        let mut words = [0u64; 3];
+        let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[1..17];
+        bytes.copy_from_slice(bytemuck::cast_slice(&acc));
+        concat.apply(bytes, bytemuck::cast_slice(&src), None, false);
+        assert_eq!(bytemuck::pod_read_unaligned::<[u64; 2]>(bytes), [31, 42]);
     }
 }

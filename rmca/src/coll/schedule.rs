@@ -21,6 +21,16 @@
 //!   rotates by `root` blocks at the end (gather) or the start (scatter).
 //! - allgather: `Work` holds `n` blocks in rank order.
 //! - alltoall(v): `Send` is the user's input, `Work` the user's output.
+//! - gatherv, scatterv, allgatherv: `Send` is the caller's block (the root's whole vector for
+//!   scatterv), `Work` the caller's output; the per-rank byte regions are the caller's
+//!   displacements (significant at the root only for gatherv/scatterv). In-place forms skip
+//!   the local copy of the caller's own block (it is already where it belongs).
+//! - reduce_scatter: `Send` is the whole input vector, `Work` a private vector of the same
+//!   length; rank r's result ends in `Work[chunks[r]]` (the chunks tile the vector in rank
+//!   order).
+//! - scan, exscan: `Send` is the input, `Work` is `[partial | result]` (two vectors): the
+//!   partial is what a rank forwards, the result what it returns (never written on rank 0
+//!   of an exscan).
 //!
 //! Reduction order: a `Reduce` step combines the received partial `tmp` and the accumulated
 //! operand `acc` (`work`, or the input in `send`) as `tmp op acc` when `src_first` (the
@@ -744,6 +754,335 @@ pub(crate) fn alltoallv_linear(
             dst: recvs[me].clone(),
         }],
     );
+    s
+}
+
+// ---------------------------------------------------------------- v-collectives
+
+/// Linear gatherv: the root receives rank r's block into `Work[regions[r]]` and copies its
+/// own from `Send` (unless `in_place`); other ranks send their `mine` bytes. `regions` is
+/// only read at the root.
+pub(crate) fn gatherv_linear(
+    n: usize,
+    me: usize,
+    root: usize,
+    mine: usize,
+    regions: &[Range<usize>],
+    in_place: bool,
+) -> Schedule {
+    let mut s = Schedule::default();
+    if me != root {
+        s.push(vec![send(root, Region::send(0..mine))], vec![]);
+        return s;
+    }
+    let comms = (0..n)
+        .filter(|&r| r != root)
+        .map(|r| recv(r, Region::work(regions[r].clone())))
+        .collect();
+    let locals = if in_place {
+        vec![]
+    } else {
+        vec![Local::Copy {
+            src: Region::send(0..regions[root].len()),
+            dst: regions[root].clone(),
+        }]
+    };
+    s.push(comms, locals);
+    s
+}
+
+/// Linear scatterv: the root sends `Send[regions[r]]` to rank r and copies its own region
+/// into `Work` (unless `in_place`); other ranks receive their `mine` bytes into `Work`.
+/// `regions` is only read at the root.
+pub(crate) fn scatterv_linear(
+    n: usize,
+    me: usize,
+    root: usize,
+    mine: usize,
+    regions: &[Range<usize>],
+    in_place: bool,
+) -> Schedule {
+    let mut s = Schedule::default();
+    if me != root {
+        s.push(vec![recv(root, Region::work(0..mine))], vec![]);
+        return s;
+    }
+    let comms = (0..n)
+        .filter(|&r| r != root)
+        .map(|r| send(r, Region::send(regions[r].clone())))
+        .collect();
+    let locals = if in_place {
+        vec![]
+    } else {
+        vec![Local::Copy {
+            src: Region::send(regions[root].clone()),
+            dst: 0..regions[root].len(),
+        }]
+    };
+    s.push(comms, locals);
+    s
+}
+
+/// This rank's own block copied from `Send` into its region of `Work` (nothing in place).
+fn own_block(me: usize, regions: &[Range<usize>], in_place: bool) -> Vec<Local> {
+    if in_place {
+        return vec![];
+    }
+    vec![Local::Copy {
+        src: Region::send(0..regions[me].len()),
+        dst: regions[me].clone(),
+    }]
+}
+
+/// Ring allgatherv: n-1 steps, each passing one rank's region to the right (regions may
+/// differ in size and sit anywhere in `Work`, disjoint).
+pub(crate) fn allgatherv_ring(
+    n: usize,
+    me: usize,
+    regions: &[Range<usize>],
+    in_place: bool,
+) -> Schedule {
+    let mut s = Schedule::default();
+    s.push(vec![], own_block(me, regions, in_place));
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    for step in 0..n.saturating_sub(1) {
+        let out = (me + n - step) % n;
+        let inc = (me + 2 * n - step - 1) % n;
+        s.push(
+            vec![
+                recv(left, Region::work(regions[inc].clone())),
+                send(right, Region::work(regions[out].clone())),
+            ],
+            vec![],
+        );
+    }
+    s
+}
+
+/// Linear allgatherv: every rank sends its block to every other at once.
+pub(crate) fn allgatherv_linear(
+    n: usize,
+    me: usize,
+    regions: &[Range<usize>],
+    in_place: bool,
+) -> Schedule {
+    let mut s = Schedule::default();
+    s.push(vec![], own_block(me, regions, in_place));
+    let mine = if in_place {
+        Region::work(regions[me].clone())
+    } else {
+        Region::send(0..regions[me].len())
+    };
+    let mut comms: Vec<Comm> = (0..n)
+        .filter(|&r| r != me)
+        .map(|r| recv(r, Region::work(regions[r].clone())))
+        .collect();
+    comms.extend((0..n).filter(|&r| r != me).map(|r| send(r, mine.clone())));
+    s.push(comms, vec![]);
+    s
+}
+
+// ---------------------------------------------------------------- reduce_scatter
+
+/// Ring reduce-scatter over `chunks` (byte ranges tiling the vector in rank order, one per
+/// rank): n-1 steps; at step k a rank sends chunk `me-1-k` (its input at k = 0, else the
+/// partial it reduced one step before) and reduces the received chunk `me-2-k`, so chunk c
+/// is combined in ring order starting at rank c+1 and ends, complete, at rank c.
+/// Commutative operations only.
+pub(crate) fn reduce_scatter_ring(n: usize, me: usize, chunks: &[Range<usize>]) -> Schedule {
+    let mut s = Schedule {
+        tmp_len: chunks.iter().map(|c| c.len()).max().unwrap_or(0),
+        rounds: Vec::new(),
+    };
+    if n == 1 {
+        s.push(
+            vec![],
+            vec![Local::Copy {
+                src: Region::send(chunks[0].clone()),
+                dst: chunks[0].clone(),
+            }],
+        );
+        return s;
+    }
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    for step in 0..n - 1 {
+        let out = (me + 2 * n - 1 - step) % n;
+        let inc = (me + 2 * n - 2 - step) % n;
+        let out = if step == 0 {
+            Region::send(chunks[out].clone())
+        } else {
+            Region::work(chunks[out].clone())
+        };
+        let t = 0..chunks[inc].len();
+        s.push(
+            vec![recv(left, Region::tmp(t.clone())), send(right, out)],
+            vec![Local::Reduce {
+                src: t,
+                dst: chunks[inc].clone(),
+                src_first: true,
+                acc: Buf::Send,
+            }],
+        );
+    }
+    s
+}
+
+/// Reduce-scatter as a binomial reduction to rank 0 (rank order, so any associative
+/// operation) followed by a linear scatter of the chunks from rank 0's `Work`.
+pub(crate) fn reduce_scatter_reduce_scatterv(
+    n: usize,
+    me: usize,
+    chunks: &[Range<usize>],
+) -> Schedule {
+    let len = chunks.last().map_or(0, |c| c.end);
+    let mut s = reduce_binomial(n, me, 0, len);
+    if me == 0 {
+        s.push(
+            (1..n)
+                .map(|r| send(r, Region::work(chunks[r].clone())))
+                .collect(),
+            vec![],
+        );
+    } else {
+        s.push(vec![recv(0, Region::work(chunks[me].clone()))], vec![]);
+    }
+    s
+}
+
+// ---------------------------------------------------------------- in-order reduce
+
+/// Reduction to `root` in rank order for non-commutative operations: a binomial reduction to
+/// rank 0 (which combines `x0 op x1 op ... op x(n-1)`), then rank 0 hands the result to the
+/// root (one more hop when the root is not 0).
+pub(crate) fn reduce_in_order(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+    let mut s = reduce_binomial(n, me, 0, len);
+    if root != 0 {
+        if me == 0 {
+            s.push(vec![send(root, Region::work(0..len))], vec![]);
+        } else if me == root {
+            s.push(vec![recv(0, Region::work(0..len))], vec![]);
+        }
+    }
+    s
+}
+
+// ---------------------------------------------------------------- scan / exscan
+
+/// Recursive doubling scan (`exclusive`: exscan) of `len` bytes. `Work` is `[partial |
+/// result]`. At distance 1, 2, 4, ... a rank exchanges its partial (the reduction of its
+/// aligned group of ranks so far) with `me ^ mask`; a partial from below is combined in front
+/// of both the partial and the result, one from above behind the partial only, so every
+/// combination keeps rank order (correct for non-commutative operations). ceil(log2 n) rounds.
+pub(crate) fn scan_recursive_doubling(
+    n: usize,
+    me: usize,
+    len: usize,
+    exclusive: bool,
+) -> Schedule {
+    let mut s = Schedule {
+        tmp_len: len,
+        rounds: Vec::new(),
+    };
+    let (partial, result) = (0..len, len..2 * len);
+    let mut first = vec![Local::Copy {
+        src: Region::send(0..len),
+        dst: partial.clone(),
+    }];
+    if !exclusive {
+        first.push(Local::Copy {
+            src: Region::send(0..len),
+            dst: result.clone(),
+        });
+    }
+    s.push(vec![], first);
+    let mut have_result = !exclusive;
+    let mut mask = 1;
+    while mask < n {
+        let peer = me ^ mask;
+        if peer < n {
+            let from_below = peer < me;
+            let mut locals = Vec::new();
+            if from_below {
+                locals.push(if have_result {
+                    Local::Reduce {
+                        src: 0..len,
+                        dst: result.clone(),
+                        src_first: true,
+                        acc: Buf::Work,
+                    }
+                } else {
+                    Local::Copy {
+                        src: Region::tmp(0..len),
+                        dst: result.clone(),
+                    }
+                });
+                have_result = true;
+            }
+            locals.push(Local::Reduce {
+                src: 0..len,
+                dst: partial.clone(),
+                src_first: from_below,
+                acc: Buf::Work,
+            });
+            s.push(
+                vec![
+                    recv(peer, Region::tmp(0..len)),
+                    send(peer, Region::work(partial.clone())),
+                ],
+                locals,
+            );
+        }
+        mask <<= 1;
+    }
+    s
+}
+
+/// Linear (chain) scan (`exclusive`: exscan): rank r receives the reduction of ranks 0..r
+/// from r-1, combines its input behind it and forwards the result to r+1. n-1 hops in
+/// sequence; rank order.
+pub(crate) fn scan_linear(n: usize, me: usize, len: usize, exclusive: bool) -> Schedule {
+    let mut s = Schedule {
+        tmp_len: len,
+        rounds: Vec::new(),
+    };
+    let (partial, result) = (0..len, len..2 * len);
+    let forwarded = if me == 0 {
+        if !exclusive {
+            s.push(
+                vec![],
+                vec![Local::Copy {
+                    src: Region::send(0..len),
+                    dst: result.clone(),
+                }],
+            );
+        }
+        Region::send(0..len)
+    } else {
+        let reduce = Local::Reduce {
+            src: 0..len,
+            dst: partial.clone(),
+            src_first: true,
+            acc: Buf::Send,
+        };
+        let to_result = Local::Copy {
+            src: if exclusive {
+                Region::tmp(0..len)
+            } else {
+                Region::work(partial.clone())
+            },
+            dst: result,
+        };
+        s.push(
+            vec![recv(me - 1, Region::tmp(0..len))],
+            vec![reduce, to_result],
+        );
+        Region::work(partial)
+    };
+    if me + 1 < n {
+        s.push(vec![send(me + 1, forwarded)], vec![]);
+    }
     s
 }
 

@@ -563,3 +563,236 @@ fn alltoallvs_transpose() {
         }
     }
 }
+
+/// Irregular byte regions of `Work` for n ranks: rank r's block has `(r * 5 + k) % 4 + r`
+/// bytes, placed in reverse rank order with a gap of `k % 3` bytes after each.
+fn scattered_regions(n: usize, k: usize) -> Vec<Range<usize>> {
+    let mut off = 0;
+    let mut out = vec![0..0; n];
+    for r in (0..n).rev() {
+        let len = (r * 5 + k) % 4 + r;
+        out[r] = off..off + len;
+        off += len + k % 3;
+    }
+    out
+}
+
+#[test]
+fn gathervs_and_scattervs_place_regions() {
+    for n in NS {
+        for root in 0..n {
+            for k in 0..3 {
+                let regions = scattered_regions(n, k);
+                let total = regions.iter().map(|r| r.end).max().unwrap_or(0);
+                for in_place in [false, true] {
+                    // gatherv: the root's own block is either in Send or already in Work.
+                    let ranks = (0..n).map(|r| {
+                        let mine = pattern(r, regions[r].len());
+                        if r != root {
+                            return fresh(
+                                gatherv_linear(n, r, root, mine.len(), &[], false),
+                                mine,
+                                0,
+                            );
+                        }
+                        let sched = gatherv_linear(n, r, root, mine.len(), &regions, in_place);
+                        if in_place {
+                            fresh(sched, vec![], total).with(regions[r].start, &mine)
+                        } else {
+                            fresh(sched, mine, total)
+                        }
+                    });
+                    let got = simulate(ranks.collect(), sum_reduce);
+                    for (r, reg) in regions.iter().enumerate() {
+                        assert_eq!(
+                            &got[root][reg.clone()],
+                            &pattern(r, reg.len())[..],
+                            "gatherv n={n} root={root} k={k} in_place={in_place} block of {r}"
+                        );
+                    }
+                    // scatterv: the root's Send is the whole vector.
+                    let mut full = vec![0u8; total];
+                    for (r, reg) in regions.iter().enumerate() {
+                        full[reg.clone()].copy_from_slice(&pattern(r, reg.len()));
+                    }
+                    let ranks = (0..n).map(|r| {
+                        let mine = regions[r].len();
+                        if r == root {
+                            let sched = scatterv_linear(n, r, root, mine, &regions, in_place);
+                            fresh(sched, full.clone(), if in_place { 0 } else { mine })
+                        } else {
+                            fresh(scatterv_linear(n, r, root, mine, &[], false), vec![], mine)
+                        }
+                    });
+                    for (r, got) in simulate(ranks.collect(), sum_reduce)
+                        .into_iter()
+                        .enumerate()
+                    {
+                        if r == root && in_place {
+                            assert!(got.is_empty());
+                            continue;
+                        }
+                        assert_eq!(
+                            got,
+                            pattern(r, regions[r].len()),
+                            "scatterv n={n} root={root} k={k} in_place={in_place} rank={r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn allgathervs_collect_every_region() {
+    type A = fn(usize, usize, &[Range<usize>], bool) -> Schedule;
+    for n in NS {
+        for k in 0..3 {
+            let regions = scattered_regions(n, k);
+            let total = regions.iter().map(|r| r.end).max().unwrap_or(0);
+            for (name, algo) in [
+                ("ring", allgatherv_ring as A),
+                ("linear", allgatherv_linear),
+            ] {
+                for in_place in [false, true] {
+                    let ranks = (0..n).map(|r| {
+                        let mine = pattern(r, regions[r].len());
+                        let sched = algo(n, r, &regions, in_place);
+                        if in_place {
+                            fresh(sched, vec![], total).with(regions[r].start, &mine)
+                        } else {
+                            fresh(sched, mine, total)
+                        }
+                    });
+                    for (me, got) in simulate(ranks.collect(), sum_reduce)
+                        .into_iter()
+                        .enumerate()
+                    {
+                        for (r, reg) in regions.iter().enumerate() {
+                            assert_eq!(
+                                &got[reg.clone()],
+                                &pattern(r, reg.len())[..],
+                                "allgatherv {name} n={n} k={k} in_place={in_place} rank {me}, block of {r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Chunks of `MAT`-byte elements tiling a vector in rank order, rank r getting
+/// `(r + k) % 3` elements (some empty).
+fn tiled_chunks(n: usize, k: usize) -> Vec<Range<usize>> {
+    let mut off = 0;
+    (0..n)
+        .map(|r| {
+            let len = (r + k) % 3 * MAT;
+            off += len;
+            off - len..off
+        })
+        .collect()
+}
+
+#[test]
+fn reduce_scatters_deliver_each_chunk() {
+    for n in NS {
+        for k in 0..3 {
+            let chunks = tiled_chunks(n, k);
+            let len = chunks.last().unwrap().end;
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| pattern(r, len)).collect();
+            // reduce + scatterv: rank order, so a non-commutative product.
+            let want = mat_reference(&inputs, 0..n);
+            let ranks = (0..n).map(|r| {
+                fresh(
+                    reduce_scatter_reduce_scatterv(n, r, &chunks),
+                    inputs[r].clone(),
+                    len,
+                )
+            });
+            for (r, got) in simulate(ranks.collect(), mat_reduce)
+                .into_iter()
+                .enumerate()
+            {
+                let c = chunks[r].clone();
+                assert_eq!(
+                    got[c.clone()],
+                    want[c],
+                    "reduce_scatterv n={n} k={k} rank={r}"
+                );
+            }
+            // Ring: commutative.
+            let mut want = inputs[0].clone();
+            for i in &inputs[1..] {
+                sum_reduce(&mut want, i, false);
+            }
+            let ranks =
+                (0..n).map(|r| fresh(reduce_scatter_ring(n, r, &chunks), inputs[r].clone(), len));
+            for (r, got) in simulate(ranks.collect(), sum_reduce)
+                .into_iter()
+                .enumerate()
+            {
+                let c = chunks[r].clone();
+                assert_eq!(got[c.clone()], want[c], "ring n={n} k={k} rank={r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn in_order_reduce_keeps_rank_order_at_any_root() {
+    for n in NS {
+        for root in 0..n {
+            for count in [0, 1, 4] {
+                let len = count * MAT;
+                let inputs: Vec<Vec<u8>> = (0..n).map(|r| pattern(r, len)).collect();
+                let ranks =
+                    (0..n).map(|r| fresh(reduce_in_order(n, r, root, len), inputs[r].clone(), len));
+                let got = simulate(ranks.collect(), mat_reduce);
+                assert_eq!(
+                    got[root],
+                    mat_reference(&inputs, 0..n),
+                    "n={n} root={root} count={count}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn scans_compute_rank_ordered_prefixes() {
+    type S = fn(usize, usize, usize, bool) -> Schedule;
+    for n in NS {
+        for count in [0, 1, 3] {
+            let len = count * MAT;
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| pattern(r, len)).collect();
+            for (name, algo) in [
+                ("recursive_doubling", scan_recursive_doubling as S),
+                ("linear", scan_linear),
+            ] {
+                for exclusive in [false, true] {
+                    let ranks = (0..n)
+                        .map(|r| fresh(algo(n, r, len, exclusive), inputs[r].clone(), 2 * len));
+                    for (r, got) in simulate(ranks.collect(), mat_reduce)
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let upto = if exclusive { r } else { r + 1 };
+                        if upto == 0 {
+                            // Rank 0 of an exscan: its result is never written.
+                            assert!(got[len..].iter().all(|&b| b == POISON) || len == 0);
+                            continue;
+                        }
+                        assert_eq!(
+                            got[len..],
+                            mat_reference(&inputs, 0..upto)[..],
+                            "{name} exclusive={exclusive} n={n} count={count} rank={r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

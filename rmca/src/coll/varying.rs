@@ -1,0 +1,332 @@
+//! Collectives with per-rank counts (gatherv, scatterv, allgatherv) and reduce_scatter.
+
+use std::ops::Range;
+
+use super::{
+    check_disjoint, check_len, layout, reduce_step, schedule, Reduction, SchedKey, TAG_ALLGATHERV,
+    TAG_GATHERV, TAG_REDUCE_SCATTER, TAG_REDUCE_SCATTER_BLOCK, TAG_SCATTERV,
+};
+use crate::{Communicator, Error, Result};
+
+impl Communicator {
+    /// Gather a varying number of elements from every member at `root`: member r's `send`
+    /// (`counts[r]` elements) lands in `recv[displs[r]..][..counts[r]]`. `recv`, `counts`
+    /// and `displs` are required at the root (one count and displacement per member; the
+    /// regions must fit in `recv` and not overlap) and ignored elsewhere (pass `None` and
+    /// empty slices).
+    ///
+    /// ```no_run
+    /// # let universe = rmca::init().unwrap();
+    /// # let world = universe.world();
+    /// // Rank r contributes r + 1 values; rank 0 packs them back to back.
+    /// let (n, me) = (world.size(), world.rank());
+    /// let mine = vec![me as u32; me + 1];
+    /// let counts: Vec<usize> = (0..n).map(|r| r + 1).collect();
+    /// let displs: Vec<usize> = (0..n).map(|r| r * (r + 1) / 2).collect();
+    /// let mut all = vec![0u32; n * (n + 1) / 2];
+    /// let recv = (me == 0).then_some(&mut all[..]);
+    /// world.gatherv(&mine, recv, &counts, &displs, 0).unwrap();
+    /// ```
+    pub fn gatherv<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return self.gatherv_bytes(bytemuck::cast_slice(send), &mut [], &[], root, false);
+        }
+        let recv = recv.ok_or_else(|| {
+            Error::InvalidArgument("gatherv: the root must pass a receive buffer".into())
+        })?;
+        let regions = self.gather_layout::<T>("gatherv", recv.len(), counts, displs)?;
+        check_len(
+            "gatherv",
+            "the root's send buffer",
+            send.len(),
+            counts[root],
+        )?;
+        self.gatherv_bytes(
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(recv),
+            &regions,
+            root,
+            false,
+        )
+    }
+
+    /// Receive regions of a gatherv/allgatherv, checked against the buffer and each other.
+    pub(super) fn gather_layout<T>(
+        &self,
+        what: &str,
+        len: usize,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Vec<Range<usize>>> {
+        let regions = layout(
+            what,
+            "receive",
+            self.size(),
+            len,
+            counts,
+            displs,
+            std::mem::size_of::<T>(),
+        )?;
+        check_disjoint(what, &regions)?;
+        Ok(regions)
+    }
+
+    /// Gatherv over bytes: `work` and `regions` are the root's (empty elsewhere).
+    pub(super) fn gatherv_bytes(
+        &self,
+        send: &[u8],
+        work: &mut [u8],
+        regions: &[Range<usize>],
+        root: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
+        let mine = if me == root {
+            regions[root].len()
+        } else {
+            send.len()
+        };
+        let s = schedule::gatherv_linear(n, me, root, mine, regions, in_place);
+        self.run_schedule(&s, TAG_GATHERV, send, work, None)
+    }
+
+    /// Scatter a varying number of elements from `root`: member r receives
+    /// `send[displs[r]..][..counts[r]]` into `recv` (`counts[r]` elements). `send`, `counts`
+    /// and `displs` are required at the root (one count and displacement per member, each
+    /// region inside `send`; regions may overlap, they are only read) and ignored elsewhere.
+    pub fn scatterv<T: bytemuck::Pod>(
+        &self,
+        send: Option<&[T]>,
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let recv_len = recv.len();
+        let recv_bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
+        if self.rank() != root {
+            return self.scatterv_bytes(&[], recv_bytes, &[], root, false);
+        }
+        let send = send.ok_or_else(|| {
+            Error::InvalidArgument("scatterv: the root must pass a send buffer".into())
+        })?;
+        let regions = self.scatter_layout::<T>(send.len(), counts, displs)?;
+        check_len(
+            "scatterv",
+            "the root's receive buffer",
+            recv_len,
+            counts[root],
+        )?;
+        self.scatterv_bytes(
+            bytemuck::cast_slice(send),
+            recv_bytes,
+            &regions,
+            root,
+            false,
+        )
+    }
+
+    /// Send regions of a scatterv, checked against the buffer.
+    pub(super) fn scatter_layout<T>(
+        &self,
+        len: usize,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Vec<Range<usize>>> {
+        layout(
+            "scatterv",
+            "send",
+            self.size(),
+            len,
+            counts,
+            displs,
+            std::mem::size_of::<T>(),
+        )
+    }
+
+    /// Scatterv over bytes: `send` and `regions` are the root's (empty elsewhere).
+    pub(super) fn scatterv_bytes(
+        &self,
+        send: &[u8],
+        work: &mut [u8],
+        regions: &[Range<usize>],
+        root: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
+        let mine = if me == root {
+            regions[root].len()
+        } else {
+            work.len()
+        };
+        let s = schedule::scatterv_linear(n, me, root, mine, regions, in_place);
+        self.run_schedule(&s, TAG_SCATTERV, send, work, None)
+    }
+
+    /// Gather a varying number of elements from every member into every member's `recv`:
+    /// member r's `send` (`counts[r]` elements) lands in `recv[displs[r]..][..counts[r]]`
+    /// everywhere. Every member passes the same `counts` and `displs` (one per member; the
+    /// regions must fit in `recv` and not overlap).
+    pub fn allgatherv<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        let regions = self.gather_layout::<T>("allgatherv", recv.len(), counts, displs)?;
+        check_len("allgatherv", "send buffer", send.len(), counts[self.rank()])?;
+        self.allgatherv_bytes(
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(recv),
+            &regions,
+            false,
+        )
+    }
+
+    /// Allgatherv over bytes (`send` is unused in place).
+    pub(super) fn allgatherv_bytes(
+        &self,
+        send: &[u8],
+        work: &mut [u8],
+        regions: &[Range<usize>],
+        in_place: bool,
+    ) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
+        let s = match self.coll_algorithm("allgather")? {
+            "linear" => schedule::allgatherv_linear(n, me, regions, in_place),
+            _ => schedule::allgatherv_ring(n, me, regions, in_place),
+        };
+        self.run_schedule(&s, TAG_ALLGATHERV, send, work, None)
+    }
+
+    /// Reduce every member's `send` (size × `recv.len()` elements) with `op`, and scatter
+    /// the result in equal blocks: member r gets elements `r * k..(r + 1) * k` of the
+    /// reduction in `recv` (k = `recv.len()`, the same everywhere).
+    pub fn reduce_scatter_block<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: impl Reduction<T>,
+    ) -> Result<()> {
+        op.check()?;
+        let (n, k) = (self.size(), recv.len());
+        check_len("reduce_scatter_block", "send buffer", send.len(), n * k)?;
+        let sz = std::mem::size_of::<T>();
+        let chunks: Vec<Range<usize>> = (0..n).map(|r| r * k * sz..(r + 1) * k * sz).collect();
+        self.reduce_scatter_elems(send, recv, &chunks, &op, Some(k * sz))
+    }
+
+    /// Reduce every member's `send` with `op`, and scatter the result: member r gets the
+    /// `counts[r]` elements that follow the first `counts[0] + ... + counts[r-1]` in `recv`
+    /// (`counts` has one entry per member, the same everywhere, and sums to `send.len()`;
+    /// `recv.len()` is this member's count).
+    pub fn reduce_scatter<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: impl Reduction<T>,
+    ) -> Result<()> {
+        op.check()?;
+        let chunks = self.reduce_scatter_chunks::<T>(send.len(), counts)?;
+        check_len(
+            "reduce_scatter",
+            "receive buffer",
+            recv.len(),
+            counts[self.rank()],
+        )?;
+        self.reduce_scatter_elems(send, recv, &chunks, &op, None)
+    }
+
+    /// The byte chunks of a reduce_scatter: `counts` tiling `len` elements in rank order.
+    pub(super) fn reduce_scatter_chunks<T>(
+        &self,
+        len: usize,
+        counts: &[usize],
+    ) -> Result<Vec<Range<usize>>> {
+        let n = self.size();
+        if counts.len() != n {
+            return Err(Error::InvalidArgument(format!(
+                "reduce_scatter: counts ({}) need one entry per rank ({n})",
+                counts.len()
+            )));
+        }
+        if counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)) != Some(len) {
+            return Err(Error::InvalidArgument(format!(
+                "reduce_scatter: the counts {counts:?} must add up to the send buffer's {len} elements"
+            )));
+        }
+        let sz = std::mem::size_of::<T>();
+        let mut off = 0;
+        Ok(counts
+            .iter()
+            .map(|&c| {
+                off += c * sz;
+                off - c * sz..off
+            })
+            .collect())
+    }
+
+    /// Reduce_scatter over checked `chunks`; `block` is the chunk size of
+    /// reduce_scatter_block (equal chunks: the schedule is then kept), `None` for
+    /// reduce_scatter.
+    pub(super) fn reduce_scatter_elems<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        chunks: &[Range<usize>],
+        op: &impl Reduction<T>,
+        block: Option<usize>,
+    ) -> Result<()> {
+        let (n, me) = (self.size(), self.rank());
+        let len = std::mem::size_of_val(send);
+        let elem = std::mem::size_of::<T>();
+        let algorithm = self.coll_algorithm("reduce_scatter")?;
+        let long = self.coll_params()?.allreduce_long_size;
+        let ordered = !op.is_commutative();
+        // The ring combines chunk c in ring order from rank c + 1: commutative only.
+        let build = || match algorithm {
+            "ring" if !ordered => schedule::reduce_scatter_ring(n, me, chunks),
+            "ring" => {
+                tracing::debug!("reduce_scatter: a non-commutative operation runs reduce_scatterv, not the ring chosen by coll_reduce_scatter_algorithm");
+                schedule::reduce_scatter_reduce_scatterv(n, me, chunks)
+            }
+            "reduce_scatterv" => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
+            _ if !ordered && n > 1 && len >= long => schedule::reduce_scatter_ring(n, me, chunks),
+            _ => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
+        };
+        let (s, tag) = match block {
+            Some(b) => (
+                self.schedule(
+                    SchedKey::new(TAG_REDUCE_SCATTER_BLOCK, 0, b, elem).ordered(ordered),
+                    build,
+                ),
+                TAG_REDUCE_SCATTER_BLOCK,
+            ),
+            None => (std::rc::Rc::new(build()), TAG_REDUCE_SCATTER),
+        };
+        // The schedule works over the whole vector (partials of other ranks' chunks);
+        // typed, so that the reduction kernels see aligned elements.
+        let mut work = vec![T::zeroed(); send.len()];
+        self.run_schedule(
+            &s,
+            tag,
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(&mut work),
+            Some(&reduce_step(op)),
+        )?;
+        bytemuck::cast_slice_mut::<T, u8>(recv)
+            .copy_from_slice(&bytemuck::cast_slice::<T, u8>(&work)[chunks[me].clone()]);
+        Ok(())
+    }
+}
