@@ -25,6 +25,7 @@
 
 pub mod coll;
 mod comm;
+pub mod raw;
 mod request;
 
 use std::cell::RefCell;

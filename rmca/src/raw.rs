@@ -1,0 +1,159 @@
+//! Non-blocking operations on raw memory, for foreign-language bindings.
+//!
+//! [`crate::scope`] ties a request's buffer to a Rust borrow, which is what makes the safe API
+//! sound. A binding for C has no such scope: an `MPI_Request` outlives every Rust frame, and
+//! its buffer is memory the C program owns. This module lends such memory to the PML through
+//! `unsafe` calls whose contract is the C one: the caller keeps the buffer valid, and leaves it
+//! alone, until the request completed ([`RawRequest::wait`], or [`RawRequest::test`] reporting
+//! completion).
+//!
+//! A [`RawRequest`] does not take part in the scope accounting of [`crate::Universe`]'s
+//! finalize: complete every raw request before finalizing (MPI requires the same of its
+//! programs). Dropping an outstanding [`RawRequest`] waits for it, so that its buffer is never
+//! written after the request is gone.
+
+use rmca_framework::btl::CommPattern;
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::pml::{RequestId, SendMode};
+
+use crate::{Communicator, Result, Src, Status};
+
+/// An outstanding operation started by [`isend`] or [`irecv`] on caller-owned memory.
+#[must_use = "a raw request must be waited on or tested to completion"]
+#[derive(Debug)]
+pub struct RawRequest {
+    /// `None` once the outcome was handed out.
+    id: Option<RequestId>,
+    comm: Communicator,
+}
+
+/// The outcome of [`RawRequest::test`].
+#[derive(Debug)]
+pub enum Polled {
+    /// The operation completed with this outcome; the buffer is the caller's again.
+    Done(Result<Status>),
+    /// Still in progress; the request is handed back.
+    Pending(RawRequest),
+}
+
+/// Start a non-blocking send of `len` bytes at `buf` to communicator rank `dest` with `tag`.
+/// `mode` selects a standard or a synchronous send.
+///
+/// # Safety
+/// `buf..buf+len` must be valid for reads (any pointer when `len` is 0) and must not be
+/// written until the returned request completed.
+#[allow(unsafe_code)]
+pub unsafe fn isend(
+    comm: &Communicator,
+    buf: *const u8,
+    len: usize,
+    dest: usize,
+    tag: i32,
+    mode: SendMode,
+) -> Result<RawRequest> {
+    let ubuf = if len == 0 {
+        UserBuf::empty()
+    } else {
+        // SAFETY: the caller's contract: valid for reads and unwritten until completion.
+        unsafe { UserBuf::from_raw_parts(buf, len) }
+    };
+    let id = comm.start_send(
+        ubuf,
+        dest,
+        tag,
+        p2p_context(comm),
+        mode,
+        CommPattern::NonBlocking,
+    )?;
+    Ok(RawRequest {
+        id: Some(id),
+        comm: comm.clone(),
+    })
+}
+
+/// Start a non-blocking receive of at most `len` bytes into `buf` from `source` (a rank or
+/// [`crate::ANY_SOURCE`]; [`crate::PROC_NULL`] is refused: there is nothing to start) with
+/// `tag` ([`crate::ANY_TAG`] for any).
+///
+/// # Safety
+/// `buf..buf+len` must be valid for writes (any pointer when `len` is 0) and must not be
+/// accessed by anyone else until the returned request completed.
+#[allow(unsafe_code)]
+pub unsafe fn irecv(
+    comm: &Communicator,
+    buf: *mut u8,
+    len: usize,
+    source: Src,
+    tag: i32,
+) -> Result<RawRequest> {
+    let ubuf = if len == 0 {
+        UserBuf::empty()
+    } else {
+        // SAFETY: the caller's contract: valid for writes and unaccessed until completion.
+        unsafe { UserBuf::from_raw_parts_mut(buf, len) }
+    };
+    let id = comm.start_recv(
+        ubuf,
+        source,
+        tag,
+        p2p_context(comm),
+        CommPattern::NonBlocking,
+    )?;
+    Ok(RawRequest {
+        id: Some(id),
+        comm: comm.clone(),
+    })
+}
+
+/// The point-to-point context of `comm`: its collective context is the one above it.
+fn p2p_context(comm: &Communicator) -> rmca_framework::pml::ContextId {
+    comm.coll_context() - 1
+}
+
+impl RawRequest {
+    /// The communicator the operation runs on.
+    pub fn communicator(&self) -> &Communicator {
+        &self.comm
+    }
+
+    /// Block until the operation completes.
+    pub fn wait(mut self) -> Result<Status> {
+        let id = self.id.take().expect("an unspent raw request has an id");
+        self.comm.wait_raw(id)
+    }
+
+    /// Make progress once and report whether the operation completed.
+    pub fn test(mut self) -> Polled {
+        let id = self.id.expect("an unspent raw request has an id");
+        let polled = self.comm.shared().with(|rt| {
+            if let Some(st) = rt.pml.test(id)? {
+                return Ok(Some(st));
+            }
+            rt.progress();
+            Ok(rt.pml.test(id)?)
+        });
+        match polled {
+            Ok(None) => Polled::Pending(self),
+            Ok(Some(st)) => {
+                self.id = None;
+                Polled::Done(self.comm.finish(st))
+            }
+            Err(e) => {
+                // The PML no longer knows the request (finalized, or it failed): nothing
+                // writes into the buffer any more.
+                self.id = None;
+                Polled::Done(Err(e))
+            }
+        }
+    }
+}
+
+impl Drop for RawRequest {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            if let Err(e) = self.comm.wait_raw(id) {
+                tracing::debug!("raw request dropped while outstanding: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! `rmca-cc`: compile and link C programs against rmca's MPI library.
+fn main() {
+    std::process::exit(rmca_cc::run(std::env::args().skip(1).collect()));
+}
