@@ -1,7 +1,15 @@
 //! The exported MPI functions. The only modules of the crate with `unsafe` code: C hands us
 //! raw pointers, and each use of one is covered by the MPI contract of the function it came
 //! through (stated at each block).
+//!
+//! # Safety
+//! Every exported `MPI_*` function is `unsafe` with the same contract: its pointer arguments
+//! are what the MPI standard says the C function receives (buffers of `count` elements of the
+//! datatype, valid for the call or, for non-blocking calls, until completion; out-arguments
+//! valid for a write; `MPI_STATUS_IGNORE` and friends where allowed).
 #![allow(unsafe_code)]
+// The contract of each function is MPI's, stated once above rather than on 75 functions.
+#![allow(clippy::missing_safety_doc)]
 
 pub mod coll;
 pub mod comm;

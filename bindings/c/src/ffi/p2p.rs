@@ -203,7 +203,7 @@ pub unsafe extern "C" fn MPI_Recv(
         // otherwise during the call.
         let o = outcome(c.recv(unsafe { bytes_mut(buf, len) }, src, tag));
         // SAFETY: the caller's status or MPI_STATUS_IGNORE.
-        unsafe { put_status(status, &Outcome { ..o.clone() }.status) };
+        unsafe { put_status(status, &o.status) };
         o.error.map_or(Ok(()), Err)
     })
 }
@@ -270,6 +270,8 @@ pub(crate) fn start_recv(
     Ok(ReqState::Active(r))
 }
 
+// MPI's argument list, plus the send mode.
+#[allow(clippy::too_many_arguments)]
 fn isend(
     kind: SendKind,
     buf: *const c_void,
@@ -344,6 +346,8 @@ pub unsafe extern "C" fn MPI_Irecv(
     })
 }
 
+// MPI's argument list, plus the send mode.
+#[allow(clippy::too_many_arguments)]
 fn send_init(
     kind: SendKind,
     buf: *const c_void,
