@@ -1,10 +1,13 @@
-//! The compiler wrapper behind `rmca-cc` and `mpicc`: runs the C compiler with the include
+//! The compiler wrappers behind `rmca-cc`/`mpicc` (C) and `rmca-cxx`/`mpicxx` (C++, for
+//! build systems that link C objects with the C++ compiler, as the OSU benchmarks do): run the
+//! compiler with the include
 //! directory of rmca's `mpi.h` and, when linking, `-L`, `-l` and an rpath for the library, so
 //! that the program runs without `LD_LIBRARY_PATH`.
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `RMCA_CC` | the C compiler | `cc` |
+//! | `RMCA_CXX` | the C++ compiler | `c++` |
 //! | `RMCA_CC_INCLUDE` | the directory of `mpi.h` | `<bin dir>/include` if it has `mpi.h`, else the source tree's `bindings/c/include` |
 //! | `RMCA_CC_LIBDIR` | the directory of `libmpi.so` | the directory of this program |
 //!
@@ -21,17 +24,29 @@ const NO_LINK: [&str; 5] = ["-c", "-S", "-E", "-M", "-MM"];
 /// The source tree's header directory, for runs from a build tree.
 const SOURCE_INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bindings/c/include");
 
+/// The language a wrapper compiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// C (`rmca-cc`, `mpicc`).
+    C,
+    /// C++ (`rmca-cxx`, `mpicxx`).
+    Cxx,
+}
+
 /// Where the wrapper finds things.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
+    /// The compiler to run.
     pub compiler: String,
+    /// The directory of `mpi.h`.
     pub include: PathBuf,
+    /// The directory of `libmpi.so` (also the rpath).
     pub libdir: PathBuf,
 }
 
 impl Layout {
-    /// The layout from the environment and the location of this executable.
-    pub fn detect() -> Self {
+    /// The layout from the environment and the location of this executable, for `language`.
+    pub fn detect(language: Language) -> Self {
         let bindir = std::env::current_exe()
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -49,7 +64,11 @@ impl Layout {
         let libdir = std::env::var_os("RMCA_CC_LIBDIR")
             .map(PathBuf::from)
             .unwrap_or(bindir);
-        let compiler = std::env::var("RMCA_CC").unwrap_or_else(|_| "cc".to_owned());
+        let (var, default) = match language {
+            Language::C => ("RMCA_CC", "cc"),
+            Language::Cxx => ("RMCA_CXX", "c++"),
+        };
+        let compiler = std::env::var(var).unwrap_or_else(|_| default.to_owned());
         Self {
             compiler,
             include: canonical(include),
@@ -65,8 +84,11 @@ fn canonical(p: PathBuf) -> PathBuf {
 /// What to run: the compiler and its arguments, and whether only to show them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The compiler.
     pub program: String,
+    /// Its arguments.
     pub args: Vec<String>,
+    /// Print the command instead of running it.
     pub show: bool,
 }
 
@@ -98,9 +120,9 @@ pub fn plan(layout: &Layout, args: Vec<String>) -> Plan {
     }
 }
 
-/// Run the wrapper: the exit code.
-pub fn run(args: Vec<String>) -> i32 {
-    let p = plan(&Layout::detect(), args);
+/// Run the wrapper for `language`: the exit code.
+pub fn run(language: Language, args: Vec<String>) -> i32 {
+    let p = plan(&Layout::detect(language), args);
     if p.show {
         let mut line = p.program.clone();
         for a in &p.args {
@@ -114,8 +136,12 @@ pub fn run(args: Vec<String>) -> i32 {
         Ok(st) => st.code().unwrap_or(1),
         Err(e) => {
             eprintln!(
-                "rmca-cc: cannot run the C compiler '{}': {e} (set RMCA_CC to choose another)",
-                p.program
+                "rmca-cc: cannot run the compiler '{}': {e} (set {} to choose another)",
+                p.program,
+                match language {
+                    Language::C => "RMCA_CC",
+                    Language::Cxx => "RMCA_CXX",
+                }
             );
             127
         }
