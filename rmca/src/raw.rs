@@ -14,17 +14,26 @@
 
 use rmca_framework::btl::CommPattern;
 use rmca_framework::buffer::UserBuf;
-use rmca_framework::pml::{RequestId, SendMode};
+use rmca_framework::pml::{RequestId, SendArgs, SendMode, SendStart};
 
-use crate::{Communicator, Result, Src, Status};
+use crate::{Communicator, Error, Result, Src, Status};
 
 /// An outstanding operation started by [`isend`] or [`irecv`] on caller-owned memory.
 #[must_use = "a raw request must be waited on or tested to completion"]
 #[derive(Debug)]
 pub struct RawRequest {
-    /// `None` once the outcome was handed out.
-    id: Option<RequestId>,
+    state: RawState,
     comm: Communicator,
+}
+
+#[derive(Debug)]
+enum RawState {
+    /// In the PML.
+    Pending(RequestId),
+    /// Completed as it started (an eager send the BTL took at once): nothing in the PML.
+    Done(Status),
+    /// The outcome was handed out.
+    Spent,
 }
 
 /// The outcome of [`RawRequest::test`].
@@ -57,16 +66,29 @@ pub unsafe fn isend(
         // SAFETY: the caller's contract: valid for reads and unwritten until completion.
         unsafe { UserBuf::from_raw_parts(buf, len) }
     };
-    let id = comm.start_send(
-        ubuf,
-        dest,
+    if tag < 0 {
+        return Err(Error::BadTag(tag));
+    }
+    // The PML's fast path: an eager message a BTL takes at once completes here, with no
+    // request behind it (as the safe API's sends do).
+    let started = comm.shared().start_send(SendArgs {
+        buf: ubuf,
+        dest: comm.world_rank(dest)?,
         tag,
-        p2p_context(comm),
+        context: p2p_context(comm),
         mode,
-        CommPattern::NonBlocking,
-    )?;
+        pattern: CommPattern::NonBlocking,
+    })?;
+    let state = match started {
+        SendStart::Done => RawState::Done(Status {
+            source: dest,
+            tag,
+            bytes: len,
+        }),
+        SendStart::Pending(id) => RawState::Pending(id),
+    };
     Ok(RawRequest {
-        id: Some(id),
+        state,
         comm: comm.clone(),
     })
 }
@@ -100,7 +122,7 @@ pub unsafe fn irecv(
         CommPattern::NonBlocking,
     )?;
     Ok(RawRequest {
-        id: Some(id),
+        state: RawState::Pending(id),
         comm: comm.clone(),
     })
 }
@@ -118,13 +140,26 @@ impl RawRequest {
 
     /// Block until the operation completes.
     pub fn wait(mut self) -> Result<Status> {
-        let id = self.id.take().expect("an unspent raw request has an id");
-        self.comm.wait_raw(id)
+        match std::mem::replace(&mut self.state, RawState::Spent) {
+            RawState::Pending(id) => self.comm.wait_raw(id),
+            RawState::Done(st) => Ok(st),
+            RawState::Spent => Err(Error::InvalidArgument(
+                "raw request already completed".into(),
+            )),
+        }
     }
 
     /// Make progress once and report whether the operation completed.
     pub fn test(mut self) -> Polled {
-        let id = self.id.expect("an unspent raw request has an id");
+        let id = match std::mem::replace(&mut self.state, RawState::Spent) {
+            RawState::Pending(id) => id,
+            RawState::Done(st) => return Polled::Done(Ok(st)),
+            RawState::Spent => {
+                return Polled::Done(Err(Error::InvalidArgument(
+                    "raw request already completed".into(),
+                )))
+            }
+        };
         let polled = self.comm.shared().with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
@@ -133,24 +168,21 @@ impl RawRequest {
             Ok(rt.pml.test(id)?)
         });
         match polled {
-            Ok(None) => Polled::Pending(self),
-            Ok(Some(st)) => {
-                self.id = None;
-                Polled::Done(self.comm.finish(st))
+            Ok(None) => {
+                self.state = RawState::Pending(id);
+                Polled::Pending(self)
             }
-            Err(e) => {
-                // The PML no longer knows the request (finalized, or it failed): nothing
-                // writes into the buffer any more.
-                self.id = None;
-                Polled::Done(Err(e))
-            }
+            Ok(Some(st)) => Polled::Done(self.comm.finish(st)),
+            // The PML no longer knows the request (finalized, or it failed): nothing writes
+            // into the buffer any more.
+            Err(e) => Polled::Done(Err(e)),
         }
     }
 }
 
 impl Drop for RawRequest {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
+        if let RawState::Pending(id) = std::mem::replace(&mut self.state, RawState::Spent) {
             if let Err(e) = self.comm.wait_raw(id) {
                 tracing::debug!("raw request dropped while outstanding: {e}");
             }

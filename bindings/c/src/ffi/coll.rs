@@ -414,7 +414,12 @@ unsafe fn layout(
     for i in 0..n {
         // SAFETY: the caller's contract.
         let (cnt, dsp) = unsafe { (counts.add(i).read(), displs.add(i).read()) };
-        let cnt = super::count(cnt, &format!("{side} count of rank {i}"))?;
+        let cnt = usize::try_from(cnt).map_err(|_| {
+            MpiError::new(
+                MPI_ERR_COUNT,
+                format!("{side} count {cnt} of rank {i} is negative: counts are >= 0"),
+            )
+        })?;
         let dsp = usize::try_from(dsp).map_err(|_| {
             MpiError::new(
                 MPI_ERR_ARG,

@@ -124,7 +124,12 @@ pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
 
 /// Bytes of `n` elements of `dt` at `buf`, checking the count and the pointer.
 pub(crate) fn buffer_len(buf: *const c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<usize> {
-    let n = count(n, &format!("{what} count"))?;
+    let n = usize::try_from(n).map_err(|_| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} count {n} is negative: counts are >= 0"),
+        )
+    })?;
     let len = n * datatype(dt)?.size;
     if len > 0 && buf.is_null() {
         return Err(MpiError::new(
