@@ -180,6 +180,62 @@ impl RawRequest {
     }
 }
 
+/// Wait until every request of `requests` completed; their outcomes, in order. One progress
+/// loop serves them all, so a window of receives is drained in a few passes instead of one
+/// wait (and one delivery) per request.
+pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
+    let mut out: Vec<Option<Result<Status>>> = Vec::with_capacity(requests.len());
+    let mut pending = Vec::new();
+    for (i, mut r) in requests.into_iter().enumerate() {
+        match std::mem::replace(&mut r.state, RawState::Spent) {
+            RawState::Pending(id) => {
+                out.push(None);
+                pending.push((i, id, r.comm.clone()));
+            }
+            RawState::Done(st) => out.push(Some(Ok(st))),
+            RawState::Spent => out.push(Some(Err(Error::InvalidArgument(
+                "raw request already completed".into(),
+            )))),
+        }
+    }
+    let mut backoff = rmca_framework::progress::Backoff::default();
+    while let Some((_, _, comm)) = pending.first() {
+        // Every communicator of a process shares its one runtime.
+        let shared = comm.shared_rc().clone();
+        let before = pending.len();
+        let mut events = 0;
+        let r = shared.with(|rt| {
+            pending.retain(|(i, id, comm)| match rt.pml.test(*id) {
+                Ok(None) => true,
+                Ok(Some(st)) => {
+                    out[*i] = Some(comm.finish(st));
+                    false
+                }
+                Err(e) => {
+                    out[*i] = Some(Err(e.into()));
+                    false
+                }
+            });
+            if !pending.is_empty() {
+                events = rt.progress();
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            // Finalized: the PML is gone and writes into no buffer any more.
+            let msg = e.to_string();
+            for (i, _, _) in pending.drain(..) {
+                out[i] = Some(Err(Error::InvalidArgument(msg.clone())));
+            }
+        }
+        // Spins, or yields when the node is oversubscribed (the runtime's idle policy).
+        backoff.pass(events + before - pending.len());
+    }
+    out.into_iter()
+        .map(|o| o.expect("every request has an outcome"))
+        .collect()
+}
+
 impl Drop for RawRequest {
     fn drop(&mut self) {
         if let RawState::Pending(id) = std::mem::replace(&mut self.state, RawState::Spent) {

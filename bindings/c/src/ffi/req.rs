@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use rmca::raw::Polled;
+use rmca::raw::{self, Polled};
 
 use super::{call, empty_status, outcome, put, put_status};
 use crate::abi::*;
@@ -42,6 +42,27 @@ fn settle(s: &mut State, h: Handle, block: bool) -> MpiResult<()> {
         }
     };
     Ok(())
+}
+
+/// Wait for every active request of `handles` in one progress loop (see [`raw::wait_all`]),
+/// keeping each outcome in its entry. Invalid handles are left for the caller to report.
+fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>) {
+    let mut taken = Vec::new();
+    for h in handles {
+        let Ok(entry) = s.request(h) else { continue };
+        if !matches!(entry.state, ReqState::Active(_)) {
+            continue;
+        }
+        if let ReqState::Active(r) = std::mem::replace(&mut entry.state, ReqState::Inactive) {
+            taken.push((h, r));
+        }
+    }
+    let (handles, raws): (Vec<Handle>, Vec<raw::RawRequest>) = taken.into_iter().unzip();
+    for (h, res) in handles.into_iter().zip(raw::wait_all(raws)) {
+        if let Ok(entry) = s.request(h) {
+            entry.state = ReqState::Done(outcome(res));
+        }
+    }
 }
 
 /// Poll `h`, completing it (freeing or deactivating) if it is done.
@@ -238,7 +259,12 @@ pub unsafe extern "C" fn MPI_Waitall(
         let n = array(requests, count)?;
         // SAFETY: MPI_Waitall's contract: `count` handles and statuses (or
         // MPI_STATUSES_IGNORE).
-        state::with(|s| unsafe { complete_all(s, n, requests, statuses, true) })
+        state::with(|s| {
+            // SAFETY: MPI_Waitall's contract: `count` handles.
+            settle_all(s, (0..n).map(|i| unsafe { handle_at(requests, i) }));
+            // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
+            unsafe { complete_all(s, n, requests, statuses, false) }
+        })
     })
 }
 
@@ -336,14 +362,6 @@ unsafe fn any_result(
     }
 }
 
-/// Spin politely: after a while, give the core to the peers (2 cores, many ranks).
-fn backoff(idle: &mut u32) {
-    *idle += 1;
-    if *idle > 256 {
-        std::thread::yield_now();
-    }
-}
-
 /// `MPI_Waitany`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Waitany(
@@ -355,13 +373,13 @@ pub unsafe extern "C" fn MPI_Waitany(
     call("MPI_Waitany", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
         let found = state::with(|s| {
-            let mut idle = 0;
+            let mut backoff = rmca::framework::progress::Backoff::default();
             loop {
                 // SAFETY: MPI_Waitany's contract: `count` handles.
                 if let Some(found) = unsafe { any_pass(s, n, requests)? } {
                     return Ok(found);
                 }
-                backoff(&mut idle);
+                backoff.pass(0);
             }
         })?;
         // SAFETY: the caller's index and status.
@@ -491,11 +509,11 @@ pub unsafe extern "C" fn MPI_Waitsome(
     call("MPI_Waitsome", MPI_COMM_WORLD, || {
         let n = some_args(incount, requests, indices, outcount)?;
         let found = state::with(|s| {
-            let mut idle = 0;
+            let mut backoff = rmca::framework::progress::Backoff::default();
             loop {
                 // SAFETY: MPI_Waitsome's contract: `incount` handles, indices and statuses.
                 match unsafe { some_pass(s, n, requests, indices, statuses)? } {
-                    Some((0, None)) => backoff(&mut idle),
+                    Some((0, None)) => backoff.pass(0),
                     other => return Ok(other),
                 }
             }
