@@ -96,6 +96,12 @@ int main(int argc, char **argv) {
     OK(MPI_Sendrecv_replace(rep, 2, MPI_INT, next, 41, prev, 41, MPI_COMM_WORLD, &st));
     CHECK(rep[0] == prev && rep[1] == -prev, "replace %d %d", rep[0], rep[1]);
 
+    /* The largest tag MPI_TAG_UB promises. */
+    int *tag_ub, tflag;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &tflag));
+    OK(MPI_Sendrecv(&mine, 1, MPI_INT, next, *tag_ub, &got, 1, MPI_INT, prev, MPI_ANY_TAG, MPI_COMM_WORLD, &st));
+    CHECK(st.MPI_TAG == *tag_ub && got == mine - rank * 100000 + prev * 100000, "tag_ub %d", st.MPI_TAG);
+
     /* MPI_PROC_NULL: completes at once with the null status. */
     OK(MPI_Send(out, 5, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD));
     OK(MPI_Recv(in, 5, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &st));
