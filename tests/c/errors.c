@@ -88,6 +88,12 @@ int main(int argc, char **argv) {
     EXPECT(MPI_Allreduce(buf, buf + 4, -1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_COUNT);
     EXPECT(MPI_Sendrecv(buf, 4, MPI_INT, 0, 0, buf + 2, 4, MPI_INT, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_BUFFER);
 
+    /* Mismatched type signatures every rank can see. */
+    int gbuf[64];
+    EXPECT(MPI_Allgather(buf, 2, MPI_INT, gbuf, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    EXPECT(MPI_Alltoall(buf, 1, MPI_INT, gbuf, 1, MPI_SHORT, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    EXPECT(MPI_Alltoall(buf, 1, MPI_INT, gbuf, 1, (MPI_Datatype)0x2ff, MPI_COMM_WORLD), MPI_ERR_TYPE);
+
     MPI_Comm nc;
     EXPECT(MPI_Comm_split(MPI_COMM_WORLD, -4, 0, &nc), MPI_ERR_ARG);
     int *attr, flag;
