@@ -165,6 +165,33 @@ fn the_standard_abi_library_runs_the_same_program() {
 }
 
 #[test]
+fn c_programs_run_under_mpich_hydra() {
+    let Some(hydra) = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("mpiexec.hydra"))
+            .find(|f| f.is_file())
+    }) else {
+        rmca_test_support::skip_or_fail("mpiexec.hydra is not installed (Debian package mpich)");
+        return;
+    };
+    let program = compile("coll", &[]);
+    for (pmi, ranks) in [("pmi1", "3"), ("pmi2", "2")] {
+        let out = Command::new(&hydra)
+            .args(["-n", ranks])
+            .arg(&program)
+            .env("RMCA_PMI", pmi)
+            .output()
+            .expect("run mpiexec.hydra");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("ok coll:"),
+            "{pmi}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
 fn errors_are_fatal_by_default_and_name_the_call_and_class() {
     let program = compile("errors", &[]);
     let out = run_job(&Job {
