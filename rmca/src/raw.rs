@@ -236,6 +236,52 @@ pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
         .collect()
 }
 
+/// Wait until every request of `requests` completed, keeping only the errors (`None` for an
+/// operation that succeeded), in order: `MPI_Waitall` with `MPI_STATUSES_IGNORE`. The
+/// pending ones go to the PML in one call, as the safe API's `Request::complete_all` does.
+pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
+    let mut out: Vec<Option<Error>> = (0..requests.len()).map(|_| None).collect();
+    let mut ids = Vec::new();
+    let mut at = Vec::new();
+    let mut comms = Vec::new();
+    for (i, mut r) in requests.into_iter().enumerate() {
+        match std::mem::replace(&mut r.state, RawState::Spent) {
+            RawState::Pending(id) => {
+                ids.push(id);
+                at.push(i);
+                comms.push(r.comm.clone());
+            }
+            RawState::Done(_) => {}
+            RawState::Spent => {
+                out[i] = Some(Error::InvalidArgument(
+                    "raw request already completed".into(),
+                ));
+            }
+        }
+    }
+    let Some(comm) = comms.first() else {
+        return out;
+    };
+    // Every communicator of a process shares its one runtime.
+    match comm.shared().wait_all(&ids) {
+        Ok(failed) => {
+            for (k, st) in failed {
+                if let Err(e) = comms[k].finish(st) {
+                    out[at[k]] = Some(e);
+                }
+            }
+        }
+        Err(e) => {
+            // Finalized: the PML is gone and writes into no buffer any more.
+            let msg = e.to_string();
+            for &i in &at {
+                out[i] = Some(Error::InvalidArgument(msg.clone()));
+            }
+        }
+    }
+    out
+}
+
 impl Drop for RawRequest {
     fn drop(&mut self) {
         if let RawState::Pending(id) = std::mem::replace(&mut self.state, RawState::Spent) {

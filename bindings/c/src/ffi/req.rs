@@ -46,7 +46,7 @@ fn settle(s: &mut State, h: Handle, block: bool) -> MpiResult<()> {
 
 /// Wait for every active request of `handles` in one progress loop (see [`raw::wait_all`]),
 /// keeping each outcome in its entry. Invalid handles are left for the caller to report.
-fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>) {
+fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>, want_statuses: bool) {
     let mut taken = Vec::new();
     for h in handles {
         let Ok(entry) = s.request(h) else { continue };
@@ -58,9 +58,24 @@ fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>) {
         }
     }
     let (handles, raws): (Vec<Handle>, Vec<raw::RawRequest>) = taken.into_iter().unzip();
-    for (h, res) in handles.into_iter().zip(raw::wait_all(raws)) {
+    let outcomes: Vec<Outcome> = if want_statuses {
+        raw::wait_all(raws).into_iter().map(outcome).collect()
+    } else {
+        // Statuses ignored: the PML's batch wait, which keeps only the errors.
+        raw::complete_all(raws)
+            .into_iter()
+            .map(|e| match e {
+                None => Outcome {
+                    status: empty_status(),
+                    error: None,
+                },
+                Some(e) => outcome(Err(e)),
+            })
+            .collect()
+    };
+    for (h, o) in handles.into_iter().zip(outcomes) {
         if let Ok(entry) = s.request(h) {
-            entry.state = ReqState::Done(outcome(res));
+            entry.state = ReqState::Done(o);
         }
     }
 }
@@ -261,7 +276,11 @@ pub unsafe extern "C" fn MPI_Waitall(
         // MPI_STATUSES_IGNORE).
         state::with(|s| {
             // SAFETY: MPI_Waitall's contract: `count` handles.
-            settle_all(s, (0..n).map(|i| unsafe { handle_at(requests, i) }));
+            settle_all(
+                s,
+                (0..n).map(|i| unsafe { handle_at(requests, i) }),
+                !statuses.is_null(),
+            );
             // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
             unsafe { complete_all(s, n, requests, statuses, false) }
         })
