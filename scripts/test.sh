@@ -23,7 +23,7 @@ CARGO_TARGET_DIR=target/out-of-tree cargo clippy --manifest-path examples/out-of
 # The real-verbs provider compiles only with the rdma feature (libibverbs): lint it too.
 cargo clippy -p rmca-verbs -p rmca-common-verbs -p rmca-btl-ud -p rmca-btl-rc --features rdma --all-targets --locked -- -D warnings
 echo "== cargo build (release binaries used by the multi-process tests)"
-cargo build --workspace --release --bins --examples --locked
+cargo build --workspace --release --bins --examples --lib --locked
 echo "== cargo test (fuzz targets: ${RMCA_FUZZ_SECS} s each)"
 cargo test --workspace --locked
 echo "== miri: the unsafe cores (UserBuf, shm ring, cooperative copy); what is not, and why: scripts/miri.sh"

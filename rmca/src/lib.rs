@@ -28,6 +28,7 @@ pub mod coll;
 mod comm;
 pub mod datatype;
 mod group;
+pub mod raw;
 mod request;
 pub mod thread;
 

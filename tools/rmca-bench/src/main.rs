@@ -57,9 +57,11 @@ benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
                      boundary, in rmca and in the peers (default 0: page-aligned, like the
                      receive buffers and like OSU's)
   --runs N           jobs per configuration; medians and [min..max] are reported (default 5)
-  --vs               also run the peers: Open MPI (ob1/vader and UCX) and MPICH on
-                     bench/osu_like.c
-  --peers LIST       peers to run (implies --vs; default ompi-vader,ompi-ucx,mpich; also
+  --vs               also run the peers: Open MPI (ob1/vader and UCX), MPICH and rmca's
+                     MPI C interface (rmca-c) on bench/osu_like.c
+  --peers LIST       peers to run (implies --vs; default ompi-vader,ompi-ucx,mpich,rmca-c,
+                     where rmca-c is osu_like.c built with rmca's mpicc under rmca-run,
+                     not bound to cores: compare it with --no-bind; also
                      rxd: libfabric reliable datagrams over UDP through fi_pingpong, latency
                      and bw only, one message in flight; udp: a raw UDP ping-pong between
                      two processes of this binary on 127.0.0.1, busy-polling, latency and

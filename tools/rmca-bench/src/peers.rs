@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use crate::bench::{iters_for, sizes, Bench, Params};
 
 /// Peers run by `--vs` without `--peers`.
-pub const DEFAULT: [&str; 3] = ["ompi-vader", "ompi-ucx", "mpich"];
+pub const DEFAULT: [&str; 4] = ["ompi-vader", "ompi-ucx", "mpich", "rmca-c"];
 
 /// Every peer `--peers` accepts.
-pub const KNOWN: [&str; 5] = ["ompi-vader", "ompi-ucx", "mpich", "rxd", "udp"];
+pub const KNOWN: [&str; 6] = ["ompi-vader", "ompi-ucx", "mpich", "rxd", "udp", "rmca-c"];
 
 /// The peer benchmark source, embedded so that the binary works from any directory.
 const OSU_LIKE_C: &str = include_str!("../../../bench/osu_like.c");
@@ -36,6 +36,13 @@ enum Kind {
     /// A raw UDP ping-pong of this binary (`--udp-peer`): latency and bw only.
     Udp {
         exe: PathBuf,
+    },
+    /// osu_like.c built with rmca's `mpicc` (the MPI C interface), under rmca-run: the same
+    /// program as the MPI peers, on rmca. Not bound to cores (rmca-run does not bind; the
+    /// Rust worker does unless `--no-bind`).
+    RmcaC {
+        rmca_run: PathBuf,
+        bin: PathBuf,
     },
 }
 
@@ -150,6 +157,20 @@ impl Config {
                 }
                 Kind::Rxd
             }
+            "rmca-c" => {
+                let rmca_run = dir.join("rmca-run");
+                if !rmca_run.is_file() || !dir.join("libmpi.so").is_file() {
+                    return Err(format!(
+                        "rmca-run or libmpi.so not found in {}: build them with `cargo build --release --workspace --bins --lib`",
+                        dir.display()
+                    ));
+                }
+                let mpicc = dir.join("mpicc");
+                Kind::RmcaC {
+                    bin: build_peer(dir, &mpicc.to_string_lossy(), "rmca")?,
+                    rmca_run,
+                }
+            }
             "udp" => Kind::Udp {
                 exe: std::env::current_exe()
                     .map_err(|e| format!("cannot locate rmca-bench itself: {e}"))?,
@@ -238,6 +259,15 @@ impl Config {
                 if bind && ranks <= cores {
                     c.args(["-bind-to", "core"]);
                 }
+                c.arg(bin).args(&bench_args);
+                c
+            }
+            Kind::RmcaC { rmca_run, bin } => {
+                let mut c = Command::new(rmca_run);
+                c.arg("-n")
+                    .arg(ranks.to_string())
+                    .arg("--timeout")
+                    .arg(timeout_s.to_string());
                 c.arg(bin).args(&bench_args);
                 c
             }

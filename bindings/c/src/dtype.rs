@@ -1,0 +1,212 @@
+//! The predefined datatypes: their sizes on this platform (LP64) and which reductions apply.
+
+use crate::abi::Handle;
+
+/// The Rust element type a reduction over a datatype runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F32,
+    F64,
+}
+
+/// The MPI class of a datatype, which decides the operations allowed on it (MPI 5.0
+/// section 6.9.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// C and Fortran integers.
+    Integer,
+    /// Floating point.
+    Float,
+    /// `MPI_C_BOOL`, `MPI_CXX_BOOL`.
+    Logical,
+    /// `MPI_BYTE`.
+    Byte,
+    /// Complex numbers (no reduction implemented yet).
+    Complex,
+    /// Everything else (characters, pairs for MINLOC/MAXLOC, `MPI_PACKED`, long double).
+    Other,
+}
+
+/// A predefined datatype.
+#[derive(Clone, Copy, Debug)]
+pub struct Datatype {
+    /// `MPI_INT` and so on.
+    pub name: &'static str,
+    /// Size in bytes (equal to the extent for every predefined type).
+    pub size: usize,
+    pub class: Class,
+    /// The element type of reductions (integers, floats, booleans and bytes).
+    pub elem: Option<Elem>,
+}
+
+const fn ty(name: &'static str, size: usize, class: Class, elem: Option<Elem>) -> Datatype {
+    Datatype {
+        name,
+        size,
+        class,
+        elem,
+    }
+}
+
+/// The predefined datatype behind `handle`, if it is one rmca knows.
+pub fn lookup(handle: Handle) -> Option<Datatype> {
+    use Class::*;
+    use Elem::*;
+    let t = match handle {
+        0x201 => ty("MPI_AINT", 8, Integer, Some(I64)),
+        0x202 => ty("MPI_COUNT", 8, Integer, Some(I64)),
+        0x203 => ty("MPI_OFFSET", 8, Integer, Some(I64)),
+        0x207 => ty("MPI_PACKED", 1, Other, None),
+        0x208 => ty("MPI_SHORT", 2, Integer, Some(I16)),
+        0x209 => ty("MPI_INT", 4, Integer, Some(I32)),
+        0x20a => ty("MPI_LONG", 8, Integer, Some(I64)),
+        0x20b => ty("MPI_LONG_LONG", 8, Integer, Some(I64)),
+        0x20c => ty("MPI_UNSIGNED_SHORT", 2, Integer, Some(U16)),
+        0x20d => ty("MPI_UNSIGNED", 4, Integer, Some(U32)),
+        0x20e => ty("MPI_UNSIGNED_LONG", 8, Integer, Some(U64)),
+        0x20f => ty("MPI_UNSIGNED_LONG_LONG", 8, Integer, Some(U64)),
+        0x210 => ty("MPI_FLOAT", 4, Float, Some(F32)),
+        0x212 => ty("MPI_C_FLOAT_COMPLEX", 8, Complex, None),
+        0x213 => ty("MPI_CXX_FLOAT_COMPLEX", 8, Complex, None),
+        0x214 => ty("MPI_DOUBLE", 8, Float, Some(F64)),
+        0x216 => ty("MPI_C_DOUBLE_COMPLEX", 16, Complex, None),
+        0x217 => ty("MPI_CXX_DOUBLE_COMPLEX", 16, Complex, None),
+        0x218 => ty("MPI_LOGICAL", 4, Other, None),
+        0x219 => ty("MPI_INTEGER", 4, Integer, Some(I32)),
+        0x21a => ty("MPI_REAL", 4, Float, Some(F32)),
+        0x21b => ty("MPI_COMPLEX", 8, Complex, None),
+        0x21c => ty("MPI_DOUBLE_PRECISION", 8, Float, Some(F64)),
+        0x21d => ty("MPI_DOUBLE_COMPLEX", 16, Complex, None),
+        0x21e => ty("MPI_CHARACTER", 1, Other, None),
+        0x220 => ty("MPI_LONG_DOUBLE", 16, Other, None),
+        0x224 => ty("MPI_C_LONG_DOUBLE_COMPLEX", 32, Complex, None),
+        0x225 => ty("MPI_CXX_LONG_DOUBLE_COMPLEX", 32, Complex, None),
+        0x228 => ty("MPI_FLOAT_INT", 8, Other, None),
+        0x229 => ty("MPI_DOUBLE_INT", 16, Other, None),
+        0x22a => ty("MPI_LONG_INT", 16, Other, None),
+        0x22b => ty("MPI_2INT", 8, Other, None),
+        0x22c => ty("MPI_SHORT_INT", 8, Other, None),
+        0x22d => ty("MPI_LONG_DOUBLE_INT", 32, Other, None),
+        0x230 => ty("MPI_2REAL", 8, Other, None),
+        0x231 => ty("MPI_2DOUBLE_PRECISION", 16, Other, None),
+        0x232 => ty("MPI_2INTEGER", 8, Other, None),
+        0x238 => ty("MPI_C_BOOL", 1, Logical, Some(U8)),
+        0x239 => ty("MPI_CXX_BOOL", 1, Logical, Some(U8)),
+        0x23c => ty("MPI_WCHAR", 4, Other, None),
+        0x240 => ty("MPI_INT8_T", 1, Integer, Some(I8)),
+        0x241 => ty("MPI_UINT8_T", 1, Integer, Some(U8)),
+        // MPI_CHAR is a printable character, not an integer: no reductions.
+        0x243 => ty("MPI_CHAR", 1, Other, None),
+        0x244 => ty("MPI_SIGNED_CHAR", 1, Integer, Some(I8)),
+        0x245 => ty("MPI_UNSIGNED_CHAR", 1, Integer, Some(U8)),
+        0x247 => ty("MPI_BYTE", 1, Byte, Some(U8)),
+        0x248 => ty("MPI_INT16_T", 2, Integer, Some(I16)),
+        0x249 => ty("MPI_UINT16_T", 2, Integer, Some(U16)),
+        0x250 => ty("MPI_INT32_T", 4, Integer, Some(I32)),
+        0x251 => ty("MPI_UINT32_T", 4, Integer, Some(U32)),
+        0x258 => ty("MPI_INT64_T", 8, Integer, Some(I64)),
+        0x259 => ty("MPI_UINT64_T", 8, Integer, Some(U64)),
+        0x2c0 => ty("MPI_LOGICAL1", 1, Other, None),
+        0x2c1 => ty("MPI_INTEGER1", 1, Integer, Some(I8)),
+        0x2c8 => ty("MPI_LOGICAL2", 2, Other, None),
+        0x2c9 => ty("MPI_INTEGER2", 2, Integer, Some(I16)),
+        0x2ca => ty("MPI_REAL2", 2, Other, None),
+        0x2d0 => ty("MPI_LOGICAL4", 4, Other, None),
+        0x2d1 => ty("MPI_INTEGER4", 4, Integer, Some(I32)),
+        0x2d2 => ty("MPI_REAL4", 4, Float, Some(F32)),
+        0x2d3 => ty("MPI_COMPLEX4", 4, Complex, None),
+        0x2d8 => ty("MPI_LOGICAL8", 8, Other, None),
+        0x2d9 => ty("MPI_INTEGER8", 8, Integer, Some(I64)),
+        0x2da => ty("MPI_REAL8", 8, Float, Some(F64)),
+        0x2db => ty("MPI_COMPLEX8", 8, Complex, None),
+        0x2e0 => ty("MPI_LOGICAL16", 16, Other, None),
+        0x2e1 => ty("MPI_INTEGER16", 16, Other, None),
+        0x2e2 => ty("MPI_REAL16", 16, Other, None),
+        0x2e3 => ty("MPI_COMPLEX16", 16, Complex, None),
+        0x2eb => ty("MPI_COMPLEX32", 32, Complex, None),
+        _ => return None,
+    };
+    Some(t)
+}
+
+/// A predefined operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpInfo {
+    pub name: &'static str,
+    /// The rmca operation, or `None` for the predefined ones rmca does not reduce with yet.
+    pub op: Option<rmca::coll::Op>,
+}
+
+/// The predefined operation behind `handle`.
+pub fn lookup_op(handle: Handle) -> Option<OpInfo> {
+    use rmca::coll::Op;
+    let (name, op) = match handle {
+        0x21 => ("MPI_SUM", Some(Op::Sum)),
+        0x22 => ("MPI_MIN", Some(Op::Min)),
+        0x23 => ("MPI_MAX", Some(Op::Max)),
+        0x24 => ("MPI_PROD", Some(Op::Prod)),
+        0x28 => ("MPI_BAND", Some(Op::BitAnd)),
+        0x29 => ("MPI_BOR", Some(Op::BitOr)),
+        0x2a => ("MPI_BXOR", Some(Op::BitXor)),
+        0x30 => ("MPI_LAND", Some(Op::LogicalAnd)),
+        0x31 => ("MPI_LOR", Some(Op::LogicalOr)),
+        0x32 => ("MPI_LXOR", Some(Op::LogicalXor)),
+        0x38 => ("MPI_MINLOC", None),
+        0x39 => ("MPI_MAXLOC", None),
+        0x3c => ("MPI_REPLACE", None),
+        0x3d => ("MPI_NO_OP", None),
+        _ => return None,
+    };
+    Some(OpInfo { name, op })
+}
+
+/// Does MPI define `op` on datatypes of `class`? (MPI 5.0 section 6.9.2.)
+pub fn op_allowed(op: rmca::coll::Op, class: Class) -> bool {
+    use rmca::coll::Op;
+    match op {
+        Op::Min | Op::Max => matches!(class, Class::Integer | Class::Float),
+        Op::Sum | Op::Prod => matches!(class, Class::Integer | Class::Float | Class::Complex),
+        Op::LogicalAnd | Op::LogicalOr | Op::LogicalXor => {
+            matches!(class, Class::Integer | Class::Logical)
+        }
+        Op::BitAnd | Op::BitOr | Op::BitXor => matches!(class, Class::Integer | Class::Byte),
+        // Defined on the value-index pair types (MPI_2INT, MPI_DOUBLE_INT...), which this
+        // library does not offer yet: MPI_MINLOC and MPI_MAXLOC map to no rmca op above.
+        Op::MinLoc | Op::MaxLoc => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_match_the_c_types_of_this_platform() {
+        use std::ffi::{c_int, c_long, c_longlong, c_short};
+        assert_eq!(lookup(0x208).unwrap().size, size_of::<c_short>());
+        assert_eq!(lookup(0x209).unwrap().size, size_of::<c_int>());
+        assert_eq!(lookup(0x20a).unwrap().size, size_of::<c_long>());
+        assert_eq!(lookup(0x20b).unwrap().size, size_of::<c_longlong>());
+        assert_eq!(lookup(0x201).unwrap().size, size_of::<isize>());
+    }
+
+    #[test]
+    fn reductions_follow_the_standard_table() {
+        use rmca::coll::Op;
+        assert!(op_allowed(Op::Sum, Class::Integer));
+        assert!(!op_allowed(Op::Sum, Class::Byte));
+        assert!(op_allowed(Op::BitXor, Class::Byte));
+        assert!(!op_allowed(Op::BitAnd, Class::Float));
+        assert!(op_allowed(Op::LogicalOr, Class::Logical));
+        assert!(!op_allowed(Op::Max, Class::Logical));
+        assert!(lookup(0x2ff).is_none());
+    }
+}

@@ -1,0 +1,241 @@
+//! Communicator queries and management, attributes and names.
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+use super::{call, communicator, put, put_string};
+use crate::abi::*;
+use crate::state::{self, CommEntry, MpiError};
+
+/// `MPI_Comm_size`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
+    call("MPI_Comm_size", comm, || {
+        let n = state::with(|s| Ok(s.comm(comm)?.comm.size()))?;
+        // SAFETY: the caller's int.
+        unsafe { put(size, n as c_int, "size") }
+    })
+}
+
+/// `MPI_Comm_rank`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
+    call("MPI_Comm_rank", comm, || {
+        let r = state::with(|s| Ok(s.comm(comm)?.comm.rank()))?;
+        // SAFETY: the caller's int.
+        unsafe { put(rank, r as c_int, "rank") }
+    })
+}
+
+/// `MPI_Comm_dup`: same group, new matching space, the same error handler.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
+    call("MPI_Comm_dup", comm, || {
+        if newcomm.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the newcomm argument is NULL"));
+        }
+        let (c, errhandler) = state::with(|s| {
+            let e = s.comm(comm)?;
+            Ok((e.comm.clone(), e.errhandler))
+        })?;
+        let dup = c.dup()?;
+        let h = state::with(|s| {
+            s.add_comm(CommEntry {
+                comm: dup,
+                errhandler,
+                name: String::new(),
+            })
+        })?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_split`: `MPI_UNDEFINED` as color leaves the caller out (`MPI_COMM_NULL`).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_split(
+    comm: Handle,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut Handle,
+) -> c_int {
+    call("MPI_Comm_split", comm, || {
+        if newcomm.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the newcomm argument is NULL"));
+        }
+        let color = match color {
+            MPI_UNDEFINED => None,
+            c => Some(u32::try_from(c).map_err(|_| {
+                MpiError::new(
+                    MPI_ERR_ARG,
+                    format!("color {c} is invalid: colors are >= 0 or MPI_UNDEFINED"),
+                )
+            })?),
+        };
+        let (c, errhandler) = state::with(|s| {
+            let e = s.comm(comm)?;
+            Ok((e.comm.clone(), e.errhandler))
+        })?;
+        let h = match c.split(color, key)? {
+            None => MPI_COMM_NULL,
+            Some(part) => state::with(|s| {
+                s.add_comm(CommEntry {
+                    comm: part,
+                    errhandler,
+                    name: String::new(),
+                })
+            })?,
+        };
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Comm_free`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
+    if comm.is_null() {
+        return call("MPI_Comm_free", MPI_COMM_WORLD, || {
+            Err(MpiError::new(MPI_ERR_ARG, "the comm argument is NULL"))
+        });
+    }
+    // SAFETY: non-null, the caller's handle.
+    let h = unsafe { comm.read() };
+    call("MPI_Comm_free", h, || {
+        state::with(|s| s.free_comm(h))?;
+        // SAFETY: as above.
+        unsafe { comm.write(MPI_COMM_NULL) };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_compare`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_compare(
+    comm1: Handle,
+    comm2: Handle,
+    result: *mut c_int,
+) -> c_int {
+    call("MPI_Comm_compare", comm1, || {
+        let a = communicator(comm1)?;
+        let b = communicator(comm2).map_err(|e| e.on(comm1))?;
+        let members = |c: &rmca::Communicator| -> Result<Vec<u32>, rmca::Error> {
+            (0..c.size()).map(|r| c.world_rank(r)).collect()
+        };
+        let (ma, mb) = (members(&a)?, members(&b)?);
+        let r = if comm1 == comm2 {
+            MPI_IDENT
+        } else if ma == mb {
+            MPI_CONGRUENT
+        } else {
+            let (mut sa, mut sb) = (ma, mb);
+            sa.sort_unstable();
+            sb.sort_unstable();
+            if sa == sb {
+                MPI_SIMILAR
+            } else {
+                MPI_UNEQUAL
+            }
+        };
+        // SAFETY: the caller's int.
+        unsafe { put(result, r, "result") }
+    })
+}
+
+/// `MPI_Comm_test_inter`: rmca has intra-communicators only.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_test_inter(comm: Handle, flag: *mut c_int) -> c_int {
+    call("MPI_Comm_test_inter", comm, || {
+        communicator(comm)?;
+        // SAFETY: the caller's int.
+        unsafe { put(flag, 0, "flag") }
+    })
+}
+
+/// Values of the predefined attributes, static so that the pointers handed out stay valid.
+static TAG_UB_VALUE: c_int = c_int::MAX;
+static HOST_VALUE: c_int = MPI_PROC_NULL;
+/// Every process may do I/O.
+static IO_VALUE: c_int = MPI_ANY_SOURCE;
+/// Clocks are per process.
+static WTIME_IS_GLOBAL_VALUE: c_int = 0;
+static APPNUM_VALUE: c_int = 0;
+static LASTUSEDCODE_VALUE: c_int = MPI_ERR_ABI;
+
+/// `MPI_Comm_get_attr` for the predefined keys (user keyvals are not implemented).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_get_attr(
+    comm: Handle,
+    keyval: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Comm_get_attr", comm, || {
+        let world_size = state::with(|s| {
+            s.comm(comm)?;
+            Ok(s.comm(MPI_COMM_WORLD)?.comm.size())
+        })?;
+        // MPI_UNIVERSE_SIZE's value lives as long as the process: the job never grows.
+        static UNIVERSE_SIZE_VALUE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+        let value: &'static c_int = match keyval {
+            MPI_TAG_UB => &TAG_UB_VALUE,
+            MPI_HOST => &HOST_VALUE,
+            MPI_IO => &IO_VALUE,
+            MPI_WTIME_IS_GLOBAL => &WTIME_IS_GLOBAL_VALUE,
+            MPI_APPNUM => &APPNUM_VALUE,
+            MPI_LASTUSEDCODE => &LASTUSEDCODE_VALUE,
+            MPI_UNIVERSE_SIZE => UNIVERSE_SIZE_VALUE.get_or_init(|| world_size as c_int),
+            _ => {
+                return Err(MpiError::new(
+                    MPI_ERR_KEYVAL,
+                    format!("keyval {keyval} is invalid: rmca knows the predefined keys MPI_TAG_UB, MPI_HOST, MPI_IO, MPI_WTIME_IS_GLOBAL, MPI_APPNUM, MPI_LASTUSEDCODE, MPI_UNIVERSE_SIZE (user keyvals are not implemented)"),
+                ))
+            }
+        };
+        // SAFETY: MPI_Comm_get_attr's contract: `attribute_val` is a `void **` receiving a
+        // pointer to the value (an int for the predefined keys), and `flag` an int.
+        unsafe {
+            put(
+                attribute_val.cast::<*const c_int>(),
+                value as *const c_int,
+                "attribute_val",
+            )?;
+            put(flag, 1, "flag")
+        }
+    })
+}
+
+/// `MPI_Comm_set_name`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_set_name(comm: Handle, comm_name: *const c_char) -> c_int {
+    call("MPI_Comm_set_name", comm, || {
+        if comm_name.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the comm_name argument is NULL"));
+        }
+        // SAFETY: MPI_Comm_set_name's contract: a NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr(comm_name) };
+        let mut name = name.to_string_lossy().into_owned();
+        // Names longer than MPI_MAX_OBJECT_NAME - 1 are truncated, as MPI allows.
+        while name.len() > MPI_MAX_OBJECT_NAME - 1 {
+            name.pop();
+        }
+        state::with(|s| {
+            s.comm_mut(comm)?.name = name;
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Comm_get_name`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_get_name(
+    comm: Handle,
+    comm_name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    call("MPI_Comm_get_name", comm, || {
+        let name = state::with(|s| Ok(s.comm(comm)?.name.clone()))?;
+        // SAFETY: the contract: `comm_name` holds MPI_MAX_OBJECT_NAME bytes.
+        unsafe { put_string(comm_name, MPI_MAX_OBJECT_NAME, resultlen, &name) }
+    })
+}

@@ -1,0 +1,359 @@
+//! The exported MPI functions. The only modules of the crate with `unsafe` code: C hands us
+//! raw pointers, and each use of one is covered by the MPI contract of the function it came
+//! through (stated at each block).
+//!
+//! # Safety
+//! Every exported `MPI_*` function is `unsafe` with the same contract: its pointer arguments
+//! are what the MPI standard says the C function receives (buffers of `count` elements of the
+//! datatype, valid for the call or, for non-blocking calls, until completion; out-arguments
+//! valid for a write; `MPI_STATUS_IGNORE` and friends where allowed).
+#![allow(unsafe_code)]
+// The contract of each function is MPI's, stated once above rather than on 75 functions.
+#![allow(clippy::missing_safety_doc)]
+
+pub mod coll;
+pub mod comm;
+pub mod env;
+pub mod p2p;
+pub mod req;
+
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::abi::*;
+use crate::dtype::{self, Datatype};
+use crate::state::{self, ErrHandler, MpiError, MpiResult};
+
+/// Run the body of MPI function `fname` whose communicator is `comm` (errors go to its error
+/// handler unless they name another one): success, or the error class after the handler ran.
+/// A panic is reported as `MPI_ERR_INTERN` instead of unwinding into C.
+#[inline]
+pub(crate) fn call(fname: &'static str, comm: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => MPI_SUCCESS,
+        Ok(Err(e)) => raise(fname, comm, e),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            raise(
+                fname,
+                comm,
+                MpiError::new(MPI_ERR_INTERN, format!("internal error in rmca: {what}")),
+            )
+        }
+    }
+}
+
+/// Hand `e` to the error handler of its communicator.
+#[cold]
+#[inline(never)]
+pub(crate) fn raise(fname: &'static str, comm: Handle, e: MpiError) -> c_int {
+    let mut comm = e.comm.unwrap_or(comm);
+    let handler = state::with(|s| Ok(s.errhandler_of(comm))).unwrap_or(ErrHandler::Fatal);
+    match handler {
+        ErrHandler::Fatal => fatal(fname, &e),
+        ErrHandler::Return => {
+            let _ = state::with(|s| {
+                s.record_error(&e);
+                Ok(())
+            });
+            e.class
+        }
+        ErrHandler::User(h) => {
+            let f = state::with(|s| {
+                s.record_error(&e);
+                Ok(s.errhandler_fn(h))
+            });
+            let mut code = e.class;
+            if let Ok(Some(f)) = f {
+                // SAFETY: `f` is the function the program registered with
+                // MPI_Comm_create_errhandler, of type MPI_Comm_errhandler_function, called
+                // with the two arguments it declares; no state borrow is held, so it may
+                // call MPI.
+                unsafe { f(&mut comm, &mut code) };
+            }
+            e.class
+        }
+    }
+}
+
+/// `MPI_ERRORS_ARE_FATAL`: say what went wrong and abort the job.
+fn fatal(fname: &str, e: &MpiError) -> ! {
+    use std::io::Write;
+    let msg = format!(
+        "{fname}: {} [{}]",
+        e.msg,
+        state::class_text(e.class)
+            .split(':')
+            .next()
+            .unwrap_or_default()
+    );
+    // The fatal handler's message must reach the user whatever the logging setup.
+    let _ = writeln!(std::io::stderr(), "rmca MPI error (fatal): {msg}");
+    let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(e.class.max(1), &msg) });
+    std::process::exit(e.class.max(1))
+}
+
+/// The datatype behind `h`.
+pub(crate) fn datatype(h: Handle) -> MpiResult<Datatype> {
+    dtype::lookup(h).ok_or_else(|| {
+        let what = if h == MPI_DATATYPE_NULL {
+            "MPI_DATATYPE_NULL".to_owned()
+        } else {
+            format!("{h:#x}")
+        };
+        MpiError::new(
+            MPI_ERR_TYPE,
+            format!("invalid datatype {what}: rmca supports the predefined datatypes (derived datatypes are not implemented yet)"),
+        )
+    })
+}
+
+/// Check a count (non-negative).
+pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
+    usize::try_from(n).map_err(|_| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} {n} is negative: counts are >= 0"),
+        )
+    })
+}
+
+/// Bytes of `n` elements of `dt` at `buf`, checking the count and the pointer.
+pub(crate) fn buffer_len(buf: *const c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<usize> {
+    let n = usize::try_from(n).map_err(|_| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} count {n} is negative: counts are >= 0"),
+        )
+    })?;
+    let len = n * datatype(dt)?.size;
+    if len > 0 && buf.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{what} buffer is NULL with {n} elements to transfer"),
+        ));
+    }
+    Ok(len)
+}
+
+/// The `len` bytes at `buf` (a checked, non-null pointer when `len` > 0).
+///
+/// # Safety
+/// `buf..buf+len` must be valid for reads and not written for `'a` (the MPI contract of a
+/// send buffer for the duration of the call).
+pub(crate) unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract; the pointer is non-null (checked by buffer_len).
+        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
+    }
+}
+
+/// The `len` bytes at `buf`, writable.
+///
+/// # Safety
+/// `buf..buf+len` must be valid for writes and not otherwise accessed for `'a` (the MPI
+/// contract of a receive buffer for the duration of the call).
+pub(crate) unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller's contract; the pointer is non-null (checked by buffer_len).
+        unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+    }
+}
+
+/// Refuse overlapping send and receive regions (MPI forbids aliased arguments; Rust may not
+/// hold a shared and a mutable view of the same bytes).
+pub(crate) fn no_overlap(
+    a: *const c_void,
+    a_len: usize,
+    b: *const c_void,
+    b_len: usize,
+    fname: &str,
+) -> MpiResult<()> {
+    let (a, b) = (a as usize, b as usize);
+    if a_len > 0 && b_len > 0 && a < b + b_len && b < a + a_len {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{fname}: the send and receive buffers overlap (MPI forbids aliased buffers; use MPI_IN_PLACE where the call has it)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Store `v` at `out` (checked non-null).
+///
+/// # Safety
+/// `out` must be null or valid for a write of `T`.
+pub(crate) unsafe fn put<T>(out: *mut T, v: T, what: &str) -> MpiResult<()> {
+    if out.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_ARG,
+            format!("the {what} argument is NULL"),
+        ));
+    }
+    // SAFETY: the caller's contract; non-null checked above.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// Write `status` to `out` unless it is `MPI_STATUS_IGNORE`.
+///
+/// # Safety
+/// `out` must be null or valid for a write of an `MPI_Status`.
+pub(crate) unsafe fn put_status(out: *mut MpiStatus, status: &MpiStatus) {
+    if !out.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { out.write(*status) };
+    }
+}
+
+/// Copy `s` into the C string buffer `out` of `cap` bytes (truncated, NUL-terminated) and
+/// store its length in `len`.
+///
+/// # Safety
+/// `out` must be valid for `cap` bytes of writes, `len` null or valid for a write.
+pub(crate) unsafe fn put_string(
+    out: *mut c_char,
+    cap: usize,
+    len: *mut c_int,
+    s: &str,
+) -> MpiResult<()> {
+    if out.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the string argument is NULL"));
+    }
+    let n = s.len().min(cap - 1);
+    // SAFETY: `out` holds `cap` bytes (the caller's contract) and n + 1 <= cap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), out.cast::<u8>(), n);
+        out.add(n).write(0);
+    }
+    if !len.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { len.write(n as c_int) };
+    }
+    Ok(())
+}
+
+/// The status of an empty or `MPI_PROC_NULL` operation.
+pub(crate) fn empty_status() -> MpiStatus {
+    MpiStatus {
+        source: MPI_ANY_SOURCE,
+        tag: MPI_ANY_TAG,
+        error: MPI_SUCCESS,
+        internal: [0; 5],
+    }
+}
+
+/// An rmca status in MPI terms.
+pub(crate) fn to_mpi_status(st: &rmca::Status) -> MpiStatus {
+    if st.is_proc_null() {
+        let mut s = empty_status();
+        s.source = MPI_PROC_NULL;
+        return s;
+    }
+    let mut s = MpiStatus {
+        source: st.source as c_int,
+        tag: st.tag,
+        error: MPI_SUCCESS,
+        internal: [0; 5],
+    };
+    s.set_bytes(st.bytes as u64);
+    s
+}
+
+/// The outcome of an rmca call that produced a status.
+pub(crate) fn outcome(r: rmca::Result<rmca::Status>) -> state::Outcome {
+    match r {
+        Ok(st) => state::Outcome {
+            status: to_mpi_status(&st),
+            error: None,
+        },
+        Err(e) => {
+            let status = match &e {
+                rmca::Error::Status { status, .. } => to_mpi_status(status),
+                _ => empty_status(),
+            };
+            let error = MpiError::from(e);
+            state::Outcome {
+                status: MpiStatus {
+                    error: error.class,
+                    ..status
+                },
+                error: Some(error),
+            }
+        }
+    }
+}
+
+/// A destination rank: `None` for `MPI_PROC_NULL`.
+pub(crate) fn dest(rank: c_int, size: usize) -> MpiResult<Option<usize>> {
+    if rank == MPI_PROC_NULL {
+        return Ok(None);
+    }
+    match usize::try_from(rank) {
+        Ok(r) if r < size => Ok(Some(r)),
+        _ => Err(MpiError::new(
+            MPI_ERR_RANK,
+            format!("destination rank {rank} is invalid: the communicator has ranks 0..{} (or use MPI_PROC_NULL)", size.saturating_sub(1)),
+        )),
+    }
+}
+
+/// A source selector.
+pub(crate) fn source(rank: c_int, size: usize) -> MpiResult<rmca::Src> {
+    match rank {
+        MPI_ANY_SOURCE => Ok(rmca::Src::Any),
+        MPI_PROC_NULL => Ok(rmca::Src::Null),
+        _ => match usize::try_from(rank) {
+            Ok(r) if r < size => Ok(rmca::Src::Rank(r)),
+            _ => Err(MpiError::new(
+                MPI_ERR_RANK,
+                format!("source rank {rank} is invalid: the communicator has ranks 0..{} (or use MPI_ANY_SOURCE, MPI_PROC_NULL)", size.saturating_sub(1)),
+            )),
+        },
+    }
+}
+
+/// A send tag (0..=MPI_TAG_UB).
+pub(crate) fn send_tag(tag: c_int) -> MpiResult<c_int> {
+    if tag < 0 {
+        return Err(MpiError::new(
+            MPI_ERR_TAG,
+            format!(
+                "tag {tag} is invalid for a send: tags are 0..={}",
+                c_int::MAX
+            ),
+        ));
+    }
+    Ok(tag)
+}
+
+/// A receive tag in rmca terms (`MPI_ANY_TAG` becomes rmca's).
+pub(crate) fn recv_tag(tag: c_int) -> MpiResult<c_int> {
+    if tag == MPI_ANY_TAG {
+        return Ok(rmca::ANY_TAG);
+    }
+    if tag < 0 {
+        return Err(MpiError::new(
+            MPI_ERR_TAG,
+            format!(
+                "tag {tag} is invalid for a receive: tags are 0..={} or MPI_ANY_TAG",
+                c_int::MAX
+            ),
+        ));
+    }
+    Ok(tag)
+}
+
+/// The communicator behind `h` (a clone: no state borrow is held while it works).
+#[inline]
+pub(crate) fn communicator(h: Handle) -> MpiResult<rmca::Communicator> {
+    state::with(|s| Ok(s.comm(h)?.comm.clone()))
+}

@@ -1,0 +1,670 @@
+//! Point-to-point: the four send modes, receives, probes, exchanges, persistent requests,
+//! counts.
+#![allow(non_snake_case)]
+
+use std::ffi::{c_int, c_void};
+
+use rmca::framework::pml::SendMode;
+use rmca::raw;
+
+use super::{
+    buffer_len, bytes, bytes_mut, call, datatype, dest, empty_status, no_overlap, outcome, put,
+    put_status, recv_tag, send_tag, source, to_mpi_status,
+};
+use crate::abi::*;
+use crate::state::{
+    self, BufferedSend, MpiError, MpiResult, Outcome, Persistent, ReqEntry, ReqState, SendKind,
+    State,
+};
+
+/// The communicator and the byte length of a point-to-point call.
+#[inline]
+fn args(
+    comm: Handle,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+) -> MpiResult<(rmca::Communicator, usize)> {
+    let c = state::with(|s| Ok(s.comm(comm)?.comm.clone()))?;
+    Ok((c, buffer_len(buf, count, dt, "message")?))
+}
+
+/// A blocking send of any mode.
+fn send(
+    kind: SendKind,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    to: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> MpiResult<()> {
+    let (c, len) = args(comm, buf, count, dt)?;
+    let Some(to) = dest(to, c.size())? else {
+        return Ok(());
+    };
+    let tag = send_tag(tag)?;
+    match kind {
+        SendKind::Buffered => {
+            state::with(|s| buffered_send(s, &c, buf as usize, len, to, tag))?;
+        }
+        SendKind::Synchronous => {
+            // SAFETY: MPI_Ssend's contract: `buf` holds the message and is not written
+            // during the call; the slice lives only for the call.
+            c.ssend(unsafe { bytes(buf, len) }, to, tag)?;
+        }
+        SendKind::Standard | SendKind::Ready => {
+            // SAFETY: MPI_Send's contract, as above.
+            c.send(unsafe { bytes(buf, len) }, to, tag)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copy a buffered send into memory of its own, counted against the attached buffer, and
+/// start it.
+fn buffered_send(
+    s: &mut State,
+    c: &rmca::Communicator,
+    buf: usize,
+    len: usize,
+    to: usize,
+    tag: c_int,
+) -> MpiResult<()> {
+    // Completed buffered sends give their space back first.
+    let mut kept = Vec::with_capacity(s.bsend.in_flight.len());
+    for mut b in s.bsend.in_flight.drain(..) {
+        if let Some(r) = b.request.take() {
+            match r.test() {
+                raw::Polled::Pending(r) => {
+                    b.request = Some(r);
+                    kept.push(b);
+                }
+                raw::Polled::Done(res) => {
+                    if let Err(e) = res {
+                        tracing::warn!("a buffered send failed after MPI_Bsend returned: {e}");
+                    }
+                }
+            }
+        }
+    }
+    s.bsend.in_flight = kept;
+    let (_, size) = s.bsend.attached.ok_or_else(|| {
+        MpiError::new(
+            MPI_ERR_BUFFER,
+            "MPI_Bsend without an attached buffer: call MPI_Buffer_attach first",
+        )
+    })?;
+    let used = s.bsend.used();
+    if used + len + MPI_BSEND_OVERHEAD > size {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("the attached buffer ({size} B) cannot hold this message: {len} B + MPI_BSEND_OVERHEAD ({MPI_BSEND_OVERHEAD} B), {used} B in use by sends in flight"),
+        ));
+    }
+    // SAFETY: MPI_Bsend's contract: `buf` holds `len` bytes (checked non-null if len > 0).
+    let data = unsafe { bytes(buf as *const c_void, len) }.to_vec();
+    // SAFETY: `data` is owned by the in-flight entry, which keeps it (and never writes it)
+    // until the request completed: the entry is dropped only after a completed test or wait.
+    let request = unsafe { raw::isend(c, data.as_ptr(), len, to, tag, SendMode::Standard)? };
+    s.bsend.in_flight.push(BufferedSend {
+        data,
+        request: Some(request),
+    });
+    Ok(())
+}
+
+macro_rules! blocking_send {
+    ($name:ident, $kind:expr) => {
+        #[doc = concat!("`", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
+                send($kind, buf, count, datatype, dest, tag, comm)
+            })
+        }
+    };
+}
+
+blocking_send!(MPI_Send, SendKind::Standard);
+blocking_send!(MPI_Ssend, SendKind::Synchronous);
+blocking_send!(MPI_Rsend, SendKind::Ready);
+blocking_send!(MPI_Bsend, SendKind::Buffered);
+
+/// `MPI_Buffer_attach`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    call("MPI_Buffer_attach", MPI_COMM_WORLD, || {
+        let size = super::count(size, "buffer size")?;
+        if buffer.is_null() && size > 0 {
+            return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
+        }
+        state::with(|s| {
+            if s.bsend.attached.is_some() {
+                return Err(MpiError::new(
+                    MPI_ERR_BUFFER,
+                    "a buffer is already attached: detach it first",
+                ));
+            }
+            s.bsend.attached = Some((buffer as usize, size));
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Buffer_detach`: waits for the buffered sends in flight.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    call("MPI_Buffer_detach", MPI_COMM_WORLD, || {
+        let (addr, n) = state::with(|s| {
+            let attached = s
+                .bsend
+                .attached
+                .ok_or_else(|| MpiError::new(MPI_ERR_BUFFER, "no buffer is attached"))?;
+            for b in s.bsend.in_flight.drain(..) {
+                if let Some(r) = b.request {
+                    r.wait()?;
+                }
+            }
+            s.bsend.attached = None;
+            Ok(attached)
+        })?;
+        // SAFETY: MPI_Buffer_detach's contract: `buffer_addr` is a `void **`, `size` an int.
+        unsafe {
+            put(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
+            put(size, n as c_int, "size")
+        }
+    })
+}
+
+/// `MPI_Recv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Recv", comm, || {
+        let (c, len) = args(comm, buf, count, datatype)?;
+        let src = source(src, c.size())?;
+        let tag = recv_tag(tag)?;
+        // SAFETY: MPI_Recv's contract: `buf` holds `count` elements and is not accessed
+        // otherwise during the call.
+        let o = outcome(c.recv(unsafe { bytes_mut(buf, len) }, src, tag));
+        // SAFETY: the caller's status or MPI_STATUS_IGNORE.
+        unsafe { put_status(status, &o.status) };
+        o.error.map_or(Ok(()), Err)
+    })
+}
+
+/// Start a send of `kind`: its request state.
+pub(crate) fn start_send(
+    s: &mut State,
+    c: &rmca::Communicator,
+    kind: SendKind,
+    buf: usize,
+    len: usize,
+    to: c_int,
+    tag: c_int,
+) -> MpiResult<ReqState> {
+    let Some(to) = dest(to, c.size())? else {
+        let mut st = empty_status();
+        st.source = MPI_PROC_NULL;
+        return Ok(ReqState::Done(Outcome {
+            status: st,
+            error: None,
+        }));
+    };
+    let tag = send_tag(tag)?;
+    let mode = match kind {
+        SendKind::Buffered => {
+            buffered_send(s, c, buf, len, to, tag)?;
+            let mut st = empty_status();
+            st.set_bytes(len as u64);
+            return Ok(ReqState::Done(Outcome {
+                status: st,
+                error: None,
+            }));
+        }
+        SendKind::Synchronous => SendMode::Synchronous,
+        SendKind::Standard | SendKind::Ready => SendMode::Standard,
+    };
+    // SAFETY: the contract of MPI's non-blocking sends: the program leaves the buffer
+    // unwritten until the request completed (Wait/Test), which is when the raw request is.
+    let r = unsafe { raw::isend(c, buf as *const u8, len, to, tag, mode)? };
+    Ok(ReqState::Active(r))
+}
+
+/// Start a receive: its request state.
+pub(crate) fn start_recv(
+    c: &rmca::Communicator,
+    buf: usize,
+    len: usize,
+    src: c_int,
+    tag: c_int,
+) -> MpiResult<ReqState> {
+    let src = source(src, c.size())?;
+    let tag = recv_tag(tag)?;
+    if src == rmca::Src::Null {
+        let mut st = empty_status();
+        st.source = MPI_PROC_NULL;
+        return Ok(ReqState::Done(Outcome {
+            status: st,
+            error: None,
+        }));
+    }
+    // SAFETY: the contract of MPI_Irecv: the program leaves the buffer alone until the
+    // request completed, which is when the raw request is.
+    let r = unsafe { raw::irecv(c, buf as *mut u8, len, src, tag)? };
+    Ok(ReqState::Active(r))
+}
+
+// MPI's argument list, plus the send mode.
+#[allow(clippy::too_many_arguments)]
+fn isend(
+    kind: SendKind,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    to: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    let (c, len) = args(comm, buf, count, dt)?;
+    let h = state::with(|s| {
+        let st = start_send(s, &c, kind, buf as usize, len, to, tag)?;
+        s.add_request(ReqEntry {
+            comm,
+            state: st,
+            persistent: None,
+        })
+    })?;
+    // SAFETY: the caller's request handle.
+    unsafe { put(request, h, "request") }
+}
+
+macro_rules! nonblocking_send {
+    ($name:ident, $kind:expr) => {
+        #[doc = concat!("`", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
+                isend($kind, buf, count, datatype, dest, tag, comm, request)
+            })
+        }
+    };
+}
+
+nonblocking_send!(MPI_Isend, SendKind::Standard);
+nonblocking_send!(MPI_Issend, SendKind::Synchronous);
+nonblocking_send!(MPI_Irsend, SendKind::Ready);
+nonblocking_send!(MPI_Ibsend, SendKind::Buffered);
+
+/// `MPI_Irecv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Irecv", comm, || {
+        let (c, len) = args(comm, buf, count, datatype)?;
+        let st = start_recv(&c, buf as usize, len, src, tag)?;
+        let h = state::with(|s| {
+            s.add_request(ReqEntry {
+                comm,
+                state: st,
+                persistent: None,
+            })
+        })?;
+        // SAFETY: the caller's request handle.
+        unsafe { put(request, h, "request") }
+    })
+}
+
+// MPI's argument list, plus the send mode.
+#[allow(clippy::too_many_arguments)]
+fn send_init(
+    kind: SendKind,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    to: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    let (c, len) = args(comm, buf, count, dt)?;
+    // Arguments are checked now, as MPI asks, not at each start.
+    dest(to, c.size())?;
+    send_tag(tag)?;
+    let h = state::with(|s| {
+        s.add_request(ReqEntry {
+            comm,
+            state: ReqState::Inactive,
+            persistent: Some(Persistent::Send {
+                buf: buf as usize,
+                len,
+                dest: to,
+                tag,
+                kind,
+            }),
+        })
+    })?;
+    // SAFETY: the caller's request handle.
+    unsafe { put(request, h, "request") }
+}
+
+macro_rules! persistent_send {
+    ($name:ident, $kind:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: a persistent request, started by `MPI_Start`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
+                send_init($kind, buf, count, datatype, dest, tag, comm, request)
+            })
+        }
+    };
+}
+
+persistent_send!(MPI_Send_init, SendKind::Standard);
+persistent_send!(MPI_Ssend_init, SendKind::Synchronous);
+persistent_send!(MPI_Rsend_init, SendKind::Ready);
+persistent_send!(MPI_Bsend_init, SendKind::Buffered);
+
+/// `MPI_Recv_init`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Recv_init", comm, || {
+        let (c, len) = args(comm, buf, count, datatype)?;
+        source(src, c.size())?;
+        recv_tag(tag)?;
+        let h = state::with(|s| {
+            s.add_request(ReqEntry {
+                comm,
+                state: ReqState::Inactive,
+                persistent: Some(Persistent::Recv {
+                    buf: buf as usize,
+                    len,
+                    source: src,
+                    tag,
+                }),
+            })
+        })?;
+        // SAFETY: the caller's request handle.
+        unsafe { put(request, h, "request") }
+    })
+}
+
+/// Start persistent request `h`.
+fn start(s: &mut State, h: Handle) -> MpiResult<()> {
+    let entry = s.request(h)?;
+    let Some(p) = entry.persistent else {
+        return Err(MpiError::new(
+            MPI_ERR_REQUEST,
+            "MPI_Start on a request that is not persistent (made by MPI_Send_init or MPI_Recv_init)",
+        ));
+    };
+    if !matches!(entry.state, ReqState::Inactive) {
+        return Err(MpiError::new(
+            MPI_ERR_REQUEST,
+            "MPI_Start on a persistent request that is still active: complete it first",
+        ));
+    }
+    let comm = entry.comm;
+    let c = s.comm(comm)?.comm.clone();
+    let st = match p {
+        Persistent::Send {
+            buf,
+            len,
+            dest,
+            tag,
+            kind,
+        } => start_send(s, &c, kind, buf, len, dest, tag),
+        Persistent::Recv {
+            buf,
+            len,
+            source,
+            tag,
+        } => start_recv(&c, buf, len, source, tag),
+    }
+    .map_err(|e| e.on(comm))?;
+    s.request(h)?.state = st;
+    Ok(())
+}
+
+/// `MPI_Start`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
+    call("MPI_Start", MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { request.read() };
+        state::with(|s| start(s, h))
+    })
+}
+
+/// `MPI_Startall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: *mut Handle) -> c_int {
+    call("MPI_Startall", MPI_COMM_WORLD, || {
+        let n = super::count(count, "request count")?;
+        if n > 0 && requests.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the requests array is NULL"));
+        }
+        // SAFETY: MPI_Startall's contract: `requests` holds `count` handles.
+        let hs = unsafe { bytes(requests.cast(), n * size_of::<Handle>()) };
+        let hs: Vec<Handle> = hs
+            .chunks_exact(size_of::<Handle>())
+            .map(|b| Handle::from_ne_bytes(b.try_into().expect("handle-sized chunk")))
+            .collect();
+        state::with(|s| hs.iter().try_for_each(|&h| start(s, h)))
+    })
+}
+
+/// `MPI_Probe`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Probe(
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Probe", comm, || {
+        let c = super::communicator(comm)?;
+        let src = source(src, c.size())?;
+        let tag = recv_tag(tag)?;
+        let st = c.probe(src, tag)?;
+        // SAFETY: the caller's status or MPI_STATUS_IGNORE.
+        unsafe { put_status(status, &to_mpi_status(&st)) };
+        Ok(())
+    })
+}
+
+/// `MPI_Iprobe`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Iprobe(
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Iprobe", comm, || {
+        let c = super::communicator(comm)?;
+        let src = source(src, c.size())?;
+        let tag = recv_tag(tag)?;
+        let found = c.iprobe(src, tag)?;
+        // SAFETY: the caller's int and status (or MPI_STATUS_IGNORE).
+        unsafe {
+            put(flag, c_int::from(found.is_some()), "flag")?;
+            if let Some(st) = found {
+                put_status(status, &to_mpi_status(&st));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Sendrecv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Sendrecv", comm, || {
+        let (c, send_len) = args(comm, sendbuf, sendcount, sendtype)?;
+        let recv_len = buffer_len(recvbuf, recvcount, recvtype, "receive")?;
+        let to = match dest(to, c.size())? {
+            Some(d) => rmca::Dest::Rank(d),
+            None => rmca::Dest::Null,
+        };
+        let sendtag = send_tag(sendtag)?;
+        let src = source(src, c.size())?;
+        let recvtag = recv_tag(recvtag)?;
+        no_overlap(sendbuf, send_len, recvbuf, recv_len, "MPI_Sendrecv")?;
+        // SAFETY: MPI_Sendrecv's contract: both buffers are valid for the call, the send
+        // buffer unwritten and the receive buffer unaccessed otherwise; they do not overlap
+        // (checked above).
+        let r = c.sendrecv(
+            unsafe { bytes(sendbuf, send_len) },
+            to,
+            sendtag,
+            unsafe { bytes_mut(recvbuf, recv_len) },
+            src,
+            recvtag,
+        );
+        let o = outcome(r);
+        // SAFETY: the caller's status or MPI_STATUS_IGNORE.
+        unsafe { put_status(status, &o.status) };
+        o.error.map_or(Ok(()), Err)
+    })
+}
+
+/// `MPI_Sendrecv_replace`: the message sent is a copy, the reply lands in `buf`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Sendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Sendrecv_replace", comm, || {
+        let (c, len) = args(comm, buf, count, datatype)?;
+        let to = match dest(to, c.size())? {
+            Some(d) => rmca::Dest::Rank(d),
+            None => rmca::Dest::Null,
+        };
+        let sendtag = send_tag(sendtag)?;
+        let src = source(src, c.size())?;
+        let recvtag = recv_tag(recvtag)?;
+        // SAFETY: MPI_Sendrecv_replace's contract: `buf` holds `count` elements for the call.
+        let buf = unsafe { bytes_mut(buf, len) };
+        let copy = buf.to_vec();
+        let o = outcome(c.sendrecv(&copy, to, sendtag, buf, src, recvtag));
+        // SAFETY: the caller's status or MPI_STATUS_IGNORE.
+        unsafe { put_status(status, &o.status) };
+        o.error.map_or(Ok(()), Err)
+    })
+}
+
+/// Elements of `dt` in a status (MPI_UNDEFINED when not a whole number).
+fn elements(status: *const MpiStatus, dt: Handle, out: *mut c_int) -> MpiResult<()> {
+    if status.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_ARG,
+            "the status is NULL (MPI_STATUS_IGNORE cannot be queried)",
+        ));
+    }
+    let size = datatype(dt)?.size;
+    // SAFETY: non-null, the caller's status.
+    let bytes = unsafe { status.read() }.bytes();
+    let n = if size == 0 || bytes % size as u64 != 0 {
+        MPI_UNDEFINED
+    } else {
+        c_int::try_from(bytes / size as u64).unwrap_or(MPI_UNDEFINED)
+    };
+    // SAFETY: the caller's int.
+    unsafe { put(out, n, "count") }
+}
+
+/// `MPI_Get_count`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_count(
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut c_int,
+) -> c_int {
+    call("MPI_Get_count", MPI_COMM_WORLD, || {
+        elements(status, datatype, count)
+    })
+}
+
+/// `MPI_Get_elements`: for the predefined datatypes, the count.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_elements(
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut c_int,
+) -> c_int {
+    call("MPI_Get_elements", MPI_COMM_WORLD, || {
+        elements(status, datatype, count)
+    })
+}

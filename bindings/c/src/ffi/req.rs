@@ -1,0 +1,614 @@
+//! Completion: the wait and test families, freeing requests.
+#![allow(non_snake_case)]
+
+use std::ffi::c_int;
+
+use rmca::raw::{self, Polled};
+
+use super::{call, empty_status, outcome, put, put_status};
+use crate::abi::*;
+use crate::state::{self, MpiError, MpiResult, Outcome, ReqState, State};
+
+/// What polling a request found.
+enum Poll {
+    /// `MPI_REQUEST_NULL` or an inactive persistent request.
+    Inactive,
+    Pending,
+    /// Completed: its outcome, its communicator, and whether the handle was freed (set to
+    /// `MPI_REQUEST_NULL`: every request but a persistent one).
+    Complete {
+        outcome: Outcome,
+        comm: Handle,
+        freed: bool,
+    },
+}
+
+/// Make progress on an active request `h` (once, or until it completes when `block`) and
+/// keep its outcome in the entry if it completed.
+fn settle(s: &mut State, h: Handle, block: bool) -> MpiResult<()> {
+    let entry = s.request(h)?;
+    if !matches!(entry.state, ReqState::Active(_)) {
+        return Ok(());
+    }
+    let ReqState::Active(r) = std::mem::replace(&mut entry.state, ReqState::Inactive) else {
+        unreachable!("matched above")
+    };
+    entry.state = if block {
+        ReqState::Done(outcome(r.wait()))
+    } else {
+        match r.test() {
+            Polled::Pending(r) => ReqState::Active(r),
+            Polled::Done(res) => ReqState::Done(outcome(res)),
+        }
+    };
+    Ok(())
+}
+
+/// Wait for every active request of `handles` in one progress loop (see [`raw::wait_all`]),
+/// keeping each outcome in its entry. Invalid handles are left for the caller to report.
+fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>, want_statuses: bool) {
+    let mut taken = Vec::new();
+    for h in handles {
+        let Ok(entry) = s.request(h) else { continue };
+        if !matches!(entry.state, ReqState::Active(_)) {
+            continue;
+        }
+        if let ReqState::Active(r) = std::mem::replace(&mut entry.state, ReqState::Inactive) {
+            taken.push((h, r));
+        }
+    }
+    let (handles, raws): (Vec<Handle>, Vec<raw::RawRequest>) = taken.into_iter().unzip();
+    let outcomes: Vec<Outcome> = if want_statuses {
+        raw::wait_all(raws).into_iter().map(outcome).collect()
+    } else {
+        // Statuses ignored: the PML's batch wait, which keeps only the errors.
+        raw::complete_all(raws)
+            .into_iter()
+            .map(|e| match e {
+                None => Outcome {
+                    status: empty_status(),
+                    error: None,
+                },
+                Some(e) => outcome(Err(e)),
+            })
+            .collect()
+    };
+    for (h, o) in handles.into_iter().zip(outcomes) {
+        if let Ok(entry) = s.request(h) {
+            entry.state = ReqState::Done(o);
+        }
+    }
+}
+
+/// Poll `h`, completing it (freeing or deactivating) if it is done.
+fn poll(s: &mut State, h: Handle, block: bool) -> MpiResult<Poll> {
+    if h == MPI_REQUEST_NULL {
+        return Ok(Poll::Inactive);
+    }
+    settle(s, h, block)?;
+    let entry = s.request(h)?;
+    let comm = entry.comm;
+    match &entry.state {
+        ReqState::Inactive => Ok(Poll::Inactive),
+        ReqState::Active(_) => Ok(Poll::Pending),
+        ReqState::Done(_) => {
+            let persistent = entry.persistent.is_some();
+            let ReqState::Done(outcome) = std::mem::replace(&mut entry.state, ReqState::Inactive)
+            else {
+                unreachable!("matched above")
+            };
+            if !persistent {
+                s.remove_request(h);
+            }
+            Ok(Poll::Complete {
+                outcome,
+                comm,
+                freed: !persistent,
+            })
+        }
+    }
+}
+
+/// Read the `i`-th handle of a C array.
+///
+/// # Safety
+/// `requests` must hold more than `i` handles.
+unsafe fn handle_at(requests: *mut Handle, i: usize) -> Handle {
+    // SAFETY: the caller's contract.
+    unsafe { requests.add(i).read() }
+}
+
+/// Check an array argument of `n` entries.
+fn array(ptr: *const Handle, count: c_int) -> MpiResult<usize> {
+    let n = super::count(count, "request count")?;
+    if n > 0 && ptr.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the requests array is NULL"));
+    }
+    Ok(n)
+}
+
+/// `MPI_Wait`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
+    call("MPI_Wait", MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { request.read() };
+        match state::with(|s| poll(s, h, true))? {
+            Poll::Complete {
+                outcome,
+                comm,
+                freed,
+            } => {
+                // SAFETY: the caller's handle and status (or MPI_STATUS_IGNORE).
+                unsafe {
+                    if freed {
+                        request.write(MPI_REQUEST_NULL);
+                    }
+                    put_status(status, &outcome.status);
+                }
+                outcome.error.map_or(Ok(()), |e| Err(e.on(comm)))
+            }
+            Poll::Inactive | Poll::Pending => {
+                // SAFETY: as above.
+                unsafe { put_status(status, &empty_status()) };
+                Ok(())
+            }
+        }
+    })
+}
+
+/// `MPI_Test`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test(
+    request: *mut Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Test", MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { request.read() };
+        match state::with(|s| poll(s, h, false))? {
+            Poll::Pending => {
+                // SAFETY: the caller's int.
+                unsafe { put(flag, 0, "flag") }
+            }
+            Poll::Inactive => {
+                // SAFETY: the caller's int and status (or MPI_STATUS_IGNORE).
+                unsafe {
+                    put(flag, 1, "flag")?;
+                    put_status(status, &empty_status());
+                }
+                Ok(())
+            }
+            Poll::Complete {
+                outcome,
+                comm,
+                freed,
+            } => {
+                // SAFETY: the caller's handle, int and status (or MPI_STATUS_IGNORE).
+                unsafe {
+                    if freed {
+                        request.write(MPI_REQUEST_NULL);
+                    }
+                    put(flag, 1, "flag")?;
+                    put_status(status, &outcome.status);
+                }
+                outcome.error.map_or(Ok(()), |e| Err(e.on(comm)))
+            }
+        }
+    })
+}
+
+/// Complete every request of the array (they are all done or inactive, or `block`), writing
+/// the statuses; `MPI_ERR_IN_STATUS` if any failed.
+///
+/// # Safety
+/// `requests` holds `n` handles; `statuses` is null or holds `n` statuses.
+unsafe fn complete_all(
+    s: &mut State,
+    n: usize,
+    requests: *mut Handle,
+    statuses: *mut MpiStatus,
+    block: bool,
+) -> MpiResult<()> {
+    let mut first_error: Option<MpiError> = None;
+    let mut outcomes = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle_at(requests, i) };
+        let o = match poll(s, h, block) {
+            Ok(Poll::Complete {
+                outcome,
+                comm,
+                freed,
+            }) => {
+                if freed {
+                    // SAFETY: the caller's contract.
+                    unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+                }
+                if let Some(e) = &outcome.error {
+                    first_error.get_or_insert_with(|| e.clone().on(comm));
+                }
+                outcome.status
+            }
+            Ok(Poll::Inactive | Poll::Pending) => empty_status(),
+            Err(e) => {
+                let mut st = empty_status();
+                st.error = e.class;
+                first_error.get_or_insert(e);
+                st
+            }
+        };
+        outcomes.push(o);
+    }
+    if !statuses.is_null() {
+        for (i, st) in outcomes.into_iter().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe { statuses.add(i).write(st) };
+        }
+    }
+    match first_error {
+        None => Ok(()),
+        Some(e) => Err(MpiError {
+            class: MPI_ERR_IN_STATUS,
+            msg: format!("a request failed (see the statuses): {}", e.msg),
+            comm: e.comm,
+        }),
+    }
+}
+
+/// `MPI_Waitall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitall(
+    count: c_int,
+    requests: *mut Handle,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Waitall", MPI_COMM_WORLD, || {
+        let n = array(requests, count)?;
+        // SAFETY: MPI_Waitall's contract: `count` handles and statuses (or
+        // MPI_STATUSES_IGNORE).
+        state::with(|s| {
+            // SAFETY: MPI_Waitall's contract: `count` handles.
+            settle_all(
+                s,
+                (0..n).map(|i| unsafe { handle_at(requests, i) }),
+                !statuses.is_null(),
+            );
+            // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
+            unsafe { complete_all(s, n, requests, statuses, false) }
+        })
+    })
+}
+
+/// `MPI_Testall`: completes all of them, or none.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testall(
+    count: c_int,
+    requests: *mut Handle,
+    flag: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Testall", MPI_COMM_WORLD, || {
+        let n = array(requests, count)?;
+        state::with(|s| {
+            let mut all = true;
+            for i in 0..n {
+                // SAFETY: MPI_Testall's contract: `count` handles.
+                let h = unsafe { handle_at(requests, i) };
+                if h == MPI_REQUEST_NULL {
+                    continue;
+                }
+                settle(s, h, false)?;
+                all &= !matches!(s.request(h)?.state, ReqState::Active(_));
+            }
+            // SAFETY: the caller's int.
+            unsafe { put(flag, c_int::from(all), "flag")? };
+            if !all {
+                return Ok(());
+            }
+            // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
+            unsafe { complete_all(s, n, requests, statuses, false) }
+        })
+    })
+}
+
+/// One pass of Waitany/Testany: the index of a completed request, `Some(None)` when every
+/// request is inactive, `None` when some are pending.
+///
+/// # Safety
+/// `requests` holds `n` handles.
+unsafe fn any_pass(
+    s: &mut State,
+    n: usize,
+    requests: *mut Handle,
+) -> MpiResult<Option<Option<(usize, Outcome, Handle)>>> {
+    let mut inactive = 0;
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle_at(requests, i) };
+        match poll(s, h, false)? {
+            Poll::Inactive => inactive += 1,
+            Poll::Pending => {}
+            Poll::Complete {
+                outcome,
+                comm,
+                freed,
+            } => {
+                if freed {
+                    // SAFETY: the caller's contract.
+                    unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+                }
+                return Ok(Some(Some((i, outcome, comm))));
+            }
+        }
+    }
+    Ok((inactive == n).then_some(None))
+}
+
+/// Write the result of Waitany/Testany.
+///
+/// # Safety
+/// `index` and `status` are the caller's (status may be MPI_STATUS_IGNORE).
+unsafe fn any_result(
+    found: Option<(usize, Outcome, Handle)>,
+    index: *mut c_int,
+    status: *mut MpiStatus,
+) -> MpiResult<()> {
+    match found {
+        None => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(index, MPI_UNDEFINED, "index")?;
+                put_status(status, &empty_status());
+            }
+            Ok(())
+        }
+        Some((i, outcome, comm)) => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(index, i as c_int, "index")?;
+                put_status(status, &outcome.status);
+            }
+            outcome.error.map_or(Ok(()), |e| Err(e.on(comm)))
+        }
+    }
+}
+
+/// `MPI_Waitany`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitany(
+    count: c_int,
+    requests: *mut Handle,
+    index: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Waitany", MPI_COMM_WORLD, || {
+        let n = array(requests, count)?;
+        let found = state::with(|s| {
+            let mut backoff = rmca::framework::progress::Backoff::default();
+            loop {
+                // SAFETY: MPI_Waitany's contract: `count` handles.
+                if let Some(found) = unsafe { any_pass(s, n, requests)? } {
+                    return Ok(found);
+                }
+                backoff.pass(0);
+            }
+        })?;
+        // SAFETY: the caller's index and status.
+        unsafe { any_result(found, index, status) }
+    })
+}
+
+/// `MPI_Testany`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    requests: *mut Handle,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Testany", MPI_COMM_WORLD, || {
+        let n = array(requests, count)?;
+        // SAFETY: MPI_Testany's contract: `count` handles.
+        let pass = state::with(|s| unsafe { any_pass(s, n, requests) })?;
+        match pass {
+            None => {
+                // SAFETY: the caller's int and index.
+                unsafe {
+                    put(flag, 0, "flag")?;
+                    put(index, MPI_UNDEFINED, "index")
+                }
+            }
+            Some(found) => {
+                // SAFETY: the caller's int, index and status.
+                unsafe {
+                    put(flag, 1, "flag")?;
+                    any_result(found, index, status)
+                }
+            }
+        }
+    })
+}
+
+/// One pass of Waitsome/Testsome: completes what is done; `None` when all are inactive.
+///
+/// # Safety
+/// `requests` holds `n` handles, `indices` room for `n` ints, `statuses` is null or room
+/// for `n` statuses.
+unsafe fn some_pass(
+    s: &mut State,
+    n: usize,
+    requests: *mut Handle,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> MpiResult<Option<(usize, Option<MpiError>)>> {
+    let (mut done, mut inactive, mut first_error) = (0usize, 0usize, None::<MpiError>);
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle_at(requests, i) };
+        match poll(s, h, false)? {
+            Poll::Inactive => inactive += 1,
+            Poll::Pending => {}
+            Poll::Complete {
+                outcome,
+                comm,
+                freed,
+            } => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    if freed {
+                        requests.add(i).write(MPI_REQUEST_NULL);
+                    }
+                    indices.add(done).write(i as c_int);
+                    if !statuses.is_null() {
+                        statuses.add(done).write(outcome.status);
+                    }
+                }
+                if let Some(e) = outcome.error {
+                    first_error.get_or_insert(e.on(comm));
+                }
+                done += 1;
+            }
+        }
+    }
+    if inactive == n {
+        return Ok(None);
+    }
+    Ok(Some((done, first_error)))
+}
+
+/// The result of Waitsome/Testsome.
+fn some_result(found: Option<(usize, Option<MpiError>)>, outcount: *mut c_int) -> MpiResult<()> {
+    let (n, err) = found.map_or((MPI_UNDEFINED, None), |(d, e)| (d as c_int, e));
+    // SAFETY: the caller's int.
+    unsafe { put(outcount, n, "outcount")? };
+    match err {
+        None => Ok(()),
+        Some(e) => Err(MpiError {
+            class: MPI_ERR_IN_STATUS,
+            msg: format!("a request failed (see the statuses): {}", e.msg),
+            comm: e.comm,
+        }),
+    }
+}
+
+fn some_args(
+    count: c_int,
+    requests: *const Handle,
+    indices: *const c_int,
+    outcount: *const c_int,
+) -> MpiResult<usize> {
+    let n = array(requests, count)?;
+    if (n > 0 && indices.is_null()) || outcount.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_ARG,
+            "the indices or outcount argument is NULL",
+        ));
+    }
+    Ok(n)
+}
+
+/// `MPI_Waitsome`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitsome(
+    incount: c_int,
+    requests: *mut Handle,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Waitsome", MPI_COMM_WORLD, || {
+        let n = some_args(incount, requests, indices, outcount)?;
+        let found = state::with(|s| {
+            let mut backoff = rmca::framework::progress::Backoff::default();
+            loop {
+                // SAFETY: MPI_Waitsome's contract: `incount` handles, indices and statuses.
+                match unsafe { some_pass(s, n, requests, indices, statuses)? } {
+                    Some((0, None)) => backoff.pass(0),
+                    other => return Ok(other),
+                }
+            }
+        })?;
+        some_result(found, outcount)
+    })
+}
+
+/// `MPI_Testsome`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testsome(
+    incount: c_int,
+    requests: *mut Handle,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Testsome", MPI_COMM_WORLD, || {
+        let n = some_args(incount, requests, indices, outcount)?;
+        // SAFETY: MPI_Testsome's contract: `incount` handles, indices and statuses.
+        let found = state::with(|s| unsafe { some_pass(s, n, requests, indices, statuses) })?;
+        some_result(found, outcount)
+    })
+}
+
+/// `MPI_Request_free`: an active operation runs on and is completed by the library.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
+    call("MPI_Request_free", MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { request.read() };
+        state::with(|s| {
+            s.request(h)?;
+            if let Some(entry) = s.remove_request(h) {
+                if let ReqState::Active(r) = entry.state {
+                    s.detached.push(r);
+                }
+            }
+            Ok(())
+        })?;
+        // SAFETY: as above.
+        unsafe { request.write(MPI_REQUEST_NULL) };
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status`: like `MPI_Test`, but the request is left as it is.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Request_get_status", MPI_COMM_WORLD, || {
+        let found = if request == MPI_REQUEST_NULL {
+            Some(empty_status())
+        } else {
+            state::with(|s| {
+                settle(s, request, false)?;
+                Ok(match &s.request(request)?.state {
+                    ReqState::Active(_) => None,
+                    ReqState::Inactive => Some(empty_status()),
+                    ReqState::Done(o) => Some(o.status),
+                })
+            })?
+        };
+        // SAFETY: the caller's int and status (or MPI_STATUS_IGNORE).
+        unsafe {
+            put(flag, c_int::from(found.is_some()), "flag")?;
+            if let Some(st) = found {
+                put_status(status, &st);
+            }
+        }
+        Ok(())
+    })
+}

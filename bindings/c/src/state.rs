@@ -1,0 +1,530 @@
+//! The library's per-process state: the runtime, the handle tables and the error handlers.
+//!
+//! MPI objects created at run time (communicators, requests, error handlers) are entries of
+//! tables here; their C handles are a per-kind base plus the index, so a handle of the wrong
+//! kind, a freed one or garbage is recognised and refused with its error class instead of
+//! being dereferenced. The state lives in a thread-local: rmca's runtime is single-threaded,
+//! and MPI calls from another thread than the one that initialized (beyond
+//! `MPI_THREAD_FUNNELED`) find no state and get an error rather than a data race.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::c_int;
+
+use rmca::raw::RawRequest;
+use rmca::{Communicator, Universe};
+
+use crate::abi::*;
+
+/// An MPI error: its class and what exactly was wrong.
+#[derive(Debug, Clone)]
+pub struct MpiError {
+    pub class: c_int,
+    pub msg: String,
+    /// The communicator whose error handler decides (by default the call's, else world's).
+    pub comm: Option<Handle>,
+}
+
+impl MpiError {
+    pub fn new(class: c_int, msg: impl Into<String>) -> Self {
+        Self {
+            class,
+            msg: msg.into(),
+            comm: None,
+        }
+    }
+
+    /// Raise this error on `comm`'s error handler.
+    pub fn on(mut self, comm: Handle) -> Self {
+        self.comm = Some(comm);
+        self
+    }
+}
+
+pub type MpiResult<T> = Result<T, MpiError>;
+
+impl From<rmca::Error> for MpiError {
+    fn from(e: rmca::Error) -> Self {
+        use rmca::framework::pml::{PmlError, StatusError};
+        let class = match &e {
+            rmca::Error::BadRank { .. } | rmca::Error::NegativeRank(_) => MPI_ERR_RANK,
+            rmca::Error::BadTag(_) => MPI_ERR_TAG,
+            rmca::Error::Status { error, .. } => match error {
+                StatusError::Truncated { .. } => MPI_ERR_TRUNCATE,
+                StatusError::PeerFailed { .. } => MPI_ERR_PROC_ABORTED,
+                StatusError::Cancelled => MPI_ERR_OTHER,
+            },
+            rmca::Error::Pml(p) => match p {
+                PmlError::BadRank { .. } => MPI_ERR_RANK,
+                PmlError::BadTag(_) => MPI_ERR_TAG,
+                PmlError::UnknownRequest(_) => MPI_ERR_REQUEST,
+                _ => MPI_ERR_OTHER,
+            },
+            rmca::Error::InvalidArgument(_) => MPI_ERR_ARG,
+            _ => MPI_ERR_OTHER,
+        };
+        MpiError::new(class, e.to_string())
+    }
+}
+
+/// The text of an error class (`MPI_Error_string`).
+pub fn class_text(class: c_int) -> &'static str {
+    match class {
+        MPI_SUCCESS => "MPI_SUCCESS: no error",
+        MPI_ERR_BUFFER => "MPI_ERR_BUFFER: invalid buffer pointer",
+        MPI_ERR_COUNT => "MPI_ERR_COUNT: invalid count argument",
+        MPI_ERR_TYPE => "MPI_ERR_TYPE: invalid datatype",
+        MPI_ERR_TAG => "MPI_ERR_TAG: invalid tag",
+        MPI_ERR_COMM => "MPI_ERR_COMM: invalid communicator",
+        MPI_ERR_RANK => "MPI_ERR_RANK: invalid rank",
+        MPI_ERR_REQUEST => "MPI_ERR_REQUEST: invalid request",
+        MPI_ERR_ROOT => "MPI_ERR_ROOT: invalid root",
+        MPI_ERR_GROUP => "MPI_ERR_GROUP: invalid group",
+        MPI_ERR_OP => "MPI_ERR_OP: invalid reduce operation",
+        MPI_ERR_TOPOLOGY => "MPI_ERR_TOPOLOGY: invalid communicator topology",
+        MPI_ERR_DIMS => "MPI_ERR_DIMS: invalid dimension argument",
+        MPI_ERR_ARG => "MPI_ERR_ARG: invalid argument of some other kind",
+        MPI_ERR_UNKNOWN => "MPI_ERR_UNKNOWN: unknown error",
+        MPI_ERR_TRUNCATE => "MPI_ERR_TRUNCATE: message truncated",
+        MPI_ERR_OTHER => "MPI_ERR_OTHER: known error not in this list",
+        MPI_ERR_INTERN => "MPI_ERR_INTERN: internal error",
+        MPI_ERR_PENDING => "MPI_ERR_PENDING: pending request",
+        MPI_ERR_IN_STATUS => "MPI_ERR_IN_STATUS: error code is in status",
+        MPI_ERR_KEYVAL => "MPI_ERR_KEYVAL: invalid keyval",
+        MPI_ERR_NO_MEM => "MPI_ERR_NO_MEM: out of memory",
+        MPI_ERR_UNSUPPORTED_OPERATION => "MPI_ERR_UNSUPPORTED_OPERATION: unsupported operation",
+        MPI_ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED: a peer process failed",
+        MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER: invalid error handler",
+        MPI_ERR_ABI => "MPI_ERR_ABI: ABI mismatch",
+        20..=62 => "MPI error class of a feature rmca does not implement",
+        _ => "",
+    }
+}
+
+/// A communicator's error handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrHandler {
+    /// `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT`: abort the job with the message.
+    Fatal,
+    /// `MPI_ERRORS_RETURN`: return the class to the caller.
+    Return,
+    /// One made by `MPI_Comm_create_errhandler`: its handle.
+    User(Handle),
+}
+
+/// The C function behind a user error handler (`MPI_Comm_errhandler_function`, variadic).
+pub type CommErrhandlerFn = unsafe extern "C" fn(*mut Handle, *mut c_int, ...);
+
+/// A communicator table entry.
+pub struct CommEntry {
+    pub comm: Communicator,
+    pub errhandler: ErrHandler,
+    pub name: String,
+}
+
+/// How a send was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendKind {
+    Standard,
+    Synchronous,
+    /// `MPI_Rsend`: the program promises the receive is posted; a standard send is correct.
+    Ready,
+    /// `MPI_Bsend`: copied into the attached buffer's budget, completes locally.
+    Buffered,
+}
+
+/// The arguments of a persistent request (`MPI_Send_init`, `MPI_Recv_init`), kept for each
+/// `MPI_Start`. Buffers are the C program's addresses.
+#[derive(Clone, Copy, Debug)]
+pub enum Persistent {
+    Send {
+        buf: usize,
+        len: usize,
+        dest: c_int,
+        tag: c_int,
+        kind: SendKind,
+    },
+    Recv {
+        buf: usize,
+        len: usize,
+        source: c_int,
+        tag: c_int,
+    },
+}
+
+/// Where a request stands.
+pub enum ReqState {
+    /// A persistent request not started (or completed and not restarted).
+    Inactive,
+    /// Running in the PML.
+    Active(RawRequest),
+    /// Completed (at start: `MPI_PROC_NULL`, buffered sends; or by a test that found it
+    /// complete without being allowed to free it).
+    Done(Outcome),
+}
+
+/// A completed operation: its status in MPI terms, and its error if any.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub status: MpiStatus,
+    pub error: Option<MpiError>,
+}
+
+/// A request table entry.
+pub struct ReqEntry {
+    /// The communicator (its error handler handles the request's errors).
+    pub comm: Handle,
+    pub state: ReqState,
+    pub persistent: Option<Persistent>,
+}
+
+/// A buffered send in flight: the copy of the data and its send.
+pub struct BufferedSend {
+    pub data: Vec<u8>,
+    pub request: Option<RawRequest>,
+}
+
+/// `MPI_Buffer_attach`'s buffer: rmca copies buffered sends into its own memory but counts
+/// them against the attached size, so a program that overruns its buffer is told so.
+#[derive(Default)]
+pub struct Bsend {
+    /// Address and size of the attached buffer.
+    pub attached: Option<(usize, usize)>,
+    pub in_flight: Vec<BufferedSend>,
+}
+
+impl Bsend {
+    /// Bytes of the attached buffer in use (data plus `MPI_BSEND_OVERHEAD` per message).
+    pub fn used(&self) -> usize {
+        self.in_flight
+            .iter()
+            .map(|b| b.data.len() + MPI_BSEND_OVERHEAD)
+            .sum()
+    }
+}
+
+/// Handles of communicators rmca made: [`COMM_BASE`] + index.
+pub const COMM_BASE: Handle = DYNAMIC_BASE;
+/// Handles of user error handlers.
+pub const ERRH_BASE: Handle = DYNAMIC_BASE * 2;
+/// Handles of requests.
+pub const REQ_BASE: Handle = 0x4000_0000;
+/// Entries of each table (a handle must stay below the next kind's base).
+const MAX_OBJECTS: usize = DYNAMIC_BASE;
+
+/// Where the process stands in the MPI life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Before,
+    Running,
+    Finalized,
+}
+
+/// Everything the library knows between calls.
+pub struct State {
+    pub universe: Universe,
+    /// Index 0 is `MPI_COMM_WORLD`, 1 is `MPI_COMM_SELF`.
+    comms: Vec<Option<CommEntry>>,
+    requests: Vec<Option<ReqEntry>>,
+    free_requests: Vec<usize>,
+    errhandlers: Vec<Option<CommErrhandlerFn>>,
+    pub bsend: Bsend,
+    /// Requests freed by `MPI_Request_free` while active: they run on, and are completed at
+    /// the latest by `MPI_Finalize`.
+    pub detached: Vec<RawRequest>,
+    /// The message of the last error of each class returned to the program.
+    last_error: Vec<Option<String>>,
+    pub thread_level: c_int,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    static PHASE: Cell<Phase> = const { Cell::new(Phase::Before) };
+}
+
+/// The life-cycle phase of this thread's MPI.
+pub fn phase() -> Phase {
+    PHASE.with(Cell::get)
+}
+
+pub fn set_phase(p: Phase) {
+    PHASE.with(|c| c.set(p));
+}
+
+/// Install the state after `MPI_Init`.
+pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int) {
+    let world = universe.world();
+    let state = State {
+        universe,
+        comms: vec![
+            Some(CommEntry {
+                comm: world,
+                errhandler: ErrHandler::Fatal,
+                name: "MPI_COMM_WORLD".into(),
+            }),
+            Some(CommEntry {
+                comm: self_comm,
+                errhandler: ErrHandler::Fatal,
+                name: "MPI_COMM_SELF".into(),
+            }),
+        ],
+        requests: Vec::new(),
+        free_requests: Vec::new(),
+        errhandlers: Vec::new(),
+        bsend: Bsend::default(),
+        detached: Vec::new(),
+        last_error: vec![None; 64],
+        thread_level,
+    };
+    STATE.with(|s| *s.borrow_mut() = Some(state));
+    set_phase(Phase::Running);
+}
+
+/// Take the state out (finalize).
+pub fn take() -> Option<State> {
+    STATE.with(|s| s.borrow_mut().take())
+}
+
+/// Run `f` on the state; an error if MPI is not running on this thread.
+pub fn with<R>(f: impl FnOnce(&mut State) -> MpiResult<R>) -> MpiResult<R> {
+    STATE.with(|s| {
+        let Ok(mut guard) = s.try_borrow_mut() else {
+            return Err(MpiError::new(
+                MPI_ERR_OTHER,
+                "MPI called from inside an MPI call (an error handler may not call MPI)",
+            ));
+        };
+        match guard.as_mut() {
+            Some(state) => f(state),
+            None => Err(not_running()),
+        }
+    })
+}
+
+/// The error of a call made outside `MPI_Init` .. `MPI_Finalize`.
+pub fn not_running() -> MpiError {
+    let msg = match phase() {
+        Phase::Before => "MPI is not initialized: call MPI_Init or MPI_Init_thread first",
+        Phase::Finalized => "MPI was finalized: no MPI call may follow MPI_Finalize",
+        Phase::Running => {
+            "MPI was initialized by another thread: rmca provides MPI_THREAD_FUNNELED, call MPI \
+             from the thread that initialized it"
+        }
+    };
+    MpiError::new(MPI_ERR_OTHER, msg)
+}
+
+fn comm_index(h: Handle) -> Option<usize> {
+    match h {
+        MPI_COMM_WORLD => Some(0),
+        MPI_COMM_SELF => Some(1),
+        _ if (COMM_BASE..COMM_BASE + MAX_OBJECTS).contains(&h) => Some(h - COMM_BASE),
+        _ => None,
+    }
+}
+
+fn comm_handle(index: usize) -> Handle {
+    match index {
+        0 => MPI_COMM_WORLD,
+        1 => MPI_COMM_SELF,
+        i => COMM_BASE + i,
+    }
+}
+
+/// The refusal of an invalid communicator handle.
+pub fn bad_comm(h: Handle) -> MpiError {
+    let what = if h == MPI_COMM_NULL {
+        "MPI_COMM_NULL".to_owned()
+    } else {
+        format!("{h:#x}")
+    };
+    MpiError::new(
+        MPI_ERR_COMM,
+        format!("invalid communicator {what}: not MPI_COMM_WORLD, MPI_COMM_SELF or one created and not freed"),
+    )
+}
+
+impl State {
+    /// The communicator entry of `h`.
+    pub fn comm(&self, h: Handle) -> MpiResult<&CommEntry> {
+        comm_index(h)
+            .and_then(|i| self.comms.get(i))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| bad_comm(h))
+    }
+
+    pub fn comm_mut(&mut self, h: Handle) -> MpiResult<&mut CommEntry> {
+        comm_index(h)
+            .and_then(|i| self.comms.get_mut(i))
+            .and_then(Option::as_mut)
+            .ok_or_else(|| bad_comm(h))
+    }
+
+    /// Add a communicator; its handle.
+    pub fn add_comm(&mut self, entry: CommEntry) -> MpiResult<Handle> {
+        let index = match self.comms.iter().skip(2).position(Option::is_none) {
+            Some(i) => i + 2,
+            None => {
+                self.comms.push(None);
+                self.comms.len() - 1
+            }
+        };
+        if index >= MAX_OBJECTS {
+            return Err(MpiError::new(
+                MPI_ERR_NO_MEM,
+                format!("too many communicators (at most {MAX_OBJECTS}): free some"),
+            ));
+        }
+        self.comms[index] = Some(entry);
+        Ok(comm_handle(index))
+    }
+
+    /// Remove a communicator made at run time.
+    pub fn free_comm(&mut self, h: Handle) -> MpiResult<()> {
+        if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
+            return Err(MpiError::new(
+                MPI_ERR_COMM,
+                "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
+            ));
+        }
+        self.comm(h)?;
+        let i = comm_index(h).expect("checked above");
+        self.comms[i] = None;
+        Ok(())
+    }
+
+    /// The error handler deciding for `comm` (world's for an invalid handle, as MPICH does).
+    pub fn errhandler_of(&self, comm: Handle) -> ErrHandler {
+        self.comm(comm)
+            .or_else(|_| self.comm(MPI_COMM_WORLD))
+            .map_or(ErrHandler::Fatal, |e| e.errhandler)
+    }
+
+    /// The error handler behind handle `h`.
+    pub fn errhandler(&self, h: Handle) -> MpiResult<ErrHandler> {
+        match h {
+            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => Ok(ErrHandler::Fatal),
+            MPI_ERRORS_RETURN => Ok(ErrHandler::Return),
+            _ if (ERRH_BASE..ERRH_BASE + MAX_OBJECTS).contains(&h)
+                && self
+                    .errhandlers
+                    .get(h - ERRH_BASE)
+                    .is_some_and(Option::is_some) =>
+            {
+                Ok(ErrHandler::User(h))
+            }
+            _ => Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("invalid error handler {h:#x}: not MPI_ERRORS_ARE_FATAL, MPI_ERRORS_ABORT, MPI_ERRORS_RETURN or one created and not freed"),
+            )),
+        }
+    }
+
+    /// The handle of error handler `e`.
+    pub fn errhandler_handle(e: ErrHandler) -> Handle {
+        match e {
+            ErrHandler::Fatal => MPI_ERRORS_ARE_FATAL,
+            ErrHandler::Return => MPI_ERRORS_RETURN,
+            ErrHandler::User(h) => h,
+        }
+    }
+
+    /// Register a user error handler function.
+    pub fn add_errhandler(&mut self, f: CommErrhandlerFn) -> MpiResult<Handle> {
+        if self.errhandlers.len() >= MAX_OBJECTS {
+            return Err(MpiError::new(MPI_ERR_NO_MEM, "too many error handlers"));
+        }
+        self.errhandlers.push(Some(f));
+        Ok(ERRH_BASE + self.errhandlers.len() - 1)
+    }
+
+    /// Free a user error handler handle (communicators using it keep it: MPI frees the
+    /// object when the last reference goes; rmca's entries are never reused).
+    pub fn free_errhandler(&mut self, h: Handle) -> MpiResult<()> {
+        match self.errhandler(h)? {
+            ErrHandler::User(_) => Ok(()),
+            _ => Err(MpiError::new(
+                MPI_ERR_ARG,
+                "predefined error handlers cannot be freed",
+            )),
+        }
+    }
+
+    /// The function of user error handler `h`.
+    pub fn errhandler_fn(&self, h: Handle) -> Option<CommErrhandlerFn> {
+        self.errhandlers
+            .get(h.checked_sub(ERRH_BASE)?)
+            .copied()
+            .flatten()
+    }
+
+    /// Remember the message of an error returned to the program.
+    pub fn record_error(&mut self, e: &MpiError) {
+        if let Some(slot) = usize::try_from(e.class)
+            .ok()
+            .and_then(|c| self.last_error.get_mut(c))
+        {
+            *slot = Some(e.msg.clone());
+        }
+    }
+
+    /// The message of the last error of `class` returned.
+    pub fn last_error(&self, class: c_int) -> Option<&str> {
+        self.last_error
+            .get(usize::try_from(class).ok()?)?
+            .as_deref()
+    }
+
+    // ---- requests ----
+
+    /// Add a request; its handle.
+    pub fn add_request(&mut self, entry: ReqEntry) -> MpiResult<Handle> {
+        let index = match self.free_requests.pop() {
+            Some(i) => {
+                self.requests[i] = Some(entry);
+                i
+            }
+            None => {
+                if self.requests.len() >= REQ_BASE {
+                    return Err(MpiError::new(MPI_ERR_NO_MEM, "too many requests"));
+                }
+                self.requests.push(Some(entry));
+                self.requests.len() - 1
+            }
+        };
+        Ok(REQ_BASE + index)
+    }
+
+    fn request_index(h: Handle) -> Option<usize> {
+        h.checked_sub(REQ_BASE).filter(|&i| i < REQ_BASE)
+    }
+
+    /// The request entry of `h`.
+    pub fn request(&mut self, h: Handle) -> MpiResult<&mut ReqEntry> {
+        Self::request_index(h)
+            .and_then(|i| self.requests.get_mut(i))
+            .and_then(Option::as_mut)
+            .ok_or_else(|| {
+                MpiError::new(
+                    MPI_ERR_REQUEST,
+                    format!("invalid request {h:#x}: not a request started and not yet completed or freed"),
+                )
+            })
+    }
+
+    /// Remove request `h` (completed or freed).
+    pub fn remove_request(&mut self, h: Handle) -> Option<ReqEntry> {
+        let i = Self::request_index(h)?;
+        let entry = self.requests.get_mut(i)?.take()?;
+        self.free_requests.push(i);
+        Some(entry)
+    }
+
+    /// Requests still active (for finalize's warning).
+    pub fn active_requests(&self) -> usize {
+        self.requests
+            .iter()
+            .flatten()
+            .filter(|r| matches!(r.state, ReqState::Active(_)))
+            .count()
+    }
+}

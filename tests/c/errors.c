@@ -1,0 +1,139 @@
+/* Bad input gets its error class through the error handler, never a crash.
+ *   errors         MPI_ERRORS_RETURN on MPI_COMM_WORLD: every bad call returns its class,
+ *                  and the job still works afterwards.
+ *   errors fatal   the default handler (MPI_ERRORS_ARE_FATAL): rank 0's bad send aborts
+ *                  the job with a message naming the call and the class.
+ * Also checks that mpi.h carries the MPI 5.0 standard ABI's values. */
+#include "check.h"
+#include <stdint.h>
+
+/* A few of the standard ABI's published values (the header must agree). */
+_Static_assert(sizeof(MPI_Status) == 32, "MPI_Status is 8 ints");
+_Static_assert(MPI_ANY_SOURCE == -1 && MPI_ANY_TAG == -2 && MPI_PROC_NULL == -3, "sentinels");
+_Static_assert(MPI_UNDEFINED == -32766, "MPI_UNDEFINED");
+_Static_assert(MPI_ERR_TRUNCATE == 15 && MPI_ERR_IN_STATUS == 19 && MPI_ERR_UNSUPPORTED_OPERATION == 55, "classes");
+_Static_assert(MPI_THREAD_FUNNELED == 1024 && MPI_TAG_UB == 501 && MPI_CONGRUENT == 202, "enums");
+
+int main(int argc, char **argv) {
+    int rank, size, rc, count;
+    MPI_Status st;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    CHECK((intptr_t)MPI_COMM_WORLD == 0x101 && (intptr_t)MPI_INT == 0x209 && (intptr_t)MPI_DOUBLE == 0x214 &&
+              (intptr_t)MPI_SUM == 0x21 && (intptr_t)MPI_REQUEST_NULL == 0x180 && (intptr_t)MPI_ERRORS_RETURN == 0x143,
+          "standard ABI handle values");
+
+    if (argc > 1 && strcmp(argv[1], "fatal") == 0) {
+        int x = 0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            MPI_Send(&x, 1, MPI_INT, size + 3, 0, MPI_COMM_WORLD);
+            printf("still alive after a fatal error\n");
+        }
+        MPI_Finalize();
+        return 3;
+    }
+
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int buf[16] = {0};
+
+#define EXPECT(call, cls)                                                            \
+    do {                                                                             \
+        rc = (call);                                                                 \
+        CHECK(rc == (cls), "%s returned %d, expected %s (%d)", #call, rc, #cls, cls); \
+    } while (0)
+
+    EXPECT(MPI_Send(buf, -1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    EXPECT(MPI_Send(buf, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+    EXPECT(MPI_Send(buf, 1, (MPI_Datatype)0x9999, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD), MPI_ERR_RANK);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, -7, 0, MPI_COMM_WORLD), MPI_ERR_RANK);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, MPI_ANY_SOURCE, 0, MPI_COMM_WORLD), MPI_ERR_RANK);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, 0, -5, MPI_COMM_WORLD), MPI_ERR_TAG);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD), MPI_ERR_TAG);
+    EXPECT(MPI_Send(NULL, 5, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, 0, 0, MPI_COMM_NULL), MPI_ERR_COMM);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, 0, 0, (MPI_Comm)0x7777), MPI_ERR_COMM);
+    EXPECT(MPI_Recv(buf, 1, MPI_INT, 0, -7, MPI_COMM_WORLD, &st), MPI_ERR_TAG);
+    EXPECT(MPI_Recv(buf, 1, MPI_INT, size + 1, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK);
+    EXPECT(MPI_Recv(buf, -3, MPI_INT, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_COUNT);
+    MPI_Request req;
+    EXPECT(MPI_Isend(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD, &req), MPI_ERR_RANK);
+    EXPECT(MPI_Irecv(buf, 1, MPI_INT, 0, -9, MPI_COMM_WORLD, &req), MPI_ERR_TAG);
+    EXPECT(MPI_Probe(size, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK);
+    MPI_Comm freed;
+    MPI_Comm_dup(MPI_COMM_WORLD, &freed);
+    MPI_Comm stale = freed;
+    MPI_Comm_free(&freed);
+    EXPECT(MPI_Send(buf, 1, MPI_INT, 0, 0, stale), MPI_ERR_COMM);
+    EXPECT(MPI_Barrier(stale), MPI_ERR_COMM);
+
+    req = (MPI_Request)0x4242;
+    EXPECT(MPI_Wait(&req, &st), MPI_ERR_REQUEST);
+    MPI_Request nonpersistent;
+    MPI_Irecv(buf, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &nonpersistent);
+    EXPECT(MPI_Start(&nonpersistent), MPI_ERR_REQUEST);
+    MPI_Wait(&nonpersistent, MPI_STATUS_IGNORE);
+
+    EXPECT(MPI_Bcast(buf, 1, MPI_INT, size, MPI_COMM_WORLD), MPI_ERR_ROOT);
+    EXPECT(MPI_Bcast(buf, 1, MPI_INT, -1, MPI_COMM_WORLD), MPI_ERR_ROOT);
+    EXPECT(MPI_Reduce(buf, buf + 4, 1, MPI_INT, MPI_SUM, size + 2, MPI_COMM_WORLD), MPI_ERR_ROOT);
+    EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_INT, (MPI_Op)0x5555, MPI_COMM_WORLD), MPI_ERR_OP);
+    EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_WORLD), MPI_ERR_OP);
+    EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_BYTE, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_OP);
+    EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_WORLD), MPI_ERR_OP);
+    EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD), MPI_ERR_OP);
+    EXPECT(MPI_Allreduce(buf, buf + 1, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    EXPECT(MPI_Allreduce(buf, buf + 4, -1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    EXPECT(MPI_Sendrecv(buf, 4, MPI_INT, 0, 0, buf + 2, 4, MPI_INT, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_BUFFER);
+
+    /* Mismatched type signatures every rank can see. */
+    int gbuf[64];
+    EXPECT(MPI_Allgather(buf, 2, MPI_INT, gbuf, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    EXPECT(MPI_Alltoall(buf, 1, MPI_INT, gbuf, 1, MPI_SHORT, MPI_COMM_WORLD), MPI_ERR_COUNT);
+    EXPECT(MPI_Alltoall(buf, 1, MPI_INT, gbuf, 1, (MPI_Datatype)0x2ff, MPI_COMM_WORLD), MPI_ERR_TYPE);
+
+    MPI_Comm nc;
+    EXPECT(MPI_Comm_split(MPI_COMM_WORLD, -4, 0, &nc), MPI_ERR_ARG);
+    int *attr, flag;
+    EXPECT(MPI_Comm_get_attr(MPI_COMM_WORLD, 9999, &attr, &flag), MPI_ERR_KEYVAL);
+    EXPECT(MPI_Bsend(buf, 1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    char small[64];
+    MPI_Buffer_attach(small, sizeof small);
+    EXPECT(MPI_Bsend(buf, 1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER); /* < overhead */
+    void *det;
+    int dsz;
+    MPI_Buffer_detach(&det, &dsz);
+    EXPECT(MPI_Init(&argc, &argv), MPI_ERR_OTHER);
+
+    /* Truncation: the receive gets what fits and MPI_ERR_TRUNCATE, blocking and not. */
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int ten[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, five[5] = {0};
+    MPI_Request sr, rr[2];
+    MPI_Isend(ten, 10, MPI_INT, next, 1, MPI_COMM_WORLD, &sr);
+    EXPECT(MPI_Recv(five, 5, MPI_INT, prev, 1, MPI_COMM_WORLD, &st), MPI_ERR_TRUNCATE);
+    MPI_Get_count(&st, MPI_INT, &count);
+    CHECK(count == 5 && five[4] == 4 && st.MPI_SOURCE == prev, "truncated recv: count %d", count);
+    MPI_Wait(&sr, MPI_STATUS_IGNORE);
+    char msg[MPI_MAX_ERROR_STRING];
+    int len;
+    MPI_Error_string(MPI_ERR_TRUNCATE, msg, &len);
+    CHECK(strstr(msg, "truncated") != NULL, "truncate string '%s'", msg);
+    MPI_Isend(ten, 10, MPI_INT, next, 2, MPI_COMM_WORLD, &sr);
+    MPI_Irecv(five, 5, MPI_INT, prev, 2, MPI_COMM_WORLD, &rr[0]);
+    MPI_Irecv(buf, 1, MPI_INT, MPI_PROC_NULL, 2, MPI_COMM_WORLD, &rr[1]);
+    MPI_Status sts[2];
+    EXPECT(MPI_Waitall(2, rr, sts), MPI_ERR_IN_STATUS);
+    CHECK(sts[0].MPI_ERROR == MPI_ERR_TRUNCATE && sts[1].MPI_ERROR == MPI_SUCCESS, "statuses %d %d",
+          sts[0].MPI_ERROR, sts[1].MPI_ERROR);
+    MPI_Wait(&sr, MPI_STATUS_IGNORE);
+
+    /* The job still works. */
+    int one = 1, sum = 0;
+    OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    CHECK(sum == size, "allreduce after errors %d", sum);
+    int code = summary("errors");
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,213 @@
+//! The MPI C interface (crate rmca-mpi): the C programs of `tests/c`, compiled with the
+//! `mpicc` wrapper, run under rmca-run in every configuration. Each program checks its own
+//! results and prints `ok <area>` on rank 0.
+//!
+//! | program | area |
+//! |---|---|
+//! | `env.c` | init/finalize, versions, time, names, communicators, attributes, error handlers |
+//! | `p2p.c` | send modes, receives, probes, exchanges, wait/test families, persistent requests |
+//! | `coll.c` | the collectives on predefined types and operations, `MPI_IN_PLACE` |
+//! | `errors.c` | bad input under `MPI_ERRORS_RETURN` (the classes) and the fatal default |
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use rmca_tests::{release_bin, run_job, workspace_root, Job};
+
+/// The configurations every program runs in.
+const CONFIGS: [(&str, &[(&str, &str)]); 4] = [
+    ("ob1+shm", &[]),
+    ("dr+shm", &[("pml", "dr")]),
+    (
+        "dr+ud",
+        &[
+            ("pml", "dr"),
+            ("btl", "ud,self"),
+            ("btl_ud_provider", "soft"),
+        ],
+    ),
+    ("ob1+rc", &[("btl", "rc,self"), ("btl_rc_provider", "soft")]),
+];
+
+fn target_release() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("release")
+}
+
+/// Build libmpi.so and libmpi_abi.so (cdylibs: `--bins` does not build them) unless the
+/// caller says the release build is done and they are there.
+fn ensure_libraries() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = target_release();
+        let present = ["libmpi.so", "libmpi_abi.so"]
+            .iter()
+            .all(|l| dir.join(l).exists());
+        if present && std::env::var_os("RMCA_TESTS_PREBUILT").is_some() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "-p",
+                "rmca-mpi",
+                "-p",
+                "rmca-mpi-lib",
+                "--lib",
+            ])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building libmpi.so failed");
+    });
+}
+
+/// Compile `tests/c/<name>.c` with the wrapper (extra wrapper arguments `extra`, e.g.
+/// `-abi`) into the target directory, once per test process; the absolute path.
+fn compile(name: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    ensure_libraries();
+    let suffix = extra.join("").replace('-', "_");
+    let out = target_release()
+        .join("c-tests")
+        .join(format!("{name}{suffix}"));
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.contains(&out) {
+        return out;
+    }
+    std::fs::create_dir_all(out.parent().expect("has a parent")).expect("create c-tests dir");
+    let src = workspace_root().join("tests/c").join(format!("{name}.c"));
+    let o = Command::new(release_bin("mpicc"))
+        .args(extra)
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-std=c11"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run mpicc");
+    assert!(
+        o.status.success(),
+        "mpicc {} failed:\n{}{}",
+        src.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    built.push(out.clone());
+    out
+}
+
+/// Run `program` (an absolute path: `release_bin` joins it onto the target directory, which
+/// keeps an absolute path as it is) on `ranks` ranks in configuration `mca`.
+fn run(program: &Path, area: &str, ranks: usize, config: &str, mca: &[(&str, &str)]) {
+    let program = program.to_str().expect("UTF-8 path");
+    let out = run_job(&Job {
+        ranks,
+        program,
+        args: &[],
+        mca,
+        timeout_s: 120,
+    });
+    assert!(
+        out.success() && out.stdout.contains(&format!("ok {area}:")),
+        "{area} on {ranks} ranks over {config} failed:\n{}",
+        out.text()
+    );
+}
+
+/// `area` on 2 and 3 ranks in every configuration, and alone.
+fn every_config(area: &str) {
+    let program = compile(area, &[]);
+    run(&program, area, 1, "ob1+shm", &[]);
+    for (config, mca) in CONFIGS {
+        for ranks in [2, 3] {
+            run(&program, area, ranks, config, mca);
+        }
+    }
+}
+
+#[test]
+fn environment_communicators_and_error_handlers() {
+    every_config("env");
+}
+
+#[test]
+fn point_to_point() {
+    every_config("p2p");
+}
+
+#[test]
+fn collectives() {
+    every_config("coll");
+}
+
+#[test]
+fn bad_input_returns_its_error_class() {
+    every_config("errors");
+}
+
+#[test]
+fn the_standard_abi_library_runs_the_same_program() {
+    // Linked against libmpi_abi.so, the name the standard ABI gives the library.
+    let program = compile("errors", &["-abi"]);
+    let ldd = Command::new("ldd").arg(&program).output().expect("run ldd");
+    let deps = String::from_utf8_lossy(&ldd.stdout);
+    assert!(
+        deps.contains("libmpi_abi.so") && !deps.contains("libmpi.so"),
+        "{deps}"
+    );
+    run(&program, "errors", 2, "ob1+shm", &[]);
+}
+
+#[test]
+fn c_programs_run_under_mpich_hydra() {
+    let Some(hydra) = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("mpiexec.hydra"))
+            .find(|f| f.is_file())
+    }) else {
+        rmca_test_support::skip_or_fail("mpiexec.hydra is not installed (Debian package mpich)");
+        return;
+    };
+    let program = compile("coll", &[]);
+    for (pmi, ranks) in [("pmi1", "3"), ("pmi2", "2")] {
+        let out = Command::new(&hydra)
+            .args(["-n", ranks])
+            .arg(&program)
+            .env("RMCA_PMI", pmi)
+            .output()
+            .expect("run mpiexec.hydra");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("ok coll:"),
+            "{pmi}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn errors_are_fatal_by_default_and_name_the_call_and_class() {
+    let program = compile("errors", &[]);
+    let out = run_job(&Job {
+        ranks: 2,
+        program: program.to_str().expect("UTF-8 path"),
+        args: &["fatal"],
+        mca: &[],
+        timeout_s: 60,
+    });
+    assert!(!out.success(), "{}", out.text());
+    assert!(!out.stdout.contains("still alive"), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("MPI_Send: destination rank 5 is invalid")
+            && out.stderr.contains("MPI_ERR_RANK"),
+        "{}",
+        out.text()
+    );
+}

@@ -1,0 +1,7 @@
+//! `mpicxx`: the usual name of `rmca-cxx`.
+fn main() {
+    std::process::exit(rmca_cc::run(
+        rmca_cc::Language::Cxx,
+        std::env::args().skip(1).collect(),
+    ));
+}

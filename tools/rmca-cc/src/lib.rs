@@ -1,0 +1,201 @@
+//! The compiler wrappers behind `rmca-cc`/`mpicc` (C) and `rmca-cxx`/`mpicxx` (C++, for
+//! build systems that link C objects with the C++ compiler, as the OSU benchmarks do): run the
+//! compiler with the include
+//! directory of rmca's `mpi.h` and, when linking, `-L`, `-l` and an rpath for the library, so
+//! that the program runs without `LD_LIBRARY_PATH`.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `RMCA_CC` | the C compiler | `cc` |
+//! | `RMCA_CXX` | the C++ compiler | `c++` |
+//! | `RMCA_CC_INCLUDE` | the directory of `mpi.h` | `<bin dir>/include` if it has `mpi.h`, else the source tree's `bindings/c/include` |
+//! | `RMCA_CC_LIBDIR` | the directory of `libmpi.so` | the directory of this program |
+//!
+//! Options of the wrapper itself (removed from the compiler's arguments): `-show` prints the
+//! command instead of running it (as MPICH's and Open MPI's wrappers do; `-showme` too),
+//! `-abi` links `libmpi_abi.so` (the standard-ABI name) instead of `libmpi.so`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Arguments that make the compiler stop before linking.
+const NO_LINK: [&str; 5] = ["-c", "-S", "-E", "-M", "-MM"];
+
+/// The source tree's header directory, for runs from a build tree.
+const SOURCE_INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bindings/c/include");
+
+/// The language a wrapper compiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// C (`rmca-cc`, `mpicc`).
+    C,
+    /// C++ (`rmca-cxx`, `mpicxx`).
+    Cxx,
+}
+
+/// Where the wrapper finds things.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The compiler to run.
+    pub compiler: String,
+    /// The directory of `mpi.h`.
+    pub include: PathBuf,
+    /// The directory of `libmpi.so` (also the rpath).
+    pub libdir: PathBuf,
+}
+
+impl Layout {
+    /// The layout from the environment and the location of this executable, for `language`.
+    pub fn detect(language: Language) -> Self {
+        let bindir = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."));
+        let include = std::env::var_os("RMCA_CC_INCLUDE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let next_to = bindir.join("include");
+                if next_to.join("mpi.h").is_file() {
+                    next_to
+                } else {
+                    PathBuf::from(SOURCE_INCLUDE)
+                }
+            });
+        let libdir = std::env::var_os("RMCA_CC_LIBDIR")
+            .map(PathBuf::from)
+            .unwrap_or(bindir);
+        let (var, default) = match language {
+            Language::C => ("RMCA_CC", "cc"),
+            Language::Cxx => ("RMCA_CXX", "c++"),
+        };
+        let compiler = std::env::var(var).unwrap_or_else(|_| default.to_owned());
+        Self {
+            compiler,
+            include: canonical(include),
+            libdir: canonical(libdir),
+        }
+    }
+}
+
+fn canonical(p: PathBuf) -> PathBuf {
+    std::fs::canonicalize(&p).unwrap_or(p)
+}
+
+/// What to run: the compiler and its arguments, and whether only to show them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The compiler.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Print the command instead of running it.
+    pub show: bool,
+}
+
+/// The compiler command for the wrapper's arguments `args`.
+pub fn plan(layout: &Layout, args: Vec<String>) -> Plan {
+    let mut show = false;
+    let mut library = "mpi";
+    let mut user = Vec::with_capacity(args.len());
+    for a in args {
+        match a.as_str() {
+            "-show" | "-showme" | "--showme" => show = true,
+            "-abi" => library = "mpi_abi",
+            _ => user.push(a),
+        }
+    }
+    let links = !user.iter().any(|a| NO_LINK.contains(&a.as_str()));
+    let mut out = vec![format!("-I{}", layout.include.display())];
+    out.extend(user);
+    if links {
+        let lib = layout.libdir.display();
+        out.push(format!("-L{lib}"));
+        out.push(format!("-Wl,-rpath,{lib}"));
+        out.push(format!("-l{library}"));
+    }
+    Plan {
+        program: layout.compiler.clone(),
+        args: out,
+        show,
+    }
+}
+
+/// Run the wrapper for `language`: the exit code.
+pub fn run(language: Language, args: Vec<String>) -> i32 {
+    let p = plan(&Layout::detect(language), args);
+    if p.show {
+        let mut line = p.program.clone();
+        for a in &p.args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        println!("{line}");
+        return 0;
+    }
+    match Command::new(&p.program).args(&p.args).status() {
+        Ok(st) => st.code().unwrap_or(1),
+        Err(e) => {
+            eprintln!(
+                "rmca-cc: cannot run the compiler '{}': {e} (set {} to choose another)",
+                p.program,
+                match language {
+                    Language::C => "RMCA_CC",
+                    Language::Cxx => "RMCA_CXX",
+                }
+            );
+            127
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout {
+            compiler: "gcc".into(),
+            include: "/inc".into(),
+            libdir: "/lib".into(),
+        }
+    }
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn linking_adds_library_and_rpath_after_the_user_arguments() {
+        let p = plan(&layout(), args(&["-O2", "x.c", "-o", "x"]));
+        assert_eq!(
+            p.args,
+            args(&[
+                "-I/inc",
+                "-O2",
+                "x.c",
+                "-o",
+                "x",
+                "-L/lib",
+                "-Wl,-rpath,/lib",
+                "-lmpi"
+            ])
+        );
+        assert!(!p.show);
+    }
+
+    #[test]
+    fn compile_only_adds_the_include_directory_only() {
+        let p = plan(&layout(), args(&["-c", "x.c"]));
+        assert_eq!(p.args, args(&["-I/inc", "-c", "x.c"]));
+    }
+
+    #[test]
+    fn show_and_abi_are_the_wrappers_own_options() {
+        let p = plan(&layout(), args(&["-show", "-abi", "x.c"]));
+        assert!(p.show);
+        assert_eq!(
+            p.args,
+            args(&["-I/inc", "x.c", "-L/lib", "-Wl,-rpath,/lib", "-lmpi_abi"])
+        );
+    }
+}
