@@ -280,6 +280,12 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File)
     let mut spawn_errors = Vec::new();
     let mut outputs = 0usize;
 
+    // An enclosing PMIx job's variables (srun --mpi=pmix: PMIX_NAMESPACE, PMIX_RANK,
+    // PMIX_SERVER_URI*, ...) would point a PMIx-aware library in a rank at that job's server.
+    let enclosing_pmix_vars: Vec<std::ffi::OsString> = std::env::vars_os()
+        .map(|(k, _)| k)
+        .filter(|k| k.as_encoded_bytes().starts_with(b"PMIX_"))
+        .collect();
     for rank in 0..np {
         let mut env: Vec<(String, String)> = vec![
             ("PMI_RANK".into(), rank.to_string()),
@@ -347,6 +353,9 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File)
         // Variables of an enclosing job (rmca-run under Hydra, Slurm or rmca-run) would make
         // the rank talk to the wrong server.
         for k in INHERITED_JOB_VARS {
+            cmd.env_remove(k);
+        }
+        for k in &enclosing_pmix_vars {
             cmd.env_remove(k);
         }
         cmd.args(&argv[1..])

@@ -617,6 +617,17 @@ fn variables_of_an_enclosing_job_are_not_inherited() {
     assert_eq!(job.status, 0, "{}", job.stderr);
     assert_eq!(count(&job.stdout, "launcher RmcaRun"), 2);
     assert_no_leftovers(&m, &job);
+    // Nor a PMIx server's (rmca-run inside `srun --mpi=pmix`).
+    let job = run_cmd(
+        Command::new(RUN)
+            .args(["-n", "1", "env"])
+            .env("PMIX_NAMESPACE", "slurm.pmix.1.0")
+            .env("PMIX_RANK", "0")
+            .env("PMIX_SERVER_URI41", "pmix-server.1;tcp4://127.0.0.1:1"),
+    );
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert!(job.stdout.contains("RMCA_JOB_ID="), "{}", job.stdout);
+    assert_eq!(count(&job.stdout, "PMIX_"), 0, "{}", job.stdout);
 }
 
 #[test]

@@ -1,6 +1,9 @@
-//! The probe under a real single-node Slurm (`srun --mpi=pmi2`), started by this test.
+//! The probe under a real single-node Slurm, started by this test: one job under
+//! `srun --mpi=pmi2` and one under `srun --mpi=pmix` (Slurm's `mpi_pmix_v4` with OpenPMIx).
+//! Every rank checks its rank, size, local rank and node against Slurm's task variables and
+//! every other rank's business card exchanged through the modex.
 //!
-//! Needs root, iproute2, nsenter and Debian's `slurmctld slurmd slurm-client`
+//! Needs root, iproute2, nsenter, Debian's `slurmctld slurmd slurm-client` and `libpmix2`
 //! (`scripts/install-deps.sh`); without them it skips itself with a message, or fails under
 //! `RMCA_TESTS_REQUIRE=1` / `CI=true` ([`rmca_test_support::skip_or_fail`]). The daemons use
 //! `auth/none`, so they run inside a private network namespace that has only a loopback
@@ -141,7 +144,7 @@ fn start() -> Result<Cluster, String> {
     let _ = Command::new("ip")
         .args(["-n", &cl.ns, "addr", "add", &addr, "dev", &v0])
         .status();
-    for sub in ["state", "spool", "log"] {
+    for sub in ["state", "spool", "log", "tmp"] {
         std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
     }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -162,6 +165,7 @@ fn start() -> Result<Cluster, String> {
          SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
          SlurmdParameters=config_overrides\nReturnToService=2\n\
          JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n\
+         TmpFS={d}/tmp\n\
          NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
          PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
     );
@@ -212,8 +216,66 @@ fn start() -> Result<Cluster, String> {
     }
 }
 
+/// Run the probe as `ranks` tasks under `srun --mpi=<mpi>` and check every rank's report.
+fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, ranks: u32) {
+    let m = format!("mkslurm{}{mpi}", std::process::id());
+    let t0 = Instant::now();
+    let out = cl
+        .cmd("srun")
+        .args([
+            &format!("--mpi={mpi}"),
+            "-n",
+            &ranks.to_string(),
+            "--time=2",
+        ])
+        .args([
+            PROBE,
+            "--marker",
+            &m,
+            "--card-size",
+            "3000",
+            "--expect-slurm",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("srun");
+    eprintln!("srun --mpi={mpi} took {:?}", t0.elapsed());
+    // Slurm does not know our shm naming: remove the probe's files ourselves.
+    if let Ok(d) = std::fs::read_dir("/dev/shm") {
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().contains(&m) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "--mpi={mpi}:\n{stdout}\n{stderr}");
+    let launcher = format!("launcher {launcher} ");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("cards ok") && l.contains(&launcher))
+            .count(),
+        ranks as usize,
+        "--mpi={mpi}:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("matches slurm"))
+            .count(),
+        ranks as usize,
+        "--mpi={mpi}:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("error"),
+        "--mpi={mpi}: slurmstepd complained:\n{stderr}"
+    );
+}
+
 #[test]
-fn probe_runs_under_slurm_srun_mpi_pmi2() {
+fn probe_runs_under_slurm_srun_mpi_pmi2_and_pmix() {
     if !is_root() {
         skip_or_fail("needs root (to start Slurm daemons in a private network namespace)");
         return;
@@ -245,39 +307,23 @@ fn probe_runs_under_slurm_srun_mpi_pmi2() {
             return;
         }
     };
-    let m = format!("mkslurm{}", std::process::id());
-    let t0 = Instant::now();
-    let out = cl
+    run_probe(&cl, "pmi2", "Pmi2", 4);
+    let plugins = cl
         .cmd("srun")
-        .args(["--mpi=pmi2", "-n", "4", "--time=2", PROBE, "--marker", &m])
-        .args(["--card-size", "3000"])
-        .stdin(Stdio::null())
+        .arg("--mpi=list")
         .output()
-        .expect("srun");
-    eprintln!("srun took {:?}", t0.elapsed());
-    // Slurm does not know our shm naming: remove the probe's files ourselves.
-    if let Ok(d) = std::fs::read_dir("/dev/shm") {
-        for e in d.flatten() {
-            if e.file_name().to_string_lossy().contains(&m) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+        })
+        .unwrap_or_default();
+    if plugins.contains("pmix") {
+        run_probe(&cl, "pmix", "Pmix", 4);
+    } else {
+        skip_or_fail(format!(
+            "this Slurm has no pmix plugin (srun --mpi=list: {plugins:?}; Debian package \
+             slurm-wlm-basic-plugins)"
+        ));
     }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(
-        stdout
-            .lines()
-            .filter(|l| l.contains("cards ok") && l.contains("launcher Pmi2"))
-            .count(),
-        4,
-        "{stdout}\n{stderr}"
-    );
-    assert!(
-        !stderr.contains("error"),
-        "slurmstepd complained:\n{stderr}"
-    );
     let ino = netns_inode(&cl.ns).expect("our namespace");
     drop(cl);
     assert!(
