@@ -1,14 +1,19 @@
-//! The probe under a real single-node Slurm, started by this test: one job under
-//! `srun --mpi=pmi2` and one under `srun --mpi=pmix` (Slurm's `mpi_pmix_v4` with OpenPMIx).
-//! Every rank checks its rank, size, local rank and node against Slurm's task variables and
-//! every other rank's business card exchanged through the modex.
+//! The probe under a real Slurm started by these tests, under `srun --mpi=pmi2` and under
+//! `srun --mpi=pmix` (Slurm's `mpi_pmix_v4` with OpenPMIx): on a single node, and on a
+//! cluster of four nodes (slurmctld plus one slurmd per node). Every rank checks its rank,
+//! size, local rank, node and node count against Slurm's task variables, and every other
+//! rank's business card exchanged through the modex.
 //!
-//! Needs root, iproute2, nsenter, Debian's `slurmctld slurmd slurm-client` and `libpmix2`
-//! (`scripts/install-deps.sh`); without them it skips itself with a message, or fails under
-//! `RMCA_TESTS_REQUIRE=1` / `CI=true` ([`rmca_test_support::skip_or_fail`]). The daemons use
-//! `auth/none`, so they run inside a private network namespace that has only a loopback
-//! interface: nothing outside the test can reach them. They are killed and
-//! the namespace deleted when the test ends, whatever happens.
+//! Needs root, iproute2, nsenter and unshare, Debian's `slurmctld slurmd slurm-client` and
+//! `libpmix2` (`scripts/install-deps.sh`); without them the tests skip themselves with a
+//! message, or fail under `RMCA_TESTS_REQUIRE=1` / `CI=true`
+//! ([`rmca_test_support::skip_or_fail`]). The daemons use `auth/none`, so they run inside
+//! private network namespaces that nothing outside the test can reach: the single node has
+//! only its own veth pair; each node of the cluster is a namespace with its own address on a
+//! bridge (in a namespace of its own), its own host name (UTS namespace, as real nodes have)
+//! and its own Slurm `TmpFS` (a mount namespace: Slurm's PMIx plugin names its directory
+//! there after the job alone, so two nodes on one machine would share it). Everything is
+//! killed and the namespaces deleted when a test ends, whatever happens.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,8 +40,53 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Whether this machine can run the tests; if not, says why (skip or fail).
+fn prerequisites() -> bool {
+    if !is_root() {
+        skip_or_fail("needs root (to start Slurm daemons in private network namespaces)");
+        return false;
+    }
+    let missing: Vec<&str> = [
+        ("ip", "iproute2"),
+        ("nsenter", "util-linux"),
+        ("unshare", "util-linux"),
+        ("slurmctld", "slurmctld"),
+        ("slurmd", "slurmd"),
+        ("srun", "slurm-client"),
+        ("sinfo", "slurm-client"),
+    ]
+    .iter()
+    .filter(|(prog, _)| which(prog).is_none())
+    .map(|&(_, pkg)| pkg)
+    .collect();
+    if !missing.is_empty() {
+        skip_or_fail(format!(
+            "Slurm or its tools are not installed (Debian packages: {}; scripts/install-deps.sh \
+             installs them)",
+            missing.join(" ")
+        ));
+        return false;
+    }
+    true
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let st = Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("ip: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed", args.join(" ")))
+    }
+}
+
 struct Cluster {
-    ns: String,
+    /// Our network namespaces; the first holds slurmctld and runs srun.
+    namespaces: Vec<String>,
     dir: PathBuf,
     daemons: Vec<Child>,
 }
@@ -69,60 +119,166 @@ fn netns_inode(ns: &str) -> Option<u64> {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let ino = netns_inode(&self.ns);
+        let inodes = self.inodes();
         for d in &mut self.daemons {
             let _ = d.kill();
             let _ = d.wait();
         }
         // slurmd forks daemonised slurmstepd processes that can outlive it (retrying to report
-        // to the dead slurmd): everything in our private namespace was started by this test.
-        if let Some(ino) = ino {
-            let t0 = Instant::now();
-            loop {
-                let left = procs_in_netns(ino);
-                if left.is_empty() || t0.elapsed() > Duration::from_secs(10) {
-                    break;
-                }
-                for pid in left {
-                    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-                }
-                std::thread::sleep(Duration::from_millis(50));
+        // to the dead slurmd): everything in our private namespaces was started by this test.
+        let t0 = Instant::now();
+        loop {
+            let left: Vec<u32> = inodes.iter().flat_map(|&i| procs_in_netns(i)).collect();
+            if left.is_empty() || t0.elapsed() > Duration::from_secs(10) {
+                break;
             }
+            for pid in left {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl Cluster {
+    fn new(dir: PathBuf) -> Self {
+        Self {
+            namespaces: Vec::new(),
+            dir,
+            daemons: Vec::new(),
+        }
+    }
+
+    /// Create network namespace `ns`, owned (and deleted) by this cluster.
+    fn add_netns(&mut self, ns: &str) -> Result<(), String> {
+        ip(&["netns", "add", ns]).map_err(|e| {
+            format!("{e}: network namespaces are not available here (a container without CAP_SYS_ADMIN?)")
+        })?;
+        self.namespaces.push(ns.to_string());
+        ip(&["-n", ns, "link", "set", "lo", "up"])
+    }
+
+    fn inodes(&self) -> Vec<u64> {
+        self.namespaces
+            .iter()
+            .filter_map(|n| netns_inode(n))
+            .collect()
+    }
+
+    /// `prog` in the first namespace.
     fn cmd(&self, prog: &str) -> Command {
         // nsenter (not `ip netns exec`, which remounts /sys and hides the cgroup tree that
         // slurmd needs) joins only the network namespace.
         let mut c = Command::new("nsenter");
-        c.arg(format!("--net=/var/run/netns/{}", self.ns))
+        c.arg(format!("--net=/var/run/netns/{}", self.namespaces[0]))
             .arg(prog)
-            .env("SLURM_CONF", self.dir.join("slurm.conf"));
+            .env("SLURM_CONF", self.conf());
         c
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.dir.join("slurm.conf")
+    }
+
+    /// Write slurm.conf for `nodes` (name, address, CPUs), slurmctld at `ctld_addr`.
+    fn write_conf(&self, ctld_addr: &str, nodes: &[(String, String, u32)]) -> Result<(), String> {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into());
+        let d = self.dir.display();
+        // %n: each slurmd of the cluster keeps its own spool, pid file and log.
+        let mut conf = format!(
+            "ClusterName=rmcatest\n\
+             SlurmctldHost={host}({ctld_addr})\n\
+             SlurmctldPort=46817\nSlurmdPort=46818\n\
+             AuthType=auth/none\nCredType=cred/none\n\
+             SlurmUser=root\nSlurmdUser=root\n\
+             StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool/%n\n\
+             SlurmctldPidFile={d}/ctld.pid\nSlurmdPidFile={d}/d-%n.pid\n\
+             SlurmctldLogFile={d}/log/ctld.log\nSlurmdLogFile={d}/log/d-%n.log\n\
+             ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nSwitchType=switch/none\n\
+             MpiDefault=none\nSchedulerType=sched/builtin\n\
+             SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
+             SlurmdParameters=config_overrides\nReturnToService=2\n\
+             JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n\
+             TmpFS={d}/tmp\n"
+        );
+        for (name, addr, cpus) in nodes {
+            conf += &format!("NodeName={name} NodeAddr={addr} CPUs={cpus} State=UNKNOWN\n");
+        }
+        conf += "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n";
+        for sub in ["state", "spool", "log", "tmp"] {
+            std::fs::create_dir_all(self.dir.join(sub)).map_err(|e| e.to_string())?;
+        }
+        for (name, _, _) in nodes {
+            std::fs::create_dir_all(self.dir.join("spool").join(name))
+                .map_err(|e| e.to_string())?;
+        }
+        std::fs::write(self.conf(), conf).map_err(|e| e.to_string())
+    }
+
+    fn start_slurmctld(&mut self) -> Result<(), String> {
+        let conf = self.conf();
+        let ctld = self
+            .cmd("slurmctld")
+            .arg("-D")
+            .arg("-f")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        self.daemons.push(ctld);
+        Ok(())
+    }
+
+    /// Wait (bounded) until `nodes` nodes are schedulable.
+    fn wait_idle(&self, nodes: usize) -> Result<(), String> {
+        let t0 = Instant::now();
+        loop {
+            let out = self
+                .cmd("sinfo")
+                .args(["-h", "-N", "-o", "%t"])
+                .output()
+                .map_err(|e| e.to_string())?;
+            let states = String::from_utf8_lossy(&out.stdout).into_owned();
+            if states.lines().filter(|l| l.trim() == "idle").count() == nodes {
+                eprintln!("slurm with {nodes} node(s) up after {:?}", t0.elapsed());
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                let tail = |f: &Path| {
+                    let log = std::fs::read_to_string(f).unwrap_or_default();
+                    let lines: Vec<&str> = log.lines().collect();
+                    lines[lines.len().saturating_sub(10)..].join("\n")
+                };
+                let mut logs = String::new();
+                for e in std::fs::read_dir(self.dir.join("log"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    logs += &format!("{}:\n{}\n", e.path().display(), tail(&e.path()));
+                }
+                return Err(format!(
+                    "nodes never all became idle (states {states:?})\n{logs}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 }
 
+/// One node: slurmctld and slurmd in one namespace.
 fn start() -> Result<Cluster, String> {
     let id = std::process::id();
+    let mut cl = Cluster::new(std::env::temp_dir().join(format!("rmca-slurm-{id}")));
     let ns = format!("rmcaS{}", id % 100_000);
-    let dir = std::env::temp_dir().join(format!("rmca-slurm-{id}"));
-    if !Command::new("ip")
-        .args(["netns", "add", &ns])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-    {
-        return Err("cannot create a network namespace".into());
-    }
-    let mut cl = Cluster {
-        ns,
-        dir: dir.clone(),
-        daemons: Vec::new(),
-    };
+    cl.add_netns(&ns)?;
     // Slurm resolves "127.0.0.1" with AI_ADDRCONFIG, which needs some non-loopback IPv4
     // address: give the namespace a veth pair of its own (both ends inside it).
     let (v0, v1) = (
@@ -130,95 +286,121 @@ fn start() -> Result<Cluster, String> {
         format!("rs1{}", id % 100_000),
     );
     let net = 10 + id % 200;
-    for args in [
-        vec!["-n", &cl.ns, "link", "set", "lo", "up"],
-        vec![
-            "-n", &cl.ns, "link", "add", &v0, "type", "veth", "peer", "name", &v1,
-        ],
-        vec!["-n", &cl.ns, "link", "set", &v0, "up"],
-        vec!["-n", &cl.ns, "link", "set", &v1, "up"],
-    ] {
-        let _ = Command::new("ip").args(&args).status();
-    }
-    let addr = format!("10.{net}.251.1/24");
-    let _ = Command::new("ip")
-        .args(["-n", &cl.ns, "addr", "add", &addr, "dev", &v0])
-        .status();
-    for sub in ["state", "spool", "log", "tmp"] {
-        std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
-    }
+    ip(&[
+        "-n", &ns, "link", "add", &v0, "type", "veth", "peer", "name", &v1,
+    ])?;
+    ip(&["-n", &ns, "link", "set", &v0, "up"])?;
+    ip(&["-n", &ns, "link", "set", &v1, "up"])?;
+    ip(&[
+        "-n",
+        &ns,
+        "addr",
+        "add",
+        &format!("10.{net}.251.1/24"),
+        "dev",
+        &v0,
+    ])?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into());
-    let d = dir.display();
-    let conf = format!(
-        "ClusterName=rmcatest\n\
-         SlurmctldHost={host}(127.0.0.1)\n\
-         SlurmctldPort=46817\nSlurmdPort=46818\n\
-         AuthType=auth/none\nCredType=cred/none\n\
-         SlurmUser=root\nSlurmdUser=root\n\
-         StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
-         SlurmctldPidFile={d}/ctld.pid\nSlurmdPidFile={d}/d.pid\n\
-         SlurmctldLogFile={d}/log/ctld.log\nSlurmdLogFile={d}/log/d.log\n\
-         ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nSwitchType=switch/none\n\
-         MpiDefault=none\nSchedulerType=sched/builtin\n\
-         SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
-         SlurmdParameters=config_overrides\nReturnToService=2\n\
-         JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n\
-         TmpFS={d}/tmp\n\
-         NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
-         PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
-    );
-    std::fs::write(dir.join("slurm.conf"), conf).map_err(|e| e.to_string())?;
-    let conf_path = dir.join("slurm.conf").to_string_lossy().into_owned();
-    let ctld = cl
-        .cmd("slurmctld")
-        .args(["-D", "-f", &conf_path])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    cl.daemons.push(ctld);
+    cl.write_conf("127.0.0.1", &[(host.clone(), "127.0.0.1".into(), 8)])?;
+    cl.start_slurmctld()?;
+    let conf = cl.conf();
     let slurmd = cl
         .cmd("slurmd")
-        .args(["-D", "-f", &conf_path, "-N", &host])
+        .arg("-D")
+        .arg("-f")
+        .arg(&conf)
+        .args(["-N", &host])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
     cl.daemons.push(slurmd);
-    // Wait (bounded) for the node to become schedulable.
-    let t0 = Instant::now();
-    loop {
-        let out = cl
-            .cmd("sinfo")
-            .args(["-h", "-o", "%t"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if state == "idle" {
-            eprintln!("slurm up after {:?}", t0.elapsed());
-            return Ok(cl);
-        }
-        if t0.elapsed() > Duration::from_secs(60) {
-            let tail = |f: &str| {
-                let log = std::fs::read_to_string(dir.join("log").join(f)).unwrap_or_default();
-                let lines: Vec<&str> = log.lines().collect();
-                lines[lines.len().saturating_sub(10)..].join("\n")
-            };
-            return Err(format!(
-                "node never became idle (state {state:?})\nslurmctld log:\n{}\nslurmd log:\n{}",
-                tail("ctld.log"),
-                tail("d.log")
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cl.wait_idle(1)?;
+    Ok(cl)
 }
 
-/// Run the probe as `ranks` tasks under `srun --mpi=<mpi>` and check every rank's report.
-fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, ranks: u32) {
+/// `nodes` nodes `rn0..`, each a network namespace with its address on a bridge, its own host
+/// name and its own TmpFS, with `cpus` CPUs each; slurmctld and srun in node 0's namespace.
+fn start_nodes(nodes: usize, cpus: u32) -> Result<Cluster, String> {
+    let id = std::process::id() % 100_000;
+    let mut cl =
+        Cluster::new(std::env::temp_dir().join(format!("rmca-slurm-nodes-{}", std::process::id())));
+    let node_ns: Vec<String> = (0..nodes).map(|i| format!("rmcaN{i}x{id}")).collect();
+    for ns in &node_ns {
+        cl.add_netns(ns)?;
+    }
+    let hub = format!("rmcaH{id}");
+    cl.add_netns(&hub)?;
+    let bridge = "rmcabr";
+    ip(&["-n", &hub, "link", "add", bridge, "type", "bridge"])?;
+    ip(&["-n", &hub, "link", "set", bridge, "up"])?;
+    let net = 10 + id % 200;
+    let mut conf_nodes = Vec::new();
+    for (i, ns) in node_ns.iter().enumerate() {
+        let (inner, outer) = (format!("rn{i}a{id}"), format!("rn{i}b{id}"));
+        let addr = format!("10.{net}.88.{}", i + 1);
+        ip(&[
+            "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+        ])?;
+        ip(&["link", "set", &inner, "netns", ns])?;
+        ip(&["link", "set", &outer, "netns", &hub])?;
+        ip(&["-n", &hub, "link", "set", &outer, "master", bridge])?;
+        ip(&["-n", &hub, "link", "set", &outer, "up"])?;
+        ip(&[
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            &inner,
+        ])?;
+        ip(&["-n", ns, "link", "set", &inner, "up"])?;
+        conf_nodes.push((format!("rn{i}"), addr, cpus));
+    }
+    cl.write_conf(&conf_nodes[0].1, &conf_nodes)?;
+    cl.start_slurmctld()?;
+    let conf = cl.conf().to_string_lossy().into_owned();
+    let tmp = cl.dir.join("tmp").to_string_lossy().into_owned();
+    for (i, ns) in node_ns.iter().enumerate() {
+        let name = &conf_nodes[i].0;
+        let own_tmp = cl.dir.join(format!("tmp-{name}"));
+        std::fs::create_dir_all(&own_tmp).map_err(|e| e.to_string())?;
+        // A shell in new mount and UTS namespaces gives the node its own TmpFS and host name,
+        // then becomes the node's slurmd in the node's network namespace (exec all the way:
+        // the child's pid is slurmd's).
+        let script = format!(
+            "mount --bind '{}' '{tmp}' && hostname {name} && exec nsenter --net=/var/run/netns/{ns} slurmd -D -f '{conf}' -N {name}",
+            own_tmp.display()
+        );
+        let slurmd = Command::new("unshare")
+            .args([
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .env("SLURM_CONF", &conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        cl.daemons.push(slurmd);
+    }
+    cl.wait_idle(nodes)?;
+    Ok(cl)
+}
+
+/// Run the probe as `ranks` tasks under `srun --mpi=<mpi> <srun_args>` and check every rank's
+/// report.
+fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, srun_args: &[&str], ranks: u32) {
     let m = format!("mkslurm{}{mpi}", std::process::id());
+    let what = format!("srun --mpi={mpi} -n {ranks} {}", srun_args.join(" "));
     let t0 = Instant::now();
     let out = cl
         .cmd("srun")
@@ -228,6 +410,7 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, ranks: u32) {
             &ranks.to_string(),
             "--time=2",
         ])
+        .args(srun_args)
         .args([
             PROBE,
             "--marker",
@@ -239,7 +422,7 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, ranks: u32) {
         .stdin(Stdio::null())
         .output()
         .expect("srun");
-    eprintln!("srun --mpi={mpi} took {:?}", t0.elapsed());
+    eprintln!("{what} took {:?}", t0.elapsed());
     // Slurm does not know our shm naming: remove the probe's files ourselves.
     if let Ok(d) = std::fs::read_dir("/dev/shm") {
         for e in d.flatten() {
@@ -250,7 +433,7 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, ranks: u32) {
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "--mpi={mpi}:\n{stdout}\n{stderr}");
+    assert!(out.status.success(), "{what}:\n{stdout}\n{stderr}");
     let launcher = format!("launcher {launcher} ");
     assert_eq!(
         stdout
@@ -258,7 +441,7 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, ranks: u32) {
             .filter(|l| l.contains("cards ok") && l.contains(&launcher))
             .count(),
         ranks as usize,
-        "--mpi={mpi}:\n{stdout}\n{stderr}"
+        "{what}:\n{stdout}\n{stderr}"
     );
     assert_eq!(
         stdout
@@ -266,38 +449,52 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, ranks: u32) {
             .filter(|l| l.contains("matches slurm"))
             .count(),
         ranks as usize,
-        "--mpi={mpi}:\n{stdout}\n{stderr}"
+        "{what}:\n{stdout}\n{stderr}"
     );
     assert!(
         !stderr.contains("error"),
-        "--mpi={mpi}: slurmstepd complained:\n{stderr}"
+        "{what}: slurmstepd complained:\n{stderr}"
     );
+    for l in stdout.lines().filter(|l| l.contains("cards ok")) {
+        eprintln!("  {l}");
+    }
+}
+
+/// Whether srun offers `--mpi=pmix` (skips or fails when not).
+fn has_pmix(cl: &Cluster) -> bool {
+    let plugins = cl
+        .cmd("srun")
+        .arg("--mpi=list")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+        })
+        .unwrap_or_default();
+    if !plugins.contains("pmix") {
+        skip_or_fail(format!(
+            "this Slurm has no pmix plugin (srun --mpi=list: {plugins:?}; Debian package \
+             slurm-wlm-basic-plugins)"
+        ));
+        return false;
+    }
+    true
+}
+
+/// Stop the cluster and check that nothing it started is left.
+fn stop(cl: Cluster) {
+    let inodes = cl.inodes();
+    drop(cl);
+    for ino in inodes {
+        assert!(
+            procs_in_netns(ino).is_empty(),
+            "Slurm processes outlived the test"
+        );
+    }
 }
 
 #[test]
 fn probe_runs_under_slurm_srun_mpi_pmi2_and_pmix() {
-    if !is_root() {
-        skip_or_fail("needs root (to start Slurm daemons in a private network namespace)");
-        return;
-    }
-    let missing: Vec<&str> = [
-        ("ip", "iproute2"),
-        ("nsenter", "util-linux"),
-        ("slurmctld", "slurmctld"),
-        ("slurmd", "slurmd"),
-        ("srun", "slurm-client"),
-        ("sinfo", "slurm-client"),
-    ]
-    .iter()
-    .filter(|(prog, _)| which(prog).is_none())
-    .map(|&(_, pkg)| pkg)
-    .collect();
-    if !missing.is_empty() {
-        skip_or_fail(format!(
-            "Slurm or its tools are not installed (Debian packages: {}; scripts/install-deps.sh \
-             installs them)",
-            missing.join(" ")
-        ));
+    if !prerequisites() {
         return;
     }
     let cl = match start() {
@@ -307,27 +504,35 @@ fn probe_runs_under_slurm_srun_mpi_pmi2_and_pmix() {
             return;
         }
     };
-    run_probe(&cl, "pmi2", "Pmi2", 4);
-    let plugins = cl
-        .cmd("srun")
-        .arg("--mpi=list")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-        })
-        .unwrap_or_default();
-    if plugins.contains("pmix") {
-        run_probe(&cl, "pmix", "Pmix", 4);
-    } else {
-        skip_or_fail(format!(
-            "this Slurm has no pmix plugin (srun --mpi=list: {plugins:?}; Debian package \
-             slurm-wlm-basic-plugins)"
-        ));
+    run_probe(&cl, "pmi2", "Pmi2", &[], 4);
+    if has_pmix(&cl) {
+        run_probe(&cl, "pmix", "Pmix", &[], 4);
     }
-    let ino = netns_inode(&cl.ns).expect("our namespace");
-    drop(cl);
-    assert!(
-        procs_in_netns(ino).is_empty(),
-        "Slurm processes outlived the test"
-    );
+    stop(cl);
+}
+
+#[test]
+fn probe_runs_across_slurm_nodes_under_pmi2_and_pmix() {
+    if !prerequisites() {
+        return;
+    }
+    let cl = match start_nodes(4, 2) {
+        Ok(c) => c,
+        Err(e) => {
+            skip_or_fail(format!("could not start a four-node Slurm: {e}"));
+            return;
+        }
+    };
+    let pmix = has_pmix(&cl);
+    // Two nodes in blocks (2+2), then four nodes cyclic and in blocks of uneven size: node
+    // identity and local ranks must follow wherever Slurm put each task.
+    for (mpi, launcher) in [("pmi2", "Pmi2"), ("pmix", "Pmix")] {
+        if mpi == "pmix" && !pmix {
+            continue;
+        }
+        run_probe(&cl, mpi, launcher, &["-N", "2"], 4);
+        run_probe(&cl, mpi, launcher, &["-N", "4", "--distribution=cyclic"], 8);
+        run_probe(&cl, mpi, launcher, &["-N", "4"], 5);
+    }
+    stop(cl);
 }
