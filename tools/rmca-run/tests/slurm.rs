@@ -460,6 +460,42 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, srun_args: &[&str], ranks:
     }
 }
 
+/// Rank 1 of a two-node step calls abort while the others wait in a fence: Slurm ends the
+/// whole step then, not at its time limit.
+fn abort_ends_the_step(cl: &Cluster, mpi: &str) {
+    let m = format!("mkslurmabort{}{mpi}", std::process::id());
+    let t0 = Instant::now();
+    let out = cl
+        .cmd("srun")
+        .args([&format!("--mpi={mpi}"), "-N", "2", "-n", "4", "--time=1"])
+        .args([
+            PROBE, "--marker", &m, "--mode", "abort", "--who", "1", "--code", "7",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("srun");
+    eprintln!("abort under --mpi={mpi} took {:?}", t0.elapsed());
+    if let Ok(d) = std::fs::read_dir("/dev/shm") {
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().contains(&m) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "--mpi={mpi}:\n{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.contains("cards ok")).count(),
+        4,
+        "--mpi={mpi}: every rank got past init:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("aborted") && !stderr.contains("TIME LIMIT"),
+        "--mpi={mpi}: the abort did not end the step:\n{stderr}"
+    );
+}
+
 /// Whether srun offers `--mpi=pmix` (skips or fails when not).
 fn has_pmix(cl: &Cluster) -> bool {
     let plugins = cl
@@ -533,6 +569,7 @@ fn probe_runs_across_slurm_nodes_under_pmi2_and_pmix() {
         run_probe(&cl, mpi, launcher, &["-N", "2"], 4);
         run_probe(&cl, mpi, launcher, &["-N", "4", "--distribution=cyclic"], 8);
         run_probe(&cl, mpi, launcher, &["-N", "4"], 5);
+        abort_ends_the_step(&cl, mpi);
     }
     stop(cl);
 }
