@@ -2,7 +2,8 @@
 //! `srun --mpi=pmix` (Slurm's `mpi_pmix_v4` with OpenPMIx): on a single node, and on a
 //! cluster of four nodes (slurmctld plus one slurmd per node). Every rank checks its rank,
 //! size, local rank, node and node count against Slurm's task variables, and every other
-//! rank's business card exchanged through the modex.
+//! rank's business card exchanged through the modex. An abort ends the step (under both), and
+//! rmca-run runs a job across the same node namespaces through a launch agent.
 //!
 //! Needs root, iproute2, nsenter and unshare, Debian's `slurmctld slurmd slurm-client` and
 //! `libpmix2` (`scripts/install-deps.sh`); without them the tests skip themselves with a
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use rmca_test_support::skip_or_fail;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_rmca-rte-probe");
+const RUN: &str = env!("CARGO_BIN_EXE_rmca-run");
 
 fn which(p: &str) -> Option<String> {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
@@ -87,6 +89,8 @@ fn ip(args: &[&str]) -> Result<(), String> {
 struct Cluster {
     /// Our network namespaces; the first holds slurmctld and runs srun.
     namespaces: Vec<String>,
+    /// Each node's namespace and address (for rmca-run across the same nodes).
+    nodes: Vec<(String, String)>,
     dir: PathBuf,
     daemons: Vec<Child>,
 }
@@ -148,6 +152,7 @@ impl Cluster {
     fn new(dir: PathBuf) -> Self {
         Self {
             namespaces: Vec::new(),
+            nodes: Vec::new(),
             dir,
             daemons: Vec::new(),
         }
@@ -358,6 +363,7 @@ fn start_nodes(nodes: usize, cpus: u32) -> Result<Cluster, String> {
             &inner,
         ])?;
         ip(&["-n", ns, "link", "set", &inner, "up"])?;
+        cl.nodes.push((ns.clone(), addr.clone()));
         conf_nodes.push((format!("rn{i}"), addr, cpus));
     }
     cl.write_conf(&conf_nodes[0].1, &conf_nodes)?;
@@ -496,6 +502,36 @@ fn abort_ends_the_step(cl: &Cluster, mpi: &str) {
     );
 }
 
+/// rmca-run in node 0's namespace starts 8 ranks over the four node namespaces through a
+/// launch agent, its PMI server on node 0's address: two ranks per node, in blocks.
+fn rmca_run_across_the_same_nodes(cl: &Cluster) {
+    let m = format!("mkslurmrun{}", std::process::id());
+    let hosts: Vec<&str> = cl.nodes.iter().map(|(ns, _)| ns.as_str()).collect();
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/var/run/netns/{}", cl.nodes[0].0))
+        .args([RUN, "-n", "8", "--hosts", &hosts.join(",")])
+        .args([
+            "--launch-agent",
+            "nsenter --net=/var/run/netns/{node} {cmd}",
+        ])
+        .args(["--pmi-addr", &cl.nodes[0].1, "--timeout", "60"])
+        .args([PROBE, "--marker", &m, "--card-size", "3000"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("rmca-run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rmca-run:\n{stdout}\n{stderr}");
+    for r in 0..8u32 {
+        let (node, first) = (r / 2, r / 2 * 2);
+        let want = format!(
+            "rank {r} of 8: cards ok, node {node} local [{first},{}] ",
+            first + 1
+        );
+        assert!(stdout.contains(&want), "no {want:?} in\n{stdout}\n{stderr}");
+    }
+}
+
 /// Whether srun offers `--mpi=pmix` (skips or fails when not).
 fn has_pmix(cl: &Cluster) -> bool {
     let plugins = cl
@@ -571,5 +607,6 @@ fn probe_runs_across_slurm_nodes_under_pmi2_and_pmix() {
         run_probe(&cl, mpi, launcher, &["-N", "4"], 5);
         abort_ends_the_step(&cl, mpi);
     }
+    rmca_run_across_the_same_nodes(&cl);
     stop(cl);
 }
