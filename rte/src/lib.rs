@@ -523,9 +523,13 @@ impl Rte {
             .ok_or_else(|| RteError::Protocol("rank 0's job secret missing from PMIx".into()))?;
         let mut server_nodes = Vec::with_capacity(size as usize);
         for r in 0..size {
-            match c.get_u32(Some(r), pmix::KEY_NODEID)? {
-                Some(n) => server_nodes.push(n),
-                None => break,
+            match c.get_u32(Some(r), pmix::KEY_NODEID) {
+                Ok(Some(n)) => server_nodes.push(n),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "unusable pmix.nodeid");
+                    break;
+                }
             }
         }
         let (node_of_rank, names) = if server_nodes.len() == size as usize {
@@ -569,9 +573,10 @@ impl Rte {
         let local_ranks: Vec<u32> = (0..size)
             .filter(|r| node_of_rank[*r as usize] == me)
             .collect();
-        // The server's own view of this node, when it gives one, must agree with ours.
+        // The server's own view of this node, when it gives one, should agree with ours; a
+        // difference is reported, not fatal (the node ids above are what rmca places by).
         let my_index = local_ranks.iter().position(|&r| r == rank).unwrap_or(0) as u32;
-        if let Some(lr) = c.get_u32(Some(rank), pmix::KEY_LOCAL_RANK)? {
+        if let Ok(Some(lr)) = c.get_u32(Some(rank), pmix::KEY_LOCAL_RANK) {
             if lr != my_index {
                 tracing::warn!(
                     rank,
@@ -581,7 +586,7 @@ impl Rte {
                 );
             }
         }
-        if let Some(ls) = c.get_u32(None, pmix::KEY_LOCAL_SIZE)? {
+        if let Ok(Some(ls)) = c.get_u32(None, pmix::KEY_LOCAL_SIZE) {
             if ls as usize != local_ranks.len() {
                 tracing::warn!(
                     rank,

@@ -34,9 +34,13 @@ const SCOPE_GLOBAL: u8 = 3;
 // pmix_data_type_t values used here.
 const T_BOOL: u16 = 1;
 const T_STRING: u16 = 3;
+const T_SIZE: u16 = 4;
 const T_INT: u16 = 6;
+const T_INT32: u16 = 9;
+const T_UINT8: u16 = 12;
 const T_UINT16: u16 = 13;
 const T_UINT32: u16 = 14;
+const T_UINT64: u16 = 15;
 const T_BYTE_OBJECT: u16 = 27;
 const T_PROC_RANK: u16 = 40;
 
@@ -86,8 +90,12 @@ pub(crate) struct PmixEnvar {
 pub(crate) union PmixValueData {
     flag: bool,
     integer: c_int,
+    int32: i32,
+    size: usize,
+    uint8: u8,
     uint16: u16,
     uint32: u32,
+    uint64: u64,
     string: *mut c_char,
     bo: PmixByteObject,
     envar: PmixEnvar,
@@ -238,10 +246,6 @@ pub(crate) struct PmixClient {
     /// `PMIX_TIMEOUT` in seconds for fences and lookups (`None`: wait forever).
     timeout_secs: Option<c_int>,
 }
-
-// SAFETY: the PMIx client API is thread-safe (it hands every call to its progress thread);
-// `PmixProc` is plain data.
-unsafe impl Send for PmixClient {}
 
 impl std::fmt::Debug for PmixClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -422,14 +426,21 @@ impl PmixClient {
     ) -> Result<Option<u32>, RteError> {
         let v = self.get(rank, key, |v| {
             // SAFETY: each arm reads the union member its type tag names.
-            let n: u32 = unsafe {
+            let n: Option<u64> = unsafe {
                 match v.type_ {
-                    T_UINT32 | T_PROC_RANK => v.data.uint32,
-                    T_UINT16 => u32::from(v.data.uint16),
-                    T_INT if v.data.integer >= 0 => v.data.integer as u32,
+                    T_UINT32 | T_PROC_RANK => Some(u64::from(v.data.uint32)),
+                    T_UINT16 => Some(u64::from(v.data.uint16)),
+                    T_UINT8 => Some(u64::from(v.data.uint8)),
+                    T_UINT64 => Some(v.data.uint64),
+                    T_SIZE => Some(v.data.size as u64),
+                    T_INT => u64::try_from(v.data.integer).ok(),
+                    T_INT32 => u64::try_from(v.data.int32).ok(),
                     t => return Err(format!("expected an unsigned integer, got data type {t}")),
                 }
             };
+            let n = n
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or("a negative or oversized integer")?;
             Ok(n.to_le_bytes().to_vec())
         })?;
         Ok(v.map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
