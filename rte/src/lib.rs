@@ -179,7 +179,7 @@ pub enum RteError {
     #[error("runtime environment already finalized")]
     Finalized,
     /// The process was started by a PMIx server but the PMIx library cannot be used.
-    #[error("started by a PMIx server (PMIX_NAMESPACE is set) but {library} cannot be loaded: {why}; install OpenPMIx (Debian package libpmix2), name the library in RMCA_PMIX_LIBRARY, or start the job with --mpi=pmi2")]
+    #[error("PMIx chosen (PMIX_NAMESPACE from the launcher, or RMCA_PMI=pmix) but {library} cannot be loaded: {why}; install OpenPMIx (Debian package libpmix2), name the library in RMCA_PMIX_LIBRARY, or start the job with --mpi=pmi2")]
     PmixUnavailable {
         /// The library asked for.
         library: String,
