@@ -1,6 +1,7 @@
 //! The probe under a real Slurm started by these tests, under `srun --mpi=pmi2` and under
 //! `srun --mpi=pmix` (Slurm's `mpi_pmix_v4` with OpenPMIx): on a single node, and on a
-//! cluster of four nodes (slurmctld plus one slurmd per node). Every rank checks its rank,
+//! cluster of eight nodes (slurmctld plus one slurmd per node), jobs of 2 to 8 nodes and up to
+//! 32 ranks. Every rank checks its rank,
 //! size, local rank, node and node count against Slurm's task variables, and every other
 //! rank's business card exchanged through the modex. An abort ends the step (under both), and
 //! rmca-run runs a job across the same node namespaces through a launch agent.
@@ -118,14 +119,15 @@ fn abort_ends_the_step(cl: &Cluster, mpi: &str) {
     );
 }
 
-/// rmca-run in node 0's namespace starts 8 ranks over the four node namespaces through a
-/// launch agent, its PMI server on node 0's address: two ranks per node, in blocks.
+/// rmca-run in node 0's namespace starts two ranks per node over every node namespace through
+/// a launch agent, its PMI server on node 0's address, in blocks.
 fn rmca_run_across_the_same_nodes(cl: &Cluster) {
     let m = format!("mkslurmrun{}", std::process::id());
     let hosts: Vec<&str> = cl.nodes.iter().map(|(ns, _)| ns.as_str()).collect();
+    let ranks = 2 * hosts.len() as u32;
     let out = Command::new("nsenter")
         .arg(format!("--net=/var/run/netns/{}", cl.nodes[0].0))
-        .args([RUN, "-n", "8", "--hosts", &hosts.join(",")])
+        .args([RUN, "-n", &ranks.to_string(), "--hosts", &hosts.join(",")])
         .args([
             "--launch-agent",
             "nsenter --net=/var/run/netns/{node} {cmd}",
@@ -138,10 +140,10 @@ fn rmca_run_across_the_same_nodes(cl: &Cluster) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rmca-run:\n{stdout}\n{stderr}");
-    for r in 0..8u32 {
+    for r in 0..ranks {
         let (node, first) = (r / 2, r / 2 * 2);
         let want = format!(
-            "rank {r} of 8: cards ok, node {node} local [{first},{}] ",
+            "rank {r} of {ranks}: cards ok, node {node} local [{first},{}] ",
             first + 1
         );
         assert!(stdout.contains(&want), "no {want:?} in\n{stdout}\n{stderr}");
@@ -172,16 +174,17 @@ fn probe_runs_across_slurm_nodes_under_pmi2_and_pmix() {
     if !prerequisites() {
         return;
     }
-    let cl = match start_nodes(4, 2) {
+    let cl = match start_nodes(8, 2) {
         Ok(c) => c,
         Err(e) => {
-            skip_or_fail(format!("could not start a four-node Slurm: {e}"));
+            skip_or_fail(format!("could not start an eight-node Slurm: {e}"));
             return;
         }
     };
     let pmix = has_pmix(&cl);
-    // Two nodes in blocks (2+2), then four nodes cyclic and in blocks of uneven size: node
-    // identity and local ranks must follow wherever Slurm put each task.
+    // Two nodes in blocks (2+2), then four nodes cyclic and in blocks of uneven size, then all
+    // eight oversubscribed: node identity and local ranks must follow wherever Slurm put each
+    // task.
     for (mpi, launcher) in [("pmi2", "Pmi2"), ("pmix", "Pmix")] {
         if mpi == "pmix" && !pmix {
             continue;
@@ -189,6 +192,8 @@ fn probe_runs_across_slurm_nodes_under_pmi2_and_pmix() {
         run_probe(&cl, mpi, launcher, &["-N", "2"], 4);
         run_probe(&cl, mpi, launcher, &["-N", "4", "--distribution=cyclic"], 8);
         run_probe(&cl, mpi, launcher, &["-N", "4"], 5);
+        // All eight nodes, 32 ranks on 16 CPUs (oversubscribed).
+        run_probe(&cl, mpi, launcher, &["-N", "8", "--overcommit"], 32);
         abort_ends_the_step(&cl, mpi);
     }
     rmca_run_across_the_same_nodes(&cl);
