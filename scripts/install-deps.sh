@@ -8,6 +8,7 @@ pkgs=(
   iproute2                      # network-namespace tests of rmca-run (multi-node placement)
   mpich                         # mpiexec.hydra: rmca ranks under MPICH's launcher (PMI-1)
   slurmctld slurmd slurm-client # a single-node Slurm started by the tests (srun --mpi=pmi2)
+  libpmix-dev                   # OpenPMIx: srun --mpi=pmix ranks load libpmix.so.2; headers for the layout test
   util-linux                    # nsenter, for the namespaced Slurm test
   libibverbs-dev librdmacm-dev  # the verbs 'rdma' provider (rdma-sys)
   clang libclang-dev pkg-config # bindgen for rdma-sys

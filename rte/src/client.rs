@@ -292,8 +292,10 @@ impl PmiClient {
             PmiVersion::V1 => OwnedMessage::new("abort")
                 .with("exitcode", code)
                 .with("message", msg),
+            // PMI-2's key is `isworld` (MPICH's ISWORLD_KEY, read by Slurm's mpi/pmi2): an
+            // unknown key leaves the abort a local one, and Slurm then never ends the step.
             PmiVersion::V2 => OwnedMessage::new("abort")
-                .with("isworldabort", "TRUE")
+                .with("isworld", "TRUE")
                 .with("msg", msg.replace(';', ",")),
         };
         let wire = self.wire();
@@ -322,5 +324,24 @@ fn io_err(op: &str, e: std::io::Error) -> RteError {
     RteError::Io {
         op: op.to_string(),
         source: e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pmi2_abort_asks_for_a_world_abort_with_the_protocol_key() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut c = PmiClient::new(Transport::Fd(ours), PmiVersion::V2, None);
+        c.abort(7, "bad; thing").unwrap();
+        drop(c);
+        let mut sent = String::new();
+        let mut theirs = theirs;
+        theirs.read_to_string(&mut sent).unwrap();
+        // Slurm's mpi/pmi2 and Hydra read `isworld`; `;` separates pairs on the wire.
+        assert!(sent.contains("cmd=abort;isworld=TRUE;"), "{sent}");
+        assert!(sent.contains("msg=bad, thing;"), "{sent}");
     }
 }

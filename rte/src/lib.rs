@@ -1,4 +1,4 @@
-//! Runtime environment of rmca: PMI-1/PMI-2 clients, the modex, job identity.
+//! Runtime environment of rmca: PMI-1/PMI-2/PMIx clients, the modex, job identity.
 //!
 //! [`Rte::init`] detects how the process was started:
 //!
@@ -7,9 +7,15 @@
 //! | `rmca-run` | `PMI_FD` or `PMI_PORT` + `RMCA_JOB_ID` | PMI-1 |
 //! | MPICH Hydra (`mpiexec.hydra`) | `PMI_FD` or `PMI_PORT`, `PMI_RANK`, `PMI_SIZE` | PMI-1 |
 //! | Slurm `srun --mpi=pmi2` | `PMI_FD` + `SLURM_MPI_TYPE=pmi2` (or `PMI_JOBID` + `SLURM_STEP_ID`, or `PMI_VERSION=2`) | PMI-2 |
+//! | Slurm `srun --mpi=pmix`, Open MPI's `prterun` | `PMIX_NAMESPACE` + `PMIX_RANK` | PMIx (OpenPMIx's `libpmix.so.2`, loaded at run time) |
 //! | nothing | none of the above | singleton: rank 0 of 1 |
 //!
-//! `RMCA_PMI=pmi1|pmi2|singleton` overrides the detection.
+//! `rmca-run`'s own variables win over a PMIx server's inherited from an enclosing job; then
+//! PMIx wins over PMI-1/PMI-2. `RMCA_PMI=pmi1|pmi2|pmix|singleton` overrides the detection;
+//! `RMCA_PMIX_LIBRARY` names another PMIx library. A PMIx environment without a loadable
+//! library is an error ([`RteError::PmixUnavailable`]), never a silent singleton. Under PMIx,
+//! node identity comes from the server (`pmix.nodeid`, `pmix.hname`), so local ranks and
+//! shared-memory segments follow the host's placement.
 //!
 //! Job identity (id, secret, which ranks share a node) comes from the launcher: `rmca-run` passes
 //! it in `RMCA_JOB_ID`, `RMCA_JOB_SECRET` (or, through a launch agent, its KVS key
@@ -33,6 +39,7 @@ mod client;
 pub mod encoding;
 mod fd;
 pub mod lifeline;
+mod pmix;
 pub mod server;
 pub mod wire;
 
@@ -43,6 +50,8 @@ use std::time::Duration;
 
 pub use client::PmiVersion;
 use client::{PmiClient, Transport};
+use pmix::PmixClient;
+pub use pmix::{DEFAULT_LIBRARY as DEFAULT_PMIX_LIBRARY, ENV_PMIX_LIBRARY};
 use wire::OwnedMessage;
 
 /// Environment variable prefix of MCA parameters forwarded by the launcher.
@@ -169,6 +178,24 @@ pub enum RteError {
     /// The environment was already finalized.
     #[error("runtime environment already finalized")]
     Finalized,
+    /// The process was started by a PMIx server but the PMIx library cannot be used.
+    #[error("PMIx chosen (PMIX_NAMESPACE from the launcher, or RMCA_PMI=pmix) but {library} cannot be loaded: {why}; install OpenPMIx (Debian package libpmix2), name the library in RMCA_PMIX_LIBRARY, or start the job with --mpi=pmi2")]
+    PmixUnavailable {
+        /// The library asked for.
+        library: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// A PMIx call failed.
+    #[error("{op} failed: {text} (PMIx status {status})")]
+    Pmix {
+        /// The call.
+        op: String,
+        /// PMIx status code.
+        status: i32,
+        /// `PMIx_Error_string` of the status.
+        text: String,
+    },
     /// A path cannot be registered for removal when the launcher dies.
     #[error("cannot register {path} for removal at launcher death: {why}")]
     Cleanup {
@@ -188,6 +215,8 @@ pub enum Launcher {
     Pmi1,
     /// A PMI-2 launcher (Slurm).
     Pmi2,
+    /// A PMIx server (Slurm's `mpi_pmix`, Open MPI's PRRTE).
+    Pmix,
     /// No launcher.
     Singleton,
 }
@@ -195,6 +224,8 @@ pub enum Launcher {
 enum Backend {
     Singleton(HashMap<String, String>),
     Pmi(PmiClient),
+    // Boxed: the client holds a 260-byte pmix_proc_t.
+    Pmix(Box<PmixClient>),
 }
 
 struct Inner {
@@ -280,6 +311,20 @@ pub fn decode_node_map(s: &str, size: u32) -> Result<Vec<u32>, String> {
         return Err(format!("map covers {} ranks, job has {size}", out.len()));
     }
     Ok(out)
+}
+
+/// Dense node ids (from 0, in order of first appearance) from any ids a server gave.
+fn nodes_from_ids(ids: &[u32]) -> Vec<u32> {
+    let mut seen: Vec<u32> = Vec::new();
+    ids.iter()
+        .map(|id| match seen.iter().position(|s| s == id) {
+            Some(i) => i as u32,
+            None => {
+                seen.push(*id);
+                (seen.len() - 1) as u32
+            }
+        })
+        .collect()
 }
 
 /// Node ids from host names: ranks with the same name share the id of the first such rank's
@@ -379,7 +424,13 @@ impl Rte {
             None
         };
         let has_pmi = lookup("PMI_FD").is_some() || lookup("PMI_PORT").is_some();
+        // rmca-run inside a PMIx job: its ranks may still see the enclosing server's variables.
+        let has_pmix = lookup("PMIX_NAMESPACE").is_some()
+            && lookup("PMIX_RANK").is_some()
+            && !(has_pmi && lookup(ENV_JOB_ID).is_some());
         let mode = match lookup(ENV_PMI).as_deref() {
+            Some("pmix") => return Self::with_pmix(lookup, timeout, mca),
+            None if has_pmix => return Self::with_pmix(lookup, timeout, mca),
             Some("singleton") => None,
             Some("pmi1") | Some("1") => Some(PmiVersion::V1),
             Some("pmi2") | Some("2") => Some(PmiVersion::V2),
@@ -387,7 +438,7 @@ impl Rte {
                 return Err(RteError::Env {
                     var: ENV_PMI.into(),
                     value: other.into(),
-                    why: "valid values: pmi1, pmi2, singleton".into(),
+                    why: "valid values: pmi1, pmi2, pmix, singleton".into(),
                 })
             }
             None if !has_pmi => None,
@@ -433,6 +484,140 @@ impl Rte {
                 kvsname: "singleton".into(),
                 vallen_max: usize::MAX,
                 keylen_max: usize::MAX,
+                cache: HashMap::new(),
+                finalized: false,
+            }),
+        })
+    }
+
+    /// Join through the PMIx server named by the environment: rank and size from it, the
+    /// secret drawn by rank 0 and host names exchanged in one fence, node identity from the
+    /// server's `pmix.nodeid` (host names when it gives none).
+    fn with_pmix(
+        lookup: EnvFn<'_>,
+        timeout: Option<Duration>,
+        mca: Vec<(String, String)>,
+    ) -> Result<Rte, RteError> {
+        let library = lookup(ENV_PMIX_LIBRARY).unwrap_or_else(|| pmix::DEFAULT_LIBRARY.to_string());
+        let mut c = PmixClient::init(&library, timeout)?;
+        let rank = c.rank();
+        let size = c.get_u32(None, pmix::KEY_JOB_SIZE)?.ok_or_else(|| {
+            RteError::Protocol("the PMIx server gave no job size (pmix.job.size)".into())
+        })?;
+        if size == 0 || rank >= size {
+            return Err(RteError::BadRank { rank, size });
+        }
+        if rank == 0 {
+            let s = random_bytes(SECRET_LEN).map_err(|e| RteError::Io {
+                op: "reading /dev/urandom".into(),
+                source: e,
+            })?;
+            c.put(SECRET_KEY, &s)?;
+        }
+        let host_key = |r: u32| format!("rmca-host-{r}");
+        c.put(&host_key(rank), hostname().as_bytes())?;
+        c.fence()?;
+        let secret = c
+            .get_bytes(0, SECRET_KEY)?
+            .filter(|s| s.len() >= 16)
+            .ok_or_else(|| RteError::Protocol("rank 0's job secret missing from PMIx".into()))?;
+        let mut server_nodes = Vec::with_capacity(size as usize);
+        for r in 0..size {
+            match c.get_u32(Some(r), pmix::KEY_NODEID) {
+                Ok(Some(n)) => server_nodes.push(n),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "unusable pmix.nodeid");
+                    break;
+                }
+            }
+        }
+        let (node_of_rank, names) = if server_nodes.len() == size as usize {
+            // Dense ids in order of first appearance, each named after the server's host name
+            // of its first rank.
+            let node_of_rank = nodes_from_ids(&server_nodes);
+            let mut names: Vec<String> = Vec::new();
+            for (r, &n) in node_of_rank.iter().enumerate() {
+                if n as usize == names.len() {
+                    let r = r as u32;
+                    let name = match c.get_string(r, pmix::KEY_HOSTNAME)? {
+                        Some(h) => h,
+                        None => c
+                            .get_bytes(r, &host_key(r))?
+                            .map(|h| String::from_utf8_lossy(&h).into_owned())
+                            .unwrap_or_else(|| format!("node{n}")),
+                    };
+                    names.push(name);
+                }
+            }
+            (node_of_rank, names)
+        } else {
+            tracing::debug!("the PMIx server gives no pmix.nodeid: nodes from host names");
+            let mut hosts = Vec::with_capacity(size as usize);
+            for r in 0..size {
+                let h = c.get_bytes(r, &host_key(r))?.ok_or_else(|| {
+                    RteError::Protocol(format!("rank {r}'s host name missing from PMIx"))
+                })?;
+                hosts.push(String::from_utf8_lossy(&h).into_owned());
+            }
+            let map = nodes_from_hostnames(&hosts);
+            let mut distinct: Vec<String> = Vec::new();
+            for h in hosts {
+                if !distinct.contains(&h) {
+                    distinct.push(h);
+                }
+            }
+            (map, distinct)
+        };
+        let me = node_of_rank[rank as usize];
+        let local_ranks: Vec<u32> = (0..size)
+            .filter(|r| node_of_rank[*r as usize] == me)
+            .collect();
+        // The server's own view of this node, when it gives one, should agree with ours; a
+        // difference is reported, not fatal (the node ids above are what rmca places by).
+        let my_index = local_ranks.iter().position(|&r| r == rank).unwrap_or(0) as u32;
+        if let Ok(Some(lr)) = c.get_u32(Some(rank), pmix::KEY_LOCAL_RANK) {
+            if lr != my_index {
+                tracing::warn!(
+                    rank,
+                    server = lr,
+                    ours = my_index,
+                    "PMIx local rank differs"
+                );
+            }
+        }
+        if let Ok(Some(ls)) = c.get_u32(None, pmix::KEY_LOCAL_SIZE) {
+            if ls as usize != local_ranks.len() {
+                tracing::warn!(
+                    rank,
+                    server = ls,
+                    ours = local_ranks.len(),
+                    "PMIx local size differs"
+                );
+            }
+        }
+        let nspace = c.nspace();
+        let job_id = format!(
+            "{}_{}",
+            sanitize_id(&nspace),
+            encoding::hex_encode(&secret[..4])
+        );
+        tracing::debug!(rank, size, %nspace, %job_id, "runtime environment initialised (PMIx)");
+        Ok(Rte {
+            rank,
+            size,
+            launcher: Launcher::Pmix,
+            job_id,
+            secret,
+            node_of_rank,
+            node_names: names,
+            local_ranks,
+            mca,
+            inner: Mutex::new(Inner {
+                backend: Backend::Pmix(Box::new(c)),
+                kvsname: nspace,
+                vallen_max: usize::MAX,
+                keylen_max: pmix::KEY_LEN - 1,
                 cache: HashMap::new(),
                 finalized: false,
             }),
@@ -739,11 +924,15 @@ impl Rte {
         check_key(key)?;
         let mut inner = self.lock()?;
         let wire_key = modex_wire_key(self.rank, key);
-        if let Backend::Singleton(map) = &mut inner.backend {
-            map.insert(wire_key, encoding::hex_encode(value));
-            return Ok(());
+        match &mut inner.backend {
+            Backend::Singleton(map) => {
+                map.insert(wire_key, encoding::hex_encode(value));
+                Ok(())
+            }
+            // Binary-safe and unlimited in length: no chunks.
+            Backend::Pmix(c) => c.put(&wire_key, value),
+            Backend::Pmi(_) => put_raw(&mut inner, &wire_key, value),
         }
-        put_raw(&mut inner, &wire_key, value)
     }
 
     /// Wait until every rank reached the same fence; afterwards all earlier puts are visible.
@@ -754,6 +943,7 @@ impl Rte {
         match &mut inner.backend {
             Backend::Singleton(_) => Ok(()),
             Backend::Pmi(c) => c.barrier(),
+            Backend::Pmix(c) => c.fence(),
         }
     }
 
@@ -771,10 +961,10 @@ impl Rte {
             return Ok(v.clone());
         }
         let wire_key = modex_wire_key(rank, key);
-        let v = if let Backend::Singleton(map) = &inner.backend {
-            map.get(&wire_key).and_then(|h| encoding::hex_decode(h))
-        } else {
-            get_raw(&mut inner, &wire_key, rank)?
+        let v = match &mut inner.backend {
+            Backend::Singleton(map) => map.get(&wire_key).and_then(|h| encoding::hex_decode(h)),
+            Backend::Pmix(c) => c.get_bytes(rank, &wire_key)?,
+            Backend::Pmi(_) => get_raw(&mut inner, &wire_key, rank)?,
         };
         inner.cache.insert((rank, key.to_string()), v.clone());
         Ok(v)
@@ -794,6 +984,11 @@ impl Rte {
                     c.set_timeout(Some(Duration::from_secs(10)));
                     let _ = c.recv("abort");
                 }
+            } else if let Backend::Pmix(c) = &mut inner.backend {
+                // Returns once the host has been told (it then kills the job's processes).
+                if let Err(e) = c.abort(code, msg) {
+                    tracing::error!(error = %e, "PMIx abort failed; exiting");
+                }
             } else {
                 use std::io::Write;
                 // The user's abort message must be seen even without a tracing subscriber.
@@ -810,6 +1005,7 @@ impl Rte {
         match &mut inner.backend {
             Backend::Singleton(_) => Ok(()),
             Backend::Pmi(c) => c.finalize(),
+            Backend::Pmix(c) => c.finalize(),
         }
     }
 
@@ -831,6 +1027,9 @@ fn pmi(inner: &mut Inner) -> Result<&mut PmiClient, RteError> {
     match &mut inner.backend {
         Backend::Pmi(c) => Ok(c),
         Backend::Singleton(_) => Err(RteError::Protocol("no PMI server in a singleton".into())),
+        Backend::Pmix(_) => Err(RteError::Protocol(
+            "a PMIx job has no PMI-1/PMI-2 server".into(),
+        )),
     }
 }
 
@@ -941,6 +1140,77 @@ mod tests {
     fn bad_override_is_an_error_naming_valid_values() {
         let env = |k: &str| (k == ENV_PMI).then(|| "pmi3".to_string());
         let e = Rte::init_from(&env, &[]).unwrap_err().to_string();
-        assert!(e.contains("pmi1, pmi2, singleton"), "{e}");
+        assert!(e.contains("pmi1, pmi2, pmix, singleton"), "{e}");
+    }
+
+    fn env_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn a_pmix_environment_without_its_library_is_a_clear_error() {
+        // Started by a PMIx server: PMIx is chosen, and a missing library says what to do
+        // instead of falling back to a singleton.
+        let env = env_of(&[
+            ("PMIX_NAMESPACE", "slurm.pmix.7.0"),
+            ("PMIX_RANK", "0"),
+            (ENV_PMIX_LIBRARY, "/nonexistent/libpmix.so.2"),
+        ]);
+        let e = Rte::init_from(&env, &[]).unwrap_err();
+        assert!(matches!(e, RteError::PmixUnavailable { .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.contains("/nonexistent/libpmix.so.2")
+                && e.contains("libpmix2")
+                && e.contains("RMCA_PMIX_LIBRARY"),
+            "{e}"
+        );
+        // The override chooses PMIx too.
+        let env = env_of(&[
+            (ENV_PMI, "pmix"),
+            (ENV_PMIX_LIBRARY, "/nonexistent/libpmix.so.2"),
+        ]);
+        assert!(matches!(
+            Rte::init_from(&env, &[]),
+            Err(RteError::PmixUnavailable { .. })
+        ));
+    }
+
+    #[test]
+    fn rmca_run_variables_win_over_an_enclosing_pmix_job() {
+        // A rank of rmca-run started inside a `srun --mpi=pmix` step: it speaks PMI-1 to
+        // rmca-run (here: the descriptor is bad, so init fails on PMI_FD, not on PMIx).
+        let env = env_of(&[
+            ("PMIX_NAMESPACE", "slurm.pmix.7.0"),
+            ("PMIX_RANK", "0"),
+            (ENV_PMIX_LIBRARY, "/nonexistent/libpmix.so.2"),
+            ("PMI_FD", "-5"),
+            (ENV_JOB_ID, "job1"),
+        ]);
+        let e = Rte::init_from(&env, &[]).unwrap_err();
+        assert!(
+            matches!(&e, RteError::Env { var, .. } if var == "PMI_FD"),
+            "{e:?}"
+        );
+        // Without rmca-run's job id, the PMIx server wins over a stray PMI_FD.
+        let env = env_of(&[
+            ("PMIX_NAMESPACE", "slurm.pmix.7.0"),
+            ("PMIX_RANK", "0"),
+            (ENV_PMIX_LIBRARY, "/nonexistent/libpmix.so.2"),
+            ("PMI_FD", "-5"),
+        ]);
+        assert!(matches!(
+            Rte::init_from(&env, &[]),
+            Err(RteError::PmixUnavailable { .. })
+        ));
+    }
+
+    #[test]
+    fn server_node_ids_become_dense_in_order_of_appearance() {
+        assert_eq!(nodes_from_ids(&[7, 7, 3, 9, 3]), vec![0, 0, 1, 2, 1]);
     }
 }

@@ -7,11 +7,13 @@
 //! - [`fuzz`]: runs a fuzz target's body on stable Rust for a bounded time with random and
 //!   mutated inputs, so the test script exercises the cargo-fuzz targets without nightly.
 //! - [`netns`]: a fresh network namespace with a veth pair of a chosen MTU.
+//! - [`slurm`]: a private Slurm, one node or a cluster of namespace nodes on a bridge.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod fuzz;
 pub mod netns;
+pub mod slurm;
 
 use std::fmt::Display;
 

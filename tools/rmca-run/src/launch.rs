@@ -1,7 +1,9 @@
 //! The launcher's I/O: spawning ranks, the PMI server's sockets, output forwarding, teardown.
 //!
-//! Threads only move bytes and report process exits over one channel; all decisions are taken
-//! on the main thread by [`rmca_rte::server::PmiServer`] and [`crate::monitor::JobMonitor`].
+//! Threads only move bytes and report, each on its own channel (PMI and output, process exits,
+//! signals); the main thread waits on all of them and on its next deadline in one `select!`,
+//! and all decisions are taken there by [`rmca_rte::server::PmiServer`] and
+//! [`crate::monitor::JobMonitor`]. Nothing wakes it but an event or a deadline.
 
 /// Environment variable listing the `--mca` settings (read by `rmca_framework::params`).
 pub const MCA_CMDLINE_ENV: &str = "RMCA_MCA_CMDLINE";
@@ -12,13 +14,14 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
+
+use crossbeam_channel::{at, never, select, unbounded, Receiver};
 
 use rmca_rte::server::{ConnId, Maxes, PmiServer, ServerConfig, ServerEvent, UntrustedLimit};
 
 use crate::cli::{block_map, expand_agent, Options};
-use crate::monitor::{Action, JobMonitor};
+use crate::monitor::{Action, Exit, JobMonitor};
 use crate::poller::{self, Ev, Poller, Source};
 use crate::sys;
 
@@ -119,8 +122,14 @@ pub fn run(o: &Options) -> i32 {
         }
     };
     let shm_prefix = rmca_rte::shm_prefix(&job_id);
-    sys::catch_termination_signals();
-    let status = run_job(o, &job_id, &secret);
+    let signal_pipe = match sys::catch_termination_signals() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("rmca-run: cannot set up signal handling (pipe2): {e}");
+            return 1;
+        }
+    };
+    let status = run_job(o, &job_id, &secret, signal_pipe);
     let removed = remove_shm_files(&shm_prefix);
     if removed > 0 {
         tracing::debug!(removed, "removed shared-memory files of the job");
@@ -150,7 +159,46 @@ fn check_capacity(np: u32, tcp: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
+/// What woke the main loop.
+enum Wake {
+    /// The poller reported PMI traffic or output.
+    Io(Ev),
+    /// A rank exited.
+    Exited(u32, Exit),
+    /// The launcher received a termination signal.
+    Signal(i32),
+    /// The next deadline passed.
+    Timer,
+    /// A reporting thread ended; its channel is replaced by one that never fires (a
+    /// disconnected channel would be ready forever and make `select!` spin).
+    Closed(Reporter),
+}
+
+/// The threads reporting to the main loop.
+#[derive(Clone, Copy)]
+enum Reporter {
+    Io,
+    Reaper,
+    Signals,
+}
+
+/// Block until an event arrives on any channel or `deadline` (if any) passes.
+fn wait_for_event(
+    io: &Receiver<Ev>,
+    exits: &Receiver<(u32, Exit)>,
+    signals: &Receiver<i32>,
+    deadline: Option<Instant>,
+) -> Wake {
+    let timer = deadline.map_or_else(never, at);
+    select! {
+        recv(signals) -> m => m.map_or(Wake::Closed(Reporter::Signals), Wake::Signal),
+        recv(exits) -> m => m.map_or(Wake::Closed(Reporter::Reaper), |(r, e)| Wake::Exited(r, e)),
+        recv(io) -> m => m.map_or(Wake::Closed(Reporter::Io), Wake::Io),
+        recv(timer) -> _ => Wake::Timer,
+    }
+}
+
+fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File) -> i32 {
     let np = o.np;
     if let Err(e) = check_capacity(np, o.force_tcp || o.launch_agent.is_some()) {
         eprintln!("rmca-run: {e}");
@@ -205,7 +253,9 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         tokens: tokens.clone(),
         untrusted_limit: UntrustedLimit::for_job(np),
     });
-    let (tx, rx) = mpsc::channel::<Ev>();
+    let (io_tx, mut io_rx) = unbounded::<Ev>();
+    let (exit_tx, mut exit_rx) = unbounded::<(u32, Exit)>();
+    let (signal_tx, mut signal_rx) = unbounded::<i32>();
     let mut pmi_port = None;
     let mut listener = None;
     if use_tcp {
@@ -230,6 +280,12 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     let mut spawn_errors = Vec::new();
     let mut outputs = 0usize;
 
+    // An enclosing PMIx job's variables (srun --mpi=pmix: PMIX_NAMESPACE, PMIX_RANK,
+    // PMIX_SERVER_URI*, ...) would point a PMIx-aware library in a rank at that job's server.
+    let enclosing_pmix_vars: Vec<std::ffi::OsString> = std::env::vars_os()
+        .map(|(k, _)| k)
+        .filter(|k| k.as_encoded_bytes().starts_with(b"PMIX_"))
+        .collect();
     for rank in 0..np {
         let mut env: Vec<(String, String)> = vec![
             ("PMI_RANK".into(), rank.to_string()),
@@ -299,6 +355,9 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         for k in INHERITED_JOB_VARS {
             cmd.env_remove(k);
         }
+        for k in &enclosing_pmix_vars {
+            cmd.env_remove(k);
+        }
         cmd.args(&argv[1..])
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(if tokens.is_some() {
@@ -356,8 +415,9 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         .map(|(rank, &pid)| (pid, rank as u32))
         .collect();
     let io = poller
-        .spawn(tx.clone())
-        .and_then(|()| poller::spawn_reaper(rank_of_pid, tx));
+        .spawn(io_tx)
+        .and_then(|()| poller::spawn_reaper(rank_of_pid, exit_tx))
+        .and_then(|()| poller::spawn_signal_reader(signal_pipe, signal_tx));
     if let Err(e) = io {
         // Without its I/O threads the launcher cannot watch the job: end it now.
         eprintln!("rmca-run: cannot start the launcher's I/O threads: {e}; terminating the job");
@@ -403,27 +463,21 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
         if mon.is_done() {
             break;
         }
-        let now = Instant::now();
-        let wait = [mon.poll_timeout(), server.untrusted_deadline()]
+        let deadline = [mon.poll_timeout(), server.untrusted_deadline()]
             .into_iter()
             .flatten()
-            .min()
-            .map(|t| t.saturating_duration_since(now))
-            .unwrap_or(Duration::from_millis(100))
-            .min(Duration::from_millis(100));
-        let ev = match rx.recv_timeout(wait) {
-            Ok(ev) => Some(ev),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => None,
-        };
+            .min();
+        let wake = wait_for_event(&io_rx, &exit_rx, &signal_rx, deadline);
         let now = Instant::now();
-        if let Some(sig) = sys::take_signal() {
-            mon.handle_signal(sig, now);
-        }
-        match ev {
-            None => {}
-            Some(Ev::OutputDone) => outputs = outputs.saturating_sub(1),
-            Some(Ev::Accepted(conn, s)) => {
+        match wake {
+            Wake::Timer => {}
+            Wake::Closed(Reporter::Io) => io_rx = never(),
+            Wake::Closed(Reporter::Reaper) => exit_rx = never(),
+            Wake::Closed(Reporter::Signals) => signal_rx = never(),
+            Wake::Signal(sig) => mon.handle_signal(sig, now),
+            Wake::Exited(rank, exit) => mon.handle_exit(rank, exit, now),
+            Wake::Io(Ev::OutputDone) => outputs = outputs.saturating_sub(1),
+            Wake::Io(Ev::Accepted(conn, s)) => {
                 writers.insert(conn, Stream::Tcp(s));
                 for gone in server.connect_untrusted(conn, now) {
                     if let Some(w) = writers.remove(&gone) {
@@ -431,14 +485,13 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
                     }
                 }
             }
-            Some(Ev::PmiData(conn, data)) => server.handle_input(conn, &data),
-            Some(Ev::PmiEof(conn)) => {
+            Wake::Io(Ev::PmiData(conn, data)) => server.handle_input(conn, &data),
+            Wake::Io(Ev::PmiEof(conn)) => {
                 if let Some((Some(r), _finalized)) = server.disconnect(conn) {
                     mon.handle_pmi_closed(r, now);
                 }
                 writers.remove(&conn);
             }
-            Some(Ev::Exited(rank, exit)) => mon.handle_exit(rank, exit, now),
         }
         for gone in server.evict_untrusted(now) {
             if let Some(w) = writers.remove(&gone) {
@@ -488,11 +541,7 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8]) -> i32 {
     // group could hold a pipe open forever.
     let deadline = Instant::now() + Duration::from_secs(2);
     while outputs > 0 {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        match rx.recv_timeout(deadline - now) {
+        match io_rx.recv_deadline(deadline) {
             Ok(Ev::OutputDone) => outputs -= 1,
             Ok(_) => {}
             Err(_) => break,

@@ -1,6 +1,7 @@
-//! The launcher's two I/O threads, whatever the job's size: one poller over every PMI
-//! connection, the TCP PMI listener and every rank's output pipes, and one reaper of exited
-//! ranks. Both only move bytes and report; the main thread decides.
+//! The launcher's I/O threads, whatever the job's size: one poller over every PMI connection,
+//! the TCP PMI listener and every rank's output pipes, one reaper of exited ranks and one
+//! reader of the signal self-pipe. Each reports on its own channel; they only move bytes, and
+//! the main thread, waiting on all channels and its next deadline in one `select!`, decides.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -8,16 +9,16 @@ use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::mpsc::Sender;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Sender;
 use rmca_rte::server::ConnId;
 
 use crate::monitor::Exit;
 use crate::sys;
 
-/// What the I/O threads report to the main thread.
+/// What the poller reports to the main thread.
 pub enum Ev {
     /// Bytes from a PMI connection.
     PmiData(ConnId, Vec<u8>),
@@ -25,8 +26,6 @@ pub enum Ev {
     PmiEof(ConnId),
     /// A TCP PMI client was accepted as `ConnId`; the stream is the main thread's writing end.
     Accepted(ConnId, TcpStream),
-    /// A rank exited (already reaped, its process group killed).
-    Exited(u32, Exit),
     /// One output pipe reached its end.
     OutputDone,
 }
@@ -237,9 +236,10 @@ fn forward_lines(bytes: &[u8], rank: u32, tag: bool, to_stderr: bool) {
     };
 }
 
-/// Start the reaper: it reports each exited rank after killing what is left of its process
-/// group (the zombie holds the group id until reaped, so the group cannot be a reused one).
-pub fn spawn_reaper(rank_of_pid: HashMap<u32, u32>, tx: Sender<Ev>) -> io::Result<()> {
+/// Start the reaper: it reports each exited rank (rank, how it ended) after killing what is
+/// left of its process group (the zombie holds the group id until reaped, so the group cannot
+/// be a reused one). It ends, dropping `tx`, when the launcher has no child left.
+pub fn spawn_reaper(rank_of_pid: HashMap<u32, u32>, tx: Sender<(u32, Exit)>) -> io::Result<()> {
     thread::Builder::new()
         .name("rmca-run-reaper".into())
         .spawn(move || loop {
@@ -248,7 +248,7 @@ pub fn spawn_reaper(rank_of_pid: HashMap<u32, u32>, tx: Sender<Ev>) -> io::Resul
                     sys::kill_group(pid, libc::SIGKILL);
                     sys::reap(pid);
                     if let Some(&rank) = rank_of_pid.get(&pid) {
-                        if tx.send(Ev::Exited(rank, exit)).is_err() {
+                        if tx.send((rank, exit)).is_err() {
                             return;
                         }
                     }
@@ -257,6 +257,34 @@ pub fn spawn_reaper(rank_of_pid: HashMap<u32, u32>, tx: Sender<Ev>) -> io::Resul
                 Err(e) => {
                     tracing::error!(error = %e, "rmca-run: waiting for ranks failed");
                     return;
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+/// Start the reader of the signal self-pipe ([`sys::catch_termination_signals`]): each byte is
+/// a signal number, sent on `tx`.
+pub fn spawn_signal_reader(mut pipe: File, tx: Sender<i32>) -> io::Result<()> {
+    thread::Builder::new()
+        .name("rmca-run-signals".into())
+        .spawn(move || {
+            let mut buf = [0u8; 16];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        for &sig in &buf[..n] {
+                            if tx.send(i32::from(sig)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "rmca-run: reading the signal pipe failed");
+                        return;
+                    }
                 }
             }
         })

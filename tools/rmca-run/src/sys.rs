@@ -2,7 +2,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -172,28 +172,47 @@ pub fn kill_group(pgid: u32, sig: i32) {
     }
 }
 
-static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Write end of the self-pipe the signal handler reports through (-1: not set up).
+static SIGNAL_PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    PENDING_SIGNAL.store(sig, Ordering::SeqCst);
+    let fd = SIGNAL_PIPE_WRITE.load(Ordering::SeqCst);
+    if fd < 0 {
+        return;
+    }
+    let byte = sig as u8;
+    // SAFETY: errno is thread-local and valid for the whole life of the thread; write(2) is
+    // async-signal-safe and reads one byte from a live local. The pipe is non-blocking, so a
+    // full pipe (signals nobody read yet) drops the byte instead of blocking the handler.
+    unsafe {
+        let errno = libc::__errno_location();
+        let saved = *errno;
+        libc::write(fd, (&byte as *const u8).cast(), 1);
+        *errno = saved;
+    }
 }
 
-/// Record SIGINT, SIGTERM and SIGHUP instead of dying, so the launcher tears the job down
-/// (and removes shared memory) first. Poll with [`take_signal`].
-pub fn catch_termination_signals() {
+/// Report SIGINT, SIGTERM and SIGHUP through a pipe instead of dying, so that the launcher
+/// tears the job down (and removes shared memory) first: each signal arrives as one byte, its
+/// number, on the returned read end, which a thread can block on (no polling for a flag).
+pub fn catch_termination_signals() -> io::Result<std::fs::File> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just created both descriptors and nothing else owns them.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The reader blocks; only the handler's end must never block.
+    // SAFETY: clearing O_NONBLOCK on a descriptor we own.
+    unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, 0) };
+    // The handler writes to this end for the rest of the process's life: never closed.
+    SIGNAL_PIPE_WRITE.store(write.into_raw_fd(), Ordering::SeqCst);
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installing a handler that only stores to an atomic.
+        // SAFETY: installing a handler that only does async-signal-safe work.
         unsafe {
             libc::signal(sig, on_signal as *const () as libc::sighandler_t);
         }
     }
-}
-
-/// The last termination signal received, if any (clears it).
-pub fn take_signal() -> Option<i32> {
-    match PENDING_SIGNAL.swap(0, Ordering::SeqCst) {
-        0 => None,
-        s => Some(s),
-    }
+    Ok(std::fs::File::from(read))
 }

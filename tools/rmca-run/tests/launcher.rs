@@ -348,6 +348,50 @@ fn launcher_terminated_by_signal_cleans_up() {
     assert_no_leftovers(&m, &job);
 }
 
+/// Context switches of the launcher's main thread so far (its task id is its pid).
+fn main_thread_switches(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
+        .expect("the launcher's main thread is alive");
+    status
+        .lines()
+        .filter(|l| l.starts_with("voluntary_ctxt_switches:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn an_idle_job_does_not_wake_the_launcher() {
+    // While ranks sleep nothing happens: no output, no PMI, no deadline (no --timeout). The
+    // main thread must then stay blocked, not wake up on a poll interval to look for signals.
+    let m = marker("idle");
+    let mut c = Command::new(RUN)
+        .args([
+            "-n", "2", PROBE, "--marker", &m, "--mode", "sleep", "--secs", "4",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&mut c, "cards ok", 2);
+    // Let the wake-ups of init (PMI, output lines, settling) pass.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = main_thread_switches(c.id());
+    std::thread::sleep(Duration::from_millis(2000));
+    let woke = main_thread_switches(c.id()) - before;
+    // A 100 ms poll interval shows as about 20 here; an event-driven loop as none.
+    assert!(
+        woke <= 4,
+        "the launcher's main thread woke {woke} times in 2 s of an idle job"
+    );
+    let out = wait_bounded(c);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn ranks_die_when_the_launcher_is_killed() {
     let m = marker("sigkill");
@@ -573,6 +617,17 @@ fn variables_of_an_enclosing_job_are_not_inherited() {
     assert_eq!(job.status, 0, "{}", job.stderr);
     assert_eq!(count(&job.stdout, "launcher RmcaRun"), 2);
     assert_no_leftovers(&m, &job);
+    // Nor a PMIx server's (rmca-run inside `srun --mpi=pmix`).
+    let job = run_cmd(
+        Command::new(RUN)
+            .args(["-n", "1", "env"])
+            .env("PMIX_NAMESPACE", "slurm.pmix.1.0")
+            .env("PMIX_RANK", "0")
+            .env("PMIX_SERVER_URI41", "pmix-server.1;tcp4://127.0.0.1:1"),
+    );
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert!(job.stdout.contains("RMCA_JOB_ID="), "{}", job.stdout);
+    assert_eq!(count(&job.stdout, "PMIX_"), 0, "{}", job.stdout);
 }
 
 #[test]

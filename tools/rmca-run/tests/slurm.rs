@@ -1,260 +1,51 @@
-//! The probe under a real single-node Slurm (`srun --mpi=pmi2`), started by this test.
+//! The probe under a real Slurm started by these tests, under `srun --mpi=pmi2` and under
+//! `srun --mpi=pmix` (Slurm's `mpi_pmix_v4` with OpenPMIx): on a single node, and on a
+//! cluster of eight nodes (slurmctld plus one slurmd per node), jobs of 2 to 8 nodes and up to
+//! 32 ranks. Every rank checks its rank,
+//! size, local rank, node and node count against Slurm's task variables, and every other
+//! rank's business card exchanged through the modex. An abort ends the step (under both), and
+//! rmca-run runs a job across the same node namespaces through a launch agent.
 //!
-//! Needs root, iproute2, nsenter and Debian's `slurmctld slurmd slurm-client`
-//! (`scripts/install-deps.sh`); without them it skips itself with a message, or fails under
-//! `RMCA_TESTS_REQUIRE=1` / `CI=true` ([`rmca_test_support::skip_or_fail`]). The daemons use
-//! `auth/none`, so they run inside a private network namespace that has only a loopback
-//! interface: nothing outside the test can reach them. They are killed and
-//! the namespace deleted when the test ends, whatever happens.
+//! The clusters come from [`rmca_test_support::slurm`] (what they need, and how they are kept
+//! private); without root or Slurm the tests skip themselves with a message, or fail under
+//! `RMCA_TESTS_REQUIRE=1` / `CI=true`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use rmca_test_support::skip_or_fail;
+use rmca_test_support::slurm::{has_pmix, prerequisites, start_nodes, start_single, stop, Cluster};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_rmca-rte-probe");
+const RUN: &str = env!("CARGO_BIN_EXE_rmca-run");
 
-fn which(p: &str) -> Option<String> {
-    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(p))
-        .find(|f| f.is_file())
-        .map(|f| f.to_string_lossy().into_owned())
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-struct Cluster {
-    ns: String,
-    dir: PathBuf,
-    daemons: Vec<Child>,
-}
-
-/// Pids of processes living in the network namespace whose inode is `ino`.
-fn procs_in_netns(ino: u64) -> Vec<u32> {
-    let want = format!("net:[{ino}]");
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(link) = std::fs::read_link(e.path().join("ns/net")) else {
-            continue;
-        };
-        // Zombies have no namespace link left; anything listed here is alive.
-        if link.to_string_lossy() == want {
-            v.push(pid);
-        }
-    }
-    v
-}
-
-fn netns_inode(ns: &str) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/var/run/netns/{ns}"))
-        .map(|m| m.ino())
-        .ok()
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let ino = netns_inode(&self.ns);
-        for d in &mut self.daemons {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
-        // slurmd forks daemonised slurmstepd processes that can outlive it (retrying to report
-        // to the dead slurmd): everything in our private namespace was started by this test.
-        if let Some(ino) = ino {
-            let t0 = Instant::now();
-            loop {
-                let left = procs_in_netns(ino);
-                if left.is_empty() || t0.elapsed() > Duration::from_secs(10) {
-                    break;
-                }
-                for pid in left {
-                    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Cluster {
-    fn cmd(&self, prog: &str) -> Command {
-        // nsenter (not `ip netns exec`, which remounts /sys and hides the cgroup tree that
-        // slurmd needs) joins only the network namespace.
-        let mut c = Command::new("nsenter");
-        c.arg(format!("--net=/var/run/netns/{}", self.ns))
-            .arg(prog)
-            .env("SLURM_CONF", self.dir.join("slurm.conf"));
-        c
-    }
-}
-
-fn start() -> Result<Cluster, String> {
-    let id = std::process::id();
-    let ns = format!("rmcaS{}", id % 100_000);
-    let dir = std::env::temp_dir().join(format!("rmca-slurm-{id}"));
-    if !Command::new("ip")
-        .args(["netns", "add", &ns])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-    {
-        return Err("cannot create a network namespace".into());
-    }
-    let mut cl = Cluster {
-        ns,
-        dir: dir.clone(),
-        daemons: Vec::new(),
-    };
-    // Slurm resolves "127.0.0.1" with AI_ADDRCONFIG, which needs some non-loopback IPv4
-    // address: give the namespace a veth pair of its own (both ends inside it).
-    let (v0, v1) = (
-        format!("rs0{}", id % 100_000),
-        format!("rs1{}", id % 100_000),
-    );
-    let net = 10 + id % 200;
-    for args in [
-        vec!["-n", &cl.ns, "link", "set", "lo", "up"],
-        vec![
-            "-n", &cl.ns, "link", "add", &v0, "type", "veth", "peer", "name", &v1,
-        ],
-        vec!["-n", &cl.ns, "link", "set", &v0, "up"],
-        vec!["-n", &cl.ns, "link", "set", &v1, "up"],
-    ] {
-        let _ = Command::new("ip").args(&args).status();
-    }
-    let addr = format!("10.{net}.251.1/24");
-    let _ = Command::new("ip")
-        .args(["-n", &cl.ns, "addr", "add", &addr, "dev", &v0])
-        .status();
-    for sub in ["state", "spool", "log"] {
-        std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    let d = dir.display();
-    let conf = format!(
-        "ClusterName=rmcatest\n\
-         SlurmctldHost={host}(127.0.0.1)\n\
-         SlurmctldPort=46817\nSlurmdPort=46818\n\
-         AuthType=auth/none\nCredType=cred/none\n\
-         SlurmUser=root\nSlurmdUser=root\n\
-         StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
-         SlurmctldPidFile={d}/ctld.pid\nSlurmdPidFile={d}/d.pid\n\
-         SlurmctldLogFile={d}/log/ctld.log\nSlurmdLogFile={d}/log/d.log\n\
-         ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nSwitchType=switch/none\n\
-         MpiDefault=none\nSchedulerType=sched/builtin\n\
-         SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
-         SlurmdParameters=config_overrides\nReturnToService=2\n\
-         JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n\
-         NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
-         PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
-    );
-    std::fs::write(dir.join("slurm.conf"), conf).map_err(|e| e.to_string())?;
-    let conf_path = dir.join("slurm.conf").to_string_lossy().into_owned();
-    let ctld = cl
-        .cmd("slurmctld")
-        .args(["-D", "-f", &conf_path])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    cl.daemons.push(ctld);
-    let slurmd = cl
-        .cmd("slurmd")
-        .args(["-D", "-f", &conf_path, "-N", &host])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    cl.daemons.push(slurmd);
-    // Wait (bounded) for the node to become schedulable.
-    let t0 = Instant::now();
-    loop {
-        let out = cl
-            .cmd("sinfo")
-            .args(["-h", "-o", "%t"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if state == "idle" {
-            eprintln!("slurm up after {:?}", t0.elapsed());
-            return Ok(cl);
-        }
-        if t0.elapsed() > Duration::from_secs(60) {
-            let tail = |f: &str| {
-                let log = std::fs::read_to_string(dir.join("log").join(f)).unwrap_or_default();
-                let lines: Vec<&str> = log.lines().collect();
-                lines[lines.len().saturating_sub(10)..].join("\n")
-            };
-            return Err(format!(
-                "node never became idle (state {state:?})\nslurmctld log:\n{}\nslurmd log:\n{}",
-                tail("ctld.log"),
-                tail("d.log")
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-#[test]
-fn probe_runs_under_slurm_srun_mpi_pmi2() {
-    if !is_root() {
-        skip_or_fail("needs root (to start Slurm daemons in a private network namespace)");
-        return;
-    }
-    let missing: Vec<&str> = [
-        ("ip", "iproute2"),
-        ("nsenter", "util-linux"),
-        ("slurmctld", "slurmctld"),
-        ("slurmd", "slurmd"),
-        ("srun", "slurm-client"),
-        ("sinfo", "slurm-client"),
-    ]
-    .iter()
-    .filter(|(prog, _)| which(prog).is_none())
-    .map(|&(_, pkg)| pkg)
-    .collect();
-    if !missing.is_empty() {
-        skip_or_fail(format!(
-            "Slurm or its tools are not installed (Debian packages: {}; scripts/install-deps.sh \
-             installs them)",
-            missing.join(" ")
-        ));
-        return;
-    }
-    let cl = match start() {
-        Ok(c) => c,
-        Err(e) => {
-            skip_or_fail(format!("could not start a single-node Slurm: {e}"));
-            return;
-        }
-    };
-    let m = format!("mkslurm{}", std::process::id());
+/// Run the probe as `ranks` tasks under `srun --mpi=<mpi> <srun_args>` and check every rank's
+/// report.
+fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, srun_args: &[&str], ranks: u32) {
+    let m = format!("mkslurm{}{mpi}", std::process::id());
+    let what = format!("srun --mpi={mpi} -n {ranks} {}", srun_args.join(" "));
     let t0 = Instant::now();
     let out = cl
         .cmd("srun")
-        .args(["--mpi=pmi2", "-n", "4", "--time=2", PROBE, "--marker", &m])
-        .args(["--card-size", "3000"])
+        .args([
+            &format!("--mpi={mpi}"),
+            "-n",
+            &ranks.to_string(),
+            "--time=2",
+        ])
+        .args(srun_args)
+        .args([
+            PROBE,
+            "--marker",
+            &m,
+            "--card-size",
+            "3000",
+            "--expect-slurm",
+        ])
         .stdin(Stdio::null())
         .output()
         .expect("srun");
-    eprintln!("srun took {:?}", t0.elapsed());
+    eprintln!("{what} took {:?}", t0.elapsed());
     // Slurm does not know our shm naming: remove the probe's files ourselves.
     if let Ok(d) = std::fs::read_dir("/dev/shm") {
         for e in d.flatten() {
@@ -265,23 +56,146 @@ fn probe_runs_under_slurm_srun_mpi_pmi2() {
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(out.status.success(), "{what}:\n{stdout}\n{stderr}");
+    let launcher = format!("launcher {launcher} ");
     assert_eq!(
         stdout
             .lines()
-            .filter(|l| l.contains("cards ok") && l.contains("launcher Pmi2"))
+            .filter(|l| l.contains("cards ok") && l.contains(&launcher))
             .count(),
-        4,
-        "{stdout}\n{stderr}"
+        ranks as usize,
+        "{what}:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("matches slurm"))
+            .count(),
+        ranks as usize,
+        "{what}:\n{stdout}\n{stderr}"
     );
     assert!(
         !stderr.contains("error"),
-        "slurmstepd complained:\n{stderr}"
+        "{what}: slurmstepd complained:\n{stderr}"
     );
-    let ino = netns_inode(&cl.ns).expect("our namespace");
-    drop(cl);
+    for l in stdout.lines().filter(|l| l.contains("cards ok")) {
+        eprintln!("  {l}");
+    }
+}
+
+/// Rank 1 of a two-node step calls abort while the others wait in a fence: Slurm ends the
+/// whole step then, not at its time limit.
+fn abort_ends_the_step(cl: &Cluster, mpi: &str) {
+    let m = format!("mkslurmabort{}{mpi}", std::process::id());
+    let t0 = Instant::now();
+    let out = cl
+        .cmd("srun")
+        .args([&format!("--mpi={mpi}"), "-N", "2", "-n", "4", "--time=1"])
+        .args([
+            PROBE, "--marker", &m, "--mode", "abort", "--who", "1", "--code", "7",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("srun");
+    eprintln!("abort under --mpi={mpi} took {:?}", t0.elapsed());
+    if let Ok(d) = std::fs::read_dir("/dev/shm") {
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().contains(&m) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "--mpi={mpi}:\n{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.contains("cards ok")).count(),
+        4,
+        "--mpi={mpi}: every rank got past init:\n{stdout}\n{stderr}"
+    );
     assert!(
-        procs_in_netns(ino).is_empty(),
-        "Slurm processes outlived the test"
+        stderr.contains("aborted") && !stderr.contains("TIME LIMIT"),
+        "--mpi={mpi}: the abort did not end the step:\n{stderr}"
     );
+}
+
+/// rmca-run in node 0's namespace starts two ranks per node over every node namespace through
+/// a launch agent, its PMI server on node 0's address, in blocks.
+fn rmca_run_across_the_same_nodes(cl: &Cluster) {
+    let m = format!("mkslurmrun{}", std::process::id());
+    let hosts: Vec<&str> = cl.nodes.iter().map(|(ns, _)| ns.as_str()).collect();
+    let ranks = 2 * hosts.len() as u32;
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/var/run/netns/{}", cl.nodes[0].0))
+        .args([RUN, "-n", &ranks.to_string(), "--hosts", &hosts.join(",")])
+        .args([
+            "--launch-agent",
+            "nsenter --net=/var/run/netns/{node} {cmd}",
+        ])
+        .args(["--pmi-addr", &cl.nodes[0].1, "--timeout", "60"])
+        .args([PROBE, "--marker", &m, "--card-size", "3000"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("rmca-run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rmca-run:\n{stdout}\n{stderr}");
+    for r in 0..ranks {
+        let (node, first) = (r / 2, r / 2 * 2);
+        let want = format!(
+            "rank {r} of {ranks}: cards ok, node {node} local [{first},{}] ",
+            first + 1
+        );
+        assert!(stdout.contains(&want), "no {want:?} in\n{stdout}\n{stderr}");
+    }
+}
+
+#[test]
+fn probe_runs_under_slurm_srun_mpi_pmi2_and_pmix() {
+    if !prerequisites() {
+        return;
+    }
+    let cl = match start_single() {
+        Ok(c) => c,
+        Err(e) => {
+            skip_or_fail(format!("could not start a single-node Slurm: {e}"));
+            return;
+        }
+    };
+    run_probe(&cl, "pmi2", "Pmi2", &[], 4);
+    if has_pmix(&cl) {
+        run_probe(&cl, "pmix", "Pmix", &[], 4);
+    }
+    stop(cl);
+}
+
+#[test]
+fn probe_runs_across_slurm_nodes_under_pmi2_and_pmix() {
+    if !prerequisites() {
+        return;
+    }
+    let cl = match start_nodes(8, 2) {
+        Ok(c) => c,
+        Err(e) => {
+            skip_or_fail(format!("could not start an eight-node Slurm: {e}"));
+            return;
+        }
+    };
+    let pmix = has_pmix(&cl);
+    // Two nodes in blocks (2+2), then four nodes cyclic and in blocks of uneven size, then all
+    // eight oversubscribed: node identity and local ranks must follow wherever Slurm put each
+    // task.
+    for (mpi, launcher) in [("pmi2", "Pmi2"), ("pmix", "Pmix")] {
+        if mpi == "pmix" && !pmix {
+            continue;
+        }
+        run_probe(&cl, mpi, launcher, &["-N", "2"], 4);
+        run_probe(&cl, mpi, launcher, &["-N", "4", "--distribution=cyclic"], 8);
+        run_probe(&cl, mpi, launcher, &["-N", "4"], 5);
+        // All eight nodes, 32 ranks on 16 CPUs (oversubscribed).
+        run_probe(&cl, mpi, launcher, &["-N", "8", "--overcommit"], 32);
+        abort_ends_the_step(&cl, mpi);
+    }
+    rmca_run_across_the_same_nodes(&cl);
+    stop(cl);
 }

@@ -12,7 +12,8 @@
 //! timing as JSON. Ranks that are not `--who` block in a second fence, which only the launcher's
 //! teardown ends. `--spawn-child` first starts a grandchild (this probe, sleeping) in the rank's
 //! process group (`--mode idle`: sleep without init); `--ignore-term` ignores SIGTERM. `--marker` is ignored; tests put a unique
-//! word there to find leftover processes in /proc.
+//! word there to find leftover processes in /proc. `--expect-slurm` checks rank, size, local
+//! rank, node and node count against what Slurm told the task (`SLURM_PROCID`, ...).
 #![deny(unsafe_code)]
 
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ struct Args {
     card_size: usize,
     spawn_child: bool,
     ignore_term: bool,
+    expect_slurm: bool,
     marker: String,
 }
 
@@ -40,6 +42,7 @@ fn parse() -> Args {
         card_size: 64,
         spawn_child: false,
         ignore_term: false,
+        expect_slurm: false,
         marker: String::new(),
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
@@ -58,6 +61,7 @@ fn parse() -> Args {
             "--marker" => a.marker = next(&mut i),
             "--spawn-child" => a.spawn_child = true,
             "--ignore-term" => a.ignore_term = true,
+            "--expect-slurm" => a.expect_slurm = true,
             other => {
                 eprintln!("rmca-rte-probe: unknown argument {other:?}");
                 std::process::exit(2);
@@ -96,6 +100,36 @@ mod sig {
     }
 }
 
+/// Compare the runtime's view of this rank with Slurm's task variables.
+fn check_against_slurm(rte: &Rte) {
+    let var = |k: &str| -> u32 {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| fail(format!("Slurm variable {k} missing or not a number")))
+    };
+    let rank = rte.rank();
+    let node = rte.node_id(rank).unwrap_or(u32::MAX);
+    let local = rte.local_ranks().iter().position(|&r| r == rank);
+    let ours = (rank, rte.size(), local, node, rte.node_count());
+    let slurm = (
+        var("SLURM_PROCID"),
+        var("SLURM_STEP_NUM_TASKS"),
+        Some(var("SLURM_LOCALID") as usize),
+        var("SLURM_NODEID"),
+        var("SLURM_STEP_NUM_NODES"),
+    );
+    if ours != slurm {
+        fail(format!(
+            "(rank, size, local rank, node, nodes) are {ours:?} but Slurm says {slurm:?}"
+        ));
+    }
+    println!(
+        "rank {rank}: matches slurm (local rank {}, node {node})",
+        local.unwrap_or(0)
+    );
+}
+
 fn fail(msg: String) -> ! {
     eprintln!("rmca-rte-probe: {msg}");
     std::process::exit(3)
@@ -115,6 +149,9 @@ fn main() {
     let rte = Rte::init().unwrap_or_else(|e| fail(format!("init: {e}")));
     let t_init = t0.elapsed();
     let (rank, size) = (rte.rank(), rte.size());
+    if a.expect_slurm {
+        check_against_slurm(&rte);
+    }
 
     if a.spawn_child {
         let exe = std::env::current_exe().unwrap_or_else(|e| fail(format!("current_exe: {e}")));
