@@ -309,8 +309,9 @@ fn rmca_bench_prints_json_lines_and_a_plot() {
         .any(|o| o["benchmark"] == "allconn" && o["metric"] == "init"));
     let plot = std::fs::read_to_string(&svg).expect("plot written");
     let _ = std::fs::remove_file(&svg);
+    // One data line (2 px) per panel: latency and allreduce, one configuration each.
     assert!(
-        plot.starts_with("<svg") && plot.matches("<polyline").count() == 2,
+        plot.starts_with("<svg") && plot.matches(r#"stroke-width="2" points="#).count() == 2,
         "{plot}"
     );
 }
