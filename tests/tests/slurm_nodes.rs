@@ -4,7 +4,8 @@
 //! node (all namespaces share this machine's /dev/shm, so shm would physically work between
 //! them, and only the node identity says otherwise), and a job with a network BTL between the
 //! nodes runs: pml dr over ud (soft provider, each node's own address) between nodes, shm
-//! inside them. Without root or Slurm the test skips itself, or fails under
+//! inside them; and the default components with no setting at all (ob1, shm inside a node, rc
+//! between nodes on each node's own address). Without root or Slurm the test skips itself, or fails under
 //! `RMCA_TESTS_REQUIRE=1` / `CI=true`.
 
 use std::path::Path;
@@ -96,6 +97,31 @@ fn ring_spans_slurm_nodes_with_shm_inside_and_ud_between() {
         assert!(
             t.contains("ring: 20 laps over 4 ranks OK"),
             "--mpi={mpi}: {t}"
+        );
+        // The default components, with no setting at all (not even the addresses): ob1, shm
+        // inside each node and rc between them, as the profile's route table shows.
+        let mut cmd = cl.cmd("srun");
+        cmd.args([&format!("--mpi={mpi}"), "-N", "2", "-n", "4"])
+            .args(["--ntasks-per-node=2", "--time=2"])
+            .arg(&ring)
+            .arg("20")
+            .env("RMCA_MCA_profile", "1")
+            .stdin(Stdio::null());
+        let out = cmd.output().expect("srun");
+        let t = text(&out);
+        assert!(
+            out.status.success() && t.contains("ring: 20 laps over 4 ranks OK"),
+            "--mpi={mpi}, default components: {t}"
+        );
+        let route = |btls: &str, pairs: usize| {
+            t.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w == [btls, &pairs.to_string()]
+            })
+        };
+        assert!(
+            t.contains("pml \"ob1\"") && route("rc", 8) && route("shm", 4),
+            "--mpi={mpi}: default components across Slurm nodes: ob1, rc between nodes: {t}"
         );
     }
     stop(cl);
