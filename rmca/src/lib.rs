@@ -207,6 +207,8 @@ pub(crate) struct Shared {
     lent: std::cell::Cell<usize>,
     /// Finalize was called under outstanding requests: it runs when the last completes.
     finalize_deferred: std::cell::Cell<bool>,
+    /// Non-blocking collectives not waited for yet, stepped by every progress loop.
+    nbc: coll::nonblocking::Active,
 }
 
 impl Shared {
@@ -230,9 +232,12 @@ impl Shared {
         Ok(self.coll.get_or_init(|| c))
     }
 
-    /// Progress until `id` completes.
+    /// Progress until `id` completes (stepping non-blocking collectives meanwhile).
     #[inline]
     pub(crate) fn wait(&self, id: RequestId) -> Result<rmca_framework::pml::Status> {
+        if !self.nbc.is_idle() {
+            return self.wait_progressing(id);
+        }
         self.with(|rt| Ok(rt.wait(id)?))
     }
 
@@ -242,6 +247,9 @@ impl Shared {
         &self,
         ids: &[RequestId],
     ) -> Result<Vec<(usize, rmca_framework::pml::Status)>> {
+        if !self.nbc.is_idle() {
+            return self.wait_all_progressing(ids);
+        }
         let mut failed = Vec::new();
         self.with(|rt| Ok(rt.wait_all(ids, &mut failed)?))?;
         Ok(failed)
@@ -341,6 +349,7 @@ impl Universe {
             batch: Default::default(),
             lent: Default::default(),
             finalize_deferred: Default::default(),
+            nbc: Default::default(),
         });
         let world = Communicator::world(shared.clone(), rank, size);
         Self { shared, world }

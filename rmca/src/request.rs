@@ -116,9 +116,22 @@ impl std::fmt::Debug for Scope<'_, '_> {
 impl<'scope> Scope<'scope, '_> {
     /// The request of an operation the PML accepted as `id`.
     pub(crate) fn pending(&'scope self, comm: &Communicator, id: RequestId) -> Request<'scope> {
+        self.outstanding(comm, Outstanding::Pml(id))
+    }
+
+    /// The request of a non-blocking collective started as `id` (see [`crate::coll`]).
+    pub(crate) fn pending_collective(
+        &'scope self,
+        comm: &Communicator,
+        id: RequestId,
+    ) -> Request<'scope> {
+        self.outstanding(comm, Outstanding::Coll(id))
+    }
+
+    fn outstanding(&'scope self, comm: &Communicator, o: Outstanding) -> Request<'scope> {
         Request {
             state: ReqState::Pending {
-                slot: self.set.insert(id, comm),
+                slot: self.set.insert(o, comm),
                 set: &self.set,
             },
         }
@@ -145,7 +158,17 @@ impl<'scope> Scope<'scope, '_> {
     }
 }
 
-type Slot = Option<(RequestId, Communicator)>;
+/// What an outstanding request waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outstanding {
+    /// A point-to-point request of the PML.
+    Pml(RequestId),
+    /// A non-blocking collective, run by the runtime's progress loop: its id among the
+    /// active collectives (not a PML id).
+    Coll(RequestId),
+}
+
+type Slot = Option<(Outstanding, Communicator)>;
 
 thread_local! {
     /// The slot vectors of the last scope that ended on this thread: a scope per round of a
@@ -170,7 +193,7 @@ impl RequestSet {
         }
     }
 
-    fn insert(&self, id: RequestId, comm: &Communicator) -> u32 {
+    fn insert(&self, id: Outstanding, comm: &Communicator) -> u32 {
         crate::Shared::lent_requests(comm.shared_rc(), 1);
         self.live.set(self.live.get() + 1);
         let entry = Some((id, comm.clone()));
@@ -188,10 +211,18 @@ impl RequestSet {
     }
 
     /// The request in `slot` (it stays there until [`RequestSet::release`]).
-    fn get(&self, slot: u32) -> (RequestId, Communicator) {
+    fn get(&self, slot: u32) -> (Outstanding, Communicator) {
         self.slots.borrow()[slot as usize]
             .clone()
             .expect("a live request keeps its slot")
+    }
+
+    /// Is the request in `slot` a non-blocking collective?
+    fn is_collective(&self, slot: u32) -> bool {
+        matches!(
+            self.slots.borrow()[slot as usize],
+            Some((Outstanding::Coll(_), _))
+        )
     }
 
     /// The request in `slot` completed: the PML no longer touches its buffer.
@@ -215,7 +246,7 @@ impl RequestSet {
             let Some((id, comm)) = self.slots.borrow()[slot].clone() else {
                 continue;
             };
-            if let Err(e) = comm.wait_raw(id) {
+            if let Err(e) = comm.wait_request(id) {
                 tracing::debug!("request outstanding at the end of its scope: {e}");
             }
             self.release(slot as u32);
@@ -278,7 +309,7 @@ impl<'scope> Request<'scope> {
         match std::mem::replace(&mut self.state, ReqState::Spent) {
             ReqState::Pending { slot, set } => {
                 let (id, comm) = set.get(slot);
-                let outcome = comm.wait_raw(id);
+                let outcome = comm.wait_request(id);
                 set.release(slot);
                 outcome
             }
@@ -296,6 +327,15 @@ impl<'scope> Request<'scope> {
             };
         };
         let (id, comm) = set.get(slot);
+        let id = match id {
+            Outstanding::Pml(id) => id,
+            Outstanding::Coll(id) => {
+                let outcome = comm.shared().test_collective(id)?;
+                set.release(slot);
+                self.state = ReqState::Spent;
+                return Some(outcome);
+            }
+        };
         let r = comm.shared().with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
@@ -304,7 +344,11 @@ impl<'scope> Request<'scope> {
             Ok(rt.pml.test(id)?)
         });
         let outcome = match r {
-            Ok(None) => return None,
+            Ok(None) => {
+                // Testing progresses non-blocking collectives too.
+                comm.shared().step_collectives();
+                return None;
+            }
             Ok(Some(st)) => comm.finish(st),
             Err(e) => Err(e),
         };
@@ -336,10 +380,17 @@ impl<'scope> Request<'scope> {
     /// `MPI_STATUSES_IGNORE`): the loop of windowed transfers. The first error is returned
     /// after all requests completed.
     pub fn complete_all(mut requests: Vec<Request<'scope>>) -> Result<()> {
+        // Collectives are not the PML's: a batch with one is waited for request by request.
+        if requests.iter().any(Request::is_collective) {
+            return Self::wait_all(requests).map(drop);
+        }
         // Requests that completed when they started (eager sends) are only looked at; the
         // others go to the PML in one call, which waits for them in order.
         let mut pending = requests.iter().filter_map(|r| match r.state {
-            ReqState::Pending { slot, set } => Some(set.get(slot)),
+            ReqState::Pending { slot, set } => match set.get(slot) {
+                (Outstanding::Pml(id), comm) => Some((id, comm)),
+                (Outstanding::Coll(_), _) => None,
+            },
             _ => None,
         });
         let Some((first, comm)) = pending.next() else {
@@ -402,6 +453,11 @@ impl<'scope> Request<'scope> {
         }
     }
 
+    /// Is this an outstanding non-blocking collective?
+    fn is_collective(&self) -> bool {
+        matches!(self.state, ReqState::Pending { slot, set } if set.is_collective(slot))
+    }
+
     /// The PML completed this request (its outcome was handled elsewhere).
     fn spend(&mut self) {
         if let ReqState::Pending { slot, set } = std::mem::replace(&mut self.state, ReqState::Spent)
@@ -431,7 +487,7 @@ impl Request<'_> {
         if let ReqState::Pending { slot, set } = std::mem::replace(&mut self.state, ReqState::Spent)
         {
             let (id, comm) = set.get(slot);
-            if let Err(e) = comm.wait_raw(id) {
+            if let Err(e) = comm.wait_request(id) {
                 tracing::debug!("request dropped with error: {e}");
             }
             set.release(slot);

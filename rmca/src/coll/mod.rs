@@ -23,6 +23,7 @@
 //! at rank c. Every algorithm gives every rank bit-identical results.
 
 mod exec;
+pub(crate) mod nonblocking;
 mod op;
 pub(crate) mod schedule;
 
@@ -33,8 +34,9 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use crate::{Communicator, Error, Result, Src};
-use exec::ReduceFn;
+use exec::{Bufs, CommTransport, Exec, InFlight, Poll, ReduceFn};
 use rmca_framework::btl::CommPattern;
+use rmca_framework::pml::RequestId;
 use schedule::Schedule;
 
 const TAG_BARRIER: i32 = 1;
@@ -134,6 +136,11 @@ pub(crate) struct CollCache {
     /// Scratch memory of the last collective, reused (schedules receive into it before
     /// reading it, so it needs no clearing).
     scratch: RefCell<Vec<u64>>,
+    /// The in-flight list of the last blocking collective's executor, reused.
+    inflight: RefCell<Vec<InFlight<RequestId>>>,
+    /// Non-blocking collectives started on this communicator so far (see
+    /// [`nonblocking`] for how it keeps them apart).
+    pub(crate) nb_started: std::cell::Cell<u32>,
 }
 
 impl Communicator {
@@ -182,9 +189,27 @@ impl Communicator {
         reduce: Option<ReduceFn<'_>>,
     ) -> Result<()> {
         // Taken out for the run (no borrow is held while messages are exchanged).
-        let mut scratch = self.coll_cache().scratch.take();
-        let r = exec::run(self, s, tag, send, work, &mut scratch, reduce);
-        *self.coll_cache().scratch.borrow_mut() = scratch;
+        let cache = self.coll_cache();
+        let mut scratch = cache.scratch.take();
+        let words = s.tmp_len.div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
+        }
+        let tmp = &mut bytemuck::cast_slice_mut(scratch.as_mut_slice())[..s.tmp_len];
+        // SAFETY: the executor runs to its end below (`block`), waiting for every transfer it
+        // posted even after an error, before the borrows of `send`, `work` and `tmp` end.
+        #[allow(unsafe_code)]
+        let bufs = unsafe { Bufs::lend(send, work, tmp) };
+        // The blocking collective is the non-blocking engine run to its end.
+        let mut exec = Exec::new(s, cache.inflight.take());
+        let r = match exec.advance(&mut CommTransport { comm: self, tag }, &bufs, reduce, true) {
+            Poll::Done(r) => r,
+            Poll::Pending { .. } => Err(Error::InvalidArgument(
+                "internal: a blocking collective stopped before its end".into(),
+            )),
+        };
+        *cache.inflight.borrow_mut() = exec.into_inflight();
+        *cache.scratch.borrow_mut() = scratch;
         r
     }
 
@@ -214,18 +239,23 @@ impl Communicator {
     pub fn bcast<T: bytemuck::Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_root(root)?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let (n, me, len) = (self.size(), self.rank(), bytes.len());
+        let s = self.bcast_schedule(root, bytes.len())?;
+        self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
+    }
+
+    /// The schedule of a broadcast of `len` bytes from `root`.
+    fn bcast_schedule(&self, root: usize, len: usize) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("bcast")?;
         let long = self.coll_params()?.bcast_long_size;
         let key = SchedKey::new(TAG_BCAST, root, len, 0);
-        let s = self.schedule(key, || match algorithm {
+        Ok(self.schedule(key, || match algorithm {
             "linear" => schedule::bcast_linear(n, me, root, len),
             "binomial" => schedule::bcast_binomial(n, me, root, len),
             "scatter_allgather" => schedule::bcast_scatter_allgather(n, me, root, len),
             _ if n > 2 && len >= long => schedule::bcast_scatter_allgather(n, me, root, len),
             _ => schedule::bcast_binomial(n, me, root, len),
-        });
-        self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
+        }))
     }
 
     /// Reduce every member's `send` with `op` into `recv` at `root`. `recv` is required at the
@@ -239,7 +269,7 @@ impl Communicator {
     ) -> Result<()> {
         self.check_root(root)?;
         check_op::<T>(op)?;
-        let (n, me) = (self.size(), self.rank());
+        let me = self.rank();
         let mut own;
         // The schedule reads the input from `send` and writes `work` before reading it.
         let work: &mut [T] = if me == root {
@@ -253,13 +283,7 @@ impl Communicator {
             own = vec![T::zeroed(); send.len()];
             &mut own
         };
-        let len = std::mem::size_of_val(send);
-        let algorithm = self.coll_algorithm("reduce")?;
-        let key = SchedKey::new(TAG_REDUCE, root, len, 0);
-        let s = self.schedule(key, || match algorithm {
-            "linear" => schedule::reduce_linear(n, me, root, len),
-            _ => schedule::reduce_binomial(n, me, root, len),
-        });
+        let s = self.reduce_schedule(root, std::mem::size_of_val(send))?;
         self.run_schedule(
             &s,
             TAG_REDUCE,
@@ -269,27 +293,24 @@ impl Communicator {
         )
     }
 
+    /// The schedule of a reduction of `len` bytes to `root`.
+    fn reduce_schedule(&self, root: usize, len: usize) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
+        let algorithm = self.coll_algorithm("reduce")?;
+        let key = SchedKey::new(TAG_REDUCE, root, len, 0);
+        Ok(self.schedule(key, || match algorithm {
+            "linear" => schedule::reduce_linear(n, me, root, len),
+            _ => schedule::reduce_binomial(n, me, root, len),
+        }))
+    }
+
     /// Reduce every member's `send` with `op`; every member gets the result in `recv`.
     pub fn allreduce<T: Reducible>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
         check_op::<T>(op)?;
         check_len("allreduce", "receive buffer", recv.len(), send.len())?;
         // `recv` needs no initialization: the schedule reads the input from `send` where it
         // first needs it (a copy up front would be a full extra pass over the vector).
-        let (n, me) = (self.size(), self.rank());
-        let len = std::mem::size_of_val(send);
-        let elem = std::mem::size_of::<T>();
-        let algorithm = self.coll_algorithm("allreduce")?;
-        let long = self.coll_params()?.allreduce_long_size;
-        let key = SchedKey::new(TAG_ALLREDUCE, 0, len, elem);
-        let s = self.schedule(key, || match algorithm {
-            "ring" => schedule::allreduce_ring(n, me, len, elem),
-            "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
-            "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
-            _ if n > 1 && send.len() >= n && len >= long => {
-                schedule::allreduce_ring(n, me, len, elem)
-            }
-            _ => schedule::allreduce_recursive_doubling(n, me, len),
-        });
+        let s = self.allreduce_schedule(send.len(), std::mem::size_of::<T>())?;
         self.run_schedule(
             &s,
             TAG_ALLREDUCE,
@@ -297,6 +318,22 @@ impl Communicator {
             bytemuck::cast_slice_mut(recv),
             Some(&reduce_step::<T>(op)),
         )
+    }
+
+    /// The schedule of an allreduce of `count` elements of `elem` bytes.
+    fn allreduce_schedule(&self, count: usize, elem: usize) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
+        let len = count * elem;
+        let algorithm = self.coll_algorithm("allreduce")?;
+        let long = self.coll_params()?.allreduce_long_size;
+        let key = SchedKey::new(TAG_ALLREDUCE, 0, len, elem);
+        Ok(self.schedule(key, || match algorithm {
+            "ring" => schedule::allreduce_ring(n, me, len, elem),
+            "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
+            "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
+            _ if n > 1 && count >= n && len >= long => schedule::allreduce_ring(n, me, len, elem),
+            _ => schedule::allreduce_recursive_doubling(n, me, len),
+        }))
     }
 
     /// Gather every member's `send` (same length everywhere) into `recv` at `root`, in rank
@@ -323,18 +360,24 @@ impl Communicator {
             &mut own
         };
         work[v * block..(v + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
-        let algorithm = self.coll_algorithm("gather")?;
-        let key = SchedKey::new(TAG_GATHER, root, block, 0);
-        let s = self.schedule(key, || match algorithm {
-            "linear" => schedule::gather_linear(n, me, root, block),
-            _ => schedule::gather_binomial(n, me, root, block),
-        });
+        let s = self.gather_schedule(root, block)?;
         self.run_schedule(&s, TAG_GATHER, &[], work, None)?;
         if me == root {
             // Virtual-rank order to rank order.
             work.rotate_right(root * block);
         }
         Ok(())
+    }
+
+    /// The schedule of a gather of `block`-byte blocks to `root`.
+    fn gather_schedule(&self, root: usize, block: usize) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
+        let algorithm = self.coll_algorithm("gather")?;
+        let key = SchedKey::new(TAG_GATHER, root, block, 0);
+        Ok(self.schedule(key, || match algorithm {
+            "linear" => schedule::gather_linear(n, me, root, block),
+            _ => schedule::gather_binomial(n, me, root, block),
+        }))
     }
 
     /// Scatter `send` (size × `recv.len()` elements, required at the root, ignored elsewhere)
@@ -359,15 +402,21 @@ impl Communicator {
             // Rank order to virtual-rank order.
             work.rotate_left(root * block);
         }
-        let algorithm = self.coll_algorithm("scatter")?;
-        let key = SchedKey::new(TAG_SCATTER, root, block, 0);
-        let s = self.schedule(key, || match algorithm {
-            "linear" => schedule::scatter_linear(n, me, root, block),
-            _ => schedule::scatter_binomial(n, me, root, block),
-        });
+        let s = self.scatter_schedule(root, block)?;
         self.run_schedule(&s, TAG_SCATTER, &[], &mut work, None)?;
         bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work[v * block..(v + 1) * block]);
         Ok(())
+    }
+
+    /// The schedule of a scatter of `block`-byte blocks from `root`.
+    fn scatter_schedule(&self, root: usize, block: usize) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
+        let algorithm = self.coll_algorithm("scatter")?;
+        let key = SchedKey::new(TAG_SCATTER, root, block, 0);
+        Ok(self.schedule(key, || match algorithm {
+            "linear" => schedule::scatter_linear(n, me, root, block),
+            _ => schedule::scatter_binomial(n, me, root, block),
+        }))
     }
 
     /// Gather every member's `send` into every member's `recv` (size × `send.len()`), in rank order.
@@ -461,6 +510,18 @@ impl Communicator {
         recvs: &[Range<usize>],
         tag: i32,
     ) -> Result<()> {
+        let s = self.alltoallv_schedule(sends, recvs, tag)?;
+        self.run_schedule(&s, tag, send, recv, None)
+    }
+
+    /// The schedule of an alltoall(v) over the byte ranges `sends` and `recvs` (one per
+    /// rank); `tag` tells alltoall (whose schedules are kept) from alltoallv.
+    fn alltoallv_schedule(
+        &self,
+        sends: &[Range<usize>],
+        recvs: &[Range<usize>],
+        tag: i32,
+    ) -> Result<Rc<Schedule>> {
         let (n, me) = (self.size(), self.rank());
         if sends[me].len() != recvs[me].len() {
             return Err(Error::InvalidArgument(format!(
@@ -476,12 +537,11 @@ impl Communicator {
         };
         // alltoall's regions follow from the block size; alltoallv's from every count, so
         // only alltoall's schedules are kept.
-        let s = if tag == TAG_ALLTOALL {
+        Ok(if tag == TAG_ALLTOALL {
             self.schedule(SchedKey::new(tag, 0, sends[0].len(), 0), build)
         } else {
             Rc::new(build())
-        };
-        self.run_schedule(&s, tag, send, recv, None)
+        })
     }
 }
 
@@ -544,11 +604,18 @@ fn layout(
 }
 
 fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<()> {
-    let (n, me, block) = (comm.size(), comm.rank(), mine.len());
+    let (me, block) = (comm.rank(), mine.len());
     out[me * block..(me + 1) * block].copy_from_slice(mine);
+    let s = allgather_schedule(comm, block)?;
+    comm.run_schedule(&s, TAG_ALLGATHER, &[], out, None)
+}
+
+/// The schedule of an allgather of `block`-byte blocks.
+fn allgather_schedule(comm: &Communicator, block: usize) -> Result<Rc<Schedule>> {
+    let (n, me) = (comm.size(), comm.rank());
     let algorithm = comm.coll_algorithm("allgather")?;
     let key = SchedKey::new(TAG_ALLGATHER, 0, block, 0);
-    let s = comm.schedule(key, || match algorithm {
+    Ok(comm.schedule(key, || match algorithm {
         "ring" => schedule::allgather_ring(n, me, block),
         "linear" => schedule::allgather_linear(n, me, block),
         "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
@@ -556,8 +623,7 @@ fn allgather_bytes(comm: &Communicator, mine: &[u8], out: &mut [u8]) -> Result<(
             schedule::allgather_recursive_doubling(n, me, block)
         }
         _ => schedule::allgather_ring(n, me, block),
-    });
-    comm.run_schedule(&s, TAG_ALLGATHER, &[], out, None)
+    }))
 }
 
 /// Gather `mine` from every member into `out` (rank order; `out.len() == size * mine.len()`
