@@ -4,7 +4,10 @@
 //! coll/tuned style decision), overridable per operation with the MCA parameter
 //! `coll_<op>_algorithm` (e.g. `--mca coll_allreduce_algorithm ring`). Algorithms are pure
 //! schedules ([`schedule`]) run by one executor, and every operation uses its own tag, so
-//! consecutive collectives never cross-match (per-source ordering does the rest).
+//! consecutive collectives never cross-match (per-source ordering does the rest). The
+//! non-blocking forms (`ibcast`, `iallreduce`, ...) run the same schedules on the same
+//! executor, stepped by the runtime's progress loop: see [`nonblocking`] for when they
+//! progress and how outstanding ones are kept apart.
 //!
 //! | operation | auto choice | alternatives |
 //! |---|---|---|
@@ -23,7 +26,7 @@
 //! at rank c. Every algorithm gives every rank bit-identical results.
 
 mod exec;
-pub(crate) mod nonblocking;
+pub mod nonblocking;
 mod op;
 pub(crate) mod schedule;
 

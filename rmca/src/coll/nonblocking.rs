@@ -2,8 +2,8 @@
 //! `iscatter`, `iallgather` and `ialltoall` on [`Communicator`].
 //!
 //! Each starts the same schedule its blocking form runs (same algorithms, same
-//! `coll_<op>_algorithm` parameters, same results bit for bit) on the same executor
-//! ([`super::exec::Exec`]), and returns a [`Request`] of the caller's [`crate::scope`]: the
+//! `coll_<op>_algorithm` parameters, same results bit for bit) on the same steppable
+//! executor, and returns a [`Request`] of the caller's [`crate::scope`]: the
 //! buffers stay borrowed until the scope ends, and [`Request::wait`], [`Request::test`],
 //! [`Request::wait_all`], [`Request::wait_any`] and [`Request::complete_all`] work on it as on
 //! a point-to-point request.
@@ -191,7 +191,7 @@ impl NbColl {
         match &self.finish {
             Finish::Nothing => {}
             Finish::RotateWork(by) => {
-                if work.len() > 0 {
+                if !work.is_empty() {
                     // SAFETY: the schedule completed, so no transfer uses `work` any more, and
                     // it stays this collective's alone until its request completes.
                     let w = unsafe { std::slice::from_raw_parts_mut(work.as_ptr(), work.len()) };
