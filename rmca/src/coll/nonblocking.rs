@@ -229,6 +229,8 @@ impl Shared {
     }
 
     /// [`Shared::wait`] while collectives run: the loop steps them between PML passes.
+    /// Out of line, so that the check that leads here is all `wait` adds to its fast path.
+    #[inline(never)]
     pub(crate) fn wait_progressing(&self, id: RequestId) -> Result<PmlStatus> {
         let mut backoff = Backoff::default();
         loop {
@@ -249,6 +251,7 @@ impl Shared {
     }
 
     /// [`Shared::wait_all`] while collectives run: each request in turn, stepping them.
+    #[inline(never)]
     pub(crate) fn wait_all_progressing(
         &self,
         ids: &[RequestId],
