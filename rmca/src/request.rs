@@ -381,7 +381,9 @@ impl<'scope> Request<'scope> {
     /// after all requests completed.
     pub fn complete_all(mut requests: Vec<Request<'scope>>) -> Result<()> {
         // Collectives are not the PML's: a batch with one is waited for request by request.
-        if requests.iter().any(Request::is_collective) {
+        if crate::coll::nonblocking::any_uncollected()
+            && requests.iter().any(Request::is_collective)
+        {
             return Self::wait_all(requests).map(drop);
         }
         // Requests that completed when they started (eager sends) are only looked at; the

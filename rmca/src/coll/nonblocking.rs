@@ -6,7 +6,25 @@
 //! executor, and returns a [`Request`] of the caller's [`crate::scope`]: the
 //! buffers stay borrowed until the scope ends, and [`Request::wait`], [`Request::test`],
 //! [`Request::wait_all`], [`Request::wait_any`] and [`Request::complete_all`] work on it as on
-//! a point-to-point request.
+//! a point-to-point request. A completed collective's status has this rank as `source`,
+//! [`ANY_TAG`] as `tag`, and the bytes of the result this rank holds as `bytes` (0 where it
+//! holds none: a non-root of a reduce or gather, a barrier).
+//!
+//! ```no_run
+//! # fn main() -> rmca::Result<()> {
+//! let universe = rmca::init()?;
+//! let world = universe.world();
+//! let (part, mut total) = ([world.rank() as f64; 4], [0.0f64; 4]);
+//! let mut params = [0u32; 8];
+//! rmca::scope(|s| {
+//!     let sum = world.iallreduce(s, &part, &mut total, rmca::coll::Op::Sum)?;
+//!     let bcast = world.ibcast(s, &mut params, 0)?;
+//!     // ... work that does not touch `total` or `params` ...
+//!     rmca::Request::complete_all(vec![sum, bcast])
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Progress rule
 //!
@@ -57,6 +75,22 @@ pub const NB_TAG_BASE: i32 = 1 << 30;
 
 /// A reduction step owned by a collective (see [`super::exec::ReduceFn`]).
 type OwnedReduce = Box<dyn Fn(&mut [u8], &[u8], Option<&[u8]>, bool)>;
+
+thread_local! {
+    /// Collectives started on this thread and not collected yet, over every universe: while
+    /// it is 0, no request can be a collective, and request batches skip looking.
+    static UNCOLLECTED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Can a request of this thread be a non-blocking collective? (False: none is outstanding.)
+#[inline]
+pub(crate) fn any_uncollected() -> bool {
+    UNCOLLECTED.with(Cell::get) > 0
+}
+
+fn count_uncollected(delta: isize) {
+    UNCOLLECTED.with(|c| c.set(c.get().wrapping_add_signed(delta)));
+}
 
 /// The non-blocking collectives of a process that have not been waited for yet.
 #[derive(Default)]
@@ -117,6 +151,7 @@ impl Active {
             Some(_) => {
                 let c = table.remove(id)?;
                 drop(table);
+                count_uncollected(-1);
                 c.outcome
             }
         }
@@ -125,8 +160,11 @@ impl Active {
     /// Forget collective `id` without finishing it: only when the runtime is gone, so no
     /// transfer can touch its buffers any more.
     fn abandon(&self, id: RequestId) {
-        let removed = self.table.borrow_mut().remove(id);
-        if removed.is_some_and(|c| c.outcome.is_none()) {
+        let Some(removed) = self.table.borrow_mut().remove(id) else {
+            return;
+        };
+        count_uncollected(-1);
+        if removed.outcome.is_none() {
             self.running.set(self.running.get() - 1);
         }
     }
@@ -274,6 +312,7 @@ impl Shared {
     /// calls into rmca again); its id.
     fn start_collective(&self, c: NbColl) -> RequestId {
         let id = self.nbc.table.borrow_mut().insert(c);
+        count_uncollected(1);
         self.nbc.running.set(self.nbc.running.get() + 1);
         let mut table = self.nbc.table.borrow_mut();
         if let Some(c) = table.get_mut(id) {
@@ -399,6 +438,7 @@ impl Communicator {
     }
 
     /// Wait for the request `o` (point-to-point or collective).
+    #[inline]
     pub(crate) fn wait_request(&self, o: Outstanding) -> Result<Status> {
         match o {
             Outstanding::Pml(id) => self.wait_raw(id),
