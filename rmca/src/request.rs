@@ -115,6 +115,7 @@ impl std::fmt::Debug for Scope<'_, '_> {
 
 impl<'scope> Scope<'scope, '_> {
     /// The request of an operation the PML accepted as `id`.
+    #[inline]
     pub(crate) fn pending(&'scope self, comm: &Communicator, id: RequestId) -> Request<'scope> {
         self.outstanding(comm, Outstanding::Pml(id))
     }
@@ -128,6 +129,7 @@ impl<'scope> Scope<'scope, '_> {
         self.outstanding(comm, Outstanding::Coll(id))
     }
 
+    #[inline]
     fn outstanding(&'scope self, comm: &Communicator, o: Outstanding) -> Request<'scope> {
         Request {
             state: ReqState::Pending {
