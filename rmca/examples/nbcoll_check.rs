@@ -2,9 +2,10 @@
 //! of one operation outstanding at once on one communicator, others on a second one) and
 //! with point-to-point traffic, completed through every request call (wait, test, wait_any,
 //! complete_all). Also the progress rule: a rank that starts collectives and then blocks in a
-//! receive (or in a blocking collective) must still progress them, since its peers send the
-//! message it waits for only after their own collectives completed (without that progress the
-//! job hangs). Prints `OK`/`FAIL` per group and exits non-zero on any failure.
+//! receive or a blocking collective, tests another request or probes, must still progress
+//! them, since its peers send the message it waits for only after their own collectives
+//! completed (without that progress the job hangs). Prints `OK`/`FAIL` per group and exits
+//! non-zero on any failure.
 //!
 //! `rmca-run -n 3 target/release/examples/nbcoll_check`
 
@@ -268,6 +269,47 @@ fn progress_without_test(c: &mut Checker) -> rmca::Result<()> {
         .map(|i| (0..n).map(|r| val(r, i)).sum())
         .collect();
     c.check("progress: iallreduce", &ar_out, &sum);
+
+    // Testing another request, or probing, progresses them too: rank 0 starts a barrier and
+    // a long allreduce, lets the others start theirs only then (so nothing of theirs can have
+    // arrived when rank 0 started), and only tests a receive (or probes for its message) that
+    // the last rank satisfies once its collectives completed.
+    for probing in [false, true] {
+        let how = if probing {
+            "probing"
+        } else {
+            "testing another request"
+        };
+        let (mut got, mut go) = ([0u64], [0u8]);
+        let mut ar3 = vec![0u64; reduce_len];
+        rmca::scope(|s| -> rmca::Result<()> {
+            if me == 0 {
+                let started = vec![w.ibarrier(s)?, w.iallreduce(s, &ar_in, &mut ar3, Op::Sum)?];
+                for r in 1..n {
+                    w.send(&[1u8], r, 23)?;
+                }
+                if n > 1 && probing {
+                    while w.iprobe(n - 1, 22)?.is_none() {}
+                    w.recv(&mut got, n - 1, 22)?;
+                } else if n > 1 {
+                    let mut r = w.irecv(s, &mut got, n - 1, 22)?;
+                    while r.test().transpose()?.is_none() {}
+                }
+                return Request::complete_all(started);
+            }
+            w.recv(&mut go, 0, 23)?;
+            let started = vec![w.ibarrier(s)?, w.iallreduce(s, &ar_in, &mut ar3, Op::Sum)?];
+            Request::wait_all(started)?;
+            if me == n - 1 {
+                w.send(&[7u64], 0, 22)?;
+            }
+            Ok(())
+        })?;
+        if me == 0 && n > 1 {
+            c.check(&format!("progress while {how}: the message"), &got, &[7]);
+        }
+        c.check(&format!("progress while {how}: iallreduce"), &ar3, &sum);
+    }
 
     let mut ar2 = vec![0u64; reduce_len];
     rmca::scope(|s| -> rmca::Result<()> {

@@ -25,6 +25,8 @@ struct Sim {
     /// Refuse the post with this index (counting every post of this transport).
     fail_post: Option<usize>,
     posts: usize,
+    /// Blocking runs may wait; a stepping executor never does.
+    may_wait: bool,
 }
 
 struct SimRecv {
@@ -99,8 +101,11 @@ impl Transport for Sim {
         }
     }
 
-    fn wait(&mut self, _: &H) -> Result<usize> {
-        panic!("a stepping executor waited");
+    fn wait(&mut self, h: &H) -> Result<usize> {
+        assert!(self.may_wait, "a stepping executor waited");
+        // One thread runs every rank: a wait can only be for what already arrived.
+        self.test(h)
+            .unwrap_or_else(|| panic!("rank {} would block forever", self.me))
     }
 }
 
@@ -139,6 +144,7 @@ impl SimRank {
                 recvs: Vec::new(),
                 fail_post: None,
                 posts: 0,
+                may_wait: false,
             },
             bufs,
             _send: send,
@@ -462,5 +468,43 @@ fn a_short_message_is_an_error_naming_both_lengths() {
             "{e}"
         ),
         o => panic!("expected a length error, got {o:?}"),
+    }
+}
+
+#[test]
+fn blocking_runs_are_the_same_engine_to_the_end() {
+    // A binomial broadcast run rank by rank in tree order, each to its end in one blocking
+    // call: every parent has sent before its children run.
+    for n in NS {
+        for root in 0..n {
+            let len = 100;
+            let net = Rc::default();
+            let mut ranks: Vec<SimRank> = (0..n)
+                .map(|r| {
+                    let work = if r == root {
+                        pattern(root, len)
+                    } else {
+                        vec![0; len]
+                    };
+                    SimRank::new(
+                        &net,
+                        r,
+                        8,
+                        schedule::bcast_binomial(n, r, root, len),
+                        vec![],
+                        work,
+                    )
+                })
+                .collect();
+            for v in 0..n {
+                let r = &mut ranks[(v + root) % n];
+                r.t.may_wait = true;
+                match r.exec.advance(&mut r.t, &r.bufs, None, true) {
+                    Poll::Done(Ok(())) => {}
+                    other => panic!("blocking run of rank {v} ended with {other:?}"),
+                }
+                assert_eq!(r.work, pattern(root, len), "{n} ranks, root {root}");
+            }
+        }
     }
 }
