@@ -15,7 +15,7 @@ use crate::{Dest, Error, Result, Shared, Src, ANY_TAG};
 
 /// Largest receive of an exchange posted after its send (see `sendrecv_bytes`): above it, a
 /// message arriving first would be copied twice (unexpected queue, then the buffer).
-const SEND_FIRST_MAX: usize = 256;
+pub(crate) const SEND_FIRST_MAX: usize = 256;
 
 /// The outcome of a receive, a probe or a send, in communicator terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,6 +239,7 @@ impl Communicator {
 
     // ---- raw byte-level operations shared by typed calls and collectives ----
 
+    /// Start a send through the PML (always a request; the typed calls' staged sends).
     pub(crate) fn start_send(
         &self,
         buf: UserBuf,
@@ -276,7 +277,7 @@ impl Communicator {
     /// [`Communicator::start_send`] through the PML's fast path: an eager message a BTL took
     /// at once comes back as [`SendStart::Done`], with no request behind it.
     #[inline]
-    fn start_send_fast(
+    pub(crate) fn start_send_fast(
         &self,
         buf: UserBuf,
         dest: usize,
@@ -353,22 +354,6 @@ impl Communicator {
     pub(crate) fn wait_raw(&self, id: RequestId) -> Result<Status> {
         let st = self.shared().wait(id)?;
         self.finish(st)
-    }
-
-    /// Blocking send of raw bytes on `context` (collectives use their own context).
-    #[allow(unsafe_code)]
-    pub(crate) fn send_bytes(
-        &self,
-        bytes: &[u8],
-        dest: usize,
-        tag: i32,
-        context: ContextId,
-        pattern: CommPattern,
-    ) -> Result<()> {
-        // SAFETY: `bytes` stays borrowed until the send completes: waited below.
-        let buf = unsafe { UserBuf::from_slice(bytes) };
-        let started = self.start_send_fast(buf, dest, tag, context, SendMode::Standard, pattern)?;
-        self.wait_send(started)
     }
 
     /// Blocking receive of raw bytes on `context`.
@@ -770,6 +755,10 @@ impl Communicator {
             rt.progress();
             Ok(rt.pml.iprobe(ctx, source, tag)?)
         })?;
+        if st.is_none() {
+            // A probing loop progresses non-blocking collectives too.
+            self.shared().step_collectives();
+        }
         Ok(st.map(|s| self.to_status(&s)))
     }
 

@@ -244,6 +244,8 @@ pub(crate) struct Shared {
     /// The buffer of buffered sends, while one is attached. Declared after `rt`, so that a
     /// runtime dropped unfinalized goes before the memory its sends may point into.
     bsend: RefCell<Option<bsend::BsendPool>>,
+    /// Non-blocking collectives not waited for yet, stepped by every progress loop.
+    nbc: coll::nonblocking::Active,
 }
 
 impl Shared {
@@ -267,9 +269,12 @@ impl Shared {
         Ok(self.coll.get_or_init(|| c))
     }
 
-    /// Progress until `id` completes.
+    /// Progress until `id` completes (stepping non-blocking collectives meanwhile).
     #[inline]
     pub(crate) fn wait(&self, id: RequestId) -> Result<rmca_framework::pml::Status> {
+        if !self.nbc.is_idle() {
+            return self.wait_progressing(id);
+        }
         self.with(|rt| Ok(rt.wait(id)?))
     }
 
@@ -279,6 +284,9 @@ impl Shared {
         &self,
         ids: &[RequestId],
     ) -> Result<Vec<(usize, rmca_framework::pml::Status)>> {
+        if !self.nbc.is_idle() {
+            return self.wait_all_progressing(ids);
+        }
         let mut failed = Vec::new();
         self.with(|rt| Ok(rt.wait_all(ids, &mut failed)?))?;
         Ok(failed)
@@ -399,6 +407,7 @@ impl Universe {
             finalize_deferred: Default::default(),
             next_context: std::cell::Cell::new(2),
             bsend: Default::default(),
+            nbc: Default::default(),
         });
         let world = Communicator::world(shared.clone(), rank, size);
         Self { shared, world }

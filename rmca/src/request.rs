@@ -117,8 +117,28 @@ impl std::fmt::Debug for Scope<'_, '_> {
 
 impl<'scope> Scope<'scope, '_> {
     /// The request of an operation the PML accepted as `id`.
+    #[inline]
     pub(crate) fn pending(&'scope self, comm: &Communicator, id: RequestId) -> Request<'scope> {
-        Request::pending_in(&self.set, comm, id)
+        self.outstanding(comm, Outstanding::Pml(id))
+    }
+
+    /// The request of a non-blocking collective started as `id` (see [`crate::coll`]).
+    pub(crate) fn pending_collective(
+        &'scope self,
+        comm: &Communicator,
+        id: RequestId,
+    ) -> Request<'scope> {
+        self.outstanding(comm, Outstanding::Coll(id))
+    }
+
+    #[inline]
+    fn outstanding(&'scope self, comm: &Communicator, o: Outstanding) -> Request<'scope> {
+        Request {
+            state: ReqState::Pending {
+                slot: self.set.insert(o, comm),
+                set: &self.set,
+            },
+        }
     }
 
     /// The request of a send to `dest` with `tag` of `bytes` bytes that started as `started`.
@@ -138,7 +158,17 @@ impl<'scope> Scope<'scope, '_> {
     }
 }
 
-type Slot = Option<(RequestId, Communicator)>;
+/// What an outstanding request waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outstanding {
+    /// A point-to-point request of the PML.
+    Pml(RequestId),
+    /// A non-blocking collective, run by the runtime's progress loop: its id among the
+    /// active collectives (not a PML id).
+    Coll(RequestId),
+}
+
+type Slot = Option<(Outstanding, Communicator)>;
 
 thread_local! {
     /// The slot vectors of the last scope that ended on this thread: a scope per round of a
@@ -163,7 +193,7 @@ impl RequestSet {
         }
     }
 
-    fn insert(&self, id: RequestId, comm: &Communicator) -> u32 {
+    fn insert(&self, id: Outstanding, comm: &Communicator) -> u32 {
         crate::Shared::lent_requests(comm.shared_rc(), 1);
         self.live.set(self.live.get() + 1);
         let entry = Some((id, comm.clone()));
@@ -181,10 +211,18 @@ impl RequestSet {
     }
 
     /// The request in `slot` (it stays there until [`RequestSet::release`]).
-    fn get(&self, slot: u32) -> (RequestId, Communicator) {
+    fn get(&self, slot: u32) -> (Outstanding, Communicator) {
         self.slots.borrow()[slot as usize]
             .clone()
             .expect("a live request keeps its slot")
+    }
+
+    /// Is the request in `slot` a non-blocking collective?
+    fn is_collective(&self, slot: u32) -> bool {
+        matches!(
+            self.slots.borrow()[slot as usize],
+            Some((Outstanding::Coll(_), _))
+        )
     }
 
     /// The request in `slot` completed: the PML no longer touches its buffer.
@@ -208,7 +246,7 @@ impl RequestSet {
             let Some((id, comm)) = self.slots.borrow()[slot].clone() else {
                 continue;
             };
-            if let Err(e) = comm.wait_raw(id) {
+            if let Err(e) = comm.wait_request(id) {
                 tracing::debug!("request outstanding at the end of its scope: {e}");
             }
             self.release(slot as u32);
@@ -267,7 +305,7 @@ impl<'scope> Request<'scope> {
     fn pending_in(set: &'scope RequestSet, comm: &Communicator, id: RequestId) -> Self {
         Self {
             state: ReqState::Pending {
-                slot: set.insert(id, comm),
+                slot: set.insert(Outstanding::Pml(id), comm),
                 set,
             },
         }
@@ -286,7 +324,7 @@ impl<'scope> Request<'scope> {
         match std::mem::replace(&mut self.state, ReqState::Spent) {
             ReqState::Pending { slot, set } => {
                 let (id, comm) = set.get(slot);
-                let outcome = comm.wait_raw(id);
+                let outcome = comm.wait_request(id);
                 set.release(slot);
                 outcome
             }
@@ -323,6 +361,22 @@ impl<'scope> Request<'scope> {
             ReqState::Done(_) | ReqState::Failed(_) | ReqState::Spent => return true,
         };
         let (id, comm) = set.get(slot);
+        let id = match id {
+            Outstanding::Pml(id) => id,
+            Outstanding::Coll(id) => {
+                // Testing a collective request runs a progress pass of its own (PML and
+                // every running collective).
+                let Some(outcome) = comm.shared().test_collective(id) else {
+                    return false;
+                };
+                set.release(slot);
+                self.state = match outcome {
+                    Ok(st) => ReqState::Done(st),
+                    Err(e) => ReqState::Failed(Box::new(e)),
+                };
+                return true;
+            }
+        };
         let r = comm.shared().with(|rt| {
             if let Some(st) = rt.pml.test(id)? {
                 return Ok(Some(st));
@@ -334,7 +388,11 @@ impl<'scope> Request<'scope> {
             Ok(rt.pml.test(id)?)
         });
         let outcome = match r {
-            Ok(None) => return false,
+            Ok(None) => {
+                // Testing progresses non-blocking collectives too.
+                comm.shared().step_collectives();
+                return false;
+            }
             Ok(Some(st)) => comm.finish(st),
             Err(e) => Err(e),
         };
@@ -359,6 +417,7 @@ impl<'scope> Request<'scope> {
                 rt.progress();
                 Ok(())
             });
+            comm.shared().step_collectives();
         }
         requests.iter_mut().map(|r| r.poll(false)).collect()
     }
@@ -380,8 +439,11 @@ impl<'scope> Request<'scope> {
         let ReqState::Pending { slot, set } = self.state else {
             return Ok(false);
         };
-        let (id, comm) = set.get(slot);
-        comm.shared().with(|rt| Ok(rt.pml.cancel(id)?))
+        match set.get(slot) {
+            (Outstanding::Pml(id), comm) => comm.shared().with(|rt| Ok(rt.pml.cancel(id)?)),
+            // MPI defines no cancel of a collective: it completes normally.
+            (Outstanding::Coll(_), _) => Ok(false),
+        }
     }
 
     /// Complete at most one request of `requests` without blocking (`MPI_Testany`): one
@@ -463,10 +525,19 @@ impl<'scope> Request<'scope> {
     /// `MPI_STATUSES_IGNORE`): the loop of windowed transfers. The first error is returned
     /// after all requests completed.
     pub fn complete_all(mut requests: Vec<Request<'scope>>) -> Result<()> {
+        // Collectives are not the PML's: a batch with one is waited for request by request.
+        if crate::coll::nonblocking::any_uncollected()
+            && requests.iter().any(Request::is_collective)
+        {
+            return Self::wait_all(requests).map(drop);
+        }
         // Requests that completed when they started (eager sends) are only looked at; the
         // others go to the PML in one call, which waits for them in order.
         let mut pending = requests.iter().filter_map(|r| match r.state {
-            ReqState::Pending { slot, set } => Some(set.get(slot)),
+            ReqState::Pending { slot, set } => match set.get(slot) {
+                (Outstanding::Pml(id), comm) => Some((id, comm)),
+                (Outstanding::Coll(_), _) => None,
+            },
             _ => None,
         });
         let Some((first, comm)) = pending.next() else {
@@ -538,6 +609,11 @@ impl<'scope> Request<'scope> {
         }
     }
 
+    /// Is this an outstanding non-blocking collective?
+    fn is_collective(&self) -> bool {
+        matches!(self.state, ReqState::Pending { slot, set } if set.is_collective(slot))
+    }
+
     /// The PML completed this request (its outcome was handled elsewhere).
     fn spend(&mut self) {
         if let ReqState::Pending { slot, set } = std::mem::replace(&mut self.state, ReqState::Spent)
@@ -567,7 +643,7 @@ impl Request<'_> {
         if let ReqState::Pending { slot, set } = std::mem::replace(&mut self.state, ReqState::Spent)
         {
             let (id, comm) = set.get(slot);
-            if let Err(e) = comm.wait_raw(id) {
+            if let Err(e) = comm.wait_request(id) {
                 tracing::debug!("request dropped with error: {e}");
             }
             set.release(slot);

@@ -4,7 +4,10 @@
 //! coll/tuned style decision), overridable per operation with the MCA parameter
 //! `coll_<op>_algorithm` (e.g. `--mca coll_allreduce_algorithm ring`). Algorithms are pure
 //! schedules ([`schedule`]) run by one executor, and every operation uses its own tag, so
-//! consecutive collectives never cross-match (per-source ordering does the rest).
+//! consecutive collectives never cross-match (per-source ordering does the rest). The
+//! non-blocking forms (`ibcast`, `iallreduce`, ...) run the same schedules on the same
+//! executor, stepped by the runtime's progress loop: see [`nonblocking`] for when they
+//! progress and how outstanding ones are kept apart.
 //!
 //! | operation | auto choice | alternatives |
 //! |---|---|---|
@@ -46,6 +49,7 @@
 
 mod exec;
 mod in_place;
+pub mod nonblocking;
 mod op;
 mod prefix;
 pub(crate) mod schedule;
@@ -58,8 +62,9 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use crate::{Communicator, Error, Result, Src};
-use exec::ReduceFn;
+use exec::{Bufs, CommTransport, Exec, InFlight, Poll, ReduceFn};
 use rmca_framework::btl::CommPattern;
+use rmca_framework::pml::RequestId;
 use schedule::Schedule;
 
 const TAG_BARRIER: i32 = 1;
@@ -178,6 +183,11 @@ pub(crate) struct CollCache {
     /// Scratch memory of the last collective, reused (schedules receive into it before
     /// reading it, so it needs no clearing).
     scratch: RefCell<Vec<u64>>,
+    /// The in-flight list of the last blocking collective's executor, reused.
+    inflight: RefCell<Vec<InFlight<RequestId>>>,
+    /// Non-blocking collectives started on this communicator so far (see
+    /// [`nonblocking`] for how it keeps them apart).
+    pub(crate) nb_started: std::cell::Cell<u32>,
 }
 
 impl Communicator {
@@ -226,9 +236,27 @@ impl Communicator {
         reduce: Option<ReduceFn<'_>>,
     ) -> Result<()> {
         // Taken out for the run (no borrow is held while messages are exchanged).
-        let mut scratch = self.coll_cache().scratch.take();
-        let r = exec::run(self, s, tag, send, work, &mut scratch, reduce);
-        *self.coll_cache().scratch.borrow_mut() = scratch;
+        let cache = self.coll_cache();
+        let mut scratch = cache.scratch.take();
+        let words = s.tmp_len.div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
+        }
+        let tmp = &mut bytemuck::cast_slice_mut(scratch.as_mut_slice())[..s.tmp_len];
+        // SAFETY: the executor runs to its end below (`block`), waiting for every transfer it
+        // posted even after an error, before the borrows of `send`, `work` and `tmp` end.
+        #[allow(unsafe_code)]
+        let bufs = unsafe { Bufs::lend(send, work, tmp) };
+        // The blocking collective is the non-blocking engine run to its end.
+        let mut exec = Exec::new(s, cache.inflight.take());
+        let r = match exec.advance(&mut CommTransport { comm: self, tag }, &bufs, reduce, true) {
+            Poll::Done(r) => r,
+            Poll::Pending { .. } => Err(Error::InvalidArgument(
+                "internal: a blocking collective stopped before its end".into(),
+            )),
+        };
+        *cache.inflight.borrow_mut() = exec.into_inflight();
+        *cache.scratch.borrow_mut() = scratch;
         r
     }
 
@@ -258,18 +286,23 @@ impl Communicator {
     pub fn bcast<T: bytemuck::Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_root(root)?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let (n, me, len) = (self.size(), self.rank(), bytes.len());
+        let s = self.bcast_schedule(root, bytes.len())?;
+        self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
+    }
+
+    /// The schedule of a broadcast of `len` bytes from `root`.
+    fn bcast_schedule(&self, root: usize, len: usize) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("bcast")?;
         let long = self.coll_params()?.bcast_long_size;
         let key = SchedKey::new(TAG_BCAST, root, len, 0);
-        let s = self.schedule(key, || match algorithm {
+        Ok(self.schedule(key, || match algorithm {
             "linear" => schedule::bcast_linear(n, me, root, len),
             "binomial" => schedule::bcast_binomial(n, me, root, len),
             "scatter_allgather" => schedule::bcast_scatter_allgather(n, me, root, len),
             _ if n > 2 && len >= long => schedule::bcast_scatter_allgather(n, me, root, len),
             _ => schedule::bcast_binomial(n, me, root, len),
-        });
-        self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
+        }))
     }
 
     /// Reduce every member's `send` with `op` (an [`Op`], a [`UserOp`] or a reference to
@@ -314,11 +347,22 @@ impl Communicator {
         op: &impl Reduction<T>,
         root: usize,
     ) -> Result<()> {
-        let (n, me, len) = (self.size(), self.rank(), send.len());
+        let s = self.reduce_schedule(root, send.len(), !op.is_commutative())?;
+        self.run_schedule(&s, TAG_REDUCE, send, work, Some(&reduce_step(op)))
+    }
+
+    /// The schedule of a reduction of `len` bytes to `root`; `ordered`: the operation is not
+    /// commutative and must combine in rank order.
+    pub(crate) fn reduce_schedule(
+        &self,
+        root: usize,
+        len: usize,
+        ordered: bool,
+    ) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("reduce")?;
-        let ordered = !op.is_commutative();
         let key = SchedKey::new(TAG_REDUCE, root, len, 0).ordered(ordered);
-        let s = self.schedule(key, || match algorithm {
+        Ok(self.schedule(key, || match algorithm {
             "linear" => schedule::reduce_linear(n, me, root, len),
             // The binomial tree combines cyclically from the root: rank order only from 0.
             _ if ordered => {
@@ -326,8 +370,7 @@ impl Communicator {
                 schedule::reduce_in_order(n, me, root, len)
             }
             _ => schedule::reduce_binomial(n, me, root, len),
-        });
-        self.run_schedule(&s, TAG_REDUCE, send, work, Some(&reduce_step(op)))
+        }))
     }
 
     /// Reduce every member's `send` with `op` (an [`Op`], a [`UserOp`] or a reference to
@@ -356,13 +399,24 @@ impl Communicator {
     ) -> Result<()> {
         // `recv` needs no initialization: the schedule reads the input from `send` where it
         // first needs it (a copy up front would be a full extra pass over the vector).
-        let (n, me, len) = (self.size(), self.rank(), send.len());
-        let elem = std::mem::size_of::<T>();
+        let s =
+            self.allreduce_schedule(send.len(), std::mem::size_of::<T>(), !op.is_commutative())?;
+        self.run_schedule(&s, TAG_ALLREDUCE, send, recv, Some(&reduce_step(op)))
+    }
+
+    /// The schedule of an allreduce of `len` bytes of `elem`-byte elements; `ordered`: the
+    /// operation is not commutative and must combine in rank order.
+    pub(crate) fn allreduce_schedule(
+        &self,
+        len: usize,
+        elem: usize,
+        ordered: bool,
+    ) -> Result<Rc<Schedule>> {
+        let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("allreduce")?;
         let long = self.coll_params()?.allreduce_long_size;
-        let ordered = !op.is_commutative();
         let key = SchedKey::new(TAG_ALLREDUCE, 0, len, elem).ordered(ordered);
-        let s = self.schedule(key, || match algorithm {
+        Ok(self.schedule(key, || match algorithm {
             // The ring combines chunk c from rank c on: not rank order.
             "ring" if !ordered => schedule::allreduce_ring(n, me, len, elem),
             "ring" => {
@@ -377,8 +431,7 @@ impl Communicator {
                 schedule::allreduce_ring(n, me, len, elem)
             }
             _ => schedule::allreduce_recursive_doubling(n, me, len),
-        });
-        self.run_schedule(&s, TAG_ALLREDUCE, send, recv, Some(&reduce_step(op)))
+        }))
     }
 
     /// Gather every member's `send` (same length everywhere) into `recv` at `root`, in rank
@@ -415,14 +468,19 @@ impl Communicator {
 
     /// Gather over `work` in virtual-rank layout, this rank's block already in place.
     fn gather_virtual(&self, work: &mut [u8], block: usize, root: usize) -> Result<()> {
+        let s = self.gather_schedule(root, block)?;
+        self.run_schedule(&s, TAG_GATHER, &[], work, None)
+    }
+
+    /// The schedule of a gather of `block`-byte blocks to `root`.
+    fn gather_schedule(&self, root: usize, block: usize) -> Result<Rc<Schedule>> {
         let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("gather")?;
         let key = SchedKey::new(TAG_GATHER, root, block, 0);
-        let s = self.schedule(key, || match algorithm {
+        Ok(self.schedule(key, || match algorithm {
             "linear" => schedule::gather_linear(n, me, root, block),
             _ => schedule::gather_binomial(n, me, root, block),
-        });
-        self.run_schedule(&s, TAG_GATHER, &[], work, None)
+        }))
     }
 
     /// Scatter `send` (size × `recv.len()` elements, required at the root, ignored elsewhere)
@@ -454,14 +512,19 @@ impl Communicator {
 
     /// Scatter over `work` in virtual-rank layout (the whole vector at the root).
     fn scatter_virtual(&self, work: &mut [u8], block: usize, root: usize) -> Result<()> {
+        let s = self.scatter_schedule(root, block)?;
+        self.run_schedule(&s, TAG_SCATTER, &[], work, None)
+    }
+
+    /// The schedule of a scatter of `block`-byte blocks from `root`.
+    fn scatter_schedule(&self, root: usize, block: usize) -> Result<Rc<Schedule>> {
         let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("scatter")?;
         let key = SchedKey::new(TAG_SCATTER, root, block, 0);
-        let s = self.schedule(key, || match algorithm {
+        Ok(self.schedule(key, || match algorithm {
             "linear" => schedule::scatter_linear(n, me, root, block),
             _ => schedule::scatter_binomial(n, me, root, block),
-        });
-        self.run_schedule(&s, TAG_SCATTER, &[], work, None)
+        }))
     }
 
     /// Gather every member's `send` into every member's `recv` (size × `send.len()`), in rank order.
@@ -552,6 +615,18 @@ impl Communicator {
         recvs: &[Range<usize>],
         tag: i32,
     ) -> Result<()> {
+        let s = self.alltoallv_schedule(sends, recvs, tag)?;
+        self.run_schedule(&s, tag, send, recv, None)
+    }
+
+    /// The schedule of an alltoall(v) over the byte ranges `sends` and `recvs` (one per
+    /// rank); `tag` tells alltoall (whose schedules are kept) from alltoallv.
+    fn alltoallv_schedule(
+        &self,
+        sends: &[Range<usize>],
+        recvs: &[Range<usize>],
+        tag: i32,
+    ) -> Result<Rc<Schedule>> {
         let (n, me) = (self.size(), self.rank());
         if sends[me].len() != recvs[me].len() {
             return Err(Error::InvalidArgument(format!(
@@ -567,12 +642,11 @@ impl Communicator {
         };
         // alltoall's regions follow from the block size; alltoallv's from every count, so
         // only alltoall's schedules are kept.
-        let s = if tag == TAG_ALLTOALL {
+        Ok(if tag == TAG_ALLTOALL {
             self.schedule(SchedKey::new(tag, 0, sends[0].len(), 0), build)
         } else {
             Rc::new(build())
-        };
-        self.run_schedule(&s, tag, send, recv, None)
+        })
     }
 }
 
@@ -650,13 +724,20 @@ fn allgather_bytes(
     block: usize,
     out: &mut [u8],
 ) -> Result<()> {
-    let (n, me) = (comm.size(), comm.rank());
+    let me = comm.rank();
     if let Some(mine) = mine {
         out[me * block..(me + 1) * block].copy_from_slice(mine);
     }
+    let s = allgather_schedule(comm, block)?;
+    comm.run_schedule(&s, TAG_ALLGATHER, &[], out, None)
+}
+
+/// The schedule of an allgather of `block`-byte blocks.
+fn allgather_schedule(comm: &Communicator, block: usize) -> Result<Rc<Schedule>> {
+    let (n, me) = (comm.size(), comm.rank());
     let algorithm = comm.coll_algorithm("allgather")?;
     let key = SchedKey::new(TAG_ALLGATHER, 0, block, 0);
-    let s = comm.schedule(key, || match algorithm {
+    Ok(comm.schedule(key, || match algorithm {
         "ring" => schedule::allgather_ring(n, me, block),
         "linear" => schedule::allgather_linear(n, me, block),
         "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
@@ -664,8 +745,7 @@ fn allgather_bytes(
             schedule::allgather_recursive_doubling(n, me, block)
         }
         _ => schedule::allgather_ring(n, me, block),
-    });
-    comm.run_schedule(&s, TAG_ALLGATHER, &[], out, None)
+    }))
 }
 
 /// Gather `mine` from every member into `out` (rank order; `out.len() == size * mine.len()`

@@ -178,9 +178,8 @@ pub(crate) fn dissemination_rounds(n: usize, me: usize) -> impl Iterator<Item = 
         .map(move |d| ((me + d) % n, (me + n - d) % n))
 }
 
-/// Dissemination barrier as a schedule (the facade runs [`dissemination_rounds`] directly;
-/// this form lets the schedule tests check that it synchronizes).
-#[cfg(test)]
+/// Dissemination barrier as a schedule: `ibarrier` runs it (the blocking barrier runs
+/// [`dissemination_rounds`] directly), and the schedule tests check that it synchronizes.
 pub(crate) fn barrier_dissemination(n: usize, me: usize) -> Schedule {
     let mut s = Schedule::default();
     for (to, from) in dissemination_rounds(n, me) {

@@ -1,0 +1,643 @@
+//! Non-blocking collectives: `ibarrier`, `ibcast`, `ireduce`, `iallreduce`, `igather`,
+//! `iscatter`, `iallgather` and `ialltoall` on [`Communicator`].
+//!
+//! Each starts the same schedule its blocking form runs (same algorithms, same
+//! `coll_<op>_algorithm` parameters, same results bit for bit) on the same steppable
+//! executor, and returns a [`Request`] of the caller's [`crate::scope`]: the
+//! buffers stay borrowed until the scope ends, and [`Request::wait`], [`Request::test`],
+//! [`Request::wait_all`], [`Request::wait_any`] and [`Request::complete_all`] work on it as on
+//! a point-to-point request. A completed collective's status has this rank as `source`,
+//! [`ANY_TAG`] as `tag`, and the bytes of the result this rank holds as `bytes` (0 where it
+//! holds none: a non-root of a reduce or gather, a barrier).
+//!
+//! ```no_run
+//! # fn main() -> rmca::Result<()> {
+//! let universe = rmca::init()?;
+//! let world = universe.world();
+//! let (part, mut total) = ([world.rank() as f64; 4], [0.0f64; 4]);
+//! let mut params = [0u32; 8];
+//! rmca::scope(|s| {
+//!     let sum = world.iallreduce(s, &part, &mut total, rmca::coll::Op::Sum)?;
+//!     let bcast = world.ibcast(s, &mut params, 0)?;
+//!     // ... work that does not touch `total` or `params` ...
+//!     rmca::Request::complete_all(vec![sum, bcast])
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Progress rule
+//!
+//! A started collective posts its first round at once and is kept in the runtime's list of
+//! active collectives. Every progress pass of the runtime steps every active collective as
+//! far as it can go without waiting: while the program waits on any request or tests one,
+//! blocks in a point-to-point call or a probe, or runs another (blocking or non-blocking)
+//! collective. So a collective completes even if its own request is never tested, as long as
+//! the program calls into rmca; a program computing without any call makes no progress (there
+//! is no progress thread). While no collective is active, waits take the PML's own loop, as
+//! before.
+//!
+//! # Matching rule
+//!
+//! As in MPI, every member must start the collectives of one communicator in the same order
+//! (blocking and non-blocking alike); several may be outstanding at once, on one communicator
+//! and across communicators. They run on the communicator's collective context (its
+//! point-to-point context + 1, so they never match user messages), and each non-blocking
+//! collective takes the next number `k` of its communicator's sequence, counted identically
+//! on every member, and uses the tag [`NB_TAG_BASE`]` + k mod 2^30`: outstanding collectives
+//! of one communicator never share a tag, so they cannot take each other's messages even when
+//! their rounds interleave. Blocking collectives keep their fixed per-operation tags (below
+//! [`NB_TAG_BASE`]): each runs to completion where it is called, so per-source ordering keeps
+//! consecutive ones apart. A tag comes back after 2^30 collectives; by then its first user
+//! has completed on every rank that could still send with it, unless 2^30 collectives are
+//! outstanding on one communicator at once.
+
+use std::cell::{Cell, RefCell};
+use std::ops::Range;
+use std::rc::Rc;
+
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::pml::{RequestId, Status as PmlStatus};
+use rmca_framework::progress::Backoff;
+use rmca_framework::slab::Slab;
+
+use super::exec::{Bufs, CommTransport, Exec, Poll};
+use super::schedule::{self, Schedule};
+use super::{
+    allgather_schedule, check_len, Op, Reducible, Reduction, SchedKey, TAG_ALLTOALL, TAG_BARRIER,
+};
+use crate::request::Outstanding;
+use crate::{Communicator, Error, Request, Result, Scope, Shared, Status, ANY_TAG};
+
+/// The first tag of non-blocking collectives; blocking collectives use tags below it.
+pub const NB_TAG_BASE: i32 = 1 << 30;
+
+/// A reduction step owned by a collective (see [`super::exec::ReduceFn`]).
+type OwnedReduce = Box<dyn Fn(&mut [u8], &[u8], Option<&[u8]>, bool)>;
+
+thread_local! {
+    /// Collectives started on this thread and not collected yet, over every universe: while
+    /// it is 0, no request can be a collective, and request batches skip looking.
+    static UNCOLLECTED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Can a request of this thread be a non-blocking collective? (False: none is outstanding.)
+#[inline]
+pub(crate) fn any_uncollected() -> bool {
+    UNCOLLECTED.with(Cell::get) > 0
+}
+
+fn count_uncollected(delta: isize) {
+    UNCOLLECTED.with(|c| c.set(c.get().wrapping_add_signed(delta)));
+}
+
+/// The non-blocking collectives of a process that have not been waited for yet.
+#[derive(Default)]
+pub(crate) struct Active {
+    table: RefCell<Slab<NbColl>>,
+    /// Collectives of the table still running (the others wait to be collected).
+    running: Cell<usize>,
+}
+
+impl std::fmt::Debug for Active {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Active")
+            .field("running", &self.running.get())
+            .finish()
+    }
+}
+
+impl Active {
+    /// No collective is running: waits need not step any.
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.running.get() == 0
+    }
+
+    /// Step every running collective as far as it goes without waiting; the events handled.
+    fn step_all(&self) -> usize {
+        // A step never re-enters progress; if that ever changed, the inner pass is skipped
+        // rather than aliasing the table.
+        let Ok(mut table) = self.table.try_borrow_mut() else {
+            return 0;
+        };
+        let mut events = 0;
+        for (_, c) in table.iter_mut() {
+            events += self.step(c);
+        }
+        events
+    }
+
+    fn step(&self, c: &mut NbColl) -> usize {
+        if c.outcome.is_some() {
+            return 0;
+        }
+        let (events, finished) = c.step();
+        if finished {
+            self.running.set(self.running.get() - 1);
+        }
+        events
+    }
+
+    /// The outcome of collective `id` if it finished, which is then forgotten.
+    fn take_finished(&self, id: RequestId) -> Option<Result<Status>> {
+        let mut table = self.table.borrow_mut();
+        match table.get(id) {
+            None => Some(Err(Error::InvalidArgument(format!(
+                "internal: unknown collective request {id:?}"
+            )))),
+            Some(c) if c.outcome.is_none() => None,
+            Some(_) => {
+                let c = table.remove(id)?;
+                drop(table);
+                count_uncollected(-1);
+                c.outcome
+            }
+        }
+    }
+
+    /// Forget collective `id` without finishing it: only when the runtime is gone, so no
+    /// transfer can touch its buffers any more.
+    fn abandon(&self, id: RequestId) {
+        let Some(removed) = self.table.borrow_mut().remove(id) else {
+            return;
+        };
+        count_uncollected(-1);
+        if removed.outcome.is_none() {
+            self.running.set(self.running.get() - 1);
+        }
+    }
+}
+
+/// What a collective does once its schedule completed, to present the result in the
+/// caller's layout.
+enum Finish {
+    Nothing,
+    /// Rotate `work` right by this many bytes (gather's root: virtual-rank order to rank order).
+    RotateWork(usize),
+    /// Copy this range of `work` into the caller's buffer (scatter).
+    CopyOut {
+        from: Range<usize>,
+        to: UserBuf,
+    },
+}
+
+/// One non-blocking collective in progress.
+struct NbColl {
+    comm: Communicator,
+    tag: i32,
+    exec: Exec<Rc<Schedule>, RequestId>,
+    bufs: Bufs,
+    reduce: Option<OwnedReduce>,
+    finish: Finish,
+    /// Memory the collective owns (scratch, private work space): `bufs` points into it.
+    _owned: (Vec<u64>, Vec<u8>),
+    /// Bytes of the result at this rank, for the status.
+    result_bytes: usize,
+    outcome: Option<Result<Status>>,
+}
+
+impl NbColl {
+    /// Advance without waiting; the events handled and whether it finished now.
+    fn step(&mut self) -> (usize, bool) {
+        let mut t = CommTransport {
+            comm: &self.comm,
+            tag: self.tag,
+        };
+        match self
+            .exec
+            .advance(&mut t, &self.bufs, self.reduce.as_deref(), false)
+        {
+            Poll::Pending { events } => (events, false),
+            Poll::Done(r) => {
+                let status = Status::sent(self.comm.rank(), ANY_TAG, self.result_bytes);
+                self.outcome = Some(r.and_then(|()| self.finish()).map(|()| status));
+                (1, true)
+            }
+        }
+    }
+
+    /// Present the result in the caller's layout.
+    #[allow(unsafe_code)]
+    fn finish(&self) -> Result<()> {
+        let work = &self.bufs.work;
+        match &self.finish {
+            Finish::Nothing => {}
+            Finish::RotateWork(by) => {
+                if !work.is_empty() {
+                    // SAFETY: the schedule completed, so no transfer uses `work` any more, and
+                    // it stays this collective's alone until its request completes.
+                    let w = unsafe { std::slice::from_raw_parts_mut(work.as_ptr(), work.len()) };
+                    w.rotate_right(*by);
+                }
+            }
+            Finish::CopyOut { from, to } => {
+                if !from.is_empty() {
+                    // SAFETY: as above; `work` is the collective's own allocation, distinct
+                    // from the caller's `to`.
+                    let w = unsafe { std::slice::from_raw_parts(work.as_ptr(), work.len()) };
+                    to.write_at(0, &w[from.clone()]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// Step every running non-blocking collective once (after a PML progress pass); the
+    /// events handled.
+    #[inline]
+    pub(crate) fn step_collectives(&self) -> usize {
+        if self.nbc.is_idle() {
+            return 0;
+        }
+        self.nbc.step_all()
+    }
+
+    /// A progress pass: the PML and its BTLs, then the non-blocking collectives.
+    fn progress_all(&self) -> Result<usize> {
+        let n = self.with(|rt| Ok(rt.progress()))?;
+        Ok(n + self.step_collectives())
+    }
+
+    /// [`Shared::wait`] while collectives run: the loop steps them between PML passes.
+    /// Out of line, so that the check that leads here is all `wait` adds to its fast path.
+    #[inline(never)]
+    pub(crate) fn wait_progressing(&self, id: RequestId) -> Result<PmlStatus> {
+        let mut backoff = Backoff::default();
+        loop {
+            if self.nbc.is_idle() {
+                return self.with(|rt| Ok(rt.wait(id)?));
+            }
+            let (done, n) = self.with(|rt| {
+                if let Some(st) = rt.pml.test(id)? {
+                    return Ok((Some(st), 0));
+                }
+                Ok((None, rt.progress()))
+            })?;
+            if let Some(st) = done {
+                return Ok(st);
+            }
+            backoff.pass(n + self.step_collectives());
+        }
+    }
+
+    /// [`Shared::wait_all`] while collectives run: each request in turn, stepping them.
+    #[inline(never)]
+    pub(crate) fn wait_all_progressing(
+        &self,
+        ids: &[RequestId],
+    ) -> Result<Vec<(usize, PmlStatus)>> {
+        let mut failed = Vec::new();
+        let mut first_err = None;
+        for (i, &id) in ids.iter().enumerate() {
+            match self.wait(id) {
+                Ok(st) if st.error.is_none() => {}
+                Ok(st) => failed.push((i, st)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(failed), Err)
+    }
+
+    /// Keep `c` running and post its first round now (peers may need it before this rank
+    /// calls into rmca again); its id.
+    fn start_collective(&self, c: NbColl) -> RequestId {
+        let id = self.nbc.table.borrow_mut().insert(c);
+        count_uncollected(1);
+        self.nbc.running.set(self.nbc.running.get() + 1);
+        let mut table = self.nbc.table.borrow_mut();
+        if let Some(c) = table.get_mut(id) {
+            self.nbc.step(c);
+        }
+        id
+    }
+
+    /// Has collective `id` completed? Runs a progress pass if not yet.
+    pub(crate) fn test_collective(&self, id: RequestId) -> Option<Result<Status>> {
+        if let Some(outcome) = self.nbc.take_finished(id) {
+            return Some(outcome);
+        }
+        if let Err(e) = self.progress_all() {
+            self.nbc.abandon(id);
+            return Some(Err(e));
+        }
+        self.nbc.take_finished(id)
+    }
+
+    /// Progress until collective `id` completes.
+    pub(crate) fn wait_collective(&self, id: RequestId) -> Result<Status> {
+        let mut backoff = Backoff::default();
+        loop {
+            if let Some(outcome) = self.nbc.take_finished(id) {
+                return outcome;
+            }
+            match self.progress_all() {
+                Ok(n) => backoff.pass(n),
+                Err(e) => {
+                    self.nbc.abandon(id);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// A collective ready to start: its schedule and where its buffers are.
+struct Plan {
+    sched: Rc<Schedule>,
+    send: UserBuf,
+    /// The result buffer: the caller's, or a view of `own_work`.
+    work: UserBuf,
+    own_work: Vec<u8>,
+    reduce: Option<OwnedReduce>,
+    finish: Finish,
+    result_bytes: usize,
+}
+
+impl Plan {
+    fn new(sched: Rc<Schedule>, work: UserBuf) -> Self {
+        Self {
+            sched,
+            send: UserBuf::empty(),
+            work,
+            own_work: Vec::new(),
+            reduce: None,
+            finish: Finish::Nothing,
+            result_bytes: work.len(),
+        }
+    }
+
+    /// Use `own` (moved into the collective) as the result buffer.
+    #[allow(unsafe_code)]
+    fn owning_work(mut self, mut own: Vec<u8>) -> Self {
+        // SAFETY: `own` moves into the collective with this view (a Vec's heap block does not
+        // move with it) and is freed only after the collective finished.
+        self.work = unsafe { UserBuf::from_mut_slice(&mut own) };
+        self.own_work = own;
+        self
+    }
+}
+
+/// A read-only view of `buf`, which the caller borrowed for a scope.
+#[allow(unsafe_code)]
+fn lend<T: bytemuck::Pod>(buf: &[T]) -> UserBuf {
+    // SAFETY: `buf` is borrowed for the scope, which waits for every request of it (the
+    // collective's request waits for its executor to finish) before the borrow ends.
+    unsafe { UserBuf::from_slice(bytemuck::cast_slice(buf)) }
+}
+
+/// A writable view of `buf`, which the caller borrowed for a scope.
+#[allow(unsafe_code)]
+fn lend_mut<T: bytemuck::Pod>(buf: &mut [T]) -> UserBuf {
+    // SAFETY: as in `lend`; the borrow is exclusive for the scope.
+    unsafe { UserBuf::from_mut_slice(bytemuck::cast_slice_mut(buf)) }
+}
+
+impl Communicator {
+    /// Start `plan` as a collective of `scope`.
+    #[allow(unsafe_code)]
+    fn start_plan<'s>(&self, scope: &'s Scope<'s, '_>, plan: Plan) -> Request<'s> {
+        let mut tmp = vec![0u64; plan.sched.tmp_len.div_ceil(8)];
+        // SAFETY: `tmp` moves into the collective with this view (its heap block stays put)
+        // and is freed only after the collective finished.
+        let tmp_view = unsafe {
+            UserBuf::from_mut_slice(
+                &mut bytemuck::cast_slice_mut(tmp.as_mut_slice())[..plan.sched.tmp_len],
+            )
+        };
+        // The sequence number that keeps this collective's messages apart (module docs).
+        let seq = self.coll_cache().nb_started.get();
+        self.coll_cache().nb_started.set(seq.wrapping_add(1));
+        let tag = NB_TAG_BASE + (seq & (NB_TAG_BASE as u32 - 1)) as i32;
+        let c = NbColl {
+            comm: self.clone(),
+            tag,
+            exec: Exec::new(plan.sched, Vec::new()),
+            bufs: Bufs {
+                send: plan.send,
+                work: plan.work,
+                tmp: tmp_view,
+            },
+            reduce: plan.reduce,
+            finish: plan.finish,
+            _owned: (tmp, plan.own_work),
+            result_bytes: plan.result_bytes,
+            outcome: None,
+        };
+        let id = self.shared().start_collective(c);
+        scope.pending_collective(self, id)
+    }
+
+    /// Wait for the request `o` (point-to-point or collective).
+    #[inline]
+    pub(crate) fn wait_request(&self, o: Outstanding) -> Result<Status> {
+        match o {
+            Outstanding::Pml(id) => self.wait_raw(id),
+            Outstanding::Coll(id) => self.shared().wait_collective(id),
+        }
+    }
+
+    /// Start a barrier: the request completes once every member started it.
+    pub fn ibarrier<'s>(&self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
+        let (n, me) = (self.size(), self.rank());
+        let linear = self.coll_params()?.barrier_linear;
+        let key = SchedKey::new(TAG_BARRIER, 0, 0, 0);
+        let s = self.schedule(key, || {
+            if linear {
+                schedule::barrier_linear(n, me)
+            } else {
+                schedule::barrier_dissemination(n, me)
+            }
+        });
+        Ok(self.start_plan(scope, Plan::new(s, UserBuf::empty())))
+    }
+
+    /// Start a broadcast of `buf` from `root` (see [`Communicator::bcast`]); `buf` stays
+    /// borrowed until the end of `scope`.
+    pub fn ibcast<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
+        root: usize,
+    ) -> Result<Request<'s>> {
+        self.check_root(root)?;
+        let s = self.bcast_schedule(root, std::mem::size_of_val(buf))?;
+        Ok(self.start_plan(scope, Plan::new(s, lend_mut(buf))))
+    }
+
+    /// Start a reduction to `root` (see [`Communicator::reduce`]); the buffers stay borrowed
+    /// until the end of `scope`.
+    pub fn ireduce<'s, T: Reducible>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: Option<&'s mut [T]>,
+        op: Op,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        self.check_root(root)?;
+        Reduction::<T>::check(&op)?;
+        let len = std::mem::size_of_val(send);
+        let s = self.reduce_schedule(root, len, false)?;
+        let mut plan = if self.rank() == root {
+            let recv = recv.ok_or_else(|| {
+                Error::InvalidArgument("ireduce: the root must pass a receive buffer".into())
+            })?;
+            check_len("ireduce", "receive buffer", recv.len(), send.len())?;
+            Plan::new(s, lend_mut(recv))
+        } else {
+            // Non-roots accumulate their subtree in private space.
+            let mut p = Plan::new(s, UserBuf::empty()).owning_work(vec![0u8; len]);
+            p.result_bytes = 0;
+            p
+        };
+        plan.send = lend(send);
+        plan.reduce = Some(Box::new(
+            move |dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, first: bool| {
+                Reduction::<T>::apply(&op, dst, src, acc, first)
+            },
+        ));
+        Ok(self.start_plan(scope, plan))
+    }
+
+    /// Start an allreduce (see [`Communicator::allreduce`]); the buffers stay borrowed until
+    /// the end of `scope`.
+    pub fn iallreduce<'s, T: Reducible>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+        op: Op,
+    ) -> Result<Request<'s>> {
+        Reduction::<T>::check(&op)?;
+        check_len("iallreduce", "receive buffer", recv.len(), send.len())?;
+        // Built-in operations are commutative: any algorithm may combine in its own order.
+        let s =
+            self.allreduce_schedule(std::mem::size_of_val(send), std::mem::size_of::<T>(), false)?;
+        let mut plan = Plan::new(s, lend_mut(recv));
+        plan.send = lend(send);
+        plan.reduce = Some(Box::new(
+            move |dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, first: bool| {
+                Reduction::<T>::apply(&op, dst, src, acc, first)
+            },
+        ));
+        Ok(self.start_plan(scope, plan))
+    }
+
+    /// Start a gather to `root` (see [`Communicator::gather`]); the buffers stay borrowed
+    /// until the end of `scope`.
+    pub fn igather<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: Option<&'s mut [T]>,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        let block = std::mem::size_of_val(send);
+        let v = (me + n - root) % n;
+        let s = self.gather_schedule(root, block)?;
+        let mine: &[u8] = bytemuck::cast_slice(send);
+        let plan = if me == root {
+            let recv = recv.ok_or_else(|| {
+                Error::InvalidArgument("igather: the root must pass a receive buffer".into())
+            })?;
+            check_len("igather", "receive buffer", recv.len(), n * send.len())?;
+            let work: &mut [u8] = bytemuck::cast_slice_mut(recv);
+            work[v * block..(v + 1) * block].copy_from_slice(mine);
+            let mut p = Plan::new(s, lend_mut(work));
+            p.finish = Finish::RotateWork(root * block);
+            p
+        } else {
+            let mut own = vec![0u8; n * block];
+            own[v * block..(v + 1) * block].copy_from_slice(mine);
+            let mut p = Plan::new(s, UserBuf::empty()).owning_work(own);
+            p.result_bytes = 0;
+            p
+        };
+        Ok(self.start_plan(scope, plan))
+    }
+
+    /// Start a scatter from `root` (see [`Communicator::scatter`]); the buffers stay borrowed
+    /// until the end of `scope`.
+    pub fn iscatter<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s [T]>,
+        recv: &'s mut [T],
+        root: usize,
+    ) -> Result<Request<'s>> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        let block = std::mem::size_of_val(recv);
+        let v = (me + n - root) % n;
+        let mut own = vec![0u8; n * block];
+        if me == root {
+            let send = send.ok_or_else(|| {
+                Error::InvalidArgument("iscatter: the root must pass a send buffer".into())
+            })?;
+            check_len("iscatter", "send buffer", send.len(), n * recv.len())?;
+            own.copy_from_slice(bytemuck::cast_slice(send));
+            // Rank order to virtual-rank order.
+            own.rotate_left(root * block);
+        }
+        let s = self.scatter_schedule(root, block)?;
+        let mut plan = Plan::new(s, UserBuf::empty()).owning_work(own);
+        plan.finish = Finish::CopyOut {
+            from: v * block..(v + 1) * block,
+            to: lend_mut(recv),
+        };
+        plan.result_bytes = block;
+        Ok(self.start_plan(scope, plan))
+    }
+
+    /// Start an allgather (see [`Communicator::allgather`]); the buffers stay borrowed until
+    /// the end of `scope`.
+    pub fn iallgather<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+    ) -> Result<Request<'s>> {
+        check_len(
+            "iallgather",
+            "receive buffer",
+            recv.len(),
+            self.size() * send.len(),
+        )?;
+        let (me, block) = (self.rank(), std::mem::size_of_val(send));
+        let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
+        out[me * block..(me + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
+        let s = allgather_schedule(self, block)?;
+        Ok(self.start_plan(scope, Plan::new(s, lend_mut(out))))
+    }
+
+    /// Start an alltoall (see [`Communicator::alltoall`]); the buffers stay borrowed until
+    /// the end of `scope`.
+    pub fn ialltoall<'s, T: bytemuck::Pod>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+    ) -> Result<Request<'s>> {
+        let n = self.size();
+        if !send.len().is_multiple_of(n) {
+            return Err(Error::InvalidArgument(format!(
+                "ialltoall: send length {} is not a multiple of the size {n}",
+                send.len()
+            )));
+        }
+        check_len("ialltoall", "receive buffer", recv.len(), send.len())?;
+        let block = std::mem::size_of_val(send) / n;
+        let ranges: Vec<Range<usize>> = (0..n).map(|r| r * block..(r + 1) * block).collect();
+        let s = self.alltoallv_schedule(&ranges, &ranges, TAG_ALLTOALL)?;
+        let mut plan = Plan::new(s, lend_mut(recv));
+        plan.send = lend(send);
+        Ok(self.start_plan(scope, plan))
+    }
+}
