@@ -7,56 +7,12 @@
 //! `rmca-run -n 5 --mca coll_allreduce_algorithm ring target/release/examples/coll_check`
 
 use rmca::coll::{Op, Reducible};
-use rmca::Communicator;
+
+mod common;
+use common::Checker;
 
 /// Element counts checked (0, tiny, odd, eager-sized, rendezvous-sized).
 const COUNTS: [usize; 5] = [0, 1, 7, 300, 20_000];
-
-struct Checker {
-    world: Communicator,
-    failures: u32,
-    cases: u32,
-    /// Failures over all ranks already reported by `done`.
-    reported: u32,
-}
-
-impl Checker {
-    fn check<T: PartialEq + std::fmt::Debug>(&mut self, name: &str, got: &[T], want: &[T]) {
-        self.cases += 1;
-        if got == want {
-            return;
-        }
-        self.failures += 1;
-        let at = got
-            .iter()
-            .zip(want)
-            .position(|(g, w)| g != w)
-            .unwrap_or(got.len().min(want.len()));
-        println!(
-            "FAIL {name} (rank {}): length {} vs {}, first difference at {at}: got {:?}, expected {:?}",
-            self.world.rank(),
-            got.len(),
-            want.len(),
-            got.get(at),
-            want.get(at)
-        );
-    }
-
-    /// Summarize a group of cases over every rank.
-    fn done(&mut self, name: &str) {
-        let mut total = [0u32];
-        self.world
-            .allreduce(&[self.failures], &mut total, Op::Sum)
-            .expect("allreduce");
-        if self.world.rank() == 0 {
-            match total[0] - self.reported {
-                0 => println!("OK {name}"),
-                f => println!("FAIL {name}: {f} failed cases"),
-            }
-        }
-        self.reported = total[0];
-    }
-}
 
 /// Input of rank `r`, element `i` (small values so that Sum/Prod of floats are exact).
 fn input_i64(r: usize, i: usize) -> i64 {
@@ -140,12 +96,7 @@ fn main() {
     });
     let world = universe.world();
     let (n, me) = (world.size(), world.rank());
-    let mut c = Checker {
-        world: world.clone(),
-        failures: 0,
-        cases: 0,
-        reported: 0,
-    };
+    let mut c = Checker::new(world.clone());
 
     for _ in 0..3 {
         world.barrier().expect("barrier");

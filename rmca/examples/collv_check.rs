@@ -8,70 +8,12 @@
 //! `rmca-run -n 3 --mca coll_reduce_scatter_algorithm ring target/release/examples/collv_check`
 
 use rmca::coll::{Loc, Op, UserOp};
-use rmca::Communicator;
+
+mod common;
+use common::Checker;
 
 /// Base element counts (per-rank counts vary around them): tiny, odd, past the eager limit.
 const BASES: [usize; 3] = [1, 9, 3000];
-
-struct Checker {
-    world: Communicator,
-    failures: u32,
-    cases: u32,
-    reported: u32,
-}
-
-impl Checker {
-    fn check<T: PartialEq + std::fmt::Debug>(&mut self, name: &str, got: &[T], want: &[T]) {
-        self.cases += 1;
-        if got == want {
-            return;
-        }
-        self.failures += 1;
-        let at = got
-            .iter()
-            .zip(want)
-            .position(|(g, w)| g != w)
-            .unwrap_or(got.len().min(want.len()));
-        println!(
-            "FAIL {name} (rank {}): length {} vs {}, first difference at {at}: got {:?}, expected {:?}",
-            self.world.rank(),
-            got.len(),
-            want.len(),
-            got.get(at),
-            want.get(at)
-        );
-    }
-
-    /// A call that must fail with an error whose text contains `want`.
-    fn check_err(&mut self, name: &str, r: rmca::Result<()>, want: &str) {
-        self.cases += 1;
-        match r {
-            Err(e) if e.to_string().contains(want) => {}
-            other => {
-                self.failures += 1;
-                println!(
-                    "FAIL {name} (rank {}): expected an error containing {want:?}, got {other:?}",
-                    self.world.rank()
-                );
-            }
-        }
-    }
-
-    /// Summarize a group of cases over every rank.
-    fn done(&mut self, name: &str) {
-        let mut total = [0u32];
-        self.world
-            .allreduce(&[self.failures], &mut total, Op::Sum)
-            .expect("allreduce");
-        if self.world.rank() == 0 {
-            match total[0] - self.reported {
-                0 => println!("OK {name}"),
-                f => println!("FAIL {name}: {f} failed cases"),
-            }
-        }
-        self.reported = total[0];
-    }
-}
 
 /// Roots checked: first, last and a middle one.
 fn roots(n: usize) -> Vec<usize> {
@@ -669,12 +611,7 @@ fn main() {
     });
     let world = universe.world();
     let (n, me) = (world.size(), world.rank());
-    let mut c = Checker {
-        world: world.clone(),
-        failures: 0,
-        cases: 0,
-        reported: 0,
-    };
+    let mut c = Checker::new(world.clone());
     v_collectives(&mut c);
     reductions(&mut c);
     locs(&mut c);

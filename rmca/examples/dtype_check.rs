@@ -12,7 +12,10 @@ use std::mem::{offset_of, size_of};
 use rmca::coll::Op;
 use rmca::datatype::staged_bytes;
 use rmca::framework::pml::StatusError;
-use rmca::{scope, Communicator, Datatype, Dest, Error, Src, Zeroable};
+use rmca::{scope, Datatype, Dest, Error, Src, Zeroable};
+
+mod common;
+use common::Checker;
 
 /// Rows and columns of the small matrices.
 const R: usize = 7;
@@ -60,59 +63,6 @@ struct Fields {
 
 /// Particles per message.
 const K: usize = 32;
-
-struct Checker {
-    world: Communicator,
-    failures: u32,
-    cases: u32,
-    reported: u32,
-}
-
-impl Checker {
-    fn check<T: PartialEq + std::fmt::Debug>(&mut self, name: &str, got: &[T], want: &[T]) {
-        self.cases += 1;
-        if got == want {
-            return;
-        }
-        self.failures += 1;
-        let at = got
-            .iter()
-            .zip(want)
-            .position(|(g, w)| g != w)
-            .unwrap_or(got.len().min(want.len()));
-        println!(
-            "FAIL {name} (rank {}): length {} vs {}, first difference at {at}: got {:?}, expected {:?}",
-            self.world.rank(),
-            got.len(),
-            want.len(),
-            got.get(at),
-            want.get(at)
-        );
-    }
-
-    fn ok(&mut self, name: &str, cond: bool, detail: impl std::fmt::Display) {
-        self.cases += 1;
-        if !cond {
-            self.failures += 1;
-            println!("FAIL {name} (rank {}): {detail}", self.world.rank());
-        }
-    }
-
-    /// Summarize a group of cases over every rank.
-    fn done(&mut self, name: &str) {
-        let mut total = [0u32];
-        self.world
-            .allreduce(&[self.failures], &mut total, Op::Sum)
-            .expect("allreduce");
-        if self.world.rank() == 0 {
-            match total[0] - self.reported {
-                0 => println!("OK {name}"),
-                f => println!("FAIL {name}: {f} failed cases"),
-            }
-        }
-        self.reported = total[0];
-    }
-}
 
 fn f64t() -> Datatype {
     Datatype::of::<f64>()
@@ -779,12 +729,7 @@ fn collectives(c: &mut Checker) -> rmca::Result<()> {
 fn main() {
     let universe = rmca::init().expect("rmca init");
     let world = universe.world();
-    let mut c = Checker {
-        world: world.clone(),
-        failures: 0,
-        cases: 0,
-        reported: 0,
-    };
+    let mut c = Checker::new(world.clone());
     type Case = fn(&mut Checker) -> rmca::Result<()>;
     let groups: [(&str, Case); 10] = [
         ("columns", columns),

@@ -12,62 +12,12 @@
 use rmca::coll::Op;
 use rmca::{Communicator, Request};
 
+mod common;
+use common::Checker;
+
 /// Element counts checked (0, tiny, odd, eager-sized, rendezvous-sized and long enough for
 /// the ring allreduce and the scatter-allgather broadcast).
 const COUNTS: [usize; 5] = [0, 1, 7, 300, 20_000];
-
-struct Checker {
-    world: Communicator,
-    failures: u32,
-    cases: u32,
-    reported: u32,
-}
-
-impl Checker {
-    fn check<T: PartialEq + std::fmt::Debug>(&mut self, name: &str, got: &[T], want: &[T]) {
-        self.cases += 1;
-        if got == want {
-            return;
-        }
-        self.failures += 1;
-        let at = got
-            .iter()
-            .zip(want)
-            .position(|(g, w)| g != w)
-            .unwrap_or(got.len().min(want.len()));
-        println!(
-            "FAIL {name} (rank {}): length {} vs {}, first difference at {at}: got {:?}, expected {:?}",
-            self.world.rank(),
-            got.len(),
-            want.len(),
-            got.get(at),
-            want.get(at)
-        );
-    }
-
-    fn expect_err<T>(&mut self, name: &str, r: rmca::Result<T>) {
-        self.cases += 1;
-        if r.is_ok() {
-            self.failures += 1;
-            println!("FAIL {name} was accepted (rank {})", self.world.rank());
-        }
-    }
-
-    /// Summarize a group of cases over every rank.
-    fn done(&mut self, name: &str) {
-        let mut total = [0u32];
-        self.world
-            .allreduce(&[self.failures], &mut total, Op::Sum)
-            .expect("allreduce");
-        if self.world.rank() == 0 {
-            match total[0] - self.reported {
-                0 => println!("OK {name}"),
-                f => println!("FAIL {name}: {f} failed cases"),
-            }
-        }
-        self.reported = total[0];
-    }
-}
 
 fn val(r: usize, i: usize) -> u64 {
     (r * 1_000_003 + i * 7) as u64
@@ -338,12 +288,7 @@ fn main() {
         println!("nbcoll_check: {n} ranks");
     }
     let dup = world.dup().expect("dup");
-    let mut c = Checker {
-        world: world.clone(),
-        failures: 0,
-        cases: 0,
-        reported: 0,
-    };
+    let mut c = Checker::new(world.clone());
 
     progress_without_test(&mut c).expect("progress case");
     c.done("progress without testing");
