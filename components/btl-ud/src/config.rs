@@ -23,6 +23,8 @@ pub struct UdConfig {
     pub recv_buffers: Option<usize>,
     /// Cap of the pending-fragment queue.
     pub pending_max: usize,
+    /// Cap of the bytes queued in it (beyond its first fragment).
+    pub pending_bytes_max: usize,
     /// Largest datagram sent inline (clamped to the device limit; 0 disables).
     pub max_inline: u32,
     /// Q_Key of the receive QP.
@@ -46,6 +48,8 @@ pub mod defaults {
     pub const SEND_QUEUE_DEPTH: i64 = 128;
     /// Pending queue cap.
     pub const PENDING_MAX: i64 = 4096;
+    /// Pending queue cap in bytes: 8 MiB, what 4096 fragments of a 2 KiB MTU hold.
+    pub const PENDING_BYTES_MAX: u64 = 8 << 20;
     /// Inline threshold.
     pub const MAX_INLINE: u64 = 128;
     /// Q_Key (any value below 2^31; the same for every rank).
@@ -99,6 +103,11 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
         Param::int("pending_max", defaults::PENDING_MAX)
             .range(0, 1 << 24)
             .help("Fragments queued (copied) when every send queue is full; past this, sends return WouldBlock")
+            .level(Level::Tuning),
+    );
+    p.add(
+        Param::size("pending_bytes_max", defaults::PENDING_BYTES_MAX)
+            .help("Bytes of fragments queued (copied) when every send queue is full; past this (the queue always takes one fragment), sends return WouldBlock. Bounds the copies at large MTUs: 4096 fragments of 65000 bytes would hold 266 MB")
             .level(Level::Tuning),
     );
     p.add(
@@ -157,6 +166,8 @@ impl UdConfig {
             send_queue_depth: int("send_queue_depth")? as u32,
             recv_buffers: (recv > 0).then_some(recv as usize),
             pending_max: int("pending_max")? as usize,
+            pending_bytes_max: usize::try_from(params.get_size(&n("pending_bytes_max"))?)
+                .unwrap_or(usize::MAX),
             max_inline: params.get_size(&n("max_inline"))? as u32,
             qkey: int("qkey")? as u32,
             poll_batch: int("poll_batch")? as usize,

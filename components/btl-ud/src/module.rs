@@ -274,7 +274,7 @@ impl UdBtl {
             pd,
             ctx,
             sources: PeerSources::default(),
-            sched: SendScheduler::new(cfg.send_qps, depth, cfg.pending_max),
+            sched: SendScheduler::new(cfg.send_qps, depth, cfg.pending_max, cfg.pending_bytes_max),
             attrs,
             card,
             rank: job.rank,
@@ -416,7 +416,7 @@ impl UdBtl {
     fn queue(&mut self, peer: Rank, parts: &[&[u8]]) -> Result<(), SendError> {
         let bytes: Vec<u8> = parts.concat();
         let len = bytes.len();
-        match self.sched.enqueue(Pending { peer, bytes }) {
+        match self.sched.enqueue(Pending { peer, bytes }, len) {
             Ok(()) => {
                 self.memory.alloc(len);
                 Ok(())
@@ -471,7 +471,7 @@ impl UdBtl {
             match self.post(qp, frag.peer, &[&frag.bytes]) {
                 Ok(()) => self.memory.free(len),
                 Err(rmca_verbs::Error::QueueFull { .. }) => {
-                    self.sched.requeue_front(qp, frag);
+                    self.sched.requeue_front(qp, frag, len);
                     return;
                 }
                 Err(e) => {
@@ -695,7 +695,7 @@ impl Btl for UdBtl {
         }
         .emit(&mut hdr);
         let parts: [&[u8]; 3] = [&hdr, header, payload];
-        match self.sched.admit() {
+        match self.sched.admit(hdr.len() + header.len() + payload.len()) {
             Admit::Post(qp) => match self.post(qp, peer, &parts) {
                 Ok(()) => Ok(()),
                 Err(rmca_verbs::Error::QueueFull { .. }) => {

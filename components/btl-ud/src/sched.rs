@@ -1,5 +1,6 @@
 //! Send-side bookkeeping, sans-IO: send-queue credits of the round-robin send QPs and the
-//! FIFO of fragments waiting for a credit.
+//! FIFO of fragments waiting for a credit, bounded in fragments and in bytes (a queued
+//! fragment is a copy of up to one MTU: 4096 of 65000 bytes would hold 266 MB).
 //!
 //! The module asks [`SendScheduler::admit`] what to do with a new fragment: post it now on
 //! a given QP, queue it (all send queues are full, or older fragments are already waiting:
@@ -26,15 +27,20 @@ pub struct SendScheduler<F> {
     depth: u32,
     outstanding: Vec<u32>,
     next: usize,
-    pending: VecDeque<F>,
+    pending: VecDeque<(F, usize)>,
     pending_max: usize,
+    /// Bytes of the queued fragments, and their cap (one fragment is always let in, whatever
+    /// its size, so that a cap below the MTU cannot stall the BTL).
+    pending_bytes: usize,
+    pending_bytes_max: usize,
     pending_hwm: usize,
     queued_total: u64,
 }
 
 impl<F> SendScheduler<F> {
-    /// `qps` send QPs of `depth` slots each; at most `pending_max` queued fragments.
-    pub fn new(qps: usize, depth: u32, pending_max: usize) -> Self {
+    /// `qps` send QPs of `depth` slots each; at most `pending_max` queued fragments and (beyond
+    /// the first) `pending_bytes_max` queued bytes.
+    pub fn new(qps: usize, depth: u32, pending_max: usize, pending_bytes_max: usize) -> Self {
         assert!(qps > 0 && depth > 0, "at least one send QP of depth 1");
         Self {
             depth,
@@ -42,6 +48,8 @@ impl<F> SendScheduler<F> {
             next: 0,
             pending: VecDeque::new(),
             pending_max,
+            pending_bytes: 0,
+            pending_bytes_max,
             pending_hwm: 0,
             queued_total: 0,
         }
@@ -61,27 +69,34 @@ impl<F> SendScheduler<F> {
         None
     }
 
-    /// Decide for a new fragment. Never posts ahead of queued fragments.
-    pub fn admit(&mut self) -> Admit {
+    /// Room in the queue for a fragment of `bytes`?
+    fn has_room(&self, bytes: usize) -> bool {
+        self.pending.len() < self.pending_max
+            && (self.pending.is_empty() || self.pending_bytes + bytes <= self.pending_bytes_max)
+    }
+
+    /// Decide for a new fragment of `bytes`. Never posts ahead of queued fragments.
+    pub fn admit(&mut self, bytes: usize) -> Admit {
         if self.pending.is_empty() {
             if let Some(qp) = self.take_credit() {
                 return Admit::Post(qp);
             }
         }
-        if self.pending.len() < self.pending_max {
+        if self.has_room(bytes) {
             Admit::Queue
         } else {
             Admit::Refuse
         }
     }
 
-    /// Queue a fragment after [`Admit::Queue`] (or after a post the device refused).
-    /// Hands it back when the queue is at its cap.
-    pub fn enqueue(&mut self, frag: F) -> Result<(), F> {
-        if self.pending.len() >= self.pending_max {
+    /// Queue a fragment of `bytes` after [`Admit::Queue`] (or after a post the device
+    /// refused). Hands it back when the queue is at its cap.
+    pub fn enqueue(&mut self, frag: F, bytes: usize) -> Result<(), F> {
+        if !self.has_room(bytes) {
             return Err(frag);
         }
-        self.pending.push_back(frag);
+        self.pending_bytes += bytes;
+        self.pending.push_back((frag, bytes));
         self.queued_total += 1;
         self.pending_hwm = self.pending_hwm.max(self.pending.len());
         Ok(())
@@ -89,9 +104,10 @@ impl<F> SendScheduler<F> {
 
     /// Put a fragment back at the head (its post was refused by the device after
     /// [`SendScheduler::poll_transmit`]); ignores the cap since it was already accepted.
-    pub fn requeue_front(&mut self, qp: usize, frag: F) {
+    pub fn requeue_front(&mut self, qp: usize, frag: F, bytes: usize) {
         self.release(qp);
-        self.pending.push_front(frag);
+        self.pending_bytes += bytes;
+        self.pending.push_front((frag, bytes));
     }
 
     /// Give back the credit of a post the device refused (the fragment is then queued).
@@ -110,20 +126,33 @@ impl<F> SendScheduler<F> {
             return None;
         }
         let qp = self.take_credit()?;
-        let f = self.pending.pop_front().expect("checked non-empty");
+        let (f, bytes) = self.pending.pop_front().expect("checked non-empty");
+        self.pending_bytes -= bytes;
         Some((qp, f))
     }
 
     /// Drop queued fragments matching `pred` (peers removed by `del_procs`); returns how many.
     pub fn drop_pending(&mut self, mut pred: impl FnMut(&F) -> bool) -> usize {
         let before = self.pending.len();
-        self.pending.retain(|f| !pred(f));
+        let mut freed = 0;
+        self.pending.retain(|(f, bytes)| {
+            let drop = pred(f);
+            if drop {
+                freed += bytes;
+            }
+            !drop
+        });
+        self.pending_bytes -= freed;
         before - self.pending.len()
     }
 
     /// Fragments waiting now.
     pub fn pending_len(&self) -> usize {
         self.pending.len()
+    }
+    /// Bytes of the fragments waiting now.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
     }
     /// Most fragments ever waiting at once.
     pub fn pending_hwm(&self) -> usize {
@@ -150,19 +179,49 @@ mod tests {
 
     #[test]
     fn round_robin_then_queue_then_refuse() {
-        let mut s = SendScheduler::<u32>::new(2, 1, 1);
-        assert_eq!(s.admit(), Admit::Post(0));
-        assert_eq!(s.admit(), Admit::Post(1));
-        assert_eq!(s.admit(), Admit::Queue);
-        s.enqueue(7).unwrap();
-        assert_eq!(s.admit(), Admit::Refuse);
-        assert_eq!(s.enqueue(8), Err(8));
+        let mut s = SendScheduler::<u32>::new(2, 1, 1, usize::MAX);
+        assert_eq!(s.admit(10), Admit::Post(0));
+        assert_eq!(s.admit(10), Admit::Post(1));
+        assert_eq!(s.admit(10), Admit::Queue);
+        s.enqueue(7, 10).unwrap();
+        assert_eq!(s.admit(10), Admit::Refuse);
+        assert_eq!(s.enqueue(8, 10), Err(8));
         assert_eq!(s.poll_transmit(), None, "no credit yet");
         s.complete(1);
         // A credit is free but a fragment waits: new fragments must not overtake it.
-        assert_eq!(s.admit(), Admit::Refuse);
+        assert_eq!(s.admit(10), Admit::Refuse);
         assert_eq!(s.poll_transmit(), Some((1, 7)));
         assert_eq!(s.pending_hwm(), 1);
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_bytes_but_always_takes_one_fragment() {
+        // 64 KB fragments (the loopback MTU) against a 100 KB budget: one queued, then full.
+        let mut s = SendScheduler::<u32>::new(1, 1, 4096, 100_000);
+        assert_eq!(s.admit(65_000), Admit::Post(0));
+        assert_eq!(s.admit(65_000), Admit::Queue);
+        s.enqueue(1, 65_000).unwrap();
+        assert_eq!(
+            s.admit(65_000),
+            Admit::Refuse,
+            "a second 65 KB copy exceeds 100 KB"
+        );
+        assert_eq!(s.enqueue(2, 65_000), Err(2));
+        // Small fragments still fit beside it.
+        assert_eq!(s.admit(2_000), Admit::Queue);
+        s.enqueue(3, 2_000).unwrap();
+        assert_eq!(s.pending_bytes(), 67_000);
+        s.complete(0);
+        assert_eq!(s.poll_transmit(), Some((0, 1)));
+        assert_eq!(s.pending_bytes(), 2_000);
+        assert_eq!(s.drop_pending(|_| true), 1);
+        assert_eq!(s.pending_bytes(), 0);
+        // A budget below one fragment still lets one in (never a stall).
+        let mut tiny = SendScheduler::<u32>::new(1, 1, 8, 10);
+        assert_eq!(tiny.admit(500), Admit::Post(0));
+        assert_eq!(tiny.admit(500), Admit::Queue);
+        tiny.enqueue(9, 500).unwrap();
+        assert_eq!(tiny.admit(1), Admit::Refuse);
     }
 
     #[derive(Debug, Clone)]
@@ -186,16 +245,16 @@ mod tests {
         #[test]
         fn fifo_credits_and_no_loss(qps in 1usize..4, depth in 1u32..4, cap in 0usize..6,
                                     ops in proptest::collection::vec(op(), 0..200)) {
-            let mut s = SendScheduler::<u64>::new(qps, depth, cap);
+            let mut s = SendScheduler::<u64>::new(qps, depth, cap, usize::MAX);
             let mut next_id = 0u64;
             let mut sent = Vec::new();
             let mut in_flight: Vec<Vec<u64>> = vec![Vec::new(); qps];
             let mut accepted = Vec::new();
             for o in ops {
                 match o {
-                    Op::Submit => match s.admit() {
+                    Op::Submit => match s.admit(1) {
                         Admit::Post(q) => { accepted.push(next_id); sent.push(next_id); in_flight[q].push(next_id); next_id += 1; }
-                        Admit::Queue => { s.enqueue(next_id).unwrap(); accepted.push(next_id); next_id += 1; }
+                        Admit::Queue => { s.enqueue(next_id, 1).unwrap(); accepted.push(next_id); next_id += 1; }
                         Admit::Refuse => prop_assert_eq!(s.pending_len(), cap),
                     },
                     Op::Complete(q) => {

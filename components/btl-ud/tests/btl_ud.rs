@@ -196,6 +196,34 @@ fn a_full_pending_queue_refuses_without_taking_the_fragment() {
     assert_eq!(counters(btls[0].as_ref())["sends_refused"], 1);
 }
 
+#[test]
+fn the_pending_queue_is_bounded_in_bytes() {
+    // Two send credits, then queued copies: 1000-byte fragments against a 2500-byte budget
+    // fit two (the third would exceed it), though the fragment cap (100) is far away.
+    let capped: &[(&str, &str)] = &[
+        ("btl_ud_send_qps", "1"),
+        ("btl_ud_send_queue_depth", "2"),
+        ("btl_ud_pending_max", "100"),
+        ("btl_ud_pending_bytes_max", "2500"),
+    ];
+    let mut btls = ranks("job-bytes", &[capped, capped]);
+    let payload = [7u8; 996]; // + the 4-byte header: 1000 bytes queued per fragment
+    for _ in 0..4 {
+        btls[0]
+            .send(1, tags::USER_BASE, &payload, &[], SendHint::default())
+            .unwrap();
+    }
+    assert_eq!(
+        btls[0].send(1, tags::USER_BASE, &payload, &[], SendHint::default()),
+        Err(SendError::WouldBlock),
+        "a third queued copy would exceed btl_ud_pending_bytes_max"
+    );
+    let mut sk = sinks(2);
+    progress_until(&mut btls, &mut sk, |s| s[1].frags.len() >= 4);
+    assert_eq!(counters(btls[0].as_ref())["sends_refused"], 1);
+    assert!(sk[1].frags.iter().all(|(_, _, d)| d[..] == payload[..]));
+}
+
 /// A raw verbs UD endpoint that may claim to be anyone.
 struct RawPeer {
     _ctx: Context,
