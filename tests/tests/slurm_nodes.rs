@@ -55,6 +55,17 @@ fn ring_spans_slurm_nodes_with_shm_inside_and_ud_between() {
         return;
     }
     let ring = release_bin("ring");
+    // tests/c/p2p.c compiled with rmca's wrapper (libmpi.so is built with the release
+    // binaries: `cargo build --release --workspace --bins --examples --lib`).
+    let c_p2p = std::env::temp_dir().join(format!("rmca-slurm-p2p-{}", std::process::id()));
+    let cc = std::process::Command::new(release_bin("mpicc"))
+        .arg("-O1")
+        .arg(rmca_tests::workspace_root().join("tests/c/p2p.c"))
+        .arg("-o")
+        .arg(&c_p2p)
+        .output()
+        .expect("run mpicc");
+    assert!(cc.status.success(), "mpicc tests/c/p2p.c: {}", text(&cc));
     let cl = match start_nodes(2, 4) {
         Ok(c) => c,
         Err(e) => {
@@ -123,6 +134,19 @@ fn ring_spans_slurm_nodes_with_shm_inside_and_ud_between() {
             t.contains("pml \"ob1\"") && route("rc", 8) && route("shm", 4),
             "--mpi={mpi}: default components across Slurm nodes: ob1, rc between nodes: {t}"
         );
+        // An MPI program in C (tests/c/p2p.c, built with rmca's mpicc) the same way.
+        let mut cmd = cl.cmd("srun");
+        cmd.args([&format!("--mpi={mpi}"), "-N", "2", "-n", "4"])
+            .args(["--ntasks-per-node=2", "--time=2"])
+            .arg(&c_p2p)
+            .stdin(Stdio::null());
+        let out = cmd.output().expect("srun");
+        let t = text(&out);
+        assert!(
+            out.status.success() && t.contains("ok p2p"),
+            "--mpi={mpi}: the C program across Slurm nodes: {t}"
+        );
     }
     stop(cl);
+    let _ = std::fs::remove_file(&c_p2p);
 }
