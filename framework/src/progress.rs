@@ -77,7 +77,7 @@ impl ProgressEngine {
     }
 }
 
-/// The idle policy of a wait loop: call [`Backoff::idle`] after a pass that handled nothing.
+/// The idle policy of a wait loop: call [`Backoff::pass`] after every pass, with the events it handled.
 #[derive(Debug, Default)]
 pub struct Backoff {
     idle: u32,

@@ -3,7 +3,7 @@
 //! Each collective picks an algorithm by message size and process count (Open MPI's
 //! coll/tuned style decision), overridable per operation with the MCA parameter
 //! `coll_<op>_algorithm` (e.g. `--mca coll_allreduce_algorithm ring`). Algorithms are pure
-//! schedules ([`schedule`]) run by one executor, and every operation uses its own tag, so
+//! schedules (the private `schedule` module) run by one executor, and every operation uses its own tag, so
 //! consecutive collectives never cross-match (per-source ordering does the rest). The
 //! non-blocking forms (`ibcast`, `iallreduce`, ...) run the same schedules on the same
 //! executor, stepped by the runtime's progress loop: see [`nonblocking`] for when they

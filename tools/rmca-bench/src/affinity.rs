@@ -15,7 +15,7 @@ pub fn pin_to_core(core: usize) -> bool {
 }
 
 /// Ask for socket buffers of `bytes` on `sock`: `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where
-/// permitted (root), else the plain options (capped by net.core.[rw]mem_max).
+/// permitted (root), else the plain options (capped by `net.core.{r,w}mem_max`).
 pub fn grow_socket_buffers(sock: &std::net::UdpSocket, bytes: usize) {
     use std::os::fd::AsRawFd;
     let val = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);

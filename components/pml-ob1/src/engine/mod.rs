@@ -1,12 +1,12 @@
 //! The ob1 protocol engine: requests, matching, eager/rendezvous protocols, scheduling.
 //!
-//! [`Core`] holds all protocol state and never calls a BTL from inside an event: BTL events
+//! `Core` holds all protocol state and never calls a BTL from inside an event: BTL events
 //! (fragments, RDMA completions, failures) only update state and queue work (control headers,
 //! gets, fragment streams). The queued work is executed against the [`Bml`] right after the BTL
-//! progress returns ([`Core::run`]), and sends are attempted directly from `isend` so that the
+//! progress returns (`Core::run`), and sends are attempted directly from `isend` so that the
 //! eager path is one header encode plus one BTL call.
 //!
-//! A request is one flat [`Req`]: the fields every message needs sit in it, and what only
+//! A request is one flat `Req`: the fields every message needs sit in it, and what only
 //! rendezvous and RDMA use (fragment schedules, registrations, get state) hangs off one
 //! optional box, so that posting, completing and releasing an eager receive touch one small
 //! struct and free nothing.

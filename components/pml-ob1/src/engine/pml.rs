@@ -19,7 +19,7 @@ use crate::hdr::{self, MatchRepr};
 use crate::sched::Scheduling;
 use crate::Ob1Config;
 
-/// The ob1 PML: [`Core`] plus the BTLs it drives.
+/// The ob1 PML: `Core` plus the BTLs it drives.
 pub struct Ob1 {
     bml: Bml,
     core: Core,
