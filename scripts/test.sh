@@ -22,6 +22,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 CARGO_TARGET_DIR=target/out-of-tree cargo clippy --manifest-path examples/out-of-tree-btl/Cargo.toml --all-targets --locked -- -D warnings
 # The real-verbs provider compiles only with the rdma feature (libibverbs): lint it too.
 cargo clippy -p rmca-verbs -p rmca-common-verbs -p rmca-btl-ud -p rmca-btl-rc --features rdma --all-targets --locked -- -D warnings
+echo "== cargo doc (no broken or private links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 echo "== cargo build (release binaries used by the multi-process tests)"
 cargo build --workspace --release --bins --examples --lib --locked
 echo "== cargo test (fuzz targets: ${RMCA_FUZZ_SECS} s each)"
