@@ -12,12 +12,16 @@
  * 0-byte exchange with every peer (ring order), then MPI_Init us (max over ranks), and with
  * `mem` VmHWM and VmRSS in MiB from /proc/self/status before MPI_Finalize (max over ranks);
  * ringconn: the same with the two ring neighbours only; barrier and
- * allreduce (float sum, SIZE/4 elements): us per call, averaged over ranks. */
+ * allreduce (float sum, SIZE/4 elements): us per call, averaged over ranks.
+ * With RMCA_BENCH_WHERE set in the environment (rmca-bench --nodes), every rank first prints
+ *   where RANK net:[INODE]
+ * its network namespace, which rmca-bench checks against the placement it asked for. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_us(void) {
   struct timespec ts;
@@ -69,6 +73,12 @@ int main(int argc, char **argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (getenv("RMCA_BENCH_WHERE")) {
+    char ns[64] = "";
+    if (readlink("/proc/self/ns/net", ns, sizeof ns - 1) < 0) strcpy(ns, "unknown");
+    printf("where %d %s\n", rank, ns);
+    fflush(stdout);
+  }
   if (window < 1 || iters0 < 1 || max < min || misalign < 0 || misalign >= 4096)
     MPI_Abort(MPI_COMM_WORLD, 2);
 

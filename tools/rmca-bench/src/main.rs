@@ -16,6 +16,7 @@ mod affinity;
 mod bench;
 mod conf;
 mod memstat;
+mod nodes;
 mod peers;
 mod report;
 mod rxd;
@@ -62,6 +63,7 @@ benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
   --peers LIST       peers to run (implies --vs; default ompi-vader,ompi-ucx,mpich,rmca-c,
                      where rmca-c is osu_like.c built with rmca's mpicc under rmca-run,
                      not bound to cores: compare it with --no-bind; also
+                     ompi-tcp: Open MPI ob1 over tcp,self,vader (a default with --nodes);
                      rxd: libfabric reliable datagrams over UDP through fi_pingpong, latency
                      and bw only, one message in flight; udp: a raw UDP ping-pong between
                      two processes of this binary on 127.0.0.1, busy-polling, latency and
@@ -72,6 +74,16 @@ SUITES
   --plot FILE.svg    draw the size sweeps (log-log) into FILE.svg
   --no-bind          do not bind ranks to cores (default: rank r on core r % ncores)
   --timeout S        per-job time limit in seconds (default 600)
+  --nodes A,B,...    spread every job over these network-namespace nodes (as root; make them
+                     with bench/netns-cluster.sh up N): ranks in blocks of ceil(N/nodes) per
+                     node in order, as rmca-run places them; rmca-run (--hosts, --launch-agent
+                     'ip netns exec {node} {cmd}'), Open MPI (rsh launcher) and MPICH (hydra ssh
+                     launcher) start in the first node and reach the others through
+                     'ip netns exec'; nothing is bound to cores; every rank reports its
+                     namespace and a job whose ranks are elsewhere fails. --vs then runs
+                     ompi-tcp (ob1 over tcp,self,vader), ompi-ucx, mpich and rmca-c
+                     (Debian's MPICH is ch4:ucx, whose UCX judges the namespace nodes one
+                     machine and uses shared memory between them: see bench/RESULTS.md)
 
 presets for --conf:
 PRESETS";
@@ -193,6 +205,7 @@ struct Opts {
     plot: Option<PathBuf>,
     bind: bool,
     timeout_s: u64,
+    nodes: Vec<String>,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -231,7 +244,9 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         plot: None,
         bind: true,
         timeout_s: 600,
+        nodes: Vec::new(),
     };
+    let mut peers_given = false;
     // Open MPI's single-dash `-np` (lexopt would read it as `-n p`).
     let rest = rest
         .into_iter()
@@ -286,6 +301,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
                 let list = value(&mut p, "--peers (a list)")?;
                 o.peers = list.split(',').map(str::to_owned).collect();
                 o.vs = true;
+                peers_given = true;
                 if let Some(bad) = o.peers.iter().find(|p| !peers::KNOWN.contains(&p.as_str())) {
                     return Err(format!(
                         "unknown peer '{bad}': valid peers are {}",
@@ -296,6 +312,16 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             Long("json") => o.json = true,
             Long("plot") => o.plot = Some(PathBuf::from(value(&mut p, "--plot (a file name)")?)),
             Long("no-bind") => o.bind = false,
+            Long("nodes") => {
+                let list = value(&mut p, "--nodes (node names, e.g. rmcan0,rmcan1)")?;
+                o.nodes = list.split(',').map(|n| n.trim().to_owned()).collect();
+                for (i, n) in o.nodes.iter().enumerate() {
+                    nodes::check_node_name(n)?;
+                    if o.nodes[..i].contains(n) {
+                        return Err(format!("--nodes: '{n}' is listed twice"));
+                    }
+                }
+            }
             Long("timeout") => {
                 o.timeout_s = parse_num("--timeout", &value(&mut p, "--timeout")?)? as u64;
             }
@@ -346,6 +372,21 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     }
     if o.procs.is_empty() {
         o.procs = vec![o.ranks];
+    }
+    if !o.nodes.is_empty() {
+        if !peers_given {
+            o.peers = peers::DEFAULT_NODES.iter().map(|s| s.to_string()).collect();
+        }
+        if let Some(bad) = o
+            .peers
+            .iter()
+            .find(|p| !peers::NODE_CAPABLE.contains(&p.as_str()))
+        {
+            return Err(format!(
+                "peer '{bad}' cannot span --nodes: valid peers there are {}",
+                peers::NODE_CAPABLE.join(", ")
+            ));
+        }
     }
     let mut names: Vec<String> = o.confs.iter().map(|c| c.name.clone()).collect();
     if names.is_empty() {
@@ -546,7 +587,11 @@ fn drive(o: &Opts) -> Result<(), String> {
         bind: o.bind,
         timeout_s: o.timeout_s,
         mem: o.mem,
+        nodes: o.nodes.clone(),
     };
+    if !o.nodes.is_empty() {
+        nodes::check_nodes_exist(&o.nodes)?;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let mut failed = 0usize;
     for run in 0..o.runs {
@@ -574,7 +619,7 @@ fn drive(o: &Opts) -> Result<(), String> {
                         c.name
                     );
                     // A failed job is reported and its figures are missing; the others go on.
-                    let lines = match c.run(bench, &p, n, ropts) {
+                    let lines = match c.run(bench, &p, n, &ropts) {
                         Ok(l) => l,
                         Err(e) => {
                             eprintln!("rmca-bench: {} {} -n {n}: {e}", c.name, bench.name());
@@ -615,6 +660,13 @@ fn drive(o: &Opts) -> Result<(), String> {
                 "note: {cores} cores: jobs with more than {cores} ranks are oversubscribed (busy-polling ranks share cores)\n"
             );
         }
+        if !o.nodes.is_empty() {
+            note.push_str(&format!(
+                "note: ranks in blocks over {} namespace nodes ({}), not bound to cores\n",
+                o.nodes.len(),
+                o.nodes.join(",")
+            ));
+        }
         let table = format!("{}{note}", results.table(bench, o.ranks, o.runs));
         if o.json {
             let ctx = serde_json::json!({
@@ -623,7 +675,8 @@ fn drive(o: &Opts) -> Result<(), String> {
                 "window": o.window,
                 "misalign": o.misalign,
                 "iters": o.iters.unwrap_or_else(|| default_iters(bench)),
-                "bind": o.bind,
+                "bind": o.bind && o.nodes.is_empty(),
+                "nodes": o.nodes,
                 "mca": mca,
                 "cores": cores,
             });
@@ -783,6 +836,37 @@ mod tests {
         let l = r#"{"config":"rxd","mca":{},"median":1.0}"#;
         let v: serde_json::Value = serde_json::from_str(&with_own_params(l, confs)).unwrap();
         assert_eq!(v["mca"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn nodes_pick_the_peers_that_span_them() {
+        let o = parse_opts(&args("allconn --procs 2,32 --vs --nodes n0,n1,n2")).unwrap();
+        assert_eq!(o.nodes, vec!["n0", "n1", "n2"]);
+        assert_eq!(o.peers, peers::DEFAULT_NODES);
+        // Without --nodes the single-node peers stay the default.
+        assert_eq!(
+            parse_opts(&args("allconn --vs")).unwrap().peers,
+            peers::DEFAULT
+        );
+        let o = parse_opts(&args(
+            "allconn --nodes n0,n1 --peers mpich --ratio rmca/mpich",
+        ))
+        .unwrap();
+        assert_eq!(o.peers, vec!["mpich"]);
+        let e = parse_opts(&args("allconn --nodes n0,n1 --peers ompi-vader")).unwrap_err();
+        assert!(
+            e.contains("'ompi-vader' cannot span") && e.contains("ompi-tcp"),
+            "{e}"
+        );
+        assert!(parse_opts(&args("allconn --nodes n0,n0"))
+            .unwrap_err()
+            .contains("listed twice"));
+        assert!(parse_opts(&args("allconn --nodes n0,,n1"))
+            .unwrap_err()
+            .contains("not a node name"));
+        assert!(parse_opts(&args("allconn --nodes"))
+            .unwrap_err()
+            .contains("--nodes"));
     }
 
     #[test]

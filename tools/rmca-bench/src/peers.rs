@@ -12,8 +12,24 @@ use crate::bench::{iters_for, sizes, Bench, Params};
 /// Peers run by `--vs` without `--peers`.
 pub const DEFAULT: [&str; 4] = ["ompi-vader", "ompi-ucx", "mpich", "rmca-c"];
 
+/// Peers run by `--vs` with `--nodes`: Open MPI's shared-memory-only ob1 cannot span nodes, so
+/// its ob1 runs over tcp between them (vader inside).
+pub const DEFAULT_NODES: [&str; 4] = ["ompi-tcp", "ompi-ucx", "mpich", "rmca-c"];
+
 /// Every peer `--peers` accepts.
-pub const KNOWN: [&str; 6] = ["ompi-vader", "ompi-ucx", "mpich", "rxd", "udp", "rmca-c"];
+pub const KNOWN: [&str; 7] = [
+    "ompi-vader",
+    "ompi-tcp",
+    "ompi-ucx",
+    "mpich",
+    "rxd",
+    "udp",
+    "rmca-c",
+];
+
+/// Peers that work across `--nodes` (the others have no network path or are two-process
+/// loopback tools).
+pub const NODE_CAPABLE: [&str; 4] = DEFAULT_NODES;
 
 /// The peer benchmark source, embedded so that the binary works from any directory.
 const OSU_LIKE_C: &str = include_str!("../../../bench/osu_like.c");
@@ -47,7 +63,7 @@ enum Kind {
 }
 
 /// How every job is run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RunOpts {
     /// Bind rank r to core r % ncores.
     pub bind: bool,
@@ -55,6 +71,8 @@ pub struct RunOpts {
     pub timeout_s: u64,
     /// Measure memory (allconn, ringconn): VmHWM/VmRSS, and for rmca the profile.
     pub mem: bool,
+    /// Spread the ranks over these network-namespace nodes (`--nodes`); empty: one node.
+    pub nodes: Vec<String>,
 }
 
 /// One implementation to measure.
@@ -141,6 +159,10 @@ impl Config {
                 bin: build_peer(dir, "mpicc.openmpi", "openmpi")?,
                 mca: &["pml", "ob1", "btl", "self,vader"],
             },
+            "ompi-tcp" => Kind::OpenMpi {
+                bin: build_peer(dir, "mpicc.openmpi", "openmpi")?,
+                mca: &["pml", "ob1", "btl", "tcp,self,vader"],
+            },
             "ompi-ucx" => Kind::OpenMpi {
                 bin: build_peer(dir, "mpicc.openmpi", "openmpi")?,
                 mca: &["pml", "ucx", "pml_ucx_tls", "any", "pml_ucx_devices", "any"],
@@ -202,9 +224,14 @@ impl Config {
         bench: Bench,
         p: &Params,
         ranks: usize,
-        o: RunOpts,
+        o: &RunOpts,
     ) -> Result<Vec<(usize, Vec<f64>)>, String> {
         let (bind, timeout_s) = (o.bind, o.timeout_s);
+        let nodes = if o.nodes.is_empty() {
+            None
+        } else {
+            Some(crate::nodes::Placement::new(ranks, &o.nodes)?)
+        };
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let mut bench_args = vec![
             bench.name().to_owned(),
@@ -219,7 +246,7 @@ impl Config {
         }
         let mut cmd = match &self.kind {
             Kind::Rmca { rmca_run, exe, mca } => {
-                let mut c = Command::new(rmca_run);
+                let mut c = rmca_run_command(rmca_run, nodes.as_ref())?;
                 c.arg("-n")
                     .arg(ranks.to_string())
                     .arg("--timeout")
@@ -232,17 +259,30 @@ impl Config {
                     c.args(["--mca", "profile", "1"]);
                 }
                 c.arg(exe).arg("--worker").args(&bench_args);
-                if !bind {
+                if !bind || nodes.is_some() {
                     c.arg("--no-bind");
                 }
                 c
             }
             Kind::OpenMpi { bin, mca } => {
-                let mut c = Command::new("mpirun.openmpi");
+                let mut c = match &nodes {
+                    Some(pl) => {
+                        let agent =
+                            crate::nodes::write_launcher(bin.parent().unwrap_or(Path::new(".")))?;
+                        let mut c = pl.in_first_node("mpirun.openmpi");
+                        c.args(crate::nodes::open_mpi_args(pl, &agent));
+                        c
+                    }
+                    None => Command::new("mpirun.openmpi"),
+                };
                 c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
                     .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
                 c.arg("-np").arg(ranks.to_string());
-                if bind && ranks <= cores {
+                if nodes.is_some() {
+                    // Every namespace node shares this machine's cores: binding per node
+                    // would stack the nodes' ranks on the same cores.
+                    c.args(["--bind-to", "none"]);
+                } else if bind && ranks <= cores {
                     c.args(["--bind-to", "core"]);
                 } else {
                     c.args(["--bind-to", "none", "--oversubscribe"]);
@@ -254,16 +294,25 @@ impl Config {
                 c
             }
             Kind::Mpich { bin } => {
-                let mut c = Command::new("mpiexec.mpich");
+                let mut c = match &nodes {
+                    Some(pl) => {
+                        let agent =
+                            crate::nodes::write_launcher(bin.parent().unwrap_or(Path::new(".")))?;
+                        let mut c = pl.in_first_node("mpiexec.mpich");
+                        c.args(crate::nodes::mpich_args(pl, &agent));
+                        c
+                    }
+                    None => Command::new("mpiexec.mpich"),
+                };
                 c.arg("-n").arg(ranks.to_string());
-                if bind && ranks <= cores {
+                if bind && nodes.is_none() && ranks <= cores {
                     c.args(["-bind-to", "core"]);
                 }
                 c.arg(bin).args(&bench_args);
                 c
             }
             Kind::RmcaC { rmca_run, bin } => {
-                let mut c = Command::new(rmca_run);
+                let mut c = rmca_run_command(rmca_run, nodes.as_ref())?;
                 c.arg("-n")
                     .arg(ranks.to_string())
                     .arg("--timeout")
@@ -285,6 +334,13 @@ impl Config {
                 cmd.env_remove(k);
             }
         }
+        let expected_ns = match &nodes {
+            Some(pl) => {
+                cmd.env(crate::nodes::WHERE_ENV, "1");
+                Some(pl.expected_namespaces()?)
+            }
+            None => None,
+        };
         let (ok, stdout, stderr) = run_with_timeout(cmd, Duration::from_secs(timeout_s + 30))?;
         if !ok {
             return Err(format!(
@@ -292,6 +348,11 @@ impl Config {
                 self.name,
                 bench.name()
             ));
+        }
+        if let Some(want) = expected_ns {
+            // Figures from ranks that were not where the table says are not reported.
+            crate::nodes::check_placement(&stdout, &want)
+                .map_err(|e| format!("{} {}: {e}", self.name, bench.name()))?;
         }
         let lines = parse_results(&stdout);
         if lines.is_empty() && !self.supports(bench) {
@@ -335,6 +396,22 @@ impl Config {
         }
         Ok(out)
     }
+}
+
+/// rmca-run, started in the first node and told to start every rank in its node when the job
+/// spans `nodes`.
+fn rmca_run_command(
+    rmca_run: &Path,
+    nodes: Option<&crate::nodes::Placement>,
+) -> Result<Command, String> {
+    Ok(match nodes {
+        Some(pl) => {
+            let mut c = pl.in_first_node(rmca_run);
+            c.args(crate::nodes::rmca_run_args(pl)?);
+            c
+        }
+        None => Command::new(rmca_run),
+    })
 }
 
 /// `result SIZE V1 [V2 ...]` lines (a `-` figure was not measured: NaN); anything else

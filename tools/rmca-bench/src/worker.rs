@@ -24,6 +24,12 @@ pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String
             );
         }
     }
+    if std::env::var_os(crate::nodes::WHERE_ENV).is_some() {
+        // The launcher forwards every rank's output: rmca-bench checks the placement.
+        let ns = std::fs::read_link("/proc/self/ns/net")
+            .map_or_else(|_| "unknown".to_owned(), |l| l.display().to_string());
+        println!("where {} {ns}", world.rank());
+    }
     let init_us = universe.init_time().as_secs_f64() * 1e6;
     let e = |e: rmca::Error| e.to_string();
     match bench {
