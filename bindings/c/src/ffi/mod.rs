@@ -14,6 +14,7 @@
 pub mod coll;
 pub mod comm;
 pub mod env;
+pub mod group;
 pub mod op;
 pub mod p2p;
 pub mod req;
@@ -491,6 +492,7 @@ pub(crate) fn to_mpi_status(st: &rmca::Status) -> MpiStatus {
         internal: [0; 5],
     };
     s.set_bytes(st.bytes as u64);
+    s.internal[2] = c_int::from(st.cancelled);
     s
 }
 

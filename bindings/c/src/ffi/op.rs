@@ -396,12 +396,14 @@ pub unsafe extern "C" fn MPI_Op_create(
                     o.push(None);
                     o.len() - 1
                 }
-                None => return Err(MpiError::new(
-                    MPI_ERR_NO_MEM,
-                    format!(
+                None => {
+                    return Err(MpiError::new(
+                        MPI_ERR_NO_MEM,
+                        format!(
                         "too many user operations (at most {MAX_OPS}): free some with MPI_Op_free"
                     ),
-                )),
+                    ))
+                }
             };
             o[i] = Some(entry);
             Ok(OP_BASE + i)
