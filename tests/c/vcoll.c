@@ -179,6 +179,13 @@ static void locs(int rank, int n) {
     struct { double v; int i; } d = {rank == n / 2 ? -1.5 : rank * 1.0, rank}, rd;
     OK(MPI_Allreduce(&d, &rd, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD));
     CHECK(rd.v == (n == 1 ? -1.5 : -1.5) && rd.i == n / 2, "double_int minloc %g@%d", rd.v, rd.i);
+    /* A tie on every rank: the lowest index wins (the index sits before the padding). */
+    struct { double v; int i; } tie, rtie;
+    memset(&tie, 0x5a + rank, sizeof tie);
+    tie.v = 3.0;
+    tie.i = n - rank;
+    OK(MPI_Allreduce(&tie, &rtie, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD));
+    CHECK(rtie.v == 3.0 && rtie.i == 1, "double_int maxloc tie %g@%d", rtie.v, rtie.i);
     struct { float v; int i; } f = {(float)(rank * rank), rank}, rf;
     OK(MPI_Allreduce(&f, &rf, 1, MPI_FLOAT_INT, MPI_MAXLOC, MPI_COMM_WORLD));
     CHECK(rf.v == (float)((n - 1) * (n - 1)) && rf.i == n - 1, "float_int maxloc %g@%d", rf.v, rf.i);
