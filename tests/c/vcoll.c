@@ -73,6 +73,44 @@ static void varying(int rank, int n) {
     for (int k = 0; k < cnt(rank); k++) CHECK(out[k] == (first + k) * (n * (n - 1) / 2), "reduce_scatter k%d = %d", k, out[k]);
     OK(MPI_Reduce_scatter(MPI_IN_PLACE, in, counts, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     for (int k = 0; k < cnt(rank); k++) CHECK(in[k] == (first + k) * (n * (n - 1) / 2), "reduce_scatter in place k%d = %d", k, in[k]);
+    /* Alltoallv of pairs of ints (a contiguous type) received into every other int (a
+     * resized vector): rank r sends q + 1 pairs to rank q; then in place. */
+    MPI_Datatype pair, strided, strided1;
+    OK(MPI_Type_contiguous(2, MPI_INT, &pair));
+    OK(MPI_Type_commit(&pair));
+    OK(MPI_Type_vector(2, 1, 2, MPI_INT, &strided));
+    OK(MPI_Type_create_resized(strided, 0, 4 * sizeof(int), &strided1));
+    OK(MPI_Type_commit(&strided1));
+    int *sc = malloc(sizeof(int) * n), *sd = malloc(sizeof(int) * n), *rc = malloc(sizeof(int) * n), *rd = malloc(sizeof(int) * n);
+    int stot = 0, rtot = 0;
+    for (int q = 0; q < n; q++) {
+        sc[q] = q + 1, sd[q] = stot, stot += q + 1;
+        rc[q] = rank + 1, rd[q] = rtot, rtot += rank + 1;
+    }
+    int *sv = malloc(sizeof(int) * 2 * stot), *rv = malloc(sizeof(int) * 4 * rtot);
+    for (int q = 0; q < n; q++)
+        for (int k = 0; k < 2 * sc[q]; k++) sv[2 * sd[q] + k] = 1000 * rank + 10 * q + k;
+    for (int i = 0; i < 4 * rtot; i++) rv[i] = -1;
+    OK(MPI_Alltoallv(sv, sc, sd, pair, rv, rc, rd, strided1, MPI_COMM_WORLD));
+    for (int q = 0; q < n; q++)
+        for (int k = 0; k < 2 * rc[q]; k++) {
+            int at = 4 * rd[q] + 2 * k;
+            CHECK(rv[at] == 1000 * q + 10 * rank + k && rv[at + 1] == -1, "alltoallv from %d [%d] = %d", q, k, rv[at]);
+        }
+    /* In place, one strided pair per rank: block q holds what this rank sends to q and
+     * then what q sent here. */
+    for (int q = 0; q < n; q++) {
+        rc[q] = 1, rd[q] = q;
+        rv[4 * q] = 1000 * rank + q, rv[4 * q + 2] = 2000 * rank + q, rv[4 * q + 1] = -1;
+    }
+    OK(MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, rv, rc, rd, strided1, MPI_COMM_WORLD));
+    for (int q = 0; q < n; q++)
+        CHECK(rv[4 * q] == 1000 * q + rank && rv[4 * q + 2] == 2000 * q + rank && rv[4 * q + 1] == -1,
+              "alltoallv in place from %d: %d %d", q, rv[4 * q], rv[4 * q + 2]);
+    free(sc), free(sd), free(rc), free(rd), free(sv), free(rv);
+    OK(MPI_Type_free(&pair));
+    OK(MPI_Type_free(&strided));
+    OK(MPI_Type_free(&strided1));
     free(counts);
     free(displs);
 }

@@ -6,8 +6,8 @@ use std::ffi::{c_int, c_void};
 use super::op::{reduce, reducer, Coll, Reducer};
 use super::types::Ty;
 use super::{
-    bytes, bytes_mut, call, communicator, datatype, no_overlap, recv_data, recv_data_n, send_data,
-    send_data_n, RecvData, SendData,
+    call, communicator, no_overlap, recv_data, recv_data_n, send_data, send_data_n, RecvData,
+    SendData,
 };
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
@@ -396,91 +396,6 @@ pub unsafe extern "C" fn MPI_Alltoall(
                 c.alltoall(send.bytes(), recv.bytes_mut())?;
             }
             recv.finish(recv.len());
-        }
-        Ok(())
-    })
-}
-
-/// Byte counts and displacements of one side of an alltoallv, and the span they cover.
-///
-/// # Safety
-/// `counts` and `displs` hold `n` ints each (checked non-null).
-unsafe fn layout(
-    counts: *const c_int,
-    displs: *const c_int,
-    n: usize,
-    elem: usize,
-    side: &str,
-) -> MpiResult<(Vec<usize>, Vec<usize>, usize)> {
-    if counts.is_null() || displs.is_null() {
-        return Err(MpiError::new(
-            MPI_ERR_ARG,
-            format!("the {side} counts or displacements array is NULL"),
-        ));
-    }
-    let (mut cs, mut ds, mut span) = (Vec::with_capacity(n), Vec::with_capacity(n), 0);
-    for i in 0..n {
-        // SAFETY: the caller's contract.
-        let (cnt, dsp) = unsafe { (counts.add(i).read(), displs.add(i).read()) };
-        let cnt = usize::try_from(cnt).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_COUNT,
-                format!("{side} count {cnt} of rank {i} is negative: counts are >= 0"),
-            )
-        })?;
-        let dsp = usize::try_from(dsp).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_ARG,
-                format!("{side} displacement {dsp} of rank {i} is negative"),
-            )
-        })?;
-        cs.push(cnt * elem);
-        ds.push(dsp * elem);
-        if cnt > 0 {
-            span = span.max((dsp + cnt) * elem);
-        }
-    }
-    Ok((cs, ds, span))
-}
-
-/// `MPI_Alltoallv`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoallv", comm, || {
-        let c = communicator(comm)?;
-        let n = c.size();
-        let rsize = datatype(recvtype)?.size;
-        // SAFETY: MPI_Alltoallv's contract: size counts and displacements.
-        let (rc, rd, rspan) = unsafe { layout(recvcounts, rdispls, n, rsize, "receive")? };
-        if rspan > 0 && recvbuf.is_null() {
-            return Err(MpiError::new(MPI_ERR_BUFFER, "the receive buffer is NULL"));
-        }
-        // SAFETY: MPI_Alltoallv's contract: recvbuf covers every receive block.
-        let recv = unsafe { bytes_mut(recvbuf, rspan) };
-        if in_place(sendbuf) {
-            let send = recv.to_vec();
-            c.alltoallv(&send, &rc, &rd, recv, &rc, &rd)?;
-        } else {
-            let ssize = datatype(sendtype)?.size;
-            // SAFETY: as above, for the send side.
-            let (sc, sd, sspan) = unsafe { layout(sendcounts, sdispls, n, ssize, "send")? };
-            if sspan > 0 && sendbuf.is_null() {
-                return Err(MpiError::new(MPI_ERR_BUFFER, "the send buffer is NULL"));
-            }
-            no_overlap(sendbuf, sspan, recvbuf, rspan, "MPI_Alltoallv")?;
-            // SAFETY: MPI_Alltoallv's contract: sendbuf covers every send block; no overlap
-            // (checked).
-            c.alltoallv(unsafe { bytes(sendbuf, sspan) }, &sc, &sd, recv, &rc, &rd)?;
         }
         Ok(())
     })

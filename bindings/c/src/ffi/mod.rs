@@ -25,7 +25,6 @@ use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::*;
-use crate::dtype::{self, Datatype};
 use crate::state::{self, ErrHandler, MpiError, MpiResult};
 
 /// Run the body of MPI function `fname` whose communicator is `comm` (errors go to its error
@@ -99,18 +98,6 @@ fn fatal(fname: &str, e: &MpiError) -> ! {
     let _ = writeln!(std::io::stderr(), "rmca MPI error (fatal): {msg}");
     let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(e.class.max(1), &msg) });
     std::process::exit(e.class.max(1))
-}
-
-/// The predefined datatype behind `h`, for the calls that take only those.
-pub(crate) fn datatype(h: Handle) -> MpiResult<Datatype> {
-    if let Some(t) = dtype::lookup(h) {
-        return Ok(t);
-    }
-    types::Ty::lookup(h)?;
-    Err(MpiError::new(
-        MPI_ERR_TYPE,
-        format!("datatype {h:#x} is a derived datatype: this call takes predefined datatypes only"),
-    ))
 }
 
 /// Check a count (non-negative).

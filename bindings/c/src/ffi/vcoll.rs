@@ -344,6 +344,55 @@ unsafe fn finish(out: &mut RecvData) {
     unsafe { out.finish(out.len()) };
 }
 
+/// `MPI_Alltoallv` (`MPI_IN_PLACE` as sendbuf: the blocks to send are the receive blocks).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Alltoallv", comm, || {
+        let c = communicator(comm)?;
+        let n = c.size();
+        let rty = Ty::for_use(recvtype)?;
+        // SAFETY: MPI_Alltoallv's contract: one count and displacement per rank on each side,
+        // the buffers hold every block.
+        unsafe {
+            let rb = blocks(recvcounts, rdispls, n, &rty, "receive")?;
+            rb.check_null(recvbuf, "receive")?;
+            let (send, sb) = if in_place(sendbuf) {
+                (rb.pack(recvbuf, &rty)?, None)
+            } else {
+                let sty = Ty::for_use(sendtype)?;
+                let sb = blocks(sendcounts, sdispls, n, &sty, "send")?;
+                sb.check_null(sendbuf, "send")?;
+                (sb.pack(sendbuf, &sty)?, Some(sb))
+            };
+            let (sc, sd) = match &sb {
+                Some(sb) => (&sb.packed_counts, &sb.packed_displs),
+                None => (&rb.packed_counts, &rb.packed_displs),
+            };
+            let mut all = vec![0u8; rb.total];
+            c.alltoallv(
+                &send,
+                sc,
+                sd,
+                &mut all,
+                &rb.packed_counts,
+                &rb.packed_displs,
+            )?;
+            rb.unpack(&all, recvbuf, &rty, None)?;
+        }
+        Ok(())
+    })
+}
+
 /// `MPI_Reduce_scatter_block`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block(
