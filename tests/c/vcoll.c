@@ -268,6 +268,9 @@ static void bad_input(int rank, int n) {
     counts[rank] = 2;
     EXPECT(MPI_Allgatherv(buf, 1, MPI_INT, buf + 8, counts, displs, MPI_INT, MPI_COMM_WORLD), MPI_ERR_COUNT);
     EXPECT(MPI_Scatterv(buf, counts, displs, MPI_INT, buf + 8, 1, MPI_INT, -1, MPI_COMM_WORLD), MPI_ERR_ROOT);
+    /* MPI_IN_PLACE where the call does not take it: a refusal, not a read of address 1. */
+    EXPECT(MPI_Send(MPI_IN_PLACE, 1, MPI_INT, rank, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    if (rank != 0) EXPECT(MPI_Gatherv(MPI_IN_PLACE, 1, MPI_INT, NULL, NULL, NULL, MPI_INT, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 #undef EXPECT
 }

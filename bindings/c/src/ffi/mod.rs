@@ -144,6 +144,24 @@ fn count_of(n: c_int, what: &str) -> MpiResult<usize> {
     })
 }
 
+/// Refuse a NULL buffer, or `MPI_IN_PLACE` where the call does not take it, with data to
+/// move.
+fn check_buffer(buf: *const c_void, len: usize, n: usize, what: &str) -> MpiResult<()> {
+    if len > 0 && buf.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{what} buffer is NULL with {n} elements to transfer"),
+        ));
+    }
+    if len > 0 && buf as usize == MPI_IN_PLACE {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{what} buffer is MPI_IN_PLACE, which this call (or this rank's role in it) does not take"),
+        ));
+    }
+    Ok(())
+}
+
 /// The data of a send: the program's bytes in place (one run), or a packed copy.
 pub enum SendData {
     Direct(*const u8, usize),
@@ -203,12 +221,7 @@ pub(crate) unsafe fn send_data_n(
     what: &str,
 ) -> MpiResult<SendData> {
     let len = ty.packed_len(n)?;
-    if len > 0 && buf.is_null() {
-        return Err(MpiError::new(
-            MPI_ERR_BUFFER,
-            format!("{what} buffer is NULL with {n} elements to transfer"),
-        ));
-    }
+    check_buffer(buf, len, n, what)?;
     match ty.run(n) {
         Some((off, len)) => Ok(SendData::Direct(
             (buf as *const u8).wrapping_offset(if len == 0 { 0 } else { off }),
@@ -331,12 +344,7 @@ pub(crate) fn recv_data_n(
     what: &str,
 ) -> MpiResult<RecvData> {
     let len = ty.packed_len(n)?;
-    if len > 0 && buf.is_null() {
-        return Err(MpiError::new(
-            MPI_ERR_BUFFER,
-            format!("{what} buffer is NULL with {n} elements to transfer"),
-        ));
-    }
+    check_buffer(buf, len, n, what)?;
     Ok(match ty.run(n) {
         Some((off, len)) => RecvData {
             direct: Some((
