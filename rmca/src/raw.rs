@@ -145,6 +145,16 @@ impl RawRequest {
         }
     }
 
+    /// Try to cancel the operation (`MPI_Cancel`; see [`crate::Request::cancel`] for what
+    /// can be cancelled). The request must still be completed; a cancel that took effect
+    /// shows in its status ([`Status::cancelled`]). Returns whether it took effect.
+    pub fn cancel(&mut self) -> Result<bool> {
+        match self.state {
+            RawState::Pending(id) => self.comm.shared().with(|rt| Ok(rt.pml.cancel(id)?)),
+            RawState::Done(_) | RawState::Spent => Ok(false),
+        }
+    }
+
     /// Make progress once and report whether the operation completed.
     pub fn test(mut self) -> Polled {
         let id = match std::mem::replace(&mut self.state, RawState::Spent) {

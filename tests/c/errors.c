@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
     EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_WORLD), MPI_ERR_OP);
     EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_BYTE, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_OP);
     EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_WORLD), MPI_ERR_OP);
-    EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD), MPI_ERR_OP);
+    EXPECT(MPI_Allreduce(buf, buf + 4, 1, MPI_DOUBLE, MPI_MAXLOC, MPI_COMM_WORLD), MPI_ERR_OP);
     EXPECT(MPI_Allreduce(buf, buf + 1, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER);
     EXPECT(MPI_Allreduce(buf, buf + 4, -1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_COUNT);
     EXPECT(MPI_Sendrecv(buf, 4, MPI_INT, 0, 0, buf + 2, 4, MPI_INT, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_BUFFER);

@@ -7,6 +7,9 @@
 //! | `env.c` | init/finalize, versions, time, names, communicators, attributes, error handlers |
 //! | `p2p.c` | send modes, receives, probes, exchanges, wait/test families, persistent requests |
 //! | `coll.c` | the collectives on predefined types and operations, `MPI_IN_PLACE` |
+//! | `dtype.c` | derived datatypes: constructors, queries, every send mode, exchanges, collectives, bad input |
+//! | `vcoll.c` | v-collectives, reduce-scatter, scans, `MPI_IN_PLACE`, user operations, MINLOC/MAXLOC pairs, bad input |
+//! | `group.c` | groups, `Comm_create`, `Comm_compare`, `Cancel`/`Test_cancelled`, bad input |
 //! | `errors.c` | bad input under `MPI_ERRORS_RETURN` (the classes) and the fatal default |
 
 use std::path::{Path, PathBuf};
@@ -144,6 +147,21 @@ fn point_to_point() {
 #[test]
 fn collectives() {
     every_config("coll");
+}
+
+#[test]
+fn derived_datatypes() {
+    every_config("dtype");
+}
+
+#[test]
+fn varying_collectives_scans_and_operations() {
+    every_config("vcoll");
+}
+
+#[test]
+fn groups_communicators_from_groups_and_cancel() {
+    every_config("group");
 }
 
 #[test]

@@ -234,6 +234,11 @@ pub struct State {
     /// The message of the last error of each class returned to the program.
     last_error: Vec<Option<String>>,
     pub thread_level: c_int,
+    /// Library-owned data of non-blocking operations on non-contiguous derived datatypes,
+    /// by request handle: packed sends, staged receives (unpacked when completed).
+    pub staged: std::collections::HashMap<Handle, crate::ffi::Staged>,
+    /// Staged data of requests freed while active: kept until `MPI_Finalize` completes them.
+    pub staged_detached: Vec<crate::ffi::Staged>,
 }
 
 thread_local! {
@@ -274,6 +279,8 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
         detached: Vec::new(),
         last_error: vec![None; 64],
         thread_level,
+        staged: Default::default(),
+        staged_detached: Vec::new(),
     };
     STATE.with(|s| *s.borrow_mut() = Some(state));
     set_phase(Phase::Running);

@@ -3,20 +3,21 @@
 
 use std::ffi::{c_int, c_void};
 
-use bytemuck::Pod;
-use rmca::coll::{Op, Reducible};
-
-use super::{buffer_len, bytes, bytes_mut, call, communicator, datatype, no_overlap};
+use super::op::{reduce, reducer, Coll, Reducer};
+use super::types::Ty;
+use super::{
+    call, communicator, no_overlap, recv_data, recv_data_n, send_data, send_data_n, RecvData,
+    SendData,
+};
 use crate::abi::*;
-use crate::dtype::{self, Elem};
 use crate::state::{MpiError, MpiResult};
 
-fn in_place(p: *const c_void) -> bool {
+pub(crate) fn in_place(p: *const c_void) -> bool {
     p as usize == MPI_IN_PLACE
 }
 
 /// A root rank of `size`.
-fn root_of(root: c_int, size: usize) -> MpiResult<usize> {
+pub(crate) fn root_of(root: c_int, size: usize) -> MpiResult<usize> {
     usize::try_from(root)
         .ok()
         .filter(|&r| r < size)
@@ -31,107 +32,10 @@ fn root_of(root: c_int, size: usize) -> MpiResult<usize> {
         })
 }
 
-/// The rmca operation and element type of a reduction of `dt` with `op`.
-fn reduction(op: Handle, dt: Handle) -> MpiResult<(Op, Elem)> {
-    let info = dtype::lookup_op(op).ok_or_else(|| {
-        MpiError::new(
-            MPI_ERR_OP,
-            format!("invalid operation {op:#x}: rmca supports the predefined operations (user operations are not implemented yet)"),
-        )
-    })?;
-    let t = datatype(dt)?;
-    let Some(rop) = info.op else {
-        return Err(MpiError::new(
-            MPI_ERR_OP,
-            format!("{} is not implemented by rmca's reductions yet (MPI_SUM, _PROD, _MIN, _MAX and the logical and bitwise operations are)", info.name),
-        ));
-    };
-    match t.elem {
-        Some(elem) if dtype::op_allowed(rop, t.class) => Ok((rop, elem)),
-        _ if t.class == dtype::Class::Complex && dtype::op_allowed(rop, t.class) => {
-            Err(MpiError::new(
-                MPI_ERR_OP,
-                format!(
-                    "{} on {}: complex reductions are not implemented by rmca yet",
-                    info.name, t.name
-                ),
-            ))
-        }
-        _ => Err(MpiError::new(
-            MPI_ERR_OP,
-            format!(
-                "{} is not defined on {} (MPI 5.0 section 6.9.2)",
-                info.name, t.name
-            ),
-        )),
-    }
-}
-
-/// `bytes` as elements of `T`: borrowed when aligned, else copied.
-fn typed<T: Pod>(bytes: &[u8]) -> std::borrow::Cow<'_, [T]> {
-    match bytemuck::try_cast_slice(bytes) {
-        Ok(s) => std::borrow::Cow::Borrowed(s),
-        Err(_) => {
-            let mut v = vec![T::zeroed(); bytes.len() / size_of::<T>()];
-            bytemuck::cast_slice_mut(&mut v).copy_from_slice(bytes);
-            std::borrow::Cow::Owned(v)
-        }
-    }
-}
-
-/// Run `f` on `out` viewed as elements of `T` (through an aligned copy if it is not aligned).
-fn with_typed_mut<T: Pod, R>(out: &mut [u8], f: impl FnOnce(&mut [T]) -> R) -> R {
-    match bytemuck::try_cast_slice_mut(out) {
-        Ok(s) => f(s),
-        Err(_) => {
-            let mut v = vec![T::zeroed(); out.len() / size_of::<T>()];
-            let r = f(&mut v);
-            out.copy_from_slice(bytemuck::cast_slice(&v));
-            r
-        }
-    }
-}
-
-fn allreduce_as<T: Reducible>(
-    c: &rmca::Communicator,
-    send: &[u8],
-    recv: &mut [u8],
-    op: Op,
-) -> rmca::Result<()> {
-    let send = typed::<T>(send);
-    with_typed_mut::<T, _>(recv, |r| c.allreduce(&send, r, op))
-}
-
-fn reduce_as<T: Reducible>(
-    c: &rmca::Communicator,
-    send: &[u8],
-    recv: Option<&mut [u8]>,
-    op: Op,
-    root: usize,
-) -> rmca::Result<()> {
-    let send = typed::<T>(send);
-    match recv {
-        Some(recv) => with_typed_mut::<T, _>(recv, |r| c.reduce(&send, Some(r), op, root)),
-        None => c.reduce(&send, None, op, root),
-    }
-}
-
-/// Call `$f::<T>(args)` with the Rust type of `$elem`.
-macro_rules! by_elem {
-    ($elem:expr, $f:ident($($arg:expr),*)) => {
-        match $elem {
-            Elem::I8 => $f::<i8>($($arg),*),
-            Elem::I16 => $f::<i16>($($arg),*),
-            Elem::I32 => $f::<i32>($($arg),*),
-            Elem::I64 => $f::<i64>($($arg),*),
-            Elem::U8 => $f::<u8>($($arg),*),
-            Elem::U16 => $f::<u16>($($arg),*),
-            Elem::U32 => $f::<u32>($($arg),*),
-            Elem::U64 => $f::<u64>($($arg),*),
-            Elem::F32 => $f::<f32>($($arg),*),
-            Elem::F64 => $f::<f64>($($arg),*),
-        }
-    };
+/// Refuse overlapping send and receive data.
+pub(crate) fn apart(send: &SendData, recv: &RecvData, fname: &str) -> MpiResult<()> {
+    let ((a, al), (b, bl)) = (send.span(), recv.span());
+    no_overlap(a, al, b, bl, fname)
 }
 
 /// `MPI_Barrier`.
@@ -151,12 +55,92 @@ pub unsafe extern "C" fn MPI_Bcast(
 ) -> c_int {
     call("MPI_Bcast", comm, || {
         let c = communicator(comm)?;
-        let len = buffer_len(buffer, count, dt, "broadcast")?;
+        let mut data = recv_data(buffer, count, dt, "broadcast")?;
         let root = root_of(root, c.size())?;
+        let me = c.rank();
         // SAFETY: MPI_Bcast's contract: `buffer` holds `count` elements for the call.
-        c.bcast(unsafe { bytes_mut(buffer, len) }, root)?;
+        unsafe {
+            if me == root {
+                data.load()?;
+            }
+            c.bcast(data.bytes_mut(), root)?;
+            if me != root {
+                data.finish(data.len());
+            }
+        }
         Ok(())
     })
+}
+
+/// Where the data of a reduction is: packed elements, or (a user operation) the program's
+/// own layout, one element per extent.
+///
+/// # Safety
+/// `buf` holds `count` elements of `ty` (the reduction's contract).
+pub(crate) unsafe fn reduce_send(
+    r: &Reducer,
+    buf: *const c_void,
+    count: usize,
+    ty: &Ty,
+) -> MpiResult<SendData> {
+    if r.raw_layout() {
+        let len = raw_len(buf, count, ty, "send")?;
+        return Ok(SendData::Direct(buf.cast(), len));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { send_data_n(buf, count, ty, "send") }
+}
+
+/// The receive side of [`reduce_send`].
+pub(crate) fn reduce_recv(
+    r: &Reducer,
+    buf: *mut c_void,
+    count: usize,
+    ty: &Ty,
+) -> MpiResult<RecvData> {
+    if r.raw_layout() {
+        let len = raw_len(buf, count, ty, "receive")?;
+        return Ok(RecvData::direct(buf.cast(), len));
+    }
+    recv_data_n(buf, count, ty, "receive")
+}
+
+fn raw_len(buf: *const c_void, count: usize, ty: &Ty, what: &str) -> MpiResult<usize> {
+    let len = ty
+        .raw_extent()?
+        .checked_mul(count)
+        .ok_or_else(|| MpiError::new(MPI_ERR_COUNT, format!("{what} count {count} overflows")))?;
+    if len > 0 && buf.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{what} buffer is NULL with {count} elements to reduce"),
+        ));
+    }
+    Ok(len)
+}
+
+/// The input of a reduction: sendbuf's data, or (`MPI_IN_PLACE`) a copy of recvbuf's.
+///
+/// # Safety
+/// The buffers hold `count` elements of `ty` (the reduction's contract).
+pub(crate) unsafe fn reduce_input(
+    r: &Reducer,
+    sendbuf: *const c_void,
+    recv: &mut RecvData,
+    count: usize,
+    ty: &Ty,
+    fname: &str,
+) -> MpiResult<Vec<u8>> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if in_place(sendbuf) {
+            recv.load()?;
+            return Ok(recv.bytes_mut().to_vec());
+        }
+        let send = reduce_send(r, sendbuf, count, ty)?;
+        apart(&send, recv, fname)?;
+        Ok(send.bytes().to_vec())
+    }
 }
 
 /// `MPI_Allreduce` (`MPI_IN_PLACE` as sendbuf: the input is in recvbuf).
@@ -171,19 +155,15 @@ pub unsafe extern "C" fn MPI_Allreduce(
 ) -> c_int {
     call("MPI_Allreduce", comm, || {
         let c = communicator(comm)?;
-        let len = buffer_len(recvbuf, count, dt, "receive")?;
-        let (rop, elem) = reduction(op, dt)?;
-        // SAFETY: MPI_Allreduce's contract: recvbuf holds `count` elements for the call.
-        let recv = unsafe { bytes_mut(recvbuf, len) };
-        if in_place(sendbuf) {
-            let send = recv.to_vec();
-            by_elem!(elem, allreduce_as(&c, &send, recv, rop))?;
-        } else {
-            buffer_len(sendbuf, count, dt, "send")?;
-            no_overlap(sendbuf, len, recvbuf, len, "MPI_Allreduce")?;
-            // SAFETY: as above for sendbuf, which does not overlap recvbuf (checked).
-            let send = unsafe { bytes(sendbuf, len) };
-            by_elem!(elem, allreduce_as(&c, send, recv, rop))?;
+        let n = super::count(count, "count")?;
+        let ty = Ty::for_use(dt)?;
+        let r = reducer(op, dt, &ty)?;
+        let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
+        // SAFETY: MPI_Allreduce's contract: both buffers hold `count` elements for the call.
+        unsafe {
+            let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Allreduce")?;
+            reduce(&c, Coll::Allreduce, &send, Some(recv.bytes_mut()), r)?;
+            recv.finish(recv.len());
         }
         Ok(())
     })
@@ -203,21 +183,16 @@ pub unsafe extern "C" fn MPI_Reduce(
     call("MPI_Reduce", comm, || {
         let c = communicator(comm)?;
         let root = root_of(root, c.size())?;
-        let (rop, elem) = reduction(op, dt)?;
-        let is_root = c.rank() == root;
-        if is_root {
-            let len = buffer_len(recvbuf, count, dt, "receive")?;
-            // SAFETY: MPI_Reduce's contract: the root's recvbuf holds `count` elements.
-            let recv = unsafe { bytes_mut(recvbuf, len) };
-            if in_place(sendbuf) {
-                let send = recv.to_vec();
-                by_elem!(elem, reduce_as(&c, &send, Some(recv), rop, root))?;
-            } else {
-                buffer_len(sendbuf, count, dt, "send")?;
-                no_overlap(sendbuf, len, recvbuf, len, "MPI_Reduce")?;
-                // SAFETY: as above for sendbuf, which does not overlap recvbuf (checked).
-                let send = unsafe { bytes(sendbuf, len) };
-                by_elem!(elem, reduce_as(&c, send, Some(recv), rop, root))?;
+        let n = super::count(count, "count")?;
+        let ty = Ty::for_use(dt)?;
+        let r = reducer(op, dt, &ty)?;
+        if c.rank() == root {
+            let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
+            // SAFETY: MPI_Reduce's contract: the root's buffers hold `count` elements.
+            unsafe {
+                let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Reduce")?;
+                reduce(&c, Coll::Reduce(root), &send, Some(recv.bytes_mut()), r)?;
+                recv.finish(recv.len());
             }
         } else {
             if in_place(sendbuf) {
@@ -226,21 +201,16 @@ pub unsafe extern "C" fn MPI_Reduce(
                     "MPI_IN_PLACE is only valid as the root's sendbuf of MPI_Reduce",
                 ));
             }
-            let len = buffer_len(sendbuf, count, dt, "send")?;
             // SAFETY: MPI_Reduce's contract: sendbuf holds `count` elements.
-            let send = unsafe { bytes(sendbuf, len) };
-            by_elem!(elem, reduce_as(&c, send, None, rop, root))?;
+            let send = unsafe { reduce_send(&r, sendbuf, n, &ty)? };
+            // SAFETY: as above.
+            reduce(&c, Coll::Reduce(root), unsafe { send.bytes() }, None, r)?;
         }
         Ok(())
     })
 }
 
-/// Bytes of one block (`count` elements of `dt`), with the pointer check.
-fn block(buf: *const c_void, count: c_int, dt: Handle, what: &str) -> MpiResult<usize> {
-    buffer_len(buf, count, dt, what)
-}
-
-fn same_block(send: usize, recv: usize, fname: &str) -> MpiResult<()> {
+pub(crate) fn same_block(send: usize, recv: usize, fname: &str) -> MpiResult<()> {
     if send != recv {
         return Err(MpiError::new(
             MPI_ERR_COUNT,
@@ -248,6 +218,25 @@ fn same_block(send: usize, recv: usize, fname: &str) -> MpiResult<()> {
         ));
     }
     Ok(())
+}
+
+/// `blocks` blocks of `count` elements of `dt` (a checked count and a committed type).
+pub(crate) fn blocks_of(
+    count: c_int,
+    dt: Handle,
+    blocks: usize,
+    what: &str,
+) -> MpiResult<(Ty, usize, usize)> {
+    let n = super::count(count, &format!("{what} count"))?;
+    let ty = Ty::for_use(dt)?;
+    let total = n.checked_mul(blocks).ok_or_else(|| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} count {n} x {blocks} ranks overflows"),
+        )
+    })?;
+    let block = ty.packed_len(n)?;
+    Ok((ty, total, block))
 }
 
 /// `MPI_Gather`.
@@ -267,23 +256,29 @@ pub unsafe extern "C" fn MPI_Gather(
         let (n, me) = (c.size(), c.rank());
         let root = root_of(root, n)?;
         if me != root {
-            let b = block(sendbuf, sendcount, sendtype, "send")?;
             // SAFETY: MPI_Gather's contract: sendbuf holds `sendcount` elements.
-            c.gather(unsafe { bytes(sendbuf, b) }, None, root)?;
+            let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
+            // SAFETY: as above.
+            c.gather(unsafe { send.bytes() }, None, root)?;
             return Ok(());
         }
-        let rb = block(recvbuf, recvcount, recvtype, "receive")?;
-        // SAFETY: MPI_Gather's contract: the root's recvbuf holds size x recvcount elements.
-        let recv = unsafe { bytes_mut(recvbuf, n * rb) };
-        if in_place(sendbuf) {
-            let own = recv[me * rb..(me + 1) * rb].to_vec();
-            c.gather(&own, Some(recv), root)?;
-        } else {
-            let sb = block(sendbuf, sendcount, sendtype, "send")?;
-            same_block(sb, rb, "MPI_Gather")?;
-            no_overlap(sendbuf, sb, recvbuf, n * rb, "MPI_Gather")?;
-            // SAFETY: as above; no overlap (checked).
-            c.gather(unsafe { bytes(sendbuf, sb) }, Some(recv), root)?;
+        let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
+        let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
+        // SAFETY: MPI_Gather's contract: the root's recvbuf holds size x recvcount elements,
+        // sendbuf `sendcount` elements.
+        unsafe {
+            if in_place(sendbuf) {
+                recv.load()?;
+                let all = recv.bytes_mut();
+                let own = all[me * rb..(me + 1) * rb].to_vec();
+                c.gather(&own, Some(all), root)?;
+            } else {
+                let send = send_data(sendbuf, sendcount, sendtype, "send")?;
+                same_block(send.len(), rb, "MPI_Gather")?;
+                apart(&send, &recv, "MPI_Gather")?;
+                c.gather(send.bytes(), Some(recv.bytes_mut()), root)?;
+            }
+            recv.finish(recv.len());
         }
         Ok(())
     })
@@ -306,24 +301,30 @@ pub unsafe extern "C" fn MPI_Scatter(
         let (n, me) = (c.size(), c.rank());
         let root = root_of(root, n)?;
         if me != root {
-            let rb = block(recvbuf, recvcount, recvtype, "receive")?;
+            let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
             // SAFETY: MPI_Scatter's contract: recvbuf holds `recvcount` elements.
-            c.scatter(None, unsafe { bytes_mut(recvbuf, rb) }, root)?;
+            unsafe {
+                c.scatter(None, recv.bytes_mut(), root)?;
+                recv.finish(recv.len());
+            }
             return Ok(());
         }
-        let sb = block(sendbuf, sendcount, sendtype, "send")?;
-        // SAFETY: MPI_Scatter's contract: the root's sendbuf holds size x sendcount elements.
-        let send = unsafe { bytes(sendbuf, n * sb) };
-        if in_place(recvbuf) {
-            // The root's block stays where it is.
-            let mut own = vec![0u8; sb];
-            c.scatter(Some(send), &mut own, root)?;
-        } else {
-            let rb = block(recvbuf, recvcount, recvtype, "receive")?;
-            same_block(sb, rb, "MPI_Scatter")?;
-            no_overlap(sendbuf, n * sb, recvbuf, rb, "MPI_Scatter")?;
-            // SAFETY: as above; no overlap (checked).
-            c.scatter(Some(send), unsafe { bytes_mut(recvbuf, rb) }, root)?;
+        let (sty, total, sb) = blocks_of(sendcount, sendtype, n, "send")?;
+        // SAFETY: MPI_Scatter's contract: the root's sendbuf holds size x sendcount
+        // elements, recvbuf `recvcount`.
+        unsafe {
+            let send = send_data_n(sendbuf, total, &sty, "send")?;
+            if in_place(recvbuf) {
+                // The root's block stays where it is.
+                let mut own = vec![0u8; sb];
+                c.scatter(Some(send.bytes()), &mut own, root)?;
+            } else {
+                let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
+                same_block(sb, recv.len(), "MPI_Scatter")?;
+                apart(&send, &recv, "MPI_Scatter")?;
+                c.scatter(Some(send.bytes()), recv.bytes_mut(), root)?;
+                recv.finish(recv.len());
+            }
         }
         Ok(())
     })
@@ -343,19 +344,23 @@ pub unsafe extern "C" fn MPI_Allgather(
     call("MPI_Allgather", comm, || {
         let c = communicator(comm)?;
         let (n, me) = (c.size(), c.rank());
-        let rb = block(recvbuf, recvcount, recvtype, "receive")?;
-        // SAFETY: MPI_Allgather's contract: recvbuf holds size x recvcount elements.
-        let recv = unsafe { bytes_mut(recvbuf, n * rb) };
-        if in_place(sendbuf) {
-            let own = recv[me * rb..(me + 1) * rb].to_vec();
-            c.allgather(&own, recv)?;
-        } else {
-            let sb = block(sendbuf, sendcount, sendtype, "send")?;
-            same_block(sb, rb, "MPI_Allgather")?;
-            no_overlap(sendbuf, sb, recvbuf, n * rb, "MPI_Allgather")?;
-            // SAFETY: MPI_Allgather's contract: sendbuf holds `sendcount` elements; no
-            // overlap (checked).
-            c.allgather(unsafe { bytes(sendbuf, sb) }, recv)?;
+        let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
+        let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
+        // SAFETY: MPI_Allgather's contract: recvbuf holds size x recvcount elements,
+        // sendbuf `sendcount`.
+        unsafe {
+            if in_place(sendbuf) {
+                recv.load()?;
+                let all = recv.bytes_mut();
+                let own = all[me * rb..(me + 1) * rb].to_vec();
+                c.allgather(&own, all)?;
+            } else {
+                let send = send_data(sendbuf, sendcount, sendtype, "send")?;
+                same_block(send.len(), rb, "MPI_Allgather")?;
+                apart(&send, &recv, "MPI_Allgather")?;
+                c.allgather(send.bytes(), recv.bytes_mut())?;
+            }
+            recv.finish(recv.len());
         }
         Ok(())
     })
@@ -375,104 +380,22 @@ pub unsafe extern "C" fn MPI_Alltoall(
     call("MPI_Alltoall", comm, || {
         let c = communicator(comm)?;
         let n = c.size();
-        let rb = block(recvbuf, recvcount, recvtype, "receive")?;
-        // SAFETY: MPI_Alltoall's contract: recvbuf holds size x recvcount elements.
-        let recv = unsafe { bytes_mut(recvbuf, n * rb) };
-        if in_place(sendbuf) {
-            let send = recv.to_vec();
-            c.alltoall(&send, recv)?;
-        } else {
-            let sb = block(sendbuf, sendcount, sendtype, "send")?;
-            same_block(sb, rb, "MPI_Alltoall")?;
-            no_overlap(sendbuf, n * sb, recvbuf, n * rb, "MPI_Alltoall")?;
-            // SAFETY: MPI_Alltoall's contract: sendbuf holds size x sendcount elements; no
-            // overlap (checked).
-            c.alltoall(unsafe { bytes(sendbuf, n * sb) }, recv)?;
-        }
-        Ok(())
-    })
-}
-
-/// Byte counts and displacements of one side of an alltoallv, and the span they cover.
-///
-/// # Safety
-/// `counts` and `displs` hold `n` ints each (checked non-null).
-unsafe fn layout(
-    counts: *const c_int,
-    displs: *const c_int,
-    n: usize,
-    elem: usize,
-    side: &str,
-) -> MpiResult<(Vec<usize>, Vec<usize>, usize)> {
-    if counts.is_null() || displs.is_null() {
-        return Err(MpiError::new(
-            MPI_ERR_ARG,
-            format!("the {side} counts or displacements array is NULL"),
-        ));
-    }
-    let (mut cs, mut ds, mut span) = (Vec::with_capacity(n), Vec::with_capacity(n), 0);
-    for i in 0..n {
-        // SAFETY: the caller's contract.
-        let (cnt, dsp) = unsafe { (counts.add(i).read(), displs.add(i).read()) };
-        let cnt = usize::try_from(cnt).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_COUNT,
-                format!("{side} count {cnt} of rank {i} is negative: counts are >= 0"),
-            )
-        })?;
-        let dsp = usize::try_from(dsp).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_ARG,
-                format!("{side} displacement {dsp} of rank {i} is negative"),
-            )
-        })?;
-        cs.push(cnt * elem);
-        ds.push(dsp * elem);
-        if cnt > 0 {
-            span = span.max((dsp + cnt) * elem);
-        }
-    }
-    Ok((cs, ds, span))
-}
-
-/// `MPI_Alltoallv`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoallv", comm, || {
-        let c = communicator(comm)?;
-        let n = c.size();
-        let rsize = datatype(recvtype)?.size;
-        // SAFETY: MPI_Alltoallv's contract: size counts and displacements.
-        let (rc, rd, rspan) = unsafe { layout(recvcounts, rdispls, n, rsize, "receive")? };
-        if rspan > 0 && recvbuf.is_null() {
-            return Err(MpiError::new(MPI_ERR_BUFFER, "the receive buffer is NULL"));
-        }
-        // SAFETY: MPI_Alltoallv's contract: recvbuf covers every receive block.
-        let recv = unsafe { bytes_mut(recvbuf, rspan) };
-        if in_place(sendbuf) {
-            let send = recv.to_vec();
-            c.alltoallv(&send, &rc, &rd, recv, &rc, &rd)?;
-        } else {
-            let ssize = datatype(sendtype)?.size;
-            // SAFETY: as above, for the send side.
-            let (sc, sd, sspan) = unsafe { layout(sendcounts, sdispls, n, ssize, "send")? };
-            if sspan > 0 && sendbuf.is_null() {
-                return Err(MpiError::new(MPI_ERR_BUFFER, "the send buffer is NULL"));
+        let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
+        let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
+        // SAFETY: MPI_Alltoall's contract: both buffers hold size x count elements.
+        unsafe {
+            if in_place(sendbuf) {
+                recv.load()?;
+                let send = recv.bytes_mut().to_vec();
+                c.alltoall(&send, recv.bytes_mut())?;
+            } else {
+                let (sty, stotal, sb) = blocks_of(sendcount, sendtype, n, "send")?;
+                same_block(sb, rb, "MPI_Alltoall")?;
+                let send = send_data_n(sendbuf, stotal, &sty, "send")?;
+                apart(&send, &recv, "MPI_Alltoall")?;
+                c.alltoall(send.bytes(), recv.bytes_mut())?;
             }
-            no_overlap(sendbuf, sspan, recvbuf, rspan, "MPI_Alltoallv")?;
-            // SAFETY: MPI_Alltoallv's contract: sendbuf covers every send block; no overlap
-            // (checked).
-            c.alltoallv(unsafe { bytes(sendbuf, sspan) }, &sc, &sd, recv, &rc, &rd)?;
+            recv.finish(recv.len());
         }
         Ok(())
     })

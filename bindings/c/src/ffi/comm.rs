@@ -119,22 +119,14 @@ pub unsafe extern "C" fn MPI_Comm_compare(
     call("MPI_Comm_compare", comm1, || {
         let a = communicator(comm1)?;
         let b = communicator(comm2).map_err(|e| e.on(comm1))?;
-        let members = |c: &rmca::Communicator| -> Result<Vec<u32>, rmca::Error> {
-            (0..c.size()).map(|r| c.world_rank(r)).collect()
-        };
-        let (ma, mb) = (members(&a)?, members(&b)?);
         let r = if comm1 == comm2 {
             MPI_IDENT
-        } else if ma == mb {
-            MPI_CONGRUENT
         } else {
-            let (mut sa, mut sb) = (ma, mb);
-            sa.sort_unstable();
-            sb.sort_unstable();
-            if sa == sb {
-                MPI_SIMILAR
-            } else {
-                MPI_UNEQUAL
+            // Distinct handles are distinct matching spaces: at most congruent.
+            match a.compare(&b) {
+                rmca::Comparison::Identical | rmca::Comparison::Congruent => MPI_CONGRUENT,
+                rmca::Comparison::Similar => MPI_SIMILAR,
+                rmca::Comparison::Unequal => MPI_UNEQUAL,
             }
         };
         // SAFETY: the caller's int.

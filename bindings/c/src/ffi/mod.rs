@@ -14,14 +14,17 @@
 pub mod coll;
 pub mod comm;
 pub mod env;
+pub mod group;
+pub mod op;
 pub mod p2p;
 pub mod req;
+pub mod types;
+pub mod vcoll;
 
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::*;
-use crate::dtype::{self, Datatype};
 use crate::state::{self, ErrHandler, MpiError, MpiResult};
 
 /// Run the body of MPI function `fname` whose communicator is `comm` (errors go to its error
@@ -97,21 +100,6 @@ fn fatal(fname: &str, e: &MpiError) -> ! {
     std::process::exit(e.class.max(1))
 }
 
-/// The datatype behind `h`.
-pub(crate) fn datatype(h: Handle) -> MpiResult<Datatype> {
-    dtype::lookup(h).ok_or_else(|| {
-        let what = if h == MPI_DATATYPE_NULL {
-            "MPI_DATATYPE_NULL".to_owned()
-        } else {
-            format!("{h:#x}")
-        };
-        MpiError::new(
-            MPI_ERR_TYPE,
-            format!("invalid datatype {what}: rmca supports the predefined datatypes (derived datatypes are not implemented yet)"),
-        )
-    })
-}
-
 /// Check a count (non-negative).
 pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
     usize::try_from(n).map_err(|_| {
@@ -122,15 +110,22 @@ pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
     })
 }
 
-/// Bytes of `n` elements of `dt` at `buf`, checking the count and the pointer.
+/// Bytes of `n` elements of `dt` at `buf`, checking the count and the pointer: for the
+/// calls that use the buffer in place, so a derived datatype must be one run of bytes
+/// starting at `buf` (the others go through [`send_data`] and [`recv_data`]).
 pub(crate) fn buffer_len(buf: *const c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<usize> {
-    let n = usize::try_from(n).map_err(|_| {
-        MpiError::new(
-            MPI_ERR_COUNT,
-            format!("{what} count {n} is negative: counts are >= 0"),
-        )
-    })?;
-    let len = n * datatype(dt)?.size;
+    let n = count_of(n, what)?;
+    let ty = types::Ty::for_use(dt)?;
+    let len = ty.packed_len(n)?;
+    match ty.run(n) {
+        Some((0, _)) => {}
+        _ => {
+            return Err(MpiError::new(
+                MPI_ERR_TYPE,
+                format!("datatype {dt:#x} does not lay its data out as one run from the buffer start, which this call needs (derived datatypes are accepted by send/receive, non-blocking send/receive and the collectives without a v)"),
+            ))
+        }
+    }
     if len > 0 && buf.is_null() {
         return Err(MpiError::new(
             MPI_ERR_BUFFER,
@@ -138,6 +133,233 @@ pub(crate) fn buffer_len(buf: *const c_void, n: c_int, dt: Handle, what: &str) -
         ));
     }
     Ok(len)
+}
+
+fn count_of(n: c_int, what: &str) -> MpiResult<usize> {
+    usize::try_from(n).map_err(|_| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} count {n} is negative: counts are >= 0"),
+        )
+    })
+}
+
+/// Refuse a NULL buffer, or `MPI_IN_PLACE` where the call does not take it, with data to
+/// move.
+fn check_buffer(buf: *const c_void, len: usize, n: usize, what: &str) -> MpiResult<()> {
+    if len > 0 && buf.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{what} buffer is NULL with {n} elements to transfer"),
+        ));
+    }
+    if len > 0 && buf as usize == MPI_IN_PLACE {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{what} buffer is MPI_IN_PLACE, which this call (or this rank's role in it) does not take"),
+        ));
+    }
+    Ok(())
+}
+
+/// The data of a send: the program's bytes in place (one run), or a packed copy.
+pub enum SendData {
+    Direct(*const u8, usize),
+    Packed(Vec<u8>),
+}
+
+impl SendData {
+    /// The bytes to send.
+    ///
+    /// # Safety
+    /// For `Direct`, the program's buffer is valid and unwritten while the slice lives.
+    pub(crate) unsafe fn bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: the caller's contract; non-null when len > 0 (checked by send_data).
+            SendData::Direct(p, len) => unsafe { bytes((*p).cast(), *len) },
+            SendData::Packed(v) => v,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.span().1
+    }
+
+    /// Where the bytes are (for overlap checks, without making a slice).
+    pub(crate) fn span(&self) -> (*const c_void, usize) {
+        match self {
+            SendData::Direct(p, len) => (p.cast(), *len),
+            SendData::Packed(v) => (v.as_ptr().cast(), v.len()),
+        }
+    }
+}
+
+/// The data of `n` elements of `dt` at `buf`, to send.
+///
+/// # Safety
+/// `buf` holds `n` elements of `dt` (the MPI contract of a send buffer).
+pub(crate) unsafe fn send_data(
+    buf: *const c_void,
+    n: c_int,
+    dt: Handle,
+    what: &str,
+) -> MpiResult<SendData> {
+    let n = count_of(n, what)?;
+    let ty = types::Ty::for_use(dt)?;
+    // SAFETY: the caller's contract.
+    unsafe { send_data_n(buf, n, &ty, what) }
+}
+
+/// [`send_data`] with a checked count and a resolved datatype.
+///
+/// # Safety
+/// As [`send_data`].
+pub(crate) unsafe fn send_data_n(
+    buf: *const c_void,
+    n: usize,
+    ty: &types::Ty,
+    what: &str,
+) -> MpiResult<SendData> {
+    let len = ty.packed_len(n)?;
+    check_buffer(buf, len, n, what)?;
+    match ty.run(n) {
+        Some((off, len)) => Ok(SendData::Direct(
+            (buf as *const u8).wrapping_offset(if len == 0 { 0 } else { off }),
+            len,
+        )),
+        // SAFETY: the caller's contract.
+        None => Ok(SendData::Packed(unsafe { ty.pack(buf, n)? })),
+    }
+}
+
+/// Where a receive lands: the program's bytes in place (one run), or a buffer unpacked
+/// into the program's layout by [`RecvData::finish`].
+pub struct RecvData {
+    direct: Option<(*mut u8, usize)>,
+    staging: Vec<u8>,
+    target: Option<(types::Ty, usize, usize)>,
+}
+
+impl RecvData {
+    /// The bytes to receive into.
+    ///
+    /// # Safety
+    /// For a direct receive, the program's buffer is valid and not otherwise accessed while
+    /// the slice lives.
+    pub(crate) unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+        match self.direct {
+            // SAFETY: the caller's contract; non-null when len > 0 (checked by recv_data).
+            Some((p, len)) => unsafe { bytes_mut(p.cast(), len) },
+            None => &mut self.staging,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.span().1
+    }
+
+    /// The program's `len` bytes at `p`, received in place.
+    pub(crate) fn direct(p: *mut u8, len: usize) -> Self {
+        RecvData {
+            direct: Some((p, len)),
+            staging: Vec::new(),
+            target: None,
+        }
+    }
+
+    /// Where the bytes are (for overlap checks, without making a slice).
+    pub(crate) fn span(&self) -> (*const c_void, usize) {
+        match self.direct {
+            Some((p, len)) => (p.cast_const().cast(), len),
+            None => (self.staging.as_ptr().cast(), self.staging.len()),
+        }
+    }
+
+    /// Fill a staged buffer with what the program's buffer holds now (the input of an
+    /// `MPI_IN_PLACE` collective).
+    ///
+    /// # Safety
+    /// The program's buffer is valid for reads.
+    pub(crate) unsafe fn load(&mut self) -> MpiResult<()> {
+        if let Some((ty, buf, count)) = &self.target {
+            // SAFETY: the caller's contract.
+            self.staging = unsafe { ty.pack(*buf as *const c_void, *count)? };
+        }
+        Ok(())
+    }
+
+    /// Is the data staged (to unpack at completion)?
+    pub(crate) fn is_staged(&self) -> bool {
+        self.target.is_some()
+    }
+
+    /// Unpack the first `received` bytes into the program's buffer (nothing for a direct
+    /// receive).
+    ///
+    /// # Safety
+    /// The program's buffer is valid and not otherwise accessed during the call.
+    pub(crate) unsafe fn finish(&self, received: usize) {
+        if let Some((ty, buf, count)) = &self.target {
+            let n = received.min(self.staging.len());
+            // SAFETY: the caller's contract.
+            unsafe { ty.unpack(&self.staging[..n], *buf as *mut c_void, *count) };
+        }
+    }
+}
+
+/// Library-owned data of a non-blocking operation on a non-contiguous datatype.
+pub enum Staged {
+    /// The packed copy a send reads from.
+    Send(SendData),
+    /// The buffer a receive lands in, unpacked into the program's layout at completion.
+    Recv(RecvData),
+}
+
+impl Staged {
+    /// Complete: unpack a receive's `received` bytes.
+    ///
+    /// # Safety
+    /// The operation completed; the program's receive buffer is valid and not otherwise
+    /// accessed during the call.
+    pub(crate) unsafe fn finish(self, received: u64) {
+        if let Staged::Recv(r) = self {
+            // SAFETY: the caller's contract.
+            unsafe { r.finish(received as usize) };
+        }
+    }
+}
+
+/// Where `n` elements of `dt` at `buf` are received.
+pub(crate) fn recv_data(buf: *mut c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<RecvData> {
+    let n = count_of(n, what)?;
+    let ty = types::Ty::for_use(dt)?;
+    recv_data_n(buf, n, &ty, what)
+}
+
+/// [`recv_data`] with a checked count and a resolved datatype.
+pub(crate) fn recv_data_n(
+    buf: *mut c_void,
+    n: usize,
+    ty: &types::Ty,
+    what: &str,
+) -> MpiResult<RecvData> {
+    let len = ty.packed_len(n)?;
+    check_buffer(buf, len, n, what)?;
+    Ok(match ty.run(n) {
+        Some((off, len)) => RecvData {
+            direct: Some((
+                (buf as *mut u8).wrapping_offset(if len == 0 { 0 } else { off }),
+                len,
+            )),
+            staging: Vec::new(),
+            target: None,
+        },
+        None => RecvData {
+            direct: None,
+            staging: vec![0; len],
+            target: Some((ty.clone(), buf as usize, n)),
+        },
+    })
 }
 
 /// The `len` bytes at `buf` (a checked, non-null pointer when `len` > 0).
@@ -265,6 +487,7 @@ pub(crate) fn to_mpi_status(st: &rmca::Status) -> MpiStatus {
         internal: [0; 5],
     };
     s.set_bytes(st.bytes as u64);
+    s.internal[2] = c_int::from(st.cancelled);
     s
 }
 

@@ -7,9 +7,10 @@ use std::ffi::{c_int, c_void};
 use rmca::framework::pml::SendMode;
 use rmca::raw;
 
+use super::types::Ty;
 use super::{
-    buffer_len, bytes, bytes_mut, call, datatype, dest, empty_status, no_overlap, outcome, put,
-    put_status, recv_tag, send_tag, source, to_mpi_status,
+    buffer_len, bytes, call, dest, empty_status, no_overlap, outcome, put, put_status, recv_data,
+    recv_tag, send_data, send_tag, source, to_mpi_status, SendData, Staged,
 };
 use crate::abi::*;
 use crate::state::{
@@ -39,24 +40,22 @@ fn send(
     tag: c_int,
     comm: Handle,
 ) -> MpiResult<()> {
-    let (c, len) = args(comm, buf, count, dt)?;
+    let c = state::with(|s| Ok(s.comm(comm)?.comm.clone()))?;
+    // SAFETY: the send's contract: `buf` holds `count` elements of `dt`.
+    let data = unsafe { send_data(buf, count, dt, "message")? };
     let Some(to) = dest(to, c.size())? else {
         return Ok(());
     };
     let tag = send_tag(tag)?;
+    // SAFETY: the send's contract: `buf` is not written during the call; the slice lives
+    // only for the call.
+    let bytes = unsafe { data.bytes() };
     match kind {
         SendKind::Buffered => {
-            state::with(|s| buffered_send(s, &c, buf as usize, len, to, tag))?;
+            state::with(|s| buffered_send(s, &c, bytes.as_ptr() as usize, bytes.len(), to, tag))?;
         }
-        SendKind::Synchronous => {
-            // SAFETY: MPI_Ssend's contract: `buf` holds the message and is not written
-            // during the call; the slice lives only for the call.
-            c.ssend(unsafe { bytes(buf, len) }, to, tag)?;
-        }
-        SendKind::Standard | SendKind::Ready => {
-            // SAFETY: MPI_Send's contract, as above.
-            c.send(unsafe { bytes(buf, len) }, to, tag)?;
-        }
+        SendKind::Synchronous => c.ssend(bytes, to, tag)?,
+        SendKind::Standard | SendKind::Ready => c.send(bytes, to, tag)?,
     }
     Ok(())
 }
@@ -196,12 +195,15 @@ pub unsafe extern "C" fn MPI_Recv(
     status: *mut MpiStatus,
 ) -> c_int {
     call("MPI_Recv", comm, || {
-        let (c, len) = args(comm, buf, count, datatype)?;
+        let c = super::communicator(comm)?;
+        let mut data = recv_data(buf, count, datatype, "message")?;
         let src = source(src, c.size())?;
         let tag = recv_tag(tag)?;
         // SAFETY: MPI_Recv's contract: `buf` holds `count` elements and is not accessed
         // otherwise during the call.
-        let o = outcome(c.recv(unsafe { bytes_mut(buf, len) }, src, tag));
+        let o = outcome(c.recv(unsafe { data.bytes_mut() }, src, tag));
+        // SAFETY: as above.
+        unsafe { data.finish(o.status.bytes() as usize) };
         // SAFETY: the caller's status or MPI_STATUS_IGNORE.
         unsafe { put_status(status, &o.status) };
         o.error.map_or(Ok(()), Err)
@@ -282,14 +284,26 @@ fn isend(
     comm: Handle,
     request: *mut Handle,
 ) -> MpiResult<()> {
-    let (c, len) = args(comm, buf, count, dt)?;
+    let c = super::communicator(comm)?;
+    // SAFETY: the send's contract: `buf` holds `count` elements of `dt`.
+    let data = unsafe { send_data(buf, count, dt, "message")? };
+    let (ptr, len) = match &data {
+        SendData::Direct(p, len) => (*p as usize, *len),
+        SendData::Packed(v) => (v.as_ptr() as usize, v.len()),
+    };
     let h = state::with(|s| {
-        let st = start_send(s, &c, kind, buf as usize, len, to, tag)?;
-        s.add_request(ReqEntry {
+        let st = start_send(s, &c, kind, ptr, len, to, tag)?;
+        let active = matches!(st, ReqState::Active(_));
+        let h = s.add_request(ReqEntry {
             comm,
             state: st,
             persistent: None,
-        })
+        })?;
+        if active && matches!(data, SendData::Packed(_)) {
+            // The packed copy is read until the request completes.
+            s.staged.insert(h, Staged::Send(data));
+        }
+        Ok(h)
     })?;
     // SAFETY: the caller's request handle.
     unsafe { put(request, h, "request") }
@@ -332,14 +346,22 @@ pub unsafe extern "C" fn MPI_Irecv(
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Irecv", comm, || {
-        let (c, len) = args(comm, buf, count, datatype)?;
-        let st = start_recv(&c, buf as usize, len, src, tag)?;
+        let c = super::communicator(comm)?;
+        let mut data = recv_data(buf, count, datatype, "message")?;
+        // SAFETY: only the address is taken; the PML writes there until completion, and a
+        // staged buffer's heap allocation does not move when `data` does.
+        let at = unsafe { data.bytes_mut() }.as_mut_ptr() as usize;
+        let st = start_recv(&c, at, data.len(), src, tag)?;
         let h = state::with(|s| {
-            s.add_request(ReqEntry {
+            let h = s.add_request(ReqEntry {
                 comm,
                 state: st,
                 persistent: None,
-            })
+            })?;
+            if data.is_staged() {
+                s.staged.insert(h, Staged::Recv(data));
+            }
+            Ok(h)
         })?;
         // SAFETY: the caller's request handle.
         unsafe { put(request, h, "request") }
@@ -565,8 +587,10 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     status: *mut MpiStatus,
 ) -> c_int {
     call("MPI_Sendrecv", comm, || {
-        let (c, send_len) = args(comm, sendbuf, sendcount, sendtype)?;
-        let recv_len = buffer_len(recvbuf, recvcount, recvtype, "receive")?;
+        let c = super::communicator(comm)?;
+        // SAFETY: MPI_Sendrecv's contract: `sendbuf` holds `sendcount` elements.
+        let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
+        let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
         let to = match dest(to, c.size())? {
             Some(d) => rmca::Dest::Rank(d),
             None => rmca::Dest::Null,
@@ -574,21 +598,22 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let sendtag = send_tag(sendtag)?;
         let src = source(src, c.size())?;
         let recvtag = recv_tag(recvtag)?;
-        no_overlap(sendbuf, send_len, recvbuf, recv_len, "MPI_Sendrecv")?;
         // SAFETY: MPI_Sendrecv's contract: both buffers are valid for the call, the send
-        // buffer unwritten and the receive buffer unaccessed otherwise; they do not overlap
-        // (checked above).
-        let r = c.sendrecv(
-            unsafe { bytes(sendbuf, send_len) },
-            to,
-            sendtag,
-            unsafe { bytes_mut(recvbuf, recv_len) },
-            src,
-            recvtag,
-        );
-        let o = outcome(r);
-        // SAFETY: the caller's status or MPI_STATUS_IGNORE.
-        unsafe { put_status(status, &o.status) };
+        // buffer unwritten and the receive buffer unaccessed otherwise.
+        let (sb, rb) = unsafe { (send.bytes(), recv.bytes_mut()) };
+        no_overlap(
+            sb.as_ptr().cast(),
+            sb.len(),
+            rb.as_ptr().cast(),
+            rb.len(),
+            "MPI_Sendrecv",
+        )?;
+        let o = outcome(c.sendrecv(sb, to, sendtag, rb, src, recvtag));
+        // SAFETY: as above; the caller's status or MPI_STATUS_IGNORE.
+        unsafe {
+            recv.finish(o.status.bytes() as usize);
+            put_status(status, &o.status);
+        }
         o.error.map_or(Ok(()), Err)
     })
 }
@@ -607,7 +632,10 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     status: *mut MpiStatus,
 ) -> c_int {
     call("MPI_Sendrecv_replace", comm, || {
-        let (c, len) = args(comm, buf, count, datatype)?;
+        let c = super::communicator(comm)?;
+        // SAFETY: MPI_Sendrecv_replace's contract: `buf` holds `count` elements for the call.
+        let copy = unsafe { send_data(buf, count, datatype, "message")?.bytes().to_vec() };
+        let mut recv = recv_data(buf, count, datatype, "message")?;
         let to = match dest(to, c.size())? {
             Some(d) => rmca::Dest::Rank(d),
             None => rmca::Dest::Null,
@@ -615,37 +643,47 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
         let sendtag = send_tag(sendtag)?;
         let src = source(src, c.size())?;
         let recvtag = recv_tag(recvtag)?;
-        // SAFETY: MPI_Sendrecv_replace's contract: `buf` holds `count` elements for the call.
-        let buf = unsafe { bytes_mut(buf, len) };
-        let copy = buf.to_vec();
-        let o = outcome(c.sendrecv(&copy, to, sendtag, buf, src, recvtag));
-        // SAFETY: the caller's status or MPI_STATUS_IGNORE.
-        unsafe { put_status(status, &o.status) };
+        // SAFETY: as above; the copy is separate from `buf`.
+        let o = outcome(c.sendrecv(
+            &copy,
+            to,
+            sendtag,
+            unsafe { recv.bytes_mut() },
+            src,
+            recvtag,
+        ));
+        // SAFETY: as above; the caller's status or MPI_STATUS_IGNORE.
+        unsafe {
+            recv.finish(o.status.bytes() as usize);
+            put_status(status, &o.status);
+        }
         o.error.map_or(Ok(()), Err)
     })
 }
 
-/// Elements of `dt` in a status (MPI_UNDEFINED when not a whole number).
-fn elements(status: *const MpiStatus, dt: Handle, out: *mut c_int) -> MpiResult<()> {
+/// Read the byte count of a status (not `MPI_STATUS_IGNORE`).
+fn status_bytes(status: *const MpiStatus) -> MpiResult<usize> {
     if status.is_null() {
         return Err(MpiError::new(
             MPI_ERR_ARG,
             "the status is NULL (MPI_STATUS_IGNORE cannot be queried)",
         ));
     }
-    let size = datatype(dt)?.size;
     // SAFETY: non-null, the caller's status.
-    let bytes = unsafe { status.read() }.bytes();
-    let n = if size == 0 || bytes % size as u64 != 0 {
-        MPI_UNDEFINED
-    } else {
-        c_int::try_from(bytes / size as u64).unwrap_or(MPI_UNDEFINED)
-    };
+    Ok(unsafe { status.read() }.bytes() as usize)
+}
+
+/// Store a count, `MPI_UNDEFINED` when there is none or it does not fit an int.
+fn put_count(out: *mut c_int, n: Option<usize>) -> MpiResult<()> {
+    let n = n
+        .and_then(|n| c_int::try_from(n).ok())
+        .unwrap_or(MPI_UNDEFINED);
     // SAFETY: the caller's int.
     unsafe { put(out, n, "count") }
 }
 
-/// `MPI_Get_count`.
+/// `MPI_Get_count`: whole instances of the datatype received (MPI_UNDEFINED when not a
+/// whole number).
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_count(
     status: *const MpiStatus,
@@ -653,11 +691,18 @@ pub unsafe extern "C" fn MPI_Get_count(
     count: *mut c_int,
 ) -> c_int {
     call("MPI_Get_count", MPI_COMM_WORLD, || {
-        elements(status, datatype, count)
+        let bytes = status_bytes(status)?;
+        let size = Ty::lookup(datatype)?.size();
+        let n = match size {
+            0 => (bytes == 0).then_some(0),
+            s => (bytes % s == 0).then_some(bytes / s),
+        };
+        put_count(count, n)
     })
 }
 
-/// `MPI_Get_elements`: for the predefined datatypes, the count.
+/// `MPI_Get_elements`: basic elements received (counts the elements of a partly
+/// received instance of a derived datatype too).
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements(
     status: *const MpiStatus,
@@ -665,6 +710,8 @@ pub unsafe extern "C" fn MPI_Get_elements(
     count: *mut c_int,
 ) -> c_int {
     call("MPI_Get_elements", MPI_COMM_WORLD, || {
-        elements(status, datatype, count)
+        let bytes = status_bytes(status)?;
+        let n = Ty::lookup(datatype)?.elements(bytes)?;
+        put_count(count, n)
     })
 }

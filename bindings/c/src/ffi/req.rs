@@ -100,6 +100,11 @@ fn poll(s: &mut State, h: Handle, block: bool) -> MpiResult<Poll> {
             if !persistent {
                 s.remove_request(h);
             }
+            if let Some(staged) = s.staged.remove(&h) {
+                // SAFETY: the operation completed; the program leaves its buffer alone
+                // until the completion call returns.
+                unsafe { staged.finish(outcome.status.bytes()) };
+            }
             Ok(Poll::Complete {
                 outcome,
                 comm,
@@ -569,10 +574,21 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
         let h = unsafe { request.read() };
         state::with(|s| {
             s.request(h)?;
+            if matches!(s.staged.get(&h), Some(super::Staged::Recv(_)))
+                && matches!(s.request(h)?.state, ReqState::Active(_))
+            {
+                return Err(MpiError::new(
+                    MPI_ERR_REQUEST,
+                    "MPI_Request_free on an active receive into a non-contiguous derived datatype: rmca unpacks such a receive when it is completed, so complete it (MPI_Wait/MPI_Test) instead",
+                ));
+            }
             if let Some(entry) = s.remove_request(h) {
                 if let ReqState::Active(r) = entry.state {
                     s.detached.push(r);
                 }
+            }
+            if let Some(staged) = s.staged.remove(&h) {
+                s.staged_detached.push(staged);
             }
             Ok(())
         })?;
@@ -598,7 +614,15 @@ pub unsafe extern "C" fn MPI_Request_get_status(
                 Ok(match &s.request(request)?.state {
                     ReqState::Active(_) => None,
                     ReqState::Inactive => Some(empty_status()),
-                    ReqState::Done(o) => Some(o.status),
+                    ReqState::Done(o) => {
+                        let st = o.status;
+                        if let Some(staged) = s.staged.remove(&request) {
+                            // SAFETY: the operation completed; the program may read its
+                            // buffer once this call says so.
+                            unsafe { staged.finish(st.bytes()) };
+                        }
+                        Some(st)
+                    }
                 })
             })?
         };

@@ -1,0 +1,361 @@
+//! Groups (`MPI_Group_*`, `MPI_Comm_group`, `MPI_Comm_create`) over `rmca::Group`, and
+//! cancelling requests (`MPI_Cancel`, `MPI_Test_cancelled`).
+#![allow(non_snake_case)]
+
+use std::cell::RefCell;
+use std::ffi::c_int;
+
+use rmca::{Comparison, Group};
+
+use super::{call, communicator, put};
+use crate::abi::*;
+use crate::state::{self, CommEntry, MpiError, MpiResult, ReqState};
+
+/// `MPI_GROUP_NULL` and `MPI_GROUP_EMPTY` (standard ABI values).
+pub const MPI_GROUP_NULL: Handle = 0x108;
+pub const MPI_GROUP_EMPTY: Handle = 0x109;
+/// Handles of groups: this plus an index.
+pub const GROUP_BASE: Handle = DYNAMIC_BASE * 5;
+const MAX_GROUPS: usize = DYNAMIC_BASE;
+
+thread_local! {
+    static GROUPS: RefCell<Vec<Option<Group>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn bad_group(h: Handle) -> MpiError {
+    let what = if h == MPI_GROUP_NULL {
+        "MPI_GROUP_NULL".to_owned()
+    } else {
+        format!("{h:#x}")
+    };
+    MpiError::new(
+        MPI_ERR_GROUP,
+        format!("invalid group {what}: not MPI_GROUP_EMPTY or a group created and not freed"),
+    )
+}
+
+/// The group behind `h`.
+fn group(h: Handle) -> MpiResult<Group> {
+    if h == MPI_GROUP_EMPTY {
+        // The world's group with nobody in it: a group of this process's job.
+        let world = communicator(MPI_COMM_WORLD)?;
+        return Ok(world.group().incl(&[])?);
+    }
+    let i = h
+        .checked_sub(GROUP_BASE)
+        .filter(|&i| i < MAX_GROUPS)
+        .ok_or_else(|| bad_group(h))?;
+    GROUPS
+        .with(|g| g.borrow().get(i).cloned().flatten())
+        .ok_or_else(|| bad_group(h))
+}
+
+/// Register `g` and store its handle at `out`.
+fn add_group(g: Group, out: *mut Handle) -> MpiResult<()> {
+    if out.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the newgroup argument is NULL"));
+    }
+    let h = GROUPS.with(|t| {
+        let mut t = t.borrow_mut();
+        let i = match t.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if t.len() < MAX_GROUPS => {
+                t.push(None);
+                t.len() - 1
+            }
+            None => {
+                return Err(MpiError::new(
+                    MPI_ERR_NO_MEM,
+                    format!(
+                        "too many groups (at most {MAX_GROUPS}): free some with MPI_Group_free"
+                    ),
+                ))
+            }
+        };
+        t[i] = Some(g);
+        Ok(GROUP_BASE + i)
+    })?;
+    // SAFETY: non-null (checked), the caller's handle.
+    unsafe { put(out, h, "newgroup") }
+}
+
+/// `n` ranks of a C array, each a rank of `g`, distinct.
+///
+/// # Safety
+/// `ranks` holds `n` ints.
+unsafe fn ranks_of(g: &Group, n: c_int, ranks: *const c_int) -> MpiResult<Vec<usize>> {
+    let n = super::count(n, "rank count")?;
+    if n > 0 && ranks.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the ranks array is NULL"));
+    }
+    let mut seen = vec![false; g.size()];
+    (0..n)
+        .map(|i| {
+            // SAFETY: the caller's contract.
+            let r = unsafe { ranks.add(i).read() };
+            match usize::try_from(r) {
+                Ok(r) if r < g.size() && !seen[r] => {
+                    seen[r] = true;
+                    Ok(r)
+                }
+                Ok(r) if r < g.size() => Err(MpiError::new(
+                    MPI_ERR_RANK,
+                    format!("rank {r} appears twice: the ranks must be distinct"),
+                )),
+                _ => Err(MpiError::new(
+                    MPI_ERR_RANK,
+                    format!(
+                        "rank {r} is not in the group (ranks 0..{})",
+                        g.size().saturating_sub(1)
+                    ),
+                )),
+            }
+        })
+        .collect()
+}
+
+/// `MPI_Comm_group`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_group(comm: Handle, group: *mut Handle) -> c_int {
+    call("MPI_Comm_group", comm, || {
+        add_group(communicator(comm)?.group(), group)
+    })
+}
+
+/// `MPI_Group_size`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_size(g: Handle, size: *mut c_int) -> c_int {
+    call("MPI_Group_size", MPI_COMM_WORLD, || {
+        let n = group(g)?.size();
+        // SAFETY: the caller's int.
+        unsafe { put(size, n as c_int, "size") }
+    })
+}
+
+/// `MPI_Group_rank`: `MPI_UNDEFINED` when the caller is not a member.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_rank(g: Handle, rank: *mut c_int) -> c_int {
+    call("MPI_Group_rank", MPI_COMM_WORLD, || {
+        let r = group(g)?.rank().map_or(MPI_UNDEFINED, |r| r as c_int);
+        // SAFETY: the caller's int.
+        unsafe { put(rank, r, "rank") }
+    })
+}
+
+/// `MPI_Group_incl`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_incl(
+    g: Handle,
+    n: c_int,
+    ranks: *const c_int,
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_incl", MPI_COMM_WORLD, || {
+        let g = group(g)?;
+        // SAFETY: MPI_Group_incl's contract: `n` ranks.
+        let r = unsafe { ranks_of(&g, n, ranks)? };
+        add_group(g.incl(&r)?, newgroup)
+    })
+}
+
+/// `MPI_Group_excl`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_excl(
+    g: Handle,
+    n: c_int,
+    ranks: *const c_int,
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_excl", MPI_COMM_WORLD, || {
+        let g = group(g)?;
+        // SAFETY: MPI_Group_excl's contract: `n` ranks.
+        let r = unsafe { ranks_of(&g, n, ranks)? };
+        add_group(g.excl(&r)?, newgroup)
+    })
+}
+
+macro_rules! set_op {
+    ($name:ident, $method:ident) => {
+        #[doc = concat!("`", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            group1: Handle,
+            group2: Handle,
+            newgroup: *mut Handle,
+        ) -> c_int {
+            call(stringify!($name), MPI_COMM_WORLD, || {
+                let (a, b) = (group(group1)?, group(group2)?);
+                add_group(a.$method(&b), newgroup)
+            })
+        }
+    };
+}
+
+set_op!(MPI_Group_union, union);
+set_op!(MPI_Group_intersection, intersection);
+set_op!(MPI_Group_difference, difference);
+
+/// `MPI_Group_translate_ranks`: `MPI_UNDEFINED` for a process not in `group2`,
+/// `MPI_PROC_NULL` kept.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_translate_ranks(
+    group1: Handle,
+    n: c_int,
+    ranks1: *const c_int,
+    group2: Handle,
+    ranks2: *mut c_int,
+) -> c_int {
+    call("MPI_Group_translate_ranks", MPI_COMM_WORLD, || {
+        let (a, b) = (group(group1)?, group(group2)?);
+        let count = super::count(n, "rank count")?;
+        if count > 0 && (ranks1.is_null() || ranks2.is_null()) {
+            return Err(MpiError::new(MPI_ERR_ARG, "a ranks array is NULL"));
+        }
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            // SAFETY: MPI_Group_translate_ranks's contract: `n` ranks.
+            let r = unsafe { ranks1.add(i).read() };
+            if r == MPI_PROC_NULL {
+                out.push(MPI_PROC_NULL);
+                continue;
+            }
+            let r = usize::try_from(r)
+                .ok()
+                .filter(|&r| r < a.size())
+                .ok_or_else(|| {
+                    MpiError::new(
+                        MPI_ERR_RANK,
+                        format!(
+                            "rank {r} is not in group1 (ranks 0..{})",
+                            a.size().saturating_sub(1)
+                        ),
+                    )
+                })?;
+            let t = a.translate_ranks(&[r], &b)?[0];
+            out.push(t.map_or(MPI_UNDEFINED, |t| t as c_int));
+        }
+        for (i, t) in out.into_iter().enumerate() {
+            // SAFETY: as above, `n` ints to write.
+            unsafe { ranks2.add(i).write(t) };
+        }
+        Ok(())
+    })
+}
+
+fn comparison(c: Comparison) -> c_int {
+    match c {
+        Comparison::Identical => MPI_IDENT,
+        Comparison::Congruent => MPI_CONGRUENT,
+        Comparison::Similar => MPI_SIMILAR,
+        Comparison::Unequal => MPI_UNEQUAL,
+    }
+}
+
+/// `MPI_Group_compare`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_compare(
+    group1: Handle,
+    group2: Handle,
+    result: *mut c_int,
+) -> c_int {
+    call("MPI_Group_compare", MPI_COMM_WORLD, || {
+        let r = comparison(group(group1)?.compare(&group(group2)?));
+        // SAFETY: the caller's int.
+        unsafe { put(result, r, "result") }
+    })
+}
+
+/// `MPI_Group_free`: the handle becomes `MPI_GROUP_NULL`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_free(g: *mut Handle) -> c_int {
+    call("MPI_Group_free", MPI_COMM_WORLD, || {
+        if g.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the group argument is NULL"));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { g.read() };
+        if h == MPI_GROUP_EMPTY {
+            return Err(MpiError::new(
+                MPI_ERR_GROUP,
+                "MPI_GROUP_EMPTY is predefined and cannot be freed",
+            ));
+        }
+        group(h)?;
+        GROUPS.with(|t| t.borrow_mut()[h - GROUP_BASE] = None);
+        // SAFETY: as above.
+        unsafe { g.write(MPI_GROUP_NULL) };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_create`: collective over `comm`; members of `group` get the new communicator
+/// (with `comm`'s error handler), the others `MPI_COMM_NULL`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_create(comm: Handle, g: Handle, newcomm: *mut Handle) -> c_int {
+    call("MPI_Comm_create", comm, || {
+        if newcomm.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the newcomm argument is NULL"));
+        }
+        let (c, errhandler) = state::with(|s| {
+            let e = s.comm(comm)?;
+            Ok((e.comm.clone(), e.errhandler))
+        })?;
+        let grp = group(g)?;
+        let h = match c.create(&grp)? {
+            None => MPI_COMM_NULL,
+            Some(nc) => state::with(|s| {
+                s.add_comm(CommEntry {
+                    comm: nc,
+                    errhandler,
+                    name: String::new(),
+                })
+            })?,
+        };
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { put(newcomm, h, "newcomm") }
+    })
+}
+
+/// `MPI_Cancel`: a receive not yet matched, or a send still in the PML, is cancelled
+/// (`MPI_Test_cancelled` on its status says which); the request must still be completed.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
+    call("MPI_Cancel", MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { request.read() };
+        if h == MPI_REQUEST_NULL {
+            return Err(MpiError::new(
+                MPI_ERR_REQUEST,
+                "MPI_Cancel on MPI_REQUEST_NULL",
+            ));
+        }
+        state::with(|s| {
+            let entry = s.request(h)?;
+            let comm = entry.comm;
+            if let ReqState::Active(r) = &mut entry.state {
+                r.cancel().map_err(|e| MpiError::from(e).on(comm))?;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Test_cancelled`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
+    call("MPI_Test_cancelled", MPI_COMM_WORLD, || {
+        if status.is_null() {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                "the status is NULL (MPI_STATUS_IGNORE cannot be queried)",
+            ));
+        }
+        // SAFETY: non-null, the caller's status.
+        let cancelled = unsafe { status.read() }.internal[2] != 0;
+        // SAFETY: the caller's int.
+        unsafe { put(flag, c_int::from(cancelled), "flag") }
+    })
+}
