@@ -234,6 +234,18 @@ pub struct State {
     /// The message of the last error of each class returned to the program.
     last_error: Vec<Option<String>>,
     pub thread_level: c_int,
+    /// Scratch of `MPI_Waitall`, kept so that a program waiting on windows of requests in a
+    /// loop allocates nothing per call (see [`WaitBatch`]).
+    pub wait_batch: WaitBatch,
+}
+
+/// The reused buffers of one `MPI_Waitall`: the requests handed to the PML together, the
+/// array position and handle each came from, and the failures.
+#[derive(Default)]
+pub struct WaitBatch {
+    pub requests: Vec<RawRequest>,
+    pub slots: Vec<(usize, Handle)>,
+    pub failed: Vec<(usize, rmca::Error)>,
 }
 
 thread_local! {
@@ -274,6 +286,7 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
         detached: Vec::new(),
         last_error: vec![None; 64],
         thread_level,
+        wait_batch: WaitBatch::default(),
     };
     STATE.with(|s| *s.borrow_mut() = Some(state));
     set_phase(Phase::Running);

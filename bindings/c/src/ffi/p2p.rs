@@ -282,8 +282,10 @@ fn isend(
     comm: Handle,
     request: *mut Handle,
 ) -> MpiResult<()> {
-    let (c, len) = args(comm, buf, count, dt)?;
+    let len = buffer_len(buf, count, dt, "message")?;
+    // One visit to the state for the whole call (see MPI_Irecv).
     let h = state::with(|s| {
+        let c = s.comm(comm)?.comm.clone();
         let st = start_send(s, &c, kind, buf as usize, len, to, tag)?;
         s.add_request(ReqEntry {
             comm,
@@ -332,9 +334,11 @@ pub unsafe extern "C" fn MPI_Irecv(
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Irecv", comm, || {
-        let (c, len) = args(comm, buf, count, datatype)?;
-        let st = start_recv(&c, buf as usize, len, src, tag)?;
+        let len = buffer_len(buf, count, datatype, "message")?;
+        // One visit to the state for the whole call: a window of receives is posted at the
+        // rate of the PML's own path.
         let h = state::with(|s| {
+            let st = start_recv(&s.comm(comm)?.comm, buf as usize, len, src, tag)?;
             s.add_request(ReqEntry {
                 comm,
                 state: st,
