@@ -52,6 +52,7 @@ pub enum Polled {
 /// `buf..buf+len` must be valid for reads (any pointer when `len` is 0) and must not be
 /// written until the returned request completed.
 #[allow(unsafe_code)]
+#[inline]
 pub unsafe fn isend(
     comm: &Communicator,
     buf: *const u8,
@@ -97,6 +98,7 @@ pub unsafe fn isend(
 /// `buf..buf+len` must be valid for writes (any pointer when `len` is 0) and must not be
 /// accessed by anyone else until the returned request completed.
 #[allow(unsafe_code)]
+#[inline]
 pub unsafe fn irecv(
     comm: &Communicator,
     buf: *mut u8,

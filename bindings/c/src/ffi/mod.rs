@@ -98,6 +98,7 @@ fn fatal(fname: &str, e: &MpiError) -> ! {
 }
 
 /// The datatype behind `h`.
+#[inline]
 pub(crate) fn datatype(h: Handle) -> MpiResult<Datatype> {
     dtype::lookup(h).ok_or_else(|| {
         let what = if h == MPI_DATATYPE_NULL {
@@ -123,6 +124,7 @@ pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
 }
 
 /// Bytes of `n` elements of `dt` at `buf`, checking the count and the pointer.
+#[inline]
 pub(crate) fn buffer_len(buf: *const c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<usize> {
     let n = usize::try_from(n).map_err(|_| {
         MpiError::new(

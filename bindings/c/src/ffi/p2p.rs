@@ -209,6 +209,7 @@ pub unsafe extern "C" fn MPI_Recv(
 }
 
 /// Start a send of `kind`: its request state.
+#[inline]
 pub(crate) fn start_send(
     s: &mut State,
     c: &rmca::Communicator,
@@ -221,10 +222,10 @@ pub(crate) fn start_send(
     let Some(to) = dest(to, c.size())? else {
         let mut st = empty_status();
         st.source = MPI_PROC_NULL;
-        return Ok(ReqState::Done(Outcome {
+        return Ok(ReqState::Done(Box::new(Outcome {
             status: st,
             error: None,
-        }));
+        })));
     };
     let tag = send_tag(tag)?;
     let mode = match kind {
@@ -232,10 +233,10 @@ pub(crate) fn start_send(
             buffered_send(s, c, buf, len, to, tag)?;
             let mut st = empty_status();
             st.set_bytes(len as u64);
-            return Ok(ReqState::Done(Outcome {
+            return Ok(ReqState::Done(Box::new(Outcome {
                 status: st,
                 error: None,
-            }));
+            })));
         }
         SendKind::Synchronous => SendMode::Synchronous,
         SendKind::Standard | SendKind::Ready => SendMode::Standard,
@@ -247,6 +248,7 @@ pub(crate) fn start_send(
 }
 
 /// Start a receive: its request state.
+#[inline]
 pub(crate) fn start_recv(
     c: &rmca::Communicator,
     buf: usize,
@@ -259,10 +261,10 @@ pub(crate) fn start_recv(
     if src == rmca::Src::Null {
         let mut st = empty_status();
         st.source = MPI_PROC_NULL;
-        return Ok(ReqState::Done(Outcome {
+        return Ok(ReqState::Done(Box::new(Outcome {
             status: st,
             error: None,
-        }));
+        })));
     }
     // SAFETY: the contract of MPI_Irecv: the program leaves the buffer alone until the
     // request completed, which is when the raw request is.
@@ -370,13 +372,13 @@ fn send_init(
         s.add_request(ReqEntry {
             comm,
             state: ReqState::Inactive,
-            persistent: Some(Persistent::Send {
+            persistent: Some(Box::new(Persistent::Send {
                 buf: buf as usize,
                 len,
                 dest: to,
                 tag,
                 kind,
-            }),
+            })),
         })
     })?;
     // SAFETY: the caller's request handle.
@@ -427,12 +429,12 @@ pub unsafe extern "C" fn MPI_Recv_init(
             s.add_request(ReqEntry {
                 comm,
                 state: ReqState::Inactive,
-                persistent: Some(Persistent::Recv {
+                persistent: Some(Box::new(Persistent::Recv {
                     buf: buf as usize,
                     len,
                     source: src,
                     tag,
-                }),
+                })),
             })
         })?;
         // SAFETY: the caller's request handle.
@@ -443,7 +445,7 @@ pub unsafe extern "C" fn MPI_Recv_init(
 /// Start persistent request `h`.
 fn start(s: &mut State, h: Handle) -> MpiResult<()> {
     let entry = s.request(h)?;
-    let Some(p) = entry.persistent else {
+    let Some(p) = entry.persistent.as_deref().copied() else {
         return Err(MpiError::new(
             MPI_ERR_REQUEST,
             "MPI_Start on a request that is not persistent (made by MPI_Send_init or MPI_Recv_init)",

@@ -34,11 +34,11 @@ fn settle(s: &mut State, h: Handle, block: bool) -> MpiResult<()> {
         unreachable!("matched above")
     };
     entry.state = if block {
-        ReqState::Done(outcome(r.wait()))
+        ReqState::Done(Box::new(outcome(r.wait())))
     } else {
         match r.test() {
             Polled::Pending(r) => ReqState::Active(r),
-            Polled::Done(res) => ReqState::Done(outcome(res)),
+            Polled::Done(res) => ReqState::Done(Box::new(outcome(res))),
         }
     };
     Ok(())
@@ -62,7 +62,7 @@ fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>) {
     let outcomes = raw::wait_all(raws).into_iter().map(outcome);
     for (h, o) in handles.into_iter().zip(outcomes) {
         if let Ok(entry) = s.request(h) {
-            entry.state = ReqState::Done(o);
+            entry.state = ReqState::Done(Box::new(o));
         }
     }
 }
@@ -88,7 +88,7 @@ fn poll(s: &mut State, h: Handle, block: bool) -> MpiResult<Poll> {
                 s.remove_request(h);
             }
             Ok(Poll::Complete {
-                outcome,
+                outcome: *outcome,
                 comm,
                 freed: !persistent,
             })
