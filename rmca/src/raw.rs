@@ -336,13 +336,14 @@ pub fn complete_batch(batch: &mut Vec<RawRequest>, failed: &mut Vec<(usize, Erro
                 }
             }
         }
-        // Every request the PML knew is released now, failed or not.
-        for r in batch.iter_mut() {
-            r.state = RawState::Spent;
-        }
     }
     shared.give_batch(ids);
-    batch.clear();
+    // Every request the PML knew is released now, failed or not: nothing to wait for when
+    // they are dropped.
+    for mut r in batch.drain(..) {
+        r.state = RawState::Spent;
+        drop(r);
+    }
 }
 
 impl Drop for RawRequest {

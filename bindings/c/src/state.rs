@@ -242,7 +242,7 @@ pub struct State {
 }
 
 /// The reused buffers of one `MPI_Waitall`: the requests handed to the PML together, the
-/// array position and handle each came from, and the failures.
+/// array position and communicator of each, and the failures.
 #[derive(Default)]
 pub struct WaitBatch {
     pub requests: Vec<RawRequest>,

@@ -275,11 +275,12 @@ pub unsafe extern "C" fn MPI_Waitall(
 }
 
 /// `MPI_Waitall` with `MPI_STATUSES_IGNORE`, the loop of windowed transfers (a window of
-/// `MPI_Isend`/`MPI_Irecv`, then this): one pass over the array moves the running operations
-/// into one batch for the PML ([`raw::complete_batch`]) and completes the others, a second
-/// frees the handles. The buffers are the state's, reused: nothing is allocated per call,
-/// and no request is looked up, moved or converted to a status more than once (the general
-/// path costs as much per message as the PML's whole eager path).
+/// `MPI_Isend`/`MPI_Irecv`, then this): one pass over the array frees the handles (every
+/// request but a persistent one is freed by this call, failed or not) and moves the running
+/// operations into one batch for the PML ([`raw::complete_batch`]). The buffers are the
+/// state's, reused: nothing is allocated per call, and no request is looked up, moved or
+/// converted to a status more than once (the general path cost as much per message as the
+/// PML's whole eager path).
 ///
 /// # Safety
 /// `requests` holds `n` handles.
@@ -310,11 +311,21 @@ unsafe fn waitall_ignoring_statuses(
             }
         };
         let comm = entry.comm;
-        match std::mem::replace(&mut entry.state, ReqState::Inactive) {
+        let state = if entry.persistent.is_some() {
+            // Stays, inactive once complete.
+            std::mem::replace(&mut entry.state, ReqState::Inactive)
+        } else {
+            let Some(entry) = s.remove_request(h) else {
+                continue;
+            };
+            // SAFETY: the caller's contract.
+            unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+            entry.state
+        };
+        match state {
             ReqState::Active(r) => {
                 batch.requests.push(r);
-                batch.slots.push((i, h));
-                continue;
+                batch.slots.push((i, comm));
             }
             ReqState::Done(outcome) => {
                 if let Some(e) = outcome.error {
@@ -322,29 +333,15 @@ unsafe fn waitall_ignoring_statuses(
                 }
             }
             // A persistent request not started: nothing to do.
-            ReqState::Inactive => continue,
-        }
-        // Done before this call: complete it now.
-        if entry.persistent.is_none() {
-            s.remove_request(h);
-            // SAFETY: the caller's contract.
-            unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+            ReqState::Inactive => {}
         }
     }
     raw::complete_batch(&mut batch.requests, &mut batch.failed);
     for (k, e) in batch.failed.drain(..) {
-        let (i, h) = batch.slots[k];
-        let comm = s.request(h).map_or(MPI_COMM_WORLD, |entry| entry.comm);
+        let (i, comm) = batch.slots[k];
         note(i, MpiError::from(e).on(comm));
     }
-    for (i, h) in batch.slots.drain(..) {
-        // Persistent requests stay, inactive (their state was taken above).
-        if s.request(h).is_ok_and(|entry| entry.persistent.is_none()) {
-            s.remove_request(h);
-            // SAFETY: the caller's contract.
-            unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
-        }
-    }
+    batch.slots.clear();
     s.wait_batch = batch;
     match first_error {
         None => Ok(()),
