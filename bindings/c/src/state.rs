@@ -492,7 +492,7 @@ impl State {
     // ---- requests ----
 
     /// Add a request; its handle.
-    #[inline]
+    #[inline(always)]
     pub fn add_request(&mut self, entry: ReqEntry) -> MpiResult<Handle> {
         let index = match self.free_requests.pop() {
             Some(i) => {
