@@ -136,6 +136,13 @@ impl RawRequest {
         &self.comm
     }
 
+    /// Whether the operation completed as it started (an eager send a BTL took at once):
+    /// nothing in the PML to wait for, and its outcome is success.
+    #[inline]
+    pub fn completed_at_start(&self) -> bool {
+        matches!(self.state, RawState::Done(_))
+    }
+
     /// Block until the operation completes.
     pub fn wait(mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, RawState::Spent) {

@@ -323,6 +323,8 @@ unsafe fn waitall_ignoring_statuses(
             entry.state
         };
         match state {
+            // An eager send the BTL took at once: done, successfully.
+            ReqState::Active(r) if r.completed_at_start() => {}
             ReqState::Active(r) => {
                 batch.requests.push(r);
                 batch.slots.push((i, comm));
