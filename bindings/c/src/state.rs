@@ -529,6 +529,18 @@ impl State {
             })
     }
 
+    /// Free the entry of request `h` in place, without handing it back (a moved-out entry
+    /// costs `MPI_Waitall` a copy per request); its state should have been taken first.
+    #[inline]
+    pub fn free_request(&mut self, h: Handle) {
+        if let Some(i) = Self::request_index(h) {
+            if let Some(slot @ Some(_)) = self.requests.get_mut(i) {
+                *slot = None;
+                self.free_requests.push(i);
+            }
+        }
+    }
+
     /// Remove request `h` (completed or freed).
     #[inline]
     pub fn remove_request(&mut self, h: Handle) -> Option<ReqEntry> {

@@ -311,17 +311,13 @@ unsafe fn waitall_ignoring_statuses(
             }
         };
         let comm = entry.comm;
-        let state = if entry.persistent.is_some() {
-            // Stays, inactive once complete.
-            std::mem::replace(&mut entry.state, ReqState::Inactive)
-        } else {
-            let Some(entry) = s.remove_request(h) else {
-                continue;
-            };
+        // Persistent requests stay, inactive once complete; the others are freed.
+        let state = std::mem::replace(&mut entry.state, ReqState::Inactive);
+        if entry.persistent.is_none() {
+            s.free_request(h);
             // SAFETY: the caller's contract.
             unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
-            entry.state
-        };
+        }
         match state {
             // An eager send the BTL took at once: done, successfully.
             ReqState::Active(r) if r.completed_at_start() => {}
