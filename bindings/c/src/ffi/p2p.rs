@@ -209,7 +209,9 @@ pub unsafe extern "C" fn MPI_Recv(
 }
 
 /// Start a send of `kind`: its request state.
-#[inline]
+// Always: a result returned through memory and read back costs a store-forwarding stall
+// per request (perf).
+#[inline(always)]
 pub(crate) fn start_send(
     s: &mut State,
     c: &rmca::Communicator,
@@ -248,7 +250,9 @@ pub(crate) fn start_send(
 }
 
 /// Start a receive: its request state.
-#[inline]
+// Always: a result returned through memory and read back costs a store-forwarding stall
+// per request (perf).
+#[inline(always)]
 pub(crate) fn start_recv(
     c: &rmca::Communicator,
     buf: usize,
