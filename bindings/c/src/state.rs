@@ -160,7 +160,7 @@ pub enum ReqState {
     /// Completed (at start: `MPI_PROC_NULL`, buffered sends; or by a test that found it
     /// complete without being allowed to free it). Boxed, like [`ReqEntry::persistent`]: the
     /// table's entries are moved on every `MPI_Isend`/`MPI_Irecv` and their completion, so
-    /// they hold only what running requests need (64 bytes instead of 120).
+    /// they hold only what running requests need (48 bytes instead of 120).
     Done(Box<Outcome>),
 }
 
