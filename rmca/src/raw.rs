@@ -52,6 +52,7 @@ pub enum Polled {
 /// `buf..buf+len` must be valid for reads (any pointer when `len` is 0) and must not be
 /// written until the returned request completed.
 #[allow(unsafe_code)]
+#[inline]
 pub unsafe fn isend(
     comm: &Communicator,
     buf: *const u8,
@@ -97,6 +98,7 @@ pub unsafe fn isend(
 /// `buf..buf+len` must be valid for writes (any pointer when `len` is 0) and must not be
 /// accessed by anyone else until the returned request completed.
 #[allow(unsafe_code)]
+#[inline]
 pub unsafe fn irecv(
     comm: &Communicator,
     buf: *mut u8,
@@ -132,6 +134,13 @@ impl RawRequest {
     /// The communicator the operation runs on.
     pub fn communicator(&self) -> &Communicator {
         &self.comm
+    }
+
+    /// Whether the operation completed as it started (an eager send a BTL took at once):
+    /// nothing in the PML to wait for, and its outcome is success.
+    #[inline]
+    pub fn completed_at_start(&self) -> bool {
+        matches!(self.state, RawState::Done(_))
     }
 
     /// Block until the operation completes.
@@ -286,6 +295,72 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
         }
     }
     out
+}
+
+/// [`complete_all`] for a caller that waits on batches over and over (`MPI_Waitall` with
+/// `MPI_STATUSES_IGNORE` in a loop): waits until every request of `batch` completed and
+/// empties it, pushing the position in `batch` and the error of each one that failed onto
+/// `failed`. It allocates nothing in the steady state: `batch` and `failed` are the caller's
+/// to reuse, and the identifiers go to the PML in the runtime's own reused buffer (that of
+/// [`crate::Request::complete_all`]).
+pub fn complete_batch(batch: &mut Vec<RawRequest>, failed: &mut Vec<(usize, Error)>) {
+    let Some(shared) = batch.first().map(|r| r.comm.shared_rc().clone()) else {
+        return;
+    };
+    let mut ids = shared.take_batch();
+    ids.reserve(batch.len());
+    for (i, r) in batch.iter_mut().enumerate() {
+        match r.state {
+            RawState::Pending(id) => ids.push(id),
+            // Completed when it started (an eager send the BTL took at once).
+            RawState::Done(_) => r.state = RawState::Spent,
+            RawState::Spent => failed.push((
+                i,
+                Error::InvalidArgument("raw request already completed".into()),
+            )),
+        }
+    }
+    if !ids.is_empty() {
+        // Every communicator of a process shares its one runtime.
+        let outcome = shared.wait_all(&ids);
+        // The k-th identifier is the k-th request still pending above; failures are rare, so
+        // their positions are found by counting instead of being recorded for every request.
+        let pending_at = |k: usize| {
+            batch
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| matches!(r.state, RawState::Pending(_)))
+                .nth(k)
+                .map(|(i, _)| i)
+        };
+        match outcome {
+            Ok(failures) => {
+                for (k, st) in failures {
+                    if let Some(i) = pending_at(k) {
+                        if let Err(e) = batch[i].comm.finish(st) {
+                            failed.push((i, e));
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                // Finalized: the PML is gone and writes into no buffer any more.
+                let msg = e.to_string();
+                for (i, r) in batch.iter().enumerate() {
+                    if matches!(r.state, RawState::Pending(_)) {
+                        failed.push((i, Error::InvalidArgument(msg.clone())));
+                    }
+                }
+            }
+        }
+    }
+    shared.give_batch(ids);
+    // Every request the PML knew is released now, failed or not: nothing to wait for when
+    // they are dropped.
+    for mut r in batch.drain(..) {
+        r.state = RawState::Spent;
+        drop(r);
+    }
 }
 
 impl Drop for RawRequest {

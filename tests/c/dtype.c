@@ -105,6 +105,23 @@ static void point_to_point(int rank, int size, MPI_Datatype column) {
                 CHECK(got[i][j] == want, "mode %d: (%d,%d) = %d, want %d", mode, i, j, got[i][j], want);
             }
     }
+    /* Both non-contiguous operations completed by MPI_Waitall without statuses: the staged
+     * receive must still be unpacked into the column (and the packed send released). */
+    {
+        memset(got, 0, sizeof got);
+        MPI_Request rqs[2];
+        int scol = rank % COLS, rcol = (rank + 1) % COLS;
+        OK(MPI_Irecv(&got[0][rcol], 1, column, prev, 9, MPI_COMM_WORLD, &rqs[0]));
+        OK(MPI_Isend(&mine[0][scol], 1, column, next, 9, MPI_COMM_WORLD, &rqs[1]));
+        OK(MPI_Waitall(2, rqs, MPI_STATUSES_IGNORE));
+        CHECK(rqs[0] == MPI_REQUEST_NULL && rqs[1] == MPI_REQUEST_NULL, "waitall: handles freed");
+        int pscol = prev % COLS;
+        for (int i = 0; i < ROWS; i++)
+            for (int j = 0; j < COLS; j++) {
+                int want = j == rcol ? val(prev, i, pscol) : 0;
+                CHECK(got[i][j] == want, "waitall: (%d,%d) = %d, want %d", i, j, got[i][j], want);
+            }
+    }
     void *b;
     int bs;
     OK(MPI_Buffer_detach(&b, &bs));

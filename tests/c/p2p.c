@@ -8,6 +8,67 @@
 
 static int fill(int rank, int i, int salt) { return rank * 100000 + i * 7 + salt; }
 
+/* MPI_Waitall with MPI_STATUSES_IGNORE, the windowed-transfer loop (its own path in rmca):
+ * rounds of a window holding every kind of entry (pending receives, sends complete at start,
+ * started and never-started persistent requests, MPI_PROC_NULL, MPI_REQUEST_NULL), so the
+ * freed handles are reused round after round; then a failed receive in a window. */
+static void waitall_without_statuses(int rank, int next, int prev) {
+    enum { W = 16, ROUNDS = 50, LEN = 2 * W + 5 };
+    int in[W], out[W], pin = -1, pout = 0, idle_in = 0, null_in = 0;
+    MPI_Request reqs[LEN], pers[2], idle;
+    MPI_Comm comm;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    OK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    OK(MPI_Recv_init(&pin, 1, MPI_INT, prev, 71, comm, &pers[0]));
+    OK(MPI_Send_init(&pout, 1, MPI_INT, next, 71, comm, &pers[1]));
+    OK(MPI_Recv_init(&idle_in, 1, MPI_INT, prev, 72, comm, &idle)); /* never started */
+    int bad = 0, failed_calls = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < W; i++) {
+            in[i] = -1;
+            out[i] = fill(rank, i, round);
+        }
+        for (int i = 0; i < W; i++) failed_calls += MPI_Irecv(&in[i], 1, MPI_INT, prev, 70, comm, &reqs[i]) != MPI_SUCCESS;
+        for (int i = 0; i < W; i++) failed_calls += MPI_Isend(&out[i], 1, MPI_INT, next, 70, comm, &reqs[W + i]) != MPI_SUCCESS;
+        pout = round;
+        failed_calls += MPI_Start(&pers[0]) != MPI_SUCCESS;
+        failed_calls += MPI_Start(&pers[1]) != MPI_SUCCESS;
+        reqs[2 * W] = pers[0];
+        reqs[2 * W + 1] = pers[1];
+        reqs[2 * W + 2] = idle;
+        failed_calls += MPI_Irecv(&null_in, 1, MPI_INT, MPI_PROC_NULL, 0, comm, &reqs[2 * W + 3]) != MPI_SUCCESS;
+        reqs[2 * W + 4] = MPI_REQUEST_NULL;
+        failed_calls += MPI_Waitall(LEN, reqs, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+        for (int i = 0; i < W; i++) bad += in[i] != fill(prev, i, round);
+        for (int i = 0; i < 2 * W; i++) bad += reqs[i] != MPI_REQUEST_NULL;
+        /* Persistent requests stay allocated (inactive); the others are freed. */
+        bad += reqs[2 * W] != pers[0] || reqs[2 * W + 1] != pers[1] || reqs[2 * W + 2] != idle;
+        bad += reqs[2 * W + 3] != MPI_REQUEST_NULL || reqs[2 * W + 4] != MPI_REQUEST_NULL;
+        bad += pin != round;
+    }
+    CHECK(failed_calls == 0, "waitall rounds: %d calls failed", failed_calls);
+    CHECK(bad == 0, "waitall without statuses: %d wrong", bad);
+    /* A receive too small for its message, behind a good one on MPI_COMM_WORLD (whose handler
+     * is fatal): the error is raised on the failed request's communicator (errors return),
+     * and every request of the window is freed all the same (they are all complete). */
+    int two[2] = {fill(rank, 0, 1), fill(rank, 1, 1)}, one = 0, good = 0, good_out = fill(rank, 2, 1);
+    OK(MPI_Irecv(&good, 1, MPI_INT, prev, 74, MPI_COMM_WORLD, &reqs[0]));
+    OK(MPI_Isend(&good_out, 1, MPI_INT, next, 74, MPI_COMM_WORLD, &reqs[1]));
+    OK(MPI_Irecv(&one, 1, MPI_INT, prev, 73, comm, &reqs[2]));
+    OK(MPI_Isend(two, 2, MPI_INT, next, 73, comm, &reqs[3]));
+    OK(MPI_Irecv(&null_in, 1, MPI_INT, MPI_PROC_NULL, 0, comm, &reqs[4]));
+    int rc = MPI_Waitall(5, reqs, MPI_STATUSES_IGNORE);
+    CHECK(rc == MPI_ERR_IN_STATUS, "waitall with a truncated receive returned %d", rc);
+    int freed = 0;
+    for (int i = 0; i < 5; i++) freed += reqs[i] == MPI_REQUEST_NULL;
+    CHECK(freed == 5, "a failed waitall frees its requests: %d of 5", freed);
+    CHECK(one == fill(prev, 0, 1) && good == fill(prev, 2, 1), "received %d and %d", one, good);
+    OK(MPI_Request_free(&pers[0]));
+    OK(MPI_Request_free(&pers[1]));
+    OK(MPI_Request_free(&idle));
+    OK(MPI_Comm_free(&comm));
+}
+
 int main(int argc, char **argv) {
     int rank, size, count, flag;
     MPI_Status st;
@@ -224,6 +285,8 @@ int main(int argc, char **argv) {
     OK(MPI_Waitall(4, q, MPI_STATUSES_IGNORE));
     CHECK(ra == 1 && rb == 2, "isolation %d %d", ra, rb);
     OK(MPI_Comm_free(&dup));
+
+    waitall_without_statuses(rank, next, prev);
 
     free(big_out);
     free(big_in);

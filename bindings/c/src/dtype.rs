@@ -57,6 +57,7 @@ const fn ty(name: &'static str, size: usize, class: Class, elem: Option<Elem>) -
 }
 
 /// The predefined datatype behind `handle`, if it is one rmca knows.
+#[inline]
 pub fn lookup(handle: Handle) -> Option<Datatype> {
     use Class::*;
     use Elem::*;

@@ -113,6 +113,7 @@ pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
 /// Bytes of `n` elements of `dt` at `buf`, checking the count and the pointer: for the
 /// calls that use the buffer in place, so a derived datatype must be one run of bytes
 /// starting at `buf` (the others go through [`send_data`] and [`recv_data`]).
+#[inline]
 pub(crate) fn buffer_len(buf: *const c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<usize> {
     let n = count_of(n, what)?;
     let ty = types::Ty::for_use(dt)?;

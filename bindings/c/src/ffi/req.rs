@@ -34,19 +34,20 @@ fn settle(s: &mut State, h: Handle, block: bool) -> MpiResult<()> {
         unreachable!("matched above")
     };
     entry.state = if block {
-        ReqState::Done(outcome(r.wait()))
+        ReqState::Done(Box::new(outcome(r.wait())))
     } else {
         match r.test() {
             Polled::Pending(r) => ReqState::Active(r),
-            Polled::Done(res) => ReqState::Done(outcome(res)),
+            Polled::Done(res) => ReqState::Done(Box::new(outcome(res))),
         }
     };
     Ok(())
 }
 
 /// Wait for every active request of `handles` in one progress loop (see [`raw::wait_all`]),
-/// keeping each outcome in its entry. Invalid handles are left for the caller to report.
-fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>, want_statuses: bool) {
+/// keeping each outcome in its entry (`MPI_Waitall` with statuses; without, see
+/// [`waitall_ignoring_statuses`]). Invalid handles are left for the caller to report.
+fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>) {
     let mut taken = Vec::new();
     for h in handles {
         let Ok(entry) = s.request(h) else { continue };
@@ -58,24 +59,10 @@ fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>, want_statuse
         }
     }
     let (handles, raws): (Vec<Handle>, Vec<raw::RawRequest>) = taken.into_iter().unzip();
-    let outcomes: Vec<Outcome> = if want_statuses {
-        raw::wait_all(raws).into_iter().map(outcome).collect()
-    } else {
-        // Statuses ignored: the PML's batch wait, which keeps only the errors.
-        raw::complete_all(raws)
-            .into_iter()
-            .map(|e| match e {
-                None => Outcome {
-                    status: empty_status(),
-                    error: None,
-                },
-                Some(e) => outcome(Err(e)),
-            })
-            .collect()
-    };
+    let outcomes = raw::wait_all(raws).into_iter().map(outcome);
     for (h, o) in handles.into_iter().zip(outcomes) {
         if let Ok(entry) = s.request(h) {
-            entry.state = ReqState::Done(o);
+            entry.state = ReqState::Done(Box::new(o));
         }
     }
 }
@@ -106,7 +93,7 @@ fn poll(s: &mut State, h: Handle, block: bool) -> MpiResult<Poll> {
                 unsafe { staged.finish(outcome.status.bytes()) };
             }
             Ok(Poll::Complete {
-                outcome,
+                outcome: *outcome,
                 comm,
                 freed: !persistent,
             })
@@ -280,16 +267,95 @@ pub unsafe extern "C" fn MPI_Waitall(
         // SAFETY: MPI_Waitall's contract: `count` handles and statuses (or
         // MPI_STATUSES_IGNORE).
         state::with(|s| {
+            // The fast path knows nothing of staged data (non-contiguous derived datatypes
+            // packed or received aside): while any exists, the general path unpacks it.
+            if statuses.is_null() && s.staged.is_empty() {
+                // SAFETY: MPI_Waitall's contract: `count` handles.
+                return unsafe { waitall_ignoring_statuses(s, n, requests) };
+            }
             // SAFETY: MPI_Waitall's contract: `count` handles.
-            settle_all(
-                s,
-                (0..n).map(|i| unsafe { handle_at(requests, i) }),
-                !statuses.is_null(),
-            );
+            settle_all(s, (0..n).map(|i| unsafe { handle_at(requests, i) }));
             // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
             unsafe { complete_all(s, n, requests, statuses, false) }
         })
     })
+}
+
+/// `MPI_Waitall` with `MPI_STATUSES_IGNORE`, the loop of windowed transfers (a window of
+/// `MPI_Isend`/`MPI_Irecv`, then this): one pass over the array frees the handles (every
+/// request but a persistent one is freed by this call, failed or not) and moves the running
+/// operations into one batch for the PML ([`raw::complete_batch`]). The buffers are the
+/// state's, reused: nothing is allocated per call, and no request is looked up, moved or
+/// converted to a status more than once (the general path cost as much per message as the
+/// PML's whole eager path).
+///
+/// # Safety
+/// `requests` holds `n` handles.
+unsafe fn waitall_ignoring_statuses(
+    s: &mut State,
+    n: usize,
+    requests: *mut Handle,
+) -> MpiResult<()> {
+    let mut batch = std::mem::take(&mut s.wait_batch);
+    // The error of the lowest position, as the general path reports.
+    let mut first_error: Option<(usize, MpiError)> = None;
+    let mut note = |i: usize, e: MpiError| {
+        if first_error.as_ref().is_none_or(|(at, _)| i < *at) {
+            first_error = Some((i, e));
+        }
+    };
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle_at(requests, i) };
+        if h == MPI_REQUEST_NULL {
+            continue;
+        }
+        let entry = match s.request(h) {
+            Ok(entry) => entry,
+            Err(e) => {
+                note(i, e);
+                continue;
+            }
+        };
+        let comm = entry.comm;
+        // Persistent requests stay, inactive once complete; the others are freed.
+        let state = std::mem::replace(&mut entry.state, ReqState::Inactive);
+        if entry.persistent.is_none() {
+            s.free_request(h);
+            // SAFETY: the caller's contract.
+            unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+        }
+        match state {
+            // An eager send the BTL took at once: done, successfully.
+            ReqState::Active(r) if r.completed_at_start() => {}
+            ReqState::Active(r) => {
+                batch.requests.push(r);
+                batch.slots.push((i, comm));
+            }
+            ReqState::Done(outcome) => {
+                if let Some(e) = outcome.error {
+                    note(i, e.on(comm));
+                }
+            }
+            // A persistent request not started: nothing to do.
+            ReqState::Inactive => {}
+        }
+    }
+    raw::complete_batch(&mut batch.requests, &mut batch.failed);
+    for (k, e) in batch.failed.drain(..) {
+        let (i, comm) = batch.slots[k];
+        note(i, MpiError::from(e).on(comm));
+    }
+    batch.slots.clear();
+    s.wait_batch = batch;
+    match first_error {
+        None => Ok(()),
+        Some((_, e)) => Err(MpiError {
+            class: MPI_ERR_IN_STATUS,
+            msg: format!("a request failed (see the statuses): {}", e.msg),
+            comm: e.comm,
+        }),
+    }
 }
 
 /// `MPI_Testall`: completes all of them, or none.
