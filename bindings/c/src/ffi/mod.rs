@@ -234,7 +234,7 @@ pub(crate) unsafe fn send_data_n(
 }
 
 /// Where a receive lands: the program's bytes in place (one run), or a buffer unpacked
-/// into the program's layout by [`RecvData::finish`].
+/// into the program's layout by `RecvData::finish`.
 pub struct RecvData {
     direct: Option<(*mut u8, usize)>,
     staging: Vec<u8>,
