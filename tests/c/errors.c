@@ -75,6 +75,20 @@ int main(int argc, char **argv) {
     MPI_Irecv(buf, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &nonpersistent);
     EXPECT(MPI_Start(&nonpersistent), MPI_ERR_REQUEST);
     MPI_Wait(&nonpersistent, MPI_STATUS_IGNORE);
+    /* A bad MPI_Start goes to the handler of the request's communicator: errors return on
+     * `ret` even while MPI_COMM_WORLD's handler is fatal (a fatal handler would end the job). */
+    {
+        MPI_Comm ret;
+        MPI_Comm_dup(MPI_COMM_WORLD, &ret);
+        MPI_Comm_set_errhandler(ret, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        MPI_Request other;
+        MPI_Irecv(buf, 1, MPI_INT, MPI_PROC_NULL, 0, ret, &other);
+        EXPECT(MPI_Start(&other), MPI_ERR_REQUEST);
+        MPI_Wait(&other, MPI_STATUS_IGNORE);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_free(&ret);
+    }
 
     EXPECT(MPI_Bcast(buf, 1, MPI_INT, size, MPI_COMM_WORLD), MPI_ERR_ROOT);
     EXPECT(MPI_Bcast(buf, 1, MPI_INT, -1, MPI_COMM_WORLD), MPI_ERR_ROOT);

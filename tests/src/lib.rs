@@ -136,6 +136,10 @@ fn add_job(cmd: &mut Command, job: &Job<'_>) {
             cmd.env_remove(k);
         }
     }
+    // `cargo test` puts target/debug/deps first on the library path: a C program would load
+    // the debug build's libmpi_abi.so (of whatever revision last built it) instead of the
+    // release library its rpath names.
+    cmd.env_remove("LD_LIBRARY_PATH");
 }
 
 fn collect(out: std::process::Output) -> JobOutput {

@@ -467,19 +467,22 @@ pub unsafe extern "C" fn MPI_Recv_init(
 /// Start persistent request `h`.
 fn start(s: &mut State, h: Handle) -> MpiResult<()> {
     let entry = s.request(h)?;
+    // A bad start is the request's communicator's error (its handler decides), not the world's.
+    let comm = entry.comm;
     let Some(p) = entry.persistent.as_deref().copied() else {
         return Err(MpiError::new(
             MPI_ERR_REQUEST,
             "MPI_Start on a request that is not persistent (made by MPI_Send_init or MPI_Recv_init)",
-        ));
+        )
+        .on(comm));
     };
     if !matches!(entry.state, ReqState::Inactive) {
         return Err(MpiError::new(
             MPI_ERR_REQUEST,
             "MPI_Start on a persistent request that is still active: complete it first",
-        ));
+        )
+        .on(comm));
     }
-    let comm = entry.comm;
     let c = s.comm(comm)?.comm.clone();
     let st = match p {
         Persistent::Send {
