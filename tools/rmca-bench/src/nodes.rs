@@ -408,11 +408,28 @@ mod tests {
         );
         // As hydra calls it (`-x` first) and as Open MPI does (its arguments quoted for the
         // remote shell).
-        let out = Command::new(&agent)
-            .args(["-x", "n3", "echo", "\"a  b\"", "c"])
-            .env("PATH", &path)
-            .output()
-            .unwrap();
+        // A script just written may be briefly "busy" (ETXTBSY): another test thread's fork
+        // can hold its write descriptor until that child execs. Retry, as a shell does.
+        let out = (0..100)
+            .find_map(|_| {
+                match Command::new(&agent)
+                    .args(["-x", "n3", "echo", "\"a  b\"", "c"])
+                    .env("PATH", &path)
+                    .output()
+                {
+                    Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        None
+                    }
+                    // The stand-ins it runs can be busy the same way.
+                    Ok(o) if String::from_utf8_lossy(&o.stderr).contains("Text file busy") => {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        None
+                    }
+                    other => Some(other.unwrap()),
+                }
+            })
+            .expect("the launcher script stayed busy for a second");
         let _ = std::fs::remove_dir_all(&dir);
         assert!(out.status.success(), "{out:?}");
         assert_eq!(
