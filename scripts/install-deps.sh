@@ -7,6 +7,7 @@ pkgs=(
   gcc                           # C fixtures of the plugin-loading tests (impostor plugins)
   iproute2                      # network-namespace tests of rmca-run (multi-node placement)
   mpich                         # mpiexec.hydra: rmca ranks under MPICH's launcher (PMI-1)
+  openmpi-bin libopenmpi-dev libmpich-dev # rmca-bench --nodes places Open MPI and MPICH ranks (tests/tests/bench_nodes.rs)
   slurmctld slurmd slurm-client # a single-node Slurm started by the tests (srun --mpi=pmi2)
   libpmix-dev                   # OpenPMIx: srun --mpi=pmix ranks load libpmix.so.2; headers for the layout test
   util-linux                    # nsenter, for the namespaced Slurm test
@@ -16,7 +17,7 @@ pkgs=(
   valgrind python3              # scripts/miri.sh's fallback when no Miri can be installed
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(openmpi-bin libopenmpi-dev libmpich-dev libfabric-bin hwloc)
+  pkgs+=(libfabric-bin hwloc)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
