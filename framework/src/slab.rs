@@ -260,6 +260,19 @@ impl<'a, T> Occupied<'a, T> {
         self.vacated();
     }
 
+    /// Vacates the slot without running the entry's destructor, as [`std::mem::forget`]
+    /// does: for an entry the caller has already emptied of everything it owns, where the
+    /// drop glue (not inlined for a type with boxed parts) would only find nothing to free.
+    /// Whatever the entry still owns is leaked. Its id is stale from then on.
+    #[inline]
+    pub fn forget(self) {
+        std::mem::forget(std::mem::replace(
+            &mut self.slot.entry,
+            Entry::Vacant(*self.free),
+        ));
+        self.vacated();
+    }
+
     #[inline(always)]
     fn vacated(self) {
         // Skip 0 on wrap-around: a zero generation is never issued.
@@ -289,6 +302,27 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert!(s.contains(a));
         assert!(!s.contains(b));
+    }
+
+    #[test]
+    fn forget_vacates_without_dropping() {
+        use std::rc::Rc;
+        let owned = Rc::new(());
+        let mut s = Slab::new();
+        let a = s.insert(Rc::clone(&owned));
+        let b = s.insert(Rc::clone(&owned));
+        s.entry(a).unwrap().forget();
+        // The slot is free and the id stale, but the destructor did not run (leaked).
+        assert_eq!(s.get(a), None);
+        assert_eq!(s.len(), 1);
+        assert_eq!(Rc::strong_count(&owned), 3);
+        s.entry(b).unwrap().delete();
+        assert_eq!(Rc::strong_count(&owned), 2);
+        // The forgotten slot is reused like a deleted one.
+        let c = s.insert(Rc::clone(&owned));
+        assert_eq!(c.0 as u32, b.0 as u32);
+        let d = s.insert(Rc::clone(&owned));
+        assert_eq!(d.0 as u32, a.0 as u32);
     }
 
     #[test]

@@ -138,6 +138,12 @@ impl Communicator {
         &self.inner.shared
     }
 
+    /// Are `self` and `other` handles of the same communicator?
+    #[inline]
+    pub(crate) fn same(&self, other: &Communicator) -> bool {
+        Rc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// This communicator's collective schedules and scratch memory.
     pub(crate) fn coll_cache(&self) -> &crate::coll::CollCache {
         &self.inner.coll

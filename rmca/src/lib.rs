@@ -300,12 +300,25 @@ impl Shared {
         v
     }
 
-    /// Count `delta` requests lent buffers by a scope (negative: completed). The last to
-    /// complete runs a finalize that was deferred for them.
-    pub(crate) fn lent_requests(shared: &Rc<Shared>, delta: isize) {
-        shared
-            .lent
-            .set(shared.lent.get().wrapping_add_signed(delta));
+    /// One more request of a scope lent its buffer to the PML.
+    #[inline]
+    pub(crate) fn lend(&self) {
+        self.lent.set(self.lent.get() + 1);
+    }
+
+    /// `n` lent requests completed. True when that was the last of them and a finalize was
+    /// deferred for them: the caller then runs [`Shared::run_deferred_finalize`] (outside any
+    /// borrow of its own state: finalize runs a barrier).
+    #[inline]
+    pub(crate) fn unlend(&self, n: usize) -> bool {
+        let left = self.lent.get() - n;
+        self.lent.set(left);
+        left == 0 && self.finalize_deferred.get()
+    }
+
+    /// Run the finalize deferred while requests were outstanding (see [`Shared::unlend`]).
+    #[cold]
+    pub(crate) fn run_deferred_finalize(shared: &Rc<Shared>) {
         if shared.lent.get() == 0 && shared.finalize_deferred.take() {
             if let Err(e) = Shared::finalize(shared) {
                 tracing::error!("rmca deferred finalize failed: {e}");

@@ -110,7 +110,7 @@ pub struct Scope<'scope, 'env: 'scope> {
 impl std::fmt::Debug for Scope<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
-            .field("outstanding", &self.set.live.get())
+            .field("outstanding", &self.set.live())
             .finish()
     }
 }
@@ -168,85 +168,172 @@ pub(crate) enum Outstanding {
     Coll(RequestId),
 }
 
-type Slot = Option<(Outstanding, Communicator)>;
+/// A request's entry in its scope's set: what it waits for, and on which of the scope's
+/// communicators (an index: a slot holds no reference count, so taking and giving one back
+/// costs no counter traffic on the windowed path).
+#[derive(Clone, Copy)]
+struct Entry {
+    what: Outstanding,
+    comm: u32,
+}
+
+/// A communicator that requests of the scope ran on, and how many of them are outstanding
+/// (an entry with none is reused for the next new communicator).
+struct ScopeComm {
+    comm: Communicator,
+    live: usize,
+}
+
+/// The state of a [`RequestSet`], under one borrow.
+struct Slots {
+    entries: Vec<Option<Entry>>,
+    free: Vec<u32>,
+    comms: Vec<ScopeComm>,
+    live: usize,
+}
+
+impl Slots {
+    const EMPTY: Slots = Slots {
+        entries: Vec::new(),
+        free: Vec::new(),
+        comms: Vec::new(),
+        live: 0,
+    };
+
+    /// The index of `comm` among the scope's communicators, added if new.
+    #[inline]
+    fn comm_index(&mut self, comm: &Communicator) -> u32 {
+        // Nearly always the last one (a scope's requests usually share a communicator).
+        let i = match self.comms.iter().rposition(|c| c.comm.same(comm)) {
+            Some(i) => i,
+            None => self.add_comm(comm),
+        };
+        u32::try_from(i).expect("fewer than 2^32 communicators in one scope")
+    }
+
+    #[cold]
+    fn add_comm(&mut self, comm: &Communicator) -> usize {
+        let fresh = ScopeComm {
+            comm: comm.clone(),
+            live: 0,
+        };
+        match self.comms.iter().position(|c| c.live == 0) {
+            Some(i) => {
+                self.comms[i] = fresh;
+                i
+            }
+            None => {
+                self.comms.push(fresh);
+                self.comms.len() - 1
+            }
+        }
+    }
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Slots::EMPTY
+    }
+}
 
 thread_local! {
-    /// The slot vectors of the last scope that ended on this thread: a scope per round of a
+    /// The vectors of the last scope that ended on this thread: a scope per round of a
     /// windowed loop then allocates nothing.
-    static SPARE_SLOTS: Cell<(Vec<Slot>, Vec<u32>)> = const { Cell::new((Vec::new(), Vec::new())) };
+    static SPARE_SLOTS: Cell<Slots> = const { Cell::new(Slots::EMPTY) };
 }
 
 /// The outstanding requests of one scope, by slot (a request keeps its slot number).
 pub(crate) struct RequestSet {
-    slots: RefCell<Vec<Slot>>,
-    free: RefCell<Vec<u32>>,
-    live: Cell<usize>,
+    slots: RefCell<Slots>,
 }
 
 impl RequestSet {
     fn new() -> Self {
-        let (slots, free) = SPARE_SLOTS.with(Cell::take);
         Self {
-            slots: RefCell::new(slots),
-            free: RefCell::new(free),
-            live: Cell::new(0),
+            slots: RefCell::new(SPARE_SLOTS.with(Cell::take)),
         }
     }
 
-    fn insert(&self, id: Outstanding, comm: &Communicator) -> u32 {
-        crate::Shared::lent_requests(comm.shared_rc(), 1);
-        self.live.set(self.live.get() + 1);
-        let entry = Some((id, comm.clone()));
-        let mut slots = self.slots.borrow_mut();
-        match self.free.borrow_mut().pop() {
+    /// How many requests of the scope are outstanding.
+    fn live(&self) -> usize {
+        self.slots.borrow().live
+    }
+
+    #[inline]
+    fn insert(&self, what: Outstanding, comm: &Communicator) -> u32 {
+        comm.shared().lend();
+        let mut s = self.slots.borrow_mut();
+        let c = s.comm_index(comm);
+        s.comms[c as usize].live += 1;
+        s.live += 1;
+        let entry = Some(Entry { what, comm: c });
+        match s.free.pop() {
             Some(i) => {
-                slots[i as usize] = entry;
+                s.entries[i as usize] = entry;
                 i
             }
             None => {
-                slots.push(entry);
-                u32::try_from(slots.len() - 1).expect("fewer than 2^32 requests in one scope")
+                s.entries.push(entry);
+                u32::try_from(s.entries.len() - 1).expect("fewer than 2^32 requests in one scope")
             }
         }
     }
 
-    /// The request in `slot` (it stays there until [`RequestSet::release`]).
-    fn get(&self, slot: u32) -> (Outstanding, Communicator) {
-        self.slots.borrow()[slot as usize]
-            .clone()
+    /// What the request in `slot` waits for (it stays there until [`RequestSet::release`]).
+    #[inline]
+    fn what(&self, slot: u32) -> Outstanding {
+        self.slots.borrow().entries[slot as usize]
             .expect("a live request keeps its slot")
+            .what
+    }
+
+    /// The request in `slot` and its communicator.
+    fn get(&self, slot: u32) -> (Outstanding, Communicator) {
+        let s = self.slots.borrow();
+        let e = s.entries[slot as usize].expect("a live request keeps its slot");
+        (e.what, s.comms[e.comm as usize].comm.clone())
     }
 
     /// Is the request in `slot` a non-blocking collective?
     fn is_collective(&self, slot: u32) -> bool {
-        matches!(
-            self.slots.borrow()[slot as usize],
-            Some((Outstanding::Coll(_), _))
-        )
+        matches!(self.what(slot), Outstanding::Coll(_))
     }
 
     /// The request in `slot` completed: the PML no longer touches its buffer.
+    #[inline]
     fn release(&self, slot: u32) {
-        let taken = self.slots.borrow_mut()[slot as usize].take();
-        if let Some((_, comm)) = taken {
-            self.live.set(self.live.get() - 1);
-            self.free.borrow_mut().push(slot);
-            // Last: it may run a deferred finalize.
-            crate::Shared::lent_requests(comm.shared_rc(), -1);
+        let finalize = {
+            let mut s = self.slots.borrow_mut();
+            let Some(e) = s.entries[slot as usize].take() else {
+                return;
+            };
+            s.live -= 1;
+            s.free.push(slot);
+            let c = &mut s.comms[e.comm as usize];
+            c.live -= 1;
+            c.comm
+                .shared()
+                .unlend(1)
+                .then(|| c.comm.shared_rc().clone())
+        };
+        // Last, outside the borrow: the last request's completion may run a deferred finalize.
+        if let Some(shared) = finalize {
+            crate::Shared::run_deferred_finalize(&shared);
         }
     }
 
     /// Wait for every request still in the set (forgotten ones, or all of them on unwind).
     fn wait_outstanding(&self) {
-        if self.live.get() == 0 {
+        if self.live() == 0 {
             return;
         }
-        let n = self.slots.borrow().len();
+        let n = self.slots.borrow().entries.len();
         for slot in 0..n {
-            let Some((id, comm)) = self.slots.borrow()[slot].clone() else {
+            if self.slots.borrow().entries[slot].is_none() {
                 continue;
-            };
-            if let Err(e) = comm.wait_request(id) {
+            }
+            let (what, comm) = self.get(slot as u32);
+            if let Err(e) = comm.wait_request(what) {
                 tracing::debug!("request outstanding at the end of its scope: {e}");
             }
             self.release(slot as u32);
@@ -256,11 +343,12 @@ impl RequestSet {
 
 impl Drop for RequestSet {
     fn drop(&mut self) {
-        let (mut slots, mut free) = (self.slots.take(), self.free.take());
-        if slots.iter().all(Option::is_none) {
-            slots.clear();
-            free.clear();
-            SPARE_SLOTS.with(|s| s.set((slots, free)));
+        let mut s = self.slots.take();
+        if s.live == 0 {
+            s.entries.clear();
+            s.free.clear();
+            s.comms.clear();
+            SPARE_SLOTS.with(|spare| spare.set(s));
         }
     }
 }
@@ -533,14 +621,15 @@ impl<'scope> Request<'scope> {
         }
         // Requests that completed when they started (eager sends) are only looked at; the
         // others go to the PML in one call, which waits for them in order.
+        // Only ids are read here (no communicator handle taken per request).
         let mut pending = requests.iter().filter_map(|r| match r.state {
-            ReqState::Pending { slot, set } => match set.get(slot) {
-                (Outstanding::Pml(id), comm) => Some((id, comm)),
-                (Outstanding::Coll(_), _) => None,
+            ReqState::Pending { slot, set } => match set.what(slot) {
+                Outstanding::Pml(id) => Some((id, set, slot)),
+                Outstanding::Coll(_) => None,
             },
             _ => None,
         });
-        let Some((first, comm)) = pending.next() else {
+        let Some((first, first_set, first_slot)) = pending.next() else {
             // Nothing left in the PML; a request polled complete may hold an error.
             return requests
                 .iter_mut()
@@ -550,11 +639,12 @@ impl<'scope> Request<'scope> {
                 })
                 .map_or(Ok(()), Err);
         };
+        let comm = first_set.get(first_slot).1;
         let shared = comm.shared();
         let mut ids = shared.take_batch();
         ids.reserve(requests.len());
         ids.push(first);
-        ids.extend(pending.map(|(id, _)| id));
+        ids.extend(pending.map(|(id, _, _)| id));
         let outcome = shared.wait_all(&ids);
         shared.give_batch(ids);
         // Every request the PML knew is released now, failed or not.
@@ -579,13 +669,21 @@ impl<'scope> Request<'scope> {
             }
             if failed.peek().is_some_and(|(i, _)| *i == pending_index) {
                 let (_, st) = failed.next().expect("peeked");
-                if let Err(e) = comm.finish(st) {
-                    first_err.get_or_insert(e);
+                // The status is in the terms of the request's own communicator.
+                if let ReqState::Pending { slot, set } = r.state {
+                    if let Err(e) = set.get(slot).1.finish(st) {
+                        first_err.get_or_insert(e);
+                    }
                 }
             }
             r.spend();
             pending_index += 1;
         }
+        // Every request is spent now and owns nothing: forgetting them skips a call into the
+        // request's drop glue per element (it can hold a boxed error, so the glue is not
+        // trivial and is not inlined).
+        debug_assert!(requests.iter().all(|r| matches!(r.state, ReqState::Spent)));
+        requests.into_iter().for_each(std::mem::forget);
         first_err.map_or(Ok(()), Err)
     }
 

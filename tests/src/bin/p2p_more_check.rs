@@ -241,6 +241,53 @@ fn is_truncation(st: rmca::Result<Status>) -> bool {
     )
 }
 
+/// One `complete_all` batch over requests of two communicators whose ranks differ (the world
+/// and a reversed split, dropped inside the scope): a failed request's status is in its own
+/// communicator's ranks, and the other request still completes.
+fn mixed_batch(w: &Communicator) {
+    let (me, n) = (w.rank(), w.size());
+    if n < 2 {
+        return;
+    }
+    let rev = w
+        .split(Some(0), (n - 1 - me) as i32)
+        .unwrap()
+        .expect("color 0 is kept");
+    let rev_of = |world_rank: usize| n - 1 - world_rank;
+    if me == 0 {
+        w.send(&[5u64], 1, 41).unwrap();
+        rev.send(&[1u64, 2], rev_of(1), 42).unwrap();
+    } else if me == 1 {
+        let mut whole = [0u64; 1];
+        let mut short = [0u64; 1];
+        let outcome = rmca::scope(|s| {
+            let reqs = vec![
+                w.irecv(s, &mut whole, 0, 41).unwrap(),
+                rev.irecv(s, &mut short, rev_of(0), 42).unwrap(),
+            ];
+            // The scope keeps what its requests need; the handle can go.
+            drop(rev);
+            Request::complete_all(reqs)
+        });
+        check(whole == [5], "mixed batch: the world's request completed");
+        match outcome {
+            Err(Error::Status {
+                error: StatusError::Truncated { .. },
+                status,
+            }) => check(
+                status.source == rev_of(0) && status.tag == 42,
+                "mixed batch: the failed status names the source in its own communicator",
+            ),
+            other => check(
+                false,
+                &format!("mixed batch: truncation expected, got {other:?}"),
+            ),
+        }
+        return;
+    }
+    drop(rev);
+}
+
 /// test_any / test_all / test_some / wait_some over receives from every rank, with indices,
 /// and one truncated receive reported at its index.
 fn completion_sets(w: &Communicator) {
@@ -728,6 +775,8 @@ fn main() {
     persistent(&w);
     cancel(&w);
     completion_sets(&w);
+    mixed_batch(&w);
+    w.barrier().unwrap();
     scalars(&w);
     groups(&w);
     arguments(&w);
