@@ -11,6 +11,7 @@
 //! | `vcoll.c` | v-collectives, reduce-scatter, scans, `MPI_IN_PLACE`, user operations, MINLOC/MAXLOC pairs, bad input |
 //! | `group.c` | groups, `Comm_create`, `Comm_compare`, `Cancel`/`Test_cancelled`, bad input |
 //! | `errors.c` | bad input under `MPI_ERRORS_RETURN` (the classes) and the fatal default |
+//! | `nbc.c` | non-blocking collectives: every root, `MPI_IN_PLACE`, derived datatypes, user operations, every completion call (mixed with point-to-point), `Request_free`, bad input |
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -162,6 +163,13 @@ fn varying_collectives_scans_and_operations() {
 #[test]
 fn groups_communicators_from_groups_and_cancel() {
     every_config("group");
+}
+
+#[test]
+fn non_blocking_collectives() {
+    every_config("nbc");
+    // Four ranks: a power of two takes other algorithms (recursive doubling) than 3.
+    run(&compile("nbc", &[]), "nbc", 4, "ob1+shm", &[]);
 }
 
 #[test]
