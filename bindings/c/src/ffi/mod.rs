@@ -15,6 +15,7 @@ pub mod coll;
 pub mod comm;
 pub mod env;
 pub mod group;
+pub mod info;
 pub mod nbc;
 pub mod op;
 pub mod p2p;
