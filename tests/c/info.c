@@ -1,6 +1,7 @@
 /* MPI_Info objects (a key/value store) and the one-sided calls, which rmca does not
  * implement: each returns MPI_ERR_UNSUPPORTED_OPERATION through the error handler with a
- * message naming the call. Also: a stale request handle is refused. */
+ * message naming the call. Also: a stale request handle (kept after its request was freed,
+ * its slot reused since) is refused with MPI_ERR_REQUEST instead of naming the new one. */
 #include "check.h"
 
 static void info(void) {
@@ -102,10 +103,37 @@ static void one_sided(void) {
     OK(MPI_Comm_free(&comm));
 }
 
+static void stale_request(void) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int a = 1, b = 0;
+    MPI_Request req, stale;
+    OK(MPI_Irecv(&b, 1, MPI_INT, rank, 5, MPI_COMM_WORLD, &req));
+    stale = req;
+    OK(MPI_Send(&a, 1, MPI_INT, rank, 5, MPI_COMM_WORLD));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(req == MPI_REQUEST_NULL && b == 1, "first receive");
+    /* The next request takes the freed slot. */
+    int c = 0;
+    OK(MPI_Irecv(&c, 1, MPI_INT, rank, 6, MPI_COMM_WORLD, &req));
+    CHECK(req != stale, "a new request gets a new handle");
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    int flag = -1;
+    CHECK(MPI_Test(&stale, &flag, MPI_STATUS_IGNORE) == MPI_ERR_REQUEST, "test a stale handle");
+    CHECK(MPI_Request_free(&stale) == MPI_ERR_REQUEST, "free a stale handle");
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    /* The new request is untouched by the refused calls. */
+    a = 2;
+    OK(MPI_Send(&a, 1, MPI_INT, rank, 6, MPI_COMM_WORLD));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(req == MPI_REQUEST_NULL && c == 2, "second receive got %d", c);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     info();
     one_sided();
+    stale_request();
     int rc = summary("info");
     MPI_Finalize();
     return rc;

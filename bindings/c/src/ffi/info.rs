@@ -77,20 +77,21 @@ fn with_info<R>(
 fn add(e: Entries) -> MpiResult<Handle> {
     INFOS.with(|t| {
         let mut t = t.borrow_mut();
-        let i =
-            match t.iter().position(Option::is_none) {
-                Some(i) => i,
-                None if t.len() < MAX_INFOS => {
-                    t.push(None);
-                    t.len() - 1
-                }
-                None => return Err(MpiError::new(
+        let i = match t.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if t.len() < MAX_INFOS => {
+                t.push(None);
+                t.len() - 1
+            }
+            None => {
+                return Err(MpiError::new(
                     MPI_ERR_NO_MEM,
                     format!(
                         "too many info objects (at most {MAX_INFOS}): free some with MPI_Info_free"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         t[i] = Some(e);
         Ok(INFO_BASE + i)
     })
