@@ -11,11 +11,21 @@
 //! finalize: complete every raw request before finalizing (MPI requires the same of its
 //! programs). Dropping an outstanding [`RawRequest`] waits for it, so that its buffer is never
 //! written after the request is gone.
+//!
+//! The non-blocking collectives ([`ibarrier`], [`ibcast`], [`ireduce`], [`iallreduce`],
+//! [`igather`], [`iscatter`], [`iallgather`], [`ialltoall`]) start the schedules of
+//! [`crate::coll::nonblocking`] on the same executor, over raw memory: their requests are
+//! [`RawRequest`]s too, completed by the same calls (a batch may mix them with point-to-point
+//! requests), and follow that module's progress and matching rules. Their buffer contract is
+//! the one above, for every buffer the call names, until the request completed: a send
+//! buffer stays valid and unwritten, a receive buffer valid and otherwise unaccessed.
 
 use rmca_framework::btl::CommPattern;
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::pml::{RequestId, SendArgs, SendMode, SendStart};
 
+use crate::coll::nonblocking::ByteReduction;
+use crate::coll::Reduction;
 use crate::{Communicator, Error, Result, Src, Status};
 
 /// An outstanding operation started by [`isend`] or [`irecv`] on caller-owned memory.
@@ -32,6 +42,8 @@ enum RawState {
     Pending(RequestId),
     /// Completed as it started (an eager send the BTL took at once): nothing in the PML.
     Done(Status),
+    /// A non-blocking collective: its id among the runtime's active collectives.
+    Coll(RequestId),
     /// The outcome was handed out.
     Spent,
 }
@@ -147,11 +159,17 @@ impl RawRequest {
     pub fn wait(mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, RawState::Spent) {
             RawState::Pending(id) => self.comm.wait_raw(id),
+            RawState::Coll(id) => self.comm.shared().wait_collective(id),
             RawState::Done(st) => Ok(st),
             RawState::Spent => Err(Error::InvalidArgument(
                 "raw request already completed".into(),
             )),
         }
+    }
+
+    /// Whether the operation is a non-blocking collective.
+    pub fn is_collective(&self) -> bool {
+        matches!(self.state, RawState::Coll(_))
     }
 
     /// Try to cancel the operation (`MPI_Cancel`; see [`crate::Request::cancel`] for what
@@ -160,7 +178,8 @@ impl RawRequest {
     pub fn cancel(&mut self) -> Result<bool> {
         match self.state {
             RawState::Pending(id) => self.comm.shared().with(|rt| Ok(rt.pml.cancel(id)?)),
-            RawState::Done(_) | RawState::Spent => Ok(false),
+            // MPI does not cancel collectives.
+            RawState::Coll(_) | RawState::Done(_) | RawState::Spent => Ok(false),
         }
     }
 
@@ -168,6 +187,15 @@ impl RawRequest {
     pub fn test(mut self) -> Polled {
         let id = match std::mem::replace(&mut self.state, RawState::Spent) {
             RawState::Pending(id) => id,
+            RawState::Coll(id) => {
+                return match self.comm.shared().test_collective(id) {
+                    Some(outcome) => Polled::Done(outcome),
+                    None => {
+                        self.state = RawState::Coll(id);
+                        Polled::Pending(self)
+                    }
+                }
+            }
             RawState::Done(st) => return Polled::Done(Ok(st)),
             RawState::Spent => {
                 return Polled::Done(Err(Error::InvalidArgument(
@@ -201,11 +229,16 @@ impl RawRequest {
 pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
     let mut out: Vec<Option<Result<Status>>> = Vec::with_capacity(requests.len());
     let mut pending = Vec::new();
+    let mut colls = Vec::new();
     for (i, mut r) in requests.into_iter().enumerate() {
         match std::mem::replace(&mut r.state, RawState::Spent) {
             RawState::Pending(id) => {
                 out.push(None);
                 pending.push((i, id, r.comm.clone()));
+            }
+            RawState::Coll(id) => {
+                out.push(None);
+                colls.push((i, id, r.comm.clone()));
             }
             RawState::Done(st) => out.push(Some(Ok(st))),
             RawState::Spent => out.push(Some(Err(Error::InvalidArgument(
@@ -243,8 +276,23 @@ pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
                 out[i] = Some(Err(Error::InvalidArgument(msg.clone())));
             }
         }
+        // The collectives run in the same loop: a peer may need this rank's next round before
+        // it sends what a point-to-point request here waits for.
+        events += shared.step_collectives();
+        let colls_before = colls.len();
+        colls.retain(|(i, id, _)| match shared.collective_outcome(*id) {
+            Some(outcome) => {
+                out[*i] = Some(outcome);
+                false
+            }
+            None => true,
+        });
         // Spins, or yields when the node is oversubscribed (the runtime's idle policy).
-        backoff.pass(events + before - pending.len());
+        backoff.pass(events + before - pending.len() + colls_before - colls.len());
+    }
+    // Collectives left once the point-to-point requests completed.
+    for (i, id, comm) in colls {
+        out[i] = Some(comm.shared().wait_collective(id));
     }
     out.into_iter()
         .map(|o| o.expect("every request has an outcome"))
@@ -259,6 +307,7 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
     let mut ids = Vec::new();
     let mut at = Vec::new();
     let mut comms = Vec::new();
+    let mut colls = Vec::new();
     for (i, mut r) in requests.into_iter().enumerate() {
         match std::mem::replace(&mut r.state, RawState::Spent) {
             RawState::Pending(id) => {
@@ -266,6 +315,7 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
                 at.push(i);
                 comms.push(r.comm.clone());
             }
+            RawState::Coll(id) => colls.push((i, id, r.comm.clone())),
             RawState::Done(_) => {}
             RawState::Spent => {
                 out[i] = Some(Error::InvalidArgument(
@@ -274,7 +324,17 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
             }
         }
     }
+    // The PML's wait steps the collectives too, so waiting for them afterwards never holds up
+    // a peer.
+    let wait_colls = |out: &mut Vec<Option<Error>>| {
+        for (i, id, comm) in colls {
+            if let Err(e) = comm.shared().wait_collective(id) {
+                out[i] = Some(e);
+            }
+        }
+    };
     let Some(comm) = comms.first() else {
+        wait_colls(&mut out);
         return out;
     };
     // Every communicator of a process shares its one runtime.
@@ -294,6 +354,7 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
             }
         }
     }
+    wait_colls(&mut out);
     out
 }
 
@@ -309,9 +370,12 @@ pub fn complete_batch(batch: &mut Vec<RawRequest>, failed: &mut Vec<(usize, Erro
     };
     let mut ids = shared.take_batch();
     ids.reserve(batch.len());
+    let mut has_colls = false;
     for (i, r) in batch.iter_mut().enumerate() {
         match r.state {
             RawState::Pending(id) => ids.push(id),
+            // Waited for after the PML's batch (which steps them meanwhile).
+            RawState::Coll(_) => has_colls = true,
             // Completed when it started (an eager send the BTL took at once).
             RawState::Done(_) => r.state = RawState::Spent,
             RawState::Spent => failed.push((
@@ -355,6 +419,16 @@ pub fn complete_batch(batch: &mut Vec<RawRequest>, failed: &mut Vec<(usize, Erro
         }
     }
     shared.give_batch(ids);
+    if has_colls {
+        for (i, r) in batch.iter_mut().enumerate() {
+            if let RawState::Coll(id) = r.state {
+                r.state = RawState::Spent;
+                if let Err(e) = shared.wait_collective(id) {
+                    failed.push((i, e));
+                }
+            }
+        }
+    }
     // Every request the PML knew is released now, failed or not: nothing to wait for when
     // they are dropped.
     for mut r in batch.drain(..) {
@@ -365,10 +439,248 @@ pub fn complete_batch(batch: &mut Vec<RawRequest>, failed: &mut Vec<(usize, Erro
 
 impl Drop for RawRequest {
     fn drop(&mut self) {
-        if let RawState::Pending(id) = std::mem::replace(&mut self.state, RawState::Spent) {
-            if let Err(e) = self.comm.wait_raw(id) {
-                tracing::debug!("raw request dropped while outstanding: {e}");
-            }
+        let outcome = match std::mem::replace(&mut self.state, RawState::Spent) {
+            RawState::Pending(id) => self.comm.wait_raw(id),
+            RawState::Coll(id) => self.comm.shared().wait_collective(id),
+            RawState::Done(_) | RawState::Spent => return,
+        };
+        if let Err(e) = outcome {
+            tracing::debug!("raw request dropped while outstanding: {e}");
         }
     }
+}
+
+/// A reduction operation for [`ireduce`] and [`iallreduce`], erased to bytes: a predefined
+/// [`crate::coll::Op`] on its element type, a [`crate::coll::UserOp`], or any other
+/// [`Reduction`].
+pub struct RawReduction(ByteReduction);
+
+impl std::fmt::Debug for RawReduction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawReduction")
+            .field("element_size", &self.0.element_size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RawReduction {
+    /// `op` on elements of `T`; an error if `op` is not defined for `T`.
+    pub fn new<T: bytemuck::Pod, R: Reduction<T> + 'static>(op: R) -> Result<Self> {
+        Ok(Self(ByteReduction::new::<T, R>(op)?))
+    }
+
+    /// Bytes of one element: the lengths given to [`ireduce`] and [`iallreduce`] are
+    /// multiples of it.
+    pub fn element_size(&self) -> usize {
+        self.0.element_size()
+    }
+
+    fn check_len(&self, len: usize, what: &str) -> Result<()> {
+        let elem = self.element_size();
+        if elem > 0 && !len.is_multiple_of(elem) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {len} B is not a whole number of {elem}-byte elements"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A read-only view of `len` bytes at `buf` (empty when `len` is 0, whatever `buf` is).
+///
+/// # Safety
+/// As [`UserBuf::from_raw_parts`].
+#[allow(unsafe_code)]
+unsafe fn view(buf: *const u8, len: usize) -> UserBuf {
+    if len == 0 {
+        UserBuf::empty()
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { UserBuf::from_raw_parts(buf, len) }
+    }
+}
+
+/// A writable view of `len` bytes at `buf` (empty when `len` is 0, whatever `buf` is).
+///
+/// # Safety
+/// As [`UserBuf::from_raw_parts_mut`].
+#[allow(unsafe_code)]
+unsafe fn view_mut(buf: *mut u8, len: usize) -> UserBuf {
+    if len == 0 {
+        UserBuf::empty()
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { UserBuf::from_raw_parts_mut(buf, len) }
+    }
+}
+
+/// The request of the collective `plan` started on `comm`.
+fn start(comm: &Communicator, plan: crate::coll::nonblocking::Plan) -> RawRequest {
+    RawRequest {
+        state: RawState::Coll(comm.launch(plan)),
+        comm: comm.clone(),
+    }
+}
+
+/// Start a barrier (see [`Communicator::ibarrier`]).
+pub fn ibarrier(comm: &Communicator) -> Result<RawRequest> {
+    Ok(start(comm, comm.ibarrier_plan()?))
+}
+
+/// Start a broadcast of the `len` bytes at `buf` from `root` (see [`Communicator::ibcast`]).
+///
+/// # Safety
+/// `buf..buf+len` must be valid for reads and writes, and not accessed by anyone else, until
+/// the request completed (read-only at the root, which the library does not write).
+#[allow(unsafe_code)]
+pub unsafe fn ibcast(
+    comm: &Communicator,
+    buf: *mut u8,
+    len: usize,
+    root: usize,
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract.
+    let buf = unsafe { view_mut(buf, len) };
+    Ok(start(comm, comm.ibcast_plan(buf, root)?))
+}
+
+/// Start a reduction of the `len` bytes at `send` with `op` into `recv` at `root` (see
+/// [`Communicator::ireduce`]); `recv` is ignored elsewhere.
+///
+/// # Safety
+/// `send..send+len` valid for reads and unwritten, at the root `recv..recv+len` valid for
+/// writes and otherwise unaccessed, until the request completed; the two do not overlap.
+#[allow(unsafe_code)]
+pub unsafe fn ireduce(
+    comm: &Communicator,
+    send: *const u8,
+    recv: *mut u8,
+    len: usize,
+    op: RawReduction,
+    root: usize,
+) -> Result<RawRequest> {
+    op.check_len(len, "ireduce")?;
+    // SAFETY: the caller's contract (`recv` only at the root).
+    let (send, recv) = unsafe {
+        let recv = (comm.rank() == root).then(|| view_mut(recv, len));
+        (view(send, len), recv)
+    };
+    Ok(start(comm, comm.ireduce_plan(send, recv, op.0, root)?))
+}
+
+/// Start an allreduce of the `len` bytes at `send` with `op` into `recv` (see
+/// [`Communicator::iallreduce`]).
+///
+/// # Safety
+/// `send..send+len` valid for reads and unwritten, `recv..recv+len` valid for writes and
+/// otherwise unaccessed, until the request completed; the two do not overlap.
+#[allow(unsafe_code)]
+pub unsafe fn iallreduce(
+    comm: &Communicator,
+    send: *const u8,
+    recv: *mut u8,
+    len: usize,
+    op: RawReduction,
+) -> Result<RawRequest> {
+    op.check_len(len, "iallreduce")?;
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, len), view_mut(recv, len)) };
+    Ok(start(comm, comm.iallreduce_plan(send, recv, op.0)?))
+}
+
+/// Start a gather of the `block` bytes at `send` to `root`, into `recv` (size × `block`
+/// bytes, in rank order; ignored elsewhere) (see [`Communicator::igather`]). `send` is read
+/// when the call starts, not later.
+///
+/// # Safety
+/// `send..send+block` valid for reads during the call; at the root `recv` valid for writes of
+/// size × `block` bytes and otherwise unaccessed until the request completed, apart from
+/// `send`.
+#[allow(unsafe_code)]
+pub unsafe fn igather(
+    comm: &Communicator,
+    send: *const u8,
+    block: usize,
+    recv: *mut u8,
+    root: usize,
+) -> Result<RawRequest> {
+    let total = total_of(comm, block, "igather")?;
+    // SAFETY: the caller's contract (`recv` only at the root).
+    let (send, recv) = unsafe {
+        let recv = (comm.rank() == root).then(|| view_mut(recv, total));
+        (view(send, block), recv)
+    };
+    Ok(start(comm, comm.igather_plan(send, recv, root)?))
+}
+
+/// Start a scatter from `root` of `send` (size × `block` bytes in rank order; ignored
+/// elsewhere) into the `block` bytes at `recv` (see [`Communicator::iscatter`]). The root's
+/// `send` is read when the call starts, not later.
+///
+/// # Safety
+/// At the root `send` valid for reads of size × `block` bytes during the call; `recv` valid
+/// for writes of `block` bytes and otherwise unaccessed until the request completed.
+#[allow(unsafe_code)]
+pub unsafe fn iscatter(
+    comm: &Communicator,
+    send: *const u8,
+    recv: *mut u8,
+    block: usize,
+    root: usize,
+) -> Result<RawRequest> {
+    let total = total_of(comm, block, "iscatter")?;
+    // SAFETY: the caller's contract (`send` only at the root).
+    let (send, recv) = unsafe {
+        let send = (comm.rank() == root).then(|| view(send, total));
+        (send, view_mut(recv, block))
+    };
+    Ok(start(comm, comm.iscatter_plan(send, recv, root)?))
+}
+
+/// Start an allgather of the `block` bytes at `send` into `recv` (size × `block` bytes, in
+/// rank order) (see [`Communicator::iallgather`]). `send` is read when the call starts.
+///
+/// # Safety
+/// `send` valid for reads of `block` bytes during the call; `recv` valid for writes of size
+/// × `block` bytes and otherwise unaccessed until the request completed, apart from `send`.
+#[allow(unsafe_code)]
+pub unsafe fn iallgather(
+    comm: &Communicator,
+    send: *const u8,
+    block: usize,
+    recv: *mut u8,
+) -> Result<RawRequest> {
+    let total = total_of(comm, block, "iallgather")?;
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, block), view_mut(recv, total)) };
+    Ok(start(comm, comm.iallgather_plan(send, recv)?))
+}
+
+/// Start an alltoall: block r of `send` (size × `block` bytes) goes to rank r, block r of
+/// `recv` comes from rank r (see [`Communicator::ialltoall`]).
+///
+/// # Safety
+/// `send` valid for reads and unwritten, `recv` valid for writes and otherwise unaccessed,
+/// size × `block` bytes each, until the request completed; the two do not overlap.
+#[allow(unsafe_code)]
+pub unsafe fn ialltoall(
+    comm: &Communicator,
+    send: *const u8,
+    recv: *mut u8,
+    block: usize,
+) -> Result<RawRequest> {
+    let total = total_of(comm, block, "ialltoall")?;
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, total), view_mut(recv, total)) };
+    Ok(start(comm, comm.ialltoall_plan(send, recv)?))
+}
+
+/// Size × `block` bytes, checked.
+fn total_of(comm: &Communicator, block: usize, what: &str) -> Result<usize> {
+    block.checked_mul(comm.size()).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{what}: {block} B per rank x {} ranks overflows",
+            comm.size()
+        ))
+    })
 }

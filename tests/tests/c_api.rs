@@ -11,6 +11,9 @@
 //! | `vcoll.c` | v-collectives, reduce-scatter, scans, `MPI_IN_PLACE`, user operations, MINLOC/MAXLOC pairs, bad input |
 //! | `group.c` | groups, `Comm_create`, `Comm_compare`, `Cancel`/`Test_cancelled`, bad input |
 //! | `errors.c` | bad input under `MPI_ERRORS_RETURN` (the classes) and the fatal default |
+//! | `pack.c` | `Pack`/`Unpack`/`Pack_size` (and `MPI_PACKED` messages), `Type_dup`, indexed blocks, `Alltoallw`, bad input |
+//! | `info.c` | `MPI_Info` objects; the one-sided calls refused with `MPI_ERR_UNSUPPORTED_OPERATION` |
+//! | `nbc.c` | non-blocking collectives: every root, `MPI_IN_PLACE`, derived datatypes, user operations, every completion call (mixed with point-to-point), `Request_free`, bad input |
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -162,6 +165,27 @@ fn varying_collectives_scans_and_operations() {
 #[test]
 fn groups_communicators_from_groups_and_cancel() {
     every_config("group");
+}
+
+#[test]
+fn non_blocking_collectives() {
+    every_config("nbc");
+    // Four ranks: a power of two takes other algorithms (recursive doubling) than 3.
+    run(&compile("nbc", &[]), "nbc", 4, "ob1+shm", &[]);
+}
+
+#[test]
+fn pack_type_dup_indexed_blocks_and_alltoallw() {
+    every_config("pack");
+}
+
+#[test]
+fn info_objects_and_unsupported_one_sided_calls() {
+    // Local calls only: one transport is enough.
+    let program = compile("info", &[]);
+    for ranks in [1, 2] {
+        run(&program, "info", ranks, "ob1+shm", &[]);
+    }
 }
 
 #[test]

@@ -92,6 +92,10 @@ pub fn class_text(class: c_int) -> &'static str {
         MPI_ERR_KEYVAL => "MPI_ERR_KEYVAL: invalid keyval",
         MPI_ERR_NO_MEM => "MPI_ERR_NO_MEM: out of memory",
         MPI_ERR_UNSUPPORTED_OPERATION => "MPI_ERR_UNSUPPORTED_OPERATION: unsupported operation",
+        31 => "MPI_ERR_INFO_KEY: invalid info key",
+        32 => "MPI_ERR_INFO_NOKEY: info key not set",
+        33 => "MPI_ERR_INFO_VALUE: invalid info value",
+        34 => "MPI_ERR_INFO: invalid info object",
         MPI_ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED: a peer process failed",
         MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER: invalid error handler",
         MPI_ERR_ABI => "MPI_ERR_ABI: ABI mismatch",
@@ -208,8 +212,19 @@ impl Bsend {
 pub const COMM_BASE: Handle = DYNAMIC_BASE;
 /// Handles of user error handlers.
 pub const ERRH_BASE: Handle = DYNAMIC_BASE * 2;
-/// Handles of requests.
+/// Handles of requests: this plus the index, plus the slot's generation shifted by
+/// [`REQ_GEN_SHIFT`] (on 64-bit targets; 32-bit ones have no room for it).
 pub const REQ_BASE: Handle = 0x4000_0000;
+/// Where a request handle's generation starts.
+const REQ_GEN_SHIFT: u32 = 32;
+/// The bits of a request handle below its generation.
+const REQ_LOW_MASK: Handle = 0xFFFF_FFFF;
+
+/// The generation bits of a request handle.
+#[inline]
+fn gen_bits(gen: u32) -> Handle {
+    (gen as Handle).checked_shl(REQ_GEN_SHIFT).unwrap_or(0)
+}
 /// Entries of each table (a handle must stay below the next kind's base).
 const MAX_OBJECTS: usize = DYNAMIC_BASE;
 
@@ -227,6 +242,10 @@ pub struct State {
     /// Index 0 is `MPI_COMM_WORLD`, 1 is `MPI_COMM_SELF`.
     comms: Vec<Option<CommEntry>>,
     requests: Vec<Option<ReqEntry>>,
+    /// The generation of each request slot, bumped when its request is freed: it is part of
+    /// the handle, so a handle kept after its request was freed never names the slot's next
+    /// request (LIFO reuse would hand that slot out at once).
+    request_gens: Vec<u32>,
     free_requests: Vec<usize>,
     errhandlers: Vec<Option<CommErrhandlerFn>>,
     pub bsend: Bsend,
@@ -287,6 +306,7 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
             }),
         ],
         requests: Vec::new(),
+        request_gens: Vec::new(),
         free_requests: Vec::new(),
         errhandlers: Vec::new(),
         bsend: Bsend::default(),
@@ -511,21 +531,33 @@ impl State {
                     return Err(MpiError::new(MPI_ERR_NO_MEM, "too many requests"));
                 }
                 self.requests.push(Some(entry));
+                self.request_gens.push(0);
                 self.requests.len() - 1
             }
         };
-        Ok(REQ_BASE + index)
+        Ok(REQ_BASE + index + gen_bits(self.request_gens[index]))
     }
 
+    /// The slot of request handle `h`, if `h` is of the slot's current generation.
     #[inline]
-    fn request_index(h: Handle) -> Option<usize> {
-        h.checked_sub(REQ_BASE).filter(|&i| i < REQ_BASE)
+    fn request_index(&self, h: Handle) -> Option<usize> {
+        let i = (h & REQ_LOW_MASK)
+            .checked_sub(REQ_BASE)
+            .filter(|&i| i < REQ_BASE)?;
+        (h & !REQ_LOW_MASK == gen_bits(*self.request_gens.get(i)?)).then_some(i)
+    }
+
+    /// Retire slot `i` (its request is freed): the next request there gets a new handle.
+    #[inline]
+    fn retire_request_slot(&mut self, i: usize) {
+        self.request_gens[i] = self.request_gens[i].wrapping_add(1);
+        self.free_requests.push(i);
     }
 
     /// The request entry of `h`.
     #[inline]
     pub fn request(&mut self, h: Handle) -> MpiResult<&mut ReqEntry> {
-        Self::request_index(h)
+        self.request_index(h)
             .and_then(|i| self.requests.get_mut(i))
             .and_then(Option::as_mut)
             .ok_or_else(|| {
@@ -540,10 +572,10 @@ impl State {
     /// costs `MPI_Waitall` a copy per request); its state should have been taken first.
     #[inline]
     pub fn free_request(&mut self, h: Handle) {
-        if let Some(i) = Self::request_index(h) {
+        if let Some(i) = self.request_index(h) {
             if let Some(slot @ Some(_)) = self.requests.get_mut(i) {
                 *slot = None;
-                self.free_requests.push(i);
+                self.retire_request_slot(i);
             }
         }
     }
@@ -551,9 +583,9 @@ impl State {
     /// Remove request `h` (completed or freed).
     #[inline]
     pub fn remove_request(&mut self, h: Handle) -> Option<ReqEntry> {
-        let i = Self::request_index(h)?;
+        let i = self.request_index(h)?;
         let entry = self.requests.get_mut(i)?.take()?;
-        self.free_requests.push(i);
+        self.retire_request_slot(i);
         Some(entry)
     }
 

@@ -328,6 +328,12 @@ impl Shared {
         self.nbc.take_finished(id)
     }
 
+    /// The outcome of collective `id` if it finished (then forgotten), without progress:
+    /// for loops that progress themselves (see [`crate::raw::wait_all`]).
+    pub(crate) fn collective_outcome(&self, id: RequestId) -> Option<Result<Status>> {
+        self.nbc.take_finished(id)
+    }
+
     /// Progress until collective `id` completes.
     pub(crate) fn wait_collective(&self, id: RequestId) -> Result<Status> {
         let mut backoff = Backoff::default();
@@ -346,8 +352,34 @@ impl Shared {
     }
 }
 
+/// A reduction erased to bytes, for the non-blocking collectives that reduce: the step the
+/// executor applies, the element size (where a schedule may cut the vector) and whether the
+/// operation may combine in any order.
+pub(crate) struct ByteReduction {
+    apply: OwnedReduce,
+    elem: usize,
+    commutative: bool,
+}
+
+impl ByteReduction {
+    /// `op` on elements of `T` (an error if `op` is not defined for `T`).
+    pub(crate) fn new<T: bytemuck::Pod, R: Reduction<T> + 'static>(op: R) -> Result<Self> {
+        op.check()?;
+        Ok(Self {
+            elem: std::mem::size_of::<T>(),
+            commutative: op.is_commutative(),
+            apply: Box::new(move |dst, src, acc, src_first| op.apply(dst, src, acc, src_first)),
+        })
+    }
+
+    /// Bytes of one element.
+    pub(crate) fn element_size(&self) -> usize {
+        self.elem
+    }
+}
+
 /// A collective ready to start: its schedule and where its buffers are.
-struct Plan {
+pub(crate) struct Plan {
     sched: Rc<Schedule>,
     send: UserBuf,
     /// The result buffer: the caller's, or a view of `own_work`.
@@ -397,10 +429,29 @@ fn lend_mut<T: bytemuck::Pod>(buf: &mut [T]) -> UserBuf {
     unsafe { UserBuf::from_mut_slice(bytemuck::cast_slice_mut(buf)) }
 }
 
+/// Refuse a byte length other than `want` (the byte-level forms' check; the typed forms check
+/// element counts first, with their own message).
+fn check_bytes(what: &str, buf: &str, got: usize, want: usize) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "{what}: {buf} holds {got} B, expected {want} B"
+        )))
+    }
+}
+
 impl Communicator {
     /// Start `plan` as a collective of `scope`.
-    #[allow(unsafe_code)]
     fn start_plan<'s>(&self, scope: &'s Scope<'s, '_>, plan: Plan) -> Request<'s> {
+        let id = self.launch(plan);
+        scope.pending_collective(self, id)
+    }
+
+    /// Start `plan` among the runtime's active collectives; its id there (for
+    /// [`Shared::wait_collective`] and [`Shared::test_collective`]).
+    #[allow(unsafe_code)]
+    pub(crate) fn launch(&self, plan: Plan) -> RequestId {
         let mut tmp = vec![0u64; plan.sched.tmp_len.div_ceil(8)];
         // SAFETY: `tmp` moves into the collective with this view (its heap block stays put)
         // and is freed only after the collective finished.
@@ -428,8 +479,7 @@ impl Communicator {
             result_bytes: plan.result_bytes,
             outcome: None,
         };
-        let id = self.shared().start_collective(c);
-        scope.pending_collective(self, id)
+        self.shared().start_collective(c)
     }
 
     /// Wait for the request `o` (point-to-point or collective).
@@ -441,8 +491,8 @@ impl Communicator {
         }
     }
 
-    /// Start a barrier: the request completes once every member started it.
-    pub fn ibarrier<'s>(&self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
+    /// The plan of a barrier.
+    pub(crate) fn ibarrier_plan(&self) -> Result<Plan> {
         let (n, me) = (self.size(), self.rank());
         let linear = self.coll_params()?.barrier_linear;
         let key = SchedKey::new(TAG_BARRIER, 0, 0, 0);
@@ -453,7 +503,19 @@ impl Communicator {
                 schedule::barrier_dissemination(n, me)
             }
         });
-        Ok(self.start_plan(scope, Plan::new(s, UserBuf::empty())))
+        Ok(Plan::new(s, UserBuf::empty()))
+    }
+
+    /// Start a barrier: the request completes once every member started it.
+    pub fn ibarrier<'s>(&self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
+        Ok(self.start_plan(scope, self.ibarrier_plan()?))
+    }
+
+    /// The plan of a broadcast of the bytes of `buf` from `root`.
+    pub(crate) fn ibcast_plan(&self, buf: UserBuf, root: usize) -> Result<Plan> {
+        self.check_root(root)?;
+        let s = self.bcast_schedule(root, buf.len())?;
+        Ok(Plan::new(s, buf))
     }
 
     /// Start a broadcast of `buf` from `root` (see [`Communicator::bcast`]); `buf` stays
@@ -464,9 +526,37 @@ impl Communicator {
         buf: &'s mut [T],
         root: usize,
     ) -> Result<Request<'s>> {
+        let plan = self.ibcast_plan(lend_mut(buf), root)?;
+        Ok(self.start_plan(scope, plan))
+    }
+
+    /// The plan of a reduction of the bytes of `send` into `recv` (the root's) at `root`.
+    pub(crate) fn ireduce_plan(
+        &self,
+        send: UserBuf,
+        recv: Option<UserBuf>,
+        op: ByteReduction,
+        root: usize,
+    ) -> Result<Plan> {
         self.check_root(root)?;
-        let s = self.bcast_schedule(root, std::mem::size_of_val(buf))?;
-        Ok(self.start_plan(scope, Plan::new(s, lend_mut(buf))))
+        let len = send.len();
+        // A non-commutative operation must combine in rank order.
+        let s = self.reduce_schedule(root, len, !op.commutative)?;
+        let mut plan = if self.rank() == root {
+            let recv = recv.ok_or_else(|| {
+                Error::InvalidArgument("ireduce: the root must pass a receive buffer".into())
+            })?;
+            check_bytes("ireduce", "receive buffer", recv.len(), len)?;
+            Plan::new(s, recv)
+        } else {
+            // Non-roots accumulate their subtree in private space.
+            let mut p = Plan::new(s, UserBuf::empty()).owning_work(vec![0u8; len]);
+            p.result_bytes = 0;
+            p
+        };
+        plan.send = send;
+        plan.reduce = Some(op.apply);
+        Ok(plan)
     }
 
     /// Start a reduction to `root` (see [`Communicator::reduce`]); the buffers stay borrowed
@@ -480,28 +570,28 @@ impl Communicator {
         root: usize,
     ) -> Result<Request<'s>> {
         self.check_root(root)?;
-        Reduction::<T>::check(&op)?;
-        let len = std::mem::size_of_val(send);
-        let s = self.reduce_schedule(root, len, false)?;
-        let mut plan = if self.rank() == root {
-            let recv = recv.ok_or_else(|| {
-                Error::InvalidArgument("ireduce: the root must pass a receive buffer".into())
-            })?;
+        let op = ByteReduction::new::<T, _>(op)?;
+        if let (Some(recv), true) = (&recv, self.rank() == root) {
             check_len("ireduce", "receive buffer", recv.len(), send.len())?;
-            Plan::new(s, lend_mut(recv))
-        } else {
-            // Non-roots accumulate their subtree in private space.
-            let mut p = Plan::new(s, UserBuf::empty()).owning_work(vec![0u8; len]);
-            p.result_bytes = 0;
-            p
-        };
-        plan.send = lend(send);
-        plan.reduce = Some(Box::new(
-            move |dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, first: bool| {
-                Reduction::<T>::apply(&op, dst, src, acc, first)
-            },
-        ));
+        }
+        let plan = self.ireduce_plan(lend(send), recv.map(lend_mut), op, root)?;
         Ok(self.start_plan(scope, plan))
+    }
+
+    /// The plan of an allreduce of the bytes of `send` into `recv`.
+    pub(crate) fn iallreduce_plan(
+        &self,
+        send: UserBuf,
+        recv: UserBuf,
+        op: ByteReduction,
+    ) -> Result<Plan> {
+        check_bytes("iallreduce", "receive buffer", recv.len(), send.len())?;
+        // A non-commutative operation must combine in rank order.
+        let s = self.allreduce_schedule(send.len(), op.elem, !op.commutative)?;
+        let mut plan = Plan::new(s, recv);
+        plan.send = send;
+        plan.reduce = Some(op.apply);
+        Ok(plan)
     }
 
     /// Start an allreduce (see [`Communicator::allreduce`]); the buffers stay borrowed until
@@ -513,19 +603,41 @@ impl Communicator {
         recv: &'s mut [T],
         op: Op,
     ) -> Result<Request<'s>> {
-        Reduction::<T>::check(&op)?;
+        let op = ByteReduction::new::<T, _>(op)?;
         check_len("iallreduce", "receive buffer", recv.len(), send.len())?;
-        // Built-in operations are commutative: any algorithm may combine in its own order.
-        let s =
-            self.allreduce_schedule(std::mem::size_of_val(send), std::mem::size_of::<T>(), false)?;
-        let mut plan = Plan::new(s, lend_mut(recv));
-        plan.send = lend(send);
-        plan.reduce = Some(Box::new(
-            move |dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, first: bool| {
-                Reduction::<T>::apply(&op, dst, src, acc, first)
-            },
-        ));
+        let plan = self.iallreduce_plan(lend(send), lend_mut(recv), op)?;
         Ok(self.start_plan(scope, plan))
+    }
+
+    /// The plan of a gather of the bytes of `send` into `recv` (the root's: size blocks).
+    pub(crate) fn igather_plan(
+        &self,
+        send: UserBuf,
+        recv: Option<UserBuf>,
+        root: usize,
+    ) -> Result<Plan> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        let block = send.len();
+        let v = (me + n - root) % n;
+        let s = self.gather_schedule(root, block)?;
+        let plan = if me == root {
+            let recv = recv.ok_or_else(|| {
+                Error::InvalidArgument("igather: the root must pass a receive buffer".into())
+            })?;
+            check_bytes("igather", "receive buffer", recv.len(), n * block)?;
+            recv.write_at(v * block, send.as_slice());
+            let mut p = Plan::new(s, recv);
+            p.finish = Finish::RotateWork(root * block);
+            p
+        } else {
+            let mut own = vec![0u8; n * block];
+            own[v * block..(v + 1) * block].copy_from_slice(send.as_slice());
+            let mut p = Plan::new(s, UserBuf::empty()).owning_work(own);
+            p.result_bytes = 0;
+            p
+        };
+        Ok(plan)
     }
 
     /// Start a gather to `root` (see [`Communicator::gather`]); the buffers stay borrowed
@@ -538,29 +650,47 @@ impl Communicator {
         root: usize,
     ) -> Result<Request<'s>> {
         self.check_root(root)?;
-        let (n, me) = (self.size(), self.rank());
-        let block = std::mem::size_of_val(send);
-        let v = (me + n - root) % n;
-        let s = self.gather_schedule(root, block)?;
-        let mine: &[u8] = bytemuck::cast_slice(send);
-        let plan = if me == root {
-            let recv = recv.ok_or_else(|| {
-                Error::InvalidArgument("igather: the root must pass a receive buffer".into())
-            })?;
-            check_len("igather", "receive buffer", recv.len(), n * send.len())?;
-            let work: &mut [u8] = bytemuck::cast_slice_mut(recv);
-            work[v * block..(v + 1) * block].copy_from_slice(mine);
-            let mut p = Plan::new(s, lend_mut(work));
-            p.finish = Finish::RotateWork(root * block);
-            p
-        } else {
-            let mut own = vec![0u8; n * block];
-            own[v * block..(v + 1) * block].copy_from_slice(mine);
-            let mut p = Plan::new(s, UserBuf::empty()).owning_work(own);
-            p.result_bytes = 0;
-            p
-        };
+        if let (Some(recv), true) = (&recv, self.rank() == root) {
+            check_len(
+                "igather",
+                "receive buffer",
+                recv.len(),
+                self.size() * send.len(),
+            )?;
+        }
+        let plan = self.igather_plan(lend(send), recv.map(lend_mut), root)?;
         Ok(self.start_plan(scope, plan))
+    }
+
+    /// The plan of a scatter of `send` (the root's: size blocks) into the bytes of `recv`.
+    pub(crate) fn iscatter_plan(
+        &self,
+        send: Option<UserBuf>,
+        recv: UserBuf,
+        root: usize,
+    ) -> Result<Plan> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        let block = recv.len();
+        let v = (me + n - root) % n;
+        let mut own = vec![0u8; n * block];
+        if me == root {
+            let send = send.ok_or_else(|| {
+                Error::InvalidArgument("iscatter: the root must pass a send buffer".into())
+            })?;
+            check_bytes("iscatter", "send buffer", send.len(), n * block)?;
+            own.copy_from_slice(send.as_slice());
+            // Rank order to virtual-rank order.
+            own.rotate_left(root * block);
+        }
+        let s = self.scatter_schedule(root, block)?;
+        let mut plan = Plan::new(s, UserBuf::empty()).owning_work(own);
+        plan.finish = Finish::CopyOut {
+            from: v * block..(v + 1) * block,
+            to: recv,
+        };
+        plan.result_bytes = block;
+        Ok(plan)
     }
 
     /// Start a scatter from `root` (see [`Communicator::scatter`]); the buffers stay borrowed
@@ -573,27 +703,30 @@ impl Communicator {
         root: usize,
     ) -> Result<Request<'s>> {
         self.check_root(root)?;
-        let (n, me) = (self.size(), self.rank());
-        let block = std::mem::size_of_val(recv);
-        let v = (me + n - root) % n;
-        let mut own = vec![0u8; n * block];
-        if me == root {
-            let send = send.ok_or_else(|| {
-                Error::InvalidArgument("iscatter: the root must pass a send buffer".into())
-            })?;
-            check_len("iscatter", "send buffer", send.len(), n * recv.len())?;
-            own.copy_from_slice(bytemuck::cast_slice(send));
-            // Rank order to virtual-rank order.
-            own.rotate_left(root * block);
+        if let (Some(send), true) = (&send, self.rank() == root) {
+            check_len(
+                "iscatter",
+                "send buffer",
+                send.len(),
+                self.size() * recv.len(),
+            )?;
         }
-        let s = self.scatter_schedule(root, block)?;
-        let mut plan = Plan::new(s, UserBuf::empty()).owning_work(own);
-        plan.finish = Finish::CopyOut {
-            from: v * block..(v + 1) * block,
-            to: lend_mut(recv),
-        };
-        plan.result_bytes = block;
+        let plan = self.iscatter_plan(send.map(lend), lend_mut(recv), root)?;
         Ok(self.start_plan(scope, plan))
+    }
+
+    /// The plan of an allgather of the bytes of `send` into `recv` (size blocks).
+    pub(crate) fn iallgather_plan(&self, send: UserBuf, recv: UserBuf) -> Result<Plan> {
+        let (me, block) = (self.rank(), send.len());
+        check_bytes(
+            "iallgather",
+            "receive buffer",
+            recv.len(),
+            self.size() * block,
+        )?;
+        recv.write_at(me * block, send.as_slice());
+        let s = allgather_schedule(self, block)?;
+        Ok(Plan::new(s, recv))
     }
 
     /// Start an allgather (see [`Communicator::allgather`]); the buffers stay borrowed until
@@ -610,11 +743,26 @@ impl Communicator {
             recv.len(),
             self.size() * send.len(),
         )?;
-        let (me, block) = (self.rank(), std::mem::size_of_val(send));
-        let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
-        out[me * block..(me + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
-        let s = allgather_schedule(self, block)?;
-        Ok(self.start_plan(scope, Plan::new(s, lend_mut(out))))
+        let plan = self.iallgather_plan(lend(send), lend_mut(recv))?;
+        Ok(self.start_plan(scope, plan))
+    }
+
+    /// The plan of an alltoall of the bytes of `send` (size blocks) into `recv`.
+    pub(crate) fn ialltoall_plan(&self, send: UserBuf, recv: UserBuf) -> Result<Plan> {
+        let n = self.size();
+        if !send.len().is_multiple_of(n) {
+            return Err(Error::InvalidArgument(format!(
+                "ialltoall: send length {} B is not a multiple of the size {n}",
+                send.len()
+            )));
+        }
+        check_bytes("ialltoall", "receive buffer", recv.len(), send.len())?;
+        let block = send.len() / n;
+        let ranges: Vec<Range<usize>> = (0..n).map(|r| r * block..(r + 1) * block).collect();
+        let s = self.alltoallv_schedule(&ranges, &ranges, TAG_ALLTOALL)?;
+        let mut plan = Plan::new(s, recv);
+        plan.send = send;
+        Ok(plan)
     }
 
     /// Start an alltoall (see [`Communicator::alltoall`]); the buffers stay borrowed until
@@ -633,11 +781,7 @@ impl Communicator {
             )));
         }
         check_len("ialltoall", "receive buffer", recv.len(), send.len())?;
-        let block = std::mem::size_of_val(send) / n;
-        let ranges: Vec<Range<usize>> = (0..n).map(|r| r * block..(r + 1) * block).collect();
-        let s = self.alltoallv_schedule(&ranges, &ranges, TAG_ALLTOALL)?;
-        let mut plan = Plan::new(s, lend_mut(recv));
-        plan.send = lend(send);
+        let plan = self.ialltoall_plan(lend(send), lend_mut(recv))?;
         Ok(self.start_plan(scope, plan))
     }
 }

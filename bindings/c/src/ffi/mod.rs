@@ -15,6 +15,8 @@ pub mod coll;
 pub mod comm;
 pub mod env;
 pub mod group;
+pub mod info;
+pub mod nbc;
 pub mod op;
 pub mod p2p;
 pub mod req;
@@ -314,6 +316,8 @@ pub enum Staged {
     Send(SendData),
     /// The buffer a receive lands in, unpacked into the program's layout at completion.
     Recv(RecvData),
+    /// A non-blocking collective's (see [`nbc::CollStaged`]).
+    Coll(Box<nbc::CollStaged>),
 }
 
 impl Staged {
@@ -323,9 +327,22 @@ impl Staged {
     /// The operation completed; the program's receive buffer is valid and not otherwise
     /// accessed during the call.
     pub(crate) unsafe fn finish(self, received: u64) {
-        if let Staged::Recv(r) = self {
+        match self {
             // SAFETY: the caller's contract.
-            unsafe { r.finish(received as usize) };
+            Staged::Recv(r) => unsafe { r.finish(received as usize) },
+            // SAFETY: the caller's contract.
+            Staged::Coll(c) => unsafe { c.finish() },
+            Staged::Send(_) => {}
+        }
+    }
+
+    /// Does completing it write the program's buffer (so it cannot complete unseen, after
+    /// `MPI_Request_free`)?
+    pub(crate) fn unpacks(&self) -> bool {
+        match self {
+            Staged::Recv(_) => true,
+            Staged::Coll(c) => c.unpacks(),
+            Staged::Send(_) => false,
         }
     }
 }

@@ -8,6 +8,7 @@ use std::ffi::{c_int, c_void};
 
 use bytemuck::Pod;
 use rmca::coll::{Op, Reducible, Reduction, UserOp};
+use rmca::raw::RawReduction;
 
 use super::types::Ty;
 use super::{call, put};
@@ -269,6 +270,38 @@ fn pair_combine<const N: usize>(
     }
 }
 
+/// MINLOC/MAXLOC on pairs of `N` bytes, as a combining function.
+fn pair_fn<const N: usize>(
+    max: bool,
+    value: PairValue,
+    index_at: usize,
+) -> impl Fn([u8; N], [u8; N]) -> [u8; N] + Copy + 'static {
+    move |a: [u8; N], b: [u8; N]| pair_combine(max, value, index_at, a, b)
+}
+
+/// The program's `MPI_User_function` on one element of `N` bytes of `dt`, as a combining
+/// function (`a` from lower ranks).
+fn user_fn<const N: usize>(
+    f: UserFn,
+    dt: Handle,
+) -> impl Fn([u8; N], [u8; N]) -> [u8; N] + Copy + 'static {
+    move |mut a: [u8; N], mut b: [u8; N]| {
+        let (mut len, mut dt) = (1 as c_int, dt);
+        // SAFETY: `f` is the MPI_User_function the program registered; it combines
+        // `len` (1) elements of `dt` at invec (`a`, from lower ranks) into inoutvec
+        // (`b`), both one element of the datatype's extent in the program's layout.
+        unsafe {
+            f(
+                a.as_mut_ptr().cast(),
+                b.as_mut_ptr().cast(),
+                &mut len,
+                &mut dt,
+            )
+        };
+        b
+    }
+}
+
 fn run_sized<const N: usize>(
     c: &rmca::Communicator,
     coll: Coll<'_>,
@@ -286,27 +319,13 @@ where
             index_at,
             ..
         } => {
-            let f = move |a: [u8; N], b: [u8; N]| pair_combine(max, value, index_at, a, b);
+            let f = pair_fn::<N>(max, value, index_at);
             run_with::<[u8; N]>(c, coll, send, recv, UserOp::commutative(f))
         }
         Reducer::User {
             f, commutative, dt, ..
         } => {
-            let g = move |mut a: [u8; N], mut b: [u8; N]| {
-                let (mut len, mut dt) = (1 as c_int, dt);
-                // SAFETY: `f` is the MPI_User_function the program registered; it combines
-                // `len` (1) elements of `dt` at invec (`a`, from lower ranks) into inoutvec
-                // (`b`), both one element of the datatype's extent in the program's layout.
-                unsafe {
-                    f(
-                        a.as_mut_ptr().cast(),
-                        b.as_mut_ptr().cast(),
-                        &mut len,
-                        &mut dt,
-                    )
-                };
-                b
-            };
+            let g = user_fn::<N>(f, dt);
             if commutative {
                 run_with::<[u8; N]>(c, coll, send, recv, UserOp::commutative(g))
             } else {
@@ -315,6 +334,66 @@ where
         }
         Reducer::Builtin(..) => unreachable!("builtin reductions run on their element type"),
     }
+}
+
+/// [`run_sized`]'s reduction, for the non-blocking collectives.
+fn raw_sized<const N: usize>(r: Reducer) -> rmca::Result<RawReduction>
+where
+    [u8; N]: Pod,
+{
+    match r {
+        Reducer::Pair {
+            max,
+            value,
+            index_at,
+            ..
+        } => {
+            RawReduction::new::<[u8; N], _>(UserOp::commutative(pair_fn::<N>(max, value, index_at)))
+        }
+        Reducer::User {
+            f, commutative, dt, ..
+        } => {
+            let g = user_fn::<N>(f, dt);
+            if commutative {
+                RawReduction::new::<[u8; N], _>(UserOp::commutative(g))
+            } else {
+                RawReduction::new::<[u8; N], _>(UserOp::non_commutative(g))
+            }
+        }
+        Reducer::Builtin(op, _) => Err(rmca::Error::InvalidArgument(format!(
+            "internal: {op:?} runs on its element type"
+        ))),
+    }
+}
+
+/// The reduction `r` erased to bytes, for the non-blocking collectives (the same element
+/// functions the blocking ones run).
+pub fn raw_reduction(r: Reducer) -> MpiResult<RawReduction> {
+    if let Reducer::Builtin(op, elem) = r {
+        macro_rules! go {
+            ($($e:ident => $t:ty),*) => {
+                match elem { $(Elem::$e => RawReduction::new::<$t, Op>(op),)* }
+            };
+        }
+        return Ok(
+            go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16,
+            U32 => u32, U64 => u64, F32 => f32, F64 => f64)?,
+        );
+    }
+    macro_rules! sized {
+        ($($n:literal)*) => {
+            match element_size(&r) {
+                $($n => Ok(raw_sized::<$n>(r)?),)*
+                n => Err(MpiError::new(
+                    MPI_ERR_TYPE,
+                    format!("a reduction with a user operation or MINLOC/MAXLOC on elements of {n} B: rmca reduces elements of 1 to {MAX_USER_ELEMENT} B"),
+                )),
+            }
+        };
+    }
+    sized!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+        32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+        61 62 63 64)
 }
 
 /// Bytes of one element of the reducer.

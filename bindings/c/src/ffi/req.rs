@@ -640,12 +640,12 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
         let h = unsafe { request.read() };
         state::with(|s| {
             s.request(h)?;
-            if matches!(s.staged.get(&h), Some(super::Staged::Recv(_)))
+            if s.staged.get(&h).is_some_and(super::Staged::unpacks)
                 && matches!(s.request(h)?.state, ReqState::Active(_))
             {
                 return Err(MpiError::new(
                     MPI_ERR_REQUEST,
-                    "MPI_Request_free on an active receive into a non-contiguous derived datatype: rmca unpacks such a receive when it is completed, so complete it (MPI_Wait/MPI_Test) instead",
+                    "MPI_Request_free on an active receive (or non-blocking collective) into a non-contiguous derived datatype: rmca unpacks such a receive when it is completed, so complete it (MPI_Wait/MPI_Test) instead",
                 ));
             }
             if let Some(entry) = s.remove_request(h) {

@@ -771,3 +771,204 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent(
         unsafe { put_bounds(true_lb, true_extent, l.true_lb(), l.true_extent()) }
     })
 }
+
+/// `MPI_Type_create_indexed_block`: blocks of one length at displacements in elements of the
+/// old type.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_create_indexed_block(
+    count: c_int,
+    blocklength: c_int,
+    displs: *const c_int,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_create_indexed_block's contract: `count` displacements.
+    unsafe {
+        create("MPI_Type_create_indexed_block", new, || {
+            let n = nonneg(count, "count")?;
+            let b = nonneg(blocklength, "blocklength")?;
+            let d: Vec<isize> = array(displs, n, "displacements")?
+                .into_iter()
+                .map(|d| d as isize)
+                .collect();
+            let t = Ty::lookup(old)?;
+            derived(
+                rmca::Datatype::indexed(&vec![b; n], &d, &t.layout()),
+                t.base(),
+                repeat(t.signature().as_deref(), n.saturating_mul(b)),
+            )
+        })
+    }
+}
+
+/// `MPI_Type_create_hindexed_block`: blocks of one length at displacements in bytes.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
+    count: c_int,
+    blocklength: c_int,
+    displs: *const isize,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_create_hindexed_block's contract: `count` displacements.
+    unsafe {
+        create("MPI_Type_create_hindexed_block", new, || {
+            let n = nonneg(count, "count")?;
+            let b = nonneg(blocklength, "blocklength")?;
+            let d = array(displs, n, "displacements")?;
+            let t = Ty::lookup(old)?;
+            derived(
+                rmca::Datatype::hindexed(&vec![b; n], &d, &t.layout()),
+                t.base(),
+                repeat(t.signature().as_deref(), n.saturating_mul(b)),
+            )
+        })
+    }
+}
+
+/// `MPI_Type_dup`: a new handle with the same layout, committed if the old one is (a
+/// predefined type's duplicate is a committed derived type).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_dup(old: Handle, new: *mut Handle) -> c_int {
+    // SAFETY: MPI_Type_dup's contract for `new`.
+    unsafe {
+        create("MPI_Type_dup", new, || match Ty::lookup(old)? {
+            Ty::Derived(d) => Ok((*d).clone()),
+            t @ Ty::Predefined(..) => {
+                let mut d = derived(Ok(t.layout()), t.base(), t.signature())?;
+                d.committed = true;
+                Ok(d)
+            }
+        })
+    }
+}
+
+/// The position argument of `MPI_Pack`/`MPI_Unpack`, checked against the buffer's size.
+///
+/// # Safety
+/// `position` is null or valid for a read.
+unsafe fn position_in(
+    position: *const c_int,
+    size: c_int,
+    what: &str,
+) -> MpiResult<(usize, usize)> {
+    if position.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the position argument is NULL"));
+    }
+    let size = nonneg(size, &format!("{what} size"))?;
+    // SAFETY: the caller's contract, non-null checked.
+    let pos = unsafe { position.read() };
+    match usize::try_from(pos) {
+        Ok(p) if p <= size => Ok((p, size)),
+        _ => Err(MpiError::new(
+            MPI_ERR_ARG,
+            format!("position {pos} is outside the {what} buffer of {size} B"),
+        )),
+    }
+}
+
+/// `MPI_Pack`: the data of `incount` instances of `datatype` at `inbuf`, in type-map order,
+/// appended at `*position` of `outbuf` (rmca's packed form is the data itself, native
+/// representation, no header: a message of `MPI_PACKED` matches the datatype's).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pack(
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: Handle,
+    outbuf: *mut c_void,
+    outsize: c_int,
+    position: *mut c_int,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Pack", comm, || {
+        super::communicator(comm)?;
+        let n = nonneg(incount, "incount")?;
+        let ty = Ty::for_use(datatype)?;
+        // SAFETY: MPI_Pack's contract: `position` is the caller's int.
+        let (pos, size) = unsafe { position_in(position, outsize, "output")? };
+        let len = ty.packed_len(n)?;
+        if len > size - pos {
+            return Err(MpiError::new(
+                MPI_ERR_TRUNCATE,
+                format!("MPI_Pack: {n} elements take {len} B but the output buffer has {} B left at position {pos} (MPI_Pack_size tells the room needed)", size - pos),
+            ));
+        }
+        if len > 0 && (inbuf.is_null() || outbuf.is_null()) {
+            return Err(MpiError::new(MPI_ERR_BUFFER, "MPI_Pack: a buffer is NULL"));
+        }
+        // SAFETY: MPI_Pack's contract: `inbuf` holds `incount` instances, `outbuf` holds
+        // `outsize` bytes (with `len` left at `pos`, checked above).
+        unsafe {
+            let data = ty.pack(inbuf, n)?;
+            std::ptr::copy_nonoverlapping(data.as_ptr(), outbuf.cast::<u8>().add(pos), len);
+            position.write((pos + len) as c_int);
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Unpack`: `outcount` instances of `datatype` into `outbuf` from `*position` of
+/// `inbuf` (see [`MPI_Pack`]).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Unpack(
+    inbuf: *const c_void,
+    insize: c_int,
+    position: *mut c_int,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: Handle,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Unpack", comm, || {
+        super::communicator(comm)?;
+        let n = nonneg(outcount, "outcount")?;
+        let ty = Ty::for_use(datatype)?;
+        // SAFETY: MPI_Unpack's contract: `position` is the caller's int.
+        let (pos, size) = unsafe { position_in(position, insize, "input")? };
+        let len = ty.packed_len(n)?;
+        if len > size - pos {
+            return Err(MpiError::new(
+                MPI_ERR_TRUNCATE,
+                format!("MPI_Unpack: {n} elements take {len} B but the input buffer has {} B left at position {pos}", size - pos),
+            ));
+        }
+        if len > 0 && (inbuf.is_null() || outbuf.is_null()) {
+            return Err(MpiError::new(
+                MPI_ERR_BUFFER,
+                "MPI_Unpack: a buffer is NULL",
+            ));
+        }
+        // SAFETY: MPI_Unpack's contract: `inbuf` holds `insize` bytes (with `len` left at
+        // `pos`, checked above), `outbuf` holds `outcount` instances.
+        unsafe {
+            let data = std::slice::from_raw_parts(inbuf.cast::<u8>().add(pos), len);
+            ty.unpack(data, outbuf, n);
+            position.write((pos + len) as c_int);
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Pack_size`: the bytes `MPI_Pack` needs for `incount` instances (exactly their data:
+/// rmca's packed form has no header).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pack_size(
+    incount: c_int,
+    datatype: Handle,
+    comm: Handle,
+    size: *mut c_int,
+) -> c_int {
+    call("MPI_Pack_size", comm, || {
+        super::communicator(comm)?;
+        let n = nonneg(incount, "incount")?;
+        let len = Ty::for_use(datatype)?.packed_len(n)?;
+        let len = c_int::try_from(len).map_err(|_| {
+            MpiError::new(
+                MPI_ERR_COUNT,
+                format!("{n} elements pack into {len} B, more than an int can hold"),
+            )
+        })?;
+        // SAFETY: the caller's int.
+        unsafe { put(size, len, "size") }
+    })
+}

@@ -1,4 +1,5 @@
-//! The collectives with per-rank counts (gatherv, scatterv, allgatherv), reduce-scatter and
+//! The collectives with per-rank counts (gatherv, scatterv, allgatherv, alltoallv, and
+//! alltoallw with per-rank datatypes too), reduce-scatter and
 //! the prefix reductions (scan, exscan), with `MPI_IN_PLACE`, on any committed datatype.
 //!
 //! The per-rank blocks are packed back to back in a buffer of the library's own (block r
@@ -514,3 +515,153 @@ macro_rules! prefix {
 
 prefix!(MPI_Scan, Coll::Scan);
 prefix!(MPI_Exscan, Coll::Exscan);
+
+/// One side of `MPI_Alltoallw`: per rank a count, a byte displacement and a datatype, and
+/// the blocks' packed byte counts and offsets.
+struct TypedBlocks {
+    parts: Vec<(Ty, usize, isize)>,
+    packed_counts: Vec<usize>,
+    packed_displs: Vec<usize>,
+    total: usize,
+}
+
+impl TypedBlocks {
+    /// Read `n` counts, byte displacements and datatypes.
+    ///
+    /// # Safety
+    /// The arrays hold `n` entries each (checked non-null).
+    unsafe fn read(
+        counts: *const c_int,
+        displs: *const c_int,
+        types: *const Handle,
+        n: usize,
+        side: &str,
+    ) -> MpiResult<Self> {
+        if counts.is_null() || displs.is_null() || types.is_null() {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("the {side} counts, displacements or datatypes array is NULL"),
+            ));
+        }
+        let mut b = TypedBlocks {
+            parts: Vec::with_capacity(n),
+            packed_counts: Vec::with_capacity(n),
+            packed_displs: Vec::with_capacity(n),
+            total: 0,
+        };
+        for r in 0..n {
+            // SAFETY: the caller's contract.
+            let (c, d, t) = unsafe {
+                (
+                    counts.add(r).read(),
+                    displs.add(r).read(),
+                    types.add(r).read(),
+                )
+            };
+            let c = usize::try_from(c).map_err(|_| {
+                MpiError::new(
+                    MPI_ERR_COUNT,
+                    format!("{side} count {c} of rank {r} is negative: counts are >= 0"),
+                )
+            })?;
+            let ty = Ty::for_use(t)?;
+            let bytes = ty.packed_len(c)?;
+            b.parts.push((ty, c, d as isize));
+            b.packed_counts.push(bytes);
+            b.packed_displs.push(b.total);
+            b.total = b.total.checked_add(bytes).ok_or_else(|| {
+                MpiError::new(MPI_ERR_COUNT, format!("the {side} counts overflow"))
+            })?;
+        }
+        Ok(b)
+    }
+
+    /// Pack every block from the program's buffer.
+    ///
+    /// # Safety
+    /// `buf` holds every block (the collective's contract).
+    unsafe fn pack(&self, buf: *const c_void) -> MpiResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.total);
+        for (ty, count, displ) in &self.parts {
+            let from = buf.cast::<u8>().wrapping_offset(*displ).cast();
+            // SAFETY: the caller's contract.
+            out.extend(unsafe { ty.pack(from, *count)? });
+        }
+        Ok(out)
+    }
+
+    /// Unpack every block into the program's buffer.
+    ///
+    /// # Safety
+    /// `buf` holds every block and is not otherwise accessed during the call.
+    unsafe fn unpack(&self, packed: &[u8], buf: *mut c_void) {
+        for (r, (ty, count, displ)) in self.parts.iter().enumerate() {
+            let (p, len) = (self.packed_displs[r], self.packed_counts[r]);
+            let dst = buf.cast::<u8>().wrapping_offset(*displ).cast();
+            // SAFETY: the caller's contract.
+            unsafe { ty.unpack(&packed[p..p + len], dst, *count) };
+        }
+    }
+
+    fn check_null(&self, buf: *const c_void, side: &str) -> MpiResult<()> {
+        if self.total > 0 && buf.is_null() {
+            return Err(MpiError::new(
+                MPI_ERR_BUFFER,
+                format!("the {side} buffer is NULL"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `MPI_Alltoallw`: per-peer counts, byte displacements and datatypes (`MPI_IN_PLACE` as
+/// sendbuf: the blocks to send are the receive blocks). Each block is packed into library
+/// memory, the packed blocks move by the alltoallv schedule, and are unpacked with the
+/// receive side's datatypes; a block's send and receive type signatures must match in size.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallw(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const Handle,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Alltoallw", comm, || {
+        let c = communicator(comm)?;
+        let n = c.size();
+        // SAFETY: MPI_Alltoallw's contract: one count, displacement and datatype per rank on
+        // each side, the buffers hold every block.
+        unsafe {
+            let rb = TypedBlocks::read(recvcounts, rdispls, recvtypes, n, "receive")?;
+            rb.check_null(recvbuf, "receive")?;
+            let (send, sb) = if in_place(sendbuf) {
+                (rb.pack(recvbuf)?, None)
+            } else {
+                let sb = TypedBlocks::read(sendcounts, sdispls, sendtypes, n, "send")?;
+                sb.check_null(sendbuf, "send")?;
+                (sb.pack(sendbuf)?, Some(sb))
+            };
+            let (sc, sd) = match &sb {
+                Some(sb) => (&sb.packed_counts, &sb.packed_displs),
+                None => (&rb.packed_counts, &rb.packed_displs),
+            };
+            let me = c.rank();
+            same_len(sc[me], rb.packed_counts[me], me, "MPI_Alltoallw")?;
+            let mut all = vec![0u8; rb.total];
+            c.alltoallv(
+                &send,
+                sc,
+                sd,
+                &mut all,
+                &rb.packed_counts,
+                &rb.packed_displs,
+            )?;
+            rb.unpack(&all, recvbuf);
+        }
+        Ok(())
+    })
+}
