@@ -251,12 +251,13 @@ pub struct Producer {
 
 /// Default [`Producer::set_streaming`] threshold: records from this size are streamed.
 pub const STREAM_MIN: usize = 4096;
-/// Default [`Producer::set_streaming`] chunk. Each chunk costs a handoff: the producer's
-/// progress store and the consumer's load of it move a cache line between the cores, which on
-/// the virtual machines measured here takes as long as copying a few KiB. With 4 KiB chunks
-/// those handoffs were a third of a 32 KiB message's one-way time; 16 KiB chunks cut 8 to 128
-/// KiB ping-pong latency by 25-35% and doubled the streamed bandwidth (`bench/RESULTS.md`, "ob1 +
-/// shm medium messages: stream chunks"). Larger chunks lose the overlap of the two copies.
+/// Default [`Producer::set_streaming`] chunk. Each chunk costs a handoff (the producer's
+/// progress store and the consumer's load of it move a cache line between the cores, as long
+/// as copying a few KiB on the virtual machines measured here), and both sides copy a chunk
+/// at a time, where glibc's `rep movsb` (8 KiB and up there) beats its vector loop. 16 KiB
+/// chunks cut 8 to 128 KiB ping-pong latency by 22-31% against 4 KiB ones and doubled the
+/// streamed bandwidth (`bench/RESULTS.md`, "ob1 + shm medium messages: stream chunks"); 32 KiB
+/// chunks were no better, since larger chunks lose the overlap of the two copies.
 pub const STREAM_CHUNK: usize = 16 * 1024;
 
 /// End of the chunk of a `len`-byte streamed record that starts at byte `done`: `chunk` bytes
