@@ -251,8 +251,26 @@ pub struct Producer {
 
 /// Default [`Producer::set_streaming`] threshold: records from this size are streamed.
 pub const STREAM_MIN: usize = 4096;
-/// Default [`Producer::set_streaming`] chunk.
-pub const STREAM_CHUNK: usize = 4096;
+/// Default [`Producer::set_streaming`] chunk. Each chunk costs a handoff (the producer's
+/// progress store and the consumer's load of it move a cache line between the cores, as long
+/// as copying a few KiB on the virtual machines measured here), and both sides copy a chunk
+/// at a time, where glibc's `rep movsb` (8 KiB and up there) beats its vector loop. 16 KiB
+/// chunks cut 8 to 128 KiB ping-pong latency by 22-31% against 4 KiB ones and doubled the
+/// streamed bandwidth (`bench/RESULTS.md`, "ob1 + shm medium messages: stream chunks"); 32 KiB
+/// chunks were no better, since larger chunks lose the overlap of the two copies.
+pub const STREAM_CHUNK: usize = 16 * 1024;
+
+/// End of the chunk of a `len`-byte streamed record that starts at byte `done`: `chunk` bytes
+/// further, except that a rest shorter than a quarter chunk joins this chunk, since a handoff
+/// costs more than copying it (a 16 KiB fragment behind its 64-byte header goes in one step).
+fn chunk_end(done: usize, len: usize, chunk: usize) -> usize {
+    let end = done.saturating_add(chunk);
+    if end >= len || len - end < chunk / 4 {
+        len
+    } else {
+        end
+    }
+}
 
 impl Producer {
     /// The producer of `mem`, accepting fragments of up to `max_len` bytes (clamped to what the
@@ -417,7 +435,7 @@ impl Producer {
         let base = unsafe { self.mem.data.as_ptr().add(index * SLOT + STREAM_HDR + pad) };
         let mut done = 0;
         while done < len {
-            let end = (done + self.stream_chunk).min(len);
+            let end = chunk_end(done, len, self.stream_chunk);
             // SAFETY: [done, end) lies in the record (end <= len) and is not yet visible.
             unsafe { copy_split(header, payload, done, end, base) };
             progress.store(end as u64, Ordering::Release);
@@ -1100,6 +1118,52 @@ pub(crate) mod tests {
     #[test]
     fn two_threads_heap_ring_streamed() {
         two_threads(60);
+    }
+
+    /// The chunk ends of a `len`-byte streamed record (each one a progress store).
+    fn chunk_ends(len: usize, chunk: usize) -> Vec<usize> {
+        let mut ends = vec![];
+        let mut done = 0;
+        while done < len {
+            done = chunk_end(done, len, chunk);
+            ends.push(done);
+        }
+        ends
+    }
+
+    /// A medium message is a handful of handoffs by default: every progress store moves a
+    /// cache line between the cores, which costs as much as copying a few KiB (4 KiB chunks
+    /// made a fragment at shm's eager limit sixteen handoffs, and 8-128 KiB latency 25-35%
+    /// worse).
+    #[test]
+    fn streamed_records_take_few_handoffs() {
+        let eager_limit = 65_600;
+        assert!(chunk_ends(eager_limit, STREAM_CHUNK).len() <= 4);
+        // A copied rendezvous fragment (16 KiB behind its header) is one step, not two.
+        assert_eq!(
+            chunk_ends(16 * 1024 + 64, STREAM_CHUNK),
+            vec![16 * 1024 + 64]
+        );
+        assert_eq!(
+            chunk_ends(40_000, 16_384),
+            vec![16_384, 32_768, 40_000],
+            "a rest of a quarter chunk or more is a chunk of its own"
+        );
+        assert_eq!(chunk_ends(36_000, 16_384), vec![16_384, 36_000]);
+        for len in [1, 63, 64, 4095, 4096, 100_000, 1 << 20] {
+            for chunk in [64, 4096, STREAM_CHUNK] {
+                let ends = chunk_ends(len, chunk);
+                assert_eq!(ends.last(), Some(&len));
+                let mut from = 0;
+                for &e in &ends {
+                    assert!(
+                        e > from && e - from <= chunk + chunk / 4,
+                        "{len} {chunk} {ends:?}"
+                    );
+                    from = e;
+                }
+            }
+        }
     }
 
     fn two_threads(stream_min: usize) {
