@@ -61,6 +61,29 @@ int main(int argc, char **argv) {
     MPI_Request req;
     EXPECT(MPI_Isend(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD, &req), MPI_ERR_RANK);
     EXPECT(MPI_Irecv(buf, 1, MPI_INT, 0, -9, MPI_COMM_WORLD, &req), MPI_ERR_TAG);
+    /* The per-message fast paths (a predefined datatype, the buffer used in place) refuse
+     * what the general path refuses, with the same classes. */
+    EXPECT(MPI_Send(MPI_IN_PLACE, 1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    EXPECT(MPI_Ssend(buf, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD), MPI_ERR_TAG);
+    EXPECT(MPI_Recv(MPI_IN_PLACE, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_BUFFER);
+    EXPECT(MPI_Recv(NULL, 2, MPI_INT, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_BUFFER);
+    EXPECT(MPI_Recv(buf, 1, MPI_INT, 0, 0, MPI_COMM_NULL, &st), MPI_ERR_COMM);
+    EXPECT(MPI_Recv(buf, 1, (MPI_Datatype)0x2ff, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_TYPE);
+    EXPECT(MPI_Recv(buf, 1, MPI_INT, -5, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK);
+    EXPECT(MPI_Isend(NULL, 3, MPI_INT, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_BUFFER);
+    EXPECT(MPI_Isend(MPI_IN_PLACE, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_BUFFER);
+    EXPECT(MPI_Isend(buf, -2, MPI_INT, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_COUNT);
+    EXPECT(MPI_Isend(buf, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD, &req), MPI_ERR_TAG);
+    EXPECT(MPI_Isend(buf, 1, MPI_INT, 0, 0, (MPI_Comm)0x7777, &req), MPI_ERR_COMM);
+    EXPECT(MPI_Isend(buf, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_TYPE);
+    EXPECT(MPI_Issend(buf, 1, MPI_INT, -7, 0, MPI_COMM_WORLD, &req), MPI_ERR_RANK);
+    EXPECT(MPI_Irsend(buf, 1, MPI_INT, size + 2, 0, MPI_COMM_WORLD, &req), MPI_ERR_RANK);
+    EXPECT(MPI_Irecv(NULL, 3, MPI_INT, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_BUFFER);
+    EXPECT(MPI_Irecv(MPI_IN_PLACE, 3, MPI_INT, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_BUFFER);
+    EXPECT(MPI_Irecv(buf, -1, MPI_INT, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_COUNT);
+    EXPECT(MPI_Irecv(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD, &req), MPI_ERR_RANK);
+    EXPECT(MPI_Irecv(buf, 1, MPI_INT, 0, 0, MPI_COMM_NULL, &req), MPI_ERR_COMM);
+    EXPECT(MPI_Irecv(buf, 1, (MPI_Datatype)0x9999, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_TYPE);
     EXPECT(MPI_Probe(size, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK);
     MPI_Comm freed;
     MPI_Comm_dup(MPI_COMM_WORLD, &freed);
@@ -86,6 +109,11 @@ int main(int argc, char **argv) {
         MPI_Irecv(buf, 1, MPI_INT, MPI_PROC_NULL, 0, ret, &other);
         EXPECT(MPI_Start(&other), MPI_ERR_REQUEST);
         MPI_Wait(&other, MPI_STATUS_IGNORE);
+        /* So do the per-message fast paths' errors. */
+        EXPECT(MPI_Send(buf, 1, MPI_INT, size, 0, ret), MPI_ERR_RANK);
+        EXPECT(MPI_Recv(buf, 1, MPI_INT, 0, -4, ret, &st), MPI_ERR_TAG);
+        EXPECT(MPI_Isend(buf, 1, MPI_INT, 0, -1, ret, &other), MPI_ERR_TAG);
+        EXPECT(MPI_Irecv(buf, 1, MPI_INT, size + 5, 0, ret, &other), MPI_ERR_RANK);
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         MPI_Comm_free(&ret);
     }

@@ -58,7 +58,7 @@ const fn ty(name: &'static str, size: usize, class: Class, elem: Option<Elem>) -
 
 /// The predefined datatype behind `handle`, if it is one rmca knows.
 #[inline]
-pub fn lookup(handle: Handle) -> Option<Datatype> {
+pub const fn lookup(handle: Handle) -> Option<Datatype> {
     use Class::*;
     use Elem::*;
     let t = match handle {
@@ -138,6 +138,35 @@ pub fn lookup(handle: Handle) -> Option<Datatype> {
     Some(t)
 }
 
+/// The first handle of the predefined datatypes' range (MPI 5.0 ABI: 0x200..0x300).
+const PREDEFINED_BASE: Handle = 0x200;
+
+/// The size of each predefined datatype, by handle - [`PREDEFINED_BASE`] (0: no datatype),
+/// made from [`lookup`] at compile time: the per-message calls need only the size, and one
+/// load is cheaper than building the whole [`Datatype`] through `lookup`'s jump table.
+const SIZES: [u8; 0x100] = {
+    let mut sizes = [0u8; 0x100];
+    let mut i = 0;
+    while i < sizes.len() {
+        if let Some(t) = lookup(PREDEFINED_BASE + i) {
+            assert!(t.size > 0 && t.size <= u8::MAX as usize);
+            sizes[i] = t.size as u8;
+        }
+        i += 1;
+    }
+    sizes
+};
+
+/// The size in bytes of predefined datatype `handle`; `None` if `handle` is not one (a
+/// derived datatype, or not a datatype).
+#[inline(always)]
+pub fn predefined_size(handle: Handle) -> Option<usize> {
+    match SIZES.get(handle.wrapping_sub(PREDEFINED_BASE)) {
+        Some(&size) if size > 0 => Some(usize::from(size)),
+        _ => None,
+    }
+}
+
 /// A predefined operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpInfo {
@@ -197,6 +226,18 @@ mod tests {
         assert_eq!(lookup(0x20a).unwrap().size, size_of::<c_long>());
         assert_eq!(lookup(0x20b).unwrap().size, size_of::<c_longlong>());
         assert_eq!(lookup(0x201).unwrap().size, size_of::<isize>());
+    }
+
+    #[test]
+    fn the_size_table_agrees_with_lookup() {
+        for h in 0..0x400 {
+            assert_eq!(
+                predefined_size(h),
+                lookup(h).map(|t| t.size),
+                "handle {h:#x}"
+            );
+        }
+        assert_eq!(predefined_size(usize::MAX), None);
     }
 
     #[test]

@@ -15,9 +15,16 @@ use rmca::{Communicator, Universe};
 
 use crate::abi::*;
 
-/// An MPI error: its class and what exactly was wrong.
+/// An MPI error: its class and what exactly was wrong. Boxed, so that every [`MpiResult`]
+/// of the crate is one word of error (`MpiResult<()>` is a pointer, null for success): the
+/// 48-byte error inline made each result of the per-message paths a copy through memory;
+/// errors are rare, and their allocation is on the error path only.
 #[derive(Debug, Clone)]
-pub struct MpiError {
+pub struct MpiError(Box<ErrorInfo>);
+
+/// What an [`MpiError`] says (reached through it by `Deref`: `e.class`, `e.msg`, `e.comm`).
+#[derive(Debug, Clone)]
+pub struct ErrorInfo {
     pub class: c_int,
     pub msg: String,
     /// The communicator whose error handler decides (by default the call's, else world's).
@@ -25,24 +32,44 @@ pub struct MpiError {
 }
 
 impl MpiError {
+    #[cold]
+    #[inline(never)]
     pub fn new(class: c_int, msg: impl Into<String>) -> Self {
-        Self {
-            class,
-            msg: msg.into(),
-            comm: None,
-        }
+        Self::with_comm(class, msg.into(), None)
+    }
+
+    /// An error of `class` raised on `comm`'s error handler (`None`: the call's).
+    #[cold]
+    #[inline(never)]
+    pub fn with_comm(class: c_int, msg: String, comm: Option<Handle>) -> Self {
+        Self(Box::new(ErrorInfo { class, msg, comm }))
     }
 
     /// Raise this error on `comm`'s error handler.
     pub fn on(mut self, comm: Handle) -> Self {
-        self.comm = Some(comm);
+        self.0.comm = Some(comm);
         self
+    }
+}
+
+impl std::ops::Deref for MpiError {
+    type Target = ErrorInfo;
+    fn deref(&self) -> &ErrorInfo {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for MpiError {
+    fn deref_mut(&mut self) -> &mut ErrorInfo {
+        &mut self.0
     }
 }
 
 pub type MpiResult<T> = Result<T, MpiError>;
 
 impl From<rmca::Error> for MpiError {
+    #[cold]
+    #[inline(never)]
     fn from(e: rmca::Error) -> Self {
         use rmca::framework::pml::{PmlError, StatusError};
         let class = match &e {

@@ -147,6 +147,22 @@ fn count_of(n: c_int, what: &str) -> MpiResult<usize> {
     })
 }
 
+/// The byte length of `n` elements of predefined datatype `dt` at `buf`, when a
+/// per-message call (`MPI_Send`, `MPI_Recv`, `MPI_Isend`, `MPI_Irecv`) can use the buffer in
+/// place without further checks: a predefined datatype, a non-negative count, and a buffer
+/// that is neither NULL nor `MPI_IN_PLACE` when there is data. `None` sends the call down its
+/// general path, which checks every argument again and raises the error: the fast path
+/// builds no error and resolves no `Ty`.
+#[inline(always)]
+pub(crate) fn predefined_len(buf: *const c_void, n: c_int, dt: Handle) -> Option<usize> {
+    let size = crate::dtype::predefined_size(dt)?;
+    let n = usize::try_from(n).ok()?;
+    // As `Ty::packed_len`: a length beyond isize::MAX is the general path's MPI_ERR_COUNT.
+    let len = size.checked_mul(n).filter(|&l| l <= isize::MAX as usize)?;
+    // NULL is 0 and MPI_IN_PLACE 1: both refused by the general path's `check_buffer`.
+    (len == 0 || buf as usize > MPI_IN_PLACE).then_some(len)
+}
+
 /// Refuse a NULL buffer, or `MPI_IN_PLACE` where the call does not take it, with data to
 /// move.
 fn check_buffer(buf: *const c_void, len: usize, n: usize, what: &str) -> MpiResult<()> {

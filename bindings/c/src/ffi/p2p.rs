@@ -9,8 +9,8 @@ use rmca::raw;
 
 use super::types::Ty;
 use super::{
-    buffer_len, bytes, call, dest, empty_status, no_overlap, outcome, put, put_status, recv_data,
-    recv_tag, send_data, send_tag, source, to_mpi_status, SendData, Staged,
+    buffer_len, bytes, bytes_mut, call, dest, empty_status, no_overlap, outcome, put, put_status,
+    recv_data, recv_tag, send_data, send_tag, source, to_mpi_status, SendData, Staged,
 };
 use crate::abi::*;
 use crate::state::{
@@ -30,7 +30,7 @@ fn args(
     Ok((c, buffer_len(buf, count, dt, "message")?))
 }
 
-/// A blocking send of any mode.
+/// A blocking send of any mode: the general path (any datatype; every argument checked).
 fn send(
     kind: SendKind,
     buf: *const c_void,
@@ -40,24 +40,38 @@ fn send(
     tag: c_int,
     comm: Handle,
 ) -> MpiResult<()> {
-    let c = state::with(|s| Ok(s.comm(comm)?.comm.clone()))?;
+    let c = super::communicator(comm)?;
     // SAFETY: the send's contract: `buf` holds `count` elements of `dt`.
     let data = unsafe { send_data(buf, count, dt, "message")? };
+    // SAFETY: the send's contract: `buf` is not written during the call; the slice lives
+    // only for the call.
+    send_on(&c, kind, unsafe { data.bytes() }, to, tag)
+}
+
+/// Send `bytes` on `c` (after the buffer checks): the rest of a blocking send, shared by
+/// the general path and the fast one (a predefined datatype: no packing, no `Ty`).
+#[inline(always)]
+fn send_on(
+    c: &rmca::Communicator,
+    kind: SendKind,
+    bytes: &[u8],
+    to: c_int,
+    tag: c_int,
+) -> MpiResult<()> {
     let Some(to) = dest(to, c.size())? else {
         return Ok(());
     };
     let tag = send_tag(tag)?;
-    // SAFETY: the send's contract: `buf` is not written during the call; the slice lives
-    // only for the call.
-    let bytes = unsafe { data.bytes() };
-    match kind {
+    let sent = match kind {
         SendKind::Buffered => {
-            state::with(|s| buffered_send(s, &c, bytes.as_ptr() as usize, bytes.len(), to, tag))?;
+            return state::with(|s| {
+                buffered_send(s, c, bytes.as_ptr() as usize, bytes.len(), to, tag)
+            })
         }
-        SendKind::Synchronous => c.ssend(bytes, to, tag)?,
-        SendKind::Standard | SendKind::Ready => c.send(bytes, to, tag)?,
-    }
-    Ok(())
+        SendKind::Synchronous => c.ssend(bytes, to, tag),
+        SendKind::Standard | SendKind::Ready => c.send(bytes, to, tag),
+    };
+    sent.map_err(MpiError::from)
 }
 
 /// Copy a buffered send into memory of its own, counted against the attached buffer, and
@@ -126,6 +140,14 @@ macro_rules! blocking_send {
             comm: Handle,
         ) -> c_int {
             call(stringify!($name), comm, || {
+                // The fast path: a predefined datatype's bytes sent in place.
+                if let Some(len) = super::predefined_len(buf, count, datatype) {
+                    let c = super::communicator(comm)?;
+                    // SAFETY: the send's contract: `buf` holds `len` bytes (not NULL when
+                    // len > 0, checked), unwritten during the call; the slice lives only
+                    // for the call.
+                    return send_on(&c, $kind, unsafe { bytes(buf, len) }, dest, tag);
+                }
                 send($kind, buf, count, datatype, dest, tag, comm)
             })
         }
@@ -195,6 +217,27 @@ pub unsafe extern "C" fn MPI_Recv(
     status: *mut MpiStatus,
 ) -> c_int {
     call("MPI_Recv", comm, || {
+        // The fast path: a predefined datatype's bytes received in place.
+        if let Some(len) = super::predefined_len(buf, count, datatype) {
+            let c = super::communicator(comm)?;
+            let src = source(src, c.size())?;
+            let tag = recv_tag(tag)?;
+            // SAFETY: MPI_Recv's contract: `buf` holds `len` bytes (not NULL when len > 0,
+            // checked) and is not accessed otherwise during the call.
+            let received = c.recv(unsafe { bytes_mut(buf, len) }, src, tag);
+            return match received {
+                Ok(st) => {
+                    // The status is converted only when the program asked for it.
+                    if !status.is_null() {
+                        // SAFETY: the caller's status (not MPI_STATUS_IGNORE: checked).
+                        unsafe { status.write(to_mpi_status(&st)) };
+                    }
+                    Ok(())
+                }
+                // SAFETY: the caller's status or MPI_STATUS_IGNORE.
+                Err(e) => unsafe { failed_recv(e, status) },
+            };
+        }
         let c = super::communicator(comm)?;
         let mut data = recv_data(buf, count, datatype, "message")?;
         let src = source(src, c.size())?;
@@ -210,6 +253,20 @@ pub unsafe extern "C" fn MPI_Recv(
     })
 }
 
+/// A failed receive of the fast path: its status (a truncated message's says what
+/// arrived) and its error.
+///
+/// # Safety
+/// `status` is the caller's status or `MPI_STATUS_IGNORE`.
+#[cold]
+#[inline(never)]
+unsafe fn failed_recv(e: rmca::Error, status: *mut MpiStatus) -> MpiResult<()> {
+    let o = outcome(Err(e));
+    // SAFETY: the caller's contract.
+    unsafe { put_status(status, &o.status) };
+    o.error.map_or(Ok(()), Err)
+}
+
 /// Start a send of `kind`: its request state.
 // Always: a result returned through memory and read back costs a store-forwarding stall
 // per request (perf).
@@ -223,17 +280,12 @@ pub(crate) fn start_send(
     to: c_int,
     tag: c_int,
 ) -> MpiResult<ReqState> {
-    let Some(to) = dest(to, c.size())? else {
-        let mut st = empty_status();
-        st.source = MPI_PROC_NULL;
-        return Ok(ReqState::Done(Box::new(Outcome {
-            status: st,
-            error: None,
-        })));
-    };
-    let tag = send_tag(tag)?;
     let mode = match kind {
         SendKind::Buffered => {
+            let Some(to) = dest(to, c.size())? else {
+                return Ok(proc_null_done());
+            };
+            let tag = send_tag(tag)?;
             buffered_send(s, c, buf, len, to, tag)?;
             let mut st = empty_status();
             st.set_bytes(len as u64);
@@ -245,10 +297,39 @@ pub(crate) fn start_send(
         SendKind::Synchronous => SendMode::Synchronous,
         SendKind::Standard | SendKind::Ready => SendMode::Standard,
     };
+    start_send_on(c, mode, buf, len, to, tag)
+}
+
+/// Start a standard or synchronous send: its request state. Needs no library state, so
+/// that `MPI_Isend` can run it on a communicator borrowed from the handle table.
+#[inline(always)]
+fn start_send_on(
+    c: &rmca::Communicator,
+    mode: SendMode,
+    buf: usize,
+    len: usize,
+    to: c_int,
+    tag: c_int,
+) -> MpiResult<ReqState> {
+    let Some(to) = dest(to, c.size())? else {
+        return Ok(proc_null_done());
+    };
+    let tag = send_tag(tag)?;
     // SAFETY: the contract of MPI's non-blocking sends: the program leaves the buffer
     // unwritten until the request completed (Wait/Test), which is when the raw request is.
     let r = unsafe { raw::isend(c, buf as *const u8, len, to, tag, mode)? };
     Ok(ReqState::Active(r))
+}
+
+/// The state of an operation on `MPI_PROC_NULL`: complete, with its empty status.
+#[cold]
+fn proc_null_done() -> ReqState {
+    let mut st = empty_status();
+    st.source = MPI_PROC_NULL;
+    ReqState::Done(Box::new(Outcome {
+        status: st,
+        error: None,
+    }))
 }
 
 /// Start a receive: its request state.
@@ -265,12 +346,7 @@ pub(crate) fn start_recv(
     let src = source(src, c.size())?;
     let tag = recv_tag(tag)?;
     if src == rmca::Src::Null {
-        let mut st = empty_status();
-        st.source = MPI_PROC_NULL;
-        return Ok(ReqState::Done(Box::new(Outcome {
-            status: st,
-            error: None,
-        })));
+        return Ok(proc_null_done());
     }
     // SAFETY: the contract of MPI_Irecv: the program leaves the buffer alone until the
     // request completed, which is when the raw request is.
@@ -315,6 +391,44 @@ fn isend(
     unsafe { put(request, h, "request") }
 }
 
+/// The PML's mode of a send of `kind`; `None` for a buffered send (it needs the attached
+/// buffer, in the library state: the general path).
+#[inline(always)]
+fn unbuffered_mode(kind: SendKind) -> Option<SendMode> {
+    match kind {
+        SendKind::Standard | SendKind::Ready => Some(SendMode::Standard),
+        SendKind::Synchronous => Some(SendMode::Synchronous),
+        SendKind::Buffered => None,
+    }
+}
+
+/// The fast path of the non-blocking sends (a predefined datatype's `len` bytes at `buf`,
+/// sent in place): one visit of the library state, whose communicator is borrowed for the
+/// start (starting runs no callback of the program, which could call MPI) instead of cloned.
+// MPI's argument list, with the buffer resolved.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn isend_in_place(
+    mode: SendMode,
+    buf: usize,
+    len: usize,
+    to: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    let h = state::with(|s| {
+        let st = start_send_on(&s.comm(comm)?.comm, mode, buf, len, to, tag)?;
+        s.add_request(ReqEntry {
+            comm,
+            state: st,
+            persistent: None,
+        })
+    })?;
+    // SAFETY: the caller's request handle.
+    unsafe { put(request, h, "request") }
+}
+
 macro_rules! nonblocking_send {
     ($name:ident, $kind:expr) => {
         #[doc = concat!("`", stringify!($name), "`.")]
@@ -329,6 +443,12 @@ macro_rules! nonblocking_send {
             request: *mut Handle,
         ) -> c_int {
             call(stringify!($name), comm, || {
+                if let (Some(len), Some(mode)) = (
+                    super::predefined_len(buf, count, datatype),
+                    unbuffered_mode($kind),
+                ) {
+                    return isend_in_place(mode, buf as usize, len, dest, tag, comm, request);
+                }
                 isend($kind, buf, count, datatype, dest, tag, comm, request)
             })
         }
@@ -352,6 +472,20 @@ pub unsafe extern "C" fn MPI_Irecv(
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Irecv", comm, || {
+        // The fast path: a predefined datatype's bytes received in place, in one visit of
+        // the library state, its communicator borrowed for the start (as `isend_in_place`).
+        if let Some(len) = super::predefined_len(buf, count, datatype) {
+            let h = state::with(|s| {
+                let st = start_recv(&s.comm(comm)?.comm, buf as usize, len, src, tag)?;
+                s.add_request(ReqEntry {
+                    comm,
+                    state: st,
+                    persistent: None,
+                })
+            })?;
+            // SAFETY: the caller's request handle.
+            return unsafe { put(request, h, "request") };
+        }
         let c = super::communicator(comm)?;
         let mut data = recv_data(buf, count, datatype, "message")?;
         // SAFETY: only the address is taken; the PML writes there until completion, and a

@@ -247,12 +247,18 @@ unsafe fn complete_all(
     }
     match first_error {
         None => Ok(()),
-        Some(e) => Err(MpiError {
-            class: MPI_ERR_IN_STATUS,
-            msg: format!("a request failed (see the statuses): {}", e.msg),
-            comm: e.comm,
-        }),
+        Some(e) => Err(in_status(&e)),
     }
+}
+
+/// `MPI_ERR_IN_STATUS` for a completion call of many requests of which one failed with `e`.
+#[cold]
+fn in_status(e: &MpiError) -> MpiError {
+    MpiError::with_comm(
+        MPI_ERR_IN_STATUS,
+        format!("a request failed (see the statuses): {}", e.msg),
+        e.comm,
+    )
 }
 
 /// `MPI_Waitall`.
@@ -350,11 +356,7 @@ unsafe fn waitall_ignoring_statuses(
     s.wait_batch = batch;
     match first_error {
         None => Ok(()),
-        Some((_, e)) => Err(MpiError {
-            class: MPI_ERR_IN_STATUS,
-            msg: format!("a request failed (see the statuses): {}", e.msg),
-            comm: e.comm,
-        }),
+        Some((_, e)) => Err(in_status(&e)),
     }
 }
 
@@ -563,11 +565,7 @@ fn some_result(found: Option<(usize, Option<MpiError>)>, outcount: *mut c_int) -
     unsafe { put(outcount, n, "outcount")? };
     match err {
         None => Ok(()),
-        Some(e) => Err(MpiError {
-            class: MPI_ERR_IN_STATUS,
-            msg: format!("a request failed (see the statuses): {}", e.msg),
-            comm: e.comm,
-        }),
+        Some(e) => Err(in_status(&e)),
     }
 }
 
