@@ -240,7 +240,7 @@ pub const COMM_BASE: Handle = DYNAMIC_BASE;
 /// Handles of user error handlers.
 pub const ERRH_BASE: Handle = DYNAMIC_BASE * 2;
 /// Handles of requests: this plus the index, plus the slot's generation shifted by
-/// [`REQ_GEN_SHIFT`] (on 64-bit targets; 32-bit ones have no room for it).
+/// 32 bits (`REQ_GEN_SHIFT`, on 64-bit targets; 32-bit ones have no room for it).
 pub const REQ_BASE: Handle = 0x4000_0000;
 /// Where a request handle's generation starts.
 const REQ_GEN_SHIFT: u32 = 32;
