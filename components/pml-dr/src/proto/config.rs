@@ -30,6 +30,10 @@ pub struct Config {
     /// `pml_dr_ack_hold_us`: how long the ack of a complete vfrag waits for data going back to
     /// the same peer, so that a reply leaves ahead of it (0: acks leave at once).
     pub ack_hold: Duration,
+    /// `pml_dr_ack_bundle`: a pending ack travels in front of the next data fragment to its
+    /// peer on the same BTL, in the same BTL fragment (a ping-pong step is one packet, not a
+    /// reply and an ack); false sends every ack as its own packet.
+    pub ack_bundle: bool,
     /// `pml_dr_peer_timeout`: a peer silent this long while we await it is declared dead (while
     /// messages of ours wait, only acknowledgements of them count as hearing from it).
     pub peer_timeout: Duration,
@@ -61,6 +65,7 @@ impl Default for Config {
             rto_max: Duration::from_secs(2),
             ack_delay: Duration::from_millis(1),
             ack_hold: Duration::from_micros(20),
+            ack_bundle: true,
             peer_timeout: Duration::from_secs(30),
             btl_retries: 4,
             btl_fail_silence: Duration::from_secs(1),
