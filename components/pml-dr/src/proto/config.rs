@@ -28,7 +28,8 @@ pub struct Config {
     /// `pml_dr_ack_delay_us`: longest a receiver holds a partial ack hoping to cover more frags.
     pub ack_delay: Duration,
     /// `pml_dr_ack_hold_us`: how long the ack of a complete vfrag waits for data going back to
-    /// the same peer, so that a reply leaves ahead of it (0: acks leave at once).
+    /// the same peer, so that a reply carries it ([`Config::ack_bundle`]) or leaves ahead of it
+    /// (0: acks leave at once).
     pub ack_hold: Duration,
     /// `pml_dr_ack_bundle`: a pending ack travels in front of the next data fragment to its
     /// peer on the same BTL, in the same BTL fragment (a ping-pong step is one packet, not a

@@ -1208,8 +1208,8 @@ impl Connection {
         if complete {
             self.rx_partial.remove(&id);
             self.rx_done.insert(id);
-            // Held briefly: a reply the application sends at once carries the data first and
-            // this ack right behind it (one fewer packet ahead of the reply).
+            // Held briefly: a reply the application sends at once carries this ack in front of
+            // its data (or, unbundled, right behind it: one fewer packet ahead of the reply).
             self.queue_ack(now, btl, &repr, mask, flags, false, true);
         } else if repr.flags & FLAG_ACK_REQ != 0 {
             self.rx_partial.get_mut(&id).expect("present").ack_due = None;
