@@ -21,6 +21,8 @@ fn test_config() -> Config {
         peer_timeout: Duration::from_secs(5),
         watchdog: Duration::from_secs(1),
         window: 8,
+        // Bundled acks (off by default) travel through every fault test too.
+        ack_bundle: true,
         ..Config::default()
     }
 }
