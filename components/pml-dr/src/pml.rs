@@ -286,9 +286,11 @@ impl Dr {
                         // A fragment held back by a full BTL (a probe or a retransmission) whose
                         // message the acknowledgements of the originals completed meanwhile:
                         // nothing is left to send, and nothing is left for the watchdog to wait
-                        // for (a token left pending would fail a working path).
+                        // for (a token left pending would fail a working path). An ack bundled
+                        // with it still goes.
                         debug!(seq = d.seq, "held fragment of a completed message dropped");
                         peer.conn.local_complete(d.token);
+                        peer.stalled = d.bundled_ack_alone();
                         continue;
                     };
                     let off = d.offset as usize;
@@ -843,6 +845,7 @@ impl Pml for Dr {
             sum.failovers += c.failovers;
             sum.acks_sent += c.acks_sent;
             sum.nacks_sent += c.nacks_sent;
+            sum.acks_bundled += c.acks_bundled;
             sum.acks_received += c.acks_received;
             sum.nacks_received += c.nacks_received;
             sum.pings_sent += c.pings_sent;
@@ -873,6 +876,7 @@ impl Pml for Dr {
             ("pml.dr.failovers".to_owned(), sum.failovers),
             ("pml.dr.acks_sent".to_owned(), sum.acks_sent),
             ("pml.dr.nacks_sent".to_owned(), sum.nacks_sent),
+            ("pml.dr.acks_bundled".to_owned(), sum.acks_bundled),
             ("pml.dr.acks_received".to_owned(), sum.acks_received),
             ("pml.dr.nacks_received".to_owned(), sum.nacks_received),
             ("pml.dr.pings_sent".to_owned(), sum.pings_sent),

@@ -21,6 +21,8 @@ fn test_config() -> Config {
         peer_timeout: Duration::from_secs(5),
         watchdog: Duration::from_secs(1),
         window: 8,
+        // Bundled acks (off by default) travel through every fault test too.
+        ack_bundle: true,
         ..Config::default()
     }
 }
@@ -689,4 +691,44 @@ fn ack_of_a_complete_vfrag_waits_for_a_reply_or_ack_hold() {
         s.elapsed() - t
     );
     assert_eq!(s.counters(0).retransmissions, 0);
+}
+
+#[test]
+fn a_ping_pong_step_is_one_packet_when_acks_are_bundled() {
+    // Each reply carries the held ack of the message it answers in front of its data, in the
+    // same packet; unbundled, the ack follows the reply as a packet of its own.
+    const STEPS: usize = 20;
+    for bundle in [true, false] {
+        let cfg = Config {
+            ack_bundle: bundle,
+            ..test_config()
+        };
+        let mut s = Sim::new(16, cfg, vec![Faults::default()], &[1024]);
+        for i in 0..STEPS {
+            let (from, to) = (i % 2, 1 - i % 2);
+            s.send(from, 8);
+            let want = i / 2 + 1;
+            s.run(Duration::from_secs(1), |s| {
+                s.nodes[to].received.len() == want
+            });
+        }
+        let (c0, c1) = (s.counters(0), s.counters(1));
+        // Every message but the first answers one whose ack is held: STEPS - 1 acks left with
+        // replies (the last message's ack is still held).
+        let acks = c0.acks_sent + c1.acks_sent;
+        assert_eq!(acks, STEPS as u64 - 1, "bundle {bundle}");
+        let (want_packets, want_bundled) = if bundle {
+            (STEPS as u64, acks)
+        } else {
+            (2 * STEPS as u64 - 1, 0)
+        };
+        assert_eq!(s.injected.packets, want_packets, "bundle {bundle}");
+        assert_eq!(c0.acks_bundled + c1.acks_bundled, want_bundled);
+        // Nothing was lost or repeated on the way.
+        s.run(Duration::from_secs(1), |s| {
+            s.nodes.iter().all(|n| n.send_complete.len() == STEPS / 2)
+        });
+        assert_eq!(c0.retransmissions + c1.retransmissions, 0);
+        assert_eq!(c0.malformed + c1.malformed, 0);
+    }
 }

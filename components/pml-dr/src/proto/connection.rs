@@ -26,8 +26,8 @@ use super::ranges::RangeSet;
 use super::rtt::RttEstimator;
 use super::wire::{
     self, full_mask, AckPacket, AckRepr, DataPacket, DataRepr, MatchFields, PacketType, WireError,
-    ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN, DATA_HEADER_LEN,
-    FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
+    ACK_FLAG_BUNDLED, ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN,
+    DATA_HEADER_LEN, FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
 };
 
 /// Per-peer message sequence number (assigned by the sender, in MPI send order).
@@ -184,12 +184,29 @@ pub struct DataTransmit {
     /// Pass to [`Connection::local_complete`] when the BTL reports local completion.
     pub token: TxToken,
     repr: DataRepr,
+    /// An ack to the same peer travelling in front of this fragment (see [`Config::ack_bundle`]).
+    ack: Option<AckRepr>,
+}
+
+/// The bytes to put in front of a fragment's payload: its data header, preceded by the bundled
+/// ack when one travels with it. Dereferences to those bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct SealedHeader {
+    bytes: [u8; ACK_LEN + DATA_HEADER_LEN],
+    start: usize,
+}
+
+impl std::ops::Deref for SealedHeader {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
 }
 
 impl DataTransmit {
     /// Computes the checksums over `payload` (the bytes being sent, read from the send buffer)
-    /// and returns the header to put in front of them.
-    pub fn seal(&self, payload: &[u8]) -> Result<[u8; DATA_HEADER_LEN], SealError> {
+    /// and returns the header to put in front of them (with the bundled ack, if any, first).
+    pub fn seal(&self, payload: &[u8]) -> Result<SealedHeader, SealError> {
         if payload.len() != self.len {
             return Err(SealError::LengthMismatch {
                 got: payload.len(),
@@ -200,9 +217,28 @@ impl DataTransmit {
         if repr.flags & FLAG_PAYLOAD_CSUM != 0 {
             repr.payload_crc = crc32c::crc32c(payload);
         }
-        let mut h = [0u8; DATA_HEADER_LEN];
-        repr.emit(&mut h);
-        Ok(h)
+        let mut bytes = [0u8; ACK_LEN + DATA_HEADER_LEN];
+        repr.emit(&mut bytes[ACK_LEN..]);
+        let start = match &self.ack {
+            Some(a) => {
+                a.emit(&mut bytes[..ACK_LEN]);
+                0
+            }
+            None => ACK_LEN,
+        };
+        Ok(SealedHeader { bytes, start })
+    }
+
+    /// The bundled ack as a packet of its own, for a fragment that will not be sent after all
+    /// (the ack must still reach the peer).
+    pub fn bundled_ack_alone(&self) -> Option<Transmit> {
+        self.ack.map(|mut a| {
+            a.flags &= !ACK_FLAG_BUNDLED;
+            Transmit::Ack {
+                btl: self.btl,
+                bytes: a.to_bytes(),
+            }
+        })
     }
 
     /// The header fields (before sealing).
@@ -598,22 +634,25 @@ impl Connection {
         let flush = self.flush_acks;
         if let Some(i) = self.acks.iter().position(|a| flush || a.ready_at <= now) {
             let a = self.acks.remove(i).expect("position is in range");
-            let mut repr = a.repr;
-            let delay = now.saturating_duration_since(a.rx_at);
-            repr.ack_delay_us = delay.as_micros().min(u32::MAX as u128) as u32;
-            if repr.nack {
-                self.counters.nacks_sent += 1;
-            } else {
-                self.counters.acks_sent += 1;
-            }
             return Some(Transmit::Ack {
                 btl: a.btl,
-                bytes: repr.to_bytes(),
+                bytes: self.ack_to_send(now, a).to_bytes(),
             });
         }
         loop {
-            if let Some(t) = self.next_queued_frag(now) {
+            if let Some(mut t) = self.next_queued_frag(now) {
                 self.flush_acks = true;
+                // A held ack to this peer rides in front of the data (one packet, not two) when
+                // both fit the smallest BTL fragment; the other held acks follow the data.
+                if self.cfg.ack_bundle && t.len + ACK_LEN <= self.frag_size as usize {
+                    if let Some(i) = self.acks.iter().position(|a| a.btl == t.btl) {
+                        let a = self.acks.remove(i).expect("position is in range");
+                        let mut repr = self.ack_to_send(now, a);
+                        repr.flags |= ACK_FLAG_BUNDLED;
+                        self.counters.acks_bundled += 1;
+                        t.ack = Some(repr);
+                    }
+                }
                 return Some(Transmit::Data(t));
             }
             if !self.cut_vfrag() {
@@ -621,6 +660,19 @@ impl Connection {
                 return None;
             }
         }
+    }
+
+    /// The ack `a` as it leaves now (its hold time filled in), counted.
+    fn ack_to_send(&mut self, now: Instant, a: PendingAck) -> AckRepr {
+        let mut repr = a.repr;
+        let delay = now.saturating_duration_since(a.rx_at);
+        repr.ack_delay_us = delay.as_micros().min(u32::MAX as u128) as u32;
+        if repr.nack {
+            self.counters.nacks_sent += 1;
+        } else {
+            self.counters.acks_sent += 1;
+        }
+        repr
     }
 
     /// The BTL completed the send of `token` locally (its buffer is free).
@@ -791,14 +843,32 @@ impl Connection {
             len,
             token,
             repr,
+            ack: None,
         })
     }
 
     // ------------------------------------------------------------------ receive path
 
-    /// Feeds a packet received on BTL `btl`. A data fragment that needs placing is returned;
-    /// everything else (acks, duplicates, garbage) is consumed here. Never panics.
+    /// Feeds a BTL fragment received on BTL `btl`: one packet, or an ack bundled in front of a
+    /// data packet (see [`wire::split_bundle`]; the ack is handled first). A data fragment that
+    /// needs placing is returned; everything else (acks, duplicates, garbage) is consumed here.
+    /// Never panics.
     pub fn handle_packet<'a>(
+        &mut self,
+        now: Instant,
+        btl: usize,
+        bytes: &'a [u8],
+    ) -> Option<Arrival<'a>> {
+        let (first, data) = wire::split_bundle(bytes);
+        let Some(data) = data else {
+            return self.handle_one_packet(now, btl, first);
+        };
+        // An ack never needs placing.
+        let _ = self.handle_one_packet(now, btl, first);
+        self.handle_one_packet(now, btl, data)
+    }
+
+    fn handle_one_packet<'a>(
         &mut self,
         now: Instant,
         btl: usize,
@@ -1138,8 +1208,8 @@ impl Connection {
         if complete {
             self.rx_partial.remove(&id);
             self.rx_done.insert(id);
-            // Held briefly: a reply the application sends at once carries the data first and
-            // this ack right behind it (one fewer packet ahead of the reply).
+            // Held briefly: a reply the application sends at once carries this ack in front of
+            // its data (or, unbundled, right behind it: one fewer packet ahead of the reply).
             self.queue_ack(now, btl, &repr, mask, flags, false, true);
         } else if repr.flags & FLAG_ACK_REQ != 0 {
             self.rx_partial.get_mut(&id).expect("present").ack_due = None;

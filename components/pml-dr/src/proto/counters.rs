@@ -33,6 +33,8 @@ pub struct Counters {
     pub acks_sent: u64,
     /// NACK packets sent.
     pub nacks_sent: u64,
+    /// Of the ACKs and NACKs sent, those that travelled in front of a data fragment (bundled).
+    pub acks_bundled: u64,
     /// ACK packets received.
     pub acks_received: u64,
     /// NACK packets received.

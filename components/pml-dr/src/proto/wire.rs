@@ -120,7 +120,11 @@ pub const ACK_FLAG_DUP: u8 = 0x02;
 pub const ACK_FLAG_PING: u8 = 0x04;
 /// Ack flag: the answer to a keepalive request.
 pub const ACK_FLAG_PONG: u8 = 0x08;
-const ACK_FLAGS: u8 = ACK_FLAG_MATCHED | ACK_FLAG_DUP | ACK_FLAG_PING | ACK_FLAG_PONG;
+/// Ack flag: a data packet follows this ack in the same BTL fragment (an ack bundled in front
+/// of the data going back to its peer, see [`split_bundle`]).
+pub const ACK_FLAG_BUNDLED: u8 = 0x10;
+const ACK_FLAGS: u8 =
+    ACK_FLAG_MATCHED | ACK_FLAG_DUP | ACK_FLAG_PING | ACK_FLAG_PONG | ACK_FLAG_BUNDLED;
 
 /// CRC32C of `bytes` with the 4 bytes at `crc_at` taken as zero.
 fn crc_with_hole(bytes: &[u8], crc_at: usize) -> u32 {
@@ -568,6 +572,22 @@ pub fn parse(bytes: &[u8]) -> Result<Repr, WireError> {
     }
 }
 
+/// Splits a received BTL fragment into the DR packets it carries: an ACK or NACK flagged
+/// [`ACK_FLAG_BUNDLED`] followed by a data packet, or else the one packet it is. Nothing is
+/// validated beyond what the split needs: each part goes through its own checked parser (the
+/// ack's CRC covers its flags, the data header has its own CRC).
+pub fn split_bundle(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
+    let bundled = bytes.len() > ACK_LEN
+        && matches!(peek_type(bytes), Ok(PacketType::Ack | PacketType::Nack))
+        && bytes[ack_field::FLAGS] & ACK_FLAG_BUNDLED != 0;
+    if bundled {
+        let (ack, data) = bytes.split_at(ACK_LEN);
+        (ack, Some(data))
+    } else {
+        (bytes, None)
+    }
+}
+
 /// Mask with the low `count` bits set (`count` in 0..=64).
 pub fn full_mask(count: usize) -> u64 {
     if count >= 64 {
@@ -650,6 +670,7 @@ mod tests {
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse(&bytes);
+            let _ = split_bundle(&bytes);
         }
 
         #[test]
@@ -702,6 +723,52 @@ mod tests {
         };
         let b = ack.to_bytes();
         assert_eq!(parse(&b[..ACK_LEN - 1]), Err(WireError::Truncated));
+    }
+
+    #[test]
+    fn a_bundle_splits_into_its_ack_and_data_and_nothing_else_splits() {
+        let ack = AckRepr {
+            nack: false,
+            flags: ACK_FLAG_BUNDLED,
+            frag_count: 1,
+            ack_delay_us: 3,
+            vfrag_id: 9,
+            mask: 1,
+            echo_pkt_num: 4,
+            msg_seq: 5,
+        };
+        let data = DataRepr {
+            kind: PacketType::Match,
+            flags: 0,
+            frag_index: 0,
+            frag_count: 1,
+            payload_crc: 0,
+            payload_len: 3,
+            vfrag_id: 1,
+            pkt_num: 2,
+            m: MatchFields::default(),
+            msg_seq: 0,
+            msg_len: 3,
+            offset: 0,
+        };
+        let mut d = vec![0u8; DATA_HEADER_LEN + 3];
+        data.emit(&mut d);
+        d[DATA_HEADER_LEN..].copy_from_slice(b"abc");
+        let mut bundle = ack.to_bytes().to_vec();
+        bundle.extend_from_slice(&d);
+        let (a, rest) = split_bundle(&bundle);
+        assert_eq!(parse(a), Ok(Repr::Ack(ack)));
+        assert_eq!(rest, Some(&d[..]));
+        assert_eq!(parse(&d), Ok(Repr::Data(data)));
+        // An unflagged ack with bytes behind it, a lone flagged ack, a data packet, nothing:
+        // one packet each (the first is an ack whose trailing bytes are ignored, as before).
+        let mut plain = AckRepr { flags: 0, ..ack }.to_bytes().to_vec();
+        plain.extend_from_slice(&d);
+        assert_eq!(split_bundle(&plain), (&plain[..], None));
+        let lone = ack.to_bytes();
+        assert_eq!(split_bundle(&lone), (&lone[..], None));
+        assert_eq!(split_bundle(&d), (&d[..], None));
+        assert_eq!(split_bundle(&[]), (&[][..], None));
     }
 
     #[test]
