@@ -1,4 +1,4 @@
-//! Checks the collectives of issue 17 against sequential references computed locally (every
+//! Checks the v-collectives, scans and reductions against sequential references computed locally (every
 //! rank can compute every rank's input): gatherv, scatterv, allgatherv, reduce_scatter(_block),
 //! scan, exscan, the in-place forms, MinLoc/MaxLoc and user-defined operations (commutative,
 //! and a non-commutative 2x2 matrix product that only rank order reproduces), plus argument

@@ -1,5 +1,5 @@
 //! Persistent requests, cancel, test_any/test_all/test_some/wait_some, scalars, groups and
-//! `Communicator::create`/`compare` (issue 17) across every PML/BTL configuration at 1 to 4
+//! `Communicator::create`/`compare` across every PML/BTL configuration at 1 to 4
 //! ranks: one `p2p_more_check` job (tests/src/bin/p2p_more_check.rs, every case) per
 //! configuration and rank count.
 

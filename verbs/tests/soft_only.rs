@@ -428,3 +428,23 @@ fn a_datagram_above_the_receivers_mtu_is_dropped_in_a_batch_and_its_neighbours_d
     assert_eq!(b.ctx.soft_stats().unwrap().mtu_drops, 1);
     assert!(poll_for(&[&b.rcq], Duration::from_millis(100)).is_empty());
 }
+
+/// The agent accepts RC connections only when one is pending: an idle context makes (almost)
+/// no `accept` calls while its agent wakes every few milliseconds, and a connection is still
+/// accepted (the RC tests above connect through it).
+#[test]
+fn an_idle_agent_does_not_call_accept() {
+    let ctx = Context::open(&ProviderConfig {
+        kind: ProviderKind::Soft,
+        job_secret: b"idle-agent".to_vec(),
+        ..Default::default()
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let calls = ctx.soft_stats().unwrap().accept_calls;
+    // The agent's first pass accepts once; it wakes ~100 times in 200 ms.
+    assert!(
+        calls <= 2,
+        "{calls} accept calls from an idle agent in 200 ms"
+    );
+}

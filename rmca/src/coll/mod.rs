@@ -77,7 +77,7 @@ const TAG_ALLGATHER: i32 = 7;
 const TAG_ALLTOALL: i32 = 8;
 const TAG_ALLTOALLV: i32 = 9;
 // Tags from 32 on: v-forms, reduce_scatter and scans (10..=31 left free for the other
-// operations of issue 17, e.g. non-blocking ones, so that parallel work does not collide).
+// collective operations added later, so that their tags never collide with these).
 const TAG_GATHERV: i32 = 32;
 const TAG_SCATTERV: i32 = 33;
 const TAG_ALLGATHERV: i32 = 34;

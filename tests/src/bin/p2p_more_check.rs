@@ -1,4 +1,4 @@
-//! Multi-process checks of the point-to-point and group additions of issue 17: persistent
+//! Multi-process checks of the point-to-point and group calls beyond send/recv: persistent
 //! requests, cancel, test_any/test_all/test_some/wait_some, scalars, groups and
 //! `Communicator::create`/`compare`, and their argument checks. Every case runs in one job, on
 //! any number of ranks (1 included: peers are then the process itself); run by
