@@ -9,7 +9,8 @@
 //! `abort` rank `--who` calls abort with `--code`; `exit` rank `--who` exits with `--code`
 //! without finalize; `no-finalize` rank `--who` exits 0 without finalize; `sleep` every rank
 //! sleeps `--secs`; `print` writes a line to stdout and to stderr; `startup` prints init+fence
-//! timing as JSON. Ranks that are not `--who` block in a second fence, which only the launcher's
+//! timing as JSON. In the failure modes every rank reports, a fence follows, then rank `--who`
+//! fails and the others block in another fence, which only the launcher's
 //! teardown ends. `--spawn-child` first starts a grandchild (this probe, sleeping) in the rank's
 //! process group (`--mode idle`: sleep without init); `--ignore-term` ignores SIGTERM. `--marker` is ignored; tests put a unique
 //! word there to find leftover processes in /proc. `--expect-slurm` checks rank, size, local
@@ -213,6 +214,14 @@ fn main() {
     }
 
     let me = rank == a.who;
+    let failure_mode = matches!(a.mode.as_str(), "crash" | "abort" | "exit" | "no-finalize");
+    if failure_mode {
+        // Every rank has reported (the line above) before one fails: otherwise a rank still
+        // reading cards (remote lookups under PMIx) when the step is torn down printed
+        // nothing, and the tests that count the lines failed now and then.
+        rte.fence()
+            .unwrap_or_else(|e| fail(format!("fence before the failure: {e}")));
+    }
     let block_in_fence = |rte: &Rte| {
         // Peers of a failing rank wait here until the launcher ends the job.
         match rte.fence() {
