@@ -843,28 +843,65 @@ pub unsafe extern "C" fn MPI_Type_dup(old: Handle, new: *mut Handle) -> c_int {
     }
 }
 
-/// The position argument of `MPI_Pack`/`MPI_Unpack`, checked against the buffer's size.
+/// What `MPI_Pack` and `MPI_Unpack` check alike: `count` instances of `datatype` to move
+/// through `*position` of the packed buffer of `size` bytes (`packed`, the output of
+/// `MPI_Pack` or the input of `MPI_Unpack`), whose data buffer is `data`. Returns the type,
+/// the count, the position and the packed length, which fits the buffer from the position.
 ///
 /// # Safety
 /// `position` is null or valid for a read.
-unsafe fn position_in(
+unsafe fn packed_span(
+    call: &str,
+    count: c_int,
+    datatype: Handle,
     position: *const c_int,
     size: c_int,
-    what: &str,
-) -> MpiResult<(usize, usize)> {
+    (packed, data): (*const c_void, *const c_void),
+) -> MpiResult<(Ty, usize, usize, usize)> {
+    let (what, count_name) = if call == "MPI_Pack" {
+        ("output", "incount")
+    } else {
+        ("input", "outcount")
+    };
+    let n = nonneg(count, count_name)?;
+    let ty = Ty::for_use(datatype)?;
     if position.is_null() {
         return Err(MpiError::new(MPI_ERR_ARG, "the position argument is NULL"));
     }
     let size = nonneg(size, &format!("{what} size"))?;
     // SAFETY: the caller's contract, non-null checked.
     let pos = unsafe { position.read() };
-    match usize::try_from(pos) {
-        Ok(p) if p <= size => Ok((p, size)),
-        _ => Err(MpiError::new(
-            MPI_ERR_ARG,
-            format!("position {pos} is outside the {what} buffer of {size} B"),
-        )),
+    let pos = match usize::try_from(pos) {
+        Ok(p) if p <= size => p,
+        _ => {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("position {pos} is outside the {what} buffer of {size} B"),
+            ))
+        }
+    };
+    let len = ty.packed_len(n)?;
+    if len > size - pos {
+        let hint = if call == "MPI_Pack" {
+            " (MPI_Pack_size tells the room needed)"
+        } else {
+            ""
+        };
+        return Err(MpiError::new(
+            MPI_ERR_TRUNCATE,
+            format!(
+                "{call}: {n} elements take {len} B but the {what} buffer has {} B left at position {pos}{hint}",
+                size - pos
+            ),
+        ));
     }
+    if len > 0 && (packed.is_null() || data.is_null()) {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("{call}: a buffer is NULL"),
+        ));
+    }
+    Ok((ty, n, pos, len))
 }
 
 /// `MPI_Pack`: the data of `incount` instances of `datatype` at `inbuf`, in type-map order,
@@ -882,20 +919,17 @@ pub unsafe extern "C" fn MPI_Pack(
 ) -> c_int {
     call("MPI_Pack", comm, || {
         super::communicator(comm)?;
-        let n = nonneg(incount, "incount")?;
-        let ty = Ty::for_use(datatype)?;
         // SAFETY: MPI_Pack's contract: `position` is the caller's int.
-        let (pos, size) = unsafe { position_in(position, outsize, "output")? };
-        let len = ty.packed_len(n)?;
-        if len > size - pos {
-            return Err(MpiError::new(
-                MPI_ERR_TRUNCATE,
-                format!("MPI_Pack: {n} elements take {len} B but the output buffer has {} B left at position {pos} (MPI_Pack_size tells the room needed)", size - pos),
-            ));
-        }
-        if len > 0 && (inbuf.is_null() || outbuf.is_null()) {
-            return Err(MpiError::new(MPI_ERR_BUFFER, "MPI_Pack: a buffer is NULL"));
-        }
+        let (ty, n, pos, len) = unsafe {
+            packed_span(
+                "MPI_Pack",
+                incount,
+                datatype,
+                position,
+                outsize,
+                (outbuf.cast_const(), inbuf),
+            )?
+        };
         // SAFETY: MPI_Pack's contract: `inbuf` holds `incount` instances, `outbuf` holds
         // `outsize` bytes (with `len` left at `pos`, checked above).
         unsafe {
@@ -921,23 +955,17 @@ pub unsafe extern "C" fn MPI_Unpack(
 ) -> c_int {
     call("MPI_Unpack", comm, || {
         super::communicator(comm)?;
-        let n = nonneg(outcount, "outcount")?;
-        let ty = Ty::for_use(datatype)?;
         // SAFETY: MPI_Unpack's contract: `position` is the caller's int.
-        let (pos, size) = unsafe { position_in(position, insize, "input")? };
-        let len = ty.packed_len(n)?;
-        if len > size - pos {
-            return Err(MpiError::new(
-                MPI_ERR_TRUNCATE,
-                format!("MPI_Unpack: {n} elements take {len} B but the input buffer has {} B left at position {pos}", size - pos),
-            ));
-        }
-        if len > 0 && (inbuf.is_null() || outbuf.is_null()) {
-            return Err(MpiError::new(
-                MPI_ERR_BUFFER,
-                "MPI_Unpack: a buffer is NULL",
-            ));
-        }
+        let (ty, n, pos, len) = unsafe {
+            packed_span(
+                "MPI_Unpack",
+                outcount,
+                datatype,
+                position,
+                insize,
+                (inbuf, outbuf.cast_const()),
+            )?
+        };
         // SAFETY: MPI_Unpack's contract: `inbuf` holds `insize` bytes (with `len` left at
         // `pos`, checked above), `outbuf` holds `outcount` instances.
         unsafe {
