@@ -56,24 +56,13 @@ fn add_group(g: Group, out: *mut Handle) -> MpiResult<()> {
         return Err(MpiError::new(MPI_ERR_ARG, "the newgroup argument is NULL"));
     }
     let h = GROUPS.with(|t| {
-        let mut t = t.borrow_mut();
-        let i = match t.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if t.len() < MAX_GROUPS => {
-                t.push(None);
-                t.len() - 1
-            }
-            None => {
-                return Err(MpiError::new(
-                    MPI_ERR_NO_MEM,
-                    format!(
-                        "too many groups (at most {MAX_GROUPS}): free some with MPI_Group_free"
-                    ),
-                ))
-            }
-        };
-        t[i] = Some(g);
-        Ok(GROUP_BASE + i)
+        super::table_insert(
+            &mut t.borrow_mut(),
+            g,
+            (GROUP_BASE, MAX_GROUPS),
+            "groups",
+            "MPI_Group_free",
+        )
     })?;
     // SAFETY: non-null (checked), the caller's handle.
     unsafe { put(out, h, "newgroup") }

@@ -76,24 +76,13 @@ fn with_info<R>(
 /// Store a new info object; its handle.
 fn add(e: Entries) -> MpiResult<Handle> {
     INFOS.with(|t| {
-        let mut t = t.borrow_mut();
-        let i = match t.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if t.len() < MAX_INFOS => {
-                t.push(None);
-                t.len() - 1
-            }
-            None => {
-                return Err(MpiError::new(
-                    MPI_ERR_NO_MEM,
-                    format!(
-                        "too many info objects (at most {MAX_INFOS}): free some with MPI_Info_free"
-                    ),
-                ))
-            }
-        };
-        t[i] = Some(e);
-        Ok(INFO_BASE + i)
+        super::table_insert(
+            &mut t.borrow_mut(),
+            e,
+            (INFO_BASE, MAX_INFOS),
+            "info objects",
+            "MPI_Info_free",
+        )
     })
 }
 

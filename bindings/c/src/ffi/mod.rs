@@ -497,6 +497,34 @@ pub(crate) unsafe fn put_string(
     Ok(())
 }
 
+/// Stores `value` in the first free entry of one of the library's handle tables (groups,
+/// derived datatypes, user operations, info objects), which holds at most `max` entries; its
+/// handle is `base` + index. Full: `MPI_ERR_NO_MEM`, naming `what` the table holds and the
+/// call that frees an entry.
+pub(crate) fn table_insert<T>(
+    table: &mut Vec<Option<T>>,
+    value: T,
+    (base, max): (Handle, usize),
+    what: &str,
+    free_call: &str,
+) -> MpiResult<Handle> {
+    let i = match table.iter().position(Option::is_none) {
+        Some(i) => i,
+        None if table.len() < max => {
+            table.push(None);
+            table.len() - 1
+        }
+        None => {
+            return Err(MpiError::new(
+                MPI_ERR_NO_MEM,
+                format!("too many {what} (at most {max}): free some with {free_call}"),
+            ))
+        }
+    };
+    table[i] = Some(value);
+    Ok(base + i)
+}
+
 /// The status of an empty or `MPI_PROC_NULL` operation.
 pub(crate) fn empty_status() -> MpiStatus {
     MpiStatus {
@@ -613,4 +641,30 @@ pub(crate) fn recv_tag(tag: c_int) -> MpiResult<c_int> {
 #[inline]
 pub(crate) fn communicator(h: Handle) -> MpiResult<rmca::Communicator> {
     state::with(|s| Ok(s.comm(h)?.comm.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_insert_reuses_free_entries_and_refuses_past_its_bound() {
+        let mut t: Vec<Option<&str>> = Vec::new();
+        let at = |t: &mut Vec<Option<&'static str>>, v| {
+            table_insert(t, v, (100, 2), "things", "Thing_free")
+        };
+        assert_eq!(at(&mut t, "a").unwrap(), 100);
+        assert_eq!(at(&mut t, "b").unwrap(), 101);
+        let e = at(&mut t, "c").unwrap_err();
+        assert_eq!(e.class, MPI_ERR_NO_MEM);
+        assert!(
+            e.msg
+                .contains("too many things (at most 2): free some with Thing_free"),
+            "{}",
+            e.msg
+        );
+        t[0] = None;
+        assert_eq!(at(&mut t, "d").unwrap(), 100);
+        assert_eq!(t, [Some("d"), Some("b")]);
+    }
 }

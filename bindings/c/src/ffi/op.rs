@@ -468,24 +468,13 @@ pub unsafe extern "C" fn MPI_Op_create(
             commutative: commute != 0,
         };
         let h = OPS.with(|o| {
-            let mut o = o.borrow_mut();
-            let i = match o.iter().position(Option::is_none) {
-                Some(i) => i,
-                None if o.len() < MAX_OPS => {
-                    o.push(None);
-                    o.len() - 1
-                }
-                None => {
-                    return Err(MpiError::new(
-                        MPI_ERR_NO_MEM,
-                        format!(
-                        "too many user operations (at most {MAX_OPS}): free some with MPI_Op_free"
-                    ),
-                    ))
-                }
-            };
-            o[i] = Some(entry);
-            Ok(OP_BASE + i)
+            super::table_insert(
+                &mut o.borrow_mut(),
+                entry,
+                (OP_BASE, MAX_OPS),
+                "user operations",
+                "MPI_Op_free",
+            )
         })?;
         // SAFETY: non-null, the caller's handle.
         unsafe { put(op, h, "op") }

@@ -343,22 +343,13 @@ fn concat(blocks: &[(usize, &Ty)]) -> Option<Vec<(usize, usize)>> {
 /// Register a new (uncommitted) derived type; its handle.
 fn add(d: Derived) -> MpiResult<Handle> {
     TYPES.with(|t| {
-        let mut t = t.borrow_mut();
-        let i = match t.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if t.len() < MAX_TYPES => {
-                t.push(None);
-                t.len() - 1
-            }
-            None => {
-                return Err(MpiError::new(
-                    MPI_ERR_NO_MEM,
-                    format!("too many derived datatypes (at most {MAX_TYPES}): free some with MPI_Type_free"),
-                ))
-            }
-        };
-        t[i] = Some(Rc::new(d));
-        Ok(TYPE_BASE + i)
+        super::table_insert(
+            &mut t.borrow_mut(),
+            Rc::new(d),
+            (TYPE_BASE, MAX_TYPES),
+            "derived datatypes",
+            "MPI_Type_free",
+        )
     })
 }
 
