@@ -348,29 +348,27 @@ impl Bounds {
         let widen = |b: Option<(i128, i128)>, lo: i128, hi: i128| {
             Some(b.map_or((lo, hi), |(l, u)| (l.min(lo), u.max(hi))))
         };
-        let lb = ck(
-            disp.checked_add(child.lb as i128),
-            constructor,
-            "lower bound",
-        )?;
-        let ub = ck(
-            disp.checked_add(last)
-                .and_then(|v| v.checked_add(child.ub as i128)),
-            constructor,
-            "upper bound",
-        )?;
+        // From the first instance's `lo` to the last instance's `hi`.
+        let span = |lo: isize,
+                    hi: isize,
+                    names: (&'static str, &'static str)|
+         -> Result<(i128, i128), DatatypeError> {
+            let from = ck(disp.checked_add(lo as i128), constructor, names.0)?;
+            let to = ck(
+                disp.checked_add(last)
+                    .and_then(|v| v.checked_add(hi as i128)),
+                constructor,
+                names.1,
+            )?;
+            Ok((from, to))
+        };
+        let (lb, ub) = span(child.lb, child.ub, ("lower bound", "upper bound"))?;
         self.bounds = widen(self.bounds, lb, ub);
         if !child.segments.is_empty() {
-            let tlb = ck(
-                disp.checked_add(child.true_lb as i128),
-                constructor,
-                "true lower bound",
-            )?;
-            let tub = ck(
-                disp.checked_add(last)
-                    .and_then(|v| v.checked_add(child.true_ub as i128)),
-                constructor,
-                "true upper bound",
+            let (tlb, tub) = span(
+                child.true_lb,
+                child.true_ub,
+                ("true lower bound", "true upper bound"),
             )?;
             self.true_bounds = widen(self.true_bounds, tlb, tub);
         }
