@@ -273,9 +273,7 @@ pub unsafe extern "C" fn MPI_Waitall(
         // SAFETY: MPI_Waitall's contract: `count` handles and statuses (or
         // MPI_STATUSES_IGNORE).
         state::with(|s| {
-            // The fast path knows nothing of staged data (non-contiguous derived datatypes
-            // packed or received aside): while any exists, the general path unpacks it.
-            if statuses.is_null() && s.staged.is_empty() {
+            if statuses.is_null() {
                 // SAFETY: MPI_Waitall's contract: `count` handles.
                 return unsafe { waitall_ignoring_statuses(s, n, requests) };
             }
@@ -330,6 +328,23 @@ unsafe fn waitall_ignoring_statuses(
             s.free_request(h);
             // SAFETY: the caller's contract.
             unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+        }
+        // Data staged aside (a non-contiguous derived datatype) is unpacked by the length
+        // received, which only the request's own status has: such a request is completed on
+        // its own; the others go to the batch.
+        if let Some(staged) = s.staged.remove(&h) {
+            let done = match state {
+                ReqState::Active(r) => super::outcome(r.wait()),
+                ReqState::Done(outcome) => *outcome,
+                ReqState::Inactive => continue,
+            };
+            // SAFETY: the operation completed; the program leaves its buffer alone until
+            // MPI_Waitall returns.
+            unsafe { staged.finish(done.status.bytes()) };
+            if let Some(e) = done.error {
+                note(i, e.on(comm));
+            }
+            continue;
         }
         match state {
             // An eager send the BTL took at once: done, successfully.
