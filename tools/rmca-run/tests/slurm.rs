@@ -46,14 +46,7 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, srun_args: &[&str], ranks:
         .output()
         .expect("srun");
     eprintln!("{what} took {:?}", t0.elapsed());
-    // Slurm does not know our shm naming: remove the probe's files ourselves.
-    if let Ok(d) = std::fs::read_dir("/dev/shm") {
-        for e in d.flatten() {
-            if e.file_name().to_string_lossy().contains(&m) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+    remove_probe_shm(&m);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{what}:\n{stdout}\n{stderr}");
@@ -83,6 +76,18 @@ fn run_probe(cl: &Cluster, mpi: &str, launcher: &str, srun_args: &[&str], ranks:
     }
 }
 
+/// Remove the shm files of the probe's job named with `marker`: Slurm does not know rmca's shm
+/// naming, so a step it ends leaves them behind.
+fn remove_probe_shm(marker: &str) {
+    if let Ok(d) = std::fs::read_dir("/dev/shm") {
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().contains(marker) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 /// Rank 1 of a two-node step calls abort while the others wait in a fence: Slurm ends the
 /// whole step then, not at its time limit.
 fn abort_ends_the_step(cl: &Cluster, mpi: &str) {
@@ -98,13 +103,7 @@ fn abort_ends_the_step(cl: &Cluster, mpi: &str) {
         .output()
         .expect("srun");
     eprintln!("abort under --mpi={mpi} took {:?}", t0.elapsed());
-    if let Ok(d) = std::fs::read_dir("/dev/shm") {
-        for e in d.flatten() {
-            if e.file_name().to_string_lossy().contains(&m) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+    remove_probe_shm(&m);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "--mpi={mpi}:\n{stdout}\n{stderr}");
