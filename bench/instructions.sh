@@ -4,31 +4,54 @@
 # (instructions are not time: confirm with bench/compare-builds.sh on a quiet machine).
 # Runs examples/self_window (a rank messaging itself in windows of 64: receive posting,
 # matching, completion and the scope bookkeeping, through btl-self) at two round counts and
-# prints the difference per message (send + receive), so that init and finalize cancel out.
+# prints the difference per message (send + receive), so that what a run does once cancels out.
+# When TARGET_DIR has rmca-cc, bench/self_window.c (the same loop through the MPI C interface:
+# MPI_Irecv, MPI_Isend, MPI_Waitall) is built with it and counted too: the C layer's cost.
 #   bench/instructions.sh TARGET_DIR [TARGET_DIR...]   (e.g. target/release /tmp/old/target/release)
 set -euo pipefail
 (($#)) || { echo "usage: instructions.sh TARGET_DIR [TARGET_DIR...]" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is not installed (scripts/install-deps.sh)" >&2; exit 2; }
 small=100 large=1100 window=64
-count() {
-  # The least of three runs: a run sometimes spins in a time-based wait (init, finalize), and
-  # those instructions have nothing to do with the messages.
+# Only the message loop is counted (callgrind's --toggle-collect): the Rust program's request
+# scopes, the C program's MPI calls. Init and finalize hold time-based waits that spin
+# for as long as the (valgrind-slowed) run takes them, which made whole-program counts of the
+# two round counts differ by more than the messages.
+count() { # BINARY ROUNDS TOGGLE...
+  local bin=$1 rounds=$2
+  shift 2
+  local toggles=()
+  for f in "$@"; do toggles+=("--toggle-collect=$f"); done
+  # The least of three runs, should anything left in the counted region wait on time.
   local best=
   for _ in 1 2 3; do
     # Only btl-self: the network BTLs' agent threads wake on a timer, which would add
     # instructions in proportion to the (valgrind-slowed) run time.
     local n
-    n=$(RMCA_MCA_btl=self valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" "$2" 2>&1 |
+    n=$(RMCA_MCA_btl=self valgrind --tool=callgrind --callgrind-out-file=/dev/null "${toggles[@]}" "$bin" "$rounds" 2>&1 |
       sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
     if [ -z "$best" ] || [ "$n" -lt "$best" ]; then best=$n; fi
   done
   echo "$best"
 }
-printf '%-50s %12s\n' build "instr/message"
+per_message() { # BINARY TOGGLE...
+  local bin=$1 a b
+  shift
+  a=$(count "$bin" $small "$@") b=$(count "$bin" $large "$@")
+  awk -v a="$a" -v b="$b" -v n=$(((large - small) * window)) 'BEGIN { printf "%.1f", (b - a) / n }'
+}
+here=$(cd "$(dirname "$0")" && pwd)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+printf '%-50s %14s %14s %8s\n' build "Rust instr/msg" "C instr/msg" "C/Rust"
 for dir in "$@"; do
   bin=$dir/examples/self_window
   [ -x "$bin" ] || { echo "no $bin (cargo build --release -p rmca --example self_window)" >&2; exit 2; }
-  a=$(count "$bin" $small) b=$(count "$bin" $large)
-  awk -v d="$dir" -v a="$a" -v b="$b" -v n=$(((large - small) * window)) \
-    'BEGIN { printf "%-50s %12.1f\n", d, (b - a) / n }'
+  rust=$(per_message "$bin" 'rmca::request::scope*') c=- ratio=-
+  if [ -x "$dir/rmca-cc" ]; then
+    cbin=$scratch/self_window.$RANDOM
+    "$dir/rmca-cc" -O2 "$here/self_window.c" -o "$cbin"
+    c=$(per_message "$cbin" MPI_Irecv MPI_Isend MPI_Waitall)
+    ratio=$(awk -v c="$c" -v r="$rust" 'BEGIN { printf "%.2f", c / r }')
+  fi
+  printf '%-50s %14s %14s %8s\n' "$dir" "$rust" "$c" "$ratio"
 done

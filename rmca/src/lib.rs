@@ -284,12 +284,23 @@ impl Shared {
         &self,
         ids: &[RequestId],
     ) -> Result<Vec<(usize, rmca_framework::pml::Status)>> {
-        if !self.nbc.is_idle() {
-            return self.wait_all_progressing(ids);
-        }
         let mut failed = Vec::new();
-        self.with(|rt| Ok(rt.wait_all(ids, &mut failed)?))?;
+        self.wait_all_into(ids, &mut failed)?;
         Ok(failed)
+    }
+
+    /// [`Shared::wait_all`] reporting the failures into the caller's reused buffer.
+    #[inline]
+    pub(crate) fn wait_all_into(
+        &self,
+        ids: &[RequestId],
+        failed: &mut Vec<(usize, rmca_framework::pml::Status)>,
+    ) -> Result<()> {
+        if !self.nbc.is_idle() {
+            failed.extend(self.wait_all_progressing(ids)?);
+            return Ok(());
+        }
+        self.with(|rt| Ok(rt.wait_all(ids, failed)?))
     }
 
     /// The batch buffer of [`Request::complete_all`] (empty), to be given back with

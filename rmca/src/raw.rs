@@ -73,6 +73,63 @@ pub unsafe fn isend(
     tag: i32,
     mode: SendMode,
 ) -> Result<RawRequest> {
+    // SAFETY: the caller's contract, and the request below owns the operation.
+    let state = match unsafe { start_isend(comm, buf, len, dest, tag, mode)? } {
+        Started::Done => RawState::Done(Status::sent(dest, tag, len)),
+        Started::Pending(id) => RawState::Pending(id.0),
+    };
+    Ok(RawRequest {
+        state,
+        comm: comm.clone(),
+    })
+}
+
+/// An operation in the PML named by its identifier alone, for a binding that keeps its own
+/// request table (the MPI C interface): it holds no communicator and has no drop glue, so a
+/// table entry holding it is a few plain words, written and freed without any call.
+///
+/// Nothing waits for a `RawId` that is forgotten: whoever started the operation completes
+/// it ([`RawBatch::complete`]) or hands it to an owning [`RawRequest`] ([`RawId::adopt`])
+/// before the buffer it names is released (the start functions' safety contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawId(RequestId);
+
+/// How a send started by [`start_isend`] stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// Completed as it started (an eager send a BTL took at once): nothing in the PML; its
+    /// status is that of a successful send.
+    Done,
+    /// Running in the PML.
+    Pending(RawId),
+}
+
+impl RawId {
+    /// The owning form of the operation, on `comm` (the communicator it was started on):
+    /// completed by [`RawRequest`]'s calls, waited for when dropped.
+    pub fn adopt(self, comm: &Communicator) -> RawRequest {
+        RawRequest {
+            state: RawState::Pending(self.0),
+            comm: comm.clone(),
+        }
+    }
+}
+
+/// [`isend`] without the owning request: how it started.
+///
+/// # Safety
+/// As [`isend`]; and the operation, if [`Started::Pending`], must be completed (or adopted)
+/// before the buffer is written.
+#[allow(unsafe_code)]
+#[inline]
+pub unsafe fn start_isend(
+    comm: &Communicator,
+    buf: *const u8,
+    len: usize,
+    dest: usize,
+    tag: i32,
+    mode: SendMode,
+) -> Result<Started> {
     let ubuf = if len == 0 {
         UserBuf::empty()
     } else {
@@ -92,14 +149,101 @@ pub unsafe fn isend(
         mode,
         pattern: CommPattern::NonBlocking,
     })?;
-    let state = match started {
-        SendStart::Done => RawState::Done(Status::sent(dest, tag, len)),
-        SendStart::Pending(id) => RawState::Pending(id),
-    };
-    Ok(RawRequest {
-        state,
-        comm: comm.clone(),
+    Ok(match started {
+        SendStart::Done => Started::Done,
+        SendStart::Pending(id) => Started::Pending(RawId(id)),
     })
+}
+
+/// [`irecv`] without the owning request: the operation's identifier.
+///
+/// # Safety
+/// As [`irecv`]; and the operation must be completed (or adopted) before the buffer is
+/// released or accessed.
+#[allow(unsafe_code)]
+#[inline]
+pub unsafe fn start_irecv(
+    comm: &Communicator,
+    buf: *mut u8,
+    len: usize,
+    source: Src,
+    tag: i32,
+) -> Result<RawId> {
+    let ubuf = if len == 0 {
+        UserBuf::empty()
+    } else {
+        // SAFETY: the caller's contract: valid for writes and unaccessed until completion.
+        unsafe { UserBuf::from_raw_parts_mut(buf, len) }
+    };
+    let id = comm.start_recv(
+        ubuf,
+        source,
+        tag,
+        p2p_context(comm),
+        CommPattern::NonBlocking,
+    )?;
+    Ok(RawId(id))
+}
+
+/// Operations waited for together ([`RawBatch::complete`]): `MPI_Waitall`'s batch. Kept by
+/// the caller and reused, so that waiting on windows of requests in a loop allocates
+/// nothing per call.
+#[derive(Debug, Default)]
+pub struct RawBatch {
+    ids: Vec<RequestId>,
+    failed: Vec<(usize, rmca_framework::pml::Status)>,
+}
+
+impl RawBatch {
+    /// Add an operation to the batch (its position is the number added before it).
+    #[inline]
+    pub fn push(&mut self, id: RawId) {
+        self.ids.push(id.0);
+    }
+
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Wait until every operation of the batch completed (stepping the runtime's
+    /// non-blocking collectives meanwhile), and empty it. Each one that failed is reported
+    /// to `failed` with its position in the batch and its outcome; `comm_of(position)` names
+    /// the communicator it ran on, to translate its status (failures are rare: nothing is
+    /// asked of the others). Every communicator of a process shares one runtime, so `comm`
+    /// may be any of them.
+    pub fn complete<'c>(
+        &mut self,
+        comm: &Communicator,
+        comm_of: impl Fn(usize) -> &'c Communicator,
+        mut failed: impl FnMut(usize, Error),
+    ) {
+        if self.ids.is_empty() {
+            return;
+        }
+        match comm.shared().wait_all_into(&self.ids, &mut self.failed) {
+            Ok(()) => {
+                for (k, st) in self.failed.drain(..) {
+                    if let Err(e) = comm_of(k).finish(st) {
+                        failed(k, e);
+                    }
+                }
+            }
+            Err(e) => {
+                // Finalized: the PML is gone and writes into no buffer any more.
+                let msg = e.to_string();
+                for k in 0..self.ids.len() {
+                    failed(k, Error::InvalidArgument(msg.clone()));
+                }
+            }
+        }
+        self.ids.clear();
+    }
 }
 
 /// Start a non-blocking receive of at most `len` bytes into `buf` from `source` (a rank or
@@ -118,23 +262,9 @@ pub unsafe fn irecv(
     source: Src,
     tag: i32,
 ) -> Result<RawRequest> {
-    let ubuf = if len == 0 {
-        UserBuf::empty()
-    } else {
-        // SAFETY: the caller's contract: valid for writes and unaccessed until completion.
-        unsafe { UserBuf::from_raw_parts_mut(buf, len) }
-    };
-    let id = comm.start_recv(
-        ubuf,
-        source,
-        tag,
-        p2p_context(comm),
-        CommPattern::NonBlocking,
-    )?;
-    Ok(RawRequest {
-        state: RawState::Pending(id),
-        comm: comm.clone(),
-    })
+    // SAFETY: the caller's contract, and the request below owns the operation.
+    let id = unsafe { start_irecv(comm, buf, len, source, tag)? };
+    Ok(id.adopt(comm))
 }
 
 /// The point-to-point context of `comm`: its collective context is the one above it.
@@ -164,6 +294,19 @@ impl RawRequest {
             RawState::Spent => Err(Error::InvalidArgument(
                 "raw request already completed".into(),
             )),
+        }
+    }
+
+    /// The operation as a bare [`RawId`] (to join a [`RawBatch`]) when it is a
+    /// point-to-point one still in the PML; any other request is handed back.
+    pub fn into_id(mut self) -> std::result::Result<RawId, RawRequest> {
+        match self.state {
+            RawState::Pending(id) => {
+                // Not waited for on drop: the id's holder completes it now.
+                self.state = RawState::Spent;
+                Ok(RawId(id))
+            }
+            _ => Err(self),
         }
     }
 
@@ -356,85 +499,6 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
     }
     wait_colls(&mut out);
     out
-}
-
-/// [`complete_all`] for a caller that waits on batches over and over (`MPI_Waitall` with
-/// `MPI_STATUSES_IGNORE` in a loop): waits until every request of `batch` completed and
-/// empties it, pushing the position in `batch` and the error of each one that failed onto
-/// `failed`. It allocates nothing in the steady state: `batch` and `failed` are the caller's
-/// to reuse, and the identifiers go to the PML in the runtime's own reused buffer (that of
-/// [`crate::Request::complete_all`]).
-pub fn complete_batch(batch: &mut Vec<RawRequest>, failed: &mut Vec<(usize, Error)>) {
-    let Some(shared) = batch.first().map(|r| r.comm.shared_rc().clone()) else {
-        return;
-    };
-    let mut ids = shared.take_batch();
-    ids.reserve(batch.len());
-    let mut has_colls = false;
-    for (i, r) in batch.iter_mut().enumerate() {
-        match r.state {
-            RawState::Pending(id) => ids.push(id),
-            // Waited for after the PML's batch (which steps them meanwhile).
-            RawState::Coll(_) => has_colls = true,
-            // Completed when it started (an eager send the BTL took at once).
-            RawState::Done(_) => r.state = RawState::Spent,
-            RawState::Spent => failed.push((
-                i,
-                Error::InvalidArgument("raw request already completed".into()),
-            )),
-        }
-    }
-    if !ids.is_empty() {
-        // Every communicator of a process shares its one runtime.
-        let outcome = shared.wait_all(&ids);
-        // The k-th identifier is the k-th request still pending above; failures are rare, so
-        // their positions are found by counting instead of being recorded for every request.
-        let pending_at = |k: usize| {
-            batch
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| matches!(r.state, RawState::Pending(_)))
-                .nth(k)
-                .map(|(i, _)| i)
-        };
-        match outcome {
-            Ok(failures) => {
-                for (k, st) in failures {
-                    if let Some(i) = pending_at(k) {
-                        if let Err(e) = batch[i].comm.finish(st) {
-                            failed.push((i, e));
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                // Finalized: the PML is gone and writes into no buffer any more.
-                let msg = e.to_string();
-                for (i, r) in batch.iter().enumerate() {
-                    if matches!(r.state, RawState::Pending(_)) {
-                        failed.push((i, Error::InvalidArgument(msg.clone())));
-                    }
-                }
-            }
-        }
-    }
-    shared.give_batch(ids);
-    if has_colls {
-        for (i, r) in batch.iter_mut().enumerate() {
-            if let RawState::Coll(id) = r.state {
-                r.state = RawState::Spent;
-                if let Err(e) = shared.wait_collective(id) {
-                    failed.push((i, e));
-                }
-            }
-        }
-    }
-    // Every request the PML knew is released now, failed or not: nothing to wait for when
-    // they are dropped.
-    for mut r in batch.drain(..) {
-        r.state = RawState::Spent;
-        drop(r);
-    }
 }
 
 impl Drop for RawRequest {

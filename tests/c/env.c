@@ -1,6 +1,17 @@
 /* The environment: init/finalize queries, versions, time, names, communicator management,
  * attributes and error handlers. */
 #include "check.h"
+#include <pthread.h>
+
+/* What another thread than the initializing one sees: MPI is initialized (process-wide), and
+ * it is not the main thread (rmca provides MPI_THREAD_FUNNELED). */
+static int other_initialized = -1, other_is_main = -1;
+static void *other_thread(void *arg) {
+    (void)arg;
+    MPI_Initialized(&other_initialized);
+    MPI_Is_thread_main(&other_is_main);
+    return NULL;
+}
 
 static int handler_calls, handler_code;
 static MPI_Comm handler_comm;
@@ -32,6 +43,11 @@ int main(int argc, char **argv) {
     CHECK(flag == 1, "is_thread_main %d", flag);
     OK(MPI_Initialized(&flag));
     CHECK(flag == 1, "initialized %d", flag);
+    pthread_t other;
+    CHECK(pthread_create(&other, NULL, other_thread, NULL) == 0, "pthread_create");
+    pthread_join(other, NULL);
+    CHECK(other_initialized == 1 && other_is_main == 0, "another thread: initialized %d, is_thread_main %d",
+          other_initialized, other_is_main);
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     CHECK(rank >= 0 && rank < size, "rank %d size %d", rank, size);

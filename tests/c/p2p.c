@@ -310,6 +310,24 @@ int main(int argc, char **argv) {
     CHECK(ra == 1 && rb == 2, "isolation %d %d", ra, rb);
     OK(MPI_Comm_free(&dup));
 
+    /* Operations still running when their communicator is freed complete normally (MPI),
+     * their statuses in that communicator's ranks: here the reverse of world's. */
+    for (int ignore = 0; ignore < 2; ignore++) {
+        MPI_Comm rev;
+        OK(MPI_Comm_split(MPI_COMM_WORLD, 0, size - 1 - rank, &rev));
+        int from = -1, to_send = 40 + rank;
+        MPI_Status st[2];
+        OK(MPI_Irecv(&from, 1, MPI_INT, MPI_ANY_SOURCE, 6, rev, &q[0]));
+        OK(MPI_Isend(&to_send, 1, MPI_INT, size - 1 - next, 6, rev, &q[1]));
+        OK(MPI_Comm_free(&rev));
+        CHECK(rev == MPI_COMM_NULL, "freed communicator handle");
+        OK(MPI_Waitall(2, q, ignore ? MPI_STATUSES_IGNORE : st));
+        CHECK(from == 40 + prev, "message on a freed communicator: %d", from);
+        if (!ignore)
+            CHECK(st[0].MPI_SOURCE == size - 1 - prev && st[0].MPI_TAG == 6,
+                  "status on a freed communicator: source %d tag %d", st[0].MPI_SOURCE, st[0].MPI_TAG);
+    }
+
     waitall_without_statuses(rank, next, prev);
 
     free(big_out);

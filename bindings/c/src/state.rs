@@ -3,14 +3,19 @@
 //! MPI objects created at run time (communicators, requests, error handlers) are entries of
 //! tables here; their C handles are a per-kind base plus the index, so a handle of the wrong
 //! kind, a freed one or garbage is recognised and refused with its error class instead of
-//! being dereferenced. The state lives in a thread-local: rmca's runtime is single-threaded,
-//! and MPI calls from another thread than the one that initialized (beyond
-//! `MPI_THREAD_FUNNELED`) find no state and get an error rather than a data race.
+//! being dereferenced. rmca's runtime is single-threaded: the state is confined to the thread
+//! that initialized MPI, and MPI calls from another thread (beyond `MPI_THREAD_FUNNELED`)
+//! get an error rather than a data race.
 
-use std::cell::{Cell, RefCell};
+// The process-wide state (`Global`) is shared memory confined to one thread by a check of
+// the caller's thread id: the one other module of the crate with `unsafe` code.
+#![allow(unsafe_code)]
+
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use rmca::raw::RawRequest;
+use rmca::raw::{RawBatch, RawId, RawRequest};
 use rmca::{Communicator, Universe};
 
 use crate::abi::*;
@@ -208,6 +213,46 @@ pub struct ReqEntry {
     pub comm: Handle,
     pub state: ReqState,
     pub persistent: Option<Box<Persistent>>,
+    /// Whether [`State::staged`] holds data of this request (so that completing the others
+    /// never looks there).
+    pub staged: bool,
+}
+
+impl ReqEntry {
+    /// An entry for an operation started on `comm`.
+    #[inline(always)]
+    pub fn new(comm: Handle, state: ReqState) -> Self {
+        Self {
+            comm,
+            state,
+            persistent: None,
+            staged: false,
+        }
+    }
+}
+
+/// A slot of the request table. Plain data, so that the fast paths (`MPI_Isend`,
+/// `MPI_Irecv` on predefined datatypes, completed by `MPI_Waitall`) fill and clear it with
+/// a few stores and no drop glue; every other request is [`Slot::General`], its
+/// [`ReqEntry`] kept beside the table.
+#[derive(Clone, Copy, Debug)]
+pub enum Slot {
+    Free,
+    /// A point-to-point operation running in the PML, named by its identifier alone
+    /// (completion looks its communicator up by handle).
+    Pending {
+        comm: Handle,
+        id: RawId,
+    },
+    /// A send that completed as it started (a BTL took it at once): its status's fields.
+    Sent {
+        comm: Handle,
+        dest: u32,
+        tag: c_int,
+        len: usize,
+    },
+    /// The request's [`ReqEntry`] is in the general table.
+    General,
 }
 
 /// A buffered send in flight: the copy of the data and its send.
@@ -235,6 +280,27 @@ impl Bsend {
     }
 }
 
+/// The refusal of an invalid request handle.
+#[cold]
+#[inline(never)]
+fn bad_request(h: Handle) -> MpiError {
+    MpiError::new(
+        MPI_ERR_REQUEST,
+        format!("invalid request {h:#x}: not a request started and not yet completed or freed"),
+    )
+}
+
+/// The outcome of a send that completed as it started ([`Slot::Sent`]).
+#[cold]
+pub fn sent_outcome(dest: u32, tag: c_int, len: usize) -> Outcome {
+    crate::ffi::outcome(Ok(rmca::Status {
+        source: dest as usize,
+        tag,
+        bytes: len,
+        cancelled: false,
+    }))
+}
+
 /// Handles of communicators rmca made: [`COMM_BASE`] + index.
 pub const COMM_BASE: Handle = DYNAMIC_BASE;
 /// Handles of user error handlers.
@@ -257,10 +323,11 @@ const MAX_OBJECTS: usize = DYNAMIC_BASE;
 
 /// Where the process stands in the MPI life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Phase {
-    Before,
-    Running,
-    Finalized,
+    Before = 0,
+    Running = 1,
+    Finalized = 2,
 }
 
 /// Everything the library knows between calls.
@@ -268,7 +335,9 @@ pub struct State {
     pub universe: Universe,
     /// Index 0 is `MPI_COMM_WORLD`, 1 is `MPI_COMM_SELF`.
     comms: Vec<Option<CommEntry>>,
-    requests: Vec<Option<ReqEntry>>,
+    requests: Vec<Slot>,
+    /// The entries of the [`Slot::General`] requests, by slot (grown on demand).
+    general: Vec<Option<ReqEntry>>,
     /// The generation of each request slot, bumped when its request is freed: it is part of
     /// the handle, so a handle kept after its request was freed never names the slot's next
     /// request (LIFO reuse would hand that slot out at once).
@@ -292,27 +361,82 @@ pub struct State {
     pub wait_batch: WaitBatch,
 }
 
-/// The reused buffers of one `MPI_Waitall`: the requests handed to the PML together, the
-/// array position and communicator of each, and the failures.
+/// The reused buffers of one `MPI_Waitall`: the operations handed to the PML together, the
+/// array position and communicator of each, and the collectives.
 #[derive(Default)]
 pub struct WaitBatch {
-    pub requests: Vec<RawRequest>,
+    pub requests: RawBatch,
     pub slots: Vec<(usize, Handle)>,
-    pub failed: Vec<(usize, rmca::Error)>,
+    /// Requests of the call waited for on their own after the batch (non-blocking
+    /// collectives, and operations of a freed communicator; the PML's wait steps the
+    /// collectives meanwhile): array position, communicator, request.
+    pub colls: Vec<(usize, Handle, RawRequest)>,
 }
 
-thread_local! {
-    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
-    static PHASE: Cell<Phase> = const { Cell::new(Phase::Before) };
+/// The library state of the process. It is reached only from the thread that initialized
+/// MPI (rmca provides `MPI_THREAD_FUNNELED`): every access checks the caller's thread id
+/// against the initializing thread's, so a call from another thread gets an error instead of
+/// a data race. Not a thread-local: from a shared library every thread-local access is a call
+/// to `__tls_get_addr`, which the per-message calls paid twice per message.
+struct Global {
+    /// `pthread_self()` of the thread that initialized MPI, 0 before.
+    owner: AtomicUsize,
+    /// The life-cycle [`Phase`], process-wide.
+    phase: AtomicU8,
+    /// Set while a call works on the state: a call from inside it (an error handler, a user
+    /// reduction) is refused instead of aliasing the state.
+    busy: UnsafeCell<bool>,
+    state: UnsafeCell<Option<State>>,
 }
 
-/// The life-cycle phase of this thread's MPI.
+// SAFETY: `busy` and `state` are only accessed by the thread whose id is in `owner` (see
+// `owned`), one access at a time (`busy`): the state, which holds `Rc`s and `RefCell`s, is
+// confined to that thread as a thread-local would be. A thread id is unique among live
+// threads; should the initializing thread exit and its id be reused, the new thread is the
+// only one reaching the state from then on.
+unsafe impl Sync for Global {}
+
+static GLOBAL: Global = Global {
+    owner: AtomicUsize::new(0),
+    phase: AtomicU8::new(Phase::Before as u8),
+    busy: UnsafeCell::new(false),
+    state: UnsafeCell::new(None),
+};
+
+/// This thread's id (`pthread_self`: a load from the thread pointer, no TLS lookup).
+#[inline(always)]
+fn this_thread() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
+
+/// Whether this thread is the one that initialized MPI.
+#[inline(always)]
+fn owned() -> bool {
+    GLOBAL.owner.load(Ordering::Relaxed) == this_thread()
+}
+
+/// The life-cycle phase of the process's MPI.
 pub fn phase() -> Phase {
-    PHASE.with(Cell::get)
+    match GLOBAL.phase.load(Ordering::Acquire) {
+        0 => Phase::Before,
+        1 => Phase::Running,
+        _ => Phase::Finalized,
+    }
 }
 
 pub fn set_phase(p: Phase) {
-    PHASE.with(|c| c.set(p));
+    GLOBAL.phase.store(p as u8, Ordering::Release);
+}
+
+/// Clears the busy flag when a call on the state ends, normally or by a panic.
+struct Busy;
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        // SAFETY: only the owner thread creates a `Busy` (see `with`).
+        unsafe { *GLOBAL.busy.get() = false };
+    }
 }
 
 /// Install the state after `MPI_Init`.
@@ -333,6 +457,7 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
             }),
         ],
         requests: Vec::new(),
+        general: Vec::new(),
         request_gens: Vec::new(),
         free_requests: Vec::new(),
         errhandlers: Vec::new(),
@@ -344,32 +469,57 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
         staged_detached: Vec::new(),
         wait_batch: WaitBatch::default(),
     };
-    STATE.with(|s| *s.borrow_mut() = Some(state));
+    if phase() != Phase::Before {
+        // MPI_Init checks the phase first; a second state would replace one in use.
+        tracing::error!("MPI state installed twice: the second is dropped");
+        return;
+    }
+    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    // SAFETY: this thread is now the owner, and no call is on the state (it had none).
+    unsafe { *GLOBAL.state.get() = Some(state) };
     set_phase(Phase::Running);
 }
 
-/// Take the state out (finalize).
+/// Take the state out (finalize); `None` on another thread than the initializing one, or
+/// from inside a call on the state.
 pub fn take() -> Option<State> {
-    STATE.with(|s| s.borrow_mut().take())
+    // SAFETY: the owner thread, no call on the state (busy is false).
+    (owned() && !unsafe { *GLOBAL.busy.get() }).then(|| unsafe { (*GLOBAL.state.get()).take() })?
 }
 
 /// Run `f` on the state; an error if MPI is not running on this thread.
+#[inline(always)]
 pub fn with<R>(f: impl FnOnce(&mut State) -> MpiResult<R>) -> MpiResult<R> {
-    STATE.with(|s| {
-        let Ok(mut guard) = s.try_borrow_mut() else {
-            return Err(MpiError::new(
-                MPI_ERR_OTHER,
-                "MPI called from inside an MPI call (an error handler may not call MPI)",
-            ));
-        };
-        match guard.as_mut() {
-            Some(state) => f(state),
-            None => Err(not_running()),
-        }
-    })
+    if !owned() {
+        return Err(not_running());
+    }
+    // SAFETY: this is the owner thread (checked above), the only one touching `busy`.
+    let busy = unsafe { &mut *GLOBAL.busy.get() };
+    if *busy {
+        return Err(reentered());
+    }
+    *busy = true;
+    let _clear = Busy;
+    // SAFETY: the owner thread, and no other reference to the state is live: `busy` was
+    // false, and it stays true until `_clear` is dropped after `f` returned.
+    match unsafe { (*GLOBAL.state.get()).as_mut() } {
+        Some(state) => f(state),
+        None => Err(not_running()),
+    }
 }
 
-/// The error of a call made outside `MPI_Init` .. `MPI_Finalize`.
+#[cold]
+#[inline(never)]
+fn reentered() -> MpiError {
+    MpiError::new(
+        MPI_ERR_OTHER,
+        "MPI called from inside an MPI call (an error handler may not call MPI)",
+    )
+}
+
+/// The error of a call made outside `MPI_Init` .. `MPI_Finalize`, or from another thread.
+#[cold]
+#[inline(never)]
 pub fn not_running() -> MpiError {
     let msg = match phase() {
         Phase::Before => "MPI is not initialized: call MPI_Init or MPI_Init_thread first",
@@ -457,7 +607,17 @@ impl State {
         }
         self.comm(h)?;
         let i = comm_index(h).expect("checked above");
-        self.comms[i] = None;
+        // Operations still running on it complete normally (MPI): those named by their
+        // identifier alone take the communicator along now, since its entry goes.
+        let entry = self.comms[i].take().expect("checked above");
+        for slot in 0..self.requests.len() {
+            if let Slot::Pending { comm, id } = self.requests[slot] {
+                if comm == h {
+                    let running = ReqState::Active(id.adopt(&entry.comm));
+                    self.set_general(slot, ReqEntry::new(h, running));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -545,24 +705,41 @@ impl State {
 
     // ---- requests ----
 
-    /// Add a request; its handle.
-    #[inline(always)]
+    /// Add a request of the general paths; its handle.
     pub fn add_request(&mut self, entry: ReqEntry) -> MpiResult<Handle> {
+        let h = self.add_slot(Slot::General)?;
+        let i = self.request_index(h).expect("just added");
+        self.set_general(i, entry);
+        Ok(h)
+    }
+
+    /// Add a request of the fast paths (`slot` is not [`Slot::General`]); its handle.
+    #[inline(always)]
+    pub fn add_slot(&mut self, slot: Slot) -> MpiResult<Handle> {
         let index = match self.free_requests.pop() {
             Some(i) => {
-                self.requests[i] = Some(entry);
+                self.requests[i] = slot;
                 i
             }
             None => {
                 if self.requests.len() >= REQ_BASE {
                     return Err(MpiError::new(MPI_ERR_NO_MEM, "too many requests"));
                 }
-                self.requests.push(Some(entry));
+                self.requests.push(slot);
                 self.request_gens.push(0);
                 self.requests.len() - 1
             }
         };
         Ok(REQ_BASE + index + gen_bits(self.request_gens[index]))
+    }
+
+    /// Make slot `i` a general one holding `entry`.
+    fn set_general(&mut self, i: usize, entry: ReqEntry) {
+        if self.general.len() <= i {
+            self.general.resize_with(i + 1, || None);
+        }
+        self.general[i] = Some(entry);
+        self.requests[i] = Slot::General;
     }
 
     /// The slot of request handle `h`, if `h` is of the slot's current generation.
@@ -577,51 +754,97 @@ impl State {
     /// Retire slot `i` (its request is freed): the next request there gets a new handle.
     #[inline]
     fn retire_request_slot(&mut self, i: usize) {
+        self.requests[i] = Slot::Free;
         self.request_gens[i] = self.request_gens[i].wrapping_add(1);
         self.free_requests.push(i);
     }
 
-    /// The request entry of `h`.
-    #[inline]
+    /// The request entry of `h`. A request of the fast paths becomes a general one here: a
+    /// running operation an owning [`ReqState::Active`], a send completed at start a
+    /// [`ReqState::Done`].
     pub fn request(&mut self, h: Handle) -> MpiResult<&mut ReqEntry> {
-        self.request_index(h)
-            .and_then(|i| self.requests.get_mut(i))
-            .and_then(Option::as_mut)
-            .ok_or_else(|| {
-                MpiError::new(
-                    MPI_ERR_REQUEST,
-                    format!("invalid request {h:#x}: not a request started and not yet completed or freed"),
-                )
-            })
+        let i = self.request_index(h).ok_or_else(|| bad_request(h))?;
+        match self.requests[i] {
+            Slot::Free => return Err(bad_request(h)),
+            Slot::Pending { comm, id } => {
+                // The communicator is there: freeing it makes its fast-path requests general
+                // (see `free_comm`).
+                let c = &self.comm(comm)?.comm;
+                let entry = ReqEntry::new(comm, ReqState::Active(id.adopt(c)));
+                self.set_general(i, entry);
+            }
+            Slot::Sent {
+                comm,
+                dest,
+                tag,
+                len,
+            } => {
+                let done = ReqState::Done(Box::new(sent_outcome(dest, tag, len)));
+                self.set_general(i, ReqEntry::new(comm, done));
+            }
+            Slot::General => {}
+        }
+        self.general[i].as_mut().ok_or_else(|| bad_request(h))
     }
 
-    /// Free the entry of request `h` in place, without handing it back (a moved-out entry
-    /// costs `MPI_Waitall` a copy per request); its state should have been taken first.
+    /// The slot of request `h` for `MPI_Waitall`'s fast path: a request of the fast paths
+    /// is freed and its slot handed back; a general one ([`Slot::General`]) is left in place
+    /// for [`State::request`].
+    #[inline]
+    pub fn take_fast(&mut self, h: Handle) -> MpiResult<Slot> {
+        let i = self.request_index(h).ok_or_else(|| bad_request(h))?;
+        let slot = self.requests[i];
+        match slot {
+            Slot::Free => return Err(bad_request(h)),
+            Slot::Pending { .. } | Slot::Sent { .. } => self.retire_request_slot(i),
+            Slot::General => {}
+        }
+        Ok(slot)
+    }
+
+    /// Keep the library-owned data of request `h` until it completes.
+    pub fn stage(&mut self, h: Handle, data: crate::ffi::Staged) {
+        if let Ok(entry) = self.request(h) {
+            entry.staged = true;
+            self.staged.insert(h, data);
+        }
+    }
+
+    /// Free request `h` in place (its state should have been taken first).
     #[inline]
     pub fn free_request(&mut self, h: Handle) {
         if let Some(i) = self.request_index(h) {
-            if let Some(slot @ Some(_)) = self.requests.get_mut(i) {
-                *slot = None;
+            if !matches!(self.requests[i], Slot::Free) {
+                if let Some(g) = self.general.get_mut(i) {
+                    *g = None;
+                }
                 self.retire_request_slot(i);
             }
         }
     }
 
     /// Remove request `h` (completed or freed).
-    #[inline]
     pub fn remove_request(&mut self, h: Handle) -> Option<ReqEntry> {
+        self.request(h).ok()?;
         let i = self.request_index(h)?;
-        let entry = self.requests.get_mut(i)?.take()?;
+        let entry = self.general.get_mut(i)?.take()?;
         self.retire_request_slot(i);
         Some(entry)
     }
 
     /// Requests still active (for finalize's warning).
     pub fn active_requests(&self) -> usize {
-        self.requests
+        let pending = self
+            .requests
+            .iter()
+            .filter(|s| matches!(s, Slot::Pending { .. }))
+            .count();
+        let active = self
+            .general
             .iter()
             .flatten()
             .filter(|r| matches!(r.state, ReqState::Active(_)))
-            .count()
+            .count();
+        pending + active
     }
 }

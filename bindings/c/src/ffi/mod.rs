@@ -1,5 +1,6 @@
-//! The exported MPI functions. The only modules of the crate with `unsafe` code: C hands us
-//! raw pointers, and each use of one is covered by the MPI contract of the function it came
+//! The exported MPI functions. With `state` (the process-wide state confined to the thread
+//! that initialized MPI), the only modules of the crate with `unsafe` code: C hands us raw
+//! pointers, and each use of one is covered by the MPI contract of the function it came
 //! through (stated at each block).
 //!
 //! # Safety
@@ -447,16 +448,20 @@ pub(crate) fn no_overlap(
 ///
 /// # Safety
 /// `out` must be null or valid for a write of `T`.
+#[inline]
 pub(crate) unsafe fn put<T>(out: *mut T, v: T, what: &str) -> MpiResult<()> {
     if out.is_null() {
-        return Err(MpiError::new(
-            MPI_ERR_ARG,
-            format!("the {what} argument is NULL"),
-        ));
+        return Err(null_argument(what));
     }
     // SAFETY: the caller's contract; non-null checked above.
     unsafe { out.write(v) };
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn null_argument(what: &str) -> MpiError {
+    MpiError::new(MPI_ERR_ARG, format!("the {what} argument is NULL"))
 }
 
 /// Write `status` to `out` unless it is `MPI_STATUS_IGNORE`.
@@ -577,64 +582,82 @@ pub(crate) fn outcome(r: rmca::Result<rmca::Status>) -> state::Outcome {
     }
 }
 
+// The argument checks of every point-to-point call: inlined, their refusals built out of
+// line (the message formatting would otherwise weigh on the fast paths).
+
 /// A destination rank: `None` for `MPI_PROC_NULL`.
+#[inline]
 pub(crate) fn dest(rank: c_int, size: usize) -> MpiResult<Option<usize>> {
     if rank == MPI_PROC_NULL {
         return Ok(None);
     }
     match usize::try_from(rank) {
         Ok(r) if r < size => Ok(Some(r)),
-        _ => Err(MpiError::new(
-            MPI_ERR_RANK,
-            format!("destination rank {rank} is invalid: the communicator has ranks 0..{} (or use MPI_PROC_NULL)", size.saturating_sub(1)),
-        )),
+        _ => Err(bad_rank("destination", rank, size, "MPI_PROC_NULL")),
     }
 }
 
 /// A source selector.
+#[inline]
 pub(crate) fn source(rank: c_int, size: usize) -> MpiResult<rmca::Src> {
     match rank {
         MPI_ANY_SOURCE => Ok(rmca::Src::Any),
         MPI_PROC_NULL => Ok(rmca::Src::Null),
         _ => match usize::try_from(rank) {
             Ok(r) if r < size => Ok(rmca::Src::Rank(r)),
-            _ => Err(MpiError::new(
-                MPI_ERR_RANK,
-                format!("source rank {rank} is invalid: the communicator has ranks 0..{} (or use MPI_ANY_SOURCE, MPI_PROC_NULL)", size.saturating_sub(1)),
+            _ => Err(bad_rank(
+                "source",
+                rank,
+                size,
+                "MPI_ANY_SOURCE, MPI_PROC_NULL",
             )),
         },
     }
 }
 
+#[cold]
+#[inline(never)]
+fn bad_rank(what: &str, rank: c_int, size: usize, or: &str) -> MpiError {
+    MpiError::new(
+        MPI_ERR_RANK,
+        format!(
+            "{what} rank {rank} is invalid: the communicator has ranks 0..{} (or use {or})",
+            size.saturating_sub(1)
+        ),
+    )
+}
+
 /// A send tag (0..=MPI_TAG_UB).
+#[inline]
 pub(crate) fn send_tag(tag: c_int) -> MpiResult<c_int> {
     if tag < 0 {
-        return Err(MpiError::new(
-            MPI_ERR_TAG,
-            format!(
-                "tag {tag} is invalid for a send: tags are 0..={}",
-                c_int::MAX
-            ),
-        ));
+        return Err(bad_tag(tag, "a send", ""));
     }
     Ok(tag)
 }
 
 /// A receive tag in rmca terms (`MPI_ANY_TAG` becomes rmca's).
+#[inline]
 pub(crate) fn recv_tag(tag: c_int) -> MpiResult<c_int> {
     if tag == MPI_ANY_TAG {
         return Ok(rmca::ANY_TAG);
     }
     if tag < 0 {
-        return Err(MpiError::new(
-            MPI_ERR_TAG,
-            format!(
-                "tag {tag} is invalid for a receive: tags are 0..={} or MPI_ANY_TAG",
-                c_int::MAX
-            ),
-        ));
+        return Err(bad_tag(tag, "a receive", " or MPI_ANY_TAG"));
     }
     Ok(tag)
+}
+
+#[cold]
+#[inline(never)]
+fn bad_tag(tag: c_int, what: &str, or: &str) -> MpiError {
+    MpiError::new(
+        MPI_ERR_TAG,
+        format!(
+            "tag {tag} is invalid for {what}: tags are 0..={}{or}",
+            c_int::MAX
+        ),
+    )
 }
 
 /// The communicator behind `h` (a clone: no state borrow is held while it works).

@@ -76,13 +76,9 @@ fn start(
     let c = communicator(comm)?;
     let (r, keep) = start(&c)?;
     let h = state::with(|s| {
-        let h = s.add_request(ReqEntry {
-            comm,
-            state: ReqState::Active(r),
-            persistent: None,
-        })?;
+        let h = s.add_request(ReqEntry::new(comm, ReqState::Active(r)))?;
         if let Some(keep) = keep {
-            s.staged.insert(h, keep);
+            s.stage(h, keep);
         }
         Ok(h)
     })?;

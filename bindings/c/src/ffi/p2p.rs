@@ -15,7 +15,7 @@ use super::{
 use crate::abi::*;
 use crate::state::{
     self, BufferedSend, MpiError, MpiResult, Outcome, Persistent, ReqEntry, ReqState, SendKind,
-    State,
+    Slot, State,
 };
 
 /// The communicator and the byte length of a point-to-point call.
@@ -321,6 +321,68 @@ fn start_send_on(
     Ok(ReqState::Active(r))
 }
 
+/// [`start_send_on`] for the fast path: the request's table slot ([`Slot::Pending`], or
+/// [`Slot::Sent`] when a BTL took it at once), `None` for `MPI_PROC_NULL`.
+#[inline(always)]
+fn start_send_fast(
+    c: &rmca::Communicator,
+    comm: Handle,
+    mode: SendMode,
+    buf: usize,
+    len: usize,
+    to: c_int,
+    tag: c_int,
+) -> MpiResult<Option<Slot>> {
+    let Some(to) = dest(to, c.size())? else {
+        return Ok(None);
+    };
+    let tag = send_tag(tag)?;
+    // SAFETY: the contract of MPI's non-blocking sends: the program leaves the buffer
+    // unwritten until the request completed (Wait/Test), which is when the operation is.
+    Ok(Some(
+        match unsafe { raw::start_isend(c, buf as *const u8, len, to, tag, mode)? } {
+            raw::Started::Done => Slot::Sent {
+                comm,
+                // A rank of a communicator: below its size, a c_int.
+                dest: to as u32,
+                tag,
+                len,
+            },
+            raw::Started::Pending(id) => Slot::Pending { comm, id },
+        },
+    ))
+}
+
+/// [`start_recv`] for the fast path: the request's table slot, `None` for `MPI_PROC_NULL`.
+#[inline(always)]
+fn start_recv_fast(
+    c: &rmca::Communicator,
+    comm: Handle,
+    buf: usize,
+    len: usize,
+    src: c_int,
+    tag: c_int,
+) -> MpiResult<Option<Slot>> {
+    let src = source(src, c.size())?;
+    let tag = recv_tag(tag)?;
+    if src == rmca::Src::Null {
+        return Ok(None);
+    }
+    // SAFETY: the contract of MPI_Irecv: the program leaves the buffer alone until the
+    // request completed, which is when the operation is.
+    let id = unsafe { raw::start_irecv(c, buf as *mut u8, len, src, tag)? };
+    Ok(Some(Slot::Pending { comm, id }))
+}
+
+/// Add the request a fast path started (`None`: an operation on `MPI_PROC_NULL`, complete).
+#[inline(always)]
+fn add_fast(s: &mut State, comm: Handle, started: Option<Slot>) -> MpiResult<Handle> {
+    match started {
+        Some(slot) => s.add_slot(slot),
+        None => s.add_request(ReqEntry::new(comm, proc_null_done())),
+    }
+}
+
 /// The state of an operation on `MPI_PROC_NULL`: complete, with its empty status.
 #[cold]
 fn proc_null_done() -> ReqState {
@@ -376,14 +438,10 @@ fn isend(
     let h = state::with(|s| {
         let st = start_send(s, &c, kind, ptr, len, to, tag)?;
         let active = matches!(st, ReqState::Active(_));
-        let h = s.add_request(ReqEntry {
-            comm,
-            state: st,
-            persistent: None,
-        })?;
+        let h = s.add_request(ReqEntry::new(comm, st))?;
         if active && matches!(data, SendData::Packed(_)) {
             // The packed copy is read until the request completes.
-            s.staged.insert(h, Staged::Send(data));
+            s.stage(h, Staged::Send(data));
         }
         Ok(h)
     })?;
@@ -418,12 +476,8 @@ fn isend_in_place(
     request: *mut Handle,
 ) -> MpiResult<()> {
     let h = state::with(|s| {
-        let st = start_send_on(&s.comm(comm)?.comm, mode, buf, len, to, tag)?;
-        s.add_request(ReqEntry {
-            comm,
-            state: st,
-            persistent: None,
-        })
+        let started = start_send_fast(&s.comm(comm)?.comm, comm, mode, buf, len, to, tag)?;
+        add_fast(s, comm, started)
     })?;
     // SAFETY: the caller's request handle.
     unsafe { put(request, h, "request") }
@@ -476,12 +530,9 @@ pub unsafe extern "C" fn MPI_Irecv(
         // the library state, its communicator borrowed for the start (as `isend_in_place`).
         if let Some(len) = super::predefined_len(buf, count, datatype) {
             let h = state::with(|s| {
-                let st = start_recv(&s.comm(comm)?.comm, buf as usize, len, src, tag)?;
-                s.add_request(ReqEntry {
-                    comm,
-                    state: st,
-                    persistent: None,
-                })
+                let c = &s.comm(comm)?.comm;
+                let started = start_recv_fast(c, comm, buf as usize, len, src, tag)?;
+                add_fast(s, comm, started)
             })?;
             // SAFETY: the caller's request handle.
             return unsafe { put(request, h, "request") };
@@ -493,13 +544,9 @@ pub unsafe extern "C" fn MPI_Irecv(
         let at = unsafe { data.bytes_mut() }.as_mut_ptr() as usize;
         let st = start_recv(&c, at, data.len(), src, tag)?;
         let h = state::with(|s| {
-            let h = s.add_request(ReqEntry {
-                comm,
-                state: st,
-                persistent: None,
-            })?;
+            let h = s.add_request(ReqEntry::new(comm, st))?;
             if data.is_staged() {
-                s.staged.insert(h, Staged::Recv(data));
+                s.stage(h, Staged::Recv(data));
             }
             Ok(h)
         })?;
@@ -528,6 +575,7 @@ fn send_init(
         s.add_request(ReqEntry {
             comm,
             state: ReqState::Inactive,
+            staged: false,
             persistent: Some(Box::new(Persistent::Send {
                 buf: buf as usize,
                 len,
@@ -585,6 +633,7 @@ pub unsafe extern "C" fn MPI_Recv_init(
             s.add_request(ReqEntry {
                 comm,
                 state: ReqState::Inactive,
+                staged: false,
                 persistent: Some(Box::new(Persistent::Recv {
                     buf: buf as usize,
                     len,

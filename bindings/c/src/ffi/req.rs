@@ -7,7 +7,7 @@ use rmca::raw::{self, Polled};
 
 use super::{call, empty_status, outcome, put, put_status};
 use crate::abi::*;
-use crate::state::{self, MpiError, MpiResult, Outcome, ReqState, State};
+use crate::state::{self, MpiError, MpiResult, Outcome, ReqState, Slot, State};
 
 /// What polling a request found.
 enum Poll {
@@ -288,7 +288,7 @@ pub unsafe extern "C" fn MPI_Waitall(
 /// `MPI_Waitall` with `MPI_STATUSES_IGNORE`, the loop of windowed transfers (a window of
 /// `MPI_Isend`/`MPI_Irecv`, then this): one pass over the array frees the handles (every
 /// request but a persistent one is freed by this call, failed or not) and moves the running
-/// operations into one batch for the PML ([`raw::complete_batch`]). The buffers are the
+/// operations into one batch for the PML ([`raw::RawBatch`]). The buffers are the
 /// state's, reused: nothing is allocated per call, and no request is looked up, moved or
 /// converted to a status more than once (the general path cost as much per message as the
 /// PML's whole eager path).
@@ -314,6 +314,27 @@ unsafe fn waitall_ignoring_statuses(
         if h == MPI_REQUEST_NULL {
             continue;
         }
+        match s.take_fast(h) {
+            Ok(Slot::Pending { comm, id }) => {
+                // SAFETY: the caller's contract.
+                unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+                batch.requests.push(id);
+                batch.slots.push((i, comm));
+                continue;
+            }
+            Ok(Slot::Sent { .. }) => {
+                // An eager send the BTL took at once: done, successfully.
+                // SAFETY: the caller's contract.
+                unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+                continue;
+            }
+            Ok(Slot::General | Slot::Free) => {}
+            Err(e) => {
+                note(i, e);
+                continue;
+            }
+        }
+        // A request of the general paths.
         let entry = match s.request(h) {
             Ok(entry) => entry,
             Err(e) => {
@@ -322,6 +343,7 @@ unsafe fn waitall_ignoring_statuses(
             }
         };
         let comm = entry.comm;
+        let staged = std::mem::take(&mut entry.staged);
         // Persistent requests stay, inactive once complete; the others are freed.
         let state = std::mem::replace(&mut entry.state, ReqState::Inactive);
         if entry.persistent.is_none() {
@@ -329,30 +351,26 @@ unsafe fn waitall_ignoring_statuses(
             // SAFETY: the caller's contract.
             unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
         }
-        // Data staged aside (a non-contiguous derived datatype) is unpacked by the length
-        // received, which only the request's own status has: such a request is completed on
-        // its own; the others go to the batch.
-        if let Some(staged) = s.staged.remove(&h) {
-            let done = match state {
-                ReqState::Active(r) => super::outcome(r.wait()),
-                ReqState::Done(outcome) => *outcome,
-                ReqState::Inactive => continue,
-            };
-            // SAFETY: the operation completed; the program leaves its buffer alone until
-            // MPI_Waitall returns.
-            unsafe { staged.finish(done.status.bytes()) };
-            if let Some(e) = done.error {
+        if staged {
+            // SAFETY: the caller's contract: the buffers are left alone until we return.
+            if let Some(e) = unsafe { complete_staged(s, h, state) } {
                 note(i, e.on(comm));
             }
             continue;
         }
         match state {
-            // An eager send the BTL took at once: done, successfully.
+            // Joins the batch while its communicator's entry is there to translate a failed
+            // status (a freed communicator's operations are waited for on their own, as
+            // collectives are).
+            ReqState::Active(r) if s.comm(comm).is_err() => batch.colls.push((i, comm, r)),
             ReqState::Active(r) if r.completed_at_start() => {}
-            ReqState::Active(r) => {
-                batch.requests.push(r);
-                batch.slots.push((i, comm));
-            }
+            ReqState::Active(r) => match r.into_id() {
+                Ok(id) => {
+                    batch.requests.push(id);
+                    batch.slots.push((i, comm));
+                }
+                Err(coll) => batch.colls.push((i, comm, coll)),
+            },
             ReqState::Done(outcome) => {
                 if let Some(e) = outcome.error {
                     note(i, e.on(comm));
@@ -362,10 +380,21 @@ unsafe fn waitall_ignoring_statuses(
             ReqState::Inactive => {}
         }
     }
-    raw::complete_batch(&mut batch.requests, &mut batch.failed);
-    for (k, e) in batch.failed.drain(..) {
-        let (i, comm) = batch.slots[k];
-        note(i, MpiError::from(e).on(comm));
+    if !batch.requests.is_empty() {
+        let world = &s.comm(MPI_COMM_WORLD)?.comm;
+        let slots = &batch.slots;
+        // A failed operation's status is translated on its own communicator (there: see
+        // above and `State::free_comm`).
+        let comm_of = |k: usize| s.comm(slots[k].1).map_or(world, |c| &c.comm);
+        batch.requests.complete(world, comm_of, |k, e| {
+            let (i, comm) = slots[k];
+            note(i, MpiError::from(e).on(comm));
+        });
+    }
+    for (i, comm, r) in batch.colls.drain(..) {
+        if let Err(e) = r.wait() {
+            note(i, MpiError::from(e).on(comm));
+        }
     }
     batch.slots.clear();
     s.wait_batch = batch;
@@ -373,6 +402,26 @@ unsafe fn waitall_ignoring_statuses(
         None => Ok(()),
         Some((_, e)) => Err(in_status(&e)),
     }
+}
+
+/// Complete request `h` (its state taken out of its entry), whose data is staged
+/// aside, on its own: data of a non-contiguous derived datatype is unpacked by the length
+/// received, which only the request's own status has. Its error, if it failed.
+///
+/// # Safety
+/// The program leaves the request's buffers alone until the completion call returns.
+#[cold]
+unsafe fn complete_staged(s: &mut State, h: Handle, state: ReqState) -> Option<MpiError> {
+    let done = match state {
+        ReqState::Active(r) => super::outcome(r.wait()),
+        ReqState::Done(outcome) => *outcome,
+        ReqState::Inactive => return None,
+    };
+    if let Some(staged) = s.staged.remove(&h) {
+        // SAFETY: the operation completed; the caller's contract.
+        unsafe { staged.finish(done.status.bytes()) };
+    }
+    done.error
 }
 
 /// `MPI_Testall`: completes all of them, or none.
