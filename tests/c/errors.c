@@ -85,6 +85,23 @@ int main(int argc, char **argv) {
     EXPECT(MPI_Irecv(buf, 1, MPI_INT, 0, 0, MPI_COMM_NULL, &req), MPI_ERR_COMM);
     EXPECT(MPI_Irecv(buf, 1, (MPI_Datatype)0x9999, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_TYPE);
     EXPECT(MPI_Probe(size, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK);
+    /* A NULL request pointer is refused before anything starts: no message leaves, and no
+     * receive is left posted to take one. */
+    {
+        int me, flag = -1, v = 5;
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        EXPECT(MPI_Isend(&v, 1, MPI_INT, me, 77, MPI_COMM_WORLD, NULL), MPI_ERR_ARG);
+        EXPECT(MPI_Issend(&v, 1, MPI_INT, me, 77, MPI_COMM_WORLD, NULL), MPI_ERR_ARG);
+        for (int i = 0; i < 1000 && flag != 1; i++) MPI_Iprobe(me, 77, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        CHECK(flag == 0, "a send refused for its NULL request was sent anyway");
+        if (flag) MPI_Recv(&v, 1, MPI_INT, me, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        EXPECT(MPI_Irecv(buf, 1, MPI_INT, me, 78, MPI_COMM_WORLD, NULL), MPI_ERR_ARG);
+        MPI_Send(&v, 1, MPI_INT, me, 78, MPI_COMM_WORLD);
+        flag = 0;
+        for (int i = 0; i < 1000000 && !flag; i++) MPI_Iprobe(me, 78, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        CHECK(flag == 1, "a receive refused for its NULL request took the message");
+        if (flag) MPI_Recv(&v, 1, MPI_INT, me, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
     MPI_Comm freed;
     MPI_Comm_dup(MPI_COMM_WORLD, &freed);
     MPI_Comm stale = freed;

@@ -458,9 +458,10 @@ pub(crate) unsafe fn put<T>(out: *mut T, v: T, what: &str) -> MpiResult<()> {
     Ok(())
 }
 
+/// The refusal of a NULL pointer given for `what`.
 #[cold]
 #[inline(never)]
-fn null_argument(what: &str) -> MpiError {
+pub(crate) fn null_argument(what: &str) -> MpiError {
     MpiError::new(MPI_ERR_ARG, format!("the {what} argument is NULL"))
 }
 

@@ -497,6 +497,11 @@ macro_rules! nonblocking_send {
             request: *mut Handle,
         ) -> c_int {
             call(stringify!($name), comm, || {
+                // Refused before anything starts: a send started and then refused would
+                // still be delivered, with no request to complete it by.
+                if request.is_null() {
+                    return Err(super::null_argument("request"));
+                }
                 if let (Some(len), Some(mode)) = (
                     super::predefined_len(buf, count, datatype),
                     unbuffered_mode($kind),
@@ -526,6 +531,11 @@ pub unsafe extern "C" fn MPI_Irecv(
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Irecv", comm, || {
+        // Refused before anything starts (a receive started and then refused would still
+        // take a message).
+        if request.is_null() {
+            return Err(super::null_argument("request"));
+        }
         // The fast path: a predefined datatype's bytes received in place, in one visit of
         // the library state, its communicator borrowed for the start (as `isend_in_place`).
         if let Some(len) = super::predefined_len(buf, count, datatype) {
