@@ -14,6 +14,9 @@ use crate::types::*;
 /// Kernel bookkeeping charged per queued datagram beyond its payload (sk_buff truesize).
 pub(super) const UD_SKB_OVERHEAD: usize = 1024;
 
+/// Consecutive polls finding a datagram after which a UD QP receives in batches.
+pub(super) const UD_BATCH_STREAK: u32 = 2;
+
 /// Most bytes a UD socket buffers beyond its QP's receive queue depth.
 pub(super) const UD_RCVBUF_MAX: usize = 64 << 20;
 
@@ -146,23 +149,71 @@ impl Qp {
         }
     }
 
-    /// Receives every datagram queued on the QP's socket, a batch per system call
-    /// (`recvmmsg`: one call returns what is queued, so a poll that finds one datagram costs
-    /// one call, not a second one that says there is no more), and hands each to
-    /// [`Qp::ud_deliver`] in arrival order.
+    /// A progress poll's receive: while datagrams come one at a time (sparse traffic, a
+    /// ping-pong), one `recv` per poll, since most polls find nothing and an empty `recv` costs
+    /// less than an empty `recvmmsg`; once [`UD_BATCH_STREAK`] polls in a row found a datagram
+    /// (a stream), [`Qp::ud_receive_all`]'s batches, until a batch finds at most one.
     pub(super) fn ud_receive(&self, g: &mut QpInner) {
+        if g.ud_rx_streak >= UD_BATCH_STREAK {
+            let n = self.ud_receive_all(g);
+            if n <= 1 {
+                g.ud_rx_streak = n as u32;
+            }
+            return;
+        }
         if g.udp.is_none() {
             return;
         }
-        let mtu = self.ctx.ud_mtu as usize;
-        let mut rx = g
-            .ud_rx
+        let mut rx = self.take_rx(g);
+        let Some(sock) = g.udp.as_ref() else { return };
+        match rx.recv_one(sock) {
+            Ok(_) => {
+                self.ctx.stats.ud_recv_calls.fetch_add(1, Ordering::Relaxed);
+                g.ud_rx_streak += 1;
+                let (d, truncated) = rx.datagram(0);
+                self.ud_deliver(g, d, truncated);
+            }
+            Err(ref e) if e.kind() == ErrorKind::WouldBlock => {
+                self.ctx
+                    .stats
+                    .ud_empty_polls
+                    .fetch_add(1, Ordering::Relaxed);
+                g.ud_rx_streak = 0;
+            }
+            Err(e) => {
+                // E.g. ECONNREFUSED from an earlier send to a closed port: not fatal for UD.
+                tracing::trace!(error = %e, "soft UD recv");
+            }
+        }
+        g.ud_rx = Some(rx);
+    }
+
+    fn take_rx(&self, g: &mut QpInner) -> rx::RxBatch {
+        g.ud_rx
             .take()
-            .unwrap_or_else(|| rx::RxBatch::for_mtu(UD_HEADER_LEN + mtu));
+            .unwrap_or_else(|| rx::RxBatch::for_mtu(UD_HEADER_LEN + self.ctx.ud_mtu as usize))
+    }
+
+    /// Receives every datagram queued on the QP's socket, a batch per system call
+    /// (`recvmmsg`: one call returns what is queued, so a poll that finds one datagram costs
+    /// one call, not a second one that says there is no more), and hands each to
+    /// [`Qp::ud_deliver`] in arrival order. Returns how many datagrams were received.
+    pub(super) fn ud_receive_all(&self, g: &mut QpInner) -> usize {
+        if g.udp.is_none() {
+            return 0;
+        }
+        let mut total = 0;
+        let mut rx = self.take_rx(g);
         while let Some(sock) = g.udp.as_ref() {
             let n = match rx.recv(sock) {
                 Ok(n) => n,
-                Err(ref e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(ref e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.ctx
+                        .stats
+                        .ud_empty_polls
+                        .fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
                 Err(ref e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // E.g. ECONNREFUSED from an earlier send to a closed port: not fatal for UD.
@@ -171,6 +222,7 @@ impl Qp {
                 }
             };
             self.ctx.stats.ud_recv_calls.fetch_add(1, Ordering::Relaxed);
+            total += n;
             let mut stop = false;
             for i in 0..n {
                 let (d, truncated) = rx.datagram(i);
@@ -186,6 +238,7 @@ impl Qp {
             }
         }
         g.ud_rx = Some(rx);
+        total
     }
 
     /// Delivers one received datagram (`truncated`: it did not fit an MTU-sized buffer) into
