@@ -57,6 +57,11 @@ pub(super) struct QpInner {
     /// receive in batches (`recvmmsg`); below, one datagram per poll (`recv`, cheaper when
     /// nothing is queued, which is most polls of sparse traffic).
     pub(super) ud_rx_streak: u32,
+    /// The destination the socket is connected to (a QP that never receives, see
+    /// `Qp::ud_connect`).
+    pub(super) ud_peer: Option<SocketAddr>,
+    /// Where a datagram is built (kept between sends: no allocation per send).
+    pub(super) ud_scratch: Vec<u8>,
     pub(super) rc: Option<RcConn>,
 }
 
@@ -149,6 +154,8 @@ impl Qp {
                 ud_pending: VecDeque::new(),
                 ud_rx: None,
                 ud_rx_streak: 0,
+                ud_peer: None,
+                ud_scratch: Vec::new(),
                 rc: None,
             }),
         });
@@ -442,7 +449,7 @@ impl Qp {
         match self.qp_type {
             QpType::Ud => {
                 if g.udp.is_some() {
-                    self.ud_transmit(g, now);
+                    self.ud_transmit(g, Some(now));
                     if let Some(f) = g.ud_fault.as_mut() {
                         f.release_held();
                     }
