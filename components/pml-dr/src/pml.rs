@@ -222,6 +222,7 @@ impl Dr {
                         btl: r.btl,
                         max_send_size: a.max_send_size,
                         need_csum: a.flags.contains(BtlFlags::NEED_CSUM),
+                        need_ack: a.flags.contains(BtlFlags::NEED_ACK),
                     }
                 })
                 .collect();

@@ -286,6 +286,8 @@ struct Sent {
 struct Path {
     btl: usize,
     csum: bool,
+    /// Held acks ride in front of data on this path ([`Config::ack_bundle`]).
+    bundle_acks: bool,
     failed: bool,
     rtt: RttEstimator,
     /// Consecutive probe timeouts without an ack on this path.
@@ -479,6 +481,7 @@ impl Connection {
                 .map(|p| Path {
                     btl: p.btl,
                     csum: p.need_csum || cfg.csum,
+                    bundle_acks: cfg.ack_bundle.on(p.need_ack),
                     failed: false,
                     rtt: RttEstimator::new(cfg.rto_initial),
                     pto_count: 0,
@@ -707,7 +710,8 @@ impl Connection {
                 self.flush_acks = true;
                 // A held ack to this peer rides in front of the data (one packet, not two) when
                 // both fit the smallest BTL fragment; the other held acks follow the data.
-                if self.cfg.ack_bundle && t.len + ACK_LEN <= self.frag_size as usize {
+                let bundles = self.paths.iter().any(|p| p.btl == t.btl && p.bundle_acks);
+                if bundles && t.len + ACK_LEN <= self.frag_size as usize {
                     if let Some(i) = self.acks.iter().position(|a| a.btl == t.btl) {
                         let a = self.acks.remove(i).expect("position is in range");
                         let mut repr = self.ack_to_send(now, a);

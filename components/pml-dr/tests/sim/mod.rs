@@ -138,6 +138,7 @@ impl Sim {
                 btl,
                 max_send_size: m,
                 need_csum: true,
+                need_ack: true,
             })
             .collect();
         let nodes = (0..2)
