@@ -159,6 +159,8 @@ struct State {
     /// death by silence) even if it has nothing in flight.
     awaiting: Vec<usize>,
     now: Instant,
+    /// BTL failovers met while the BML was delivering (applied when it returns).
+    route_failures: Vec<(Rank, BtlIndex)>,
     /// `now` was read during this progress pass (by the first arrival).
     clock_fresh: bool,
     /// Progress passes made (the clock is read every [`CLOCK_EVERY`]th idle one).
@@ -250,6 +252,7 @@ impl Dr {
                 dropped: 0,
                 awaiting: vec![0; nprocs],
                 now,
+                route_failures: Vec::new(),
                 clock_fresh: false,
                 passes: 0,
                 copies: copy_pool(&cfg_for_pool, Arc::default()),
@@ -461,7 +464,9 @@ impl State {
         }
     }
 
-    fn handle_events(&mut self, p: Rank, bml: &mut Bml) -> usize {
+    /// Turns the connection's events into matches and completions. Without the BML (while
+    /// it delivers packets) a BTL failover is left in `route_failures` for the caller.
+    fn handle_events(&mut self, p: Rank, mut bml: Option<&mut Bml>) -> usize {
         let mut n = 0;
         while let Some(ev) = self.peers[p as usize].conn.poll_event() {
             n += 1;
@@ -569,7 +574,12 @@ impl State {
                         ?reason,
                         "pml dr: BTL failed for peer, failing over"
                     );
-                    bml.remove_route(p, btl);
+                    match bml.as_deref_mut() {
+                        Some(b) => {
+                            b.remove_route(p, btl);
+                        }
+                        None => self.route_failures.push((p, btl)),
+                    }
                 }
                 Event::PeerDead { reason } => {
                     warn!(peer = p, %reason, "pml dr: peer declared dead");
@@ -602,6 +612,10 @@ impl BmlEvents for State {
         let now = self.now;
         self.peers.ensure(now, peer);
         if let Some(a) = self.peers[peer as usize].conn.handle_packet(now, btl, data) {
+            // A new message is announced by the packet that starts it: match it first, so
+            // that a receive posted for it gets the bytes in place (not through a staging
+            // buffer allocated, copied into and freed).
+            self.handle_events(peer, None);
             self.place(peer, a);
         }
     }
@@ -819,6 +833,9 @@ impl Pml for Dr {
         self.st.clock_fresh = false;
         self.st.passes = self.st.passes.wrapping_add(1);
         let mut n = self.bml.progress(&mut self.st);
+        for (p, btl) in std::mem::take(&mut self.st.route_failures) {
+            self.bml.remove_route(p, btl);
+        }
         if !self.st.clock_fresh && (n > 0 || self.st.passes.is_multiple_of(CLOCK_EVERY)) {
             self.st.now = Instant::now();
         }
@@ -829,14 +846,14 @@ impl Pml for Dr {
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
             }
-            n += self.st.handle_events(p, &mut self.bml);
+            n += self.st.handle_events(p, Some(&mut self.bml));
         }
         n += self.pump_all();
         // Acks and matches produced while handling events go out in this same pass.
         for i in 0..self.st.peers.active.len() {
             n += self
                 .st
-                .handle_events(self.st.peers.active[i], &mut self.bml);
+                .handle_events(self.st.peers.active[i], Some(&mut self.bml));
         }
         n
     }
