@@ -18,6 +18,10 @@ struct Side {
 }
 
 fn side(secret: &[u8], soft: SoftConfig, t: QpType) -> Side {
+    side_with(secret, soft, t, 512)
+}
+
+fn side_with(secret: &[u8], soft: SoftConfig, t: QpType, max_recv_wr: u32) -> Side {
     let ctx = Context::open(&ProviderConfig {
         kind: ProviderKind::Soft,
         soft,
@@ -31,7 +35,7 @@ fn side(secret: &[u8], soft: SoftConfig, t: QpType) -> Side {
     let mr = pd.register(1 << 20, ALL).unwrap();
     let caps = QpCaps {
         max_send_wr: 512,
-        max_recv_wr: 512,
+        max_recv_wr,
         ..Default::default()
     };
     let qp = pd
@@ -383,8 +387,9 @@ fn queued_datagrams_are_received_in_batches_in_order() {
     let wcs = wait_n(&[&b.rcq], 40);
     assert_eq!(payloads(&b, &wcs), (0..40).collect::<Vec<u32>>());
     let calls = b.ctx.soft_stats().unwrap().ud_recv_calls - calls0;
-    // 32 datagrams per call: 32, then 8.
-    assert_eq!(calls, 2, "{calls} receive calls for 40 queued datagrams");
+    // The first four polls take one datagram each (a poll that found nothing before receives
+    // one at a time); from then on 32 per call: 32, then 4.
+    assert_eq!(calls, 6, "{calls} receive calls for 40 queued datagrams");
 }
 
 #[test]
@@ -447,4 +452,153 @@ fn an_idle_agent_does_not_call_accept() {
         calls <= 2,
         "{calls} accept calls from an idle agent in 200 ms"
     );
+}
+
+/// A UD QP with no receive posted (and no SRQ), like btl-ud's send QPs, does not read its
+/// socket when its CQ is polled: each such poll used to be a receive system call that found
+/// nothing. What arrives meanwhile is dropped as "no WQE" once a receive is posted, as a HCA
+/// drops it on arrival, and what arrives after the post is delivered.
+#[test]
+fn a_ud_qp_without_receives_is_never_read() {
+    let a = side(b"job", SoftConfig::default(), QpType::Ud);
+    // b's agent never takes over an idle QP here: only the polls below touch b's socket.
+    let b = side(
+        b"job",
+        SoftConfig {
+            agent_idle: Duration::from_secs(3600),
+            ..Default::default()
+        },
+        QpType::Ud,
+    );
+    a.qp.connect(None, &RcParams::default()).unwrap();
+    b.qp.connect(None, &RcParams::default()).unwrap();
+    let ah = a.pd.create_ah(&b.qp.address()).unwrap();
+    ud_send_seq(&a, &ah, 3);
+    std::thread::sleep(Duration::from_millis(20));
+    let s0 = b.ctx.soft_stats().unwrap();
+    let mut buf = [Wc::EMPTY; 8];
+    for _ in 0..1000 {
+        assert_eq!(b.rcq.poll(&mut buf).unwrap(), 0);
+        assert_eq!(b.scq.poll(&mut buf).unwrap(), 0);
+    }
+    let s1 = b.ctx.soft_stats().unwrap();
+    assert_eq!(
+        (
+            s1.ud_recv_calls - s0.ud_recv_calls,
+            s1.ud_empty_polls - s0.ud_empty_polls
+        ),
+        (0, 0),
+        "receive system calls on a QP with no receive posted"
+    );
+    // Posting drains the socket: the three found no WQE.
+    post_recvs(&b, 1);
+    assert_eq!(b.ctx.soft_stats().unwrap().ud_no_wqe_drops, 3);
+    a.mr.write_at(0, &42u32.to_le_bytes()).unwrap();
+    a.qp.post_send(&SendWr {
+        wr_id: 9,
+        op: SendOp::Send,
+        sges: &[a.mr.sge(0, 4).unwrap()],
+        signaled: false,
+        inline: false,
+        ud: Some(UdDest {
+            ah: &ah,
+            remote_qpn: ah.remote_qpn(),
+            remote_qkey: 7,
+        }),
+    })
+    .unwrap();
+    let wcs = wait_n(&[&b.rcq], 1);
+    assert_eq!(payloads(&b, &wcs), vec![42]);
+    // With the WQE consumed the QP stops reading again.
+    let s2 = b.ctx.soft_stats().unwrap();
+    for _ in 0..100 {
+        assert_eq!(b.rcq.poll(&mut buf).unwrap(), 0);
+    }
+    assert_eq!(
+        b.ctx.soft_stats().unwrap().ud_empty_polls,
+        s2.ud_empty_polls
+    );
+}
+
+fn ud_send_to(a: &Side, ah: &Ah, qkey: u32, value: u32) {
+    a.mr.write_at(0, &value.to_le_bytes()).unwrap();
+    a.qp.post_send(&SendWr {
+        wr_id: u64::from(value),
+        op: SendOp::Send,
+        sges: &[a.mr.sge(0, 4).unwrap()],
+        signaled: false,
+        inline: true,
+        ud: Some(UdDest {
+            ah,
+            remote_qpn: ah.remote_qpn(),
+            remote_qkey: qkey,
+        }),
+    })
+    .unwrap();
+}
+
+/// A QP created without a receive queue (its socket then connected to its first destination,
+/// which spares later sends a route lookup) sends to other destinations too; a QP that can
+/// receive but sends first is never connected: once it posts receives, every source reaches it.
+#[test]
+fn send_only_and_send_first_qps_reach_and_hear_everyone() {
+    let s = side_with(b"job", SoftConfig::default(), QpType::Ud, 0);
+    let a = side(b"job", SoftConfig::default(), QpType::Ud);
+    let b = side(b"job", SoftConfig::default(), QpType::Ud);
+    let c = side(b"job", SoftConfig::default(), QpType::Ud);
+    for x in [&s, &a, &b, &c] {
+        x.qp.connect(None, &RcParams::default()).unwrap();
+    }
+    assert!(matches!(
+        s.qp.post_recv(&RecvWr {
+            wr_id: 0,
+            sges: &[s.mr.sge(0, 64).unwrap()],
+        }),
+        Err(Error::QueueFull { depth: 0 })
+    ));
+    post_recvs(&b, 4);
+    post_recvs(&c, 4);
+    let s_to_b = s.pd.create_ah(&b.qp.address()).unwrap();
+    let s_to_c = s.pd.create_ah(&c.qp.address()).unwrap();
+    ud_send_to(&s, &s_to_b, 7, 1);
+    ud_send_to(&s, &s_to_c, 7, 2);
+    ud_send_to(&s, &s_to_b, 7, 3);
+    assert_eq!(payloads(&b, &wait_n(&[&b.rcq], 2)), vec![1, 3]);
+    assert_eq!(payloads(&c, &wait_n(&[&c.rcq], 1)), vec![2]);
+    // a sends first, then receives from b and c.
+    let a_to_b = a.pd.create_ah(&b.qp.address()).unwrap();
+    ud_send_to(&a, &a_to_b, 7, 4);
+    assert_eq!(payloads(&b, &wait_n(&[&b.rcq], 1)), vec![4]);
+    post_recvs(&a, 4);
+    let c_to_a = c.pd.create_ah(&a.qp.address()).unwrap();
+    let b_to_a = b.pd.create_ah(&a.qp.address()).unwrap();
+    ud_send_to(&c, &c_to_a, 7, 20);
+    ud_send_to(&b, &b_to_a, 7, 10);
+    let mut got = payloads(&a, &wait_n(&[&a.rcq], 2));
+    got.sort_unstable();
+    assert_eq!(got, vec![10, 20]);
+}
+
+/// A send towards a closed port makes the kernel queue an ICMP error on the sending socket,
+/// which a connected UDP socket (a send-only QP's) reports on its next send instead of
+/// sending: that next datagram, for a live destination, must still leave.
+#[test]
+fn a_send_after_an_unreachable_destination_still_leaves() {
+    let s = side_with(b"job", SoftConfig::default(), QpType::Ud, 0);
+    let b = side(b"job", SoftConfig::default(), QpType::Ud);
+    s.qp.connect(None, &RcParams::default()).unwrap();
+    b.qp.connect(None, &RcParams::default()).unwrap();
+    post_recvs(&b, 4);
+    let gone = {
+        let d = side(b"job", SoftConfig::default(), QpType::Ud);
+        d.qp.address()
+    };
+    let s_to_gone = s.pd.create_ah(&gone).unwrap();
+    let s_to_b = s.pd.create_ah(&b.qp.address()).unwrap();
+    for i in 0..3 {
+        ud_send_to(&s, &s_to_gone, 7, 100 + i);
+        // Loopback answers within the send: the ICMP error is queued by now.
+        ud_send_to(&s, &s_to_b, 7, i);
+    }
+    assert_eq!(payloads(&b, &wait_n(&[&b.rcq], 3)), vec![0, 1, 2]);
 }

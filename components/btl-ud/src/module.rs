@@ -227,12 +227,14 @@ impl UdBtl {
                 .create_qp(QpInit {
                     qp_type: QpType::Ud,
                     send_cq: &send_cq,
-                    // Send QPs never get a receive posted.
+                    // Send QPs never receive: no receive queue (the soft provider then
+                    // connects the socket to the first destination, sparing later sends
+                    // a route lookup).
                     recv_cq: &send_cq,
                     srq: None,
                     caps: QpCaps {
                         max_send_wr: depth,
-                        max_recv_wr: 1,
+                        max_recv_wr: 0,
                         max_send_sge: 1,
                         max_recv_sge: 1,
                         max_inline_data: inline_max as u32,

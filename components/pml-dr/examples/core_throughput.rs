@@ -13,6 +13,7 @@ fn run(n: u64, size: usize, csum: bool) -> (f64, u64) {
         btl: 0,
         max_send_size: 4096,
         need_csum: csum,
+        need_ack: csum,
     }];
     let mut a = Connection::new(t0, Config::default(), &paths).unwrap();
     let mut b = Connection::new(t0, Config::default(), &paths).unwrap();

@@ -31,11 +31,13 @@ pub const CONNECTION_PATHS: [PathConfig; 2] = [
         btl: 0,
         max_send_size: 256,
         need_csum: true,
+        need_ack: true,
     },
     PathConfig {
         btl: 1,
         max_send_size: 1024,
         need_csum: false,
+        need_ack: false,
     },
 ];
 

@@ -21,6 +21,8 @@ use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
 
+use crate::proto::AckBundle;
+
 pub use pml::{Dr, DR_TAG};
 pub use proto::Config as DrConfig;
 
@@ -56,7 +58,10 @@ pub fn config_from_params(params: &ParamStore) -> Result<DrConfig, PmlError> {
         rto_max: us("pml_dr_rto_max_us")?,
         ack_delay: us("pml_dr_ack_delay_us")?,
         ack_hold: us("pml_dr_ack_hold_us")?,
-        ack_bundle: params.get_bool("pml_dr_ack_bundle").map_err(e)?,
+        ack_bundle: {
+            let w = params.get_str("pml_dr_ack_bundle").map_err(e)?;
+            AckBundle::from_word(w).unwrap_or_else(|| unreachable!("an enumerated parameter: {w}"))
+        },
         peer_timeout: ms("pml_dr_peer_timeout")?,
         btl_retries: int("pml_dr_btl_retries")? as u32,
         btl_fail_silence: ms("pml_dr_btl_fail_silence")?,
@@ -109,7 +114,7 @@ impl Component for DrComponent {
         );
         params.add(Param::int("ack_delay_us", us(d.ack_delay)).range(0, 86_400_000_000).help("Longest a receiver delays a partial vfrag ack, microseconds (complete vfrags are acked at once).").level(Level::Dev));
         params.add(Param::int("ack_hold_us", us(d.ack_hold)).range(0, 1_000_000).help("The ack of a complete vfrag waits up to this many microseconds for data going back to the same peer, which then carries it (pml_dr_ack_bundle) or leaves first with the ack right behind it (a ping-pong saves one packet ahead of each reply); 0 acks at once.").level(Level::Tuning));
-        params.add(Param::bool("ack_bundle", d.ack_bundle).help("A pending ack travels in front of the next data fragment to its peer on the same BTL, in one BTL fragment, when both fit (a ping-pong step is then one packet instead of a reply and an ack, but the ack is sealed and handled ahead of the reply's data: no latency gain measured on ud, a few percent lost on shm); false sends every ack as its own packet.").level(Level::Tuning));
+        params.add(Param::enumeration("ack_bundle", d.ack_bundle.word(), &AckBundle::WORDS).help("Where a pending ack travels in front of the next data fragment to its peer on the same BTL, in one BTL fragment, when both fit (a ping-pong step is then one packet instead of a reply and an ack, the ack sealed and handled ahead of the reply's data): auto on BTLs that need acks (ud: each packet is a system call on either side), true on every BTL (on shm it costs a few percent), false never.").level(Level::Tuning));
         params.add(Param::int("peer_timeout", ms(d.peer_timeout)).range(1, 86_400_000).help("A peer silent this long (milliseconds) while we await it is declared dead and its requests fail. While messages of ours wait, only acknowledgements of them count as hearing from it.").level(Level::Basic));
         params.add(Param::int("btl_retries", d.btl_retries as i64).range(1, 30).help("Consecutive retransmission timeouts after which a BTL is failed for a peer and its traffic moves to the next BTL. The last BTL to a peer is never failed by timeouts: it keeps retrying until pml_dr_peer_timeout of silence.").level(Level::Basic));
         params.add(Param::int("btl_fail_silence", ms(d.btl_fail_silence)).range(0, 86_400_000).help("A BTL is failed over by timeouts only once the peer has also been silent (no acknowledgement) this many milliseconds, so that a peer busy computing for a moment keeps its preferred BTL; 0 fails after btl_retries timeouts alone.").level(Level::Tuning));

@@ -159,10 +159,21 @@ struct State {
     /// death by silence) even if it has nothing in flight.
     awaiting: Vec<usize>,
     now: Instant,
+    /// BTL failovers met while the BML was delivering (applied when it returns).
+    route_failures: Vec<(Rank, BtlIndex)>,
+    /// `now` was read during this progress pass (by the first arrival).
+    clock_fresh: bool,
+    /// Progress passes made (the clock is read every [`CLOCK_EVERY`]th idle one).
+    passes: u32,
     /// Buffers for the payloads of small sends that completed at once ([`COPY_POOL_MAX`] at
     /// most: past that, sends complete on acknowledgement).
     copies: FreeListPool,
 }
+
+/// An idle progress pass (nothing arrived) reads the clock for the timers only every this many
+/// passes: the read was a sixth of an idle dr+shm rank's time, and every timer is at least
+/// `pml_dr_ack_hold_us` (20 us by default) long, against well under a microsecond per pass.
+const CLOCK_EVERY: u32 = 8;
 
 /// Most small-send copies held at once (a few MiB at the default `pml_dr_eager_copy`).
 const COPY_POOL_MAX: usize = 1024;
@@ -213,6 +224,7 @@ impl Dr {
                         btl: r.btl,
                         max_send_size: a.max_send_size,
                         need_csum: a.flags.contains(BtlFlags::NEED_CSUM),
+                        need_ack: a.flags.contains(BtlFlags::NEED_ACK),
                     }
                 })
                 .collect();
@@ -240,6 +252,9 @@ impl Dr {
                 dropped: 0,
                 awaiting: vec![0; nprocs],
                 now,
+                route_failures: Vec::new(),
+                clock_fresh: false,
+                passes: 0,
                 copies: copy_pool(&cfg_for_pool, Arc::default()),
             },
         })
@@ -449,7 +464,9 @@ impl State {
         }
     }
 
-    fn handle_events(&mut self, p: Rank, bml: &mut Bml) -> usize {
+    /// Turns the connection's events into matches and completions. Without the BML (while
+    /// it delivers packets) a BTL failover is left in `route_failures` for the caller.
+    fn handle_events(&mut self, p: Rank, mut bml: Option<&mut Bml>) -> usize {
         let mut n = 0;
         while let Some(ev) = self.peers[p as usize].conn.poll_event() {
             n += 1;
@@ -557,7 +574,12 @@ impl State {
                         ?reason,
                         "pml dr: BTL failed for peer, failing over"
                     );
-                    bml.remove_route(p, btl);
+                    match bml.as_deref_mut() {
+                        Some(b) => {
+                            b.remove_route(p, btl);
+                        }
+                        None => self.route_failures.push((p, btl)),
+                    }
                 }
                 Event::PeerDead { reason } => {
                     warn!(peer = p, %reason, "pml dr: peer declared dead");
@@ -582,9 +604,18 @@ impl BmlEvents for State {
             self.dropped += 1;
             return;
         }
+        if !self.clock_fresh {
+            // Arrivals are timed (RTT samples, ack delays) with a fresh reading.
+            self.now = Instant::now();
+            self.clock_fresh = true;
+        }
         let now = self.now;
         self.peers.ensure(now, peer);
         if let Some(a) = self.peers[peer as usize].conn.handle_packet(now, btl, data) {
+            // A new message is announced by the packet that starts it: match it first, so
+            // that a receive posted for it gets the bytes in place (not through a staging
+            // buffer allocated, copied into and freed).
+            self.handle_events(peer, None);
             self.place(peer, a);
         }
     }
@@ -799,23 +830,30 @@ impl Pml for Dr {
     }
 
     fn progress(&mut self) -> usize {
-        self.st.now = Instant::now();
-        let now = self.st.now;
+        self.st.clock_fresh = false;
+        self.st.passes = self.st.passes.wrapping_add(1);
         let mut n = self.bml.progress(&mut self.st);
+        for (p, btl) in std::mem::take(&mut self.st.route_failures) {
+            self.bml.remove_route(p, btl);
+        }
+        if !self.st.clock_fresh && (n > 0 || self.st.passes.is_multiple_of(CLOCK_EVERY)) {
+            self.st.now = Instant::now();
+        }
+        let now = self.st.now;
         for i in 0..self.st.peers.active.len() {
             let p = self.st.peers.active[i];
             let conn = &mut self.st.peers[p as usize].conn;
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
             }
-            n += self.st.handle_events(p, &mut self.bml);
+            n += self.st.handle_events(p, Some(&mut self.bml));
         }
         n += self.pump_all();
         // Acks and matches produced while handling events go out in this same pass.
         for i in 0..self.st.peers.active.len() {
             n += self
                 .st
-                .handle_events(self.st.peers.active[i], &mut self.bml);
+                .handle_events(self.st.peers.active[i], Some(&mut self.bml));
         }
         n
     }

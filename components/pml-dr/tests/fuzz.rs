@@ -221,11 +221,13 @@ fn conversation(rng: &mut Rng) -> Vec<u8> {
             btl: 0,
             max_send_size: 255,
             need_csum: true,
+            need_ack: true,
         },
         PathConfig {
             btl: 1,
             max_send_size: 255,
             need_csum: false,
+            need_ack: false,
         },
     ];
     let cfg = Config {

@@ -148,8 +148,8 @@ proptest! {
         let mut now = base;
         let cfg = Config { window: 4, ..Config::default() };
                 let paths = [
-            PathConfig { btl: 0, max_send_size: 300, need_csum: true },
-            PathConfig { btl: 5, max_send_size: 2048, need_csum: false },
+            PathConfig { btl: 0, max_send_size: 300, need_csum: true , need_ack: true },
+            PathConfig { btl: 5, max_send_size: 2048, need_csum: false , need_ack: false },
         ];
         let mut c = Connection::new(base, cfg.clone(), &paths).unwrap();
         let mut last: Vec<u8> = Vec::new();

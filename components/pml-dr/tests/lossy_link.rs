@@ -6,7 +6,7 @@ mod sim;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rmca_pml_dr::proto::{BtlFailReason, Config, DeathReason};
+use rmca_pml_dr::proto::{AckBundle, BtlFailReason, Config, DeathReason};
 use sim::{frags_needed, summarize, Faults, Sim};
 
 const MS: Duration = Duration::from_millis(1);
@@ -21,8 +21,8 @@ fn test_config() -> Config {
         peer_timeout: Duration::from_secs(5),
         watchdog: Duration::from_secs(1),
         window: 8,
-        // Bundled acks (off by default) travel through every fault test too.
-        ack_bundle: true,
+        // Bundled acks travel through every fault test too.
+        ack_bundle: AckBundle::Always,
         ..Config::default()
     }
 }
@@ -700,7 +700,11 @@ fn a_ping_pong_step_is_one_packet_when_acks_are_bundled() {
     const STEPS: usize = 20;
     for bundle in [true, false] {
         let cfg = Config {
-            ack_bundle: bundle,
+            ack_bundle: if bundle {
+                AckBundle::Always
+            } else {
+                AckBundle::Never
+            },
             ..test_config()
         };
         let mut s = Sim::new(16, cfg, vec![Faults::default()], &[1024]);

@@ -145,6 +145,7 @@ impl Ctx {
             mtu_drops: self.stats.mtu_drops.load(Ordering::Relaxed),
             ud_send_mtu_drops: self.stats.ud_send_mtu_drops.load(Ordering::Relaxed),
             ud_recv_calls: self.stats.ud_recv_calls.load(Ordering::Relaxed),
+            ud_empty_polls: self.stats.ud_empty_polls.load(Ordering::Relaxed),
             accept_calls: self.stats.accept_calls.load(Ordering::Relaxed),
         }
     }
@@ -256,11 +257,15 @@ fn agent(weak: Weak<Ctx>) {
             if !qp.stale(&ctx) {
                 continue;
             }
+            // A UD QP that does not read its socket (no WQE, no SRQ) is not watched: a stray
+            // datagram left queued on it would wake every poll.
+            let mut watch = true;
             if let Ok(mut g) = qp.inner.try_lock() {
                 qp.progress(&mut g, now, false);
+                watch = qp.qp_type != QpType::Ud || qp.ud_reads(&g);
             }
             let fd = qp.fd.load(Ordering::Relaxed);
-            if fd >= 0 {
+            if watch && fd >= 0 {
                 fds.push(libc::pollfd {
                     fd,
                     events: libc::POLLIN,

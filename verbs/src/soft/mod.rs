@@ -123,6 +123,8 @@ pub struct SoftStats {
     pub ud_send_mtu_drops: AtomicU64,
     /// Receive system calls on UD sockets that returned datagrams (`recvmmsg` batches).
     pub ud_recv_calls: AtomicU64,
+    /// Receive system calls on UD sockets that found nothing queued (the idle poll's cost).
+    pub ud_empty_polls: AtomicU64,
     /// `accept` system calls on the RC listener.
     pub accept_calls: AtomicU64,
 }
@@ -143,6 +145,8 @@ pub struct SoftStatsSnapshot {
     /// Receive system calls on UD sockets that returned datagrams (several datagrams per call
     /// when they queue up).
     pub ud_recv_calls: u64,
+    /// Receive system calls on UD sockets that found nothing queued.
+    pub ud_empty_polls: u64,
     /// `accept` system calls on the RC listener (made only when a connection is pending).
     pub accept_calls: u64,
 }

@@ -53,6 +53,15 @@ pub(super) struct QpInner {
     /// Receive buffers of the UD socket (allocated at the first receive: send-only QPs never
     /// hold one).
     pub(super) ud_rx: Option<rx::RxBatch>,
+    /// Consecutive receive polls that found a datagram: from `ud::UD_BATCH_STREAK` on, polls
+    /// receive in batches (`recvmmsg`); below, one datagram per poll (`recv`, cheaper when
+    /// nothing is queued, which is most polls of sparse traffic).
+    pub(super) ud_rx_streak: u32,
+    /// The destination the socket is connected to (a QP that never receives, see
+    /// `Qp::ud_connect`).
+    pub(super) ud_peer: Option<SocketAddr>,
+    /// Where a datagram is built (kept between sends: no allocation per send).
+    pub(super) ud_scratch: Vec<u8>,
     pub(super) rc: Option<RcConn>,
 }
 
@@ -144,6 +153,9 @@ impl Qp {
                 ud_rx_fault,
                 ud_pending: VecDeque::new(),
                 ud_rx: None,
+                ud_rx_streak: 0,
+                ud_peer: None,
+                ud_scratch: Vec::new(),
                 rc: None,
             }),
         });
@@ -437,17 +449,28 @@ impl Qp {
         match self.qp_type {
             QpType::Ud => {
                 if g.udp.is_some() {
-                    self.ud_transmit(g, now);
+                    self.ud_transmit(g, Some(now));
                     if let Some(f) = g.ud_fault.as_mut() {
                         f.release_held();
                     }
-                    if matches!(g.state, QpState::Rtr | QpState::Rts | QpState::Init) {
+                    if self.ud_reads(g) {
                         self.ud_receive(g);
                     }
                 }
             }
             QpType::Rc => self.rc_progress(g, now, owner),
         }
+    }
+
+    /// Whether a UD QP reads its socket now: it is in a state that receives and has somewhere
+    /// to put a datagram (a posted WQE, or an SRQ). A QP without either (a send-only QP, such
+    /// as btl-ud's send QPs) would only pay a receive system call per poll to find nothing: what
+    /// arrives for it meanwhile waits in the socket and is dropped as "no WQE" when a receive is
+    /// posted ([`Qp::post_recv`] drains first), as a HCA drops it on arrival.
+    pub(super) fn ud_reads(&self, g: &QpInner) -> bool {
+        g.udp.is_some()
+            && matches!(g.state, QpState::Rtr | QpState::Rts | QpState::Init)
+            && (self.srq.is_some() || !g.rq.is_empty())
     }
 
     pub fn fault_stats(&self) -> FaultStats {

@@ -59,6 +59,33 @@ impl RxBatch {
         (&mut self.buf[at..at + len], trunc)
     }
 
+    /// Receives one datagram into slot 0 without blocking (`recv`, not `recvmmsg`: a call that
+    /// finds nothing skips the message-header and iovec import, the larger part of an idle
+    /// poll's cost). `WouldBlock` when nothing is queued; `Ok(1)` otherwise, the datagram then
+    /// being [`RxBatch::datagram`] 0 (flagged truncated when longer than a slot).
+    #[allow(unsafe_code)]
+    pub(crate) fn recv_one(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        self.got.clear();
+        let slot = self.slot.min(self.buf.len());
+        // SAFETY: the fd is the live socket of `sock`; the buffer names `slot` writable bytes
+        // of `self.buf` (slot <= buf.len()), which outlive the call. MSG_TRUNC makes the call
+        // return the datagram's real length, so a datagram longer than the slot is detected.
+        let r = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                self.buf.as_mut_ptr().cast(),
+                slot,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let len = r as usize;
+        self.got.push((len.min(self.slot), len > self.slot));
+        Ok(1)
+    }
+
     /// Receives what is queued on `sock`, up to [`RxBatch::capacity`] datagrams, without
     /// blocking. `WouldBlock` when nothing is queued.
     #[allow(unsafe_code)]
@@ -169,6 +196,31 @@ mod tests {
         assert!(t, "100 bytes into a 64-byte slot");
         assert_eq!(d.len(), 64);
         assert_eq!(rx.datagram(2), (&mut [3u8; 64][..], false));
+    }
+
+    #[test]
+    fn recv_one_takes_one_datagram_and_flags_a_long_one() {
+        let (a, b) = pair();
+        let mut rx = RxBatch::new(64, 4);
+        assert_eq!(
+            rx.recv_one(&b).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        a.send(&[7; 10]).unwrap();
+        a.send(&[8; 100]).unwrap();
+        a.send(&[]).unwrap();
+        assert_eq!(rx.recv_one(&b).unwrap(), 1);
+        assert_eq!(rx.datagram(0), (&mut [7u8; 10][..], false));
+        assert_eq!(rx.recv_one(&b).unwrap(), 1);
+        let (d, t) = rx.datagram(0);
+        assert!(t, "100 bytes into a 64-byte slot");
+        assert_eq!(d, &[8u8; 64][..]);
+        assert_eq!(rx.recv_one(&b).unwrap(), 1);
+        assert_eq!(rx.datagram(0), (&mut [][..], false));
+        assert_eq!(
+            rx.recv_one(&b).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl Qp {
             // Datagrams that arrived before this WQE was posted found no WQE, as on a HCA. With
             // WQEs already posted, anything queued is theirs (earlier WQEs are consumed first):
             // no system call needed.
-            self.ud_receive(&mut g);
+            self.ud_receive_all(&mut g);
         }
         g.rq.push_back(RecvWqe {
             wr_id: wr.wr_id,

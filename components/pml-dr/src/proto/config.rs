@@ -31,13 +31,10 @@ pub struct Config {
     /// the same peer, so that a reply carries it ([`Config::ack_bundle`]) or leaves ahead of it
     /// (0: acks leave at once).
     pub ack_hold: Duration,
-    /// `pml_dr_ack_bundle`: a pending ack travels in front of the next data fragment to its
-    /// peer on the same BTL, in the same BTL fragment (a ping-pong step is one packet, not a
-    /// reply and an ack); false (the default) sends every ack as its own packet. Off by
-    /// default: it halves the packets of request/reply traffic but puts the ack's sealing and
-    /// handling on the reply's critical path (measured: no latency gain on dr+ud, a few
-    /// percent lost on dr+shm; bench/RESULTS.md).
-    pub ack_bundle: bool,
+    /// `pml_dr_ack_bundle`: where a pending ack travels in front of the next data fragment to
+    /// its peer on the same BTL, in the same BTL fragment (a ping-pong step is then one packet,
+    /// not a reply and an ack). See [`AckBundle`].
+    pub ack_bundle: AckBundle,
     /// `pml_dr_peer_timeout`: a peer silent this long while we await it is declared dead (while
     /// messages of ours wait, only acknowledgements of them count as hearing from it).
     pub peer_timeout: Duration,
@@ -69,7 +66,7 @@ impl Default for Config {
             rto_max: Duration::from_secs(2),
             ack_delay: Duration::from_millis(1),
             ack_hold: Duration::from_micros(20),
-            ack_bundle: false,
+            ack_bundle: AckBundle::Auto,
             peer_timeout: Duration::from_secs(30),
             btl_retries: 4,
             btl_fail_silence: Duration::from_secs(1),
@@ -194,11 +191,72 @@ pub struct PathConfig {
     pub max_send_size: usize,
     /// The BTL's NEED_CSUM flag: it does not guarantee integrity itself.
     pub need_csum: bool,
+    /// The BTL's NEED_ACK flag: it may lose packets (unreliable datagrams).
+    pub need_ack: bool,
+}
+
+/// Where acks ride in front of data (`pml_dr_ack_bundle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckBundle {
+    /// `false`: every ack is its own packet.
+    Never,
+    /// `auto` (the default): on BTLs that need acks (NEED_ACK: unreliable datagrams, ud),
+    /// where a packet costs a system call on each side, so that a step of request/reply
+    /// traffic is one packet and the peer's CPU is not spent on the second; not on the others
+    /// (shm), where the ack's sealing and handling ahead of the reply's data cost a few percent
+    /// of the step (bench/RESULTS.md).
+    Auto,
+    /// `true`: on every BTL.
+    Always,
+}
+
+impl AckBundle {
+    /// The parameter's words.
+    pub const WORDS: [&'static str; 3] = ["auto", "true", "false"];
+
+    /// From a word of [`AckBundle::WORDS`].
+    pub fn from_word(w: &str) -> Option<Self> {
+        match w {
+            "auto" => Some(Self::Auto),
+            "true" => Some(Self::Always),
+            "false" => Some(Self::Never),
+            _ => None,
+        }
+    }
+
+    /// The parameter word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Always => "true",
+            Self::Never => "false",
+        }
+    }
+
+    /// Whether acks are bundled on a BTL with (`need_ack`) or without the NEED_ACK flag.
+    pub fn on(self, need_ack: bool) -> bool {
+        match self {
+            Self::Never => false,
+            Self::Auto => need_ack,
+            Self::Always => true,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acks_are_bundled_by_default_only_on_btls_that_need_acks() {
+        assert_eq!(Config::default().ack_bundle, AckBundle::Auto);
+        assert!(AckBundle::Auto.on(true) && !AckBundle::Auto.on(false));
+        assert!(AckBundle::Always.on(false) && !AckBundle::Never.on(true));
+        for w in AckBundle::WORDS {
+            assert_eq!(AckBundle::from_word(w).map(AckBundle::word), Some(w));
+        }
+        assert_eq!(AckBundle::from_word("yes"), None);
+    }
 
     #[test]
     fn default_is_valid() {

@@ -14,6 +14,7 @@
 //! completed vfrag ids are remembered in a [`RangeSet`] so duplicates are re-acked and never
 //! delivered twice, and new messages are announced in per-peer sequence order (MPI ordering).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -285,6 +286,8 @@ struct Sent {
 struct Path {
     btl: usize,
     csum: bool,
+    /// Held acks ride in front of data on this path ([`Config::ack_bundle`]).
+    bundle_acks: bool,
     failed: bool,
     rtt: RttEstimator,
     /// Consecutive probe timeouts without an ack on this path.
@@ -442,6 +445,15 @@ pub struct Connection {
     /// The glue awaits a message from this peer (a receive posted for it).
     interest: bool,
     last_ping: Option<Instant>,
+
+    // What the progress loop asks on every pass, remembered until the state changes (every
+    // `&mut self` entry point but `poll_event` calls `touch`): an idle pass then costs two
+    // comparisons instead of walks over every timer and queue.
+    /// [`Connection::poll_timeout`]'s answer (None: not computed since the last change).
+    timeout_cache: Cell<Option<Option<Instant>>>,
+    /// `poll_transmit` found nothing to send and nothing changed since: it has nothing until
+    /// the time given (the first held ack's `ready_at`), or ever when None.
+    tx_quiet: Option<Option<Instant>>,
 }
 
 impl Connection {
@@ -469,6 +481,7 @@ impl Connection {
                 .map(|p| Path {
                     btl: p.btl,
                     csum: p.need_csum || cfg.csum,
+                    bundle_acks: cfg.ack_bundle.on(p.need_ack),
                     failed: false,
                     rtt: RttEstimator::new(cfg.rto_initial),
                     pto_count: 0,
@@ -506,7 +519,15 @@ impl Connection {
             tx_since: None,
             interest: false,
             last_ping: None,
+            timeout_cache: Cell::new(None),
+            tx_quiet: None,
         })
+    }
+
+    /// The state changed: what `poll_timeout` and `poll_transmit` remembered is void.
+    fn touch(&mut self) {
+        self.timeout_cache.set(None);
+        self.tx_quiet = None;
     }
 
     /// Checks the BTLs to one peer as [`Connection::new`] does (so a glue that creates
@@ -602,6 +623,7 @@ impl Connection {
         len: u64,
         synchronous: bool,
     ) -> Result<MsgSeq, SendError> {
+        self.touch();
         if let Some(r) = self.dead {
             return Err(SendError::PeerDead(r));
         }
@@ -628,6 +650,50 @@ impl Connection {
     /// The next packet to send, if any: acks first, then retransmissions and new fragments in
     /// vfrag order, within the window.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if let Some(quiet) = self.tx_quiet {
+            if quiet.is_none_or(|t| now < t) {
+                return None;
+            }
+        }
+        let t = self.poll_transmit_uncached(now);
+        self.tx_quiet = None;
+        if t.is_some() {
+            self.timeout_cache.set(None);
+        } else if self.dead.is_none() {
+            // Nothing to send: so it stays until a held ack falls due or the state changes.
+            // (Returning None left `flush_acks` clear: only `ready_at` lets an ack out.)
+            self.tx_quiet = Some(self.acks.iter().map(|a| a.ready_at).min());
+        }
+        t
+    }
+
+    /// Whether [`Connection::poll_transmit`] at `now` would return a packet, without sending
+    /// it (for tests of the remembered answer).
+    #[doc(hidden)]
+    pub fn has_transmit(&self, now: Instant) -> bool {
+        if self.dead.is_some() {
+            return false;
+        }
+        if self
+            .acks
+            .iter()
+            .any(|a| self.flush_acks || a.ready_at <= now)
+        {
+            return true;
+        }
+        if self
+            .tx_vfrags
+            .values()
+            .any(|v| v.queued != 0 && !self.paths[v.path].failed)
+        {
+            return true;
+        }
+        self.in_flight_vfrags() < self.cfg.window
+            && self.active_path().is_some()
+            && !self.tx_ready.is_empty()
+    }
+
+    fn poll_transmit_uncached(&mut self, now: Instant) -> Option<Transmit> {
         if self.dead.is_some() {
             return None;
         }
@@ -644,7 +710,8 @@ impl Connection {
                 self.flush_acks = true;
                 // A held ack to this peer rides in front of the data (one packet, not two) when
                 // both fit the smallest BTL fragment; the other held acks follow the data.
-                if self.cfg.ack_bundle && t.len + ACK_LEN <= self.frag_size as usize {
+                let bundles = self.paths.iter().any(|p| p.btl == t.btl && p.bundle_acks);
+                if bundles && t.len + ACK_LEN <= self.frag_size as usize {
                     if let Some(i) = self.acks.iter().position(|a| a.btl == t.btl) {
                         let a = self.acks.remove(i).expect("position is in range");
                         let mut repr = self.ack_to_send(now, a);
@@ -677,6 +744,7 @@ impl Connection {
 
     /// The BTL completed the send of `token` locally (its buffer is free).
     pub fn local_complete(&mut self, token: TxToken) {
+        self.touch();
         self.pending_local.remove(&token);
     }
 
@@ -684,6 +752,7 @@ impl Connection {
     /// (towards failover and backoff). The fragment is resent by the next probe timeout, not at
     /// once: a BTL failing every send synchronously must not spin the caller.
     pub fn local_failed(&mut self, now: Instant, token: TxToken) {
+        self.touch();
         if let Some((p, _)) = self.pending_local.remove(&token) {
             if !self.paths[p].failed {
                 self.path_timeout(now, p, false);
@@ -694,6 +763,7 @@ impl Connection {
     /// The BTL itself reported that its path to the peer is broken: fail it over now rather
     /// than waiting for timeouts.
     pub fn btl_failed(&mut self, now: Instant, btl: usize) {
+        self.touch();
         if self.dead.is_some() {
             return;
         }
@@ -859,6 +929,7 @@ impl Connection {
         btl: usize,
         bytes: &'a [u8],
     ) -> Option<Arrival<'a>> {
+        self.touch();
         let (first, data) = wire::split_bundle(bytes);
         let Some(data) = data else {
             return self.handle_one_packet(now, btl, first);
@@ -1163,6 +1234,7 @@ impl Connection {
         token: PlaceToken,
         placed: &[u8],
     ) -> Result<(), PlaceError> {
+        self.touch();
         let PlaceToken { repr, btl } = token;
         let id = repr.vfrag_id;
         let bit = 1u64 << repr.frag_index;
@@ -1228,6 +1300,7 @@ impl Connection {
     /// The glue matched rendezvous message `seq` to a receive: let the sender stream the rest.
     /// A no-op for eager or unknown messages.
     pub fn matched(&mut self, now: Instant, seq: MsgSeq) {
+        self.touch();
         let Some(m) = self.rx_msgs.get_mut(&seq) else {
             return;
         };
@@ -1268,6 +1341,7 @@ impl Connection {
     /// Gives up on placing `token` (e.g. no staging memory): the fragment is treated as never
     /// received and will be retransmitted. Every [`Arrival`] must end in `placed` or `abandon`.
     pub fn abandon(&mut self, token: PlaceToken) {
+        self.touch();
         if let Some(v) = self.rx_partial.get_mut(&token.repr.vfrag_id) {
             v.placing &= !(1u64 << token.repr.frag_index);
         }
@@ -1517,12 +1591,24 @@ impl Connection {
     /// The glue does (or no longer does) await a message from this peer, e.g. a receive posted
     /// for it: silence then counts towards peer death, and keepalives probe it.
     pub fn set_interest(&mut self, now: Instant, interested: bool) {
+        self.touch();
         self.interest = interested;
         self.update_awaiting(now);
     }
 
     /// When [`Connection::handle_timeout`] must next be called (None: no timer armed).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if let Some(t) = self.timeout_cache.get() {
+            return t;
+        }
+        let t = self.poll_timeout_uncached();
+        self.timeout_cache.set(Some(t));
+        t
+    }
+
+    /// [`Connection::poll_timeout`] computed afresh (for tests of the remembered answer).
+    #[doc(hidden)]
+    pub fn poll_timeout_uncached(&self) -> Option<Instant> {
         if self.dead.is_some() {
             return None;
         }
@@ -1561,6 +1647,7 @@ impl Connection {
 
     /// Runs every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.touch();
         if self.dead.is_some() {
             return;
         }

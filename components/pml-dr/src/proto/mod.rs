@@ -12,7 +12,7 @@ pub mod ranges;
 pub mod rtt;
 pub mod wire;
 
-pub use config::{Config, ConfigError, PathConfig};
+pub use config::{AckBundle, Config, ConfigError, PathConfig};
 pub use connection::{
     Arrival, BtlFailReason, Connection, DataTransmit, DeathReason, Event, MsgSeq, PlaceError,
     PlaceToken, SealError, SendError, Transmit, TxToken,

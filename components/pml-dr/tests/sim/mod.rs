@@ -138,6 +138,7 @@ impl Sim {
                 btl,
                 max_send_size: m,
                 need_csum: true,
+                need_ack: true,
             })
             .collect();
         let nodes = (0..2)
@@ -322,6 +323,13 @@ impl Sim {
     fn service(&mut self, n: usize) -> bool {
         let now = self.now;
         let mut progressed = false;
+        // The connection remembers its answers between changes: they must equal fresh ones.
+        let c = &self.nodes[n].conn;
+        assert_eq!(
+            c.poll_timeout(),
+            c.poll_timeout_uncached(),
+            "remembered timeout is stale"
+        );
         if self.nodes[n].conn.poll_timeout().is_some_and(|t| t <= now) {
             let before = self
                 .debug_death
@@ -366,6 +374,16 @@ impl Sim {
                 }
             }
         }
+        let c = &self.nodes[n].conn;
+        assert!(
+            !c.has_transmit(now),
+            "poll_transmit returned nothing while a packet was due"
+        );
+        assert_eq!(
+            c.poll_timeout(),
+            c.poll_timeout_uncached(),
+            "remembered timeout is stale"
+        );
         progressed |= self.drain_events(n);
         progressed
     }
