@@ -521,6 +521,8 @@ pub struct Consumer {
     partial: u8,
     /// Slots [`Consumer::publish_batched`] lets go of at once (0: every call publishes).
     batch: u64,
+    /// Head stores so far (each one moves the head's line to a producer that polls it).
+    publications: u64,
 }
 
 /// Default [`Consumer::set_publish_batch`]: a quarter of the ring.
@@ -568,6 +570,7 @@ impl Consumer {
             pulled_to: 0,
             partial: PARTIAL_NONE,
             batch: mem.slots() as u64 / PUBLISH_BATCH_DIVISOR,
+            publications: 0,
         }
     }
 
@@ -836,7 +839,13 @@ impl Consumer {
         if self.head != self.published {
             self.mem.head().store(self.head, Ordering::Release);
             self.published = self.head;
+            self.publications += 1;
         }
+    }
+
+    /// Head stores so far.
+    pub fn publications(&self) -> u64 {
+        self.publications
     }
 
     /// Publish only once the space read since the last publication reaches the batch (see

@@ -79,8 +79,9 @@ mod tests {
     /// two chunks instead of four.
     #[test]
     fn the_two_moods() {
-        let fast = costs(55.0, 40.0);
-        let slow = costs(280.0, 40.0);
+        // (A 16 KiB copy measured 70-78 bytes per ns there.)
+        let fast = costs(55.0, 75.0);
+        let slow = costs(280.0, 75.0);
         for len in [4096, 16_448, 32_768, 65_600] {
             assert_eq!(chunk_for(len, fast), MIN_CHUNK, "fast, {len} B");
         }

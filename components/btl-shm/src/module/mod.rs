@@ -558,6 +558,11 @@ impl Btl for ShmBtl {
 
     fn counters(&self) -> Vec<(String, u64)> {
         let s = &self.stats;
+        let head_stores = self
+            .inbox
+            .iter()
+            .flatten()
+            .map(|i| i.consumer.publications());
         [
             ("frags_sent", s.frags_sent),
             ("bytes_sent", s.bytes_sent),
@@ -576,6 +581,7 @@ impl Btl for ShmBtl {
             ("offers", s.offers),
             ("offers_taken", s.offers_taken),
             ("streamed_whole", s.streamed_whole),
+            ("head_stores", head_stores.sum()),
             ("measured_handoff_ns", s.measured_handoff_ns),
             ("measured_copy_mbps", s.measured_copy_mbps),
         ]
