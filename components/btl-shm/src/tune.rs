@@ -17,7 +17,8 @@
 
 /// Smallest chunk chosen.
 pub const MIN_CHUNK: usize = 16 * 1024;
-/// Largest chunk chosen (a shm eager fragment is 64 KiB and 64 bytes: one chunk).
+/// Largest chunk chosen (a 128 KiB eager fragment still goes in two, one copied out while the
+/// other is written).
 pub const MAX_CHUNK: usize = 64 * 1024;
 
 /// Costs measured at init.
