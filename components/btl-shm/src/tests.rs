@@ -349,7 +349,7 @@ fn attributes_follow_the_parameters() {
     );
     assert_eq!(
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
-        (128 * 1024 + 64, 128 * 1024 + 64, 0)
+        (64 * 1024 + 64, 64 * 1024 + 64, 0)
     );
     assert_eq!(
         (at.rndv_eager_limit, at.pipeline_frag_size),
@@ -466,7 +466,7 @@ fn bad_parameters_name_the_culprit() {
             ],
             "btl_shm_max_send_size",
         ),
-        (vec![("btl_shm_eager_limit", "256K")], "btl_shm_eager_limit"),
+        (vec![("btl_shm_eager_limit", "128K")], "btl_shm_eager_limit"),
     ] {
         let Err(err) = init(&job(0, &[0, 0], &id), &LocalModex::new(), &mem, &settings) else {
             panic!("{settings:?} accepted");
@@ -556,7 +556,7 @@ fn four_local_ranks_all_pairs() {
     assert!(leftover_files(&format!("rmca-{id}-")).is_empty());
     assert_eq!(
         mem.counter("btl.shm").current(),
-        4 * (8192 + 3 * 512 * 1024),
+        4 * (8192 + 3 * 256 * 1024),
         "a header (heads and cooperative-copy slots) and three rings each"
     );
     for b in &mut btls {

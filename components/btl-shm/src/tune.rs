@@ -17,8 +17,8 @@
 
 /// Smallest chunk chosen.
 pub const MIN_CHUNK: usize = 16 * 1024;
-/// Largest chunk chosen (a 128 KiB eager fragment still goes in two, one copied out while the
-/// other is written).
+/// Largest chunk chosen (a 64 KiB eager fragment goes in one; a 128 KiB one, with
+/// `btl_shm_eager_limit` raised, still in two).
 pub const MAX_CHUNK: usize = 64 * 1024;
 
 /// Costs measured at init.

@@ -58,25 +58,26 @@ pub struct ShmConfig {
     pub publish_batch: usize,
 }
 
-/// Default fragment size: 128 KiB of payload plus room for the PML's header (the 64 bytes
-/// keep payloads whole multiples of a cache line).
-const SHM_FRAGMENT: usize = 128 * 1024 + 64;
+/// Default fragment size: 64 KiB of payload plus room for the PML's header (the 64 bytes keep
+/// payloads whole multiples of a cache line).
+const SHM_FRAGMENT: usize = 64 * 1024 + 64;
 
 impl ShmConfig {
     /// The documented defaults.
     pub const DEFAULT: ShmConfig = ShmConfig {
-        // 512 KiB: twice the 256 KiB measured before (same run, 2026-11-28, slow handoffs,
-        // ~220 ns): ping-pong 8-64 KiB 0.72-0.88x the time, bandwidth 4-128 KiB about level
-        // to 1.4x. A ring of twice the core's 512 KiB L2 share is written back over lines the
-        // receiver's core no longer holds, so the sender's stores do not wait for the other
-        // core to give them up; and it carries the 128 KiB fragments below.
-        fifo_size: 512 * 1024,
-        // 128 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
-        // message up to 128 KiB goes in one streamed record, written into the receive buffer
-        // as it arrives, with no rendezvous round trip (ping-pong 128 KiB 0.65x the time of
-        // the rendezvous in the run above; with 64 KiB fragments, paired runs on 2026-11-24:
-        // 64 KiB 0.78x the time against a 32 KiB + 64 limit). Rendezvous fragments have their
-        // own size, pipeline_frag_size.
+        // 256 KiB. 512 KiB rings with 128 KiB eager messages were faster from 8 KiB up (same
+        // run, 2026-11-28, slow handoffs: ping-pong 8-128 KiB 0.65-0.88x the time) but made
+        // 8-byte ping-pong 1.09x the time and message rate 0.95x: two rings of 512 KiB per
+        // pair no longer fit the core's 512 KiB L2, and every small record's line then comes
+        // from L3 (`bench/RESULTS.md`, "ob1 + shm in every mood").
+        fifo_size: 256 * 1024,
+        // 64 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
+        // message up to 64 KiB goes in one streamed record, written into the receive buffer
+        // as it arrives, with no rendezvous round trip (ping-pong, paired runs here on
+        // 2026-11-24: 64 KiB 0.78x the time with a 32 KiB + 64 limit, smaller and larger
+        // sizes unchanged; 32 KiB 0.79x the time with a limit of exactly 32 KiB, which sent
+        // it as a rendezvous for its last bytes). Rendezvous fragments have their own size,
+        // pipeline_frag_size.
         max_send_size: SHM_FRAGMENT,
         eager_limit: SHM_FRAGMENT,
         // A rendezvous asks for its data early and gets it in small fragments, so that the
@@ -103,8 +104,8 @@ impl ShmConfig {
         bandwidth_mbps: 100_000,
         early_unlink: true,
         place_in_buffer: true,
-        // (Clamped to a quarter of the ring.)
-        publish_batch: 128 * 1024,
+        // A quarter of the default ring (larger values are clamped to a quarter of the ring).
+        publish_batch: 64 * 1024,
     };
 
     /// Check the combination; the error names the parameter and what is valid.
