@@ -995,9 +995,9 @@ impl BtlEvents for RefillSink {
 }
 
 /// Long records that were written whole before the receiver looked (a sender ahead of its
-/// receiver, as in a bandwidth window) free their space a quarter ring at a time, so that the
-/// sender writes the next while the receiver copies the others out: one pass over a full ring
-/// lets the sender refill it. They are counted as streamed records found whole.
+/// receiver, as in a bandwidth window) free their space as they are read (by default each
+/// one), so that the sender writes the next while the receiver copies the others out: one pass
+/// over a full ring lets the sender refill it. They are counted as streamed records found whole.
 #[test]
 fn long_records_give_their_space_back_while_the_pass_goes_on() {
     let (_id, mut a, mut b, _mem) = pair(&[]);
@@ -1076,6 +1076,7 @@ fn a_full_ring_is_given_back_in_batches_not_per_record() {
         ("btl_shm_fifo_size", "64K"),
         ("btl_shm_max_send_size", "20K"),
         ("btl_shm_eager_limit", "20K"),
+        ("btl_shm_publish_batch", "1M"),
     ]);
     let send = |a: &mut ShmBtl| a.send(1, 0x40, b"hdr", &[9; 4000], SendHint::default());
     let mut sent = 0;

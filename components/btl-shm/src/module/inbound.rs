@@ -103,9 +103,9 @@ impl ShmBtl {
                 bad_control += 1;
             }
             inb.consumer.advance(slots);
-            // Records are waiting (a sender ahead of us): the space goes back a batch at a
-            // time (a quarter ring), so that the sender refills it while we copy the rest out
-            // but the head's line does not travel once per record.
+            // Records may be waiting (a sender ahead of us): the space goes back in batches of
+            // btl_shm_publish_batch, so that the sender refills it while we copy the rest out;
+            // larger batches move the head's line less often.
             inb.consumer.publish_batched();
             n += 1;
             if n == POLL_BUDGET || !events.wants_more() {

@@ -104,8 +104,11 @@ impl ShmConfig {
         bandwidth_mbps: 100_000,
         early_unlink: true,
         place_in_buffer: true,
-        // A quarter of the default ring (larger values are clamped to a quarter of the ring).
-        publish_batch: 64 * 1024,
+        // Every record of 2 KiB or more, many smaller ones at once, as before: a quarter ring
+        // (64 KiB) measured 1.2-1.5x the bandwidth at 4-16 KiB with 512 KiB rings in the slow
+        // mood, but 0.78-0.83x at 4 KiB with 256 KiB rings in the fast one (same runs,
+        // `bench/RESULTS.md`, "ob1 + shm in every mood").
+        publish_batch: 2 * 1024,
     };
 
     /// Check the combination; the error names the parameter and what is valid.
