@@ -31,6 +31,7 @@ pub mod ring;
 pub mod sys;
 #[cfg(test)]
 mod tests;
+pub mod tune;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
 use rmca_framework::component::{Component, ComponentMeta, InitContext};
@@ -167,12 +168,32 @@ impl Component for ShmComponent {
         );
         params.add(
             Param::size("stream_chunk", ShmConfig::DEFAULT.stream_chunk as u64)
-                .range(64, 1 << 30)
+                .range(0, 1 << 30)
                 .help(
                     "Bytes of a streamed fragment written between two progress marks (a rest \
                      under a quarter of it joins the last chunk). Each mark moves a cache line \
                      between the cores, which costs as much as copying a few KiB: smaller \
-                     chunks overlap the two copies more but pay more handoffs.",
+                     chunks overlap the two copies more but pay more handoffs. 0 (the \
+                     default): measured at init, since the handoff's cost moves with the \
+                     machine (between boots of one virtual machine too): each process times a \
+                     cache-line handoff between two of its CPUs and a 16 KiB copy (about a \
+                     millisecond), and a record of L bytes goes in chunks of about \
+                     sqrt(L x handoff x copy rate), a power of two from 16K to 64K; 16K when \
+                     the process may run on one CPU only. The measured figures are the \
+                     counters btl.shm.measured_handoff_ns and measured_copy_mbps.",
+                )
+                .level(Level::Dev),
+        );
+        params.add(
+            Param::size("publish_batch", ShmConfig::DEFAULT.publish_batch as u64)
+                .help(
+                    "Bytes of read ring space the receiver gives back to the sender at once while \
+                     more records wait (at most a quarter of the ring; all of it whenever the \
+                     ring is found empty or the PML has what it waited for). Each give-back \
+                     moves a cache line to a sender polling a full ring: larger batches save \
+                     those handoffs (64K: 1.2-1.5x the 4-16 KiB bandwidth with 512K rings when \
+                     handoffs were slow) but let the sender wait longer (0.8x at 4 KiB with 256K \
+                     rings when they were fast). 0: after every record.",
                 )
                 .level(Level::Dev),
         );
@@ -242,6 +263,7 @@ impl ShmConfig {
             shared_copy_min: usize::try_from(get("shared_copy_min")?).unwrap_or(usize::MAX),
             stream_min: usize::try_from(get("stream_min")?).unwrap_or(usize::MAX),
             stream_chunk: usize::try_from(get("stream_chunk")?).unwrap_or(usize::MAX),
+            publish_batch: usize::try_from(get("publish_batch")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
             bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
             place_in_buffer: params

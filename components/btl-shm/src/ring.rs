@@ -247,6 +247,9 @@ pub struct Producer {
     stream_min: usize,
     /// Bytes written between two progress stores of a streamed record.
     stream_chunk: usize,
+    /// When not 0, the chunk is chosen per record from this measured handoff cost in bytes
+    /// of copying (see [`crate::tune::chunk_for`]) instead of `stream_chunk`.
+    chunk_scale: u64,
 }
 
 /// Default [`Producer::set_streaming`] threshold: records from this size are streamed.
@@ -286,14 +289,26 @@ impl Producer {
             max_len: max_len.min(max_fragment(mem.lines)),
             stream_min: STREAM_MIN,
             stream_chunk: STREAM_CHUNK,
+            chunk_scale: 0,
         }
+    }
+
+    /// Choose each streamed record's chunk from a handoff's measured cost in bytes of copying
+    /// (see [`crate::tune`]); 0: the fixed chunk of [`Producer::set_streaming`].
+    pub fn set_chunk_scale(&mut self, handoff_bytes: u64) {
+        self.chunk_scale = handoff_bytes;
     }
 
     /// Stream records of at least `min` bytes in chunks of `chunk` bytes (`min` = usize::MAX:
     /// never). Streaming lets the consumer read a long record while it is being written.
     pub fn set_streaming(&mut self, min: usize, chunk: usize) {
         self.stream_min = min.max(ONE_LINE_MAX + 1);
-        self.stream_chunk = chunk.max(LINE);
+        // (0: measured, see `set_chunk_scale`; until then, the default.)
+        self.stream_chunk = if chunk == 0 {
+            STREAM_CHUNK
+        } else {
+            chunk.max(LINE)
+        };
     }
 
     /// Largest fragment accepted.
@@ -426,16 +441,31 @@ impl Producer {
         let len = header.len() + payload.len();
         let mem = self.mem;
         let progress = mem.progress(index);
+        let word = control(self.seq, tag, len) | STREAM | (pad as u64) << PAD_SHIFT;
+        // SAFETY: the record's slots are reserved for us: the consumer reads none of them
+        // before the control word is published, then only bytes below the progress word's
+        // value, which we raise after writing them.
+        let base = unsafe { self.mem.data.as_ptr().add(index * SLOT + STREAM_HDR + pad) };
+        let chunk = match self.chunk_scale {
+            0 => self.stream_chunk,
+            scale => crate::tune::chunk_for(len, scale),
+        };
+        if chunk_end(0, len, chunk) == len {
+            // One chunk: publishing first would let the consumer poll the record's first line
+            // while we write into it, for nothing to read before the end. Written whole, it
+            // keeps the streamed layout (the payload aligned for both copies).
+            // SAFETY: [0, len) lies in the record and is not yet visible.
+            unsafe { copy_split(header, payload, 0, len, base) };
+            progress.store(len as u64, Ordering::Relaxed);
+            self.publish_record_word(index, slots, word);
+            return;
+        }
         progress.store(0, Ordering::Relaxed);
         // Publishes the zeroed progress word with the control word (release).
-        let word = control(self.seq, tag, len) | STREAM | (pad as u64) << PAD_SHIFT;
         self.publish_record_word(index, slots, word);
-        // SAFETY: the record's slots are reserved for us: the consumer only reads bytes below
-        // the progress word's value, which we raise after writing them.
-        let base = unsafe { self.mem.data.as_ptr().add(index * SLOT + STREAM_HDR + pad) };
         let mut done = 0;
         while done < len {
-            let end = chunk_end(done, len, self.stream_chunk);
+            let end = chunk_end(done, len, chunk);
             // SAFETY: [done, end) lies in the record (end <= len) and is not yet visible.
             unsafe { copy_split(header, payload, done, end, base) };
             progress.store(end as u64, Ordering::Release);
@@ -489,7 +519,14 @@ pub struct Consumer {
     /// Whether the last peek stopped at an incomplete streamed record, and whether it was
     /// offered yet (see [`Consumer::has_partial`]); [`PARTIAL_NONE`] after every record.
     partial: u8,
+    /// Slots [`Consumer::publish_batched`] lets go of at once (0: every call publishes).
+    batch: u64,
+    /// Head stores so far (each one moves the head's line to a producer that polls it).
+    publications: u64,
 }
+
+/// Default [`Consumer::set_publish_batch`]: a quarter of the ring.
+pub const PUBLISH_BATCH_DIVISOR: u64 = 4;
 
 const PARTIAL_NONE: u8 = 0;
 const PARTIAL_NEW: u8 = 1;
@@ -532,7 +569,17 @@ impl Consumer {
             max_len: max_len.min(max_fragment(mem.lines)),
             pulled_to: 0,
             partial: PARTIAL_NONE,
+            batch: mem.slots() as u64 / PUBLISH_BATCH_DIVISOR,
+            publications: 0,
         }
+    }
+
+    /// Let [`Consumer::publish_batched`] give space back in steps of `bytes` (at most a quarter
+    /// of the ring; 0: at every call).
+    pub fn set_publish_batch(&mut self, bytes: usize) {
+        let quarter = self.mem.slots() as u64 / PUBLISH_BATCH_DIVISOR;
+        self.batch = (bytes / SLOT) as u64;
+        self.batch = self.batch.min(quarter);
     }
 
     /// Is a record (or skip marker) waiting? One load of the head slot's control word: the
@@ -792,7 +839,33 @@ impl Consumer {
         if self.head != self.published {
             self.mem.head().store(self.head, Ordering::Release);
             self.published = self.head;
+            self.publications += 1;
         }
+    }
+
+    /// Head stores so far.
+    pub fn publications(&self) -> u64 {
+        self.publications
+    }
+
+    /// Publish only once the space read since the last publication reaches the batch (see
+    /// [`Consumer::set_publish_batch`]). While records wait, a head store per record moved the
+    /// head's cache line to the producer and back once per record whenever the producer was
+    /// polling a full ring, and the store waited for that transfer before the copies behind
+    /// it could go on: one handoff per record, which in the VM's slow mood (~280 ns) was
+    /// more than copying a 4-8 KiB record. The caller must [`Consumer::publish`] whenever it
+    /// finds the ring empty, so that a producer is never kept waiting on held space.
+    #[inline]
+    pub fn publish_batched(&mut self) {
+        if self.head - self.published >= self.batch {
+            self.publish();
+        }
+    }
+
+    /// Is space read but not yet given back (see [`Consumer::publish_batched`])?
+    #[inline]
+    pub fn holds_space(&self) -> bool {
+        self.head != self.published
     }
 
     fn corrupt(&self, reason: String) -> RingCorrupt {
@@ -1054,6 +1127,49 @@ pub(crate) mod tests {
         assert_eq!(p.push(1, &[], &[0; 100]), Err(PushError::Full));
         c.publish();
         assert!(p.push(1, &[], &[0; 100]).is_ok());
+    }
+
+    /// `publish_batched` gives read space back a quarter ring at a time (one head store, so
+    /// one move of the head's line, per batch instead of per record); `publish` all of it.
+    #[test]
+    fn batched_publication_gives_space_back_a_quarter_ring_at_a_time() {
+        let mut ring = HeapRing::new(64); // 128 slots: a quarter is 32
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        let mut c = Consumer::new(mem, 1 << 20);
+        let mut pushed = 0;
+        while p.push(1, &[], &[7; 200]).is_ok() {
+            pushed += 1; // 7 slots + a skip now and then
+        }
+        assert!(pushed >= 12);
+        let mut published = vec![];
+        for _ in 0..pushed {
+            assert!(c.pop_with(|_, _| {}).unwrap());
+            c.publish_batched();
+            published.push(mem.head().load(Ordering::Relaxed));
+        }
+        let steps: Vec<u64> = published
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .filter(|&d| d > 0)
+            .collect();
+        assert!(!steps.is_empty());
+        assert!(
+            steps.iter().all(|&d| d >= 32),
+            "head stores of less than a quarter ring: {steps:?}"
+        );
+        assert!(c.holds_space() || published.last() == Some(&c.head));
+        c.publish();
+        assert!(!c.holds_space());
+        assert_eq!(mem.head().load(Ordering::Relaxed), c.head);
+        // A batch of 0 publishes at every call; a batch larger than a quarter is a quarter.
+        c.set_publish_batch(0);
+        p.push(1, &[], &[7; 200]).unwrap();
+        assert!(c.pop_with(|_, _| {}).unwrap());
+        c.publish_batched();
+        assert!(!c.holds_space());
+        c.set_publish_batch(1 << 30);
+        assert_eq!(c.batch, 32);
     }
 
     #[test]

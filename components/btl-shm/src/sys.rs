@@ -421,6 +421,123 @@ pub fn pid() -> i32 {
     std::process::id() as i32
 }
 
+/// The CPUs this process may run on (its affinity mask).
+fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data (zeroed: empty); sched_getaffinity writes at most its
+    // size; CPU_ISSET reads inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
+/// A cache line of its own for the ping-pong word.
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+/// Round trips per timed batch of the handoff measurement.
+const BATCH: u64 = 32;
+
+/// Measure what [`crate::tune`] needs: the one-way time of a cache-line handoff between two
+/// threads pinned to two CPUs of our affinity mask (the least of up to 64 batches of 32 round
+/// trips, so that batches where a thread was descheduled do not count), and the rate of a
+/// 16 KiB cache-resident copy. Spends at most about `budget`. `None` when this process may
+/// run on one CPU only, or when the threads never ran side by side for enough batches.
+pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let cpus = allowed_cpus().ok()?;
+    if cpus.len() < 2 {
+        return None;
+    }
+    let (cpu_a, cpu_b) = (cpus[0], cpus[1]);
+    let word = Padded(AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    let deadline = Instant::now() + budget;
+    // Spin until the word holds `want`; false once the measurement is over.
+    let wait = |want: u64| {
+        let mut spins = 0u32;
+        loop {
+            if word.0.load(Ordering::Acquire) == want {
+                return true;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024)
+                && (stop.load(Ordering::Relaxed) || Instant::now() > deadline)
+            {
+                stop.store(true, Ordering::Relaxed);
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    };
+    let best = std::thread::scope(|s| {
+        let echo = s.spawn(|| {
+            if bind_to_cpu(cpu_b).is_err() {
+                stop.store(true, Ordering::Relaxed);
+                return;
+            }
+            let mut i = 0u64;
+            while wait(2 * i + 1) {
+                word.0.store(2 * i + 2, Ordering::Release);
+                i += 1;
+            }
+        });
+        let timer = s.spawn(|| {
+            if bind_to_cpu(cpu_a).is_err() {
+                stop.store(true, Ordering::Relaxed);
+                return None;
+            }
+            let mut best = f64::INFINITY;
+            let mut batches = 0;
+            let mut i = 0u64;
+            'batches: while batches < 64 && Instant::now() < deadline {
+                let t0 = Instant::now();
+                for _ in 0..BATCH {
+                    word.0.store(2 * i + 1, Ordering::Release);
+                    if !wait(2 * i + 2) {
+                        break 'batches;
+                    }
+                    i += 1;
+                }
+                best = best.min(t0.elapsed().as_nanos() as f64 / (2 * BATCH) as f64);
+                batches += 1;
+            }
+            stop.store(true, Ordering::Relaxed);
+            (batches >= 8).then_some(best)
+        });
+        let best = timer.join().ok().flatten();
+        let _ = echo.join();
+        best
+    })?;
+    // The copy: 16 KiB, cache-resident (the second and later copies), the least of 16.
+    // Source and destination 64-byte aligned and half a page apart, as the ring's copies are
+    // (aligned payloads): on the AMD EPYC VM, `rep movsb` runs ~35x slower when the
+    // destination is 1-31 bytes past the source modulo 4 KiB (two separate heap blocks can
+    // be exactly that).
+    const COPY: usize = 16 * 1024;
+    let mut buf = vec![1u8; 2 * COPY + 4096 + LINE];
+    let at = buf.as_ptr().align_offset(LINE);
+    let (src, dst) = buf[at..].split_at_mut(COPY + 2048);
+    let (src, dst) = (&src[..COPY], &mut dst[..COPY]);
+    let mut copy_ns = f64::INFINITY;
+    for _ in 0..16 {
+        let t0 = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(src));
+        std::hint::black_box(&mut *dst);
+        copy_ns = copy_ns.min(t0.elapsed().as_nanos() as f64);
+    }
+    Some(crate::tune::Costs {
+        handoff_ns: best,
+        copy_bytes_per_ns: COPY as f64 / copy_ns.max(1.0),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

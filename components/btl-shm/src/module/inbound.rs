@@ -7,7 +7,7 @@ use rmca_framework::rank::Rank;
 
 use super::{ShmBtl, Stats, TAG_HELP};
 use crate::coop::Help;
-use crate::ring::{self, Consumer, RingCorrupt};
+use crate::ring::{Consumer, RingCorrupt};
 
 /// Records delivered per ring per progress call, so one busy sender cannot starve the others.
 const POLL_BUDGET: usize = 64;
@@ -30,10 +30,6 @@ pub(super) struct Placing {
     /// Bytes of the record handled so far (at least `head`).
     copied: usize,
 }
-
-/// Records of at least this many slots (2 KiB) give their space back to the producer as soon
-/// as they are consumed; smaller ones at the end of the pass, one head store for many records.
-const PUBLISH_EACH_SLOTS: u64 = (2048 / ring::SLOT) as u64;
 
 /// The first bytes of a streamed record the PML is offered only once there are this many (or
 /// the whole record): enough for any PML header.
@@ -58,20 +54,26 @@ impl ShmBtl {
         let mut n = 0;
         let mut bytes = 0;
         let mut bad_control = 0;
+        // Whether the pass stopped at the ring's end (nothing more, or a record still being
+        // written): then the space read is given back at once, since the producer may be
+        // waiting for it and we have nothing to read that would free it later.
+        let mut at_end = false;
         loop {
             if inb.placing.is_some() {
                 match Self::place(inb, events) {
                     Ok(Some(len)) => {
                         bytes += len;
                         n += 1;
-                        // A placed record is a long one: give its space back now (see below).
-                        inb.consumer.publish();
+                        inb.consumer.publish_batched();
                         if n == POLL_BUDGET || !events.wants_more() {
                             break;
                         }
                         continue;
                     }
-                    Ok(None) => break,
+                    Ok(None) => {
+                        at_end = true;
+                        break;
+                    }
                     Err(e) => {
                         Self::abandon(inb, stats, events, &e);
                         break;
@@ -81,6 +83,7 @@ impl ShmBtl {
             let rec = match inb.consumer.peek() {
                 Ok(Some(rec)) => rec,
                 Ok(None) => {
+                    at_end = true;
                     if offer && inb.consumer.has_partial() {
                         Self::offer(inb, stats, events);
                     }
@@ -100,19 +103,22 @@ impl ShmBtl {
                 bad_control += 1;
             }
             inb.consumer.advance(slots);
-            if slots >= PUBLISH_EACH_SLOTS {
-                // The producer may be waiting for this space: holding it while we copy the
-                // next records out would make the sender wait for all of them, and the two
-                // copies would run one after the other instead of side by side.
-                inb.consumer.publish();
-            }
+            // Records may be waiting (a sender ahead of us): the space goes back in batches of
+            // btl_shm_publish_batch, so that the sender refills it while we copy the rest out;
+            // larger batches move the head's line less often.
+            inb.consumer.publish_batched();
             n += 1;
             if n == POLL_BUDGET || !events.wants_more() {
                 break;
             }
         }
-        if n > 0 {
+        // Held only when the budget ran out with records left: a pass that stops because the
+        // PML has what it waited for gives the space back now, before the caller's next send
+        // (keeping it for the next idle pass made 8-byte ping-pong ~7% slower here).
+        if at_end || (n > 0 && n < POLL_BUDGET) {
             inb.consumer.publish();
+        }
+        if n > 0 {
             stats.frags_recv += n as u64;
             stats.bytes_recv += bytes as u64;
             stats.bad_control += bad_control;

@@ -54,6 +54,8 @@ pub struct ShmConfig {
     pub early_unlink: bool,
     /// Offer streamed fragments to the PML to be written in place as they arrive.
     pub place_in_buffer: bool,
+    /// Bytes of read ring space given back to the sender at once while records wait.
+    pub publish_batch: usize,
 }
 
 /// Default fragment size: 64 KiB of payload plus room for the PML's header (the 64 bytes keep
@@ -63,6 +65,11 @@ const SHM_FRAGMENT: usize = 64 * 1024 + 64;
 impl ShmConfig {
     /// The documented defaults.
     pub const DEFAULT: ShmConfig = ShmConfig {
+        // 256 KiB. 512 KiB rings with 128 KiB eager messages were faster from 8 KiB up (same
+        // run, 2026-11-28, slow handoffs: ping-pong 8-128 KiB 0.65-0.88x the time) but made
+        // 8-byte ping-pong 1.09x the time and message rate 0.95x: two rings of 512 KiB per
+        // pair no longer fit the core's 512 KiB L2, and every small record's line then comes
+        // from L3 (`bench/RESULTS.md`, "ob1 + shm in every mood").
         fifo_size: 256 * 1024,
         // 64 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
         // message up to 64 KiB goes in one streamed record, written into the receive buffer
@@ -91,11 +98,17 @@ impl ShmConfig {
         // (see the parameter's help). It applies to every get from single_copy_min up.
         shared_copy_min: 64 * 1024,
         stream_min: ring::STREAM_MIN,
-        stream_chunk: ring::STREAM_CHUNK,
+        // Measured at init (see `crate::tune`); a size here fixes it.
+        stream_chunk: 0,
         latency_ns: 150,
         bandwidth_mbps: 100_000,
         early_unlink: true,
         place_in_buffer: true,
+        // Every record of 2 KiB or more, many smaller ones at once, as before: a quarter ring
+        // (64 KiB) measured 1.2-1.5x the bandwidth at 4-16 KiB with 512 KiB rings in the slow
+        // mood, but 0.78-0.83x at 4 KiB with 256 KiB rings in the fast one (same runs,
+        // `bench/RESULTS.md`, "ob1 + shm in every mood").
+        publish_batch: 2 * 1024,
     };
 
     /// Check the combination; the error names the parameter and what is valid.
@@ -180,6 +193,9 @@ struct Stats {
     offers_taken: u64,
     /// Streamed records already whole when first seen: too late to be placed.
     streamed_whole: u64,
+    /// The costs measured at init for the stream chunk (0: not measured).
+    measured_handoff_ns: u64,
+    measured_copy_mbps: u64,
 }
 
 /// The btl-shm module.
@@ -214,6 +230,8 @@ pub struct ShmBtl {
     /// The segment is still linked and waits for every peer to map it (checked in progress).
     unlink_pending: bool,
     stats: Stats,
+    /// A handoff in bytes of copying, which scales the stream chunk (0: fixed chunks).
+    chunk_scale: u64,
     memory: Arc<MemoryCounter>,
     charged: usize,
     next_registration: u64,
@@ -526,6 +544,10 @@ impl Btl for ShmBtl {
         for inb in self.inbox.iter_mut().flatten() {
             if inb.consumer.ready() && !inb.failed {
                 delivered += Self::drain(inb, offer, &mut self.stats, &mut self.help, events);
+            } else if inb.consumer.holds_space() {
+                // The ring is empty and a pass that stopped early (its budget, or the PML had
+                // what it waited for) kept read space: give it back (see `drain`).
+                inb.consumer.publish();
             }
         }
         if !self.help.is_empty() {
@@ -544,6 +566,11 @@ impl Btl for ShmBtl {
 
     fn counters(&self) -> Vec<(String, u64)> {
         let s = &self.stats;
+        let head_stores = self
+            .inbox
+            .iter()
+            .flatten()
+            .map(|i| i.consumer.publications());
         [
             ("frags_sent", s.frags_sent),
             ("bytes_sent", s.bytes_sent),
@@ -562,6 +589,9 @@ impl Btl for ShmBtl {
             ("offers", s.offers),
             ("offers_taken", s.offers_taken),
             ("streamed_whole", s.streamed_whole),
+            ("head_stores", head_stores.sum()),
+            ("measured_handoff_ns", s.measured_handoff_ns),
+            ("measured_copy_mbps", s.measured_copy_mbps),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

@@ -121,6 +121,7 @@ impl ShmBtl {
                 "btl shm: publishing the business card: {e}"
             )));
         }
+        let (chunk_scale, measured) = stream_chunk_scale(&cfg);
         let mut flags = BtlFlags::SEND;
         if cma_local {
             flags |= BtlFlags::GET | BtlFlags::PUT;
@@ -165,7 +166,12 @@ impl ShmBtl {
             help: Vec::new(),
             attach_expected: nrings as u32,
             unlink_pending: cfg.early_unlink,
-            stats: Stats::default(),
+            stats: Stats {
+                measured_handoff_ns: measured.map_or(0, |c| c.handoff_ns.round() as u64),
+                measured_copy_mbps: measured.map_or(0, |c| (c.copy_bytes_per_ns * 1e3) as u64),
+                ..Stats::default()
+            },
+            chunk_scale,
             memory,
             charged: seg_len,
             next_registration: 1,
@@ -289,6 +295,7 @@ impl ShmBtl {
             n => n,
         };
         producer.set_streaming(stream_min, self.cfg.stream_chunk);
+        producer.set_chunk_scale(self.chunk_scale);
         mapping
             .atomic_u32(layout::OFF_ATTACHED)
             .fetch_add(1, Ordering::AcqRel);
@@ -300,7 +307,8 @@ impl ShmBtl {
         let in_ring = ring_index(peer_local, self.my_local);
         let in_mem = ring_in(own, nrings as usize, self.lines, in_ring)
             .ok_or_else(|| BtlError::Other("btl shm: own ring misaligned".into()))?;
-        let consumer = Consumer::new(in_mem, ring::max_fragment(self.lines));
+        let mut consumer = Consumer::new(in_mem, ring::max_fragment(self.lines));
+        consumer.set_publish_batch(self.cfg.publish_batch);
 
         let mut cma = false;
         if self.cma_local && card.cma {
@@ -353,4 +361,24 @@ impl ShmBtl {
             self.unlink_pending = false;
         }
     }
+}
+
+/// With `btl_shm_stream_chunk = 0`, the costs [`crate::tune::chunk_for`] scales the stream
+/// chunk by, measured now (about a millisecond, once per process); 0 keeps the fixed chunk
+/// (also when the measurement failed: then the default of [`ring::STREAM_CHUNK`]).
+fn stream_chunk_scale(cfg: &ShmConfig) -> (u64, Option<crate::tune::Costs>) {
+    if cfg.stream_chunk != 0 {
+        return (0, None);
+    }
+    let measured = sys::measure_costs(std::time::Duration::from_millis(2));
+    let scale = measured.and_then(|c| c.handoff_bytes()).unwrap_or(0);
+    match measured {
+        Some(c) => tracing::debug!(
+            handoff_ns = c.handoff_ns,
+            copy_bytes_per_ns = c.copy_bytes_per_ns,
+            "btl shm: stream chunks scaled by measured costs"
+        ),
+        None => tracing::debug!("btl shm: costs not measured, fixed stream chunks"),
+    }
+    (scale, measured)
 }
