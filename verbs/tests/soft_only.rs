@@ -363,11 +363,10 @@ fn rdma_without_device_is_declined_cleanly() {
     }
 }
 
-#[test]
-fn queued_datagrams_are_received_in_batches_in_order() {
+/// Two connected UD sides and a's address handle for b, where b's agent never takes over
+/// an idle QP: only the test's own polls read b's socket.
+fn ud_pair_polled_by_hand() -> (Side, Side, Ah) {
     let a = side(b"job", SoftConfig::default(), QpType::Ud);
-    // b's agent never takes over an idle QP here: only the polls below receive, so the count
-    // of receive calls is exact.
     let b = side(
         b"job",
         SoftConfig {
@@ -379,6 +378,13 @@ fn queued_datagrams_are_received_in_batches_in_order() {
     a.qp.connect(None, &RcParams::default()).unwrap();
     b.qp.connect(None, &RcParams::default()).unwrap();
     let ah = a.pd.create_ah(&b.qp.address()).unwrap();
+    (a, b, ah)
+}
+
+#[test]
+fn queued_datagrams_are_received_in_batches_in_order() {
+    // Only the polls below receive, so the count of receive calls is exact.
+    let (a, b, ah) = ud_pair_polled_by_hand();
     post_recvs(&b, 40);
     let calls0 = b.ctx.soft_stats().unwrap().ud_recv_calls;
     ud_send_seq(&a, &ah, 40);
@@ -460,19 +466,8 @@ fn an_idle_agent_does_not_call_accept() {
 /// drops it on arrival, and what arrives after the post is delivered.
 #[test]
 fn a_ud_qp_without_receives_is_never_read() {
-    let a = side(b"job", SoftConfig::default(), QpType::Ud);
-    // b's agent never takes over an idle QP here: only the polls below touch b's socket.
-    let b = side(
-        b"job",
-        SoftConfig {
-            agent_idle: Duration::from_secs(3600),
-            ..Default::default()
-        },
-        QpType::Ud,
-    );
-    a.qp.connect(None, &RcParams::default()).unwrap();
-    b.qp.connect(None, &RcParams::default()).unwrap();
-    let ah = a.pd.create_ah(&b.qp.address()).unwrap();
+    // Only the polls below touch b's socket.
+    let (a, b, ah) = ud_pair_polled_by_hand();
     ud_send_seq(&a, &ah, 3);
     std::thread::sleep(Duration::from_millis(20));
     let s0 = b.ctx.soft_stats().unwrap();
