@@ -102,21 +102,27 @@ fn ud_pair(secret_b: &[u8], fault: FaultConfig) -> (Side, Side, Ah) {
 
 fn ud_send_seq(a: &Side, ah: &Ah, n: u32) {
     for i in 0..n {
-        a.mr.write_at(i as usize * 4, &i.to_le_bytes()).unwrap();
-        a.qp.post_send(&SendWr {
-            wr_id: u64::from(i),
-            op: SendOp::Send,
-            sges: &[a.mr.sge(i as usize * 4, 4).unwrap()],
-            signaled: false,
-            inline: false,
-            ud: Some(UdDest {
-                ah,
-                remote_qpn: ah.remote_qpn(),
-                remote_qkey: 7,
-            }),
-        })
-        .unwrap();
+        ud_send(a, ah, u64::from(i), i as usize * 4, 4, i);
     }
+}
+
+/// Post one unsignaled UD send of `len` bytes at `at` of a's region, which start with
+/// `value` (little-endian).
+fn ud_send(a: &Side, ah: &Ah, wr_id: u64, at: usize, len: u32, value: u32) {
+    a.mr.write_at(at, &value.to_le_bytes()).unwrap();
+    a.qp.post_send(&SendWr {
+        wr_id,
+        op: SendOp::Send,
+        sges: &[a.mr.sge(at, len).unwrap()],
+        signaled: false,
+        inline: false,
+        ud: Some(UdDest {
+            ah,
+            remote_qpn: ah.remote_qpn(),
+            remote_qkey: 7,
+        }),
+    })
+    .unwrap();
 }
 
 fn post_recvs(b: &Side, n: u32) {
@@ -414,22 +420,7 @@ fn a_datagram_above_the_receivers_mtu_is_dropped_in_a_batch_and_its_neighbours_d
     b.qp.connect(None, &RcParams::default()).unwrap();
     let ah = a.pd.create_ah(&b.qp.address()).unwrap();
     post_recvs(&b, 4);
-    let send = |wr_id: u64, at: usize, len: u32| {
-        a.mr.write_at(at, &(wr_id as u32).to_le_bytes()).unwrap();
-        a.qp.post_send(&SendWr {
-            wr_id,
-            op: SendOp::Send,
-            sges: &[a.mr.sge(at, len).unwrap()],
-            signaled: false,
-            inline: false,
-            ud: Some(UdDest {
-                ah: &ah,
-                remote_qpn: ah.remote_qpn(),
-                remote_qkey: 7,
-            }),
-        })
-        .unwrap();
-    };
+    let send = |wr_id: u64, at: usize, len: u32| ud_send(&a, &ah, wr_id, at, len, wr_id as u32);
     send(0, 0, 4);
     send(1, 4096, 1000);
     send(2, 8, 4);
@@ -488,20 +479,7 @@ fn a_ud_qp_without_receives_is_never_read() {
     // Posting drains the socket: the three found no WQE.
     post_recvs(&b, 1);
     assert_eq!(b.ctx.soft_stats().unwrap().ud_no_wqe_drops, 3);
-    a.mr.write_at(0, &42u32.to_le_bytes()).unwrap();
-    a.qp.post_send(&SendWr {
-        wr_id: 9,
-        op: SendOp::Send,
-        sges: &[a.mr.sge(0, 4).unwrap()],
-        signaled: false,
-        inline: false,
-        ud: Some(UdDest {
-            ah: &ah,
-            remote_qpn: ah.remote_qpn(),
-            remote_qkey: 7,
-        }),
-    })
-    .unwrap();
+    ud_send(&a, &ah, 9, 0, 4, 42);
     let wcs = wait_n(&[&b.rcq], 1);
     assert_eq!(payloads(&b, &wcs), vec![42]);
     // With the WQE consumed the QP stops reading again.
