@@ -447,16 +447,15 @@ pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
 /// pending ones go to the PML in one call, as the safe API's `Request::complete_all` does.
 pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
     let mut out: Vec<Option<Error>> = (0..requests.len()).map(|_| None).collect();
-    let mut ids = Vec::new();
-    let mut at = Vec::new();
-    let mut comms = Vec::new();
+    let mut batch = RawBatch::default();
+    // Position and communicator of each operation of the batch, by its place in it.
+    let mut pending = Vec::new();
     let mut colls = Vec::new();
     for (i, mut r) in requests.into_iter().enumerate() {
         match std::mem::replace(&mut r.state, RawState::Spent) {
             RawState::Pending(id) => {
-                ids.push(id);
-                at.push(i);
-                comms.push(r.comm.clone());
+                batch.push(RawId(id));
+                pending.push((i, r.comm.clone()));
             }
             RawState::Coll(id) => colls.push((i, id, r.comm.clone())),
             RawState::Done(_) => {}
@@ -467,37 +466,16 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
             }
         }
     }
+    if let Some((_, comm)) = pending.first() {
+        batch.complete(comm, |k| &pending[k].1, |k, e| out[pending[k].0] = Some(e));
+    }
     // The PML's wait steps the collectives too, so waiting for them afterwards never holds up
     // a peer.
-    let wait_colls = |out: &mut Vec<Option<Error>>| {
-        for (i, id, comm) in colls {
-            if let Err(e) = comm.shared().wait_collective(id) {
-                out[i] = Some(e);
-            }
-        }
-    };
-    let Some(comm) = comms.first() else {
-        wait_colls(&mut out);
-        return out;
-    };
-    // Every communicator of a process shares its one runtime.
-    match comm.shared().wait_all(&ids) {
-        Ok(failed) => {
-            for (k, st) in failed {
-                if let Err(e) = comms[k].finish(st) {
-                    out[at[k]] = Some(e);
-                }
-            }
-        }
-        Err(e) => {
-            // Finalized: the PML is gone and writes into no buffer any more.
-            let msg = e.to_string();
-            for &i in &at {
-                out[i] = Some(Error::InvalidArgument(msg.clone()));
-            }
+    for (i, id, comm) in colls {
+        if let Err(e) = comm.shared().wait_collective(id) {
+            out[i] = Some(e);
         }
     }
-    wait_colls(&mut out);
     out
 }
 
@@ -747,4 +725,42 @@ fn total_of(comm: &Communicator, block: usize, what: &str) -> Result<usize> {
             comm.size()
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rank messaging itself through the raw calls: `complete_all` reports each failure at
+    /// its own position (a truncated receive among successes), and the data arrives.
+    #[test]
+    #[allow(unsafe_code)]
+    fn complete_all_reports_failures_at_their_positions() {
+        let universe = crate::init().expect("a singleton job");
+        let world = universe.world();
+        let me = world.rank();
+        let out = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let mut fits = [0u8; 8];
+        let mut short = [0u8; 4];
+        // SAFETY: every buffer outlives complete_all below, which waits for every request.
+        let requests = unsafe {
+            vec![
+                isend(&world, out.as_ptr(), 8, me, 1, SendMode::Standard).unwrap(),
+                irecv(&world, fits.as_mut_ptr(), 8, Src::Rank(me), 1).unwrap(),
+                isend(&world, out.as_ptr(), 8, me, 2, SendMode::Standard).unwrap(),
+                irecv(&world, short.as_mut_ptr(), 4, Src::Rank(me), 2).unwrap(),
+            ]
+        };
+        // The sends are done as they start (eager, to self): the truncated receive is the
+        // second operation of the PML's batch but the fourth request.
+        assert!(requests[0].completed_at_start() && requests[2].completed_at_start());
+        let outcome = complete_all(requests);
+        assert!(outcome[0].is_none() && outcome[1].is_none() && outcome[2].is_none());
+        assert!(
+            matches!(outcome[3], Some(Error::Status { .. })),
+            "the truncated receive fails: {outcome:?}"
+        );
+        assert_eq!(fits, out);
+        assert_eq!(short, out[..4]);
+    }
 }
