@@ -1110,8 +1110,14 @@ fn the_stream_chunk_is_measured_unless_fixed() {
     let (_id, a, _b, _mem) = pair(&[]);
     let handoff = counter(&a, "measured_handoff_ns");
     // 0 when the measurement could not run (one allowed CPU, or its threads never ran side
-    // by side); otherwise a handoff and a copy rate no machine is far from.
-    if handoff != 0 {
+    // by side): then this half cannot be checked here, which fails under CI; otherwise a
+    // handoff and a copy rate no machine is far from.
+    if handoff == 0 {
+        rmca_test_support::skip_or_fail(
+            "the init measurement of the stream chunk did not run (one allowed CPU, or its two \
+             threads never ran side by side): give the test two CPUs",
+        );
+    } else {
         assert!(handoff < 100_000, "{handoff} ns");
         assert!(counter(&a, "measured_copy_mbps") > 100);
     }
