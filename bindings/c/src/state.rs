@@ -483,8 +483,17 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
 /// Take the state out (finalize); `None` on another thread than the initializing one, or
 /// from inside a call on the state.
 pub fn take() -> Option<State> {
-    // SAFETY: the owner thread, no call on the state (busy is false).
-    (owned() && !unsafe { *GLOBAL.busy.get() }).then(|| unsafe { (*GLOBAL.state.get()).take() })?
+    if !owned() {
+        return None;
+    }
+    // SAFETY: this is the owner thread (checked above), the only one touching `busy` and the
+    // state; with `busy` false no reference to the state is live.
+    unsafe {
+        if *GLOBAL.busy.get() {
+            return None;
+        }
+        (*GLOBAL.state.get()).take()
+    }
 }
 
 /// Run `f` on the state; an error if MPI is not running on this thread.
