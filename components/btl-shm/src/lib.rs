@@ -175,12 +175,14 @@ impl Component for ShmComponent {
                      between the cores, which costs as much as copying a few KiB: smaller \
                      chunks overlap the two copies more but pay more handoffs. 0 (the \
                      default): measured at init, since the handoff's cost moves with the \
-                     machine (between boots of one virtual machine too): each process times a \
-                     cache-line handoff between two of its CPUs and a 16 KiB copy (about a \
-                     millisecond), and a record of L bytes goes in chunks of about \
-                     sqrt(L x handoff x copy rate), a power of two from 16K to 64K; 16K when \
-                     the process may run on one CPU only. The measured figures are the \
-                     counters btl.shm.measured_handoff_ns and measured_copy_mbps.",
+                     machine (between boots of one virtual machine too): the first local \
+                     rank of a job times a cache-line handoff between two of its CPUs and a \
+                     16 KiB copy (a few milliseconds; the others read its figures), and a \
+                     record of L bytes goes in chunks of about sqrt(L x handoff x copy rate), \
+                     a power of two from 16K to 64K; 16K when the process may run on one CPU \
+                     only or the node is too busy to measure (counter \
+                     btl.shm.cost_measurement_failed). The measured figures are the counters \
+                     btl.shm.measured_handoff_ns and measured_copy_mbps.",
                 )
                 .level(Level::Dev),
         );

@@ -443,11 +443,109 @@ struct Padded(AtomicU64);
 /// Round trips per timed batch of the handoff measurement.
 const BATCH: u64 = 32;
 
+/// How much longer than its budget a measurement may run while it has fewer than
+/// [`MIN_BATCHES`] batches: on a loaded node the two threads may not share the CPUs for the
+/// whole budget, and a measurement a few milliseconds late beats none.
+const PATIENCE: u32 = 10;
+/// Batches without which a handoff time is no measurement.
+const MIN_BATCHES: u32 = 8;
+/// Jobs whose costs the lock file of [`measure_costs_once_per_job`] remembers.
+const COSTS_RECORDS_KEPT: usize = 16;
+
+/// The costs [`measure_costs`] finds, measured once per job and node: the local ranks of a
+/// job take turns on a lock file of the user's in [`SHM_DIR`], the first measures and leaves
+/// the result there under `job_key` (next to those of the last few jobs), the others read it. Measurements that ran side by side
+/// would time each other's spinning threads (unbound ranks all pin theirs to the same two
+/// CPUs), and N ranks measuring cost N times the time. Threads of one process take turns too.
+/// When the lock file cannot be used (another user's file in its place, no `/dev/shm`), this
+/// process measures alone.
+/// `measure` is the measurement ([`measure_costs`] but in tests).
+pub fn measure_costs_once_per_job(
+    job_key: &str,
+    measure: impl FnOnce() -> Option<crate::tune::Costs>,
+) -> Option<crate::tune::Costs> {
+    static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut file) = costs_file() else {
+        return measure();
+    };
+    // SAFETY: flock on a descriptor we own; released when `file` is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return measure();
+    }
+    let mut text = String::new();
+    if io::Read::read_to_string(&mut file, &mut text).is_err() {
+        text.clear();
+    }
+    if let Some(c) = text.lines().find_map(|l| parse_costs_record(l, job_key)) {
+        return Some(c);
+    }
+    let measured = measure()?;
+    // The newest records of the jobs that started lately (several may start side by side).
+    let mut records: Vec<&str> = text.lines().collect();
+    let new = format!(
+        "{job_key} {} {}",
+        measured.handoff_ns, measured.copy_bytes_per_ns
+    );
+    records.push(&new);
+    let keep = records.len().saturating_sub(COSTS_RECORDS_KEPT);
+    let out = records[keep..].join("\n") + "\n";
+    // A failed write only means the next rank measures again.
+    let _ = file
+        .set_len(0)
+        .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&file, out.as_bytes(), 0));
+    Some(measured)
+}
+
+/// Our lock file for [`measure_costs_once_per_job`], if it is a regular file of ours (a name
+/// in a shared directory could have been put there by another user).
+fn costs_file() -> Option<File> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let path = costs_file_path();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    (meta.is_file() && meta.uid() == uid && meta.mode() & 0o077 == 0).then_some(file)
+}
+
+fn costs_file_path() -> PathBuf {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    Path::new(SHM_DIR).join(format!("rmca-shm-costs.{uid}"))
+}
+
+/// The costs recorded in `text` for `job_key` (`"<job_key> <handoff ns> <copy bytes/ns>"`);
+/// `None` for another job's record or anything malformed (one line of the lock file).
+fn parse_costs_record(text: &str, job_key: &str) -> Option<crate::tune::Costs> {
+    let mut words = text.trim_end().split(' ');
+    if words.next()? != job_key {
+        return None;
+    }
+    let handoff_ns: f64 = words.next()?.parse().ok()?;
+    let copy_bytes_per_ns: f64 = words.next()?.parse().ok()?;
+    let sane = |v: f64| v.is_finite() && v > 0.0;
+    (words.next().is_none() && sane(handoff_ns) && sane(copy_bytes_per_ns)).then_some(
+        crate::tune::Costs {
+            handoff_ns,
+            copy_bytes_per_ns,
+        },
+    )
+}
+
 /// Measure what [`crate::tune`] needs: the one-way time of a cache-line handoff between two
 /// threads pinned to two CPUs of our affinity mask (the least of up to 64 batches of 32 round
 /// trips, so that batches where a thread was descheduled do not count), and the rate of a
-/// 16 KiB cache-resident copy. Spends at most about `budget`. `None` when this process may
-/// run on one CPU only, or when the threads never ran side by side for enough batches.
+/// 16 KiB cache-resident copy. Spends about `budget`, up to [`PATIENCE`] times more while it
+/// has fewer than [`MIN_BATCHES`] batches. `None` when this process may run on one CPU only,
+/// or when the threads never ran side by side for enough batches.
 pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
@@ -458,7 +556,9 @@ pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> 
     let (cpu_a, cpu_b) = (cpus[0], cpus[1]);
     let word = Padded(AtomicU64::new(0));
     let stop = AtomicBool::new(false);
-    let deadline = Instant::now() + budget;
+    let start = Instant::now();
+    let deadline = start + budget;
+    let give_up = start + budget * PATIENCE;
     // Spin until the word holds `want`; false once the measurement is over.
     let wait = |want: u64| {
         let mut spins = 0u32;
@@ -468,7 +568,7 @@ pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> 
             }
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(1024)
-                && (stop.load(Ordering::Relaxed) || Instant::now() > deadline)
+                && (stop.load(Ordering::Relaxed) || Instant::now() > give_up)
             {
                 stop.store(true, Ordering::Relaxed);
                 return false;
@@ -496,7 +596,11 @@ pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> 
             let mut best = f64::INFINITY;
             let mut batches = 0;
             let mut i = 0u64;
-            'batches: while batches < 64 && Instant::now() < deadline {
+            'batches: while batches < 64 {
+                let now = Instant::now();
+                if now >= give_up || (now >= deadline && batches >= MIN_BATCHES) {
+                    break;
+                }
                 let t0 = Instant::now();
                 for _ in 0..BATCH {
                     word.0.store(2 * i + 1, Ordering::Release);
@@ -509,7 +613,7 @@ pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> 
                 batches += 1;
             }
             stop.store(true, Ordering::Relaxed);
-            (batches >= 8).then_some(best)
+            (batches >= MIN_BATCHES).then_some(best)
         });
         let best = timer.join().ok().flatten();
         let _ = echo.join();
@@ -549,6 +653,64 @@ mod tests {
             .unwrap()
             .subsec_nanos();
         PathBuf::from(SHM_DIR).join(format!("rmca-unittest{}-{nanos}-{tag}", std::process::id()))
+    }
+
+    #[test]
+    fn a_costs_record_is_only_read_for_its_own_job() {
+        let c = parse_costs_record("rmca-j1- 61.5 70.25\n", "rmca-j1-").unwrap();
+        assert_eq!((c.handoff_ns, c.copy_bytes_per_ns), (61.5, 70.25));
+        for (text, why) in [
+            ("rmca-j1- 61.5 70.25", "another job's record"),
+            ("rmca-j10- 61.5 70.25", "a job whose key starts with ours"),
+            ("rmca-j2- 61.5", "a truncated record"),
+            ("rmca-j2- 61.5 70.25 1", "a longer one"),
+            ("rmca-j2- NaN 70.25", "not a number"),
+            ("rmca-j2- 0 70.25", "a zero handoff"),
+            ("rmca-j2- 61.5 -1", "a negative rate"),
+            ("", "an empty file"),
+        ] {
+            assert!(parse_costs_record(text, "rmca-j2-").is_none(), "{why}");
+        }
+    }
+
+    /// The second rank of a job reads what the first measured; a failed measurement is not
+    /// recorded, so the next rank tries again.
+    #[test]
+    fn costs_are_measured_once_per_job() {
+        let costs = |handoff_ns| crate::tune::Costs {
+            handoff_ns,
+            copy_bytes_per_ns: 70.5,
+        };
+        let key = format!("rmca-unittest{}-costs-", std::process::id());
+        let first = measure_costs_once_per_job(&key, || Some(costs(61.25))).unwrap();
+        assert_eq!(first.handoff_ns, 61.25);
+        let again = measure_costs_once_per_job(&key, || panic!("measured twice")).unwrap();
+        assert_eq!((again.handoff_ns, again.copy_bytes_per_ns), (61.25, 70.5));
+
+        let failing = format!("{key}failing-");
+        assert!(measure_costs_once_per_job(&failing, || None).is_none());
+        let retried = measure_costs_once_per_job(&failing, || Some(costs(90.0))).unwrap();
+        assert_eq!(retried.handoff_ns, 90.0);
+        // Both jobs' records are kept.
+        let text = std::fs::read_to_string(costs_file_path()).unwrap();
+        for k in [&key, &failing] {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{k} "))),
+                "{text}"
+            );
+        }
+    }
+
+    /// The measurement itself, given time: a handoff and a copy rate no machine is far from.
+    #[test]
+    fn the_costs_measure_on_two_cpus() {
+        if allowed_cpus().unwrap().len() < 2 {
+            return rmca_test_support::skip_or_fail("the cost measurement needs two CPUs");
+        }
+        let c = measure_costs(std::time::Duration::from_millis(100))
+            .expect("the two threads ran side by side for 8 batches within a second");
+        assert!(c.handoff_ns > 1.0 && c.handoff_ns < 100_000.0, "{c:?}");
+        assert!(c.copy_bytes_per_ns > 0.1, "{c:?}");
     }
 
     #[test]

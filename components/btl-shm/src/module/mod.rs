@@ -196,6 +196,8 @@ struct Stats {
     /// The costs measured at init for the stream chunk (0: not measured).
     measured_handoff_ns: u64,
     measured_copy_mbps: u64,
+    /// 1 when that measurement was tried and failed (a loaded node): fixed chunks.
+    cost_measurement_failed: u64,
 }
 
 /// The btl-shm module.
@@ -592,6 +594,7 @@ impl Btl for ShmBtl {
             ("head_stores", head_stores.sum()),
             ("measured_handoff_ns", s.measured_handoff_ns),
             ("measured_copy_mbps", s.measured_copy_mbps),
+            ("cost_measurement_failed", s.cost_measurement_failed),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

@@ -121,7 +121,7 @@ impl ShmBtl {
                 "btl shm: publishing the business card: {e}"
             )));
         }
-        let (chunk_scale, measured) = stream_chunk_scale(&cfg);
+        let (chunk_scale, measured) = stream_chunk_scale(&cfg, &prefix);
         let mut flags = BtlFlags::SEND;
         if cma_local {
             flags |= BtlFlags::GET | BtlFlags::PUT;
@@ -169,6 +169,7 @@ impl ShmBtl {
             stats: Stats {
                 measured_handoff_ns: measured.map_or(0, |c| c.handoff_ns.round() as u64),
                 measured_copy_mbps: measured.map_or(0, |c| (c.copy_bytes_per_ns * 1e3) as u64),
+                cost_measurement_failed: u64::from(cfg.stream_chunk == 0 && measured.is_none()),
                 ..Stats::default()
             },
             chunk_scale,
@@ -364,13 +365,15 @@ impl ShmBtl {
 }
 
 /// With `btl_shm_stream_chunk = 0`, the costs [`crate::tune::chunk_for`] scales the stream
-/// chunk by, measured now (about a millisecond, once per process); 0 keeps the fixed chunk
+/// chunk by, measured now (a few milliseconds, once per job and node); 0 keeps the fixed chunk
 /// (also when the measurement failed: then the default of [`ring::STREAM_CHUNK`]).
-fn stream_chunk_scale(cfg: &ShmConfig) -> (u64, Option<crate::tune::Costs>) {
+fn stream_chunk_scale(cfg: &ShmConfig, job_key: &str) -> (u64, Option<crate::tune::Costs>) {
     if cfg.stream_chunk != 0 {
         return (0, None);
     }
-    let measured = sys::measure_costs(std::time::Duration::from_millis(2));
+    let measured = sys::measure_costs_once_per_job(job_key, || {
+        sys::measure_costs(std::time::Duration::from_millis(2))
+    });
     let scale = measured.and_then(|c| c.handoff_bytes()).unwrap_or(0);
     match measured {
         Some(c) => tracing::debug!(
