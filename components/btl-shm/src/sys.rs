@@ -543,8 +543,8 @@ fn parse_costs_record(text: &str, job_key: &str) -> Option<crate::tune::Costs> {
 /// Measure what [`crate::tune`] needs: the one-way time of a cache-line handoff between two
 /// threads pinned to two CPUs of our affinity mask (the least of up to 64 batches of 32 round
 /// trips, so that batches where a thread was descheduled do not count), and the rate of a
-/// 16 KiB cache-resident copy. Spends about `budget`, up to [`PATIENCE`] times more while it
-/// has fewer than [`MIN_BATCHES`] batches. `None` when this process may run on one CPU only,
+/// 16 KiB cache-resident copy. Spends about `budget`, up to ten times more while it has
+/// fewer than eight batches (`PATIENCE`, `MIN_BATCHES`). `None` when this process may run on one CPU only,
 /// or when the threads never ran side by side for enough batches.
 pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> {
     use std::sync::atomic::{AtomicBool, Ordering};
