@@ -333,7 +333,7 @@ impl Communicator {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn start_recv(
         &self,
         buf: UserBuf,

@@ -155,6 +155,50 @@ pub unsafe fn start_isend(
     })
 }
 
+/// A blocking send of `bytes` to communicator rank `dest` (not `PROC_NULL`: the caller
+/// handles it) with `tag`, in `mode`: [`Communicator::send`]'s body for a binding that
+/// checked its arguments already, so that the whole call inlines into the binding's entry
+/// point (the generic, re-checking path costs a call frame and the checks twice).
+#[inline(always)]
+pub fn send(
+    comm: &Communicator,
+    bytes: &[u8],
+    dest: usize,
+    tag: i32,
+    mode: SendMode,
+) -> Result<()> {
+    if tag < 0 {
+        return Err(Error::BadTag(tag));
+    }
+    // SAFETY: `bytes` stays borrowed until the send completed: waited below.
+    #[allow(unsafe_code)]
+    let buf = unsafe { UserBuf::from_slice(bytes) };
+    let started = comm.start_send_fast(
+        buf,
+        dest,
+        tag,
+        p2p_context(comm),
+        mode,
+        CommPattern::Blocking,
+    )?;
+    match started {
+        SendStart::Done => Ok(()),
+        SendStart::Pending(id) => comm.wait_raw(id).map(|_| ()),
+    }
+}
+
+/// A blocking receive into `bytes` from `source` (not [`Src::Null`]: the caller handles it)
+/// with `tag` ([`crate::ANY_TAG`] or not negative): [`Communicator::recv`]'s body for a
+/// binding that checked its arguments already (see [`send`]).
+#[inline(always)]
+pub fn recv(comm: &Communicator, bytes: &mut [u8], source: Src, tag: i32) -> Result<Status> {
+    // SAFETY: `bytes` stays borrowed until the receive completed: waited below.
+    #[allow(unsafe_code)]
+    let buf = unsafe { UserBuf::from_mut_slice(bytes) };
+    let id = comm.start_recv(buf, source, tag, p2p_context(comm), CommPattern::Blocking)?;
+    comm.wait_raw(id)
+}
+
 /// [`irecv`] without the owning request: the operation's identifier.
 ///
 /// # Safety

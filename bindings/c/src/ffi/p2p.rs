@@ -31,6 +31,8 @@ fn args(
 }
 
 /// A blocking send of any mode: the general path (any datatype; every argument checked).
+/// Out of line, so that the entry points' fast path pays no frame for it.
+#[inline(never)]
 fn send(
     kind: SendKind,
     buf: *const c_void,
@@ -68,8 +70,8 @@ fn send_on(
                 buffered_send(s, c, bytes.as_ptr() as usize, bytes.len(), to, tag)
             })
         }
-        SendKind::Synchronous => c.ssend(bytes, to, tag),
-        SendKind::Standard | SendKind::Ready => c.send(bytes, to, tag),
+        SendKind::Synchronous => raw::send(c, bytes, to, tag, SendMode::Synchronous),
+        SendKind::Standard | SendKind::Ready => raw::send(c, bytes, to, tag, SendMode::Standard),
     };
     sent.map_err(MpiError::from)
 }
@@ -222,9 +224,14 @@ pub unsafe extern "C" fn MPI_Recv(
             let c = super::communicator(comm)?;
             let src = source(src, c.size())?;
             let tag = recv_tag(tag)?;
+            if let rmca::Src::Null = src {
+                // SAFETY: the caller's status or MPI_STATUS_IGNORE.
+                unsafe { put_status(status, &to_mpi_status(&rmca::Status::PROC_NULL)) };
+                return Ok(());
+            }
             // SAFETY: MPI_Recv's contract: `buf` holds `len` bytes (not NULL when len > 0,
             // checked) and is not accessed otherwise during the call.
-            let received = c.recv(unsafe { bytes_mut(buf, len) }, src, tag);
+            let received = raw::recv(&c, unsafe { bytes_mut(buf, len) }, src, tag);
             return match received {
                 Ok(st) => {
                     // The status is converted only when the program asked for it.
@@ -238,19 +245,38 @@ pub unsafe extern "C" fn MPI_Recv(
                 Err(e) => unsafe { failed_recv(e, status) },
             };
         }
-        let c = super::communicator(comm)?;
-        let mut data = recv_data(buf, count, datatype, "message")?;
-        let src = source(src, c.size())?;
-        let tag = recv_tag(tag)?;
-        // SAFETY: MPI_Recv's contract: `buf` holds `count` elements and is not accessed
-        // otherwise during the call.
-        let o = outcome(c.recv(unsafe { data.bytes_mut() }, src, tag));
-        // SAFETY: as above.
-        unsafe { data.finish(o.status.bytes() as usize) };
-        // SAFETY: the caller's status or MPI_STATUS_IGNORE.
-        unsafe { put_status(status, &o.status) };
-        o.error.map_or(Ok(()), Err)
+        // SAFETY: MPI_Recv's contract.
+        unsafe { recv_general(buf, count, datatype, src, tag, comm, status) }
     })
+}
+
+/// `MPI_Recv`'s general path (any datatype; every argument checked), out of line as
+/// [`send`].
+///
+/// # Safety
+/// `MPI_Recv`'s contract: `buf` holds `count` elements of `datatype` and is not accessed
+/// otherwise during the call; `status` is the caller's or `MPI_STATUS_IGNORE`.
+#[inline(never)]
+unsafe fn recv_general(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> MpiResult<()> {
+    let c = super::communicator(comm)?;
+    let mut data = recv_data(buf, count, datatype, "message")?;
+    let src = source(src, c.size())?;
+    let tag = recv_tag(tag)?;
+    // SAFETY: the caller's contract.
+    let o = outcome(c.recv(unsafe { data.bytes_mut() }, src, tag));
+    // SAFETY: as above.
+    unsafe { data.finish(o.status.bytes() as usize) };
+    // SAFETY: the caller's status or MPI_STATUS_IGNORE.
+    unsafe { put_status(status, &o.status) };
+    o.error.map_or(Ok(()), Err)
 }
 
 /// A failed receive of the fast path: its status (a truncated message's says what
