@@ -4,6 +4,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::op::{reduce, reducer, Coll, Reducer};
+use super::rooted::{self, Gather, Scatter};
 use super::types::Ty;
 use super::{
     call, communicator, no_overlap, recv_data, recv_data_n, send_data, send_data_n, RecvData,
@@ -253,32 +254,29 @@ pub unsafe extern "C" fn MPI_Gather(
 ) -> c_int {
     call("MPI_Gather", comm, || {
         let c = communicator(comm)?;
-        let (n, me) = (c.size(), c.rank());
-        let root = root_of(root, n)?;
-        if me != root {
-            // SAFETY: MPI_Gather's contract: sendbuf holds `sendcount` elements.
-            let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
-            // SAFETY: as above.
-            c.gather(unsafe { send.bytes() }, None, root)?;
-            return Ok(());
-        }
-        let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
-        let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
-        // SAFETY: MPI_Gather's contract: the root's recvbuf holds size x recvcount elements,
-        // sendbuf `sendcount` elements.
+        // SAFETY: MPI_Gather's contract (the plan's).
+        let (root, plan) = unsafe {
+            rooted::gather(
+                "MPI_Gather",
+                &c,
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+            )?
+        };
+        // SAFETY: as above; the buffers are used only during the call.
         unsafe {
-            if in_place(sendbuf) {
-                recv.load()?;
-                let all = recv.bytes_mut();
-                let own = all[me * rb..(me + 1) * rb].to_vec();
-                c.gather(&own, Some(all), root)?;
-            } else {
-                let send = send_data(sendbuf, sendcount, sendtype, "send")?;
-                same_block(send.len(), rb, "MPI_Gather")?;
-                apart(&send, &recv, "MPI_Gather")?;
-                c.gather(send.bytes(), Some(recv.bytes_mut()), root)?;
+            match plan {
+                Gather::Leaf(send) => c.gather(send.bytes(), None, root)?,
+                Gather::Root { mut recv, own } => {
+                    c.gather(own.bytes(), Some(recv.bytes_mut()), root)?;
+                    recv.finish(recv.len());
+                }
             }
-            recv.finish(recv.len());
         }
         Ok(())
     })
@@ -298,32 +296,41 @@ pub unsafe extern "C" fn MPI_Scatter(
 ) -> c_int {
     call("MPI_Scatter", comm, || {
         let c = communicator(comm)?;
-        let (n, me) = (c.size(), c.rank());
-        let root = root_of(root, n)?;
-        if me != root {
-            let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
-            // SAFETY: MPI_Scatter's contract: recvbuf holds `recvcount` elements.
-            unsafe {
-                c.scatter(None, recv.bytes_mut(), root)?;
-                recv.finish(recv.len());
-            }
-            return Ok(());
-        }
-        let (sty, total, sb) = blocks_of(sendcount, sendtype, n, "send")?;
-        // SAFETY: MPI_Scatter's contract: the root's sendbuf holds size x sendcount
-        // elements, recvbuf `recvcount`.
+        // SAFETY: MPI_Scatter's contract (the plan's).
+        let (root, plan) = unsafe {
+            rooted::scatter(
+                "MPI_Scatter",
+                &c,
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+            )?
+        };
+        // SAFETY: as above; the buffers are used only during the call.
         unsafe {
-            let send = send_data_n(sendbuf, total, &sty, "send")?;
-            if in_place(recvbuf) {
-                // The root's block stays where it is.
-                let mut own = vec![0u8; sb];
-                c.scatter(Some(send.bytes()), &mut own, root)?;
-            } else {
-                let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
-                same_block(sb, recv.len(), "MPI_Scatter")?;
-                apart(&send, &recv, "MPI_Scatter")?;
-                c.scatter(Some(send.bytes()), recv.bytes_mut(), root)?;
-                recv.finish(recv.len());
+            match plan {
+                Scatter::Leaf(mut recv) => {
+                    c.scatter(None, recv.bytes_mut(), root)?;
+                    recv.finish(recv.len());
+                }
+                // The root's block stays where it is: it lands in scratch.
+                Scatter::Root {
+                    send,
+                    own: None,
+                    block,
+                } => c.scatter(Some(send.bytes()), &mut vec![0u8; block], root)?,
+                Scatter::Root {
+                    send,
+                    own: Some(mut recv),
+                    ..
+                } => {
+                    c.scatter(Some(send.bytes()), recv.bytes_mut(), root)?;
+                    recv.finish(recv.len());
+                }
             }
         }
         Ok(())

@@ -21,6 +21,7 @@ pub mod nbc;
 pub mod op;
 pub mod p2p;
 pub mod req;
+mod rooted;
 pub mod types;
 pub mod vcoll;
 

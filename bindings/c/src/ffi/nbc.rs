@@ -16,6 +16,7 @@ use rmca::raw::{self, RawRequest};
 
 use super::coll::{apart, blocks_of, in_place, reduce_recv, reduce_send, root_of, same_block};
 use super::op::{raw_reduction, reducer};
+use super::rooted::{self, Gather, Scatter};
 use super::types::Ty;
 use super::{call, communicator, put, recv_data, recv_data_n, send_data, send_data_n};
 use super::{RecvData, SendData, Staged};
@@ -256,35 +257,33 @@ pub unsafe extern "C" fn MPI_Igather(
 ) -> c_int {
     call("MPI_Igather", comm, || {
         start(comm, request, |c| {
-            let (n, me) = (c.size(), c.rank());
-            let root = root_of(root, n)?;
-            if me != root {
-                // SAFETY: MPI_Igather's contract: sendbuf holds `sendcount` elements (read
-                // when the collective starts).
-                let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
-                let (at, len) = send.span();
-                // SAFETY: as above.
-                let r = unsafe { raw::igather(c, at.cast(), len, std::ptr::null_mut(), root)? };
-                return Ok((r, None));
-            }
-            let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
-            let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
-            // SAFETY: MPI_Igather's contract: the root's recvbuf holds size x recvcount
-            // elements until completion, sendbuf `sendcount` elements.
-            let r = unsafe {
-                if in_place(sendbuf) {
-                    recv.load()?;
-                    let own = recv.bytes_mut()[me * rb..(me + 1) * rb].to_vec();
-                    raw::igather(c, own.as_ptr(), rb, recv_ptr(&mut recv), root)?
-                } else {
-                    let send = send_data(sendbuf, sendcount, sendtype, "send")?;
-                    same_block(send.len(), rb, "MPI_Igather")?;
-                    apart(&send, &recv, "MPI_Igather")?;
-                    let at = send.span().0.cast();
-                    raw::igather(c, at, rb, recv_ptr(&mut recv), root)?
+            // SAFETY: MPI_Igather's contract (the plan's), until completion for the root's
+            // recvbuf; the blocks sent are read when the collective starts.
+            unsafe {
+                let (root, plan) = rooted::gather(
+                    "MPI_Igather",
+                    c,
+                    sendbuf,
+                    sendcount,
+                    sendtype,
+                    recvbuf,
+                    recvcount,
+                    recvtype,
+                    root,
+                )?;
+                match plan {
+                    Gather::Leaf(send) => {
+                        let (at, len) = send.span();
+                        let r = raw::igather(c, at.cast(), len, std::ptr::null_mut(), root)?;
+                        Ok((r, None))
+                    }
+                    Gather::Root { mut recv, own } => {
+                        let (at, len) = own.span();
+                        let r = raw::igather(c, at, len, recv_ptr(&mut recv), root)?;
+                        Ok((r, staged(None, Vec::new(), Some(recv))))
+                    }
                 }
-            };
-            Ok((r, staged(None, Vec::new(), Some(recv))))
+            }
         })
     })
 }
@@ -304,35 +303,47 @@ pub unsafe extern "C" fn MPI_Iscatter(
 ) -> c_int {
     call("MPI_Iscatter", comm, || {
         start(comm, request, |c| {
-            let (n, me) = (c.size(), c.rank());
-            let root = root_of(root, n)?;
-            if me != root {
-                let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
-                let len = recv.len();
-                // SAFETY: MPI_Iscatter's contract: recvbuf holds `recvcount` elements until
-                // completion.
-                let r =
-                    unsafe { raw::iscatter(c, std::ptr::null(), recv_ptr(&mut recv), len, root)? };
-                return Ok((r, staged(None, Vec::new(), Some(recv))));
-            }
-            let (sty, total, sb) = blocks_of(sendcount, sendtype, n, "send")?;
-            // SAFETY: MPI_Iscatter's contract: the root's sendbuf holds size x sendcount
-            // elements (read when the collective starts), recvbuf `recvcount` until
-            // completion.
+            // SAFETY: MPI_Iscatter's contract (the plan's), until completion for recvbuf;
+            // the root's sendbuf is read when the collective starts.
             unsafe {
-                let send = send_data_n(sendbuf, total, &sty, "send")?;
-                let at = send.span().0.cast();
-                if in_place(recvbuf) {
+                let (root, plan) = rooted::scatter(
+                    "MPI_Iscatter",
+                    c,
+                    sendbuf,
+                    sendcount,
+                    sendtype,
+                    recvbuf,
+                    recvcount,
+                    recvtype,
+                    root,
+                )?;
+                match plan {
+                    Scatter::Leaf(mut recv) => {
+                        let len = recv.len();
+                        let at = recv_ptr(&mut recv);
+                        let r = raw::iscatter(c, std::ptr::null(), at, len, root)?;
+                        Ok((r, staged(None, Vec::new(), Some(recv))))
+                    }
                     // The root's own block lands in scratch the request keeps.
-                    let mut own = vec![0u8; sb];
-                    let r = raw::iscatter(c, at, own.as_mut_ptr(), sb, root)?;
-                    Ok((r, staged(None, own, None)))
-                } else {
-                    let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
-                    same_block(sb, recv.len(), "MPI_Iscatter")?;
-                    apart(&send, &recv, "MPI_Iscatter")?;
-                    let r = raw::iscatter(c, at, recv_ptr(&mut recv), sb, root)?;
-                    Ok((r, staged(None, Vec::new(), Some(recv))))
+                    Scatter::Root {
+                        send,
+                        own: None,
+                        block,
+                    } => {
+                        let mut own = vec![0u8; block];
+                        let at = send.span().0.cast();
+                        let r = raw::iscatter(c, at, own.as_mut_ptr(), block, root)?;
+                        Ok((r, staged(None, own, None)))
+                    }
+                    Scatter::Root {
+                        send,
+                        own: Some(mut recv),
+                        block,
+                    } => {
+                        let at = send.span().0.cast();
+                        let r = raw::iscatter(c, at, recv_ptr(&mut recv), block, root)?;
+                        Ok((r, staged(None, Vec::new(), Some(recv))))
+                    }
                 }
             }
         })
