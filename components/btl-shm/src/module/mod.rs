@@ -237,6 +237,9 @@ pub struct ShmBtl {
     memory: Arc<MemoryCounter>,
     charged: usize,
     next_registration: u64,
+    /// This process's id, the key of its registrations (read once: glibc's getpid is a
+    /// system call each time, and every RGET send registers its buffer).
+    my_pid: u32,
 }
 
 impl std::fmt::Debug for ShmBtl {
@@ -453,7 +456,7 @@ impl Btl for ShmBtl {
         self.next_registration += 1;
         let mut key = Vec::with_capacity(8);
         wire::Writer::new(&mut key)
-            .i32(std::process::id() as i32)
+            .i32(self.my_pid as i32)
             .u32(self.my_rank);
         Ok(Registration {
             handle,

@@ -176,6 +176,7 @@ impl ShmBtl {
             memory,
             charged: seg_len,
             next_registration: 1,
+            my_pid: std::process::id(),
         }))
     }
 
