@@ -151,6 +151,17 @@ impl BulkChooser {
         c.samples[i] = c.samples[i].saturating_add(1);
     }
 
+    /// The measured size classes: for each, its smallest size and the estimated service time
+    /// of a message of that size by a read and by the copy pipeline (ns), where measured.
+    /// What the profile reports, so that a user can see why a size goes the way it goes.
+    pub fn measured(&self) -> impl Iterator<Item = (usize, Option<f64>, Option<f64>)> + '_ {
+        self.classes.iter().enumerate().filter_map(|(k, c)| {
+            let len = 1usize << k;
+            let ns = |i: usize| (c.samples[i] > 0).then(|| c.estimate[i] * len as f64);
+            (c.samples != [0, 0]).then(|| (len, ns(0), ns(1)))
+        })
+    }
+
     /// The current estimate of `how` for messages of `len` bytes (ns per byte), if measured.
     pub fn estimate(&self, len: usize, how: Bulk) -> Option<f64> {
         let c = &self.classes[class_of(len)];
@@ -182,6 +193,22 @@ mod tests {
 
     fn count(v: &[Bulk], b: Bulk) -> usize {
         v.iter().filter(|&&x| x == b).count()
+    }
+
+    #[test]
+    fn the_measured_classes_are_reported_as_times_at_their_smallest_size() {
+        let mut ch = BulkChooser::new();
+        assert_eq!(ch.measured().count(), 0);
+        ch.record(100 << 10, Bulk::Get, 100 << 10); // 1 ns per byte, class 64 KiB
+        ch.record(200 << 10, Bulk::Copy, 400 << 10); // 2 ns per byte, class 128 KiB
+        let m: Vec<_> = ch.measured().collect();
+        assert_eq!(
+            m,
+            [
+                (64 << 10, Some(65536.0), None),
+                (128 << 10, None, Some(262144.0))
+            ]
+        );
     }
 
     #[test]

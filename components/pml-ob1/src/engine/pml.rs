@@ -332,6 +332,18 @@ impl Pml for Ob1 {
         ] {
             v.push((format!("pml.ob1.{k}"), x));
         }
+        // What the bulk chooser believes, per BTL and size class: the estimated service time
+        // (ns) of a read and of the copy pipeline for a message of the class's smallest size.
+        for (btl, b) in self.core.bulk.iter().enumerate() {
+            let name = self.core.names.get(btl).map_or("?", String::as_str);
+            for (len, get, copy) in b.chooser.measured() {
+                for (way, ns) in [("get", get), ("copy", copy)] {
+                    if let Some(ns) = ns {
+                        v.push((format!("pml.ob1.bulk_{name}_{len}_{way}_ns"), ns as u64));
+                    }
+                }
+            }
+        }
         v.extend(self.bml.counters());
         v
     }
