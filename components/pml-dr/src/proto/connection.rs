@@ -26,9 +26,9 @@ use super::counters::Counters;
 use super::ranges::RangeSet;
 use super::rtt::RttEstimator;
 use super::wire::{
-    self, full_mask, AckPacket, AckRepr, DataPacket, DataRepr, MatchFields, PacketType, WireError,
-    ACK_FLAG_BUNDLED, ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN,
-    DATA_HEADER_LEN, FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
+    self, full_mask, AckRepr, DataRepr, MatchFields, PacketType, WireError, ACK_FLAG_BUNDLED,
+    ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN, DATA_HEADER_LEN,
+    FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
 };
 
 /// Per-peer message sequence number (assigned by the sender, in MPI send order).
@@ -951,7 +951,7 @@ impl Connection {
         let result = match wire::peek_type(bytes) {
             Ok(t) if t.is_data() => self.handle_data(now, btl, bytes),
             Ok(_) => {
-                match AckPacket::new_checked(bytes).and_then(|p| AckRepr::parse(&p)) {
+                match AckRepr::parse_bytes(bytes) {
                     Ok(ack) => {
                         self.last_heard = now;
                         if ack.flags & ACK_FLAG_PING != 0 {
@@ -999,14 +999,7 @@ impl Connection {
         btl: usize,
         bytes: &'a [u8],
     ) -> Option<Arrival<'a>> {
-        let pkt = match DataPacket::new_checked(bytes) {
-            Ok(p) => p,
-            Err(e) => {
-                self.count_bad(e);
-                return None;
-            }
-        };
-        let repr = match DataRepr::parse(&pkt) {
+        let repr = match DataRepr::parse_bytes(bytes) {
             Ok(r) => r,
             Err(e) => {
                 self.count_bad(e);
@@ -1078,9 +1071,7 @@ impl Connection {
         Some(Arrival {
             seq: repr.msg_seq,
             offset: repr.offset,
-            payload: pkt
-                .into_inner()
-                .get(DATA_HEADER_LEN..DATA_HEADER_LEN + repr.payload_len as usize)?,
+            payload: bytes.get(DATA_HEADER_LEN..DATA_HEADER_LEN + repr.payload_len as usize)?,
             msg_len: repr.msg_len,
             m: repr.m,
             kind: repr.kind,
