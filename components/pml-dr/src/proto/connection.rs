@@ -15,7 +15,7 @@
 //! delivered twice, and new messages are announced in per-peer sequence order (MPI ordering).
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -25,6 +25,7 @@ use super::config::{Config, ConfigError, PathConfig};
 use super::counters::Counters;
 use super::ranges::RangeSet;
 use super::rtt::RttEstimator;
+use super::sorted_map::SortedMap;
 use super::wire::{
     self, full_mask, AckRepr, DataRepr, MatchFields, PacketType, WireError, ACK_FLAG_BUNDLED,
     ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN, DATA_HEADER_LEN,
@@ -415,19 +416,19 @@ pub struct Connection {
     next_vfrag_id: u64,
     next_pkt_num: u64,
     next_token: u64,
-    tx_msgs: BTreeMap<MsgSeq, TxMsg>,
+    tx_msgs: SortedMap<MsgSeq, TxMsg>,
     /// Messages with bytes to cut into vfrags, FIFO.
     tx_ready: VecDeque<MsgSeq>,
-    tx_vfrags: BTreeMap<u64, TxVfrag>,
-    pending_local: BTreeMap<TxToken, (usize, Instant)>,
+    tx_vfrags: SortedMap<u64, TxVfrag>,
+    pending_local: SortedMap<TxToken, (usize, Instant)>,
     /// Recent loss repairs (pkt_num, path): a duplicate-ack echoing one proves the loss was
     /// spurious even after its vfrag completed.
     recent_repairs: VecDeque<(u64, usize)>,
 
     // Receiver.
     rx_done: RangeSet,
-    rx_partial: BTreeMap<u64, RxVfrag>,
-    rx_msgs: BTreeMap<MsgSeq, RxMsg>,
+    rx_partial: SortedMap<u64, RxVfrag>,
+    rx_msgs: SortedMap<MsgSeq, RxMsg>,
     next_announce: MsgSeq,
     acks: VecDeque<PendingAck>,
     /// Data just left: the held acks follow it at once (they are due anyway, and behind the
@@ -501,14 +502,14 @@ impl Connection {
             next_vfrag_id: 0,
             next_pkt_num: 0,
             next_token: 0,
-            tx_msgs: BTreeMap::new(),
+            tx_msgs: SortedMap::new(),
             tx_ready: VecDeque::new(),
-            tx_vfrags: BTreeMap::new(),
-            pending_local: BTreeMap::new(),
+            tx_vfrags: SortedMap::new(),
+            pending_local: SortedMap::new(),
             recent_repairs: VecDeque::new(),
             rx_done: RangeSet::new(),
-            rx_partial: BTreeMap::new(),
-            rx_msgs: BTreeMap::new(),
+            rx_partial: SortedMap::new(),
+            rx_msgs: SortedMap::new(),
             next_announce: 0,
             acks: VecDeque::new(),
             flush_acks: false,
@@ -1628,7 +1629,7 @@ impl Connection {
         for a in &self.acks {
             min(Some(a.ready_at));
         }
-        if let Some((_, &(_, at))) = self.pending_local.iter().next() {
+        if let Some((_, &(_, at))) = self.pending_local.first() {
             min(Some(at + self.cfg.watchdog));
         }
         min(self.silence_deadline());
@@ -1674,7 +1675,7 @@ impl Connection {
             }
         }
         // Watchdog: tokens are issued in time order, so the first is the oldest.
-        while let Some((&tok, &(p, at))) = self.pending_local.iter().next() {
+        while let Some((&tok, &(p, at))) = self.pending_local.first() {
             if at + self.cfg.watchdog > now {
                 break;
             }
