@@ -283,6 +283,44 @@ struct Sent {
     at: Instant,
 }
 
+/// Each fragment's latest transmission, by fragment index: inline for a vfrag of one fragment
+/// (every small message), else on the heap (an allocation and a free per vfrag were ~200
+/// instructions of a small message's). Dereferences to the slice.
+#[derive(Debug)]
+enum SentLog {
+    One(Option<Sent>),
+    Many(Box<[Option<Sent>]>),
+}
+
+impl SentLog {
+    fn new(count: u8) -> Self {
+        if count <= 1 {
+            Self::One(None)
+        } else {
+            Self::Many(vec![None; count as usize].into_boxed_slice())
+        }
+    }
+}
+
+impl std::ops::Deref for SentLog {
+    type Target = [Option<Sent>];
+    fn deref(&self) -> &[Option<Sent>] {
+        match self {
+            Self::One(s) => std::slice::from_ref(s),
+            Self::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SentLog {
+    fn deref_mut(&mut self) -> &mut [Option<Sent>] {
+        match self {
+            Self::One(s) => std::slice::from_mut(s),
+            Self::Many(v) => v,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Path {
     btl: usize,
@@ -327,7 +365,7 @@ struct TxVfrag {
     lost: u64,
     /// Queued fragments to send twice (a lone probe is doubled, as QUIC sends two).
     twice: u64,
-    sent: Vec<Option<Sent>>,
+    sent: SentLog,
     /// Fragments transmitted at least once (bit i = `sent[i].is_some()`).
     sent_mask: u64,
     /// Set once a RNDV vfrag is fully acked but the receiver has not matched yet.
@@ -836,7 +874,7 @@ impl Connection {
                 queued: full_mask(count as usize),
                 lost: 0,
                 twice: 0,
-                sent: vec![None; count as usize],
+                sent: SentLog::new(count),
                 sent_mask: 0,
                 awaiting_match: None,
             },
