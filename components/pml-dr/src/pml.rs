@@ -192,6 +192,8 @@ struct State {
     clock_fresh: bool,
     /// Progress passes made (the clock is read every [`CLOCK_EVERY`]th idle one).
     passes: u32,
+    /// The last pass delivered something and left the timers to this one.
+    timers_deferred: bool,
     /// Buffers for the payloads of small sends that completed at once ([`COPY_POOL_MAX`] at
     /// most: past that, sends complete on acknowledgement).
     copies: FreeListPool,
@@ -282,6 +284,7 @@ impl Dr {
                 route_failures: Vec::new(),
                 clock_fresh: false,
                 passes: 0,
+                timers_deferred: false,
                 copies: copy_pool(&cfg_for_pool, Arc::default()),
             },
         })
@@ -867,10 +870,17 @@ impl Pml for Dr {
             self.st.now = Instant::now();
         }
         let now = self.st.now;
+        // A pass that delivered something leaves the timers to the next pass (never two passes
+        // in a row): recomputing a changed connection's deadline (~570 instructions) then
+        // happens while the application waits for its next message, not between an arrival
+        // and the application seeing it. Every timer is at least `pml_dr_ack_hold_us` (20 us
+        // by default) long, against a pass of a few microseconds.
+        let timers = n == 0 || self.st.timers_deferred;
+        self.st.timers_deferred = !timers;
         for i in 0..self.st.peers.active.len() {
             let p = self.st.peers.active[i];
             let conn = &mut self.st.peers[p as usize].conn;
-            if conn.poll_timeout().is_some_and(|t| t <= now) {
+            if timers && conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
             }
             n += self.st.handle_events(p, Some(&mut self.bml));
