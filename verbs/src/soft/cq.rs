@@ -2,7 +2,6 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use super::{lock, Ctx, Qp};
 use crate::error::{Error, Result};
@@ -71,10 +70,10 @@ impl Cq {
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         // Iterated under the list lock (no per-poll allocation): nothing takes a QP lock and
         // then this list's lock, so the order cq.qps -> qp.inner cannot deadlock.
-        let now = Instant::now();
+        let mut now = None;
         for qp in lock(&self.qps).iter() {
             let mut g = lock(&qp.inner);
-            qp.progress(&mut g, now, true);
+            qp.owner_progress(&mut g, &mut now);
         }
         let mut g = lock(&self.q);
         let n = out.len().min(g.q.len());

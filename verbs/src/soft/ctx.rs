@@ -127,11 +127,6 @@ impl Ctx {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// `at` as nanoseconds since this context's epoch (the [`Ctx::now_ns`] scale).
-    pub(super) fn ns_at(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.epoch).as_nanos() as u64
-    }
-
     /// The interface under the bound address.
     pub fn link(&self) -> &SoftLink {
         &self.link
@@ -253,8 +248,9 @@ fn agent(weak: Weak<Ctx>) {
         // owner, and no wake-ups for its sockets.
         let qps: Vec<Arc<Qp>> = lock(&ctx.qps).values().cloned().collect();
         let now = Instant::now();
+        let now_ns = ctx.now_ns();
         for qp in &qps {
-            if !qp.stale(&ctx) {
+            if !qp.stale(&ctx, now_ns) {
                 continue;
             }
             // A UD QP that does not read its socket (no WQE, no SRQ) is not watched: a stray

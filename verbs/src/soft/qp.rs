@@ -29,7 +29,12 @@ pub(crate) struct Qp {
     pub(super) caps: QpCaps,
     pub(super) qkey: u32,
     pub(super) fd: AtomicI32,
-    last_progress: AtomicU64,
+    /// Polls by the owner (through a CQ), for the agent's [`Qp::stale`].
+    polls: AtomicU64,
+    /// The agent's last look at `polls`: the count it saw, and when the count last changed
+    /// (ns since the context's epoch). Only the agent writes these.
+    agent_seen: AtomicU64,
+    agent_seen_ns: AtomicU64,
     udp_addr: Option<SocketAddr>,
     pub(super) inner: Mutex<QpInner>,
 }
@@ -143,7 +148,9 @@ impl Qp {
             caps: init.caps,
             qkey: init.qkey,
             fd: AtomicI32::new(fd),
-            last_progress: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
+            agent_seen: AtomicU64::new(0),
+            agent_seen_ns: AtomicU64::new(0),
             udp_addr,
             inner: Mutex::new(QpInner {
                 state: QpState::Reset,
@@ -430,35 +437,58 @@ impl Qp {
         Ok(Some(v))
     }
 
-    /// True when the owner has not progressed this QP for `agent_idle`.
-    pub(super) fn stale(&self, ctx: &Ctx) -> bool {
+    /// Called by the agent (`now_ns`: its clock, ns since the context's epoch): true when the
+    /// owner has not polled this QP for `agent_idle`. The owner only counts its polls (no clock
+    /// read per poll, which was 2% of a soft UD ping-pong's time); the agent notes when it
+    /// saw the count change, so a QP counts as stale `agent_idle` after the agent's first look
+    /// that found no new poll (at most one agent period, 2 ms, later than by the clock).
+    pub(super) fn stale(&self, ctx: &Ctx, now_ns: u64) -> bool {
+        let polls = self.polls.load(Ordering::Relaxed);
+        if polls != self.agent_seen.load(Ordering::Relaxed) {
+            self.agent_seen.store(polls, Ordering::Relaxed);
+            self.agent_seen_ns.store(now_ns, Ordering::Relaxed);
+            return false;
+        }
         let idle = ctx.cfg.agent_idle.as_nanos() as u64;
-        ctx.now_ns()
-            .saturating_sub(self.last_progress.load(Ordering::Relaxed))
-            > idle
+        now_ns.saturating_sub(self.agent_seen_ns.load(Ordering::Relaxed)) > idle
+    }
+
+    /// The owner's poll (through a CQ): counted for [`Qp::stale`], then [`Qp::progress`]. The
+    /// clock is read only for the QPs that use it (RC timers, a fault model), at most once per
+    /// CQ poll (`now`, shared by the CQ's QPs).
+    pub(super) fn owner_progress(&self, g: &mut QpInner, now: &mut Option<Instant>) {
+        // Only written under the QP's lock, which the caller holds.
+        let polls = self.polls.load(Ordering::Relaxed);
+        self.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
+        if self.qp_type == QpType::Ud && g.ud_fault.is_none() {
+            self.ud_progress(g, None);
+        } else {
+            let now = *now.get_or_insert_with(Instant::now);
+            self.progress(g, now, true);
+        }
     }
 
     /// Moves everything forward: I/O, timers, completions. The owner (`owner`) defers the
     /// ACK of what it just received to its next post or poll, so that in request/reply traffic
     /// the ACK rides in the same write as the reply; the agent acknowledges at once.
     pub(super) fn progress(&self, g: &mut QpInner, now: Instant, owner: bool) {
-        // From the caller's clock reading: a poll progresses every QP of its CQ, and one
-        // clock read per QP was a visible share of an idle spin.
-        self.last_progress
-            .store(self.ctx.ns_at(now), Ordering::Relaxed);
         match self.qp_type {
-            QpType::Ud => {
-                if g.udp.is_some() {
-                    self.ud_transmit(g, Some(now));
-                    if let Some(f) = g.ud_fault.as_mut() {
-                        f.release_held();
-                    }
-                    if self.ud_reads(g) {
-                        self.ud_receive(g);
-                    }
-                }
-            }
+            QpType::Ud => self.ud_progress(g, Some(now)),
             QpType::Rc => self.rc_progress(g, now, owner),
+        }
+    }
+
+    /// A UD QP's progress: deferred sends, then receives. `now` is read here only when a
+    /// fault model needs it and none was given.
+    fn ud_progress(&self, g: &mut QpInner, now: Option<Instant>) {
+        if g.udp.is_some() {
+            self.ud_transmit(g, now);
+            if let Some(f) = g.ud_fault.as_mut() {
+                f.release_held();
+            }
+            if self.ud_reads(g) {
+                self.ud_receive(g);
+            }
         }
     }
 

@@ -15,7 +15,7 @@
 //! delivered twice, and new messages are announced in per-peer sequence order (MPI ordering).
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -25,10 +25,11 @@ use super::config::{Config, ConfigError, PathConfig};
 use super::counters::Counters;
 use super::ranges::RangeSet;
 use super::rtt::RttEstimator;
+use super::sorted_map::SortedMap;
 use super::wire::{
-    self, full_mask, AckPacket, AckRepr, DataPacket, DataRepr, MatchFields, PacketType, WireError,
-    ACK_FLAG_BUNDLED, ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN,
-    DATA_HEADER_LEN, FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
+    self, full_mask, AckRepr, DataRepr, MatchFields, PacketType, WireError, ACK_FLAG_BUNDLED,
+    ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN, DATA_HEADER_LEN,
+    FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
 };
 
 /// Per-peer message sequence number (assigned by the sender, in MPI send order).
@@ -282,6 +283,44 @@ struct Sent {
     at: Instant,
 }
 
+/// Each fragment's latest transmission, by fragment index: inline for a vfrag of one fragment
+/// (every small message), else on the heap (an allocation and a free per vfrag were ~200
+/// instructions of a small message's). Dereferences to the slice.
+#[derive(Debug)]
+enum SentLog {
+    One(Option<Sent>),
+    Many(Box<[Option<Sent>]>),
+}
+
+impl SentLog {
+    fn new(count: u8) -> Self {
+        if count <= 1 {
+            Self::One(None)
+        } else {
+            Self::Many(vec![None; count as usize].into_boxed_slice())
+        }
+    }
+}
+
+impl std::ops::Deref for SentLog {
+    type Target = [Option<Sent>];
+    fn deref(&self) -> &[Option<Sent>] {
+        match self {
+            Self::One(s) => std::slice::from_ref(s),
+            Self::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SentLog {
+    fn deref_mut(&mut self) -> &mut [Option<Sent>] {
+        match self {
+            Self::One(s) => std::slice::from_mut(s),
+            Self::Many(v) => v,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Path {
     btl: usize,
@@ -326,7 +365,7 @@ struct TxVfrag {
     lost: u64,
     /// Queued fragments to send twice (a lone probe is doubled, as QUIC sends two).
     twice: u64,
-    sent: Vec<Option<Sent>>,
+    sent: SentLog,
     /// Fragments transmitted at least once (bit i = `sent[i].is_some()`).
     sent_mask: u64,
     /// Set once a RNDV vfrag is fully acked but the receiver has not matched yet.
@@ -415,19 +454,19 @@ pub struct Connection {
     next_vfrag_id: u64,
     next_pkt_num: u64,
     next_token: u64,
-    tx_msgs: BTreeMap<MsgSeq, TxMsg>,
+    tx_msgs: SortedMap<MsgSeq, TxMsg>,
     /// Messages with bytes to cut into vfrags, FIFO.
     tx_ready: VecDeque<MsgSeq>,
-    tx_vfrags: BTreeMap<u64, TxVfrag>,
-    pending_local: BTreeMap<TxToken, (usize, Instant)>,
+    tx_vfrags: SortedMap<u64, TxVfrag>,
+    pending_local: SortedMap<TxToken, (usize, Instant)>,
     /// Recent loss repairs (pkt_num, path): a duplicate-ack echoing one proves the loss was
     /// spurious even after its vfrag completed.
     recent_repairs: VecDeque<(u64, usize)>,
 
     // Receiver.
     rx_done: RangeSet,
-    rx_partial: BTreeMap<u64, RxVfrag>,
-    rx_msgs: BTreeMap<MsgSeq, RxMsg>,
+    rx_partial: SortedMap<u64, RxVfrag>,
+    rx_msgs: SortedMap<MsgSeq, RxMsg>,
     next_announce: MsgSeq,
     acks: VecDeque<PendingAck>,
     /// Data just left: the held acks follow it at once (they are due anyway, and behind the
@@ -501,14 +540,14 @@ impl Connection {
             next_vfrag_id: 0,
             next_pkt_num: 0,
             next_token: 0,
-            tx_msgs: BTreeMap::new(),
+            tx_msgs: SortedMap::new(),
             tx_ready: VecDeque::new(),
-            tx_vfrags: BTreeMap::new(),
-            pending_local: BTreeMap::new(),
+            tx_vfrags: SortedMap::new(),
+            pending_local: SortedMap::new(),
             recent_repairs: VecDeque::new(),
             rx_done: RangeSet::new(),
-            rx_partial: BTreeMap::new(),
-            rx_msgs: BTreeMap::new(),
+            rx_partial: SortedMap::new(),
+            rx_msgs: SortedMap::new(),
             next_announce: 0,
             acks: VecDeque::new(),
             flush_acks: false,
@@ -835,7 +874,7 @@ impl Connection {
                 queued: full_mask(count as usize),
                 lost: 0,
                 twice: 0,
-                sent: vec![None; count as usize],
+                sent: SentLog::new(count),
                 sent_mask: 0,
                 awaiting_match: None,
             },
@@ -951,7 +990,7 @@ impl Connection {
         let result = match wire::peek_type(bytes) {
             Ok(t) if t.is_data() => self.handle_data(now, btl, bytes),
             Ok(_) => {
-                match AckPacket::new_checked(bytes).and_then(|p| AckRepr::parse(&p)) {
+                match AckRepr::parse_bytes(bytes) {
                     Ok(ack) => {
                         self.last_heard = now;
                         if ack.flags & ACK_FLAG_PING != 0 {
@@ -999,14 +1038,7 @@ impl Connection {
         btl: usize,
         bytes: &'a [u8],
     ) -> Option<Arrival<'a>> {
-        let pkt = match DataPacket::new_checked(bytes) {
-            Ok(p) => p,
-            Err(e) => {
-                self.count_bad(e);
-                return None;
-            }
-        };
-        let repr = match DataRepr::parse(&pkt) {
+        let repr = match DataRepr::parse_bytes(bytes) {
             Ok(r) => r,
             Err(e) => {
                 self.count_bad(e);
@@ -1078,9 +1110,7 @@ impl Connection {
         Some(Arrival {
             seq: repr.msg_seq,
             offset: repr.offset,
-            payload: pkt
-                .into_inner()
-                .get(DATA_HEADER_LEN..DATA_HEADER_LEN + repr.payload_len as usize)?,
+            payload: bytes.get(DATA_HEADER_LEN..DATA_HEADER_LEN + repr.payload_len as usize)?,
             msg_len: repr.msg_len,
             m: repr.m,
             kind: repr.kind,
@@ -1637,7 +1667,7 @@ impl Connection {
         for a in &self.acks {
             min(Some(a.ready_at));
         }
-        if let Some((_, &(_, at))) = self.pending_local.iter().next() {
+        if let Some((_, &(_, at))) = self.pending_local.first() {
             min(Some(at + self.cfg.watchdog));
         }
         min(self.silence_deadline());
@@ -1683,7 +1713,7 @@ impl Connection {
             }
         }
         // Watchdog: tokens are issued in time order, so the first is the oldest.
-        while let Some((&tok, &(p, at))) = self.pending_local.iter().next() {
+        while let Some((&tok, &(p, at))) = self.pending_local.first() {
             if at + self.cfg.watchdog > now {
                 break;
             }

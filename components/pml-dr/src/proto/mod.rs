@@ -10,6 +10,7 @@ mod connection;
 mod counters;
 pub mod ranges;
 pub mod rtt;
+mod sorted_map;
 pub mod wire;
 
 pub use config::{AckBundle, Config, ConfigError, PathConfig};
