@@ -43,6 +43,7 @@ pub mod bml;
 pub mod btl;
 pub mod buffer;
 pub mod component;
+pub mod hash;
 pub mod init;
 pub mod job;
 pub mod matching;

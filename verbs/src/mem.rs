@@ -8,7 +8,6 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLock;
@@ -96,33 +95,11 @@ impl Entry {
 /// Key table of one soft context. A range stays valid while its key is in the table: the
 /// memory region handle removes the key (under the write lock) before its memory is freed, and
 /// every copy runs under the read lock.
-/// Hasher of the key table: one multiplication. Every datagram a UD QP receives or sends is
-/// looked up here, and SipHash was ~1% of a soft UD ping-pong's time; the keys are handed out
-/// already spread (see [`MrTable::register`]), and the multiplication spreads a peer's guessed
-/// ones over the table's buckets and tag bits.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
-    map: RwLock<HashMap<u32, Entry, BuildHasherDefault<KeyHasher>>>,
+    // Looked up for every datagram a UD QP sends or receives; the keys are handed out already
+    // spread (see `register`), and the hasher spreads a peer's guessed ones.
+    map: RwLock<HashMap<u32, Entry, rmca_framework::hash::BuildIntHasher>>,
     next: AtomicU32,
 }
 

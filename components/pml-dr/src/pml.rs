@@ -12,7 +12,6 @@
 //!   the matching engine wants is assigned here by counting: nothing is ever held.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,31 +38,9 @@ use crate::proto::{
 /// The BTL tag of every DR packet.
 pub const DR_TAG: BtlTag = tags::PML_DR_BASE;
 
-/// The hasher of the glue's maps, whose keys are small integers (message sequences, ranks and
-/// context ids) chosen by this process or bounded by the connection's checks: the default
-/// SipHash cost ~140 instructions per lookup, a tenth of a small message's CPU here. A
-/// multiply-rotate (as rustc's FxHash) spreads them over the table's buckets and tag bits.
-#[derive(Default)]
-struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// The glue's maps: their keys are small integers (message sequences, ranks and context ids)
+/// chosen by this process or bounded by the connection's checks.
+type FastMap<K, V> = HashMap<K, V, rmca_framework::hash::BuildIntHasher>;
 
 #[derive(Debug)]
 struct Incoming {
