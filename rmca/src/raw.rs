@@ -187,11 +187,14 @@ pub fn send(
     }
 }
 
-/// A blocking receive into `bytes` from `source` (not [`Src::Null`]: the caller handles it)
-/// with `tag` ([`crate::ANY_TAG`] or not negative): [`Communicator::recv`]'s body for a
-/// binding that checked its arguments already (see [`send`]).
+/// A blocking receive into `bytes` from `source` with `tag` ([`crate::ANY_TAG`] or not
+/// negative): [`Communicator::recv`]'s body for a binding that checked its arguments already
+/// (see [`send`]). From [`Src::Null`] it returns [`Status::PROC_NULL`] at once.
 #[inline(always)]
 pub fn recv(comm: &Communicator, bytes: &mut [u8], source: Src, tag: i32) -> Result<Status> {
+    if let Src::Null = source {
+        return Ok(Status::PROC_NULL);
+    }
     // SAFETY: `bytes` stays borrowed until the receive completed: waited below.
     #[allow(unsafe_code)]
     let buf = unsafe { UserBuf::from_mut_slice(bytes) };
@@ -776,10 +779,12 @@ mod tests {
     use super::*;
 
     /// A rank messaging itself through the raw calls: `complete_all` reports each failure at
-    /// its own position (a truncated receive among successes), and the data arrives.
+    /// its own position (a truncated receive among successes), and the data arrives; the
+    /// blocking `send`/`recv` deliver, report a truncation, and answer a receive from
+    /// `PROC_NULL` without the PML (one test: a process initializes rmca once).
     #[test]
     #[allow(unsafe_code)]
-    fn complete_all_reports_failures_at_their_positions() {
+    fn raw_calls_on_a_rank_messaging_itself() {
         let universe = crate::init().expect("a singleton job");
         let world = universe.world();
         let me = world.rank();
@@ -806,5 +811,25 @@ mod tests {
         );
         assert_eq!(fits, out);
         assert_eq!(short, out[..4]);
+
+        send(&world, &out[..5], me, 3, SendMode::Standard).unwrap();
+        let mut got = [0u8; 8];
+        let st = recv(&world, &mut got, Src::Rank(me), 3).unwrap();
+        assert_eq!((st.bytes, &got[..5]), (5, &out[..5]));
+        send(&world, &out, me, 4, SendMode::Standard).unwrap();
+        let mut small = [0u8; 2];
+        assert!(
+            matches!(
+                recv(&world, &mut small, Src::Rank(me), 4),
+                Err(Error::Status { .. })
+            ),
+            "a truncated blocking receive fails"
+        );
+        let st = recv(&world, &mut got, Src::Null, 5).unwrap();
+        assert_eq!(st, Status::PROC_NULL);
+        assert!(matches!(
+            send(&world, &out, me, -1, SendMode::Standard),
+            Err(Error::BadTag(-1))
+        ));
     }
 }

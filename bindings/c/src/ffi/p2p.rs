@@ -224,11 +224,6 @@ pub unsafe extern "C" fn MPI_Recv(
             let c = super::communicator(comm)?;
             let src = source(src, c.size())?;
             let tag = recv_tag(tag)?;
-            if let rmca::Src::Null = src {
-                // SAFETY: the caller's status or MPI_STATUS_IGNORE.
-                unsafe { put_status(status, &to_mpi_status(&rmca::Status::PROC_NULL)) };
-                return Ok(());
-            }
             // SAFETY: MPI_Recv's contract: `buf` holds `len` bytes (not NULL when len > 0,
             // checked) and is not accessed otherwise during the call.
             let received = raw::recv(&c, unsafe { bytes_mut(buf, len) }, src, tag);
