@@ -454,9 +454,10 @@ const COSTS_RECORDS_KEPT: usize = 16;
 
 /// The costs [`measure_costs`] finds, measured once per job and node: the local ranks of a
 /// job take turns on a lock file of the user's in [`SHM_DIR`], the first measures and leaves
-/// the result there under `job_key` (next to those of the last few jobs), the others read it. Measurements that ran side by side
-/// would time each other's spinning threads (unbound ranks all pin theirs to the same two
-/// CPUs), and N ranks measuring cost N times the time. Threads of one process take turns too.
+/// the result there under `job_key` (next to those of the last few jobs), the others read it.
+/// Measurements that ran side by side would time each other's spinning threads (unbound ranks
+/// all pin theirs to the same two CPUs), and N ranks measuring cost N times the time. Threads
+/// of one process take turns too.
 /// When the lock file cannot be used (another user's file in its place, no `/dev/shm`), this
 /// process measures alone.
 /// `measure` is the measurement ([`measure_costs`] but in tests).
@@ -481,15 +482,7 @@ pub fn measure_costs_once_per_job(
         return Some(c);
     }
     let measured = measure()?;
-    // The newest records of the jobs that started lately (several may start side by side).
-    let mut records: Vec<&str> = text.lines().collect();
-    let new = format!(
-        "{job_key} {} {}",
-        measured.handoff_ns, measured.copy_bytes_per_ns
-    );
-    records.push(&new);
-    let keep = records.len().saturating_sub(COSTS_RECORDS_KEPT);
-    let out = records[keep..].join("\n") + "\n";
+    let out = with_costs_record(&text, job_key, &measured);
     // A failed write only means the next rank measures again.
     let _ = file
         .set_len(0)
@@ -522,6 +515,17 @@ fn costs_file_path() -> PathBuf {
     Path::new(SHM_DIR).join(format!("rmca-shm-costs.{uid}"))
 }
 
+/// The lock file's text `text` with `costs` recorded for `job_key` after the records already
+/// there, of which the newest [`COSTS_RECORDS_KEPT`] - 1 are kept (several jobs may start side
+/// by side, and a job's later ranks must still find its record).
+fn with_costs_record(text: &str, job_key: &str, costs: &crate::tune::Costs) -> String {
+    let new = format!("{job_key} {} {}", costs.handoff_ns, costs.copy_bytes_per_ns);
+    let mut records: Vec<&str> = text.lines().collect();
+    records.push(&new);
+    let keep = records.len().saturating_sub(COSTS_RECORDS_KEPT);
+    records[keep..].join("\n") + "\n"
+}
+
 /// The costs recorded in `text` for `job_key` (`"<job_key> <handoff ns> <copy bytes/ns>"`);
 /// `None` for another job's record or anything malformed (one line of the lock file).
 fn parse_costs_record(text: &str, job_key: &str) -> Option<crate::tune::Costs> {
@@ -544,8 +548,8 @@ fn parse_costs_record(text: &str, job_key: &str) -> Option<crate::tune::Costs> {
 /// threads pinned to two CPUs of our affinity mask (the least of up to 64 batches of 32 round
 /// trips, so that batches where a thread was descheduled do not count), and the rate of a
 /// 16 KiB cache-resident copy. Spends about `budget`, up to ten times more while it has
-/// fewer than eight batches (`PATIENCE`, `MIN_BATCHES`). `None` when this process may run on one CPU only,
-/// or when the threads never ran side by side for enough batches.
+/// fewer than eight batches (`PATIENCE`, `MIN_BATCHES`). `None` when this process may run on
+/// one CPU only, or when the threads never ran side by side for enough batches.
 pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
@@ -670,6 +674,30 @@ mod tests {
             ("", "an empty file"),
         ] {
             assert!(parse_costs_record(text, "rmca-j2-").is_none(), "{why}");
+        }
+    }
+
+    /// The lock file keeps the newest records, a job's own among them, and each is read back.
+    #[test]
+    fn the_costs_file_keeps_the_newest_records() {
+        let costs = |handoff_ns| crate::tune::Costs {
+            handoff_ns,
+            copy_bytes_per_ns: 2.5,
+        };
+        let mut text = String::new();
+        for job in 0..COSTS_RECORDS_KEPT + 4 {
+            text = with_costs_record(&text, &format!("rmca-j{job}-"), &costs(job as f64 + 1.0));
+        }
+        assert_eq!(text.lines().count(), COSTS_RECORDS_KEPT);
+        let find = |job: usize| {
+            text.lines()
+                .find_map(|l| parse_costs_record(l, &format!("rmca-j{job}-")))
+        };
+        for job in 0..4 {
+            assert!(find(job).is_none(), "the oldest record {job} was dropped");
+        }
+        for job in 4..COSTS_RECORDS_KEPT + 4 {
+            assert_eq!(find(job).map(|c| c.handoff_ns), Some(job as f64 + 1.0));
         }
     }
 
