@@ -72,6 +72,19 @@ fn merged_profile_counts_the_traffic_of_the_job() {
     assert!(counter(&p, "pml.ob1.unexpected") > 0, "{p:#}");
     assert!(counter(&p, "pml.ob1.eager") >= 10 + 5);
     assert!(counter(&p, "btl.shm.frags_sent") > 0);
+    // The bulk chooser's estimates: the 100 kB and 1 MB messages were offered for a CMA read,
+    // and the first run of a size class goes the read way.
+    if counter(&p, "pml.ob1.bulk_get") == 0 {
+        rmca_test_support::skip_or_fail(
+            "no rendezvous was offered for a CMA read (process_vm_readv not permitted here), \
+             so the bulk chooser never ran",
+        );
+    } else {
+        for class in [65536, 524288] {
+            let name = format!("pml.ob1.bulk_shm_{class}_get_ns");
+            assert!(counter(&p, &name) > 0, "{name}: {p:#}");
+        }
+    }
     // Memory per component: the shm segments, and ob1's buffered unexpected messages.
     for component in ["btl.shm", "pml.ob1"] {
         let peak = p["memory"][component]["peak_total"].as_u64();
