@@ -25,8 +25,21 @@ pub struct Options {
     pub force_tcp: bool,
     /// Time between SIGTERM and SIGKILL at teardown.
     pub term_grace: Duration,
+    /// Where the ranks may run.
+    pub bind: Binding,
     /// The program and its arguments.
     pub program: Vec<String>,
+}
+
+/// CPU binding of the ranks (`--bind-to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Binding {
+    /// Wherever the kernel schedules them (the default).
+    #[default]
+    None,
+    /// Each rank, with all its threads, on one CPU of the launcher's allowed set: rank r on the
+    /// r-th allowed CPU.
+    Core,
 }
 
 /// A bad command line.
@@ -75,6 +88,9 @@ usage: rmca-run -n N [options] program [args...]
   --pmi-addr IP            address of the TCP PMI server (default 127.0.0.1)
   --pmi-port               use TCP (PMI_PORT) even for local ranks
   --term-grace S           seconds between SIGTERM and SIGKILL at teardown (default 2)
+  --bind-to core|none      core: bind each rank (all its threads) to one CPU, rank r to the
+                           r-th CPU the launcher may use; refused with more ranks than CPUs and
+                           with --launch-agent; none (the default): no binding
   -h, --help               this text
 
 Exit status: 0 if every rank exited 0 after finalize; otherwise the first failing rank's exit
@@ -112,6 +128,7 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
         pmi_addr: "127.0.0.1".into(),
         force_tcp: false,
         term_grace: Duration::from_secs(2),
+        bind: Binding::None,
         program: Vec::new(),
     };
     let mut i = 0;
@@ -197,6 +214,20 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
                 o.pmi_addr = v;
             }
             "--pmi-port" => o.force_tcp = true,
+            "--bind-to" => {
+                let v = value(&mut i, a)?;
+                o.bind = match v.as_str() {
+                    "core" => Binding::Core,
+                    "none" => Binding::None,
+                    _ => {
+                        return Err(CliError::BadValue {
+                            opt: a.into(),
+                            value: v,
+                            expected: "core or none".into(),
+                        })
+                    }
+                };
+            }
             "-h" | "--help" => return Err(CliError::Help),
             "--" => {
                 o.program = args[i + 1..].to_vec();
@@ -220,7 +251,28 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
             expected: "--hosts as well (the nodes to substitute for {node})".into(),
         });
     }
+    if o.bind == Binding::Core && o.launch_agent.is_some() {
+        return Err(CliError::BadValue {
+            opt: "--bind-to".into(),
+            value: "core".into(),
+            expected: "none with --launch-agent (the agent starts the ranks on its node, whose CPUs this launcher does not know)".into(),
+        });
+    }
     Ok(o)
+}
+
+/// The CPU of each rank under `--bind-to core`: every rank runs on this machine (a launch agent
+/// is refused with binding, and `--hosts` alone names nodes that all run here), so rank r gets
+/// the r-th CPU this launcher may use. An error says how many there are.
+pub fn core_map(np: u32, cpus: &[usize]) -> Result<Vec<usize>, String> {
+    if np as usize > cpus.len() {
+        return Err(format!(
+            "--bind-to core: {np} ranks but this launcher may use only {} CPUs ({cpus:?}): run at most {} ranks or use --bind-to none",
+            cpus.len(),
+            cpus.len()
+        ));
+    }
+    Ok(cpus[..np as usize].to_vec())
 }
 
 /// Node index of each rank: blocks of `ceil(np / nodes)` consecutive ranks per node.
@@ -264,6 +316,23 @@ mod tests {
         assert!(o.tag_output);
         assert!(o.keep_going);
         assert_eq!(o.program, a("prog -x --y"));
+    }
+
+    #[test]
+    fn bind_to_core_takes_one_allowed_cpu_per_rank() {
+        assert_eq!(parse(&a("p")).unwrap().bind, Binding::None);
+        assert_eq!(parse(&a("--bind-to core p")).unwrap().bind, Binding::Core);
+        assert_eq!(parse(&a("--bind-to none p")).unwrap().bind, Binding::None);
+        let e = parse(&a("--bind-to socket p")).unwrap_err().to_string();
+        assert!(e.contains("--bind-to") && e.contains("core or none"), "{e}");
+        let e = parse(&a("--hosts a,b --launch-agent {cmd} --bind-to core p"));
+        assert!(matches!(e, Err(CliError::BadValue { .. })));
+        assert_eq!(core_map(3, &[2, 5, 7, 9]).unwrap(), [2, 5, 7]);
+        let e = core_map(3, &[0, 1]).unwrap_err();
+        assert!(
+            e.contains("3 ranks") && e.contains("only 2 CPUs") && e.contains("--bind-to none"),
+            "{e}"
+        );
     }
 
     #[test]

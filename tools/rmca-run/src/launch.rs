@@ -20,7 +20,7 @@ use crossbeam_channel::{at, never, select, unbounded, Receiver};
 
 use rmca_rte::server::{ConnId, Maxes, PmiServer, ServerConfig, ServerEvent, UntrustedLimit};
 
-use crate::cli::{block_map, expand_agent, Options};
+use crate::cli::{block_map, core_map, expand_agent, Binding, Options};
 use crate::monitor::{Action, Exit, JobMonitor};
 use crate::poller::{self, Ev, Poller, Source};
 use crate::sys;
@@ -212,6 +212,19 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File)
         o.hosts.clone()
     };
     let (nodes, node_of_rank) = node_identity(&nodes, &block_map(np, nodes.len() as u32));
+    let cpu_of_rank = match o.bind {
+        Binding::None => None,
+        Binding::Core => match sys::allowed_cpus()
+            .map_err(|e| format!("--bind-to core: cannot read this launcher's CPUs: {e}"))
+            .and_then(|cpus| core_map(np, &cpus))
+        {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("rmca-run: {e}");
+                return 2;
+            }
+        },
+    };
     let kvsname = format!("kvs_{job_id}");
     let mut preload = Vec::new();
     if let Some(m) = rmca_rte::server::process_mapping(&node_of_rank) {
@@ -372,6 +385,7 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File)
             me,
             death_signal,
             child_end.as_ref().map(|s| s.as_raw_fd()),
+            cpu_of_rank.as_ref().map(|m| m[rank as usize]),
         );
         match cmd.spawn() {
             Ok(mut c) => {

@@ -12,7 +12,7 @@ use crate::monitor::Exit;
 
 /// Put the child in its own process group (so teardown reaches everything it forks), make it
 /// get `death_signal` if the launcher dies, and let it inherit `keep_fd` (its end of the PMI
-/// socketpair). The death signal is not SIGKILL so that the rank's runtime can remove the files
+/// socketpair), bound to `cpu` if given. The death signal is not SIGKILL so that the rank's runtime can remove the files
 /// it created before dying of it (`rmca_rte::lifeline`); its default action, restored here in
 /// case the launcher inherited it ignored, terminates any process that does not handle it.
 pub fn configure_child(
@@ -20,11 +20,12 @@ pub fn configure_child(
     launcher_pid: u32,
     death_signal: i32,
     keep_fd: Option<RawFd>,
+    cpu: Option<usize>,
 ) {
     cmd.process_group(0);
     // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (signal, sigprocmask, prctl, getppid, fcntl, _exit); it
-    // allocates nothing.
+    // async-signal-safe functions (signal, sigprocmask, prctl, getppid, fcntl,
+    // sched_setaffinity, _exit) on plain data of its own stack; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             // Dispositions set to "ignore" and the signal mask survive exec: undo both.
@@ -52,8 +53,31 @@ pub fn configure_child(
                     return Err(io::Error::last_os_error());
                 }
             }
+            // Before exec, so that every thread the rank starts inherits the binding.
+            if let Some(cpu) = cpu {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
+    }
+}
+
+/// The CPUs this process may run on, in increasing order.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data, zero is its empty value; the kernel writes at most
+    // `size_of::<cpu_set_t>()` bytes into it, and CPU_ISSET reads within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
     }
 }
 

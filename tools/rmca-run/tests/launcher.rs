@@ -429,6 +429,83 @@ fn bad_command_lines_and_missing_programs_fail_clearly() {
     assert_eq!(job.status, 0, "{}", job.stderr);
 }
 
+/// "Cpus_allowed_list" of a /proc status text.
+fn allowed_list(status: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// CPUs in a "0-2,5" list.
+fn cpu_list(s: &str) -> Vec<usize> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| match p.split_once('-') {
+            Some((a, b)) => a.parse().unwrap()..=b.parse().unwrap(),
+            None => p.parse().unwrap()..=p.parse().unwrap(),
+        })
+        .collect()
+}
+
+#[test]
+fn bind_to_core_puts_each_rank_and_its_threads_on_its_own_cpu() {
+    let mine = cpu_list(&allowed_list(
+        &std::fs::read_to_string("/proc/self/status").unwrap(),
+    ));
+    let n = mine.len().min(2);
+    // A thread the rank starts (here a background job's process, started the same way: it
+    // inherits the affinity) is reported next to the rank's own.
+    let report =
+        "grep Cpus_allowed_list: /proc/self/status & wait; grep Cpus_allowed_list: /proc/$$/status";
+    let job = run_cmd(Command::new(RUN).args([
+        "-n",
+        &n.to_string(),
+        "--bind-to",
+        "core",
+        "--tag-output",
+        "sh",
+        "-c",
+        report,
+    ]));
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    for (rank, cpu) in mine.iter().take(n).enumerate() {
+        let lines: Vec<&str> = job
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[{rank}] ")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{}", job.stdout);
+        for l in lines {
+            assert_eq!(
+                cpu_list(&allowed_list(l)),
+                [*cpu],
+                "rank {rank}: {}",
+                job.stdout
+            );
+        }
+    }
+    // Unbound (the default): every rank may run on every CPU the launcher may.
+    let job = run_cmd(Command::new(RUN).args(["-n", "1", "sh", "-c", report]));
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    for l in job.stdout.lines() {
+        assert_eq!(cpu_list(&allowed_list(l)), mine, "{}", job.stdout);
+    }
+    // More ranks than CPUs: refused before anything starts, saying why and what to do.
+    let too_many = (mine.len() + 1).to_string();
+    let job = run_cmd(Command::new(RUN).args(["-n", &too_many, "--bind-to", "core", "true"]));
+    assert_eq!(job.status, 2, "{}", job.stderr);
+    assert!(
+        job.stderr.contains(&format!("{too_many} ranks")) && job.stderr.contains("--bind-to none"),
+        "{}",
+        job.stderr
+    );
+    let job = run_cmd(Command::new(RUN).args(["--bind-to", "socket", "true"]));
+    assert_eq!(job.status, 2);
+    assert!(job.stderr.contains("core or none"), "{}", job.stderr);
+}
+
 /// Read the child's stdout until `n` lines contain `pat` (bounded by the watchdog).
 fn wait_for_lines(c: &mut Child, pat: &str, n: usize) {
     let out = c.stdout.take().unwrap();
