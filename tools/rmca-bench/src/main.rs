@@ -62,7 +62,7 @@ benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
                      MPI C interface (rmca-c) on bench/osu_like.c
   --peers LIST       peers to run (implies --vs; default ompi-vader,ompi-ucx,mpich,rmca-c,
                      where rmca-c is osu_like.c built with rmca's mpicc under rmca-run,
-                     not bound to cores: compare it with --no-bind; also
+                     bound like the MPI peers (rmca-run --bind-to core); also
                      ompi-tcp: Open MPI ob1 over tcp,self,vader (a default with --nodes);
                      rxd: libfabric reliable datagrams over UDP through fi_pingpong, latency
                      and bw only, one message in flight; udp: a raw UDP ping-pong between

@@ -54,8 +54,9 @@ enum Kind {
         exe: PathBuf,
     },
     /// osu_like.c built with rmca's `mpicc` (the MPI C interface), under rmca-run: the same
-    /// program as the MPI peers, on rmca. Not bound to cores (rmca-run does not bind; the
-    /// Rust worker does unless `--no-bind`).
+    /// program as the MPI peers, on rmca. Bound like the MPI peers (the whole process, by
+    /// `rmca-run --bind-to core`) unless `--no-bind`; the Rust worker binds its main thread
+    /// itself.
     RmcaC {
         rmca_run: PathBuf,
         bin: PathBuf,
@@ -317,6 +318,9 @@ impl Config {
                     .arg(ranks.to_string())
                     .arg("--timeout")
                     .arg(timeout_s.to_string());
+                if bind && nodes.is_none() && ranks <= cores {
+                    c.args(["--bind-to", "core"]);
+                }
                 c.arg(bin).args(&bench_args);
                 c
             }
