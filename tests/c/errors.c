@@ -104,10 +104,25 @@ int main(int argc, char **argv) {
     }
     MPI_Comm freed;
     MPI_Comm_dup(MPI_COMM_WORLD, &freed);
+    /* Used for messages first: the library keeps the last communicator it looked up. */
+    OK(MPI_Send(buf, 1, MPI_INT, rank, 5, freed));
+    OK(MPI_Recv(buf + 1, 1, MPI_INT, rank, 5, freed, MPI_STATUS_IGNORE));
     MPI_Comm stale = freed;
     MPI_Comm_free(&freed);
     EXPECT(MPI_Send(buf, 1, MPI_INT, 0, 0, stale), MPI_ERR_COMM);
+    EXPECT(MPI_Recv(buf, 1, MPI_INT, 0, 0, stale, MPI_STATUS_IGNORE), MPI_ERR_COMM);
     EXPECT(MPI_Barrier(stale), MPI_ERR_COMM);
+    /* The next communicator may reuse the freed handle: messages on it are its own (one rank
+     * each here, so rank 1 is refused whatever the world's size). */
+    {
+        MPI_Comm alone;
+        OK(MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &alone));
+        OK(MPI_Send(buf, 1, MPI_INT, 0, 6, alone));
+        OK(MPI_Recv(buf + 1, 1, MPI_INT, 0, 6, alone, MPI_STATUS_IGNORE));
+        EXPECT(MPI_Send(buf, 1, MPI_INT, 1, 6, alone), MPI_ERR_RANK);
+        EXPECT(MPI_Recv(buf, 1, MPI_INT, 1, 6, alone, MPI_STATUS_IGNORE), MPI_ERR_RANK);
+        MPI_Comm_free(&alone);
+    }
 
     req = (MPI_Request)0x4242;
     EXPECT(MPI_Wait(&req, &st), MPI_ERR_REQUEST);

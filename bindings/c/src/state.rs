@@ -387,9 +387,14 @@ struct Global {
     /// reduction) is refused instead of aliasing the state.
     busy: UnsafeCell<bool>,
     state: UnsafeCell<Option<State>>,
+    /// The communicator of the last lookup by handle ([`communicator`]): the per-message
+    /// calls find it with a compare instead of a visit of the state (busy flag, table,
+    /// entry). Dropped when that handle is freed and at finalize; no reference into it is
+    /// held past a lookup (callers get a clone).
+    comm_cache: UnsafeCell<Option<(Handle, Communicator)>>,
 }
 
-// SAFETY: `busy` and `state` are only accessed by the thread whose id is in `owner` (see
+// SAFETY: `busy`, `state` and `comm_cache` are only accessed by the thread whose id is in `owner` (see
 // `owned`), one access at a time (`busy`): the state, which holds `Rc`s and `RefCell`s, is
 // confined to that thread as a thread-local would be. A thread id is unique among live
 // threads; should the initializing thread exit and its id be reused, the new thread is the
@@ -401,6 +406,7 @@ static GLOBAL: Global = Global {
     phase: AtomicU8::new(Phase::Before as u8),
     busy: UnsafeCell::new(false),
     state: UnsafeCell::new(None),
+    comm_cache: UnsafeCell::new(None),
 };
 
 /// This thread's id (`pthread_self`: a load from the thread pointer, no TLS lookup).
@@ -492,8 +498,46 @@ pub fn take() -> Option<State> {
         if *GLOBAL.busy.get() {
             return None;
         }
+        set_comm_cache(None);
         (*GLOBAL.state.get()).take()
     }
+}
+
+/// The communicator behind handle `h` (a clone: nothing of the state is borrowed while the
+/// caller works with it). The last one looked up is cached: a blocking send or receive
+/// looks its communicator up on every call.
+#[inline(always)]
+pub fn communicator(h: Handle) -> MpiResult<Communicator> {
+    if owned() {
+        // SAFETY: the owner thread, the only one touching the cache; the reference ends
+        // with this statement (the communicator is cloned), and cloning runs no code that
+        // could replace the cache.
+        if let Some((cached, c)) = unsafe { &*GLOBAL.comm_cache.get() } {
+            if *cached == h {
+                return Ok(c.clone());
+            }
+        }
+    }
+    communicator_uncached(h)
+}
+
+#[inline(never)]
+fn communicator_uncached(h: Handle) -> MpiResult<Communicator> {
+    let c = with(|s| Ok(s.comm(h)?.comm.clone()))?;
+    // `with` succeeded: this is the owner thread.
+    set_comm_cache(Some((h, c.clone())));
+    Ok(c)
+}
+
+/// Replace the cached communicator. Only on the owner thread, which holds no reference into
+/// the cache between lookups.
+fn set_comm_cache(entry: Option<(Handle, Communicator)>) {
+    debug_assert!(owned());
+    // SAFETY: the owner thread (callers: after a successful `with`, `take`, `free_comm`, all
+    // owner-checked); no reference into the cache is live (see `communicator`). The old
+    // communicator is dropped after the write, outside the cell.
+    let old = unsafe { std::mem::replace(&mut *GLOBAL.comm_cache.get(), entry) };
+    drop(old);
 }
 
 /// Run `f` on the state; an error if MPI is not running on this thread.
@@ -619,6 +663,8 @@ impl State {
         // Operations still running on it complete normally (MPI): those named by their
         // identifier alone take the communicator along now, since its entry goes.
         let entry = self.comms[i].take().expect("checked above");
+        // The handle may be reused by the next communicator made.
+        set_comm_cache(None);
         for slot in 0..self.requests.len() {
             if let Slot::Pending { comm, id } = self.requests[slot] {
                 if comm == h {

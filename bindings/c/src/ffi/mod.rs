@@ -29,6 +29,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::*;
+pub(crate) use crate::state::communicator;
 use crate::state::{self, ErrHandler, MpiError, MpiResult};
 
 /// Run the body of MPI function `fname` whose communicator is `comm` (errors go to its error
@@ -660,12 +661,6 @@ fn bad_tag(tag: c_int, what: &str, or: &str) -> MpiError {
             c_int::MAX
         ),
     )
-}
-
-/// The communicator behind `h` (a clone: no state borrow is held while it works).
-#[inline]
-pub(crate) fn communicator(h: Handle) -> MpiResult<rmca::Communicator> {
-    state::with(|s| Ok(s.comm(h)?.comm.clone()))
 }
 
 #[cfg(test)]
