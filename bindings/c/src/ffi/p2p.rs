@@ -26,7 +26,7 @@ fn args(
     count: c_int,
     dt: Handle,
 ) -> MpiResult<(rmca::Communicator, usize)> {
-    let c = state::with(|s| Ok(s.comm(comm)?.comm.clone()))?;
+    let c = super::communicator(comm)?;
     Ok((c, buffer_len(buf, count, dt, "message")?))
 }
 
