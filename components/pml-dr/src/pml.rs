@@ -31,6 +31,7 @@ use rmca_framework::rank::Rank;
 use rmca_framework::slab::Slab;
 use tracing::{debug, warn};
 
+use crate::proto::wire::{split_bundle, ACK_LEN};
 use crate::proto::{
     Arrival, Config, Connection, Counters, Event, MatchFields, MsgSeq, PathConfig, Transmit,
 };
@@ -74,6 +75,9 @@ struct Peer {
     conn: Connection,
     /// A packet the BTL refused with WouldBlock, retried first.
     stalled: Option<Transmit>,
+    /// The ack that rode in front of data that a progress pass delivered, handled by a later
+    /// pass (see [`State::defer_bundled_ack`]).
+    deferred_ack: Option<(BtlIndex, [u8; ACK_LEN])>,
     sends: FastMap<MsgSeq, PendingSend>,
     recvs: FastMap<MsgSeq, Incoming>,
     dead: Option<String>,
@@ -124,6 +128,7 @@ impl Peers {
             *slot = Some(Box::new(Peer {
                 conn,
                 stalled: None,
+                deferred_ack: None,
                 sends: FastMap::default(),
                 recvs: FastMap::default(),
                 dead: None,
@@ -605,6 +610,28 @@ impl State {
     }
 }
 
+impl State {
+    /// Splits an ack bundled in front of data off the fragment and keeps it for a later
+    /// progress pass; returns the data packet (or the fragment as it is, when it is no bundle).
+    /// The data is then delivered without waiting for the ack's bookkeeping (the acknowledged
+    /// message's state freed, an RTT sample, loss detection: a third of a bundled arrival's
+    /// instructions), which runs while the application waits for its next message. To the
+    /// connection the ack merely arrives a little after the data, as the network may reorder
+    /// them. One ack is kept per peer: an earlier one still kept is handled now.
+    fn defer_bundled_ack<'a>(&mut self, p: Rank, btl: BtlIndex, data: &'a [u8]) -> &'a [u8] {
+        let (ack, Some(rest)) = split_bundle(data) else {
+            return data;
+        };
+        let mut bytes = [0u8; ACK_LEN];
+        bytes.copy_from_slice(ack);
+        let peer = &mut self.peers[p as usize];
+        if let Some((b, old)) = peer.deferred_ack.replace((btl, bytes)) {
+            let _ = peer.conn.handle_packet(self.now, b, &old);
+        }
+        rest
+    }
+}
+
 impl BmlEvents for State {
     fn recv(&mut self, btl: BtlIndex, peer: Rank, tag: BtlTag, data: &[u8]) {
         if tag != DR_TAG || peer as usize >= self.peers.len() {
@@ -618,6 +645,7 @@ impl BmlEvents for State {
         }
         let now = self.now;
         self.peers.ensure(now, peer);
+        let data = self.defer_bundled_ack(peer, btl, data);
         if let Some(a) = self.peers[peer as usize].conn.handle_packet(now, btl, data) {
             // A new message is announced by the packet that starts it: match it first, so
             // that a receive posted for it gets the bytes in place (not through a staging
@@ -856,7 +884,13 @@ impl Pml for Dr {
         self.st.timers_deferred = !timers;
         for i in 0..self.st.peers.active.len() {
             let p = self.st.peers.active[i];
-            let conn = &mut self.st.peers[p as usize].conn;
+            let peer = &mut self.st.peers[p as usize];
+            // Bundled acks kept by a delivering pass, handled before the timers they may stop.
+            if let (true, Some((btl, ack))) = (timers, peer.deferred_ack.as_ref()) {
+                let _ = peer.conn.handle_packet(now, *btl, ack);
+                peer.deferred_ack = None;
+            }
+            let conn = &mut peer.conn;
             if timers && conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
             }

@@ -785,3 +785,56 @@ fn cancel_withdraws_only_unmatched_receives() {
     assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
     assert_eq!(got, big);
 }
+
+/// A ping-pong step over a BTL that needs acks: the reply carries the ack of the ping in front
+/// of its data. The progress pass that delivers the reply leaves that ack to the next pass (the
+/// application sees its data without waiting for the ack's bookkeeping), which handles it.
+#[test]
+fn a_bundled_ack_is_handled_by_the_pass_after_the_one_delivering_its_data() {
+    let clean = Faults {
+        drop: 0.0,
+        dup: 0.0,
+        corrupt: 0.0,
+        reorder: false,
+    };
+    // Long enough that the ack of the ping is still held when the reply leaves, however slow
+    // this thread is (this test asserts no duration).
+    let slow = DrConfig {
+        ack_hold: Duration::from_secs(2),
+        rto_min: Duration::from_secs(5),
+        rto_initial: Duration::from_secs(5),
+        rto_max: Duration::from_secs(10),
+        ..cfg()
+    };
+    let (mut a, mut b) = pair(&[Rail::new(21, clean)], &[4096], slow);
+    let ping = pattern(8, 1);
+    let pong = pattern(8, 2);
+    let mut got_ping = vec![0u8; 8];
+    let mut got_pong = vec![0u8; 8];
+    let r = irecv(&mut b, &mut got_ping, Source::Rank(0), TagSel::Tag(1));
+    let s = isend(&mut a, &ping, 1, 1, SendMode::Standard);
+    wait_all(&mut a, &mut b, &[(0, s), (1, r)]);
+    let r = irecv(&mut a, &mut got_pong, Source::Rank(1), TagSel::Tag(2));
+    let s = isend(&mut b, &pong, 0, 2, SendMode::Standard);
+    assert_eq!(
+        counter(&b, "pml.dr.acks_bundled"),
+        1,
+        "the reply carries the ack"
+    );
+    assert_eq!(counter(&a, "pml.dr.acks_received"), 0);
+    a.progress();
+    assert!(
+        a.test(r).unwrap().is_some(),
+        "the reply is delivered by one pass"
+    );
+    assert_eq!(
+        counter(&a, "pml.dr.acks_received"),
+        0,
+        "the ack it carried waits for the next pass"
+    );
+    a.progress();
+    assert_eq!(counter(&a, "pml.dr.acks_received"), 1);
+    wait_all(&mut a, &mut b, &[(1, s)]);
+    assert_eq!(got_ping, ping);
+    assert_eq!(got_pong, pong);
+}
