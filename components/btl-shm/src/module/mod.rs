@@ -56,6 +56,8 @@ pub struct ShmConfig {
     pub place_in_buffer: bool,
     /// Bytes of read ring space given back to the sender at once while records wait.
     pub publish_batch: usize,
+    /// Bytes of a ring that records run through while the receiver keeps up (0: all of it).
+    pub short_span: usize,
 }
 
 /// Default fragment size: 64 KiB of payload plus room for the PML's header (the 64 bytes keep
@@ -109,6 +111,9 @@ impl ShmConfig {
         // mood, but 0.78-0.83x at 4 KiB with 256 KiB rings in the fast one (same runs,
         // `bench/RESULTS.md`, "ob1 + shm in every mood").
         publish_batch: 2 * 1024,
+        // Small records go round 16 KiB while the receiver keeps up: 8-byte ping-pong
+        // 0.8x the time of laps of the whole ring (`ring.rs`, "A short span").
+        short_span: 16 * 1024,
     };
 
     /// Check the combination; the error names the parameter and what is valid.
@@ -576,6 +581,12 @@ impl Btl for ShmBtl {
             .iter()
             .flatten()
             .map(|i| i.consumer.publications());
+        let (early_wraps, long_laps) = self
+            .peers
+            .iter()
+            .flatten()
+            .map(|p| p.producer.laps())
+            .fold((0, 0), |(e, l), (pe, pl)| (e + pe, l + pl));
         [
             ("frags_sent", s.frags_sent),
             ("bytes_sent", s.bytes_sent),
@@ -595,6 +606,8 @@ impl Btl for ShmBtl {
             ("offers_taken", s.offers_taken),
             ("streamed_whole", s.streamed_whole),
             ("head_stores", head_stores.sum()),
+            ("early_wraps", early_wraps),
+            ("long_laps", long_laps),
             ("measured_handoff_ns", s.measured_handoff_ns),
             ("measured_copy_mbps", s.measured_copy_mbps),
             ("cost_measurement_failed", s.cost_measurement_failed),
