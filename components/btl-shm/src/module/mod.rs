@@ -67,12 +67,12 @@ const SHM_FRAGMENT: usize = 64 * 1024 + 64;
 impl ShmConfig {
     /// The documented defaults.
     pub const DEFAULT: ShmConfig = ShmConfig {
-        // 256 KiB. 512 KiB rings with 128 KiB eager messages were faster from 8 KiB up (same
-        // run, 2026-11-28, slow handoffs: ping-pong 8-128 KiB 0.65-0.88x the time) but made
-        // 8-byte ping-pong 1.09x the time and message rate 0.95x: two rings of 512 KiB per
-        // pair no longer fit the core's 512 KiB L2, and every small record's line then comes
-        // from L3 (`bench/RESULTS.md`, "ob1 + shm in every mood").
-        fifo_size: 256 * 1024,
+        // 512 KiB: a window of 64 messages of 4-8 KiB (OSU's osu_bw) fits, so the sender
+        // never waits for space (same run, 2026-11-28, load ~12: 4-16 KiB bandwidth 1.6-1.8x
+        // that of 256 KiB rings; UCX's shared-memory FIFO holds 256 such messages). Larger
+        // rings alone made 8-byte ping-pong 1.09x the time (their laps bring every line from
+        // L3); small records now go round the ring's first short_span bytes instead.
+        fifo_size: 512 * 1024,
         // 64 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
         // message up to 64 KiB goes in one streamed record, written into the receive buffer
         // as it arrives, with no rendezvous round trip (ping-pong, paired runs here on
