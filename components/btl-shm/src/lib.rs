@@ -77,7 +77,10 @@ impl Component for ShmComponent {
                 .range(4096, 1 << 30)
                 .help(
                     "Bytes of each receive ring (one per local sender, in the receiver's segment); a \
-                     power of two holding at least two max_send_size fragments.",
+                     power of two holding at least two max_send_size fragments. Large enough for \
+                     a window of medium messages (64 of 8 KiB in osu_bw), so the sender need not \
+                     wait for space; small messages use only its first short_span bytes while \
+                     the receiver keeps up.",
                 )
                 .level(Level::Tuning),
         );
@@ -200,6 +203,20 @@ impl Component for ShmComponent {
                 .level(Level::Dev),
         );
         params.add(
+            Param::size("short_span", ShmConfig::DEFAULT.short_span as u64)
+                .help(
+                    "Bytes at the start of each ring that small records (one cache line: \
+                     messages of up to 40 bytes behind ob1's header) run through while the \
+                     receiver keeps up: once the sender is this far into the ring and the \
+                     receiver less than half of it behind, the next such record goes back to \
+                     the ring's start. Small messages are faster in a few KiB of ring that \
+                     stay in the two cores' caches, longer records in a large ring (see \
+                     btl_shm_fifo_size); a sender ahead of its receiver still gets the whole \
+                     ring (counters btl.shm.early_wraps and long_laps). 0: the whole ring.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
             Param::int("latency", i64::from(ShmConfig::DEFAULT.latency_ns))
                 .range(1, 1_000_000)
                 .help("Estimated one-way latency in nanoseconds, used by the BML to order BTLs.")
@@ -266,6 +283,7 @@ impl ShmConfig {
             stream_min: usize::try_from(get("stream_min")?).unwrap_or(usize::MAX),
             stream_chunk: usize::try_from(get("stream_chunk")?).unwrap_or(usize::MAX),
             publish_batch: usize::try_from(get("publish_batch")?).unwrap_or(usize::MAX),
+            short_span: usize::try_from(get("short_span")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),
             bandwidth_mbps: u32::try_from(geti("bandwidth")?).unwrap_or(u32::MAX),
             place_in_buffer: params

@@ -23,6 +23,17 @@
 //! end, where the consumer continues at slot 0. The control word is
 //! `VALID | seq << 40 | tag << 32 | len`; a skip marker is `VALID | SKIP | slots`.
 //!
+//! # A short span for a receiver that keeps up
+//! Every record's lines move to the consumer's core and, a lap later, back to the producer's.
+//! In a lap of a few tens of KiB those lines are still in the two cores' caches; a lap of a
+//! large ring brings each of them from L3 or memory (8-byte ping-pong took 0.75-0.85x the
+//! time with 16-64 KiB rings than with 256 KiB, 1.12x with 1 MiB). A window of medium
+//! messages wants the opposite: room for the whole window, so that the sender never waits for
+//! space. So the producer may go back to the ring's start early, with a skip marker to the
+//! ring's end, once its tail is `short_span` into the ring, if the consumer is less than half
+//! of that behind ([`Producer::set_short_span`]); otherwise the lap runs on through the whole
+//! ring. The consumer needs nothing for this: it follows skip markers as it always does.
+//!
 //! # Streamed records
 //! A record written in one go is seen by the consumer only once its last byte is written, and
 //! then every line moves between the cores while the consumer copies it out: the two copies of
@@ -250,7 +261,22 @@ pub struct Producer {
     /// When not 0, the chunk is chosen per record from this measured handoff cost in bytes
     /// of copying (see [`crate::tune::chunk_for`]) instead of `stream_chunk`.
     chunk_scale: u64,
+    /// Slot position from which a record of one line goes back to the ring's start while
+    /// the consumer keeps up (see [`Producer::set_short_span`]); the ring's slots
+    /// when every record runs through the whole ring.
+    short_span: u64,
+    /// Absolute slot from which a push takes the slow path to decide whether to go back to the
+    /// ring's start: this lap's span, the next lap's after a decision to run on (u64::MAX
+    /// when every record runs through the whole ring). One comparison on the fast path.
+    wrap_at: u64,
+    /// Laps cut short at the span, and laps that ran on because the consumer lagged.
+    early_wraps: u64,
+    long_laps: u64,
 }
+
+/// The smallest [`Producer::set_short_span`], in slots (a one-line record after a wrap always
+/// fits before the consumer's position).
+const MIN_SHORT_SPAN: u64 = 64;
 
 /// Default [`Producer::set_streaming`] threshold: records from this size are streamed.
 pub const STREAM_MIN: usize = 4096;
@@ -290,7 +316,37 @@ impl Producer {
             stream_min: STREAM_MIN,
             stream_chunk: STREAM_CHUNK,
             chunk_scale: 0,
+            short_span: mem.slots() as u64,
+            wrap_at: u64::MAX,
+            early_wraps: 0,
+            long_laps: 0,
         }
+    }
+
+    /// Let records of one line ([`ONE_LINE_MAX`] bytes) go back to the ring's start once the
+    /// tail is `bytes` into the ring, as long as the consumer is less than half of that behind
+    /// (0 or the ring's size: always the whole ring). See the module's documentation: small
+    /// messages are faster in a few KiB of ring, longer records in a large one. A sender that
+    /// runs ahead (a window of small messages) still gets the whole ring: at the span a
+    /// lagging consumer makes the lap run on to the ring's end.
+    pub fn set_short_span(&mut self, bytes: usize) {
+        let slots = self.mem.slots() as u64;
+        self.short_span = match (bytes / SLOT) as u64 {
+            0 => slots,
+            // At least a few lines, so that one-slot records always qualify.
+            n => n.max(MIN_SHORT_SPAN).min(slots),
+        };
+        self.wrap_at = if self.short_span < slots {
+            (self.tail & !self.mask) + self.short_span
+        } else {
+            u64::MAX
+        };
+    }
+
+    /// Laps cut short at the span so far, and laps that ran on to the ring's end because the
+    /// consumer lagged (see [`Producer::set_short_span`]).
+    pub fn laps(&self) -> (u64, u64) {
+        (self.early_wraps, self.long_laps)
     }
 
     /// Choose each streamed record's chunk from a handoff's measured cost in bytes of copying
@@ -320,7 +376,7 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), PushError> {
         let len = header.len() + payload.len();
-        if len <= ONE_SLOT_MAX && len <= self.max_len {
+        if len <= ONE_SLOT_MAX && len <= self.max_len && self.tail < self.wrap_at {
             return self.push_one_slot(tag, header, payload, len);
         }
         self.push_slots(tag, header, payload, len)
@@ -391,13 +447,18 @@ impl Producer {
         let capacity = self.mem.slots() as u64;
         let pos = self.tail & self.mask;
         let to_line = pos.next_multiple_of(SLOTS_PER_LINE) - pos;
-        let skip = if pos + to_line + slots > capacity {
+        let early = pos + to_line + slots <= capacity && self.wraps_early(slots);
+        let skip = if early || pos + to_line + slots > capacity {
             capacity - pos
         } else {
             to_line
         };
         // +1: the slot where the next record starts gets its control word zeroed now.
         self.reserve(skip + slots + 1)?;
+        if early {
+            self.early_wraps += 1;
+            self.wrap_at = self.tail + skip + self.short_span;
+        }
         if skip > 0 {
             // The slot after the skip holds stale bytes from the last lap: clear it before the
             // consumer is sent there, then publish the marker.
@@ -423,6 +484,35 @@ impl Producer {
         }
         self.publish_record(index, slots, tag, len);
         Ok(())
+    }
+
+    /// Does a record of `slots` slots go back to the ring's start now (see
+    /// [`Producer::set_short_span`])? Decided once per lap, at the first record past the
+    /// span, from the consumer's head (read afresh if the cached copy says it lags).
+    #[inline]
+    fn wraps_early(&mut self, slots: u64) -> bool {
+        if self.wrap_at == u64::MAX {
+            return false;
+        }
+        let lap = self.tail & !self.mask;
+        if self.wrap_at <= lap {
+            // A lap that began without a decision (the last one ended at the ring's end).
+            self.wrap_at = lap + self.short_span;
+        }
+        if self.tail < self.wrap_at || slots > SLOTS_PER_LINE {
+            return false;
+        }
+        let lags = |head: u64, tail: u64, span: u64| tail - head > span / 2;
+        if lags(self.cached_head, self.tail, self.short_span) {
+            self.cached_head = self.mem.head().load(Ordering::Acquire);
+            if lags(self.cached_head, self.tail, self.short_span) {
+                // The sender is ahead: this lap runs through the whole ring.
+                self.wrap_at = lap + self.mask + 1 + self.short_span;
+                self.long_laps += 1;
+                return false;
+            }
+        }
+        true
     }
 
     /// A streamed record at slot `index` (reserved, `slots` long): its control word is published
@@ -1172,6 +1262,98 @@ pub(crate) mod tests {
         assert_eq!(c.batch, 32);
     }
 
+    /// Records of one line stay within the short span while the consumer keeps up (so their
+    /// lines stay in the cores' caches), longer ones run through the whole ring, and every
+    /// record arrives intact.
+    #[test]
+    fn records_stay_in_the_short_span_while_the_consumer_keeps_up() {
+        let mut ring = HeapRing::new(1024); // 2048 slots
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        p.set_streaming(4096, 1024);
+        p.set_short_span(8 * 1024); // 256 slots
+        let mut c = Consumer::new(mem, 1 << 20);
+        let span = 256;
+        let mut furthest = 0;
+        for i in 0..5000u64 {
+            let len = [8, 24, 0, 56, 30][i as usize % 5];
+            let data = pattern(i, len);
+            p.push(3, &data[..len.min(7)], &data[len.min(7)..]).unwrap();
+            let start = (p.tail - record_slots(len) as u64) & p.mask;
+            furthest = furthest.max(start);
+            let mut got = None;
+            assert!(c.pop_with(|_, d| got = Some(d.to_vec())).unwrap());
+            assert_eq!(got.as_deref(), Some(&data[..]), "record {i}");
+            c.publish();
+        }
+        // A record starts before the span or right at it (the one that decides the wrap).
+        assert!(furthest < span + 2, "a record started at slot {furthest}");
+        let (early, long) = p.laps();
+        assert!(
+            early >= 20 && long == 0,
+            "{early} early wraps, {long} long laps"
+        );
+        // A record longer than a line runs on past the span.
+        let mut starts = vec![];
+        for i in 0..40u64 {
+            let data = pattern(i, 2500);
+            p.push(3, &[], &data).unwrap();
+            starts.push((p.tail - record_slots(2500) as u64) & p.mask);
+            p.push(3, &[], &data[..57]).unwrap();
+            starts.push((p.tail - record_slots(57) as u64) & p.mask);
+            assert!(c.pop_with(|_, d| assert_eq!(d, &data[..])).unwrap());
+            assert!(c.pop_with(|_, d| assert_eq!(d, &data[..57])).unwrap());
+            c.publish();
+        }
+        assert!(starts.iter().any(|&s| s > 1024), "{starts:?}");
+    }
+
+    /// A sender ahead of its consumer gets the whole ring, not the short span: at the span the
+    /// consumer lags, and the lap runs on to the ring's end.
+    #[test]
+    fn a_sender_ahead_of_its_consumer_gets_the_whole_ring() {
+        let mut ring = HeapRing::new(1024); // 64 KiB
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        p.set_short_span(8 * 1024);
+        let mut c = Consumer::new(mem, 1 << 20);
+        let mut bytes = 0;
+        let mut n = 0u64;
+        // Two slots each: 2047 slots hold 1023 of them.
+        while p.push(1, &[], &pattern(n, 50)).is_ok() {
+            bytes += 50;
+            n += 1;
+        }
+        assert!(n > 900, "only {n} records of 50 bytes ({bytes}) accepted");
+        assert_eq!(p.laps(), (0, 1));
+        for i in 0..n {
+            assert!(c
+                .pop_with(|_, d| assert_eq!(d, &pattern(i, 50)[..]))
+                .unwrap());
+        }
+        c.publish();
+        // Caught up: the next lap is cut short again.
+        for i in 0..2000u64 {
+            p.push(1, &[], &pattern(i, 50)).unwrap();
+            assert!(c
+                .pop_with(|_, d| assert_eq!(d, &pattern(i, 50)[..]))
+                .unwrap());
+            c.publish();
+        }
+        let (early, long) = p.laps();
+        assert!(
+            early >= 1 && long == 1,
+            "{early} early wraps, {long} long laps"
+        );
+        // A span of 0 (or the ring's size) is the whole ring.
+        p.set_short_span(0);
+        assert_eq!(p.wrap_at, u64::MAX);
+        p.set_short_span(1 << 30);
+        assert_eq!(p.wrap_at, u64::MAX);
+        p.set_short_span(100);
+        assert_eq!(p.short_span, MIN_SHORT_SPAN);
+    }
+
     #[test]
     fn too_large_is_refused() {
         let mut ring = HeapRing::new(16);
@@ -1282,9 +1464,20 @@ pub(crate) mod tests {
         }
     }
 
+    /// The same with a short span: the producer goes back to the ring's start early or runs
+    /// on, depending on how far behind the consumer thread is.
+    #[test]
+    fn two_threads_heap_ring_short_span() {
+        two_threads_in(128, 2048, 60);
+    }
+
     fn two_threads(stream_min: usize) {
+        two_threads_in(32, 0, stream_min);
+    }
+
+    fn two_threads_in(lines: usize, span: usize, stream_min: usize) {
         const COUNT: u64 = if cfg!(miri) { 300 } else { 20_000 };
-        let mut ring = HeapRing::new(32);
+        let mut ring = HeapRing::new(lines);
         let mem = ring.mem();
         let consumer = std::thread::spawn(move || {
             let mut c = Consumer::new(mem, 1 << 20);
@@ -1304,6 +1497,7 @@ pub(crate) mod tests {
         });
         let mut p = Producer::new(mem, 1 << 20);
         p.set_streaming(stream_min, 64);
+        p.set_short_span(span);
         for i in 0..COUNT {
             let data = pattern(i, (i % 300) as usize);
             while p
@@ -1342,11 +1536,12 @@ pub(crate) mod tests {
         /// Against a queue model: any interleaving of pushes (random sizes), pops and publishes
         /// delivers exactly what was accepted, in order, and refuses only when really full.
         #[test]
-        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((0u8..4, 0usize..700), 1..400), stream_min in prop_oneof![Just(usize::MAX), 57usize..700]) {
-            let mut ring = HeapRing::new(32);
+        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((0u8..4, 0usize..700), 1..400), stream_min in prop_oneof![Just(usize::MAX), 57usize..700], span in prop_oneof![Just(0usize), 1usize..4096]) {
+            let mut ring = HeapRing::new(64);
             let mem = ring.mem();
             let mut p = Producer::new(mem, 1 << 20);
             p.set_streaming(stream_min, 64);
+            p.set_short_span(span);
             let mut c = Consumer::new(mem, 1 << 20);
             let mut model: VecDeque<Vec<u8>> = VecDeque::new();
             let mut n = 0u64;

@@ -556,7 +556,7 @@ fn four_local_ranks_all_pairs() {
     assert!(leftover_files(&format!("rmca-{id}-")).is_empty());
     assert_eq!(
         mem.counter("btl.shm").current(),
-        4 * (8192 + 3 * 256 * 1024),
+        4 * (8192 + 3 * 512 * 1024),
         "a header (heads and cooperative-copy slots) and three rings each"
     );
     for b in &mut btls {

@@ -56,6 +56,8 @@ pub struct ShmConfig {
     pub place_in_buffer: bool,
     /// Bytes of read ring space given back to the sender at once while records wait.
     pub publish_batch: usize,
+    /// Bytes of a ring that records run through while the receiver keeps up (0: all of it).
+    pub short_span: usize,
 }
 
 /// Default fragment size: 64 KiB of payload plus room for the PML's header (the 64 bytes keep
@@ -65,12 +67,12 @@ const SHM_FRAGMENT: usize = 64 * 1024 + 64;
 impl ShmConfig {
     /// The documented defaults.
     pub const DEFAULT: ShmConfig = ShmConfig {
-        // 256 KiB. 512 KiB rings with 128 KiB eager messages were faster from 8 KiB up (same
-        // run, 2026-11-28, slow handoffs: ping-pong 8-128 KiB 0.65-0.88x the time) but made
-        // 8-byte ping-pong 1.09x the time and message rate 0.95x: two rings of 512 KiB per
-        // pair no longer fit the core's 512 KiB L2, and every small record's line then comes
-        // from L3 (`bench/RESULTS.md`, "ob1 + shm in every mood").
-        fifo_size: 256 * 1024,
+        // 512 KiB: a window of 64 messages of 4-8 KiB (OSU's osu_bw) fits, so the sender
+        // never waits for space (same run, 2026-11-28, load ~12: 4-16 KiB bandwidth 1.6-1.8x
+        // that of 256 KiB rings; UCX's shared-memory FIFO holds 256 such messages). Larger
+        // rings alone made 8-byte ping-pong 1.09x the time (their laps bring every line from
+        // L3); small records now go round the ring's first short_span bytes instead.
+        fifo_size: 512 * 1024,
         // 64 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
         // message up to 64 KiB goes in one streamed record, written into the receive buffer
         // as it arrives, with no rendezvous round trip (ping-pong, paired runs here on
@@ -109,6 +111,9 @@ impl ShmConfig {
         // mood, but 0.78-0.83x at 4 KiB with 256 KiB rings in the fast one (same runs,
         // `bench/RESULTS.md`, "ob1 + shm in every mood").
         publish_batch: 2 * 1024,
+        // Small records go round 16 KiB while the receiver keeps up: 8-byte ping-pong
+        // 0.8x the time of laps of the whole ring (`ring.rs`, "A short span").
+        short_span: 16 * 1024,
     };
 
     /// Check the combination; the error names the parameter and what is valid.
@@ -576,6 +581,12 @@ impl Btl for ShmBtl {
             .iter()
             .flatten()
             .map(|i| i.consumer.publications());
+        let (early_wraps, long_laps) = self
+            .peers
+            .iter()
+            .flatten()
+            .map(|p| p.producer.laps())
+            .fold((0, 0), |(e, l), (pe, pl)| (e + pe, l + pl));
         [
             ("frags_sent", s.frags_sent),
             ("bytes_sent", s.bytes_sent),
@@ -595,6 +606,8 @@ impl Btl for ShmBtl {
             ("offers_taken", s.offers_taken),
             ("streamed_whole", s.streamed_whole),
             ("head_stores", head_stores.sum()),
+            ("early_wraps", early_wraps),
+            ("long_laps", long_laps),
             ("measured_handoff_ns", s.measured_handoff_ns),
             ("measured_copy_mbps", s.measured_copy_mbps),
             ("cost_measurement_failed", s.cost_measurement_failed),

@@ -298,6 +298,7 @@ impl ShmBtl {
         };
         producer.set_streaming(stream_min, self.cfg.stream_chunk);
         producer.set_chunk_scale(self.chunk_scale);
+        producer.set_short_span(self.cfg.short_span);
         mapping
             .atomic_u32(layout::OFF_ATTACHED)
             .fetch_add(1, Ordering::AcqRel);
