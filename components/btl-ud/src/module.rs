@@ -906,28 +906,16 @@ mod tests {
     #[test]
     fn blackhole_after_n_swallows_every_later_send_of_this_process_only() {
         assert_eq!(soft_cfg().blackhole_after, None, "off by default");
-        let modex = LocalModex::new();
-        let mem = MemoryAccounting::new();
-        let mut b: Vec<UdBtl> = (0..2)
-            .map(|r| {
-                // Only rank 0's sends die, after 3 fragments.
-                let cfg = if r == 0 {
-                    soft_cfg_with(&[("fault_blackhole_after", "3")])
-                } else {
-                    soft_cfg()
-                };
-                assert_eq!(cfg.blackhole_after, (r == 0).then_some(3));
-                let m = UdBtl::open(&cfg, &job(r), &mem).unwrap();
-                modex
-                    .writer(r)
-                    .put(MODEX_KEY, &m.card().to_bytes())
-                    .unwrap();
-                m
-            })
-            .collect();
-        for (r, m) in b.iter_mut().enumerate() {
-            m.add_procs(&job(r as Rank).procs(), &modex).unwrap();
-        }
+        let mut b = opened_pair_with(|r| {
+            // Only rank 0's sends die, after 3 fragments.
+            let cfg = if r == 0 {
+                soft_cfg_with(&[("fault_blackhole_after", "3")])
+            } else {
+                soft_cfg()
+            };
+            assert_eq!(cfg.blackhole_after, (r == 0).then_some(3));
+            cfg
+        });
         for i in 0..8u8 {
             // Every send is accepted: the death is silent, as a dead network's would be.
             b[0].send(1, 0x40, &[i], &[], SendHint::default()).unwrap();
@@ -998,24 +986,7 @@ mod tests {
 
     #[test]
     fn a_receive_qp_in_error_fails_every_peer_once_and_refuses_sends() {
-        let modex = LocalModex::new();
-        let mem = MemoryAccounting::new();
-        let mut b: Vec<UdBtl> = (0..2)
-            .map(|r| {
-                let m = UdBtl::open(&soft_cfg(), &job(r), &mem).unwrap();
-                modex
-                    .writer(r)
-                    .put(MODEX_KEY, &m.card().to_bytes())
-                    .unwrap();
-                m
-            })
-            .collect();
-        for (r, m) in b.iter_mut().enumerate() {
-            assert_eq!(
-                m.add_procs(&job(r as Rank).procs(), &modex).unwrap(),
-                vec![true, true]
-            );
-        }
+        let mut b = opened_pair();
         b[1].recv_qp.modify_to_error().unwrap();
         let mut ev = Failures::default();
         b[1].progress(&mut ev);
@@ -1041,12 +1012,18 @@ mod tests {
         assert!(b[0].send(1, 0x40, b"x", &[], SendHint::default()).is_ok());
     }
 
+    /// Two soft-provider modules that reach each other (and themselves).
     fn opened_pair() -> Vec<UdBtl> {
+        opened_pair_with(|_| soft_cfg())
+    }
+
+    /// [`opened_pair`] with rank r's configuration `cfg(r)`.
+    fn opened_pair_with(cfg: impl Fn(Rank) -> UdConfig) -> Vec<UdBtl> {
         let modex = LocalModex::new();
         let mem = MemoryAccounting::new();
         let mut b: Vec<UdBtl> = (0..2)
             .map(|r| {
-                let m = UdBtl::open(&soft_cfg(), &job(r), &mem).unwrap();
+                let m = UdBtl::open(&cfg(r), &job(r), &mem).unwrap();
                 modex
                     .writer(r)
                     .put(MODEX_KEY, &m.card().to_bytes())
@@ -1055,7 +1032,10 @@ mod tests {
             })
             .collect();
         for (r, m) in b.iter_mut().enumerate() {
-            m.add_procs(&job(r as Rank).procs(), &modex).unwrap();
+            assert_eq!(
+                m.add_procs(&job(r as Rank).procs(), &modex).unwrap(),
+                vec![true, true]
+            );
         }
         b
     }
