@@ -298,6 +298,7 @@ mod tests {
         ch.record(100, Bulk::Copy, 50);
         assert_eq!(ch.estimate(127, Bulk::Copy), Some(0.5));
     }
+
     /// Service time of the `k`-th message of a way that takes `ns`, when every `every`-th
     /// message of it stalls for `stall_ns` (its process was descheduled for a time slice).
     fn stalled(k: &mut u64, ns: u64, every: u64, stall_ns: u64) -> u64 {
