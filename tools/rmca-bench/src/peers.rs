@@ -234,6 +234,8 @@ impl Config {
             Some(crate::nodes::Placement::new(ranks, &o.nodes)?)
         };
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        // Whether the MPI launchers (and rmca-run for rmca-c) bind each rank to a core.
+        let bind_cores = binds_to_cores(bind, nodes.is_some(), ranks, cores);
         let mut bench_args = vec![
             bench.name().to_owned(),
             p.min.to_string(),
@@ -283,7 +285,7 @@ impl Config {
                     // Every namespace node shares this machine's cores: binding per node
                     // would stack the nodes' ranks on the same cores.
                     c.args(["--bind-to", "none"]);
-                } else if bind && ranks <= cores {
+                } else if bind_cores {
                     c.args(["--bind-to", "core"]);
                 } else {
                     c.args(["--bind-to", "none", "--oversubscribe"]);
@@ -306,7 +308,7 @@ impl Config {
                     None => Command::new("mpiexec.mpich"),
                 };
                 c.arg("-n").arg(ranks.to_string());
-                if bind && nodes.is_none() && ranks <= cores {
+                if bind_cores {
                     c.args(["-bind-to", "core"]);
                 }
                 c.arg(bin).args(&bench_args);
@@ -318,7 +320,7 @@ impl Config {
                     .arg(ranks.to_string())
                     .arg("--timeout")
                     .arg(timeout_s.to_string());
-                if bind && nodes.is_none() && ranks <= cores {
+                if bind_cores {
                     c.args(["--bind-to", "core"]);
                 }
                 c.arg(bin).args(&bench_args);
@@ -502,9 +504,24 @@ pub fn wait_output(mut child: Child, limit: Duration) -> (bool, String, String) 
     }
 }
 
+/// Whether a job's launcher binds each rank to a core: asked for, on one node (namespace
+/// nodes share this machine's cores), and no more ranks than cores. The MPI peers and rmca-c
+/// (through `rmca-run --bind-to core`) follow the same rule, so that they compare alike.
+fn binds_to_cores(bind: bool, on_nodes: bool, ranks: usize, cores: usize) -> bool {
+    bind && !on_nodes && ranks <= cores
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launchers_bind_only_one_node_jobs_that_fit_the_cores() {
+        assert!(binds_to_cores(true, false, 2, 2));
+        assert!(!binds_to_cores(false, false, 2, 2), "--no-bind");
+        assert!(!binds_to_cores(true, true, 2, 8), "namespace nodes");
+        assert!(!binds_to_cores(true, false, 3, 2), "oversubscribed");
+    }
 
     #[test]
     fn a_child_whose_stdout_was_taken_still_reports_stderr_and_keeps_the_limit() {
