@@ -9,7 +9,7 @@ const PLAN: [(&str, u64, u64); 5] = [
     ("le64", 8, 10),
     ("le1k", 512, 5),
     ("le16k", 8192, 4),
-    ("le256k", 100_000, 3),
+    ("le256k", 200_000, 3),
     ("gt256k", 1_000_000, 2),
 ];
 
@@ -72,7 +72,8 @@ fn merged_profile_counts_the_traffic_of_the_job() {
     assert!(counter(&p, "pml.ob1.unexpected") > 0, "{p:#}");
     assert!(counter(&p, "pml.ob1.eager") >= 10 + 5);
     assert!(counter(&p, "btl.shm.frags_sent") > 0);
-    // The bulk chooser's estimates: the 100 kB and 1 MB messages were offered for a CMA read,
+    // The bulk chooser's estimates: the 200 kB and 1 MB messages (above shm's 128 KiB eager
+    // limit) were offered for a CMA read,
     // and the first run of a size class goes the read way.
     if counter(&p, "pml.ob1.bulk_get") == 0 {
         rmca_test_support::skip_or_fail(
@@ -80,7 +81,7 @@ fn merged_profile_counts_the_traffic_of_the_job() {
              so the bulk chooser never ran",
         );
     } else {
-        for class in [65536, 524288] {
+        for class in [131072, 524288] {
             let name = format!("pml.ob1.bulk_shm_{class}_get_ns");
             assert!(counter(&p, &name) > 0, "{name}: {p:#}");
         }

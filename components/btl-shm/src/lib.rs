@@ -62,6 +62,19 @@ pub enum CmaMode {
     Require,
 }
 
+/// How a sender writes the payloads of streamed records into a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Whichever of the two is faster, chosen record by record from the sender's copy times
+    /// ([`tune::StoreChooser`]), starting with the faster at init between two of the node's
+    /// CPUs (through the cache when that measurement failed).
+    Auto,
+    /// Through the sender's cache (ordinary stores).
+    Cached,
+    /// Non-temporal stores, to memory ([`ring::copy_nontemporal`] says when that wins).
+    Nontemporal,
+}
+
 impl Component for ShmComponent {
     fn meta(&self) -> ComponentMeta {
         ComponentMeta {
@@ -127,6 +140,23 @@ impl Component for ShmComponent {
                     "Cross-memory attach (process_vm_readv/writev) for large transfers: 'auto' uses it \
                      when the kernel permits it with every local peer, 'off' never, 'require' fails \
                      when it is not permitted.",
+                )
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::enumeration("stream_stores", "auto", &["auto", "cached", "nontemporal"])
+                .help(
+                    "How a sender writes the payload of a streamed fragment (see stream_min) into \
+                     a ring: 'cached' with ordinary stores, 'nontemporal' with stores that go to \
+                     memory past the sender's cache (x86-64; elsewhere ordinary ones), 'auto' \
+                     the faster of the two, chosen as it goes from the sender's copy times (one \
+                     record in 8 timed, one in 64 written the other way as a probe while \
+                     non-temporal) and at init from blocks moved both ways between two CPUs. When \
+                     the two cores share a cache, lines move between them fastest through it; \
+                     when they do not (on a VM, as the host moves the vCPUs), each ring line the \
+                     receiver read last must first be taken back from its cache, and writing to \
+                     memory instead is 2-4x faster (counters btl.shm.nontemporal_records, \
+                     store_switches, nontemporal_at_start and measured_*_mbps).",
                 )
                 .level(Level::Tuning),
         );
@@ -271,6 +301,14 @@ impl ShmConfig {
             "require" => CmaMode::Require,
             _ => CmaMode::Auto,
         };
+        let stream_stores = match params
+            .get_str("btl_shm_stream_stores")
+            .map_err(|e| BtlError::Other(e.to_string()))?
+        {
+            "cached" => StoreMode::Cached,
+            "nontemporal" => StoreMode::Nontemporal,
+            _ => StoreMode::Auto,
+        };
         let cfg = ShmConfig {
             fifo_size: usize::try_from(get("fifo_size")?).unwrap_or(usize::MAX),
             max_send_size: usize::try_from(get("max_send_size")?).unwrap_or(usize::MAX),
@@ -282,6 +320,7 @@ impl ShmConfig {
             shared_copy_min: usize::try_from(get("shared_copy_min")?).unwrap_or(usize::MAX),
             stream_min: usize::try_from(get("stream_min")?).unwrap_or(usize::MAX),
             stream_chunk: usize::try_from(get("stream_chunk")?).unwrap_or(usize::MAX),
+            stream_stores,
             publish_batch: usize::try_from(get("publish_batch")?).unwrap_or(usize::MAX),
             short_span: usize::try_from(get("short_span")?).unwrap_or(usize::MAX),
             latency_ns: u32::try_from(geti("latency")?).unwrap_or(u32::MAX),

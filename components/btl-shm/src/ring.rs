@@ -49,6 +49,12 @@
 //! PML header on a 32-byte boundary, so that the payload copies on both sides run at full
 //! speed for 32-byte-aligned user buffers (glibc's `memcpy` is faster when source and
 //! destination share their offset within 32 bytes; `bench/RESULTS.md`, "Alignment of copies").
+//! The producer may write a streamed payload with non-temporal stores instead
+//! ([`Producer::set_nontemporal`]): to memory, past its cache, with a store fence before each
+//! progress store. That is faster when the two cores share no cache (each ring line the
+//! consumer last read would first have to be taken back from the consumer's cache), slower
+//! when they do (the lines would have moved from cache to cache); btl-shm measures which at
+//! init (`btl_shm_stream_stores`, [`crate::tune::Transfers`]).
 //!
 //! The consumer polls the control word of its head slot. Stale bytes from an earlier lap must
 //! never look like a record, so before *publishing* a record or a skip marker (release store of
@@ -220,11 +226,19 @@ impl RingMem {
     }
 }
 
-/// Copy bytes `[from, to)` of `header ++ payload` to `dst + from`.
+/// Copy bytes `[from, to)` of `header ++ payload` to `dst + from`; the payload's with
+/// non-temporal stores when `nontemporal` is set (see [`copy_nontemporal`]; the caller fences).
 ///
 /// # Safety
 /// `dst + from .. dst + to` must be valid for writes and not overlap the inputs.
-unsafe fn copy_split(header: &[u8], payload: &[u8], from: usize, to: usize, dst: *mut u8) {
+unsafe fn copy_split(
+    header: &[u8],
+    payload: &[u8],
+    from: usize,
+    to: usize,
+    dst: *mut u8,
+    nontemporal: bool,
+) {
     let h = header.len();
     if from < h {
         let e = to.min(h);
@@ -235,10 +249,80 @@ unsafe fn copy_split(header: &[u8], payload: &[u8], from: usize, to: usize, dst:
     }
     let (a, b) = (from.max(h), to);
     if a < b {
+        let (src, dst) = (payload[a - h..].as_ptr(), dst.wrapping_add(a));
         // SAFETY: caller's contract; [a - h, b - h) is inside `payload`.
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(a - h), dst.add(a), b - a) };
+        unsafe {
+            if nontemporal {
+                copy_nontemporal(src, dst, b - a)
+            } else {
+                std::ptr::copy_nonoverlapping(src, dst, b - a)
+            }
+        };
     }
 }
+
+/// Copy `len` bytes from `src` to `dst`, the whole cache lines of the destination with
+/// non-temporal stores (to memory, bypassing this core's cache), the partial lines at either
+/// end with ordinary ones. The stores are weakly ordered: [`nontemporal_fence`] must run
+/// before anything that publishes the bytes. Where no such stores exist (not x86-64, or under
+/// miri), an ordinary copy.
+///
+/// Why: when the two cores share no cache (a cache-line handoff costs ~200 ns on the VM in
+/// its slow placements), writing a ring line the consumer last read first takes it back from
+/// the consumer's cache, and the copy-in crawls at 4-9 GB/s; written to memory, the line
+/// costs the producer nothing and the consumer reads it from memory at the same speed it
+/// would have pulled it from the other core (see [`crate::tune::Transfers`]).
+///
+/// # Safety
+/// `src..src + len` must be valid for reads, `dst..dst + len` for writes, not overlapping.
+pub(crate) unsafe fn copy_nontemporal(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let head = dst.align_offset(LINE).min(len);
+        let lines = (len - head) / LINE;
+        // SAFETY: the caller's contract covers [0, len); `head` and the whole lines after it
+        // lie within it, and every streamed store is 16-byte aligned (dst + head is
+        // line-aligned). SSE2 is part of the x86-64 baseline.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let (mut s, mut d) = (src.add(head), dst.add(head));
+            for _ in 0..lines {
+                let a = _mm_loadu_si128(s.cast::<__m128i>());
+                let b = _mm_loadu_si128(s.add(16).cast::<__m128i>());
+                let c = _mm_loadu_si128(s.add(32).cast::<__m128i>());
+                let e = _mm_loadu_si128(s.add(48).cast::<__m128i>());
+                _mm_stream_si128(d.cast::<__m128i>(), a);
+                _mm_stream_si128(d.add(16).cast::<__m128i>(), b);
+                _mm_stream_si128(d.add(32).cast::<__m128i>(), c);
+                _mm_stream_si128(d.add(48).cast::<__m128i>(), e);
+                s = s.add(LINE);
+                d = d.add(LINE);
+            }
+            let done = head + lines * LINE;
+            std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    };
+}
+
+/// Order the non-temporal stores of [`copy_nontemporal`] before any later store (the release
+/// stores that publish a ring's bytes do not order them on x86).
+#[inline]
+pub(crate) fn nontemporal_fence() {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: sfence has no preconditions (SSE, part of the x86-64 baseline).
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+/// Whether [`copy_nontemporal`] really bypasses the cache on this build.
+pub const NONTEMPORAL_STORES: bool = cfg!(all(target_arch = "x86_64", not(miri)));
 
 // SAFETY: RingMem is a pair of addresses into shared memory whose validity is guaranteed by the
 // creator (see `RingMem::new`); every cross-thread access goes through atomics or the protocol.
@@ -272,6 +356,14 @@ pub struct Producer {
     /// Laps cut short at the span, and laps that ran on because the consumer lagged.
     early_wraps: u64,
     long_laps: u64,
+    /// Streamed payloads are written with non-temporal stores (see [`copy_nontemporal`]),
+    /// unless `chooser` decides record by record.
+    nontemporal: bool,
+    /// (Boxed: the small-record path touches this struct on every push.)
+    chooser: Option<Box<crate::tune::StoreChooser>>,
+    epoch: std::time::Instant,
+    /// Streamed records written with non-temporal stores.
+    nontemporal_records: u64,
 }
 
 /// The smallest [`Producer::set_short_span`], in slots (a one-line record after a wrap always
@@ -320,7 +412,32 @@ impl Producer {
             wrap_at: u64::MAX,
             early_wraps: 0,
             long_laps: 0,
+            nontemporal: false,
+            chooser: None,
+            epoch: std::time::Instant::now(),
+            nontemporal_records: 0,
         }
+    }
+
+    /// Write the payloads of streamed records with non-temporal stores, to memory rather than
+    /// into this core's cache (see [`copy_nontemporal`] for when that is faster; records
+    /// below the streaming threshold are always written through the cache).
+    pub fn set_nontemporal(&mut self, on: bool) {
+        self.nontemporal = on;
+        self.chooser = None;
+    }
+
+    /// Let `chooser` decide, record by record and from the copy times, how streamed payloads
+    /// are written (see [`crate::tune::StoreChooser`]).
+    pub fn set_store_chooser(&mut self, chooser: crate::tune::StoreChooser) {
+        self.chooser = Some(Box::new(chooser));
+    }
+
+    /// Streamed records written with non-temporal stores so far, and how often the chooser
+    /// changed its mind.
+    pub fn stores(&self) -> (u64, u64) {
+        let switches = self.chooser.as_ref().map_or(0, |c| c.switches());
+        (self.nontemporal_records, switches)
     }
 
     /// Let records of one line ([`ONE_LINE_MAX`] bytes) go back to the ring's start once the
@@ -540,12 +657,28 @@ impl Producer {
             0 => self.stream_chunk,
             scale => crate::tune::chunk_for(len, scale),
         };
+        let now = self.clock_ns(len);
+        let plan = match self.chooser.as_mut() {
+            Some(c) => c.plan(len, now),
+            None => crate::tune::StorePlan {
+                nontemporal: self.nontemporal,
+                timed: false,
+            },
+        };
+        let nontemporal = plan.nontemporal;
+        self.nontemporal_records += u64::from(nontemporal);
+        // (A streamed push never waits: its slots are reserved, so this times the copy.)
+        let started = plan.timed.then(std::time::Instant::now);
         if chunk_end(0, len, chunk) == len {
             // One chunk: publishing first would let the consumer poll the record's first line
             // while we write into it, for nothing to read before the end. Written whole, it
             // keeps the streamed layout (the payload aligned for both copies).
             // SAFETY: [0, len) lies in the record and is not yet visible.
-            unsafe { copy_split(header, payload, 0, len, base) };
+            unsafe { copy_split(header, payload, 0, len, base, nontemporal) };
+            if nontemporal {
+                nontemporal_fence();
+            }
+            self.timed(started, nontemporal, len);
             progress.store(len as u64, Ordering::Relaxed);
             self.publish_record_word(index, slots, word);
             return;
@@ -557,9 +690,32 @@ impl Producer {
         while done < len {
             let end = chunk_end(done, len, chunk);
             // SAFETY: [done, end) lies in the record (end <= len) and is not yet visible.
-            unsafe { copy_split(header, payload, done, end, base) };
+            unsafe { copy_split(header, payload, done, end, base, nontemporal) };
+            if nontemporal {
+                nontemporal_fence();
+            }
             progress.store(end as u64, Ordering::Release);
             done = end;
+        }
+        self.timed(started, nontemporal, len);
+    }
+
+    /// The chooser's clock (ns since the producer was made), read only for the records it
+    /// looks at.
+    #[inline]
+    fn clock_ns(&self, len: usize) -> u64 {
+        if !self.chooser.as_ref().is_some_and(|c| c.wants_clock(len)) {
+            return 0;
+        }
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Give the chooser the time of a record's copy that was timed from `started`.
+    #[inline]
+    fn timed(&mut self, started: Option<std::time::Instant>, nontemporal: bool, len: usize) {
+        if let (Some(t0), Some(c)) = (started, self.chooser.as_mut()) {
+            let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            c.record(nontemporal, len, ns);
         }
     }
 
@@ -1075,10 +1231,17 @@ pub(crate) mod tests {
     /// byte after the header sits on a 32-byte boundary of the ring.
     #[test]
     fn streamed_records_arrive_intact_with_aligned_payloads() {
+        for nontemporal in [false, true] {
+            streamed_records_arrive_intact(nontemporal);
+        }
+    }
+
+    fn streamed_records_arrive_intact(nontemporal: bool) {
         let mut ring = HeapRing::new(256);
         let mem = ring.mem();
         let mut p = Producer::new(mem, 1 << 20);
         p.set_streaming(100, 64);
+        p.set_nontemporal(nontemporal);
         let mut c = Consumer::new(mem, 1 << 20);
         let data_start = mem.data.as_ptr() as usize;
         let mut i = 0u64;
@@ -1091,7 +1254,7 @@ pub(crate) mod tests {
                 assert_eq!(
                     (rec.tag, rec.bytes),
                     (5, &bytes[..]),
-                    "header {header_len}, {len} B"
+                    "header {header_len}, {len} B, nontemporal {nontemporal}"
                 );
                 let payload_at = rec.bytes.as_ptr() as usize + header_len - data_start;
                 assert_eq!(payload_at % PAYLOAD_ALIGN, 0, "header {header_len}");
@@ -1418,6 +1581,39 @@ pub(crate) mod tests {
         two_threads(60);
     }
 
+    /// With a chooser, records go one way or the other (here the non-temporal probe a chooser
+    /// without a reference makes) and all arrive intact; the producer counts those that went
+    /// to memory.
+    #[test]
+    fn records_stay_intact_whichever_way_the_chooser_writes_them() {
+        let mut ring = HeapRing::new(4096);
+        let mem = ring.mem();
+        let mut p = Producer::new(mem, 1 << 20);
+        p.set_streaming(100, 4096);
+        p.set_store_chooser(crate::tune::StoreChooser::new(false, None));
+        let mut c = Consumer::new(mem, 1 << 20);
+        let len = crate::tune::StoreChooser::SAMPLE_MIN + 100;
+        let count = 2 * crate::tune::StoreChooser::PROBE_EVERY;
+        for i in 0..count {
+            let bytes = pattern(i, len);
+            p.push(3, &bytes[..24], &bytes[24..]).unwrap();
+            let rec = c.peek().unwrap().expect("a whole record");
+            assert_eq!(rec.bytes, &bytes[..], "record {i}");
+            let slots = rec.slots;
+            c.advance(slots);
+            c.publish();
+        }
+        let (nontemporal, _) = p.stores();
+        assert!(nontemporal >= 1, "the probe went to memory");
+    }
+
+    /// Streamed payloads written to memory (non-temporal stores, fenced before each progress
+    /// store) are whole when the consumer on another thread reads them.
+    #[test]
+    fn two_threads_heap_ring_streamed_nontemporal() {
+        two_threads_in(32, 0, 60, true);
+    }
+
     /// The chunk ends of a `len`-byte streamed record (each one a progress store).
     fn chunk_ends(len: usize, chunk: usize) -> Vec<usize> {
         let mut ends = vec![];
@@ -1431,12 +1627,11 @@ pub(crate) mod tests {
 
     /// A medium message is a handful of handoffs by default: every progress store moves a
     /// cache line between the cores, which costs as much as copying a few KiB (4 KiB chunks
-    /// made a fragment at shm's eager limit sixteen handoffs, and 8-128 KiB latency 25-35%
-    /// worse).
+    /// made a 64 KiB message sixteen handoffs, and 8-128 KiB latency 25-35% worse).
     #[test]
     fn streamed_records_take_few_handoffs() {
-        let eager_limit = 65_600;
-        assert!(chunk_ends(eager_limit, STREAM_CHUNK).len() <= 4);
+        let medium = 64 * 1024 + 64;
+        assert!(chunk_ends(medium, STREAM_CHUNK).len() <= 4);
         // A copied rendezvous fragment (16 KiB behind its header) is one step, not two.
         assert_eq!(
             chunk_ends(16 * 1024 + 64, STREAM_CHUNK),
@@ -1468,14 +1663,14 @@ pub(crate) mod tests {
     /// on, depending on how far behind the consumer thread is.
     #[test]
     fn two_threads_heap_ring_short_span() {
-        two_threads_in(128, 2048, 60);
+        two_threads_in(128, 2048, 60, false);
     }
 
     fn two_threads(stream_min: usize) {
-        two_threads_in(32, 0, stream_min);
+        two_threads_in(32, 0, stream_min, false);
     }
 
-    fn two_threads_in(lines: usize, span: usize, stream_min: usize) {
+    fn two_threads_in(lines: usize, span: usize, stream_min: usize, nontemporal: bool) {
         const COUNT: u64 = if cfg!(miri) { 300 } else { 20_000 };
         let mut ring = HeapRing::new(lines);
         let mem = ring.mem();
@@ -1498,6 +1693,7 @@ pub(crate) mod tests {
         let mut p = Producer::new(mem, 1 << 20);
         p.set_streaming(stream_min, 64);
         p.set_short_span(span);
+        p.set_nontemporal(nontemporal);
         for i in 0..COUNT {
             let data = pattern(i, (i % 300) as usize);
             while p
@@ -1512,6 +1708,24 @@ pub(crate) mod tests {
     }
 
     proptest! {
+        /// The non-temporal copy writes exactly the bytes an ordinary one would, at any
+        /// alignment of either side and any length, and nothing around them.
+        #[test]
+        fn nontemporal_copy_is_a_copy(src_at in 0usize..64, dst_at in 0usize..64, len in 0usize..700) {
+            let src: Vec<u8> = (0..src_at + len).map(|i| (i * 7 + 3) as u8).collect();
+            let mut dst = vec![0xAAu8; 64 + dst_at + len + 64];
+            // (base < LINE: the copy and a byte after it fit.)
+            let base = dst.as_ptr().align_offset(LINE);
+            // SAFETY: both ranges lie inside their vectors, which do not overlap.
+            unsafe {
+                copy_nontemporal(src.as_ptr().add(src_at), dst.as_mut_ptr().add(base + dst_at), len);
+            }
+            nontemporal_fence();
+            prop_assert_eq!(&dst[base + dst_at..base + dst_at + len], &src[src_at..]);
+            prop_assert!(dst[..base + dst_at].iter().all(|&b| b == 0xAA));
+            prop_assert!(dst[base + dst_at + len..].iter().all(|&b| b == 0xAA));
+        }
+
         /// Whatever a broken or hostile producer leaves in the ring, the consumer returns records
         /// inside the ring or an error, and never panics or reads out of bounds.
         #[test]
@@ -1536,12 +1750,18 @@ pub(crate) mod tests {
         /// Against a queue model: any interleaving of pushes (random sizes), pops and publishes
         /// delivers exactly what was accepted, in order, and refuses only when really full.
         #[test]
-        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((0u8..4, 0usize..700), 1..400), stream_min in prop_oneof![Just(usize::MAX), 57usize..700], span in prop_oneof![Just(0usize), 1usize..4096]) {
+        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((0u8..4, 0usize..700), 1..400), stream_min in prop_oneof![Just(usize::MAX), 57usize..700], span in prop_oneof![Just(0usize), 1usize..4096], stores in 0u8..3) {
             let mut ring = HeapRing::new(64);
             let mem = ring.mem();
             let mut p = Producer::new(mem, 1 << 20);
             p.set_streaming(stream_min, 64);
             p.set_short_span(span);
+            match stores {
+                0 => p.set_nontemporal(false),
+                1 => p.set_nontemporal(true),
+                // Starts cached and probes non-temporally every 64th streamed record.
+                _ => p.set_store_chooser(crate::tune::StoreChooser::new(false, None)),
+            }
             let mut c = Consumer::new(mem, 1 << 20);
             let mut model: VecDeque<Vec<u8>> = VecDeque::new();
             let mut n = 0u64;

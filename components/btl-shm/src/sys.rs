@@ -519,29 +519,62 @@ fn costs_file_path() -> PathBuf {
 /// there, of which the newest [`COSTS_RECORDS_KEPT`] - 1 are kept (several jobs may start side
 /// by side, and a job's later ranks must still find its record).
 fn with_costs_record(text: &str, job_key: &str, costs: &crate::tune::Costs) -> String {
-    let new = format!("{job_key} {} {}", costs.handoff_ns, costs.copy_bytes_per_ns);
+    // Transfers not measured are written as zeros (no measurement gives a zero rate).
+    let t = costs.transfers.map_or([0.0; 4], |t| {
+        [
+            t.cached.write_bytes_per_ns,
+            t.cached.read_bytes_per_ns,
+            t.nontemporal.write_bytes_per_ns,
+            t.nontemporal.read_bytes_per_ns,
+        ]
+    });
+    let new = format!(
+        "{job_key} {} {} {} {} {} {}",
+        costs.handoff_ns, costs.copy_bytes_per_ns, t[0], t[1], t[2], t[3]
+    );
     let mut records: Vec<&str> = text.lines().collect();
     records.push(&new);
     let keep = records.len().saturating_sub(COSTS_RECORDS_KEPT);
     records[keep..].join("\n") + "\n"
 }
 
-/// The costs recorded in `text` for `job_key` (`"<job_key> <handoff ns> <copy bytes/ns>"`);
-/// `None` for another job's record or anything malformed (one line of the lock file).
+/// The costs recorded in `text` for `job_key` (`"<job_key> <handoff ns> <copy bytes/ns>
+/// <cached write> <cached read> <non-temporal write> <non-temporal read>"`, rates in bytes/ns,
+/// zeros for transfers not measured); `None` for another job's record or anything malformed
+/// (one line of the lock file).
 fn parse_costs_record(text: &str, job_key: &str) -> Option<crate::tune::Costs> {
+    use crate::tune::{Transfer, Transfers};
     let mut words = text.trim_end().split(' ');
     if words.next()? != job_key {
         return None;
     }
-    let handoff_ns: f64 = words.next()?.parse().ok()?;
-    let copy_bytes_per_ns: f64 = words.next()?.parse().ok()?;
+    let mut v = [0f64; 6];
+    for x in &mut v {
+        *x = words.next()?.parse().ok()?;
+    }
     let sane = |v: f64| v.is_finite() && v > 0.0;
-    (words.next().is_none() && sane(handoff_ns) && sane(copy_bytes_per_ns)).then_some(
-        crate::tune::Costs {
-            handoff_ns,
-            copy_bytes_per_ns,
-        },
-    )
+    if words.next().is_some() || !sane(v[0]) || !sane(v[1]) {
+        return None;
+    }
+    let transfers = match v[2..] {
+        [0.0, 0.0, 0.0, 0.0] => None,
+        [cw, cr, nw, nr] if [cw, cr, nw, nr].into_iter().all(sane) => Some(Transfers {
+            cached: Transfer {
+                write_bytes_per_ns: cw,
+                read_bytes_per_ns: cr,
+            },
+            nontemporal: Transfer {
+                write_bytes_per_ns: nw,
+                read_bytes_per_ns: nr,
+            },
+        }),
+        _ => return None,
+    };
+    Some(crate::tune::Costs {
+        handoff_ns: v[0],
+        copy_bytes_per_ns: v[1],
+        transfers,
+    })
 }
 
 /// Measure what [`crate::tune`] needs: the one-way time of a cache-line handoff between two
@@ -643,6 +676,141 @@ pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> 
     Some(crate::tune::Costs {
         handoff_ns: best,
         copy_bytes_per_ns: COPY as f64 / copy_ns.max(1.0),
+        transfers: measure_transfers(cpu_a, cpu_b, give_up),
+    })
+}
+
+/// Bytes of a block of [`measure_transfers`]: a streamed eager fragment's payload.
+const TRANSFER_BLOCK: usize = 64 * 1024;
+/// Blocks written each way by [`measure_transfers`].
+const TRANSFER_REPS: usize = 16;
+/// Blocks the writer cycles through, so that each block it writes was last read by the
+/// reader (as a ring's lines are), and both fit the caches.
+const TRANSFER_SLOTS: usize = 4;
+
+/// Memory two threads of [`measure_transfers`] take turns on.
+struct Turns(*mut u8);
+// SAFETY: the pointer is only dereferenced by the thread whose turn the flag says it is.
+unsafe impl Sync for Turns {}
+
+impl Turns {
+    /// The block at byte `offset` (a method, so that closures capture the `Sync` wrapper
+    /// rather than its pointer field).
+    fn block(&self, offset: usize) -> *mut u8 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+/// Time blocks moved from `cpu_a` to `cpu_b` the way a ring moves streamed records (the writer
+/// writes a block the reader read before, the reader copies it out), with ordinary and with
+/// non-temporal stores, interleaved; the median of [`TRANSFER_REPS`] of each side of each way
+/// (a block where a thread was descheduled is an outlier, not the median). `None` when the two
+/// threads did not run side by side before `give_up`, or non-temporal stores do not exist here.
+fn measure_transfers(
+    cpu_a: usize,
+    cpu_b: usize,
+    give_up: std::time::Instant,
+) -> Option<crate::tune::Transfers> {
+    use crate::tune::{Transfer, Transfers};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    if !crate::ring::NONTEMPORAL_STORES {
+        return None;
+    }
+    let mut memory = vec![0u8; TRANSFER_SLOTS * TRANSFER_BLOCK + LINE];
+    let at = memory.as_ptr().align_offset(LINE);
+    let area = Turns(memory[at..].as_mut_ptr());
+    let source = vec![1u8; TRANSFER_BLOCK];
+    let mut sink = vec![0u8; TRANSFER_BLOCK];
+    let turn = Padded(AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    let wait = |want: u64| {
+        let mut spins = 0u32;
+        loop {
+            if turn.0.load(Ordering::Acquire) == want {
+                return true;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024)
+                && (stop.load(Ordering::Relaxed) || Instant::now() > give_up)
+            {
+                stop.store(true, Ordering::Relaxed);
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    };
+    let rounds = 2 * TRANSFER_REPS as u64;
+    let (writes, reads) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut ns = Vec::with_capacity(rounds as usize);
+            if bind_to_cpu(cpu_a).is_err() {
+                stop.store(true, Ordering::Relaxed);
+                return ns;
+            }
+            for k in 0..rounds {
+                if !wait(2 * k) {
+                    break;
+                }
+                let block = (k as usize % TRANSFER_SLOTS) * TRANSFER_BLOCK;
+                let t0 = Instant::now();
+                // SAFETY: the block lies in `area` and is ours until we pass the turn on.
+                unsafe {
+                    let dst = area.block(block);
+                    if k % 2 == 1 {
+                        crate::ring::copy_nontemporal(source.as_ptr(), dst, TRANSFER_BLOCK);
+                        crate::ring::nontemporal_fence();
+                    } else {
+                        std::ptr::copy_nonoverlapping(source.as_ptr(), dst, TRANSFER_BLOCK);
+                    }
+                }
+                ns.push(t0.elapsed().as_nanos() as f64);
+                turn.0.store(2 * k + 1, Ordering::Release);
+            }
+            ns
+        });
+        let reader = s.spawn(|| {
+            let mut ns = Vec::with_capacity(rounds as usize);
+            if bind_to_cpu(cpu_b).is_err() {
+                stop.store(true, Ordering::Relaxed);
+                return ns;
+            }
+            for k in 0..rounds {
+                if !wait(2 * k + 1) {
+                    break;
+                }
+                let block = (k as usize % TRANSFER_SLOTS) * TRANSFER_BLOCK;
+                let t0 = Instant::now();
+                // SAFETY: the writer is done with the block until we pass the turn on.
+                let src = unsafe { std::slice::from_raw_parts(area.block(block), TRANSFER_BLOCK) };
+                sink.copy_from_slice(std::hint::black_box(src));
+                std::hint::black_box(&mut sink);
+                ns.push(t0.elapsed().as_nanos() as f64);
+                turn.0.store(2 * k + 2, Ordering::Release);
+            }
+            ns
+        });
+        (
+            writer.join().unwrap_or_default(),
+            reader.join().unwrap_or_default(),
+        )
+    });
+    if writes.len() < rounds as usize || reads.len() < rounds as usize {
+        return None;
+    }
+    // Round k went the non-temporal way when k is odd.
+    let median_rate = |ns: &[f64], nontemporal: usize| {
+        let mut way: Vec<f64> = ns.iter().skip(nontemporal).step_by(2).copied().collect();
+        way.sort_by(f64::total_cmp);
+        TRANSFER_BLOCK as f64 / way[way.len() / 2].max(1.0)
+    };
+    let way = |nontemporal| Transfer {
+        write_bytes_per_ns: median_rate(&writes, nontemporal),
+        read_bytes_per_ns: median_rate(&reads, nontemporal),
+    };
+    Some(Transfers {
+        cached: way(0),
+        nontemporal: way(1),
     })
 }
 
@@ -661,16 +829,36 @@ mod tests {
 
     #[test]
     fn a_costs_record_is_only_read_for_its_own_job() {
-        let c = parse_costs_record("rmca-j1- 61.5 70.25\n", "rmca-j1-").unwrap();
+        let c = parse_costs_record("rmca-j1- 61.5 70.25 0 0 0 0\n", "rmca-j1-").unwrap();
         assert_eq!((c.handoff_ns, c.copy_bytes_per_ns), (61.5, 70.25));
+        assert_eq!(c.transfers, None);
+        let c = parse_costs_record("rmca-j1- 61.5 70.25 4 10.5 20 11\n", "rmca-j1-").unwrap();
+        let t = c.transfers.unwrap();
+        assert_eq!(
+            (t.cached.write_bytes_per_ns, t.cached.read_bytes_per_ns),
+            (4.0, 10.5)
+        );
+        assert_eq!(
+            (
+                t.nontemporal.write_bytes_per_ns,
+                t.nontemporal.read_bytes_per_ns
+            ),
+            (20.0, 11.0)
+        );
         for (text, why) in [
-            ("rmca-j1- 61.5 70.25", "another job's record"),
-            ("rmca-j10- 61.5 70.25", "a job whose key starts with ours"),
+            ("rmca-j1- 61.5 70.25 0 0 0 0", "another job's record"),
+            (
+                "rmca-j10- 61.5 70.25 0 0 0 0",
+                "a job whose key starts with ours",
+            ),
             ("rmca-j2- 61.5", "a truncated record"),
-            ("rmca-j2- 61.5 70.25 1", "a longer one"),
-            ("rmca-j2- NaN 70.25", "not a number"),
-            ("rmca-j2- 0 70.25", "a zero handoff"),
-            ("rmca-j2- 61.5 -1", "a negative rate"),
+            ("rmca-j2- 61.5 70.25", "a record of before the transfers"),
+            ("rmca-j2- 61.5 70.25 0 0 0 0 1", "a longer one"),
+            ("rmca-j2- NaN 70.25 0 0 0 0", "not a number"),
+            ("rmca-j2- 0 70.25 0 0 0 0", "a zero handoff"),
+            ("rmca-j2- 61.5 -1 0 0 0 0", "a negative rate"),
+            ("rmca-j2- 61.5 70.25 4 0 20 11", "a transfer half measured"),
+            ("rmca-j2- 61.5 70.25 4 10.5 20 inf", "an infinite rate"),
             ("", "an empty file"),
         ] {
             assert!(parse_costs_record(text, "rmca-j2-").is_none(), "{why}");
@@ -683,6 +871,7 @@ mod tests {
         let costs = |handoff_ns| crate::tune::Costs {
             handoff_ns,
             copy_bytes_per_ns: 2.5,
+            transfers: None,
         };
         let mut text = String::new();
         for job in 0..COSTS_RECORDS_KEPT + 4 {
@@ -705,15 +894,30 @@ mod tests {
     /// recorded, so the next rank tries again.
     #[test]
     fn costs_are_measured_once_per_job() {
+        let transfers = Some(crate::tune::Transfers {
+            cached: crate::tune::Transfer {
+                write_bytes_per_ns: 4.25,
+                read_bytes_per_ns: 10.5,
+            },
+            nontemporal: crate::tune::Transfer {
+                write_bytes_per_ns: 20.75,
+                read_bytes_per_ns: 11.0,
+            },
+        });
         let costs = |handoff_ns| crate::tune::Costs {
             handoff_ns,
             copy_bytes_per_ns: 70.5,
+            transfers,
         };
         let key = format!("rmca-unittest{}-costs-", std::process::id());
         let first = measure_costs_once_per_job(&key, || Some(costs(61.25))).unwrap();
         assert_eq!(first.handoff_ns, 61.25);
         let again = measure_costs_once_per_job(&key, || panic!("measured twice")).unwrap();
         assert_eq!((again.handoff_ns, again.copy_bytes_per_ns), (61.25, 70.5));
+        assert_eq!(
+            again.transfers, transfers,
+            "the transfers went through the file"
+        );
 
         let failing = format!("{key}failing-");
         assert!(measure_costs_once_per_job(&failing, || None).is_none());
@@ -739,6 +943,13 @@ mod tests {
             .expect("the two threads ran side by side for 8 batches within a second");
         assert!(c.handoff_ns > 1.0 && c.handoff_ns < 100_000.0, "{c:?}");
         assert!(c.copy_bytes_per_ns > 0.1, "{c:?}");
+        // Both ways of moving a block measured (x86-64), at rates of memory, not of a stall.
+        if crate::ring::NONTEMPORAL_STORES {
+            let t = c.transfers.expect("blocks moved both ways");
+            for way in [t.cached, t.nontemporal] {
+                assert!(way.rate().is_some_and(|r| r > 0.1 && r < 1000.0), "{t:?}");
+            }
+        }
     }
 
     #[test]

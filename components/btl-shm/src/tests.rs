@@ -16,7 +16,7 @@ use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
 use rmca_framework::rank::Rank;
 
 use crate::card::CardRepr;
-use crate::{ShmBtl, ShmConfig, MODEX_KEY, SHM};
+use crate::{ring, tune, ShmBtl, ShmConfig, MODEX_KEY, SHM};
 
 // SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
 // has completed (every caller waits for its operations before its buffers go).
@@ -207,6 +207,51 @@ fn send_receive_in_order_and_clean_up() {
     assert!(leftover_files(&prefix).is_empty());
 }
 
+/// Streamed fragments of every size arrive intact whether the sender writes them through its
+/// cache or with non-temporal stores, and the module says which it uses.
+#[test]
+fn streamed_fragments_arrive_intact_with_either_stores() {
+    for stores in ["cached", "nontemporal", "auto"] {
+        let (_id, mut a, mut b, _mem) = pair(&[("btl_shm_stream_stores", stores)]);
+        if stores != "auto" {
+            assert_eq!(
+                counter(&a, "nontemporal_at_start"),
+                u64::from(stores == "nontemporal")
+            );
+        }
+        let max = a.attributes().max_send_size;
+        let sizes = [4096usize, 4097, 5000, 16 * 1024 + 48, 40_000, max - 16];
+        for round in 0..3 {
+            for (i, &n) in sizes.iter().enumerate() {
+                let payload: Vec<u8> = (0..n).map(|k| (k * 3 + i + round) as u8).collect();
+                a.send(1, 0x40, &[i as u8; 16], &payload, SendHint::default())
+                    .unwrap();
+                let mut sink = Sink::default();
+                while sink.frags.is_empty() {
+                    b.progress(&mut sink);
+                }
+                let (_, _, data) = &sink.frags[0];
+                assert_eq!(&data[..16], &[i as u8; 16]);
+                assert!(
+                    data[16..]
+                        .iter()
+                        .enumerate()
+                        .all(|(k, &v)| v == (k * 3 + i + round) as u8),
+                    "{stores}: {n} bytes damaged"
+                );
+            }
+        }
+        let (records, nt) = (3 * sizes.len() as u64, counter(&a, "nontemporal_records"));
+        match stores {
+            "cached" => assert_eq!(nt, 0),
+            "nontemporal" => assert_eq!(nt, records),
+            _ => assert!(nt <= records),
+        }
+        a.finalize();
+        b.finalize();
+    }
+}
+
 #[test]
 fn delivery_stops_when_the_pml_has_what_it_waits_for() {
     let (_id, mut a, mut b, _mem) = pair(&[]);
@@ -349,7 +394,7 @@ fn attributes_follow_the_parameters() {
     );
     assert_eq!(
         (at.eager_limit, at.max_send_size, at.min_rdma_pipeline_size),
-        (64 * 1024 + 64, 64 * 1024 + 64, 0)
+        (128 * 1024 + 64, 128 * 1024 + 64, 0)
     );
     assert_eq!(
         (at.rndv_eager_limit, at.pipeline_frag_size),
@@ -466,7 +511,7 @@ fn bad_parameters_name_the_culprit() {
             ],
             "btl_shm_max_send_size",
         ),
-        (vec![("btl_shm_eager_limit", "128K")], "btl_shm_eager_limit"),
+        (vec![("btl_shm_eager_limit", "256K")], "btl_shm_eager_limit"),
     ] {
         let Err(err) = init(&job(0, &[0, 0], &id), &LocalModex::new(), &mem, &settings) else {
             panic!("{settings:?} accepted");
@@ -1103,11 +1148,11 @@ fn a_full_ring_is_given_back_in_batches_not_per_record() {
     );
 }
 
-/// By default the costs the stream chunk is chosen from are measured (reported as counters,
-/// or as a failed measurement on a node too busy to measure); a size given in
-/// btl_shm_stream_chunk fixes the chunk and measures nothing.
+/// By default the costs the stream chunk and the stores are chosen from are measured
+/// (reported as counters, or as a failed measurement on a node too busy to measure); a size
+/// in btl_shm_stream_chunk and a mode in btl_shm_stream_stores fix both and measure nothing.
 #[test]
-fn the_stream_chunk_is_measured_unless_fixed() {
+fn the_costs_are_measured_unless_both_choices_are_fixed() {
     let (_id, a, _b, _mem) = pair(&[]);
     let handoff = counter(&a, "measured_handoff_ns");
     let failed = counter(&a, "cost_measurement_failed");
@@ -1121,9 +1166,35 @@ fn the_stream_chunk_is_measured_unless_fixed() {
         assert_eq!(failed, 0);
         assert!(handoff > 0 && handoff < 100_000, "{handoff} ns");
         assert!(counter(&a, "measured_copy_mbps") > 100);
+        if ring::NONTEMPORAL_STORES {
+            let (cached, nt) = (
+                counter(&a, "measured_cached_mbps"),
+                counter(&a, "measured_nontemporal_mbps"),
+            );
+            assert!(cached > 100 && nt > 100, "{cached} {nt} MB/s");
+            // The choice follows the figures.
+            let chose = counter(&a, "nontemporal_at_start");
+            assert_eq!(
+                chose == 1,
+                nt as f64 >= cached as f64 * tune::NONTEMPORAL_GAIN
+            );
+        }
     }
+    // A fixed chunk alone still measures, for the stores.
     let (_id, a, _b, _mem) = pair(&[("btl_shm_stream_chunk", "16K")]);
-    assert_eq!(counter(&a, "measured_handoff_ns"), 0);
-    assert_eq!(counter(&a, "measured_copy_mbps"), 0);
-    assert_eq!(counter(&a, "cost_measurement_failed"), 0);
+    assert!(counter(&a, "measured_handoff_ns") > 0 || counter(&a, "cost_measurement_failed") == 1);
+    for stores in ["cached", "nontemporal"] {
+        let (_id, a, _b, _mem) = pair(&[
+            ("btl_shm_stream_chunk", "16K"),
+            ("btl_shm_stream_stores", stores),
+        ]);
+        assert_eq!(counter(&a, "measured_handoff_ns"), 0);
+        assert_eq!(counter(&a, "measured_copy_mbps"), 0);
+        assert_eq!(counter(&a, "measured_cached_mbps"), 0);
+        assert_eq!(counter(&a, "cost_measurement_failed"), 0);
+        assert_eq!(
+            counter(&a, "nontemporal_at_start"),
+            u64::from(stores == "nontemporal")
+        );
+    }
 }

@@ -5,7 +5,7 @@
 use rmca::Request;
 
 /// (message size, count): one entry per size class of the profile.
-pub const PLAN: [(usize, usize); 5] = [(8, 10), (512, 5), (8192, 4), (100_000, 3), (1_000_000, 2)];
+pub const PLAN: [(usize, usize); 5] = [(8, 10), (512, 5), (8192, 4), (200_000, 3), (1_000_000, 2)];
 
 fn byte(i: usize, k: usize) -> u8 {
     (i.wrapping_mul(131) ^ k.wrapping_mul(7)) as u8

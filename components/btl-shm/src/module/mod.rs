@@ -14,7 +14,7 @@ use rmca_framework::wire;
 use crate::coop::{self, Help};
 use crate::ring::{self, Producer, PushError, LINE};
 use crate::sys::{self, Mapping};
-use crate::CmaMode;
+use crate::{CmaMode, StoreMode};
 
 mod inbound;
 mod segment;
@@ -46,6 +46,8 @@ pub struct ShmConfig {
     pub stream_min: usize,
     /// Bytes written between two progress stores of a streamed fragment.
     pub stream_chunk: usize,
+    /// How streamed payloads are written into a ring.
+    pub stream_stores: StoreMode,
     /// Latency estimate (ns).
     pub latency_ns: u32,
     /// Bandwidth estimate (Mbit/s).
@@ -60,9 +62,9 @@ pub struct ShmConfig {
     pub short_span: usize,
 }
 
-/// Default fragment size: 64 KiB of payload plus room for the PML's header (the 64 bytes keep
+/// Default fragment size: 128 KiB of payload plus room for the PML's header (the 64 bytes keep
 /// payloads whole multiples of a cache line).
-const SHM_FRAGMENT: usize = 64 * 1024 + 64;
+const SHM_FRAGMENT: usize = 128 * 1024 + 64;
 
 impl ShmConfig {
     /// The documented defaults.
@@ -73,12 +75,14 @@ impl ShmConfig {
         // rings alone made 8-byte ping-pong 1.09x the time (their laps bring every line from
         // L3); small records now go round the ring's first short_span bytes instead.
         fifo_size: 512 * 1024,
-        // 64 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
-        // message up to 64 KiB goes in one streamed record, written into the receive buffer
-        // as it arrives, with no rendezvous round trip (ping-pong, paired runs here on
-        // 2026-11-24: 64 KiB 0.78x the time with a 32 KiB + 64 limit, smaller and larger
-        // sizes unchanged; 32 KiB 0.79x the time with a limit of exactly 32 KiB, which sent
-        // it as a rendezvous for its last bytes). Rendezvous fragments have their own size,
+        // 128 KiB of payload behind any ob1 header (MATCH 16, RNDV 32, FRAG 20 bytes): a
+        // message up to 128 KiB goes in one streamed record, written into the receive buffer
+        // as it arrives, with no rendezvous round trip. 64 KiB against 32 KiB + 64 (paired
+        // runs, 2026-11-24): 64 KiB ping-pong 0.78x the time, 32 KiB 0.79x against exactly
+        // 32 KiB. 128 KiB against 64 KiB + 64 (2026-11-28, alternating jobs, in the mood
+        // where the cores share a cache): 128 KiB ping-pong 7.5-8.5 against 13.4-14.6 us
+        // (UCX 10.1-10.3 in the same minutes), 128 KiB bandwidth unchanged (6.5-12 against
+        // 6.1-10.7 GB/s), 256 KiB unchanged. Rendezvous fragments have their own size,
         // pipeline_frag_size.
         max_send_size: SHM_FRAGMENT,
         eager_limit: SHM_FRAGMENT,
@@ -102,6 +106,9 @@ impl ShmConfig {
         stream_min: ring::STREAM_MIN,
         // Measured at init (see `crate::tune`); a size here fixes it.
         stream_chunk: 0,
+        // Measured at init, like the chunk: which one wins depends on whether the two cores
+        // share a cache, which moves between boots (and periods) of the VM.
+        stream_stores: StoreMode::Auto,
         latency_ns: 150,
         bandwidth_mbps: 100_000,
         early_unlink: true,
@@ -203,6 +210,13 @@ struct Stats {
     measured_copy_mbps: u64,
     /// 1 when that measurement was tried and failed (a loaded node): fixed chunks.
     cost_measurement_failed: u64,
+    /// The rates (MB/s, the slower side) of a block moved between two CPUs through the cache
+    /// and with non-temporal stores, measured at init (0: not measured).
+    measured_cached_mbps: u64,
+    measured_nontemporal_mbps: u64,
+    /// 1 when streamed payloads start with non-temporal stores (the mode, or with `auto` the
+    /// init measurement's choice).
+    nontemporal_at_start: u64,
 }
 
 /// The btl-shm module.
@@ -239,6 +253,11 @@ pub struct ShmBtl {
     stats: Stats,
     /// A handoff in bytes of copying, which scales the stream chunk (0: fixed chunks).
     chunk_scale: u64,
+    /// Streamed payloads go to the rings with non-temporal stores (`btl_shm_stream_stores`;
+    /// with `auto`, at first).
+    nontemporal: bool,
+    /// The non-temporal copy-in rate measured at init (bytes per ns), for the stores' chooser.
+    nontemporal_rate: Option<f64>,
     memory: Arc<MemoryCounter>,
     charged: usize,
     next_registration: u64,
@@ -587,6 +606,12 @@ impl Btl for ShmBtl {
             .flatten()
             .map(|p| p.producer.laps())
             .fold((0, 0), |(e, l), (pe, pl)| (e + pe, l + pl));
+        let (nontemporal_records, store_switches) = self
+            .peers
+            .iter()
+            .flatten()
+            .map(|p| p.producer.stores())
+            .fold((0, 0), |(r, w), (pr, pw)| (r + pr, w + pw));
         [
             ("frags_sent", s.frags_sent),
             ("bytes_sent", s.bytes_sent),
@@ -611,6 +636,11 @@ impl Btl for ShmBtl {
             ("measured_handoff_ns", s.measured_handoff_ns),
             ("measured_copy_mbps", s.measured_copy_mbps),
             ("cost_measurement_failed", s.cost_measurement_failed),
+            ("measured_cached_mbps", s.measured_cached_mbps),
+            ("measured_nontemporal_mbps", s.measured_nontemporal_mbps),
+            ("nontemporal_at_start", s.nontemporal_at_start),
+            ("nontemporal_records", nontemporal_records),
+            ("store_switches", store_switches),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

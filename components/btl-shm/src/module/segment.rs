@@ -15,6 +15,7 @@ use crate::card::{Card, CardRepr};
 use crate::coop;
 use crate::ring::{self, Consumer, Producer, RingMem, LINE};
 use crate::sys::{self, Mapping, SHM_DIR};
+use crate::StoreMode;
 use crate::{CmaMode, MODEX_KEY};
 
 /// Upper bound on rings per segment (local ranks - 1) accepted from a card.
@@ -121,7 +122,9 @@ impl ShmBtl {
                 "btl shm: publishing the business card: {e}"
             )));
         }
-        let (chunk_scale, measured) = stream_chunk_scale(&cfg, &prefix);
+        let measured = measure_costs(&cfg, &prefix);
+        let chunk_scale = chunk_scale(&cfg, measured.as_ref());
+        let nontemporal = nontemporal_at_start(&cfg, measured.as_ref());
         let mut flags = BtlFlags::SEND;
         if cma_local {
             flags |= BtlFlags::GET | BtlFlags::PUT;
@@ -169,10 +172,18 @@ impl ShmBtl {
             stats: Stats {
                 measured_handoff_ns: measured.map_or(0, |c| c.handoff_ns.round() as u64),
                 measured_copy_mbps: measured.map_or(0, |c| (c.copy_bytes_per_ns * 1e3) as u64),
-                cost_measurement_failed: u64::from(cfg.stream_chunk == 0 && measured.is_none()),
+                cost_measurement_failed: u64::from(wants_costs(&cfg) && measured.is_none()),
+                measured_cached_mbps: transfer_mbps(measured.as_ref(), |t| t.cached),
+                measured_nontemporal_mbps: transfer_mbps(measured.as_ref(), |t| t.nontemporal),
+                nontemporal_at_start: u64::from(nontemporal),
                 ..Stats::default()
             },
             chunk_scale,
+            nontemporal,
+            // The chooser compares the producer's copy-in rates.
+            nontemporal_rate: measured
+                .and_then(|c| c.transfers)
+                .map(|t| t.nontemporal.write_bytes_per_ns),
             memory,
             charged: seg_len,
             next_registration: 1,
@@ -298,6 +309,13 @@ impl ShmBtl {
         };
         producer.set_streaming(stream_min, self.cfg.stream_chunk);
         producer.set_chunk_scale(self.chunk_scale);
+        match self.cfg.stream_stores {
+            StoreMode::Auto => producer.set_store_chooser(crate::tune::StoreChooser::new(
+                self.nontemporal,
+                self.nontemporal_rate,
+            )),
+            _ => producer.set_nontemporal(self.nontemporal),
+        }
         producer.set_short_span(self.cfg.short_span);
         mapping
             .atomic_u32(layout::OFF_ATTACHED)
@@ -366,24 +384,61 @@ impl ShmBtl {
     }
 }
 
-/// With `btl_shm_stream_chunk = 0`, the costs [`crate::tune::chunk_for`] scales the stream
-/// chunk by, measured now (a few milliseconds, once per job and node); 0 keeps the fixed chunk
-/// (also when the measurement failed: then the default of [`ring::STREAM_CHUNK`]).
-fn stream_chunk_scale(cfg: &ShmConfig, job_key: &str) -> (u64, Option<crate::tune::Costs>) {
-    if cfg.stream_chunk != 0 {
-        return (0, None);
+/// Whether the module needs the costs measured at init: a measured stream chunk or store mode.
+fn wants_costs(cfg: &ShmConfig) -> bool {
+    cfg.stream_chunk == 0 || cfg.stream_stores == StoreMode::Auto
+}
+
+/// The costs [`crate::tune`] decides from, measured now when [`wants_costs`] (a few
+/// milliseconds, once per job and node); `None` when not wanted or the measurement failed.
+fn measure_costs(cfg: &ShmConfig, job_key: &str) -> Option<crate::tune::Costs> {
+    if !wants_costs(cfg) {
+        return None;
     }
     let measured = sys::measure_costs_once_per_job(job_key, || {
         sys::measure_costs(std::time::Duration::from_millis(2))
     });
-    let scale = measured.and_then(|c| c.handoff_bytes()).unwrap_or(0);
     match measured {
         Some(c) => tracing::debug!(
             handoff_ns = c.handoff_ns,
             copy_bytes_per_ns = c.copy_bytes_per_ns,
-            "btl shm: stream chunks scaled by measured costs"
+            transfers = ?c.transfers,
+            "btl shm: costs measured"
         ),
-        None => tracing::debug!("btl shm: costs not measured, fixed stream chunks"),
+        None => tracing::debug!("btl shm: costs not measured, fixed stream chunks, cached stores"),
     }
-    (scale, measured)
+    measured
+}
+
+/// With `btl_shm_stream_chunk = 0`, the handoff in bytes of copying that
+/// [`crate::tune::chunk_for`] scales the stream chunk by; 0 keeps the fixed chunk (also when
+/// the measurement failed: then the default of [`ring::STREAM_CHUNK`]).
+fn chunk_scale(cfg: &ShmConfig, measured: Option<&crate::tune::Costs>) -> u64 {
+    if cfg.stream_chunk != 0 {
+        return 0;
+    }
+    measured.and_then(|c| c.handoff_bytes()).unwrap_or(0)
+}
+
+/// Whether streamed payloads go (with `auto`: start) with non-temporal stores: as configured,
+/// or when they measured enough faster at init (cached when not measured).
+fn nontemporal_at_start(cfg: &ShmConfig, measured: Option<&crate::tune::Costs>) -> bool {
+    match cfg.stream_stores {
+        StoreMode::Cached => false,
+        StoreMode::Nontemporal => true,
+        StoreMode::Auto => measured
+            .and_then(|c| c.transfers)
+            .is_some_and(|t| t.prefer_nontemporal()),
+    }
+}
+
+/// A measured transfer's rate in MB/s (0: not measured), for the counters.
+fn transfer_mbps(
+    measured: Option<&crate::tune::Costs>,
+    way: impl Fn(&crate::tune::Transfers) -> crate::tune::Transfer,
+) -> u64 {
+    measured
+        .and_then(|c| c.transfers)
+        .and_then(|t| way(&t).rate())
+        .map_or(0, |rate| (rate * 1e3) as u64)
 }
