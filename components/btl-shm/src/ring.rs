@@ -275,7 +275,7 @@ unsafe fn copy_split(
 ///
 /// # Safety
 /// `src..src + len` must be valid for reads, `dst..dst + len` for writes, not overlapping.
-pub(crate) unsafe fn copy_nontemporal(src: *const u8, dst: *mut u8, len: usize) {
+pub unsafe fn copy_nontemporal(src: *const u8, dst: *mut u8, len: usize) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
@@ -313,7 +313,7 @@ pub(crate) unsafe fn copy_nontemporal(src: *const u8, dst: *mut u8, len: usize) 
 /// Order the non-temporal stores of [`copy_nontemporal`] before any later store (the release
 /// stores that publish a ring's bytes do not order them on x86).
 #[inline]
-pub(crate) fn nontemporal_fence() {
+pub fn nontemporal_fence() {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: sfence has no preconditions (SSE, part of the x86-64 baseline).
     unsafe {

@@ -577,6 +577,31 @@ fn parse_costs_record(text: &str, job_key: &str) -> Option<crate::tune::Costs> {
     })
 }
 
+/// Spin until `word` holds `want` (true), or until the other thread of a measurement gave up
+/// (`stop`) or `give_up` passed (false, and `stop` is set for the other thread).
+fn spin_until(
+    word: &AtomicU64,
+    want: u64,
+    stop: &std::sync::atomic::AtomicBool,
+    give_up: std::time::Instant,
+) -> bool {
+    use std::sync::atomic::Ordering;
+    let mut spins = 0u32;
+    loop {
+        if word.load(Ordering::Acquire) == want {
+            return true;
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(1024)
+            && (stop.load(Ordering::Relaxed) || std::time::Instant::now() > give_up)
+        {
+            stop.store(true, Ordering::Relaxed);
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// Measure what [`crate::tune`] needs: the one-way time of a cache-line handoff between two
 /// threads pinned to two CPUs of our affinity mask (the least of up to 64 batches of 32 round
 /// trips, so that batches where a thread was descheduled do not count), and the rate of a
@@ -596,23 +621,7 @@ pub fn measure_costs(budget: std::time::Duration) -> Option<crate::tune::Costs> 
     let start = Instant::now();
     let deadline = start + budget;
     let give_up = start + budget * PATIENCE;
-    // Spin until the word holds `want`; false once the measurement is over.
-    let wait = |want: u64| {
-        let mut spins = 0u32;
-        loop {
-            if word.0.load(Ordering::Acquire) == want {
-                return true;
-            }
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024)
-                && (stop.load(Ordering::Relaxed) || Instant::now() > give_up)
-            {
-                stop.store(true, Ordering::Relaxed);
-                return false;
-            }
-            std::hint::spin_loop();
-        }
-    };
+    let wait = |want: u64| spin_until(&word.0, want, &stop, give_up);
     let best = std::thread::scope(|s| {
         let echo = s.spawn(|| {
             if bind_to_cpu(cpu_b).is_err() {
@@ -724,22 +733,7 @@ fn measure_transfers(
     let mut sink = vec![0u8; TRANSFER_BLOCK];
     let turn = Padded(AtomicU64::new(0));
     let stop = AtomicBool::new(false);
-    let wait = |want: u64| {
-        let mut spins = 0u32;
-        loop {
-            if turn.0.load(Ordering::Acquire) == want {
-                return true;
-            }
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024)
-                && (stop.load(Ordering::Relaxed) || Instant::now() > give_up)
-            {
-                stop.store(true, Ordering::Relaxed);
-                return false;
-            }
-            std::hint::spin_loop();
-        }
-    };
+    let wait = |want: u64| spin_until(&turn.0, want, &stop, give_up);
     let rounds = 2 * TRANSFER_REPS as u64;
     let (writes, reads) = std::thread::scope(|s| {
         let writer = s.spawn(|| {

@@ -600,18 +600,16 @@ impl Btl for ShmBtl {
             .iter()
             .flatten()
             .map(|i| i.consumer.publications());
-        let (early_wraps, long_laps) = self
+        // Per producer: laps cut short and run on, records to memory, changes of way.
+        let [early_wraps, long_laps, nontemporal_records, store_switches] = self
             .peers
             .iter()
             .flatten()
-            .map(|p| p.producer.laps())
-            .fold((0, 0), |(e, l), (pe, pl)| (e + pe, l + pl));
-        let (nontemporal_records, store_switches) = self
-            .peers
-            .iter()
-            .flatten()
-            .map(|p| p.producer.stores())
-            .fold((0, 0), |(r, w), (pr, pw)| (r + pr, w + pw));
+            .map(|p| {
+                let ((e, l), (r, w)) = (p.producer.laps(), p.producer.stores());
+                [e, l, r, w]
+            })
+            .fold([0; 4], |sum, p| std::array::from_fn(|i| sum[i] + p[i]));
         [
             ("frags_sent", s.frags_sent),
             ("bytes_sent", s.bytes_sent),
