@@ -18,7 +18,7 @@ mkdir -p "$out"
 
 # name | rmca-bench arguments (one job per configuration and run; all sizes in each job)
 tables=(
-  "one-node|latency,bw -n 2 --vs --runs 5 --min 4k --max 1m"
+  "one-node|latency,bw -n 2 --vs --runs 11 --min 4k --max 1m"
   "one-node-small|latency,bw,msgrate -n 2 --vs --runs 5 --min 8 --max 8"
 )
 

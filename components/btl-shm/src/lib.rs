@@ -150,8 +150,9 @@ impl Component for ShmComponent {
                      a ring: 'cached' with ordinary stores, 'nontemporal' with stores that go to \
                      memory past the sender's cache (x86-64; elsewhere ordinary ones), 'auto' \
                      the faster of the two, chosen as it goes from the sender's copy times (one \
-                     record in 8 timed, one in 64 written the other way as a probe while \
-                     non-temporal) and at init from blocks moved both ways between two CPUs. When \
+                     32-64 KiB record in 8 timed, the cache retried every 25 ms while \
+                     non-temporal; records under 8 KiB always cached), starting from blocks moved \
+                     both ways between two CPUs at init. When \
                      the two cores share a cache, lines move between them fastest through it; \
                      when they do not (on a VM, as the host moves the vCPUs), each ring line the \
                      receiver read last must first be taken back from its cache, and writing to \

@@ -16,14 +16,14 @@
 //! from 16 KiB to 1 MiB even with fast handoffs (`bench/RESULTS.md`, "ob1 + shm medium
 //! messages: stream chunks").
 //!
-//! Whether the cores share a cache moves the same way (the VM's two vCPUs land on host cores
-//! that do or do not share an L3), and decides how a streamed record is best written: through
-//! the producer's cache when they share one, with non-temporal stores to memory when they do
-//! not ([`Transfers::prefer_nontemporal`], from blocks moved both ways between two threads at
-//! init). Same job, forced each way, when they did not (handoff ~215 ns): 8-64 KiB bandwidth
+//! Whether the cores share a cache moves too, every 0.25-1 s (the host moves the VM's two
+//! vCPUs between L3 domains), and decides how a streamed record is best written: through the
+//! producer's cache when they share one, with non-temporal stores to memory when they do not
+//! (at init [`Transfers::prefer_nontemporal`], from blocks moved both ways between two
+//! threads; then [`StoreChooser`], from the producer's copy times as the records go). Same job, forced each way, when they did not (handoff ~215 ns): 8-64 KiB bandwidth
 //! 3.2-5.6 GB/s through the cache against 7.2-9.6 with non-temporal stores, 64 KiB ping-pong
 //! 21.7 against 9.9 us; when they did, 64 KiB ping-pong 3.6-4.4 against 8.3-10.6 us
-//! (`bench/RESULTS.md`, "Non-temporal stores in the slow mood").
+//! (`bench/RESULTS.md`, "ob1 + shm when the cores share no cache").
 
 /// Smallest chunk chosen.
 pub const MIN_CHUNK: usize = 16 * 1024;
@@ -170,7 +170,7 @@ impl Rates {
 /// Through the cache, the producer's copy-in of a 32-64 KiB record runs at 8-25 GB/s when
 /// the cores share a cache and at 3-5 GB/s when they do not (each ring line the consumer
 /// read last must first be taken back from its cache); with non-temporal stores at 13-19
-/// GB/s either way (`bench/RESULTS.md`, "Non-temporal stores in the slow mood"). So while
+/// GB/s either way (`bench/RESULTS.md`, "ob1 + shm when the cores share no cache"). So while
 /// writing through the cache, the chooser times one record in [`StoreChooser::TIME_EVERY`]
 /// and goes non-temporal when the median of the last four cached rates falls below
 /// [`StoreChooser::SLOW_CACHED`] of the non-temporal one. Non-temporal writes say nothing of
@@ -213,6 +213,11 @@ impl StoreChooser {
     /// through the cache even when the cores share one (where either way moves them equally
     /// fast). Eager records of 32-64 KiB give the clean signal.
     pub const SAMPLE_MIN: usize = 32 * 1024;
+    /// Records shorter than this always go through the cache: in the slow mood non-temporal
+    /// stores gain little there (4 KiB: bandwidth 1.25x, ping-pong alike), and in the fast one
+    /// they cost up to half (4 KiB bandwidth 6-7 against 7-14 GB/s, ping-pong 1.5 against
+    /// 0.7 us), which a wrong guess (the mood at init, until the first retry) would pay.
+    pub const NONTEMPORAL_MIN: usize = 8 * 1024;
     /// How long records go non-temporally before the cache is tried again.
     pub const RETRY_NS: u64 = 25_000_000;
     /// Records written through the cache after a change before their copy times count (a
@@ -260,7 +265,7 @@ impl StoreChooser {
         if len < Self::SAMPLE_MIN {
             self.short_records += 1;
             return StorePlan {
-                nontemporal: self.nontemporal,
+                nontemporal: self.nontemporal && len >= Self::NONTEMPORAL_MIN,
                 timed: false,
             };
         }
@@ -564,6 +569,9 @@ mod tests {
                     timed: false
                 }
             );
+            // Below NONTEMPORAL_MIN, always through the cache.
+            let p = c.plan(StoreChooser::NONTEMPORAL_MIN - 1, 0);
+            assert!(!p.nontemporal && !p.timed);
         }
         assert_eq!(
             (c.nontemporal(), c.switches()),
