@@ -53,8 +53,8 @@
 //! ([`Producer::set_nontemporal`]): to memory, past its cache, with a store fence before each
 //! progress store. That is faster when the two cores share no cache (each ring line the
 //! consumer last read would first have to be taken back from the consumer's cache), slower
-//! when they do (the lines would have moved from cache to cache); btl-shm measures which at
-//! init (`btl_shm_stream_stores`, [`crate::tune::Transfers`]).
+//! when they do (the lines would have moved from cache to cache); btl-shm chooses as the
+//! records go ([`Producer::set_store_chooser`], `btl_shm_stream_stores`).
 //!
 //! The consumer polls the control word of its head slot. Stale bytes from an earlier lap must
 //! never look like a record, so before *publishing* a record or a skip marker (release store of

@@ -314,7 +314,9 @@ impl ShmBtl {
                 self.nontemporal,
                 self.nontemporal_rate,
             )),
-            _ => producer.set_nontemporal(self.nontemporal),
+            StoreMode::Cached | StoreMode::Nontemporal => {
+                producer.set_nontemporal(self.nontemporal)
+            }
         }
         producer.set_short_span(self.cfg.short_span);
         mapping
