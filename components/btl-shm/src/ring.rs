@@ -50,11 +50,11 @@
 //! speed for 32-byte-aligned user buffers (glibc's `memcpy` is faster when source and
 //! destination share their offset within 32 bytes; `bench/RESULTS.md`, "Alignment of copies").
 //! The producer may write a streamed payload with non-temporal stores instead
-//! ([`Producer::set_nontemporal`]): to memory, past its cache, with a store fence before each
+//! ([`Producer::set_stores`]): to memory, past its cache, with a store fence before each
 //! progress store. That is faster when the two cores share no cache (each ring line the
 //! consumer last read would first have to be taken back from the consumer's cache), slower
 //! when they do (the lines would have moved from cache to cache); btl-shm chooses as the
-//! records go ([`Producer::set_store_chooser`], `btl_shm_stream_stores`).
+//! records go ([`Stores::Chosen`], `btl_shm_stream_stores`).
 //!
 //! The consumer polls the control word of its head slot. Stale bytes from an earlier lap must
 //! never look like a record, so before *publishing* a record or a skip marker (release store of
@@ -328,6 +328,32 @@ pub const NONTEMPORAL_STORES: bool = cfg!(all(target_arch = "x86_64", not(miri))
 // creator (see `RingMem::new`); every cross-thread access goes through atomics or the protocol.
 unsafe impl Send for RingMem {}
 
+/// How a producer writes the payloads of streamed records.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stores {
+    /// Always one way: with non-temporal stores (true, see [`copy_nontemporal`]) or through
+    /// the cache.
+    Fixed(bool),
+    /// Record by record, as the chooser decides from the copy times (boxed: the
+    /// small-record path touches the producer on every push).
+    Chosen(Box<crate::tune::StoreChooser>),
+}
+
+impl Stores {
+    /// Chosen by `chooser`.
+    pub fn chosen(chooser: crate::tune::StoreChooser) -> Self {
+        Self::Chosen(Box::new(chooser))
+    }
+
+    /// Whether the next long record would go non-temporally (probes aside).
+    pub fn nontemporal(&self) -> bool {
+        match self {
+            Self::Fixed(on) => *on,
+            Self::Chosen(c) => c.nontemporal(),
+        }
+    }
+}
+
 /// The sending side of one ring.
 #[derive(Debug)]
 pub struct Producer {
@@ -356,11 +382,8 @@ pub struct Producer {
     /// Laps cut short at the span, and laps that ran on because the consumer lagged.
     early_wraps: u64,
     long_laps: u64,
-    /// Streamed payloads are written with non-temporal stores (see [`copy_nontemporal`]),
-    /// unless `chooser` decides record by record.
-    nontemporal: bool,
-    /// (Boxed: the small-record path touches this struct on every push.)
-    chooser: Option<Box<crate::tune::StoreChooser>>,
+    /// How streamed payloads are written, and the chooser's clock.
+    stores: Stores,
     epoch: std::time::Instant,
     /// Streamed records written with non-temporal stores.
     nontemporal_records: u64,
@@ -412,31 +435,27 @@ impl Producer {
             wrap_at: u64::MAX,
             early_wraps: 0,
             long_laps: 0,
-            nontemporal: false,
-            chooser: None,
+            stores: Stores::Fixed(false),
             epoch: std::time::Instant::now(),
             nontemporal_records: 0,
         }
     }
 
-    /// Write the payloads of streamed records with non-temporal stores, to memory rather than
-    /// into this core's cache (see [`copy_nontemporal`] for when that is faster; records
-    /// below the streaming threshold are always written through the cache).
-    pub fn set_nontemporal(&mut self, on: bool) {
-        self.nontemporal = on;
-        self.chooser = None;
-    }
-
-    /// Let `chooser` decide, record by record and from the copy times, how streamed payloads
-    /// are written (see [`crate::tune::StoreChooser`]).
-    pub fn set_store_chooser(&mut self, chooser: crate::tune::StoreChooser) {
-        self.chooser = Some(Box::new(chooser));
+    /// How the payloads of streamed records are written: to memory with non-temporal stores
+    /// or through this core's cache (see [`copy_nontemporal`] for when which is faster), fixed
+    /// or chosen record by record; records below the streaming threshold always go through
+    /// the cache.
+    pub fn set_stores(&mut self, stores: Stores) {
+        self.stores = stores;
     }
 
     /// Streamed records written with non-temporal stores so far, and how often the chooser
     /// changed its mind.
     pub fn stores(&self) -> (u64, u64) {
-        let switches = self.chooser.as_ref().map_or(0, |c| c.switches());
+        let switches = match &self.stores {
+            Stores::Fixed(_) => 0,
+            Stores::Chosen(c) => c.switches(),
+        };
         (self.nontemporal_records, switches)
     }
 
@@ -658,10 +677,10 @@ impl Producer {
             scale => crate::tune::chunk_for(len, scale),
         };
         let now = self.clock_ns(len);
-        let plan = match self.chooser.as_mut() {
-            Some(c) => c.plan(len, now),
-            None => crate::tune::StorePlan {
-                nontemporal: self.nontemporal,
+        let plan = match &mut self.stores {
+            Stores::Chosen(c) => c.plan(len, now),
+            Stores::Fixed(on) => crate::tune::StorePlan {
+                nontemporal: *on,
                 timed: false,
             },
         };
@@ -704,8 +723,9 @@ impl Producer {
     /// looks at.
     #[inline]
     fn clock_ns(&self, len: usize) -> u64 {
-        if !self.chooser.as_ref().is_some_and(|c| c.wants_clock(len)) {
-            return 0;
+        match &self.stores {
+            Stores::Chosen(c) if c.wants_clock(len) => {}
+            _ => return 0,
         }
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -713,7 +733,7 @@ impl Producer {
     /// Give the chooser the time of a record's copy that was timed from `started`.
     #[inline]
     fn timed(&mut self, started: Option<std::time::Instant>, nontemporal: bool, len: usize) {
-        if let (Some(t0), Some(c)) = (started, self.chooser.as_mut()) {
+        if let (Some(t0), Stores::Chosen(c)) = (started, &mut self.stores) {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             c.record(nontemporal, len, ns);
         }
@@ -1241,7 +1261,7 @@ pub(crate) mod tests {
         let mem = ring.mem();
         let mut p = Producer::new(mem, 1 << 20);
         p.set_streaming(100, 64);
-        p.set_nontemporal(nontemporal);
+        p.set_stores(Stores::Fixed(nontemporal));
         let mut c = Consumer::new(mem, 1 << 20);
         let data_start = mem.data.as_ptr() as usize;
         let mut i = 0u64;
@@ -1595,7 +1615,7 @@ pub(crate) mod tests {
         let mem = ring.mem();
         let mut p = Producer::new(mem, 1 << 20);
         p.set_streaming(100, 4096);
-        p.set_store_chooser(crate::tune::StoreChooser::new(false, None));
+        p.set_stores(Stores::chosen(crate::tune::StoreChooser::new(false, None)));
         let mut c = Consumer::new(mem, 1 << 20);
         let len = crate::tune::StoreChooser::SAMPLE_MIN + 100;
         let count = 2 * crate::tune::StoreChooser::PROBE_EVERY;
@@ -1698,7 +1718,7 @@ pub(crate) mod tests {
         let mut p = Producer::new(mem, 1 << 20);
         p.set_streaming(stream_min, 64);
         p.set_short_span(span);
-        p.set_nontemporal(nontemporal);
+        p.set_stores(Stores::Fixed(nontemporal));
         for i in 0..COUNT {
             let data = pattern(i, (i % 300) as usize);
             while p
@@ -1762,10 +1782,10 @@ pub(crate) mod tests {
             p.set_streaming(stream_min, 64);
             p.set_short_span(span);
             match stores {
-                0 => p.set_nontemporal(false),
-                1 => p.set_nontemporal(true),
+                0 => p.set_stores(Stores::Fixed(false)),
+                1 => p.set_stores(Stores::Fixed(true)),
                 // Starts cached and probes non-temporally every 64th streamed record.
-                _ => p.set_store_chooser(crate::tune::StoreChooser::new(false, None)),
+                _ => p.set_stores(Stores::chosen(crate::tune::StoreChooser::new(false, None))),
             }
             let mut c = Consumer::new(mem, 1 << 20);
             let mut model: VecDeque<Vec<u8>> = VecDeque::new();

@@ -253,11 +253,8 @@ pub struct ShmBtl {
     stats: Stats,
     /// A handoff in bytes of copying, which scales the stream chunk (0: fixed chunks).
     chunk_scale: u64,
-    /// Streamed payloads go to the rings with non-temporal stores (`btl_shm_stream_stores`;
-    /// with `auto`, at first).
-    nontemporal: bool,
-    /// The non-temporal copy-in rate measured at init (bytes per ns), for the stores' chooser.
-    nontemporal_rate: Option<f64>,
+    /// How every producer starts writing streamed payloads (`btl_shm_stream_stores`).
+    stores: ring::Stores,
     memory: Arc<MemoryCounter>,
     charged: usize,
     next_registration: u64,

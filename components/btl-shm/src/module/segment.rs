@@ -124,7 +124,7 @@ impl ShmBtl {
         }
         let measured = measure_costs(&cfg, &prefix);
         let chunk_scale = chunk_scale(&cfg, measured.as_ref());
-        let nontemporal = nontemporal_at_start(&cfg, measured.as_ref());
+        let stores = stores_at_start(&cfg, measured.as_ref());
         let mut flags = BtlFlags::SEND;
         if cma_local {
             flags |= BtlFlags::GET | BtlFlags::PUT;
@@ -175,15 +175,11 @@ impl ShmBtl {
                 cost_measurement_failed: u64::from(wants_costs(&cfg) && measured.is_none()),
                 measured_cached_mbps: transfer_mbps(measured.as_ref(), |t| t.cached),
                 measured_nontemporal_mbps: transfer_mbps(measured.as_ref(), |t| t.nontemporal),
-                nontemporal_at_start: u64::from(nontemporal),
+                nontemporal_at_start: u64::from(stores.nontemporal()),
                 ..Stats::default()
             },
             chunk_scale,
-            nontemporal,
-            // The chooser compares the producer's copy-in rates.
-            nontemporal_rate: measured
-                .and_then(|c| c.transfers)
-                .map(|t| t.nontemporal.write_bytes_per_ns),
+            stores,
             memory,
             charged: seg_len,
             next_registration: 1,
@@ -309,15 +305,7 @@ impl ShmBtl {
         };
         producer.set_streaming(stream_min, self.cfg.stream_chunk);
         producer.set_chunk_scale(self.chunk_scale);
-        match self.cfg.stream_stores {
-            StoreMode::Auto => producer.set_store_chooser(crate::tune::StoreChooser::new(
-                self.nontemporal,
-                self.nontemporal_rate,
-            )),
-            StoreMode::Cached | StoreMode::Nontemporal => {
-                producer.set_nontemporal(self.nontemporal)
-            }
-        }
+        producer.set_stores(self.stores.clone());
         producer.set_short_span(self.cfg.short_span);
         mapping
             .atomic_u32(layout::OFF_ATTACHED)
@@ -422,15 +410,19 @@ fn chunk_scale(cfg: &ShmConfig, measured: Option<&crate::tune::Costs>) -> u64 {
     measured.and_then(|c| c.handoff_bytes()).unwrap_or(0)
 }
 
-/// Whether streamed payloads go (with `auto`: start) with non-temporal stores: as configured,
-/// or when they measured enough faster at init (cached when not measured).
-fn nontemporal_at_start(cfg: &ShmConfig, measured: Option<&crate::tune::Costs>) -> bool {
+/// How the producers write streamed payloads: as configured, or with `auto` chosen as they
+/// go, starting non-temporally when that measured enough faster at init (through the cache
+/// when not measured).
+fn stores_at_start(cfg: &ShmConfig, measured: Option<&crate::tune::Costs>) -> ring::Stores {
+    let transfers = measured.and_then(|c| c.transfers);
     match cfg.stream_stores {
-        StoreMode::Cached => false,
-        StoreMode::Nontemporal => true,
-        StoreMode::Auto => measured
-            .and_then(|c| c.transfers)
-            .is_some_and(|t| t.prefer_nontemporal()),
+        StoreMode::Cached => ring::Stores::Fixed(false),
+        StoreMode::Nontemporal => ring::Stores::Fixed(true),
+        StoreMode::Auto => ring::Stores::chosen(crate::tune::StoreChooser::new(
+            transfers.is_some_and(|t| t.prefer_nontemporal()),
+            // The chooser compares the producer's copy-in rates.
+            transfers.map(|t| t.nontemporal.write_bytes_per_ns),
+        )),
     }
 }
 
