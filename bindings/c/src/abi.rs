@@ -142,3 +142,17 @@ pub const MPI_MAX_LIBRARY_VERSION_STRING: usize = 8192;
 pub const MPI_MAX_OBJECT_NAME: usize = 128;
 pub const MPI_MAX_PROCESSOR_NAME: usize = 256;
 pub const MPI_BSEND_OVERHEAD: usize = 512;
+
+/// `MPI_Aint`: an address-sized signed integer (C's `intptr_t`).
+#[allow(non_camel_case_types)]
+pub type MPI_Aint = isize;
+/// `MPI_Count`: a 64-bit signed count.
+#[allow(non_camel_case_types)]
+pub type MPI_Count = i64;
+/// `MPI_Offset`: a 64-bit signed file offset.
+#[allow(non_camel_case_types)]
+pub type MPI_Offset = i64;
+
+/// The tool interface's "not supported" code (`MPI_T_*` functions return their own codes and
+/// call no error handler).
+pub const MPI_T_ERR_NOT_SUPPORTED: c_int = 1004;

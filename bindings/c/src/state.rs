@@ -806,6 +806,17 @@ impl State {
         (h & !REQ_LOW_MASK == gen_bits(*self.request_gens.get(i)?)).then_some(i)
     }
 
+    /// The request handle whose low 32 bits are `low` (`MPI_Request_fromint`): the slot's
+    /// current generation restored, so that `fromint(toint(r)) == r` while `r` is live.
+    pub fn request_from_low_bits(&self, low: Handle) -> Handle {
+        match (low & REQ_LOW_MASK).checked_sub(REQ_BASE) {
+            Some(i) if i < REQ_BASE => {
+                low + self.request_gens.get(i).map_or(0, |&g| gen_bits(g))
+            }
+            _ => low,
+        }
+    }
+
     /// Retire slot `i` (its request is freed): the next request there gets a new handle.
     #[inline]
     fn retire_request_slot(&mut self, i: usize) {

@@ -12,6 +12,7 @@ use super::{
 };
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
+use rmca_mpi_export::export;
 
 pub(crate) fn in_place(p: *const c_void) -> bool {
     p as usize == MPI_IN_PLACE
@@ -40,13 +41,13 @@ pub(crate) fn apart(send: &SendData, recv: &RecvData, fname: &str) -> MpiResult<
 }
 
 /// `MPI_Barrier`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
     call("MPI_Barrier", comm, || Ok(communicator(comm)?.barrier()?))
 }
 
 /// `MPI_Bcast`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Bcast(
     buffer: *mut c_void,
     count: c_int,
@@ -145,7 +146,7 @@ pub(crate) unsafe fn reduce_input(
 }
 
 /// `MPI_Allreduce` (`MPI_IN_PLACE` as sendbuf: the input is in recvbuf).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Allreduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
@@ -171,7 +172,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
 }
 
 /// `MPI_Reduce` (`MPI_IN_PLACE` as the root's sendbuf: its input is in recvbuf).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Reduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
@@ -241,7 +242,7 @@ pub(crate) fn blocks_of(
 }
 
 /// `MPI_Gather`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Gather(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -283,7 +284,7 @@ pub unsafe extern "C" fn MPI_Gather(
 }
 
 /// `MPI_Scatter`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Scatter(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -338,7 +339,7 @@ pub unsafe extern "C" fn MPI_Scatter(
 }
 
 /// `MPI_Allgather`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Allgather(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -374,7 +375,7 @@ pub unsafe extern "C" fn MPI_Allgather(
 }
 
 /// `MPI_Alltoall`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Alltoall(
     sendbuf: *const c_void,
     sendcount: c_int,

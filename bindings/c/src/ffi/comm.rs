@@ -6,9 +6,10 @@ use std::ffi::{c_char, c_int, c_void};
 use super::{call, communicator, put, put_string};
 use crate::abi::*;
 use crate::state::{self, CommEntry, MpiError};
+use rmca_mpi_export::export;
 
 /// `MPI_Comm_size`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
     call("MPI_Comm_size", comm, || {
         let n = state::with(|s| Ok(s.comm(comm)?.comm.size()))?;
@@ -18,7 +19,7 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int 
 }
 
 /// `MPI_Comm_rank`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
     call("MPI_Comm_rank", comm, || {
         let r = state::with(|s| Ok(s.comm(comm)?.comm.rank()))?;
@@ -28,7 +29,7 @@ pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int 
 }
 
 /// `MPI_Comm_dup`: same group, new matching space, the same error handler.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
     call("MPI_Comm_dup", comm, || {
         if newcomm.is_null() {
@@ -52,7 +53,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_i
 }
 
 /// `MPI_Comm_split`: `MPI_UNDEFINED` as color leaves the caller out (`MPI_COMM_NULL`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_split(
     comm: Handle,
     color: c_int,
@@ -92,7 +93,7 @@ pub unsafe extern "C" fn MPI_Comm_split(
 }
 
 /// `MPI_Comm_free`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
     if comm.is_null() {
         return call("MPI_Comm_free", MPI_COMM_WORLD, || {
@@ -110,7 +111,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
 }
 
 /// `MPI_Comm_compare`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_compare(
     comm1: Handle,
     comm2: Handle,
@@ -135,7 +136,7 @@ pub unsafe extern "C" fn MPI_Comm_compare(
 }
 
 /// `MPI_Comm_test_inter`: rmca has intra-communicators only.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_test_inter(comm: Handle, flag: *mut c_int) -> c_int {
     call("MPI_Comm_test_inter", comm, || {
         communicator(comm)?;
@@ -155,7 +156,7 @@ static APPNUM_VALUE: c_int = 0;
 static LASTUSEDCODE_VALUE: c_int = MPI_ERR_ABI;
 
 /// `MPI_Comm_get_attr` for the predefined keys (user keyvals are not implemented).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_get_attr(
     comm: Handle,
     keyval: c_int,
@@ -198,7 +199,7 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
 }
 
 /// `MPI_Comm_set_name`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_set_name(comm: Handle, comm_name: *const c_char) -> c_int {
     call("MPI_Comm_set_name", comm, || {
         if comm_name.is_null() {
@@ -219,7 +220,7 @@ pub unsafe extern "C" fn MPI_Comm_set_name(comm: Handle, comm_name: *const c_cha
 }
 
 /// `MPI_Comm_get_name`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_get_name(
     comm: Handle,
     comm_name: *mut c_char,

@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::{call, put, put_string};
 use crate::abi::*;
 use crate::state::{self, CommErrhandlerFn, MpiError, MpiResult, Phase, State};
+use rmca_mpi_export::export;
 
 /// The origin of `MPI_Wtime`.
 fn epoch() -> Instant {
@@ -46,7 +47,7 @@ fn init(required: c_int) -> MpiResult<c_int> {
 }
 
 /// `MPI_Init`: join the job (argc and argv are not needed: rmca reads its environment).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
     call("MPI_Init", MPI_COMM_WORLD, || {
         init(MPI_THREAD_SINGLE).map(|_| ())
@@ -54,7 +55,7 @@ pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_cha
 }
 
 /// `MPI_Init_thread`: rmca provides up to `MPI_THREAD_FUNNELED`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Init_thread(
     _argc: *mut c_int,
     _argv: *mut *mut *mut c_char,
@@ -82,7 +83,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
 }
 
 /// `MPI_Query_thread`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
     call("MPI_Query_thread", MPI_COMM_WORLD, || {
         let level = state::with(|s| Ok(s.thread_level))?;
@@ -92,7 +93,7 @@ pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
 }
 
 /// `MPI_Is_thread_main`: the state lives on the thread that initialized.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
     call("MPI_Is_thread_main", MPI_COMM_WORLD, || {
         let main = state::with(|_| Ok(())).is_ok();
@@ -102,7 +103,7 @@ pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
 }
 
 /// `MPI_Initialized` (callable at any time).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
     call("MPI_Initialized", MPI_COMM_WORLD, || {
         let v = c_int::from(state::phase() != Phase::Before);
@@ -112,7 +113,7 @@ pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
 }
 
 /// `MPI_Finalized` (callable at any time).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
     call("MPI_Finalized", MPI_COMM_WORLD, || {
         let v = c_int::from(state::phase() == Phase::Finalized);
@@ -122,7 +123,7 @@ pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
 }
 
 /// `MPI_Finalize`: complete buffered sends and freed requests, then leave the job.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     call("MPI_Finalize", MPI_COMM_WORLD, || {
         state::with(|s| {
@@ -149,7 +150,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
 }
 
 /// `MPI_Abort`: end every process of the job with `errorcode`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Abort(comm: Handle, errorcode: c_int) -> c_int {
     let msg = format!("MPI_Abort called with error code {errorcode} on communicator {comm:#x}");
     let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(errorcode, &msg) });
@@ -157,19 +158,19 @@ pub unsafe extern "C" fn MPI_Abort(comm: Handle, errorcode: c_int) -> c_int {
 }
 
 /// `MPI_Wtime`: seconds since an arbitrary origin of this process.
-#[no_mangle]
+#[export]
 pub extern "C" fn MPI_Wtime() -> c_double {
     epoch().elapsed().as_secs_f64()
 }
 
 /// `MPI_Wtick`: the resolution of `MPI_Wtime` (a nanosecond clock).
-#[no_mangle]
+#[export]
 pub extern "C" fn MPI_Wtick() -> c_double {
     1e-9
 }
 
 /// `MPI_Get_processor_name`: the node name the launcher placed this process on.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
     call("MPI_Get_processor_name", MPI_COMM_WORLD, || {
         let node = state::with(|s| Ok(s.universe.node().0))?;
@@ -179,7 +180,7 @@ pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, resultlen: *m
 }
 
 /// `MPI_Get_version` (callable at any time).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
     call("MPI_Get_version", MPI_COMM_WORLD, || {
         // SAFETY: the caller's ints.
@@ -199,7 +200,7 @@ pub fn library_version() -> String {
 }
 
 /// `MPI_Get_library_version` (callable at any time).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Get_library_version(
     version: *mut c_char,
     resultlen: *mut c_int,
@@ -218,7 +219,7 @@ pub unsafe extern "C" fn MPI_Get_library_version(
 }
 
 /// `MPI_Abi_get_version`: the standard ABI version implemented.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Abi_get_version(
     abi_major: *mut c_int,
     abi_minor: *mut c_int,
@@ -247,7 +248,7 @@ fn check_code(code: c_int) -> MpiResult<()> {
 }
 
 /// `MPI_Error_class`: rmca's error codes are their classes.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
     call("MPI_Error_class", MPI_COMM_WORLD, || {
         check_code(errorcode)?;
@@ -257,7 +258,7 @@ pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_in
 }
 
 /// `MPI_Error_string`: the class's text, and the details of the last such error returned.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Error_string(
     errorcode: c_int,
     string: *mut c_char,
@@ -275,7 +276,7 @@ pub unsafe extern "C" fn MPI_Error_string(
 }
 
 /// `MPI_Comm_set_errhandler`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_set_errhandler(comm: Handle, errhandler: Handle) -> c_int {
     call("MPI_Comm_set_errhandler", comm, || {
         state::with(|s| {
@@ -287,7 +288,7 @@ pub unsafe extern "C" fn MPI_Comm_set_errhandler(comm: Handle, errhandler: Handl
 }
 
 /// `MPI_Comm_get_errhandler`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: Handle, errhandler: *mut Handle) -> c_int {
     call("MPI_Comm_get_errhandler", comm, || {
         let e = state::with(|s| Ok(s.comm(comm)?.errhandler))?;
@@ -297,7 +298,7 @@ pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: Handle, errhandler: *mut 
 }
 
 /// `MPI_Comm_create_errhandler`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_create_errhandler(
     function: Option<CommErrhandlerFn>,
     errhandler: *mut Handle,
@@ -312,7 +313,7 @@ pub unsafe extern "C" fn MPI_Comm_create_errhandler(
 }
 
 /// `MPI_Errhandler_free`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
     call("MPI_Errhandler_free", MPI_COMM_WORLD, || {
         if errhandler.is_null() {
@@ -331,7 +332,7 @@ pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
 }
 
 /// `MPI_Comm_call_errhandler`: raise `errorcode` on `comm`'s handler.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: Handle, errorcode: c_int) -> c_int {
     let checked = state::with(|s| s.comm(comm).map(|_| ()));
     if let Err(e) = checked {

@@ -10,6 +10,7 @@ use rmca::{Comparison, Group};
 use super::{call, communicator, put};
 use crate::abi::*;
 use crate::state::{self, CommEntry, MpiError, MpiResult, ReqState};
+use rmca_mpi_export::export;
 
 /// `MPI_GROUP_NULL` and `MPI_GROUP_EMPTY` (standard ABI values).
 pub const MPI_GROUP_NULL: Handle = 0x108;
@@ -104,7 +105,7 @@ unsafe fn ranks_of(g: &Group, n: c_int, ranks: *const c_int) -> MpiResult<Vec<us
 }
 
 /// `MPI_Comm_group`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_group(comm: Handle, group: *mut Handle) -> c_int {
     call("MPI_Comm_group", comm, || {
         add_group(communicator(comm)?.group(), group)
@@ -112,7 +113,7 @@ pub unsafe extern "C" fn MPI_Comm_group(comm: Handle, group: *mut Handle) -> c_i
 }
 
 /// `MPI_Group_size`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Group_size(g: Handle, size: *mut c_int) -> c_int {
     call("MPI_Group_size", MPI_COMM_WORLD, || {
         let n = group(g)?.size();
@@ -122,7 +123,7 @@ pub unsafe extern "C" fn MPI_Group_size(g: Handle, size: *mut c_int) -> c_int {
 }
 
 /// `MPI_Group_rank`: `MPI_UNDEFINED` when the caller is not a member.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Group_rank(g: Handle, rank: *mut c_int) -> c_int {
     call("MPI_Group_rank", MPI_COMM_WORLD, || {
         let r = group(g)?.rank().map_or(MPI_UNDEFINED, |r| r as c_int);
@@ -132,7 +133,7 @@ pub unsafe extern "C" fn MPI_Group_rank(g: Handle, rank: *mut c_int) -> c_int {
 }
 
 /// `MPI_Group_incl`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Group_incl(
     g: Handle,
     n: c_int,
@@ -148,7 +149,7 @@ pub unsafe extern "C" fn MPI_Group_incl(
 }
 
 /// `MPI_Group_excl`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Group_excl(
     g: Handle,
     n: c_int,
@@ -166,7 +167,7 @@ pub unsafe extern "C" fn MPI_Group_excl(
 macro_rules! set_op {
     ($name:ident, $method:ident) => {
         #[doc = concat!("`", stringify!($name), "`.")]
-        #[no_mangle]
+        #[export]
         pub unsafe extern "C" fn $name(
             group1: Handle,
             group2: Handle,
@@ -186,7 +187,7 @@ set_op!(MPI_Group_difference, difference);
 
 /// `MPI_Group_translate_ranks`: `MPI_UNDEFINED` for a process not in `group2`,
 /// `MPI_PROC_NULL` kept.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Group_translate_ranks(
     group1: Handle,
     n: c_int,
@@ -241,7 +242,7 @@ fn comparison(c: Comparison) -> c_int {
 }
 
 /// `MPI_Group_compare`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Group_compare(
     group1: Handle,
     group2: Handle,
@@ -255,7 +256,7 @@ pub unsafe extern "C" fn MPI_Group_compare(
 }
 
 /// `MPI_Group_free`: the handle becomes `MPI_GROUP_NULL`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Group_free(g: *mut Handle) -> c_int {
     call("MPI_Group_free", MPI_COMM_WORLD, || {
         if g.is_null() {
@@ -279,7 +280,7 @@ pub unsafe extern "C" fn MPI_Group_free(g: *mut Handle) -> c_int {
 
 /// `MPI_Comm_create`: collective over `comm`; members of `group` get the new communicator
 /// (with `comm`'s error handler), the others `MPI_COMM_NULL`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Comm_create(comm: Handle, g: Handle, newcomm: *mut Handle) -> c_int {
     call("MPI_Comm_create", comm, || {
         if newcomm.is_null() {
@@ -307,7 +308,7 @@ pub unsafe extern "C" fn MPI_Comm_create(comm: Handle, g: Handle, newcomm: *mut 
 
 /// `MPI_Cancel`: a receive not yet matched, or a send still in the PML, is cancelled
 /// (`MPI_Test_cancelled` on its status says which); the request must still be completed.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
     call("MPI_Cancel", MPI_COMM_WORLD, || {
         if request.is_null() {
@@ -333,7 +334,7 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
 }
 
 /// `MPI_Test_cancelled`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
     call("MPI_Test_cancelled", MPI_COMM_WORLD, || {
         if status.is_null() {

@@ -10,9 +10,10 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use super::{call, put, put_string};
 use crate::abi::*;
 use crate::state::{self, MpiError, MpiResult};
+use rmca_mpi_export::export;
 
 /// Handles of info objects: this plus an index.
-pub const INFO_BASE: Handle = DYNAMIC_BASE * 5;
+pub const INFO_BASE: Handle = DYNAMIC_BASE * 6;
 const MAX_INFOS: usize = DYNAMIC_BASE;
 /// The longest key (`MPI_MAX_INFO_KEY` less the terminating NUL).
 const MAX_KEY: usize = 255;
@@ -115,7 +116,7 @@ unsafe fn key_arg(s: *const c_char) -> MpiResult<String> {
 }
 
 /// `MPI_Info_create`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_create(info: *mut Handle) -> c_int {
     call("MPI_Info_create", MPI_COMM_WORLD, || {
         state::with(|_| Ok(()))?;
@@ -129,7 +130,7 @@ pub unsafe extern "C" fn MPI_Info_create(info: *mut Handle) -> c_int {
 }
 
 /// `MPI_Info_set`: adds the key, or replaces its value.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_set(
     info: Handle,
     key: *const c_char,
@@ -166,7 +167,7 @@ unsafe fn value_of(info: Handle, key: *const c_char) -> MpiResult<Option<String>
 }
 
 /// `MPI_Info_get`: up to `valuelen` characters of the value (plus the NUL).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_get(
     info: Handle,
     key: *const c_char,
@@ -191,7 +192,7 @@ pub unsafe extern "C" fn MPI_Info_get(
 }
 
 /// `MPI_Info_get_valuelen`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_get_valuelen(
     info: Handle,
     key: *const c_char,
@@ -214,7 +215,7 @@ pub unsafe extern "C" fn MPI_Info_get_valuelen(
 
 /// `MPI_Info_get_string` (MPI 4.0): the value into `*buflen` chars; `*buflen` becomes the
 /// value's length plus one.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_get_string(
     info: Handle,
     key: *const c_char,
@@ -244,7 +245,7 @@ pub unsafe extern "C" fn MPI_Info_get_string(
 }
 
 /// `MPI_Info_delete`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_delete(info: Handle, key: *const c_char) -> c_int {
     call("MPI_Info_delete", MPI_COMM_WORLD, || {
         // SAFETY: MPI_Info_delete's contract: a NUL-terminated key.
@@ -263,7 +264,7 @@ pub unsafe extern "C" fn MPI_Info_delete(info: Handle, key: *const c_char) -> c_
 }
 
 /// `MPI_Info_get_nkeys`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) -> c_int {
     call("MPI_Info_get_nkeys", MPI_COMM_WORLD, || {
         let n = with_info(info, false, |e| Ok(e.len()))?;
@@ -274,7 +275,7 @@ pub unsafe extern "C" fn MPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) -> 
 
 /// `MPI_Info_get_nthkey`: key `n` (0-based, in the order keys were first set) into a buffer
 /// of `MPI_MAX_INFO_KEY` chars.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut c_char) -> c_int {
     call("MPI_Info_get_nthkey", MPI_COMM_WORLD, || {
         let k = with_info(info, false, |e| {
@@ -298,7 +299,7 @@ pub unsafe extern "C" fn MPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut c
 }
 
 /// `MPI_Info_dup`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_dup(info: Handle, newinfo: *mut Handle) -> c_int {
     call("MPI_Info_dup", MPI_COMM_WORLD, || {
         let e = with_info(info, false, |e| Ok(e.clone()))?;
@@ -312,7 +313,7 @@ pub unsafe extern "C" fn MPI_Info_dup(info: Handle, newinfo: *mut Handle) -> c_i
 }
 
 /// `MPI_Info_free`: the handle becomes `MPI_INFO_NULL`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Info_free(info: *mut Handle) -> c_int {
     call("MPI_Info_free", MPI_COMM_WORLD, || {
         if info.is_null() {
@@ -352,7 +353,7 @@ unsafe fn refuse_window(fname: &'static str, comm: Handle, win: *mut Handle) -> 
 }
 
 /// `MPI_Win_create`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Win_create(
     _base: *mut c_void,
     _size: isize,
@@ -366,7 +367,7 @@ pub unsafe extern "C" fn MPI_Win_create(
 }
 
 /// `MPI_Win_allocate`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Win_allocate(
     _size: isize,
     _disp_unit: c_int,
@@ -389,19 +390,19 @@ fn on_window(fname: &'static str) -> c_int {
 }
 
 /// `MPI_Win_free`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Win_free(_win: *mut Handle) -> c_int {
     on_window("MPI_Win_free")
 }
 
 /// `MPI_Win_fence`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Win_fence(_assert: c_int, _win: Handle) -> c_int {
     on_window("MPI_Win_fence")
 }
 
 /// `MPI_Win_lock`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Win_lock(
     _lock_type: c_int,
     _rank: c_int,
@@ -412,13 +413,13 @@ pub unsafe extern "C" fn MPI_Win_lock(
 }
 
 /// `MPI_Win_unlock`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Win_unlock(_rank: c_int, _win: Handle) -> c_int {
     on_window("MPI_Win_unlock")
 }
 
 /// `MPI_Put`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Put(
     _origin: *const c_void,
     _origin_count: c_int,
@@ -433,7 +434,7 @@ pub unsafe extern "C" fn MPI_Put(
 }
 
 /// `MPI_Get`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Get(
     _origin: *mut c_void,
     _origin_count: c_int,
@@ -448,7 +449,7 @@ pub unsafe extern "C" fn MPI_Get(
 }
 
 /// `MPI_Accumulate`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Accumulate(
     _origin: *const c_void,
     _origin_count: c_int,

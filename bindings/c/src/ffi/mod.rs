@@ -11,11 +11,14 @@
 #![allow(unsafe_code)]
 // The contract of each function is MPI's, stated once above rather than on 75 functions.
 #![allow(clippy::missing_safety_doc)]
+// The implementations keep the standard's names (MPI_Send); #[export] adds the C symbols.
+#![allow(non_snake_case)]
 
 pub mod coll;
 pub mod comm;
 pub mod env;
 pub mod group;
+pub mod handles;
 pub mod info;
 pub mod nbc;
 pub mod op;
@@ -31,6 +34,40 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::abi::*;
 pub(crate) use crate::state::communicator;
 use crate::state::{self, ErrHandler, MpiError, MpiResult};
+
+/// Entry points of functions rmca does not implement yet (`unsupported.rs`): each raises
+/// `MPI_ERR_UNSUPPORTED_OPERATION` naming the call, on the error handler of the communicator
+/// named after `on`; `tool` ones (`MPI_T_*`) return `MPI_T_ERR_NOT_SUPPORTED`.
+macro_rules! not_implemented_fns {
+    ($($name:ident($($arg:ident: $ty:ty),*) $kind:ident $($comm:ident)?;)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: not implemented yet.")]
+        #[rmca_mpi_export::export]
+        #[allow(unused_variables)]
+        pub extern "C" fn $name($($arg: $ty),*) -> c_int {
+            not_implemented_fns!(@body $name, $kind $($comm)?)
+        }
+    )*};
+    (@body $name:ident, on $comm:ident) => {
+        $crate::ffi::not_implemented(stringify!($name), $comm)
+    };
+    (@body $name:ident, tool) => {
+        MPI_T_ERR_NOT_SUPPORTED
+    };
+}
+// After the macro: its textual scope.
+mod unsupported;
+
+/// The error of a function rmca does not implement, raised on `comm`'s error handler.
+#[cold]
+#[inline(never)]
+pub(crate) fn not_implemented(fname: &'static str, comm: Handle) -> c_int {
+    call(fname, comm, || {
+        Err(MpiError::new(
+            MPI_ERR_UNSUPPORTED_OPERATION,
+            format!("{fname} is not implemented by rmca (the README lists what is not)"),
+        ))
+    })
+}
 
 /// Run the body of MPI function `fname` whose communicator is `comm` (errors go to its error
 /// handler unless they name another one): success, or the error class after the handler ran.

@@ -22,6 +22,7 @@ use super::{call, communicator, put, recv_data, recv_data_n, send_data, send_dat
 use super::{RecvData, SendData, Staged};
 use crate::abi::*;
 use crate::state::{self, MpiError, MpiResult, ReqEntry, ReqState};
+use rmca_mpi_export::export;
 
 /// Library-owned memory of a non-blocking collective, kept until it completes: the copy of
 /// its input it reads (packed, or taken from the receive buffer for `MPI_IN_PLACE`), scratch
@@ -95,7 +96,7 @@ fn recv_ptr(r: &mut RecvData) -> *mut u8 {
 }
 
 /// `MPI_Ibarrier`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Ibarrier(comm: Handle, request: *mut Handle) -> c_int {
     call("MPI_Ibarrier", comm, || {
         start(comm, request, |c| Ok((raw::ibarrier(c)?, None)))
@@ -103,7 +104,7 @@ pub unsafe extern "C" fn MPI_Ibarrier(comm: Handle, request: *mut Handle) -> c_i
 }
 
 /// `MPI_Ibcast`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Ibcast(
     buffer: *mut c_void,
     count: c_int,
@@ -197,7 +198,7 @@ fn ireduce(
 }
 
 /// `MPI_Ireduce` (`MPI_IN_PLACE` as the root's sendbuf: its input is in recvbuf).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Ireduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
@@ -225,7 +226,7 @@ pub unsafe extern "C" fn MPI_Ireduce(
 }
 
 /// `MPI_Iallreduce` (`MPI_IN_PLACE` as sendbuf: the input is in recvbuf).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Iallreduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
@@ -243,7 +244,7 @@ pub unsafe extern "C" fn MPI_Iallreduce(
 }
 
 /// `MPI_Igather` (`MPI_IN_PLACE` as the root's sendbuf: its block is in place).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Igather(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -289,7 +290,7 @@ pub unsafe extern "C" fn MPI_Igather(
 }
 
 /// `MPI_Iscatter` (`MPI_IN_PLACE` as the root's recvbuf: its block stays where it is).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Iscatter(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -351,7 +352,7 @@ pub unsafe extern "C" fn MPI_Iscatter(
 }
 
 /// `MPI_Iallgather` (`MPI_IN_PLACE` as sendbuf: each block is in place in recvbuf).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Iallgather(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -387,7 +388,7 @@ pub unsafe extern "C" fn MPI_Iallgather(
 }
 
 /// `MPI_Ialltoall` (`MPI_IN_PLACE` as sendbuf: the data to send is in recvbuf).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Ialltoall(
     sendbuf: *const c_void,
     sendcount: c_int,

@@ -15,6 +15,7 @@ use super::{call, put};
 use crate::abi::*;
 use crate::dtype::{self, Elem};
 use crate::state::{self, MpiError, MpiResult};
+use rmca_mpi_export::export;
 
 /// `MPI_User_function`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut Handle);
@@ -451,7 +452,7 @@ pub fn reduce(
 }
 
 /// `MPI_Op_create`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Op_create(
     user_fn: Option<UserFn>,
     commute: c_int,
@@ -482,7 +483,7 @@ pub unsafe extern "C" fn MPI_Op_create(
 }
 
 /// `MPI_Op_free`: the handle becomes `MPI_OP_NULL`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Op_free(op: *mut Handle) -> c_int {
     call("MPI_Op_free", MPI_COMM_WORLD, || {
         state::with(|_| Ok(()))?;
@@ -507,7 +508,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: *mut Handle) -> c_int {
 }
 
 /// `MPI_Op_commutative`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Op_commutative(op: Handle, commute: *mut c_int) -> c_int {
     call("MPI_Op_commutative", MPI_COMM_WORLD, || {
         let c = match user_op(op)? {

@@ -17,6 +17,7 @@ use crate::state::{
     self, BufferedSend, MpiError, MpiResult, Outcome, Persistent, ReqEntry, ReqState, SendKind,
     Slot, State,
 };
+use rmca_mpi_export::export;
 
 /// The communicator and the byte length of a point-to-point call.
 #[inline]
@@ -132,7 +133,7 @@ fn buffered_send(
 macro_rules! blocking_send {
     ($name:ident, $kind:expr) => {
         #[doc = concat!("`", stringify!($name), "`.")]
-        #[no_mangle]
+        #[export]
         pub unsafe extern "C" fn $name(
             buf: *const c_void,
             count: c_int,
@@ -162,7 +163,7 @@ blocking_send!(MPI_Rsend, SendKind::Ready);
 blocking_send!(MPI_Bsend, SendKind::Buffered);
 
 /// `MPI_Buffer_attach`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call("MPI_Buffer_attach", MPI_COMM_WORLD, || {
         let size = super::count(size, "buffer size")?;
@@ -183,7 +184,7 @@ pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> 
 }
 
 /// `MPI_Buffer_detach`: waits for the buffered sends in flight.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
     call("MPI_Buffer_detach", MPI_COMM_WORLD, || {
         let (addr, n) = state::with(|s| {
@@ -208,7 +209,7 @@ pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut 
 }
 
 /// `MPI_Recv`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Recv(
     buf: *mut c_void,
     count: c_int,
@@ -507,7 +508,7 @@ fn isend_in_place(
 macro_rules! nonblocking_send {
     ($name:ident, $kind:expr) => {
         #[doc = concat!("`", stringify!($name), "`.")]
-        #[no_mangle]
+        #[export]
         pub unsafe extern "C" fn $name(
             buf: *const c_void,
             count: c_int,
@@ -541,7 +542,7 @@ nonblocking_send!(MPI_Irsend, SendKind::Ready);
 nonblocking_send!(MPI_Ibsend, SendKind::Buffered);
 
 /// `MPI_Irecv`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Irecv(
     buf: *mut c_void,
     count: c_int,
@@ -623,7 +624,7 @@ fn send_init(
 macro_rules! persistent_send {
     ($name:ident, $kind:expr) => {
         #[doc = concat!("`", stringify!($name), "`: a persistent request, started by `MPI_Start`.")]
-        #[no_mangle]
+        #[export]
         pub unsafe extern "C" fn $name(
             buf: *const c_void,
             count: c_int,
@@ -646,7 +647,7 @@ persistent_send!(MPI_Rsend_init, SendKind::Ready);
 persistent_send!(MPI_Bsend_init, SendKind::Buffered);
 
 /// `MPI_Recv_init`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Recv_init(
     buf: *mut c_void,
     count: c_int,
@@ -719,7 +720,7 @@ fn start(s: &mut State, h: Handle) -> MpiResult<()> {
 }
 
 /// `MPI_Start`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
     call("MPI_Start", MPI_COMM_WORLD, || {
         if request.is_null() {
@@ -732,7 +733,7 @@ pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
 }
 
 /// `MPI_Startall`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: *mut Handle) -> c_int {
     call("MPI_Startall", MPI_COMM_WORLD, || {
         let n = super::count(count, "request count")?;
@@ -750,7 +751,7 @@ pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: *mut Handle) -> c_
 }
 
 /// `MPI_Probe`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Probe(
     src: c_int,
     tag: c_int,
@@ -769,7 +770,7 @@ pub unsafe extern "C" fn MPI_Probe(
 }
 
 /// `MPI_Iprobe`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Iprobe(
     src: c_int,
     tag: c_int,
@@ -794,7 +795,7 @@ pub unsafe extern "C" fn MPI_Iprobe(
 }
 
 /// `MPI_Sendrecv`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Sendrecv(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -842,7 +843,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
 }
 
 /// `MPI_Sendrecv_replace`: the message sent is a copy, the reply lands in `buf`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Sendrecv_replace(
     buf: *mut c_void,
     count: c_int,
@@ -907,7 +908,7 @@ fn put_count(out: *mut c_int, n: Option<usize>) -> MpiResult<()> {
 
 /// `MPI_Get_count`: whole instances of the datatype received (MPI_UNDEFINED when not a
 /// whole number).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Get_count(
     status: *const MpiStatus,
     datatype: Handle,
@@ -926,7 +927,7 @@ pub unsafe extern "C" fn MPI_Get_count(
 
 /// `MPI_Get_elements`: basic elements received (counts the elements of a partly
 /// received instance of a derived datatype too).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Get_elements(
     status: *const MpiStatus,
     datatype: Handle,

@@ -8,6 +8,7 @@ use rmca::raw::{self, Polled};
 use super::{call, empty_status, outcome, put, put_status};
 use crate::abi::*;
 use crate::state::{self, MpiError, MpiResult, Outcome, ReqState, Slot, State};
+use rmca_mpi_export::export;
 
 /// What polling a request found.
 enum Poll {
@@ -120,7 +121,7 @@ fn array(ptr: *const Handle, count: c_int) -> MpiResult<usize> {
 }
 
 /// `MPI_Wait`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
     call("MPI_Wait", MPI_COMM_WORLD, || {
         if request.is_null() {
@@ -153,7 +154,7 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) 
 }
 
 /// `MPI_Test`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Test(
     request: *mut Handle,
     flag: *mut c_int,
@@ -262,7 +263,7 @@ fn in_status(e: &MpiError) -> MpiError {
 }
 
 /// `MPI_Waitall`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
     requests: *mut Handle,
@@ -425,7 +426,7 @@ unsafe fn complete_staged(s: &mut State, h: Handle, state: ReqState) -> Option<M
 }
 
 /// `MPI_Testall`: completes all of them, or none.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Testall(
     count: c_int,
     requests: *mut Handle,
@@ -519,7 +520,7 @@ unsafe fn any_result(
 }
 
 /// `MPI_Waitany`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Waitany(
     count: c_int,
     requests: *mut Handle,
@@ -544,7 +545,7 @@ pub unsafe extern "C" fn MPI_Waitany(
 }
 
 /// `MPI_Testany`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Testany(
     count: c_int,
     requests: *mut Handle,
@@ -650,7 +651,7 @@ fn some_args(
 }
 
 /// `MPI_Waitsome`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Waitsome(
     incount: c_int,
     requests: *mut Handle,
@@ -675,7 +676,7 @@ pub unsafe extern "C" fn MPI_Waitsome(
 }
 
 /// `MPI_Testsome`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Testsome(
     incount: c_int,
     requests: *mut Handle,
@@ -692,7 +693,7 @@ pub unsafe extern "C" fn MPI_Testsome(
 }
 
 /// `MPI_Request_free`: an active operation runs on and is completed by the library.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
     call("MPI_Request_free", MPI_COMM_WORLD, || {
         if request.is_null() {
@@ -727,7 +728,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
 }
 
 /// `MPI_Request_get_status`: like `MPI_Test`, but the request is left as it is.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Request_get_status(
     request: Handle,
     flag: *mut c_int,

@@ -15,6 +15,7 @@ use super::{call, put};
 use crate::abi::*;
 use crate::dtype::{self, Class};
 use crate::state::{self, MpiError, MpiResult};
+use rmca_mpi_export::export;
 
 /// Handles of derived datatypes: this plus an index (between the error handlers' range and
 /// the requests').
@@ -426,7 +427,7 @@ fn derived(
 }
 
 /// `MPI_Type_contiguous`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: Handle, new: *mut Handle) -> c_int {
     // SAFETY: MPI_Type_contiguous's contract for `new`.
     unsafe {
@@ -443,7 +444,7 @@ pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: Handle, new: *mu
 }
 
 /// `MPI_Type_vector`: the stride in elements of the old type.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_vector(
     count: c_int,
     blocklength: c_int,
@@ -466,7 +467,7 @@ pub unsafe extern "C" fn MPI_Type_vector(
 }
 
 /// `MPI_Type_create_hvector`: the stride in bytes.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_create_hvector(
     count: c_int,
     blocklength: c_int,
@@ -501,7 +502,7 @@ unsafe fn blocklengths(p: *const c_int, n: usize) -> MpiResult<Vec<usize>> {
 }
 
 /// `MPI_Type_indexed`: displacements in elements of the old type.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_indexed(
     count: c_int,
     blocklens: *const c_int,
@@ -529,7 +530,7 @@ pub unsafe extern "C" fn MPI_Type_indexed(
 }
 
 /// `MPI_Type_create_hindexed`: displacements in bytes.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_create_hindexed(
     count: c_int,
     blocklens: *const c_int,
@@ -554,7 +555,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed(
 }
 
 /// `MPI_Type_create_struct`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_create_struct(
     count: c_int,
     blocklens: *const c_int,
@@ -590,7 +591,7 @@ pub unsafe extern "C" fn MPI_Type_create_struct(
 }
 
 /// `MPI_Type_create_resized`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_create_resized(
     old: Handle,
     lb: isize,
@@ -611,7 +612,7 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
 }
 
 /// `MPI_Type_create_subarray` (`MPI_ORDER_C` or `MPI_ORDER_FORTRAN`).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_create_subarray(
     ndims: c_int,
     sizes: *const c_int,
@@ -674,7 +675,7 @@ fn derived_index(h: Handle, fname: &str) -> MpiResult<usize> {
 }
 
 /// `MPI_Type_commit`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Handle) -> c_int {
     call("MPI_Type_commit", MPI_COMM_WORLD, || {
         state::with(|_| Ok(()))?;
@@ -695,7 +696,7 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Handle) -> c_int {
 
 /// `MPI_Type_free`: the handle becomes `MPI_DATATYPE_NULL`; calls in progress keep their
 /// own reference to the layout.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
     call("MPI_Type_free", MPI_COMM_WORLD, || {
         state::with(|_| Ok(()))?;
@@ -713,7 +714,7 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
 }
 
 /// `MPI_Type_size`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
     call("MPI_Type_size", MPI_COMM_WORLD, || {
         let s = Ty::lookup(datatype)?.size();
@@ -736,7 +737,7 @@ unsafe fn put_bounds(lb: *mut isize, extent: *mut isize, l: isize, e: usize) -> 
 }
 
 /// `MPI_Type_get_extent`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_get_extent(
     datatype: Handle,
     lb: *mut isize,
@@ -750,7 +751,7 @@ pub unsafe extern "C" fn MPI_Type_get_extent(
 }
 
 /// `MPI_Type_get_true_extent`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_get_true_extent(
     datatype: Handle,
     true_lb: *mut isize,
@@ -765,7 +766,7 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent(
 
 /// `MPI_Type_create_indexed_block`: blocks of one length at displacements in elements of the
 /// old type.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block(
     count: c_int,
     blocklength: c_int,
@@ -793,7 +794,7 @@ pub unsafe extern "C" fn MPI_Type_create_indexed_block(
 }
 
 /// `MPI_Type_create_hindexed_block`: blocks of one length at displacements in bytes.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
     count: c_int,
     blocklength: c_int,
@@ -819,7 +820,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
 
 /// `MPI_Type_dup`: a new handle with the same layout, committed if the old one is (a
 /// predefined type's duplicate is a committed derived type).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Type_dup(old: Handle, new: *mut Handle) -> c_int {
     // SAFETY: MPI_Type_dup's contract for `new`.
     unsafe {
@@ -898,7 +899,7 @@ unsafe fn packed_span(
 /// `MPI_Pack`: the data of `incount` instances of `datatype` at `inbuf`, in type-map order,
 /// appended at `*position` of `outbuf` (rmca's packed form is the data itself, native
 /// representation, no header: a message of `MPI_PACKED` matches the datatype's).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Pack(
     inbuf: *const c_void,
     incount: c_int,
@@ -934,7 +935,7 @@ pub unsafe extern "C" fn MPI_Pack(
 
 /// `MPI_Unpack`: `outcount` instances of `datatype` into `outbuf` from `*position` of
 /// `inbuf` (see [`MPI_Pack`]).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Unpack(
     inbuf: *const c_void,
     insize: c_int,
@@ -970,7 +971,7 @@ pub unsafe extern "C" fn MPI_Unpack(
 
 /// `MPI_Pack_size`: the bytes `MPI_Pack` needs for `incount` instances (exactly their data:
 /// rmca's packed form has no header).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Pack_size(
     incount: c_int,
     datatype: Handle,

@@ -16,6 +16,7 @@ use super::types::Ty;
 use super::{call, communicator, recv_data, send_data, RecvData};
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
+use rmca_mpi_export::export;
 
 /// One side's per-rank blocks: (count, displacement in extents) per rank, and their packed
 /// byte counts and offsets.
@@ -144,7 +145,7 @@ fn same_len(send: usize, recv: usize, rank: usize, fname: &str) -> MpiResult<()>
 }
 
 /// `MPI_Gatherv`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Gatherv(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -196,7 +197,7 @@ pub unsafe extern "C" fn MPI_Gatherv(
 }
 
 /// `MPI_Scatterv`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Scatterv(
     sendbuf: *const c_void,
     sendcounts: *const c_int,
@@ -256,7 +257,7 @@ pub unsafe extern "C" fn MPI_Scatterv(
 }
 
 /// `MPI_Allgatherv`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Allgatherv(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -346,7 +347,7 @@ unsafe fn finish(out: &mut RecvData) {
 }
 
 /// `MPI_Alltoallv` (`MPI_IN_PLACE` as sendbuf: the blocks to send are the receive blocks).
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Alltoallv(
     sendbuf: *const c_void,
     sendcounts: *const c_int,
@@ -395,7 +396,7 @@ pub unsafe extern "C" fn MPI_Alltoallv(
 }
 
 /// `MPI_Reduce_scatter_block`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
@@ -426,7 +427,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block(
 }
 
 /// `MPI_Reduce_scatter`.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Reduce_scatter(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
@@ -482,7 +483,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
 macro_rules! prefix {
     ($name:ident, $coll:expr) => {
         #[doc = concat!("`", stringify!($name), "`.")]
-        #[no_mangle]
+        #[export]
         pub unsafe extern "C" fn $name(
             sendbuf: *const c_void,
             recvbuf: *mut c_void,
@@ -618,7 +619,7 @@ impl TypedBlocks {
 /// sendbuf: the blocks to send are the receive blocks). Each block is packed into library
 /// memory, the packed blocks move by the alltoallv schedule, and are unpacked with the
 /// receive side's datatypes; a block's send and receive type signatures must match in size.
-#[no_mangle]
+#[export]
 pub unsafe extern "C" fn MPI_Alltoallw(
     sendbuf: *const c_void,
     sendcounts: *const c_int,

@@ -1,0 +1,124 @@
+//! `#[export]`: how rmca's MPI C library exports a function under both of the names the
+//! standard gives it.
+//!
+//! MPI's profiling interface lets a program (or a tool such as mpiP or Score-P) define its own
+//! `MPI_Send` that calls `PMPI_Send`. In a shared library the program's definition of
+//! `MPI_Send` interposes on the library's, so the library's `PMPI_Send` must not reach the
+//! implementation through the symbol `MPI_Send` (that would call the program's function back).
+//! The attribute therefore keeps the implementation as an ordinary, unexported Rust function
+//! and adds two exported entry points, `MPI_X` and `PMPI_X`, that call it directly (a tail
+//! jump in practice).
+//!
+//! ```ignore
+//! #[export]
+//! pub unsafe extern "C" fn MPI_Send(buf: *const c_void, count: c_int, /* ... */) -> c_int {
+//!     /* ... */
+//! }
+//! ```
+
+use proc_macro::TokenStream;
+use quote::{format_ident, quote};
+use syn::{parse_macro_input, spanned::Spanned, FnArg, ItemFn};
+
+/// Export an `MPI_*` function as `MPI_*` and `PMPI_*`. See the crate documentation.
+#[proc_macro_attribute]
+pub fn export(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        return syn::Error::new(
+            proc_macro2::TokenStream::from(attr).span(),
+            "#[export] takes no arguments",
+        )
+        .to_compile_error()
+        .into();
+    }
+    let func = parse_macro_input!(item as ItemFn);
+    match expand(func) {
+        Ok(t) => t.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn expand(mut func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+    let name = func.sig.ident.clone();
+    let text = name.to_string();
+    if !text.starts_with("MPI_") {
+        return Err(syn::Error::new(
+            name.span(),
+            "#[export] is for MPI functions: the name must start with MPI_",
+        ));
+    }
+    let abi_is_c = func
+        .sig
+        .abi
+        .as_ref()
+        .and_then(|a| a.name.as_ref())
+        .is_some_and(|n| n.value() == "C");
+    if !abi_is_c {
+        return Err(syn::Error::new(
+            func.sig.span(),
+            "#[export] functions are `extern \"C\"`",
+        ));
+    }
+    if let Some(a) = func.attrs.iter().find(|a| {
+        a.path().is_ident("no_mangle") || a.path().is_ident("export_name")
+    }) {
+        return Err(syn::Error::new(
+            a.span(),
+            "#[export] chooses the symbol names: remove #[no_mangle] / #[export_name]",
+        ));
+    }
+    // The entry points take the implementation's parameter types under fresh names (the
+    // implementation may use patterns such as `_`).
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    for (i, input) in func.sig.inputs.iter().enumerate() {
+        match input {
+            FnArg::Typed(pt) => {
+                let arg = format_ident!("a{}", i);
+                let ty = &pt.ty;
+                params.push(quote! { #arg: #ty });
+                args.push(arg);
+            }
+            FnArg::Receiver(r) => {
+                return Err(syn::Error::new(r.span(), "an MPI function has no `self`"))
+            }
+        }
+    }
+    if func.sig.variadic.is_some() {
+        return Err(syn::Error::new(
+            func.sig.span(),
+            "declare a variadic MPI function without its `...` (the implementation ignores the variable arguments)",
+        ));
+    }
+    let output = &func.sig.output;
+    let unsafety = &func.sig.unsafety;
+    let call = if unsafety.is_some() {
+        quote! {
+            // SAFETY: the caller's contract is the implementation's (the same MPI function).
+            unsafe { #name(#(#args),*) }
+        }
+    } else {
+        quote! { #name(#(#args),*) }
+    };
+    let mpi = text.clone();
+    let pmpi = format!("P{text}");
+    let doc_mpi = format!("`{mpi}` (exported entry point).");
+    let doc_pmpi = format!("`{pmpi}`: the profiling interface's name of `{mpi}`.");
+    func.attrs.push(syn::parse_quote! { #[inline] });
+    Ok(quote! {
+        #func
+
+        const _: () = {
+            #[doc = #doc_mpi]
+            #[export_name = #mpi]
+            pub #unsafety extern "C" fn entry(#(#params),*) #output {
+                #call
+            }
+            #[doc = #doc_pmpi]
+            #[export_name = #pmpi]
+            pub #unsafety extern "C" fn profiling_entry(#(#params),*) #output {
+                #call
+            }
+        };
+    })
+}
