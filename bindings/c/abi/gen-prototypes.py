@@ -21,6 +21,16 @@ END = "/* END FUNCTIONS */"
 FORTRAN_ONLY = re.compile(r"_(c2f|f2c|c2f08|f082c|f082f|f2f08)$")
 
 
+def fix(text):
+    """The rendering as C, with the description's known slips corrected."""
+    text = text.replace("\\ldots", "...")
+    # MPI_Info_create_env takes argv as `char *argv[]` (the description drops the pointer).
+    text = text.replace("int argc, char argv[]", "int argc, char* argv[]")
+    # `index` is also a function of <strings.h>: name the parameter as MPICH does.
+    text = re.sub(r"\bindex\b(?=[,)\[])", "indx", text)
+    return text
+
+
 def declarations():
     std.use_api_version(1)
     protos = {}
@@ -35,7 +45,7 @@ def declarations():
         for form in forms:
             if form is None:
                 continue
-            text = str(form).replace("\\ldots", "...")
+            text = fix(str(form))
             name = re.search(r"\b(MPI_\w+)\(", text).group(1)
             if FORTRAN_ONLY.search(name):
                 continue

@@ -106,11 +106,16 @@ pub fn plan(layout: &Layout, args: Vec<String>) -> Plan {
     }
     let links = !user.iter().any(|a| NO_LINK.contains(&a.as_str()));
     let mut out = vec![format!("-I{}", layout.include.display())];
-    out.extend(user);
+    // rmca's library directory comes before the program's own -L options: a build that
+    // passes the system library directory (setuptools does, for mpi4py) would otherwise link
+    // another MPI's libmpi.so found there. Only -lmpi goes last, after the objects that use it.
     if links {
         let lib = layout.libdir.display();
         out.push(format!("-L{lib}"));
         out.push(format!("-Wl,-rpath,{lib}"));
+    }
+    out.extend(user);
+    if links {
         out.push(format!("-l{library}"));
     }
     Plan {
@@ -165,22 +170,40 @@ mod tests {
     }
 
     #[test]
-    fn linking_adds_library_and_rpath_after_the_user_arguments() {
+    fn linking_puts_the_library_directory_first_and_the_library_last() {
         let p = plan(&layout(), args(&["-O2", "x.c", "-o", "x"]));
         assert_eq!(
             p.args,
             args(&[
                 "-I/inc",
+                "-L/lib",
+                "-Wl,-rpath,/lib",
                 "-O2",
                 "x.c",
                 "-o",
                 "x",
-                "-L/lib",
-                "-Wl,-rpath,/lib",
                 "-lmpi"
             ])
         );
         assert!(!p.show);
+    }
+
+    #[test]
+    fn a_system_library_directory_given_by_the_build_does_not_shadow_rmca() {
+        // As setuptools links an extension module: the system directory, where another
+        // MPI's libmpi.so may be, among the user's arguments.
+        let p = plan(
+            &layout(),
+            args(&["-shared", "m.o", "-L/usr/lib/x86_64-linux-gnu", "-o", "m.so"]),
+        );
+        let ours = p.args.iter().position(|a| a == "-L/lib").unwrap();
+        let system = p
+            .args
+            .iter()
+            .position(|a| a == "-L/usr/lib/x86_64-linux-gnu")
+            .unwrap();
+        assert!(ours < system, "{:?}", p.args);
+        assert_eq!(p.args.last().map(String::as_str), Some("-lmpi"));
     }
 
     #[test]
@@ -195,7 +218,7 @@ mod tests {
         assert!(p.show);
         assert_eq!(
             p.args,
-            args(&["-I/inc", "x.c", "-L/lib", "-Wl,-rpath,/lib", "-lmpi_abi"])
+            args(&["-I/inc", "-L/lib", "-Wl,-rpath,/lib", "x.c", "-lmpi_abi"])
         );
     }
 }
