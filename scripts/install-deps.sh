@@ -2,6 +2,8 @@
 # Installs the Debian packages the tests and benchmarks need. Idempotent; safe to run often.
 #   scripts/install-deps.sh          test dependencies (CI runs this)
 #   scripts/install-deps.sh --bench  also the peers measured by rmca-bench --vs
+#   scripts/install-deps.sh --conformance  also what conformance/ needs to build MPICH's test
+#                                    suite (autotools) besides mpi4py's (python3-venv, -dev)
 set -euo pipefail
 pkgs=(
   gcc                           # C fixtures of the plugin-loading tests (impostor plugins)
@@ -15,9 +17,13 @@ pkgs=(
   clang libclang-dev pkg-config # bindgen for rdma-sys
   ibverbs-providers rdma-core   # rxe provider library for the Soft-RoCE guest
   valgrind python3              # scripts/miri.sh's fallback when no Miri can be installed
+  python3-venv python3-dev      # conformance/mpi4py.sh: a venv, and Python.h to build mpi4py
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(libfabric-bin hwloc)
+fi
+if [[ "${1:-}" == "--conformance" ]]; then
+  pkgs+=(autoconf automake libtool make) # conformance/mpich-testsuite.sh: autogen of test/mpi
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -87,6 +87,11 @@ pub struct RecvArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub u64);
 
+/// A message taken out of matching by a matched probe ([`Pml::improbe`]), to be received
+/// by [`Pml::imrecv`] (MPI's `MPI_Message`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(pub u64);
+
 /// Why a completed request did not fully succeed.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum StatusError {
@@ -219,6 +224,38 @@ pub trait Pml: Send {
         source: Source,
         tag: TagSel,
     ) -> Result<Option<Status>, PmlError>;
+
+    /// A matched probe (`MPI_Improbe`): the earliest arrived message that fits is removed
+    /// from matching, so that no receive or probe matches it afterwards, and kept aside
+    /// under the returned id (with its status: source, tag, length) until
+    /// [`Pml::imrecv`] receives it. A rendezvous message's data moves only then. The
+    /// default supports no matched probe.
+    fn improbe(
+        &mut self,
+        _context: ContextId,
+        _source: Source,
+        _tag: TagSel,
+    ) -> Result<Option<(MessageId, Status)>, PmlError> {
+        Err(PmlError::Other(format!(
+            "pml {} does not support matched probes",
+            self.component_name()
+        )))
+    }
+
+    /// Receive the message `message` taken by [`Pml::improbe`] into `buf`: a receive
+    /// request that completes as one of [`Pml::irecv`] matched to that message would
+    /// (truncation included). The id is spent.
+    fn imrecv(
+        &mut self,
+        message: MessageId,
+        _buf: UserBuf,
+        _pattern: CommPattern,
+    ) -> Result<RequestId, PmlError> {
+        Err(PmlError::Other(format!(
+            "pml {} does not know message {message:?}",
+            self.component_name()
+        )))
+    }
 
     /// Poll a request: `Some(status)` once it completed, after which the id is released.
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError>;

@@ -191,7 +191,7 @@ fn structs(c: &mut Checker) -> rmca::Result<()> {
     let pt = particle_type()?;
     c.ok(
         "struct extent is the struct size",
-        pt.extent() == size_of::<Particle>(),
+        pt.extent() == size_of::<Particle>() as isize,
         format!("{} vs {}", pt.extent(), size_of::<Particle>()),
     );
     let mine: Vec<Particle> = (0..K).map(|k| particle(me, k)).collect();

@@ -71,20 +71,25 @@ impl Status {
 pub struct Communicator {
     // One reference-counted block: a clone (every pending request holds one) is a single
     // counter increment.
-    inner: Rc<CommInner>,
+    pub(crate) inner: Rc<CommInner>,
 }
 
-struct CommInner {
-    shared: Rc<Shared>,
+pub(crate) struct CommInner {
+    pub(crate) shared: Rc<Shared>,
     /// Context id of point-to-point traffic; collectives use `context + 1`.
-    context: ContextId,
-    /// World rank of each communicator rank.
-    group: Box<[Rank]>,
-    rank: usize,
+    pub(crate) context: ContextId,
+    /// World rank of each communicator rank: the ranks point-to-point calls address (for an
+    /// intercommunicator, the remote group, so that sends and statuses translate through it
+    /// exactly as an intra-communicator's do).
+    pub(crate) group: Box<[Rank]>,
+    /// This process's rank (in the local group, for an intercommunicator).
+    pub(crate) rank: usize,
     /// `group[i] == i` for every rank (world and its dups): rank translation is free.
-    identity: bool,
+    pub(crate) identity: bool,
     /// Collective schedules and scratch memory kept between calls.
-    coll: crate::coll::CollCache,
+    pub(crate) coll: crate::coll::CollCache,
+    /// The local side of an intercommunicator (`None`: an intra-communicator).
+    pub(crate) inter: Option<Box<crate::intercomm::InterPart>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -114,10 +119,11 @@ impl Communicator {
             rank: rank as usize,
             identity: true,
             coll: Default::default(),
+            inter: None,
         })
     }
 
-    fn new(inner: CommInner) -> Self {
+    pub(crate) fn new(inner: CommInner) -> Self {
         Self {
             inner: Rc::new(inner),
         }
@@ -376,6 +382,22 @@ impl Communicator {
         let buf = unsafe { UserBuf::from_mut_slice(bytes) };
         let id = self.start_recv(buf, src, tag, context, pattern)?;
         self.wait_raw(id)
+    }
+
+    /// Blocking standard send of raw bytes on `context`.
+    #[allow(unsafe_code)]
+    pub(crate) fn send_bytes(
+        &self,
+        bytes: &[u8],
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        pattern: CommPattern,
+    ) -> Result<()> {
+        // SAFETY: `bytes` stays borrowed until the send completes: waited below.
+        let buf = unsafe { UserBuf::from_slice(bytes) };
+        let started = self.start_send_fast(buf, dest, tag, context, SendMode::Standard, pattern)?;
+        self.wait_send(started)
     }
 
     /// Simultaneous send and receive (deadlock-free exchange), on `context`. Receives of up
@@ -786,7 +808,7 @@ impl Communicator {
     // ---- communicator management ----
 
     /// This process's lowest free context id, to be agreed on by a collective.
-    fn free_context(&self) -> u64 {
+    pub(crate) fn free_context(&self) -> u64 {
         self.inner.shared.next_context.get()
     }
 
@@ -796,10 +818,10 @@ impl Communicator {
     /// Communicators that share an id have no process in common, so their messages can never
     /// meet in one matching engine. (A hash of parent, ordinal and color, the earlier scheme,
     /// needed no communication but could give two communicators of one process the same id.)
-    fn claim_context(&self, agreed: u64) -> Result<ContextId> {
+    pub(crate) fn claim_context(&self, agreed: u64) -> Result<ContextId> {
         let context = ContextId::try_from(agreed)
             .ok()
-            .filter(|c| *c < ContextId::MAX)
+            .filter(|c| *c < crate::intercomm::BOOTSTRAP_BASE)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "no context id left for a new communicator (next free: {agreed}); free ones are not reused"
@@ -813,6 +835,9 @@ impl Communicator {
     /// every member must call it, in the same order relative to other dup/split/create calls
     /// (one allreduce agrees on the new context id).
     pub fn dup(&self) -> Result<Communicator> {
+        if self.is_inter() {
+            return self.inter_dup();
+        }
         let mut agreed = [0u64];
         self.allreduce(&[self.free_context()], &mut agreed, crate::coll::Op::Max)?;
         let context = self.claim_context(agreed[0])?;
@@ -822,13 +847,18 @@ impl Communicator {
             group: self.inner.group.clone(),
             rank: self.inner.rank,
             identity: self.inner.identity,
-            coll: Default::default(),
+            // A dup keeps the topology (MPI).
+            coll: self.inner.coll.inherited(),
+            inter: None,
         }))
     }
 
     /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
     /// `color = None` leaves this process out (returns `None`). Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        if self.is_inter() {
+            return self.inter_split(color, key);
+        }
         let free = i64::try_from(self.free_context()).unwrap_or(i64::MAX);
         let mine = [color.map_or(-1i64, i64::from), i64::from(key), free];
         let mut all = vec![[0i64; 3]; self.size()];
@@ -857,11 +887,15 @@ impl Communicator {
             rank,
             identity,
             coll: Default::default(),
+            inter: None,
         })))
     }
 
     /// The communicator's group: its processes in rank order (`MPI_Comm_group`). Local.
     pub fn group(&self) -> Group {
+        if let Some(inter) = &self.inner.inter {
+            return inter.local.group();
+        }
         Group::from_world_ranks(self.inner.group.to_vec(), self.inner.group[self.inner.rank])
     }
 
@@ -871,6 +905,9 @@ impl Communicator {
     /// others `None`. The groups are compared (one allgather of their fingerprints) so that a
     /// disagreement is an error on every process rather than a hang.
     pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
+        if self.is_inter() {
+            return self.inter_create(group);
+        }
         let members = group.world_ranks();
         // Checked before any communication, the same way on every process (the group is
         // the same everywhere, or the allgather below reports it).
@@ -919,6 +956,7 @@ impl Communicator {
             rank,
             identity,
             coll: Default::default(),
+            inter: None,
         })))
     }
 
@@ -930,6 +968,9 @@ impl Communicator {
     pub fn compare(&self, other: &Communicator) -> Comparison {
         if Rc::ptr_eq(&self.inner, &other.inner) {
             return Comparison::Identical;
+        }
+        if self.is_inter() || other.is_inter() {
+            return self.inter_compare(other);
         }
         match self.group().compare(&other.group()) {
             Comparison::Identical if self.inner.context == other.inner.context => {

@@ -28,9 +28,13 @@ pub mod coll;
 mod comm;
 pub mod datatype;
 mod group;
+mod intercomm;
+mod mprobe;
 pub mod raw;
 mod request;
 pub mod thread;
+pub mod topo;
+pub mod tool;
 
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -43,6 +47,8 @@ pub use bytemuck::Zeroable;
 pub use comm::{Communicator, Status};
 pub use datatype::{Datatype, DatatypeError, TypedRequest};
 pub use group::{Comparison, Group};
+pub use intercomm::InterRoot;
+pub use mprobe::Message;
 pub use request::{scope, Persistent, Request, Scope};
 pub use rmca_framework as framework;
 use rmca_framework::pml::{PmlError, RecvArgs, RequestId, SendArgs, SendStart, StatusError};
@@ -116,6 +122,10 @@ pub enum Error {
     /// Another argument is invalid.
     #[error("{0}")]
     InvalidArgument(String),
+    /// The operation is not defined on this kind of communicator (an intra-communicator
+    /// operation on an intercommunicator, or the converse).
+    #[error("{0}")]
+    CommKind(String),
     /// A buffered send found no room in the attached buffer (nothing was sent).
     #[error("bsend of {needed} bytes: the attached buffer ({attached} bytes) has no free part that large ({in_use} bytes still being sent); attach a larger one (Universe::buffer_attach)")]
     BsendBufferFull {
@@ -413,9 +423,11 @@ impl std::fmt::Debug for Universe {
 /// Unless the application installed a `tracing` subscriber already, one is installed that
 /// writes to stderr with the filter in `RMCA_LOG` (default `warn`, e.g. `RMCA_LOG=debug` or
 /// `RMCA_LOG=rmca_btl_shm=trace`). It is installed before plugins load, so that they log too.
+/// Parameters set through [`tool::set_param_before_init`] apply as this process's own
+/// command-line settings.
 pub fn init() -> Result<Universe> {
     install_default_logging();
-    let rt = Runtime::init(Vec::new())?;
+    let rt = Runtime::init(tool::params_set_before_init())?;
     Ok(Universe::from_runtime(rt))
 }
 

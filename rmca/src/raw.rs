@@ -24,6 +24,8 @@ use rmca_framework::btl::CommPattern;
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::pml::{RequestId, SendArgs, SendMode, SendStart};
 
+use std::ops::Range;
+
 use crate::coll::nonblocking::ByteReduction;
 use crate::coll::Reduction;
 use crate::{Communicator, Error, Result, Src, Status};
@@ -44,8 +46,51 @@ enum RawState {
     Done(Status),
     /// A non-blocking collective: its id among the runtime's active collectives.
     Coll(RequestId),
+    /// An operation the binding drives itself ([`custom`]).
+    Custom(Box<dyn CustomOp>),
     /// The outcome was handed out.
     Spent,
+}
+
+/// An operation a binding drives itself, completed by the same calls as the PML's
+/// ([`RawRequest::wait`], [`RawRequest::test`], [`wait_all`], [`complete_all`], in batches
+/// with the others): `MPI_Isendrecv`'s pair of operations, partitioned transfers, MPI's
+/// generalized requests. Its [`CustomOp::poll`] is called between progress passes of the
+/// runtime until it reports an outcome.
+pub trait CustomOp: std::fmt::Debug {
+    /// Make progress without blocking (the runtime's progress runs between calls); the
+    /// outcome once the operation completed, after which it is not polled again.
+    fn poll(&mut self) -> Option<Result<Status>>;
+
+    /// Try to cancel (`MPI_Cancel`); whether it took effect (see [`RawRequest::cancel`]).
+    fn cancel(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The operation, to reach its own calls (`MPI_Pready` on a partitioned send).
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}
+
+/// A request for `op`, on `comm` (the communicator whose runtime progresses while it is
+/// waited for).
+pub fn custom(comm: &Communicator, op: Box<dyn CustomOp>) -> RawRequest {
+    RawRequest {
+        state: RawState::Custom(op),
+        comm: comm.clone(),
+    }
+}
+
+/// Wait for `op` to complete, progressing the runtime of `comm` between polls.
+fn wait_custom(comm: &Communicator, op: &mut dyn CustomOp) -> Result<Status> {
+    let mut backoff = rmca_framework::progress::Backoff::default();
+    loop {
+        if let Some(outcome) = op.poll() {
+            return outcome;
+        }
+        let mut events = comm.shared().with(|rt| Ok(rt.progress()))?;
+        events += comm.shared().step_collectives();
+        backoff.pass(events);
+    }
 }
 
 /// The outcome of [`RawRequest::test`].
@@ -314,8 +359,30 @@ pub unsafe fn irecv(
     Ok(id.adopt(comm))
 }
 
+/// Start receiving `message` (taken by a matched probe, [`Communicator::improbe`]) into at
+/// most `len` bytes at `buf` (`MPI_Imrecv`). The message of a probe of
+/// [`crate::PROC_NULL`] gives a request complete at once with [`Status::PROC_NULL`].
+///
+/// # Safety
+/// `buf..buf+len` must be valid for writes (any pointer when `len` is 0) and must not be
+/// accessed by anyone else until the returned request completed.
+#[allow(unsafe_code)]
+pub unsafe fn imrecv(
+    message: crate::mprobe::Message,
+    buf: *mut u8,
+    len: usize,
+) -> Result<RawRequest> {
+    let comm = message.communicator().clone();
+    // SAFETY: the caller's contract, and the request below owns the operation.
+    let state = match unsafe { message.start(buf, len)? } {
+        Some(id) => RawState::Pending(id),
+        None => RawState::Done(Status::PROC_NULL),
+    };
+    Ok(RawRequest { state, comm })
+}
+
 /// The point-to-point context of `comm`: its collective context is the one above it.
-fn p2p_context(comm: &Communicator) -> rmca_framework::pml::ContextId {
+pub(crate) fn p2p_context(comm: &Communicator) -> rmca_framework::pml::ContextId {
     comm.coll_context() - 1
 }
 
@@ -337,10 +404,19 @@ impl RawRequest {
         match std::mem::replace(&mut self.state, RawState::Spent) {
             RawState::Pending(id) => self.comm.wait_raw(id),
             RawState::Coll(id) => self.comm.shared().wait_collective(id),
+            RawState::Custom(mut op) => wait_custom(&self.comm, &mut *op),
             RawState::Done(st) => Ok(st),
             RawState::Spent => Err(Error::InvalidArgument(
                 "raw request already completed".into(),
             )),
+        }
+    }
+
+    /// The operation of a request made by [`custom`] (`None` for any other).
+    pub fn custom_mut(&mut self) -> Option<&mut dyn CustomOp> {
+        match &mut self.state {
+            RawState::Custom(op) => Some(&mut **op),
+            _ => None,
         }
     }
 
@@ -366,8 +442,12 @@ impl RawRequest {
     /// can be cancelled). The request must still be completed; a cancel that took effect
     /// shows in its status ([`Status::cancelled`]). Returns whether it took effect.
     pub fn cancel(&mut self) -> Result<bool> {
-        match self.state {
-            RawState::Pending(id) => self.comm.shared().with(|rt| Ok(rt.pml.cancel(id)?)),
+        match &mut self.state {
+            RawState::Pending(id) => {
+                let id = *id;
+                self.comm.shared().with(|rt| Ok(rt.pml.cancel(id)?))
+            }
+            RawState::Custom(op) => op.cancel(),
             // MPI does not cancel collectives.
             RawState::Coll(_) | RawState::Done(_) | RawState::Spent => Ok(false),
         }
@@ -385,6 +465,21 @@ impl RawRequest {
                         Polled::Pending(self)
                     }
                 }
+            }
+            RawState::Custom(mut op) => {
+                let mut outcome = op.poll();
+                if outcome.is_none() {
+                    let _ = self.comm.shared().with(|rt| Ok(rt.progress()));
+                    self.comm.shared().step_collectives();
+                    outcome = op.poll();
+                }
+                return match outcome {
+                    Some(outcome) => Polled::Done(outcome),
+                    None => {
+                        self.state = RawState::Custom(op);
+                        Polled::Pending(self)
+                    }
+                };
             }
             RawState::Done(st) => return Polled::Done(Ok(st)),
             RawState::Spent => {
@@ -420,11 +515,16 @@ pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
     let mut out: Vec<Option<Result<Status>>> = Vec::with_capacity(requests.len());
     let mut pending = Vec::new();
     let mut colls = Vec::new();
+    let mut customs = Vec::new();
     for (i, mut r) in requests.into_iter().enumerate() {
         match std::mem::replace(&mut r.state, RawState::Spent) {
             RawState::Pending(id) => {
                 out.push(None);
                 pending.push((i, id, r.comm.clone()));
+            }
+            RawState::Custom(op) => {
+                out.push(None);
+                customs.push((i, op, r.comm.clone()));
             }
             RawState::Coll(id) => {
                 out.push(None);
@@ -484,6 +584,9 @@ pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
     for (i, id, comm) in colls {
         out[i] = Some(comm.shared().wait_collective(id));
     }
+    for (i, mut op, comm) in customs {
+        out[i] = Some(wait_custom(&comm, &mut *op));
+    }
     out.into_iter()
         .map(|o| o.expect("every request has an outcome"))
         .collect()
@@ -505,6 +608,11 @@ pub fn complete_all(requests: Vec<RawRequest>) -> Vec<Option<Error>> {
                 pending.push((i, r.comm.clone()));
             }
             RawState::Coll(id) => colls.push((i, id, r.comm.clone())),
+            RawState::Custom(mut op) => {
+                if let Err(e) = wait_custom(&r.comm, &mut *op) {
+                    out[i] = Some(e);
+                }
+            }
             RawState::Done(_) => {}
             RawState::Spent => {
                 out[i] = Some(Error::InvalidArgument(
@@ -531,7 +639,9 @@ impl Drop for RawRequest {
         let outcome = match std::mem::replace(&mut self.state, RawState::Spent) {
             RawState::Pending(id) => self.comm.wait_raw(id),
             RawState::Coll(id) => self.comm.shared().wait_collective(id),
-            RawState::Done(_) | RawState::Spent => return,
+            // The operation's own drop does what it needs (the PML operations it holds are
+            // raw requests, waited for as they drop).
+            RawState::Custom(_) | RawState::Done(_) | RawState::Spent => return,
         };
         if let Err(e) = outcome {
             tracing::debug!("raw request dropped while outstanding: {e}");
@@ -562,6 +672,38 @@ impl RawReduction {
     /// multiples of it.
     pub fn element_size(&self) -> usize {
         self.0.element_size()
+    }
+
+    /// A reduction on elements of `elem` bytes given by its step over byte runs of whole
+    /// elements: `f(dst, src, acc, src_first)` sets `dst` to `src op acc` (`src_first`) or
+    /// `acc op src`, elementwise, where `acc` is `dst` itself when `None` (the left operand
+    /// always comes from lower ranks). For bindings whose operations work on whole buffers
+    /// (MPI's user functions); `commutative: false` keeps rank order.
+    pub fn from_fn(
+        elem: usize,
+        commutative: bool,
+        f: impl Fn(&mut [u8], &[u8], Option<&[u8]>, bool) + 'static,
+    ) -> Result<Self> {
+        if elem == 0 {
+            return Err(Error::InvalidArgument(
+                "a reduction on elements of 0 bytes".into(),
+            ));
+        }
+        Ok(Self(ByteReduction::from_fn(elem, commutative, Box::new(f))))
+    }
+
+    /// `inout = input op inout`, elementwise, here and now (MPI's `MPI_Reduce_local`).
+    pub fn apply_local(&self, inout: &mut [u8], input: &[u8]) -> Result<()> {
+        self.check_len(inout.len(), "reduce_local")?;
+        if input.len() != inout.len() {
+            return Err(Error::InvalidArgument(format!(
+                "reduce_local: the input holds {} B, the result {} B",
+                input.len(),
+                inout.len()
+            )));
+        }
+        self.0.apply(inout, input, None, true);
+        Ok(())
     }
 
     fn check_len(&self, len: usize, what: &str) -> Result<()> {
@@ -764,6 +906,160 @@ pub unsafe fn ialltoall(
     Ok(start(comm, comm.ialltoall_plan(send, recv)?))
 }
 
+/// The end of the furthest of `regions` (the bytes a buffer holding them spans).
+fn span_of(regions: &[Range<usize>]) -> usize {
+    regions.iter().map(|r| r.end).max().unwrap_or(0)
+}
+
+/// Start a gatherv to `root`: this rank's `send_len` bytes at `send` land at the root in
+/// `recv[regions[r]]` for rank r (`regions`: the root's, one per rank, disjoint; ignored
+/// elsewhere) (see [`Communicator::gatherv`]).
+///
+/// # Safety
+/// `send..send+send_len` valid for reads and unwritten, at the root `recv` valid for writes
+/// over every region and otherwise unaccessed, until the request completed; the two do not
+/// overlap.
+#[allow(unsafe_code)]
+pub unsafe fn igatherv(
+    comm: &Communicator,
+    send: *const u8,
+    send_len: usize,
+    recv: *mut u8,
+    regions: &[Range<usize>],
+    root: usize,
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract (`recv` only at the root).
+    let (send, recv) = unsafe {
+        let recv = (comm.rank() == root).then(|| view_mut(recv, span_of(regions)));
+        (view(send, send_len), recv)
+    };
+    Ok(start(comm, comm.igatherv_plan(send, recv, regions, root)?))
+}
+
+/// Start a scatterv from `root`: `send[regions[r]]` (the root's; ignored elsewhere) goes to
+/// rank r, which receives it into the `recv_len` bytes at `recv` (see
+/// [`Communicator::scatterv`]).
+///
+/// # Safety
+/// At the root `send` valid for reads over every region and unwritten; `recv..recv+recv_len`
+/// valid for writes and otherwise unaccessed; until the request completed, apart.
+#[allow(unsafe_code)]
+pub unsafe fn iscatterv(
+    comm: &Communicator,
+    send: *const u8,
+    regions: &[Range<usize>],
+    recv: *mut u8,
+    recv_len: usize,
+    root: usize,
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract (`send` only at the root).
+    let (send, recv) = unsafe {
+        let send = (comm.rank() == root).then(|| view(send, span_of(regions)));
+        (send, view_mut(recv, recv_len))
+    };
+    Ok(start(comm, comm.iscatterv_plan(send, regions, recv, root)?))
+}
+
+/// Start an allgatherv: this rank's `send_len` bytes at `send` land in every rank's
+/// `recv[regions[me]]` (`regions`: one per rank, disjoint, the same everywhere) (see
+/// [`Communicator::allgatherv`]).
+///
+/// # Safety
+/// `send` valid for reads and unwritten, `recv` valid for writes over every region and
+/// otherwise unaccessed, until the request completed; the two do not overlap.
+#[allow(unsafe_code)]
+pub unsafe fn iallgatherv(
+    comm: &Communicator,
+    send: *const u8,
+    send_len: usize,
+    recv: *mut u8,
+    regions: &[Range<usize>],
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, send_len), view_mut(recv, span_of(regions))) };
+    Ok(start(comm, comm.iallgatherv_plan(send, recv, regions)?))
+}
+
+/// Start an alltoallv: `send[sends[r]]` goes to rank r, rank r's block lands in
+/// `recv[recvs[r]]` (disjoint) (see [`Communicator::alltoallv`]).
+///
+/// # Safety
+/// `send` valid for reads over every send region and unwritten, `recv` valid for writes
+/// over every receive region and otherwise unaccessed, until the request completed; apart.
+#[allow(unsafe_code)]
+pub unsafe fn ialltoallv(
+    comm: &Communicator,
+    send: *const u8,
+    sends: &[Range<usize>],
+    recv: *mut u8,
+    recvs: &[Range<usize>],
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, span_of(sends)), view_mut(recv, span_of(recvs))) };
+    Ok(start(comm, comm.ialltoallv_plan(send, sends, recv, recvs)?))
+}
+
+/// Start a reduce_scatter: the `len` bytes at `send` (every rank's, tiled by `counts`
+/// bytes per rank in rank order) are reduced with `op`, and this rank's part lands in
+/// `recv` (`counts[me]` bytes) (see [`Communicator::reduce_scatter`]). Equal counts make it a
+/// reduce_scatter_block.
+///
+/// # Safety
+/// `send` valid for reads of the sum of `counts` bytes and unwritten, `recv` valid for
+/// writes of `counts[me]` bytes and otherwise unaccessed, until the request completed.
+#[allow(unsafe_code)]
+pub unsafe fn ireduce_scatter(
+    comm: &Communicator,
+    send: *const u8,
+    recv: *mut u8,
+    counts: &[usize],
+    op: RawReduction,
+) -> Result<RawRequest> {
+    let mut chunks = Vec::with_capacity(counts.len());
+    let mut off = 0usize;
+    for &c in counts {
+        op.check_len(c, "ireduce_scatter")?;
+        let end = off.checked_add(c).ok_or_else(|| {
+            Error::InvalidArgument("ireduce_scatter: the counts overflow".into())
+        })?;
+        chunks.push(off..end);
+        off = end;
+    }
+    let mine = chunks.get(comm.rank()).map_or(0, |c| c.len());
+    let block = counts
+        .first()
+        .filter(|&&b| counts.iter().all(|&c| c == b))
+        .copied();
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, off), view_mut(recv, mine)) };
+    Ok(start(
+        comm,
+        comm.ireduce_scatter_plan(send, recv, &chunks, op.0, block)?,
+    ))
+}
+
+/// Start an inclusive prefix reduction of the `len` bytes at `send` with `op` into `recv`
+/// (see [`Communicator::scan`]); `exclusive`: an exclusive one ([`Communicator::exscan`]),
+/// which leaves rank 0's `recv` untouched.
+///
+/// # Safety
+/// `send..send+len` valid for reads and unwritten, `recv..recv+len` valid for writes and
+/// otherwise unaccessed, until the request completed.
+#[allow(unsafe_code)]
+pub unsafe fn iscan(
+    comm: &Communicator,
+    send: *const u8,
+    recv: *mut u8,
+    len: usize,
+    op: RawReduction,
+    exclusive: bool,
+) -> Result<RawRequest> {
+    op.check_len(len, if exclusive { "iexscan" } else { "iscan" })?;
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, len), view_mut(recv, len)) };
+    Ok(start(comm, comm.iscan_plan(send, recv, op.0, exclusive)?))
+}
+
 /// Size × `block` bytes, checked.
 fn total_of(comm: &Communicator, block: usize, what: &str) -> Result<usize> {
     block.checked_mul(comm.size()).ok_or_else(|| {
@@ -774,9 +1070,93 @@ fn total_of(comm: &Communicator, block: usize, what: &str) -> Result<usize> {
     })
 }
 
+/// Start a neighbourhood exchange over `comm`'s topology or any neighbour lists (the
+/// neighbourhood collectives of [`crate::topo`]): the bytes `send[range]` go to each
+/// (peer, range) of `sends`, and a block from each (peer, range) of `recvs` lands in
+/// `recv[range]`, in list order (a peer listed twice gets, and gives, its blocks in that
+/// order); `None` peers take no part. Every member must start it in the same collective
+/// order, with matching block sizes.
+///
+/// # Safety
+/// `send..send+send_len` valid for reads and unwritten, `recv..recv+recv_len` valid for
+/// writes and otherwise unaccessed, until the request completed; the two do not overlap.
+#[allow(unsafe_code)]
+pub unsafe fn ineighbor(
+    comm: &Communicator,
+    send: *const u8,
+    send_len: usize,
+    sends: &[(Option<usize>, std::ops::Range<usize>)],
+    recv: *mut u8,
+    recv_len: usize,
+    recvs: &[(Option<usize>, std::ops::Range<usize>)],
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { (view(send, send_len), view_mut(recv, recv_len)) };
+    Ok(start(comm, comm.neighbor_plan(send, sends, recv, recvs)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An operation done after `left` more polls, counting cancels.
+    #[derive(Debug)]
+    struct Countdown {
+        left: u32,
+        cancels: u32,
+    }
+
+    impl CustomOp for Countdown {
+        fn poll(&mut self) -> Option<Result<Status>> {
+            if self.left == 0 {
+                return Some(Ok(Status::sent(0, 42, 7)));
+            }
+            self.left -= 1;
+            None
+        }
+        fn cancel(&mut self) -> Result<bool> {
+            self.cancels += 1;
+            Ok(true)
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+    }
+
+    /// Custom operations complete through `test`, `wait` and `wait_all` (mixed with the
+    /// PML's), reach their own calls through `custom_mut`, and take cancels.
+    #[test]
+    #[allow(unsafe_code)]
+    fn custom_operations_complete_with_the_others() {
+        let universe = crate::init().expect("a singleton job");
+        let world = universe.world();
+        let me = world.rank();
+        let mut r = custom(&world, Box::new(Countdown { left: 5, cancels: 0 }));
+        assert!(r.cancel().unwrap());
+        let op = r.custom_mut().unwrap().as_any_mut();
+        assert_eq!(op.downcast_mut::<Countdown>().unwrap().cancels, 1);
+        let r = match r.test() {
+            Polled::Pending(r) => r,
+            Polled::Done(o) => panic!("done too early: {o:?}"),
+        };
+        assert_eq!(r.wait().unwrap().tag, 42);
+        let out = [9u8; 3];
+        let mut got = [0u8; 3];
+        // SAFETY: both buffers outlive wait_all, which waits for every request.
+        let requests = unsafe {
+            vec![
+                custom(&world, Box::new(Countdown { left: 3, cancels: 0 })),
+                irecv(&world, got.as_mut_ptr(), 3, Src::Rank(me), 5).unwrap(),
+                isend(&world, out.as_ptr(), 3, me, 5, SendMode::Standard).unwrap(),
+            ]
+        };
+        let outcomes = wait_all(requests);
+        assert_eq!(outcomes[0].as_ref().unwrap().tag, 42);
+        assert_eq!(outcomes[1].as_ref().unwrap().bytes, 3);
+        assert_eq!(got, out);
+        let errors = complete_all(vec![custom(&world, Box::new(Countdown { left: 2, cancels: 0 }))]);
+        assert!(errors[0].is_none());
+    }
 
     /// A rank messaging itself through the raw calls: `complete_all` reports each failure at
     /// its own position (a truncated receive among successes), and the data arrives; the

@@ -284,14 +284,17 @@ static void bad_input(int rank) {
     EXPECT(MPI_Type_contiguous(2, (MPI_Datatype)0x77777, &t), MPI_ERR_TYPE);
     EXPECT(MPI_Type_contiguous(2, MPI_INT, NULL), MPI_ERR_ARG);
     EXPECT(MPI_Type_indexed(2, NULL, NULL, MPI_INT, &t), MPI_ERR_ARG);
-    EXPECT(MPI_Type_create_resized(MPI_INT, 0, -4, &t), MPI_ERR_TYPE);
+    /* A negative extent is allowed (MPI's lb/ub may give one): see dtype2.c. */
+    OK(MPI_Type_create_resized(MPI_INT, 0, -4, &t));
+    OK(MPI_Type_free(&t));
     int sz[1] = {4}, sub[1] = {3}, st[1] = {2};
     EXPECT(MPI_Type_create_subarray(1, sz, sub, st, MPI_ORDER_C, MPI_INT, &t), MPI_ERR_ARG);
     st[0] = 0;
     EXPECT(MPI_Type_create_subarray(1, sz, sub, st, 77, MPI_INT, &t), MPI_ERR_ARG);
     MPI_Datatype predefined = MPI_INT;
     EXPECT(MPI_Type_free(&predefined), MPI_ERR_TYPE);
-    EXPECT(MPI_Type_commit(&predefined), MPI_ERR_TYPE);
+    /* A predefined type is committed already: a no-op. */
+    OK(MPI_Type_commit(&predefined));
 
     OK(MPI_Type_contiguous(2, MPI_INT, &t));
     /* Not committed yet: refused by communication, fine for queries. */

@@ -40,8 +40,11 @@ pub enum Class {
 pub struct Datatype {
     /// `MPI_INT` and so on.
     pub name: &'static str,
-    /// Size in bytes (equal to the extent for every predefined type).
+    /// Size in bytes: the data one element carries.
     pub size: usize,
+    /// Extent in bytes: `size`, except for the value-index pairs whose C struct is padded
+    /// (`MPI_DOUBLE_INT`: 12 bytes of data in 16).
+    pub extent: usize,
     pub class: Class,
     /// The element type of reductions (integers, floats, booleans and bytes).
     pub elem: Option<Elem>,
@@ -51,8 +54,47 @@ const fn ty(name: &'static str, size: usize, class: Class, elem: Option<Elem>) -
     Datatype {
         name,
         size,
+        extent: size,
         class,
         elem,
+    }
+}
+
+/// A value-index pair `struct { value; int index; }` of a `value` of `vsize` bytes: its
+/// size is the members' (MPI counts no padding), its extent the C struct's.
+const fn pair(name: &'static str, vsize: usize) -> Datatype {
+    let align = if vsize > 4 { vsize } else { 4 };
+    Datatype {
+        name,
+        size: vsize + 4,
+        extent: (vsize + 4).div_ceil(align) * align,
+        class: Class::Other,
+        elem: None,
+    }
+}
+
+impl Datatype {
+    /// For a C value-index pair type (`MPI_DOUBLE_INT`...; not the Fortran ones, two
+    /// values of one type): (value size, byte offset of the `int` index in the C struct).
+    pub const fn pair_layout(&self) -> Option<(usize, usize)> {
+        if !self.is_pair() {
+            return None;
+        }
+        let vsize = self.size - 4;
+        let at = if vsize < 4 { 4 } else { vsize };
+        Some((vsize, at))
+    }
+
+    const fn is_pair(&self) -> bool {
+        matches!(
+            self.name.as_bytes(),
+            b"MPI_FLOAT_INT"
+                | b"MPI_DOUBLE_INT"
+                | b"MPI_LONG_INT"
+                | b"MPI_2INT"
+                | b"MPI_SHORT_INT"
+                | b"MPI_LONG_DOUBLE_INT"
+        )
     }
 }
 
@@ -90,12 +132,12 @@ pub const fn lookup(handle: Handle) -> Option<Datatype> {
         0x220 => ty("MPI_LONG_DOUBLE", 16, Other, None),
         0x224 => ty("MPI_C_LONG_DOUBLE_COMPLEX", 32, Complex, None),
         0x225 => ty("MPI_CXX_LONG_DOUBLE_COMPLEX", 32, Complex, None),
-        0x228 => ty("MPI_FLOAT_INT", 8, Other, None),
-        0x229 => ty("MPI_DOUBLE_INT", 16, Other, None),
-        0x22a => ty("MPI_LONG_INT", 16, Other, None),
-        0x22b => ty("MPI_2INT", 8, Other, None),
-        0x22c => ty("MPI_SHORT_INT", 8, Other, None),
-        0x22d => ty("MPI_LONG_DOUBLE_INT", 32, Other, None),
+        0x228 => pair("MPI_FLOAT_INT", 4),
+        0x229 => pair("MPI_DOUBLE_INT", 8),
+        0x22a => pair("MPI_LONG_INT", 8),
+        0x22b => pair("MPI_2INT", 4),
+        0x22c => pair("MPI_SHORT_INT", 2),
+        0x22d => pair("MPI_LONG_DOUBLE_INT", 16),
         0x230 => ty("MPI_2REAL", 8, Other, None),
         0x231 => ty("MPI_2DOUBLE_PRECISION", 16, Other, None),
         0x232 => ty("MPI_2INTEGER", 8, Other, None),
@@ -141,16 +183,19 @@ pub const fn lookup(handle: Handle) -> Option<Datatype> {
 /// The first handle of the predefined datatypes' range (MPI 5.0 ABI: 0x200..0x300).
 const PREDEFINED_BASE: Handle = 0x200;
 
-/// The size of each predefined datatype, by handle - [`PREDEFINED_BASE`] (0: no datatype),
-/// made from [`lookup`] at compile time: the per-message calls need only the size, and one
-/// load is cheaper than building the whole [`Datatype`] through `lookup`'s jump table.
+/// The size of each predefined datatype whose elements are one run of bytes, by handle -
+/// [`PREDEFINED_BASE`] (0: no datatype, or a padded pair), made from [`lookup`] at compile
+/// time: the per-message calls need only the size, and one load is cheaper than building
+/// the whole [`Datatype`] through `lookup`'s jump table.
 const SIZES: [u8; 0x100] = {
     let mut sizes = [0u8; 0x100];
     let mut i = 0;
     while i < sizes.len() {
         if let Some(t) = lookup(PREDEFINED_BASE + i) {
-            assert!(t.size > 0 && t.size <= u8::MAX as usize);
-            sizes[i] = t.size as u8;
+            assert!(t.size > 0 && t.extent <= u8::MAX as usize);
+            if t.size == t.extent {
+                sizes[i] = t.size as u8;
+            }
         }
         i += 1;
     }
@@ -158,7 +203,7 @@ const SIZES: [u8; 0x100] = {
 };
 
 /// The size in bytes of predefined datatype `handle`; `None` if `handle` is not one (a
-/// derived datatype, or not a datatype).
+/// derived datatype, or not a datatype) or is a pair type with padding (not one run).
 #[inline(always)]
 pub fn predefined_size(handle: Handle) -> Option<usize> {
     match SIZES.get(handle.wrapping_sub(PREDEFINED_BASE)) {
@@ -233,11 +278,31 @@ mod tests {
         for h in 0..0x400 {
             assert_eq!(
                 predefined_size(h),
-                lookup(h).map(|t| t.size),
+                lookup(h).filter(|t| t.size == t.extent).map(|t| t.size),
                 "handle {h:#x}"
             );
         }
         assert_eq!(predefined_size(usize::MAX), None);
+    }
+
+    #[test]
+    fn pair_types_count_no_padding() {
+        #[repr(C)]
+        struct Di(f64, i32);
+        #[repr(C)]
+        struct Si(i16, i32);
+        let di = lookup(0x229).unwrap();
+        assert_eq!((di.size, di.extent), (12, size_of::<Di>()));
+        assert_eq!(di.pair_layout(), Some((8, 8)));
+        let si = lookup(0x22c).unwrap();
+        assert_eq!((si.size, si.extent), (6, size_of::<Si>()));
+        assert_eq!(si.pair_layout(), Some((2, std::mem::offset_of!(Si, 1))));
+        let ldi = lookup(0x22d).unwrap();
+        assert_eq!((ldi.size, ldi.extent), (20, 32));
+        assert_eq!(lookup(0x22b).unwrap().extent, 8);
+        assert_eq!(predefined_size(0x229), None);
+        assert_eq!(predefined_size(0x22b), Some(8));
+        assert_eq!(lookup(0x209).unwrap().pair_layout(), None);
     }
 
     #[test]

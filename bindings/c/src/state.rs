@@ -92,6 +92,7 @@ impl From<rmca::Error> for MpiError {
                 _ => MPI_ERR_OTHER,
             },
             rmca::Error::InvalidArgument(_) => MPI_ERR_ARG,
+            rmca::Error::CommKind(_) => MPI_ERR_COMM,
             _ => MPI_ERR_OTHER,
         };
         MpiError::new(class, e.to_string())
@@ -130,6 +131,7 @@ pub fn class_text(class: c_int) -> &'static str {
         34 => "MPI_ERR_INFO: invalid info object",
         MPI_ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED: a peer process failed",
         MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER: invalid error handler",
+        60 => "MPI_ERR_SESSION: invalid session",
         MPI_ERR_ABI => "MPI_ERR_ABI: ABI mismatch",
         20..=62 => "MPI error class of a feature rmca does not implement",
         _ => "",
@@ -139,16 +141,43 @@ pub fn class_text(class: c_int) -> &'static str {
 /// A communicator's error handler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrHandler {
-    /// `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT`: abort the job with the message.
+    /// `MPI_ERRORS_ARE_FATAL`: abort the job with the message.
     Fatal,
+    /// `MPI_ERRORS_ABORT`: abort the processes of the communicator's group; rmca aborts the
+    /// job as for [`ErrHandler::Fatal`], but the handler keeps its identity (a program reads
+    /// back the handler it set).
+    Abort,
     /// `MPI_ERRORS_RETURN`: return the class to the caller.
     Return,
     /// One made by `MPI_Comm_create_errhandler`: its handle.
     User(Handle),
 }
 
-/// The C function behind a user error handler (`MPI_Comm_errhandler_function`, variadic).
+/// The C function behind a user error handler (`MPI_Comm_errhandler_function`, variadic;
+/// the window, file and session ones have the same shape: a handle and a code by pointer).
 pub type CommErrhandlerFn = unsafe extern "C" fn(*mut Handle, *mut c_int, ...);
+
+/// The kind of object a user error handler was made for (`MPI_Comm_create_errhandler`,
+/// `MPI_Win_create_errhandler`, ...): it may be set on objects of that kind only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrhKind {
+    Comm,
+    Win,
+    File,
+    Session,
+}
+
+impl ErrhKind {
+    /// The kind's name in MPI calls ("Comm", "Win", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrhKind::Comm => "Comm",
+            ErrhKind::Win => "Win",
+            ErrhKind::File => "File",
+            ErrhKind::Session => "Session",
+        }
+    }
+}
 
 /// A communicator table entry.
 pub struct CommEntry {
@@ -168,9 +197,25 @@ pub enum SendKind {
     Buffered,
 }
 
-/// The arguments of a persistent request (`MPI_Send_init`, `MPI_Recv_init`), kept for each
-/// `MPI_Start`. Buffers are the C program's addresses.
-#[derive(Clone, Copy, Debug)]
+/// How a persistent collective (`MPI_Neighbor_alltoall_init`, ...) starts at each
+/// `MPI_Start`: given the request's communicator, its running request and the library data
+/// to keep until it completes. Called with the state borrowed: it must not use
+/// [`with`].
+#[derive(Clone)]
+#[allow(clippy::type_complexity)]
+pub struct CollStart(
+    pub std::rc::Rc<dyn Fn(&Communicator) -> MpiResult<(RawRequest, Option<crate::ffi::Staged>)>>,
+);
+
+impl std::fmt::Debug for CollStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CollStart")
+    }
+}
+
+/// The arguments of a persistent request (`MPI_Send_init`, `MPI_Recv_init`, the `_init`
+/// collectives), kept for each `MPI_Start`. Buffers are the C program's addresses.
+#[derive(Clone, Debug)]
 pub enum Persistent {
     Send {
         buf: usize,
@@ -185,6 +230,8 @@ pub enum Persistent {
         source: c_int,
         tag: c_int,
     },
+    /// A persistent collective.
+    Coll(CollStart),
 }
 
 /// Where a request stands.
@@ -343,7 +390,10 @@ pub struct State {
     /// request (LIFO reuse would hand that slot out at once).
     request_gens: Vec<u32>,
     free_requests: Vec<usize>,
-    errhandlers: Vec<Option<CommErrhandlerFn>>,
+    errhandlers: Vec<Option<(ErrhKind, CommErrhandlerFn)>>,
+    /// The error handler of `MPI_FILE_NULL`, which file operations without a file use
+    /// (`MPI_ERRORS_RETURN` by default, as MPI says).
+    pub file_errhandler: ErrHandler,
     pub bsend: Bsend,
     /// Requests freed by `MPI_Request_free` while active: they run on, and are completed at
     /// the latest by `MPI_Finalize`.
@@ -445,8 +495,31 @@ impl Drop for Busy {
     }
 }
 
+/// Whether the state is installed and this thread owns it (by `MPI_Init`, or by
+/// `MPI_Session_init` before it).
+pub fn installed() -> bool {
+    // SAFETY: the owner thread only (checked first), with no call on the state (`busy`).
+    owned() && unsafe { !*GLOBAL.busy.get() && (*GLOBAL.state.get()).is_some() }
+}
+
+/// Install the state for the sessions model (`MPI_Session_init` before any `MPI_Init`): the
+/// world model's phase stays `Before` (`MPI_Initialized` is false; `MPI_Init` later adopts
+/// this state).
+pub fn install_for_sessions(universe: Universe, self_comm: Communicator, thread_level: c_int) {
+    install_state(universe, self_comm, thread_level, false);
+}
+
 /// Install the state after `MPI_Init`.
 pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int) {
+    install_state(universe, self_comm, thread_level, true);
+}
+
+fn install_state(
+    universe: Universe,
+    self_comm: Communicator,
+    thread_level: c_int,
+    world_model: bool,
+) {
     let world = universe.world();
     let state = State {
         universe,
@@ -467,6 +540,7 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
         request_gens: Vec::new(),
         free_requests: Vec::new(),
         errhandlers: Vec::new(),
+        file_errhandler: ErrHandler::Return,
         bsend: Bsend::default(),
         detached: Vec::new(),
         last_error: vec![None; 64],
@@ -475,7 +549,7 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
         staged_detached: Vec::new(),
         wait_batch: WaitBatch::default(),
     };
-    if phase() != Phase::Before {
+    if phase() != Phase::Before || installed() {
         // MPI_Init checks the phase first; a second state would replace one in use.
         tracing::error!("MPI state installed twice: the second is dropped");
         return;
@@ -483,7 +557,9 @@ pub fn install(universe: Universe, self_comm: Communicator, thread_level: c_int)
     GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
     // SAFETY: this thread is now the owner, and no call is on the state (it had none).
     unsafe { *GLOBAL.state.get() = Some(state) };
-    set_phase(Phase::Running);
+    if world_model {
+        set_phase(Phase::Running);
+    }
 }
 
 /// Take the state out (finalize); `None` on another thread than the initializing one, or
@@ -686,7 +762,8 @@ impl State {
     /// The error handler behind handle `h`.
     pub fn errhandler(&self, h: Handle) -> MpiResult<ErrHandler> {
         match h {
-            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => Ok(ErrHandler::Fatal),
+            MPI_ERRORS_ARE_FATAL => Ok(ErrHandler::Fatal),
+            MPI_ERRORS_ABORT => Ok(ErrHandler::Abort),
             MPI_ERRORS_RETURN => Ok(ErrHandler::Return),
             _ if (ERRH_BASE..ERRH_BASE + MAX_OBJECTS).contains(&h)
                 && self
@@ -703,34 +780,51 @@ impl State {
         }
     }
 
+    /// The error handler behind handle `h`, to set on an object of `kind`: a user handler
+    /// must have been made for that kind (as MPICH and Open MPI check).
+    pub fn errhandler_for(&self, h: Handle, kind: ErrhKind) -> MpiResult<ErrHandler> {
+        let e = self.errhandler(h)?;
+        if let ErrHandler::User(u) = e {
+            let made = self.errhandlers[u - ERRH_BASE].map(|(k, _)| k);
+            if made != Some(kind) {
+                return Err(MpiError::new(
+                    MPI_ERR_ARG,
+                    format!(
+                        "error handler {h:#x} was made by MPI_{}_create_errhandler: only one made by MPI_{}_create_errhandler (or a predefined one) goes here",
+                        made.map_or("?", ErrhKind::name),
+                        kind.name()
+                    ),
+                ));
+            }
+        }
+        Ok(e)
+    }
+
     /// The handle of error handler `e`.
     pub fn errhandler_handle(e: ErrHandler) -> Handle {
         match e {
             ErrHandler::Fatal => MPI_ERRORS_ARE_FATAL,
+            ErrHandler::Abort => MPI_ERRORS_ABORT,
             ErrHandler::Return => MPI_ERRORS_RETURN,
             ErrHandler::User(h) => h,
         }
     }
 
-    /// Register a user error handler function.
-    pub fn add_errhandler(&mut self, f: CommErrhandlerFn) -> MpiResult<Handle> {
+    /// Register a user error handler function for objects of `kind`.
+    pub fn add_errhandler(&mut self, kind: ErrhKind, f: CommErrhandlerFn) -> MpiResult<Handle> {
         if self.errhandlers.len() >= MAX_OBJECTS {
             return Err(MpiError::new(MPI_ERR_NO_MEM, "too many error handlers"));
         }
-        self.errhandlers.push(Some(f));
+        self.errhandlers.push(Some((kind, f)));
         Ok(ERRH_BASE + self.errhandlers.len() - 1)
     }
 
-    /// Free a user error handler handle (communicators using it keep it: MPI frees the
-    /// object when the last reference goes; rmca's entries are never reused).
+    /// Free an error handler handle. A user one stays usable by the objects it is set on
+    /// (MPI frees the object when the last reference goes; rmca's entries are never
+    /// reused); freeing a predefined one does nothing, as MPI 2.2 and later say (the
+    /// `Comm_get_errhandler` .. `Errhandler_free` idiom frees what `get` returned).
     pub fn free_errhandler(&mut self, h: Handle) -> MpiResult<()> {
-        match self.errhandler(h)? {
-            ErrHandler::User(_) => Ok(()),
-            _ => Err(MpiError::new(
-                MPI_ERR_ARG,
-                "predefined error handlers cannot be freed",
-            )),
-        }
+        self.errhandler(h).map(|_| ())
     }
 
     /// The function of user error handler `h`.
@@ -739,6 +833,7 @@ impl State {
             .get(h.checked_sub(ERRH_BASE)?)
             .copied()
             .flatten()
+            .map(|(_, f)| f)
     }
 
     /// Remember the message of an error returned to the program.

@@ -24,8 +24,8 @@ use rmca_framework::matching::{Arrival as MatchArrival, Envelope, Matcher, Poste
 use rmca_framework::memory::MemoryCounter;
 use rmca_framework::mpool::{FreeListPool, Mpool, PoolBuf, PoolSpec};
 use rmca_framework::pml::{
-    ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError,
-    TagSel,
+    ContextId, MessageId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status,
+    StatusError, TagSel,
 };
 use rmca_framework::rank::Rank;
 use rmca_framework::slab::Slab;
@@ -159,6 +159,10 @@ struct State {
     cfg: Config,
     peers: Peers,
     matcher: Matcher<RequestId, (Rank, MsgSeq)>,
+    /// Messages taken out of matching by a matched probe (`MPI_Mprobe`), by message id,
+    /// until `MPI_Mrecv` binds a receive to them; and the next id.
+    matched: HashMap<u64, (Envelope, Rank, MsgSeq)>,
+    next_message: u64,
     reqs: Slab<Req>,
     /// Next matching sequence per (sender, context), assigned in announcement order.
     rx_ctx_seq: FastMap<(Rank, ContextId), Seq>,
@@ -258,6 +262,8 @@ impl Dr {
                 cfg,
                 peers,
                 matcher: Matcher::new(nprocs),
+                matched: HashMap::new(),
+                next_message: 0,
                 reqs: Slab::new(),
                 rx_ctx_seq: FastMap::default(),
                 dropped: 0,
@@ -829,6 +835,63 @@ impl Pml for Dr {
                     error: None,
                 }
             }))
+    }
+
+    fn improbe(
+        &mut self,
+        context: ContextId,
+        source: Source,
+        tag: TagSel,
+    ) -> Result<Option<(MessageId, Status)>, PmlError> {
+        let size = self.st.peers.len() as u32;
+        if let Source::Rank(r) = source {
+            if r >= size {
+                return Err(PmlError::BadRank { rank: r, size });
+            }
+        }
+        self.progress();
+        let Some((env, (p, seq))) = self.st.matcher.take(context, source, tag) else {
+            return Ok(None);
+        };
+        let len = self.st.peers[p as usize]
+            .recvs
+            .get(&seq)
+            .map_or(0, |i| i.len as usize);
+        let id = self.st.next_message;
+        self.st.next_message += 1;
+        self.st.matched.insert(id, (env, p, seq));
+        Ok(Some((MessageId(id), Status::ok(env.source, env.tag, len))))
+    }
+
+    fn imrecv(
+        &mut self,
+        message: MessageId,
+        buf: UserBuf,
+        pattern: CommPattern,
+    ) -> Result<RequestId, PmlError> {
+        let Some((env, p, seq)) = self.st.matched.remove(&message.0) else {
+            return Err(PmlError::Other(format!(
+                "unknown message {message:?} (not taken by a matched probe, or received already)"
+            )));
+        };
+        self.st.now = Instant::now();
+        let args = RecvArgs {
+            buf,
+            source: Source::Rank(env.source),
+            tag: TagSel::Tag(env.tag),
+            context: env.context,
+            pattern,
+        };
+        let id = self.new_request(Req::Recv {
+            args,
+            status: None,
+            awaits: None,
+        });
+        // As a receive posted when the message was unexpected: the data (or the rest of a
+        // rendezvous) moves from now on.
+        self.st.bind(id, p, seq);
+        self.pump(p);
+        Ok(id)
     }
 
     fn test(&mut self, request: RequestId) -> Result<Option<Status>, PmlError> {

@@ -563,6 +563,31 @@ impl<R, T> Matcher<R, T> {
         ))
     }
 
+    /// The earliest arrived unexpected message fitting the selectors, removed (a matched
+    /// probe, `MPI_Mprobe`): no receive or probe matches it afterwards, and the PML keeps it
+    /// aside until the program receives it (`MPI_Mrecv`).
+    pub fn take(
+        &mut self,
+        context: ContextId,
+        source: Source,
+        tag: TagSel,
+    ) -> Option<(Envelope, T)> {
+        let slot = *self.index.get(&context)?;
+        let c = &mut self.contexts[slot];
+        let (p, i) = c.find_unexpected(source, tag)?;
+        let u = c.peers[p].unexpected.remove(i)?;
+        c.unexpected_count -= 1;
+        self.stats.matched_on_post += 1;
+        Some((
+            Envelope {
+                context,
+                source: p as Rank,
+                tag: u.tag,
+            },
+            u.payload,
+        ))
+    }
+
     /// Remove a posted (not yet matched) receive. Returns false if it is not queued.
     pub fn cancel(&mut self, context: ContextId, recv: &R) -> bool
     where

@@ -88,6 +88,30 @@ fn out_of_order_arrivals_are_held_and_released_in_sequence() {
 }
 
 #[test]
+fn a_taken_message_is_matched_by_no_later_receive_or_probe() {
+    let mut m: Matcher<u32, &str> = Matcher::new(3);
+    assert_eq!(m.take(0, Source::Any, TagSel::Any), None);
+    assert_eq!(m.arrive(env(0, 1, 4), 0, || "a"), Arrival::Unexpected);
+    assert_eq!(m.arrive(env(0, 2, 4), 0, || "b"), Arrival::Unexpected);
+    assert_eq!(m.take(1, Source::Any, TagSel::Any), None, "other context");
+    assert_eq!(
+        m.take(0, Source::Any, TagSel::Tag(4)),
+        Some((env(0, 1, 4), "a"))
+    );
+    assert_eq!(
+        m.probe(0, Source::Any, TagSel::Any).map(|(e, p)| (e, *p)),
+        Some((env(0, 2, 4), "b"))
+    );
+    assert_eq!(m.post(0, Source::Rank(1), TagSel::Any, 7), Posted::Queued);
+    assert_eq!(
+        m.post(0, Source::Any, TagSel::Any, 8),
+        Posted::Matched(env(0, 2, 4), "b")
+    );
+    assert_eq!(m.unexpected_len(), 0);
+    assert_eq!(m.posted_len(), 1);
+}
+
+#[test]
 fn contexts_are_isolated() {
     let mut m: Matcher<u32, u8> = Matcher::new(2);
     m.post(1, Source::Any, TagSel::Any, 7);
@@ -148,6 +172,12 @@ enum Op {
         tag: Option<i32>,
     },
     Cancel(u32),
+    /// A matched probe: the message found is taken out of matching.
+    Take {
+        ctx: u32,
+        src: Option<u32>,
+        tag: Option<i32>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -159,8 +189,10 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(ctx, src, tag)| Op::Post { ctx, src, tag }),
         3 => (ctx.clone(), src.clone(), tag.clone()).prop_map(|(ctx, src, tag)| Op::Send { ctx, src, tag }),
         4 => (0usize..8).prop_map(Op::Deliver),
-        1 => (ctx, proptest::option::of(src), proptest::option::of(tag))
+        1 => (ctx.clone(), proptest::option::of(src.clone()), proptest::option::of(tag.clone()))
             .prop_map(|(ctx, src, tag)| Op::Probe { ctx, src, tag }),
+        1 => (ctx, proptest::option::of(src), proptest::option::of(tag))
+            .prop_map(|(ctx, src, tag)| Op::Take { ctx, src, tag }),
         1 => (0u32..20).prop_map(Op::Cancel),
     ]
 }
@@ -275,6 +307,19 @@ proptest! {
                     let (s, t) = sel(src, tag);
                     let got = m.probe(ctx, s, t).map(|(_, p)| *p);
                     let want = model.unexpected.iter().find(|u| u.0 == ctx && Model::fits(s, t, u.1, u.2)).map(|u| u.3);
+                    prop_assert_eq!(got, want);
+                }
+                Op::Take { ctx, src, tag } => {
+                    let (s, t) = sel(src, tag);
+                    let got = m.take(ctx, s, t).map(|(e, p)| {
+                        assert!(e.fits(s, t) && e.context == ctx);
+                        p
+                    });
+                    let want = model
+                        .unexpected
+                        .iter()
+                        .position(|u| u.0 == ctx && Model::fits(s, t, u.1, u.2))
+                        .map(|i| model.unexpected.remove(i).3);
                     prop_assert_eq!(got, want);
                 }
                 Op::Cancel(id) => {

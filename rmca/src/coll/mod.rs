@@ -188,6 +188,10 @@ pub(crate) struct CollCache {
     /// Non-blocking collectives started on this communicator so far (see
     /// [`nonblocking`] for how it keeps them apart).
     pub(crate) nb_started: std::cell::Cell<u32>,
+    /// The communicator's process topology, which the neighbourhood collectives run over:
+    /// set once by the constructor that made the communicator, kept by `dup` (see
+    /// [`crate::topo`]).
+    pub(crate) topo: std::cell::OnceCell<Rc<crate::topo::Topology>>,
 }
 
 impl Communicator {
@@ -235,6 +239,7 @@ impl Communicator {
         work: &mut [u8],
         reduce: Option<ReduceFn<'_>>,
     ) -> Result<()> {
+        self.refuse_inter("this collective")?;
         // Taken out for the run (no borrow is held while messages are exchanged).
         let cache = self.coll_cache();
         let mut scratch = cache.scratch.take();
@@ -262,6 +267,9 @@ impl Communicator {
 
     /// Block until every member called `barrier`.
     pub fn barrier(&self) -> Result<()> {
+        if self.is_inter() {
+            return self.inter_barrier();
+        }
         let (n, me) = (self.size(), self.rank());
         if self.coll_params()?.barrier_linear {
             let key = SchedKey::new(TAG_BARRIER, 0, 0, 0);

@@ -372,16 +372,32 @@ impl ByteReduction {
         })
     }
 
+    /// A reduction given as its step over bytes (`apply(dst, src, acc, src_first)`: `dst =
+    /// src op acc` or `acc op src` elementwise, `acc` being `dst` itself when `None`), on
+    /// elements of `elem` bytes.
+    pub(crate) fn from_fn(elem: usize, commutative: bool, apply: OwnedReduce) -> Self {
+        Self {
+            apply,
+            elem,
+            commutative,
+        }
+    }
+
     /// Bytes of one element.
     pub(crate) fn element_size(&self) -> usize {
         self.elem
+    }
+
+    /// Run the step once (see [`ByteReduction::from_fn`]).
+    pub(crate) fn apply(&self, dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
+        (self.apply)(dst, src, acc, src_first)
     }
 }
 
 /// A collective ready to start: its schedule and where its buffers are.
 pub(crate) struct Plan {
     sched: Rc<Schedule>,
-    send: UserBuf,
+    pub(crate) send: UserBuf,
     /// The result buffer: the caller's, or a view of `own_work`.
     work: UserBuf,
     own_work: Vec<u8>,
@@ -391,7 +407,7 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    fn new(sched: Rc<Schedule>, work: UserBuf) -> Self {
+    pub(crate) fn new(sched: Rc<Schedule>, work: UserBuf) -> Self {
         Self {
             sched,
             send: UserBuf::empty(),
@@ -784,4 +800,199 @@ impl Communicator {
         let plan = self.ialltoall_plan(lend(send), lend_mut(recv))?;
         Ok(self.start_plan(scope, plan))
     }
+}
+
+/// The plans of the non-blocking v-collectives, reduce-scatters and prefix reductions, over
+/// bytes: the schedules of the blocking forms (`gatherv`, `scatterv`, `allgatherv`,
+/// `alltoallv`, `reduce_scatter(_block)`, `scan`, `exscan`), started on the executor.
+/// Regions are byte ranges, checked here against the buffers; the raw API
+/// ([`crate::raw`]) is their only caller.
+impl Communicator {
+    /// The plan of a gatherv of the bytes of `send` into `recv` (the root's) at `regions`
+    /// (the root's: one per rank, disjoint, inside `recv`).
+    pub(crate) fn igatherv_plan(
+        &self,
+        send: UserBuf,
+        recv: Option<UserBuf>,
+        regions: &[Range<usize>],
+        root: usize,
+    ) -> Result<Plan> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        if me != root {
+            let s = schedule::gatherv_linear(n, me, root, send.len(), &[], false);
+            let mut p = Plan::new(Rc::new(s), UserBuf::empty());
+            p.send = send;
+            return Ok(p);
+        }
+        let recv = recv.ok_or_else(|| {
+            Error::InvalidArgument("igatherv: the root must pass a receive buffer".into())
+        })?;
+        check_regions("igatherv", regions, n, recv.len(), true)?;
+        check_bytes("igatherv", "send buffer", send.len(), regions[root].len())?;
+        let s = schedule::gatherv_linear(n, me, root, send.len(), regions, false);
+        let mut p = Plan::new(Rc::new(s), recv);
+        p.send = send;
+        Ok(p)
+    }
+
+    /// The plan of a scatterv of `send` (the root's) at `regions` (the root's: one per rank,
+    /// inside `send`) into the bytes of `recv`.
+    pub(crate) fn iscatterv_plan(
+        &self,
+        send: Option<UserBuf>,
+        regions: &[Range<usize>],
+        recv: UserBuf,
+        root: usize,
+    ) -> Result<Plan> {
+        self.check_root(root)?;
+        let (n, me) = (self.size(), self.rank());
+        let mut send_view = UserBuf::empty();
+        if me == root {
+            let send = send.ok_or_else(|| {
+                Error::InvalidArgument("iscatterv: the root must pass a send buffer".into())
+            })?;
+            check_regions("iscatterv", regions, n, send.len(), false)?;
+            check_bytes("iscatterv", "receive buffer", recv.len(), regions[root].len())?;
+            send_view = send;
+        }
+        let s = schedule::scatterv_linear(n, me, root, recv.len(), regions, false);
+        let mut p = Plan::new(Rc::new(s), recv);
+        p.send = send_view;
+        Ok(p)
+    }
+
+    /// The plan of an allgatherv of the bytes of `send` into `recv` at `regions` (one per
+    /// rank, disjoint, inside `recv`, the same everywhere).
+    pub(crate) fn iallgatherv_plan(
+        &self,
+        send: UserBuf,
+        recv: UserBuf,
+        regions: &[Range<usize>],
+    ) -> Result<Plan> {
+        let (n, me) = (self.size(), self.rank());
+        check_regions("iallgatherv", regions, n, recv.len(), true)?;
+        check_bytes("iallgatherv", "send buffer", send.len(), regions[me].len())?;
+        let s = match self.coll_algorithm("allgather")? {
+            "linear" => schedule::allgatherv_linear(n, me, regions, false),
+            _ => schedule::allgatherv_ring(n, me, regions, false),
+        };
+        let mut p = Plan::new(Rc::new(s), recv);
+        p.send = send;
+        Ok(p)
+    }
+
+    /// The plan of an alltoallv: `send[sends[r]]` goes to rank r, rank r's block lands in
+    /// `recv[recvs[r]]` (disjoint).
+    pub(crate) fn ialltoallv_plan(
+        &self,
+        send: UserBuf,
+        sends: &[Range<usize>],
+        recv: UserBuf,
+        recvs: &[Range<usize>],
+    ) -> Result<Plan> {
+        let n = self.size();
+        check_regions("ialltoallv", sends, n, send.len(), false)?;
+        check_regions("ialltoallv", recvs, n, recv.len(), true)?;
+        let s = self.alltoallv_schedule(sends, recvs, super::TAG_ALLTOALLV)?;
+        let mut p = Plan::new(s, recv);
+        p.send = send;
+        Ok(p)
+    }
+
+    /// The plan of a reduce_scatter of the bytes of `send` (tiled by `chunks`, one per rank
+    /// in rank order) into `recv` (this rank's chunk); `block` is the chunk size of a
+    /// reduce_scatter_block (see [`Communicator::reduce_scatter_elems`]).
+    pub(crate) fn ireduce_scatter_plan(
+        &self,
+        send: UserBuf,
+        recv: UserBuf,
+        chunks: &[Range<usize>],
+        op: ByteReduction,
+        block: Option<usize>,
+    ) -> Result<Plan> {
+        let (n, me) = (self.size(), self.rank());
+        let len = send.len();
+        let tiled = chunks.len() == n
+            && chunks.first().is_none_or(|c| c.start == 0)
+            && chunks.windows(2).all(|w| w[0].end == w[1].start)
+            && chunks.last().is_none_or(|c| c.end == len);
+        if !tiled {
+            return Err(Error::InvalidArgument(format!(
+                "ireduce_scatter: the chunks must tile the {len}-byte send buffer in rank order, one per rank ({n})"
+            )));
+        }
+        check_bytes("ireduce_scatter", "receive buffer", recv.len(), chunks[me].len())?;
+        let (s, _) =
+            self.reduce_scatter_schedule(chunks, len, op.elem, !op.commutative, block)?;
+        // The schedule works over the whole vector; this rank's chunk is copied out at the end.
+        let mut p = Plan::new(s, UserBuf::empty()).owning_work(vec![0u8; len]);
+        p.send = send;
+        p.reduce = Some(op.apply);
+        p.finish = Finish::CopyOut {
+            from: chunks[me].clone(),
+            to: recv,
+        };
+        p.result_bytes = chunks[me].len();
+        Ok(p)
+    }
+
+    /// The plan of an inclusive (or, `exclusive`, exclusive) prefix reduction of the bytes
+    /// of `send` into `recv` (rank 0's `recv` is left untouched by an exclusive one).
+    pub(crate) fn iscan_plan(
+        &self,
+        send: UserBuf,
+        recv: UserBuf,
+        op: ByteReduction,
+        exclusive: bool,
+    ) -> Result<Plan> {
+        let what = if exclusive { "iexscan" } else { "iscan" };
+        check_bytes(what, "receive buffer", recv.len(), send.len())?;
+        let len = send.len();
+        let (s, _) = self.prefix_schedule(len, exclusive)?;
+        // [partial | result] in the collective's own memory.
+        let mut p = Plan::new(s, UserBuf::empty()).owning_work(vec![0u8; 2 * len]);
+        p.send = send;
+        p.reduce = Some(op.apply);
+        if exclusive && self.rank() == 0 {
+            p.result_bytes = 0;
+        } else {
+            p.finish = Finish::CopyOut {
+                from: len..2 * len,
+                to: recv,
+            };
+            p.result_bytes = len;
+        }
+        Ok(p)
+    }
+}
+
+/// Refuse `regions` that are not one per rank inside a buffer of `len` bytes, or (`disjoint`,
+/// receive regions) that overlap.
+fn check_regions(
+    what: &str,
+    regions: &[Range<usize>],
+    n: usize,
+    len: usize,
+    disjoint: bool,
+) -> Result<()> {
+    if regions.len() != n {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: {} regions given, one per rank ({n}) expected",
+            regions.len()
+        )));
+    }
+    if let Some((r, g)) = regions
+        .iter()
+        .enumerate()
+        .find(|(_, g)| g.start > g.end || g.end > len)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: region {g:?} of rank {r} is outside the {len}-byte buffer"
+        )));
+    }
+    if disjoint {
+        super::check_disjoint(what, regions)?;
+    }
+    Ok(())
 }

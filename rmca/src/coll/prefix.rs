@@ -50,15 +50,9 @@ impl Communicator {
         let what = if exclusive { "exscan" } else { "scan" };
         op.check()?;
         super::check_len(what, "receive buffer", recv.len(), send.len())?;
-        let (n, me) = (self.size(), self.rank());
+        let me = self.rank();
         let len = std::mem::size_of_val(send);
-        let tag = if exclusive { TAG_EXSCAN } else { TAG_SCAN };
-        let algorithm = self.coll_algorithm("scan")?;
-        // Both algorithms keep rank order, so the key needs no `ordered` flag.
-        let s = self.schedule(SchedKey::new(tag, 0, len, 0), || match algorithm {
-            "linear" => schedule::scan_linear(n, me, len, exclusive),
-            _ => schedule::scan_recursive_doubling(n, me, len, exclusive),
-        });
+        let (s, tag) = self.prefix_schedule(len, exclusive)?;
         // [partial | result], typed so that the reduction kernels see aligned elements.
         let mut work = vec![T::zeroed(); 2 * send.len()];
         self.run_schedule(
@@ -72,5 +66,23 @@ impl Communicator {
             recv.copy_from_slice(&work[send.len()..]);
         }
         Ok(())
+    }
+
+    /// The schedule (and tag) of a prefix reduction of `len` bytes: it works over
+    /// `[partial | result]`, 2 × `len` bytes of `Work`.
+    pub(super) fn prefix_schedule(
+        &self,
+        len: usize,
+        exclusive: bool,
+    ) -> Result<(std::rc::Rc<schedule::Schedule>, i32)> {
+        let (n, me) = (self.size(), self.rank());
+        let tag = if exclusive { TAG_EXSCAN } else { TAG_SCAN };
+        let algorithm = self.coll_algorithm("scan")?;
+        // Both algorithms keep rank order, so the key needs no `ordered` flag.
+        let s = self.schedule(SchedKey::new(tag, 0, len, 0), || match algorithm {
+            "linear" => schedule::scan_linear(n, me, len, exclusive),
+            _ => schedule::scan_recursive_doubling(n, me, len, exclusive),
+        });
+        Ok((s, tag))
     }
 }

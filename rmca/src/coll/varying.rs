@@ -288,12 +288,40 @@ impl Communicator {
         op: &impl Reduction<T>,
         block: Option<usize>,
     ) -> Result<()> {
-        let (n, me) = (self.size(), self.rank());
+        let me = self.rank();
         let len = std::mem::size_of_val(send);
         let elem = std::mem::size_of::<T>();
+        let (s, tag) =
+            self.reduce_scatter_schedule(chunks, len, elem, !op.is_commutative(), block)?;
+        // The schedule works over the whole vector (partials of other ranks' chunks);
+        // typed, so that the reduction kernels see aligned elements.
+        let mut work = vec![T::zeroed(); send.len()];
+        self.run_schedule(
+            &s,
+            tag,
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(&mut work),
+            Some(&reduce_step(op)),
+        )?;
+        bytemuck::cast_slice_mut::<T, u8>(recv)
+            .copy_from_slice(&bytemuck::cast_slice::<T, u8>(&work)[chunks[me].clone()]);
+        Ok(())
+    }
+
+    /// The schedule (and tag) of a reduce_scatter of `len` bytes over `chunks`, elements of
+    /// `elem` bytes; `ordered` for a non-commutative operation, `block` as in
+    /// [`Communicator::reduce_scatter_elems`].
+    pub(super) fn reduce_scatter_schedule(
+        &self,
+        chunks: &[Range<usize>],
+        len: usize,
+        elem: usize,
+        ordered: bool,
+        block: Option<usize>,
+    ) -> Result<(std::rc::Rc<schedule::Schedule>, i32)> {
+        let (n, me) = (self.size(), self.rank());
         let algorithm = self.coll_algorithm("reduce_scatter")?;
         let long = self.coll_params()?.allreduce_long_size;
-        let ordered = !op.is_commutative();
         // The ring combines chunk c in ring order from rank c + 1: commutative only.
         let build = || match algorithm {
             "ring" if !ordered => schedule::reduce_scatter_ring(n, me, chunks),
@@ -315,18 +343,6 @@ impl Communicator {
             ),
             None => (std::rc::Rc::new(build()), TAG_REDUCE_SCATTER),
         };
-        // The schedule works over the whole vector (partials of other ranks' chunks);
-        // typed, so that the reduction kernels see aligned elements.
-        let mut work = vec![T::zeroed(); send.len()];
-        self.run_schedule(
-            &s,
-            tag,
-            bytemuck::cast_slice(send),
-            bytemuck::cast_slice_mut(&mut work),
-            Some(&reduce_step(op)),
-        )?;
-        bytemuck::cast_slice_mut::<T, u8>(recv)
-            .copy_from_slice(&bytemuck::cast_slice::<T, u8>(&work)[chunks[me].clone()]);
-        Ok(())
+        Ok((s, tag))
     }
 }

@@ -7,9 +7,11 @@
 //! ([`Datatype::of`]) and hand it, with a buffer and an instance count, to the `*_typed`
 //! calls of [`crate::Communicator`] or to [`Datatype::pack`] / [`Datatype::unpack`].
 //!
-//! A datatype is committed when it is built: its layout is flattened into a list of
-//! (byte offset, length) [`Segment`]s, adjacent segments merged, in type-map order. Using it
-//! is then a walk over that list; nothing is interpreted per element. Datatypes are
+//! A datatype is committed when it is built. A layout of up to [`FLATTEN_LIMIT`] runs is
+//! flattened into a list of (byte offset, length) [`Segment`]s, adjacent ones merged, in
+//! type-map order; a larger one keeps the nested strided and listed blocks its constructors
+//! made, so that its memory follows their arguments, not the number of runs. Using it is a
+//! walk over the list or the nesting; nothing is interpreted per element. Datatypes are
 //! immutable and cheap to clone (shared), and can be sent to other threads.
 //!
 //! Offsets are bytes from the start of the buffer slice given with the type; instance `i` of
@@ -58,7 +60,7 @@
 //!     &[Datatype::of::<f64>(), Datatype::of::<u32>(), Datatype::of::<f32>()],
 //! )
 //! .unwrap();
-//! assert_eq!(particle.extent(), size_of::<Particle>());
+//! assert_eq!(particle.extent(), size_of::<Particle>() as isize);
 //! // Only the positions of each particle: 24 of its 32 bytes.
 //! let positions = Datatype::resized(
 //!     &Datatype::contiguous(3, &Datatype::of::<f64>()).unwrap(),
@@ -82,15 +84,16 @@ pub use comm::TypedRequest;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use thiserror::Error;
 
-/// The most (byte offset, length) pieces one constructor may produce before merging: a
-/// layout is flattened when it is built, so this bounds the memory a datatype takes (16 B a
-/// piece). Layouts with more pieces than this are refused with
-/// [`DatatypeError::TooManySegments`].
-pub const MAX_SEGMENTS: usize = 1 << 22;
+/// Layouts of at most this many runs of bytes are flattened into a list of runs when built
+/// (the fastest to walk); larger ones keep the nested blocks their constructors describe, as
+/// MPICH's and Open MPI's engines do, so that a type takes memory in proportion to its
+/// constructors' arguments, not to the runs it names (a vector of 10^9 single bytes is a
+/// few words).
+pub const FLATTEN_LIMIT: usize = 1 << 16;
 
 /// Why a datatype could not be built or used.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -102,16 +105,6 @@ pub enum DatatypeError {
         constructor: &'static str,
         /// The quantity that overflowed.
         what: &'static str,
-    },
-    /// The layout would have more segments than [`MAX_SEGMENTS`].
-    #[error("{constructor}: the layout has {pieces} pieces before merging, more than the limit of {limit}; build it from a coarser old type")]
-    TooManySegments {
-        /// The constructor.
-        constructor: &'static str,
-        /// Pieces it would produce.
-        pieces: u128,
-        /// [`MAX_SEGMENTS`].
-        limit: usize,
     },
     /// Argument slices of different lengths.
     #[error("{constructor}: {what} has {got} entries but there are {expected} blocks")]
@@ -140,9 +133,6 @@ pub enum DatatypeError {
     /// A [`Datatype::subarray`] of no dimension.
     #[error("subarray: sizes is empty; an array has at least one dimension")]
     NoDimensions,
-    /// [`Datatype::resized`] with a negative extent.
-    #[error("resized: extent {0} is negative; an extent is >= 0 bytes")]
-    NegativeExtent(isize),
     /// The instances of a type reach outside the buffer given with it.
     #[error("{count} instance(s) of the datatype touch bytes {start}..{end}, outside the buffer of {len} bytes (valid: 0..{len})")]
     OutOfBounds {
@@ -234,11 +224,13 @@ pub struct Datatype {
 
 #[derive(Debug)]
 struct TypeMap {
-    /// Merged, in type-map order.
-    segments: Box<[Segment]>,
+    layout: Layout,
+    /// Runs of one instance before merging (at most this many after).
+    pieces: u128,
     /// Bytes of data in one instance.
     size: usize,
-    /// Lower bound and upper bound (extent = ub - lb), as MPI defines them.
+    /// Lower bound and upper bound (extent = ub - lb, negative when ub < lb), as MPI
+    /// defines them.
     lb: isize,
     ub: isize,
     /// Bounds of the bytes actually named.
@@ -246,11 +238,28 @@ struct TypeMap {
     true_ub: isize,
     /// Largest alignment of the element types inside (rounds a structure's extent).
     align: usize,
-    /// Some byte of one instance is named twice.
-    self_overlap: Option<isize>,
+    /// Some byte of one instance named twice: found on the first receive that asks.
+    self_overlap: OnceLock<Option<isize>>,
     /// The largest instance count checked to name no byte twice (any smaller count is then
     /// fine too): interleaved instances are checked once, not on every receive.
     disjoint_upto: AtomicUsize,
+}
+
+/// Where the bytes of one instance are.
+#[derive(Debug)]
+enum Layout {
+    /// Merged runs in type-map order (at most [`FLATTEN_LIMIT`]).
+    Flat(Arc<[Segment]>),
+    /// `count` blocks, block `i` at `i × stride` bytes, each `blocklen` copies of `child`
+    /// (one child extent apart).
+    Strided {
+        count: usize,
+        blocklen: usize,
+        stride: isize,
+        child: Arc<TypeMap>,
+    },
+    /// One block per entry: (byte displacement, copies, child).
+    Listed(Box<[(isize, usize, Arc<TypeMap>)]>),
 }
 
 impl std::fmt::Debug for Datatype {
@@ -261,7 +270,7 @@ impl std::fmt::Debug for Datatype {
             .field("lb", &m.lb)
             .field("extent", &self.extent())
             .field("true_lb", &m.true_lb)
-            .field("segments", &m.segments.len())
+            .field("pieces", &m.pieces)
             .finish()
     }
 }
@@ -274,10 +283,10 @@ enum Blocks<'a> {
         count: usize,
         blocklen: usize,
         stride: i128,
-        child: &'a TypeMap,
+        child: &'a Arc<TypeMap>,
     },
     /// One block per entry: (displacement in bytes, blocklen, child).
-    Listed(Vec<(i128, usize, &'a TypeMap)>),
+    Listed(Vec<(i128, usize, &'a Arc<TypeMap>)>),
 }
 
 /// Checked arithmetic in i128, reporting which quantity overflowed.
@@ -297,25 +306,181 @@ fn to_isize(
     isize::try_from(v).map_err(|_| DatatypeError::Overflow { constructor, what })
 }
 
+/// Merges runs that touch before handing them on: nested blocks often end where the next
+/// begins (a vector of dense rows), and one copy is cheaper than several.
+struct Merger<F: FnMut(isize, usize) -> bool> {
+    pending: Option<(isize, usize)>,
+    f: F,
+}
+
+impl<F: FnMut(isize, usize) -> bool> Merger<F> {
+    #[inline(always)]
+    fn push(&mut self, at: isize, len: usize) -> bool {
+        if len == 0 {
+            return true;
+        }
+        match &mut self.pending {
+            Some((p, n)) if p.wrapping_add_unsigned(*n) == at => {
+                *n += len;
+                true
+            }
+            Some(prev) => {
+                let (p, n) = *prev;
+                *prev = (at, len);
+                (self.f)(p, n)
+            }
+            None => {
+                self.pending = Some((at, len));
+                true
+            }
+        }
+    }
+
+    fn finish(mut self) {
+        if let Some((p, n)) = self.pending.take() {
+            (self.f)(p, n);
+        }
+    }
+}
+
 impl TypeMap {
     fn extent(&self) -> i128 {
         self.ub as i128 - self.lb as i128
     }
 
-    /// One segment as long as the extent: copies of it side by side are one run.
-    fn is_dense(&self) -> bool {
-        self.segments.len() == 1 && self.segments[0].len as i128 == self.extent()
+    fn true_extent(&self) -> i128 {
+        self.true_ub as i128 - self.true_lb as i128
     }
 
-    /// Pieces a block of `blocklen` copies contributes before merging.
+    /// One run as long as the extent: copies of it side by side are one run.
+    fn dense_run(&self) -> Option<Segment> {
+        match &self.layout {
+            Layout::Flat(s) if s.len() == 1 && s[0].len as i128 == self.extent() => Some(s[0]),
+            _ => None,
+        }
+    }
+
+    /// Runs a block of `blocklen` copies contributes before merging.
     fn pieces(&self, blocklen: usize) -> u128 {
-        if blocklen == 0 || self.segments.is_empty() {
+        if blocklen == 0 || self.pieces == 0 {
             0
-        } else if self.is_dense() {
+        } else if self.dense_run().is_some() {
             1
         } else {
-            blocklen as u128 * self.segments.len() as u128
+            (blocklen as u128).saturating_mul(self.pieces)
         }
+    }
+
+    /// Hand each run of one instance at `base` to `out`, in type-map order; false when
+    /// `out` asked to stop. Offsets were bounds-checked by the caller or the builder.
+    fn walk<F: FnMut(isize, usize) -> bool>(&self, base: isize, out: &mut Merger<F>) -> bool {
+        match &self.layout {
+            Layout::Flat(segs) => segs
+                .iter()
+                .all(|s| out.push(base.wrapping_add(s.offset), s.len)),
+            Layout::Strided {
+                count,
+                blocklen,
+                stride,
+                child,
+            } => (0..*count as isize).all(|i| {
+                child.walk_block(base.wrapping_add(i.wrapping_mul(*stride)), *blocklen, out)
+            }),
+            Layout::Listed(blocks) => blocks
+                .iter()
+                .all(|(d, n, c)| c.walk_block(base.wrapping_add(*d), *n, out)),
+        }
+    }
+
+    /// [`TypeMap::walk`] over `n` copies at `base`, one extent apart.
+    fn walk_block<F: FnMut(isize, usize) -> bool>(
+        &self,
+        base: isize,
+        n: usize,
+        out: &mut Merger<F>,
+    ) -> bool {
+        if n == 0 || self.pieces == 0 {
+            return true;
+        }
+        if let Some(s) = self.dense_run() {
+            return out.push(base.wrapping_add(s.offset), s.len * n);
+        }
+        let ext = self.extent() as isize;
+        (0..n as isize).all(|k| self.walk(base.wrapping_add(k.wrapping_mul(ext)), out))
+    }
+
+    /// Does one instance name no byte twice? Decided from the nesting where the blocks'
+    /// spans are apart (the usual case, and the only one for which a huge type is
+    /// affordable); `None` when that does not settle it.
+    fn disjoint_by_structure(&self) -> Option<bool> {
+        // n copies of `c`: each copy disjoint, and copies apart by at least a true extent.
+        let copies_ok = |c: &TypeMap, n: usize| -> Option<bool> {
+            if n == 0 || c.pieces == 0 {
+                return Some(true);
+            }
+            if c.self_overlap().is_some() {
+                return Some(false);
+            }
+            (n == 1 || c.extent().abs() >= c.true_extent()).then_some(true)
+        };
+        let span = |c: &TypeMap, n: usize| -> i128 {
+            // Bytes from the lowest to one past the highest named by n copies.
+            c.true_extent() + (n as i128 - 1) * c.extent().abs()
+        };
+        match &self.layout {
+            Layout::Flat(_) => None,
+            Layout::Strided {
+                count,
+                blocklen,
+                stride,
+                child,
+            } => {
+                if !copies_ok(child, *blocklen)? {
+                    return None;
+                }
+                (*count <= 1 || (*stride as i128).abs() >= span(child, *blocklen)).then_some(true)
+            }
+            Layout::Listed(blocks) => {
+                let mut spans = Vec::with_capacity(blocks.len());
+                for (d, n, c) in blocks.iter() {
+                    if *n == 0 || c.pieces == 0 {
+                        continue;
+                    }
+                    if !copies_ok(c, *n)? {
+                        return None;
+                    }
+                    let lo =
+                        *d as i128 + c.true_lb as i128 + ((*n as i128 - 1) * c.extent()).min(0);
+                    spans.push((lo, lo + span(c, *n)));
+                }
+                spans.sort_unstable();
+                spans.windows(2).all(|w| w[0].1 <= w[1].0).then_some(true)
+            }
+        }
+    }
+
+    /// A byte of one instance named twice, if any.
+    fn self_overlap(&self) -> Option<isize> {
+        *self.self_overlap.get_or_init(|| {
+            if self.disjoint_by_structure() == Some(true) {
+                return None;
+            }
+            if self.size as i128 > self.true_extent() {
+                // More bytes than room for them, without listing a run.
+                return Some(self.true_lb);
+            }
+            let mut runs = Vec::new();
+            let mut m = Merger {
+                pending: None,
+                f: |at: isize, len: usize| {
+                    runs.push((at as i128, len));
+                    true
+                },
+            };
+            self.walk(0, &mut m);
+            m.finish();
+            first_overlap(runs.into_iter()).map(|o| o as isize)
+        })
     }
 }
 
@@ -329,7 +494,8 @@ struct Bounds {
 
 impl Bounds {
     /// Account for a block of `n` copies of `child` at byte `disp` (copies are the child's
-    /// extent, >= 0, apart).
+    /// extent apart, which may be negative: the bounds are the lowest lb and highest ub
+    /// of any copy, as MPI defines them).
     fn block(
         &mut self,
         constructor: &'static str,
@@ -345,18 +511,22 @@ impl Bounds {
             constructor,
             "block length × extent",
         )?;
+        let (down, up) = (last.min(0), last.max(0));
         let widen = |b: Option<(i128, i128)>, lo: i128, hi: i128| {
             Some(b.map_or((lo, hi), |(l, u)| (l.min(lo), u.max(hi))))
         };
-        // From the first instance's `lo` to the last instance's `hi`.
         let span = |lo: isize,
                     hi: isize,
                     names: (&'static str, &'static str)|
          -> Result<(i128, i128), DatatypeError> {
-            let from = ck(disp.checked_add(lo as i128), constructor, names.0)?;
+            let from = ck(
+                disp.checked_add(down)
+                    .and_then(|v| v.checked_add(lo as i128)),
+                constructor,
+                names.0,
+            )?;
             let to = ck(
-                disp.checked_add(last)
-                    .and_then(|v| v.checked_add(hi as i128)),
+                disp.checked_add(up).and_then(|v| v.checked_add(hi as i128)),
                 constructor,
                 names.1,
             )?;
@@ -364,7 +534,7 @@ impl Bounds {
         };
         let (lb, ub) = span(child.lb, child.ub, ("lower bound", "upper bound"))?;
         self.bounds = widen(self.bounds, lb, ub);
-        if !child.segments.is_empty() {
+        if child.pieces > 0 {
             let (tlb, tub) = span(
                 child.true_lb,
                 child.true_ub,
@@ -376,61 +546,22 @@ impl Bounds {
     }
 }
 
-/// Appends segments in type-map order, merging each with the previous one when they touch.
-struct SegmentWriter {
-    segments: Vec<Segment>,
-}
-
-impl SegmentWriter {
-    fn push(&mut self, offset: isize, len: usize) {
-        if len == 0 {
-            return;
-        }
-        if let Some(last) = self.segments.last_mut() {
-            if last.offset.checked_add_unsigned(last.len) == Some(offset) {
-                last.len += len;
-                return;
-            }
-        }
-        self.segments.push(Segment { offset, len });
-    }
-
-    /// Append `blocklen` copies of `child` starting at byte `disp`. Every offset was
-    /// bounds-checked by the caller (it fits in isize).
-    fn block(&mut self, disp: i128, blocklen: usize, child: &TypeMap) {
-        if blocklen == 0 || child.segments.is_empty() {
-            return;
-        }
-        if child.is_dense() {
-            let s = child.segments[0];
-            self.push((disp + s.offset as i128) as isize, s.len * blocklen);
-            return;
-        }
-        let ext = child.extent();
-        for k in 0..blocklen as i128 {
-            let base = disp + k * ext;
-            for s in child.segments.iter() {
-                self.push((base + s.offset as i128) as isize, s.len);
-            }
-        }
-    }
-}
-
 impl Datatype {
     /// The type of one `T`: `size_of::<T>()` contiguous bytes, aligned as `T`.
     pub fn of<T: bytemuck::Pod>() -> Datatype {
         let size = std::mem::size_of::<T>();
-        let segments: Box<[Segment]> = if size == 0 {
-            Box::new([])
+        let segments: Arc<[Segment]> = if size == 0 {
+            Arc::new([])
         } else {
-            Box::new([Segment {
+            Arc::new([Segment {
                 offset: 0,
                 len: size,
             }])
         };
         Datatype {
             map: Arc::new(TypeMap {
-                segments,
+                layout: Layout::Flat(segments),
+                pieces: u128::from(size > 0),
                 size,
                 lb: 0,
                 // size_of is at most isize::MAX.
@@ -438,7 +569,7 @@ impl Datatype {
                 true_lb: 0,
                 true_ub: size as isize,
                 align: std::mem::align_of::<T>(),
-                self_overlap: None,
+                self_overlap: OnceLock::from(None),
                 disjoint_upto: AtomicUsize::new(0),
             }),
         }
@@ -525,7 +656,7 @@ impl Datatype {
                     "indexed",
                     "displacement × extent",
                 )?;
-                Ok((disp, n, &*old.map))
+                Ok((disp, n, &old.map))
             })
             .collect::<Result<Vec<_>, DatatypeError>>()?;
         Self::build("indexed", Blocks::Listed(blocks), None)
@@ -546,7 +677,7 @@ impl Datatype {
         let blocks = blocklengths
             .iter()
             .zip(displacements_bytes)
-            .map(|(&n, &d)| (d as i128, n, &*old.map))
+            .map(|(&n, &d)| (d as i128, n, &old.map))
             .collect();
         Self::build("hindexed", Blocks::Listed(blocks), None)
     }
@@ -571,7 +702,7 @@ impl Datatype {
             .iter()
             .zip(displacements_bytes)
             .zip(types)
-            .map(|((&n, &d), t)| (d as i128, n, &*t.map))
+            .map(|((&n, &d), t)| (d as i128, n, &t.map))
             .collect();
         let align = types.iter().map(|t| t.map.align).max().unwrap_or(1);
         Self::build("structure", Blocks::Listed(blocks), Some(align))
@@ -655,28 +786,36 @@ impl Datatype {
         Datatype::resized(&placed, 0, whole)
     }
 
-    /// `old` with its lower bound set to `lb` and its extent to `extent` bytes (>= 0); the
-    /// bytes it names are unchanged. The usual use: shrink a column type's extent to one
-    /// element, so that consecutive instances are consecutive columns.
+    /// `old` with its lower bound set to `lb` and its extent to `extent` bytes; the bytes it
+    /// names are unchanged. The usual use: shrink a column type's extent to one element, so
+    /// that consecutive instances are consecutive columns. A negative extent is allowed, as
+    /// MPI allows it: consecutive instances then go down in memory.
     pub fn resized(old: &Datatype, lb: isize, extent: isize) -> Result<Datatype, DatatypeError> {
-        if extent < 0 {
-            return Err(DatatypeError::NegativeExtent(extent));
-        }
         let ub = lb.checked_add(extent).ok_or(DatatypeError::Overflow {
             constructor: "resized",
             what: "lb + extent",
         })?;
         let m = &old.map;
+        let layout = match &m.layout {
+            Layout::Flat(s) => Layout::Flat(s.clone()),
+            // The same bytes, as one block of the old type.
+            _ => Layout::Listed(Box::new([(0, 1, m.clone())])),
+        };
+        let self_overlap = OnceLock::new();
+        if let Some(&o) = m.self_overlap.get() {
+            let _ = self_overlap.set(o);
+        }
         Ok(Datatype {
             map: Arc::new(TypeMap {
-                segments: m.segments.clone(),
+                layout,
+                pieces: m.pieces,
                 size: m.size,
                 lb,
                 ub,
                 true_lb: m.true_lb,
                 true_ub: m.true_ub,
                 align: m.align,
-                self_overlap: m.self_overlap,
+                self_overlap,
                 disjoint_upto: AtomicUsize::new(0),
             }),
         })
@@ -688,8 +827,8 @@ impl Datatype {
         round_to_align: Option<usize>,
     ) -> Result<Datatype, DatatypeError> {
         let over = |what| DatatypeError::Overflow { constructor, what };
-        // Everything is sized and bounded before a single segment is written, so that no
-        // input makes the builder loop or allocate beyond MAX_SEGMENTS.
+        // Everything is sized and bounded before any layout is made, so that no input makes
+        // the builder loop or allocate beyond FLATTEN_LIMIT runs.
         let mut bounds = Bounds::default();
         let (pieces, size, align) = match &blocks {
             Blocks::Regular {
@@ -726,13 +865,6 @@ impl Datatype {
                 (pieces, size, align)
             }
         };
-        if pieces > MAX_SEGMENTS as u128 {
-            return Err(DatatypeError::TooManySegments {
-                constructor,
-                pieces,
-                limit: MAX_SEGMENTS,
-            });
-        }
         let size = size
             .and_then(|s| usize::try_from(s).ok())
             .filter(|&s| s <= isize::MAX as usize)
@@ -741,7 +873,9 @@ impl Datatype {
         if let Some(a) = round_to_align {
             let extent = ub - lb;
             let a = a.max(1) as i128;
-            ub = lb + (extent + a - 1) / a * a;
+            if extent > 0 {
+                ub = lb + (extent + a - 1) / a * a;
+            }
         }
         let (true_lb, true_ub) = bounds.true_bounds.unwrap_or((0, 0));
         to_isize(ub - lb, constructor, "extent")?;
@@ -750,42 +884,76 @@ impl Datatype {
         lb = lb_i as i128;
         let true_lb = to_isize(true_lb, constructor, "true lower bound")?;
         let true_ub = to_isize(true_ub, constructor, "true upper bound")?;
-        let mut w = SegmentWriter {
-            segments: Vec::with_capacity(pieces as usize),
-        };
-        match blocks {
-            Blocks::Regular {
-                count,
-                blocklen,
-                stride,
-                child,
-            } => {
-                // (A block with nothing in it must not cost `count` iterations.)
-                if child.pieces(blocklen) > 0 {
-                    for i in 0..count as i128 {
-                        w.block(i * stride, blocklen, child);
+        let layout = if pieces <= flatten_limit() {
+            let mut segments = Vec::with_capacity(pieces as usize);
+            let mut w = Merger {
+                pending: None,
+                f: |offset: isize, len: usize| {
+                    segments.push(Segment { offset, len });
+                    true
+                },
+            };
+            match &blocks {
+                Blocks::Regular {
+                    count,
+                    blocklen,
+                    stride,
+                    child,
+                } => {
+                    // (A block with nothing in it must not cost `count` iterations.)
+                    if child.pieces(*blocklen) > 0 {
+                        for i in 0..*count as i128 {
+                            child.walk_block((i * stride) as isize, *blocklen, &mut w);
+                        }
+                    }
+                }
+                Blocks::Listed(list) => {
+                    for &(disp, n, child) in list {
+                        child.walk_block(disp as isize, n, &mut w);
                     }
                 }
             }
-            Blocks::Listed(list) => {
-                for (disp, n, child) in list {
-                    w.block(disp, n, child);
-                }
+            w.finish();
+            Layout::Flat(segments.into())
+        } else {
+            // Too many runs to list: keep the blocks (their offsets fit: bounded above).
+            match blocks {
+                Blocks::Regular {
+                    count,
+                    blocklen,
+                    stride,
+                    child,
+                } => Layout::Strided {
+                    count,
+                    blocklen,
+                    stride: stride as isize,
+                    child: child.clone(),
+                },
+                Blocks::Listed(list) => Layout::Listed(
+                    list.into_iter()
+                        .filter(|&(_, n, c)| n > 0 && c.pieces > 0)
+                        .map(|(d, n, c)| (d as isize, n, c.clone()))
+                        .collect(),
+                ),
             }
+        };
+        let self_overlap = OnceLock::new();
+        if let Layout::Flat(s) = &layout {
+            let _ = self_overlap.set(
+                first_overlap(s.iter().map(|s| (s.offset as i128, s.len))).map(|o| o as isize),
+            );
         }
-        let mut segments = w.segments;
-        segments.shrink_to_fit();
-        let self_overlap = first_overlap(segments.iter().map(|s| (s.offset as i128, s.len)));
         Ok(Datatype {
             map: Arc::new(TypeMap {
-                segments: segments.into_boxed_slice(),
+                layout,
+                pieces,
                 size,
                 lb: lb as isize,
                 ub: ub as isize,
                 true_lb,
                 true_ub,
                 align,
-                self_overlap: self_overlap.map(|o| o as isize),
+                self_overlap,
                 disjoint_upto: AtomicUsize::new(0),
             }),
         })
@@ -801,10 +969,11 @@ impl Datatype {
         self.map.lb
     }
 
-    /// Extent in bytes: how far apart consecutive instances are.
-    pub fn extent(&self) -> usize {
-        // ub >= lb: every constructor keeps it so.
-        (self.map.ub as i128 - self.map.lb as i128) as usize
+    /// Extent in bytes: how far apart consecutive instances are (negative when the type
+    /// was resized so: instances then go down in memory).
+    pub fn extent(&self) -> isize {
+        // Every constructor checks that ub - lb fits.
+        self.map.ub.wrapping_sub(self.map.lb)
     }
 
     /// Lower bound of the bytes actually named (0 for an empty type).
@@ -817,9 +986,44 @@ impl Datatype {
         (self.map.true_ub as i128 - self.map.true_lb as i128) as usize
     }
 
-    /// The committed layout of one instance: merged runs of bytes in type-map order.
-    pub fn segments(&self) -> &[Segment] {
-        &self.map.segments
+    /// The runs of bytes of one instance, merged, in type-map order. This lists them all:
+    /// a type of more than [`FLATTEN_LIMIT`] runs is not stored so (see
+    /// [`Datatype::for_each_run`] to visit them without a list).
+    pub fn segments(&self) -> Vec<Segment> {
+        let mut out = Vec::new();
+        self.for_each_run(1, |offset, len| {
+            out.push(Segment { offset, len });
+            true
+        });
+        out
+    }
+
+    /// Runs of one instance, at most (before merging): what a walk over it costs.
+    pub fn pieces(&self) -> u128 {
+        self.map.pieces
+    }
+
+    /// Calls `f(byte offset from the buffer start, length)` for each run of bytes of
+    /// `count` instances (instance `i` at `i × extent`), merged, in type-map order, while
+    /// it returns true. Nothing is allocated, whatever the number of runs.
+    pub fn for_each_run(&self, count: usize, f: impl FnMut(isize, usize) -> bool) {
+        let m = &self.map;
+        if m.pieces == 0 {
+            return;
+        }
+        let extent = self.extent();
+        let mut w = Merger { pending: None, f };
+        if let Some(s) = m.dense_run() {
+            // Instances side by side: one run (extent = length > 0).
+            w.push(s.offset, s.len.saturating_mul(count));
+        } else {
+            for i in 0..count as isize {
+                if !m.walk(i.wrapping_mul(extent), &mut w) {
+                    return;
+                }
+            }
+        }
+        w.finish();
     }
 
     /// True when `count` instances are one run of bytes (sent and received in place).
@@ -828,12 +1032,16 @@ impl Datatype {
     }
 
     /// The run `count` instances occupy, if they are one: (byte offset, length).
-    fn contiguous_run(&self, count: usize) -> Option<(isize, usize)> {
+    pub fn contiguous_run(&self, count: usize) -> Option<(isize, usize)> {
         let m = &self.map;
-        match &*m.segments {
-            _ if count == 0 => Some((0, 0)),
-            [] => Some((0, 0)),
-            [s] if count == 1 || s.len as i128 == self.map.ub as i128 - self.map.lb as i128 => {
+        if count == 0 || m.pieces == 0 {
+            return Some((0, 0));
+        }
+        let Layout::Flat(segs) = &m.layout else {
+            return None;
+        };
+        match **segs {
+            [s] if count == 1 || s.len as i128 == m.extent() => {
                 Some((s.offset, s.len.checked_mul(count)?))
             }
             _ => None,
@@ -860,15 +1068,24 @@ impl Datatype {
             })
     }
 
+    /// The bytes `count` instances touch, relative to the buffer start: [start, end)
+    /// (instance `i` at `i × extent`, so the first or last is the lowest, the other the
+    /// highest).
+    pub fn span(&self, count: usize) -> (i128, i128) {
+        let m = &self.map;
+        if count == 0 || m.pieces == 0 {
+            return (0, 0);
+        }
+        let last = (count as i128 - 1) * m.extent();
+        (
+            m.true_lb as i128 + last.min(0),
+            m.true_ub as i128 + last.max(0),
+        )
+    }
+
     /// Check that `count` instances fit a buffer of `len` bytes.
     pub(crate) fn check_bounds(&self, count: usize, len: usize) -> Result<(), DatatypeError> {
-        let m = &self.map;
-        if count == 0 || m.segments.is_empty() {
-            return Ok(());
-        }
-        // Instances are extent (>= 0) apart: the first starts lowest, the last ends highest.
-        let last = (count as i128 - 1) * (m.ub as i128 - m.lb as i128);
-        let (start, end) = (m.true_lb as i128, last + m.true_ub as i128);
+        let (start, end) = self.span(count);
         if start < 0 || end > len as i128 {
             return Err(DatatypeError::OutOfBounds {
                 count,
@@ -890,16 +1107,20 @@ impl Datatype {
             return Ok(());
         }
         let split = |what, value: isize| DatatypeError::SplitsElements { elem, what, value };
-        for s in self.map.segments.iter() {
-            if s.offset % e != 0 {
-                return Err(split("segment offset", s.offset));
+        let mut bad = None;
+        self.for_each_run(1, |offset, len| {
+            if offset % e != 0 {
+                bad = Some(split("segment offset", offset));
+            } else if !len.is_multiple_of(elem) {
+                bad = Some(split("segment length", len as isize));
             }
-            if !s.len.is_multiple_of(elem) {
-                return Err(split("segment length", s.len as isize));
-            }
+            bad.is_none()
+        });
+        if let Some(b) = bad {
+            return Err(b);
         }
-        if !self.extent().is_multiple_of(elem) {
-            return Err(split("extent", self.extent() as isize));
+        if self.extent() % e != 0 {
+            return Err(split("extent", self.extent()));
         }
         Ok(())
     }
@@ -907,21 +1128,21 @@ impl Datatype {
     /// Check that `count` instances name no byte twice (needed to write into them).
     pub(crate) fn check_no_overlap(&self, count: usize) -> Result<(), DatatypeError> {
         let m = &self.map;
-        if count == 0 || m.segments.is_empty() {
+        if count == 0 || m.pieces == 0 {
             return Ok(());
         }
-        if let Some(offset) = m.self_overlap {
+        if let Some(offset) = m.self_overlap() {
             return Err(DatatypeError::Overlap { count, offset });
         }
-        let extent = m.ub as i128 - m.lb as i128;
+        let extent = m.extent();
         if count > 1 && extent == 0 {
             // Every instance is the same bytes.
             return Err(DatatypeError::Overlap {
                 count,
-                offset: m.segments[0].offset,
+                offset: m.true_lb,
             });
         }
-        if count == 1 || extent >= m.true_ub as i128 - m.true_lb as i128 {
+        if count == 1 || extent.abs() >= m.true_extent() {
             // Each instance stays inside its own [true_lb, true_ub) shifted by the extent.
             return Ok(());
         }
@@ -931,17 +1152,18 @@ impl Datatype {
         // More bytes than room for them: an overlap somewhere (and, otherwise, the runs to
         // sort below are at most the span's bytes, which the caller checked fit the buffer).
         let bytes = count as u128 * m.size as u128;
-        let span = (count as i128 - 1) * extent + m.true_ub as i128 - m.true_lb as i128;
+        let (start, end) = self.span(count);
+        let span = end - start;
         if bytes > span as u128 {
             return Err(DatatypeError::OverlapBySize { count, bytes, span });
         }
         // Interleaved instances (a resized column type): check them all.
-        let all = (0..count as i128).flat_map(|i| {
-            m.segments
-                .iter()
-                .map(move |s| (i * extent + s.offset as i128, s.len))
+        let mut all = Vec::new();
+        self.for_each_run(count, |at, len| {
+            all.push((at as i128, len));
+            true
         });
-        match first_overlap(all) {
+        match first_overlap(all.into_iter()) {
             None => {
                 m.disjoint_upto.fetch_max(count, Ordering::Relaxed);
                 Ok(())
@@ -1020,26 +1242,6 @@ impl Datatype {
         Ok(packed.len())
     }
 
-    /// Calls `f(buffer offset, packed offset, length)` for each segment of each of `count`
-    /// instances, in order, while it returns true. The caller checked the bounds: every
-    /// offset is non-negative and inside the buffer, so plain `usize` arithmetic is exact.
-    #[inline(always)]
-    fn for_each_run(&self, count: usize, mut f: impl FnMut(usize, usize, usize) -> bool) {
-        let m = &self.map;
-        let extent = self.extent();
-        let mut pos = 0;
-        for i in 0..count {
-            let base = i * extent;
-            for s in m.segments.iter() {
-                let at = base.wrapping_add_signed(s.offset);
-                if !f(at, pos, s.len) {
-                    return;
-                }
-                pos += s.len;
-            }
-        }
-    }
-
     /// Pack with the bounds checked and `out` exactly `pack_size(count)` long.
     pub(crate) fn pack_unchecked(&self, bytes: &[u8], count: usize, out: &mut [u8]) {
         if let Some((start, len)) = self.contiguous_run(count) {
@@ -1047,8 +1249,12 @@ impl Datatype {
             out.copy_from_slice(&bytes[start..start + len]);
             return;
         }
-        self.for_each_run(count, |at, pos, len| {
+        let mut pos = 0;
+        // The caller checked the bounds: every offset is inside `bytes`.
+        self.for_each_run(count, |at, len| {
+            let at = at as usize;
             copy_run(&mut out[pos..pos + len], &bytes[at..at + len]);
+            pos += len;
             true
         });
     }
@@ -1061,15 +1267,14 @@ impl Datatype {
             return;
         }
         let total = packed.len();
-        self.for_each_run(count, |at, pos, len| {
-            if pos + len <= total {
-                copy_run(&mut bytes[at..at + len], &packed[pos..pos + len]);
-                return pos + len < total;
-            }
-            // A shorter message ends inside this segment.
-            let n = total - pos;
-            bytes[at..at + n].copy_from_slice(&packed[pos..]);
-            false
+        let mut pos = 0;
+        self.for_each_run(count, |at, len| {
+            let at = at as usize;
+            // A shorter message ends inside this run.
+            let n = len.min(total - pos);
+            copy_run(&mut bytes[at..at + n], &packed[pos..pos + n]);
+            pos += n;
+            pos < total
         });
     }
 }
@@ -1110,6 +1315,21 @@ fn first_overlap(runs: impl Iterator<Item = (i128, usize)>) -> Option<i128> {
     v.windows(2)
         .find(|w| w[0].0 + w[0].1 as i128 > w[1].0)
         .map(|w| w[1].0)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A lower flatten limit for this thread's tests: every layout nested.
+    static FLATTEN_OVERRIDE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// [`FLATTEN_LIMIT`], lowered by the tests that check the nested walk.
+fn flatten_limit() -> u128 {
+    #[cfg(test)]
+    if let Some(l) = FLATTEN_OVERRIDE.with(Cell::get) {
+        return l as u128;
+    }
+    FLATTEN_LIMIT as u128
 }
 
 thread_local! {

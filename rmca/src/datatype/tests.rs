@@ -54,7 +54,7 @@ impl Model {
                 }
             }
             let (lb, mut ub) = (lb.unwrap_or(0), ub.unwrap_or(0));
-            if round {
+            if round && ub > lb {
                 while (ub - lb) % align as i128 != 0 {
                     ub += 1;
                 }
@@ -228,7 +228,7 @@ fn model() -> impl Strategy<Value = Model> {
                 }),
             prop::collection::vec((0usize..3, -16isize..48, inner.clone()), 1..4)
                 .prop_map(Model::Struct),
-            (b.clone(), -8isize..8, 0isize..48).prop_map(|(m, lb, e)| Model::Resized(m, lb, e)),
+            (b.clone(), -8isize..8, -24isize..48).prop_map(|(m, lb, e)| Model::Resized(m, lb, e)),
             (
                 prop::collection::vec((1usize..5, 0usize..5, 0usize..5), 1..4),
                 b
@@ -267,6 +267,38 @@ proptest! {
 
     #[test]
     fn committed_layout_matches_the_naive_model(m in model()) {
+        check_layout(m)?;
+    }
+
+    #[test]
+    fn pack_and_unpack_match_byte_by_byte_copies(
+        m in model(),
+        count in 0usize..4,
+        slack in 0usize..5,
+        seed in any::<u8>(),
+        cut in 0usize..64,
+    ) {
+        check_pack(m, count, slack, seed, cut)?;
+    }
+
+    /// The same with every constructor's layout kept nested (not flattened).
+    #[test]
+    fn nested_layouts_match_the_naive_model(
+        m in model(),
+        count in 0usize..4,
+        slack in 0usize..5,
+        seed in any::<u8>(),
+        cut in 0usize..64,
+    ) {
+        FLATTEN_OVERRIDE.with(|o| o.set(Some(1)));
+        let r = check_layout(m.clone()).and_then(|()| check_pack(m, count, slack, seed, cut));
+        FLATTEN_OVERRIDE.with(|o| o.set(None));
+        r?;
+    }
+}
+
+fn check_layout(m: Model) -> Result<(), TestCaseError> {
+    {
         let naive = m.naive();
         let t = m.build().expect("small layouts build");
         prop_assert_eq!(t.size(), naive.bytes.len());
@@ -285,20 +317,30 @@ proptest! {
             .collect();
         prop_assert_eq!(&expanded, &naive.bytes);
         for w in t.segments().windows(2) {
-            prop_assert!(w[0].offset + w[0].len as isize != w[1].offset, "unmerged {:?}", w);
+            prop_assert!(
+                w[0].offset + w[0].len as isize != w[1].offset,
+                "unmerged {:?}",
+                w
+            );
         }
     }
 
-    #[test]
-    fn pack_and_unpack_match_byte_by_byte_copies(
-        m in model(),
-        count in 0usize..4,
-        slack in 0usize..5,
-        seed in any::<u8>(),
-        cut in 0usize..64,
-    ) {
-        // Shift the layout so that every byte it names is inside the buffer.
-        let lowest = m.naive().bytes.iter().copied().min().unwrap_or(0);
+    Ok(())
+}
+
+fn check_pack(
+    m: Model,
+    count: usize,
+    slack: usize,
+    seed: u8,
+    cut: usize,
+) -> Result<(), TestCaseError> {
+    {
+        // Shift the layout so that every byte its instances name is inside the buffer.
+        let lowest = naive_offsets(&m.naive(), count)
+            .into_iter()
+            .min()
+            .unwrap_or(0);
         let m = if lowest < 0 {
             Model::HIndexed(vec![1], vec![-lowest as isize], Box::new(m))
         } else {
@@ -358,14 +400,14 @@ proptest! {
         );
         prop_assert!(refused, "{:?}", too_long);
     }
-
+    Ok(())
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// Any arguments at all: an error or a consistent type, never a panic, a hang or an
-    /// allocation beyond MAX_SEGMENTS.
+    /// allocation beyond FLATTEN_LIMIT runs.
     #[test]
     fn builder_never_panics_on_any_input(
         base in model(),
@@ -392,10 +434,13 @@ proptest! {
             }
         };
         if let Ok(t) = r {
-            let total: usize = t.segments().iter().map(|s| s.len).sum();
-            prop_assert_eq!(total, t.size());
-            prop_assert!(t.segments().len() <= MAX_SEGMENTS);
-            prop_assert!(t.segments().iter().all(|s| s.len > 0));
+            if t.pieces() <= FLATTEN_LIMIT as u128 {
+                let total: usize = t.segments().iter().map(|s| s.len).sum();
+                prop_assert_eq!(total, t.size());
+                prop_assert!(t.segments().iter().all(|s| s.len > 0));
+            } else {
+                prop_assert!(!matches!(t.map.layout, Layout::Flat(_)));
+            }
             // Using it with any count against any length: answers, never panics.
             let _ = t.check_bounds(use_count, buf_len);
             let _ = t.pack_size(use_count);
@@ -412,9 +457,15 @@ proptest! {
 #[test]
 fn construction_errors_name_the_problem() {
     let f64t = Datatype::of::<f64>();
-    assert_eq!(
-        Datatype::resized(&f64t, 0, -8).unwrap_err(),
-        DatatypeError::NegativeExtent(-8)
+    // A negative extent is MPI's: instances go down in memory.
+    let down = Datatype::resized(&f64t, 8, -8).unwrap();
+    assert_eq!((down.lb(), down.extent()), (8, -8));
+    let m = [1.0f64, 2.0, 3.0];
+    let packed = down.pack_to_vec(&m[2..], 1).unwrap();
+    assert_eq!(bytemuck::cast_slice::<u8, f64>(&packed), &[3.0]);
+    assert!(
+        down.pack_to_vec(&m[2..], 2).is_err(),
+        "instance 1 is before the slice"
     );
     let e = Datatype::indexed(&[1, 2], &[0], &f64t).unwrap_err();
     assert!(
@@ -428,15 +479,7 @@ fn construction_errors_name_the_problem() {
         "{e}"
     );
     let e = Datatype::vector(usize::MAX, 1, 2, &f64t).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            DatatypeError::Overflow { .. } | DatatypeError::TooManySegments { .. }
-        ),
-        "{e}"
-    );
-    let e = Datatype::vector(MAX_SEGMENTS + 1, 1, 2, &f64t).unwrap_err();
-    assert!(e.to_string().contains("more than the limit"), "{e}");
+    assert!(matches!(e, DatatypeError::Overflow { .. }), "{e}");
     // A contiguous run of any length is one segment, not one per element.
     let big = Datatype::contiguous(1 << 40, &f64t).unwrap();
     assert_eq!(big.segments().len(), 1);
@@ -606,4 +649,70 @@ fn contiguity_is_recognised() {
     assert!(padded.is_contiguous(1) && !padded.is_contiguous(2));
     assert_eq!(padded.instances(24), Some(3));
     assert_eq!(padded.instances(20), None);
+}
+
+#[test]
+fn huge_layouts_stay_nested() {
+    // MPICH's test suite: 135 M single bytes, two apart. Built without a run list.
+    let u8t = Datatype::of::<u8>();
+    let v = Datatype::vector(135_000_000, 1, 2, &u8t).unwrap();
+    assert_eq!((v.size(), v.extent()), (135_000_000, 269_999_999));
+    assert!(matches!(v.map.layout, Layout::Strided { .. }));
+    assert_eq!(v.pieces(), 135_000_000);
+    // Nested: a struct of vectors of vectors, every run visited in order without a list.
+    let rows = Datatype::vector(300, 2, 3, &u8t).unwrap();
+    let planes = Datatype::hvector(500, 1, 1000, &rows).unwrap();
+    assert!(matches!(planes.map.layout, Layout::Strided { .. }));
+    let t = Datatype::structure(&[1, 2], &[0, 600_000], &[planes.clone(), u8t.clone()]).unwrap();
+    assert!(!matches!(t.map.layout, Layout::Flat(_)));
+    assert_eq!(t.size(), 300 * 2 * 500 + 2);
+    let buf: Vec<u8> = (0..700_000u32).map(|i| (i % 251) as u8).collect();
+    let packed = t.pack_to_vec(&buf, 1).unwrap();
+    let mut want = Vec::new();
+    for p in 0..500 {
+        for r in 0..300 {
+            let at = p * 1000 + r * 3;
+            want.extend_from_slice(&buf[at..at + 2]);
+        }
+    }
+    want.extend_from_slice(&buf[600_000..600_002]);
+    assert_eq!(packed, want);
+    let mut back = vec![0u8; 700_000];
+    assert_eq!(t.unpack(&packed, &mut back, 1), Ok(packed.len()));
+    for (i, (&b, &o)) in back.iter().zip(&buf).enumerate() {
+        let named =
+            i == 600_000 || i == 600_001 || (i < 500_000 && i % 1000 < 900 && i % 1000 % 3 < 2);
+        assert_eq!(b, if named { o } else { 0 }, "byte {i}");
+    }
+    // A nested type that names bytes twice is refused for receiving, found without a list.
+    let twice = Datatype::hvector(1 << 20, 2, 1, &u8t).unwrap();
+    assert!(matches!(
+        twice.unpack(&[], &mut vec![0u8; 2 << 20], 1),
+        Err(DatatypeError::Overlap { .. })
+    ));
+    // Interleaved huge blocks (not apart by their span): checked by listing, still right.
+    let even = Datatype::vector(40_000, 1, 2, &u8t).unwrap();
+    let odd = Datatype::hindexed(&[1, 1], &[0, 1], &even).unwrap();
+    assert_eq!(odd.map.self_overlap(), None);
+    let clash = Datatype::hindexed(&[1, 1], &[0, 2], &even).unwrap();
+    assert_eq!(clash.map.self_overlap(), Some(2));
+}
+
+#[test]
+fn negative_extents_follow_mpi() {
+    // MPICH's lbub test: 4 bytes resized to lb 6, extent -9; three of them.
+    let four = Datatype::contiguous(4, &Datatype::of::<u8>()).unwrap();
+    let neg = Datatype::resized(&four, 6, -9).unwrap();
+    assert_eq!((neg.lb(), neg.extent()), (6, -9));
+    let three = Datatype::contiguous(3, &neg).unwrap();
+    assert_eq!(three.size(), 12);
+    assert_eq!((three.lb(), three.extent()), (-12, 9));
+    assert_eq!((three.true_lb(), three.true_extent()), (-18, 22));
+    let buf: Vec<u8> = (0..22).collect();
+    // Shifted by 18 so that every byte is in the slice: copy k at -9k.
+    let shifted = Datatype::hindexed(&[1], &[18], &three).unwrap();
+    assert_eq!(
+        shifted.pack_to_vec(&buf, 1).unwrap(),
+        [18, 19, 20, 21, 9, 10, 11, 12, 0, 1, 2, 3]
+    );
 }

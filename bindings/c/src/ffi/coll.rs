@@ -6,10 +6,8 @@ use std::ffi::{c_int, c_void};
 use super::op::{reduce, reducer, Coll, Reducer};
 use super::rooted::{self, Gather, Scatter};
 use super::types::Ty;
-use super::{
-    call, communicator, no_overlap, recv_data, recv_data_n, send_data, send_data_n, RecvData,
-    SendData,
-};
+use super::coll_c::count_c;
+use super::{call, communicator, no_overlap, recv_data_n, send_data_n, RecvData, SendData};
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
 use rmca_mpi_export::export;
@@ -46,6 +44,33 @@ pub unsafe extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
     call("MPI_Barrier", comm, || Ok(communicator(comm)?.barrier()?))
 }
 
+/// `MPI_Bcast` on `count` elements.
+///
+/// # Safety
+/// MPI_Bcast's contract: `buffer` holds `count` elements for the call.
+unsafe fn bcast(
+    c: &rmca::Communicator,
+    buffer: *mut c_void,
+    count: usize,
+    dt: Handle,
+    root: c_int,
+) -> MpiResult<()> {
+    let mut data = recv_n(buffer, count, dt, "broadcast")?;
+    let root = root_of(root, c.size())?;
+    let me = c.rank();
+    // SAFETY: the caller's contract.
+    unsafe {
+        if me == root {
+            data.load()?;
+        }
+        c.bcast(data.bytes_mut(), root)?;
+        if me != root {
+            data.finish(data.len());
+        }
+    }
+    Ok(())
+}
+
 /// `MPI_Bcast`.
 #[export]
 pub unsafe extern "C" fn MPI_Bcast(
@@ -57,21 +82,56 @@ pub unsafe extern "C" fn MPI_Bcast(
 ) -> c_int {
     call("MPI_Bcast", comm, || {
         let c = communicator(comm)?;
-        let mut data = recv_data(buffer, count, dt, "broadcast")?;
-        let root = root_of(root, c.size())?;
-        let me = c.rank();
-        // SAFETY: MPI_Bcast's contract: `buffer` holds `count` elements for the call.
-        unsafe {
-            if me == root {
-                data.load()?;
-            }
-            c.bcast(data.bytes_mut(), root)?;
-            if me != root {
-                data.finish(data.len());
-            }
+        if c.is_inter() {
+            // SAFETY: MPI_Bcast's contract, as below.
+            return unsafe { super::inter::bcast(&c, buffer, count, dt, root) };
         }
-        Ok(())
+        // SAFETY: MPI_Bcast's contract.
+        unsafe { bcast(&c, buffer, super::count(count, "count")?, dt, root) }
     })
+}
+
+/// `MPI_Bcast_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Bcast_c(
+    buffer: *mut c_void,
+    count: MPI_Count,
+    dt: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Bcast_c", comm, || {
+        let c = intra(comm, "MPI_Bcast_c")?;
+        // SAFETY: MPI_Bcast_c's contract.
+        unsafe { bcast(&c, buffer, count_c(count, "count")?, dt, root) }
+    })
+}
+
+/// The intra-communicator `comm` (the large-count forms have no intercommunicator path).
+pub(crate) fn intra(comm: Handle, fname: &str) -> MpiResult<rmca::Communicator> {
+    let c = communicator(comm)?;
+    super::inter::refuse(&c, fname)?;
+    Ok(c)
+}
+
+/// [`send_data_n`] on a datatype handle.
+///
+/// # Safety
+/// As [`send_data_n`].
+pub(crate) unsafe fn send_n(
+    buf: *const c_void,
+    count: usize,
+    dt: Handle,
+    what: &str,
+) -> MpiResult<SendData> {
+    let ty = Ty::for_use(dt)?;
+    // SAFETY: the caller's contract.
+    unsafe { send_data_n(buf, count, &ty, what) }
+}
+
+/// [`recv_data_n`] on a datatype handle.
+pub(crate) fn recv_n(buf: *mut c_void, count: usize, dt: Handle, what: &str) -> MpiResult<RecvData> {
+    recv_data_n(buf, count, &Ty::for_use(dt)?, what)
 }
 
 /// Where the data of a reduction is: packed elements, or (a user operation) the program's
@@ -145,6 +205,30 @@ pub(crate) unsafe fn reduce_input(
     }
 }
 
+/// `MPI_Allreduce` on `n` elements.
+///
+/// # Safety
+/// MPI_Allreduce's contract: both buffers hold `n` elements for the call.
+unsafe fn allreduce(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    n: usize,
+    dt: Handle,
+    op: Handle,
+) -> MpiResult<()> {
+    let ty = Ty::for_use(dt)?;
+    let r = reducer(op, dt, &ty)?;
+    let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Allreduce")?;
+        reduce(c, Coll::Allreduce, &send, Some(recv.bytes_mut()), r)?;
+        recv.finish(recv.len());
+    }
+    Ok(())
+}
+
 /// `MPI_Allreduce` (`MPI_IN_PLACE` as sendbuf: the input is in recvbuf).
 #[export]
 pub unsafe extern "C" fn MPI_Allreduce(
@@ -157,18 +241,71 @@ pub unsafe extern "C" fn MPI_Allreduce(
 ) -> c_int {
     call("MPI_Allreduce", comm, || {
         let c = communicator(comm)?;
+        if c.is_inter() {
+            // SAFETY: MPI_Allreduce's contract, as below.
+            return unsafe { super::inter::allreduce(&c, sendbuf, recvbuf, count, dt, op) };
+        }
         let n = super::count(count, "count")?;
-        let ty = Ty::for_use(dt)?;
-        let r = reducer(op, dt, &ty)?;
+        // SAFETY: MPI_Allreduce's contract.
+        unsafe { allreduce(&c, sendbuf, recvbuf, n, dt, op) }
+    })
+}
+
+/// `MPI_Allreduce_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Allreduce_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    dt: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Allreduce_c", comm, || {
+        let c = intra(comm, "MPI_Allreduce_c")?;
+        let n = count_c(count, "count")?;
+        // SAFETY: MPI_Allreduce_c's contract.
+        unsafe { allreduce(&c, sendbuf, recvbuf, n, dt, op) }
+    })
+}
+
+/// `MPI_Reduce` on `n` elements.
+///
+/// # Safety
+/// MPI_Reduce's contract: sendbuf (and the root's recvbuf) hold `n` elements.
+unsafe fn reduce_to(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    n: usize,
+    dt: Handle,
+    op: Handle,
+    root: c_int,
+) -> MpiResult<()> {
+    let root = root_of(root, c.size())?;
+    let ty = Ty::for_use(dt)?;
+    let r = reducer(op, dt, &ty)?;
+    if c.rank() == root {
         let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
-        // SAFETY: MPI_Allreduce's contract: both buffers hold `count` elements for the call.
+        // SAFETY: the caller's contract.
         unsafe {
-            let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Allreduce")?;
-            reduce(&c, Coll::Allreduce, &send, Some(recv.bytes_mut()), r)?;
+            let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Reduce")?;
+            reduce(c, Coll::Reduce(root), &send, Some(recv.bytes_mut()), r)?;
             recv.finish(recv.len());
         }
-        Ok(())
-    })
+    } else {
+        if in_place(sendbuf) {
+            return Err(MpiError::new(
+                MPI_ERR_BUFFER,
+                "MPI_IN_PLACE is only valid as the root's sendbuf of MPI_Reduce",
+            ));
+        }
+        // SAFETY: the caller's contract.
+        let send = unsafe { reduce_send(&r, sendbuf, n, &ty)? };
+        // SAFETY: as above.
+        reduce(c, Coll::Reduce(root), unsafe { send.bytes() }, None, r)?;
+    }
+    Ok(())
 }
 
 /// `MPI_Reduce` (`MPI_IN_PLACE` as the root's sendbuf: its input is in recvbuf).
@@ -184,31 +321,32 @@ pub unsafe extern "C" fn MPI_Reduce(
 ) -> c_int {
     call("MPI_Reduce", comm, || {
         let c = communicator(comm)?;
-        let root = root_of(root, c.size())?;
-        let n = super::count(count, "count")?;
-        let ty = Ty::for_use(dt)?;
-        let r = reducer(op, dt, &ty)?;
-        if c.rank() == root {
-            let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
-            // SAFETY: MPI_Reduce's contract: the root's buffers hold `count` elements.
-            unsafe {
-                let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Reduce")?;
-                reduce(&c, Coll::Reduce(root), &send, Some(recv.bytes_mut()), r)?;
-                recv.finish(recv.len());
-            }
-        } else {
-            if in_place(sendbuf) {
-                return Err(MpiError::new(
-                    MPI_ERR_BUFFER,
-                    "MPI_IN_PLACE is only valid as the root's sendbuf of MPI_Reduce",
-                ));
-            }
-            // SAFETY: MPI_Reduce's contract: sendbuf holds `count` elements.
-            let send = unsafe { reduce_send(&r, sendbuf, n, &ty)? };
-            // SAFETY: as above.
-            reduce(&c, Coll::Reduce(root), unsafe { send.bytes() }, None, r)?;
+        if c.is_inter() {
+            // SAFETY: MPI_Reduce's contract, as below.
+            return unsafe { super::inter::reduce_to(&c, sendbuf, recvbuf, count, dt, op, root) };
         }
-        Ok(())
+        let n = super::count(count, "count")?;
+        // SAFETY: MPI_Reduce's contract.
+        unsafe { reduce_to(&c, sendbuf, recvbuf, n, dt, op, root) }
+    })
+}
+
+/// `MPI_Reduce_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Reduce_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    dt: Handle,
+    op: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Reduce_c", comm, || {
+        let c = intra(comm, "MPI_Reduce_c")?;
+        let n = count_c(count, "count")?;
+        // SAFETY: MPI_Reduce_c's contract.
+        unsafe { reduce_to(&c, sendbuf, recvbuf, n, dt, op, root) }
     })
 }
 
@@ -220,6 +358,25 @@ pub(crate) fn same_block(send: usize, recv: usize, fname: &str) -> MpiResult<()>
         ));
     }
     Ok(())
+}
+
+/// `blocks` blocks of `n` elements of `dt` (a committed type): the type, the elements in
+/// all and the bytes of a block.
+pub(crate) fn blocks_n(
+    n: usize,
+    dt: Handle,
+    blocks: usize,
+    what: &str,
+) -> MpiResult<(Ty, usize, usize)> {
+    let ty = Ty::for_use(dt)?;
+    let total = n.checked_mul(blocks).ok_or_else(|| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} count {n} x {blocks} ranks overflows"),
+        )
+    })?;
+    let block = ty.packed_len(n)?;
+    Ok((ty, total, block))
 }
 
 /// `blocks` blocks of `count` elements of `dt` (a checked count and a committed type).
@@ -241,170 +398,284 @@ pub(crate) fn blocks_of(
     Ok((ty, total, block))
 }
 
-/// `MPI_Gather`.
-#[export]
-pub unsafe extern "C" fn MPI_Gather(
+/// `MPI_Gather` on `usize` counts.
+///
+/// # Safety
+/// MPI_Gather's contract (the plan's).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gather(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: usize,
     recvtype: Handle,
     root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Gather", comm, || {
-        let c = communicator(comm)?;
-        // SAFETY: MPI_Gather's contract (the plan's).
-        let (root, plan) = unsafe {
-            rooted::gather(
-                "MPI_Gather",
-                &c,
-                sendbuf,
-                sendcount,
-                sendtype,
-                recvbuf,
-                recvcount,
-                recvtype,
-                root,
-            )?
-        };
-        // SAFETY: as above; the buffers are used only during the call.
-        unsafe {
-            match plan {
-                Gather::Leaf(send) => c.gather(send.bytes(), None, root)?,
-                Gather::Root { mut recv, own } => {
-                    c.gather(own.bytes(), Some(recv.bytes_mut()), root)?;
-                    recv.finish(recv.len());
-                }
+) -> MpiResult<()> {
+    // SAFETY: the caller's contract; the buffers are used only during the call.
+    unsafe {
+        let (root, plan) = rooted::gather(
+            "MPI_Gather",
+            c,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recvcount,
+            recvtype,
+            root,
+        )?;
+        match plan {
+            Gather::Leaf(send) => c.gather(send.bytes(), None, root)?,
+            Gather::Root { mut recv, own } => {
+                c.gather(own.bytes(), Some(recv.bytes_mut()), root)?;
+                recv.finish(recv.len());
             }
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
-/// `MPI_Scatter`.
-#[export]
-pub unsafe extern "C" fn MPI_Scatter(
+/// `MPI_Scatter` on `usize` counts.
+///
+/// # Safety
+/// MPI_Scatter's contract (the plan's).
+#[allow(clippy::too_many_arguments)]
+unsafe fn scatter(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: usize,
     recvtype: Handle,
     root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Scatter", comm, || {
-        let c = communicator(comm)?;
-        // SAFETY: MPI_Scatter's contract (the plan's).
-        let (root, plan) = unsafe {
-            rooted::scatter(
-                "MPI_Scatter",
-                &c,
-                sendbuf,
-                sendcount,
-                sendtype,
-                recvbuf,
-                recvcount,
-                recvtype,
-                root,
-            )?
-        };
-        // SAFETY: as above; the buffers are used only during the call.
-        unsafe {
-            match plan {
-                Scatter::Leaf(mut recv) => {
-                    c.scatter(None, recv.bytes_mut(), root)?;
-                    recv.finish(recv.len());
-                }
-                // The root's block stays where it is: it lands in scratch.
-                Scatter::Root {
-                    send,
-                    own: None,
-                    block,
-                } => c.scatter(Some(send.bytes()), &mut vec![0u8; block], root)?,
-                Scatter::Root {
-                    send,
-                    own: Some(mut recv),
-                    ..
-                } => {
-                    c.scatter(Some(send.bytes()), recv.bytes_mut(), root)?;
-                    recv.finish(recv.len());
-                }
+) -> MpiResult<()> {
+    // SAFETY: the caller's contract; the buffers are used only during the call.
+    unsafe {
+        let (root, plan) = rooted::scatter(
+            "MPI_Scatter",
+            c,
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recvcount,
+            recvtype,
+            root,
+        )?;
+        match plan {
+            Scatter::Leaf(mut recv) => {
+                c.scatter(None, recv.bytes_mut(), root)?;
+                recv.finish(recv.len());
+            }
+            // The root's block stays where it is: it lands in scratch.
+            Scatter::Root {
+                send,
+                own: None,
+                block,
+            } => c.scatter(Some(send.bytes()), &mut vec![0u8; block], root)?,
+            Scatter::Root {
+                send,
+                own: Some(mut recv),
+                ..
+            } => {
+                c.scatter(Some(send.bytes()), recv.bytes_mut(), root)?;
+                recv.finish(recv.len());
             }
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
-/// `MPI_Allgather`.
-#[export]
-pub unsafe extern "C" fn MPI_Allgather(
+/// `MPI_Allgather` on `usize` counts.
+///
+/// # Safety
+/// MPI_Allgather's contract: recvbuf holds size x recvcount elements, sendbuf `sendcount`.
+unsafe fn allgather(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: usize,
     recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Allgather", comm, || {
-        let c = communicator(comm)?;
-        let (n, me) = (c.size(), c.rank());
-        let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
-        let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
-        // SAFETY: MPI_Allgather's contract: recvbuf holds size x recvcount elements,
-        // sendbuf `sendcount`.
-        unsafe {
-            if in_place(sendbuf) {
-                recv.load()?;
-                let all = recv.bytes_mut();
-                let own = all[me * rb..(me + 1) * rb].to_vec();
-                c.allgather(&own, all)?;
-            } else {
-                let send = send_data(sendbuf, sendcount, sendtype, "send")?;
-                same_block(send.len(), rb, "MPI_Allgather")?;
-                apart(&send, &recv, "MPI_Allgather")?;
-                c.allgather(send.bytes(), recv.bytes_mut())?;
-            }
-            recv.finish(recv.len());
+) -> MpiResult<()> {
+    let (n, me) = (c.size(), c.rank());
+    let (rty, total, rb) = blocks_n(recvcount, recvtype, n, "receive")?;
+    let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        if in_place(sendbuf) {
+            recv.load()?;
+            let all = recv.bytes_mut();
+            let own = all[me * rb..(me + 1) * rb].to_vec();
+            c.allgather(&own, all)?;
+        } else {
+            let send = send_n(sendbuf, sendcount, sendtype, "send")?;
+            same_block(send.len(), rb, "MPI_Allgather")?;
+            apart(&send, &recv, "MPI_Allgather")?;
+            c.allgather(send.bytes(), recv.bytes_mut())?;
         }
-        Ok(())
-    })
+        recv.finish(recv.len());
+    }
+    Ok(())
 }
 
-/// `MPI_Alltoall`.
-#[export]
-pub unsafe extern "C" fn MPI_Alltoall(
+/// `MPI_Alltoall` on `usize` counts.
+///
+/// # Safety
+/// MPI_Alltoall's contract: both buffers hold size x count elements.
+unsafe fn alltoall(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: usize,
     recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoall", comm, || {
-        let c = communicator(comm)?;
-        let n = c.size();
-        let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
-        let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
-        // SAFETY: MPI_Alltoall's contract: both buffers hold size x count elements.
-        unsafe {
-            if in_place(sendbuf) {
-                recv.load()?;
-                let send = recv.bytes_mut().to_vec();
-                c.alltoall(&send, recv.bytes_mut())?;
-            } else {
-                let (sty, stotal, sb) = blocks_of(sendcount, sendtype, n, "send")?;
-                same_block(sb, rb, "MPI_Alltoall")?;
-                let send = send_data_n(sendbuf, stotal, &sty, "send")?;
-                apart(&send, &recv, "MPI_Alltoall")?;
-                c.alltoall(send.bytes(), recv.bytes_mut())?;
-            }
-            recv.finish(recv.len());
+) -> MpiResult<()> {
+    let n = c.size();
+    let (rty, total, rb) = blocks_n(recvcount, recvtype, n, "receive")?;
+    let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        if in_place(sendbuf) {
+            recv.load()?;
+            let send = recv.bytes_mut().to_vec();
+            c.alltoall(&send, recv.bytes_mut())?;
+        } else {
+            let (sty, stotal, sb) = blocks_n(sendcount, sendtype, n, "send")?;
+            same_block(sb, rb, "MPI_Alltoall")?;
+            let send = send_data_n(sendbuf, stotal, &sty, "send")?;
+            apart(&send, &recv, "MPI_Alltoall")?;
+            c.alltoall(send.bytes(), recv.bytes_mut())?;
         }
-        Ok(())
-    })
+        recv.finish(recv.len());
+    }
+    Ok(())
 }
+
+/// The exported int and `_c` forms of a block collective (gather, scatter: with a root).
+macro_rules! block_coll {
+    ($name:ident, $name_c:ident, $inner:ident, $inter:ident, root) => {
+        #[doc = concat!("`", stringify!($name), "`.")]
+        #[export]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name(
+            sendbuf: *const c_void,
+            sendcount: c_int,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcount: c_int,
+            recvtype: Handle,
+            root: c_int,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe {
+                        super::inter::$inter(
+                            &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                        )
+                    };
+                }
+                // A count beside the root's MPI_IN_PLACE is not looked at.
+                let at_root = root_of(root, c.size())? == c.rank();
+                let sc = if at_root && in_place(sendbuf) { 0 } else { super::count(sendcount, "send count")? };
+                let rc = if at_root && in_place(recvbuf) { 0 } else { super::count(recvcount, "receive count")? };
+                // SAFETY: the collective's contract.
+                unsafe { $inner(&c, sendbuf, sc, sendtype, recvbuf, rc, recvtype, root) }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($name_c), "`.")]
+        #[export]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name_c(
+            sendbuf: *const c_void,
+            sendcount: MPI_Count,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcount: MPI_Count,
+            recvtype: Handle,
+            root: c_int,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($name_c), comm, || {
+                let c = intra(comm, stringify!($name_c))?;
+                let at_root = root_of(root, c.size())? == c.rank();
+                let sc = if at_root && in_place(sendbuf) { 0 } else { count_c(sendcount, "send count")? };
+                let rc = if at_root && in_place(recvbuf) { 0 } else { count_c(recvcount, "receive count")? };
+                // SAFETY: the collective's contract.
+                unsafe { $inner(&c, sendbuf, sc, sendtype, recvbuf, rc, recvtype, root) }
+            })
+        }
+    };
+    ($name:ident, $name_c:ident, $inner:ident, $inter:ident) => {
+        #[doc = concat!("`", stringify!($name), "` (`MPI_IN_PLACE` as sendbuf: the data is in recvbuf).")]
+        #[export]
+        pub unsafe extern "C" fn $name(
+            sendbuf: *const c_void,
+            sendcount: c_int,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcount: c_int,
+            recvtype: Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe {
+                        super::inter::$inter(
+                            &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                        )
+                    };
+                }
+                // In place, the send count is not looked at.
+                let sc = if in_place(sendbuf) {
+                    0
+                } else {
+                    super::count(sendcount, "send count")?
+                };
+                let rc = super::count(recvcount, "receive count")?;
+                // SAFETY: the collective's contract.
+                unsafe { $inner(&c, sendbuf, sc, sendtype, recvbuf, rc, recvtype) }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($name_c), "`.")]
+        #[export]
+        pub unsafe extern "C" fn $name_c(
+            sendbuf: *const c_void,
+            sendcount: MPI_Count,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcount: MPI_Count,
+            recvtype: Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($name_c), comm, || {
+                let c = intra(comm, stringify!($name_c))?;
+                let sc = if in_place(sendbuf) {
+                    0
+                } else {
+                    count_c(sendcount, "send count")?
+                };
+                let rc = count_c(recvcount, "receive count")?;
+                // SAFETY: the collective's contract.
+                unsafe { $inner(&c, sendbuf, sc, sendtype, recvbuf, rc, recvtype) }
+            })
+        }
+    };
+}
+
+block_coll!(MPI_Gather, MPI_Gather_c, gather, gather, root);
+block_coll!(MPI_Scatter, MPI_Scatter_c, scatter, scatter, root);
+block_coll!(MPI_Allgather, MPI_Allgather_c, allgather, allgather);
+block_coll!(MPI_Alltoall, MPI_Alltoall_c, alltoall, alltoall);

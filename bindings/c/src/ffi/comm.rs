@@ -1,7 +1,7 @@
-//! Communicator queries and management, attributes and names.
+//! Communicator queries and management, and names (attributes: `attr.rs`).
 #![allow(non_snake_case)]
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int};
 
 use super::{call, communicator, put, put_string};
 use crate::abi::*;
@@ -12,7 +12,8 @@ use rmca_mpi_export::export;
 #[export]
 pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
     call("MPI_Comm_size", comm, || {
-        let n = state::with(|s| Ok(s.comm(comm)?.comm.size()))?;
+        // An intercommunicator's size is its local group's (MPI).
+        let n = state::with(|s| Ok(s.comm(comm)?.comm.local_size()))?;
         // SAFETY: the caller's int.
         unsafe { put(size, n as c_int, "size") }
     })
@@ -28,7 +29,8 @@ pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int 
     })
 }
 
-/// `MPI_Comm_dup`: same group, new matching space, the same error handler.
+/// `MPI_Comm_dup`: same group, new matching space, the same error handler, info hints and
+/// the attributes the copy callbacks copy.
 #[export]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
     call("MPI_Comm_dup", comm, || {
@@ -47,6 +49,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_i
                 name: String::new(),
             })
         })?;
+        super::attr::comm_dup(comm, h)?;
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { put(newcomm, h, "newcomm") }
     })
@@ -103,6 +106,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
     // SAFETY: non-null, the caller's handle.
     let h = unsafe { comm.read() };
     call("MPI_Comm_free", h, || {
+        super::attr::comm_free(h)?;
         state::with(|s| s.free_comm(h))?;
         // SAFETY: as above.
         unsafe { comm.write(MPI_COMM_NULL) };
@@ -135,66 +139,13 @@ pub unsafe extern "C" fn MPI_Comm_compare(
     })
 }
 
-/// `MPI_Comm_test_inter`: rmca has intra-communicators only.
+/// `MPI_Comm_test_inter`.
 #[export]
 pub unsafe extern "C" fn MPI_Comm_test_inter(comm: Handle, flag: *mut c_int) -> c_int {
     call("MPI_Comm_test_inter", comm, || {
-        communicator(comm)?;
+        let inter = communicator(comm)?.is_inter();
         // SAFETY: the caller's int.
-        unsafe { put(flag, 0, "flag") }
-    })
-}
-
-/// Values of the predefined attributes, static so that the pointers handed out stay valid.
-static TAG_UB_VALUE: c_int = c_int::MAX;
-static HOST_VALUE: c_int = MPI_PROC_NULL;
-/// Every process may do I/O.
-static IO_VALUE: c_int = MPI_ANY_SOURCE;
-/// Clocks are per process.
-static WTIME_IS_GLOBAL_VALUE: c_int = 0;
-static APPNUM_VALUE: c_int = 0;
-static LASTUSEDCODE_VALUE: c_int = MPI_ERR_ABI;
-
-/// `MPI_Comm_get_attr` for the predefined keys (user keyvals are not implemented).
-#[export]
-pub unsafe extern "C" fn MPI_Comm_get_attr(
-    comm: Handle,
-    keyval: c_int,
-    attribute_val: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    call("MPI_Comm_get_attr", comm, || {
-        let world_size = state::with(|s| {
-            s.comm(comm)?;
-            Ok(s.comm(MPI_COMM_WORLD)?.comm.size())
-        })?;
-        // MPI_UNIVERSE_SIZE's value lives as long as the process: the job never grows.
-        static UNIVERSE_SIZE_VALUE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
-        let value: &'static c_int = match keyval {
-            MPI_TAG_UB => &TAG_UB_VALUE,
-            MPI_HOST => &HOST_VALUE,
-            MPI_IO => &IO_VALUE,
-            MPI_WTIME_IS_GLOBAL => &WTIME_IS_GLOBAL_VALUE,
-            MPI_APPNUM => &APPNUM_VALUE,
-            MPI_LASTUSEDCODE => &LASTUSEDCODE_VALUE,
-            MPI_UNIVERSE_SIZE => UNIVERSE_SIZE_VALUE.get_or_init(|| world_size as c_int),
-            _ => {
-                return Err(MpiError::new(
-                    MPI_ERR_KEYVAL,
-                    format!("keyval {keyval} is invalid: rmca knows the predefined keys MPI_TAG_UB, MPI_HOST, MPI_IO, MPI_WTIME_IS_GLOBAL, MPI_APPNUM, MPI_LASTUSEDCODE, MPI_UNIVERSE_SIZE (user keyvals are not implemented)"),
-                ))
-            }
-        };
-        // SAFETY: MPI_Comm_get_attr's contract: `attribute_val` is a `void **` receiving a
-        // pointer to the value (an int for the predefined keys), and `flag` an int.
-        unsafe {
-            put(
-                attribute_val.cast::<*const c_int>(),
-                value as *const c_int,
-                "attribute_val",
-            )?;
-            put(flag, 1, "flag")
-        }
+        unsafe { put(flag, c_int::from(inter), "flag") }
     })
 }
 

@@ -1,13 +1,16 @@
 //! Start and end, time, versions, error handling.
 #![allow(non_snake_case)]
 
-use std::ffi::{c_char, c_double, c_int};
+use std::ffi::{c_char, c_double, c_int, c_void};
+use std::sync::atomic::AtomicI32;
 use std::sync::OnceLock;
 use std::time::Instant;
 
 use super::{call, put, put_string};
 use crate::abi::*;
-use crate::state::{self, CommErrhandlerFn, MpiError, MpiResult, Phase, State};
+use crate::state::{
+    self, CommErrhandlerFn, ErrHandler, ErrhKind, MpiError, MpiResult, Phase, State,
+};
 use rmca_mpi_export::export;
 
 /// The origin of `MPI_Wtime`.
@@ -33,6 +36,12 @@ fn init(required: c_int) -> MpiResult<c_int> {
         }
     }
     epoch();
+    if state::installed() {
+        // A session started the runtime: the world model joins it.
+        let level = state::with(|s| Ok(s.thread_level))?;
+        state::set_phase(Phase::Running);
+        return Ok(level);
+    }
     let universe = rmca::init().map_err(MpiError::from)?;
     let world = universe.world();
     // MPI_COMM_SELF: every process alone, with its own matching space. Collective over the
@@ -126,6 +135,9 @@ pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
 #[export]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     call("MPI_Finalize", MPI_COMM_WORLD, || {
+        // First (MPI says so): the attributes of MPI_COMM_SELF, then of MPI_COMM_WORLD, are
+        // deleted, their callbacks free to call MPI.
+        super::attr::finalize()?;
         state::with(|s| {
             for b in s.bsend.in_flight.drain(..) {
                 if let Some(r) = b.request {
@@ -141,6 +153,11 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
             }
             Ok(())
         })?;
+        if super::session::live() > 0 {
+            // Sessions still use the runtime: the last MPI_Session_finalize ends it.
+            state::set_phase(Phase::Finalized);
+            return Ok(());
+        }
         let state = state::take().ok_or_else(state::not_running)?;
         state::set_phase(Phase::Finalized);
         let State { universe, .. } = state;
@@ -233,31 +250,19 @@ pub unsafe extern "C" fn MPI_Abi_get_version(
     })
 }
 
-/// Is `code` an error code rmca can return? (Codes are classes.)
-fn check_code(code: c_int) -> MpiResult<()> {
-    if (0..=MPI_ERR_ABI).contains(&code) {
-        Ok(())
-    } else {
-        Err(MpiError::new(
-            MPI_ERR_ARG,
-            format!(
-                "{code} is not an error code of rmca (its codes are the classes 0..={MPI_ERR_ABI})"
-            ),
-        ))
-    }
-}
-
-/// `MPI_Error_class`: rmca's error codes are their classes.
+/// `MPI_Error_class`: rmca's predefined error codes are their classes; a code made by
+/// `MPI_Add_error_code` has the class it was made for.
 #[export]
 pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
     call("MPI_Error_class", MPI_COMM_WORLD, || {
-        check_code(errorcode)?;
+        let class = errors::class_of(errorcode)?;
         // SAFETY: the caller's int.
-        unsafe { put(errorclass, errorcode, "errorclass") }
+        unsafe { put(errorclass, class, "errorclass") }
     })
 }
 
-/// `MPI_Error_string`: the class's text, and the details of the last such error returned.
+/// `MPI_Error_string`: the class's text, and the details of the last such error returned; a
+/// code or class the program added has the string it set (empty by default).
 #[export]
 pub unsafe extern "C" fn MPI_Error_string(
     errorcode: c_int,
@@ -265,11 +270,18 @@ pub unsafe extern "C" fn MPI_Error_string(
     resultlen: *mut c_int,
 ) -> c_int {
     call("MPI_Error_string", MPI_COMM_WORLD, || {
-        check_code(errorcode)?;
-        let mut text = state::class_text(errorcode).to_owned();
-        if let Ok(Some(last)) = state::with(|s| Ok(s.last_error(errorcode).map(str::to_owned))) {
-            text = format!("{text} (last: {last})");
-        }
+        let text = match errors::user_string(errorcode)? {
+            Some(t) => t,
+            None => {
+                let mut text = state::class_text(errorcode).to_owned();
+                if let Ok(Some(last)) =
+                    state::with(|s| Ok(s.last_error(errorcode).map(str::to_owned)))
+                {
+                    text = format!("{text} (last: {last})");
+                }
+                text
+            }
+        };
         // SAFETY: the contract: `string` holds MPI_MAX_ERROR_STRING bytes.
         unsafe { put_string(string, MPI_MAX_ERROR_STRING, resultlen, &text) }
     })
@@ -280,7 +292,8 @@ pub unsafe extern "C" fn MPI_Error_string(
 pub unsafe extern "C" fn MPI_Comm_set_errhandler(comm: Handle, errhandler: Handle) -> c_int {
     call("MPI_Comm_set_errhandler", comm, || {
         state::with(|s| {
-            let e = s.errhandler(errhandler)?;
+            s.comm(comm)?;
+            let e = s.errhandler_for(errhandler, ErrhKind::Comm)?;
             s.comm_mut(comm)?.errhandler = e;
             Ok(())
         })
@@ -306,13 +319,14 @@ pub unsafe extern "C" fn MPI_Comm_create_errhandler(
     call("MPI_Comm_create_errhandler", MPI_COMM_WORLD, || {
         let f = function
             .ok_or_else(|| MpiError::new(MPI_ERR_ARG, "the error handler function is NULL"))?;
-        let h = state::with(|s| s.add_errhandler(f))?;
+        let h = state::with(|s| s.add_errhandler(ErrhKind::Comm, f))?;
         // SAFETY: the caller's handle.
         unsafe { put(errhandler, h, "errhandler") }
     })
 }
 
-/// `MPI_Errhandler_free`.
+/// `MPI_Errhandler_free`: a predefined handler (as `MPI_Comm_get_errhandler` returns) is
+/// left as it is, a user one lives on where it is set.
 #[export]
 pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
     call("MPI_Errhandler_free", MPI_COMM_WORLD, || {
@@ -344,4 +358,979 @@ pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: Handle, errorcode: c_int
         MpiError::new(errorcode, "raised by MPI_Comm_call_errhandler"),
     );
     MPI_SUCCESS
+}
+
+// ---- error classes, codes and strings the program adds ----
+
+/// `MPI_LASTUSEDCODE`'s value (the attribute is a pointer to it): the largest error code or
+/// class in use, raised by `MPI_Add_error_class`/`_code`.
+pub static LASTUSEDCODE: AtomicI32 = AtomicI32::new(MPI_ERR_ABI);
+
+/// The error classes and codes the program added (`MPI_Add_error_class`, `_code`,
+/// `_string`). Numbers are never reused: removing one leaves a gap, and
+/// `MPI_LASTUSEDCODE` only grows.
+mod errors {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::ffi::c_int;
+    use std::sync::atomic::Ordering;
+    use std::sync::Mutex;
+
+    use super::LASTUSEDCODE;
+    use crate::abi::*;
+    use crate::state::{MpiError, MpiResult};
+
+    struct Added {
+        classes: BTreeSet<c_int>,
+        /// Each added code's class.
+        codes: BTreeMap<c_int, c_int>,
+        strings: BTreeMap<c_int, String>,
+    }
+
+    static ADDED: Mutex<Added> = Mutex::new(Added {
+        classes: BTreeSet::new(),
+        codes: BTreeMap::new(),
+        strings: BTreeMap::new(),
+    });
+
+    fn added() -> std::sync::MutexGuard<'static, Added> {
+        ADDED.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn predefined(code: c_int) -> bool {
+        (0..=MPI_ERR_ABI).contains(&code)
+    }
+
+    fn not_a_code(code: c_int) -> MpiError {
+        MpiError::new(
+            MPI_ERR_ARG,
+            format!("{code} is not an error code: rmca's are the classes 0..={MPI_ERR_ABI} and those MPI_Add_error_class/_code made"),
+        )
+    }
+
+    /// The next number, now the last used.
+    fn next() -> MpiResult<c_int> {
+        let n = LASTUSEDCODE.load(Ordering::Relaxed) + 1;
+        if n > MPI_ERR_LASTCODE {
+            return Err(MpiError::new(
+                MPI_ERR_OTHER,
+                format!(
+                    "no error code is left: codes go up to MPI_ERR_LASTCODE ({MPI_ERR_LASTCODE})"
+                ),
+            ));
+        }
+        LASTUSEDCODE.store(n, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// The class of `code`.
+    pub fn class_of(code: c_int) -> MpiResult<c_int> {
+        let a = added();
+        if predefined(code) || a.classes.contains(&code) {
+            return Ok(code);
+        }
+        a.codes.get(&code).copied().ok_or_else(|| not_a_code(code))
+    }
+
+    /// The string of an added code or class (empty until set); `None` for a predefined one.
+    pub fn user_string(code: c_int) -> MpiResult<Option<String>> {
+        if predefined(code) {
+            return Ok(None);
+        }
+        class_of(code)?;
+        Ok(Some(
+            added().strings.get(&code).cloned().unwrap_or_default(),
+        ))
+    }
+
+    pub fn add_class() -> MpiResult<c_int> {
+        let mut a = added();
+        let c = next()?;
+        a.classes.insert(c);
+        Ok(c)
+    }
+
+    pub fn add_code(class: c_int) -> MpiResult<c_int> {
+        let mut a = added();
+        if !predefined(class) && !a.classes.contains(&class) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!(
+                    "{class} is not an error class (predefined or added by MPI_Add_error_class)"
+                ),
+            ));
+        }
+        let c = next()?;
+        a.codes.insert(c, class);
+        Ok(c)
+    }
+
+    /// Refuse a predefined code or class where only added ones go.
+    fn added_one(a: &Added, code: c_int, what: &str) -> MpiResult<()> {
+        if a.classes.contains(&code) || a.codes.contains_key(&code) {
+            return Ok(());
+        }
+        Err(MpiError::new(
+            MPI_ERR_ARG,
+            format!("{code} is not an error {what} the program added (predefined ones cannot be changed)"),
+        ))
+    }
+
+    pub fn set_string(code: c_int, s: String) -> MpiResult<()> {
+        let mut a = added();
+        added_one(&a, code, "code or class")?;
+        if s.len() >= MPI_MAX_ERROR_STRING {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!(
+                    "the error string is {} B long: at most MPI_MAX_ERROR_STRING - 1 ({}) B",
+                    s.len(),
+                    MPI_MAX_ERROR_STRING - 1
+                ),
+            ));
+        }
+        a.strings.insert(code, s);
+        Ok(())
+    }
+
+    pub fn remove_class(class: c_int) -> MpiResult<()> {
+        let mut a = added();
+        if !a.classes.contains(&class) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("{class} is not an error class the program added"),
+            ));
+        }
+        if let Some((code, _)) = a.codes.iter().find(|(_, c)| **c == class) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("error class {class} still has error code {code}: remove its codes first (MPI_Remove_error_code)"),
+            ));
+        }
+        if a.strings.contains_key(&class) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("error class {class} still has a string: remove it first (MPI_Remove_error_string)"),
+            ));
+        }
+        a.classes.remove(&class);
+        Ok(())
+    }
+
+    pub fn remove_code(code: c_int) -> MpiResult<()> {
+        let mut a = added();
+        if !a.codes.contains_key(&code) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("{code} is not an error code the program added"),
+            ));
+        }
+        if a.strings.contains_key(&code) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("error code {code} still has a string: remove it first (MPI_Remove_error_string)"),
+            ));
+        }
+        a.codes.remove(&code);
+        Ok(())
+    }
+
+    pub fn remove_string(code: c_int) -> MpiResult<()> {
+        let mut a = added();
+        added_one(&a, code, "code or class")?;
+        a.strings.remove(&code).map(|_| ()).ok_or_else(|| {
+            MpiError::new(
+                MPI_ERR_ARG,
+                format!("error code {code} has no string to remove"),
+            )
+        })
+    }
+}
+
+/// `MPI_Add_error_class`: a new class (above `MPI_LASTUSEDCODE`, which it becomes).
+#[export]
+pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
+    call("MPI_Add_error_class", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        if errorclass.is_null() {
+            return Err(super::null_argument("errorclass"));
+        }
+        let c = errors::add_class()?;
+        // SAFETY: non-null, the caller's int.
+        unsafe { put(errorclass, c, "errorclass") }
+    })
+}
+
+/// `MPI_Add_error_code`: a new code of `errorclass`.
+#[export]
+pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
+    call("MPI_Add_error_code", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        if errorcode.is_null() {
+            return Err(super::null_argument("errorcode"));
+        }
+        let c = errors::add_code(errorclass)?;
+        // SAFETY: non-null, the caller's int.
+        unsafe { put(errorcode, c, "errorcode") }
+    })
+}
+
+/// `MPI_Add_error_string`: the text `MPI_Error_string` gives an added code or class.
+#[export]
+pub unsafe extern "C" fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
+    call("MPI_Add_error_string", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        if string.is_null() {
+            return Err(super::null_argument("string"));
+        }
+        // SAFETY: MPI_Add_error_string's contract: a NUL-terminated string.
+        let s = unsafe { std::ffi::CStr::from_ptr(string) };
+        errors::set_string(errorcode, s.to_string_lossy().into_owned())
+    })
+}
+
+/// `MPI_Remove_error_class` (MPI 4.1): its codes and string must be removed first.
+#[export]
+pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
+    call("MPI_Remove_error_class", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        errors::remove_class(errorclass)
+    })
+}
+
+/// `MPI_Remove_error_code` (MPI 4.1): its string must be removed first.
+#[export]
+pub unsafe extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
+    call("MPI_Remove_error_code", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        errors::remove_code(errorcode)
+    })
+}
+
+/// `MPI_Remove_error_string` (MPI 4.1).
+#[export]
+pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
+    call("MPI_Remove_error_string", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        errors::remove_string(errorcode)
+    })
+}
+
+// ---- error handlers of windows, files and sessions ----
+
+/// A user error handler for objects of `kind` (the four C function types have one shape).
+///
+/// # Safety
+/// `errhandler` is null or valid for a write of a handle.
+unsafe fn create_errhandler(
+    kind: ErrhKind,
+    function: Option<CommErrhandlerFn>,
+    errhandler: *mut Handle,
+) -> MpiResult<()> {
+    let f =
+        function.ok_or_else(|| MpiError::new(MPI_ERR_ARG, "the error handler function is NULL"))?;
+    if errhandler.is_null() {
+        return Err(super::null_argument("errhandler"));
+    }
+    let h = state::with(|s| s.add_errhandler(kind, f))?;
+    // SAFETY: the caller's handle.
+    unsafe { put(errhandler, h, "errhandler") }
+}
+
+/// `MPI_Win_create_errhandler`: a handler for windows (to set on them once rmca has them).
+#[export]
+pub unsafe extern "C" fn MPI_Win_create_errhandler(
+    function: Option<CommErrhandlerFn>,
+    errhandler: *mut Handle,
+) -> c_int {
+    call("MPI_Win_create_errhandler", MPI_COMM_WORLD, || {
+        // SAFETY: the caller's handle.
+        unsafe { create_errhandler(ErrhKind::Win, function, errhandler) }
+    })
+}
+
+/// `MPI_File_create_errhandler`.
+#[export]
+pub unsafe extern "C" fn MPI_File_create_errhandler(
+    function: Option<CommErrhandlerFn>,
+    errhandler: *mut Handle,
+) -> c_int {
+    call("MPI_File_create_errhandler", MPI_COMM_WORLD, || {
+        // SAFETY: the caller's handle.
+        unsafe { create_errhandler(ErrhKind::File, function, errhandler) }
+    })
+}
+
+/// `MPI_Session_create_errhandler`: a handler for sessions (to set on them once rmca has
+/// them).
+#[export]
+pub unsafe extern "C" fn MPI_Session_create_errhandler(
+    function: Option<CommErrhandlerFn>,
+    errhandler: *mut Handle,
+) -> c_int {
+    call("MPI_Session_create_errhandler", MPI_COMM_WORLD, || {
+        // SAFETY: the caller's handle.
+        unsafe { create_errhandler(ErrhKind::Session, function, errhandler) }
+    })
+}
+
+/// `MPI_FILE_NULL`, the one file rmca knows (it has no MPI-IO yet).
+const MPI_FILE_NULL: Handle = 0x118;
+const MPI_ERR_FILE: c_int = 30;
+
+/// Run the body of file call `fname` on `file`: its errors go to the file's error handler
+/// (`MPI_FILE_NULL`'s: an invalid file has none of its own).
+fn on_file(fname: &'static str, file: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+    match f() {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => {
+            let h = state::with(|s| Ok(s.file_errhandler)).unwrap_or(ErrHandler::Return);
+            super::invoke(fname, h, file, e)
+        }
+    }
+}
+
+fn check_file(file: Handle) -> MpiResult<()> {
+    state::with(|_| Ok(()))?;
+    if file != MPI_FILE_NULL {
+        return Err(MpiError::new(
+            MPI_ERR_FILE,
+            format!(
+                "invalid file {file:#x}: rmca has no MPI-IO yet, so the only file is MPI_FILE_NULL"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `MPI_File_set_errhandler` on `MPI_FILE_NULL`: the handler of file errors without a file
+/// (and of files opened later, which inherit it).
+#[export]
+pub unsafe extern "C" fn MPI_File_set_errhandler(file: Handle, errhandler: Handle) -> c_int {
+    on_file("MPI_File_set_errhandler", file, || {
+        check_file(file)?;
+        state::with(|s| {
+            s.file_errhandler = s.errhandler_for(errhandler, ErrhKind::File)?;
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_File_get_errhandler` (of `MPI_FILE_NULL`: `MPI_ERRORS_RETURN` by default).
+#[export]
+pub unsafe extern "C" fn MPI_File_get_errhandler(file: Handle, errhandler: *mut Handle) -> c_int {
+    on_file("MPI_File_get_errhandler", file, || {
+        check_file(file)?;
+        let e = state::with(|s| Ok(s.file_errhandler))?;
+        // SAFETY: the caller's handle.
+        unsafe { put(errhandler, State::errhandler_handle(e), "errhandler") }
+    })
+}
+
+/// `MPI_File_call_errhandler`: raise `errorcode` on the file's handler.
+#[export]
+pub unsafe extern "C" fn MPI_File_call_errhandler(file: Handle, errorcode: c_int) -> c_int {
+    let rc = on_file("MPI_File_call_errhandler", file, || check_file(file));
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    on_file("MPI_File_call_errhandler", file, || {
+        Err(MpiError::new(
+            errorcode,
+            "raised by MPI_File_call_errhandler",
+        ))
+    });
+    MPI_SUCCESS
+}
+
+// ---- profiling, memory ----
+
+/// `MPI_Pcontrol` (variadic in C; the level is the one argument read): rmca has no
+/// profiling levels, so every level is accepted and changes nothing, as MPI allows.
+#[export]
+pub extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
+    MPI_SUCCESS
+}
+
+thread_local! {
+    /// The blocks `MPI_Alloc_mem` handed out and not yet freed.
+    static ALLOCATED: std::cell::RefCell<std::collections::HashSet<usize>> =
+        std::cell::RefCell::new(std::collections::HashSet::new());
+}
+
+/// `MPI_Alloc_mem`: `size` bytes from the C heap (rmca needs no special memory: its
+/// transports register what they send themselves); no info hint applies.
+#[export]
+pub unsafe extern "C" fn MPI_Alloc_mem(
+    size: MPI_Aint,
+    info: Handle,
+    baseptr: *mut c_void,
+) -> c_int {
+    call("MPI_Alloc_mem", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        let n = usize::try_from(size)
+            .map_err(|_| MpiError::new(MPI_ERR_ARG, format!("size {size} is negative")))?;
+        super::info::entries_of(info)?;
+        if baseptr.is_null() {
+            return Err(super::null_argument("baseptr"));
+        }
+        // SAFETY: malloc has no preconditions; 1 byte at least, so that a 0-byte block is a
+        // pointer MPI_Free_mem recognises.
+        let p = unsafe { libc::malloc(n.max(1)) };
+        if p.is_null() {
+            return Err(MpiError::new(
+                MPI_ERR_NO_MEM,
+                format!("MPI_Alloc_mem of {n} B: out of memory"),
+            ));
+        }
+        ALLOCATED.with(|a| a.borrow_mut().insert(p as usize));
+        // SAFETY: MPI_Alloc_mem's contract: `baseptr` is a `void **` (non-null, checked).
+        unsafe { baseptr.cast::<*mut c_void>().write(p) };
+        Ok(())
+    })
+}
+
+/// `MPI_Free_mem`: a block `MPI_Alloc_mem` returned (NULL: nothing).
+#[export]
+pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
+    call("MPI_Free_mem", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        if base.is_null() {
+            return Ok(());
+        }
+        if !ALLOCATED.with(|a| a.borrow_mut().remove(&(base as usize))) {
+            return Err(MpiError::new(
+                MPI_ERR_BASE,
+                format!("{base:p} is not a block MPI_Alloc_mem returned (or it was freed)"),
+            ));
+        }
+        // SAFETY: `base` came from libc::malloc in MPI_Alloc_mem and was not freed since
+        // (it was in the set, removed now).
+        unsafe { libc::free(base) };
+        Ok(())
+    })
+}
+
+const MPI_ERR_BASE: c_int = 24;
+
+// ---- the buffer of buffered sends ----
+
+/// `MPI_BUFFER_AUTOMATIC`: the library manages the buffer. rmca copies every buffered send
+/// into memory of its own anyway, so an automatic buffer is one without a size limit.
+const MPI_BUFFER_AUTOMATIC: usize = 2;
+
+/// `MPI_Buffer_attach_c`: as `MPI_Buffer_attach`, with an `MPI_Count` size (or
+/// `MPI_BUFFER_AUTOMATIC`).
+#[export]
+pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
+    call("MPI_Buffer_attach_c", MPI_COMM_WORLD, || {
+        let size = if buffer as usize == MPI_BUFFER_AUTOMATIC {
+            isize::MAX as usize
+        } else {
+            let n = usize::try_from(size).map_err(|_| {
+                MpiError::new(MPI_ERR_COUNT, format!("buffer size {size} is negative"))
+            })?;
+            if buffer.is_null() && n > 0 {
+                return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
+            }
+            n
+        };
+        state::with(|s| {
+            if s.bsend.attached.is_some() {
+                return Err(MpiError::new(
+                    MPI_ERR_BUFFER,
+                    "a buffer is already attached: detach it first",
+                ));
+            }
+            s.bsend.attached = Some((buffer as usize, size));
+            Ok(())
+        })
+    })
+}
+
+/// Wait for the buffered sends in flight.
+fn flush(s: &mut State) -> MpiResult<()> {
+    for b in s.bsend.in_flight.drain(..) {
+        if let Some(r) = b.request {
+            r.wait()?;
+        }
+    }
+    Ok(())
+}
+
+/// `MPI_Buffer_detach_c`: waits for the buffered sends in flight; the address and
+/// `MPI_Count` size attached (`MPI_BUFFER_AUTOMATIC` and 0 for an automatic buffer).
+#[export]
+pub unsafe extern "C" fn MPI_Buffer_detach_c(
+    buffer_addr: *mut c_void,
+    size: *mut MPI_Count,
+) -> c_int {
+    call("MPI_Buffer_detach_c", MPI_COMM_WORLD, || {
+        let (addr, n) = state::with(|s| {
+            let attached = s
+                .bsend
+                .attached
+                .ok_or_else(|| MpiError::new(MPI_ERR_BUFFER, "no buffer is attached"))?;
+            flush(s)?;
+            s.bsend.attached = None;
+            Ok(attached)
+        })?;
+        let n = if addr == MPI_BUFFER_AUTOMATIC { 0 } else { n };
+        // SAFETY: MPI_Buffer_detach_c's contract: `buffer_addr` is a `void **`, `size` an
+        // MPI_Count.
+        unsafe {
+            put(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
+            put(size, n as MPI_Count, "size")
+        }
+    })
+}
+
+/// `MPI_Buffer_flush` (MPI 4.1): waits until the buffered sends in flight are sent; the
+/// buffer stays attached.
+#[export]
+pub unsafe extern "C" fn MPI_Buffer_flush() -> c_int {
+    call("MPI_Buffer_flush", MPI_COMM_WORLD, || state::with(flush))
+}
+
+/// `MPI_Buffer_iflush` (MPI 4.1): the flush is done at once; the request is complete.
+#[export]
+pub unsafe extern "C" fn MPI_Buffer_iflush(request: *mut Handle) -> c_int {
+    call("MPI_Buffer_iflush", MPI_COMM_WORLD, || {
+        if request.is_null() {
+            return Err(super::null_argument("request"));
+        }
+        state::with(flush)?;
+        let r = super::info::completed_request(MPI_COMM_WORLD)?;
+        // SAFETY: non-null, the caller's handle.
+        unsafe { put(request, r, "request") }
+    })
+}
+
+// ---- statuses ----
+
+/// The status at `status` (refused when NULL).
+///
+/// # Safety
+/// `status` is null or valid for reads and writes of an `MPI_Status`.
+unsafe fn status_mut<'a>(status: *mut MpiStatus) -> MpiResult<&'a mut MpiStatus> {
+    // SAFETY: the caller's contract.
+    unsafe { status.as_mut() }.ok_or_else(|| super::null_argument("status"))
+}
+
+macro_rules! status_field {
+    ($get:ident, $set:ident, $field:ident) => {
+        #[doc = concat!("`", stringify!($get), "` (MPI 4.1).")]
+        #[export]
+        pub unsafe extern "C" fn $get(status: *mut MpiStatus, value: *mut c_int) -> c_int {
+            call(stringify!($get), MPI_COMM_WORLD, || {
+                // SAFETY: the call's contract: an MPI_Status and an int.
+                unsafe {
+                    let st = status_mut(status)?;
+                    put(value, st.$field, stringify!($field))
+                }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($set), "` (MPI 4.1).")]
+        #[export]
+        pub unsafe extern "C" fn $set(status: *mut MpiStatus, value: c_int) -> c_int {
+            call(stringify!($set), MPI_COMM_WORLD, || {
+                // SAFETY: the call's contract: an MPI_Status.
+                unsafe { status_mut(status)? }.$field = value;
+                Ok(())
+            })
+        }
+    };
+}
+
+status_field!(MPI_Status_get_source, MPI_Status_set_source, source);
+status_field!(MPI_Status_get_tag, MPI_Status_set_tag, tag);
+status_field!(MPI_Status_get_error, MPI_Status_set_error, error);
+
+/// `MPI_Status_set_cancelled`: what `MPI_Test_cancelled` then says.
+#[export]
+pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: c_int) -> c_int {
+    call("MPI_Status_set_cancelled", MPI_COMM_WORLD, || {
+        // SAFETY: the call's contract: an MPI_Status.
+        unsafe { status_mut(status)? }.internal[2] = c_int::from(flag != 0);
+        Ok(())
+    })
+}
+
+// ---- request status over arrays (MPI 4.1) ----
+
+/// The requests of an array call, checked.
+///
+/// # Safety
+/// `requests` holds `count` handles when `count` > 0.
+unsafe fn request_array<'a>(count: c_int, requests: *const Handle) -> MpiResult<&'a [Handle]> {
+    let n = super::count(count, "count")?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if requests.is_null() {
+        return Err(super::null_argument("array_of_requests"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(requests, n) })
+}
+
+/// Whether request `h` is complete, and its status, without freeing it (as
+/// `MPI_Request_get_status`). An error was raised on its handler already: its code.
+fn peek(h: Handle) -> Result<Option<MpiStatus>, c_int> {
+    let mut flag = 0;
+    let mut st = super::empty_status();
+    // SAFETY: local out-arguments.
+    let rc = unsafe { super::req::MPI_Request_get_status(h, &mut flag, &mut st) };
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    Ok((flag != 0).then_some(st))
+}
+
+/// `MPI_Request_get_status_all`: whether every request is complete (then their statuses),
+/// leaving them as they are.
+#[export]
+pub unsafe extern "C" fn MPI_Request_get_status_all(
+    count: c_int,
+    requests: *const Handle,
+    flag: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    let mut found = Vec::new();
+    let rc = call("MPI_Request_get_status_all", MPI_COMM_WORLD, || {
+        // SAFETY: the call's contract: `count` requests.
+        found = unsafe { request_array(count, requests)? }.to_vec();
+        if flag.is_null() {
+            return Err(super::null_argument("flag"));
+        }
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let mut done = Vec::with_capacity(found.len());
+    for &h in &found {
+        match peek(h) {
+            Ok(Some(st)) => done.push(st),
+            Ok(None) => {}
+            Err(rc) => return rc,
+        }
+    }
+    let all = done.len() == found.len();
+    // SAFETY: the caller's int and, unless MPI_STATUSES_IGNORE, `count` statuses.
+    unsafe {
+        flag.write(c_int::from(all));
+        if all && !statuses.is_null() {
+            for (i, st) in done.iter().enumerate() {
+                statuses.add(i).write(*st);
+            }
+        }
+    }
+    MPI_SUCCESS
+}
+
+/// `MPI_Request_get_status_any`: the first complete active request (`MPI_UNDEFINED` and
+/// flag set when none is active), left as it is.
+#[export]
+pub unsafe extern "C" fn MPI_Request_get_status_any(
+    count: c_int,
+    requests: *const Handle,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    let mut found = Vec::new();
+    let rc = call("MPI_Request_get_status_any", MPI_COMM_WORLD, || {
+        // SAFETY: the call's contract: `count` requests.
+        found = unsafe { request_array(count, requests)? }.to_vec();
+        if flag.is_null() || index.is_null() {
+            return Err(super::null_argument("index or flag"));
+        }
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let mut answer = if found.iter().all(|&h| h == MPI_REQUEST_NULL) {
+        Some((MPI_UNDEFINED, super::empty_status()))
+    } else {
+        None
+    };
+    for (i, &h) in found.iter().enumerate() {
+        if answer.is_some() {
+            break;
+        }
+        if h == MPI_REQUEST_NULL {
+            continue;
+        }
+        match peek(h) {
+            Ok(Some(st)) => answer = Some((i as c_int, st)),
+            Ok(None) => {}
+            Err(rc) => return rc,
+        }
+    }
+    // SAFETY: the caller's ints (non-null, checked) and status (or MPI_STATUS_IGNORE).
+    unsafe {
+        flag.write(c_int::from(answer.is_some()));
+        index.write(answer.map_or(MPI_UNDEFINED, |(i, _)| i));
+        if let Some((_, st)) = answer {
+            super::put_status(status, &st);
+        }
+    }
+    MPI_SUCCESS
+}
+
+/// `MPI_Request_get_status_some`: the complete active requests (`MPI_UNDEFINED` when none
+/// is active), left as they are.
+#[export]
+pub unsafe extern "C" fn MPI_Request_get_status_some(
+    count: c_int,
+    requests: *const Handle,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    let mut found = Vec::new();
+    let rc = call("MPI_Request_get_status_some", MPI_COMM_WORLD, || {
+        // SAFETY: the call's contract: `count` requests.
+        found = unsafe { request_array(count, requests)? }.to_vec();
+        if outcount.is_null() || (!found.is_empty() && indices.is_null()) {
+            return Err(super::null_argument("outcount or array_of_indices"));
+        }
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    if found.iter().all(|&h| h == MPI_REQUEST_NULL) {
+        // SAFETY: the caller's int (non-null, checked).
+        unsafe { outcount.write(MPI_UNDEFINED) };
+        return MPI_SUCCESS;
+    }
+    let mut done = Vec::new();
+    for (i, &h) in found.iter().enumerate() {
+        if h == MPI_REQUEST_NULL {
+            continue;
+        }
+        match peek(h) {
+            Ok(Some(st)) => done.push((i as c_int, st)),
+            Ok(None) => {}
+            Err(rc) => return rc,
+        }
+    }
+    // SAFETY: the caller's int, `count` indices and (unless MPI_STATUSES_IGNORE) statuses.
+    unsafe {
+        outcount.write(done.len() as c_int);
+        for (k, (i, st)) in done.iter().enumerate() {
+            indices.add(k).write(*i);
+            if !statuses.is_null() {
+                statuses.add(k).write(*st);
+            }
+        }
+    }
+    MPI_SUCCESS
+}
+
+// ---- hardware and ABI information ----
+
+/// `MPI_Get_hw_resource_info` (MPI 4.1): a new info object. rmca reads no hardware topology
+/// (no hwloc), so it holds no keys, as MPICH's.
+#[export]
+pub unsafe extern "C" fn MPI_Get_hw_resource_info(hw_info: *mut Handle) -> c_int {
+    call("MPI_Get_hw_resource_info", MPI_COMM_WORLD, || {
+        state::with(|_| Ok(()))?;
+        if hw_info.is_null() {
+            return Err(super::null_argument("hw_info"));
+        }
+        let h = super::info::new_info(Vec::new())?;
+        // SAFETY: non-null, the caller's handle.
+        unsafe { put(hw_info, h, "hw_info") }
+    })
+}
+
+/// `MPI_Abi_get_info` (callable at any time): the sizes of `MPI_Aint`, `MPI_Count` and
+/// `MPI_Offset` in bytes (`mpi_aint_size`, `mpi_count_size`, `mpi_offset_size`).
+#[export]
+pub unsafe extern "C" fn MPI_Abi_get_info(info: *mut Handle) -> c_int {
+    call("MPI_Abi_get_info", MPI_COMM_WORLD, || {
+        if info.is_null() {
+            return Err(super::null_argument("info"));
+        }
+        let size = |n: usize| n.to_string();
+        let h = super::info::new_info(vec![
+            (
+                "mpi_aint_size".into(),
+                size(std::mem::size_of::<MPI_Aint>()),
+            ),
+            (
+                "mpi_count_size".into(),
+                size(std::mem::size_of::<MPI_Count>()),
+            ),
+            (
+                "mpi_offset_size".into(),
+                size(std::mem::size_of::<MPI_Offset>()),
+            ),
+        ])?;
+        // SAFETY: non-null, the caller's handle.
+        unsafe { put(info, h, "info") }
+    })
+}
+
+/// What a Fortran layer told the library (`MPI_Abi_set_fortran_*`). rmca has no Fortran
+/// bindings: nothing is set until a Fortran layer sets it.
+struct Fortran {
+    /// `LOGICAL`'s size in bytes and its `.TRUE.` and `.FALSE.` values.
+    booleans: Option<(c_int, i64, i64)>,
+    /// The info of `MPI_Abi_set_fortran_info`.
+    info: Option<Vec<(String, String)>>,
+}
+
+static FORTRAN: std::sync::Mutex<Fortran> = std::sync::Mutex::new(Fortran {
+    booleans: None,
+    info: None,
+});
+
+fn fortran() -> std::sync::MutexGuard<'static, Fortran> {
+    FORTRAN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A Fortran `LOGICAL` size, checked (1, 2, 4 or 8 bytes).
+fn logical_size(n: c_int) -> MpiResult<usize> {
+    match n {
+        1 | 2 | 4 | 8 => Ok(n as usize),
+        _ => Err(MpiError::new(
+            MPI_ERR_ABI,
+            format!("a Fortran LOGICAL of {n} B: sizes are 1, 2, 4 or 8"),
+        )),
+    }
+}
+
+/// `MPI_Abi_get_fortran_info`: `MPI_INFO_NULL` while no Fortran layer called
+/// `MPI_Abi_set_fortran_info` (rmca has no Fortran bindings), else a copy of what it set.
+#[export]
+pub unsafe extern "C" fn MPI_Abi_get_fortran_info(info: *mut Handle) -> c_int {
+    call("MPI_Abi_get_fortran_info", MPI_COMM_WORLD, || {
+        if info.is_null() {
+            return Err(super::null_argument("info"));
+        }
+        let set = fortran().info.clone();
+        let h = match set {
+            None => MPI_INFO_NULL,
+            Some(e) => super::info::new_info(e)?,
+        };
+        // SAFETY: non-null, the caller's handle.
+        unsafe { put(info, h, "info") }
+    })
+}
+
+/// `MPI_Abi_set_fortran_info`: what a Fortran layer says of its types (once).
+#[export]
+pub unsafe extern "C" fn MPI_Abi_set_fortran_info(info: Handle) -> c_int {
+    call("MPI_Abi_set_fortran_info", MPI_COMM_WORLD, || {
+        let e = super::info::entries_of(info)?;
+        let mut f = fortran();
+        if f.info.is_some() {
+            return Err(MpiError::new(
+                MPI_ERR_ABI,
+                "the Fortran information was set already (MPI_Abi_set_fortran_info is called once)",
+            ));
+        }
+        f.info = Some(e);
+        Ok(())
+    })
+}
+
+/// `MPI_Abi_get_fortran_booleans`: `is_set` 0 while no Fortran layer set them (rmca has no
+/// Fortran bindings), else `.TRUE.` and `.FALSE.` as `logical_size`-byte integers.
+#[export]
+pub unsafe extern "C" fn MPI_Abi_get_fortran_booleans(
+    logical_size: c_int,
+    logical_true: *mut c_void,
+    logical_false: *mut c_void,
+    is_set: *mut c_int,
+) -> c_int {
+    call("MPI_Abi_get_fortran_booleans", MPI_COMM_WORLD, || {
+        let set = fortran().booleans;
+        let Some((size, t, f)) = set else {
+            // SAFETY: the caller's int.
+            return unsafe { put(is_set, 0, "is_set") };
+        };
+        if logical_size != size {
+            return Err(MpiError::new(
+                MPI_ERR_ABI,
+                format!("the Fortran LOGICAL was set as {size} B, not {logical_size} B"),
+            ));
+        }
+        if logical_true.is_null() || logical_false.is_null() {
+            return Err(super::null_argument("logical_true or logical_false"));
+        }
+        let n = size as usize;
+        // SAFETY: the call's contract: `logical_true` and `logical_false` hold
+        // `logical_size` bytes each (non-null, checked); `is_set` an int. The values are
+        // written in native byte order, their low `n` bytes (little-endian) or high ones.
+        unsafe {
+            write_logical(logical_true, t, n);
+            write_logical(logical_false, f, n);
+            put(is_set, 1, "is_set")
+        }
+    })
+}
+
+/// # Safety
+/// `p` is valid for writes of `n` bytes.
+unsafe fn write_logical(p: *mut c_void, v: i64, n: usize) {
+    // SAFETY: the caller's contract (unaligned writes: any address goes).
+    unsafe {
+        match n {
+            1 => p.cast::<i8>().write_unaligned(v as i8),
+            2 => p.cast::<i16>().write_unaligned(v as i16),
+            4 => p.cast::<i32>().write_unaligned(v as i32),
+            _ => p.cast::<i64>().write_unaligned(v),
+        }
+    }
+}
+
+/// # Safety
+/// `p` is valid for reads of `n` bytes.
+unsafe fn read_logical(p: *const c_void, n: usize) -> i64 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match n {
+            1 => i64::from(p.cast::<i8>().read_unaligned()),
+            2 => i64::from(p.cast::<i16>().read_unaligned()),
+            4 => i64::from(p.cast::<i32>().read_unaligned()),
+            _ => p.cast::<i64>().read_unaligned(),
+        }
+    }
+}
+
+/// `MPI_Abi_set_fortran_booleans`: a Fortran layer's `LOGICAL` size and values (once).
+#[export]
+pub unsafe extern "C" fn MPI_Abi_set_fortran_booleans(
+    logical_size: c_int,
+    logical_true: *mut c_void,
+    logical_false: *mut c_void,
+) -> c_int {
+    call("MPI_Abi_set_fortran_booleans", MPI_COMM_WORLD, || {
+        let n = self::logical_size(logical_size)?;
+        if logical_true.is_null() || logical_false.is_null() {
+            return Err(super::null_argument("logical_true or logical_false"));
+        }
+        let mut f = fortran();
+        if f.booleans.is_some() {
+            return Err(MpiError::new(
+                MPI_ERR_ABI,
+                "the Fortran booleans were set already (MPI_Abi_set_fortran_booleans is called once)",
+            ));
+        }
+        // SAFETY: the call's contract: `logical_size` bytes at each (non-null, checked).
+        let (t, fa) = unsafe {
+            (
+                read_logical(logical_true, n),
+                read_logical(logical_false, n),
+            )
+        };
+        f.booleans = Some((logical_size, t, fa));
+        Ok(())
+    })
 }

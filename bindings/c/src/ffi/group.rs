@@ -36,7 +36,7 @@ fn bad_group(h: Handle) -> MpiError {
 }
 
 /// The group behind `h`.
-fn group(h: Handle) -> MpiResult<Group> {
+pub(crate) fn group(h: Handle) -> MpiResult<Group> {
     if h == MPI_GROUP_EMPTY {
         // The world's group with nobody in it: a group of this process's job.
         let world = communicator(MPI_COMM_WORLD)?;
@@ -52,7 +52,7 @@ fn group(h: Handle) -> MpiResult<Group> {
 }
 
 /// Register `g` and store its handle at `out`.
-fn add_group(g: Group, out: *mut Handle) -> MpiResult<()> {
+pub(crate) fn add_group(g: Group, out: *mut Handle) -> MpiResult<()> {
     if out.is_null() {
         return Err(MpiError::new(MPI_ERR_ARG, "the newgroup argument is NULL"));
     }
@@ -347,5 +347,174 @@ pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut
         let cancelled = unsafe { status.read() }.internal[2] != 0;
         // SAFETY: the caller's int.
         unsafe { put(flag, c_int::from(cancelled), "flag") }
+    })
+}
+
+/// The ranks of `n` (first, last, stride) triplets of a C array, each a rank of `g`.
+///
+/// # Safety
+/// `ranges` holds `n` triplets.
+unsafe fn range_ranks(g: &Group, n: c_int, ranges: *const [c_int; 3]) -> MpiResult<Vec<usize>> {
+    let n = super::count(n, "range count")?;
+    if n > 0 && ranges.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the ranges array is NULL"));
+    }
+    let size = g.size() as i64;
+    let mut seen = vec![false; g.size()];
+    let mut out = Vec::new();
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let [first, last, stride] = unsafe { ranges.add(i).read() }.map(i64::from);
+        if stride == 0 {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("range {i} ({first}, {last}, {stride}): the stride is 0"),
+            ));
+        }
+        if (last - first) / stride < 0 {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("range {i} ({first}, {last}, {stride}): the stride goes away from last"),
+            ));
+        }
+        for r in [first, last] {
+            if !(0..size).contains(&r) {
+                return Err(MpiError::new(
+                    MPI_ERR_RANK,
+                    format!(
+                        "range {i} ({first}, {last}, {stride}): rank {r} is not in the group (ranks 0..{})",
+                        size - 1
+                    ),
+                ));
+            }
+        }
+        let steps = (last - first) / stride;
+        for k in 0..=steps {
+            let r = (first + k * stride) as usize;
+            if std::mem::replace(&mut seen[r], true) {
+                return Err(MpiError::new(
+                    MPI_ERR_RANK,
+                    format!("range {i} ({first}, {last}, {stride}): rank {r} appears twice (the ranges must name distinct ranks)"),
+                ));
+            }
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// `MPI_Group_range_incl`: the ranks of (first, last, stride) triplets, in order.
+#[export]
+pub unsafe extern "C" fn MPI_Group_range_incl(
+    g: Handle,
+    n: c_int,
+    ranges: *const [c_int; 3],
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_range_incl", MPI_COMM_WORLD, || {
+        let g = group(g)?;
+        // SAFETY: MPI_Group_range_incl's contract: `n` triplets.
+        let r = unsafe { range_ranks(&g, n, ranges)? };
+        add_group(g.incl(&r)?, newgroup)
+    })
+}
+
+/// `MPI_Group_range_excl`: the group without the ranks of the triplets.
+#[export]
+pub unsafe extern "C" fn MPI_Group_range_excl(
+    g: Handle,
+    n: c_int,
+    ranges: *const [c_int; 3],
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_range_excl", MPI_COMM_WORLD, || {
+        let g = group(g)?;
+        // SAFETY: MPI_Group_range_excl's contract: `n` triplets.
+        let r = unsafe { range_ranks(&g, n, ranges)? };
+        add_group(g.excl(&r)?, newgroup)
+    })
+}
+
+/// `MPI_Comm_split_type` values (standard ABI).
+const MPI_COMM_TYPE_SHARED: c_int = 221;
+const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 222;
+const MPI_COMM_TYPE_HW_GUIDED: c_int = 223;
+const MPI_COMM_TYPE_RESOURCE_GUIDED: c_int = 224;
+
+/// The value of `key` in info `info` (`MPI_INFO_NULL`: none).
+fn info_value(info: Handle, key: &str) -> MpiResult<Option<String>> {
+    if info == MPI_INFO_NULL {
+        return Ok(None);
+    }
+    Ok(super::info::entries_of(info)?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v))
+}
+
+/// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits by node; `HW_GUIDED` with
+/// `mpi_hw_resource_type` = `mpi_shared_memory` likewise (another resource type:
+/// `MPI_COMM_NULL`); `HW_UNGUIDED` gives the node's processes when they are fewer than the
+/// communicator's, else `MPI_COMM_NULL`; `RESOURCE_GUIDED` with `mpi_pset_name`
+/// `mpi://WORLD` or `mpi://SELF` gives those (another: `MPI_COMM_NULL`); `MPI_UNDEFINED`
+/// leaves the caller out.
+#[export]
+pub unsafe extern "C" fn MPI_Comm_split_type(
+    comm: Handle,
+    split_type: c_int,
+    key: c_int,
+    info: Handle,
+    newcomm: *mut Handle,
+) -> c_int {
+    call("MPI_Comm_split_type", comm, || {
+        if newcomm.is_null() {
+            return Err(super::null_argument("newcomm"));
+        }
+        let (c, errhandler) = super::inter::comm_entry(comm)?;
+        super::inter::refuse(&c, "MPI_Comm_split_type")?;
+        enum How {
+            Node,
+            NodeIfSmaller,
+            Color(Option<u32>),
+        }
+        let how = match split_type {
+            MPI_UNDEFINED => How::Color(None),
+            MPI_COMM_TYPE_SHARED => How::Node,
+            MPI_COMM_TYPE_HW_UNGUIDED => How::NodeIfSmaller,
+            MPI_COMM_TYPE_HW_GUIDED => match info_value(info, "mpi_hw_resource_type")?.as_deref() {
+                Some("mpi_shared_memory") => How::Node,
+                _ => How::Color(None),
+            },
+            MPI_COMM_TYPE_RESOURCE_GUIDED => match info_value(info, "mpi_pset_name")?.as_deref() {
+                Some(p) if p.eq_ignore_ascii_case("mpi://WORLD") => How::Color(Some(0)),
+                Some(p) if p.eq_ignore_ascii_case("mpi://SELF") => {
+                    How::Color(Some(c.rank() as u32))
+                }
+                _ => How::Color(None),
+            },
+            t => {
+                return Err(MpiError::new(
+                    MPI_ERR_ARG,
+                    format!("split_type {t} is invalid: MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_HW_UNGUIDED, MPI_COMM_TYPE_RESOURCE_GUIDED or MPI_UNDEFINED"),
+                ))
+            }
+        };
+        let part = match how {
+            How::Node => Some(c.split_shared(key)?),
+            How::NodeIfSmaller => Some(c.split_shared(key)?).filter(|p| p.size() < c.size()),
+            How::Color(color) => c.split(color, key)?,
+        };
+        let h = match part {
+            None => MPI_COMM_NULL,
+            Some(p) => state::with(|s| {
+                s.add_comm(CommEntry {
+                    comm: p,
+                    errhandler,
+                    name: String::new(),
+                })
+            })?,
+        };
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { put(newcomm, h, "newcomm") }
     })
 }

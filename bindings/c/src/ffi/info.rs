@@ -5,6 +5,7 @@
 #![allow(non_snake_case)]
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 use super::{call, put, put_string};
@@ -326,6 +327,274 @@ pub unsafe extern "C" fn MPI_Info_free(info: *mut Handle) -> c_int {
         // SAFETY: as above.
         unsafe { info.write(MPI_INFO_NULL) };
         Ok(())
+    })
+}
+
+/// A new info object holding `entries` (what a call returning an info object hands out:
+/// the program frees it).
+pub fn new_info(entries: Vec<(String, String)>) -> MpiResult<Handle> {
+    add(entries)
+}
+
+/// The (key, value) pairs of info `h`; none for `MPI_INFO_NULL`.
+pub fn entries_of(h: Handle) -> MpiResult<Vec<(String, String)>> {
+    if h == MPI_INFO_NULL {
+        state::with(|_| Ok(()))?;
+        return Ok(Vec::new());
+    }
+    with_info(h, false, |e| Ok(e.clone()))
+}
+
+// ---- info hints of communicators ----
+
+thread_local! {
+    /// The hints set on each communicator (`MPI_Comm_set_info`, `MPI_Comm_dup_with_info`,
+    /// inherited by `MPI_Comm_dup`), by handle. rmca acts on none; `MPI_Comm_get_info`
+    /// returns them, as Open MPI does.
+    static COMM_INFOS: RefCell<HashMap<Handle, Entries>> = RefCell::new(HashMap::new());
+}
+
+/// `new`, a duplicate of `old`, gets its hints.
+pub fn comm_info_copy(old: Handle, new: Handle) {
+    COMM_INFOS.with(|t| {
+        let mut t = t.borrow_mut();
+        match t.get(&old).cloned() {
+            Some(e) => t.insert(new, e),
+            None => t.remove(&new),
+        };
+    });
+}
+
+/// `comm` is freed: its hints go.
+pub fn comm_info_drop(comm: Handle) {
+    COMM_INFOS.with(|t| t.borrow_mut().remove(&comm));
+}
+
+/// Set the hints of `comm` (those not in `entries` keep their values).
+fn comm_info_set(comm: Handle, entries: Entries) {
+    COMM_INFOS.with(|t| {
+        let mut t = t.borrow_mut();
+        let hints = t.entry(comm).or_default();
+        for (k, v) in entries {
+            match hints.iter_mut().find(|(hk, _)| *hk == k) {
+                Some((_, hv)) => *hv = v,
+                None => hints.push((k, v)),
+            }
+        }
+    });
+}
+
+fn check_comm(comm: Handle) -> MpiResult<()> {
+    state::with(|s| s.comm(comm).map(|_| ()))
+}
+
+/// `MPI_Comm_set_info`: the hints are kept (and returned by `MPI_Comm_get_info`); rmca acts
+/// on none of them.
+#[export]
+pub unsafe extern "C" fn MPI_Comm_set_info(comm: Handle, info: Handle) -> c_int {
+    call("MPI_Comm_set_info", comm, || {
+        check_comm(comm)?;
+        let e = entries_of(info)?;
+        comm_info_set(comm, e);
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_get_info`: a new info object with the hints set on the communicator.
+#[export]
+pub unsafe extern "C" fn MPI_Comm_get_info(comm: Handle, info_used: *mut Handle) -> c_int {
+    call("MPI_Comm_get_info", comm, || {
+        check_comm(comm)?;
+        if info_used.is_null() {
+            return Err(super::null_argument("info_used"));
+        }
+        let e = COMM_INFOS.with(|t| t.borrow().get(&comm).cloned().unwrap_or_default());
+        let h = add(e)?;
+        // SAFETY: non-null, the caller's handle.
+        unsafe { put(info_used, h, "info_used") }
+    })
+}
+
+/// `MPI_Comm_dup_with_info`: `MPI_Comm_dup`, with the hints of `info` instead of `comm`'s.
+#[export]
+pub unsafe extern "C" fn MPI_Comm_dup_with_info(
+    comm: Handle,
+    info: Handle,
+    newcomm: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Comm_dup_with_info's contract: `newcomm` is the caller's handle.
+    unsafe { dup_with_info("MPI_Comm_dup_with_info", comm, Some(info), newcomm) }
+}
+
+/// `MPI_Comm_dup` then, with `info`, the hints replaced by `info`'s. Errors are raised once,
+/// by whichever step found them.
+///
+/// # Safety
+/// `newcomm` is null or valid for a read and a write of a handle.
+unsafe fn dup_with_info(
+    fname: &'static str,
+    comm: Handle,
+    info: Option<Handle>,
+    newcomm: *mut Handle,
+) -> c_int {
+    let hints = std::cell::Cell::new(None);
+    let rc = call(fname, comm, || {
+        check_comm(comm)?;
+        if let Some(info) = info {
+            hints.set(Some(entries_of(info)?));
+        }
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    // SAFETY: the caller's contract.
+    let rc = unsafe { super::comm::MPI_Comm_dup(comm, newcomm) };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    if let Some(e) = hints.take() {
+        // SAFETY: written by MPI_Comm_dup.
+        let new = unsafe { newcomm.read() };
+        COMM_INFOS.with(|t| t.borrow_mut().insert(new, e));
+    }
+    MPI_SUCCESS
+}
+
+/// A request that is complete already (the non-blocking forms of calls rmca completes at
+/// once), on `comm`.
+pub fn completed_request(comm: Handle) -> MpiResult<Handle> {
+    use crate::state::{Outcome, ReqEntry, ReqState};
+    let done = ReqState::Done(Box::new(Outcome {
+        status: super::empty_status(),
+        error: None,
+    }));
+    state::with(|s| s.add_request(ReqEntry::new(comm, done)))
+}
+
+/// `MPI_Comm_idup` and `MPI_Comm_idup_with_info`: the duplicate is made at once (as
+/// `MPI_Comm_dup`, so collectively in the order of the calls) and the request is complete.
+///
+/// # Safety
+/// `newcomm` and `request` are null or valid for writes of a handle.
+unsafe fn idup(
+    fname: &'static str,
+    comm: Handle,
+    info: Option<Handle>,
+    newcomm: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    let rc = call(fname, comm, || {
+        if request.is_null() {
+            return Err(super::null_argument("request"));
+        }
+        Ok(())
+    });
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    // SAFETY: the caller's contract.
+    let rc = unsafe { dup_with_info(fname, comm, info, newcomm) };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    call(fname, comm, || {
+        let r = completed_request(comm)?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { put(request, r, "request") }
+    })
+}
+
+/// `MPI_Comm_idup`.
+#[export]
+pub unsafe extern "C" fn MPI_Comm_idup(
+    comm: Handle,
+    newcomm: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Comm_idup's contract.
+    unsafe { idup("MPI_Comm_idup", comm, None, newcomm, request) }
+}
+
+/// `MPI_Comm_idup_with_info`.
+#[export]
+pub unsafe extern "C" fn MPI_Comm_idup_with_info(
+    comm: Handle,
+    info: Handle,
+    newcomm: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Comm_idup_with_info's contract.
+    unsafe {
+        idup(
+            "MPI_Comm_idup_with_info",
+            comm,
+            Some(info),
+            newcomm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Info_create_env` (callable before `MPI_Init`): the keys MPI defines for the start
+/// of the process that rmca knows: `command` and `argv` (from `argc`/`argv`), `wdir`, and
+/// once MPI runs `maxprocs`, `host` and `thread_level`.
+#[export]
+pub unsafe extern "C" fn MPI_Info_create_env(
+    argc: c_int,
+    argv: *const *const c_char,
+    info: *mut Handle,
+) -> c_int {
+    call("MPI_Info_create_env", MPI_COMM_WORLD, || {
+        if info.is_null() {
+            return Err(super::null_argument("info"));
+        }
+        let n = usize::try_from(argc)
+            .map_err(|_| MpiError::new(MPI_ERR_ARG, format!("argc {argc} is negative")))?;
+        let mut args = Vec::new();
+        if !argv.is_null() {
+            for i in 0..n {
+                // SAFETY: MPI_Info_create_env's contract: `argv` holds `argc` strings
+                // (C's main arguments), each NUL-terminated or NULL.
+                let a = unsafe { argv.add(i).read() };
+                if a.is_null() {
+                    break;
+                }
+                // SAFETY: as above.
+                args.push(unsafe { CStr::from_ptr(a) }.to_string_lossy().into_owned());
+            }
+        }
+        let mut e: Entries = Vec::new();
+        if let Some((command, rest)) = args.split_first() {
+            e.push(("command".into(), command.clone()));
+            if !rest.is_empty() {
+                e.push(("argv".into(), rest.join(" ")));
+            }
+        }
+        if let Ok(dir) = std::env::current_dir() {
+            e.push(("wdir".into(), dir.to_string_lossy().into_owned()));
+        }
+        if let Ok((size, host, level)) = state::with(|s| {
+            Ok((
+                s.comm(MPI_COMM_WORLD)?.comm.size(),
+                s.universe.node().0,
+                s.thread_level,
+            ))
+        }) {
+            e.push(("maxprocs".into(), size.to_string()));
+            e.push(("host".into(), host));
+            let level = match level {
+                MPI_THREAD_SINGLE => "MPI_THREAD_SINGLE",
+                MPI_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+                MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+                _ => "MPI_THREAD_MULTIPLE",
+            };
+            e.push(("thread_level".into(), level.into()));
+        }
+        e.retain(|(_, v)| !v.is_empty() && v.len() <= MAX_VALUE);
+        let h = add(e)?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { put(info, h, "info") }
     })
 }
 

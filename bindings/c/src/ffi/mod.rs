@@ -14,18 +14,30 @@
 // The implementations keep the standard's names (MPI_Send); #[export] adds the C symbols.
 #![allow(non_snake_case)]
 
+pub mod attr;
 pub mod coll;
+pub mod coll_c;
 pub mod comm;
 pub mod env;
 pub mod group;
+pub mod grequest;
 pub mod handles;
 pub mod info;
+pub mod inter;
 pub mod nbc;
+pub mod neighbor;
 pub mod op;
+pub mod pcoll;
+pub mod mprobe;
 pub mod p2p;
+pub mod partitioned;
 pub mod req;
+pub mod tool;
 mod rooted;
+pub mod session;
+pub mod topo;
 pub mod types;
+pub mod types_more;
 pub mod vcoll;
 
 use std::ffi::{c_char, c_int, c_void};
@@ -96,10 +108,23 @@ pub(crate) fn call(fname: &'static str, comm: Handle, f: impl FnOnce() -> MpiRes
 #[cold]
 #[inline(never)]
 pub(crate) fn raise(fname: &'static str, comm: Handle, e: MpiError) -> c_int {
-    let mut comm = e.comm.unwrap_or(comm);
+    let comm = e.comm.unwrap_or(comm);
     let handler = state::with(|s| Ok(s.errhandler_of(comm))).unwrap_or(ErrHandler::Fatal);
+    invoke(fname, handler, comm, e)
+}
+
+/// Run error handler `handler` of object `obj` (a communicator, window, file or session:
+/// a user handler receives its handle) on `e`: the error class, when the handler returns.
+#[cold]
+#[inline(never)]
+pub(crate) fn invoke(
+    fname: &'static str,
+    handler: ErrHandler,
+    mut obj: Handle,
+    e: MpiError,
+) -> c_int {
     match handler {
-        ErrHandler::Fatal => fatal(fname, &e),
+        ErrHandler::Fatal | ErrHandler::Abort => fatal(fname, &e),
         ErrHandler::Return => {
             let _ = state::with(|s| {
                 s.record_error(&e);
@@ -115,10 +140,10 @@ pub(crate) fn raise(fname: &'static str, comm: Handle, e: MpiError) -> c_int {
             let mut code = e.class;
             if let Ok(Some(f)) = f {
                 // SAFETY: `f` is the function the program registered with
-                // MPI_Comm_create_errhandler, of type MPI_Comm_errhandler_function, called
-                // with the two arguments it declares; no state borrow is held, so it may
-                // call MPI.
-                unsafe { f(&mut comm, &mut code) };
+                // MPI_<kind>_create_errhandler, of type MPI_<kind>_errhandler_function (a
+                // handle of the kind and a code, by pointer), called with the two arguments
+                // it declares; no state borrow is held, so it may call MPI.
+                unsafe { f(&mut obj, &mut code) };
             }
             e.class
         }
@@ -138,8 +163,10 @@ fn fatal(fname: &str, e: &MpiError) -> ! {
     );
     // The fatal handler's message must reach the user whatever the logging setup.
     let _ = writeln!(std::io::stderr(), "rmca MPI error (fatal): {msg}");
-    let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(e.class.max(1), &msg) });
-    std::process::exit(e.class.max(1))
+    // A user error code (MPI_Add_error_code) may be a multiple of 256: never exit with 0.
+    let status = if e.class & 0xff == 0 { 1 } else { e.class };
+    let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(status, &msg) });
+    std::process::exit(status)
 }
 
 /// Check a count (non-negative).
@@ -150,32 +177,6 @@ pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
             format!("{what} {n} is negative: counts are >= 0"),
         )
     })
-}
-
-/// Bytes of `n` elements of `dt` at `buf`, checking the count and the pointer: for the
-/// calls that use the buffer in place, so a derived datatype must be one run of bytes
-/// starting at `buf` (the others go through [`send_data`] and [`recv_data`]).
-#[inline]
-pub(crate) fn buffer_len(buf: *const c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<usize> {
-    let n = count_of(n, what)?;
-    let ty = types::Ty::for_use(dt)?;
-    let len = ty.packed_len(n)?;
-    match ty.run(n) {
-        Some((0, _)) => {}
-        _ => {
-            return Err(MpiError::new(
-                MPI_ERR_TYPE,
-                format!("datatype {dt:#x} does not lay its data out as one run from the buffer start, which this call needs (derived datatypes are accepted by send/receive, non-blocking send/receive and the collectives without a v)"),
-            ))
-        }
-    }
-    if len > 0 && buf.is_null() {
-        return Err(MpiError::new(
-            MPI_ERR_BUFFER,
-            format!("{what} buffer is NULL with {n} elements to transfer"),
-        ));
-    }
-    Ok(len)
 }
 
 fn count_of(n: c_int, what: &str) -> MpiResult<usize> {
@@ -374,6 +375,8 @@ pub enum Staged {
     Recv(RecvData),
     /// A non-blocking collective's (see [`nbc::CollStaged`]).
     Coll(Box<nbc::CollStaged>),
+    /// A neighbourhood collective's packed blocks (see [`neighbor::Exchange`]).
+    Neighbor(Box<neighbor::Exchange>),
 }
 
 impl Staged {
@@ -388,6 +391,8 @@ impl Staged {
             Staged::Recv(r) => unsafe { r.finish(received as usize) },
             // SAFETY: the caller's contract.
             Staged::Coll(c) => unsafe { c.finish() },
+            // SAFETY: the caller's contract.
+            Staged::Neighbor(x) => unsafe { x.finish() },
             Staged::Send(_) => {}
         }
     }
@@ -398,6 +403,7 @@ impl Staged {
         match self {
             Staged::Recv(_) => true,
             Staged::Coll(c) => c.unpacks(),
+            Staged::Neighbor(x) => x.unpacks(),
             Staged::Send(_) => false,
         }
     }
@@ -445,7 +451,7 @@ pub(crate) unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
     if len == 0 {
         &[]
     } else {
-        // SAFETY: the caller's contract; the pointer is non-null (checked by buffer_len).
+        // SAFETY: the caller's contract; the pointer is non-null (checked by the callers).
         unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
     }
 }
@@ -459,7 +465,7 @@ pub(crate) unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> &'a mut [u8]
     if len == 0 {
         &mut []
     } else {
-        // SAFETY: the caller's contract; the pointer is non-null (checked by buffer_len).
+        // SAFETY: the caller's contract; the pointer is non-null (checked by the callers).
         unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
     }
 }

@@ -1,6 +1,9 @@
-//! Reduction operations: the predefined ones on their element types, `MPI_MINLOC` and
-//! `MPI_MAXLOC` on the C value-index pair types (with the C struct padding), and user
-//! operations (`MPI_Op_create`), run by every reducing collective through [`reduce`].
+//! Reduction operations: the predefined ones on their element types (and `MPI_CHAR`, as an
+//! integer, as MPICH and Open MPI allow), `MPI_MINLOC` and `MPI_MAXLOC` on the C value-index
+//! pair types (with the C struct padding, `MPI_LONG_DOUBLE_INT` included), and user operations
+//! (`MPI_Op_create`, `MPI_Op_create_c`), run by every reducing collective through [`reduce`]
+//! and by `MPI_Reduce_local`. A user function is called on whole runs of elements (`len`
+//! elements at once, as MPI intends), whatever the size of an element.
 #![allow(non_snake_case)]
 
 use std::cell::RefCell;
@@ -10,6 +13,7 @@ use bytemuck::Pod;
 use rmca::coll::{Op, Reducible, Reduction, UserOp};
 use rmca::raw::RawReduction;
 
+use super::coll::{apart, in_place, reduce_recv, reduce_send};
 use super::types::Ty;
 use super::{call, put};
 use crate::abi::*;
@@ -20,13 +24,47 @@ use rmca_mpi_export::export;
 /// `MPI_User_function`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut Handle);
 
+/// `MPI_User_function_c` (`MPI_Op_create_c`): the element count is an `MPI_Count`.
+pub type UserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut Handle);
+
+/// The function of a user operation, of either form.
+#[derive(Clone, Copy)]
+pub enum AnyUserFn {
+    Int(UserFn),
+    Count(UserFnC),
+}
+
+impl AnyUserFn {
+    /// `inout[i] = input[i] op inout[i]` for `len` elements of `dt`, in the program's layout.
+    ///
+    /// # Safety
+    /// `input` and `inout` hold `len` elements of `dt` (one per extent).
+    unsafe fn call(self, input: *mut u8, inout: *mut u8, len: usize, dt: Handle) {
+        let mut dt = dt;
+        // SAFETY: the function the program registered, on the caller's buffers.
+        unsafe {
+            match self {
+                AnyUserFn::Int(f) => {
+                    // The caller cuts runs to at most c_int::MAX elements.
+                    let mut n = len as c_int;
+                    f(input.cast(), inout.cast(), &mut n, &mut dt);
+                }
+                AnyUserFn::Count(f) => {
+                    let mut n = len as MPI_Count;
+                    f(input.cast(), inout.cast(), &mut n, &mut dt);
+                }
+            }
+        }
+    }
+}
+
 /// Handles of user operations: this plus an index.
 pub const OP_BASE: Handle = DYNAMIC_BASE * 4;
 const MAX_OPS: usize = DYNAMIC_BASE;
 
 #[derive(Clone, Copy)]
 struct UserOpEntry {
-    f: UserFn,
+    f: AnyUserFn,
     commutative: bool,
 }
 
@@ -42,6 +80,8 @@ pub enum PairValue {
     I64,
     F32,
     F64,
+    /// C `long double` (x87 extended precision in 16 bytes on x86, IEEE binary128 elsewhere).
+    LongDouble,
 }
 
 /// How a reduction combines elements.
@@ -58,7 +98,7 @@ pub enum Reducer {
     },
     /// A user function on elements of `extent` bytes in the program's own layout.
     User {
-        f: UserFn,
+        f: AnyUserFn,
         commutative: bool,
         dt: Handle,
         extent: usize,
@@ -101,10 +141,12 @@ pub fn reducer(op: Handle, dt: Handle, ty: &Ty) -> MpiResult<Reducer> {
             "MPI_DOUBLE_INT" => (PairValue::F64, 8),
             "MPI_2DOUBLE_PRECISION" => (PairValue::F64, 8),
             "MPI_LONG_INT" => (PairValue::I64, 8),
-            "MPI_SHORT_INT" => (PairValue::I16, 4),
+            // Packed pairs carry no padding (the index follows the value at once).
+            "MPI_SHORT_INT" => (PairValue::I16, 2),
+            "MPI_LONG_DOUBLE_INT" => (PairValue::LongDouble, 16),
             _ => {
                 return Err(op_error(format!(
-                    "{} is not defined on {}: use a value-index pair type (MPI_2INT, MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_SHORT_INT, MPI_2REAL, MPI_2DOUBLE_PRECISION, MPI_2INTEGER; MPI_LONG_DOUBLE_INT is not implemented)",
+                    "{} is not defined on {}: use a value-index pair type (MPI_2INT, MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_SHORT_INT, MPI_LONG_DOUBLE_INT, MPI_2REAL, MPI_2DOUBLE_PRECISION, MPI_2INTEGER)",
                     info.name, t.name
                 )))
             }
@@ -122,6 +164,16 @@ pub fn reducer(op: Handle, dt: Handle, ty: &Ty) -> MpiResult<Reducer> {
             info.name
         )));
     };
+    // MPI_CHAR is a C integer to MPICH and Open MPI, whose reductions accept it (OSU's
+    // reduction benchmarks sum MPI_CHAR); its signedness is C's `char`'s.
+    if t.name == "MPI_CHAR" && dtype::op_allowed(rop, dtype::Class::Integer) {
+        let elem = if std::ffi::c_char::MIN == 0 {
+            Elem::U8
+        } else {
+            Elem::I8
+        };
+        return Ok(Reducer::Builtin(rop, elem));
+    }
     match t.elem {
         Some(elem) if dtype::op_allowed(rop, t.class) => Ok(Reducer::Builtin(rop, elem)),
         _ if t.class == dtype::Class::Complex && dtype::op_allowed(rop, t.class) => {
@@ -234,11 +286,49 @@ fn pair_value(value: PairValue, b: &[u8]) -> f64 {
         PairValue::F32 => f64::from(f32::from_ne_bytes(b[..4].try_into().expect("4 bytes"))),
         PairValue::F64 => f64::from_ne_bytes(b[..8].try_into().expect("8 bytes")),
         PairValue::I64 => i64::from_ne_bytes(b[..8].try_into().expect("8 bytes")) as f64,
+        // Compared by `long_double_cmp`, never converted.
+        PairValue::LongDouble => f64::NAN,
     }
+}
+
+/// A C `long double` as (negative, magnitude ordered like the value's absolute value), or
+/// `None` for a NaN: both formats are sign and magnitude, the magnitude's bits ordered as
+/// the number (exponent above the significand).
+fn long_double_key(b: &[u8]) -> Option<(bool, u128)> {
+    let bits = u128::from_ne_bytes(b[..16].try_into().expect("16 bytes"));
+    if cfg!(any(target_arch = "x86", target_arch = "x86_64")) {
+        // x87 extended: significand (with its explicit integer bit) in bits 0..64, exponent
+        // in 64..79, sign at 79; bits 80.. are padding.
+        let significand = bits as u64;
+        let exponent = ((bits >> 64) & 0x7fff) as u64;
+        let negative = (bits >> 79) & 1 == 1;
+        if exponent == 0x7fff && significand << 1 != 0 {
+            return None;
+        }
+        return Some((negative, (u128::from(exponent) << 64) | u128::from(significand)));
+    }
+    // IEEE binary128: sign at bit 127, then exponent and fraction.
+    let magnitude = bits & !(1u128 << 127);
+    let exponent = magnitude >> 112;
+    if exponent == 0x7fff && magnitude & ((1u128 << 112) - 1) != 0 {
+        return None;
+    }
+    Some((bits >> 127 == 1, magnitude))
+}
+
+/// `a` compared with `b`, C `long double`s.
+fn long_double_cmp(a: &[u8], b: &[u8]) -> Option<std::cmp::Ordering> {
+    let ((na, ma), (nb, mb)) = (long_double_key(a)?, long_double_key(b)?);
+    // Signed keys: -0 and +0 compare equal.
+    let signed = |neg: bool, m: u128| if neg { -(m as i128) } else { m as i128 };
+    Some(signed(na, ma).cmp(&signed(nb, mb)))
 }
 
 /// `a` compared with `b` by value.
 fn pair_cmp(value: PairValue, a: &[u8], b: &[u8]) -> Option<std::cmp::Ordering> {
+    if let PairValue::LongDouble = value {
+        return long_double_cmp(a, b);
+    }
     if let PairValue::I64 = value {
         let v = |x: &[u8]| i64::from_ne_bytes(x[..8].try_into().expect("8 bytes"));
         return Some(v(a).cmp(&v(b)));
@@ -280,26 +370,61 @@ fn pair_fn<const N: usize>(
     move |a: [u8; N], b: [u8; N]| pair_combine(max, value, index_at, a, b)
 }
 
-/// The program's `MPI_User_function` on one element of `N` bytes of `dt`, as a combining
-/// function (`a` from lower ranks).
-fn user_fn<const N: usize>(
-    f: UserFn,
+/// The step of user operation `f` over whole runs of elements of `extent` bytes of `dt`
+/// (see [`RawReduction::from_fn`]): the program's function is called once per run (`len`
+/// elements at once), with `invec` the left operand (from lower ranks) and `inoutvec` the
+/// right one, which it overwrites with the result.
+fn user_step(
+    f: AnyUserFn,
     dt: Handle,
-) -> impl Fn([u8; N], [u8; N]) -> [u8; N] + Copy + 'static {
-    move |mut a: [u8; N], mut b: [u8; N]| {
-        let (mut len, mut dt) = (1 as c_int, dt);
-        // SAFETY: `f` is the MPI_User_function the program registered; it combines
-        // `len` (1) elements of `dt` at invec (`a`, from lower ranks) into inoutvec
-        // (`b`), both one element of the datatype's extent in the program's layout.
-        unsafe {
-            f(
-                a.as_mut_ptr().cast(),
-                b.as_mut_ptr().cast(),
-                &mut len,
-                &mut dt,
-            )
+    extent: usize,
+) -> impl Fn(&mut [u8], &[u8], Option<&[u8]>, bool) + 'static {
+    move |dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool| {
+        // The function writes inoutvec and may not write invec; both are library memory or
+        // the result buffer here. Where the right operand is not `dst`, it is copied there
+        // first; where the left one is `dst`, it is copied out.
+        let mut left: Vec<u8>;
+        match (acc, src_first) {
+            // dst = src op dst
+            (None, true) => left = src.to_vec(),
+            // dst = dst op src
+            (None, false) => {
+                left = dst.to_vec();
+                dst.copy_from_slice(src);
+            }
+            // dst = src op acc
+            (Some(acc), true) => {
+                left = src.to_vec();
+                dst.copy_from_slice(acc);
+            }
+            // dst = acc op src
+            (Some(acc), false) => {
+                left = acc.to_vec();
+                dst.copy_from_slice(src);
+            }
+        }
+        let elems = dst.len() / extent;
+        // Runs an int can count (MPI_User_function's len), cut at whole elements.
+        let piece = match f {
+            AnyUserFn::Int(_) => (c_int::MAX as usize).max(1),
+            AnyUserFn::Count(_) => usize::MAX,
         };
-        b
+        let mut done = 0;
+        while done < elems {
+            let k = (elems - done).min(piece);
+            let at = done * extent;
+            // SAFETY: `left` and `dst` hold `elems` elements of `dt` in the program's layout
+            // (the reduction moves whole extents); the function reads `k` from each.
+            unsafe {
+                f.call(
+                    left.as_mut_ptr().add(at),
+                    dst.as_mut_ptr().add(at),
+                    k,
+                    dt,
+                )
+            };
+            done += k;
+        }
     }
 }
 
@@ -323,18 +448,29 @@ where
             let f = pair_fn::<N>(max, value, index_at);
             run_with::<[u8; N]>(c, coll, send, recv, UserOp::commutative(f))
         }
-        Reducer::User {
-            f, commutative, dt, ..
-        } => {
-            let g = user_fn::<N>(f, dt);
-            if commutative {
-                run_with::<[u8; N]>(c, coll, send, recv, UserOp::commutative(g))
-            } else {
-                run_with::<[u8; N]>(c, coll, send, recv, UserOp::non_commutative(g))
-            }
+        Reducer::User { .. } | Reducer::Builtin(..) => {
+            unreachable!("only MINLOC/MAXLOC runs on sized elements")
         }
-        Reducer::Builtin(..) => unreachable!("builtin reductions run on their element type"),
     }
+}
+
+/// Run `f` on pairs of the sizes the value-index types have (with their C padding).
+macro_rules! pair_sized {
+    ($r:expr, $f:ident, $($arg:expr),*) => {
+        match element_size(&$r) {
+            4 => $f::<4>($($arg),*),
+            6 => $f::<6>($($arg),*),
+            8 => $f::<8>($($arg),*),
+            12 => $f::<12>($($arg),*),
+            16 => $f::<16>($($arg),*),
+            20 => $f::<20>($($arg),*),
+            24 => $f::<24>($($arg),*),
+            32 => $f::<32>($($arg),*),
+            n => Err(rmca::Error::InvalidArgument(format!(
+                "MINLOC/MAXLOC on a {n}-byte pair type"
+            ))),
+        }
+    };
 }
 
 /// [`run_sized`]'s reduction, for the non-blocking collectives.
@@ -351,50 +487,47 @@ where
         } => {
             RawReduction::new::<[u8; N], _>(UserOp::commutative(pair_fn::<N>(max, value, index_at)))
         }
-        Reducer::User {
-            f, commutative, dt, ..
-        } => {
-            let g = user_fn::<N>(f, dt);
-            if commutative {
-                RawReduction::new::<[u8; N], _>(UserOp::commutative(g))
-            } else {
-                RawReduction::new::<[u8; N], _>(UserOp::non_commutative(g))
-            }
-        }
-        Reducer::Builtin(op, _) => Err(rmca::Error::InvalidArgument(format!(
-            "internal: {op:?} runs on its element type"
-        ))),
+        Reducer::User { .. } | Reducer::Builtin(..) => Err(rmca::Error::InvalidArgument(
+            "internal: only MINLOC/MAXLOC runs on sized elements".into(),
+        )),
     }
 }
 
 /// The reduction `r` erased to bytes, for the non-blocking collectives (the same element
 /// functions the blocking ones run).
 pub fn raw_reduction(r: Reducer) -> MpiResult<RawReduction> {
-    if let Reducer::Builtin(op, elem) = r {
-        macro_rules! go {
-            ($($e:ident => $t:ty),*) => {
-                match elem { $(Elem::$e => RawReduction::new::<$t, Op>(op),)* }
-            };
-        }
-        return Ok(
-            go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16,
-            U32 => u32, U64 => u64, F32 => f32, F64 => f64)?,
-        );
-    }
-    macro_rules! sized {
-        ($($n:literal)*) => {
-            match element_size(&r) {
-                $($n => Ok(raw_sized::<$n>(r)?),)*
-                n => Err(MpiError::new(
-                    MPI_ERR_TYPE,
-                    format!("a reduction with a user operation or MINLOC/MAXLOC on elements of {n} B: rmca reduces elements of 1 to {MAX_USER_ELEMENT} B"),
-                )),
+    match r {
+        Reducer::Builtin(op, elem) => {
+            macro_rules! go {
+                ($($e:ident => $t:ty),*) => {
+                    match elem { $(Elem::$e => RawReduction::new::<$t, Op>(op),)* }
+                };
             }
-        };
+            Ok(
+                go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16,
+                U32 => u32, U64 => u64, F32 => f32, F64 => f64)?,
+            )
+        }
+        Reducer::User {
+            f,
+            commutative,
+            dt,
+            extent,
+        } => {
+            if extent == 0 {
+                return Err(MpiError::new(
+                    MPI_ERR_TYPE,
+                    "a user operation on a datatype of extent 0",
+                ));
+            }
+            Ok(RawReduction::from_fn(
+                extent,
+                commutative,
+                user_step(f, dt, extent),
+            )?)
+        }
+        Reducer::Pair { .. } => Ok(pair_sized!(r, raw_sized, r)?),
     }
-    sized!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
-        32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
-        61 62 63 64)
 }
 
 /// Bytes of one element of the reducer.
@@ -411,9 +544,6 @@ pub fn element_size(r: &Reducer) -> usize {
     }
 }
 
-/// The largest element a user operation may reduce (a fixed-size copy per element).
-pub const MAX_USER_ELEMENT: usize = 64;
-
 /// Run reducing collective `coll` with reducer `r` over `send` into `recv`.
 pub fn reduce(
     c: &rmca::Communicator,
@@ -422,33 +552,106 @@ pub fn reduce(
     recv: Option<&mut [u8]>,
     r: Reducer,
 ) -> MpiResult<()> {
-    if let Reducer::Builtin(op, elem) = r {
-        macro_rules! go {
-            ($($e:ident => $t:ty),*) => {
-                match elem { $(Elem::$e => run_builtin::<$t>(c, coll, send, recv, op),)* }
-            };
-        }
-        go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32,
-            U64 => u64, F32 => f32, F64 => f64)?;
-        return Ok(());
-    }
-    macro_rules! sized {
-        ($($n:literal)*) => {
-            match element_size(&r) {
-                $($n => run_sized::<$n>(c, coll, send, recv, r)?,)*
-                n => {
-                    return Err(MpiError::new(
-                        MPI_ERR_TYPE,
-                        format!("a reduction with a user operation or MINLOC/MAXLOC on elements of {n} B: rmca reduces elements of 1 to {MAX_USER_ELEMENT} B"),
-                    ))
-                }
+    match r {
+        Reducer::Builtin(op, elem) => {
+            macro_rules! go {
+                ($($e:ident => $t:ty),*) => {
+                    match elem { $(Elem::$e => run_builtin::<$t>(c, coll, send, recv, op),)* }
+                };
             }
-        };
+            go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32,
+                U64 => u64, F32 => f32, F64 => f64)?;
+        }
+        Reducer::Pair { .. } => pair_sized!(r, run_sized, c, coll, send, recv, r)?,
+        // A user function works on whole runs of bytes: the non-blocking collective (the
+        // same schedules), run to its end.
+        Reducer::User { .. } => reduce_bytes(c, coll, send, recv, r)?,
     }
-    sized!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
-        32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
-        61 62 63 64);
     Ok(())
+}
+
+/// [`reduce`] through the byte-level (non-blocking) collectives, waited for.
+fn reduce_bytes(
+    c: &rmca::Communicator,
+    coll: Coll<'_>,
+    send: &[u8],
+    recv: Option<&mut [u8]>,
+    r: Reducer,
+) -> MpiResult<()> {
+    let op = raw_reduction(r)?;
+    let elem = element_size(&r);
+    let len = send.len();
+    let null = std::ptr::null_mut();
+    let (rp, rlen) = match recv {
+        Some(b) => (b.as_mut_ptr(), b.len()),
+        None => (null, 0),
+    };
+    let need = |want: usize| {
+        if rlen < want || (want > 0 && rp.is_null()) {
+            Err(MpiError::new(
+                MPI_ERR_BUFFER,
+                format!("the receive buffer holds {rlen} B, the reduction's result {want} B"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: `send` and `recv` are borrowed for this call, which waits for the request.
+    let req = unsafe {
+        match coll {
+            Coll::Allreduce => {
+                need(len)?;
+                rmca::raw::iallreduce(c, send.as_ptr(), rp, len, op)?
+            }
+            Coll::Reduce(root) => {
+                if c.rank() == root {
+                    need(len)?;
+                }
+                rmca::raw::ireduce(c, send.as_ptr(), rp, len, op, root)?
+            }
+            Coll::Scan | Coll::Exscan => {
+                need(len)?;
+                rmca::raw::iscan(c, send.as_ptr(), rp, len, op, matches!(coll, Coll::Exscan))?
+            }
+            Coll::ReduceScatterBlock => {
+                let n = c.size();
+                let counts = vec![len / n.max(1); n];
+                need(counts[c.rank()])?;
+                rmca::raw::ireduce_scatter(c, send.as_ptr(), rp, &counts, op)?
+            }
+            Coll::ReduceScatter(elems) => {
+                let counts: Vec<usize> = elems.iter().map(|&k| k * elem).collect();
+                need(counts.get(c.rank()).copied().unwrap_or(0))?;
+                rmca::raw::ireduce_scatter(c, send.as_ptr(), rp, &counts, op)?
+            }
+        }
+    };
+    req.wait()?;
+    Ok(())
+}
+
+/// Register a user operation; its handle at `op`.
+fn op_create(f: Option<AnyUserFn>, commute: c_int, op: *mut Handle) -> MpiResult<()> {
+    state::with(|_| Ok(()))?;
+    let f = f.ok_or_else(|| MpiError::new(MPI_ERR_ARG, "the user function is NULL"))?;
+    if op.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the op argument is NULL"));
+    }
+    let entry = UserOpEntry {
+        f,
+        commutative: commute != 0,
+    };
+    let h = OPS.with(|o| {
+        super::table_insert(
+            &mut o.borrow_mut(),
+            entry,
+            (OP_BASE, MAX_OPS),
+            "user operations",
+            "MPI_Op_free",
+        )
+    })?;
+    // SAFETY: non-null, the caller's handle.
+    unsafe { put(op, h, "op") }
 }
 
 /// `MPI_Op_create`.
@@ -459,26 +662,83 @@ pub unsafe extern "C" fn MPI_Op_create(
     op: *mut Handle,
 ) -> c_int {
     call("MPI_Op_create", MPI_COMM_WORLD, || {
-        state::with(|_| Ok(()))?;
-        let f = user_fn.ok_or_else(|| MpiError::new(MPI_ERR_ARG, "the user function is NULL"))?;
-        if op.is_null() {
-            return Err(MpiError::new(MPI_ERR_ARG, "the op argument is NULL"));
-        }
-        let entry = UserOpEntry {
-            f,
-            commutative: commute != 0,
-        };
-        let h = OPS.with(|o| {
-            super::table_insert(
-                &mut o.borrow_mut(),
-                entry,
-                (OP_BASE, MAX_OPS),
-                "user operations",
-                "MPI_Op_free",
-            )
-        })?;
-        // SAFETY: non-null, the caller's handle.
-        unsafe { put(op, h, "op") }
+        op_create(user_fn.map(AnyUserFn::Int), commute, op)
+    })
+}
+
+/// `MPI_Op_create_c`: a user operation whose function takes an `MPI_Count` length.
+#[export]
+pub unsafe extern "C" fn MPI_Op_create_c(
+    user_fn: Option<UserFnC>,
+    commute: c_int,
+    op: *mut Handle,
+) -> c_int {
+    call("MPI_Op_create_c", MPI_COMM_WORLD, || {
+        op_create(user_fn.map(AnyUserFn::Count), commute, op)
+    })
+}
+
+/// `inoutbuf = inbuf op inoutbuf` for `count` elements of `dt`, locally.
+///
+/// # Safety
+/// Both buffers hold `count` elements of `dt`.
+unsafe fn reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: usize,
+    dt: Handle,
+    op: Handle,
+) -> MpiResult<()> {
+    state::with(|_| Ok(()))?;
+    let ty = Ty::for_use(dt)?;
+    let r = reducer(op, dt, &ty)?;
+    if in_place(inbuf) || in_place(inoutbuf) {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            "MPI_Reduce_local takes no MPI_IN_PLACE",
+        ));
+    }
+    let mut out = reduce_recv(&r, inoutbuf, count, &ty)?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let input = reduce_send(&r, inbuf, count, &ty)?;
+        apart(&input, &out, "MPI_Reduce_local")?;
+        out.load()?;
+        raw_reduction(r)?.apply_local(out.bytes_mut(), input.bytes())?;
+        out.finish(out.len());
+    }
+    Ok(())
+}
+
+/// `MPI_Reduce_local`.
+#[export]
+pub unsafe extern "C" fn MPI_Reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: c_int,
+    dt: Handle,
+    op: Handle,
+) -> c_int {
+    call("MPI_Reduce_local", MPI_COMM_WORLD, || {
+        let n = super::count(count, "count")?;
+        // SAFETY: MPI_Reduce_local's contract.
+        unsafe { reduce_local(inbuf, inoutbuf, n, dt, op) }
+    })
+}
+
+/// `MPI_Reduce_local_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Reduce_local_c(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: MPI_Count,
+    dt: Handle,
+    op: Handle,
+) -> c_int {
+    call("MPI_Reduce_local_c", MPI_COMM_WORLD, || {
+        let n = super::coll_c::count_c(count, "count")?;
+        // SAFETY: MPI_Reduce_local_c's contract.
+        unsafe { reduce_local(inbuf, inoutbuf, n, dt, op) }
     })
 }
 
@@ -519,4 +779,107 @@ pub unsafe extern "C" fn MPI_Op_commutative(op: Handle, commute: *mut c_int) -> 
         // SAFETY: the caller's int.
         unsafe { put(commute, c_int::from(c), "commute") }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes of a C `long double` holding `x` (exact for the values used).
+    fn long_double(x: f64) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        if cfg!(any(target_arch = "x86", target_arch = "x86_64")) {
+            // x87 extended from the f64's fields (normal numbers and zero).
+            let bits = x.to_bits();
+            let sign = (bits >> 63) as u16;
+            let exp = ((bits >> 52) & 0x7ff) as u16;
+            let frac = bits & ((1 << 52) - 1);
+            let (e, m) = if exp == 0 {
+                (0, 0)
+            } else {
+                (exp - 1023 + 16383, (1u64 << 63) | (frac << 11))
+            };
+            out[..8].copy_from_slice(&m.to_ne_bytes());
+            out[8..10].copy_from_slice(&((sign << 15) | e).to_ne_bytes());
+        } else {
+            let bits = x.to_bits();
+            let sign = u128::from(bits >> 63);
+            let exp = u128::from((bits >> 52) & 0x7ff);
+            let frac = u128::from(bits & ((1 << 52) - 1));
+            let e = if exp == 0 { 0 } else { exp - 1023 + 16383 };
+            let v = (sign << 127) | (e << 112) | (frac << 60);
+            out.copy_from_slice(&v.to_ne_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn long_double_order() {
+        use std::cmp::Ordering::*;
+        let v = [-3.5, -1.0, -0.0, 0.0, 0.25, 1.0, 1.0 + f64::EPSILON, 1e300];
+        for (i, &a) in v.iter().enumerate() {
+            for (j, &b) in v.iter().enumerate() {
+                let want = if a == b { Equal } else { i.cmp(&j) };
+                assert_eq!(
+                    long_double_cmp(&long_double(a), &long_double(b)),
+                    Some(want),
+                    "{a} vs {b}"
+                );
+            }
+        }
+    }
+
+    /// 2x2 matrix product on `len` matrices of i64: inout = in x inout.
+    unsafe extern "C" fn matmul(a: *mut c_void, b: *mut c_void, len: *mut c_int, _: *mut Handle) {
+        // SAFETY: the test passes `len` matrices at each pointer.
+        unsafe {
+            for k in 0..*len as usize {
+                let x = std::slice::from_raw_parts(a.cast::<i64>().add(4 * k), 4).to_vec();
+                let y = std::slice::from_raw_parts_mut(b.cast::<i64>().add(4 * k), 4);
+                let r = [
+                    x[0] * y[0] + x[1] * y[2],
+                    x[0] * y[1] + x[1] * y[3],
+                    x[2] * y[0] + x[3] * y[2],
+                    x[2] * y[1] + x[3] * y[3],
+                ];
+                y.copy_from_slice(&r);
+            }
+        }
+    }
+
+    fn product(a: [i64; 4], b: [i64; 4]) -> [i64; 4] {
+        [
+            a[0] * b[0] + a[1] * b[2],
+            a[0] * b[1] + a[1] * b[3],
+            a[2] * b[0] + a[3] * b[2],
+            a[2] * b[1] + a[3] * b[3],
+        ]
+    }
+
+    /// The user step keeps the operand order of every form the executor asks for, on whole
+    /// runs of elements.
+    #[test]
+    fn user_step_operand_order() {
+        let step = user_step(AnyUserFn::Int(matmul), 0, 32);
+        let (a, b, c) = ([1, 2, 3, 4], [0, 1, 1, 0], [2, 0, 1, 1]);
+        let bytes = |m: [i64; 4]| bytemuck::cast::<[i64; 4], [u8; 32]>(m).to_vec();
+        let value = |v: &[u8]| bytemuck::pod_read_unaligned::<[i64; 4]>(v);
+        // dst = src op dst, and dst op src.
+        let mut d = bytes(b);
+        step(&mut d, &bytes(a), None, true);
+        assert_eq!(value(&d), product(a, b));
+        let mut d = bytes(a);
+        step(&mut d, &bytes(b), None, false);
+        assert_eq!(value(&d), product(a, b));
+        // dst = src op acc, and acc op src.
+        let mut d = bytes(c);
+        step(&mut d, &bytes(a), Some(&bytes(b)), true);
+        assert_eq!(value(&d), product(a, b));
+        step(&mut d, &bytes(a), Some(&bytes(b)), false);
+        assert_eq!(value(&d), product(b, a));
+        // Two elements in one call.
+        let mut d = [bytes(b), bytes(c)].concat();
+        step(&mut d, &[bytes(a), bytes(a)].concat(), None, true);
+        assert_eq!(value(&d[32..]), product(a, c));
+    }
 }

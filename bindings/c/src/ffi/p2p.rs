@@ -9,8 +9,8 @@ use rmca::raw;
 
 use super::types::Ty;
 use super::{
-    buffer_len, bytes, bytes_mut, call, dest, empty_status, no_overlap, outcome, put, put_status,
-    recv_data, recv_tag, send_data, send_tag, source, to_mpi_status, SendData, Staged,
+    bytes, bytes_mut, call, dest, empty_status, no_overlap, outcome, put, put_status, recv_tag,
+    send_tag, source, to_mpi_status, SendData, Staged,
 };
 use crate::abi::*;
 use crate::state::{
@@ -19,16 +19,70 @@ use crate::state::{
 };
 use rmca_mpi_export::export;
 
-/// The communicator and the byte length of a point-to-point call.
-#[inline]
+/// A large count (`MPI_Count`, the `_c` calls): non-negative, and within the address space.
+pub(crate) fn count_c(n: MPI_Count, what: &str) -> MpiResult<usize> {
+    usize::try_from(n).map_err(|_| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} count {n} is invalid: counts are >= 0 and fit the address space"),
+        )
+    })
+}
+
+/// [`super::send_data`] for a count of any width.
+///
+/// # Safety
+/// As [`super::send_data`].
+unsafe fn send_data_c(
+    buf: *const c_void,
+    n: MPI_Count,
+    dt: Handle,
+    what: &str,
+) -> MpiResult<SendData> {
+    let n = count_c(n, what)?;
+    let ty = Ty::for_use(dt)?;
+    // SAFETY: the caller's contract.
+    unsafe { super::send_data_n(buf, n, &ty, what) }
+}
+
+/// [`super::recv_data`] for a count of any width.
+fn recv_data_c(
+    buf: *mut c_void,
+    n: MPI_Count,
+    dt: Handle,
+    what: &str,
+) -> MpiResult<super::RecvData> {
+    let n = count_c(n, what)?;
+    let ty = Ty::for_use(dt)?;
+    super::recv_data_n(buf, n, &ty, what)
+}
+
+/// The communicator and the byte length of a point-to-point call that uses the buffer in
+/// place (persistent requests), for a count of any width: a derived datatype must be one
+/// run of bytes starting at `buf`.
 fn args(
     comm: Handle,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: Handle,
 ) -> MpiResult<(rmca::Communicator, usize)> {
     let c = super::communicator(comm)?;
-    Ok((c, buffer_len(buf, count, dt, "message")?))
+    let n = count_c(count, "message")?;
+    let ty = Ty::for_use(dt)?;
+    let len = ty.packed_len(n)?;
+    if !matches!(ty.run(n), Some((0, _))) {
+        return Err(MpiError::new(
+            MPI_ERR_TYPE,
+            format!("datatype {dt:#x} does not lay its data out as one run from the buffer start, which persistent requests need"),
+        ));
+    }
+    if len > 0 && buf.is_null() {
+        return Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("message buffer is NULL with {n} elements to transfer"),
+        ));
+    }
+    Ok((c, len))
 }
 
 /// A blocking send of any mode: the general path (any datatype; every argument checked).
@@ -37,7 +91,7 @@ fn args(
 fn send(
     kind: SendKind,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: Handle,
     to: c_int,
     tag: c_int,
@@ -45,7 +99,7 @@ fn send(
 ) -> MpiResult<()> {
     let c = super::communicator(comm)?;
     // SAFETY: the send's contract: `buf` holds `count` elements of `dt`.
-    let data = unsafe { send_data(buf, count, dt, "message")? };
+    let data = unsafe { send_data_c(buf, count, dt, "message")? };
     // SAFETY: the send's contract: `buf` is not written during the call; the slice lives
     // only for the call.
     send_on(&c, kind, unsafe { data.bytes() }, to, tag)
@@ -151,12 +205,32 @@ macro_rules! blocking_send {
                     // for the call.
                     return send_on(&c, $kind, unsafe { bytes(buf, len) }, dest, tag);
                 }
+                send($kind, buf, count.into(), datatype, dest, tag, comm)
+            })
+        }
+    };
+    ($name:ident, $kind:expr, large) => {
+        #[doc = concat!("`", stringify!($name), "`: the large-count form.")]
+        #[export]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: MPI_Count,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
                 send($kind, buf, count, datatype, dest, tag, comm)
             })
         }
     };
 }
 
+blocking_send!(MPI_Send_c, SendKind::Standard, large);
+blocking_send!(MPI_Ssend_c, SendKind::Synchronous, large);
+blocking_send!(MPI_Rsend_c, SendKind::Ready, large);
+blocking_send!(MPI_Bsend_c, SendKind::Buffered, large);
 blocking_send!(MPI_Send, SendKind::Standard);
 blocking_send!(MPI_Ssend, SendKind::Synchronous);
 blocking_send!(MPI_Rsend, SendKind::Ready);
@@ -242,7 +316,24 @@ pub unsafe extern "C" fn MPI_Recv(
             };
         }
         // SAFETY: MPI_Recv's contract.
-        unsafe { recv_general(buf, count, datatype, src, tag, comm, status) }
+        unsafe { recv_general(buf, count.into(), datatype, src, tag, comm, status) }
+    })
+}
+
+/// `MPI_Recv_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Recv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    // SAFETY: MPI_Recv_c's contract.
+    call("MPI_Recv_c", comm, || unsafe {
+        recv_general(buf, count, datatype, src, tag, comm, status)
     })
 }
 
@@ -255,7 +346,7 @@ pub unsafe extern "C" fn MPI_Recv(
 #[inline(never)]
 unsafe fn recv_general(
     buf: *mut c_void,
-    count: c_int,
+    count: MPI_Count,
     datatype: Handle,
     src: c_int,
     tag: c_int,
@@ -263,7 +354,7 @@ unsafe fn recv_general(
     status: *mut MpiStatus,
 ) -> MpiResult<()> {
     let c = super::communicator(comm)?;
-    let mut data = recv_data(buf, count, datatype, "message")?;
+    let mut data = recv_data_c(buf, count, datatype, "message")?;
     let src = source(src, c.size())?;
     let tag = recv_tag(tag)?;
     // SAFETY: the caller's contract.
@@ -407,7 +498,7 @@ fn add_fast(s: &mut State, comm: Handle, started: Option<Slot>) -> MpiResult<Han
 
 /// The state of an operation on `MPI_PROC_NULL`: complete, with its empty status.
 #[cold]
-fn proc_null_done() -> ReqState {
+pub(crate) fn proc_null_done() -> ReqState {
     let mut st = empty_status();
     st.source = MPI_PROC_NULL;
     ReqState::Done(Box::new(Outcome {
@@ -443,7 +534,7 @@ pub(crate) fn start_recv(
 fn isend(
     kind: SendKind,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: Handle,
     to: c_int,
     tag: c_int,
@@ -452,7 +543,7 @@ fn isend(
 ) -> MpiResult<()> {
     let c = super::communicator(comm)?;
     // SAFETY: the send's contract: `buf` holds `count` elements of `dt`.
-    let data = unsafe { send_data(buf, count, dt, "message")? };
+    let data = unsafe { send_data_c(buf, count, dt, "message")? };
     let (ptr, len) = match &data {
         SendData::Direct(p, len) => (*p as usize, *len),
         SendData::Packed(v) => (v.as_ptr() as usize, v.len()),
@@ -530,11 +621,36 @@ macro_rules! nonblocking_send {
                 ) {
                     return isend_in_place(mode, buf as usize, len, dest, tag, comm, request);
                 }
+                isend($kind, buf, count.into(), datatype, dest, tag, comm, request)
+            })
+        }
+    };
+    ($name:ident, $kind:expr, large) => {
+        #[doc = concat!("`", stringify!($name), "`: the large-count form.")]
+        #[export]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: MPI_Count,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
+                if request.is_null() {
+                    return Err(super::null_argument("request"));
+                }
                 isend($kind, buf, count, datatype, dest, tag, comm, request)
             })
         }
     };
 }
+
+nonblocking_send!(MPI_Isend_c, SendKind::Standard, large);
+nonblocking_send!(MPI_Issend_c, SendKind::Synchronous, large);
+nonblocking_send!(MPI_Irsend_c, SendKind::Ready, large);
+nonblocking_send!(MPI_Ibsend_c, SendKind::Buffered, large);
 
 nonblocking_send!(MPI_Isend, SendKind::Standard);
 nonblocking_send!(MPI_Issend, SendKind::Synchronous);
@@ -569,21 +685,53 @@ pub unsafe extern "C" fn MPI_Irecv(
             // SAFETY: the caller's request handle.
             return unsafe { put(request, h, "request") };
         }
-        let c = super::communicator(comm)?;
-        let mut data = recv_data(buf, count, datatype, "message")?;
-        // SAFETY: only the address is taken; the PML writes there until completion, and a
-        // staged buffer's heap allocation does not move when `data` does.
-        let at = unsafe { data.bytes_mut() }.as_mut_ptr() as usize;
-        let st = start_recv(&c, at, data.len(), src, tag)?;
-        let h = state::with(|s| {
-            let h = s.add_request(ReqEntry::new(comm, st))?;
-            if data.is_staged() {
-                s.stage(h, Staged::Recv(data));
-            }
-            Ok(h)
-        })?;
-        // SAFETY: the caller's request handle.
-        unsafe { put(request, h, "request") }
+        irecv_general(buf, count.into(), datatype, src, tag, comm, request)
+    })
+}
+
+/// `MPI_Irecv`'s general path (any datatype, any count width).
+fn irecv_general(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    let c = super::communicator(comm)?;
+    let mut data = recv_data_c(buf, count, datatype, "message")?;
+    // SAFETY: only the address is taken; the PML writes there until completion, and a
+    // staged buffer's heap allocation does not move when `data` does.
+    let at = unsafe { data.bytes_mut() }.as_mut_ptr() as usize;
+    let st = start_recv(&c, at, data.len(), src, tag)?;
+    let h = state::with(|s| {
+        let h = s.add_request(ReqEntry::new(comm, st))?;
+        if data.is_staged() {
+            s.stage(h, Staged::Recv(data));
+        }
+        Ok(h)
+    })?;
+    // SAFETY: the caller's request handle.
+    unsafe { put(request, h, "request") }
+}
+
+/// `MPI_Irecv_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Irecv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Irecv_c", comm, || {
+        if request.is_null() {
+            return Err(super::null_argument("request"));
+        }
+        irecv_general(buf, count, datatype, src, tag, comm, request)
     })
 }
 
@@ -592,7 +740,7 @@ pub unsafe extern "C" fn MPI_Irecv(
 fn send_init(
     kind: SendKind,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: Handle,
     to: c_int,
     tag: c_int,
@@ -635,11 +783,33 @@ macro_rules! persistent_send {
             request: *mut Handle,
         ) -> c_int {
             call(stringify!($name), comm, || {
+                send_init($kind, buf, count.into(), datatype, dest, tag, comm, request)
+            })
+        }
+    };
+    ($name:ident, $kind:expr, large) => {
+        #[doc = concat!("`", stringify!($name), "`: the large-count form.")]
+        #[export]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: MPI_Count,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
                 send_init($kind, buf, count, datatype, dest, tag, comm, request)
             })
         }
     };
 }
+
+persistent_send!(MPI_Send_init_c, SendKind::Standard, large);
+persistent_send!(MPI_Ssend_init_c, SendKind::Synchronous, large);
+persistent_send!(MPI_Rsend_init_c, SendKind::Ready, large);
+persistent_send!(MPI_Bsend_init_c, SendKind::Buffered, large);
 
 persistent_send!(MPI_Send_init, SendKind::Standard);
 persistent_send!(MPI_Ssend_init, SendKind::Synchronous);
@@ -658,25 +828,54 @@ pub unsafe extern "C" fn MPI_Recv_init(
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Recv_init", comm, || {
-        let (c, len) = args(comm, buf, count, datatype)?;
-        source(src, c.size())?;
-        recv_tag(tag)?;
-        let h = state::with(|s| {
-            s.add_request(ReqEntry {
-                comm,
-                state: ReqState::Inactive,
-                staged: false,
-                persistent: Some(Box::new(Persistent::Recv {
-                    buf: buf as usize,
-                    len,
-                    source: src,
-                    tag,
-                })),
-            })
-        })?;
-        // SAFETY: the caller's request handle.
-        unsafe { put(request, h, "request") }
+        recv_init(buf, count.into(), datatype, src, tag, comm, request)
     })
+}
+
+/// `MPI_Recv_init_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Recv_init_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Recv_init_c", comm, || {
+        recv_init(buf, count, datatype, src, tag, comm, request)
+    })
+}
+
+/// `MPI_Recv_init`'s body, for a count of any width.
+fn recv_init(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    src: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    let (c, len) = args(comm, buf, count, datatype)?;
+    source(src, c.size())?;
+    recv_tag(tag)?;
+    let h = state::with(|s| {
+        s.add_request(ReqEntry {
+            comm,
+            state: ReqState::Inactive,
+            staged: false,
+            persistent: Some(Box::new(Persistent::Recv {
+                buf: buf as usize,
+                len,
+                source: src,
+                tag,
+            })),
+        })
+    })?;
+    // SAFETY: the caller's request handle.
+    unsafe { put(request, h, "request") }
 }
 
 /// Start persistent request `h`.
@@ -684,7 +883,7 @@ fn start(s: &mut State, h: Handle) -> MpiResult<()> {
     let entry = s.request(h)?;
     // A bad start is the request's communicator's error (its handler decides), not the world's.
     let comm = entry.comm;
-    let Some(p) = entry.persistent.as_deref().copied() else {
+    let Some(p) = entry.persistent.as_deref().cloned() else {
         return Err(MpiError::new(
             MPI_ERR_REQUEST,
             "MPI_Start on a request that is not persistent (made by MPI_Send_init or MPI_Recv_init)",
@@ -699,6 +898,11 @@ fn start(s: &mut State, h: Handle) -> MpiResult<()> {
         .on(comm));
     }
     let c = s.comm(comm)?.comm.clone();
+    if super::partitioned::is_partitioned(&p) {
+        let st = super::partitioned::start(&c, h).map_err(|e| e.on(comm))?;
+        s.request(h)?.state = st;
+        return Ok(());
+    }
     let st = match p {
         Persistent::Send {
             buf,
@@ -713,6 +917,14 @@ fn start(s: &mut State, h: Handle) -> MpiResult<()> {
             source,
             tag,
         } => start_recv(&c, buf, len, source, tag),
+        Persistent::Coll(f) => {
+            let (r, keep) = (f.0)(&c).map_err(|e| e.on(comm))?;
+            s.request(h)?.state = ReqState::Active(r);
+            if let Some(keep) = keep {
+                s.stage(h, keep);
+            }
+            return Ok(());
+        }
     }
     .map_err(|e| e.on(comm))?;
     s.request(h)?.state = st;
@@ -811,35 +1023,81 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     status: *mut MpiStatus,
 ) -> c_int {
     call("MPI_Sendrecv", comm, || {
-        let c = super::communicator(comm)?;
-        // SAFETY: MPI_Sendrecv's contract: `sendbuf` holds `sendcount` elements.
-        let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
-        let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
-        let to = match dest(to, c.size())? {
-            Some(d) => rmca::Dest::Rank(d),
-            None => rmca::Dest::Null,
-        };
-        let sendtag = send_tag(sendtag)?;
-        let src = source(src, c.size())?;
-        let recvtag = recv_tag(recvtag)?;
-        // SAFETY: MPI_Sendrecv's contract: both buffers are valid for the call, the send
-        // buffer unwritten and the receive buffer unaccessed otherwise.
-        let (sb, rb) = unsafe { (send.bytes(), recv.bytes_mut()) };
-        no_overlap(
-            sb.as_ptr().cast(),
-            sb.len(),
-            rb.as_ptr().cast(),
-            rb.len(),
-            "MPI_Sendrecv",
-        )?;
-        let o = outcome(c.sendrecv(sb, to, sendtag, rb, src, recvtag));
-        // SAFETY: as above; the caller's status or MPI_STATUS_IGNORE.
-        unsafe {
-            recv.finish(o.status.bytes() as usize);
-            put_status(status, &o.status);
-        }
-        o.error.map_or(Ok(()), Err)
+        let send = (sendbuf, sendcount.into(), sendtype, to, sendtag);
+        let recv = (recvbuf, recvcount.into(), recvtype, src, recvtag);
+        // SAFETY: MPI_Sendrecv's contract.
+        unsafe { sendrecv(send, recv, comm, status, "MPI_Sendrecv") }
     })
+}
+
+/// `MPI_Sendrecv_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Sendrecv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: Handle,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Sendrecv_c", comm, || {
+        let send = (sendbuf, sendcount, sendtype, to, sendtag);
+        let recv = (recvbuf, recvcount, recvtype, src, recvtag);
+        // SAFETY: MPI_Sendrecv_c's contract.
+        unsafe { sendrecv(send, recv, comm, status, "MPI_Sendrecv_c") }
+    })
+}
+
+/// The send half of an exchange: buffer, count, datatype, destination, tag.
+type SendHalf = (*const c_void, MPI_Count, Handle, c_int, c_int);
+/// The receive half of an exchange: buffer, count, datatype, source, tag.
+type RecvHalf = (*mut c_void, MPI_Count, Handle, c_int, c_int);
+
+/// `MPI_Sendrecv`'s body, for counts of any width.
+///
+/// # Safety
+/// `MPI_Sendrecv`'s contract.
+unsafe fn sendrecv(
+    (sendbuf, sendcount, sendtype, to, sendtag): SendHalf,
+    (recvbuf, recvcount, recvtype, src, recvtag): RecvHalf,
+    comm: Handle,
+    status: *mut MpiStatus,
+    fname: &str,
+) -> MpiResult<()> {
+    let c = super::communicator(comm)?;
+    // SAFETY: MPI_Sendrecv's contract: `sendbuf` holds `sendcount` elements.
+    let send = unsafe { send_data_c(sendbuf, sendcount, sendtype, "send")? };
+    let mut recv = recv_data_c(recvbuf, recvcount, recvtype, "receive")?;
+    let to = match dest(to, c.size())? {
+        Some(d) => rmca::Dest::Rank(d),
+        None => rmca::Dest::Null,
+    };
+    let sendtag = send_tag(sendtag)?;
+    let src = source(src, c.size())?;
+    let recvtag = recv_tag(recvtag)?;
+    // SAFETY: MPI_Sendrecv's contract: both buffers are valid for the call, the send
+    // buffer unwritten and the receive buffer unaccessed otherwise.
+    let (sb, rb) = unsafe { (send.bytes(), recv.bytes_mut()) };
+    no_overlap(
+        sb.as_ptr().cast(),
+        sb.len(),
+        rb.as_ptr().cast(),
+        rb.len(),
+        fname,
+    )?;
+    let o = outcome(c.sendrecv(sb, to, sendtag, rb, src, recvtag));
+    // SAFETY: as above; the caller's status or MPI_STATUS_IGNORE.
+    unsafe {
+        recv.finish(o.status.bytes() as usize);
+        put_status(status, &o.status);
+    }
+    o.error.map_or(Ok(()), Err)
 }
 
 /// `MPI_Sendrecv_replace`: the message sent is a copy, the reply lands in `buf`.
@@ -856,33 +1114,91 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     status: *mut MpiStatus,
 ) -> c_int {
     call("MPI_Sendrecv_replace", comm, || {
-        let c = super::communicator(comm)?;
-        // SAFETY: MPI_Sendrecv_replace's contract: `buf` holds `count` elements for the call.
-        let copy = unsafe { send_data(buf, count, datatype, "message")?.bytes().to_vec() };
-        let mut recv = recv_data(buf, count, datatype, "message")?;
-        let to = match dest(to, c.size())? {
-            Some(d) => rmca::Dest::Rank(d),
-            None => rmca::Dest::Null,
-        };
-        let sendtag = send_tag(sendtag)?;
-        let src = source(src, c.size())?;
-        let recvtag = recv_tag(recvtag)?;
-        // SAFETY: as above; the copy is separate from `buf`.
-        let o = outcome(c.sendrecv(
-            &copy,
-            to,
-            sendtag,
-            unsafe { recv.bytes_mut() },
-            src,
-            recvtag,
-        ));
-        // SAFETY: as above; the caller's status or MPI_STATUS_IGNORE.
+        // SAFETY: MPI_Sendrecv_replace's contract.
         unsafe {
-            recv.finish(o.status.bytes() as usize);
-            put_status(status, &o.status);
+            sendrecv_replace(
+                buf,
+                count.into(),
+                datatype,
+                (to, sendtag, src, recvtag),
+                comm,
+                status,
+            )
         }
-        o.error.map_or(Ok(()), Err)
     })
+}
+
+/// `MPI_Sendrecv_replace_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Sendrecv_replace_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Sendrecv_replace_c", comm, || {
+        // SAFETY: MPI_Sendrecv_replace_c's contract.
+        unsafe {
+            sendrecv_replace(
+                buf,
+                count,
+                datatype,
+                (to, sendtag, src, recvtag),
+                comm,
+                status,
+            )
+        }
+    })
+}
+
+/// `MPI_Sendrecv_replace`'s body, for a count of any width; `peers` is (destination, send
+/// tag, source, receive tag).
+///
+/// # Safety
+/// `MPI_Sendrecv_replace`'s contract.
+unsafe fn sendrecv_replace(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    (to, sendtag, src, recvtag): (c_int, c_int, c_int, c_int),
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> MpiResult<()> {
+    let c = super::communicator(comm)?;
+    // SAFETY: MPI_Sendrecv_replace's contract: `buf` holds `count` elements for the call.
+    let copy = unsafe {
+        send_data_c(buf, count, datatype, "message")?
+            .bytes()
+            .to_vec()
+    };
+    let mut recv = recv_data_c(buf, count, datatype, "message")?;
+    let to = match dest(to, c.size())? {
+        Some(d) => rmca::Dest::Rank(d),
+        None => rmca::Dest::Null,
+    };
+    let sendtag = send_tag(sendtag)?;
+    let src = source(src, c.size())?;
+    let recvtag = recv_tag(recvtag)?;
+    // SAFETY: as above; the copy is separate from `buf`.
+    let o = outcome(c.sendrecv(
+        &copy,
+        to,
+        sendtag,
+        unsafe { recv.bytes_mut() },
+        src,
+        recvtag,
+    ));
+    // SAFETY: as above; the caller's status or MPI_STATUS_IGNORE.
+    unsafe {
+        recv.finish(o.status.bytes() as usize);
+        put_status(status, &o.status);
+    }
+    o.error.map_or(Ok(()), Err)
 }
 
 /// Read the byte count of a status (not `MPI_STATUS_IGNORE`).
@@ -937,5 +1253,274 @@ pub unsafe extern "C" fn MPI_Get_elements(
         let bytes = status_bytes(status)?;
         let n = Ty::lookup(datatype)?.elements(bytes)?;
         put_count(count, n)
+    })
+}
+
+/// One half of an `MPI_Isendrecv`: running in the PML, or its outcome.
+#[derive(Debug)]
+enum Half {
+    Running(raw::RawRequest),
+    Done(rmca::Result<rmca::Status>),
+    /// The outcome was handed on.
+    Spent,
+}
+
+impl Half {
+    /// Test a running half once.
+    fn poll(&mut self) {
+        if let Half::Running(_) = self {
+            let Half::Running(r) = std::mem::replace(self, Half::Spent) else {
+                unreachable!("matched above")
+            };
+            *self = match r.test() {
+                raw::Polled::Pending(r) => Half::Running(r),
+                raw::Polled::Done(res) => Half::Done(res),
+            };
+        }
+    }
+
+    fn take(&mut self) -> rmca::Result<rmca::Status> {
+        match std::mem::replace(self, Half::Spent) {
+            Half::Done(res) => res,
+            _ => Err(rmca::Error::InvalidArgument(
+                "internal: an exchange's half taken before it completed".into(),
+            )),
+        }
+    }
+}
+
+/// `MPI_Isendrecv`'s operation: a send and a receive, complete when both are; its status is
+/// the receive's (a failed send's error when the receive succeeded). `_keep` is the
+/// library's copy of the data sent (packed, or `MPI_Isendrecv_replace`'s copy), read until
+/// the send completed.
+#[derive(Debug)]
+struct Exchange {
+    send: Half,
+    recv: Half,
+    _keep: Vec<u8>,
+}
+
+impl raw::CustomOp for Exchange {
+    fn poll(&mut self) -> Option<rmca::Result<rmca::Status>> {
+        self.send.poll();
+        self.recv.poll();
+        if matches!(self.send, Half::Running(_)) || matches!(self.recv, Half::Running(_)) {
+            return None;
+        }
+        let sent = self.send.take();
+        let received = self.recv.take();
+        Some(match (sent, received) {
+            (Err(e), Ok(_)) => Err(e),
+            (_, received) => received,
+        })
+    }
+
+    fn cancel(&mut self) -> rmca::Result<bool> {
+        match &mut self.recv {
+            Half::Running(r) => r.cancel(),
+            _ => Ok(false),
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// Start both halves of an exchange; its request handle. `send` holds the data sent
+/// (`keep`: the library's copy of it, if any), `recv` where the reply lands.
+///
+/// # Safety
+/// The contract of `MPI_Isendrecv`: the program's buffers are left alone until the request
+/// completed.
+unsafe fn start_exchange(
+    c: &rmca::Communicator,
+    comm: Handle,
+    send: (SendData, c_int, c_int),
+    mut recv: super::RecvData,
+    (src, recvtag): (c_int, c_int),
+) -> MpiResult<Handle> {
+    let (data, to, sendtag) = send;
+    let to = dest(to, c.size())?;
+    let sendtag = send_tag(sendtag)?;
+    let src = source(src, c.size())?;
+    let recvtag = recv_tag(recvtag)?;
+    let (sp, sl) = data.span();
+    let (rp, rl) = recv.span();
+    no_overlap(sp, sl, rp, rl, "MPI_Isendrecv")?;
+    let recv_half = if src == rmca::Src::Null {
+        Half::Done(Ok(rmca::Status::PROC_NULL))
+    } else {
+        // SAFETY: the caller's contract (a staged buffer is the library's, kept with the
+        // request until completion; its heap allocation does not move with `recv`).
+        let at = unsafe { recv.bytes_mut() }.as_mut_ptr();
+        // SAFETY: as above.
+        Half::Running(unsafe { raw::irecv(c, at, rl, src, recvtag)? })
+    };
+    let send_half = match to {
+        None => Half::Done(Ok(rmca::Status::PROC_NULL)),
+        // SAFETY: the caller's contract; a packed copy is kept by the operation.
+        Some(to) => {
+            Half::Running(unsafe { raw::isend(c, sp.cast(), sl, to, sendtag, SendMode::Standard)? })
+        }
+    };
+    let keep = match data {
+        SendData::Packed(v) => v,
+        SendData::Direct(..) => Vec::new(),
+    };
+    let op = Exchange {
+        send: send_half,
+        recv: recv_half,
+        _keep: keep,
+    };
+    let r = raw::custom(c, Box::new(op));
+    state::with(|s| {
+        let h = s.add_request(ReqEntry::new(comm, ReqState::Active(r)))?;
+        if recv.is_staged() {
+            s.stage(h, Staged::Recv(recv));
+        }
+        Ok(h)
+    })
+}
+
+/// `MPI_Isendrecv`'s body, for counts of any width.
+///
+/// # Safety
+/// `MPI_Isendrecv`'s contract.
+unsafe fn isendrecv(
+    (sendbuf, sendcount, sendtype, to, sendtag): SendHalf,
+    (recvbuf, recvcount, recvtype, src, recvtag): RecvHalf,
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    if request.is_null() {
+        return Err(super::null_argument("request"));
+    }
+    let c = super::communicator(comm)?;
+    // SAFETY: MPI_Isendrecv's contract: `sendbuf` holds `sendcount` elements.
+    let send = unsafe { send_data_c(sendbuf, sendcount, sendtype, "send")? };
+    let recv = recv_data_c(recvbuf, recvcount, recvtype, "receive")?;
+    // SAFETY: MPI_Isendrecv's contract.
+    let h = unsafe { start_exchange(&c, comm, (send, to, sendtag), recv, (src, recvtag))? };
+    // SAFETY: the caller's request handle (non-null, checked).
+    unsafe { put(request, h, "request") }
+}
+
+/// `MPI_Isendrecv_replace`'s body, for a count of any width: the data is copied out first,
+/// the reply lands in `buf`.
+///
+/// # Safety
+/// `MPI_Isendrecv_replace`'s contract.
+unsafe fn isendrecv_replace(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    (to, sendtag, src, recvtag): (c_int, c_int, c_int, c_int),
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    if request.is_null() {
+        return Err(super::null_argument("request"));
+    }
+    let c = super::communicator(comm)?;
+    // SAFETY: MPI_Isendrecv_replace's contract: `buf` holds `count` elements now.
+    let copy = unsafe {
+        send_data_c(buf, count, datatype, "message")?
+            .bytes()
+            .to_vec()
+    };
+    let recv = recv_data_c(buf, count, datatype, "message")?;
+    let send = (SendData::Packed(copy), to, sendtag);
+    // SAFETY: MPI_Isendrecv_replace's contract; the data sent is the library's copy.
+    let h = unsafe { start_exchange(&c, comm, send, recv, (src, recvtag))? };
+    // SAFETY: the caller's request handle (non-null, checked).
+    unsafe { put(request, h, "request") }
+}
+
+/// `MPI_Isendrecv`: a send and a receive under one request.
+#[export]
+pub unsafe extern "C" fn MPI_Isendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Isendrecv", comm, || {
+        let send = (sendbuf, sendcount.into(), sendtype, to, sendtag);
+        let recv = (recvbuf, recvcount.into(), recvtype, src, recvtag);
+        // SAFETY: MPI_Isendrecv's contract.
+        unsafe { isendrecv(send, recv, comm, request) }
+    })
+}
+
+/// `MPI_Isendrecv_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Isendrecv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: Handle,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Isendrecv_c", comm, || {
+        let send = (sendbuf, sendcount, sendtype, to, sendtag);
+        let recv = (recvbuf, recvcount, recvtype, src, recvtag);
+        // SAFETY: MPI_Isendrecv_c's contract.
+        unsafe { isendrecv(send, recv, comm, request) }
+    })
+}
+
+/// `MPI_Isendrecv_replace`: the message sent is a copy taken now, the reply lands in `buf`.
+#[export]
+pub unsafe extern "C" fn MPI_Isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Isendrecv_replace", comm, || {
+        let peers = (to, sendtag, src, recvtag);
+        // SAFETY: MPI_Isendrecv_replace's contract.
+        unsafe { isendrecv_replace(buf, count.into(), datatype, peers, comm, request) }
+    })
+}
+
+/// `MPI_Isendrecv_replace_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Isendrecv_replace_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: Handle,
+    to: c_int,
+    sendtag: c_int,
+    src: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Isendrecv_replace_c", comm, || {
+        let peers = (to, sendtag, src, recvtag);
+        // SAFETY: MPI_Isendrecv_replace_c's contract.
+        unsafe { isendrecv_replace(buf, count, datatype, peers, comm, request) }
     })
 }

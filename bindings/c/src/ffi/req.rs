@@ -715,6 +715,13 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
                 if let ReqState::Active(r) = entry.state {
                     s.detached.push(r);
                 }
+                if entry
+                    .persistent
+                    .as_deref()
+                    .is_some_and(super::partitioned::is_partitioned)
+                {
+                    super::partitioned::forget(h);
+                }
             }
             if let Some(staged) = s.staged.remove(&h) {
                 s.staged_detached.push(staged);

@@ -4,8 +4,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::coll::{apart, blocks_of, in_place, root_of, same_block};
-use super::{recv_data, recv_data_n, send_data, send_data_n, RecvData, SendData};
+use super::coll::{apart, blocks_n, in_place, recv_n, root_of, same_block, send_n};
+use super::{recv_data_n, send_data_n, RecvData, SendData};
 use crate::abi::Handle;
 use crate::state::MpiResult;
 
@@ -60,10 +60,10 @@ pub(crate) unsafe fn gather(
     fname: &str,
     comm: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: usize,
     recvtype: Handle,
     root: c_int,
 ) -> MpiResult<(usize, Gather)> {
@@ -71,10 +71,10 @@ pub(crate) unsafe fn gather(
     let root = root_of(root, n)?;
     if me != root {
         // SAFETY: the caller's contract.
-        let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
+        let send = unsafe { send_n(sendbuf, sendcount, sendtype, "send")? };
         return Ok((root, Gather::Leaf(send)));
     }
-    let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
+    let (rty, total, rb) = blocks_n(recvcount, recvtype, n, "receive")?;
     let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
     let own = if in_place(sendbuf) {
         // SAFETY: the caller's contract: the root's own block is in recvbuf.
@@ -84,7 +84,7 @@ pub(crate) unsafe fn gather(
         }
     } else {
         // SAFETY: the caller's contract.
-        let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
+        let send = unsafe { send_n(sendbuf, sendcount, sendtype, "send")? };
         same_block(send.len(), rb, fname)?;
         apart(&send, &recv, fname)?;
         OwnBlock::Sent(send)
@@ -115,26 +115,26 @@ pub(crate) unsafe fn scatter(
     fname: &str,
     comm: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: usize,
     recvtype: Handle,
     root: c_int,
 ) -> MpiResult<(usize, Scatter)> {
     let (n, me) = (comm.size(), comm.rank());
     let root = root_of(root, n)?;
     if me != root {
-        let recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
+        let recv = recv_n(recvbuf, recvcount, recvtype, "receive")?;
         return Ok((root, Scatter::Leaf(recv)));
     }
-    let (sty, total, block) = blocks_of(sendcount, sendtype, n, "send")?;
+    let (sty, total, block) = blocks_n(sendcount, sendtype, n, "send")?;
     // SAFETY: the caller's contract.
     let send = unsafe { send_data_n(sendbuf, total, &sty, "send")? };
     let own = if in_place(recvbuf) {
         None
     } else {
-        let recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
+        let recv = recv_n(recvbuf, recvcount, recvtype, "receive")?;
         same_block(block, recv.len(), fname)?;
         apart(&send, &recv, fname)?;
         Some(recv)

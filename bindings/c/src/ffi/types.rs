@@ -1,13 +1,17 @@
 //! Derived datatypes: the `MPI_Type_*` constructors and queries, their handle table, and how
 //! the calls move data of any datatype.
 //!
-//! The layouts are `rmca::Datatype`s (flattened to byte segments when built). A call whose
-//! data is one run of bytes uses the program's buffer in place, as for the predefined types;
-//! any other layout is packed into a buffer of the library's own before a send and unpacked
-//! from one after a receive (for a non-blocking receive, when the request completes).
+//! The layouts are `rmca::Datatype`s (a list of byte runs when small, the constructors'
+//! nested blocks when large). A call whose data is one run of bytes uses the program's
+//! buffer in place, as for the predefined types; any other layout is packed into a buffer of
+//! the library's own before a send and unpacked from one after a receive (for a non-blocking
+//! receive, when the request completes). Every constructor has an `int` form and a large
+//! count (`_c`) form, which share one implementation generic over the C argument types
+//! ([`Arg`]), so that `MPI_Type_get_contents` returns each argument in the array the
+//! standard puts it in.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 
@@ -23,23 +27,62 @@ pub const TYPE_BASE: Handle = DYNAMIC_BASE * 3;
 /// Derived datatypes alive at once.
 const MAX_TYPES: usize = DYNAMIC_BASE;
 /// The longest basic-element signature kept per type (`MPI_Get_elements` on a partial
-/// instance walks it); longer ones are not kept and that query is refused.
+/// instance and the external32 conversion walk it); longer ones are not kept and those
+/// calls are refused.
 const MAX_SIGNATURE: usize = 1 << 16;
 
 /// `MPI_ORDER_C` and `MPI_ORDER_FORTRAN` (standard ABI values).
 pub const MPI_ORDER_C: c_int = 0xC;
 pub const MPI_ORDER_FORTRAN: c_int = 0xF;
 
+/// The combiners of `MPI_Type_get_envelope` (standard ABI values).
+pub mod combiner {
+    use std::ffi::c_int;
+    pub const NAMED: c_int = 101;
+    pub const DUP: c_int = 102;
+    pub const CONTIGUOUS: c_int = 103;
+    pub const VECTOR: c_int = 104;
+    pub const HVECTOR: c_int = 105;
+    pub const INDEXED: c_int = 106;
+    pub const HINDEXED: c_int = 107;
+    pub const INDEXED_BLOCK: c_int = 108;
+    pub const HINDEXED_BLOCK: c_int = 109;
+    pub const STRUCT: c_int = 110;
+    pub const SUBARRAY: c_int = 111;
+    pub const DARRAY: c_int = 112;
+    pub const F90_REAL: c_int = 113;
+    pub const F90_COMPLEX: c_int = 114;
+    pub const F90_INTEGER: c_int = 115;
+    pub const RESIZED: c_int = 116;
+}
+
+/// How a derived datatype was made: its combiner and the constructor's arguments, each in
+/// the array `MPI_Type_get_contents` returns it in (MPI 5.0 section 5.1.13).
+#[derive(Clone, Default)]
+pub struct Contents {
+    pub combiner: c_int,
+    pub ints: Vec<c_int>,
+    pub addrs: Vec<isize>,
+    pub large: Vec<i64>,
+    pub types: Vec<Ty>,
+}
+
 /// A derived datatype.
 #[derive(Clone)]
 pub struct Derived {
     layout: rmca::Datatype,
-    committed: bool,
+    /// Shared by every handle of the type (`MPI_Type_get_contents` hands out more).
+    committed: Rc<Cell<bool>>,
     /// The predefined type all its data is made of, when there is one (reductions).
     base: Option<Handle>,
-    /// Basic elements of one instance in type-map order, as runs of (element size, count);
-    /// `None` when longer than [`MAX_SIGNATURE`].
-    signature: Option<Vec<(usize, usize)>>,
+    /// Basic elements of one instance in type-map order, as runs of (predefined handle,
+    /// count); `None` when longer than [`MAX_SIGNATURE`].
+    signature: Option<Vec<(Handle, usize)>>,
+    pub contents: Rc<Contents>,
+    /// `MPI_Type_set_name`'s.
+    pub name: RefCell<String>,
+    /// Predefined in MPI's eyes (the `MPI_Type_create_f90_*` types): never freed.
+    pub permanent: bool,
 }
 
 thread_local! {
@@ -53,7 +96,7 @@ pub enum Ty {
     Derived(Rc<Derived>),
 }
 
-fn type_error(msg: impl Into<String>) -> MpiError {
+pub(crate) fn type_error(msg: impl Into<String>) -> MpiError {
     MpiError::new(MPI_ERR_TYPE, msg)
 }
 
@@ -68,19 +111,10 @@ fn bad_type(h: Handle) -> MpiError {
     ))
 }
 
-/// The rmca layout of a predefined type: its size, aligned as the C type (the alignment
-/// rounds the extent of a structure, as C pads the struct).
-fn predefined_layout(h: Handle, t: &dtype::Datatype) -> rmca::Datatype {
+/// The rmca layout of `size` bytes aligned as a C scalar of that size.
+fn scalar(size: usize, align: usize) -> rmca::Datatype {
     use rmca::Datatype as D;
-    let align = match h {
-        // The value-index pairs: aligned as their larger member.
-        0x228 | 0x22b | 0x22c | 0x230 | 0x232 => 4,
-        0x229 | 0x22a | 0x231 => 8,
-        0x22d => 16,
-        _ if t.class == Class::Complex => (t.size / 2).max(1),
-        _ => t.size.min(16),
-    };
-    match (t.size, align) {
+    match (size, align) {
         (1, _) => D::of::<u8>(),
         (2, _) => D::of::<u16>(),
         (4, _) => D::of::<u32>(),
@@ -91,6 +125,53 @@ fn predefined_layout(h: Handle, t: &dtype::Datatype) -> rmca::Datatype {
         (32, 8) => D::of::<[u64; 4]>(),
         _ => D::of::<[u128; 2]>(),
     }
+}
+
+/// The rmca layout of a predefined type: its size, aligned as the C type (the alignment
+/// rounds the extent of a structure, as C pads the struct); a value-index pair is its two
+/// members with the C struct's padding between or after them.
+fn predefined_layout(t: &dtype::Datatype) -> rmca::Datatype {
+    if let Some((vsize, at)) = t.pair_layout() {
+        let members = [scalar(vsize, vsize.min(16)), scalar(4, 4)];
+        let s = rmca::Datatype::structure(&[1, 1], &[0, at as isize], &members)
+            .and_then(|s| rmca::Datatype::resized(&s, 0, t.extent as isize));
+        // Two scalars at fixed small offsets: nothing to overflow.
+        return s.expect("a pair type's layout");
+    }
+    let align = match t.name {
+        "MPI_2REAL" | "MPI_2INTEGER" => 4,
+        "MPI_2DOUBLE_PRECISION" => 8,
+        _ if t.class == Class::Complex => (t.size / 2).max(1),
+        _ => t.size.min(16),
+    };
+    scalar(t.size, align)
+}
+
+/// The basic elements of a predefined type, as runs of (predefined handle, count): a pair
+/// is its two members.
+fn predefined_signature(h: Handle, t: &dtype::Datatype) -> Vec<(Handle, usize)> {
+    let v = match h {
+        0x228 => 0x210, // MPI_FLOAT_INT: MPI_FLOAT, MPI_INT
+        0x229 => 0x214, // MPI_DOUBLE_INT
+        0x22a => 0x20a, // MPI_LONG_INT
+        0x22b => return vec![(0x209, 2)],
+        0x22c => 0x208,                   // MPI_SHORT_INT
+        0x22d => 0x220,                   // MPI_LONG_DOUBLE_INT
+        0x230 => return vec![(0x21a, 2)], // MPI_2REAL
+        0x231 => return vec![(0x21c, 2)], // MPI_2DOUBLE_PRECISION
+        0x232 => return vec![(0x219, 2)], // MPI_2INTEGER
+        _ if t.size == 0 => return Vec::new(),
+        _ => return vec![(h, 1)],
+    };
+    vec![(v, 1), (MPI_INT_HANDLE, 1)]
+}
+
+/// `MPI_INT`.
+const MPI_INT_HANDLE: Handle = 0x209;
+
+/// The size of basic element `h` (a predefined handle from a signature).
+fn elem_size(h: Handle) -> usize {
+    dtype::lookup(h).map_or(0, |t| t.size)
 }
 
 impl Ty {
@@ -113,7 +194,7 @@ impl Ty {
     pub fn for_use(h: Handle) -> MpiResult<Ty> {
         let t = Self::lookup(h)?;
         if let Ty::Derived(d) = &t {
-            if !d.committed {
+            if !d.committed.get() {
                 return Err(type_error(format!(
                     "datatype {h:#x} is not committed: call MPI_Type_commit before using it in communication"
                 )));
@@ -122,11 +203,11 @@ impl Ty {
         Ok(t)
     }
 
-    /// Extent in bytes.
+    /// Extent in bytes (negative for a type resized so).
     pub fn extent(&self) -> isize {
         match self {
-            Ty::Predefined(_, t) => t.size as isize,
-            Ty::Derived(d) => d.layout.extent() as isize,
+            Ty::Predefined(_, t) => t.extent as isize,
+            Ty::Derived(d) => d.layout.extent(),
         }
     }
 
@@ -138,17 +219,17 @@ impl Ty {
         }
     }
 
-    fn layout(&self) -> rmca::Datatype {
+    /// The layout in rmca's terms.
+    pub fn layout(&self) -> rmca::Datatype {
         match self {
-            Ty::Predefined(h, t) => predefined_layout(*h, t),
+            Ty::Predefined(_, t) => predefined_layout(t),
             Ty::Derived(d) => d.layout.clone(),
         }
     }
 
-    fn signature(&self) -> Option<Vec<(usize, usize)>> {
+    fn signature(&self) -> Option<Vec<(Handle, usize)>> {
         match self {
-            Ty::Predefined(_, t) if t.size == 0 => Some(Vec::new()),
-            Ty::Predefined(_, t) => Some(vec![(t.size, 1)]),
+            Ty::Predefined(h, t) => Some(predefined_signature(*h, t)),
             Ty::Derived(d) => d.signature.clone(),
         }
     }
@@ -157,6 +238,14 @@ impl Ty {
         match self {
             Ty::Predefined(h, _) => Some(*h),
             Ty::Derived(d) => d.base,
+        }
+    }
+
+    /// How it was made (`None`: a predefined type).
+    pub fn contents(&self) -> Option<Rc<Contents>> {
+        match self {
+            Ty::Predefined(..) => None,
+            Ty::Derived(d) => Some(d.contents.clone()),
         }
     }
 
@@ -175,8 +264,10 @@ impl Ty {
     /// inside its extent.
     pub fn raw_extent(&self) -> MpiResult<usize> {
         let l = self.layout();
-        let inside =
-            l.lb() == 0 && l.true_lb() >= 0 && l.true_lb() as usize + l.true_extent() <= l.extent();
+        let inside = l.lb() == 0
+            && l.extent() >= 0
+            && l.true_lb() >= 0
+            && l.true_lb() as usize + l.true_extent() <= l.extent() as usize;
         if !inside {
             return Err(type_error(format!(
                 "a user operation needs a datatype with lower bound 0 whose data lies inside its extent (this one: lb {}, extent {}, true lb {}, true extent {})",
@@ -186,25 +277,16 @@ impl Ty {
                 l.true_extent()
             )));
         }
-        Ok(l.extent())
+        Ok(l.extent() as usize)
     }
 
     /// The one run of bytes `count` instances occupy, if they are one: (offset from the
     /// buffer, length).
     pub fn run(&self, count: usize) -> Option<(isize, usize)> {
         match self {
-            Ty::Predefined(_, t) => Some((0, t.size.checked_mul(count)?)),
-            Ty::Derived(d) => {
-                let l = &d.layout;
-                match l.segments() {
-                    _ if count == 0 => Some((0, 0)),
-                    [] => Some((0, 0)),
-                    [s] if count == 1 || s.len == l.extent() => {
-                        Some((s.offset, s.len.checked_mul(count)?))
-                    }
-                    _ => None,
-                }
-            }
+            Ty::Predefined(_, t) if t.size == t.extent => Some((0, t.size.checked_mul(count)?)),
+            Ty::Predefined(_, t) => predefined_layout(t).contiguous_run(count),
+            Ty::Derived(d) => d.layout.contiguous_run(count),
         }
     }
 
@@ -229,22 +311,46 @@ impl Ty {
     /// # Safety
     /// `buf` holds `count` instances of the type (the MPI contract of a send buffer).
     pub unsafe fn pack(&self, buf: *const c_void, count: usize) -> MpiResult<Vec<u8>> {
-        let mut out = vec![0u8; self.packed_len(count)?];
-        let l = self.layout();
-        let extent = l.extent() as isize;
-        let mut pos = 0;
-        for i in 0..count as isize {
-            for s in l.segments() {
-                // SAFETY: the caller's contract: every segment of every instance is part of
-                // the program's buffer; `out` has room for all of them (packed_len).
-                unsafe {
-                    let src = buf.cast::<u8>().offset(i * extent + s.offset);
-                    std::ptr::copy_nonoverlapping(src, out.as_mut_ptr().add(pos), s.len);
-                }
-                pos += s.len;
-            }
-        }
+        let mut out = Vec::new();
+        let len = self.packed_len(count)?;
+        out.try_reserve_exact(len).map_err(|_| {
+            MpiError::new(
+                MPI_ERR_NO_MEM,
+                format!("cannot allocate {len} B to pack the data into"),
+            )
+        })?;
+        out.resize(len, 0);
+        // SAFETY: the caller's contract; `out` holds the packed length.
+        unsafe { self.pack_into(buf, count, &mut out) };
         Ok(out)
+    }
+
+    /// Copy the data of `count` instances at `buf` into `out` (exactly their packed
+    /// length), in type-map order.
+    ///
+    /// # Safety
+    /// `buf` holds `count` instances of the type (the MPI contract of a send buffer).
+    pub unsafe fn pack_into(&self, buf: *const c_void, count: usize, out: &mut [u8]) {
+        if let Some((off, len)) = self.run(count) {
+            // SAFETY: the caller's contract: the run is the instances' data.
+            unsafe {
+                let src = buf.cast::<u8>().offset(off);
+                std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len.min(out.len()));
+            }
+            return;
+        }
+        let mut pos = 0;
+        self.layout().for_each_run(count, |off, len| {
+            let n = len.min(out.len() - pos);
+            // SAFETY: the caller's contract: every run of every instance is part of the
+            // program's buffer; `out` has room for all of them (checked by `n`).
+            unsafe {
+                let src = buf.cast::<u8>().offset(off);
+                std::ptr::copy_nonoverlapping(src, out.as_mut_ptr().add(pos), n);
+            }
+            pos += n;
+            pos < out.len()
+        });
     }
 
     /// Copy `data` (at most `count` instances' worth) into the instances at `buf`, in
@@ -254,23 +360,36 @@ impl Ty {
     /// `buf` holds `count` instances of the type and is not otherwise accessed during the
     /// call (the MPI contract of a receive buffer).
     pub unsafe fn unpack(&self, data: &[u8], buf: *mut c_void, count: usize) {
-        let l = self.layout();
-        let extent = l.extent() as isize;
-        let mut pos = 0;
-        'all: for i in 0..count as isize {
-            for s in l.segments() {
-                if pos >= data.len() {
-                    break 'all;
-                }
-                let n = s.len.min(data.len() - pos);
-                // SAFETY: the caller's contract, and `pos + n <= data.len()`.
-                unsafe {
-                    let dst = buf.cast::<u8>().offset(i * extent + s.offset);
-                    std::ptr::copy_nonoverlapping(data.as_ptr().add(pos), dst, n);
-                }
-                pos += n;
-            }
+        if data.is_empty() {
+            return;
         }
+        if let Some((off, len)) = self.run(count) {
+            // SAFETY: the caller's contract: the run is the instances' data.
+            unsafe {
+                let dst = buf.cast::<u8>().offset(off);
+                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, len.min(data.len()));
+            }
+            return;
+        }
+        let mut pos = 0;
+        self.layout().for_each_run(count, |off, len| {
+            let n = len.min(data.len() - pos);
+            // SAFETY: the caller's contract, and `pos + n <= data.len()`.
+            unsafe {
+                let dst = buf.cast::<u8>().offset(off);
+                std::ptr::copy_nonoverlapping(data.as_ptr().add(pos), dst, n);
+            }
+            pos += n;
+            pos < data.len()
+        });
+    }
+
+    fn signature_or_error(&self, what: &str) -> MpiResult<Vec<(Handle, usize)>> {
+        self.signature().ok_or_else(|| {
+            type_error(format!(
+                "the datatype's element signature is longer than {MAX_SIGNATURE} runs: {what} cannot walk its elements"
+            ))
+        })
     }
 
     /// Basic elements in `bytes` bytes of this type's data (`MPI_Get_elements`).
@@ -279,18 +398,15 @@ impl Ty {
         if size == 0 {
             return Ok((bytes == 0).then_some(0));
         }
-        let sig = self.signature().ok_or_else(|| {
-            type_error(format!(
-                "the datatype's element signature is longer than {MAX_SIGNATURE} runs: MPI_Get_elements cannot count its elements"
-            ))
-        })?;
+        let sig = self.signature_or_error("MPI_Get_elements")?;
         let per_instance: usize = sig.iter().map(|&(_, n)| n).sum();
         let mut n = bytes / size * per_instance;
         let mut rest = bytes % size;
-        for &(esize, count) in &sig {
+        for &(h, count) in &sig {
             if rest == 0 {
                 break;
             }
+            let esize = elem_size(h);
             let whole = (rest / esize).min(count);
             n += whole;
             rest -= whole * esize;
@@ -300,13 +416,49 @@ impl Ty {
         }
         Ok((rest == 0).then_some(n))
     }
+
+    /// Bytes of the first `elements` basic elements of instances of this type
+    /// (`MPI_Status_set_elements`).
+    pub fn bytes_of_elements(&self, elements: usize) -> MpiResult<usize> {
+        let sig = self.signature_or_error("MPI_Status_set_elements")?;
+        let per_instance: usize = sig.iter().map(|&(_, n)| n).sum();
+        if per_instance == 0 {
+            return Ok(0);
+        }
+        let over = || MpiError::new(MPI_ERR_COUNT, format!("{elements} elements overflow"));
+        let mut bytes = (elements / per_instance)
+            .checked_mul(self.size())
+            .ok_or_else(over)?;
+        let mut rest = elements % per_instance;
+        for &(h, count) in &sig {
+            let k = rest.min(count);
+            bytes += k * elem_size(h);
+            rest -= k;
+            if rest == 0 {
+                break;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// The basic elements of `count` instances, in order: runs of (predefined handle,
+    /// count) (the external32 conversion walks them).
+    pub fn elements_of(&self, count: usize, what: &str) -> MpiResult<Vec<(Handle, usize)>> {
+        let sig = self.signature_or_error(what)?;
+        repeat(Some(&sig), count).ok_or_else(|| {
+            type_error(format!(
+                "{count} instances have more than {MAX_SIGNATURE} element runs: {what} cannot walk them"
+            ))
+        })
+    }
 }
 
 /// Runs `sig` repeated `times` times, merged; `None` when too long.
-fn repeat(sig: Option<&[(usize, usize)]>, times: usize) -> Option<Vec<(usize, usize)>> {
+fn repeat(sig: Option<&[(Handle, usize)]>, times: usize) -> Option<Vec<(Handle, usize)>> {
     let sig = sig?;
     match sig {
         [] => Some(Vec::new()),
+        _ if times == 0 => Some(Vec::new()),
         [(s, n)] => Some(vec![(*s, n.checked_mul(times)?)]),
         _ if times.checked_mul(sig.len())? > MAX_SIGNATURE => None,
         _ => {
@@ -319,7 +471,7 @@ fn repeat(sig: Option<&[(usize, usize)]>, times: usize) -> Option<Vec<(usize, us
     }
 }
 
-fn append(out: &mut Vec<(usize, usize)>, more: &[(usize, usize)]) {
+fn append(out: &mut Vec<(Handle, usize)>, more: &[(Handle, usize)]) {
     for &(s, n) in more {
         match out.last_mut() {
             Some((ls, ln)) if *ls == s => *ln += n,
@@ -330,7 +482,7 @@ fn append(out: &mut Vec<(usize, usize)>, more: &[(usize, usize)]) {
 }
 
 /// Signature of blocks (repetitions, type) one after the other.
-fn concat(blocks: &[(usize, &Ty)]) -> Option<Vec<(usize, usize)>> {
+fn concat(blocks: &[(usize, &Ty)]) -> Option<Vec<(Handle, usize)>> {
     let mut out = Vec::new();
     for (n, t) in blocks {
         append(&mut out, &repeat(t.signature().as_deref(), *n)?);
@@ -341,12 +493,12 @@ fn concat(blocks: &[(usize, &Ty)]) -> Option<Vec<(usize, usize)>> {
     Some(out)
 }
 
-/// Register a new (uncommitted) derived type; its handle.
-fn add(d: Derived) -> MpiResult<Handle> {
+/// Register a derived type; its handle.
+pub(crate) fn add(d: Rc<Derived>) -> MpiResult<Handle> {
     TYPES.with(|t| {
         super::table_insert(
             &mut t.borrow_mut(),
-            Rc::new(d),
+            d,
             (TYPE_BASE, MAX_TYPES),
             "derived datatypes",
             "MPI_Type_free",
@@ -375,11 +527,67 @@ fn nonneg(n: c_int, what: &str) -> MpiResult<usize> {
     })
 }
 
+/// A C argument of a constructor: `int`, `MPI_Aint` or `MPI_Count`. Each goes to its own
+/// array of `MPI_Type_get_contents` (integers, addresses, large counts).
+pub trait Arg: Copy + std::fmt::Display {
+    fn record(self, c: &mut Contents);
+    fn wide(self) -> i128;
+}
+
+impl Arg for c_int {
+    fn record(self, c: &mut Contents) {
+        c.ints.push(self);
+    }
+    fn wide(self) -> i128 {
+        self.into()
+    }
+}
+
+impl Arg for isize {
+    fn record(self, c: &mut Contents) {
+        c.addrs.push(self);
+    }
+    fn wide(self) -> i128 {
+        self as i128
+    }
+}
+
+impl Arg for i64 {
+    fn record(self, c: &mut Contents) {
+        c.large.push(self);
+    }
+    fn wide(self) -> i128 {
+        self.into()
+    }
+}
+
+/// A count argument: >= 0 and addressable.
+fn count_arg<A: Arg>(a: A, what: &str) -> MpiResult<usize> {
+    let v = a.wide();
+    if v < 0 {
+        return Err(MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} {v} is negative: it must be >= 0"),
+        ));
+    }
+    usize::try_from(v)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| MpiError::new(MPI_ERR_COUNT, format!("{what} {v} is too large")))
+}
+
+/// A displacement or stride argument (any sign).
+fn disp_arg<A: Arg>(a: A, what: &str) -> MpiResult<isize> {
+    let v = a.wide();
+    isize::try_from(v)
+        .map_err(|_| MpiError::new(MPI_ERR_ARG, format!("{what} {v} overflows an address")))
+}
+
 /// Read `n` values of a C array (checked non-null when `n` > 0).
 ///
 /// # Safety
 /// `p` holds `n` values of `T`.
-unsafe fn array<T: Copy>(p: *const T, n: usize, what: &str) -> MpiResult<Vec<T>> {
+pub(crate) unsafe fn array<T: Copy>(p: *const T, n: usize, what: &str) -> MpiResult<Vec<T>> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -407,37 +615,133 @@ unsafe fn create(
         if out.is_null() {
             return Err(MpiError::new(MPI_ERR_ARG, "the newtype argument is NULL"));
         }
-        let h = add(f()?)?;
+        let h = add(Rc::new(f()?))?;
         // SAFETY: the caller's handle, non-null checked.
         unsafe { put(out, h, "newtype") }
     })
 }
 
-fn derived(
+/// A new, uncommitted derived type.
+pub(crate) fn derived(
     layout: Result<rmca::Datatype, rmca::DatatypeError>,
     base: Option<Handle>,
-    signature: Option<Vec<(usize, usize)>>,
+    signature: Option<Vec<(Handle, usize)>>,
+    contents: Contents,
 ) -> MpiResult<Derived> {
     Ok(Derived {
         layout: layout.map_err(layout_error)?,
-        committed: false,
+        committed: Rc::new(Cell::new(false)),
         base,
         signature,
+        contents: Rc::new(contents),
+        name: RefCell::new(String::new()),
+        permanent: false,
     })
+}
+
+impl Derived {
+    /// Mark committed (a type made to be predefined, or a duplicate of a committed one).
+    pub(crate) fn committed(self) -> Self {
+        self.committed.set(true);
+        self
+    }
+}
+
+/// Contents of `combiner` with the arguments recorded by `f`, and `types`.
+fn contents(combiner: c_int, types: Vec<Ty>, f: impl FnOnce(&mut Contents)) -> Contents {
+    let mut c = Contents {
+        combiner,
+        types,
+        ..Contents::default()
+    };
+    f(&mut c);
+    c
+}
+
+/// `MPI_Type_contiguous` and `_c`.
+///
+/// # Safety
+/// `new` is null or valid for a write of a handle.
+unsafe fn contiguous<C: Arg>(
+    fname: &'static str,
+    count: C,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract for `new`.
+    unsafe {
+        create(fname, new, || {
+            let n = count_arg(count, "count")?;
+            let t = Ty::lookup(old)?;
+            let c = contents(combiner::CONTIGUOUS, vec![t.clone()], |c| count.record(c));
+            derived(
+                rmca::Datatype::contiguous(n, &t.layout()),
+                t.base(),
+                repeat(t.signature().as_deref(), n),
+                c,
+            )
+        })
+    }
 }
 
 /// `MPI_Type_contiguous`.
 #[export]
 pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, old: Handle, new: *mut Handle) -> c_int {
-    // SAFETY: MPI_Type_contiguous's contract for `new`.
+    // SAFETY: MPI_Type_contiguous's contract.
+    unsafe { contiguous("MPI_Type_contiguous", count, old, new) }
+}
+
+/// `MPI_Type_contiguous_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Type_contiguous_c(
+    count: MPI_Count,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_contiguous_c's contract.
+    unsafe { contiguous("MPI_Type_contiguous_c", count, old, new) }
+}
+
+/// `MPI_Type_vector` (`bytes` false: the stride in elements of the old type) and
+/// `MPI_Type_create_hvector` (`bytes` true), and their `_c` forms.
+///
+/// # Safety
+/// `new` is null or valid for a write of a handle.
+unsafe fn vector<C: Arg, S: Arg>(
+    fname: &'static str,
+    (count, blocklength, stride): (C, C, S),
+    bytes: bool,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract for `new`.
     unsafe {
-        create("MPI_Type_contiguous", new, || {
-            let n = nonneg(count, "count")?;
+        create(fname, new, || {
+            let n = count_arg(count, "count")?;
+            let b = count_arg(blocklength, "blocklength")?;
+            let s = disp_arg(stride, "stride")?;
             let t = Ty::lookup(old)?;
+            let comb = if bytes {
+                combiner::HVECTOR
+            } else {
+                combiner::VECTOR
+            };
+            let c = contents(comb, vec![t.clone()], |c| {
+                count.record(c);
+                blocklength.record(c);
+                stride.record(c);
+            });
+            let l = t.layout();
+            let layout = if bytes {
+                rmca::Datatype::hvector(n, b, s, &l)
+            } else {
+                rmca::Datatype::vector(n, b, s, &l)
+            };
             derived(
-                rmca::Datatype::contiguous(n, &t.layout()),
+                layout,
                 t.base(),
-                repeat(t.signature().as_deref(), n),
+                repeat(t.signature().as_deref(), n.saturating_mul(b)),
+                c,
             )
         })
     }
@@ -452,17 +756,36 @@ pub unsafe extern "C" fn MPI_Type_vector(
     old: Handle,
     new: *mut Handle,
 ) -> c_int {
-    // SAFETY: MPI_Type_vector's contract for `new`.
+    // SAFETY: MPI_Type_vector's contract.
     unsafe {
-        create("MPI_Type_vector", new, || {
-            let (n, b) = (nonneg(count, "count")?, nonneg(blocklength, "blocklength")?);
-            let t = Ty::lookup(old)?;
-            derived(
-                rmca::Datatype::vector(n, b, stride as isize, &t.layout()),
-                t.base(),
-                repeat(t.signature().as_deref(), n.saturating_mul(b)),
-            )
-        })
+        vector(
+            "MPI_Type_vector",
+            (count, blocklength, stride),
+            false,
+            old,
+            new,
+        )
+    }
+}
+
+/// `MPI_Type_vector_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Type_vector_c(
+    count: MPI_Count,
+    blocklength: MPI_Count,
+    stride: MPI_Count,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_vector_c's contract.
+    unsafe {
+        vector(
+            "MPI_Type_vector_c",
+            (count, blocklength, stride),
+            false,
+            old,
+            new,
+        )
     }
 }
 
@@ -475,83 +798,175 @@ pub unsafe extern "C" fn MPI_Type_create_hvector(
     old: Handle,
     new: *mut Handle,
 ) -> c_int {
-    // SAFETY: MPI_Type_create_hvector's contract for `new`.
+    // SAFETY: MPI_Type_create_hvector's contract.
     unsafe {
-        create("MPI_Type_create_hvector", new, || {
-            let (n, b) = (nonneg(count, "count")?, nonneg(blocklength, "blocklength")?);
-            let t = Ty::lookup(old)?;
-            derived(
-                rmca::Datatype::hvector(n, b, stride, &t.layout()),
-                t.base(),
-                repeat(t.signature().as_deref(), n.saturating_mul(b)),
-            )
-        })
+        vector(
+            "MPI_Type_create_hvector",
+            (count, blocklength, stride),
+            true,
+            old,
+            new,
+        )
     }
 }
 
-/// Block lengths of an indexed or struct constructor.
+/// `MPI_Type_create_hvector_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Type_create_hvector_c(
+    count: MPI_Count,
+    blocklength: MPI_Count,
+    stride: MPI_Count,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_create_hvector_c's contract.
+    unsafe {
+        vector(
+            "MPI_Type_create_hvector_c",
+            (count, blocklength, stride),
+            true,
+            old,
+            new,
+        )
+    }
+}
+
+/// The blocks of an indexed constructor.
+enum BlockLens<C> {
+    /// One length per block (`indexed`, `hindexed`, `struct`).
+    Each(*const C),
+    /// One length for all (`indexed_block`, `hindexed_block`).
+    All(C),
+}
+
+/// `MPI_Type_indexed` / `_create_hindexed` / `_create_indexed_block` /
+/// `_create_hindexed_block` / `_create_struct` and their `_c` forms: `count` blocks at
+/// `displs` (in elements of the old type unless `bytes`), of the old type or, for a
+/// struct, of `types[i]`.
 ///
 /// # Safety
-/// `p` holds `n` ints.
-unsafe fn blocklengths(p: *const c_int, n: usize) -> MpiResult<Vec<usize>> {
-    // SAFETY: the caller's contract.
-    unsafe { array(p, n, "blocklengths")? }
-        .into_iter()
-        .map(|b| nonneg(b, "blocklength"))
-        .collect()
-}
-
-/// `MPI_Type_indexed`: displacements in elements of the old type.
-#[export]
-pub unsafe extern "C" fn MPI_Type_indexed(
-    count: c_int,
-    blocklens: *const c_int,
-    displs: *const c_int,
-    old: Handle,
+/// The arrays hold `count` values each, `new` is null or valid for a write of a handle.
+#[allow(clippy::too_many_arguments)]
+unsafe fn indexed<C: Arg, D: Arg>(
+    fname: &'static str,
+    comb: c_int,
+    count: C,
+    lens: BlockLens<C>,
+    displs: *const D,
+    bytes: bool,
+    types: Result<Handle, *const Handle>,
     new: *mut Handle,
 ) -> c_int {
-    // SAFETY: MPI_Type_indexed's contract: `count` block lengths and displacements.
+    // SAFETY: the caller's contract for `new` and the arrays.
     unsafe {
-        create("MPI_Type_indexed", new, || {
-            let n = nonneg(count, "count")?;
-            let bl = blocklengths(blocklens, n)?;
-            let d: Vec<isize> = array(displs, n, "displacements")?
-                .into_iter()
-                .map(|d| d as isize)
-                .collect();
-            let t = Ty::lookup(old)?;
+        create(fname, new, || {
+            let n = count_arg(count, "count")?;
+            let (bl, raw_bl): (Vec<usize>, Vec<C>) = match lens {
+                BlockLens::Each(p) => {
+                    let raw = array(p, n, "blocklengths")?;
+                    let bl = raw
+                        .iter()
+                        .map(|&b| count_arg(b, "blocklength"))
+                        .collect::<MpiResult<_>>()?;
+                    (bl, raw)
+                }
+                BlockLens::All(b) => (vec![count_arg(b, "blocklength")?; n], vec![b]),
+            };
+            let raw_d = array(displs, n, "displacements")?;
+            let d = raw_d
+                .iter()
+                .map(|&x| disp_arg(x, "displacement"))
+                .collect::<MpiResult<Vec<_>>>()?;
+            let tys = match types {
+                Ok(old) => vec![Ty::lookup(old)?],
+                Err(p) => array(p, n, "types")?
+                    .into_iter()
+                    .map(Ty::lookup)
+                    .collect::<MpiResult<Vec<_>>>()?,
+            };
+            let c = contents(comb, tys.clone(), |c| {
+                count.record(c);
+                raw_bl.iter().for_each(|b| b.record(c));
+                raw_d.iter().for_each(|x| x.record(c));
+            });
+            if types.is_err() {
+                let layouts: Vec<rmca::Datatype> = tys.iter().map(Ty::layout).collect();
+                let bases: Vec<Option<Handle>> = tys.iter().map(Ty::base).collect();
+                let base = match bases.first() {
+                    Some(&b) if bases.iter().all(|&x| x == b) => b,
+                    _ => None,
+                };
+                let blocks: Vec<(usize, &Ty)> = bl.iter().copied().zip(tys.iter()).collect();
+                return derived(
+                    rmca::Datatype::structure(&bl, &d, &layouts),
+                    base,
+                    concat(&blocks),
+                    c,
+                );
+            }
+            let t = &tys[0];
+            let l = t.layout();
+            let layout = if bytes {
+                rmca::Datatype::hindexed(&bl, &d, &l)
+            } else {
+                rmca::Datatype::indexed(&bl, &d, &l)
+            };
+            let total = bl.iter().try_fold(0usize, |a, &b| a.checked_add(b));
             derived(
-                rmca::Datatype::indexed(&bl, &d, &t.layout()),
+                layout,
                 t.base(),
-                repeat(t.signature().as_deref(), bl.iter().sum()),
+                total.and_then(|e| repeat(t.signature().as_deref(), e)),
+                c,
             )
         })
     }
 }
 
-/// `MPI_Type_create_hindexed`: displacements in bytes.
-#[export]
-pub unsafe extern "C" fn MPI_Type_create_hindexed(
-    count: c_int,
-    blocklens: *const c_int,
-    displs: *const isize,
-    old: Handle,
-    new: *mut Handle,
-) -> c_int {
-    // SAFETY: MPI_Type_create_hindexed's contract: `count` block lengths and displacements.
-    unsafe {
-        create("MPI_Type_create_hindexed", new, || {
-            let n = nonneg(count, "count")?;
-            let bl = blocklengths(blocklens, n)?;
-            let d = array(displs, n, "displacements")?;
-            let t = Ty::lookup(old)?;
-            derived(
-                rmca::Datatype::hindexed(&bl, &d, &t.layout()),
-                t.base(),
-                repeat(t.signature().as_deref(), bl.iter().sum()),
-            )
-        })
-    }
+macro_rules! indexed_fns {
+    ($($(#[$doc:meta])* $name:ident($c:ty, $lens:ident: $lt:ty, $d:ty, $comb:ident, $bytes:expr, $kind:ident);)*) => {$(
+        $(#[$doc])*
+        #[export]
+        pub unsafe extern "C" fn $name(
+            count: $c,
+            $lens: $lt,
+            displs: *const $d,
+            old: Handle,
+            new: *mut Handle,
+        ) -> c_int {
+            // SAFETY: the call's contract: `count` block lengths (or one) and displacements.
+            unsafe {
+                indexed(
+                    stringify!($name),
+                    combiner::$comb,
+                    count,
+                    BlockLens::$kind($lens),
+                    displs,
+                    $bytes,
+                    Ok(old),
+                    new,
+                )
+            }
+        }
+    )*};
+}
+
+indexed_fns! {
+    /// `MPI_Type_indexed`: displacements in elements of the old type.
+    MPI_Type_indexed(c_int, blocklens: *const c_int, c_int, INDEXED, false, Each);
+    /// `MPI_Type_indexed_c`.
+    MPI_Type_indexed_c(MPI_Count, blocklens: *const MPI_Count, MPI_Count, INDEXED, false, Each);
+    /// `MPI_Type_create_hindexed`: displacements in bytes.
+    MPI_Type_create_hindexed(c_int, blocklens: *const c_int, isize, HINDEXED, true, Each);
+    /// `MPI_Type_create_hindexed_c`.
+    MPI_Type_create_hindexed_c(MPI_Count, blocklens: *const MPI_Count, MPI_Count, HINDEXED, true, Each);
+    /// `MPI_Type_create_indexed_block`: blocks of one length at displacements in elements.
+    MPI_Type_create_indexed_block(c_int, blocklength: c_int, c_int, INDEXED_BLOCK, false, All);
+    /// `MPI_Type_create_indexed_block_c`.
+    MPI_Type_create_indexed_block_c(MPI_Count, blocklength: MPI_Count, MPI_Count, INDEXED_BLOCK, false, All);
+    /// `MPI_Type_create_hindexed_block`: blocks of one length at displacements in bytes.
+    MPI_Type_create_hindexed_block(c_int, blocklength: c_int, isize, HINDEXED_BLOCK, true, All);
+    /// `MPI_Type_create_hindexed_block_c`.
+    MPI_Type_create_hindexed_block_c(MPI_Count, blocklength: MPI_Count, MPI_Count, HINDEXED_BLOCK, true, All);
 }
 
 /// `MPI_Type_create_struct`.
@@ -566,31 +981,75 @@ pub unsafe extern "C" fn MPI_Type_create_struct(
     // SAFETY: MPI_Type_create_struct's contract: `count` block lengths, displacements and
     // types.
     unsafe {
-        create("MPI_Type_create_struct", new, || {
-            let n = nonneg(count, "count")?;
-            let bl = blocklengths(blocklens, n)?;
-            let d = array(displs, n, "displacements")?;
-            let tys = array(types, n, "types")?
-                .into_iter()
-                .map(Ty::lookup)
-                .collect::<MpiResult<Vec<_>>>()?;
-            let layouts: Vec<rmca::Datatype> = tys.iter().map(Ty::layout).collect();
-            let bases: Vec<Option<Handle>> = tys.iter().map(Ty::base).collect();
-            let base = match bases.first() {
-                Some(&b) if bases.iter().all(|&x| x == b) => b,
-                _ => None,
-            };
-            let blocks: Vec<(usize, &Ty)> = bl.iter().copied().zip(tys.iter()).collect();
+        indexed(
+            "MPI_Type_create_struct",
+            combiner::STRUCT,
+            count,
+            BlockLens::Each(blocklens),
+            displs,
+            true,
+            Err(types),
+            new,
+        )
+    }
+}
+
+/// `MPI_Type_create_struct_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Type_create_struct_c(
+    count: MPI_Count,
+    blocklens: *const MPI_Count,
+    displs: *const MPI_Count,
+    types: *const Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_create_struct_c's contract.
+    unsafe {
+        indexed(
+            "MPI_Type_create_struct_c",
+            combiner::STRUCT,
+            count,
+            BlockLens::Each(blocklens),
+            displs,
+            true,
+            Err(types),
+            new,
+        )
+    }
+}
+
+/// `MPI_Type_create_resized` and `_c`.
+///
+/// # Safety
+/// `new` is null or valid for a write of a handle.
+unsafe fn resized<D: Arg>(
+    fname: &'static str,
+    old: Handle,
+    lb: D,
+    extent: D,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract for `new`.
+    unsafe {
+        create(fname, new, || {
+            let l = disp_arg(lb, "lb")?;
+            let e = disp_arg(extent, "extent")?;
+            let t = Ty::lookup(old)?;
+            let c = contents(combiner::RESIZED, vec![t.clone()], |c| {
+                lb.record(c);
+                extent.record(c);
+            });
             derived(
-                rmca::Datatype::structure(&bl, &d, &layouts),
-                base,
-                concat(&blocks),
+                rmca::Datatype::resized(&t.layout(), l, e),
+                t.base(),
+                t.signature(),
+                c,
             )
         })
     }
 }
 
-/// `MPI_Type_create_resized`.
+/// `MPI_Type_create_resized` (a negative extent is allowed: instances go down in memory).
 #[export]
 pub unsafe extern "C" fn MPI_Type_create_resized(
     old: Handle,
@@ -598,14 +1057,82 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
     extent: isize,
     new: *mut Handle,
 ) -> c_int {
-    // SAFETY: MPI_Type_create_resized's contract for `new`.
+    // SAFETY: MPI_Type_create_resized's contract.
+    unsafe { resized("MPI_Type_create_resized", old, lb, extent, new) }
+}
+
+/// `MPI_Type_create_resized_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Type_create_resized_c(
+    old: Handle,
+    lb: MPI_Count,
+    extent: MPI_Count,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_create_resized_c's contract.
+    unsafe { resized("MPI_Type_create_resized_c", old, lb, extent, new) }
+}
+
+/// Reverse the dimensions of a Fortran-order array description (its first dimension
+/// varies fastest: C order reversed), or refuse an unknown order.
+pub(crate) fn c_order<T>(order: c_int, dims: &mut [&mut Vec<T>]) -> MpiResult<()> {
+    match order {
+        MPI_ORDER_C => Ok(()),
+        MPI_ORDER_FORTRAN => {
+            dims.iter_mut().for_each(|d| d.reverse());
+            Ok(())
+        }
+        _ => Err(MpiError::new(
+            MPI_ERR_ARG,
+            format!("order {order} is invalid: MPI_ORDER_C or MPI_ORDER_FORTRAN"),
+        )),
+    }
+}
+
+/// `MPI_Type_create_subarray` and `_c`.
+///
+/// # Safety
+/// The arrays hold `ndims` values each, `new` is null or valid for a write of a handle.
+unsafe fn subarray<C: Arg>(
+    fname: &'static str,
+    ndims: c_int,
+    (sizes, subsizes, starts): (*const C, *const C, *const C),
+    order: c_int,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
     unsafe {
-        create("MPI_Type_create_resized", new, || {
+        create(fname, new, || {
+            let n = nonneg(ndims, "ndims")?;
+            let raw = (
+                array(sizes, n, "sizes")?,
+                array(subsizes, n, "subsizes")?,
+                array(starts, n, "starts")?,
+            );
+            let read = |v: &[C], what| -> MpiResult<Vec<usize>> {
+                v.iter().map(|&x| count_arg(x, what)).collect()
+            };
+            let (mut sz, mut sub, mut st) = (
+                read(&raw.0, "sizes")?,
+                read(&raw.1, "subsizes")?,
+                read(&raw.2, "starts")?,
+            );
+            c_order(order, &mut [&mut sz, &mut sub, &mut st])?;
             let t = Ty::lookup(old)?;
+            let c = contents(combiner::SUBARRAY, vec![t.clone()], |c| {
+                ndims.record(c);
+                for v in [&raw.0, &raw.1, &raw.2] {
+                    v.iter().for_each(|x| x.record(c));
+                }
+                order.record(c);
+            });
+            let elems = sub.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
             derived(
-                rmca::Datatype::resized(&t.layout(), lb, extent),
+                rmca::Datatype::subarray(&sz, &sub, &st, &t.layout()),
                 t.base(),
-                t.signature(),
+                elems.and_then(|e| repeat(t.signature().as_deref(), e)),
+                c,
             )
         })
     }
@@ -624,57 +1151,51 @@ pub unsafe extern "C" fn MPI_Type_create_subarray(
 ) -> c_int {
     // SAFETY: MPI_Type_create_subarray's contract: `ndims` sizes, subsizes and starts.
     unsafe {
-        create("MPI_Type_create_subarray", new, || {
-            let n = nonneg(ndims, "ndims")?;
-            let read = |p, what| -> MpiResult<Vec<usize>> {
-                array(p, n, what)?
-                    .into_iter()
-                    .map(|v| nonneg(v, what))
-                    .collect()
-            };
-            let (mut sz, mut sub, mut st) = (
-                read(sizes, "sizes")?,
-                read(subsizes, "subsizes")?,
-                read(starts, "starts")?,
-            );
-            match order {
-                MPI_ORDER_C => {}
-                // Fortran order: the first dimension varies fastest, C order reversed.
-                MPI_ORDER_FORTRAN => {
-                    sz.reverse();
-                    sub.reverse();
-                    st.reverse();
-                }
-                _ => {
-                    return Err(MpiError::new(
-                        MPI_ERR_ARG,
-                        format!("order {order} is invalid: MPI_ORDER_C or MPI_ORDER_FORTRAN"),
-                    ))
-                }
-            }
-            let t = Ty::lookup(old)?;
-            let elems = sub.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
-            derived(
-                rmca::Datatype::subarray(&sz, &sub, &st, &t.layout()),
-                t.base(),
-                elems.and_then(|e| repeat(t.signature().as_deref(), e)),
-            )
-        })
+        subarray(
+            "MPI_Type_create_subarray",
+            ndims,
+            (sizes, subsizes, starts),
+            order,
+            old,
+            new,
+        )
     }
 }
 
-/// The derived type index of `h`, or the error for a predefined/invalid one.
-fn derived_index(h: Handle, fname: &str) -> MpiResult<usize> {
-    if dtype::lookup(h).is_some() {
-        return Err(type_error(format!(
-            "{fname} on a predefined datatype: only derived datatypes are committed or freed"
-        )));
+/// `MPI_Type_create_subarray_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Type_create_subarray_c(
+    ndims: c_int,
+    sizes: *const MPI_Count,
+    subsizes: *const MPI_Count,
+    starts: *const MPI_Count,
+    order: c_int,
+    old: Handle,
+    new: *mut Handle,
+) -> c_int {
+    // SAFETY: MPI_Type_create_subarray_c's contract.
+    unsafe {
+        subarray(
+            "MPI_Type_create_subarray_c",
+            ndims,
+            (sizes, subsizes, starts),
+            order,
+            old,
+            new,
+        )
     }
-    Ty::lookup(h)?;
-    Ok(h - TYPE_BASE)
 }
 
-/// `MPI_Type_commit`.
+/// The derived type index of `h`; `None` for a predefined type; the error for an invalid
+/// one.
+fn derived_index(h: Handle) -> MpiResult<Option<usize>> {
+    match Ty::lookup(h)? {
+        Ty::Predefined(..) => Ok(None),
+        Ty::Derived(_) => Ok(Some(h - TYPE_BASE)),
+    }
+}
+
+/// `MPI_Type_commit`: a predefined type is committed already (a no-op).
 #[export]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Handle) -> c_int {
     call("MPI_Type_commit", MPI_COMM_WORLD, || {
@@ -684,18 +1205,15 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Handle) -> c_int {
         }
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { datatype.read() };
-        let i = derived_index(h, "MPI_Type_commit")?;
-        TYPES.with(|t| {
-            if let Some(Some(d)) = t.borrow_mut().get_mut(i) {
-                Rc::make_mut(d).committed = true;
-            }
-        });
+        if let Ty::Derived(d) = Ty::lookup(h)? {
+            d.committed.set(true);
+        }
         Ok(())
     })
 }
 
-/// `MPI_Type_free`: the handle becomes `MPI_DATATYPE_NULL`; calls in progress keep their
-/// own reference to the layout.
+/// `MPI_Type_free`: the handle becomes `MPI_DATATYPE_NULL`; calls in progress, and types
+/// built from it, keep their own reference to the layout.
 #[export]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
     call("MPI_Type_free", MPI_COMM_WORLD, || {
@@ -705,7 +1223,13 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
         }
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { datatype.read() };
-        let i = derived_index(h, "MPI_Type_free")?;
+        let permanent = matches!(Ty::lookup(h)?, Ty::Derived(d) if d.permanent);
+        let Some(i) = derived_index(h)?.filter(|_| !permanent) else {
+            return Err(type_error(
+                "MPI_Type_free on a predefined datatype: only derived datatypes are freed",
+            ));
+        };
+        super::attr::type_freed(h)?;
         TYPES.with(|t| t.borrow_mut()[i] = None);
         // SAFETY: as above.
         unsafe { datatype.write(MPI_DATATYPE_NULL) };
@@ -713,7 +1237,7 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
     })
 }
 
-/// `MPI_Type_size`.
+/// `MPI_Type_size` (`MPI_UNDEFINED` when it does not fit an int).
 #[export]
 pub unsafe extern "C" fn MPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
     call("MPI_Type_size", MPI_COMM_WORLD, || {
@@ -727,12 +1251,20 @@ pub unsafe extern "C" fn MPI_Type_size(datatype: Handle, size: *mut c_int) -> c_
 /// Write a (lower bound, extent) pair.
 ///
 /// # Safety
-/// Both pointers are null or valid for a write of an `MPI_Aint`.
-unsafe fn put_bounds(lb: *mut isize, extent: *mut isize, l: isize, e: usize) -> MpiResult<()> {
+/// Both pointers are null or valid for a write of a `T`.
+pub(crate) unsafe fn put_bounds<T: TryFrom<isize>>(
+    lb: *mut T,
+    extent: *mut T,
+    l: isize,
+    e: isize,
+) -> MpiResult<()> {
+    let conv = |v: isize| {
+        T::try_from(v).map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("{v} overflows")))
+    };
     // SAFETY: the caller's contract.
     unsafe {
-        put(lb, l, "lb")?;
-        put(extent, e as isize, "extent")
+        put(lb, conv(l)?, "lb")?;
+        put(extent, conv(e)?, "extent")
     }
 }
 
@@ -760,235 +1292,50 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent(
     call("MPI_Type_get_true_extent", MPI_COMM_WORLD, || {
         let l = Ty::lookup(datatype)?.layout();
         // SAFETY: the caller's MPI_Aints.
-        unsafe { put_bounds(true_lb, true_extent, l.true_lb(), l.true_extent()) }
+        unsafe { put_bounds(true_lb, true_extent, l.true_lb(), l.true_extent() as isize) }
     })
-}
-
-/// `MPI_Type_create_indexed_block`: blocks of one length at displacements in elements of the
-/// old type.
-#[export]
-pub unsafe extern "C" fn MPI_Type_create_indexed_block(
-    count: c_int,
-    blocklength: c_int,
-    displs: *const c_int,
-    old: Handle,
-    new: *mut Handle,
-) -> c_int {
-    // SAFETY: MPI_Type_create_indexed_block's contract: `count` displacements.
-    unsafe {
-        create("MPI_Type_create_indexed_block", new, || {
-            let n = nonneg(count, "count")?;
-            let b = nonneg(blocklength, "blocklength")?;
-            let d: Vec<isize> = array(displs, n, "displacements")?
-                .into_iter()
-                .map(|d| d as isize)
-                .collect();
-            let t = Ty::lookup(old)?;
-            derived(
-                rmca::Datatype::indexed(&vec![b; n], &d, &t.layout()),
-                t.base(),
-                repeat(t.signature().as_deref(), n.saturating_mul(b)),
-            )
-        })
-    }
-}
-
-/// `MPI_Type_create_hindexed_block`: blocks of one length at displacements in bytes.
-#[export]
-pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
-    count: c_int,
-    blocklength: c_int,
-    displs: *const isize,
-    old: Handle,
-    new: *mut Handle,
-) -> c_int {
-    // SAFETY: MPI_Type_create_hindexed_block's contract: `count` displacements.
-    unsafe {
-        create("MPI_Type_create_hindexed_block", new, || {
-            let n = nonneg(count, "count")?;
-            let b = nonneg(blocklength, "blocklength")?;
-            let d = array(displs, n, "displacements")?;
-            let t = Ty::lookup(old)?;
-            derived(
-                rmca::Datatype::hindexed(&vec![b; n], &d, &t.layout()),
-                t.base(),
-                repeat(t.signature().as_deref(), n.saturating_mul(b)),
-            )
-        })
-    }
 }
 
 /// `MPI_Type_dup`: a new handle with the same layout, committed if the old one is (a
 /// predefined type's duplicate is a committed derived type).
 #[export]
 pub unsafe extern "C" fn MPI_Type_dup(old: Handle, new: *mut Handle) -> c_int {
-    // SAFETY: MPI_Type_dup's contract for `new`.
+    // SAFETY: MPI_Type_dup's contract for `new` (then the attributes are copied).
     unsafe {
-        create("MPI_Type_dup", new, || match Ty::lookup(old)? {
-            Ty::Derived(d) => Ok((*d).clone()),
-            t @ Ty::Predefined(..) => {
-                let mut d = derived(Ok(t.layout()), t.base(), t.signature())?;
-                d.committed = true;
+        super::attr::type_dup(
+            create("MPI_Type_dup", new, || {
+                let t = Ty::lookup(old)?;
+                let committed = match &t {
+                    Ty::Derived(d) => d.committed.get(),
+                    Ty::Predefined(..) => true,
+                };
+                let c = contents(combiner::DUP, vec![t.clone()], |_| {});
+                let d = derived(Ok(t.layout()), t.base(), t.signature(), c)?;
+                d.committed.set(committed);
                 Ok(d)
-            }
-        })
+            }),
+            old,
+            new,
+        )
     }
 }
 
-/// What `MPI_Pack` and `MPI_Unpack` check alike: `count` instances of `datatype` to move
-/// through `*position` of the packed buffer of `size` bytes (`packed`, the output of
-/// `MPI_Pack` or the input of `MPI_Unpack`), whose data buffer is `data`. Returns the type,
-/// the count, the position and the packed length, which fits the buffer from the position.
-///
-/// # Safety
-/// `position` is null or valid for a read.
-unsafe fn packed_span(
-    call: &str,
-    count: c_int,
-    datatype: Handle,
-    position: *const c_int,
-    size: c_int,
-    (packed, data): (*const c_void, *const c_void),
-) -> MpiResult<(Ty, usize, usize, usize)> {
-    let (what, count_name) = if call == "MPI_Pack" {
-        ("output", "incount")
-    } else {
-        ("input", "outcount")
-    };
-    let n = nonneg(count, count_name)?;
-    let ty = Ty::for_use(datatype)?;
-    if position.is_null() {
-        return Err(MpiError::new(MPI_ERR_ARG, "the position argument is NULL"));
-    }
-    let size = nonneg(size, &format!("{what} size"))?;
-    // SAFETY: the caller's contract, non-null checked.
-    let pos = unsafe { position.read() };
-    let pos = match usize::try_from(pos) {
-        Ok(p) if p <= size => p,
-        _ => {
-            return Err(MpiError::new(
-                MPI_ERR_ARG,
-                format!("position {pos} is outside the {what} buffer of {size} B"),
-            ))
-        }
-    };
-    let len = ty.packed_len(n)?;
-    if len > size - pos {
-        let hint = if call == "MPI_Pack" {
-            " (MPI_Pack_size tells the room needed)"
-        } else {
-            ""
-        };
-        return Err(MpiError::new(
-            MPI_ERR_TRUNCATE,
-            format!(
-                "{call}: {n} elements take {len} B but the {what} buffer has {} B left at position {pos}{hint}",
-                size - pos
-            ),
-        ));
-    }
-    if len > 0 && (packed.is_null() || data.is_null()) {
-        return Err(MpiError::new(
-            MPI_ERR_BUFFER,
-            format!("{call}: a buffer is NULL"),
-        ));
-    }
-    Ok((ty, n, pos, len))
+/// The signature of `n` instances of `t` (`None`: too long to keep).
+pub(crate) fn repeat_signature(t: &Ty, n: usize) -> Option<Vec<(Handle, usize)>> {
+    repeat(t.signature().as_deref(), n)
 }
 
-/// `MPI_Pack`: the data of `incount` instances of `datatype` at `inbuf`, in type-map order,
-/// appended at `*position` of `outbuf` (rmca's packed form is the data itself, native
-/// representation, no header: a message of `MPI_PACKED` matches the datatype's).
-#[export]
-pub unsafe extern "C" fn MPI_Pack(
-    inbuf: *const c_void,
-    incount: c_int,
-    datatype: Handle,
-    outbuf: *mut c_void,
-    outsize: c_int,
-    position: *mut c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Pack", comm, || {
-        super::communicator(comm)?;
-        // SAFETY: MPI_Pack's contract: `position` is the caller's int.
-        let (ty, n, pos, len) = unsafe {
-            packed_span(
-                "MPI_Pack",
-                incount,
-                datatype,
-                position,
-                outsize,
-                (outbuf.cast_const(), inbuf),
-            )?
-        };
-        // SAFETY: MPI_Pack's contract: `inbuf` holds `incount` instances, `outbuf` holds
-        // `outsize` bytes (with `len` left at `pos`, checked above).
-        unsafe {
-            let data = ty.pack(inbuf, n)?;
-            std::ptr::copy_nonoverlapping(data.as_ptr(), outbuf.cast::<u8>().add(pos), len);
-            position.write((pos + len) as c_int);
-        }
-        Ok(())
-    })
+/// The predefined type all of `t`'s data is made of, if one.
+pub(crate) fn base_of(t: &Ty) -> Option<Handle> {
+    t.base()
 }
 
-/// `MPI_Unpack`: `outcount` instances of `datatype` into `outbuf` from `*position` of
-/// `inbuf` (see [`MPI_Pack`]).
-#[export]
-pub unsafe extern "C" fn MPI_Unpack(
-    inbuf: *const c_void,
-    insize: c_int,
-    position: *mut c_int,
-    outbuf: *mut c_void,
-    outcount: c_int,
-    datatype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Unpack", comm, || {
-        super::communicator(comm)?;
-        // SAFETY: MPI_Unpack's contract: `position` is the caller's int.
-        let (ty, n, pos, len) = unsafe {
-            packed_span(
-                "MPI_Unpack",
-                outcount,
-                datatype,
-                position,
-                insize,
-                (inbuf, outbuf.cast_const()),
-            )?
-        };
-        // SAFETY: MPI_Unpack's contract: `inbuf` holds `insize` bytes (with `len` left at
-        // `pos`, checked above), `outbuf` holds `outcount` instances.
-        unsafe {
-            let data = std::slice::from_raw_parts(inbuf.cast::<u8>().add(pos), len);
-            ty.unpack(data, outbuf, n);
-            position.write((pos + len) as c_int);
-        }
-        Ok(())
-    })
-}
-
-/// `MPI_Pack_size`: the bytes `MPI_Pack` needs for `incount` instances (exactly their data:
-/// rmca's packed form has no header).
-#[export]
-pub unsafe extern "C" fn MPI_Pack_size(
-    incount: c_int,
-    datatype: Handle,
-    comm: Handle,
-    size: *mut c_int,
-) -> c_int {
-    call("MPI_Pack_size", comm, || {
-        super::communicator(comm)?;
-        let n = nonneg(incount, "incount")?;
-        let len = Ty::for_use(datatype)?.packed_len(n)?;
-        let len = c_int::try_from(len).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_COUNT,
-                format!("{n} elements pack into {len} B, more than an int can hold"),
-            )
-        })?;
-        // SAFETY: the caller's int.
-        unsafe { put(size, len, "size") }
+/// The handle of derived type `d`, if it has one.
+pub(crate) fn handle_of(d: &Rc<Derived>) -> Option<Handle> {
+    TYPES.with(|t| {
+        t.borrow()
+            .iter()
+            .position(|x| x.as_ref().is_some_and(|x| Rc::ptr_eq(x, d)))
+            .map(|i| TYPE_BASE + i)
     })
 }

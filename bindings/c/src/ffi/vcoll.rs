@@ -10,72 +10,59 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::coll::{blocks_of, in_place, reduce_input, reduce_recv, root_of};
+use super::coll::{blocks_n, in_place, intra, recv_n, reduce_input, reduce_recv, root_of, send_n};
+use super::coll_c::{count_c, read_counts, read_displs, read_types, ArrayElem};
 use super::op::{element_size, reduce, reducer, Coll};
 use super::types::Ty;
-use super::{call, communicator, recv_data, send_data, RecvData};
+use super::call;
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
 use rmca_mpi_export::export;
 
 /// One side's per-rank blocks: (count, displacement in extents) per rank, and their packed
 /// byte counts and offsets.
-struct Blocks {
+pub(crate) struct Blocks {
     counts: Vec<usize>,
     displs: Vec<isize>,
-    packed_counts: Vec<usize>,
+    pub(crate) packed_counts: Vec<usize>,
     packed_displs: Vec<usize>,
-    total: usize,
+    pub(crate) total: usize,
 }
 
-/// Read `n` counts and displacements.
-///
-/// # Safety
-/// `counts` and `displs` hold `n` ints each (checked non-null).
-unsafe fn blocks(
-    counts: *const c_int,
-    displs: *const c_int,
-    n: usize,
-    ty: &Ty,
-    side: &str,
-) -> MpiResult<Blocks> {
-    if counts.is_null() || displs.is_null() {
-        return Err(MpiError::new(
-            MPI_ERR_ARG,
-            format!("the {side} counts or displacements array is NULL"),
-        ));
+impl Blocks {
+    /// The blocks of `counts[r]` instances of `ty` at `displs[r]` extents, one per rank.
+    pub(crate) fn new(counts: &[usize], displs: &[isize], ty: &Ty, side: &str) -> MpiResult<Self> {
+        let mut b = Blocks {
+            counts: counts.to_vec(),
+            displs: displs.to_vec(),
+            packed_counts: Vec::with_capacity(counts.len()),
+            packed_displs: Vec::with_capacity(counts.len()),
+            total: 0,
+        };
+        for &c in counts {
+            let bytes = ty.packed_len(c)?;
+            b.packed_counts.push(bytes);
+            b.packed_displs.push(b.total);
+            b.total = b.total.checked_add(bytes).ok_or_else(|| {
+                MpiError::new(MPI_ERR_COUNT, format!("the {side} counts overflow"))
+            })?;
+        }
+        Ok(b)
     }
-    let mut b = Blocks {
-        counts: Vec::with_capacity(n),
-        displs: Vec::with_capacity(n),
-        packed_counts: Vec::with_capacity(n),
-        packed_displs: Vec::with_capacity(n),
-        total: 0,
-    };
-    for r in 0..n {
-        // SAFETY: the caller's contract.
-        let (c, d) = unsafe { (counts.add(r).read(), displs.add(r).read()) };
-        let c = usize::try_from(c).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_COUNT,
-                format!("{side} count {c} of rank {r} is negative: counts are >= 0"),
-            )
-        })?;
-        let bytes = ty.packed_len(c)?;
-        b.counts.push(c);
-        b.displs.push(d as isize);
-        b.packed_counts.push(bytes);
-        b.packed_displs.push(b.total);
-        b.total = b
-            .total
-            .checked_add(bytes)
-            .ok_or_else(|| MpiError::new(MPI_ERR_COUNT, format!("the {side} counts overflow")))?;
+
+    /// The packed blocks' byte ranges, in rank order.
+    pub(crate) fn regions(&self) -> Vec<std::ops::Range<usize>> {
+        regions(&self.packed_counts, &self.packed_displs)
     }
-    Ok(b)
+}
+
+/// Byte ranges of packed blocks.
+fn regions(counts: &[usize], displs: &[usize]) -> Vec<std::ops::Range<usize>> {
+    counts.iter().zip(displs).map(|(&c, &d)| d..d + c).collect()
 }
 
 /// The address of `displ` extents of `ty` from `buf`.
-fn at(buf: *const c_void, displ: isize, ty: &Ty) -> MpiResult<*const c_void> {
+pub(crate) fn at(buf: *const c_void, displ: isize, ty: &Ty) -> MpiResult<*const c_void> {
     let ext = ty.extent();
     let off = displ.checked_mul(ext).ok_or_else(|| {
         MpiError::new(
@@ -91,7 +78,7 @@ impl Blocks {
     ///
     /// # Safety
     /// `buf` holds every block (the collective's contract).
-    unsafe fn pack(&self, buf: *const c_void, ty: &Ty) -> MpiResult<Vec<u8>> {
+    pub(crate) unsafe fn pack(&self, buf: *const c_void, ty: &Ty) -> MpiResult<Vec<u8>> {
         let mut out = Vec::with_capacity(self.total);
         for r in 0..self.counts.len() {
             // SAFETY: the caller's contract.
@@ -104,7 +91,7 @@ impl Blocks {
     ///
     /// # Safety
     /// `buf` holds every block and is not otherwise accessed during the call.
-    unsafe fn unpack(
+    pub(crate) unsafe fn unpack(
         &self,
         packed: &[u8],
         buf: *mut c_void,
@@ -123,7 +110,21 @@ impl Blocks {
         Ok(())
     }
 
-    fn check_null(&self, buf: *const c_void, side: &str) -> MpiResult<()> {
+    /// Pack block `r` from the program's buffer.
+    ///
+    /// # Safety
+    /// `buf` holds block `r` (the collective's contract).
+    pub(crate) unsafe fn pack_block(&self, buf: *const c_void, ty: &Ty, r: usize) -> MpiResult<Vec<u8>> {
+        // SAFETY: the caller's contract.
+        unsafe { ty.pack(at(buf, self.displs[r], ty)?, self.counts[r]) }
+    }
+
+    /// Refuse displacements whose addresses overflow (so that unpacking cannot fail later).
+    pub(crate) fn check_addresses(&self, buf: *const c_void, ty: &Ty) -> MpiResult<()> {
+        self.displs.iter().try_for_each(|&d| at(buf, d, ty).map(|_| ()))
+    }
+
+    pub(crate) fn check_null(&self, buf: *const c_void, side: &str) -> MpiResult<()> {
         if self.total > 0 && buf.is_null() {
             return Err(MpiError::new(
                 MPI_ERR_BUFFER,
@@ -134,7 +135,7 @@ impl Blocks {
     }
 }
 
-fn same_len(send: usize, recv: usize, rank: usize, fname: &str) -> MpiResult<()> {
+pub(crate) fn same_len(send: usize, recv: usize, rank: usize, fname: &str) -> MpiResult<()> {
     if send != recv {
         return Err(MpiError::new(
             MPI_ERR_COUNT,
@@ -144,153 +145,148 @@ fn same_len(send: usize, recv: usize, rank: usize, fname: &str) -> MpiResult<()>
     Ok(())
 }
 
-/// `MPI_Gatherv`.
-#[export]
-pub unsafe extern "C" fn MPI_Gatherv(
+/// `MPI_Gatherv` on read arrays (`rcounts`, `displs`: the root's, empty elsewhere).
+///
+/// # Safety
+/// MPI_Gatherv's contract: recvbuf holds every block, sendbuf `sendcount` elements.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gatherv(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
+    rcounts: &[usize],
+    displs: &[isize],
     recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Gatherv", comm, || {
-        let c = communicator(comm)?;
-        let (n, me) = (c.size(), c.rank());
-        let root = root_of(root, n)?;
-        if me != root {
-            // SAFETY: MPI_Gatherv's contract: sendbuf holds `sendcount` elements.
-            let send = unsafe { send_data(sendbuf, sendcount, sendtype, "send")? };
-            // SAFETY: as above.
-            c.gatherv(unsafe { send.bytes() }, None, &[], &[], root)?;
-            return Ok(());
-        }
-        let rty = Ty::for_use(recvtype)?;
-        // SAFETY: MPI_Gatherv's contract: the root's counts and displacements hold one int
-        // per rank, recvbuf every block, sendbuf `sendcount` elements.
+    root: usize,
+) -> MpiResult<()> {
+    let me = c.rank();
+    if me != root {
+        // SAFETY: the caller's contract.
+        let send = unsafe { send_n(sendbuf, sendcount, sendtype, "send")? };
+        // SAFETY: as above.
+        c.gatherv(unsafe { send.bytes() }, None, &[], &[], root)?;
+        return Ok(());
+    }
+    let rty = Ty::for_use(recvtype)?;
+    let b = Blocks::new(rcounts, displs, &rty, "receive")?;
+    b.check_null(recvbuf, "receive")?;
+    let mut all = vec![0u8; b.total];
+    // SAFETY: the caller's contract.
+    unsafe {
+        let own = if in_place(sendbuf) {
+            rty.pack(at(recvbuf, b.displs[me], &rty)?, b.counts[me])?
+        } else {
+            let send = send_n(sendbuf, sendcount, sendtype, "send")?;
+            same_len(send.len(), b.packed_counts[me], me, "MPI_Gatherv")?;
+            send.bytes().to_vec()
+        };
+        c.gatherv(
+            &own,
+            Some(&mut all),
+            &b.packed_counts,
+            &b.packed_displs,
+            root,
+        )?;
+        let skip = in_place(sendbuf).then_some(me);
+        b.unpack(&all, recvbuf, &rty, skip)?;
+    }
+    Ok(())
+}
+
+/// `MPI_Scatterv` on read arrays (`scounts`, `displs`: the root's, empty elsewhere).
+///
+/// # Safety
+/// MPI_Scatterv's contract: sendbuf holds every block, recvbuf `recvcount` elements.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn scatterv(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    scounts: &[usize],
+    displs: &[isize],
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: usize,
+    recvtype: Handle,
+    root: usize,
+) -> MpiResult<()> {
+    let me = c.rank();
+    if me != root {
+        let mut recv = recv_n(recvbuf, recvcount, recvtype, "receive")?;
+        // SAFETY: the caller's contract.
         unsafe {
-            let b = blocks(recvcounts, displs, n, &rty, "receive")?;
-            b.check_null(recvbuf, "receive")?;
-            let mut all = vec![0u8; b.total];
-            let own = if in_place(sendbuf) {
-                rty.pack(at(recvbuf, b.displs[me], &rty)?, b.counts[me])?
-            } else {
-                let send = send_data(sendbuf, sendcount, sendtype, "send")?;
-                same_len(send.len(), b.packed_counts[me], me, "MPI_Gatherv")?;
-                send.bytes().to_vec()
-            };
-            c.gatherv(
-                &own,
-                Some(&mut all),
+            c.scatterv(None, &[], &[], recv.bytes_mut(), root)?;
+            recv.finish(recv.len());
+        }
+        return Ok(());
+    }
+    let sty = Ty::for_use(sendtype)?;
+    let b = Blocks::new(scounts, displs, &sty, "send")?;
+    b.check_null(sendbuf, "send")?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let packed = b.pack(sendbuf, &sty)?;
+        if in_place(recvbuf) {
+            // The root's block stays where it is.
+            let mut own = vec![0u8; b.packed_counts[me]];
+            c.scatterv(
+                Some(&packed),
                 &b.packed_counts,
                 &b.packed_displs,
+                &mut own,
                 root,
             )?;
-            let skip = in_place(sendbuf).then_some(me);
-            b.unpack(&all, recvbuf, &rty, skip)?;
+        } else {
+            let mut recv = recv_n(recvbuf, recvcount, recvtype, "receive")?;
+            same_len(b.packed_counts[me], recv.len(), me, "MPI_Scatterv")?;
+            c.scatterv(
+                Some(&packed),
+                &b.packed_counts,
+                &b.packed_displs,
+                recv.bytes_mut(),
+                root,
+            )?;
+            recv.finish(recv.len());
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
-/// `MPI_Scatterv`.
-#[export]
-pub unsafe extern "C" fn MPI_Scatterv(
+/// `MPI_Allgatherv` on read arrays.
+///
+/// # Safety
+/// MPI_Allgatherv's contract: recvbuf holds every block, sendbuf `sendcount` elements.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn allgatherv(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    displs: *const c_int,
+    sendcount: usize,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    rcounts: &[usize],
+    displs: &[isize],
     recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Scatterv", comm, || {
-        let c = communicator(comm)?;
-        let (n, me) = (c.size(), c.rank());
-        let root = root_of(root, n)?;
-        if me != root {
-            let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
-            // SAFETY: MPI_Scatterv's contract: recvbuf holds `recvcount` elements.
-            unsafe {
-                c.scatterv(None, &[], &[], recv.bytes_mut(), root)?;
-                recv.finish(recv.len());
-            }
-            return Ok(());
-        }
-        let sty = Ty::for_use(sendtype)?;
-        // SAFETY: MPI_Scatterv's contract: the root's counts and displacements hold one int
-        // per rank, sendbuf every block, recvbuf `recvcount` elements.
-        unsafe {
-            let b = blocks(sendcounts, displs, n, &sty, "send")?;
-            b.check_null(sendbuf, "send")?;
-            let packed = b.pack(sendbuf, &sty)?;
-            if in_place(recvbuf) {
-                // The root's block stays where it is.
-                let mut own = vec![0u8; b.packed_counts[me]];
-                c.scatterv(
-                    Some(&packed),
-                    &b.packed_counts,
-                    &b.packed_displs,
-                    &mut own,
-                    root,
-                )?;
-            } else {
-                let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
-                same_len(b.packed_counts[me], recv.len(), me, "MPI_Scatterv")?;
-                c.scatterv(
-                    Some(&packed),
-                    &b.packed_counts,
-                    &b.packed_displs,
-                    recv.bytes_mut(),
-                    root,
-                )?;
-                recv.finish(recv.len());
-            }
-        }
-        Ok(())
-    })
-}
-
-/// `MPI_Allgatherv`.
-#[export]
-pub unsafe extern "C" fn MPI_Allgatherv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Allgatherv", comm, || {
-        let c = communicator(comm)?;
-        let (n, me) = (c.size(), c.rank());
-        let rty = Ty::for_use(recvtype)?;
-        // SAFETY: MPI_Allgatherv's contract: counts and displacements hold one int per
-        // rank, recvbuf every block, sendbuf `sendcount` elements.
-        unsafe {
-            let b = blocks(recvcounts, displs, n, &rty, "receive")?;
-            b.check_null(recvbuf, "receive")?;
-            let mut all = vec![0u8; b.total];
-            let own = if in_place(sendbuf) {
-                rty.pack(at(recvbuf, b.displs[me], &rty)?, b.counts[me])?
-            } else {
-                let send = send_data(sendbuf, sendcount, sendtype, "send")?;
-                same_len(send.len(), b.packed_counts[me], me, "MPI_Allgatherv")?;
-                send.bytes().to_vec()
-            };
-            c.allgatherv(&own, &mut all, &b.packed_counts, &b.packed_displs)?;
-            let skip = in_place(sendbuf).then_some(me);
-            b.unpack(&all, recvbuf, &rty, skip)?;
-        }
-        Ok(())
-    })
+) -> MpiResult<()> {
+    let me = c.rank();
+    let rty = Ty::for_use(recvtype)?;
+    let b = Blocks::new(rcounts, displs, &rty, "receive")?;
+    b.check_null(recvbuf, "receive")?;
+    let mut all = vec![0u8; b.total];
+    // SAFETY: the caller's contract.
+    unsafe {
+        let own = if in_place(sendbuf) {
+            rty.pack(at(recvbuf, b.displs[me], &rty)?, b.counts[me])?
+        } else {
+            let send = send_n(sendbuf, sendcount, sendtype, "send")?;
+            same_len(send.len(), b.packed_counts[me], me, "MPI_Allgatherv")?;
+            send.bytes().to_vec()
+        };
+        c.allgatherv(&own, &mut all, &b.packed_counts, &b.packed_displs)?;
+        let skip = in_place(sendbuf).then_some(me);
+        b.unpack(&all, recvbuf, &rty, skip)?;
+    }
+    Ok(())
 }
 
 /// A reduction whose input has `in_count` and whose result `out_count` instances of `dt`
@@ -301,16 +297,15 @@ pub unsafe extern "C" fn MPI_Allgatherv(
 #[allow(clippy::too_many_arguments)]
 unsafe fn reduction(
     fname: &str,
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     in_count: usize,
     out_count: usize,
     dt: Handle,
     op: Handle,
-    comm: Handle,
     coll: Coll<'_>,
 ) -> MpiResult<()> {
-    let c = communicator(comm)?;
     let ty = Ty::for_use(dt)?;
     let r = reducer(op, dt, &ty)?;
     // SAFETY: the caller's contract.
@@ -331,219 +326,170 @@ unsafe fn reduction(
                 out,
             )
         };
-        reduce(&c, coll, &input, Some(out.bytes_mut()), r)?;
-        finish(&mut out);
+        reduce(c, coll, &input, Some(out.bytes_mut()), r)?;
+        out.finish(out.len());
     }
     Ok(())
 }
 
-/// Unpack a reduction's result.
+/// `MPI_Alltoallv` on read arrays (the send ones empty in place).
 ///
 /// # Safety
-/// The program's buffer is valid and not otherwise accessed.
-unsafe fn finish(out: &mut RecvData) {
-    // SAFETY: the caller's contract.
-    unsafe { out.finish(out.len()) };
-}
-
-/// `MPI_Alltoallv` (`MPI_IN_PLACE` as sendbuf: the blocks to send are the receive blocks).
-#[export]
-pub unsafe extern "C" fn MPI_Alltoallv(
+/// MPI_Alltoallv's contract: the buffers hold every block.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn alltoallv(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
+    scounts: &[usize],
+    sdispls: &[isize],
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
+    rcounts: &[usize],
+    rdispls: &[isize],
     recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoallv", comm, || {
-        let c = communicator(comm)?;
-        let n = c.size();
-        let rty = Ty::for_use(recvtype)?;
-        // SAFETY: MPI_Alltoallv's contract: one count and displacement per rank on each side,
-        // the buffers hold every block.
-        unsafe {
-            let rb = blocks(recvcounts, rdispls, n, &rty, "receive")?;
-            rb.check_null(recvbuf, "receive")?;
-            let (send, sb) = if in_place(sendbuf) {
-                (rb.pack(recvbuf, &rty)?, None)
-            } else {
-                let sty = Ty::for_use(sendtype)?;
-                let sb = blocks(sendcounts, sdispls, n, &sty, "send")?;
-                sb.check_null(sendbuf, "send")?;
-                (sb.pack(sendbuf, &sty)?, Some(sb))
-            };
-            let (sc, sd) = match &sb {
-                Some(sb) => (&sb.packed_counts, &sb.packed_displs),
-                None => (&rb.packed_counts, &rb.packed_displs),
-            };
-            let mut all = vec![0u8; rb.total];
-            c.alltoallv(
-                &send,
-                sc,
-                sd,
-                &mut all,
-                &rb.packed_counts,
-                &rb.packed_displs,
-            )?;
-            rb.unpack(&all, recvbuf, &rty, None)?;
-        }
-        Ok(())
-    })
-}
-
-/// `MPI_Reduce_scatter_block`.
-#[export]
-pub unsafe extern "C" fn MPI_Reduce_scatter_block(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    dt: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Reduce_scatter_block", comm, || {
-        let n = communicator(comm)?.size();
-        let (_, total, _) = blocks_of(recvcount, dt, n, "receive")?;
-        let k = super::count(recvcount, "receive count")?;
-        // SAFETY: MPI_Reduce_scatter_block's contract.
-        unsafe {
-            reduction(
-                "MPI_Reduce_scatter_block",
-                sendbuf,
-                recvbuf,
-                total,
-                k,
-                dt,
-                op,
-                comm,
-                Coll::ReduceScatterBlock,
-            )
-        }
-    })
-}
-
-/// `MPI_Reduce_scatter`.
-#[export]
-pub unsafe extern "C" fn MPI_Reduce_scatter(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    dt: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Reduce_scatter", comm, || {
-        let c = communicator(comm)?;
-        let (n, me) = (c.size(), c.rank());
-        if recvcounts.is_null() {
-            return Err(MpiError::new(MPI_ERR_ARG, "the recvcounts array is NULL"));
-        }
-        let mut counts = Vec::with_capacity(n);
-        for r in 0..n {
-            // SAFETY: MPI_Reduce_scatter's contract: one count per rank.
-            let v = unsafe { recvcounts.add(r).read() };
-            counts.push(usize::try_from(v).map_err(|_| {
-                MpiError::new(
-                    MPI_ERR_COUNT,
-                    format!("receive count {v} of rank {r} is negative: counts are >= 0"),
-                )
-            })?);
-        }
-        let total: usize = counts.iter().sum();
-        let ty = Ty::for_use(dt)?;
-        let r = reducer(op, dt, &ty)?;
-        let inst = if r.raw_layout() {
-            ty.extent() as usize
+) -> MpiResult<()> {
+    let rty = Ty::for_use(recvtype)?;
+    let rb = Blocks::new(rcounts, rdispls, &rty, "receive")?;
+    rb.check_null(recvbuf, "receive")?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let (send, sb) = if in_place(sendbuf) {
+            (rb.pack(recvbuf, &rty)?, None)
         } else {
-            ty.size()
+            let sty = Ty::for_use(sendtype)?;
+            let sb = Blocks::new(scounts, sdispls, &sty, "send")?;
+            sb.check_null(sendbuf, "send")?;
+            (sb.pack(sendbuf, &sty)?, Some(sb))
         };
-        let per = inst / element_size(&r).max(1);
-        let elems: Vec<usize> = counts.iter().map(|&k| k * per).collect();
-        // SAFETY: MPI_Reduce_scatter's contract.
-        unsafe {
-            reduction(
-                "MPI_Reduce_scatter",
-                sendbuf,
-                recvbuf,
-                total,
-                counts[me],
-                dt,
-                op,
-                comm,
-                Coll::ReduceScatter(&elems),
-            )
-        }
-    })
+        let (sc, sd) = match &sb {
+            Some(sb) => (&sb.packed_counts, &sb.packed_displs),
+            None => (&rb.packed_counts, &rb.packed_displs),
+        };
+        let mut all = vec![0u8; rb.total];
+        c.alltoallv(
+            &send,
+            sc,
+            sd,
+            &mut all,
+            &rb.packed_counts,
+            &rb.packed_displs,
+        )?;
+        rb.unpack(&all, recvbuf, &rty, None)?;
+    }
+    Ok(())
 }
 
-macro_rules! prefix {
-    ($name:ident, $coll:expr) => {
-        #[doc = concat!("`", stringify!($name), "`.")]
-        #[export]
-        pub unsafe extern "C" fn $name(
-            sendbuf: *const c_void,
-            recvbuf: *mut c_void,
-            count: c_int,
-            dt: Handle,
-            op: Handle,
-            comm: Handle,
-        ) -> c_int {
-            call(stringify!($name), comm, || {
-                let n = super::count(count, "count")?;
-                // SAFETY: the prefix reduction's contract: both buffers hold `count`
-                // elements.
-                unsafe {
-                    reduction(
-                        stringify!($name),
-                        sendbuf,
-                        recvbuf,
-                        n,
-                        n,
-                        dt,
-                        op,
-                        comm,
-                        $coll,
-                    )
-                }
-            })
-        }
+/// `MPI_Reduce_scatter_block` on `recvcount` elements per rank.
+///
+/// # Safety
+/// The collective's contract.
+pub(crate) unsafe fn reduce_scatter_block(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: usize,
+    dt: Handle,
+    op: Handle,
+) -> MpiResult<()> {
+    let (_, total, _) = blocks_n(recvcount, dt, c.size(), "receive")?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        reduction(
+            "MPI_Reduce_scatter_block",
+            c,
+            sendbuf,
+            recvbuf,
+            total,
+            recvcount,
+            dt,
+            op,
+            Coll::ReduceScatterBlock,
+        )
+    }
+}
+
+/// `MPI_Reduce_scatter` on read counts.
+///
+/// # Safety
+/// The collective's contract.
+pub(crate) unsafe fn reduce_scatter(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    counts: &[usize],
+    dt: Handle,
+    op: Handle,
+) -> MpiResult<()> {
+    let me = c.rank();
+    let total = counts
+        .iter()
+        .try_fold(0usize, |a, &k| a.checked_add(k))
+        .ok_or_else(|| MpiError::new(MPI_ERR_COUNT, "the receive counts overflow"))?;
+    let ty = Ty::for_use(dt)?;
+    let r = reducer(op, dt, &ty)?;
+    let inst = if r.raw_layout() {
+        ty.extent() as usize
+    } else {
+        ty.size()
     };
+    let per = inst / element_size(&r).max(1);
+    let elems: Vec<usize> = counts.iter().map(|&k| k * per).collect();
+    // SAFETY: the caller's contract.
+    unsafe {
+        reduction(
+            "MPI_Reduce_scatter",
+            c,
+            sendbuf,
+            recvbuf,
+            total,
+            counts[me],
+            dt,
+            op,
+            Coll::ReduceScatter(&elems),
+        )
+    }
 }
 
-prefix!(MPI_Scan, Coll::Scan);
-prefix!(MPI_Exscan, Coll::Exscan);
+/// `MPI_Scan` (or, `exclusive`, `MPI_Exscan`) on `n` elements.
+///
+/// # Safety
+/// The collective's contract: both buffers hold `n` elements.
+pub(crate) unsafe fn prefix(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    n: usize,
+    dt: Handle,
+    op: Handle,
+    exclusive: bool,
+) -> MpiResult<()> {
+    let (fname, coll) = if exclusive {
+        ("MPI_Exscan", Coll::Exscan)
+    } else {
+        ("MPI_Scan", Coll::Scan)
+    };
+    // SAFETY: the caller's contract.
+    unsafe { reduction(fname, c, sendbuf, recvbuf, n, n, dt, op, coll) }
+}
 
 /// One side of `MPI_Alltoallw`: per rank a count, a byte displacement and a datatype, and
 /// the blocks' packed byte counts and offsets.
-struct TypedBlocks {
+pub(crate) struct TypedBlocks {
     parts: Vec<(Ty, usize, isize)>,
-    packed_counts: Vec<usize>,
+    pub(crate) packed_counts: Vec<usize>,
     packed_displs: Vec<usize>,
-    total: usize,
+    pub(crate) total: usize,
 }
 
 impl TypedBlocks {
-    /// Read `n` counts, byte displacements and datatypes.
-    ///
-    /// # Safety
-    /// The arrays hold `n` entries each (checked non-null).
-    unsafe fn read(
-        counts: *const c_int,
-        displs: *const c_int,
-        types: *const Handle,
-        n: usize,
+    /// The blocks of `counts[r]` instances of `types[r]` at `displs[r]` bytes, per rank.
+    pub(crate) fn new(
+        counts: &[usize],
+        displs: &[isize],
+        types: &[Handle],
         side: &str,
     ) -> MpiResult<Self> {
-        if counts.is_null() || displs.is_null() || types.is_null() {
-            return Err(MpiError::new(
-                MPI_ERR_ARG,
-                format!("the {side} counts, displacements or datatypes array is NULL"),
-            ));
-        }
+        let n = counts.len();
         let mut b = TypedBlocks {
             parts: Vec::with_capacity(n),
             packed_counts: Vec::with_capacity(n),
@@ -551,23 +497,9 @@ impl TypedBlocks {
             total: 0,
         };
         for r in 0..n {
-            // SAFETY: the caller's contract.
-            let (c, d, t) = unsafe {
-                (
-                    counts.add(r).read(),
-                    displs.add(r).read(),
-                    types.add(r).read(),
-                )
-            };
-            let c = usize::try_from(c).map_err(|_| {
-                MpiError::new(
-                    MPI_ERR_COUNT,
-                    format!("{side} count {c} of rank {r} is negative: counts are >= 0"),
-                )
-            })?;
-            let ty = Ty::for_use(t)?;
-            let bytes = ty.packed_len(c)?;
-            b.parts.push((ty, c, d as isize));
+            let ty = Ty::for_use(types[r])?;
+            let bytes = ty.packed_len(counts[r])?;
+            b.parts.push((ty, counts[r], displs[r]));
             b.packed_counts.push(bytes);
             b.packed_displs.push(b.total);
             b.total = b.total.checked_add(bytes).ok_or_else(|| {
@@ -577,11 +509,16 @@ impl TypedBlocks {
         Ok(b)
     }
 
+    /// The packed blocks' byte ranges, in rank order.
+    pub(crate) fn regions(&self) -> Vec<std::ops::Range<usize>> {
+        regions(&self.packed_counts, &self.packed_displs)
+    }
+
     /// Pack every block from the program's buffer.
     ///
     /// # Safety
     /// `buf` holds every block (the collective's contract).
-    unsafe fn pack(&self, buf: *const c_void) -> MpiResult<Vec<u8>> {
+    pub(crate) unsafe fn pack(&self, buf: *const c_void) -> MpiResult<Vec<u8>> {
         let mut out = Vec::with_capacity(self.total);
         for (ty, count, displ) in &self.parts {
             let from = buf.cast::<u8>().wrapping_offset(*displ).cast();
@@ -595,7 +532,7 @@ impl TypedBlocks {
     ///
     /// # Safety
     /// `buf` holds every block and is not otherwise accessed during the call.
-    unsafe fn unpack(&self, packed: &[u8], buf: *mut c_void) {
+    pub(crate) unsafe fn unpack(&self, packed: &[u8], buf: *mut c_void) {
         for (r, (ty, count, displ)) in self.parts.iter().enumerate() {
             let (p, len) = (self.packed_displs[r], self.packed_counts[r]);
             let dst = buf.cast::<u8>().wrapping_offset(*displ).cast();
@@ -604,7 +541,7 @@ impl TypedBlocks {
         }
     }
 
-    fn check_null(&self, buf: *const c_void, side: &str) -> MpiResult<()> {
+    pub(crate) fn check_null(&self, buf: *const c_void, side: &str) -> MpiResult<()> {
         if self.total > 0 && buf.is_null() {
             return Err(MpiError::new(
                 MPI_ERR_BUFFER,
@@ -615,54 +552,333 @@ impl TypedBlocks {
     }
 }
 
-/// `MPI_Alltoallw`: per-peer counts, byte displacements and datatypes (`MPI_IN_PLACE` as
-/// sendbuf: the blocks to send are the receive blocks). Each block is packed into library
-/// memory, the packed blocks move by the alltoallv schedule, and are unpacked with the
-/// receive side's datatypes; a block's send and receive type signatures must match in size.
-#[export]
-pub unsafe extern "C" fn MPI_Alltoallw(
+/// `MPI_Alltoallw` on read arrays (the send ones empty in place): each block is packed
+/// into library memory, the packed blocks move by the alltoallv schedule, and are unpacked
+/// with the receive side's datatypes; a block's send and receive type signatures must match
+/// in size.
+///
+/// # Safety
+/// MPI_Alltoallw's contract: the buffers hold every block.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn alltoallw(
+    c: &rmca::Communicator,
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtypes: *const Handle,
+    scounts: &[usize],
+    sdispls: &[isize],
+    stypes: &[Handle],
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtypes: *const Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoallw", comm, || {
-        let c = communicator(comm)?;
-        let n = c.size();
-        // SAFETY: MPI_Alltoallw's contract: one count, displacement and datatype per rank on
-        // each side, the buffers hold every block.
-        unsafe {
-            let rb = TypedBlocks::read(recvcounts, rdispls, recvtypes, n, "receive")?;
-            rb.check_null(recvbuf, "receive")?;
-            let (send, sb) = if in_place(sendbuf) {
-                (rb.pack(recvbuf)?, None)
-            } else {
-                let sb = TypedBlocks::read(sendcounts, sdispls, sendtypes, n, "send")?;
-                sb.check_null(sendbuf, "send")?;
-                (sb.pack(sendbuf)?, Some(sb))
-            };
-            let (sc, sd) = match &sb {
-                Some(sb) => (&sb.packed_counts, &sb.packed_displs),
-                None => (&rb.packed_counts, &rb.packed_displs),
-            };
-            let me = c.rank();
-            same_len(sc[me], rb.packed_counts[me], me, "MPI_Alltoallw")?;
-            let mut all = vec![0u8; rb.total];
-            c.alltoallv(
-                &send,
-                sc,
-                sd,
-                &mut all,
-                &rb.packed_counts,
-                &rb.packed_displs,
-            )?;
-            rb.unpack(&all, recvbuf);
-        }
-        Ok(())
-    })
+    rcounts: &[usize],
+    rdispls: &[isize],
+    rtypes: &[Handle],
+) -> MpiResult<()> {
+    let rb = TypedBlocks::new(rcounts, rdispls, rtypes, "receive")?;
+    rb.check_null(recvbuf, "receive")?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let (send, sb) = if in_place(sendbuf) {
+            (rb.pack(recvbuf)?, None)
+        } else {
+            let sb = TypedBlocks::new(scounts, sdispls, stypes, "send")?;
+            sb.check_null(sendbuf, "send")?;
+            (sb.pack(sendbuf)?, Some(sb))
+        };
+        let (sc, sd) = match &sb {
+            Some(sb) => (&sb.packed_counts, &sb.packed_displs),
+            None => (&rb.packed_counts, &rb.packed_displs),
+        };
+        let me = c.rank();
+        same_len(sc[me], rb.packed_counts[me], me, "MPI_Alltoallw")?;
+        let mut all = vec![0u8; rb.total];
+        c.alltoallv(
+            &send,
+            sc,
+            sd,
+            &mut all,
+            &rb.packed_counts,
+            &rb.packed_displs,
+        )?;
+        rb.unpack(&all, recvbuf);
+    }
+    Ok(())
 }
+
+/// A count and a count array's readers, for the int forms and the `_c` forms.
+pub trait Width {
+    type Count: Copy + std::fmt::Display;
+    type Elem: ArrayElem;
+    type Displ: ArrayElem;
+    fn count(n: Self::Count, what: &str) -> MpiResult<usize>;
+}
+
+/// The classic forms: `int` counts and displacements.
+pub struct Int;
+/// The large-count forms: `MPI_Count` counts, `MPI_Aint` displacements.
+pub struct Large;
+
+impl Width for Int {
+    type Count = c_int;
+    type Elem = c_int;
+    type Displ = c_int;
+    fn count(n: c_int, what: &str) -> MpiResult<usize> {
+        super::count(n, what)
+    }
+}
+
+impl Width for Large {
+    type Count = MPI_Count;
+    type Elem = MPI_Count;
+    type Displ = MPI_Aint;
+    fn count(n: MPI_Count, what: &str) -> MpiResult<usize> {
+        count_c(n, what)
+    }
+}
+
+/// Counts and displacements of `n` ranks, read when `needed` (else empty).
+///
+/// # Safety
+/// When `needed`, each array holds `n` entries (NULL is refused).
+pub(crate) unsafe fn arrays<W: Width>(
+    counts: *const W::Elem,
+    displs: *const W::Displ,
+    n: usize,
+    side: &str,
+    needed: bool,
+) -> MpiResult<(Vec<usize>, Vec<isize>)> {
+    if !needed {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { Ok((read_counts(counts, n, side)?, read_displs(displs, n, side)?)) }
+}
+
+/// The checked count `n`, or 0 where MPI does not look at it (beside `MPI_IN_PLACE`).
+pub(crate) fn count_unless<W: Width>(n: W::Count, ignored: bool, what: &str) -> MpiResult<usize> {
+    if ignored {
+        Ok(0)
+    } else {
+        W::count(n, what)
+    }
+}
+
+macro_rules! v_forms {
+    ($w:ty, $gatherv:ident, $scatterv:ident, $allgatherv:ident, $alltoallv:ident, $alltoallw:ident,
+     $rs:ident, $rsb:ident, $scan:ident, $exscan:ident) => {
+        #[doc = concat!("`", stringify!($gatherv), "` (`MPI_IN_PLACE` as the root's sendbuf: its block is in place).")]
+        #[export]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $gatherv(
+            sendbuf: *const c_void,
+            sendcount: <$w as Width>::Count,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcounts: *const <$w as Width>::Elem,
+            displs: *const <$w as Width>::Displ,
+            recvtype: Handle,
+            root: c_int,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($gatherv), comm, || {
+                let c = intra(comm, stringify!($gatherv))?;
+                let (n, me) = (c.size(), c.rank());
+                let root = root_of(root, n)?;
+                let sc = count_unless::<$w>(sendcount, me == root && in_place(sendbuf), "send count")?;
+                // SAFETY: the collective's contract: the root's arrays hold one entry per rank.
+                unsafe {
+                    let (rc, rd) = arrays::<$w>(recvcounts, displs, n, "receive", me == root)?;
+                    gatherv(&c, sendbuf, sc, sendtype, recvbuf, &rc, &rd, recvtype, root)
+                }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($scatterv), "` (`MPI_IN_PLACE` as the root's recvbuf: its block stays in place).")]
+        #[export]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $scatterv(
+            sendbuf: *const c_void,
+            sendcounts: *const <$w as Width>::Elem,
+            displs: *const <$w as Width>::Displ,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcount: <$w as Width>::Count,
+            recvtype: Handle,
+            root: c_int,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($scatterv), comm, || {
+                let c = intra(comm, stringify!($scatterv))?;
+                let (n, me) = (c.size(), c.rank());
+                let root = root_of(root, n)?;
+                let rc = count_unless::<$w>(recvcount, me == root && in_place(recvbuf), "receive count")?;
+                // SAFETY: the collective's contract: the root's arrays hold one entry per rank.
+                unsafe {
+                    let (sc, sd) = arrays::<$w>(sendcounts, displs, n, "send", me == root)?;
+                    scatterv(&c, sendbuf, &sc, &sd, sendtype, recvbuf, rc, recvtype, root)
+                }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($allgatherv), "` (`MPI_IN_PLACE` as sendbuf: each block is in place).")]
+        #[export]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $allgatherv(
+            sendbuf: *const c_void,
+            sendcount: <$w as Width>::Count,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcounts: *const <$w as Width>::Elem,
+            displs: *const <$w as Width>::Displ,
+            recvtype: Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($allgatherv), comm, || {
+                let c = intra(comm, stringify!($allgatherv))?;
+                let sc = count_unless::<$w>(sendcount, in_place(sendbuf), "send count")?;
+                // SAFETY: the collective's contract: the arrays hold one entry per rank.
+                unsafe {
+                    let (rc, rd) = arrays::<$w>(recvcounts, displs, c.size(), "receive", true)?;
+                    allgatherv(&c, sendbuf, sc, sendtype, recvbuf, &rc, &rd, recvtype)
+                }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($alltoallv), "` (`MPI_IN_PLACE` as sendbuf: the blocks to send are the receive blocks).")]
+        #[export]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $alltoallv(
+            sendbuf: *const c_void,
+            sendcounts: *const <$w as Width>::Elem,
+            sdispls: *const <$w as Width>::Displ,
+            sendtype: Handle,
+            recvbuf: *mut c_void,
+            recvcounts: *const <$w as Width>::Elem,
+            rdispls: *const <$w as Width>::Displ,
+            recvtype: Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($alltoallv), comm, || {
+                let c = intra(comm, stringify!($alltoallv))?;
+                let n = c.size();
+                // SAFETY: the collective's contract: the arrays hold one entry per rank.
+                unsafe {
+                    let (rc, rd) = arrays::<$w>(recvcounts, rdispls, n, "receive", true)?;
+                    let (sc, sd) = arrays::<$w>(sendcounts, sdispls, n, "send", !in_place(sendbuf))?;
+                    alltoallv(&c, sendbuf, &sc, &sd, sendtype, recvbuf, &rc, &rd, recvtype)
+                }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($alltoallw), "`: per-peer counts, byte displacements and datatypes (`MPI_IN_PLACE` as sendbuf: the blocks to send are the receive blocks).")]
+        #[export]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $alltoallw(
+            sendbuf: *const c_void,
+            sendcounts: *const <$w as Width>::Elem,
+            sdispls: *const <$w as Width>::Displ,
+            sendtypes: *const Handle,
+            recvbuf: *mut c_void,
+            recvcounts: *const <$w as Width>::Elem,
+            rdispls: *const <$w as Width>::Displ,
+            recvtypes: *const Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($alltoallw), comm, || {
+                let c = intra(comm, stringify!($alltoallw))?;
+                let n = c.size();
+                let send_side = !in_place(sendbuf);
+                // SAFETY: the collective's contract: the arrays hold one entry per rank.
+                unsafe {
+                    let (rc, rd) = arrays::<$w>(recvcounts, rdispls, n, "receive", true)?;
+                    let rt = read_types(recvtypes, n, "receive")?;
+                    let (sc, sd) = arrays::<$w>(sendcounts, sdispls, n, "send", send_side)?;
+                    let st = if send_side { read_types(sendtypes, n, "send")? } else { Vec::new() };
+                    alltoallw(&c, sendbuf, &sc, &sd, &st, recvbuf, &rc, &rd, &rt)
+                }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($rs), "` (`MPI_IN_PLACE` as sendbuf: the input is in recvbuf).")]
+        #[export]
+        pub unsafe extern "C" fn $rs(
+            sendbuf: *const c_void,
+            recvbuf: *mut c_void,
+            recvcounts: *const <$w as Width>::Elem,
+            dt: Handle,
+            op: Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($rs), comm, || {
+                let c = intra(comm, stringify!($rs))?;
+                // SAFETY: the collective's contract: one count per rank.
+                unsafe {
+                    let counts = read_counts(recvcounts, c.size(), "receive")?;
+                    reduce_scatter(&c, sendbuf, recvbuf, &counts, dt, op)
+                }
+            })
+        }
+
+        #[doc = concat!("`", stringify!($rsb), "` (`MPI_IN_PLACE` as sendbuf: the input is in recvbuf).")]
+        #[export]
+        pub unsafe extern "C" fn $rsb(
+            sendbuf: *const c_void,
+            recvbuf: *mut c_void,
+            recvcount: <$w as Width>::Count,
+            dt: Handle,
+            op: Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($rsb), comm, || {
+                let c = intra(comm, stringify!($rsb))?;
+                let k = <$w as Width>::count(recvcount, "receive count")?;
+                // SAFETY: the collective's contract.
+                unsafe { reduce_scatter_block(&c, sendbuf, recvbuf, k, dt, op) }
+            })
+        }
+
+        v_forms!(@prefix $w, $scan, false);
+        v_forms!(@prefix $w, $exscan, true);
+    };
+    (@prefix $w:ty, $name:ident, $exclusive:expr) => {
+        #[doc = concat!("`", stringify!($name), "` (`MPI_IN_PLACE` as sendbuf: the input is in recvbuf).")]
+        #[export]
+        pub unsafe extern "C" fn $name(
+            sendbuf: *const c_void,
+            recvbuf: *mut c_void,
+            count: <$w as Width>::Count,
+            dt: Handle,
+            op: Handle,
+            comm: Handle,
+        ) -> c_int {
+            call(stringify!($name), comm, || {
+                let c = intra(comm, stringify!($name))?;
+                let n = <$w as Width>::count(count, "count")?;
+                // SAFETY: the prefix reduction's contract: both buffers hold `count` elements.
+                unsafe { prefix(&c, sendbuf, recvbuf, n, dt, op, $exclusive) }
+            })
+        }
+    };
+}
+
+v_forms!(
+    Int,
+    MPI_Gatherv,
+    MPI_Scatterv,
+    MPI_Allgatherv,
+    MPI_Alltoallv,
+    MPI_Alltoallw,
+    MPI_Reduce_scatter,
+    MPI_Reduce_scatter_block,
+    MPI_Scan,
+    MPI_Exscan
+);
+v_forms!(
+    Large,
+    MPI_Gatherv_c,
+    MPI_Scatterv_c,
+    MPI_Allgatherv_c,
+    MPI_Alltoallv_c,
+    MPI_Alltoallw_c,
+    MPI_Reduce_scatter_c,
+    MPI_Reduce_scatter_block_c,
+    MPI_Scan_c,
+    MPI_Exscan_c
+);

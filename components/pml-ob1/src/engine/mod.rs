@@ -208,6 +208,10 @@ pub(crate) struct Core {
     /// BTL that would serve the read (by BTL index): a CMA read on the node and an RDMA read
     /// across nodes are different machines.
     bulk: Vec<BulkState>,
+    /// Messages taken out of matching by a matched probe (`MPI_Mprobe`), by message id,
+    /// until `MPI_Mrecv` receives them; and the next id.
+    matched: std::collections::HashMap<u64, (Envelope, Unexp)>,
+    next_message: u64,
 }
 
 /// The measured choice of one reading BTL.
@@ -286,6 +290,8 @@ impl Core {
             cursor: vec![0; n],
             dead: vec![false; n],
             matcher: Matcher::new(n),
+            matched: Default::default(),
+            next_message: 0,
             reqs: Requests::default(),
             ctrl: VecDeque::new(),
             active: VecDeque::new(),

@@ -3,12 +3,14 @@
 use std::sync::Arc;
 
 use rmca_framework::bml::{Bml, BtlIndex};
+use rmca_framework::btl::CommPattern;
 use rmca_framework::btl::{SendError, SendHint};
+use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Envelope, Posted, Seq};
 use rmca_framework::memory::MemoryCounter;
 use rmca_framework::pml::{
-    spin_until_done, ContextId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, SendStart,
-    Source, Status, StatusError, TagSel,
+    spin_until_done, ContextId, MessageId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode,
+    SendStart, Source, Status, StatusError, TagSel,
 };
 use rmca_framework::progress::Backoff;
 use rmca_framework::rank::Rank;
@@ -199,6 +201,57 @@ impl Pml for Ob1 {
             .matcher
             .probe(context, source, tag)
             .map(|(e, u)| Status::ok(e.source, e.tag, u.len())))
+    }
+
+    fn improbe(
+        &mut self,
+        context: ContextId,
+        source: Source,
+        tag: TagSel,
+    ) -> Result<Option<(MessageId, Status)>, PmlError> {
+        if let Source::Rank(r) = source {
+            self.check_rank(r)?;
+        }
+        self.progress();
+        let core = &mut self.core;
+        let Some((env, u)) = core.matcher.take(context, source, tag) else {
+            return Ok(None);
+        };
+        let id = core.next_message;
+        core.next_message += 1;
+        let st = Status::ok(env.source, env.tag, u.len());
+        core.matched.insert(id, (env, u));
+        Ok(Some((MessageId(id), st)))
+    }
+
+    fn imrecv(
+        &mut self,
+        message: MessageId,
+        buf: UserBuf,
+        pattern: CommPattern,
+    ) -> Result<RequestId, PmlError> {
+        if !buf.is_writable() {
+            return Err(PmlError::Other(
+                "receive buffer is read-only (build it with a mutable slice)".into(),
+            ));
+        }
+        let Some((env, u)) = self.core.matched.remove(&message.0) else {
+            return Err(PmlError::Other(format!(
+                "unknown message {message:?} (not taken by a matched probe, or received already)"
+            )));
+        };
+        let args = RecvArgs {
+            buf,
+            source: Source::Rank(env.source),
+            tag: TagSel::Tag(env.tag),
+            context: env.context,
+            pattern,
+        };
+        let id = self.core.reqs.insert(Req::new_recv(&args));
+        // As a receive posted when the message was unexpected: an eager copy is delivered
+        // now, a rendezvous starts its transfer now.
+        self.matched_on_post(id, env, u);
+        Ok(id)
     }
 
     #[inline]

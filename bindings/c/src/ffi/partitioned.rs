@@ -1,0 +1,497 @@
+//! Partitioned communication (MPI-4): `MPI_Psend_init`, `MPI_Precv_init`, `MPI_Pready`,
+//! `MPI_Pready_range`, `MPI_Pready_list`, `MPI_Parrived`.
+//!
+//! Over point-to-point: a partitioned send sends its whole buffer as one message (on the
+//! communicator's point-to-point context, with the request's tag) once every partition was
+//! marked ready; the receive posts its receive when started, and a partition has arrived
+//! once the message has. The requests are persistent: `MPI_Start`/`MPI_Startall` start a
+//! round, the completion calls end it, `MPI_Request_free` frees them.
+#![allow(non_snake_case)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+
+use rmca::framework::pml::SendMode;
+use rmca::raw;
+
+use super::p2p::count_c;
+use super::types::Ty;
+use super::{call, dest, put, recv_tag, send_tag, source};
+use crate::abi::*;
+use crate::state::{self, MpiError, MpiResult, Persistent, ReqEntry, ReqState, SendKind, State};
+use rmca_mpi_export::export;
+
+/// The peer of a partitioned request's placeholder [`Persistent`] entry: no rank or
+/// selector is this value, so `MPI_Start` knows to look here (see [`is_partitioned`]).
+pub(crate) const PARTITIONED: c_int = c_int::MIN;
+
+/// The arguments of a partitioned request, kept for each `MPI_Start`.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    send: bool,
+    buf: usize,
+    len: usize,
+    partitions: usize,
+    /// Destination or source rank (`MPI_PROC_NULL` allowed, `MPI_ANY_SOURCE` for a receive).
+    peer: c_int,
+    tag: c_int,
+}
+
+thread_local! {
+    /// The partitioned requests, by request handle (MPI is called from the thread that
+    /// initialized it only).
+    static PLANS: RefCell<HashMap<Handle, Plan>> = RefCell::new(HashMap::new());
+}
+
+/// Whether the persistent arguments `p` are a partitioned request's placeholder.
+pub(crate) fn is_partitioned(p: &Persistent) -> bool {
+    matches!(
+        p,
+        Persistent::Send {
+            dest: PARTITIONED,
+            ..
+        } | Persistent::Recv {
+            source: PARTITIONED,
+            ..
+        }
+    )
+}
+
+/// Forget request `h` (freed).
+pub(crate) fn forget(h: Handle) {
+    let _ = PLANS.try_with(|p| p.borrow_mut().remove(&h));
+}
+
+/// A round of a partitioned send: waiting for its partitions, then the send.
+#[derive(Debug)]
+struct PSend {
+    ready: Vec<bool>,
+    missing: usize,
+    plan: Plan,
+    comm: rmca::Communicator,
+    /// The send, once every partition is ready (`None` inside for `MPI_PROC_NULL`).
+    started: Option<Option<raw::RawRequest>>,
+}
+
+impl PSend {
+    /// Mark partition `k` ready; send when it was the last.
+    fn ready(&mut self, k: usize) -> MpiResult<()> {
+        let Some(r) = self.ready.get_mut(k) else {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!(
+                    "partition {k} is invalid: the request has partitions 0..{}",
+                    self.ready.len().saturating_sub(1)
+                ),
+            ));
+        };
+        if *r {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("partition {k} was marked ready already in this round"),
+            ));
+        }
+        *r = true;
+        self.missing -= 1;
+        if self.missing == 0 {
+            let to = dest(self.plan.peer, self.comm.size())?;
+            self.started = Some(match to {
+                None => None,
+                // SAFETY: MPI_Psend_init's contract: the buffer is left unwritten until the
+                // round completed, which is when this send is.
+                Some(to) => Some(unsafe {
+                    raw::isend(
+                        &self.comm,
+                        self.plan.buf as *const u8,
+                        self.plan.len,
+                        to,
+                        self.plan.tag,
+                        SendMode::Standard,
+                    )?
+                }),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl raw::CustomOp for PSend {
+    fn poll(&mut self) -> Option<rmca::Result<rmca::Status>> {
+        match self.started.take()? {
+            None => Some(Ok(rmca::Status::PROC_NULL)),
+            Some(r) => match r.test() {
+                raw::Polled::Done(res) => Some(res),
+                raw::Polled::Pending(r) => {
+                    self.started = Some(Some(r));
+                    None
+                }
+            },
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// A round of a partitioned receive: its receive, then its outcome.
+#[derive(Debug)]
+enum PRecv {
+    Running(raw::RawRequest),
+    Done(rmca::Result<rmca::Status>),
+    Spent,
+}
+
+impl PRecv {
+    /// Test the receive; whether the data is there.
+    fn arrived(&mut self) -> bool {
+        if let PRecv::Running(_) = self {
+            let PRecv::Running(r) = std::mem::replace(self, PRecv::Spent) else {
+                unreachable!("matched above")
+            };
+            *self = match r.test() {
+                raw::Polled::Pending(r) => PRecv::Running(r),
+                raw::Polled::Done(res) => PRecv::Done(res),
+            };
+        }
+        !matches!(self, PRecv::Running(_))
+    }
+}
+
+impl raw::CustomOp for PRecv {
+    fn poll(&mut self) -> Option<rmca::Result<rmca::Status>> {
+        if !self.arrived() {
+            return None;
+        }
+        match std::mem::replace(self, PRecv::Spent) {
+            PRecv::Done(res) => Some(res),
+            _ => Some(Err(rmca::Error::InvalidArgument(
+                "internal: a partitioned receive completed twice".into(),
+            ))),
+        }
+    }
+
+    fn cancel(&mut self) -> rmca::Result<bool> {
+        match self {
+            PRecv::Running(r) => r.cancel(),
+            _ => Ok(false),
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// Start a round of partitioned request `h` (`MPI_Start`): its state.
+pub(crate) fn start(c: &rmca::Communicator, h: Handle) -> MpiResult<ReqState> {
+    let plan = PLANS.with(|p| p.borrow().get(&h).copied()).ok_or_else(|| {
+        MpiError::new(
+            MPI_ERR_REQUEST,
+            "internal: a partitioned request without its arguments",
+        )
+    })?;
+    let op: Box<dyn raw::CustomOp> = if plan.send {
+        Box::new(PSend {
+            ready: vec![false; plan.partitions],
+            missing: plan.partitions,
+            plan,
+            comm: c.clone(),
+            started: None,
+        })
+    } else {
+        let src = source(plan.peer, c.size())?;
+        let tag = recv_tag(plan.tag)?;
+        if src == rmca::Src::Null {
+            Box::new(PRecv::Done(Ok(rmca::Status::PROC_NULL)))
+        } else {
+            // SAFETY: MPI_Precv_init's contract: the buffer is the library's from the start
+            // until the round completed, which is when this receive is.
+            let r = unsafe { raw::irecv(c, plan.buf as *mut u8, plan.len, src, tag)? };
+            Box::new(PRecv::Running(r))
+        }
+    };
+    Ok(ReqState::Active(raw::custom(c, op)))
+}
+
+/// `MPI_Psend_init`/`MPI_Precv_init`'s body.
+#[allow(clippy::too_many_arguments)]
+fn init(
+    send: bool,
+    buf: *const c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    datatype: Handle,
+    peer: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> MpiResult<()> {
+    if request.is_null() {
+        return Err(super::null_argument("request"));
+    }
+    let c = super::communicator(comm)?;
+    let parts = usize::try_from(partitions)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| {
+            MpiError::new(
+                MPI_ERR_ARG,
+                format!(
+                    "partitions {partitions} is invalid: a partitioned request has at least one"
+                ),
+            )
+        })?;
+    let n = count_c(count, "partition")?;
+    let total = n.checked_mul(parts).ok_or_else(|| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{parts} partitions of {n} elements overflow"),
+        )
+    })?;
+    let ty = Ty::for_use(datatype)?;
+    let len = ty.packed_len(total)?;
+    if !matches!(ty.run(total), Some((0, _))) {
+        return Err(MpiError::new(
+            MPI_ERR_TYPE,
+            format!("datatype {datatype:#x} does not lay its data out as one run from the buffer start, which partitioned requests need"),
+        ));
+    }
+    if len > 0 && buf.is_null() {
+        return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
+    }
+    if send {
+        dest(peer, c.size())?;
+        send_tag(tag)?;
+    } else {
+        source(peer, c.size())?;
+        if tag == MPI_ANY_TAG {
+            return Err(MpiError::new(
+                MPI_ERR_TAG,
+                "MPI_ANY_TAG is not allowed for a partitioned receive",
+            ));
+        }
+        recv_tag(tag)?;
+        if peer == MPI_ANY_SOURCE {
+            return Err(MpiError::new(
+                MPI_ERR_RANK,
+                "MPI_ANY_SOURCE is not allowed for a partitioned receive",
+            ));
+        }
+    }
+    let plan = Plan {
+        send,
+        buf: buf as usize,
+        len,
+        partitions: parts,
+        peer,
+        tag,
+    };
+    // The entry is persistent (completion leaves it inactive); its arguments are here.
+    let placeholder = if send {
+        Persistent::Send {
+            buf: plan.buf,
+            len,
+            dest: PARTITIONED,
+            tag,
+            kind: SendKind::Standard,
+        }
+    } else {
+        Persistent::Recv {
+            buf: plan.buf,
+            len,
+            source: PARTITIONED,
+            tag,
+        }
+    };
+    let h = state::with(|s| {
+        s.add_request(ReqEntry {
+            comm,
+            state: ReqState::Inactive,
+            staged: false,
+            persistent: Some(Box::new(placeholder)),
+        })
+    })?;
+    PLANS.with(|p| p.borrow_mut().insert(h, plan));
+    // SAFETY: the caller's request handle (non-null, checked).
+    unsafe { put(request, h, "request") }
+}
+
+/// `MPI_Psend_init`: a partitioned send of `partitions` × `count` elements.
+#[export]
+pub unsafe extern "C" fn MPI_Psend_init(
+    buf: *const c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    _info: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Psend_init", comm, || {
+        init(
+            true, buf, partitions, count, datatype, dest, tag, comm, request,
+        )
+    })
+}
+
+/// `MPI_Precv_init`: a partitioned receive of `partitions` × `count` elements.
+#[export]
+pub unsafe extern "C" fn MPI_Precv_init(
+    buf: *mut c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    _info: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Precv_init", comm, || {
+        init(
+            false, buf, partitions, count, datatype, source, tag, comm, request,
+        )
+    })
+}
+
+/// Run `f` on the running round of partitioned request `h`'s operation; `MPI_ERR_REQUEST`
+/// if `h` is not an active partitioned request of the kind `T`.
+fn with_round<T: 'static, R>(
+    s: &mut State,
+    h: Handle,
+    what: &str,
+    f: impl FnOnce(&mut T) -> MpiResult<R>,
+) -> MpiResult<R> {
+    let entry = s.request(h)?;
+    let comm = entry.comm;
+    let op = match &mut entry.state {
+        ReqState::Active(r) => r
+            .custom_mut()
+            .and_then(|op| op.as_any_mut().downcast_mut::<T>()),
+        _ => None,
+    };
+    match op {
+        Some(op) => f(op).map_err(|e| e.on(comm)),
+        None => Err(MpiError::new(
+            MPI_ERR_REQUEST,
+            format!(
+                "{what} needs a started partitioned {} request",
+                if what == "MPI_Parrived" {
+                    "receive"
+                } else {
+                    "send"
+                }
+            ),
+        )
+        .on(comm)),
+    }
+}
+
+/// Mark each partition of `parts` ready on send request `h`.
+fn ready(h: Handle, parts: impl Iterator<Item = c_int>, what: &str) -> MpiResult<()> {
+    state::with(|s| {
+        with_round::<PSend, ()>(s, h, what, |op| {
+            for k in parts {
+                let k = usize::try_from(k).map_err(|_| {
+                    MpiError::new(
+                        MPI_ERR_ARG,
+                        format!("partition {k} is invalid: partitions are >= 0"),
+                    )
+                })?;
+                op.ready(k)?;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Pready`: partition `partition` of the send buffer may be sent.
+#[export]
+pub unsafe extern "C" fn MPI_Pready(partition: c_int, request: Handle) -> c_int {
+    call("MPI_Pready", MPI_COMM_WORLD, || {
+        ready(request, std::iter::once(partition), "MPI_Pready")
+    })
+}
+
+/// `MPI_Pready_range`: partitions `low..=high` may be sent.
+#[export]
+pub unsafe extern "C" fn MPI_Pready_range(
+    partition_low: c_int,
+    partition_high: c_int,
+    request: Handle,
+) -> c_int {
+    call("MPI_Pready_range", MPI_COMM_WORLD, || {
+        if partition_low > partition_high {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!("partition range {partition_low}..={partition_high} is empty"),
+            ));
+        }
+        ready(request, partition_low..=partition_high, "MPI_Pready_range")
+    })
+}
+
+/// `MPI_Pready_list`: the `length` partitions listed may be sent.
+#[export]
+pub unsafe extern "C" fn MPI_Pready_list(
+    length: c_int,
+    array_of_partitions: *const c_int,
+    request: Handle,
+) -> c_int {
+    call("MPI_Pready_list", MPI_COMM_WORLD, || {
+        let n = super::count(length, "length")?;
+        if n > 0 && array_of_partitions.is_null() {
+            return Err(super::null_argument("array_of_partitions"));
+        }
+        // SAFETY: MPI_Pready_list's contract: the array holds `length` ints.
+        let list: Vec<c_int> = (0..n)
+            .map(|i| unsafe { array_of_partitions.add(i).read() })
+            .collect();
+        ready(request, list.into_iter(), "MPI_Pready_list")
+    })
+}
+
+/// `MPI_Parrived`: whether partition `partition` of a started partitioned receive has
+/// arrived (rmca: once the whole message has).
+#[export]
+pub unsafe extern "C" fn MPI_Parrived(
+    request: Handle,
+    partition: c_int,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Parrived", MPI_COMM_WORLD, || {
+        if flag.is_null() {
+            return Err(super::null_argument("flag"));
+        }
+        let plan = PLANS.with(|p| p.borrow().get(&request).copied());
+        if let Some(p) = plan.filter(|p| !p.send) {
+            if !matches!(usize::try_from(partition), Ok(k) if k < p.partitions) {
+                return Err(MpiError::new(
+                    MPI_ERR_ARG,
+                    format!(
+                        "partition {partition} is invalid: the request has partitions 0..{}",
+                        p.partitions - 1
+                    ),
+                ));
+            }
+        }
+        let arrived = state::with(|s| {
+            // A round already completed (inactive): its data is there.
+            if plan.is_some_and(|p| !p.send)
+                && matches!(
+                    s.request(request)?.state,
+                    ReqState::Inactive | ReqState::Done(_)
+                )
+            {
+                return Ok(true);
+            }
+            with_round::<PRecv, bool>(s, request, "MPI_Parrived", |op| Ok(op.arrived()))
+        })?;
+        // SAFETY: the caller's int (non-null, checked).
+        unsafe { put(flag, c_int::from(arrived), "flag") }
+    })
+}
