@@ -104,7 +104,8 @@ fn expand(mut func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     let pmpi = format!("P{text}");
     let doc_mpi = format!("`{mpi}` (exported entry point).");
     let doc_pmpi = format!("`{pmpi}`: the profiling interface's name of `{mpi}`.");
-    func.attrs.push(syn::parse_quote! { #[inline] });
+    // The implementation stays one function (not inlined into both entry points): its code
+    // is laid out as it was when it was the exported symbol, and each entry is a tail jump.
     Ok(quote! {
         #func
 
