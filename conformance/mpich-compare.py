@@ -17,28 +17,35 @@ IMPLS = ["rmca", "mpich", "openmpi"]
 # (fatal): MPI_Foo: ...", "(last: MPI_Foo ...)"; MPICH's test programs print their own.
 NAMED = [
     re.compile(r"(MPI_\w+) is not implemented"),
+    re.compile(r"(a non-blocking collective) is not available on an intercommunicator"),
     re.compile(r"rmca MPI error[^:]*: (MPI_\w+)"),
     re.compile(r"\b(MPI_[A-Z][a-z]\w*)\b"),
 ]
 
 
 def load(work, impl):
+    """{(dir, label, np): (status, log file)}: mpich_run.py numbers the logs of one program at one
+    rank count in the order of the runs."""
     p = work / f"{impl}.tsv"
     if not p.exists():
         return None
     rows = {}
+    runs = collections.Counter()
     for line in p.read_text().splitlines():
         d, label, np, st, _secs = line.split("\t")
-        rows[(d, label, np)] = st
+        log = None
+        if not st.startswith("skip") and st != "nobuild":
+            name = label.split()[0]
+            log = work / impl / "runlogs" / f"{d.replace('/', '__')}__{name}.{np}.{runs[(d, name, np)]}.log"
+            runs[(d, name, np)] += 1
+        rows[(d, label, np)] = (st, log)
     return rows
 
 
-def culprit(work, d, label, np):
-    name = label.split()[0]
-    logs = sorted((work / "rmca" / "runlogs").glob(f"{d.replace('/', '__')}__{name}.{np}.*.log"))
-    if not logs:
-        return "(no output: not built?)", ""
-    text = logs[0].read_text(errors="replace").split("\n", 1)[-1]
+def culprit(log):
+    if log is None or not log.exists():
+        return "(not built)", ""
+    text = log.read_text(errors="replace").split("\n", 1)[-1]
     for pat in NAMED:
         m = pat.search(text)
         if m:
@@ -59,7 +66,7 @@ def main():
     for top in dirs:
         cells = []
         for i in present:
-            sts = [s for k, s in res[i].items() if k[0].split("/")[0] == top and not s.startswith("skip")]
+            sts = [s for k, (s, _l) in res[i].items() if k[0].split("/")[0] == top and not s.startswith("skip")]
             ok = sum(s == "pass" for s in sts)
             tot[i][0] += ok
             tot[i][1] += len(sts)
@@ -74,14 +81,14 @@ def main():
     print("| test | ranks | rmca | function | rmca's output |")
     print("|---|---|---|---|---|")
     by_fn = collections.Counter()
-    for key, st in sorted(res["mpich"].items()):
+    for key, (st, _log) in sorted(res["mpich"].items()):
         if st != "pass":
             continue
-        rst = res["rmca"].get(key, "not run")
+        rst, rlog = res["rmca"].get(key, ("not run", None))
         if rst == "pass":
             continue
         d, label, np = key
-        fn, line = culprit(work, d, label, np)
+        fn, line = culprit(rlog)
         by_fn[fn] += 1
         print(f"| {d}/{label} | {np} | {rst} | {fn} | {line.replace('|', '/')} |")
     print()

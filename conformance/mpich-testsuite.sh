@@ -79,6 +79,17 @@ for d in util dtpools $DIRS; do
   (cd "$B/$d" && nice -n 10 make -k -j2 >>"$B.make.log" 2>&1) || true
 done
 
+if [[ $IMPL == rmca ]]; then
+  # A program linked while target/release/libmpi.so was being rebuilt got the system's
+  # libmpi.so (Open MPI's) instead: relink those.
+  stale=$(find "$B" -type f -perm -u+x -newer "$B/config.status" -exec sh -c \
+    'readelf -d "$1" 2>/dev/null | grep -q "NEEDED.*libmpi\.so\.[0-9]" && echo "$1"' _ {} \;)
+  if [[ -n $stale ]]; then
+    echo "relinking (linked to another libmpi):" $stale
+    rm -f $stale
+    for d in $DIRS; do (cd "$B/$d" && nice -n 10 make -k >>"$B.make.log" 2>&1) || true; done
+  fi
+fi
 echo "== run ($IMPL: $MPIEXEC, max $MAXNP ranks, ${TIMEOUT}s per test)"
 TSV=$WORK/$IMPL.tsv
 : >"$TSV"

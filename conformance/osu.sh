@@ -38,22 +38,25 @@ echo "== make -k (log $B/make.log)"
 nice -n 10 make -k -j2 >"$B/make.log" 2>&1 || true
 echo "== compile errors (first 40 distinct):"
 grep -E "error:|undefined reference" "$B/make.log" | sed 's/^.*\/\(c\/\)/\1/' | sort -u | head -40 || true
-# The benchmarks the Makefiles wanted, and the ones that exist.
-mapfile -t wanted < <(grep -rhoE "^[a-z_]*PROGRAMS *[+]?= *.*" --include=Makefile.am c/mpi |
-  sed 's/.*= *//' | tr ' \\' '\n\n' | grep -E '^osu_' | sort -u)
+# Every benchmark source (a .c file with a main) and whether make built it; a source make did
+# not build (its Makefile.in may not list it) is compiled alone to tell the two apart.
 built=() missing=()
-for p in "${wanted[@]}"; do
-  f=$(find c/mpi -type f -name "$p" -perm -u+x | head -1)
-  if [[ -n $f ]]; then built+=("$f"); else missing+=("$p"); fi
-done
-echo "== built ${#built[@]} of ${#wanted[@]} C MPI benchmarks"
-echo "not built: ${missing[*]:-(none)}"
+while read -r src; do
+  exe=${src%.c}
+  if [[ -x $exe ]]; then built+=("$exe"); continue; fi
+  if "$REL/mpicc" -c -Ic/util -I. "$src" -o /dev/null 2>"$B/alone.err"; then
+    missing+=("$(basename "$exe") (compiles alone: not built by its Makefile)")
+  else
+    missing+=("$(basename "$exe") (does not compile: $(grep -m1 error: "$B/alone.err"))")
+  fi
+done < <(grep -rlE "^(int )?main *\(" --include='osu_*.c' c/mpi | sort)
+echo "== built ${#built[@]} of $((${#built[@]} + ${#missing[@]})) C MPI benchmarks"
+printf 'not built: %s\n' "${missing[@]:-(none)}"
 if [[ $RUN == --run ]]; then
   echo "== runs (2 ranks, small sizes)"
   for f in "${built[@]}"; do
-    n=2; [[ $f == */startup/* ]] && n=2
-    out=$(nice -n 10 "$REL/rmca-run" --timeout 30 -n $n "$f" -x 1 -i 2 -m 1:64 2>&1) && st=0 || st=$?
-    if [[ $st == 0 ]]; then r=ok; else r="status $st: $(grep -m1 -iE 'error|unsupported' <<<"$out" | cut -c1-150)"; fi
+    out=$(nice -n 10 "$REL/rmca-run" --timeout 30 -n 2 "$f" -x 1 -i 2 -m 1:64 2>&1) && st=0 || st=$?
+    if [[ $st == 0 ]]; then r=ok; else r="status $st: $( (grep -m1 -iE 'error|unsupported' <<<"$out" || tail -1 <<<"$out") | cut -c1-150)"; fi
     echo "$(basename "$f"): $r"
   done
 fi

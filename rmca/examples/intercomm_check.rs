@@ -89,9 +89,7 @@ fn intercomm(c: &mut Checker, world: &Communicator) {
             && inter.compare(&local) == rmca::Comparison::Unequal,
         "",
     );
-    let part = inter
-        .split(Some(u32::from(local.rank() == 0)), 0)
-        .unwrap();
+    let part = inter.split(Some(u32::from(local.rank() == 0)), 0).unwrap();
     if local.rank() == 0 {
         let p = part.expect("leaders' part");
         c.ok("split", p.is_inter() && p.remote_size() == Some(1), "");
@@ -207,7 +205,9 @@ fn groups(c: &mut Checker, world: &Communicator) {
         sub.allreduce(&[me], &mut sum, Op::Sum).unwrap();
         c.ok(
             "create_group",
-            sub.size() == n.div_ceil(2) && sub.rank() == me / 2 && sum[0] == evens.iter().sum::<usize>(),
+            sub.size() == n.div_ceil(2)
+                && sub.rank() == me / 2
+                && sum[0] == evens.iter().sum::<usize>(),
             format!("size {} rank {} sum {}", sub.size(), sub.rank(), sum[0]),
         );
     } else {

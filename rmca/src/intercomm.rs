@@ -630,17 +630,12 @@ impl Communicator {
     }
 
     /// `allgather` on an intercommunicator: every process gets the remote group's blocks
-    /// (`recv` holds remote-size blocks of `send.len()` bytes).
+    /// (`recv` holds remote-size blocks of the remote group's send length).
     pub fn inter_allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        // The blocks of the two groups may differ in length (each group's send matches the
+        // other's receive): `recv` holds the remote group's blocks.
         let local = self.local("inter_allgather")?;
         let block = send.len();
-        if recv.len() != block * self.size() {
-            return Err(Error::InvalidArgument(format!(
-                "inter_allgather: the receive buffer holds {} B, the remote group's blocks {} B",
-                recv.len(),
-                block * self.size()
-            )));
-        }
         let mut mine = vec![
             0u8;
             if local.rank() == 0 {
@@ -655,32 +650,54 @@ impl Communicator {
     }
 
     /// `alltoall` on an intercommunicator: block `j` of `send` goes to remote rank `j`,
-    /// block `j` of `recv` comes from it (both hold remote-size blocks).
+    /// block `j` of `recv` comes from it (both hold remote-size blocks; a send block is as
+    /// long as the remote group's receive blocks, not necessarily as this one's).
     pub fn inter_alltoall(&self, send: &[u8], recv: &mut [u8]) -> Result<()> {
-        let local = self.local("inter_alltoall")?;
+        self.local("inter_alltoall")?;
         let n = self.size();
         if n == 0 {
             return Ok(());
         }
-        if send.len() != recv.len() || !send.len().is_multiple_of(n) {
+        if !send.len().is_multiple_of(n) || !recv.len().is_multiple_of(n) {
             return Err(Error::InvalidArgument(format!(
-                "inter_alltoall: send ({} B) and receive ({} B) buffers must hold {n} equal blocks",
+                "inter_alltoall: send ({} B) and receive ({} B) buffers must each hold {n} equal blocks",
                 send.len(),
                 recv.len()
             )));
         }
-        let block = send.len() / n;
+        let (sb, rb) = (send.len() / n, recv.len() / n);
+        let sregions: Vec<_> = (0..n).map(|j| j * sb..(j + 1) * sb).collect();
+        let rregions: Vec<_> = (0..n).map(|j| j * rb..(j + 1) * rb).collect();
+        self.inter_alltoallv(send, &sregions, recv, &rregions)
+    }
+
+    /// `alltoallv` on an intercommunicator, in bytes: `send[sregions[j]]` goes to remote rank
+    /// `j` and `recv[rregions[j]]` comes from it (one region per remote rank; send regions
+    /// may overlap, receive regions must not).
+    pub fn inter_alltoallv(
+        &self,
+        send: &[u8],
+        sregions: &[std::ops::Range<usize>],
+        recv: &mut [u8],
+        rregions: &[std::ops::Range<usize>],
+    ) -> Result<()> {
+        let local = self.local("inter_alltoallv")?;
+        let n = self.size();
+        let fits = |regions: &[std::ops::Range<usize>], len: usize| {
+            regions.len() == n && regions.iter().all(|r| r.start <= r.end && r.end <= len)
+        };
+        if !fits(sregions, send.len()) || !fits(rregions, recv.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "inter_alltoallv: {n} regions inside the send ({} B) and receive ({} B) buffers are needed",
+                send.len(),
+                recv.len()
+            )));
+        }
         let ctx = self.coll_context();
         let pattern = CommPattern::Collective;
         let sends = |c: &Communicator| -> Result<()> {
-            for j in 0..n {
-                c.send_bytes(
-                    &send[j * block..(j + 1) * block],
-                    j,
-                    TAG_ALLTOALL,
-                    ctx,
-                    pattern,
-                )?;
+            for (j, r) in sregions.iter().enumerate() {
+                c.send_bytes(&send[r.clone()], j, TAG_ALLTOALL, ctx, pattern)?;
             }
             Ok(())
         };
@@ -689,9 +706,14 @@ impl Communicator {
         if local.inner.group[0] < self.inner.group[0] {
             sends(self)?;
         }
-        for j in 0..n {
-            let b = &mut recv[j * block..(j + 1) * block];
-            self.recv_bytes(b, Src::Rank(j), TAG_ALLTOALL, ctx, pattern)?;
+        for (j, r) in rregions.iter().enumerate() {
+            self.recv_bytes(
+                &mut recv[r.clone()],
+                Src::Rank(j),
+                TAG_ALLTOALL,
+                ctx,
+                pattern,
+            )?;
         }
         if local.inner.group[0] > self.inner.group[0] {
             sends(self)?;

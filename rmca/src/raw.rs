@@ -13,7 +13,9 @@
 //! written after the request is gone.
 //!
 //! The non-blocking collectives ([`ibarrier`], [`ibcast`], [`ireduce`], [`iallreduce`],
-//! [`igather`], [`iscatter`], [`iallgather`], [`ialltoall`]) start the schedules of
+//! [`igather`], [`iscatter`], [`iallgather`], [`ialltoall`], and over byte regions
+//! [`igatherv`], [`iscatterv`], [`iallgatherv`], [`ialltoallv`], [`ireduce_scatter`],
+//! [`iscan`]) start the schedules of
 //! [`crate::coll::nonblocking`] on the same executor, over raw memory: their requests are
 //! [`RawRequest`]s too, completed by the same calls (a batch may mix them with point-to-point
 //! requests), and follow that module's progress and matching rules. Their buffer contract is
@@ -379,6 +381,98 @@ pub unsafe fn imrecv(
         None => RawState::Done(Status::PROC_NULL),
     };
     Ok(RawRequest { state, comm })
+}
+
+/// The lowest tag of MPI's partitioned communication (`MPI_Psend_init`, [`isend_partitioned`]):
+/// its messages travel on the communicator's collective context, with tags in
+/// `PARTITIONED_TAG_BASE..NB_TAG_BASE` (above the blocking collectives' tags, below the
+/// non-blocking collectives' band), so that no receive or probe of the program matches them.
+pub const PARTITIONED_TAG_BASE: i32 = 1 << 29;
+
+thread_local! {
+    /// Partitioned requests initialized so far, by (collective context, peer world rank,
+    /// tag, sending): MPI matches the k-th `MPI_Psend_init` to a peer with a tag with the
+    /// k-th `MPI_Precv_init` from it with that tag, whatever the order the transfers run.
+    static PARTITIONED_INITS: std::cell::RefCell<std::collections::HashMap<(u32, u32, i32, bool), u32>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The channel of a new partitioned request with communicator rank `peer` and `tag`
+/// (`send`: a send to `peer`, else a receive from it): the tag its transfers use, the same
+/// on both sides for the requests MPI matches (the k-th initialized on each side for that
+/// peer and tag). Exact for tags below 2^15 and the first 2^14 requests of a tag and peer;
+/// beyond, two requests of one peer could share a channel.
+pub fn partitioned_channel(comm: &Communicator, peer: usize, tag: i32, send: bool) -> Result<i32> {
+    if tag < 0 {
+        return Err(Error::BadTag(tag));
+    }
+    let key = (comm.coll_context(), comm.world_rank(peer)?, tag, send);
+    let k = PARTITIONED_INITS.with(|m| {
+        let mut m = m.borrow_mut();
+        let n = m.entry(key).or_insert(0);
+        let k = *n;
+        *n = n.wrapping_add(1);
+        k
+    });
+    Ok(PARTITIONED_TAG_BASE + (((tag & 0x7FFF) << 14) | (k & 0x3FFF) as i32))
+}
+
+/// Start sending the `len` bytes at `buf` to communicator rank `dest` on partitioned
+/// channel `channel` ([`partitioned_channel`]).
+///
+/// # Safety
+/// As [`isend`].
+#[allow(unsafe_code)]
+pub unsafe fn isend_partitioned(
+    comm: &Communicator,
+    buf: *const u8,
+    len: usize,
+    dest: usize,
+    channel: i32,
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract.
+    let ubuf = unsafe { view(buf, len) };
+    let started = comm.shared().start_send(SendArgs {
+        buf: ubuf,
+        dest: comm.world_rank(dest)?,
+        tag: channel,
+        context: comm.coll_context(),
+        mode: SendMode::Standard,
+        pattern: CommPattern::NonBlocking,
+    })?;
+    let state = match started {
+        SendStart::Done => RawState::Done(Status::sent(dest, channel, len)),
+        SendStart::Pending(id) => RawState::Pending(id),
+    };
+    Ok(RawRequest {
+        state,
+        comm: comm.clone(),
+    })
+}
+
+/// Start receiving at most `len` bytes into `buf` from communicator rank `source` on
+/// partitioned channel `channel` ([`partitioned_channel`]).
+///
+/// # Safety
+/// As [`irecv`].
+#[allow(unsafe_code)]
+pub unsafe fn irecv_partitioned(
+    comm: &Communicator,
+    buf: *mut u8,
+    len: usize,
+    source: usize,
+    channel: i32,
+) -> Result<RawRequest> {
+    // SAFETY: the caller's contract.
+    let ubuf = unsafe { view_mut(buf, len) };
+    let id = comm.start_recv(
+        ubuf,
+        Src::Rank(source),
+        channel,
+        comm.coll_context(),
+        CommPattern::NonBlocking,
+    )?;
+    Ok(RawId(id).adopt(comm))
 }
 
 /// The point-to-point context of `comm`: its collective context is the one above it.
@@ -1019,9 +1113,9 @@ pub unsafe fn ireduce_scatter(
     let mut off = 0usize;
     for &c in counts {
         op.check_len(c, "ireduce_scatter")?;
-        let end = off.checked_add(c).ok_or_else(|| {
-            Error::InvalidArgument("ireduce_scatter: the counts overflow".into())
-        })?;
+        let end = off
+            .checked_add(c)
+            .ok_or_else(|| Error::InvalidArgument("ireduce_scatter: the counts overflow".into()))?;
         chunks.push(off..end);
         off = end;
     }
@@ -1074,8 +1168,9 @@ fn total_of(comm: &Communicator, block: usize, what: &str) -> Result<usize> {
 /// neighbourhood collectives of [`crate::topo`]): the bytes `send[range]` go to each
 /// (peer, range) of `sends`, and a block from each (peer, range) of `recvs` lands in
 /// `recv[range]`, in list order (a peer listed twice gets, and gives, its blocks in that
-/// order); `None` peers take no part. Every member must start it in the same collective
-/// order, with matching block sizes.
+/// order: list the sends of a topology's neighbourhood in
+/// [`crate::topo::Neighbors::send_order`]); `None` peers take no part. Every member must
+/// start it in the same collective order, with matching block sizes.
 ///
 /// # Safety
 /// `send..send+send_len` valid for reads and unwritten, `recv..recv+recv_len` valid for
@@ -1131,7 +1226,13 @@ mod tests {
         let universe = crate::init().expect("a singleton job");
         let world = universe.world();
         let me = world.rank();
-        let mut r = custom(&world, Box::new(Countdown { left: 5, cancels: 0 }));
+        let mut r = custom(
+            &world,
+            Box::new(Countdown {
+                left: 5,
+                cancels: 0,
+            }),
+        );
         assert!(r.cancel().unwrap());
         let op = r.custom_mut().unwrap().as_any_mut();
         assert_eq!(op.downcast_mut::<Countdown>().unwrap().cancels, 1);
@@ -1145,7 +1246,13 @@ mod tests {
         // SAFETY: both buffers outlive wait_all, which waits for every request.
         let requests = unsafe {
             vec![
-                custom(&world, Box::new(Countdown { left: 3, cancels: 0 })),
+                custom(
+                    &world,
+                    Box::new(Countdown {
+                        left: 3,
+                        cancels: 0,
+                    }),
+                ),
                 irecv(&world, got.as_mut_ptr(), 3, Src::Rank(me), 5).unwrap(),
                 isend(&world, out.as_ptr(), 3, me, 5, SendMode::Standard).unwrap(),
             ]
@@ -1154,8 +1261,40 @@ mod tests {
         assert_eq!(outcomes[0].as_ref().unwrap().tag, 42);
         assert_eq!(outcomes[1].as_ref().unwrap().bytes, 3);
         assert_eq!(got, out);
-        let errors = complete_all(vec![custom(&world, Box::new(Countdown { left: 2, cancels: 0 }))]);
+        let errors = complete_all(vec![custom(
+            &world,
+            Box::new(Countdown {
+                left: 2,
+                cancels: 0,
+            }),
+        )]);
         assert!(errors[0].is_none());
+
+        // Partitioned channels: the k-th request of a peer, tag and direction gets the k-th
+        // channel of the tag, in the band reserved for them.
+        let ch = |tag, send| partitioned_channel(&world, me, tag, send).unwrap();
+        let (a0, a1, b0) = (ch(7, true), ch(7, true), ch(8, true));
+        assert_eq!((ch(7, false), ch(7, false)), (a0, a1));
+        assert!(a0 != a1 && a0 != b0 && a1 != b0);
+        for c in [a0, a1, b0] {
+            assert!((PARTITIONED_TAG_BASE..crate::coll::nonblocking::NB_TAG_BASE).contains(&c));
+        }
+        assert!(matches!(
+            partitioned_channel(&world, me, -3, true),
+            Err(Error::BadTag(-3))
+        ));
+        // A partitioned transfer to self on its channel.
+        let mut got = [0u8; 3];
+        // SAFETY: both buffers outlive the waits below.
+        let (r, s) = unsafe {
+            (
+                irecv_partitioned(&world, got.as_mut_ptr(), 3, me, a0).unwrap(),
+                isend_partitioned(&world, out.as_ptr(), 3, me, a0).unwrap(),
+            )
+        };
+        s.wait().unwrap();
+        assert_eq!(r.wait().unwrap().bytes, 3);
+        assert_eq!(got, out);
     }
 
     /// A rank messaging itself through the raw calls: `complete_all` reports each failure at

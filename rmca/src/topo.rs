@@ -19,8 +19,11 @@
 //!
 //! They run as one round of point-to-point transfers on the communicator's collective context
 //! (never matching user messages), started like the non-blocking collectives: the blocking
-//! forms start one and wait for it. A peer appearing twice (a periodic dimension of size 1
-//! or 2) gets its blocks in neighbour order, and its blocks are received in that order.
+//! forms start one and wait for it. Where a peer appears more than once, the blocks are sent
+//! in [`Neighbors::send_order`], so that in a Cartesian grid the block sent towards +1 of a
+//! dimension arrives as the receiver's block from -1 even when both neighbours are one
+//! process (a periodic dimension of extent 1 or 2, as MPI 4.1 specifies and MPICH does), and
+//! repeated graph edges match in list order.
 //!
 //! [`dims_create`] is MPI's `MPI_Dims_create`: the most balanced grid of a process count.
 //!
@@ -343,32 +346,59 @@ pub struct Neighbors {
     pub sources: Vec<Option<usize>>,
     /// Where they send to.
     pub destinations: Vec<Option<usize>>,
+    /// The neighbours are a Cartesian grid's (see [`Neighbors::send_order`]).
+    cartesian: bool,
+}
+
+impl Neighbors {
+    /// The order in which the blocks for the destinations are sent, so that a peer listed
+    /// several times receives each block in the right place: messages between two processes
+    /// match in the order they were sent and received. Graphs match repeated edges in list
+    /// order. In a Cartesian grid a peer repeats only along a periodic dimension of extent 1
+    /// or 2, where MPI (4.1) wants the block sent towards +1 to arrive as the receiver's
+    /// block from -1 and conversely: the receives are posted -1 first, so the +1 block of each
+    /// dimension is sent before the -1 block.
+    pub fn send_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.destinations.len()).collect();
+        if self.cartesian {
+            for pair in order.chunks_exact_mut(2) {
+                pair.swap(0, 1);
+            }
+        }
+        order
+    }
 }
 
 impl Topology {
     /// The neighbours of `rank`. A distributed graph knows the calling process's edges only:
     /// `rank` must be its rank.
     pub fn neighbors(&self, rank: usize) -> Result<Neighbors> {
-        let both = |n: Vec<Option<usize>>| Neighbors {
+        let both = |n: Vec<Option<usize>>, cartesian| Neighbors {
             sources: n.clone(),
             destinations: n,
+            cartesian,
         };
         Ok(match self {
-            Topology::Cart(c) => both(c.neighbors(rank)),
-            Topology::Graph(g) => both(g.neighbors(rank)?.iter().map(|&r| Some(r)).collect()),
+            Topology::Cart(c) => both(c.neighbors(rank), true),
+            Topology::Graph(g) => {
+                both(g.neighbors(rank)?.iter().map(|&r| Some(r)).collect(), false)
+            }
             Topology::DistGraph(d) => Neighbors {
                 sources: d.sources.iter().map(|&r| Some(r)).collect(),
                 destinations: d.destinations.iter().map(|&r| Some(r)).collect(),
+                cartesian: false,
             },
         })
     }
 }
 
-/// Fill the zero entries of `dims` with the most balanced grid of `nnodes` processes
+/// Fill the zero entries of `dims` with a balanced grid of `nnodes` processes
 /// (`MPI_Dims_create`): the free extents multiply, with the nonzero (fixed) ones, to
-/// `nnodes`, differ as little as possible (largest minus smallest), and are non-increasing.
-/// An error when the fixed extents do not divide `nnodes`, or all are fixed and their product
-/// is not `nnodes`.
+/// `nnodes`, are non-increasing, and are the ones MPICH chooses (its search for the least
+/// spread between the largest and smallest extent, after prime factors larger than the square
+/// root of what remains are given dimensions of their own; the same tie-breaking, so that
+/// programs see the grids they see with MPICH). An error when the fixed extents do not
+/// divide `nnodes`, or all are fixed and their product is not `nnodes`.
 pub fn dims_create(nnodes: usize, dims: &mut [usize]) -> Result<()> {
     let fixed: usize = dims
         .iter()
@@ -381,70 +411,214 @@ pub fn dims_create(nnodes: usize, dims: &mut [usize]) -> Result<()> {
             "dims_create: {nnodes} processes cannot be arranged with the fixed extents {dims:?}"
         )));
     }
-    let mut factors = balanced(nnodes / fixed, free);
-    factors.reverse();
+    let mut chosen = balanced(nnodes / fixed, free).into_iter();
     for d in dims.iter_mut().filter(|d| **d == 0) {
-        *d = factors.pop().expect("one factor per free dimension");
+        *d = chosen.next().expect("one extent per free dimension");
     }
     Ok(())
 }
 
-/// The `k` factors of `m`, non-increasing, whose largest and smallest differ least.
-fn balanced(m: usize, k: usize) -> Vec<usize> {
-    if k == 0 {
-        return Vec::new();
+/// Prime factors of `n` with their multiplicities, ascending.
+fn factor(mut n: usize) -> Vec<(usize, u32)> {
+    let mut f = Vec::new();
+    let mut p = 2;
+    while p * p <= n {
+        if n.is_multiple_of(p) {
+            let mut c = 0;
+            while n.is_multiple_of(p) {
+                n /= p;
+                c += 1;
+            }
+            f.push((p, c));
+        }
+        p += 1;
     }
-    let mut divisors: Vec<usize> = (1..)
-        .take_while(|d| d * d <= m)
-        .filter(|&d| m.is_multiple_of(d))
-        .flat_map(|d| [d, m / d])
-        .collect();
-    divisors.sort_unstable_by(|a, b| b.cmp(a));
-    divisors.dedup();
-    let mut best = None;
-    let mut current = Vec::with_capacity(k);
-    search(m, k, m, &divisors, &mut current, &mut best);
-    best.expect("1 x ... x m is always a factorization").1
+    if n > 1 {
+        f.push((n, 1));
+    }
+    f
 }
 
-/// Depth-first search of non-increasing factorizations of `m` into `k` factors at most
-/// `max`, keeping the one of least spread in `best`.
-fn search(
-    m: usize,
-    k: usize,
-    max: usize,
-    divisors: &[usize],
-    current: &mut Vec<usize>,
-    best: &mut Option<(usize, Vec<usize>)>,
-) {
-    if k == 1 {
-        if m <= max {
-            current.push(m);
-            let spread = current[0] - m;
-            if best.as_ref().is_none_or(|(s, _)| spread < *s) {
-                *best = Some((spread, current.clone()));
-            }
-            current.pop();
-        }
-        return;
+/// `k` non-increasing extents multiplying to `m`, as MPICH's `MPI_Dims_create` picks them.
+fn balanced(mut m: usize, k: usize) -> Vec<usize> {
+    if k <= 1 {
+        return vec![m; k];
     }
-    for &d in divisors
-        .iter()
-        .filter(|&&d| d <= max && m.is_multiple_of(d))
-    {
-        // Non-increasing: the remaining k - 1 factors are at most d, so d^k >= m.
-        if d.checked_pow(k as u32).is_some_and(|p| p < m) {
+    let mut f = factor(m);
+    let mut primes: u32 = f.iter().map(|&(_, c)| c).sum();
+    let mut chosen = Vec::with_capacity(k);
+    // A prime above the square root of what is left gets a dimension of its own (the
+    // smallest prime never does, and one dimension is always left).
+    while f.len() > 1 && chosen.len() < k - 1 {
+        let (p, c) = *f.last().expect("non-empty");
+        if c != 1 || p * p <= m {
             break;
         }
-        // The spread is at least the first factor minus this one: prune.
-        if let (Some((s, _)), Some(&first)) = (best.as_ref(), current.first()) {
-            if first - d >= *s {
-                continue;
+        chosen.push(p);
+        f.pop();
+        m /= p;
+        primes -= 1;
+    }
+    let left = k - chosen.len();
+    // Few enough primes: one per dimension, largest first, then ones.
+    if primes as usize <= left {
+        for &(p, c) in f.iter().rev() {
+            chosen.extend(std::iter::repeat_n(p, c as usize));
+        }
+        chosen.resize(k, 1);
+        return chosen;
+    }
+    if left == 1 {
+        chosen.push(m);
+        return chosen;
+    }
+    // A power of one prime: dealt round robin.
+    if let [(p, c)] = f[..] {
+        let mut rest = vec![1; left];
+        for i in 0..c as usize {
+            rest[i % left] *= p;
+        }
+        chosen.extend(rest);
+        return chosen;
+    }
+    // Every multiplicity a multiple of the dimensions left: all extents equal.
+    if f.iter().all(|&(_, c)| (c as usize).is_multiple_of(left)) {
+        let v = f
+            .iter()
+            .map(|&(p, c)| p.pow(c / left as u32))
+            .product::<usize>();
+        chosen.extend(std::iter::repeat_n(v, left));
+        return chosen;
+    }
+    // The general case: a first guess (the primes dealt, largest first, to the first
+    // dimension that stays non-increasing), improved by a search over the divisors.
+    let mut divs = vec![1usize];
+    for &(p, c) in &f {
+        divs = divs
+            .iter()
+            .flat_map(|&d| (0..=c).map(move |e| d * p.pow(e)))
+            .collect();
+    }
+    divs.retain(|&d| d != 1 && d != m);
+    divs.sort_unstable();
+    let mut guess = vec![1; left];
+    let mut next = 0;
+    for &(p, c) in f.iter().rev() {
+        for _ in 0..c {
+            if next < left {
+                guess[next] = p;
+                next += 1;
+            } else {
+                let at = (1..left)
+                    .rev()
+                    .find(|&i| guess[i] * p <= guess[i - 1])
+                    .unwrap_or(0);
+                guess[at] *= p;
             }
         }
-        current.push(d);
-        search(m / d, k - 1, d, divisors, current, best);
-        current.pop();
+    }
+    // MPICH measures the first guess's balance from the first free dimension (a large prime
+    // if one was set apart) to the last.
+    let first = chosen.first().copied().unwrap_or(guess[0]);
+    let mut search = Search {
+        nd: left,
+        tried: vec![0; left],
+        balance: first as i64 - guess[left - 1] as i64,
+        best: guess,
+    };
+    search.tried[left - 1] = divs[0];
+    search.run(m, left - 1, &divs);
+    chosen.extend(search.best);
+    chosen
+}
+
+/// MPICH's search for the most balanced extents (after Träff and Lübbe, EuroMPI'15): the
+/// extents are chosen from the last (smallest) up, from divisors in increasing order,
+/// pruned when they cannot beat the best balance found (largest minus smallest extent);
+/// a candidate at least as balanced replaces the best.
+struct Search {
+    /// Extents to choose.
+    nd: usize,
+    /// The extents of the candidate being built (`tried[idx+1..]` are set).
+    tried: Vec<usize>,
+    best: Vec<usize>,
+    balance: i64,
+}
+
+impl Search {
+    /// Choose extents `0..=idx` multiplying to `n` from `divs` (ascending divisors of `n`).
+    fn run(&mut self, n: usize, idx: usize, divs: &[usize]) {
+        let min = self.tried[self.nd - 1] as i64;
+        // The pruning bound is the balance when this level started, as in MPICH.
+        let bound = self.balance;
+        if idx > 1 {
+            for (k, &f) in divs.iter().enumerate() {
+                if idx < self.nd - 1 && f as i64 - min > bound {
+                    break;
+                }
+                let q = n / f;
+                let mut next = Vec::new();
+                let smallest = if q.is_multiple_of(f) {
+                    next.push(f);
+                    f
+                } else if let Some(&d) = divs.get(k + 1) {
+                    d
+                } else {
+                    break;
+                };
+                if idx < self.nd - 1 && smallest as i64 - min > bound {
+                    break;
+                }
+                // The idx extents still to choose are each at least `smallest`.
+                let mut product = smallest.saturating_mul(smallest);
+                let mut more = idx - 1;
+                while more > 0 && product <= q {
+                    product = product.saturating_mul(smallest);
+                    more -= 1;
+                }
+                if more > 0 {
+                    break;
+                }
+                self.tried[idx] = f;
+                for &d in &divs[k + 1..] {
+                    if d.saturating_mul(d) > q {
+                        break;
+                    }
+                    if q.is_multiple_of(d) {
+                        next.push(d);
+                    }
+                }
+                if !next.is_empty() {
+                    self.run(q, idx - 1, &next);
+                }
+            }
+        } else if idx == 1 {
+            // The last two: the divisor pair closest to each other.
+            let mut k = 1;
+            while k < divs.len() && n / divs[k] >= divs[k] {
+                k += 1;
+            }
+            let f = divs[k - 1];
+            let q = n / f;
+            if q < f {
+                return;
+            }
+            let test = if self.nd == 2 {
+                q as i64 - f as i64
+            } else {
+                q as i64 - min
+            };
+            if test <= bound {
+                self.best[2..].copy_from_slice(&self.tried[2..]);
+                self.best[0] = q;
+                self.best[1] = f;
+                self.balance = q as i64 - min;
+            }
+        } else if n as i64 - min <= bound {
+            self.best[1..].copy_from_slice(&self.tried[1..]);
+            self.best[0] = n;
+            self.balance = n as i64 - min;
+        }
     }
 }
 
@@ -663,13 +837,13 @@ impl Communicator {
     /// each source into `recv` (as many blocks as sources, in order; a missing Cartesian
     /// neighbour's block is left untouched). Collective over the neighbourhood.
     pub fn neighbor_allgather<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let Neighbors {
-            sources,
-            destinations,
-        } = self.neighbors()?;
+        let nb = self.neighbors()?;
+        let sources = &nb.sources;
         let block = std::mem::size_of_val(send);
         check_blocks("neighbor_allgather", recv.len(), sources.len() * send.len())?;
-        let sends: Vec<_> = destinations.iter().map(|&p| (p, 0..block)).collect();
+        let sends: Vec<_> = (nb.send_order().into_iter())
+            .map(|i| (nb.destinations[i], 0..block))
+            .collect();
         let recvs: Vec<_> = (sources.iter().enumerate())
             .map(|(i, &p)| (p, i * block..(i + 1) * block))
             .collect();
@@ -685,10 +859,8 @@ impl Communicator {
     /// elements) to destination i, and receive block j of `recv` from source j. Collective
     /// over the neighbourhood.
     pub fn neighbor_alltoall<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let Neighbors {
-            sources,
-            destinations,
-        } = self.neighbors()?;
+        let nb = self.neighbors()?;
+        let (sources, destinations) = (&nb.sources, &nb.destinations);
         let block = match destinations.len() {
             0 => recv.len() / sources.len().max(1),
             n => send.len() / n,
@@ -696,16 +868,16 @@ impl Communicator {
         check_blocks("neighbor_alltoall", send.len(), destinations.len() * block)?;
         check_blocks("neighbor_alltoall", recv.len(), sources.len() * block)?;
         let b = block * std::mem::size_of::<T>();
-        let ranges = |peers: &[Option<usize>]| -> Vec<(Option<usize>, Range<usize>)> {
-            (peers.iter().enumerate())
-                .map(|(i, &p)| (p, i * b..(i + 1) * b))
-                .collect()
-        };
+        let block_of = |peers: &[Option<usize>], i: usize| (peers[i], i * b..(i + 1) * b);
+        let sends: Vec<_> = (nb.send_order().into_iter())
+            .map(|i| block_of(destinations, i))
+            .collect();
+        let recvs: Vec<_> = (0..sources.len()).map(|j| block_of(sources, j)).collect();
         self.neighbor_exchange(
             bytemuck::cast_slice(send),
-            &ranges(&destinations),
+            &sends,
             bytemuck::cast_slice_mut(recv),
-            &ranges(&sources),
+            &recvs,
         )
     }
 
@@ -833,6 +1005,12 @@ mod tests {
         assert!(dims(10, vec![3, 0]).is_err());
         assert!(dims(6, vec![2, 2]).is_err());
         assert!(dims(0, vec![0]).is_err());
+        // Where several grids are as balanced, MPICH's choice (cases of MPICH's dims5 test).
+        assert_eq!(dims(72, vec![0, 0]).unwrap(), [9, 8]);
+        assert_eq!(dims(18576, vec![0; 4]).unwrap(), [43, 9, 8, 6]);
+        assert_eq!(dims(712656, vec![0; 5]).unwrap(), [101, 14, 9, 8, 7]);
+        assert_eq!(dims(117936, vec![0; 5]).unwrap(), [14, 13, 9, 9, 8]);
+        assert_eq!(dims(228072, vec![0; 3]).unwrap(), [86, 52, 51]);
         // A large prime power stays quick and balanced.
         assert_eq!(dims(1 << 20, vec![0, 0, 0, 0]).unwrap(), [32, 32, 32, 32]);
     }
@@ -859,6 +1037,17 @@ mod tests {
         assert_eq!(c.neighbors(0), [Some(4), Some(2), None, Some(1)]);
         let s = c.sub(&[false, true]).unwrap();
         assert_eq!((s.dims(), s.periods()), (&[2][..], &[false][..]));
+    }
+
+    #[test]
+    fn cartesian_blocks_go_plus_one_first() {
+        // A periodic ring of 2: both neighbours are the other process.
+        let t = Topology::Cart(Cart::new(&[2, 3], &[true, false]).unwrap());
+        let nb = t.neighbors(0).unwrap();
+        assert_eq!(nb.sources, [Some(3), Some(3), None, Some(1)]);
+        assert_eq!(nb.send_order(), [1, 0, 3, 2]);
+        let g = Topology::Graph(Graph::new(&[2, 4], &[1, 1, 0, 0]).unwrap());
+        assert_eq!(g.neighbors(0).unwrap().send_order(), [0, 1]);
     }
 
     #[test]

@@ -200,6 +200,72 @@ static void intercomm(void) {
             int from = 2 * i + (1 - color);
             CHECK(in[i] == from * 100 + lrank, "alltoall[%d] = %d", i, in[i]);
         }
+        /* Groups with blocks of different lengths: evens send 2 ints, odds 1 (each group's
+         * receive blocks are the other's send blocks). */
+        int sc = color == 0 ? 2 : 1, rc = 3 - sc;
+        int two[2] = {me, -me};
+        OK(MPI_Allgather(two, sc, MPI_INT, all, rc, MPI_INT, inter));
+        for (int i = 0; i < nremote; i++) {
+            int from = 2 * i + (1 - color);
+            CHECK(all[i * rc] == from && (rc == 1 || all[i * rc + 1] == -from), "uneven allgather[%d]", i);
+        }
+        for (int i = 0; i < nremote * sc; i++) out[i] = me * 100 + i;
+        OK(MPI_Alltoall(out, sc, MPI_INT, in, rc, MPI_INT, inter));
+        for (int i = 0; i < nremote; i++) {
+            int from = 2 * i + (1 - color);
+            CHECK(in[i * rc] == from * 100 + lrank * rc, "uneven alltoall[%d] = %d", i, in[i * rc]);
+        }
+        /* v-forms: remote rank i sends i + 1 ints, placed in reverse order with a gap. */
+        int counts[32], displs[32], scounts[32], sdispls[32], vals[64];
+        int mine_n = lrank + 1, pos = 0;
+        for (int i = nremote - 1; i >= 0; i--) {
+            counts[i] = i + 1;
+            displs[i] = pos;
+            pos += i + 2;
+        }
+        for (int i = 0; i < mine_n; i++) vals[i] = me * 10 + i;
+        for (int i = 0; i < 64; i++) all[i] = -1;
+        OK(MPI_Allgatherv(vals, mine_n, MPI_INT, all, counts, displs, MPI_INT, inter));
+        for (int i = 0; i < nremote; i++) {
+            int from = 2 * i + (1 - color);
+            for (int k = 0; k <= i; k++)
+                CHECK(all[displs[i] + k] == from * 10 + k, "allgatherv[%d][%d] = %d", i, k, all[displs[i] + k]);
+        }
+        int vroot = color == 0 ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+        for (int i = 0; i < 64; i++) all[i] = -1;
+        OK(MPI_Gatherv(vals, mine_n, MPI_INT, all, counts, displs, MPI_INT, vroot, inter));
+        if (vroot == MPI_ROOT)
+            for (int i = 0; i < nremote; i++)
+                CHECK(all[displs[i] + i] == (2 * i + 1) * 10 + i, "gatherv[%d] = %d", i, all[displs[i] + i]);
+        for (int i = 0; i < 64; i++) all[i] = 7000 + i;
+        int got3[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        OK(MPI_Scatterv(all, counts, displs, MPI_INT, got3, mine_n, MPI_INT, vroot, inter));
+        if (color == 1) {
+            /* The root's layout of this group's blocks (lsize of them), computed alike. */
+            int at = 0;
+            for (int i = lsize - 1; i > lrank; i--) at += i + 2;
+            for (int k = 0; k < mine_n; k++)
+                CHECK(got3[k] == 7000 + at + k, "scatterv[%d] = %d, want %d", k, got3[k], 7000 + at + k);
+        }
+        /* Alltoallv: to remote j, j + 1 ints; from remote j, lrank + 1 ints. */
+        pos = 0;
+        for (int j = 0; j < nremote; j++) {
+            scounts[j] = j + 1;
+            sdispls[j] = pos;
+            for (int k = 0; k <= j; k++) out[pos + k] = me * 100 + j * 10 + k;
+            pos += j + 1;
+        }
+        for (int j = 0; j < nremote; j++) {
+            counts[j] = lrank + 1;
+            displs[j] = j * (lrank + 1);
+        }
+        OK(MPI_Alltoallv(out, scounts, sdispls, MPI_INT, in, counts, displs, MPI_INT, inter));
+        for (int j = 0; j < nremote; j++) {
+            int from = 2 * j + (1 - color);
+            for (int k = 0; k <= lrank; k++)
+                CHECK(in[displs[j] + k] == from * 100 + lrank * 10 + k, "alltoallv[%d][%d] = %d", j, k,
+                      in[displs[j] + k]);
+        }
     }
     /* Bad input: roots, collectives not defined on intercommunicators, intra-only calls. */
     {

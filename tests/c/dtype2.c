@@ -434,6 +434,9 @@ static void names_and_misc(void) {
     CHECK(strcmp(name, "MPI_INT") == 0 && len == 7, "name %s", name);
     OK(MPI_Type_get_name(MPI_DOUBLE_INT, name, &len));
     CHECK(strcmp(name, "MPI_DOUBLE_INT") == 0, "name %s", name);
+    /* One handle, two standard names: the older, as MPICH answers. */
+    OK(MPI_Type_get_name(MPI_LONG_LONG, name, &len));
+    CHECK(strcmp(name, "MPI_LONG_LONG_INT") == 0, "name %s", name);
     MPI_Datatype t;
     OK(MPI_Type_contiguous(2, MPI_INT, &t));
     OK(MPI_Type_get_name(t, name, &len));

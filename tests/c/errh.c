@@ -234,6 +234,7 @@ static void comm_info(void) {
     int flag, nkeys;
     OK(MPI_Info_create(&info));
     OK(MPI_Info_set(info, "mpi_assert_no_any_tag", "true"));
+    OK(MPI_Info_set(info, "not_a_hint_of_rmca", "1"));
     OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
     OK(MPI_Comm_get_info(dup, &used));
     OK(MPI_Info_get_nkeys(used, &nkeys));
@@ -243,6 +244,8 @@ static void comm_info(void) {
     OK(MPI_Comm_get_info(dup, &used));
     OK(MPI_Info_get(used, "mpi_assert_no_any_tag", 63, value, &flag));
     CHECK(flag && strcmp(value, "true") == 0, "hint read back");
+    OK(MPI_Info_get(used, "not_a_hint_of_rmca", 63, value, &flag));
+    CHECK(!flag, "an unknown key is ignored");
     OK(MPI_Info_free(&used));
     MPI_Comm dup2;
     OK(MPI_Comm_dup(dup, &dup2));
@@ -285,8 +288,7 @@ static void environment(char *argv0) {
     MPI_Info env;
     char value[256];
     int flag;
-    /* (void *): mpi.h declares the argument `char argv[]` (the standard's is `char *argv[]`). */
-    OK(MPI_Info_create_env(3, (void *)args, &env));
+    OK(MPI_Info_create_env(3, args, &env));
     OK(MPI_Info_get(env, "command", 255, value, &flag));
     CHECK(flag && strcmp(value, argv0) == 0, "command '%s'", value);
     OK(MPI_Info_get(env, "argv", 255, value, &flag));

@@ -321,6 +321,37 @@ static void partitioned(void) {
         CHECK(st[1].MPI_SOURCE == left && st[1].MPI_TAG == 80, "partitioned status");
         OK(MPI_Barrier(MPI_COMM_WORLD));
     }
+    /* Requests of one peer and tag match in the order they were initialized, whatever
+     * the order their partitions are ready in; a wildcard receive posted meanwhile takes
+     * none of their data. */
+    {
+        int s0[4], s1[4], r0[4] = {0}, r1[4] = {0}, stray = -1, wflag = 1;
+        for (int i = 0; i < 4; i++) {
+            s0[i] = me * 10 + i;
+            s1[i] = me * 10 + 5 + i;
+        }
+        MPI_Request q[4], w;
+        OK(MPI_Psend_init(s0, 2, 2, MPI_INT, right, 81, MPI_COMM_WORLD, MPI_INFO_NULL, &q[0]));
+        OK(MPI_Psend_init(s1, 2, 2, MPI_INT, right, 81, MPI_COMM_WORLD, MPI_INFO_NULL, &q[1]));
+        OK(MPI_Precv_init(r0, 2, 2, MPI_INT, left, 81, MPI_COMM_WORLD, MPI_INFO_NULL, &q[2]));
+        OK(MPI_Precv_init(r1, 2, 2, MPI_INT, left, 81, MPI_COMM_WORLD, MPI_INFO_NULL, &q[3]));
+        OK(MPI_Irecv(&stray, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &w));
+        OK(MPI_Startall(4, q));
+        OK(MPI_Pready_range(0, 1, q[1]));
+        OK(MPI_Wait(&q[1], MPI_STATUS_IGNORE));
+        OK(MPI_Pready_list(2, (int[]){1, 0}, q[0]));
+        OK(MPI_Waitall(4, q, MPI_STATUSES_IGNORE));
+        CHECK(r0[0] == left * 10 && r0[3] == left * 10 + 3 && r1[0] == left * 10 + 5,
+              "init order: %d %d", r0[0], r1[0]);
+        OK(MPI_Test(&w, &wflag, MPI_STATUS_IGNORE));
+        CHECK(!wflag, "a wildcard receive took partitioned data");
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        OK(MPI_Send(&me, 1, MPI_INT, right, 82, MPI_COMM_WORLD));
+        OK(MPI_Wait(&w, MPI_STATUS_IGNORE));
+        CHECK(stray == left, "the wildcard receive got %d", stray);
+        for (int i = 0; i < 4; i++) OK(MPI_Request_free(&q[i]));
+    }
+
     /* Bad input. */
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     int cls = -1;
@@ -371,12 +402,20 @@ static int query_fn(void *extra, MPI_Status *status) {
     status->MPI_SOURCE = MPI_UNDEFINED;
     status->MPI_TAG = g->tag;
     status->MPI_ERROR = MPI_SUCCESS;
-    return MPI_SUCCESS;
+    /* The status calls work inside the callback. */
+    if (MPI_Status_set_elements(status, MPI_INT, 3) != MPI_SUCCESS) return MPI_ERR_OTHER;
+    return MPI_Status_set_cancelled(status, g->tag == 78);
 }
 
 static int free_fn(void *extra) {
     struct greq_state *g = extra;
     CHECK(g->queried > 0, "free after query");
+    g->freed++;
+    return MPI_SUCCESS;
+}
+
+static int free_fn_unqueried(void *extra) {
+    struct greq_state *g = extra;
     g->freed++;
     return MPI_SUCCESS;
 }
@@ -415,6 +454,13 @@ static void generalized(void) {
     CHECK(g[0].queried == 1 && g[0].freed == 1 && g[1].queried == 1 && g[1].freed == 1,
           "query %d %d free %d %d", g[0].queried, g[1].queried, g[0].freed, g[1].freed);
     CHECK(st[0].MPI_TAG == 77 && st[2].MPI_TAG == 78, "statuses from query_fn: %d %d", st[0].MPI_TAG, st[2].MPI_TAG);
+    int cnt = -1, cancelled = -1;
+    OK(MPI_Get_count(&st[0], MPI_INT, &cnt));
+    CHECK(cnt == 3, "the count query_fn set: %d", cnt);
+    OK(MPI_Test_cancelled(&st[2], &cancelled));
+    CHECK(cancelled == 1, "the cancel query_fn set");
+    OK(MPI_Test_cancelled(&st[0], &cancelled));
+    CHECK(cancelled == 0, "not cancelled");
     CHECK(y == left && st[1].MPI_SOURCE == left, "the receive of the same Waitall");
 
     /* Waitany and Testsome, with MPI_STATUSES_IGNORE Waitall too. */
@@ -432,6 +478,16 @@ static void generalized(void) {
     OK(MPI_Grequest_complete(q[0]));
     OK(MPI_Waitall(2, q, MPI_STATUSES_IGNORE));
     CHECK(h.queried == 1 && h.freed == 1 && q[0] == MPI_REQUEST_NULL, "statuses ignored");
+
+    /* Freed before completed: free_fn runs at MPI_Grequest_complete, no query. */
+    struct greq_state f = {0, 0, 0, 6};
+    MPI_Request fr, keep = MPI_REQUEST_NULL;
+    OK(MPI_Grequest_start(query_fn, free_fn_unqueried, NULL, &f, &fr));
+    keep = fr;
+    OK(MPI_Request_free(&fr));
+    CHECK(fr == MPI_REQUEST_NULL && f.freed == 0, "not freed before completion");
+    OK(MPI_Grequest_complete(keep));
+    CHECK(f.freed == 1 && f.queried == 0, "free_fn at completion: %d %d", f.freed, f.queried);
 
     /* A query function's error is the request's. */
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

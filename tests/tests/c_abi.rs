@@ -74,17 +74,29 @@ fn a_program_wraps_mpi_functions_through_the_profiling_interface() {
     every_config("pmpi");
 }
 
-/// The functions `bindings/c/src/ffi/unsupported.rs` refuses.
+/// The functions `bindings/c/src/ffi/unsupported.rs` refuses, and the window calls
+/// `info.rs` refuses by hand (setting the window handle to `MPI_WIN_NULL`).
 fn refused() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(workspace_root().join("bindings/c/src/ffi/unsupported.rs"))
-        .expect("read unsupported.rs");
-    src.lines()
+    let read = |f: &str| {
+        std::fs::read_to_string(workspace_root().join("bindings/c/src/ffi").join(f))
+            .expect("read the C library's source")
+    };
+    let mut names: BTreeSet<String> = read("unsupported.rs")
+        .lines()
         .filter_map(|l| {
             let l = l.trim_start();
             l.starts_with("MPI_")
                 .then(|| l[..l.find('(').expect("an entry has a parameter list")].to_owned())
         })
-        .collect()
+        .collect();
+    let info = read("info.rs");
+    for marker in ["on_window(\"", "refuse_window(\""] {
+        for (at, _) in info.match_indices(marker) {
+            let rest = &info[at + marker.len()..];
+            names.insert(rest[..rest.find('"').expect("a quoted name")].to_owned());
+        }
+    }
+    names
 }
 
 #[test]

@@ -17,6 +17,10 @@ GROUPS = [
 
 def main():
     names = re.findall(r"^    (MPI_\w+)\(", open("bindings/c/src/ffi/unsupported.rs").read(), re.M)
+    # The window calls a program makes first are refused by hand in info.rs (they also set
+    # the window handle to MPI_WIN_NULL).
+    names += re.findall(r'(?:on_window|refuse_window)\("(MPI_\w+)"', open("bindings/c/src/ffi/info.rs").read())
+    names = sorted(set(names), key=str.lower)
     left, lines = list(names), []
     for title, pattern in GROUPS:
         mine = [n for n in left if re.search(pattern, n)]

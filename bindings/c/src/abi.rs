@@ -152,7 +152,3 @@ pub type MPI_Count = i64;
 /// `MPI_Offset`: a 64-bit signed file offset.
 #[allow(non_camel_case_types)]
 pub type MPI_Offset = i64;
-
-/// The tool interface's "not supported" code (`MPI_T_*` functions return their own codes and
-/// call no error handler).
-pub const MPI_T_ERR_NOT_SUPPORTED: c_int = 1004;

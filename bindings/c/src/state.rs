@@ -179,6 +179,78 @@ impl ErrhKind {
     }
 }
 
+/// The user error handlers, by handle less [`ERRH_BASE`]: outside [`State`], since MPI
+/// lets a program make and free error handlers before `MPI_Init` or `MPI_Session_init`
+/// (`MPI_Session_create_errhandler`, `MPI_Errhandler_free`).
+static ERRHANDLERS: std::sync::Mutex<Vec<(ErrhKind, CommErrhandlerFn)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn errhandlers() -> std::sync::MutexGuard<'static, Vec<(ErrhKind, CommErrhandlerFn)>> {
+    ERRHANDLERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The user error handler entry of handle `h`.
+fn errhandler_entry(h: Handle) -> Option<(ErrhKind, CommErrhandlerFn)> {
+    errhandlers().get(h.checked_sub(ERRH_BASE)?).copied()
+}
+
+/// The error handler behind handle `h` (callable at any time).
+pub fn errhandler(h: Handle) -> MpiResult<ErrHandler> {
+    match h {
+        MPI_ERRORS_ARE_FATAL => Ok(ErrHandler::Fatal),
+        MPI_ERRORS_ABORT => Ok(ErrHandler::Abort),
+        MPI_ERRORS_RETURN => Ok(ErrHandler::Return),
+        _ if errhandler_entry(h).is_some() => Ok(ErrHandler::User(h)),
+        _ => Err(MpiError::new(
+            MPI_ERR_ARG,
+            format!("invalid error handler {h:#x}: not MPI_ERRORS_ARE_FATAL, MPI_ERRORS_ABORT, MPI_ERRORS_RETURN or one created"),
+        )),
+    }
+}
+
+/// The error handler behind handle `h`, to set on an object of `kind`: a user handler must
+/// have been made for that kind (as MPICH and Open MPI check).
+pub fn errhandler_for(h: Handle, kind: ErrhKind) -> MpiResult<ErrHandler> {
+    let e = errhandler(h)?;
+    if let ErrHandler::User(u) = e {
+        let made = errhandler_entry(u).map(|(k, _)| k);
+        if made != Some(kind) {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                format!(
+                    "error handler {h:#x} was made by MPI_{}_create_errhandler: only one made by MPI_{}_create_errhandler (or a predefined one) goes here",
+                    made.map_or("?", ErrhKind::name),
+                    kind.name()
+                ),
+            ));
+        }
+    }
+    Ok(e)
+}
+
+/// Register a user error handler function for objects of `kind` (callable at any time).
+pub fn add_errhandler(kind: ErrhKind, f: CommErrhandlerFn) -> MpiResult<Handle> {
+    let mut t = errhandlers();
+    if t.len() >= MAX_OBJECTS {
+        return Err(MpiError::new(MPI_ERR_NO_MEM, "too many error handlers"));
+    }
+    t.push((kind, f));
+    Ok(ERRH_BASE + t.len() - 1)
+}
+
+/// Free an error handler handle (callable at any time). A user one stays usable by the
+/// objects it is set on (MPI frees the object when the last reference goes; rmca's entries
+/// are never reused); freeing a predefined one does nothing, as MPI 2.2 and later say (the
+/// `Comm_get_errhandler` .. `Errhandler_free` idiom frees what `get` returned).
+pub fn free_errhandler(h: Handle) -> MpiResult<()> {
+    errhandler(h).map(|_| ())
+}
+
+/// The function of user error handler `h`.
+pub fn errhandler_fn(h: Handle) -> Option<CommErrhandlerFn> {
+    errhandler_entry(h).map(|(_, f)| f)
+}
+
 /// A communicator table entry.
 pub struct CommEntry {
     pub comm: Communicator,
@@ -390,7 +462,6 @@ pub struct State {
     /// request (LIFO reuse would hand that slot out at once).
     request_gens: Vec<u32>,
     free_requests: Vec<usize>,
-    errhandlers: Vec<Option<(ErrhKind, CommErrhandlerFn)>>,
     /// The error handler of `MPI_FILE_NULL`, which file operations without a file use
     /// (`MPI_ERRORS_RETURN` by default, as MPI says).
     pub file_errhandler: ErrHandler,
@@ -539,7 +610,6 @@ fn install_state(
         general: Vec::new(),
         request_gens: Vec::new(),
         free_requests: Vec::new(),
-        errhandlers: Vec::new(),
         file_errhandler: ErrHandler::Return,
         bsend: Bsend::default(),
         detached: Vec::new(),
@@ -759,45 +829,15 @@ impl State {
             .map_or(ErrHandler::Fatal, |e| e.errhandler)
     }
 
-    /// The error handler behind handle `h`.
+    /// The error handler behind handle `h` ([`errhandler`]).
     pub fn errhandler(&self, h: Handle) -> MpiResult<ErrHandler> {
-        match h {
-            MPI_ERRORS_ARE_FATAL => Ok(ErrHandler::Fatal),
-            MPI_ERRORS_ABORT => Ok(ErrHandler::Abort),
-            MPI_ERRORS_RETURN => Ok(ErrHandler::Return),
-            _ if (ERRH_BASE..ERRH_BASE + MAX_OBJECTS).contains(&h)
-                && self
-                    .errhandlers
-                    .get(h - ERRH_BASE)
-                    .is_some_and(Option::is_some) =>
-            {
-                Ok(ErrHandler::User(h))
-            }
-            _ => Err(MpiError::new(
-                MPI_ERR_ARG,
-                format!("invalid error handler {h:#x}: not MPI_ERRORS_ARE_FATAL, MPI_ERRORS_ABORT, MPI_ERRORS_RETURN or one created and not freed"),
-            )),
-        }
+        errhandler(h)
     }
 
-    /// The error handler behind handle `h`, to set on an object of `kind`: a user handler
-    /// must have been made for that kind (as MPICH and Open MPI check).
+    /// The error handler behind handle `h`, to set on an object of `kind`
+    /// ([`errhandler_for`]).
     pub fn errhandler_for(&self, h: Handle, kind: ErrhKind) -> MpiResult<ErrHandler> {
-        let e = self.errhandler(h)?;
-        if let ErrHandler::User(u) = e {
-            let made = self.errhandlers[u - ERRH_BASE].map(|(k, _)| k);
-            if made != Some(kind) {
-                return Err(MpiError::new(
-                    MPI_ERR_ARG,
-                    format!(
-                        "error handler {h:#x} was made by MPI_{}_create_errhandler: only one made by MPI_{}_create_errhandler (or a predefined one) goes here",
-                        made.map_or("?", ErrhKind::name),
-                        kind.name()
-                    ),
-                ));
-            }
-        }
-        Ok(e)
+        errhandler_for(h, kind)
     }
 
     /// The handle of error handler `e`.
@@ -810,30 +850,19 @@ impl State {
         }
     }
 
-    /// Register a user error handler function for objects of `kind`.
+    /// Register a user error handler function for objects of `kind` ([`add_errhandler`]).
     pub fn add_errhandler(&mut self, kind: ErrhKind, f: CommErrhandlerFn) -> MpiResult<Handle> {
-        if self.errhandlers.len() >= MAX_OBJECTS {
-            return Err(MpiError::new(MPI_ERR_NO_MEM, "too many error handlers"));
-        }
-        self.errhandlers.push(Some((kind, f)));
-        Ok(ERRH_BASE + self.errhandlers.len() - 1)
+        add_errhandler(kind, f)
     }
 
-    /// Free an error handler handle. A user one stays usable by the objects it is set on
-    /// (MPI frees the object when the last reference goes; rmca's entries are never
-    /// reused); freeing a predefined one does nothing, as MPI 2.2 and later say (the
-    /// `Comm_get_errhandler` .. `Errhandler_free` idiom frees what `get` returned).
+    /// Free an error handler handle ([`free_errhandler`]).
     pub fn free_errhandler(&mut self, h: Handle) -> MpiResult<()> {
-        self.errhandler(h).map(|_| ())
+        free_errhandler(h)
     }
 
-    /// The function of user error handler `h`.
+    /// The function of user error handler `h` ([`errhandler_fn`]).
     pub fn errhandler_fn(&self, h: Handle) -> Option<CommErrhandlerFn> {
-        self.errhandlers
-            .get(h.checked_sub(ERRH_BASE)?)
-            .copied()
-            .flatten()
-            .map(|(_, f)| f)
+        errhandler_fn(h)
     }
 
     /// Remember the message of an error returned to the program.

@@ -1,5 +1,6 @@
 //! Non-blocking collectives: `ibarrier`, `ibcast`, `ireduce`, `iallreduce`, `igather`,
-//! `iscatter`, `iallgather` and `ialltoall` on [`Communicator`].
+//! `iscatter`, `iallgather` and `ialltoall` on [`Communicator`] (and, for [`crate::raw`]'s
+//! byte-level callers, gatherv, scatterv, allgatherv, alltoallv, reduce_scatter and the scans).
 //!
 //! Each starts the same schedule its blocking form runs (same algorithms, same
 //! `coll_<op>_algorithm` parameters, same results bit for bit) on the same steppable
@@ -853,7 +854,12 @@ impl Communicator {
                 Error::InvalidArgument("iscatterv: the root must pass a send buffer".into())
             })?;
             check_regions("iscatterv", regions, n, send.len(), false)?;
-            check_bytes("iscatterv", "receive buffer", recv.len(), regions[root].len())?;
+            check_bytes(
+                "iscatterv",
+                "receive buffer",
+                recv.len(),
+                regions[root].len(),
+            )?;
             send_view = send;
         }
         let s = schedule::scatterv_linear(n, me, root, recv.len(), regions, false);
@@ -922,9 +928,13 @@ impl Communicator {
                 "ireduce_scatter: the chunks must tile the {len}-byte send buffer in rank order, one per rank ({n})"
             )));
         }
-        check_bytes("ireduce_scatter", "receive buffer", recv.len(), chunks[me].len())?;
-        let (s, _) =
-            self.reduce_scatter_schedule(chunks, len, op.elem, !op.commutative, block)?;
+        check_bytes(
+            "ireduce_scatter",
+            "receive buffer",
+            recv.len(),
+            chunks[me].len(),
+        )?;
+        let (s, _) = self.reduce_scatter_schedule(chunks, len, op.elem, !op.commutative, block)?;
         // The schedule works over the whole vector; this rank's chunk is copied out at the end.
         let mut p = Plan::new(s, UserBuf::empty()).owning_work(vec![0u8; len]);
         p.send = send;
@@ -995,4 +1005,112 @@ fn check_regions(
         super::check_disjoint(what, regions)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::coll::{Op, UserOp};
+    use crate::raw::{self, RawReduction};
+
+    /// The byte-level v-collectives, reduce-scatter and scans of [`crate::raw`] on a
+    /// singleton job: each moves (or reduces) its own data where its regions say, checks its
+    /// regions, and a reduction given by its byte step combines in rank order.
+    #[test]
+    #[allow(unsafe_code)]
+    // One rank: every region list holds one region (one per rank).
+    #[allow(clippy::single_range_in_vec_init)]
+    fn raw_v_collectives_and_prefix_reductions_on_one_rank() {
+        let universe = crate::init().expect("a singleton job");
+        let world = universe.world();
+        let send = [1u8, 2, 3, 4];
+        let mut recv = [0u8; 8];
+        // SAFETY (every block): the buffers outlive the wait that follows each start.
+        unsafe {
+            raw::igatherv(&world, send.as_ptr(), 4, recv.as_mut_ptr(), &[2..6], 0)
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_eq!(recv, [0, 0, 1, 2, 3, 4, 0, 0]);
+            let mut got = [0u8; 3];
+            raw::iscatterv(&world, send.as_ptr(), &[1..4], got.as_mut_ptr(), 3, 0)
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_eq!(got, [2, 3, 4]);
+            let mut all = [9u8; 6];
+            raw::iallgatherv(&world, send.as_ptr(), 4, all.as_mut_ptr(), &[1..5])
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_eq!(all, [9, 1, 2, 3, 4, 9]);
+            let mut out = [0u8; 4];
+            raw::ialltoallv(&world, send.as_ptr(), &[1..3], out.as_mut_ptr(), &[2..4])
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_eq!(out, [0, 0, 2, 3]);
+            // A block to itself whose send and receive lengths differ is refused.
+            assert!(
+                raw::ialltoallv(&world, send.as_ptr(), &[0..2], out.as_mut_ptr(), &[0..3]).is_err()
+            );
+            let words = [5u32, 7];
+            let mut sum = [0u32; 2];
+            let op = RawReduction::new::<u32, _>(Op::Sum).unwrap();
+            raw::ireduce_scatter(
+                &world,
+                words.as_ptr().cast(),
+                sum.as_mut_ptr().cast(),
+                &[8],
+                op,
+            )
+            .unwrap()
+            .wait()
+            .unwrap();
+            assert_eq!(sum, words);
+            let op = RawReduction::new::<u32, _>(UserOp::non_commutative(|a: u32, b| a * 10 + b))
+                .unwrap();
+            let mut scan = [0u32; 2];
+            raw::iscan(
+                &world,
+                words.as_ptr().cast(),
+                scan.as_mut_ptr().cast(),
+                8,
+                op,
+                false,
+            )
+            .unwrap()
+            .wait()
+            .unwrap();
+            assert_eq!(scan, words);
+            // Rank 0's exclusive scan leaves its buffer alone.
+            let op = RawReduction::new::<u32, _>(Op::Max).unwrap();
+            let mut ex = [3u32; 2];
+            raw::iscan(
+                &world,
+                words.as_ptr().cast(),
+                ex.as_mut_ptr().cast(),
+                8,
+                op,
+                true,
+            )
+            .unwrap()
+            .wait()
+            .unwrap();
+            assert_eq!(ex, [3, 3]);
+        }
+        // A reduction given by its byte step: `inout = input op inout`, in that order.
+        let op = RawReduction::from_fn(1, false, |dst, src, acc, src_first| {
+            for (i, d) in dst.iter_mut().enumerate() {
+                let a = acc.map_or(*d, |a| a[i]);
+                let (x, y) = if src_first { (src[i], a) } else { (a, src[i]) };
+                *d = x * 10 + y;
+            }
+        })
+        .unwrap();
+        let mut inout = [1u8, 2];
+        op.apply_local(&mut inout, &[3, 4]).unwrap();
+        assert_eq!(inout, [31, 42]);
+        assert!(op.apply_local(&mut inout, &[1]).is_err());
+        assert!(RawReduction::from_fn(0, true, |_, _, _, _| {}).is_err());
+    }
 }

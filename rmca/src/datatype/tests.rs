@@ -298,33 +298,30 @@ proptest! {
 }
 
 fn check_layout(m: Model) -> Result<(), TestCaseError> {
-    {
-        let naive = m.naive();
-        let t = m.build().expect("small layouts build");
-        prop_assert_eq!(t.size(), naive.bytes.len());
-        prop_assert_eq!(t.lb() as i128, naive.lb);
-        prop_assert_eq!(t.extent() as i128, naive.ub - naive.lb);
-        if let (Some(lo), Some(hi)) = (naive.bytes.iter().min(), naive.bytes.iter().max()) {
-            prop_assert_eq!(t.true_lb() as i128, *lo);
-            prop_assert_eq!(t.true_extent() as i128, hi + 1 - lo);
-        }
-        // The segments are the bytes, merged: expanding them gives the byte list back, and
-        // no two consecutive segments touch.
-        let expanded: Vec<i128> = t
-            .segments()
-            .iter()
-            .flat_map(|s| (0..s.len as i128).map(move |k| s.offset as i128 + k))
-            .collect();
-        prop_assert_eq!(&expanded, &naive.bytes);
-        for w in t.segments().windows(2) {
-            prop_assert!(
-                w[0].offset + w[0].len as isize != w[1].offset,
-                "unmerged {:?}",
-                w
-            );
-        }
+    let naive = m.naive();
+    let t = m.build().expect("small layouts build");
+    prop_assert_eq!(t.size(), naive.bytes.len());
+    prop_assert_eq!(t.lb() as i128, naive.lb);
+    prop_assert_eq!(t.extent() as i128, naive.ub - naive.lb);
+    if let (Some(lo), Some(hi)) = (naive.bytes.iter().min(), naive.bytes.iter().max()) {
+        prop_assert_eq!(t.true_lb() as i128, *lo);
+        prop_assert_eq!(t.true_extent() as i128, hi + 1 - lo);
     }
-
+    // The segments are the bytes, merged: expanding them gives the byte list back, and
+    // no two consecutive segments touch.
+    let expanded: Vec<i128> = t
+        .segments()
+        .iter()
+        .flat_map(|s| (0..s.len as i128).map(move |k| s.offset as i128 + k))
+        .collect();
+    prop_assert_eq!(&expanded, &naive.bytes);
+    for w in t.segments().windows(2) {
+        prop_assert!(
+            w[0].offset + w[0].len as isize != w[1].offset,
+            "unmerged {:?}",
+            w
+        );
+    }
     Ok(())
 }
 
@@ -335,71 +332,69 @@ fn check_pack(
     seed: u8,
     cut: usize,
 ) -> Result<(), TestCaseError> {
-    {
-        // Shift the layout so that every byte its instances name is inside the buffer.
-        let lowest = naive_offsets(&m.naive(), count)
-            .into_iter()
-            .min()
-            .unwrap_or(0);
-        let m = if lowest < 0 {
-            Model::HIndexed(vec![1], vec![-lowest as isize], Box::new(m))
-        } else {
-            m
-        };
-        let naive = m.naive();
-        let t = m.build().expect("small layouts build");
-        let offsets = naive_offsets(&naive, count);
-        let end = offsets.iter().map(|o| *o as usize + 1).max().unwrap_or(0);
-        let buf = pattern(end + slack, seed);
+    // Shift the layout so that every byte its instances name is inside the buffer.
+    let lowest = naive_offsets(&m.naive(), count)
+        .into_iter()
+        .min()
+        .unwrap_or(0);
+    let m = if lowest < 0 {
+        Model::HIndexed(vec![1], vec![-lowest as isize], Box::new(m))
+    } else {
+        m
+    };
+    let naive = m.naive();
+    let t = m.build().expect("small layouts build");
+    let offsets = naive_offsets(&naive, count);
+    let end = offsets.iter().map(|o| *o as usize + 1).max().unwrap_or(0);
+    let buf = pattern(end + slack, seed);
 
-        // Pack.
-        let want: Vec<u8> = offsets.iter().map(|&o| buf[o as usize]).collect();
-        prop_assert_eq!(t.pack_size(count).unwrap(), want.len());
-        let packed = t.pack_to_vec(&buf, count).unwrap();
-        prop_assert_eq!(&packed, &want);
+    // Pack.
+    let want: Vec<u8> = offsets.iter().map(|&o| buf[o as usize]).collect();
+    prop_assert_eq!(t.pack_size(count).unwrap(), want.len());
+    let packed = t.pack_to_vec(&buf, count).unwrap();
+    prop_assert_eq!(&packed, &want);
 
-        // One byte short: refused, nothing read out of bounds.
-        if end > 0 {
-            let short = t.pack_to_vec(&buf[..end - 1], count);
-            let refused = matches!(short, Err(DatatypeError::OutOfBounds { .. }));
-            prop_assert!(refused, "{:?}", short);
-        }
-
-        // Unpack (all of it, and a prefix as a shorter message would be): refused when some
-        // byte is named twice, else exactly the named bytes change.
-        let mut sorted = offsets.clone();
-        sorted.sort_unstable();
-        let overlaps = sorted.windows(2).any(|w| w[0] == w[1]);
-        let src = pattern(want.len(), seed.wrapping_add(101));
-        for take in [want.len(), cut.min(want.len())] {
-            let mut got = vec![0xEEu8; buf.len()];
-            let r = t.unpack(&src[..take], &mut got, count);
-            if overlaps {
-                let refused = matches!(
-                    r,
-                    Err(DatatypeError::Overlap { .. } | DatatypeError::OverlapBySize { .. })
-                );
-                prop_assert!(refused, "{:?}", r);
-                continue;
-            }
-            prop_assert_eq!(r, Ok(take));
-            let mut expect = vec![0xEEu8; buf.len()];
-            for (i, &o) in offsets.iter().take(take).enumerate() {
-                expect[o as usize] = src[i];
-            }
-            prop_assert_eq!(&got, &expect);
-        }
-        // A packed buffer longer than the instances is refused.
-        let mut sink = vec![0u8; buf.len()];
-        let too_long = t.unpack(&pattern(want.len() + 1, 0), &mut sink, count);
-        let refused = matches!(
-            too_long,
-            Err(DatatypeError::PackedLength { .. }
-                | DatatypeError::Overlap { .. }
-                | DatatypeError::OverlapBySize { .. })
-        );
-        prop_assert!(refused, "{:?}", too_long);
+    // One byte short: refused, nothing read out of bounds.
+    if end > 0 {
+        let short = t.pack_to_vec(&buf[..end - 1], count);
+        let refused = matches!(short, Err(DatatypeError::OutOfBounds { .. }));
+        prop_assert!(refused, "{:?}", short);
     }
+
+    // Unpack (all of it, and a prefix as a shorter message would be): refused when some
+    // byte is named twice, else exactly the named bytes change.
+    let mut sorted = offsets.clone();
+    sorted.sort_unstable();
+    let overlaps = sorted.windows(2).any(|w| w[0] == w[1]);
+    let src = pattern(want.len(), seed.wrapping_add(101));
+    for take in [want.len(), cut.min(want.len())] {
+        let mut got = vec![0xEEu8; buf.len()];
+        let r = t.unpack(&src[..take], &mut got, count);
+        if overlaps {
+            let refused = matches!(
+                r,
+                Err(DatatypeError::Overlap { .. } | DatatypeError::OverlapBySize { .. })
+            );
+            prop_assert!(refused, "{:?}", r);
+            continue;
+        }
+        prop_assert_eq!(r, Ok(take));
+        let mut expect = vec![0xEEu8; buf.len()];
+        for (i, &o) in offsets.iter().take(take).enumerate() {
+            expect[o as usize] = src[i];
+        }
+        prop_assert_eq!(&got, &expect);
+    }
+    // A packed buffer longer than the instances is refused.
+    let mut sink = vec![0u8; buf.len()];
+    let too_long = t.unpack(&pattern(want.len() + 1, 0), &mut sink, count);
+    let refused = matches!(
+        too_long,
+        Err(DatatypeError::PackedLength { .. }
+            | DatatypeError::Overlap { .. }
+            | DatatypeError::OverlapBySize { .. })
+    );
+    prop_assert!(refused, "{:?}", too_long);
     Ok(())
 }
 

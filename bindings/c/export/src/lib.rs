@@ -38,7 +38,7 @@ pub fn export(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-fn expand(mut func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     let name = func.sig.ident.clone();
     let text = name.to_string();
     if !text.starts_with("MPI_") {

@@ -3,10 +3,10 @@
 
 use std::ffi::{c_int, c_void};
 
+use super::coll_c::count_c;
 use super::op::{reduce, reducer, Coll, Reducer};
 use super::rooted::{self, Gather, Scatter};
 use super::types::Ty;
-use super::coll_c::count_c;
 use super::{call, communicator, no_overlap, recv_data_n, send_data_n, RecvData, SendData};
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
@@ -130,7 +130,12 @@ pub(crate) unsafe fn send_n(
 }
 
 /// [`recv_data_n`] on a datatype handle.
-pub(crate) fn recv_n(buf: *mut c_void, count: usize, dt: Handle, what: &str) -> MpiResult<RecvData> {
+pub(crate) fn recv_n(
+    buf: *mut c_void,
+    count: usize,
+    dt: Handle,
+    what: &str,
+) -> MpiResult<RecvData> {
     recv_data_n(buf, count, &Ty::for_use(dt)?, what)
 }
 

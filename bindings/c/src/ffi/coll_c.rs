@@ -91,7 +91,10 @@ pub(crate) unsafe fn read_displs<T: ArrayElem>(
             // SAFETY: the caller's contract.
             let d = unsafe { p.add(r).read() }.wide();
             isize::try_from(d).map_err(|_| {
-                MpiError::new(MPI_ERR_ARG, format!("{side} displacement {d} is out of range"))
+                MpiError::new(
+                    MPI_ERR_ARG,
+                    format!("{side} displacement {d} is out of range"),
+                )
             })
         })
         .collect()

@@ -49,7 +49,8 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_i
                 name: String::new(),
             })
         })?;
-        super::attr::comm_dup(comm, h)?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { super::attr::comm_dup(comm, h, newcomm)? };
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { put(newcomm, h, "newcomm") }
     })

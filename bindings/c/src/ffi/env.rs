@@ -319,7 +319,7 @@ pub unsafe extern "C" fn MPI_Comm_create_errhandler(
     call("MPI_Comm_create_errhandler", MPI_COMM_WORLD, || {
         let f = function
             .ok_or_else(|| MpiError::new(MPI_ERR_ARG, "the error handler function is NULL"))?;
-        let h = state::with(|s| s.add_errhandler(ErrhKind::Comm, f))?;
+        let h = state::add_errhandler(ErrhKind::Comm, f)?;
         // SAFETY: the caller's handle.
         unsafe { put(errhandler, h, "errhandler") }
     })
@@ -338,7 +338,7 @@ pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
         }
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { errhandler.read() };
-        state::with(|s| s.free_errhandler(h))?;
+        state::free_errhandler(h)?;
         // SAFETY: as above.
         unsafe { errhandler.write(MPI_ERRHANDLER_NULL) };
         Ok(())
@@ -363,8 +363,9 @@ pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: Handle, errorcode: c_int
 // ---- error classes, codes and strings the program adds ----
 
 /// `MPI_LASTUSEDCODE`'s value (the attribute is a pointer to it): the largest error code or
-/// class in use, raised by `MPI_Add_error_class`/`_code`.
-pub static LASTUSEDCODE: AtomicI32 = AtomicI32::new(MPI_ERR_ABI);
+/// class in use, raised by `MPI_Add_error_class`/`_code`. MPI requires it to be at least
+/// `MPI_ERR_LASTCODE`: the program's codes and classes are numbered above it.
+pub static LASTUSEDCODE: AtomicI32 = AtomicI32::new(MPI_ERR_LASTCODE);
 
 /// The error classes and codes the program added (`MPI_Add_error_class`, `_code`,
 /// `_string`). Numbers are never reused: removing one leaves a gap, and
@@ -409,15 +410,15 @@ mod errors {
 
     /// The next number, now the last used.
     fn next() -> MpiResult<c_int> {
-        let n = LASTUSEDCODE.load(Ordering::Relaxed) + 1;
-        if n > MPI_ERR_LASTCODE {
-            return Err(MpiError::new(
-                MPI_ERR_OTHER,
-                format!(
-                    "no error code is left: codes go up to MPI_ERR_LASTCODE ({MPI_ERR_LASTCODE})"
-                ),
-            ));
-        }
+        let n = LASTUSEDCODE
+            .load(Ordering::Relaxed)
+            .checked_add(1)
+            .ok_or_else(|| {
+                MpiError::new(
+                    MPI_ERR_OTHER,
+                    "no error code is left: every int above MPI_ERR_LASTCODE was used",
+                )
+            })?;
         LASTUSEDCODE.store(n, Ordering::Relaxed);
         Ok(n)
     }
@@ -546,6 +547,32 @@ mod errors {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_classes_and_codes_are_numbered_above_the_last_code_and_removed_in_order() {
+        let class = errors::add_class().unwrap();
+        assert!(class > MPI_ERR_LASTCODE);
+        let code = errors::add_code(class).unwrap();
+        assert!(code > class);
+        assert!(LASTUSEDCODE.load(std::sync::atomic::Ordering::Relaxed) >= code);
+        assert_eq!(errors::class_of(code).unwrap(), class);
+        assert_eq!(errors::class_of(MPI_ERR_TAG).unwrap(), MPI_ERR_TAG);
+        assert_eq!(errors::user_string(code).unwrap().as_deref(), Some(""));
+        errors::set_string(code, "mine".into()).unwrap();
+        assert_eq!(errors::user_string(code).unwrap().as_deref(), Some("mine"));
+        assert!(errors::set_string(MPI_ERR_TAG, "no".into()).is_err());
+        assert!(errors::remove_class(class).is_err());
+        assert!(errors::remove_code(code).is_err());
+        errors::remove_string(code).unwrap();
+        errors::remove_code(code).unwrap();
+        errors::remove_class(class).unwrap();
+        assert_eq!(errors::class_of(code).unwrap_err().class, MPI_ERR_ARG);
+    }
+}
+
 /// `MPI_Add_error_class`: a new class (above `MPI_LASTUSEDCODE`, which it becomes).
 #[export]
 pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
@@ -631,7 +658,7 @@ unsafe fn create_errhandler(
     if errhandler.is_null() {
         return Err(super::null_argument("errhandler"));
     }
-    let h = state::with(|s| s.add_errhandler(kind, f))?;
+    let h = state::add_errhandler(kind, f)?;
     // SAFETY: the caller's handle.
     unsafe { put(errhandler, h, "errhandler") }
 }

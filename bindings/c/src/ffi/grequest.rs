@@ -56,6 +56,20 @@ fn callback_failed(what: &str, code: c_int) -> rmca::Error {
     )))
 }
 
+impl Greq {
+    /// Call the free function (once) of a request the program freed: no completion call
+    /// will query it.
+    fn release(&mut self) {
+        if let Some(f) = self.free.take() {
+            // SAFETY: the program's MPI_Grequest_free_function, called once.
+            let code = unsafe { f(self.extra) };
+            if code != MPI_SUCCESS {
+                tracing::warn!("a freed generalized request's free function returned {code}");
+            }
+        }
+    }
+}
+
 impl raw::CustomOp for Greq {
     fn poll(&mut self) -> Option<rmca::Result<rmca::Status>> {
         if !self.complete.get() {
@@ -152,7 +166,22 @@ pub unsafe extern "C" fn MPI_Grequest_complete(request: Handle) -> c_int {
         match PENDING.with(|p| p.borrow_mut().remove(&request)) {
             Some(flag) => {
                 flag.set(true);
-                Ok(())
+                // Freed by MPI_Request_free before it completed: its free function is called
+                // now (MPI: by whichever of the two calls comes last).
+                state::with(|s| {
+                    let mut kept = Vec::with_capacity(s.detached.len());
+                    for mut r in std::mem::take(&mut s.detached) {
+                        match r
+                            .custom_mut()
+                            .and_then(|op| op.as_any_mut().downcast_mut::<Greq>())
+                        {
+                            Some(g) if Rc::ptr_eq(&g.complete, &flag) => g.release(),
+                            _ => kept.push(r),
+                        }
+                    }
+                    s.detached = kept;
+                    Ok(())
+                })
             }
             None => Err(MpiError::new(
                 MPI_ERR_REQUEST,

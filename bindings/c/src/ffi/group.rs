@@ -56,6 +56,12 @@ pub(crate) fn add_group(g: Group, out: *mut Handle) -> MpiResult<()> {
     if out.is_null() {
         return Err(MpiError::new(MPI_ERR_ARG, "the newgroup argument is NULL"));
     }
+    if g.is_empty() {
+        // An empty result is MPI_GROUP_EMPTY itself, as in MPICH and Open MPI (programs
+        // compare the handle).
+        // SAFETY: non-null (checked), the caller's handle.
+        return unsafe { put(out, MPI_GROUP_EMPTY, "newgroup") };
+    }
     let h = GROUPS.with(|t| {
         super::table_insert(
             &mut t.borrow_mut(),
@@ -255,7 +261,8 @@ pub unsafe extern "C" fn MPI_Group_compare(
     })
 }
 
-/// `MPI_Group_free`: the handle becomes `MPI_GROUP_NULL`.
+/// `MPI_Group_free`: the handle becomes `MPI_GROUP_NULL` (`MPI_GROUP_EMPTY`, which calls
+/// return for an empty group, too, and nothing is freed).
 #[export]
 pub unsafe extern "C" fn MPI_Group_free(g: *mut Handle) -> c_int {
     call("MPI_Group_free", MPI_COMM_WORLD, || {
@@ -265,10 +272,10 @@ pub unsafe extern "C" fn MPI_Group_free(g: *mut Handle) -> c_int {
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { g.read() };
         if h == MPI_GROUP_EMPTY {
-            return Err(MpiError::new(
-                MPI_ERR_GROUP,
-                "MPI_GROUP_EMPTY is predefined and cannot be freed",
-            ));
+            // The result of a call that made an empty group: nothing to free (as MPICH).
+            // SAFETY: as above.
+            unsafe { g.write(MPI_GROUP_NULL) };
+            return Ok(());
         }
         group(h)?;
         GROUPS.with(|t| t.borrow_mut()[h - GROUP_BASE] = None);

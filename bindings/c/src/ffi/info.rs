@@ -349,8 +349,8 @@ pub fn entries_of(h: Handle) -> MpiResult<Vec<(String, String)>> {
 
 thread_local! {
     /// The hints set on each communicator (`MPI_Comm_set_info`, `MPI_Comm_dup_with_info`,
-    /// inherited by `MPI_Comm_dup`), by handle. rmca acts on none; `MPI_Comm_get_info`
-    /// returns them, as Open MPI does.
+    /// inherited by `MPI_Comm_dup`), by handle: those of [`COMM_HINTS`], which
+    /// `MPI_Comm_get_info` returns.
     static COMM_INFOS: RefCell<HashMap<Handle, Entries>> = RefCell::new(HashMap::new());
 }
 
@@ -370,8 +370,27 @@ pub fn comm_info_drop(comm: Handle) {
     COMM_INFOS.with(|t| t.borrow_mut().remove(&comm));
 }
 
-/// Set the hints of `comm` (those not in `entries` keep their values).
+/// The communicator hints MPI defines (the assertions of MPI 4.0 section 7.4.4): rmca keeps
+/// these (it exploits none: a program keeping an assertion is served correctly without it)
+/// and, as MPICH, ignores every other key, so `MPI_Comm_get_info` does not report hints
+/// the library does not know.
+const COMM_HINTS: [&str; 4] = [
+    "mpi_assert_no_any_tag",
+    "mpi_assert_no_any_source",
+    "mpi_assert_exact_length",
+    "mpi_assert_allow_overtaking",
+];
+
+/// The entries of `e` that are communicator hints.
+fn comm_hints(mut e: Entries) -> Entries {
+    e.retain(|(k, _)| COMM_HINTS.contains(&k.as_str()));
+    e
+}
+
+/// Set the hints of `comm` (those not in `entries` keep their values; unknown keys are
+/// ignored).
 fn comm_info_set(comm: Handle, entries: Entries) {
+    let entries = comm_hints(entries);
     COMM_INFOS.with(|t| {
         let mut t = t.borrow_mut();
         let hints = t.entry(comm).or_default();
@@ -388,8 +407,8 @@ fn check_comm(comm: Handle) -> MpiResult<()> {
     state::with(|s| s.comm(comm).map(|_| ()))
 }
 
-/// `MPI_Comm_set_info`: the hints are kept (and returned by `MPI_Comm_get_info`); rmca acts
-/// on none of them.
+/// `MPI_Comm_set_info`: the hints MPI defines are kept (and returned by `MPI_Comm_get_info`),
+/// other keys ignored; rmca exploits none of them.
 #[export]
 pub unsafe extern "C" fn MPI_Comm_set_info(comm: Handle, info: Handle) -> c_int {
     call("MPI_Comm_set_info", comm, || {
@@ -441,7 +460,7 @@ unsafe fn dup_with_info(
     let rc = call(fname, comm, || {
         check_comm(comm)?;
         if let Some(info) = info {
-            hints.set(Some(entries_of(info)?));
+            hints.set(Some(comm_hints(entries_of(info)?)));
         }
         Ok(())
     });

@@ -7,10 +7,11 @@ use std::ffi::{c_char, c_int, c_void};
 
 use rmca::{Communicator, InterRoot};
 
-use super::coll::{apart, blocks_of, in_place, reduce_recv, reduce_send, same_block};
+use super::coll::{apart, blocks_of, in_place, reduce_recv, reduce_send};
 use super::group::{add_group, group};
 use super::op::{reduce, reducer, Coll};
 use super::types::Ty;
+use super::vcoll::{arrays, Blocks, Width};
 use super::{call, communicator, put, recv_data, recv_data_n, send_data, send_data_n};
 use crate::abi::*;
 use crate::state::{self, CommEntry, ErrHandler, MpiError, MpiResult};
@@ -435,12 +436,11 @@ pub(crate) unsafe fn allgather(
     recvtype: Handle,
 ) -> MpiResult<()> {
     no_in_place(sendbuf, "MPI_Allgather")?;
-    let (rty, total, rb) = blocks_of(recvcount, recvtype, c.size(), "receive")?;
+    let (rty, total, _) = blocks_of(recvcount, recvtype, c.size(), "receive")?;
     let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
     // SAFETY: the caller's contract.
     unsafe {
         let send = send_data(sendbuf, sendcount, sendtype, "send")?;
-        same_block(send.len(), rb, "MPI_Allgather")?;
         apart(&send, &recv, "MPI_Allgather")?;
         c.inter_allgather(send.bytes(), recv.bytes_mut())?;
         recv.finish(recv.len());
@@ -463,9 +463,9 @@ pub(crate) unsafe fn alltoall(
 ) -> MpiResult<()> {
     no_in_place(sendbuf, "MPI_Alltoall")?;
     let n = c.size();
-    let (rty, total, rb) = blocks_of(recvcount, recvtype, n, "receive")?;
-    let (sty, stotal, sb) = blocks_of(sendcount, sendtype, n, "send")?;
-    same_block(sb, rb, "MPI_Alltoall")?;
+    // Each group's send blocks match the other group's receive blocks, not its own.
+    let (rty, total, _) = blocks_of(recvcount, recvtype, n, "receive")?;
+    let (sty, stotal, _) = blocks_of(sendcount, sendtype, n, "send")?;
     let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
     // SAFETY: the caller's contract.
     unsafe {
@@ -475,4 +475,161 @@ pub(crate) unsafe fn alltoall(
         recv.finish(recv.len());
     }
     Ok(())
+}
+
+// ---- v-forms on intercommunicators (int and `_c` widths) ----
+
+/// `MPI_Gatherv` on an intercommunicator: the root gets block `i` from remote rank `i`.
+///
+/// # Safety
+/// MPI_Gatherv's contract.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gatherv<W: Width>(
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcount: W::Count,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const W::Elem,
+    displs: *const W::Displ,
+    recvtype: Handle,
+    root: c_int,
+) -> MpiResult<()> {
+    let root = inter_root(root, c.size())?;
+    // SAFETY: the caller's contract for this process's role.
+    unsafe {
+        match root {
+            InterRoot::Null => Ok(()),
+            InterRoot::Root => {
+                let (rc, rd) = arrays::<W>(recvcounts, displs, c.size(), "receive", true)?;
+                let rty = Ty::for_use(recvtype)?;
+                let b = Blocks::new(&rc, &rd, &rty, "receive")?;
+                b.check_null(recvbuf, "receive")?;
+                let mut all = vec![0u8; b.total];
+                for (i, r) in b.regions().into_iter().enumerate() {
+                    c.coll_recv_remote(&mut all[r], i)?;
+                }
+                b.unpack(&all, recvbuf, &rty, None)
+            }
+            InterRoot::Remote(_) => {
+                no_in_place(sendbuf, "MPI_Gatherv")?;
+                let n = W::count(sendcount, "send count")?;
+                let send = send_data_n(sendbuf, n, &Ty::for_use(sendtype)?, "send")?;
+                Ok(c.inter_gather(send.bytes(), None, root)?)
+            }
+        }
+    }
+}
+
+/// `MPI_Scatterv` on an intercommunicator: the root sends block `i` to remote rank `i`.
+///
+/// # Safety
+/// MPI_Scatterv's contract.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn scatterv<W: Width>(
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcounts: *const W::Elem,
+    displs: *const W::Displ,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: W::Count,
+    recvtype: Handle,
+    root: c_int,
+) -> MpiResult<()> {
+    let root = inter_root(root, c.size())?;
+    // SAFETY: the caller's contract for this process's role.
+    unsafe {
+        match root {
+            InterRoot::Null => Ok(()),
+            InterRoot::Root => {
+                let (sc, sd) = arrays::<W>(sendcounts, displs, c.size(), "send", true)?;
+                let sty = Ty::for_use(sendtype)?;
+                let b = Blocks::new(&sc, &sd, &sty, "send")?;
+                b.check_null(sendbuf, "send")?;
+                let packed = b.pack(sendbuf, &sty)?;
+                for (i, r) in b.regions().into_iter().enumerate() {
+                    c.coll_send_remote(&packed[r], i)?;
+                }
+                Ok(())
+            }
+            InterRoot::Remote(_) => {
+                no_in_place(recvbuf, "MPI_Scatterv")?;
+                let n = W::count(recvcount, "receive count")?;
+                let mut recv = recv_data_n(recvbuf, n, &Ty::for_use(recvtype)?, "receive")?;
+                c.inter_scatter(None, recv.bytes_mut(), root)?;
+                recv.finish(recv.len());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `MPI_Allgatherv` on an intercommunicator: block `i` of the receive side comes from
+/// remote rank `i`.
+///
+/// # Safety
+/// MPI_Allgatherv's contract.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn allgatherv<W: Width>(
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcount: W::Count,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const W::Elem,
+    displs: *const W::Displ,
+    recvtype: Handle,
+) -> MpiResult<()> {
+    no_in_place(sendbuf, "MPI_Allgatherv")?;
+    let n = c.size();
+    // SAFETY: the caller's contract.
+    unsafe {
+        let (rc, rd) = arrays::<W>(recvcounts, displs, n, "receive", true)?;
+        let rty = Ty::for_use(recvtype)?;
+        let b = Blocks::new(&rc, &rd, &rty, "receive")?;
+        b.check_null(recvbuf, "receive")?;
+        let count = W::count(sendcount, "send count")?;
+        let send = send_data_n(sendbuf, count, &Ty::for_use(sendtype)?, "send")?;
+        // The same block to every remote process.
+        let sregions = vec![0..send.len(); n];
+        let mut all = vec![0u8; b.total];
+        c.inter_alltoallv(send.bytes(), &sregions, &mut all, &b.regions())?;
+        b.unpack(&all, recvbuf, &rty, None)
+    }
+}
+
+/// `MPI_Alltoallv` on an intercommunicator: send block `j` goes to remote rank `j`, receive
+/// block `j` comes from it.
+///
+/// # Safety
+/// MPI_Alltoallv's contract.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn alltoallv<W: Width>(
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcounts: *const W::Elem,
+    sdispls: *const W::Displ,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const W::Elem,
+    rdispls: *const W::Displ,
+    recvtype: Handle,
+) -> MpiResult<()> {
+    no_in_place(sendbuf, "MPI_Alltoallv")?;
+    let n = c.size();
+    // SAFETY: the caller's contract.
+    unsafe {
+        let (sc, sd) = arrays::<W>(sendcounts, sdispls, n, "send", true)?;
+        let (rc, rd) = arrays::<W>(recvcounts, rdispls, n, "receive", true)?;
+        let (sty, rty) = (Ty::for_use(sendtype)?, Ty::for_use(recvtype)?);
+        let sb = Blocks::new(&sc, &sd, &sty, "send")?;
+        let rb = Blocks::new(&rc, &rd, &rty, "receive")?;
+        sb.check_null(sendbuf, "send")?;
+        rb.check_null(recvbuf, "receive")?;
+        let packed = sb.pack(sendbuf, &sty)?;
+        let mut all = vec![0u8; rb.total];
+        c.inter_alltoallv(&packed, &sb.regions(), &mut all, &rb.regions())?;
+        rb.unpack(&all, recvbuf, &rty, None)
+    }
 }

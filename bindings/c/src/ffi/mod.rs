@@ -49,22 +49,16 @@ use crate::state::{self, ErrHandler, MpiError, MpiResult};
 
 /// Entry points of functions rmca does not implement yet (`unsupported.rs`): each raises
 /// `MPI_ERR_UNSUPPORTED_OPERATION` naming the call, on the error handler of the communicator
-/// named after `on`; `tool` ones (`MPI_T_*`) return `MPI_T_ERR_NOT_SUPPORTED`.
+/// named after `on`.
 macro_rules! not_implemented_fns {
-    ($($name:ident($($arg:ident: $ty:ty),*) $kind:ident $($comm:ident)?;)*) => {$(
+    ($($name:ident($($arg:ident: $ty:ty),*) on $comm:ident;)*) => {$(
         #[doc = concat!("`", stringify!($name), "`: not implemented yet.")]
         #[rmca_mpi_export::export]
         #[allow(unused_variables)]
         pub extern "C" fn $name($($arg: $ty),*) -> c_int {
-            not_implemented_fns!(@body $name, $kind $($comm)?)
+            $crate::ffi::not_implemented(stringify!($name), $comm)
         }
     )*};
-    (@body $name:ident, on $comm:ident) => {
-        $crate::ffi::not_implemented(stringify!($name), $comm)
-    };
-    (@body $name:ident, tool) => {
-        MPI_T_ERR_NOT_SUPPORTED
-    };
 }
 // After the macro: its textual scope.
 mod unsupported;
@@ -133,12 +127,12 @@ pub(crate) fn invoke(
             e.class
         }
         ErrHandler::User(h) => {
-            let f = state::with(|s| {
+            let _ = state::with(|s| {
                 s.record_error(&e);
-                Ok(s.errhandler_fn(h))
+                Ok(())
             });
             let mut code = e.class;
-            if let Ok(Some(f)) = f {
+            if let Some(f) = state::errhandler_fn(h) {
                 // SAFETY: `f` is the function the program registered with
                 // MPI_<kind>_create_errhandler, of type MPI_<kind>_errhandler_function (a
                 // handle of the kind and a code, by pointer), called with the two arguments

@@ -9,10 +9,11 @@ use std::ffi::{c_int, c_void};
 
 use rmca::raw;
 
+use super::p2p::put_status;
 use super::p2p::{count_c, proc_null_done};
 use super::types::Ty;
 use super::Staged;
-use super::{call, empty_status, outcome, put, put_status, recv_data_n, recv_tag, source};
+use super::{call, empty_status, outcome, put, recv_data_n, recv_tag, source};
 use crate::abi::*;
 use crate::state::{self, MpiError, MpiResult, ReqEntry, ReqState};
 use rmca_mpi_export::export;

@@ -513,7 +513,8 @@ pub(crate) unsafe fn iscatterv(
         let mut recv = recv_n(recvbuf, recvcount, recvtype, "receive")?;
         let len = recv.len();
         // SAFETY: the caller's contract.
-        let r = unsafe { raw::iscatterv(c, std::ptr::null(), &[], recv_ptr(&mut recv), len, root)? };
+        let r =
+            unsafe { raw::iscatterv(c, std::ptr::null(), &[], recv_ptr(&mut recv), len, root)? };
         return Ok((r, staged(None, Vec::new(), Some(recv))));
     }
     let sty = Ty::for_use(sendtype)?;
@@ -606,7 +607,12 @@ pub(crate) unsafe fn ialltoallv(
             (sb.pack(sendbuf, &sty)?, sb.regions())
         };
         let me = c.rank();
-        same_len(sregions[me].len(), rb.packed_counts[me], me, "MPI_Ialltoallv")?;
+        same_len(
+            sregions[me].len(),
+            rb.packed_counts[me],
+            me,
+            "MPI_Ialltoallv",
+        )?;
         let mut all = vec![0u8; rb.total];
         let rregions = rb.regions();
         let r = raw::ialltoallv(c, send.as_ptr(), &sregions, all.as_mut_ptr(), &rregions)?;
@@ -643,7 +649,12 @@ pub(crate) unsafe fn ialltoallw(
             (sb.pack(sendbuf)?, sb.regions())
         };
         let me = c.rank();
-        same_len(sregions[me].len(), rb.packed_counts[me], me, "MPI_Ialltoallw")?;
+        same_len(
+            sregions[me].len(),
+            rb.packed_counts[me],
+            me,
+            "MPI_Ialltoallw",
+        )?;
         let mut all = vec![0u8; rb.total];
         let rregions = rb.regions();
         let r = raw::ialltoallv(c, send.as_ptr(), &sregions, all.as_mut_ptr(), &rregions)?;
@@ -754,8 +765,16 @@ fn block_counts<W: Width>(
     may_be_in_place: bool,
 ) -> MpiResult<(usize, usize)> {
     Ok((
-        count_unless::<W>(sendcount, may_be_in_place && in_place(sendbuf), "send count")?,
-        count_unless::<W>(recvcount, may_be_in_place && in_place(recvbuf), "receive count")?,
+        count_unless::<W>(
+            sendcount,
+            may_be_in_place && in_place(sendbuf),
+            "send count",
+        )?,
+        count_unless::<W>(
+            recvcount,
+            may_be_in_place && in_place(recvbuf),
+            "receive count",
+        )?,
     ))
 }
 
@@ -985,7 +1004,15 @@ fn reduce_scatter_block_prep<W: Width>(
     let counts = vec![k; c.size()];
     // SAFETY (of the start): the collective's contract.
     Ok(move |c: &Communicator| unsafe {
-        ireduce_scatter("MPI_Ireduce_scatter_block", c, sendbuf, recvbuf, &counts, dt, op)
+        ireduce_scatter(
+            "MPI_Ireduce_scatter_block",
+            c,
+            sendbuf,
+            recvbuf,
+            &counts,
+            dt,
+            op,
+        )
     })
 }
 
@@ -1080,10 +1107,36 @@ macro_rules! nb_block {
     };
 }
 
-nb_block!(MPI_Igather, MPI_Gather_init, MPI_Igather_c, MPI_Gather_init_c, igather, root);
-nb_block!(MPI_Iscatter, MPI_Scatter_init, MPI_Iscatter_c, MPI_Scatter_init_c, iscatter, root);
-nb_block!(MPI_Iallgather, MPI_Allgather_init, MPI_Iallgather_c, MPI_Allgather_init_c, iallgather_block);
-nb_block!(MPI_Ialltoall, MPI_Alltoall_init, MPI_Ialltoall_c, MPI_Alltoall_init_c, ialltoall_block);
+nb_block!(
+    MPI_Igather,
+    MPI_Gather_init,
+    MPI_Igather_c,
+    MPI_Gather_init_c,
+    igather,
+    root
+);
+nb_block!(
+    MPI_Iscatter,
+    MPI_Scatter_init,
+    MPI_Iscatter_c,
+    MPI_Scatter_init_c,
+    iscatter,
+    root
+);
+nb_block!(
+    MPI_Iallgather,
+    MPI_Allgather_init,
+    MPI_Iallgather_c,
+    MPI_Allgather_init_c,
+    iallgather_block
+);
+nb_block!(
+    MPI_Ialltoall,
+    MPI_Alltoall_init,
+    MPI_Ialltoall_c,
+    MPI_Alltoall_init_c,
+    ialltoall_block
+);
 
 macro_rules! nb_v {
     ($w:ty, $cnt:ty, $arr:ty, $dsp:ty, $gv:ident, $gvi:ident, $sv:ident, $svi:ident, $agv:ident,
@@ -1128,13 +1181,43 @@ macro_rules! nb_v {
     };
 }
 
-nb_v!(Int, c_int, c_int, c_int,
-    MPI_Igatherv, MPI_Gatherv_init, MPI_Iscatterv, MPI_Scatterv_init,
-    MPI_Iallgatherv, MPI_Allgatherv_init, MPI_Ialltoallv, MPI_Alltoallv_init,
-    MPI_Ialltoallw, MPI_Alltoallw_init, MPI_Ireduce_scatter, MPI_Reduce_scatter_init,
-    MPI_Ireduce_scatter_block, MPI_Reduce_scatter_block_init);
-nb_v!(Large, MPI_Count, MPI_Count, MPI_Aint,
-    MPI_Igatherv_c, MPI_Gatherv_init_c, MPI_Iscatterv_c, MPI_Scatterv_init_c,
-    MPI_Iallgatherv_c, MPI_Allgatherv_init_c, MPI_Ialltoallv_c, MPI_Alltoallv_init_c,
-    MPI_Ialltoallw_c, MPI_Alltoallw_init_c, MPI_Ireduce_scatter_c, MPI_Reduce_scatter_init_c,
-    MPI_Ireduce_scatter_block_c, MPI_Reduce_scatter_block_init_c);
+nb_v!(
+    Int,
+    c_int,
+    c_int,
+    c_int,
+    MPI_Igatherv,
+    MPI_Gatherv_init,
+    MPI_Iscatterv,
+    MPI_Scatterv_init,
+    MPI_Iallgatherv,
+    MPI_Allgatherv_init,
+    MPI_Ialltoallv,
+    MPI_Alltoallv_init,
+    MPI_Ialltoallw,
+    MPI_Alltoallw_init,
+    MPI_Ireduce_scatter,
+    MPI_Reduce_scatter_init,
+    MPI_Ireduce_scatter_block,
+    MPI_Reduce_scatter_block_init
+);
+nb_v!(
+    Large,
+    MPI_Count,
+    MPI_Count,
+    MPI_Aint,
+    MPI_Igatherv_c,
+    MPI_Gatherv_init_c,
+    MPI_Iscatterv_c,
+    MPI_Scatterv_init_c,
+    MPI_Iallgatherv_c,
+    MPI_Allgatherv_init_c,
+    MPI_Ialltoallv_c,
+    MPI_Alltoallv_init_c,
+    MPI_Ialltoallw_c,
+    MPI_Alltoallw_init_c,
+    MPI_Ireduce_scatter_c,
+    MPI_Reduce_scatter_init_c,
+    MPI_Ireduce_scatter_block_c,
+    MPI_Reduce_scatter_block_init_c
+);

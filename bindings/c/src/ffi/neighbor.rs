@@ -4,7 +4,9 @@
 //! on the communicator's topology (`MPI_ERR_TOPOLOGY` without one).
 //!
 //! The neighbours are the topology's, in MPI's order (see [`rmca::topo`]); a Cartesian
-//! neighbour that is `MPI_PROC_NULL` takes no part and its receive block is left untouched.
+//! neighbour that is `MPI_PROC_NULL` takes no part and its receive block is left untouched,
+//! and the block sent towards +1 of a dimension arrives as the receiver's block from -1 even
+//! when both neighbours are one process (MPI 4.1, as MPICH).
 //! Every block goes through library memory: the blocks sent are packed when the operation
 //! starts (at each `MPI_Start` for a persistent one), the blocks received are unpacked into
 //! the program's layout when it completes. Non-blocking and persistent requests work in
@@ -41,6 +43,9 @@ struct Args {
     same: Option<Block>,
     /// One block per source.
     recvs: Vec<(Option<usize>, Block)>,
+    /// The order the destination blocks are sent in (see
+    /// [`rmca::topo::Neighbors::send_order`]).
+    order: Vec<usize>,
 }
 
 /// The library memory of a started neighbourhood collective: the packed blocks it sends, the
@@ -144,13 +149,20 @@ unsafe fn types(p: *const Handle, n: usize, what: &str) -> MpiResult<Vec<Ty>> {
     v.iter().map(|&h| Ty::for_use(h)).collect()
 }
 
-/// The communicator of `comm` and its neighbours: (sources, destinations).
-type Hood = (rmca::Communicator, Vec<Option<usize>>, Vec<Option<usize>>);
+/// The communicator of `comm` and its neighbours: sources, destinations, the order the
+/// destinations' blocks are sent in.
+type Hood = (
+    rmca::Communicator,
+    Vec<Option<usize>>,
+    Vec<Option<usize>>,
+    Vec<usize>,
+);
 
 fn hood(comm: Handle) -> MpiResult<Hood> {
     let (c, t) = topology(comm)?;
     let nb = t.neighbors(c.rank())?;
-    Ok((c, nb.sources, nb.destinations))
+    let order = nb.send_order();
+    Ok((c, nb.sources, nb.destinations, order))
 }
 
 /// Start the exchange `a` on `c`: its request and library memory.
@@ -161,9 +173,9 @@ fn start(c: &rmca::Communicator, a: &Args) -> MpiResult<(RawRequest, Box<Exchang
         // SAFETY: the program's block of `count` elements (checked by `block`); it is read
         // now, while the call runs.
         send = unsafe { b.ty.pack(b.addr as *const c_void, b.count)? };
-        sends.extend(a.sends.iter().map(|(p, _)| (*p, 0..send.len())));
+        sends.extend(a.order.iter().map(|&i| (a.sends[i].0, 0..send.len())));
     } else {
-        for (p, b) in &a.sends {
+        for (p, b) in a.order.iter().map(|&i| &a.sends[i]) {
             if p.is_none() {
                 sends.push((None, 0..0));
                 continue;
@@ -290,7 +302,7 @@ unsafe fn allgather(
     recvcount: i64,
     recvtype: Handle,
 ) -> MpiResult<(rmca::Communicator, Args)> {
-    let (c, sources, dests) = hood(comm)?;
+    let (c, sources, dests, order) = hood(comm)?;
     let (st, rt) = (Ty::for_use(sendtype)?, Ty::for_use(recvtype)?);
     let same = block(sendbuf, sendcount, &st, "send")?;
     let recvs = (sources.iter().enumerate())
@@ -311,6 +323,7 @@ unsafe fn allgather(
             sends,
             same: Some(same),
             recvs,
+            order,
         },
     ))
 }
@@ -328,7 +341,7 @@ unsafe fn allgatherv<C: Copy + TryInto<i64>, D: Copy + TryInto<i64>>(
     displs: *const D,
     recvtype: Handle,
 ) -> MpiResult<(rmca::Communicator, Args)> {
-    let (c, sources, dests) = hood(comm)?;
+    let (c, sources, dests, order) = hood(comm)?;
     let (st, rt) = (Ty::for_use(sendtype)?, Ty::for_use(recvtype)?);
     let same = block(sendbuf, sendcount, &st, "send")?;
     let n = sources.len();
@@ -350,6 +363,7 @@ unsafe fn allgatherv<C: Copy + TryInto<i64>, D: Copy + TryInto<i64>>(
             sends,
             same: Some(same),
             recvs,
+            order,
         },
     ))
 }
@@ -366,7 +380,7 @@ unsafe fn alltoall(
     recvcount: i64,
     recvtype: Handle,
 ) -> MpiResult<(rmca::Communicator, Args)> {
-    let (c, sources, dests) = hood(comm)?;
+    let (c, sources, dests, order) = hood(comm)?;
     let (st, rt) = (Ty::for_use(sendtype)?, Ty::for_use(recvtype)?);
     let sends = (dests.iter().enumerate())
         .map(|(i, &p)| {
@@ -400,6 +414,7 @@ unsafe fn alltoall(
             sends,
             same: None,
             recvs,
+            order,
         },
     ))
 }
@@ -418,7 +433,7 @@ unsafe fn alltoallv<C: Copy + TryInto<i64>, D: Copy + TryInto<i64>>(
     rdispls: *const D,
     recvtype: Handle,
 ) -> MpiResult<(rmca::Communicator, Args)> {
-    let (c, sources, dests) = hood(comm)?;
+    let (c, sources, dests, order) = hood(comm)?;
     let (st, rt) = (Ty::for_use(sendtype)?, Ty::for_use(recvtype)?);
     let (ni, no) = (sources.len(), dests.len());
     // SAFETY: the caller's contract.
@@ -442,6 +457,7 @@ unsafe fn alltoallv<C: Copy + TryInto<i64>, D: Copy + TryInto<i64>>(
             sends,
             same: None,
             recvs,
+            order,
         },
     ))
 }
@@ -461,7 +477,7 @@ unsafe fn alltoallw<C: Copy + TryInto<i64>>(
     rdispls: *const MPI_Aint,
     recvtypes: *const Handle,
 ) -> MpiResult<(rmca::Communicator, Args)> {
-    let (c, sources, dests) = hood(comm)?;
+    let (c, sources, dests, order) = hood(comm)?;
     let (ni, no) = (sources.len(), dests.len());
     // SAFETY: the caller's contract.
     let (sc, sd, st, rc, rd, rt) = unsafe {
@@ -491,6 +507,7 @@ unsafe fn alltoallw<C: Copy + TryInto<i64>>(
             sends,
             same: None,
             recvs,
+            order,
         },
     ))
 }

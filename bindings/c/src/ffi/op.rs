@@ -305,7 +305,10 @@ fn long_double_key(b: &[u8]) -> Option<(bool, u128)> {
         if exponent == 0x7fff && significand << 1 != 0 {
             return None;
         }
-        return Some((negative, (u128::from(exponent) << 64) | u128::from(significand)));
+        return Some((
+            negative,
+            (u128::from(exponent) << 64) | u128::from(significand),
+        ));
     }
     // IEEE binary128: sign at bit 127, then exponent and fraction.
     let magnitude = bits & !(1u128 << 127);
@@ -415,14 +418,7 @@ fn user_step(
             let at = done * extent;
             // SAFETY: `left` and `dst` hold `elems` elements of `dt` in the program's layout
             // (the reduction moves whole extents); the function reads `k` from each.
-            unsafe {
-                f.call(
-                    left.as_mut_ptr().add(at),
-                    dst.as_mut_ptr().add(at),
-                    k,
-                    dt,
-                )
-            };
+            unsafe { f.call(left.as_mut_ptr().add(at), dst.as_mut_ptr().add(at), k, dt) };
             done += k;
         }
     }

@@ -9,8 +9,8 @@ use rmca::raw;
 
 use super::types::Ty;
 use super::{
-    bytes, bytes_mut, call, dest, empty_status, no_overlap, outcome, put, put_status, recv_tag,
-    send_tag, source, to_mpi_status, SendData, Staged,
+    bytes, bytes_mut, call, dest, empty_status, no_overlap, outcome, put, recv_tag, send_tag,
+    source, to_mpi_status, SendData, Staged,
 };
 use crate::abi::*;
 use crate::state::{
@@ -18,6 +18,25 @@ use crate::state::{
     Slot, State,
 };
 use rmca_mpi_export::export;
+
+/// Write `st` to the caller's status `out` unless it is `MPI_STATUS_IGNORE`, leaving its
+/// `MPI_ERROR` field as it was: MPI's calls that complete one operation (receives, probes,
+/// `MPI_Wait`, `MPI_Test`, ...) do not set it; only the calls returning an array of
+/// statuses do (MPI-4.1 §3.2.5).
+///
+/// # Safety
+/// `out` is null or valid for writes of an `MpiStatus`.
+#[inline(always)]
+pub(crate) unsafe fn put_status(out: *mut MpiStatus, st: &MpiStatus) {
+    if !out.is_null() {
+        // SAFETY: the caller's contract; each field is written in place, none is read.
+        unsafe {
+            std::ptr::addr_of_mut!((*out).source).write(st.source);
+            std::ptr::addr_of_mut!((*out).tag).write(st.tag);
+            std::ptr::addr_of_mut!((*out).internal).write(st.internal);
+        }
+    }
+}
 
 /// A large count (`MPI_Count`, the `_c` calls): non-negative, and within the address space.
 pub(crate) fn count_c(n: MPI_Count, what: &str) -> MpiResult<usize> {
@@ -307,7 +326,7 @@ pub unsafe extern "C" fn MPI_Recv(
                     // The status is converted only when the program asked for it.
                     if !status.is_null() {
                         // SAFETY: the caller's status (not MPI_STATUS_IGNORE: checked).
-                        unsafe { status.write(to_mpi_status(&st)) };
+                        unsafe { put_status(status, &to_mpi_status(&st)) };
                     }
                     Ok(())
                 }

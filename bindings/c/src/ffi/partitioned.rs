@@ -1,9 +1,10 @@
 //! Partitioned communication (MPI-4): `MPI_Psend_init`, `MPI_Precv_init`, `MPI_Pready`,
 //! `MPI_Pready_range`, `MPI_Pready_list`, `MPI_Parrived`.
 //!
-//! Over point-to-point: a partitioned send sends its whole buffer as one message (on the
-//! communicator's point-to-point context, with the request's tag) once every partition was
-//! marked ready; the receive posts its receive when started, and a partition has arrived
+//! Over point-to-point: a partitioned send sends its whole buffer as one message once every
+//! partition was marked ready (on the communicator's collective context, with a tag naming
+//! the pair of requests MPI matches: the k-th `MPI_Psend_init` to a peer with a tag and the
+//! k-th `MPI_Precv_init` from it with that tag; see [`raw::partitioned_channel`]); the receive posts its receive when started, and a partition has arrived
 //! once the message has. The requests are persistent: `MPI_Start`/`MPI_Startall` start a
 //! round, the completion calls end it, `MPI_Request_free` frees them.
 #![allow(non_snake_case)]
@@ -12,7 +13,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
-use rmca::framework::pml::SendMode;
 use rmca::raw;
 
 use super::p2p::count_c;
@@ -36,6 +36,9 @@ struct Plan {
     /// Destination or source rank (`MPI_PROC_NULL` allowed, `MPI_ANY_SOURCE` for a receive).
     peer: c_int,
     tag: c_int,
+    /// The tag of its transfers on the collective context (see
+    /// [`raw::partitioned_channel`]); unused with `MPI_PROC_NULL`.
+    channel: c_int,
 }
 
 thread_local! {
@@ -101,13 +104,12 @@ impl PSend {
                 // SAFETY: MPI_Psend_init's contract: the buffer is left unwritten until the
                 // round completed, which is when this send is.
                 Some(to) => Some(unsafe {
-                    raw::isend(
+                    raw::isend_partitioned(
                         &self.comm,
                         self.plan.buf as *const u8,
                         self.plan.len,
                         to,
-                        self.plan.tag,
-                        SendMode::Standard,
+                        self.plan.channel,
                     )?
                 }),
             });
@@ -121,7 +123,7 @@ impl raw::CustomOp for PSend {
         match self.started.take()? {
             None => Some(Ok(rmca::Status::PROC_NULL)),
             Some(r) => match r.test() {
-                raw::Polled::Done(res) => Some(res),
+                raw::Polled::Done(res) => Some(with_tag(res, self.plan.tag)),
                 raw::Polled::Pending(r) => {
                     self.started = Some(Some(r));
                     None
@@ -135,10 +137,23 @@ impl raw::CustomOp for PSend {
     }
 }
 
-/// A round of a partitioned receive: its receive, then its outcome.
+/// The outcome of a transfer on a partitioned channel, with the request's own tag.
+fn with_tag(res: rmca::Result<rmca::Status>, tag: c_int) -> rmca::Result<rmca::Status> {
+    match res {
+        Ok(st) if st.is_proc_null() => Ok(st),
+        Ok(st) => Ok(rmca::Status { tag, ..st }),
+        Err(rmca::Error::Status { error, status }) => Err(rmca::Error::Status {
+            error,
+            status: rmca::Status { tag, ..status },
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// A round of a partitioned receive: its receive, then its outcome (with the request's tag).
 #[derive(Debug)]
 enum PRecv {
-    Running(raw::RawRequest),
+    Running(raw::RawRequest, c_int),
     Done(rmca::Result<rmca::Status>),
     Spent,
 }
@@ -146,16 +161,16 @@ enum PRecv {
 impl PRecv {
     /// Test the receive; whether the data is there.
     fn arrived(&mut self) -> bool {
-        if let PRecv::Running(_) = self {
-            let PRecv::Running(r) = std::mem::replace(self, PRecv::Spent) else {
+        if let PRecv::Running(..) = self {
+            let PRecv::Running(r, tag) = std::mem::replace(self, PRecv::Spent) else {
                 unreachable!("matched above")
             };
             *self = match r.test() {
-                raw::Polled::Pending(r) => PRecv::Running(r),
-                raw::Polled::Done(res) => PRecv::Done(res),
+                raw::Polled::Pending(r) => PRecv::Running(r, tag),
+                raw::Polled::Done(res) => PRecv::Done(with_tag(res, tag)),
             };
         }
-        !matches!(self, PRecv::Running(_))
+        !matches!(self, PRecv::Running(..))
     }
 }
 
@@ -174,7 +189,7 @@ impl raw::CustomOp for PRecv {
 
     fn cancel(&mut self) -> rmca::Result<bool> {
         match self {
-            PRecv::Running(r) => r.cancel(),
+            PRecv::Running(r, _) => r.cancel(),
             _ => Ok(false),
         }
     }
@@ -201,15 +216,16 @@ pub(crate) fn start(c: &rmca::Communicator, h: Handle) -> MpiResult<ReqState> {
             started: None,
         })
     } else {
-        let src = source(plan.peer, c.size())?;
-        let tag = recv_tag(plan.tag)?;
-        if src == rmca::Src::Null {
-            Box::new(PRecv::Done(Ok(rmca::Status::PROC_NULL)))
-        } else {
-            // SAFETY: MPI_Precv_init's contract: the buffer is the library's from the start
-            // until the round completed, which is when this receive is.
-            let r = unsafe { raw::irecv(c, plan.buf as *mut u8, plan.len, src, tag)? };
-            Box::new(PRecv::Running(r))
+        match source(plan.peer, c.size())? {
+            rmca::Src::Rank(from) => {
+                // SAFETY: MPI_Precv_init's contract: the buffer is the library's from the
+                // start until the round completed, which is when this receive is.
+                let r = unsafe {
+                    raw::irecv_partitioned(c, plan.buf as *mut u8, plan.len, from, plan.channel)?
+                };
+                Box::new(PRecv::Running(r, plan.tag))
+            }
+            _ => Box::new(PRecv::Done(Ok(rmca::Status::PROC_NULL))),
         }
     };
     Ok(ReqState::Active(raw::custom(c, op)))
@@ -280,6 +296,10 @@ fn init(
             ));
         }
     }
+    let channel = match usize::try_from(peer) {
+        Ok(p) => raw::partitioned_channel(&c, p, tag, send)?,
+        Err(_) => 0,
+    };
     let plan = Plan {
         send,
         buf: buf as usize,
@@ -287,6 +307,7 @@ fn init(
         partitions: parts,
         peer,
         tag,
+        channel,
     };
     // The entry is persistent (completion leaves it inactive); its arguments are here.
     let placeholder = if send {

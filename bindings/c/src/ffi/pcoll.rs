@@ -32,7 +32,9 @@ pub(crate) fn init<F: Starter>(
     let begin = prep(&c)?;
     let h = state::with(|s| {
         let mut e = ReqEntry::new(comm, ReqState::Inactive);
-        e.persistent = Some(Box::new(Persistent::Coll(CollStart(std::rc::Rc::new(begin)))));
+        e.persistent = Some(Box::new(Persistent::Coll(CollStart(std::rc::Rc::new(
+            begin,
+        )))));
         s.add_request(e)
     })?;
     // SAFETY: non-null (checked above), the caller's handle.

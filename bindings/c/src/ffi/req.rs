@@ -5,7 +5,8 @@ use std::ffi::c_int;
 
 use rmca::raw::{self, Polled};
 
-use super::{call, empty_status, outcome, put, put_status};
+use super::p2p::put_status;
+use super::{call, empty_status, outcome, put};
 use crate::abi::*;
 use crate::state::{self, MpiError, MpiResult, Outcome, ReqState, Slot, State};
 use rmca_mpi_export::export;

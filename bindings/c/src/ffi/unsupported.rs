@@ -1,7 +1,6 @@
 //! The functions of the standard ABI that rmca does not implement yet: each links, and
 //! raises `MPI_ERR_UNSUPPORTED_OPERATION` through the error handler of its communicator (of
-//! `MPI_COMM_WORLD` when it has none) with a message naming the call; the tool interface's
-//! (`MPI_T_*`) return `MPI_T_ERR_NOT_SUPPORTED`, as they raise no error handler.
+//! `MPI_COMM_WORLD` when it has none) with a message naming the call.
 //!
 //! Written by `bindings/c/abi/gen-unsupported.py`. Implementing a function means deleting its
 //! line here: a function defined twice does not link. The README lists the same functions

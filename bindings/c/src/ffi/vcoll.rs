@@ -10,11 +10,11 @@
 
 use std::ffi::{c_int, c_void};
 
+use super::{call, communicator};
 use super::coll::{blocks_n, in_place, intra, recv_n, reduce_input, reduce_recv, root_of, send_n};
 use super::coll_c::{count_c, read_counts, read_displs, read_types, ArrayElem};
 use super::op::{element_size, reduce, reducer, Coll};
 use super::types::Ty;
-use super::call;
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
 use rmca_mpi_export::export;
@@ -114,14 +114,21 @@ impl Blocks {
     ///
     /// # Safety
     /// `buf` holds block `r` (the collective's contract).
-    pub(crate) unsafe fn pack_block(&self, buf: *const c_void, ty: &Ty, r: usize) -> MpiResult<Vec<u8>> {
+    pub(crate) unsafe fn pack_block(
+        &self,
+        buf: *const c_void,
+        ty: &Ty,
+        r: usize,
+    ) -> MpiResult<Vec<u8>> {
         // SAFETY: the caller's contract.
         unsafe { ty.pack(at(buf, self.displs[r], ty)?, self.counts[r]) }
     }
 
     /// Refuse displacements whose addresses overflow (so that unpacking cannot fail later).
     pub(crate) fn check_addresses(&self, buf: *const c_void, ty: &Ty) -> MpiResult<()> {
-        self.displs.iter().try_for_each(|&d| at(buf, d, ty).map(|_| ()))
+        self.displs
+            .iter()
+            .try_for_each(|&d| at(buf, d, ty).map(|_| ()))
     }
 
     pub(crate) fn check_null(&self, buf: *const c_void, side: &str) -> MpiResult<()> {
@@ -678,7 +685,11 @@ macro_rules! v_forms {
             comm: Handle,
         ) -> c_int {
             call(stringify!($gatherv), comm, || {
-                let c = intra(comm, stringify!($gatherv))?;
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe { super::inter::gatherv::<$w>(&c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root) };
+                }
                 let (n, me) = (c.size(), c.rank());
                 let root = root_of(root, n)?;
                 let sc = count_unless::<$w>(sendcount, me == root && in_place(sendbuf), "send count")?;
@@ -705,7 +716,11 @@ macro_rules! v_forms {
             comm: Handle,
         ) -> c_int {
             call(stringify!($scatterv), comm, || {
-                let c = intra(comm, stringify!($scatterv))?;
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe { super::inter::scatterv::<$w>(&c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root) };
+                }
                 let (n, me) = (c.size(), c.rank());
                 let root = root_of(root, n)?;
                 let rc = count_unless::<$w>(recvcount, me == root && in_place(recvbuf), "receive count")?;
@@ -731,7 +746,11 @@ macro_rules! v_forms {
             comm: Handle,
         ) -> c_int {
             call(stringify!($allgatherv), comm, || {
-                let c = intra(comm, stringify!($allgatherv))?;
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe { super::inter::allgatherv::<$w>(&c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype) };
+                }
                 let sc = count_unless::<$w>(sendcount, in_place(sendbuf), "send count")?;
                 // SAFETY: the collective's contract: the arrays hold one entry per rank.
                 unsafe {
@@ -756,7 +775,11 @@ macro_rules! v_forms {
             comm: Handle,
         ) -> c_int {
             call(stringify!($alltoallv), comm, || {
-                let c = intra(comm, stringify!($alltoallv))?;
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe { super::inter::alltoallv::<$w>(&c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype) };
+                }
                 let n = c.size();
                 // SAFETY: the collective's contract: the arrays hold one entry per rank.
                 unsafe {
