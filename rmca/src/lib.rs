@@ -33,8 +33,8 @@ mod mprobe;
 pub mod raw;
 mod request;
 pub mod thread;
-pub mod topo;
 pub mod tool;
+pub mod topo;
 
 use std::cell::RefCell;
 use std::io::IsTerminal;

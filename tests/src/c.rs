@@ -123,4 +123,3 @@ pub fn every_config(area: &str) {
         }
     }
 }
-

@@ -27,7 +27,13 @@ fn run(ranks: usize, pml: &str, mca: &[(&str, &str)], want_pml: &str, want_eager
 #[test]
 fn tool_interface_over_ob1_and_shm() {
     for ranks in [1, 2] {
-        run(ranks, "ob1", &[("btl_shm_eager_limit", "8192")], "-", "8192");
+        run(
+            ranks,
+            "ob1",
+            &[("btl_shm_eager_limit", "8192")],
+            "-",
+            "8192",
+        );
     }
 }
 

@@ -102,6 +102,7 @@ pub const MPI_ERR_KEYVAL: c_int = 36;
 pub const MPI_ERR_NO_MEM: c_int = 39;
 pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 55;
 pub const MPI_ERR_PROC_ABORTED: c_int = 58;
+pub const MPI_ERR_VALUE_TOO_LARGE: c_int = 59;
 pub const MPI_ERR_ERRHANDLER: c_int = 61;
 pub const MPI_ERR_ABI: c_int = 62;
 pub const MPI_ERR_LASTCODE: c_int = 16383;

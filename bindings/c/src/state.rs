@@ -934,9 +934,7 @@ impl State {
     /// current generation restored, so that `fromint(toint(r)) == r` while `r` is live.
     pub fn request_from_low_bits(&self, low: Handle) -> Handle {
         match (low & REQ_LOW_MASK).checked_sub(REQ_BASE) {
-            Some(i) if i < REQ_BASE => {
-                low + self.request_gens.get(i).map_or(0, |&g| gen_bits(g))
-            }
+            Some(i) if i < REQ_BASE => low + self.request_gens.get(i).map_or(0, |&g| gen_bits(g)),
             _ => low,
         }
     }

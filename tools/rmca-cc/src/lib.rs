@@ -194,7 +194,13 @@ mod tests {
         // MPI's libmpi.so may be, among the user's arguments.
         let p = plan(
             &layout(),
-            args(&["-shared", "m.o", "-L/usr/lib/x86_64-linux-gnu", "-o", "m.so"]),
+            args(&[
+                "-shared",
+                "m.o",
+                "-L/usr/lib/x86_64-linux-gnu",
+                "-o",
+                "m.so",
+            ]),
         );
         let ours = p.args.iter().position(|a| a == "-L/lib").unwrap();
         let system = p

@@ -59,9 +59,11 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
             "#[export] functions are `extern \"C\"`",
         ));
     }
-    if let Some(a) = func.attrs.iter().find(|a| {
-        a.path().is_ident("no_mangle") || a.path().is_ident("export_name")
-    }) {
+    if let Some(a) = func
+        .attrs
+        .iter()
+        .find(|a| a.path().is_ident("no_mangle") || a.path().is_ident("export_name"))
+    {
         return Err(syn::Error::new(
             a.span(),
             "#[export] chooses the symbol names: remove #[no_mangle] / #[export_name]",

@@ -101,13 +101,29 @@ pub unsafe extern "C" fn MPI_Bcast_c(
     comm: Handle,
 ) -> c_int {
     call("MPI_Bcast_c", comm, || {
-        let c = intra(comm, "MPI_Bcast_c")?;
+        let c = communicator(comm)?;
+        if c.is_inter() {
+            let count = narrow(count, "count")?;
+            // SAFETY: MPI_Bcast_c's contract, as MPI_Bcast's.
+            return unsafe { super::inter::bcast(&c, buffer, count, dt, root) };
+        }
         // SAFETY: MPI_Bcast_c's contract.
         unsafe { bcast(&c, buffer, count_c(count, "count")?, dt, root) }
     })
 }
 
-/// The intra-communicator `comm` (the large-count forms have no intercommunicator path).
+/// A large count for the intercommunicator collectives, which take int counts.
+pub(crate) fn narrow(n: MPI_Count, what: &str) -> MpiResult<c_int> {
+    count_c(n, what)?;
+    c_int::try_from(n).map_err(|_| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} {n}: rmca's intercommunicator collectives take counts up to 2^31-1"),
+        )
+    })
+}
+
+/// The intra-communicator `comm`, for collectives that have no intercommunicator form.
 pub(crate) fn intra(comm: Handle, fname: &str) -> MpiResult<rmca::Communicator> {
     let c = communicator(comm)?;
     super::inter::refuse(&c, fname)?;
@@ -267,7 +283,12 @@ pub unsafe extern "C" fn MPI_Allreduce_c(
     comm: Handle,
 ) -> c_int {
     call("MPI_Allreduce_c", comm, || {
-        let c = intra(comm, "MPI_Allreduce_c")?;
+        let c = communicator(comm)?;
+        if c.is_inter() {
+            let count = narrow(count, "count")?;
+            // SAFETY: MPI_Allreduce_c's contract, as MPI_Allreduce's.
+            return unsafe { super::inter::allreduce(&c, sendbuf, recvbuf, count, dt, op) };
+        }
         let n = count_c(count, "count")?;
         // SAFETY: MPI_Allreduce_c's contract.
         unsafe { allreduce(&c, sendbuf, recvbuf, n, dt, op) }
@@ -348,7 +369,12 @@ pub unsafe extern "C" fn MPI_Reduce_c(
     comm: Handle,
 ) -> c_int {
     call("MPI_Reduce_c", comm, || {
-        let c = intra(comm, "MPI_Reduce_c")?;
+        let c = communicator(comm)?;
+        if c.is_inter() {
+            let count = narrow(count, "count")?;
+            // SAFETY: MPI_Reduce_c's contract, as MPI_Reduce's.
+            return unsafe { super::inter::reduce_to(&c, sendbuf, recvbuf, count, dt, op, root) };
+        }
         let n = count_c(count, "count")?;
         // SAFETY: MPI_Reduce_c's contract.
         unsafe { reduce_to(&c, sendbuf, recvbuf, n, dt, op, root) }
@@ -611,7 +637,17 @@ macro_rules! block_coll {
             comm: Handle,
         ) -> c_int {
             call(stringify!($name_c), comm, || {
-                let c = intra(comm, stringify!($name_c))?;
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    let (sendcount, recvcount) =
+                        (narrow(sendcount, "send count")?, narrow(recvcount, "receive count")?);
+                    // SAFETY: the collective's contract, as the int form's.
+                    return unsafe {
+                        super::inter::$inter(
+                            &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                        )
+                    };
+                }
                 let at_root = root_of(root, c.size())? == c.rank();
                 let sc = if at_root && in_place(sendbuf) { 0 } else { count_c(sendcount, "send count")? };
                 let rc = if at_root && in_place(recvbuf) { 0 } else { count_c(recvcount, "receive count")? };
@@ -666,7 +702,17 @@ macro_rules! block_coll {
             comm: Handle,
         ) -> c_int {
             call(stringify!($name_c), comm, || {
-                let c = intra(comm, stringify!($name_c))?;
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    let (sendcount, recvcount) =
+                        (narrow(sendcount, "send count")?, narrow(recvcount, "receive count")?);
+                    // SAFETY: the collective's contract, as the int form's.
+                    return unsafe {
+                        super::inter::$inter(
+                            &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                        )
+                    };
+                }
                 let sc = if in_place(sendbuf) {
                     0
                 } else {

@@ -115,6 +115,39 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
     })
 }
 
+/// `MPI_Comm_disconnect`: collective; every rank's communication on the communicator is
+/// complete (MPI requires it matched and completed before the call), then it is freed as by
+/// `MPI_Comm_free`. rmca has no dynamic processes, so this is the free of a communicator that
+/// waits for its peers (a barrier first), on any communicator but the predefined ones.
+#[export]
+pub unsafe extern "C" fn MPI_Comm_disconnect(comm: *mut Handle) -> c_int {
+    if comm.is_null() {
+        return call("MPI_Comm_disconnect", MPI_COMM_WORLD, || {
+            Err(MpiError::new(MPI_ERR_ARG, "the comm argument is NULL"))
+        });
+    }
+    // SAFETY: non-null, the caller's handle.
+    let h = unsafe { comm.read() };
+    let checked = call("MPI_Comm_disconnect", h, || {
+        communicator(h)?;
+        if matches!(h, MPI_COMM_WORLD | MPI_COMM_SELF) {
+            return Err(MpiError::new(
+                MPI_ERR_COMM,
+                "MPI_COMM_WORLD and MPI_COMM_SELF cannot be disconnected",
+            ));
+        }
+        Ok(())
+    });
+    if checked != MPI_SUCCESS {
+        return checked;
+    }
+    // SAFETY: `h` is a valid communicator (checked); MPI_Comm_free's contract for `comm`.
+    match unsafe { super::coll::MPI_Barrier(h) } {
+        MPI_SUCCESS => unsafe { MPI_Comm_free(comm) },
+        e => e,
+    }
+}
+
 /// `MPI_Comm_compare`.
 #[export]
 pub unsafe extern "C" fn MPI_Comm_compare(

@@ -845,32 +845,27 @@ const MPI_ERR_BASE: c_int = 24;
 /// into memory of its own anyway, so an automatic buffer is one without a size limit.
 const MPI_BUFFER_AUTOMATIC: usize = 2;
 
-/// `MPI_Buffer_attach_c`: as `MPI_Buffer_attach`, with an `MPI_Count` size (or
-/// `MPI_BUFFER_AUTOMATIC`).
-#[export]
-pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
-    call("MPI_Buffer_attach_c", MPI_COMM_WORLD, || {
-        let size = if buffer as usize == MPI_BUFFER_AUTOMATIC {
-            isize::MAX as usize
-        } else {
-            let n = usize::try_from(size).map_err(|_| {
-                MpiError::new(MPI_ERR_COUNT, format!("buffer size {size} is negative"))
-            })?;
-            if buffer.is_null() && n > 0 {
-                return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
-            }
-            n
-        };
-        state::with(|s| {
-            if s.bsend.attached.is_some() {
-                return Err(MpiError::new(
-                    MPI_ERR_BUFFER,
-                    "a buffer is already attached: detach it first",
-                ));
-            }
-            s.bsend.attached = Some((buffer as usize, size));
-            Ok(())
-        })
+/// Attach `buffer` of `size` bytes (or `MPI_BUFFER_AUTOMATIC`) for buffered sends.
+fn attach(buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
+    let size = if buffer as usize == MPI_BUFFER_AUTOMATIC {
+        isize::MAX as usize
+    } else {
+        let n = usize::try_from(size)
+            .map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("buffer size {size} is negative")))?;
+        if buffer.is_null() && n > 0 {
+            return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
+        }
+        n
+    };
+    state::with(|s| {
+        if s.bsend.attached.is_some() {
+            return Err(MpiError::new(
+                MPI_ERR_BUFFER,
+                "a buffer is already attached: detach it first",
+            ));
+        }
+        s.bsend.attached = Some((buffer as usize, size));
+        Ok(())
     })
 }
 
@@ -884,24 +879,67 @@ fn flush(s: &mut State) -> MpiResult<()> {
     Ok(())
 }
 
-/// `MPI_Buffer_detach_c`: waits for the buffered sends in flight; the address and
-/// `MPI_Count` size attached (`MPI_BUFFER_AUTOMATIC` and 0 for an automatic buffer).
+/// Detach the buffer once the buffered sends in flight are sent: its address and size
+/// (`MPI_BUFFER_AUTOMATIC` and 0 for an automatic buffer).
+fn detach() -> MpiResult<(usize, usize)> {
+    let (addr, n) = state::with(|s| {
+        let attached = s
+            .bsend
+            .attached
+            .ok_or_else(|| MpiError::new(MPI_ERR_BUFFER, "no buffer is attached"))?;
+        flush(s)?;
+        s.bsend.attached = None;
+        Ok(attached)
+    })?;
+    Ok((addr, if addr == MPI_BUFFER_AUTOMATIC { 0 } else { n }))
+}
+
+/// `MPI_Buffer_attach` (`MPI_BUFFER_AUTOMATIC` too).
+#[export]
+pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    call("MPI_Buffer_attach", MPI_COMM_WORLD, || {
+        attach(buffer, size.into())
+    })
+}
+
+/// `MPI_Buffer_attach_c`: as `MPI_Buffer_attach`, with an `MPI_Count` size.
+#[export]
+pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
+    call("MPI_Buffer_attach_c", MPI_COMM_WORLD, || {
+        attach(buffer, size)
+    })
+}
+
+/// `MPI_Buffer_detach`: waits for the buffered sends in flight.
+#[export]
+pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    call("MPI_Buffer_detach", MPI_COMM_WORLD, || {
+        let (addr, n) = detach()?;
+        // A buffer attached by MPI_Buffer_attach_c may be larger than an int says.
+        let n = c_int::try_from(n).map_err(|_| {
+            MpiError::new(
+                MPI_ERR_VALUE_TOO_LARGE,
+                format!(
+                    "the detached buffer's size {n} does not fit an int: use MPI_Buffer_detach_c"
+                ),
+            )
+        })?;
+        // SAFETY: MPI_Buffer_detach's contract: `buffer_addr` is a `void **`, `size` an int.
+        unsafe {
+            put(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
+            put(size, n, "size")
+        }
+    })
+}
+
+/// `MPI_Buffer_detach_c`: as `MPI_Buffer_detach`, with an `MPI_Count` size.
 #[export]
 pub unsafe extern "C" fn MPI_Buffer_detach_c(
     buffer_addr: *mut c_void,
     size: *mut MPI_Count,
 ) -> c_int {
     call("MPI_Buffer_detach_c", MPI_COMM_WORLD, || {
-        let (addr, n) = state::with(|s| {
-            let attached = s
-                .bsend
-                .attached
-                .ok_or_else(|| MpiError::new(MPI_ERR_BUFFER, "no buffer is attached"))?;
-            flush(s)?;
-            s.bsend.attached = None;
-            Ok(attached)
-        })?;
-        let n = if addr == MPI_BUFFER_AUTOMATIC { 0 } else { n };
+        let (addr, n) = detach()?;
         // SAFETY: MPI_Buffer_detach_c's contract: `buffer_addr` is a `void **`, `size` an
         // MPI_Count.
         unsafe {

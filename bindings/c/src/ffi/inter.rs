@@ -137,20 +137,25 @@ pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(
     errhandler: Handle,
     newintercomm: *mut Handle,
 ) -> c_int {
-    super::session::call_eh("MPI_Intercomm_create_from_groups", errhandler, || {
-        if newintercomm.is_null() {
-            return Err(super::null_argument("newintercomm"));
-        }
-        let eh = state::with(|s| s.errhandler(errhandler))?;
-        let (lg, rg) = (group(local_group)?, group(remote_group)?);
-        let ll = rank_in(local_leader, lg.size(), "local_leader")?;
-        let rl = rank_in(remote_leader, rg.size(), "remote_leader")?;
-        // SAFETY: MPI's contract: a NUL-terminated string.
-        let tag = unsafe { c_str(stringtag, "stringtag")? };
-        let world = communicator(MPI_COMM_WORLD)?;
-        let inter = world.intercomm_from_groups(&lg, ll, &rg, rl, &tag)?;
-        add_comm(inter, eh, newintercomm)
-    })
+    super::session::call_eh(
+        "MPI_Intercomm_create_from_groups",
+        errhandler,
+        MPI_COMM_NULL,
+        || {
+            if newintercomm.is_null() {
+                return Err(super::null_argument("newintercomm"));
+            }
+            let eh = state::with(|s| s.errhandler(errhandler))?;
+            let (lg, rg) = (group(local_group)?, group(remote_group)?);
+            let ll = rank_in(local_leader, lg.size(), "local_leader")?;
+            let rl = rank_in(remote_leader, rg.size(), "remote_leader")?;
+            // SAFETY: MPI's contract: a NUL-terminated string.
+            let tag = unsafe { c_str(stringtag, "stringtag")? };
+            let world = communicator(MPI_COMM_WORLD)?;
+            let inter = world.intercomm_from_groups(&lg, ll, &rg, rl, &tag)?;
+            add_comm(inter, eh, newintercomm)
+        },
+    )
 }
 
 /// `MPI_Intercomm_merge`: the group passing `high` = false first.

@@ -255,52 +255,6 @@ blocking_send!(MPI_Ssend, SendKind::Synchronous);
 blocking_send!(MPI_Rsend, SendKind::Ready);
 blocking_send!(MPI_Bsend, SendKind::Buffered);
 
-/// `MPI_Buffer_attach`.
-#[export]
-pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
-    call("MPI_Buffer_attach", MPI_COMM_WORLD, || {
-        let size = super::count(size, "buffer size")?;
-        if buffer.is_null() && size > 0 {
-            return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
-        }
-        state::with(|s| {
-            if s.bsend.attached.is_some() {
-                return Err(MpiError::new(
-                    MPI_ERR_BUFFER,
-                    "a buffer is already attached: detach it first",
-                ));
-            }
-            s.bsend.attached = Some((buffer as usize, size));
-            Ok(())
-        })
-    })
-}
-
-/// `MPI_Buffer_detach`: waits for the buffered sends in flight.
-#[export]
-pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    call("MPI_Buffer_detach", MPI_COMM_WORLD, || {
-        let (addr, n) = state::with(|s| {
-            let attached = s
-                .bsend
-                .attached
-                .ok_or_else(|| MpiError::new(MPI_ERR_BUFFER, "no buffer is attached"))?;
-            for b in s.bsend.in_flight.drain(..) {
-                if let Some(r) = b.request {
-                    r.wait()?;
-                }
-            }
-            s.bsend.attached = None;
-            Ok(attached)
-        })?;
-        // SAFETY: MPI_Buffer_detach's contract: `buffer_addr` is a `void **`, `size` an int.
-        unsafe {
-            put(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
-            put(size, n as c_int, "size")
-        }
-    })
-}
-
 /// `MPI_Recv`.
 #[export]
 pub unsafe extern "C" fn MPI_Recv(

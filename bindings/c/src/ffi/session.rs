@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::group::{add_group, group};
 use super::inter::{add_comm, c_str, comm_entry};
-use super::{call, communicator, put, raise};
+use super::{call, communicator, put};
 use crate::abi::*;
 use crate::state::{self, ErrHandler, MpiError, MpiResult, Phase, State};
 use rmca_mpi_export::export;
@@ -71,28 +71,22 @@ fn errhandler_of(h: Handle) -> Option<ErrHandler> {
     SESSIONS.with(|t| t.borrow()[i].as_ref().map(|s| s.errhandler))
 }
 
-/// Run `f`, handing an error to error handler `eh` (a handle): returned with
-/// `MPI_ERRORS_RETURN`, otherwise raised as the world's handler would (fatal by default).
-pub(crate) fn call_eh(fname: &'static str, eh: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+/// Run `f`, handing an error to error handler `eh` (a handle) with `obj` (the session, or the
+/// null handle of the object being made) as the object a user handler is called with.
+pub(crate) fn call_eh(
+    fname: &'static str,
+    eh: Handle,
+    obj: Handle,
+    f: impl FnOnce() -> MpiResult<()>,
+) -> c_int {
     let e = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => return MPI_SUCCESS,
         Ok(Err(e)) => e,
         Err(_) => MpiError::new(MPI_ERR_INTERN, format!("internal error in rmca ({fname})")),
     };
-    let handler = if eh == MPI_ERRORS_RETURN {
-        ErrHandler::Return
-    } else {
-        state::with(|s| s.errhandler(eh)).unwrap_or(ErrHandler::Fatal)
-    };
-    if handler == ErrHandler::Return {
-        let _ = state::with(|s| {
-            s.record_error(&e);
-            Ok(())
-        });
-        return e.class;
-    }
-    if state::installed() {
-        return raise(fname, MPI_COMM_WORLD, e);
+    let handler = state::errhandler(eh).unwrap_or(ErrHandler::Fatal);
+    if matches!(handler, ErrHandler::Return | ErrHandler::User(_)) || state::installed() {
+        return super::invoke(fname, handler, obj, e);
     }
     use std::io::Write;
     // No runtime to abort the job through: this process ends (the launcher ends the rest).
@@ -107,7 +101,7 @@ pub(crate) fn call_eh(fname: &'static str, eh: Handle, f: impl FnOnce() -> MpiRe
 /// Run `f` for a call on session `session`: errors go to its error handler.
 fn on_session(fname: &'static str, session: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
     let eh = errhandler_of(session).map_or(MPI_ERRORS_ARE_FATAL, State::errhandler_handle);
-    call_eh(fname, eh, f)
+    call_eh(fname, eh, session, f)
 }
 
 /// Start the runtime for the sessions model if nothing started it yet.
@@ -141,7 +135,7 @@ pub unsafe extern "C" fn MPI_Session_init(
     errhandler: Handle,
     session: *mut Handle,
 ) -> c_int {
-    call_eh("MPI_Session_init", errhandler, || {
+    call_eh("MPI_Session_init", errhandler, MPI_SESSION_NULL, || {
         if session.is_null() {
             return Err(super::null_argument("session"));
         }
@@ -166,9 +160,12 @@ pub unsafe extern "C" fn MPI_Session_init(
 #[export]
 pub unsafe extern "C" fn MPI_Session_finalize(session: *mut Handle) -> c_int {
     if session.is_null() {
-        return call_eh("MPI_Session_finalize", MPI_ERRORS_ARE_FATAL, || {
-            Err(super::null_argument("session"))
-        });
+        return call_eh(
+            "MPI_Session_finalize",
+            MPI_ERRORS_ARE_FATAL,
+            MPI_SESSION_NULL,
+            || Err(super::null_argument("session")),
+        );
     }
     // SAFETY: non-null, the caller's handle.
     let h = unsafe { session.read() };
@@ -320,9 +317,12 @@ pub unsafe extern "C" fn MPI_Session_get_errhandler(
 #[export]
 pub unsafe extern "C" fn MPI_Session_call_errhandler(session: Handle, errorcode: c_int) -> c_int {
     if let Err(e) = index(session) {
-        return call_eh("MPI_Session_call_errhandler", MPI_ERRORS_ARE_FATAL, || {
-            Err(e)
-        });
+        return call_eh(
+            "MPI_Session_call_errhandler",
+            MPI_ERRORS_ARE_FATAL,
+            MPI_SESSION_NULL,
+            || Err(e),
+        );
     }
     on_session("MPI_Session_call_errhandler", session, || {
         Err(MpiError::new(
@@ -358,24 +358,29 @@ pub unsafe extern "C" fn MPI_Comm_create_from_group(
     errhandler: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
-    call_eh("MPI_Comm_create_from_group", errhandler, || {
-        if newcomm.is_null() {
-            return Err(super::null_argument("newcomm"));
-        }
-        let eh = state::with(|s| s.errhandler(errhandler))?;
-        let grp = group(g)?;
-        // SAFETY: MPI's contract: a NUL-terminated string.
-        let tag = unsafe { c_str(stringtag, "stringtag")? };
-        if grp.rank().is_none() {
-            return Err(MpiError::new(
-                MPI_ERR_GROUP,
-                "MPI_Comm_create_from_group: the calling process is not in the group",
-            ));
-        }
-        let world = communicator(MPI_COMM_WORLD)?;
-        let c = world.create_group(&grp, &format!("from_group:{tag}"))?;
-        add_comm(c, eh, newcomm)
-    })
+    call_eh(
+        "MPI_Comm_create_from_group",
+        errhandler,
+        MPI_COMM_NULL,
+        || {
+            if newcomm.is_null() {
+                return Err(super::null_argument("newcomm"));
+            }
+            let eh = state::with(|s| s.errhandler(errhandler))?;
+            let grp = group(g)?;
+            // SAFETY: MPI's contract: a NUL-terminated string.
+            let tag = unsafe { c_str(stringtag, "stringtag")? };
+            if grp.rank().is_none() {
+                return Err(MpiError::new(
+                    MPI_ERR_GROUP,
+                    "MPI_Comm_create_from_group: the calling process is not in the group",
+                ));
+            }
+            let world = communicator(MPI_COMM_WORLD)?;
+            let c = world.create_group(&grp, &format!("from_group:{tag}"))?;
+            add_comm(c, eh, newcomm)
+        },
+    )
 }
 
 /// `MPI_Comm_create_group`: collective over the members of `group` (a subgroup of

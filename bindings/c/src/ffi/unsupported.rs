@@ -19,7 +19,6 @@ not_implemented_fns! {
     MPI_Comm_connect(port_name: *mut c_void, info: Handle, root: c_int, comm: Handle, newcomm: *mut c_void) on comm;
     MPI_Comm_detach_buffer(comm: Handle, buffer_addr: *mut c_void, size: *mut c_void) on comm;
     MPI_Comm_detach_buffer_c(comm: Handle, buffer_addr: *mut c_void, size: *mut c_void) on comm;
-    MPI_Comm_disconnect(comm: *mut c_void) on MPI_COMM_WORLD;
     MPI_Comm_flush_buffer(comm: Handle) on comm;
     MPI_Comm_get_parent(parent: *mut c_void) on MPI_COMM_WORLD;
     MPI_Comm_iflush_buffer(comm: Handle, request: *mut c_void) on comm;

@@ -10,11 +10,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::{call, communicator};
 use super::coll::{blocks_n, in_place, intra, recv_n, reduce_input, reduce_recv, root_of, send_n};
 use super::coll_c::{count_c, read_counts, read_displs, read_types, ArrayElem};
 use super::op::{element_size, reduce, reducer, Coll};
 use super::types::Ty;
+use super::{call, communicator};
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
 use rmca_mpi_export::export;
