@@ -900,10 +900,12 @@ impl Communicator {
     }
 
     /// A communicator of the members of `group`, ranked in the group's order
-    /// (`MPI_Comm_create`). Collective over `self`: every member of `self` calls it with the
-    /// same group, which must be a subset of `self`'s; members of the group get `Some`, the
-    /// others `None`. The groups are compared (one allgather of their fingerprints) so that a
-    /// disagreement is an error on every process rather than a hang.
+    /// (`MPI_Comm_create`). Collective over `self`: every member of `self` calls it with a
+    /// subset of `self`'s group; the members of `group` get `Some`, the others `None`. As
+    /// since MPI 2.2, processes may pass different groups if they are disjoint and every
+    /// member of a group passes that group (e.g. each process its own part of a partition):
+    /// one call makes one communicator per group. The groups are compared (one allgather of
+    /// their fingerprints) so that a disagreement is an error rather than a hang.
     pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
         if self.is_inter() {
             return self.inter_create(group);
@@ -939,9 +941,17 @@ impl Communicator {
         let mut all = vec![[0u64; 4]; self.size()];
         crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
         check?;
-        if let Some(r) = all.iter().position(|e| e[..2] != mine[..2] || e[2] != 0) {
+        if let Some(r) = all.iter().position(|e| e[2] != 0) {
             return Err(Error::InvalidArgument(format!(
-                "Communicator::create: rank {r} passed a different group or one that is not a subset of this communicator (every member must pass the same group)"
+                "Communicator::create: rank {r} passed a group that is not a subset of this communicator"
+            )));
+        }
+        // Since MPI 2.2 each process may pass a different group, as long as the groups are
+        // disjoint and every member of a group passes that same group: checked for the
+        // members of the group this process passed.
+        if let Some(r) = (0..self.size()).find(|&r| in_self[r] && all[r][..2] != mine[..2]) {
+            return Err(Error::InvalidArgument(format!(
+                "Communicator::create: rank {r}, a member of the group passed here, passed another group (every member of a group must pass the same group)"
             )));
         }
         let Some(rank) = group.rank() else {

@@ -660,6 +660,46 @@ static void test_bad_input(void) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
+/* Complex sums: the real and imaginary parts summed (C99 complex types). */
+static void test_complex_sum(void) {
+    float fc[4], fout[4];
+    double dc[2], dout[2];
+    for (int i = 0; i < 2; i++) {
+        fc[2 * i] = (float)(rank + i);
+        fc[2 * i + 1] = (float)(2 * rank - i);
+    }
+    dc[0] = 0.25 * rank;
+    dc[1] = -1.0 * rank;
+    OK(MPI_Allreduce(fc, fout, 2, MPI_C_FLOAT_COMPLEX, MPI_SUM, MPI_COMM_WORLD));
+    OK(MPI_Allreduce(dc, dout, 1, MPI_C_DOUBLE_COMPLEX, MPI_SUM, MPI_COMM_WORLD));
+    double ranks = size * (size - 1) / 2.0;
+    for (int i = 0; i < 2; i++) {
+        CHECK(fout[2 * i] == (float)(ranks + size * i) &&
+                  fout[2 * i + 1] == (float)(2 * ranks - size * i),
+              "float complex sum %d: %g %g", i, fout[2 * i], fout[2 * i + 1]);
+    }
+    CHECK(dout[0] == 0.25 * ranks && dout[1] == -ranks, "double complex sum %g %g", dout[0],
+          dout[1]);
+    OK(MPI_Reduce_local(dc, dout, 1, MPI_C_DOUBLE_COMPLEX, MPI_SUM));
+    CHECK(dout[0] == 0.25 * ranks + dc[0] && dout[1] == -ranks + dc[1], "local complex sum");
+}
+
+/* The root's side of a gather or scatter is not looked at on the other ranks: MPICH's tests
+ * pass -1 there (MPI: significant only at root). */
+static void test_root_only_counts(void) {
+    int mine = rank * 3 + 1, all[64] = {0}, got = -1;
+    for (int root = 0; root < size; root++) {
+        OK(MPI_Gather(&mine, 1, MPI_INT, all, rank == root ? 1 : -1, MPI_INT, root,
+                      MPI_COMM_WORLD));
+        if (rank == root)
+            for (int r = 0; r < size; r++) CHECK(all[r] == r * 3 + 1, "gather %d: %d", r, all[r]);
+        for (int r = 0; r < size; r++) all[r] = root * 100 + r;
+        OK(MPI_Scatter(all, rank == root ? 1 : -1, MPI_INT, &got, 1, MPI_INT, root,
+                       MPI_COMM_WORLD));
+        CHECK(got == root * 100 + rank, "scatter from %d: %d", root, got);
+    }
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -669,6 +709,8 @@ int main(int argc, char **argv) {
     test_persistent();
     test_large_count();
     test_local_and_ops();
+    test_root_only_counts();
+    test_complex_sum();
     test_bad_input();
     int rc = summary("coll2");
     MPI_Finalize();

@@ -520,6 +520,52 @@ static void names_and_misc(void) {
 }
 
 /* external32: big-endian, standard sizes (a long is 4 bytes). */
+/* The null handles have names, as in MPICH and Open MPI. */
+static void null_names(void) {
+    char name[MPI_MAX_OBJECT_NAME];
+    int len = -1;
+    OK(MPI_Type_get_name(MPI_DATATYPE_NULL, name, &len));
+    CHECK(strcmp(name, "MPI_DATATYPE_NULL") == 0 && len == 17, "%s (%d)", name, len);
+    OK(MPI_Comm_get_name(MPI_COMM_NULL, name, &len));
+    CHECK(strcmp(name, "MPI_COMM_NULL") == 0 && len == 13, "%s (%d)", name, len);
+}
+
+/* MPI_BOTTOM: a struct of absolute addresses (MPI_Get_address) sends scattered variables;
+ * rank r sends to r+1 and receives from r-1 into other scattered variables. */
+static void bottom(int rank, int n) {
+    static int a_out, a_in;
+    static double d_out, d_in;
+    MPI_Aint disp[2];
+    int len[2] = {1, 1};
+    MPI_Datatype types[2] = {MPI_INT, MPI_DOUBLE}, out, in;
+    OK(MPI_Get_address(&a_out, &disp[0]));
+    OK(MPI_Get_address(&d_out, &disp[1]));
+    OK(MPI_Type_create_struct(2, len, disp, types, &out));
+    OK(MPI_Type_commit(&out));
+    OK(MPI_Get_address(&a_in, &disp[0]));
+    OK(MPI_Get_address(&d_in, &disp[1]));
+    OK(MPI_Type_create_struct(2, len, disp, types, &in));
+    OK(MPI_Type_commit(&in));
+    a_out = rank + 1;
+    d_out = 0.5 * rank;
+    a_in = -1;
+    d_in = -1.0;
+    int from = (rank + n - 1) % n;
+    OK(MPI_Sendrecv(MPI_BOTTOM, 1, out, (rank + 1) % n, 5, MPI_BOTTOM, 1, in, from, 5,
+                    MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK(a_in == from + 1 && d_in == 0.5 * from, "MPI_BOTTOM exchange got %d %g", a_in, d_in);
+    /* A predefined type at MPI_BOTTOM is data at address 0: refused. */
+    MPI_Errhandler saved;
+    OK(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &saved));
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CHECK(MPI_Send(MPI_BOTTOM, 1, MPI_INT, rank, 6, MPI_COMM_WORLD) == MPI_ERR_BUFFER,
+          "MPI_BOTTOM with MPI_INT accepted");
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, saved));
+    OK(MPI_Errhandler_free(&saved));
+    OK(MPI_Type_free(&out));
+    OK(MPI_Type_free(&in));
+}
+
 static void external(void) {
     struct { int i; long l; double d; short s; } v = {0x01020304, -2, 1.0, 0x0506}, w;
     int bl[4] = {1, 1, 1, 1};
@@ -624,6 +670,8 @@ int main(int argc, char **argv) {
     huge();
     names_and_misc();
     external();
+    bottom(rank, n);
+    null_names();
     bad_input();
     int rc = summary("dtype2");
     MPI_Finalize();

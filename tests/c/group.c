@@ -73,6 +73,21 @@ static void groups(int rank, int n) {
         CHECK(cmp == (n == 1 ? MPI_CONGRUENT : MPI_UNEQUAL), "evens vs world %d", cmp);
         OK(MPI_Comm_free(&ce));
     }
+    /* MPI 2.2: each rank passes its own part of a partition (evens or odds): one call, one
+     * communicator per part. */
+    MPI_Comm cp;
+    OK(MPI_Comm_create(MPI_COMM_WORLD, rank % 2 ? odds : evens, &cp));
+    {
+        int cs = -1, cr2 = -1, sum = 0, want = 0;
+        MPI_Comm_size(cp, &cs);
+        MPI_Comm_rank(cp, &cr2);
+        CHECK(cs == (rank % 2 ? no : ne) && cr2 == rank / 2, "parity comm size %d rank %d", cs,
+              cr2);
+        OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, cp));
+        for (int k = rank % 2; k < n; k += 2) want += k;
+        CHECK(sum == want, "sum over my parity %d, want %d", sum, want);
+        OK(MPI_Comm_free(&cp));
+    }
     /* The reversed order as a communicator: similar to the world. */
     MPI_Comm cr;
     OK(MPI_Comm_create(MPI_COMM_WORLD, rev, &cr));

@@ -578,13 +578,29 @@ fn groups(w: &Communicator) {
         );
     }
 
-    // Disagreeing groups are an error on every process, not a hang; a group with a process
-    // outside the communicator too (made from the world, used on the evens).
+    // MPI 2.2: each process may pass its own part of a partition (here a singleton each),
+    // one communicator per part. A member of a group whose other members passed another
+    // group gets an error, not a hang; a group with a process outside the communicator too
+    // (made from the world, used on the evens).
     if n > 1 {
         let mine = world.incl(&[me]).unwrap();
         check(
-            matches!(w.create(&mine), Err(Error::InvalidArgument(m)) if m.contains("same group")),
-            "different groups refused",
+            matches!(w.create(&mine), Ok(Some(c)) if c.size() == 1 && c.rank() == 0),
+            "disjoint groups: one communicator each",
+        );
+        let passed = if me == 0 {
+            world.incl(&(0..n).collect::<Vec<_>>()).unwrap()
+        } else {
+            world.incl(&[me]).unwrap()
+        };
+        let r = w.create(&passed);
+        check(
+            if me == 0 {
+                matches!(r, Err(Error::InvalidArgument(m)) if m.contains("same group"))
+            } else {
+                matches!(r, Ok(Some(c)) if c.size() == 1)
+            },
+            "a member's group disagreeing with its members' refused",
         );
     }
     if let Some(c) = &evens_comm {

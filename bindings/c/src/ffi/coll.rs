@@ -588,9 +588,17 @@ unsafe fn alltoall(
     Ok(())
 }
 
+/// The side of a rooted collective that only the root's arguments describe (gather's
+/// receive, scatter's send).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Send,
+    Recv,
+}
+
 /// The exported int and `_c` forms of a block collective (gather, scatter: with a root).
 macro_rules! block_coll {
-    ($name:ident, $name_c:ident, $inner:ident, $inter:ident, root) => {
+    ($name:ident, $name_c:ident, $inner:ident, $inter:ident, root: $root_side:expr) => {
         #[doc = concat!("`", stringify!($name), "`.")]
         #[export]
         #[allow(clippy::too_many_arguments)]
@@ -614,10 +622,11 @@ macro_rules! block_coll {
                         )
                     };
                 }
-                // A count beside the root's MPI_IN_PLACE is not looked at.
+                // A count beside the root's MPI_IN_PLACE is not looked at, nor the root's
+                // side of the exchange on the other ranks (MPICH's tests pass -1 there).
                 let at_root = root_of(root, c.size())? == c.rank();
-                let sc = if at_root && in_place(sendbuf) { 0 } else { super::count(sendcount, "send count")? };
-                let rc = if at_root && in_place(recvbuf) { 0 } else { super::count(recvcount, "receive count")? };
+                let sc = if (at_root && in_place(sendbuf)) || (!at_root && $root_side == Side::Send) { 0 } else { super::count(sendcount, "send count")? };
+                let rc = if (at_root && in_place(recvbuf)) || (!at_root && $root_side == Side::Recv) { 0 } else { super::count(recvcount, "receive count")? };
                 // SAFETY: the collective's contract.
                 unsafe { $inner(&c, sendbuf, sc, sendtype, recvbuf, rc, recvtype, root) }
             })
@@ -649,8 +658,8 @@ macro_rules! block_coll {
                     };
                 }
                 let at_root = root_of(root, c.size())? == c.rank();
-                let sc = if at_root && in_place(sendbuf) { 0 } else { count_c(sendcount, "send count")? };
-                let rc = if at_root && in_place(recvbuf) { 0 } else { count_c(recvcount, "receive count")? };
+                let sc = if (at_root && in_place(sendbuf)) || (!at_root && $root_side == Side::Send) { 0 } else { count_c(sendcount, "send count")? };
+                let rc = if (at_root && in_place(recvbuf)) || (!at_root && $root_side == Side::Recv) { 0 } else { count_c(recvcount, "receive count")? };
                 // SAFETY: the collective's contract.
                 unsafe { $inner(&c, sendbuf, sc, sendtype, recvbuf, rc, recvtype, root) }
             })
@@ -726,7 +735,7 @@ macro_rules! block_coll {
     };
 }
 
-block_coll!(MPI_Gather, MPI_Gather_c, gather, gather, root);
-block_coll!(MPI_Scatter, MPI_Scatter_c, scatter, scatter, root);
+block_coll!(MPI_Gather, MPI_Gather_c, gather, gather, root: Side::Recv);
+block_coll!(MPI_Scatter, MPI_Scatter_c, scatter, scatter, root: Side::Send);
 block_coll!(MPI_Allgather, MPI_Allgather_c, allgather, allgather);
 block_coll!(MPI_Alltoall, MPI_Alltoall_c, alltoall, alltoall);

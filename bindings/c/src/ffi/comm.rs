@@ -212,7 +212,12 @@ pub unsafe extern "C" fn MPI_Comm_get_name(
     resultlen: *mut c_int,
 ) -> c_int {
     call("MPI_Comm_get_name", comm, || {
-        let name = state::with(|s| Ok(s.comm(comm)?.name.clone()))?;
+        // The null handle has its name, as in MPICH and Open MPI (mpi4py asks for it).
+        let name = if comm == MPI_COMM_NULL {
+            "MPI_COMM_NULL".to_owned()
+        } else {
+            state::with(|s| Ok(s.comm(comm)?.name.clone()))?
+        };
         // SAFETY: the contract: `comm_name` holds MPI_MAX_OBJECT_NAME bytes.
         unsafe { put_string(comm_name, MPI_MAX_OBJECT_NAME, resultlen, &name) }
     })

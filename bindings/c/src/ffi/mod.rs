@@ -200,8 +200,17 @@ pub(crate) fn predefined_len(buf: *const c_void, n: c_int, dt: Handle) -> Option
 
 /// Refuse a NULL buffer, or `MPI_IN_PLACE` where the call does not take it, with data to
 /// move.
-fn check_buffer(buf: *const c_void, len: usize, n: usize, what: &str) -> MpiResult<()> {
-    if len > 0 && buf.is_null() {
+fn check_buffer(
+    buf: *const c_void,
+    len: usize,
+    n: usize,
+    ty: &types::Ty,
+    what: &str,
+) -> MpiResult<()> {
+    // MPI_BOTTOM (NULL) with a derived datatype whose displacements are absolute addresses
+    // (from MPI_Get_address) is how programs send scattered variables: only data that would
+    // start at address 0 is refused.
+    if len > 0 && buf.is_null() && ty.layout().true_lb() == 0 {
         return Err(MpiError::new(
             MPI_ERR_BUFFER,
             format!("{what} buffer is NULL with {n} elements to transfer"),
@@ -275,7 +284,7 @@ pub(crate) unsafe fn send_data_n(
     what: &str,
 ) -> MpiResult<SendData> {
     let len = ty.packed_len(n)?;
-    check_buffer(buf, len, n, what)?;
+    check_buffer(buf, len, n, ty, what)?;
     match ty.run(n) {
         Some((off, len)) => Ok(SendData::Direct(
             (buf as *const u8).wrapping_offset(if len == 0 { 0 } else { off }),
@@ -418,7 +427,7 @@ pub(crate) fn recv_data_n(
     what: &str,
 ) -> MpiResult<RecvData> {
     let len = ty.packed_len(n)?;
-    check_buffer(buf, len, n, what)?;
+    check_buffer(buf, len, n, ty, what)?;
     Ok(match ty.run(n) {
         Some((off, len)) => RecvData {
             direct: Some((

@@ -786,11 +786,16 @@ pub unsafe extern "C" fn MPI_Type_get_name(
     resultlen: *mut c_int,
 ) -> c_int {
     call("MPI_Type_get_name", MPI_COMM_WORLD, || {
-        let s = match Ty::lookup(datatype)? {
-            Ty::Predefined(h, t) => PREDEFINED_NAMES
-                .with(|n| n.borrow().get(&h).cloned())
-                .unwrap_or_else(|| standard_name(h, &t).to_owned()),
-            Ty::Derived(d) => d.name.borrow().clone(),
+        // The null handle has its name, as in MPICH and Open MPI (mpi4py asks for it).
+        let s = if datatype == MPI_DATATYPE_NULL {
+            "MPI_DATATYPE_NULL".to_owned()
+        } else {
+            match Ty::lookup(datatype)? {
+                Ty::Predefined(h, t) => PREDEFINED_NAMES
+                    .with(|n| n.borrow().get(&h).cloned())
+                    .unwrap_or_else(|| standard_name(h, &t).to_owned()),
+                Ty::Derived(d) => d.name.borrow().clone(),
+            }
         };
         if name.is_null() {
             return Err(MpiError::new(MPI_ERR_ARG, "the type_name argument is NULL"));
