@@ -801,7 +801,8 @@ mod tests {
             let (e, m) = if exp == 0 {
                 (0, 0)
             } else {
-                (exp - 1023 + 16383, (1u64 << 63) | (frac << 11))
+                // Rebias from f64's 1023 to the x87 format's 16383 (added first: no underflow).
+                (exp + (16383 - 1023), (1u64 << 63) | (frac << 11))
             };
             out[..8].copy_from_slice(&m.to_ne_bytes());
             out[8..10].copy_from_slice(&((sign << 15) | e).to_ne_bytes());
@@ -810,7 +811,7 @@ mod tests {
             let sign = u128::from(bits >> 63);
             let exp = u128::from((bits >> 52) & 0x7ff);
             let frac = u128::from(bits & ((1 << 52) - 1));
-            let e = if exp == 0 { 0 } else { exp - 1023 + 16383 };
+            let e = if exp == 0 { 0 } else { exp + (16383 - 1023) };
             let v = (sign << 127) | (e << 112) | (frac << 60);
             out.copy_from_slice(&v.to_ne_bytes());
         }
