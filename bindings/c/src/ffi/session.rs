@@ -85,8 +85,13 @@ pub(crate) fn call_eh(
         Err(_) => MpiError::new(MPI_ERR_INTERN, format!("internal error in rmca ({fname})")),
     };
     let handler = state::errhandler(eh).unwrap_or(ErrHandler::Fatal);
-    if matches!(handler, ErrHandler::Return | ErrHandler::User(_)) || state::installed() {
-        return super::invoke(fname, handler, obj, e);
+    match handler {
+        ErrHandler::Return | ErrHandler::User(_) => return super::invoke(fname, handler, obj, e),
+        // A fatal handler (the default, e.g. for MPI_SESSION_NULL, which has none of its own)
+        // goes through the world's, as errors attached to no object do (mpi4py sets
+        // MPI_ERRORS_RETURN there and expects MPI_ERR_SESSION back).
+        _ if state::installed() => return super::raise(fname, MPI_COMM_WORLD, e),
+        _ => {}
     }
     use std::io::Write;
     // No runtime to abort the job through: this process ends (the launcher ends the rest).
