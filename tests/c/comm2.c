@@ -169,6 +169,20 @@ static void intercomm(void) {
         OK(MPI_Allreduce(&me, &sum, 1, MPI_INT, MPI_SUM, inter));
         CHECK(sum == want, "inter allreduce %d, want %d", sum, want);
     }
+    /* The large-count forms take the intercommunicator paths too (mpi4py calls them). */
+    {
+        int sum = -1, want = 0, buf = color == 0 && lrank == 0 ? 99 : -1;
+        for (int w = 1 - color; w < np; w += 2) want += w;
+        OK(MPI_Allreduce_c(&me, &sum, 1, MPI_INT, MPI_SUM, inter));
+        CHECK(sum == want, "inter allreduce_c %d, want %d", sum, want);
+        int root = color == 0 ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+        OK(MPI_Bcast_c(&buf, 1, MPI_INT, root, inter));
+        if (color == 1) CHECK(buf == 99, "inter bcast_c got %d", buf);
+        int all[64], mine = me;
+        OK(MPI_Allgather_c(&mine, 1, MPI_INT, all, 1, MPI_INT, inter));
+        for (int k = 0, w = 1 - color; w < np; w += 2, k++)
+            CHECK(all[k] == w, "inter allgather_c block %d: %d", k, all[k]);
+    }
     /* Reduce to the even group's leader. */
     {
         int sum = -1, want = 0;
@@ -318,6 +332,20 @@ static void intercomm(void) {
 }
 
 /* MPI_Comm_create_group on the even ranks: only they call it. */
+/* MPI_Comm_disconnect: a barrier, then the communicator is freed; the null and predefined
+ * communicators are refused. */
+static void disconnect(void) {
+    MPI_Comm d, null = MPI_COMM_NULL, world = MPI_COMM_WORLD;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &d));
+    OK(MPI_Comm_disconnect(&d));
+    CHECK(d == MPI_COMM_NULL, "disconnect leaves MPI_COMM_NULL");
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CHECK(MPI_Comm_disconnect(&null) == MPI_ERR_COMM, "disconnect of MPI_COMM_NULL");
+    CHECK(MPI_Comm_disconnect(&world) == MPI_ERR_COMM, "disconnect of MPI_COMM_WORLD");
+    CHECK(world == MPI_COMM_WORLD, "a refused disconnect changed the handle");
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
 static void create_group(void) {
     MPI_Group wg, evens;
     MPI_Comm c;
@@ -527,6 +555,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
     if (np >= 2) intercomm();
+    disconnect();
     create_group();
     split_type();
     group_ranges();
