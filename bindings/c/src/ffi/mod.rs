@@ -80,22 +80,27 @@ pub(crate) fn not_implemented(fname: &'static str, comm: Handle) -> c_int {
 /// A panic is reported as `MPI_ERR_INTERN` instead of unwinding into C.
 #[inline]
 pub(crate) fn call(fname: &'static str, comm: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => MPI_SUCCESS,
-        Ok(Err(e)) => raise(fname, comm, e),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            raise(
-                fname,
-                comm,
-                MpiError::new(MPI_ERR_INTERN, format!("internal error in rmca: {what}")),
-            )
-        }
+    match caught(f) {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => raise(fname, comm, e),
     }
+}
+
+/// `f`'s result, with a panic turned into `MPI_ERR_INTERN` (it must not unwind into C).
+#[inline]
+pub(crate) fn caught(f: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| Err(panic_error(panic)))
+}
+
+#[cold]
+#[inline(never)]
+fn panic_error(panic: Box<dyn std::any::Any + Send>) -> MpiError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    MpiError::new(MPI_ERR_INTERN, format!("internal error in rmca: {what}"))
 }
 
 /// Hand `e` to the error handler of its communicator.

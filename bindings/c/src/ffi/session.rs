@@ -9,7 +9,6 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::group::{add_group, group};
 use super::inter::{add_comm, c_str, comm_entry};
@@ -79,10 +78,8 @@ pub(crate) fn call_eh(
     obj: Handle,
     f: impl FnOnce() -> MpiResult<()>,
 ) -> c_int {
-    let e = match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => return MPI_SUCCESS,
-        Ok(Err(e)) => e,
-        Err(_) => MpiError::new(MPI_ERR_INTERN, format!("internal error in rmca ({fname})")),
+    let Err(e) = super::caught(f) else {
+        return MPI_SUCCESS;
     };
     let handler = state::errhandler(eh).unwrap_or(ErrHandler::Fatal);
     match handler {
