@@ -656,6 +656,67 @@ static void bad_input(void) {
     OK(MPI_Type_free(&v));
 }
 
+/* Evenly spaced runs (a resized byte, a vector of doubles continued by its extent, a
+ * negative stride) take a tight copy loop: their packing equals element-by-element copies,
+ * and a message shorter than the type ends inside a run. */
+static void strided_runs(int rank, int n) {
+    static unsigned char src[4096], back[4096];
+    static double dv[64], dr[64];
+    MPI_Datatype every2, pair_cols, down;
+    OK(MPI_Type_create_resized(MPI_UNSIGNED_CHAR, 0, 2, &every2));
+    OK(MPI_Type_commit(&every2));
+    for (int i = 0; i < 4096; i++) src[i] = (unsigned char)(i * 7 + 5);
+    unsigned char out[2048];
+    int pos = 0;
+    OK(MPI_Pack(src, 2048, every2, out, sizeof out, &pos, MPI_COMM_WORLD));
+    int bad = 0;
+    for (int i = 0; i < 2048; i++) bad += out[i] != src[2 * i];
+    CHECK(pos == 2048 && bad == 0, "resized byte pack: pos %d, %d wrong", pos, bad);
+    memset(back, 0, sizeof back);
+    pos = 0;
+    OK(MPI_Unpack(out, 2048, &pos, back, 2048, every2, MPI_COMM_WORLD));
+    bad = 0;
+    for (int i = 0; i < 4096; i++) bad += back[i] != (i % 2 ? 0 : src[i]);
+    CHECK(bad == 0, "resized byte unpack: %d wrong", bad);
+
+    /* Two doubles every four, 8 blocks, extent continued: 3 instances = 24 runs. */
+    MPI_Datatype v;
+    OK(MPI_Type_vector(8, 2, 4, MPI_DOUBLE, &v));
+    OK(MPI_Type_create_resized(v, 0, 8 * 4 * (MPI_Aint)sizeof(double), &pair_cols));
+    OK(MPI_Type_commit(&pair_cols));
+    OK(MPI_Type_free(&v));
+    /* Four doubles at -3 element steps from the end of the buffer. */
+    OK(MPI_Type_vector(4, 1, -3, MPI_DOUBLE, &down));
+    OK(MPI_Type_commit(&down));
+    for (int i = 0; i < 64; i++) dv[i] = i + 0.5;
+    if (n >= 2 && rank < 2) {
+        int peer = 1 - rank;
+        /* 5 doubles into 2-double runs: the last run is half filled. */
+        if (rank == 0) {
+            OK(MPI_Send(dv, 5, MPI_DOUBLE, peer, 71, MPI_COMM_WORLD));
+            OK(MPI_Send(dv + 20, 1, down, peer, 72, MPI_COMM_WORLD));
+        } else {
+            for (int i = 0; i < 64; i++) dr[i] = -1;
+            MPI_Status st;
+            OK(MPI_Recv(dr, 3, pair_cols, peer, 71, MPI_COMM_WORLD, &st));
+            int cnt = -2;
+            OK(MPI_Get_elements(&st, MPI_DOUBLE, &cnt));
+            CHECK(cnt == 5, "elements %d", cnt);
+            CHECK(dr[0] == 0.5 && dr[1] == 1.5 && dr[4] == 2.5 && dr[5] == 3.5 && dr[8] == 4.5 &&
+                      dr[9] == -1 && dr[2] == -1,
+                  "partial strided receive: %g %g %g %g %g %g", dr[0], dr[1], dr[4], dr[5], dr[8],
+                  dr[9]);
+            double got[4];
+            OK(MPI_Recv(got, 4, MPI_DOUBLE, peer, 72, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            CHECK(got[0] == 20.5 && got[1] == 17.5 && got[2] == 14.5 && got[3] == 11.5,
+                  "negative stride: %g %g %g %g", got[0], got[1], got[2], got[3]);
+        }
+    }
+    OK(MPI_Type_free(&every2));
+    OK(MPI_Type_free(&pair_cols));
+    OK(MPI_Type_free(&down));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, n;
@@ -673,6 +734,7 @@ int main(int argc, char **argv) {
     bottom(rank, n);
     null_names();
     bad_input();
+    strided_runs(rank, n);
     int rc = summary("dtype2");
     MPI_Finalize();
     return rc;

@@ -711,3 +711,57 @@ fn negative_extents_follow_mpi() {
         [18, 19, 20, 21, 9, 10, 11, 12, 0, 1, 2, 3]
     );
 }
+
+#[test]
+fn evenly_spaced_runs_take_the_tight_loop_and_match_the_walk() {
+    // Each layout below is one run per instance or a vector of a dense child: packed by
+    // `UniformRuns`, compared with what a run-by-run copy through `for_each_run` gives,
+    // whole and cut inside a run.
+    let u8t = Datatype::of::<u8>();
+    let i32t = Datatype::of::<i32>();
+    // Vectors stay nested (small ones are flattened otherwise).
+    FLATTEN_OVERRIDE.with(|o| o.set(Some(1)));
+    let byte_every_2 = Datatype::resized(&u8t, 0, 2).unwrap();
+    let vec_i32 = Datatype::vector(5, 3, 4, &i32t).unwrap();
+    let vec_continued = Datatype::resized(&vec_i32, 0, 5 * 16).unwrap();
+    // Negative stride, shifted into the buffer (offsets are from the buffer's start).
+    let vec_neg = Datatype::vector(4, 1, -3, &i32t).unwrap();
+    let vec_neg = Datatype::hindexed(&[1], &[36], &vec_neg).unwrap();
+    let odd = Datatype::resized(&Datatype::contiguous(3, &u8t).unwrap(), 0, 7).unwrap();
+    FLATTEN_OVERRIDE.with(|o| o.set(None));
+    // The same vector flattened: its segments are evenly spaced too.
+    let flat_vec = Datatype::resized(&Datatype::vector(5, 3, 4, &i32t).unwrap(), 0, 80).unwrap();
+    for (t, count) in [
+        (&flat_vec, 3),
+        (&byte_every_2, 1000),
+        (&vec_i32, 1),
+        (&vec_continued, 3),
+        (&vec_neg, 1),
+        (&odd, 9),
+    ] {
+        assert!(t.uniform_runs(count).is_some(), "{t:?}");
+        let span = t.true_lb() as usize + t.true_extent() + (count - 1) * t.extent().unsigned_abs();
+        let src: Vec<u8> = (0..span).map(|i| (i * 7 + 3) as u8).collect();
+        let mut want = Vec::new();
+        t.for_each_run(count, |at, len| {
+            let at = at as usize;
+            want.extend_from_slice(&src[at..at + len]);
+            true
+        });
+        let mut packed = vec![0u8; t.size() * count];
+        t.pack_unchecked(&src, count, &mut packed);
+        assert_eq!(packed, want, "{t:?}");
+        for cut in [packed.len(), packed.len() - 1, packed.len() / 2 + 1] {
+            let mut back = vec![0u8; span];
+            t.unpack_unchecked(&packed[..cut], &mut back, count);
+            let mut pos = 0;
+            t.for_each_run(count, |at, len| {
+                let at = at as usize;
+                let n = len.min(cut - pos);
+                assert_eq!(&back[at..at + n], &src[at..at + n], "{t:?} cut {cut}");
+                pos += n;
+                pos < cut
+            });
+        }
+    }
+}
