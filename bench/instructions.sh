@@ -7,7 +7,10 @@
 # and receives, the calls of the latency loop) at two round counts and
 # prints the difference per message (send + receive), so that what a run does once cancels out.
 # When TARGET_DIR has rmca-cc, bench/self_window.c (the same loop through the MPI C interface:
-# MPI_Irecv, MPI_Isend, MPI_Waitall) is built with it and counted too: the C layer's cost.
+# MPI_Irecv, MPI_Isend, MPI_Waitall) is built with it and counted too: the C layer's cost;
+# and the same window completed by the other calls, with statuses (C only, Rust column "-"):
+# statuses (MPI_Waitall with an array of statuses: OSU's osu_bw), testall, waitsome, waitany,
+# test (MPI_Test on each request in turn).
 #   bench/instructions.sh TARGET_DIR [TARGET_DIR...]   (e.g. target/release /tmp/old/target/release)
 set -euo pipefail
 (($#)) || { echo "usage: instructions.sh TARGET_DIR [TARGET_DIR...]" >&2; exit 2; }
@@ -52,14 +55,26 @@ for dir in "$@"; do
     cbin=$scratch/self_window.$RANDOM
     "$dir/rmca-cc" -O2 "$here/self_window.c" -o "$cbin"
   fi
-  for loop in window blocking; do
-    rust=$(per_message "$bin" $loop "self_window::${loop}_round") c=- ratio=-
+  for loop in window blocking statuses testall waitsome waitany test; do
+    case $loop in
+      window | blocking) rust=$(per_message "$bin" $loop "self_window::${loop}_round") ;;
+      *) rust=- ;;
+    esac
+    c=- ratio=-
     if [ -n "$cbin" ]; then
       # Each function under both names: the two entry points of one implementation may be one
       # piece of code, which callgrind names after either symbol.
-      if [ $loop = window ]; then c=$(per_message "$cbin" $loop {,P}MPI_Irecv {,P}MPI_Isend {,P}MPI_Waitall)
-      else c=$(per_message "$cbin" $loop {,P}MPI_Send {,P}MPI_Recv); fi
-      ratio=$(awk -v c="$c" -v r="$rust" 'BEGIN { printf "%.2f", c / r }')
+      case $loop in
+        blocking) c=$(per_message "$cbin" $loop {,P}MPI_Send {,P}MPI_Recv) ;;
+        # Only the completion call of the loop: toggles of calls the loop never makes upset
+        # callgrind's counting of the others.
+        window | statuses) c=$(per_message "$cbin" $loop {,P}MPI_Irecv {,P}MPI_Isend {,P}MPI_Waitall) ;;
+        testall) c=$(per_message "$cbin" $loop {,P}MPI_Irecv {,P}MPI_Isend {,P}MPI_Testall) ;;
+        waitsome) c=$(per_message "$cbin" $loop {,P}MPI_Irecv {,P}MPI_Isend {,P}MPI_Waitsome) ;;
+        waitany) c=$(per_message "$cbin" $loop {,P}MPI_Irecv {,P}MPI_Isend {,P}MPI_Waitany) ;;
+        test) c=$(per_message "$cbin" $loop {,P}MPI_Irecv {,P}MPI_Isend {,P}MPI_Test) ;;
+      esac
+      [ "$rust" = - ] || ratio=$(awk -v c="$c" -v r="$rust" 'BEGIN { printf "%.2f", c / r }')
     fi
     printf '%-40s %-9s %14s %14s %8s\n' "$dir" $loop "$rust" "$c" "$ratio"
   done

@@ -13,6 +13,9 @@
  * `mem` VmHWM and VmRSS in MiB from /proc/self/status before MPI_Finalize (max over ranks);
  * ringconn: the same with the two ring neighbours only; barrier and
  * allreduce (float sum, SIZE/4 elements): us per call, averaged over ranks.
+ * osu_bw, osu_bibw, osu_mbw_mr: OSU 7's loops exactly (MB/s): MPI_CHAR messages into one
+ * receive buffer, MPI_Waitall with an array of statuses (osu_bibw: sends and receives in two
+ * calls), a 1-byte reply (osu_bw, osu_mbw_mr; osu_mbw_mr over the pairs of msgrate).
  * With RMCA_BENCH_WHERE set in the environment (rmca-bench --nodes), every rank first prints
  *   where RANK net:[INODE]
  * its network namespace, which rmca-bench checks against the placement it asked for. */
@@ -134,6 +137,7 @@ int main(int argc, char **argv) {
   memset(sbuf, 'a', max > 0 ? max : 1);
   memset(rbuf, 0, maxbuf > 0 ? maxbuf : 1);
   MPI_Request *reqs = malloc(sizeof(MPI_Request) * 2 * window);
+  MPI_Status *stats = malloc(sizeof(MPI_Status) * 2 * window);
   int pairs = n / 2 > 0 ? n / 2 : 1;
 
   /* Allreduce starts at one float, like the Rust worker. */
@@ -173,6 +177,32 @@ int main(int argc, char **argv) {
       }
       double secs = (now_us() - t0) / 1e6;
       value = msgrate ? pairs * (double)window * it / secs / 1e6 : (double)size * window * it / secs / 1e6;
+    } else if (!strcmp(bench, "osu_bw") || !strcmp(bench, "osu_mbw_mr")) {
+      int p = !strcmp(bench, "osu_mbw_mr") ? pairs : 1;
+      int sender = rank < p, peer = sender ? rank + p : rank - p;
+      for (long i = 0; i < w + it && rank < 2 * p && n >= 2; i++) {
+        if (i == w) t0 = now_us();
+        if (sender) {
+          for (long k = 0; k < window; k++) MPI_Isend(sbuf, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[k]);
+          MPI_Waitall(window, reqs, stats);
+          MPI_Recv(rbuf, 1, MPI_CHAR, peer, 101, MPI_COMM_WORLD, &stats[0]);
+        } else {
+          for (long k = 0; k < window; k++) MPI_Irecv(rbuf, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[k]);
+          MPI_Waitall(window, reqs, stats);
+          MPI_Send(sbuf, 1, MPI_CHAR, peer, 101, MPI_COMM_WORLD);
+        }
+      }
+      value = (double)p * size * window * it / ((now_us() - t0) / 1e6) / 1e6;
+    } else if (!strcmp(bench, "osu_bibw")) {
+      for (long i = 0; i < w + it && rank < 2 && n >= 2; i++) {
+        if (i == w) t0 = now_us();
+        int peer = 1 - rank;
+        for (long k = 0; k < window; k++) MPI_Irecv(rbuf, size, MPI_CHAR, peer, 10, MPI_COMM_WORLD, &reqs[window + k]);
+        for (long k = 0; k < window; k++) MPI_Isend(sbuf, size, MPI_CHAR, peer, 10, MPI_COMM_WORLD, &reqs[k]);
+        MPI_Waitall(window, rank == 0 ? reqs : reqs + window, stats);
+        MPI_Waitall(window, rank == 0 ? reqs + window : reqs, stats);
+      }
+      value = 2.0 * size * window * it / ((now_us() - t0) / 1e6) / 1e6;
     } else if (!strcmp(bench, "bibw")) {
       for (long i = 0; i < w + it && rank < 2 && n >= 2; i++) {
         if (i == w) t0 = now_us();

@@ -20,15 +20,18 @@ pub enum Framework {
     Mpool,
     /// Registration caches.
     Rcache,
+    /// One-sided communication (windows).
+    Osc,
 }
 
 impl Framework {
     /// Every framework, in listing order.
-    pub const ALL: [Framework; 4] = [
+    pub const ALL: [Framework; 5] = [
         Framework::Pml,
         Framework::Btl,
         Framework::Mpool,
         Framework::Rcache,
+        Framework::Osc,
     ];
 
     /// The framework's name, also its selector parameter's name.
@@ -38,6 +41,7 @@ impl Framework {
             Framework::Btl => "btl",
             Framework::Mpool => "mpool",
             Framework::Rcache => "rcache",
+            Framework::Osc => "osc",
         }
     }
 

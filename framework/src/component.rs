@@ -5,7 +5,7 @@
 //! [`BuiltinComponent`] collected by `inventory`); plugins hand the same [`ComponentRef`] to the
 //! host through their descriptor (see [`crate::plugin`]).
 //!
-//! This module sits above the four framework traits (it names each of them); the items every
+//! This module sits above the framework traits (it names each of them); the items every
 //! component author needs from below ([`Component`], [`ComponentMeta`], [`Framework`],
 //! [`InitContext`]) are re-exported here so that one `use` line serves a component crate.
 
@@ -30,6 +30,8 @@ pub enum ComponentRef {
     Mpool(&'static dyn MpoolComponent),
     /// A registration cache.
     Rcache(&'static dyn RcacheComponent),
+    /// A one-sided communication component.
+    Osc(&'static dyn crate::osc::OscComponent),
 }
 
 impl ComponentRef {
@@ -40,6 +42,7 @@ impl ComponentRef {
             ComponentRef::Btl(_) => Framework::Btl,
             ComponentRef::Mpool(_) => Framework::Mpool,
             ComponentRef::Rcache(_) => Framework::Rcache,
+            ComponentRef::Osc(_) => Framework::Osc,
         }
     }
 
@@ -50,6 +53,7 @@ impl ComponentRef {
             ComponentRef::Btl(c) => c,
             ComponentRef::Mpool(c) => c,
             ComponentRef::Rcache(c) => c,
+            ComponentRef::Osc(c) => c,
         }
     }
 }

@@ -13,7 +13,8 @@
 //! ```text
 //! registry  → component, plugin, params, btl, pml
 //! plugin    → component
-//! component → base, init, btl, pml, mpool, rcache   (ComponentRef over the four traits)
+//! component → base, init, btl, pml, mpool, rcache, osc   (ComponentRef over the framework traits)
+//! osc       → base, buffer, params
 //! matching  → pml, rank
 //! slab      → pml                                 (the request table, keyed by RequestId)
 //! pml       → base, init, bml, btl, buffer, progress, params, rank
@@ -50,6 +51,7 @@ pub mod matching;
 pub mod memory;
 pub mod modex;
 pub mod mpool;
+pub mod osc;
 pub mod params;
 pub mod plugin;
 pub mod pml;

@@ -318,6 +318,32 @@ pub trait Pml: Send {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// [`Pml::wait_all`] reporting every request's status, failed or not (`MPI_Waitall` with
+    /// an array of statuses, as OSU's bandwidth tests call it): each is appended to
+    /// `statuses` with its index in `requests`, in order. Unknown ids are skipped (nothing is
+    /// appended for them) and the first such error returned at the end. The default waits for
+    /// each in turn with [`Pml::wait`].
+    fn wait_all_statuses(
+        &mut self,
+        requests: &[RequestId],
+        mut between: Option<&mut dyn FnMut() -> usize>,
+        statuses: &mut Vec<(usize, Status)>,
+    ) -> Result<(), PmlError> {
+        let mut first_err = None;
+        for (i, &id) in requests.iter().enumerate() {
+            let between = between
+                .as_mut()
+                .map(|f| &mut **f as &mut dyn FnMut() -> usize);
+            match self.wait(id, between) {
+                Ok(st) => statuses.push((i, st)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// Counters for the profile, as `(name, value)` pairs (PML and its BTLs).
     fn counters(&self) -> Vec<(String, u64)> {
         Vec::new()

@@ -76,6 +76,9 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
         Param::string("rcache", "")
             .help("Registration cache component (empty: the highest-priority one)."),
     );
+    r.add_global(Param::string("osc", "").help(
+        "One-sided (window) components allowed: a list ('am') or '^' and a list to exclude; empty: the highest-priority one that can serve each window.",
+    ));
     r.add_global(Param::string("component_path", "").help(
         "Colon-separated directories searched for plugins named librmca_<framework>_<name>.so",
     ));
@@ -373,6 +376,35 @@ impl Registry {
                     Selector::All => "no PML component is built in or loaded".into(),
                     _ => "the 'pml' selector excludes every PML".into(),
                 },
+            })
+    }
+
+    /// The OSC component of a window of shape `config`: the highest-priority allowed one
+    /// that can serve it (ties broken by name).
+    pub fn select_osc(
+        &self,
+        params: &ParamStore,
+        config: &crate::osc::WinConfig,
+    ) -> Result<&'static dyn crate::osc::OscComponent, McaError> {
+        let sel = self.selector(params, Framework::Osc)?;
+        let mut best: Option<(i32, &'static str, &'static dyn crate::osc::OscComponent)> = None;
+        for c in self.of(Framework::Osc) {
+            let ComponentRef::Osc(o) = c.component else {
+                continue;
+            };
+            let name = c.meta().name;
+            if !sel.allows(name) || !o.query(config, params) {
+                continue;
+            }
+            let prio = o.priority(params);
+            if best.is_none_or(|(bp, bn, _)| prio > bp || (prio == bp && name < bn)) {
+                best = Some((prio, name, o));
+            }
+        }
+        best.map(|(_, _, o)| o)
+            .ok_or_else(|| McaError::NoneAvailable {
+                framework: Framework::Osc,
+                reason: "no allowed OSC component can serve this window (see --mca osc)".into(),
             })
     }
 

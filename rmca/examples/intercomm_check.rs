@@ -2,7 +2,7 @@
 //! `intercomm_create` between even and odd ranks, point-to-point addressing the remote group
 //! (statuses name remote ranks), `intercomm_merge` orders, dup/split/create on an
 //! intercommunicator, its collectives (barrier, bcast, gather, scatter, allgather, alltoall
-//! and the leader exchange), `create_group` on a subset that alone calls it,
+//! and the leader exchange; non-blocking `inter_i*`, two outstanding), `create_group` on a subset that alone calls it,
 //! `intercomm_from_groups`, `split_shared`, and the refusals (`Error::CommKind`). Prints
 //! `OK`/`FAIL` lines and exits non-zero on any failure:
 //!
@@ -172,6 +172,52 @@ fn intercomm(c: &mut Checker, world: &Communicator) {
         "",
     );
     inter.barrier().unwrap();
+
+    // Non-blocking intercommunicator collectives, two outstanding at once: an allreduce
+    // (each group gets the other's sum) and a broadcast from the odds' leader.
+    let mine = [me as u64, 1];
+    let mut sum = [0u64; 2];
+    let mut got = [0u32; 3];
+    let root = match (color, local.rank()) {
+        (1, 0) => InterRoot::Root,
+        (1, _) => InterRoot::Null,
+        _ => InterRoot::Remote(0),
+    };
+    if root == InterRoot::Root {
+        got = [7, 8, 9];
+    }
+    rmca::scope(|s| {
+        let a = inter.inter_iallreduce(s, &mine, &mut sum, Op::Sum)?;
+        let b = inter.inter_ibcast(s, &mut got, root)?;
+        rmca::Request::complete_all(vec![b, a])
+    })
+    .unwrap();
+    let want: u64 = (0..nremote).map(|r| remote_world(r) as u64).sum();
+    c.check("inter_iallreduce", &sum, &[want, nremote as u64]);
+    if color == 0 {
+        c.check("inter_ibcast", &got, &[7, 8, 9]);
+    }
+    let (one, mut all) = ([me], vec![0usize; nremote]);
+    rmca::scope(|s| {
+        inter
+            .inter_iallgather(s, &one, &mut all)?
+            .wait()
+            .map(|_| ())
+    })
+    .unwrap();
+    let want: Vec<usize> = (0..nremote).map(remote_world).collect();
+    c.check("inter_iallgather", &all, &want);
+    c.ok(
+        "an intra-communicator plan refused on an intercommunicator",
+        {
+            let (x, mut y) = ([1u32], [0u32]);
+            matches!(
+                rmca::scope(|s| inter.iallreduce(s, &x, &mut y, Op::Sum)?.wait()),
+                Err(Error::CommKind(_))
+            )
+        },
+        "",
+    );
 
     // The same intercommunicator from the two groups alone.
     let wg = world.group();

@@ -1,6 +1,9 @@
-//! Buffered sends (`MPI_Bsend` with `MPI_Buffer_attach` / `MPI_Buffer_detach`).
+//! Buffered sends (`MPI_Bsend` with `MPI_Buffer_attach` / `MPI_Buffer_detach`, and the
+//! per-communicator buffers of MPI 4.1, `MPI_Comm_attach_buffer`).
 //!
-//! The application attaches a buffer it owns ([`crate::Universe::buffer_attach`]); each
+//! The application attaches a buffer it owns ([`crate::Universe::buffer_attach`], or
+//! [`crate::Communicator::attach_buffer`] for one communicator, which its buffered sends then
+//! use instead of the universe's); each
 //! [`crate::Communicator::bsend`] copies its message into a free part of it and starts a
 //! standard send from there, so it returns at once whatever the protocol (a rendezvous send
 //! continues while the application computes). A message takes exactly its length in the
@@ -9,11 +12,14 @@
 //! [`crate::Error::BsendBufferFull`] and sends nothing. Detaching, and finalizing, wait for
 //! every buffered send to complete first, so the PML never reads a buffer given back.
 
+use std::collections::HashMap;
+
 use rmca_framework::buffer::UserBuf;
-use rmca_framework::pml::{RequestId, SendStart};
+use rmca_framework::pml::{ContextId, RequestId, SendStart};
 use rmca_runtime::Runtime;
 
-use crate::{Error, Result};
+use crate::comm::CommInner;
+use crate::{Communicator, Error, Result, Shared, Universe};
 
 /// A message of the attached buffer still being sent.
 #[derive(Debug)]
@@ -149,6 +155,164 @@ impl BsendPool {
     }
 }
 
+/// The buffers attached to communicators ([`Communicator::attach_buffer`]), by the address
+/// of the communicator's shared block: a communicator and its clones share one buffer, and
+/// the entry goes when the last of them does (see the `Drop` of `CommInner` below), so an
+/// address reused later never finds a stale entry.
+#[derive(Debug, Default)]
+pub(crate) struct CommPools(HashMap<usize, BsendPool>);
+
+impl CommPools {
+    /// Wait for the sends in flight from every communicator's buffer (finalize). The buffers
+    /// stay attached.
+    pub(crate) fn drain_all(&mut self, rt: &mut Runtime) -> Result<()> {
+        let mut first_err = None;
+        for pool in self.0.values_mut() {
+            if let Err(e) = pool.drain(rt) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Communicator {
+    /// The key of this communicator (and its clones) in [`CommPools`].
+    fn pool_key(&self) -> usize {
+        std::rc::Rc::as_ptr(&self.inner) as usize
+    }
+
+    /// This communicator's context id: the matching space of its point-to-point traffic.
+    /// A process never gives one to two communicators it creates (the world's copies all have
+    /// 0), so a binding may key per-communicator state by it.
+    pub fn context_id(&self) -> ContextId {
+        self.inner.context
+    }
+
+    /// Attach `buffer` to this communicator for its buffered sends
+    /// ([`Communicator::bsend`]; `MPI_Comm_attach_buffer`): they use it instead of the
+    /// universe's ([`Universe::buffer_attach`]), each message in flight taking its length in
+    /// it. Clones of the communicator share it; communicators made from this one do not. One
+    /// buffer at a time: an error if one is attached already. A communicator dropped with a
+    /// buffer attached waits for the sends in flight from it (the buffer then goes).
+    pub fn attach_buffer(&self, buffer: Vec<u8>) -> Result<()> {
+        let mut pools = self.shared().comm_bsend.borrow_mut();
+        if let Some(pool) = pools.0.get(&self.pool_key()) {
+            return Err(Error::InvalidArgument(format!(
+                "attach_buffer: a buffer of {} bytes is attached to this communicator already (detach it first)",
+                pool.capacity()
+            )));
+        }
+        pools.0.insert(self.pool_key(), BsendPool::new(buffer));
+        Ok(())
+    }
+
+    /// Wait until every buffered send from this communicator's buffer has completed and give
+    /// the buffer back (`MPI_Comm_detach_buffer`). An error if none is attached.
+    pub fn detach_buffer(&self) -> Result<Vec<u8>> {
+        let shared = self.shared();
+        let mut pools = shared.comm_bsend.borrow_mut();
+        let Some(pool) = pools.0.get_mut(&self.pool_key()) else {
+            return Err(Error::InvalidArgument(
+                "detach_buffer: no buffer is attached to this communicator".into(),
+            ));
+        };
+        shared.with(|rt| pool.drain(rt))?;
+        let pool = pools.0.remove(&self.pool_key()).expect("checked above");
+        Ok(pool.into_buffer())
+    }
+
+    /// Wait until every buffered send from this communicator's buffer has completed; the
+    /// buffer stays attached (`MPI_Comm_flush_buffer`). An error if none is attached.
+    pub fn flush_buffer(&self) -> Result<()> {
+        let shared = self.shared();
+        let mut pools = shared.comm_bsend.borrow_mut();
+        let Some(pool) = pools.0.get_mut(&self.pool_key()) else {
+            return Err(Error::InvalidArgument(
+                "flush_buffer: no buffer is attached to this communicator".into(),
+            ));
+        };
+        shared.with(|rt| pool.drain(rt))
+    }
+
+    /// Copy `msg` into this communicator's buffer if one is attached, else the universe's,
+    /// and start its send with `start` (given the copy).
+    pub(crate) fn bsend_copy(
+        &self,
+        msg: &[u8],
+        start: impl FnOnce(&mut Runtime, UserBuf) -> Result<SendStart>,
+    ) -> Result<()> {
+        let shared = self.shared();
+        {
+            let mut pools = shared.comm_bsend.borrow_mut();
+            if let Some(pool) = pools.0.get_mut(&self.pool_key()) {
+                return shared.with(|rt| pool.send(rt, msg, start));
+            }
+        }
+        shared.bsend(msg, start)
+    }
+}
+
+impl Universe {
+    /// Wait until every buffered send from the universe's buffer has completed; the buffer
+    /// stays attached (`MPI_Buffer_flush`). An error if none is attached.
+    pub fn buffer_flush(&self) -> Result<()> {
+        let mut slot = self.shared.bsend.borrow_mut();
+        let Some(pool) = slot.as_mut() else {
+            return Err(Error::InvalidArgument(
+                "buffer_flush: no buffer is attached".into(),
+            ));
+        };
+        self.shared.with(|rt| pool.drain(rt))
+    }
+}
+
+impl Shared {
+    /// The last handle of the communicator whose block is at `key` went: its buffer (if
+    /// any) is detached once its sends completed. Memory the PML may still read (a drop
+    /// inside a runtime call, or a failed wait) is leaked rather than freed under it.
+    fn drop_comm_pool(&self, key: usize) {
+        let Ok(mut pools) = self.comm_bsend.try_borrow_mut() else {
+            tracing::warn!("a communicator dropped inside a buffered send: its buffer is leaked");
+            return;
+        };
+        let Some(mut pool) = pools.0.remove(&key) else {
+            return;
+        };
+        drop(pools);
+        let drained = match self.rt.try_borrow_mut() {
+            // Finalized: no PML is left to read the buffer.
+            Ok(mut rt) => rt.as_mut().map_or(Ok(()), |rt| pool.drain(rt)),
+            Err(_) => Err(Error::InvalidArgument(
+                "the runtime is busy (dropped inside a runtime call)".into(),
+            )),
+        };
+        match drained {
+            Ok(()) => drop(pool.into_buffer()),
+            Err(e) => {
+                tracing::warn!("a communicator's buffered sends could not be completed as it was dropped ({e}): its buffer is leaked");
+                std::mem::forget(pool);
+            }
+        }
+    }
+}
+
+impl Drop for CommInner {
+    fn drop(&mut self) {
+        // Cheap for the communicators that never had a buffer: one borrow, one lookup in a
+        // map that is nearly always empty.
+        let key = self as *const CommInner as usize;
+        let attached = self
+            .shared
+            .comm_bsend
+            .try_borrow()
+            .map_or(true, |p| p.0.contains_key(&key));
+        if attached {
+            self.shared.drop_comm_pool(key);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +330,54 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// A singleton messaging itself: a communicator's buffer takes its buffered sends (and
+    /// its clones'), the universe's too small one the others'; detach gives it back once the
+    /// sends completed; a buffer dropped with its communicator goes after its sends.
+    #[test]
+    fn a_communicators_buffer_comes_before_the_universes() {
+        let universe = crate::init().expect("a singleton job");
+        let world = universe.world();
+        let me = world.rank();
+        universe.buffer_attach(vec![0; 2]).unwrap();
+        let comm = world.dup().unwrap();
+        let big: Vec<u8> = (0..100_000).map(|i| (i % 253) as u8).collect();
+        assert!(matches!(
+            comm.bsend(&big, me, 1),
+            Err(Error::BsendBufferFull { attached: 2, .. })
+        ));
+        comm.attach_buffer(vec![0; 2 * big.len()]).unwrap();
+        comm.bsend(&big, me, 1).unwrap();
+        comm.clone().bsend(&big, me, 2).unwrap();
+        assert!(matches!(
+            comm.bsend(&[1u8], me, 3),
+            Err(Error::BsendBufferFull { .. })
+        ));
+        assert!(matches!(
+            world.bsend(&big, me, 3),
+            Err(Error::BsendBufferFull { attached: 2, .. })
+        ));
+        let mut got = vec![0u8; big.len()];
+        for tag in [1, 2] {
+            comm.recv(&mut got, me, tag).unwrap();
+            assert_eq!(got, big);
+        }
+        comm.flush_buffer().unwrap();
+        assert_eq!(comm.detach_buffer().unwrap().len(), 2 * big.len());
+        assert!(comm.detach_buffer().is_err());
+        comm.attach_buffer(vec![0; big.len()]).unwrap();
+        comm.bsend(&big, me, 4).unwrap();
+        let other = world.dup().unwrap();
+        assert!(matches!(
+            other.bsend(&big, me, 5),
+            Err(Error::BsendBufferFull { attached: 2, .. })
+        ));
+        comm.recv(&mut got, me, 4).unwrap();
+        drop(comm);
+        assert!(universe.shared.comm_bsend.borrow().0.is_empty());
+        universe.buffer_flush().unwrap();
+        assert_eq!(universe.buffer_detach().unwrap().len(), 2);
     }
 
     #[test]

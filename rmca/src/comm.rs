@@ -597,8 +597,9 @@ impl Communicator {
         Ok(scope.pending(self, id))
     }
 
-    /// Buffered send (`MPI_Bsend`): the message is copied into the buffer attached with
-    /// [`crate::Universe::buffer_attach`] and sent from there, so this returns at once, even
+    /// Buffered send (`MPI_Bsend`): the message is copied into the buffer attached to this
+    /// communicator ([`Communicator::attach_buffer`]), else the one attached with
+    /// [`crate::Universe::buffer_attach`], and sent from there, so this returns at once, even
     /// for a message the receiver has not asked for yet. Fails with
     /// [`Error::BsendBufferFull`] (sending nothing) when the buffer has no room left, and
     /// with [`Error::InvalidArgument`] when none is attached. A send to
@@ -620,7 +621,7 @@ impl Communicator {
             SendMode::Standard,
             CommPattern::NonBlocking,
         )?;
-        self.shared().bsend(bytemuck::cast_slice(buf), |rt, copy| {
+        self.bsend_copy(bytemuck::cast_slice(buf), |rt, copy| {
             Ok(rt.pml.start_send(SendArgs { buf: copy, ..args })?)
         })
     }
@@ -821,7 +822,8 @@ impl Communicator {
     pub(crate) fn claim_context(&self, agreed: u64) -> Result<ContextId> {
         let context = ContextId::try_from(agreed)
             .ok()
-            .filter(|c| *c < crate::intercomm::BOOTSTRAP_BASE)
+            // Ids from NB_CONTEXT_BASE up are the non-blocking agreements' (`crate::idup`).
+            .filter(|c| *c < crate::idup::NB_CONTEXT_BASE)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "no context id left for a new communicator (next free: {agreed}); free ones are not reused"

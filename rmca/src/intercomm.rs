@@ -111,7 +111,7 @@ impl Communicator {
     pub(crate) fn refuse_inter(&self, what: &str) -> Result<()> {
         if self.is_inter() {
             return Err(Error::CommKind(format!(
-                "{what} on an intercommunicator is not implemented by rmca (intercommunicators have barrier, bcast, reduce, allreduce, gather, scatter, allgather and alltoall)"
+                "{what} is not available on an intercommunicator (its collectives are the inter_* methods and rmca::raw::inter_*; scan and exscan are not defined there)"
             )));
         }
         Ok(())
@@ -734,5 +734,16 @@ impl Communicator {
         Ok(self
             .split(Some(node), key)?
             .expect("a process with a color is in its part"))
+    }
+
+    /// [`Communicator::split_shared`] on either kind of communicator: on an
+    /// intercommunicator each group splits by node, and the result is the intercommunicator
+    /// between the caller's part and the remote group's processes on the same node (`None`
+    /// when there are none; MPI-4.1 §7.4.2, as MPICH does it). Collective.
+    pub fn split_node(&self, key: i32) -> Result<Option<Communicator>> {
+        let local = self.local_comm().unwrap_or(self);
+        let me = local.world_rank(local.rank())?;
+        let node = self.shared().with(|rt| Ok(rt.job.node_of[me as usize]))?;
+        self.split(Some(node), key)
     }
 }

@@ -28,6 +28,7 @@ pub mod coll;
 mod comm;
 pub mod datatype;
 mod group;
+mod idup;
 mod intercomm;
 mod mprobe;
 pub mod raw;
@@ -35,6 +36,7 @@ mod request;
 pub mod thread;
 pub mod tool;
 pub mod topo;
+pub mod window;
 
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -47,6 +49,7 @@ pub use bytemuck::Zeroable;
 pub use comm::{Communicator, Status};
 pub use datatype::{Datatype, DatatypeError, TypedRequest};
 pub use group::{Comparison, Group};
+pub use idup::{DupResult, PendingDup};
 pub use intercomm::InterRoot;
 pub use mprobe::Message;
 pub use request::{scope, Persistent, Request, Scope};
@@ -56,6 +59,7 @@ pub use rmca_runtime::profile::{JobProfile, MemorySummary, MemoryUse, RankProfil
 use rmca_runtime::{InitError, Runtime};
 use thiserror::Error;
 pub use thread::{SendUniverse, ThreadLevel, THREAD_LEVEL};
+pub use window::{Epoch, RawWindow, Window};
 
 // Built-in components: referenced here so that their crates (and their inventory entries)
 // are linked into every program that uses rmca.
@@ -63,6 +67,7 @@ use rmca_btl_rc as _;
 use rmca_btl_self as _;
 use rmca_btl_shm as _;
 use rmca_btl_ud as _;
+use rmca_osc_am as _;
 use rmca_pml_dr as _;
 use rmca_pml_ob1 as _;
 
@@ -116,6 +121,9 @@ pub enum Error {
     /// A derived datatype could not be built or does not fit its buffer.
     #[error(transparent)]
     Datatype(#[from] DatatypeError),
+    /// A one-sided operation or synchronization was refused (see [`window`]).
+    #[error(transparent)]
+    Rma(#[from] rmca_framework::osc::OscError),
     /// The runtime was finalized.
     #[error("rmca was finalized")]
     Finalized,
@@ -126,6 +134,15 @@ pub enum Error {
     /// operation on an intercommunicator, or the converse).
     #[error("{0}")]
     CommKind(String),
+    /// A custom operation ([`raw::custom`]) failed with an error code of its own (in the C
+    /// library, the code a generalized request's callback returned, reported as it is).
+    #[error("{message}")]
+    Code {
+        /// The code.
+        code: i32,
+        /// What failed.
+        message: String,
+    },
     /// A buffered send found no room in the attached buffer (nothing was sent).
     #[error("bsend of {needed} bytes: the attached buffer ({attached} bytes) has no free part that large ({in_use} bytes still being sent); attach a larger one (Universe::buffer_attach)")]
     BsendBufferFull {
@@ -254,6 +271,9 @@ pub(crate) struct Shared {
     /// The buffer of buffered sends, while one is attached. Declared after `rt`, so that a
     /// runtime dropped unfinalized goes before the memory its sends may point into.
     bsend: RefCell<Option<bsend::BsendPool>>,
+    /// The buffers attached to single communicators (`Communicator::attach_buffer`); after
+    /// `rt` for the same reason.
+    comm_bsend: RefCell<bsend::CommPools>,
     /// Non-blocking collectives not waited for yet, stepped by every progress loop.
     nbc: coll::nonblocking::Active,
 }
@@ -313,6 +333,30 @@ impl Shared {
         self.with(|rt| Ok(rt.wait_all(ids, failed)?))
     }
 
+    /// [`Shared::wait_all_into`] reporting every status (failed or not) with its index in
+    /// `ids`, in order.
+    #[inline]
+    pub(crate) fn wait_all_statuses_into(
+        &self,
+        ids: &[RequestId],
+        statuses: &mut Vec<(usize, rmca_framework::pml::Status)>,
+    ) -> Result<()> {
+        if !self.nbc.is_idle() {
+            // Each in turn, stepping the collectives (as `wait_all_progressing`).
+            let mut first_err = None;
+            for (i, &id) in ids.iter().enumerate() {
+                match self.wait(id) {
+                    Ok(st) => statuses.push((i, st)),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            return first_err.map_or(Ok(()), Err);
+        }
+        self.with(|rt| Ok(rt.wait_all_statuses(ids, statuses)?))
+    }
+
     /// The batch buffer of [`Request::complete_all`] (empty), to be given back with
     /// [`Shared::give_batch`].
     pub(crate) fn take_batch(&self) -> Vec<RequestId> {
@@ -365,6 +409,7 @@ impl Shared {
         if let Some(pool) = shared.bsend.borrow_mut().as_mut() {
             shared.with(|rt| pool.drain(rt))?;
         }
+        shared.with(|rt| shared.comm_bsend.borrow_mut().drain_all(rt))?;
         // Quiesce: nobody tears down receive resources while a peer may still send to it.
         Communicator::world(shared.clone(), rank, size).barrier()?;
         let rt = shared.rt.borrow_mut().take().ok_or(Error::Finalized)?;
@@ -443,6 +488,7 @@ impl Universe {
             finalize_deferred: Default::default(),
             next_context: std::cell::Cell::new(2),
             bsend: Default::default(),
+            comm_bsend: Default::default(),
             nbc: Default::default(),
         });
         let world = Communicator::world(shared.clone(), rank, size);

@@ -21,6 +21,9 @@
 //! requests), and follow that module's progress and matching rules. Their buffer contract is
 //! the one above, for every buffer the call names, until the request completed: a send
 //! buffer stays valid and unwritten, a receive buffer valid and otherwise unaccessed.
+//!
+//! On an intercommunicator, the `inter_*` functions ([`inter_ibcast`], ...) start the
+//! intercommunicator forms of the same collectives.
 
 use rmca_framework::btl::CommPattern;
 use rmca_framework::buffer::UserBuf;
@@ -31,6 +34,9 @@ use std::ops::Range;
 use crate::coll::nonblocking::ByteReduction;
 use crate::coll::Reduction;
 use crate::{Communicator, Error, Result, Src, Status};
+
+mod inter;
+pub use inter::*;
 
 /// An outstanding operation started by [`isend`] or [`irecv`] on caller-owned memory.
 #[must_use = "a raw request must be waited on or tested to completion"]
@@ -160,6 +166,40 @@ impl RawId {
             comm: comm.clone(),
         }
     }
+
+    /// Whether the operation completed, with a progress pass if it had not at first
+    /// (`MPI_Test` on a request of the binding's own table, which holds no [`RawRequest`]):
+    /// its outcome once it has, the id released and not to be used again; `None` while it
+    /// runs. `comm` is the communicator it was started on.
+    #[inline]
+    pub fn test(self, comm: &Communicator) -> Option<Result<Status>> {
+        test_pending(comm, self.0)
+    }
+
+    /// Block until the operation completes: its outcome; the id is released.
+    #[inline]
+    pub fn wait(self, comm: &Communicator) -> Result<Status> {
+        comm.wait_raw(self.0)
+    }
+
+    /// [`RawId::test`] without the progress pass (the caller runs one for many operations:
+    /// [`progress`]).
+    #[inline]
+    pub fn test_now(self, comm: &Communicator) -> Option<Result<Status>> {
+        match comm.shared().with(|rt| Ok(rt.pml.test(self.0)?)) {
+            Ok(None) => None,
+            Ok(Some(st)) => Some(comm.finish(st)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// One progress pass of the runtime of `comm` (every communicator of a process shares it),
+/// stepping the non-blocking collectives too: for a binding that tests many operations
+/// with [`RawId::test_now`] after one pass. The number of events it handled.
+pub fn progress(comm: &Communicator) -> usize {
+    let events = comm.shared().with(|rt| Ok(rt.progress())).unwrap_or(0);
+    events + comm.shared().step_collectives()
 }
 
 /// [`isend`] without the owning request: how it started.
@@ -295,6 +335,11 @@ impl RawBatch {
         self.ids.push(id.0);
     }
 
+    /// Empty the batch without waiting: its operations are left to whoever started them.
+    pub fn clear(&mut self) {
+        self.ids.clear();
+    }
+
     /// Operations in the batch.
     pub fn len(&self) -> usize {
         self.ids.len()
@@ -334,6 +379,44 @@ impl RawBatch {
                 for k in 0..self.ids.len() {
                     failed(k, Error::InvalidArgument(msg.clone()));
                 }
+            }
+        }
+        self.ids.clear();
+    }
+
+    /// [`RawBatch::complete`] reporting every operation's outcome (`MPI_Waitall` with an
+    /// array of statuses): `report(position, outcome)` is called once for each operation of
+    /// the batch, in batch order, its status translated by `comm_of(position)`.
+    pub fn complete_each<'c>(
+        &mut self,
+        comm: &Communicator,
+        comm_of: impl Fn(usize) -> &'c Communicator,
+        mut report: impl FnMut(usize, Result<Status>),
+    ) {
+        if self.ids.is_empty() {
+            return;
+        }
+        let outcome = comm
+            .shared()
+            .wait_all_statuses_into(&self.ids, &mut self.failed);
+        // An id the PML did not know was skipped, and nothing was reported for any after a
+        // finalize: those fail here (the PML writes into no buffer for them any more).
+        let missed = match outcome {
+            Err(e) if self.failed.len() < self.ids.len() => {
+                let mut seen = vec![false; self.ids.len()];
+                for (k, _) in &self.failed {
+                    seen[*k] = true;
+                }
+                Some((seen, e.to_string()))
+            }
+            _ => None,
+        };
+        for (k, st) in self.failed.drain(..) {
+            report(k, comm_of(k).finish(st));
+        }
+        if let Some((seen, msg)) = missed {
+            for (k, _) in seen.iter().enumerate().filter(|(_, &s)| !s) {
+                report(k, Err(Error::InvalidArgument(msg.clone())));
             }
         }
         self.ids.clear();
@@ -582,23 +665,33 @@ impl RawRequest {
                 )))
             }
         };
-        let polled = self.comm.shared().with(|rt| {
-            if let Some(st) = rt.pml.test(id)? {
-                return Ok(Some(st));
-            }
-            rt.progress();
-            Ok(rt.pml.test(id)?)
-        });
-        match polled {
-            Ok(None) => {
+        match test_pending(&self.comm, id) {
+            None => {
                 self.state = RawState::Pending(id);
                 Polled::Pending(self)
             }
-            Ok(Some(st)) => Polled::Done(self.comm.finish(st)),
-            // The PML no longer knows the request (finalized, or it failed): nothing writes
-            // into the buffer any more.
-            Err(e) => Polled::Done(Err(e)),
+            Some(outcome) => Polled::Done(outcome),
         }
+    }
+}
+
+/// Test PML operation `id` of `comm`, with a progress pass if it is not complete at first:
+/// its outcome once complete (the id is released then), `None` while it runs.
+#[inline]
+fn test_pending(comm: &Communicator, id: RequestId) -> Option<Result<Status>> {
+    let polled = comm.shared().with(|rt| {
+        if let Some(st) = rt.pml.test(id)? {
+            return Ok(Some(st));
+        }
+        rt.progress();
+        Ok(rt.pml.test(id)?)
+    });
+    match polled {
+        Ok(None) => None,
+        Ok(Some(st)) => Some(comm.finish(st)),
+        // The PML no longer knows the request (finalized, or it failed): nothing writes
+        // into the buffer any more.
+        Err(e) => Some(Err(e)),
     }
 }
 

@@ -334,6 +334,23 @@ impl Runtime {
         self.pml.wait_all(requests, Some(&mut between), failed)
     }
 
+    /// [`Runtime::wait_all`] reporting every request's status, with its index, into
+    /// `statuses` (see [`Pml::wait_all_statuses`]).
+    #[inline]
+    pub fn wait_all_statuses(
+        &mut self,
+        requests: &[rmca_framework::pml::RequestId],
+        statuses: &mut Vec<(usize, rmca_framework::pml::Status)>,
+    ) -> Result<(), PmlError> {
+        if self.progress_engine.is_empty() {
+            return self.pml.wait_all_statuses(requests, None, statuses);
+        }
+        let engine = &mut self.progress_engine;
+        let mut between = || engine.run();
+        self.pml
+            .wait_all_statuses(requests, Some(&mut between), statuses)
+    }
+
     /// Time spent in [`Runtime::init`].
     pub fn init_time(&self) -> std::time::Duration {
         self.init_time

@@ -12,7 +12,7 @@
 //! | `group.c` | groups, `Comm_create`, `Comm_compare`, `Cancel`/`Test_cancelled`, bad input |
 //! | `errors.c` | bad input under `MPI_ERRORS_RETURN` (the classes) and the fatal default |
 //! | `pack.c` | `Pack`/`Unpack`/`Pack_size` (and `MPI_PACKED` messages), `Type_dup`, indexed blocks, `Alltoallw`, bad input |
-//! | `info.c` | `MPI_Info` objects; the one-sided calls refused with `MPI_ERR_UNSUPPORTED_OPERATION` |
+//! | `info.c` | `MPI_Info` objects (and a window's hints) |
 //! | `nbc.c` | non-blocking collectives: every root, `MPI_IN_PLACE`, derived datatypes, user operations, every completion call (mixed with point-to-point), `Request_free`, bad input |
 
 use std::process::Command;
@@ -63,7 +63,7 @@ fn pack_type_dup_indexed_blocks_and_alltoallw() {
 }
 
 #[test]
-fn info_objects_and_unsupported_one_sided_calls() {
+fn info_objects_and_window_hints() {
     // Local calls only: one transport is enough.
     let program = compile("info", &[]);
     for ranks in [1, 2] {

@@ -29,7 +29,7 @@ pub enum Class {
     Logical,
     /// `MPI_BYTE`.
     Byte,
-    /// Complex numbers (no reduction implemented yet).
+    /// Complex numbers (sums and products).
     Complex,
     /// Everything else (characters, pairs for MINLOC/MAXLOC, `MPI_PACKED`, long double).
     Other,

@@ -93,6 +93,9 @@ impl From<rmca::Error> for MpiError {
             },
             rmca::Error::InvalidArgument(_) => MPI_ERR_ARG,
             rmca::Error::CommKind(_) => MPI_ERR_COMM,
+            rmca::Error::Rma(o) => crate::ffi::win::class_of(o),
+            // A generalized request callback's code (MPI: returned as it is).
+            rmca::Error::Code { code, .. } => *code,
             _ => MPI_ERR_OTHER,
         };
         MpiError::new(class, e.to_string())
@@ -133,6 +136,14 @@ pub fn class_text(class: c_int) -> &'static str {
         MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER: invalid error handler",
         60 => "MPI_ERR_SESSION: invalid session",
         MPI_ERR_ABI => "MPI_ERR_ABI: ABI mismatch",
+        37 => "MPI_ERR_LOCKTYPE: invalid lock type",
+        46 => "MPI_ERR_RMA_ATTACH: memory cannot be attached (or detached) in this window",
+        47 => "MPI_ERR_RMA_CONFLICT: conflicting accesses to a window",
+        48 => "MPI_ERR_RMA_RANGE: target memory is not part of the window",
+        49 => "MPI_ERR_RMA_SHARED: memory cannot be shared",
+        50 => "MPI_ERR_RMA_SYNC: wrong synchronization of RMA calls",
+        56 => "MPI_ERR_WIN: invalid window",
+        57 => "MPI_ERR_RMA_FLAVOR: wrong window flavor for this call",
         20..=62 => "MPI error class of a feature rmca does not implement",
         _ => "",
     }
@@ -363,7 +374,10 @@ pub enum Slot {
         comm: Handle,
         id: RawId,
     },
-    /// A send that completed as it started (a BTL took it at once): its status's fields.
+    /// An operation that completed successfully and was not collected yet: a send that
+    /// completed as it started (a BTL took it at once), or one `MPI_Testall` found complete
+    /// while others of its array were not. Its status's fields (`dest`: the status's source,
+    /// which for a send is its destination).
     Sent {
         comm: Handle,
         dest: u32,
@@ -988,6 +1002,45 @@ impl State {
             Slot::General => {}
         }
         Ok(slot)
+    }
+
+    /// The slot of request `h` as it is (nothing converted or freed): `None` for an invalid
+    /// handle. For the completion calls' fast paths (`ffi::complete`).
+    #[inline]
+    pub fn slot(&self, h: Handle) -> Option<Slot> {
+        self.request_index(h).map(|i| self.requests[i])
+    }
+
+    /// Free request `h` if it is one of the fast paths' ([`Slot::Pending`], [`Slot::Sent`]:
+    /// nothing to drop), as [`State::take_fast`] without returning the slot.
+    #[inline]
+    pub fn free_fast(&mut self, h: Handle) {
+        if let Some(i) = self.request_index(h) {
+            if matches!(self.requests[i], Slot::Pending { .. } | Slot::Sent { .. }) {
+                self.retire_request_slot(i);
+            }
+        }
+    }
+
+    /// Replace the slot of live request `h` by `slot` (a fast-path one: [`Slot::Pending`] or
+    /// [`Slot::Sent`]), keeping its handle: `MPI_Testall` keeps a completed operation's
+    /// status there until every request of its array has completed.
+    #[inline]
+    pub fn set_slot(&mut self, h: Handle, slot: Slot) {
+        if let Some(i) = self.request_index(h) {
+            if !matches!(self.requests[i], Slot::Free | Slot::General) {
+                self.requests[i] = slot;
+            }
+        }
+    }
+
+    /// Make live request `h` a general one holding `done`, the outcome of its operation (on
+    /// `comm`), which a test found complete but may not free yet.
+    pub fn keep_done(&mut self, h: Handle, comm: Handle, done: Outcome) {
+        if let Some(i) = self.request_index(h) {
+            let entry = ReqEntry::new(comm, ReqState::Done(Box::new(done)));
+            self.set_general(i, entry);
+        }
     }
 
     /// Keep the library-owned data of request `h` until it completes.

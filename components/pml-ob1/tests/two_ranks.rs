@@ -1088,6 +1088,48 @@ fn wait_all_releases_every_request_and_reports_only_the_failures() {
 }
 
 #[test]
+fn wait_all_statuses_reports_every_status_in_order_and_releases_every_request() {
+    // MPI_Waitall with an array of statuses: successes report too, the failure with its
+    // error, in the order of the window; an unknown id is skipped and reported at the end.
+    let (mut a, mut b, _) = pair(&one_rail(MemConfig::default()), Ob1Config::default());
+    let (mut x, mut y, mut z) = ([0u8; 8], [0u8; 3], [0u8; 8]);
+    let r0 = recv(&mut b, &mut x, Source::Any, TagSel::Any, 0);
+    let r1 = recv(&mut b, &mut y, Source::Rank(0), TagSel::Tag(2), 0);
+    let r2 = recv(&mut b, &mut z, Source::Rank(0), TagSel::Any, 0);
+    for (m, tag) in [(&b"first-8B"[..], 1), (b"second!!", 2), (b"third", 3)] {
+        send(&mut a, m, 1, tag, 0);
+    }
+    let bogus = RequestId(u64::MAX);
+    let mut statuses = Vec::new();
+    let outcome = b.wait_all_statuses(&[r0, r1, bogus, r2], None, &mut statuses);
+    assert!(
+        matches!(outcome, Err(PmlError::UnknownRequest(id)) if id == bogus),
+        "{outcome:?}"
+    );
+    let got: Vec<_> = statuses
+        .iter()
+        .map(|(i, st)| (*i, st.source, st.tag, st.len, st.error().cloned()))
+        .collect();
+    let truncated = StatusError::Truncated {
+        message_len: 8,
+        received: 3,
+    };
+    assert_eq!(
+        got,
+        [
+            (0, 0, 1, 8, None),
+            (1, 0, 2, 3, Some(truncated)),
+            (3, 0, 3, 5, None)
+        ]
+    );
+    assert_eq!((&x, &y, &z[..5]), (b"first-8B", b"sec", &b"third"[..]));
+    for r in [r0, r1, r2] {
+        assert!(b.test(r).is_err(), "request {r:?} was not released");
+    }
+    assert_eq!(b.live_requests(), 0);
+}
+
+#[test]
 fn wait_all_takes_a_window_and_leaves_the_next_message_in_the_btl() {
     // Delivery goes on until the last request of the batch completed, then stops: a message
     // for a receive outside the batch stays in the BTL.

@@ -188,6 +188,8 @@ pub(crate) struct CollCache {
     /// Non-blocking collectives started on this communicator so far (see
     /// [`nonblocking`] for how it keeps them apart).
     pub(crate) nb_started: std::cell::Cell<u32>,
+    /// Collectives that took their number at set-up (persistent ones, `idup`'s agreement).
+    pub(crate) reserved_started: std::cell::Cell<u32>,
     /// The communicator's process topology, which the neighbourhood collectives run over:
     /// set once by the constructor that made the communicator, kept by `dup` (see
     /// [`crate::topo`]).

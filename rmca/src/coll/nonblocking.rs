@@ -45,13 +45,17 @@
 //! and across communicators. They run on the communicator's collective context (its
 //! point-to-point context + 1, so they never match user messages), and each non-blocking
 //! collective takes the next number `k` of its communicator's sequence, counted identically
-//! on every member, and uses the tag [`NB_TAG_BASE`]` + k mod 2^30`: outstanding collectives
+//! on every member, and uses the tag [`NB_TAG_BASE`]` + k mod 2^29`: outstanding collectives
 //! of one communicator never share a tag, so they cannot take each other's messages even when
 //! their rounds interleave. Blocking collectives keep their fixed per-operation tags (below
 //! [`NB_TAG_BASE`]): each runs to completion where it is called, so per-source ordering keeps
-//! consecutive ones apart. A tag comes back after 2^30 collectives; by then its first user
-//! has completed on every rank that could still send with it, unless 2^30 collectives are
-//! outstanding on one communicator at once.
+//! consecutive ones apart. A tag comes back after 2^29 collectives; by then its first user
+//! has completed on every rank that could still send with it, unless 2^29 collectives are
+//! outstanding on one communicator at once. Collectives whose order is fixed when they are
+//! set up rather than when they run (an MPI persistent collective, started in any order
+//! after inits made in one order; the rounds of [`Communicator::idup`]) take their number
+//! from a second sequence of the communicator, counted at set-up, in a band of their own
+//! ([`RESERVED_TAG_BASE`]); each run of one reuses its tag, after the previous run completed.
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
@@ -70,8 +74,19 @@ use super::{
 use crate::request::Outstanding;
 use crate::{Communicator, Error, Request, Result, Scope, Shared, Status, ANY_TAG};
 
+mod inter;
+
 /// The first tag of non-blocking collectives; blocking collectives use tags below it.
 pub const NB_TAG_BASE: i32 = 1 << 30;
+
+/// The first tag of the collectives that take their number when they are set up rather than
+/// when they run (persistent collectives at their init, the agreement of
+/// [`crate::Communicator::idup`] at its call): `RESERVED_TAG_BASE + k mod 2^29` for the k-th
+/// of a communicator, a band apart from the other non-blocking collectives' (module docs).
+pub const RESERVED_TAG_BASE: i32 = NB_TAG_BASE + (1 << 29);
+
+/// Tags in each band of non-blocking collectives.
+const NB_TAGS: u32 = 1 << 29;
 
 /// A reduction step owned by a collective (see [`super::exec::ReduceFn`]).
 type OwnedReduce = Box<dyn Fn(&mut [u8], &[u8], Option<&[u8]>, bool)>;
@@ -80,6 +95,47 @@ thread_local! {
     /// Collectives started on this thread and not collected yet, over every universe: while
     /// it is 0, no request can be a collective, and request batches skip looking.
     static UNCOLLECTED: Cell<usize> = const { Cell::new(0) };
+    /// The slot the collective started now takes instead of the next number of its
+    /// communicator's sequence (see [`in_slot`]): (collective context, tag).
+    static SLOT: Cell<Option<(rmca_framework::pml::ContextId, i32)>> = const { Cell::new(None) };
+}
+
+/// A place in a communicator's collective order taken when a collective is set up, not when
+/// it runs: an MPI persistent collective's (`MPI_Bcast_init`, ...), whose runs every member
+/// may start in another order than the inits, which MPI orders. Each run takes the slot's tag
+/// (in a band apart from the ordinary sequence: module docs); a run starts only after the
+/// previous one completed on this process, so runs never overlap on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollSlot {
+    context: rmca_framework::pml::ContextId,
+    tag: i32,
+}
+
+impl Communicator {
+    /// Take the next slot of this communicator's collective order for a collective set up
+    /// now and run later ([`in_slot`]). Every member must take its slots in the same order
+    /// (as MPI orders persistent collectives' inits with the other collective calls).
+    pub fn reserve_coll_slot(&self) -> CollSlot {
+        CollSlot {
+            context: self.coll_context(),
+            tag: self.reserve_coll_tag(),
+        }
+    }
+}
+
+/// Run `start`, which starts one non-blocking collective (through [`crate::raw`]) on the
+/// communicator `slot` was reserved on: it takes `slot`'s place in the collective order
+/// instead of the next of the sequence. A collective on another communicator, or any after
+/// the first, takes its number as usual.
+pub fn in_slot<R>(slot: CollSlot, start: impl FnOnce() -> R) -> R {
+    struct Clear(Option<(rmca_framework::pml::ContextId, i32)>);
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            SLOT.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Clear(SLOT.with(|s| s.replace(Some((slot.context, slot.tag)))));
+    start()
 }
 
 /// Can a request of this thread be a non-blocking collective? (False: none is outstanding.)
@@ -92,12 +148,27 @@ fn count_uncollected(delta: isize) {
     UNCOLLECTED.with(|c| c.set(c.get().wrapping_add_signed(delta)));
 }
 
+/// Work that chains collectives and decides between them (the context-id agreement of
+/// [`crate::Communicator::idup`]): stepped after the collectives on every progress pass, so
+/// that it advances while the program waits on anything, until it says it is done.
+pub(crate) trait Chained {
+    /// Advance without waiting (it may start collectives); the events handled and whether
+    /// it is done (then it is stepped no more).
+    fn step(&mut self) -> (usize, bool);
+}
+
 /// The non-blocking collectives of a process that have not been waited for yet.
 #[derive(Default)]
 pub(crate) struct Active {
     table: RefCell<Slab<NbColl>>,
-    /// Collectives of the table still running (the others wait to be collected).
+    /// Collectives of the table still running (the others wait to be collected), and
+    /// chained work not done.
     running: Cell<usize>,
+    /// Chained work not done yet.
+    chained: RefCell<Vec<Rc<RefCell<dyn Chained>>>>,
+    /// The lowest free context id of the non-blocking agreements' range, as an offset from
+    /// its start (see [`crate::idup`]).
+    pub(crate) agreement_ids: Cell<u64>,
 }
 
 impl std::fmt::Debug for Active {
@@ -126,6 +197,38 @@ impl Active {
         for (_, c) in table.iter_mut() {
             events += self.step(c);
         }
+        events
+    }
+
+    /// Step the chained work once (after the collectives); the events handled.
+    fn step_chained(&self) -> usize {
+        // A step may start collectives and test PML requests, never run a progress pass;
+        // should that change, the list is out while stepped, so an inner pass finds it empty
+        // (and work added meanwhile joins it below).
+        let Ok(mut list) = self.chained.try_borrow_mut() else {
+            return 0;
+        };
+        if list.is_empty() {
+            return 0;
+        }
+        let mut work = std::mem::take(&mut *list);
+        drop(list);
+        let mut events = 0;
+        work.retain(|w| {
+            let Ok(mut w) = w.try_borrow_mut() else {
+                return true;
+            };
+            let (n, done) = w.step();
+            events += n;
+            if done {
+                self.running.set(self.running.get() - 1);
+            }
+            !done
+        });
+        let mut list = self.chained.borrow_mut();
+        // Work added during the pass goes after the work that was there.
+        work.append(&mut list);
+        *list = work;
         events
     }
 
@@ -181,6 +284,12 @@ enum Finish {
         from: Range<usize>,
         to: UserBuf,
     },
+    /// Hand a copy of `work` to whoever holds the other end (a collective over memory it
+    /// owns, whose result the caller reads after completion: [`Communicator::launch_words`]).
+    Keep(Rc<RefCell<Vec<u8>>>),
+    /// Fail with `Error::CommKind` and this message: a plan made for the other kind of
+    /// communicator (an intra-communicator schedule on an intercommunicator, or the reverse).
+    Refused(String),
 }
 
 /// One non-blocking collective in progress.
@@ -191,8 +300,9 @@ struct NbColl {
     bufs: Bufs,
     reduce: Option<OwnedReduce>,
     finish: Finish,
-    /// Memory the collective owns (scratch, private work space): `bufs` points into it.
-    _owned: (Vec<u64>, Vec<u8>),
+    /// Memory the collective owns (scratch, private work space, its own input): `bufs`
+    /// points into it.
+    _owned: (Vec<u64>, Vec<u8>, Vec<u8>),
     /// Bytes of the result at this rank, for the status.
     result_bytes: usize,
     outcome: Option<Result<Status>>,
@@ -201,14 +311,26 @@ struct NbColl {
 impl NbColl {
     /// Advance without waiting; the events handled and whether it finished now.
     fn step(&mut self) -> (usize, bool) {
-        let mut t = CommTransport {
-            comm: &self.comm,
-            tag: self.tag,
+        let reduce = self.reduce.as_deref();
+        // An intercommunicator's schedules address both groups (see `inter`).
+        let polled = match self.comm.local_comm() {
+            None => {
+                let mut t = CommTransport {
+                    comm: &self.comm,
+                    tag: self.tag,
+                };
+                self.exec.advance(&mut t, &self.bufs, reduce, false)
+            }
+            Some(local) => {
+                let mut t = inter::InterTransport {
+                    inter: &self.comm,
+                    local,
+                    tag: self.tag,
+                };
+                self.exec.advance(&mut t, &self.bufs, reduce, false)
+            }
         };
-        match self
-            .exec
-            .advance(&mut t, &self.bufs, self.reduce.as_deref(), false)
-        {
+        match polled {
             Poll::Pending { events } => (events, false),
             Poll::Done(r) => {
                 let status = Status::sent(self.comm.rank(), ANY_TAG, self.result_bytes);
@@ -240,6 +362,8 @@ impl NbColl {
                     to.write_at(0, &w[from.clone()]);
                 }
             }
+            Finish::Keep(out) => *out.borrow_mut() = work.as_slice().to_vec(),
+            Finish::Refused(msg) => return Err(Error::CommKind(msg.clone())),
         }
         Ok(())
     }
@@ -253,7 +377,18 @@ impl Shared {
         if self.nbc.is_idle() {
             return 0;
         }
-        self.nbc.step_all()
+        self.nbc.step_all() + self.nbc.step_chained()
+    }
+
+    /// Keep `work` stepped by every progress pass until it is done, and step it once now.
+    pub(crate) fn start_chained(&self, work: Rc<RefCell<dyn Chained>>) {
+        self.nbc.running.set(self.nbc.running.get() + 1);
+        let done = work.borrow_mut().step().1;
+        if done {
+            self.nbc.running.set(self.nbc.running.get() - 1);
+        } else {
+            self.nbc.chained.borrow_mut().push(work);
+        }
     }
 
     /// A progress pass: the PML and its BTLs, then the non-blocking collectives.
@@ -402,9 +537,13 @@ pub(crate) struct Plan {
     /// The result buffer: the caller's, or a view of `own_work`.
     work: UserBuf,
     own_work: Vec<u8>,
+    /// The input, when the collective owns it (`send` is a view of it).
+    own_send: Vec<u8>,
     reduce: Option<OwnedReduce>,
     finish: Finish,
     result_bytes: usize,
+    /// Made for an intercommunicator (its peers number both groups: see `inter`).
+    inter: bool,
 }
 
 impl Plan {
@@ -414,9 +553,11 @@ impl Plan {
             send: UserBuf::empty(),
             work,
             own_work: Vec::new(),
+            own_send: Vec::new(),
             reduce: None,
             finish: Finish::Nothing,
             result_bytes: work.len(),
+            inter: false,
         }
     }
 
@@ -427,6 +568,16 @@ impl Plan {
         // move with it) and is freed only after the collective finished.
         self.work = unsafe { UserBuf::from_mut_slice(&mut own) };
         self.own_work = own;
+        self
+    }
+
+    /// Use `own` (moved into the collective) as the input.
+    #[allow(unsafe_code)]
+    fn owning_send(mut self, own: Vec<u8>) -> Self {
+        // SAFETY: as in `owning_work`: the view and the Vec move into the collective
+        // together, the heap block stays put and outlives the collective's transfers.
+        self.send = unsafe { UserBuf::from_slice(&own) };
+        self.own_send = own;
         self
     }
 }
@@ -467,8 +618,44 @@ impl Communicator {
 
     /// Start `plan` among the runtime's active collectives; its id there (for
     /// [`Shared::wait_collective`] and [`Shared::test_collective`]).
-    #[allow(unsafe_code)]
     pub(crate) fn launch(&self, plan: Plan) -> RequestId {
+        if let Some((ctx, tag)) = SLOT.with(Cell::get) {
+            if ctx == self.coll_context() {
+                SLOT.with(|s| s.set(None));
+                return self.launch_tagged(plan, tag);
+            }
+        }
+        // The sequence number that keeps this collective's messages apart (module docs).
+        let seq = self.coll_cache().nb_started.get();
+        self.coll_cache().nb_started.set(seq.wrapping_add(1));
+        self.launch_tagged(plan, NB_TAG_BASE + (seq % NB_TAGS) as i32)
+    }
+
+    /// The tag of the next collective of this communicator that takes its number when it
+    /// is set up ([`RESERVED_TAG_BASE`]): every member must reserve in the same order (as
+    /// MPI orders the calls that do it: persistent collectives' inits, `MPI_Comm_idup`).
+    pub(crate) fn reserve_coll_tag(&self) -> i32 {
+        let k = self.coll_cache().reserved_started.get();
+        self.coll_cache().reserved_started.set(k.wrapping_add(1));
+        RESERVED_TAG_BASE + (k % NB_TAGS) as i32
+    }
+
+    /// [`Communicator::launch`] on `tag` (one of [`Communicator::reserve_coll_tag`]; a
+    /// collective of that tag that ran before must have completed on this process).
+    #[allow(unsafe_code)]
+    pub(crate) fn launch_tagged(&self, plan: Plan, tag: i32) -> RequestId {
+        // A plan for the other kind of communicator runs nothing and fails with CommKind.
+        let plan = if plan.inter == self.is_inter() {
+            plan
+        } else {
+            let mut p = Plan::new(Rc::new(Schedule::default()), UserBuf::empty());
+            p.finish = Finish::Refused(if plan.inter {
+                "an intercommunicator collective was started on an intra-communicator".into()
+            } else {
+                "this collective is not available on an intercommunicator (its non-blocking collectives are rmca::raw::inter_*)".into()
+            });
+            p
+        };
         let mut tmp = vec![0u64; plan.sched.tmp_len.div_ceil(8)];
         // SAFETY: `tmp` moves into the collective with this view (its heap block stays put)
         // and is freed only after the collective finished.
@@ -477,10 +664,6 @@ impl Communicator {
                 &mut bytemuck::cast_slice_mut(tmp.as_mut_slice())[..plan.sched.tmp_len],
             )
         };
-        // The sequence number that keeps this collective's messages apart (module docs).
-        let seq = self.coll_cache().nb_started.get();
-        self.coll_cache().nb_started.set(seq.wrapping_add(1));
-        let tag = NB_TAG_BASE + (seq & (NB_TAG_BASE as u32 - 1)) as i32;
         let c = NbColl {
             comm: self.clone(),
             tag,
@@ -492,11 +675,32 @@ impl Communicator {
             },
             reduce: plan.reduce,
             finish: plan.finish,
-            _owned: (tmp, plan.own_work),
+            _owned: (tmp, plan.own_work, plan.own_send),
             result_bytes: plan.result_bytes,
             outcome: None,
         };
         self.shared().start_collective(c)
+    }
+
+    /// Start an allreduce with `op` of `words` (copied: the collective owns its memory) on
+    /// `tag` (see [`Communicator::launch_tagged`]); once it completed, `result` holds the
+    /// reduced words' bytes. For the runtime's own agreements ([`crate::idup`]).
+    pub(crate) fn launch_words(
+        &self,
+        words: &[u64],
+        op: Op,
+        tag: i32,
+        result: Rc<RefCell<Vec<u8>>>,
+    ) -> Result<RequestId> {
+        let len = std::mem::size_of_val(words);
+        let red = ByteReduction::new::<u64, _>(op)?;
+        let s = self.allreduce_schedule(len, red.elem, !red.commutative)?;
+        let mut plan = Plan::new(s, UserBuf::empty())
+            .owning_work(vec![0u8; len])
+            .owning_send(bytemuck::cast_slice(words).to_vec());
+        plan.reduce = Some(red.apply);
+        plan.finish = Finish::Keep(result);
+        Ok(self.launch_tagged(plan, tag))
     }
 
     /// Wait for the request `o` (point-to-point or collective).

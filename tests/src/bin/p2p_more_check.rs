@@ -693,6 +693,87 @@ fn buffered(u: &rmca::Universe, w: &Communicator) {
     w.barrier().unwrap();
 }
 
+/// A communicator's own buffer (`Communicator::attach_buffer`): its buffered sends (and its
+/// clones') use it instead of the universe's, which is too small here for any message; a
+/// communicator made from it does not; flush and detach wait for the sends; dropping the
+/// last handle detaches it after its sends.
+fn comm_buffers(u: &rmca::Universe, w: &Communicator) {
+    let (me, n) = (w.rank(), w.size());
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    u.buffer_attach(vec![0u8; 4]).unwrap();
+    let big: Vec<u64> = (0..LARGE).map(|i| value(me, 60, i)).collect();
+    let dup = w.dup().unwrap();
+    let same = dup.clone();
+    let derived = dup.dup().unwrap();
+    check(
+        matches!(dup.detach_buffer(), Err(Error::InvalidArgument(_)))
+            && matches!(dup.flush_buffer(), Err(Error::InvalidArgument(_))),
+        "detach and flush without a communicator buffer",
+    );
+    dup.attach_buffer(vec![0u8; 2 * LARGE * 8]).unwrap();
+    check(
+        matches!(
+            same.attach_buffer(vec![0; 8]),
+            Err(Error::InvalidArgument(_))
+        ),
+        "a clone shares its communicator's buffer (one at a time)",
+    );
+    dup.bsend(&big, right, 60).unwrap();
+    same.bsend(&big, right, 61).unwrap();
+    check(
+        matches!(
+            w.bsend(&big, right, 62),
+            Err(Error::BsendBufferFull { attached: 4, .. })
+        ),
+        "the world uses the universe's buffer",
+    );
+    check(
+        matches!(
+            derived.bsend(&big, right, 62),
+            Err(Error::BsendBufferFull { attached: 4, .. })
+        ),
+        "a communicator made from it does not share its buffer",
+    );
+    check(
+        matches!(
+            dup.bsend(&big, right, 62),
+            Err(Error::BsendBufferFull { .. })
+        ),
+        "the communicator's buffer is full",
+    );
+    w.barrier().unwrap();
+    let mut got = vec![0u64; LARGE];
+    for tag in [60, 61] {
+        dup.recv(&mut got, left, tag).unwrap();
+        check(
+            got.iter()
+                .enumerate()
+                .all(|(i, &v)| v == value(left, 60, i)),
+            "message through the communicator's buffer",
+        );
+    }
+    dup.flush_buffer().unwrap();
+    // Flushed: room for two messages again.
+    dup.bsend(&big, right, 63).unwrap();
+    dup.bsend(&big, right, 63).unwrap();
+    for _ in 0..2 {
+        dup.recv(&mut got, left, 63).unwrap();
+    }
+    let back = dup.detach_buffer().unwrap();
+    check(back.len() == 2 * LARGE * 8, "detach gives the buffer back");
+    // The last handle dropped with a send in flight: the drop waits for it.
+    derived.attach_buffer(back).unwrap();
+    derived.bsend(&big, right, 64).unwrap();
+    derived.recv(&mut got, left, 64).unwrap();
+    drop(derived);
+    u.buffer_flush().unwrap();
+    check(
+        u.buffer_detach().unwrap().len() == 4,
+        "the universe's buffer",
+    );
+    w.barrier().unwrap();
+}
+
 /// Communicators derived from one parent never share a context id, whatever their colors:
 /// the split color below made a 32-bit hash of (parent, ordinal, color), the earlier scheme,
 /// give the split at ordinal 0 the id of the dup at ordinal 1, so that their messages matched
@@ -797,6 +878,7 @@ fn main() {
     groups(&w);
     arguments(&w);
     buffered(&u, &w);
+    comm_buffers(&u, &w);
     w.barrier().unwrap();
     if w.rank() == 0 {
         println!("ok p2p_more {} ranks", w.size());

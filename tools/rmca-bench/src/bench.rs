@@ -19,6 +19,16 @@ pub enum Bench {
     Barrier,
     /// Allreduce time (f32 sum).
     Allreduce,
+    /// OSU 7's `osu_bw` loop exactly: one receive buffer for the window, `MPI_Waitall` with an
+    /// array of statuses, a 1-byte reply (bw waits with statuses ignored and replies 0 bytes:
+    /// applications and OSU write this loop, which a runtime must not be slower on).
+    OsuBw,
+    /// OSU 7's `osu_bibw` loop: both ranks post a window of receives and of sends, and wait for
+    /// the sends and the receives in two `MPI_Waitall` calls with statuses.
+    OsuBibw,
+    /// OSU 7's `osu_mbw_mr` loop: the pairs of msgrate, each window as in osu_bw; aggregate
+    /// MB/s.
+    OsuMbwMr,
 }
 
 impl Bench {
@@ -33,8 +43,8 @@ impl Bench {
         Bench::Allreduce,
     ];
 
-    /// Every benchmark the command line accepts (`all` leaves out ringconn).
-    pub const KNOWN: [Bench; 8] = [
+    /// Every benchmark the command line accepts (`all` leaves out ringconn and OSU's loops).
+    pub const KNOWN: [Bench; 11] = [
         Bench::Latency,
         Bench::Bw,
         Bench::Bibw,
@@ -43,6 +53,9 @@ impl Bench {
         Bench::Ringconn,
         Bench::Barrier,
         Bench::Allreduce,
+        Bench::OsuBw,
+        Bench::OsuBibw,
+        Bench::OsuMbwMr,
     ];
 
     /// Command-line name.
@@ -56,6 +69,9 @@ impl Bench {
             Bench::Ringconn => "ringconn",
             Bench::Barrier => "barrier",
             Bench::Allreduce => "allreduce",
+            Bench::OsuBw => "osu_bw",
+            Bench::OsuBibw => "osu_bibw",
+            Bench::OsuMbwMr => "osu_mbw_mr",
         }
     }
 
@@ -74,12 +90,29 @@ impl Bench {
             Bench::Allconn | Bench::Ringconn => &CONN_METRICS,
             Bench::Barrier => &[("barrier", "us")],
             Bench::Allreduce => &[("allreduce", "us")],
+            Bench::OsuBw => &[("osu_bw bandwidth", "MB/s")],
+            Bench::OsuBibw => &[("osu_bibw bi-bandwidth", "MB/s")],
+            Bench::OsuMbwMr => &[("osu_mbw_mr bandwidth", "MB/s")],
         }
     }
 
     /// Is a larger figure better?
     pub fn higher_is_better(self) -> bool {
-        matches!(self, Bench::Bw | Bench::Bibw | Bench::Msgrate)
+        self.is_point_to_point() && self != Bench::Latency
+    }
+
+    /// Does the benchmark measure point-to-point traffic between ranks (at least 2)?
+    pub fn is_point_to_point(self) -> bool {
+        matches!(
+            self,
+            Bench::Latency
+                | Bench::Bw
+                | Bench::Bibw
+                | Bench::Msgrate
+                | Bench::OsuBw
+                | Bench::OsuBibw
+                | Bench::OsuMbwMr
+        )
     }
 
     /// Does the benchmark sweep message sizes?

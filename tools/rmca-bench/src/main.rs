@@ -33,7 +33,9 @@ const USAGE: &str = "usage: rmca-bench BENCH[,BENCH...]|all [options]
        rmca-bench --suite NAME [options]
 
 benchmarks: latency bw bibw msgrate allconn ringconn barrier allreduce
-  (all: every one but ringconn)
+            osu_bw osu_bibw osu_mbw_mr (OSU 7's loops exactly: MPI_Waitall with statuses,
+            one receive buffer, a 1-byte reply; bw/bibw/msgrate ignore statuses)
+  (all: every one but ringconn and the osu_ ones)
   -n N               ranks (default 2)
   --procs LIST       process counts for allconn and ringconn, e.g. 2,4,8,16 (default: -n);
                      above the core count the ranks are oversubscribed (the table says so)
@@ -90,6 +92,13 @@ PRESETS";
 
 /// `--suite` experiments: name, what it measures, the options it stands for.
 const SUITES: &[(&str, &str, &str)] = &[
+    (
+        "osu",
+        "OSU 7's windowed loops (osu_bw, osu_bibw, osu_mbw_mr) and latency, 1 B to 1 MiB, \
+         next to Open MPI (vader), MPICH and rmca's C interface",
+        "osu_bw,osu_bibw,osu_mbw_mr,latency --min 1 --max 1m --runs 5 --conf ob1+shm \
+         --peers ompi-vader,mpich,rmca-c",
+    ),
     (
         "ud-reliability",
         "guaranteed delivery over UD: latency and bandwidth, ob1 and dr over rc and ud, vs rxd",
@@ -348,11 +357,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     if o.benches.is_empty() {
         return Err("no benchmark given".into());
     }
-    if o.ranks < 2
-        && o.benches
-            .iter()
-            .any(|b| matches!(b, Bench::Latency | Bench::Bw | Bench::Bibw | Bench::Msgrate))
-    {
+    if o.ranks < 2 && o.benches.iter().any(|b| b.is_point_to_point()) {
         return Err(format!(
             "point-to-point benchmarks need at least 2 ranks (-n {})",
             o.ranks
@@ -408,7 +413,12 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
 
 fn default_iters(b: Bench) -> usize {
     match b {
-        Bench::Bw | Bench::Bibw | Bench::Msgrate => 1000,
+        Bench::Bw
+        | Bench::Bibw
+        | Bench::Msgrate
+        | Bench::OsuBw
+        | Bench::OsuBibw
+        | Bench::OsuMbwMr => 1000,
         Bench::Allconn | Bench::Ringconn => 1,
         _ => 10_000,
     }

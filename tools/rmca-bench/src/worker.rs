@@ -72,6 +72,9 @@ pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String
                     Bench::Bw => window(&world, size, it, p, false),
                     Bench::Msgrate => window(&world, size, it, p, true),
                     Bench::Bibw => bibw(&world, size, it, p),
+                    Bench::OsuBw => osu_window(&world, size, it, p, false),
+                    Bench::OsuMbwMr => osu_window(&world, size, it, p, true),
+                    Bench::OsuBibw => osu_bibw(&world, size, it, p),
                     Bench::Allreduce => allreduce(&world, size, it),
                     Bench::Allconn | Bench::Ringconn | Bench::Barrier => {
                         unreachable!("handled above")
@@ -206,6 +209,93 @@ fn bibw(w: &Communicator, size: usize, it: usize, p: &Params) -> R<f64> {
                     reqs.push(w.isend(s, &sbuf, peer, 4)?);
                 }
                 Request::complete_all(reqs)
+            })?;
+        }
+    }
+    Ok((2 * size * window * it) as f64 / t0.elapsed().as_secs_f64() / 1e6)
+}
+
+/// OSU's osu_bw (`mbw_mr`: osu_mbw_mr over the pairs of msgrate): the window's requests
+/// completed with their statuses ([`Request::wait_all`]), then a 1-byte reply. Aggregate MB/s.
+/// The receives have a slot each (safe Rust lends a buffer to one receive at a time; OSU
+/// gives them all one buffer).
+fn osu_window(w: &Communicator, size: usize, it: usize, p: &Params, mbw_mr: bool) -> R<f64> {
+    let (window, misalign) = (p.window, p.misalign);
+    let (n, me) = (w.size(), w.rank());
+    let pairs = if mbw_mr { (n / 2).max(1) } else { 1 };
+    let (active, sender) = (me < 2 * pairs, me < pairs);
+    let peer = if sender {
+        me + pairs
+    } else {
+        me.wrapping_sub(pairs)
+    };
+    let sbuf = PageBuf::at_offset(size, b'a', misalign);
+    let mut rbuf = PageBuf::new(size * window, 0u8);
+    let mut reply = [0u8; 1];
+    let warm = warmup_for(it);
+    w.barrier()?;
+    let mut t0 = Instant::now();
+    if active && n >= 2 {
+        for i in 0..warm + it {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            if sender {
+                rmca::scope(|s| {
+                    let mut reqs = Vec::with_capacity(window);
+                    for _ in 0..window {
+                        reqs.push(w.isend(s, &sbuf, peer, 100)?);
+                    }
+                    Request::wait_all(reqs).map(drop)
+                })?;
+                w.recv(&mut reply, peer, 101)?;
+            } else {
+                rmca::scope(|s| {
+                    let mut reqs = Vec::with_capacity(window);
+                    for c in rbuf_chunks(&mut rbuf, size, window) {
+                        reqs.push(w.irecv(s, c, peer, 100)?);
+                    }
+                    Request::wait_all(reqs).map(drop)
+                })?;
+                w.send(&reply, peer, 101)?;
+            }
+        }
+    }
+    Ok((pairs * size * window * it) as f64 / t0.elapsed().as_secs_f64() / 1e6)
+}
+
+/// OSU's osu_bibw: a window of receives and one of sends on both ranks, the sends and the
+/// receives completed with their statuses by two calls (rank 0 sends first, rank 1 receives
+/// first, as OSU orders them).
+fn osu_bibw(w: &Communicator, size: usize, it: usize, p: &Params) -> R<f64> {
+    let (window, misalign) = (p.window, p.misalign);
+    let sbuf = PageBuf::at_offset(size, b'a', misalign);
+    let mut rbuf = PageBuf::new(size * window, 0u8);
+    let warm = warmup_for(it);
+    w.barrier()?;
+    let mut t0 = Instant::now();
+    if w.rank() < 2 && w.size() >= 2 {
+        let peer = 1 - w.rank();
+        for i in 0..warm + it {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            rmca::scope(|s| {
+                let mut recvs = Vec::with_capacity(window);
+                for c in rbuf_chunks(&mut rbuf, size, window) {
+                    recvs.push(w.irecv(s, c, peer, 10)?);
+                }
+                let mut sends = Vec::with_capacity(window);
+                for _ in 0..window {
+                    sends.push(w.isend(s, &sbuf, peer, 10)?);
+                }
+                if w.rank() == 0 {
+                    Request::wait_all(sends)?;
+                    Request::wait_all(recvs).map(drop)
+                } else {
+                    Request::wait_all(recvs)?;
+                    Request::wait_all(sends).map(drop)
+                }
             })?;
         }
     }

@@ -389,6 +389,7 @@ pub unsafe fn comm_dup(old: Handle, new: Handle, newcomm: *mut Handle) -> MpiRes
         unsafe { put(newcomm, MPI_COMM_NULL, "newcomm")? };
         return Err(e);
     }
+    super::buffers::comm_derived(old, new);
     Ok(())
 }
 

@@ -7,6 +7,7 @@ use super::coll_c::count_c;
 use super::op::{reduce, reducer, Coll, Reducer};
 use super::rooted::{self, Gather, Scatter};
 use super::types::Ty;
+use super::vcoll::{Int, Large};
 use super::{call, communicator, no_overlap, recv_data_n, send_data_n, RecvData, SendData};
 use crate::abi::*;
 use crate::state::{MpiError, MpiResult};
@@ -84,7 +85,7 @@ pub unsafe extern "C" fn MPI_Bcast(
         let c = communicator(comm)?;
         if c.is_inter() {
             // SAFETY: MPI_Bcast's contract, as below.
-            return unsafe { super::inter::bcast(&c, buffer, count, dt, root) };
+            return unsafe { super::inter::bcast::<Int>(&c, buffer, count, dt, root) };
         }
         // SAFETY: MPI_Bcast's contract.
         unsafe { bcast(&c, buffer, super::count(count, "count")?, dt, root) }
@@ -103,23 +104,11 @@ pub unsafe extern "C" fn MPI_Bcast_c(
     call("MPI_Bcast_c", comm, || {
         let c = communicator(comm)?;
         if c.is_inter() {
-            let count = narrow(count, "count")?;
             // SAFETY: MPI_Bcast_c's contract, as MPI_Bcast's.
-            return unsafe { super::inter::bcast(&c, buffer, count, dt, root) };
+            return unsafe { super::inter::bcast::<Large>(&c, buffer, count, dt, root) };
         }
         // SAFETY: MPI_Bcast_c's contract.
         unsafe { bcast(&c, buffer, count_c(count, "count")?, dt, root) }
-    })
-}
-
-/// A large count for the intercommunicator collectives, which take int counts.
-pub(crate) fn narrow(n: MPI_Count, what: &str) -> MpiResult<c_int> {
-    count_c(n, what)?;
-    c_int::try_from(n).map_err(|_| {
-        MpiError::new(
-            MPI_ERR_COUNT,
-            format!("{what} {n}: rmca's intercommunicator collectives take counts up to 2^31-1"),
-        )
     })
 }
 
@@ -264,7 +253,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
         let c = communicator(comm)?;
         if c.is_inter() {
             // SAFETY: MPI_Allreduce's contract, as below.
-            return unsafe { super::inter::allreduce(&c, sendbuf, recvbuf, count, dt, op) };
+            return unsafe { super::inter::allreduce::<Int>(&c, sendbuf, recvbuf, count, dt, op) };
         }
         let n = super::count(count, "count")?;
         // SAFETY: MPI_Allreduce's contract.
@@ -285,9 +274,10 @@ pub unsafe extern "C" fn MPI_Allreduce_c(
     call("MPI_Allreduce_c", comm, || {
         let c = communicator(comm)?;
         if c.is_inter() {
-            let count = narrow(count, "count")?;
             // SAFETY: MPI_Allreduce_c's contract, as MPI_Allreduce's.
-            return unsafe { super::inter::allreduce(&c, sendbuf, recvbuf, count, dt, op) };
+            return unsafe {
+                super::inter::allreduce::<Large>(&c, sendbuf, recvbuf, count, dt, op)
+            };
         }
         let n = count_c(count, "count")?;
         // SAFETY: MPI_Allreduce_c's contract.
@@ -349,7 +339,9 @@ pub unsafe extern "C" fn MPI_Reduce(
         let c = communicator(comm)?;
         if c.is_inter() {
             // SAFETY: MPI_Reduce's contract, as below.
-            return unsafe { super::inter::reduce_to(&c, sendbuf, recvbuf, count, dt, op, root) };
+            return unsafe {
+                super::inter::reduce_to::<Int>(&c, sendbuf, recvbuf, count, dt, op, root)
+            };
         }
         let n = super::count(count, "count")?;
         // SAFETY: MPI_Reduce's contract.
@@ -371,9 +363,10 @@ pub unsafe extern "C" fn MPI_Reduce_c(
     call("MPI_Reduce_c", comm, || {
         let c = communicator(comm)?;
         if c.is_inter() {
-            let count = narrow(count, "count")?;
             // SAFETY: MPI_Reduce_c's contract, as MPI_Reduce's.
-            return unsafe { super::inter::reduce_to(&c, sendbuf, recvbuf, count, dt, op, root) };
+            return unsafe {
+                super::inter::reduce_to::<Large>(&c, sendbuf, recvbuf, count, dt, op, root)
+            };
         }
         let n = count_c(count, "count")?;
         // SAFETY: MPI_Reduce_c's contract.
@@ -399,25 +392,6 @@ pub(crate) fn blocks_n(
     blocks: usize,
     what: &str,
 ) -> MpiResult<(Ty, usize, usize)> {
-    let ty = Ty::for_use(dt)?;
-    let total = n.checked_mul(blocks).ok_or_else(|| {
-        MpiError::new(
-            MPI_ERR_COUNT,
-            format!("{what} count {n} x {blocks} ranks overflows"),
-        )
-    })?;
-    let block = ty.packed_len(n)?;
-    Ok((ty, total, block))
-}
-
-/// `blocks` blocks of `count` elements of `dt` (a checked count and a committed type).
-pub(crate) fn blocks_of(
-    count: c_int,
-    dt: Handle,
-    blocks: usize,
-    what: &str,
-) -> MpiResult<(Ty, usize, usize)> {
-    let n = super::count(count, &format!("{what} count"))?;
     let ty = Ty::for_use(dt)?;
     let total = n.checked_mul(blocks).ok_or_else(|| {
         MpiError::new(
@@ -617,7 +591,7 @@ macro_rules! block_coll {
                 if c.is_inter() {
                     // SAFETY: the collective's contract.
                     return unsafe {
-                        super::inter::$inter(
+                        super::inter::$inter::<Int>(
                             &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
                         )
                     };
@@ -648,11 +622,9 @@ macro_rules! block_coll {
             call(stringify!($name_c), comm, || {
                 let c = communicator(comm)?;
                 if c.is_inter() {
-                    let (sendcount, recvcount) =
-                        (narrow(sendcount, "send count")?, narrow(recvcount, "receive count")?);
                     // SAFETY: the collective's contract, as the int form's.
                     return unsafe {
-                        super::inter::$inter(
+                        super::inter::$inter::<Large>(
                             &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
                         )
                     };
@@ -682,7 +654,7 @@ macro_rules! block_coll {
                 if c.is_inter() {
                     // SAFETY: the collective's contract.
                     return unsafe {
-                        super::inter::$inter(
+                        super::inter::$inter::<Int>(
                             &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                         )
                     };
@@ -713,11 +685,9 @@ macro_rules! block_coll {
             call(stringify!($name_c), comm, || {
                 let c = communicator(comm)?;
                 if c.is_inter() {
-                    let (sendcount, recvcount) =
-                        (narrow(sendcount, "send count")?, narrow(recvcount, "receive count")?);
                     // SAFETY: the collective's contract, as the int form's.
                     return unsafe {
-                        super::inter::$inter(
+                        super::inter::$inter::<Large>(
                             &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                         )
                     };

@@ -91,6 +91,7 @@ pub unsafe extern "C" fn MPI_Comm_split(
                 })
             })?,
         };
+        super::buffers::comm_derived(comm, h);
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { put(newcomm, h, "newcomm") }
     })
@@ -108,7 +109,10 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
     let h = unsafe { comm.read() };
     call("MPI_Comm_free", h, || {
         super::attr::comm_free(h)?;
+        let c = communicator(h)?;
         state::with(|s| s.free_comm(h))?;
+        // Its buffer is detached once its sends completed (as MPICH does).
+        super::buffers::comm_freed(&c)?;
         // SAFETY: as above.
         unsafe { comm.write(MPI_COMM_NULL) };
         Ok(())
@@ -220,5 +224,15 @@ pub unsafe extern "C" fn MPI_Comm_get_name(
         };
         // SAFETY: the contract: `comm_name` holds MPI_MAX_OBJECT_NAME bytes.
         unsafe { put_string(comm_name, MPI_MAX_OBJECT_NAME, resultlen, &name) }
+    })
+}
+
+/// `MPI_Comm_get_parent`: `MPI_COMM_NULL`, since rmca starts no processes dynamically
+/// (`MPI_Comm_spawn` is refused), and a process not spawned has no parent (MPI-4.1 §11.8.2).
+#[export]
+pub unsafe extern "C" fn MPI_Comm_get_parent(parent: *mut Handle) -> c_int {
+    call("MPI_Comm_get_parent", MPI_COMM_WORLD, || {
+        // SAFETY: the caller's handle (null refused by `put`).
+        unsafe { put(parent, MPI_COMM_NULL, "parent") }
     })
 }

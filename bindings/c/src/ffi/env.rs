@@ -138,6 +138,8 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
         // First (MPI says so): the attributes of MPI_COMM_SELF, then of MPI_COMM_WORLD, are
         // deleted, their callbacks free to call MPI.
         super::attr::finalize()?;
+        // The buffers attached to the world model's communicators complete their sends too.
+        super::buffers::world_finalized()?;
         state::with(|s| {
             for b in s.bsend.in_flight.drain(..) {
                 if let Some(r) = b.request {

@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 
-use rmca::framework::pml::PmlError;
 use rmca::raw;
 
 use super::{call, empty_status, put};
@@ -49,11 +48,14 @@ struct Greq {
     complete: Rc<Cell<bool>>,
 }
 
-/// The error of a callback that returned `code`.
+/// The error of a callback that returned `code`: the completion call (or `MPI_Cancel`)
+/// returns that code, as MPI specifies (in the status's `MPI_ERROR`, with
+/// `MPI_ERR_IN_STATUS`, from the calls that complete several requests).
 fn callback_failed(what: &str, code: c_int) -> rmca::Error {
-    rmca::Error::Pml(PmlError::Other(format!(
-        "the generalized request's {what} returned error {code}"
-    )))
+    rmca::Error::Code {
+        code,
+        message: format!("the generalized request's {what} returned error {code}"),
+    }
 }
 
 impl Greq {
@@ -94,11 +96,13 @@ impl raw::CustomOp for Greq {
             Err(callback_failed("free function", freed))
         } else {
             Ok(rmca::Status {
-                // Wrapping both ways: the status's source comes back as it was set.
+                // The source comes back as it was set (`to_mpi_status` truncates to a C int):
+                // MPI_ANY_SOURCE (the default) through 32 bits, not as usize::MAX, which is
+                // rmca's MPI_PROC_NULL.
                 source: if st.source == MPI_PROC_NULL {
                     rmca::Status::PROC_NULL_SOURCE
                 } else {
-                    st.source as usize
+                    st.source as u32 as usize
                 },
                 tag: st.tag,
                 bytes: st.bytes() as usize,

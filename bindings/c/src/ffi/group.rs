@@ -308,6 +308,8 @@ pub unsafe extern "C" fn MPI_Comm_create(comm: Handle, g: Handle, newcomm: *mut 
                 })
             })?,
         };
+        // A communicator made from a session's keeps its buffered-send buffer's session.
+        super::buffers::comm_derived(comm, h);
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { put(newcomm, h, "newcomm") }
     })
@@ -462,8 +464,9 @@ fn info_value(info: Handle, key: &str) -> MpiResult<Option<String>> {
 /// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits by node; `HW_GUIDED` with
 /// `mpi_hw_resource_type` = `mpi_shared_memory` likewise (another resource type:
 /// `MPI_COMM_NULL`); `HW_UNGUIDED` gives the node's processes when they are fewer than the
-/// communicator's, else `MPI_COMM_NULL`; `RESOURCE_GUIDED` with `mpi_pset_name`
-/// `mpi://WORLD` or `mpi://SELF` gives those (another: `MPI_COMM_NULL`); `MPI_UNDEFINED`
+/// communicator's, else `MPI_COMM_NULL`; `RESOURCE_GUIDED` with `mpi_hw_resource_type`
+/// splits as `HW_GUIDED`, else with `mpi_pset_name` `mpi://WORLD` or `mpi://SELF` gives
+/// those (another: `MPI_COMM_NULL`); `MPI_UNDEFINED`
 /// leaves the caller out.
 #[export]
 pub unsafe extern "C" fn MPI_Comm_split_type(
@@ -478,7 +481,6 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
             return Err(super::null_argument("newcomm"));
         }
         let (c, errhandler) = super::inter::comm_entry(comm)?;
-        super::inter::refuse(&c, "MPI_Comm_split_type")?;
         enum How {
             Node,
             NodeIfSmaller,
@@ -492,9 +494,16 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
                 Some("mpi_shared_memory") => How::Node,
                 _ => How::Color(None),
             },
-            MPI_COMM_TYPE_RESOURCE_GUIDED => match info_value(info, "mpi_pset_name")?.as_deref() {
-                Some(p) if p.eq_ignore_ascii_case("mpi://WORLD") => How::Color(Some(0)),
-                Some(p) if p.eq_ignore_ascii_case("mpi://SELF") => {
+            // MPI 4.1 section 7.4.2: the hardware resource types of HW_GUIDED, or a process
+            // set (MPICH looks at mpi_hw_resource_type first, as here).
+            MPI_COMM_TYPE_RESOURCE_GUIDED => match (
+                info_value(info, "mpi_hw_resource_type")?,
+                info_value(info, "mpi_pset_name")?,
+            ) {
+                (Some(r), _) if r == "mpi_shared_memory" => How::Node,
+                (Some(_), _) => How::Color(None),
+                (None, Some(p)) if p.eq_ignore_ascii_case("mpi://WORLD") => How::Color(Some(0)),
+                (None, Some(p)) if p.eq_ignore_ascii_case("mpi://SELF") => {
                     How::Color(Some(c.rank() as u32))
                 }
                 _ => How::Color(None),
@@ -507,8 +516,11 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
             }
         };
         let part = match how {
-            How::Node => Some(c.split_shared(key)?),
-            How::NodeIfSmaller => Some(c.split_shared(key)?).filter(|p| p.size() < c.size()),
+            // On an intercommunicator: the parts of both groups on the same node (MPI 4.1).
+            How::Node => c.split_node(key)?,
+            How::NodeIfSmaller => c
+                .split_node(key)?
+                .filter(|p| p.local_size() < c.local_size()),
             How::Color(color) => c.split(color, key)?,
         };
         let h = match part {
@@ -521,6 +533,8 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
                 })
             })?,
         };
+        // A communicator made from a session's keeps its buffered-send buffer's session.
+        super::buffers::comm_derived(comm, h);
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { put(newcomm, h, "newcomm") }
     })

@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, CStr};
 
 use super::{call, put, put_string};
 use crate::abi::*;
@@ -490,11 +490,52 @@ pub fn completed_request(comm: Handle) -> MpiResult<Handle> {
     state::with(|s| s.add_request(ReqEntry::new(comm, done)))
 }
 
-/// `MPI_Comm_idup` and `MPI_Comm_idup_with_info`: the duplicate is made at once (as
-/// `MPI_Comm_dup`, so collectively in the order of the calls) and the request is complete.
+/// What an `MPI_Comm_idup` request keeps until it completes: the duplicate's handle (in the
+/// communicator table from the call on, holding the parent until the duplicate is made, so
+/// that the attributes are copied at the call, as MPICH does; the program only learns it at
+/// completion) and where the program wants it.
+pub struct DupStaged {
+    result: rmca::DupResult,
+    handle: Handle,
+    newcomm: *mut Handle,
+}
+
+impl DupStaged {
+    /// The request completed: the duplicate takes its handle, which the program gets in
+    /// `newcomm`; if the agreement failed the handle goes and it gets `MPI_COMM_NULL`.
+    ///
+    /// # Safety
+    /// `newcomm` is still valid for a write (MPI: the call's output argument, until the
+    /// request completes).
+    pub(crate) unsafe fn finish(self, s: &mut state::State) {
+        let out = match (self.result.take(), s.comm_mut(self.handle)) {
+            (Some(dup), Ok(entry)) => {
+                entry.comm = dup;
+                self.handle
+            }
+            _ => {
+                // Runs under the completion call: a delete callback calling MPI gets an
+                // error (a failed agreement is rare: a peer failed, or no id is left).
+                let _ = super::attr::delete_all(super::attr::Kind::Comm, self.handle);
+                comm_info_drop(self.handle);
+                let _ = s.free_comm(self.handle);
+                MPI_COMM_NULL
+            }
+        };
+        // SAFETY: the caller's contract; checked non-null at the call.
+        unsafe { self.newcomm.write(out) };
+    }
+}
+
+/// `MPI_Comm_idup` and `MPI_Comm_idup_with_info`: the duplicate's context id is agreed on
+/// without blocking (`rmca::Communicator::idup`); the request completes once it is, and
+/// the duplicate appears in `newcomm` then. As `MPI_Comm_dup`: the error handler, the
+/// attributes its copy callbacks copy (at the call) and the hints (`info`'s with
+/// `_with_info`).
 ///
 /// # Safety
-/// `newcomm` and `request` are null or valid for writes of a handle.
+/// `newcomm` and `request` are null or valid for writes of a handle, `newcomm` until the
+/// request completes.
 unsafe fn idup(
     fname: &'static str,
     comm: Handle,
@@ -502,24 +543,46 @@ unsafe fn idup(
     newcomm: *mut Handle,
     request: *mut Handle,
 ) -> c_int {
-    let rc = call(fname, comm, || {
+    use crate::state::{CommEntry, ReqEntry, ReqState};
+    call(fname, comm, || {
         if request.is_null() {
             return Err(super::null_argument("request"));
         }
-        Ok(())
-    });
-    if rc != MPI_SUCCESS {
-        return rc;
-    }
-    // SAFETY: the caller's contract.
-    let rc = unsafe { dup_with_info(fname, comm, info, newcomm) };
-    if rc != MPI_SUCCESS {
-        return rc;
-    }
-    call(fname, comm, || {
-        let r = completed_request(comm)?;
+        if newcomm.is_null() {
+            return Err(super::null_argument("newcomm"));
+        }
+        let (c, errhandler) = state::with(|s| {
+            let e = s.comm(comm)?;
+            Ok((e.comm.clone(), e.errhandler))
+        })?;
+        let hints = info.map(|i| entries_of(i).map(comm_hints)).transpose()?;
+        let (r, result) = c.idup()?.into_raw();
+        let h = state::with(|s| {
+            s.add_comm(CommEntry {
+                comm: c,
+                errhandler,
+                name: String::new(),
+            })
+        })?;
+        // On a copy callback's error `h` is freed and `newcomm` is MPI_COMM_NULL; the
+        // agreement runs on without a request (the other members need this process's part).
         // SAFETY: non-null (checked), the caller's handle.
-        unsafe { put(request, r, "request") }
+        unsafe { super::attr::comm_dup(comm, h, newcomm)? };
+        if let Some(e) = hints {
+            COMM_INFOS.with(|t| t.borrow_mut().insert(h, e));
+        }
+        let staged = DupStaged {
+            result,
+            handle: h,
+            newcomm,
+        };
+        let rh = state::with(|s| {
+            let rh = s.add_request(ReqEntry::new(comm, ReqState::Active(r)))?;
+            s.stage(rh, super::Staged::Dup(Box::new(staged)));
+            Ok(rh)
+        })?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { put(request, rh, "request") }
     })
 }
 
@@ -614,139 +677,4 @@ pub unsafe extern "C" fn MPI_Info_create_env(
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { put(info, h, "info") }
     })
-}
-
-/// The refusal of a one-sided call.
-fn one_sided(fname: &str) -> MpiError {
-    MpiError::new(
-        MPI_ERR_UNSUPPORTED_OPERATION,
-        format!("{fname}: one-sided communication (MPI_Win_*, MPI_Put, MPI_Get, MPI_Accumulate) is not implemented by rmca"),
-    )
-}
-
-/// Refuse a window-creating call on `comm`'s error handler; `*win` becomes `MPI_WIN_NULL`.
-///
-/// # Safety
-/// `win` is null or valid for a write of a handle.
-unsafe fn refuse_window(fname: &'static str, comm: Handle, win: *mut Handle) -> c_int {
-    call(fname, comm, || {
-        super::communicator(comm)?;
-        if !win.is_null() {
-            // SAFETY: the caller's contract.
-            unsafe { win.write(MPI_WIN_NULL) };
-        }
-        Err(one_sided(fname))
-    })
-}
-
-/// `MPI_Win_create`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Win_create(
-    _base: *mut c_void,
-    _size: isize,
-    _disp_unit: c_int,
-    _info: Handle,
-    comm: Handle,
-    win: *mut Handle,
-) -> c_int {
-    // SAFETY: MPI_Win_create's contract for `win`.
-    unsafe { refuse_window("MPI_Win_create", comm, win) }
-}
-
-/// `MPI_Win_allocate`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Win_allocate(
-    _size: isize,
-    _disp_unit: c_int,
-    _info: Handle,
-    comm: Handle,
-    _baseptr: *mut c_void,
-    win: *mut Handle,
-) -> c_int {
-    // SAFETY: MPI_Win_allocate's contract for `win`.
-    unsafe { refuse_window("MPI_Win_allocate", comm, win) }
-}
-
-/// A one-sided call on a window: no window exists, so the error goes to `MPI_COMM_WORLD`'s
-/// handler.
-fn on_window(fname: &'static str) -> c_int {
-    call(fname, MPI_COMM_WORLD, || {
-        state::with(|_| Ok(()))?;
-        Err(one_sided(fname))
-    })
-}
-
-/// `MPI_Win_free`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Win_free(_win: *mut Handle) -> c_int {
-    on_window("MPI_Win_free")
-}
-
-/// `MPI_Win_fence`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Win_fence(_assert: c_int, _win: Handle) -> c_int {
-    on_window("MPI_Win_fence")
-}
-
-/// `MPI_Win_lock`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Win_lock(
-    _lock_type: c_int,
-    _rank: c_int,
-    _assert: c_int,
-    _win: Handle,
-) -> c_int {
-    on_window("MPI_Win_lock")
-}
-
-/// `MPI_Win_unlock`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Win_unlock(_rank: c_int, _win: Handle) -> c_int {
-    on_window("MPI_Win_unlock")
-}
-
-/// `MPI_Put`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Put(
-    _origin: *const c_void,
-    _origin_count: c_int,
-    _origin_type: Handle,
-    _target_rank: c_int,
-    _target_disp: isize,
-    _target_count: c_int,
-    _target_type: Handle,
-    _win: Handle,
-) -> c_int {
-    on_window("MPI_Put")
-}
-
-/// `MPI_Get`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Get(
-    _origin: *mut c_void,
-    _origin_count: c_int,
-    _origin_type: Handle,
-    _target_rank: c_int,
-    _target_disp: isize,
-    _target_count: c_int,
-    _target_type: Handle,
-    _win: Handle,
-) -> c_int {
-    on_window("MPI_Get")
-}
-
-/// `MPI_Accumulate`: not implemented (`MPI_ERR_UNSUPPORTED_OPERATION`).
-#[export]
-pub unsafe extern "C" fn MPI_Accumulate(
-    _origin: *const c_void,
-    _origin_count: c_int,
-    _origin_type: Handle,
-    _target_rank: c_int,
-    _target_disp: isize,
-    _target_count: c_int,
-    _target_type: Handle,
-    _op: Handle,
-    _win: Handle,
-) -> c_int {
-    on_window("MPI_Accumulate")
 }

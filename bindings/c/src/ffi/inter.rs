@@ -7,12 +7,13 @@ use std::ffi::{c_char, c_int, c_void};
 
 use rmca::{Communicator, InterRoot};
 
-use super::coll::{apart, blocks_of, in_place, reduce_recv, reduce_send};
+use super::coll::{apart, blocks_n, in_place, recv_n, reduce_recv, reduce_send, send_n};
+use super::coll_c::read_types;
 use super::group::{add_group, group};
 use super::op::{reduce, reducer, Coll};
 use super::types::Ty;
-use super::vcoll::{arrays, Blocks, Width};
-use super::{call, communicator, put, recv_data, recv_data_n, send_data, send_data_n};
+use super::vcoll::{arrays, Blocks, TypedBlocks, Width};
+use super::{call, communicator, put, recv_data_n, send_data_n};
 use crate::abi::*;
 use crate::state::{self, CommEntry, ErrHandler, MpiError, MpiResult};
 use rmca_mpi_export::export;
@@ -43,7 +44,7 @@ pub(crate) fn refuse(c: &Communicator, what: &str) -> MpiResult<()> {
     if c.is_inter() {
         return Err(MpiError::new(
             MPI_ERR_COMM,
-            format!("{what} is not available on an intercommunicator (rmca's intercommunicator collectives: MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall)"),
+            format!("{what} is not available on an intercommunicator (MPI defines it on intra-communicators only)"),
         ));
     }
     Ok(())
@@ -121,7 +122,11 @@ pub unsafe extern "C" fn MPI_Intercomm_create(
             (c.clone(), 0)
         };
         let inter = c.intercomm_create(ll, &peer, rl, tag)?;
-        add_comm(inter, errhandler, newintercomm)
+        add_comm(inter, errhandler, newintercomm)?;
+        // The local communicator's session (its buffered-send buffer) carries over.
+        // SAFETY: add_comm wrote the handle (non-null, checked).
+        super::buffers::comm_derived(local_comm, unsafe { newintercomm.read() });
+        Ok(())
     })
 }
 
@@ -172,7 +177,10 @@ pub unsafe extern "C" fn MPI_Intercomm_merge(
         let (c, errhandler) = comm_entry(intercomm)?;
         need_inter(&c, "MPI_Intercomm_merge")?;
         let merged = c.intercomm_merge(high != 0)?;
-        add_comm(merged, errhandler, newintracomm)
+        add_comm(merged, errhandler, newintracomm)?;
+        // SAFETY: add_comm wrote the handle (non-null, checked).
+        super::buffers::comm_derived(intercomm, unsafe { newintracomm.read() });
+        Ok(())
     })
 }
 
@@ -203,7 +211,7 @@ pub unsafe extern "C" fn MPI_Comm_remote_group(comm: Handle, g: *mut Handle) -> 
 // ---- collectives on intercommunicators ----
 
 /// The root argument of a rooted collective on an intercommunicator.
-fn inter_root(root: c_int, remote_size: usize) -> MpiResult<InterRoot> {
+pub(crate) fn inter_root(root: c_int, remote_size: usize) -> MpiResult<InterRoot> {
     match root {
         MPI_ROOT => Ok(InterRoot::Root),
         MPI_PROC_NULL => Ok(InterRoot::Null),
@@ -225,7 +233,7 @@ fn local_of(c: &Communicator) -> MpiResult<&Communicator> {
         .ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "intercommunicator without a local side"))
 }
 
-fn no_in_place(p: *const c_void, fname: &str) -> MpiResult<()> {
+pub(crate) fn no_in_place(p: *const c_void, fname: &str) -> MpiResult<()> {
     if in_place(p) {
         return Err(MpiError::new(
             MPI_ERR_BUFFER,
@@ -239,10 +247,10 @@ fn no_in_place(p: *const c_void, fname: &str) -> MpiResult<()> {
 ///
 /// # Safety
 /// MPI_Bcast's contract.
-pub(crate) unsafe fn bcast(
+pub(crate) unsafe fn bcast<W: Width>(
     c: &Communicator,
     buffer: *mut c_void,
-    count: c_int,
+    count: W::Count,
     dt: Handle,
     root: c_int,
 ) -> MpiResult<()> {
@@ -250,7 +258,7 @@ pub(crate) unsafe fn bcast(
     if root == InterRoot::Null {
         return Ok(());
     }
-    let mut data = recv_data(buffer, count, dt, "broadcast")?;
+    let mut data = recv_n(buffer, W::count(count, "count")?, dt, "broadcast")?;
     // SAFETY: the caller's contract: `buffer` holds `count` elements for the call.
     unsafe {
         if root == InterRoot::Root {
@@ -269,17 +277,17 @@ pub(crate) unsafe fn bcast(
 ///
 /// # Safety
 /// MPI_Allreduce's contract.
-pub(crate) unsafe fn allreduce(
+pub(crate) unsafe fn allreduce<W: Width>(
     c: &Communicator,
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     dt: Handle,
     op: Handle,
 ) -> MpiResult<()> {
     no_in_place(sendbuf, "MPI_Allreduce")?;
     let local = local_of(c)?;
-    let n = super::count(count, "count")?;
+    let n = W::count(count, "count")?;
     let ty = Ty::for_use(dt)?;
     let r = reducer(op, dt, &ty)?;
     let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
@@ -309,18 +317,23 @@ pub(crate) unsafe fn allreduce(
 /// # Safety
 /// MPI_Reduce's contract.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn reduce_to(
+pub(crate) unsafe fn reduce_to<W: Width>(
     c: &Communicator,
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     dt: Handle,
     op: Handle,
     root: c_int,
 ) -> MpiResult<()> {
     let root = inter_root(root, c.size())?;
     let local = local_of(c)?;
-    let n = super::count(count, "count")?;
+    // Nothing of the call is significant at the root's group but the root (mpi4py passes
+    // MPI_BYTE with MPI_SUM there).
+    if root == InterRoot::Null {
+        return Ok(());
+    }
+    let n = W::count(count, "count")?;
     let ty = Ty::for_use(dt)?;
     let r = reducer(op, dt, &ty)?;
     // SAFETY: the caller's contract: the buffers of this process's role hold `count`
@@ -360,13 +373,13 @@ pub(crate) unsafe fn reduce_to(
 /// # Safety
 /// MPI_Gather's contract.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gather(
+pub(crate) unsafe fn gather<W: Width>(
     c: &Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: W::Count,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: W::Count,
     recvtype: Handle,
     root: c_int,
 ) -> MpiResult<()> {
@@ -376,7 +389,8 @@ pub(crate) unsafe fn gather(
         match root {
             InterRoot::Null => Ok(()),
             InterRoot::Root => {
-                let (rty, total, _) = blocks_of(recvcount, recvtype, c.size(), "receive")?;
+                let rc = W::count(recvcount, "receive count")?;
+                let (rty, total, _) = blocks_n(rc, recvtype, c.size(), "receive")?;
                 let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
                 c.inter_gather(&[], Some(recv.bytes_mut()), root)?;
                 recv.finish(recv.len());
@@ -384,7 +398,12 @@ pub(crate) unsafe fn gather(
             }
             InterRoot::Remote(_) => {
                 no_in_place(sendbuf, "MPI_Gather")?;
-                let send = send_data(sendbuf, sendcount, sendtype, "send")?;
+                let send = send_n(
+                    sendbuf,
+                    W::count(sendcount, "send count")?,
+                    sendtype,
+                    "send",
+                )?;
                 Ok(c.inter_gather(send.bytes(), None, root)?)
             }
         }
@@ -396,13 +415,13 @@ pub(crate) unsafe fn gather(
 /// # Safety
 /// MPI_Scatter's contract.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn scatter(
+pub(crate) unsafe fn scatter<W: Width>(
     c: &Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: W::Count,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: W::Count,
     recvtype: Handle,
     root: c_int,
 ) -> MpiResult<()> {
@@ -412,13 +431,15 @@ pub(crate) unsafe fn scatter(
         match root {
             InterRoot::Null => Ok(()),
             InterRoot::Root => {
-                let (sty, total, _) = blocks_of(sendcount, sendtype, c.size(), "send")?;
+                let sc = W::count(sendcount, "send count")?;
+                let (sty, total, _) = blocks_n(sc, sendtype, c.size(), "send")?;
                 let send = send_data_n(sendbuf, total, &sty, "send")?;
                 Ok(c.inter_scatter(Some(send.bytes()), &mut [], root)?)
             }
             InterRoot::Remote(_) => {
                 no_in_place(recvbuf, "MPI_Scatter")?;
-                let mut recv = recv_data(recvbuf, recvcount, recvtype, "receive")?;
+                let rc = W::count(recvcount, "receive count")?;
+                let mut recv = recv_n(recvbuf, rc, recvtype, "receive")?;
                 c.inter_scatter(None, recv.bytes_mut(), root)?;
                 recv.finish(recv.len());
                 Ok(())
@@ -431,21 +452,27 @@ pub(crate) unsafe fn scatter(
 ///
 /// # Safety
 /// MPI_Allgather's contract.
-pub(crate) unsafe fn allgather(
+pub(crate) unsafe fn allgather<W: Width>(
     c: &Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: W::Count,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: W::Count,
     recvtype: Handle,
 ) -> MpiResult<()> {
     no_in_place(sendbuf, "MPI_Allgather")?;
-    let (rty, total, _) = blocks_of(recvcount, recvtype, c.size(), "receive")?;
+    let rc = W::count(recvcount, "receive count")?;
+    let (rty, total, _) = blocks_n(rc, recvtype, c.size(), "receive")?;
     let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
     // SAFETY: the caller's contract.
     unsafe {
-        let send = send_data(sendbuf, sendcount, sendtype, "send")?;
+        let send = send_n(
+            sendbuf,
+            W::count(sendcount, "send count")?,
+            sendtype,
+            "send",
+        )?;
         apart(&send, &recv, "MPI_Allgather")?;
         c.inter_allgather(send.bytes(), recv.bytes_mut())?;
         recv.finish(recv.len());
@@ -457,20 +484,22 @@ pub(crate) unsafe fn allgather(
 ///
 /// # Safety
 /// MPI_Alltoall's contract.
-pub(crate) unsafe fn alltoall(
+pub(crate) unsafe fn alltoall<W: Width>(
     c: &Communicator,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: W::Count,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: W::Count,
     recvtype: Handle,
 ) -> MpiResult<()> {
     no_in_place(sendbuf, "MPI_Alltoall")?;
     let n = c.size();
     // Each group's send blocks match the other group's receive blocks, not its own.
-    let (rty, total, _) = blocks_of(recvcount, recvtype, n, "receive")?;
-    let (sty, stotal, _) = blocks_of(sendcount, sendtype, n, "send")?;
+    let rc = W::count(recvcount, "receive count")?;
+    let sc = W::count(sendcount, "send count")?;
+    let (rty, total, _) = blocks_n(rc, recvtype, n, "receive")?;
+    let (sty, stotal, _) = blocks_n(sc, sendtype, n, "send")?;
     let mut recv = recv_data_n(recvbuf, total, &rty, "receive")?;
     // SAFETY: the caller's contract.
     unsafe {
@@ -636,5 +665,64 @@ pub(crate) unsafe fn alltoallv<W: Width>(
         let mut all = vec![0u8; rb.total];
         c.inter_alltoallv(&packed, &sb.regions(), &mut all, &rb.regions())?;
         rb.unpack(&all, recvbuf, &rty, None)
+    }
+}
+
+/// `MPI_Alltoallw` on an intercommunicator: per remote process a count, a byte
+/// displacement and a datatype on each side.
+///
+/// # Safety
+/// MPI_Alltoallw's contract.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn alltoallw<W: Width>(
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcounts: *const W::Elem,
+    sdispls: *const W::Displ,
+    sendtypes: *const Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const W::Elem,
+    rdispls: *const W::Displ,
+    recvtypes: *const Handle,
+) -> MpiResult<()> {
+    no_in_place(sendbuf, "MPI_Alltoallw")?;
+    let n = c.size();
+    // SAFETY: the caller's contract: one entry per remote process in each array.
+    unsafe {
+        let (sc, sd) = arrays::<W>(sendcounts, sdispls, n, "send", true)?;
+        let (rc, rd) = arrays::<W>(recvcounts, rdispls, n, "receive", true)?;
+        let st = read_types(sendtypes, n, "send")?;
+        let rt = read_types(recvtypes, n, "receive")?;
+        let sb = TypedBlocks::new(&sc, &sd, &st, "send")?;
+        let rb = TypedBlocks::new(&rc, &rd, &rt, "receive")?;
+        sb.check_null(sendbuf, "send")?;
+        rb.check_null(recvbuf, "receive")?;
+        let packed = sb.pack(sendbuf)?;
+        let mut all = vec![0u8; rb.total];
+        c.inter_alltoallv(&packed, &sb.regions(), &mut all, &rb.regions())?;
+        rb.unpack(&all, recvbuf);
+    }
+    Ok(())
+}
+
+/// `MPI_Reduce_scatter` (`counts`: one per process of the local group) and
+/// `MPI_Reduce_scatter_block` on an intercommunicator: each process gets its part of the
+/// reduction of the remote group's inputs.
+///
+/// # Safety
+/// The collective's contract.
+pub(crate) unsafe fn reduce_scatter(
+    fname: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    counts: &[usize],
+    dt: Handle,
+    op: Handle,
+) -> MpiResult<()> {
+    // SAFETY: the caller's contract, for the whole (blocking) call.
+    unsafe {
+        let started = super::inter_nb::ireduce_scatter(fname, c, sendbuf, recvbuf, counts, dt, op)?;
+        super::inter_nb::block_on(started)
     }
 }

@@ -15,19 +15,23 @@
 #![allow(non_snake_case)]
 
 pub mod attr;
+pub mod buffers;
 pub mod coll;
 pub mod coll_c;
 pub mod comm;
+mod complete;
 pub mod env;
 pub mod grequest;
 pub mod group;
 pub mod handles;
 pub mod info;
 pub mod inter;
+pub mod inter_nb;
 pub mod mprobe;
 pub mod nbc;
 pub mod neighbor;
 pub mod op;
+pub mod op_long;
 pub mod p2p;
 pub mod partitioned;
 pub mod pcoll;
@@ -39,6 +43,7 @@ pub mod topo;
 pub mod types;
 pub mod types_more;
 pub mod vcoll;
+pub mod win;
 
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -178,15 +183,6 @@ pub(crate) fn count(n: c_int, what: &str) -> MpiResult<usize> {
     })
 }
 
-fn count_of(n: c_int, what: &str) -> MpiResult<usize> {
-    usize::try_from(n).map_err(|_| {
-        MpiError::new(
-            MPI_ERR_COUNT,
-            format!("{what} count {n} is negative: counts are >= 0"),
-        )
-    })
-}
-
 /// The byte length of `n` elements of predefined datatype `dt` at `buf`, when a
 /// per-message call (`MPI_Send`, `MPI_Recv`, `MPI_Isend`, `MPI_Irecv`) can use the buffer in
 /// place without further checks: a predefined datatype, a non-negative count, and a buffer
@@ -243,7 +239,7 @@ impl SendData {
     /// For `Direct`, the program's buffer is valid and unwritten while the slice lives.
     pub(crate) unsafe fn bytes(&self) -> &[u8] {
         match self {
-            // SAFETY: the caller's contract; non-null when len > 0 (checked by send_data).
+            // SAFETY: the caller's contract; non-null when len > 0 (checked by send_data_n).
             SendData::Direct(p, len) => unsafe { bytes((*p).cast(), *len) },
             SendData::Packed(v) => v,
         }
@@ -262,26 +258,10 @@ impl SendData {
     }
 }
 
-/// The data of `n` elements of `dt` at `buf`, to send.
+/// The data of `n` elements (a checked count) of `ty` at `buf`, to send.
 ///
 /// # Safety
-/// `buf` holds `n` elements of `dt` (the MPI contract of a send buffer).
-pub(crate) unsafe fn send_data(
-    buf: *const c_void,
-    n: c_int,
-    dt: Handle,
-    what: &str,
-) -> MpiResult<SendData> {
-    let n = count_of(n, what)?;
-    let ty = types::Ty::for_use(dt)?;
-    // SAFETY: the caller's contract.
-    unsafe { send_data_n(buf, n, &ty, what) }
-}
-
-/// [`send_data`] with a checked count and a resolved datatype.
-///
-/// # Safety
-/// As [`send_data`].
+/// `buf` holds `n` elements of `ty` (the MPI contract of a send buffer).
 pub(crate) unsafe fn send_data_n(
     buf: *const c_void,
     n: usize,
@@ -385,15 +365,18 @@ pub enum Staged {
     Coll(Box<nbc::CollStaged>),
     /// A neighbourhood collective's packed blocks (see [`neighbor::Exchange`]).
     Neighbor(Box<neighbor::Exchange>),
+    /// A non-blocking communicator duplication's result (see [`info::DupStaged`]).
+    Dup(Box<info::DupStaged>),
 }
 
 impl Staged {
-    /// Complete: unpack a receive's `received` bytes.
+    /// Complete: unpack a receive's `received` bytes; `s` is the state the completion call
+    /// works on (a duplicate made by `MPI_Comm_idup` enters its tables).
     ///
     /// # Safety
     /// The operation completed; the program's receive buffer is valid and not otherwise
     /// accessed during the call.
-    pub(crate) unsafe fn finish(self, received: u64) {
+    pub(crate) unsafe fn finish(self, s: &mut state::State, received: u64) {
         match self {
             // SAFETY: the caller's contract.
             Staged::Recv(r) => unsafe { r.finish(received as usize) },
@@ -401,6 +384,8 @@ impl Staged {
             Staged::Coll(c) => unsafe { c.finish() },
             // SAFETY: the caller's contract.
             Staged::Neighbor(x) => unsafe { x.finish() },
+            // SAFETY: the caller's contract.
+            Staged::Dup(d) => unsafe { d.finish(s) },
             Staged::Send(_) => {}
         }
     }
@@ -412,19 +397,14 @@ impl Staged {
             Staged::Recv(_) => true,
             Staged::Coll(c) => c.unpacks(),
             Staged::Neighbor(x) => x.unpacks(),
+            // The program's communicator handle is written at completion.
+            Staged::Dup(_) => true,
             Staged::Send(_) => false,
         }
     }
 }
 
-/// Where `n` elements of `dt` at `buf` are received.
-pub(crate) fn recv_data(buf: *mut c_void, n: c_int, dt: Handle, what: &str) -> MpiResult<RecvData> {
-    let n = count_of(n, what)?;
-    let ty = types::Ty::for_use(dt)?;
-    recv_data_n(buf, n, &ty, what)
-}
-
-/// [`recv_data`] with a checked count and a resolved datatype.
+/// Where `n` elements (a checked count) of `ty` at `buf` are received.
 pub(crate) fn recv_data_n(
     buf: *mut c_void,
     n: usize,

@@ -76,7 +76,7 @@ fn staged(send: Option<SendData>, scratch: Vec<u8>, recv: Option<RecvData>) -> O
 }
 
 /// [`staged`] with several scratch buffers and an unpacking step run at completion.
-fn keep(
+pub(crate) fn keep(
     send: Option<SendData>,
     scratch: Vec<Vec<u8>>,
     recv: Option<RecvData>,
@@ -105,7 +105,6 @@ fn start(
         return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
     }
     let c = communicator(comm)?;
-    super::inter::refuse(&c, "a non-blocking collective")?;
     let (r, keep) = start(&c)?;
     let h = state::with(|s| {
         let h = s.add_request(ReqEntry::new(comm, ReqState::Active(r)))?;
@@ -1026,6 +1025,9 @@ macro_rules! nb {
         pub unsafe extern "C" fn $i($($arg: $ty,)* comm: Handle, request: *mut Handle) -> c_int {
             call(stringify!($i), comm, || {
                 start(comm, request, |$c: &Communicator| {
+                    if $c.is_inter() {
+                        return super::inter_nb::$i($c, $($arg),*)?($c);
+                    }
                     let go = $prep;
                     go($c)
                 })
@@ -1042,7 +1044,12 @@ macro_rules! nb {
             request: *mut Handle,
         ) -> c_int {
             call(stringify!($init), comm, || {
-                super::pcoll::init(comm, info, request, |$c: &Communicator| Ok($prep))
+                super::pcoll::init(comm, info, request, |$c: &Communicator| {
+                    if $c.is_inter() {
+                        return super::inter_nb::$i($c, $($arg),*);
+                    }
+                    Ok(Box::new($prep) as super::inter_nb::Start)
+                })
             })
         }
     };

@@ -272,10 +272,15 @@ fn prun(
         if request.is_null() {
             return Err(err(MPI_ERR_ARG, "the request argument is NULL"));
         }
-        let (_, a) = args()?;
+        let (c, a) = args()?;
+        // Its place in the collective order is taken at init (MPI orders the inits, not the
+        // starts): see pcoll.rs.
+        let slot = c.reserve_coll_slot();
         let begin = CollStart(std::rc::Rc::new(move |c: &rmca::Communicator| {
-            let (r, x) = start(c, &a)?;
-            Ok((r, Some(Staged::Neighbor(x))))
+            rmca::coll::nonblocking::in_slot(slot, || {
+                let (r, x) = start(c, &a)?;
+                Ok((r, Some(Staged::Neighbor(x))))
+            })
         }));
         let h = state::with(|s| {
             let mut e = ReqEntry::new(comm, ReqState::Inactive);

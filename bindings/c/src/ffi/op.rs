@@ -1,5 +1,6 @@
 //! Reduction operations: the predefined ones on their element types (and `MPI_CHAR`, as an
-//! integer, as MPICH and Open MPI allow), `MPI_MINLOC` and `MPI_MAXLOC` on the C value-index
+//! integer, as MPICH and Open MPI allow; `long double` and complex products in
+//! [`super::op_long`]), `MPI_MINLOC` and `MPI_MAXLOC` on the C value-index
 //! pair types (with the C struct padding, `MPI_LONG_DOUBLE_INT` included), and user operations
 //! (`MPI_Op_create`, `MPI_Op_create_c`), run by every reducing collective through [`reduce`]
 //! and by `MPI_Reduce_local`. A user function is called on whole runs of elements (`len`
@@ -14,6 +15,7 @@ use rmca::coll::{Op, Reducible, Reduction, UserOp};
 use rmca::raw::RawReduction;
 
 use super::coll::{apart, in_place, reduce_recv, reduce_send};
+use super::op_long::Special;
 use super::types::Ty;
 use super::{call, put};
 use crate::abi::*;
@@ -96,6 +98,9 @@ pub enum Reducer {
         index_at: usize,
         size: usize,
     },
+    /// A predefined operation on packed elements of a type Rust has no number for
+    /// (`long double`, complex products), computed by [`super::op_long`].
+    Special(Special),
     /// A user function on elements of `extent` bytes in the program's own layout.
     User {
         f: AnyUserFn,
@@ -174,10 +179,13 @@ pub fn reducer(op: Handle, dt: Handle, ty: &Ty) -> MpiResult<Reducer> {
         };
         return Ok(Reducer::Builtin(rop, elem));
     }
+    if let Some(s) = Special::of(rop, &t) {
+        return Ok(Reducer::Special(s));
+    }
     match t.elem {
         Some(elem) if dtype::op_allowed(rop, t.class) => Ok(Reducer::Builtin(rop, elem)),
         // A sum of complex numbers is the sums of their real and imaginary parts: the
-        // buffer as twice as many reals. Their product mixes the parts: not yet.
+        // buffer as twice as many reals (products are `Special`).
         _ if t.class == dtype::Class::Complex && rop == Op::Sum && t.size == 8 => {
             Ok(Reducer::Builtin(rop, Elem::F32))
         }
@@ -186,7 +194,7 @@ pub fn reducer(op: Handle, dt: Handle, ty: &Ty) -> MpiResult<Reducer> {
         }
         _ if t.class == dtype::Class::Complex && dtype::op_allowed(rop, t.class) => {
             Err(op_error(format!(
-                "{} on {}: rmca reduces complex numbers with MPI_SUM only (of 8- and 16-byte complex types) so far",
+                "{} on {}: rmca reduces the float, double and long double complex types only (not half- or quad-precision ones)",
                 info.name, t.name
             )))
         }
@@ -328,7 +336,7 @@ fn long_double_key(b: &[u8]) -> Option<(bool, u128)> {
 }
 
 /// `a` compared with `b`, C `long double`s.
-fn long_double_cmp(a: &[u8], b: &[u8]) -> Option<std::cmp::Ordering> {
+pub(super) fn long_double_cmp(a: &[u8], b: &[u8]) -> Option<std::cmp::Ordering> {
     let ((na, ma), (nb, mb)) = (long_double_key(a)?, long_double_key(b)?);
     // Signed keys: -0 and +0 compare equal.
     let signed = |neg: bool, m: u128| if neg { -(m as i128) } else { m as i128 };
@@ -452,13 +460,20 @@ where
             let f = pair_fn::<N>(max, value, index_at);
             run_with::<[u8; N]>(c, coll, send, recv, UserOp::commutative(f))
         }
+        // Sums, products, maxima and minima: commutative (bit for bit: IEEE sums and
+        // products are).
+        Reducer::Special(s) => {
+            let f = move |a: [u8; N], b: [u8; N]| s.combine(a, b);
+            run_with::<[u8; N]>(c, coll, send, recv, UserOp::commutative(f))
+        }
         Reducer::User { .. } | Reducer::Builtin(..) => {
-            unreachable!("only MINLOC/MAXLOC runs on sized elements")
+            unreachable!("only MINLOC/MAXLOC and special reductions run on sized elements")
         }
     }
 }
 
-/// Run `f` on pairs of the sizes the value-index types have (with their C padding).
+/// Run `f` on elements of the sizes the value-index types have (with their C padding) and
+/// the special reductions' (8, 16, 32).
 macro_rules! pair_sized {
     ($r:expr, $f:ident, $($arg:expr),*) => {
         match element_size(&$r) {
@@ -491,8 +506,13 @@ where
         } => {
             RawReduction::new::<[u8; N], _>(UserOp::commutative(pair_fn::<N>(max, value, index_at)))
         }
+        Reducer::Special(s) => {
+            RawReduction::new::<[u8; N], _>(UserOp::commutative(move |a: [u8; N], b: [u8; N]| {
+                s.combine(a, b)
+            }))
+        }
         Reducer::User { .. } | Reducer::Builtin(..) => Err(rmca::Error::InvalidArgument(
-            "internal: only MINLOC/MAXLOC runs on sized elements".into(),
+            "internal: only MINLOC/MAXLOC and special reductions run on sized elements".into(),
         )),
     }
 }
@@ -530,7 +550,7 @@ pub fn raw_reduction(r: Reducer) -> MpiResult<RawReduction> {
                 user_step(f, dt, extent),
             )?)
         }
-        Reducer::Pair { .. } => Ok(pair_sized!(r, raw_sized, r)?),
+        Reducer::Pair { .. } | Reducer::Special(_) => Ok(pair_sized!(r, raw_sized, r)?),
     }
 }
 
@@ -544,6 +564,7 @@ pub fn element_size(r: &Reducer) -> usize {
             Elem::I64 | Elem::U64 | Elem::F64 => 8,
         },
         Reducer::Pair { size, .. } => *size,
+        Reducer::Special(s) => s.size(),
         Reducer::User { extent, .. } => *extent,
     }
 }
@@ -566,7 +587,9 @@ pub fn reduce(
             go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32,
                 U64 => u64, F32 => f32, F64 => f64)?;
         }
-        Reducer::Pair { .. } => pair_sized!(r, run_sized, c, coll, send, recv, r)?,
+        Reducer::Pair { .. } | Reducer::Special(_) => {
+            pair_sized!(r, run_sized, c, coll, send, recv, r)?
+        }
         // A user function works on whole runs of bytes: the non-blocking collective (the
         // same schedules), run to its end.
         Reducer::User { .. } => reduce_bytes(c, coll, send, recv, r)?,

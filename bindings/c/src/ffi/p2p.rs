@@ -48,10 +48,10 @@ pub(crate) fn count_c(n: MPI_Count, what: &str) -> MpiResult<usize> {
     })
 }
 
-/// [`super::send_data`] for a count of any width.
+/// [`super::send_data_n`] for a count of any width.
 ///
 /// # Safety
-/// As [`super::send_data`].
+/// As [`super::send_data_n`].
 unsafe fn send_data_c(
     buf: *const c_void,
     n: MPI_Count,
@@ -160,6 +160,10 @@ fn buffered_send(
     to: usize,
     tag: c_int,
 ) -> MpiResult<()> {
+    // The communicator's buffer, else its session's, else the process's (below).
+    if let Some(pool) = super::buffers::pool_for(c) {
+        return super::buffers::send(&pool, c, buf, len, to, tag);
+    }
     // Completed buffered sends give their space back first.
     let mut kept = Vec::with_capacity(s.bsend.in_flight.len());
     for mut b in s.bsend.in_flight.drain(..) {

@@ -5,9 +5,13 @@
 //! freed by `MPI_Request_free`, as a persistent point-to-point request.
 //!
 //! The arguments that MPI binds at init are checked then (counts, roots, count and
-//! displacement arrays, copied); the buffers and datatypes are taken at each start. Every
-//! member must start the persistent collectives of a communicator in the same order, as it
-//! calls the collectives themselves.
+//! displacement arrays, copied); the buffers and datatypes are taken at each start. As MPI
+//! says, the inits are collective calls, made in the same order on every member; the starts
+//! are not: each request takes its place in the communicator's collective order at init
+//! ([`rmca::coll::nonblocking::CollSlot`]), so members may start them in different orders
+//! (MPICH's `coll/p_order`), and each run completes before the request can start again.
+
+use rmca::coll::nonblocking::in_slot;
 
 use super::nbc::Starter;
 use super::{communicator, put};
@@ -26,15 +30,15 @@ pub(crate) fn init<F: Starter>(
         return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
     }
     let c = communicator(comm)?;
-    super::inter::refuse(&c, "a persistent collective")?;
     // rmca reads no hint; the handle must still be an info object (or MPI_INFO_NULL).
     super::info::entries_of(info)?;
     let begin = prep(&c)?;
+    // Taken only once the arguments passed their checks: a refused init takes no place.
+    let slot = c.reserve_coll_slot();
+    let run = move |c: &rmca::Communicator| in_slot(slot, || begin(c));
     let h = state::with(|s| {
         let mut e = ReqEntry::new(comm, ReqState::Inactive);
-        e.persistent = Some(Box::new(Persistent::Coll(CollStart(std::rc::Rc::new(
-            begin,
-        )))));
+        e.persistent = Some(Box::new(Persistent::Coll(CollStart(std::rc::Rc::new(run)))));
         s.add_request(e)
     })?;
     // SAFETY: non-null (checked above), the caller's handle.

@@ -5,6 +5,7 @@ use std::ffi::c_int;
 
 use rmca::raw::{self, Polled};
 
+use super::complete::{self, Found, Mode};
 use super::p2p::put_status;
 use super::{call, empty_status, outcome, put};
 use crate::abi::*;
@@ -71,10 +72,27 @@ fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>) {
 
 /// Poll `h`, completing it (freeing or deactivating) if it is done.
 fn poll(s: &mut State, h: Handle, block: bool) -> MpiResult<Poll> {
+    poll_in(s, h, if block { Mode::Wait } else { Mode::Test })
+}
+
+/// [`poll`], making progress as `mode` says (a request of the fast paths is completed where
+/// it lies: `complete.rs`).
+fn poll_in(s: &mut State, h: Handle, mode: Mode) -> MpiResult<Poll> {
     if h == MPI_REQUEST_NULL {
         return Ok(Poll::Inactive);
     }
-    settle(s, h, block)?;
+    match complete::poll(s, h, mode) {
+        Some(Found::Pending) => return Ok(Poll::Pending),
+        Some(Found::Complete(outcome, comm)) => {
+            return Ok(Poll::Complete {
+                outcome,
+                comm,
+                freed: true,
+            })
+        }
+        None => {}
+    }
+    settle(s, h, mode == Mode::Wait)?;
     let entry = s.request(h)?;
     let comm = entry.comm;
     match &entry.state {
@@ -82,6 +100,8 @@ fn poll(s: &mut State, h: Handle, block: bool) -> MpiResult<Poll> {
         ReqState::Active(_) => Ok(Poll::Pending),
         ReqState::Done(_) => {
             let persistent = entry.persistent.is_some();
+            // Only a request that staged data has any: no lookup for the others.
+            let staged = entry.staged;
             let ReqState::Done(outcome) = std::mem::replace(&mut entry.state, ReqState::Inactive)
             else {
                 unreachable!("matched above")
@@ -89,10 +109,10 @@ fn poll(s: &mut State, h: Handle, block: bool) -> MpiResult<Poll> {
             if !persistent {
                 s.remove_request(h);
             }
-            if let Some(staged) = s.staged.remove(&h) {
+            if let Some(staged) = staged.then(|| s.staged.remove(&h)).flatten() {
                 // SAFETY: the operation completed; the program leaves its buffer alone
                 // until the completion call returns.
-                unsafe { staged.finish(outcome.status.bytes()) };
+                unsafe { staged.finish(s, outcome.status.bytes()) };
             }
             Ok(Poll::Complete {
                 outcome: *outcome,
@@ -255,7 +275,7 @@ unsafe fn complete_all(
 
 /// `MPI_ERR_IN_STATUS` for a completion call of many requests of which one failed with `e`.
 #[cold]
-fn in_status(e: &MpiError) -> MpiError {
+pub(super) fn in_status(e: &MpiError) -> MpiError {
     MpiError::with_comm(
         MPI_ERR_IN_STATUS,
         format!("a request failed (see the statuses): {}", e.msg),
@@ -278,6 +298,10 @@ pub unsafe extern "C" fn MPI_Waitall(
             if statuses.is_null() {
                 // SAFETY: MPI_Waitall's contract: `count` handles.
                 return unsafe { waitall_ignoring_statuses(s, n, requests) };
+            }
+            // SAFETY: MPI_Waitall's contract: `count` handles and statuses.
+            if let Some(done) = unsafe { complete::waitall_statuses(s, n, requests, statuses) } {
+                return done;
             }
             // SAFETY: MPI_Waitall's contract: `count` handles.
             settle_all(s, (0..n).map(|i| unsafe { handle_at(requests, i) }));
@@ -421,7 +445,7 @@ unsafe fn complete_staged(s: &mut State, h: Handle, state: ReqState) -> Option<M
     };
     if let Some(staged) = s.staged.remove(&h) {
         // SAFETY: the operation completed; the caller's contract.
-        unsafe { staged.finish(done.status.bytes()) };
+        unsafe { staged.finish(s, done.status.bytes()) };
     }
     done.error
 }
@@ -437,16 +461,23 @@ pub unsafe extern "C" fn MPI_Testall(
     call("MPI_Testall", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
         state::with(|s| {
-            let mut all = true;
-            for i in 0..n {
-                // SAFETY: MPI_Testall's contract: `count` handles.
-                let h = unsafe { handle_at(requests, i) };
-                if h == MPI_REQUEST_NULL {
-                    continue;
+            // SAFETY: MPI_Testall's contract: `count` handles.
+            let all = match unsafe { complete::testall(s, n, requests) } {
+                Some(all) => all,
+                None => {
+                    let mut all = true;
+                    for i in 0..n {
+                        // SAFETY: MPI_Testall's contract: `count` handles.
+                        let h = unsafe { handle_at(requests, i) };
+                        if h == MPI_REQUEST_NULL {
+                            continue;
+                        }
+                        settle(s, h, false)?;
+                        all &= !matches!(s.request(h)?.state, ReqState::Active(_));
+                    }
+                    all
                 }
-                settle(s, h, false)?;
-                all &= !matches!(s.request(h)?.state, ReqState::Active(_));
-            }
+            };
             // SAFETY: the caller's int.
             unsafe { put(flag, c_int::from(all), "flag")? };
             if !all {
@@ -469,10 +500,12 @@ unsafe fn any_pass(
     requests: *mut Handle,
 ) -> MpiResult<Option<Option<(usize, Outcome, Handle)>>> {
     let mut inactive = 0;
+    // One progress pass for the array, then each request looked at.
+    complete::progress(s);
     for i in 0..n {
         // SAFETY: the caller's contract.
         let h = unsafe { handle_at(requests, i) };
-        match poll(s, h, false)? {
+        match poll_in(s, h, Mode::Look)? {
             Poll::Inactive => inactive += 1,
             Poll::Pending => {}
             Poll::Complete {
@@ -590,10 +623,12 @@ unsafe fn some_pass(
     statuses: *mut MpiStatus,
 ) -> MpiResult<Option<(usize, Option<MpiError>)>> {
     let (mut done, mut inactive, mut first_error) = (0usize, 0usize, None::<MpiError>);
+    // One progress pass for the array, then each request looked at.
+    complete::progress(s);
     for i in 0..n {
         // SAFETY: the caller's contract.
         let h = unsafe { handle_at(requests, i) };
-        match poll(s, h, false)? {
+        match poll_in(s, h, Mode::Look)? {
             Poll::Inactive => inactive += 1,
             Poll::Pending => {}
             Poll::Complete {
@@ -756,7 +791,7 @@ pub unsafe extern "C" fn MPI_Request_get_status(
                         if let Some(staged) = s.staged.remove(&request) {
                             // SAFETY: the operation completed; the program may read its
                             // buffer once this call says so.
-                            unsafe { staged.finish(st.bytes()) };
+                            unsafe { staged.finish(s, st.bytes()) };
                         }
                         Some(st)
                     }

@@ -54,7 +54,7 @@ fn bad_session(h: Handle) -> MpiError {
     )
 }
 
-fn index(h: Handle) -> MpiResult<usize> {
+pub(crate) fn index(h: Handle) -> MpiResult<usize> {
     let i = h
         .checked_sub(SESSION_BASE)
         .filter(|&i| i < MAX_SESSIONS)
@@ -101,7 +101,11 @@ pub(crate) fn call_eh(
 }
 
 /// Run `f` for a call on session `session`: errors go to its error handler.
-fn on_session(fname: &'static str, session: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+pub(crate) fn on_session(
+    fname: &'static str,
+    session: Handle,
+    f: impl FnOnce() -> MpiResult<()>,
+) -> c_int {
     let eh = errhandler_of(session).map_or(MPI_ERRORS_ARE_FATAL, State::errhandler_handle);
     call_eh(fname, eh, session, f)
 }
@@ -173,6 +177,8 @@ pub unsafe extern "C" fn MPI_Session_finalize(session: *mut Handle) -> c_int {
     let h = unsafe { session.read() };
     on_session("MPI_Session_finalize", h, || {
         let i = index(h)?;
+        // Its buffer is detached once its sends completed (as MPICH does).
+        super::buffers::session_finalized(h)?;
         SESSIONS.with(|t| t.borrow_mut()[i] = None);
         // SAFETY: as above.
         unsafe { session.write(MPI_SESSION_NULL) };
@@ -346,7 +352,10 @@ pub unsafe extern "C" fn MPI_Group_from_session_pset(
         index(session)?;
         // SAFETY: MPI's contract: a NUL-terminated string.
         let name = unsafe { c_str(pset_name, "pset_name")? };
-        add_group(pset_group(&name)?, newgroup)
+        add_group(pset_group(&name)?, newgroup)?;
+        // SAFETY: add_group wrote the handle (non-null).
+        super::buffers::group_made(session, unsafe { newgroup.read() });
+        Ok(())
     })
 }
 
@@ -380,6 +389,7 @@ pub unsafe extern "C" fn MPI_Comm_create_from_group(
             }
             let world = communicator(MPI_COMM_WORLD)?;
             let c = world.create_group(&grp, &format!("from_group:{tag}"))?;
+            super::buffers::comm_from_group(g, &c);
             add_comm(c, eh, newcomm)
         },
     )
@@ -409,6 +419,9 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
             ));
         }
         let nc = c.create_group(&grp, &format!("group:{tag}"))?;
-        add_comm(nc, errhandler, newcomm)
+        add_comm(nc, errhandler, newcomm)?;
+        // SAFETY: add_comm wrote the handle (non-null, checked).
+        super::buffers::comm_derived(comm, unsafe { newcomm.read() });
+        Ok(())
     })
 }

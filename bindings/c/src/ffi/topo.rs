@@ -120,6 +120,8 @@ unsafe fn put_comm(old: Handle, c: Option<rmca::Communicator>, out: *mut Handle)
             })
         })?,
     };
+    // A communicator made from a session's keeps its buffered-send buffer's session.
+    super::buffers::comm_derived(old, h);
     // SAFETY: the caller's contract.
     unsafe { put(out, h, "newcomm") }
 }

@@ -548,12 +548,27 @@ impl TypedBlocks {
         }
     }
 
+    /// Refuse a NULL buffer that would be read or written near address 0. NULL is also
+    /// `MPI_BOTTOM`, where each block's displacement and datatype make absolute addresses
+    /// (mpi4py's `Alltoallw` on `MPI_BOTTOM`): only a block that starts in the first page,
+    /// which is never mapped, is a NULL buffer's.
     pub(crate) fn check_null(&self, buf: *const c_void, side: &str) -> MpiResult<()> {
-        if self.total > 0 && buf.is_null() {
-            return Err(MpiError::new(
-                MPI_ERR_BUFFER,
-                format!("the {side} buffer is NULL"),
-            ));
+        const UNMAPPED: isize = 4096;
+        if !buf.is_null() {
+            return Ok(());
+        }
+        for (r, (ty, _, displ)) in self.parts.iter().enumerate() {
+            if self.packed_counts[r] == 0 {
+                continue;
+            }
+            let at = displ.saturating_add(ty.layout().true_lb());
+            // Below the first page (or negative: no user-space address).
+            if at < UNMAPPED {
+                return Err(MpiError::new(
+                    MPI_ERR_BUFFER,
+                    format!("the {side} buffer is NULL and the block of rank {r} is not at an absolute address (displacement {displ}, datatype true lower bound {}) as MPI_BOTTOM needs", at - displ),
+                ));
+            }
         }
         Ok(())
     }
@@ -805,7 +820,11 @@ macro_rules! v_forms {
             comm: Handle,
         ) -> c_int {
             call(stringify!($alltoallw), comm, || {
-                let c = intra(comm, stringify!($alltoallw))?;
+                let c = communicator(comm)?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe { super::inter::alltoallw::<$w>(&c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes) };
+                }
                 let n = c.size();
                 let send_side = !in_place(sendbuf);
                 // SAFETY: the collective's contract: the arrays hold one entry per rank.
@@ -830,10 +849,14 @@ macro_rules! v_forms {
             comm: Handle,
         ) -> c_int {
             call(stringify!($rs), comm, || {
-                let c = intra(comm, stringify!($rs))?;
-                // SAFETY: the collective's contract: one count per rank.
+                let c = communicator(comm)?;
+                // SAFETY: the collective's contract: one count per rank (per process of the
+                // local group on an intercommunicator).
                 unsafe {
-                    let counts = read_counts(recvcounts, c.size(), "receive")?;
+                    let counts = read_counts(recvcounts, c.local_size(), "receive")?;
+                    if c.is_inter() {
+                        return super::inter::reduce_scatter(stringify!($rs), &c, sendbuf, recvbuf, &counts, dt, op);
+                    }
                     reduce_scatter(&c, sendbuf, recvbuf, &counts, dt, op)
                 }
             })
@@ -850,8 +873,12 @@ macro_rules! v_forms {
             comm: Handle,
         ) -> c_int {
             call(stringify!($rsb), comm, || {
-                let c = intra(comm, stringify!($rsb))?;
+                let c = communicator(comm)?;
                 let k = <$w as Width>::count(recvcount, "receive count")?;
+                if c.is_inter() {
+                    // SAFETY: the collective's contract.
+                    return unsafe { super::inter::reduce_scatter(stringify!($rsb), &c, sendbuf, recvbuf, &vec![k; c.local_size()], dt, op) };
+                }
                 // SAFETY: the collective's contract.
                 unsafe { reduce_scatter_block(&c, sendbuf, recvbuf, k, dt, op) }
             })

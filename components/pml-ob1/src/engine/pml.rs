@@ -306,43 +306,19 @@ impl Pml for Ob1 {
     fn wait_all(
         &mut self,
         requests: &[RequestId],
-        mut between: Option<&mut dyn FnMut() -> usize>,
+        between: Option<&mut dyn FnMut() -> usize>,
         failed: &mut Vec<(usize, Status)>,
     ) -> Result<(), PmlError> {
-        // The BTLs deliver whatever they have until the *last* request completed (then as
-        // `wait` does, one record at a time): taking a window's messages in few passes rather
-        // than one pass per message raised the 8 B message rate 1.2x here. Stopping at the
-        // last keeps the next window's messages in the rings until receives are posted for
-        // them.
-        self.core.awaited = requests.last().copied();
-        self.core.awaited_done = requests.last().is_some_and(|&id| {
-            self.core
-                .reqs
-                .get_mut(id)
-                .is_some_and(|r| r.phase == Phase::Done)
-        });
-        // One loop over the window: a request found complete costs one check; progress
-        // passes run only while the next request is still in flight.
-        let mut unknown = None;
-        let mut backoff = Backoff::default();
-        let mut i = 0;
-        while let Some(&id) = requests.get(i) {
-            match self.core.reqs.settle(id) {
-                Settle::Released => {}
-                Settle::Pending => {
-                    self.wait_pass(&mut between, &mut backoff);
-                    continue;
-                }
-                Settle::Failed => self.take_failed(i, id, failed),
-                Settle::Unknown => {
-                    unknown.get_or_insert(id);
-                }
-            }
-            i += 1;
-        }
-        self.core.awaited = None;
-        self.core.awaited_done = false;
-        unknown.map_or(Ok(()), |id| Err(PmlError::UnknownRequest(id)))
+        self.wait_window::<false>(requests, between, failed)
+    }
+
+    fn wait_all_statuses(
+        &mut self,
+        requests: &[RequestId],
+        between: Option<&mut dyn FnMut() -> usize>,
+        statuses: &mut Vec<(usize, Status)>,
+    ) -> Result<(), PmlError> {
+        self.wait_window::<true>(requests, between, statuses)
     }
 
     fn peer_btls(&self) -> Vec<Vec<String>> {
@@ -442,6 +418,66 @@ impl Ob1 {
             self.queue_start(args.dest, id);
         }
         id
+    }
+
+    /// `wait_all` (`ALL` false: only the failures reported, into `out`) and
+    /// `wait_all_statuses` (`ALL` true: every status): one loop over the window.
+    #[inline(always)]
+    fn wait_window<const ALL: bool>(
+        &mut self,
+        requests: &[RequestId],
+        mut between: Option<&mut dyn FnMut() -> usize>,
+        out: &mut Vec<(usize, Status)>,
+    ) -> Result<(), PmlError> {
+        // The BTLs deliver whatever they have until the *last* request completed (then as
+        // `wait` does, one record at a time): taking a window's messages in few passes rather
+        // than one pass per message raised the 8 B message rate 1.2x here. Stopping at the
+        // last keeps the next window's messages in the rings until receives are posted for
+        // them.
+        self.core.awaited = requests.last().copied();
+        self.core.awaited_done = requests.last().is_some_and(|&id| {
+            self.core
+                .reqs
+                .get_mut(id)
+                .is_some_and(|r| r.phase == Phase::Done)
+        });
+        // One loop over the window: a request found complete costs one check; progress
+        // passes run only while the next request is still in flight.
+        let mut unknown = None;
+        let mut backoff = Backoff::default();
+        let mut i = 0;
+        while let Some(&id) = requests.get(i) {
+            if ALL {
+                // Every status is wanted: taken (and the request released) as it completes.
+                match self.core.reqs.take_done(id) {
+                    Ok(Some(st)) => out.push((i, st)),
+                    Ok(None) => {
+                        self.wait_pass(&mut between, &mut backoff);
+                        continue;
+                    }
+                    Err(()) => {
+                        unknown.get_or_insert(id);
+                    }
+                }
+                i += 1;
+                continue;
+            }
+            match self.core.reqs.settle(id) {
+                Settle::Released => {}
+                Settle::Pending => {
+                    self.wait_pass(&mut between, &mut backoff);
+                    continue;
+                }
+                Settle::Failed => self.take_failed(i, id, out),
+                Settle::Unknown => {
+                    unknown.get_or_insert(id);
+                }
+            }
+            i += 1;
+        }
+        self.core.awaited = None;
+        self.core.awaited_done = false;
+        unknown.map_or(Ok(()), |id| Err(PmlError::UnknownRequest(id)))
     }
 
     /// One pass of a wait loop: progress, the runtime's functions, back-off. Out of line in

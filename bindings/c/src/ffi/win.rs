@@ -1,0 +1,1976 @@
+//! One-sided communication (MPI-3 RMA): windows (`MPI_Win_create`, `_allocate`,
+//! `_create_dynamic` with `_attach`/`_detach`, `_free`), the operations (`MPI_Put`, `MPI_Get`,
+//! `MPI_Accumulate`, `MPI_Get_accumulate`, `MPI_Fetch_and_op`, `MPI_Compare_and_swap` and the
+//! request-based `MPI_R*`), every synchronization, and the window's name, group, attributes,
+//! info and error handler, over [`rmca::RawWindow`] (the `osc` framework's component: osc-am).
+//!
+//! Derived datatypes: the origin side is packed (or unpacked) here with the datatype engine;
+//! the target side travels as the runs of bytes the target datatype covers (its typemap,
+//! [`rmca::framework::osc::Layout`]), which the target checks against its memory before
+//! writing anything. Results of fetching operations (`MPI_Get`, ...) land in the program's
+//! buffer when the synchronization that completes them returns (or their request completes).
+//!
+//! Errors go to the window's error handler (`MPI_ERRORS_ARE_FATAL` until set), with the RMA
+//! classes: `MPI_ERR_RMA_RANGE` for memory outside the target's window,
+//! `MPI_ERR_RMA_SYNC` for an operation or synchronization outside its epoch,
+//! `MPI_ERR_LOCKTYPE`, `MPI_ERR_RMA_ATTACH`, `MPI_ERR_RMA_FLAVOR`, `MPI_ERR_WIN`.
+#![allow(non_snake_case)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void};
+use std::rc::Rc;
+
+use rmca::framework::buffer::UserBuf;
+use rmca::framework::osc::{AccOp, Elem, Layout, LockKind, OscError, SyncCall};
+use rmca::window::Flavor;
+use rmca::RawWindow;
+
+use super::types::Ty;
+use super::{call, invoke, put, put_string, raise};
+use crate::abi::*;
+use crate::state::{self, ErrHandler, ErrhKind, MpiError, MpiResult, ReqEntry, ReqState};
+use rmca_mpi_export::export;
+
+const MPI_ERR_LOCKTYPE: c_int = 37;
+const MPI_ERR_RMA_ATTACH: c_int = 46;
+const MPI_ERR_RMA_RANGE: c_int = 48;
+const MPI_ERR_RMA_SYNC: c_int = 50;
+const MPI_ERR_WIN: c_int = 56;
+const MPI_ERR_RMA_FLAVOR: c_int = 57;
+const MPI_ERR_INFO: c_int = 34;
+const MPI_WIN_NULL: Handle = 0x110;
+const MPI_LOCK_EXCLUSIVE: c_int = 301;
+const MPI_LOCK_SHARED: c_int = 302;
+const MPI_MODE_NOCHECK: c_int = 1024;
+const MPI_MODE_NOSUCCEED: c_int = 16384;
+const MPI_WIN_FLAVOR_CREATE: c_int = 311;
+const MPI_WIN_FLAVOR_ALLOCATE: c_int = 312;
+const MPI_WIN_FLAVOR_DYNAMIC: c_int = 313;
+const MPI_WIN_UNIFIED: c_int = 321;
+const MPI_WIN_BASE: c_int = 601;
+const MPI_WIN_DISP_UNIT: c_int = 602;
+const MPI_WIN_SIZE: c_int = 603;
+const MPI_WIN_CREATE_FLAVOR: c_int = 604;
+const MPI_WIN_MODEL: c_int = 605;
+
+/// Handles of windows: this plus an index.
+pub const WIN_BASE: Handle = DYNAMIC_BASE * 29;
+const MAX_WINS: usize = DYNAMIC_BASE;
+
+/// The values the predefined attributes point to (boxed: the program keeps the pointers).
+struct Attrs {
+    base: usize,
+    size: isize,
+    disp_unit: c_int,
+    flavor: c_int,
+    model: c_int,
+}
+
+/// A fetching operation's result waiting to land in the program's buffer.
+/// Shared by the window (whose synchronizations land it) and the operation's request, if
+/// any (whose completion lands it): whichever sees the result first writes it, once.
+struct Landing {
+    id: u64,
+    ty: Ty,
+    buf: usize,
+    count: usize,
+    /// Bytes landed, or the operation's error, once it completed.
+    outcome: Option<Result<usize, OscError>>,
+}
+
+impl Landing {
+    /// The outcome if the operation completed (landing its result now if not done yet).
+    fn try_land(&mut self, w: &RawWindow) -> Option<Result<usize, OscError>> {
+        if self.outcome.is_none() {
+            let r = w.test_op(self.id)?;
+            self.outcome = Some(match r {
+                Ok(bytes) => {
+                    // SAFETY: the program's result buffer, valid until the synchronization
+                    // or request that completes the operation (MPI's contract): one of them
+                    // is running now.
+                    unsafe { self.ty.unpack(&bytes, self.buf as *mut c_void, self.count) };
+                    Ok(bytes.len())
+                }
+                Err(rmca::Error::Rma(e)) => Err(e),
+                Err(e) => Err(OscError::Transport(e.to_string())),
+            });
+        }
+        self.outcome.clone()
+    }
+}
+
+type SharedLanding = Rc<RefCell<Landing>>;
+
+struct WinEntry {
+    raw: Rc<RawWindow>,
+    errhandler: ErrHandler,
+    name: String,
+    attrs: Box<Attrs>,
+    /// `MPI_Win_allocate`'s memory (16-byte aligned), freed with the window.
+    _alloc: Option<Vec<u128>>,
+    info: Vec<(String, String)>,
+    landings: Vec<SharedLanding>,
+    /// `MPI_Win_allocate_shared`'s segment, unmapped with the window.
+    shared: Option<SharedSeg>,
+}
+
+/// The segment of a window made by `MPI_Win_allocate_shared`: every member's memory, one
+/// after the other (each part 64-byte aligned), mapped by every member.
+struct SharedSeg {
+    base: *mut u8,
+    len: usize,
+    /// Offset of each member's part.
+    offsets: Vec<usize>,
+}
+
+impl Drop for SharedSeg {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: `base..base+len` is the mapping made in `map_shared`, unmapped once,
+            // after the window that exposes it was freed.
+            unsafe { libc::munmap(self.base.cast(), self.len) };
+        }
+    }
+}
+
+thread_local! {
+    static WINS: RefCell<Vec<Option<WinEntry>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn bad_win(win: Handle) -> MpiError {
+    MpiError::new(
+        MPI_ERR_WIN,
+        format!("invalid window {win:#x}: not one made by MPI_Win_create/_allocate/_create_dynamic and not freed"),
+    )
+}
+
+fn index(win: Handle) -> Option<usize> {
+    win.checked_sub(WIN_BASE).filter(|&i| i < MAX_WINS)
+}
+
+/// Run `f` on the entry of `win`.
+fn with_win<R>(win: Handle, f: impl FnOnce(&mut WinEntry) -> MpiResult<R>) -> MpiResult<R> {
+    state::with(|_| Ok(()))?;
+    WINS.with(|t| {
+        let mut t = t.borrow_mut();
+        let e = index(win)
+            .and_then(|i| t.get_mut(i))
+            .and_then(Option::as_mut)
+            .ok_or_else(|| bad_win(win))?;
+        f(e)
+    })
+}
+
+/// The window behind `win`.
+fn raw(win: Handle) -> MpiResult<Rc<RawWindow>> {
+    with_win(win, |e| Ok(e.raw.clone()))
+}
+
+/// Run the body of window function `fname`: errors go to `win`'s error handler (to
+/// `MPI_COMM_WORLD`'s when `win` is not a window).
+fn call_win(fname: &'static str, win: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+    match super::caught(f) {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => {
+            let handler = WINS
+                .try_with(|t| {
+                    let t = t.try_borrow().ok()?;
+                    index(win)
+                        .and_then(|i| t.get(i))
+                        .and_then(Option::as_ref)
+                        .map(|e| e.errhandler)
+                })
+                .ok()
+                .flatten();
+            match handler {
+                Some(h) => invoke(fname, h, win, e),
+                None => raise(fname, MPI_COMM_WORLD, e),
+            }
+        }
+    }
+}
+
+/// The MPI error of a one-sided refusal.
+fn osc_error(e: OscError) -> MpiError {
+    MpiError::new(class_of(&e), e.to_string())
+}
+
+/// The MPI error class of a one-sided refusal.
+pub fn class_of(e: &OscError) -> c_int {
+    match e {
+        OscError::Range(_) => MPI_ERR_RMA_RANGE,
+        OscError::Sync(_) => MPI_ERR_RMA_SYNC,
+        OscError::Rank(_) => MPI_ERR_RANK,
+        OscError::Op(_) => MPI_ERR_OP,
+        OscError::Attach(_) => MPI_ERR_RMA_ATTACH,
+        OscError::Arg(_) => MPI_ERR_ARG,
+        OscError::Transport(_) => MPI_ERR_OTHER,
+    }
+}
+
+/// The MPI error of an rmca error from a window call.
+fn win_error(e: rmca::Error) -> MpiError {
+    match e {
+        rmca::Error::Rma(o) => osc_error(o),
+        e => MpiError::from(e),
+    }
+}
+
+// ---- creation and freeing ----
+
+fn info_entries(info: Handle) -> MpiResult<Vec<(String, String)>> {
+    super::info::entries_of(info).map_err(|e| MpiError::new(MPI_ERR_INFO, e.msg.clone()))
+}
+
+/// Make a window on `comm` over `mem` (`base` is what `MPI_WIN_BASE` reports).
+#[allow(clippy::too_many_arguments)]
+fn make(
+    comm: Handle,
+    mem: UserBuf,
+    base: usize,
+    disp_unit: isize,
+    flavor: Flavor,
+    info: Handle,
+    alloc: Option<Vec<u128>>,
+    win: *mut Handle,
+) -> MpiResult<()> {
+    if win.is_null() {
+        return Err(super::null_argument("win"));
+    }
+    let c = super::communicator(comm)?;
+    let disp = usize::try_from(disp_unit)
+        .ok()
+        .filter(|&d| d > 0)
+        .ok_or_else(|| {
+            MpiError::new(
+                MPI_ERR_ARG,
+                format!("disp_unit {disp_unit} is not positive"),
+            )
+        })?;
+    let info = info_entries(info)?;
+    let no_locks = info
+        .iter()
+        .any(|(k, v)| k == "no_locks" && v.eq_ignore_ascii_case("true"));
+    // SAFETY: `mem` is the program's window memory (valid until MPI_Win_free, as MPI
+    // requires of MPI_Win_create) or the allocation kept in the entry until then.
+    let w = unsafe { RawWindow::create_with_host(&c, mem, disp, flavor, no_locks, Some(host_acc)) }
+        .map_err(win_error)?;
+    let attrs = Box::new(Attrs {
+        base,
+        size: mem.len() as isize,
+        disp_unit: c_int::try_from(disp_unit).unwrap_or(c_int::MAX),
+        flavor: match flavor {
+            Flavor::Create => MPI_WIN_FLAVOR_CREATE,
+            Flavor::Allocate => MPI_WIN_FLAVOR_ALLOCATE,
+            Flavor::Dynamic => MPI_WIN_FLAVOR_DYNAMIC,
+        },
+        model: MPI_WIN_UNIFIED,
+    });
+    let entry = WinEntry {
+        raw: Rc::new(w),
+        errhandler: ErrHandler::Fatal,
+        name: String::new(),
+        attrs,
+        _alloc: alloc,
+        info,
+        landings: Vec::new(),
+        shared: None,
+    };
+    let h = WINS.with(|t| {
+        super::table_insert(
+            &mut t.borrow_mut(),
+            entry,
+            (WIN_BASE, MAX_WINS),
+            "windows",
+            "MPI_Win_free",
+        )
+    })?;
+    // SAFETY: non-null (checked), the caller's handle.
+    unsafe { put(win, h, "win") }
+}
+
+fn size_arg(size: isize) -> MpiResult<usize> {
+    usize::try_from(size)
+        .map_err(|_| MpiError::new(MPI_ERR_ARG, format!("window size {size} is negative")))
+}
+
+/// `MPI_Win_create` and `_c`.
+///
+/// # Safety
+/// MPI_Win_create's contract.
+unsafe fn win_create(
+    fname: &'static str,
+    base: *mut c_void,
+    size: isize,
+    disp_unit: isize,
+    info: Handle,
+    comm: Handle,
+    win: *mut Handle,
+) -> c_int {
+    call(fname, comm, || {
+        let len = size_arg(size)?;
+        if len > 0 && base.is_null() {
+            return Err(MpiError::new(
+                MPI_ERR_ARG,
+                "base is NULL with a non-empty window",
+            ));
+        }
+        // SAFETY: MPI_Win_create's contract: `base` holds `size` bytes until MPI_Win_free.
+        let mem = if len == 0 {
+            UserBuf::empty()
+        } else {
+            unsafe { UserBuf::from_raw_parts_mut(base.cast(), len) }
+        };
+        make(
+            comm,
+            mem,
+            base as usize,
+            disp_unit,
+            Flavor::Create,
+            info,
+            None,
+            win,
+        )
+    })
+}
+
+/// `MPI_Win_create`: a window over the program's memory.
+#[export]
+pub unsafe extern "C" fn MPI_Win_create(
+    base: *mut c_void,
+    size: MPI_Aint,
+    disp_unit: c_int,
+    info: Handle,
+    comm: Handle,
+    win: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        win_create(
+            "MPI_Win_create",
+            base,
+            size,
+            disp_unit as isize,
+            info,
+            comm,
+            win,
+        )
+    }
+}
+
+/// `MPI_Win_create_c`: `MPI_Win_create` with an `MPI_Aint` displacement unit.
+#[export]
+pub unsafe extern "C" fn MPI_Win_create_c(
+    base: *mut c_void,
+    size: MPI_Aint,
+    disp_unit: MPI_Aint,
+    info: Handle,
+    comm: Handle,
+    win: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { win_create("MPI_Win_create_c", base, size, disp_unit, info, comm, win) }
+}
+
+/// `MPI_Win_allocate` and `_c`.
+///
+/// # Safety
+/// MPI_Win_allocate's contract (`baseptr` is a `void **`).
+unsafe fn win_allocate(
+    fname: &'static str,
+    size: isize,
+    disp_unit: isize,
+    info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    call(fname, comm, || {
+        let len = size_arg(size)?;
+        if baseptr.is_null() {
+            return Err(super::null_argument("baseptr"));
+        }
+        let mut alloc = vec![0u128; len.div_ceil(16)];
+        let p = alloc.as_mut_ptr().cast::<u8>();
+        // SAFETY: the allocation is kept in the window's entry until MPI_Win_free (moving
+        // the Vec does not move its heap block).
+        let mem = unsafe { UserBuf::from_raw_parts_mut(p, len) };
+        make(
+            comm,
+            mem,
+            p as usize,
+            disp_unit,
+            Flavor::Allocate,
+            info,
+            Some(alloc),
+            win,
+        )?;
+        // SAFETY: MPI_Win_allocate's contract: `baseptr` points to a `void *`.
+        unsafe { baseptr.cast::<*mut c_void>().write(p.cast()) };
+        Ok(())
+    })
+}
+
+/// `MPI_Win_allocate`: a window over memory the library allocates.
+#[export]
+pub unsafe extern "C" fn MPI_Win_allocate(
+    size: MPI_Aint,
+    disp_unit: c_int,
+    info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        win_allocate(
+            "MPI_Win_allocate",
+            size,
+            disp_unit as isize,
+            info,
+            comm,
+            baseptr,
+            win,
+        )
+    }
+}
+
+/// `MPI_Win_allocate_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_allocate_c(
+    size: MPI_Aint,
+    disp_unit: MPI_Aint,
+    info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        win_allocate(
+            "MPI_Win_allocate_c",
+            size,
+            disp_unit,
+            info,
+            comm,
+            baseptr,
+            win,
+        )
+    }
+}
+
+const MPI_WIN_FLAVOR_SHARED: c_int = 314;
+const MPI_ERR_RMA_SHARED: c_int = 49;
+
+/// Map the segment of `lens` (every member's bytes) on every member of `c` (collective):
+/// rank 0 creates a POSIX shared-memory object, the others open it by the name it
+/// broadcasts, and it is unlinked once all mapped it.
+fn map_shared(c: &rmca::Communicator, lens: &[u64]) -> MpiResult<SharedSeg> {
+    let mut offsets = Vec::with_capacity(lens.len());
+    let mut total = 0usize;
+    for &l in lens {
+        offsets.push(total);
+        total = total
+            .checked_add(usize::try_from(l).unwrap_or(usize::MAX))
+            .and_then(|t| t.checked_add(63))
+            .map(|t| t & !63)
+            .ok_or_else(|| MpiError::new(MPI_ERR_NO_MEM, "the shared window is too large"))?;
+    }
+    if total == 0 {
+        return Ok(SharedSeg {
+            base: std::ptr::null_mut(),
+            len: 0,
+            offsets,
+        });
+    }
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut name = [0u8; 64];
+    let mut ok = [1u8];
+    let me = c.rank();
+    let fail = |what: &str| {
+        MpiError::new(
+            MPI_ERR_RMA_SHARED,
+            format!(
+                "MPI_Win_allocate_shared: {what}: {}",
+                std::io::Error::last_os_error()
+            ),
+        )
+    };
+    let mut fd = -1;
+    let mut err = None;
+    if me == 0 {
+        let n = format!(
+            "/rmca-win-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        name[..n.len()].copy_from_slice(n.as_bytes());
+        // SAFETY: `name` is NUL-terminated (64 bytes, the name is shorter).
+        fd = unsafe {
+            libc::shm_open(
+                name.as_ptr().cast(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        // SAFETY: `fd` is the object just created.
+        if fd < 0 || unsafe { libc::ftruncate(fd, total as libc::off_t) } != 0 {
+            err = Some(fail("creating the segment"));
+            ok[0] = 0;
+        }
+    }
+    c.bcast(&mut ok, 0).map_err(MpiError::from)?;
+    c.bcast(&mut name, 0).map_err(MpiError::from)?;
+    if ok[0] == 0 {
+        if fd >= 0 {
+            // SAFETY: the object and descriptor created above.
+            unsafe {
+                libc::shm_unlink(name.as_ptr().cast());
+                libc::close(fd);
+            }
+        }
+        return Err(err.unwrap_or_else(|| {
+            MpiError::new(
+                MPI_ERR_RMA_SHARED,
+                "MPI_Win_allocate_shared: rank 0 could not create the segment",
+            )
+        }));
+    }
+    if me != 0 {
+        // SAFETY: a NUL-terminated name broadcast by rank 0.
+        fd = unsafe { libc::shm_open(name.as_ptr().cast(), libc::O_RDWR, 0) };
+    }
+    let base = if fd >= 0 {
+        // SAFETY: mapping `total` bytes of the object (its size, set by rank 0), shared.
+        unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+    } else {
+        libc::MAP_FAILED
+    };
+    let mapped = base != libc::MAP_FAILED;
+    if !mapped {
+        err = Some(fail("mapping the segment"));
+    }
+    if fd >= 0 {
+        // SAFETY: the descriptor opened above; the mapping stays.
+        unsafe { libc::close(fd) };
+    }
+    // Every member must have mapped it before the name goes.
+    let mut all = [u8::from(mapped)];
+    let mut everyone = [0u8];
+    c.allreduce(&all, &mut everyone, rmca::coll::Op::Min)
+        .map_err(MpiError::from)?;
+    all[0] = everyone[0];
+    if me == 0 {
+        // SAFETY: the object rank 0 created.
+        unsafe { libc::shm_unlink(name.as_ptr().cast()) };
+    }
+    let seg = SharedSeg {
+        base: if mapped {
+            base.cast()
+        } else {
+            std::ptr::null_mut()
+        },
+        len: if mapped { total } else { 0 },
+        offsets,
+    };
+    if all[0] == 0 {
+        return Err(err.unwrap_or_else(|| {
+            MpiError::new(
+                MPI_ERR_RMA_SHARED,
+                "MPI_Win_allocate_shared: a member could not map the segment",
+            )
+        }));
+    }
+    Ok(seg)
+}
+
+/// `MPI_Win_allocate_shared` and `_c`.
+///
+/// # Safety
+/// MPI_Win_allocate_shared's contract (`baseptr` is a `void **`).
+unsafe fn win_allocate_shared(
+    fname: &'static str,
+    size: isize,
+    disp_unit: isize,
+    info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    call(fname, comm, || {
+        let len = size_arg(size)?;
+        if baseptr.is_null() || win.is_null() {
+            return Err(super::null_argument(if win.is_null() {
+                "win"
+            } else {
+                "baseptr"
+            }));
+        }
+        let c = super::communicator(comm)?;
+        if c.is_inter() {
+            return Err(MpiError::new(
+                MPI_ERR_COMM,
+                "windows are made on intra-communicators only",
+            ));
+        }
+        let node = c.split_shared(0).map_err(MpiError::from)?;
+        if node.size() != c.size() {
+            return Err(MpiError::new(
+                MPI_ERR_RMA_SHARED,
+                "MPI_Win_allocate_shared: the communicator spans several nodes (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED gives one per node)",
+            ));
+        }
+        drop(node);
+        let mut lens = vec![0u64; c.size()];
+        c.allgather(&[len as u64], &mut lens)
+            .map_err(MpiError::from)?;
+        let seg = map_shared(&c, &lens)?;
+        let p = if seg.len == 0 {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: inside the mapping (offsets and lengths add up to at most its size).
+            unsafe { seg.base.add(seg.offsets[c.rank()]) }
+        };
+        let mem = if len == 0 {
+            UserBuf::empty()
+        } else {
+            // SAFETY: this member's part of the mapping, kept until the window is freed.
+            unsafe { UserBuf::from_raw_parts_mut(p, len) }
+        };
+        make(
+            comm,
+            mem,
+            p as usize,
+            disp_unit,
+            Flavor::Allocate,
+            info,
+            None,
+            win,
+        )?;
+        // SAFETY: `win` was written by `make`.
+        let h = unsafe { *win };
+        with_win(h, |e| {
+            e.attrs.flavor = MPI_WIN_FLAVOR_SHARED;
+            e.shared = Some(seg);
+            Ok(())
+        })?;
+        // SAFETY: MPI_Win_allocate_shared's contract: `baseptr` points to a `void *`.
+        unsafe { baseptr.cast::<*mut c_void>().write(p.cast()) };
+        Ok(())
+    })
+}
+
+/// `MPI_Win_allocate_shared`: a window over a segment every member maps (all must share a
+/// node): each reaches the others' memory by load and store (`MPI_Win_shared_query`).
+#[export]
+pub unsafe extern "C" fn MPI_Win_allocate_shared(
+    size: MPI_Aint,
+    disp_unit: c_int,
+    info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        win_allocate_shared(
+            "MPI_Win_allocate_shared",
+            size,
+            disp_unit as isize,
+            info,
+            comm,
+            baseptr,
+            win,
+        )
+    }
+}
+
+/// `MPI_Win_allocate_shared_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_allocate_shared_c(
+    size: MPI_Aint,
+    disp_unit: MPI_Aint,
+    info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        win_allocate_shared(
+            "MPI_Win_allocate_shared_c",
+            size,
+            disp_unit,
+            info,
+            comm,
+            baseptr,
+            win,
+        )
+    }
+}
+
+/// `MPI_Win_shared_query` and `_c`: where member `rank`'s memory is mapped here, its size
+/// and displacement unit (`MPI_PROC_NULL`: the first member with memory).
+///
+/// # Safety
+/// The call's contract: `size` an `MPI_Aint`, `disp_unit` an int (`_c`: an `MPI_Aint`),
+/// `baseptr` a `void **`.
+unsafe fn shared_query(
+    fname: &'static str,
+    win: Handle,
+    rank: c_int,
+    size: *mut MPI_Aint,
+    disp_unit: *mut c_void,
+    wide: bool,
+    baseptr: *mut c_void,
+) -> c_int {
+    call_win(fname, win, || {
+        // Other flavors (MPI 4.1): only this process's memory is reachable by load and
+        // store; the others' come back as size 0 and a NULL base.
+        let (w, base, offsets, own) = with_win(win, |e| {
+            Ok(match &e.shared {
+                Some(s) => (e.raw.clone(), s.base as usize, Some(s.offsets.clone()), 0),
+                None => (e.raw.clone(), 0, None, e.attrs.base),
+            })
+        })?;
+        let me = w.communicator().rank();
+        let n = w.communicator().size();
+        let offsets = offsets.unwrap_or_default();
+        let r = if rank == MPI_PROC_NULL {
+            (0..n)
+                .find(|&r| w.target(r).is_some_and(|t| t.size > 0))
+                .unwrap_or(0)
+        } else {
+            usize::try_from(rank)
+                .ok()
+                .filter(|&r| r < n)
+                .ok_or_else(|| {
+                    MpiError::new(
+                        MPI_ERR_RANK,
+                        format!("rank {rank} is not in the window's group (size {n})"),
+                    )
+                })?
+        };
+        let t = w.target(r).unwrap_or_default();
+        if size.is_null() || disp_unit.is_null() || baseptr.is_null() {
+            return Err(super::null_argument("size, disp_unit or baseptr"));
+        }
+        let (p, size_of) = if offsets.is_empty() {
+            if r == me {
+                (own, t.size)
+            } else {
+                (0, 0)
+            }
+        } else if base == 0 || t.size == 0 {
+            (0, t.size)
+        } else {
+            (base + offsets[r], t.size)
+        };
+        // SAFETY: the call's contract for each out-argument (checked non-null).
+        unsafe {
+            size.write(size_of as MPI_Aint);
+            if wide {
+                disp_unit.cast::<MPI_Aint>().write(t.disp_unit as MPI_Aint);
+            } else {
+                disp_unit.cast::<c_int>().write(t.disp_unit as c_int);
+            }
+            baseptr.cast::<usize>().write(p);
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Win_shared_query`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_shared_query(
+    win: Handle,
+    rank: c_int,
+    size: *mut MPI_Aint,
+    disp_unit: *mut c_int,
+    baseptr: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        shared_query(
+            "MPI_Win_shared_query",
+            win,
+            rank,
+            size,
+            disp_unit.cast(),
+            false,
+            baseptr,
+        )
+    }
+}
+
+/// `MPI_Win_shared_query_c`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_shared_query_c(
+    win: Handle,
+    rank: c_int,
+    size: *mut MPI_Aint,
+    disp_unit: *mut MPI_Aint,
+    baseptr: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        shared_query(
+            "MPI_Win_shared_query_c",
+            win,
+            rank,
+            size,
+            disp_unit.cast(),
+            true,
+            baseptr,
+        )
+    }
+}
+
+/// `MPI_Win_create_dynamic`: a window whose memory is attached later.
+#[export]
+pub unsafe extern "C" fn MPI_Win_create_dynamic(
+    info: Handle,
+    comm: Handle,
+    win: *mut Handle,
+) -> c_int {
+    call("MPI_Win_create_dynamic", comm, || {
+        make(
+            comm,
+            UserBuf::empty(),
+            0,
+            1,
+            Flavor::Dynamic,
+            info,
+            None,
+            win,
+        )
+    })
+}
+
+/// `MPI_Win_attach`: expose `size` bytes at `base` in a dynamic window.
+#[export]
+pub unsafe extern "C" fn MPI_Win_attach(win: Handle, base: *mut c_void, size: MPI_Aint) -> c_int {
+    call_win("MPI_Win_attach", win, || {
+        let w = raw(win)?;
+        let len = size_arg(size)?;
+        if w.flavor() != Flavor::Dynamic {
+            return Err(MpiError::new(
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_attach on a window not made by MPI_Win_create_dynamic",
+            ));
+        }
+        if base.is_null() && len > 0 {
+            return Err(super::null_argument("base"));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: MPI_Win_attach's contract: the memory stays valid until detached.
+        unsafe { w.attach(UserBuf::from_raw_parts_mut(base.cast(), len)) }.map_err(win_error)
+    })
+}
+
+/// `MPI_Win_detach`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_detach(win: Handle, base: *const c_void) -> c_int {
+    call_win("MPI_Win_detach", win, || {
+        let w = raw(win)?;
+        if w.flavor() != Flavor::Dynamic {
+            return Err(MpiError::new(
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_detach on a window not made by MPI_Win_create_dynamic",
+            ));
+        }
+        w.detach(base as u64).map_err(win_error)
+    })
+}
+
+/// `MPI_Win_free` (collective): ends the window once no member can reach it any more.
+#[export]
+pub unsafe extern "C" fn MPI_Win_free(win: *mut Handle) -> c_int {
+    if win.is_null() {
+        return call("MPI_Win_free", MPI_COMM_WORLD, || {
+            Err(super::null_argument("win"))
+        });
+    }
+    // SAFETY: non-null, the caller's handle.
+    let h = unsafe { *win };
+    call_win("MPI_Win_free", h, || {
+        let w = raw(h)?;
+        w.free().map_err(win_error)?;
+        super::attr::delete_all(super::attr::Kind::Win, h)?;
+        let entry = WINS.with(|t| t.borrow_mut()[index(h).expect("valid")].take());
+        drop(entry);
+        // SAFETY: as above.
+        unsafe { win.write(MPI_WIN_NULL) };
+        Ok(())
+    })
+}
+
+// ---- operations ----
+
+/// A checked count (`int` or `MPI_Count`).
+fn count(n: i64, what: &str) -> MpiResult<usize> {
+    usize::try_from(n).map_err(|_| {
+        MpiError::new(
+            MPI_ERR_COUNT,
+            format!("{what} count {n} is negative: counts are >= 0"),
+        )
+    })
+}
+
+/// The target rank: `None` for `MPI_PROC_NULL` (the operation does nothing).
+fn target_of(w: &RawWindow, rank: c_int) -> MpiResult<Option<usize>> {
+    if rank == MPI_PROC_NULL {
+        return Ok(None);
+    }
+    let size = w.communicator().size();
+    usize::try_from(rank)
+        .ok()
+        .filter(|&r| r < size)
+        .map(Some)
+        .ok_or_else(|| {
+            MpiError::new(
+                MPI_ERR_RANK,
+                format!("target rank {rank} is not in the window's group (size {size})"),
+            )
+        })
+}
+
+/// The runs `count` instances of `ty` cover at the target.
+fn layout(ty: &Ty, count: usize) -> Layout {
+    let mut runs = Vec::new();
+    ty.layout().for_each_run(count, |off, len| {
+        runs.push((off as i64, len as u64));
+        true
+    });
+    Layout { runs }
+}
+
+/// The origin's data and the target's layout of a put or accumulate, checked to match.
+///
+/// # Safety
+/// `buf` holds `n` elements of `ty` (the MPI contract of an origin buffer).
+unsafe fn origin_data(
+    buf: *const c_void,
+    n: usize,
+    ty: &Ty,
+    tty: &Ty,
+    tn: usize,
+) -> MpiResult<(Vec<u8>, Layout)> {
+    // SAFETY: the caller's contract.
+    let data = unsafe { super::send_data_n(buf, n, ty, "origin")? };
+    // SAFETY: as above.
+    let bytes = unsafe { data.bytes() }.to_vec();
+    let l = layout(tty, tn);
+    if l.len() != bytes.len() as u64 {
+        return Err(MpiError::new(
+            MPI_ERR_TYPE,
+            format!(
+                "the origin holds {} bytes, the target datatype {} (their type signatures must match)",
+                bytes.len(),
+                l.len()
+            ),
+        ));
+    }
+    Ok((bytes, l))
+}
+
+/// The target's arithmetic for the elements Rust has no number for (C `long double`, complex
+/// products): the C library's own ([`super::op_long`]), the same the reductions run.
+fn host_acc(op: AccOp, elem: Elem, target: &mut [u8], origin: &[u8]) -> bool {
+    use super::op_long::Special;
+    use rmca::coll::Op;
+    let rop = match op {
+        AccOp::Sum => Op::Sum,
+        AccOp::Prod => Op::Prod,
+        AccOp::Min => Op::Min,
+        AccOp::Max => Op::Max,
+        _ => return false,
+    };
+    let sp = match elem {
+        Elem::LongDouble => Special::LongDouble(rop),
+        Elem::LongDoubleComplex => Special::LongDoubleComplex(rop),
+        Elem::ComplexF32 if rop == Op::Prod => Special::ComplexProd32,
+        Elem::ComplexF64 if rop == Op::Prod => Special::ComplexProd64,
+        _ => return false,
+    };
+    fn each<const N: usize>(sp: Special, target: &mut [u8], origin: &[u8]) {
+        for (t, o) in target.chunks_exact_mut(N).zip(origin.chunks_exact(N)) {
+            let r = sp.combine::<N>(
+                t.try_into().expect("a whole element"),
+                o.try_into().expect("a whole element"),
+            );
+            t.copy_from_slice(&r);
+        }
+    }
+    match sp.size() {
+        8 => each::<8>(sp, target, origin),
+        16 => each::<16>(sp, target, origin),
+        32 => each::<32>(sp, target, origin),
+        _ => return false,
+    }
+    true
+}
+
+/// The accumulate operation and element type of `op` on `dt` (the origin datatype; the
+/// target's must be built of the same predefined type).
+fn acc_of(op: Handle, ty: &Ty, tty: &Ty) -> MpiResult<(AccOp, Elem)> {
+    let base = ty.reduction_base()?;
+    let tbase = tty.reduction_base()?;
+    if base.name != tbase.name {
+        return Err(MpiError::new(
+            MPI_ERR_TYPE,
+            format!(
+                "the origin datatype is made of {}, the target's of {}: an accumulate needs the same predefined type",
+                base.name, tbase.name
+            ),
+        ));
+    }
+    let elem = |e: crate::dtype::Elem| match e {
+        crate::dtype::Elem::I8 => Elem::I8,
+        crate::dtype::Elem::I16 => Elem::I16,
+        crate::dtype::Elem::I32 => Elem::I32,
+        crate::dtype::Elem::I64 => Elem::I64,
+        crate::dtype::Elem::U8 => Elem::U8,
+        crate::dtype::Elem::U16 => Elem::U16,
+        crate::dtype::Elem::U32 => Elem::U32,
+        crate::dtype::Elem::U64 => Elem::U64,
+        crate::dtype::Elem::F32 => Elem::F32,
+        crate::dtype::Elem::F64 => Elem::F64,
+    };
+    if op == MPI_REPLACE || op == MPI_NO_OP {
+        let acc = if op == MPI_REPLACE {
+            AccOp::Replace
+        } else {
+            AccOp::NoOp
+        };
+        return Ok((acc, base.elem.map_or(Elem::Byte, elem)));
+    }
+    if op == MPI_MINLOC || op == MPI_MAXLOC {
+        use super::op::PairValue;
+        let unsupported = || {
+            MpiError::new(
+                MPI_ERR_OP,
+                format!("MPI_MINLOC/MPI_MAXLOC one-sided on {}: rmca supports MPI_SHORT_INT, MPI_2INT, MPI_LONG_INT, MPI_FLOAT_INT and MPI_DOUBLE_INT", base.name),
+            )
+        };
+        return match super::op::reducer(op, op_dt(ty), ty)? {
+            super::op::Reducer::Pair {
+                max,
+                value,
+                index_at,
+                size,
+            } => {
+                let e = match (value, index_at, size) {
+                    (PairValue::I16, 2, 6) => Elem::PairI16,
+                    (PairValue::I32, 4, 8) => Elem::PairI32,
+                    (PairValue::I64, 8, 12) => Elem::PairI64,
+                    (PairValue::F32, 4, 8) => Elem::PairF32,
+                    (PairValue::F64, 8, 12) => Elem::PairF64,
+                    _ => return Err(unsupported()),
+                };
+                Ok((if max { AccOp::MaxLoc } else { AccOp::MinLoc }, e))
+            }
+            _ => Err(unsupported()),
+        };
+    }
+    use rmca::coll::Op;
+    match super::op::reducer(op, op_dt(ty), ty)? {
+        super::op::Reducer::Builtin(o, e) => Ok((
+            match o {
+                Op::Sum => AccOp::Sum,
+                Op::Prod => AccOp::Prod,
+                Op::Min => AccOp::Min,
+                Op::Max => AccOp::Max,
+                Op::BitAnd => AccOp::BAnd,
+                Op::BitOr => AccOp::BOr,
+                Op::BitXor => AccOp::BXor,
+                Op::LogicalAnd => AccOp::LAnd,
+                Op::LogicalOr => AccOp::LOr,
+                Op::LogicalXor => AccOp::LXor,
+                Op::MinLoc | Op::MaxLoc => unreachable!("handled above"),
+            },
+            elem(e),
+        )),
+        super::op::Reducer::Special(sp) => {
+            use super::op_long::Special;
+            let acc = |o: Op| match o {
+                Op::Sum => AccOp::Sum,
+                Op::Prod => AccOp::Prod,
+                Op::Min => AccOp::Min,
+                _ => AccOp::Max,
+            };
+            Ok(match sp {
+                Special::LongDouble(o) => (acc(o), Elem::LongDouble),
+                Special::LongDoubleComplex(o) => (acc(o), Elem::LongDoubleComplex),
+                Special::ComplexProd32 => (AccOp::Prod, Elem::ComplexF32),
+                Special::ComplexProd64 => (AccOp::Prod, Elem::ComplexF64),
+            })
+        }
+        _ => Err(MpiError::new(
+            MPI_ERR_OP,
+            "one-sided accumulates take predefined operations only (MPI 5.0 section 12.3.4)",
+        )),
+    }
+}
+
+/// The handle `reducer` wants for a user operation's datatype (unused for predefined ops).
+fn op_dt(ty: &Ty) -> Handle {
+    match ty {
+        Ty::Predefined(h, _) => *h,
+        Ty::Derived(_) => MPI_DATATYPE_NULL,
+    }
+}
+
+/// Keep the landing of fetching operation `id` on `win`: the synchronization that completes
+/// it (or its request) writes its result.
+fn keep_landing(
+    win: Handle,
+    id: u64,
+    dest: Option<(Ty, usize, usize)>,
+) -> MpiResult<Option<SharedLanding>> {
+    let Some((ty, buf, count)) = dest else {
+        return Ok(None);
+    };
+    let l = Rc::new(RefCell::new(Landing {
+        id,
+        ty,
+        buf,
+        count,
+        outcome: None,
+    }));
+    with_win(win, |e| {
+        e.landings.push(l.clone());
+        Ok(())
+    })?;
+    Ok(Some(l))
+}
+
+/// Write every completed fetching operation's result into its buffer.
+fn land(win: Handle) -> MpiResult<()> {
+    let (w, landings) = with_win(win, |e| {
+        Ok((e.raw.clone(), std::mem::take(&mut e.landings)))
+    })?;
+    let mut keep = Vec::new();
+    let mut first_err = None;
+    for l in landings {
+        match l.borrow_mut().try_land(&w) {
+            None => keep.push(l.clone()),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                first_err.get_or_insert(osc_error(e));
+            }
+        }
+    }
+    with_win(win, |e| {
+        keep.append(&mut e.landings);
+        e.landings = keep;
+        Ok(())
+    })?;
+    first_err.map_or(Ok(()), Err)
+}
+
+/// What a call asks of an operation.
+enum Kind {
+    Put,
+    Get,
+    Acc(Handle),
+    GetAcc(Handle),
+}
+
+/// The request of a request-based operation: complete when its result landed (at once for
+/// the operations without result: their data is copied when they start).
+struct RmaRequest {
+    /// The window itself: the request is polled inside request calls, which hold the
+    /// library's state (no handle lookup is possible there).
+    win: Rc<RawWindow>,
+    id: u64,
+    landing: Option<SharedLanding>,
+}
+
+impl std::fmt::Debug for RmaRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RmaRequest")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl rmca::raw::CustomOp for RmaRequest {
+    fn poll(&mut self) -> Option<rmca::Result<rmca::Status>> {
+        let outcome = match &self.landing {
+            Some(l) => l.borrow_mut().try_land(&self.win)?,
+            None => self
+                .win
+                .test_op(self.id)?
+                .map(|b| b.len())
+                .map_err(|e| match e {
+                    rmca::Error::Rma(o) => o,
+                    e => OscError::Transport(e.to_string()),
+                }),
+        };
+        Some(
+            outcome
+                .map(|bytes| rmca::Status {
+                    source: 0,
+                    tag: MPI_ANY_TAG,
+                    bytes,
+                    cancelled: false,
+                })
+                .map_err(rmca::Error::Rma),
+        )
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// Every RMA communication call: check, pack, issue; `request` makes it request-based.
+///
+/// # Safety
+/// The MPI contract of the call named `fname`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn rma(
+    fname: &'static str,
+    kind: Kind,
+    origin: *const c_void,
+    ocount: i64,
+    odt: Handle,
+    result: *mut c_void,
+    rcount: i64,
+    rdt: Handle,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: i64,
+    tdt: Handle,
+    win: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call_win(fname, win, || {
+        let w = raw(win)?;
+        let tn = count(tcount, "target")?;
+        let tty = Ty::for_use(tdt)?;
+        let nothing = || {
+            if !request.is_null() {
+                let h = super::info::completed_request(MPI_COMM_WORLD)?;
+                // SAFETY: non-null, the caller's request.
+                unsafe { request.write(h) };
+            }
+            Ok(())
+        };
+        let Some(t) = target_of(&w, target)? else {
+            return nothing();
+        };
+        // An accumulate that moves no data does nothing, whatever its datatypes (MPICH and
+        // Open MPI accept zero counts with any).
+        if matches!(kind, Kind::Acc(_) | Kind::GetAcc(_)) && tty.packed_len(tn)? == 0 {
+            count(ocount, "origin")?;
+            count(rcount, "result")?;
+            return nothing();
+        }
+        let (id, landing) = match kind {
+            Kind::Put => {
+                let n = count(ocount, "origin")?;
+                let ty = Ty::for_use(odt)?;
+                // SAFETY: the caller's contract.
+                let (data, l) = unsafe { origin_data(origin, n, &ty, &tty, tn)? };
+                (w.put(t, disp, &l, data).map_err(win_error)?, None)
+            }
+            Kind::Get => {
+                let n = count(ocount, "origin")?;
+                let ty = Ty::for_use(odt)?;
+                let want = ty.packed_len(n)?;
+                super::check_buffer(origin, want, n, &ty, "origin")?;
+                let l = layout(&tty, tn);
+                if l.len() != want as u64 {
+                    return Err(MpiError::new(
+                        MPI_ERR_TYPE,
+                        format!("the origin takes {want} bytes, the target datatype holds {} (their type signatures must match)", l.len()),
+                    ));
+                }
+                let id = w.get(t, disp, &l).map_err(win_error)?;
+                (id, Some((ty, origin as usize, n)))
+            }
+            Kind::Acc(op) | Kind::GetAcc(op) => {
+                let fetch = matches!(kind, Kind::GetAcc(_));
+                let (acc, elem, data, l, rty) = if op == MPI_NO_OP && fetch {
+                    // The origin buffer is ignored; the result takes the target's type.
+                    let rty = Ty::for_use(rdt)?;
+                    let (acc, elem) = acc_of(op, &rty, &tty)?;
+                    (acc, elem, Vec::new(), layout(&tty, tn), Some(rty))
+                } else {
+                    if op == MPI_NO_OP {
+                        return Err(MpiError::new(
+                            MPI_ERR_OP,
+                            "MPI_NO_OP is for the fetching accumulates (MPI_Get_accumulate, MPI_Fetch_and_op) only",
+                        ));
+                    }
+                    let n = count(ocount, "origin")?;
+                    let ty = Ty::for_use(odt)?;
+                    let (acc, elem) = acc_of(op, &ty, &tty)?;
+                    // SAFETY: the caller's contract.
+                    let (data, l) = unsafe { origin_data(origin, n, &ty, &tty, tn)? };
+                    let rty = if fetch { Some(Ty::for_use(rdt)?) } else { None };
+                    (acc, elem, data, l, rty)
+                };
+                let landing = match rty {
+                    Some(rty) => {
+                        let rn = count(rcount, "result")?;
+                        let want = rty.packed_len(rn)?;
+                        super::check_buffer(result, want, rn, &rty, "result")?;
+                        if want as u64 != l.len() {
+                            return Err(MpiError::new(
+                                MPI_ERR_TYPE,
+                                format!(
+                                    "the result takes {want} bytes, the target datatype holds {}",
+                                    l.len()
+                                ),
+                            ));
+                        }
+                        Some((rty, result as usize, rn))
+                    }
+                    None => None,
+                };
+                let id = w
+                    .accumulate(t, disp, &l, acc, elem, data, fetch)
+                    .map_err(win_error)?;
+                (id, landing)
+            }
+        };
+        let landing = keep_landing(win, id, landing)?;
+        if request.is_null() {
+            return Ok(());
+        }
+        let comm = super::communicator(MPI_COMM_WORLD)?;
+        let r = rmca::raw::custom(
+            &comm,
+            Box::new(RmaRequest {
+                win: w,
+                id,
+                landing,
+            }),
+        );
+        let h = state::with(|s| s.add_request(ReqEntry::new(MPI_COMM_WORLD, ReqState::Active(r))))?;
+        // SAFETY: the caller's request (checked non-null).
+        unsafe { request.write(h) };
+        Ok(())
+    })
+}
+
+macro_rules! rma_fns {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $rank:ident, $disp:ident, $win:ident, $kind:expr, $origin:expr, $ocount:expr, $odt:expr, $result:expr, $rcount:expr, $rdt:expr, $tcount:expr, $tdt:expr, $request:expr;)*) => {$(
+        $(#[$doc])*
+        #[export]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller's contract is the call's.
+            unsafe {
+                rma(
+                    stringify!($name), $kind, $origin, $ocount as i64, $odt, $result,
+                    $rcount as i64, $rdt, $rank, $disp, $tcount as i64, $tdt, $win,
+                    $request,
+                )
+            }
+        }
+    )*};
+}
+
+const NO_REQ: *mut Handle = std::ptr::null_mut();
+const NO_BUF: *mut c_void = std::ptr::null_mut();
+
+rma_fns! {
+    /// `MPI_Put`: write the origin's data into the target's window.
+    MPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::Put, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, NO_REQ;
+    /// `MPI_Put_c`.
+    MPI_Put_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::Put, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, NO_REQ;
+    /// `MPI_Get`: read the target's window into the origin buffer (filled when the epoch's
+    /// synchronization completes it).
+    MPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::Get, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, NO_REQ;
+    /// `MPI_Get_c`.
+    MPI_Get_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::Get, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, NO_REQ;
+    /// `MPI_Accumulate`: combine the origin's data into the target's window.
+    MPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, op: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::Acc(op), origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, NO_REQ;
+    /// `MPI_Accumulate_c`.
+    MPI_Accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, op: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::Acc(op), origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, NO_REQ;
+    /// `MPI_Get_accumulate`: accumulate and fetch the target's previous contents.
+    MPI_Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: Handle, result_addr: *mut c_void, result_count: c_int, result_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, op: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::GetAcc(op), origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_count, target_datatype, NO_REQ;
+    /// `MPI_Get_accumulate_c`.
+    MPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: Handle, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, op: Handle, win: Handle)
+        => target_rank, target_disp, win, Kind::GetAcc(op), origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_count, target_datatype, NO_REQ;
+    /// `MPI_Rput`: `MPI_Put` with a request (complete at once: the data is copied).
+    MPI_Rput(origin_addr: *const c_void, origin_count: c_int, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::Put, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, request;
+    /// `MPI_Rput_c`.
+    MPI_Rput_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::Put, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, request;
+    /// `MPI_Rget`: `MPI_Get` whose request completes when the data arrived.
+    MPI_Rget(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::Get, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, request;
+    /// `MPI_Rget_c`.
+    MPI_Rget_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::Get, origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, request;
+    /// `MPI_Raccumulate`.
+    MPI_Raccumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, op: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::Acc(op), origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, request;
+    /// `MPI_Raccumulate_c`.
+    MPI_Raccumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, op: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::Acc(op), origin_addr, origin_count, origin_datatype, NO_BUF, 0, MPI_DATATYPE_NULL, target_count, target_datatype, request;
+    /// `MPI_Rget_accumulate`.
+    MPI_Rget_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: Handle, result_addr: *mut c_void, result_count: c_int, result_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: Handle, op: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::GetAcc(op), origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_count, target_datatype, request;
+    /// `MPI_Rget_accumulate_c`.
+    MPI_Rget_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: Handle, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: Handle, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: Handle, op: Handle, win: Handle, request: *mut Handle)
+        => target_rank, target_disp, win, Kind::GetAcc(op), origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_count, target_datatype, request;
+}
+
+/// `MPI_Fetch_and_op`: one element of `datatype` combined with `op`, the previous value
+/// fetched.
+#[export]
+pub unsafe extern "C" fn MPI_Fetch_and_op(
+    origin_addr: *const c_void,
+    result_addr: *mut c_void,
+    datatype: Handle,
+    target_rank: c_int,
+    target_disp: MPI_Aint,
+    op: Handle,
+    win: Handle,
+) -> c_int {
+    // SAFETY: the caller's contract (one element in each buffer).
+    unsafe {
+        rma(
+            "MPI_Fetch_and_op",
+            Kind::GetAcc(op),
+            origin_addr,
+            1,
+            datatype,
+            result_addr,
+            1,
+            datatype,
+            target_rank,
+            target_disp,
+            1,
+            datatype,
+            win,
+            NO_REQ,
+        )
+    }
+}
+
+/// `MPI_Compare_and_swap`: store the origin value if the target equals the compare value;
+/// the previous value is fetched.
+#[export]
+pub unsafe extern "C" fn MPI_Compare_and_swap(
+    origin_addr: *const c_void,
+    compare_addr: *const c_void,
+    result_addr: *mut c_void,
+    datatype: Handle,
+    target_rank: c_int,
+    target_disp: MPI_Aint,
+    win: Handle,
+) -> c_int {
+    call_win("MPI_Compare_and_swap", win, || {
+        let w = raw(win)?;
+        let ty = Ty::for_use(datatype)?;
+        let base = ty.reduction_base().map_err(|_| {
+            MpiError::new(
+                MPI_ERR_TYPE,
+                "MPI_Compare_and_swap takes a predefined datatype",
+            )
+        })?;
+        if !matches!(ty, Ty::Predefined(..))
+            || matches!(
+                base.class,
+                crate::dtype::Class::Float | crate::dtype::Class::Complex
+            )
+        {
+            return Err(MpiError::new(
+                MPI_ERR_TYPE,
+                format!("MPI_Compare_and_swap takes a predefined integer, logical or byte datatype, not {}", base.name),
+            ));
+        }
+        let Some(t) = target_of(&w, target_rank)? else {
+            return Ok(());
+        };
+        let size = base.size;
+        for (p, what) in [
+            (origin_addr, "origin_addr"),
+            (compare_addr, "compare_addr"),
+            (result_addr.cast_const(), "result_addr"),
+        ] {
+            if p.is_null() {
+                return Err(MpiError::new(MPI_ERR_BUFFER, format!("{what} is NULL")));
+            }
+        }
+        // SAFETY: the contract: one element of `datatype` at each address.
+        let (value, compare) = unsafe {
+            (
+                super::bytes(origin_addr, size).to_vec(),
+                super::bytes(compare_addr, size).to_vec(),
+            )
+        };
+        // Only equality matters: the element's width is what the target compares.
+        let elem = match size {
+            1 => Elem::U8,
+            2 => Elem::U16,
+            4 => Elem::U32,
+            8 => Elem::U64,
+            _ => {
+                return Err(MpiError::new(
+                    MPI_ERR_TYPE,
+                    format!("MPI_Compare_and_swap on {} ({size} bytes)", base.name),
+                ))
+            }
+        };
+        let id = w
+            .compare_and_swap(t, target_disp, elem, compare, value)
+            .map_err(win_error)?;
+        keep_landing(win, id, Some((ty, result_addr as usize, 1))).map(|_| ())
+    })
+}
+
+// ---- synchronization ----
+
+/// Run synchronization `call` on `win`, then land the results it completed.
+fn sync(win: Handle, call: SyncCall) -> MpiResult<()> {
+    let w = raw(win)?;
+    let r = w.sync(call).map_err(win_error);
+    let landed = land(win);
+    r.and(landed)
+}
+
+/// The window ranks of the members of `group` (which must all be in the window's group).
+fn group_ranks(w: &RawWindow, group: Handle) -> MpiResult<Vec<usize>> {
+    let g = super::group::group(group)?;
+    let wg = w.communicator().group();
+    let all: Vec<usize> = (0..g.size()).collect();
+    let t = g.translate_ranks(&all, &wg).map_err(MpiError::from)?;
+    t.into_iter()
+        .map(|r| {
+            r.ok_or_else(|| {
+                MpiError::new(
+                    MPI_ERR_GROUP,
+                    "the group has a process outside the window's group",
+                )
+            })
+        })
+        .collect()
+}
+
+/// `MPI_Win_fence`: ends the fence epoch (every operation completes) and starts the next
+/// unless `MPI_MODE_NOSUCCEED`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: Handle) -> c_int {
+    call_win("MPI_Win_fence", win, || {
+        sync(
+            win,
+            SyncCall::Fence {
+                succeed: assert & MPI_MODE_NOSUCCEED == 0,
+            },
+        )
+    })
+}
+
+/// `MPI_Win_post`: expose the window to the origins of `group`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_post(group: Handle, _assert: c_int, win: Handle) -> c_int {
+    call_win("MPI_Win_post", win, || {
+        let ranks = group_ranks(&*raw(win)?, group)?;
+        sync(win, SyncCall::Post(ranks))
+    })
+}
+
+/// `MPI_Win_start`: access the targets of `group` (waits for their posts).
+#[export]
+pub unsafe extern "C" fn MPI_Win_start(group: Handle, _assert: c_int, win: Handle) -> c_int {
+    call_win("MPI_Win_start", win, || {
+        let ranks = group_ranks(&*raw(win)?, group)?;
+        sync(win, SyncCall::Start(ranks))
+    })
+}
+
+/// `MPI_Win_complete`: end the access epoch of `MPI_Win_start`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_complete(win: Handle) -> c_int {
+    call_win("MPI_Win_complete", win, || sync(win, SyncCall::Complete))
+}
+
+/// `MPI_Win_wait`: end the exposure epoch of `MPI_Win_post` once every origin completed.
+#[export]
+pub unsafe extern "C" fn MPI_Win_wait(win: Handle) -> c_int {
+    call_win("MPI_Win_wait", win, || sync(win, SyncCall::Wait))
+}
+
+/// `MPI_Win_test`: `MPI_Win_wait` if it would return now (`flag` true), else nothing.
+#[export]
+pub unsafe extern "C" fn MPI_Win_test(win: Handle, flag: *mut c_int) -> c_int {
+    call_win("MPI_Win_test", win, || {
+        if flag.is_null() {
+            return Err(super::null_argument("flag"));
+        }
+        let done = raw(win)?.test_exposure().map_err(win_error)?;
+        // SAFETY: the caller's int (checked non-null).
+        unsafe { flag.write(c_int::from(done)) };
+        Ok(())
+    })
+}
+
+fn lock_kind(lock_type: c_int) -> MpiResult<LockKind> {
+    match lock_type {
+        MPI_LOCK_EXCLUSIVE => Ok(LockKind::Exclusive),
+        MPI_LOCK_SHARED => Ok(LockKind::Shared),
+        _ => Err(MpiError::new(
+            MPI_ERR_LOCKTYPE,
+            format!("lock type {lock_type} is neither MPI_LOCK_EXCLUSIVE nor MPI_LOCK_SHARED"),
+        )),
+    }
+}
+
+/// The rank of a passive-target call; `None` for `MPI_PROC_NULL`, which makes the call do
+/// nothing (MPI 5.0 section 12.5).
+fn sync_rank(win: Handle, rank: c_int) -> MpiResult<Option<usize>> {
+    let w = raw(win)?;
+    target_of(&w, rank)
+}
+
+/// `MPI_Win_lock`: a passive-target epoch on `rank` (waits for the lock).
+#[export]
+pub unsafe extern "C" fn MPI_Win_lock(
+    lock_type: c_int,
+    rank: c_int,
+    assert: c_int,
+    win: Handle,
+) -> c_int {
+    call_win("MPI_Win_lock", win, || {
+        let kind = lock_kind(lock_type)?;
+        let Some(target) = sync_rank(win, rank)? else {
+            return Ok(());
+        };
+        sync(
+            win,
+            SyncCall::Lock {
+                kind,
+                target,
+                nocheck: assert & MPI_MODE_NOCHECK != 0,
+            },
+        )
+    })
+}
+
+/// `MPI_Win_unlock`: end the epoch; every operation on `rank` completes.
+#[export]
+pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
+    call_win("MPI_Win_unlock", win, || {
+        let Some(target) = sync_rank(win, rank)? else {
+            return Ok(());
+        };
+        sync(win, SyncCall::Unlock(target))
+    })
+}
+
+/// `MPI_Win_lock_all`: a shared passive-target epoch on every member.
+#[export]
+pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
+    call_win("MPI_Win_lock_all", win, || {
+        sync(
+            win,
+            SyncCall::LockAll {
+                nocheck: assert & MPI_MODE_NOCHECK != 0,
+            },
+        )
+    })
+}
+
+/// `MPI_Win_unlock_all`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
+    call_win("MPI_Win_unlock_all", win, || sync(win, SyncCall::UnlockAll))
+}
+
+/// `MPI_Win_flush`: the operations on `rank` complete at the target.
+#[export]
+pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
+    call_win("MPI_Win_flush", win, || {
+        let Some(target) = sync_rank(win, rank)? else {
+            return Ok(());
+        };
+        sync(win, SyncCall::Flush(Some(target)))
+    })
+}
+
+/// `MPI_Win_flush_all`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
+    call_win("MPI_Win_flush_all", win, || {
+        sync(win, SyncCall::Flush(None))
+    })
+}
+
+/// `MPI_Win_flush_local`: the operations on `rank` complete at the origin.
+#[export]
+pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int {
+    call_win("MPI_Win_flush_local", win, || {
+        let Some(target) = sync_rank(win, rank)? else {
+            return Ok(());
+        };
+        sync(win, SyncCall::FlushLocal(Some(target)))
+    })
+}
+
+/// `MPI_Win_flush_local_all`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_flush_local_all(win: Handle) -> c_int {
+    call_win("MPI_Win_flush_local_all", win, || {
+        sync(win, SyncCall::FlushLocal(None))
+    })
+}
+
+/// `MPI_Win_sync`: synchronize the public and private copies: one copy in the unified
+/// model, so a memory barrier (and a progress pass, for the program that polls its window).
+#[export]
+pub unsafe extern "C" fn MPI_Win_sync(win: Handle) -> c_int {
+    call_win("MPI_Win_sync", win, || {
+        let w = raw(win)?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        w.progress();
+        Ok(())
+    })
+}
+
+// ---- name, group, attributes, info, error handler ----
+
+/// `MPI_Win_get_group`: a group of the window's members.
+#[export]
+pub unsafe extern "C" fn MPI_Win_get_group(win: Handle, group: *mut Handle) -> c_int {
+    call_win("MPI_Win_get_group", win, || {
+        let g = raw(win)?.communicator().group();
+        super::group::add_group(g, group)
+    })
+}
+
+/// `MPI_Win_set_name`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_set_name(win: Handle, win_name: *const c_char) -> c_int {
+    call_win("MPI_Win_set_name", win, || {
+        if win_name.is_null() {
+            return Err(super::null_argument("win_name"));
+        }
+        // SAFETY: MPI_Win_set_name's contract: a NUL-terminated string.
+        let mut name = unsafe { std::ffi::CStr::from_ptr(win_name) }
+            .to_string_lossy()
+            .into_owned();
+        while name.len() > MPI_MAX_OBJECT_NAME - 1 {
+            name.pop();
+        }
+        with_win(win, |e| {
+            e.name = name;
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Win_get_name`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_get_name(
+    win: Handle,
+    win_name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    call_win("MPI_Win_get_name", win, || {
+        // The null handle has its name, as in MPICH and Open MPI (mpi4py asks for it).
+        let name = if win == MPI_WIN_NULL {
+            "MPI_WIN_NULL".to_owned()
+        } else {
+            with_win(win, |e| Ok(e.name.clone()))?
+        };
+        // SAFETY: the contract: `win_name` holds MPI_MAX_OBJECT_NAME bytes.
+        unsafe { put_string(win_name, MPI_MAX_OBJECT_NAME, resultlen, &name) }
+    })
+}
+
+/// `MPI_Win_set_attr`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_set_attr(
+    win: Handle,
+    win_keyval: c_int,
+    attribute_val: *mut c_void,
+) -> c_int {
+    call_win("MPI_Win_set_attr", win, || {
+        with_win(win, |_| Ok(()))?;
+        if (MPI_WIN_BASE..=MPI_WIN_MODEL).contains(&win_keyval) {
+            return Err(MpiError::new(
+                MPI_ERR_KEYVAL,
+                format!(
+                    "keyval {win_keyval} is a predefined window attribute, which cannot be set"
+                ),
+            ));
+        }
+        super::attr::set(
+            super::attr::Kind::Win,
+            win,
+            win_keyval,
+            attribute_val as usize,
+        )
+    })
+}
+
+/// `MPI_Win_get_attr`: a keyval's value, or the predefined `MPI_WIN_BASE` (the base
+/// address), `MPI_WIN_SIZE`, `MPI_WIN_DISP_UNIT`, `MPI_WIN_CREATE_FLAVOR` and
+/// `MPI_WIN_MODEL` (pointers to their values).
+#[export]
+pub unsafe extern "C" fn MPI_Win_get_attr(
+    win: Handle,
+    win_keyval: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    call_win("MPI_Win_get_attr", win, || {
+        if attribute_val.is_null() || flag.is_null() {
+            return Err(super::null_argument(if flag.is_null() {
+                "flag"
+            } else {
+                "attribute_val"
+            }));
+        }
+        let predefined = with_win(win, |e| {
+            let a = &*e.attrs;
+            Ok(match win_keyval {
+                MPI_WIN_BASE => Some(a.base),
+                MPI_WIN_SIZE => Some(&a.size as *const isize as usize),
+                MPI_WIN_DISP_UNIT => Some(&a.disp_unit as *const c_int as usize),
+                MPI_WIN_CREATE_FLAVOR => Some(&a.flavor as *const c_int as usize),
+                MPI_WIN_MODEL => Some(&a.model as *const c_int as usize),
+                _ => None,
+            })
+        })?;
+        let v = match predefined {
+            Some(v) => Some(v),
+            None => super::attr::get(super::attr::Kind::Win, win, win_keyval)?,
+        };
+        // SAFETY: the contract: `attribute_val` is a `void **`, `flag` an int.
+        unsafe {
+            if let Some(v) = v {
+                attribute_val.cast::<usize>().write(v);
+            }
+            flag.write(c_int::from(v.is_some()));
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Win_delete_attr`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_delete_attr(win: Handle, win_keyval: c_int) -> c_int {
+    call_win("MPI_Win_delete_attr", win, || {
+        with_win(win, |_| Ok(()))?;
+        super::attr::delete(super::attr::Kind::Win, win, win_keyval)
+    })
+}
+
+/// `MPI_Win_set_errhandler`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_set_errhandler(win: Handle, errhandler: Handle) -> c_int {
+    call_win("MPI_Win_set_errhandler", win, || {
+        let h = state::errhandler_for(errhandler, ErrhKind::Win)?;
+        with_win(win, |e| {
+            e.errhandler = h;
+            Ok(())
+        })
+    })
+}
+
+/// `MPI_Win_get_errhandler`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_get_errhandler(win: Handle, errhandler: *mut Handle) -> c_int {
+    call_win("MPI_Win_get_errhandler", win, || {
+        let h = with_win(win, |e| Ok(e.errhandler))?;
+        // SAFETY: the caller's handle.
+        unsafe { put(errhandler, state::State::errhandler_handle(h), "errhandler") }
+    })
+}
+
+/// `MPI_Win_call_errhandler`: run the window's error handler on `errorcode`.
+#[export]
+pub unsafe extern "C" fn MPI_Win_call_errhandler(win: Handle, errorcode: c_int) -> c_int {
+    let handler = match with_win(win, |e| Ok(e.errhandler)) {
+        Ok(h) => h,
+        Err(e) => return raise("MPI_Win_call_errhandler", MPI_COMM_WORLD, e),
+    };
+    invoke(
+        "MPI_Win_call_errhandler",
+        handler,
+        win,
+        MpiError::new(errorcode, "raised by MPI_Win_call_errhandler"),
+    );
+    MPI_SUCCESS
+}
+
+/// The hints a window reports: those set, over rmca's defaults.
+fn hints(set: &[(String, String)]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = [
+        ("no_locks", "false"),
+        ("accumulate_ordering", "rar,raw,war,waw"),
+        ("accumulate_ops", "same_op_no_op"),
+        ("same_size", "false"),
+        ("same_disp_unit", "false"),
+        ("mpi_accumulate_granularity", "0"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    for (k, v) in set {
+        match out.iter_mut().find(|(ok, _)| ok == k) {
+            Some(e) => e.1 = v.clone(),
+            None => out.push((k.clone(), v.clone())),
+        }
+    }
+    out
+}
+
+/// `MPI_Win_get_info`: the hints in use (a new info object the program frees).
+#[export]
+pub unsafe extern "C" fn MPI_Win_get_info(win: Handle, info_used: *mut Handle) -> c_int {
+    call_win("MPI_Win_get_info", win, || {
+        if info_used.is_null() {
+            return Err(super::null_argument("info_used"));
+        }
+        let entries = with_win(win, |e| Ok(hints(&e.info)))?;
+        let h = super::info::new_info(entries)?;
+        // SAFETY: the caller's handle (checked non-null).
+        unsafe { info_used.write(h) };
+        Ok(())
+    })
+}
+
+/// `MPI_Win_set_info`: record hints (rmca's one component needs none of them).
+#[export]
+pub unsafe extern "C" fn MPI_Win_set_info(win: Handle, info: Handle) -> c_int {
+    call_win("MPI_Win_set_info", win, || {
+        let entries = info_entries(info)?;
+        with_win(win, |e| {
+            for (k, v) in entries {
+                match e.info.iter_mut().find(|(ok, _)| *ok == k) {
+                    Some(x) => x.1 = v,
+                    None => e.info.push((k, v)),
+                }
+            }
+            Ok(())
+        })
+    })
+}

@@ -1,0 +1,1472 @@
+//! The protocol of osc-am as a sans-IO state machine: one [`Engine`] per window and process.
+//! Calls from the program go in through its methods, messages from peers through
+//! [`Engine::handle`]; what it has to send comes out of [`Engine::outbox`]. It reads and
+//! writes the window's memory through [`Segment`]s (the program's memory in production, plain
+//! vectors in the tests, which drive several engines over a simulated network).
+//!
+//! # Protocol
+//! Everything rests on one property of the transport: the messages from one process to
+//! another arrive, and are applied, in the order they were sent (the PML's non-overtaking
+//! rule on the window's private context; the host applies them in matching order). So a
+//! synchronization message that arrives after a process's operations proves they were
+//! applied, and no operation needs an acknowledgement of its own:
+//! - **fence**: every member sends `Fence` to every member (itself included); once it has
+//!   seen a `Fence` from each (so everything aimed at it in the epoch is applied) and every
+//!   reply to its own fetching operations arrived, it sends `Fenced` to every member, and
+//!   finishes when it has seen a `Fenced` from each. The second round is what keeps an
+//!   operation of the next epoch (a get by a third process) from overtaking one of this
+//!   epoch at its target: messages from different origins are not ordered;
+//! - **post/start/complete/wait**: `Post` to each origin; `start` waits for a `Post` from
+//!   each target; `Complete` to each target; `wait` waits for a `Complete` from each origin;
+//! - **lock/unlock**: `Lock` to the target, whose lock queue answers `Granted` when the lock
+//!   is compatible with the holders (exclusive alone, shared together; first come, first
+//!   served: a waiting exclusive request is not overtaken by later shared ones); `Unlock`
+//!   releases it and is answered by `Ack` after everything sent before was applied.
+//!   `MPI_MODE_NOCHECK` skips the request, and unlock sends `Flush` instead;
+//! - **flush**: `Flush`, answered by `Ack`, to a target that was sent operations without
+//!   reply (puts, accumulates) since the last one; otherwise the replies awaited prove every
+//!   operation complete, and no message is needed. A local flush only waits for replies
+//!   (puts and accumulates copy the origin data when issued, so complete locally at once);
+//! - **free**: `Free` to every member, and the window goes when every member's arrived.
+//!
+//! Every operation is checked at the origin (rank, epoch, range against the target's size)
+//! and again at the target (range against its memory, before anything is written); a
+//! target's refusal comes back as the operation's error, or at the next synchronization for
+//! operations that have no reply.
+
+use std::collections::{HashMap, VecDeque};
+
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::osc::{
+    accumulate_with, AccOp, Elem, HostAccumulate, Layout, LockKind, OpId, OscError, SyncCall,
+    TargetInfo,
+};
+
+use crate::wire::{Msg, Refusal};
+
+/// Memory a window exposes: one attached region.
+pub trait Segment {
+    /// Bytes of the region.
+    fn len(&self) -> usize;
+    /// No bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes `off..off+len`.
+    fn read(&self, off: usize, len: usize) -> &[u8];
+    /// Write `data` at `off`.
+    fn write(&mut self, off: usize, data: &[u8]);
+}
+
+impl Segment for UserBuf {
+    fn len(&self) -> usize {
+        UserBuf::len(self)
+    }
+
+    fn read(&self, off: usize, len: usize) -> &[u8] {
+        &self.as_slice()[off..off + len]
+    }
+
+    fn write(&mut self, off: usize, data: &[u8]) {
+        self.write_at(off, data);
+    }
+}
+
+impl Segment for Vec<u8> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn read(&self, off: usize, len: usize) -> &[u8] {
+        &self[off..off + len]
+    }
+
+    fn write(&mut self, off: usize, data: &[u8]) {
+        self[off..off + data.len()].copy_from_slice(data);
+    }
+}
+
+/// A lock this process holds (or asked for) at a target.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    granted: bool,
+    nocheck: bool,
+}
+
+/// The synchronization in progress.
+#[derive(Clone, Debug)]
+enum Pending {
+    /// `done`: this process saw every member's `Fence` (what was sent to it is applied)
+    /// and announced it with `Fenced`; the fence ends when every member did.
+    Fence {
+        succeed: bool,
+        done: bool,
+    },
+    Start(Vec<usize>),
+    /// Done when every reply from these targets arrived.
+    Replies(Vec<usize>),
+    Wait,
+    /// Done when these targets granted.
+    Locks(Vec<usize>),
+    /// Done when these targets acknowledged and replied.
+    Acks(Vec<usize>),
+    Free,
+}
+
+/// Where an operation stands at its origin.
+enum OpState {
+    Pending,
+    Done(Result<Vec<u8>, OscError>),
+}
+
+/// One window at one process.
+pub struct Engine<S: Segment> {
+    me: usize,
+    targets: Vec<TargetInfo>,
+    dynamic: bool,
+    /// The memory: `(base address, region)`; a window made with memory has one region at 0.
+    segments: Vec<(u64, S)>,
+    outbox: VecDeque<(usize, Msg)>,
+    next_id: u64,
+    ops: HashMap<OpId, OpState>,
+    /// Replies awaited from each target.
+    awaiting: Vec<u64>,
+    /// `Ack`s awaited from each target.
+    acks: Vec<u64>,
+    /// Operations without reply sent to each target since its last `Flush` or `Unlock`: a
+    /// flush of a target with none needs no round trip of its own (the replies it awaits
+    /// prove the rest complete).
+    unacked: Vec<u64>,
+    fence_open: bool,
+    fences_sent: u64,
+    fences_seen: Vec<u64>,
+    fenced_seen: Vec<u64>,
+    frees_seen: Vec<u64>,
+    access: Option<Vec<usize>>,
+    posts_seen: Vec<u64>,
+    exposure: Option<Vec<usize>>,
+    completes_seen: Vec<u64>,
+    locks: Vec<Option<Held>>,
+    lock_all: bool,
+    // The target side of passive synchronization.
+    shared_holders: usize,
+    exclusive_holder: Option<usize>,
+    lock_queue: VecDeque<(usize, LockKind)>,
+    pending: Option<Pending>,
+    /// An error a target reported for an operation without reply.
+    deferred: Option<OscError>,
+    /// The host's arithmetic for the elements Rust has no number for.
+    host: Option<HostAccumulate>,
+}
+
+impl<S: Segment> std::fmt::Debug for Engine<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("me", &self.me)
+            .field("size", &self.targets.len())
+            .field("pending", &self.pending)
+            .finish_non_exhaustive()
+    }
+}
+
+fn refusal_error(r: Refusal) -> OscError {
+    if r.range {
+        OscError::Range(r.msg)
+    } else {
+        OscError::Arg(r.msg)
+    }
+}
+
+impl<S: Segment> Engine<S> {
+    /// The engine of rank `me` of a window whose members expose `targets`; `memory` is this
+    /// process's region (`None` for a dynamic window, whose regions are attached later).
+    pub fn new(me: usize, targets: Vec<TargetInfo>, memory: Option<S>) -> Self {
+        let n = targets.len();
+        Self {
+            me,
+            targets,
+            dynamic: memory.is_none(),
+            segments: memory.map(|m| vec![(0, m)]).unwrap_or_default(),
+            outbox: VecDeque::new(),
+            next_id: 1,
+            ops: HashMap::new(),
+            awaiting: vec![0; n],
+            acks: vec![0; n],
+            unacked: vec![0; n],
+            fence_open: false,
+            fences_sent: 0,
+            fences_seen: vec![0; n],
+            fenced_seen: vec![0; n],
+            frees_seen: vec![0; n],
+            access: None,
+            posts_seen: vec![0; n],
+            exposure: None,
+            completes_seen: vec![0; n],
+            locks: vec![None; n],
+            lock_all: false,
+            shared_holders: 0,
+            exclusive_holder: None,
+            lock_queue: VecDeque::new(),
+            pending: None,
+            deferred: None,
+            host: None,
+        }
+    }
+
+    /// Use the host's arithmetic for the elements Rust has no number for.
+    pub fn with_host(mut self, host: Option<HostAccumulate>) -> Self {
+        self.host = host;
+        self
+    }
+
+    /// Members of the window.
+    pub fn size(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// The messages to send, `(peer, message)`, in order.
+    pub fn outbox(&mut self) -> &mut VecDeque<(usize, Msg)> {
+        &mut self.outbox
+    }
+
+    fn send(&mut self, peer: usize, m: Msg) {
+        self.outbox.push_back((peer, m));
+    }
+
+    // ---- origin side: operations ----
+
+    fn check_rank(&self, target: usize) -> Result<(), OscError> {
+        if target >= self.size() {
+            return Err(OscError::Rank(format!(
+                "target rank {target} is not in the window's group (size {})",
+                self.size()
+            )));
+        }
+        Ok(())
+    }
+
+    /// May this process access `target` now?
+    fn check_epoch(&self, target: usize) -> Result<(), OscError> {
+        self.check_rank(target)?;
+        let locked = self.locks[target].is_some_and(|h| h.granted);
+        let started = self.access.as_ref().is_some_and(|g| g.contains(&target));
+        if self.fence_open || locked || started {
+            return Ok(());
+        }
+        Err(OscError::Sync(format!(
+            "no access epoch to rank {target} is open: call MPI_Win_fence, MPI_Win_start (naming it), MPI_Win_lock or MPI_Win_lock_all first"
+        )))
+    }
+
+    /// The origin's check of a target's range (a dynamic window's is the target's alone).
+    fn check_range(&self, target: usize, addr: u64, layout: &Layout) -> Result<(), OscError> {
+        if self.dynamic || layout.is_empty() {
+            return Ok(());
+        }
+        let size = i128::from(self.targets[target].size);
+        let (lo, hi) = layout.span();
+        let (lo, hi) = (
+            i128::from(addr) + i128::from(lo),
+            i128::from(addr) + i128::from(hi),
+        );
+        if lo < 0 || hi > size {
+            return Err(OscError::Range(format!(
+                "bytes {lo}..{hi} of rank {target}'s window are outside it ({size} bytes)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn start_op(&mut self, target: usize, reply: bool) -> OpId {
+        let id = self.next_id;
+        self.next_id += 1;
+        if reply {
+            self.awaiting[target] += 1;
+            self.ops.insert(id, OpState::Pending);
+        } else {
+            self.unacked[target] += 1;
+            self.ops.insert(id, OpState::Done(Ok(Vec::new())));
+        }
+        id
+    }
+
+    /// `MPI_Put`.
+    pub fn put(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        data: Vec<u8>,
+    ) -> Result<OpId, OscError> {
+        self.check_epoch(target)?;
+        self.check_range(target, addr, layout)?;
+        if data.len() as u64 != layout.len() {
+            return Err(OscError::Arg(format!(
+                "put: {} origin bytes for {} target bytes",
+                data.len(),
+                layout.len()
+            )));
+        }
+        let id = self.start_op(target, false);
+        self.send(
+            target,
+            Msg::Put {
+                addr,
+                layout: layout.clone(),
+                data,
+            },
+        );
+        Ok(id)
+    }
+
+    /// `MPI_Get`.
+    pub fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
+        self.check_epoch(target)?;
+        self.check_range(target, addr, layout)?;
+        let id = self.start_op(target, true);
+        self.send(
+            target,
+            Msg::Get {
+                id,
+                addr,
+                layout: layout.clone(),
+            },
+        );
+        Ok(id)
+    }
+
+    /// `MPI_Accumulate`, and with `fetch` `MPI_Get_accumulate` / `MPI_Fetch_and_op`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        op: AccOp,
+        elem: Elem,
+        data: Vec<u8>,
+        fetch: bool,
+    ) -> Result<OpId, OscError> {
+        self.check_epoch(target)?;
+        self.check_range(target, addr, layout)?;
+        if !elem.supports(op) {
+            return Err(OscError::Op(format!(
+                "accumulate: {op:?} is not defined on {elem:?} elements"
+            )));
+        }
+        let want = if op == AccOp::NoOp { 0 } else { layout.len() };
+        if data.len() as u64 != want {
+            return Err(OscError::Arg(format!(
+                "accumulate: {} origin bytes for {} target bytes",
+                data.len(),
+                layout.len()
+            )));
+        }
+        if let Some(&(_, n)) = layout
+            .runs
+            .iter()
+            .find(|&&(_, n)| !n.is_multiple_of(elem.size() as u64))
+        {
+            return Err(OscError::Arg(format!(
+                "accumulate: a run of {n} bytes is not whole {elem:?} elements"
+            )));
+        }
+        let id = self.start_op(target, fetch);
+        self.send(
+            target,
+            Msg::Acc {
+                id,
+                addr,
+                layout: layout.clone(),
+                op,
+                elem,
+                fetch,
+                data,
+            },
+        );
+        Ok(id)
+    }
+
+    /// `MPI_Compare_and_swap`.
+    pub fn compare_and_swap(
+        &mut self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<OpId, OscError> {
+        let layout = Layout::contiguous(elem.size() as u64);
+        self.check_epoch(target)?;
+        self.check_range(target, addr, &layout)?;
+        if compare.len() != elem.size() || value.len() != elem.size() {
+            return Err(OscError::Arg("compare_and_swap: one element each".into()));
+        }
+        let id = self.start_op(target, true);
+        self.send(
+            target,
+            Msg::Cas {
+                id,
+                addr,
+                elem,
+                compare,
+                value,
+            },
+        );
+        Ok(id)
+    }
+
+    /// The outcome of operation `id` once complete at the origin (spent when returned).
+    pub fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>> {
+        match self.ops.get(&id) {
+            Some(OpState::Done(_)) => match self.ops.remove(&id) {
+                Some(OpState::Done(r)) => Some(r),
+                _ => None,
+            },
+            Some(OpState::Pending) => None,
+            None => Some(Err(OscError::Arg(format!("unknown operation {id}")))),
+        }
+    }
+
+    // ---- synchronization ----
+
+    fn any_lock(&self) -> bool {
+        self.lock_all || self.locks.iter().any(Option::is_some)
+    }
+
+    fn group(&self, g: &[usize]) -> Result<(), OscError> {
+        g.iter().try_for_each(|&r| self.check_rank(r))
+    }
+
+    /// Start synchronization `call` (see [`SyncCall`]).
+    pub fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
+        if let Some(p) = &self.pending {
+            return Err(OscError::Sync(format!(
+                "a synchronization ({p:?}) is still in progress"
+            )));
+        }
+        let n = self.size();
+        let all: Vec<usize> = (0..n).collect();
+        match call {
+            SyncCall::Fence { succeed } => {
+                if self.access.is_some() || self.exposure.is_some() || self.any_lock() {
+                    return Err(OscError::Sync(
+                        "MPI_Win_fence inside a post/start or lock epoch".into(),
+                    ));
+                }
+                for p in 0..n {
+                    self.send(p, Msg::Fence);
+                }
+                self.fences_sent += 1;
+                self.pending = Some(Pending::Fence {
+                    succeed,
+                    done: false,
+                });
+                self.advance_fence();
+            }
+            SyncCall::Post(g) => {
+                self.group(&g)?;
+                if self.exposure.is_some() {
+                    return Err(OscError::Sync(
+                        "MPI_Win_post: an exposure epoch is open already (MPI_Win_wait ends it)"
+                            .into(),
+                    ));
+                }
+                for &p in &g {
+                    self.send(p, Msg::Post);
+                }
+                self.exposure = Some(g);
+            }
+            SyncCall::Start(g) => {
+                self.group(&g)?;
+                if self.access.is_some() || self.any_lock() {
+                    return Err(OscError::Sync(
+                        "MPI_Win_start: an access epoch is open already".into(),
+                    ));
+                }
+                self.fence_open = false;
+                self.pending = Some(Pending::Start(g));
+            }
+            SyncCall::Complete => {
+                let Some(g) = self.access.take() else {
+                    return Err(OscError::Sync(
+                        "MPI_Win_complete without MPI_Win_start".into(),
+                    ));
+                };
+                for &p in &g {
+                    self.send(p, Msg::Complete);
+                }
+                self.pending = Some(Pending::Replies(g));
+            }
+            SyncCall::Wait => {
+                if self.exposure.is_none() {
+                    return Err(OscError::Sync("MPI_Win_wait without MPI_Win_post".into()));
+                }
+                self.pending = Some(Pending::Wait);
+            }
+            SyncCall::Lock {
+                kind,
+                target,
+                nocheck,
+            } => {
+                self.check_rank(target)?;
+                if self.lock_all || self.locks[target].is_some() {
+                    return Err(OscError::Sync(format!(
+                        "MPI_Win_lock: this process holds a lock on rank {target} already"
+                    )));
+                }
+                self.fence_open = false;
+                self.lock(target, kind, nocheck);
+                self.pending = Some(Pending::Locks(vec![target]));
+            }
+            SyncCall::LockAll { nocheck } => {
+                if self.any_lock() {
+                    return Err(OscError::Sync(
+                        "MPI_Win_lock_all: this process holds a lock already".into(),
+                    ));
+                }
+                self.fence_open = false;
+                for t in 0..n {
+                    self.lock(t, LockKind::Shared, nocheck);
+                }
+                self.lock_all = true;
+                self.pending = Some(Pending::Locks(all));
+            }
+            SyncCall::Unlock(target) => {
+                self.check_rank(target)?;
+                if self.lock_all || self.locks[target].is_none() {
+                    return Err(OscError::Sync(format!(
+                        "MPI_Win_unlock: rank {target} is not locked by MPI_Win_lock"
+                    )));
+                }
+                self.unlock(target);
+                self.pending = Some(Pending::Acks(vec![target]));
+            }
+            SyncCall::UnlockAll => {
+                if !self.lock_all {
+                    return Err(OscError::Sync(
+                        "MPI_Win_unlock_all without MPI_Win_lock_all".into(),
+                    ));
+                }
+                for t in 0..n {
+                    self.unlock(t);
+                }
+                self.lock_all = false;
+                self.pending = Some(Pending::Acks(all));
+            }
+            SyncCall::Flush(t) | SyncCall::FlushLocal(t) => {
+                let local = matches!(call, SyncCall::FlushLocal(_));
+                let targets = match t {
+                    Some(t) => {
+                        self.check_rank(t)?;
+                        if self.locks[t].is_none() {
+                            return Err(OscError::Sync(format!(
+                                "flush: no passive-target epoch to rank {t} is open (MPI_Win_lock or MPI_Win_lock_all)"
+                            )));
+                        }
+                        vec![t]
+                    }
+                    None => {
+                        if !self.any_lock() {
+                            return Err(OscError::Sync(
+                                "flush_all: no passive-target epoch is open".into(),
+                            ));
+                        }
+                        (0..n).filter(|&t| self.locks[t].is_some()).collect()
+                    }
+                };
+                if local {
+                    self.pending = Some(Pending::Replies(targets));
+                } else {
+                    for &t in &targets {
+                        if self.unacked[t] > 0 {
+                            self.unacked[t] = 0;
+                            self.send(t, Msg::Flush);
+                            self.acks[t] += 1;
+                        }
+                    }
+                    self.pending = Some(Pending::Acks(targets));
+                }
+            }
+            SyncCall::Free => {
+                if self.access.is_some() || self.exposure.is_some() || self.any_lock() {
+                    return Err(OscError::Sync(
+                        "MPI_Win_free with an access or exposure epoch open (lock, start or post)"
+                            .into(),
+                    ));
+                }
+                for p in 0..n {
+                    self.send(p, Msg::Free);
+                }
+                self.pending = Some(Pending::Free);
+            }
+        }
+        Ok(())
+    }
+
+    fn lock(&mut self, target: usize, kind: LockKind, nocheck: bool) {
+        if !nocheck {
+            self.send(target, Msg::Lock(kind));
+        }
+        self.locks[target] = Some(Held {
+            granted: nocheck,
+            nocheck,
+        });
+    }
+
+    fn unlock(&mut self, target: usize) {
+        let held = self.locks[target].take().expect("checked by the caller");
+        if held.nocheck && self.unacked[target] == 0 {
+            // Nothing to release and nothing unacknowledged: the replies awaited suffice.
+            return;
+        }
+        self.unacked[target] = 0;
+        let m = if held.nocheck {
+            Msg::Flush
+        } else {
+            Msg::Unlock
+        };
+        self.send(target, m);
+        self.acks[target] += 1;
+    }
+
+    /// The first round of a fence is over when this process saw every member's `Fence`
+    /// (everything aimed at it in the epoch is applied) and every reply it awaits: it says
+    /// so with `Fenced`, so that no member starts the next epoch (a get of this memory)
+    /// before.
+    fn advance_fence(&mut self) {
+        if let Some(Pending::Fence {
+            succeed,
+            done: false,
+        }) = self.pending
+        {
+            if self.fences_seen.iter().all(|&s| s >= self.fences_sent)
+                && self.awaiting.iter().all(|&a| a == 0)
+            {
+                for p in 0..self.size() {
+                    self.send(p, Msg::Fenced);
+                }
+                self.pending = Some(Pending::Fence {
+                    succeed,
+                    done: true,
+                });
+            }
+        }
+    }
+
+    /// Did the synchronization started last finish? Its outcome then (a deferred error of an
+    /// operation's target comes out here).
+    pub fn sync_done(&mut self) -> Option<Result<(), OscError>> {
+        self.advance_fence();
+        let done = match &self.pending {
+            None => true,
+            Some(Pending::Fence { done, .. }) => {
+                *done && self.fenced_seen.iter().all(|&s| s >= self.fences_sent)
+            }
+            Some(Pending::Start(g)) => g.iter().all(|&t| self.posts_seen[t] > 0),
+            Some(Pending::Replies(g)) => g.iter().all(|&t| self.awaiting[t] == 0),
+            Some(Pending::Wait) => self.exposure_complete(),
+            Some(Pending::Locks(g)) => g.iter().all(|&t| self.locks[t].is_some_and(|h| h.granted)),
+            Some(Pending::Acks(g)) => g
+                .iter()
+                .all(|&t| self.acks[t] == 0 && self.awaiting[t] == 0),
+            Some(Pending::Free) => {
+                self.frees_seen.iter().all(|&s| s > 0) && self.awaiting.iter().all(|&a| a == 0)
+            }
+        };
+        if !done {
+            return None;
+        }
+        match self.pending.take() {
+            Some(Pending::Fence { succeed, .. }) => self.fence_open = succeed,
+            Some(Pending::Start(g)) => {
+                for &t in &g {
+                    self.posts_seen[t] -= 1;
+                }
+                self.access = Some(g);
+            }
+            Some(Pending::Wait) => {
+                for &o in self.exposure.take().iter().flatten() {
+                    self.completes_seen[o] -= 1;
+                }
+            }
+            _ => {}
+        }
+        Some(self.deferred.take().map_or(Ok(()), Err))
+    }
+
+    /// Would `MPI_Win_wait` finish now?
+    pub fn exposure_complete(&self) -> bool {
+        self.exposure
+            .as_ref()
+            .is_some_and(|g| g.iter().all(|&o| self.completes_seen[o] > 0))
+    }
+
+    /// Is an access or exposure epoch open, or a synchronization in progress?
+    pub fn busy(&self) -> bool {
+        self.pending.is_some()
+            || self.access.is_some()
+            || self.exposure.is_some()
+            || self.any_lock()
+    }
+
+    // ---- dynamic windows ----
+
+    /// Attach `region` at address `base`.
+    pub fn attach(&mut self, base: u64, region: S) -> Result<(), OscError> {
+        if !self.dynamic {
+            return Err(OscError::Attach(
+                "MPI_Win_attach on a window not made by MPI_Win_create_dynamic".into(),
+            ));
+        }
+        let end = base.saturating_add(region.len() as u64);
+        if self
+            .segments
+            .iter()
+            .any(|(b, s)| base < b + s.len() as u64 && *b < end)
+        {
+            return Err(OscError::Attach(format!(
+                "MPI_Win_attach: {base:#x}..{end:#x} overlaps memory attached already"
+            )));
+        }
+        self.segments.push((base, region));
+        Ok(())
+    }
+
+    /// Detach the region attached at `base`.
+    pub fn detach(&mut self, base: u64) -> Result<(), OscError> {
+        if !self.dynamic {
+            return Err(OscError::Attach(
+                "MPI_Win_detach on a window not made by MPI_Win_create_dynamic".into(),
+            ));
+        }
+        let Some(i) = self.segments.iter().position(|(b, _)| *b == base) else {
+            return Err(OscError::Attach(format!(
+                "MPI_Win_detach: no memory is attached at {base:#x}"
+            )));
+        };
+        self.segments.remove(i);
+        Ok(())
+    }
+
+    // ---- target side ----
+
+    /// The region, offset and length of each piece of each run of `layout` at `addr`, or
+    /// why not. A run may span regions attached side by side (a dynamic window's).
+    fn locate(&self, addr: u64, layout: &Layout) -> Result<Vec<(usize, usize, usize)>, Refusal> {
+        let mut out = Vec::with_capacity(layout.runs.len());
+        for &(off, len) in &layout.runs {
+            let mut start = i128::from(addr) + i128::from(off);
+            let end = start + i128::from(len);
+            while start < end {
+                let found = self.segments.iter().enumerate().find(|(_, (b, s))| {
+                    start >= i128::from(*b) && start < i128::from(*b) + s.len() as i128
+                });
+                let Some((i, (b, s))) = found else {
+                    return Err(Refusal {
+                        range: true,
+                        msg: format!(
+                            "bytes {start:#x}..{end:#x} are outside rank {}'s window memory",
+                            self.me
+                        ),
+                    });
+                };
+                let seg_end = i128::from(*b) + s.len() as i128;
+                let piece_end = end.min(seg_end);
+                out.push((
+                    i,
+                    (start - i128::from(*b)) as usize,
+                    (piece_end - start) as usize,
+                ));
+                start = piece_end;
+            }
+        }
+        Ok(out)
+    }
+
+    fn gather(&self, runs: &[(usize, usize, usize)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &(s, o, n) in runs {
+            out.extend_from_slice(self.segments[s].1.read(o, n));
+        }
+        out
+    }
+
+    fn apply_put(&mut self, addr: u64, layout: &Layout, data: &[u8]) -> Result<(), Refusal> {
+        let runs = self.locate(addr, layout)?;
+        if runs.iter().map(|r| r.2).sum::<usize>() != data.len() {
+            return Err(Refusal {
+                range: false,
+                msg: "put: data and layout lengths differ".into(),
+            });
+        }
+        let mut at = 0;
+        for (s, o, n) in runs {
+            self.segments[s].1.write(o, &data[at..at + n]);
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn apply_acc(
+        &mut self,
+        addr: u64,
+        layout: &Layout,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<Vec<u8>, Refusal> {
+        let bad = |msg: String| Refusal { range: false, msg };
+        let runs = self.locate(addr, layout)?;
+        let total: usize = runs.iter().map(|r| r.2).sum();
+        if op != AccOp::NoOp && total != data.len() {
+            return Err(bad("accumulate: data and layout lengths differ".into()));
+        }
+        if !elem.supports(op) || runs.iter().any(|r| !r.2.is_multiple_of(elem.size())) {
+            return Err(bad(format!(
+                "accumulate: {op:?} on {elem:?} over runs that are not whole elements"
+            )));
+        }
+        let old = if fetch {
+            self.gather(&runs)
+        } else {
+            Vec::new()
+        };
+        if op != AccOp::NoOp {
+            let mut at = 0;
+            for (s, o, n) in runs {
+                let mut cur = self.segments[s].1.read(o, n).to_vec();
+                accumulate_with(op, elem, &mut cur, &data[at..at + n], self.host)
+                    .map_err(|e| bad(e.to_string()))?;
+                self.segments[s].1.write(o, &cur);
+                at += n;
+            }
+        }
+        Ok(old)
+    }
+
+    fn apply_cas(
+        &mut self,
+        addr: u64,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+    ) -> Result<Vec<u8>, Refusal> {
+        let runs = self.locate(addr, &Layout::contiguous(elem.size() as u64))?;
+        let old = self.gather(&runs);
+        if compare.len() != old.len() || value.len() != old.len() {
+            return Err(Refusal {
+                range: false,
+                msg: "compare_and_swap: one element each".into(),
+            });
+        }
+        if old == compare {
+            if let Some(&(s, o, _)) = runs.first() {
+                self.segments[s].1.write(o, value);
+            }
+        }
+        Ok(old)
+    }
+
+    fn grant_waiting(&mut self) {
+        while let Some(&(p, kind)) = self.lock_queue.front() {
+            let ok = match kind {
+                LockKind::Exclusive => self.exclusive_holder.is_none() && self.shared_holders == 0,
+                LockKind::Shared => self.exclusive_holder.is_none(),
+            };
+            if !ok {
+                break;
+            }
+            self.lock_queue.pop_front();
+            match kind {
+                LockKind::Exclusive => self.exclusive_holder = Some(p),
+                LockKind::Shared => self.shared_holders += 1,
+            }
+            self.send(p, Msg::Granted);
+        }
+    }
+
+    /// Apply a message from `from`.
+    pub fn handle(&mut self, from: usize, msg: Msg) {
+        if from >= self.size() {
+            tracing::warn!(from, "osc-am: message from outside the window dropped");
+            return;
+        }
+        self.apply(from, msg);
+        self.advance_fence();
+    }
+
+    fn apply(&mut self, from: usize, msg: Msg) {
+        match msg {
+            Msg::Put { addr, layout, data } => {
+                if let Err(r) = self.apply_put(addr, &layout, &data) {
+                    self.send(from, Msg::Refused(r));
+                }
+            }
+            Msg::Get { id, addr, layout } => {
+                let result = self.locate(addr, &layout).map(|runs| self.gather(&runs));
+                self.send(from, Msg::Reply { id, result });
+            }
+            Msg::Acc {
+                id,
+                addr,
+                layout,
+                op,
+                elem,
+                fetch,
+                data,
+            } => {
+                let result = self.apply_acc(addr, &layout, op, elem, &data, fetch);
+                match (fetch, result) {
+                    (true, result) => self.send(from, Msg::Reply { id, result }),
+                    (false, Err(r)) => self.send(from, Msg::Refused(r)),
+                    (false, Ok(_)) => {}
+                }
+            }
+            Msg::Cas {
+                id,
+                addr,
+                elem,
+                compare,
+                value,
+            } => {
+                let result = self.apply_cas(addr, elem, &compare, &value);
+                self.send(from, Msg::Reply { id, result });
+            }
+            Msg::Reply { id, result } => {
+                if let Some(st) = self.ops.get_mut(&id) {
+                    if matches!(st, OpState::Pending) {
+                        *st = OpState::Done(result.map_err(refusal_error));
+                        self.awaiting[from] = self.awaiting[from].saturating_sub(1);
+                    }
+                }
+            }
+            Msg::Refused(r) => {
+                self.deferred.get_or_insert(refusal_error(r));
+            }
+            Msg::Fence => self.fences_seen[from] += 1,
+            Msg::Fenced => self.fenced_seen[from] += 1,
+            Msg::Post => self.posts_seen[from] += 1,
+            Msg::Complete => self.completes_seen[from] += 1,
+            Msg::Lock(kind) => {
+                self.lock_queue.push_back((from, kind));
+                self.grant_waiting();
+            }
+            Msg::Granted => {
+                if let Some(h) = self.locks[from].as_mut() {
+                    h.granted = true;
+                }
+            }
+            Msg::Unlock => {
+                if self.exclusive_holder == Some(from) {
+                    self.exclusive_holder = None;
+                } else {
+                    self.shared_holders = self.shared_holders.saturating_sub(1);
+                }
+                self.send(from, Msg::Ack);
+                self.grant_waiting();
+            }
+            Msg::Flush => self.send(from, Msg::Ack),
+            Msg::Ack => self.acks[from] = self.acks[from].saturating_sub(1),
+            Msg::Free => self.frees_seen[from] += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+// The simulated ranks are indices into several parallel tables.
+#[allow(clippy::needless_range_loop)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Engines over a simulated network: one FIFO queue per ordered pair; `pick` chooses which
+    /// non-empty queue delivers next (any interleaving across pairs is legal).
+    struct Net {
+        e: Vec<Engine<Vec<u8>>>,
+        queues: HashMap<(usize, usize), VecDeque<Msg>>,
+    }
+
+    impl Net {
+        fn new(n: usize, bytes: usize) -> Self {
+            let info = vec![
+                TargetInfo {
+                    size: bytes as u64,
+                    disp_unit: 1
+                };
+                n
+            ];
+            Self {
+                e: (0..n)
+                    .map(|r| Engine::new(r, info.clone(), Some(vec![0u8; bytes])))
+                    .collect(),
+                queues: HashMap::new(),
+            }
+        }
+
+        fn flush_outboxes(&mut self) {
+            for (from, e) in self.e.iter_mut().enumerate() {
+                while let Some((to, m)) = e.outbox().pop_front() {
+                    // Through the encoding, as on the wire.
+                    let m = Msg::decode(&m.encode()).expect("round trip");
+                    self.queues.entry((from, to)).or_default().push_back(m);
+                }
+            }
+        }
+
+        /// Deliver one message chosen by `pick`; false when none is in flight.
+        fn step(&mut self, pick: usize) -> bool {
+            self.flush_outboxes();
+            let mut live: Vec<(usize, usize)> = self
+                .queues
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(k, _)| *k)
+                .collect();
+            if live.is_empty() {
+                return false;
+            }
+            live.sort_unstable();
+            let (from, to) = live[pick % live.len()];
+            let m = self
+                .queues
+                .get_mut(&(from, to))
+                .unwrap()
+                .pop_front()
+                .unwrap();
+            self.e[to].handle(from, m);
+            self.flush_outboxes();
+            true
+        }
+
+        fn run(&mut self) {
+            while self.step(0) {}
+        }
+
+        /// Run `call` on every rank in `ranks`, then deliver until all finished.
+        fn sync_all(&mut self, ranks: &[usize], call: impl Fn(usize) -> SyncCall) {
+            for &r in ranks {
+                self.e[r].sync(call(r)).unwrap();
+            }
+            self.run();
+            for &r in ranks {
+                assert_eq!(self.e[r].sync_done(), Some(Ok(())), "rank {r}");
+            }
+        }
+
+        fn mem(&self, r: usize) -> &[u8] {
+            &self.e[r].segments[0].1
+        }
+    }
+
+    fn i32s(v: &[i32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn fence_epoch_put_get_accumulate() {
+        let mut net = Net::new(3, 16);
+        let all = [0, 1, 2];
+        net.sync_all(&all, |_| SyncCall::Fence { succeed: true });
+        for r in 0..3 {
+            let t = (r + 1) % 3;
+            net.e[r]
+                .put(t, 0, &Layout::contiguous(4), i32s(&[r as i32 + 10]))
+                .unwrap();
+            net.e[r]
+                .accumulate(
+                    0,
+                    4,
+                    &Layout::contiguous(4),
+                    AccOp::Sum,
+                    Elem::I32,
+                    i32s(&[r as i32 + 1]),
+                    false,
+                )
+                .unwrap();
+        }
+        net.sync_all(&all, |_| SyncCall::Fence { succeed: true });
+        assert_eq!(&net.mem(1)[..4], &i32s(&[10])[..]);
+        assert_eq!(&net.mem(0)[..8], &i32s(&[12, 6])[..]);
+        let id = net.e[2].get(0, 0, &Layout::contiguous(8)).unwrap();
+        assert_eq!(
+            net.e[2].poll_op(id),
+            None,
+            "a get completes only with its reply"
+        );
+        net.sync_all(&all, |_| SyncCall::Fence { succeed: false });
+        assert_eq!(net.e[2].poll_op(id), Some(Ok(i32s(&[12, 6]))));
+        // NOSUCCEED closed the epoch.
+        assert!(matches!(
+            net.e[0].put(1, 0, &Layout::contiguous(1), vec![1]),
+            Err(OscError::Sync(_))
+        ));
+    }
+
+    #[test]
+    fn derived_layouts_scatter_and_gather() {
+        let mut net = Net::new(2, 16);
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let l = Layout {
+            runs: vec![(0, 2), (8, 2)],
+        };
+        net.e[0].put(1, 4, &l, vec![1, 2, 3, 4]).unwrap();
+        let g = net.e[0].get(1, 4, &l).unwrap();
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        assert_eq!(
+            net.mem(1),
+            &[0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0, 3, 4, 0, 0]
+        );
+        assert_eq!(net.e[0].poll_op(g), Some(Ok(vec![1, 2, 3, 4])));
+    }
+
+    #[test]
+    fn operations_outside_epochs_or_the_window_are_refused_at_the_origin() {
+        let mut net = Net::new(2, 8);
+        let l = Layout::contiguous(4);
+        assert!(matches!(
+            net.e[0].put(1, 0, &l, vec![0; 4]),
+            Err(OscError::Sync(_))
+        ));
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        assert!(matches!(
+            net.e[0].put(1, 6, &l, vec![0; 4]),
+            Err(OscError::Range(_))
+        ));
+        assert!(matches!(net.e[0].get(2, 0, &l), Err(OscError::Rank(_))));
+        let neg = Layout {
+            runs: vec![(-1, 1)],
+        };
+        assert!(matches!(net.e[0].get(1, 0, &neg), Err(OscError::Range(_))));
+        assert!(matches!(
+            net.e[0].accumulate(1, 0, &l, AccOp::BAnd, Elem::F32, vec![0; 4], false),
+            Err(OscError::Op(_))
+        ));
+        assert!(matches!(
+            net.e[0].sync(SyncCall::Complete),
+            Err(OscError::Sync(_))
+        ));
+        assert!(matches!(
+            net.e[0].sync(SyncCall::Wait),
+            Err(OscError::Sync(_))
+        ));
+        assert!(matches!(
+            net.e[0].sync(SyncCall::Unlock(1)),
+            Err(OscError::Sync(_))
+        ));
+        assert!(matches!(
+            net.e[0].sync(SyncCall::Flush(Some(1))),
+            Err(OscError::Sync(_))
+        ));
+        assert!(matches!(
+            net.e[0].sync(SyncCall::UnlockAll),
+            Err(OscError::Sync(_))
+        ));
+        net.run();
+        assert_eq!(net.mem(1), &[0; 8], "nothing was written");
+    }
+
+    #[test]
+    fn the_target_refuses_what_its_memory_does_not_hold() {
+        // A dynamic window: only the target knows its memory.
+        let info = vec![TargetInfo::default(); 2];
+        let mut net = Net {
+            e: (0..2).map(|r| Engine::new(r, info.clone(), None)).collect(),
+            queues: HashMap::new(),
+        };
+        net.e[1].attach(0x1000, vec![0u8; 8]).unwrap();
+        assert!(matches!(
+            net.e[1].attach(0x1004, vec![0u8; 8]),
+            Err(OscError::Attach(_))
+        ));
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        net.e[0]
+            .put(1, 0x1004, &Layout::contiguous(4), vec![9; 4])
+            .unwrap();
+        net.e[0]
+            .put(1, 0x1006, &Layout::contiguous(4), vec![7; 4])
+            .unwrap();
+        let g = net.e[0].get(1, 0x2000, &Layout::contiguous(1)).unwrap();
+        net.e[0].sync(SyncCall::Fence { succeed: true }).unwrap();
+        net.e[1].sync(SyncCall::Fence { succeed: true }).unwrap();
+        net.run();
+        assert!(matches!(
+            net.e[0].sync_done(),
+            Some(Err(OscError::Range(_)))
+        ));
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert!(matches!(net.e[0].poll_op(g), Some(Err(OscError::Range(_)))));
+        assert_eq!(
+            net.e[1].segments[0].1,
+            [0, 0, 0, 0, 9, 9, 9, 9],
+            "the refused put wrote nothing"
+        );
+        // A run across two regions attached side by side.
+        net.e[1].attach(0x1008, vec![0u8; 4]).unwrap();
+        net.e[0]
+            .put(1, 0x1006, &Layout::contiguous(4), vec![5; 4])
+            .unwrap();
+        net.e[0].sync(SyncCall::Fence { succeed: true }).unwrap();
+        net.e[1].sync(SyncCall::Fence { succeed: true }).unwrap();
+        net.run();
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert_eq!(net.e[1].segments[0].1[6..], [5, 5]);
+        assert_eq!(net.e[1].segments[1].1[..], [5, 5, 0, 0]);
+        net.e[1].detach(0x1000).unwrap();
+        assert!(matches!(net.e[1].detach(0x1000), Err(OscError::Attach(_))));
+    }
+
+    #[test]
+    fn post_start_complete_wait() {
+        let mut net = Net::new(3, 4);
+        net.e[1].sync(SyncCall::Post(vec![0, 2])).unwrap();
+        net.e[0].sync(SyncCall::Start(vec![1])).unwrap();
+        assert_eq!(net.e[0].sync_done(), None, "start waits for the post");
+        net.run();
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        net.e[0]
+            .put(1, 0, &Layout::contiguous(2), vec![5, 6])
+            .unwrap();
+        net.e[0].sync(SyncCall::Complete).unwrap();
+        net.e[1].sync(SyncCall::Wait).unwrap();
+        net.run();
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        assert_eq!(net.e[1].sync_done(), None, "rank 2 has not completed");
+        assert!(!net.e[1].exposure_complete());
+        net.e[2].sync(SyncCall::Start(vec![1])).unwrap();
+        net.run();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        net.e[2].sync(SyncCall::Complete).unwrap();
+        net.run();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert_eq!(&net.mem(1)[..2], &[5, 6]);
+    }
+
+    #[test]
+    fn exclusive_locks_queue_and_shared_ones_share() {
+        let mut net = Net::new(3, 8);
+        let excl = |t| SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: t,
+            nocheck: false,
+        };
+        net.e[1].sync(excl(0)).unwrap();
+        net.run();
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        net.e[2].sync(excl(0)).unwrap();
+        net.run();
+        assert_eq!(net.e[2].sync_done(), None, "rank 1 holds the lock");
+        assert!(matches!(
+            net.e[2].put(0, 0, &Layout::contiguous(1), vec![1]),
+            Err(OscError::Sync(_))
+        ));
+        net.e[1].put(0, 0, &Layout::contiguous(1), vec![1]).unwrap();
+        net.e[1].sync(SyncCall::Unlock(0)).unwrap();
+        net.run();
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert_eq!(
+            net.e[2].sync_done(),
+            Some(Ok(())),
+            "granted after the unlock"
+        );
+        assert_eq!(
+            net.mem(0)[0],
+            1,
+            "the holder's put was applied before its unlock"
+        );
+        net.e[2].sync(SyncCall::Unlock(0)).unwrap();
+        net.run();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        // Shared locks: both granted at once, and lock_all with flushes.
+        for r in [1, 2] {
+            net.e[r]
+                .sync(SyncCall::Lock {
+                    kind: LockKind::Shared,
+                    target: 0,
+                    nocheck: false,
+                })
+                .unwrap();
+        }
+        net.run();
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        net.sync_all(&[1, 2], |_| SyncCall::Unlock(0));
+        net.sync_all(&[0], |_| SyncCall::LockAll { nocheck: false });
+        let f = net.e[0]
+            .accumulate(
+                2,
+                0,
+                &Layout::contiguous(4),
+                AccOp::NoOp,
+                Elem::I32,
+                vec![],
+                true,
+            )
+            .unwrap();
+        net.sync_all(&[0], |_| SyncCall::Flush(None));
+        assert_eq!(net.e[0].poll_op(f), Some(Ok(vec![0; 4])));
+        let c = net.e[0]
+            .compare_and_swap(1, 4, Elem::I32, i32s(&[0]), i32s(&[42]))
+            .unwrap();
+        net.sync_all(&[0], |_| SyncCall::FlushLocal(Some(1)));
+        assert_eq!(net.e[0].poll_op(c), Some(Ok(i32s(&[0]))));
+        assert!(matches!(net.e[0].sync(excl(1)), Err(OscError::Sync(_))));
+        net.sync_all(&[0], |_| SyncCall::UnlockAll);
+        assert_eq!(&net.mem(1)[4..], &i32s(&[42])[..]);
+        net.sync_all(&[0, 1, 2], |_| SyncCall::Free);
+    }
+
+    #[test]
+    fn a_flush_after_fetching_operations_only_needs_no_round_trip() {
+        let mut net = Net::new(2, 8);
+        net.sync_all(&[0], |_| SyncCall::LockAll { nocheck: true });
+        let l = Layout::contiguous(4);
+        let g = net.e[0].get(1, 0, &l).unwrap();
+        net.e[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert!(
+            net.e[0].outbox().iter().all(|(_, m)| *m != Msg::Flush),
+            "the get's reply is the proof"
+        );
+        net.run();
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        assert_eq!(net.e[0].poll_op(g), Some(Ok(vec![0; 4])));
+        net.e[0].put(1, 0, &l, vec![1; 4]).unwrap();
+        net.e[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert!(
+            net.e[0].outbox().iter().any(|(_, m)| *m == Msg::Flush),
+            "a put needs one"
+        );
+        assert_eq!(net.e[0].sync_done(), None);
+        net.run();
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        assert_eq!(&net.mem(1)[..4], &[1; 4]);
+        net.sync_all(&[0], |_| SyncCall::UnlockAll);
+    }
+
+    proptest! {
+        /// Every interleaving of deliveries across pairs gives a serialized result: each rank
+        /// adds rank + 1 to rank 0's counter with a fetching accumulate under an exclusive
+        /// lock; the total is the sum, and the values fetched are the partial sums of one
+        /// order (distinct, each the previous one plus its adder's value).
+        #[test]
+        fn locked_fetch_and_add_is_serialized_under_any_delivery_order(
+            picks in proptest::collection::vec(any::<usize>(), 0..400)
+        ) {
+            let n = 3;
+            let mut net = Net::new(n, 8);
+            let mut fetched: Vec<Option<OpId>> = vec![None; n];
+            for r in 0..n {
+                net.e[r].sync(SyncCall::Lock { kind: LockKind::Exclusive, target: 0, nocheck: false }).unwrap();
+            }
+            let mut picks = picks.into_iter();
+            let mut stage = vec![0; n];
+            loop {
+                let mut progressed = false;
+                for r in 0..n {
+                    if stage[r] == 0 && net.e[r].sync_done().is_some() {
+                        let id = net.e[r].accumulate(0, 0, &Layout::contiguous(8), AccOp::Sum, Elem::I64, (r as i64 + 1).to_ne_bytes().to_vec(), true).unwrap();
+                        fetched[r] = Some(id);
+                        net.e[r].sync(SyncCall::Unlock(0)).unwrap();
+                        stage[r] = 1;
+                        progressed = true;
+                    } else if stage[r] == 1 && net.e[r].sync_done().is_some() {
+                        stage[r] = 2;
+                        progressed = true;
+                    }
+                }
+                let pick = picks.next().unwrap_or(0);
+                if !net.step(pick) && !progressed {
+                    break;
+                }
+            }
+            prop_assert!(stage.iter().all(|&s| s == 2));
+            prop_assert_eq!(i64::from_ne_bytes(net.mem(0).try_into().unwrap()), 6);
+            let mut seen: Vec<(i64, i64)> = (0..n)
+                .map(|r| {
+                    let v = net.e[r].poll_op(fetched[r].unwrap()).unwrap().unwrap();
+                    (i64::from_ne_bytes(v[..].try_into().unwrap()), r as i64 + 1)
+                })
+                .collect();
+            seen.sort_unstable();
+            let mut expect = 0;
+            for (old, add) in seen {
+                prop_assert_eq!(old, expect);
+                expect += add;
+            }
+        }
+
+        /// A get issued after a fence sees the puts of the epoch the fence ended, whoever
+        /// made them: messages from different origins are not ordered, so under some
+        /// delivery orders a one-round fence would let rank 2's get reach rank 1 before
+        /// rank 0's put does.
+        #[test]
+        fn a_fence_orders_a_third_party_get_after_the_epochs_puts(
+            picks in proptest::collection::vec(any::<usize>(), 0..300)
+        ) {
+            let mut net = Net::new(3, 1);
+            net.sync_all(&[0, 1, 2], |_| SyncCall::Fence { succeed: true });
+            net.e[0].put(1, 0, &Layout::contiguous(1), vec![42]).unwrap();
+            for r in 0..3 {
+                net.e[r].sync(SyncCall::Fence { succeed: true }).unwrap();
+            }
+            let mut picks = picks.into_iter();
+            let mut get = None;
+            loop {
+                if get.is_none() && net.e[2].sync_done().is_some() {
+                    get = Some(net.e[2].get(1, 0, &Layout::contiguous(1)).unwrap());
+                }
+                if !net.step(picks.next().unwrap_or(0)) {
+                    break;
+                }
+            }
+            let get = get.expect("rank 2's fence ended");
+            prop_assert_eq!(net.e[2].poll_op(get), Some(Ok(vec![42])));
+        }
+
+        /// Fences complete under any delivery order, and every put of the epoch is visible
+        /// after them.
+        #[test]
+        fn fence_counts_under_any_delivery_order(
+            picks in proptest::collection::vec(any::<usize>(), 0..200)
+        ) {
+            let n = 3;
+            let mut net = Net::new(n, n);
+            for r in 0..n {
+                net.e[r].sync(SyncCall::Fence { succeed: true }).unwrap();
+            }
+            net.run();
+            for r in 0..n {
+                prop_assert_eq!(net.e[r].sync_done(), Some(Ok(())));
+                for t in 0..n {
+                    net.e[r].put(t, r as u64, &Layout::contiguous(1), vec![r as u8 + 1]).unwrap();
+                }
+                net.e[r].sync(SyncCall::Fence { succeed: false }).unwrap();
+            }
+            let mut done = vec![false; n];
+            let mut picks = picks.into_iter();
+            loop {
+                for r in 0..n {
+                    if !done[r] {
+                        if let Some(res) = net.e[r].sync_done() {
+                            prop_assert_eq!(res, Ok(()));
+                            // Done: every put to this rank was applied.
+                            prop_assert_eq!(net.mem(r), &(1..=n as u8).collect::<Vec<_>>()[..]);
+                            done[r] = true;
+                        }
+                    }
+                }
+                if !net.step(picks.next().unwrap_or(0)) {
+                    break;
+                }
+            }
+            for r in 0..n {
+                if !done[r] {
+                    prop_assert_eq!(net.e[r].sync_done(), Some(Ok(())));
+                }
+            }
+        }
+    }
+}

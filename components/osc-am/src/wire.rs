@@ -1,0 +1,427 @@
+//! The active messages of osc-am and their encoding: a kind byte, then fixed little-endian
+//! fields, then the variable parts (layout runs, data) with their lengths. A message that does
+//! not decode is dropped by the target with a warning (it cannot come from rmca).
+
+use rmca_framework::osc::{AccOp, Elem, Layout, LockKind};
+
+/// An error a target found in an operation, sent back to the origin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// `MPI_ERR_RMA_RANGE` (true) or another argument error.
+    pub range: bool,
+    /// What was wrong.
+    pub msg: String,
+}
+
+/// One active message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// Write `data` into `layout` at `addr`.
+    Put {
+        /// Target address.
+        addr: u64,
+        /// Where the bytes go.
+        layout: Layout,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// Read `layout` at `addr`; the target answers [`Msg::Reply`] with `id`.
+    Get {
+        /// The origin's operation.
+        id: u64,
+        /// Target address.
+        addr: u64,
+        /// What to read.
+        layout: Layout,
+    },
+    /// Accumulate; with `fetch` the target answers [`Msg::Reply`] with the old contents.
+    Acc {
+        /// The origin's operation (answered only when `fetch`).
+        id: u64,
+        /// Target address.
+        addr: u64,
+        /// Where.
+        layout: Layout,
+        /// Operation.
+        op: AccOp,
+        /// Element type.
+        elem: Elem,
+        /// Answer with the previous contents.
+        fetch: bool,
+        /// Origin data (empty for [`AccOp::NoOp`]).
+        data: Vec<u8>,
+    },
+    /// Compare-and-swap of one element; answered with the old value.
+    Cas {
+        /// The origin's operation.
+        id: u64,
+        /// Target address.
+        addr: u64,
+        /// Element type.
+        elem: Elem,
+        /// Compared with the target.
+        compare: Vec<u8>,
+        /// Stored when equal.
+        value: Vec<u8>,
+    },
+    /// The answer to a fetching operation: its data, or why the target refused it.
+    Reply {
+        /// The origin's operation.
+        id: u64,
+        /// Result.
+        result: Result<Vec<u8>, Refusal>,
+    },
+    /// A non-fetching operation was refused (nothing was written).
+    Refused(Refusal),
+    /// The sender reached its fence (everything it sent before arrived first).
+    Fence,
+    /// The sender saw every member's fence: everything aimed at it is applied.
+    Fenced,
+    /// The sender exposes its window to the receiver (`MPI_Win_post`).
+    Post,
+    /// The sender ended its access epoch to the receiver (`MPI_Win_complete`).
+    Complete,
+    /// Lock request.
+    Lock(LockKind),
+    /// Lock granted.
+    Granted,
+    /// Release the lock (everything sent before was applied first); answered by [`Msg::Ack`].
+    Unlock,
+    /// Answer [`Msg::Ack`] once everything sent before was applied.
+    Flush,
+    /// The answer to [`Msg::Unlock`] and [`Msg::Flush`].
+    Ack,
+    /// The sender is freeing the window.
+    Free,
+}
+
+const PUT: u8 = 1;
+const GET: u8 = 2;
+const ACC: u8 = 3;
+const CAS: u8 = 4;
+const REPLY_OK: u8 = 5;
+const REPLY_ERR: u8 = 6;
+const REFUSED: u8 = 7;
+const FENCE: u8 = 8;
+const POST: u8 = 9;
+const COMPLETE: u8 = 10;
+const LOCK_SHARED: u8 = 11;
+const LOCK_EXCL: u8 = 12;
+const GRANTED: u8 = 13;
+const UNLOCK: u8 = 14;
+const FLUSH: u8 = 15;
+const ACK: u8 = 16;
+const FREE: u8 = 17;
+const FENCED: u8 = 18;
+
+fn u64s(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    u64s(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn layout(out: &mut Vec<u8>, l: &Layout) {
+    u64s(out, l.runs.len() as u64);
+    for &(o, n) in &l.runs {
+        u64s(out, o as u64);
+        u64s(out, n);
+    }
+}
+
+fn refusal(out: &mut Vec<u8>, r: &Refusal) {
+    out.push(u8::from(r.range));
+    bytes(out, r.msg.as_bytes());
+}
+
+impl Msg {
+    /// The encoded message.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Msg::Put {
+                addr,
+                layout: l,
+                data,
+            } => {
+                out.push(PUT);
+                u64s(&mut out, *addr);
+                layout(&mut out, l);
+                bytes(&mut out, data);
+            }
+            Msg::Get {
+                id,
+                addr,
+                layout: l,
+            } => {
+                out.push(GET);
+                u64s(&mut out, *id);
+                u64s(&mut out, *addr);
+                layout(&mut out, l);
+            }
+            Msg::Acc {
+                id,
+                addr,
+                layout: l,
+                op,
+                elem,
+                fetch,
+                data,
+            } => {
+                out.push(ACC);
+                u64s(&mut out, *id);
+                u64s(&mut out, *addr);
+                out.extend_from_slice(&[*op as u8, *elem as u8, u8::from(*fetch)]);
+                layout(&mut out, l);
+                bytes(&mut out, data);
+            }
+            Msg::Cas {
+                id,
+                addr,
+                elem,
+                compare,
+                value,
+            } => {
+                out.push(CAS);
+                u64s(&mut out, *id);
+                u64s(&mut out, *addr);
+                out.push(*elem as u8);
+                bytes(&mut out, compare);
+                bytes(&mut out, value);
+            }
+            Msg::Reply { id, result } => match result {
+                Ok(d) => {
+                    out.push(REPLY_OK);
+                    u64s(&mut out, *id);
+                    bytes(&mut out, d);
+                }
+                Err(r) => {
+                    out.push(REPLY_ERR);
+                    u64s(&mut out, *id);
+                    refusal(&mut out, r);
+                }
+            },
+            Msg::Refused(r) => {
+                out.push(REFUSED);
+                refusal(&mut out, r);
+            }
+            Msg::Fence => out.push(FENCE),
+            Msg::Fenced => out.push(FENCED),
+            Msg::Post => out.push(POST),
+            Msg::Complete => out.push(COMPLETE),
+            Msg::Lock(LockKind::Shared) => out.push(LOCK_SHARED),
+            Msg::Lock(LockKind::Exclusive) => out.push(LOCK_EXCL),
+            Msg::Granted => out.push(GRANTED),
+            Msg::Unlock => out.push(UNLOCK),
+            Msg::Flush => out.push(FLUSH),
+            Msg::Ack => out.push(ACK),
+            Msg::Free => out.push(FREE),
+        }
+        out
+    }
+
+    /// Decode a message (`None`: malformed).
+    pub fn decode(b: &[u8]) -> Option<Msg> {
+        let mut r = Reader { b, at: 0 };
+        let kind = r.u8()?;
+        let m = match kind {
+            PUT => Msg::Put {
+                addr: r.u64()?,
+                layout: r.layout()?,
+                data: r.bytes()?,
+            },
+            GET => Msg::Get {
+                id: r.u64()?,
+                addr: r.u64()?,
+                layout: r.layout()?,
+            },
+            ACC => {
+                let id = r.u64()?;
+                let addr = r.u64()?;
+                let op = AccOp::from_u8(r.u8()?)?;
+                let elem = Elem::from_u8(r.u8()?)?;
+                let fetch = r.u8()? != 0;
+                Msg::Acc {
+                    id,
+                    addr,
+                    op,
+                    elem,
+                    fetch,
+                    layout: r.layout()?,
+                    data: r.bytes()?,
+                }
+            }
+            CAS => Msg::Cas {
+                id: r.u64()?,
+                addr: r.u64()?,
+                elem: Elem::from_u8(r.u8()?)?,
+                compare: r.bytes()?,
+                value: r.bytes()?,
+            },
+            REPLY_OK => Msg::Reply {
+                id: r.u64()?,
+                result: Ok(r.bytes()?),
+            },
+            REPLY_ERR => Msg::Reply {
+                id: r.u64()?,
+                result: Err(r.refusal()?),
+            },
+            REFUSED => Msg::Refused(r.refusal()?),
+            FENCE => Msg::Fence,
+            FENCED => Msg::Fenced,
+            POST => Msg::Post,
+            COMPLETE => Msg::Complete,
+            LOCK_SHARED => Msg::Lock(LockKind::Shared),
+            LOCK_EXCL => Msg::Lock(LockKind::Exclusive),
+            GRANTED => Msg::Granted,
+            UNLOCK => Msg::Unlock,
+            FLUSH => Msg::Flush,
+            ACK => Msg::Ack,
+            FREE => Msg::Free,
+            _ => return None,
+        };
+        (r.at == b.len()).then_some(m)
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let end = self.at.checked_add(n)?;
+        let s = self.b.get(self.at..end)?;
+        self.at = end;
+        Some(s)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        Some(self.take(n)?.to_vec())
+    }
+
+    fn layout(&mut self) -> Option<Layout> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        // Each run takes 16 bytes: a count beyond what is left is malformed (and must not
+        // reserve memory).
+        if n > (self.b.len() - self.at) / 16 {
+            return None;
+        }
+        let mut runs = Vec::with_capacity(n);
+        for _ in 0..n {
+            runs.push((self.u64()? as i64, self.u64()?));
+        }
+        Some(Layout { runs })
+    }
+
+    fn refusal(&mut self) -> Option<Refusal> {
+        let range = self.u8()? != 0;
+        let msg = String::from_utf8(self.bytes()?).ok()?;
+        Some(Refusal { range, msg })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn samples() -> Vec<Msg> {
+        let l = Layout {
+            runs: vec![(-4, 8), (16, 4)],
+        };
+        vec![
+            Msg::Put {
+                addr: 8,
+                layout: l.clone(),
+                data: vec![1; 12],
+            },
+            Msg::Get {
+                id: 3,
+                addr: 0,
+                layout: l.clone(),
+            },
+            Msg::Acc {
+                id: 9,
+                addr: 4,
+                layout: l,
+                op: AccOp::LXor,
+                elem: Elem::U16,
+                fetch: true,
+                data: vec![2; 12],
+            },
+            Msg::Cas {
+                id: 1,
+                addr: 0,
+                elem: Elem::I64,
+                compare: vec![0; 8],
+                value: vec![1; 8],
+            },
+            Msg::Reply {
+                id: 5,
+                result: Ok(vec![7, 8]),
+            },
+            Msg::Reply {
+                id: 6,
+                result: Err(Refusal {
+                    range: true,
+                    msg: "out".into(),
+                }),
+            },
+            Msg::Refused(Refusal {
+                range: false,
+                msg: "x".into(),
+            }),
+            Msg::Fence,
+            Msg::Fenced,
+            Msg::Post,
+            Msg::Complete,
+            Msg::Lock(LockKind::Shared),
+            Msg::Lock(LockKind::Exclusive),
+            Msg::Granted,
+            Msg::Unlock,
+            Msg::Flush,
+            Msg::Ack,
+            Msg::Free,
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in samples() {
+            assert_eq!(Msg::decode(&m.encode()), Some(m));
+        }
+    }
+
+    #[test]
+    fn truncated_or_extended_messages_are_refused() {
+        for m in samples() {
+            let e = m.encode();
+            for cut in 0..e.len() {
+                assert_eq!(Msg::decode(&e[..cut]), None, "{m:?} cut at {cut}");
+            }
+            let mut longer = e.clone();
+            longer.push(0);
+            assert_eq!(Msg::decode(&longer), None);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = Msg::decode(&b);
+        }
+    }
+}

@@ -1,0 +1,731 @@
+//! The OSC (one-sided communication) framework: MPI windows and the RMA operations on them
+//! (put, get, accumulate and its fetching forms, compare-and-swap) with every MPI
+//! synchronization (fence, post/start/complete/wait, lock/unlock, lock_all/unlock_all,
+//! flush, sync).
+//!
+//! # Design
+//! One [`OscModule`] serves one window on one process, created by the component chosen for
+//! that window: [`OscComponent::query`] says whether the component can serve a window of
+//! this shape (an `osc-sm` only when every member shares the node, an `osc-rdma` only when
+//! an RDMA-capable BTL reaches every member, `osc-am` always) and the highest priority among
+//! the allowed ones wins (`--mca osc am` restricts the choice like every selector).
+//!
+//! The module speaks in the window's own terms: target ranks of the window's group, target
+//! addresses (a displacement already scaled by the target's displacement unit, or an
+//! absolute address in a dynamic window), and data already packed at the origin. The target
+//! side of a derived datatype travels as a [`Layout`]: the runs of contiguous bytes the
+//! target datatype covers, in typemap order, relative to the target address. So no module
+//! needs a datatype engine, a target never trusts an origin's description (each run is
+//! checked against the window before anything is written), and osc-rdma can turn each run
+//! into one BTL put or get.
+//!
+//! Calls never block: an operation returns an [`OpId`] whose completion the host polls with
+//! [`OscModule::poll_op`], and a synchronization starts with [`OscModule::sync`] and is
+//! finished when [`OscModule::sync_done`] says so. Between polls the host drives
+//! [`OscModule::progress`] with an [`OscPort`], the module's only way to the outside:
+//! - osc-am sends every operation as an active message through the port
+//!   ([`OscPort::send`]) and is handed the messages for it ([`OscPort::recv`]); the target
+//!   applies them in its own progress, so one-sided traffic works over every PML and BTL
+//!   (dr over ud included);
+//! - osc-rdma would use the same messages for synchronization and for accumulates the BTL
+//!   cannot do, and move put/get data with the BTLs' RDMA through a port capability to come;
+//! - osc-sm would map the members' memory at creation and do loads, stores and CPU atomics
+//!   itself, using the port only for the synchronization messages.
+//!
+//! Errors are typed ([`OscError`]) and map one to one to MPI's error classes
+//! (`MPI_ERR_RMA_RANGE`, `MPI_ERR_RMA_SYNC`, ...).
+
+use thiserror::Error;
+
+use crate::buffer::UserBuf;
+use crate::params::ParamStore;
+
+/// Identifies an RMA operation of one module (for request-based completion).
+pub type OpId = u64;
+
+/// Errors of one-sided calls, one per MPI error class.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum OscError {
+    /// Target memory outside the window (`MPI_ERR_RMA_RANGE`).
+    #[error("{0}")]
+    Range(String),
+    /// An operation or synchronization outside the epoch it needs (`MPI_ERR_RMA_SYNC`).
+    #[error("{0}")]
+    Sync(String),
+    /// A rank outside the window's group (`MPI_ERR_RANK`).
+    #[error("{0}")]
+    Rank(String),
+    /// An operation or element type accumulate does not support (`MPI_ERR_OP`).
+    #[error("{0}")]
+    Op(String),
+    /// Memory attach/detach misuse in a dynamic window (`MPI_ERR_RMA_ATTACH`).
+    #[error("{0}")]
+    Attach(String),
+    /// Any other invalid argument (`MPI_ERR_ARG`).
+    #[error("{0}")]
+    Arg(String),
+    /// The transport failed (`MPI_ERR_OTHER`).
+    #[error("{0}")]
+    Transport(String),
+}
+
+/// Lock types of passive-target synchronization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LockKind {
+    /// `MPI_LOCK_SHARED`.
+    Shared,
+    /// `MPI_LOCK_EXCLUSIVE`.
+    Exclusive,
+}
+
+/// An accumulate operation (the predefined MPI operations that apply to one-sided calls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AccOp {
+    /// `MPI_REPLACE`: the target takes the origin's value.
+    Replace = 0,
+    /// `MPI_NO_OP`: the target is left as it is (fetching forms only read).
+    NoOp,
+    /// `MPI_SUM` (wrapping on integers).
+    Sum,
+    /// `MPI_PROD` (wrapping on integers).
+    Prod,
+    /// `MPI_MIN`.
+    Min,
+    /// `MPI_MAX`.
+    Max,
+    /// `MPI_BAND`.
+    BAnd,
+    /// `MPI_BOR`.
+    BOr,
+    /// `MPI_BXOR`.
+    BXor,
+    /// `MPI_LAND`.
+    LAnd,
+    /// `MPI_LOR`.
+    LOr,
+    /// `MPI_LXOR`.
+    LXor,
+    /// `MPI_MINLOC` (on value-index pairs).
+    MinLoc,
+    /// `MPI_MAXLOC` (on value-index pairs).
+    MaxLoc,
+}
+
+impl AccOp {
+    /// Every operation, in wire order.
+    pub const ALL: [AccOp; 14] = [
+        AccOp::Replace,
+        AccOp::NoOp,
+        AccOp::Sum,
+        AccOp::Prod,
+        AccOp::Min,
+        AccOp::Max,
+        AccOp::BAnd,
+        AccOp::BOr,
+        AccOp::BXor,
+        AccOp::LAnd,
+        AccOp::LOr,
+        AccOp::LXor,
+        AccOp::MinLoc,
+        AccOp::MaxLoc,
+    ];
+
+    /// The operation of a wire byte.
+    pub fn from_u8(b: u8) -> Option<AccOp> {
+        Self::ALL.get(usize::from(b)).copied()
+    }
+}
+
+/// The element type of an accumulate (the predefined type the target datatype is built of).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Elem {
+    /// Signed 8-bit integer.
+    I8 = 0,
+    /// Signed 16-bit integer.
+    I16,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 64-bit integer.
+    I64,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary64.
+    F64,
+    /// Bytes no arithmetic applies to (`MPI_BYTE`): only replace and no-op.
+    Byte,
+    /// A value-index pair, packed: an `i16` and a C `int` (`MPI_SHORT_INT`).
+    PairI16,
+    /// An `i32` and an `int` (`MPI_2INT`).
+    PairI32,
+    /// An `i64` and an `int` (`MPI_LONG_INT`).
+    PairI64,
+    /// An `f32` and an `int` (`MPI_FLOAT_INT`).
+    PairF32,
+    /// An `f64` and an `int` (`MPI_DOUBLE_INT`).
+    PairF64,
+    /// C `long double` (16 bytes): arithmetic by the host ([`HostAccumulate`]).
+    LongDouble,
+    /// `float _Complex`: products by the host (sums are two `F32`s).
+    ComplexF32,
+    /// `double _Complex`: products by the host (sums are two `F64`s).
+    ComplexF64,
+    /// `long double _Complex` (32 bytes): arithmetic by the host.
+    LongDoubleComplex,
+}
+
+/// Arithmetic the framework has no Rust number for (C `long double`, complex products),
+/// supplied by the host that made the window (the MPI C library): `target = target op
+/// origin` over whole elements; false if the host does not compute `op` on `elem` either.
+pub type HostAccumulate = fn(AccOp, Elem, &mut [u8], &[u8]) -> bool;
+
+impl Elem {
+    /// Every element type, in wire order.
+    pub const ALL: [Elem; 20] = [
+        Elem::I8,
+        Elem::I16,
+        Elem::I32,
+        Elem::I64,
+        Elem::U8,
+        Elem::U16,
+        Elem::U32,
+        Elem::U64,
+        Elem::F32,
+        Elem::F64,
+        Elem::Byte,
+        Elem::PairI16,
+        Elem::PairI32,
+        Elem::PairI64,
+        Elem::PairF32,
+        Elem::PairF64,
+        Elem::LongDouble,
+        Elem::ComplexF32,
+        Elem::ComplexF64,
+        Elem::LongDoubleComplex,
+    ];
+
+    /// The element type of a wire byte.
+    pub fn from_u8(b: u8) -> Option<Elem> {
+        Self::ALL.get(usize::from(b)).copied()
+    }
+
+    /// Bytes of one element.
+    pub fn size(self) -> usize {
+        match self {
+            Elem::I8 | Elem::U8 | Elem::Byte => 1,
+            Elem::I16 | Elem::U16 => 2,
+            Elem::I32 | Elem::U32 | Elem::F32 => 4,
+            Elem::I64 | Elem::U64 | Elem::F64 => 8,
+            Elem::PairI16 => 6,
+            Elem::PairI32 | Elem::PairF32 => 8,
+            Elem::PairI64 | Elem::PairF64 => 12,
+            Elem::ComplexF32 => 8,
+            Elem::LongDouble | Elem::ComplexF64 => 16,
+            Elem::LongDoubleComplex => 32,
+        }
+    }
+
+    /// Is its arithmetic the host's ([`HostAccumulate`])?
+    pub fn host_arithmetic(self) -> bool {
+        matches!(
+            self,
+            Elem::LongDouble | Elem::ComplexF32 | Elem::ComplexF64 | Elem::LongDoubleComplex
+        )
+    }
+
+    /// Is it a value-index pair?
+    pub fn is_pair(self) -> bool {
+        matches!(
+            self,
+            Elem::PairI16 | Elem::PairI32 | Elem::PairI64 | Elem::PairF32 | Elem::PairF64
+        )
+    }
+
+    /// Does `op` apply to this type (MPI 5.0 section 6.9.2)?
+    pub fn supports(self, op: AccOp) -> bool {
+        match op {
+            AccOp::Replace | AccOp::NoOp => true,
+            AccOp::MinLoc | AccOp::MaxLoc => self.is_pair(),
+            _ if self.is_pair() => false,
+            // What the host computes is its call (a refusal then is an `OscError::Op`).
+            _ if self.host_arithmetic() => true,
+            AccOp::Sum | AccOp::Prod | AccOp::Min | AccOp::Max => self != Elem::Byte,
+            AccOp::LAnd | AccOp::LOr | AccOp::LXor => {
+                !matches!(self, Elem::F32 | Elem::F64 | Elem::Byte)
+            }
+            AccOp::BAnd | AccOp::BOr | AccOp::BXor => !matches!(self, Elem::F32 | Elem::F64),
+        }
+    }
+}
+
+/// `target = target op origin`, elementwise over whole elements of `elem` (native byte
+/// order: every member of a job runs on the same architecture). The two slices have the same
+/// length, a multiple of the element size (else [`OscError::Arg`]).
+pub fn accumulate(op: AccOp, elem: Elem, target: &mut [u8], origin: &[u8]) -> Result<(), OscError> {
+    accumulate_with(op, elem, target, origin, None)
+}
+
+/// [`accumulate`], with the host's arithmetic for the elements that need it
+/// ([`Elem::host_arithmetic`]).
+pub fn accumulate_with(
+    op: AccOp,
+    elem: Elem,
+    target: &mut [u8],
+    origin: &[u8],
+    host: Option<HostAccumulate>,
+) -> Result<(), OscError> {
+    if !elem.supports(op) {
+        return Err(OscError::Op(format!(
+            "accumulate: {op:?} is not defined on {elem:?} elements"
+        )));
+    }
+    let size = elem.size();
+    if target.len() != origin.len() || !target.len().is_multiple_of(size) {
+        return Err(OscError::Arg(format!(
+            "accumulate: {} target bytes and {} origin bytes are not the same whole number of {size}-byte elements",
+            target.len(),
+            origin.len()
+        )));
+    }
+    match op {
+        AccOp::NoOp => return Ok(()),
+        AccOp::Replace => {
+            target.copy_from_slice(origin);
+            return Ok(());
+        }
+        AccOp::MinLoc | AccOp::MaxLoc => {
+            pairs(op == AccOp::MaxLoc, elem, target, origin);
+            return Ok(());
+        }
+        _ if elem.host_arithmetic() => {
+            return match host {
+                Some(f) if f(op, elem, target, origin) => Ok(()),
+                _ => Err(OscError::Op(format!(
+                    "accumulate: {op:?} on {elem:?} elements is not computed here"
+                ))),
+            };
+        }
+        _ => {}
+    }
+    macro_rules! int {
+        ($t:ty) => {{
+            for (t, o) in target.chunks_exact_mut(size).zip(origin.chunks_exact(size)) {
+                let a = <$t>::from_ne_bytes(t.try_into().expect("chunk of the type's size"));
+                let b = <$t>::from_ne_bytes(o.try_into().expect("chunk of the type's size"));
+                let r: $t = match op {
+                    AccOp::Sum => a.wrapping_add(b),
+                    AccOp::Prod => a.wrapping_mul(b),
+                    AccOp::Min => a.min(b),
+                    AccOp::Max => a.max(b),
+                    AccOp::BAnd => a & b,
+                    AccOp::BOr => a | b,
+                    AccOp::BXor => a ^ b,
+                    AccOp::LAnd => <$t>::from(a != 0 && b != 0),
+                    AccOp::LOr => <$t>::from(a != 0 || b != 0),
+                    AccOp::LXor => <$t>::from((a != 0) != (b != 0)),
+                    AccOp::Replace | AccOp::NoOp | AccOp::MinLoc | AccOp::MaxLoc => {
+                        unreachable!("handled above")
+                    }
+                };
+                t.copy_from_slice(&r.to_ne_bytes());
+            }
+        }};
+    }
+    macro_rules! float {
+        ($t:ty) => {{
+            for (t, o) in target.chunks_exact_mut(size).zip(origin.chunks_exact(size)) {
+                let a = <$t>::from_ne_bytes(t.try_into().expect("chunk of the type's size"));
+                let b = <$t>::from_ne_bytes(o.try_into().expect("chunk of the type's size"));
+                let r: $t = match op {
+                    AccOp::Sum => a + b,
+                    AccOp::Prod => a * b,
+                    AccOp::Min => a.min(b),
+                    AccOp::Max => a.max(b),
+                    _ => unreachable!("checked by supports"),
+                };
+                t.copy_from_slice(&r.to_ne_bytes());
+            }
+        }};
+    }
+    match elem {
+        Elem::I8 => int!(i8),
+        Elem::I16 => int!(i16),
+        Elem::I32 => int!(i32),
+        Elem::I64 => int!(i64),
+        Elem::U8 | Elem::Byte => int!(u8),
+        Elem::U16 => int!(u16),
+        Elem::U32 => int!(u32),
+        Elem::U64 => int!(u64),
+        Elem::F32 => float!(f32),
+        Elem::F64 => float!(f64),
+        Elem::PairI16 | Elem::PairI32 | Elem::PairI64 | Elem::PairF32 | Elem::PairF64 => {
+            unreachable!("pairs take MINLOC/MAXLOC, replace or no-op (checked by supports)")
+        }
+        Elem::LongDouble | Elem::ComplexF32 | Elem::ComplexF64 | Elem::LongDoubleComplex => {
+            unreachable!("the host's arithmetic (handled above)")
+        }
+    }
+    Ok(())
+}
+
+/// `MPI_MINLOC`/`MPI_MAXLOC` on packed value-index pairs: the smaller (larger) value wins;
+/// equal values keep the smaller index.
+fn pairs(max: bool, elem: Elem, target: &mut [u8], origin: &[u8]) {
+    let size = elem.size();
+    let vsize = size - 4;
+    let value = |b: &[u8]| -> f64 {
+        match elem {
+            Elem::PairI16 => f64::from(i16::from_ne_bytes([b[0], b[1]])),
+            Elem::PairI32 => f64::from(i32::from_ne_bytes(b[..4].try_into().expect("4 bytes"))),
+            Elem::PairF32 => f64::from(f32::from_ne_bytes(b[..4].try_into().expect("4 bytes"))),
+            Elem::PairF64 => f64::from_ne_bytes(b[..8].try_into().expect("8 bytes")),
+            // i64 values compared exactly below.
+            _ => 0.0,
+        }
+    };
+    let cmp = |a: &[u8], b: &[u8]| -> Option<std::cmp::Ordering> {
+        if elem == Elem::PairI64 {
+            let x = i64::from_ne_bytes(a[..8].try_into().expect("8 bytes"));
+            let y = i64::from_ne_bytes(b[..8].try_into().expect("8 bytes"));
+            return Some(x.cmp(&y));
+        }
+        value(a).partial_cmp(&value(b))
+    };
+    let index = |b: &[u8]| i32::from_ne_bytes(b[vsize..vsize + 4].try_into().expect("4 bytes"));
+    for (t, o) in target.chunks_exact_mut(size).zip(origin.chunks_exact(size)) {
+        use std::cmp::Ordering::*;
+        let take_origin = match cmp(o, t) {
+            Some(Less) => !max,
+            Some(Greater) => max,
+            Some(Equal) => {
+                let i = index(o).min(index(t));
+                t[vsize..].copy_from_slice(&i.to_ne_bytes());
+                false
+            }
+            // NaN: keep the target, as a comparison that is never true would.
+            None => false,
+        };
+        if take_origin {
+            t.copy_from_slice(o);
+        }
+    }
+}
+
+/// Where the data of one operation lands at the target: runs of contiguous bytes
+/// `(offset, len)` relative to the target address, in the order the packed data fills them
+/// (the target datatype's typemap order, `count` times). Offsets may be negative (a datatype
+/// with a negative lower bound).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The runs.
+    pub runs: Vec<(i64, u64)>,
+}
+
+impl Layout {
+    /// One contiguous run of `len` bytes at the target address.
+    pub fn contiguous(len: u64) -> Self {
+        Self {
+            runs: if len == 0 { Vec::new() } else { vec![(0, len)] },
+        }
+    }
+
+    /// Bytes of data the layout holds.
+    pub fn len(&self) -> u64 {
+        self.runs.iter().map(|&(_, l)| l).sum()
+    }
+
+    /// No data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The lowest and one past the highest offset touched (`(0, 0)` when empty).
+    pub fn span(&self) -> (i64, i64) {
+        let lo = self.runs.iter().map(|&(o, _)| o).min().unwrap_or(0);
+        let hi = self
+            .runs
+            .iter()
+            .map(|&(o, l)| o.saturating_add(l as i64))
+            .max()
+            .unwrap_or(0);
+        (lo, hi)
+    }
+}
+
+/// What one member of a window exposes, as every member learns it at creation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TargetInfo {
+    /// Bytes of its window memory (0 for a dynamic window).
+    pub size: u64,
+    /// Its displacement unit (bytes).
+    pub disp_unit: u64,
+}
+
+/// The shape of a window, given to the components when it is created (collectively).
+#[derive(Clone, Debug)]
+pub struct WinConfig {
+    /// This process's rank in the window's group.
+    pub rank: usize,
+    /// What every member exposes, by rank.
+    pub targets: Vec<TargetInfo>,
+    /// Every member runs on this process's node.
+    pub same_node: bool,
+    /// A dynamic window (`MPI_Win_create_dynamic`): targets are absolute addresses of
+    /// memory attached with [`OscModule::attach`].
+    pub dynamic: bool,
+    /// The `no_locks` info key: passive-target synchronization will not be used.
+    pub no_locks: bool,
+    /// The host's arithmetic for the elements Rust has no number for.
+    pub host: Option<HostAccumulate>,
+}
+
+impl WinConfig {
+    /// Members of the window.
+    pub fn size(&self) -> usize {
+        self.targets.len()
+    }
+}
+
+/// A synchronization call ([`OscModule::sync`]), with the window-group ranks it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncCall {
+    /// `MPI_Win_fence`: ends the fence epoch and (unless `succeed` is false,
+    /// `MPI_MODE_NOSUCCEED`) starts the next.
+    Fence {
+        /// Another fence epoch follows.
+        succeed: bool,
+    },
+    /// `MPI_Win_post`: expose the window to these origins.
+    Post(Vec<usize>),
+    /// `MPI_Win_start`: access these targets once they posted.
+    Start(Vec<usize>),
+    /// `MPI_Win_complete`: end the access epoch of `Start`.
+    Complete,
+    /// `MPI_Win_wait`: end the exposure epoch of `Post` once every origin completed.
+    Wait,
+    /// `MPI_Win_lock` (`nocheck`: `MPI_MODE_NOCHECK`, no other process will hold a conflicting
+    /// lock, so none is requested).
+    Lock {
+        /// Lock type.
+        kind: LockKind,
+        /// Target rank.
+        target: usize,
+        /// `MPI_MODE_NOCHECK`.
+        nocheck: bool,
+    },
+    /// `MPI_Win_unlock`.
+    Unlock(usize),
+    /// `MPI_Win_lock_all` (`MPI_MODE_NOCHECK` as for `Lock`).
+    LockAll {
+        /// `MPI_MODE_NOCHECK`.
+        nocheck: bool,
+    },
+    /// `MPI_Win_unlock_all`.
+    UnlockAll,
+    /// `MPI_Win_flush` (`None`: `MPI_Win_flush_all`): operations complete at the target.
+    Flush(Option<usize>),
+    /// `MPI_Win_flush_local` (`None`: `_all`): operations complete at the origin.
+    FlushLocal(Option<usize>),
+    /// `MPI_Win_free`'s quiescence: no epoch may be open, and no member may still need this
+    /// one (a lock it holds here, messages on the way): a collective end.
+    Free,
+}
+
+/// The module's way to the outside world, given to [`OscModule::progress`] by the host.
+pub trait OscPort {
+    /// Send active message `msg` to window rank `peer` (also to this process itself):
+    /// messages from one process to another arrive in the order sent.
+    fn send(&mut self, peer: usize, msg: Vec<u8>) -> Result<(), OscError>;
+
+    /// The next active message that arrived for this window, with its sender's rank.
+    fn recv(&mut self) -> Option<(usize, Vec<u8>)>;
+}
+
+/// One window on one process.
+pub trait OscModule {
+    /// The component name (`"am"`).
+    fn component_name(&self) -> &'static str;
+
+    /// Put `data` at `addr` of `target` in `layout`.
+    fn put(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        data: Vec<u8>,
+    ) -> Result<OpId, OscError>;
+
+    /// Get the bytes `layout` covers at `addr` of `target` (the result of [`OscModule::poll_op`]).
+    fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError>;
+
+    /// Accumulate `data` (elements of `elem`) with `op` into `layout` at `addr` of `target`;
+    /// with `fetch`, the previous contents come back as the operation's result
+    /// (`MPI_Get_accumulate`, `MPI_Fetch_and_op`; `data` is empty for [`AccOp::NoOp`]).
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        op: AccOp,
+        elem: Elem,
+        data: Vec<u8>,
+        fetch: bool,
+    ) -> Result<OpId, OscError>;
+
+    /// `MPI_Compare_and_swap` of one element at `addr` of `target`: the previous value is
+    /// the result.
+    fn compare_and_swap(
+        &mut self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<OpId, OscError>;
+
+    /// The outcome of operation `id` once it completed at the origin (its result bytes for
+    /// the fetching ones, empty for the others); the id is then spent.
+    fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>>;
+
+    /// Start synchronization `call`; errors (wrong epoch) are returned at once.
+    fn sync(&mut self, call: SyncCall) -> Result<(), OscError>;
+
+    /// Has the synchronization started last finished? (`None`: not yet.) An error an
+    /// operation met at its target is reported here.
+    fn sync_done(&mut self) -> Option<Result<(), OscError>>;
+
+    /// `MPI_Win_test`: would `Wait` finish now?
+    fn exposure_complete(&self) -> bool;
+
+    /// Drive the module: move messages through `port`, apply the ones that arrived. The
+    /// events handled (0: idle).
+    fn progress(&mut self, port: &mut dyn OscPort) -> usize;
+
+    /// Attach memory to a dynamic window (its address is `region.addr()`).
+    fn attach(&mut self, region: UserBuf) -> Result<(), OscError>;
+
+    /// Detach the region attached at `addr`.
+    fn detach(&mut self, addr: u64) -> Result<(), OscError>;
+}
+
+/// An OSC component.
+pub trait OscComponent: crate::base::Component {
+    /// Priority given the parameters (highest usable wins).
+    fn priority(&self, params: &ParamStore) -> i32;
+
+    /// Can this component serve a window of this shape?
+    fn query(&self, config: &WinConfig, params: &ParamStore) -> bool;
+
+    /// The module of a window whose own memory is `memory` (empty for a dynamic window).
+    fn create(
+        &self,
+        config: WinConfig,
+        memory: UserBuf,
+        params: &ParamStore,
+    ) -> Result<Box<dyn OscModule>, OscError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulate_applies_elementwise() {
+        let mut t: Vec<u8> = [1i32, -2, 3].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let o: Vec<u8> = [10i32, 5, -7]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        accumulate(AccOp::Sum, Elem::I32, &mut t, &o).unwrap();
+        let r: Vec<i32> = t
+            .chunks(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(r, [11, 3, -4]);
+        accumulate(AccOp::Max, Elem::I32, &mut t, &o).unwrap();
+        accumulate(AccOp::Replace, Elem::I32, &mut t, &o).unwrap();
+        assert_eq!(t, o);
+        let mut f = 1.5f64.to_ne_bytes().to_vec();
+        accumulate(AccOp::Prod, Elem::F64, &mut f, &2.0f64.to_ne_bytes()).unwrap();
+        assert_eq!(f64::from_ne_bytes(f[..].try_into().unwrap()), 3.0);
+    }
+
+    #[test]
+    fn minloc_and_maxloc_keep_the_lower_index_of_equal_values() {
+        let pair = |v: f64, i: i32| {
+            let mut b = v.to_ne_bytes().to_vec();
+            b.extend_from_slice(&i.to_ne_bytes());
+            b
+        };
+        let mut t = [pair(1.0, 5), pair(3.0, 2), pair(2.0, 9)].concat();
+        let o = [pair(0.5, 7), pair(3.0, 1), pair(4.0, 0)].concat();
+        let mut u = t.clone();
+        accumulate(AccOp::MinLoc, Elem::PairF64, &mut t, &o).unwrap();
+        assert_eq!(t, [pair(0.5, 7), pair(3.0, 1), pair(2.0, 9)].concat());
+        accumulate(AccOp::MaxLoc, Elem::PairF64, &mut u, &o).unwrap();
+        assert_eq!(u, [pair(1.0, 5), pair(3.0, 1), pair(4.0, 0)].concat());
+        assert!(matches!(
+            accumulate(AccOp::Sum, Elem::PairI32, &mut [0; 8], &[0; 8]),
+            Err(OscError::Op(_))
+        ));
+    }
+
+    #[test]
+    fn the_hosts_arithmetic_serves_the_elements_rust_has_no_number_for() {
+        fn host(op: AccOp, elem: Elem, t: &mut [u8], o: &[u8]) -> bool {
+            if op != AccOp::Sum || elem != Elem::LongDouble {
+                return false;
+            }
+            // A stand-in arithmetic: bytewise wrapping sums.
+            t.iter_mut()
+                .zip(o)
+                .for_each(|(a, b)| *a = a.wrapping_add(*b));
+            true
+        }
+        let mut t = [1u8; 16];
+        assert!(matches!(
+            accumulate(AccOp::Sum, Elem::LongDouble, &mut t, &[2; 16]),
+            Err(OscError::Op(_))
+        ));
+        accumulate_with(AccOp::Sum, Elem::LongDouble, &mut t, &[2; 16], Some(host)).unwrap();
+        assert_eq!(t, [3; 16]);
+        assert!(matches!(
+            accumulate_with(AccOp::Max, Elem::LongDouble, &mut t, &[2; 16], Some(host)),
+            Err(OscError::Op(_))
+        ));
+        accumulate_with(AccOp::Replace, Elem::LongDouble, &mut t, &[7; 16], None).unwrap();
+        assert_eq!(t, [7; 16]);
+    }
+
+    #[test]
+    fn accumulate_refuses_what_mpi_does_not_define() {
+        let mut f = [0u8; 8];
+        assert!(matches!(
+            accumulate(AccOp::BAnd, Elem::F64, &mut f, &[0; 8]),
+            Err(OscError::Op(_))
+        ));
+        assert!(matches!(
+            accumulate(AccOp::Sum, Elem::I32, &mut f, &[0; 4]),
+            Err(OscError::Arg(_))
+        ));
+    }
+
+    #[test]
+    fn layout_span_covers_negative_offsets() {
+        let l = Layout {
+            runs: vec![(-8, 4), (16, 8)],
+        };
+        assert_eq!((l.len(), l.span()), (12, (-8, 24)));
+        assert!(Layout::contiguous(0).is_empty());
+    }
+}

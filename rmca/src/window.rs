@@ -1,0 +1,916 @@
+//! One-sided communication: windows of memory that the other members of a communicator read
+//! and write with put, get and accumulate, inside epochs that synchronize them (MPI's RMA).
+//!
+//! [`Window<T>`] is the typed API: its memory is the window's own (`allocate`), reached
+//! locally through [`Window::with_local`], and each epoch is a scope, as requests are:
+//! [`Window::fence`], [`Window::lock`] and [`Window::lock_all`] open an epoch, run the
+//! closure given the epoch's handle ([`Epoch`]) and close it, so a buffer lent to a `get`
+//! (which the epoch's end fills) stays borrowed until then.
+//!
+//! ```no_run
+//! # fn main() -> rmca::Result<()> {
+//! let universe = rmca::init()?;
+//! let world = universe.world();
+//! let (rank, size) = (world.rank(), world.size());
+//! let win = rmca::Window::<u64>::allocate(&world, 4)?;
+//! let mut left = [0u64; 1];
+//! win.fence(|e| {
+//!     e.put(&[rank as u64], (rank + 1) % size, 0)?;
+//!     e.get(&mut left, (rank + size - 1) % size, 1)
+//! })?;
+//! win.with_local(|mem| assert_eq!(mem[0], ((rank + size - 1) % size) as u64));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`RawWindow`] is the byte-level window the MPI C interface builds on (memory the caller
+//! owns, target layouts of derived datatypes, request-based operations).
+//!
+//! # Progress
+//! The window's component (chosen by the `osc` framework: osc-am today) moves its messages
+//! through the PML on a context of its own (the window's communicator is a duplicate of the
+//! one it was made on). A live window is stepped by every progress pass of the runtime, like
+//! a non-blocking collective: a target applies the operations aimed at it whenever it is in
+//! any rmca call that waits (a barrier, a receive, a synchronization of this or another
+//! window). A target that computes without calling rmca delays its origins' passive-target
+//! epochs until it calls again (there is no progress thread).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::osc::{
+    AccOp, Elem, HostAccumulate, Layout, LockKind, OpId, OscError, OscModule, OscPort, SyncCall,
+    TargetInfo, WinConfig,
+};
+use rmca_framework::pml::{ContextId, RequestId, SendMode, SendStart, Source, TagSel};
+use rmca_framework::progress::Backoff;
+
+use crate::coll::nonblocking::Chained;
+use crate::coll::{Op, Reducible};
+use crate::{Communicator, Error, Result};
+
+/// How a window was made (`MPI_WIN_CREATE_FLAVOR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// Over memory the caller owns (`MPI_Win_create`).
+    Create,
+    /// Over memory the window allocated (`MPI_Win_allocate`).
+    Allocate,
+    /// Memory attached and detached later (`MPI_Win_create_dynamic`).
+    Dynamic,
+}
+
+/// The window's port: its messages go through the PML on the window's own context, tag 0.
+struct Io {
+    comm: Communicator,
+    context: ContextId,
+    /// Sends the PML has not completed, with the bytes they read.
+    sends: Vec<(RequestId, Vec<u8>)>,
+    /// Receives posted for probed messages, in matching order (applied in that order).
+    recvs: VecDeque<(RequestId, Vec<u8>)>,
+}
+
+impl Io {
+    fn rank_of(&self, world: u32) -> usize {
+        let g = &self.comm.inner.group;
+        if self.comm.inner.identity {
+            return world as usize;
+        }
+        g.iter().position(|&w| w == world).unwrap_or(usize::MAX)
+    }
+
+    /// Release the sends the PML completed; how many are left.
+    fn reap_sends(&mut self) -> usize {
+        let shared = self.comm.shared();
+        self.sends.retain(|(id, _)| {
+            !matches!(
+                shared.with(|rt| Ok(rt.pml.test(*id)?)),
+                Ok(Some(_)) | Err(_)
+            )
+        });
+        self.sends.len()
+    }
+}
+
+impl OscPort for Io {
+    #[allow(unsafe_code)]
+    fn send(&mut self, peer: usize, msg: Vec<u8>) -> std::result::Result<(), OscError> {
+        // SAFETY: `msg` is kept in `sends` until the PML completes the send (or was taken
+        // whole by a BTL when the send returns Done); a Vec's heap block does not move.
+        let buf = unsafe { UserBuf::from_slice(&msg) };
+        let started = self
+            .comm
+            .start_send_fast(
+                buf,
+                peer,
+                0,
+                self.context,
+                SendMode::Standard,
+                rmca_framework::btl::CommPattern::NonBlocking,
+            )
+            .map_err(|e| OscError::Transport(e.to_string()))?;
+        if let SendStart::Pending(id) = started {
+            self.sends.push((id, msg));
+        }
+        Ok(())
+    }
+
+    #[allow(unsafe_code)]
+    fn recv(&mut self) -> Option<(usize, Vec<u8>)> {
+        let shared = self.comm.shared();
+        loop {
+            if let Some((id, _)) = self.recvs.front() {
+                let st = shared.with(|rt| Ok(rt.pml.test(*id)?)).ok()??;
+                let (_, mut bytes) = self.recvs.pop_front()?;
+                bytes.truncate(st.len);
+                return Some((self.rank_of(st.source), bytes));
+            }
+            let st = shared
+                .with(|rt| Ok(rt.pml.iprobe(self.context, Source::Any, TagSel::Any)?))
+                .ok()??;
+            let mut bytes = vec![0u8; st.len];
+            // SAFETY: `bytes` is kept in `recvs` until the receive completes; its heap block
+            // does not move when the Vec does.
+            let buf = unsafe { UserBuf::from_mut_slice(&mut bytes) };
+            let id = shared
+                .irecv(rmca_framework::pml::RecvArgs {
+                    buf,
+                    source: Source::Rank(st.source),
+                    tag: TagSel::Tag(st.tag),
+                    context: self.context,
+                    pattern: rmca_framework::btl::CommPattern::NonBlocking,
+                })
+                .ok()?;
+            self.recvs.push_back((id, bytes));
+        }
+    }
+}
+
+/// A window's state, shared between its owner and the runtime's progress.
+struct Core {
+    module: Box<dyn OscModule>,
+    io: Io,
+    freed: bool,
+}
+
+impl Core {
+    fn progress(&mut self) -> usize {
+        let n = self.module.progress(&mut self.io);
+        n + usize::from(self.io.reap_sends() > 0)
+    }
+}
+
+/// Stepped by every progress pass of the runtime while the window lives.
+struct Stepper(Rc<RefCell<Core>>);
+
+impl Chained for Stepper {
+    fn step(&mut self) -> (usize, bool) {
+        // Skipped while the window's owner is inside one of its calls (it progresses itself).
+        let Ok(mut core) = self.0.try_borrow_mut() else {
+            return (0, false);
+        };
+        if core.freed {
+            return (0, true);
+        }
+        (core.progress(), false)
+    }
+}
+
+/// A window at the byte level: target addresses and layouts, operations named by [`OpId`].
+/// The MPI C interface builds on it; Rust programs use [`Window`].
+pub struct RawWindow {
+    core: Rc<RefCell<Core>>,
+    comm: Communicator,
+    flavor: Flavor,
+    targets: Vec<TargetInfo>,
+}
+
+impl std::fmt::Debug for RawWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawWindow")
+            .field("rank", &self.comm.rank())
+            .field("size", &self.comm.size())
+            .field("flavor", &self.flavor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RawWindow {
+    /// Make a window over `memory` on every member of `comm` (collective), with
+    /// displacement unit `disp_unit`; a [`Flavor::Dynamic`] window ignores `memory`.
+    /// `no_locks` is the info key of that name.
+    ///
+    /// # Safety
+    /// `memory` stays valid, and is accessed by the program only as MPI allows (its own
+    /// loads and stores synchronized with the epochs that expose it), until
+    /// [`RawWindow::free`] returned.
+    #[allow(unsafe_code)]
+    pub unsafe fn create(
+        comm: &Communicator,
+        memory: UserBuf,
+        disp_unit: usize,
+        flavor: Flavor,
+        no_locks: bool,
+    ) -> Result<RawWindow> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::create_with_host(comm, memory, disp_unit, flavor, no_locks, None) }
+    }
+
+    /// [`RawWindow::create`] with the host's arithmetic for the accumulate elements Rust has
+    /// no number for (C `long double`, complex products: see [`HostAccumulate`]).
+    ///
+    /// # Safety
+    /// As [`RawWindow::create`].
+    #[allow(unsafe_code)]
+    pub unsafe fn create_with_host(
+        comm: &Communicator,
+        memory: UserBuf,
+        disp_unit: usize,
+        flavor: Flavor,
+        no_locks: bool,
+        host: Option<HostAccumulate>,
+    ) -> Result<RawWindow> {
+        if comm.inner.inter.is_some() {
+            return Err(Error::CommKind(
+                "windows are made on intra-communicators only".into(),
+            ));
+        }
+        let wcomm = comm.dup()?;
+        let dynamic = flavor == Flavor::Dynamic;
+        let size = if dynamic { 0 } else { memory.len() as u64 };
+        let mut all = vec![0u64; 2 * comm.size()];
+        wcomm.allgather(&[size, disp_unit as u64], &mut all)?;
+        let targets: Vec<TargetInfo> = all
+            .chunks_exact(2)
+            .map(|c| TargetInfo {
+                size: c[0],
+                disp_unit: c[1],
+            })
+            .collect();
+        let shared = comm.shared();
+        let same_node = shared.with(|rt| {
+            let node = |r: u32| rt.job.node_of[r as usize];
+            let me = node(rt.job.rank);
+            Ok(wcomm.inner.group.iter().all(|&w| node(w) == me))
+        })?;
+        let config = WinConfig {
+            rank: comm.rank(),
+            targets: targets.clone(),
+            same_node,
+            dynamic,
+            no_locks,
+            host,
+        };
+        let module = shared.with(|rt| {
+            let c = rt
+                .registry
+                .select_osc(&rt.params, &config)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            Ok(c.create(config, memory, &rt.params)?)
+        })?;
+        let context = wcomm.inner.context;
+        let core = Rc::new(RefCell::new(Core {
+            module,
+            io: Io {
+                comm: wcomm.clone(),
+                context,
+                sends: Vec::new(),
+                recvs: VecDeque::new(),
+            },
+            freed: false,
+        }));
+        shared.start_chained(Rc::new(RefCell::new(Stepper(core.clone()))));
+        Ok(RawWindow {
+            core,
+            comm: wcomm,
+            flavor,
+            targets,
+        })
+    }
+
+    /// The window's own communicator (a duplicate of the one it was made on).
+    pub fn communicator(&self) -> &Communicator {
+        &self.comm
+    }
+
+    /// How it was made.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    /// What member `rank` exposes (size and displacement unit).
+    pub fn target(&self, rank: usize) -> Option<TargetInfo> {
+        self.targets.get(rank).copied()
+    }
+
+    /// The component serving the window (`"am"`).
+    pub fn component(&self) -> &'static str {
+        self.core.borrow().module.component_name()
+    }
+
+    /// Progress the runtime and the window until `f` (run on the module after each pass)
+    /// gives a value. The runtime is progressed first, even when `f` is satisfied at once:
+    /// programs poll their window memory with a flush or `MPI_Win_sync` between reads
+    /// (mpi4py's `util.sync`, MPICH's tests), and the others' operations reach this process's
+    /// memory only through that progress.
+    fn progress_until<T>(&self, mut f: impl FnMut(&mut dyn OscModule) -> Option<T>) -> Result<T> {
+        let shared = self.comm.shared();
+        let mut backoff = Backoff::default();
+        loop {
+            let m = shared.with(|rt| Ok(rt.progress()))? + shared.step_collectives();
+            let mut core = self.core.borrow_mut();
+            let n = core.progress();
+            if let Some(t) = f(&mut *core.module) {
+                return Ok(t);
+            }
+            drop(core);
+            backoff.pass(n + m);
+        }
+    }
+
+    fn issue(
+        &self,
+        f: impl FnOnce(&mut dyn OscModule) -> std::result::Result<OpId, OscError>,
+    ) -> Result<OpId> {
+        let mut core = self.core.borrow_mut();
+        let id = f(&mut *core.module)?;
+        // Send at once: the target may be waiting for it.
+        core.progress();
+        Ok(id)
+    }
+
+    /// The target address of displacement `disp` at `target` (scaled by its displacement
+    /// unit; a dynamic window's displacements are addresses).
+    pub fn address(&self, target: usize, disp: isize) -> Result<u64> {
+        let t = self
+            .targets
+            .get(target)
+            .ok_or(Error::Rma(OscError::Rank(format!(
+                "target rank {target} is not in the window's group (size {})",
+                self.targets.len()
+            ))))?;
+        if self.flavor == Flavor::Dynamic {
+            return Ok(disp as u64);
+        }
+        let off = (disp as i128) * i128::from(t.disp_unit);
+        u64::try_from(off).map_err(|_| {
+            Error::Rma(OscError::Range(format!(
+                "displacement {disp} is before the start of rank {target}'s window"
+            )))
+        })
+    }
+
+    /// Put `data` into `layout` at displacement `disp` of `target`.
+    pub fn put(&self, target: usize, disp: isize, layout: &Layout, data: Vec<u8>) -> Result<OpId> {
+        let addr = self.address(target, disp)?;
+        self.issue(|m| m.put(target, addr, layout, data))
+    }
+
+    /// Get `layout` at displacement `disp` of `target`: the operation's result.
+    pub fn get(&self, target: usize, disp: isize, layout: &Layout) -> Result<OpId> {
+        let addr = self.address(target, disp)?;
+        self.issue(|m| m.get(target, addr, layout))
+    }
+
+    /// Accumulate (with `fetch`: get-accumulate, whose result is the previous contents).
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate(
+        &self,
+        target: usize,
+        disp: isize,
+        layout: &Layout,
+        op: AccOp,
+        elem: Elem,
+        data: Vec<u8>,
+        fetch: bool,
+    ) -> Result<OpId> {
+        let addr = self.address(target, disp)?;
+        self.issue(|m| m.accumulate(target, addr, layout, op, elem, data, fetch))
+    }
+
+    /// Compare-and-swap of one element: the result is the previous value.
+    pub fn compare_and_swap(
+        &self,
+        target: usize,
+        disp: isize,
+        elem: Elem,
+        compare: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<OpId> {
+        let addr = self.address(target, disp)?;
+        self.issue(|m| m.compare_and_swap(target, addr, elem, compare, value))
+    }
+
+    /// The outcome of `id` if it completed locally (then spent), after one progress pass.
+    pub fn test_op(&self, id: OpId) -> Option<Result<Vec<u8>>> {
+        let mut core = self.core.borrow_mut();
+        if let Some(r) = core.module.poll_op(id) {
+            return Some(r.map_err(Error::Rma));
+        }
+        core.progress();
+        core.module.poll_op(id).map(|r| r.map_err(Error::Rma))
+    }
+
+    /// Wait until `id` completed locally; its result bytes.
+    pub fn wait_op(&self, id: OpId) -> Result<Vec<u8>> {
+        self.progress_until(|m| m.poll_op(id))?.map_err(Error::Rma)
+    }
+
+    /// Run synchronization `call` to its end.
+    pub fn sync(&self, call: SyncCall) -> Result<()> {
+        self.core.borrow_mut().module.sync(call)?;
+        self.progress_until(|m| m.sync_done())?.map_err(Error::Rma)
+    }
+
+    /// One progress pass of the runtime and of the window (receive, apply what arrived, send
+    /// what is queued): what `MPI_Win_sync` does for a program polling its window memory; the
+    /// events handled.
+    pub fn progress(&self) -> usize {
+        let shared = self.comm.shared();
+        let m = shared
+            .with(|rt| Ok(rt.progress()))
+            .unwrap_or(0)
+            .saturating_add(shared.step_collectives());
+        m + self.core.borrow_mut().progress()
+    }
+
+    /// `MPI_Win_test`: if every origin of the exposure epoch completed, end it (true).
+    pub fn test_exposure(&self) -> Result<bool> {
+        let ready = {
+            let mut core = self.core.borrow_mut();
+            core.progress();
+            core.module.exposure_complete()
+        };
+        if ready {
+            self.sync(SyncCall::Wait)?;
+        }
+        Ok(ready)
+    }
+
+    /// Attach `region` to a dynamic window.
+    ///
+    /// # Safety
+    /// The region stays valid until detached (or the window freed).
+    #[allow(unsafe_code)]
+    pub unsafe fn attach(&self, region: UserBuf) -> Result<()> {
+        Ok(self.core.borrow_mut().module.attach(region)?)
+    }
+
+    /// Detach the region attached at address `addr`.
+    pub fn detach(&self, addr: u64) -> Result<()> {
+        Ok(self.core.borrow_mut().module.detach(addr)?)
+    }
+
+    /// Free the window (collective): every member must have ended its epochs; returns when
+    /// no member can reach this one's memory any more. Freeing a freed window does nothing.
+    pub fn free(&self) -> Result<()> {
+        if self.core.borrow().freed {
+            return Ok(());
+        }
+        self.sync(SyncCall::Free)?;
+        // The messages still being sent read memory the window owns.
+        let shared = self.comm.shared();
+        let mut backoff = Backoff::default();
+        loop {
+            let left = {
+                let mut core = self.core.borrow_mut();
+                core.progress();
+                core.io.sends.len()
+            };
+            if left == 0 {
+                break;
+            }
+            let m = shared.with(|rt| Ok(rt.progress()))? + shared.step_collectives();
+            backoff.pass(m);
+        }
+        self.core.borrow_mut().freed = true;
+        Ok(())
+    }
+}
+
+/// The element type of accumulates on `T`.
+fn elem_of<T: Reducible>() -> Result<Elem> {
+    Ok(match T::NAME {
+        "i8" => Elem::I8,
+        "i16" => Elem::I16,
+        "i32" => Elem::I32,
+        "i64" => Elem::I64,
+        "u8" => Elem::U8,
+        "u16" => Elem::U16,
+        "u32" => Elem::U32,
+        "u64" => Elem::U64,
+        "f32" => Elem::F32,
+        "f64" => Elem::F64,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "one-sided accumulates apply to primitive numbers, not {other}"
+            )))
+        }
+    })
+}
+
+/// The accumulate operation of a reduction operation.
+fn acc_op(op: Op) -> Result<AccOp> {
+    Ok(match op {
+        Op::Sum => AccOp::Sum,
+        Op::Prod => AccOp::Prod,
+        Op::Min => AccOp::Min,
+        Op::Max => AccOp::Max,
+        Op::BitAnd => AccOp::BAnd,
+        Op::BitOr => AccOp::BOr,
+        Op::BitXor => AccOp::BXor,
+        Op::LogicalAnd => AccOp::LAnd,
+        Op::LogicalOr => AccOp::LOr,
+        Op::LogicalXor => AccOp::LXor,
+        Op::MinLoc | Op::MaxLoc => {
+            return Err(Error::InvalidArgument(
+                "one-sided accumulates do not support MinLoc/MaxLoc yet".into(),
+            ))
+        }
+    })
+}
+
+/// A typed window of `T` elements on every member of a communicator, its memory its own.
+pub struct Window<T: bytemuck::Pod> {
+    raw: RawWindow,
+    /// The memory the window exposes (owned here; the module writes it through `base`).
+    mem: Vec<T>,
+    /// `mem`'s elements, the one pointer every access goes through.
+    base: *mut T,
+}
+
+impl<T: bytemuck::Pod> std::fmt::Debug for Window<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("raw", &self.raw)
+            .field("len", &self.mem.len())
+            .finish()
+    }
+}
+
+/// A result an epoch fills at its end: where, and from which operation.
+struct Landing {
+    id: OpId,
+    to: UserBuf,
+}
+
+/// The handle of an open epoch: the operations of the epoch go through it, and buffers lent
+/// to the fetching ones (`get`, `fetch_and_op`, ...) stay borrowed for `'scope`, until the
+/// epoch's end has filled them:
+///
+/// ```compile_fail
+/// # let universe = rmca::init().unwrap();
+/// # let world = universe.world();
+/// let win = rmca::Window::<u8>::allocate(&world, 4).unwrap();
+/// let mut buf = [0u8; 4];
+/// win.fence(|e| {
+///     e.get(&mut buf, 0, 0)?;
+///     let early = buf[0]; // `buf` is lent to the get until the epoch ends
+///     Ok(early)
+/// })
+/// .unwrap();
+/// ```
+pub struct Epoch<'scope, 'env: 'scope, T: bytemuck::Pod> {
+    win: &'scope Window<T>,
+    landings: RefCell<Vec<Landing>>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl<T: bytemuck::Pod> std::fmt::Debug for Epoch<'_, '_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epoch")
+            .field("pending", &self.landings.borrow().len())
+            .finish()
+    }
+}
+
+impl<'scope, T: bytemuck::Pod> Epoch<'scope, '_, T> {
+    fn disp(index: usize) -> Result<isize> {
+        isize::try_from(index).map_err(|_| Error::InvalidArgument("index too large".into()))
+    }
+
+    /// Write `data` into `target`'s window from element `index` on.
+    pub fn put(&self, data: &[T], target: usize, index: usize) -> Result<()> {
+        let bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
+        let layout = Layout::contiguous(bytes.len() as u64);
+        self.win
+            .raw
+            .put(target, Self::disp(index)?, &layout, bytes)?;
+        Ok(())
+    }
+
+    /// Read `buf.len()` elements of `target`'s window from `index` on into `buf`, filled
+    /// when the epoch ends.
+    #[allow(unsafe_code)]
+    pub fn get(&self, buf: &'scope mut [T], target: usize, index: usize) -> Result<()> {
+        let bytes = bytemuck::cast_slice_mut::<T, u8>(buf);
+        let layout = Layout::contiguous(bytes.len() as u64);
+        let id = self.win.raw.get(target, Self::disp(index)?, &layout)?;
+        // SAFETY: `buf` is borrowed mutably for 'scope, which lasts until the epoch's end
+        // wrote it (or dropped the landing without writing).
+        let to = unsafe { UserBuf::from_mut_slice(bytes) };
+        self.landings.borrow_mut().push(Landing { id, to });
+        Ok(())
+    }
+
+    /// Combine `data` into `target`'s window from `index` on with `op` (atomically per
+    /// element with respect to other accumulates).
+    pub fn accumulate(&self, data: &[T], target: usize, index: usize, op: Op) -> Result<()>
+    where
+        T: Reducible,
+    {
+        let bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
+        let layout = Layout::contiguous(bytes.len() as u64);
+        self.win.raw.accumulate(
+            target,
+            Self::disp(index)?,
+            &layout,
+            acc_op(op)?,
+            elem_of::<T>()?,
+            bytes,
+            false,
+        )?;
+        Ok(())
+    }
+
+    /// Combine `value` into element `index` of `target` with `op` and fetch the previous
+    /// value into `old` (filled when the epoch ends; `MPI_Fetch_and_op`).
+    #[allow(unsafe_code)]
+    pub fn fetch_and_op(
+        &self,
+        value: T,
+        old: &'scope mut T,
+        target: usize,
+        index: usize,
+        op: Op,
+    ) -> Result<()>
+    where
+        T: Reducible,
+    {
+        let layout = Layout::contiguous(std::mem::size_of::<T>() as u64);
+        let id = self.win.raw.accumulate(
+            target,
+            Self::disp(index)?,
+            &layout,
+            acc_op(op)?,
+            elem_of::<T>()?,
+            bytemuck::bytes_of(&value).to_vec(),
+            true,
+        )?;
+        // SAFETY: as in `get`.
+        let to = unsafe { UserBuf::from_mut_slice(bytemuck::bytes_of_mut(old)) };
+        self.landings.borrow_mut().push(Landing { id, to });
+        Ok(())
+    }
+
+    /// Store `value` at element `index` of `target` if it holds `compare`; the previous
+    /// value lands in `old` when the epoch ends (`MPI_Compare_and_swap`).
+    #[allow(unsafe_code)]
+    pub fn compare_and_swap(
+        &self,
+        value: T,
+        compare: T,
+        old: &'scope mut T,
+        target: usize,
+        index: usize,
+    ) -> Result<()>
+    where
+        T: Reducible,
+    {
+        let id = self.win.raw.compare_and_swap(
+            target,
+            Self::disp(index)?,
+            elem_of::<T>()?,
+            bytemuck::bytes_of(&compare).to_vec(),
+            bytemuck::bytes_of(&value).to_vec(),
+        )?;
+        // SAFETY: as in `get`.
+        let to = unsafe { UserBuf::from_mut_slice(bytemuck::bytes_of_mut(old)) };
+        self.landings.borrow_mut().push(Landing { id, to });
+        Ok(())
+    }
+
+    /// Complete every operation of a lock epoch at its targets now, and fill the buffers
+    /// lent so far (`MPI_Win_flush_all`); refused in a fence epoch.
+    pub fn flush(&self) -> Result<()> {
+        self.win.raw.sync(SyncCall::Flush(None))?;
+        self.land()
+    }
+
+    /// Write the results of the completed fetching operations into their buffers.
+    fn land(&self) -> Result<()> {
+        let landings = std::mem::take(&mut *self.landings.borrow_mut());
+        let mut first_err = None;
+        for l in landings {
+            match self.win.raw.wait_op(l.id) {
+                Ok(bytes) if bytes.len() == l.to.len() => l.to.write_at(0, &bytes),
+                Ok(bytes) => {
+                    first_err.get_or_insert(Error::InvalidArgument(format!(
+                        "internal: {} result bytes for a buffer of {}",
+                        bytes.len(),
+                        l.to.len()
+                    )));
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl<T: bytemuck::Pod> Window<T> {
+    /// Allocate a window of `len` elements of `T` (zeroed) on every member of `comm`
+    /// (collective; members may choose different lengths).
+    #[allow(unsafe_code)]
+    pub fn allocate(comm: &Communicator, len: usize) -> Result<Self> {
+        let mut mem: Vec<T> = vec![T::zeroed(); len];
+        let base = mem.as_mut_ptr();
+        let bytes = bytemuck::cast_slice_mut::<T, u8>(&mut mem);
+        // SAFETY: `mem` is owned by the window and outlives the module (freed after it, in
+        // `Drop`); local access goes through `with_local`, which holds the window's state
+        // borrowed so that no progress pass writes it meanwhile.
+        let buf = unsafe { UserBuf::from_mut_slice(bytes) };
+        // SAFETY: as above.
+        let raw = unsafe {
+            RawWindow::create(
+                comm,
+                buf,
+                std::mem::size_of::<T>().max(1),
+                Flavor::Allocate,
+                false,
+            )?
+        };
+        Ok(Self { raw, mem, base })
+    }
+
+    /// Elements of this member's window.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Does this member expose no memory?
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
+    }
+
+    /// The window's communicator.
+    pub fn communicator(&self) -> &Communicator {
+        self.raw.communicator()
+    }
+
+    /// Run `f` on this member's window memory. No remote operation is applied meanwhile (the
+    /// window's progress waits); MPI's rules still say when remote updates are visible (after
+    /// the epoch that made them ended at the origin and was synchronized with this member).
+    #[allow(unsafe_code)]
+    pub fn with_local<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
+        let _held = self.raw.core.borrow_mut();
+        let len = self.mem.len();
+        // SAFETY: the memory is the window's own; while `_held` is borrowed no progress pass
+        // of this window runs (the stepper skips a borrowed window), so nothing else writes
+        // it, and `f` cannot reach `self.mem` otherwise (no other accessor exists).
+        let mem = unsafe { std::slice::from_raw_parts_mut(self.base, len) };
+        f(mem)
+    }
+
+    fn epoch<'env, R, F>(&self, open: SyncCall, close: SyncCall, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> Result<R>,
+    {
+        self.raw.sync(open)?;
+        let e = Epoch {
+            win: self,
+            landings: RefCell::new(Vec::new()),
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        let out = f(&e);
+        let closed = self.raw.sync(close);
+        let landed = e.land();
+        let out = out?;
+        closed?;
+        landed?;
+        Ok(out)
+    }
+
+    /// A fence epoch (collective: every member calls it): the operations issued in `f`
+    /// complete, at origins and targets, before it returns.
+    pub fn fence<'env, R, F>(&self, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> Result<R>,
+    {
+        self.epoch(
+            SyncCall::Fence { succeed: true },
+            SyncCall::Fence { succeed: false },
+            f,
+        )
+    }
+
+    /// A passive-target epoch on `target` (only the origin calls it): `exclusive` keeps every
+    /// other origin's lock out meanwhile.
+    pub fn lock<'env, R, F>(&self, target: usize, exclusive: bool, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> Result<R>,
+    {
+        let kind = if exclusive {
+            LockKind::Exclusive
+        } else {
+            LockKind::Shared
+        };
+        self.epoch(
+            SyncCall::Lock {
+                kind,
+                target,
+                nocheck: false,
+            },
+            SyncCall::Unlock(target),
+            f,
+        )
+    }
+
+    /// A shared passive-target epoch on every member.
+    pub fn lock_all<'env, R, F>(&self, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope Epoch<'scope, 'env, T>) -> Result<R>,
+    {
+        self.epoch(SyncCall::LockAll { nocheck: false }, SyncCall::UnlockAll, f)
+    }
+
+    /// Free the window (collective), reporting errors that dropping it would log.
+    pub fn free(self) -> Result<()> {
+        self.raw.free()
+    }
+}
+
+impl<T: bytemuck::Pod> Drop for Window<T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.raw.free() {
+            tracing::error!("window free failed: {e}");
+            // The memory must outlive anything that may still write it.
+            std::mem::forget(std::mem::take(&mut self.mem));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_singleton_window_through_every_epoch_kind() {
+        let universe = crate::init().expect("a singleton job");
+        let world = universe.world();
+        let win = Window::<i64>::allocate(&world, 4).unwrap();
+        assert_eq!((win.len(), win.raw.component()), (4, "am"));
+        win.fence(|e| e.put(&[7, 8], 0, 1)).unwrap();
+        let mut got = [0i64; 2];
+        win.fence(|e| e.get(&mut got, 0, 1)).unwrap();
+        assert_eq!(got, [7, 8]);
+        let mut old = 0i64;
+        win.lock(0, true, |e| {
+            e.accumulate(&[5], 0, 0, Op::Sum)?;
+            e.fetch_and_op(1, &mut old, 0, 0, Op::Sum)
+        })
+        .unwrap();
+        assert_eq!(old, 5);
+        let mut was = 0i64;
+        win.lock_all(|e| {
+            e.compare_and_swap(100, 6, &mut was, 0, 0)?;
+            e.flush()
+        })
+        .unwrap();
+        assert_eq!(was, 6);
+        win.with_local(|m| assert_eq!(m, &[100, 7, 8, 0]));
+        win.free().unwrap();
+    }
+
+    #[test]
+    fn bad_input_is_refused_and_writes_nothing() {
+        let universe = crate::init().expect("a singleton job");
+        let world = universe.world();
+        let win = Window::<u32>::allocate(&world, 2).unwrap();
+        // No epoch.
+        assert!(matches!(
+            win.raw.put(0, 0, &Layout::contiguous(4), vec![1; 4]),
+            Err(Error::Rma(OscError::Sync(_)))
+        ));
+        // Past the end, before the start, another rank.
+        let r = win.fence(|e| e.put(&[1, 2, 3], 0, 0));
+        assert!(matches!(r, Err(Error::Rma(OscError::Range(_)))), "{r:?}");
+        let r = win.fence(|e| e.put(&[1], 1, 0));
+        assert!(matches!(r, Err(Error::Rma(OscError::Rank(_)))), "{r:?}");
+        assert!(matches!(
+            win.raw.address(0, -1),
+            Err(Error::Rma(OscError::Range(_)))
+        ));
+        // MinLoc has no one-sided form yet.
+        let r = win.fence(|e| e.accumulate(&[1], 0, 0, Op::MinLoc));
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        win.with_local(|m| assert_eq!(m, &[0, 0]));
+    }
+}
