@@ -592,7 +592,9 @@ fn install_default_logging() {
         .try_init();
 }
 
-fn hostname() -> String {
+/// This node's host name (what `MPI_Get_processor_name` and `MPI_INFO_ENV`'s `host` give),
+/// known before and after initialization.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into())

@@ -205,6 +205,8 @@ static void session_buffer(void) {
         take(screate, 30, BIG);
         OK(MPI_Comm_free(&scart));
         OK(MPI_Comm_free(&screate));
+        /* Their sends may still be in flight (rendezvous): the room comes back. */
+        OK(MPI_Session_flush_buffer(s));
     }
 
     /* The communicator's own buffer comes first: a tiny one refuses what the session's takes. */
@@ -263,6 +265,31 @@ static void session_buffer(void) {
     OK(MPI_Session_finalize(&s));
 }
 
+/* The process's buffer (MPI_Buffer_attach): MPI_Buffer_iflush does not wait for the
+ * receiver, who posts its receive after it (MPICH's pt2pt/bsend_iflush), and the buffer's room
+ * comes back once the request completed. */
+static void process_iflush(void) {
+    static char pbig[ROOM];
+    MPI_Request r;
+    void *addr;
+    int size;
+    OK(MPI_Buffer_attach(pbig, sizeof pbig));
+    fill(40);
+    OK(MPI_Bsend(out, BIG, MPI_INT, right, 40, MPI_COMM_WORLD));
+    /* (Whether the send is still in flight depends on the transport's eager limit; to
+     * itself it is until the receive below.) */
+    OK(MPI_Buffer_iflush(&r));
+    take(MPI_COMM_WORLD, 40, BIG);
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    fill(42);
+    OK(MPI_Bsend(out, BIG, MPI_INT, right, 42, MPI_COMM_WORLD));
+    take(MPI_COMM_WORLD, 42, BIG);
+    CHECK(class_of(MPI_Buffer_iflush(NULL)) == MPI_ERR_ARG, "iflush to NULL");
+    OK(MPI_Buffer_detach(&addr, &size));
+    CHECK(addr == pbig && size == (int)sizeof pbig, "process buffer %p %d", addr, size);
+    CHECK(class_of(MPI_Buffer_flush()) == MPI_ERR_BUFFER, "flush with no buffer attached");
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -285,6 +312,7 @@ int main(int argc, char **argv) {
     int size;
     OK(MPI_Buffer_detach(&addr, &size));
     CHECK(addr == pbuf && size == (int)sizeof pbuf, "process buffer %p %d", addr, size);
+    process_iflush();
     int rc = summary("buffers");
     MPI_Finalize();
     return rc;

@@ -554,6 +554,16 @@ static void bottom(int rank, int n) {
     OK(MPI_Sendrecv(MPI_BOTTOM, 1, out, (rank + 1) % n, 5, MPI_BOTTOM, 1, in, from, 5,
                     MPI_COMM_WORLD, MPI_STATUS_IGNORE));
     CHECK(a_in == from + 1 && d_in == 0.5 * from, "MPI_BOTTOM exchange got %d %g", a_in, d_in);
+    /* MPI_Pack and MPI_Unpack take MPI_BOTTOM with such types too. */
+    char packed_b[64];
+    int pos = 0;
+    OK(MPI_Pack(MPI_BOTTOM, 1, out, packed_b, sizeof packed_b, &pos, MPI_COMM_WORLD));
+    a_in = -1;
+    d_in = -1.0;
+    int upos = 0;
+    OK(MPI_Unpack(packed_b, pos, &upos, MPI_BOTTOM, 1, in, MPI_COMM_WORLD));
+    CHECK(upos == pos && a_in == rank + 1 && d_in == 0.5 * rank, "MPI_BOTTOM pack/unpack: %d %g",
+          a_in, d_in);
     /* A predefined type at MPI_BOTTOM is data at address 0: refused. */
     MPI_Errhandler saved;
     OK(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &saved));

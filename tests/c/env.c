@@ -31,8 +31,31 @@ int main(int argc, char **argv) {
     int v = 0, sv = -1, amaj = -1, amin = -1;
     MPI_Get_version(&v, &sv);
     MPI_Abi_get_version(&amaj, &amin);
+    /* MPI_Info_create_env's object does not depend on MPI's state (MPICH's infocreateenv). */
+    MPI_Info env_before = MPI_INFO_NULL;
+    int env_rc = MPI_Info_create_env(argc, argv, &env_before);
 
     if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return 2;
+    CHECK(env_rc == MPI_SUCCESS, "MPI_Info_create_env before MPI_Init: %d", env_rc);
+    {
+        MPI_Info env_after;
+        int nb = -1, na = -2;
+        OK(MPI_Info_create_env(argc, argv, &env_after));
+        OK(MPI_Info_get_nkeys(env_before, &nb));
+        OK(MPI_Info_get_nkeys(env_after, &na));
+        CHECK(nb == na && nb >= 3, "env keys before %d, after %d", nb, na);
+        for (int i = 0; i < nb && nb == na; i++) {
+            char key[MPI_MAX_INFO_KEY + 1], vb[256], va[256];
+            int fb = 0, fa = 0;
+            OK(MPI_Info_get_nthkey(env_before, i, key));
+            OK(MPI_Info_get(env_before, key, 255, vb, &fb));
+            OK(MPI_Info_get(env_after, key, 255, va, &fa));
+            CHECK(fb && fa && strcmp(vb, va) == 0, "env %s: '%s' before init, '%s' after", key, vb,
+                  fa ? va : "(none)");
+        }
+        OK(MPI_Info_free(&env_after));
+        OK(MPI_Info_free(&env_before));
+    }
     CHECK(before_init == 0 && before_fin == 0, "before init: initialized %d finalized %d", before_init, before_fin);
     CHECK(v == 5 && sv == 0, "version %d.%d", v, sv);
     CHECK(amaj == 1 && amin == 0, "abi %d.%d", amaj, amin);

@@ -388,31 +388,6 @@ pub enum Slot {
     General,
 }
 
-/// A buffered send in flight: the copy of the data and its send.
-pub struct BufferedSend {
-    pub data: Vec<u8>,
-    pub request: Option<RawRequest>,
-}
-
-/// `MPI_Buffer_attach`'s buffer: rmca copies buffered sends into its own memory but counts
-/// them against the attached size, so a program that overruns its buffer is told so.
-#[derive(Default)]
-pub struct Bsend {
-    /// Address and size of the attached buffer.
-    pub attached: Option<(usize, usize)>,
-    pub in_flight: Vec<BufferedSend>,
-}
-
-impl Bsend {
-    /// Bytes of the attached buffer in use (data plus `MPI_BSEND_OVERHEAD` per message).
-    pub fn used(&self) -> usize {
-        self.in_flight
-            .iter()
-            .map(|b| b.data.len() + MPI_BSEND_OVERHEAD)
-            .sum()
-    }
-}
-
 /// The refusal of an invalid request handle.
 #[cold]
 #[inline(never)]
@@ -479,7 +454,6 @@ pub struct State {
     /// The error handler of `MPI_FILE_NULL`, which file operations without a file use
     /// (`MPI_ERRORS_RETURN` by default, as MPI says).
     pub file_errhandler: ErrHandler,
-    pub bsend: Bsend,
     /// Requests freed by `MPI_Request_free` while active: they run on, and are completed at
     /// the latest by `MPI_Finalize`.
     pub detached: Vec<RawRequest>,
@@ -625,7 +599,6 @@ fn install_state(
         request_gens: Vec::new(),
         free_requests: Vec::new(),
         file_errhandler: ErrHandler::Return,
-        bsend: Bsend::default(),
         detached: Vec::new(),
         last_error: vec![None; 64],
         thread_level,

@@ -1,12 +1,12 @@
 //! Buffers for buffered sends attached to a communicator or a session (MPI 4.1 §3.6.1):
 //! `MPI_Comm_attach_buffer`, `_detach_buffer`, `_flush_buffer`, `_iflush_buffer` and the
-//! `MPI_Session_*` ones, with their `_c` forms.
+//! `MPI_Session_*` ones, with their `_c` forms; and the process's (`MPI_Buffer_attach`,
+//! `_detach`, `_flush`, `_iflush`, in env.rs), the same kind of buffer.
 //!
 //! A buffered send (`MPI_Bsend`, `MPI_Ibsend`, `MPI_Bsend_init`) uses its communicator's
 //! buffer if one is attached, else its session's (a communicator made from a session's process
 //! set, or derived from one such by `MPI_Comm_dup` (and its info and non-blocking forms),
-//! `MPI_Comm_split` or `MPI_Comm_create_group`), else the process's (`MPI_Buffer_attach`,
-//! env.rs), as MPICH does. As for the process's buffer, rmca copies each message into memory
+//! `MPI_Comm_split` or `MPI_Comm_create_group`), else the process's, as MPICH does. As for the process's buffer, rmca copies each message into memory
 //! of its own and counts it (with `MPI_BSEND_OVERHEAD`) against the size attached, so the
 //! program's buffer is never written and a program that overruns it is told so;
 //! `MPI_BUFFER_AUTOMATIC` is a buffer without a size limit.
@@ -122,7 +122,7 @@ impl Pool {
             return Err(MpiError::new(
                 MPI_ERR_BUFFER,
                 format!(
-                    "the buffer attached to the communicator or its session ({} B) cannot hold this message: {len} B + MPI_BSEND_OVERHEAD ({MPI_BSEND_OVERHEAD} B), {used} B in use by sends in flight",
+                    "the attached buffer ({} B) cannot hold this message: {len} B + MPI_BSEND_OVERHEAD ({MPI_BSEND_OVERHEAD} B), {used} B in use by sends in flight",
                     self.size
                 ),
             ));
@@ -212,6 +212,8 @@ struct Tables {
     comms: HashMap<ContextId, PoolRef>,
     /// By session handle.
     sessions: HashMap<Handle, PoolRef>,
+    /// The process's (`MPI_Buffer_attach`).
+    process: Option<PoolRef>,
     /// The session of each communicator made in one, by context id.
     comm_session: HashMap<ContextId, Handle>,
     /// The groups `MPI_Group_from_session_pset` made: their session, and the group itself
@@ -227,17 +229,18 @@ fn with_tables<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
     TABLES.with(|t| f(&mut t.borrow_mut()))
 }
 
-/// The buffer a buffered send on `c` uses when it is not the process's: the communicator's,
-/// else its session's. Cheap when none is attached (the usual case).
+/// The buffer a buffered send on `c` uses: the communicator's, else its session's, else the
+/// process's. Cheap when only the process's may be attached (the usual case).
 pub(crate) fn pool_for(c: &Communicator) -> Option<PoolRef> {
     with_tables(|t| {
         if t.comms.is_empty() && t.sessions.is_empty() {
-            return None;
+            return t.process.clone();
         }
         let ctx = c.context_id();
         t.comms
             .get(&ctx)
             .or_else(|| t.comm_session.get(&ctx).and_then(|s| t.sessions.get(s)))
+            .or(t.process.as_ref())
             .cloned()
     })
 }
@@ -324,8 +327,8 @@ pub(crate) fn session_finalized(session: Handle) -> MpiResult<()> {
     pool.map_or(Ok(()), |p| p.borrow_mut().flush())
 }
 
-/// `MPI_Finalize`: the sends from the buffers of the world model's communicators complete
-/// (session communicators outlive it).
+/// `MPI_Finalize`: the sends from the process's buffer and from those of the world model's
+/// communicators complete (session communicators outlive it).
 pub(crate) fn world_finalized() -> MpiResult<()> {
     let pools: Vec<PoolRef> = with_tables(|t| {
         let world: Vec<ContextId> = t
@@ -334,7 +337,11 @@ pub(crate) fn world_finalized() -> MpiResult<()> {
             .filter(|c| !t.comm_session.contains_key(c))
             .copied()
             .collect();
-        world.iter().filter_map(|c| t.comms.remove(c)).collect()
+        let mut pools: Vec<PoolRef> = world.iter().filter_map(|c| t.comms.remove(c)).collect();
+        // The process's stays attached (MPI_Buffer_detach after MPI_Finalize is erroneous
+        // anyway); its sends complete now.
+        pools.extend(t.process.clone());
+        pools
     });
     let mut first_err = None;
     for p in pools {
@@ -349,9 +356,11 @@ pub(crate) fn world_finalized() -> MpiResult<()> {
 
 /// Which object a buffer belongs to.
 #[derive(Clone, Copy)]
-enum Owner {
+pub(crate) enum Owner {
     Comm(ContextId),
     Session(Handle),
+    /// The process (`MPI_Buffer_attach`).
+    Process,
 }
 
 impl Owner {
@@ -368,6 +377,7 @@ impl Owner {
         match self {
             Self::Comm(_) => "the communicator",
             Self::Session(_) => "the session",
+            Self::Process => "the process (MPI_Buffer_attach)",
         }
     }
 
@@ -375,6 +385,7 @@ impl Owner {
         match self {
             Self::Comm(c) => t.comms.get(&c),
             Self::Session(s) => t.sessions.get(&s),
+            Self::Process => t.process.as_ref(),
         }
     }
 
@@ -388,7 +399,7 @@ impl Owner {
     }
 }
 
-fn attach(owner: Owner, buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
+pub(crate) fn attach(owner: Owner, buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
     let pool = Pool::new(buffer, size)?;
     with_tables(|t| {
         if owner.get(t).is_some() {
@@ -404,6 +415,7 @@ fn attach(owner: Owner, buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
         match owner {
             Owner::Comm(c) => t.comms.insert(c, pool),
             Owner::Session(s) => t.sessions.insert(s, pool),
+            Owner::Process => t.process.replace(pool),
         };
         Ok(())
     })
@@ -411,7 +423,10 @@ fn attach(owner: Owner, buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
 
 /// Detach `owner`'s buffer once its sends completed: its address and size. `fits` checks
 /// the size before anything is done (the `int` form refuses a size it cannot return).
-fn detach(owner: Owner, fits: impl FnOnce(usize) -> MpiResult<()>) -> MpiResult<(usize, usize)> {
+pub(crate) fn detach(
+    owner: Owner,
+    fits: impl FnOnce(usize) -> MpiResult<()>,
+) -> MpiResult<(usize, usize)> {
     let pool = owner.attached()?;
     let mut p = pool
         .try_borrow_mut()
@@ -423,11 +438,12 @@ fn detach(owner: Owner, fits: impl FnOnce(usize) -> MpiResult<()>) -> MpiResult<
     with_tables(|t| match owner {
         Owner::Comm(c) => t.comms.remove(&c),
         Owner::Session(s) => t.sessions.remove(&s),
+        Owner::Process => t.process.take(),
     });
     Ok(given)
 }
 
-fn flush(owner: Owner) -> MpiResult<()> {
+pub(crate) fn flush(owner: Owner) -> MpiResult<()> {
     let pool = owner.attached()?;
     let mut p = pool
         .try_borrow_mut()
@@ -439,7 +455,7 @@ fn flush(owner: Owner) -> MpiResult<()> {
 ///
 /// # Safety
 /// `request` is null or valid for a write of a handle.
-unsafe fn iflush(owner: Owner, comm: Handle, request: *mut Handle) -> MpiResult<()> {
+pub(crate) unsafe fn iflush(owner: Owner, comm: Handle, request: *mut Handle) -> MpiResult<()> {
     if request.is_null() {
         return Err(super::null_argument("request"));
     }
@@ -454,7 +470,7 @@ unsafe fn iflush(owner: Owner, comm: Handle, request: *mut Handle) -> MpiResult<
 }
 
 /// The `int` size of a detached buffer, refused before detaching when it does not fit.
-fn int_size(n: usize) -> MpiResult<()> {
+pub(crate) fn int_size(n: usize) -> MpiResult<()> {
     c_int::try_from(n).map(drop).map_err(|_| {
         MpiError::new(
             MPI_ERR_VALUE_TOO_LARGE,

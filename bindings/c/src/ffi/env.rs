@@ -141,11 +141,6 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
         // The buffers attached to the world model's communicators complete their sends too.
         super::buffers::world_finalized()?;
         state::with(|s| {
-            for b in s.bsend.in_flight.drain(..) {
-                if let Some(r) = b.request {
-                    r.wait()?;
-                }
-            }
             for r in s.detached.drain(..) {
                 r.wait()?;
             }
@@ -843,64 +838,15 @@ const MPI_ERR_BASE: c_int = 24;
 
 // ---- the buffer of buffered sends ----
 
-/// `MPI_BUFFER_AUTOMATIC`: the library manages the buffer. rmca copies every buffered send
-/// into memory of its own anyway, so an automatic buffer is one without a size limit.
-const MPI_BUFFER_AUTOMATIC: usize = 2;
-
-/// Attach `buffer` of `size` bytes (or `MPI_BUFFER_AUTOMATIC`) for buffered sends.
-fn attach(buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
-    let size = if buffer as usize == MPI_BUFFER_AUTOMATIC {
-        isize::MAX as usize
-    } else {
-        let n = usize::try_from(size)
-            .map_err(|_| MpiError::new(MPI_ERR_COUNT, format!("buffer size {size} is negative")))?;
-        if buffer.is_null() && n > 0 {
-            return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
-        }
-        n
-    };
-    state::with(|s| {
-        if s.bsend.attached.is_some() {
-            return Err(MpiError::new(
-                MPI_ERR_BUFFER,
-                "a buffer is already attached: detach it first",
-            ));
-        }
-        s.bsend.attached = Some((buffer as usize, size));
-        Ok(())
-    })
-}
-
-/// Wait for the buffered sends in flight.
-fn flush(s: &mut State) -> MpiResult<()> {
-    for b in s.bsend.in_flight.drain(..) {
-        if let Some(r) = b.request {
-            r.wait()?;
-        }
-    }
-    Ok(())
-}
-
-/// Detach the buffer once the buffered sends in flight are sent: its address and size
-/// (`MPI_BUFFER_AUTOMATIC` and 0 for an automatic buffer).
-fn detach() -> MpiResult<(usize, usize)> {
-    let (addr, n) = state::with(|s| {
-        let attached = s
-            .bsend
-            .attached
-            .ok_or_else(|| MpiError::new(MPI_ERR_BUFFER, "no buffer is attached"))?;
-        flush(s)?;
-        s.bsend.attached = None;
-        Ok(attached)
-    })?;
-    Ok((addr, if addr == MPI_BUFFER_AUTOMATIC { 0 } else { n }))
-}
+// The process's buffer is one of buffers.rs's (the communicators' and sessions' are the
+// others): the same accounting, flush and non-blocking flush.
+use super::buffers::Owner;
 
 /// `MPI_Buffer_attach` (`MPI_BUFFER_AUTOMATIC` too).
 #[export]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call("MPI_Buffer_attach", MPI_COMM_WORLD, || {
-        attach(buffer, size.into())
+        super::buffers::attach(Owner::Process, buffer, size.into())
     })
 }
 
@@ -908,7 +854,7 @@ pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> 
 #[export]
 pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
     call("MPI_Buffer_attach_c", MPI_COMM_WORLD, || {
-        attach(buffer, size)
+        super::buffers::attach(Owner::Process, buffer, size)
     })
 }
 
@@ -916,20 +862,13 @@ pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Coun
 #[export]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
     call("MPI_Buffer_detach", MPI_COMM_WORLD, || {
-        let (addr, n) = detach()?;
-        // A buffer attached by MPI_Buffer_attach_c may be larger than an int says.
-        let n = c_int::try_from(n).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_VALUE_TOO_LARGE,
-                format!(
-                    "the detached buffer's size {n} does not fit an int: use MPI_Buffer_detach_c"
-                ),
-            )
-        })?;
+        // A buffer attached by MPI_Buffer_attach_c may be larger than an int says: refused
+        // before anything is detached.
+        let (addr, n) = super::buffers::detach(Owner::Process, super::buffers::int_size)?;
         // SAFETY: MPI_Buffer_detach's contract: `buffer_addr` is a `void **`, `size` an int.
         unsafe {
             put(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
-            put(size, n, "size")
+            put(size, n as c_int, "size")
         }
     })
 }
@@ -941,7 +880,7 @@ pub unsafe extern "C" fn MPI_Buffer_detach_c(
     size: *mut MPI_Count,
 ) -> c_int {
     call("MPI_Buffer_detach_c", MPI_COMM_WORLD, || {
-        let (addr, n) = detach()?;
+        let (addr, n) = super::buffers::detach(Owner::Process, |_| Ok(()))?;
         // SAFETY: MPI_Buffer_detach_c's contract: `buffer_addr` is a `void **`, `size` an
         // MPI_Count.
         unsafe {
@@ -955,20 +894,19 @@ pub unsafe extern "C" fn MPI_Buffer_detach_c(
 /// buffer stays attached.
 #[export]
 pub unsafe extern "C" fn MPI_Buffer_flush() -> c_int {
-    call("MPI_Buffer_flush", MPI_COMM_WORLD, || state::with(flush))
+    call("MPI_Buffer_flush", MPI_COMM_WORLD, || {
+        super::buffers::flush(Owner::Process)
+    })
 }
 
-/// `MPI_Buffer_iflush` (MPI 4.1): the flush is done at once; the request is complete.
+/// `MPI_Buffer_iflush` (MPI 4.1): a request complete once the buffered sends in flight at
+/// the call are sent (the receiver may post its receive after this call: MPICH's
+/// pt2pt/bsend_iflush).
 #[export]
 pub unsafe extern "C" fn MPI_Buffer_iflush(request: *mut Handle) -> c_int {
     call("MPI_Buffer_iflush", MPI_COMM_WORLD, || {
-        if request.is_null() {
-            return Err(super::null_argument("request"));
-        }
-        state::with(flush)?;
-        let r = super::info::completed_request(MPI_COMM_WORLD)?;
-        // SAFETY: non-null, the caller's handle.
-        unsafe { put(request, r, "request") }
+        // SAFETY: the caller's contract: `request` is null (refused) or an MPI_Request.
+        unsafe { super::buffers::iflush(Owner::Process, MPI_COMM_WORLD, request) }
     })
 }
 

@@ -617,9 +617,12 @@ pub unsafe extern "C" fn MPI_Comm_idup_with_info(
     }
 }
 
-/// `MPI_Info_create_env` (callable before `MPI_Init`): the keys MPI defines for the start
-/// of the process that rmca knows: `command` and `argv` (from `argc`/`argv`), `wdir`, and
-/// once MPI runs `maxprocs`, `host` and `thread_level`.
+/// `MPI_Info_create_env` (callable before `MPI_Init` and after `MPI_Finalize`): the keys MPI
+/// defines for the start of the process that rmca knows, the same whatever the state of MPI
+/// (MPICH's infocreateenv compares objects made before and after `MPI_Init`): `command` and
+/// `argv` (from `argc`/`argv`), `wdir`, `host`, and `maxprocs` when a launcher gave the
+/// job's size (`PMI_SIZE`: rmca-run, hydra and Slurm's PMI-2 set it). `thread_level` is
+/// left out: no launcher here asks for one.
 #[export]
 pub unsafe extern "C" fn MPI_Info_create_env(
     argc: c_int,
@@ -655,23 +658,13 @@ pub unsafe extern "C" fn MPI_Info_create_env(
         if let Ok(dir) = std::env::current_dir() {
             e.push(("wdir".into(), dir.to_string_lossy().into_owned()));
         }
-        if let Ok((size, host, level)) = state::with(|s| {
-            Ok((
-                s.comm(MPI_COMM_WORLD)?.comm.size(),
-                s.universe.node().0,
-                s.thread_level,
-            ))
-        }) {
-            e.push(("maxprocs".into(), size.to_string()));
-            e.push(("host".into(), host));
-            let level = match level {
-                MPI_THREAD_SINGLE => "MPI_THREAD_SINGLE",
-                MPI_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
-                MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
-                _ => "MPI_THREAD_MULTIPLE",
-            };
-            e.push(("thread_level".into(), level.into()));
+        if let Some(n) = std::env::var("PMI_SIZE")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        {
+            e.push(("maxprocs".into(), n.to_string()));
         }
+        e.push(("host".into(), rmca::hostname()));
         e.retain(|(_, v)| !v.is_empty() && v.len() <= MAX_VALUE);
         let h = add(e)?;
         // SAFETY: non-null (checked), the caller's handle.

@@ -14,8 +14,7 @@ use super::{
 };
 use crate::abi::*;
 use crate::state::{
-    self, BufferedSend, MpiError, MpiResult, Outcome, Persistent, ReqEntry, ReqState, SendKind,
-    Slot, State,
+    self, MpiError, MpiResult, Outcome, Persistent, ReqEntry, ReqState, SendKind, Slot, State,
 };
 use rmca_mpi_export::export;
 
@@ -140,9 +139,7 @@ fn send_on(
     let tag = send_tag(tag)?;
     let sent = match kind {
         SendKind::Buffered => {
-            return state::with(|s| {
-                buffered_send(s, c, bytes.as_ptr() as usize, bytes.len(), to, tag)
-            })
+            return buffered_send(c, bytes.as_ptr() as usize, bytes.len(), to, tag)
         }
         SendKind::Synchronous => raw::send(c, bytes, to, tag, SendMode::Synchronous),
         SendKind::Standard | SendKind::Ready => raw::send(c, bytes, to, tag, SendMode::Standard),
@@ -153,58 +150,20 @@ fn send_on(
 /// Copy a buffered send into memory of its own, counted against the attached buffer, and
 /// start it.
 fn buffered_send(
-    s: &mut State,
     c: &rmca::Communicator,
     buf: usize,
     len: usize,
     to: usize,
     tag: c_int,
 ) -> MpiResult<()> {
-    // The communicator's buffer, else its session's, else the process's (below).
-    if let Some(pool) = super::buffers::pool_for(c) {
-        return super::buffers::send(&pool, c, buf, len, to, tag);
-    }
-    // Completed buffered sends give their space back first.
-    let mut kept = Vec::with_capacity(s.bsend.in_flight.len());
-    for mut b in s.bsend.in_flight.drain(..) {
-        if let Some(r) = b.request.take() {
-            match r.test() {
-                raw::Polled::Pending(r) => {
-                    b.request = Some(r);
-                    kept.push(b);
-                }
-                raw::Polled::Done(res) => {
-                    if let Err(e) = res {
-                        tracing::warn!("a buffered send failed after MPI_Bsend returned: {e}");
-                    }
-                }
-            }
-        }
-    }
-    s.bsend.in_flight = kept;
-    let (_, size) = s.bsend.attached.ok_or_else(|| {
+    // The communicator's buffer, else its session's, else the process's.
+    let pool = super::buffers::pool_for(c).ok_or_else(|| {
         MpiError::new(
             MPI_ERR_BUFFER,
             "MPI_Bsend without an attached buffer: call MPI_Buffer_attach first",
         )
     })?;
-    let used = s.bsend.used();
-    if used + len + MPI_BSEND_OVERHEAD > size {
-        return Err(MpiError::new(
-            MPI_ERR_BUFFER,
-            format!("the attached buffer ({size} B) cannot hold this message: {len} B + MPI_BSEND_OVERHEAD ({MPI_BSEND_OVERHEAD} B), {used} B in use by sends in flight"),
-        ));
-    }
-    // SAFETY: MPI_Bsend's contract: `buf` holds `len` bytes (checked non-null if len > 0).
-    let data = unsafe { bytes(buf as *const c_void, len) }.to_vec();
-    // SAFETY: `data` is owned by the in-flight entry, which keeps it (and never writes it)
-    // until the request completed: the entry is dropped only after a completed test or wait.
-    let request = unsafe { raw::isend(c, data.as_ptr(), len, to, tag, SendMode::Standard)? };
-    s.bsend.in_flight.push(BufferedSend {
-        data,
-        request: Some(request),
-    });
-    Ok(())
+    super::buffers::send(&pool, c, buf, len, to, tag)
 }
 
 macro_rules! blocking_send {
@@ -362,7 +321,6 @@ unsafe fn failed_recv(e: rmca::Error, status: *mut MpiStatus) -> MpiResult<()> {
 // per request (perf).
 #[inline(always)]
 pub(crate) fn start_send(
-    s: &mut State,
     c: &rmca::Communicator,
     kind: SendKind,
     buf: usize,
@@ -376,7 +334,7 @@ pub(crate) fn start_send(
                 return Ok(proc_null_done());
             };
             let tag = send_tag(tag)?;
-            buffered_send(s, c, buf, len, to, tag)?;
+            buffered_send(c, buf, len, to, tag)?;
             let mut st = empty_status();
             st.set_bytes(len as u64);
             return Ok(ReqState::Done(Box::new(Outcome {
@@ -526,7 +484,7 @@ fn isend(
         SendData::Packed(v) => (v.as_ptr() as usize, v.len()),
     };
     let h = state::with(|s| {
-        let st = start_send(s, &c, kind, ptr, len, to, tag)?;
+        let st = start_send(&c, kind, ptr, len, to, tag)?;
         let active = matches!(st, ReqState::Active(_));
         let h = s.add_request(ReqEntry::new(comm, st))?;
         if active && matches!(data, SendData::Packed(_)) {
@@ -887,7 +845,7 @@ fn start(s: &mut State, h: Handle) -> MpiResult<()> {
             dest,
             tag,
             kind,
-        } => start_send(s, &c, kind, buf, len, dest, tag),
+        } => start_send(&c, kind, buf, len, dest, tag),
         Persistent::Recv {
             buf,
             len,

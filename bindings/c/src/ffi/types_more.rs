@@ -249,7 +249,10 @@ unsafe fn packed_span<C: Pos, P: Pos>(
             ),
         ));
     }
-    if len > 0 && (packed.is_null() || data.is_null()) {
+    // The typed buffer may be MPI_BOTTOM (NULL) when the datatype's displacements are
+    // absolute addresses (MPICH's struct_pack_mpi_bottom): only data that would start at
+    // address 0 is refused there.
+    if len > 0 && (packed.is_null() || (data.is_null() && ty.layout().true_lb() == 0)) {
         return Err(MpiError::new(
             MPI_ERR_BUFFER,
             format!("{fname}: a buffer is NULL"),
