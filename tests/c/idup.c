@@ -321,6 +321,12 @@ static void bad_input(void) {
     OK(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &r));
     int rc = MPI_Request_free(&r);
     CHECK(rc == MPI_ERR_REQUEST, "request free of a running idup: %d", rc);
+    {
+        char msg[MPI_MAX_ERROR_STRING];
+        int mlen = 0;
+        OK(MPI_Error_string(rc, msg, &mlen));
+        CHECK(strstr(msg, "MPI_Comm_idup") != NULL, "the refusal names the idup: %s", msg);
+    }
     OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
     works(dup, MPI_COMM_WORLD, "idup after a refused free");
     OK(MPI_Comm_free(&dup));

@@ -739,13 +739,23 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
         let h = unsafe { request.read() };
         state::with(|s| {
             s.request(h)?;
-            if s.staged.get(&h).is_some_and(super::Staged::unpacks)
-                && matches!(s.request(h)?.state, ReqState::Active(_))
-            {
-                return Err(MpiError::new(
-                    MPI_ERR_REQUEST,
-                    "MPI_Request_free on an active receive (or non-blocking collective) into a non-contiguous derived datatype: rmca unpacks such a receive when it is completed, so complete it (MPI_Wait/MPI_Test) instead",
-                ));
+            let unpacking = s
+                .staged
+                .get(&h)
+                .filter(|st| st.unpacks())
+                .map(|st| matches!(st, super::Staged::Dup(_)));
+            if let Some(is_dup) = unpacking {
+                if matches!(s.request(h)?.state, ReqState::Active(_)) {
+                    let what = if is_dup {
+                        "a pending MPI_Comm_idup: its communicator is handed out when the request completes"
+                    } else {
+                        "an active receive (or non-blocking collective) into a non-contiguous derived datatype: rmca unpacks such a receive when it is completed"
+                    };
+                    return Err(MpiError::new(
+                        MPI_ERR_REQUEST,
+                        format!("MPI_Request_free on {what}, so complete it (MPI_Wait/MPI_Test) instead"),
+                    ));
+                }
             }
             if let Some(entry) = s.remove_request(h) {
                 if let ReqState::Active(r) = entry.state {
