@@ -90,6 +90,36 @@ pub(crate) struct CommInner {
     pub(crate) coll: crate::coll::CollCache,
     /// The local side of an intercommunicator (`None`: an intra-communicator).
     pub(crate) inter: Option<Box<crate::intercomm::InterPart>>,
+    /// (world rank, communicator rank) sorted by world rank: every received message's source
+    /// is translated through it on a communicator that is not the identity (a linear search
+    /// of `group` per message would cost O(size)). Made on first use by a large one.
+    pub(crate) rank_index: std::cell::OnceCell<Box<[(Rank, u32)]>>,
+}
+
+/// The rank of world rank `world` in `group` (`usize::MAX` when it is not a member), through
+/// `index` (see [`CommInner::rank_index`]) for a large group.
+fn rank_in_group(
+    group: &[Rank],
+    index: &std::cell::OnceCell<Box<[(Rank, u32)]>>,
+    world: Rank,
+) -> usize {
+    // Below this size a scan of the group is as fast as a search of the index.
+    const SCANNED: usize = 32;
+    if group.len() <= SCANNED {
+        return group.iter().position(|&w| w == world).unwrap_or(usize::MAX);
+    }
+    let index = index.get_or_init(|| {
+        let mut by_world: Vec<(Rank, u32)> = group
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (w, i as u32))
+            .collect();
+        by_world.sort_unstable();
+        by_world.into_boxed_slice()
+    });
+    index
+        .binary_search_by_key(&world, |&(w, _)| w)
+        .map_or(usize::MAX, |i| index[i].1 as usize)
 }
 
 impl std::fmt::Debug for Communicator {
@@ -113,6 +143,7 @@ fn check_tag(tag: i32) -> Result<()> {
 impl Communicator {
     pub(crate) fn world(shared: Rc<Shared>, rank: Rank, size: u32) -> Self {
         Self::new(CommInner {
+            rank_index: Default::default(),
             shared,
             context: 0,
             group: (0..size).collect(),
@@ -182,11 +213,7 @@ impl Communicator {
         if self.inner.identity {
             return world as usize;
         }
-        self.inner
-            .group
-            .iter()
-            .position(|&w| w == world)
-            .unwrap_or(usize::MAX)
+        rank_in_group(&self.inner.group, &self.inner.rank_index, world)
     }
 
     pub(crate) fn coll_context(&self) -> ContextId {
@@ -844,6 +871,7 @@ impl Communicator {
         self.allreduce(&[self.free_context()], &mut agreed, crate::coll::Op::Max)?;
         let context = self.claim_context(agreed[0])?;
         Ok(Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: self.inner.shared.clone(),
             context,
             group: self.inner.group.clone(),
@@ -883,6 +911,7 @@ impl Communicator {
             .expect("caller is a member of its color");
         let identity = group.iter().enumerate().all(|(i, &w)| w as usize == i);
         Ok(Some(Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: self.inner.shared.clone(),
             context,
             group: group.into(),
@@ -962,6 +991,7 @@ impl Communicator {
         let context = self.claim_context(all.iter().map(|e| e[3]).max().unwrap_or(mine[3]))?;
         let identity = members.iter().enumerate().all(|(i, &w)| w as usize == i);
         Ok(Some(Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: self.inner.shared.clone(),
             context,
             group: members.into(),
@@ -990,6 +1020,36 @@ impl Communicator {
             }
             Comparison::Identical => Comparison::Congruent,
             c => c,
+        }
+    }
+}
+
+#[cfg(test)]
+mod rank_index_tests {
+    use super::*;
+
+    #[test]
+    fn the_index_answers_as_a_scan_of_the_group() {
+        // Groups on both sides of the scan threshold, in a scrambled order, with world ranks
+        // that are not members.
+        for size in [1usize, 5, 32, 33, 100, 1000] {
+            let group: Vec<Rank> = (0..size as Rank)
+                .map(|i| (i * 7919 + 13) % 100_003)
+                .collect();
+            let index = std::cell::OnceCell::new();
+            for world in group.iter().copied().chain([1, 2, 100_002, Rank::MAX]) {
+                let want = group.iter().position(|&w| w == world).unwrap_or(usize::MAX);
+                assert_eq!(
+                    rank_in_group(&group, &index, world),
+                    want,
+                    "size {size} world {world}"
+                );
+            }
+            assert_eq!(
+                index.get().is_some(),
+                size > 32,
+                "index made only for a large group"
+            );
         }
     }
 }

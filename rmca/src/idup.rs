@@ -172,6 +172,7 @@ impl DupTask {
         let context = id as ContextId;
         let Some(inter) = &p.inter else {
             return Ok(Communicator::new(CommInner {
+                rank_index: Default::default(),
                 shared: p.shared.clone(),
                 context,
                 group: p.group.clone(),
@@ -184,6 +185,7 @@ impl DupTask {
         };
         let l = &inter.local.inner;
         let local = Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: p.shared.clone(),
             context: context + 2,
             group: l.group.clone(),
@@ -193,6 +195,7 @@ impl DupTask {
             inter: None,
         });
         Ok(Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: p.shared.clone(),
             context,
             group: p.group.clone(),
@@ -266,6 +269,7 @@ fn union_view(ic: &Communicator, inter: &InterPart) -> Communicator {
         .position(|&w| w == me)
         .expect("a process is in its local group");
     Communicator::new(CommInner {
+        rank_index: Default::default(),
         shared: ic.inner.shared.clone(),
         // Its collectives run on `ic`'s collective context (this + 1), with tags `ic`
         // reserved; it sends nothing point-to-point.

@@ -130,6 +130,7 @@ impl Communicator {
         let local_context = self.claim_context(agreed + 2)?;
         let shared = self.inner.shared.clone();
         let local = Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: shared.clone(),
             context: local_context,
             identity: is_identity(&local),
@@ -139,6 +140,7 @@ impl Communicator {
             inter: None,
         });
         Ok(Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared,
             context,
             identity: is_identity(&remote),
@@ -364,6 +366,7 @@ impl Communicator {
         };
         let context = self.claim_context(agreed)?;
         Ok(Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: self.inner.shared.clone(),
             context,
             identity: is_identity(&group),
@@ -398,6 +401,7 @@ impl Communicator {
         temp.allreduce(&[self.free_context()], &mut agreed, Op::Max)?;
         let context = self.claim_context(agreed[0])?;
         Ok(Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: self.inner.shared.clone(),
             context,
             identity: is_identity(members),
@@ -419,6 +423,7 @@ impl Communicator {
         }
         let slot = (h % u64::from(BOOTSTRAP_SLOTS)) as ContextId;
         Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: self.inner.shared.clone(),
             context: BOOTSTRAP_BASE + 2 * slot,
             identity: is_identity(&group),
@@ -471,6 +476,7 @@ impl Communicator {
             .position(|&w| w == leader_world)
             .expect("checked above");
         let peer = Communicator::new(CommInner {
+            rank_index: Default::default(),
             shared: self.inner.shared.clone(),
             context: local_temp.inner.context,
             identity: self.inner.identity,
