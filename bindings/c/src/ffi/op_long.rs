@@ -258,70 +258,51 @@ fn long_double(op: Op, a: [u8; 16], b: [u8; 16]) -> [u8; 16] {
 mod x87 {
     use std::arch::asm;
 
-    /// `a + b`.
-    pub fn add(a: [u8; 16], b: [u8; 16]) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        // SAFETY: the instructions read 10 bytes at `a` and `b` and write 10 at `out`, all
-        // 16-byte locals; the x87 stack, empty at entry (the x86-64 calling convention), is
-        // declared clobbered and left empty (two loads, one popping add, one popping store).
-        unsafe {
-            asm!(
-                "fld tbyte ptr [{a}]",
-                "fld tbyte ptr [{b}]",
-                "faddp st(1), st(0)",
-                "fstp tbyte ptr [{out}]",
-                a = in(reg) a.as_ptr(),
-                b = in(reg) b.as_ptr(),
-                out = in(reg) out.as_mut_ptr(),
-                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
-                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
-                options(nostack),
-            );
-        }
-        out
+    /// A function computing `a OP b` by the x87 instruction `$insn`, which pops `a` (st(1))
+    /// OP `b` (st(0)) into st(0).
+    macro_rules! binop {
+        ($(#[$doc:meta])* $name:ident, $insn:literal) => {
+            $(#[$doc])*
+            pub fn $name(a: [u8; 16], b: [u8; 16]) -> [u8; 16] {
+                let mut out = [0u8; 16];
+                // SAFETY: the instructions read 10 bytes at `a` and `b` and write 10 at `out`,
+                // all 16-byte locals; the x87 stack, empty at entry (the x86-64 calling
+                // convention), is declared clobbered and left empty (two loads, one popping
+                // operation, one popping store).
+                unsafe {
+                    asm!(
+                        "fld tbyte ptr [{a}]",
+                        "fld tbyte ptr [{b}]",
+                        $insn,
+                        "fstp tbyte ptr [{out}]",
+                        a = in(reg) a.as_ptr(),
+                        b = in(reg) b.as_ptr(),
+                        out = in(reg) out.as_mut_ptr(),
+                        out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                        out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                        options(nostack),
+                    );
+                }
+                out
+            }
+        };
     }
 
-    /// `a * b`.
-    pub fn mul(a: [u8; 16], b: [u8; 16]) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        // SAFETY: as in `add`.
-        unsafe {
-            asm!(
-                "fld tbyte ptr [{a}]",
-                "fld tbyte ptr [{b}]",
-                "fmulp st(1), st(0)",
-                "fstp tbyte ptr [{out}]",
-                a = in(reg) a.as_ptr(),
-                b = in(reg) b.as_ptr(),
-                out = in(reg) out.as_mut_ptr(),
-                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
-                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
-                options(nostack),
-            );
-        }
-        out
-    }
-
-    /// `a - b` (Intel syntax: `fsubp st(1), st(0)` leaves st(1) - st(0), here a - b).
-    pub fn sub(a: [u8; 16], b: [u8; 16]) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        // SAFETY: as in `add`.
-        unsafe {
-            asm!(
-                "fld tbyte ptr [{a}]",
-                "fld tbyte ptr [{b}]",
-                "fsubp st(1), st(0)",
-                "fstp tbyte ptr [{out}]",
-                a = in(reg) a.as_ptr(),
-                b = in(reg) b.as_ptr(),
-                out = in(reg) out.as_mut_ptr(),
-                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
-                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
-                options(nostack),
-            );
-        }
-        out
-    }
+    binop!(
+        /// `a + b`.
+        add,
+        "faddp st(1), st(0)"
+    );
+    binop!(
+        /// `a * b`.
+        mul,
+        "fmulp st(1), st(0)"
+    );
+    binop!(
+        /// `a - b` (Intel syntax: `fsubp st(1), st(0)` leaves st(1) - st(0), here a - b).
+        sub,
+        "fsubp st(1), st(0)"
+    );
 }
 
 /// Never reached: [`Special::of`] offers no `long double` arithmetic off x86-64.
