@@ -26,7 +26,6 @@ pub const MPI_ERR_INFO_NOKEY: c_int = 32;
 pub const MPI_ERR_INFO_VALUE: c_int = 33;
 pub const MPI_ERR_INFO: c_int = 34;
 pub const MPI_ERR_WIN: c_int = 56;
-pub const MPI_WIN_NULL: Handle = 0x110;
 
 /// An info object: its (key, value) pairs in the order the keys were first set (the order
 /// `MPI_Info_get_nthkey` counts in).

@@ -31,27 +31,7 @@ use crate::abi::*;
 use crate::state::{self, ErrHandler, ErrhKind, MpiError, MpiResult, ReqEntry, ReqState};
 use rmca_mpi_export::export;
 
-const MPI_ERR_LOCKTYPE: c_int = 37;
-const MPI_ERR_RMA_ATTACH: c_int = 46;
-const MPI_ERR_RMA_RANGE: c_int = 48;
-const MPI_ERR_RMA_SYNC: c_int = 50;
-const MPI_ERR_WIN: c_int = 56;
-const MPI_ERR_RMA_FLAVOR: c_int = 57;
-const MPI_ERR_INFO: c_int = 34;
-const MPI_WIN_NULL: Handle = 0x110;
-const MPI_LOCK_EXCLUSIVE: c_int = 301;
-const MPI_LOCK_SHARED: c_int = 302;
-const MPI_MODE_NOCHECK: c_int = 1024;
-const MPI_MODE_NOSUCCEED: c_int = 16384;
-const MPI_WIN_FLAVOR_CREATE: c_int = 311;
-const MPI_WIN_FLAVOR_ALLOCATE: c_int = 312;
-const MPI_WIN_FLAVOR_DYNAMIC: c_int = 313;
-const MPI_WIN_UNIFIED: c_int = 321;
-const MPI_WIN_BASE: c_int = 601;
-const MPI_WIN_DISP_UNIT: c_int = 602;
-const MPI_WIN_SIZE: c_int = 603;
-const MPI_WIN_CREATE_FLAVOR: c_int = 604;
-const MPI_WIN_MODEL: c_int = 605;
+use super::info::{MPI_ERR_INFO, MPI_ERR_WIN};
 
 /// Handles of windows: this plus an index.
 pub const WIN_BASE: Handle = DYNAMIC_BASE * 29;
@@ -458,9 +438,6 @@ pub unsafe extern "C" fn MPI_Win_allocate_c(
         )
     }
 }
-
-const MPI_WIN_FLAVOR_SHARED: c_int = 314;
-const MPI_ERR_RMA_SHARED: c_int = 49;
 
 /// Map the segment of `lens` (every member's bytes) on every member of `c` (collective):
 /// rank 0 creates a POSIX shared-memory object, the others open it by the name it
