@@ -11,8 +11,14 @@
 #               their sources changed, the library is loaded at run time)
 #
 # Runs the directories $DIRS (default: pt2pt coll comm group datatype attr topo errhan init
-# info) with their testlist rank counts capped at MAXNP (4), TIMEOUT (60) seconds per test; a
-# test passes when its output has " No Errors" (see conformance/mpich_run.py for the rules).
+# info; with threads among them the tree is configured --enable-threads=multiple: give it a
+# WORK_DIR of its own) with their testlist rank counts capped at MAXNP (4), TIMEOUT (60)
+# seconds per test; a test passes when its output has " No Errors" (see
+# conformance/mpich_run.py for the rules).
+# Fortran: DIRS with f77, f90 or f08 configure the tree with the implementation's Fortran
+# wrapper (rmca: target/release/mpifort; mpifort.mpich; mpifort.openmpi) and
+# --enable-fortran=all, e.g. DIRS="f77 f90 f08" (give it a WORK_DIR of its own: the
+# configuration is kept there).
 # Prints a per-directory table (passed / run) and writes WORK_DIR/IMPL.tsv (one line per test).
 # Then conformance/mpich-compare.py WORK_DIR lists the tests MPICH passes and rmca does not.
 # Needs autoconf, automake, libtool (scripts/install-deps.sh --conformance) for the first
@@ -30,13 +36,14 @@ WORK=$(cd "$WORK" && pwd)
 case $IMPL in
   rmca)
     CC=$ROOT/target/release/mpicc MPIEXEC=$ROOT/target/release/rmca-run
+    FC=$ROOT/target/release/mpifort
     # The library is loaded from target/release at run time (rpath).
     for f in "$CC" "$MPIEXEC" "$ROOT/target/release/libmpi.so"; do
       [[ -e $f ]] || { echo "$f missing: cargo build --release -p rmca-mpi -p rmca-mpi-lib -p rmca-run -p rmca-cc" >&2; exit 2; }
     done ;;
-  mpich) CC=mpicc.mpich MPIEXEC=mpiexec.mpich ;;
+  mpich) CC=mpicc.mpich MPIEXEC=mpiexec.mpich FC=mpifort.mpich ;;
   openmpi)
-    CC=mpicc.openmpi MPIEXEC="mpiexec.openmpi --oversubscribe"
+    CC=mpicc.openmpi MPIEXEC="mpiexec.openmpi --oversubscribe" FC=mpifort.openmpi
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     # No network interfaces to probe beyond the loopback in containers: shared memory + self.
     export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 ;;
@@ -66,11 +73,21 @@ if [[ ! -f $B/config.status ]]; then
   echo "== configure for $IMPL (MPICC=$CC; log $B.configure.log)"
   rm -rf "$B"
   cp -a "$SRC/test/mpi" "$B"
-  # Only the C tests of the standard (strict: no MPICH extensions); no I/O, spawn, RMA,
+  # test/mpi/threads needs the suite's thread support (pthreads, MPI_THREAD_MULTIPLE).
+  THREADS=--disable-threads
+  [[ " $DIRS " == *" threads "* ]] && THREADS=--enable-threads=multiple
+  FORTRAN=(--disable-fortran)
+  if [[ " $DIRS " =~ \ (f77|f90|f08) ]]; then
+    [[ $IMPL != rmca || -e $ROOT/target/release/libmpifort.so ]] ||
+      { echo "target/release/libmpifort.so missing: cargo build --release -p rmca-mpifort" >&2; exit 2; }
+    FORTRAN=(--enable-fortran=all MPIF77="$FC" MPIFC="$FC" F77="$FC" FC="$FC")
+  fi
+  # Only the C (and, when asked, Fortran) tests of the standard (strict: no MPICH
+  # extensions); no I/O, spawn, RMA,
   # partitioned, threads or MPICH's per-algorithm collective variants (not run here).
-  (cd "$B" && nice -n 10 ./configure MPICC="$CC" CC="$CC" --disable-fortran --disable-cxx --disable-io \
+  (cd "$B" && nice -n 10 ./configure MPICC="$CC" CC="$CC" "${FORTRAN[@]}" --disable-cxx --disable-io \
       --disable-spawn --disable-namepub --disable-rma --disable-part --disable-threadcomm \
-      --disable-ft-tests --disable-perftest --disable-collalgo-tests --disable-threads \
+      --disable-ft-tests --disable-perftest --disable-collalgo-tests $THREADS \
       --enable-strictmpi >"$B.configure.log" 2>&1) || { tail -30 "$B.configure.log"; exit 1; }
 fi
 echo "== build $DIRS (make -k; log $B.make.log)"

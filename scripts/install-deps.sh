@@ -18,6 +18,7 @@ pkgs=(
   ibverbs-providers rdma-core   # rxe provider library for the Soft-RoCE guest
   valgrind python3              # scripts/miri.sh's fallback when no Miri can be installed
   python3-venv python3-dev      # conformance/mpi4py.sh: a venv, and Python.h to build mpi4py
+  gfortran cmake                # the MPI Fortran interface (bindings/fortran) and its tests: FindMPI (tests/tests/fortran.rs)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(libfabric-bin hwloc)

@@ -29,8 +29,10 @@
 //!   (dr over ud included);
 //! - osc-rdma would use the same messages for synchronization and for accumulates the BTL
 //!   cannot do, and move put/get data with the BTLs' RDMA through a port capability to come;
-//! - osc-sm would map the members' memory at creation and do loads, stores and CPU atomics
-//!   itself, using the port only for the synchronization messages.
+//! - osc-sm maps one segment holding every member's memory at creation (it places the
+//!   memory of allocated windows itself: [`OscComponent::allocate`], its name agreed through
+//!   an [`OscSetup`]) and does loads, stores and CPU atomics; its synchronization words live
+//!   in the segment too, so it needs no port at all.
 //!
 //! Errors are typed ([`OscError`]) and map one to one to MPI's error classes
 //! (`MPI_ERR_RMA_RANGE`, `MPI_ERR_RMA_SYNC`, ...).
@@ -316,43 +318,58 @@ pub fn accumulate_with(
         }
         _ => {}
     }
+    // One loop per (type, operation), with the element size a constant: the compiler then
+    // vectorizes it (a runtime size and a match per element cost ~10x on long accumulates).
+    fn each<const S: usize, T>(
+        target: &mut [u8],
+        origin: &[u8],
+        from: impl Fn([u8; S]) -> T,
+        to: impl Fn(T) -> [u8; S],
+        f: impl Fn(T, T) -> T,
+    ) {
+        for (t, o) in target.chunks_exact_mut(S).zip(origin.chunks_exact(S)) {
+            let a = from(t.try_into().expect("chunk of the type's size"));
+            let b = from(o.try_into().expect("chunk of the type's size"));
+            t.copy_from_slice(&to(f(a, b)));
+        }
+    }
     macro_rules! int {
         ($t:ty) => {{
-            for (t, o) in target.chunks_exact_mut(size).zip(origin.chunks_exact(size)) {
-                let a = <$t>::from_ne_bytes(t.try_into().expect("chunk of the type's size"));
-                let b = <$t>::from_ne_bytes(o.try_into().expect("chunk of the type's size"));
-                let r: $t = match op {
-                    AccOp::Sum => a.wrapping_add(b),
-                    AccOp::Prod => a.wrapping_mul(b),
-                    AccOp::Min => a.min(b),
-                    AccOp::Max => a.max(b),
-                    AccOp::BAnd => a & b,
-                    AccOp::BOr => a | b,
-                    AccOp::BXor => a ^ b,
-                    AccOp::LAnd => <$t>::from(a != 0 && b != 0),
-                    AccOp::LOr => <$t>::from(a != 0 || b != 0),
-                    AccOp::LXor => <$t>::from((a != 0) != (b != 0)),
-                    AccOp::Replace | AccOp::NoOp | AccOp::MinLoc | AccOp::MaxLoc => {
-                        unreachable!("handled above")
-                    }
-                };
-                t.copy_from_slice(&r.to_ne_bytes());
+            const S: usize = std::mem::size_of::<$t>();
+            let (fr, to) = (<$t>::from_ne_bytes, <$t>::to_ne_bytes);
+            match op {
+                AccOp::Sum => each::<S, $t>(target, origin, fr, to, |a, b| a.wrapping_add(b)),
+                AccOp::Prod => each::<S, $t>(target, origin, fr, to, |a, b| a.wrapping_mul(b)),
+                AccOp::Min => each::<S, $t>(target, origin, fr, to, |a, b| a.min(b)),
+                AccOp::Max => each::<S, $t>(target, origin, fr, to, |a, b| a.max(b)),
+                AccOp::BAnd => each::<S, $t>(target, origin, fr, to, |a, b| a & b),
+                AccOp::BOr => each::<S, $t>(target, origin, fr, to, |a, b| a | b),
+                AccOp::BXor => each::<S, $t>(target, origin, fr, to, |a, b| a ^ b),
+                AccOp::LAnd => {
+                    each::<S, $t>(target, origin, fr, to, |a, b| <$t>::from(a != 0 && b != 0))
+                }
+                AccOp::LOr => {
+                    each::<S, $t>(target, origin, fr, to, |a, b| <$t>::from(a != 0 || b != 0))
+                }
+                AccOp::LXor => each::<S, $t>(target, origin, fr, to, |a, b| {
+                    <$t>::from((a != 0) != (b != 0))
+                }),
+                AccOp::Replace | AccOp::NoOp | AccOp::MinLoc | AccOp::MaxLoc => {
+                    unreachable!("handled above")
+                }
             }
         }};
     }
     macro_rules! float {
         ($t:ty) => {{
-            for (t, o) in target.chunks_exact_mut(size).zip(origin.chunks_exact(size)) {
-                let a = <$t>::from_ne_bytes(t.try_into().expect("chunk of the type's size"));
-                let b = <$t>::from_ne_bytes(o.try_into().expect("chunk of the type's size"));
-                let r: $t = match op {
-                    AccOp::Sum => a + b,
-                    AccOp::Prod => a * b,
-                    AccOp::Min => a.min(b),
-                    AccOp::Max => a.max(b),
-                    _ => unreachable!("checked by supports"),
-                };
-                t.copy_from_slice(&r.to_ne_bytes());
+            const S: usize = std::mem::size_of::<$t>();
+            let (fr, to) = (<$t>::from_ne_bytes, <$t>::to_ne_bytes);
+            match op {
+                AccOp::Sum => each::<S, $t>(target, origin, fr, to, |a, b| a + b),
+                AccOp::Prod => each::<S, $t>(target, origin, fr, to, |a, b| a * b),
+                AccOp::Min => each::<S, $t>(target, origin, fr, to, |a, b| a.min(b)),
+                AccOp::Max => each::<S, $t>(target, origin, fr, to, |a, b| a.max(b)),
+                _ => unreachable!("checked by supports"),
             }
         }};
     }
@@ -484,6 +501,12 @@ pub struct WinConfig {
     pub dynamic: bool,
     /// The `no_locks` info key: passive-target synchronization will not be used.
     pub no_locks: bool,
+    /// The window allocates its memory (`MPI_Win_allocate`, `_allocate_shared`): a component
+    /// may place it itself ([`OscComponent::allocate`]).
+    pub allocated: bool,
+    /// `MPI_Win_allocate_shared`: every member reaches every member's memory by load and
+    /// store, so a component that serves it must map one segment on every member.
+    pub shared: bool,
     /// The host's arithmetic for the elements Rust has no number for.
     pub host: Option<HostAccumulate>,
 }
@@ -616,6 +639,49 @@ pub trait OscModule {
 
     /// Detach the region attached at `addr`.
     fn detach(&mut self, addr: u64) -> Result<(), OscError>;
+
+    /// Do operations reach their targets' memory without any process's progress (osc-sm:
+    /// loads, stores and atomics on a shared segment)? The host then skips the runtime's
+    /// progress pass after an operation and before a synchronization that is already
+    /// complete (a put and a flush cost no poll of every BTL).
+    fn direct(&self) -> bool {
+        false
+    }
+
+    /// Member `rank`'s memory as this process maps it, when it reaches it by load and store
+    /// (osc-sm's segment: `MPI_Win_shared_query`); `None` otherwise.
+    fn shared_part(&self, _rank: usize) -> Option<UserBuf> {
+        None
+    }
+}
+
+/// The collective steps a component may need while a window is made (agreeing on the name
+/// of a shared segment), run by the host over the window's communicator. Every member calls
+/// them in the same order.
+pub trait OscSetup {
+    /// Broadcast `data` from window rank `root` to every member.
+    fn bcast(&mut self, root: usize, data: &mut [u8]) -> Result<(), OscError>;
+
+    /// Is `ok` true on every member?
+    fn all(&mut self, ok: bool) -> Result<bool, OscError>;
+}
+
+/// A window whose memory its component placed ([`OscComponent::allocate`]).
+pub struct Allocated {
+    /// The window's module.
+    pub module: Box<dyn OscModule>,
+    /// This member's memory (`config.targets[config.rank].size` bytes), valid until the
+    /// module is dropped.
+    pub memory: UserBuf,
+}
+
+impl std::fmt::Debug for Allocated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocated")
+            .field("component", &self.module.component_name())
+            .field("len", &self.memory.len())
+            .finish()
+    }
 }
 
 /// An OSC component.
@@ -633,6 +699,25 @@ pub trait OscComponent: crate::base::Component {
         memory: UserBuf,
         params: &ParamStore,
     ) -> Result<Box<dyn OscModule>, OscError>;
+
+    /// Does this component place the memory of an allocated window itself
+    /// ([`OscComponent::allocate`] rather than [`OscComponent::create`])?
+    fn allocates(&self, _config: &WinConfig) -> bool {
+        false
+    }
+
+    /// Allocate the memory of a window (`config.allocated`) and make its module (collective:
+    /// `setup` reaches the other members). Called only when [`OscComponent::allocates`].
+    fn allocate(
+        &self,
+        _config: WinConfig,
+        _setup: &mut dyn OscSetup,
+        _params: &ParamStore,
+    ) -> Result<Allocated, OscError> {
+        Err(OscError::Arg(
+            "this OSC component does not allocate window memory".into(),
+        ))
+    }
 }
 
 #[cfg(test)]

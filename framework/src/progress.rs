@@ -1,15 +1,23 @@
 //! The progress engine: every blocking call drives the PML and any registered progress
 //! functions until its request completes.
 //!
-//! Waiting is a spin-then-yield loop: spinning keeps small-message latency at memory speed when
-//! a peer is about to answer, and yielding after a short idle streak lets oversubscribed ranks
-//! (more ranks than cores) run their peers. Ranks that each have a core spin only: the
-//! runtime sets [`set_yield_when_idle`] from
-//! [`JobInfo::oversubscribed`](crate::job::JobInfo::oversubscribed). A wait never blocks in
-//! the kernel, so a dead peer cannot hang it: the PML reports the failure (peer timeouts, BTL errors) or the launcher,
-//! which watches every rank, tears the job down.
+//! Waiting adapts to how busy the node is ([`WaitMode`], `mpi_wait_mode`): spinning keeps
+//! small-message latency at memory speed when a peer is about to answer; yielding after a
+//! short idle streak lets oversubscribed ranks (more ranks than cores) run their peers; and
+//! blocking in the kernel, after a longer idle stretch, hands the core over until a sender
+//! signals ([`IdleWaiter`], which a BTL provides: btl-shm's doorbell futex) instead of
+//! competing with the peers for it through `sched_yield`. Ranks that each have a core spin
+//! only; `auto` blocks when the node is oversubscribed (the runtime decides, see
+//! [`set_wait_mode`]). The decisions are a sans-IO state machine ([`IdleState`], time passed
+//! in); [`Backoff`] runs it in the wait loops. A blocked wait always ends within
+//! [`IdlePolicy::block_timeout`], so a dead peer cannot hang it: the PML reports the failure
+//! (peer timeouts, BTL errors) or the launcher, which watches every rank, tears the job down.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::params::{Level, Param, ParamRegistrar, ParamSpec};
 
 /// Whether idle waits yield the CPU after [`Backoff::SPIN_PASSES`] (see [`set_yield_when_idle`]).
 static YIELD_WHEN_IDLE: AtomicBool = AtomicBool::new(true);
@@ -18,15 +26,293 @@ static YIELD_WHEN_IDLE: AtomicBool = AtomicBool::new(true);
 /// than cores) run their peers; a rank that has a core to itself should spin instead (Open
 /// MPI's `mpi_yield_when_idle` default), because a `sched_yield` costs a system call, and on
 /// a loaded machine hands the core to another process for a whole time slice while the peer's
-/// answer waits.
+/// answer waits. Equivalent to [`set_wait_mode`] with [`WaitMode::Yield`] or [`WaitMode::Spin`].
 pub fn set_yield_when_idle(on: bool) {
-    YIELD_WHEN_IDLE.store(on, Ordering::Relaxed);
+    set_wait_mode(if on { WaitMode::Yield } else { WaitMode::Spin });
 }
 
 /// The current idle policy (true until [`set_yield_when_idle`] or
-/// the runtime says otherwise).
+/// the runtime says otherwise): whether idle waits give the CPU away at all.
 pub fn yield_when_idle() -> bool {
     YIELD_WHEN_IDLE.load(Ordering::Relaxed)
+}
+
+/// How a waiting rank spends the time nothing arrives (`mpi_wait_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitMode {
+    /// [`WaitMode::Block`] when the node's ranks outnumber its cores, else [`WaitMode::Spin`]
+    /// (decided by the runtime; never the current mode itself).
+    Auto,
+    /// Poll without pause: lowest latency, the core stays busy.
+    Spin,
+    /// Poll, and `sched_yield` after [`IdlePolicy::spin_passes`] idle passes.
+    Yield,
+    /// Poll, yield for [`IdlePolicy::yield_for`], then sleep in the kernel until a sender
+    /// rings the BTL's doorbell or [`IdlePolicy::block_timeout`] passes.
+    Block,
+}
+
+/// A wait mode name that is not one of [`WaitMode::NAMES`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("mpi_wait_mode = {0:?}: not a wait mode (valid: auto, spin, yield, block)")]
+pub struct BadWaitMode(pub String);
+
+impl WaitMode {
+    /// The parameter's values, in order.
+    pub const NAMES: [&'static str; 4] = ["auto", "spin", "yield", "block"];
+
+    /// The parameter value naming this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitMode::Auto => "auto",
+            WaitMode::Spin => "spin",
+            WaitMode::Yield => "yield",
+            WaitMode::Block => "block",
+        }
+    }
+
+    /// `auto` resolved for a node that is (or is not) oversubscribed; other modes unchanged.
+    pub fn resolve(self, oversubscribed: bool) -> WaitMode {
+        match self {
+            WaitMode::Auto if oversubscribed => WaitMode::Block,
+            WaitMode::Auto => WaitMode::Spin,
+            m => m,
+        }
+    }
+}
+
+impl std::str::FromStr for WaitMode {
+    type Err = BadWaitMode;
+    fn from_str(s: &str) -> Result<Self, BadWaitMode> {
+        match s {
+            "auto" => Ok(WaitMode::Auto),
+            "spin" => Ok(WaitMode::Spin),
+            "yield" => Ok(WaitMode::Yield),
+            "block" => Ok(WaitMode::Block),
+            _ => Err(BadWaitMode(s.to_owned())),
+        }
+    }
+}
+
+/// Register the progress engine's parameters (`mpi_wait_mode`) with the MCA base's.
+pub fn register_params(specs: &mut Vec<ParamSpec>) {
+    let mut r = ParamRegistrar::new("mpi", "base", specs);
+    r.add_global(
+        Param::enumeration("mpi_wait_mode", "auto", &WaitMode::NAMES)
+            .help(
+                "How waiting ranks spend idle time: spin (poll only), yield (poll, then \
+                 sched_yield after mpi_wait_spin_passes idle passes), block (poll, yield for \
+                 mpi_wait_yield_us, then sleep \
+                 until a sender rings the shared-memory doorbell, at most 1 ms at a time), auto \
+                 (block when the node's ranks outnumber its CPUs, else spin). block needs every \
+                 BTL in use able to wake a sleeper (shm, self); otherwise it yields",
+            )
+            .level(Level::Tuning),
+    );
+    r.add_global(
+        Param::int("mpi_wait_spin_passes", Backoff::SPIN_PASSES.into())
+            .range(0, 1 << 30)
+            .help("Idle progress passes a wait spins before it yields (mpi_wait_mode yield, block)")
+            .level(Level::Tuning),
+    );
+    r.add_global(
+        Param::int("mpi_wait_yield_us", IdlePolicy::YIELD_US.into())
+            .range(0, 1_000_000)
+            .help("Microseconds a wait yields before it sleeps (mpi_wait_mode block)")
+            .level(Level::Tuning),
+    );
+}
+
+/// Idle passes spinning before yielding (`mpi_wait_spin_passes`).
+static SPIN_PASSES: AtomicU32 = AtomicU32::new(Backoff::SPIN_PASSES);
+/// Microseconds of yielding before blocking (`mpi_wait_yield_us`).
+static YIELD_US: AtomicU32 = AtomicU32::new(IdlePolicy::YIELD_US);
+
+/// Set the thresholds of the idle policy (`mpi_wait_spin_passes`, `mpi_wait_yield_us`).
+pub fn set_wait_thresholds(spin_passes: u32, yield_us: u32) {
+    SPIN_PASSES.store(spin_passes, Ordering::Relaxed);
+    YIELD_US.store(yield_us, Ordering::Relaxed);
+}
+
+/// The policy in force: [`wait_mode`] with the thresholds of [`set_wait_thresholds`].
+pub fn wait_policy() -> IdlePolicy {
+    IdlePolicy {
+        spin_passes: SPIN_PASSES.load(Ordering::Relaxed),
+        yield_for: Duration::from_micros(YIELD_US.load(Ordering::Relaxed).into()),
+        ..IdlePolicy::new(wait_mode())
+    }
+}
+
+/// The mode in force: 0 spin, 1 yield, 2 block (see [`set_wait_mode`]).
+static WAIT_MODE: AtomicU8 = AtomicU8::new(1);
+
+/// Set the wait mode of this process's wait loops (`Auto` counts as not oversubscribed:
+/// resolve it first with [`WaitMode::resolve`]). The runtime calls it before the BTLs start,
+/// so that they see whether senders must ring doorbells ([`wait_mode_blocks`]).
+pub fn set_wait_mode(mode: WaitMode) {
+    let m = match mode.resolve(false) {
+        WaitMode::Spin | WaitMode::Auto => 0,
+        WaitMode::Yield => 1,
+        WaitMode::Block => 2,
+    };
+    WAIT_MODE.store(m, Ordering::Relaxed);
+    YIELD_WHEN_IDLE.store(m != 0, Ordering::Relaxed);
+}
+
+/// The wait mode in force (never [`WaitMode::Auto`]).
+pub fn wait_mode() -> WaitMode {
+    match WAIT_MODE.load(Ordering::Relaxed) {
+        0 => WaitMode::Spin,
+        1 => WaitMode::Yield,
+        _ => WaitMode::Block,
+    }
+}
+
+/// Whether waits may sleep: a sender must then ring its receiver's doorbell after publishing
+/// (one load of this flag is all a non-blocking job pays).
+#[inline]
+pub fn wait_mode_blocks() -> bool {
+    WAIT_MODE.load(Ordering::Relaxed) == 2
+}
+
+/// What "block until something arrives" means for a transport: a BTL that can wake a
+/// sleeping receiver implements it, and the progress engine sleeps through it.
+///
+/// The protocol avoids lost wake-ups without costing senders a system call per message:
+/// the waiter [`arm`](IdleWaiter::arm)s (announces it will sleep), runs one more progress
+/// pass, and only if that pass found nothing calls [`block`](IdleWaiter::block); a sender
+/// that publishes after the announcement sees it and wakes the waiter, one published before
+/// it is found by the extra pass.
+pub trait IdleWaiter: Send + Sync {
+    /// Announce that this process is about to sleep (a sequentially consistent store).
+    fn arm(&self);
+    /// Sleep until a sender signals, or `timeout` passes; returns at once if one signalled
+    /// since [`arm`](IdleWaiter::arm).
+    fn block(&self, timeout: Duration);
+    /// No longer about to sleep: senders stop signalling.
+    fn disarm(&self);
+}
+
+/// The waiter of this process (set by the BTL that can wake it; see [`set_idle_waiter`]).
+static IDLE_WAITER: Mutex<Option<Arc<dyn IdleWaiter>>> = Mutex::new(None);
+
+/// Install (or with `None` remove) the waiter blocked waits sleep on. Without one,
+/// [`WaitMode::Block`] yields instead of sleeping.
+pub fn set_idle_waiter(waiter: Option<Arc<dyn IdleWaiter>>) {
+    *IDLE_WAITER.lock().unwrap_or_else(|p| p.into_inner()) = waiter;
+}
+
+/// The installed waiter, if any.
+pub fn idle_waiter() -> Option<Arc<dyn IdleWaiter>> {
+    IDLE_WAITER
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}
+
+/// The thresholds of the idle state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdlePolicy {
+    /// The mode (not [`WaitMode::Auto`], which counts as [`WaitMode::Spin`]).
+    pub mode: WaitMode,
+    /// Idle passes spent spinning before yielding.
+    pub spin_passes: u32,
+    /// Time spent yielding before blocking ([`WaitMode::Block`]).
+    pub yield_for: Duration,
+    /// Longest single sleep: a wake-up lost to a dead or slow sender costs at most this.
+    pub block_timeout: Duration,
+}
+
+impl IdlePolicy {
+    /// Default yielding time before a sleep, in microseconds: long enough that a peer
+    /// answering within a time slice of a yielding core is caught without a sleep (a sleep
+    /// and its wake-up cost tens of us here).
+    pub const YIELD_US: u32 = 20;
+
+    /// The policy of `mode` with the default thresholds.
+    pub const fn new(mode: WaitMode) -> Self {
+        IdlePolicy {
+            mode,
+            spin_passes: Backoff::SPIN_PASSES,
+            yield_for: Duration::from_micros(Self::YIELD_US as u64),
+            block_timeout: Duration::from_millis(1),
+        }
+    }
+}
+
+/// What a wait loop does after a pass ([`IdleState::on_pass`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleAction {
+    /// Poll again at once.
+    Spin,
+    /// `sched_yield`, then poll.
+    Yield,
+    /// Announce the sleep ([`IdleWaiter::arm`]), then poll once more.
+    Arm,
+    /// The pass after arming found nothing: sleep for at most this long, then disarm and poll.
+    Block(Duration),
+    /// The pass after arming found events: withdraw the announcement and go on.
+    Disarm,
+}
+
+/// The idle state machine of one wait, sans IO: fed each pass's event count (and, when it
+/// needs one, the time), it says whether to spin, yield, arm, block or disarm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdleState {
+    idle: u32,
+    /// When yielding started (read only once the spin passes are spent).
+    yielding_since: Option<Instant>,
+    armed: bool,
+}
+
+impl IdleState {
+    /// The next action after a pass that handled `events`; `now` is called only past the
+    /// spin phase of a blocking policy (spinning reads no clock).
+    pub fn on_pass(
+        &mut self,
+        policy: &IdlePolicy,
+        events: usize,
+        now: impl FnOnce() -> Instant,
+    ) -> IdleAction {
+        if events > 0 {
+            let armed = self.armed;
+            *self = IdleState::default();
+            return if armed {
+                IdleAction::Disarm
+            } else {
+                IdleAction::Spin
+            };
+        }
+        if self.armed {
+            // Armed, and the pass since found nothing: sleep. Afterwards the wait re-arms
+            // (a timeout is no event: a silent peer keeps us asleep, 1 ms at a time).
+            self.armed = false;
+            return IdleAction::Block(policy.block_timeout);
+        }
+        self.idle = self.idle.saturating_add(1);
+        if self.idle <= policy.spin_passes {
+            return IdleAction::Spin;
+        }
+        match policy.mode {
+            WaitMode::Spin | WaitMode::Auto => IdleAction::Spin,
+            WaitMode::Yield => IdleAction::Yield,
+            WaitMode::Block => {
+                let t = now();
+                let since = *self.yielding_since.get_or_insert(t);
+                if t.saturating_duration_since(since) < policy.yield_for {
+                    IdleAction::Yield
+                } else {
+                    self.armed = true;
+                    IdleAction::Arm
+                }
+            }
+        }
+    }
+
+    /// Whether the last action was [`IdleAction::Arm`] (a sleep is announced).
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
 }
 
 /// Handle of a registered progress function.
@@ -77,28 +363,136 @@ impl ProgressEngine {
     }
 }
 
-/// The idle policy of a wait loop: call [`Backoff::pass`] after every pass, with the events it handled.
+/// The idle policy of a wait loop: call [`Backoff::pass`] after every pass, with the events
+/// it handled. It runs [`IdleState`] under the process's [`wait_mode`] and the installed
+/// [`IdleWaiter`]; the common case (events, or the spin phase) stays inline and reads no clock.
 #[derive(Debug, Default)]
 pub struct Backoff {
-    idle: u32,
+    state: IdleState,
 }
 
 impl Backoff {
-    /// Passes spent spinning before yielding the CPU.
-    pub const SPIN_PASSES: u32 = 256;
+    /// Passes spent spinning before yielding the CPU by default (`mpi_wait_spin_passes`).
+    /// Short: the policy yields or blocks only when the node is oversubscribed (or asked),
+    /// and there every idle pass takes the core from a peer that may be the one we wait for
+    /// (4 ranks on 2 loaded cores, bench/oversub.sh, 2026-11-29: barrier 14-23 us with 0-32
+    /// passes against 88 us with 256, halo 35-37 against 80).
+    pub const SPIN_PASSES: u32 = 32;
 
-    /// Note a pass with or without events; yields the CPU after a long idle streak.
+    /// Note a pass with or without events; yields or sleeps after a long idle streak.
     #[inline]
     pub fn pass(&mut self, events: usize) {
-        if events > 0 {
-            self.idle = 0;
-            return;
-        }
-        self.idle = self.idle.saturating_add(1);
         // No PAUSE between passes: it costs up to ~140 cycles on recent x86, which would be
         // added to the latency of noticing the peer's message.
-        if self.idle > Self::SPIN_PASSES && yield_when_idle() {
-            std::thread::yield_now();
+        let s = &mut self.state;
+        if !s.armed {
+            if events > 0 {
+                s.idle = 0;
+                s.yielding_since = None;
+                return;
+            }
+            // Spinning (the first passes, or for good in spin mode) stays here.
+            if s.idle < SPIN_PASSES.load(Ordering::Relaxed) || !yield_when_idle() {
+                s.idle = s.idle.saturating_add(1);
+                return;
+            }
+        }
+        self.slow_pass(events);
+    }
+
+    #[inline(never)]
+    fn slow_pass(&mut self, events: usize) {
+        let policy = wait_policy();
+        match self.state.on_pass(&policy, events, Instant::now) {
+            IdleAction::Spin => {}
+            IdleAction::Yield => std::thread::yield_now(),
+            IdleAction::Arm => match idle_waiter() {
+                Some(w) => w.arm(),
+                None => {
+                    // Nothing can wake us: yield rather than sleep blind.
+                    self.state.armed = false;
+                    std::thread::yield_now();
+                }
+            },
+            IdleAction::Block(timeout) => {
+                if let Some(w) = idle_waiter() {
+                    w.block(timeout);
+                    w.disarm();
+                }
+            }
+            IdleAction::Disarm => {
+                if let Some(w) = idle_waiter() {
+                    w.disarm();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Backoff {
+    #[inline]
+    fn drop(&mut self) {
+        // A wait that ends on the pass after arming: withdraw the announcement, or senders
+        // would keep signalling a process that is not asleep.
+        if self.state.armed {
+            if let Some(w) = idle_waiter() {
+                w.disarm();
+            }
+        }
+    }
+}
+
+// ---- Waits that let other threads in (MPI_THREAD_MULTIPLE) ----
+
+/// What a wait loop runs around each pass when it holds no borrow of the runtime
+/// ([`set_wait_hook`]).
+#[derive(Clone, Copy, Debug)]
+pub struct WaitHook {
+    /// Let threads waiting to enter MPI in: true if something was released, which
+    /// `reacquire` then takes back before the loop touches the runtime again.
+    pub release: fn() -> bool,
+    /// Take back what `release` gave away.
+    pub reacquire: fn(),
+}
+
+/// The wait hook, unset unless a binding provides `MPI_THREAD_MULTIPLE`.
+static WAIT_HOOK: std::sync::OnceLock<WaitHook> = std::sync::OnceLock::new();
+
+/// Install `hook`, run by the wait loops that hold no borrow of the runtime between their
+/// passes ([`ReleasingBackoff`]). The MPI C library installs one at `MPI_THREAD_MULTIPLE`: it
+/// hands the process-wide MPI lock to a thread waiting for it, so that a thread blocked in a
+/// receive or a barrier lets the others call MPI meanwhile. Set once per process; false if one
+/// was installed already.
+pub fn set_wait_hook(hook: WaitHook) -> bool {
+    WAIT_HOOK.set(hook).is_ok()
+}
+
+/// Whether a wait hook is installed: the waits of the runtime then take their borrow-free
+/// paths (a test and a progress pass per round) instead of the PML's own wait loops.
+#[inline]
+pub fn wait_hook_set() -> bool {
+    WAIT_HOOK.get().is_some()
+}
+
+/// A [`Backoff`] for wait loops that hold no borrow of the runtime (or of anything another
+/// thread's MPI call may reach) when they call [`ReleasingBackoff::pass`]: the pass also lets
+/// other threads in through the wait hook. Without a hook it is a [`Backoff`].
+#[derive(Debug, Default)]
+pub struct ReleasingBackoff(Backoff);
+
+impl ReleasingBackoff {
+    /// [`Backoff::pass`], with the wait hook's lock released around it.
+    #[inline]
+    pub fn pass(&mut self, events: usize) {
+        match WAIT_HOOK.get() {
+            None => self.0.pass(events),
+            Some(hook) => {
+                let released = (hook.release)();
+                self.0.pass(events);
+                if released {
+                    (hook.reacquire)();
+                }
+            }
         }
     }
 }
@@ -108,6 +502,152 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicI32, Ordering};
     use std::sync::Arc;
+
+    /// Run `passes` (events per pass) through a state machine whose clock advances `step`
+    /// per clock read; the actions taken.
+    fn drive(policy: IdlePolicy, passes: &[usize], step: Duration) -> Vec<IdleAction> {
+        let t0 = Instant::now();
+        let mut clock = t0;
+        let mut st = IdleState::default();
+        passes
+            .iter()
+            .map(|&e| {
+                st.on_pass(&policy, e, || {
+                    clock += step;
+                    clock
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn spin_mode_never_gives_the_cpu_away() {
+        let p = IdlePolicy::new(WaitMode::Spin);
+        let a = drive(p, &[0; 2000], Duration::from_millis(1));
+        assert!(a.iter().all(|&x| x == IdleAction::Spin));
+    }
+
+    #[test]
+    fn yield_mode_yields_after_the_spin_passes() {
+        let p = IdlePolicy {
+            spin_passes: 256,
+            ..IdlePolicy::new(WaitMode::Yield)
+        };
+        let a = drive(p, &[0; 300], Duration::from_millis(1));
+        assert!(a[..256].iter().all(|&x| x == IdleAction::Spin));
+        assert!(a[256..].iter().all(|&x| x == IdleAction::Yield));
+    }
+
+    #[test]
+    fn block_mode_spins_yields_then_arms_and_blocks_with_a_timeout() {
+        let p = IdlePolicy {
+            spin_passes: 256,
+            yield_for: Duration::from_micros(50),
+            ..IdlePolicy::new(WaitMode::Block)
+        };
+        // 10 us per clock read: 50 us of yielding is 5 yields (reads at 10..50 us).
+        let a = drive(p, &[0; 256 + 5 + 4], Duration::from_micros(10));
+        assert!(a[..256].iter().all(|&x| x == IdleAction::Spin));
+        assert!(a[256..261].iter().all(|&x| x == IdleAction::Yield), "{a:?}");
+        let b = IdleAction::Block(Duration::from_millis(1));
+        assert_eq!(a[261..], [IdleAction::Arm, b, IdleAction::Arm, b]);
+    }
+
+    #[test]
+    fn an_event_after_arming_disarms_and_restarts_the_spin() {
+        let p = IdlePolicy {
+            spin_passes: 2,
+            yield_for: Duration::ZERO,
+            ..IdlePolicy::new(WaitMode::Block)
+        };
+        let a = drive(p, &[0, 0, 0, 1, 0, 0, 0], Duration::from_micros(1));
+        use IdleAction::*;
+        assert_eq!(a, [Spin, Spin, Arm, Disarm, Spin, Spin, Arm]);
+        // An event while spinning resets the streak without a disarm.
+        let a = drive(p, &[0, 0, 1, 0, 0, 0], Duration::from_micros(1));
+        assert_eq!(a, [Spin, Spin, Spin, Spin, Spin, Arm]);
+    }
+
+    #[test]
+    fn the_clock_is_read_only_past_the_spin_phase() {
+        let p = IdlePolicy::new(WaitMode::Block);
+        let mut st = IdleState::default();
+        for _ in 0..p.spin_passes {
+            st.on_pass(&p, 0, || panic!("clock read while spinning"));
+        }
+        let mut st = IdleState::default();
+        for _ in 0..10_000 {
+            st.on_pass(&IdlePolicy::new(WaitMode::Yield), 0, || {
+                panic!("yield mode needs no clock")
+            });
+        }
+    }
+
+    #[test]
+    fn wait_modes_parse_resolve_and_refuse_bad_names() {
+        for n in WaitMode::NAMES {
+            assert_eq!(n.parse::<WaitMode>().unwrap().name(), n);
+        }
+        let e = "sleep".parse::<WaitMode>().unwrap_err().to_string();
+        assert!(
+            e.contains("\"sleep\"") && e.contains("auto, spin, yield, block"),
+            "{e}"
+        );
+        assert_eq!(WaitMode::Auto.resolve(true), WaitMode::Block);
+        assert_eq!(WaitMode::Auto.resolve(false), WaitMode::Spin);
+        assert_eq!(WaitMode::Yield.resolve(true), WaitMode::Yield);
+    }
+
+    proptest::proptest! {
+        /// Whatever the events, an armed state is followed by a block or a disarm (never a
+        /// second arm, never a sleep without an announcement), and every sleep is bounded.
+        #[test]
+        fn arms_and_blocks_alternate_properly(
+            events in proptest::collection::vec(0usize..2, 1..600),
+            spin in 0u32..8,
+        ) {
+            let p = IdlePolicy { spin_passes: spin, yield_for: Duration::from_micros(3), ..IdlePolicy::new(WaitMode::Block) };
+            let a = drive(p, &events, Duration::from_micros(1));
+            let mut armed = false;
+            for x in a {
+                match x {
+                    IdleAction::Arm => { proptest::prop_assert!(!armed); armed = true; }
+                    IdleAction::Block(t) => { proptest::prop_assert!(armed && t <= Duration::from_millis(1)); armed = false; }
+                    IdleAction::Disarm => { proptest::prop_assert!(armed); armed = false; }
+                    _ => proptest::prop_assert!(!armed),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_releasing_backoff_runs_the_wait_hook_around_each_pass() {
+        use std::sync::atomic::AtomicUsize;
+        static RELEASES: AtomicUsize = AtomicUsize::new(0);
+        static REACQUIRES: AtomicUsize = AtomicUsize::new(0);
+        // A plain Backoff never runs it; a releasing one takes back only what it released.
+        assert!(set_wait_hook(WaitHook {
+            release: || RELEASES.fetch_add(1, Ordering::Relaxed).is_multiple_of(2),
+            reacquire: || {
+                REACQUIRES.fetch_add(1, Ordering::Relaxed);
+            },
+        }));
+        assert!(wait_hook_set());
+        let mut plain = Backoff::default();
+        plain.pass(0);
+        assert_eq!(RELEASES.load(Ordering::Relaxed), 0);
+        let mut b = ReleasingBackoff::default();
+        for events in [0, 1, 0, 0, 2] {
+            b.pass(events);
+        }
+        assert_eq!(RELEASES.load(Ordering::Relaxed), 5);
+        assert_eq!(REACQUIRES.load(Ordering::Relaxed), 3);
+        let other = WaitHook {
+            release: || false,
+            reacquire: || {},
+        };
+        assert!(!set_wait_hook(other), "set once per process");
+    }
 
     #[test]
     fn registered_functions_run_until_unregistered() {

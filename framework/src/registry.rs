@@ -160,6 +160,7 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
             .help("With profile: also write the merged summary as JSON to this file")
             .level(Level::Tuning),
     );
+    crate::progress::register_params(r.into_specs());
 }
 
 /// Parameters the MCA base declares for every BTL component (Open MPI's `btl_base` ones), so

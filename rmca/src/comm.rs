@@ -821,15 +821,13 @@ impl Communicator {
     /// Wait until a matching message is available; does not receive it.
     pub fn probe(&self, source: impl Into<Src>, tag: i32) -> Result<Status> {
         let source = source.into();
-        let mut idle = 0u32;
+        let mut backoff = rmca_framework::progress::ReleasingBackoff::default();
         loop {
             if let Some(st) = self.iprobe(source, tag)? {
                 return Ok(st);
             }
-            idle += 1;
-            if idle > 256 {
-                std::thread::yield_now();
-            }
+            // The pass made progress inside test/iprobe; its event count is not known here.
+            backoff.pass(0);
         }
     }
 

@@ -316,7 +316,7 @@ impl PendingDup {
 
     /// Progress until the duplicate is made.
     pub fn wait(self) -> Result<Communicator> {
-        let mut backoff = rmca_framework::progress::Backoff::default();
+        let mut backoff = rmca_framework::progress::ReleasingBackoff::default();
         let shared = self.0.borrow().parent.shared_rc().clone();
         loop {
             if let Some(outcome) = self.take() {

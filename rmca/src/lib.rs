@@ -68,6 +68,7 @@ use rmca_btl_self as _;
 use rmca_btl_shm as _;
 use rmca_btl_ud as _;
 use rmca_osc_am as _;
+use rmca_osc_sm as _;
 use rmca_pml_dr as _;
 use rmca_pml_ob1 as _;
 
@@ -302,7 +303,8 @@ impl Shared {
     /// Progress until `id` completes (stepping non-blocking collectives meanwhile).
     #[inline]
     pub(crate) fn wait(&self, id: RequestId) -> Result<rmca_framework::pml::Status> {
-        if !self.nbc.is_idle() {
+        // With a wait hook (MPI_THREAD_MULTIPLE), the loop that lets other threads in.
+        if !self.nbc.is_idle() || rmca_framework::progress::wait_hook_set() {
             return self.wait_progressing(id);
         }
         self.with(|rt| Ok(rt.wait(id)?))
@@ -326,7 +328,7 @@ impl Shared {
         ids: &[RequestId],
         failed: &mut Vec<(usize, rmca_framework::pml::Status)>,
     ) -> Result<()> {
-        if !self.nbc.is_idle() {
+        if !self.nbc.is_idle() || rmca_framework::progress::wait_hook_set() {
             failed.extend(self.wait_all_progressing(ids)?);
             return Ok(());
         }
@@ -341,7 +343,7 @@ impl Shared {
         ids: &[RequestId],
         statuses: &mut Vec<(usize, rmca_framework::pml::Status)>,
     ) -> Result<()> {
-        if !self.nbc.is_idle() {
+        if !self.nbc.is_idle() || rmca_framework::progress::wait_hook_set() {
             // Each in turn, stepping the collectives (as `wait_all_progressing`).
             let mut first_err = None;
             for (i, &id) in ids.iter().enumerate() {

@@ -72,15 +72,13 @@ impl Communicator {
     /// A matched probe that waits for a message (see [`Communicator::improbe`]).
     pub fn mprobe(&self, source: impl Into<Src>, tag: i32) -> Result<Message> {
         let source = source.into();
-        let mut idle = 0u32;
+        let mut backoff = rmca_framework::progress::ReleasingBackoff::default();
         loop {
             if let Some(m) = self.improbe(source, tag)? {
                 return Ok(m);
             }
-            idle += 1;
-            if idle > 256 {
-                std::thread::yield_now();
-            }
+            // The pass made progress inside test/iprobe; its event count is not known here.
+            backoff.pass(0);
         }
     }
 }

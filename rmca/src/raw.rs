@@ -90,7 +90,7 @@ pub fn custom(comm: &Communicator, op: Box<dyn CustomOp>) -> RawRequest {
 
 /// Wait for `op` to complete, progressing the runtime of `comm` between polls.
 fn wait_custom(comm: &Communicator, op: &mut dyn CustomOp) -> Result<Status> {
-    let mut backoff = rmca_framework::progress::Backoff::default();
+    let mut backoff = rmca_framework::progress::ReleasingBackoff::default();
     loop {
         if let Some(outcome) = op.poll() {
             return outcome;
@@ -723,7 +723,7 @@ pub fn wait_all(requests: Vec<RawRequest>) -> Vec<Result<Status>> {
             )))),
         }
     }
-    let mut backoff = rmca_framework::progress::Backoff::default();
+    let mut backoff = rmca_framework::progress::ReleasingBackoff::default();
     while let Some((_, _, comm)) = pending.first() {
         // Every communicator of a process shares its one runtime.
         let shared = comm.shared_rc().clone();

@@ -580,7 +580,7 @@ impl<'scope> Request<'scope> {
         if requests.is_empty() {
             return Err(Error::InvalidArgument("wait_some on an empty list".into()));
         }
-        let mut backoff = rmca_framework::progress::Backoff::default();
+        let mut backoff = rmca_framework::progress::ReleasingBackoff::default();
         loop {
             let done = Self::test_some(requests);
             if !done.is_empty() {
@@ -692,7 +692,7 @@ impl<'scope> Request<'scope> {
         if requests.is_empty() {
             return Err(Error::InvalidArgument("wait_any on an empty list".into()));
         }
-        let mut idle = 0u32;
+        let mut backoff = rmca_framework::progress::Backoff::default();
         loop {
             for i in 0..requests.len() {
                 if let Some(r) = requests[i].test() {
@@ -700,10 +700,8 @@ impl<'scope> Request<'scope> {
                     return r.map(|s| (i, s));
                 }
             }
-            idle += 1;
-            if idle > 256 {
-                std::thread::yield_now();
-            }
+            // The pass made progress inside test/iprobe; its event count is not known here.
+            backoff.pass(0);
         }
     }
 

@@ -27,7 +27,10 @@
 //! owns, target layouts of derived datatypes, request-based operations).
 //!
 //! # Progress
-//! The window's component (chosen by the `osc` framework: osc-am today) moves its messages
+//! The window's component is chosen by the `osc` framework: osc-sm for allocated windows
+//! whose members all share this node (one shared segment: every operation is a load, store
+//! or CPU atomic, every synchronization a few atomics, so no progress of anyone's is
+//! needed), osc-am for the others. osc-am moves its messages
 //! through the PML on a context of its own (the window's communicator is a duplicate of the
 //! one it was made on). A live window is stepped by every progress pass of the runtime, like
 //! a non-blocking collective: a target applies the operations aimed at it whenever it is in
@@ -42,8 +45,8 @@ use std::rc::Rc;
 
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::osc::{
-    AccOp, Elem, HostAccumulate, Layout, LockKind, OpId, OscError, OscModule, OscPort, SyncCall,
-    TargetInfo, WinConfig,
+    AccOp, Elem, HostAccumulate, Layout, LockKind, OpId, OscError, OscModule, OscPort, OscSetup,
+    SyncCall, TargetInfo, WinConfig,
 };
 use rmca_framework::pml::{ContextId, RequestId, SendMode, SendStart, Source, TagSel};
 use rmca_framework::progress::Backoff;
@@ -61,6 +64,46 @@ pub enum Flavor {
     Allocate,
     /// Memory attached and detached later (`MPI_Win_create_dynamic`).
     Dynamic,
+    /// Memory the window allocated in one segment every member maps, each member reaching
+    /// the others' by load and store (`MPI_Win_allocate_shared`).
+    Shared,
+}
+
+/// Memory a window owns, freed with its state (after the module that reaches it).
+enum Owned {
+    None,
+    /// `MPI_Win_allocate`'s memory when the component does not place it (16-byte aligned).
+    Heap(#[allow(dead_code)] Vec<u128>),
+    /// `MPI_Win_allocate_shared`'s segment when the component does not place it (osc-am
+    /// forced by `--mca osc am`): every member's part, in order, at these offsets.
+    Segment(rmca_osc_sm::segment::Segment, Vec<usize>),
+}
+
+/// The collective steps of a component making a window, over the window's communicator.
+struct Setup<'a>(&'a Communicator);
+
+impl OscSetup for Setup<'_> {
+    fn bcast(&mut self, root: usize, data: &mut [u8]) -> std::result::Result<(), OscError> {
+        self.0
+            .bcast(data, root)
+            .map_err(|e| OscError::Transport(e.to_string()))
+    }
+
+    fn all(&mut self, ok: bool) -> std::result::Result<bool, OscError> {
+        let mut out = [0u8];
+        self.0
+            .allreduce(&[u8::from(ok)], &mut out, Op::Min)
+            .map_err(|e| OscError::Transport(e.to_string()))?;
+        Ok(out[0] == 1)
+    }
+}
+
+/// The memory a window is made over.
+enum Memory {
+    /// The program's (`MPI_Win_create`; empty for a dynamic window).
+    Given(UserBuf),
+    /// Bytes the window allocates (`MPI_Win_allocate`, `_allocate_shared`).
+    Allocate(usize),
 }
 
 /// The window's port: its messages go through the PML on the window's own context, tag 0.
@@ -84,6 +127,9 @@ impl Io {
 
     /// Release the sends the PML completed; how many are left.
     fn reap_sends(&mut self) -> usize {
+        if self.sends.is_empty() {
+            return 0;
+        }
         let shared = self.comm.shared();
         self.sends.retain(|(id, _)| {
             !matches!(
@@ -154,6 +200,8 @@ struct Core {
     module: Box<dyn OscModule>,
     io: Io,
     freed: bool,
+    /// Declared after `module`, so dropped after it.
+    owned: Owned,
 }
 
 impl Core {
@@ -233,6 +281,63 @@ impl RawWindow {
         no_locks: bool,
         host: Option<HostAccumulate>,
     ) -> Result<RawWindow> {
+        // SAFETY: the caller's contract.
+        let (w, _) = unsafe {
+            Self::make(
+                comm,
+                Memory::Given(memory),
+                disp_unit,
+                flavor,
+                no_locks,
+                host,
+            )?
+        };
+        Ok(w)
+    }
+
+    /// Allocate a window of `len` zeroed bytes on every member of `comm` (collective), with
+    /// displacement unit `disp_unit`: `shared` for `MPI_Win_allocate_shared` (every member
+    /// must share this node; [`RawWindow::shared_query`] then finds each member's memory),
+    /// else `MPI_Win_allocate`. This member's memory is returned with the window, valid
+    /// until the window is freed; the program accesses it only as MPI allows.
+    #[allow(unsafe_code)]
+    pub fn allocate(
+        comm: &Communicator,
+        len: usize,
+        disp_unit: usize,
+        shared: bool,
+        no_locks: bool,
+        host: Option<HostAccumulate>,
+    ) -> Result<(RawWindow, UserBuf)> {
+        let flavor = if shared {
+            Flavor::Shared
+        } else {
+            Flavor::Allocate
+        };
+        // SAFETY: the window allocates and owns the memory, so nothing is the caller's.
+        unsafe {
+            Self::make(
+                comm,
+                Memory::Allocate(len),
+                disp_unit,
+                flavor,
+                no_locks,
+                host,
+            )
+        }
+    }
+
+    /// # Safety
+    /// `Memory::Given`: as [`RawWindow::create`].
+    #[allow(unsafe_code)]
+    unsafe fn make(
+        comm: &Communicator,
+        memory: Memory,
+        disp_unit: usize,
+        flavor: Flavor,
+        no_locks: bool,
+        host: Option<HostAccumulate>,
+    ) -> Result<(RawWindow, UserBuf)> {
         if comm.inner.inter.is_some() {
             return Err(Error::CommKind(
                 "windows are made on intra-communicators only".into(),
@@ -240,7 +345,11 @@ impl RawWindow {
         }
         let wcomm = comm.dup()?;
         let dynamic = flavor == Flavor::Dynamic;
-        let size = if dynamic { 0 } else { memory.len() as u64 };
+        let size = match &memory {
+            _ if dynamic => 0,
+            Memory::Given(m) => m.len() as u64,
+            Memory::Allocate(len) => *len as u64,
+        };
         let mut all = vec![0u64; 2 * comm.size()];
         wcomm.allgather(&[size, disp_unit as u64], &mut all)?;
         let targets: Vec<TargetInfo> = all
@@ -256,21 +365,73 @@ impl RawWindow {
             let me = node(rt.job.rank);
             Ok(wcomm.inner.group.iter().all(|&w| node(w) == me))
         })?;
+        if flavor == Flavor::Shared && !same_node {
+            return Err(Error::Rma(OscError::Arg(
+                "MPI_Win_allocate_shared: the communicator spans several nodes (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED gives one per node)".into(),
+            )));
+        }
         let config = WinConfig {
             rank: comm.rank(),
             targets: targets.clone(),
             same_node,
             dynamic,
             no_locks,
+            allocated: matches!(memory, Memory::Allocate(_)),
+            shared: flavor == Flavor::Shared,
             host,
         };
-        let module = shared.with(|rt| {
+        let (component, params) = shared.with(|rt| {
             let c = rt
                 .registry
                 .select_osc(&rt.params, &config)
                 .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-            Ok(c.create(config, memory, &rt.params)?)
+            Ok((c, rt.params.clone()))
         })?;
+        let me = comm.rank();
+        let (module, mem, owned) = match memory {
+            Memory::Given(m) => (component.create(config, m, &params)?, m, Owned::None),
+            Memory::Allocate(_) if component.allocates(&config) => {
+                let a = component.allocate(config, &mut Setup(&wcomm), &params)?;
+                (a.module, a.memory, Owned::None)
+            }
+            Memory::Allocate(len) if flavor == Flavor::Shared => {
+                // The component reaches memory only by messages (osc-am): map the segment
+                // here, so that the members still reach each other's by load and store.
+                let mut offsets = Vec::with_capacity(targets.len());
+                let mut total = 0usize;
+                for t in &targets {
+                    offsets.push(total);
+                    total = usize::try_from(t.size)
+                        .ok()
+                        .and_then(|s| total.checked_add(s))
+                        .ok_or_else(|| {
+                            Error::Rma(OscError::Arg("the shared window is too large".into()))
+                        })?;
+                }
+                let seg = rmca_osc_sm::segment::Segment::create(&mut Setup(&wcomm), me, total)?;
+                let m = if total == 0 {
+                    UserBuf::empty()
+                } else {
+                    seg.user_buf(offsets[me], len)
+                };
+                (
+                    component.create(config, m, &params)?,
+                    m,
+                    Owned::Segment(seg, offsets),
+                )
+            }
+            Memory::Allocate(len) => {
+                let mut heap = vec![0u128; len.div_ceil(16)];
+                let m = if len == 0 {
+                    UserBuf::empty()
+                } else {
+                    // SAFETY: the allocation is kept in the window's state (`owned`), dropped
+                    // after the module; moving the Vec does not move its heap block.
+                    unsafe { UserBuf::from_raw_parts_mut(heap.as_mut_ptr().cast(), len) }
+                };
+                (component.create(config, m, &params)?, m, Owned::Heap(heap))
+            }
+        };
         let context = wcomm.inner.context;
         let core = Rc::new(RefCell::new(Core {
             module,
@@ -281,14 +442,40 @@ impl RawWindow {
                 recvs: VecDeque::new(),
             },
             freed: false,
+            owned,
         }));
         shared.start_chained(Rc::new(RefCell::new(Stepper(core.clone()))));
-        Ok(RawWindow {
-            core,
-            comm: wcomm,
-            flavor,
-            targets,
-        })
+        Ok((
+            RawWindow {
+                core,
+                comm: wcomm,
+                flavor,
+                targets,
+            },
+            mem,
+        ))
+    }
+
+    /// Where member `rank`'s memory is mapped in this process, if this process reaches it
+    /// by load and store (`MPI_Win_shared_query` on an `MPI_Win_allocate_shared` window, or
+    /// an allocated one osc-sm serves): its address and size in bytes.
+    pub fn shared_query(&self, rank: usize) -> Option<(usize, u64)> {
+        let core = self.core.borrow();
+        if let Some(b) = core.module.shared_part(rank) {
+            return Some((b.addr(), b.len() as u64));
+        }
+        match &core.owned {
+            Owned::Segment(seg, offsets) => {
+                let size = self.targets.get(rank)?.size;
+                let addr = if seg.is_empty() {
+                    0
+                } else {
+                    seg.addr(offsets[rank])
+                };
+                Some((addr, size))
+            }
+            _ => None,
+        }
     }
 
     /// The window's own communicator (a duplicate of the one it was made on).
@@ -337,21 +524,23 @@ impl RawWindow {
     ) -> Result<OpId> {
         let mut core = self.core.borrow_mut();
         let id = f(&mut *core.module)?;
-        // Send at once: the target may be waiting for it.
-        core.progress();
+        // Send at once: the target may be waiting for it (nothing to send when the module
+        // reaches the target's memory itself).
+        if !core.module.direct() {
+            core.progress();
+        }
         Ok(id)
     }
 
     /// The target address of displacement `disp` at `target` (scaled by its displacement
     /// unit; a dynamic window's displacements are addresses).
     pub fn address(&self, target: usize, disp: isize) -> Result<u64> {
-        let t = self
-            .targets
-            .get(target)
-            .ok_or(Error::Rma(OscError::Rank(format!(
+        let t = self.targets.get(target).ok_or_else(|| {
+            Error::Rma(OscError::Rank(format!(
                 "target rank {target} is not in the window's group (size {})",
                 self.targets.len()
-            ))))?;
+            )))
+        })?;
         if self.flavor == Flavor::Dynamic {
             return Ok(disp as u64);
         }
@@ -421,7 +610,17 @@ impl RawWindow {
 
     /// Run synchronization `call` to its end.
     pub fn sync(&self, call: SyncCall) -> Result<()> {
-        self.core.borrow_mut().module.sync(call)?;
+        {
+            let mut core = self.core.borrow_mut();
+            core.module.sync(call)?;
+            // A module that reaches memory directly finishes flushes and unlocks at once:
+            // no pass of the runtime is needed (the others' operations do not need ours).
+            if core.module.direct() {
+                if let Some(r) = core.module.sync_done() {
+                    return r.map_err(Error::Rma);
+                }
+            }
+        }
         self.progress_until(|m| m.sync_done())?.map_err(Error::Rma)
     }
 
@@ -536,17 +735,18 @@ fn acc_op(op: Op) -> Result<AccOp> {
 /// A typed window of `T` elements on every member of a communicator, its memory its own.
 pub struct Window<T: bytemuck::Pod> {
     raw: RawWindow,
-    /// The memory the window exposes (owned here; the module writes it through `base`).
-    mem: Vec<T>,
-    /// `mem`'s elements, the one pointer every access goes through.
+    /// The memory the window exposes (owned by the window's state, which outlives every
+    /// access: the one pointer every access goes through).
     base: *mut T,
+    /// Elements at `base`.
+    len: usize,
 }
 
 impl<T: bytemuck::Pod> std::fmt::Debug for Window<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Window")
             .field("raw", &self.raw)
-            .field("len", &self.mem.len())
+            .field("len", &self.len)
             .finish()
     }
 }
@@ -726,37 +926,77 @@ impl<'scope, T: bytemuck::Pod> Epoch<'scope, '_, T> {
 
 impl<T: bytemuck::Pod> Window<T> {
     /// Allocate a window of `len` elements of `T` (zeroed) on every member of `comm`
-    /// (collective; members may choose different lengths).
-    #[allow(unsafe_code)]
+    /// (collective; members may choose different lengths). When every member shares this
+    /// node, osc-sm serves it from one shared segment.
     pub fn allocate(comm: &Communicator, len: usize) -> Result<Self> {
-        let mut mem: Vec<T> = vec![T::zeroed(); len];
-        let base = mem.as_mut_ptr();
-        let bytes = bytemuck::cast_slice_mut::<T, u8>(&mut mem);
-        // SAFETY: `mem` is owned by the window and outlives the module (freed after it, in
-        // `Drop`); local access goes through `with_local`, which holds the window's state
-        // borrowed so that no progress pass writes it meanwhile.
-        let buf = unsafe { UserBuf::from_mut_slice(bytes) };
-        // SAFETY: as above.
-        let raw = unsafe {
-            RawWindow::create(
-                comm,
-                buf,
-                std::mem::size_of::<T>().max(1),
-                Flavor::Allocate,
-                false,
-            )?
-        };
-        Ok(Self { raw, mem, base })
+        Self::allocate_with(comm, len, false)
+    }
+
+    /// Allocate a window of `len` elements of `T` (zeroed) on every member of `comm`, in one
+    /// segment every member maps (collective; `MPI_Win_allocate_shared`: every member must
+    /// share this node): [`Window::with_shared`] reaches any member's elements by load and
+    /// store. The members' parts follow each other in rank order with no gap.
+    pub fn allocate_shared(comm: &Communicator, len: usize) -> Result<Self> {
+        Self::allocate_with(comm, len, true)
+    }
+
+    fn allocate_with(comm: &Communicator, len: usize, shared: bool) -> Result<Self> {
+        let size = std::mem::size_of::<T>();
+        let bytes = len.checked_mul(size).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a window of {len} elements of {size} bytes is too large"
+            ))
+        })?;
+        let (raw, mem) = RawWindow::allocate(comm, bytes, size.max(1), shared, false, None)?;
+        let base = mem.as_ptr().cast::<T>();
+        if len > 0 && !base.is_aligned() {
+            return Err(Error::InvalidArgument(format!(
+                "window memory at {base:p} is not aligned for {} (alignment {})",
+                std::any::type_name::<T>(),
+                std::mem::align_of::<T>()
+            )));
+        }
+        Ok(Self { raw, base, len })
     }
 
     /// Elements of this member's window.
     pub fn len(&self) -> usize {
-        self.mem.len()
+        self.len
     }
 
     /// Does this member expose no memory?
     pub fn is_empty(&self) -> bool {
-        self.mem.is_empty()
+        self.len == 0
+    }
+
+    /// The component serving the window (`"sm"`, `"am"`).
+    pub fn component(&self) -> &'static str {
+        self.raw.component()
+    }
+
+    /// Run `f` on member `rank`'s elements as this process maps them (a window of
+    /// [`Window::allocate_shared`], or one osc-sm serves): `None` if this process does not
+    /// reach them by load and store. The other members may store into them at any time: MPI's
+    /// rules (a synchronization, or `MPI_Win_sync` and a barrier) say when their stores are
+    /// visible, and two members storing into the same element outside them is a race.
+    #[allow(unsafe_code)]
+    pub fn with_shared<R>(&self, rank: usize, f: impl FnOnce(&mut [T]) -> R) -> Option<R> {
+        let (addr, bytes) = self.raw.shared_query(rank)?;
+        let _held = self.raw.core.borrow_mut();
+        let n = bytes as usize / std::mem::size_of::<T>().max(1);
+        if n == 0 {
+            return Some(f(&mut []));
+        }
+        let p = addr as *mut T;
+        if !p.is_aligned() {
+            return None;
+        }
+        // SAFETY: `n` elements of member `rank`'s part of the window's segment, mapped until
+        // the window's state goes (it is borrowed here); this process touches them only
+        // through this slice meanwhile. Other processes' concurrent stores are the program's
+        // to synchronize, as MPI's shared-memory model says (see above).
+        let mem = unsafe { std::slice::from_raw_parts_mut(p, n) };
+        Some(f(mem))
     }
 
     /// The window's communicator.
@@ -770,11 +1010,15 @@ impl<T: bytemuck::Pod> Window<T> {
     #[allow(unsafe_code)]
     pub fn with_local<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
         let _held = self.raw.core.borrow_mut();
-        let len = self.mem.len();
-        // SAFETY: the memory is the window's own; while `_held` is borrowed no progress pass
-        // of this window runs (the stepper skips a borrowed window), so nothing else writes
-        // it, and `f` cannot reach `self.mem` otherwise (no other accessor exists).
-        let mem = unsafe { std::slice::from_raw_parts_mut(self.base, len) };
+        if self.len == 0 {
+            return f(&mut []);
+        }
+        // SAFETY: the memory is the window's own (kept by its state, borrowed here); while
+        // `_held` is borrowed no progress pass of this window runs (the stepper skips a
+        // borrowed window), so nothing in this process else writes it, and `f` cannot reach
+        // it otherwise (no other accessor exists). With osc-sm the other members store into
+        // it directly; MPI's rules say when (after the epochs that did so).
+        let mem = unsafe { std::slice::from_raw_parts_mut(self.base, self.len) };
         f(mem)
     }
 
@@ -850,9 +1094,9 @@ impl<T: bytemuck::Pod> Window<T> {
 impl<T: bytemuck::Pod> Drop for Window<T> {
     fn drop(&mut self) {
         if let Err(e) = self.raw.free() {
+            // The memory stays with the window's state, which the runtime's progress keeps
+            // while the window is not freed: nothing can write freed memory.
             tracing::error!("window free failed: {e}");
-            // The memory must outlive anything that may still write it.
-            std::mem::forget(std::mem::take(&mut self.mem));
         }
     }
 }
@@ -866,7 +1110,8 @@ mod tests {
         let universe = crate::init().expect("a singleton job");
         let world = universe.world();
         let win = Window::<i64>::allocate(&world, 4).unwrap();
-        assert_eq!((win.len(), win.raw.component()), (4, "am"));
+        // Every member (the one) is on this node: osc-sm.
+        assert_eq!((win.len(), win.raw.component()), (4, "sm"));
         win.fence(|e| e.put(&[7, 8], 0, 1)).unwrap();
         let mut got = [0i64; 2];
         win.fence(|e| e.get(&mut got, 0, 1)).unwrap();
@@ -887,6 +1132,37 @@ mod tests {
         assert_eq!(was, 6);
         win.with_local(|m| assert_eq!(m, &[100, 7, 8, 0]));
         win.free().unwrap();
+    }
+
+    #[test]
+    fn a_shared_window_is_reached_by_load_and_store() {
+        let universe = crate::init().expect("a singleton job");
+        let world = universe.world();
+        let win = Window::<u32>::allocate_shared(&world, 3).unwrap();
+        assert_eq!(win.component(), "sm");
+        win.with_local(|m| m.copy_from_slice(&[1, 2, 3]));
+        assert_eq!(win.with_shared(0, |m| m.to_vec()), Some(vec![1, 2, 3]));
+        assert_eq!(win.with_shared(1, |m| m.len()), None);
+        win.fence(|e| e.accumulate(&[10, 10], 0, 1, Op::Sum))
+            .unwrap();
+        win.with_shared(0, |m| m[0] = 7).unwrap();
+        let mut got = [0u32; 3];
+        win.lock(0, false, |e| e.get(&mut got, 0, 0)).unwrap();
+        assert_eq!(got, [7, 12, 13]);
+        win.free().unwrap();
+        // Nothing left behind in /dev/shm: the name went once every member mapped it.
+        let left = std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        let n = e.file_name();
+                        let n = n.to_string_lossy();
+                        n.starts_with(&format!("rmca-osc-sm-{}-", std::process::id()))
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(left, 0);
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub enum InitError {
     /// The PML failed to start.
     #[error("{0}")]
     Pml(#[from] PmlError),
+    /// `mpi_wait_mode` names no wait mode.
+    #[error(transparent)]
+    WaitMode(#[from] rmca_framework::progress::BadWaitMode),
 }
 
 /// The modex as seen through the runtime environment.
@@ -119,6 +122,59 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
+/// Count of CPUs the launcher may use, given by rmca-run to the ranks it starts on its node.
+const ENV_NODE_CPUS: &str = "RMCA_NODE_CPUS";
+
+/// Whether this node's ranks outnumber its CPUs. The launcher's count of CPUs wins: a rank
+/// that rmca-run bound to one core sees a single CPU in its own affinity mask
+/// ([`JobInfo::oversubscribed`] would call every bound job oversubscribed).
+fn node_oversubscribed(job: &JobInfo, launcher_cpus: Option<&str>) -> bool {
+    match launcher_cpus.and_then(|v| v.trim().parse::<usize>().ok()) {
+        Some(cpus) if cpus > 0 => job.local_ranks().len() > cpus,
+        _ => job.oversubscribed(),
+    }
+}
+
+/// `mpi_wait_mode`, with `auto` resolved for this node.
+fn resolve_wait_mode(
+    params: &rmca_framework::params::ParamStore,
+    job: &JobInfo,
+) -> Result<rmca_framework::progress::WaitMode, InitError> {
+    use rmca_framework::progress::WaitMode;
+    // The parameter is an enumeration: the store already refused other names, naming the
+    // valid ones; this parse cannot fail for a value it let through.
+    let mode: WaitMode = params.get_str("mpi_wait_mode").unwrap_or("auto").parse()?;
+    let cpus = std::env::var(ENV_NODE_CPUS).ok();
+    Ok(mode.resolve(node_oversubscribed(job, cpus.as_deref())))
+}
+
+/// Block mode sleeps on a doorbell only shm's senders ring. On one node shm (and self)
+/// reach every peer, outranking the network BTLs by exclusivity; in a job that spans nodes
+/// a network BTL carries messages that would wait out a sleep's timeout, so waits yield
+/// instead.
+fn blocking_needs_doorbells(
+    mode: rmca_framework::progress::WaitMode,
+    btls: &[Box<dyn Btl>],
+    spans_nodes: bool,
+) {
+    use rmca_framework::progress::{self, WaitMode};
+    if mode != WaitMode::Block || !spans_nodes {
+        return;
+    }
+    if let Some(other) = btls
+        .iter()
+        .map(|b| b.component_name())
+        .find(|n| !matches!(*n, "shm" | "self"))
+    {
+        tracing::info!(
+            btl = other,
+            "mpi_wait_mode block: btl {other} cannot wake a sleeping rank, waits yield instead"
+        );
+        progress::set_wait_mode(WaitMode::Yield);
+        progress::set_idle_waiter(None);
+    }
+}
+
 impl Runtime {
     /// Join the job. `cmdline` holds settings from the program's own `--mca` flags, if it parses
     /// any (the launcher's flags arrive through the environment).
@@ -146,11 +202,22 @@ impl Runtime {
                 })
                 .collect(),
         };
-        // Every PML busy-polls its BTLs: spin when each local rank has a core, yield when the
-        // node is oversubscribed (Open MPI's mpi_yield_when_idle, decided the same way).
-        let yields = job.oversubscribed();
-        rmca_framework::progress::set_yield_when_idle(yields);
-        tracing::debug!(yields, "idle policy");
+        // Every PML busy-polls its BTLs: spin when each local rank has a core; when the node
+        // is oversubscribed (`auto`), spin, yield, then sleep until a sender rings (see
+        // rmca_framework::progress). Set before the BTLs start: they install the doorbell.
+        let wait_mode = resolve_wait_mode(&params, &job)?;
+        rmca_framework::progress::set_wait_mode(wait_mode);
+        let threshold = |name| {
+            params
+                .get_int(name)
+                .map(|v| v.clamp(0, u32::MAX.into()) as u32)
+                .map_err(McaError::from)
+        };
+        rmca_framework::progress::set_wait_thresholds(
+            threshold("mpi_wait_spin_passes")?,
+            threshold("mpi_wait_yield_us")?,
+        );
+        tracing::debug!(mode = wait_mode.name(), "idle policy");
         let memory = MemoryAccounting::new();
         let btl_sel = registry.selector(&params, Framework::Btl)?;
         let mut btls: Vec<Box<dyn Btl>> = Vec::new();
@@ -179,6 +246,7 @@ impl Runtime {
                 Err(e) => tracing::warn!(btl = name, "btl not used: {e}"),
             }
         }
+        blocking_needs_doorbells(wait_mode, &btls, job.node_names.len() > 1);
         let mut pml_comp = registry.select_pml(&params)?;
         let pml_name = pml_comp.meta().name;
         writer

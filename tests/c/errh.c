@@ -95,6 +95,14 @@ static void errhandlers(void) {
     CHECK(MPI_File_set_errhandler(MPI_FILE_NULL, weh) == MPI_ERR_ARG,
           "a window handler on a file");
     CHECK(file_calls == 2 && file_code == MPI_ERR_ARG, "the refusal went to the file handler");
+    /* MPI-IO is not implemented: MPI_File_open's refusal goes to MPI_FILE_NULL's handler. */
+    MPI_File fh = MPI_FILE_NULL;
+    CHECK(MPI_File_open(MPI_COMM_WORLD, "/tmp/rmca-errh-test", MPI_MODE_RDONLY, MPI_INFO_NULL,
+                        &fh) == MPI_ERR_UNSUPPORTED_OPERATION,
+          "MPI_File_open");
+    CHECK(file_calls == 3 && file_code == MPI_ERR_UNSUPPORTED_OPERATION,
+          "MPI_File_open's refusal went to the file handler (%d calls, %d)", file_calls,
+          file_code);
     OK(MPI_File_set_errhandler(MPI_FILE_NULL, MPI_ERRORS_RETURN));
     OK(MPI_Errhandler_free(&feh));
     OK(MPI_Errhandler_free(&weh));

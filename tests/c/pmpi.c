@@ -69,13 +69,20 @@ int main(int argc, char **argv) {
     MPI_Errhandler eh;
     OK(MPI_Comm_create_errhandler(on_error, &eh));
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh));
-    MPI_File fh = MPI_FILE_NULL;
-    int rc = MPI_File_open(MPI_COMM_WORLD, "/tmp/rmca-pmpi-test", MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
-    CHECK(rc == MPI_ERR_UNSUPPORTED_OPERATION, "MPI_File_open returned %d", rc);
+    MPI_Comm joined = MPI_COMM_NULL;
+    int rc = MPI_Comm_join(-1, &joined);
+    CHECK(rc == MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Comm_join returned %d", rc);
     CHECK(handler_calls == 1 && handler_code == MPI_ERR_UNSUPPORTED_OPERATION,
           "handler ran %d times with %d", handler_calls, handler_code);
-    rc = PMPI_File_open(MPI_COMM_WORLD, "/tmp/rmca-pmpi-test", MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
-    CHECK(rc == MPI_ERR_UNSUPPORTED_OPERATION, "PMPI_File_open returned %d", rc);
+    rc = PMPI_Comm_join(-1, &joined);
+    CHECK(rc == MPI_ERR_UNSUPPORTED_OPERATION, "PMPI_Comm_join returned %d", rc);
+    /* MPI-IO's refusals go to the file errors' handler (MPI_FILE_NULL's, ERRORS_RETURN),
+     * not to the communicator's. */
+    MPI_File fh = MPI_FILE_NULL;
+    int comm_handler_calls = handler_calls;
+    rc = MPI_File_open(MPI_COMM_WORLD, "/tmp/rmca-pmpi-test", MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
+    CHECK(rc == MPI_ERR_UNSUPPORTED_OPERATION, "MPI_File_open returned %d", rc);
+    CHECK(handler_calls == comm_handler_calls, "MPI_File_open's error reached the communicator's handler");
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     OK(MPI_Errhandler_free(&eh));
 

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 pub mod c;
+pub mod fortran;
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {

@@ -25,7 +25,8 @@ pub enum Class {
     Integer,
     /// Floating point.
     Float,
-    /// `MPI_C_BOOL`, `MPI_CXX_BOOL`.
+    /// `MPI_C_BOOL`, `MPI_CXX_BOOL`, and Fortran's `MPI_LOGICAL` (`LOGICALn`): nonzero is
+    /// true, results are 1 or 0 (gfortran's `.TRUE.` and `.FALSE.`).
     Logical,
     /// `MPI_BYTE`.
     Byte,
@@ -122,7 +123,7 @@ pub const fn lookup(handle: Handle) -> Option<Datatype> {
         0x214 => ty("MPI_DOUBLE", 8, Float, Some(F64)),
         0x216 => ty("MPI_C_DOUBLE_COMPLEX", 16, Complex, None),
         0x217 => ty("MPI_CXX_DOUBLE_COMPLEX", 16, Complex, None),
-        0x218 => ty("MPI_LOGICAL", 4, Other, None),
+        0x218 => ty("MPI_LOGICAL", 4, Logical, Some(U32)),
         0x219 => ty("MPI_INTEGER", 4, Integer, Some(I32)),
         0x21a => ty("MPI_REAL", 4, Float, Some(F32)),
         0x21b => ty("MPI_COMPLEX", 8, Complex, None),
@@ -157,16 +158,16 @@ pub const fn lookup(handle: Handle) -> Option<Datatype> {
         0x251 => ty("MPI_UINT32_T", 4, Integer, Some(U32)),
         0x258 => ty("MPI_INT64_T", 8, Integer, Some(I64)),
         0x259 => ty("MPI_UINT64_T", 8, Integer, Some(U64)),
-        0x2c0 => ty("MPI_LOGICAL1", 1, Other, None),
+        0x2c0 => ty("MPI_LOGICAL1", 1, Logical, Some(U8)),
         0x2c1 => ty("MPI_INTEGER1", 1, Integer, Some(I8)),
-        0x2c8 => ty("MPI_LOGICAL2", 2, Other, None),
+        0x2c8 => ty("MPI_LOGICAL2", 2, Logical, Some(U16)),
         0x2c9 => ty("MPI_INTEGER2", 2, Integer, Some(I16)),
         0x2ca => ty("MPI_REAL2", 2, Other, None),
-        0x2d0 => ty("MPI_LOGICAL4", 4, Other, None),
+        0x2d0 => ty("MPI_LOGICAL4", 4, Logical, Some(U32)),
         0x2d1 => ty("MPI_INTEGER4", 4, Integer, Some(I32)),
         0x2d2 => ty("MPI_REAL4", 4, Float, Some(F32)),
         0x2d3 => ty("MPI_COMPLEX4", 4, Complex, None),
-        0x2d8 => ty("MPI_LOGICAL8", 8, Other, None),
+        0x2d8 => ty("MPI_LOGICAL8", 8, Logical, Some(U64)),
         0x2d9 => ty("MPI_INTEGER8", 8, Integer, Some(I64)),
         0x2da => ty("MPI_REAL8", 8, Float, Some(F64)),
         0x2db => ty("MPI_COMPLEX8", 8, Complex, None),
@@ -315,5 +316,20 @@ mod tests {
         assert!(op_allowed(Op::LogicalOr, Class::Logical));
         assert!(!op_allowed(Op::Max, Class::Logical));
         assert!(lookup(0x2ff).is_none());
+        // Fortran LOGICALs reduce with .AND./.OR./.NEQV. as integers of their size.
+        for (h, elem) in [
+            (0x218, Elem::U32),
+            (0x2c0, Elem::U8),
+            (0x2c8, Elem::U16),
+            (0x2d8, Elem::U64),
+        ] {
+            let t = lookup(h).unwrap();
+            assert_eq!(
+                (t.class, t.elem),
+                (Class::Logical, Some(elem)),
+                "{}",
+                t.name
+            );
+        }
     }
 }

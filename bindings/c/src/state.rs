@@ -3,9 +3,44 @@
 //! MPI objects created at run time (communicators, requests, error handlers) are entries of
 //! tables here; their C handles are a per-kind base plus the index, so a handle of the wrong
 //! kind, a freed one or garbage is recognised and refused with its error class instead of
-//! being dereferenced. rmca's runtime is single-threaded: the state is confined to the thread
-//! that initialized MPI, and MPI calls from another thread (beyond `MPI_THREAD_FUNNELED`)
-//! get an error rather than a data race.
+//! being dereferenced.
+//!
+//! # Threads
+//!
+//! rmca's runtime and the objects of the `rmca` crate are single-threaded (`Rc`, `RefCell`):
+//! the state is reached by one thread at a time, the *owner*, whose id is in `Global::owner`.
+//! Every access checks it (a relaxed load and a compare with `pthread_self`). The thread level
+//! is fixed by `MPI_Init_thread` and decides who the owner is:
+//!
+//! - `MPI_THREAD_SINGLE`, `MPI_THREAD_FUNNELED`: the thread that initialized, for good. A call
+//!   from any other thread is refused with an error naming the level (`not_running`). The
+//!   message path gained one relaxed load per call (the entry points' [`entry_is_direct`]):
+//!   no lock, no atomic read-modify-write.
+//! - `MPI_THREAD_SERIALIZED`: the last thread that called. A call from a thread that is not
+//!   the owner takes the ownership over ([`entered`], under the process lock, which two
+//!   hand-overs at once serialize on); calls of the owner pay what FUNNELED's pay. Two threads
+//!   in MPI at once break the program's promise and are not detected when one of them is the
+//!   owner already.
+//! - `MPI_THREAD_MULTIPLE`: every MPI call runs holding a process-wide lock (a FIFO ticket
+//!   lock), taken by the exported entry points ([`entered`]) and making the caller the owner
+//!   until it returns. Every blocking wait that holds no borrow of the runtime or of this state
+//!   hands the lock to the threads queued for it between its progress passes (the wait hook,
+//!   `rmca_framework::progress::set_wait_hook`; the runtime's waits take their borrow-free
+//!   paths while a hook is installed, and `MPI_Wait`/`Waitall`/`Waitany`/`Waitsome` wait by
+//!   testing), so a thread blocked in `MPI_Recv` or `MPI_Barrier` lets the others send,
+//!   receive and progress: one progress owner at a time, as MPICH's default global critical
+//!   section. `Rc`s stay sound because every touch of an rmca object happens under the lock,
+//!   whose release and acquisition order them. A call from inside a call of the same thread
+//!   (an error handler, a user reduction) is the owner already: it runs without the lock and
+//!   is refused by `with`'s busy flag as before; the hook never releases while that flag is
+//!   set (a wait inside `with` keeps the lock).
+//!
+//! What MULTIPLE does not do yet: concurrency inside the library (one thread runs MPI code at
+//! a time; per-communicator or per-peer locks are the next layer), and creating communicators
+//! from several threads at once (their context ids are agreed without a process-wide
+//! reservation: create them from one thread, or one at a time). Objects kept in the library's
+//! per-thread tables (datatypes, groups, ops, info, attributes, windows, sessions, matched
+//! messages) are visible only to the thread that made them.
 
 // The process-wide state (`Global`) is shared memory confined to one thread by a check of
 // the caller's thread id: the one other module of the crate with `unsafe` code.
@@ -13,7 +48,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use rmca::raw::{RawBatch, RawId, RawRequest};
 use rmca::{Communicator, Universe};
@@ -482,14 +517,24 @@ pub struct WaitBatch {
     pub colls: Vec<(usize, Handle, RawRequest)>,
 }
 
-/// The library state of the process. It is reached only from the thread that initialized
-/// MPI (rmca provides `MPI_THREAD_FUNNELED`): every access checks the caller's thread id
-/// against the initializing thread's, so a call from another thread gets an error instead of
-/// a data race. Not a thread-local: from a shared library every thread-local access is a call
-/// to `__tls_get_addr`, which the per-message calls paid twice per message.
+/// The library state of the process. It is reached only from its owner thread (see the
+/// module documentation): every access checks the caller's thread id against the owner's,
+/// so a call from another thread gets an error instead of a data race. Not a thread-local:
+/// from a shared library every thread-local access is a call to `__tls_get_addr`, which the
+/// per-message calls paid twice per message.
 struct Global {
-    /// `pthread_self()` of the thread that initialized MPI, 0 before.
+    /// `pthread_self()` of the thread that may reach the state: the one that initialized
+    /// (SINGLE, FUNNELED), the last caller (SERIALIZED), the holder of `lock` (MULTIPLE, 0
+    /// while nobody holds it); 0 before `MPI_Init`.
     owner: AtomicUsize,
+    /// `pthread_self()` of the thread that initialized MPI (`MPI_Is_thread_main`), 0 before.
+    main: AtomicUsize,
+    /// The thread level provided, fixed at init (`MPI_THREAD_SINGLE` before).
+    level: AtomicI32,
+    /// The process lock of `MPI_THREAD_MULTIPLE` (and of SERIALIZED's hand-overs).
+    lock: TicketLock,
+    /// Whether the entry points check the caller's thread (SERIALIZED, MULTIPLE).
+    checked_entry: AtomicBool,
     /// The life-cycle [`Phase`], process-wide.
     phase: AtomicU8,
     /// Set while a call works on the state: a call from inside it (an error handler, a user
@@ -503,15 +548,22 @@ struct Global {
     comm_cache: UnsafeCell<Option<(Handle, Communicator)>>,
 }
 
-// SAFETY: `busy`, `state` and `comm_cache` are only accessed by the thread whose id is in `owner` (see
-// `owned`), one access at a time (`busy`): the state, which holds `Rc`s and `RefCell`s, is
-// confined to that thread as a thread-local would be. A thread id is unique among live
-// threads; should the initializing thread exit and its id be reused, the new thread is the
-// only one reaching the state from then on.
+// SAFETY: `busy`, `state` and `comm_cache` are only accessed by the thread whose id is in
+// `owner` (see `owned`), one access at a time (`busy`): the state, which holds `Rc`s and
+// `RefCell`s, is confined to that thread as a thread-local would be. The owner changes only
+// at SERIALIZED and MULTIPLE, and then under `lock`: the new owner acquires it after the old
+// one released it (MULTIPLE) or stored its hand-over under it (SERIALIZED), so every access of
+// the old owner happens before the new one's. A thread id is unique among live threads;
+// should the initializing thread exit and its id be reused, the new thread is the only one
+// reaching the state from then on.
 unsafe impl Sync for Global {}
 
 static GLOBAL: Global = Global {
     owner: AtomicUsize::new(0),
+    main: AtomicUsize::new(0),
+    level: AtomicI32::new(MPI_THREAD_SINGLE),
+    lock: TicketLock::new(),
+    checked_entry: AtomicBool::new(false),
     phase: AtomicU8::new(Phase::Before as u8),
     busy: UnsafeCell::new(false),
     state: UnsafeCell::new(None),
@@ -525,9 +577,10 @@ fn this_thread() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
-/// Whether this thread is the one that initialized MPI.
+/// Whether this thread owns the state now (see the module documentation): the exported entry
+/// points take their fast path when it does.
 #[inline(always)]
-fn owned() -> bool {
+pub fn owned() -> bool {
     GLOBAL.owner.load(Ordering::Relaxed) == this_thread()
 }
 
@@ -611,12 +664,203 @@ fn install_state(
         tracing::error!("MPI state installed twice: the second is dropped");
         return;
     }
-    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    let me = this_thread();
+    GLOBAL.main.store(me, Ordering::Relaxed);
+    GLOBAL.level.store(thread_level, Ordering::Relaxed);
+    GLOBAL.owner.store(me, Ordering::Relaxed);
+    GLOBAL
+        .checked_entry
+        .store(thread_level >= MPI_THREAD_SERIALIZED, Ordering::Relaxed);
     // SAFETY: this thread is now the owner, and no call is on the state (it had none).
     unsafe { *GLOBAL.state.get() = Some(state) };
+    if thread_level == MPI_THREAD_MULTIPLE {
+        // The state is the lock's from now on: publish it through the lock (a thread that
+        // calls MPI later acquires it), and let the waits hand the lock over.
+        GLOBAL.owner.store(0, Ordering::Relaxed);
+        GLOBAL.lock.lock();
+        GLOBAL.lock.unlock();
+        rmca::framework::progress::set_wait_hook(rmca::framework::progress::WaitHook {
+            release: release_for_waiters,
+            reacquire: reacquire_after_wait,
+        });
+    }
     if world_model {
         set_phase(Phase::Running);
     }
+}
+
+/// A FIFO lock (tickets): under `MPI_THREAD_MULTIPLE` a waiting thread hands over to the
+/// threads queued in the order they came, none starved by one that releases and takes it
+/// back in a loop (a wait between its progress passes). Waiters spin briefly, then sleep on
+/// the `serving` word (a futex; at most 1 ms at a time, so a lost wake-up costs a
+/// millisecond, never a hang): there may be more threads than cores, and a queued thread
+/// that yields in a loop takes the core from the holder it waits for.
+struct TicketLock {
+    next: AtomicU32,
+    serving: AtomicU32,
+}
+
+impl TicketLock {
+    const fn new() -> Self {
+        Self {
+            next: AtomicU32::new(0),
+            serving: AtomicU32::new(0),
+        }
+    }
+
+    fn lock(&self) {
+        // SeqCst on both words (here and in `unlock`): a waiter that took its ticket and then
+        // saw an old `serving` is either seen by the unlocker (which wakes it) or sees the new
+        // value (and does not sleep).
+        let ticket = self.next.fetch_add(1, Ordering::SeqCst);
+        let mut spins = 0u32;
+        loop {
+            let serving = self.serving.load(Ordering::SeqCst);
+            if serving == ticket {
+                return;
+            }
+            if spins < 100 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                futex_wait(&self.serving, serving);
+            }
+        }
+    }
+
+    /// Only by the holder.
+    fn unlock(&self) {
+        let serving = self.serving.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        if self.next.load(Ordering::SeqCst) != serving {
+            futex_wake_all(&self.serving);
+        }
+    }
+
+    /// Whether a thread is queued behind the holder (by the holder).
+    fn contended(&self) -> bool {
+        let next = self.next.load(Ordering::Relaxed);
+        next.wrapping_sub(self.serving.load(Ordering::Relaxed)) > 1
+    }
+}
+
+/// Sleep while `word` holds `expected` (1 ms at most; spurious returns are fine).
+fn futex_wait(word: &AtomicU32, expected: u32) {
+    let timeout = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    // SAFETY: FUTEX_WAIT on a live, aligned u32 (the atomic's), with a valid timespec; the
+    // kernel only reads both.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &timeout as *const libc::timespec,
+        );
+    }
+}
+
+/// Wake every thread sleeping on `word`.
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live, aligned u32; the kernel does not access it otherwise.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
+}
+
+/// The process lock held by an MPI call at `MPI_THREAD_MULTIPLE` (this thread is the owner
+/// meanwhile); released when dropped, also by a panic.
+struct Held;
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        GLOBAL.owner.store(0, Ordering::Relaxed);
+        GLOBAL.lock.unlock();
+    }
+}
+
+/// The thread level provided (`MPI_THREAD_SINGLE` before `MPI_Init`): callable from any
+/// thread.
+pub fn thread_level() -> c_int {
+    GLOBAL.level.load(Ordering::Relaxed)
+}
+
+/// Whether this thread initialized MPI (`MPI_Is_thread_main`): callable from any thread.
+pub fn is_main_thread() -> bool {
+    GLOBAL.main.load(Ordering::Relaxed) == this_thread()
+}
+
+/// Whether the completion calls wait by testing, so that the wait hook may hand the process
+/// lock over between tests (`MPI_THREAD_MULTIPLE`; one relaxed load otherwise).
+#[inline]
+pub fn waits_release() -> bool {
+    GLOBAL.level.load(Ordering::Relaxed) == MPI_THREAD_MULTIPLE
+}
+
+/// Whether an exported entry point calls its implementation directly: below
+/// `MPI_THREAD_SERIALIZED` (one relaxed load: a call from a wrong thread is refused by the
+/// state's own checks, [`with`]). Otherwise it goes out of line, where a thread that owns the
+/// state already (a call from inside a call, SERIALIZED's last caller) calls it directly and
+/// any other through [`entered`].
+#[inline(always)]
+pub fn entry_is_direct() -> bool {
+    !GLOBAL.checked_entry.load(Ordering::Relaxed)
+}
+
+/// Run `f`, an MPI function called from a thread that does not own the state (the exported
+/// entry points' slow path, `rmca_mpi_export`): at `MPI_THREAD_MULTIPLE` under the process
+/// lock, this thread the owner until `f` returns; at `MPI_THREAD_SERIALIZED` after taking the
+/// ownership over (while MPI runs; after `MPI_Finalize`, `f` runs as it is). Only reached at
+/// those two levels ([`entry_is_direct`]).
+#[cold]
+#[inline(never)]
+pub fn entered<R>(f: impl FnOnce() -> R) -> R {
+    match GLOBAL.level.load(Ordering::Relaxed) {
+        MPI_THREAD_MULTIPLE => {
+            GLOBAL.lock.lock();
+            GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+            let _held = Held;
+            f()
+        }
+        MPI_THREAD_SERIALIZED if phase() == Phase::Running => {
+            // The program promises that no other thread is in MPI now: the previous owner's
+            // calls happened before this one (its own synchronization orders them).
+            GLOBAL.lock.lock();
+            GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+            GLOBAL.lock.unlock();
+            f()
+        }
+        _ => f(),
+    }
+}
+
+/// The wait hook's first half (`MPI_THREAD_MULTIPLE`): release the process lock if a thread
+/// is queued for it and this thread may (it holds it, and no call of its own has the state
+/// borrowed: `busy`). True if released.
+fn release_for_waiters() -> bool {
+    if !owned() {
+        return false;
+    }
+    // SAFETY: the owner thread (checked above), the only one touching `busy`.
+    if unsafe { *GLOBAL.busy.get() } || !GLOBAL.lock.contended() {
+        return false;
+    }
+    GLOBAL.owner.store(0, Ordering::Relaxed);
+    GLOBAL.lock.unlock();
+    true
+}
+
+/// The wait hook's second half: queue for the lock again and own the state.
+fn reacquire_after_wait() {
+    GLOBAL.lock.lock();
+    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
 }
 
 /// Take the state out (finalize); `None` on another thread than the initializing one, or
@@ -710,9 +954,34 @@ pub fn not_running() -> MpiError {
     let msg = match phase() {
         Phase::Before => "MPI is not initialized: call MPI_Init or MPI_Init_thread first",
         Phase::Finalized => "MPI was finalized: no MPI call may follow MPI_Finalize",
-        Phase::Running => {
-            "MPI was initialized by another thread: rmca provides MPI_THREAD_FUNNELED, call MPI \
-             from the thread that initialized it"
+        Phase::Running => return wrong_thread(),
+    };
+    MpiError::new(MPI_ERR_OTHER, msg)
+}
+
+/// The error of a call from a thread the thread level does not let in, naming the level.
+#[cold]
+#[inline(never)]
+fn wrong_thread() -> MpiError {
+    let msg = match thread_level() {
+        MPI_THREAD_SINGLE => {
+            "MPI runs at MPI_THREAD_SINGLE (MPI_Init, or MPI_Init_thread asked for it): only the \
+             thread that initialized MPI may call it, and this call came from another thread \
+             (ask MPI_Init_thread for MPI_THREAD_MULTIPLE to call MPI from any thread)"
+        }
+        MPI_THREAD_FUNNELED => {
+            "MPI runs at MPI_THREAD_FUNNELED: only the main thread (the one that called \
+             MPI_Init_thread) may call MPI, and this call came from another thread (ask \
+             MPI_Init_thread for MPI_THREAD_MULTIPLE to call MPI from any thread)"
+        }
+        MPI_THREAD_SERIALIZED => {
+            "MPI runs at MPI_THREAD_SERIALIZED and another thread called MPI while this one was \
+             in a call: threads must call MPI one at a time at this level (ask \
+             MPI_Init_thread for MPI_THREAD_MULTIPLE to call MPI from threads at once)"
+        }
+        _ => {
+            "MPI runs at MPI_THREAD_MULTIPLE, and this thread reached the library's state \
+             without holding its lock (an internal path that bypassed the entry points)"
         }
     };
     MpiError::new(MPI_ERR_OTHER, msg)
@@ -1060,5 +1329,61 @@ impl State {
             .filter(|r| matches!(r.state, ReqState::Active(_)))
             .count();
         pending + active
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TicketLock;
+    use std::cell::UnsafeCell;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A counter only touched under the lock.
+    struct Guarded(UnsafeCell<u64>);
+    // SAFETY: accessed only while holding the test's lock.
+    unsafe impl Sync for Guarded {}
+
+    impl Guarded {
+        fn get(&self) -> *mut u64 {
+            self.0.get()
+        }
+    }
+
+    #[test]
+    fn the_ticket_lock_excludes_and_says_when_a_thread_is_queued() {
+        let lock = TicketLock::new();
+        let n = Guarded(UnsafeCell::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        lock.lock();
+                        // SAFETY: under the lock.
+                        unsafe { *n.get() += 1 };
+                        lock.unlock();
+                    }
+                });
+            }
+        });
+        // SAFETY: every thread joined.
+        assert_eq!(unsafe { *n.get() }, 80_000);
+
+        lock.lock();
+        assert!(!lock.contended(), "nobody queued yet");
+        let entered = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                lock.lock();
+                entered.store(true, Ordering::Relaxed);
+                lock.unlock();
+            });
+            while !lock.contended() {
+                std::thread::yield_now();
+            }
+            assert!(!entered.load(Ordering::Relaxed), "the queued thread waits");
+            lock.unlock();
+        });
+        assert!(entered.load(Ordering::Relaxed));
+        assert!(!lock.contended());
     }
 }

@@ -32,6 +32,7 @@ pub mod sys;
 #[cfg(test)]
 mod tests;
 pub mod tune;
+pub mod wake;
 
 use rmca_framework::btl::{Btl, BtlComponent, BtlError};
 use rmca_framework::component::{Component, ComponentMeta, InitContext};

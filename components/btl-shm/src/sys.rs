@@ -211,6 +211,39 @@ impl Mapping {
         unsafe { RingMem::new(self.base().add(head), self.base().add(data), lines) }
     }
 
+    /// Fault in, writable, the pages covering `len` bytes from `offset` (clipped to the
+    /// mapping) without changing their contents (`MADV_POPULATE_WRITE`, Linux 5.14+), so that
+    /// the first records written there take no page fault. Returns how many bytes were
+    /// populated (0 when the kernel lacks the call: the pages then fault on first use, as
+    /// before).
+    pub fn populate_write(&self, offset: usize, len: usize) -> usize {
+        let start = offset / 4096 * 4096;
+        let end = offset
+            .saturating_add(len)
+            .min(self.len)
+            .next_multiple_of(4096)
+            .min(self.len);
+        if start >= end {
+            return 0;
+        }
+        // SAFETY: [start, end) lies inside our mapping (clipped above, page-aligned: the base
+        // is); MADV_POPULATE_WRITE only prefaults page tables, it never changes the memory's
+        // contents, so concurrent readers and writers in other processes are unaffected.
+        let r = unsafe {
+            libc::madvise(
+                self.base().add(start).cast(),
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if r == 0 {
+            end - start
+        } else {
+            tracing::debug!(error = %io::Error::last_os_error(), "MADV_POPULATE_WRITE refused");
+            0
+        }
+    }
+
     /// Remove the file (the mapping stays valid). Errors other than "already gone" are logged.
     pub fn unlink(&mut self) {
         if self.unlinked {
@@ -413,6 +446,131 @@ impl ProcessWatch {
                 r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
             }
         }
+    }
+}
+
+/// Sleep while the shared word `word` holds `expected`, at most `timeout` (FUTEX_WAIT on a
+/// shared mapping: not the private variant, since the waker is another process). Returns at
+/// once when the word differs; spurious and timed-out returns are fine (the caller polls).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the word is a live, aligned AtomicU32 (the reference guarantees it); the kernel
+    // only reads it and the timespec, which lives on our stack for the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wake up to `n` processes sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &AtomicU32, n: u32) {
+    // SAFETY: FUTEX_WAKE only uses the word's address as a key; it reads no memory of ours.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n);
+    }
+}
+
+/// A process's doorbell word, mapped on its own: the first page of the process's segment, a
+/// second mapping of the same file, so that the progress engine can hold it ([`Arc`] of an
+/// idle waiter) for as long as it likes, independently of the module and its rings.
+///
+/// [`Arc`]: std::sync::Arc
+#[derive(Debug)]
+pub struct DoorbellPage {
+    base: NonNull<u8>,
+    offset: usize,
+}
+
+// SAFETY: the page is mapped until Drop; the only access to it is atomic (the word).
+unsafe impl Send for DoorbellPage {}
+// SAFETY: as above: shared references only ever reach the word through atomic operations.
+unsafe impl Sync for DoorbellPage {}
+
+impl DoorbellPage {
+    /// Map the first page of the segment file at `path` (still linked: right after
+    /// [`Mapping::create`]); the word is at `offset` (4-aligned, inside the page).
+    pub fn open(path: &Path, offset: usize) -> Result<Self, SysError> {
+        assert!(
+            offset.is_multiple_of(4) && offset + 4 <= PAGE,
+            "doorbell out of the first page"
+        );
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err(format!("open {} (doorbell)", path.display()), e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| io_err(format!("stat {}", path.display()), e))?
+            .len();
+        if len < PAGE as u64 {
+            return Err(io_err(
+                format!("map the doorbell of {}", path.display()),
+                io::Error::new(io::ErrorKind::InvalidData, format!("file has {len} bytes")),
+            ));
+        }
+        // SAFETY: a fresh shared mapping of one page of a file we hold open, at least a page
+        // long (checked), so no access through it can fault; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io_err(
+                format!("mmap the doorbell of {}", path.display()),
+                e,
+            ));
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null without MAP_FAILED");
+        Ok(Self { base, offset })
+    }
+
+    /// The doorbell word.
+    pub fn word(&self) -> &AtomicU32 {
+        // SAFETY: aligned and inside the page (checked in open); mapped until Drop, which
+        // &self outlives; every process accesses it atomically.
+        unsafe { &*self.base.as_ptr().add(self.offset).cast::<AtomicU32>() }
+    }
+}
+
+impl Drop for DoorbellPage {
+    fn drop(&mut self) {
+        // SAFETY: base came from a successful mmap of PAGE bytes; references to the word
+        // borrow self, so none outlives this.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), PAGE);
+        }
+    }
+}
+
+/// Page size the doorbell mapping assumes (the segment header is page-aligned to it).
+const PAGE: usize = 4096;
+
+/// Minor page faults the calling thread has taken so far (`getrusage(RUSAGE_THREAD)`; 0 if
+/// the call fails), to check that ring memory was faulted in ahead of use.
+pub fn thread_minor_faults() -> u64 {
+    // SAFETY: rusage is plain data (zeroed is valid); the kernel writes only into it.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut u) != 0 {
+            return 0;
+        }
+        u.ru_minflt as u64
     }
 }
 

@@ -1198,3 +1198,38 @@ fn the_costs_are_measured_unless_both_choices_are_fixed() {
         );
     }
 }
+
+#[test]
+fn ring_memory_is_faulted_in_before_the_first_messages() {
+    let (_id, mut a, mut b, _mem) = pair(&[]);
+    let prefaulted = |m: &ShmBtl| {
+        m.counters()
+            .into_iter()
+            .find(|(k, _)| k == "prefaulted_bytes")
+            .map(|(_, v)| v)
+            .unwrap()
+    };
+    // Each side: the head line and first short_span bytes of the ring it writes (in the
+    // peer's segment) and of the ring it reads (in its own).
+    let span = ShmConfig::DEFAULT.short_span as u64;
+    for m in [&a, &b] {
+        assert!(prefaulted(m) >= 2 * span, "{}", prefaulted(m));
+    }
+    // Ten 8-byte round trips, as an application's first messages: no page fault on the way
+    // (without the prefault, the first record written to each page of a ring faults, in
+    // both the sender's and the receiver's mapping).
+    let mut sink = Sink::default();
+    sink.frags.reserve(64);
+    let before = crate::sys::thread_minor_faults();
+    for i in 0..10u8 {
+        a.send(1, 0x41, &[i; 16], &[i; 8], SendHint::default())
+            .unwrap();
+        while b.progress(&mut sink) == 0 {}
+        b.send(0, 0x42, &[i; 16], &[i; 8], SendHint::default())
+            .unwrap();
+        while a.progress(&mut sink) == 0 {}
+    }
+    let faults = crate::sys::thread_minor_faults() - before;
+    assert_eq!(sink.frags.len(), 20);
+    assert_eq!(faults, 0, "the first round trips took page faults");
+}

@@ -284,8 +284,10 @@ impl<S: Segment> Engine<S> {
             self.awaiting[target] += 1;
             self.ops.insert(id, OpState::Pending);
         } else {
+            // Complete at the origin once issued (the data was copied): no entry, or a
+            // program that never asks (MPI_Put, not MPI_Rput) would grow the map by one
+            // per operation. `poll_op` answers for it from the id alone.
             self.unacked[target] += 1;
-            self.ops.insert(id, OpState::Done(Ok(Vec::new())));
         }
         id
     }
@@ -416,7 +418,9 @@ impl<S: Segment> Engine<S> {
         Ok(id)
     }
 
-    /// The outcome of operation `id` once complete at the origin (spent when returned).
+    /// The outcome of operation `id` once complete at the origin (spent when returned). An
+    /// issued operation without an entry is one without a result (a put or accumulate,
+    /// complete at once) or one already spent: nothing to return.
     pub fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>> {
         match self.ops.get(&id) {
             Some(OpState::Done(_)) => match self.ops.remove(&id) {
@@ -424,8 +428,15 @@ impl<S: Segment> Engine<S> {
                 _ => None,
             },
             Some(OpState::Pending) => None,
+            None if id < self.next_id => Some(Ok(Vec::new())),
             None => Some(Err(OscError::Arg(format!("unknown operation {id}")))),
         }
+    }
+
+    /// Operations whose results are kept until polled (for tests of the engine's memory).
+    #[cfg(test)]
+    fn kept_ops(&self) -> usize {
+        self.ops.len()
     }
 
     // ---- synchronization ----
@@ -1101,6 +1112,44 @@ mod tests {
         assert!(matches!(
             net.e[0].put(1, 0, &Layout::contiguous(1), vec![1]),
             Err(OscError::Sync(_))
+        ));
+    }
+
+    #[test]
+    fn operations_without_results_keep_nothing_at_the_origin() {
+        let mut net = Net::new(2, 16);
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let mut ids = Vec::new();
+        for i in 0..1000u32 {
+            ids.push(
+                net.e[0]
+                    .put(1, 0, &Layout::contiguous(4), i.to_le_bytes().to_vec())
+                    .unwrap(),
+            );
+            net.e[0]
+                .accumulate(
+                    1,
+                    4,
+                    &Layout::contiguous(4),
+                    AccOp::Sum,
+                    Elem::I32,
+                    i32s(&[1]),
+                    false,
+                )
+                .unwrap();
+        }
+        // MPI_Put and MPI_Accumulate are never polled: nothing may pile up for them.
+        assert_eq!(net.e[0].kept_ops(), 0);
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        assert_eq!(
+            &net.mem(1)[..8],
+            &[i32s(&[999]), i32s(&[1000])].concat()[..]
+        );
+        // MPI_Rput's request still completes, with no result bytes.
+        assert_eq!(net.e[0].poll_op(ids[0]), Some(Ok(Vec::new())));
+        assert!(matches!(
+            net.e[0].poll_op(1 << 40),
+            Some(Err(OscError::Arg(_)))
         ));
     }
 

@@ -977,30 +977,10 @@ impl Pml for Dr {
 
     fn counters(&self) -> Vec<(String, u64)> {
         let mut sum = Counters::default();
-        let mut srtt_max = 0u64;
         for &p in &self.st.peers.active {
-            let c = self.st.peers[p as usize].conn.counters();
-            sum.frags_sent += c.frags_sent;
-            sum.retransmissions += c.retransmissions;
-            sum.spurious_retransmissions += c.spurious_retransmissions;
-            sum.lost += c.lost;
-            sum.frags_received += c.frags_received;
-            sum.duplicates += c.duplicates;
-            sum.duplicate_acks += c.duplicate_acks;
-            sum.csum_failures += c.csum_failures;
-            sum.malformed += c.malformed;
-            sum.timeouts += c.timeouts;
-            sum.watchdog_expirations += c.watchdog_expirations;
-            sum.failovers += c.failovers;
-            sum.acks_sent += c.acks_sent;
-            sum.nacks_sent += c.nacks_sent;
-            sum.acks_bundled += c.acks_bundled;
-            sum.acks_received += c.acks_received;
-            sum.nacks_received += c.nacks_received;
-            sum.pings_sent += c.pings_sent;
-            sum.pongs_sent += c.pongs_sent;
-            srtt_max = srtt_max.max(c.srtt.as_micros() as u64);
+            sum.add(&self.st.peers[p as usize].conn.counters());
         }
+        let srtt_max = sum.srtt.as_micros() as u64;
         let mut v = vec![
             ("pml.dr.frags_sent".to_owned(), sum.frags_sent),
             ("pml.dr.retransmissions".to_owned(), sum.retransmissions),

@@ -63,7 +63,7 @@ use std::rc::Rc;
 
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::pml::{RequestId, Status as PmlStatus};
-use rmca_framework::progress::Backoff;
+use rmca_framework::progress::ReleasingBackoff;
 use rmca_framework::slab::Slab;
 
 use super::exec::{Bufs, CommTransport, Exec, Poll};
@@ -401,9 +401,9 @@ impl Shared {
     /// Out of line, so that the check that leads here is all `wait` adds to its fast path.
     #[inline(never)]
     pub(crate) fn wait_progressing(&self, id: RequestId) -> Result<PmlStatus> {
-        let mut backoff = Backoff::default();
+        let mut backoff = ReleasingBackoff::default();
         loop {
-            if self.nbc.is_idle() {
+            if self.nbc.is_idle() && !rmca_framework::progress::wait_hook_set() {
                 return self.with(|rt| Ok(rt.wait(id)?));
             }
             let (done, n) = self.with(|rt| {
@@ -472,7 +472,7 @@ impl Shared {
 
     /// Progress until collective `id` completes.
     pub(crate) fn wait_collective(&self, id: RequestId) -> Result<Status> {
-        let mut backoff = Backoff::default();
+        let mut backoff = ReleasingBackoff::default();
         loop {
             if let Some(outcome) = self.nbc.take_finished(id) {
                 return outcome;

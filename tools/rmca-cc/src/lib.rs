@@ -10,6 +10,10 @@
 //! | `RMCA_CXX` | the C++ compiler | `c++` |
 //! | `RMCA_CC_INCLUDE` | the directory of `mpi.h` | `<bin dir>/include` if it has `mpi.h`, else the source tree's `bindings/c/include` |
 //! | `RMCA_CC_LIBDIR` | the directory of `libmpi.so` | the directory of this program |
+//! | `RMCA_FC` | the Fortran compiler (`rmca-fort`, `mpifort`, `mpif90`, `mpif77`) | `gfortran` |
+//! | `RMCA_FC_INCLUDE` | the directory of `mpif.h`, `mpi.mod`, `mpi_f08.mod` | `<bin dir>/fortran` |
+//!
+//! The Fortran wrappers link `-lmpifort` (the Fortran interface) before `-lmpi`.
 //!
 //! Options of the wrapper itself (removed from the compiler's arguments): `-show` prints the
 //! command instead of running it (as MPICH's and Open MPI's wrappers do; `-showme` too),
@@ -31,6 +35,8 @@ pub enum Language {
     C,
     /// C++ (`rmca-cxx`, `mpicxx`).
     Cxx,
+    /// Fortran (`rmca-fort`, `mpifort`, `mpif90`, `mpif77`).
+    Fortran,
 }
 
 /// Where the wrapper finds things.
@@ -51,9 +57,18 @@ impl Layout {
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("."));
-        let include = std::env::var_os("RMCA_CC_INCLUDE")
+        let (include_var, fortran) = match language {
+            Language::Fortran => ("RMCA_FC_INCLUDE", true),
+            _ => ("RMCA_CC_INCLUDE", false),
+        };
+        let include = std::env::var_os(include_var)
             .map(PathBuf::from)
             .unwrap_or_else(|| {
+                if fortran {
+                    // mpif.h and the modules of this build's gfortran, made by
+                    // bindings/fortran's build script next to the library.
+                    return bindir.join("fortran");
+                }
                 let next_to = bindir.join("include");
                 if next_to.join("mpi.h").is_file() {
                     next_to
@@ -67,6 +82,7 @@ impl Layout {
         let (var, default) = match language {
             Language::C => ("RMCA_CC", "cc"),
             Language::Cxx => ("RMCA_CXX", "c++"),
+            Language::Fortran => ("RMCA_FC", "gfortran"),
         };
         let compiler = std::env::var(var).unwrap_or_else(|_| default.to_owned());
         Self {
@@ -92,8 +108,14 @@ pub struct Plan {
     pub show: bool,
 }
 
-/// The compiler command for the wrapper's arguments `args`.
+/// The compiler command for the wrapper's arguments `args` (C or C++).
 pub fn plan(layout: &Layout, args: Vec<String>) -> Plan {
+    plan_for(Language::C, layout, args)
+}
+
+/// The compiler command of `language`'s wrapper for `args`: Fortran links the Fortran
+/// interface's library (`-lmpifort`) before the C library.
+pub fn plan_for(language: Language, layout: &Layout, args: Vec<String>) -> Plan {
     let mut show = false;
     let mut library = "mpi";
     let mut user = Vec::with_capacity(args.len());
@@ -116,6 +138,9 @@ pub fn plan(layout: &Layout, args: Vec<String>) -> Plan {
     }
     out.extend(user);
     if links {
+        if language == Language::Fortran {
+            out.push("-lmpifort".to_owned());
+        }
         out.push(format!("-l{library}"));
     }
     Plan {
@@ -125,9 +150,39 @@ pub fn plan(layout: &Layout, args: Vec<String>) -> Plan {
     }
 }
 
+/// gfortran 10 and later refuse calls to one procedure with different argument types in a
+/// file, which FORTRAN 77 programs using `mpif.h` make with every choice buffer:
+/// `-fallow-argument-mismatch` makes that a warning again (MPICH's mpifort passes it too).
+fn fortran_compat(compiler: &str) -> Vec<String> {
+    let name = Path::new(compiler)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    if !name.contains("gfortran") {
+        return Vec::new();
+    }
+    let major = Command::new(compiler)
+        .arg("-dumpversion")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|v| v.trim().split('.').next()?.parse::<u32>().ok())
+        .unwrap_or(0);
+    if major >= 10 {
+        vec!["-fallow-argument-mismatch".to_owned()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Run the wrapper for `language`: the exit code.
 pub fn run(language: Language, args: Vec<String>) -> i32 {
-    let p = plan(&Layout::detect(language), args);
+    let layout = Layout::detect(language);
+    let mut p = plan_for(language, &layout, args);
+    if language == Language::Fortran {
+        let compat = fortran_compat(&layout.compiler);
+        p.args.splice(1..1, compat);
+    }
     if p.show {
         let mut line = p.program.clone();
         for a in &p.args {
@@ -146,6 +201,7 @@ pub fn run(language: Language, args: Vec<String>) -> i32 {
                 match language {
                     Language::C => "RMCA_CC",
                     Language::Cxx => "RMCA_CXX",
+                    Language::Fortran => "RMCA_FC",
                 }
             );
             127
@@ -216,6 +272,26 @@ mod tests {
     fn compile_only_adds_the_include_directory_only() {
         let p = plan(&layout(), args(&["-c", "x.c"]));
         assert_eq!(p.args, args(&["-I/inc", "-c", "x.c"]));
+    }
+
+    #[test]
+    fn fortran_links_the_fortran_interface_before_the_c_library() {
+        let p = plan_for(Language::Fortran, &layout(), args(&["x.f90", "-o", "x"]));
+        assert_eq!(
+            p.args,
+            args(&[
+                "-I/inc",
+                "-L/lib",
+                "-Wl,-rpath,/lib",
+                "x.f90",
+                "-o",
+                "x",
+                "-lmpifort",
+                "-lmpi"
+            ])
+        );
+        let c = plan_for(Language::Fortran, &layout(), args(&["-c", "x.f90"]));
+        assert_eq!(c.args, args(&["-I/inc", "-c", "x.f90"]));
     }
 
     #[test]

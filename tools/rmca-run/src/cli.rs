@@ -34,12 +34,62 @@ pub struct Options {
 /// CPU binding of the ranks (`--bind-to`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Binding {
-    /// Wherever the kernel schedules them (the default).
+    /// No `--bind-to` given: [`Binding::Core`] while the ranks fit the CPUs this launcher may
+    /// use, else no binding; none under a launch agent or inside a Slurm job (they place the
+    /// ranks). Open MPI's default, decided by [`resolve_binding`].
     #[default]
+    Auto,
+    /// Wherever the kernel schedules them.
     None,
     /// Each rank, with all its threads, on one CPU of the launcher's allowed set: rank r on the
     /// r-th allowed CPU.
     Core,
+}
+
+/// What [`resolve_binding`] decided for a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Rank r runs on CPU `cpus[r]` only.
+    Bound(Vec<usize>),
+    /// No binding, and why (for the launcher's log).
+    Unbound(&'static str),
+}
+
+/// Where the launcher stands when it places ranks (facts gathered by the caller, so that the
+/// decision is a pure function).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacementContext<'a> {
+    /// The CPUs this launcher may use (its affinity mask), in increasing order.
+    pub cpus: &'a [usize],
+    /// Ranks are started by a launch agent on nodes whose CPUs this launcher does not know.
+    pub launch_agent: bool,
+    /// This launcher runs inside a Slurm job (`SLURM_JOB_ID` set): Slurm's cgroups and
+    /// `--cpu-bind` own placement.
+    pub under_slurm: bool,
+}
+
+/// Decide the binding of `np` ranks. `--bind-to core` is refused (with the count of CPUs) when
+/// the ranks do not fit; the default binds only when they do, as Open MPI does (cores while
+/// np <= CPUs), and leaves placement to a launch agent or to Slurm.
+pub fn resolve_binding(
+    bind: Binding,
+    np: u32,
+    ctx: PlacementContext<'_>,
+) -> Result<Placement, String> {
+    match bind {
+        Binding::None => Ok(Placement::Unbound("--bind-to none")),
+        Binding::Core => core_map(np, ctx.cpus).map(Placement::Bound),
+        Binding::Auto if ctx.launch_agent => Ok(Placement::Unbound(
+            "ranks start through a launch agent, which places them",
+        )),
+        Binding::Auto if ctx.under_slurm => Ok(Placement::Unbound(
+            "inside a Slurm job (SLURM_JOB_ID), which places the ranks",
+        )),
+        Binding::Auto if np as usize > ctx.cpus.len() => Ok(Placement::Unbound(
+            "more ranks than the CPUs this launcher may use (oversubscribed)",
+        )),
+        Binding::Auto => core_map(np, ctx.cpus).map(Placement::Bound),
+    }
 }
 
 /// A bad command line.
@@ -89,8 +139,11 @@ usage: rmca-run -n N [options] program [args...]
   --pmi-port               use TCP (PMI_PORT) even for local ranks
   --term-grace S           seconds between SIGTERM and SIGKILL at teardown (default 2)
   --bind-to core|none      core: bind each rank (all its threads) to one CPU, rank r to the
-                           r-th CPU the launcher may use; refused with more ranks than CPUs and
-                           with --launch-agent; none (the default): no binding
+                           r-th CPU the launcher may use (its affinity mask); refused with more
+                           ranks than CPUs and with --launch-agent; none: no binding. Default
+                           (as Open MPI): core while the ranks fit those CPUs, else none; none
+                           with --launch-agent or inside a Slurm job (SLURM_JOB_ID set), which
+                           place the ranks themselves. RUST_LOG=info shows the decision
   -h, --help               this text
 
 Exit status: 0 if every rank exited 0 after finalize; otherwise the first failing rank's exit
@@ -128,7 +181,7 @@ pub fn parse(args: &[String]) -> Result<Options, CliError> {
         pmi_addr: "127.0.0.1".into(),
         force_tcp: false,
         term_grace: Duration::from_secs(2),
-        bind: Binding::None,
+        bind: Binding::Auto,
         program: Vec::new(),
     };
     let mut i = 0;
@@ -320,7 +373,7 @@ mod tests {
 
     #[test]
     fn bind_to_core_takes_one_allowed_cpu_per_rank() {
-        assert_eq!(parse(&a("p")).unwrap().bind, Binding::None);
+        assert_eq!(parse(&a("p")).unwrap().bind, Binding::Auto);
         assert_eq!(parse(&a("--bind-to core p")).unwrap().bind, Binding::Core);
         assert_eq!(parse(&a("--bind-to none p")).unwrap().bind, Binding::None);
         let e = parse(&a("--bind-to socket p")).unwrap_err().to_string();
@@ -333,6 +386,39 @@ mod tests {
             e.contains("3 ranks") && e.contains("only 2 CPUs") && e.contains("--bind-to none"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn default_binding_binds_cores_while_ranks_fit_and_leaves_launchers_alone() {
+        let cpus = [0, 1, 4];
+        let here = PlacementContext {
+            cpus: &cpus,
+            launch_agent: false,
+            under_slurm: false,
+        };
+        let r = |b, np, ctx| resolve_binding(b, np, ctx).unwrap();
+        assert_eq!(r(Binding::Auto, 2, here), Placement::Bound(vec![0, 1]));
+        assert_eq!(r(Binding::Auto, 3, here), Placement::Bound(vec![0, 1, 4]));
+        assert!(
+            matches!(r(Binding::Auto, 4, here), Placement::Unbound(w) if w.contains("oversubscribed"))
+        );
+        assert!(matches!(r(Binding::None, 2, here), Placement::Unbound(_)));
+        let slurm = PlacementContext {
+            under_slurm: true,
+            ..here
+        };
+        assert!(matches!(r(Binding::Auto, 2, slurm), Placement::Unbound(w) if w.contains("Slurm")));
+        // Asked for explicitly, binding happens inside a Slurm job too.
+        assert_eq!(r(Binding::Core, 2, slurm), Placement::Bound(vec![0, 1]));
+        let agent = PlacementContext {
+            launch_agent: true,
+            ..here
+        };
+        assert!(
+            matches!(r(Binding::Auto, 1, agent), Placement::Unbound(w) if w.contains("launch agent"))
+        );
+        let e = resolve_binding(Binding::Core, 4, here).unwrap_err();
+        assert!(e.contains("4 ranks") && e.contains("only 3 CPUs"), "{e}");
     }
 
     #[test]

@@ -20,7 +20,9 @@ use crossbeam_channel::{at, never, select, unbounded, Receiver};
 
 use rmca_rte::server::{ConnId, Maxes, PmiServer, ServerConfig, ServerEvent, UntrustedLimit};
 
-use crate::cli::{block_map, core_map, expand_agent, Binding, Options};
+use crate::cli::{
+    block_map, expand_agent, resolve_binding, Binding, Options, Placement, PlacementContext,
+};
 use crate::monitor::{Action, Exit, JobMonitor};
 use crate::poller::{self, Ev, Poller, Source};
 use crate::sys;
@@ -59,7 +61,12 @@ const INHERITED_JOB_VARS: &[&str] = &[
     rmca_rte::ENV_JOB_SECRET,
     rmca_rte::ENV_NODE_MAP,
     rmca_rte::ENV_NODE_NAMES,
+    ENV_NODE_CPUS,
 ];
+
+/// Count of CPUs the launcher may use, given to ranks it starts on its own node: the runtime
+/// compares it with the node's rank count to tell an oversubscribed node (its wait policy).
+pub const ENV_NODE_CPUS: &str = "RMCA_NODE_CPUS";
 
 /// First connection id used for TCP clients (socketpair connections use the rank).
 const TCP_CONN_BASE: ConnId = 1 << 32;
@@ -198,6 +205,27 @@ fn wait_for_event(
     }
 }
 
+/// The binding of this job's ranks ([`resolve_binding`] on this launcher's CPUs and
+/// surroundings).
+fn place_ranks(o: &Options) -> Result<Placement, String> {
+    let cpus = match sys::allowed_cpus() {
+        Ok(c) => c,
+        Err(e) if o.bind == Binding::Core => {
+            return Err(format!(
+                "--bind-to core: cannot read this launcher's CPUs: {e}"
+            ))
+        }
+        // The default never fails a job: without the mask, ranks run unbound.
+        Err(_) => return Ok(Placement::Unbound("this launcher's CPUs could not be read")),
+    };
+    let ctx = PlacementContext {
+        cpus: &cpus,
+        launch_agent: o.launch_agent.is_some(),
+        under_slurm: std::env::var_os("SLURM_JOB_ID").is_some(),
+    };
+    resolve_binding(o.bind, o.np, ctx)
+}
+
 fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File) -> i32 {
     let np = o.np;
     if let Err(e) = check_capacity(np, o.force_tcp || o.launch_agent.is_some()) {
@@ -212,18 +240,26 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File)
         o.hosts.clone()
     };
     let (nodes, node_of_rank) = node_identity(&nodes, &block_map(np, nodes.len() as u32));
-    let cpu_of_rank = match o.bind {
-        Binding::None => None,
-        Binding::Core => match sys::allowed_cpus()
-            .map_err(|e| format!("--bind-to core: cannot read this launcher's CPUs: {e}"))
-            .and_then(|cpus| core_map(np, &cpus))
-        {
-            Ok(m) => Some(m),
-            Err(e) => {
-                eprintln!("rmca-run: {e}");
-                return 2;
-            }
-        },
+    let cpu_of_rank = match place_ranks(o) {
+        Ok(Placement::Bound(m)) => {
+            tracing::info!(cpus = ?m, "ranks bound to cores (rank r on the r-th allowed CPU)");
+            Some(m)
+        }
+        Ok(Placement::Unbound(why)) => {
+            tracing::info!("ranks not bound: {why}");
+            None
+        }
+        Err(e) => {
+            eprintln!("rmca-run: {e}");
+            return 2;
+        }
+    };
+    // How many CPUs this node's ranks share, for their wait policy (a bound rank's own
+    // affinity mask shows one CPU, not how many ranks compete for the node's). Unknown
+    // through a launch agent: the agent's node is not this one.
+    let node_cpus = match &o.launch_agent {
+        Some(_) => None,
+        None => sys::allowed_cpus().ok().map(|c| c.len()),
     };
     let kvsname = format!("kvs_{job_id}");
     let mut preload = Vec::new();
@@ -314,6 +350,9 @@ fn run_job(o: &Options, job_id: &str, secret: &[u8], signal_pipe: std::fs::File)
         ];
         if secret_in_env {
             env.push((rmca_rte::ENV_JOB_SECRET.into(), secret_hex.clone()));
+        }
+        if let Some(n) = node_cpus {
+            env.push((ENV_NODE_CPUS.into(), n.to_string()));
         }
         for (k, v) in &o.mca {
             env.push((format!("{}{k}", rmca_rte::MCA_ENV_PREFIX), v.clone()));

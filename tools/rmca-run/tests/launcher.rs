@@ -486,8 +486,8 @@ fn bind_to_core_puts_each_rank_and_its_threads_on_its_own_cpu() {
             );
         }
     }
-    // Unbound (the default): every rank may run on every CPU the launcher may.
-    let job = run_cmd(Command::new(RUN).args(["-n", "1", "sh", "-c", report]));
+    // Unbound when asked: every rank may run on every CPU the launcher may.
+    let job = run_cmd(Command::new(RUN).args(["-n", "1", "--bind-to", "none", "sh", "-c", report]));
     assert_eq!(job.status, 0, "{}", job.stderr);
     for l in job.stdout.lines() {
         assert_eq!(cpu_list(&allowed_list(l)), mine, "{}", job.stdout);
@@ -504,6 +504,76 @@ fn bind_to_core_puts_each_rank_and_its_threads_on_its_own_cpu() {
     let job = run_cmd(Command::new(RUN).args(["--bind-to", "socket", "true"]));
     assert_eq!(job.status, 2);
     assert!(job.stderr.contains("core or none"), "{}", job.stderr);
+}
+
+#[test]
+fn ranks_are_bound_by_default_while_they_fit_the_cpus() {
+    let mine = cpu_list(&allowed_list(
+        &std::fs::read_to_string("/proc/self/status").unwrap(),
+    ));
+    let report = "grep Cpus_allowed_list: /proc/self/status; echo cpus=$RMCA_NODE_CPUS";
+    // As many ranks as CPUs (at most 4): rank r on the r-th, said in the launcher's log.
+    let n = mine.len().min(4);
+    let job = run_cmd(
+        Command::new(RUN)
+            .env("RUST_LOG", "info")
+            .env_remove("SLURM_JOB_ID")
+            .args(["-n", &n.to_string(), "--tag-output", "sh", "-c", report]),
+    );
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert!(
+        job.stderr.contains("ranks bound to cores"),
+        "{}",
+        job.stderr
+    );
+    for (rank, cpu) in mine.iter().take(n).enumerate() {
+        let mut lines = job
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[{rank}] ")));
+        let l = lines.next().unwrap_or_default();
+        assert_eq!(
+            cpu_list(&allowed_list(l)),
+            [*cpu],
+            "rank {rank}: {}",
+            job.stdout
+        );
+        // The ranks learn how many CPUs the node's ranks share (their wait policy).
+        assert_eq!(lines.next(), Some(format!("cpus={}", mine.len()).as_str()));
+    }
+    // One rank more than CPUs: no binding, and the log says why.
+    let over = (mine.len() + 1).to_string();
+    let job = run_cmd(
+        Command::new(RUN)
+            .env("RUST_LOG", "info")
+            .env_remove("SLURM_JOB_ID")
+            .args(["-n", &over, "sh", "-c", report]),
+    );
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert!(
+        job.stderr.contains("ranks not bound") && job.stderr.contains("oversubscribed"),
+        "{}",
+        job.stderr
+    );
+    let unbound = job
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("Cpus_allowed_list:"));
+    assert_eq!(unbound.clone().count(), mine.len() + 1, "{}", job.stdout);
+    for l in unbound {
+        assert_eq!(cpu_list(&allowed_list(l)), mine, "{}", job.stdout);
+    }
+    // Inside a Slurm job, placement is Slurm's.
+    let job = run_cmd(
+        Command::new(RUN)
+            .env("RUST_LOG", "info")
+            .env("SLURM_JOB_ID", "1")
+            .args(["-n", "1", "sh", "-c", report]),
+    );
+    assert_eq!(job.status, 0, "{}", job.stderr);
+    assert!(job.stderr.contains("Slurm"), "{}", job.stderr);
+    let l = job.stdout.lines().next().unwrap_or_default();
+    assert_eq!(cpu_list(&allowed_list(l)), mine, "{}", job.stdout);
 }
 
 /// Read the child's stdout until `n` lines contain `pat` (bounded by the watchdog).

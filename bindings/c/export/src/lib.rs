@@ -9,6 +9,11 @@
 //! and adds two exported entry points, `MPI_X` and `PMPI_X`, that call it directly (a tail
 //! jump in practice).
 //!
+//! Each entry point is also where a thread enters MPI: below `MPI_THREAD_SERIALIZED` (one
+//! relaxed load) and for the thread that owns the library's state, it jumps to the
+//! implementation; any other call goes through `crate::state::entered`, which takes the
+//! process lock at `MPI_THREAD_MULTIPLE` (see the crate's `state` module).
+//!
 //! ```ignore
 //! #[export]
 //! pub unsafe extern "C" fn MPI_Send(buf: *const c_void, count: c_int, /* ... */) -> c_int {
@@ -102,25 +107,53 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     } else {
         quote! { #name(#(#args),*) }
     };
+    let unsafe_block_entering = if unsafety.is_some() {
+        quote! {
+            // SAFETY: as above.
+            unsafe { entering(#(#args),*) }
+        }
+    } else {
+        quote! { entering(#(#args),*) }
+    };
     let mpi = text.clone();
     let pmpi = format!("P{text}");
     let doc_mpi = format!("`{mpi}` (exported entry point).");
     let doc_pmpi = format!("`{pmpi}`: the profiling interface's name of `{mpi}`.");
     // The implementation stays one function (not inlined into both entry points): its code
-    // is laid out as it was when it was the exported symbol, and each entry is a tail jump.
+    // is laid out as it was when it was the exported symbol, and each entry is a check and a
+    // tail jump (to it, or to the out-of-line `entering` of the threads that must enter).
     Ok(quote! {
         #func
 
         const _: () = {
+            // `extern "C"` like the entries, so that theirs is a tail jump too; the thread
+            // check (a call to pthread_self) stays out of the entries: its saving of the
+            // argument registers would cost every call.
+            #[cold]
+            #[inline(never)]
+            #unsafety extern "C" fn entering(#(#params),*) #output {
+                if crate::state::owned() {
+                    return #call;
+                }
+                crate::state::entered(|| #call)
+            }
             #[doc = #doc_mpi]
             #[export_name = #mpi]
             pub #unsafety extern "C" fn entry(#(#params),*) #output {
-                #call
+                if crate::state::entry_is_direct() {
+                    #call
+                } else {
+                    #unsafe_block_entering
+                }
             }
             #[doc = #doc_pmpi]
             #[export_name = #pmpi]
             pub #unsafety extern "C" fn profiling_entry(#(#params),*) #output {
-                #call
+                if crate::state::entry_is_direct() {
+                    #call
+                } else {
+                    #unsafe_block_entering
+                }
             }
         };
     })

@@ -49,8 +49,8 @@ fn init(required: c_int) -> MpiResult<c_int> {
     let self_comm = world
         .split(Some(world.rank() as u32), 0)?
         .ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "split left this process out"))?;
-    // rmca's runtime is driven by one thread: the thread that initialized.
-    let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED);
+    // Every level is provided (the state module says how each is kept sound).
+    let provided = required;
     state::install(universe, self_comm, provided);
     Ok(provided)
 }
@@ -63,7 +63,8 @@ pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_cha
     })
 }
 
-/// `MPI_Init_thread`: rmca provides up to `MPI_THREAD_FUNNELED`.
+/// `MPI_Init_thread`: rmca provides the level asked for, up to `MPI_THREAD_MULTIPLE` (see the
+/// `state` module for what each costs).
 #[export]
 pub unsafe extern "C" fn MPI_Init_thread(
     _argc: *mut c_int,
@@ -91,21 +92,28 @@ pub unsafe extern "C" fn MPI_Init_thread(
     })
 }
 
-/// `MPI_Query_thread`.
+/// `MPI_Query_thread` (from any thread, at any level).
 #[export]
 pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
     call("MPI_Query_thread", MPI_COMM_WORLD, || {
-        let level = state::with(|s| Ok(s.thread_level))?;
+        if state::phase() == Phase::Before && !state::installed() {
+            return Err(state::not_running());
+        }
+        let level = state::thread_level();
         // SAFETY: the caller's int.
         unsafe { put(provided, level, "provided") }
     })
 }
 
-/// `MPI_Is_thread_main`: the state lives on the thread that initialized.
+/// `MPI_Is_thread_main`: whether this thread called `MPI_Init_thread` (from any thread, at
+/// any level).
 #[export]
 pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
     call("MPI_Is_thread_main", MPI_COMM_WORLD, || {
-        let main = state::with(|_| Ok(())).is_ok();
+        if state::phase() == Phase::Before && !state::installed() {
+            return Err(state::not_running());
+        }
+        let main = state::is_main_thread();
         // SAFETY: the caller's int.
         unsafe { put(flag, c_int::from(main), "flag") }
     })
@@ -698,12 +706,16 @@ pub unsafe extern "C" fn MPI_Session_create_errhandler(
 }
 
 /// `MPI_FILE_NULL`, the one file rmca knows (it has no MPI-IO yet).
-const MPI_FILE_NULL: Handle = 0x118;
+pub(crate) const MPI_FILE_NULL: Handle = 0x118;
 const MPI_ERR_FILE: c_int = 30;
 
 /// Run the body of file call `fname` on `file`: its errors go to the file's error handler
 /// (`MPI_FILE_NULL`'s: an invalid file has none of its own).
-fn on_file(fname: &'static str, file: Handle, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+pub(crate) fn on_file(
+    fname: &'static str,
+    file: Handle,
+    f: impl FnOnce() -> MpiResult<()>,
+) -> c_int {
     match f() {
         Ok(()) => MPI_SUCCESS,
         Err(e) => {

@@ -182,6 +182,48 @@ unsafe fn ireduction(
     }
 }
 
+/// A remote process's side of a gather or gatherv: its `sc` elements of `st` to the root.
+///
+/// # Safety
+/// The collective's contract for a sending process, until completion.
+unsafe fn gather_contribution(
+    c: &Communicator,
+    fname: &str,
+    sendbuf: *const c_void,
+    sc: usize,
+    st: Handle,
+    root: InterRoot,
+) -> MpiResult<Started> {
+    no_in_place(sendbuf, fname)?;
+    // SAFETY: the caller's contract.
+    let send = unsafe { send_n(sendbuf, sc, st, "send")? };
+    let (at, len) = send.span();
+    // SAFETY: as above; a packed copy moves into the request's staged data.
+    let r = unsafe { raw::inter_igatherv(c, at.cast(), len, std::ptr::null_mut(), &[], root)? };
+    Ok((r, keep(Some(send), Vec::new(), None, None)))
+}
+
+/// A remote process's side of a scatter or scatterv: `rc` elements of `rt` from the root.
+///
+/// # Safety
+/// The collective's contract for a receiving process, until completion.
+unsafe fn scatter_share(
+    c: &Communicator,
+    fname: &str,
+    recvbuf: *mut c_void,
+    rc: usize,
+    rt: Handle,
+    root: InterRoot,
+) -> MpiResult<Started> {
+    no_in_place(recvbuf, fname)?;
+    let mut recv = recv_n(recvbuf, rc, rt, "receive")?;
+    let len = recv.len();
+    // SAFETY: the caller's contract.
+    let r =
+        unsafe { raw::inter_iscatterv(c, std::ptr::null(), &[], recv_ptr(&mut recv), len, root)? };
+    Ok((r, keep(None, Vec::new(), Some(recv), None)))
+}
+
 /// Start a gather: the root gets `rc` elements of `rt` from each remote process.
 ///
 /// # Safety
@@ -209,16 +251,10 @@ unsafe fn igather(
             };
             Ok((r, keep(None, Vec::new(), Some(recv), None)))
         }
-        InterRoot::Remote(_) => {
-            no_in_place(sendbuf, "MPI_Igather")?;
-            // SAFETY: the caller's contract.
-            let send = unsafe { send_n(sendbuf, sc, st, "send")? };
-            let (at, len) = send.span();
-            // SAFETY: as above; a packed copy moves into the request's staged data.
-            let r =
-                unsafe { raw::inter_igatherv(c, at.cast(), len, std::ptr::null_mut(), &[], root)? };
-            Ok((r, keep(Some(send), Vec::new(), None, None)))
-        }
+        // SAFETY: the caller's contract.
+        InterRoot::Remote(_) => unsafe {
+            gather_contribution(c, "MPI_Igather", sendbuf, sc, st, root)
+        },
     }
 }
 
@@ -250,16 +286,8 @@ unsafe fn iscatter(
                 unsafe { raw::inter_iscatterv(c, at, &regions, std::ptr::null_mut(), 0, root)? };
             Ok((r, keep(Some(send), Vec::new(), None, None)))
         }
-        InterRoot::Remote(_) => {
-            no_in_place(recvbuf, "MPI_Iscatter")?;
-            let mut recv = recv_n(recvbuf, rc, rt, "receive")?;
-            let len = recv.len();
-            // SAFETY: the caller's contract.
-            let r = unsafe {
-                raw::inter_iscatterv(c, std::ptr::null(), &[], recv_ptr(&mut recv), len, root)?
-            };
-            Ok((r, keep(None, Vec::new(), Some(recv), None)))
-        }
+        // SAFETY: the caller's contract.
+        InterRoot::Remote(_) => unsafe { scatter_share(c, "MPI_Iscatter", recvbuf, rc, rt, root) },
     }
 }
 
@@ -340,16 +368,10 @@ unsafe fn igatherv(
             let then = unpack_then(b, all, recvbuf, rty)?;
             Ok((r, keep(None, Vec::new(), None, Some(then))))
         }
-        InterRoot::Remote(_) => {
-            no_in_place(sendbuf, "MPI_Igatherv")?;
-            // SAFETY: the caller's contract.
-            let send = unsafe { send_n(sendbuf, sc, st, "send")? };
-            let (at, len) = send.span();
-            // SAFETY: as above; a packed copy moves into the request's staged data.
-            let r =
-                unsafe { raw::inter_igatherv(c, at.cast(), len, std::ptr::null_mut(), &[], root)? };
-            Ok((r, keep(Some(send), Vec::new(), None, None)))
-        }
+        // SAFETY: the caller's contract.
+        InterRoot::Remote(_) => unsafe {
+            gather_contribution(c, "MPI_Igatherv", sendbuf, sc, st, root)
+        },
     }
 }
 
@@ -384,16 +406,8 @@ unsafe fn iscatterv(
             };
             Ok((r, keep(None, vec![packed], None, None)))
         }
-        InterRoot::Remote(_) => {
-            no_in_place(recvbuf, "MPI_Iscatterv")?;
-            let mut recv = recv_n(recvbuf, rc, rt, "receive")?;
-            let len = recv.len();
-            // SAFETY: the caller's contract.
-            let r = unsafe {
-                raw::inter_iscatterv(c, std::ptr::null(), &[], recv_ptr(&mut recv), len, root)?
-            };
-            Ok((r, keep(None, Vec::new(), Some(recv), None)))
-        }
+        // SAFETY: the caller's contract.
+        InterRoot::Remote(_) => unsafe { scatter_share(c, "MPI_Iscatterv", recvbuf, rc, rt, root) },
     }
 }
 

@@ -68,16 +68,23 @@ macro_rules! not_implemented_fns {
 // After the macro: its textual scope.
 mod unsupported;
 
-/// The error of a function rmca does not implement, raised on `comm`'s error handler.
+/// The error of a function rmca does not implement, raised on `comm`'s error handler; for
+/// the MPI-IO calls, on the handler of file errors (`MPI_FILE_NULL`'s, `MPI_ERRORS_RETURN`
+/// unless the program set another), as MPI raises `MPI_File_open`'s and every call's on a
+/// file that does not exist.
 #[cold]
 #[inline(never)]
 pub(crate) fn not_implemented(fname: &'static str, comm: Handle) -> c_int {
-    call(fname, comm, || {
+    let refusal = || {
         Err(MpiError::new(
             MPI_ERR_UNSUPPORTED_OPERATION,
             format!("{fname} is not implemented by rmca (the README lists what is not)"),
         ))
-    })
+    };
+    if fname.starts_with("MPI_File_") {
+        return env::on_file(fname, env::MPI_FILE_NULL, refusal);
+    }
+    call(fname, comm, refusal)
 }
 
 /// Run the body of MPI function `fname` whose communicator is `comm` (errors go to its error
@@ -88,6 +95,22 @@ pub(crate) fn call(fname: &'static str, comm: Handle, f: impl FnOnce() -> MpiRes
     match caught(f) {
         Ok(()) => MPI_SUCCESS,
         Err(e) => raise(fname, comm, e),
+    }
+}
+
+/// A blocking completion call at `MPI_THREAD_MULTIPLE` ([`state::waits_release`]): `test`,
+/// the matching `MPI_Test*` call (which makes a progress pass), until it reports an error or
+/// completion (`(code, done)`), handing the process lock to queued threads between tests.
+/// The blocking calls of the other levels wait inside the state (on its fast paths), where no
+/// other thread may come in.
+pub(crate) fn wait_by_testing(mut test: impl FnMut() -> (c_int, bool)) -> c_int {
+    let mut backoff = rmca::framework::progress::ReleasingBackoff::default();
+    loop {
+        let (code, done) = test();
+        if code != MPI_SUCCESS || done {
+            return code;
+        }
+        backoff.pass(0);
     }
 }
 
@@ -112,6 +135,13 @@ fn panic_error(panic: Box<dyn std::any::Any + Send>) -> MpiError {
 #[cold]
 #[inline(never)]
 pub(crate) fn raise(fname: &'static str, comm: Handle, e: MpiError) -> c_int {
+    if !state::owned() && state::phase() == state::Phase::Running {
+        // A call from a thread the thread level does not let in: the error handlers are
+        // state of the owner thread, out of this one's reach. The class is returned, and the
+        // message logged (MPI_Error_string gives the class's text only).
+        tracing::error!("{fname}: {}", e.msg);
+        return e.class;
+    }
     let comm = e.comm.unwrap_or(comm);
     let handler = state::with(|s| Ok(s.errhandler_of(comm))).unwrap_or(ErrHandler::Fatal);
     invoke(fname, handler, comm, e)

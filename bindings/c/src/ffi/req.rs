@@ -144,6 +144,13 @@ fn array(ptr: *const Handle, count: c_int) -> MpiResult<usize> {
 /// `MPI_Wait`.
 #[export]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
+    if state::waits_release() {
+        let mut flag = 0;
+        // SAFETY: MPI_Wait's contract is MPI_Test's.
+        return super::wait_by_testing(|| {
+            (unsafe { MPI_Test(request, &mut flag, status) }, flag != 0)
+        });
+    }
     call("MPI_Wait", MPI_COMM_WORLD, || {
         if request.is_null() {
             return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
@@ -290,6 +297,16 @@ pub unsafe extern "C" fn MPI_Waitall(
     requests: *mut Handle,
     statuses: *mut MpiStatus,
 ) -> c_int {
+    if state::waits_release() {
+        let mut flag = 0;
+        // SAFETY: MPI_Waitall's contract is MPI_Testall's.
+        return super::wait_by_testing(|| {
+            (
+                unsafe { MPI_Testall(count, requests, &mut flag, statuses) },
+                flag != 0,
+            )
+        });
+    }
     call("MPI_Waitall", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
         // SAFETY: MPI_Waitall's contract: `count` handles and statuses (or
@@ -561,6 +578,16 @@ pub unsafe extern "C" fn MPI_Waitany(
     index: *mut c_int,
     status: *mut MpiStatus,
 ) -> c_int {
+    if state::waits_release() {
+        let mut flag = 0;
+        // SAFETY: MPI_Waitany's contract is MPI_Testany's.
+        return super::wait_by_testing(|| {
+            (
+                unsafe { MPI_Testany(count, requests, index, &mut flag, status) },
+                flag != 0,
+            )
+        });
+    }
     call("MPI_Waitany", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
         let found = state::with(|s| {
@@ -695,6 +722,14 @@ pub unsafe extern "C" fn MPI_Waitsome(
     indices: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> c_int {
+    if state::waits_release() && !outcount.is_null() {
+        // SAFETY: MPI_Waitsome's contract is MPI_Testsome's; `outcount` is the caller's int
+        // (not NULL: checked), read after each test wrote it.
+        return super::wait_by_testing(|| unsafe {
+            let code = MPI_Testsome(incount, requests, outcount, indices, statuses);
+            (code, outcount.read() != 0)
+        });
+    }
     call("MPI_Waitsome", MPI_COMM_WORLD, || {
         let n = some_args(incount, requests, indices, outcount)?;
         let found = state::with(|s| {

@@ -86,31 +86,8 @@ struct WinEntry {
     errhandler: ErrHandler,
     name: String,
     attrs: Box<Attrs>,
-    /// `MPI_Win_allocate`'s memory (16-byte aligned), freed with the window.
-    _alloc: Option<Vec<u128>>,
     info: Vec<(String, String)>,
     landings: Vec<SharedLanding>,
-    /// `MPI_Win_allocate_shared`'s segment, unmapped with the window.
-    shared: Option<SharedSeg>,
-}
-
-/// The segment of a window made by `MPI_Win_allocate_shared`: every member's memory, one
-/// after the other (each part 64-byte aligned), mapped by every member.
-struct SharedSeg {
-    base: *mut u8,
-    len: usize,
-    /// Offset of each member's part.
-    offsets: Vec<usize>,
-}
-
-impl Drop for SharedSeg {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: `base..base+len` is the mapping made in `map_shared`, unmapped once,
-            // after the window that exposes it was freed.
-            unsafe { libc::munmap(self.base.cast(), self.len) };
-        }
-    }
 }
 
 thread_local! {
@@ -202,18 +179,23 @@ fn info_entries(info: Handle) -> MpiResult<Vec<(String, String)>> {
     super::info::entries_of(info).map_err(|e| MpiError::new(MPI_ERR_INFO, e.msg.clone()))
 }
 
-/// Make a window on `comm` over `mem` (`base` is what `MPI_WIN_BASE` reports).
-#[allow(clippy::too_many_arguments)]
+/// The memory a window is made over.
+enum Mem {
+    /// The program's (`MPI_Win_create`, empty for dynamic windows), at this `MPI_WIN_BASE`.
+    Given(UserBuf, usize),
+    /// Bytes the window allocates (`MPI_Win_allocate`, `_allocate_shared`: the flavor says).
+    Alloc(usize),
+}
+
+/// Make a window on `comm` over `mem`; its base address (`MPI_WIN_BASE`).
 fn make(
     comm: Handle,
-    mem: UserBuf,
-    base: usize,
+    mem: Mem,
     disp_unit: isize,
     flavor: Flavor,
     info: Handle,
-    alloc: Option<Vec<u128>>,
     win: *mut Handle,
-) -> MpiResult<()> {
+) -> MpiResult<usize> {
     if win.is_null() {
         return Err(super::null_argument("win"));
     }
@@ -231,10 +213,36 @@ fn make(
     let no_locks = info
         .iter()
         .any(|(k, v)| k == "no_locks" && v.eq_ignore_ascii_case("true"));
-    // SAFETY: `mem` is the program's window memory (valid until MPI_Win_free, as MPI
-    // requires of MPI_Win_create) or the allocation kept in the entry until then.
-    let w = unsafe { RawWindow::create_with_host(&c, mem, disp, flavor, no_locks, Some(host_acc)) }
-        .map_err(win_error)?;
+    let (w, mem, base) = match mem {
+        Mem::Given(m, base) => {
+            // SAFETY: `m` is the program's window memory, valid until MPI_Win_free as MPI
+            // requires of MPI_Win_create.
+            let w = unsafe {
+                RawWindow::create_with_host(&c, m, disp, flavor, no_locks, Some(host_acc))
+            }
+            .map_err(win_error)?;
+            (w, m, base)
+        }
+        Mem::Alloc(len) => {
+            let (w, m) = RawWindow::allocate(
+                &c,
+                len,
+                disp,
+                flavor == Flavor::Shared,
+                no_locks,
+                Some(host_acc),
+            )
+            .map_err(|e| match e {
+                // A node-spanning communicator is the shared flavor's own error class.
+                rmca::Error::Rma(OscError::Arg(m)) if flavor == Flavor::Shared => {
+                    MpiError::new(MPI_ERR_RMA_SHARED, m)
+                }
+                e => win_error(e),
+            })?;
+            let base = if len == 0 { 0 } else { m.addr() };
+            (w, m, base)
+        }
+    };
     let attrs = Box::new(Attrs {
         base,
         size: mem.len() as isize,
@@ -243,6 +251,7 @@ fn make(
             Flavor::Create => MPI_WIN_FLAVOR_CREATE,
             Flavor::Allocate => MPI_WIN_FLAVOR_ALLOCATE,
             Flavor::Dynamic => MPI_WIN_FLAVOR_DYNAMIC,
+            Flavor::Shared => MPI_WIN_FLAVOR_SHARED,
         },
         model: MPI_WIN_UNIFIED,
     });
@@ -251,10 +260,8 @@ fn make(
         errhandler: ErrHandler::Fatal,
         name: String::new(),
         attrs,
-        _alloc: alloc,
         info,
         landings: Vec::new(),
-        shared: None,
     };
     let h = WINS.with(|t| {
         super::table_insert(
@@ -266,7 +273,8 @@ fn make(
         )
     })?;
     // SAFETY: non-null (checked), the caller's handle.
-    unsafe { put(win, h, "win") }
+    unsafe { put(win, h, "win") }?;
+    Ok(base)
 }
 
 fn size_arg(size: isize) -> MpiResult<usize> {
@@ -303,14 +311,13 @@ unsafe fn win_create(
         };
         make(
             comm,
-            mem,
-            base as usize,
+            Mem::Given(mem, base as usize),
             disp_unit,
             Flavor::Create,
             info,
-            None,
             win,
         )
+        .map(|_| ())
     })
 }
 
@@ -370,23 +377,17 @@ unsafe fn win_allocate(
         if baseptr.is_null() {
             return Err(super::null_argument("baseptr"));
         }
-        let mut alloc = vec![0u128; len.div_ceil(16)];
-        let p = alloc.as_mut_ptr().cast::<u8>();
-        // SAFETY: the allocation is kept in the window's entry until MPI_Win_free (moving
-        // the Vec does not move its heap block).
-        let mem = unsafe { UserBuf::from_raw_parts_mut(p, len) };
-        make(
+        // The window owns the memory (osc-sm's segment, or a heap block) until MPI_Win_free.
+        let p = make(
             comm,
-            mem,
-            p as usize,
+            Mem::Alloc(len),
             disp_unit,
             Flavor::Allocate,
             info,
-            Some(alloc),
             win,
         )?;
         // SAFETY: MPI_Win_allocate's contract: `baseptr` points to a `void *`.
-        unsafe { baseptr.cast::<*mut c_void>().write(p.cast()) };
+        unsafe { baseptr.cast::<*mut c_void>().write(p as *mut c_void) };
         Ok(())
     })
 }
@@ -439,137 +440,6 @@ pub unsafe extern "C" fn MPI_Win_allocate_c(
     }
 }
 
-/// Map the segment of `lens` (every member's bytes) on every member of `c` (collective):
-/// rank 0 creates a POSIX shared-memory object, the others open it by the name it
-/// broadcasts, and it is unlinked once all mapped it.
-fn map_shared(c: &rmca::Communicator, lens: &[u64]) -> MpiResult<SharedSeg> {
-    let mut offsets = Vec::with_capacity(lens.len());
-    let mut total = 0usize;
-    for &l in lens {
-        offsets.push(total);
-        total = total
-            .checked_add(usize::try_from(l).unwrap_or(usize::MAX))
-            .and_then(|t| t.checked_add(63))
-            .map(|t| t & !63)
-            .ok_or_else(|| MpiError::new(MPI_ERR_NO_MEM, "the shared window is too large"))?;
-    }
-    if total == 0 {
-        return Ok(SharedSeg {
-            base: std::ptr::null_mut(),
-            len: 0,
-            offsets,
-        });
-    }
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut name = [0u8; 64];
-    let mut ok = [1u8];
-    let me = c.rank();
-    let fail = |what: &str| {
-        MpiError::new(
-            MPI_ERR_RMA_SHARED,
-            format!(
-                "MPI_Win_allocate_shared: {what}: {}",
-                std::io::Error::last_os_error()
-            ),
-        )
-    };
-    let mut fd = -1;
-    let mut err = None;
-    if me == 0 {
-        let n = format!(
-            "/rmca-win-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        name[..n.len()].copy_from_slice(n.as_bytes());
-        // SAFETY: `name` is NUL-terminated (64 bytes, the name is shorter).
-        fd = unsafe {
-            libc::shm_open(
-                name.as_ptr().cast(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        // SAFETY: `fd` is the object just created.
-        if fd < 0 || unsafe { libc::ftruncate(fd, total as libc::off_t) } != 0 {
-            err = Some(fail("creating the segment"));
-            ok[0] = 0;
-        }
-    }
-    c.bcast(&mut ok, 0).map_err(MpiError::from)?;
-    c.bcast(&mut name, 0).map_err(MpiError::from)?;
-    if ok[0] == 0 {
-        if fd >= 0 {
-            // SAFETY: the object and descriptor created above.
-            unsafe {
-                libc::shm_unlink(name.as_ptr().cast());
-                libc::close(fd);
-            }
-        }
-        return Err(err.unwrap_or_else(|| {
-            MpiError::new(
-                MPI_ERR_RMA_SHARED,
-                "MPI_Win_allocate_shared: rank 0 could not create the segment",
-            )
-        }));
-    }
-    if me != 0 {
-        // SAFETY: a NUL-terminated name broadcast by rank 0.
-        fd = unsafe { libc::shm_open(name.as_ptr().cast(), libc::O_RDWR, 0) };
-    }
-    let base = if fd >= 0 {
-        // SAFETY: mapping `total` bytes of the object (its size, set by rank 0), shared.
-        unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                total,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        }
-    } else {
-        libc::MAP_FAILED
-    };
-    let mapped = base != libc::MAP_FAILED;
-    if !mapped {
-        err = Some(fail("mapping the segment"));
-    }
-    if fd >= 0 {
-        // SAFETY: the descriptor opened above; the mapping stays.
-        unsafe { libc::close(fd) };
-    }
-    // Every member must have mapped it before the name goes.
-    let mut all = [u8::from(mapped)];
-    let mut everyone = [0u8];
-    c.allreduce(&all, &mut everyone, rmca::coll::Op::Min)
-        .map_err(MpiError::from)?;
-    all[0] = everyone[0];
-    if me == 0 {
-        // SAFETY: the object rank 0 created.
-        unsafe { libc::shm_unlink(name.as_ptr().cast()) };
-    }
-    let seg = SharedSeg {
-        base: if mapped {
-            base.cast()
-        } else {
-            std::ptr::null_mut()
-        },
-        len: if mapped { total } else { 0 },
-        offsets,
-    };
-    if all[0] == 0 {
-        return Err(err.unwrap_or_else(|| {
-            MpiError::new(
-                MPI_ERR_RMA_SHARED,
-                "MPI_Win_allocate_shared: a member could not map the segment",
-            )
-        }));
-    }
-    Ok(seg)
-}
-
 /// `MPI_Win_allocate_shared` and `_c`.
 ///
 /// # Safety
@@ -599,49 +469,11 @@ unsafe fn win_allocate_shared(
                 "windows are made on intra-communicators only",
             ));
         }
-        let node = c.split_shared(0).map_err(MpiError::from)?;
-        if node.size() != c.size() {
-            return Err(MpiError::new(
-                MPI_ERR_RMA_SHARED,
-                "MPI_Win_allocate_shared: the communicator spans several nodes (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED gives one per node)",
-            ));
-        }
-        drop(node);
-        let mut lens = vec![0u64; c.size()];
-        c.allgather(&[len as u64], &mut lens)
-            .map_err(MpiError::from)?;
-        let seg = map_shared(&c, &lens)?;
-        let p = if seg.len == 0 {
-            std::ptr::null_mut()
-        } else {
-            // SAFETY: inside the mapping (offsets and lengths add up to at most its size).
-            unsafe { seg.base.add(seg.offsets[c.rank()]) }
-        };
-        let mem = if len == 0 {
-            UserBuf::empty()
-        } else {
-            // SAFETY: this member's part of the mapping, kept until the window is freed.
-            unsafe { UserBuf::from_raw_parts_mut(p, len) }
-        };
-        make(
-            comm,
-            mem,
-            p as usize,
-            disp_unit,
-            Flavor::Allocate,
-            info,
-            None,
-            win,
-        )?;
-        // SAFETY: `win` was written by `make`.
-        let h = unsafe { *win };
-        with_win(h, |e| {
-            e.attrs.flavor = MPI_WIN_FLAVOR_SHARED;
-            e.shared = Some(seg);
-            Ok(())
-        })?;
+        // One segment every member maps (osc-sm's, or mapped for osc-am when it is forced),
+        // owned by the window until MPI_Win_free; refused if a member is on another node.
+        let p = make(comm, Mem::Alloc(len), disp_unit, Flavor::Shared, info, win)?;
         // SAFETY: MPI_Win_allocate_shared's contract: `baseptr` points to a `void *`.
-        unsafe { baseptr.cast::<*mut c_void>().write(p.cast()) };
+        unsafe { baseptr.cast::<*mut c_void>().write(p as *mut c_void) };
         Ok(())
     })
 }
@@ -713,15 +545,9 @@ unsafe fn shared_query(
     call_win(fname, win, || {
         // Other flavors (MPI 4.1): only this process's memory is reachable by load and
         // store; the others' come back as size 0 and a NULL base.
-        let (w, base, offsets, own) = with_win(win, |e| {
-            Ok(match &e.shared {
-                Some(s) => (e.raw.clone(), s.base as usize, Some(s.offsets.clone()), 0),
-                None => (e.raw.clone(), 0, None, e.attrs.base),
-            })
-        })?;
+        let (w, own) = with_win(win, |e| Ok((e.raw.clone(), e.attrs.base)))?;
         let me = w.communicator().rank();
         let n = w.communicator().size();
-        let offsets = offsets.unwrap_or_default();
         let r = if rank == MPI_PROC_NULL {
             (0..n)
                 .find(|&r| w.target(r).is_some_and(|t| t.size > 0))
@@ -741,16 +567,12 @@ unsafe fn shared_query(
         if size.is_null() || disp_unit.is_null() || baseptr.is_null() {
             return Err(super::null_argument("size, disp_unit or baseptr"));
         }
-        let (p, size_of) = if offsets.is_empty() {
-            if r == me {
-                (own, t.size)
-            } else {
-                (0, 0)
-            }
-        } else if base == 0 || t.size == 0 {
-            (0, t.size)
-        } else {
-            (base + offsets[r], t.size)
+        let (p, size_of) = match w.shared_query(r) {
+            // A member of no bytes has no memory to point to.
+            Some((_, 0)) => (0, 0),
+            Some((addr, size)) => (addr, size),
+            None if r == me => (own, t.size),
+            None => (0, 0),
         };
         // SAFETY: the call's contract for each out-argument (checked non-null).
         unsafe {
@@ -822,14 +644,13 @@ pub unsafe extern "C" fn MPI_Win_create_dynamic(
     call("MPI_Win_create_dynamic", comm, || {
         make(
             comm,
-            UserBuf::empty(),
-            0,
+            Mem::Given(UserBuf::empty(), 0),
             1,
             Flavor::Dynamic,
             info,
-            None,
             win,
         )
+        .map(|_| ())
     })
 }
 
@@ -925,6 +746,12 @@ fn target_of(w: &RawWindow, rank: c_int) -> MpiResult<Option<usize>> {
 
 /// The runs `count` instances of `ty` cover at the target.
 fn layout(ty: &Ty, count: usize) -> Layout {
+    // A predefined type with no gap is one run: no datatype to build per operation.
+    if let Ty::Predefined(_, t) = ty {
+        if t.size as isize == t.extent as isize {
+            return Layout::contiguous((t.size * count) as u64);
+        }
+    }
     let mut runs = Vec::new();
     ty.layout().for_each_run(count, |off, len| {
         runs.push((off as i64, len as u64));
@@ -1138,6 +965,9 @@ fn land(win: Handle) -> MpiResult<()> {
     let (w, landings) = with_win(win, |e| {
         Ok((e.raw.clone(), std::mem::take(&mut e.landings)))
     })?;
+    if landings.is_empty() {
+        return Ok(());
+    }
     let mut keep = Vec::new();
     let mut first_err = None;
     for l in landings {

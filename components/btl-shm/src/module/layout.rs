@@ -5,6 +5,9 @@ pub const MAGIC: &[u8; 8] = b"RMCASHM\0";
 pub const VERSION: u32 = 4;
 /// The info block at offset 0: magic (8), version, nrings, lines, rank, pid (u32 LE each).
 pub const INFO_LEN: usize = 28;
+/// The doorbell word (`crate::wake`): in the first line, which is otherwise read-only after
+/// setup, so that senders loading it share the line with no writer while nobody sleeps.
+pub const OFF_DOORBELL: usize = 32;
 /// Count of peers that mapped the segment (its own line: peers write it once).
 pub const OFF_ATTACHED: usize = 64;
 /// Consumer heads, one per ring, 128 bytes apart so the adjacent-line prefetcher does not

@@ -217,6 +217,8 @@ struct Stats {
     /// 1 when streamed payloads start with non-temporal stores (the mode, or with `auto` the
     /// init measurement's choice).
     nontemporal_at_start: u64,
+    /// Bytes of ring memory faulted in when peers were added (both directions).
+    prefaulted_bytes: u64,
 }
 
 /// The btl-shm module.
@@ -261,6 +263,8 @@ pub struct ShmBtl {
     /// This process's id, the key of its registrations (read once: glibc's getpid is a
     /// system call each time, and every RGET send registers its buffer).
     my_pid: u32,
+    /// Our doorbell, installed as the progress engine's idle waiter in block mode.
+    doorbell: Option<Arc<crate::wake::Doorbell>>,
 }
 
 impl std::fmt::Debug for ShmBtl {
@@ -461,6 +465,7 @@ impl Btl for ShmBtl {
         // The ring checks the length against btl_shm_max_send_size (its limit).
         match p.producer.push(tag, header, payload) {
             Ok(()) => {
+                crate::wake::ring_if_blocking(|| p.mapping.atomic_u32(layout::OFF_DOORBELL));
                 self.stats.frags_sent += 1;
                 self.stats.bytes_sent += (header.len() + payload.len()) as u64;
                 Ok(())
@@ -636,6 +641,7 @@ impl Btl for ShmBtl {
             ("nontemporal_at_start", s.nontemporal_at_start),
             ("nontemporal_records", nontemporal_records),
             ("store_switches", store_switches),
+            ("prefaulted_bytes", s.prefaulted_bytes),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -643,6 +649,9 @@ impl Btl for ShmBtl {
     }
 
     fn finalize(&mut self) {
+        if self.doorbell.take().is_some() {
+            rmca_framework::progress::set_idle_waiter(None);
+        }
         self.shared.clear();
         self.help.clear();
         self.inbox.clear();

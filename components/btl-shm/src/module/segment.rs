@@ -40,6 +40,27 @@ fn ring_in(mapping: &Mapping, nrings: usize, lines: usize, ring: usize) -> Optio
     mapping.ring(layout::head(ring), layout::data(nrings, lines, ring), lines)
 }
 
+/// In block mode, map our segment's doorbell and install it as the progress engine's idle
+/// waiter (senders ring it); without it waits yield instead of sleeping, which is slower but
+/// correct, so a failure is only logged.
+fn install_doorbell(path: &std::path::Path) -> Option<std::sync::Arc<crate::wake::Doorbell>> {
+    if !rmca_framework::progress::wait_mode_blocks() {
+        return None;
+    }
+    match sys::DoorbellPage::open(path, layout::OFF_DOORBELL) {
+        Ok(page) => {
+            let d = std::sync::Arc::new(crate::wake::Doorbell::new(page));
+            rmca_framework::progress::set_idle_waiter(Some(d.clone()));
+            tracing::debug!("btl shm: idle waits sleep on the doorbell");
+            Some(d)
+        }
+        Err((op, e)) => {
+            tracing::warn!(error = %e, "btl shm: {op}: idle waits will yield instead of sleeping");
+            None
+        }
+    }
+}
+
 impl ShmBtl {
     /// Create the module: the inbox segment, the probe word, the business card. Returns `None`
     /// when no other rank shares this node (nothing to do).
@@ -79,6 +100,7 @@ impl ShmBtl {
         );
         let memory = ctx.memory.counter("btl.shm");
         memory.alloc(seg_len);
+        let doorbell = install_doorbell(&path);
 
         let probe = Box::new(random_u64());
         let probe_addr = &*probe as *const u64 as u64;
@@ -184,6 +206,7 @@ impl ShmBtl {
             charged: seg_len,
             next_registration: 1,
             my_pid: std::process::id(),
+            doorbell,
         }))
     }
 
@@ -307,6 +330,14 @@ impl ShmBtl {
         producer.set_chunk_scale(self.chunk_scale);
         producer.set_stores(self.stores.clone());
         producer.set_short_span(self.cfg.short_span);
+        // The first messages to this peer: fault in our ring's head and the span small records
+        // go round (its first short_span bytes) now, not on the first sends (a minor fault
+        // each, on the first round trips' path). The rest faults in as large records reach it.
+        let head = layout::head(ring);
+        let data = layout::data(nrings as usize, peer_lines, ring);
+        let span = self.cfg.short_span.clamp(LINE, peer_lines * LINE);
+        self.stats.prefaulted_bytes +=
+            (mapping.populate_write(head, LINE) + mapping.populate_write(data, span)) as u64;
         mapping
             .atomic_u32(layout::OFF_ATTACHED)
             .fetch_add(1, Ordering::AcqRel);
@@ -318,6 +349,11 @@ impl ShmBtl {
         let in_ring = ring_index(peer_local, self.my_local);
         let in_mem = ring_in(own, nrings as usize, self.lines, in_ring)
             .ok_or_else(|| BtlError::Other("btl shm: own ring misaligned".into()))?;
+        // Likewise the receiving side: our consumer head and the records' first span.
+        let span = self.cfg.short_span.clamp(LINE, self.lines * LINE);
+        self.stats.prefaulted_bytes += (own.populate_write(layout::head(in_ring), LINE)
+            + own.populate_write(layout::data(nrings as usize, self.lines, in_ring), span))
+            as u64;
         let mut consumer = Consumer::new(in_mem, ring::max_fragment(self.lines));
         consumer.set_publish_batch(self.cfg.publish_batch);
 

@@ -91,7 +91,12 @@ impl ShmBtl {
         );
         if let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) {
             // A full ring only means the sender will not help: we copy it all then.
-            let _ = p.producer.push(TAG_HELP, &Help { slot, gen }.emit(), &[]);
+            if p.producer
+                .push(TAG_HELP, &Help { slot, gen }.emit(), &[])
+                .is_ok()
+            {
+                crate::wake::ring_if_blocking(|| p.mapping.atomic_u32(super::layout::OFF_DOORBELL));
+            }
         }
         let mut g = SharedGet {
             slot,

@@ -46,3 +46,30 @@ pub struct Counters {
     /// Current smoothed RTT of the active path.
     pub srtt: Duration,
 }
+
+impl Counters {
+    /// Add `other`'s counts into these (a sum over connections); `srtt` becomes the larger
+    /// of the two, the slowest path's.
+    pub fn add(&mut self, other: &Counters) {
+        self.frags_sent += other.frags_sent;
+        self.retransmissions += other.retransmissions;
+        self.spurious_retransmissions += other.spurious_retransmissions;
+        self.lost += other.lost;
+        self.frags_received += other.frags_received;
+        self.duplicates += other.duplicates;
+        self.duplicate_acks += other.duplicate_acks;
+        self.csum_failures += other.csum_failures;
+        self.malformed += other.malformed;
+        self.timeouts += other.timeouts;
+        self.watchdog_expirations += other.watchdog_expirations;
+        self.failovers += other.failovers;
+        self.acks_sent += other.acks_sent;
+        self.nacks_sent += other.nacks_sent;
+        self.acks_bundled += other.acks_bundled;
+        self.acks_received += other.acks_received;
+        self.nacks_received += other.nacks_received;
+        self.pings_sent += other.pings_sent;
+        self.pongs_sent += other.pongs_sent;
+        self.srtt = self.srtt.max(other.srtt);
+    }
+}

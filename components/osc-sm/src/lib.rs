@@ -1,0 +1,826 @@
+//! osc-sm: MPI windows whose members all share a node.
+//!
+//! The window's memory is one shared segment ([`segment::Segment`]) every member maps:
+//! a control area (a barrier counter, and per member a reader-writer lock word, an
+//! accumulate lock word and the post/complete masks of [`sync`]), then every member's memory
+//! one after the other with no gap (MPI's default `alloc_shared_noncontig=false`), so
+//! `MPI_Win_shared_query` hands out plain pointers and a put or get is a copy. It serves the
+//! windows whose memory it places itself (`MPI_Win_allocate_shared`, and `MPI_Win_allocate`
+//! when every member is on this node); `MPI_Win_create` and dynamic windows, and members on
+//! other nodes, stay with osc-am.
+//!
+//! Operations complete when issued:
+//! - put and get copy the target layout's runs (each checked against the target's memory
+//!   before any byte is written);
+//! - accumulates on aligned 4- and 8-byte elements (integers, floats, value-index pairs of
+//!   that size) are CPU atomics per element: `fetch_add`/`and`/`or`/`xor`/`swap` where the
+//!   operation has one, a compare-exchange loop otherwise; every other element type goes
+//!   under the target's accumulate lock word. The choice depends only on the element type
+//!   and its address, so two accumulates on the same element always take the same path and
+//!   stay atomic with respect to each other, as MPI requires;
+//! - compare-and-swap is a compare-exchange on the same terms.
+//!
+//! Synchronization is the sans-IO state machine of [`sync`] over the control words: no
+//! message is ever sent, so a target need not call rmca for its origins to progress.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod segment;
+pub mod sync;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::component::{Component, ComponentMeta};
+use rmca_framework::osc::{
+    accumulate_with, AccOp, Allocated, Elem, HostAccumulate, Layout, OpId, OscComponent, OscError,
+    OscModule, OscPort, OscSetup, SyncCall, WinConfig,
+};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+
+use segment::Segment;
+use sync::{Epochs, Words};
+
+/// Bytes before the members' control blocks (the barrier counter, alone on its cache line).
+const HEADER: usize = 64;
+/// Offset of the accumulate lock word in a member's control block.
+const ACC_LOCK: usize = 8;
+/// Offset of the post mask in a member's control block.
+const MASKS: usize = 16;
+
+/// The osc-sm component.
+#[derive(Debug)]
+pub struct SmComponent;
+
+/// The registered instance.
+pub static SM: SmComponent = SmComponent;
+rmca_framework::builtin_component!(Osc, SM);
+
+impl Component for SmComponent {
+    fn meta(&self) -> ComponentMeta {
+        ComponentMeta {
+            name: "sm",
+            version: env!("CARGO_PKG_VERSION"),
+            description: "One-sided communication on a node's shared segment: loads, stores and CPU atomics (MPI_Win_allocate/_allocate_shared within a node)",
+        }
+    }
+
+    fn register_params(&self, params: &mut ParamRegistrar<'_>) {
+        params.add(
+            Param::int("priority", 30)
+                .range(0, 100)
+                .help("Priority of osc-sm among the OSC components that can serve a window (allocated windows whose members all share this node)")
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::bool("atomics", true)
+                .help("Accumulates, fetch-and-op and compare-and-swap on aligned 4- and 8-byte elements by CPU atomics; false: every one under the target's accumulate lock word")
+                .level(Level::Dev),
+        );
+    }
+}
+
+impl OscComponent for SmComponent {
+    fn priority(&self, params: &ParamStore) -> i32 {
+        params
+            .get_int("osc_sm_priority")
+            .map_or(30, |v| i32::try_from(v).unwrap_or(30))
+    }
+
+    fn query(&self, config: &WinConfig, _params: &ParamStore) -> bool {
+        config.same_node && config.allocated && !config.dynamic
+    }
+
+    fn create(
+        &self,
+        _config: WinConfig,
+        _memory: UserBuf,
+        _params: &ParamStore,
+    ) -> Result<Box<dyn OscModule>, OscError> {
+        Err(OscError::Arg(
+            "osc-sm serves only windows whose memory it allocates (MPI_Win_allocate, _allocate_shared)".into(),
+        ))
+    }
+
+    fn allocates(&self, _config: &WinConfig) -> bool {
+        true
+    }
+
+    fn allocate(
+        &self,
+        config: WinConfig,
+        setup: &mut dyn OscSetup,
+        params: &ParamStore,
+    ) -> Result<Allocated, OscError> {
+        let atomics = params.get_bool("osc_sm_atomics").unwrap_or(true);
+        let module = SmModule::new(config, setup, atomics)?;
+        let memory = module.part(module.me);
+        Ok(Allocated {
+            module: Box::new(module),
+            memory,
+        })
+    }
+}
+
+/// Where things are in a window's segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Bytes of one member's control block.
+    pub stride: usize,
+    /// Offset and size of every member's memory.
+    pub parts: Vec<(usize, usize)>,
+    /// Bytes of the whole segment.
+    pub len: usize,
+}
+
+impl Plan {
+    /// The layout of a window whose members expose `sizes` bytes.
+    pub fn new(sizes: &[u64]) -> Result<Self, OscError> {
+        let n = sizes.len();
+        let too_large = || {
+            OscError::Arg(format!(
+                "osc-sm: the window's members expose {} bytes in all, more than this process can map",
+                sizes.iter().map(|&s| u128::from(s)).sum::<u128>()
+            ))
+        };
+        let stride = (MASKS + sync::words_per_member(n) - 8).next_multiple_of(64);
+        let data = n
+            .checked_mul(stride)
+            .and_then(|c| c.checked_add(HEADER))
+            .ok_or_else(too_large)?;
+        let mut at = data;
+        let mut parts = Vec::with_capacity(n);
+        for &s in sizes {
+            let s = usize::try_from(s).map_err(|_| too_large())?;
+            parts.push((at, s));
+            at = at.checked_add(s).ok_or_else(too_large)?;
+        }
+        Ok(Self {
+            stride,
+            parts,
+            len: at,
+        })
+    }
+
+    /// Bytes the segment holds besides the members' memory.
+    pub fn overhead(&self) -> usize {
+        HEADER + self.parts.len() * self.stride
+    }
+}
+
+/// The runs of one operation in the segment: `(offset, len)`, each inside the target's part.
+enum Runs {
+    One([(usize, usize); 1]),
+    Many(Vec<(usize, usize)>),
+}
+
+impl std::ops::Deref for Runs {
+    type Target = [(usize, usize)];
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Runs::One(r) => r,
+            Runs::Many(v) => v,
+        }
+    }
+}
+
+/// The control words of a window, in its segment.
+struct SegWords<'a> {
+    seg: &'a Segment,
+    stride: usize,
+    mask_words: usize,
+}
+
+impl SegWords<'_> {
+    fn ctl(&self, r: usize) -> usize {
+        HEADER + r * self.stride
+    }
+}
+
+impl Words for SegWords<'_> {
+    fn barrier(&self) -> &AtomicU64 {
+        self.seg.u64_at(0)
+    }
+    fn lock(&self, t: usize) -> &AtomicU64 {
+        self.seg.u64_at(self.ctl(t))
+    }
+    fn posts(&self, o: usize, w: usize) -> &AtomicU64 {
+        self.seg.u64_at(self.ctl(o) + MASKS + 8 * w)
+    }
+    fn completes(&self, t: usize, w: usize) -> &AtomicU64 {
+        self.seg
+            .u64_at(self.ctl(t) + MASKS + 8 * (self.mask_words + w))
+    }
+}
+
+/// One window of osc-sm at one member.
+#[derive(Debug)]
+pub struct SmModule {
+    seg: Segment,
+    me: usize,
+    plan: Plan,
+    epochs: Epochs,
+    next_id: OpId,
+    /// Results of fetching operations not yet polled (the others are done when issued).
+    results: HashMap<OpId, Result<Vec<u8>, OscError>>,
+    host: Option<HostAccumulate>,
+    atomics: bool,
+}
+
+impl SmModule {
+    /// Map the window's segment (collective over `setup`) and make the module.
+    pub fn new(
+        config: WinConfig,
+        setup: &mut dyn OscSetup,
+        atomics: bool,
+    ) -> Result<Self, OscError> {
+        let sizes: Vec<u64> = config.targets.iter().map(|t| t.size).collect();
+        let plan = Plan::new(&sizes)?;
+        let seg = Segment::create(setup, config.rank, plan.len)?;
+        tracing::debug!(
+            members = sizes.len(),
+            bytes = plan.len,
+            overhead = plan.overhead(),
+            "osc-sm: window segment mapped"
+        );
+        Ok(Self {
+            seg,
+            me: config.rank,
+            epochs: Epochs::new(config.rank, sizes.len(), config.no_locks),
+            plan,
+            next_id: 1,
+            results: HashMap::new(),
+            host: config.host,
+            atomics,
+        })
+    }
+
+    fn part(&self, r: usize) -> UserBuf {
+        let (off, len) = self.plan.parts[r];
+        self.seg.user_buf(off, len)
+    }
+
+    fn words(&self) -> SegWords<'_> {
+        SegWords {
+            seg: &self.seg,
+            stride: self.plan.stride,
+            mask_words: self.plan.parts.len().div_ceil(64),
+        }
+    }
+
+    /// The segment offsets and lengths of the runs of `layout` at `addr` of `target`,
+    /// every one checked to lie inside the target's memory.
+    fn locate(&self, target: usize, addr: u64, layout: &Layout) -> Result<Runs, OscError> {
+        self.epochs.check_access(target)?;
+        let (base, size) = self.plan.parts[target];
+        let place = |&(off, len): &(i64, u64)| {
+            let lo = i128::from(addr) + i128::from(off);
+            let hi = lo + i128::from(len);
+            if lo < 0 || hi > size as i128 {
+                return Err(OscError::Range(format!(
+                    "bytes {lo}..{hi} of rank {target}'s window are outside it ({size} bytes)"
+                )));
+            }
+            Ok((base + lo as usize, len as usize))
+        };
+        // One run (a predefined or contiguous target type) needs no allocation.
+        match &layout.runs[..] {
+            [] => Ok(Runs::Many(Vec::new())),
+            [one] => Ok(Runs::One([place(one)?])),
+            runs => runs
+                .iter()
+                .filter(|&&(_, l)| l > 0)
+                .map(place)
+                .collect::<Result<Vec<_>, _>>()
+                .map(Runs::Many),
+        }
+    }
+
+    fn finish(&mut self, result: Option<Result<Vec<u8>, OscError>>) -> OpId {
+        let id = self.next_id;
+        self.next_id += 1;
+        if let Some(r) = result {
+            self.results.insert(id, r);
+        }
+        id
+    }
+
+    /// Hold target `t`'s accumulate lock word while `f` runs.
+    fn locked<R>(&self, t: usize, f: impl FnOnce() -> R) -> R {
+        let word: &AtomicU32 = self.seg.u32_at(self.words().ctl(t) + ACC_LOCK);
+        let mut spins = 0u32;
+        while word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let r = f();
+        word.store(0, Ordering::Release);
+        r
+    }
+
+    /// Do accumulates on `elem` at these runs go by CPU atomics?
+    fn atomic_path(&self, elem: Elem, runs: &[(usize, usize)]) -> bool {
+        let es = elem.size();
+        self.atomics
+            && (es == 4 || es == 8)
+            && !elem.host_arithmetic()
+            && runs.iter().all(|&(off, _)| off.is_multiple_of(es))
+    }
+}
+
+/// `op` on one 4- or 8-byte element as a CPU atomic; the previous value.
+macro_rules! rmw {
+    ($name:ident, $atomic:ty, $t:ty, $ints:pat) => {
+        fn $name(
+            a: &$atomic,
+            op: AccOp,
+            elem: Elem,
+            origin: $t,
+            host: Option<HostAccumulate>,
+        ) -> $t {
+            let int = matches!(elem, $ints);
+            match op {
+                AccOp::Replace => a.swap(origin, Ordering::AcqRel),
+                AccOp::NoOp => a.load(Ordering::Acquire),
+                AccOp::Sum if int => a.fetch_add(origin, Ordering::AcqRel),
+                AccOp::BAnd if int => a.fetch_and(origin, Ordering::AcqRel),
+                AccOp::BOr if int => a.fetch_or(origin, Ordering::AcqRel),
+                AccOp::BXor if int => a.fetch_xor(origin, Ordering::AcqRel),
+                _ => {
+                    let r = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                        let mut b = cur.to_ne_bytes();
+                        accumulate_with(op, elem, &mut b, &origin.to_ne_bytes(), host)
+                            .ok()
+                            .map(|()| <$t>::from_ne_bytes(b))
+                    });
+                    // Err only if the operation failed, which the caller's checks rule out.
+                    r.unwrap_or_else(|v| v)
+                }
+            }
+        }
+    };
+}
+rmw!(rmw32, AtomicU32, u32, Elem::I32 | Elem::U32);
+rmw!(rmw64, AtomicU64, u64, Elem::I64 | Elem::U64);
+
+impl OscModule for SmModule {
+    fn component_name(&self) -> &'static str {
+        "sm"
+    }
+
+    fn put(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        data: Vec<u8>,
+    ) -> Result<OpId, OscError> {
+        let runs = self.locate(target, addr, layout)?;
+        if data.len() as u64 != layout.len() {
+            return Err(OscError::Arg(format!(
+                "put: {} bytes of data for a target layout of {}",
+                data.len(),
+                layout.len()
+            )));
+        }
+        let mut at = 0;
+        for &(off, len) in runs.iter() {
+            self.seg.write(off, &data[at..at + len]);
+            at += len;
+        }
+        Ok(self.finish(None))
+    }
+
+    fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
+        let runs = self.locate(target, addr, layout)?;
+        let mut out = vec![0u8; layout.len() as usize];
+        let mut at = 0;
+        for &(off, len) in runs.iter() {
+            self.seg.read(off, &mut out[at..at + len]);
+            at += len;
+        }
+        Ok(self.finish(Some(Ok(out))))
+    }
+
+    fn accumulate(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        op: AccOp,
+        elem: Elem,
+        data: Vec<u8>,
+        fetch: bool,
+    ) -> Result<OpId, OscError> {
+        let runs = self.locate(target, addr, layout)?;
+        if !elem.supports(op) {
+            return Err(OscError::Op(format!(
+                "accumulate: {op:?} is not defined on {elem:?} elements"
+            )));
+        }
+        let es = elem.size();
+        let total = layout.len() as usize;
+        if (op != AccOp::NoOp && data.len() != total)
+            || runs.iter().any(|&(_, l)| !l.is_multiple_of(es))
+        {
+            return Err(OscError::Arg(format!(
+                "accumulate: {} bytes of data for a target layout of {total} bytes, in runs that must hold whole {es}-byte {elem:?} elements",
+                data.len()
+            )));
+        }
+        let mut old = if fetch { vec![0u8; total] } else { Vec::new() };
+        if self.atomic_path(elem, &runs) {
+            let mut at = 0;
+            for &(off, len) in runs.iter() {
+                for k in (0..len).step_by(es) {
+                    let origin = if op == AccOp::NoOp {
+                        &[0u8; 8][..es]
+                    } else {
+                        &data[at + k..at + k + es]
+                    };
+                    let prev = if es == 4 {
+                        let o = u32::from_ne_bytes(origin.try_into().expect("4 bytes"));
+                        rmw32(self.seg.u32_at(off + k), op, elem, o, self.host)
+                            .to_ne_bytes()
+                            .to_vec()
+                    } else {
+                        let o = u64::from_ne_bytes(origin.try_into().expect("8 bytes"));
+                        rmw64(self.seg.u64_at(off + k), op, elem, o, self.host)
+                            .to_ne_bytes()
+                            .to_vec()
+                    };
+                    if fetch {
+                        old[at + k..at + k + es].copy_from_slice(&prev);
+                    }
+                }
+                at += len;
+            }
+        } else {
+            // Under the lock: read every run, compute on a copy, write back only if the
+            // operation succeeded (the host's arithmetic may refuse it).
+            let seg = &self.seg;
+            let host = self.host;
+            let r = self.locked(target, || {
+                let mut cur = vec![0u8; total];
+                let mut at = 0;
+                for &(off, len) in runs.iter() {
+                    seg.read(off, &mut cur[at..at + len]);
+                    at += len;
+                }
+                if fetch {
+                    old.copy_from_slice(&cur);
+                }
+                if op == AccOp::NoOp {
+                    return Ok(());
+                }
+                accumulate_with(op, elem, &mut cur, &data, host)?;
+                let mut at = 0;
+                for &(off, len) in runs.iter() {
+                    seg.write(off, &cur[at..at + len]);
+                    at += len;
+                }
+                Ok(())
+            });
+            r?;
+        }
+        Ok(self.finish(fetch.then_some(Ok(old))))
+    }
+
+    fn compare_and_swap(
+        &mut self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<OpId, OscError> {
+        let es = elem.size();
+        let runs = self.locate(target, addr, &Layout::contiguous(es as u64))?;
+        if compare.len() != es || value.len() != es {
+            return Err(OscError::Arg(format!(
+                "compare_and_swap: compare ({} bytes) and value ({} bytes) must be one {es}-byte {elem:?} element",
+                compare.len(),
+                value.len()
+            )));
+        }
+        let off = runs[0].0;
+        let prev = if self.atomic_path(elem, &runs) {
+            if es == 4 {
+                let c = u32::from_ne_bytes(compare[..].try_into().expect("4 bytes"));
+                let v = u32::from_ne_bytes(value[..].try_into().expect("4 bytes"));
+                let r = self.seg.u32_at(off).compare_exchange(
+                    c,
+                    v,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                r.unwrap_or_else(|x| x).to_ne_bytes().to_vec()
+            } else {
+                let c = u64::from_ne_bytes(compare[..].try_into().expect("8 bytes"));
+                let v = u64::from_ne_bytes(value[..].try_into().expect("8 bytes"));
+                let r = self.seg.u64_at(off).compare_exchange(
+                    c,
+                    v,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                r.unwrap_or_else(|x| x).to_ne_bytes().to_vec()
+            }
+        } else {
+            let seg = &self.seg;
+            self.locked(target, || {
+                let mut cur = vec![0u8; es];
+                seg.read(off, &mut cur);
+                if cur == compare {
+                    seg.write(off, &value);
+                }
+                cur
+            })
+        };
+        Ok(self.finish(Some(Ok(prev))))
+    }
+
+    fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>> {
+        if let Some(r) = self.results.remove(&id) {
+            return Some(r);
+        }
+        Some(if id > 0 && id < self.next_id {
+            Ok(Vec::new())
+        } else {
+            Err(OscError::Arg(format!("unknown operation {id}")))
+        })
+    }
+
+    fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
+        let w = SegWords {
+            seg: &self.seg,
+            stride: self.plan.stride,
+            mask_words: self.plan.parts.len().div_ceil(64),
+        };
+        self.epochs.sync(call, &w)
+    }
+
+    fn sync_done(&mut self) -> Option<Result<(), OscError>> {
+        let w = SegWords {
+            seg: &self.seg,
+            stride: self.plan.stride,
+            mask_words: self.plan.parts.len().div_ceil(64),
+        };
+        self.epochs.poll(&w)
+    }
+
+    fn exposure_complete(&self) -> bool {
+        self.epochs.exposure_complete(&self.words())
+    }
+
+    fn progress(&mut self, _port: &mut dyn OscPort) -> usize {
+        // Nothing travels: every operation was applied when issued.
+        0
+    }
+
+    fn attach(&mut self, _region: UserBuf) -> Result<(), OscError> {
+        Err(OscError::Attach(
+            "MPI_Win_attach on a window not made by MPI_Win_create_dynamic".into(),
+        ))
+    }
+
+    fn detach(&mut self, _addr: u64) -> Result<(), OscError> {
+        Err(OscError::Attach(
+            "MPI_Win_detach on a window not made by MPI_Win_create_dynamic".into(),
+        ))
+    }
+
+    fn direct(&self) -> bool {
+        true
+    }
+
+    fn shared_part(&self, rank: usize) -> Option<UserBuf> {
+        (rank < self.plan.parts.len()).then(|| self.part(rank))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmca_framework::osc::TargetInfo;
+
+    /// A window of one member: its collective steps are trivial.
+    struct Alone;
+
+    impl OscSetup for Alone {
+        fn bcast(&mut self, _root: usize, _data: &mut [u8]) -> Result<(), OscError> {
+            Ok(())
+        }
+        fn all(&mut self, ok: bool) -> Result<bool, OscError> {
+            Ok(ok)
+        }
+    }
+
+    fn module(size: u64, atomics: bool) -> SmModule {
+        let config = WinConfig {
+            rank: 0,
+            targets: vec![TargetInfo { size, disp_unit: 1 }],
+            same_node: true,
+            dynamic: false,
+            no_locks: false,
+            allocated: true,
+            shared: true,
+            host: None,
+        };
+        SmModule::new(config, &mut Alone, atomics).unwrap()
+    }
+
+    fn fence(m: &mut SmModule, succeed: bool) {
+        m.sync(SyncCall::Fence { succeed }).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+    }
+
+    fn i32s(v: &[i32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn parts_follow_each_other_with_no_gap() {
+        let p = Plan::new(&[12, 0, 5, 64]).unwrap();
+        assert_eq!(p.parts[0].0 % 64, 0);
+        assert_eq!(p.parts[1], (p.parts[0].0 + 12, 0));
+        assert_eq!(p.parts[2], (p.parts[0].0 + 12, 5));
+        assert_eq!(p.parts[3].0, p.parts[0].0 + 17);
+        assert_eq!(p.len, p.parts[3].0 + 64);
+        assert!(Plan::new(&[u64::MAX, u64::MAX]).is_err());
+    }
+
+    #[test]
+    fn every_operation_on_one_members_segment() {
+        for atomics in [true, false] {
+            let mut m = module(32, atomics);
+            assert!(matches!(
+                m.put(0, 0, &Layout::contiguous(4), vec![0; 4]),
+                Err(OscError::Sync(_))
+            ));
+            fence(&mut m, true);
+            m.put(0, 0, &Layout::contiguous(8), i32s(&[5, 6])).unwrap();
+            let layout = Layout {
+                runs: vec![(0, 4), (-4, 4)],
+            };
+            let id = m.get(0, 4, &layout).unwrap();
+            assert_eq!(m.poll_op(id), Some(Ok(i32s(&[6, 5]))));
+            let id = m
+                .accumulate(
+                    0,
+                    0,
+                    &Layout::contiguous(8),
+                    AccOp::Sum,
+                    Elem::I32,
+                    i32s(&[1, 2]),
+                    true,
+                )
+                .unwrap();
+            assert_eq!(m.poll_op(id), Some(Ok(i32s(&[5, 6]))));
+            let id = m
+                .accumulate(
+                    0,
+                    0,
+                    &Layout::contiguous(8),
+                    AccOp::Max,
+                    Elem::I32,
+                    i32s(&[7, 0]),
+                    false,
+                )
+                .unwrap();
+            assert_eq!(m.poll_op(id), Some(Ok(Vec::new())));
+            let id = m
+                .compare_and_swap(0, 4, Elem::I32, i32s(&[8]), i32s(&[80]))
+                .unwrap();
+            assert_eq!(m.poll_op(id), Some(Ok(i32s(&[8]))));
+            let id = m
+                .accumulate(
+                    0,
+                    0,
+                    &Layout::contiguous(8),
+                    AccOp::NoOp,
+                    Elem::I32,
+                    Vec::new(),
+                    true,
+                )
+                .unwrap();
+            assert_eq!(m.poll_op(id), Some(Ok(i32s(&[7, 80]))));
+            // Bytes (the lock path on either setting), doubles.
+            m.accumulate(
+                0,
+                9,
+                &Layout::contiguous(2),
+                AccOp::BXor,
+                Elem::U8,
+                vec![3, 5],
+                false,
+            )
+            .unwrap();
+            m.accumulate(
+                0,
+                16,
+                &Layout::contiguous(8),
+                AccOp::Sum,
+                Elem::F64,
+                1.5f64.to_ne_bytes().to_vec(),
+                false,
+            )
+            .unwrap();
+            m.accumulate(
+                0,
+                16,
+                &Layout::contiguous(8),
+                AccOp::Prod,
+                Elem::F64,
+                3.0f64.to_ne_bytes().to_vec(),
+                false,
+            )
+            .unwrap();
+            let id = m.get(0, 8, &Layout::contiguous(16)).unwrap();
+            let got = m.poll_op(id).unwrap().unwrap();
+            assert_eq!(&got[..4], &[0, 3, 5, 0]);
+            assert_eq!(f64::from_ne_bytes(got[8..].try_into().unwrap()), 4.5);
+            fence(&mut m, false);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_refused_and_writes_nothing() {
+        let mut m = module(8, true);
+        fence(&mut m, true);
+        let before = m.part(0).as_slice().to_vec();
+        // A run past the end after one inside: nothing written.
+        let layout = Layout {
+            runs: vec![(0, 4), (6, 4)],
+        };
+        assert!(matches!(
+            m.put(0, 0, &layout, vec![9; 8]),
+            Err(OscError::Range(_))
+        ));
+        assert!(matches!(
+            m.accumulate(0, 0, &layout, AccOp::Sum, Elem::I32, vec![9; 8], false),
+            Err(OscError::Range(_))
+        ));
+        assert!(matches!(
+            m.put(0, u64::MAX, &Layout::contiguous(1), vec![9]),
+            Err(OscError::Range(_))
+        ));
+        assert!(matches!(
+            m.get(1, 0, &Layout::contiguous(1)),
+            Err(OscError::Rank(_))
+        ));
+        assert!(matches!(
+            m.accumulate(
+                0,
+                0,
+                &Layout::contiguous(8),
+                AccOp::BAnd,
+                Elem::F64,
+                vec![0; 8],
+                false
+            ),
+            Err(OscError::Op(_))
+        ));
+        assert!(matches!(
+            m.accumulate(
+                0,
+                0,
+                &Layout::contiguous(6),
+                AccOp::Sum,
+                Elem::I32,
+                vec![0; 6],
+                false
+            ),
+            Err(OscError::Arg(_))
+        ));
+        assert!(matches!(
+            m.compare_and_swap(0, 6, Elem::I32, vec![0; 4], vec![1; 4]),
+            Err(OscError::Range(_))
+        ));
+        assert_eq!(m.part(0).as_slice(), &before[..]);
+        assert!(matches!(m.poll_op(999), Some(Err(OscError::Arg(_)))));
+        fence(&mut m, false);
+    }
+
+    #[test]
+    fn a_window_of_no_bytes_maps_its_control_words() {
+        let mut m = module(0, true);
+        assert!(m.shared_part(0).is_some_and(|p| p.is_empty()));
+        fence(&mut m, true);
+        assert!(matches!(
+            m.put(0, 0, &Layout::contiguous(1), vec![1]),
+            Err(OscError::Range(_))
+        ));
+        m.sync(SyncCall::Free).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+    }
+}

@@ -1,0 +1,308 @@
+/* One-sided communication on windows whose members share the node (osc-sm: one shared
+ * segment, loads, stores and CPU atomics; osc-am when forced with --mca osc am):
+ * MPI_Win_allocate_shared with MPI_Win_shared_query (parts contiguous in rank order, a member
+ * of size 0, MPI_PROC_NULL), load/store seen by the other members after MPI_Win_sync and a
+ * barrier; every RMA call and synchronization on MPI_Win_allocate_shared and MPI_Win_allocate
+ * windows; atomics and exclusive locks under contention from every rank (the counts add up
+ * exactly); bad input answered with the RMA error classes and nothing written. Runs on any
+ * number of ranks on one node (1 included). */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "check.h"
+
+static int rank, size;
+
+static int right(void) { return (rank + 1) % size; }
+static int left(void) { return (rank + size - 1) % size; }
+
+/* Member r exposes r + 1 ints, except member 1, which exposes none. */
+static int ints_of(int r) { return r == 1 ? 0 : r + 1; }
+
+/* Load and store through MPI_Win_shared_query's pointers. */
+static void load_store(void) {
+    int *mine = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared((MPI_Aint)sizeof(int) * ints_of(rank), sizeof(int), MPI_INFO_NULL,
+                               MPI_COMM_WORLD, &mine, &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    int *flavor = NULL, flag = 0;
+    OK(MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag));
+    CHECK(flag && *flavor == MPI_WIN_FLAVOR_SHARED, "flavor %d", flavor ? *flavor : -1);
+    void *base = NULL;
+    OK(MPI_Win_get_attr(win, MPI_WIN_BASE, &base, &flag));
+    CHECK(flag && (ints_of(rank) == 0 || base == mine), "MPI_WIN_BASE %p, baseptr %p", base,
+          (void *)mine);
+    /* Contiguous in rank order (alloc_shared_noncontig=false): each part right after the
+     * previous one, the member of size 0 taking no room. */
+    int *first = NULL;
+    char *expect = NULL;
+    for (int r = 0; r < size; r++) {
+        MPI_Aint sz = -1;
+        int du = 0, *p = NULL;
+        OK(MPI_Win_shared_query(win, r, &sz, &du, &p));
+        CHECK(sz == (MPI_Aint)sizeof(int) * ints_of(r) && du == (int)sizeof(int), "query %d: %ld %d",
+              r, (long)sz, du);
+        if (sz > 0) {
+            if (expect) CHECK((char *)p == expect, "rank %d's part follows the previous one", r);
+            if (!first) first = p;
+            expect = (char *)p + sz;
+        }
+    }
+    MPI_Aint sz = -1;
+    int du = 0, *p = NULL;
+    OK(MPI_Win_shared_query(win, MPI_PROC_NULL, &sz, &du, &p));
+    CHECK(p == first && sz == (MPI_Aint)sizeof(int), "MPI_PROC_NULL: the first part with memory");
+    CHECK(MPI_Win_shared_query(win, size, &sz, &du, &p) == MPI_ERR_RANK, "rank = size");
+
+    /* Store into the right neighbour's part, then the unified model's handshake. */
+    OK(MPI_Win_lock_all(0, win));
+    OK(MPI_Win_shared_query(win, right(), &sz, &du, &p));
+    for (int i = 0; i < ints_of(right()); i++) p[i] = 1000 * rank + i;
+    OK(MPI_Win_sync(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_sync(win));
+    for (int i = 0; i < ints_of(rank); i++)
+        CHECK(mine[i] == 1000 * left() + i, "store from the left: [%d] = %d", i, mine[i]);
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_free(&win));
+}
+
+/* Every RMA call and synchronization on a window of each allocated flavor. */
+static void every_call(int shared) {
+    int64_t *mem = NULL;
+    MPI_Win win;
+    const int n = 16;
+    if (shared)
+        OK(MPI_Win_allocate_shared(n * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL,
+                                   MPI_COMM_WORLD, &mem, &win));
+    else
+        OK(MPI_Win_allocate(n * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD,
+                            &mem, &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    for (int i = 0; i < n; i++) mem[i] = -1;
+
+    /* Fence: put, get, a strided target (every other element), accumulate. */
+    OK(MPI_Win_fence(0, win));
+    int64_t v[4] = {rank, rank + 1, rank + 2, rank + 3};
+    OK(MPI_Put(v, 4, MPI_INT64_T, right(), 0, 4, MPI_INT64_T, win));
+    MPI_Datatype every_other;
+    OK(MPI_Type_vector(4, 1, 2, MPI_INT64_T, &every_other));
+    OK(MPI_Type_commit(&every_other));
+    OK(MPI_Put(v, 4, MPI_INT64_T, right(), 8, 1, every_other, win));
+    OK(MPI_Win_fence(0, win));
+    for (int i = 0; i < 4; i++) CHECK(mem[i] == left() + i, "put [%d] = %ld", i, (long)mem[i]);
+    for (int i = 0; i < 4; i++)
+        CHECK(mem[8 + 2 * i] == left() + i && mem[9 + 2 * i] == -1, "strided put [%d]", i);
+    /* The next epoch's accumulates land here as soon as the left neighbour left the fence. */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    int64_t got[4] = {0};
+    OK(MPI_Get(got, 4, MPI_INT64_T, right(), 8, 1, every_other, win));
+    OK(MPI_Accumulate(v, 4, MPI_INT64_T, right(), 0, 4, MPI_INT64_T, MPI_SUM, win));
+    OK(MPI_Win_fence(0, win));
+    for (int i = 0; i < 4; i++) CHECK(got[i] == rank + i, "strided get [%d] = %ld", i, (long)got[i]);
+    for (int i = 0; i < 4; i++)
+        CHECK(mem[i] == 2 * (left() + i), "accumulate [%d] = %ld", i, (long)mem[i]);
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+
+    /* Post/start/complete/wait with the neighbours: get_accumulate, fetch_and_op, CAS. */
+    MPI_Group world, from, to;
+    OK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    int l = left(), r = right();
+    OK(MPI_Group_incl(world, 1, &l, &from));
+    OK(MPI_Group_incl(world, 1, &r, &to));
+    OK(MPI_Win_post(from, 0, win));
+    OK(MPI_Win_start(to, 0, win));
+    int64_t one = 1, old = 0, prev[2] = {0}, cmp = 2 * rank, swap = 7;
+    OK(MPI_Get_accumulate(v, 2, MPI_INT64_T, prev, 2, MPI_INT64_T, right(), 2, 2, MPI_INT64_T,
+                          MPI_MAX, win));
+    OK(MPI_Fetch_and_op(&one, &old, MPI_INT64_T, right(), 4, MPI_SUM, win));
+    OK(MPI_Compare_and_swap(&swap, &cmp, &cmp, MPI_INT64_T, right(), 0, win));
+    OK(MPI_Win_complete(win));
+    int done = 0;
+    while (!done) POLL(MPI_Win_test(win, &done));
+    CHECK(prev[0] == 2 * (rank + 2) && prev[1] == 2 * (rank + 3), "get_accumulate's old values");
+    CHECK(old == -1, "fetch_and_op's old value %ld", (long)old);
+    CHECK(cmp == 2 * rank, "compare_and_swap's old value %ld", (long)cmp);
+    CHECK(mem[0] == 7 && mem[4] == 0, "CAS and fetch_and_op landed: %ld %ld", (long)mem[0],
+          (long)mem[4]);
+    CHECK(mem[2] == 2 * (left() + 2), "MPI_MAX kept the larger value");
+
+    /* Locks: exclusive and shared, request-based calls, every flush. */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right(), 0, win));
+    MPI_Request req[4];
+    int64_t rg = 0, fetched = 0, add = 5;
+    OK(MPI_Rput(&add, 1, MPI_INT64_T, right(), 5, 1, MPI_INT64_T, win, &req[0]));
+    OK(MPI_Win_flush(right(), win));
+    OK(MPI_Rget(&rg, 1, MPI_INT64_T, right(), 5, 1, MPI_INT64_T, win, &req[1]));
+    OK(MPI_Raccumulate(&add, 1, MPI_INT64_T, right(), 5, 1, MPI_INT64_T, MPI_SUM, win, &req[2]));
+    OK(MPI_Win_flush_local(right(), win));
+    OK(MPI_Rget_accumulate(&add, 1, MPI_INT64_T, &fetched, 1, MPI_INT64_T, right(), 5, 1,
+                           MPI_INT64_T, MPI_NO_OP, win, &req[3]));
+    OK(MPI_Waitall(4, req, MPI_STATUSES_IGNORE));
+    CHECK(rg == 5 && fetched == 10, "request-based: %ld %ld", (long)rg, (long)fetched);
+    OK(MPI_Win_unlock(right(), win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, left(), 0, win));
+    OK(MPI_Get(&rg, 1, MPI_INT64_T, left(), 5, 1, MPI_INT64_T, win));
+    OK(MPI_Win_unlock(left(), win));
+    CHECK(rg == 10, "shared lock get %ld", (long)rg);
+    OK(MPI_Win_lock_all(0, win));
+    OK(MPI_Put(&one, 1, MPI_INT64_T, left(), 6, 1, MPI_INT64_T, win));
+    OK(MPI_Win_flush_all(win));
+    OK(MPI_Win_flush_local_all(win));
+    OK(MPI_Win_sync(win));
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+    OK(MPI_Win_sync(win));
+    CHECK(mem[6] == 1, "put under lock_all: %ld", (long)mem[6]);
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+
+    OK(MPI_Type_free(&every_other));
+    OK(MPI_Group_free(&from));
+    OK(MPI_Group_free(&to));
+    OK(MPI_Group_free(&world));
+    OK(MPI_Win_free(&win));
+}
+
+/* Every rank hammers rank 0's counters: fetch-and-add and CAS on 8-byte integers, sums on
+ * 4-byte ints and doubles (CPU atomics), on shorts (the target's lock word), and a
+ * read-modify-write under an exclusive lock. */
+static void contention(void) {
+    struct counters {
+        int64_t fadd, cas, locked;
+        double dsum;
+        int32_t isum;
+        short ssum[2];
+    } *c = NULL;
+    MPI_Win win;
+    MPI_Aint bytes = rank == 0 ? (MPI_Aint)sizeof *c : 0;
+    OK(MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &c, &win));
+    MPI_Aint sz;
+    int du;
+    OK(MPI_Win_shared_query(win, 0, &sz, &du, &c));
+    if (rank == 0) memset(c, 0, sizeof *c);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    const int rounds = 300;
+    const MPI_Aint fadd = offsetof(struct counters, fadd), cas = offsetof(struct counters, cas),
+                   locked = offsetof(struct counters, locked),
+                   dsum = offsetof(struct counters, dsum), isum = offsetof(struct counters, isum),
+                   ssum = offsetof(struct counters, ssum);
+    int64_t one = 1, old = 0;
+    double half = 0.5;
+    int32_t ione = 1;
+    short two[2] = {1, 2};
+    OK(MPI_Win_lock_all(0, win));
+    for (int i = 0; i < rounds; i++) {
+        POLL(MPI_Fetch_and_op(&one, &old, MPI_INT64_T, 0, fadd, MPI_SUM, win));
+        POLL(MPI_Accumulate(&half, 1, MPI_DOUBLE, 0, dsum, 1, MPI_DOUBLE, MPI_SUM, win));
+        POLL(MPI_Accumulate(&ione, 1, MPI_INT32_T, 0, isum, 1, MPI_INT32_T, MPI_SUM, win));
+        POLL(MPI_Accumulate(two, 2, MPI_SHORT, 0, ssum, 2, MPI_SHORT, MPI_SUM, win));
+        /* An increment by compare-and-swap, retried until it wins. */
+        int64_t seen = 0, next;
+        POLL(MPI_Fetch_and_op(&one, &seen, MPI_INT64_T, 0, cas, MPI_NO_OP, win));
+        POLL(MPI_Win_flush(0, win));
+        for (;;) {
+            int64_t was = 0;
+            next = seen + 1;
+            POLL(MPI_Compare_and_swap(&next, &seen, &was, MPI_INT64_T, 0, cas, win));
+            POLL(MPI_Win_flush(0, win));
+            if (was == seen) break;
+            seen = was;
+        }
+    }
+    OK(MPI_Win_unlock_all(win));
+    for (int i = 0; i < rounds / 3; i++) {
+        int64_t x = 0;
+        POLL(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+        POLL(MPI_Get(&x, 1, MPI_INT64_T, 0, locked, 1, MPI_INT64_T, win));
+        POLL(MPI_Win_flush(0, win));
+        x++;
+        POLL(MPI_Put(&x, 1, MPI_INT64_T, 0, locked, 1, MPI_INT64_T, win));
+        POLL(MPI_Win_unlock(0, win));
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+    int64_t total = (int64_t)rounds * size;
+    CHECK(c->fadd == total, "fetch_and_op counter %ld of %ld", (long)c->fadd, (long)total);
+    CHECK(c->cas == total, "CAS counter %ld of %ld", (long)c->cas, (long)total);
+    CHECK(c->dsum == 0.5 * (double)total, "double sums %g", c->dsum);
+    CHECK(c->isum == total, "int sums %d", c->isum);
+    CHECK(c->ssum[0] == (short)total && c->ssum[1] == (short)(2 * total), "short sums %d %d",
+          c->ssum[0], c->ssum[1]);
+    CHECK(c->locked == (int64_t)(rounds / 3) * size, "exclusive-lock increments %ld",
+          (long)c->locked);
+    OK(MPI_Win_unlock(0, win));
+    OK(MPI_Win_free(&win));
+}
+
+/* Bad input: the RMA error classes, nothing written at the target. */
+static void bad_input(void) {
+    int *mem = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem,
+                               &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    for (int i = 0; i < 4; i++) mem[i] = 42;
+    int v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8], old = 0, one = 1;
+    CHECK(MPI_Put(v, 1, MPI_INT, right(), 0, 1, MPI_INT, win) == MPI_ERR_RMA_SYNC,
+          "a put outside an epoch");
+    OK(MPI_Win_fence(0, win));
+    CHECK(MPI_Put(v, 5, MPI_INT, right(), 0, 5, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a put past the end");
+    CHECK(MPI_Put(v, 2, MPI_INT, right(), 3, 2, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a put straddling the end");
+    CHECK(MPI_Put(v, 1, MPI_INT, right(), -1, 1, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a put before the start");
+    CHECK(MPI_Get(got, 8, MPI_INT, right(), 0, 8, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a get past the end");
+    CHECK(MPI_Accumulate(v, 2, MPI_INT, right(), 3, 2, MPI_INT, MPI_SUM, win) ==
+              MPI_ERR_RMA_RANGE,
+          "an accumulate straddling the end");
+    CHECK(MPI_Fetch_and_op(&one, &old, MPI_INT, right(), 4, MPI_SUM, win) == MPI_ERR_RMA_RANGE,
+          "fetch_and_op past the end");
+    CHECK(MPI_Compare_and_swap(&one, &old, &old, MPI_INT, right(), 9, win) == MPI_ERR_RMA_RANGE,
+          "compare_and_swap past the end");
+    CHECK(MPI_Put(v, 1, MPI_INT, size, 0, 1, MPI_INT, win) == MPI_ERR_RANK, "rank = size");
+    OK(MPI_Win_fence(0, win));
+    for (int i = 0; i < 4; i++) CHECK(mem[i] == 42, "nothing written: [%d] = %d", i, mem[i]);
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+    CHECK(MPI_Win_unlock(right(), win) == MPI_ERR_RMA_SYNC, "unlock without lock");
+    CHECK(MPI_Win_complete(win) == MPI_ERR_RMA_SYNC, "complete without start");
+    CHECK(MPI_Win_flush_all(win) == MPI_ERR_RMA_SYNC, "flush without lock");
+    CHECK(MPI_Win_attach(win, v, sizeof v) == MPI_ERR_RMA_FLAVOR, "attach to a shared window");
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, right(), 0, win));
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, right(), 0, win) == MPI_ERR_RMA_SYNC, "locked twice");
+    CHECK(MPI_Win_fence(0, win) == MPI_ERR_RMA_SYNC, "fence inside a lock epoch");
+    OK(MPI_Win_unlock(right(), win));
+    OK(MPI_Win_free(&win));
+
+    /* A window whose members exceed the node is refused; MPI_COMM_SELF always fits. */
+    MPI_Win self;
+    int *p = NULL;
+    OK(MPI_Win_allocate_shared(0, 1, MPI_INFO_NULL, MPI_COMM_SELF, &p, &self));
+    OK(MPI_Win_set_errhandler(self, MPI_ERRORS_RETURN));
+    OK(MPI_Win_fence(0, self));
+    CHECK(MPI_Put(v, 1, MPI_BYTE, 0, 0, 1, MPI_BYTE, self) == MPI_ERR_RMA_RANGE,
+          "a put into a member of size 0");
+    OK(MPI_Win_fence(0, self));
+    OK(MPI_Win_free(&self));
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    load_store();
+    every_call(1);
+    every_call(0);
+    contention();
+    bad_input();
+    int rc = summary("rma_shared");
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,101 @@
+//! The Fortran programs of `tests/fortran`: compiled with the `mpifort` wrapper (mpif.h,
+//! `use mpi`, `use mpi_f08`) and run under rmca-run in every configuration of
+//! [`crate::c::CONFIGS`]. Each program checks its own results and prints `ok <area>:` on
+//! rank 0. Used by `tests/tests/fortran.rs`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use crate::c::{ensure_libraries as ensure_c_libraries, run, target_release, CONFIGS};
+use crate::{release_bin, workspace_root};
+
+/// Whether a Fortran compiler is there (`$RMCA_FC`, else `gfortran`): the reason if not.
+pub fn compiler_missing() -> Option<String> {
+    let fc = std::env::var("RMCA_FC").unwrap_or_else(|_| "gfortran".into());
+    match Command::new(&fc).arg("--version").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some(format!(
+            "no Fortran compiler '{fc}' (Debian package gfortran, installed by \
+             scripts/install-deps.sh)"
+        )),
+    }
+}
+
+/// Build libmpifort.so and the modules (with libmpi.so) unless the caller says the release
+/// build is done and they are there.
+pub fn ensure_libraries() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    ensure_c_libraries();
+    BUILT.get_or_init(|| {
+        let dir = target_release();
+        let present =
+            dir.join("libmpifort.so").exists() && dir.join("fortran").join("mpi_f08.mod").exists();
+        if present && std::env::var_os("RMCA_TESTS_PREBUILT").is_some() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "-p",
+                "rmca-mpifort",
+                "--lib",
+            ])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building libmpifort.so failed");
+    });
+}
+
+/// Compile `tests/fortran/<file>` (`.f`: fixed form, `.f90`: free form) with `mpifort`
+/// into the target directory, once per test process; the absolute path.
+pub fn compile(file: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    ensure_libraries();
+    let stem = Path::new(file)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("a file name");
+    let out = target_release().join("fortran-tests").join(stem);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.contains(&out) {
+        return out;
+    }
+    let work = out.with_extension("mod.d");
+    std::fs::create_dir_all(&work).expect("create fortran-tests dir");
+    let src = workspace_root().join("tests/fortran").join(file);
+    let o = Command::new(release_bin("mpifort"))
+        .args(["-Wall", "-Werror", "-O1", "-fcheck=bounds"])
+        // Module files of the program itself go to its own directory.
+        .arg(format!("-J{}", work.display()))
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run mpifort");
+    assert!(
+        o.status.success(),
+        "mpifort {} failed:\n{}{}",
+        src.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    built.push(out.clone());
+    out
+}
+
+/// `tests/fortran/<file>` (area `area`) on 1 rank, then on 2 and 3 ranks in every
+/// configuration.
+pub fn every_config(file: &str, area: &str) {
+    let program = compile(file);
+    run(&program, area, 1, "ob1+shm", &[]);
+    for (config, mca) in CONFIGS {
+        for ranks in [2, 3] {
+            run(&program, area, ranks, config, mca);
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! One-sided communication on windows whose members share the node, through the MPI C
+//! interface (`tests/c/rma_shared.c`): MPI_Win_allocate_shared and MPI_Win_shared_query,
+//! load/store between members, every RMA call and synchronization, atomics and exclusive
+//! locks under contention, bad input. osc-sm serves these windows in every configuration
+//! (its segment does not depend on the PML or BTL); osc-am, forced with `--mca osc am`,
+//! serves them too (over a segment mapped by the window), and so does `tests/c/rma.c`,
+//! whose `MPI_Win_allocate` windows osc-sm takes by default.
+
+use rmca_tests::c::{compile, every_config, run};
+
+#[test]
+fn shared_memory_windows() {
+    every_config("rma_shared");
+}
+
+#[test]
+fn the_same_programs_with_osc_am_forced() {
+    for area in ["rma_shared", "rma"] {
+        let program = compile(area, &[]);
+        for ranks in [2, 3] {
+            run(&program, area, ranks, "ob1+shm, osc am", &[("osc", "am")]);
+        }
+    }
+}
+
+#[test]
+fn accumulates_all_under_the_lock_word() {
+    let program = compile("rma_shared", &[]);
+    run(
+        &program,
+        "rma_shared",
+        3,
+        "ob1+shm, osc_sm_atomics false",
+        &[("osc_sm_atomics", "false")],
+    );
+}

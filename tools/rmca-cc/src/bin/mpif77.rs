@@ -1,0 +1,7 @@
+//! `mpif77`: the older name of `rmca-fort`, for FORTRAN 77 build systems.
+fn main() {
+    std::process::exit(rmca_cc::run(
+        rmca_cc::Language::Fortran,
+        std::env::args().skip(1).collect(),
+    ));
+}

@@ -1,0 +1,867 @@
+//! The discrete-event simulation: N virtual processes, each holding one pml-dr
+//! [`Connection`] (the real sans-IO protocol core, not a model of it) per peer it talks to,
+//! over the modelled [`Network`]. The glue here does what pml-dr's PML glue does: it seals
+//! data fragments, hands received packets to the core, places arrivals, matches rendezvous
+//! messages, and runs each connection's timers when `poll_timeout` says so.
+//!
+//! Around the core, the models: each process has one CPU that handles packets one at a time
+//! (`cpu_rx_ns`, `cpu_tx_ns` per packet) and btl-ud's receive pool (a packet arriving while
+//! every receive buffer holds a packet the CPU has not handled yet is dropped, as a UD QP
+//! with no posted receive drops it); the pool size is btl-ud's own
+//! `UdConfig::recv_buffers_for`.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use rmca_pml_dr::proto::{Connection, Counters, Event, MatchFields, PathConfig, Transmit};
+use rmca_pml_dr::DrConfig;
+
+use crate::net::{NetConfig, Network};
+use crate::queue::EventQueue;
+use crate::SimError;
+
+/// btl-ud's fragment header, in front of every datagram (`rmca_btl_ud::header::HEADER_LEN`).
+pub const UD_HEADER_LEN: usize = rmca_btl_ud::header::HEADER_LEN;
+/// The global route header a UD receive buffer holds in front of the datagram.
+pub const GRH_LEN: usize = 40;
+
+/// The traffic the processes generate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pattern {
+    /// `iters` rounds of a pairwise exchange (a pairwise all-to-all): in step k = 1..n-1,
+    /// process r sends `size` bytes to (r+k)%n and receives from (r-k)%n, and moves to the next
+    /// step when both are complete (MPI_Sendrecv). Exactly `tools/rmca-sim/validate/pairwise.c`.
+    Pairwise {
+        /// Rounds.
+        iters: u32,
+        /// Message size in bytes.
+        size: u64,
+    },
+    /// Process 0 exchanges one message of `size` bytes with every other process (what one rank
+    /// of the allconn benchmark does): per-peer state of one process at scale.
+    Star {
+        /// Message size in bytes.
+        size: u64,
+    },
+    /// Every process sends `size` bytes to each of its `fanout` successors every `interval_ns`
+    /// until `until_ns` (a steady load for acknowledgement and timer rates, losses, deaths).
+    Stream {
+        /// Peers each process sends to: (r+1..=r+fanout)%n.
+        fanout: u32,
+        /// Time between two sends to one peer.
+        interval_ns: u64,
+        /// Message size in bytes.
+        size: u64,
+        /// Last send time.
+        until_ns: u64,
+    },
+}
+
+/// Everything a run depends on (with the seed, the whole output).
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Processes.
+    pub n: usize,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// The network.
+    pub net: NetConfig,
+    /// pml-dr's parameters.
+    pub dr: DrConfig,
+    /// UD MTU: the largest datagram (btl-ud header included).
+    pub mtu: usize,
+    /// btl-ud receive buffers per process.
+    pub recv_buffers: usize,
+    /// CPU time to handle one received packet (btl-ud + pml-dr), ns.
+    pub cpu_rx_ns: u64,
+    /// CPU time to send one packet, ns.
+    pub cpu_tx_ns: u64,
+    /// Processes that die (stop, silently) at a time, ns.
+    pub deaths: Vec<(usize, u64)>,
+    /// Traffic.
+    pub pattern: Pattern,
+    /// Simulated time limit, ns.
+    pub max_time_ns: u64,
+    /// Free a pair's two connections once both are idle, nothing is in flight between them and
+    /// the pattern has no more traffic for the pair (memory of the simulator, not of a job:
+    /// the all-to-all at 16384 processes would otherwise hold 2^28 connections).
+    pub retire: bool,
+}
+
+impl SimConfig {
+    /// Checks the configuration.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |what: &str, value: String, valid: &str| {
+            Err(SimError::Invalid {
+                what: what.into(),
+                value,
+                valid: valid.into(),
+            })
+        };
+        if !(2..=1 << 20).contains(&self.n) {
+            return bad("--n", self.n.to_string(), "2..=1048576 processes");
+        }
+        if self.mtu <= UD_HEADER_LEN + rmca_pml_dr::proto::wire::DATA_HEADER_LEN || self.mtu > 65000
+        {
+            return bad(
+                "--mtu",
+                self.mtu.to_string(),
+                "above btl-ud's 4 + pml-dr's 72 header bytes, at most 65000",
+            );
+        }
+        if self.recv_buffers == 0 {
+            return bad("receive buffers", "0".into(), "at least 1");
+        }
+        for &(p, _) in &self.deaths {
+            if p >= self.n {
+                return bad("--kill", p.to_string(), "a process below --n");
+            }
+        }
+        match self.pattern {
+            Pattern::Pairwise { iters: 0, .. } => return bad("--iters", "0".into(), ">= 1"),
+            Pattern::Stream { fanout, .. } if fanout == 0 || fanout as usize >= self.n => {
+                return bad("--fanout", fanout.to_string(), "1..n-1")
+            }
+            Pattern::Stream { interval_ns: 0, .. } => {
+                return bad("--interval-us", "0".into(), "above 0")
+            }
+            _ => {}
+        }
+        self.net.validate()?;
+        self.dr
+            .validate()
+            .map_err(|e| SimError::Param(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Messages posted by the processes.
+    pub messages_sent: u64,
+    /// Messages delivered (MessageReceived), each exactly once.
+    pub messages_delivered: u64,
+    /// Messages delivered a second time: a protocol violation, must stay 0.
+    pub duplicate_deliveries: u64,
+    /// pml-dr's counters summed over every connection.
+    pub dr: Counters,
+    /// `handle_timeout` calls (timers that fired).
+    pub timer_fires: u64,
+    /// Times a connection's next deadline changed (timers armed or re-armed).
+    pub timer_arms: u64,
+    /// Packets dropped because every btl-ud receive buffer was full.
+    pub pool_drops: u64,
+    /// Most receive buffers one process had in use at once.
+    pub pool_peak: usize,
+    /// Packets reaching a dead process or a retired pair.
+    pub late_packets: u64,
+    /// Detection delays (ns after the death) of each PeerDead event about a dead process.
+    pub death_detections: Vec<u64>,
+    /// PeerDead events about a live process (false positives).
+    pub false_deaths: u64,
+    /// Sends and receives failed by the core (peer dead).
+    pub failed_ops: u64,
+    /// Pairwise/star: when the last process finished (ns); None if not all did.
+    pub completion_ns: Option<u64>,
+    /// Stream with a burst: time from the burst's end until every message sent before it
+    /// was delivered (ns).
+    pub recovery_ns: Option<u64>,
+    /// Most small-send copies (`pml_dr_eager_copy`) one process held unacknowledged.
+    pub copies_peak: u64,
+    /// Most connections alive at once (all processes).
+    pub conns_peak: usize,
+    /// Connections alive at the end.
+    pub conns_end: usize,
+    /// Events processed.
+    pub events: u64,
+    /// Simulated time at the end (ns).
+    pub end_ns: u64,
+    /// The network's counters.
+    pub net: crate::net::NetStats,
+}
+
+#[derive(Debug)]
+struct Peer {
+    /// None while the pair is quiescent and its connections were freed (`retire`).
+    conn: Option<Box<Connection>>,
+    armed: Option<Instant>,
+    in_flight: u32,
+    tx_posted: u32,
+    tx_acked: u32,
+    rx_announced: u32,
+    rx_done: u32,
+    /// Announced rendezvous messages not matched yet: (index from this peer, seq).
+    rndv_wait: VecDeque<(u32, u64)>,
+    /// Exactly-once check: every seq below was delivered; `rx_above` holds those above.
+    rx_low: u64,
+    rx_above: BTreeSet<u64>,
+    /// Recovery: messages to this peer that must be delivered (0: none awaited).
+    recover_target: u32,
+    dead_reported: bool,
+}
+
+#[derive(Debug, Default)]
+struct Proc {
+    peers: HashMap<u32, Peer>,
+    cpu_free: u64,
+    /// When each packet now holding a receive buffer is handled (non-decreasing).
+    busy: VecDeque<u64>,
+    dead_at: Option<u64>,
+    step: u64,
+    send_done: bool,
+    copies: u64,
+    finished: bool,
+}
+
+enum Ev {
+    /// A packet reaches the NIC of `to`.
+    Arrive { to: u32, from: u32, pkt: Box<[u8]> },
+    /// `to`'s CPU handles it.
+    Handle { to: u32, from: u32, pkt: Box<[u8]> },
+    /// A connection's deadline.
+    Timer { node: u32, peer: u32 },
+    /// A stream tick.
+    Gen { node: u32 },
+    /// A process dies.
+    Death { node: u32 },
+    /// A burst window ends (recovery measurement starts).
+    BurstEnd,
+}
+
+/// The simulator.
+pub struct Sim {
+    cfg: SimConfig,
+    base: Instant,
+    q: EventQueue<Ev>,
+    net: Network,
+    procs: Vec<Proc>,
+    paths: [PathConfig; 1],
+    zeros: Vec<u8>,
+    stats: Stats,
+    live_conns: usize,
+    burst_end: Option<u64>,
+    awaiting_recovery: u64,
+    unfinished: usize,
+    /// Connections whose state changed outside their own servicing (a send posted, a
+    /// rendezvous matched): serviced after the event.
+    dirty: Vec<(u32, u32)>,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+impl Sim {
+    /// A simulator ready to run.
+    pub fn new(cfg: SimConfig) -> Result<Self, SimError> {
+        cfg.validate()?;
+        let net = Network::new(cfg.net.clone(), cfg.n, rmca_framework::rng::mix64(cfg.seed))?;
+        let paths = [PathConfig {
+            btl: 0,
+            max_send_size: cfg.mtu - UD_HEADER_LEN,
+            // btl-ud's flags: it checks no integrity and loses packets.
+            need_csum: true,
+            need_ack: true,
+        }];
+        Connection::check_paths(&paths).map_err(|e| SimError::Param(e.to_string()))?;
+        let mut q = EventQueue::new();
+        for &(p, at) in &cfg.deaths {
+            q.push(at, Ev::Death { node: p as u32 });
+        }
+        if let Some(&(_, end)) = cfg.net.bursts.iter().max_by_key(|b| b.1) {
+            q.push(end, Ev::BurstEnd);
+        }
+        let procs = (0..cfg.n).map(|_| Proc::default()).collect();
+        let mut s = Self {
+            zeros: vec![0; cfg.mtu],
+            base: Instant::now(),
+            q,
+            net,
+            procs,
+            paths,
+            stats: Stats::default(),
+            live_conns: 0,
+            burst_end: None,
+            awaiting_recovery: 0,
+            unfinished: 0,
+            dirty: Vec::new(),
+            cfg,
+        };
+        match s.cfg.pattern {
+            Pattern::Pairwise { .. } => {
+                s.unfinished = s.cfg.n;
+                for r in 0..s.cfg.n {
+                    s.start_step(r as u32);
+                    s.flush();
+                }
+            }
+            Pattern::Star { size } => {
+                s.unfinished = s.cfg.n - 1;
+                for p in 1..s.cfg.n as u32 {
+                    s.post_send(0, p, size);
+                    s.post_send(p, 0, size);
+                    s.flush();
+                }
+            }
+            Pattern::Stream { .. } => {
+                for r in 0..s.cfg.n as u32 {
+                    s.q.push(0, Ev::Gen { node: r });
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn at(&self, t: u64) -> Instant {
+        self.base + Duration::from_nanos(t)
+    }
+
+    fn now(&self) -> u64 {
+        self.q.now()
+    }
+
+    fn peer_mut(&mut self, node: u32, peer: u32) -> &mut Peer {
+        let base = self.base;
+        let cfg = &self.cfg;
+        let paths = &self.paths;
+        let live = &mut self.live_conns;
+        let peak = &mut self.stats.conns_peak;
+        let p = self.procs[node as usize]
+            .peers
+            .entry(peer)
+            .or_insert_with(|| Peer {
+                conn: None,
+                armed: None,
+                in_flight: 0,
+                tx_posted: 0,
+                tx_acked: 0,
+                rx_announced: 0,
+                rx_done: 0,
+                rndv_wait: VecDeque::new(),
+                rx_low: 0,
+                rx_above: BTreeSet::new(),
+                recover_target: 0,
+                dead_reported: false,
+            });
+        if p.conn.is_none() {
+            *live += 1;
+            *peak = (*peak).max(*live);
+            p.conn = Some(Box::new(
+                Connection::new(base, cfg.dr.clone(), paths).expect("validated"),
+            ));
+        }
+        p
+    }
+
+    fn post_send(&mut self, node: u32, to: u32, size: u64) {
+        let now = self.at(self.now());
+        let copy = size <= self.cfg.dr.eager_copy as u64;
+        let m = MatchFields {
+            ctx: 0,
+            src: node,
+            tag: 0,
+        };
+        self.dirty.push((node, to));
+        let p = self.peer_mut(node, to);
+        match p.conn.as_mut().expect("created").send_message(now, m, size) {
+            Ok(_) => {
+                p.tx_posted += 1;
+                self.stats.messages_sent += 1;
+                if copy {
+                    let pr = &mut self.procs[node as usize];
+                    pr.copies += 1;
+                    self.stats.copies_peak = self.stats.copies_peak.max(pr.copies);
+                }
+            }
+            Err(_) => self.stats.failed_ops += 1,
+        }
+    }
+
+    /// Pairwise: (to, from) of step `step`.
+    fn step_peers(&self, r: u32, step: u64) -> (u32, u32) {
+        let n = self.cfg.n as u64;
+        let k = step % (n - 1) + 1;
+        (((r as u64 + k) % n) as u32, ((r as u64 + n - k) % n) as u32)
+    }
+
+    fn start_step(&mut self, r: u32) {
+        let Pattern::Pairwise { iters, size } = self.cfg.pattern else {
+            return;
+        };
+        let n = self.cfg.n as u64;
+        let total = iters as u64 * (n - 1);
+        loop {
+            let step = self.procs[r as usize].step;
+            if step >= total {
+                if !self.procs[r as usize].finished {
+                    self.procs[r as usize].finished = true;
+                    self.unfinished -= 1;
+                    if self.unfinished == 0 {
+                        self.stats.completion_ns = Some(self.now());
+                    }
+                }
+                return;
+            }
+            let (to, from) = self.step_peers(r, step);
+            let iter = (step / (n - 1)) as u32;
+            let pr = &self.procs[r as usize];
+            if !pr.send_done {
+                // Post this step's send once.
+                let posted = pr.peers.get(&to).map_or(0, |p| p.tx_posted);
+                if posted <= iter {
+                    self.post_send(r, to, size);
+                }
+                let p = &self.procs[r as usize].peers[&to];
+                let copy = size <= self.cfg.dr.eager_copy as u64;
+                if copy || p.tx_acked > iter || is_dead(p) {
+                    self.procs[r as usize].send_done = true;
+                }
+            }
+            // The receive: match a waiting rendezvous message, or see whether it arrived.
+            let now = self.at(self.now());
+            let fp = self.peer_mut(r, from);
+            let mut matched = false;
+            if let Some(&(idx, seq)) = fp.rndv_wait.front() {
+                if idx == iter {
+                    fp.rndv_wait.pop_front();
+                    fp.conn.as_mut().expect("created").matched(now, seq);
+                    matched = true;
+                }
+            }
+            let recv_done = fp.rx_done > iter || is_dead(fp);
+            if matched {
+                self.dirty.push((r, from));
+            }
+            if self.procs[r as usize].send_done && recv_done {
+                let pr = &mut self.procs[r as usize];
+                pr.step += 1;
+                pr.send_done = false;
+                if self.cfg.retire {
+                    // The pairs of the step just left may be finished now.
+                    self.maybe_retire(r, to);
+                    self.maybe_retire(r, from);
+                }
+                continue;
+            }
+            return;
+        }
+    }
+
+    /// Runs until nothing is left to do or the time limit; returns what was measured.
+    pub fn run(mut self) -> Stats {
+        while let Some((t, ev)) = self.q.pop() {
+            if t > self.cfg.max_time_ns {
+                break;
+            }
+            self.event(t, ev);
+            self.flush();
+        }
+        let mut stats = std::mem::take(&mut self.stats);
+        for p in &self.procs {
+            for peer in p.peers.values() {
+                if let Some(c) = &peer.conn {
+                    stats.dr.add(&c.counters());
+                }
+            }
+        }
+        stats.events = self.q.popped;
+        stats.end_ns = self.q.now();
+        stats.net = self.net.stats.clone();
+        stats.conns_end = self.live_conns;
+        stats
+    }
+
+    /// Runs, then returns the stats and the heap bytes process 0's per-peer state held (its
+    /// map of connections, measured by dropping it under the counting allocator).
+    pub fn run_measuring_proc0(mut self) -> (Stats, usize, usize) {
+        while let Some((t, ev)) = self.q.pop() {
+            if t > self.cfg.max_time_ns {
+                break;
+            }
+            self.event(t, ev);
+            self.flush();
+        }
+        let mut stats = std::mem::take(&mut self.stats);
+        for p in &self.procs {
+            for peer in p.peers.values() {
+                if let Some(c) = &peer.conn {
+                    stats.dr.add(&c.counters());
+                }
+            }
+        }
+        stats.events = self.q.popped;
+        stats.end_ns = self.q.now();
+        stats.net = self.net.stats.clone();
+        let peers = std::mem::take(&mut self.procs[0].peers);
+        let count = peers.len();
+        // Only the connections: the simulator's own bookkeeping around each is not counted.
+        let conns: Vec<Box<Connection>> = peers.into_values().filter_map(|p| p.conn).collect();
+        let before = crate::heap::live();
+        drop(conns);
+        let heap = before.saturating_sub(crate::heap::live());
+        (stats, count, heap)
+    }
+
+    fn event(&mut self, t: u64, ev: Ev) {
+        match ev {
+            Ev::Arrive { to, from, pkt } => {
+                let pr = &mut self.procs[to as usize];
+                if pr.dead_at.is_some() {
+                    self.stats.late_packets += 1;
+                    return self.landed(from, to);
+                }
+                while pr.busy.front().is_some_and(|&d| d <= t) {
+                    pr.busy.pop_front();
+                }
+                if pr.busy.len() >= self.cfg.recv_buffers {
+                    self.stats.pool_drops += 1;
+                    return self.landed(from, to);
+                }
+                let start = t.max(pr.cpu_free);
+                pr.cpu_free = start + self.cfg.cpu_rx_ns;
+                pr.busy.push_back(pr.cpu_free);
+                self.stats.pool_peak = self.stats.pool_peak.max(pr.busy.len());
+                let at = pr.cpu_free;
+                self.q.push(at, Ev::Handle { to, from, pkt });
+            }
+            Ev::Handle { to, from, pkt } => {
+                self.landed(from, to);
+                if self.procs[to as usize].dead_at.is_some() {
+                    self.stats.late_packets += 1;
+                    return;
+                }
+                if !self.procs[to as usize].peers.contains_key(&from) && self.retired(to, from) {
+                    self.stats.late_packets += 1;
+                    return;
+                }
+                let now = self.at(t);
+                let c = self.peer_mut(to, from).conn.as_mut().expect("created");
+                if let Some(a) = c.handle_packet(now, 0, &pkt) {
+                    // Placed as received: the payload was not corrupted in this model.
+                    let token = a.token;
+                    let range = pkt.len() - a.payload.len()..pkt.len();
+                    let _ = c.placed(now, token, &pkt[range]);
+                }
+                self.service_pair(to, from);
+            }
+            Ev::Timer { node, peer } => {
+                if self.procs[node as usize].dead_at.is_some() {
+                    return;
+                }
+                let now = self.at(t);
+                let Some(p) = self.procs[node as usize].peers.get_mut(&peer) else {
+                    return;
+                };
+                if p.armed.is_none_or(|a| a > now) {
+                    return; // re-armed later (or disarmed) since: a stale entry
+                }
+                p.armed = None;
+                let Some(c) = p.conn.as_mut() else {
+                    return; // freed while quiescent
+                };
+                c.handle_timeout(now);
+                self.stats.timer_fires += 1;
+                self.service_pair(node, peer);
+            }
+            Ev::Gen { node } => {
+                let Pattern::Stream {
+                    fanout,
+                    interval_ns,
+                    size,
+                    until_ns,
+                } = self.cfg.pattern
+                else {
+                    return;
+                };
+                if self.procs[node as usize].dead_at.is_some() {
+                    return;
+                }
+                let n = self.cfg.n as u32;
+                for j in 1..=fanout {
+                    let to = (node + j) % n;
+                    if self.procs[node as usize]
+                        .peers
+                        .get(&to)
+                        .is_some_and(is_dead)
+                    {
+                        continue; // the application stops talking to a peer it knows dead
+                    }
+                    self.post_send(node, to, size);
+                }
+                if t + interval_ns <= until_ns {
+                    self.q.push(t + interval_ns, Ev::Gen { node });
+                }
+            }
+            Ev::Death { node } => {
+                self.procs[node as usize].dead_at = Some(t);
+            }
+            Ev::BurstEnd => {
+                self.burst_end = Some(t);
+                for a in 0..self.cfg.n as u32 {
+                    let targets: Vec<(u32, u32)> = self.procs[a as usize]
+                        .peers
+                        .iter()
+                        .map(|(&b, p)| (b, p.tx_posted))
+                        .collect();
+                    for (b, target) in targets {
+                        let got = self.procs[b as usize]
+                            .peers
+                            .get(&a)
+                            .map_or(0, |p| p.rx_done);
+                        if got < target {
+                            self.procs[a as usize]
+                                .peers
+                                .get_mut(&b)
+                                .expect("listed")
+                                .recover_target = target;
+                            self.awaiting_recovery += 1;
+                        }
+                    }
+                }
+                if self.awaiting_recovery == 0 {
+                    self.stats.recovery_ns = Some(0);
+                }
+            }
+        }
+    }
+
+    /// A packet for a pair without connection whose exchanges are over: it was retired.
+    fn retired(&self, to: u32, from: u32) -> bool {
+        self.cfg.retire && self.pair_done_count(to, from)
+    }
+
+    /// Pairwise: whether process `a` has finished every exchange with `b` (both directions).
+    fn pair_done_count(&self, a: u32, b: u32) -> bool {
+        let Pattern::Pairwise { iters, .. } = self.cfg.pattern else {
+            return false;
+        };
+        let n = self.cfg.n as u64;
+        let k_to = (b as u64 + n - a as u64) % n; // a sends to b in step k_to - 1 of each iter
+        let k_from = (a as u64 + n - b as u64) % n; // a receives from b in step k_from - 1
+        let last_to = (iters as u64 - 1) * (n - 1) + k_to - 1;
+        let last_from = (iters as u64 - 1) * (n - 1) + k_from - 1;
+        self.procs[a as usize].step > last_to.max(last_from)
+    }
+
+    fn landed(&mut self, from: u32, to: u32) {
+        if let Some(p) = self.procs[from as usize].peers.get_mut(&to) {
+            p.in_flight = p.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Services every connection marked dirty (until none is).
+    fn flush(&mut self) {
+        while let Some((a, b)) = self.dirty.pop() {
+            self.service_pair(a, b);
+        }
+    }
+
+    fn service_pair(&mut self, node: u32, peer: u32) {
+        let t = self.now();
+        let now = self.at(t);
+        let dead = self.procs[node as usize].dead_at.is_some();
+        if dead {
+            return;
+        }
+        let Some(p) = self.procs[node as usize].peers.get_mut(&peer) else {
+            return;
+        };
+        if p.conn.is_none() {
+            return;
+        }
+        // Transmissions.
+        let mut out: Vec<Box<[u8]>> = Vec::new();
+        let c = p.conn.as_mut().expect("checked");
+        while let Some(tx) = c.poll_transmit(now) {
+            match tx {
+                Transmit::Ack { bytes, .. } => out.push(bytes.to_vec().into_boxed_slice()),
+                Transmit::Data(d) => {
+                    let payload = &self.zeros[..d.len];
+                    let hdr = d.seal(payload).expect("the described length");
+                    let mut pkt = Vec::with_capacity(hdr.len() + d.len);
+                    pkt.extend_from_slice(&hdr);
+                    pkt.extend_from_slice(payload);
+                    c.local_complete(d.token);
+                    out.push(pkt.into_boxed_slice());
+                }
+            }
+        }
+        for pkt in out {
+            let pr = &mut self.procs[node as usize];
+            let start = t.max(pr.cpu_free);
+            pr.cpu_free = start + self.cfg.cpu_tx_ns;
+            let depart = pr.cpu_free;
+            if let Some(arr) = self.net.send(
+                depart,
+                node as usize,
+                peer as usize,
+                pkt.len() + UD_HEADER_LEN,
+            ) {
+                if let Some(p) = self.procs[node as usize].peers.get_mut(&peer) {
+                    p.in_flight += 1;
+                }
+                self.q.push(
+                    arr,
+                    Ev::Arrive {
+                        to: peer,
+                        from: node,
+                        pkt,
+                    },
+                );
+            }
+        }
+        // Events.
+        let mut advance = false;
+        loop {
+            let Some(p) = self.procs[node as usize].peers.get_mut(&peer) else {
+                return;
+            };
+            let Some(e) = p.conn.as_mut().and_then(|c| c.poll_event()) else {
+                break;
+            };
+            match e {
+                Event::IncomingMessage { seq, rndv, .. } => {
+                    let idx = p.rx_announced;
+                    p.rx_announced += 1;
+                    if rndv {
+                        p.rndv_wait.push_back((idx, seq));
+                        advance = true;
+                    }
+                    if !matches!(self.cfg.pattern, Pattern::Pairwise { .. }) && rndv {
+                        // Other patterns post every receive up front.
+                        p.rndv_wait.pop_back();
+                        p.conn.as_mut().expect("polled").matched(now, seq);
+                        self.dirty.push((node, peer));
+                    }
+                }
+                Event::MessageReceived { seq } => {
+                    if seq < p.rx_low || !p.rx_above.insert(seq) {
+                        self.stats.duplicate_deliveries += 1;
+                        continue;
+                    }
+                    while p.rx_above.remove(&p.rx_low) {
+                        p.rx_low += 1;
+                    }
+                    p.rx_done += 1;
+                    self.stats.messages_delivered += 1;
+                    let rx_done = p.rx_done;
+                    advance = true;
+                    // Recovery: the sender's target for this pair.
+                    if let Some(burst_end) = self.burst_end {
+                        if let Some(s) = self.procs[peer as usize].peers.get_mut(&node) {
+                            if s.recover_target > 0 && rx_done >= s.recover_target {
+                                s.recover_target = 0;
+                                self.awaiting_recovery -= 1;
+                                if self.awaiting_recovery == 0 {
+                                    self.stats.recovery_ns = Some(t - burst_end);
+                                }
+                            }
+                        }
+                    }
+                    if let Pattern::Star { .. } = self.cfg.pattern {
+                        if node == 0 {
+                            self.unfinished -= 1;
+                            if self.unfinished == 0 {
+                                self.stats.completion_ns = Some(t);
+                            }
+                        }
+                    }
+                }
+                Event::SendComplete { .. } => {
+                    p.tx_acked += 1;
+                    let copy = self.cfg.pattern_size() <= self.cfg.dr.eager_copy as u64;
+                    if copy {
+                        self.procs[node as usize].copies -= 1;
+                    }
+                    advance = true;
+                }
+                Event::SendFailed { .. } | Event::RecvFailed { .. } => {
+                    self.stats.failed_ops += 1;
+                    advance = true;
+                }
+                Event::BtlFailed { .. } => {}
+                Event::PeerDead { .. } => {
+                    if !p.dead_reported {
+                        p.dead_reported = true;
+                        match self.procs[peer as usize].dead_at {
+                            Some(d) => self.stats.death_detections.push(t.saturating_sub(d)),
+                            None => self.stats.false_deaths += 1,
+                        }
+                    }
+                    advance = true;
+                }
+            }
+        }
+        if advance {
+            self.start_step(node);
+        }
+        // Re-arm the timer.
+        let Some(p) = self.procs[node as usize].peers.get_mut(&peer) else {
+            return;
+        };
+        let Some(c) = p.conn.as_ref() else {
+            return;
+        };
+        let next = c.poll_timeout();
+        if next != p.armed {
+            p.armed = next;
+            if let Some(d) = next {
+                self.stats.timer_arms += 1;
+                let at = ns(d.saturating_duration_since(self.base));
+                self.q.push(at, Ev::Timer { node, peer });
+            }
+        }
+        if self.cfg.retire {
+            self.maybe_retire(node, peer);
+        }
+    }
+
+    fn maybe_retire(&mut self, a: u32, b: u32) {
+        let quiet = |s: &Self, x: u32, y: u32| {
+            s.procs[x as usize].peers.get(&y).is_some_and(|p| {
+                p.in_flight == 0
+                    && p.rndv_wait.is_empty()
+                    && p.conn
+                        .as_ref()
+                        .is_some_and(|c| c.is_idle() && c.is_dead().is_none())
+            })
+        };
+        if quiet(self, a, b) && quiet(self, b, a) {
+            // Nothing in flight, nothing owed either way: both ends restart from fresh
+            // connections if the pair talks again (sequence numbers restart together).
+            let done = self.pair_done_count(a, b) && self.pair_done_count(b, a);
+            for (x, y) in [(a, b), (b, a)] {
+                let peers = &mut self.procs[x as usize].peers;
+                let c = if done {
+                    peers.remove(&y).and_then(|p| p.conn)
+                } else {
+                    peers.get_mut(&y).and_then(|p| {
+                        // The next connection numbers its messages from 0 again.
+                        p.rx_low = 0;
+                        p.rx_above.clear();
+                        p.conn.take()
+                    })
+                };
+                if let Some(c) = c {
+                    self.stats.dr.add(&c.counters());
+                    self.live_conns -= 1;
+                }
+            }
+        }
+    }
+}
+
+fn is_dead(p: &Peer) -> bool {
+    p.conn.as_ref().is_some_and(|c| c.is_dead().is_some())
+}
+
+impl SimConfig {
+    fn pattern_size(&self) -> u64 {
+        match self.pattern {
+            Pattern::Pairwise { size, .. }
+            | Pattern::Star { size }
+            | Pattern::Stream { size, .. } => size,
+        }
+    }
+}
