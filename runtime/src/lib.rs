@@ -124,6 +124,16 @@ impl std::fmt::Debug for Runtime {
 
 /// Count of CPUs the launcher may use, given by rmca-run to the ranks it starts on its node.
 const ENV_NODE_CPUS: &str = "RMCA_NODE_CPUS";
+/// Slurm's count of the job's CPUs on this node: what a rank that srun bound to one core
+/// cannot see in its own affinity mask.
+const ENV_SLURM_NODE_CPUS: &str = "SLURM_CPUS_ON_NODE";
+
+/// The node's CPU count as the launcher knows it: rmca-run's, else Slurm's.
+fn launcher_node_cpus() -> Option<String> {
+    std::env::var(ENV_NODE_CPUS)
+        .or_else(|_| std::env::var(ENV_SLURM_NODE_CPUS))
+        .ok()
+}
 
 /// Whether this node's ranks outnumber its CPUs. The launcher's count of CPUs wins: a rank
 /// that rmca-run bound to one core sees a single CPU in its own affinity mask
@@ -144,7 +154,7 @@ fn resolve_wait_mode(
     // The parameter is an enumeration: the store already refused other names, naming the
     // valid ones; this parse cannot fail for a value it let through.
     let mode: WaitMode = params.get_str("mpi_wait_mode").unwrap_or("auto").parse()?;
-    let cpus = std::env::var(ENV_NODE_CPUS).ok();
+    let cpus = launcher_node_cpus();
     Ok(mode.resolve(node_oversubscribed(job, cpus.as_deref())))
 }
 
@@ -626,5 +636,58 @@ mod pml_choice_tests {
             None
         );
         assert_eq!(pair_without_reliable_btl(&[]), None);
+    }
+}
+
+#[cfg(test)]
+mod oversubscription_tests {
+    use super::{launcher_node_cpus, node_oversubscribed, JobInfo};
+
+    #[test]
+    fn under_slurm_the_allocations_cpus_count() {
+        // No other test of this binary reads these two variables.
+        let saved = (
+            std::env::var_os("RMCA_NODE_CPUS"),
+            std::env::var_os("SLURM_CPUS_ON_NODE"),
+        );
+        std::env::remove_var("RMCA_NODE_CPUS");
+        std::env::set_var("SLURM_CPUS_ON_NODE", "16");
+        assert_eq!(launcher_node_cpus().as_deref(), Some("16"));
+        std::env::set_var("RMCA_NODE_CPUS", "2");
+        assert_eq!(
+            launcher_node_cpus().as_deref(),
+            Some("2"),
+            "rmca-run's count first"
+        );
+        std::env::remove_var("RMCA_NODE_CPUS");
+        std::env::remove_var("SLURM_CPUS_ON_NODE");
+        assert_eq!(launcher_node_cpus(), None);
+        for (name, value) in [("RMCA_NODE_CPUS", saved.0), ("SLURM_CPUS_ON_NODE", saved.1)] {
+            if let Some(v) = value {
+                std::env::set_var(name, v);
+            }
+        }
+    }
+
+    /// A job of `local` ranks on this node and one on another.
+    fn job(local: u32) -> JobInfo {
+        let mut j = JobInfo::singleton();
+        j.size = local + 1;
+        j.node_of = (0..=local).map(|r| u32::from(r == local)).collect();
+        j.node_names = vec!["a".into(), "b".into()];
+        j
+    }
+
+    #[test]
+    fn the_launchers_cpu_count_decides_over_the_ranks_own_mask() {
+        // Four ranks, each bound to one core by its launcher, on an 8-CPU allocation.
+        assert!(!node_oversubscribed(&job(4), Some("8")));
+        assert!(!node_oversubscribed(&job(8), Some(" 8\n")));
+        assert!(node_oversubscribed(&job(9), Some("8")));
+        // No count (or nonsense): the process's own affinity mask, which cannot hold more
+        // CPUs than a large count of ranks.
+        assert!(node_oversubscribed(&job(100_000), None));
+        assert!(node_oversubscribed(&job(100_000), Some("0")));
+        assert!(node_oversubscribed(&job(100_000), Some("many")));
     }
 }

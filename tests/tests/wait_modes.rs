@@ -20,10 +20,17 @@ use rmca_tests::{release_bin, run_job, workspace_root, Job};
 
 /// Build `bench/<name>.c` with rmca's mpicc into the target directory.
 fn bench_program(name: &str) -> PathBuf {
+    // Once per program and process: two tests of this file run the same program at once,
+    // and rewriting a binary another test is starting makes its exec fail (EACCES).
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     ensure_libraries();
     let out = rmca_tests::c::target_release()
         .join("c-tests")
         .join(format!("bench_{name}"));
+    if built.iter().any(|b| b == name) {
+        return out;
+    }
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let src = workspace_root().join("bench").join(format!("{name}.c"));
     let o = Command::new(release_bin("mpicc"))
@@ -39,6 +46,7 @@ fn bench_program(name: &str) -> PathBuf {
         src.display(),
         String::from_utf8_lossy(&o.stderr)
     );
+    built.push(name.to_owned());
     out
 }
 
