@@ -5,6 +5,7 @@
 ! MPI_PROC_NULL. Prints "ok p2p:" on rank 0.
 program p2p
   use mpi
+  use iso_c_binding, only: c_int, c_intptr_t
   implicit none
   integer :: rank, size, ierr, right, left, i, idx, count
   integer :: status(MPI_STATUS_SIZE), statuses(MPI_STATUS_SIZE, 4), reqs(4)
@@ -19,12 +20,44 @@ program p2p
   integer(kind=2) :: i2buf(2), i2recv(2)
   real(kind=8) :: r8buf(2), r8recv(2)
   integer :: errors
+  integer(c_int) :: ltrue, lfalse, lset
+  integer(c_intptr_t) :: cinfo
+  integer :: finfo, nkeys
+  interface
+    ! MPI 5.0's ABI calls, C only: what the Fortran layer told the C library at MPI_Init.
+    integer(c_int) function abi_booleans(n, t, f, is_set) &
+        bind(C, name='MPI_Abi_get_fortran_booleans')
+      import :: c_int
+      integer(c_int), value :: n
+      integer(c_int) :: t, f, is_set
+    end function
+    integer(c_int) function abi_info(info) bind(C, name='MPI_Abi_get_fortran_info')
+      import :: c_int, c_intptr_t
+      integer(c_intptr_t) :: info
+    end function
+    integer(c_int) function info_toint(info) bind(C, name='MPI_Info_toint')
+      import :: c_int, c_intptr_t
+      integer(c_intptr_t), value :: info
+    end function
+  end interface
 
   errors = 0
   call MPI_Init(ierr)
   call check(ierr, 'init')
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, size, ierr)
+  ! The C library knows this layer's LOGICAL (.TRUE. 1, .FALSE. 0, 4 bytes) and type sizes.
+  if (abi_booleans(4_c_int, ltrue, lfalse, lset) /= MPI_SUCCESS) call fail('abi booleans')
+  if (lset /= 1 .or. ltrue /= 1 .or. lfalse /= 0) call fail('abi booleans not registered')
+  if (abi_info(cinfo) /= MPI_SUCCESS) call fail('abi info')
+  finfo = info_toint(cinfo)
+  if (finfo == MPI_INFO_NULL) then
+    call fail('abi info not registered')
+  else
+    call MPI_Info_get_nkeys(finfo, nkeys, ierr)
+    if (nkeys /= 4) call fail('abi info keys')
+    call MPI_Info_free(finfo, ierr)
+  end if
   right = mod(rank + 1, size)
   left = mod(rank - 1 + size, size)
 

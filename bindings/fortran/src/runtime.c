@@ -99,10 +99,43 @@ static void check_handle_integers(void)
 #undef SAME
 }
 
+/* Tell the C library what this Fortran layer's types are (MPI 5.0's ABI: C code asks
+ * MPI_Abi_get_fortran_booleans/_info), once per process: gfortran's LOGICAL is an MPI_Fint
+ * with .TRUE. = 1 and .FALSE. = 0. */
+static void register_fortran_abi(void)
+{
+    MPI_Fint yes = 1, no = 0, t, f;
+    int is_set = 0;
+    if (MPI_Abi_get_fortran_booleans((int)sizeof(MPI_Fint), &t, &f, &is_set) == MPI_SUCCESS &&
+        !is_set)
+        MPI_Abi_set_fortran_booleans((int)sizeof(MPI_Fint), &yes, &no);
+    MPI_Info have = MPI_INFO_NULL;
+    if (MPI_Abi_get_fortran_info(&have) != MPI_SUCCESS) return;
+    if (have != MPI_INFO_NULL) {
+        MPI_Info_free(&have);
+        return;
+    }
+    MPI_Info info;
+    if (MPI_Info_create(&info) != MPI_SUCCESS) return;
+    char v[8];
+    snprintf(v, sizeof v, "%zu", sizeof(MPI_Fint));
+    MPI_Info_set(info, "mpi_logical_size", v);
+    MPI_Info_set(info, "mpi_integer_size", v);
+    snprintf(v, sizeof v, "%zu", sizeof(float));
+    MPI_Info_set(info, "mpi_real_size", v);
+    snprintf(v, sizeof v, "%zu", sizeof(double));
+    MPI_Info_set(info, "mpi_double_precision_size", v);
+    MPI_Abi_set_fortran_info(info);
+    MPI_Info_free(&info);
+}
+
 static void rmcaf_init(MPI_Fint *ierr)
 {
     int rc = MPI_Init(NULL, NULL);
-    if (rc == MPI_SUCCESS) check_handle_integers();
+    if (rc == MPI_SUCCESS) {
+        check_handle_integers();
+        register_fortran_abi();
+    }
     if (ierr) *ierr = rc;
 }
 EXPORT4(init, rmcaf_init)
@@ -110,7 +143,10 @@ EXPORT4(init, rmcaf_init)
 static void rmcaf_init_thread(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr)
 {
     int rc = MPI_Init_thread(NULL, NULL, *required, provided);
-    if (rc == MPI_SUCCESS) check_handle_integers();
+    if (rc == MPI_SUCCESS) {
+        check_handle_integers();
+        register_fortran_abi();
+    }
     if (ierr) *ierr = rc;
 }
 EXPORT4(init_thread, rmcaf_init_thread)

@@ -1193,8 +1193,8 @@ pub unsafe extern "C" fn MPI_Abi_get_info(info: *mut Handle) -> c_int {
     })
 }
 
-/// What a Fortran layer told the library (`MPI_Abi_set_fortran_*`). rmca has no Fortran
-/// bindings: nothing is set until a Fortran layer sets it.
+/// What a Fortran layer told the library (`MPI_Abi_set_fortran_*`): nothing until one sets
+/// it (rmca's libmpifort does in its `MPI_INIT`).
 struct Fortran {
     /// `LOGICAL`'s size in bytes and its `.TRUE.` and `.FALSE.` values.
     booleans: Option<(c_int, i64, i64)>,
@@ -1223,7 +1223,7 @@ fn logical_size(n: c_int) -> MpiResult<usize> {
 }
 
 /// `MPI_Abi_get_fortran_info`: `MPI_INFO_NULL` while no Fortran layer called
-/// `MPI_Abi_set_fortran_info` (rmca has no Fortran bindings), else a copy of what it set.
+/// `MPI_Abi_set_fortran_info` (libmpifort does in its `MPI_INIT`), else a copy of what it set.
 #[export]
 pub unsafe extern "C" fn MPI_Abi_get_fortran_info(info: *mut Handle) -> c_int {
     call("MPI_Abi_get_fortran_info", MPI_COMM_WORLD, || {
@@ -1257,8 +1257,8 @@ pub unsafe extern "C" fn MPI_Abi_set_fortran_info(info: Handle) -> c_int {
     })
 }
 
-/// `MPI_Abi_get_fortran_booleans`: `is_set` 0 while no Fortran layer set them (rmca has no
-/// Fortran bindings), else `.TRUE.` and `.FALSE.` as `logical_size`-byte integers.
+/// `MPI_Abi_get_fortran_booleans`: `is_set` 0 while no Fortran layer set them (libmpifort
+/// does in its `MPI_INIT`), else `.TRUE.` and `.FALSE.` as `logical_size`-byte integers.
 #[export]
 pub unsafe extern "C" fn MPI_Abi_get_fortran_booleans(
     logical_size: c_int,
