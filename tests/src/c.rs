@@ -64,29 +64,48 @@ pub fn ensure_libraries() {
 /// Compile `tests/c/<name>.c` with the wrapper (extra wrapper arguments `extra`, e.g.
 /// `-abi`) into the target directory, once per test process; the absolute path.
 pub fn compile(name: &str, extra: &[&str]) -> PathBuf {
-    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-    ensure_libraries();
     let suffix = extra.join("").replace('-', "_");
-    let out = target_release()
-        .join("c-tests")
-        .join(format!("{name}{suffix}"));
+    let src = workspace_root().join("tests/c").join(format!("{name}.c"));
+    let mut args = extra.to_vec();
+    args.push("-O1");
+    compile_source(&src, &format!("{name}{suffix}"), &args)
+}
+
+/// Compile C program `src` with rmca's mpicc (`-Wall -Wextra -Werror -std=c11` and `args`)
+/// into `c-tests/<out_name>` of the target directory, once per test process; the absolute
+/// path.
+pub fn compile_source(src: &Path, out_name: &str, args: &[&str]) -> PathBuf {
+    ensure_libraries();
+    let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    all.extend(["-Wall", "-Wextra", "-Werror", "-std=c11"].map(String::from));
+    build_once(
+        "mpicc",
+        src,
+        target_release().join("c-tests").join(out_name),
+        &all,
+    )
+}
+
+/// Run rmca's compiler wrapper `wrapper` on `src` with `args` into `out`, once per `out` and
+/// test process: tests of one file that share a program wait for its one build (rewriting a
+/// binary another test is starting would fail that start). `out`.
+pub fn build_once(wrapper: &str, src: &Path, out: PathBuf, args: &[String]) -> PathBuf {
+    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if built.contains(&out) {
         return out;
     }
-    std::fs::create_dir_all(out.parent().expect("has a parent")).expect("create c-tests dir");
-    let src = workspace_root().join("tests/c").join(format!("{name}.c"));
-    let o = Command::new(release_bin("mpicc"))
-        .args(extra)
-        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-std=c11"])
-        .arg(&src)
+    std::fs::create_dir_all(out.parent().expect("has a parent")).expect("create the output dir");
+    let o = Command::new(release_bin(wrapper))
+        .args(args)
+        .arg(src)
         .arg("-o")
         .arg(&out)
         .output()
-        .expect("run mpicc");
+        .unwrap_or_else(|e| panic!("run {wrapper}: {e}"));
     assert!(
         o.status.success(),
-        "mpicc {} failed:\n{}{}",
+        "{wrapper} {} failed:\n{}{}",
         src.display(),
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)

@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use crate::c::{ensure_libraries as ensure_c_libraries, run, target_release, CONFIGS};
-use crate::{release_bin, workspace_root};
+use crate::c::{build_once, ensure_libraries as ensure_c_libraries, run, target_release, CONFIGS};
+use crate::workspace_root;
 
 /// Whether a Fortran compiler is there (`$RMCA_FC`, else `gfortran`): the reason if not.
 pub fn compiler_missing() -> Option<String> {
@@ -54,38 +54,22 @@ pub fn ensure_libraries() {
 /// Compile `tests/fortran/<file>` (`.f`: fixed form, `.f90`: free form) with `mpifort`
 /// into the target directory, once per test process; the absolute path.
 pub fn compile(file: &str) -> PathBuf {
-    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     ensure_libraries();
     let stem = Path::new(file)
         .file_stem()
         .and_then(|s| s.to_str())
         .expect("a file name");
     let out = target_release().join("fortran-tests").join(stem);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if built.contains(&out) {
-        return out;
-    }
+    // Module files of the program itself go to its own directory.
     let work = out.with_extension("mod.d");
     std::fs::create_dir_all(&work).expect("create fortran-tests dir");
     let src = workspace_root().join("tests/fortran").join(file);
-    let o = Command::new(release_bin("mpifort"))
-        .args(["-Wall", "-Werror", "-O1", "-fcheck=bounds"])
-        // Module files of the program itself go to its own directory.
-        .arg(format!("-J{}", work.display()))
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("run mpifort");
-    assert!(
-        o.status.success(),
-        "mpifort {} failed:\n{}{}",
-        src.display(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    built.push(out.clone());
-    out
+    let args = ["-Wall", "-Werror", "-O1", "-fcheck=bounds"]
+        .map(String::from)
+        .into_iter()
+        .chain([format!("-J{}", work.display())])
+        .collect::<Vec<_>>();
+    build_once("mpifort", &src, out, &args)
 }
 
 /// `tests/fortran/<file>` (area `area`) on 1 rank, then on 2 and 3 ranks in every

@@ -15,39 +15,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use rmca_tests::c::ensure_libraries;
 use rmca_tests::{release_bin, run_job, workspace_root, Job};
 
-/// Build `bench/<name>.c` with rmca's mpicc into the target directory.
+/// Build `bench/<name>.c` with rmca's mpicc into the target directory (once per process).
 fn bench_program(name: &str) -> PathBuf {
-    // Once per program and process: two tests of this file run the same program at once,
-    // and rewriting a binary another test is starting makes its exec fail (EACCES).
-    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    ensure_libraries();
-    let out = rmca_tests::c::target_release()
-        .join("c-tests")
-        .join(format!("bench_{name}"));
-    if built.iter().any(|b| b == name) {
-        return out;
-    }
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let src = workspace_root().join("bench").join(format!("{name}.c"));
-    let o = Command::new(release_bin("mpicc"))
-        .args(["-Wall", "-Wextra", "-Werror", "-O2", "-std=c11"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("run mpicc");
-    assert!(
-        o.status.success(),
-        "mpicc {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    built.push(name.to_owned());
-    out
+    rmca_tests::c::compile_source(&src, &format!("bench_{name}"), &["-O2"])
 }
 
 #[test]
