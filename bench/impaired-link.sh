@@ -7,6 +7,8 @@
 #   bench/impaired-link.sh up N [PREFIX] [-- RMCA-IMPAIR-OPTIONS]  prints the node names
 #   bench/impaired-link.sh restart [PREFIX] [-- RMCA-IMPAIR-OPTIONS]  new impairments, same nodes
 #   bench/impaired-link.sh stats [PREFIX]     the emulator's counters so far (JSON)
+#   bench/impaired-link.sh change [PREFIX]    every direction switches to the emulator's --then
+#                                             SPEC now (e.g. --then loss=1: the link dies)
 #   bench/impaired-link.sh run [PREFIX] -- RMCA-RUN-ARGS  rmca-run in the first node, placing
 #                                             ranks on the nodes (RMCA_RUN: which rmca-run)
 #   bench/impaired-link.sh down [PREFIX]      stops the emulator (printing its counters)
@@ -14,14 +16,15 @@
 #   bench/impaired-link.sh run -- -n 2 --mca pml dr --mca btl ud,self --mca btl_ud_provider soft \
 #     PROGRAM
 # Each rank runs through /run/rmca-impair/PREFIX/NODE.sh, which binds btl_ud_if_addr and
-# btl_rc_if_addr to the node's impaired address. Node names resolve (/etc/netns/NODE/hosts) to
-# control addresses, NODE-imp to impaired ones (for Open MPI's btl_tcp_if_include=rimp and
-# MPICH). Needs root, iproute2 and /dev/net/tun; MTU of the TUN devices: IMPAIR_MTU (1500).
+# btl_rc_if_addr to the node's impaired address, or to its control address for the BTLs listed
+# in RMCA_IMPAIR_CLEAN (e.g. RMCA_IMPAIR_CLEAN=rc: a second, clean path). Node names resolve
+# (/etc/netns/NODE/hosts) to control addresses, NODE-imp to impaired ones (for Open MPI's
+# btl_tcp_if_include=rimp and MPICH). Needs root, iproute2 and /dev/net/tun; MTU of the TUN devices: IMPAIR_MTU (1500).
 # The emulator binary: RMCA_IMPAIR, else target/release/rmca-impair of this tree.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${RMCA_IMPAIR:-$here/target/release/rmca-impair}
-cmd=${1:?usage: impaired-link.sh up N [PREFIX] [-- OPTS] | restart [PREFIX] [-- OPTS] | stats | run [PREFIX] -- ARGS | down [PREFIX]}
+cmd=${1:?usage: impaired-link.sh up N [PREFIX] [-- OPTS] | restart [PREFIX] [-- OPTS] | stats | change | run [PREFIX] -- ARGS | down [PREFIX]}
 shift
 n=
 if [[ $cmd == up ]]; then
@@ -102,7 +105,9 @@ up)
     mkdir -p "/etc/netns/$node"
     printf '%s' "$hosts" >"/etc/netns/$node/hosts"
     printf '%s\n' "$node" >"/etc/netns/$node/hostname"
-    printf 'export RMCA_MCA_btl_ud_if_addr=10.203.0.%d RMCA_MCA_btl_rc_if_addr=10.203.0.%d\nexec "$@"\n' \
+    # The BTLs named in RMCA_IMPAIR_CLEAN (e.g. "rc") bind to the clean control network
+    # instead: a second path the impairments spare, for failover.
+    printf 'imp=10.203.0.%d ctrl=10.204.0.%d\nfor b in ud rc; do\n  a=$imp\n  case " ${RMCA_IMPAIR_CLEAN:-} " in *" $b "*) a=$ctrl ;; esac\n  export RMCA_MCA_btl_${b}_if_addr=$a\ndone\nexec "$@"\n' \
       $((i + 1)) $((i + 1)) >"$state/$node.sh"
   done
   start_emulator "$@"
@@ -119,6 +124,10 @@ stats)
   for _ in $(seq 100); do [[ -s $state/counters.json ]] && break; sleep 0.02; done
   cat "$state/counters.json"
   ;;
+change)
+  [[ -f $state/pid ]] || { echo "no emulator of prefix '$p' (run up first)" >&2; exit 2; }
+  kill -USR2 "$(cat "$state/pid")"
+  ;;
 run)
   run=${RMCA_RUN:-$here/target/release/rmca-run}
   exec ip netns exec "${p}0" "$run" --hosts "$(nodes | paste -sd, -)" \
@@ -132,5 +141,5 @@ down)
   done
   rm -rf "$state"
   ;;
-*) echo "unknown command '$cmd': up, restart, stats, run or down" >&2; exit 2 ;;
+*) echo "unknown command '$cmd': up, restart, stats, change, run or down" >&2; exit 2 ;;
 esac

@@ -81,6 +81,9 @@ if [[ ! -f $B/config.status ]]; then
     [[ $IMPL != rmca || -e $ROOT/target/release/libmpifort.so ]] ||
       { echo "target/release/libmpifort.so missing: cargo build --release -p rmca-mpifort" >&2; exit 2; }
     FORTRAN=(--enable-fortran=all MPIF77="$FC" MPIFC="$FC" F77="$FC" FC="$FC")
+    # The tests' C parts use MPI_Fint and MPI_*_c2f/_f2c with mpi.h only; rmca's (the standard
+    # ABI's) leaves them to mpi_abi_fort.h and libmpifort: mpicc -mpi-fortran adds both.
+    [[ $IMPL == rmca ]] && CC="$CC -mpi-fortran"
   fi
   # Only the C (and, when asked, Fortran) tests of the standard (strict: no MPICH
   # extensions); no I/O, spawn, RMA,

@@ -20,6 +20,7 @@ cargo fmt --manifest-path examples/out-of-tree-btl/Cargo.toml -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 CARGO_TARGET_DIR=target/out-of-tree cargo clippy --manifest-path examples/out-of-tree-btl/Cargo.toml --all-targets --locked -- -D warnings
+cargo fmt --manifest-path examples/out-of-tree-pml/Cargo.toml -- --check && CARGO_TARGET_DIR=target/out-of-tree cargo clippy --manifest-path examples/out-of-tree-pml/Cargo.toml --all-targets --locked -- -D warnings
 # The real-verbs provider compiles only with the rdma feature (libibverbs): lint it too.
 cargo clippy -p rmca-verbs -p rmca-common-verbs -p rmca-btl-ud -p rmca-btl-rc --features rdma --all-targets --locked -- -D warnings
 echo "== cargo doc (no broken or private links)"

@@ -36,6 +36,7 @@ fn main() {
         "src/mpi_f08.f90",
         "include/mpif.h",
         "../c/include/mpi.h",
+        "../c/include/mpi_abi_fort.h",
     ] {
         println!("cargo:rerun-if-changed={}", here.join(f).display());
     }

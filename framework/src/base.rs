@@ -22,16 +22,19 @@ pub enum Framework {
     Rcache,
     /// One-sided communication (windows).
     Osc,
+    /// Collective operations.
+    Coll,
 }
 
 impl Framework {
     /// Every framework, in listing order.
-    pub const ALL: [Framework; 5] = [
+    pub const ALL: [Framework; 6] = [
         Framework::Pml,
         Framework::Btl,
         Framework::Mpool,
         Framework::Rcache,
         Framework::Osc,
+        Framework::Coll,
     ];
 
     /// The framework's name, also its selector parameter's name.
@@ -42,6 +45,7 @@ impl Framework {
             Framework::Mpool => "mpool",
             Framework::Rcache => "rcache",
             Framework::Osc => "osc",
+            Framework::Coll => "coll",
         }
     }
 

@@ -32,6 +32,8 @@ pub enum ComponentRef {
     Rcache(&'static dyn RcacheComponent),
     /// A one-sided communication component.
     Osc(&'static dyn crate::osc::OscComponent),
+    /// A collective-operations component.
+    Coll(&'static dyn crate::coll::CollComponent),
 }
 
 impl ComponentRef {
@@ -43,6 +45,7 @@ impl ComponentRef {
             ComponentRef::Mpool(_) => Framework::Mpool,
             ComponentRef::Rcache(_) => Framework::Rcache,
             ComponentRef::Osc(_) => Framework::Osc,
+            ComponentRef::Coll(_) => Framework::Coll,
         }
     }
 
@@ -54,6 +57,7 @@ impl ComponentRef {
             ComponentRef::Mpool(c) => c,
             ComponentRef::Rcache(c) => c,
             ComponentRef::Osc(c) => c,
+            ComponentRef::Coll(c) => c,
         }
     }
 }

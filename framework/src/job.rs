@@ -1,6 +1,25 @@
 //! What a process knows about its job: its rank, the job size, node placement and identity.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::rank::{ProcInfo, Rank};
+
+/// Set once this process has passed its job's final barrier (see [`set_closing`]).
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// Mark this process's job as closing (`true`, once the process has passed the final barrier
+/// of `MPI_Finalize`) or running again (`false`, at init). From then on every rank has finished
+/// its traffic, and a peer that finishes first tears its connections down while this one is
+/// still in the closing fence: components report such path failures as expected (at debug
+/// level), not as faults.
+pub fn set_closing(closing: bool) {
+    CLOSING.store(closing, Ordering::Relaxed);
+}
+
+/// Whether this process's job is closing (see [`set_closing`]).
+pub fn closing() -> bool {
+    CLOSING.load(Ordering::Relaxed)
+}
 
 /// Identity of this process and of its job, as told by the launcher.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,8 +13,9 @@
 //! ```text
 //! registry  → component, plugin, params, btl, pml
 //! plugin    → component
-//! component → base, init, btl, pml, mpool, rcache, osc   (ComponentRef over the framework traits)
+//! component → base, init, btl, pml, mpool, rcache, osc, coll   (ComponentRef over the framework traits)
 //! osc       → base, buffer, params
+//! coll      → base, params                        (CollComponent, CollModule; schedules, sim)
 //! matching  → pml, rank
 //! slab      → pml                                 (the request table, keyed by RequestId)
 //! pml       → base, init, bml, btl, buffer, progress, params, rank
@@ -43,6 +44,7 @@ pub mod base;
 pub mod bml;
 pub mod btl;
 pub mod buffer;
+pub mod coll;
 pub mod component;
 pub mod hash;
 pub mod init;

@@ -388,6 +388,10 @@ macro_rules! declare_plugin {
             // after checking that both sides use the same rustc and framework versions.
             let d = unsafe { &*dispatch };
             let _ = $crate::plugin::tracing::dispatcher::set_global_default(d.clone());
+            // A cloned Dispatch was registered with the host's callsites only: recompute this
+            // copy's interest cache and max level from it (else they stay OFF and every event
+            // of the plugin is dropped).
+            $crate::plugin::tracing::callsite::rebuild_interest_cache();
         }
 
         static __RMCA_PLUGIN_VTABLE: $crate::plugin::PluginVTable = $crate::plugin::PluginVTable {

@@ -4,7 +4,7 @@
 //! 1. gather raw settings from every source ([`RawSources`]);
 //! 2. find built-in components (`inventory`) and plugins (on `component_path`);
 //! 3. collect every parameter declaration and resolve the raw settings against them;
-//! 4. check the selectors (`pml`, `btl`, `mpool`, `rcache`) against the available names.
+//! 4. check the selectors (`pml`, `btl`, `mpool`, `rcache`, `osc`, `coll`) against the available names.
 
 use std::collections::BTreeSet;
 
@@ -79,6 +79,9 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
     r.add_global(Param::string("osc", "").help(
         "One-sided (window) components allowed: a list ('am') or '^' and a list to exclude; empty: the highest-priority one that can serve each window.",
     ));
+    r.add_global(Param::string("coll", "").help(
+        "Collective components allowed: a list ('base,hier') or '^' and a list to exclude ('^hier'); empty: all. Each communicator stacks those that serve it, highest priority first; an operation falls through to the next component when one does not provide it. Every rank must agree.",
+    ).job_wide());
     r.add_global(Param::string("component_path", "").help(
         "Colon-separated directories searched for plugins named librmca_<framework>_<name>.so",
     ));
@@ -91,70 +94,6 @@ pub fn register_base_params(specs: &mut Vec<ParamSpec>) {
     r.add_global(Param::bool("profile", false).help(
         "Count messages and bytes by size class, unexpected messages, buffers and peak memory per component, and print a merged summary at finalize",
     ));
-    let mut c = ParamRegistrar::new("coll", "base", r.specs_mut());
-    // Every rank must run the same algorithm (their send/receive schedules must match), so
-    // the collective choices are job-wide.
-    let algo = |name: &str, values: &[&str], help: &str| {
-        Param::enumeration(name, "auto", values)
-            .help(help)
-            .level(Level::Tuning)
-            .job_wide()
-    };
-    c.add_global(algo(
-        "coll_barrier_algorithm",
-        &["auto", "dissemination", "linear"],
-        "Barrier algorithm (auto: dissemination)",
-    ));
-    c.add_global(algo("coll_bcast_algorithm", &["auto", "binomial", "scatter_allgather", "linear"], "Broadcast algorithm (auto: binomial below coll_bcast_long_size, scatter+ring allgather above)"));
-    c.add_global(algo(
-        "coll_reduce_algorithm",
-        &["auto", "binomial", "linear"],
-        "Reduce algorithm (auto: binomial)",
-    ));
-    c.add_global(algo(
-        "coll_allreduce_algorithm",
-        &["auto", "recursive_doubling", "ring", "reduce_bcast"],
-        "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)",
-    ));
-    c.add_global(algo(
-        "coll_gather_algorithm",
-        &["auto", "binomial", "linear"],
-        "Gather algorithm (auto: binomial)",
-    ));
-    c.add_global(algo(
-        "coll_scatter_algorithm",
-        &["auto", "binomial", "linear"],
-        "Scatter algorithm (auto: binomial)",
-    ));
-    c.add_global(algo("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise); allgatherv runs linear when this is 'linear', else ring"));
-    c.add_global(algo(
-        "coll_alltoall_algorithm",
-        &["auto", "pairwise", "linear"],
-        "Alltoall(v) algorithm (auto: pairwise exchange)",
-    ));
-    c.add_global(algo(
-        "coll_reduce_scatter_algorithm",
-        &["auto", "ring", "reduce_scatterv"],
-        "Reduce_scatter(_block) algorithm (auto: ring at >= coll_allreduce_long_size bytes for built-in and commutative operations, else binomial reduce to rank 0 + linear scatterv; non-commutative operations always take the latter)",
-    ));
-    c.add_global(algo(
-        "coll_scan_algorithm",
-        &["auto", "recursive_doubling", "linear"],
-        "Scan and exscan algorithm (auto: recursive doubling)",
-    ));
-    c.add_global(
-        Param::size("coll_bcast_long_size", 128 << 10)
-            .help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'")
-            .level(Level::Tuning)
-            .job_wide(),
-    );
-    c.add_global(
-        Param::size("coll_allreduce_long_size", 64 << 10)
-            .help("Allreduces of at least this many bytes use the ring under 'auto'")
-            .level(Level::Tuning)
-            .job_wide(),
-    );
-    let mut r = ParamRegistrar::new("mca", "base", c.into_specs());
     r.add_global(
         Param::string("profile_json", "")
             .help("With profile: also write the merged summary as JSON to this file")
@@ -407,6 +346,42 @@ impl Registry {
                 framework: Framework::Osc,
                 reason: "no allowed OSC component can serve this window (see --mca osc)".into(),
             })
+    }
+
+    /// The coll stack of a communicator of shape `shape`: a module of every allowed component
+    /// that serves it, highest priority first (ties broken by name). An error when none does.
+    pub fn select_coll(
+        &self,
+        params: &ParamStore,
+        shape: &crate::coll::CommShape,
+    ) -> Result<crate::coll::CollStack, McaError> {
+        let sel = self.selector(params, Framework::Coll)?;
+        let mut found = Vec::new();
+        for c in self.of(Framework::Coll) {
+            let ComponentRef::Coll(k) = c.component else {
+                continue;
+            };
+            let name = c.meta().name;
+            if !sel.allows(name) {
+                continue;
+            }
+            if let Some(m) = k.query(shape, params) {
+                found.push((k.priority(params), name, m));
+            }
+        }
+        if found.is_empty() {
+            return Err(McaError::NoneAvailable {
+                framework: Framework::Coll,
+                reason: format!(
+                    "no allowed coll component serves this communicator ({} members; see --mca coll)",
+                    shape.size()
+                ),
+            });
+        }
+        found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        Ok(crate::coll::CollStack::new(
+            found.into_iter().map(|(_, n, m)| (n, m)).collect(),
+        ))
     }
 
     /// The component of a single-choice framework (mpool, rcache): the selected name, or the

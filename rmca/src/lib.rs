@@ -67,6 +67,8 @@ use rmca_btl_rc as _;
 use rmca_btl_self as _;
 use rmca_btl_shm as _;
 use rmca_btl_ud as _;
+use rmca_coll_base as _;
+use rmca_coll_hier as _;
 use rmca_osc_am as _;
 use rmca_osc_sm as _;
 use rmca_pml_dr as _;
@@ -257,7 +259,6 @@ impl From<ProcNull> for Dest {
 
 pub(crate) struct Shared {
     rt: RefCell<Option<Runtime>>,
-    coll: std::cell::OnceCell<coll::CollParams>,
     /// The ids of a [`Request::complete_all`] batch, kept between calls (no allocation per
     /// window).
     batch: std::cell::Cell<Vec<RequestId>>,
@@ -289,15 +290,6 @@ impl Shared {
             return Err(Error::Finalized);
         };
         f(rt)
-    }
-
-    /// The `coll_*` parameters (read at the first collective).
-    pub(crate) fn coll_params(&self) -> Result<&coll::CollParams> {
-        if let Some(c) = self.coll.get() {
-            return Ok(c);
-        }
-        let c = self.with(|rt| Ok(coll::CollParams::read(&rt.params)))?;
-        Ok(self.coll.get_or_init(|| c))
     }
 
     /// Progress until `id` completes (stepping non-blocking collectives meanwhile).
@@ -484,7 +476,6 @@ impl Universe {
         let rank = rt.job.rank;
         let shared = Rc::new(Shared {
             rt: RefCell::new(Some(rt)),
-            coll: std::cell::OnceCell::new(),
             batch: Default::default(),
             lent: Default::default(),
             finalize_deferred: Default::default(),

@@ -638,7 +638,18 @@ impl Rte {
                     value: v.clone(),
                     why: "expected a signal number".into(),
                 })?;
-                lifeline::expect_launcher_death_signal(sig)?;
+                match lifeline::expect_launcher_death_signal(sig) {
+                    Ok(()) => {}
+                    // The signal cannot be handled here: a tool the rank runs under (valgrind
+                    // reserves the last real-time signals) owns it. The rank still runs; only
+                    // the cleanup of its files if rmca-run dies is lost.
+                    Err(RteError::Io { op, source }) => tracing::warn!(
+                        signal = sig,
+                        "cannot {op}: {source}; this rank's shared-memory files are not \
+                         removed if rmca-run dies"
+                    ),
+                    Err(e) => return Err(e),
+                }
             }
         }
         let env_rank: Option<u32> = env_parse(lookup, "PMI_RANK")?;

@@ -190,6 +190,7 @@ impl Runtime {
     /// any (the launcher's flags arrive through the environment).
     pub fn init(cmdline: Vec<RawSetting>) -> Result<Self, InitError> {
         let started = Instant::now();
+        rmca_framework::job::set_closing(false);
         let rte = Rte::init()?;
         let raw = RawSources::gather(cmdline).map_err(McaError::from)?;
         let registry = Registry::discover(&raw);
@@ -498,7 +499,9 @@ impl Runtime {
     /// Leave the job: exchange the profile if asked, fence (progressing) so that nobody tears
     /// down transports a peer still uses, finalize the PML and its BTLs, tell the launcher.
     pub fn finalize(mut self) -> Result<Option<crate::profile::JobProfile>, InitError> {
-        // The caller (the facade) quiesces traffic with a barrier over the PML first.
+        // The caller (the facade) quiesces traffic with a barrier over the PML first: from here
+        // on a peer's connections may close under us, which is not a fault.
+        rmca_framework::job::set_closing(true);
         let profile = self.params.get_bool("profile").unwrap_or(false);
         let mut merged = None;
         if profile {

@@ -147,6 +147,9 @@ program p2p
   if (flag) call fail('iprobe found a message nobody sent')
 
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  ! The library recognised the status-ignore constants: nothing was written into them.
+  if (any(MPI_STATUS_IGNORE /= 0) .or. any(MPI_STATUSES_IGNORE /= 0)) &
+    call fail('a status was written into MPI_STATUS_IGNORE or MPI_STATUSES_IGNORE')
   call MPI_Allreduce(MPI_IN_PLACE, errors, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   if (rank == 0 .and. errors == 0) print '(a,i0,a)', 'ok p2p: ', size, ' ranks'
   call MPI_Finalize(ierr)

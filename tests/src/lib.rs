@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 pub mod c;
 pub mod fortran;
+pub mod plugin;
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {

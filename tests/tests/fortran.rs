@@ -5,14 +5,21 @@
 //! are regenerated and compared with the checked-in ones, and CMake's `FindMPI` is pointed at
 //! rmca's wrappers (C, C++ and Fortran) through `PATH`.
 //!
+//! C mixed with Fortran: `mpi_abi_fort.h` declares exactly what libmpifort exports for C
+//! (`MPI_Fint`, the `_c2f`/`_f2c` and status conversions, the Fortran status-ignore constants);
+//! `tests/fortran/mixed.c` (C main) and `mixed_f.f90` (its Fortran routines) pass handles and
+//! statuses both ways, built by `mpicc` and `mpifort`; `mpicc -mpi-fortran` builds C code that
+//! includes `mpi.h` only.
+//!
 //! Without gfortran (or cmake, for the CMake test) a test prints `SKIPPED:` and passes, unless
 //! `RMCA_TESTS_REQUIRE=1` / `CI=true`.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rmca_test_support::skip_or_fail;
-use rmca_tests::c::target_release;
+use rmca_tests::c::{run, target_release};
 use rmca_tests::fortran::{compiler_missing, ensure_libraries, every_config};
 use rmca_tests::{release_bin, run_job, workspace_root, Job};
 
@@ -209,4 +216,188 @@ fn cmake_find_package_mpi_finds_the_wrappers() {
             out.text()
         );
     }
+}
+
+/// Run rmca's compiler wrapper `wrapper` with `args`; panics with its output on failure.
+fn wrapper(wrapper: &str, args: &[&str]) {
+    let o = Command::new(release_bin(wrapper))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {wrapper}: {e}"));
+    assert!(
+        o.status.success(),
+        "{wrapper} {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// The functions (`MPI_`/`PMPI_` names followed by `(`) and variables (`extern` lines) a header
+/// declares.
+fn header_names(header: &str) -> BTreeSet<String> {
+    header
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let end = if l.starts_with("extern ") && l.ends_with(';') {
+                l.len() - 1
+            } else if l.ends_with(");") {
+                l.find('(')?
+            } else {
+                return None;
+            };
+            let name = l[..end].rsplit([' ', '*']).next()?;
+            (name.starts_with("MPI_") || name.starts_with("PMPI_")).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_fortran_c_header_declares_exactly_what_libmpifort_exports_for_c() {
+    if !fortran_or_skip() {
+        return;
+    }
+    ensure_libraries();
+    let header =
+        std::fs::read_to_string(workspace_root().join("bindings/c/include/mpi_abi_fort.h"))
+            .expect("read mpi_abi_fort.h");
+    let declared = header_names(&header);
+    // 11 handle kinds x 2 conversions, 6 status conversions, both names; 4 constants.
+    assert_eq!(declared.len(), (11 * 2 + 6) * 2 + 4, "{declared:?}");
+    let lib = target_release().join("libmpifort.so");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success(), "nm {}", lib.display());
+    // The C names (MPI_Comm_c2f, MPI_F_STATUS_IGNORE), not the Fortran ones (mpi_send_).
+    let exported: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|s| s.starts_with("MPI_") || s.starts_with("PMPI_"))
+        .map(str::to_owned)
+        .collect();
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    let undeclared: Vec<_> = exported.difference(&declared).collect();
+    assert!(
+        missing.is_empty() && undeclared.is_empty(),
+        "mpi_abi_fort.h and libmpifort.so disagree: declared, not exported {missing:?}; \
+         exported, not declared {undeclared:?}"
+    );
+    // mpi.h stays the standard ABI's: none of these there (tests/tests/c_abi.rs holds libmpi to
+    // what mpi.h declares).
+    let mpi_h = std::fs::read_to_string(workspace_root().join("bindings/c/include/mpi.h"))
+        .expect("read mpi.h");
+    let in_mpi_h: Vec<_> = header_names(&mpi_h)
+        .intersection(&declared)
+        .cloned()
+        .collect();
+    assert!(in_mpi_h.is_empty(), "mpi.h declares {in_mpi_h:?}");
+}
+
+#[test]
+fn c_main_calls_fortran_and_back() {
+    if !fortran_or_skip() {
+        return;
+    }
+    ensure_libraries();
+    let dir = target_release().join("fortran-tests").join("mixed.d");
+    std::fs::create_dir_all(&dir).expect("create the build directory");
+    let src = workspace_root().join("tests/fortran");
+    let (c_obj, f_obj, program) = (
+        dir.join("mixed.o"),
+        dir.join("mixed_f.o"),
+        dir.join("mixed"),
+    );
+    let c_src: PathBuf = src.join("mixed.c");
+    let f_src: PathBuf = src.join("mixed_f.f90");
+    wrapper(
+        "mpicc",
+        &[
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-std=c11",
+            "-O1",
+            "-c",
+            path(&c_src),
+            "-o",
+            path(&c_obj),
+        ],
+    );
+    wrapper(
+        "mpifort",
+        &[
+            "-Wall",
+            "-Werror",
+            "-O1",
+            "-fcheck=bounds",
+            &format!("-J{}", dir.display()),
+            "-c",
+            path(&f_src),
+            "-o",
+            path(&f_obj),
+        ],
+    );
+    wrapper(
+        "mpifort",
+        &[path(&c_obj), path(&f_obj), "-o", path(&program)],
+    );
+    for ranks in [1, 2, 3] {
+        run(&program, "mixed", ranks, "ob1+shm", &[]);
+    }
+}
+
+/// C code that mixes with Fortran as it always has: `mpi.h` only, `MPI_Fint` and the
+/// conversions from it.
+const C_MPI_H_ONLY: &str = r#"#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Fint world = MPI_Comm_c2f(MPI_COMM_WORLD), f[MPI_F_STATUS_SIZE];
+    MPI_Status s = {0};
+    s.MPI_TAG = 5;
+    int ok = MPI_Comm_f2c(world) == MPI_COMM_WORLD && MPI_Status_c2f(&s, f) == MPI_SUCCESS &&
+             f[MPI_F_TAG] == 5 && MPI_Status_f2c(MPI_F_STATUS_IGNORE, &s) == MPI_ERR_ARG;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (ok && rank == 0) printf("ok mpi-fortran:\n");
+    MPI_Finalize();
+    return !ok;
+}
+"#;
+
+#[test]
+fn mpicc_mpi_fortran_builds_c_that_includes_mpi_h_only() {
+    if !fortran_or_skip() {
+        return;
+    }
+    ensure_libraries();
+    let dir = target_release().join("fortran-tests").join("mpi-fortran.d");
+    std::fs::create_dir_all(&dir).expect("create the build directory");
+    let src = dir.join("c2f.c");
+    std::fs::write(&src, C_MPI_H_ONLY).expect("write the C source");
+    let program = dir.join("c2f");
+    let flags = ["-Wall", "-Wextra", "-Werror", "-std=c11"];
+    // Plain mpicc: no MPI_Fint (the standard ABI's mpi.h), so the option is what makes it build.
+    let plain = Command::new(release_bin("mpicc"))
+        .args(flags)
+        .args(["-c", path(&src), "-o", path(&dir.join("plain.o"))])
+        .output()
+        .expect("run mpicc");
+    assert!(
+        !plain.status.success() && String::from_utf8_lossy(&plain.stderr).contains("MPI_Fint"),
+        "plain mpicc compiled C code using MPI_Fint:\n{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let mut args = vec!["-mpi-fortran"];
+    args.extend(flags);
+    args.extend([path(&src), "-o", path(&program)]);
+    wrapper("mpicc", &args);
+    run(&program, "mpi-fortran", 2, "ob1+shm", &[]);
 }

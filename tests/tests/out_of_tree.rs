@@ -8,48 +8,12 @@
 //! build, pass its tests or load, the test fails saying which.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use rmca_tests::{run_job, take_profile, workspace_root, Job};
+use rmca_tests::{plugin, run_job, take_profile, Job};
 
-/// The plugin crate's manifest.
-fn manifest() -> PathBuf {
-    workspace_root().join("examples/out-of-tree-btl/Cargo.toml")
-}
-
-/// The plugin's own target directory: not the workspace's, whose build lock the running
-/// `cargo test` may hold.
-fn plugin_target_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    target.join("out-of-tree")
-}
-
-/// Run `cargo <args>` on the plugin crate; panics with cargo's output if it fails.
+/// Run `cargo <args>` on the plugin crate (see [`rmca_tests::plugin::cargo`]).
 fn cargo(args: &[&str]) -> String {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(&cargo)
-        .args(args)
-        .arg("--manifest-path")
-        .arg(manifest())
-        .env("CARGO_TARGET_DIR", plugin_target_dir())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run '{cargo}' (set CARGO to the cargo that built the workspace): {e}")
-        });
-    let text = format!(
-        "--- stdout\n{}\n--- stderr\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "cargo {} on the out-of-tree plugin failed ({}):\n{text}",
-        args.join(" "),
-        out.status
-    );
-    text
+    plugin::cargo("out-of-tree-btl", args)
 }
 
 /// A fresh directory for `component_path`, removed on drop.
@@ -81,7 +45,7 @@ fn out_of_tree_btl_builds_conforms_and_carries_a_job() {
     );
     // The plugin as rmca-run loads it.
     cargo(&["build", "--release", "--locked", "--lib"]);
-    let so = plugin_target_dir().join("release/librmca_btl_uds.so");
+    let so = plugin::target_dir().join("release/librmca_btl_uds.so");
     assert!(so.exists(), "cargo built no {}", so.display());
     let dir = PluginDir::with(&so);
     // p2p_check cases that move and verify data of every size class (eager, rendezvous by

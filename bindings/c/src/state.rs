@@ -35,12 +35,18 @@
 //!   is refused by `with`'s busy flag as before; the hook never releases while that flag is
 //!   set (a wait inside `with` keeps the lock).
 //!
+//! The library's other tables (derived datatypes, groups, ops, info objects, attributes,
+//! windows, sessions, matched messages, partitioned and generalized requests, attached
+//! buffers, `MPI_Alloc_mem` blocks) are process-wide [`Confined`] cells under the same rule:
+//! an object made on one thread is the same object on every thread the level lets in. When no
+//! thread owns the library (before `MPI_Init`, after `MPI_Finalize`) a thread reaches them
+//! under the process lock, so the calls MPI allows then (`MPI_Info_*`, `MPI_Session_init`)
+//! work from any thread; `MPI_Finalize` gives the ownership up (below MULTIPLE) for that.
+//!
 //! What MULTIPLE does not do yet: concurrency inside the library (one thread runs MPI code at
 //! a time; per-communicator or per-peer locks are the next layer), and creating communicators
 //! from several threads at once (their context ids are agreed without a process-wide
-//! reservation: create them from one thread, or one at a time). Objects kept in the library's
-//! per-thread tables (datatypes, groups, ops, info, attributes, windows, sessions, matched
-//! messages) are visible only to the thread that made them.
+//! reservation: create them from one thread, or one at a time).
 
 // The process-wide state (`Global`) is shared memory confined to one thread by a check of
 // the caller's thread id: the one other module of the crate with `unsafe` code.
@@ -540,6 +546,9 @@ struct Global {
     /// Set while a call works on the state: a call from inside it (an error handler, a user
     /// reduction) is refused instead of aliasing the state.
     busy: UnsafeCell<bool>,
+    /// How many [`Confined`] tables the owner has borrowed now: the wait hook keeps the lock
+    /// while any is (a thread it handed the lock to would find the table taken).
+    pinned: UnsafeCell<u32>,
     state: UnsafeCell<Option<State>>,
     /// The communicator of the last lookup by handle ([`communicator`]): the per-message
     /// calls find it with a compare instead of a visit of the state (busy flag, table,
@@ -548,7 +557,7 @@ struct Global {
     comm_cache: UnsafeCell<Option<(Handle, Communicator)>>,
 }
 
-// SAFETY: `busy`, `state` and `comm_cache` are only accessed by the thread whose id is in
+// SAFETY: `busy`, `pinned`, `state` and `comm_cache` are only accessed by the thread whose id is in
 // `owner` (see `owned`), one access at a time (`busy`): the state, which holds `Rc`s and
 // `RefCell`s, is confined to that thread as a thread-local would be. The owner changes only
 // at SERIALIZED and MULTIPLE, and then under `lock`: the new owner acquires it after the old
@@ -566,6 +575,7 @@ static GLOBAL: Global = Global {
     checked_entry: AtomicBool::new(false),
     phase: AtomicU8::new(Phase::Before as u8),
     busy: UnsafeCell::new(false),
+    pinned: UnsafeCell::new(0),
     state: UnsafeCell::new(None),
     comm_cache: UnsafeCell::new(None),
 };
@@ -665,6 +675,9 @@ fn install_state(
         return;
     }
     let me = this_thread();
+    // The owner changes under the process lock: a thread reaching the process-wide tables
+    // while nobody owned them ([`Confined`], before `MPI_Init`) holds it, and is done first.
+    GLOBAL.lock.lock();
     GLOBAL.main.store(me, Ordering::Relaxed);
     GLOBAL.level.store(thread_level, Ordering::Relaxed);
     GLOBAL.owner.store(me, Ordering::Relaxed);
@@ -674,11 +687,12 @@ fn install_state(
     // SAFETY: this thread is now the owner, and no call is on the state (it had none).
     unsafe { *GLOBAL.state.get() = Some(state) };
     if thread_level == MPI_THREAD_MULTIPLE {
-        // The state is the lock's from now on: publish it through the lock (a thread that
-        // calls MPI later acquires it), and let the waits hand the lock over.
+        // The state is the lock's from now on: published by this unlock (a thread that
+        // calls MPI later acquires it); the waits hand the lock over.
         GLOBAL.owner.store(0, Ordering::Relaxed);
-        GLOBAL.lock.lock();
-        GLOBAL.lock.unlock();
+    }
+    GLOBAL.lock.unlock();
+    if thread_level == MPI_THREAD_MULTIPLE {
         rmca::framework::progress::set_wait_hook(rmca::framework::progress::WaitHook {
             release: release_for_waiters,
             reacquire: reacquire_after_wait,
@@ -829,7 +843,8 @@ pub fn entered<R>(f: impl FnOnce() -> R) -> R {
             let _held = Held;
             f()
         }
-        MPI_THREAD_SERIALIZED if phase() == Phase::Running => {
+        // Running, or a session's state before `MPI_Init`.
+        MPI_THREAD_SERIALIZED if phase() != Phase::Finalized => {
             // The program promises that no other thread is in MPI now: the previous owner's
             // calls happened before this one (its own synchronization orders them).
             GLOBAL.lock.lock();
@@ -848,8 +863,8 @@ fn release_for_waiters() -> bool {
     if !owned() {
         return false;
     }
-    // SAFETY: the owner thread (checked above), the only one touching `busy`.
-    if unsafe { *GLOBAL.busy.get() } || !GLOBAL.lock.contended() {
+    // SAFETY: the owner thread (checked above), the only one touching `busy` and `pinned`.
+    if unsafe { *GLOBAL.busy.get() || *GLOBAL.pinned.get() != 0 } || !GLOBAL.lock.contended() {
         return false;
     }
     GLOBAL.owner.store(0, Ordering::Relaxed);
@@ -871,13 +886,22 @@ pub fn take() -> Option<State> {
     }
     // SAFETY: this is the owner thread (checked above), the only one touching `busy` and the
     // state; with `busy` false no reference to the state is live.
-    unsafe {
+    let state = unsafe {
         if *GLOBAL.busy.get() {
             return None;
         }
         set_comm_cache(None);
         (*GLOBAL.state.get()).take()
+    };
+    if state.is_some() && thread_level() != MPI_THREAD_MULTIPLE {
+        // From now on nobody owns the library: the calls allowed after finalize reach the
+        // process-wide tables from any thread, under the process lock ([`Confined`]). (At
+        // MULTIPLE this call holds the lock and gives it back as it returns.)
+        GLOBAL.lock.lock();
+        GLOBAL.owner.store(0, Ordering::Relaxed);
+        GLOBAL.lock.unlock();
     }
+    state
 }
 
 /// The communicator behind handle `h` (a clone: nothing of the state is borrowed while the
@@ -935,6 +959,123 @@ pub fn with<R>(f: impl FnOnce(&mut State) -> MpiResult<R>) -> MpiResult<R> {
     match unsafe { (*GLOBAL.state.get()).as_mut() } {
         Some(state) => f(state),
         None => Err(not_running()),
+    }
+}
+
+/// A process-wide table of the library (derived datatypes, groups, ops, info objects,
+/// attributes, windows, ...), confined as the state is: the owner thread reaches it directly
+/// (a relaxed load and a compare, as [`with`]; about what a thread-local cost, which from a
+/// shared library is a call to `__tls_get_addr`), so that an object made on one thread is
+/// the same object on every thread the thread level lets call MPI. When nobody owns the
+/// library (before `MPI_Init`, after `MPI_Finalize`, and at `MPI_THREAD_MULTIPLE` outside the
+/// entry points), a thread takes the process lock and is the owner for the access: the calls
+/// MPI allows then (`MPI_Info_*`, `MPI_Session_init`, ...) work from any thread. A thread the
+/// level does not let in (another than the main one at FUNNELED) gets the error naming the
+/// level. Starts empty (`T::default()` at the first access).
+pub struct Confined<T> {
+    /// What the table holds, for the error of a nested access ("derived datatypes").
+    what: &'static str,
+    /// Set while the table is lent out: a nested access is refused, not aliased.
+    borrowed: UnsafeCell<bool>,
+    value: UnsafeCell<Option<T>>,
+}
+
+// SAFETY: `borrowed` and `value` are reached only by the thread whose id is in
+// `GLOBAL.owner` (checked by `with`; a thread that finds no owner becomes it under the process
+// lock first), one borrow at a time (`borrowed`): the table, which may hold `Rc`s, is confined
+// as the state is (see `Global`'s `Sync`), every hand-over of the owner ordered by the lock.
+unsafe impl<T> Sync for Confined<T> {}
+
+/// Ends a borrow of a [`Confined`] table, normally or by a panic.
+struct Lent<'a>(&'a UnsafeCell<bool>);
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by the owner thread while it borrows the table (see `Confined::lend`),
+        // and dropped on it before it can stop being the owner.
+        unsafe {
+            *self.0.get() = false;
+            *GLOBAL.pinned.get() -= 1;
+        }
+    }
+}
+
+/// The owner of a moment that found no owner ([`Confined::with`]'s slow path): gives the
+/// ownership and the process lock back, normally or by a panic.
+struct Borrowed;
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        GLOBAL.owner.store(0, Ordering::Relaxed);
+        GLOBAL.lock.unlock();
+    }
+}
+
+impl<T: Default> Confined<T> {
+    /// An empty table of `what`.
+    pub const fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            borrowed: UnsafeCell::new(false),
+            value: UnsafeCell::new(None),
+        }
+    }
+
+    /// Run `f` on the table; an error if this thread may not reach it now (the thread level
+    /// does not let it call MPI) or if `f`'s caller has it borrowed already.
+    #[inline(always)]
+    pub fn with<R>(&'static self, f: impl FnOnce(&mut T) -> R) -> MpiResult<R> {
+        if owned() {
+            self.lend(f)
+        } else {
+            self.with_unowned(f)
+        }
+    }
+
+    /// [`Confined::with`] for a thread that does not own the library.
+    #[cold]
+    #[inline(never)]
+    fn with_unowned<R>(&'static self, f: impl FnOnce(&mut T) -> R) -> MpiResult<R> {
+        GLOBAL.lock.lock();
+        if GLOBAL.owner.load(Ordering::Relaxed) != 0 {
+            // Owned by the thread the level names (SINGLE, FUNNELED; SERIALIZED's last caller
+            // when this call came round the entry points' hand-over).
+            GLOBAL.lock.unlock();
+            return Err(wrong_thread());
+        }
+        GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+        let _back = Borrowed;
+        self.lend(f)
+    }
+
+    /// Lend the table to `f` (on the owner thread).
+    #[inline(always)]
+    fn lend<R>(&'static self, f: impl FnOnce(&mut T) -> R) -> MpiResult<R> {
+        debug_assert!(owned());
+        // SAFETY: the owner thread (the callers checked it or became it), the only one
+        // touching `borrowed`, `pinned` and `value`; while `borrowed` is set (until `_lent`
+        // drops) no other reference to `value` is made.
+        unsafe {
+            if *self.borrowed.get() {
+                return Err(self.nested());
+            }
+            *self.borrowed.get() = true;
+            *GLOBAL.pinned.get() += 1;
+            let _lent = Lent(&self.borrowed);
+            Ok(f((*self.value.get()).get_or_insert_with(T::default)))
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn nested(&self) -> MpiError {
+        MpiError::new(
+            MPI_ERR_INTERN,
+            format!(
+                "the table of {} was reached from inside a use of it (an MPI call from a callback the library runs while it works on that table)",
+                self.what
+            ),
+        )
     }
 }
 
@@ -1334,7 +1475,7 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::TicketLock;
+    use super::{Confined, TicketLock};
     use std::cell::UnsafeCell;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -1347,6 +1488,32 @@ mod tests {
         fn get(&self) -> *mut u64 {
             self.0.get()
         }
+    }
+
+    /// Before `MPI_Init` nobody owns the library: every thread reaches a table, one at a
+    /// time under the process lock; a nested access is refused, not aliased.
+    #[test]
+    fn a_table_without_an_owner_serves_every_thread_and_refuses_a_nested_access() {
+        static T: Confined<Vec<u32>> = Confined::new("test values");
+        std::thread::scope(|s| {
+            for i in 0..4 {
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        T.with(|v| v.push(i)).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(T.with(|v| v.len()).unwrap(), 4000);
+        let inner = T.with(|_| T.with(|v| v.len()).map_err(|e| (e.class, e.msg.clone())));
+        let (class, msg) = inner.unwrap().unwrap_err();
+        assert_eq!(class, crate::abi::MPI_ERR_INTERN);
+        assert!(msg.contains("table of test values"), "{msg}");
+        // The failed nested access left the table usable.
+        assert_eq!(
+            T.with(|v| v.iter().filter(|&&x| x == 3).count()).unwrap(),
+            1000
+        );
     }
 
     #[test]

@@ -50,7 +50,8 @@ HANDWRITTEN = {
     "MPI_Session_create_errhandler", "MPI_Comm_create_keyval", "MPI_Type_create_keyval",
     "MPI_Win_create_keyval", "MPI_Keyval_create", "MPI_Comm_get_attr", "MPI_Type_get_attr",
     "MPI_Win_get_attr", "MPI_Attr_get", "MPI_Attr_put", "MPI_Info_create_env",
-    "MPI_Grequest_start", "MPI_Info_get_string",
+    "MPI_Grequest_start", "MPI_Info_get_string", "MPI_Comm_set_attr", "MPI_Type_set_attr",
+    "MPI_Win_set_attr",
 }
 # Procedures that are Fortran-only or C-only, or callbacks the user writes: no wrapper.
 SKIP = re.compile(r"^MPI_(T_|.*_(c2f|f2c|c2f08|f082c|f082f|f2f08|toint|fromint)$|"
@@ -179,10 +180,6 @@ def c_wrapper(cname, sym, ret, params, large):
         n = p.name
         if p.ctype == "...":
             return None
-        if p.kind == "ATTRIBUTE_VAL" and p.dir == "in":
-            args.append(f"MPI_Aint *{n}")
-            call.append(f"(void *){n}[0]")
-            continue
         if p.kind in ("FUNCTION", "POLYFUNCTION", "FUNCTION_SMALL", "EXTRA_STATE",
                       "ATTRIBUTE_VAL", "ATTRIBUTE_VAL_10", "STRING_ARRAY", "STRING_2DARRAY",
                       "ARGUMENT_LIST", "ARGUMENT_COUNT", "EVENT_CB_FUNCTION"):
@@ -266,6 +263,12 @@ def c_wrapper(cname, sym, ret, params, large):
     body.append(f"static void {sym}({sig})")
     body.append("{")
     body.extend("    " + s for s in pre)
+    if not post:
+        # Nothing to do after the call: without IERROR (optional in mpi_f08) the wrapper
+        # ends in a tail call of the C function (RMCAF_RETURN, src/rmcaf.h).
+        body.append(f"    RMCAF_RETURN(ierr, {cname}({', '.join(call)}));")
+        body.append("}")
+        return "\n".join(body)
     body.append(f"    int rc = {cname}({', '.join(call)});")
     body.extend("    " + s for s in post)
     body.append("    if (ierr) *ierr = rc;")
@@ -390,13 +393,16 @@ API_KINDS = {}
 # ---------------------------------------------------------------- constants
 
 SENTINELS = [
-    # (Fortran name, common block, f90 declaration, f08 declaration)
-    ("MPI_BOTTOM", "rmcaf_bottom", "integer", "integer"),
-    ("MPI_IN_PLACE", "rmcaf_in_place", "integer", "integer"),
-    ("MPI_BUFFER_AUTOMATIC", "rmcaf_buffer_automatic", "integer", "integer"),
-    ("MPI_STATUS_IGNORE", "rmcaf_status_ignore", "integer {}(MPI_STATUS_SIZE)",
+    # (Fortran name, common block, f90 declaration, f08 declaration). The buffer addresses
+    # share one block, as do the two status ones (in this order, the same sizes in all three
+    # interfaces): a wrapper tells them from a program's own addresses with one range check
+    # (src/rmcaf.h).
+    ("MPI_BOTTOM", "rmcaf_buf", "integer", "integer"),
+    ("MPI_IN_PLACE", "rmcaf_buf", "integer", "integer"),
+    ("MPI_BUFFER_AUTOMATIC", "rmcaf_buf", "integer", "integer"),
+    ("MPI_STATUS_IGNORE", "rmcaf_status", "integer {}(MPI_STATUS_SIZE)",
      "type(MPI_Status) {}"),
-    ("MPI_STATUSES_IGNORE", "rmcaf_statuses_ignore", "integer {}(MPI_STATUS_SIZE,1)",
+    ("MPI_STATUSES_IGNORE", "rmcaf_status", "integer {}(MPI_STATUS_SIZE,1)",
      "type(MPI_Status) {}(1)"),
     ("MPI_ERRCODES_IGNORE", "rmcaf_errcodes_ignore", "integer {}(1)", "integer {}(1)"),
     ("MPI_UNWEIGHTED", "rmcaf_unweighted", "integer {}(1)", "integer {}(1)"),
@@ -442,8 +448,9 @@ def mpif_h(consts, functions):
         lines += [f"      {t} {name}", f"      PARAMETER ({name}={value})"]
     for name, common, f90, _ in SENTINELS:
         decl = f90.format(name) if "{}" in f90 else f"{f90} {name}"
-        lines += [f"      {decl.upper().replace('MPI_STATUS_SIZE', 'MPI_STATUS_SIZE')}",
-                  f"      COMMON /{common}/ {name}"]
+        lines.append(f"      {decl.upper()}")
+    for common, names in commons():
+        lines.append(f"      COMMON /{common}/ {', '.join(names)}")
     for name in PREDEFINED_FNS:
         lines.append(f"      EXTERNAL {name}")
     for name, rtype in functions:
@@ -608,8 +615,17 @@ def const_decls(consts, lang):
         decl = f90 if lang == "f90" else f08
         decl = decl.format(name) if "{}" in decl else f"{decl} {name}"
         out.append(decl.replace(" " + name, " :: " + name, 1))
-        out.append(f"common /{common}/ {name}")
+    for common, names in commons():
+        out.append(f"common /{common}/ {', '.join(names)}")
     return out
+
+
+def commons():
+    """The common blocks of SENTINELS, each with its members in order."""
+    blocks = {}
+    for name, common, _, _ in SENTINELS:
+        blocks.setdefault(common, []).append(name)
+    return list(blocks.items())
 
 
 def mpi_module(consts, ifaces, generics):

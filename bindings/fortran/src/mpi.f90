@@ -282,24 +282,21 @@ module mpi
   integer, parameter :: MPI_WIN_UNIFIED = 321
   integer, parameter :: MPI_WTIME_IS_GLOBAL = 504
   integer :: MPI_BOTTOM
-  common /rmcaf_bottom/ MPI_BOTTOM
   integer :: MPI_IN_PLACE
-  common /rmcaf_in_place/ MPI_IN_PLACE
   integer :: MPI_BUFFER_AUTOMATIC
-  common /rmcaf_buffer_automatic/ MPI_BUFFER_AUTOMATIC
   integer :: MPI_STATUS_IGNORE(MPI_STATUS_SIZE)
-  common /rmcaf_status_ignore/ MPI_STATUS_IGNORE
   integer :: MPI_STATUSES_IGNORE(MPI_STATUS_SIZE,1)
-  common /rmcaf_statuses_ignore/ MPI_STATUSES_IGNORE
   integer :: MPI_ERRCODES_IGNORE(1)
-  common /rmcaf_errcodes_ignore/ MPI_ERRCODES_IGNORE
   integer :: MPI_UNWEIGHTED(1)
-  common /rmcaf_unweighted/ MPI_UNWEIGHTED
   integer :: MPI_WEIGHTS_EMPTY(1)
-  common /rmcaf_weights_empty/ MPI_WEIGHTS_EMPTY
   character*1 :: MPI_ARGV_NULL(1)
-  common /rmcaf_argv_null/ MPI_ARGV_NULL
   character*1 :: MPI_ARGVS_NULL(1,1)
+  common /rmcaf_buf/ MPI_BOTTOM, MPI_IN_PLACE, MPI_BUFFER_AUTOMATIC
+  common /rmcaf_status/ MPI_STATUS_IGNORE, MPI_STATUSES_IGNORE
+  common /rmcaf_errcodes_ignore/ MPI_ERRCODES_IGNORE
+  common /rmcaf_unweighted/ MPI_UNWEIGHTED
+  common /rmcaf_weights_empty/ MPI_WEIGHTS_EMPTY
+  common /rmcaf_argv_null/ MPI_ARGV_NULL
   common /rmcaf_argvs_null/ MPI_ARGVS_NULL
   external :: MPI_NULL_COPY_FN, MPI_DUP_FN, MPI_NULL_DELETE_FN, MPI_COMM_NULL_COPY_FN
   external :: MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, MPI_TYPE_NULL_COPY_FN, MPI_TYPE_DUP_FN

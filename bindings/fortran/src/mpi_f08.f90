@@ -319,24 +319,21 @@ module mpi_f08
   integer, parameter :: MPI_WIN_UNIFIED = 321
   integer, parameter :: MPI_WTIME_IS_GLOBAL = 504
   integer :: MPI_BOTTOM
-  common /rmcaf_bottom/ MPI_BOTTOM
   integer :: MPI_IN_PLACE
-  common /rmcaf_in_place/ MPI_IN_PLACE
   integer :: MPI_BUFFER_AUTOMATIC
-  common /rmcaf_buffer_automatic/ MPI_BUFFER_AUTOMATIC
   type(MPI_Status) :: MPI_STATUS_IGNORE
-  common /rmcaf_status_ignore/ MPI_STATUS_IGNORE
   type(MPI_Status) :: MPI_STATUSES_IGNORE(1)
-  common /rmcaf_statuses_ignore/ MPI_STATUSES_IGNORE
   integer :: MPI_ERRCODES_IGNORE(1)
-  common /rmcaf_errcodes_ignore/ MPI_ERRCODES_IGNORE
   integer :: MPI_UNWEIGHTED(1)
-  common /rmcaf_unweighted/ MPI_UNWEIGHTED
   integer :: MPI_WEIGHTS_EMPTY(1)
-  common /rmcaf_weights_empty/ MPI_WEIGHTS_EMPTY
   character(len=1) :: MPI_ARGV_NULL(1)
-  common /rmcaf_argv_null/ MPI_ARGV_NULL
   character(len=1) :: MPI_ARGVS_NULL(1,1)
+  common /rmcaf_buf/ MPI_BOTTOM, MPI_IN_PLACE, MPI_BUFFER_AUTOMATIC
+  common /rmcaf_status/ MPI_STATUS_IGNORE, MPI_STATUSES_IGNORE
+  common /rmcaf_errcodes_ignore/ MPI_ERRCODES_IGNORE
+  common /rmcaf_unweighted/ MPI_UNWEIGHTED
+  common /rmcaf_weights_empty/ MPI_WEIGHTS_EMPTY
+  common /rmcaf_argv_null/ MPI_ARGV_NULL
   common /rmcaf_argvs_null/ MPI_ARGVS_NULL
   abstract interface
     subroutine MPI_User_function(invec, inoutvec, len, datatype)

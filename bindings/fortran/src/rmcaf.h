@@ -4,36 +4,47 @@
 #define RMCAF_H
 
 #include <mpi.h>
+/* MPI_Fint, MPI_F08_status and the C conversions, as C code mixed with Fortran sees them:
+ * runtime.c's definitions are compiled against these declarations. */
+#include <mpi_abi_fort.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A default Fortran INTEGER (gfortran: 4 bytes; a LOGICAL is as large, .TRUE. is 1). */
-typedef int MPI_Fint;
+/* MPI_Fint (mpi_abi_fort.h) is gfortran's default INTEGER: 4 bytes; a LOGICAL is as large,
+ * .TRUE. is 1. */
 
 /* Handle arrays up to this length are translated on the stack. */
 #define RMCAF_STACK 16
 
-/* The special addresses: Fortran common blocks (/rmcaf_bottom/ ...), one copy in the
- * process whichever of mpif.h, `use mpi` or `use mpi_f08` declared them. */
-extern MPI_Fint rmcaf_bottom_, rmcaf_in_place_, rmcaf_buffer_automatic_;
-extern MPI_Fint rmcaf_status_ignore_[8], rmcaf_statuses_ignore_[8];
+/* The special addresses: Fortran common blocks, one copy in the process whichever of mpif.h,
+ * `use mpi` or `use mpi_f08` declared them. /rmcaf_buf/ is MPI_BOTTOM, MPI_IN_PLACE,
+ * MPI_BUFFER_AUTOMATIC (one INTEGER each), /rmcaf_status/ MPI_STATUS_IGNORE and
+ * MPI_STATUSES_IGNORE (one status each): one range check per argument on a wrapper's path. */
+extern MPI_Fint rmcaf_buf_[3];
+extern MPI_Fint rmcaf_status_[16];
+#define RMCAF_STATUS_IGNORE (&rmcaf_status_[0])
+#define RMCAF_STATUSES_IGNORE (&rmcaf_status_[8])
 extern MPI_Fint rmcaf_errcodes_ignore_[1], rmcaf_unweighted_[1], rmcaf_weights_empty_[1];
 extern char rmcaf_argv_null_[1], rmcaf_argvs_null_[1];
 
+/* Whether p lies in the n bytes at block (an unsigned difference: one compare). */
+#define RMCAF_IN(p, block, n) ((uintptr_t)(p) - (uintptr_t)(block) < (uintptr_t)(n))
+
 static inline void *rmcaf_buf(void *p)
 {
-    if (p == (void *)&rmcaf_bottom_) return MPI_BOTTOM;
-    if (p == (void *)&rmcaf_in_place_) return MPI_IN_PLACE;
-    if (p == (void *)&rmcaf_buffer_automatic_) return MPI_BUFFER_AUTOMATIC;
+    if (__builtin_expect(RMCAF_IN(p, rmcaf_buf_, sizeof rmcaf_buf_), 0)) {
+        static void *const special[3] = {MPI_BOTTOM, MPI_IN_PLACE, MPI_BUFFER_AUTOMATIC};
+        return special[((uintptr_t)p - (uintptr_t)rmcaf_buf_) / sizeof(MPI_Fint)];
+    }
     return p;
 }
 #define RMCAF_BUF(p) rmcaf_buf((void *)(p))
 #define RMCAF_STATUS(p) \
-    ((p) == rmcaf_status_ignore_ || (p) == rmcaf_statuses_ignore_ ? MPI_STATUS_IGNORE : (MPI_Status *)(p))
+    (RMCAF_IN(p, rmcaf_status_, sizeof rmcaf_status_) ? MPI_STATUS_IGNORE : (MPI_Status *)(p))
 #define RMCAF_STATUSES(p) \
-    ((p) == rmcaf_statuses_ignore_ || (p) == rmcaf_status_ignore_ ? MPI_STATUSES_IGNORE : (MPI_Status *)(p))
+    (RMCAF_IN(p, rmcaf_status_, sizeof rmcaf_status_) ? MPI_STATUSES_IGNORE : (MPI_Status *)(p))
 #define RMCAF_WEIGHTS(p) \
     ((p) == rmcaf_unweighted_ ? MPI_UNWEIGHTED : (p) == rmcaf_weights_empty_ ? MPI_WEIGHTS_EMPTY : (p))
 #define RMCAF_ERRCODES(p) ((p) == rmcaf_errcodes_ignore_ ? MPI_ERRCODES_IGNORE : (p))
@@ -55,6 +66,18 @@ static inline void *rmcaf_buf(void *p)
 #define RMCAF_F2C_INFO(f) RMCAF_F2C(MPI_Info, f)
 #define RMCAF_F2C_ERRHANDLER(f) RMCAF_F2C(MPI_Errhandler, f)
 #define RMCAF_F2C_OP(f) RMCAF_F2C(MPI_Op, f)
+
+/* The end of a wrapper with nothing to do after its C call: without IERROR (absent from an
+ * mpi_f08 call, a null pointer) the call is in tail position, so the compiler makes it a
+ * jump and the C function returns to the program directly. */
+#define RMCAF_RETURN(ierr, call)   \
+    do {                           \
+        if ((ierr) == NULL) {      \
+            (void)(call);          \
+            return;                \
+        }                          \
+        *(ierr) = (call);          \
+    } while (0)
 
 /* One more exported name for a wrapper (mpi_x_, pmpi_x_, mpi_x_f08_ ...). */
 #define RMCAF_ALIAS(name, target) \

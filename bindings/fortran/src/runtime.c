@@ -4,6 +4,7 @@
  * pmpi_x_ and, for `use mpi_f08`, mpi_x_f08_ (gfortran's external names). */
 #include "rmcaf.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -11,9 +12,8 @@
 /* Aligned as gfortran aligns common blocks (up to 32), so a program's block and this definition
  * agree; the program's copy, if it has one, is the one every reference uses. */
 #define RMCAF_COMMON __attribute__((aligned(32)))
-MPI_Fint rmcaf_bottom_ RMCAF_COMMON, rmcaf_in_place_ RMCAF_COMMON,
-    rmcaf_buffer_automatic_ RMCAF_COMMON;
-MPI_Fint rmcaf_status_ignore_[8] RMCAF_COMMON, rmcaf_statuses_ignore_[8] RMCAF_COMMON;
+MPI_Fint rmcaf_buf_[3] RMCAF_COMMON;
+MPI_Fint rmcaf_status_[16] RMCAF_COMMON;
 MPI_Fint rmcaf_errcodes_ignore_[1] RMCAF_COMMON, rmcaf_unweighted_[1] RMCAF_COMMON,
     rmcaf_weights_empty_[1] RMCAF_COMMON;
 char rmcaf_argv_null_[1] RMCAF_COMMON, rmcaf_argvs_null_[1] RMCAF_COMMON;
@@ -356,6 +356,81 @@ EXPORT2(dup_fn, rmcaf_dup_copy10)
 EXPORT2(null_delete_fn, rmcaf_null_delete10)
 EXPORT2(conversion_fn_null, rmcaf_null_delete10)
 
+/* Attribute values and the language that set them (MPI 4.1, 19.3.7): a value set from
+ * Fortran reads in C as a pointer to it (to an MPI_Aint, or to an INTEGER for MPI_ATTR_PUT),
+ * a value set from C reads in Fortran as the pointer's integer. The C library stores a
+ * void *, so a value set from Fortran is stored as the address of a slot holding it, and a
+ * Fortran get tells the slots from C pointers by address (never dereferencing a C value).
+ * Slots live in chunks of this layer's own (64, 128, 256... slots), a freed slot goes back to
+ * a free list. A slot is freed by the delete callback of a keyval made from Fortran; one
+ * under a keyval made in C (whose C callbacks get the slot's address, as C reads it) stays
+ * until the end of the job. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "an MPI_ATTR_PUT value is read in C as the INTEGER at the slot's address: little-endian only"
+#endif
+struct attr_slot {
+    MPI_Aint value; /* first: what C reads at the slot's address */
+    struct attr_slot *next_free;
+    int live;
+};
+#define ATTR_CHUNKS 40
+static struct attr_slot *attr_chunks[ATTR_CHUNKS];
+static size_t attr_chunk_len[ATTR_CHUNKS];
+static int attr_nchunks;
+static struct attr_slot *attr_free_list;
+static pthread_mutex_t attr_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A slot holding v (NULL when out of memory). */
+static struct attr_slot *attr_box(MPI_Aint v)
+{
+    pthread_mutex_lock(&attr_lock);
+    if (attr_free_list == NULL && attr_nchunks < ATTR_CHUNKS) {
+        size_t n = (size_t)64 << (attr_nchunks < 16 ? attr_nchunks : 16);
+        struct attr_slot *c = calloc(n, sizeof *c);
+        if (c != NULL) {
+            for (size_t i = n; i-- > 0;) {
+                c[i].next_free = attr_free_list;
+                attr_free_list = &c[i];
+            }
+            attr_chunks[attr_nchunks] = c;
+            attr_chunk_len[attr_nchunks++] = n;
+        }
+    }
+    struct attr_slot *s = attr_free_list;
+    if (s != NULL) {
+        attr_free_list = s->next_free;
+        s->value = v;
+        s->live = 1;
+    }
+    pthread_mutex_unlock(&attr_lock);
+    return s;
+}
+
+/* The live slot at p, or NULL when p is not one (a value set from C). */
+static struct attr_slot *attr_slot_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    struct attr_slot *found = NULL;
+    pthread_mutex_lock(&attr_lock);
+    for (int i = 0; i < attr_nchunks && found == NULL; i++) {
+        uintptr_t lo = (uintptr_t)attr_chunks[i];
+        if (a >= lo && a < lo + attr_chunk_len[i] * sizeof(struct attr_slot) &&
+            (a - lo) % sizeof(struct attr_slot) == 0 && ((struct attr_slot *)p)->live)
+            found = (struct attr_slot *)p;
+    }
+    pthread_mutex_unlock(&attr_lock);
+    return found;
+}
+
+static void attr_unbox(struct attr_slot *s)
+{
+    pthread_mutex_lock(&attr_lock);
+    s->live = 0;
+    s->next_free = attr_free_list;
+    attr_free_list = s;
+    pthread_mutex_unlock(&attr_lock);
+}
+
 /* A keyval made from Fortran: its C extra state is this box (never freed: a keyval's
  * callbacks may run until the end of the job, after MPI_*_free_keyval). */
 struct rmcaf_keyval {
@@ -365,34 +440,51 @@ struct rmcaf_keyval {
 };
 
 #define KEYVAL_KIND(kind, Ctype, toint)                                                 \
+    /* The copy keeps the language of the value: a slot's value is copied into a new    \
+     * slot, a C value stays a C value. */                                              \
     static int kind##_copy_tramp(Ctype h, int keyval, void *extra, void *in, void *out, \
                                  int *flag)                                             \
     {                                                                                   \
         struct rmcaf_keyval *b = extra;                                                 \
+        struct attr_slot *slot = attr_slot_of(in);                                      \
+        MPI_Aint vin = slot != NULL ? slot->value : (MPI_Aint)in, vout = 0;             \
         MPI_Fint fh = toint(h), fk = keyval, fflag = 0, ierr = MPI_SUCCESS;             \
         if (b->mpi1) {                                                                  \
-            MPI_Fint e = (MPI_Fint)b->extra, fin = (MPI_Fint)(intptr_t)in, fout = 0;    \
+            MPI_Fint e = (MPI_Fint)b->extra, fin = (MPI_Fint)vin, fout = 0;             \
             ((rmcaf_copy10_fn)b->copy)(&fh, &fk, &e, &fin, &fout, &fflag, &ierr);       \
-            if (fflag) *(void **)out = (void *)(intptr_t)fout;                          \
+            vout = fout;                                                                \
         } else {                                                                        \
-            MPI_Aint fin = (MPI_Aint)in, fout = 0;                                      \
-            ((rmcaf_copy_fn)b->copy)(&fh, &fk, &b->extra, &fin, &fout, &fflag, &ierr);  \
-            if (fflag) *(void **)out = (void *)fout;                                    \
+            ((rmcaf_copy_fn)b->copy)(&fh, &fk, &b->extra, &vin, &vout, &fflag, &ierr);  \
         }                                                                               \
         *flag = fflag != 0;                                                             \
+        if (*flag) {                                                                    \
+            if (slot == NULL) {                                                         \
+                *(void **)out = (void *)vout;                                           \
+            } else {                                                                    \
+                struct attr_slot *copy = attr_box(vout);                                \
+                if (copy == NULL) {                                                     \
+                    *flag = 0;                                                          \
+                    return MPI_ERR_NO_MEM;                                              \
+                }                                                                       \
+                *(void **)out = copy;                                                   \
+            }                                                                           \
+        }                                                                               \
         return ierr;                                                                    \
     }                                                                                   \
     static int kind##_delete_tramp(Ctype h, int keyval, void *val, void *extra)         \
     {                                                                                   \
         struct rmcaf_keyval *b = extra;                                                 \
+        struct attr_slot *slot = attr_slot_of(val);                                     \
+        MPI_Aint v = slot != NULL ? slot->value : (MPI_Aint)val;                        \
         MPI_Fint fh = toint(h), fk = keyval, ierr = MPI_SUCCESS;                        \
         if (b->mpi1) {                                                                  \
-            MPI_Fint e = (MPI_Fint)b->extra, v = (MPI_Fint)(intptr_t)val;               \
-            ((rmcaf_delete10_fn)b->delete)(&fh, &fk, &v, &e, &ierr);                    \
+            MPI_Fint e = (MPI_Fint)b->extra, v1 = (MPI_Fint)v;                          \
+            ((rmcaf_delete10_fn)b->delete)(&fh, &fk, &v1, &e, &ierr);                   \
         } else {                                                                        \
-            MPI_Aint v = (MPI_Aint)val;                                                 \
             ((rmcaf_delete_fn)b->delete)(&fh, &fk, &v, &b->extra, &ierr);               \
         }                                                                               \
+        /* The C library deletes the attribute whatever the callback says. */           \
+        if (slot != NULL) attr_unbox(slot);                                             \
         return ierr;                                                                    \
     }
 
@@ -400,18 +492,15 @@ KEYVAL_KIND(comm, MPI_Comm, MPI_Comm_toint)
 KEYVAL_KIND(type, MPI_Datatype, MPI_Type_toint)
 KEYVAL_KIND(win, MPI_Win, MPI_Win_toint)
 
-/* The C copy callback for a Fortran one: the C library's own for the predefined
- * procedures (0: no copy, 1: copy the value), else the trampoline. */
+/* The C copy callback for a Fortran one: the C library's own "no copy" (0) for the
+ * predefined null procedures, else the trampoline (also for the DUP procedures: a value set
+ * from Fortran is copied into a slot of its own). The delete callback is always the
+ * trampoline, which frees the slot of a value set from Fortran. */
 #define PICK_COPY(fn, tramp, Ctype)                                                     \
     ((void *)(fn) == (void *)rmcaf_null_copy || (void *)(fn) == (void *)rmcaf_null_copy10 \
          ? (Ctype *)0                                                                   \
-     : (void *)(fn) == (void *)rmcaf_dup_copy || (void *)(fn) == (void *)rmcaf_dup_copy10 \
-         ? (Ctype *)1                                                                   \
          : tramp)
-#define PICK_DELETE(fn, tramp, Ctype)                                                   \
-    ((void *)(fn) == (void *)rmcaf_null_delete || (void *)(fn) == (void *)rmcaf_null_delete10 \
-         ? (Ctype *)0                                                                   \
-         : tramp)
+
 
 static struct rmcaf_keyval *box(void *copy, void *delete, MPI_Aint extra, int mpi1)
 {
@@ -420,7 +509,7 @@ static struct rmcaf_keyval *box(void *copy, void *delete, MPI_Aint extra, int mp
     return b;
 }
 
-#define KEYVAL_CREATE(kind, prefix, Copy, Delete)                                       \
+#define KEYVAL_CREATE(kind, prefix, Copy)                                               \
     static void rmcaf_##kind##_create_keyval(void *copy, void *del, MPI_Fint *keyval,   \
                                              MPI_Aint *extra, MPI_Fint *ierr)           \
     {                                                                                   \
@@ -428,15 +517,15 @@ static struct rmcaf_keyval *box(void *copy, void *delete, MPI_Aint extra, int mp
         int k = MPI_KEYVAL_INVALID, rc = MPI_ERR_NO_MEM;                                \
         if (b != NULL)                                                                  \
             rc = prefix##_create_keyval(PICK_COPY(copy, kind##_copy_tramp, Copy),       \
-                                        PICK_DELETE(del, kind##_delete_tramp, Delete), &k, b); \
+                                        kind##_delete_tramp, &k, b);                    \
         *keyval = k;                                                                    \
         if (ierr) *ierr = rc;                                                           \
     }                                                                                   \
     EXPORT4(kind##_create_keyval, rmcaf_##kind##_create_keyval)
 
-KEYVAL_CREATE(comm, MPI_Comm, MPI_Comm_copy_attr_function, MPI_Comm_delete_attr_function)
-KEYVAL_CREATE(type, MPI_Type, MPI_Type_copy_attr_function, MPI_Type_delete_attr_function)
-KEYVAL_CREATE(win, MPI_Win, MPI_Win_copy_attr_function, MPI_Win_delete_attr_function)
+KEYVAL_CREATE(comm, MPI_Comm, MPI_Comm_copy_attr_function)
+KEYVAL_CREATE(type, MPI_Type, MPI_Type_copy_attr_function)
+KEYVAL_CREATE(win, MPI_Win, MPI_Win_copy_attr_function)
 
 static void rmcaf_keyval_create(void *copy, void *del, MPI_Fint *keyval, MPI_Fint *extra,
                                 MPI_Fint *ierr)
@@ -446,9 +535,7 @@ static void rmcaf_keyval_create(void *copy, void *del, MPI_Fint *keyval, MPI_Fin
     if (b != NULL)
         rc = MPI_Keyval_create(
             (MPI_Copy_function *)PICK_COPY(copy, comm_copy_tramp, MPI_Comm_copy_attr_function),
-            (MPI_Delete_function *)PICK_DELETE(del, comm_delete_tramp,
-                                               MPI_Comm_delete_attr_function),
-            &k, b);
+            (MPI_Delete_function *)comm_delete_tramp, &k, b);
     *keyval = k;
     if (ierr) *ierr = rc;
 }
@@ -480,6 +567,13 @@ static MPI_Aint attr_value(int keyval, void *v, int is_win)
     }
 }
 
+/* A value as Fortran reads it: a slot's value (set from Fortran), else as attr_value. */
+static MPI_Aint attr_get_value(int keyval, void *v, int is_win)
+{
+    struct attr_slot *slot = attr_slot_of(v);
+    return slot != NULL ? slot->value : attr_value(keyval, v, is_win);
+}
+
 #define GET_ATTR(kind, Kind, is_win)                                                    \
     static void rmcaf_##kind##_get_attr(MPI_Fint *h, MPI_Fint *keyval, MPI_Aint *val,   \
                                         MPI_Fint *flag, MPI_Fint *ierr)                 \
@@ -488,7 +582,7 @@ static MPI_Aint attr_value(int keyval, void *v, int is_win)
         int f = 0;                                                                      \
         int rc = MPI_##Kind##_get_attr(MPI_##Kind##_fromint(*h), *keyval, &v, &f);      \
         *flag = f;                                                                      \
-        if (rc == MPI_SUCCESS && f) *val = attr_value(*keyval, v, is_win);              \
+        if (rc == MPI_SUCCESS && f) *val = attr_get_value(*keyval, v, is_win);          \
         if (ierr) *ierr = rc;                                                           \
     }                                                                                   \
     EXPORT4(kind##_get_attr, rmcaf_##kind##_get_attr)
@@ -503,24 +597,44 @@ static void rmcaf_attr_get(MPI_Fint *comm, MPI_Fint *keyval, MPI_Fint *val, MPI_
     int f = 0;
     int rc = MPI_Attr_get(MPI_Comm_fromint(*comm), *keyval, &v, &f);
     *flag = f;
-    if (rc == MPI_SUCCESS && f) *val = (MPI_Fint)attr_value(*keyval, v, 0);
+    if (rc == MPI_SUCCESS && f) *val = (MPI_Fint)attr_get_value(*keyval, v, 0);
     if (ierr) *ierr = rc;
 }
 EXPORT4(attr_get, rmcaf_attr_get)
 
-static void rmcaf_attr_put(MPI_Fint *comm, MPI_Fint *keyval, MPI_Fint *val, MPI_Fint *ierr)
-{
-    int rc = MPI_Attr_put(MPI_Comm_fromint(*comm), *keyval, (void *)(intptr_t)*val);
-    if (ierr) *ierr = rc;
-}
-EXPORT4(attr_put, rmcaf_attr_put)
+/* Setting from Fortran stores a slot holding the value (an INTEGER sign-extended: C reads
+ * its low half, the INTEGER, at the slot's address). */
+#define SET_ATTR(kind, Kind, Ftype)                                                     \
+    static void rmcaf_##kind(MPI_Fint *h, MPI_Fint *keyval, Ftype *val, MPI_Fint *ierr) \
+    {                                                                                   \
+        struct attr_slot *slot = attr_box((MPI_Aint)*val);                              \
+        int rc = MPI_ERR_NO_MEM;                                                        \
+        if (slot != NULL) {                                                             \
+            rc = MPI_##Kind(h_of_##kind(*h), *keyval, slot);                            \
+            if (rc != MPI_SUCCESS) attr_unbox(slot);                                    \
+        }                                                                               \
+        if (ierr) *ierr = rc;                                                           \
+    }                                                                                   \
+    EXPORT4(kind, rmcaf_##kind)
+#define h_of_attr_put(f) RMCAF_F2C_COMM(f)
+#define h_of_comm_set_attr(f) RMCAF_F2C_COMM(f)
+#define h_of_type_set_attr(f) RMCAF_F2C_DATATYPE(f)
+#define h_of_win_set_attr(f) RMCAF_F2C_WIN(f)
+SET_ATTR(attr_put, Attr_put, MPI_Fint)
+SET_ATTR(comm_set_attr, Comm_set_attr, MPI_Aint)
+SET_ATTR(type_set_attr, Type_set_attr, MPI_Aint)
+SET_ATTR(win_set_attr, Win_set_attr, MPI_Aint)
 
 /* ------------------------------------------------------------- C <-> Fortran handles */
-/* MPI-4's MPI_X_c2f/f2c for C code mixed with Fortran (the standard ABI has
- * MPI_X_toint/fromint instead; these are the same conversions). */
+/* What mpi_abi_fort.h declares, for C code mixed with Fortran: MPI-4's MPI_X_c2f/f2c (the
+ * standard ABI has MPI_X_toint/fromint instead; these are the same conversions), the status
+ * conversions and the Fortran status-ignore constants. Each function is defined under its
+ * PMPI_ name, the MPI_ name an alias (a profiling tool may define its own MPI_ one). */
 #define C2F(Kind, Ctype)                                                                \
-    MPI_Fint MPI_##Kind##_c2f(Ctype h) { return MPI_##Kind##_toint(h); }                \
-    Ctype MPI_##Kind##_f2c(MPI_Fint f) { return MPI_##Kind##_fromint(f); }
+    MPI_Fint PMPI_##Kind##_c2f(Ctype h) { return MPI_##Kind##_toint(h); }               \
+    Ctype PMPI_##Kind##_f2c(MPI_Fint f) { return MPI_##Kind##_fromint(f); }             \
+    RMCAF_ALIAS(MPI_##Kind##_c2f, PMPI_##Kind##_c2f)                                    \
+    RMCAF_ALIAS(MPI_##Kind##_f2c, PMPI_##Kind##_f2c)
 C2F(Comm, MPI_Comm)
 C2F(Type, MPI_Datatype)
 C2F(Group, MPI_Group)
@@ -533,19 +647,46 @@ C2F(Errhandler, MPI_Errhandler)
 C2F(Request, MPI_Request)
 C2F(Op, MPI_Op)
 
-/* A Fortran status is the C one, integer for integer (MPI_F_STATUS_SIZE = 8). */
-int MPI_Status_c2f(const MPI_Status *c, MPI_Fint *f)
+/* The common blocks of mpif.h, `use mpi` and `use mpi_f08` (the same blocks for both status
+ * forms): a program's own copy of a block, if it has one, is the one these point to (the
+ * symbols are resolved at load time, as every other reference to them). */
+MPI_Fint *MPI_F_STATUS_IGNORE = RMCAF_STATUS_IGNORE;
+MPI_Fint *MPI_F_STATUSES_IGNORE = RMCAF_STATUSES_IGNORE;
+MPI_F08_status *MPI_F08_STATUS_IGNORE = (MPI_F08_status *)RMCAF_STATUS_IGNORE;
+MPI_F08_status *MPI_F08_STATUSES_IGNORE = (MPI_F08_status *)RMCAF_STATUSES_IGNORE;
+
+/* All three statuses are the C one, integer for integer (MPI_F_STATUS_SIZE = 8, the same
+ * field order): a conversion is a copy. A Fortran status-ignore constant is no status to
+ * read (MPI_STATUS_IGNORE is the null pointer here, refused with the others). */
+_Static_assert(sizeof(MPI_Status) == 8 * sizeof(MPI_Fint), "a Fortran status is a C status");
+_Static_assert(sizeof(MPI_F08_status) == sizeof(MPI_Status), "an f08 status is a C status");
+
+static int is_f_ignore(const void *p)
 {
-    if (c == NULL || f == NULL) return MPI_ERR_ARG;
-    memcpy(f, c, sizeof *c);
+    /* Any status overlapping the two constants. */
+    return RMCAF_IN((const char *)p + sizeof(MPI_Status) - 1, rmcaf_status_,
+                    sizeof rmcaf_status_ + sizeof(MPI_Status) - 1);
+}
+
+static int status_copy(const void *from, void *to)
+{
+    if (from == NULL || to == NULL || is_f_ignore(from) || is_f_ignore(to)) return MPI_ERR_ARG;
+    memmove(to, from, sizeof(MPI_Status));
     return MPI_SUCCESS;
 }
-int MPI_Status_f2c(const MPI_Fint *f, MPI_Status *c)
-{
-    if (c == NULL || f == NULL || f == rmcaf_status_ignore_) return MPI_ERR_ARG;
-    memcpy(c, f, sizeof *c);
-    return MPI_SUCCESS;
-}
+
+int PMPI_Status_c2f(const MPI_Status *c, MPI_Fint *f) { return status_copy(c, f); }
+int PMPI_Status_f2c(const MPI_Fint *f, MPI_Status *c) { return status_copy(f, c); }
+int PMPI_Status_c2f08(const MPI_Status *c, MPI_F08_status *f08) { return status_copy(c, f08); }
+int PMPI_Status_f082c(const MPI_F08_status *f08, MPI_Status *c) { return status_copy(f08, c); }
+int PMPI_Status_f2f08(const MPI_Fint *f, MPI_F08_status *f08) { return status_copy(f, f08); }
+int PMPI_Status_f082f(const MPI_F08_status *f08, MPI_Fint *f) { return status_copy(f08, f); }
+RMCAF_ALIAS(MPI_Status_c2f, PMPI_Status_c2f)
+RMCAF_ALIAS(MPI_Status_f2c, PMPI_Status_f2c)
+RMCAF_ALIAS(MPI_Status_c2f08, PMPI_Status_c2f08)
+RMCAF_ALIAS(MPI_Status_f082c, PMPI_Status_f082c)
+RMCAF_ALIAS(MPI_Status_f2f08, PMPI_Status_f2f08)
+RMCAF_ALIAS(MPI_Status_f082f, PMPI_Status_f082f)
 
 /* ------------------------------------------------------------- generalized requests */
 /* The Fortran callbacks and extra state of one generalized request; freed by its free

@@ -6,8 +6,7 @@
 static void rmcaf_abort(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Abort(c_comm, *errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Abort(c_comm, *errorcode));
 }
 
 static void rmcaf_accumulate(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierr)
@@ -16,8 +15,7 @@ static void rmcaf_accumulate(void *origin_addr, MPI_Fint *origin_count, MPI_Fint
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Accumulate(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Accumulate(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win));
 }
 
 static void rmcaf_accumulate_c(void *origin_addr, MPI_Count *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Count *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierr)
@@ -26,20 +24,17 @@ static void rmcaf_accumulate_c(void *origin_addr, MPI_Count *origin_count, MPI_F
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Accumulate_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Accumulate_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win));
 }
 
 static void rmcaf_add_error_class(MPI_Fint *errorclass, MPI_Fint *ierr)
 {
-    int rc = MPI_Add_error_class(errorclass);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Add_error_class(errorclass));
 }
 
 static void rmcaf_add_error_code(MPI_Fint *errorclass, MPI_Fint *errorcode, MPI_Fint *ierr)
 {
-    int rc = MPI_Add_error_code(*errorclass, errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Add_error_code(*errorclass, errorcode));
 }
 
 static void rmcaf_add_error_string(MPI_Fint *errorcode, char *string, MPI_Fint *ierr, size_t string_len)
@@ -55,8 +50,7 @@ static void rmcaf_allgather(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendty
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Allgather(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Allgather(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_allgather_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -64,8 +58,7 @@ static void rmcaf_allgather_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sen
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Allgather_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Allgather_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_allgather_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -97,8 +90,7 @@ static void rmcaf_allgatherv(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendt
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Allgatherv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Allgatherv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm));
 }
 
 static void rmcaf_allgatherv_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcounts, MPI_Aint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -106,8 +98,7 @@ static void rmcaf_allgatherv_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *se
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Allgatherv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Allgatherv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm));
 }
 
 static void rmcaf_allgatherv_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -137,8 +128,7 @@ static void rmcaf_allgatherv_init_c(void *sendbuf, MPI_Count *sendcount, MPI_Fin
 static void rmcaf_alloc_mem(MPI_Aint *size, MPI_Fint *info, void *baseptr, MPI_Fint *ierr)
 {
     MPI_Info c_info = RMCAF_F2C_INFO(*info);
-    int rc = MPI_Alloc_mem(*size, c_info, baseptr);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Alloc_mem(*size, c_info, baseptr));
 }
 
 static void rmcaf_allreduce(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -146,8 +136,7 @@ static void rmcaf_allreduce(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_F
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Allreduce(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Allreduce(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_allreduce_c(void *sendbuf, void *recvbuf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -155,8 +144,7 @@ static void rmcaf_allreduce_c(void *sendbuf, void *recvbuf, MPI_Count *count, MP
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Allreduce_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Allreduce_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_allreduce_init(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -188,8 +176,7 @@ static void rmcaf_alltoall(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtyp
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Alltoall(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Alltoall(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_alltoall_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -197,8 +184,7 @@ static void rmcaf_alltoall_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *send
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Alltoall_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Alltoall_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_alltoall_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -230,8 +216,7 @@ static void rmcaf_alltoallv(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdisp
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Alltoallv(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Alltoallv(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm));
 }
 
 static void rmcaf_alltoallv_c(void *sendbuf, MPI_Count *sendcounts, MPI_Aint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcounts, MPI_Aint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -239,8 +224,7 @@ static void rmcaf_alltoallv_c(void *sendbuf, MPI_Count *sendcounts, MPI_Aint *sd
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Alltoallv_c(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Alltoallv_c(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm));
 }
 
 static void rmcaf_alltoallv_init(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -344,15 +328,13 @@ static void rmcaf_alltoallw_init_c(void *sendbuf, MPI_Count *sendcounts, MPI_Ain
 static void rmcaf_attr_delete(MPI_Fint *comm, MPI_Fint *keyval, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Attr_delete(c_comm, *keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Attr_delete(c_comm, *keyval));
 }
 
 static void rmcaf_barrier(MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Barrier(c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Barrier(c_comm));
 }
 
 static void rmcaf_barrier_init(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -369,16 +351,14 @@ static void rmcaf_bcast(void *buffer, MPI_Fint *count, MPI_Fint *datatype, MPI_F
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Bcast(RMCAF_BUF(buffer), *count, c_datatype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Bcast(RMCAF_BUF(buffer), *count, c_datatype, *root, c_comm));
 }
 
 static void rmcaf_bcast_c(void *buffer, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Bcast_c(RMCAF_BUF(buffer), *count, c_datatype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Bcast_c(RMCAF_BUF(buffer), *count, c_datatype, *root, c_comm));
 }
 
 static void rmcaf_bcast_init(void *buffer, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -407,16 +387,14 @@ static void rmcaf_bsend(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Bsend(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Bsend(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_bsend_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Bsend_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Bsend_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_bsend_init(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
@@ -441,32 +419,27 @@ static void rmcaf_bsend_init_c(void *buf, MPI_Count *count, MPI_Fint *datatype, 
 
 static void rmcaf_buffer_attach(void *buffer, MPI_Fint *size, MPI_Fint *ierr)
 {
-    int rc = MPI_Buffer_attach(RMCAF_BUF(buffer), *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Buffer_attach(RMCAF_BUF(buffer), *size));
 }
 
 static void rmcaf_buffer_attach_c(void *buffer, MPI_Count *size, MPI_Fint *ierr)
 {
-    int rc = MPI_Buffer_attach_c(RMCAF_BUF(buffer), *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Buffer_attach_c(RMCAF_BUF(buffer), *size));
 }
 
 static void rmcaf_buffer_detach(void *buffer_addr, MPI_Fint *size, MPI_Fint *ierr)
 {
-    int rc = MPI_Buffer_detach(RMCAF_BUF(buffer_addr), size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Buffer_detach(RMCAF_BUF(buffer_addr), size));
 }
 
 static void rmcaf_buffer_detach_c(void *buffer_addr, MPI_Count *size, MPI_Fint *ierr)
 {
-    int rc = MPI_Buffer_detach_c(RMCAF_BUF(buffer_addr), size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Buffer_detach_c(RMCAF_BUF(buffer_addr), size));
 }
 
 static void rmcaf_buffer_flush(MPI_Fint *ierr)
 {
-    int rc = MPI_Buffer_flush();
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Buffer_flush());
 }
 
 static void rmcaf_buffer_iflush(MPI_Fint *request, MPI_Fint *ierr)
@@ -488,8 +461,7 @@ static void rmcaf_cancel(MPI_Fint *request, MPI_Fint *ierr)
 static void rmcaf_cart_coords(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *maxdims, MPI_Fint *coords, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Cart_coords(c_comm, *rank, *maxdims, coords);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Cart_coords(c_comm, *rank, *maxdims, coords));
 }
 
 static void rmcaf_cart_create(MPI_Fint *comm_old, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *reorder, MPI_Fint *comm_cart, MPI_Fint *ierr)
@@ -504,29 +476,25 @@ static void rmcaf_cart_create(MPI_Fint *comm_old, MPI_Fint *ndims, MPI_Fint *dim
 static void rmcaf_cart_get(MPI_Fint *comm, MPI_Fint *maxdims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *coords, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Cart_get(c_comm, *maxdims, dims, periods, coords);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Cart_get(c_comm, *maxdims, dims, periods, coords));
 }
 
 static void rmcaf_cart_map(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *newrank, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Cart_map(c_comm, *ndims, dims, periods, newrank);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Cart_map(c_comm, *ndims, dims, periods, newrank));
 }
 
 static void rmcaf_cart_rank(MPI_Fint *comm, MPI_Fint *coords, MPI_Fint *rank, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Cart_rank(c_comm, coords, rank);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Cart_rank(c_comm, coords, rank));
 }
 
 static void rmcaf_cart_shift(MPI_Fint *comm, MPI_Fint *direction, MPI_Fint *disp, MPI_Fint *rank_source, MPI_Fint *rank_dest, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Cart_shift(c_comm, *direction, *disp, rank_source, rank_dest);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Cart_shift(c_comm, *direction, *disp, rank_source, rank_dest));
 }
 
 static void rmcaf_cart_sub(MPI_Fint *comm, MPI_Fint *remain_dims, MPI_Fint *newcomm, MPI_Fint *ierr)
@@ -541,8 +509,7 @@ static void rmcaf_cart_sub(MPI_Fint *comm, MPI_Fint *remain_dims, MPI_Fint *newc
 static void rmcaf_cartdim_get(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Cartdim_get(c_comm, ndims);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Cartdim_get(c_comm, ndims));
 }
 
 static void rmcaf_close_port(char *port_name, MPI_Fint *ierr, size_t port_name_len)
@@ -568,30 +535,26 @@ static void rmcaf_comm_accept(char *port_name, MPI_Fint *info, MPI_Fint *root, M
 static void rmcaf_comm_attach_buffer(MPI_Fint *comm, void *buffer, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_attach_buffer(c_comm, RMCAF_BUF(buffer), *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_attach_buffer(c_comm, RMCAF_BUF(buffer), *size));
 }
 
 static void rmcaf_comm_attach_buffer_c(MPI_Fint *comm, void *buffer, MPI_Count *size, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_attach_buffer_c(c_comm, RMCAF_BUF(buffer), *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_attach_buffer_c(c_comm, RMCAF_BUF(buffer), *size));
 }
 
 static void rmcaf_comm_call_errhandler(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_call_errhandler(c_comm, *errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_call_errhandler(c_comm, *errorcode));
 }
 
 static void rmcaf_comm_compare(MPI_Fint *comm1, MPI_Fint *comm2, MPI_Fint *result, MPI_Fint *ierr)
 {
     MPI_Comm c_comm1 = RMCAF_F2C_COMM(*comm1);
     MPI_Comm c_comm2 = RMCAF_F2C_COMM(*comm2);
-    int rc = MPI_Comm_compare(c_comm1, c_comm2, result);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_compare(c_comm1, c_comm2, result));
 }
 
 static void rmcaf_comm_connect(char *port_name, MPI_Fint *info, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *ierr, size_t port_name_len)
@@ -642,22 +605,19 @@ static void rmcaf_comm_create_group(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *t
 static void rmcaf_comm_delete_attr(MPI_Fint *comm, MPI_Fint *comm_keyval, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_delete_attr(c_comm, *comm_keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_delete_attr(c_comm, *comm_keyval));
 }
 
 static void rmcaf_comm_detach_buffer(MPI_Fint *comm, void *buffer_addr, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_detach_buffer(c_comm, RMCAF_BUF(buffer_addr), size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_detach_buffer(c_comm, RMCAF_BUF(buffer_addr), size));
 }
 
 static void rmcaf_comm_detach_buffer_c(MPI_Fint *comm, void *buffer_addr, MPI_Count *size, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_detach_buffer_c(c_comm, RMCAF_BUF(buffer_addr), size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_detach_buffer_c(c_comm, RMCAF_BUF(buffer_addr), size));
 }
 
 static void rmcaf_comm_disconnect(MPI_Fint *comm, MPI_Fint *ierr)
@@ -690,8 +650,7 @@ static void rmcaf_comm_dup_with_info(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *n
 static void rmcaf_comm_flush_buffer(MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_flush_buffer(c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_flush_buffer(c_comm));
 }
 
 static void rmcaf_comm_free(MPI_Fint *comm, MPI_Fint *ierr)
@@ -704,8 +663,7 @@ static void rmcaf_comm_free(MPI_Fint *comm, MPI_Fint *ierr)
 
 static void rmcaf_comm_free_keyval(MPI_Fint *comm_keyval, MPI_Fint *ierr)
 {
-    int rc = MPI_Comm_free_keyval(comm_keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_free_keyval(comm_keyval));
 }
 
 static void rmcaf_comm_get_errhandler(MPI_Fint *comm, MPI_Fint *errhandler, MPI_Fint *ierr)
@@ -796,8 +754,7 @@ static void rmcaf_comm_join(MPI_Fint *fd, MPI_Fint *intercomm, MPI_Fint *ierr)
 static void rmcaf_comm_rank(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_rank(c_comm, rank);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_rank(c_comm, rank));
 }
 
 static void rmcaf_comm_remote_group(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *ierr)
@@ -812,31 +769,21 @@ static void rmcaf_comm_remote_group(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *i
 static void rmcaf_comm_remote_size(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_remote_size(c_comm, size);
-    if (ierr) *ierr = rc;
-}
-
-static void rmcaf_comm_set_attr(MPI_Fint *comm, MPI_Fint *comm_keyval, MPI_Aint *attribute_val, MPI_Fint *ierr)
-{
-    MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_set_attr(c_comm, *comm_keyval, (void *)attribute_val[0]);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_remote_size(c_comm, size));
 }
 
 static void rmcaf_comm_set_errhandler(MPI_Fint *comm, MPI_Fint *errhandler, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
     MPI_Errhandler c_errhandler = RMCAF_F2C_ERRHANDLER(*errhandler);
-    int rc = MPI_Comm_set_errhandler(c_comm, c_errhandler);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_set_errhandler(c_comm, c_errhandler));
 }
 
 static void rmcaf_comm_set_info(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
     MPI_Info c_info = RMCAF_F2C_INFO(*info);
-    int rc = MPI_Comm_set_info(c_comm, c_info);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_set_info(c_comm, c_info));
 }
 
 static void rmcaf_comm_set_name(MPI_Fint *comm, char *comm_name, MPI_Fint *ierr, size_t comm_name_len)
@@ -851,8 +798,7 @@ static void rmcaf_comm_set_name(MPI_Fint *comm, char *comm_name, MPI_Fint *ierr,
 static void rmcaf_comm_size(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_size(c_comm, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_size(c_comm, size));
 }
 
 static void rmcaf_comm_spawn(void *command, void *argv, void *maxprocs, MPI_Fint *info, void *root, MPI_Fint *comm, void *intercomm, void *array_of_errcodes, MPI_Fint *ierr, size_t command_len)
@@ -904,22 +850,19 @@ static void rmcaf_comm_split_type(MPI_Fint *comm, MPI_Fint *split_type, MPI_Fint
 static void rmcaf_comm_test_inter(MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Comm_test_inter(c_comm, flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Comm_test_inter(c_comm, flag));
 }
 
 static void rmcaf_compare_and_swap(void *origin_addr, void *compare_addr, void *result_addr, MPI_Fint *datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Compare_and_swap(RMCAF_BUF(origin_addr), RMCAF_BUF(compare_addr), RMCAF_BUF(result_addr), c_datatype, *target_rank, *target_disp, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Compare_and_swap(RMCAF_BUF(origin_addr), RMCAF_BUF(compare_addr), RMCAF_BUF(result_addr), c_datatype, *target_rank, *target_disp, c_win));
 }
 
 static void rmcaf_dims_create(MPI_Fint *nnodes, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *ierr)
 {
-    int rc = MPI_Dims_create(*nnodes, *ndims, dims);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Dims_create(*nnodes, *ndims, dims));
 }
 
 static void rmcaf_dist_graph_create(MPI_Fint *comm_old, MPI_Fint *n, MPI_Fint *sources, MPI_Fint *degrees, MPI_Fint *destinations, MPI_Fint *weights, MPI_Fint *info, MPI_Fint *reorder, MPI_Fint *comm_dist_graph, MPI_Fint *ierr)
@@ -945,15 +888,13 @@ static void rmcaf_dist_graph_create_adjacent(MPI_Fint *comm_old, MPI_Fint *indeg
 static void rmcaf_dist_graph_neighbors(MPI_Fint *comm, MPI_Fint *maxindegree, MPI_Fint *sources, MPI_Fint *sourceweights, MPI_Fint *maxoutdegree, MPI_Fint *destinations, MPI_Fint *destweights, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Dist_graph_neighbors(c_comm, *maxindegree, sources, RMCAF_WEIGHTS(sourceweights), *maxoutdegree, destinations, RMCAF_WEIGHTS(destweights));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Dist_graph_neighbors(c_comm, *maxindegree, sources, RMCAF_WEIGHTS(sourceweights), *maxoutdegree, destinations, RMCAF_WEIGHTS(destweights)));
 }
 
 static void rmcaf_dist_graph_neighbors_count(MPI_Fint *comm, MPI_Fint *indegree, MPI_Fint *outdegree, MPI_Fint *weighted, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Dist_graph_neighbors_count(c_comm, indegree, outdegree, weighted);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Dist_graph_neighbors_count(c_comm, indegree, outdegree, weighted));
 }
 
 static void rmcaf_errhandler_free(MPI_Fint *errhandler, MPI_Fint *ierr)
@@ -966,8 +907,7 @@ static void rmcaf_errhandler_free(MPI_Fint *errhandler, MPI_Fint *ierr)
 
 static void rmcaf_error_class(MPI_Fint *errorcode, MPI_Fint *errorclass, MPI_Fint *ierr)
 {
-    int rc = MPI_Error_class(*errorcode, errorclass);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Error_class(*errorcode, errorclass));
 }
 
 static void rmcaf_error_string(MPI_Fint *errorcode, char *string, MPI_Fint *resultlen, MPI_Fint *ierr, size_t string_len)
@@ -984,8 +924,7 @@ static void rmcaf_exscan(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Exscan(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Exscan(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_exscan_c(void *sendbuf, void *recvbuf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -993,8 +932,7 @@ static void rmcaf_exscan_c(void *sendbuf, void *recvbuf, MPI_Count *count, MPI_F
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Exscan_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Exscan_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_exscan_init(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -1026,15 +964,13 @@ static void rmcaf_fetch_and_op(void *origin_addr, void *result_addr, MPI_Fint *d
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Fetch_and_op(RMCAF_BUF(origin_addr), RMCAF_BUF(result_addr), c_datatype, *target_rank, *target_disp, c_op, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Fetch_and_op(RMCAF_BUF(origin_addr), RMCAF_BUF(result_addr), c_datatype, *target_rank, *target_disp, c_op, c_win));
 }
 
 static void rmcaf_file_call_errhandler(MPI_Fint *fh, MPI_Fint *errorcode, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_call_errhandler(c_fh, *errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_call_errhandler(c_fh, *errorcode));
 }
 
 static void rmcaf_file_close(MPI_Fint *fh, MPI_Fint *ierr)
@@ -1057,22 +993,19 @@ static void rmcaf_file_delete(char *filename, MPI_Fint *info, MPI_Fint *ierr, si
 static void rmcaf_file_get_amode(MPI_Fint *fh, MPI_Fint *amode, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_get_amode(c_fh, amode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_get_amode(c_fh, amode));
 }
 
 static void rmcaf_file_get_atomicity(MPI_Fint *fh, MPI_Fint *flag, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_get_atomicity(c_fh, flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_get_atomicity(c_fh, flag));
 }
 
 static void rmcaf_file_get_byte_offset(MPI_Fint *fh, MPI_Offset *offset, MPI_Offset *disp, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_get_byte_offset(c_fh, *offset, disp);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_get_byte_offset(c_fh, *offset, disp));
 }
 
 static void rmcaf_file_get_errhandler(MPI_Fint *file, MPI_Fint *errhandler, MPI_Fint *ierr)
@@ -1105,30 +1038,26 @@ static void rmcaf_file_get_info(MPI_Fint *fh, MPI_Fint *info_used, MPI_Fint *ier
 static void rmcaf_file_get_position(MPI_Fint *fh, MPI_Offset *offset, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_get_position(c_fh, offset);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_get_position(c_fh, offset));
 }
 
 static void rmcaf_file_get_position_shared(MPI_Fint *fh, MPI_Offset *offset, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_get_position_shared(c_fh, offset);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_get_position_shared(c_fh, offset));
 }
 
 static void rmcaf_file_get_size(MPI_Fint *fh, MPI_Offset *size, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_get_size(c_fh, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_get_size(c_fh, size));
 }
 
 static void rmcaf_file_get_type_extent(MPI_Fint *fh, MPI_Fint *datatype, MPI_Aint *extent, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_get_type_extent(c_fh, c_datatype, extent);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_get_type_extent(c_fh, c_datatype, extent));
 }
 
 static void rmcaf_file_get_view(MPI_Fint *fh, MPI_Offset *disp, MPI_Fint *etype, MPI_Fint *filetype, char *datarep, MPI_Fint *ierr, size_t datarep_len)
@@ -1360,217 +1289,189 @@ static void rmcaf_file_open(MPI_Fint *comm, char *filename, MPI_Fint *amode, MPI
 static void rmcaf_file_preallocate(MPI_Fint *fh, MPI_Offset *size, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_preallocate(c_fh, *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_preallocate(c_fh, *size));
 }
 
 static void rmcaf_file_read(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_all(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_all(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_all(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_all_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_all_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_all_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_all_begin(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_all_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_all_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_read_all_begin_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_all_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_all_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_read_all_end(MPI_Fint *fh, void *buf, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_read_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_at(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_at(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_at(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_at_c(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_at_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_at_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_at_all(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_at_all(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_at_all(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_at_all_c(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_at_all_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_at_all_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_at_all_begin(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_at_all_begin(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_at_all_begin(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_read_at_all_begin_c(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_at_all_begin_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_at_all_begin_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_read_at_all_end(MPI_Fint *fh, void *buf, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_read_at_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_at_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_ordered(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_ordered(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_ordered(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_ordered_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_ordered_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_ordered_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_ordered_begin(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_ordered_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_ordered_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_read_ordered_begin_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_ordered_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_ordered_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_read_ordered_end(MPI_Fint *fh, void *buf, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_read_ordered_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_ordered_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_shared(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_shared(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_shared(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_read_shared_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_read_shared_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_read_shared_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_seek(MPI_Fint *fh, MPI_Offset *offset, MPI_Fint *whence, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_seek(c_fh, *offset, *whence);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_seek(c_fh, *offset, *whence));
 }
 
 static void rmcaf_file_seek_shared(MPI_Fint *fh, MPI_Offset *offset, MPI_Fint *whence, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_seek_shared(c_fh, *offset, *whence);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_seek_shared(c_fh, *offset, *whence));
 }
 
 static void rmcaf_file_set_atomicity(MPI_Fint *fh, MPI_Fint *flag, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_set_atomicity(c_fh, *flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_set_atomicity(c_fh, *flag));
 }
 
 static void rmcaf_file_set_errhandler(MPI_Fint *file, MPI_Fint *errhandler, MPI_Fint *ierr)
 {
     MPI_File c_file = RMCAF_F2C_FILE(*file);
     MPI_Errhandler c_errhandler = RMCAF_F2C_ERRHANDLER(*errhandler);
-    int rc = MPI_File_set_errhandler(c_file, c_errhandler);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_set_errhandler(c_file, c_errhandler));
 }
 
 static void rmcaf_file_set_info(MPI_Fint *fh, MPI_Fint *info, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Info c_info = RMCAF_F2C_INFO(*info);
-    int rc = MPI_File_set_info(c_fh, c_info);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_set_info(c_fh, c_info));
 }
 
 static void rmcaf_file_set_size(MPI_Fint *fh, MPI_Offset *size, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_set_size(c_fh, *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_set_size(c_fh, *size));
 }
 
 static void rmcaf_file_set_view(MPI_Fint *fh, MPI_Offset *disp, MPI_Fint *etype, MPI_Fint *filetype, char *datarep, MPI_Fint *info, MPI_Fint *ierr, size_t datarep_len)
@@ -1588,191 +1489,166 @@ static void rmcaf_file_set_view(MPI_Fint *fh, MPI_Offset *disp, MPI_Fint *etype,
 static void rmcaf_file_sync(MPI_Fint *fh, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_sync(c_fh);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_sync(c_fh));
 }
 
 static void rmcaf_file_write(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_all(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_all(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_all(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_all_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_all_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_all_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_all_begin(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_all_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_all_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_write_all_begin_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_all_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_all_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_write_all_end(MPI_Fint *fh, void *buf, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_write_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_at(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_at(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_at(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_at_c(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_at_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_at_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_at_all(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_at_all(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_at_all(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_at_all_c(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_at_all_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_at_all_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_at_all_begin(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_at_all_begin(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_at_all_begin(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_write_at_all_begin_c(MPI_Fint *fh, MPI_Offset *offset, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_at_all_begin_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_at_all_begin_c(c_fh, *offset, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_write_at_all_end(MPI_Fint *fh, void *buf, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_write_at_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_at_all_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_ordered(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_ordered(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_ordered(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_ordered_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_ordered_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_ordered_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_ordered_begin(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_ordered_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_ordered_begin(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_write_ordered_begin_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_ordered_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_ordered_begin_c(c_fh, RMCAF_BUF(buf), *count, c_datatype));
 }
 
 static void rmcaf_file_write_ordered_end(MPI_Fint *fh, void *buf, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
-    int rc = MPI_File_write_ordered_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_ordered_end(c_fh, RMCAF_BUF(buf), RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_shared(MPI_Fint *fh, void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_shared(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_shared(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_file_write_shared_c(MPI_Fint *fh, void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_File c_fh = RMCAF_F2C_FILE(*fh);
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_File_write_shared_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_File_write_shared_c(c_fh, RMCAF_BUF(buf), *count, c_datatype, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_finalize(MPI_Fint *ierr)
 {
-    int rc = MPI_Finalize();
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Finalize());
 }
 
 static void rmcaf_finalized(MPI_Fint *flag, MPI_Fint *ierr)
 {
-    int rc = MPI_Finalized(flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Finalized(flag));
 }
 
 static void rmcaf_free_mem(void *base, MPI_Fint *ierr)
 {
-    int rc = MPI_Free_mem(RMCAF_BUF(base));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Free_mem(RMCAF_BUF(base)));
 }
 
 static void rmcaf_gather(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
@@ -1780,8 +1656,7 @@ static void rmcaf_gather(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype,
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Gather(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Gather(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_gather_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
@@ -1789,8 +1664,7 @@ static void rmcaf_gather_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendty
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Gather_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Gather_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_gather_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -1822,8 +1696,7 @@ static void rmcaf_gatherv(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Gatherv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Gatherv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_gatherv_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcounts, MPI_Aint *displs, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
@@ -1831,8 +1704,7 @@ static void rmcaf_gatherv_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendt
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Gatherv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Gatherv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_gatherv_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -1864,8 +1736,7 @@ static void rmcaf_get(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origi
     MPI_Datatype c_origin_datatype = RMCAF_F2C_DATATYPE(*origin_datatype);
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Get(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win));
 }
 
 static void rmcaf_get_c(void *origin_addr, MPI_Count *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Count *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *ierr)
@@ -1873,8 +1744,7 @@ static void rmcaf_get_c(void *origin_addr, MPI_Count *origin_count, MPI_Fint *or
     MPI_Datatype c_origin_datatype = RMCAF_F2C_DATATYPE(*origin_datatype);
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Get_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win));
 }
 
 static void rmcaf_get_accumulate(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, void *result_addr, MPI_Fint *result_count, MPI_Fint *result_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierr)
@@ -1884,8 +1754,7 @@ static void rmcaf_get_accumulate(void *origin_addr, MPI_Fint *origin_count, MPI_
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Get_accumulate(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, RMCAF_BUF(result_addr), *result_count, c_result_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_accumulate(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, RMCAF_BUF(result_addr), *result_count, c_result_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win));
 }
 
 static void rmcaf_get_accumulate_c(void *origin_addr, MPI_Count *origin_count, MPI_Fint *origin_datatype, void *result_addr, MPI_Count *result_count, MPI_Fint *result_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Count *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierr)
@@ -1895,49 +1764,42 @@ static void rmcaf_get_accumulate_c(void *origin_addr, MPI_Count *origin_count, M
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Get_accumulate_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, RMCAF_BUF(result_addr), *result_count, c_result_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_accumulate_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, RMCAF_BUF(result_addr), *result_count, c_result_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_op, c_win));
 }
 
 static void rmcaf_get_address(void *location, MPI_Aint *address, MPI_Fint *ierr)
 {
-    int rc = MPI_Get_address(RMCAF_BUF(location), address);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_address(RMCAF_BUF(location), address));
 }
 
 static void rmcaf_get_count(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Get_count(RMCAF_STATUS(status), c_datatype, count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_count(RMCAF_STATUS(status), c_datatype, count));
 }
 
 static void rmcaf_get_count_c(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Get_count_c(RMCAF_STATUS(status), c_datatype, count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_count_c(RMCAF_STATUS(status), c_datatype, count));
 }
 
 static void rmcaf_get_elements(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Get_elements(RMCAF_STATUS(status), c_datatype, count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_elements(RMCAF_STATUS(status), c_datatype, count));
 }
 
 static void rmcaf_get_elements_c(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Get_elements_c(RMCAF_STATUS(status), c_datatype, count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_elements_c(RMCAF_STATUS(status), c_datatype, count));
 }
 
 static void rmcaf_get_elements_x(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Get_elements_x(RMCAF_STATUS(status), c_datatype, count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_elements_x(RMCAF_STATUS(status), c_datatype, count));
 }
 
 static void rmcaf_get_hw_resource_info(MPI_Fint *hw_info, MPI_Fint *ierr)
@@ -1968,8 +1830,7 @@ static void rmcaf_get_processor_name(char *name, MPI_Fint *resultlen, MPI_Fint *
 
 static void rmcaf_get_version(MPI_Fint *version, MPI_Fint *subversion, MPI_Fint *ierr)
 {
-    int rc = MPI_Get_version(version, subversion);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Get_version(version, subversion));
 }
 
 static void rmcaf_graph_create(MPI_Fint *comm_old, MPI_Fint *nnodes, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *reorder, MPI_Fint *comm_graph, MPI_Fint *ierr)
@@ -1984,51 +1845,44 @@ static void rmcaf_graph_create(MPI_Fint *comm_old, MPI_Fint *nnodes, MPI_Fint *i
 static void rmcaf_graph_get(MPI_Fint *comm, MPI_Fint *maxindex, MPI_Fint *maxedges, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Graph_get(c_comm, *maxindex, *maxedges, indx, edges);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Graph_get(c_comm, *maxindex, *maxedges, indx, edges));
 }
 
 static void rmcaf_graph_map(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *newrank, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Graph_map(c_comm, *nnodes, indx, edges, newrank);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Graph_map(c_comm, *nnodes, indx, edges, newrank));
 }
 
 static void rmcaf_graph_neighbors(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *maxneighbors, MPI_Fint *neighbors, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Graph_neighbors(c_comm, *rank, *maxneighbors, neighbors);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Graph_neighbors(c_comm, *rank, *maxneighbors, neighbors));
 }
 
 static void rmcaf_graph_neighbors_count(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *nneighbors, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Graph_neighbors_count(c_comm, *rank, nneighbors);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Graph_neighbors_count(c_comm, *rank, nneighbors));
 }
 
 static void rmcaf_graphdims_get(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *nedges, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Graphdims_get(c_comm, nnodes, nedges);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Graphdims_get(c_comm, nnodes, nedges));
 }
 
 static void rmcaf_grequest_complete(MPI_Fint *request, MPI_Fint *ierr)
 {
     MPI_Request c_request = MPI_Request_fromint(*request);
-    int rc = MPI_Grequest_complete(c_request);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Grequest_complete(c_request));
 }
 
 static void rmcaf_group_compare(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *result, MPI_Fint *ierr)
 {
     MPI_Group c_group1 = RMCAF_F2C_GROUP(*group1);
     MPI_Group c_group2 = RMCAF_F2C_GROUP(*group2);
-    int rc = MPI_Group_compare(c_group1, c_group2, result);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Group_compare(c_group1, c_group2, result));
 }
 
 static void rmcaf_group_difference(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierr)
@@ -2109,23 +1963,20 @@ static void rmcaf_group_range_incl(MPI_Fint *group, MPI_Fint *n, MPI_Fint *range
 static void rmcaf_group_rank(MPI_Fint *group, MPI_Fint *rank, MPI_Fint *ierr)
 {
     MPI_Group c_group = RMCAF_F2C_GROUP(*group);
-    int rc = MPI_Group_rank(c_group, rank);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Group_rank(c_group, rank));
 }
 
 static void rmcaf_group_size(MPI_Fint *group, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Group c_group = RMCAF_F2C_GROUP(*group);
-    int rc = MPI_Group_size(c_group, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Group_size(c_group, size));
 }
 
 static void rmcaf_group_translate_ranks(MPI_Fint *group1, MPI_Fint *n, MPI_Fint *ranks1, MPI_Fint *group2, MPI_Fint *ranks2, MPI_Fint *ierr)
 {
     MPI_Group c_group1 = RMCAF_F2C_GROUP(*group1);
     MPI_Group c_group2 = RMCAF_F2C_GROUP(*group2);
-    int rc = MPI_Group_translate_ranks(c_group1, *n, ranks1, c_group2, ranks2);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Group_translate_ranks(c_group1, *n, ranks1, c_group2, ranks2));
 }
 
 static void rmcaf_group_union(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierr)
@@ -2607,8 +2458,7 @@ static void rmcaf_info_get(MPI_Fint *info, char *key, MPI_Fint *valuelen, char *
 static void rmcaf_info_get_nkeys(MPI_Fint *info, MPI_Fint *nkeys, MPI_Fint *ierr)
 {
     MPI_Info c_info = RMCAF_F2C_INFO(*info);
-    int rc = MPI_Info_get_nkeys(c_info, nkeys);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Info_get_nkeys(c_info, nkeys));
 }
 
 static void rmcaf_info_get_nthkey(MPI_Fint *info, MPI_Fint *n, char *key, MPI_Fint *ierr, size_t key_len)
@@ -2643,8 +2493,7 @@ static void rmcaf_info_set(MPI_Fint *info, char *key, char *value, MPI_Fint *ier
 
 static void rmcaf_initialized(MPI_Fint *flag, MPI_Fint *ierr)
 {
-    int rc = MPI_Initialized(flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Initialized(flag));
 }
 
 static void rmcaf_intercomm_create(MPI_Fint *local_comm, MPI_Fint *local_leader, MPI_Fint *peer_comm, MPI_Fint *remote_leader, MPI_Fint *tag, MPI_Fint *newintercomm, MPI_Fint *ierr)
@@ -2683,8 +2532,7 @@ static void rmcaf_intercomm_merge(MPI_Fint *intercomm, MPI_Fint *high, MPI_Fint 
 static void rmcaf_iprobe(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Iprobe(*source, *tag, c_comm, flag, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Iprobe(*source, *tag, c_comm, flag, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_irecv(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
@@ -2795,8 +2643,7 @@ static void rmcaf_irsend_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_
 
 static void rmcaf_is_thread_main(MPI_Fint *flag, MPI_Fint *ierr)
 {
-    int rc = MPI_Is_thread_main(flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Is_thread_main(flag));
 }
 
 static void rmcaf_iscan(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
@@ -2949,8 +2796,7 @@ static void rmcaf_issend_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_
 
 static void rmcaf_keyval_free(MPI_Fint *keyval, MPI_Fint *ierr)
 {
-    int rc = MPI_Keyval_free(keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Keyval_free(keyval));
 }
 
 static void rmcaf_lookup_name(char *service_name, MPI_Fint *info, char *port_name, MPI_Fint *ierr, size_t service_name_len, size_t port_name_len)
@@ -2997,8 +2843,7 @@ static void rmcaf_neighbor_allgather(void *sendbuf, MPI_Fint *sendcount, MPI_Fin
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_allgather(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_allgather(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_allgather_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3006,8 +2851,7 @@ static void rmcaf_neighbor_allgather_c(void *sendbuf, MPI_Count *sendcount, MPI_
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_allgather_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_allgather_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_allgather_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3039,8 +2883,7 @@ static void rmcaf_neighbor_allgatherv(void *sendbuf, MPI_Fint *sendcount, MPI_Fi
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_allgatherv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_allgatherv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_allgatherv_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcounts, MPI_Aint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3048,8 +2891,7 @@ static void rmcaf_neighbor_allgatherv_c(void *sendbuf, MPI_Count *sendcount, MPI
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_allgatherv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_allgatherv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, displs, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_allgatherv_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3081,8 +2923,7 @@ static void rmcaf_neighbor_alltoall(void *sendbuf, MPI_Fint *sendcount, MPI_Fint
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_alltoall(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_alltoall(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_alltoall_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3090,8 +2931,7 @@ static void rmcaf_neighbor_alltoall_c(void *sendbuf, MPI_Count *sendcount, MPI_F
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_alltoall_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_alltoall_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_alltoall_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3123,8 +2963,7 @@ static void rmcaf_neighbor_alltoallv(void *sendbuf, MPI_Fint *sendcounts, MPI_Fi
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_alltoallv(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_alltoallv(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_alltoallv_c(void *sendbuf, MPI_Count *sendcounts, MPI_Aint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcounts, MPI_Aint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3132,8 +2971,7 @@ static void rmcaf_neighbor_alltoallv_c(void *sendbuf, MPI_Count *sendcounts, MPI
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Neighbor_alltoallv_c(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Neighbor_alltoallv_c(RMCAF_BUF(sendbuf), sendcounts, sdispls, c_sendtype, RMCAF_BUF(recvbuf), recvcounts, rdispls, c_recvtype, c_comm));
 }
 
 static void rmcaf_neighbor_alltoallv_init(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3237,8 +3075,7 @@ static void rmcaf_neighbor_alltoallw_init_c(void *sendbuf, MPI_Count *sendcounts
 static void rmcaf_op_commutative(MPI_Fint *op, MPI_Fint *commute, MPI_Fint *ierr)
 {
     MPI_Op c_op = RMCAF_F2C_OP(*op);
-    int rc = MPI_Op_commutative(c_op, commute);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Op_commutative(c_op, commute));
 }
 
 static void rmcaf_op_free(MPI_Fint *op, MPI_Fint *ierr)
@@ -3263,16 +3100,14 @@ static void rmcaf_pack(void *inbuf, MPI_Fint *incount, MPI_Fint *datatype, void 
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Pack(RMCAF_BUF(inbuf), *incount, c_datatype, RMCAF_BUF(outbuf), *outsize, position, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Pack(RMCAF_BUF(inbuf), *incount, c_datatype, RMCAF_BUF(outbuf), *outsize, position, c_comm));
 }
 
 static void rmcaf_pack_c(void *inbuf, MPI_Count *incount, MPI_Fint *datatype, void *outbuf, MPI_Count *outsize, MPI_Count *position, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Pack_c(RMCAF_BUF(inbuf), *incount, c_datatype, RMCAF_BUF(outbuf), *outsize, position, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Pack_c(RMCAF_BUF(inbuf), *incount, c_datatype, RMCAF_BUF(outbuf), *outsize, position, c_comm));
 }
 
 static void rmcaf_pack_external(char *datarep, void *inbuf, MPI_Fint *incount, MPI_Fint *datatype, void *outbuf, MPI_Aint *outsize, MPI_Aint *position, MPI_Fint *ierr, size_t datarep_len)
@@ -3315,44 +3150,38 @@ static void rmcaf_pack_size(MPI_Fint *incount, MPI_Fint *datatype, MPI_Fint *com
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Pack_size(*incount, c_datatype, c_comm, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Pack_size(*incount, c_datatype, c_comm, size));
 }
 
 static void rmcaf_pack_size_c(MPI_Count *incount, MPI_Fint *datatype, MPI_Fint *comm, MPI_Count *size, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Pack_size_c(*incount, c_datatype, c_comm, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Pack_size_c(*incount, c_datatype, c_comm, size));
 }
 
 static void rmcaf_parrived(MPI_Fint *request, MPI_Fint *partition, MPI_Fint *flag, MPI_Fint *ierr)
 {
     MPI_Request c_request = MPI_Request_fromint(*request);
-    int rc = MPI_Parrived(c_request, *partition, flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Parrived(c_request, *partition, flag));
 }
 
 static void rmcaf_pready(MPI_Fint *partition, MPI_Fint *request, MPI_Fint *ierr)
 {
     MPI_Request c_request = MPI_Request_fromint(*request);
-    int rc = MPI_Pready(*partition, c_request);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Pready(*partition, c_request));
 }
 
 static void rmcaf_pready_list(MPI_Fint *length, MPI_Fint *array_of_partitions, MPI_Fint *request, MPI_Fint *ierr)
 {
     MPI_Request c_request = MPI_Request_fromint(*request);
-    int rc = MPI_Pready_list(*length, array_of_partitions, c_request);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Pready_list(*length, array_of_partitions, c_request));
 }
 
 static void rmcaf_pready_range(MPI_Fint *partition_low, MPI_Fint *partition_high, MPI_Fint *request, MPI_Fint *ierr)
 {
     MPI_Request c_request = MPI_Request_fromint(*request);
-    int rc = MPI_Pready_range(*partition_low, *partition_high, c_request);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Pready_range(*partition_low, *partition_high, c_request));
 }
 
 static void rmcaf_precv_init(void *buf, MPI_Fint *partitions, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3369,8 +3198,7 @@ static void rmcaf_precv_init(void *buf, MPI_Fint *partitions, MPI_Count *count, 
 static void rmcaf_probe(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Probe(*source, *tag, c_comm, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Probe(*source, *tag, c_comm, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_psend_init(void *buf, MPI_Fint *partitions, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3400,8 +3228,7 @@ static void rmcaf_put(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origi
     MPI_Datatype c_origin_datatype = RMCAF_F2C_DATATYPE(*origin_datatype);
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Put(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Put(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win));
 }
 
 static void rmcaf_put_c(void *origin_addr, MPI_Count *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Count *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *ierr)
@@ -3409,14 +3236,12 @@ static void rmcaf_put_c(void *origin_addr, MPI_Count *origin_count, MPI_Fint *or
     MPI_Datatype c_origin_datatype = RMCAF_F2C_DATATYPE(*origin_datatype);
     MPI_Datatype c_target_datatype = RMCAF_F2C_DATATYPE(*target_datatype);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Put_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Put_c(RMCAF_BUF(origin_addr), *origin_count, c_origin_datatype, *target_rank, *target_disp, *target_count, c_target_datatype, c_win));
 }
 
 static void rmcaf_query_thread(MPI_Fint *provided, MPI_Fint *ierr)
 {
-    int rc = MPI_Query_thread(provided);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Query_thread(provided));
 }
 
 static void rmcaf_raccumulate(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierr)
@@ -3447,16 +3272,14 @@ static void rmcaf_recv(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint 
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Recv(RMCAF_BUF(buf), *count, c_datatype, *source, *tag, c_comm, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Recv(RMCAF_BUF(buf), *count, c_datatype, *source, *tag, c_comm, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_recv_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Recv_c(RMCAF_BUF(buf), *count, c_datatype, *source, *tag, c_comm, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Recv_c(RMCAF_BUF(buf), *count, c_datatype, *source, *tag, c_comm, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_recv_init(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
@@ -3484,8 +3307,7 @@ static void rmcaf_reduce(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Reduce(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, *root, c_comm));
 }
 
 static void rmcaf_reduce_c(void *sendbuf, void *recvbuf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3493,8 +3315,7 @@ static void rmcaf_reduce_c(void *sendbuf, void *recvbuf, MPI_Count *count, MPI_F
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Reduce_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, *root, c_comm));
 }
 
 static void rmcaf_reduce_init(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3525,16 +3346,14 @@ static void rmcaf_reduce_local(void *inbuf, void *inoutbuf, MPI_Fint *count, MPI
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
-    int rc = MPI_Reduce_local(RMCAF_BUF(inbuf), RMCAF_BUF(inoutbuf), *count, c_datatype, c_op);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce_local(RMCAF_BUF(inbuf), RMCAF_BUF(inoutbuf), *count, c_datatype, c_op));
 }
 
 static void rmcaf_reduce_local_c(void *inbuf, void *inoutbuf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
-    int rc = MPI_Reduce_local_c(RMCAF_BUF(inbuf), RMCAF_BUF(inoutbuf), *count, c_datatype, c_op);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce_local_c(RMCAF_BUF(inbuf), RMCAF_BUF(inoutbuf), *count, c_datatype, c_op));
 }
 
 static void rmcaf_reduce_scatter(void *sendbuf, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3542,8 +3361,7 @@ static void rmcaf_reduce_scatter(void *sendbuf, void *recvbuf, MPI_Fint *recvcou
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Reduce_scatter(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), recvcounts, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce_scatter(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), recvcounts, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_reduce_scatter_c(void *sendbuf, void *recvbuf, MPI_Count *recvcounts, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3551,8 +3369,7 @@ static void rmcaf_reduce_scatter_c(void *sendbuf, void *recvbuf, MPI_Count *recv
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Reduce_scatter_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), recvcounts, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce_scatter_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), recvcounts, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_reduce_scatter_block(void *sendbuf, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3560,8 +3377,7 @@ static void rmcaf_reduce_scatter_block(void *sendbuf, void *recvbuf, MPI_Fint *r
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Reduce_scatter_block(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *recvcount, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce_scatter_block(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *recvcount, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_reduce_scatter_block_c(void *sendbuf, void *recvbuf, MPI_Count *recvcount, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3569,8 +3385,7 @@ static void rmcaf_reduce_scatter_block_c(void *sendbuf, void *recvbuf, MPI_Count
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Reduce_scatter_block_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *recvcount, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Reduce_scatter_block_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *recvcount, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_reduce_scatter_block_init(void *sendbuf, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3635,20 +3450,17 @@ static void rmcaf_register_datarep(void *datarep, void *read_conversion_fn, void
 
 static void rmcaf_remove_error_class(MPI_Fint *errorclass, MPI_Fint *ierr)
 {
-    int rc = MPI_Remove_error_class(*errorclass);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Remove_error_class(*errorclass));
 }
 
 static void rmcaf_remove_error_code(MPI_Fint *errorcode, MPI_Fint *ierr)
 {
-    int rc = MPI_Remove_error_code(*errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Remove_error_code(*errorcode));
 }
 
 static void rmcaf_remove_error_string(MPI_Fint *errorcode, MPI_Fint *ierr)
 {
-    int rc = MPI_Remove_error_string(*errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Remove_error_string(*errorcode));
 }
 
 static void rmcaf_request_free(MPI_Fint *request, MPI_Fint *ierr)
@@ -3662,8 +3474,7 @@ static void rmcaf_request_free(MPI_Fint *request, MPI_Fint *ierr)
 static void rmcaf_request_get_status(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Request c_request = MPI_Request_fromint(*request);
-    int rc = MPI_Request_get_status(c_request, flag, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Request_get_status(c_request, flag, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_request_get_status_all(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *flag, MPI_Fint *array_of_statuses, MPI_Fint *ierr)
@@ -3775,16 +3586,14 @@ static void rmcaf_rsend(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Rsend(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Rsend(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_rsend_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Rsend_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Rsend_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_rsend_init(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
@@ -3812,8 +3621,7 @@ static void rmcaf_scan(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Scan(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Scan(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_scan_c(void *sendbuf, void *recvbuf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3821,8 +3629,7 @@ static void rmcaf_scan_c(void *sendbuf, void *recvbuf, MPI_Count *count, MPI_Fin
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Op c_op = RMCAF_F2C_OP(*op);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Scan_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Scan_c(RMCAF_BUF(sendbuf), RMCAF_BUF(recvbuf), *count, c_datatype, c_op, c_comm));
 }
 
 static void rmcaf_scan_init(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3854,8 +3661,7 @@ static void rmcaf_scatter(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Scatter(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Scatter(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_scatter_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3863,8 +3669,7 @@ static void rmcaf_scatter_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendt
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Scatter_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Scatter_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_scatter_init(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3896,8 +3701,7 @@ static void rmcaf_scatterv(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *displs
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Scatterv(RMCAF_BUF(sendbuf), sendcounts, displs, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Scatterv(RMCAF_BUF(sendbuf), sendcounts, displs, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_scatterv_c(void *sendbuf, MPI_Count *sendcounts, MPI_Aint *displs, MPI_Fint *sendtype, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
@@ -3905,8 +3709,7 @@ static void rmcaf_scatterv_c(void *sendbuf, MPI_Count *sendcounts, MPI_Aint *dis
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Scatterv_c(RMCAF_BUF(sendbuf), sendcounts, displs, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Scatterv_c(RMCAF_BUF(sendbuf), sendcounts, displs, c_sendtype, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *root, c_comm));
 }
 
 static void rmcaf_scatterv_init(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *displs, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *info, MPI_Fint *request, MPI_Fint *ierr)
@@ -3937,16 +3740,14 @@ static void rmcaf_send(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint 
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Send(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Send(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_send_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Send_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Send_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_send_init(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
@@ -3974,8 +3775,7 @@ static void rmcaf_sendrecv(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtyp
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Sendrecv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, *dest, *sendtag, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *source, *recvtag, c_comm, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Sendrecv(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, *dest, *sendtag, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *source, *recvtag, c_comm, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_sendrecv_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *sendtype, MPI_Fint *dest, MPI_Fint *sendtag, void *recvbuf, MPI_Count *recvcount, MPI_Fint *recvtype, MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
@@ -3983,59 +3783,51 @@ static void rmcaf_sendrecv_c(void *sendbuf, MPI_Count *sendcount, MPI_Fint *send
     MPI_Datatype c_sendtype = RMCAF_F2C_DATATYPE(*sendtype);
     MPI_Datatype c_recvtype = RMCAF_F2C_DATATYPE(*recvtype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Sendrecv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, *dest, *sendtag, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *source, *recvtag, c_comm, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Sendrecv_c(RMCAF_BUF(sendbuf), *sendcount, c_sendtype, *dest, *sendtag, RMCAF_BUF(recvbuf), *recvcount, c_recvtype, *source, *recvtag, c_comm, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_sendrecv_replace(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *sendtag, MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Sendrecv_replace(RMCAF_BUF(buf), *count, c_datatype, *dest, *sendtag, *source, *recvtag, c_comm, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Sendrecv_replace(RMCAF_BUF(buf), *count, c_datatype, *dest, *sendtag, *source, *recvtag, c_comm, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_sendrecv_replace_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *sendtag, MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Sendrecv_replace_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *sendtag, *source, *recvtag, c_comm, RMCAF_STATUS(status));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Sendrecv_replace_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *sendtag, *source, *recvtag, c_comm, RMCAF_STATUS(status)));
 }
 
 static void rmcaf_session_attach_buffer(MPI_Fint *session, void *buffer, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
-    int rc = MPI_Session_attach_buffer(c_session, RMCAF_BUF(buffer), *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_attach_buffer(c_session, RMCAF_BUF(buffer), *size));
 }
 
 static void rmcaf_session_attach_buffer_c(MPI_Fint *session, void *buffer, MPI_Count *size, MPI_Fint *ierr)
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
-    int rc = MPI_Session_attach_buffer_c(c_session, RMCAF_BUF(buffer), *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_attach_buffer_c(c_session, RMCAF_BUF(buffer), *size));
 }
 
 static void rmcaf_session_call_errhandler(MPI_Fint *session, MPI_Fint *errorcode, MPI_Fint *ierr)
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
-    int rc = MPI_Session_call_errhandler(c_session, *errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_call_errhandler(c_session, *errorcode));
 }
 
 static void rmcaf_session_detach_buffer(MPI_Fint *session, void *buffer_addr, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
-    int rc = MPI_Session_detach_buffer(c_session, RMCAF_BUF(buffer_addr), size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_detach_buffer(c_session, RMCAF_BUF(buffer_addr), size));
 }
 
 static void rmcaf_session_detach_buffer_c(MPI_Fint *session, void *buffer_addr, MPI_Count *size, MPI_Fint *ierr)
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
-    int rc = MPI_Session_detach_buffer_c(c_session, RMCAF_BUF(buffer_addr), size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_detach_buffer_c(c_session, RMCAF_BUF(buffer_addr), size));
 }
 
 static void rmcaf_session_finalize(MPI_Fint *session, MPI_Fint *ierr)
@@ -4049,8 +3841,7 @@ static void rmcaf_session_finalize(MPI_Fint *session, MPI_Fint *ierr)
 static void rmcaf_session_flush_buffer(MPI_Fint *session, MPI_Fint *ierr)
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
-    int rc = MPI_Session_flush_buffer(c_session);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_flush_buffer(c_session));
 }
 
 static void rmcaf_session_get_errhandler(MPI_Fint *session, MPI_Fint *errhandler, MPI_Fint *ierr)
@@ -4086,8 +3877,7 @@ static void rmcaf_session_get_num_psets(MPI_Fint *session, MPI_Fint *info, MPI_F
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
     MPI_Info c_info = RMCAF_F2C_INFO(*info);
-    int rc = MPI_Session_get_num_psets(c_session, c_info, npset_names);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_get_num_psets(c_session, c_info, npset_names));
 }
 
 static void rmcaf_session_get_pset_info(MPI_Fint *session, char *pset_name, MPI_Fint *info, MPI_Fint *ierr, size_t pset_name_len)
@@ -4124,24 +3914,21 @@ static void rmcaf_session_set_errhandler(MPI_Fint *session, MPI_Fint *errhandler
 {
     MPI_Session c_session = RMCAF_F2C_SESSION(*session);
     MPI_Errhandler c_errhandler = RMCAF_F2C_ERRHANDLER(*errhandler);
-    int rc = MPI_Session_set_errhandler(c_session, c_errhandler);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Session_set_errhandler(c_session, c_errhandler));
 }
 
 static void rmcaf_ssend(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Ssend(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Ssend(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_ssend_c(void *buf, MPI_Count *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Ssend_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Ssend_c(RMCAF_BUF(buf), *count, c_datatype, *dest, *tag, c_comm));
 }
 
 static void rmcaf_ssend_init(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
@@ -4186,65 +3973,55 @@ static void rmcaf_startall(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fin
 
 static void rmcaf_status_get_error(MPI_Fint *status, MPI_Fint *err, MPI_Fint *ierr)
 {
-    int rc = MPI_Status_get_error(RMCAF_STATUS(status), err);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_get_error(RMCAF_STATUS(status), err));
 }
 
 static void rmcaf_status_get_source(MPI_Fint *status, MPI_Fint *source, MPI_Fint *ierr)
 {
-    int rc = MPI_Status_get_source(RMCAF_STATUS(status), source);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_get_source(RMCAF_STATUS(status), source));
 }
 
 static void rmcaf_status_get_tag(MPI_Fint *status, MPI_Fint *tag, MPI_Fint *ierr)
 {
-    int rc = MPI_Status_get_tag(RMCAF_STATUS(status), tag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_get_tag(RMCAF_STATUS(status), tag));
 }
 
 static void rmcaf_status_set_cancelled(MPI_Fint *status, MPI_Fint *flag, MPI_Fint *ierr)
 {
-    int rc = MPI_Status_set_cancelled(RMCAF_STATUS(status), *flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_set_cancelled(RMCAF_STATUS(status), *flag));
 }
 
 static void rmcaf_status_set_elements(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Status_set_elements(RMCAF_STATUS(status), c_datatype, *count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_set_elements(RMCAF_STATUS(status), c_datatype, *count));
 }
 
 static void rmcaf_status_set_elements_c(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Status_set_elements_c(RMCAF_STATUS(status), c_datatype, *count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_set_elements_c(RMCAF_STATUS(status), c_datatype, *count));
 }
 
 static void rmcaf_status_set_elements_x(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Status_set_elements_x(RMCAF_STATUS(status), c_datatype, *count);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_set_elements_x(RMCAF_STATUS(status), c_datatype, *count));
 }
 
 static void rmcaf_status_set_error(MPI_Fint *status, MPI_Fint *err, MPI_Fint *ierr)
 {
-    int rc = MPI_Status_set_error(RMCAF_STATUS(status), *err);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_set_error(RMCAF_STATUS(status), *err));
 }
 
 static void rmcaf_status_set_source(MPI_Fint *status, MPI_Fint *source, MPI_Fint *ierr)
 {
-    int rc = MPI_Status_set_source(RMCAF_STATUS(status), *source);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_set_source(RMCAF_STATUS(status), *source));
 }
 
 static void rmcaf_status_set_tag(MPI_Fint *status, MPI_Fint *tag, MPI_Fint *ierr)
 {
-    int rc = MPI_Status_set_tag(RMCAF_STATUS(status), *tag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Status_set_tag(RMCAF_STATUS(status), *tag));
 }
 
 static void rmcaf_test(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierr)
@@ -4257,8 +4034,7 @@ static void rmcaf_test(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_
 
 static void rmcaf_test_cancelled(MPI_Fint *status, MPI_Fint *flag, MPI_Fint *ierr)
 {
-    int rc = MPI_Test_cancelled(RMCAF_STATUS(status), flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Test_cancelled(RMCAF_STATUS(status), flag));
 }
 
 static void rmcaf_testall(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *flag, MPI_Fint *array_of_statuses, MPI_Fint *ierr)
@@ -4302,8 +4078,7 @@ static void rmcaf_testsome(MPI_Fint *incount, MPI_Fint *array_of_requests, MPI_F
 static void rmcaf_topo_test(MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
 {
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Topo_test(c_comm, status);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Topo_test(c_comm, status));
 }
 
 static void rmcaf_type_commit(MPI_Fint *datatype, MPI_Fint *ierr)
@@ -4502,8 +4277,7 @@ static void rmcaf_type_create_subarray_c(MPI_Fint *ndims, MPI_Count *array_of_si
 static void rmcaf_type_delete_attr(MPI_Fint *datatype, MPI_Fint *type_keyval, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_delete_attr(c_datatype, *type_keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_delete_attr(c_datatype, *type_keyval));
 }
 
 static void rmcaf_type_dup(MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierr)
@@ -4525,8 +4299,7 @@ static void rmcaf_type_free(MPI_Fint *datatype, MPI_Fint *ierr)
 
 static void rmcaf_type_free_keyval(MPI_Fint *type_keyval, MPI_Fint *ierr)
 {
-    int rc = MPI_Type_free_keyval(type_keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_free_keyval(type_keyval));
 }
 
 static void rmcaf_type_get_contents(MPI_Fint *datatype, MPI_Fint *max_integers, MPI_Fint *max_addresses, MPI_Fint *max_datatypes, MPI_Fint *array_of_integers, MPI_Aint *array_of_addresses, MPI_Fint *array_of_datatypes, MPI_Fint *ierr)
@@ -4556,29 +4329,25 @@ static void rmcaf_type_get_contents_c(MPI_Fint *datatype, MPI_Count *max_integer
 static void rmcaf_type_get_envelope(MPI_Fint *datatype, MPI_Fint *num_integers, MPI_Fint *num_addresses, MPI_Fint *num_datatypes, MPI_Fint *combiner, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_get_envelope(c_datatype, num_integers, num_addresses, num_datatypes, combiner);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_get_envelope(c_datatype, num_integers, num_addresses, num_datatypes, combiner));
 }
 
 static void rmcaf_type_get_envelope_c(MPI_Fint *datatype, MPI_Count *num_integers, MPI_Count *num_addresses, MPI_Count *num_large_counts, MPI_Count *num_datatypes, MPI_Fint *combiner, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_get_envelope_c(c_datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_get_envelope_c(c_datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner));
 }
 
 static void rmcaf_type_get_extent(MPI_Fint *datatype, MPI_Aint *lb, MPI_Aint *extent, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_get_extent(c_datatype, lb, extent);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_get_extent(c_datatype, lb, extent));
 }
 
 static void rmcaf_type_get_extent_x(MPI_Fint *datatype, MPI_Count *lb, MPI_Count *extent, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_get_extent_x(c_datatype, lb, extent);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_get_extent_x(c_datatype, lb, extent));
 }
 
 static void rmcaf_type_get_name(MPI_Fint *datatype, char *type_name, MPI_Fint *resultlen, MPI_Fint *ierr, size_t type_name_len)
@@ -4594,15 +4363,13 @@ static void rmcaf_type_get_name(MPI_Fint *datatype, char *type_name, MPI_Fint *r
 static void rmcaf_type_get_true_extent(MPI_Fint *datatype, MPI_Aint *true_lb, MPI_Aint *true_extent, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_get_true_extent(c_datatype, true_lb, true_extent);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_get_true_extent(c_datatype, true_lb, true_extent));
 }
 
 static void rmcaf_type_get_true_extent_x(MPI_Fint *datatype, MPI_Count *true_lb, MPI_Count *true_extent, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_get_true_extent_x(c_datatype, true_lb, true_extent);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_get_true_extent_x(c_datatype, true_lb, true_extent));
 }
 
 static void rmcaf_type_get_value_index(MPI_Fint *value_type, MPI_Fint *index_type, MPI_Fint *pair_type, MPI_Fint *ierr)
@@ -4641,13 +4408,6 @@ static void rmcaf_type_match_size(MPI_Fint *typeclass, MPI_Fint *size, MPI_Fint 
     if (ierr) *ierr = rc;
 }
 
-static void rmcaf_type_set_attr(MPI_Fint *datatype, MPI_Fint *type_keyval, MPI_Aint *attribute_val, MPI_Fint *ierr)
-{
-    MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_set_attr(c_datatype, *type_keyval, (void *)attribute_val[0]);
-    if (ierr) *ierr = rc;
-}
-
 static void rmcaf_type_set_name(MPI_Fint *datatype, char *type_name, MPI_Fint *ierr, size_t type_name_len)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
@@ -4660,22 +4420,19 @@ static void rmcaf_type_set_name(MPI_Fint *datatype, char *type_name, MPI_Fint *i
 static void rmcaf_type_size(MPI_Fint *datatype, MPI_Fint *size, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_size(c_datatype, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_size(c_datatype, size));
 }
 
 static void rmcaf_type_size_c(MPI_Fint *datatype, MPI_Count *size, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_size_c(c_datatype, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_size_c(c_datatype, size));
 }
 
 static void rmcaf_type_size_x(MPI_Fint *datatype, MPI_Count *size, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
-    int rc = MPI_Type_size_x(c_datatype, size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Type_size_x(c_datatype, size));
 }
 
 static void rmcaf_type_vector(MPI_Fint *count, MPI_Fint *blocklength, MPI_Fint *stride, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierr)
@@ -4700,16 +4457,14 @@ static void rmcaf_unpack(void *inbuf, MPI_Fint *insize, MPI_Fint *position, void
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Unpack(RMCAF_BUF(inbuf), *insize, position, RMCAF_BUF(outbuf), *outcount, c_datatype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Unpack(RMCAF_BUF(inbuf), *insize, position, RMCAF_BUF(outbuf), *outcount, c_datatype, c_comm));
 }
 
 static void rmcaf_unpack_c(void *inbuf, MPI_Count *insize, MPI_Count *position, void *outbuf, MPI_Count *outcount, MPI_Fint *datatype, MPI_Fint *comm, MPI_Fint *ierr)
 {
     MPI_Datatype c_datatype = RMCAF_F2C_DATATYPE(*datatype);
     MPI_Comm c_comm = RMCAF_F2C_COMM(*comm);
-    int rc = MPI_Unpack_c(RMCAF_BUF(inbuf), *insize, position, RMCAF_BUF(outbuf), *outcount, c_datatype, c_comm);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Unpack_c(RMCAF_BUF(inbuf), *insize, position, RMCAF_BUF(outbuf), *outcount, c_datatype, c_comm));
 }
 
 static void rmcaf_unpack_external(char *datarep, void *inbuf, MPI_Aint *insize, MPI_Aint *position, void *outbuf, MPI_Fint *outcount, MPI_Fint *datatype, MPI_Fint *ierr, size_t datarep_len)
@@ -4830,22 +4585,19 @@ static void rmcaf_win_allocate_shared_c(MPI_Aint *size, MPI_Aint *disp_unit, MPI
 static void rmcaf_win_attach(MPI_Fint *win, void *base, MPI_Aint *size, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_attach(c_win, RMCAF_BUF(base), *size);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_attach(c_win, RMCAF_BUF(base), *size));
 }
 
 static void rmcaf_win_call_errhandler(MPI_Fint *win, MPI_Fint *errorcode, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_call_errhandler(c_win, *errorcode);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_call_errhandler(c_win, *errorcode));
 }
 
 static void rmcaf_win_complete(MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_complete(c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_complete(c_win));
 }
 
 static void rmcaf_win_create(void *base, MPI_Aint *size, MPI_Fint *disp_unit, MPI_Fint *info, MPI_Fint *comm, MPI_Fint *win, MPI_Fint *ierr)
@@ -4881,50 +4633,43 @@ static void rmcaf_win_create_dynamic(MPI_Fint *info, MPI_Fint *comm, MPI_Fint *w
 static void rmcaf_win_delete_attr(MPI_Fint *win, MPI_Fint *win_keyval, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_delete_attr(c_win, *win_keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_delete_attr(c_win, *win_keyval));
 }
 
 static void rmcaf_win_detach(MPI_Fint *win, void *base, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_detach(c_win, RMCAF_BUF(base));
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_detach(c_win, RMCAF_BUF(base)));
 }
 
 static void rmcaf_win_fence(MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_fence(*assert, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_fence(*assert, c_win));
 }
 
 static void rmcaf_win_flush(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_flush(*rank, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_flush(*rank, c_win));
 }
 
 static void rmcaf_win_flush_all(MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_flush_all(c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_flush_all(c_win));
 }
 
 static void rmcaf_win_flush_local(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_flush_local(*rank, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_flush_local(*rank, c_win));
 }
 
 static void rmcaf_win_flush_local_all(MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_flush_local_all(c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_flush_local_all(c_win));
 }
 
 static void rmcaf_win_free(MPI_Fint *win, MPI_Fint *ierr)
@@ -4937,8 +4682,7 @@ static void rmcaf_win_free(MPI_Fint *win, MPI_Fint *ierr)
 
 static void rmcaf_win_free_keyval(MPI_Fint *win_keyval, MPI_Fint *ierr)
 {
-    int rc = MPI_Win_free_keyval(win_keyval);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_free_keyval(win_keyval));
 }
 
 static void rmcaf_win_get_errhandler(MPI_Fint *win, MPI_Fint *errhandler, MPI_Fint *ierr)
@@ -4981,46 +4725,34 @@ static void rmcaf_win_get_name(MPI_Fint *win, char *win_name, MPI_Fint *resultle
 static void rmcaf_win_lock(MPI_Fint *lock_type, MPI_Fint *rank, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_lock(*lock_type, *rank, *assert, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_lock(*lock_type, *rank, *assert, c_win));
 }
 
 static void rmcaf_win_lock_all(MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_lock_all(*assert, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_lock_all(*assert, c_win));
 }
 
 static void rmcaf_win_post(MPI_Fint *group, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Group c_group = RMCAF_F2C_GROUP(*group);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_post(c_group, *assert, c_win);
-    if (ierr) *ierr = rc;
-}
-
-static void rmcaf_win_set_attr(MPI_Fint *win, MPI_Fint *win_keyval, MPI_Aint *attribute_val, MPI_Fint *ierr)
-{
-    MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_set_attr(c_win, *win_keyval, (void *)attribute_val[0]);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_post(c_group, *assert, c_win));
 }
 
 static void rmcaf_win_set_errhandler(MPI_Fint *win, MPI_Fint *errhandler, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
     MPI_Errhandler c_errhandler = RMCAF_F2C_ERRHANDLER(*errhandler);
-    int rc = MPI_Win_set_errhandler(c_win, c_errhandler);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_set_errhandler(c_win, c_errhandler));
 }
 
 static void rmcaf_win_set_info(MPI_Fint *win, MPI_Fint *info, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
     MPI_Info c_info = RMCAF_F2C_INFO(*info);
-    int rc = MPI_Win_set_info(c_win, c_info);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_set_info(c_win, c_info));
 }
 
 static void rmcaf_win_set_name(MPI_Fint *win, char *win_name, MPI_Fint *ierr, size_t win_name_len)
@@ -5035,58 +4767,50 @@ static void rmcaf_win_set_name(MPI_Fint *win, char *win_name, MPI_Fint *ierr, si
 static void rmcaf_win_shared_query(MPI_Fint *win, MPI_Fint *rank, MPI_Aint *size, MPI_Fint *disp_unit, void *baseptr, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_shared_query(c_win, *rank, size, disp_unit, baseptr);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_shared_query(c_win, *rank, size, disp_unit, baseptr));
 }
 
 static void rmcaf_win_shared_query_c(MPI_Fint *win, MPI_Fint *rank, MPI_Aint *size, MPI_Aint *disp_unit, void *baseptr, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_shared_query_c(c_win, *rank, size, disp_unit, baseptr);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_shared_query_c(c_win, *rank, size, disp_unit, baseptr));
 }
 
 static void rmcaf_win_start(MPI_Fint *group, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Group c_group = RMCAF_F2C_GROUP(*group);
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_start(c_group, *assert, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_start(c_group, *assert, c_win));
 }
 
 static void rmcaf_win_sync(MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_sync(c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_sync(c_win));
 }
 
 static void rmcaf_win_test(MPI_Fint *win, MPI_Fint *flag, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_test(c_win, flag);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_test(c_win, flag));
 }
 
 static void rmcaf_win_unlock(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_unlock(*rank, c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_unlock(*rank, c_win));
 }
 
 static void rmcaf_win_unlock_all(MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_unlock_all(c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_unlock_all(c_win));
 }
 
 static void rmcaf_win_wait(MPI_Fint *win, MPI_Fint *ierr)
 {
     MPI_Win c_win = RMCAF_F2C_WIN(*win);
-    int rc = MPI_Win_wait(c_win);
-    if (ierr) *ierr = rc;
+    RMCAF_RETURN(ierr, MPI_Win_wait(c_win));
 }
 
 /* Exported names. */
@@ -5399,10 +5123,6 @@ RMCAF_ALIAS(mpi_comm_remote_size_, rmcaf_comm_remote_size)
 RMCAF_ALIAS(pmpi_comm_remote_size_, rmcaf_comm_remote_size)
 RMCAF_ALIAS(mpi_comm_remote_size_f08_, rmcaf_comm_remote_size)
 RMCAF_ALIAS(pmpi_comm_remote_size_f08_, rmcaf_comm_remote_size)
-RMCAF_ALIAS(mpi_comm_set_attr_, rmcaf_comm_set_attr)
-RMCAF_ALIAS(pmpi_comm_set_attr_, rmcaf_comm_set_attr)
-RMCAF_ALIAS(mpi_comm_set_attr_f08_, rmcaf_comm_set_attr)
-RMCAF_ALIAS(pmpi_comm_set_attr_f08_, rmcaf_comm_set_attr)
 RMCAF_ALIAS(mpi_comm_set_errhandler_, rmcaf_comm_set_errhandler)
 RMCAF_ALIAS(pmpi_comm_set_errhandler_, rmcaf_comm_set_errhandler)
 RMCAF_ALIAS(mpi_comm_set_errhandler_f08_, rmcaf_comm_set_errhandler)
@@ -6793,10 +6513,6 @@ RMCAF_ALIAS(mpi_type_match_size_, rmcaf_type_match_size)
 RMCAF_ALIAS(pmpi_type_match_size_, rmcaf_type_match_size)
 RMCAF_ALIAS(mpi_type_match_size_f08_, rmcaf_type_match_size)
 RMCAF_ALIAS(pmpi_type_match_size_f08_, rmcaf_type_match_size)
-RMCAF_ALIAS(mpi_type_set_attr_, rmcaf_type_set_attr)
-RMCAF_ALIAS(pmpi_type_set_attr_, rmcaf_type_set_attr)
-RMCAF_ALIAS(mpi_type_set_attr_f08_, rmcaf_type_set_attr)
-RMCAF_ALIAS(pmpi_type_set_attr_f08_, rmcaf_type_set_attr)
 RMCAF_ALIAS(mpi_type_set_name_, rmcaf_type_set_name)
 RMCAF_ALIAS(pmpi_type_set_name_, rmcaf_type_set_name)
 RMCAF_ALIAS(mpi_type_set_name_f08_, rmcaf_type_set_name)
@@ -6949,10 +6665,6 @@ RMCAF_ALIAS(mpi_win_post_, rmcaf_win_post)
 RMCAF_ALIAS(pmpi_win_post_, rmcaf_win_post)
 RMCAF_ALIAS(mpi_win_post_f08_, rmcaf_win_post)
 RMCAF_ALIAS(pmpi_win_post_f08_, rmcaf_win_post)
-RMCAF_ALIAS(mpi_win_set_attr_, rmcaf_win_set_attr)
-RMCAF_ALIAS(pmpi_win_set_attr_, rmcaf_win_set_attr)
-RMCAF_ALIAS(mpi_win_set_attr_f08_, rmcaf_win_set_attr)
-RMCAF_ALIAS(pmpi_win_set_attr_f08_, rmcaf_win_set_attr)
 RMCAF_ALIAS(mpi_win_set_errhandler_, rmcaf_win_set_errhandler)
 RMCAF_ALIAS(pmpi_win_set_errhandler_, rmcaf_win_set_errhandler)
 RMCAF_ALIAS(mpi_win_set_errhandler_f08_, rmcaf_win_set_errhandler)

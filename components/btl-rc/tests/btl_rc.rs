@@ -50,7 +50,8 @@ fn lens(n: usize) -> Vec<usize> {
 
 #[test]
 fn on_demand_connects_on_first_send_and_keeps_order() {
-    let (mut b, _m) = ranks("od", 2, &[]);
+    // One receive queue, so one QP per connection (a P+S spec has two).
+    let (mut b, _m) = ranks("od", 2, &[("btl_rc_receive_queues", "P,32,16")]);
     let mut s = sinks(2);
     assert_eq!(counter(b[0].as_ref(), "qps_now"), 0, "no QP before traffic");
     assert_eq!(counter(b[1].as_ref(), "qps_now"), 0);
@@ -107,6 +108,7 @@ fn simultaneous_connects_resolve_to_one_connection() {
             &[
                 ("btl_rc_qps_per_peer", qps),
                 ("btl_rc_qp_policy", "round_robin"),
+                ("btl_rc_receive_queues", "P,32,16"),
             ],
         );
         let mut s = sinks(2);
@@ -146,7 +148,14 @@ fn simultaneous_connects_resolve_to_one_connection() {
 
 #[test]
 fn three_ranks_static_and_zero_byte_payloads() {
-    let (mut b, _m) = ranks("st", 3, &[("btl_rc_connect", "static")]);
+    let (mut b, _m) = ranks(
+        "st",
+        3,
+        &[
+            ("btl_rc_connect", "static"),
+            ("btl_rc_receive_queues", "P,32,16"),
+        ],
+    );
     let mut s = sinks(3);
     for (from, to) in [(0, 1), (0, 2), (1, 2), (2, 0), (1, 0), (2, 1)] {
         for i in 0..50usize {
@@ -581,21 +590,36 @@ fn bad_parameters_are_errors_naming_the_parameter() {
 
 #[test]
 fn memory_is_accounted_and_grows_with_connections() {
-    let (mut b, m) = ranks("mem", 3, &[]);
-    let mut s = sinks(3);
-    let idle = m[0].counter("btl.rc").current();
-    send_retry(&mut b, &mut s, 0, 1, TAG, &0u32.to_le_bytes(), &[], hint(0));
-    run_until(&mut b, &mut s, "one", |s| s[1].got.contains_key(&0));
-    let one = m[0].counter("btl.rc").current();
-    send_retry(&mut b, &mut s, 0, 2, TAG, &0u32.to_le_bytes(), &[], hint(0));
-    run_until(&mut b, &mut s, "two", |s| s[2].got.contains_key(&0));
-    let two = m[0].counter("btl.rc").current();
+    /// rc's accounted memory of rank 0 idle, then connected to one and to two peers.
+    fn idle_one_two(name: &str, set: &[(&str, &str)]) -> (usize, usize, usize) {
+        let (mut b, m) = ranks(name, 3, set);
+        let mut s = sinks(3);
+        let idle = m[0].counter("btl.rc").current();
+        send_retry(&mut b, &mut s, 0, 1, TAG, &0u32.to_le_bytes(), &[], hint(0));
+        run_until(&mut b, &mut s, "one", |s| s[1].got.contains_key(&0));
+        let one = m[0].counter("btl.rc").current();
+        send_retry(&mut b, &mut s, 0, 2, TAG, &0u32.to_le_bytes(), &[], hint(0));
+        run_until(&mut b, &mut s, "two", |s| s[2].got.contains_key(&0));
+        let two = m[0].counter("btl.rc").current();
+        assert_eq!(b[0].memory_usage().current, two);
+        let _: &dyn Btl = b[0].as_ref();
+        (idle, one, two)
+    }
+    // Per-peer queues of full-size buffers: every connection adds its 32 x 64 KiB.
+    let (idle, one, two) = idle_one_two("mem", &[("btl_rc_receive_queues", "P,32,16")]);
     assert!(
-        idle < one && one < two,
+        idle < one && one < two && two - one >= 32 * 64 * 1024,
         "per-peer receive buffers appear per connection: {idle} {one} {two}"
     );
-    assert_eq!(b[0].memory_usage().current, two);
-    let _: &dyn Btl = b[0].as_ref();
+    // Small per-peer buffers and one shared queue: a connection adds far less.
+    let (idle, one, two) = idle_one_two(
+        "memd",
+        &[("btl_rc_receive_queues", "P,256,16,8:S,65536,32,8,32,1024")],
+    );
+    assert!(
+        idle < one && two - one < 256 * 1024,
+        "P+S: the second connection adds no large buffers: {idle} {one} {two}"
+    );
 }
 
 #[test]

@@ -2,9 +2,10 @@
 //!
 //! A CMA get is one core's copy. During a rendezvous the sender has nothing to do but wait for the
 //! receiver's FIN, and two cores copy a large message faster than one, from cache and into cold
-//! memory alike (`bench/RESULTS.md`, "Figures formerly quoted in code"). So the receiver publishes
-//! the transfer in a *slot* of its own segment, tells the sender (a [`HELP_LEN`]-byte message on
-//! the ring), and both claim pieces of the message from the slot: the receiver reads its pieces
+//! memory alike ("Figures formerly quoted in code" in `git show c0ea37f:bench/RESULTS.md`).
+//! So the receiver publishes the transfer in a *slot* of its own segment, tells the sender (a
+//! [`HELP_LEN`]-byte message on the ring), and both claim pieces of the message from the slot: the
+//! receiver reads its pieces
 //! with `process_vm_readv`, the sender, when it next polls, writes its pieces with
 //! `process_vm_writev`. Claims are *guided*: each takes half of what is left (at least
 //! `min_claim`), so the receiver's first claim is half the message, a sender that arrives late

@@ -48,7 +48,8 @@
 //! is what btl-shm does when the PML knows where the fragment goes. `pad` puts the byte after the
 //! PML header on a 32-byte boundary, so that the payload copies on both sides run at full
 //! speed for 32-byte-aligned user buffers (glibc's `memcpy` is faster when source and
-//! destination share their offset within 32 bytes; `bench/RESULTS.md`, "Alignment of copies").
+//! destination share their offset within 32 bytes; "Alignment of copies" in
+//! `git show c0ea37f:bench/RESULTS.md`).
 //! The producer may write a streamed payload with non-temporal stores instead
 //! ([`Producer::set_stores`]): to memory, past its cache, with a store fence before each
 //! progress store. That is faster when the two cores share no cache (each ring line the
@@ -400,7 +401,8 @@ pub const STREAM_MIN: usize = 4096;
 /// as copying a few KiB on the virtual machines measured here), and both sides copy a chunk
 /// at a time, where glibc's `rep movsb` (8 KiB and up there) beats its vector loop. 16 KiB
 /// chunks cut 8 to 128 KiB ping-pong latency by 22-31% against 4 KiB ones and doubled the
-/// streamed bandwidth (`bench/RESULTS.md`, "ob1 + shm medium messages: stream chunks"); 32 KiB
+/// streamed bandwidth ("ob1 + shm medium messages: stream chunks" in
+/// `git show c0ea37f:bench/RESULTS.md`); 32 KiB
 /// chunks were no better, since larger chunks lose the overlap of the two copies.
 pub const STREAM_CHUNK: usize = 16 * 1024;
 

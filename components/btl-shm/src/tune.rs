@@ -13,8 +13,8 @@
 //! Chunks are powers of two (the nearest to the ideal, on a log scale) between [`MIN_CHUNK`]
 //! and [`MAX_CHUNK`]. The floor is measured, not modelled: below 16 KiB glibc 2.36 copies with
 //! a vector loop instead of `rep movsb`, and 8 KiB chunks were 4-15% slower than 16 KiB ones
-//! from 16 KiB to 1 MiB even with fast handoffs (`bench/RESULTS.md`, "ob1 + shm medium
-//! messages: stream chunks").
+//! from 16 KiB to 1 MiB even with fast handoffs ("ob1 + shm medium messages: stream chunks"
+//! in `git show c0ea37f:bench/RESULTS.md`).
 //!
 //! Whether the cores share a cache moves too, every 0.25-1 s (the host moves the VM's two
 //! vCPUs between L3 domains), and decides how a streamed record is best written: through the
@@ -23,7 +23,7 @@
 //! threads; then [`StoreChooser`], from the producer's copy times as the records go). Same job, forced each way, when they did not (handoff ~215 ns): 8-64 KiB bandwidth
 //! 3.2-5.6 GB/s through the cache against 7.2-9.6 with non-temporal stores, 64 KiB ping-pong
 //! 21.7 against 9.9 us; when they did, 64 KiB ping-pong 3.6-4.4 against 8.3-10.6 us
-//! (`bench/RESULTS.md`, "ob1 + shm when the cores share no cache").
+//! ("ob1 + shm when the cores share no cache" in `git show c0ea37f:bench/RESULTS.md`).
 
 /// Smallest chunk chosen.
 pub const MIN_CHUNK: usize = 16 * 1024;
@@ -170,7 +170,8 @@ impl Rates {
 /// Through the cache, the producer's copy-in of a 32-64 KiB record runs at 8-25 GB/s when
 /// the cores share a cache and at 3-5 GB/s when they do not (each ring line the consumer
 /// read last must first be taken back from its cache); with non-temporal stores at 13-19
-/// GB/s either way (`bench/RESULTS.md`, "ob1 + shm when the cores share no cache"). So while
+/// GB/s either way ("ob1 + shm when the cores share no cache" in
+/// `git show c0ea37f:bench/RESULTS.md`). So while
 /// writing through the cache, the chooser times one record in [`StoreChooser::TIME_EVERY`]
 /// and goes non-temporal when the median of the last four cached rates falls below
 /// [`StoreChooser::SLOW_CACHED`] of the non-temporal one. Non-temporal writes say nothing of

@@ -21,7 +21,7 @@ use rmca_framework::component::{Component, ComponentMeta, InitContext};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::pml::{Pml, PmlComponent, PmlError};
 
-use crate::proto::AckBundle;
+use crate::proto::{AckBundle, AckPolicy, Csum, RtoPolicy};
 
 pub use pml::{Dr, DR_TAG};
 pub use proto::Config as DrConfig;
@@ -47,12 +47,27 @@ pub fn config_from_params(params: &ParamStore) -> Result<DrConfig, PmlError> {
     };
     let us = |n: &str| int(n).map(Duration::from_micros);
     let ms = |n: &str| int(n).map(Duration::from_millis);
+    // Enumerated parameters: the store accepted only their words.
+    let word = |n: &str| params.get_str(n).map_err(e);
     let cfg = DrConfig {
         vfrag_frags: int("pml_dr_vfrag_frags")? as usize,
         eager_limit: params.get_size("pml_dr_eager_limit").map_err(e)?,
         eager_copy: usize::try_from(params.get_size("pml_dr_eager_copy").map_err(e)?)
             .unwrap_or(usize::MAX),
-        csum: params.get_bool("pml_dr_csum").map_err(e)?,
+        csum: {
+            let w = word("pml_dr_csum")?;
+            Csum::from_word(w).unwrap_or_else(|| unreachable!("an enumerated parameter: {w}"))
+        },
+        ack_policy: {
+            let w = word("pml_dr_ack_policy")?;
+            AckPolicy::from_word(w).unwrap_or_else(|| unreachable!("an enumerated parameter: {w}"))
+        },
+        rto_policy: {
+            let w = word("pml_dr_rto_policy")?;
+            RtoPolicy::from_word(w).unwrap_or_else(|| unreachable!("an enumerated parameter: {w}"))
+        },
+        rto_fixed: us("pml_dr_rto_fixed_us")?,
+        rto_backoff: params.get_bool("pml_dr_rto_backoff").map_err(e)?,
         rto_initial: us("pml_dr_rto_initial_us")?,
         rto_min: us("pml_dr_rto_min_us")?,
         rto_max: us("pml_dr_rto_max_us")?,
@@ -98,7 +113,13 @@ impl Component for DrComponent {
         params.add(Param::int("vfrag_frags", d.vfrag_frags as i64).range(1, 64).help("BTL fragments per vfrag, the unit of acknowledgement (one bit each in the 64-bit ack mask). Every rank must use the same value.").level(Level::Tuning).job_wide());
         params.add(Param::size("eager_limit", d.eager_limit).help("Messages up to this size are sent eagerly in one vfrag (clamped to one vfrag); larger ones use rendezvous. Also bounds the staging memory of an unexpected message. Every rank must use the same value.").level(Level::Tuning).job_wide());
         params.add(Param::size("eager_copy", d.eager_copy as u64).range(0, 1 << 20).help("Standard (not synchronous) sends up to this many bytes are copied and complete at once, like an eager send of ob1; the acknowledgement, a round trip later, only frees the copy. Larger sends complete when every vfrag is acknowledged. If the peer dies before acknowledging a copied send, the loss surfaces on the next operation with it.").level(Level::Tuning));
-        params.add(Param::bool("csum", d.csum).help("Checksum (CRC32C) every payload on every BTL; otherwise only on BTLs flagged NEED_CSUM. Headers are always checksummed.").level(Level::Basic));
+        params.add(Param::enumeration("csum", d.csum.word(), &Csum::WORDS).help("Payload checksums (CRC32C; headers always carry their own): auto on BTLs flagged NEED_CSUM only; crc32c on every BTL, computed over the bytes sent and checked where they are placed; none never, not even on NEED_CSUM BTLs (trusted links: a corrupted payload is delivered); end-to-end on every BTL, computed over the user's send buffer (small sends are then not copied: pml_dr_eager_copy is ignored) and checked in the user's receive buffer (a message that arrived before its receive is checked again after the copy into it). true and false are aliases of crc32c and auto. Each rank decides for what it sends.").level(Level::Basic));
+        // The acknowledgement policy is read by both ends (the receiver writes acks the sender
+        // interprets): job-wide, compared across ranks at init like vfrag_frags.
+        params.add(Param::enumeration("ack_policy", d.ack_policy.word(), &AckPolicy::WORDS).help("Acknowledgement policy: selective acks each vfrag with a 64-bit mask of the fragments received, partial acks delayed up to pml_dr_ack_delay_us, complete ones held up to pml_dr_ack_hold_us, and the sender resends only what acks of later fragments show missing (fast retransmit); vfrag acks a vfrag only once complete, and the sender resends every unacknowledged fragment of its oldest vfrags (up to pml_dr_vfrag_frags fragments) on a timeout (the DR paper's scheme); cumulative acks carry the count of vfrags received complete in order, and the sender resends from it on a timeout (go-back-N, up to pml_dr_vfrag_frags fragments per timeout); immediate is selective with every fragment acked at once, without delay or hold (fragments of a vfrag handled in one progress pass share an ack). Every rank must use the same value.").level(Level::Tuning).job_wide());
+        params.add(Param::enumeration("rto_policy", d.rto_policy.word(), &RtoPolicy::WORDS).help("Retransmission timeout: rtt derives it from the path's round-trip time (srtt + 4 rttvar + ack delay, within pml_dr_rto_min_us..pml_dr_rto_max_us); fixed uses pml_dr_rto_fixed_us whatever the RTT.").level(Level::Tuning));
+        params.add(Param::int("rto_fixed_us", us(d.rto_fixed)).range(1, 86_400_000_000).help("The retransmission timeout of pml_dr_rto_policy = fixed, microseconds (above pml_dr_ack_delay_us and pml_dr_ack_hold_us, at most pml_dr_rto_max_us).").level(Level::Tuning));
+        params.add(Param::bool("rto_backoff", d.rto_backoff).help("Each consecutive retransmission timeout (and each unanswered probe of an unmatched rendezvous) doubles the timeout, up to pml_dr_rto_max_us; false keeps it constant.").level(Level::Tuning));
         params.add(
             Param::int("rto_initial_us", us(d.rto_initial))
                 .range(1, 86_400_000_000)
@@ -187,7 +208,7 @@ mod tests {
         .unwrap();
         let c = config_from_params(&s).unwrap();
         assert_eq!(c.vfrag_frags, 16);
-        assert!(c.csum);
+        assert_eq!(c.csum, Csum::Crc32c, "true is an alias of crc32c");
         assert_eq!(c.peer_timeout, Duration::from_secs(5));
         assert_eq!(c.eager_limit, 8192);
     }
@@ -198,7 +219,11 @@ mod tests {
         let theirs = store(&[("pml_dr_vfrag_frags", "16")])
             .unwrap()
             .job_wide_settings();
-        for p in ["pml_dr_vfrag_frags", "pml_dr_eager_limit"] {
+        for p in [
+            "pml_dr_vfrag_frags",
+            "pml_dr_eager_limit",
+            "pml_dr_ack_policy",
+        ] {
             assert!(mine.contains(p), "{p} is not job-wide: {mine}");
         }
         // What the runtime reports at init when rank 1 runs with another vfrag size.
@@ -209,6 +234,69 @@ mod tests {
                 && d[0].contains("rank 0 has 64")
                 && d[0].contains("rank 1 has 16"),
             "{d:?}"
+        );
+    }
+
+    #[test]
+    fn variants_are_selected_by_word_and_bad_words_name_the_valid_ones() {
+        let s = store(&[
+            ("pml_dr_ack_policy", "cumulative"),
+            ("pml_dr_rto_policy", "fixed"),
+            ("pml_dr_rto_fixed_us", "20000"),
+            ("pml_dr_rto_backoff", "false"),
+            ("pml_dr_csum", "end-to-end"),
+        ])
+        .unwrap();
+        let c = config_from_params(&s).unwrap();
+        assert_eq!(c.ack_policy, AckPolicy::Cumulative);
+        assert_eq!(c.rto_policy, RtoPolicy::Fixed);
+        assert_eq!(c.rto_fixed, Duration::from_millis(20));
+        assert!(!c.rto_backoff);
+        assert_eq!(c.csum, Csum::EndToEnd);
+        for (w, want) in [
+            ("false", Csum::Auto),
+            ("true", Csum::Crc32c),
+            ("none", Csum::None),
+            ("auto", Csum::Auto),
+            ("crc32c", Csum::Crc32c),
+        ] {
+            let s = store(&[("pml_dr_csum", w)]).unwrap();
+            assert_eq!(config_from_params(&s).unwrap().csum, want, "{w}");
+        }
+        for (name, bad, valid) in [
+            (
+                "pml_dr_ack_policy",
+                "sack",
+                "selective, vfrag, cumulative, immediate",
+            ),
+            ("pml_dr_rto_policy", "adaptive", "rtt, fixed"),
+            (
+                "pml_dr_csum",
+                "crc32",
+                "auto, crc32c, none, end-to-end, true, false",
+            ),
+        ] {
+            let e = store(&[(name, bad)]).unwrap_err();
+            let e = e
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            assert!(
+                e.contains(name) && e.contains(bad) && e.contains(valid),
+                "{e}"
+            );
+        }
+        // In range for the parameter, not for the policy: named by validation.
+        let s = store(&[
+            ("pml_dr_rto_policy", "fixed"),
+            ("pml_dr_rto_fixed_us", "500"),
+        ])
+        .unwrap();
+        let e = config_from_params(&s).unwrap_err().to_string();
+        assert!(
+            e.contains("pml_dr_rto_fixed_us") && e.contains("pml_dr_ack_delay_us"),
+            "{e}"
         );
     }
 

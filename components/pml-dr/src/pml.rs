@@ -31,9 +31,10 @@ use rmca_framework::rank::Rank;
 use rmca_framework::slab::Slab;
 use tracing::{debug, warn};
 
+use crate::proto::e2e::StagedCrcs;
 use crate::proto::wire::{split_bundle, ACK_LEN};
 use crate::proto::{
-    Arrival, Config, Connection, Counters, Event, MatchFields, MsgSeq, PathConfig, Transmit,
+    Arrival, Config, Connection, Counters, Csum, Event, MatchFields, MsgSeq, PathConfig, Transmit,
 };
 
 /// The BTL tag of every DR packet.
@@ -50,6 +51,11 @@ struct Incoming {
     rndv: bool,
     /// Bytes that arrived before the message was matched (at most the eager limit).
     staging: Vec<u8>,
+    /// Their checksums, checked again after the copy into the receive buffer
+    /// (`pml_dr_csum = end-to-end`).
+    staged_crcs: StagedCrcs,
+    /// Fragments still failing the end-to-end check after a second copy: the receive fails.
+    e2e_corrupt: Option<usize>,
     /// The matched receive.
     target: Option<(RequestId, UserBuf)>,
     received: bool,
@@ -168,6 +174,9 @@ struct State {
     rx_ctx_seq: FastMap<(Rank, ContextId), Seq>,
     /// Packets dropped by the glue (wrong tag, abandoned placements).
     dropped: u64,
+    /// Staged fragments whose bytes failed the end-to-end check in the receive buffer (each
+    /// copied again from the verified staging buffer).
+    e2e_failures: u64,
     /// Receives queued for each specific peer: while any, that peer is awaited (keepalives,
     /// death by silence) even if it has nothing in flight.
     awaiting: Vec<usize>,
@@ -267,6 +276,7 @@ impl Dr {
                 reqs: Slab::new(),
                 rx_ctx_seq: FastMap::default(),
                 dropped: 0,
+                e2e_failures: 0,
                 awaiting: vec![0; nprocs],
                 now,
                 route_failures: Vec::new(),
@@ -377,6 +387,8 @@ impl State {
             len: a.msg_len,
             rndv: false,
             staging: Vec::new(),
+            staged_crcs: StagedCrcs::default(),
+            e2e_corrupt: None,
             target: None,
             received: false,
         });
@@ -408,7 +420,14 @@ impl State {
                     inc.staging.resize(cap, 0);
                 }
                 inc.staging[off..end].copy_from_slice(a.payload);
-                let _ = peer.conn.placed(now, a.token, &inc.staging[off..end]);
+                let crc = a.payload_crc();
+                let ok = peer
+                    .conn
+                    .placed(now, a.token, &inc.staging[off..end])
+                    .is_ok();
+                if let (true, Some(crc), Csum::EndToEnd) = (ok, crc, self.cfg.csum) {
+                    inc.staged_crcs.record(off as u64, (end - off) as u32, crc);
+                }
             }
         }
     }
@@ -432,6 +451,15 @@ impl State {
                 }
             }
         }
+    }
+
+    /// The status of a received message (failed if its end-to-end check failed).
+    fn received_status(inc: &Incoming, buf_len: usize) -> Status {
+        let error = inc.e2e_corrupt.map(|frags| StatusError::PeerFailed {
+            peer: inc.env.source,
+            reason: format!("end-to-end checksum of {frags} fragment(s) still wrong in the receive buffer after copying them twice from the verified staging buffer (memory corruption)"),
+        });
+        Self::recv_status(&inc.env, inc.len, buf_len, error)
     }
 
     fn recv_status(env: &Envelope, len: u64, buf_len: usize, error: Option<StatusError>) -> Status {
@@ -466,18 +494,42 @@ impl State {
             self.complete(req, st);
             return;
         };
+        let mut corrupt = None;
         if !inc.staging.is_empty() {
             let n = inc.staging.len().min(buf.len());
             buf.write_at(0, &inc.staging[..n]);
+            // End-to-end: check the bytes where the application will read them. The staging
+            // buffer was verified, so a mismatch is a bad copy: copy those bytes once more.
+            let bad = inc.staged_crcs.mismatches(buf.as_slice());
+            if !bad.is_empty() {
+                self.e2e_failures += bad.len() as u64;
+                warn!(
+                    peer = p,
+                    seq,
+                    fragments = bad.len(),
+                    "end-to-end checksum failed in the receive buffer; copying again"
+                );
+                for &(off, len) in &bad {
+                    buf.write_at(off, &inc.staging[off..off + len]);
+                }
+                let still = inc.staged_crcs.mismatches(buf.as_slice());
+                if !still.is_empty() {
+                    corrupt = Some(still.len());
+                }
+            }
             inc.staging = Vec::new();
+            inc.staged_crcs = StagedCrcs::default();
         }
+        // The memory does not keep what is written to it: nothing a retransmission fixes. The
+        // receive still takes the rest of the message (the sender is owed its acks), then fails.
+        inc.e2e_corrupt = corrupt;
         inc.target = Some((req, buf));
         if inc.rndv {
             peer.conn.matched(now, seq);
         }
         if inc.received {
             let inc = peer.recvs.remove(&seq).expect("present");
-            let st = Self::recv_status(&inc.env, inc.len, buf.len(), None);
+            let st = Self::received_status(&inc, buf.len());
             self.complete(req, st);
         }
     }
@@ -501,6 +553,8 @@ impl State {
                         len,
                         rndv,
                         staging: Vec::new(),
+                        staged_crcs: StagedCrcs::default(),
+                        e2e_corrupt: None,
                         target: None,
                         received: false,
                     });
@@ -524,7 +578,7 @@ impl State {
                         inc.received = true;
                         if let Some((req, buf)) = inc.target {
                             let inc = peer.recvs.remove(&seq).expect("present");
-                            let st = Self::recv_status(&inc.env, inc.len, buf.len(), None);
+                            let st = Self::received_status(&inc, buf.len());
                             self.complete(req, st);
                         }
                     }
@@ -714,11 +768,14 @@ impl Pml for Dr {
                 // A small standard send is copied and completes now: its acknowledgement (a
                 // round trip later) then only frees the copy, as an eager send of ob1 does.
                 let len = args.buf.len();
-                let copy = if !sync && len <= self.st.cfg.eager_copy {
-                    self.st.copies.alloc()
-                } else {
-                    None
-                };
+                // Not under end-to-end checksums: they are computed over the user's buffer.
+                let copy =
+                    if !sync && len <= self.st.cfg.eager_copy && self.st.cfg.csum != Csum::EndToEnd
+                    {
+                        self.st.copies.alloc()
+                    } else {
+                        None
+                    };
                 let (req, buf) = match &copy {
                     Some(c) => {
                         let dst = &mut self.st.copies.bytes_mut(c)[..len];
@@ -993,6 +1050,7 @@ impl Pml for Dr {
             ("pml.dr.duplicates".to_owned(), sum.duplicates),
             ("pml.dr.duplicate_acks".to_owned(), sum.duplicate_acks),
             ("pml.dr.csum_failures".to_owned(), sum.csum_failures),
+            ("pml.dr.e2e_failures".to_owned(), self.st.e2e_failures),
             (
                 "pml.dr.malformed".to_owned(),
                 sum.malformed + self.st.dropped,

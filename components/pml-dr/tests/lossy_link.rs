@@ -6,7 +6,9 @@ mod sim;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rmca_pml_dr::proto::{AckBundle, BtlFailReason, Config, DeathReason};
+use rmca_pml_dr::proto::{
+    AckBundle, AckPolicy, BtlFailReason, Config, Csum, DeathReason, RtoPolicy,
+};
 use sim::{frags_needed, summarize, Faults, Sim};
 
 const MS: Duration = Duration::from_millis(1);
@@ -61,7 +63,7 @@ fn corruption_after_placement_is_nacked_and_repaired() {
     let mut s = Sim::new(
         2,
         Config {
-            csum: true,
+            csum: Csum::Crc32c,
             ..test_config()
         },
         vec![faults],
@@ -278,61 +280,200 @@ fn pconfig(cases: u32, seed: u64) -> ProptestConfig {
     }
 }
 
-proptest! {
-        #![proptest_config(pconfig(48, 0x00d2_5eed))]
+/// The faults and the traffic of one case of the lossy-link property.
+#[derive(Debug, Clone)]
+struct Case {
+    seed: u64,
+    lens0: Vec<u64>,
+    lens1: Vec<u64>,
+    drop: f64,
+    dup: f64,
+    corrupt: f64,
+    corrupt_placed: f64,
+    jitter_us: u64,
+    vfrag_frags: usize,
+    window: usize,
+    max_send: usize,
+    eager_limit: u64,
+    /// `pml_dr_rto_policy`, `_fixed_us` (ms here) and `_backoff`.
+    rto_policy: RtoPolicy,
+    rto_fixed_ms: u64,
+    rto_backoff: bool,
+}
 
-    #[test]
-    fn exactly_once_in_order_intact_under_faults(
-        seed in any::<u64>(),
-        lens0 in lens_strategy(),
-        lens1 in lens_strategy(),
+fn case_strategy() -> impl Strategy<Value = Case> {
+    (
+        (any::<u64>(), lens_strategy(), lens_strategy()),
         // Up to 10% per packet: a probe round (2 probes and their acks) then fails with
         // p < 0.04, four in a row (a spurious failover) with p < 2e-6 per tail-loss episode.
-        drop in 0.0f64..0.10,
-        dup in 0.0f64..0.05,
-        corrupt in 0.0f64..0.02,
-        corrupt_placed in 0.0f64..0.02,
-        jitter_us in 0u64..3000,
-        vfrag_frags in 1usize..=64,
-        window in 1usize..12,
-        max_send in 100usize..700,
-        eager_limit in 0u64..5000,
-    ) {
-        let cfg = Config { vfrag_frags, window, eager_limit, csum: true, ..test_config() };
-        let f = Faults {
-            drop, dup, corrupt, corrupt_placed,
-            min_delay: Duration::from_micros(10),
-            max_delay: Duration::from_micros(10 + jitter_us),
-            ..Faults::default()
+        (
+            0.0f64..0.10,
+            0.0f64..0.05,
+            0.0f64..0.02,
+            0.0f64..0.02,
+            0u64..3000,
+        ),
+        (1usize..=64, 1usize..12, 100usize..700, 0u64..5000),
+        // A fixed timeout at least twice the longest window's serialization time (11 x 64 x
+        // 700 bytes at 125 MB/s: 4 ms), so that resending whole windows cannot collapse.
+        (
+            prop_oneof![Just(RtoPolicy::Rtt), Just(RtoPolicy::Fixed)],
+            8u64..30,
+            any::<bool>(),
+        ),
+    )
+        .prop_map(|(a, b, c, d)| Case {
+            seed: a.0,
+            lens0: a.1,
+            lens1: a.2,
+            drop: b.0,
+            dup: b.1,
+            corrupt: b.2,
+            corrupt_placed: b.3,
+            jitter_us: b.4,
+            vfrag_frags: c.0,
+            window: c.1,
+            max_send: c.2,
+            eager_limit: c.3,
+            rto_policy: d.0,
+            rto_fixed_ms: d.1,
+            rto_backoff: d.2,
+        })
+}
+
+/// Exactly-once, in-order, intact delivery both ways under loss, duplication, reordering
+/// (jitter) and corruption (on the wire and after placement, unless `csum` is `none`), with
+/// retransmissions bounded by the faults, for one acknowledgement policy.
+fn exactly_once_in_order_intact(
+    policy: AckPolicy,
+    csum: Csum,
+    c: Case,
+) -> Result<(), TestCaseError> {
+    let cfg = Config {
+        vfrag_frags: c.vfrag_frags,
+        window: c.window,
+        eager_limit: c.eager_limit,
+        csum,
+        ack_policy: policy,
+        rto_policy: c.rto_policy,
+        rto_fixed: Duration::from_millis(c.rto_fixed_ms),
+        rto_backoff: c.rto_backoff,
+        ..test_config()
+    };
+    // Without payload checksums corruption is delivered by design (trusted links).
+    let (corrupt, corrupt_placed) = if csum == Csum::None {
+        (0.0, 0.0)
+    } else {
+        (c.corrupt, c.corrupt_placed)
+    };
+    let f = Faults {
+        drop: c.drop,
+        dup: c.dup,
+        corrupt,
+        corrupt_placed,
+        min_delay: Duration::from_micros(10),
+        max_delay: Duration::from_micros(10 + c.jitter_us),
+        ..Faults::default()
+    };
+    let (window, vfrag_frags) = (c.window, c.vfrag_frags);
+    let mut s = Sim::new(c.seed, cfg, vec![f], &[c.max_send]);
+    s.match_delay_max = Duration::from_millis(20);
+    // Some sends are synchronous (forced rendezvous, complete only once matched).
+    for &l in &c.lens0 {
+        s.send_with(0, l, l % 7 == 3);
+    }
+    for &l in &c.lens1 {
+        s.send_with(1, l, l % 7 == 3);
+    }
+    s.run(Duration::from_secs(600), Sim::all_done);
+    for n in 0..2 {
+        prop_assert!(
+            s.nodes[n].dead.is_none(),
+            "node {} died: {:?}",
+            n,
+            s.nodes[n].dead
+        );
+    }
+    s.assert_delivered(0);
+    s.assert_delivered(1);
+    let faults = s.injected.dropped + s.injected.corrupted + s.injected.corrupted_placed;
+    for n in 0..2 {
+        let c = s.counters(n);
+        prop_assert!(s.nodes[n].dead.is_none());
+        prop_assert_eq!(c.failovers, 0);
+        // Each lost/corrupted packet (data or ack) costs a bounded number of resends; the
+        // rest are probes (2 per timeout with partial acks; without, every unacknowledged
+        // fragment of the window) and reordering: before a path is known to reorder, one
+        // window of fragments may be declared lost at once (then the thresholds widen), and a
+        // quarter of the traffic after that.
+        let first_episode = (window * vfrag_frags) as u64;
+        let per_timeout = if policy.partial_acks() {
+            2
+        } else {
+            first_episode
         };
-        let mut s = Sim::new(seed, cfg, vec![f], &[max_send]);
-        s.match_delay_max = Duration::from_millis(20);
-        // Some sends are synchronous (forced rendezvous, complete only once matched).
-        for &l in &lens0 { s.send_with(0, l, l % 7 == 3); }
-        for &l in &lens1 { s.send_with(1, l, l % 7 == 3); }
-        s.run(Duration::from_secs(600), Sim::all_done);
-        for n in 0..2 {
-            prop_assert!(s.nodes[n].dead.is_none(), "node {} died: {:?}", n, s.nodes[n].dead);
+        let bound = 3 * faults
+            + per_timeout * c.timeouts
+            + first_episode.min(c.frags_sent)
+            + c.frags_sent / 4
+            + 8;
+        if std::env::var_os("DR_SIM_STATS").is_some() {
+            eprintln!(
+                "STATS {policy:?} faults={faults} bound={bound} {:?}",
+                summarize(&c)
+            );
         }
-        s.assert_delivered(0);
-        s.assert_delivered(1);
-        let faults = s.injected.dropped + s.injected.corrupted + s.injected.corrupted_placed;
-        for n in 0..2 {
-            let c = s.counters(n);
-            prop_assert!(s.nodes[n].dead.is_none());
-            prop_assert_eq!(c.failovers, 0);
-            // Each lost/corrupted packet (data or ack) costs a bounded number of resends; the
-            // rest are probes (2 per timeout) and reordering: before a path is known to reorder,
-            // one window of fragments may be declared lost at once (then the thresholds widen),
-            // and a quarter of the traffic after that.
-            let first_episode = (window * vfrag_frags) as u64;
-            let bound = 3 * faults + 2 * c.timeouts + first_episode.min(c.frags_sent) + c.frags_sent / 4 + 8;
-            if std::env::var_os("DR_SIM_STATS").is_some() {
-                eprintln!("STATS jitter={jitter_us} faults={faults} bound={bound} {:?}", summarize(&c));
-            }
-            prop_assert!(c.retransmissions <= bound,
-                "retx {} > bound {} ({:?}, {:?})", c.retransmissions, bound, summarize(&c), s.injected);
+        prop_assert!(
+            c.retransmissions <= bound,
+            "retx {} > bound {} ({:?}, {:?})",
+            c.retransmissions,
+            bound,
+            summarize(&c),
+            s.injected
+        );
+        if !policy.partial_acks() {
+            prop_assert_eq!(c.spurious_retransmissions, 0, "no early loss detection");
         }
+    }
+    Ok(())
+}
+
+// The same property for every acknowledgement policy (each case also draws the timeout policy),
+// and for every checksum setting that checks payloads (`auto` is `crc32c` here: the simulated
+// BTLs are flagged NEED_CSUM); `none` without corruption.
+proptest! {
+    #![proptest_config(pconfig(48, 0x00d2_5eed))]
+
+    #[test]
+    fn exactly_once_in_order_intact_under_faults(c in case_strategy()) {
+        exactly_once_in_order_intact(AckPolicy::Selective, Csum::Crc32c, c)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(pconfig(24, 0x00d2_5eee))]
+
+    #[test]
+    fn exactly_once_under_faults_with_vfrag_acks(c in case_strategy()) {
+        exactly_once_in_order_intact(AckPolicy::Vfrag, Csum::Crc32c, c)?;
+    }
+
+    #[test]
+    fn exactly_once_under_faults_with_cumulative_acks(c in case_strategy()) {
+        exactly_once_in_order_intact(AckPolicy::Cumulative, Csum::EndToEnd, c)?;
+    }
+
+    #[test]
+    fn exactly_once_under_faults_with_immediate_acks(c in case_strategy()) {
+        exactly_once_in_order_intact(AckPolicy::Immediate, Csum::Auto, c)?;
+    }
+
+    #[test]
+    fn exactly_once_under_faults_without_payload_checksums(
+        c in case_strategy(),
+        policy in proptest::sample::select(AckPolicy::ALL.to_vec()),
+    ) {
+        exactly_once_in_order_intact(policy, Csum::None, c)?;
     }
 }
 

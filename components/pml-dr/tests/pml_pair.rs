@@ -21,6 +21,7 @@ use rmca_framework::pml::{
     Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode, Source, Status, StatusError, TagSel,
 };
 use rmca_framework::rank::{ProcInfo, Rank};
+use rmca_pml_dr::proto::{AckPolicy, Csum, RtoPolicy};
 use rmca_pml_dr::{Dr, DrConfig};
 
 // SAFETY (lend, lend_mut): the memory lent stays borrowed here until the operation using it
@@ -281,6 +282,33 @@ fn sizes(n: usize) -> Vec<usize> {
 /// wildcard receives posted before and after the data arrived, and a send to self.
 #[test]
 fn exactly_once_intact_over_a_lossy_rail() {
+    exactly_once_intact_over_a_lossy_rail_with(cfg());
+}
+
+/// Every acknowledgement policy, with the timeout and checksum variants (end-to-end checks
+/// the unexpected half of the messages again after their copy into the receive buffer).
+#[test]
+fn every_protocol_variant_is_exactly_once_intact_over_a_lossy_rail() {
+    for (policy, csum, rto) in [
+        (AckPolicy::Vfrag, Csum::EndToEnd, RtoPolicy::Fixed),
+        (AckPolicy::Cumulative, Csum::Crc32c, RtoPolicy::Rtt),
+        (AckPolicy::Immediate, Csum::EndToEnd, RtoPolicy::Rtt),
+        (AckPolicy::Selective, Csum::EndToEnd, RtoPolicy::Fixed),
+    ] {
+        let (a, b) = exactly_once_intact_over_a_lossy_rail_with(DrConfig {
+            ack_policy: policy,
+            csum,
+            rto_policy: rto,
+            rto_fixed: Duration::from_millis(5),
+            ..cfg()
+        });
+        for p in [&a, &b] {
+            assert_eq!(counter(p, "pml.dr.e2e_failures"), 0, "{policy:?}");
+        }
+    }
+}
+
+fn exactly_once_intact_over_a_lossy_rail_with(cfg: DrConfig) -> (Dr, Dr) {
     let faults = Faults {
         drop: 0.03,
         dup: 0.01,
@@ -288,7 +316,7 @@ fn exactly_once_intact_over_a_lossy_rail() {
         reorder: true,
     };
     let rails = [Rail::new(11, faults)];
-    let (mut a, mut b) = pair(&rails, &[2048], cfg());
+    let (mut a, mut b) = pair(&rails, &[2048], cfg);
     let lens = sizes(60);
     let data: Vec<Vec<u8>> = lens
         .iter()
@@ -353,6 +381,41 @@ fn exactly_once_intact_over_a_lossy_rail() {
     let lost = counter(&a, "pml.dr.retransmissions") + counter(&b, "pml.dr.retransmissions");
     assert!(lost > 0, "the rail did lose packets");
     assert!(counter(&a, "pml.dr.duplicates") + counter(&b, "pml.dr.duplicates") > 0);
+    (a, b)
+}
+
+/// Under end-to-end checksums a small standard send is not copied (its checksum is computed
+/// over the user's buffer): it completes on acknowledgement, not at once.
+#[test]
+fn end_to_end_checksums_send_from_the_user_buffer() {
+    let rails = [Rail::new(
+        23,
+        Faults {
+            drop: 0.0,
+            dup: 0.0,
+            corrupt: 0.0,
+            reorder: false,
+        },
+    )];
+    let (mut a, mut b) = pair(
+        &rails,
+        &[2048],
+        DrConfig {
+            csum: Csum::EndToEnd,
+            ..cfg()
+        },
+    );
+    let small = pattern(100, 9);
+    let s = isend(&mut a, &small, 1, 1, SendMode::Standard);
+    assert!(
+        a.test(s).unwrap().is_none(),
+        "not copied: waits for its ack"
+    );
+    let mut got = vec![0u8; 100];
+    let r = irecv(&mut b, &mut got, Source::Rank(0), TagSel::Tag(1));
+    let st = wait_all(&mut a, &mut b, &[(0, s), (1, r)]);
+    assert!(st.iter().all(|s| s.error.is_none()), "{st:?}");
+    assert_eq!(got, small);
 }
 
 /// A receive buffer shorter than the message: truncated status, nothing written past it.

@@ -4,8 +4,9 @@
 //!
 //! Which one is faster depends on the size and on the machine's state: on a virtual machine the
 //! time to move a cache line between cores can change from one boot to the next, and with it the
-//! size at which a kernel copy beats two user copies through a ring (`bench/RESULTS.md`, "Figures
-//! formerly quoted in code"). A threshold measured once is wrong on the next boot, so the receiver
+//! size at which a kernel copy beats two user copies through a ring ("Figures formerly quoted in
+//! code" in `git show c0ea37f:bench/RESULTS.md`). A threshold measured once is wrong on the
+//! next boot, so the receiver
 //! measures both as it goes, per power-of-two size class, and takes the faster, trying the other
 //! one now and then so that a change is noticed.
 //!
@@ -17,8 +18,8 @@
 //! other work a process is now and then descheduled for a time slice (milliseconds) while one
 //! of its messages is in flight: a mean, even a running one, then takes one such message for
 //! the way's cost and sends the following runs the slower way until the stall has decayed
-//! (`bench/RESULTS.md`, "128 KiB: the chooser judged by its stalls"); the median ignores up to
-//! 7 stalled messages in 16.
+//! ("128 KiB: the chooser judged by its stalls" in `git show c0ea37f:bench/RESULTS.md`); the
+//! median ignores up to 7 stalled messages in 16.
 //!
 //! This module is sans-IO: the caller passes the times.
 

@@ -1,27 +1,20 @@
 //! Collective operations over point-to-point, on each communicator's collective context.
 //!
-//! Each collective picks an algorithm by message size and process count (Open MPI's
-//! coll/tuned style decision), overridable per operation with the MCA parameter
-//! `coll_<op>_algorithm` (e.g. `--mca coll_allreduce_algorithm ring`). Algorithms are pure
-//! schedules (the private `schedule` module) run by one executor, and every operation uses its own tag, so
-//! consecutive collectives never cross-match (per-source ordering does the rest). The
+//! The algorithms are components of the `coll` MCA framework ([`rmca_framework::coll`]): at
+//! its first collective a communicator stacks the allowed coll components that serve it,
+//! highest priority first (`--mca coll base,hier` restricts them), and each operation takes
+//! the schedule of the first module that provides it. coll-hier (node-aware: within a node to
+//! a leader, across nodes between leaders, back within the node) serves communicators that
+//! span several nodes with several ranks on some node; coll-base (every operation, algorithm
+//! by size and process count, overridable per operation with `coll_<op>_algorithm`, e.g.
+//! `--mca coll_allreduce_algorithm ring`: see its crate docs for the table) serves every
+//! intra-communicator and takes what the others leave. Algorithms are pure schedules
+//! ([`rmca_framework::coll::schedule`]) run by one executor, and every operation uses its own
+//! tag, so consecutive collectives never cross-match (per-source ordering does the rest). The
 //! non-blocking forms (`ibcast`, `iallreduce`, ...) run the same schedules on the same
 //! executor, stepped by the runtime's progress loop: see [`nonblocking`] for when they
-//! progress and how outstanding ones are kept apart.
-//!
-//! | operation | auto choice | alternatives |
-//! |---|---|---|
-//! | barrier | dissemination | linear |
-//! | bcast | binomial; scatter + ring allgather at >= `coll_bcast_long_size` bytes and > 2 ranks | linear |
-//! | reduce | binomial | linear |
-//! | allreduce | recursive doubling; ring at >= `coll_allreduce_long_size` bytes (and >= n elements) | reduce_bcast |
-//! | gather, scatter | binomial | linear |
-//! | allgather | recursive doubling for powers of two up to 256 KiB in total; ring otherwise | linear |
-//! | alltoall(v) | pairwise exchange | linear |
-//! | gatherv, scatterv | linear (no parameter) | |
-//! | allgatherv | ring (follows `coll_allgather_algorithm`: linear, else ring) | linear |
-//! | reduce_scatter(_block) | ring at >= `coll_allreduce_long_size` bytes, else reduce_scatterv | ring, reduce_scatterv |
-//! | scan, exscan | recursive doubling | linear |
+//! progress and how outstanding ones are kept apart. Intercommunicator collectives are this
+//! crate's own (two groups joined by their leaders), over the base algorithms.
 //!
 //! Reduction order (floats): binomial reduce combines ranks cyclically from the root
 //! (`x[root] op x[root+1] op ...`) as a binomial tree; linear reduce combines in rank order;
@@ -52,8 +45,10 @@ mod in_place;
 pub mod nonblocking;
 mod op;
 mod prefix;
-pub(crate) mod schedule;
 mod varying;
+
+/// The framework's schedules (where the algorithms live), under their old path here.
+pub(crate) use rmca_framework::coll::schedule;
 
 pub use op::{Loc, LocValue, Op, Reducible, Reduction, UserOp};
 
@@ -64,8 +59,9 @@ use std::rc::Rc;
 use crate::{Communicator, Error, Result, Src};
 use exec::{Bufs, CommTransport, Exec, InFlight, Poll, ReduceFn};
 use rmca_framework::btl::CommPattern;
+use rmca_framework::coll::{CollModule, CollStack, CommShape};
 use rmca_framework::pml::RequestId;
-use schedule::Schedule;
+use schedule::{Comm, Schedule};
 
 const TAG_BARRIER: i32 = 1;
 const TAG_BCAST: i32 = 2;
@@ -85,62 +81,6 @@ const TAG_REDUCE_SCATTER: i32 = 35;
 const TAG_SCAN: i32 = 36;
 const TAG_EXSCAN: i32 = 37;
 const TAG_REDUCE_SCATTER_BLOCK: i32 = 38;
-
-/// Allgathers up to this many bytes in total use recursive doubling under 'auto' (powers of two).
-const ALLGATHER_RD_MAX: usize = 256 << 10;
-
-/// The operations with a `coll_<op>_algorithm` parameter, in [`CollParams::algorithms`] order.
-const OPS: [&str; 10] = [
-    "barrier",
-    "bcast",
-    "reduce",
-    "allreduce",
-    "gather",
-    "scatter",
-    "allgather",
-    "alltoall",
-    "reduce_scatter",
-    "scan",
-];
-
-/// Where `op` is in [`OPS`].
-fn op_index(op: &str) -> usize {
-    OPS.iter()
-        .position(|o| *o == op)
-        .expect("every collective has an algorithm parameter")
-}
-
-/// The `coll_*` parameters, read once per process: parameters are fixed once the job runs,
-/// and a collective of a few bytes should not pay a parameter lookup.
-#[derive(Debug)]
-pub(crate) struct CollParams {
-    /// The algorithm of each of [`OPS`] ("auto" when unset).
-    algorithms: [String; OPS.len()],
-    bcast_long_size: usize,
-    allreduce_long_size: usize,
-    /// `coll_barrier_algorithm` is "linear" (else dissemination).
-    barrier_linear: bool,
-}
-
-impl CollParams {
-    pub(crate) fn read(params: &rmca_framework::params::ParamStore) -> Self {
-        let size = |name: &str, default: u64| {
-            usize::try_from(params.get_size(name).unwrap_or(default)).unwrap_or(usize::MAX)
-        };
-        let algorithms = OPS.map(|op| {
-            params
-                .get_str(&format!("coll_{op}_algorithm"))
-                .map(str::to_owned)
-                .unwrap_or_else(|_| "auto".into())
-        });
-        Self {
-            barrier_linear: algorithms[op_index("barrier")] == "linear",
-            algorithms,
-            bcast_long_size: size("coll_bcast_long_size", 128 << 10),
-            allreduce_long_size: size("coll_allreduce_long_size", 64 << 10),
-        }
-    }
-}
 
 /// What determines a collective's schedule on one communicator (size and rank are the
 /// communicator's, the algorithm parameters are fixed for the job): the operation's tag, the
@@ -190,6 +130,10 @@ pub(crate) struct CollCache {
     pub(crate) nb_started: std::cell::Cell<u32>,
     /// Collectives that took their number at set-up (persistent ones, `idup`'s agreement).
     pub(crate) reserved_started: std::cell::Cell<u32>,
+    /// The coll modules serving this communicator, selected at its first collective.
+    stack: std::cell::OnceCell<CollStack>,
+    /// How a blocking barrier runs, decided at the first one.
+    barrier: std::cell::OnceCell<BarrierPlan>,
     /// The communicator's process topology, which the neighbourhood collectives run over:
     /// set once by the constructor that made the communicator, kept by `dup` (see
     /// [`crate::topo`]).
@@ -198,28 +142,74 @@ pub(crate) struct CollCache {
 
 impl Communicator {
     /// The schedule for `key`, built by `build` unless kept from an earlier call.
-    fn schedule(&self, key: SchedKey, build: impl FnOnce() -> Schedule) -> Rc<Schedule> {
+    fn schedule(
+        &self,
+        key: SchedKey,
+        build: impl FnOnce() -> Result<Schedule>,
+    ) -> Result<Rc<Schedule>> {
         let cache = &self.coll_cache().schedules;
         if let Some((_, s)) = cache.borrow().iter().find(|(k, _)| *k == key) {
-            return s.clone();
+            return Ok(s.clone());
         }
-        let s = Rc::new(build());
+        let s = Rc::new(build()?);
         let mut kept = cache.borrow_mut();
         if kept.len() == SCHEDULES_KEPT {
             kept.remove(0);
         }
         kept.push((key, s.clone()));
-        s
+        Ok(s)
     }
 
-    /// The `coll_*` parameters of this process.
-    fn coll_params(&self) -> Result<&CollParams> {
-        self.shared().coll_params()
+    /// The coll modules of this communicator, highest priority first: selected at the first
+    /// collective from the communicator's shape (the node of every member) and the job-wide
+    /// parameters, so every member selects the same stack.
+    pub(crate) fn coll_stack(&self) -> Result<&CollStack> {
+        let cache = self.coll_cache();
+        if let Some(s) = cache.stack.get() {
+            return Ok(s);
+        }
+        let stack = self.shared().with(|rt| {
+            let node_of = self
+                .inner
+                .group
+                .iter()
+                .map(|&w| rt.job.node_of[w as usize])
+                .collect();
+            let shape = CommShape {
+                inter: self.is_inter(),
+                ..CommShape::new(self.rank(), node_of)
+            };
+            rt.registry
+                .select_coll(&rt.params, &shape)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))
+        })?;
+        tracing::debug!(size = self.size(), stack = ?stack, "coll components selected");
+        Ok(cache.stack.get_or_init(|| stack))
     }
 
-    /// The algorithm chosen by `coll_<op>_algorithm` ("auto" when unset).
-    fn coll_algorithm(&self, op: &str) -> Result<&str> {
-        Ok(&self.coll_params()?.algorithms[op_index(op)])
+    /// The coll components serving this communicator, highest priority first (an operation
+    /// goes to the first that provides it): e.g. `["hier", "base"]` on a communicator spanning
+    /// nodes. Selected at the first use, locally (no message): every member selects the same.
+    pub fn coll_components(&self) -> Result<Vec<&'static str>> {
+        self.refuse_inter("coll_components")?;
+        Ok(self.coll_stack()?.names())
+    }
+
+    /// The schedule of `op` from the first module of the stack that provides it.
+    pub(crate) fn coll_provide(
+        &self,
+        op: &str,
+        build: impl Fn(&dyn CollModule) -> Option<Schedule>,
+    ) -> Result<Schedule> {
+        // Intercommunicator collectives have their own schedules (see `nonblocking::inter`).
+        self.refuse_inter("this collective")?;
+        let stack = self.coll_stack()?;
+        stack.first(build).map(|(_, s)| s).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{op}: no coll component of this communicator provides it (its components: {}); allow 'base' in the 'coll' selector",
+                stack.names().join(",")
+            ))
+        })
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
@@ -272,24 +262,34 @@ impl Communicator {
         if self.is_inter() {
             return self.inter_barrier();
         }
-        let (n, me) = (self.size(), self.rank());
-        if self.coll_params()?.barrier_linear {
-            let key = SchedKey::new(TAG_BARRIER, 0, 0, 0);
-            let s = self.schedule(key, || schedule::barrier_linear(n, me));
-            return self.run_schedule(&s, TAG_BARRIER, &[], &mut [], None);
+        let plan = match self.coll_cache().barrier.get() {
+            Some(p) => p,
+            None => {
+                let s = self.coll_provide("barrier", |m| m.barrier())?;
+                let plan = BarrierPlan::of(s);
+                self.coll_cache().barrier.get_or_init(|| plan)
+            }
+        };
+        match plan {
+            // Run straight from its exchanges: a barrier is pure latency, and interpreting a
+            // schedule is a visible share of it.
+            BarrierPlan::Exchanges(rounds) => {
+                let ctx = self.coll_context();
+                for &(to, from) in rounds.iter() {
+                    self.sendrecv_bytes(
+                        (&[], to, TAG_BARRIER),
+                        (&mut [], Src::Rank(from), TAG_BARRIER),
+                        ctx,
+                        CommPattern::Collective,
+                    )?;
+                }
+                Ok(())
+            }
+            BarrierPlan::Schedule(s) => {
+                let s = s.clone();
+                self.run_schedule(&s, TAG_BARRIER, &[], &mut [], None)
+            }
         }
-        // Dissemination, run straight from its rounds: a barrier is pure latency, and looking
-        // up and interpreting a schedule is a visible share of it.
-        let ctx = self.coll_context();
-        for (to, from) in schedule::dissemination_rounds(n, me) {
-            self.sendrecv_bytes(
-                (&[], to, TAG_BARRIER),
-                (&mut [], Src::Rank(from), TAG_BARRIER),
-                ctx,
-                CommPattern::Collective,
-            )?;
-        }
-        Ok(())
     }
 
     /// Broadcast `buf` from `root` to every member (`buf` must have the same length everywhere).
@@ -302,17 +302,8 @@ impl Communicator {
 
     /// The schedule of a broadcast of `len` bytes from `root`.
     fn bcast_schedule(&self, root: usize, len: usize) -> Result<Rc<Schedule>> {
-        let (n, me) = (self.size(), self.rank());
-        let algorithm = self.coll_algorithm("bcast")?;
-        let long = self.coll_params()?.bcast_long_size;
         let key = SchedKey::new(TAG_BCAST, root, len, 0);
-        Ok(self.schedule(key, || match algorithm {
-            "linear" => schedule::bcast_linear(n, me, root, len),
-            "binomial" => schedule::bcast_binomial(n, me, root, len),
-            "scatter_allgather" => schedule::bcast_scatter_allgather(n, me, root, len),
-            _ if n > 2 && len >= long => schedule::bcast_scatter_allgather(n, me, root, len),
-            _ => schedule::bcast_binomial(n, me, root, len),
-        }))
+        self.schedule(key, || self.coll_provide("bcast", |m| m.bcast(root, len)))
     }
 
     /// Reduce every member's `send` with `op` (an [`Op`], a [`UserOp`] or a reference to
@@ -357,7 +348,12 @@ impl Communicator {
         op: &impl Reduction<T>,
         root: usize,
     ) -> Result<()> {
-        let s = self.reduce_schedule(root, send.len(), !op.is_commutative())?;
+        let s = self.reduce_schedule(
+            root,
+            send.len(),
+            std::mem::size_of::<T>(),
+            !op.is_commutative(),
+        )?;
         self.run_schedule(&s, TAG_REDUCE, send, work, Some(&reduce_step(op)))
     }
 
@@ -367,20 +363,13 @@ impl Communicator {
         &self,
         root: usize,
         len: usize,
+        elem: usize,
         ordered: bool,
     ) -> Result<Rc<Schedule>> {
-        let (n, me) = (self.size(), self.rank());
-        let algorithm = self.coll_algorithm("reduce")?;
-        let key = SchedKey::new(TAG_REDUCE, root, len, 0).ordered(ordered);
-        Ok(self.schedule(key, || match algorithm {
-            "linear" => schedule::reduce_linear(n, me, root, len),
-            // The binomial tree combines cyclically from the root: rank order only from 0.
-            _ if ordered => {
-                tracing::debug!("reduce: a non-commutative operation reduces to rank 0 in rank order (then one hop to root {root} if it is not 0)");
-                schedule::reduce_in_order(n, me, root, len)
-            }
-            _ => schedule::reduce_binomial(n, me, root, len),
-        }))
+        let key = SchedKey::new(TAG_REDUCE, root, len, elem).ordered(ordered);
+        self.schedule(key, || {
+            self.coll_provide("reduce", |m| m.reduce(root, len, elem, ordered))
+        })
     }
 
     /// Reduce every member's `send` with `op` (an [`Op`], a [`UserOp`] or a reference to
@@ -422,26 +411,10 @@ impl Communicator {
         elem: usize,
         ordered: bool,
     ) -> Result<Rc<Schedule>> {
-        let (n, me) = (self.size(), self.rank());
-        let algorithm = self.coll_algorithm("allreduce")?;
-        let long = self.coll_params()?.allreduce_long_size;
         let key = SchedKey::new(TAG_ALLREDUCE, 0, len, elem).ordered(ordered);
-        Ok(self.schedule(key, || match algorithm {
-            // The ring combines chunk c from rank c on: not rank order.
-            "ring" if !ordered => schedule::allreduce_ring(n, me, len, elem),
-            "ring" => {
-                tracing::debug!("allreduce: a non-commutative operation runs recursive doubling, not the ring chosen by coll_allreduce_algorithm");
-                schedule::allreduce_recursive_doubling(n, me, len)
-            }
-            "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
-            "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
-            // (Elements counted here, on a cache miss: a division per call shows in 8 B
-            // latency.)
-            _ if !ordered && n > 1 && len / elem.max(1) >= n && len >= long => {
-                schedule::allreduce_ring(n, me, len, elem)
-            }
-            _ => schedule::allreduce_recursive_doubling(n, me, len),
-        }))
+        self.schedule(key, || {
+            self.coll_provide("allreduce", |m| m.allreduce(len, elem, ordered))
+        })
     }
 
     /// Gather every member's `send` (same length everywhere) into `recv` at `root`, in rank
@@ -484,13 +457,10 @@ impl Communicator {
 
     /// The schedule of a gather of `block`-byte blocks to `root`.
     fn gather_schedule(&self, root: usize, block: usize) -> Result<Rc<Schedule>> {
-        let (n, me) = (self.size(), self.rank());
-        let algorithm = self.coll_algorithm("gather")?;
         let key = SchedKey::new(TAG_GATHER, root, block, 0);
-        Ok(self.schedule(key, || match algorithm {
-            "linear" => schedule::gather_linear(n, me, root, block),
-            _ => schedule::gather_binomial(n, me, root, block),
-        }))
+        self.schedule(key, || {
+            self.coll_provide("gather", |m| m.gather(root, block))
+        })
     }
 
     /// Scatter `send` (size × `recv.len()` elements, required at the root, ignored elsewhere)
@@ -528,13 +498,10 @@ impl Communicator {
 
     /// The schedule of a scatter of `block`-byte blocks from `root`.
     fn scatter_schedule(&self, root: usize, block: usize) -> Result<Rc<Schedule>> {
-        let (n, me) = (self.size(), self.rank());
-        let algorithm = self.coll_algorithm("scatter")?;
         let key = SchedKey::new(TAG_SCATTER, root, block, 0);
-        Ok(self.schedule(key, || match algorithm {
-            "linear" => schedule::scatter_linear(n, me, root, block),
-            _ => schedule::scatter_binomial(n, me, root, block),
-        }))
+        self.schedule(key, || {
+            self.coll_provide("scatter", |m| m.scatter(root, block))
+        })
     }
 
     /// Gather every member's `send` into every member's `recv` (size × `send.len()`), in rank order.
@@ -637,7 +604,7 @@ impl Communicator {
         recvs: &[Range<usize>],
         tag: i32,
     ) -> Result<Rc<Schedule>> {
-        let (n, me) = (self.size(), self.rank());
+        let me = self.rank();
         if sends[me].len() != recvs[me].len() {
             return Err(Error::InvalidArgument(format!(
                 "alltoallv: this rank sends {} B to itself but expects {} B",
@@ -645,17 +612,13 @@ impl Communicator {
                 recvs[me].len()
             )));
         }
-        let algorithm = self.coll_algorithm("alltoall")?;
-        let build = || match algorithm {
-            "linear" => schedule::alltoallv_linear(n, me, sends, recvs),
-            _ => schedule::alltoallv_pairwise(n, me, sends, recvs),
-        };
+        let build = || self.coll_provide("alltoall", |m| m.alltoallv(sends, recvs));
         // alltoall's regions follow from the block size; alltoallv's from every count, so
         // only alltoall's schedules are kept.
         Ok(if tag == TAG_ALLTOALL {
-            self.schedule(SchedKey::new(tag, 0, sends[0].len(), 0), build)
+            self.schedule(SchedKey::new(tag, 0, sends[0].len(), 0), build)?
         } else {
-            Rc::new(build())
+            Rc::new(build()?)
         })
     }
 }
@@ -744,18 +707,10 @@ fn allgather_bytes(
 
 /// The schedule of an allgather of `block`-byte blocks.
 fn allgather_schedule(comm: &Communicator, block: usize) -> Result<Rc<Schedule>> {
-    let (n, me) = (comm.size(), comm.rank());
-    let algorithm = comm.coll_algorithm("allgather")?;
     let key = SchedKey::new(TAG_ALLGATHER, 0, block, 0);
-    Ok(comm.schedule(key, || match algorithm {
-        "ring" => schedule::allgather_ring(n, me, block),
-        "linear" => schedule::allgather_linear(n, me, block),
-        "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
-        _ if n.is_power_of_two() && n * block <= ALLGATHER_RD_MAX => {
-            schedule::allgather_recursive_doubling(n, me, block)
-        }
-        _ => schedule::allgather_ring(n, me, block),
-    }))
+    comm.schedule(key, || {
+        comm.coll_provide("allgather", |m| m.allgather(block))
+    })
 }
 
 /// Gather `mine` from every member into `out` (rank order; `out.len() == size * mine.len()`
@@ -774,4 +729,37 @@ pub(crate) fn allgather_into<T: bytemuck::Pod>(
         )));
     }
     allgather_bytes(comm, Some(mine), mine.len(), out)
+}
+
+/// How a communicator runs its blocking barrier.
+#[derive(Debug)]
+enum BarrierPlan {
+    /// Zero-byte exchanges, one per round (to, from): run as `sendrecv`s.
+    Exchanges(Box<[(usize, usize)]>),
+    /// Any other schedule, run by the executor.
+    Schedule(Rc<Schedule>),
+}
+
+impl BarrierPlan {
+    /// Exchanges when every round of `s` is one zero-byte receive and one zero-byte send and
+    /// nothing else (a dissemination barrier), else the schedule itself.
+    fn of(s: Schedule) -> Self {
+        let exchange = |r: &schedule::Round| match (r.comms.as_slice(), r.locals.is_empty()) {
+            (
+                [Comm::Recv {
+                    peer: from,
+                    region: a,
+                }, Comm::Send {
+                    peer: to,
+                    region: b,
+                }],
+                true,
+            ) if a.range.is_empty() && b.range.is_empty() => Some((*to, *from)),
+            _ => None,
+        };
+        match s.rounds.iter().map(exchange).collect::<Option<Vec<_>>>() {
+            Some(x) => BarrierPlan::Exchanges(x.into_boxed_slice()),
+            None => BarrierPlan::Schedule(Rc::new(s)),
+        }
+    }
 }

@@ -67,7 +67,7 @@ use rmca_framework::progress::ReleasingBackoff;
 use rmca_framework::slab::Slab;
 
 use super::exec::{Bufs, CommTransport, Exec, Poll};
-use super::schedule::{self, Schedule};
+use super::schedule::Schedule;
 use super::{
     allgather_schedule, check_len, Op, Reducible, Reduction, SchedKey, TAG_ALLTOALL, TAG_BARRIER,
 };
@@ -714,16 +714,8 @@ impl Communicator {
 
     /// The plan of a barrier.
     pub(crate) fn ibarrier_plan(&self) -> Result<Plan> {
-        let (n, me) = (self.size(), self.rank());
-        let linear = self.coll_params()?.barrier_linear;
         let key = SchedKey::new(TAG_BARRIER, 0, 0, 0);
-        let s = self.schedule(key, || {
-            if linear {
-                schedule::barrier_linear(n, me)
-            } else {
-                schedule::barrier_dissemination(n, me)
-            }
-        });
+        let s = self.schedule(key, || self.coll_provide("ibarrier", |m| m.barrier()))?;
         Ok(Plan::new(s, UserBuf::empty()))
     }
 
@@ -762,7 +754,7 @@ impl Communicator {
         self.check_root(root)?;
         let len = send.len();
         // A non-commutative operation must combine in rank order.
-        let s = self.reduce_schedule(root, len, !op.commutative)?;
+        let s = self.reduce_schedule(root, len, op.elem, !op.commutative)?;
         let mut plan = if self.rank() == root {
             let recv = recv.ok_or_else(|| {
                 Error::InvalidArgument("ireduce: the root must pass a receive buffer".into())
@@ -1025,7 +1017,7 @@ impl Communicator {
         self.check_root(root)?;
         let (n, me) = (self.size(), self.rank());
         if me != root {
-            let s = schedule::gatherv_linear(n, me, root, send.len(), &[], false);
+            let s = self.coll_provide("igatherv", |m| m.gatherv(root, send.len(), &[], false))?;
             let mut p = Plan::new(Rc::new(s), UserBuf::empty());
             p.send = send;
             return Ok(p);
@@ -1035,7 +1027,7 @@ impl Communicator {
         })?;
         check_regions("igatherv", regions, n, recv.len(), true)?;
         check_bytes("igatherv", "send buffer", send.len(), regions[root].len())?;
-        let s = schedule::gatherv_linear(n, me, root, send.len(), regions, false);
+        let s = self.coll_provide("igatherv", |m| m.gatherv(root, send.len(), regions, false))?;
         let mut p = Plan::new(Rc::new(s), recv);
         p.send = send;
         Ok(p)
@@ -1066,7 +1058,9 @@ impl Communicator {
             )?;
             send_view = send;
         }
-        let s = schedule::scatterv_linear(n, me, root, recv.len(), regions, false);
+        let s = self.coll_provide("iscatterv", |m| {
+            m.scatterv(root, recv.len(), regions, false)
+        })?;
         let mut p = Plan::new(Rc::new(s), recv);
         p.send = send_view;
         Ok(p)
@@ -1083,10 +1077,7 @@ impl Communicator {
         let (n, me) = (self.size(), self.rank());
         check_regions("iallgatherv", regions, n, recv.len(), true)?;
         check_bytes("iallgatherv", "send buffer", send.len(), regions[me].len())?;
-        let s = match self.coll_algorithm("allgather")? {
-            "linear" => schedule::allgatherv_linear(n, me, regions, false),
-            _ => schedule::allgatherv_ring(n, me, regions, false),
-        };
+        let s = self.coll_provide("iallgatherv", |m| m.allgatherv(regions, false))?;
         let mut p = Plan::new(Rc::new(s), recv);
         p.send = send;
         Ok(p)

@@ -75,14 +75,11 @@ impl Communicator {
         len: usize,
         exclusive: bool,
     ) -> Result<(std::rc::Rc<schedule::Schedule>, i32)> {
-        let (n, me) = (self.size(), self.rank());
         let tag = if exclusive { TAG_EXSCAN } else { TAG_SCAN };
-        let algorithm = self.coll_algorithm("scan")?;
-        // Both algorithms keep rank order, so the key needs no `ordered` flag.
-        let s = self.schedule(SchedKey::new(tag, 0, len, 0), || match algorithm {
-            "linear" => schedule::scan_linear(n, me, len, exclusive),
-            _ => schedule::scan_recursive_doubling(n, me, len, exclusive),
-        });
+        // Scans keep rank order whatever the operation, so the key needs no `ordered` flag.
+        let s = self.schedule(SchedKey::new(tag, 0, len, 0), || {
+            self.coll_provide("scan", |m| m.scan(len, exclusive))
+        })?;
         Ok((s, tag))
     }
 }

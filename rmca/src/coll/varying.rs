@@ -88,13 +88,12 @@ impl Communicator {
         root: usize,
         in_place: bool,
     ) -> Result<()> {
-        let (n, me) = (self.size(), self.rank());
-        let mine = if me == root {
+        let mine = if self.rank() == root {
             regions[root].len()
         } else {
             send.len()
         };
-        let s = schedule::gatherv_linear(n, me, root, mine, regions, in_place);
+        let s = self.coll_provide("gatherv", |m| m.gatherv(root, mine, regions, in_place))?;
         self.run_schedule(&s, TAG_GATHERV, send, work, None)
     }
 
@@ -162,13 +161,12 @@ impl Communicator {
         root: usize,
         in_place: bool,
     ) -> Result<()> {
-        let (n, me) = (self.size(), self.rank());
-        let mine = if me == root {
+        let mine = if self.rank() == root {
             regions[root].len()
         } else {
             work.len()
         };
-        let s = schedule::scatterv_linear(n, me, root, mine, regions, in_place);
+        let s = self.coll_provide("scatterv", |m| m.scatterv(root, mine, regions, in_place))?;
         self.run_schedule(&s, TAG_SCATTERV, send, work, None)
     }
 
@@ -201,11 +199,7 @@ impl Communicator {
         regions: &[Range<usize>],
         in_place: bool,
     ) -> Result<()> {
-        let (n, me) = (self.size(), self.rank());
-        let s = match self.coll_algorithm("allgather")? {
-            "linear" => schedule::allgatherv_linear(n, me, regions, in_place),
-            _ => schedule::allgatherv_ring(n, me, regions, in_place),
-        };
+        let s = self.coll_provide("allgatherv", |m| m.allgatherv(regions, in_place))?;
         self.run_schedule(&s, TAG_ALLGATHERV, send, work, None)
     }
 
@@ -319,29 +313,21 @@ impl Communicator {
         ordered: bool,
         block: Option<usize>,
     ) -> Result<(std::rc::Rc<schedule::Schedule>, i32)> {
-        let (n, me) = (self.size(), self.rank());
-        let algorithm = self.coll_algorithm("reduce_scatter")?;
-        let long = self.coll_params()?.allreduce_long_size;
-        // The ring combines chunk c in ring order from rank c + 1: commutative only.
-        let build = || match algorithm {
-            "ring" if !ordered => schedule::reduce_scatter_ring(n, me, chunks),
-            "ring" => {
-                tracing::debug!("reduce_scatter: a non-commutative operation runs reduce_scatterv, not the ring chosen by coll_reduce_scatter_algorithm");
-                schedule::reduce_scatter_reduce_scatterv(n, me, chunks)
-            }
-            "reduce_scatterv" => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
-            _ if !ordered && n > 1 && len >= long => schedule::reduce_scatter_ring(n, me, chunks),
-            _ => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
+        debug_assert_eq!(chunks.last().map_or(0, |c| c.end), len);
+        let build = || {
+            self.coll_provide("reduce_scatter", |m| {
+                m.reduce_scatter(chunks, elem, ordered)
+            })
         };
         let (s, tag) = match block {
             Some(b) => (
                 self.schedule(
                     SchedKey::new(TAG_REDUCE_SCATTER_BLOCK, 0, b, elem).ordered(ordered),
                     build,
-                ),
+                )?,
                 TAG_REDUCE_SCATTER_BLOCK,
             ),
-            None => (std::rc::Rc::new(build()), TAG_REDUCE_SCATTER),
+            None => (std::rc::Rc::new(build()?), TAG_REDUCE_SCATTER),
         };
         Ok((s, tag))
     }

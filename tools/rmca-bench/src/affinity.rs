@@ -14,6 +14,24 @@ pub fn pin_to_core(core: usize) -> bool {
     }
 }
 
+/// How many CPUs the calling process may run on (its affinity mask), if the kernel says.
+pub fn allowed_cpus() -> Option<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most
+    // `size_of::<cpu_set_t>()` bytes into it, and CPU_COUNT only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+            .then(|| libc::CPU_COUNT(&set) as usize)
+    }
+}
+
+/// The CPUs online in the machine (not only those of this process's mask).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
 /// Ask for socket buffers of `bytes` on `sock`: `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where
 /// permitted (root), else the plain options (capped by `net.core.{r,w}mem_max`).
 pub fn grow_socket_buffers(sock: &std::net::UdpSocket, bytes: usize) {

@@ -14,9 +14,12 @@ use crate::memstat;
 pub fn run(bench: Bench, p: &Params, bind: bool, mem: bool) -> Result<(), String> {
     let universe = rmca::init().map_err(|e| format!("rmca init: {e}"))?;
     let world = universe.world();
-    if bind {
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let core = world.rank() % cores;
+    let core = core_to_pin(
+        world.rank(),
+        crate::affinity::allowed_cpus(),
+        crate::affinity::online_cpus(),
+    );
+    if let Some(core) = core.filter(|_| bind) {
         if !crate::affinity::pin_to_core(core) {
             eprintln!(
                 "rmca-bench: rank {} could not be bound to core {core}",
@@ -376,7 +379,8 @@ fn connect(w: &Communicator, init_us: f64, ring: bool, mem: bool) -> R<Option<Ve
 /// A buffer that starts on a page boundary (or a chosen offset past one), as the OSU benchmarks
 /// (and `osu_like.c`) allocate theirs. Where a buffer starts matters for large messages: the
 /// kernel's copy behind single-copy transfers runs at about 2/3 of its speed when source and
-/// destination are 16 bytes apart in their alignment (`--misalign 16`, see bench/RESULTS.md).
+/// destination are 16 bytes apart in their alignment (`--misalign 16`; "Buffer alignment" in
+/// `git show c0ea37f:bench/RESULTS.md`).
 /// Heap buffers land wherever the allocator's history puts them, so without this the figures
 /// would measure that history.
 struct PageBuf<T> {
@@ -412,5 +416,31 @@ impl<T> std::ops::Deref for PageBuf<T> {
 impl<T> std::ops::DerefMut for PageBuf<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
+/// The core rank `rank` pins itself to: `rank % online` cores, unless the launcher already bound
+/// it to one CPU (`allowed == Some(1)`; rmca-run binds by default), which it keeps. Counting the
+/// CPUs of the mask instead of the machine's would put every bound rank on core 0.
+fn core_to_pin(rank: usize, allowed: Option<usize>, online: usize) -> Option<usize> {
+    (allowed != Some(1)).then(|| rank % online.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::core_to_pin;
+
+    #[test]
+    fn a_rank_the_launcher_bound_keeps_its_core() {
+        assert_eq!(core_to_pin(1, Some(1), 2), None);
+        assert_eq!(core_to_pin(0, Some(1), 2), None);
+    }
+
+    #[test]
+    fn unbound_ranks_spread_over_the_machine() {
+        assert_eq!(core_to_pin(0, Some(2), 2), Some(0));
+        assert_eq!(core_to_pin(1, Some(2), 2), Some(1));
+        assert_eq!(core_to_pin(3, None, 2), Some(1));
+        assert_eq!(core_to_pin(5, Some(8), 4), Some(1));
     }
 }

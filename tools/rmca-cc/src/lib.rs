@@ -15,9 +15,17 @@
 //!
 //! The Fortran wrappers link `-lmpifort` (the Fortran interface) before `-lmpi`.
 //!
+//! C code mixed with Fortran: `mpi.h` (the standard ABI's) has no `MPI_Fint` nor the
+//! `MPI_*_c2f`/`_f2c` conversions; `mpi_abi_fort.h` declares them and libmpifort defines them.
+//! As in MPICH's ABI build, `mpicc` alone links neither (a C program does not depend on the
+//! Fortran runtime); `-mpi-fortran` (C and C++ wrappers) includes `mpi_abi_fort.h` in every
+//! file (`-include`, for code that includes `mpi.h` only) and links `-lmpifort` before
+//! `-lmpi`. A program with Fortran objects is linked with `mpifort`, which links both.
+//!
 //! Options of the wrapper itself (removed from the compiler's arguments): `-show` prints the
 //! command instead of running it (as MPICH's and Open MPI's wrappers do; `-showme` too),
-//! `-abi` links `libmpi_abi.so` (the standard-ABI name) instead of `libmpi.so`.
+//! `-abi` links `libmpi_abi.so` (the standard-ABI name) instead of `libmpi.so`,
+//! `-mpi-fortran` the Fortran interface's C side (above).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -118,16 +126,26 @@ pub fn plan(layout: &Layout, args: Vec<String>) -> Plan {
 pub fn plan_for(language: Language, layout: &Layout, args: Vec<String>) -> Plan {
     let mut show = false;
     let mut library = "mpi";
+    let mut fortran = language == Language::Fortran;
+    let mut c_fortran = false;
     let mut user = Vec::with_capacity(args.len());
     for a in args {
         match a.as_str() {
             "-show" | "-showme" | "--showme" => show = true,
             "-abi" => library = "mpi_abi",
+            "-mpi-fortran" => {
+                c_fortran = language != Language::Fortran;
+                fortran = true;
+            }
             _ => user.push(a),
         }
     }
     let links = !user.iter().any(|a| NO_LINK.contains(&a.as_str()));
     let mut out = vec![format!("-I{}", layout.include.display())];
+    if c_fortran {
+        out.push("-include".to_owned());
+        out.push("mpi_abi_fort.h".to_owned());
+    }
     // rmca's library directory comes before the program's own -L options: a build that
     // passes the system library directory (setuptools does, for mpi4py) would otherwise link
     // another MPI's libmpi.so found there. Only -lmpi goes last, after the objects that use it.
@@ -138,7 +156,7 @@ pub fn plan_for(language: Language, layout: &Layout, args: Vec<String>) -> Plan 
     }
     out.extend(user);
     if links {
-        if language == Language::Fortran {
+        if fortran {
             out.push("-lmpifort".to_owned());
         }
         out.push(format!("-l{library}"));
@@ -292,6 +310,48 @@ mod tests {
         );
         let c = plan_for(Language::Fortran, &layout(), args(&["-c", "x.f90"]));
         assert_eq!(c.args, args(&["-I/inc", "-c", "x.f90"]));
+    }
+
+    #[test]
+    fn mpi_fortran_gives_c_the_fortran_header_and_library() {
+        let p = plan(&layout(), args(&["-mpi-fortran", "x.c", "-o", "x"]));
+        assert_eq!(
+            p.args,
+            args(&[
+                "-I/inc",
+                "-include",
+                "mpi_abi_fort.h",
+                "-L/lib",
+                "-Wl,-rpath,/lib",
+                "x.c",
+                "-o",
+                "x",
+                "-lmpifort",
+                "-lmpi"
+            ])
+        );
+        let c = plan(&layout(), args(&["-mpi-fortran", "-c", "x.c"]));
+        assert_eq!(
+            c.args,
+            args(&["-I/inc", "-include", "mpi_abi_fort.h", "-c", "x.c"])
+        );
+        // Plain mpicc links no Fortran library.
+        let plain = plan(&layout(), args(&["x.c"]));
+        assert!(
+            !plain.args.iter().any(|a| a.contains("fort")),
+            "{:?}",
+            plain.args
+        );
+        // mpifort links it already; the option changes nothing there.
+        let f = plan_for(
+            Language::Fortran,
+            &layout(),
+            args(&["-mpi-fortran", "x.f90"]),
+        );
+        assert_eq!(
+            f.args,
+            plan_for(Language::Fortran, &layout(), args(&["x.f90"])).args
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum Kind {
     Dup,
     /// One-way delay: points are microseconds.
     Delay,
+    /// The link dies mid-stream: points are the loss rate from that moment on (1: dead).
+    Kill,
 }
 
 impl Kind {
@@ -27,6 +29,7 @@ impl Kind {
         ("corrupt", Kind::Corrupt),
         ("dup", Kind::Dup),
         ("delay", Kind::Delay),
+        ("kill", Kind::Kill),
     ];
 
     /// The kind named `s`.
@@ -59,6 +62,7 @@ impl Kind {
             Kind::Corrupt => "corrupted (fraction of UDP packets)",
             Kind::Dup => "duplicated (fraction of packets)",
             Kind::Delay => "one-way delay (us)",
+            Kind::Kill => "loss from the kill on (fraction of packets; 1 = link dead)",
         }
     }
 
@@ -67,6 +71,7 @@ impl Kind {
         let ok = match self {
             Kind::Delay => (0.0..=1e6).contains(&x),
             Kind::Burst => (0.0..1.0).contains(&x),
+            Kind::Kill => x > 0.0 && x <= 1.0,
             _ => (0.0..=1.0).contains(&x),
         };
         if ok {
@@ -78,6 +83,7 @@ impl Kind {
                 match self {
                     Kind::Delay => "0 to 1000000 us",
                     Kind::Burst => "a loss rate from 0 up to (not including) 1",
+                    Kind::Kill => "a loss rate above 0, up to 1 (the link dead)",
                     _ => "a probability from 0 to 1",
                 }
             ))
@@ -93,6 +99,8 @@ impl Kind {
             Kind::Corrupt => format!("corrupt={x}"),
             Kind::Dup => format!("dup={x}"),
             Kind::Delay => format!("delay={x}us"),
+            // Before the kill the link has only the base impairments (see `then`).
+            Kind::Kill => String::new(),
         };
         // A zero point is the perfect link (a zero burst rate is not a burst model).
         let own = if x == 0.0 { String::new() } else { own };
@@ -105,55 +113,14 @@ impl Kind {
     }
 }
 
-/// A transport: its name and the `--mca` settings that select it.
-pub type Transport = (&'static str, &'static [(&'static str, &'static str)]);
-
-/// The transports compared.
-pub const TRANSPORTS: &[Transport] = &[
-    (
-        "dr+ud",
-        &[
-            ("pml", "dr"),
-            ("btl", "ud,self"),
-            ("btl_ud_provider", "soft"),
-        ],
-    ),
-    (
-        "dr+rc",
-        &[
-            ("pml", "dr"),
-            ("btl", "rc,self"),
-            ("btl_rc_provider", "soft"),
-        ],
-    ),
-    (
-        "ob1+rc",
-        &[
-            ("pml", "ob1"),
-            ("btl", "rc,self"),
-            ("btl_rc_provider", "soft"),
-        ],
-    ),
-    // Friedley07's third configuration: ob1 over ud measures the cost of dr's reliability on
-    // a loss-free link. ob1 never recovers a loss: not a default, and at a lossy point it
-    // hangs until the timeout (or delivers corruption, which the sweep reports).
-    (
-        "ob1+ud",
-        &[
-            ("pml", "ob1"),
-            ("btl", "ud,self"),
-            ("btl_ud_provider", "soft"),
-            ("pml_ob1_unreliable_btls", "true"),
-        ],
-    ),
-];
-
-/// The transport named `s`.
-pub fn transport(s: &str) -> Result<&'static Transport, String> {
-    TRANSPORTS.iter().find(|(n, _)| *n == s).ok_or_else(|| {
-        let names: Vec<&str> = TRANSPORTS.iter().map(|(n, _)| *n).collect();
-        format!("unknown transport '{s}': valid are {}", names.join(", "))
-    })
+/// What the link becomes at the kill of a kill sweep's point `x`: loss `x` on top of `base`.
+pub fn then_spec(x: f64, base: &str) -> String {
+    let own = format!("loss={x}");
+    if base.is_empty() {
+        own
+    } else {
+        format!("{own},{base}")
+    }
 }
 
 #[cfg(test)]
@@ -176,7 +143,8 @@ mod tests {
             .unwrap_err()
             .contains("not including"));
         assert!(Kind::Loss.check_point(-0.1).is_err());
-        assert!(transport("dr+ud").is_ok());
-        assert!(transport("x").unwrap_err().contains("dr+ud, dr+rc, ob1+rc"));
+        assert!(Kind::Kill.check_point(0.0).unwrap_err().contains("above 0"));
+        assert_eq!(Kind::Kill.spec(1.0, 4.0, "delay=1ms"), "delay=1ms");
+        assert_eq!(then_spec(1.0, "delay=1ms"), "loss=1,delay=1ms");
     }
 }

@@ -189,3 +189,105 @@ fn stream(
     }
     Ok(t.elapsed().as_secs_f64())
 }
+
+/// What the worker does in a kill sweep (`--worker --kill-run S`).
+#[derive(Debug, Clone)]
+pub struct KillParams {
+    /// Message size of the ping-pong.
+    pub size: usize,
+    /// Seconds of ping-pong in all; the driver changes the link during them.
+    pub run_s: f64,
+    /// Seed of the message contents.
+    pub seed: u64,
+}
+
+/// A silence longer than this between two round trips is recorded as a gap.
+const GAP_NS: u64 = 10_000_000;
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The ping-pong of a kill sweep: rank 0 prints `faults-streaming` once traffic flows, then
+/// runs stamped round trips for `run_s` seconds, recording every gap of more than 10 ms
+/// between two completions (unix ns, the host clock the emulator's change is stamped with),
+/// and prints `faults-kill JSON`: the gaps, the round trips, and the error that ended them if
+/// one did (then the process exits at once: the job is broken). Rank 1 echoes until a message
+/// of sequence u64::MAX; on an error it waits to be killed, so that rank 0's report is not
+/// cut short by the launcher tearing the job down.
+pub fn run_kill(p: &KillParams) -> Result<(), String> {
+    use std::io::Write;
+    let universe = rmca::init().map_err(|e| format!("rmca init: {e}"))?;
+    let world = universe.world();
+    if world.size() != 2 {
+        return Err(format!("needs exactly 2 ranks, not {}", world.size()));
+    }
+    let size = p.size.max(crate::check::MIN_SIZE);
+    let (mut sbuf, mut rbuf) = (vec![0u8; size], vec![0u8; size]);
+    let mut d = Delivery::default();
+    let e = |e: rmca::Error| e.to_string();
+    world.barrier().map_err(e)?;
+    if world.rank() == 1 {
+        loop {
+            let r = world
+                .recv(&mut rbuf, 0, 1)
+                .and_then(|_| world.send(&rbuf, 0, 2));
+            if let Err(err) = r {
+                eprintln!("rmca-faults worker: rank 1: {err}");
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                std::process::exit(1);
+            }
+            // What rank 1 received goes back as it is: rank 0 checks both legs at once.
+            if rbuf[..8] == u64::MAX.to_le_bytes() {
+                break;
+            }
+        }
+    } else {
+        println!("faults-streaming {}", unix_ns());
+        let _ = std::io::stdout().flush();
+        let start = Instant::now();
+        let (mut seq, mut last) = (0u64, unix_ns());
+        let first = last;
+        let mut gaps: Vec<(u64, u64)> = Vec::new();
+        let mut error = None;
+        while start.elapsed().as_secs_f64() < p.run_s {
+            stamp(&mut sbuf, p.seed, seq);
+            let r = world
+                .send(&sbuf, 1, 1)
+                .and_then(|_| world.recv(&mut rbuf, 1, 2));
+            let now = unix_ns();
+            if let Err(err) = r {
+                error = Some((now, err.to_string()));
+                break;
+            }
+            d.check(&rbuf, p.seed, seq);
+            if now - last > GAP_NS {
+                gaps.push((last, now));
+            }
+            last = now;
+            seq += 1;
+        }
+        let out = serde_json::json!({
+            "first_ns": first,
+            "last_ok_ns": last,
+            "round_trips": seq,
+            "gaps": gaps,
+            "error_ns": error.as_ref().map(|e| e.0),
+            "error": error.as_ref().map(|e| e.1.clone()),
+            "delivery": d,
+        });
+        println!("faults-kill {out}");
+        let _ = std::io::stdout().flush();
+        if error.is_some() {
+            std::process::exit(3);
+        }
+        stamp(&mut sbuf, p.seed, u64::MAX);
+        sbuf[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        world.send(&sbuf, 1, 1).map_err(e)?;
+        world.recv(&mut rbuf, 1, 2).map_err(e)?;
+    }
+    universe.finalize().map_err(e)?;
+    Ok(())
+}

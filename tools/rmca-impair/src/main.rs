@@ -29,6 +29,9 @@ const USAGE: &str = "usage: rmca-impair --port NETNS:IFNAME:ADDR --port ... [opt
                             in --port order), replacing --impair there (repeatable)
   --seed N                  seed of every random choice (default 1): the same seed, impairment
                             and packet sequence give the same decisions
+  --then SPEC               on SIGUSR2, every direction switches to SPEC from that packet on
+                            (e.g. loss=1: the link dies), counters kept; the report gives the
+                            moment (changed_at_unix_ns)
   --json FILE               write the counters as JSON there on exit and on SIGUSR1
   --ready FILE              create FILE once every device is attached
 Stops on SIGTERM or SIGINT, printing the counters.";
@@ -46,6 +49,7 @@ struct Opts {
     seed: u64,
     json: Option<PathBuf>,
     ready: Option<PathBuf>,
+    then: Option<Impairment>,
 }
 
 fn parse_port(s: &str) -> Result<Port, String> {
@@ -76,6 +80,7 @@ fn parse_opts(args: Vec<String>) -> Result<Opts, String> {
         seed: 1,
         json: None,
         ready: None,
+        then: None,
     };
     let mut dirs_raw: Vec<String> = Vec::new();
     let val = |p: &mut lexopt::Parser| -> Result<String, String> {
@@ -98,6 +103,9 @@ fn parse_opts(args: Vec<String>) -> Result<Opts, String> {
                     .map_err(|_| format!("--seed '{v}' is not a whole number"))?;
             }
             Long("json") => o.json = Some(val(&mut p)?.into()),
+            Long("then") => {
+                o.then = Some(Impairment::parse(&val(&mut p)?).map_err(|e| format!("--then: {e}"))?)
+            }
             Long("ready") => o.ready = Some(val(&mut p)?.into()),
             Long("help") | Short('h') => {
                 println!("{}", usage());
@@ -215,15 +223,31 @@ fn run(o: Opts) -> io::Result<()> {
     let now = || origin.elapsed().as_nanos() as u64;
     let mut buf = vec![0u8; 65536];
     let mut write_errors = 0u64;
-    let report = |s: &Switch, write_errors: u64| {
+    let mut changed_at: Option<u128> = None;
+    let report = |s: &Switch, write_errors: u64, changed_at: Option<u128>| {
         let mut r = s.report(&names);
         r["seed"] = o.seed.into();
         r["write_errors"] = write_errors.into();
+        r["changed_at_unix_ns"] = changed_at.map(|t| t as u64).into();
         r
     };
     while !sys::STOP.load(Ordering::Relaxed) {
+        if sys::CHANGE.swap(false, Ordering::Relaxed) {
+            match &o.then {
+                Some(then) if changed_at.is_none() => {
+                    switch.set_impairments(|_, _| then.clone());
+                    let t = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos());
+                    changed_at = Some(t);
+                    eprintln!("rmca-impair: every direction now [{then}] (unix ns {t})");
+                }
+                Some(_) => eprintln!("rmca-impair: SIGUSR2 again: the change is made once"),
+                None => eprintln!("rmca-impair: SIGUSR2 without --then: nothing to change to"),
+            }
+        }
         if sys::DUMP.swap(false, Ordering::Relaxed) {
-            write_json(&o.json, &report(&switch, write_errors));
+            write_json(&o.json, &report(&switch, write_errors, changed_at));
         }
         let t = now();
         while let Some((port, data)) = switch.poll_transmit(t) {
@@ -252,7 +276,7 @@ fn run(o: Opts) -> io::Result<()> {
             }
         }
     }
-    let r = report(&switch, write_errors);
+    let r = report(&switch, write_errors, changed_at);
     eprint!("{}", summary(&r));
     write_json(&o.json, &r);
     Ok(())
@@ -303,6 +327,10 @@ mod tests {
             (
                 "--port a:t0:10.0.0.1 --port b:t1:10.0.0.2 --seed x",
                 "whole number",
+            ),
+            (
+                "--port a:t0:10.0.0.1 --port b:t1:10.0.0.2 --then cut=1",
+                "--then: unknown impairment 'cut'",
             ),
             ("--bogus", "bogus"),
         ] {

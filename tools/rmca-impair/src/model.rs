@@ -108,6 +108,14 @@ impl Direction {
         }
     }
 
+    /// From now on applies `imp` (a link cut, a change of conditions), keeping the counters
+    /// and the random stream; the loss chain restarts in its good state.
+    pub fn set_impairment(&mut self, imp: Impairment) {
+        self.imp = imp;
+        self.bad = false;
+        self.run = 0;
+    }
+
     /// The impairment applied.
     pub fn impairment(&self) -> &Impairment {
         &self.imp

@@ -68,6 +68,14 @@ impl Switch {
         }
     }
 
+    /// From now on every direction applies `imp(from, to)` (counters and streams kept).
+    pub fn set_impairments(&mut self, imp: impl Fn(usize, usize) -> Impairment) {
+        let n = self.ports();
+        for (k, d) in self.dirs.iter_mut().enumerate() {
+            d.set_impairment(imp(k / n, k % n));
+        }
+    }
+
     /// Number of ports.
     pub fn ports(&self) -> usize {
         self.addrs.len()
@@ -217,5 +225,20 @@ mod tests {
         }
         let tags: Vec<u8> = std::iter::from_fn(|| s.poll_transmit(5).map(|(_, d)| d[39])).collect();
         assert_eq!(tags, (0..50).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn a_change_of_impairment_applies_from_then_on_and_keeps_the_counters() {
+        let addrs = vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)];
+        let mut s = Switch::new(addrs, 1, |_, _| Impairment::default());
+        s.offer(0, 0, &udp_to([10, 0, 0, 2], 1));
+        s.set_impairments(|_, _| Impairment::parse("loss=1").unwrap());
+        for tag in 2..10 {
+            s.offer(1, 0, &udp_to([10, 0, 0, 2], tag));
+        }
+        let got: Vec<u8> = std::iter::from_fn(|| s.poll_transmit(9).map(|(_, d)| d[39])).collect();
+        assert_eq!(got, vec![1]);
+        let c = s.direction(0, 1).counters();
+        assert_eq!((c.packets, c.delivered, c.lost), (9, 1, 8));
     }
 }

@@ -14,6 +14,8 @@ use std::time::Duration;
 pub static STOP: AtomicBool = AtomicBool::new(false);
 /// Set by SIGUSR1: write the counters now and go on.
 pub static DUMP: AtomicBool = AtomicBool::new(false);
+/// Set by SIGUSR2: switch every direction to the `--then` impairment.
+pub static CHANGE: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
@@ -23,12 +25,18 @@ extern "C" fn on_dump(_: libc::c_int) {
     DUMP.store(true, Ordering::Relaxed);
 }
 
-/// Installs the handlers of SIGTERM, SIGINT (stop) and SIGUSR1 (dump the counters).
+extern "C" fn on_change(_: libc::c_int) {
+    CHANGE.store(true, Ordering::Relaxed);
+}
+
+/// Installs the handlers of SIGTERM, SIGINT (stop), SIGUSR1 (dump the counters) and SIGUSR2
+/// (change the impairment).
 pub fn install_signal_handlers() -> io::Result<()> {
     for (sig, handler) in [
         (libc::SIGTERM, on_stop as extern "C" fn(libc::c_int)),
         (libc::SIGINT, on_stop),
         (libc::SIGUSR1, on_dump),
+        (libc::SIGUSR2, on_change),
     ] {
         // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handlers only
         // store to atomics, which is async-signal-safe; no SA_RESTART, so a blocked ppoll

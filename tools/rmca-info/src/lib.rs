@@ -28,7 +28,9 @@ pub struct Options {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InfoError {
     /// Unknown framework in `--param`.
-    #[error("unknown framework '{0}'; valid frameworks: mca, coll, pml, btl, mpool, rcache, all")]
+    #[error(
+        "unknown framework '{0}'; valid frameworks: mca, pml, btl, mpool, rcache, osc, coll, all"
+    )]
     UnknownFramework(String),
     /// Unknown component in `--param`.
     #[error("unknown {framework} component '{name}'; valid: {valid}{hint}")]
@@ -111,20 +113,20 @@ pub fn select_entries<'a>(
     component: &str,
     level: Level,
 ) -> Result<Vec<&'a ParamEntry>, InfoError> {
-    let fw_ok = framework == "all"
-        || framework == "mca"
-        || framework == "coll"
-        || Framework::parse(framework).is_some();
+    let fw_ok = framework == "all" || framework == "mca" || Framework::parse(framework).is_some();
     if !fw_ok {
         return Err(InfoError::UnknownFramework(framework.to_owned()));
     }
     if component != "all" && framework != "all" {
-        let names: Vec<&str> = if framework == "mca" || framework == "coll" {
+        let names: Vec<&str> = if framework == "mca" {
             vec!["base"]
         } else {
             let fw = Framework::parse(framework).expect("checked above");
             let mut n: Vec<&str> = reg.of(fw).map(|c| c.meta().name).collect();
-            n.push("base");
+            // The framework's own parameters ("base"), unless a component has that name.
+            if !n.contains(&"base") {
+                n.push("base");
+            }
             n
         };
         if !names.contains(&component) {

@@ -278,7 +278,7 @@ impl Qp {
                 active,
                 stream,
                 tx_off: 0,
-                rx: vec![0; 256 * 1024],
+                rx: vec![0; super::rc_qp::RC_RX_INITIAL],
                 rx_start: 0,
                 rx_end: 0,
                 rx_fault: (rf.corrupt > 0.0).then(|| {

@@ -11,6 +11,13 @@ use super::qp::QpInner;
 use super::rc::{RcEnv, RcProto, RecvWqe};
 use super::wire::{self, SoftAddr};
 use super::{Qp, MAX_MSG, MAX_SEGMENT};
+
+/// First size of a connection's receive buffer. Small messages never need more, and a QP that
+/// carries large ones grows it once to fit a segment. A large initial buffer cost every QP its
+/// size in resident memory whenever the allocator served it from reused heap (a zeroed
+/// allocation is then written, not mapped lazily): 256 KiB per QP, 14 MiB per process at 28
+/// peers with two receive queues, where the whole of Open MPI's tcp rank takes 15.
+pub(super) const RC_RX_INITIAL: usize = 16 * 1024;
 use crate::error::{Error, Result};
 use crate::fault::FaultInjector;
 use crate::types::*;
@@ -24,6 +31,8 @@ pub(super) struct RcConn {
     pub(super) active: bool,
     pub(super) stream: Option<TcpStream>,
     pub(super) tx_off: usize,
+    /// Bytes read from the stream and not yet parsed ([`RC_RX_INITIAL`] at first, grown to
+    /// the next power of two of a segment that does not fit).
     pub(super) rx: Vec<u8>,
     pub(super) rx_start: usize,
     pub(super) rx_end: usize,

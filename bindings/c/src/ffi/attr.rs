@@ -12,13 +12,12 @@
 //! program, but the keyval lives on (its callbacks still run) while an attribute uses it.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
 use super::{call, put};
 use crate::abi::*;
-use crate::state::{self, MpiError, MpiResult};
+use crate::state::{self, Confined, MpiError, MpiResult};
 use rmca_mpi_export::export;
 
 /// `MPI_Comm_copy_attr_function` and its datatype and window forms.
@@ -77,12 +76,11 @@ struct Tables {
     attrs: HashMap<(Kind, Handle), Vec<(c_int, usize)>>,
 }
 
-thread_local! {
-    static TABLES: RefCell<Tables> = RefCell::new(Tables::default());
-}
+/// The keyvals and attributes (process-wide: see [`Confined`]).
+static TABLES: Confined<Tables> = Confined::new("attributes");
 
-fn with_tables<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
-    TABLES.with(|t| f(&mut t.borrow_mut()))
+fn with_tables<R>(f: impl FnOnce(&mut Tables) -> R) -> MpiResult<R> {
+    TABLES.with(f)
 }
 
 fn bad_keyval(keyval: c_int, kind: Kind, why: &str) -> MpiError {
@@ -140,7 +138,7 @@ fn run_delete(kind: Kind, obj: Handle, keyval: c_int, value: usize) -> MpiResult
     let (delete, extra) = with_tables(|t| {
         let k = t.keyval_mut(keyval);
         (k.delete, k.extra_state)
-    });
+    })?;
     let Some(f) = delete else { return Ok(()) };
     // SAFETY: `f` is the delete function the program gave MPI_*_create_keyval for objects of
     // this kind, called with the arguments its type declares; no table is borrowed.
@@ -205,7 +203,7 @@ unsafe fn create_keyval(
             "keyvals",
             "MPI_*_free_keyval",
         )
-    })?;
+    })??;
     // SAFETY: the caller's int, non-null checked.
     unsafe { put(out, KEYVAL_BASE + h as c_int, "keyval") }
 }
@@ -232,7 +230,7 @@ unsafe fn free_keyval(kind: Kind, keyval: *mut c_int) -> MpiResult<()> {
             t.keyvals[(kv - KEYVAL_BASE) as usize] = None;
         }
         Ok::<_, MpiError>(())
-    })?;
+    })??;
     // SAFETY: as above.
     unsafe { keyval.write(MPI_KEYVAL_INVALID) };
     Ok(())
@@ -250,7 +248,7 @@ pub fn set(kind: Kind, obj: Handle, keyval: c_int, value: usize) -> MpiResult<()
             .get(&(kind, obj))
             .and_then(|a| a.iter().find(|(k, _)| *k == keyval))
             .map(|&(_, v)| v))
-    })?;
+    })??;
     if let Some(old) = old {
         run_delete(kind, obj, keyval, old)?;
     }
@@ -263,8 +261,7 @@ pub fn set(kind: Kind, obj: Handle, keyval: c_int, value: usize) -> MpiResult<()
                 t.keyval_mut(keyval).uses += 1;
             }
         }
-    });
-    Ok(())
+    })
 }
 
 /// The value of attribute `keyval` of `obj`, if set.
@@ -275,7 +272,7 @@ pub fn get(kind: Kind, obj: Handle, keyval: c_int) -> MpiResult<Option<usize>> {
             .get(&(kind, obj))
             .and_then(|a| a.iter().find(|(k, _)| *k == keyval))
             .map(|&(_, v)| v))
-    })
+    })?
 }
 
 /// Delete attribute `keyval` of `obj` (nothing if it is not set), its delete callback first.
@@ -283,12 +280,11 @@ pub fn delete(kind: Kind, obj: Handle, keyval: c_int) -> MpiResult<()> {
     let value = get(kind, obj, keyval)?;
     let Some(value) = value else { return Ok(()) };
     run_delete(kind, obj, keyval, value)?;
-    remove(kind, obj, keyval);
-    Ok(())
+    remove(kind, obj, keyval)
 }
 
 /// Remove the entry of attribute `keyval` of `obj` (its callback has run).
-fn remove(kind: Kind, obj: Handle, keyval: c_int) {
+fn remove(kind: Kind, obj: Handle, keyval: c_int) -> MpiResult<()> {
     with_tables(|t| {
         let Some(list) = t.attrs.get_mut(&(kind, obj)) else {
             return;
@@ -302,7 +298,7 @@ fn remove(kind: Kind, obj: Handle, keyval: c_int) {
         if removed {
             t.release(keyval);
         }
-    });
+    })
 }
 
 /// Delete every attribute of `obj` (an object being freed), the most recently set first.
@@ -310,24 +306,24 @@ fn remove(kind: Kind, obj: Handle, keyval: c_int) {
 /// fails the call freeing the object.
 pub fn delete_all(kind: Kind, obj: Handle) -> MpiResult<()> {
     loop {
-        let last = with_tables(|t| t.attrs.get(&(kind, obj)).and_then(|a| a.last().copied()));
+        let last = with_tables(|t| t.attrs.get(&(kind, obj)).and_then(|a| a.last().copied()))?;
         let Some((keyval, value)) = last else {
             return Ok(());
         };
         run_delete(kind, obj, keyval, value)?;
-        remove(kind, obj, keyval);
+        remove(kind, obj, keyval)?;
     }
 }
 
 /// Give `new`, a duplicate of `old`, the attributes the copy callbacks copy. A copy
 /// callback failing deletes the attributes copied so far and fails the duplication.
 pub fn copy_all(kind: Kind, old: Handle, new: Handle) -> MpiResult<()> {
-    let attrs = with_tables(|t| t.attrs.get(&(kind, old)).cloned().unwrap_or_default());
+    let attrs = with_tables(|t| t.attrs.get(&(kind, old)).cloned().unwrap_or_default())?;
     for (keyval, value) in attrs {
         let (copy, extra) = with_tables(|t| {
             let k = t.keyval_mut(keyval);
             (k.copy, k.extra_state)
-        });
+        })?;
         let copied = match copy {
             OnDup::Null => None,
             OnDup::Dup => Some(value),
@@ -361,15 +357,15 @@ pub fn copy_all(kind: Kind, old: Handle, new: Handle) -> MpiResult<()> {
             with_tables(|t| {
                 t.attrs.entry((kind, new)).or_default().push((keyval, v));
                 t.keyval_mut(keyval).uses += 1;
-            });
+            })?;
         }
     }
     Ok(())
 }
 
 /// Forget the attributes of `obj` without callbacks (the end of MPI: the objects go).
-fn forget_all() {
-    with_tables(|t| *t = Tables::default());
+fn forget_all() -> MpiResult<()> {
+    with_tables(|t| *t = Tables::default())
 }
 
 // ---- life-cycle hooks ----
@@ -381,9 +377,9 @@ fn forget_all() {
 /// # Safety
 /// `newcomm` is null or valid for a write of a handle.
 pub unsafe fn comm_dup(old: Handle, new: Handle, newcomm: *mut Handle) -> MpiResult<()> {
-    super::info::comm_info_copy(old, new);
+    super::info::comm_info_copy(old, new)?;
     if let Err(e) = copy_all(Kind::Comm, old, new) {
-        super::info::comm_info_drop(new);
+        let _ = super::info::comm_info_drop(new);
         state::with(|s| s.free_comm(new))?;
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, MPI_COMM_NULL, "newcomm")? };
@@ -404,8 +400,7 @@ pub fn comm_free(comm: Handle) -> MpiResult<()> {
         ));
     }
     delete_all(Kind::Comm, comm)?;
-    super::info::comm_info_drop(comm);
-    Ok(())
+    super::info::comm_info_drop(comm)
 }
 
 /// The end of `MPI_Type_dup` (which returned `rc` and wrote the duplicate at `new`): copy
@@ -442,8 +437,7 @@ pub fn type_freed(datatype: Handle) -> MpiResult<()> {
 pub fn finalize() -> MpiResult<()> {
     delete_all(Kind::Comm, MPI_COMM_SELF)?;
     delete_all(Kind::Comm, MPI_COMM_WORLD)?;
-    forget_all();
-    Ok(())
+    forget_all()
 }
 
 // ---- communicators ----
@@ -764,6 +758,7 @@ mod tests {
         let i = with_tables(|t| {
             super::super::table_insert(&mut t.keyvals, entry, (0, MAX_KEYVALS), "keyvals", "-")
         })
+        .unwrap()
         .unwrap();
         KEYVAL_BASE + i as c_int
     }
@@ -792,7 +787,7 @@ mod tests {
         let k = keyval(Kind::Type, OnDup::Dup);
         set(Kind::Type, 3, k, 30).unwrap();
         // As MPI_Type_free_keyval does (which needs MPI running).
-        with_tables(|t| t.keyval_mut(k).freed = true);
+        with_tables(|t| t.keyval_mut(k).freed = true).unwrap();
         assert_eq!(get(Kind::Type, 3, k).unwrap(), Some(30));
         assert_eq!(set(Kind::Type, 4, k, 1).unwrap_err().class, MPI_ERR_KEYVAL);
         delete(Kind::Type, 3, k).unwrap();

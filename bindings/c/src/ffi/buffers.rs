@@ -29,7 +29,7 @@ use rmca::Communicator;
 use super::session::{index as session_index, on_session};
 use super::{call, communicator, put};
 use crate::abi::*;
-use crate::state::{self, MpiError, MpiResult, ReqEntry, ReqState};
+use crate::state::{self, Confined, MpiError, MpiResult, ReqEntry, ReqState};
 use rmca_mpi_export::export;
 
 /// `MPI_BUFFER_AUTOMATIC` (standard ABI value): the library manages the buffer.
@@ -221,17 +221,16 @@ struct Tables {
     group_session: HashMap<Handle, (Handle, rmca::Group)>,
 }
 
-thread_local! {
-    static TABLES: RefCell<Tables> = RefCell::new(Tables::default());
-}
+/// The attached buffers (process-wide: see [`Confined`]).
+static TABLES: Confined<Tables> = Confined::new("attached buffers");
 
-fn with_tables<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
-    TABLES.with(|t| f(&mut t.borrow_mut()))
+fn with_tables<R>(f: impl FnOnce(&mut Tables) -> R) -> MpiResult<R> {
+    TABLES.with(f)
 }
 
 /// The buffer a buffered send on `c` uses: the communicator's, else its session's, else the
 /// process's. Cheap when only the process's may be attached (the usual case).
-pub(crate) fn pool_for(c: &Communicator) -> Option<PoolRef> {
+pub(crate) fn pool_for(c: &Communicator) -> MpiResult<Option<PoolRef>> {
     with_tables(|t| {
         if t.comms.is_empty() && t.sessions.is_empty() {
             return t.process.clone();
@@ -265,18 +264,22 @@ pub(crate) fn send(
 }
 
 // ---- life-cycle hooks (called by session.rs, comm.rs, attr.rs, env.rs) ----
+//
+// The hooks that return nothing are called right after their call made the object through
+// the state, i.e. on the thread that owns the library, with no table lent: the table cannot
+// refuse them (`.ok()`).
 
 /// `MPI_Group_from_session_pset` made group `group` in `session`.
 pub(crate) fn group_made(session: Handle, group: Handle) {
     if let Ok(g) = super::group::group(group) {
-        with_tables(|t| t.group_session.insert(group, (session, g)));
+        with_tables(|t| t.group_session.insert(group, (session, g))).ok();
     }
 }
 
 /// The session group `group` was made in, if it is still that group and the session lives.
 fn session_of_group(group: Handle) -> Option<Handle> {
     let g = super::group::group(group).ok()?;
-    let (session, made) = with_tables(|t| t.group_session.get(&group).cloned())?;
+    let (session, made) = with_tables(|t| t.group_session.get(&group).cloned()).ok()??;
     (made.compare(&g) == rmca::Comparison::Identical && session_index(session).is_ok())
         .then_some(session)
 }
@@ -285,14 +288,14 @@ fn session_of_group(group: Handle) -> Option<Handle> {
 /// is a session's.
 pub(crate) fn comm_from_group(group: Handle, c: &Communicator) {
     if let Some(session) = session_of_group(group) {
-        with_tables(|t| t.comm_session.insert(c.context_id(), session));
+        with_tables(|t| t.comm_session.insert(c.context_id(), session)).ok();
     }
 }
 
 /// Communicator `new` was made from `old` (dup, split, create_group): it belongs to `old`'s
 /// session. Handles (`MPI_COMM_NULL` and invalid ones: nothing to do).
 pub(crate) fn comm_derived(old: Handle, new: Handle) {
-    if new == MPI_COMM_NULL || with_tables(|t| t.comm_session.is_empty()) {
+    if new == MPI_COMM_NULL || with_tables(|t| t.comm_session.is_empty()).unwrap_or(true) {
         return;
     }
     let (Ok(old), Ok(new)) = (communicator(old), communicator(new)) else {
@@ -302,7 +305,8 @@ pub(crate) fn comm_derived(old: Handle, new: Handle) {
         if let Some(&s) = t.comm_session.get(&old.context_id()) {
             t.comm_session.insert(new.context_id(), s);
         }
-    });
+    })
+    .ok();
 }
 
 /// Communicator `c` is being freed: its buffer is detached once its sends completed (as
@@ -312,7 +316,7 @@ pub(crate) fn comm_freed(c: &Communicator) -> MpiResult<()> {
     let pool = with_tables(|t| {
         t.comm_session.remove(&ctx);
         t.comms.remove(&ctx)
-    });
+    })?;
     pool.map_or(Ok(()), |p| p.borrow_mut().flush())
 }
 
@@ -323,7 +327,7 @@ pub(crate) fn session_finalized(session: Handle) -> MpiResult<()> {
         t.comm_session.retain(|_, s| *s != session);
         t.group_session.retain(|_, (s, _)| *s != session);
         t.sessions.remove(&session)
-    });
+    })?;
     pool.map_or(Ok(()), |p| p.borrow_mut().flush())
 }
 
@@ -342,7 +346,7 @@ pub(crate) fn world_finalized() -> MpiResult<()> {
         // anyway); its sends complete now.
         pools.extend(t.process.clone());
         pools
-    });
+    })?;
     let mut first_err = None;
     for p in pools {
         if let Err(e) = p.borrow_mut().flush() {
@@ -390,7 +394,7 @@ impl Owner {
     }
 
     fn attached(self) -> MpiResult<PoolRef> {
-        with_tables(|t| self.get(t).cloned()).ok_or_else(|| {
+        with_tables(|t| self.get(t).cloned())?.ok_or_else(|| {
             MpiError::new(
                 MPI_ERR_BUFFER,
                 format!("no buffer is attached to {}", self.what()),
@@ -418,7 +422,7 @@ pub(crate) fn attach(owner: Owner, buffer: *mut c_void, size: MPI_Count) -> MpiR
             Owner::Process => t.process.replace(pool),
         };
         Ok(())
-    })
+    })?
 }
 
 /// Detach `owner`'s buffer once its sends completed: its address and size. `fits` checks
@@ -439,7 +443,7 @@ pub(crate) fn detach(
         Owner::Comm(c) => t.comms.remove(&c),
         Owner::Session(s) => t.sessions.remove(&s),
         Owner::Process => t.process.take(),
-    });
+    })?;
     Ok(given)
 }
 

@@ -158,7 +158,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
             }
             Ok(())
         })?;
-        if super::session::live() > 0 {
+        if super::session::live()? > 0 {
             // Sessions still use the runtime: the last MPI_Session_finalize ends it.
             state::set_phase(Phase::Finalized);
             return Ok(());
@@ -787,11 +787,10 @@ pub extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
     MPI_SUCCESS
 }
 
-thread_local! {
-    /// The blocks `MPI_Alloc_mem` handed out and not yet freed.
-    static ALLOCATED: std::cell::RefCell<std::collections::HashSet<usize>> =
-        std::cell::RefCell::new(std::collections::HashSet::new());
-}
+/// The blocks `MPI_Alloc_mem` handed out and not yet freed (process-wide: see
+/// [`state::Confined`]; a block may be freed by another thread).
+static ALLOCATED: state::Confined<std::collections::HashSet<usize>> =
+    state::Confined::new("MPI_Alloc_mem blocks");
 
 /// `MPI_Alloc_mem`: `size` bytes from the C heap (rmca needs no special memory: its
 /// transports register what they send themselves); no info hint applies.
@@ -818,7 +817,11 @@ pub unsafe extern "C" fn MPI_Alloc_mem(
                 format!("MPI_Alloc_mem of {n} B: out of memory"),
             ));
         }
-        ALLOCATED.with(|a| a.borrow_mut().insert(p as usize));
+        if let Err(e) = ALLOCATED.with(|a| a.insert(p as usize)) {
+            // SAFETY: `p` came from malloc just above and was handed out to nobody.
+            unsafe { libc::free(p) };
+            return Err(e);
+        }
         // SAFETY: MPI_Alloc_mem's contract: `baseptr` is a `void **` (non-null, checked).
         unsafe { baseptr.cast::<*mut c_void>().write(p) };
         Ok(())
@@ -833,7 +836,7 @@ pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
         if base.is_null() {
             return Ok(());
         }
-        if !ALLOCATED.with(|a| a.borrow_mut().remove(&(base as usize))) {
+        if !ALLOCATED.with(|a| a.remove(&(base as usize)))? {
             return Err(MpiError::new(
                 MPI_ERR_BASE,
                 format!("{base:p} is not a block MPI_Alloc_mem returned (or it was freed)"),

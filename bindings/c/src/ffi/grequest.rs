@@ -11,7 +11,7 @@
 //! call other MPI functions, which are refused there (as from an error handler).
 #![allow(non_snake_case)]
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
@@ -20,7 +20,7 @@ use rmca::raw;
 
 use super::{call, empty_status, put};
 use crate::abi::*;
-use crate::state::{self, MpiError, ReqEntry, ReqState};
+use crate::state::{self, Confined, MpiError, ReqEntry, ReqState};
 use rmca_mpi_export::export;
 
 /// `MPI_Grequest_query_function`.
@@ -30,13 +30,11 @@ pub type FreeFn = unsafe extern "C" fn(extra_state: *mut c_void) -> c_int;
 /// `MPI_Grequest_cancel_function`.
 pub type CancelFn = unsafe extern "C" fn(extra_state: *mut c_void, complete: c_int) -> c_int;
 
-thread_local! {
-    /// The completion flag of each generalized request not yet completed by the program, by
-    /// request handle (MPI is called from the thread that initialized it only). Reached
-    /// through this table, not the request entry: the program may free the request before
-    /// completing it.
-    static PENDING: RefCell<HashMap<Handle, Rc<Cell<bool>>>> = RefCell::new(HashMap::new());
-}
+/// The completion flag of each generalized request not yet completed by the program, by
+/// request handle (process-wide: see [`Confined`]; `MPI_Grequest_complete` may come from
+/// another thread than `MPI_Grequest_start`). Reached through this table, not the request
+/// entry: the program may free the request before completing it.
+static PENDING: Confined<HashMap<Handle, Rc<Cell<bool>>>> = Confined::new("generalized requests");
 
 /// A generalized request's operation.
 #[derive(Debug)]
@@ -154,7 +152,7 @@ pub unsafe extern "C" fn MPI_Grequest_start(
             let r = raw::custom(&world, Box::new(op));
             s.add_request(ReqEntry::new(MPI_COMM_WORLD, ReqState::Active(r)))
         })?;
-        PENDING.with(|p| p.borrow_mut().insert(h, complete));
+        PENDING.with(|p| p.insert(h, complete))?;
         // SAFETY: the caller's request handle (non-null, checked).
         unsafe { put(request, h, "request") }
     })
@@ -167,7 +165,7 @@ pub unsafe extern "C" fn MPI_Grequest_complete(request: Handle) -> c_int {
     call("MPI_Grequest_complete", MPI_COMM_WORLD, || {
         // Only the thread that initialized MPI reaches the table.
         state::with(|_| Ok(()))?;
-        match PENDING.with(|p| p.borrow_mut().remove(&request)) {
+        match PENDING.with(|p| p.remove(&request))? {
             Some(flag) => {
                 flag.set(true);
                 // Freed by MPI_Request_free before it completed: its free function is called

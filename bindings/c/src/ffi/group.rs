@@ -2,14 +2,13 @@
 //! cancelling requests (`MPI_Cancel`, `MPI_Test_cancelled`).
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::ffi::c_int;
 
 use rmca::{Comparison, Group};
 
 use super::{call, communicator, put};
 use crate::abi::*;
-use crate::state::{self, CommEntry, MpiError, MpiResult, ReqState};
+use crate::state::{self, CommEntry, Confined, MpiError, MpiResult, ReqState};
 use rmca_mpi_export::export;
 
 /// `MPI_GROUP_NULL` and `MPI_GROUP_EMPTY` (standard ABI values).
@@ -19,9 +18,8 @@ pub const MPI_GROUP_EMPTY: Handle = 0x109;
 pub const GROUP_BASE: Handle = DYNAMIC_BASE * 5;
 const MAX_GROUPS: usize = DYNAMIC_BASE;
 
-thread_local! {
-    static GROUPS: RefCell<Vec<Option<Group>>> = const { RefCell::new(Vec::new()) };
-}
+/// The groups, by handle less [`GROUP_BASE`] (process-wide: see [`Confined`]).
+static GROUPS: Confined<Vec<Option<Group>>> = Confined::new("groups");
 
 fn bad_group(h: Handle) -> MpiError {
     let what = if h == MPI_GROUP_NULL {
@@ -47,7 +45,7 @@ pub(crate) fn group(h: Handle) -> MpiResult<Group> {
         .filter(|&i| i < MAX_GROUPS)
         .ok_or_else(|| bad_group(h))?;
     GROUPS
-        .with(|g| g.borrow().get(i).cloned().flatten())
+        .with(|g| g.get(i).cloned().flatten())?
         .ok_or_else(|| bad_group(h))
 }
 
@@ -63,14 +61,8 @@ pub(crate) fn add_group(g: Group, out: *mut Handle) -> MpiResult<()> {
         return unsafe { put(out, MPI_GROUP_EMPTY, "newgroup") };
     }
     let h = GROUPS.with(|t| {
-        super::table_insert(
-            &mut t.borrow_mut(),
-            g,
-            (GROUP_BASE, MAX_GROUPS),
-            "groups",
-            "MPI_Group_free",
-        )
-    })?;
+        super::table_insert(t, g, (GROUP_BASE, MAX_GROUPS), "groups", "MPI_Group_free")
+    })??;
     // SAFETY: non-null (checked), the caller's handle.
     unsafe { put(out, h, "newgroup") }
 }
@@ -278,7 +270,7 @@ pub unsafe extern "C" fn MPI_Group_free(g: *mut Handle) -> c_int {
             return Ok(());
         }
         group(h)?;
-        GROUPS.with(|t| t.borrow_mut()[h - GROUP_BASE] = None);
+        GROUPS.with(|t| t[h - GROUP_BASE] = None)?;
         // SAFETY: as above.
         unsafe { g.write(MPI_GROUP_NULL) };
         Ok(())

@@ -4,13 +4,12 @@
 //! message naming the call.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
 
 use super::{call, put, put_string};
 use crate::abi::*;
-use crate::state::{self, MpiError, MpiResult};
+use crate::state::{self, Confined, MpiError, MpiResult};
 use rmca_mpi_export::export;
 
 /// Handles of info objects: this plus an index.
@@ -31,9 +30,9 @@ pub const MPI_ERR_WIN: c_int = 56;
 /// `MPI_Info_get_nthkey` counts in).
 type Entries = Vec<(String, String)>;
 
-thread_local! {
-    static INFOS: RefCell<Vec<Option<Entries>>> = const { RefCell::new(Vec::new()) };
-}
+/// The info objects, by handle less [`INFO_BASE`] (process-wide, usable before `MPI_Init`:
+/// see [`Confined`]).
+static INFOS: Confined<Vec<Option<Entries>>> = Confined::new("info objects");
 
 fn info_error(h: Handle) -> MpiError {
     let what = if h == MPI_INFO_NULL {
@@ -69,23 +68,23 @@ fn with_info<R>(
         .checked_sub(INFO_BASE)
         .filter(|&i| i < MAX_INFOS)
         .ok_or_else(|| info_error(h))?;
-    INFOS.with(|t| match t.borrow_mut().get_mut(i) {
+    INFOS.with(|t| match t.get_mut(i) {
         Some(Some(e)) => f(e),
         _ => Err(info_error(h)),
-    })
+    })?
 }
 
 /// Store a new info object; its handle.
 fn add(e: Entries) -> MpiResult<Handle> {
     INFOS.with(|t| {
         super::table_insert(
-            &mut t.borrow_mut(),
+            t,
             e,
             (INFO_BASE, MAX_INFOS),
             "info objects",
             "MPI_Info_free",
         )
-    })
+    })?
 }
 
 /// A C string argument (a key or a value) of at most `max` bytes.
@@ -322,7 +321,7 @@ pub unsafe extern "C" fn MPI_Info_free(info: *mut Handle) -> c_int {
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { info.read() };
         with_info(h, true, |_| Ok(()))?;
-        INFOS.with(|t| t.borrow_mut()[h - INFO_BASE] = None);
+        INFOS.with(|t| t[h - INFO_BASE] = None)?;
         // SAFETY: as above.
         unsafe { info.write(MPI_INFO_NULL) };
         Ok(())
@@ -345,27 +344,26 @@ pub fn entries_of(h: Handle) -> MpiResult<Vec<(String, String)>> {
 
 // ---- info hints of communicators ----
 
-thread_local! {
-    /// The hints set on each communicator (`MPI_Comm_set_info`, `MPI_Comm_dup_with_info`,
-    /// inherited by `MPI_Comm_dup`), by handle: those of [`COMM_HINTS`], which
-    /// `MPI_Comm_get_info` returns.
-    static COMM_INFOS: RefCell<HashMap<Handle, Entries>> = RefCell::new(HashMap::new());
-}
+/// The hints set on each communicator (`MPI_Comm_set_info`, `MPI_Comm_dup_with_info`,
+/// inherited by `MPI_Comm_dup`), by handle: those of [`COMM_HINTS`], which
+/// `MPI_Comm_get_info` returns.
+static COMM_INFOS: Confined<HashMap<Handle, Entries>> = Confined::new("communicator hints");
 
 /// `new`, a duplicate of `old`, gets its hints.
-pub fn comm_info_copy(old: Handle, new: Handle) {
+pub fn comm_info_copy(old: Handle, new: Handle) -> MpiResult<()> {
     COMM_INFOS.with(|t| {
-        let mut t = t.borrow_mut();
         match t.get(&old).cloned() {
             Some(e) => t.insert(new, e),
             None => t.remove(&new),
         };
-    });
+    })
 }
 
 /// `comm` is freed: its hints go.
-pub fn comm_info_drop(comm: Handle) {
-    COMM_INFOS.with(|t| t.borrow_mut().remove(&comm));
+pub fn comm_info_drop(comm: Handle) -> MpiResult<()> {
+    COMM_INFOS.with(|t| {
+        t.remove(&comm);
+    })
 }
 
 /// The communicator hints MPI defines (the assertions of MPI 4.0 section 7.4.4): rmca keeps
@@ -387,10 +385,9 @@ fn comm_hints(mut e: Entries) -> Entries {
 
 /// Set the hints of `comm` (those not in `entries` keep their values; unknown keys are
 /// ignored).
-fn comm_info_set(comm: Handle, entries: Entries) {
+fn comm_info_set(comm: Handle, entries: Entries) -> MpiResult<()> {
     let entries = comm_hints(entries);
     COMM_INFOS.with(|t| {
-        let mut t = t.borrow_mut();
         let hints = t.entry(comm).or_default();
         for (k, v) in entries {
             match hints.iter_mut().find(|(hk, _)| *hk == k) {
@@ -398,7 +395,7 @@ fn comm_info_set(comm: Handle, entries: Entries) {
                 None => hints.push((k, v)),
             }
         }
-    });
+    })
 }
 
 fn check_comm(comm: Handle) -> MpiResult<()> {
@@ -412,8 +409,7 @@ pub unsafe extern "C" fn MPI_Comm_set_info(comm: Handle, info: Handle) -> c_int 
     call("MPI_Comm_set_info", comm, || {
         check_comm(comm)?;
         let e = entries_of(info)?;
-        comm_info_set(comm, e);
-        Ok(())
+        comm_info_set(comm, e)
     })
 }
 
@@ -425,7 +421,7 @@ pub unsafe extern "C" fn MPI_Comm_get_info(comm: Handle, info_used: *mut Handle)
         if info_used.is_null() {
             return Err(super::null_argument("info_used"));
         }
-        let e = COMM_INFOS.with(|t| t.borrow().get(&comm).cloned().unwrap_or_default());
+        let e = COMM_INFOS.with(|t| t.get(&comm).cloned().unwrap_or_default())?;
         let h = add(e)?;
         // SAFETY: non-null, the caller's handle.
         unsafe { put(info_used, h, "info_used") }
@@ -473,7 +469,9 @@ unsafe fn dup_with_info(
     if let Some(e) = hints.take() {
         // SAFETY: written by MPI_Comm_dup.
         let new = unsafe { newcomm.read() };
-        COMM_INFOS.with(|t| t.borrow_mut().insert(new, e));
+        if let Err(e) = COMM_INFOS.with(|t| t.insert(new, e)) {
+            return super::raise(fname, comm, e);
+        }
     }
     MPI_SUCCESS
 }
@@ -516,7 +514,7 @@ impl DupStaged {
                 // Runs under the completion call: a delete callback calling MPI gets an
                 // error (a failed agreement is rare: a peer failed, or no id is left).
                 let _ = super::attr::delete_all(super::attr::Kind::Comm, self.handle);
-                comm_info_drop(self.handle);
+                let _ = comm_info_drop(self.handle);
                 let _ = s.free_comm(self.handle);
                 MPI_COMM_NULL
             }
@@ -568,7 +566,7 @@ unsafe fn idup(
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { super::attr::comm_dup(comm, h, newcomm)? };
         if let Some(e) = hints {
-            COMM_INFOS.with(|t| t.borrow_mut().insert(h, e));
+            COMM_INFOS.with(|t| t.insert(h, e))?;
         }
         let staged = DupStaged {
             result,

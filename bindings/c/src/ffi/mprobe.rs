@@ -4,7 +4,6 @@
 //! received.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 
 use rmca::raw;
@@ -15,7 +14,7 @@ use super::types::Ty;
 use super::Staged;
 use super::{call, empty_status, outcome, put, recv_data_n, recv_tag, source};
 use crate::abi::*;
-use crate::state::{self, MpiError, MpiResult, ReqEntry, ReqState};
+use crate::state::{self, Confined, MpiError, MpiResult, ReqEntry, ReqState};
 use rmca_mpi_export::export;
 
 /// `MPI_MESSAGE_NULL` (the standard ABI's value, as in `mpi.h`).
@@ -34,23 +33,21 @@ struct Matched {
     message: rmca::Message,
 }
 
-thread_local! {
-    /// The matched messages not yet received. MPI is called from the thread that
-    /// initialized it only (see `state`), so the table is that thread's.
-    static MESSAGES: RefCell<Vec<Option<Matched>>> = const { RefCell::new(Vec::new()) };
-}
+/// The matched messages not yet received, by handle less [`MESSAGE_BASE`] (process-wide:
+/// see [`Confined`]; a thread may receive a message another one probed).
+static MESSAGES: Confined<Vec<Option<Matched>>> = Confined::new("matched messages");
 
 /// Keep `m` (probed on `comm`): its handle.
 fn insert(comm: Handle, message: rmca::Message) -> MpiResult<Handle> {
     MESSAGES.with(|t| {
         super::table_insert(
-            &mut t.borrow_mut(),
+            t,
             Matched { comm, message },
             (MESSAGE_BASE, MAX_MESSAGES),
             "matched messages not yet received",
             "MPI_Mrecv",
         )
-    })
+    })?
 }
 
 /// What a message handle names.
@@ -65,10 +62,10 @@ fn take(h: Handle) -> MpiResult<Taken> {
     if h == MPI_MESSAGE_NO_PROC {
         return Ok(Taken::NoProc);
     }
-    let found = h
-        .checked_sub(MESSAGE_BASE)
-        .filter(|&i| i < MAX_MESSAGES)
-        .and_then(|i| MESSAGES.with(|t| t.borrow_mut().get_mut(i).and_then(Option::take)));
+    let found = match h.checked_sub(MESSAGE_BASE).filter(|&i| i < MAX_MESSAGES) {
+        Some(i) => MESSAGES.with(|t| t.get_mut(i).and_then(Option::take))?,
+        None => None,
+    };
     match found {
         Some(m) => Ok(Taken::Message(m.comm, m.message)),
         None => Err(MpiError::new(
@@ -165,7 +162,12 @@ pub unsafe extern "C" fn MPI_Improbe(
 /// The communicator whose error handler a receive of message `h` reports to.
 fn comm_of(h: Handle) -> Handle {
     h.checked_sub(MESSAGE_BASE)
-        .and_then(|i| MESSAGES.with(|t| t.borrow().get(i).and_then(|m| m.as_ref().map(|m| m.comm))))
+        .and_then(|i| {
+            MESSAGES
+                .with(|t| t.get(i).and_then(|m| m.as_ref().map(|m| m.comm)))
+                .ok()
+                .flatten()
+        })
         .unwrap_or(MPI_COMM_WORLD)
 }
 

@@ -7,7 +7,6 @@
 //! elements at once, as MPI intends), whatever the size of an element.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 
 use bytemuck::Pod;
@@ -20,7 +19,7 @@ use super::types::Ty;
 use super::{call, put};
 use crate::abi::*;
 use crate::dtype::{self, Elem};
-use crate::state::{self, MpiError, MpiResult};
+use crate::state::{self, Confined, MpiError, MpiResult};
 use rmca_mpi_export::export;
 
 /// `MPI_User_function`.
@@ -70,9 +69,8 @@ struct UserOpEntry {
     commutative: bool,
 }
 
-thread_local! {
-    static OPS: RefCell<Vec<Option<UserOpEntry>>> = const { RefCell::new(Vec::new()) };
-}
+/// The user operations, by handle less [`OP_BASE`] (process-wide: see [`Confined`]).
+static OPS: Confined<Vec<Option<UserOpEntry>>> = Confined::new("user operations");
 
 /// The value of a value-index pair type; the index is a C `int` at `index_at`.
 #[derive(Clone, Copy, Debug)]
@@ -211,7 +209,7 @@ fn user_op(op: Handle) -> MpiResult<Option<UserOpEntry>> {
     let Some(i) = op.checked_sub(OP_BASE).filter(|&i| i < MAX_OPS) else {
         return Ok(None);
     };
-    OPS.with(|o| o.borrow().get(i).copied().flatten())
+    OPS.with(|o| o.get(i).copied().flatten())?
         .map(Some)
         .ok_or_else(|| {
             op_error(format!(
@@ -670,13 +668,13 @@ fn op_create(f: Option<AnyUserFn>, commute: c_int, op: *mut Handle) -> MpiResult
     };
     let h = OPS.with(|o| {
         super::table_insert(
-            &mut o.borrow_mut(),
+            o,
             entry,
             (OP_BASE, MAX_OPS),
             "user operations",
             "MPI_Op_free",
         )
-    })?;
+    })??;
     // SAFETY: non-null, the caller's handle.
     unsafe { put(op, h, "op") }
 }
@@ -787,7 +785,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: *mut Handle) -> c_int {
                 "invalid operation {h:#x}: not one created by MPI_Op_create"
             ))
         })?;
-        OPS.with(|o| o.borrow_mut()[h - OP_BASE] = None);
+        OPS.with(|o| o[h - OP_BASE] = None)?;
         // SAFETY: as above.
         unsafe { op.write(MPI_OP_NULL) };
         Ok(())

@@ -157,7 +157,7 @@ fn buffered_send(
     tag: c_int,
 ) -> MpiResult<()> {
     // The communicator's buffer, else its session's, else the process's.
-    let pool = super::buffers::pool_for(c).ok_or_else(|| {
+    let pool = super::buffers::pool_for(c)?.ok_or_else(|| {
         MpiError::new(
             MPI_ERR_BUFFER,
             "MPI_Bsend without an attached buffer: call MPI_Buffer_attach first",

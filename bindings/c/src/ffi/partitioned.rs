@@ -9,7 +9,6 @@
 //! round, the completion calls end it, `MPI_Request_free` frees them.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
@@ -19,7 +18,9 @@ use super::p2p::count_c;
 use super::types::Ty;
 use super::{call, dest, put, recv_tag, send_tag, source};
 use crate::abi::*;
-use crate::state::{self, MpiError, MpiResult, Persistent, ReqEntry, ReqState, SendKind, State};
+use crate::state::{
+    self, Confined, MpiError, MpiResult, Persistent, ReqEntry, ReqState, SendKind, State,
+};
 use rmca_mpi_export::export;
 
 /// The peer of a partitioned request's placeholder [`Persistent`] entry: no rank or
@@ -41,11 +42,8 @@ struct Plan {
     channel: c_int,
 }
 
-thread_local! {
-    /// The partitioned requests, by request handle (MPI is called from the thread that
-    /// initialized it only).
-    static PLANS: RefCell<HashMap<Handle, Plan>> = RefCell::new(HashMap::new());
-}
+/// The partitioned requests, by request handle (process-wide: see [`Confined`]).
+static PLANS: Confined<HashMap<Handle, Plan>> = Confined::new("partitioned requests");
 
 /// Whether the persistent arguments `p` are a partitioned request's placeholder.
 pub(crate) fn is_partitioned(p: &Persistent) -> bool {
@@ -61,9 +59,10 @@ pub(crate) fn is_partitioned(p: &Persistent) -> bool {
     )
 }
 
-/// Forget request `h` (freed).
+/// Forget request `h` (freed; by the call freeing it, which owns the library: the table
+/// cannot refuse).
 pub(crate) fn forget(h: Handle) {
-    let _ = PLANS.try_with(|p| p.borrow_mut().remove(&h));
+    let _ = PLANS.with(|p| p.remove(&h));
 }
 
 /// A round of a partitioned send: waiting for its partitions, then the send.
@@ -201,7 +200,7 @@ impl raw::CustomOp for PRecv {
 
 /// Start a round of partitioned request `h` (`MPI_Start`): its state.
 pub(crate) fn start(c: &rmca::Communicator, h: Handle) -> MpiResult<ReqState> {
-    let plan = PLANS.with(|p| p.borrow().get(&h).copied()).ok_or_else(|| {
+    let plan = PLANS.with(|p| p.get(&h).copied())?.ok_or_else(|| {
         MpiError::new(
             MPI_ERR_REQUEST,
             "internal: a partitioned request without its arguments",
@@ -334,7 +333,7 @@ fn init(
             persistent: Some(Box::new(placeholder)),
         })
     })?;
-    PLANS.with(|p| p.borrow_mut().insert(h, plan));
+    PLANS.with(|p| p.insert(h, plan))?;
     // SAFETY: the caller's request handle (non-null, checked).
     unsafe { put(request, h, "request") }
 }
@@ -488,7 +487,7 @@ pub unsafe extern "C" fn MPI_Parrived(
         if flag.is_null() {
             return Err(super::null_argument("flag"));
         }
-        let plan = PLANS.with(|p| p.borrow().get(&request).copied());
+        let plan = PLANS.with(|p| p.get(&request).copied())?;
         if let Some(p) = plan.filter(|p| !p.send) {
             if !matches!(usize::try_from(partition), Ok(k) if k < p.partitions) {
                 return Err(MpiError::new(

@@ -7,14 +7,13 @@
 //! ends the world model). rmca has two process sets: `mpi://WORLD` and `mpi://SELF`.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 
 use super::group::{add_group, group};
 use super::inter::{add_comm, c_str, comm_entry};
 use super::{call, communicator, put};
 use crate::abi::*;
-use crate::state::{self, ErrHandler, MpiError, MpiResult, Phase, State};
+use crate::state::{self, Confined, ErrHandler, MpiError, MpiResult, Phase, State};
 use rmca_mpi_export::export;
 
 /// Handles of sessions: this plus an index.
@@ -33,13 +32,12 @@ struct Session {
     errhandler: ErrHandler,
 }
 
-thread_local! {
-    static SESSIONS: RefCell<Vec<Option<Session>>> = const { RefCell::new(Vec::new()) };
-}
+/// The sessions, by handle less [`SESSION_BASE`] (process-wide: see [`Confined`]).
+static SESSIONS: Confined<Vec<Option<Session>>> = Confined::new("sessions");
 
 /// Sessions initialized and not finalized.
-pub(crate) fn live() -> usize {
-    SESSIONS.with(|t| t.borrow().iter().flatten().count())
+pub(crate) fn live() -> MpiResult<usize> {
+    SESSIONS.with(|t| t.iter().flatten().count())
 }
 
 fn bad_session(h: Handle) -> MpiError {
@@ -60,14 +58,17 @@ pub(crate) fn index(h: Handle) -> MpiResult<usize> {
         .filter(|&i| i < MAX_SESSIONS)
         .ok_or_else(|| bad_session(h))?;
     SESSIONS
-        .with(|t| t.borrow().get(i).is_some_and(Option::is_some))
+        .with(|t| t.get(i).is_some_and(Option::is_some))?
         .then_some(i)
         .ok_or_else(|| bad_session(h))
 }
 
 fn errhandler_of(h: Handle) -> Option<ErrHandler> {
     let i = index(h).ok()?;
-    SESSIONS.with(|t| t.borrow()[i].as_ref().map(|s| s.errhandler))
+    SESSIONS
+        .with(|t| t[i].as_ref().map(|s| s.errhandler))
+        .ok()
+        .flatten()
 }
 
 /// Run `f`, handing an error to error handler `eh` (a handle) with `obj` (the session, or the
@@ -110,8 +111,35 @@ pub(crate) fn on_session(
     call_eh(fname, eh, session, f)
 }
 
-/// Start the runtime for the sessions model if nothing started it yet.
-fn start_runtime() -> MpiResult<()> {
+/// The names of the thread levels, as the `thread_level` info key spells them.
+const LEVELS: [(c_int, &str); 4] = [
+    (MPI_THREAD_SINGLE, "MPI_THREAD_SINGLE"),
+    (MPI_THREAD_FUNNELED, "MPI_THREAD_FUNNELED"),
+    (MPI_THREAD_SERIALIZED, "MPI_THREAD_SERIALIZED"),
+    (MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE"),
+];
+
+/// The thread level `info`'s `thread_level` key asks for (`MPI_THREAD_FUNNELED` without it).
+fn requested_level(info: Handle) -> MpiResult<c_int> {
+    let entries = super::info::entries_of(info)?;
+    let Some((_, v)) = entries.iter().find(|(k, _)| k == "thread_level") else {
+        return Ok(MPI_THREAD_FUNNELED);
+    };
+    LEVELS
+        .iter()
+        .find(|(_, name)| name.eq_ignore_ascii_case(v.trim()))
+        .map(|&(l, _)| l)
+        .ok_or_else(|| {
+            MpiError::new(
+                MPI_ERR_ARG,
+                format!("info key thread_level is {v:?}: MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE"),
+            )
+        })
+}
+
+/// Start the runtime for the sessions model if nothing started it yet, at the thread level
+/// `info` asks for.
+fn start_runtime(info: Handle) -> MpiResult<()> {
     match state::phase() {
         Phase::Running => return Ok(()),
         Phase::Finalized if state::installed() => return Ok(()),
@@ -124,20 +152,21 @@ fn start_runtime() -> MpiResult<()> {
         Phase::Before if state::installed() => return Ok(()),
         Phase::Before => {}
     }
+    let level = requested_level(info)?;
     let universe = rmca::init().map_err(MpiError::from)?;
     let world = universe.world();
     // As MPI_Init does: MPI_COMM_SELF made once, collectively, now.
     let self_comm = world
         .split(Some(world.rank() as u32), 0)?
         .ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "split left this process out"))?;
-    state::install_for_sessions(universe, self_comm, MPI_THREAD_FUNNELED);
+    state::install_for_sessions(universe, self_comm, level);
     Ok(())
 }
 
 /// `MPI_Session_init`: starts the runtime unless `MPI_Init` or another session did.
 #[export]
 pub unsafe extern "C" fn MPI_Session_init(
-    _info: Handle,
+    info: Handle,
     errhandler: Handle,
     session: *mut Handle,
 ) -> c_int {
@@ -145,19 +174,28 @@ pub unsafe extern "C" fn MPI_Session_init(
         if session.is_null() {
             return Err(super::null_argument("session"));
         }
-        start_runtime()?;
-        let eh = state::with(|s| s.errhandler(errhandler))?;
-        let h = SESSIONS.with(|t| {
-            super::table_insert(
-                &mut t.borrow_mut(),
-                Session { errhandler: eh },
-                (SESSION_BASE, MAX_SESSIONS),
-                "sessions",
-                "MPI_Session_finalize",
-            )
-        })?;
-        // SAFETY: non-null (checked), the caller's handle.
-        unsafe { put(session, h, "session") }
+        start_runtime(info)?;
+        let rest = || {
+            let eh = state::with(|s| s.errhandler(errhandler))?;
+            let h = SESSIONS.with(|t| {
+                super::table_insert(
+                    t,
+                    Session { errhandler: eh },
+                    (SESSION_BASE, MAX_SESSIONS),
+                    "sessions",
+                    "MPI_Session_finalize",
+                )
+            })??;
+            // SAFETY: non-null (checked), the caller's handle.
+            unsafe { put(session, h, "session") }
+        };
+        // A runtime this call started at MPI_THREAD_MULTIPLE belongs to the process lock
+        // already: the rest of the call takes it, as the entry points do.
+        if state::owned() || state::thread_level() != MPI_THREAD_MULTIPLE {
+            rest()
+        } else {
+            state::entered(rest)
+        }
     })
 }
 
@@ -179,10 +217,10 @@ pub unsafe extern "C" fn MPI_Session_finalize(session: *mut Handle) -> c_int {
         let i = index(h)?;
         // Its buffer is detached once its sends completed (as MPICH does).
         super::buffers::session_finalized(h)?;
-        SESSIONS.with(|t| t.borrow_mut()[i] = None);
+        SESSIONS.with(|t| t[i] = None)?;
         // SAFETY: as above.
         unsafe { session.write(MPI_SESSION_NULL) };
-        if live() == 0 && state::phase() != Phase::Running {
+        if live()? == 0 && state::phase() != Phase::Running {
             let state = state::take().ok_or_else(state::not_running)?;
             state::set_phase(Phase::Finalized);
             let State { universe, .. } = state;
@@ -282,12 +320,18 @@ pub unsafe extern "C" fn MPI_Session_get_pset_info(
     })
 }
 
-/// `MPI_Session_get_info`: the thread support level.
+/// `MPI_Session_get_info`: the thread support level (the runtime's: the first session's, or
+/// `MPI_Init_thread`'s).
 #[export]
 pub unsafe extern "C" fn MPI_Session_get_info(session: Handle, info_used: *mut Handle) -> c_int {
     on_session("MPI_Session_get_info", session, || {
         index(session)?;
-        let h = super::info::new_info(vec![("thread_level".into(), "MPI_THREAD_FUNNELED".into())])?;
+        let level = state::thread_level();
+        let name = LEVELS
+            .iter()
+            .find(|&&(l, _)| l == level)
+            .map_or("MPI_THREAD_SINGLE", |&(_, n)| n);
+        let h = super::info::new_info(vec![("thread_level".into(), name.into())])?;
         // SAFETY: the caller's handle.
         unsafe { put(info_used, h, "info_used") }
     })
@@ -300,11 +344,10 @@ pub unsafe extern "C" fn MPI_Session_set_errhandler(session: Handle, errhandler:
         let i = index(session)?;
         let eh = state::with(|s| s.errhandler(errhandler))?;
         SESSIONS.with(|t| {
-            if let Some(s) = t.borrow_mut()[i].as_mut() {
+            if let Some(s) = t[i].as_mut() {
                 s.errhandler = eh;
             }
-        });
-        Ok(())
+        })
     })
 }
 

@@ -307,7 +307,10 @@ unsafe fn out_indices(len: c_int, indices: *mut c_int, items: &[usize]) -> TResu
 // ---- Life cycle -------------------------------------------------------------------------
 
 /// `MPI_T_init_thread`: start (or count one more user of) the tool interface; callable
-/// before `MPI_Init` and after `MPI_Finalize`. Provides up to `MPI_THREAD_FUNNELED`, as MPI.
+/// before `MPI_Init` and after `MPI_Finalize`. Provides the level asked for, up to
+/// `MPI_THREAD_MULTIPLE`: the interface's own state is under one mutex, and what it reads of
+/// the runtime it reads through the library state's owner check (a thread the MPI level does
+/// not let in reads the values of before `MPI_Init` instead).
 #[export]
 pub unsafe extern "C" fn MPI_T_init_thread(required: c_int, provided: *mut c_int) -> c_int {
     let r = catch_unwind(AssertUnwindSafe(|| -> TResult<()> {
@@ -340,11 +343,7 @@ pub unsafe extern "C" fn MPI_T_init_thread(required: c_int, provided: *mut c_int
             }
         }
         epoch();
-        let level = if required >= MPI_THREAD_FUNNELED {
-            MPI_THREAD_FUNNELED
-        } else {
-            MPI_THREAD_SINGLE
-        };
+        let level = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_MULTIPLE);
         // SAFETY: `provided` is null or the caller's int.
         unsafe { out(provided, level) };
         Ok(())

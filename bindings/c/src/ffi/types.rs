@@ -18,7 +18,7 @@ use std::rc::Rc;
 use super::{call, put};
 use crate::abi::*;
 use crate::dtype::{self, Class};
-use crate::state::{self, MpiError, MpiResult};
+use crate::state::{self, Confined, MpiError, MpiResult};
 use rmca_mpi_export::export;
 
 /// Handles of derived datatypes: this plus an index (between the error handlers' range and
@@ -85,9 +85,8 @@ pub struct Derived {
     pub permanent: bool,
 }
 
-thread_local! {
-    static TYPES: RefCell<Vec<Option<Rc<Derived>>>> = const { RefCell::new(Vec::new()) };
-}
+/// The derived datatypes, by handle less [`TYPE_BASE`] (process-wide: see [`Confined`]).
+static TYPES: Confined<Vec<Option<Rc<Derived>>>> = Confined::new("derived datatypes");
 
 /// A datatype as the calls see it.
 #[derive(Clone)]
@@ -175,7 +174,9 @@ fn elem_size(h: Handle) -> usize {
 }
 
 impl Ty {
-    /// The datatype behind `h`, committed or not.
+    /// The datatype behind `h`, committed or not. Inlined: on the per-message path (through
+    /// [`Ty::for_use`]), where a call returning the `Ty` through memory cost 25 instructions.
+    #[inline(always)]
     pub fn lookup(h: Handle) -> MpiResult<Ty> {
         if let Some(t) = dtype::lookup(h) {
             return Ok(Ty::Predefined(h, t));
@@ -185,7 +186,7 @@ impl Ty {
             .filter(|&i| i < MAX_TYPES)
             .ok_or_else(|| bad_type(h))?;
         TYPES
-            .with(|t| t.borrow().get(i).cloned().flatten())
+            .with(|t| t.get(i).cloned().flatten())?
             .map(Ty::Derived)
             .ok_or_else(|| bad_type(h))
     }
@@ -507,13 +508,13 @@ fn concat(blocks: &[(usize, &Ty)]) -> Option<Vec<(Handle, usize)>> {
 pub(crate) fn add(d: Rc<Derived>) -> MpiResult<Handle> {
     TYPES.with(|t| {
         super::table_insert(
-            &mut t.borrow_mut(),
+            t,
             d,
             (TYPE_BASE, MAX_TYPES),
             "derived datatypes",
             "MPI_Type_free",
         )
-    })
+    })?
 }
 
 /// A constructor's layout error in MPI terms.
@@ -1240,7 +1241,7 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
             ));
         };
         super::attr::type_freed(h)?;
-        TYPES.with(|t| t.borrow_mut()[i] = None);
+        TYPES.with(|t| t[i] = None)?;
         // SAFETY: as above.
         unsafe { datatype.write(MPI_DATATYPE_NULL) };
         Ok(())
@@ -1341,10 +1342,9 @@ pub(crate) fn base_of(t: &Ty) -> Option<Handle> {
 }
 
 /// The handle of derived type `d`, if it has one.
-pub(crate) fn handle_of(d: &Rc<Derived>) -> Option<Handle> {
+pub(crate) fn handle_of(d: &Rc<Derived>) -> MpiResult<Option<Handle>> {
     TYPES.with(|t| {
-        t.borrow()
-            .iter()
+        t.iter()
             .position(|x| x.as_ref().is_some_and(|x| Rc::ptr_eq(x, d)))
             .map(|i| TYPE_BASE + i)
     })

@@ -3,7 +3,6 @@
 //! element counts, `MPI_Type_create_darray`, and the type-matching calls.
 #![allow(non_snake_case)]
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::rc::Rc;
@@ -14,7 +13,7 @@ use super::types::{
 use super::{call, put};
 use crate::abi::*;
 use crate::dtype;
-use crate::state::{self, MpiError, MpiResult};
+use crate::state::{self, Confined, MpiError, MpiResult};
 use rmca_mpi_export::export;
 
 /// A packing position or buffer size: `int` (`MPI_Pack`), `MPI_Aint` (`MPI_Pack_external`)
@@ -765,10 +764,9 @@ pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut 
     })
 }
 
-thread_local! {
-    /// Names given to predefined datatypes with `MPI_Type_set_name`.
-    static PREDEFINED_NAMES: RefCell<HashMap<Handle, String>> = RefCell::new(HashMap::new());
-}
+/// Names given to predefined datatypes with `MPI_Type_set_name`.
+static PREDEFINED_NAMES: Confined<HashMap<Handle, String>> =
+    Confined::new("predefined datatype names");
 
 /// The name `MPI_Type_get_name` gives predefined type `h`: where two standard names are one
 /// handle in the ABI, the older one, as MPICH answers (its test suite accepts it for both).
@@ -795,7 +793,7 @@ pub unsafe extern "C" fn MPI_Type_get_name(
         } else {
             match Ty::lookup(datatype)? {
                 Ty::Predefined(h, t) => PREDEFINED_NAMES
-                    .with(|n| n.borrow().get(&h).cloned())
+                    .with(|n| n.get(&h).cloned())?
                     .unwrap_or_else(|| standard_name(h, &t).to_owned()),
                 Ty::Derived(d) => d.name.borrow().clone(),
             }
@@ -834,7 +832,7 @@ pub unsafe extern "C" fn MPI_Type_set_name(datatype: Handle, name: *const c_char
             }
         };
         match t {
-            Ty::Predefined(h, _) => PREDEFINED_NAMES.with(|m| m.borrow_mut().insert(h, s)),
+            Ty::Predefined(h, _) => PREDEFINED_NAMES.with(|m| m.insert(h, s))?,
             Ty::Derived(d) => Some(d.name.replace(s)),
         };
         Ok(())
@@ -989,7 +987,7 @@ unsafe fn get_contents<N: Pos>(
                     Ty::Predefined(h, _) => *h,
                     Ty::Derived(d) if d.permanent => {
                         // The f90 types are predefined to MPI: the same handle.
-                        super::types::handle_of(d).unwrap_or(MPI_DATATYPE_NULL)
+                        super::types::handle_of(d)?.unwrap_or(MPI_DATATYPE_NULL)
                     }
                     Ty::Derived(d) => add(d.clone())?,
                 });
@@ -1342,11 +1340,9 @@ pub unsafe extern "C" fn MPI_Type_get_value_index(
     })
 }
 
-thread_local! {
-    /// The `MPI_Type_create_f90_*` types made so far, by (combiner, p, r): each request
-    /// returns the same handle, as for a predefined type.
-    static F90: RefCell<HashMap<(c_int, c_int, c_int), Handle>> = RefCell::new(HashMap::new());
-}
+/// The `MPI_Type_create_f90_*` types made so far, by (combiner, p, r): each request returns
+/// the same handle, as for a predefined type.
+static F90: Confined<HashMap<(c_int, c_int, c_int), Handle>> = Confined::new("f90 datatypes");
 
 /// The `MPI_Type_create_f90_*` calls: the first of `candidates` (predefined type, decimal
 /// precision, decimal exponent range) that meets `p` and `r` (`MPI_UNDEFINED`: any), as a
@@ -1381,7 +1377,7 @@ unsafe fn f90(
                     format!("{fname}: no predefined type has precision >= {p} and range >= {r}"),
                 )
             })?;
-        let h = match F90.with(|m| m.borrow().get(&(comb, p, r)).copied()) {
+        let h = match F90.with(|m| m.get(&(comb, p, r)).copied())? {
             Some(h) => h,
             None => {
                 let t = Ty::lookup(base)?;
@@ -1397,7 +1393,7 @@ unsafe fn f90(
                 let mut d = derived(Ok(t.layout()), Some(base), Some(vec![(base, 1)]), c)?;
                 d.permanent = true;
                 let h = add(Rc::new(d.committed()))?;
-                F90.with(|m| m.borrow_mut().insert((comb, p, r), h));
+                F90.with(|m| m.insert((comb, p, r), h))?;
                 h
             }
         };

@@ -28,7 +28,7 @@ use rmca::RawWindow;
 use super::types::Ty;
 use super::{call, invoke, put, put_string, raise};
 use crate::abi::*;
-use crate::state::{self, ErrHandler, ErrhKind, MpiError, MpiResult, ReqEntry, ReqState};
+use crate::state::{self, Confined, ErrHandler, ErrhKind, MpiError, MpiResult, ReqEntry, ReqState};
 use rmca_mpi_export::export;
 
 use super::info::{MPI_ERR_INFO, MPI_ERR_WIN};
@@ -90,9 +90,8 @@ struct WinEntry {
     landings: Vec<SharedLanding>,
 }
 
-thread_local! {
-    static WINS: RefCell<Vec<Option<WinEntry>>> = const { RefCell::new(Vec::new()) };
-}
+/// The windows, by handle less [`WIN_BASE`] (process-wide: see [`Confined`]).
+static WINS: Confined<Vec<Option<WinEntry>>> = Confined::new("windows");
 
 fn bad_win(win: Handle) -> MpiError {
     MpiError::new(
@@ -109,13 +108,12 @@ fn index(win: Handle) -> Option<usize> {
 fn with_win<R>(win: Handle, f: impl FnOnce(&mut WinEntry) -> MpiResult<R>) -> MpiResult<R> {
     state::with(|_| Ok(()))?;
     WINS.with(|t| {
-        let mut t = t.borrow_mut();
         let e = index(win)
             .and_then(|i| t.get_mut(i))
             .and_then(Option::as_mut)
             .ok_or_else(|| bad_win(win))?;
         f(e)
-    })
+    })?
 }
 
 /// The window behind `win`.
@@ -130,8 +128,7 @@ fn call_win(fname: &'static str, win: Handle, f: impl FnOnce() -> MpiResult<()>)
         Ok(()) => MPI_SUCCESS,
         Err(e) => {
             let handler = WINS
-                .try_with(|t| {
-                    let t = t.try_borrow().ok()?;
+                .with(|t| {
                     index(win)
                         .and_then(|i| t.get(i))
                         .and_then(Option::as_ref)
@@ -264,14 +261,8 @@ fn make(
         landings: Vec::new(),
     };
     let h = WINS.with(|t| {
-        super::table_insert(
-            &mut t.borrow_mut(),
-            entry,
-            (WIN_BASE, MAX_WINS),
-            "windows",
-            "MPI_Win_free",
-        )
-    })?;
+        super::table_insert(t, entry, (WIN_BASE, MAX_WINS), "windows", "MPI_Win_free")
+    })??;
     // SAFETY: non-null (checked), the caller's handle.
     unsafe { put(win, h, "win") }?;
     Ok(base)
@@ -706,7 +697,7 @@ pub unsafe extern "C" fn MPI_Win_free(win: *mut Handle) -> c_int {
         let w = raw(h)?;
         w.free().map_err(win_error)?;
         super::attr::delete_all(super::attr::Kind::Win, h)?;
-        let entry = WINS.with(|t| t.borrow_mut()[index(h).expect("valid")].take());
+        let entry = WINS.with(|t| t[index(h).expect("valid")].take())?;
         drop(entry);
         // SAFETY: as above.
         unsafe { win.write(MPI_WIN_NULL) };

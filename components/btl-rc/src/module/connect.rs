@@ -228,7 +228,16 @@ impl RcBtl {
         if p.failed.is_some() {
             return;
         }
-        tracing::warn!(peer = p.rank, reason, "btl-rc: path to peer failed");
+        if rmca_framework::job::closing() {
+            // The peer left the job's closing fence first and closed its QPs.
+            tracing::debug!(
+                peer = p.rank,
+                reason,
+                "btl-rc: path to peer closed at finalize"
+            );
+        } else {
+            tracing::warn!(peer = p.rank, reason, "btl-rc: path to peer failed");
+        }
         self.stats.peer_failures += 1;
         p.failed = Some(reason.to_owned());
         p.queue.clear();

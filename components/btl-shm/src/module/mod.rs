@@ -116,7 +116,7 @@ impl ShmConfig {
         // Every record of 2 KiB or more, many smaller ones at once, as before: a quarter ring
         // (64 KiB) measured 1.2-1.5x the bandwidth at 4-16 KiB with 512 KiB rings in the slow
         // mood, but 0.78-0.83x at 4 KiB with 256 KiB rings in the fast one (same runs,
-        // `bench/RESULTS.md`, "ob1 + shm in every mood").
+        // "ob1 + shm in every mood" in `git show c0ea37f:bench/RESULTS.md`).
         publish_batch: 2 * 1024,
         // Small records go round 16 KiB while the receiver keeps up: 8-byte ping-pong
         // 0.8x the time of laps of the whole ring (`ring.rs`, "A short span").

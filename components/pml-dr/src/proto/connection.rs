@@ -9,8 +9,9 @@
 //! `peer_timeout` while we await it is declared dead: every waiting state has that deadline.
 //!
 //! Receiver side: fragments are handed to the glue for placement ((message, offset, bytes)),
-//! the payload checksum is verified over the bytes as placed, vfrags are acked with a 64-bit mask
-//! (immediately when complete, on request or on a duplicate; otherwise after `ack_delay`),
+//! the payload checksum is verified over the bytes as placed, vfrags are acked as the
+//! [`AckPolicy`] says (by default with a 64-bit mask: when complete, on request or on a
+//! duplicate at once; otherwise after `ack_delay`),
 //! completed vfrag ids are remembered in a [`RangeSet`] so duplicates are re-acked and never
 //! delivered twice, and new messages are announced in per-peer sequence order (MPI ordering).
 
@@ -21,15 +22,15 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tracing::{debug, trace, warn};
 
-use super::config::{Config, ConfigError, PathConfig};
+use super::config::{AckPolicy, Config, ConfigError, PathConfig, RtoPolicy};
 use super::counters::Counters;
 use super::ranges::RangeSet;
 use super::rtt::RttEstimator;
 use super::sorted_map::SortedMap;
 use super::wire::{
     self, full_mask, AckRepr, DataRepr, MatchFields, PacketType, WireError, ACK_FLAG_BUNDLED,
-    ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN, DATA_HEADER_LEN,
-    FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
+    ACK_FLAG_CUMULATIVE, ACK_FLAG_DUP, ACK_FLAG_MATCHED, ACK_FLAG_PING, ACK_FLAG_PONG, ACK_LEN,
+    DATA_HEADER_LEN, FLAG_ACK_REQ, FLAG_PAYLOAD_CSUM, FLAG_RETX,
 };
 
 /// Per-peer message sequence number (assigned by the sender, in MPI send order).
@@ -270,6 +271,15 @@ pub struct Arrival<'a> {
     pub token: PlaceToken,
 }
 
+impl Arrival<'_> {
+    /// The payload's CRC32C, if the sender sent one (for a later end-to-end check of staged
+    /// bytes, see [`super::e2e`]).
+    pub fn payload_crc(&self) -> Option<u32> {
+        let r = &self.token.repr;
+        (r.flags & FLAG_PAYLOAD_CSUM != 0).then_some(r.payload_crc)
+    }
+}
+
 /// Proof of a pending placement; consumed by [`Connection::placed`].
 #[derive(Debug)]
 pub struct PlaceToken {
@@ -493,6 +503,8 @@ pub struct Connection {
     /// `poll_transmit` found nothing to send and nothing changed since: it has nothing until
     /// the time given (the first held ack's `ready_at`), or ever when None.
     tx_quiet: Option<Option<Instant>>,
+    /// A cumulative ack arrived under another policy (warned once).
+    policy_mismatch_seen: bool,
 }
 
 impl Connection {
@@ -519,7 +531,7 @@ impl Connection {
                 .iter()
                 .map(|p| Path {
                     btl: p.btl,
-                    csum: p.need_csum || cfg.csum,
+                    csum: cfg.csum.on(p.need_csum),
                     bundle_acks: cfg.ack_bundle.on(p.need_ack),
                     failed: false,
                     rtt: RttEstimator::new(cfg.rto_initial),
@@ -560,6 +572,7 @@ impl Connection {
             last_ping: None,
             timeout_cache: Cell::new(None),
             tx_quiet: None,
+            policy_mismatch_seen: false,
         })
     }
 
@@ -1072,6 +1085,10 @@ impl Connection {
             }
             if v.mask & bit != 0 {
                 self.counters.duplicates += 1;
+                if self.cfg.ack_policy == AckPolicy::Vfrag {
+                    // No partial acks: the sender resends the whole vfrag on its timeout.
+                    return None;
+                }
                 let (mask, matched) = (v.mask, self.rx_msg_matched(repr.msg_seq));
                 let flags = ACK_FLAG_DUP | if matched { ACK_FLAG_MATCHED } else { 0 };
                 self.queue_ack(now, btl, &repr, mask, flags, false, false);
@@ -1210,6 +1227,7 @@ impl Connection {
 
     /// Queue an ack of `r`'s vfrag; `hold` delays it by [`Config::ack_hold`] unless data to
     /// the peer leaves first.
+    #[inline]
     #[allow(clippy::too_many_arguments)]
     fn queue_ack(
         &mut self,
@@ -1221,7 +1239,7 @@ impl Connection {
         nack: bool,
         hold: bool,
     ) {
-        let repr = AckRepr {
+        let repr = self.policy_ack(AckRepr {
             nack,
             flags,
             frag_count: r.frag_count,
@@ -1230,7 +1248,7 @@ impl Connection {
             mask,
             echo_pkt_num: r.pkt_num,
             msg_seq: r.msg_seq,
-        };
+        });
         let ready_at = if hold { now + self.cfg.ack_hold } else { now };
         self.push_ack(PendingAck {
             btl,
@@ -1240,13 +1258,44 @@ impl Connection {
         });
     }
 
+    /// An ack of one vfrag as the policy sends it: under `cumulative`, an ack (not a NACK) says
+    /// how many vfrags arrived complete and in order instead (the echo, for RTT samples, and
+    /// the MATCHED flag of `msg_seq` are kept).
+    #[inline]
+    fn policy_ack(&self, repr: AckRepr) -> AckRepr {
+        if self.cfg.ack_policy != AckPolicy::Cumulative || repr.nack {
+            return repr;
+        }
+        self.cumulative_ack(repr)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn cumulative_ack(&self, repr: AckRepr) -> AckRepr {
+        AckRepr {
+            flags: repr.flags | ACK_FLAG_CUMULATIVE,
+            frag_count: 1,
+            vfrag_id: self.rx_done.prefix_end(),
+            mask: 0,
+            ..repr
+        }
+    }
+
     fn push_ack(&mut self, a: PendingAck) {
         // One queued ack per vfrag is enough: the newest state supersedes older ones (and is
         // due no later than the one it replaces).
         let keepalive = ACK_FLAG_PING | ACK_FLAG_PONG;
+        let cumulative = |r: &AckRepr| r.flags & ACK_FLAG_CUMULATIVE != 0;
         if let Some(q) = self.acks.iter_mut().find(|q| {
+            if cumulative(&a.repr) {
+                // A newer cumulative point covers an older one, unless that one carries the
+                // MATCHED flag of another message.
+                return cumulative(&q.repr)
+                    && (q.repr.msg_seq == a.repr.msg_seq || q.repr.flags & ACK_FLAG_MATCHED == 0);
+            }
             q.repr.vfrag_id == a.repr.vfrag_id
                 && q.repr.nack == a.repr.nack
+                && !cumulative(&q.repr)
                 && q.repr.flags & keepalive == a.repr.flags & keepalive
         }) {
             let ready_at = q.ready_at.min(a.ready_at);
@@ -1274,7 +1323,13 @@ impl Connection {
         v.placing &= !bit;
         if !repr.payload_intact(placed) {
             self.counters.csum_failures += 1;
-            let mask = v.mask;
+            // The NACK names the corrupted transmission; its mask reports the rest of the vfrag
+            // only under policies with partial acks.
+            let mask = if self.cfg.ack_policy.partial_acks() {
+                v.mask
+            } else {
+                0
+            };
             debug!(
                 id,
                 frag = repr.frag_index,
@@ -1307,13 +1362,17 @@ impl Connection {
         }
         let matched = self.rx_msg_matched(repr.msg_seq);
         let flags = if matched { ACK_FLAG_MATCHED } else { 0 };
+        let policy = self.cfg.ack_policy;
         if complete {
             self.rx_partial.remove(&id);
             self.rx_done.insert(id);
             // Held briefly: a reply the application sends at once carries this ack in front of
             // its data (or, unbundled, right behind it: one fewer packet ahead of the reply).
-            self.queue_ack(now, btl, &repr, mask, flags, false, true);
-        } else if repr.flags & FLAG_ACK_REQ != 0 {
+            let hold = policy != AckPolicy::Immediate;
+            self.queue_ack(now, btl, &repr, mask, flags, false, hold);
+        } else if !policy.partial_acks() {
+            // vfrag, cumulative: nothing is said of a vfrag until it is complete.
+        } else if repr.flags & FLAG_ACK_REQ != 0 || policy == AckPolicy::Immediate {
             self.rx_partial.get_mut(&id).expect("present").ack_due = None;
             self.queue_ack(now, btl, &repr, mask, flags, false, false);
         } else {
@@ -1344,11 +1403,13 @@ impl Connection {
         };
         // Ack the RNDV vfrag with MATCHED now. If this ack is lost, the sender's probes are
         // re-acked with the flag too (every ack of a matched message carries it).
-        let mask = self
-            .rx_partial
-            .get(&vid)
-            .map_or(full_mask(count as usize), |v| v.mask);
-        let repr = AckRepr {
+        let mask = match self.rx_partial.get(&vid) {
+            None => full_mask(count as usize),
+            Some(v) if self.cfg.ack_policy.partial_acks() => v.mask,
+            // Only the match is news: the vfrag is acked when complete.
+            Some(_) => 0,
+        };
+        let repr = self.policy_ack(AckRepr {
             nack: false,
             flags: ACK_FLAG_MATCHED,
             frag_count: count,
@@ -1357,7 +1418,7 @@ impl Connection {
             mask,
             echo_pkt_num: pkt,
             msg_seq: seq,
-        };
+        });
         self.push_ack(PendingAck {
             btl,
             repr,
@@ -1389,6 +1450,16 @@ impl Connection {
             if let Some(m) = self.tx_msgs.get_mut(&ack.msg_seq) {
                 m.matched = true;
             }
+        }
+        if ack.flags & ACK_FLAG_CUMULATIVE != 0 {
+            if self.cfg.ack_policy != AckPolicy::Cumulative {
+                // The ranks disagree on pml_dr_ack_policy (the runtime's job-wide check was
+                // bypassed): refuse rather than read a cumulative point as a vfrag id.
+                self.policy_mismatch();
+                return;
+            }
+            self.handle_cumulative_ack(now, ack);
+            return;
         }
         if ack.flags & ACK_FLAG_DUP != 0 && !ack.nack {
             if let Some(i) = self
@@ -1454,6 +1525,67 @@ impl Connection {
         self.detect_lost(now, p);
     }
 
+    #[cold]
+    fn policy_mismatch(&mut self) {
+        self.counters.malformed += 1;
+        if !self.policy_mismatch_seen {
+            self.policy_mismatch_seen = true;
+            warn!(
+                policy = self.cfg.ack_policy.word(),
+                "the peer acknowledges cumulatively but pml_dr_ack_policy is not cumulative \
+                 here: every rank must use the same policy (its cumulative acks are dropped)"
+            );
+        }
+    }
+
+    /// A cumulative ack: every vfrag below `ack.vfrag_id` arrived. The echoed transmission (any
+    /// vfrag's) gives the RTT sample. Out of line: the default policy's ack path stays as
+    /// small as it was (inlining decisions there cost instructions per message).
+    #[cold]
+    #[inline(never)]
+    fn handle_cumulative_ack(&mut self, now: Instant, ack: AckRepr) {
+        let point = ack.vfrag_id;
+        let echoed = self.tx_vfrags.iter().find_map(|(&id, v)| {
+            v.sent
+                .iter()
+                .flatten()
+                .find(|s| s.pkt == ack.echo_pkt_num)
+                .map(|s| (id, v.path, s.at))
+        });
+        if let Some((_, p, at)) = echoed {
+            let path = &mut self.paths[p];
+            path.pto_count = 0;
+            if path.largest_acked.is_none_or(|l| ack.echo_pkt_num > l) {
+                path.largest_acked = Some(ack.echo_pkt_num);
+                path.largest_acked_sent = Some(at);
+                let sample = now.saturating_duration_since(at);
+                path.rtt
+                    .update(sample, Duration::from_micros(ack.ack_delay_us as u64));
+            }
+        }
+        let covered: Vec<u64> = self
+            .tx_vfrags
+            .iter()
+            .take_while(|(&id, _)| id < point)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in covered {
+            let v = self.tx_vfrags.get_mut(&id).expect("listed above");
+            let newly = v.acked != v.full();
+            v.acked = v.full();
+            v.queued = 0;
+            v.lost = 0;
+            v.twice = 0;
+            // A rendezvous vfrag awaiting the match moves on when the match is known, or its
+            // probe was answered (the probe schedule advances), as under the other policies.
+            let answered = echoed.is_some_and(|(e, _, _)| e == id);
+            let matched = self.tx_msgs.get(&v.seq).is_some_and(|m| m.matched);
+            if newly || answered || (v.awaiting_match.is_some() && matched) {
+                self.vfrag_fully_acked(now, id);
+            }
+        }
+    }
+
     /// A loss declared on path `p` proved spurious: the path reorders. Stop counting packets (a
     /// burst sent within microseconds can arrive in any order) and widen the time threshold,
     /// as RACK does.
@@ -1468,6 +1600,7 @@ impl Connection {
         );
     }
 
+    #[inline]
     fn vfrag_fully_acked(&mut self, now: Instant, id: u64) {
         let (seq, kind, path) = {
             let v = &self.tx_vfrags[&id];
@@ -1479,18 +1612,19 @@ impl Connection {
             // re-acks, with MATCHED once matched), backing off to rto_max.
             let first_interval = self.rto(path);
             let cap = self.cfg.rto_max;
+            let factor = if self.cfg.rto_backoff { 2 } else { 1 };
             let v = self.tx_vfrags.get_mut(&id).expect("present");
             match v.awaiting_match.as_mut() {
                 Some(p) => {
                     p.outstanding = false;
                     p.next_at = now + p.interval;
-                    p.interval = (p.interval * 2).min(cap);
+                    p.interval = (p.interval * factor).min(cap);
                 }
                 None => {
                     v.awaiting_match = Some(Probe {
                         outstanding: false,
                         next_at: now + first_interval,
-                        interval: (first_interval * 2).min(cap),
+                        interval: (first_interval * factor).min(cap),
                     });
                 }
             }
@@ -1514,6 +1648,9 @@ impl Connection {
     fn detect_lost(&mut self, now: Instant, p: usize) {
         let path = &mut self.paths[p];
         path.loss_time = None;
+        if !self.cfg.ack_policy.early_loss_detection() {
+            return;
+        }
         let Some(largest) = path.largest_acked else {
             return;
         };
@@ -1565,10 +1702,26 @@ impl Connection {
     // ------------------------------------------------------------------ timers
 
     fn rto(&self, p: usize) -> Duration {
-        self.paths[p]
-            .rtt
-            .rto(GRANULARITY, self.cfg.rto_min, self.cfg.rto_max)
-            + self.cfg.ack_delay
+        match self.cfg.rto_policy {
+            RtoPolicy::Rtt => {
+                self.paths[p]
+                    .rtt
+                    .rto(GRANULARITY, self.cfg.rto_min, self.cfg.rto_max)
+                    + self.cfg.ack_delay
+            }
+            RtoPolicy::Fixed => self.cfg.rto_fixed,
+        }
+    }
+
+    /// A timeout after `count` consecutive ones: doubled each time (`pml_dr_rto_backoff`), at
+    /// most `rto_max`.
+    fn backed_off(&self, rto: Duration, count: u32) -> Duration {
+        if !self.cfg.rto_backoff {
+            return rto;
+        }
+        rto.checked_mul(1u32 << count.min(MAX_BACKOFF_SHIFT))
+            .unwrap_or(self.cfg.rto_max)
+            .min(self.cfg.rto_max)
     }
 
     fn pto_deadline(&self, p: usize) -> Option<Instant> {
@@ -1584,11 +1737,7 @@ impl Connection {
         {
             return None;
         }
-        let backoff = self
-            .rto(p)
-            .checked_mul(1u32 << path.pto_count.min(MAX_BACKOFF_SHIFT))
-            .unwrap_or(self.cfg.rto_max);
-        Some(last + backoff.min(self.cfg.rto_max))
+        Some(last + self.backed_off(self.rto(p), path.pto_count))
     }
 
     /// While we await the peer, anything it says (data, acks, keepalive answers) proves it
@@ -1813,6 +1962,10 @@ impl Connection {
         if !probe {
             return;
         }
+        if !self.cfg.ack_policy.partial_acks() {
+            self.resend_oldest_unacked(p);
+            return;
+        }
         // Probe with the oldest unacked fragments; their acks will reveal the rest.
         let mut probes = 0;
         let mut last: Option<(u64, u64)> = None;
@@ -1839,6 +1992,35 @@ impl Connection {
                     v.twice |= b;
                 }
             }
+        }
+    }
+
+    /// A timeout without partial acks (vfrag, cumulative): what arrived of a vfrag is unknown,
+    /// so every unacknowledged fragment of the oldest vfrags on path `p` goes again (the
+    /// receiver drops what it has), up to `vfrag_frags` fragments (at least one whole vfrag);
+    /// a rendezvous vfrag awaiting the match is probed with its first fragment. Bounded: the
+    /// whole window resent at each timeout overflowed the receiver (a UDP socket, a receive
+    /// pool) at the same place every time, the already-received head of the burst getting
+    /// through and its missing tail never (a livelock at 1% loss over btl ud).
+    #[cold]
+    fn resend_oldest_unacked(&mut self, p: usize) {
+        let mut budget = self.cfg.vfrag_frags as u32;
+        for v in self.tx_vfrags.values_mut().filter(|v| v.path == p) {
+            if v.awaiting_match.is_some() {
+                if v.awaiting_match.as_ref().is_some_and(|pr| pr.outstanding) {
+                    v.queued |= 1;
+                }
+                continue;
+            }
+            let missing = v.full() & !v.acked;
+            if missing == 0 {
+                continue;
+            }
+            if budget == 0 {
+                break;
+            }
+            v.queued |= missing;
+            budget = budget.saturating_sub(missing.count_ones());
         }
     }
 
@@ -1903,6 +2085,7 @@ impl Connection {
                 .any(|m| !m.announced || (m.rndv && m.matched))
     }
 
+    #[inline]
     fn update_awaiting(&mut self, now: Instant) {
         if self.dead.is_some() {
             return;

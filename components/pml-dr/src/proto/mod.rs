@@ -8,12 +8,13 @@
 mod config;
 mod connection;
 mod counters;
+pub mod e2e;
 pub mod ranges;
 pub mod rtt;
 mod sorted_map;
 pub mod wire;
 
-pub use config::{AckBundle, Config, ConfigError, PathConfig};
+pub use config::{AckBundle, AckPolicy, Config, ConfigError, Csum, PathConfig, RtoPolicy};
 pub use connection::{
     Arrival, BtlFailReason, Connection, DataTransmit, DeathReason, Event, MsgSeq, PlaceError,
     PlaceToken, SealError, SendError, Transmit, TxToken,

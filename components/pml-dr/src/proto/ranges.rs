@@ -56,6 +56,15 @@ impl RangeSet {
         true
     }
 
+    /// The least id not in the set counting up from 0: every id below it is present (the
+    /// cumulative point of a cumulative ack; 0 while 0 itself is missing).
+    pub fn prefix_end(&self) -> u64 {
+        match self.ranges.first() {
+            Some(&(0, end)) => end,
+            _ => 0,
+        }
+    }
+
     /// Number of stored ranges (the memory footprint).
     pub fn range_count(&self) -> usize {
         self.ranges.len()
@@ -72,6 +81,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn prefix_end_is_the_first_gap_from_zero() {
+        let mut r = RangeSet::new();
+        assert_eq!(r.prefix_end(), 0);
+        r.insert(1);
+        assert_eq!(r.prefix_end(), 0, "0 is missing");
+        r.insert(0);
+        r.insert(3);
+        assert_eq!(r.prefix_end(), 2);
+        r.insert(2);
+        assert_eq!(r.prefix_end(), 4);
+    }
 
     proptest! {
         #[test]

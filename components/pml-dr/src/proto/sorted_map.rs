@@ -36,6 +36,7 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
     }
 
     /// Where `k` is (`Ok`) or would go (`Err`): the ends first, where keys come and go.
+    #[inline]
     fn find(&self, k: &K) -> Result<usize, usize> {
         let n = self.items.len();
         let Some((last, _)) = self.items.back() else {
@@ -55,6 +56,7 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
     }
 
     /// Inserts `v` under `k`; returns the value it replaced.
+    #[inline]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
         match self.find(&k) {
             Ok(i) => Some(std::mem::replace(&mut self.items[i].1, v)),
@@ -70,18 +72,21 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
     }
 
     /// The value under `k`.
+    #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
         let i = self.find(k).ok()?;
         Some(&self.items[i].1)
     }
 
     /// The value under `k`, mutably.
+    #[inline]
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         let i = self.find(k).ok()?;
         Some(&mut self.items[i].1)
     }
 
     /// Removes and returns the value under `k`.
+    #[inline]
     pub fn remove(&mut self, k: &K) -> Option<V> {
         let i = self.find(k).ok()?;
         let v = if i == 0 {
@@ -144,6 +149,7 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
 
 impl<K: Ord + Copy, V> std::ops::Index<&K> for SortedMap<K, V> {
     type Output = V;
+    #[inline]
     fn index(&self, k: &K) -> &V {
         self.get(k).expect("key present in SortedMap")
     }

@@ -123,8 +123,17 @@ pub const ACK_FLAG_PONG: u8 = 0x08;
 /// Ack flag: a data packet follows this ack in the same BTL fragment (an ack bundled in front
 /// of the data going back to its peer, see [`split_bundle`]).
 pub const ACK_FLAG_BUNDLED: u8 = 0x10;
-const ACK_FLAGS: u8 =
-    ACK_FLAG_MATCHED | ACK_FLAG_DUP | ACK_FLAG_PING | ACK_FLAG_PONG | ACK_FLAG_BUNDLED;
+/// Ack flag: a cumulative ack (`pml_dr_ack_policy = cumulative`): every vfrag id below
+/// `vfrag_id` was received complete; `frag_count` is 1 and `mask` 0. Only sent under that policy
+/// (a new bit in the flags byte, so the other policies' packets are unchanged and the version
+/// stays 2; the policy is job-wide, so no rank meets a kind of ack it does not expect).
+pub const ACK_FLAG_CUMULATIVE: u8 = 0x20;
+const ACK_FLAGS: u8 = ACK_FLAG_MATCHED
+    | ACK_FLAG_DUP
+    | ACK_FLAG_PING
+    | ACK_FLAG_PONG
+    | ACK_FLAG_BUNDLED
+    | ACK_FLAG_CUMULATIVE;
 
 /// CRC32C of the `N`-byte header `bytes` with the 4 bytes at `crc_at` taken as zero. One
 /// call into the CRC over a copy with the hole zeroed: each call costs ~130 instructions of

@@ -591,12 +591,18 @@ impl Core {
             return;
         }
         self.stats.route_failures += 1;
-        tracing::warn!(
-            peer,
-            btl = self.names.get(btl).map(String::as_str).unwrap_or("?"),
-            reason,
-            "ob1: route failed"
-        );
+        let btl_name = self.names.get(btl).map(String::as_str).unwrap_or("?");
+        if rmca_framework::job::closing() {
+            // A peer that left the closing fence first has torn its connections down.
+            tracing::debug!(
+                peer,
+                btl = btl_name,
+                reason,
+                "ob1: route closed at finalize"
+            );
+        } else {
+            tracing::warn!(peer, btl = btl_name, reason, "ob1: route failed");
+        }
         let left = bml.remove_route(peer, btl);
         self.routes[peer as usize] = bml.routes(peer).clone();
         self.update_eager_path(peer);

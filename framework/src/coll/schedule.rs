@@ -1,4 +1,5 @@
-//! Collective algorithms as communication schedules, without I/O.
+//! Collective algorithms as communication schedules, without I/O: the coll framework's base
+//! (as Open MPI's `coll/base` holds the algorithms its components choose among).
 //!
 //! Every algorithm is a pure function of (process count, rank, root, sizes) that returns a
 //! [`Schedule`]: rounds of concurrent sends and receives over byte regions, each followed by
@@ -41,7 +42,7 @@ use std::ops::Range;
 
 /// Which buffer a region lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Buf {
+pub enum Buf {
     /// The caller's input (read-only), for reductions and alltoall(v).
     Send,
     /// The result buffer.
@@ -52,25 +53,30 @@ pub(crate) enum Buf {
 
 /// A byte range of one buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Region {
+pub struct Region {
+    /// The buffer.
     pub buf: Buf,
+    /// The bytes of it.
     pub range: Range<usize>,
 }
 
 impl Region {
-    fn work(range: Range<usize>) -> Self {
+    /// `range` of `Work`.
+    pub fn work(range: Range<usize>) -> Self {
         Self {
             buf: Buf::Work,
             range,
         }
     }
-    fn tmp(range: Range<usize>) -> Self {
+    /// `range` of `Tmp`.
+    pub fn tmp(range: Range<usize>) -> Self {
         Self {
             buf: Buf::Tmp,
             range,
         }
     }
-    fn send(range: Range<usize>) -> Self {
+    /// `range` of `Send`.
+    pub fn send(range: Range<usize>) -> Self {
         Self {
             buf: Buf::Send,
             range,
@@ -80,53 +86,76 @@ impl Region {
 
 /// A point-to-point transfer of one round.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Comm {
+pub enum Comm {
     /// Send `region` to `peer`.
-    Send { peer: usize, region: Region },
+    Send {
+        /// The communicator rank sent to.
+        peer: usize,
+        /// What is sent.
+        region: Region,
+    },
     /// Receive exactly `region.range.len()` bytes from `peer` into `region`.
-    Recv { peer: usize, region: Region },
+    Recv {
+        /// The communicator rank received from.
+        peer: usize,
+        /// Where the bytes go.
+        region: Region,
+    },
 }
 
 /// A local step run after a round's transfers completed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Local {
+pub enum Local {
     /// `work[dst] = tmp[src] op acc[dst]` if `src_first`, else `acc[dst] op tmp[src]`, where
     /// `acc` is `Work` (in place) or `Send` (the first reduction of a range, whose `Work`
     /// bytes are not written yet).
     Reduce {
+        /// The received operand, in `Tmp`.
         src: Range<usize>,
+        /// The result, in `Work`.
         dst: Range<usize>,
+        /// The received operand covers lower ranks (it goes first).
         src_first: bool,
+        /// Where the accumulated operand is (at `dst`'s offsets).
         acc: Buf,
     },
     /// `work[dst] = src`.
-    Copy { src: Region, dst: Range<usize> },
+    Copy {
+        /// The bytes copied.
+        src: Region,
+        /// Where they go in `Work`.
+        dst: Range<usize>,
+    },
 }
 
 /// One round: transfers posted together, then local steps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Round {
+pub struct Round {
+    /// Transfers posted together.
     pub comms: Vec<Comm>,
+    /// Local steps run once every transfer of the round completed.
     pub locals: Vec<Local>,
 }
 
 /// A whole collective as seen by one rank.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Schedule {
+pub struct Schedule {
     /// Bytes of scratch space the schedule uses.
     pub tmp_len: usize,
+    /// The rounds, run one after the other.
     pub rounds: Vec<Round>,
 }
 
 impl Schedule {
-    fn push(&mut self, comms: Vec<Comm>, locals: Vec<Local>) {
+    /// Append a round of `comms` then `locals` (nothing when both are empty).
+    pub fn push(&mut self, comms: Vec<Comm>, locals: Vec<Local>) {
         if !comms.is_empty() || !locals.is_empty() {
             self.rounds.push(Round { comms, locals });
         }
     }
 
     /// This schedule followed by `other` (same buffers).
-    fn then(mut self, other: Schedule) -> Schedule {
+    pub fn then(mut self, other: Schedule) -> Schedule {
         self.tmp_len = self.tmp_len.max(other.tmp_len);
         self.rounds.extend(other.rounds);
         self
@@ -172,7 +201,7 @@ fn part(total: usize, n: usize, i: usize) -> Range<usize> {
 
 /// The rounds of a dissemination barrier: ceil(log2 n) zero-byte exchanges at distance 2^k,
 /// as (rank sent to, rank received from).
-pub(crate) fn dissemination_rounds(n: usize, me: usize) -> impl Iterator<Item = (usize, usize)> {
+pub fn dissemination_rounds(n: usize, me: usize) -> impl Iterator<Item = (usize, usize)> {
     std::iter::successors(Some(1usize), |d| d.checked_mul(2))
         .take_while(move |&d| d < n)
         .map(move |d| ((me + d) % n, (me + n - d) % n))
@@ -180,7 +209,7 @@ pub(crate) fn dissemination_rounds(n: usize, me: usize) -> impl Iterator<Item = 
 
 /// Dissemination barrier as a schedule: `ibarrier` runs it (the blocking barrier runs
 /// [`dissemination_rounds`] directly), and the schedule tests check that it synchronizes.
-pub(crate) fn barrier_dissemination(n: usize, me: usize) -> Schedule {
+pub fn barrier_dissemination(n: usize, me: usize) -> Schedule {
     let mut s = Schedule::default();
     for (to, from) in dissemination_rounds(n, me) {
         let e = Region::work(0..0);
@@ -190,7 +219,7 @@ pub(crate) fn barrier_dissemination(n: usize, me: usize) -> Schedule {
 }
 
 /// Linear barrier: everyone reports to rank 0, which then releases everyone.
-pub(crate) fn barrier_linear(n: usize, me: usize) -> Schedule {
+pub fn barrier_linear(n: usize, me: usize) -> Schedule {
     let mut s = Schedule::default();
     let e = || Region::work(0..0);
     if me == 0 {
@@ -207,7 +236,7 @@ pub(crate) fn barrier_linear(n: usize, me: usize) -> Schedule {
 
 /// Binomial-tree broadcast of `len` bytes: log2(n) hops; each rank forwards to its subtrees,
 /// largest first.
-pub(crate) fn bcast_binomial(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+pub fn bcast_binomial(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     if v != 0 {
@@ -230,7 +259,7 @@ pub(crate) fn bcast_binomial(n: usize, me: usize, root: usize, len: usize) -> Sc
 }
 
 /// Linear broadcast: the root sends to everyone.
-pub(crate) fn bcast_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+pub fn bcast_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     if me == root {
         s.push(
@@ -248,7 +277,7 @@ pub(crate) fn bcast_linear(n: usize, me: usize, root: usize, len: usize) -> Sche
 
 /// Van de Geijn broadcast for long messages: binomial scatter of n chunks, then a ring
 /// allgather; about 2x the message crosses each link instead of log2(n)x.
-pub(crate) fn bcast_scatter_allgather(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+pub fn bcast_scatter_allgather(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     // Chunk c (by virtual rank) of the buffer; chunks [a, b) are contiguous.
@@ -297,7 +326,7 @@ pub(crate) fn bcast_scatter_allgather(n: usize, me: usize, root: usize, len: usi
 /// distance 1, 2, 4, ...), i.e. the result is `x[root] op x[root+1] op ...` (ranks taken
 /// cyclically from the root), associated as a binomial tree. A leaf sends its input from
 /// `Send` and never touches `Work`.
-pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+pub fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     let span = subtree_span(v, n);
@@ -343,7 +372,7 @@ pub(crate) fn reduce_binomial(n: usize, me: usize, root: usize, len: usize) -> S
 }
 
 /// Linear reduction: the root receives every contribution and combines them in rank order.
-pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+pub fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = Schedule::default();
     if me != root {
         s.push(vec![send(root, Region::send(0..len))], vec![]);
@@ -387,7 +416,7 @@ pub(crate) fn reduce_linear(n: usize, me: usize, root: usize, len: usize) -> Sch
 /// result back to 2i. Both partners of an exchange compute the same expression on the same
 /// operands, so every rank ends with bit-identical results. A rank's first send and first
 /// reduction read its input from `Send`; every later step reads the partial in `Work`.
-pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> Schedule {
+pub fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> Schedule {
     let mut s = Schedule {
         tmp_len: len,
         rounds: Vec::new(),
@@ -454,7 +483,7 @@ pub(crate) fn allreduce_recursive_doubling(n: usize, me: usize, len: usize) -> S
 /// same reduced chunks, so results are identical everywhere. A rank reduces every chunk but
 /// its own exactly once, so each reduction reads its input from `Send`; its first send is
 /// its own chunk, from `Send`, and the first allgather step writes that chunk of `Work`.
-pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Schedule {
+pub fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Schedule {
     let count = len / elem.max(1);
     let chunk = |c: usize| {
         let r = part(count, n, c);
@@ -505,7 +534,7 @@ pub(crate) fn allreduce_ring(n: usize, me: usize, len: usize, elem: usize) -> Sc
 
 /// Reduce to rank 0 (binomial) then broadcast from rank 0 (binomial). The reduction reads
 /// the input from `Send` and leaves the result in rank 0's `Work`, which the broadcast sends.
-pub(crate) fn allreduce_reduce_bcast(n: usize, me: usize, len: usize) -> Schedule {
+pub fn allreduce_reduce_bcast(n: usize, me: usize, len: usize) -> Schedule {
     reduce_binomial(n, me, 0, len).then(bcast_binomial(n, me, 0, len))
 }
 
@@ -513,7 +542,7 @@ pub(crate) fn allreduce_reduce_bcast(n: usize, me: usize, len: usize) -> Schedul
 
 /// Binomial gather of `block`-byte blocks (virtual-rank layout): each rank receives its
 /// children's subtrees straight into place, then forwards its whole subtree.
-pub(crate) fn gather_binomial(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+pub fn gather_binomial(n: usize, me: usize, root: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     let span = subtree_span(v, n);
@@ -540,7 +569,7 @@ pub(crate) fn gather_binomial(n: usize, me: usize, root: usize, block: usize) ->
 }
 
 /// Linear gather (virtual-rank layout): the root receives every block directly.
-pub(crate) fn gather_linear(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+pub fn gather_linear(n: usize, me: usize, root: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     if v == 0 {
@@ -560,7 +589,7 @@ pub(crate) fn gather_linear(n: usize, me: usize, root: usize, block: usize) -> S
 }
 
 /// Binomial scatter (virtual-rank layout): the mirror image of [`gather_binomial`].
-pub(crate) fn scatter_binomial(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+pub fn scatter_binomial(n: usize, me: usize, root: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     let span = subtree_span(v, n);
@@ -589,7 +618,7 @@ pub(crate) fn scatter_binomial(n: usize, me: usize, root: usize, block: usize) -
 }
 
 /// Linear scatter (virtual-rank layout): the root sends every block directly.
-pub(crate) fn scatter_linear(n: usize, me: usize, root: usize, block: usize) -> Schedule {
+pub fn scatter_linear(n: usize, me: usize, root: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
     let v = vrank(me, root, n);
     if v == 0 {
@@ -611,7 +640,7 @@ pub(crate) fn scatter_linear(n: usize, me: usize, root: usize, block: usize) -> 
 // ---------------------------------------------------------------- allgather
 
 /// Ring allgather (rank-order layout): n-1 steps, each passing one block to the right.
-pub(crate) fn allgather_ring(n: usize, me: usize, block: usize) -> Schedule {
+pub fn allgather_ring(n: usize, me: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
     let right = (me + 1) % n;
     let left = (me + n - 1) % n;
@@ -632,7 +661,7 @@ pub(crate) fn allgather_ring(n: usize, me: usize, block: usize) -> Schedule {
 /// Recursive doubling allgather for any n (rank-order layout): the rem = n - p2 even ranks
 /// below 2*rem hand their block to their odd neighbour, the p2 survivors double their
 /// contiguous holdings log2(p2) times, and the odd ranks return the full result.
-pub(crate) fn allgather_recursive_doubling(n: usize, me: usize, block: usize) -> Schedule {
+pub fn allgather_recursive_doubling(n: usize, me: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
     let p2 = if n == 0 {
         0
@@ -682,7 +711,7 @@ pub(crate) fn allgather_recursive_doubling(n: usize, me: usize, block: usize) ->
 }
 
 /// Linear allgather: everyone sends its block to everyone at once.
-pub(crate) fn allgather_linear(n: usize, me: usize, block: usize) -> Schedule {
+pub fn allgather_linear(n: usize, me: usize, block: usize) -> Schedule {
     let mut s = Schedule::default();
     let mut comms: Vec<Comm> = (0..n)
         .filter(|&r| r != me)
@@ -701,7 +730,7 @@ pub(crate) fn allgather_linear(n: usize, me: usize, block: usize) -> Schedule {
 
 /// Pairwise exchange: step k sends to `me + k` and receives from `me - k`, one peer per step,
 /// so no rank is flooded. `sends[r]`/`recvs[r]` are the byte ranges for peer r.
-pub(crate) fn alltoallv_pairwise(
+pub fn alltoallv_pairwise(
     n: usize,
     me: usize,
     sends: &[Range<usize>],
@@ -730,7 +759,7 @@ pub(crate) fn alltoallv_pairwise(
 }
 
 /// Linear alltoall(v): every transfer posted at once.
-pub(crate) fn alltoallv_linear(
+pub fn alltoallv_linear(
     n: usize,
     me: usize,
     sends: &[Range<usize>],
@@ -761,7 +790,7 @@ pub(crate) fn alltoallv_linear(
 /// Linear gatherv: the root receives rank r's block into `Work[regions[r]]` and copies its
 /// own from `Send` (unless `in_place`); other ranks send their `mine` bytes. `regions` is
 /// only read at the root.
-pub(crate) fn gatherv_linear(
+pub fn gatherv_linear(
     n: usize,
     me: usize,
     root: usize,
@@ -793,7 +822,7 @@ pub(crate) fn gatherv_linear(
 /// Linear scatterv: the root sends `Send[regions[r]]` to rank r and copies its own region
 /// into `Work` (unless `in_place`); other ranks receive their `mine` bytes into `Work`.
 /// `regions` is only read at the root.
-pub(crate) fn scatterv_linear(
+pub fn scatterv_linear(
     n: usize,
     me: usize,
     root: usize,
@@ -835,12 +864,7 @@ fn own_block(me: usize, regions: &[Range<usize>], in_place: bool) -> Vec<Local> 
 
 /// Ring allgatherv: n-1 steps, each passing one rank's region to the right (regions may
 /// differ in size and sit anywhere in `Work`, disjoint).
-pub(crate) fn allgatherv_ring(
-    n: usize,
-    me: usize,
-    regions: &[Range<usize>],
-    in_place: bool,
-) -> Schedule {
+pub fn allgatherv_ring(n: usize, me: usize, regions: &[Range<usize>], in_place: bool) -> Schedule {
     let mut s = Schedule::default();
     s.push(vec![], own_block(me, regions, in_place));
     let right = (me + 1) % n;
@@ -860,7 +884,7 @@ pub(crate) fn allgatherv_ring(
 }
 
 /// Linear allgatherv: every rank sends its block to every other at once.
-pub(crate) fn allgatherv_linear(
+pub fn allgatherv_linear(
     n: usize,
     me: usize,
     regions: &[Range<usize>],
@@ -889,7 +913,7 @@ pub(crate) fn allgatherv_linear(
 /// partial it reduced one step before) and reduces the received chunk `me-2-k`, so chunk c
 /// is combined in ring order starting at rank c+1 and ends, complete, at rank c.
 /// Commutative operations only.
-pub(crate) fn reduce_scatter_ring(n: usize, me: usize, chunks: &[Range<usize>]) -> Schedule {
+pub fn reduce_scatter_ring(n: usize, me: usize, chunks: &[Range<usize>]) -> Schedule {
     let mut s = Schedule {
         tmp_len: chunks.iter().map(|c| c.len()).max().unwrap_or(0),
         rounds: Vec::new(),
@@ -930,11 +954,7 @@ pub(crate) fn reduce_scatter_ring(n: usize, me: usize, chunks: &[Range<usize>]) 
 
 /// Reduce-scatter as a binomial reduction to rank 0 (rank order, so any associative
 /// operation) followed by a linear scatter of the chunks from rank 0's `Work`.
-pub(crate) fn reduce_scatter_reduce_scatterv(
-    n: usize,
-    me: usize,
-    chunks: &[Range<usize>],
-) -> Schedule {
+pub fn reduce_scatter_reduce_scatterv(n: usize, me: usize, chunks: &[Range<usize>]) -> Schedule {
     let len = chunks.last().map_or(0, |c| c.end);
     let mut s = reduce_binomial(n, me, 0, len);
     if me == 0 {
@@ -955,7 +975,7 @@ pub(crate) fn reduce_scatter_reduce_scatterv(
 /// Reduction to `root` in rank order for non-commutative operations: a binomial reduction to
 /// rank 0 (which combines `x0 op x1 op ... op x(n-1)`), then rank 0 hands the result to the
 /// root (one more hop when the root is not 0).
-pub(crate) fn reduce_in_order(n: usize, me: usize, root: usize, len: usize) -> Schedule {
+pub fn reduce_in_order(n: usize, me: usize, root: usize, len: usize) -> Schedule {
     let mut s = reduce_binomial(n, me, 0, len);
     if root != 0 {
         if me == 0 {
@@ -974,12 +994,7 @@ pub(crate) fn reduce_in_order(n: usize, me: usize, root: usize, len: usize) -> S
 /// aligned group of ranks so far) with `me ^ mask`; a partial from below is combined in front
 /// of both the partial and the result, one from above behind the partial only, so every
 /// combination keeps rank order (correct for non-commutative operations). ceil(log2 n) rounds.
-pub(crate) fn scan_recursive_doubling(
-    n: usize,
-    me: usize,
-    len: usize,
-    exclusive: bool,
-) -> Schedule {
+pub fn scan_recursive_doubling(n: usize, me: usize, len: usize, exclusive: bool) -> Schedule {
     let mut s = Schedule {
         tmp_len: len,
         rounds: Vec::new(),
@@ -1041,7 +1056,7 @@ pub(crate) fn scan_recursive_doubling(
 /// Linear (chain) scan (`exclusive`: exscan): rank r receives the reduction of ranks 0..r
 /// from r-1, combines its input behind it and forwards the result to r+1. n-1 hops in
 /// sequence; rank order.
-pub(crate) fn scan_linear(n: usize, me: usize, len: usize, exclusive: bool) -> Schedule {
+pub fn scan_linear(n: usize, me: usize, len: usize, exclusive: bool) -> Schedule {
     let mut s = Schedule {
         tmp_len: len,
         rounds: Vec::new(),

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# Regenerates the measured tables of bench/RESULTS.md. Each table there sits between
+#   <!-- results:NAME begin -->  and  <!-- results:NAME end -->
+# and comes from ONE command of the list below. For every table this runs the command (from the
+# repository root, the release binaries first in PATH), keeps its output with the date and the
+# load (uptime) before and after in OUT (default bench/out-results-<date>), and rewrites that
+# block only: command, date, load, commit (HEAD, "plus uncommitted changes" when the work tree
+# differs), then the tables (the output without progress lines, JSON lines or log lines).
+#   bench/results.sh                          every table this machine can run (others skipped)
+#   TABLES="osu-latency dr-ud" bench/results.sh   some (a missing need is then an error)
+#   bench/results.sh --list                   the list, with what each table needs
+# Needs `cargo build --release --workspace --bins --examples --lib`. The long suites take many
+# minutes each and every figure moves with the load: run on a quiet machine, and read the ratios.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${RMCA_BIN:-${CARGO_TARGET_DIR:-$root/target}/release}
+out=${OUT:-$root/bench/out-results-$(date -u +%Y%m%dT%H%M%SZ)}
+results=${RESULTS_MD:-$root/bench/RESULTS.md}
+
+# NAME | NEEDS | COMMAND. NEEDS, comma-separated ("-": the release build only):
+#   peers     Open MPI and MPICH (scripts/install-deps.sh --bench)
+#   rxd       libfabric's fi_pingpong (Debian libfabric-bin, scripts/install-deps.sh --bench)
+#   valgrind  callgrind (bench/instructions.sh)
+#   root      run as root
+#   netns:P   network-namespace nodes P0..P7, as root: bench/netns-cluster.sh up 8 P
+#   dir:D     the directory D must exist (a build to compare against, an OSU tree)
+#   manual    not run by this script: the block says how it was measured
+tables=(
+  "one-node-sweep|peers|rmca-bench latency,bw -n 2 --vs --runs 5 --min 4k --max 1m"
+  "one-node-8b|peers|rmca-bench latency,bw,msgrate,barrier,allreduce --min 8 --max 8 --runs 21 --vs --json"
+  "one-node-8b-latency|peers|rmca-bench latency --min 8 --max 8 --runs 5 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
+  "one-node-large|peers|rmca-bench latency,bw,bibw,allreduce --min 4k --max 1m --runs 11 --vs --json"
+  "osu-windowed|peers|rmca-bench osu_bw,osu_bibw,osu_mbw_mr --min 1 --max 1m --runs 5 --iters 100 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
+  "osu-latency|peers|rmca-bench latency --min 1 --max 1m --runs 5 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
+  "c-instructions|valgrind|bench/instructions.sh target/release"
+  "dr-ud|rxd|rmca-bench latency,bw --conf dr+ud --peers rxd,udp --runs 5 --min 8 --max 1m"
+  "ud-reliability|rxd|rmca-bench --suite seed003-lat --timeout 60"
+  "ud-scaling|peers|rmca-bench allconn --procs 2,4,8,16 --mem --runs 3 --conf rc --conf rc+srq --conf ud --peers ompi-vader,mpich --ratio ud/ompi-vader --ratio ud/mpich --timeout 120"
+  "wqe|-|rmca-bench --suite wqe --timeout 60"
+  "rc-mem|-|rmca-bench --suite rc-mem --timeout 60"
+  "rc-conn|-|rmca-bench --suite rc-conn --timeout 60"
+  "netns-allconn|root,netns:b19n,peers|rmca-bench allconn --procs 2,4,8,16,32 --mem --vs --nodes b19n0,b19n1,b19n2,b19n3,b19n4,b19n5,b19n6,b19n7 --runs 3 --timeout 120 --conf rmca=pml=ob1 --conf rmca+srq=pml=ob1,btl_rc_receive_queues=S+256+64 --ratio rmca/ompi-tcp --ratio rmca/ompi-ucx --ratio rmca/mpich --ratio rmca+srq/ompi-tcp --ratio rmca+srq/rmca"
+  "netns-memory|root,netns:ldm,peers|rmca-bench allconn --procs 2,4,8,16,32 --mem --nodes ldm0,ldm1,ldm2,ldm3,ldm4,ldm5,ldm6,ldm7 --runs 3 --timeout 180 --conf rmca=pml=ob1,btl_rc_receive_queues=P+256+16+8:S+65536+32+8+32+1024 --conf rmca-p32=pml=ob1,btl_rc_receive_queues=P+32+16 --peers ompi-tcp,ompi-ucx,mpich --ratio rmca/ompi-tcp --ratio rmca/rmca-p32"
+  "oversub|peers|ROUNDS=3 ITERS=200 bench/oversub.sh 4 8"
+  "first-messages|peers|first_messages 3"
+  "osc-osu|peers,dir:/tmp/oscsm-osu/src|osc_osu /tmp/oscsm-osu/src 2"
+)
+
+# The driver of the first-messages table: bench/first_messages.c built with each MPI's wrapper
+# (the program's own usage line for rmca), ROUNDS rounds with the runtimes alternating.
+first_messages() {
+  local rounds=$1 tmp
+  tmp=$(mktemp -d /tmp/rmca-first.XXXXXX)
+  mpicc -O2 bench/first_messages.c -o "$tmp/rmca"
+  mpicc.openmpi -O2 bench/first_messages.c -o "$tmp/ompi"
+  mpicc.mpich -O2 bench/first_messages.c -o "$tmp/mpich"
+  for r in $(seq "$rounds"); do
+    echo "# round $r: rmca ob1+shm"; rmca-run -n 2 "$tmp/rmca"
+    echo "# round $r: rmca dr+shm"; rmca-run -n 2 --mca pml dr "$tmp/rmca"
+    echo "# round $r: Open MPI"; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi -n 2 "$tmp/ompi"
+    echo "# round $r: MPICH"; mpiexec.mpich -n 2 "$tmp/mpich"
+  done
+  rm -rf "$tmp"
+}
+
+# The driver of the osc-osu table: OSU 7.4's nine one-sided programs (SRC: the src directory
+# of a pristine OSU 7.4 tree) built with each MPI's wrapper; then, ROUNDS times, for every
+# (benchmark, sync mode): rmca (osc-sm serves allocated windows), Open MPI, MPICH and rmca
+# with osc am, one after the other. fop/cas run on created windows (OSU 7.4 double-frees
+# allocated ones on some runtimes) but for one fop row on an allocated window. Prints the best
+# round of each (lowest latency, highest bandwidth) at 1, 8, 64, 4096 and 65536 bytes.
+osc_osu() {
+  local src=$1 rounds=$2 tmp b rt cc spec mode args kind extra o
+  tmp=$(mktemp -d /tmp/rmca-osc.XXXXXX)
+  local progs="put_latency get_latency put_bw get_bw put_bibw acc_latency get_acc_latency fop_latency cas_latency"
+  local utils="osu_util.c osu_util_mpi.c osu_util_graph.c osu_util_papi.c osu_util_validation.c"
+  for rt in rmca:mpicc ompi:mpicc.openmpi mpich:mpicc.mpich; do
+    cc=${rt#*:} rt=${rt%%:*}
+    mkdir -p "$tmp/$rt"
+    for b in $progs; do
+      # shellcheck disable=SC2086 # the utility sources are words on purpose
+      (cd "$src" && "$cc" -O2 -DPACKAGE_VERSION='"7.4"' -I. -o "$tmp/$rt/osu_$b" "osu_$b.c" \
+        $utils -lm -lpthread)
+    done
+  done
+  mkdir -p "$tmp/out"
+  for r in $(seq "$rounds"); do
+    for spec in "put_latency:default:-w allocate:lat" "put_latency:lock:-w allocate -s lock:lat" \
+      "get_latency:default:-w allocate:lat" "get_latency:lock:-w allocate -s lock:lat" \
+      "put_bw:default:-w allocate:bw" "put_bw:lock:-w allocate -s lock:bw" \
+      "get_bw:default:-w allocate:bw" "get_bw:lock:-w allocate -s lock:bw" \
+      "put_bibw:default:-w allocate:bw" "put_bibw:fence:-w allocate -s fence:bw" \
+      "acc_latency:default:-w allocate:lat" "acc_latency:lock:-w allocate -s lock:lat" \
+      "get_acc_latency:default:-w allocate:lat" "get_acc_latency:flush:-w allocate -s flush:lat" \
+      "fop_latency:flush, -w create:-w create:fop" "fop_latency:lock, -w create:-w create -s lock:fop" \
+      "cas_latency:flush, -w create:-w create:fop" "cas_latency:lock, -w create:-w create -s lock:fop" \
+      "fop_latency:flush, -w allocate:-w allocate:fop" "cas_latency:flush, -w allocate:-w allocate:fop"; do
+      IFS=: read -r b mode args kind <<<"$spec"
+      case $kind in
+      lat) extra="-m 1:65536 -i 2000 -x 200" ;;
+      bw) extra="-m 1:262144 -i 100 -x 10" ;;
+      *) extra="-i 5000 -x 500" ;;
+      esac
+      for rt in sm ompi mpich am; do
+        o="$tmp/out/$b|$mode|$rt|$r"
+        # shellcheck disable=SC2086 # the arguments are words on purpose
+        case $rt in
+        sm) timeout 180 rmca-run -n 2 "$tmp/rmca/osu_$b" $args $extra ;;
+        am) timeout 180 rmca-run -n 2 --mca osc am "$tmp/rmca/osu_$b" $args $extra ;;
+        ompi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
+          mpirun.openmpi -n 2 "$tmp/ompi/osu_$b" $args $extra ;;
+        mpich) timeout 180 mpiexec.mpich -n 2 "$tmp/mpich/osu_$b" $args $extra ;;
+        esac >"$o" 2>&1 || echo "osc-osu: $b ($mode) on $rt, round $r: exit status $?"
+      done
+    done
+  done
+  python3 - "$tmp/out" <<'EOF'
+import os, re, sys
+from collections import defaultdict
+
+data = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+for f in os.listdir(sys.argv[1]):
+    b, mode, rt, _ = f.split("|")
+    for line in open(os.path.join(sys.argv[1], f), errors="replace"):
+        m = re.match(r"^(\d+)\s+([\d.]+)\s*$", line)
+        if m:
+            data[(b, mode)][rt][int(m.group(1))].append(float(m.group(2)))
+order = "put_latency get_latency put_bw get_bw put_bibw acc_latency get_acc_latency fop_latency cas_latency".split()
+print("| benchmark | sync | size | rmca osc-sm | rmca osc-am | Open MPI | MPICH | osc-sm / best peer |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+fmt = lambda x: "-" if x is None else (f"{x:.2f}" if x < 100 else f"{x:.0f}")
+for key in sorted(data, key=lambda k: (order.index(k[0]), k[1])):
+    b, mode = key
+    bw = b.endswith("bw")
+    sizes = sorted({s for rt in data[key].values() for s in rt})
+    for s in [s for s in sizes if s in (1, 8, 64, 4096, 65536)]:
+        best = {}
+        for rt in ("sm", "am", "ompi", "mpich"):
+            v = data[key][rt][s]
+            best[rt] = (max(v) if bw else min(v)) if v else None
+        peers = [best[p] for p in ("ompi", "mpich") if best[p] is not None]
+        ratio = ""
+        if best["sm"] and peers:
+            p = max(peers) if bw else min(peers)
+            ratio = f"{best['sm'] / p if bw else p / best['sm']:.2f}x"
+        cells = " | ".join(fmt(best[rt]) for rt in ("sm", "am", "ompi", "mpich"))
+        print(f"| {b} | {mode} | {s} | {cells} | {ratio} |")
+EOF
+  rm -rf "$tmp"
+}
+
+# Prints why NEEDS are not met here (nothing when they are).
+missing() {
+  local need why=()
+  IFS=, read -ra needs <<<"$1"
+  for need in "${needs[@]}"; do
+    case $need in
+    -) ;;
+    peers) command -v mpirun.openmpi >/dev/null && command -v mpiexec.mpich >/dev/null ||
+      why+=("Open MPI and MPICH (scripts/install-deps.sh --bench)") ;;
+    rxd) command -v fi_pingpong >/dev/null || why+=("fi_pingpong (Debian libfabric-bin)") ;;
+    valgrind) command -v valgrind >/dev/null || why+=("valgrind (scripts/install-deps.sh)") ;;
+    root) ((EUID == 0)) || why+=("root") ;;
+    netns:*) ip netns list 2>/dev/null | grep -q "^${need#netns:}0\b" ||
+      why+=("namespace nodes ${need#netns:}0..7 (bench/netns-cluster.sh up 8 ${need#netns:})") ;;
+    dir:*) [[ -d ${need#dir:} ]] || why+=("the directory ${need#dir:}") ;;
+    manual) why+=("a manual measurement (see its block in bench/RESULTS.md)") ;;
+    *) why+=("an unknown need '$need' (valid: -, peers, rxd, valgrind, root, netns:P, dir:D, manual)") ;;
+    esac
+  done
+  ((${#why[@]} == 0)) || printf '%s; ' "${why[@]}" | sed 's/; $//'
+}
+
+if [[ ${1:-} == --list ]]; then
+  for t in "${tables[@]}"; do
+    IFS='|' read -r name needs cmd <<<"$t"
+    printf '%-16s needs %-40s %s\n' "$name" "$needs" "$cmd"
+  done
+  exit 0
+fi
+if [[ -n ${TABLES:-} ]]; then
+  for want in $TABLES; do
+    printf '%s\n' "${tables[@]}" | grep -q "^$want|" ||
+      { echo "results.sh: no table '$want' (bench/results.sh --list names them)" >&2; exit 2; }
+  done
+fi
+
+mkdir -p "$out"
+status=0
+for t in "${tables[@]}"; do
+  IFS='|' read -r name needs cmd <<<"$t"
+  if [[ -n ${TABLES:-} && " $TABLES " != *" $name "* ]]; then
+    continue
+  fi
+  why=$(missing "$needs")
+  if [[ -n $why ]]; then
+    echo "results.sh: skipping $name: it needs $why" >&2
+    [[ -n ${TABLES:-} ]] && status=1
+    continue
+  fi
+  f=$out/$name
+  before=$(uptime)
+  date=$(date -u '+%Y-%m-%d %H:%M UTC')
+  echo "results.sh: $name: \$ $cmd" >&2
+  rc=0
+  # shellcheck disable=SC2016 # $cmd is expanded by the inner shell on purpose
+  (cd "$root" && PATH="$bin:$PATH" && export PATH && eval "$cmd") >"$f.log" 2>&1 || rc=$?
+  after=$(uptime)
+  # The tables: no per-job progress, JSON, partial result or tracing log lines.
+  grep -avE $'^(run [0-9]+/[0-9]+:|\\{|result [0-9])|\x1b\\[' "$f.log" >"$f.txt" || true
+  if [[ ! -s $f.txt ]]; then
+    echo "results.sh: $name printed no table (exit status $rc; $f.log): RESULTS.md unchanged" >&2
+    status=1
+    continue
+  fi
+  commit=$(git -C "$root" rev-parse --short HEAD)
+  if [[ -n $(git -C "$root" status --porcelain --untracked-files=no) ]]; then
+    commit="$commit plus uncommitted changes in the work tree"
+  fi
+  python3 - "$results" "$name" "$cmd" "$date" "$before" "$after" "$commit" "$rc" "$f.txt" <<'EOF'
+import re, sys
+
+path, name, cmd, date, before, after, commit, rc, txt = sys.argv[1:10]
+load = lambda u: re.search(r"load average: (.*)", u).group(1).strip()
+lines = [
+    f"- command: `{cmd}`",
+    f"- date: {date}",
+    f"- load: {load(before)} before; {load(after)} after",
+    f"- commit: {commit}",
+]
+if rc != "0":
+    lines.append(f"- exit status: {rc} (a failed job's figures are `-`)")
+body = open(txt).read().strip("\n")
+block = "\n".join(lines) + "\n\n```\n" + body + "\n```\n"
+begin, end = f"<!-- results:{name} begin -->", f"<!-- results:{name} end -->"
+text = open(path).read()
+if text.count(begin) != 1 or text.count(end) != 1:
+    sys.exit(f"results.sh: {path} needs exactly one {begin} ... {end} pair")
+a, rest = text.split(begin, 1)
+_, b = rest.split(end, 1)
+open(path, "w").write(a + begin + "\n" + block + end + b)
+print(f"results.sh: {path}: table {name} rewritten", file=sys.stderr)
+EOF
+  cat "$f.txt"
+done
+exit $status

@@ -1,0 +1,439 @@
+//! coll-base: every collective operation by the framework's base algorithms
+//! ([`rmca_framework::coll::schedule`]), chosen by message size and process count (Open MPI's
+//! coll/tuned style decision) and overridable per operation with `coll_<op>_algorithm`
+//! (e.g. `--mca coll_allreduce_algorithm ring`). It serves every intra-communicator, at the
+//! lowest priority of the built-in components, so every operation another component does not
+//! provide falls through to it.
+//!
+//! | operation | auto choice | alternatives |
+//! |---|---|---|
+//! | barrier | dissemination | linear |
+//! | bcast | binomial; scatter + ring allgather at >= `coll_bcast_long_size` bytes and > 2 ranks | linear |
+//! | reduce | binomial | linear |
+//! | allreduce | recursive doubling; ring at >= `coll_allreduce_long_size` bytes (and >= n elements) | reduce_bcast |
+//! | gather, scatter | binomial | linear |
+//! | allgather | recursive doubling for powers of two up to 256 KiB in total; ring otherwise | linear |
+//! | alltoall(v) | pairwise exchange | linear |
+//! | gatherv, scatterv | linear (no parameter) | |
+//! | allgatherv | ring (follows `coll_allgather_algorithm`: linear, else ring) | linear |
+//! | reduce_scatter(_block) | ring at >= `coll_allreduce_long_size` bytes, else reduce_scatterv | ring, reduce_scatterv |
+//! | scan, exscan | recursive doubling | linear |
+//!
+//! A non-commutative operation is combined in rank order whatever the parameters say: reduce
+//! uses the linear algorithm if chosen, else a binomial reduction to rank 0 then one hop to
+//! the root; allreduce never uses the ring (recursive doubling instead); reduce_scatter uses
+//! reduce_scatterv; scan and exscan keep rank order in both algorithms.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::ops::Range;
+
+use rmca_framework::coll::schedule::{self, Schedule};
+use rmca_framework::coll::{CollComponent, CollModule, CommShape};
+use rmca_framework::component::{Component, ComponentMeta};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+
+/// Allgathers up to this many bytes in total use recursive doubling under 'auto' (powers of two).
+const ALLGATHER_RD_MAX: usize = 256 << 10;
+
+/// Default priority: the lowest of the built-in components, so that it is the fallback.
+const PRIORITY: i32 = 10;
+
+/// The coll-base component.
+#[derive(Debug)]
+pub struct BaseComponent;
+
+/// The registered instance.
+pub static BASE: BaseComponent = BaseComponent;
+rmca_framework::builtin_component!(Coll, BASE);
+
+/// The `coll_<op>_algorithm` parameters: name, values (`auto` first), help.
+const ALGORITHMS: &[(&str, &[&str], &str)] = &[
+    ("coll_barrier_algorithm", &["auto", "dissemination", "linear"], "Barrier algorithm (auto: dissemination)"),
+    ("coll_bcast_algorithm", &["auto", "binomial", "scatter_allgather", "linear"], "Broadcast algorithm (auto: binomial below coll_bcast_long_size, scatter+ring allgather above)"),
+    ("coll_reduce_algorithm", &["auto", "binomial", "linear"], "Reduce algorithm (auto: binomial)"),
+    ("coll_allreduce_algorithm", &["auto", "recursive_doubling", "ring", "reduce_bcast"], "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)"),
+    ("coll_gather_algorithm", &["auto", "binomial", "linear"], "Gather algorithm (auto: binomial)"),
+    ("coll_scatter_algorithm", &["auto", "binomial", "linear"], "Scatter algorithm (auto: binomial)"),
+    ("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise); allgatherv runs linear when this is 'linear', else ring"),
+    ("coll_alltoall_algorithm", &["auto", "pairwise", "linear"], "Alltoall(v) algorithm (auto: pairwise exchange)"),
+    ("coll_reduce_scatter_algorithm", &["auto", "ring", "reduce_scatterv"], "Reduce_scatter(_block) algorithm (auto: ring at >= coll_allreduce_long_size bytes for built-in and commutative operations, else binomial reduce to rank 0 + linear scatterv; non-commutative operations always take the latter)"),
+    ("coll_scan_algorithm", &["auto", "recursive_doubling", "linear"], "Scan and exscan algorithm (auto: recursive doubling)"),
+];
+
+impl Component for BaseComponent {
+    fn meta(&self) -> ComponentMeta {
+        ComponentMeta {
+            name: "base",
+            version: env!("CARGO_PKG_VERSION"),
+            description: "Every collective by point-to-point algorithms chosen by size and process count (binomial, recursive doubling, ring, ...); coll_<op>_algorithm overrides",
+        }
+    }
+
+    fn register_params(&self, params: &mut ParamRegistrar<'_>) {
+        params.add(
+            Param::int("priority", i64::from(PRIORITY))
+                .range(0, 100)
+                .help("Priority of coll-base in a communicator's stack of coll components (it serves every intra-communicator and every operation)")
+                .level(Level::Tuning)
+                .job_wide(),
+        );
+        // Every rank must run the same algorithm (their send/receive schedules must match), so
+        // the collective choices are job-wide. The names predate the coll framework (no
+        // component in them) and are kept.
+        for (name, values, help) in ALGORITHMS {
+            params.add_global(
+                Param::enumeration(name, "auto", values)
+                    .help(help)
+                    .level(Level::Tuning)
+                    .job_wide(),
+            );
+        }
+        params.add_global(
+            Param::size("coll_bcast_long_size", 128 << 10)
+                .help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'")
+                .level(Level::Tuning)
+                .job_wide(),
+        );
+        params.add_global(
+            Param::size("coll_allreduce_long_size", 64 << 10)
+                .help("Allreduces of at least this many bytes use the ring under 'auto'")
+                .level(Level::Tuning)
+                .job_wide(),
+        );
+    }
+}
+
+impl CollComponent for BaseComponent {
+    fn priority(&self, params: &ParamStore) -> i32 {
+        params
+            .get_int("coll_base_priority")
+            .map_or(PRIORITY, |v| i32::try_from(v).unwrap_or(PRIORITY))
+    }
+
+    fn query(&self, shape: &CommShape, params: &ParamStore) -> Option<Box<dyn CollModule>> {
+        // Intercommunicator collectives are the API's own (two groups, leaders' exchange).
+        if shape.inter {
+            return None;
+        }
+        Some(Box::new(BaseModule::new(
+            shape.size(),
+            shape.rank,
+            CollParams::read(params),
+        )))
+    }
+}
+
+/// The operations with a `coll_<op>_algorithm` parameter, in [`CollParams::algorithms`] order.
+const OPS: [&str; 10] = [
+    "barrier",
+    "bcast",
+    "reduce",
+    "allreduce",
+    "gather",
+    "scatter",
+    "allgather",
+    "alltoall",
+    "reduce_scatter",
+    "scan",
+];
+
+/// The `coll_*` parameters coll-base decides by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollParams {
+    /// The algorithm of each of [`OPS`] ("auto" when unset).
+    algorithms: [String; OPS.len()],
+    /// Broadcasts of at least this many bytes use scatter + allgather under "auto".
+    pub bcast_long_size: usize,
+    /// Allreduces (and reduce_scatters) of at least this many bytes use the ring under "auto".
+    pub allreduce_long_size: usize,
+}
+
+impl Default for CollParams {
+    fn default() -> Self {
+        Self {
+            algorithms: OPS.map(|_| "auto".to_owned()),
+            bcast_long_size: 128 << 10,
+            allreduce_long_size: 64 << 10,
+        }
+    }
+}
+
+impl CollParams {
+    /// The parameters of `params` (defaults for those it does not declare).
+    pub fn read(params: &ParamStore) -> Self {
+        let size = |name: &str, default: u64| {
+            usize::try_from(params.get_size(name).unwrap_or(default)).unwrap_or(usize::MAX)
+        };
+        Self {
+            algorithms: OPS.map(|op| {
+                params
+                    .get_str(&format!("coll_{op}_algorithm"))
+                    .map(str::to_owned)
+                    .unwrap_or_else(|_| "auto".into())
+            }),
+            bcast_long_size: size("coll_bcast_long_size", 128 << 10),
+            allreduce_long_size: size("coll_allreduce_long_size", 64 << 10),
+        }
+    }
+
+    /// The algorithm chosen for `op` ("auto" when unset).
+    pub fn algorithm(&self, op: &str) -> &str {
+        let i = OPS
+            .iter()
+            .position(|o| *o == op)
+            .expect("every collective has an algorithm parameter");
+        &self.algorithms[i]
+    }
+
+    /// `op`'s algorithm set to `algorithm` (tests, and callers that decide for themselves).
+    pub fn with(mut self, op: &str, algorithm: &str) -> Self {
+        let i = OPS
+            .iter()
+            .position(|o| *o == op)
+            .expect("every collective has an algorithm parameter");
+        self.algorithms[i] = algorithm.to_owned();
+        self
+    }
+}
+
+/// coll-base on one communicator: `n` members, this one `me`.
+#[derive(Debug)]
+pub struct BaseModule {
+    n: usize,
+    me: usize,
+    params: CollParams,
+}
+
+impl BaseModule {
+    /// The module of rank `me` of `n` under `params`.
+    pub fn new(n: usize, me: usize, params: CollParams) -> Self {
+        Self { n, me, params }
+    }
+}
+
+impl CollModule for BaseModule {
+    fn barrier(&self) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("barrier") {
+            "linear" => schedule::barrier_linear(n, me),
+            _ => schedule::barrier_dissemination(n, me),
+        })
+    }
+
+    fn bcast(&self, root: usize, len: usize) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        let long = self.params.bcast_long_size;
+        Some(match self.params.algorithm("bcast") {
+            "linear" => schedule::bcast_linear(n, me, root, len),
+            "binomial" => schedule::bcast_binomial(n, me, root, len),
+            "scatter_allgather" => schedule::bcast_scatter_allgather(n, me, root, len),
+            _ if n > 2 && len >= long => schedule::bcast_scatter_allgather(n, me, root, len),
+            _ => schedule::bcast_binomial(n, me, root, len),
+        })
+    }
+
+    fn reduce(&self, root: usize, len: usize, _elem: usize, ordered: bool) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("reduce") {
+            "linear" => schedule::reduce_linear(n, me, root, len),
+            // The binomial tree combines cyclically from the root: rank order only from 0.
+            _ if ordered => {
+                tracing::debug!("reduce: a non-commutative operation reduces to rank 0 in rank order (then one hop to root {root} if it is not 0)");
+                schedule::reduce_in_order(n, me, root, len)
+            }
+            _ => schedule::reduce_binomial(n, me, root, len),
+        })
+    }
+
+    fn allreduce(&self, len: usize, elem: usize, ordered: bool) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        let long = self.params.allreduce_long_size;
+        Some(match self.params.algorithm("allreduce") {
+            // The ring combines chunk c from rank c on: not rank order.
+            "ring" if !ordered => schedule::allreduce_ring(n, me, len, elem),
+            "ring" => {
+                tracing::debug!("allreduce: a non-commutative operation runs recursive doubling, not the ring chosen by coll_allreduce_algorithm");
+                schedule::allreduce_recursive_doubling(n, me, len)
+            }
+            "reduce_bcast" => schedule::allreduce_reduce_bcast(n, me, len),
+            "recursive_doubling" => schedule::allreduce_recursive_doubling(n, me, len),
+            _ if !ordered && n > 1 && len / elem.max(1) >= n && len >= long => {
+                schedule::allreduce_ring(n, me, len, elem)
+            }
+            _ => schedule::allreduce_recursive_doubling(n, me, len),
+        })
+    }
+
+    fn gather(&self, root: usize, block: usize) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("gather") {
+            "linear" => schedule::gather_linear(n, me, root, block),
+            _ => schedule::gather_binomial(n, me, root, block),
+        })
+    }
+
+    fn scatter(&self, root: usize, block: usize) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("scatter") {
+            "linear" => schedule::scatter_linear(n, me, root, block),
+            _ => schedule::scatter_binomial(n, me, root, block),
+        })
+    }
+
+    fn allgather(&self, block: usize) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("allgather") {
+            "ring" => schedule::allgather_ring(n, me, block),
+            "linear" => schedule::allgather_linear(n, me, block),
+            "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
+            _ if n.is_power_of_two() && n * block <= ALLGATHER_RD_MAX => {
+                schedule::allgather_recursive_doubling(n, me, block)
+            }
+            _ => schedule::allgather_ring(n, me, block),
+        })
+    }
+
+    fn alltoallv(&self, sends: &[Range<usize>], recvs: &[Range<usize>]) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("alltoall") {
+            "linear" => schedule::alltoallv_linear(n, me, sends, recvs),
+            _ => schedule::alltoallv_pairwise(n, me, sends, recvs),
+        })
+    }
+
+    fn gatherv(
+        &self,
+        root: usize,
+        mine: usize,
+        regions: &[Range<usize>],
+        in_place: bool,
+    ) -> Option<Schedule> {
+        Some(schedule::gatherv_linear(
+            self.n, self.me, root, mine, regions, in_place,
+        ))
+    }
+
+    fn scatterv(
+        &self,
+        root: usize,
+        mine: usize,
+        regions: &[Range<usize>],
+        in_place: bool,
+    ) -> Option<Schedule> {
+        Some(schedule::scatterv_linear(
+            self.n, self.me, root, mine, regions, in_place,
+        ))
+    }
+
+    fn allgatherv(&self, regions: &[Range<usize>], in_place: bool) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("allgather") {
+            "linear" => schedule::allgatherv_linear(n, me, regions, in_place),
+            _ => schedule::allgatherv_ring(n, me, regions, in_place),
+        })
+    }
+
+    fn reduce_scatter(
+        &self,
+        chunks: &[Range<usize>],
+        _elem: usize,
+        ordered: bool,
+    ) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        let len = chunks.last().map_or(0, |c| c.end);
+        let long = self.params.allreduce_long_size;
+        // The ring combines chunk c in ring order from rank c + 1: commutative only.
+        Some(match self.params.algorithm("reduce_scatter") {
+            "ring" if !ordered => schedule::reduce_scatter_ring(n, me, chunks),
+            "ring" => {
+                tracing::debug!("reduce_scatter: a non-commutative operation runs reduce_scatterv, not the ring chosen by coll_reduce_scatter_algorithm");
+                schedule::reduce_scatter_reduce_scatterv(n, me, chunks)
+            }
+            "reduce_scatterv" => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
+            _ if !ordered && n > 1 && len >= long => schedule::reduce_scatter_ring(n, me, chunks),
+            _ => schedule::reduce_scatter_reduce_scatterv(n, me, chunks),
+        })
+    }
+
+    fn scan(&self, len: usize, exclusive: bool) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        Some(match self.params.algorithm("scan") {
+            "linear" => schedule::scan_linear(n, me, len, exclusive),
+            _ => schedule::scan_recursive_doubling(n, me, len, exclusive),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmca_framework::component::{component_params, Framework};
+
+    #[test]
+    fn parameters_choose_algorithms() {
+        let params = component_params(
+            Framework::Coll,
+            &BASE,
+            &[
+                ("coll_bcast_algorithm", "linear"),
+                ("coll_base_priority", "3"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(BASE.priority(&params), 3);
+        let m = BASE.query(&CommShape::new(0, vec![0; 4]), &params).unwrap();
+        assert_eq!(m.bcast(0, 8), Some(schedule::bcast_linear(4, 0, 0, 8)));
+        // auto: binomial below the long size, scatter + allgather above.
+        let defaults = component_params(Framework::Coll, &BASE, &[]).unwrap();
+        let m = BASE
+            .query(&CommShape::new(1, vec![0; 4]), &defaults)
+            .unwrap();
+        assert_eq!(m.bcast(0, 8), Some(schedule::bcast_binomial(4, 1, 0, 8)));
+        assert_eq!(
+            m.bcast(0, 1 << 20),
+            Some(schedule::bcast_scatter_allgather(4, 1, 0, 1 << 20))
+        );
+        // Non-commutative: rank order, whatever the parameter says.
+        let ring = component_params(
+            Framework::Coll,
+            &BASE,
+            &[("coll_allreduce_algorithm", "ring")],
+        )
+        .unwrap();
+        let m = BASE.query(&CommShape::new(2, vec![0; 4]), &ring).unwrap();
+        assert_eq!(
+            m.allreduce(64, 4, true),
+            Some(schedule::allreduce_recursive_doubling(4, 2, 64))
+        );
+        assert_eq!(
+            m.allreduce(64, 4, false),
+            Some(schedule::allreduce_ring(4, 2, 64, 4))
+        );
+    }
+
+    #[test]
+    fn bad_algorithm_names_are_refused() {
+        let e = component_params(
+            Framework::Coll,
+            &BASE,
+            &[("coll_bcast_algorithm", "binary")],
+        )
+        .unwrap_err();
+        let text = e
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(text.contains("coll_bcast_algorithm"), "{text}");
+        assert!(text.contains("binomial"), "valid values listed: {text}");
+    }
+
+    #[test]
+    fn intercommunicators_are_declined() {
+        let params = component_params(Framework::Coll, &BASE, &[]).unwrap();
+        let mut shape = CommShape::new(0, vec![0, 0]);
+        shape.inter = true;
+        assert!(BASE.query(&shape, &params).is_none());
+    }
+}

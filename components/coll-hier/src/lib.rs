@@ -1,0 +1,294 @@
+//! coll-hier: node-aware hierarchical collectives, as Open MPI's coll/han.
+//!
+//! A communicator whose members span several nodes, with several members on some node, runs
+//! barrier, bcast, reduce and allreduce in phases, so that each message between two nodes
+//! is sent once per node rather than once per rank:
+//! 1. within each node, to the node's leader (a binomial reduction, or zero-byte arrivals
+//!    for a barrier);
+//! 2. across nodes, between the leaders only (binomial bcast and reduce, recursive doubling
+//!    allreduce or a ring for long vectors, dissemination barrier);
+//! 3. back within each node, from the leader (a binomial broadcast, or zero-byte releases).
+//!
+//! A node's leader is its lowest rank, except on the root's node of a rooted operation
+//! (bcast, reduce), where the root leads, so that no hop is added for a root that is not the
+//! lowest rank of its node. Every phase is one of the framework's base algorithms
+//! ([`rmca_framework::coll::schedule`]) run over a sub-group of ranks and joined into one
+//! schedule: pure, so the simulator checks every node layout without a transport.
+//!
+//! Reductions combine each node's values first, then the nodes': a different association
+//! than coll-base's, so coll-hier takes commutative operations only; a non-commutative one
+//! (and every other operation) falls through to the next component of the stack.
+//! Floating-point results may differ from coll-base's in the last bits (another order of
+//! the same commutative operation, as MPI allows), but every member gets the same bits.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+use rmca_framework::coll::schedule::{self, Buf, Comm, Local, Region, Schedule};
+use rmca_framework::coll::{CollComponent, CollModule, CommShape};
+use rmca_framework::component::{Component, ComponentMeta};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+
+/// Default priority: above coll-base's, so it is used wherever it serves.
+const PRIORITY: i32 = 40;
+/// Default of `coll_hier_allreduce_long_size`.
+const ALLREDUCE_LONG: u64 = 64 << 10;
+
+/// The coll-hier component.
+#[derive(Debug)]
+pub struct HierComponent;
+
+/// The registered instance.
+pub static HIER: HierComponent = HierComponent;
+rmca_framework::builtin_component!(Coll, HIER);
+
+impl Component for HierComponent {
+    fn meta(&self) -> ComponentMeta {
+        ComponentMeta {
+            name: "hier",
+            version: env!("CARGO_PKG_VERSION"),
+            description: "Node-aware barrier, bcast, reduce, allreduce: within each node to a leader, across nodes between leaders, back within the node (communicators spanning nodes)",
+        }
+    }
+
+    fn register_params(&self, params: &mut ParamRegistrar<'_>) {
+        params.add(
+            Param::int("priority", i64::from(PRIORITY))
+                .range(0, 100)
+                .help("Priority of coll-hier in a communicator's stack (it serves communicators spanning more than one node with more than one rank on some node)")
+                .level(Level::Tuning)
+                .job_wide(),
+        );
+        params.add(
+            Param::size("allreduce_long_size", ALLREDUCE_LONG)
+                .help("Allreduces of at least this many bytes (and at least one element per leader) run a ring between the node leaders, else recursive doubling")
+                .level(Level::Tuning)
+                .job_wide(),
+        );
+    }
+}
+
+impl CollComponent for HierComponent {
+    fn priority(&self, params: &ParamStore) -> i32 {
+        params
+            .get_int("coll_hier_priority")
+            .map_or(PRIORITY, |v| i32::try_from(v).unwrap_or(PRIORITY))
+    }
+
+    fn query(&self, shape: &CommShape, params: &ParamStore) -> Option<Box<dyn CollModule>> {
+        let long = params
+            .get_size("coll_hier_allreduce_long_size")
+            .unwrap_or(ALLREDUCE_LONG);
+        HierModule::new(shape, usize::try_from(long).unwrap_or(usize::MAX))
+            .map(|m| Box::new(m) as Box<dyn CollModule>)
+    }
+}
+
+/// coll-hier on one communicator.
+#[derive(Debug)]
+pub struct HierModule {
+    me: usize,
+    /// The members of each node, ascending; nodes in the order of their lowest rank.
+    groups: Vec<Vec<usize>>,
+    /// Index in `groups` of every rank's node.
+    group_of: Vec<usize>,
+    /// Allreduces of at least this many bytes run a ring between leaders.
+    allreduce_long: usize,
+}
+
+impl HierModule {
+    /// The module for `shape`, or `None` where a hierarchy gains nothing: an
+    /// intercommunicator, every member on one node, or one member per node.
+    pub fn new(shape: &CommShape, allreduce_long: usize) -> Option<Self> {
+        let groups = shape.node_groups();
+        if shape.inter || groups.len() < 2 || groups.iter().all(|g| g.len() == 1) {
+            return None;
+        }
+        let mut group_of = vec![0; shape.size()];
+        for (i, g) in groups.iter().enumerate() {
+            for &r in g {
+                group_of[r] = i;
+            }
+        }
+        Some(Self {
+            me: shape.rank,
+            groups,
+            group_of,
+            allreduce_long,
+        })
+    }
+
+    /// This rank's node: its members and this rank's index among them.
+    fn local(&self) -> (&[usize], usize) {
+        let g = &self.groups[self.group_of[self.me]];
+        (g, index(g, self.me))
+    }
+
+    /// The leader of every node when `root` (if any) leads its own node.
+    fn leaders(&self, root: Option<usize>) -> Vec<usize> {
+        self.groups
+            .iter()
+            .map(|g| match root {
+                Some(r) if g.contains(&r) => r,
+                _ => g[0],
+            })
+            .collect()
+    }
+}
+
+/// Where `r` is in `members`.
+fn index(members: &[usize], r: usize) -> usize {
+    members
+        .iter()
+        .position(|&m| m == r)
+        .expect("a rank of the group")
+}
+
+/// `s`, built for ranks `0..members.len()` of a sub-group, with the peers of the
+/// communicator: virtual rank `v` is `members[v]`.
+fn over(mut s: Schedule, members: &[usize]) -> Schedule {
+    for round in &mut s.rounds {
+        for c in &mut round.comms {
+            let (Comm::Send { peer, .. } | Comm::Recv { peer, .. }) = c;
+            *peer = members[*peer];
+        }
+    }
+    s
+}
+
+/// `s` reading its input from `Work` instead of `Send`: a later phase whose input is what an
+/// earlier phase left in `Work` (the node's partial). Valid for the base algorithms, which
+/// read an input byte only before they write the same byte of `Work`.
+fn input_in_work(mut s: Schedule) -> Schedule {
+    let work = |b: &mut Buf| {
+        if *b == Buf::Send {
+            *b = Buf::Work;
+        }
+    };
+    for round in &mut s.rounds {
+        for c in &mut round.comms {
+            let (Comm::Send { region, .. } | Comm::Recv { region, .. }) = c;
+            work(&mut region.buf);
+        }
+        round.locals.retain_mut(|l| match l {
+            Local::Reduce { acc, .. } => {
+                work(acc);
+                true
+            }
+            // A copy of the input into the result is a copy of `Work` onto itself.
+            Local::Copy { src, dst } => {
+                work(&mut src.buf);
+                !(src.buf == Buf::Work && src.range == *dst)
+            }
+        });
+    }
+    s.rounds
+        .retain(|r| !r.comms.is_empty() || !r.locals.is_empty());
+    s
+}
+
+impl CollModule for HierModule {
+    fn barrier(&self) -> Option<Schedule> {
+        let (local, _) = self.local();
+        let leader = local[0];
+        let e = || Region::work(0..0);
+        let mut s = Schedule::default();
+        if self.me != leader {
+            s.push(
+                vec![Comm::Send {
+                    peer: leader,
+                    region: e(),
+                }],
+                vec![],
+            );
+            s.push(
+                vec![Comm::Recv {
+                    peer: leader,
+                    region: e(),
+                }],
+                vec![],
+            );
+            return Some(s);
+        }
+        let others = || local[1..].iter().copied();
+        s.push(
+            others()
+                .map(|peer| Comm::Recv { peer, region: e() })
+                .collect(),
+            vec![],
+        );
+        let leaders = self.leaders(None);
+        let l = index(&leaders, self.me);
+        s = s.then(over(
+            schedule::barrier_dissemination(leaders.len(), l),
+            &leaders,
+        ));
+        s.push(
+            others()
+                .map(|peer| Comm::Send { peer, region: e() })
+                .collect(),
+            vec![],
+        );
+        Some(s)
+    }
+
+    fn bcast(&self, root: usize, len: usize) -> Option<Schedule> {
+        let leaders = self.leaders(Some(root));
+        let (local, i) = self.local();
+        let leader = index(local, leaders[self.group_of[self.me]]);
+        let mut s = Schedule::default();
+        if let Some(l) = leaders.iter().position(|&r| r == self.me) {
+            let root_node = self.group_of[root];
+            s = over(
+                schedule::bcast_binomial(leaders.len(), l, root_node, len),
+                &leaders,
+            );
+        }
+        Some(s.then(over(
+            schedule::bcast_binomial(local.len(), i, leader, len),
+            local,
+        )))
+    }
+
+    fn reduce(&self, root: usize, len: usize, _elem: usize, ordered: bool) -> Option<Schedule> {
+        if ordered {
+            return None;
+        }
+        let leaders = self.leaders(Some(root));
+        let (local, i) = self.local();
+        let leader = index(local, leaders[self.group_of[self.me]]);
+        let s = over(
+            schedule::reduce_binomial(local.len(), i, leader, len),
+            local,
+        );
+        let Some(l) = leaders.iter().position(|&r| r == self.me) else {
+            return Some(s);
+        };
+        let across = schedule::reduce_binomial(leaders.len(), l, self.group_of[root], len);
+        Some(s.then(over(input_in_work(across), &leaders)))
+    }
+
+    fn allreduce(&self, len: usize, elem: usize, ordered: bool) -> Option<Schedule> {
+        if ordered {
+            return None;
+        }
+        let leaders = self.leaders(None);
+        let (local, i) = self.local();
+        let mut s = over(schedule::reduce_binomial(local.len(), i, 0, len), local);
+        if let Some(l) = leaders.iter().position(|&r| r == self.me) {
+            let n = leaders.len();
+            let across = if len >= self.allreduce_long && len / elem.max(1) >= n {
+                schedule::allreduce_ring(n, l, len, elem)
+            } else {
+                schedule::allreduce_recursive_doubling(n, l, len)
+            };
+            s = s.then(over(input_in_work(across), &leaders));
+        }
+        Some(s.then(over(
+            schedule::bcast_binomial(local.len(), i, 0, len),
+            local,
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests;

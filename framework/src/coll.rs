@@ -1,0 +1,248 @@
+//! The COLL framework: collective operations, chosen per communicator among components, as
+//! Open MPI's `coll` (basic/tuned, han, sm/xhc).
+//!
+//! # Design
+//! A collective is a [`Schedule`]: pure, without I/O, what one rank sends, receives, reduces
+//! and copies in which order ([`schedule`] holds the algorithms every component composes, as
+//! Open MPI's `coll/base` does). One executor (in the `rmca` crate) runs any schedule,
+//! blocking or stepped by progress for the non-blocking forms, so a component never does I/O
+//! and its algorithms are checked by the simulator of [`sim`] for any process count and node
+//! layout.
+//!
+//! When a communicator runs its first collective, every allowed [`CollComponent`] is asked
+//! ([`CollComponent::query`]) with the communicator's [`CommShape`] (size, own rank, the node
+//! of every member, whether it is an intercommunicator); those that answer with a
+//! [`CollModule`] form the communicator's stack, highest priority first
+//! ([`crate::registry::Registry::select_coll`]; `--mca coll base,hier` restricts it like
+//! every selector). Each operation goes to the first module of the stack that provides it: a
+//! module returns `None` for an operation it does not implement, or does not implement for
+//! these arguments (a hierarchical module for a non-commutative reduction, say), and the
+//! operation falls through to the next module (Open MPI's per-function stacking). Every
+//! member builds the same stack: the shape is the same on every member (but its own rank),
+//! and the parameters that decide are job-wide.
+//!
+//! A module's schedules for one communicator must match across its members (every send meets
+//! the receive of its peer): a module decides from the shape and the call's arguments only,
+//! which every member passes alike.
+
+pub mod schedule;
+pub mod sim;
+
+use std::fmt;
+use std::ops::Range;
+
+use crate::params::ParamStore;
+pub use schedule::Schedule;
+
+/// What a coll component sees of a communicator when asked to serve it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommShape {
+    /// This process's rank in the communicator.
+    pub rank: usize,
+    /// The node index of every member, by communicator rank (equal values share a node).
+    pub node_of: Vec<u32>,
+    /// An intercommunicator (collectives between two groups).
+    pub inter: bool,
+}
+
+impl CommShape {
+    /// An intra-communicator of members on the nodes `node_of` (by rank), seen from `rank`.
+    pub fn new(rank: usize, node_of: Vec<u32>) -> Self {
+        Self {
+            rank,
+            node_of,
+            inter: false,
+        }
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> usize {
+        self.node_of.len()
+    }
+
+    /// The members grouped by node: one list of ranks (ascending) per node, nodes in the
+    /// order of their lowest rank.
+    pub fn node_groups(&self) -> Vec<Vec<usize>> {
+        let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+        for (r, &node) in self.node_of.iter().enumerate() {
+            match groups.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, g)) => g.push(r),
+                None => groups.push((node, vec![r])),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
+    /// Every member runs on one node.
+    pub fn single_node(&self) -> bool {
+        self.node_of.windows(2).all(|w| w[0] == w[1])
+    }
+}
+
+/// The collective operations of one communicator, as schedules (see the module docs for the
+/// buffer conventions of each, in [`schedule`]). Every method returns `None` when this module
+/// does not provide the operation for these arguments: the next module of the stack does.
+///
+/// Arguments are byte counts; `elem` is the element size of a reduction and `ordered` says
+/// that the operation is not commutative (it must combine in rank order).
+pub trait CollModule: fmt::Debug {
+    /// A barrier.
+    fn barrier(&self) -> Option<Schedule> {
+        None
+    }
+    /// A broadcast of `len` bytes from `root`.
+    fn bcast(&self, _root: usize, _len: usize) -> Option<Schedule> {
+        None
+    }
+    /// A reduction of `len` bytes to `root`.
+    fn reduce(&self, _root: usize, _len: usize, _elem: usize, _ordered: bool) -> Option<Schedule> {
+        None
+    }
+    /// A reduction of `len` bytes whose result every member gets.
+    fn allreduce(&self, _len: usize, _elem: usize, _ordered: bool) -> Option<Schedule> {
+        None
+    }
+    /// A gather of `block`-byte blocks to `root` (virtual-rank layout).
+    fn gather(&self, _root: usize, _block: usize) -> Option<Schedule> {
+        None
+    }
+    /// A scatter of `block`-byte blocks from `root` (virtual-rank layout).
+    fn scatter(&self, _root: usize, _block: usize) -> Option<Schedule> {
+        None
+    }
+    /// An allgather of `block`-byte blocks (rank-order layout).
+    fn allgather(&self, _block: usize) -> Option<Schedule> {
+        None
+    }
+    /// An alltoall(v) over per-peer byte ranges of the input and of the output.
+    fn alltoallv(&self, _sends: &[Range<usize>], _recvs: &[Range<usize>]) -> Option<Schedule> {
+        None
+    }
+    /// A gatherv to `root` of `mine` bytes per member into `regions` (read at the root).
+    fn gatherv(
+        &self,
+        _root: usize,
+        _mine: usize,
+        _regions: &[Range<usize>],
+        _in_place: bool,
+    ) -> Option<Schedule> {
+        None
+    }
+    /// A scatterv from `root` of `regions` (read at the root), `mine` bytes to each member.
+    fn scatterv(
+        &self,
+        _root: usize,
+        _mine: usize,
+        _regions: &[Range<usize>],
+        _in_place: bool,
+    ) -> Option<Schedule> {
+        None
+    }
+    /// An allgatherv into `regions`.
+    fn allgatherv(&self, _regions: &[Range<usize>], _in_place: bool) -> Option<Schedule> {
+        None
+    }
+    /// A reduce_scatter of `chunks` (tiling the vector in rank order).
+    fn reduce_scatter(
+        &self,
+        _chunks: &[Range<usize>],
+        _elem: usize,
+        _ordered: bool,
+    ) -> Option<Schedule> {
+        None
+    }
+    /// A scan (`exclusive`: exscan) of `len` bytes; rank order whatever the operation.
+    fn scan(&self, _len: usize, _exclusive: bool) -> Option<Schedule> {
+        None
+    }
+}
+
+/// A coll component: offers a module for the communicators it can serve.
+pub trait CollComponent: crate::base::Component {
+    /// Priority given the parameters (the stack is ordered by it, highest first).
+    fn priority(&self, params: &ParamStore) -> i32;
+
+    /// The module serving a communicator of this shape, or `None` if this component does
+    /// not serve it (a hierarchical component for a communicator on one node, say).
+    fn query(&self, shape: &CommShape, params: &ParamStore) -> Option<Box<dyn CollModule>>;
+}
+
+/// A communicator's modules, highest priority first, each with its component's name.
+pub struct CollStack {
+    modules: Vec<(&'static str, Box<dyn CollModule>)>,
+}
+
+impl fmt::Debug for CollStack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.modules.iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+impl CollStack {
+    /// A stack of `modules`, highest priority first.
+    pub fn new(modules: Vec<(&'static str, Box<dyn CollModule>)>) -> Self {
+        Self { modules }
+    }
+
+    /// The components of the stack, highest priority first.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.modules.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// The schedule of the first module that provides `op` (`build` asks one module), with
+    /// that module's component name; `None` when no module does.
+    pub fn first(
+        &self,
+        build: impl Fn(&dyn CollModule) -> Option<Schedule>,
+    ) -> Option<(&'static str, Schedule)> {
+        self.modules
+            .iter()
+            .find_map(|(name, m)| build(m.as_ref()).map(|s| (*name, s)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_groups_follow_lowest_rank() {
+        let s = CommShape::new(0, vec![3, 1, 3, 0, 1]);
+        assert_eq!(s.node_groups(), vec![vec![0, 2], vec![1, 4], vec![3]]);
+        assert!(!s.single_node());
+        assert!(CommShape::new(0, vec![2, 2]).single_node());
+        assert_eq!(s.size(), 5);
+    }
+
+    #[derive(Debug)]
+    struct OnlyBarrier;
+    impl CollModule for OnlyBarrier {
+        fn barrier(&self) -> Option<Schedule> {
+            Some(schedule::barrier_linear(2, 0))
+        }
+    }
+    #[derive(Debug)]
+    struct All;
+    impl CollModule for All {
+        fn barrier(&self) -> Option<Schedule> {
+            Some(schedule::barrier_dissemination(2, 0))
+        }
+        fn bcast(&self, root: usize, len: usize) -> Option<Schedule> {
+            Some(schedule::bcast_binomial(2, 0, root, len))
+        }
+    }
+
+    #[test]
+    fn operations_fall_through_the_stack() {
+        let stack = CollStack::new(vec![
+            ("first", Box::new(OnlyBarrier)),
+            ("second", Box::new(All)),
+        ]);
+        assert_eq!(stack.names(), ["first", "second"]);
+        assert_eq!(stack.first(|m| m.barrier()).unwrap().0, "first");
+        assert_eq!(stack.first(|m| m.bcast(0, 8)).unwrap().0, "second");
+        assert!(stack.first(|m| m.allgather(8)).is_none());
+    }
+}
