@@ -35,30 +35,31 @@ pub fn target_release() -> PathBuf {
 pub fn ensure_libraries() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = target_release();
-        let present = ["libmpi.so", "libmpi_abi.so"]
-            .iter()
-            .all(|l| dir.join(l).exists());
-        if present && std::env::var_os("RMCA_TESTS_PREBUILT").is_some() {
-            return;
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--release",
-                "--quiet",
-                "-p",
-                "rmca-mpi",
-                "-p",
-                "rmca-mpi-lib",
-                "--lib",
-            ])
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building libmpi.so failed");
+        build_release_libs(
+            &["rmca-mpi", "rmca-mpi-lib"],
+            &["libmpi.so", "libmpi_abi.so"],
+        )
     });
+}
+
+/// `cargo build --release --lib` of `packages`, unless `RMCA_TESTS_PREBUILT` says the release
+/// build is done and every one of `products` (paths under the release directory) is there.
+pub fn build_release_libs(packages: &[&str], products: &[&str]) {
+    let dir = target_release();
+    if std::env::var_os("RMCA_TESTS_PREBUILT").is_some()
+        && products.iter().all(|p| dir.join(p).exists())
+    {
+        return;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .args(["build", "--release", "--quiet", "--lib"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    let status = cmd.status().expect("run cargo build");
+    assert!(status.success(), "building {} failed", products.join(", "));
 }
 
 /// Compile `tests/c/<name>.c` with the wrapper (extra wrapper arguments `extra`, e.g.

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::c::{build_once, ensure_libraries as ensure_c_libraries, run, target_release, CONFIGS};
+use crate::c::{
+    build_once, build_release_libs, ensure_libraries as ensure_c_libraries, run, target_release,
+    CONFIGS,
+};
 use crate::workspace_root;
 
 /// Whether a Fortran compiler is there (`$RMCA_FC`, else `gfortran`): the reason if not.
@@ -28,26 +31,7 @@ pub fn ensure_libraries() {
     static BUILT: OnceLock<()> = OnceLock::new();
     ensure_c_libraries();
     BUILT.get_or_init(|| {
-        let dir = target_release();
-        let present =
-            dir.join("libmpifort.so").exists() && dir.join("fortran").join("mpi_f08.mod").exists();
-        if present && std::env::var_os("RMCA_TESTS_PREBUILT").is_some() {
-            return;
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--release",
-                "--quiet",
-                "-p",
-                "rmca-mpifort",
-                "--lib",
-            ])
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building libmpifort.so failed");
+        build_release_libs(&["rmca-mpifort"], &["libmpifort.so", "fortran/mpi_f08.mod"])
     });
 }
 
