@@ -33,6 +33,7 @@ tables=(
   "osu-windowed|peers|rmca-bench osu_bw,osu_bibw,osu_mbw_mr --min 1 --max 1m --runs 5 --iters 100 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
   "osu-latency|peers|rmca-bench latency --min 1 --max 1m --runs 5 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
   "c-instructions|valgrind|bench/instructions.sh target/release"
+  "osu-instructions|valgrind,peers|bench/osu-instructions.sh '1 2 4 8 16 32 64'"
   "dr-ud|rxd|rmca-bench latency,bw --conf dr+ud --peers rxd,udp --runs 5 --min 8 --max 1m"
   "ud-reliability|rxd|rmca-bench --suite seed003-lat --timeout 60"
   "ud-scaling|peers|rmca-bench allconn --procs 2,4,8,16 --mem --runs 3 --conf rc --conf rc+srq --conf ud --peers ompi-vader,mpich --ratio ud/ompi-vader --ratio ud/mpich --timeout 120"
@@ -40,10 +41,12 @@ tables=(
   "rc-mem|-|rmca-bench --suite rc-mem --timeout 60"
   "rc-conn|-|rmca-bench --suite rc-conn --timeout 60"
   "netns-allconn|root,netns:b19n,peers|rmca-bench allconn --procs 2,4,8,16,32 --mem --vs --nodes b19n0,b19n1,b19n2,b19n3,b19n4,b19n5,b19n6,b19n7 --runs 3 --timeout 120 --conf rmca=pml=ob1 --conf rmca+srq=pml=ob1,btl_rc_receive_queues=S+256+64 --ratio rmca/ompi-tcp --ratio rmca/ompi-ucx --ratio rmca/mpich --ratio rmca+srq/ompi-tcp --ratio rmca+srq/rmca"
-  "netns-memory|root,netns:ldm,peers|rmca-bench allconn --procs 2,4,8,16,32 --mem --nodes ldm0,ldm1,ldm2,ldm3,ldm4,ldm5,ldm6,ldm7 --runs 3 --timeout 180 --conf rmca=pml=ob1,btl_rc_receive_queues=P+256+16+8:S+65536+32+8+32+1024 --conf rmca-p32=pml=ob1,btl_rc_receive_queues=P+32+16 --peers ompi-tcp,ompi-ucx,mpich --ratio rmca/ompi-tcp --ratio rmca/rmca-p32"
+  "netns-memory|root,netns:ldm,peers|rmca-bench allconn --procs 2,4,8,16,32 --mem --nodes ldm0,ldm1,ldm2,ldm3,ldm4,ldm5,ldm6,ldm7 --runs 3 --timeout 180 --conf rmca=pml=ob1 --conf rmca-p32=pml=ob1,btl_rc_receive_queues=P+32+16 --peers ompi-tcp,ompi-ucx,mpich --ratio rmca/ompi-tcp --ratio rmca/rmca-p32"
   "oversub|peers|ROUNDS=3 ITERS=200 bench/oversub.sh 4 8"
   "first-messages|peers|first_messages 3"
   "osc-osu|peers,dir:/tmp/oscsm-osu/src|osc_osu /tmp/oscsm-osu/src 2"
+  "osu-coll|peers,dir:/tmp/osu|ITERS=200 MAXSIZE=16384 RUNTIMES='rmca rmca-base ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/osu-coll 2"
+  "osu-overlap|peers,dir:/tmp/osu|SIZES=1024:1048576 ITERS=100 bench/osu-overlap.sh /tmp/osu /tmp/osu-overlap 3"
 )
 
 # The driver of the first-messages table: bench/first_messages.c built with each MPI's wrapper
@@ -69,6 +72,8 @@ first_messages() {
 # with osc am, one after the other. fop/cas run on created windows (OSU 7.4 double-frees
 # allocated ones on some runtimes) but for one fop row on an allocated window. Prints the best
 # round of each (lowest latency, highest bandwidth) at 1, 8, 64, 4096 and 65536 bytes.
+# OSC_OSU_BEFORE=DIR (a directory holding an older build's libmpi.so) adds that build as one
+# more runtime ("before": the same rmca binaries, the old library), for before/after tables.
 osc_osu() {
   local src=$1 rounds=$2 tmp b rt cc spec mode args kind extra o
   tmp=$(mktemp -d /tmp/rmca-osc.XXXXXX)
@@ -94,22 +99,27 @@ osc_osu() {
       "get_acc_latency:default:-w allocate:lat" "get_acc_latency:flush:-w allocate -s flush:lat" \
       "fop_latency:flush, -w create:-w create:fop" "fop_latency:lock, -w create:-w create -s lock:fop" \
       "cas_latency:flush, -w create:-w create:fop" "cas_latency:lock, -w create:-w create -s lock:fop" \
-      "fop_latency:flush, -w allocate:-w allocate:fop" "cas_latency:flush, -w allocate:-w allocate:fop"; do
+      "fop_latency:flush, -w allocate:-w allocate:fop" "cas_latency:flush, -w allocate:-w allocate:fop" \
+      "fop_latency:lock, -w allocate:-w allocate -s lock:fop" "cas_latency:lock, -w allocate:-w allocate -s lock:fop"; do
       IFS=: read -r b mode args kind <<<"$spec"
       case $kind in
       lat) extra="-m 1:65536 -i 2000 -x 200" ;;
       bw) extra="-m 1:262144 -i 100 -x 10" ;;
       *) extra="-i 5000 -x 500" ;;
       esac
-      for rt in sm ompi mpich am; do
+      # A hang (MPICH's cas on allocated windows) costs less on the short fop/cas runs.
+      to=180
+      [[ $kind == fop ]] && to=60
+      for rt in sm ompi mpich am ${OSC_OSU_BEFORE:+before}; do
         o="$tmp/out/$b|$mode|$rt|$r"
         # shellcheck disable=SC2086 # the arguments are words on purpose
         case $rt in
-        sm) timeout 180 rmca-run -n 2 "$tmp/rmca/osu_$b" $args $extra ;;
-        am) timeout 180 rmca-run -n 2 --mca osc am "$tmp/rmca/osu_$b" $args $extra ;;
-        ompi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
+        sm) timeout $to rmca-run -n 2 "$tmp/rmca/osu_$b" $args $extra ;;
+        am) timeout $to rmca-run -n 2 --mca osc am "$tmp/rmca/osu_$b" $args $extra ;;
+        before) LD_LIBRARY_PATH=$OSC_OSU_BEFORE timeout $to rmca-run -n 2 "$tmp/rmca/osu_$b" $args $extra ;;
+        ompi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout $to \
           mpirun.openmpi -n 2 "$tmp/ompi/osu_$b" $args $extra ;;
-        mpich) timeout 180 mpiexec.mpich -n 2 "$tmp/mpich/osu_$b" $args $extra ;;
+        mpich) timeout $to mpiexec.mpich -n 2 "$tmp/mpich/osu_$b" $args $extra ;;
         esac >"$o" 2>&1 || echo "osc-osu: $b ($mode) on $rt, round $r: exit status $?"
       done
     done
@@ -126,8 +136,12 @@ for f in os.listdir(sys.argv[1]):
         if m:
             data[(b, mode)][rt][int(m.group(1))].append(float(m.group(2)))
 order = "put_latency get_latency put_bw get_bw put_bibw acc_latency get_acc_latency fop_latency cas_latency".split()
-print("| benchmark | sync | size | rmca osc-sm | rmca osc-am | Open MPI | MPICH | osc-sm / best peer |")
-print("|---|---|---:|---:|---:|---:|---:|---:|")
+rts = ["sm", "am", "ompi", "mpich"]
+before = any("before" in d for d in data.values())
+if before:
+    rts.insert(1, "before")
+print("| benchmark | sync | size | rmca osc-sm |" + (" osc-sm before |" if before else "") + " rmca osc-am | Open MPI | MPICH | osc-sm / best peer |")
+print("|---|---|---:|---:|" + ("---:|" if before else "") + "---:|---:|---:|---:|")
 fmt = lambda x: "-" if x is None else (f"{x:.2f}" if x < 100 else f"{x:.0f}")
 for key in sorted(data, key=lambda k: (order.index(k[0]), k[1])):
     b, mode = key
@@ -135,7 +149,7 @@ for key in sorted(data, key=lambda k: (order.index(k[0]), k[1])):
     sizes = sorted({s for rt in data[key].values() for s in rt})
     for s in [s for s in sizes if s in (1, 8, 64, 4096, 65536)]:
         best = {}
-        for rt in ("sm", "am", "ompi", "mpich"):
+        for rt in rts:
             v = data[key][rt][s]
             best[rt] = (max(v) if bw else min(v)) if v else None
         peers = [best[p] for p in ("ompi", "mpich") if best[p] is not None]
@@ -143,7 +157,7 @@ for key in sorted(data, key=lambda k: (order.index(k[0]), k[1])):
         if best["sm"] and peers:
             p = max(peers) if bw else min(peers)
             ratio = f"{best['sm'] / p if bw else p / best['sm']:.2f}x"
-        cells = " | ".join(fmt(best[rt]) for rt in ("sm", "am", "ompi", "mpich"))
+        cells = " | ".join(fmt(best[rt]) for rt in rts)
         print(f"| {b} | {mode} | {s} | {cells} | {ratio} |")
 EOF
   rm -rf "$tmp"

@@ -155,6 +155,82 @@ pub trait CollModule: fmt::Debug {
     fn scan(&self, _len: usize, _exclusive: bool) -> Option<Schedule> {
         None
     }
+    /// The collectives this module runs itself, without schedules (coll-sm: through memory
+    /// the members share); `None` for a module that only builds schedules.
+    fn direct(&self) -> Option<&dyn DirectColl> {
+        None
+    }
+}
+
+/// A reduction step of a direct collective: `dst = src op acc` when the last argument is
+/// true, else `acc op src`, where `acc` is `dst` itself when `None` (as [`schedule::Local`]'s
+/// `Reduce`).
+pub type ReduceBytes<'a> = &'a dyn Fn(&mut [u8], &[u8], Option<&[u8]>, bool);
+
+/// A direct collective failed (its set-up, or the communicator's transport while it waited).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DirectError(pub String);
+
+/// What a module running collectives itself ([`DirectColl`]) needs from its communicator.
+pub trait DirectEnv {
+    /// One progress pass of the runtime, so that point-to-point traffic and non-blocking
+    /// collectives move while a direct collective waits; the events it handled.
+    fn progress(&mut self) -> usize;
+    /// A collective by messages over the communicator (for set-up): whether `ok` is true on
+    /// every member.
+    fn all(&mut self, ok: bool) -> Result<bool, DirectError>;
+    /// A broadcast of `buf` from `root` by messages over the communicator (for set-up).
+    fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<(), DirectError>;
+}
+
+/// Blocking collectives a module runs itself rather than as a [`Schedule`] (coll-sm: flags
+/// and slots in a segment the members share, no message). Each returns `None` when it
+/// declines these arguments (too long, say): the operation falls through to the next
+/// module's direct form or to the stack's schedules. Declining must depend only on what
+/// every member passes alike, so that every member takes the same path. Non-blocking forms
+/// always take the schedules.
+pub trait DirectColl: fmt::Debug {
+    /// A barrier.
+    fn barrier(&self, _env: &mut dyn DirectEnv) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// A broadcast of `buf` from `root`.
+    fn bcast(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _buf: &mut [u8],
+        _root: usize,
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// A reduction of `send` into `work` at `root` (`work`, as long as `send`, is private
+    /// space elsewhere); `elem`-byte elements; `ordered`: not commutative.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _work: &mut [u8],
+        _root: usize,
+        _elem: usize,
+        _ordered: bool,
+        _reduce: ReduceBytes<'_>,
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// A reduction of `send` whose result every member gets in `work`.
+    fn allreduce(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _work: &mut [u8],
+        _elem: usize,
+        _ordered: bool,
+        _reduce: ReduceBytes<'_>,
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
 }
 
 /// A coll component: offers a module for the communicators it can serve.
@@ -189,6 +265,14 @@ impl CollStack {
     /// The components of the stack, highest priority first.
     pub fn names(&self) -> Vec<&'static str> {
         self.modules.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// The direct forms of the modules at the top of the stack, in order: those of every
+    /// module above the first one that has none. A blocking operation tries them first (each
+    /// may decline), then [`CollStack::first`]; a module with direct forms provides no
+    /// schedule for the operations it runs directly, so the order of the stack is kept.
+    pub fn direct(&self) -> impl Iterator<Item = &dyn DirectColl> + '_ {
+        self.modules.iter().map_while(|(_, m)| m.direct())
     }
 
     /// The schedule of the first module that provides `op` (`build` asks one module), with

@@ -27,8 +27,10 @@
 //!   ([`OscPort::send`]) and is handed the messages for it ([`OscPort::recv`]); the target
 //!   applies them in its own progress, so one-sided traffic works over every PML and BTL
 //!   (dr over ud included);
-//! - osc-rdma would use the same messages for synchronization and for accumulates the BTL
-//!   cannot do, and move put/get data with the BTLs' RDMA through a port capability to come;
+//! - osc-rdma uses the same messages for synchronization and for accumulates (applied by
+//!   the target, which keeps them atomic and ordered), and moves put/get data with the BTLs'
+//!   RDMA through the port's [`OscRdma`] capability ([`OscPort::rdma`]: the PML's
+//!   `rdma_*` methods);
 //! - osc-sm maps one segment holding every member's memory at creation (it places the
 //!   memory of allocated windows itself: [`OscComponent::allocate`], its name agreed through
 //!   an [`OscSetup`]) and does loads, stores and CPU atomics; its synchronization words live
@@ -41,6 +43,7 @@ use thiserror::Error;
 
 use crate::buffer::UserBuf;
 use crate::params::ParamStore;
+pub use crate::pml::{RdmaKeys, RdmaToken};
 
 /// Identifies an RMA operation of one module (for request-based completion).
 pub type OpId = u64;
@@ -509,6 +512,9 @@ pub struct WinConfig {
     pub shared: bool,
     /// The host's arithmetic for the elements Rust has no number for.
     pub host: Option<HostAccumulate>,
+    /// The PML reaches every member with a BTL offering RDMA put and get (the port's
+    /// [`OscRdma`] then serves them): what osc-rdma needs.
+    pub rdma: bool,
 }
 
 impl WinConfig {
@@ -571,6 +577,45 @@ pub trait OscPort {
 
     /// The next active message that arrived for this window, with its sender's rank.
     fn recv(&mut self) -> Option<(usize, Vec<u8>)>;
+
+    /// The BTLs' RDMA for this window, when the host offers it (osc-rdma); `None` by default.
+    fn rdma(&mut self) -> Option<&mut dyn OscRdma> {
+        None
+    }
+}
+
+/// The BTLs' RDMA as a window reaches it (through the PML: `Pml::rdma_*`), peers named by
+/// their window rank. Transfers do not block: each returns a token polled with
+/// [`OscRdma::test`].
+pub trait OscRdma {
+    /// Register this member's window memory `mem` for put and get by every member: a handle
+    /// for [`OscRdma::deregister`] and the keys the members need (sent to them by the module).
+    fn register(&mut self, mem: UserBuf) -> Result<(u64, RdmaKeys), OscError>;
+
+    /// Release registration `handle` (the window is freed: no member targets it any more).
+    fn deregister(&mut self, handle: u64);
+
+    /// Write `local` at address `addr` of `peer`'s memory, registered there with `keys`;
+    /// `local` stays valid until the transfer is reported done.
+    fn put(
+        &mut self,
+        peer: usize,
+        local: UserBuf,
+        keys: &RdmaKeys,
+        addr: u64,
+    ) -> Result<RdmaToken, OscError>;
+
+    /// Read `local.len()` bytes at address `addr` of `peer`'s memory into `local`.
+    fn get(
+        &mut self,
+        peer: usize,
+        local: UserBuf,
+        keys: &RdmaKeys,
+        addr: u64,
+    ) -> Result<RdmaToken, OscError>;
+
+    /// Has transfer `token` finished (`None`: not yet)? Reported once.
+    fn test(&mut self, token: RdmaToken) -> Option<Result<(), OscError>>;
 }
 
 /// One window on one process.
@@ -653,6 +698,62 @@ pub trait OscModule {
     fn shared_part(&self, _rank: usize) -> Option<UserBuf> {
         None
     }
+
+    /// The operations that complete while the call runs, on the caller's own buffers (no
+    /// packed copy, no result kept for [`OscModule::poll_op`]), when the module has them
+    /// (osc-sm); `None` otherwise.
+    fn direct_ops(&mut self) -> Option<&mut dyn OscDirect> {
+        None
+    }
+}
+
+/// RMA operations a module completes within the call ([`OscModule::direct_ops`]), on
+/// borrowed buffers: the host's per-operation copies and allocations go. `runs` are a
+/// [`Layout`]'s runs; every one is checked against the target's memory, and the operation
+/// refused with nothing written, as for the [`OscModule`] calls.
+pub trait OscDirect {
+    /// [`OscModule::put`] of `data`.
+    fn put_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        data: &[u8],
+    ) -> Result<(), OscError>;
+
+    /// [`OscModule::get`] into `out` (the runs' total length).
+    fn get_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        out: &mut [u8],
+    ) -> Result<(), OscError>;
+
+    /// [`OscModule::accumulate`] of `data`; with `old`, the previous contents land there.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Result<(), OscError>;
+
+    /// [`OscModule::compare_and_swap`]; the previous value lands in `old`.
+    #[allow(clippy::too_many_arguments)]
+    fn compare_and_swap_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+        old: &mut [u8],
+    ) -> Result<(), OscError>;
 }
 
 /// The collective steps a component may need while a window is made (agreeing on the name

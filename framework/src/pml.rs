@@ -198,6 +198,48 @@ pub enum PmlError {
     Other(String),
 }
 
+/// The remote keys of memory registered for one-sided RDMA ([`Pml::rdma_register`]): for
+/// each RDMA BTL that registered it, the BTL's component name and its
+/// [`Registration::remote_key`](crate::btl::Registration). A window's members exchange them
+/// (osc-rdma), and an origin hands the target's keys back to [`Pml::rdma_put`] /
+/// [`Pml::rdma_get`], which pick the key of the BTL that reaches the target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RdmaKeys {
+    /// `(BTL component name, remote key)`, in the registering process's BTL order.
+    pub keys: Vec<(String, Vec<u8>)>,
+}
+
+impl RdmaKeys {
+    /// Serialized: a count, then per key its name and key bytes, each with a `u16` length.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = crate::wire::Writer::new(&mut out);
+        w.u16(self.keys.len().min(usize::from(u16::MAX)) as u16);
+        for (name, key) in self.keys.iter().take(usize::from(u16::MAX)) {
+            w.u16(name.len() as u16).bytes(name.as_bytes());
+            w.u16(key.len() as u16).bytes(key);
+        }
+        out
+    }
+
+    /// The keys of [`RdmaKeys::encode`]'s bytes; `None` when they do not decode.
+    pub fn decode(b: &[u8]) -> Option<RdmaKeys> {
+        let mut r = crate::wire::Reader::new(b);
+        let n = r.u16().ok()?;
+        let mut keys = Vec::with_capacity(usize::from(n));
+        for _ in 0..n {
+            let l = usize::from(r.u16().ok()?);
+            let name = std::str::from_utf8(r.bytes(l).ok()?).ok()?.to_owned();
+            let l = usize::from(r.u16().ok()?);
+            keys.push((name, r.bytes(l).ok()?.to_vec()));
+        }
+        (r.remaining() == 0).then_some(RdmaKeys { keys })
+    }
+}
+
+/// Identifies a one-sided RDMA transfer of a PML ([`Pml::rdma_put`], [`Pml::rdma_get`]).
+pub type RdmaToken = u64;
+
 /// One PML instance.
 pub trait Pml: Send {
     /// The component name (`"ob1"`, `"dr"`).
@@ -353,6 +395,70 @@ pub trait Pml: Send {
     /// rank), e.g. `["self"], ["shm"], ["rc"]`. Empty when the PML does not say.
     fn peer_btls(&self) -> Vec<Vec<String>> {
         Vec::new()
+    }
+
+    /// One-sided RDMA (osc-rdma): does a BTL offering both put and get (possibly two
+    /// BTLs) reach world rank `peer`? The default: no PML RDMA at all (pml-dr), so osc-am
+    /// serves its windows.
+    fn rdma_reaches(&self, _peer: Rank) -> bool {
+        false
+    }
+
+    /// Register `mem` (a window's memory) for remote put and get with every RDMA BTL that
+    /// reaches one of `peers`: a handle for [`Pml::rdma_deregister`] and the keys the peers
+    /// need.
+    fn rdma_register(
+        &mut self,
+        _mem: UserBuf,
+        _peers: &[Rank],
+    ) -> Result<(u64, RdmaKeys), PmlError> {
+        Err(PmlError::Other(format!(
+            "pml {} offers no one-sided RDMA",
+            self.component_name()
+        )))
+    }
+
+    /// Release a registration of [`Pml::rdma_register`] (no transfer may target it any more).
+    fn rdma_deregister(&mut self, _handle: u64) {}
+
+    /// Write `local` at address `addr` of world rank `peer`, inside memory `peer` registered
+    /// with `keys`. `local` stays valid until [`Pml::rdma_test`] reports the transfer done:
+    /// then the bytes are in the target's memory.
+    fn rdma_put(
+        &mut self,
+        _peer: Rank,
+        _local: UserBuf,
+        _keys: &RdmaKeys,
+        _addr: u64,
+    ) -> Result<RdmaToken, PmlError> {
+        Err(PmlError::Other(format!(
+            "pml {} offers no one-sided RDMA",
+            self.component_name()
+        )))
+    }
+
+    /// Read `local.len()` bytes at address `addr` of world rank `peer` into `local` (as
+    /// [`Pml::rdma_put`] the other way).
+    fn rdma_get(
+        &mut self,
+        _peer: Rank,
+        _local: UserBuf,
+        _keys: &RdmaKeys,
+        _addr: u64,
+    ) -> Result<RdmaToken, PmlError> {
+        Err(PmlError::Other(format!(
+            "pml {} offers no one-sided RDMA",
+            self.component_name()
+        )))
+    }
+
+    /// Has transfer `token` finished? `None`: not yet (transfers the BTLs refused for lack of
+    /// resources are retried here). Once reported, the token is spent.
+    fn rdma_test(&mut self, token: RdmaToken) -> Option<Result<(), PmlError>> {
+        Some(Err(PmlError::Other(format!(
+            "pml {}: unknown RDMA transfer {token}",
+            self.component_name()
+        ))))
     }
 
     /// Flush and release; called once, after every request completed.

@@ -121,6 +121,179 @@ pub fn register_params(specs: &mut Vec<ParamSpec>) {
             .help("Microseconds a wait yields before it sleeps (mpi_wait_mode block)")
             .level(Level::Tuning),
     );
+    r.add_global(
+        Param::bool("mpi_async_progress", false)
+            .help(
+                "Start a progress thread at MPI_Init (C library) that drives the PML, the BTLs, \
+                 registered progress functions and non-blocking collectives while the program \
+                 computes outside MPI. It takes the library lock only when no MPI call holds \
+                 it and sleeps when nothing is outstanding; every MPI call then takes the \
+                 library lock (as at MPI_THREAD_MULTIPLE) whatever level was asked for",
+            )
+            .level(Level::Tuning),
+    );
+    r.add_global(
+        Param::int("mpi_async_progress_cpu", -1)
+            .range(-1, 65_535)
+            .help(
+                "CPU the progress thread is bound to; -1: it inherits the rank's binding (the \
+                 rank's core: the thread sleeps while nothing is outstanding and runs short \
+                 passes otherwise, so it shares the core rather than taking another rank's)",
+            )
+            .level(Level::Tuning),
+    );
+}
+
+// ---- Asynchronous progress (mpi_async_progress) ----
+
+/// The settings of the asynchronous progress thread (`mpi_async_progress`,
+/// `mpi_async_progress_cpu`), set by the runtime at init for the bindings that run one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AsyncProgress {
+    /// Whether a progress thread runs.
+    pub enabled: bool,
+    /// The CPU it is bound to (`None`: it inherits the rank's binding).
+    pub cpu: Option<u32>,
+}
+
+static ASYNC_ENABLED: AtomicBool = AtomicBool::new(false);
+/// `mpi_async_progress_cpu`, -1 for none.
+static ASYNC_CPU: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+impl AsyncProgress {
+    /// The settings of a resolved parameter store (defaults where a parameter is missing).
+    pub fn from_params(params: &crate::params::ParamStore) -> Self {
+        AsyncProgress {
+            enabled: params.get_bool("mpi_async_progress").unwrap_or(false),
+            cpu: params
+                .get_int("mpi_async_progress_cpu")
+                .ok()
+                .and_then(|c| u32::try_from(c).ok()),
+        }
+    }
+}
+
+/// Record the progress thread's settings (the runtime, at init).
+pub fn set_async_progress(cfg: AsyncProgress) {
+    ASYNC_ENABLED.store(cfg.enabled, Ordering::Relaxed);
+    let cpu = cfg.cpu.and_then(|c| i32::try_from(c).ok()).unwrap_or(-1);
+    ASYNC_CPU.store(cpu, Ordering::Relaxed);
+}
+
+/// The progress thread's settings (off until the runtime says otherwise).
+pub fn async_progress() -> AsyncProgress {
+    AsyncProgress {
+        enabled: ASYNC_ENABLED.load(Ordering::Relaxed),
+        cpu: u32::try_from(ASYNC_CPU.load(Ordering::Relaxed)).ok(),
+    }
+}
+
+/// What one attempt of the progress thread found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncPass {
+    /// An MPI call of the program holds the library lock: it progresses by itself, and the
+    /// thread does not queue for the lock (that would make the call hand it over).
+    LockBusy,
+    /// A progress pass ran.
+    Ran {
+        /// The events it handled.
+        events: usize,
+        /// Whether any operation is outstanding (started and not completed).
+        outstanding: bool,
+    },
+}
+
+/// What the progress thread does next ([`AsyncPacer::next`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncAction {
+    /// Run another pass at once.
+    Again,
+    /// Sleep this long, then try again.
+    Sleep(Duration),
+    /// Nothing is outstanding: sleep until an MPI call of the program ends (it may have
+    /// started an operation), or this long at most.
+    AwaitWork(Duration),
+}
+
+/// The pacing of the progress thread, sans IO: fed what each attempt found, it says when to
+/// try again. A pass with events is followed by another at once (a rendezvous transfer or a
+/// collective is moving: each pass pushes it on); a few idle passes spin; then it sleeps
+/// for increasing times up to [`AsyncPacer::MAX_IDLE_SLEEP`] while operations are
+/// outstanding, and until woken when none is; while the program is inside MPI (the lock is
+/// taken) it backs off up to [`AsyncPacer::MAX_BUSY_SLEEP`], since that call progresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AsyncPacer {
+    idle: u32,
+    idle_sleep: Duration,
+    busy_sleep: Duration,
+}
+
+impl AsyncPacer {
+    /// Idle passes (operations outstanding, nothing moved) spun before the first sleep.
+    pub const SPIN_PASSES: u32 = 32;
+    /// The first sleep after the spin passes; each idle sleep doubles it.
+    pub const FIRST_IDLE_SLEEP: Duration = Duration::from_micros(10);
+    /// The longest sleep while operations are outstanding: the most a peer's answer (a
+    /// rendezvous's clear-to-send, a collective's next round) waits for the thread.
+    pub const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
+    /// The first sleep while the program holds the lock.
+    pub const FIRST_BUSY_SLEEP: Duration = Duration::from_micros(50);
+    /// The longest sleep while the program holds the lock.
+    pub const MAX_BUSY_SLEEP: Duration = Duration::from_millis(1);
+    /// The longest sleep with nothing outstanding (a safety net: the end of any MPI call
+    /// wakes the thread).
+    pub const AWAIT_WORK: Duration = Duration::from_millis(100);
+
+    /// The next action after an attempt that found `pass`.
+    pub fn next(&mut self, pass: AsyncPass) -> AsyncAction {
+        match pass {
+            AsyncPass::LockBusy => {
+                self.idle = 0;
+                self.idle_sleep = Duration::ZERO;
+                self.busy_sleep = grow(
+                    self.busy_sleep,
+                    Self::FIRST_BUSY_SLEEP,
+                    Self::MAX_BUSY_SLEEP,
+                );
+                AsyncAction::Sleep(self.busy_sleep)
+            }
+            AsyncPass::Ran {
+                events,
+                outstanding,
+            } => {
+                self.busy_sleep = Duration::ZERO;
+                if events > 0 {
+                    self.idle = 0;
+                    self.idle_sleep = Duration::ZERO;
+                    return AsyncAction::Again;
+                }
+                if !outstanding {
+                    self.idle = 0;
+                    self.idle_sleep = Duration::ZERO;
+                    return AsyncAction::AwaitWork(Self::AWAIT_WORK);
+                }
+                self.idle = self.idle.saturating_add(1);
+                if self.idle <= Self::SPIN_PASSES {
+                    return AsyncAction::Again;
+                }
+                self.idle_sleep = grow(
+                    self.idle_sleep,
+                    Self::FIRST_IDLE_SLEEP,
+                    Self::MAX_IDLE_SLEEP,
+                );
+                AsyncAction::Sleep(self.idle_sleep)
+            }
+        }
+    }
+}
+
+/// `current` doubled (`first` if zero), at most `max`.
+fn grow(current: Duration, first: Duration, max: Duration) -> Duration {
+    if current.is_zero() {
+        first
+    } else {
+        (current * 2).min(max)
+    }
 }
 
 /// Idle passes spinning before yielding (`mpi_wait_spin_passes`).
@@ -647,6 +820,108 @@ mod tests {
             reacquire: || {},
         };
         assert!(!set_wait_hook(other), "set once per process");
+    }
+
+    #[test]
+    fn the_async_pacer_spins_on_events_sleeps_when_idle_and_backs_off_from_a_busy_lock() {
+        let mut p = AsyncPacer::default();
+        let idle = AsyncPass::Ran {
+            events: 0,
+            outstanding: true,
+        };
+        let moved = AsyncPass::Ran {
+            events: 3,
+            outstanding: true,
+        };
+        assert_eq!(p.next(moved), AsyncAction::Again);
+        for _ in 0..AsyncPacer::SPIN_PASSES {
+            assert_eq!(p.next(idle), AsyncAction::Again);
+        }
+        let mut sleeps = Vec::new();
+        for _ in 0..8 {
+            match p.next(idle) {
+                AsyncAction::Sleep(d) => sleeps.push(d),
+                a => panic!("idle with work outstanding: {a:?}"),
+            }
+        }
+        assert_eq!(sleeps[0], AsyncPacer::FIRST_IDLE_SLEEP);
+        assert!(sleeps.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*sleeps.last().unwrap(), AsyncPacer::MAX_IDLE_SLEEP);
+        // An event starts over: no sleep until the spin passes are spent again.
+        assert_eq!(p.next(moved), AsyncAction::Again);
+        assert_eq!(p.next(idle), AsyncAction::Again);
+        // Nothing outstanding: sleep until woken, whatever came before.
+        assert_eq!(
+            p.next(AsyncPass::Ran {
+                events: 0,
+                outstanding: false
+            }),
+            AsyncAction::AwaitWork(AsyncPacer::AWAIT_WORK)
+        );
+        // The program inside MPI: growing sleeps, bounded.
+        let mut last = Duration::ZERO;
+        for _ in 0..12 {
+            let AsyncAction::Sleep(d) = p.next(AsyncPass::LockBusy) else {
+                panic!("a busy lock sleeps")
+            };
+            assert!(d >= last && d <= AsyncPacer::MAX_BUSY_SLEEP);
+            last = d;
+        }
+        assert_eq!(last, AsyncPacer::MAX_BUSY_SLEEP);
+        assert_eq!(p.next(moved), AsyncAction::Again);
+        assert_eq!(
+            p.next(AsyncPass::LockBusy),
+            AsyncAction::Sleep(AsyncPacer::FIRST_BUSY_SLEEP)
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the passes, the thread never sleeps while events flow, never sleeps
+        /// unbounded, and never waits for work while work is outstanding.
+        #[test]
+        fn the_async_pacer_never_sleeps_on_events_and_bounds_every_sleep(
+            passes in proptest::collection::vec((0usize..3, proptest::bool::ANY, proptest::bool::ANY), 1..400),
+        ) {
+            let mut p = AsyncPacer::default();
+            for (events, outstanding, busy) in passes {
+                let pass = if busy { AsyncPass::LockBusy } else { AsyncPass::Ran { events, outstanding } };
+                match p.next(pass) {
+                    AsyncAction::Again => proptest::prop_assert!(!busy),
+                    AsyncAction::Sleep(d) => {
+                        proptest::prop_assert!(busy || (events == 0 && outstanding));
+                        proptest::prop_assert!(d <= AsyncPacer::MAX_BUSY_SLEEP && !d.is_zero());
+                    }
+                    AsyncAction::AwaitWork(_) => proptest::prop_assert!(!busy && events == 0 && !outstanding),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn async_progress_settings_default_off_and_round_trip() {
+        assert_eq!(
+            AsyncProgress::default(),
+            AsyncProgress {
+                enabled: false,
+                cpu: None
+            }
+        );
+        let mut specs = Vec::new();
+        register_params(&mut specs);
+        let names: Vec<_> = specs.iter().map(|s| s.name.clone()).collect();
+        assert!(names.iter().any(|n| n == "mpi_async_progress"), "{names:?}");
+        assert!(
+            names.iter().any(|n| n == "mpi_async_progress_cpu"),
+            "{names:?}"
+        );
+        let on = AsyncProgress {
+            enabled: true,
+            cpu: Some(3),
+        };
+        set_async_progress(on);
+        assert_eq!(async_progress(), on);
+        set_async_progress(AsyncProgress::default());
+        assert_eq!(async_progress(), AsyncProgress::default());
     }
 
     #[test]

@@ -94,6 +94,10 @@ pub(crate) struct CommInner {
     /// is translated through it on a communicator that is not the identity (a linear search
     /// of `group` per message would cost O(size)). Made on first use by a large one.
     pub(crate) rank_index: std::cell::OnceCell<Box<[(Rank, u32)]>>,
+    /// The ownership of `context` when a blocking constructor agreed on it: dropped after
+    /// the communicator's own drop (buffered sends drained), it gives the id back.
+    #[allow(dead_code)] // held for its Drop
+    pub(crate) lease: Option<crate::context_id::Lease>,
 }
 
 /// The rank of world rank `world` in `group` (`usize::MAX` when it is not a member), through
@@ -151,6 +155,7 @@ impl Communicator {
             identity: true,
             coll: Default::default(),
             inter: None,
+            lease: None,
         })
     }
 
@@ -833,51 +838,104 @@ impl Communicator {
 
     // ---- communicator management ----
 
-    /// This process's lowest free context id, to be agreed on by a collective.
-    pub(crate) fn free_context(&self) -> u64 {
-        self.inner.shared.next_context.get()
+    /// Agree with the other processes of a parent on `want` new context ids
+    /// (`crate::context_id`): `key` is the same on every member (the parent's context),
+    /// `member` says whether this process joins the new communicator (takes the ids),
+    /// `parties` is how many processes agree, and `reduce` returns the bitwise AND of its
+    /// argument over every one of them.
+    pub(crate) fn agree_contexts(
+        &self,
+        parties: usize,
+        key: u64,
+        want: usize,
+        member: bool,
+        mut reduce: impl FnMut(&[u64]) -> Result<Vec<u64>>,
+    ) -> Result<Vec<crate::context_id::Lease>> {
+        use crate::context_id::{Lease, Step};
+        let ids = self.inner.shared.context_ids.clone();
+        if parties == 1 {
+            // This process alone: no collective, and no wait for other agreements.
+            let mut backoff = rmca_framework::progress::ReleasingBackoff::default();
+            loop {
+                let got = ids.borrow_mut().take_local(if member { want } else { 0 });
+                if let Some(contexts) = got {
+                    return Ok(contexts
+                        .into_iter()
+                        .map(|c| Lease::new(ids.clone(), c))
+                        .collect());
+                }
+                if ids.borrow().all_used() {
+                    return Err(crate::context_id::AgreementError::Exhausted {
+                        slots: crate::context_id::SLOTS,
+                    }
+                    .into());
+                }
+                // Every free id is held by rounds of other threads' agreements.
+                crate::raw::progress(self);
+                backoff.pass(0);
+            }
+        }
+        let (mut a, mut words) = ids.borrow_mut().begin(key, want, member);
+        loop {
+            // No borrow of the table across the collective: other threads' agreements (and
+            // dropped communicators) use it while this one waits.
+            let reduced = match reduce(&words) {
+                Ok(r) => r,
+                Err(e) => {
+                    ids.borrow_mut().abandon(&mut a);
+                    return Err(e);
+                }
+            };
+            let step = ids.borrow_mut().on_reduced(&mut a, &reduced)?;
+            match step {
+                Step::Round(w) => words = w,
+                Step::Agreed(contexts) => {
+                    if a.rounds() > 1 {
+                        tracing::debug!(
+                            rounds = a.rounds(),
+                            ?contexts,
+                            "context ids agreed after retries"
+                        );
+                    }
+                    return Ok(contexts
+                        .into_iter()
+                        .map(|c| Lease::new(ids.clone(), c))
+                        .collect());
+                }
+            }
+        }
     }
 
-    /// Take `agreed` (the largest lowest-free id of the parent's processes, so free on each of
-    /// them) for a communicator this process joins: ids are even (point-to-point) with the odd
-    /// neighbour for collectives, and a process never joins two communicators with one id.
-    /// Communicators that share an id have no process in common, so their messages can never
-    /// meet in one matching engine. (A hash of parent, ordinal and color, the earlier scheme,
-    /// needed no communication but could give two communicators of one process the same id.)
-    pub(crate) fn claim_context(&self, agreed: u64) -> Result<ContextId> {
-        let context = ContextId::try_from(agreed)
-            .ok()
-            // Ids from NB_CONTEXT_BASE up are the non-blocking agreements' (`crate::idup`).
-            .filter(|c| *c < crate::idup::NB_CONTEXT_BASE)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "no context id left for a new communicator (next free: {agreed}); free ones are not reused"
-                ))
-            })?;
-        self.inner.shared.next_context.set(agreed + 2);
-        Ok(context)
+    /// [`Communicator::agree_contexts`] over this intra-communicator, keyed by its context.
+    fn agree_over_self(&self, want: usize, member: bool) -> Result<Vec<crate::context_id::Lease>> {
+        let key = u64::from(self.inner.context);
+        self.agree_contexts(self.size(), key, want, member, |words| {
+            let mut and = vec![0u64; words.len()];
+            self.allreduce(words, &mut and, crate::coll::Op::BitAnd)?;
+            Ok(and)
+        })
     }
 
     /// A communicator with the same processes and an isolated matching space. Collective:
     /// every member must call it, in the same order relative to other dup/split/create calls
-    /// (one allreduce agrees on the new context id).
+    /// (an allreduce of the members' masks of free context ids agrees on the new one: one
+    /// round unless other constructors run on other threads at once).
     pub fn dup(&self) -> Result<Communicator> {
         if self.is_inter() {
             return self.inter_dup();
         }
-        let mut agreed = [0u64];
-        self.allreduce(&[self.free_context()], &mut agreed, crate::coll::Op::Max)?;
-        let context = self.claim_context(agreed[0])?;
+        let lease = self.agree_over_self(1, true)?.pop().expect("one id agreed");
         Ok(Communicator::new(CommInner {
             rank_index: Default::default(),
             shared: self.inner.shared.clone(),
-            context,
+            context: lease.context(),
             group: self.inner.group.clone(),
             rank: self.inner.rank,
             identity: self.inner.identity,
             // A dup keeps the topology (MPI).
             coll: self.inner.coll.inherited(),
             inter: None,
+            lease: Some(lease),
         }))
     }
 
@@ -887,14 +945,14 @@ impl Communicator {
         if self.is_inter() {
             return self.inter_split(color, key);
         }
-        let free = i64::try_from(self.free_context()).unwrap_or(i64::MAX);
-        let mine = [color.map_or(-1i64, i64::from), i64::from(key), free];
-        let mut all = vec![[0i64; 3]; self.size()];
+        let mine = [color.map_or(-1i64, i64::from), i64::from(key)];
+        let mut all = vec![[0i64; 2]; self.size()];
         crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
-        let Some(color) = color else { return Ok(None) };
         // One id for every color: the new communicators are disjoint.
-        let agreed = all.iter().map(|e| e[2]).max().unwrap_or(free);
-        let context = self.claim_context(agreed.unsigned_abs())?;
+        let lease = self.agree_over_self(1, color.is_some())?.pop();
+        let (Some(color), Some(lease)) = (color, lease) else {
+            return Ok(None);
+        };
         let mut members: Vec<(i64, usize)> = all
             .iter()
             .enumerate()
@@ -911,12 +969,13 @@ impl Communicator {
         Ok(Some(Communicator::new(CommInner {
             rank_index: Default::default(),
             shared: self.inner.shared.clone(),
-            context,
+            context: lease.context(),
             group: group.into(),
             rank,
             identity,
             coll: Default::default(),
             inter: None,
+            lease: Some(lease),
         })))
     }
 
@@ -961,13 +1020,8 @@ impl Communicator {
             fingerprint ^= u64::from(b);
             fingerprint = fingerprint.wrapping_mul(0x0100_0000_01b3);
         }
-        let mine = [
-            fingerprint,
-            members.len() as u64,
-            u64::from(check.is_err()),
-            self.free_context(),
-        ];
-        let mut all = vec![[0u64; 4]; self.size()];
+        let mine = [fingerprint, members.len() as u64, u64::from(check.is_err())];
+        let mut all = vec![[0u64; 3]; self.size()];
         crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
         check?;
         if let Some(r) = all.iter().position(|e| e[2] != 0) {
@@ -979,24 +1033,30 @@ impl Communicator {
         // disjoint and every member of a group passes that same group: checked for the
         // members of the group this process passed.
         if let Some(r) = (0..self.size()).find(|&r| in_self[r] && all[r][..2] != mine[..2]) {
+            // Found here only: the members of other, consistent groups go on to agree on
+            // their ids over this whole communicator, so this process still takes part (taking
+            // none) before it reports the error; otherwise they would wait for it forever.
+            self.agree_over_self(1, false)?;
             return Err(Error::InvalidArgument(format!(
                 "Communicator::create: rank {r}, a member of the group passed here, passed another group (every member of a group must pass the same group)"
             )));
         }
-        let Some(rank) = group.rank() else {
+        // Every member of `self` takes part; those outside the group take no id.
+        let lease = self.agree_over_self(1, group.rank().is_some())?.pop();
+        let (Some(rank), Some(lease)) = (group.rank(), lease) else {
             return Ok(None);
         };
-        let context = self.claim_context(all.iter().map(|e| e[3]).max().unwrap_or(mine[3]))?;
         let identity = members.iter().enumerate().all(|(i, &w)| w as usize == i);
         Ok(Some(Communicator::new(CommInner {
             rank_index: Default::default(),
             shared: self.inner.shared.clone(),
-            context,
+            context: lease.context(),
             group: members.into(),
             rank,
             identity,
             coll: Default::default(),
             inter: None,
+            lease: Some(lease),
         })))
     }
 

@@ -1,12 +1,11 @@
 //! Non-blocking duplication of a communicator (`MPI_Comm_idup`): [`Communicator::idup`].
 //!
 //! A new communicator needs a context id that none of its members uses. The blocking
-//! constructors (`dup`, `split`, `create`, ...) agree on the largest of their members'
-//! lowest free ids in one collective and take it at once: nothing else takes an id of their
-//! range on a process between its contribution and its claim, since the process is inside
-//! the call. A non-blocking dup has no such window: while it runs, its members may make other
-//! communicators (blocking or not, on this parent or others, in different orders on
-//! different processes), so the largest proposal may already be taken on some member when
+//! constructors (`dup`, `split`, `create`, ...) agree on one by masks of free ids
+//! (`crate::context_id`), each round holding the process's mask while its allreduce runs: a
+//! non-blocking dup cannot hold it across its rounds (its members go on making other
+//! communicators meanwhile, in different orders on different processes), so the largest
+//! proposal may already be taken on some member when
 //! the agreement completes. It therefore runs Open MPI's "nextcid" agreement:
 //!
 //! 1. every member proposes its lowest free id; one allreduce takes the MAX, `A`;
@@ -17,9 +16,8 @@
 //!    ids (an id reserved in a failed round is burnt: ids are never reused anyway).
 //!
 //! The ids come from a range of their own ([`NB_CONTEXT_BASE`] and up, counted per process),
-//! apart from the blocking constructors': their one-shot claim never checks, and it need not,
-//! as no non-blocking reservation can fall between their contribution and claim in that
-//! range (the agreements reserve theirs in the background, on any progress pass). Two
+//! apart from the blocking constructors' (the mask's ids, far below it), so the two schemes
+//! never meet (the agreements reserve theirs in the background, on any progress pass). Two
 //! agreements never both reserve an id on one process (the second finds the counter past
 //! it), so an id every member reserved is that communicator's alone on each.
 //!
@@ -181,6 +179,7 @@ impl DupTask {
                 // A dup keeps the topology (MPI).
                 coll: p.coll.inherited(),
                 inter: None,
+                lease: None,
             }));
         };
         let l = &inter.local.inner;
@@ -193,6 +192,7 @@ impl DupTask {
             identity: l.identity,
             coll: Default::default(),
             inter: None,
+            lease: None,
         });
         Ok(Communicator::new(CommInner {
             rank_index: Default::default(),
@@ -203,6 +203,7 @@ impl DupTask {
             identity: p.identity,
             coll: Default::default(),
             inter: Some(Box::new(InterPart { local })),
+            lease: None,
         }))
     }
 }
@@ -279,6 +280,7 @@ fn union_view(ic: &Communicator, inter: &InterPart) -> Communicator {
         rank,
         coll: Default::default(),
         inter: None,
+        lease: None,
     })
 }
 

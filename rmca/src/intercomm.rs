@@ -9,9 +9,13 @@
 //! collectives run as local collectives on it plus messages between the two groups on the
 //! intercommunicator's collective context (leader = local rank 0 of each group).
 //!
-//! Context ids: an intercommunicator takes two consecutive pairs, agreed on by both groups
-//! (the largest lowest-free id of all their processes): the first for its own traffic, the
-//! second for its local side.
+//! Context ids: an intercommunicator takes two, agreed on by both groups (`crate::context_id`:
+//! each round ANDs the masks within each group, the leaders swap the results): the first
+//! for its own traffic, the second for its local side. Everything a leader reads from the
+//! other group (a group, a table, a round) is received into room for what the call can
+//! take and checked before use: a malformed or foreign message is a typed error
+//! ([`AgreementError`]) on every process of the group, never an allocation of a size the
+//! peer chose.
 
 use rmca_framework::btl::CommPattern;
 use rmca_framework::pml::ContextId;
@@ -19,6 +23,7 @@ use rmca_framework::rank::Rank;
 
 use crate::coll::Op;
 use crate::comm::{CommInner, Communicator};
+use crate::context_id::{bounded, check_ranks, AgreementError, Lease};
 use crate::group::{Comparison, Group};
 use crate::{Error, Result, Src};
 
@@ -72,6 +77,144 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
+/// The first tag of the constructors' messages between leaders on the peer communicator's
+/// collective context: above the blocking collectives' tags, below partitioned
+/// communication's band (`crate::raw::PARTITIONED_TAG_BASE`) and the non-blocking
+/// collectives'.
+const CTOR_TAG_BASE: i32 = 1 << 28;
+
+/// The tag on the peer's collective context of `MPI_Intercomm_create`'s `tag`.
+fn ctor_tag(tag: i32) -> i32 {
+    CTOR_TAG_BASE | (tag & (CTOR_TAG_BASE - 1))
+}
+
+/// A receive of at most `max` words refused as too long becomes the typed error naming it.
+fn refused_length(e: Error, what: &'static str, max: usize) -> Error {
+    use rmca_framework::pml::StatusError;
+    match e {
+        Error::Status {
+            error: StatusError::Truncated { message_len, .. },
+            ..
+        } => AgreementError::BadLength {
+            what,
+            got: message_len as u64,
+            max: (max * 8) as u64,
+            why: "bytes: what the call asked for",
+        }
+        .into(),
+        e => e,
+    }
+}
+
+/// The leader's part of `MPI_Intercomm_create`: swap (local context, group) with the remote
+/// leader over `peer`'s collective context. The remote group is received into room for
+/// the whole job (its length from the message, never from a count the peer sent), then
+/// checked: 1 to `job` world ranks, each in range and once.
+fn exchange_group(
+    peer: &Communicator,
+    remote_leader: usize,
+    tag: i32,
+    context: ContextId,
+    group: &[Rank],
+    job: u64,
+) -> Result<(u64, Vec<Rank>)> {
+    let what = "intercomm_create: the remote group";
+    let mine = [u64::from(context), group.len() as u64];
+    let mut head = [0u64; 2];
+    let st = peer.sendrecv_bytes(
+        (bytemuck::cast_slice(&mine), remote_leader, tag),
+        (
+            bytemuck::cast_slice_mut(&mut head),
+            Src::Rank(remote_leader),
+            tag,
+        ),
+        peer.coll_context(),
+        CommPattern::Collective,
+    );
+    let st =
+        st.map_err(|e| refused_length(e, "intercomm_create: the remote leader's header", 2))?;
+    if st.bytes != 16 {
+        return Err(AgreementError::BadLength {
+            what: "intercomm_create: the remote leader's header",
+            got: st.bytes as u64,
+            max: 16,
+            why: "bytes: the remote context and group size, exactly",
+        }
+        .into());
+    }
+    let mut remote = vec![0 as Rank; job as usize];
+    let st = peer
+        .sendrecv_bytes(
+            (bytemuck::cast_slice(group), remote_leader, tag),
+            (
+                bytemuck::cast_slice_mut(&mut remote),
+                Src::Rank(remote_leader),
+                tag,
+            ),
+            peer.coll_context(),
+            CommPattern::Collective,
+        )
+        .map_err(|e| refused_length(e, what, (job as usize).div_ceil(2)))?;
+    let n = st.bytes / std::mem::size_of::<Rank>();
+    if n == 0 || head[1] != n as u64 {
+        return Err(AgreementError::BadLength {
+            what,
+            got: head[1],
+            max: job,
+            why: "processes: the header's count must be the members sent, at least 1",
+        }
+        .into());
+    }
+    remote.truncate(n);
+    let wide: Vec<u64> = remote.iter().map(|&w| u64::from(w)).collect();
+    check_ranks(what, &wide, job)?;
+    if head[0] > u64::from(ContextId::MAX) {
+        return Err(AgreementError::BadLength {
+            what: "intercomm_create: the remote leader's context",
+            got: head[0],
+            max: u64::from(ContextId::MAX),
+            why: "a context id",
+        }
+        .into());
+    }
+    Ok((head[0], remote))
+}
+
+/// The leader's part of a constructor's agreement round between two groups: swap `words`
+/// with the remote leader over `peer` on `context`; exactly as many come back.
+fn swap_words(
+    peer: &Communicator,
+    remote_leader: usize,
+    tag: i32,
+    context: ContextId,
+    words: &[u64],
+) -> Result<Vec<u64>> {
+    let what = "intercomm_create: an agreement round";
+    let mut theirs = vec![0u64; words.len()];
+    let st = peer
+        .sendrecv_bytes(
+            (bytemuck::cast_slice(words), remote_leader, tag),
+            (
+                bytemuck::cast_slice_mut(&mut theirs),
+                Src::Rank(remote_leader),
+                tag,
+            ),
+            context,
+            CommPattern::Collective,
+        )
+        .map_err(|e| refused_length(e, what, words.len()))?;
+    if st.bytes != words.len() * 8 {
+        return Err(AgreementError::BadLength {
+            what,
+            got: st.bytes as u64,
+            max: (words.len() * 8) as u64,
+            why: "bytes: one round's words, exactly",
+        }
+        .into());
+    }
+    Ok(theirs)
+}
+
 impl Communicator {
     /// Is this an intercommunicator (`MPI_Comm_test_inter`)?
     #[inline]
@@ -118,43 +261,56 @@ impl Communicator {
     }
 
     /// An intercommunicator from its local group's `local`, its process ranks, the remote
-    /// group and the agreed lowest free context id.
+    /// group and the two agreed context ids (its own, its local side's).
     fn make_inter(
         &self,
         local: Box<[Rank]>,
         rank: usize,
         remote: Box<[Rank]>,
-        agreed: u64,
+        mut leases: Vec<Lease>,
     ) -> Result<Communicator> {
-        let context = self.claim_context(agreed)?;
-        let local_context = self.claim_context(agreed + 2)?;
+        let (Some(local_lease), Some(lease)) = (leases.pop(), leases.pop()) else {
+            return Err(Error::InvalidArgument(
+                "internal: an intercommunicator needs two agreed context ids".into(),
+            ));
+        };
         let shared = self.inner.shared.clone();
         let local = Communicator::new(CommInner {
             rank_index: Default::default(),
             shared: shared.clone(),
-            context: local_context,
+            context: local_lease.context(),
             identity: is_identity(&local),
             group: local,
             rank,
             coll: Default::default(),
             inter: None,
+            lease: Some(local_lease),
         });
         Ok(Communicator::new(CommInner {
             rank_index: Default::default(),
             shared,
-            context,
+            context: lease.context(),
             identity: is_identity(&remote),
             group: remote,
             rank,
             coll: Default::default(),
             inter: Some(Box::new(InterPart { local })),
+            lease: Some(lease),
         }))
+    }
+
+    /// Processes of the job (the bound of every group a peer describes).
+    fn job_size(&self) -> Result<u64> {
+        self.shared().with(|rt| Ok(u64::from(rt.job.size)))
     }
 
     /// An intercommunicator between this communicator's processes (the local group) and
     /// those of another, disjoint group (`MPI_Intercomm_create`). Collective over both
     /// groups: `local_leader` (a rank of `self`) and the other group's leader exchange the
-    /// groups over `peer` (where the other leader is `remote_leader`) with `tag`.
+    /// groups over `peer` (where the other leader is `remote_leader`) with `tag`. The
+    /// leaders' messages travel on `peer`'s collective context (in a band of tags no
+    /// collective uses), so no receive or probe of the program on `peer` can take them,
+    /// and everything read from the other leader is checked before it is used.
     pub fn intercomm_create(
         &self,
         local_leader: usize,
@@ -169,55 +325,120 @@ impl Communicator {
                 size: self.size(),
             });
         }
-        let mut lmax = [0u64];
-        self.allreduce(&[self.free_context()], &mut lmax, Op::Max)?;
-        // [lowest free context of the remote group, its size]
-        let mut head = [0u64; 2];
-        let mut remote: Vec<Rank> = Vec::new();
-        if self.rank() == local_leader {
-            let mine = [lmax[0], self.size() as u64];
-            peer.sendrecv(&mine, remote_leader, tag, &mut head, remote_leader, tag)?;
-            remote = vec![0; head[1] as usize];
-            peer.sendrecv(
-                &self.inner.group[..],
-                remote_leader,
-                tag,
-                &mut remote,
-                remote_leader,
-                tag,
-            )?;
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
         }
-        self.bcast(&mut head, local_leader)?;
-        remote.resize(head[1] as usize, 0);
-        self.bcast(&mut remote, local_leader)?;
+        let ctag = ctor_tag(tag);
+        let leader = self.rank() == local_leader;
+        let job = self.job_size()?;
+        // The leader reads the other group; every process gets it or the same error.
+        let got = if leader {
+            exchange_group(
+                peer,
+                remote_leader,
+                ctag,
+                self.inner.context,
+                &self.inner.group,
+                job,
+            )
+        } else {
+            Ok((0, Vec::new()))
+        };
+        let (remote_context, remote) = self.spread_from_leader(local_leader, got)?;
         if let Some(w) = remote.iter().find(|w| self.inner.group.contains(w)) {
             return Err(Error::InvalidArgument(format!(
                 "intercomm_create: world rank {w} is in both groups (the groups must be disjoint)"
             )));
         }
-        self.make_inter(
-            self.inner.group.clone(),
-            self.rank(),
-            remote.into(),
-            lmax[0].max(head[0]),
-        )
+        // Both groups agree on two ids; the key (the pair of local contexts) is the same in
+        // both.
+        let (a, b) = (u64::from(self.inner.context), remote_context);
+        let key = (a.min(b) << 32) | a.max(b);
+        let leases = self.agree_contexts(self.size() + remote.len(), key, 2, true, |words| {
+            let mut and = vec![0u64; words.len()];
+            self.allreduce(words, &mut and, Op::BitAnd)?;
+            let got = if leader {
+                swap_words(peer, remote_leader, ctag, peer.coll_context(), &and)
+            } else {
+                Ok(Vec::new())
+            };
+            let theirs = self.words_from_leader(local_leader, got, and.len())?;
+            and.iter_mut().zip(&theirs).for_each(|(x, y)| *x &= y);
+            Ok(and)
+        })?;
+        self.make_inter(self.inner.group.clone(), self.rank(), remote.into(), leases)
     }
 
-    /// The local leaders exchange `mine` (the leader's) over the intercommunicator and
-    /// every process of the local group gets the remote leader's.
-    fn leader_swap(&self, mine: &[u64]) -> Result<Vec<u64>> {
+    /// Hand the leader's `got` (the remote group's local context and members) to every
+    /// process of this group: the value, or the same error on each.
+    fn spread_from_leader(
+        &self,
+        leader: usize,
+        got: Result<(u64, Vec<Rank>)>,
+    ) -> Result<(u64, Vec<Rank>)> {
+        let failed = got.is_err();
+        // [failed, remote context, remote size]
+        let mut head = match &got {
+            Ok((ctx, g)) => [0, *ctx, g.len() as u64],
+            Err(_) => [1, 0, 0],
+        };
+        self.bcast(&mut head, leader)?;
+        if self.rank() == leader {
+            let (ctx, mut g) = got?;
+            self.bcast(&mut g, leader)?;
+            return Ok((ctx, g));
+        }
+        debug_assert!(!failed);
+        if head[0] != 0 {
+            return Err(Error::InvalidArgument(
+                "intercomm_create: the local leader's exchange with the remote leader failed (its error names why)".into(),
+            ));
+        }
+        // Checked by the leader against the job's size already; bounded again here, as
+        // every count that comes in a message is.
+        let n = bounded(
+            "intercomm_create: the remote group's size",
+            head[2],
+            self.job_size()?,
+            "the job's processes",
+        )?;
+        let mut g = vec![0 as Rank; n];
+        self.bcast(&mut g, leader)?;
+        Ok((head[1], g))
+    }
+
+    /// Hand the leader's `got` (`len` words from the remote group) to every process of this
+    /// group, or the same error on each.
+    fn words_from_leader(
+        &self,
+        leader: usize,
+        got: Result<Vec<u64>>,
+        len: usize,
+    ) -> Result<Vec<u64>> {
+        let mut ok = [u64::from(got.is_ok())];
+        self.bcast(&mut ok, leader)?;
+        if self.rank() == leader {
+            let mut w = got?;
+            self.bcast(&mut w, leader)?;
+            return Ok(w);
+        }
+        if ok[0] == 0 {
+            return Err(Error::InvalidArgument(
+                "a constructor's exchange between the groups failed at the local leader (its error names why)".into(),
+            ));
+        }
+        let mut w = vec![0u64; len];
+        self.bcast(&mut w, leader)?;
+        Ok(w)
+    }
+
+    /// The leaders exchange `mine` (the leader's) over the intercommunicator and every
+    /// process of the local group gets the remote leader's: at most `max` words (the
+    /// receive has room for `max`; a longer message is refused, not allocated).
+    fn leader_swap(&self, mine: &[u64], max: usize, what: &'static str) -> Result<Vec<u64>> {
         let local = self.local("leader exchange")?;
-        let mut len = [0u64];
-        let mut theirs = Vec::new();
-        if local.rank() == 0 {
-            let ctx = self.coll_context();
-            self.sendrecv_bytes(
-                (bytemuck::bytes_of(&(mine.len() as u64)), 0, TAG_SWAP),
-                (bytemuck::cast_slice_mut(&mut len), Src::Rank(0), TAG_SWAP),
-                ctx,
-                CommPattern::Collective,
-            )?;
-            theirs = vec![0u64; len[0] as usize];
+        let got = if local.rank() == 0 {
+            let mut theirs = vec![0u64; max];
             self.sendrecv_bytes(
                 (bytemuck::cast_slice(mine), 0, TAG_SWAP),
                 (
@@ -225,37 +446,83 @@ impl Communicator {
                     Src::Rank(0),
                     TAG_SWAP,
                 ),
-                ctx,
+                self.coll_context(),
                 CommPattern::Collective,
-            )?;
+            )
+            .map_err(|e| refused_length(e, what, max))
+            .and_then(|st| {
+                if st.bytes % 8 != 0 {
+                    return Err(AgreementError::BadLength {
+                        what,
+                        got: st.bytes as u64,
+                        max: (max * 8) as u64,
+                        why: "bytes: not a whole number of 8-byte words",
+                    }
+                    .into());
+                }
+                theirs.truncate(st.bytes / 8);
+                Ok(theirs)
+            })
+        } else {
+            Ok(Vec::new())
+        };
+        // [ok, words]
+        let mut head = match &got {
+            Ok(w) => [1, w.len() as u64],
+            Err(_) => [0, 0],
+        };
+        local.bcast(&mut head, 0)?;
+        if local.rank() == 0 {
+            let mut w = got?;
+            local.bcast(&mut w, 0)?;
+            return Ok(w);
         }
-        local.bcast(&mut len, 0)?;
-        theirs.resize(len[0] as usize, 0);
-        local.bcast(&mut theirs, 0)?;
-        Ok(theirs)
+        if head[0] == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the local leader's exchange with the remote group failed (its error names why)"
+            )));
+        }
+        let n = bounded(what, head[1], max as u64, "what the call asked for")?;
+        let mut w = vec![0u64; n];
+        local.bcast(&mut w, 0)?;
+        Ok(w)
     }
 
-    /// The lowest context id free on every process of both groups, and the remote leader's
-    /// `extra`.
-    fn inter_agree(&self, extra: &[u64]) -> Result<(u64, Vec<u64>)> {
+    /// Context ids agreed by both groups of this intercommunicator (`want` of them; none
+    /// taken unless `member`).
+    fn inter_contexts(&self, want: usize, member: bool) -> Result<Vec<Lease>> {
         let local = self.local("agreement")?;
-        let mut lmax = [0u64];
-        local.allreduce(&[self.free_context()], &mut lmax, Op::Max)?;
-        let mut mine = vec![lmax[0]];
-        mine.extend_from_slice(extra);
-        let theirs = self.leader_swap(&mine)?;
-        Ok((lmax[0].max(theirs[0]), theirs[1..].to_vec()))
+        self.agree_contexts(
+            local.size() + self.size(),
+            u64::from(self.inner.context),
+            want,
+            member,
+            |words| {
+                let mut and = vec![0u64; words.len()];
+                local.allreduce(words, &mut and, Op::BitAnd)?;
+                let theirs = self.leader_swap(&and, and.len(), "context-id agreement round")?;
+                if theirs.len() != and.len() {
+                    return Err(crate::context_id::AgreementError::BadRound {
+                        got: theirs.len(),
+                        want: and.len(),
+                    }
+                    .into());
+                }
+                and.iter_mut().zip(&theirs).for_each(|(x, y)| *x &= y);
+                Ok(and)
+            },
+        )
     }
 
     /// `dup` of an intercommunicator: the same groups, new contexts.
     pub(crate) fn inter_dup(&self) -> Result<Communicator> {
         let local = self.local("dup")?.clone();
-        let (agreed, _) = self.inter_agree(&[])?;
+        let leases = self.inter_contexts(2, true)?;
         self.make_inter(
             local.inner.group.clone(),
             local.rank(),
             self.inner.group.clone(),
-            agreed,
+            leases,
         )
     }
 
@@ -268,9 +535,22 @@ impl Communicator {
         let mut all = vec![[0i64; 2]; local.size()];
         crate::coll::allgather_into(&local, &mine, bytemuck::cast_slice_mut(&mut all))?;
         let table: Vec<u64> = all.iter().flatten().map(|&v| v as u64).collect();
-        let (agreed, theirs) = self.inter_agree(&table)?;
-        let Some(color) = color else { return Ok(None) };
-        let members = |entries: &mut dyn Iterator<Item = (i64, i64)>| -> Vec<usize> {
+        // (color, key) of each remote process: exactly that many words.
+        let theirs = self.leader_swap(
+            &table,
+            2 * self.size(),
+            "intercommunicator split: the remote group's colors",
+        )?;
+        if theirs.len() != 2 * self.size() {
+            return Err(AgreementError::BadLength {
+                what: "intercommunicator split: the remote group's colors",
+                got: theirs.len() as u64,
+                max: 2 * self.size() as u64,
+                why: "two words per process of the remote group, exactly",
+            }
+            .into());
+        }
+        let members = |color: u32, entries: &mut dyn Iterator<Item = (i64, i64)>| -> Vec<usize> {
             let mut m: Vec<(i64, usize)> = entries
                 .enumerate()
                 .filter(|(_, (c, _))| *c == i64::from(color))
@@ -279,9 +559,19 @@ impl Communicator {
             m.sort();
             m.into_iter().map(|(_, r)| r).collect()
         };
-        let lm = members(&mut all.iter().map(|e| (e[0], e[1])));
-        let rm = members(&mut theirs.chunks_exact(2).map(|e| (e[0] as i64, e[1] as i64)));
-        if rm.is_empty() {
+        let lm = color.map(|c| members(c, &mut all.iter().map(|e| (e[0], e[1]))));
+        let rm = color.map(|c| {
+            members(
+                c,
+                &mut theirs.chunks_exact(2).map(|e| (e[0] as i64, e[1] as i64)),
+            )
+        });
+        let member = rm.as_ref().is_some_and(|rm| !rm.is_empty());
+        let leases = self.inter_contexts(2, member)?;
+        let (Some(lm), Some(rm)) = (lm, rm) else {
+            return Ok(None);
+        };
+        if !member {
             return Ok(None);
         }
         let rank = lm
@@ -290,7 +580,7 @@ impl Communicator {
             .expect("caller is a member of its color");
         let lg: Vec<Rank> = lm.iter().map(|&r| local.inner.group[r]).collect();
         let rg: Vec<Rank> = rm.iter().map(|&r| self.inner.group[r]).collect();
-        self.make_inter(lg.into(), rank, rg.into(), agreed)
+        self.make_inter(lg.into(), rank, rg.into(), leases)
             .map(Some)
     }
 
@@ -306,15 +596,25 @@ impl Communicator {
             )));
         }
         let table: Vec<u64> = members.iter().map(|&w| u64::from(w)).collect();
-        let (agreed, theirs) = self.inter_agree(&table)?;
-        let Some(rank) = group.rank() else {
+        let what = "intercommunicator create: the remote subgroup";
+        let theirs = self.leader_swap(&table, self.size(), what)?;
+        // A subgroup of the remote group, each process once.
+        check_ranks(what, &theirs, self.job_size()?)?;
+        if let Some(&w) = theirs
+            .iter()
+            .find(|&&w| !self.inner.group.contains(&(w as Rank)))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: world rank {w} is not in the remote group"
+            )));
+        }
+        let member = group.rank().is_some() && !theirs.is_empty();
+        let leases = self.inter_contexts(2, member)?;
+        let (Some(rank), true) = (group.rank(), member) else {
             return Ok(None);
         };
-        if theirs.is_empty() {
-            return Ok(None);
-        }
         let remote: Vec<Rank> = theirs.iter().map(|&w| w as Rank).collect();
-        self.make_inter(members.into(), rank, remote.into(), agreed)
+        self.make_inter(members.into(), rank, remote.into(), leases)
             .map(Some)
     }
 
@@ -346,8 +646,20 @@ impl Communicator {
     /// both groups (every process of a group passes the same `high`).
     pub fn intercomm_merge(&self, high: bool) -> Result<Communicator> {
         let local = self.local("Communicator::intercomm_merge")?.clone();
-        let (agreed, theirs) = self.inter_agree(&[u64::from(high)])?;
-        let remote_high = theirs.first().is_some_and(|&h| h != 0);
+        let what = "intercomm_merge: the remote group's high flag";
+        let theirs = self.leader_swap(&[u64::from(high)], 1, what)?;
+        let remote_high = match theirs[..] {
+            [h] => h != 0,
+            _ => {
+                return Err(AgreementError::BadLength {
+                    what,
+                    got: theirs.len() as u64,
+                    max: 1,
+                    why: "one word, exactly",
+                }
+                .into())
+            }
+        };
         let local_first = if high != remote_high {
             !high
         } else {
@@ -364,16 +676,17 @@ impl Communicator {
         } else {
             self.inner.group.len() + local.rank()
         };
-        let context = self.claim_context(agreed)?;
+        let lease = self.inter_contexts(1, true)?.pop().expect("one id agreed");
         Ok(Communicator::new(CommInner {
             rank_index: Default::default(),
             shared: self.inner.shared.clone(),
-            context,
+            context: lease.context(),
             identity: is_identity(&group),
             group: group.into(),
             rank,
             coll: Default::default(),
             inter: None,
+            lease: Some(lease),
         }))
     }
 
@@ -397,18 +710,27 @@ impl Communicator {
             )
         })?;
         let temp = self.bootstrap(members.into(), rank, &[tag.as_bytes()]);
-        let mut agreed = [0u64];
-        temp.allreduce(&[self.free_context()], &mut agreed, Op::Max)?;
-        let context = self.claim_context(agreed[0])?;
+        // The same on every member: the bootstrap context and the tag.
+        let key = (u64::from(temp.inner.context) << 32)
+            | (fnv(0xcbf2_9ce4_8422_2325, tag.as_bytes()) & 0xffff_ffff);
+        let lease = self
+            .agree_contexts(members.len(), key, 1, true, |words| {
+                let mut and = vec![0u64; words.len()];
+                temp.allreduce(words, &mut and, Op::BitAnd)?;
+                Ok(and)
+            })?
+            .pop()
+            .expect("one id agreed");
         Ok(Communicator::new(CommInner {
             rank_index: Default::default(),
             shared: self.inner.shared.clone(),
-            context,
+            context: lease.context(),
             identity: is_identity(members),
             group: members.into(),
             rank,
             coll: Default::default(),
             inter: None,
+            lease: Some(lease),
         }))
     }
 
@@ -431,6 +753,7 @@ impl Communicator {
             rank,
             coll: Default::default(),
             inter: None,
+            lease: None,
         })
     }
 
@@ -484,6 +807,7 @@ impl Communicator {
             rank: self.rank(),
             coll: Default::default(),
             inter: None,
+            lease: None,
         });
         local_temp.intercomm_create(local_leader, &peer, peer_rank, 0)
     }

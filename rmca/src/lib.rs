@@ -26,6 +26,7 @@
 mod bsend;
 pub mod coll;
 mod comm;
+mod context_id;
 pub mod datatype;
 mod group;
 mod idup;
@@ -47,6 +48,7 @@ pub use bytemuck;
 pub use bytemuck::Pod;
 pub use bytemuck::Zeroable;
 pub use comm::{Communicator, Status};
+pub use context_id::AgreementError;
 pub use datatype::{Datatype, DatatypeError, TypedRequest};
 pub use group::{Comparison, Group};
 pub use idup::{DupResult, PendingDup};
@@ -69,7 +71,9 @@ use rmca_btl_shm as _;
 use rmca_btl_ud as _;
 use rmca_coll_base as _;
 use rmca_coll_hier as _;
+use rmca_coll_sm as _;
 use rmca_osc_am as _;
+use rmca_osc_rdma as _;
 use rmca_osc_sm as _;
 use rmca_pml_dr as _;
 use rmca_pml_ob1 as _;
@@ -133,6 +137,10 @@ pub enum Error {
     /// Another argument is invalid.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A communicator constructor failed to agree on a context id, or a peer sent it a
+    /// malformed count, length or rank.
+    #[error(transparent)]
+    Agreement(#[from] context_id::AgreementError),
     /// The operation is not defined on this kind of communicator (an intra-communicator
     /// operation on an intercommunicator, or the converse).
     #[error("{0}")]
@@ -267,9 +275,9 @@ pub(crate) struct Shared {
     lent: std::cell::Cell<usize>,
     /// Finalize was called under outstanding requests: it runs when the last completes.
     finalize_deferred: std::cell::Cell<bool>,
-    /// The lowest context id this process has not used (the world has 0 and 1); derived
-    /// communicators agree on the largest of their processes' (see `Communicator::dup`).
-    next_context: std::cell::Cell<u64>,
+    /// This process's free context ids and the agreements on them in progress
+    /// (`context_id`): the blocking constructors' ids, given back by their leases.
+    pub(crate) context_ids: Rc<RefCell<context_id::ContextIds>>,
     /// The buffer of buffered sends, while one is attached. Declared after `rt`, so that a
     /// runtime dropped unfinalized goes before the memory its sends may point into.
     bsend: RefCell<Option<bsend::BsendPool>>,
@@ -479,7 +487,7 @@ impl Universe {
             batch: Default::default(),
             lent: Default::default(),
             finalize_deferred: Default::default(),
-            next_context: std::cell::Cell::new(2),
+            context_ids: Default::default(),
             bsend: Default::default(),
             comm_bsend: Default::default(),
             nbc: Default::default(),

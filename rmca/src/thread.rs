@@ -24,6 +24,12 @@
 //! # Ok::<(), rmca::Error>(())
 //! ```
 //!
+//! Asynchronous progress (`mpi_async_progress`) is the MPI C library's: its progress thread
+//! shares the library's state under the process lock every C call takes then. A universe of
+//! this API is confined to one thread without a lock (above), so no second thread may drive
+//! it; a Rust program overlaps communication by testing its requests (or
+//! [`crate::raw::progress`]) from its computation: the parameter starts no thread here.
+//!
 //! A universe itself cannot cross threads:
 //!
 //! ```compile_fail,E0277

@@ -30,7 +30,8 @@
 //! The window's component is chosen by the `osc` framework: osc-sm for allocated windows
 //! whose members all share this node (one shared segment: every operation is a load, store
 //! or CPU atomic, every synchronization a few atomics, so no progress of anyone's is
-//! needed), osc-am for the others. osc-am moves its messages
+//! needed), osc-rdma for windows whose members an RDMA BTL reaches (puts and gets by the
+//! BTLs' RDMA, the rest by osc-am's messages), osc-am for the others. osc-am moves its messages
 //! through the PML on a context of its own (the window's communicator is a duplicate of the
 //! one it was made on). A live window is stepped by every progress pass of the runtime, like
 //! a non-blocking collective: a target applies the operations aimed at it whenever it is in
@@ -45,8 +46,8 @@ use std::rc::Rc;
 
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::osc::{
-    AccOp, Elem, HostAccumulate, Layout, LockKind, OpId, OscError, OscModule, OscPort, OscSetup,
-    SyncCall, TargetInfo, WinConfig,
+    AccOp, Elem, HostAccumulate, Layout, LockKind, OpId, OscError, OscModule, OscPort, OscRdma,
+    OscSetup, RdmaKeys, RdmaToken, SyncCall, TargetInfo, WinConfig,
 };
 use rmca_framework::pml::{ContextId, RequestId, SendMode, SendStart, Source, TagSel};
 use rmca_framework::progress::Backoff;
@@ -192,6 +193,75 @@ impl OscPort for Io {
                 .ok()?;
             self.recvs.push_back((id, bytes));
         }
+    }
+
+    fn rdma(&mut self) -> Option<&mut dyn OscRdma> {
+        Some(self)
+    }
+}
+
+/// The BTLs' RDMA for osc-rdma: the PML's `rdma_*` methods, window ranks made world ranks.
+impl OscRdma for Io {
+    fn register(&mut self, mem: UserBuf) -> std::result::Result<(u64, RdmaKeys), OscError> {
+        let peers = self.comm.inner.group.clone();
+        let shared = self.comm.shared();
+        shared
+            .with(|rt| Ok(rt.pml.rdma_register(mem, &peers)?))
+            .map_err(|e| OscError::Transport(e.to_string()))
+    }
+
+    fn deregister(&mut self, handle: u64) {
+        let _ = self.comm.shared().with(|rt| {
+            rt.pml.rdma_deregister(handle);
+            Ok(())
+        });
+    }
+
+    fn put(
+        &mut self,
+        peer: usize,
+        local: UserBuf,
+        keys: &RdmaKeys,
+        addr: u64,
+    ) -> std::result::Result<RdmaToken, OscError> {
+        let w = self.world_of(peer)?;
+        self.comm
+            .shared()
+            .with(|rt| Ok(rt.pml.rdma_put(w, local, keys, addr)?))
+            .map_err(|e| OscError::Transport(e.to_string()))
+    }
+
+    fn get(
+        &mut self,
+        peer: usize,
+        local: UserBuf,
+        keys: &RdmaKeys,
+        addr: u64,
+    ) -> std::result::Result<RdmaToken, OscError> {
+        let w = self.world_of(peer)?;
+        self.comm
+            .shared()
+            .with(|rt| Ok(rt.pml.rdma_get(w, local, keys, addr)?))
+            .map_err(|e| OscError::Transport(e.to_string()))
+    }
+
+    fn test(&mut self, token: RdmaToken) -> Option<std::result::Result<(), OscError>> {
+        match self.comm.shared().with(|rt| Ok(rt.pml.rdma_test(token))) {
+            Ok(r) => r.map(|r| r.map_err(|e| OscError::Transport(e.to_string()))),
+            Err(e) => Some(Err(OscError::Transport(e.to_string()))),
+        }
+    }
+}
+
+impl Io {
+    /// The world rank of window rank `peer`.
+    fn world_of(&self, peer: usize) -> std::result::Result<u32, OscError> {
+        self.comm.inner.group.get(peer).copied().ok_or_else(|| {
+            OscError::Rank(format!(
+                "rank {peer} is not in the window's group (size {})",
+                self.comm.inner.group.len()
+            ))
+        })
     }
 }
 
@@ -360,10 +430,14 @@ impl RawWindow {
             })
             .collect();
         let shared = comm.shared();
-        let same_node = shared.with(|rt| {
+        let (same_node, rdma) = shared.with(|rt| {
             let node = |r: u32| rt.job.node_of[r as usize];
             let me = node(rt.job.rank);
-            Ok(wcomm.inner.group.iter().all(|&w| node(w) == me))
+            let g = &wcomm.inner.group;
+            Ok((
+                g.iter().all(|&w| node(w) == me),
+                g.iter().all(|&w| rt.pml.rdma_reaches(w)),
+            ))
         })?;
         if flavor == Flavor::Shared && !same_node {
             return Err(Error::Rma(OscError::Arg(
@@ -379,12 +453,20 @@ impl RawWindow {
             allocated: matches!(memory, Memory::Allocate(_)),
             shared: flavor == Flavor::Shared,
             host,
+            rdma,
         };
         let (component, params) = shared.with(|rt| {
             let c = rt
                 .registry
                 .select_osc(&rt.params, &config)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+                .map_err(|e| {
+                    let why = if config.rdma {
+                        ""
+                    } else {
+                        "; osc rdma needs RDMA put and get to every member (pml ob1 over the shm, rc or self BTLs), osc am serves every window"
+                    };
+                    Error::InvalidArgument(format!("{e}{why}"))
+                })?;
             Ok((c, rt.params.clone()))
         })?;
         let me = comm.rank();
@@ -591,6 +673,16 @@ impl RawWindow {
     ) -> Result<OpId> {
         let addr = self.address(target, disp)?;
         self.issue(|m| m.compare_and_swap(target, addr, elem, compare, value))
+    }
+
+    /// Run `f` on the module's operations that complete within the call on borrowed buffers
+    /// ([`OscModule::direct_ops`]: osc-sm), if it has them (`None` otherwise); target
+    /// addresses from [`RawWindow::address`].
+    pub fn direct<R>(
+        &self,
+        f: impl FnOnce(&mut dyn rmca_framework::osc::OscDirect) -> R,
+    ) -> Option<R> {
+        self.core.borrow_mut().module.direct_ops().map(f)
     }
 
     /// The outcome of `id` if it completed locally (then spent), after one progress pass.

@@ -218,6 +218,10 @@ impl Runtime {
         // rmca_framework::progress). Set before the BTLs start: they install the doorbell.
         let wait_mode = resolve_wait_mode(&params, &job)?;
         rmca_framework::progress::set_wait_mode(wait_mode);
+        // Read by the bindings that run a progress thread (the C library's MPI_Init).
+        rmca_framework::progress::set_async_progress(
+            rmca_framework::progress::AsyncProgress::from_params(&params),
+        );
         let threshold = |name| {
             params
                 .get_int(name)

@@ -240,6 +240,167 @@ static void contention(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* Large and non-contiguous operations (osc-sm's in-place paths: whole runs under one hold of
+ * the target's lock, the program's buffers used directly), every rank into rank 0 at once,
+ * ROUNDS times, checked exactly against a reference: sums of ints, chars (wrapping) and
+ * integer-valued doubles over long contiguous runs; a strided target (vector type) and a
+ * strided origin; MPI_REPLACE over a long run; get_accumulate and MPI_NO_OP fetches into
+ * contiguous and strided result types; a get into a strided origin; a put whose origin is
+ * the window's own shared memory. Lost updates (a non-atomic element) or a misplaced run
+ * show as wrong sums. */
+static void bulk(void) {
+    enum { N = 20000, ROUNDS = 3 };
+    struct area {
+        int32_t ints[N];
+        double dbls[N];
+        int32_t strided[3 * N];
+        int32_t repl[N];
+        int32_t spare[N];
+        signed char chars[N];
+    } *a = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared((MPI_Aint)sizeof *a, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &a, &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    struct area *z = NULL; /* rank 0's */
+    MPI_Aint sz;
+    int du;
+    OK(MPI_Win_shared_query(win, 0, &sz, &du, &z));
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < N; i++) a->spare[i] = 1000 * rank + i;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    int32_t *ints = malloc(sizeof(int32_t) * 2 * N), *got = malloc(sizeof(int32_t) * 2 * N);
+    double *dbls = malloc(sizeof(double) * N);
+    signed char *chars = malloc(N);
+    for (int i = 0; i < N; i++) {
+        ints[i] = (rank + 1) * (i % 97);
+        ints[N + i] = -1;
+        dbls[i] = (double)((rank + 1) * (i % 13));
+        chars[i] = (signed char)(rank + 1 + i % 5);
+    }
+    /* Every second pair of ints: 2 ints, stride 3 (target), and every other int (origin). */
+    MPI_Datatype pairs, every_other;
+    OK(MPI_Type_vector(N / 2, 2, 3, MPI_INT32_T, &pairs));
+    OK(MPI_Type_commit(&pairs));
+    OK(MPI_Type_vector(N, 1, 2, MPI_INT32_T, &every_other));
+    OK(MPI_Type_commit(&every_other));
+    const MPI_Aint o_ints = offsetof(struct area, ints), o_dbls = offsetof(struct area, dbls),
+                   o_chars = offsetof(struct area, chars),
+                   o_strided = offsetof(struct area, strided), o_repl = offsetof(struct area, repl);
+    OK(MPI_Win_lock_all(0, win));
+    for (int r = 0; r < ROUNDS; r++) {
+        POLL(MPI_Accumulate(ints, N, MPI_INT32_T, 0, o_ints, N, MPI_INT32_T, MPI_SUM, win));
+        POLL(MPI_Accumulate(dbls, N, MPI_DOUBLE, 0, o_dbls, N, MPI_DOUBLE, MPI_SUM, win));
+        POLL(MPI_Accumulate(chars, N, MPI_SIGNED_CHAR, 0, o_chars, N, MPI_SIGNED_CHAR, MPI_SUM,
+                            win));
+        /* Contiguous origin into the strided target; then the strided origin (ints[0], [2],
+         * ...) into the same places. */
+        POLL(MPI_Accumulate(ints, N, MPI_INT32_T, 0, o_strided, 1, pairs, MPI_SUM, win));
+        POLL(MPI_Accumulate(ints, 1, every_other, 0, o_strided, 1, pairs, MPI_SUM, win));
+    }
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        long tri = (long)size * (size + 1) / 2; /* the sum of (r + 1) over the ranks */
+        int bad = 0;
+        for (int i = 0; i < N && !bad; i++) {
+            int32_t want = (int32_t)(ROUNDS * tri * (i % 97));
+            if (z->ints[i] != want) {
+                CHECK(0, "ints[%d] = %d, want %d", i, z->ints[i], want);
+                bad = 1;
+            }
+            if (z->dbls[i] != (double)(ROUNDS * tri * (i % 13))) {
+                CHECK(0, "dbls[%d] = %g", i, z->dbls[i]);
+                bad = 1;
+            }
+            long c = 0;
+            for (int q = 0; q < size; q++) c += q + 1 + i % 5;
+            if (z->chars[i] != (signed char)(ROUNDS * c)) {
+                CHECK(0, "chars[%d] = %d, want %d", i, z->chars[i], (signed char)(ROUNDS * c));
+                bad = 1;
+            }
+        }
+        CHECK(!bad, "long contiguous sums");
+        bad = 0;
+        for (int i = 0; i < 3 * N / 2 && !bad; i++) {
+            /* Place i: pair i / 3, member i % 3 (2 is the gap). */
+            int k = 2 * (i / 3) + i % 3; /* the origin element landing here */
+            int32_t want = 0;
+            if (i % 3 != 2) {
+                /* The strided origin reads ints[2k]: the second half of ints is -1. */
+                for (int q = 0; q < size; q++)
+                    want += (q + 1) * (k % 97) + (2 * k < N ? (q + 1) * ((2 * k) % 97) : -1);
+                want *= ROUNDS;
+            }
+            if (z->strided[i] != want) {
+                CHECK(0, "strided[%d] = %d, want %d", i, z->strided[i], want);
+                bad = 1;
+            }
+        }
+        CHECK(!bad, "strided target, contiguous and strided origins");
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+
+    /* Each rank in turn (exclusive lock): replace rank 0's run, fetching the previous
+     * contents, contiguous and strided; then a NO_OP fetch and a strided get. */
+    for (int turn = 0; turn < size; turn++) {
+        if (turn == rank) {
+            OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+            int32_t *prev = malloc(sizeof(int32_t) * 2 * N);
+            for (int i = 0; i < 2 * N; i++) prev[i] = -7;
+            OK(MPI_Get_accumulate(ints, N, MPI_INT32_T, prev, 1, every_other, 0, o_repl, N,
+                                  MPI_INT32_T, MPI_REPLACE, win));
+            OK(MPI_Win_flush(0, win));
+            int bad = 0;
+            for (int i = 0; i < N && !bad; i++) {
+                int32_t want = turn == 0 ? 0 : turn * (i % 97); /* the previous rank's */
+                if (prev[2 * i] != want || prev[2 * i + 1] != -7) {
+                    CHECK(0, "get_accumulate's strided result [%d] = %d, want %d", i,
+                          prev[2 * i], want);
+                    bad = 1;
+                }
+            }
+            OK(MPI_Get_accumulate(NULL, 0, MPI_INT32_T, got, N, MPI_INT32_T, 0, o_repl, N,
+                                  MPI_INT32_T, MPI_NO_OP, win));
+            for (int i = 0; i < 2 * N; i++) prev[i] = -7;
+            OK(MPI_Get(prev, 1, every_other, 0, o_repl, N, MPI_INT32_T, win));
+            OK(MPI_Win_unlock(0, win));
+            for (int i = 0; i < N && !bad; i++) {
+                if (got[i] != ints[i] || prev[2 * i] != ints[i] || prev[2 * i + 1] != -7) {
+                    CHECK(0, "fetched back [%d]: %d and %d, want %d", i, got[i], prev[2 * i],
+                          ints[i]);
+                    bad = 1;
+                }
+            }
+            CHECK(!bad, "replace, NO_OP fetch and strided get over %d ints", N);
+            free(prev);
+        }
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+    }
+
+    /* A put whose origin is this rank's own part of the shared window. */
+    OK(MPI_Win_lock_all(0, win));
+    OK(MPI_Put(a->spare, N, MPI_INT32_T, right(), offsetof(struct area, ints), N, MPI_INT32_T,
+               win));
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    int bad = 0;
+    for (int i = 0; i < N && !bad; i++) {
+        if (a->ints[i] != 1000 * left() + i) {
+            CHECK(0, "put from window memory: ints[%d] = %d", i, a->ints[i]);
+            bad = 1;
+        }
+    }
+    CHECK(!bad, "a put from the window's own memory");
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Type_free(&pairs));
+    OK(MPI_Type_free(&every_other));
+    free(ints);
+    free(got);
+    free(dbls);
+    free(chars);
+    OK(MPI_Win_free(&win));
+}
+
 /* Bad input: the RMA error classes, nothing written at the target. */
 static void bad_input(void) {
     int *mem = NULL;
@@ -301,6 +462,7 @@ int main(int argc, char **argv) {
     every_call(1);
     every_call(0);
     contention();
+    bulk();
     bad_input();
     int rc = summary("rma_shared");
     MPI_Finalize();

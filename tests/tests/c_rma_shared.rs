@@ -23,14 +23,16 @@ fn the_same_programs_with_osc_am_forced() {
     }
 }
 
+/// osc-sm's other accumulate path: CPU atomics per 4- and 8-byte element (the default is
+/// the target's lock word with in-place loops).
 #[test]
-fn accumulates_all_under_the_lock_word() {
+fn accumulates_by_cpu_atomics() {
     let program = compile("rma_shared", &[]);
     run(
         &program,
         "rma_shared",
         3,
-        "ob1+shm, osc_sm_atomics false",
-        &[("osc_sm_atomics", "false")],
+        "ob1+shm, osc_sm_atomics true",
+        &[("osc_sm_atomics", "true")],
     );
 }

@@ -54,6 +54,10 @@ const CONFIGS: &[(&str, &[(&str, &str)])] = &[
 ];
 
 fn check(config: &str, mca: &[(&str, &str)]) {
+    // coll-base alone: on one node coll-sm would take the short barriers, bcasts and
+    // reductions these configurations force algorithms for (tests/tests/c_coll_sm.rs runs
+    // coll_check under the default stack).
+    let mca = &[mca, &[("coll", "base")]].concat();
     for n in 1..=8 {
         let out = run_job(&Job {
             ranks: n,

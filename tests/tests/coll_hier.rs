@@ -2,9 +2,9 @@
 //! bcast, reduce, allreduce, blocking and not, every root, commutative and non-commutative
 //! operations, against sequential references) on the world and on each node's communicator.
 //!
-//! - On one node, the world stacks coll-base alone (coll-hier declines: no hierarchy).
+//! - On one node, the world stacks coll-sm over coll-base (coll-hier declines: no hierarchy).
 //! - Over two network-namespace nodes (2 x 2 ranks, and 2 + 1), the world stacks
-//!   `hier,base`, each node's communicator `base`, and every result is right; with
+//!   `hier,base`, rank 0's node communicator (2 ranks) `sm,base`, and every result is right; with
 //!   `--mca coll base` the world runs coll-base alone.
 //! - With `--mca coll hier` alone, what coll-hier does not provide fails on every rank with an
 //!   error naming the operation and the components (no crash, no hang); an unknown component
@@ -31,11 +31,19 @@ fn passed(out: &rmca_tests::JobOutput, ranks: usize) -> bool {
 }
 
 #[test]
-fn one_node_stacks_base_alone() {
+fn one_node_stacks_sm_over_base() {
     let out = run_job(&job(4, &[], &[]));
     assert!(passed(&out, 4), "{}", out.text());
-    assert!(out.stdout.contains("stack world: base\n"), "{}", out.text());
-    assert!(out.stdout.contains("stack node: base\n"), "{}", out.text());
+    assert!(
+        out.stdout.contains("stack world: sm,base\n"),
+        "{}",
+        out.text()
+    );
+    assert!(
+        out.stdout.contains("stack node: sm,base\n"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]
@@ -64,7 +72,11 @@ fn two_nodes_run_hier_under_base() {
             "{}",
             out.text()
         );
-        assert!(out.stdout.contains("stack node: base\n"), "{}", out.text());
+        assert!(
+            out.stdout.contains("stack node: sm,base\n"),
+            "{}",
+            out.text()
+        );
     }
     let out = link.run_job(&job(4, &[], &[("coll", "base")]));
     assert!(passed(&out, 4), "coll base: {}", out.text());

@@ -15,7 +15,10 @@
 //! - `MPI_THREAD_SINGLE`, `MPI_THREAD_FUNNELED`: the thread that initialized, for good. A call
 //!   from any other thread is refused with an error naming the level (`not_running`). The
 //!   message path gained one relaxed load per call (the entry points' [`entry_is_direct`]):
-//!   no lock, no atomic read-modify-write.
+//!   no lock, no atomic read-modify-write. The owner checks read the thread id inline
+//!   (`this_thread`), and the per-message entry points hold their implementation's body
+//!   (the `#[export]` attribute), so the blocking 8 B message costs 1052 instructions against
+//!   1041 before thread levels existed (bench/RESULTS.md).
 //! - `MPI_THREAD_SERIALIZED`: the last thread that called. A call from a thread that is not
 //!   the owner takes the ownership over ([`entered`], under the process lock, which two
 //!   hand-overs at once serialize on); calls of the owner pay what FUNNELED's pay. Two threads
@@ -34,6 +37,15 @@
 //!   (an error handler, a user reduction) is the owner already: it runs without the lock and
 //!   is refused by `with`'s busy flag as before; the hook never releases while that flag is
 //!   set (a wait inside `with` keeps the lock).
+//!
+//! - With the asynchronous progress thread (`mpi_async_progress`, [`crate::progress_thread`]),
+//!   at any level: every call holds the process lock as at MULTIPLE (`locked`), and the thread
+//!   runs its progress passes under it between calls, taking it only when no call holds it or
+//!   waits for it (`progress_pass`, a `try_lock`). The level reported stays the one asked
+//!   for; below SERIALIZED the owner is nobody between calls, so the FUNNELED check compares
+//!   the caller with the main thread instead (`entered_with_progress_thread`,
+//!   `refused_below_serialized`): another thread's call is refused naming the level as before.
+//!   Without the thread nothing of this is reached: SINGLE and FUNNELED keep their one load.
 //!
 //! The library's other tables (derived datatypes, groups, ops, info objects, attributes,
 //! windows, sessions, matched messages, partitioned and generalized requests, attached
@@ -539,8 +551,12 @@ struct Global {
     level: AtomicI32,
     /// The process lock of `MPI_THREAD_MULTIPLE` (and of SERIALIZED's hand-overs).
     lock: TicketLock,
-    /// Whether the entry points check the caller's thread (SERIALIZED, MULTIPLE).
+    /// Whether the entry points check the caller's thread (SERIALIZED, MULTIPLE, and any
+    /// level while the progress thread runs).
     checked_entry: AtomicBool,
+    /// Whether every MPI call holds `lock` (MULTIPLE; and any level while the asynchronous
+    /// progress thread runs, see [`crate::progress_thread`]).
+    locked: AtomicBool,
     /// The life-cycle [`Phase`], process-wide.
     phase: AtomicU8,
     /// Set while a call works on the state: a call from inside it (an error handler, a user
@@ -560,9 +576,11 @@ struct Global {
 // SAFETY: `busy`, `pinned`, `state` and `comm_cache` are only accessed by the thread whose id is in
 // `owner` (see `owned`), one access at a time (`busy`): the state, which holds `Rc`s and
 // `RefCell`s, is confined to that thread as a thread-local would be. The owner changes only
-// at SERIALIZED and MULTIPLE, and then under `lock`: the new owner acquires it after the old
-// one released it (MULTIPLE) or stored its hand-over under it (SERIALIZED), so every access of
-// the old owner happens before the new one's. A thread id is unique among live threads;
+// at SERIALIZED and MULTIPLE and while the progress thread runs (its passes own the state
+// between a successful `try_lock` and the unlock), and then under `lock`: the new owner
+// acquires it after the old one released it (MULTIPLE, the progress thread) or stored its
+// hand-over under it (SERIALIZED), so every access of the old owner happens before the new
+// one's. A thread id is unique among live threads;
 // should the initializing thread exit and its id be reused, the new thread is the only one
 // reaching the state from then on.
 unsafe impl Sync for Global {}
@@ -573,6 +591,7 @@ static GLOBAL: Global = Global {
     level: AtomicI32::new(MPI_THREAD_SINGLE),
     lock: TicketLock::new(),
     checked_entry: AtomicBool::new(false),
+    locked: AtomicBool::new(false),
     phase: AtomicU8::new(Phase::Before as u8),
     busy: UnsafeCell::new(false),
     pinned: UnsafeCell::new(0),
@@ -580,11 +599,34 @@ static GLOBAL: Global = Global {
     comm_cache: UnsafeCell::new(None),
 };
 
-/// This thread's id (`pthread_self`: a load from the thread pointer, no TLS lookup).
+/// This thread's id, `pthread_self()`. On x86-64 glibc that is one load, the `self` word of
+/// the thread control block at `%fs:0x10` (glibc's `THREAD_SELF`), read inline here: the
+/// library's call to `pthread_self` cost a call, a return and the caller's register saving
+/// on every owner check (two per blocking message), which is most of what the thread checks
+/// added to the single-threaded path. Elsewhere, the call.
 #[inline(always)]
-fn this_thread() -> usize {
+pub(crate) fn this_thread() -> usize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+    {
+        let id: usize;
+        // SAFETY: on x86-64 Linux %fs is the thread pointer of every glibc thread, whose
+        // control block holds its own address at offset 0x10 (tcbhead_t.self), the value
+        // pthread_self returns. A read of this thread's own block: no side effect; `pure`
+        // lets repeated reads in one function be merged (the value never changes for a thread).
+        unsafe {
+            std::arch::asm!(
+                "mov {}, qword ptr fs:[0x10]",
+                out(reg) id,
+                options(nostack, readonly, preserves_flags, pure)
+            );
+        }
+        id
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
     // SAFETY: pthread_self has no preconditions.
-    unsafe { libc::pthread_self() as usize }
+    unsafe {
+        libc::pthread_self() as usize
+    }
 }
 
 /// Whether this thread owns the state now (see the module documentation): the exported entry
@@ -675,20 +717,27 @@ fn install_state(
         return;
     }
     let me = this_thread();
+    // The progress thread (world model only: a session's state has no MPI_Finalize to stop
+    // it) makes every call take the lock, whatever the level; the level itself, and with it
+    // who may call (the main thread only below SERIALIZED), stays the one asked for.
+    let async_progress = world_model && rmca::framework::progress::async_progress().enabled;
+    let locked = thread_level == MPI_THREAD_MULTIPLE || async_progress;
     // The owner changes under the process lock: a thread reaching the process-wide tables
     // while nobody owned them ([`Confined`], before `MPI_Init`) holds it, and is done first.
     GLOBAL.lock.lock();
     GLOBAL.main.store(me, Ordering::Relaxed);
     GLOBAL.level.store(thread_level, Ordering::Relaxed);
     GLOBAL.owner.store(me, Ordering::Relaxed);
-    GLOBAL
-        .checked_entry
-        .store(thread_level >= MPI_THREAD_SERIALIZED, Ordering::Relaxed);
+    GLOBAL.checked_entry.store(
+        thread_level >= MPI_THREAD_SERIALIZED || async_progress,
+        Ordering::Relaxed,
+    );
+    GLOBAL.locked.store(locked, Ordering::Relaxed);
     // SAFETY: this thread is now the owner, and no call is on the state (it had none).
     unsafe { *GLOBAL.state.get() = Some(state) };
-    if thread_level == MPI_THREAD_MULTIPLE {
+    if locked {
         // The state is the lock's from now on: published by this unlock (a thread that
-        // calls MPI later acquires it); the waits hand the lock over.
+        // calls MPI later acquires it); the waits hand the lock over (MULTIPLE).
         GLOBAL.owner.store(0, Ordering::Relaxed);
     }
     GLOBAL.lock.unlock();
@@ -700,6 +749,13 @@ fn install_state(
     }
     if world_model {
         set_phase(Phase::Running);
+    }
+    if async_progress {
+        let cpu = rmca::framework::progress::async_progress().cpu;
+        if let Err(e) = crate::progress_thread::start(cpu) {
+            // The calls stay locked: correct, only without the background progress.
+            tracing::warn!(error = %e, "mpi_async_progress: the progress thread did not start");
+        }
     }
 }
 
@@ -740,6 +796,19 @@ impl TicketLock {
                 futex_wait(&self.serving, serving);
             }
         }
+    }
+
+    /// Take the lock if nobody holds it or is queued for it (never waits, never queues).
+    fn try_lock(&self) -> bool {
+        let serving = self.serving.load(Ordering::SeqCst);
+        self.next
+            .compare_exchange(
+                serving,
+                serving.wrapping_add(1),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// Only by the holder.
@@ -797,6 +866,9 @@ impl Drop for Held {
     fn drop(&mut self) {
         GLOBAL.owner.store(0, Ordering::Relaxed);
         GLOBAL.lock.unlock();
+        // The call may have started an operation: a progress thread asleep for want of
+        // work wakes (one relaxed load otherwise; never reached without the lock).
+        crate::progress_thread::call_ended();
     }
 }
 
@@ -836,6 +908,11 @@ pub fn entry_is_direct() -> bool {
 #[cold]
 #[inline(never)]
 pub fn entered<R>(f: impl FnOnce() -> R) -> R {
+    if GLOBAL.locked.load(Ordering::Relaxed)
+        && GLOBAL.level.load(Ordering::Relaxed) != MPI_THREAD_MULTIPLE
+    {
+        return entered_with_progress_thread(f);
+    }
     match GLOBAL.level.load(Ordering::Relaxed) {
         MPI_THREAD_MULTIPLE => {
             GLOBAL.lock.lock();
@@ -853,6 +930,75 @@ pub fn entered<R>(f: impl FnOnce() -> R) -> R {
             f()
         }
         _ => f(),
+    }
+}
+
+/// [`entered`] while the progress thread runs at a level below MULTIPLE: the lock is held
+/// for the whole call (the progress thread takes it between calls). Below SERIALIZED only the
+/// main thread may call: another thread's call runs without the lock and without owning the
+/// state, so its first touch of the state ([`with`], [`communicator`], [`Confined::with`])
+/// refuses it with the error naming the level, as without the thread (the FUNNELED check
+/// compares the caller with `GLOBAL.main` instead of the owner, which is nobody between
+/// calls now). SERIALIZED's hand-over needs no special case: the lock orders the calls.
+#[cold]
+#[inline(never)]
+fn entered_with_progress_thread<R>(f: impl FnOnce() -> R) -> R {
+    let me = this_thread();
+    if GLOBAL.level.load(Ordering::Relaxed) < MPI_THREAD_SERIALIZED
+        && GLOBAL.main.load(Ordering::Relaxed) != me
+    {
+        return f();
+    }
+    GLOBAL.lock.lock();
+    GLOBAL.owner.store(me, Ordering::Relaxed);
+    let _held = Held;
+    f()
+}
+
+/// What the asynchronous progress thread's attempt found ([`progress_pass`]).
+pub(crate) use rmca::framework::progress::AsyncPass;
+
+/// The lock of a progress pass: released without waking the progress thread (it is the
+/// progress thread).
+struct PassHeld;
+
+impl Drop for PassHeld {
+    fn drop(&mut self) {
+        GLOBAL.owner.store(0, Ordering::Relaxed);
+        GLOBAL.lock.unlock();
+    }
+}
+
+/// One attempt of the progress thread ([`crate::progress_thread`]): if no MPI call holds the
+/// library lock (and none is queued for it), take it, run a progress pass of the runtime
+/// (PML, BTLs, registered functions, non-blocking collectives), and say whether operations
+/// are outstanding. With none, `arm` runs before the lock is released: a call that starts
+/// one afterwards finds the thread announced asleep and wakes it ([`Held`]).
+pub(crate) fn progress_pass(arm: impl FnOnce()) -> AsyncPass {
+    if !GLOBAL.lock.try_lock() {
+        return AsyncPass::LockBusy;
+    }
+    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    let _held = PassHeld;
+    // The world communicator, cloned and dropped under the lock (its counts are the calls').
+    let Ok(world) = with(|s| Ok(s.comm(MPI_COMM_WORLD)?.comm.clone())) else {
+        // Finalizing: nothing to drive.
+        return AsyncPass::Ran {
+            events: 0,
+            outstanding: false,
+        };
+    };
+    // Outside `with`: a user reduction run by a collective's step may call MPI.
+    let events = rmca::raw::progress(&world);
+    drop(world);
+    let outstanding =
+        with(|s| Ok(s.active_requests() > 0 || !s.detached.is_empty())).unwrap_or(false);
+    if events == 0 && !outstanding {
+        arm();
+    }
+    AsyncPass::Ran {
+        events,
+        outstanding,
     }
 }
 
@@ -884,16 +1030,30 @@ pub fn take() -> Option<State> {
     if !owned() {
         return None;
     }
-    // SAFETY: this is the owner thread (checked above), the only one touching `busy` and the
-    // state; with `busy` false no reference to the state is live.
+    // SAFETY: this is the owner thread (checked above), the only one touching `busy`.
+    if unsafe { *GLOBAL.busy.get() } {
+        return None;
+    }
+    // The progress thread ends first (it takes the lock this call holds only between calls:
+    // it is asleep or sleeping off a busy lock, and sees the stop at once).
+    crate::progress_thread::stop();
+    // SAFETY: the owner thread, the only one touching the state; with `busy` false no
+    // reference to the state is live.
     let state = unsafe {
-        if *GLOBAL.busy.get() {
-            return None;
-        }
         set_comm_cache(None);
         (*GLOBAL.state.get()).take()
     };
-    if state.is_some() && thread_level() != MPI_THREAD_MULTIPLE {
+    if state.is_some()
+        && thread_level() != MPI_THREAD_MULTIPLE
+        && GLOBAL.locked.load(Ordering::Relaxed)
+    {
+        // The calls were locked for the progress thread only: from now on as without it (this
+        // call holds the lock and gives it back as it returns, nobody the owner).
+        GLOBAL.locked.store(false, Ordering::Relaxed);
+        GLOBAL
+            .checked_entry
+            .store(thread_level() >= MPI_THREAD_SERIALIZED, Ordering::Relaxed);
+    } else if state.is_some() && thread_level() != MPI_THREAD_MULTIPLE {
         // From now on nobody owns the library: the calls allowed after finalize reach the
         // process-wide tables from any thread, under the process lock ([`Confined`]). (At
         // MULTIPLE this call holds the lock and gives it back as it returns.)
@@ -1037,7 +1197,7 @@ impl<T: Default> Confined<T> {
     #[inline(never)]
     fn with_unowned<R>(&'static self, f: impl FnOnce(&mut T) -> R) -> MpiResult<R> {
         GLOBAL.lock.lock();
-        if GLOBAL.owner.load(Ordering::Relaxed) != 0 {
+        if GLOBAL.owner.load(Ordering::Relaxed) != 0 || refused_below_serialized() {
             // Owned by the thread the level names (SINGLE, FUNNELED; SERIALIZED's last caller
             // when this call came round the entry points' hand-over).
             GLOBAL.lock.unlock();
@@ -1077,6 +1237,16 @@ impl<T: Default> Confined<T> {
             ),
         )
     }
+}
+
+/// Whether this thread, owning nothing, is one the level refuses while nobody owns the
+/// library between calls: below SERIALIZED with the progress thread, any thread but the
+/// main one while MPI runs (without the thread the main one owns the library for good).
+fn refused_below_serialized() -> bool {
+    GLOBAL.locked.load(Ordering::Relaxed)
+        && thread_level() < MPI_THREAD_SERIALIZED
+        && phase() == Phase::Running
+        && GLOBAL.main.load(Ordering::Relaxed) != this_thread()
 }
 
 #[cold]
@@ -1514,6 +1684,47 @@ mod tests {
             T.with(|v| v.iter().filter(|&&x| x == 3).count()).unwrap(),
             1000
         );
+    }
+
+    /// The progress thread's try: only a free lock with nobody queued is taken.
+    #[test]
+    fn try_lock_takes_only_a_free_lock_and_never_queues() {
+        let lock = TicketLock::new();
+        assert!(lock.try_lock());
+        assert!(!lock.try_lock(), "held");
+        assert!(!lock.contended(), "a failed try does not queue");
+        lock.unlock();
+        assert!(lock.try_lock());
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                lock.lock();
+                lock.unlock();
+            });
+            while !lock.contended() {
+                std::thread::yield_now();
+            }
+            lock.unlock();
+            waiter.join().unwrap();
+        });
+        assert!(lock.try_lock(), "free again after the queue drained");
+        lock.unlock();
+    }
+
+    /// The inline thread id is `pthread_self()`, distinct per thread.
+    #[test]
+    fn this_thread_is_pthread_self_on_every_thread() {
+        let main = super::this_thread();
+        // SAFETY: pthread_self has no preconditions.
+        assert_eq!(main, unsafe { libc::pthread_self() as usize });
+        let other = std::thread::spawn(|| {
+            // SAFETY: as above.
+            let p = unsafe { libc::pthread_self() as usize };
+            assert_eq!(super::this_thread(), p);
+            p
+        })
+        .join()
+        .unwrap();
+        assert_ne!(main, other);
     }
 
     #[test]

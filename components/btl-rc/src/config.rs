@@ -232,10 +232,28 @@ pub mod defaults {
     pub const MAX_SEND_SIZE: u64 = 64 * 1024;
     /// Striping threshold of the multi-QP policies.
     pub const STRIPE_THRESHOLD: u64 = 16 * 1024;
-    /// Receive queues. Per-peer full-size buffers cost 2 MiB per connected peer; the
-    /// flat alternative, `P,256,16,8:S,65536,32,8,32,1024`, is not the default yet: 2 of 6
-    /// runs of `p2p_check all` on 3 ranks over it lost a message (the ranks waited forever).
-    pub const RECEIVE_QUEUES: &str = "P,32,16";
+    /// Receive queues, Open MPI's default layout: fragments up to 256 bytes on per-peer
+    /// queues of 16 small buffers (4 KiB per peer), larger ones on one SRQ of 64 KiB buffers
+    /// (32 at start, growing by 32 up to 1024 at its low watermark of 8), so memory stays flat
+    /// in the number of peers (per-peer full-size buffers, `P,32,16`, cost 2 MiB per peer).
+    /// With a larger `btl_rc_max_send_size` the SRQ's buffers follow it
+    /// ([`super::default_receive_queues`]).
+    pub const RECEIVE_QUEUES: &str = "P,256,16,8:S,65536,32,8,32,1024";
+    /// The SRQ buffer size of [`RECEIVE_QUEUES`].
+    pub const RECEIVE_QUEUES_S_SIZE: u64 = 65536;
+}
+
+/// The default receive queues for `max_send_size`: [`defaults::RECEIVE_QUEUES`], its SRQ
+/// buffers raised to `max_send_size` when that is larger (the last queue must hold every
+/// fragment).
+pub fn default_receive_queues(max_send_size: u64) -> String {
+    if max_send_size <= defaults::RECEIVE_QUEUES_S_SIZE {
+        return defaults::RECEIVE_QUEUES.to_owned();
+    }
+    defaults::RECEIVE_QUEUES.replace(
+        &format!("S,{},", defaults::RECEIVE_QUEUES_S_SIZE),
+        &format!("S,{max_send_size},"),
+    )
 }
 
 /// Every btl-rc setting, checked.
@@ -293,7 +311,7 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     );
     p.add(
         Param::string("receive_queues", defaults::RECEIVE_QUEUES)
-            .help(&format!("Receive buffers, Open MPI style: P = per-QP receive queues with credit flow control, S = one shared receive queue refilled and grown on its low-watermark event. Syntax: {RECEIVE_QUEUES_GRAMMAR}")),
+            .help(&format!("Receive buffers, Open MPI style: P = per-QP receive queues with credit flow control, S = one shared receive queue refilled and grown on its low-watermark event. The default keeps memory flat in the number of peers (its SRQ buffers follow a larger btl_rc_max_send_size). Syntax: {RECEIVE_QUEUES_GRAMMAR}")),
     );
     p.add(
         Param::int("send_wqes", defaults::SEND_WQES)
@@ -413,6 +431,13 @@ impl RcConfig {
             ));
         }
         let rq = params.get_str(&n("receive_queues"))?;
+        // The default (given or implied) follows a larger btl_rc_max_send_size.
+        let rq = if rq.trim() == defaults::RECEIVE_QUEUES {
+            default_receive_queues(max_send_size)
+        } else {
+            rq.to_owned()
+        };
+        let rq = rq.as_str();
         let recv = ReceiveQueues::parse(rq, max_send_size as usize).map_err(|why| {
             bad(
                 "receive_queues",
@@ -480,6 +505,33 @@ mod tests {
         assert!(err("X,4").contains("kind 'X'"));
         assert!(err("P,4,x").contains("field 3 'x'"));
         assert!(err("P,4,2,1").contains("3 numbers"));
+    }
+
+    #[test]
+    fn the_default_is_per_peer_small_and_shared_large() {
+        let q = ReceiveQueues::parse(defaults::RECEIVE_QUEUES, M).unwrap();
+        assert_eq!(q.per_peer(), Some((0, 16, 8)));
+        assert_eq!(q.queues()[0].size, 256);
+        assert_eq!(
+            q.shared(),
+            Some((
+                1,
+                RecvQueues::Shared {
+                    initial: 32,
+                    low: 8,
+                    grow: 32,
+                    max: 1024
+                }
+            ))
+        );
+        assert_eq!(default_receive_queues(M as u64), defaults::RECEIVE_QUEUES);
+        // A larger fragment size: the SRQ's buffers follow, so the default stays valid.
+        let big = default_receive_queues(1 << 20);
+        assert_eq!(big, "P,256,16,8:S,1048576,32,8,32,1024");
+        assert_eq!(
+            ReceiveQueues::parse(&big, 1 << 20).unwrap().queues()[1].size,
+            1 << 20
+        );
     }
 
     #[test]

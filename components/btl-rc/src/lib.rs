@@ -5,15 +5,16 @@
 //!   connection-management QP; the first send creates the QPs and runs a REQ/REP handshake over
 //!   it (retransmitted with backoff), then an in-band RTU. Simultaneous attempts resolve to one
 //!   connection (the lower rank's request wins). Sends queue FIFO meanwhile; a per-peer
-//!   sequence number keeps MPI order across QPs ([`reorder`]). `btl_rc_connect = static`
-//!   connects every peer at `add_procs` instead.
+//!   sequence number keeps MPI order across QPs, within a window the receiver's acks open
+//!   ([`reorder`]). `btl_rc_connect = static` connects every peer at `add_procs` instead.
 //! - **Receive buffers** (\[Sur06\], [`config::ReceiveQueues`]): per-QP receive queues with
 //!   credit flow control ([`credits`]; `btl_rc_receive_queues = P,<bufs>,<threshold>`), or one
 //!   SRQ for every connection whose low-watermark event grows and reposts the pool
 //!   (`S,<initial>,<low>,<grow>,<max>`), or both, Open MPI style, each with its buffer size
 //!   (`P,256,32,16:S,65536,256,64,256,4096`: fragments up to 256 bytes on per-peer queues of
 //!   small buffers, larger ones on the SRQ; or the reverse order). Each queue class has its
-//!   own QPs to a peer, since a QP has one receive queue.
+//!   own QPs to a peer, since a QP has one receive queue. The default is Open MPI's layout,
+//!   `P,256,16,8:S,65536,32,8,32,1024`: memory flat in the number of peers.
 //! - **Adaptive eager RDMA** (\[Sur06\]): after `btl_rc_eager_rdma_threshold` messages from a
 //!   peer (for at most `btl_rc_eager_rdma_max_peers` peers) the receiver registers a ring of
 //!   `btl_rc_eager_rdma_num` slots and sends its address in-band; the sender RDMA-writes eager

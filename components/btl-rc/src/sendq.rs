@@ -108,15 +108,15 @@ impl SendQueue {
         self.bytes = 0;
     }
 
-    /// How many front fragments the next bundle would take (1 = no bundle).
-    fn bundle_len(&self) -> usize {
+    /// How many front fragments the next bundle would take (1 = no bundle), at most `limit`.
+    fn bundle_len(&self, limit: usize) -> usize {
         if !self.coalescing {
             return 1;
         }
         let mut used = 0usize;
         let mut n = 0usize;
         for p in &self.fifo {
-            if !p.coalescable || n == usize::from(u16::MAX) {
+            if !p.coalescable || n == usize::from(u16::MAX) || n == limit {
                 break;
             }
             let need = REC_HEADER_LEN + p.data.len();
@@ -131,7 +131,7 @@ impl SendQueue {
 
     /// Body length of the next item (to check buffers before taking it).
     pub fn peek_len(&self) -> Option<usize> {
-        let n = self.bundle_len();
+        let n = self.bundle_len(usize::MAX);
         let front = self.fifo.front()?;
         if n == 1 {
             return Some(front.data.len());
@@ -147,12 +147,23 @@ impl SendQueue {
 
     /// True when the next item is a bundle.
     pub fn next_is_bundle(&self) -> bool {
-        !self.fifo.is_empty() && self.bundle_len() > 1
+        self.next_is_bundle_within(usize::MAX)
+    }
+
+    /// True when the next item taken with [`Self::pop_within`]`(limit)` is a bundle.
+    pub fn next_is_bundle_within(&self, limit: usize) -> bool {
+        !self.fifo.is_empty() && self.bundle_len(limit) > 1
     }
 
     /// Take the next item.
     pub fn pop(&mut self) -> Option<Item> {
-        let n = self.bundle_len();
+        self.pop_within(usize::MAX)
+    }
+
+    /// Take the next item, a bundle of at most `limit` messages (the seqs the sender's
+    /// window has room for).
+    pub fn pop_within(&mut self, limit: usize) -> Option<Item> {
+        let n = self.bundle_len(limit);
         if n == 1 {
             let p = self.fifo.pop_front()?;
             self.bytes -= p.data.len();

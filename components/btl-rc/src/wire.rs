@@ -276,6 +276,9 @@ pub enum FragKind {
     EagerOpen = 6,
     /// Eager RDMA ring slots returned (control): `aux` = slots.
     EagerCredit = 7,
+    /// The receiver's next expected seq (control): `seq` = it; opens the sender's
+    /// [`crate::reorder::SeqWindow`].
+    SeqAck = 8,
 }
 
 /// Footer at the end of every eager RDMA slot: `len u32 | EAGER_VALID`. The sender writes the
@@ -294,14 +297,15 @@ impl FragKind {
             5 => Self::Rtu,
             6 => Self::EagerOpen,
             7 => Self::EagerCredit,
+            8 => Self::SeqAck,
             _ => return None,
         })
     }
-    /// Control messages bypass credits and never carry a seq.
+    /// Control messages bypass credits and never carry a seq of the reorder sequence.
     pub fn is_control(self) -> bool {
         matches!(
             self,
-            Self::Credit | Self::Rtu | Self::EagerOpen | Self::EagerCredit
+            Self::Credit | Self::Rtu | Self::EagerOpen | Self::EagerCredit | Self::SeqAck
         )
     }
 }

@@ -277,6 +277,14 @@ impl<S: Segment> Engine<S> {
         Ok(())
     }
 
+    /// The origin's checks of an operation on `layout` at `addr` of `target` (rank, access
+    /// epoch, range against the target's size), for a module that moves the data itself
+    /// (osc-rdma's puts and gets by RDMA) and so must refuse exactly what this engine would.
+    pub fn check_access(&self, target: usize, addr: u64, layout: &Layout) -> Result<(), OscError> {
+        self.check_epoch(target)?;
+        self.check_range(target, addr, layout)
+    }
+
     fn start_op(&mut self, target: usize, reply: bool) -> OpId {
         let id = self.next_id;
         self.next_id += 1;

@@ -9,16 +9,27 @@
 //! when every member is on this node); `MPI_Win_create` and dynamic windows, and members on
 //! other nodes, stay with osc-am.
 //!
-//! Operations complete when issued:
+//! Operations complete when issued, on the caller's own buffers when the host uses
+//! [`OscDirect`] (the C library does: no packed copy, no result kept for a poll):
 //! - put and get copy the target layout's runs (each checked against the target's memory
 //!   before any byte is written);
-//! - accumulates on aligned 4- and 8-byte elements (integers, floats, value-index pairs of
-//!   that size) are CPU atomics per element: `fetch_add`/`and`/`or`/`xor`/`swap` where the
-//!   operation has one, a compare-exchange loop otherwise; every other element type goes
-//!   under the target's accumulate lock word. The choice depends only on the element type
-//!   and its address, so two accumulates on the same element always take the same path and
-//!   stay atomic with respect to each other, as MPI requires;
-//! - compare-and-swap is a compare-exchange on the same terms.
+//! - accumulates (and fetch-and-op, compare-and-swap) run under the target's accumulate lock
+//!   word, one hold per operation, each run combined in place by a typed loop the compiler
+//!   vectorizes (`osc_sm_atomics=false`, the default). MPI 4.1 section 12.7 ("Atomicity")
+//!   asks that concurrent accumulates on the same location with the same predefined type
+//!   act as if done in some serial order, element by element, not call by call; one lock
+//!   per target gives that (and more) for every element type, so a 64 KiB accumulate costs
+//!   one lock acquisition and a vector loop rather than 16384 locked instructions, and a
+//!   single-element fetch-and-op costs one locked instruction (the lock's) as a CPU atomic
+//!   would. Its price: accumulates from many origins into one target are serialized;
+//! - with `osc_sm_atomics=true`, accumulates on aligned 4- and 8-byte elements (integers,
+//!   floats, value-index pairs of that size) are CPU atomics per element instead:
+//!   `fetch_add`/`and`/`or`/`xor`/`swap` where the operation has one, a compare-exchange
+//!   loop otherwise; every other element type goes under the lock. The choice depends only
+//!   on the element type and its address, so two accumulates on the same element always
+//!   take the same path and stay atomic with respect to each other: for many origins
+//!   updating distinct elements of one target (no lock to share), at a locked instruction
+//!   per element.
 //!
 //! Synchronization is the sans-IO state machine of [`sync`] over the control words: no
 //! message is ever sent, so a target need not call rmca for its origins to progress.
@@ -34,8 +45,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, ComponentMeta};
 use rmca_framework::osc::{
-    accumulate_with, AccOp, Allocated, Elem, HostAccumulate, Layout, OpId, OscComponent, OscError,
-    OscModule, OscPort, OscSetup, SyncCall, WinConfig,
+    accumulate_with, AccOp, Allocated, Elem, HostAccumulate, Layout, OpId, OscComponent, OscDirect,
+    OscError, OscModule, OscPort, OscSetup, SyncCall, WinConfig,
 };
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
@@ -74,8 +85,8 @@ impl Component for SmComponent {
                 .level(Level::Tuning),
         );
         params.add(
-            Param::bool("atomics", true)
-                .help("Accumulates, fetch-and-op and compare-and-swap on aligned 4- and 8-byte elements by CPU atomics; false: every one under the target's accumulate lock word")
+            Param::bool("atomics", false)
+                .help("Accumulates, fetch-and-op and compare-and-swap on aligned 4- and 8-byte elements by CPU atomics per element (many origins updating distinct elements of one target in parallel); false: every one under the target's accumulate lock word, a large accumulate as one vectorized loop per run")
                 .level(Level::Dev),
         );
     }
@@ -113,7 +124,7 @@ impl OscComponent for SmComponent {
         setup: &mut dyn OscSetup,
         params: &ParamStore,
     ) -> Result<Allocated, OscError> {
-        let atomics = params.get_bool("osc_sm_atomics").unwrap_or(true);
+        let atomics = params.get_bool("osc_sm_atomics").unwrap_or(false);
         let module = SmModule::new(config, setup, atomics)?;
         let memory = module.part(module.me);
         Ok(Allocated {
@@ -270,9 +281,14 @@ impl SmModule {
         }
     }
 
-    /// The segment offsets and lengths of the runs of `layout` at `addr` of `target`,
-    /// every one checked to lie inside the target's memory.
-    fn locate(&self, target: usize, addr: u64, layout: &Layout) -> Result<Runs, OscError> {
+    /// The segment offsets and lengths of `runs` (a layout's) at `addr` of `target`, every
+    /// one checked to lie inside the target's memory, and their total length.
+    fn locate(
+        &self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+    ) -> Result<(Runs, usize), OscError> {
         self.epochs.check_access(target)?;
         let (base, size) = self.plan.parts[target];
         let place = |&(off, len): &(i64, u64)| {
@@ -286,16 +302,222 @@ impl SmModule {
             Ok((base + lo as usize, len as usize))
         };
         // One run (a predefined or contiguous target type) needs no allocation.
-        match &layout.runs[..] {
-            [] => Ok(Runs::Many(Vec::new())),
-            [one] => Ok(Runs::One([place(one)?])),
-            runs => runs
-                .iter()
-                .filter(|&&(_, l)| l > 0)
-                .map(place)
-                .collect::<Result<Vec<_>, _>>()
-                .map(Runs::Many),
+        match runs {
+            [] => Ok((Runs::Many(Vec::new()), 0)),
+            [one] => {
+                let r = place(one)?;
+                Ok((Runs::One([r]), r.1))
+            }
+            runs => {
+                let v = runs
+                    .iter()
+                    .filter(|&&(_, l)| l > 0)
+                    .map(place)
+                    .collect::<Result<Vec<_>, _>>()?;
+                // Each run is inside a part of at most `usize` bytes, but runs may repeat.
+                let total = v
+                    .iter()
+                    .try_fold(0usize, |t, &(_, l)| t.checked_add(l))
+                    .ok_or_else(|| {
+                        OscError::Arg(
+                            "the target layout covers more bytes than fit in memory".into(),
+                        )
+                    })?;
+                Ok((Runs::Many(v), total))
+            }
         }
+    }
+
+    /// Copy `data` into `runs` (located), after checking it fills them exactly.
+    fn write_runs(&self, runs: &Runs, total: usize, data: &[u8]) -> Result<(), OscError> {
+        if data.len() != total {
+            return Err(OscError::Arg(format!(
+                "put: {} bytes of data for a target layout of {total}",
+                data.len()
+            )));
+        }
+        let mut at = 0;
+        for &(off, len) in runs.iter() {
+            self.seg.write(off, &data[at..at + len]);
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Copy `runs` (located) into `out`, after checking it holds them exactly.
+    fn read_runs(&self, runs: &Runs, total: usize, out: &mut [u8]) -> Result<(), OscError> {
+        if out.len() != total {
+            return Err(OscError::Arg(format!(
+                "get: a {}-byte buffer for a target layout of {total}",
+                out.len()
+            )));
+        }
+        let mut at = 0;
+        for &(off, len) in runs.iter() {
+            self.seg.read(off, &mut out[at..at + len]);
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Accumulate `data` into `runs` (located) of `target`, the previous contents into `old`.
+    /// Every check comes before the first byte is written.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_runs(
+        &self,
+        target: usize,
+        runs: &Runs,
+        total: usize,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        mut old: Option<&mut [u8]>,
+    ) -> Result<(), OscError> {
+        if !elem.supports(op) {
+            return Err(OscError::Op(format!(
+                "accumulate: {op:?} is not defined on {elem:?} elements"
+            )));
+        }
+        let es = elem.size();
+        if (op != AccOp::NoOp && data.len() != total)
+            || runs.iter().any(|&(_, l)| !l.is_multiple_of(es))
+        {
+            return Err(OscError::Arg(format!(
+                "accumulate: {} bytes of data for a target layout of {total} bytes, in runs that must hold whole {es}-byte {elem:?} elements",
+                data.len()
+            )));
+        }
+        if let Some(o) = &old {
+            if o.len() != total {
+                return Err(OscError::Arg(format!(
+                    "accumulate: a {}-byte result buffer for a target layout of {total} bytes",
+                    o.len()
+                )));
+            }
+        }
+        if self.atomic_path(elem, runs) {
+            let mut at = 0;
+            for &(off, len) in runs.iter() {
+                for k in (0..len).step_by(es) {
+                    let origin = if op == AccOp::NoOp {
+                        &[0u8; 8][..es]
+                    } else {
+                        &data[at + k..at + k + es]
+                    };
+                    let i = at + k..at + k + es;
+                    if es == 4 {
+                        let o = u32::from_ne_bytes(origin.try_into().expect("4 bytes"));
+                        let prev = rmw32(self.seg.u32_at(off + k), op, elem, o, self.host);
+                        if let Some(old) = old.as_deref_mut() {
+                            old[i].copy_from_slice(&prev.to_ne_bytes());
+                        }
+                    } else {
+                        let o = u64::from_ne_bytes(origin.try_into().expect("8 bytes"));
+                        let prev = rmw64(self.seg.u64_at(off + k), op, elem, o, self.host);
+                        if let Some(old) = old.as_deref_mut() {
+                            old[i].copy_from_slice(&prev.to_ne_bytes());
+                        }
+                    }
+                }
+                at += len;
+            }
+            return Ok(());
+        }
+        let seg = &self.seg;
+        let host = self.host;
+        if elem.host_arithmetic() && !matches!(op, AccOp::Replace | AccOp::NoOp) {
+            // The host's arithmetic may refuse the operation: compute on a copy, write back
+            // only if it succeeded (nothing written otherwise).
+            return self.locked(target, || {
+                let mut cur = vec![0u8; total];
+                let mut at = 0;
+                for &(off, len) in runs.iter() {
+                    seg.read(off, &mut cur[at..at + len]);
+                    at += len;
+                }
+                if let Some(old) = old {
+                    old.copy_from_slice(&cur);
+                }
+                accumulate_with(op, elem, &mut cur, data, host)?;
+                let mut at = 0;
+                for &(off, len) in runs.iter() {
+                    seg.write(off, &cur[at..at + len]);
+                    at += len;
+                }
+                Ok(())
+            });
+        }
+        // In place, run by run, under one hold of the target's lock: a typed loop over each
+        // run (vectorized), which cannot fail (checked above).
+        self.locked(target, || {
+            let mut at = 0;
+            for &(off, len) in runs.iter() {
+                if let Some(old) = old.as_deref_mut() {
+                    seg.read(off, &mut old[at..at + len]);
+                }
+                if op != AccOp::NoOp {
+                    seg.combine(off, len, &data[at..at + len], |t, o| {
+                        accumulate_with(op, elem, t, o, host)
+                    })?;
+                }
+                at += len;
+            }
+            Ok(())
+        })
+    }
+
+    /// Compare-and-swap at `off` (located, one element of `elem`) of `target`.
+    fn cas_at(
+        &self,
+        target: usize,
+        runs: &Runs,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+        old: &mut [u8],
+    ) -> Result<(), OscError> {
+        let es = elem.size();
+        if compare.len() != es || value.len() != es || old.len() != es {
+            return Err(OscError::Arg(format!(
+                "compare_and_swap: compare ({} bytes), value ({} bytes) and result ({} bytes) must be one {es}-byte {elem:?} element",
+                compare.len(),
+                value.len(),
+                old.len()
+            )));
+        }
+        let off = runs[0].0;
+        if self.atomic_path(elem, runs) {
+            if es == 4 {
+                let c = u32::from_ne_bytes(compare.try_into().expect("4 bytes"));
+                let v = u32::from_ne_bytes(value.try_into().expect("4 bytes"));
+                let r = self.seg.u32_at(off).compare_exchange(
+                    c,
+                    v,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                old.copy_from_slice(&r.unwrap_or_else(|x| x).to_ne_bytes());
+            } else {
+                let c = u64::from_ne_bytes(compare.try_into().expect("8 bytes"));
+                let v = u64::from_ne_bytes(value.try_into().expect("8 bytes"));
+                let r = self.seg.u64_at(off).compare_exchange(
+                    c,
+                    v,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                old.copy_from_slice(&r.unwrap_or_else(|x| x).to_ne_bytes());
+            }
+            return Ok(());
+        }
+        let seg = &self.seg;
+        self.locked(target, || {
+            seg.read(off, old);
+            if old == compare {
+                seg.write(off, value);
+            }
+        });
+        Ok(())
     }
 
     fn finish(&mut self, result: Option<Result<Vec<u8>, OscError>>) -> OpId {
@@ -384,30 +606,14 @@ impl OscModule for SmModule {
         layout: &Layout,
         data: Vec<u8>,
     ) -> Result<OpId, OscError> {
-        let runs = self.locate(target, addr, layout)?;
-        if data.len() as u64 != layout.len() {
-            return Err(OscError::Arg(format!(
-                "put: {} bytes of data for a target layout of {}",
-                data.len(),
-                layout.len()
-            )));
-        }
-        let mut at = 0;
-        for &(off, len) in runs.iter() {
-            self.seg.write(off, &data[at..at + len]);
-            at += len;
-        }
+        self.put_now(target, addr, &layout.runs, &data)?;
         Ok(self.finish(None))
     }
 
     fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
-        let runs = self.locate(target, addr, layout)?;
-        let mut out = vec![0u8; layout.len() as usize];
-        let mut at = 0;
-        for &(off, len) in runs.iter() {
-            self.seg.read(off, &mut out[at..at + len]);
-            at += len;
-        }
+        let (runs, total) = self.locate(target, addr, &layout.runs)?;
+        let mut out = vec![0u8; total];
+        self.read_runs(&runs, total, &mut out)?;
         Ok(self.finish(Some(Ok(out))))
     }
 
@@ -421,77 +627,10 @@ impl OscModule for SmModule {
         data: Vec<u8>,
         fetch: bool,
     ) -> Result<OpId, OscError> {
-        let runs = self.locate(target, addr, layout)?;
-        if !elem.supports(op) {
-            return Err(OscError::Op(format!(
-                "accumulate: {op:?} is not defined on {elem:?} elements"
-            )));
-        }
-        let es = elem.size();
-        let total = layout.len() as usize;
-        if (op != AccOp::NoOp && data.len() != total)
-            || runs.iter().any(|&(_, l)| !l.is_multiple_of(es))
-        {
-            return Err(OscError::Arg(format!(
-                "accumulate: {} bytes of data for a target layout of {total} bytes, in runs that must hold whole {es}-byte {elem:?} elements",
-                data.len()
-            )));
-        }
+        let (runs, total) = self.locate(target, addr, &layout.runs)?;
         let mut old = if fetch { vec![0u8; total] } else { Vec::new() };
-        if self.atomic_path(elem, &runs) {
-            let mut at = 0;
-            for &(off, len) in runs.iter() {
-                for k in (0..len).step_by(es) {
-                    let origin = if op == AccOp::NoOp {
-                        &[0u8; 8][..es]
-                    } else {
-                        &data[at + k..at + k + es]
-                    };
-                    let prev = if es == 4 {
-                        let o = u32::from_ne_bytes(origin.try_into().expect("4 bytes"));
-                        rmw32(self.seg.u32_at(off + k), op, elem, o, self.host)
-                            .to_ne_bytes()
-                            .to_vec()
-                    } else {
-                        let o = u64::from_ne_bytes(origin.try_into().expect("8 bytes"));
-                        rmw64(self.seg.u64_at(off + k), op, elem, o, self.host)
-                            .to_ne_bytes()
-                            .to_vec()
-                    };
-                    if fetch {
-                        old[at + k..at + k + es].copy_from_slice(&prev);
-                    }
-                }
-                at += len;
-            }
-        } else {
-            // Under the lock: read every run, compute on a copy, write back only if the
-            // operation succeeded (the host's arithmetic may refuse it).
-            let seg = &self.seg;
-            let host = self.host;
-            let r = self.locked(target, || {
-                let mut cur = vec![0u8; total];
-                let mut at = 0;
-                for &(off, len) in runs.iter() {
-                    seg.read(off, &mut cur[at..at + len]);
-                    at += len;
-                }
-                if fetch {
-                    old.copy_from_slice(&cur);
-                }
-                if op == AccOp::NoOp {
-                    return Ok(());
-                }
-                accumulate_with(op, elem, &mut cur, &data, host)?;
-                let mut at = 0;
-                for &(off, len) in runs.iter() {
-                    seg.write(off, &cur[at..at + len]);
-                    at += len;
-                }
-                Ok(())
-            });
-            r?;
-        }
+        let out = fetch.then_some(&mut old[..]);
+        self.accumulate_runs(target, &runs, total, op, elem, &data, out)?;
         Ok(self.finish(fetch.then_some(Ok(old))))
     }
 
@@ -503,50 +642,9 @@ impl OscModule for SmModule {
         compare: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<OpId, OscError> {
-        let es = elem.size();
-        let runs = self.locate(target, addr, &Layout::contiguous(es as u64))?;
-        if compare.len() != es || value.len() != es {
-            return Err(OscError::Arg(format!(
-                "compare_and_swap: compare ({} bytes) and value ({} bytes) must be one {es}-byte {elem:?} element",
-                compare.len(),
-                value.len()
-            )));
-        }
-        let off = runs[0].0;
-        let prev = if self.atomic_path(elem, &runs) {
-            if es == 4 {
-                let c = u32::from_ne_bytes(compare[..].try_into().expect("4 bytes"));
-                let v = u32::from_ne_bytes(value[..].try_into().expect("4 bytes"));
-                let r = self.seg.u32_at(off).compare_exchange(
-                    c,
-                    v,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                r.unwrap_or_else(|x| x).to_ne_bytes().to_vec()
-            } else {
-                let c = u64::from_ne_bytes(compare[..].try_into().expect("8 bytes"));
-                let v = u64::from_ne_bytes(value[..].try_into().expect("8 bytes"));
-                let r = self.seg.u64_at(off).compare_exchange(
-                    c,
-                    v,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                r.unwrap_or_else(|x| x).to_ne_bytes().to_vec()
-            }
-        } else {
-            let seg = &self.seg;
-            self.locked(target, || {
-                let mut cur = vec![0u8; es];
-                seg.read(off, &mut cur);
-                if cur == compare {
-                    seg.write(off, &value);
-                }
-                cur
-            })
-        };
-        Ok(self.finish(Some(Ok(prev))))
+        let mut old = vec![0u8; elem.size()];
+        self.compare_and_swap_now(target, addr, elem, &compare, &value, &mut old)?;
+        Ok(self.finish(Some(Ok(old))))
     }
 
     fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>> {
@@ -606,6 +704,62 @@ impl OscModule for SmModule {
     fn shared_part(&self, rank: usize) -> Option<UserBuf> {
         (rank < self.plan.parts.len()).then(|| self.part(rank))
     }
+
+    fn direct_ops(&mut self) -> Option<&mut dyn OscDirect> {
+        Some(self)
+    }
+}
+
+impl OscDirect for SmModule {
+    fn put_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        data: &[u8],
+    ) -> Result<(), OscError> {
+        let (runs, total) = self.locate(target, addr, runs)?;
+        self.write_runs(&runs, total, data)
+    }
+
+    fn get_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        out: &mut [u8],
+    ) -> Result<(), OscError> {
+        let (runs, total) = self.locate(target, addr, runs)?;
+        self.read_runs(&runs, total, out)
+    }
+
+    fn accumulate_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Result<(), OscError> {
+        let (runs, total) = self.locate(target, addr, runs)?;
+        self.accumulate_runs(target, &runs, total, op, elem, data, old)
+    }
+
+    fn compare_and_swap_now(
+        &mut self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+        old: &mut [u8],
+    ) -> Result<(), OscError> {
+        let es = elem.size() as u64;
+        let (runs, _) = self.locate(target, addr, &[(0, es)])?;
+        self.cas_at(target, &runs, elem, compare, value, old)
+    }
 }
 
 #[cfg(test)]
@@ -635,6 +789,7 @@ mod tests {
             allocated: true,
             shared: true,
             host: None,
+            rdma: false,
         };
         SmModule::new(config, &mut Alone, atomics).unwrap()
     }
@@ -822,5 +977,117 @@ mod tests {
         ));
         m.sync(SyncCall::Free).unwrap();
         assert_eq!(m.sync_done(), Some(Ok(())));
+    }
+
+    /// Element types and an operation each supports, for the reference comparison.
+    fn elem_op() -> impl proptest::strategy::Strategy<Value = (Elem, AccOp)> {
+        use proptest::prelude::*;
+        let elems = [
+            Elem::I8,
+            Elem::I16,
+            Elem::I32,
+            Elem::I64,
+            Elem::U8,
+            Elem::U32,
+            Elem::U64,
+            Elem::F32,
+            Elem::F64,
+            Elem::PairI32,
+            Elem::PairF64,
+        ];
+        (0..elems.len(), 0..AccOp::ALL.len()).prop_filter_map(
+            "op defined on elem",
+            move |(e, o)| {
+                let (e, o) = (elems[e], AccOp::ALL[o]);
+                e.supports(o).then_some((e, o))
+            },
+        )
+    }
+
+    /// `n` elements of `elem` from `seed`: integers as they come, floats and pairs' values
+    /// from small integers (so every result is exact and no NaN compares unequal).
+    fn elements(elem: Elem, n: usize, seed: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let b = seed[i % seed.len()].wrapping_add(i as u8);
+            match elem {
+                Elem::F32 => out.extend_from_slice(&f32::from(b % 16).to_ne_bytes()),
+                Elem::F64 => out.extend_from_slice(&f64::from(b % 16).to_ne_bytes()),
+                Elem::PairF64 => {
+                    out.extend_from_slice(&f64::from(b % 4).to_ne_bytes());
+                    out.extend_from_slice(&i32::from(b).to_ne_bytes());
+                }
+                Elem::PairI32 => {
+                    out.extend_from_slice(&i32::from(b % 4).to_ne_bytes());
+                    out.extend_from_slice(&i32::from(b).to_ne_bytes());
+                }
+                _ => out.extend((0..elem.size()).map(|k| b.wrapping_mul(k as u8 + 7))),
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Every accumulate, on either path, over any non-overlapping runs (gaps, descending
+        /// order, misaligned starts), leaves the target and fetches what the framework's
+        /// reference arithmetic computes on a gathered copy.
+        #[test]
+        fn accumulates_match_the_reference(
+            (elem, op) in elem_op(),
+            pieces in proptest::collection::vec((0usize..3, 1usize..6), 1..6),
+            reverse: bool,
+            shift in 0usize..3,
+            seed in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..16),
+            atomics: bool,
+            fetch: bool,
+        ) {
+            let es = elem.size();
+            // Runs of whole elements with gaps between them, `shift` bytes from the start.
+            let mut runs = Vec::new();
+            let mut at = shift;
+            for &(gap, n) in &pieces {
+                at += gap * es;
+                runs.push((at as i64, (n * es) as u64));
+                at += n * es;
+            }
+            if reverse {
+                runs.reverse();
+            }
+            let size = at + 8;
+            let mut m = module(size as u64, atomics);
+            fence(&mut m, true);
+            let before = elements(Elem::U8, size, &seed);
+            m.put_now(0, 0, &[(0, size as u64)], &before).unwrap();
+            let total: usize = runs.iter().map(|&(_, l)| l as usize).sum();
+            let data = if op == AccOp::NoOp {
+                Vec::new()
+            } else {
+                elements(elem, total / es, &seed[1..].iter().chain(&[3]).copied().collect::<Vec<_>>())
+            };
+            // The reference: gather, compute, scatter.
+            let mut want = before.clone();
+            let mut cur: Vec<u8> = runs
+                .iter()
+                .flat_map(|&(o, l)| want[o as usize..o as usize + l as usize].to_vec())
+                .collect();
+            let old_want = cur.clone();
+            if op != AccOp::NoOp {
+                rmca_framework::osc::accumulate(op, elem, &mut cur, &data).unwrap();
+            }
+            let mut k = 0;
+            for &(o, l) in &runs {
+                want[o as usize..o as usize + l as usize].copy_from_slice(&cur[k..k + l as usize]);
+                k += l as usize;
+            }
+            let mut old = vec![0u8; total];
+            m.accumulate_now(0, 0, &runs, op, elem, &data, fetch.then_some(&mut old[..])).unwrap();
+            let mut got = vec![0u8; size];
+            m.get_now(0, 0, &[(0, size as u64)], &mut got).unwrap();
+            proptest::prop_assert_eq!(got, want);
+            if fetch {
+                proptest::prop_assert_eq!(old, old_want);
+            }
+            fence(&mut m, false);
+        }
     }
 }

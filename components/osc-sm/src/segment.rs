@@ -163,26 +163,67 @@ impl Segment {
         );
     }
 
-    /// Copy `data` to `off`.
+    /// Copy `data` to `off`. `data` may lie in the segment itself (a put from a shared
+    /// window's memory): the copy is a memmove.
     pub fn write(&self, off: usize, data: &[u8]) {
         self.check(off, data.len(), 1);
         if data.is_empty() {
             return;
         }
-        // SAFETY: inside the mapping (checked); `data` is this process's memory, not the
-        // segment (the program's origin buffers are never inside a window's segment as a
-        // `&[u8]` the module was handed: they were packed into a Vec).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(off), data.len()) };
+        // SAFETY: inside the mapping (checked); `data` is readable memory of this process,
+        // possibly the segment, which `copy` allows to overlap the destination.
+        unsafe { std::ptr::copy(data.as_ptr(), self.base.add(off), data.len()) };
     }
 
-    /// Copy the bytes at `off` into `out`.
+    /// Copy the bytes at `off` into `out` (which may lie in the segment: a memmove).
     pub fn read(&self, off: usize, out: &mut [u8]) {
         self.check(off, out.len(), 1);
         if out.is_empty() {
             return;
         }
-        // SAFETY: inside the mapping (checked); `out` is this process's own buffer.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), out.as_mut_ptr(), out.len()) };
+        // SAFETY: inside the mapping (checked); `out` is writable memory of this process,
+        // possibly the segment, which `copy` allows to overlap the source.
+        unsafe { std::ptr::copy(self.base.add(off), out.as_mut_ptr(), out.len()) };
+    }
+
+    /// Run `f` on the `len` bytes at `off` as a slice (the target of an accumulate, updated in
+    /// place) and `origin`. An `origin` that overlaps those bytes (an accumulate from the
+    /// window's own memory, which MPI forbids but a program may still do) is copied first,
+    /// so the two slices never alias.
+    ///
+    /// The caller holds whatever keeps the other processes' accumulates off these bytes
+    /// (the target's accumulate lock); MPI's rules keep their puts and gets off them.
+    ///
+    /// # Panics
+    /// Outside the mapping.
+    pub fn combine<R>(
+        &self,
+        off: usize,
+        len: usize,
+        origin: &[u8],
+        f: impl FnOnce(&mut [u8], &[u8]) -> R,
+    ) -> R {
+        self.check(off, len, 1);
+        if len == 0 {
+            return f(&mut [], origin);
+        }
+        // SAFETY: base + off is inside the mapping (checked): computing the address is sound.
+        let start = unsafe { self.base.add(off) } as usize;
+        let (o, olen) = (origin.as_ptr() as usize, origin.len());
+        let overlaps = olen > 0 && o < start + len && start < o + olen;
+        let copy;
+        let origin = if overlaps {
+            copy = origin.to_vec();
+            &copy[..]
+        } else {
+            origin
+        };
+        // SAFETY: inside the mapping (checked), valid for `&self`'s life; no other reference
+        // of this process covers these bytes while `f` runs (`origin` was copied if it did,
+        // and the module hands out no slices of the segment), and the other processes keep
+        // off them (the caller's lock, MPI's rules for conflicting accesses).
+        let target = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+        f(target, origin)
     }
 
     /// The 4-byte word at `off` as an atomic.

@@ -226,6 +226,39 @@ fn late_rendezvous_match_is_probed_not_failed() {
     assert!(s.nodes[0].dead.is_none());
 }
 
+/// A stream much longer than what a receiver holds behind a lost message (its limit of
+/// unannounced messages, 256): when a policy repairs the loss late (`vfrag` and `cumulative`
+/// only on a timeout), the sender streams far past the hole, the receiver fills up, and the
+/// retransmission filling the hole must still be taken. It was refused for being over the
+/// limit, and every rank of an 8-byte stream over a lossy link met the peer timeout.
+#[test]
+fn long_stream_past_a_loss_is_repaired_under_every_policy() {
+    for policy in AckPolicy::ALL {
+        let cfg = Config {
+            ack_policy: policy,
+            ..test_config()
+        };
+        let faults = Faults {
+            drop: 0.01,
+            ..Faults::default()
+        };
+        let mut s = Sim::new(11, cfg, vec![faults], &[1024]);
+        for _ in 0..2000 {
+            s.send(0, 8);
+        }
+        s.run(Duration::from_secs(120), Sim::all_done);
+        for n in 0..2 {
+            assert!(
+                s.nodes[n].dead.is_none(),
+                "{policy:?}: node {n} died: {:?}",
+                s.nodes[n].dead
+            );
+        }
+        assert!(s.injected.dropped > 0, "{policy:?}: no loss injected");
+        s.assert_delivered(0);
+    }
+}
+
 #[test]
 fn synchronous_sends_complete_only_after_the_match() {
     let faults = Faults {

@@ -40,6 +40,7 @@
 //! [`Communicator::gather_in_place`], [`Communicator::gatherv_in_place`],
 //! [`Communicator::scatter_in_place`], [`Communicator::scatterv_in_place`].
 
+mod direct;
 mod exec;
 mod in_place;
 pub mod nonblocking;
@@ -81,6 +82,8 @@ const TAG_REDUCE_SCATTER: i32 = 35;
 const TAG_SCAN: i32 = 36;
 const TAG_EXSCAN: i32 = 37;
 const TAG_REDUCE_SCATTER_BLOCK: i32 = 38;
+/// The set-up of a direct collective module (coll-sm's segment: its name and agreements).
+const TAG_SM_SETUP: i32 = 39;
 
 /// What determines a collective's schedule on one communicator (size and rank are the
 /// communicator's, the algorithm parameters are fixed for the job): the operation's tag, the
@@ -262,6 +265,9 @@ impl Communicator {
         if self.is_inter() {
             return self.inter_barrier();
         }
+        if let Some(r) = self.coll_direct(|d, env| d.barrier(env)) {
+            return r;
+        }
         let plan = match self.coll_cache().barrier.get() {
             Some(p) => p,
             None => {
@@ -296,6 +302,9 @@ impl Communicator {
     pub fn bcast<T: bytemuck::Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_root(root)?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        if let Some(r) = self.coll_direct(|d, env| d.bcast(env, bytes, root)) {
+            return r;
+        }
         let s = self.bcast_schedule(root, bytes.len())?;
         self.run_schedule(&s, TAG_BCAST, &[], bytes, None)
     }
@@ -348,13 +357,15 @@ impl Communicator {
         op: &impl Reduction<T>,
         root: usize,
     ) -> Result<()> {
-        let s = self.reduce_schedule(
-            root,
-            send.len(),
-            std::mem::size_of::<T>(),
-            !op.is_commutative(),
-        )?;
-        self.run_schedule(&s, TAG_REDUCE, send, work, Some(&reduce_step(op)))
+        let (elem, ordered) = (std::mem::size_of::<T>(), !op.is_commutative());
+        let step = reduce_step(op);
+        if let Some(r) =
+            self.coll_direct(|d, env| d.reduce(env, send, work, root, elem, ordered, &step))
+        {
+            return r;
+        }
+        let s = self.reduce_schedule(root, send.len(), elem, ordered)?;
+        self.run_schedule(&s, TAG_REDUCE, send, work, Some(&step))
     }
 
     /// The schedule of a reduction of `len` bytes to `root`; `ordered`: the operation is not
@@ -398,9 +409,15 @@ impl Communicator {
     ) -> Result<()> {
         // `recv` needs no initialization: the schedule reads the input from `send` where it
         // first needs it (a copy up front would be a full extra pass over the vector).
-        let s =
-            self.allreduce_schedule(send.len(), std::mem::size_of::<T>(), !op.is_commutative())?;
-        self.run_schedule(&s, TAG_ALLREDUCE, send, recv, Some(&reduce_step(op)))
+        let (elem, ordered) = (std::mem::size_of::<T>(), !op.is_commutative());
+        let step = reduce_step(op);
+        if let Some(r) =
+            self.coll_direct(|d, env| d.allreduce(env, send, recv, elem, ordered, &step))
+        {
+            return r;
+        }
+        let s = self.allreduce_schedule(send.len(), elem, ordered)?;
+        self.run_schedule(&s, TAG_ALLREDUCE, send, recv, Some(&step))
     }
 
     /// The schedule of an allreduce of `len` bytes of `elem`-byte elements; `ordered`: the

@@ -1,6 +1,6 @@
 //! Traffic shaped to exercise every btl-rc mode, run under rmca-run by `tests/tests/rc.rs`.
-//! `rc_check <cases>` with cases `alltoall`, `stream`, `flood`, `large` (comma-separated) or
-//! `all` (default); prints
+//! `rc_check <cases>` with cases `alltoall`, `stream`, `flood`, `large`, `window`
+//! (comma-separated) or `all` (default); prints
 //! `ok <case>` on rank 0 and exits non-zero on any failure.
 //!
 //! - `alltoall`: every rank posts its receives and then sends to every other rank at once,
@@ -12,6 +12,12 @@
 //! - `flood`: rank 0 stops progressing for a while (after connections exist) while every other
 //!   rank sends it a burst of small messages: receive buffers (per-peer credits or the SRQ)
 //!   run out, so credits stall or the SRQ's low watermark fires, and sends queue and coalesce.
+//! - `window`: rank 1 first sends rank 0 enough messages for an eager RDMA ring, then, while
+//!   rank 0 does not progress, a stream of tiny messages: the first go through the ring (on the
+//!   per-peer queue's QP), the rest queue and coalesce into bundles of thousands of messages on
+//!   the largest queue class's QP (the shared queue with `P,...:S,...`). Rank 0 then reads its
+//!   receive CQ (the bundles) before the ring, so the bundles arrive far ahead of the ring's
+//!   messages; the sender's sequence window must keep them within the receiver's reach.
 //! - `large`: rendezvous in both directions, the same buffer sent twice (a registration cache
 //!   hit) and a buffer freed and allocated again (never a stale registration).
 
@@ -176,6 +182,48 @@ fn flood(w: &Communicator, count: usize) {
     }
 }
 
+fn window(w: &Communicator, count: u32) {
+    let me = w.rank();
+    if w.size() < 2 || me > 1 {
+        return;
+    }
+    let mut token = [0u8; 1];
+    if me == 0 {
+        // Past btl_rc_eager_rdma_threshold (16): rank 0 opens a ring for rank 1.
+        for _ in 0..40 {
+            w.recv(&mut token, 1, 40).unwrap();
+        }
+        // The ring's address travels before this reply on the same QP.
+        w.send(&token, 1, 41).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut got = vec![u32::MAX; count as usize];
+        rmca::scope(|s| {
+            let reqs: Vec<Request<'_>> = got
+                .chunks_mut(1)
+                .map(|slot| w.irecv(s, slot, 1, 42).unwrap())
+                .collect();
+            Request::wait_all(reqs).unwrap();
+        });
+        check(
+            got.iter().enumerate().all(|(i, &v)| v == i as u32),
+            "window: every message once, in order",
+        );
+    } else {
+        for _ in 0..40 {
+            w.send(&token, 0, 40).unwrap();
+        }
+        w.recv(&mut token, 0, 41).unwrap();
+        let out: Vec<u32> = (0..count).collect();
+        rmca::scope(|s| {
+            let reqs: Vec<Request<'_>> = out
+                .chunks(1)
+                .map(|v| w.isend(s, v, 0, 42).unwrap())
+                .collect();
+            Request::wait_all(reqs).unwrap();
+        });
+    }
+}
+
 fn large(w: &Communicator, bytes: usize) {
     let (me, n) = (w.rank(), w.size());
     if n < 2 || me > 1 {
@@ -232,6 +280,9 @@ fn main() {
     }
     if run("large") {
         large(&w, 3 << 20);
+    }
+    if run("window") {
+        window(&w, 80_000);
     }
     w.barrier().unwrap();
     if w.rank() == 0 {

@@ -7,7 +7,9 @@
 //! implementation through the symbol `MPI_Send` (that would call the program's function back).
 //! The attribute therefore keeps the implementation as an ordinary, unexported Rust function
 //! and adds two exported entry points, `MPI_X` and `PMPI_X`, that call it directly (a tail
-//! jump in practice).
+//! jump in practice). The per-message calls (`PER_MESSAGE`: `MPI_Send`, `MPI_Recv`, ...)
+//! instead get entry points holding a copy of the body (merged into one function by the
+//! compiler), which saves the jump (and, for seven parameters, a call and a return).
 //!
 //! Each entry point is also where a thread enters MPI: below `MPI_THREAD_SERIALIZED` (one
 //! relaxed load) and for the thread that owns the library's state, it jumps to the
@@ -119,6 +121,11 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     let pmpi = format!("P{text}");
     let doc_mpi = format!("`{mpi}` (exported entry point).");
     let doc_pmpi = format!("`{pmpi}`: the profiling interface's name of `{mpi}`.");
+    if PER_MESSAGE.contains(&text.as_str()) {
+        return Ok(expand_inline(
+            &func, &params, &args, &mpi, &pmpi, &doc_mpi, &doc_pmpi,
+        ));
+    }
     // The implementation stays one function (not inlined into both entry points): its code
     // is laid out as it was when it was the exported symbol, and each entry is a check and a
     // tail jump (to it, or to the out-of-line `entering` of the threads that must enter).
@@ -157,4 +164,105 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
             }
         };
     })
+}
+
+/// The calls of the per-message loops (latency, message rate, windows of requests), whose
+/// entry points hold a copy of the implementation ([`expand_inline`]) instead of jumping to
+/// it: a jump through the GOT costs two instructions, and for a function with more than six
+/// parameters (the seventh is on the stack) the compiler made the entry a call instead of a
+/// tail jump, which cost ten per call (bench/instructions.sh, the blocking loop).
+const PER_MESSAGE: &[&str] = &[
+    "MPI_Send",
+    "MPI_Recv",
+    "MPI_Isend",
+    "MPI_Irecv",
+    "MPI_Wait",
+    "MPI_Waitall",
+    "MPI_Test",
+];
+
+/// The entry points of a [`PER_MESSAGE`] function: each checks the thread (one relaxed load
+/// below `MPI_THREAD_SERIALIZED`; above, whether this thread owns the state, an inline read
+/// of the thread pointer) and runs a copy of the implementation's body; a thread that must
+/// enter goes out of line to `entering`, which enters and calls the implementation. The two
+/// entries are identical, so the compiler's function merging makes one an alias of the
+/// other (one copy in the library). The implementation stays for the crate's own callers.
+fn expand_inline(
+    func: &ItemFn,
+    params: &[proc_macro2::TokenStream],
+    args: &[proc_macro2::Ident],
+    mpi: &str,
+    pmpi: &str,
+    doc_mpi: &str,
+    doc_pmpi: &str,
+) -> proc_macro2::TokenStream {
+    let name = &func.sig.ident;
+    let unsafety = &func.sig.unsafety;
+    let output = &func.sig.output;
+    let block = &func.block;
+    // The implementation's own parameter patterns, bound from the entry's arguments.
+    let binds = func
+        .sig
+        .inputs
+        .iter()
+        .zip(args)
+        .map(|(input, arg)| match input {
+            FnArg::Typed(pt) => {
+                let pat = &pt.pat;
+                let ty = &pt.ty;
+                quote! { let #pat: #ty = #arg; }
+            }
+            FnArg::Receiver(_) => unreachable!("refused by expand"),
+        });
+    let binds: Vec<_> = binds.collect();
+    let attrs: Vec<_> = func
+        .attrs
+        .iter()
+        .filter(|a| !a.path().is_ident("doc") && !a.path().is_ident("inline"))
+        .collect();
+    let call = if unsafety.is_some() {
+        quote! {
+            // SAFETY: the caller's contract is the implementation's (the same MPI function).
+            unsafe { #name(#(#args),*) }
+        }
+    } else {
+        quote! { #name(#(#args),*) }
+    };
+    let to_entering = if unsafety.is_some() {
+        quote! {
+            // SAFETY: as above.
+            unsafe { entering(#(#args),*) }
+        }
+    } else {
+        quote! { entering(#(#args),*) }
+    };
+    let entry = |export: &str, doc: &str, ident: proc_macro2::Ident| {
+        quote! {
+            #[doc = #doc]
+            #[export_name = #export]
+            #(#attrs)*
+            pub #unsafety extern "C" fn #ident(#(#params),*) #output {
+                if !crate::state::entry_is_direct() && !crate::state::owned() {
+                    return #to_entering;
+                }
+                #(#binds)*
+                #block
+            }
+        }
+    };
+    let e1 = entry(mpi, doc_mpi, format_ident!("entry"));
+    let e2 = entry(pmpi, doc_pmpi, format_ident!("profiling_entry"));
+    quote! {
+        #func
+
+        const _: () = {
+            #[cold]
+            #[inline(never)]
+            #unsafety extern "C" fn entering(#(#params),*) #output {
+                crate::state::entered(|| #call)
+            }
+            #e1
+            #e2
+        };
+    }
 }

@@ -175,6 +175,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
 #[export]
 pub unsafe extern "C" fn MPI_Abort(comm: Handle, errorcode: c_int) -> c_int {
     let msg = format!("MPI_Abort called with error code {errorcode} on communicator {comm:#x}");
+    crate::progress_thread::stop();
     let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(errorcode, &msg) });
     std::process::exit(if errorcode == 0 { 1 } else { errorcode & 0xff })
 }

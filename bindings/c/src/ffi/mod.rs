@@ -199,6 +199,7 @@ fn fatal(fname: &str, e: &MpiError) -> ! {
     let _ = writeln!(std::io::stderr(), "rmca MPI error (fatal): {msg}");
     // A user error code (MPI_Add_error_code) may be a multiple of 256: never exit with 0.
     let status = if e.class & 0xff == 0 { 1 } else { e.class };
+    crate::progress_thread::stop();
     let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(status, &msg) });
     std::process::exit(status)
 }

@@ -9,6 +9,10 @@
 //! [`rmca::framework::osc::Layout`]), which the target checks against its memory before
 //! writing anything. Results of fetching operations (`MPI_Get`, ...) land in the program's
 //! buffer when the synchronization that completes them returns (or their request completes).
+//! A module that reaches the target's memory itself (osc-sm, through
+//! [`rmca::framework::osc::OscDirect`]) completes each operation within the call instead, on
+//! the program's own buffers: no packed copy for a contiguous origin, no layout allocated for
+//! a contiguous target type, the result written straight into the program's buffer.
 //!
 //! Errors go to the window's error handler (`MPI_ERRORS_ARE_FATAL` until set), with the RMA
 //! classes: `MPI_ERR_RMA_RANGE` for memory outside the target's window,
@@ -751,33 +755,71 @@ fn layout(ty: &Ty, count: usize) -> Layout {
     Layout { runs }
 }
 
-/// The origin's data and the target's layout of a put or accumulate, checked to match.
-///
-/// # Safety
-/// `buf` holds `n` elements of `ty` (the MPI contract of an origin buffer).
-unsafe fn origin_data(
-    buf: *const c_void,
-    n: usize,
-    ty: &Ty,
-    tty: &Ty,
-    tn: usize,
-) -> MpiResult<(Vec<u8>, Layout)> {
-    // SAFETY: the caller's contract.
-    let data = unsafe { super::send_data_n(buf, n, ty, "origin")? };
-    // SAFETY: as above.
-    let bytes = unsafe { data.bytes() }.to_vec();
-    let l = layout(tty, tn);
-    if l.len() != bytes.len() as u64 {
+/// What issuing an operation led to.
+enum Issued {
+    /// Completed within the call (a module reaching the target's memory itself).
+    Done,
+    /// Operation `id`, with where its result lands (fetching operations).
+    Id(u64, Option<(Ty, usize, usize)>),
+}
+
+/// Run `f` on the runs `count` instances of `ty` cover at the target: one run built on the
+/// stack for a contiguous type (no allocation per operation), the typemap's otherwise.
+fn with_runs<R>(ty: &Ty, count: usize, f: impl FnOnce(&[(i64, u64)]) -> R) -> R {
+    match ty.run(count) {
+        Some((_, 0)) => f(&[]),
+        Some((off, len)) => f(&[(off as i64, len as u64)]),
+        None => f(&layout(ty, count).runs),
+    }
+}
+
+/// The origin's (or result's) `len` bytes against the target's `runs`: the same amount of
+/// data, as matching type signatures give.
+fn signatures_match(what: &str, len: usize, runs: &[(i64, u64)]) -> MpiResult<()> {
+    let target: u64 = runs.iter().map(|&(_, l)| l).sum();
+    if target != len as u64 {
         return Err(MpiError::new(
             MPI_ERR_TYPE,
             format!(
-                "the origin holds {} bytes, the target datatype {} (their type signatures must match)",
-                bytes.len(),
-                l.len()
+                "the {what} {len} bytes, the target datatype {target} (their type signatures must match)"
             ),
         ));
     }
-    Ok((bytes, l))
+    Ok(())
+}
+
+/// Do `data` and the `len` bytes at `buf` overlap?
+fn overlaps(data: &[u8], buf: *mut c_void, len: usize) -> bool {
+    let (a, b) = (data.as_ptr() as usize, buf as usize);
+    !data.is_empty() && len > 0 && a < b.wrapping_add(len) && b < a + data.len()
+}
+
+/// Run `f` on the bytes of `n` elements of `ty` at `buf` (`len` of them): the program's
+/// buffer itself when they are one run, else a staging buffer unpacked into it after `f`
+/// succeeded.
+///
+/// # Safety
+/// `buf` holds `n` elements of `ty`, writable and not otherwise accessed during the call.
+unsafe fn into_buffer(
+    ty: &Ty,
+    buf: *mut c_void,
+    n: usize,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> Result<(), OscError>,
+) -> Result<(), OscError> {
+    match ty.run(n) {
+        // SAFETY: the caller's contract; the run is the elements' bytes.
+        Some((off, l)) => {
+            f(unsafe { super::bytes_mut(buf.cast::<u8>().wrapping_offset(off).cast(), l) })
+        }
+        None => {
+            let mut staging = vec![0u8; len];
+            f(&mut staging)?;
+            // SAFETY: the caller's contract.
+            unsafe { ty.unpack(&staging, buf, n) };
+            Ok(())
+        }
+    }
 }
 
 /// The target's arithmetic for the elements Rust has no number for (C `long double`, complex
@@ -1077,74 +1119,138 @@ unsafe fn rma(
             count(rcount, "result")?;
             return nothing();
         }
-        let (id, landing) = match kind {
+        // A module that reaches the target's memory itself (osc-sm) completes the operation
+        // here, on the program's buffers: `done` then, and nothing to land or keep.
+        let issued = match kind {
             Kind::Put => {
                 let n = count(ocount, "origin")?;
                 let ty = Ty::for_use(odt)?;
                 // SAFETY: the caller's contract.
-                let (data, l) = unsafe { origin_data(origin, n, &ty, &tty, tn)? };
-                (w.put(t, disp, &l, data).map_err(win_error)?, None)
+                let data = unsafe { super::send_data_n(origin, n, &ty, "origin")? };
+                // SAFETY: the origin buffer is the program's, unwritten during the call.
+                let bytes = unsafe { data.bytes() };
+                with_runs(&tty, tn, |runs| {
+                    signatures_match("origin holds", bytes.len(), runs)?;
+                    let addr = w.address(t, disp).map_err(win_error)?;
+                    match w.direct(|d| d.put_now(t, addr, runs, bytes)) {
+                        Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
+                        None => {
+                            let l = Layout {
+                                runs: runs.to_vec(),
+                            };
+                            let id = w.put(t, disp, &l, bytes.to_vec()).map_err(win_error)?;
+                            Ok(Issued::Id(id, None))
+                        }
+                    }
+                })?
             }
             Kind::Get => {
                 let n = count(ocount, "origin")?;
                 let ty = Ty::for_use(odt)?;
                 let want = ty.packed_len(n)?;
                 super::check_buffer(origin, want, n, &ty, "origin")?;
-                let l = layout(&tty, tn);
-                if l.len() != want as u64 {
-                    return Err(MpiError::new(
-                        MPI_ERR_TYPE,
-                        format!("the origin takes {want} bytes, the target datatype holds {} (their type signatures must match)", l.len()),
-                    ));
-                }
-                let id = w.get(t, disp, &l).map_err(win_error)?;
-                (id, Some((ty, origin as usize, n)))
+                with_runs(&tty, tn, |runs| {
+                    signatures_match("origin takes", want, runs)?;
+                    let addr = w.address(t, disp).map_err(win_error)?;
+                    let out = origin as *mut c_void;
+                    // SAFETY: the program's origin buffer of `n` elements of `ty`, not
+                    // otherwise accessed during the call (MPI's contract).
+                    let direct = w.direct(|d| unsafe {
+                        into_buffer(&ty, out, n, want, |o| d.get_now(t, addr, runs, o))
+                    });
+                    match direct {
+                        Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
+                        None => {
+                            let l = Layout {
+                                runs: runs.to_vec(),
+                            };
+                            let id = w.get(t, disp, &l).map_err(win_error)?;
+                            Ok(Issued::Id(id, Some((ty.clone(), origin as usize, n))))
+                        }
+                    }
+                })?
             }
             Kind::Acc(op) | Kind::GetAcc(op) => {
                 let fetch = matches!(kind, Kind::GetAcc(_));
-                let (acc, elem, data, l, rty) = if op == MPI_NO_OP && fetch {
-                    // The origin buffer is ignored; the result takes the target's type.
-                    let rty = Ty::for_use(rdt)?;
-                    let (acc, elem) = acc_of(op, &rty, &tty)?;
-                    (acc, elem, Vec::new(), layout(&tty, tn), Some(rty))
+                let noop = op == MPI_NO_OP && fetch;
+                if op == MPI_NO_OP && !fetch {
+                    return Err(MpiError::new(
+                        MPI_ERR_OP,
+                        "MPI_NO_OP is for the fetching accumulates (MPI_Get_accumulate, MPI_Fetch_and_op) only",
+                    ));
+                }
+                let rty = if fetch { Some(Ty::for_use(rdt)?) } else { None };
+                // The origin buffer is ignored by MPI_NO_OP; the result then takes the
+                // target's type.
+                let (data, acc, elem) = if noop {
+                    let rty = rty.as_ref().expect("fetching");
+                    let (acc, elem) = acc_of(op, rty, &tty)?;
+                    (None, acc, elem)
                 } else {
-                    if op == MPI_NO_OP {
-                        return Err(MpiError::new(
-                            MPI_ERR_OP,
-                            "MPI_NO_OP is for the fetching accumulates (MPI_Get_accumulate, MPI_Fetch_and_op) only",
-                        ));
-                    }
                     let n = count(ocount, "origin")?;
                     let ty = Ty::for_use(odt)?;
                     let (acc, elem) = acc_of(op, &ty, &tty)?;
                     // SAFETY: the caller's contract.
-                    let (data, l) = unsafe { origin_data(origin, n, &ty, &tty, tn)? };
-                    let rty = if fetch { Some(Ty::for_use(rdt)?) } else { None };
-                    (acc, elem, data, l, rty)
+                    let data = unsafe { super::send_data_n(origin, n, &ty, "origin")? };
+                    (Some(data), acc, elem)
                 };
-                let landing = match rty {
-                    Some(rty) => {
-                        let rn = count(rcount, "result")?;
-                        let want = rty.packed_len(rn)?;
-                        super::check_buffer(result, want, rn, &rty, "result")?;
-                        if want as u64 != l.len() {
-                            return Err(MpiError::new(
-                                MPI_ERR_TYPE,
-                                format!(
-                                    "the result takes {want} bytes, the target datatype holds {}",
-                                    l.len()
-                                ),
-                            ));
-                        }
-                        Some((rty, result as usize, rn))
+                // SAFETY: the origin buffer is the program's, unwritten during the call.
+                let bytes = data.as_ref().map_or(&[][..], |d| unsafe { d.bytes() });
+                let result_of = |runs: &[(i64, u64)]| -> MpiResult<Option<(Ty, usize)>> {
+                    let Some(rty) = &rty else { return Ok(None) };
+                    let rn = count(rcount, "result")?;
+                    let want = rty.packed_len(rn)?;
+                    super::check_buffer(result, want, rn, rty, "result")?;
+                    signatures_match("result takes", want, runs)?;
+                    Ok(Some((rty.clone(), rn)))
+                };
+                with_runs(&tty, tn, |runs| {
+                    if !noop {
+                        signatures_match("origin holds", bytes.len(), runs)?;
                     }
-                    None => None,
-                };
-                let id = w
-                    .accumulate(t, disp, &l, acc, elem, data, fetch)
-                    .map_err(win_error)?;
-                (id, landing)
+                    let res = result_of(runs)?;
+                    let addr = w.address(t, disp).map_err(win_error)?;
+                    // MPI forbids overlapping origin and result buffers; should a program
+                    // overlap them anyway, the origin is read before the result is written.
+                    let copy;
+                    let bytes = match &res {
+                        Some((rty, rn)) if overlaps(bytes, result, rty.packed_len(*rn)?) => {
+                            copy = bytes.to_vec();
+                            &copy[..]
+                        }
+                        _ => bytes,
+                    };
+                    let direct = w.direct(|d| match &res {
+                        None => d.accumulate_now(t, addr, runs, acc, elem, bytes, None),
+                        // SAFETY: the program's result buffer of `rn` elements of `rty`, not
+                        // otherwise accessed during the call (MPI's contract).
+                        Some((rty, rn)) => unsafe {
+                            into_buffer(rty, result, *rn, rty.packed_len(*rn).unwrap_or(0), |o| {
+                                d.accumulate_now(t, addr, runs, acc, elem, bytes, Some(o))
+                            })
+                        },
+                    });
+                    match direct {
+                        Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
+                        None => {
+                            let l = Layout {
+                                runs: runs.to_vec(),
+                            };
+                            let id = w
+                                .accumulate(t, disp, &l, acc, elem, bytes.to_vec(), fetch)
+                                .map_err(win_error)?;
+                            Ok(Issued::Id(
+                                id,
+                                res.map(|(rty, rn)| (rty, result as usize, rn)),
+                            ))
+                        }
+                    }
+                })?
             }
+        };
+        let (id, landing) = match issued {
+            Issued::Done => return nothing(),
+            Issued::Id(id, landing) => (id, landing),
         };
         let landing = keep_landing(win, id, landing)?;
         if request.is_null() {
@@ -1316,13 +1422,6 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
                 return Err(MpiError::new(MPI_ERR_BUFFER, format!("{what} is NULL")));
             }
         }
-        // SAFETY: the contract: one element of `datatype` at each address.
-        let (value, compare) = unsafe {
-            (
-                super::bytes(origin_addr, size).to_vec(),
-                super::bytes(compare_addr, size).to_vec(),
-            )
-        };
         // Only equality matters: the element's width is what the target compares.
         let elem = match size {
             1 => Elem::U8,
@@ -1336,8 +1435,22 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
                 ))
             }
         };
+        // Copied (at most 8 bytes): the result may not then alias them.
+        let (mut value, mut compare) = ([0u8; 8], [0u8; 8]);
+        // SAFETY: the contract: one element of `datatype` at each address.
+        unsafe {
+            value[..size].copy_from_slice(super::bytes(origin_addr, size));
+            compare[..size].copy_from_slice(super::bytes(compare_addr, size));
+        }
+        let (value, compare) = (&value[..size], &compare[..size]);
+        let addr = w.address(t, target_disp).map_err(win_error)?;
+        // SAFETY: the result element, writable and not otherwise accessed during the call.
+        let old = unsafe { super::bytes_mut(result_addr.cast(), size) };
+        if let Some(r) = w.direct(|d| d.compare_and_swap_now(t, addr, elem, compare, value, old)) {
+            return r.map_err(osc_error);
+        }
         let id = w
-            .compare_and_swap(t, target_disp, elem, compare, value)
+            .compare_and_swap(t, target_disp, elem, compare.to_vec(), value.to_vec())
             .map_err(win_error)?;
         keep_landing(win, id, Some((ty, result_addr as usize, 1))).map(|_| ())
     })
@@ -1347,10 +1460,26 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
 
 /// Run synchronization `call` on `win`, then land the results it completed.
 fn sync(win: Handle, call: SyncCall) -> MpiResult<()> {
-    let w = raw(win)?;
+    let (w, pending) = with_win(win, |e| Ok((e.raw.clone(), !e.landings.is_empty())))?;
+    sync_on(win, &w, pending, call)
+}
+
+/// [`sync`] on the window `w` of `win`; `pending`: results were waiting to land before it
+/// (only operations add them, so none else can be there after it: no second lookup).
+fn sync_on(win: Handle, w: &RawWindow, pending: bool, call: SyncCall) -> MpiResult<()> {
     let r = w.sync(call).map_err(win_error);
-    let landed = land(win);
+    let landed = if pending { land(win) } else { Ok(()) };
     r.and(landed)
+}
+
+/// Run the passive-target synchronization `call` makes of `rank`'s window rank; nothing for
+/// `MPI_PROC_NULL` (MPI 5.0 section 12.5). One lookup of the window.
+fn sync_at(win: Handle, rank: c_int, call: impl FnOnce(usize) -> SyncCall) -> MpiResult<()> {
+    let (w, pending) = with_win(win, |e| Ok((e.raw.clone(), !e.landings.is_empty())))?;
+    match target_of(&w, rank)? {
+        Some(target) => sync_on(win, &w, pending, call(target)),
+        None => Ok(()),
+    }
 }
 
 /// The window ranks of the members of `group` (which must all be in the window's group).
@@ -1440,13 +1569,6 @@ fn lock_kind(lock_type: c_int) -> MpiResult<LockKind> {
     }
 }
 
-/// The rank of a passive-target call; `None` for `MPI_PROC_NULL`, which makes the call do
-/// nothing (MPI 5.0 section 12.5).
-fn sync_rank(win: Handle, rank: c_int) -> MpiResult<Option<usize>> {
-    let w = raw(win)?;
-    target_of(&w, rank)
-}
-
 /// `MPI_Win_lock`: a passive-target epoch on `rank` (waits for the lock).
 #[export]
 pub unsafe extern "C" fn MPI_Win_lock(
@@ -1457,17 +1579,11 @@ pub unsafe extern "C" fn MPI_Win_lock(
 ) -> c_int {
     call_win("MPI_Win_lock", win, || {
         let kind = lock_kind(lock_type)?;
-        let Some(target) = sync_rank(win, rank)? else {
-            return Ok(());
-        };
-        sync(
-            win,
-            SyncCall::Lock {
-                kind,
-                target,
-                nocheck: assert & MPI_MODE_NOCHECK != 0,
-            },
-        )
+        sync_at(win, rank, |target| SyncCall::Lock {
+            kind,
+            target,
+            nocheck: assert & MPI_MODE_NOCHECK != 0,
+        })
     })
 }
 
@@ -1475,10 +1591,7 @@ pub unsafe extern "C" fn MPI_Win_lock(
 #[export]
 pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
     call_win("MPI_Win_unlock", win, || {
-        let Some(target) = sync_rank(win, rank)? else {
-            return Ok(());
-        };
-        sync(win, SyncCall::Unlock(target))
+        sync_at(win, rank, SyncCall::Unlock)
     })
 }
 
@@ -1505,10 +1618,7 @@ pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
     call_win("MPI_Win_flush", win, || {
-        let Some(target) = sync_rank(win, rank)? else {
-            return Ok(());
-        };
-        sync(win, SyncCall::Flush(Some(target)))
+        sync_at(win, rank, |t| SyncCall::Flush(Some(t)))
     })
 }
 
@@ -1524,10 +1634,7 @@ pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int {
     call_win("MPI_Win_flush_local", win, || {
-        let Some(target) = sync_rank(win, rank)? else {
-            return Ok(());
-        };
-        sync(win, SyncCall::FlushLocal(Some(target)))
+        sync_at(win, rank, |t| SyncCall::FlushLocal(Some(t)))
     })
 }
 

@@ -11,7 +11,7 @@ use rmca_framework::rank::{ProcInfo, Rank};
 
 use crate::config::ConnectMode;
 use crate::conn::{Connection, State};
-use crate::reorder::Reorder;
+use crate::reorder::{Reorder, SeqWindow};
 use crate::sched::QpScheduler;
 use crate::sendq::{Pending, SendQueue};
 use crate::wire::CardRepr;
@@ -58,6 +58,7 @@ impl Btl for RcBtl {
                     ),
                     queue: SendQueue::new(self.cfg.coalescing, self.cfg.max_send_size),
                     tx_seq: 0,
+                    tx_win: SeqWindow::default(),
                     rx: Reorder::default(),
                     rtu_due: false,
                     failed: None,
@@ -281,6 +282,9 @@ impl Btl for RcBtl {
             ("cached_headers", sum(&|p| p.queue.cached_headers)),
             ("stripes_sent", s.stripes_sent),
             ("reordered_held", sum(&|p| p.rx.held_total)),
+            ("reorder_dropped", sum(&|p| p.rx.dropped)),
+            ("seq_window_stalls", sum(&|p| p.tx_win.stalls)),
+            ("seq_acks_sent", s.seq_acks),
             (
                 "recv_buffers_allocated",
                 self.recv_pools.iter().map(|p| p.total as u64).sum(),

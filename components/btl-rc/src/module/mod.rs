@@ -32,7 +32,7 @@ use rmca_verbs::{
 use crate::config::{RcConfig, RecvQueues};
 use crate::conn::{Connection, State};
 use crate::credits::Credits;
-use crate::reorder::Reorder;
+use crate::reorder::{Reorder, SeqWindow};
 use crate::sched::QpScheduler;
 use crate::sendq::{Pending, SendQueue};
 use crate::wire::{CardRepr, FRAG_HEADER_LEN};
@@ -73,6 +73,7 @@ struct Peer {
     sched: QpScheduler,
     queue: SendQueue,
     tx_seq: u16,
+    tx_win: SeqWindow,
     rx: Reorder,
     rtu_due: bool,
     failed: Option<String>,
@@ -85,6 +86,7 @@ struct Peer {
 impl Peer {
     fn control_due(&self) -> bool {
         self.rtu_due
+            || self.rx.ack_due()
             || self.qps.iter().any(|q| {
                 q.credit_msg_due || q.credits.as_ref().is_some_and(|c| c.needs_credit_msg())
             })
@@ -106,6 +108,7 @@ struct Stats {
     wqe_stalls: u64,
     credit_stalls: u64,
     credit_msgs: u64,
+    seq_acks: u64,
     stripes_sent: u64,
     srq_limit_events: u64,
     srq_posted: u64,

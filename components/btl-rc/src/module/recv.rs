@@ -106,6 +106,7 @@ impl RcBtl {
             }
         }
         let rank = peer.rank;
+        let dropped_before = peer.rx.dropped;
         let mut n = 0usize;
         let mut deliver = |tag: u8, data: &[u8]| {
             n += 1;
@@ -144,6 +145,7 @@ impl RcBtl {
                 }
             }
             FragKind::Credit | FragKind::Rtu => {}
+            FragKind::SeqAck => peer.tx_win.ack(h.seq),
             FragKind::EagerOpen => match <[u8; 8]>::try_from(p.body()) {
                 Ok(addr) if h.b as usize > FRAG_HEADER_LEN + EAGER_FOOTER_LEN && h.seq >= 2 => {
                     peer.ring_tx = Some(RingTx {
@@ -162,6 +164,11 @@ impl RcBtl {
                     r.credits = (r.credits + u32::from(h.aux)).min(r.slots);
                 }
             }
+        }
+        if peer.rx.dropped > dropped_before {
+            // Only a duplicate gets here: the sender's window keeps every fresh fragment
+            // within reach of the receiver's next seq.
+            tracing::debug!(peer = rank, seq = h.seq, kind = ?h.kind, qp = qi, "btl-rc: stale fragment dropped");
         }
         self.stats.received += n as u64;
         if n > 0 {

@@ -140,6 +140,9 @@ impl RcBtl {
         payload: &[u8],
         hint: SendHint,
     ) -> Result<bool, SendError> {
+        if self.peers[pi].tx_win.room_or_stall(seq) == 0 {
+            return Ok(false);
+        }
         let len = header.len() + payload.len();
         let plan = self.plan(pi, len, hint);
         match plan {
@@ -249,10 +252,26 @@ impl RcBtl {
                 }
             }
         }
+        if self.peers[pi].rx.ack_due() && self.peers[pi].qps[0].ctrl_wqes > 0 {
+            let mut hdr = FragRepr::control(FragKind::SeqAck, 0);
+            hdr.seq = self.peers[pi].rx.next();
+            // Not sent (no send buffer, or the peer failed): due again at the next drain.
+            if self.post_buf(pi, 0, hdr, &[], true).is_ok() {
+                self.peers[pi].rx.take_ack();
+                self.stats.seq_acks += 1;
+                moved += 1;
+            }
+        }
         moved += self.ring_control(pi);
         while let Some(front) = self.peers[pi].queue.front() {
             let front_hint = front.hint;
-            if self.peers[pi].queue.next_is_bundle() {
+            // Bundles take as many seqs as the window has room for.
+            let room = usize::from(self.peers[pi].tx_win.room(front.seq));
+            if room == 0 {
+                self.peers[pi].tx_win.stalls += 1;
+                break;
+            }
+            if self.peers[pi].queue.next_is_bundle_within(room) {
                 // A bundle can be as large as a fragment: the largest receive buffers.
                 let base = (self.recv_pools.len() - 1) * self.cfg.qps_per_peer as usize;
                 let qi = base
@@ -268,7 +287,7 @@ impl RcBtl {
                     count,
                     body,
                     ..
-                }) = self.peers[pi].queue.pop()
+                }) = self.peers[pi].queue.pop_within(room)
                 else {
                     unreachable!("next_is_bundle")
                 };
@@ -295,7 +314,7 @@ impl RcBtl {
                 match self.try_send_now(pi, tag, seq, h, pay, hint) {
                     Ok(true) => {
                         self.peers[pi].queue_front_mut().data = data;
-                        self.peers[pi].queue.pop();
+                        self.peers[pi].queue.pop_within(1);
                         moved += 1;
                     }
                     Ok(false) => {

@@ -345,6 +345,9 @@ struct Path {
     /// When the largest acknowledged transmission was sent.
     largest_acked_sent: Option<Instant>,
     last_ack_eliciting: Option<Instant>,
+    /// When the last probe timeout fired (timers of policies without early loss detection
+    /// restart from it, so one timeout does not cascade into the next).
+    last_timeout: Option<Instant>,
     loss_time: Option<Instant>,
     /// Packet threshold, raised when reordering caused spurious retransmissions.
     reorder_threshold: u64,
@@ -539,6 +542,7 @@ impl Connection {
                     largest_acked: None,
                     largest_acked_sent: None,
                     last_ack_eliciting: None,
+                    last_timeout: None,
                     loss_time: None,
                     reorder_threshold: cfg.reorder_threshold,
                     loss_eighths: 9,
@@ -1155,12 +1159,23 @@ impl Connection {
                     _ => m.rndv && m.matched,
                 };
         }
+        // The message every later one waits for (they are held unannounced until it arrives)
+        // is taken even at the limit: refusing it would leave the limit full forever, and the
+        // sender's retransmissions of it refused each time (a deadlock once a loss left a hole
+        // and the sender kept streaming past it). It adds at most one entry over the limit:
+        // once it is announced, the entries held behind it are announced too.
+        let fills_the_hole = r.msg_seq == self.next_announce
+            && self
+                .rx_msgs
+                .iter()
+                .next_back()
+                .is_some_and(|(&last, _)| last > self.next_announce);
         if r.msg_seq < self.next_announce
             || r.kind == PacketType::Frag
             // Eager messages are bounded by the job-wide eager limit: this also bounds the
             // staging memory an unexpected message can make the glue allocate.
             || (r.kind == PacketType::Match && r.msg_len > self.cfg.eager_limit)
-            || self.rx_msgs.len() >= self.rx_limit
+            || (self.rx_msgs.len() >= self.rx_limit && !fills_the_hole)
         {
             // A finished message cannot have a new vfrag; a FRAG needs a matched RNDV first.
             return false;
@@ -1729,7 +1744,7 @@ impl Connection {
         if path.failed {
             return None;
         }
-        let last = path.last_ack_eliciting?;
+        let mut last = path.last_ack_eliciting?;
         if !self
             .tx_vfrags
             .values()
@@ -1737,7 +1752,36 @@ impl Connection {
         {
             return None;
         }
+        if !self.cfg.ack_policy.early_loss_detection() {
+            last = self.oldest_timer_start(p).unwrap_or(last);
+        }
         Some(last + self.backed_off(self.rto(p), path.pto_count))
+    }
+
+    /// Without early loss detection (`vfrag`, `cumulative`) a timeout is the only repair, so it
+    /// runs from the oldest unacknowledged transmission (the DR paper's per-vfrag ACK timer),
+    /// not from the newest one: a sender streaming past a lost fragment would otherwise push
+    /// its timer back with every new send and repair the loss only once the window stalls. A
+    /// timeout restarts it (the fragments beyond that timeout's resend budget wait one more).
+    #[cold]
+    fn oldest_timer_start(&self, p: usize) -> Option<Instant> {
+        let oldest = self
+            .tx_vfrags
+            .values()
+            .filter(|v| v.path == p)
+            .flat_map(|v| {
+                let unacked = v.unacked_sent();
+                v.sent
+                    .iter()
+                    .enumerate()
+                    .filter(move |(i, _)| unacked & (1u64 << i) != 0)
+                    .filter_map(|(_, s)| s.as_ref().map(|s| s.at))
+            })
+            .min()?;
+        Some(match self.paths[p].last_timeout {
+            Some(t) => oldest.max(t),
+            None => oldest,
+        })
     }
 
     /// While we await the peer, anything it says (data, acks, keepalive answers) proves it
@@ -1959,6 +2003,7 @@ impl Connection {
         }
         let path = &mut self.paths[p];
         path.last_ack_eliciting = Some(now);
+        path.last_timeout = Some(now);
         if !probe {
             return;
         }

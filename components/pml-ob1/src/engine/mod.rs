@@ -29,6 +29,7 @@ use crate::hdr::{self, MatchRepr, Repr, RgetKey, RndvRepr};
 use crate::sched::Scheduling;
 use crate::Ob1Config;
 
+mod osc;
 mod pml;
 mod recv;
 mod rendezvous;
@@ -212,6 +213,8 @@ pub(crate) struct Core {
     /// until `MPI_Mrecv` receives them; and the next id.
     matched: std::collections::HashMap<u64, (Envelope, Unexp)>,
     next_message: u64,
+    /// One-sided RDMA for osc-rdma (its own module: `osc`).
+    osc: osc::OscRdma,
 }
 
 /// The measured choice of one reading BTL.
@@ -292,6 +295,7 @@ impl Core {
             matcher: Matcher::new(n),
             matched: Default::default(),
             next_message: 0,
+            osc: osc::OscRdma::default(),
             reqs: Requests::default(),
             ctrl: VecDeque::new(),
             active: VecDeque::new(),

@@ -9,8 +9,8 @@ use rmca_framework::buffer::UserBuf;
 use rmca_framework::matching::{Envelope, Posted, Seq};
 use rmca_framework::memory::MemoryCounter;
 use rmca_framework::pml::{
-    spin_until_done, ContextId, MessageId, Pml, PmlError, RecvArgs, RequestId, SendArgs, SendMode,
-    SendStart, Source, Status, StatusError, TagSel,
+    spin_until_done, ContextId, MessageId, Pml, PmlError, RdmaKeys, RdmaToken, RecvArgs, RequestId,
+    SendArgs, SendMode, SendStart, Source, Status, StatusError, TagSel,
 };
 use rmca_framework::progress::Backoff;
 use rmca_framework::rank::Rank;
@@ -354,6 +354,9 @@ impl Pml for Ob1 {
             ("dropped_stray", s.dropped_stray),
             ("route_failures", s.route_failures),
             ("peers_failed", s.peers_failed),
+            ("osc_rdma_puts", self.core.osc.puts),
+            ("osc_rdma_gets", self.core.osc.gets),
+            ("osc_rdma_bytes", self.core.osc.bytes),
             ("unexpected", m.unexpected),
             ("out_of_order", m.out_of_order),
             ("matched_on_post", m.matched_on_post),
@@ -377,9 +380,50 @@ impl Pml for Ob1 {
         v
     }
 
+    fn rdma_reaches(&self, peer: Rank) -> bool {
+        self.core.osc_rdma_reaches(peer)
+    }
+
+    fn rdma_register(&mut self, mem: UserBuf, peers: &[Rank]) -> Result<(u64, RdmaKeys), PmlError> {
+        self.core.osc_rdma_register(&mut self.bml, mem, peers)
+    }
+
+    fn rdma_deregister(&mut self, handle: u64) {
+        self.core.osc_rdma_deregister(&mut self.bml, handle);
+    }
+
+    fn rdma_put(
+        &mut self,
+        peer: Rank,
+        local: UserBuf,
+        keys: &RdmaKeys,
+        addr: u64,
+    ) -> Result<RdmaToken, PmlError> {
+        self.core
+            .osc_rdma_start(&mut self.bml, peer, local, keys, addr, false)
+    }
+
+    fn rdma_get(
+        &mut self,
+        peer: Rank,
+        local: UserBuf,
+        keys: &RdmaKeys,
+        addr: u64,
+    ) -> Result<RdmaToken, PmlError> {
+        self.core
+            .osc_rdma_start(&mut self.bml, peer, local, keys, addr, true)
+    }
+
+    fn rdma_test(&mut self, token: RdmaToken) -> Option<Result<(), PmlError>> {
+        self.core.osc_rdma_test(&mut self.bml, token)
+    }
+
     fn finalize(&mut self) -> Result<(), PmlError> {
         let pending = self.core.reqs.outstanding();
         for (btl, reg) in self.core.dereg.drain(..) {
+            self.bml.btl(btl).deregister_mem(&reg);
+        }
+        for (btl, reg) in self.core.osc.take_registrations() {
             self.bml.btl(btl).deregister_mem(&reg);
         }
         self.bml.finalize();

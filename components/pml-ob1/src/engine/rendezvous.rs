@@ -12,7 +12,7 @@ use rmca_framework::pml::{RequestId, StatusError};
 use rmca_framework::rank::Rank;
 
 use super::requests::{GetState, Phase};
-use super::{frag_payload, frag_target, Core, FragReject, TAG};
+use super::{frag_payload, frag_target, osc, Core, FragReject, TAG};
 use crate::bulk::Bulk;
 use crate::hdr::{self, Repr, RgetKey, RndvRepr};
 use crate::sched;
@@ -193,6 +193,10 @@ impl Core {
         token: CompletionToken,
         result: Result<(), SendError>,
     ) {
+        if token.0 & osc::TOKEN_BIT != 0 {
+            self.osc.complete(token.0, result);
+            return;
+        }
         let id = RequestId(token.0);
         let Some(r) = self.reqs.get_mut(id) else {
             self.stats.dropped_stray += 1;

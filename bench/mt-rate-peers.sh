@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Multi-threaded message rate (bench/mt_rate.c) and OSU's osu_latency_mt on rmca, Open MPI
+# and MPICH at MPI_THREAD_MULTIPLE, the runtimes alternating inside every round (issue 30).
+#   bench/mt-rate-peers.sh [ROUNDS=3] [OSU_LATENCY_MT_DIR]
+# mt_rate: 2 ranks, T = 1, 2, 4 threads per rank, each on its own duplicate of the world,
+# windows of 64 Isend/Irecv of 8 B; prints one line per run: round runtime threads rate.
+# With OSU_LATENCY_MT_DIR (holding osu_latency_mt.{rmca,openmpi,mpich}, built from OSU 7.4
+# with each mpicc), also `osu_latency_mt -t T:T -m 8:8 -i 1000 -x 100` at T = 2 and 4.
+# Open MPI: pml ob1, btl self,vader; MPICH: Debian's ch4; rmca: defaults. Not bound to cores:
+# 2 ranks x (T + 1) threads on 2 cores.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+rounds=${1:-3}
+osu=${2:-}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2; }
+out=$(mktemp -d /tmp/mt-rate.XXXXXX)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"$root/target/release/mpicc" -O2 -std=c11 -pthread "$root/bench/mt_rate.c" -o "$out/mt.rmca"
+mpicc.openmpi -O2 -std=c11 -pthread "$root/bench/mt_rate.c" -o "$out/mt.openmpi"
+mpicc.mpich -O2 -std=c11 -pthread "$root/bench/mt_rate.c" -o "$out/mt.mpich"
+launch() {
+  case $1 in
+  rmca) echo "$root/target/release/rmca-run -n 2" ;;
+  openmpi) echo "mpirun.openmpi -n 2 --bind-to none --mca pml ob1 --mca btl self,vader" ;;
+  mpich) echo "mpiexec.mpich -n 2" ;;
+  esac
+}
+echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq "$rounds"); do
+  for t in 1 2 4; do
+    for rt in rmca openmpi mpich; do
+      rate=$(timeout 120 $(launch $rt) "$out/mt.$rt" "$t" 2000 2>/dev/null | awk '/^mt_rate/ {print $7}') || true
+      echo "mt_rate $r $rt $t ${rate:-failed}"
+    done
+  done
+  if [[ -n $osu ]]; then
+    for t in 2 4; do
+      for rt in rmca openmpi mpich; do
+        lat=$(timeout 120 $(launch $rt) "$osu/osu_latency_mt.$rt" -t "$t:$t" -m 8:8 -i 1000 -x 100 2>/dev/null |
+          awk '$1 == 8 {print $2}') || true
+        echo "osu_latency_mt $r $rt $t ${lat:-failed}"
+      done
+    done
+  fi
+done
+echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+rm -rf "$out"

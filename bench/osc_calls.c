@@ -1,0 +1,114 @@
+/* osc_calls.c: the one-sided calls of OSU's one-sided benchmarks, in a loop on a window one
+ * rank allocates for itself (MPI_Win_allocate: osc-sm), so that bench/osc-instructions.sh can
+ * count the instructions per call with callgrind (deterministic, unlike timings on a loaded
+ * machine). Inside one MPI_Win_lock_all epoch, ROUNDS times:
+ * - put:      MPI_Put of 8 MPI_CHAR, MPI_Win_flush          (osu_put_latency -s flush)
+ * - get:      MPI_Get of 8 MPI_CHAR, MPI_Win_flush          (osu_get_latency -s flush)
+ * - getbw:    64 MPI_Get of 8 MPI_CHAR, one MPI_Win_flush   (osu_get_bw, per get)
+ * - acc:      MPI_Accumulate of 8 MPI_CHAR (MPI_SUM), flush (osu_acc_latency)
+ * - acc64k:   MPI_Accumulate of 65536 MPI_CHAR, flush       (osu_acc_latency, 64 KiB)
+ * - acc64ki:  MPI_Accumulate of 16384 MPI_INT, flush
+ * - getacc:   MPI_Get_accumulate of 8 MPI_CHAR, flush       (osu_get_acc_latency)
+ * - fop:      MPI_Fetch_and_op of one MPI_CHAR (MPI_SUM), flush (osu_fop_latency)
+ * - cas:      MPI_Compare_and_swap of one MPI_INT64_T, flush    (osu_cas_latency)
+ * The result is checked at the end, so a broken path cannot pass for a fast one.
+ *
+ *   osc_calls ROUNDS LOOP   (build: mpicc -O2 osc_calls.c -o osc_calls)
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BIG 65536
+#define WINDOW 64
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc|fop|cas\n");
+    return 2;
+  }
+  long rounds = atol(argv[1]);
+  const char *loop = argv[2];
+  MPI_Init(&argc, &argv);
+  static char origin[BIG], result[BIG * 2];
+  static int iorigin[BIG / 4];
+  for (int i = 0; i < BIG; i++) origin[i] = 1;
+  for (int i = 0; i < BIG / 4; i++) iorigin[i] = 1;
+  char *base;
+  MPI_Win win;
+  MPI_Win_allocate(BIG, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &win);
+  memset(base, 0, BIG);
+  MPI_Win_lock_all(0, win);
+  long expect = -1; /* what byte 0 (or the int64 at 0) must hold at the end */
+  if (!strcmp(loop, "put")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = 1;
+  } else if (!strcmp(loop, "get")) {
+    base[0] = 7;
+    for (long r = 0; r < rounds; r++) {
+      MPI_Get(result, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = result[0] == 7 ? 7 : -2;
+  } else if (!strcmp(loop, "getbw")) {
+    base[8] = 7;
+    for (long r = 0; r < rounds; r++) {
+      for (int j = 0; j < WINDOW; j++) MPI_Get(result + 8 * j, 8, MPI_CHAR, 0, 8, 8, MPI_CHAR, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = result[8 * (WINDOW - 1)] == 7 ? 0 : -2;
+  } else if (!strcmp(loop, "acc")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Accumulate(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, MPI_SUM, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = (char)rounds;
+  } else if (!strcmp(loop, "acc64k")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Accumulate(origin, BIG, MPI_CHAR, 0, 0, BIG, MPI_CHAR, MPI_SUM, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = (char)rounds;
+  } else if (!strcmp(loop, "acc64ki")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Accumulate(iorigin, BIG / 4, MPI_INT, 0, 0, BIG / 4, MPI_INT, MPI_SUM, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = ((int *)base)[BIG / 4 - 1] == rounds ? (char)rounds : -2;
+  } else if (!strcmp(loop, "getacc")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Get_accumulate(origin, 8, MPI_CHAR, result, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, MPI_SUM, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = (char)rounds;
+  } else if (!strcmp(loop, "fop")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Fetch_and_op(origin, result, MPI_CHAR, 0, 0, MPI_SUM, win);
+      MPI_Win_flush(0, win);
+    }
+    expect = (char)rounds;
+  } else if (!strcmp(loop, "cas")) {
+    int64_t value = 1, compare = 0, old;
+    for (long r = 0; r < rounds; r++) {
+      MPI_Compare_and_swap(&value, &compare, &old, MPI_INT64_T, 0, 0, win);
+      MPI_Win_flush(0, win);
+      compare = value;
+      value++;
+    }
+    expect = *(int64_t *)base == rounds ? (char)rounds : -2;
+  } else {
+    fprintf(stderr, "osc_calls: unknown loop '%s'\n", loop);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  MPI_Win_unlock_all(win);
+  int ok = base[0] == expect;
+  if (!ok) fprintf(stderr, "osc_calls %s: byte 0 is %d, expected %ld\n", loop, base[0], expect);
+  MPI_Win_free(&win);
+  MPI_Finalize();
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,94 @@
+/* OSU's windowed pattern (osu_bw: 64 MPI_Isend + MPI_Waitall with statuses against 64
+ * pre-posted MPI_Irecv + MPI_Waitall with statuses, then a 4-byte reply; osu_bibw: both
+ * ranks do both), for counting the instructions of the window's MPI calls with callgrind
+ * (bench/osu-instructions.sh; run with --collect-atstart=no: collection is toggled here
+ * around those calls only, after WARM uncounted rounds). The two ranks hand over through a
+ * flag file outside MPI, so that what is counted does not depend on timing: the receiver's
+ * Irecvs are all posted before the first send, and the whole window has been sent before the
+ * receiver's Waitall. An MPI whose sends cannot complete before the receiver progresses makes
+ * its peer wait out a timeout: the run says so on stderr ("late"), its counts then include
+ * the waiting.
+ *   osu_window ROUNDS SIZE FLAGFILE [bw|bibw]   (FLAGFILE: 4096 zero bytes) */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <valgrind/callgrind.h>
+
+enum { W = 64, WARM = 5 };
+static volatile int *flags; /* [0]: rank 0's step, [1]: rank 1's step */
+
+static void set_step(int rank, int v) { __atomic_store_n(&flags[rank], v, __ATOMIC_RELEASE); }
+/* Wait for the peer's step, at most 2 s: an MPI whose sends wait for the receiver's
+ * progress cannot finish a window alone. After one such timeout the run stops waiting (its
+ * counts include spinning in any case) and says so at the end. */
+static int late;
+static void await_step(int rank, int v) {
+  struct timespec t = {0, 100000};
+  for (int n = 0; !late && __atomic_load_n(&flags[rank], __ATOMIC_ACQUIRE) < v; n++) {
+    if (n == 20000) {
+      late = 1;
+      return;
+    }
+    nanosleep(&t, NULL);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: osu_window ROUNDS SIZE FLAGFILE [bw|bibw]\n");
+    return 2;
+  }
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rounds = atoi(argv[1]), size = atoi(argv[2]);
+  if (rounds < 1 || size < 0 || (argc > 4 && strcmp(argv[4], "bw") && strcmp(argv[4], "bibw"))) {
+    fprintf(stderr, "osu_window: ROUNDS >= 1, SIZE >= 0, mode bw or bibw (got %s %s %s)\n", argv[1],
+            argv[2], argc > 4 ? argv[4] : "bw");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  int bibw = argc > 4 && strcmp(argv[4], "bibw") == 0;
+  int fd = open(argv[3], O_RDWR);
+  if (fd < 0) { perror(argv[3]); MPI_Abort(MPI_COMM_WORLD, 2); }
+  flags = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (flags == MAP_FAILED) { perror("mmap"); MPI_Abort(MPI_COMM_WORLD, 2); }
+  char *s = calloc(size + 4, 1), *r = calloc(size + 4, 1);
+  MPI_Request sreq[W], rreq[W];
+  MPI_Status sst[W], rst[W];
+  int peer = 1 - rank, step = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < WARM + rounds; i++) {
+    int on = i >= WARM;
+    int recv = bibw || rank == 1, send = bibw || rank == 0;
+    /* 1: receives posted (both ranks wait for the peer's) */
+    if (on) CALLGRIND_TOGGLE_COLLECT;
+    if (recv) for (int j = 0; j < W; j++) MPI_Irecv(r, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &rreq[j]);
+    if (on) CALLGRIND_TOGGLE_COLLECT;
+    set_step(rank, ++step);
+    await_step(peer, step);
+    /* 2: window sent */
+    if (on) CALLGRIND_TOGGLE_COLLECT;
+    if (send) {
+      for (int j = 0; j < W; j++) MPI_Isend(s, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &sreq[j]);
+      MPI_Waitall(W, sreq, sst);
+    }
+    if (on) CALLGRIND_TOGGLE_COLLECT;
+    set_step(rank, ++step);
+    await_step(peer, step);
+    /* 3: window received, reply */
+    if (on) CALLGRIND_TOGGLE_COLLECT;
+    if (recv) MPI_Waitall(W, rreq, rst);
+    if (on) CALLGRIND_TOGGLE_COLLECT;
+    if (rank == 1) MPI_Send(s, 4, MPI_CHAR, 0, 101, MPI_COMM_WORLD);
+    else MPI_Recv(r, 4, MPI_CHAR, 1, 101, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  if (late) fprintf(stderr, "rank %d: late: a step timed out (counts include waiting)\n", rank);
+  MPI_Finalize();
+  return 0;
+}

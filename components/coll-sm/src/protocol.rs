@@ -1,0 +1,461 @@
+//! The slot and flag protocol of coll-sm, without I/O: what one rank reads, writes and waits
+//! for in the communicator's segment, as a state machine stepped by [`Run::poll`] over any
+//! [`Mem`] (the mapped segment in a job, a plain vector in the tests, which interleave the
+//! ranks' steps in every order proptest draws).
+//!
+//! # Segment layout ([`Layout`])
+//! One control line per rank ([`LINE`] bytes, so that no two ranks' words share a cache line
+//! or an adjacent-line prefetch pair), the barrier's line, then two data slots per rank.
+//! Rank `r` alone writes its line's `posted` and `freed` words and its slots; everyone reads
+//! them. Every rank adds to the barrier's counter.
+//!
+//! # Sequence numbers
+//! Every collective coll-sm runs on a communicator takes the next sequence number `s`
+//! (every member runs the same collectives in the same order, and coll-sm declines or
+//! accepts from arguments every member passes alike, so the numbers agree). A rank
+//! publishes stage `k` of collective `s` by storing `4s + k` in `posted` (release), and
+//! says it has read everything it needed of collective `s` by storing `s` in `freed`.
+//! Comparisons wrap ([`reached`]): the members are never more than two collectives apart.
+//!
+//! # Slots
+//! Collective `s` writes the slot `s % 2` of each rank. Before a rank writes its slot for
+//! `s`, it waits until every other rank's `freed` reached `s - 2`, the last collective that
+//! used this slot: so a rank may run up to two collectives ahead (a broadcast root does not
+//! wait for its readers), and nothing it writes is still being read.
+//!
+//! # Operations
+//! - barrier: a counter every rank increments once per barrier; barrier `b` is passed when
+//!   it reaches `n * b` (one round, and every waiter watches the same word, so the last
+//!   rank to arrive wakes every sleeper at once when the node is oversubscribed).
+//! - bcast: the root copies into its slot and posts; the others wait for it and copy out.
+//! - reduce, allreduce, short: every rank copies its input into its slot and posts; the
+//!   root (every rank for allreduce) combines all slots in rank order.
+//! - reduce, allreduce, split (longer vectors): every rank posts its input as above, then
+//!   combines its own share of the elements over all slots in rank order, writes that share
+//!   of the result back into its own slot (no other rank reads that part of it in this
+//!   stage) and posts stage 2; the root (every rank for allreduce) copies every share out.
+//!
+//! Reductions combine `x0 op x1 op ... op x(n-1)` in rank order, so non-commutative
+//! operations are served and every rank gets the same bits.
+
+use std::ops::Range;
+
+use rmca_framework::coll::ReduceBytes;
+
+/// Bytes of a rank's control line (two cache lines: adjacent-line prefetch pairs them).
+pub const LINE: usize = 128;
+/// Offset of `posted` in a control line.
+const POSTED: usize = 0;
+/// Offset of `freed` in a control line.
+const FREED: usize = 4;
+/// Offset of the count of ranks sleeping on this line's `posted` word (see `lib.rs`).
+const SLEEPERS: usize = 8;
+/// Offset of the count of ranks sleeping on this line's `freed` word.
+const FREED_SLEEPERS: usize = 12;
+
+/// The memory a [`Run`] works on: 4-byte control words (at multiples of 4) and data bytes.
+pub trait Mem {
+    /// Load the word at `off` (acquire: data published before it is visible).
+    fn load(&self, off: usize) -> u32;
+    /// Store `v` at `off` (release: data written before it is published with it).
+    fn store(&self, off: usize, v: u32);
+    /// Add `v` to the word at `off` atomically (acquire and release); the sum.
+    fn add(&self, off: usize, v: u32) -> u32;
+    /// Copy `data` to `off`.
+    fn write(&self, off: usize, data: &[u8]);
+    /// Run `f` on the `len` bytes at `off` (no other rank writes them meanwhile: the
+    /// protocol's waits guarantee it).
+    fn view(&self, off: usize, len: usize, f: &mut dyn FnMut(&[u8]));
+}
+
+/// Where everything is in a segment for `n` ranks and slots of `slot` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Ranks.
+    pub n: usize,
+    /// Bytes of one data slot (a multiple of [`LINE`]).
+    pub slot: usize,
+}
+
+impl Layout {
+    /// The layout for `n` ranks moving at most `max_len` bytes per collective.
+    pub fn new(n: usize, max_len: usize) -> Self {
+        Self {
+            n,
+            slot: max_len.max(1).next_multiple_of(LINE),
+        }
+    }
+
+    /// Bytes of the whole segment.
+    pub fn len(&self) -> usize {
+        (self.n + 1) * LINE + self.n * 2 * self.slot
+    }
+
+    /// Offset of the barrier's counter.
+    pub fn arrived(&self) -> usize {
+        self.n * LINE
+    }
+
+    /// Offset of the count of ranks sleeping on the barrier's counter.
+    pub fn arrived_sleepers(&self) -> usize {
+        self.n * LINE + SLEEPERS
+    }
+
+    /// A segment of no bytes (never: every layout has at least one rank's line).
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Offset of rank `r`'s `posted` word.
+    pub fn posted(&self, r: usize) -> usize {
+        r * LINE + POSTED
+    }
+
+    /// Offset of rank `r`'s `freed` word.
+    pub fn freed(&self, r: usize) -> usize {
+        r * LINE + FREED
+    }
+
+    /// Offset of the count of ranks sleeping on rank `r`'s `posted` word.
+    pub fn sleepers(&self, r: usize) -> usize {
+        r * LINE + SLEEPERS
+    }
+
+    /// Offset of the count of ranks sleeping on rank `r`'s `freed` word.
+    pub fn freed_sleepers(&self, r: usize) -> usize {
+        r * LINE + FREED_SLEEPERS
+    }
+
+    /// Offset of rank `r`'s slot for collective `seq`.
+    pub fn data(&self, r: usize, seq: u32) -> usize {
+        (self.n + 1) * LINE + (r * 2 + (seq & 1) as usize) * self.slot
+    }
+}
+
+/// `cur` is at or past `want`, on the wrapping sequence space (the values compared are
+/// never more than 2^31 apart).
+#[inline]
+pub fn reached(cur: u32, want: u32) -> bool {
+    cur.wrapping_sub(want) as i32 >= 0
+}
+
+/// The `posted` value of stage `k` of collective `seq`.
+#[inline]
+fn stage(seq: u32, k: u32) -> u32 {
+    seq.wrapping_mul(4).wrapping_add(k)
+}
+
+/// A collective coll-sm runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Barrier number `round` of the communicator (from 1, wrapping).
+    Barrier {
+        /// How many barriers ran on the communicator, this one included.
+        round: u32,
+    },
+    /// A broadcast from `root`.
+    Bcast {
+        /// The root.
+        root: usize,
+    },
+    /// A reduction to `root` of `elem`-byte elements; `split`: share the combining.
+    Reduce {
+        /// The root.
+        root: usize,
+        /// Bytes per element.
+        elem: usize,
+        /// Every rank combines its share of the elements (two stages), rather than the root
+        /// combining everything (one stage).
+        split: bool,
+    },
+    /// A reduction whose result every rank gets; `split` as for [`Op::Reduce`].
+    Allreduce {
+        /// Bytes per element.
+        elem: usize,
+        /// Every rank combines its share of the elements, then copies the others' shares.
+        split: bool,
+    },
+}
+
+/// What a [`Run`] waits for: the word at `off` to reach `want` (see [`reached`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// The word's offset.
+    pub off: usize,
+    /// The value it must reach.
+    pub want: u32,
+    /// Offset of the count of sleepers on that word (a waiter that sleeps announces itself
+    /// there, and the rank that stores the word wakes it).
+    pub sleepers: usize,
+}
+
+/// Where [`Run::poll`] left a collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Finished.
+    Done,
+    /// Cannot go on until this word moves.
+    Wait(Wait),
+    /// This rank posted its word at `off` (a sleeper on it must be woken); poll again.
+    Posted {
+        /// Offset of the `posted` word stored.
+        off: usize,
+        /// Offset of its sleeper count.
+        sleepers: usize,
+    },
+}
+
+/// One collective on one rank: which stage it is at.
+#[derive(Clone, Debug)]
+pub struct Run {
+    op: Op,
+    layout: Layout,
+    me: usize,
+    seq: u32,
+    len: usize,
+    stage: u8,
+    /// The next rank to check in the current wait over ranks.
+    next: usize,
+}
+
+/// Share `q` of `len` bytes of `elem`-byte elements among `n` ranks (element boundaries).
+pub fn share(len: usize, elem: usize, n: usize, q: usize) -> Range<usize> {
+    let elems = len / elem;
+    (q * elems / n * elem)..((q + 1) * elems / n * elem)
+}
+
+impl Run {
+    /// Collective number `seq` (from 1, wrapping) of `op` over `len` bytes on rank `me`.
+    ///
+    /// # Panics
+    /// If `len` exceeds the slot, `me` or a root is not a rank, or a reduction's `elem` is 0
+    /// or does not divide `len`: the module checks the arguments before it starts a run.
+    pub fn new(op: Op, layout: Layout, me: usize, seq: u32, len: usize) -> Self {
+        assert!(me < layout.n && len <= layout.slot, "coll-sm: bad run");
+        match op {
+            Op::Bcast { root } | Op::Reduce { root, .. } => assert!(root < layout.n),
+            _ => {}
+        }
+        if let Op::Reduce { elem, .. } | Op::Allreduce { elem, .. } = op {
+            assert!(
+                elem > 0 && len.is_multiple_of(elem),
+                "coll-sm: bad element size"
+            );
+        }
+        Self {
+            op,
+            layout,
+            me,
+            seq,
+            len,
+            stage: 0,
+            next: 0,
+        }
+    }
+
+    /// Go as far as possible without waiting. `send` is the input of a reduction, `work`
+    /// the buffer of a broadcast or the result of a reduction (private space on a
+    /// reduction's non-root), both `len` bytes; `reduce` combines for reductions.
+    pub fn poll(
+        &mut self,
+        mem: &dyn Mem,
+        send: &[u8],
+        work: &mut [u8],
+        reduce: Option<ReduceBytes<'_>>,
+    ) -> Step {
+        let l = self.layout;
+        let (me, seq, n) = (self.me, self.seq, l.n);
+        loop {
+            match (self.op, self.stage) {
+                (Op::Barrier { round }, 0) => {
+                    self.stage = 1;
+                    let want = round.wrapping_mul(n as u32);
+                    if mem.add(l.arrived(), 1) == want {
+                        // The last to arrive: the others may be asleep on the counter.
+                        return Step::Posted {
+                            off: l.arrived(),
+                            sleepers: l.arrived_sleepers(),
+                        };
+                    }
+                }
+                (Op::Barrier { round }, 1) => {
+                    let (off, want) = (l.arrived(), round.wrapping_mul(n as u32));
+                    if !reached(mem.load(off), want) {
+                        return Step::Wait(Wait {
+                            off,
+                            want,
+                            sleepers: l.arrived_sleepers(),
+                        });
+                    }
+                    return self.finish(mem);
+                }
+                (Op::Bcast { root }, 0) if root == me => {
+                    if let Some(w) = self.wait_freed(mem) {
+                        return w;
+                    }
+                    mem.write(l.data(me, seq), &work[..self.len]);
+                    self.stage = 1;
+                    return self.post(mem, 1);
+                }
+                (Op::Bcast { root }, 1) if root == me => return self.finish(mem),
+                (Op::Bcast { root }, 0) => {
+                    if let Some(w) = self.wait_one(mem, root, 1) {
+                        return w;
+                    }
+                    let len = self.len;
+                    mem.view(l.data(root, seq), len, &mut |b| {
+                        work[..len].copy_from_slice(b)
+                    });
+                    return self.finish(mem);
+                }
+                (Op::Reduce { .. } | Op::Allreduce { .. }, 0) => {
+                    if let Some(w) = self.wait_freed(mem) {
+                        return w;
+                    }
+                    if n > 1 {
+                        mem.write(l.data(me, seq), &send[..self.len]);
+                    }
+                    self.stage = 1;
+                    return self.post(mem, 1);
+                }
+                (Op::Reduce { root, split, .. }, 1) if !split && root != me => {
+                    return self.finish(mem);
+                }
+                (Op::Reduce { elem, split, .. } | Op::Allreduce { elem, split }, 1) => {
+                    if let Some(w) = self.wait_all(mem, |q| q != me, 1) {
+                        return w;
+                    }
+                    let reduce = reduce.expect("coll-sm: a reduction without its operation");
+                    if !split {
+                        self.combine(mem, send, work, 0..self.len, reduce);
+                        return self.finish(mem);
+                    }
+                    let mine = share(self.len, elem, n, me);
+                    if !mine.is_empty() {
+                        self.combine(mem, send, work, mine.clone(), reduce);
+                        mem.write(l.data(me, seq) + mine.start, &work[mine]);
+                    }
+                    self.stage = 2;
+                    return self.post(mem, 2);
+                }
+                (Op::Reduce { root, .. }, 2) if root != me => return self.finish(mem),
+                (Op::Reduce { elem, .. } | Op::Allreduce { elem, .. }, 2) => {
+                    // Copy every other share out as soon as its rank posted it.
+                    while self.next < n {
+                        let q = self.next;
+                        let theirs = share(self.len, elem, n, q);
+                        if q != me && !theirs.is_empty() {
+                            if let Some(w) = self.wait_one(mem, q, 2) {
+                                return w;
+                            }
+                            let dst = &mut work[theirs.clone()];
+                            mem.view(l.data(q, seq) + theirs.start, theirs.len(), &mut |b| {
+                                dst.copy_from_slice(b)
+                            });
+                        }
+                        self.next += 1;
+                    }
+                    return self.finish(mem);
+                }
+                (_, _) => return Step::Done,
+            }
+        }
+    }
+
+    /// Store stage `k` in this rank's `posted` word.
+    fn post(&mut self, mem: &dyn Mem, k: u32) -> Step {
+        self.next = 0;
+        let off = self.layout.posted(self.me);
+        mem.store(off, stage(self.seq, k));
+        Step::Posted {
+            off,
+            sleepers: self.layout.sleepers(self.me),
+        }
+    }
+
+    /// Say this rank read all it needed of this collective; done.
+    fn finish(&mut self, mem: &dyn Mem) -> Step {
+        mem.store(self.layout.freed(self.me), self.seq);
+        self.stage = u8::MAX;
+        Step::Done
+    }
+
+    /// Wait for rank `q`'s stage `k`.
+    fn wait_one(&self, mem: &dyn Mem, q: usize, k: u32) -> Option<Step> {
+        let (off, want) = (self.layout.posted(q), stage(self.seq, k));
+        (!reached(mem.load(off), want)).then_some(Step::Wait(Wait {
+            off,
+            want,
+            sleepers: self.layout.sleepers(q),
+        }))
+    }
+
+    /// Wait for stage `k` of every rank `which` selects (from `self.next` on).
+    fn wait_all(&mut self, mem: &dyn Mem, which: impl Fn(usize) -> bool, k: u32) -> Option<Step> {
+        while self.next < self.layout.n {
+            if which(self.next) {
+                if let Some(w) = self.wait_one(mem, self.next, k) {
+                    return Some(w);
+                }
+            }
+            self.next += 1;
+        }
+        None
+    }
+
+    /// Before writing this rank's slot: wait until every other rank is done with the
+    /// collective that used it last (`seq - 2`).
+    fn wait_freed(&mut self, mem: &dyn Mem) -> Option<Step> {
+        let want = self.seq.wrapping_sub(2);
+        while self.next < self.layout.n {
+            let q = self.next;
+            if q != self.me {
+                let off = self.layout.freed(q);
+                if !reached(mem.load(off), want) {
+                    return Some(Step::Wait(Wait {
+                        off,
+                        want,
+                        sleepers: self.layout.freed_sleepers(q),
+                    }));
+                }
+            }
+            self.next += 1;
+        }
+        self.next = 0;
+        None
+    }
+
+    /// `work[range] = x0 op x1 op ... op x(n-1)` over `range` of every rank's input (this
+    /// rank's from `send`, the others' from their slots).
+    fn combine(
+        &self,
+        mem: &dyn Mem,
+        send: &[u8],
+        work: &mut [u8],
+        range: Range<usize>,
+        reduce: ReduceBytes<'_>,
+    ) {
+        let (l, me, seq) = (self.layout, self.me, self.seq);
+        let dst = &mut work[range.clone()];
+        let operand = |q: usize, f: &mut dyn FnMut(&[u8])| {
+            if q == me {
+                f(&send[range.clone()]);
+            } else {
+                mem.view(l.data(q, seq) + range.start, range.len(), f);
+            }
+        };
+        if l.n == 1 {
+            dst.copy_from_slice(&send[range.clone()]);
+            return;
+        }
+        operand(0, &mut |x0| {
+            operand(1, &mut |x1| reduce(dst, x1, Some(x0), false))
+        });
+        for q in 2..l.n {
+            operand(q, &mut |xq| reduce(dst, xq, None, false));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,302 @@
+//! The protocol run by several simulated ranks over one in-memory segment, their steps
+//! interleaved in orders proptest draws: every collective of a sequence gives the expected
+//! bytes on every rank, and no interleaving deadlocks.
+
+use super::*;
+use proptest::prelude::*;
+use std::cell::RefCell;
+
+/// A segment in a vector (one thread steps every rank, so plain loads and stores serve).
+struct VecMem(RefCell<Vec<u8>>);
+
+impl Mem for VecMem {
+    fn load(&self, off: usize) -> u32 {
+        let m = self.0.borrow();
+        u32::from_ne_bytes(m[off..off + 4].try_into().unwrap())
+    }
+    fn store(&self, off: usize, v: u32) {
+        self.0.borrow_mut()[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+    fn add(&self, off: usize, v: u32) -> u32 {
+        let sum = self.load(off).wrapping_add(v);
+        self.store(off, sum);
+        sum
+    }
+    fn write(&self, off: usize, data: &[u8]) {
+        self.0.borrow_mut()[off..off + data.len()].copy_from_slice(data);
+    }
+    fn view(&self, off: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+        let m = self.0.borrow();
+        f(&m[off..off + len]);
+    }
+}
+
+/// A non-commutative combination of u32 elements, so that the order shows in the result:
+/// `a op b = a * 31 + b` (wrapping).
+fn op(a: u32, b: u32) -> u32 {
+    a.wrapping_mul(31).wrapping_add(b)
+}
+
+/// The executor's reduction contract for `op` on u32 (`dst = acc op src` when not
+/// `src_first`, `acc` = `dst` when `None`).
+fn reduce_u32(dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
+    for i in 0..dst.len() / 4 {
+        let word = |b: &[u8]| u32::from_ne_bytes(b[i * 4..i * 4 + 4].try_into().unwrap());
+        let a = acc.map_or_else(|| word(dst), word);
+        let s = word(src);
+        let r = if src_first { op(s, a) } else { op(a, s) };
+        dst[i * 4..i * 4 + 4].copy_from_slice(&r.to_ne_bytes());
+    }
+}
+
+/// One collective of a test sequence (the same on every rank).
+#[derive(Clone, Debug)]
+struct Coll {
+    op: Op,
+    /// Elements (u32) moved.
+    elems: usize,
+}
+
+/// Rank `r`'s input for collective `k`.
+fn input(k: usize, r: usize, elems: usize) -> Vec<u32> {
+    (0..elems)
+        .map(|i| (k * 1000 + r * 100 + i) as u32 ^ 0x5a5a)
+        .collect()
+}
+
+/// What rank `me` must hold after collective `k` (`None`: nothing checked).
+fn expected(c: &Coll, k: usize, n: usize, me: usize) -> Option<Vec<u32>> {
+    let folded = || {
+        let mut acc = input(k, 0, c.elems);
+        for q in 1..n {
+            for (a, x) in acc.iter_mut().zip(input(k, q, c.elems)) {
+                *a = op(*a, x);
+            }
+        }
+        acc
+    };
+    match c.op {
+        Op::Barrier { .. } => None,
+        Op::Bcast { root } => Some(input(k, root, c.elems)),
+        Op::Reduce { root, .. } => (me == root).then(folded),
+        Op::Allreduce { .. } => Some(folded()),
+    }
+}
+
+/// Run `colls` on `n` ranks over one segment, stepping the rank `order[i % len]` picks
+/// (modulo the ranks still running) at step `i`; panics on a wrong result or a deadlock.
+fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
+    let max = colls.iter().map(|c| c.elems * 4).max().unwrap_or(0);
+    let layout = Layout::new(n, max);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    // Per rank: the collective it is at, its run and its buffers.
+    struct Rank {
+        k: usize,
+        run: Option<Run>,
+        send: Vec<u8>,
+        work: Vec<u8>,
+    }
+    let mut ranks: Vec<Rank> = (0..n)
+        .map(|_| Rank {
+            k: 0,
+            run: None,
+            send: Vec::new(),
+            work: Vec::new(),
+        })
+        .collect();
+    // After a rank waits, the next live rank is stepped (until one moves), so a rank that
+    // waits never starves the others; a whole round of waits is a deadlock.
+    let mut forced: Option<usize> = None;
+    let mut idle_streak = 0;
+    let mut step = 0;
+    loop {
+        let live: Vec<usize> = (0..n).filter(|&r| ranks[r].k < colls.len()).collect();
+        if live.is_empty() {
+            return;
+        }
+        let pick = forced.unwrap_or(order[step % order.len()]) % live.len();
+        let me = live[pick];
+        step += 1;
+        let rank = &mut ranks[me];
+        let c = &colls[rank.k];
+        if rank.run.is_none() {
+            let bytes = c.elems * 4;
+            rank.send = bytemuck_bytes(&input(rank.k, me, c.elems));
+            rank.work = match c.op {
+                Op::Bcast { root } if root == me => rank.send.clone(),
+                _ => vec![0xEE; bytes],
+            };
+            let op = match c.op {
+                // Barriers are numbered among themselves.
+                Op::Barrier { .. } => Op::Barrier {
+                    round: colls[..=rank.k]
+                        .iter()
+                        .filter(|c| matches!(c.op, Op::Barrier { .. }))
+                        .count() as u32,
+                },
+                op => op,
+            };
+            rank.run = Some(Run::new(op, layout, me, rank.k as u32 + 1, bytes));
+        }
+        let run = rank.run.as_mut().unwrap();
+        match run.poll(&mem, &rank.send, &mut rank.work, Some(&reduce_u32)) {
+            Step::Done => {
+                if let Some(want) = expected(c, rank.k, n, me) {
+                    assert_eq!(
+                        rank.work,
+                        bytemuck_bytes(&want),
+                        "rank {me}, collective {} {:?} of {n} ranks",
+                        rank.k,
+                        c
+                    );
+                }
+                rank.run = None;
+                rank.k += 1;
+                (idle_streak, forced) = (0, None);
+            }
+            Step::Posted { .. } => (idle_streak, forced) = (0, None),
+            Step::Wait(_) => {
+                idle_streak += 1;
+                forced = Some(pick + 1);
+                assert!(
+                    idle_streak <= live.len(),
+                    "deadlock: every live rank waits, at collectives {:?}",
+                    ranks.iter().map(|r| r.k).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}
+
+fn bytemuck_bytes(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn any_coll(n: usize) -> impl Strategy<Value = Coll> {
+    (0..4u8, 0..n, any::<bool>(), 0..40usize).prop_map(move |(kind, root, split, elems)| {
+        let op = match kind {
+            0 => Op::Barrier { round: 0 },
+            1 => Op::Bcast { root },
+            2 => Op::Reduce {
+                root,
+                elem: 4,
+                split,
+            },
+            _ => Op::Allreduce { elem: 4, split },
+        };
+        Coll {
+            op,
+            elems: if kind == 0 { 0 } else { elems },
+        }
+    })
+}
+
+fn case() -> impl Strategy<Value = (usize, Vec<Coll>, Vec<usize>)> {
+    (1..=5usize).prop_flat_map(|n| {
+        (
+            Just(n),
+            prop::collection::vec(any_coll(n), 1..12),
+            prop::collection::vec(0..64usize, 1..40),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    /// Any sequence of collectives, any interleaving of the ranks: right bytes, no deadlock.
+    #[test]
+    fn every_interleaving_gives_the_results((n, colls, order) in case()) {
+        simulate(n, &colls, &order);
+    }
+}
+
+#[test]
+fn round_robin_sequences_at_one_to_five_ranks() {
+    for n in 1..=5 {
+        let mut colls = Vec::new();
+        for root in 0..n {
+            colls.push(Coll {
+                op: Op::Bcast { root },
+                elems: 7,
+            });
+            for split in [false, true] {
+                colls.push(Coll {
+                    op: Op::Reduce {
+                        root,
+                        elem: 4,
+                        split,
+                    },
+                    elems: 13,
+                });
+                colls.push(Coll {
+                    op: Op::Allreduce { elem: 4, split },
+                    elems: 3,
+                });
+            }
+            colls.push(Coll {
+                op: Op::Barrier { round: 0 },
+                elems: 0,
+            });
+        }
+        simulate(n, &colls, &[0, 1, 2, 3, 4]);
+        // One rank runs as far ahead as the protocol lets it before the others move.
+        simulate(n, &colls, &[0; 1]);
+    }
+}
+
+#[test]
+fn a_rank_runs_at_most_two_collectives_ahead() {
+    // Rank 0 broadcasts three times before rank 1 moves: the third must wait for rank 1 to
+    // have read the first (slot 1 is reused by collective 3).
+    let layout = Layout::new(2, 8);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let mut buf = [1u8; 8];
+    for seq in 1..=2 {
+        let mut r = Run::new(Op::Bcast { root: 0 }, layout, 0, seq, 8);
+        assert!(matches!(
+            r.poll(&mem, &[], &mut buf, None),
+            Step::Posted { .. }
+        ));
+        assert_eq!(r.poll(&mem, &[], &mut buf, None), Step::Done);
+    }
+    let mut third = Run::new(Op::Bcast { root: 0 }, layout, 0, 3, 8);
+    assert_eq!(
+        third.poll(&mem, &[], &mut buf, None),
+        Step::Wait(Wait {
+            off: layout.freed(1),
+            want: 1,
+            sleepers: layout.freed_sleepers(1)
+        })
+    );
+    let mut out = [0u8; 8];
+    let mut reader = Run::new(Op::Bcast { root: 0 }, layout, 1, 1, 8);
+    assert_eq!(reader.poll(&mem, &[], &mut out, None), Step::Done);
+    assert_eq!(out, [1u8; 8]);
+    assert!(matches!(
+        third.poll(&mem, &[], &mut buf, None),
+        Step::Posted { .. }
+    ));
+}
+
+#[test]
+fn sequence_numbers_compare_across_the_wrap() {
+    assert!(reached(5, 5) && reached(6, 5) && !reached(4, 5));
+    assert!(reached(1, u32::MAX) && !reached(u32::MAX, 1));
+    assert!(reached(0, 0u32.wrapping_sub(2)));
+}
+
+#[test]
+fn shares_tile_the_vector_on_element_boundaries() {
+    for n in 1..6 {
+        for elems in 0..20 {
+            let mut at = 0;
+            for q in 0..n {
+                let s = share(elems * 8, 8, n, q);
+                assert_eq!(s.start, at);
+                assert_eq!(s.start % 8, 0);
+                at = s.end;
+            }
+            assert_eq!(at, elems * 8);
+        }
+    }
+}

@@ -1,0 +1,893 @@
+//! One window of osc-rdma: osc-am's engine for synchronization and accumulates, RDMA
+//! transfers for puts and gets, and the [`Tracker`] that orders the two; I/O only through the
+//! host's port ([`OscPort`], [`OscRdma`]).
+
+use std::collections::{HashMap, VecDeque};
+
+use rmca_framework::buffer::UserBuf;
+use rmca_framework::osc::{
+    AccOp, Elem, Layout, OpId, OscError, OscModule, OscPort, RdmaKeys, RdmaToken, SyncCall,
+    WinConfig,
+};
+use rmca_framework::wire::{Reader, Writer};
+use rmca_osc_am::engine::Engine;
+use rmca_osc_am::wire::Msg;
+
+use crate::track::{Order, Tracker};
+
+/// The kind byte of the message carrying a member's registration (osc-am's kinds are small
+/// numbers: its messages and these share the window's channel).
+const KEYS: u8 = 0xC0;
+
+/// Set in the ids of the operations moved by RDMA (the engine numbers its own from 1).
+const RDMA_OP: OpId = 1 << 62;
+
+/// What a member said about its memory.
+#[derive(Debug)]
+enum Peer {
+    /// Not heard from yet.
+    Unknown,
+    /// Reached by RDMA: its memory's address and keys.
+    Rdma { base: u64, keys: RdmaKeys },
+    /// Not registered (no memory, or registration failed): osc-am's messages reach it.
+    Messages,
+}
+
+/// This member's registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reg {
+    /// Not attempted yet (done in the first progress, which has the port).
+    Todo,
+    /// Registered under this handle.
+    Held(u64),
+    /// Not registered, or released.
+    None,
+}
+
+/// One transfer of an operation (one run of its layout).
+#[derive(Debug)]
+struct Xfer {
+    op: OpId,
+    peer: usize,
+    seq: u64,
+    /// Where in the operation's buffer, and how many bytes.
+    at: usize,
+    len: usize,
+    /// The target address (in the target's address space).
+    raddr: u64,
+    get: bool,
+}
+
+/// An operation with transfers not completed: its buffer (the put's data, the get's result).
+#[derive(Debug)]
+struct Op {
+    buf: Vec<u8>,
+    /// The buffer as the BTLs see it (made once: the Vec's heap block never moves).
+    view: UserBuf,
+    left: usize,
+    get: bool,
+    error: Option<OscError>,
+}
+
+/// One window of osc-rdma.
+pub struct RdmaModule {
+    engine: Engine<UserBuf>,
+    memory: UserBuf,
+    reg: Reg,
+    peers: Vec<Peer>,
+    track: Tracker<Vec<u8>>,
+    /// Transfers to start at the next progress (the port is not at hand in `put`/`get`).
+    todo: VecDeque<Xfer>,
+    in_flight: Vec<(RdmaToken, Xfer)>,
+    ops: HashMap<OpId, Op>,
+    next_op: u64,
+    /// An error of a transfer without a result (a put), reported by the next synchronization.
+    deferred: Option<OscError>,
+    /// The synchronization in progress is `Free`; once done, the registration goes.
+    freeing: bool,
+    freed: bool,
+    /// Puts and gets of at most this many bytes go as active messages (`osc_rdma_small_limit`).
+    small_limit: u64,
+}
+
+impl std::fmt::Debug for RdmaModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaModule")
+            .field("engine", &self.engine)
+            .field("reg", &self.reg)
+            .field("in_flight", &self.in_flight.len())
+            .field("held", &self.track.held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RdmaModule {
+    /// The module of a window over `memory` (a dynamic window's memory, attached later, is
+    /// not registered: osc-am's messages carry all its traffic).
+    pub fn new(config: WinConfig, memory: UserBuf) -> Self {
+        Self::with_small_limit(config, memory, 0)
+    }
+
+    /// A module whose puts and gets of at most `small_limit` bytes travel as osc-am's
+    /// messages: at small sizes a message costs less than an RDMA transfer and its completion
+    /// (a CMA system call on shm).
+    pub fn with_small_limit(config: WinConfig, memory: UserBuf, small_limit: u64) -> Self {
+        let n = config.size();
+        let memory = if config.dynamic {
+            UserBuf::empty()
+        } else {
+            memory
+        };
+        Self {
+            engine: Engine::new(
+                config.rank,
+                config.targets,
+                (!config.dynamic).then_some(memory),
+            )
+            .with_host(config.host),
+            memory,
+            reg: Reg::Todo,
+            peers: (0..n).map(|_| Peer::Unknown).collect(),
+            track: Tracker::new(n),
+            todo: VecDeque::new(),
+            in_flight: Vec::new(),
+            ops: HashMap::new(),
+            next_op: 0,
+            deferred: None,
+            freeing: false,
+            freed: false,
+            small_limit,
+        }
+    }
+
+    fn keys_message(reg: Option<(u64, &RdmaKeys)>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = Writer::new(&mut out);
+        w.u8(KEYS);
+        match reg {
+            Some((base, keys)) => {
+                w.u8(1).u64(base).bytes(&keys.encode());
+            }
+            None => {
+                w.u8(0);
+            }
+        }
+        out
+    }
+
+    fn parse_keys(b: &[u8]) -> Option<Peer> {
+        let mut r = Reader::new(b);
+        if r.u8().ok()? != KEYS {
+            return None;
+        }
+        match r.u8().ok()? {
+            0 => Some(Peer::Messages),
+            1 => {
+                let base = r.u64().ok()?;
+                Some(Peer::Rdma {
+                    base,
+                    keys: RdmaKeys::decode(r.rest())?,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Register this member's memory and tell every member (first progress).
+    fn register(&mut self, port: &mut dyn OscPort) {
+        let mut announce = None;
+        if !self.memory.is_empty() {
+            if let Some(rdma) = port.rdma() {
+                match rdma.register(self.memory) {
+                    Ok((h, keys)) if !keys.keys.is_empty() => {
+                        self.reg = Reg::Held(h);
+                        announce = Some(keys);
+                    }
+                    Ok((h, _)) => {
+                        rdma.deregister(h);
+                        tracing::debug!(
+                            "osc-rdma: no BTL registered the window: messages serve it"
+                        );
+                    }
+                    Err(e) => tracing::debug!(
+                        "osc-rdma: registering the window failed ({e}): messages serve it"
+                    ),
+                }
+            }
+        }
+        if self.reg == Reg::Todo {
+            self.reg = Reg::None;
+        }
+        let msg = Self::keys_message(announce.as_ref().map(|k| (self.memory.addr() as u64, k)));
+        for p in 0..self.peers.len() {
+            if let Err(e) = port.send(p, msg.clone()) {
+                tracing::warn!(peer = p, "osc-rdma: sending the window's keys failed: {e}");
+            }
+        }
+    }
+
+    fn new_op(&mut self, buf: Vec<u8>, view: UserBuf, left: usize, get: bool) -> OpId {
+        let id = RDMA_OP | self.next_op;
+        self.next_op += 1;
+        if left > 0 {
+            self.ops.insert(
+                id,
+                Op {
+                    buf,
+                    view,
+                    left,
+                    get,
+                    error: None,
+                },
+            );
+        }
+        id
+    }
+
+    /// Queue one transfer per run of `layout` for operation `id` (its buffer packed in
+    /// layout order).
+    fn queue(&mut self, id: OpId, target: usize, base: u64, addr: u64, layout: &Layout, get: bool) {
+        let mut at = 0usize;
+        for &(off, len) in &layout.runs {
+            if len == 0 {
+                continue;
+            }
+            // In range: checked against the target's size before (so no overflow either).
+            let raddr = base.wrapping_add(addr).wrapping_add(off as u64);
+            let seq = self.track.start(target);
+            self.todo.push_back(Xfer {
+                op: id,
+                peer: target,
+                seq,
+                at,
+                len: len as usize,
+                raddr,
+                get,
+            });
+            at += len as usize;
+        }
+    }
+
+    /// The target's address and keys when RDMA reaches it.
+    fn rdma_target(&self, target: usize) -> Option<(u64, RdmaKeys)> {
+        match self.peers.get(target) {
+            Some(Peer::Rdma { base, keys }) => Some((*base, keys.clone())),
+            _ => None,
+        }
+    }
+
+    /// A transfer ended: account it to its operation.
+    fn finished(&mut self, x: &Xfer, result: Result<(), OscError>) {
+        self.track.finish(x.peer, x.seq);
+        let Some(op) = self.ops.get_mut(&x.op) else {
+            return;
+        };
+        op.left -= 1;
+        if let Err(e) = result {
+            if op.get {
+                op.error.get_or_insert(e);
+            } else {
+                self.deferred.get_or_insert(e);
+            }
+        }
+        if op.left == 0 && !op.get {
+            // The put's data is no longer read by any BTL.
+            self.ops.remove(&x.op);
+        }
+    }
+
+    /// Start the queued transfers and collect the completed ones.
+    fn transfers(&mut self, port: &mut dyn OscPort) -> usize {
+        let mut n = 0;
+        while let Some(x) = self.todo.pop_front() {
+            let started = match (self.ops.get(&x.op), self.rdma_target(x.peer), port.rdma()) {
+                (Some(op), Some((_, keys)), Some(rdma)) => {
+                    let local = op.view.slice(x.at, x.len);
+                    if x.get {
+                        rdma.get(x.peer, local, &keys, x.raddr)
+                    } else {
+                        rdma.put(x.peer, local, &keys, x.raddr)
+                    }
+                }
+                _ => Err(OscError::Transport(format!(
+                    "osc-rdma: no RDMA path to rank {} for a transfer",
+                    x.peer
+                ))),
+            };
+            n += 1;
+            match started {
+                Ok(token) => self.in_flight.push((token, x)),
+                Err(e) => self.finished(&x, Err(e)),
+            }
+        }
+        if self.in_flight.is_empty() {
+            return n;
+        }
+        let Some(rdma) = port.rdma() else {
+            return n;
+        };
+        let mut done = Vec::new();
+        self.in_flight.retain(|(token, x)| match rdma.test(*token) {
+            Some(r) => {
+                done.push((x.op, x.peer, x.seq, x.at, x.len, x.raddr, x.get, r));
+                false
+            }
+            None => true,
+        });
+        n += done.len();
+        for (op, peer, seq, at, len, raddr, get, r) in done {
+            let x = Xfer {
+                op,
+                peer,
+                seq,
+                at,
+                len,
+                raddr,
+                get,
+            };
+            self.finished(&x, r);
+        }
+        n
+    }
+
+    /// Hand the engine's messages to the tracker.
+    fn take_outbox(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((peer, m)) = self.engine.outbox().pop_front() {
+            // The second round of a fence waits for every transfer: see `track`.
+            let order = if matches!(m, Msg::Fenced) {
+                Order::All
+            } else {
+                Order::Peer
+            };
+            self.track.send(peer, m.encode(), order);
+            n += 1;
+        }
+        n
+    }
+
+    fn release(&mut self, port: &mut dyn OscPort) -> usize {
+        self.track.release(|peer, m| {
+            if let Err(e) = port.send(peer, m) {
+                // The PML reports a dead peer through its requests; nothing to retry here.
+                tracing::warn!(peer, "osc-rdma: send failed: {e}");
+            }
+        })
+    }
+}
+
+impl OscModule for RdmaModule {
+    fn component_name(&self) -> &'static str {
+        "rdma"
+    }
+
+    #[allow(unsafe_code)]
+    fn put(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        data: Vec<u8>,
+    ) -> Result<OpId, OscError> {
+        self.engine.check_access(target, addr, layout)?;
+        if data.len() as u64 != layout.len() {
+            return Err(OscError::Arg(format!(
+                "put: {} origin bytes for {} target bytes",
+                data.len(),
+                layout.len()
+            )));
+        }
+        let rdma = match self.rdma_target(target) {
+            Some(t) if layout.len() > self.small_limit => Some(t),
+            _ => None,
+        };
+        let Some((base, _)) = rdma else {
+            return self.engine.put(target, addr, layout, data);
+        };
+        let runs = layout.runs.iter().filter(|r| r.1 > 0).count();
+        // SAFETY: the Vec moves into the operation's entry, which is dropped only once no
+        // transfer reads it (`finished`); moving a Vec does not move its heap block.
+        let view = unsafe { UserBuf::from_slice(&data) };
+        let id = self.new_op(data, view, runs, false);
+        self.queue(id, target, base, addr, layout, false);
+        Ok(id)
+    }
+
+    #[allow(unsafe_code)]
+    fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
+        self.engine.check_access(target, addr, layout)?;
+        let rdma = match self.rdma_target(target) {
+            Some(t) if layout.len() > self.small_limit => Some(t),
+            _ => None,
+        };
+        let Some((base, _)) = rdma else {
+            return self.engine.get(target, addr, layout);
+        };
+        let len = usize::try_from(layout.len())
+            .map_err(|_| OscError::Arg("get: the layout is too large for memory".into()))?;
+        let mut buf = vec![0u8; len];
+        // SAFETY: as for put: the result buffer lives in the operation's entry until every
+        // transfer into it completed and the result was taken.
+        let view = unsafe { UserBuf::from_mut_slice(&mut buf) };
+        let runs = layout.runs.iter().filter(|r| r.1 > 0).count();
+        let id = self.new_op(buf, view, runs, true);
+        if runs == 0 {
+            // Nothing to read: a result that is already complete.
+            self.ops.insert(
+                id,
+                Op {
+                    buf: Vec::new(),
+                    view: UserBuf::empty(),
+                    left: 0,
+                    get: true,
+                    error: None,
+                },
+            );
+        }
+        self.queue(id, target, base, addr, layout, true);
+        Ok(id)
+    }
+
+    fn accumulate(
+        &mut self,
+        target: usize,
+        addr: u64,
+        layout: &Layout,
+        op: AccOp,
+        elem: Elem,
+        data: Vec<u8>,
+        fetch: bool,
+    ) -> Result<OpId, OscError> {
+        self.engine
+            .accumulate(target, addr, layout, op, elem, data, fetch)
+    }
+
+    fn compare_and_swap(
+        &mut self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<OpId, OscError> {
+        self.engine
+            .compare_and_swap(target, addr, elem, compare, value)
+    }
+
+    fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>> {
+        if id & RDMA_OP == 0 {
+            return self.engine.poll_op(id);
+        }
+        match self.ops.get(&id) {
+            // A put is complete at the origin once issued (its data was copied).
+            Some(op) if !op.get => Some(Ok(Vec::new())),
+            Some(op) if op.left > 0 => None,
+            Some(_) => {
+                let op = self.ops.remove(&id)?;
+                Some(match op.error {
+                    Some(e) => Err(e),
+                    None => Ok(op.buf),
+                })
+            }
+            None if id & !RDMA_OP < self.next_op => Some(Ok(Vec::new())),
+            None => Some(Err(OscError::Arg(format!("unknown operation {id}")))),
+        }
+    }
+
+    fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
+        let free = call == SyncCall::Free;
+        self.engine.sync(call)?;
+        self.freeing = free;
+        Ok(())
+    }
+
+    fn sync_done(&mut self) -> Option<Result<(), OscError>> {
+        // Every member's keys first (every epoch starts with a synchronization, so no
+        // operation is issued before them), and the transfers and held messages of the
+        // epoch: flush, unlock, complete and fence cover the RDMA as well as the messages.
+        if self.peers.iter().any(|p| matches!(p, Peer::Unknown))
+            || !self.todo.is_empty()
+            || !self.track.quiet()
+        {
+            return None;
+        }
+        let r = self.engine.sync_done()?;
+        if std::mem::take(&mut self.freeing) {
+            self.freed = true;
+        }
+        Some(match (r, self.deferred.take()) {
+            (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => Ok(()),
+        })
+    }
+
+    fn exposure_complete(&self) -> bool {
+        self.engine.exposure_complete()
+    }
+
+    fn progress(&mut self, port: &mut dyn OscPort) -> usize {
+        let mut n = 0;
+        if self.reg == Reg::Todo {
+            self.register(port);
+            n += 1;
+        }
+        n += self.transfers(port);
+        n += self.take_outbox();
+        while let Some((from, bytes)) = port.recv() {
+            n += 1;
+            if bytes.first() == Some(&KEYS) {
+                match (Self::parse_keys(&bytes), self.peers.get_mut(from)) {
+                    (Some(p), Some(slot)) => *slot = p,
+                    _ => tracing::warn!(from, "osc-rdma: malformed keys message dropped"),
+                }
+                continue;
+            }
+            match Msg::decode(&bytes) {
+                Some(m) => self.engine.handle(from, m),
+                None => tracing::warn!(from, "osc-rdma: malformed message dropped"),
+            }
+            n += self.take_outbox();
+        }
+        n += self.release(port);
+        if self.freed {
+            if let Reg::Held(h) = self.reg {
+                // Every member's Free arrived after its transfers to this memory completed.
+                if let Some(rdma) = port.rdma() {
+                    rdma.deregister(h);
+                }
+                self.reg = Reg::None;
+            }
+        }
+        n
+    }
+
+    fn attach(&mut self, region: UserBuf) -> Result<(), OscError> {
+        self.engine.attach(region.addr() as u64, region)
+    }
+
+    fn detach(&mut self, addr: u64) -> Result<(), OscError> {
+        self.engine.detach(addr)
+    }
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests {
+    //! Modules over a simulated network and simulated RDMA whose transfers complete only when
+    //! the test says so (as a real BTL's may, much later than they were issued).
+    use super::*;
+    use rmca_framework::osc::{LockKind, OscRdma, TargetInfo};
+
+    struct Xf {
+        token: RdmaToken,
+        local: UserBuf,
+        raddr: u64,
+        get: bool,
+        done: bool,
+    }
+
+    #[derive(Default)]
+    struct World {
+        /// Messages in flight per (from, to), in order.
+        queues: HashMap<(usize, usize), VecDeque<Vec<u8>>>,
+        xfers: Vec<Xf>,
+        next: u64,
+        /// Messages sent, as (from, to, kind byte), in order.
+        log: Vec<(usize, usize, u8)>,
+    }
+
+    impl World {
+        /// Complete every transfer issued: copy its bytes now.
+        fn complete_all(&mut self) {
+            for x in self.xfers.iter_mut().filter(|x| !x.done) {
+                let remote = x.raddr as usize as *mut u8;
+                // SAFETY: `raddr` lies in a test member's memory (the module checked the range
+                // against its size) and `local` in an operation's buffer, both alive.
+                unsafe {
+                    if x.get {
+                        std::ptr::copy(remote, x.local.as_ptr(), x.local.len());
+                    } else {
+                        std::ptr::copy(x.local.as_ptr(), remote, x.local.len());
+                    }
+                }
+                x.done = true;
+            }
+        }
+    }
+
+    struct Port<'a> {
+        w: &'a mut World,
+        me: usize,
+    }
+
+    impl OscPort for Port<'_> {
+        fn send(&mut self, peer: usize, msg: Vec<u8>) -> Result<(), OscError> {
+            self.w.log.push((self.me, peer, msg[0]));
+            self.w
+                .queues
+                .entry((self.me, peer))
+                .or_default()
+                .push_back(msg);
+            Ok(())
+        }
+
+        fn recv(&mut self) -> Option<(usize, Vec<u8>)> {
+            let me = self.me;
+            let from =
+                (0..8).find(|&f| self.w.queues.get(&(f, me)).is_some_and(|q| !q.is_empty()))?;
+            let m = self.w.queues.get_mut(&(from, me))?.pop_front()?;
+            Some((from, m))
+        }
+
+        fn rdma(&mut self) -> Option<&mut dyn OscRdma> {
+            Some(self)
+        }
+    }
+
+    impl OscRdma for Port<'_> {
+        fn register(&mut self, _mem: UserBuf) -> Result<(u64, RdmaKeys), OscError> {
+            Ok((
+                7,
+                RdmaKeys {
+                    keys: vec![("sim".into(), vec![1, 2])],
+                },
+            ))
+        }
+
+        fn deregister(&mut self, _handle: u64) {}
+
+        fn put(
+            &mut self,
+            _peer: usize,
+            local: UserBuf,
+            keys: &RdmaKeys,
+            addr: u64,
+        ) -> Result<RdmaToken, OscError> {
+            assert_eq!(keys.keys[0].0, "sim");
+            self.w.next += 1;
+            self.w.xfers.push(Xf {
+                token: self.w.next,
+                local,
+                raddr: addr,
+                get: false,
+                done: false,
+            });
+            Ok(self.w.next)
+        }
+
+        fn get(
+            &mut self,
+            peer: usize,
+            local: UserBuf,
+            keys: &RdmaKeys,
+            addr: u64,
+        ) -> Result<RdmaToken, OscError> {
+            let t = self.put(peer, local, keys, addr)?;
+            self.w.xfers.last_mut().expect("just pushed").get = true;
+            Ok(t)
+        }
+
+        fn test(&mut self, token: RdmaToken) -> Option<Result<(), OscError>> {
+            let i = self.w.xfers.iter().position(|x| x.token == token)?;
+            self.w.xfers[i].done.then(|| {
+                self.w.xfers.remove(i);
+                Ok(())
+            })
+        }
+    }
+
+    struct Sim {
+        w: World,
+        m: Vec<RdmaModule>,
+        /// The members' memories (their heap blocks never move).
+        mem: Vec<Vec<u8>>,
+    }
+
+    impl Sim {
+        fn new(n: usize, bytes: usize) -> Self {
+            let mut mem: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
+            let targets = vec![
+                TargetInfo {
+                    size: bytes as u64,
+                    disp_unit: 1,
+                };
+                n
+            ];
+            let m = (0..n)
+                .map(|r| {
+                    let config = WinConfig {
+                        rank: r,
+                        targets: targets.clone(),
+                        same_node: true,
+                        dynamic: false,
+                        no_locks: false,
+                        allocated: false,
+                        shared: false,
+                        host: None,
+                        rdma: true,
+                    };
+                    // SAFETY: `mem` lives in the Sim as long as the modules, never resized.
+                    RdmaModule::new(config, unsafe { UserBuf::from_mut_slice(&mut mem[r]) })
+                })
+                .collect();
+            let mut s = Sim {
+                w: World::default(),
+                m,
+                mem,
+            };
+            s.run();
+            s
+        }
+
+        /// Progress every member until nothing moves (transfers stay as they are).
+        fn run(&mut self) {
+            loop {
+                let mut n = 0;
+                for (r, m) in self.m.iter_mut().enumerate() {
+                    n += m.progress(&mut Port {
+                        w: &mut self.w,
+                        me: r,
+                    });
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+
+        fn sync(&mut self, r: usize, call: SyncCall) -> Option<Result<(), OscError>> {
+            self.m[r].sync(call).unwrap();
+            self.run();
+            self.m[r].sync_done()
+        }
+
+        fn kinds_sent(&self, from: usize, to: usize) -> Vec<u8> {
+            self.kinds_sent_since(0, from, to)
+        }
+
+        /// As `kinds_sent`, from log entry `mark` on.
+        fn kinds_sent_since(&self, mark: usize, from: usize, to: usize) -> Vec<u8> {
+            self.w.log[mark..]
+                .iter()
+                .filter(|l| l.0 == from && l.1 == to)
+                .map(|l| l.2)
+                .collect()
+        }
+    }
+
+    const UNLOCK: u8 = 14;
+    const FENCED: u8 = 18;
+
+    #[test]
+    fn an_unlock_leaves_only_after_its_puts_completed() {
+        let mut s = Sim::new(2, 16);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        let layout = Layout {
+            runs: vec![(0, 2), (8, 2)],
+        };
+        s.m[0].put(1, 2, &layout, vec![1, 2, 3, 4]).unwrap();
+        s.run();
+        assert_eq!(s.w.xfers.len(), 2, "one transfer per run");
+        s.m[0].sync(SyncCall::Unlock(1)).unwrap();
+        s.run();
+        assert!(
+            !s.kinds_sent(0, 1).contains(&UNLOCK),
+            "unlock overtook the puts"
+        );
+        assert_eq!(s.m[0].sync_done(), None);
+        assert_eq!(s.mem[1], [0; 16], "nothing placed yet");
+        s.w.complete_all();
+        s.run();
+        assert!(s.kinds_sent(0, 1).contains(&UNLOCK));
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(&s.mem[1][2..4], [1, 2]);
+        assert_eq!(&s.mem[1][10..12], [3, 4]);
+    }
+
+    #[test]
+    fn a_fence_waits_for_the_gets_and_holds_fenced_until_then() {
+        let mut s = Sim::new(3, 8);
+        s.mem[2].copy_from_slice(&[9, 8, 7, 6, 5, 4, 3, 2]);
+        for r in 0..3 {
+            s.m[r].sync(SyncCall::Fence { succeed: true }).unwrap();
+        }
+        s.run();
+        for r in 0..3 {
+            assert_eq!(s.m[r].sync_done(), Some(Ok(())));
+        }
+        let id = s.m[0].get(2, 4, &Layout::contiguous(4)).unwrap();
+        let mark = s.w.log.len();
+        for r in 0..3 {
+            s.m[r].sync(SyncCall::Fence { succeed: false }).unwrap();
+        }
+        s.run();
+        // Rank 0's Fenced goes to nobody (rank 1 included) before its get from rank 2 ended.
+        for to in 0..3 {
+            assert!(!s.kinds_sent_since(mark, 0, to).contains(&FENCED));
+        }
+        // Rank 1's went (it saw every Fence), rank 2's did not: rank 0's Fence to it waits
+        // for the get.
+        assert!(s.kinds_sent_since(mark, 1, 0).contains(&FENCED));
+        for to in 0..3 {
+            assert!(!s.kinds_sent_since(mark, 2, to).contains(&FENCED));
+        }
+        assert_eq!(s.m[0].poll_op(id), None);
+        assert!((0..3).all(|r| s.m[r].sync_done().is_none()));
+        s.w.complete_all();
+        s.run();
+        for r in 0..3 {
+            assert_eq!(s.m[r].sync_done(), Some(Ok(())), "rank {r}");
+        }
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(vec![5, 4, 3, 2])));
+    }
+
+    #[test]
+    fn out_of_range_or_outside_an_epoch_nothing_is_transferred() {
+        let mut s = Sim::new(2, 8);
+        assert!(matches!(
+            s.m[0].put(1, 0, &Layout::contiguous(4), vec![1; 4]),
+            Err(OscError::Sync(_))
+        ));
+        s.m[0].sync(SyncCall::LockAll { nocheck: false }).unwrap();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert!(matches!(
+            s.m[0].put(1, 6, &Layout::contiguous(4), vec![1; 4]),
+            Err(OscError::Range(_))
+        ));
+        let negative = Layout {
+            runs: vec![(-1, 2)],
+        };
+        assert!(matches!(
+            s.m[0].get(1, 0, &negative),
+            Err(OscError::Range(_))
+        ));
+        assert!(matches!(
+            s.m[0].put(1, 0, &Layout::contiguous(4), vec![1; 3]),
+            Err(OscError::Arg(_))
+        ));
+        s.run();
+        assert!(s.w.xfers.is_empty());
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+        assert_eq!(s.mem[1], [0; 8]);
+    }
+
+    #[test]
+    fn accumulates_go_to_the_target_behind_the_puts() {
+        let mut s = Sim::new(2, 8);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Shared,
+            target: 1,
+            nocheck: true,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        s.m[0]
+            .put(1, 0, &Layout::contiguous(4), 5i32.to_ne_bytes().to_vec())
+            .unwrap();
+        s.m[0]
+            .accumulate(
+                1,
+                4,
+                &Layout::contiguous(4),
+                AccOp::Sum,
+                Elem::I32,
+                3i32.to_ne_bytes().to_vec(),
+                false,
+            )
+            .unwrap();
+        s.run();
+        // The accumulate waits for the put before it to the same target.
+        assert_eq!(s.mem[1][4..], [0; 4]);
+        s.w.complete_all();
+        s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(s.mem[1][..4], 5i32.to_ne_bytes());
+        assert_eq!(s.mem[1][4..], 3i32.to_ne_bytes());
+    }
+}

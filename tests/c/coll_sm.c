@@ -1,0 +1,216 @@
+/* coll-sm against coll-base: the blocking barrier, bcast, reduce and allreduce (which coll-sm
+ * serves on one node up to coll_sm_max_size) must give the bytes of their non-blocking forms
+ * (which always run coll-base's schedules), for every type, operation, root and a range of
+ * sizes around the thresholds, with MPI_IN_PLACE, on the world, its dup and split
+ * sub-communicators used alternately (several segments at once); plus exact references,
+ * back-to-back collectives with rotating roots (the slots' reuse), and barrier order. */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+#include <stdint.h>
+#include <time.h>
+
+static const int sizes[] = {0,    1,    2,    3,    7,    8,    9,    64,   255,   256,
+                            257,  1000, 1023, 1024, 1025, 2047, 2048, 2049, 4096, 4100,
+                            8192, 16376, 16384, 16392, 20000};
+#define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
+#define MAXB 20008
+
+typedef struct {
+    MPI_Datatype dt;
+    int size;
+    int integer;
+    const char *name;
+} Type;
+
+static const Type types[] = {
+    {MPI_INT, 4, 1, "int"},         {MPI_DOUBLE, 8, 0, "double"},
+    {MPI_UNSIGNED_CHAR, 1, 1, "uchar"}, {MPI_INT64_T, 8, 1, "int64"},
+    {MPI_FLOAT, 4, 0, "float"},
+};
+#define NTYPES ((int)(sizeof types / sizeof types[0]))
+
+/* Element i of rank r's input, small so that sums and products are exact in every type. */
+static long val(int r, int i, MPI_Op op) {
+    if (op == MPI_PROD) return (r + i) % 3 + 1;
+    return (r * 7 + i * 3) % 11 + 1;
+}
+
+static void put(const Type *t, void *buf, int i, long v) {
+    if (t->dt == MPI_INT) ((int *)buf)[i] = (int)v;
+    else if (t->dt == MPI_DOUBLE) ((double *)buf)[i] = (double)v;
+    else if (t->dt == MPI_UNSIGNED_CHAR) ((unsigned char *)buf)[i] = (unsigned char)v;
+    else if (t->dt == MPI_INT64_T) ((int64_t *)buf)[i] = v;
+    else ((float *)buf)[i] = (float)v;
+}
+
+static long get(const Type *t, const void *buf, int i) {
+    if (t->dt == MPI_INT) return ((const int *)buf)[i];
+    if (t->dt == MPI_DOUBLE) return (long)((const double *)buf)[i];
+    if (t->dt == MPI_UNSIGNED_CHAR) return ((const unsigned char *)buf)[i];
+    if (t->dt == MPI_INT64_T) return (long)((const int64_t *)buf)[i];
+    return (long)((const float *)buf)[i];
+}
+
+static long combine(MPI_Op op, long a, long b) {
+    if (op == MPI_SUM) return a + b;
+    if (op == MPI_PROD) return a * b;
+    if (op == MPI_MAX) return a > b ? a : b;
+    if (op == MPI_MIN) return a < b ? a : b;
+    return a ^ b;
+}
+
+static unsigned char in[MAXB], blk[MAXB], nb[MAXB], inpl[MAXB];
+
+static void reductions(MPI_Comm comm, const Type *t, MPI_Op op, const char *opname, int bytes) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int n = bytes / t->size;
+    for (int i = 0; i < n; i++) put(t, in, i, val(rank, i, op));
+    size_t len = (size_t)n * t->size;
+    MPI_Request req;
+
+    /* Allreduce: blocking (coll-sm), non-blocking (coll-base), in place, reference. */
+    memset(blk, 0xEE, len);
+    memset(nb, 0xDD, len);
+    OK(MPI_Allreduce(in, blk, n, t->dt, op, comm));
+    OK(MPI_Iallreduce(in, nb, n, t->dt, op, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(memcmp(blk, nb, len) == 0, "allreduce %s %s n=%d: sm and base differ", t->name,
+          opname, n);
+    memcpy(inpl, in, len);
+    OK(MPI_Allreduce(MPI_IN_PLACE, inpl, n, t->dt, op, comm));
+    CHECK(memcmp(blk, inpl, len) == 0, "allreduce in place %s %s n=%d", t->name, opname, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        long want = val(0, i, op);
+        for (int q = 1; q < size; q++) want = combine(op, want, val(q, i, op));
+        if (t->dt == MPI_UNSIGNED_CHAR) want &= 0xff;
+        bad += get(t, blk, i) != want;
+    }
+    CHECK(bad == 0, "allreduce %s %s n=%d: %d elements wrong", t->name, opname, n, bad);
+
+    /* Reduce to every root. */
+    for (int root = 0; root < size; root++) {
+        memset(blk, 0xEE, len);
+        memset(nb, 0xDD, len);
+        OK(MPI_Reduce(in, rank == root ? blk : NULL, n, t->dt, op, root, comm));
+        OK(MPI_Ireduce(in, rank == root ? nb : NULL, n, t->dt, op, root, comm, &req));
+        OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        if (rank == root) {
+            CHECK(memcmp(blk, nb, len) == 0, "reduce %s %s n=%d root %d: sm and base differ",
+                  t->name, opname, n, root);
+            memcpy(inpl, in, len);
+            OK(MPI_Reduce(MPI_IN_PLACE, inpl, n, t->dt, op, root, comm));
+            CHECK(memcmp(blk, inpl, len) == 0, "reduce in place %s %s n=%d root %d", t->name,
+                  opname, n, root);
+        } else {
+            OK(MPI_Reduce(in, NULL, n, t->dt, op, root, comm));
+        }
+    }
+}
+
+static void bcasts(MPI_Comm comm, int bytes) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    for (int root = 0; root < size; root++) {
+        for (int i = 0; i < bytes; i++)
+            blk[i] = rank == root ? (unsigned char)(root * 31 + i * 7 + bytes) : 0xEE;
+        OK(MPI_Bcast(blk, bytes, MPI_BYTE, root, comm));
+        int bad = 0;
+        for (int i = 0; i < bytes; i++) bad += blk[i] != (unsigned char)(root * 31 + i * 7 + bytes);
+        CHECK(bad == 0, "bcast %d B root %d: %d bytes wrong", bytes, root, bad);
+    }
+}
+
+/* Many short collectives back to back, roots rotating: a rank runs ahead of the others
+ * and reuses its slots as soon as the protocol allows. */
+static void back_to_back(MPI_Comm comm) {
+    int rank, size, bad = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    for (int it = 0; it < 3000; it++) {
+        int root = it % size;
+        long v[3] = {rank == root ? it : -1, rank == root ? it * 3 : -1, 7};
+        MPI_Bcast(v, 3, MPI_LONG, root, comm);
+        bad += v[0] != it || v[1] != it * 3;
+        long s = rank + it, sum = 0;
+        MPI_Allreduce(&s, &sum, 1, MPI_LONG, MPI_SUM, comm);
+        bad += sum != (long)size * it + (long)size * (size - 1) / 2;
+        long m = 0;
+        MPI_Reduce(&s, &m, 1, MPI_LONG, MPI_MAX, root, comm);
+        bad += rank == root && m != it + size - 1;
+        if (it % 7 == 0) MPI_Barrier(comm);
+    }
+    CHECK(bad == 0, "back to back: %d wrong", bad);
+}
+
+/* The node's monotonic clock, in seconds (the same in every process, unlike MPI_Wtime). */
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* No rank leaves a barrier before the last one entered it (one node: one clock). */
+static void barrier_order(MPI_Comm comm) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    for (int late = 0; late < size; late++) {
+        double entered = 0;
+        if (rank == late) {
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            entered = now();
+        }
+        OK(MPI_Barrier(comm));
+        double left = now();
+        OK(MPI_Bcast(&entered, 1, MPI_DOUBLE, late, comm));
+        CHECK(left >= entered, "barrier left at %.6f before rank %d entered at %.6f", left,
+              late, entered);
+    }
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm dup, half, rev;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &rev);
+    MPI_Comm comms[] = {MPI_COMM_WORLD, half, dup, rev};
+    const MPI_Op ops[] = {MPI_SUM, MPI_MAX, MPI_MIN, MPI_PROD, MPI_BXOR};
+    const char *opnames[] = {"sum", "max", "min", "prod", "bxor"};
+
+    for (int s = 0; s < NSIZES; s++) {
+        /* The communicators take turns, so their segments are in use together. */
+        for (int c = 0; c < 4; c++) {
+            bcasts(comms[c], sizes[s]);
+            for (int t = 0; t < NTYPES; t++)
+                for (int o = 0; o < 5; o++) {
+                    if (o == 4 && !types[t].integer) continue;
+                    /* Every op at a few sizes; sum at all of them. */
+                    if (o > 0 && s % 4 != 0) continue;
+                    reductions(comms[c], &types[t], ops[o], opnames[o], sizes[s]);
+                }
+        }
+    }
+    for (int c = 0; c < 4; c++) {
+        back_to_back(comms[c]);
+        barrier_order(comms[c]);
+    }
+    MPI_Comm_free(&dup);
+    MPI_Comm_free(&half);
+    MPI_Comm_free(&rev);
+    /* A communicator freed and made again gets a fresh segment. */
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    back_to_back(dup);
+    MPI_Comm_free(&dup);
+    int rc = summary("coll_sm");
+    MPI_Finalize();
+    return rc;
+}
