@@ -590,16 +590,27 @@ impl Communicator {
     pub(crate) fn inter_create(&self, group: &Group) -> Result<Option<Communicator>> {
         let local = self.local("create")?.clone();
         let members = group.world_ranks();
-        if let Some(w) = members.iter().find(|w| !local.inner.group.contains(w)) {
+        let outside = members.iter().find(|w| !local.inner.group.contains(w));
+        // [1, members...], or [0] for a group refused here: the remote group learns of the
+        // refusal and fails too, rather than wait in the agreement below for this group.
+        let mut table = vec![u64::from(outside.is_none())];
+        if outside.is_none() {
+            table.extend(members.iter().map(|&w| u64::from(w)));
+        }
+        let what = "intercommunicator create: the remote subgroup";
+        let theirs = self.leader_swap(&table, 1 + self.size(), what)?;
+        if let Some(w) = outside {
             return Err(Error::InvalidArgument(format!(
                 "Communicator::create on an intercommunicator: world rank {w} of the group is not in the local group"
             )));
         }
-        let table: Vec<u64> = members.iter().map(|&w| u64::from(w)).collect();
-        let what = "intercommunicator create: the remote subgroup";
-        let theirs = self.leader_swap(&table, self.size(), what)?;
+        let Some((&1, theirs)) = theirs.split_first() else {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the remote group's processes refused the group they passed (not a subgroup of their local group)"
+            )));
+        };
         // A subgroup of the remote group, each process once.
-        check_ranks(what, &theirs, self.job_size()?)?;
+        check_ranks(what, theirs, self.job_size()?)?;
         if let Some(&w) = theirs
             .iter()
             .find(|&&w| !self.inner.group.contains(&(w as Rank)))

@@ -5,8 +5,9 @@
  * of its ranks, and a ring of messages on it (the same tag on every thread's communicator)
  * arrives from the right neighbour with that communicator's payload. Context ids are agreed
  * by masks and retries (rmca/src/context_id.rs): two constructors of one process must never
- * take one id. Then 5000 dups freed one by one: ids given back by MPI_Comm_free are taken
- * again (a process holds at most 4096 at once). */
+ * take one id. Then an intercommunicator create refused by one group (both get the error),
+ * and 5000 dups freed one by one: ids given back by MPI_Comm_free are taken again (a process
+ * holds at most 4096 at once). */
 #include <pthread.h>
 
 #include "check.h"
@@ -135,6 +136,24 @@ int main(int argc, char **argv) {
     for (int t = 0; t < THREADS; t++) {
         CHECK(errs[t] == 0, "thread %d: %d failures", t, errs[t]);
         OK(MPI_Comm_free(&parent[t]));
+    }
+    /* MPI_Comm_create on an intercommunicator that one group refuses (its group holds a
+     * process of the other): an error in both groups, not the other group waiting for it in
+     * the context agreement; the intercommunicator stays usable. */
+    if (np >= 2) {
+        MPI_Comm local, ic, c = MPI_COMM_NULL;
+        MPI_Group g;
+        int lo = me < np / 2;
+        OK(MPI_Comm_split(MPI_COMM_WORLD, lo, me, &local));
+        OK(MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, lo ? np / 2 : 0, 98, &ic));
+        OK(MPI_Comm_set_errhandler(ic, MPI_ERRORS_RETURN));
+        OK(lo ? MPI_Comm_group(MPI_COMM_WORLD, &g) : MPI_Comm_group(ic, &g));
+        CHECK(MPI_Comm_create(ic, g, &c) != MPI_SUCCESS && c == MPI_COMM_NULL,
+              "intercomm create refused by the %s group", lo ? "calling" : "other");
+        OK(MPI_Group_free(&g));
+        OK(MPI_Barrier(ic));
+        OK(MPI_Comm_free(&ic));
+        OK(MPI_Comm_free(&local));
     }
     /* Many communicators over a life: ids freed are taken again. */
     for (int i = 0; i < 5000; i++) {

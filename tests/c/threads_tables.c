@@ -135,6 +135,13 @@ static void *use(void *arg) {
     CHECK(flag && !strcmp(value, LEVEL_NAME), "the session's thread_level: '%s'", value);
     OK(MPI_Info_free(&sinfo));
     OK(MPI_Session_finalize(&session));
+    /* A level that does not exist is refused while MPI runs too, not ignored. */
+    MPI_Info bad;
+    OK(MPI_Info_create(&bad));
+    OK(MPI_Info_set(bad, "thread_level", "MPI_THREAD_SOMETIMES"));
+    int bad_rc = MPI_Session_init(bad, MPI_ERRORS_RETURN, &session);
+    CHECK(bad_rc == MPI_ERR_ARG, "a session asking for SOMETIMES while MPI runs: %d", bad_rc);
+    OK(MPI_Info_free(&bad));
     int *a = NULL;
     OK(MPI_Comm_get_attr(MPI_COMM_WORLD, keyval, &a, &flag));
     CHECK(flag && a == &attr_value, "the attribute: %d %p", flag, (void *)a);

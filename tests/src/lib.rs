@@ -164,6 +164,29 @@ pub fn take_profile(path: &Path, out: &JobOutput) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("profile at {} is not JSON: {e}", path.display()))
 }
 
+/// The counter `name` of a merged profile (see [`take_profile`]); panics naming it if absent.
+pub fn counter(profile: &serde_json::Value, name: &str) -> u64 {
+    profile["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("profile has no counter {name}: {profile:#}"))
+}
+
+/// Why this machine cannot bring up rmca-impair's namespace nodes (bench/impaired-link.sh:
+/// root and /dev/net/tun), if it cannot.
+pub fn cannot_emulate() -> Option<String> {
+    let uid = match Command::new("id").arg("-u").output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        Err(e) => return Some(format!("cannot run `id -u` to check for root: {e}")),
+    };
+    if uid != "0" {
+        return Some("needs root (network namespaces and TUN devices)".into());
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        return Some("needs /dev/net/tun".into());
+    }
+    None
+}
+
 /// Two network namespaces joined by a veth pair with a given MTU and random loss of UDP
 /// packets (IP fragments included) in both directions, for jobs spanning "two nodes" of a
 /// lossy link. Needs root and iproute2; the kernel needs veth, HTB, the pfifo qdisc and the

@@ -10,20 +10,8 @@
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rmca_tests::release_bin;
+use rmca_tests::{cannot_emulate, release_bin};
 use serde_json::Value;
-
-/// Why this machine cannot run the emulator, if it cannot.
-fn cannot_emulate() -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("needs root (network namespaces and TUN devices)".into());
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("needs /dev/net/tun".into());
-    }
-    None
-}
 
 /// A namespace prefix no other test of this process uses (ends in a letter, so that no
 /// prefix is another's followed by a node number).

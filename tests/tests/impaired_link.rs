@@ -10,23 +10,11 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rmca_tests::{release_bin, take_profile, workspace_root, JobOutput};
+use rmca_tests::{cannot_emulate, counter, release_bin, take_profile, workspace_root, JobOutput};
 use serde_json::Value;
 
 fn script() -> PathBuf {
     workspace_root().join("bench/impaired-link.sh")
-}
-
-/// Why this machine cannot run the emulator, if it cannot.
-fn cannot_emulate() -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("needs root (network namespaces and TUN devices)".into());
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("needs /dev/net/tun".into());
-    }
-    None
 }
 
 /// Two nodes joined through rmca-impair; taken down on drop.
@@ -173,12 +161,6 @@ fn stress_over(link: &ImpairedLink, what: &str, messages: u64) -> Value {
         out.text()
     );
     take_profile(&json, &out)
-}
-
-fn counter(profile: &Value, name: &str) -> u64 {
-    profile["counters"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no counter {name}: {profile:#}"))
 }
 
 #[test]

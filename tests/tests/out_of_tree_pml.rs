@@ -11,8 +11,7 @@
 
 use std::path::PathBuf;
 
-use rmca_tests::{plugin, run_job, take_profile, Job};
-use serde_json::Value;
+use rmca_tests::{counter, plugin, run_job, take_profile, Job};
 
 /// Run `cargo <args>` on the plugin crate (see [`rmca_tests::plugin::cargo`]).
 fn cargo(args: &[&str]) -> String {
@@ -93,12 +92,6 @@ fn stress_lines(stdout: &str) -> Vec<(u64, u64)> {
             (field("messages="), field("errors="))
         })
         .collect()
-}
-
-fn counter(profile: &Value, name: &str) -> u64 {
-    profile["counters"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("profile has no counter {name}: {profile:#}"))
 }
 
 #[test]

@@ -23,7 +23,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-use rmca_framework::coll::schedule::{self, Buf, Comm, Local, Region, Schedule};
+use rmca_framework::coll::schedule::{self, Buf, Comm, Local, Schedule};
 use rmca_framework::coll::{CollComponent, CollModule, CommShape};
 use rmca_framework::component::{Component, ComponentMeta};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
@@ -188,47 +188,21 @@ fn input_in_work(mut s: Schedule) -> Schedule {
 
 impl CollModule for HierModule {
     fn barrier(&self) -> Option<Schedule> {
-        let (local, _) = self.local();
-        let leader = local[0];
-        let e = || Region::work(0..0);
-        let mut s = Schedule::default();
-        if self.me != leader {
-            s.push(
-                vec![Comm::Send {
-                    peer: leader,
-                    region: e(),
-                }],
-                vec![],
-            );
-            s.push(
-                vec![Comm::Recv {
-                    peer: leader,
-                    region: e(),
-                }],
-                vec![],
-            );
-            return Some(s);
+        // The node's linear barrier (arrivals at its lowest rank, then releases), with the
+        // leaders' dissemination barrier between its two rounds.
+        let (local, i) = self.local();
+        let mut arrive = over(schedule::barrier_linear(local.len(), i), local);
+        if i != 0 {
+            return Some(arrive);
         }
-        let others = || local[1..].iter().copied();
-        s.push(
-            others()
-                .map(|peer| Comm::Recv { peer, region: e() })
-                .collect(),
-            vec![],
-        );
+        let release = Schedule {
+            tmp_len: 0,
+            rounds: arrive.rounds.split_off(arrive.rounds.len().min(1)),
+        };
         let leaders = self.leaders(None);
         let l = index(&leaders, self.me);
-        s = s.then(over(
-            schedule::barrier_dissemination(leaders.len(), l),
-            &leaders,
-        ));
-        s.push(
-            others()
-                .map(|peer| Comm::Send { peer, region: e() })
-                .collect(),
-            vec![],
-        );
-        Some(s)
+        let across = over(schedule::barrier_dissemination(leaders.len(), l), &leaders);
+        Some(arrive.then(across).then(release))
     }
 
     fn bcast(&self, root: usize, len: usize) -> Option<Schedule> {

@@ -209,7 +209,9 @@ impl RdmaModule {
     fn new_op(&mut self, buf: Vec<u8>, view: UserBuf, left: usize, get: bool) -> OpId {
         let id = RDMA_OP | self.next_op;
         self.next_op += 1;
-        if left > 0 {
+        // A get's entry keeps its result until polled; a put's lives only while a transfer
+        // reads its data.
+        if left > 0 || get {
             self.ops.insert(
                 id,
                 Op {
@@ -307,24 +309,14 @@ impl RdmaModule {
             return n;
         };
         let mut done = Vec::new();
-        self.in_flight.retain(|(token, x)| match rdma.test(*token) {
-            Some(r) => {
-                done.push((x.op, x.peer, x.seq, x.at, x.len, x.raddr, x.get, r));
-                false
+        for (token, x) in std::mem::take(&mut self.in_flight) {
+            match rdma.test(token) {
+                Some(r) => done.push((x, r)),
+                None => self.in_flight.push((token, x)),
             }
-            None => true,
-        });
+        }
         n += done.len();
-        for (op, peer, seq, at, len, raddr, get, r) in done {
-            let x = Xfer {
-                op,
-                peer,
-                seq,
-                at,
-                len,
-                raddr,
-                get,
-            };
+        for (x, r) in done {
             self.finished(&x, r);
         }
         n
@@ -411,19 +403,6 @@ impl OscModule for RdmaModule {
         let view = unsafe { UserBuf::from_mut_slice(&mut buf) };
         let runs = layout.runs.iter().filter(|r| r.1 > 0).count();
         let id = self.new_op(buf, view, runs, true);
-        if runs == 0 {
-            // Nothing to read: a result that is already complete.
-            self.ops.insert(
-                id,
-                Op {
-                    buf: Vec::new(),
-                    view: UserBuf::empty(),
-                    left: 0,
-                    get: true,
-                    error: None,
-                },
-            );
-        }
         self.queue(id, target, base, addr, layout, true);
         Ok(id)
     }
@@ -516,9 +495,16 @@ impl OscModule for RdmaModule {
         while let Some((from, bytes)) = port.recv() {
             n += 1;
             if bytes.first() == Some(&KEYS) {
-                match (Self::parse_keys(&bytes), self.peers.get_mut(from)) {
-                    (Some(p), Some(slot)) => *slot = p,
-                    _ => tracing::warn!(from, "osc-rdma: malformed keys message dropped"),
+                if let Some(slot) = self.peers.get_mut(from) {
+                    // Unreadable keys: osc-am's messages still reach the peer, and the
+                    // synchronizations waiting for its keys (`sync_done`) do not hang.
+                    *slot = Self::parse_keys(&bytes).unwrap_or_else(|| {
+                        tracing::warn!(
+                            from,
+                            "osc-rdma: malformed keys message: messages serve the peer"
+                        );
+                        Peer::Messages
+                    });
                 }
                 continue;
             }
@@ -855,6 +841,42 @@ mod tests {
         assert!(s.w.xfers.is_empty());
         assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
         assert_eq!(s.mem[1], [0; 8]);
+    }
+
+    #[test]
+    fn a_malformed_keys_message_leaves_the_peer_to_messages() {
+        let mut s = Sim::new(2, 8);
+        s.w.queues
+            .entry((1, 0))
+            .or_default()
+            .push_back(vec![KEYS, 1, 0xFF]);
+        s.run();
+        assert!(matches!(s.m[0].peers[1], Peer::Messages));
+        assert_eq!(
+            s.sync(0, SyncCall::LockAll { nocheck: false }),
+            Some(Ok(()))
+        );
+        s.m[0]
+            .put(1, 0, &Layout::contiguous(4), vec![1, 2, 3, 4])
+            .unwrap();
+        s.run();
+        assert!(s.w.xfers.is_empty(), "no RDMA without the peer's keys");
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+        assert_eq!(s.mem[1][..4], [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_get_of_no_bytes_completes_with_an_empty_result_and_no_transfer() {
+        let mut s = Sim::new(2, 8);
+        assert_eq!(
+            s.sync(0, SyncCall::LockAll { nocheck: false }),
+            Some(Ok(()))
+        );
+        let id = s.m[0].get(1, 0, &Layout::contiguous(0)).unwrap();
+        s.run();
+        assert!(s.w.xfers.is_empty());
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(Vec::new())));
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
     }
 
     #[test]

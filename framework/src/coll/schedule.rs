@@ -3,12 +3,12 @@
 //!
 //! Every algorithm is a pure function of (process count, rank, root, sizes) that returns a
 //! [`Schedule`]: rounds of concurrent sends and receives over byte regions, each followed by
-//! local steps (reductions, copies). The executor in `exec.rs` runs a schedule on a
-//! communicator; the unit tests at the bottom run the schedules of N simulated ranks against
-//! each other with in-memory FIFO channels, so every algorithm is checked for every process
-//! count without a transport.
+//! local steps (reductions, copies). The executor of the `rmca` crate (`coll/exec.rs`) runs a
+//! schedule on a communicator; the unit tests run the schedules of N simulated ranks against
+//! each other on the simulator of [`super::sim`], so every algorithm is checked for every
+//! process count without a transport.
 //!
-//! Layout conventions (the typed API in `mod.rs` adapts user buffers to them):
+//! Layout conventions (the typed API in `rmca`'s `coll/mod.rs` adapts user buffers to them):
 //! - bcast: `Work` holds the whole vector.
 //! - reduce, allreduce: `Send` is the caller's input and `Work` the result (the whole vector
 //!   in both; a non-root of reduce gets private space for its subtree's partial). `Work`

@@ -18,7 +18,7 @@ use crate::{Communicator, Error, Result, Src};
 /// Computes a [`Local::Reduce`] step `(dst, src, acc, src_first)`: `dst = src op acc` if
 /// `src_first`, else `acc op src`, where `acc` is the accumulated operand, `None` when it is
 /// `dst` itself (in place). Only called by reductions.
-pub(crate) type ReduceFn<'a> = &'a dyn Fn(&mut [u8], &[u8], Option<&[u8]>, bool);
+pub(crate) type ReduceFn<'a> = rmca_framework::coll::ReduceBytes<'a>;
 
 /// The three buffers of a schedule (see [`Buf`]), lent to the executor and the transfers it
 /// posts as raw views: a non-blocking collective keeps them across calls, and the executor

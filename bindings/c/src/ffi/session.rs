@@ -138,8 +138,9 @@ fn requested_level(info: Handle) -> MpiResult<c_int> {
 }
 
 /// Start the runtime for the sessions model if nothing started it yet, at the thread level
-/// `info` asks for.
+/// `info` asks for (a level that does not exist is refused even when a runtime runs).
 fn start_runtime(info: Handle) -> MpiResult<()> {
+    let level = requested_level(info)?;
     match state::phase() {
         Phase::Running => return Ok(()),
         Phase::Finalized if state::installed() => return Ok(()),
@@ -152,7 +153,6 @@ fn start_runtime(info: Handle) -> MpiResult<()> {
         Phase::Before if state::installed() => return Ok(()),
         Phase::Before => {}
     }
-    let level = requested_level(info)?;
     let universe = rmca::init().map_err(MpiError::from)?;
     let world = universe.world();
     // As MPI_Init does: MPI_COMM_SELF made once, collectively, now.

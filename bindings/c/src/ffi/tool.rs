@@ -306,6 +306,20 @@ unsafe fn out_indices(len: c_int, indices: *mut c_int, items: &[usize]) -> TResu
 
 // ---- Life cycle -------------------------------------------------------------------------
 
+/// The level `MPI_T_init_thread` provides for `required`: the highest level not above it (the
+/// ABI's levels are 0, 1024, 2048 and 4096, so a value between two is no level and a clamp
+/// would hand it back).
+fn provided_level(required: c_int) -> c_int {
+    [
+        MPI_THREAD_MULTIPLE,
+        MPI_THREAD_SERIALIZED,
+        MPI_THREAD_FUNNELED,
+    ]
+    .into_iter()
+    .find(|&l| required >= l)
+    .unwrap_or(MPI_THREAD_SINGLE)
+}
+
 /// `MPI_T_init_thread`: start (or count one more user of) the tool interface; callable
 /// before `MPI_Init` and after `MPI_Finalize`. Provides the level asked for, up to
 /// `MPI_THREAD_MULTIPLE`: the interface's own state is under one mutex, and what it reads of
@@ -343,7 +357,7 @@ pub unsafe extern "C" fn MPI_T_init_thread(required: c_int, provided: *mut c_int
             }
         }
         epoch();
-        let level = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_MULTIPLE);
+        let level = provided_level(required);
         // SAFETY: `provided` is null or the caller's int.
         unsafe { out(provided, level) };
         Ok(())
@@ -1221,4 +1235,29 @@ pub unsafe extern "C" fn MPI_T_source_get_timestamp(
         // SAFETY: the caller's MPI_Count.
         unsafe { out_required(timestamp, ns) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_provided_level_is_always_one_of_the_four() {
+        for l in [
+            MPI_THREAD_SINGLE,
+            MPI_THREAD_FUNNELED,
+            MPI_THREAD_SERIALIZED,
+            MPI_THREAD_MULTIPLE,
+        ] {
+            assert_eq!(provided_level(l), l);
+        }
+        assert_eq!(provided_level(-1), MPI_THREAD_SINGLE);
+        assert_eq!(provided_level(1), MPI_THREAD_SINGLE);
+        assert_eq!(provided_level(MPI_THREAD_FUNNELED + 1), MPI_THREAD_FUNNELED);
+        assert_eq!(
+            provided_level(MPI_THREAD_MULTIPLE - 1),
+            MPI_THREAD_SERIALIZED
+        );
+        assert_eq!(provided_level(i32::MAX), MPI_THREAD_MULTIPLE);
+    }
 }

@@ -1,0 +1,278 @@
+//! A POSIX shared-memory object agreed among the members of a group (a window's, a
+//! communicator's): member 0 creates it under a fresh name, the others open it by the name it
+//! broadcasts, every member maps it, and member 0 unlinks the name as soon as every member
+//! said it mapped it, so nothing is left in `/dev/shm` however the job ends (the kernel frees
+//! the memory when the last member unmaps it or dies). The agreement travels through the
+//! caller's own collectives ([`Agreement`]); a failure on any member fails the creation on
+//! every member. The only place osc-sm and coll-sm make these system calls.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of a segment name (NUL-terminated, so names are shorter).
+pub const NAME_LEN: usize = 64;
+
+/// The collectives a creation needs, over the group that shares the object.
+pub trait Agreement {
+    /// The caller's error (its transport failing).
+    type Error;
+    /// Broadcast `name` from member 0 to every member.
+    fn bcast_name(&mut self, name: &mut [u8; NAME_LEN]) -> Result<(), Self::Error>;
+    /// Is `ok` true on every member?
+    fn all(&mut self, ok: bool) -> Result<bool, Self::Error>;
+}
+
+/// Why a creation failed.
+#[derive(Debug)]
+pub enum CreateError<E> {
+    /// The agreement's own collective failed.
+    Agreement(E),
+    /// A system call failed here, or on another member (then the message says which step).
+    Os(String),
+}
+
+/// One member's mapping of the object: `len` bytes at `base`, unmapped when dropped. Other
+/// processes read and write it at any time: the owner's protocol says which bytes are whose.
+#[derive(Debug)]
+pub struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// Nothing mapped (a member with no bytes to share).
+    pub fn empty() -> Self {
+        Self {
+            base: std::ptr::null_mut(),
+            len: 0,
+        }
+    }
+
+    /// Create, map on every member and unlink a fresh zeroed object of `len` (> 0) bytes:
+    /// collective over `agree`; `me` is this member's index (0 creates it); `owner` names the
+    /// component and object in names and messages (e.g. "osc-sm", "window").
+    pub fn create<A: Agreement>(
+        agree: &mut A,
+        me: usize,
+        len: usize,
+        owner: &str,
+        object: &str,
+    ) -> Result<Self, CreateError<A::Error>> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let os_error = |what: &str| {
+            CreateError::Os(format!(
+                "{owner}: {what} the {object}'s {len}-byte shared segment in /dev/shm: {}",
+                std::io::Error::last_os_error()
+            ))
+        };
+        let mut name = [0u8; NAME_LEN];
+        let mut fd = -1;
+        let mut err = None;
+        if me == 0 {
+            let n = format!(
+                "/rmca-{owner}-{}-{}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            );
+            let n = &n.as_bytes()[..n.len().min(NAME_LEN - 1)];
+            name[..n.len()].copy_from_slice(n);
+            // SAFETY: `name` is NUL-terminated (at most NAME_LEN - 1 bytes written into zeros).
+            fd = unsafe {
+                libc::shm_open(
+                    name.as_ptr().cast(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                    0o600,
+                )
+            };
+            let sized = fd >= 0
+                && libc::off_t::try_from(len)
+                    // SAFETY: `fd` is the object just created.
+                    .is_ok_and(|l| unsafe { libc::ftruncate(fd, l) } == 0);
+            if !sized {
+                err = Some(os_error("creating"));
+            }
+        }
+        match agree.all(me != 0 || err.is_none()) {
+            Ok(true) => {}
+            Ok(false) => {
+                unlink_and_close(me, &name, fd);
+                return Err(err.unwrap_or_else(|| {
+                    CreateError::Os(format!(
+                        "{owner}: member 0 could not create the {object}'s shared segment"
+                    ))
+                }));
+            }
+            Err(e) => {
+                unlink_and_close(me, &name, fd);
+                return Err(CreateError::Agreement(e));
+            }
+        }
+        if let Err(e) = agree.bcast_name(&mut name) {
+            unlink_and_close(me, &name, fd);
+            return Err(CreateError::Agreement(e));
+        }
+        if me != 0 {
+            // Member 0 wrote fewer than NAME_LEN bytes; a foreign or short broadcast still
+            // leaves the last byte a terminator.
+            name[NAME_LEN - 1] = 0;
+            // SAFETY: `name` is NUL-terminated (its last byte is 0).
+            fd = unsafe { libc::shm_open(name.as_ptr().cast(), libc::O_RDWR, 0) };
+        }
+        let base = if fd >= 0 {
+            // SAFETY: maps `len` bytes of the object (its size, set by member 0), shared; the
+            // result is checked against MAP_FAILED below.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            }
+        } else {
+            libc::MAP_FAILED
+        };
+        let mapped = base != libc::MAP_FAILED;
+        if !mapped {
+            err = Some(os_error("mapping"));
+        }
+        if fd >= 0 {
+            // SAFETY: the descriptor opened above; the mapping stays without it.
+            unsafe { libc::close(fd) };
+        }
+        let mapping = if mapped {
+            Self {
+                base: base.cast(),
+                len,
+            }
+        } else {
+            Self::empty()
+        };
+        // Every member must have mapped it before the name goes, and it goes whatever happens.
+        let everyone = agree.all(mapped);
+        unlink_and_close(me, &name, -1);
+        match everyone {
+            Ok(true) => Ok(mapping),
+            Ok(false) => Err(err.unwrap_or_else(|| {
+                CreateError::Os(format!(
+                    "{owner}: a member could not map the {object}'s shared segment"
+                ))
+            })),
+            Err(e) => Err(CreateError::Agreement(e)),
+        }
+    }
+
+    /// The first mapped byte (null when nothing is mapped).
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Nothing mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the mapping made in `create`, unmapped once; the owners' references into
+            // it borrow the structure holding this mapping, so none outlives it.
+            unsafe { libc::munmap(self.base.cast(), self.len) };
+        }
+    }
+}
+
+/// Member 0 removes the name (a no-op on the others); `fd`, if open, is closed.
+fn unlink_and_close(me: usize, name: &[u8; NAME_LEN], fd: i32) {
+    if me == 0 && name[0] != 0 {
+        // SAFETY: a NUL-terminated name this process created.
+        unsafe { libc::shm_unlink(name.as_ptr().cast()) };
+    }
+    if fd >= 0 {
+        // SAFETY: a descriptor this process opened and has not closed.
+        unsafe { libc::close(fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One member: the agreement is trivial.
+    struct Alone;
+    impl Agreement for Alone {
+        type Error = ();
+        fn bcast_name(&mut self, _: &mut [u8; NAME_LEN]) -> Result<(), ()> {
+            Ok(())
+        }
+        fn all(&mut self, ok: bool) -> Result<bool, ()> {
+            Ok(ok)
+        }
+    }
+
+    /// A member whose collectives report another member's failure at the `fail_at`-th `all`
+    /// (1: creating, 2: mapping).
+    struct OthersFail {
+        fail_at: u32,
+        calls: u32,
+    }
+    impl Agreement for OthersFail {
+        type Error = ();
+        fn bcast_name(&mut self, _: &mut [u8; NAME_LEN]) -> Result<(), ()> {
+            Ok(())
+        }
+        fn all(&mut self, ok: bool) -> Result<bool, ()> {
+            self.calls += 1;
+            Ok(ok && self.calls != self.fail_at)
+        }
+    }
+
+    /// Names of `owner` left in /dev/shm by this process (each test has its own owner: the
+    /// tests run at once in one process).
+    fn leftovers(owner: &str) -> usize {
+        let me = format!("rmca-{owner}-{}-", std::process::id());
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&me))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn maps_zeroed_memory_and_leaves_no_name() {
+        let m = Mapping::create(&mut Alone, 0, 8192, "test-maps", "test").unwrap();
+        assert_eq!(m.len(), 8192);
+        // SAFETY: 8192 mapped bytes, this process's only reference.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(m.base(), m.len()) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        bytes[8191] = 7;
+        assert_eq!(
+            leftovers("test-maps"),
+            0,
+            "the name is unlinked once everyone mapped"
+        );
+    }
+
+    #[test]
+    fn a_failure_elsewhere_fails_here_and_unlinks() {
+        for (fail_at, says) in [(1, "could not create"), (2, "could not map")] {
+            let mut agree = OthersFail { fail_at, calls: 0 };
+            let e = Mapping::create(&mut agree, 0, 4096, "test-fails", "test").unwrap_err();
+            assert!(
+                matches!(&e, CreateError::Os(m) if m.contains(says)),
+                "{e:?}"
+            );
+            assert_eq!(leftovers("test-fails"), 0);
+        }
+    }
+}
