@@ -4,10 +4,12 @@
 # rmca-cc and run against its libmpi.so, at two round counts; the difference per round is
 # the cost of one operation and its flush (getbw: of one get, its share of the flush
 # included), what a run does once cancelling out. Only the MPI calls of the loop are counted.
-#   bench/osc-instructions.sh TARGET_DIR [TARGET_DIR...]
+# `ompi` and `mpich` in place of a TARGET_DIR count the peers' (Debian's Open MPI and MPICH,
+# the same program built with mpicc.openmpi / mpicc.mpich, run as a singleton).
+#   bench/osc-instructions.sh TARGET_DIR|ompi|mpich [...]
 #   LOOPS="put get" bench/osc-instructions.sh ...   a subset
 set -euo pipefail
-(($#)) || { echo "usage: osc-instructions.sh TARGET_DIR [TARGET_DIR...]" >&2; exit 2; }
+(($#)) || { echo "usage: osc-instructions.sh TARGET_DIR|ompi|mpich [...]" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "osc-instructions.sh: valgrind is not installed (scripts/install-deps.sh)" >&2; exit 2; }
 loops=${LOOPS:-put get getbw acc getacc fop cas acc64k acc64ki}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,7 +21,7 @@ count() { # LIBDIR BINARY ROUNDS LOOP
     toggles+=("--toggle-collect=$f" "--toggle-collect=P$f")
   done
   local out
-  out=$(LD_LIBRARY_PATH=$lib RMCA_MCA_btl=self valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+  out=$(LD_LIBRARY_PATH=$lib RMCA_MCA_btl=self OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
     "${toggles[@]}" "$bin" "$rounds" "$loop" 2>&1) || { echo "$out" >&2; exit 1; }
   sed -n 's/.*Collected : \([0-9]*\).*/\1/p' <<<"$out"
 }
@@ -28,11 +30,17 @@ for l in $loops; do printf '%10s' "$l"; done
 echo
 for dir in "$@"; do
   bin=$scratch/osc_calls.$RANDOM
-  "$dir/rmca-cc" -O2 "$here/osc_calls.c" -o "$bin"
+  case $dir in
+  ompi) mpicc.openmpi -O2 "$here/osc_calls.c" -o "$bin" ;;
+  mpich) mpicc.mpich -O2 "$here/osc_calls.c" -o "$bin" ;;
+  *) "$dir/rmca-cc" -O2 "$here/osc_calls.c" -o "$bin" ;;
+  esac
   printf '%-40s' "$dir"
   for l in $loops; do
     case $l in acc64k | acc64ki) small=2 large=12 per=1 ;; getbw) small=10 large=60 per=64 ;; *) small=100 large=1100 per=1 ;; esac
-    a=$(count "$dir" "$bin" $small "$l") b=$(count "$dir" "$bin" $large "$l")
+    lib=$dir
+    [[ $dir == ompi || $dir == mpich ]] && lib=
+    a=$(count "$lib" "$bin" $small "$l") b=$(count "$lib" "$bin" $large "$l")
     printf '%10s' "$(awk -v a="$a" -v b="$b" -v n=$(((large - small) * per)) 'BEGIN { printf "%.0f", (b - a) / n }')"
   done
   echo

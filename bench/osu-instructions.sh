@@ -8,11 +8,15 @@
 # window is sent before the receiver's Waitall, and only the window's MPI calls are counted
 # (the reply and the hand-over are not). Sender column: MPI_Isend x 64 + MPI_Waitall, per
 # message; receiver: MPI_Irecv x 64 + MPI_Waitall, per message; bibw: each rank does both.
+# STYLES lists how the windows are completed (bench/osu_window.c: waitall, testall,
+# waitsome, waitany, wait, test, each also with -ignore for MPI_STATUS(ES)_IGNORE); default
+# OSU's waitall; STYLES=all runs the twelve.
 # A runtime whose sends cannot complete before the receiver progresses (Open MPI's vader past
 # its fast boxes, MPICH) makes the peer wait out a 2 s timeout: such a row is marked
 # "(waited)", its counts hold spinning, not the cost.
 #   bench/osu-instructions.sh [SIZES]      default SIZES "1 8 64"
 #   RUNTIMES="rmca ompi" MODES=bw ROUNDS=20 bench/osu-instructions.sh 8
+#   STYLES="waitall waitall-ignore testall" bench/osu-instructions.sh 8
 #   RMCA_LIB=/tmp/old/target/release bench/osu-instructions.sh   rmca's program run on another
 #   build's libmpi.so (LD_LIBRARY_PATH; the program's RUNPATH is target/release)
 set -euo pipefail
@@ -22,6 +26,12 @@ sizes=${1:-1 8 64}
 runtimes=${RUNTIMES:-rmca ompi mpich}
 modes=${MODES:-bw bibw}
 rounds=${ROUNDS:-20}
+styles=${STYLES:-waitall}
+all_styles="waitall waitall-ignore testall testall-ignore waitsome waitsome-ignore waitany waitany-ignore wait wait-ignore test test-ignore"
+[[ $styles == all ]] && styles=$all_styles
+for st in $styles; do
+  [[ " $all_styles " == *" $st "* ]] || { echo "STYLES are some of: $all_styles (or all), not '$st'" >&2; exit 2; }
+done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2; }
 for s in $sizes; do
   [[ $s =~ ^[0-9]+$ ]] || { echo "sizes are byte counts (e.g. \"1 8 64\"), not '$s'" >&2; exit 2; }
@@ -52,10 +62,11 @@ launch() {
   esac
 }
 rank_var() { case $1 in ompi) echo OMPI_COMM_WORLD_RANK ;; *) echo PMI_RANK ;; esac; }
-echo "\$ bench/osu-instructions.sh $sizes  (RUNTIMES='$runtimes' MODES='$modes' ROUNDS=$rounds${RMCA_LIB:+ RMCA_LIB=$RMCA_LIB})"
+echo "\$ bench/osu-instructions.sh $sizes  (RUNTIMES='$runtimes' MODES='$modes' STYLES='$styles' ROUNDS=$rounds${RMCA_LIB:+ RMCA_LIB=$RMCA_LIB})"
 echo "commit: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + uncommitted changes'); $(date -u '+%Y-%m-%d %H:%M UTC'); load: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-5s %6s %-6s %16s %16s\n' mode size rt "rank0 instr/msg" "rank1 instr/msg"
+printf '%-5s %-15s %6s %-6s %16s %16s\n' mode style size rt "rank0 instr/msg" "rank1 instr/msg"
 for mode in $modes; do
+ for style in $styles; do
   for size in $sizes; do
     for rt in $runtimes; do
       d=$scratch/run
@@ -66,8 +77,8 @@ for mode in $modes; do
       [[ $rt == rmca && -n ${RMCA_LIB:-} ]] && env=(env "LD_LIBRARY_PATH=$RMCA_LIB")
       # shellcheck disable=SC2046 # the launcher line is words on purpose
       "${env[@]}" $(launch "$rt") valgrind --tool=callgrind --collect-atstart=no \
-        "--callgrind-out-file=$d/cg.%q{$rv}" "$scratch/ow_$rt" "$rounds" "$size" "$d/flags" "$mode" \
-        >"$d/out" 2>"$d/err" || { echo "$rt $mode $size failed:" >&2; tail -5 "$d/err" >&2; continue; }
+        "--callgrind-out-file=$d/cg.%q{$rv}" "$scratch/ow_$rt" "$rounds" "$size" "$d/flags" "$mode" "$style" \
+        >"$d/out" 2>"$d/err" || { echo "$rt $mode $style $size failed:" >&2; tail -5 "$d/err" >&2; continue; }
       cells=()
       for r in 0 1; do
         total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$d/cg.$r" | head -1)
@@ -77,7 +88,8 @@ for mode in $modes; do
         grep -q ": late" "$d/err" && cell="$cell (waited)"
         cells+=("$cell")
       done
-      printf '%-5s %6s %-6s %16s %16s\n' "$mode" "$size" "$rt" "${cells[0]}" "${cells[1]}"
+      printf '%-5s %-15s %6s %-6s %16s %16s\n' "$mode" "$style" "$size" "$rt" "${cells[0]}" "${cells[1]}"
     done
   done
+ done
 done

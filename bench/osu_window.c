@@ -8,7 +8,10 @@
  * receiver's Waitall. An MPI whose sends cannot complete before the receiver progresses makes
  * its peer wait out a timeout: the run says so on stderr ("late"), its counts then include
  * the waiting.
- *   osu_window ROUNDS SIZE FLAGFILE [bw|bibw]   (FLAGFILE: 4096 zero bytes) */
+ * STYLE says how both windows are completed: waitall (OSU's: MPI_Waitall with statuses),
+ * testall, waitsome, waitany, wait, test (each request in turn), each with statuses or, with
+ * "-ignore" appended (waitall-ignore, ...), with MPI_STATUS(ES)_IGNORE.
+ *   osu_window ROUNDS SIZE FLAGFILE [bw|bibw] [STYLE]   (FLAGFILE: 4096 zero bytes) */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <mpi.h>
@@ -39,9 +42,38 @@ static void await_step(int rank, int v) {
   }
 }
 
+enum Style { WAITALL, TESTALL, WAITSOME, WAITANY, WAIT, TEST, NSTYLES };
+static const char *const style_names[NSTYLES] = {"waitall", "testall", "waitsome",
+                                                 "waitany", "wait",    "test"};
+
+/* Complete the W requests of `req` in style `style`, statuses into `st` unless `ignore`. */
+static void complete(MPI_Request *req, MPI_Status *st, int style, int ignore) {
+  MPI_Status *sts = ignore ? MPI_STATUSES_IGNORE : st;
+  int flag = 0, done = 0, n, idx[W];
+  switch (style) {
+  case WAITALL: MPI_Waitall(W, req, sts); break;
+  case TESTALL:
+    while (!flag) MPI_Testall(W, req, &flag, sts);
+    break;
+  case WAITSOME:
+    for (; done < W; done += n) MPI_Waitsome(W, req, &n, idx, sts);
+    break;
+  case WAITANY:
+    for (int j = 0; j < W; j++) MPI_Waitany(W, req, &n, ignore ? MPI_STATUS_IGNORE : &st[j]);
+    break;
+  case WAIT:
+    for (int j = 0; j < W; j++) MPI_Wait(&req[j], ignore ? MPI_STATUS_IGNORE : &st[j]);
+    break;
+  case TEST:
+    for (int j = 0; j < W; j++)
+      for (flag = 0; !flag;) MPI_Test(&req[j], &flag, ignore ? MPI_STATUS_IGNORE : &st[j]);
+    break;
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: osu_window ROUNDS SIZE FLAGFILE [bw|bibw]\n");
+    fprintf(stderr, "usage: osu_window ROUNDS SIZE FLAGFILE [bw|bibw] [STYLE]\n");
     return 2;
   }
   MPI_Init(&argc, &argv);
@@ -54,6 +86,22 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   int bibw = argc > 4 && strcmp(argv[4], "bibw") == 0;
+  int style = -1, ignore = 0;
+  const char *sname = argc > 5 ? argv[5] : "waitall";
+  size_t sl = strlen(sname);
+  if (sl > 7 && strcmp(sname + sl - 7, "-ignore") == 0) {
+    ignore = 1;
+    sl -= 7;
+  }
+  for (int k = 0; k < NSTYLES; k++)
+    if (strlen(style_names[k]) == sl && strncmp(sname, style_names[k], sl) == 0) style = k;
+  if (style < 0) {
+    fprintf(stderr,
+            "osu_window: STYLE is waitall, testall, waitsome, waitany, wait or test, optionally "
+            "with -ignore (got %s)\n",
+            sname);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   int fd = open(argv[3], O_RDWR);
   if (fd < 0) { perror(argv[3]); MPI_Abort(MPI_COMM_WORLD, 2); }
   flags = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -76,14 +124,14 @@ int main(int argc, char **argv) {
     if (on) CALLGRIND_TOGGLE_COLLECT;
     if (send) {
       for (int j = 0; j < W; j++) MPI_Isend(s, size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &sreq[j]);
-      MPI_Waitall(W, sreq, sst);
+      complete(sreq, sst, style, ignore);
     }
     if (on) CALLGRIND_TOGGLE_COLLECT;
     set_step(rank, ++step);
     await_step(peer, step);
     /* 3: window received, reply */
     if (on) CALLGRIND_TOGGLE_COLLECT;
-    if (recv) MPI_Waitall(W, rreq, rst);
+    if (recv) complete(rreq, rst, style, ignore);
     if (on) CALLGRIND_TOGGLE_COLLECT;
     if (rank == 1) MPI_Send(s, 4, MPI_CHAR, 0, 101, MPI_COMM_WORLD);
     else MPI_Recv(r, 4, MPI_CHAR, 1, 101, MPI_COMM_WORLD, MPI_STATUS_IGNORE);

@@ -33,7 +33,8 @@ tables=(
   "osu-windowed|peers|rmca-bench osu_bw,osu_bibw,osu_mbw_mr --min 1 --max 1m --runs 5 --iters 100 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
   "osu-latency|peers|rmca-bench latency --min 1 --max 1m --runs 5 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
   "c-instructions|valgrind|bench/instructions.sh target/release"
-  "osu-instructions|valgrind,peers|bench/osu-instructions.sh '1 2 4 8 16 32 64'"
+  "osu-instructions|valgrind,peers|RUNTIMES='rmca ompi' MODES=bw STYLES=all bench/osu-instructions.sh '1 8 2048'"
+  "osu-binaries-small|peers,dir:/tmp/osu|BENCHES='osu_bw osu_bibw osu_mbw_mr' MAXSIZE=2048 bench/osu-peers.sh /tmp/osu /tmp/osu-peers 9 2>&1 | sed -n '/^# osu_/,\$p'"
   "dr-ud|rxd|rmca-bench latency,bw --conf dr+ud --peers rxd,udp --runs 5 --min 8 --max 1m"
   "ud-reliability|rxd|rmca-bench --suite seed003-lat --timeout 60"
   "ud-scaling|peers|rmca-bench allconn --procs 2,4,8,16 --mem --runs 3 --conf rc --conf rc+srq --conf ud --peers ompi-vader,mpich --ratio ud/ompi-vader --ratio ud/mpich --timeout 120"
@@ -46,7 +47,17 @@ tables=(
   "first-messages|peers|first_messages 3"
   "osc-osu|peers,dir:/tmp/oscsm-osu/src|osc_osu /tmp/oscsm-osu/src 2"
   "osu-coll|peers,dir:/tmp/osu|ITERS=200 MAXSIZE=16384 RUNTIMES='rmca rmca-base ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/osu-coll 2"
+  "coll-sm-2ranks|peers,dir:/tmp/osu,dir:/tmp/collsm-before|RMCA2_LIB=/tmp/collsm-before ITERS=1000 RANKS=2 MAXSIZE=8192 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 rmca-base ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/collsm-osu 5"
+  "coll-sm-4ranks|peers,dir:/tmp/osu,dir:/tmp/collsm-before|RMCA2_LIB=/tmp/collsm-before ITERS=300 RANKS=4 MAXSIZE=8192 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 rmca-base ompi ompi-han' bench/osu-coll-peers.sh /tmp/osu /tmp/collsm-osu 5"
   "osu-overlap|peers,dir:/tmp/osu|SIZES=1024:1048576 ITERS=100 bench/osu-overlap.sh /tmp/osu /tmp/osu-overlap 3"
+  "fortran-instructions|valgrind|fortran_instructions"
+  "fortran-timed|-|bench/fortran/compare.sh 31"
+  "mt-rate|peers,dir:/tmp/t30|bench/mt-rate-peers.sh 2 /tmp/t30"
+  "sim-failover|-|rmca-sim failover --procs 2,16,128,1024,4096 --plot bench/sim/failover.svg"
+  "sim-failover-validation|manual|rmca-faults --sweep kill (as root), then rmca-sim failover --job: the block says how"
+  "sim-alltoall-folding|-|rmca-sim alltoall --method both --procs 2,8,32,128,512,1024"
+  "sim-alltoall|-|rmca-sim alltoall --method folded --procs 2,8,32,128,512,1024,2048,4096,8192,16384 --plot bench/sim/alltoall.svg"
+  "dr-variants|root|rmca-faults --sweep loss --points 0,0.01,0.05,0.1 --transports 'selective:dr+ud,vfrag:dr+ud[pml_dr_ack_policy=vfrag],cumulative:dr+ud[pml_dr_ack_policy=cumulative],immediate:dr+ud[pml_dr_ack_policy=immediate],fixed-rto:dr+ud[pml_dr_rto_policy=fixed,pml_dr_rto_fixed_us=10000]' --lat-iters 200 --bw-bytes 1m --timeout 90 --seed 1 --prefix rfv --plot bench/faults/variants 2>&1 | grep -v '^rmca-faults:'"
 )
 
 # The driver of the first-messages table: bench/first_messages.c built with each MPI's wrapper
@@ -64,6 +75,16 @@ first_messages() {
     echo "# round $r: MPICH"; mpiexec.mpich -n 2 "$tmp/mpich"
   done
   rm -rf "$tmp"
+}
+
+# The driver of the fortran-instructions table: bench/fortran/instructions.sh on this build's
+# libmpi, libmpifort and mpi_f08.mod (it takes directories holding the three).
+fortran_instructions() {
+  local dir
+  dir=$(mktemp -d /tmp/rmca-fortran.XXXXXX)
+  ln -s "$bin/libmpi.so" "$bin/libmpifort.so" "$bin/fortran/mpi_f08.mod" "$dir/"
+  bash bench/fortran/instructions.sh "$dir" | sed "s|$dir|target/release|"
+  rm -rf "$dir"
 }
 
 # The driver of the osc-osu table: OSU 7.4's nine one-sided programs (SRC: the src directory

@@ -86,10 +86,13 @@ if [[ ! -f $B/config.status ]]; then
     [[ $IMPL == rmca ]] && CC="$CC -mpi-fortran"
   fi
   # Only the C (and, when asked, Fortran) tests of the standard (strict: no MPICH
-  # extensions); no I/O, spawn, RMA,
-  # partitioned, threads or MPICH's per-algorithm collective variants (not run here).
+  # extensions); no I/O, spawn, partitioned, threads or MPICH's per-algorithm collective
+  # variants (not run here). RMA only when DIRS has rma: the tree's window helpers
+  # (MTestGetWin, used by rma/winname and fkeyvalwin) are compiled only then.
+  RMA=--disable-rma
+  [[ " $DIRS " == *" rma "* ]] && RMA=--enable-rma
   (cd "$B" && nice -n 10 ./configure MPICC="$CC" CC="$CC" "${FORTRAN[@]}" --disable-cxx --disable-io \
-      --disable-spawn --disable-namepub --disable-rma --disable-part --disable-threadcomm \
+      --disable-spawn --disable-namepub "$RMA" --disable-part --disable-threadcomm \
       --disable-ft-tests --disable-perftest --disable-collalgo-tests $THREADS \
       --enable-strictmpi >"$B.configure.log" 2>&1) || { tail -30 "$B.configure.log"; exit 1; }
 fi

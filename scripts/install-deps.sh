@@ -19,6 +19,7 @@ pkgs=(
   valgrind python3              # scripts/miri.sh's fallback when no Miri can be installed
   python3-venv python3-dev      # conformance/mpi4py.sh: a venv, and Python.h to build mpi4py
   gfortran cmake                # the MPI Fortran interface (bindings/fortran) and its tests: FindMPI (tests/tests/fortran.rs)
+  libfabric-bin                 # fi_pingpong: the rxd peer of rmca-faults (tests/tests/faults_sweep.rs)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(libfabric-bin hwloc)

@@ -11,6 +11,8 @@ export RMCA_TESTS_REQUIRE=1
 # The fuzz targets (tests/fuzz.rs of pml-dr and pml-ob1, the cargo-fuzz bodies on stable) run
 # inside `cargo test` for this many seconds each.
 export RMCA_FUZZ_SECS=${RMCA_FUZZ_SECS:-15}
+# A clean clone gains nothing from incremental state, which doubles the debug target's size.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 bash scripts/install-deps.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

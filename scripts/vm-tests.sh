@@ -12,7 +12,8 @@
 # suite failed.
 # The `jobs` suite runs multi-process jobs through rmca-run in the guest on the rdma provider:
 # dr over ud (stress, every byte checked), dr failing over from a black-holed ud to rc, ob1 over
-# rc with combined per-peer and shared receive queues and eager RDMA, and four striped QPs.
+# rc with combined per-peer and shared receive queues and eager RDMA, four striped QPs, and
+# osc rdma (tests/c/rma.c, every put and get by rc's RDMA).
 # usage: scripts/vm-tests.sh [verbs|btl-ud|btl-rc|jobs ...]   (default: all four)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -96,6 +97,13 @@ if [[ " ${suites[*]} " == *" jobs "* ]]; then
   for b in rmca-run rc_check examples/stress; do
     cp "$ROOT/target/vm-rdma/release/$b" "$VM_DIR/bin/jobs/" || { echo "FAILED: no $b"; exit 1; }
   done
+  # The C library with the rdma provider, and tests/c/rma.c built against it (rmca-cc links
+  # the libmpi.so beside it, rpath included) for the osc-rdma job.
+  CARGO_TARGET_DIR="$ROOT/target/vm-rdma" cargo build --release --locked --features rmca/rdma \
+    -p rmca -p rmca-mpi-lib -p rmca-cc ||
+    { echo "FAILED: could not build the rdma C library"; exit 1; }
+  "$ROOT/target/vm-rdma/release/rmca-cc" -std=c11 -I"$ROOT/tests/c" "$ROOT/tests/c/rma.c" \
+    -o "$VM_DIR/bin/jobs/rma" || { echo "FAILED: could not build tests/c/rma.c"; exit 1; }
   cat >>"$guest" <<GUEST
 J=$VM_DIR/bin/jobs
 # A job passes when it exits 0 and its output has every expected line (grep -c >= count).
@@ -125,6 +133,10 @@ job ob1+rc-srq-eager-rdma "btl.rc.(eager_rdma_sent|srq_buffers_posted) +[1-9]" 2
 job ob1+rc-striping "btl.rc.stripes_sent +[1-9]" 1 -n 2 --mca btl rc,self \$RD \\
   --mca btl_rc_qps_per_peer 4 --mca btl_rc_qp_policy striping --mca btl_rc_stripe_threshold 4k \\
   --mca profile 1 "\$J/rc_check" alltoall,large
+# osc rdma over rc's verbs RDMA (issue 29): every call of tests/c/rma.c, every put and get by
+# RDMA (small limit 0), the merged profile proving both moved.
+job osc-rdma-rc "ok rma:|pml.ob1.osc_rdma_(puts|gets) +[1-9]" 3 -n 2 --mca pml ob1 --mca osc rdma \
+  --mca osc_rdma_small_limit 0 --mca btl rc,self \$RD --mca profile 1 "\$J/rma"
 GUEST
 fi
 echo 'exit $failed' >>"$guest"

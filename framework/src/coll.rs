@@ -167,10 +167,23 @@ pub trait CollModule: fmt::Debug {
 /// `Reduce`).
 pub type ReduceBytes<'a> = &'a dyn Fn(&mut [u8], &[u8], Option<&[u8]>, bool);
 
-/// A direct collective failed (its set-up, or the communicator's transport while it waited).
+/// A direct collective failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct DirectError(pub String);
+pub enum DirectError {
+    /// A member's process died before it did its part (the collective cannot complete);
+    /// MPI's "process failed" class.
+    #[error("communicator rank {rank} failed during the collective: {reason}")]
+    PeerFailed {
+        /// The dead member's rank in the communicator.
+        rank: usize,
+        /// How its death was seen.
+        reason: String,
+    },
+    /// A set-up collective by messages (over [`DirectEnv`]) failed: the communicator's
+    /// transport error, as text (the environment keeps the error itself).
+    #[error("{0}")]
+    Setup(String),
+}
 
 /// What a module running collectives itself ([`DirectColl`]) needs from its communicator.
 pub trait DirectEnv {

@@ -793,6 +793,12 @@ pub trait OscComponent: crate::base::Component {
     /// Can this component serve a window of this shape?
     fn query(&self, config: &WinConfig, params: &ParamStore) -> bool;
 
+    /// Why [`OscComponent::query`] refuses a window of this shape, for the user: the error
+    /// when no allowed component serves a window gives each refusing one's own reason.
+    fn refusal(&self, _config: &WinConfig, _params: &ParamStore) -> Option<String> {
+        None
+    }
+
     /// The module of a window whose own memory is `memory` (empty for a dynamic window).
     fn create(
         &self,

@@ -887,6 +887,21 @@ impl ParamStore {
         }
     }
 
+    /// Resolve `specs` with `settings` (full parameter names and values, taken as if each
+    /// were set in the environment), reading no file and not the process's environment: the
+    /// store a component's own tests build from its registration.
+    pub fn with_settings(
+        specs: Vec<ParamSpec>,
+        settings: &[(&str, &str)],
+    ) -> Result<Self, Vec<ParamError>> {
+        let env = settings
+            .iter()
+            .map(|(name, value)| (format!("RMCA_MCA_{name}"), (*value).to_owned()))
+            .collect();
+        let raw = RawSources::from_parts(None, None, false, env, vec![]).map_err(|e| vec![e])?;
+        Self::resolve(specs, &raw)
+    }
+
     /// All entries, sorted by name.
     pub fn entries(&self) -> impl Iterator<Item = &ParamEntry> {
         self.entries.values()

@@ -114,6 +114,21 @@ pub enum StatusError {
     /// The request was cancelled.
     #[error("request cancelled")]
     Cancelled,
+    /// The message arrived intact (its checksums verified on arrival) but the receive buffer
+    /// does not hold what was copied into it, even after a second copy: this process's
+    /// memory is corrupt (or something else writes the buffer). Not the peer's fault: the
+    /// peer stays reachable and a retransmission would not help.
+    #[error(
+        "message from rank {peer}: end-to-end checksum of {fragments} fragment(s) still wrong \
+         in the receive buffer after copying them twice from the verified staging buffer \
+         (memory corruption in this process, or the buffer written during the receive)"
+    )]
+    Corrupted {
+        /// The sender of the message.
+        peer: Rank,
+        /// How many fragments stayed wrong.
+        fragments: usize,
+    },
 }
 
 /// The outcome of a completed request (or of a probe).

@@ -214,6 +214,8 @@ impl Communicator {
             })
     }
 
+    // Inlined: the status of every completed operation is translated here.
+    #[inline]
     fn comm_rank_of(&self, world: Rank) -> usize {
         if self.inner.identity {
             return world as usize;
@@ -225,6 +227,9 @@ impl Communicator {
         self.inner.context + 1
     }
 
+    // Inlined: every completed operation's status passes here (callgrind: 23 instructions
+    // per message as a call in OSU's window).
+    #[inline]
     fn to_status(&self, st: &pml::Status) -> Status {
         Status {
             source: self.comm_rank_of(st.source),

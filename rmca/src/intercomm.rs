@@ -107,20 +107,38 @@ fn refused_length(e: Error, what: &'static str, max: usize) -> Error {
 }
 
 /// The leader's part of `MPI_Intercomm_create`: swap (local context, group) with the remote
-/// leader over `peer`'s collective context. The remote group is received into room for
-/// the whole job (its length from the message, never from a count the peer sent), then
-/// checked: 1 to `job` world ranks, each in range and once.
+/// leader over `peer`'s collective context. `group` is `None` when this group refused the
+/// call (bad or inconsistent arguments): the header then says so and nothing more is sent,
+/// and the remote leader, told, fails its group too instead of waiting for this one.
+///
+/// In three steps, the same on both leaders whatever either finds, so neither leaves a
+/// message behind or waits for one that never comes: headers `[accepted, context, size]`;
+/// if both accepted, the groups; then each leader's verdict on what it received. The remote
+/// group is received into room for the whole job (its length from the message, never from
+/// a count the peer sent), then checked: 1 to `job` world ranks, each in range and once.
 fn exchange_group(
     peer: &Communicator,
     remote_leader: usize,
     tag: i32,
     context: ContextId,
-    group: &[Rank],
+    group: Option<&[Rank]>,
     job: u64,
 ) -> Result<(u64, Vec<Rank>)> {
     let what = "intercomm_create: the remote group";
-    let mine = [u64::from(context), group.len() as u64];
-    let mut head = [0u64; 2];
+    let header = "intercomm_create: the remote leader's header";
+    if remote_leader >= peer.size() {
+        // Nobody to tell: the remote group cannot be reached from here.
+        return Err(Error::BadRank {
+            rank: remote_leader,
+            size: peer.size(),
+        });
+    }
+    let mine = [
+        u64::from(group.is_some()),
+        u64::from(context),
+        group.map_or(0, |g| g.len() as u64),
+    ];
+    let mut head = [0u64; 3];
     let st = peer.sendrecv_bytes(
         (bytemuck::cast_slice(&mine), remote_leader, tag),
         (
@@ -131,53 +149,81 @@ fn exchange_group(
         peer.coll_context(),
         CommPattern::Collective,
     );
-    let st =
-        st.map_err(|e| refused_length(e, "intercomm_create: the remote leader's header", 2))?;
-    if st.bytes != 16 {
+    // A malformed header comes from a process not running this protocol: nothing keeps it
+    // in step, so the error is returned at once.
+    let st = st.map_err(|e| refused_length(e, header, 3))?;
+    if st.bytes != 24 {
         return Err(AgreementError::BadLength {
-            what: "intercomm_create: the remote leader's header",
+            what: header,
             got: st.bytes as u64,
-            max: 16,
-            why: "bytes: the remote context and group size, exactly",
+            max: 24,
+            why: "bytes: the accepted flag, the remote context and group size, exactly",
         }
         .into());
+    }
+    let Some(group) = group else {
+        return Err(Error::InvalidArgument(
+            "intercomm_create: this group refused the call (the remote group was told)".into(),
+        ));
+    };
+    if head[0] != 1 {
+        return Err(Error::InvalidArgument(
+            "intercomm_create: the remote group refused the call (a bad or inconsistent local_leader or tag there; its processes' errors name it)".into(),
+        ));
     }
     let mut remote = vec![0 as Rank; job as usize];
-    let st = peer
-        .sendrecv_bytes(
-            (bytemuck::cast_slice(group), remote_leader, tag),
-            (
-                bytemuck::cast_slice_mut(&mut remote),
-                Src::Rank(remote_leader),
-                tag,
-            ),
-            peer.coll_context(),
-            CommPattern::Collective,
-        )
-        .map_err(|e| refused_length(e, what, (job as usize).div_ceil(2)))?;
-    let n = st.bytes / std::mem::size_of::<Rank>();
-    if n == 0 || head[1] != n as u64 {
-        return Err(AgreementError::BadLength {
-            what,
-            got: head[1],
-            max: job,
-            why: "processes: the header's count must be the members sent, at least 1",
-        }
-        .into());
+    let got = peer.sendrecv_bytes(
+        (bytemuck::cast_slice(group), remote_leader, tag),
+        (
+            bytemuck::cast_slice_mut(&mut remote),
+            Src::Rank(remote_leader),
+            tag,
+        ),
+        peer.coll_context(),
+        CommPattern::Collective,
+    );
+    let checked = got
+        .map_err(|e| refused_length(e, what, (job as usize).div_ceil(2)))
+        .and_then(|st| {
+            let n = st.bytes / std::mem::size_of::<Rank>();
+            if n == 0 || head[2] != n as u64 {
+                return Err(AgreementError::BadLength {
+                    what,
+                    got: head[2],
+                    max: job,
+                    why: "processes: the header's count must be the members sent, at least 1",
+                }
+                .into());
+            }
+            remote.truncate(n);
+            let wide: Vec<u64> = remote.iter().map(|&w| u64::from(w)).collect();
+            check_ranks(what, &wide, job)?;
+            if head[1] > u64::from(ContextId::MAX) {
+                return Err(AgreementError::BadLength {
+                    what: "intercomm_create: the remote leader's context",
+                    got: head[1],
+                    max: u64::from(ContextId::MAX),
+                    why: "a context id",
+                }
+                .into());
+            }
+            Ok((head[1], remote))
+        });
+    // The verdicts: a leader that refused the other's group makes both groups fail.
+    let verdict = swap_words(
+        peer,
+        remote_leader,
+        tag,
+        peer.coll_context(),
+        &[u64::from(checked.is_ok())],
+    );
+    let got = checked?;
+    match verdict?[..] {
+        [1] => Ok(got),
+        _ => Err(Error::InvalidArgument(
+            "intercomm_create: the remote leader refused the group this one sent (its error names why)".into(),
+        )),
     }
-    remote.truncate(n);
-    let wide: Vec<u64> = remote.iter().map(|&w| u64::from(w)).collect();
-    check_ranks(what, &wide, job)?;
-    if head[0] > u64::from(ContextId::MAX) {
-        return Err(AgreementError::BadLength {
-            what: "intercomm_create: the remote leader's context",
-            got: head[0],
-            max: u64::from(ContextId::MAX),
-            why: "a context id",
-        }
-        .into());
-    }
-    Ok((head[0], remote))
 }
 
 /// The leader's part of a constructor's agreement round between two groups: swap `words`
@@ -213,6 +259,71 @@ fn swap_words(
         .into());
     }
     Ok(theirs)
+}
+
+/// The `local_leader` and `tag` a group's processes passed to `intercomm_create`, as their
+/// ranges over the group: one allreduce (maximum) of each value and of its complement
+/// gives both ends, and all passed the same iff they meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CreateArgs {
+    ll_min: u64,
+    ll_max: u64,
+    tag_min: u32,
+    tag_max: u32,
+}
+
+impl CreateArgs {
+    /// This process's contribution to the allreduce (maximum).
+    fn words(local_leader: usize, tag: i32) -> [u64; 4] {
+        let (ll, t) = (local_leader as u64, u64::from(tag as u32));
+        [ll, !ll, t, !t]
+    }
+
+    /// The ranges from the allreduce's maxima.
+    fn from_maxima(m: [u64; 4]) -> Self {
+        Self {
+            ll_min: !m[1],
+            ll_max: m[0],
+            tag_min: !m[3] as u32,
+            tag_max: m[2] as u32,
+        }
+    }
+
+    /// This process's error, if the group refuses the call: its own bad argument, else the
+    /// group's disagreement (every process of the group gets one, as the ranges are the same
+    /// on each).
+    fn refusal(&self, local_leader: usize, tag: i32, size: usize) -> Option<Error> {
+        if local_leader >= size {
+            return Some(Error::BadRank {
+                rank: local_leader,
+                size,
+            });
+        }
+        if tag < 0 {
+            return Some(Error::BadTag(tag));
+        }
+        if self.ll_min != self.ll_max || self.tag_min != self.tag_max {
+            let (a, b) = (self.tag_min as i32, self.tag_max as i32);
+            return Some(Error::InvalidArgument(format!(
+                "intercomm_create: the processes of the local group passed different arguments (local_leader from {} to {}, tag from {} to {}); each must pass the same",
+                self.ll_min,
+                self.ll_max,
+                a.min(b),
+                a.max(b)
+            )));
+        }
+        None
+    }
+
+    /// Whether this process, in a group that refused, tells the remote leader (so the other
+    /// group fails too instead of waiting for this one): the process at the lowest
+    /// local_leader passed, if it named itself. `peer` and `remote_leader` are significant
+    /// at the leader only (MPI-4.1 §7.6.2): a process that passed another leader, or none in
+    /// range, may hold anything there, even a process of its own group. It needs a tag it
+    /// could use too. At most one process of a group tells.
+    fn tells_remote(&self, local_leader: usize, tag: i32, rank: usize) -> bool {
+        local_leader as u64 == self.ll_min && local_leader == rank && tag >= 0
+    }
 }
 
 impl Communicator {
@@ -311,6 +422,14 @@ impl Communicator {
     /// leaders' messages travel on `peer`'s collective context (in a band of tags no
     /// collective uses), so no receive or probe of the program on `peer` can take them,
     /// and everything read from the other leader is checked before it is used.
+    ///
+    /// Every process of a group must pass the same `local_leader` and `tag`: the group
+    /// agrees on them first, and a bad or inconsistent one is an error on all of its
+    /// processes and, when a process named itself the leader, on the other group's too
+    /// (told by it, rather than left waiting for this group). A group with no process that
+    /// named itself (every one passed a `local_leader` out of range), a leader's negative
+    /// tag, or a `remote_leader` outside `peer`, cannot reach the other group: MPI makes
+    /// `peer` and `remote_leader` significant at the leader only.
     pub fn intercomm_create(
         &self,
         local_leader: usize,
@@ -319,18 +438,33 @@ impl Communicator {
         tag: i32,
     ) -> Result<Communicator> {
         self.refuse_inter("Communicator::intercomm_create (as the local communicator)")?;
-        if local_leader >= self.size() {
-            return Err(Error::BadRank {
-                rank: local_leader,
-                size: self.size(),
-            });
-        }
-        if tag < 0 {
-            return Err(Error::BadTag(tag));
+        let job = self.job_size()?;
+        // Every process of the group must pass the same local_leader and tag (MPI-4.1
+        // §7.6.2): agreed first among the group, so a bad or inconsistent argument is an
+        // error on every process, never one process returning while the rest wait.
+        let mut agreed = [0u64; 4];
+        self.allreduce(&CreateArgs::words(local_leader, tag), &mut agreed, Op::Max)?;
+        let args = CreateArgs::from_maxima(agreed);
+        if let Some(e) = args.refusal(local_leader, tag, self.size()) {
+            if args.tells_remote(local_leader, tag, self.rank()) {
+                let told = exchange_group(
+                    peer,
+                    remote_leader,
+                    ctor_tag(tag),
+                    self.inner.context,
+                    None,
+                    job,
+                );
+                if let Err(x) = told {
+                    tracing::debug!(
+                        "intercomm_create: telling the remote leader of the refusal: {x}"
+                    );
+                }
+            }
+            return Err(e);
         }
         let ctag = ctor_tag(tag);
         let leader = self.rank() == local_leader;
-        let job = self.job_size()?;
         // The leader reads the other group; every process gets it or the same error.
         let got = if leader {
             exchange_group(
@@ -338,7 +472,7 @@ impl Communicator {
                 remote_leader,
                 ctag,
                 self.inner.context,
-                &self.inner.group,
+                Some(&self.inner.group),
                 job,
             )
         } else {
@@ -488,6 +622,22 @@ impl Communicator {
         Ok(w)
     }
 
+    /// Settle a step between the groups: `mine` is this group's verdict on what it received
+    /// (the same on each of its processes: they checked the same words). The leaders swap
+    /// the verdicts, so a group that refused makes the other fail too, and both stay in
+    /// step: neither goes on to a later round (a context agreement) waiting for a group
+    /// that has returned.
+    fn settle<T>(&self, mine: Result<T>, what: &'static str) -> Result<T> {
+        let theirs = self.leader_swap(&[u64::from(mine.is_ok())], 1, what);
+        let v = mine?;
+        match theirs?[..] {
+            [1] => Ok(v),
+            _ => Err(Error::InvalidArgument(format!(
+                "{what}: the remote group refused what this group sent (its processes' errors name why)"
+            ))),
+        }
+    }
+
     /// Context ids agreed by both groups of this intercommunicator (`want` of them; none
     /// taken unless `member`).
     fn inter_contexts(&self, want: usize, member: bool) -> Result<Vec<Lease>> {
@@ -536,20 +686,22 @@ impl Communicator {
         crate::coll::allgather_into(&local, &mine, bytemuck::cast_slice_mut(&mut all))?;
         let table: Vec<u64> = all.iter().flatten().map(|&v| v as u64).collect();
         // (color, key) of each remote process: exactly that many words.
-        let theirs = self.leader_swap(
-            &table,
-            2 * self.size(),
-            "intercommunicator split: the remote group's colors",
-        )?;
-        if theirs.len() != 2 * self.size() {
-            return Err(AgreementError::BadLength {
-                what: "intercommunicator split: the remote group's colors",
-                got: theirs.len() as u64,
-                max: 2 * self.size() as u64,
-                why: "two words per process of the remote group, exactly",
-            }
-            .into());
-        }
+        let what = "intercommunicator split: the remote group's colors";
+        let theirs = self
+            .leader_swap(&table, 2 * self.size(), what)
+            .and_then(|theirs| {
+                if theirs.len() != 2 * self.size() {
+                    return Err(AgreementError::BadLength {
+                        what,
+                        got: theirs.len() as u64,
+                        max: 2 * self.size() as u64,
+                        why: "two words per process of the remote group, exactly",
+                    }
+                    .into());
+                }
+                Ok(theirs)
+            });
+        let theirs = self.settle(theirs, what)?;
         let members = |color: u32, entries: &mut dyn Iterator<Item = (i64, i64)>| -> Vec<usize> {
             let mut m: Vec<(i64, usize)> = entries
                 .enumerate()
@@ -590,35 +742,57 @@ impl Communicator {
     pub(crate) fn inter_create(&self, group: &Group) -> Result<Option<Communicator>> {
         let local = self.local("create")?.clone();
         let members = group.world_ranks();
-        let outside = members.iter().find(|w| !local.inner.group.contains(w));
+        // Every process of the local group must pass the same group: agreed among them (the
+        // maxima of a hash and of its complement are equal everywhere iff the hashes are).
+        let words: Vec<u8> = members.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let h = fnv(0xcbf2_9ce4_8422_2325, &words);
+        let mut agreed = [0u64; 2];
+        local.allreduce(&[h, !h], &mut agreed, Op::Max)?;
+        let refusal = if agreed[0] != !agreed[1] {
+            Some(Error::InvalidArgument(
+                "Communicator::create on an intercommunicator: the processes of the local group passed different groups; each must pass the same".into(),
+            ))
+        } else {
+            members
+                .iter()
+                .find(|w| !local.inner.group.contains(w))
+                .map(|w| {
+                    Error::InvalidArgument(format!(
+                        "Communicator::create on an intercommunicator: world rank {w} of the group is not in the local group"
+                    ))
+                })
+        };
         // [1, members...], or [0] for a group refused here: the remote group learns of the
         // refusal and fails too, rather than wait in the agreement below for this group.
-        let mut table = vec![u64::from(outside.is_none())];
-        if outside.is_none() {
+        let mut table = vec![u64::from(refusal.is_none())];
+        if refusal.is_none() {
             table.extend(members.iter().map(|&w| u64::from(w)));
         }
         let what = "intercommunicator create: the remote subgroup";
-        let theirs = self.leader_swap(&table, 1 + self.size(), what)?;
-        if let Some(w) = outside {
-            return Err(Error::InvalidArgument(format!(
-                "Communicator::create on an intercommunicator: world rank {w} of the group is not in the local group"
-            )));
-        }
-        let Some((&1, theirs)) = theirs.split_first() else {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: the remote group's processes refused the group they passed (not a subgroup of their local group)"
-            )));
-        };
-        // A subgroup of the remote group, each process once.
-        check_ranks(what, theirs, self.job_size()?)?;
-        if let Some(&w) = theirs
-            .iter()
-            .find(|&&w| !self.inner.group.contains(&(w as Rank)))
-        {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: world rank {w} is not in the remote group"
-            )));
-        }
+        let checked = self
+            .leader_swap(&table, 1 + self.size(), what)
+            .and_then(|theirs| {
+                if let Some(e) = refusal {
+                    return Err(e);
+                }
+                let Some((&1, theirs)) = theirs.split_first() else {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what}: the remote group's processes refused the group they passed (inconsistent, or not a subgroup of their local group)"
+                    )));
+                };
+                // A subgroup of the remote group, each process once.
+                check_ranks(what, theirs, self.job_size()?)?;
+                if let Some(&w) = theirs
+                    .iter()
+                    .find(|&&w| !self.inner.group.contains(&(w as Rank)))
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what}: world rank {w} is not in the remote group"
+                    )));
+                }
+                Ok(theirs.to_vec())
+            });
+        let theirs = self.settle(checked, what)?;
         let member = group.rank().is_some() && !theirs.is_empty();
         let leases = self.inter_contexts(2, member)?;
         let (Some(rank), true) = (group.rank(), member) else {
@@ -658,19 +832,19 @@ impl Communicator {
     pub fn intercomm_merge(&self, high: bool) -> Result<Communicator> {
         let local = self.local("Communicator::intercomm_merge")?.clone();
         let what = "intercomm_merge: the remote group's high flag";
-        let theirs = self.leader_swap(&[u64::from(high)], 1, what)?;
-        let remote_high = match theirs[..] {
-            [h] => h != 0,
-            _ => {
-                return Err(AgreementError::BadLength {
-                    what,
-                    got: theirs.len() as u64,
-                    max: 1,
-                    why: "one word, exactly",
-                }
-                .into())
-            }
-        };
+        let theirs =
+            self.leader_swap(&[u64::from(high)], 1, what)
+                .and_then(|theirs| match theirs[..] {
+                    [h] => Ok(h != 0),
+                    _ => Err(AgreementError::BadLength {
+                        what,
+                        got: theirs.len() as u64,
+                        max: 1,
+                        why: "one word, exactly",
+                    }
+                    .into()),
+                });
+        let remote_high = self.settle(theirs, what)?;
         let local_first = if high != remote_high {
             !high
         } else {
@@ -1086,5 +1260,106 @@ impl Communicator {
         let me = local.world_rank(local.rank())?;
         let node = self.shared().with(|rt| Ok(rt.job.node_of[me as usize]))?;
         self.split(Some(node), key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What every process of a group of `args.len()` gets from the agreement: the ranges
+    /// (the allreduce's maxima) and, per process, its refusal and whether it tells.
+    fn agree(args: &[(usize, i32)]) -> (CreateArgs, Vec<(Option<Error>, bool)>) {
+        let mut m = [0u64; 4];
+        for &(ll, t) in args {
+            for (x, w) in m.iter_mut().zip(CreateArgs::words(ll, t)) {
+                *x = (*x).max(w);
+            }
+        }
+        let a = CreateArgs::from_maxima(m);
+        let each = args
+            .iter()
+            .enumerate()
+            .map(|(rank, &(ll, t))| {
+                // As `intercomm_create` asks: only a process whose group refused tells.
+                let e = a.refusal(ll, t, args.len());
+                let tells = e.is_some() && a.tells_remote(ll, t, rank);
+                (e, tells)
+            })
+            .collect();
+        (a, each)
+    }
+
+    #[test]
+    fn the_same_valid_arguments_pass_and_nobody_tells() {
+        let (a, each) = agree(&[(1, 7), (1, 7), (1, 7)]);
+        assert_eq!((a.ll_min, a.ll_max, a.tag_min, a.tag_max), (1, 1, 7, 7));
+        assert!(each.iter().all(|(e, t)| e.is_none() && !t));
+    }
+
+    #[test]
+    fn one_bad_local_leader_fails_the_group_and_the_leader_tells() {
+        let (_, each) = agree(&[(0, 7), (5, 7), (0, 7)]);
+        assert!(matches!(
+            each[1].0,
+            Some(Error::BadRank { rank: 5, size: 3 })
+        ));
+        assert!(matches!(each[0].0, Some(Error::InvalidArgument(_))));
+        assert!(matches!(each[2].0, Some(Error::InvalidArgument(_))));
+        assert_eq!(
+            each.iter().map(|e| e.1).collect::<Vec<_>>(),
+            [true, false, false]
+        );
+    }
+
+    #[test]
+    fn a_negative_tag_fails_the_group_and_a_leader_with_one_cannot_tell() {
+        let (a, each) = agree(&[(0, 7), (0, -3)]);
+        assert_eq!((a.tag_min as i32, a.tag_max as i32), (7, -3));
+        assert!(matches!(each[1].0, Some(Error::BadTag(-3))));
+        assert!(each[0].1, "the leader's own tag is valid: it tells");
+        let (_, each) = agree(&[(0, -3), (0, -3)]);
+        assert!(each
+            .iter()
+            .all(|(e, t)| matches!(e, Some(Error::BadTag(-3))) && !t));
+    }
+
+    #[test]
+    fn no_process_naming_itself_means_nobody_tells() {
+        // Every local_leader out of range: no leader, peer/remote_leader not significant.
+        let (_, each) = agree(&[(2, 7), (2, 7)]);
+        assert!(each.iter().all(|(e, t)| e.is_some() && !t));
+        // Rank 1 names rank 0, rank 0 names rank 1: the lowest (0) did not name itself.
+        let (_, each) = agree(&[(1, 7), (0, 7)]);
+        assert!(each.iter().all(|(e, t)| e.is_some() && !t));
+    }
+
+    proptest! {
+        /// Whatever a group passes: either every process proceeds or every one gets an
+        /// error, all proceed exactly when all passed the same valid arguments, and at most
+        /// one process tells the remote group (the one at the lowest local_leader, which
+        /// named itself).
+        #[test]
+        fn the_group_refuses_together_and_at_most_one_tells(
+            args in proptest::collection::vec((0usize..5, -2i32..3), 1..6)
+        ) {
+            let n = args.len();
+            let (a, each) = agree(&args);
+            let refused = each.iter().filter(|e| e.0.is_some()).count();
+            prop_assert!(refused == 0 || refused == n);
+            let same = args.iter().all(|x| *x == args[0]);
+            let valid = args[0].0 < n && args[0].1 >= 0;
+            prop_assert_eq!(refused == 0, same && valid);
+            let tellers: Vec<usize> = (0..n).filter(|&r| each[r].1).collect();
+            prop_assert!(tellers.len() <= 1);
+            if refused == 0 {
+                prop_assert!(tellers.is_empty());
+            }
+            for &r in &tellers {
+                prop_assert_eq!(r as u64, a.ll_min);
+                prop_assert_eq!(args[r].0, r);
+            }
+        }
     }
 }

@@ -304,6 +304,8 @@ pub struct RawWindow {
     comm: Communicator,
     flavor: Flavor,
     targets: Vec<TargetInfo>,
+    /// The module's [`OscModule::direct`], asked once: it never changes.
+    direct: bool,
 }
 
 impl std::fmt::Debug for RawWindow {
@@ -459,14 +461,7 @@ impl RawWindow {
             let c = rt
                 .registry
                 .select_osc(&rt.params, &config)
-                .map_err(|e| {
-                    let why = if config.rdma {
-                        ""
-                    } else {
-                        "; osc rdma needs RDMA put and get to every member (pml ob1 over the shm, rc or self BTLs), osc am serves every window"
-                    };
-                    Error::InvalidArgument(format!("{e}{why}"))
-                })?;
+                .map_err(|e| Error::InvalidArgument(format!("{e}{}", refusals(rt, &config))))?;
             Ok((c, rt.params.clone()))
         })?;
         let me = comm.rank();
@@ -527,12 +522,14 @@ impl RawWindow {
             owned,
         }));
         shared.start_chained(Rc::new(RefCell::new(Stepper(core.clone()))));
+        let direct = core.borrow().module.direct();
         Ok((
             RawWindow {
                 core,
                 comm: wcomm,
                 flavor,
                 targets,
+                direct,
             },
             mem,
         ))
@@ -573,6 +570,13 @@ impl RawWindow {
     /// What member `rank` exposes (size and displacement unit).
     pub fn target(&self, rank: usize) -> Option<TargetInfo> {
         self.targets.get(rank).copied()
+    }
+
+    /// Does the module reach the target's memory itself, completing every operation within
+    /// its call and every flush and unlock at once (osc-sm)? The C library's fast paths run
+    /// only then: nothing of the runtime needs to progress inside them.
+    pub fn is_direct(&self) -> bool {
+        self.direct
     }
 
     /// The component serving the window (`"am"`).
@@ -707,7 +711,7 @@ impl RawWindow {
             core.module.sync(call)?;
             // A module that reaches memory directly finishes flushes and unlocks at once:
             // no pass of the runtime is needed (the others' operations do not need ours).
-            if core.module.direct() {
+            if self.direct {
                 if let Some(r) = core.module.sync_done() {
                     return r.map_err(Error::Rma);
                 }
@@ -1191,6 +1195,33 @@ impl<T: bytemuck::Pod> Drop for Window<T> {
             tracing::error!("window free failed: {e}");
         }
     }
+}
+
+/// Why the allowed OSC components refused a window, each in its own words (`"; osc sm: ..."`),
+/// and, when the selection left osc am out, that it serves every window.
+fn refusals(rt: &rmca_runtime::Runtime, config: &WinConfig) -> String {
+    use rmca_framework::base::Framework;
+    use rmca_framework::component::ComponentRef;
+    let Ok(sel) = rt.registry.selector(&rt.params, Framework::Osc) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for c in rt.registry.of(Framework::Osc) {
+        let ComponentRef::Osc(o) = c.component else {
+            continue;
+        };
+        let name = c.meta().name;
+        if !sel.allows(name) {
+            continue;
+        }
+        if let Some(why) = o.refusal(config, &rt.params) {
+            out.push_str(&format!("; osc {name}: {why}"));
+        }
+    }
+    if !sel.allows("am") {
+        out.push_str("; osc am, left out by the selection, serves every window");
+    }
+    out
 }
 
 #[cfg(test)]

@@ -266,6 +266,49 @@ static void errors(void) {
     }
     CHECK(rc == MPI_ERR_TRUNCATE && flag, "truncation: Test gives %d", rc);
     OK(MPI_Wait(&req[1], MPI_STATUS_IGNORE));
+    /* The same with MPI_Testall, with statuses and without: flag 1 once both completed,
+     * MPI_ERR_IN_STATUS, MPI_ERR_TRUNCATE in the truncated receive's status, both freed. */
+    for (int ignore = 0; ignore < 2; ignore++) {
+        OK(MPI_Irecv(&small, 1, MPI_INT, left, 1206, MPI_COMM_WORLD, &req[0]));
+        OK(MPI_Irecv(big, 2, MPI_INT, left, 1207, MPI_COMM_WORLD, &req[1]));
+        OK(MPI_Isend(two, 2, MPI_INT, right, 1206, MPI_COMM_WORLD, &req[2]));
+        OK(MPI_Isend(&one, 1, MPI_INT, right, 1207, MPI_COMM_WORLD, &req[3]));
+        for (int i = 0; i < 4; i++) st[i].MPI_ERROR = -1;
+        flag = 0;
+        for (long k = 0; !flag && k < 100000000; k++) {
+            rc = MPI_Testall(4, req, &flag, ignore ? MPI_STATUSES_IGNORE : st);
+            if (rc != MPI_SUCCESS) break;
+        }
+        CHECK(rc == MPI_ERR_IN_STATUS && flag, "truncation: Testall gives %d flag %d", rc, flag);
+        if (!ignore) {
+            CHECK(st[0].MPI_ERROR == MPI_ERR_TRUNCATE && st[1].MPI_ERROR == MPI_SUCCESS &&
+                      st[1].MPI_SOURCE == left && st[1].MPI_TAG == 1207,
+                  "truncation: Testall statuses %d %d (source %d tag %d)", st[0].MPI_ERROR,
+                  st[1].MPI_ERROR, st[1].MPI_SOURCE, st[1].MPI_TAG);
+        }
+        for (int i = 0; i < 4; i++) CHECK(req[i] == MPI_REQUEST_NULL, "Testall: %d freed", i);
+    }
+    /* MPI_Waitall over a persistent receive (a general request: it stays, inactive) between
+     * a truncated receive and a send: the statuses of all three, MPI_ERR_IN_STATUS. */
+    MPI_Request pers;
+    OK(MPI_Recv_init(big, 2, MPI_INT, left, 1209, MPI_COMM_WORLD, &pers));
+    OK(MPI_Start(&pers));
+    OK(MPI_Irecv(&small, 1, MPI_INT, left, 1208, MPI_COMM_WORLD, &req[0]));
+    req[1] = pers;
+    OK(MPI_Isend(two, 2, MPI_INT, right, 1208, MPI_COMM_WORLD, &req[2]));
+    OK(MPI_Send(two, 2, MPI_INT, right, 1209, MPI_COMM_WORLD));
+    for (int i = 0; i < 3; i++) st[i].MPI_ERROR = -1;
+    rc = MPI_Waitall(3, req, st);
+    int pcount = -1;
+    MPI_Get_count(&st[1], MPI_INT, &pcount);
+    CHECK(rc == MPI_ERR_IN_STATUS && st[0].MPI_ERROR == MPI_ERR_TRUNCATE &&
+              st[1].MPI_ERROR == MPI_SUCCESS && st[1].MPI_TAG == 1209 && pcount == 2 &&
+              st[2].MPI_ERROR == MPI_SUCCESS,
+          "persistent in Waitall: %d, errors %d %d %d, tag %d count %d", rc, st[0].MPI_ERROR,
+          st[1].MPI_ERROR, st[2].MPI_ERROR, st[1].MPI_TAG, pcount);
+    CHECK(req[0] == MPI_REQUEST_NULL && req[1] == pers && req[2] == MPI_REQUEST_NULL,
+          "persistent in Waitall: the persistent request stays, the others are freed");
+    OK(MPI_Request_free(&pers));
     /* A stale handle (its request completed) next to a live one: refused, the live one
      * still completes. */
     MPI_Request stale;
@@ -292,6 +335,38 @@ static void errors(void) {
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
 }
 
+/* Waitany and Testany answer the lowest completed index (MPI allows any; MPICH and Open MPI
+ * answer the lowest, and programs rely on it: mpi4py's test_p2p_obj), whatever an earlier
+ * call on another array found. */
+static void any_lowest_first(void) {
+    int v[3] = {0, 0, 0}, one = 1, idx = -1, flag = 0;
+    MPI_Request req[3];
+    /* An array whose only completed request is the middle one. */
+    OK(MPI_Irecv(&v[0], 1, MPI_INT, left, 1301, MPI_COMM_WORLD, &req[0]));
+    OK(MPI_Irecv(&v[1], 1, MPI_INT, left, 1302, MPI_COMM_WORLD, &req[1]));
+    OK(MPI_Irecv(&v[2], 1, MPI_INT, left, 1303, MPI_COMM_WORLD, &req[2]));
+    OK(MPI_Send(&one, 1, MPI_INT, right, 1302, MPI_COMM_WORLD));
+    OK(MPI_Waitany(3, req, &idx, MPI_STATUS_IGNORE));
+    CHECK(idx == 1, "waitany: the one completed request is index 1, got %d", idx);
+    /* Nobody sends the others before every rank found its middle one. */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Send(&one, 1, MPI_INT, right, 1301, MPI_COMM_WORLD));
+    OK(MPI_Send(&one, 1, MPI_INT, right, 1303, MPI_COMM_WORLD));
+    OK(MPI_Waitall(3, req, MPI_STATUSES_IGNORE));
+    /* A new array, every request completed: index 0 first, then 1, then 2. */
+    for (int i = 0; i < 3; i++)
+        OK(MPI_Irecv(&v[i], 1, MPI_INT, left, 1310 + i, MPI_COMM_WORLD, &req[i]));
+    for (int i = 0; i < 3; i++) OK(MPI_Send(&one, 1, MPI_INT, right, 1310 + i, MPI_COMM_WORLD));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    do OK(MPI_Testany(3, req, &idx, &flag, MPI_STATUS_IGNORE));
+    while (!flag);
+    CHECK(idx == 0, "testany: lowest completed index 0, got %d", idx);
+    OK(MPI_Waitany(3, req, &idx, MPI_STATUS_IGNORE));
+    CHECK(idx == 1, "waitany: lowest completed index 1, got %d", idx);
+    OK(MPI_Waitany(3, req, &idx, MPI_STATUS_IGNORE));
+    CHECK(idx == 2, "waitany: lowest completed index 2, got %d", idx);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -302,6 +377,7 @@ int main(int argc, char **argv) {
     waitall_mixed();
     testall_halves();
     some_any_one();
+    any_lowest_first();
     errors();
     int rc = summary("complete");
     MPI_Finalize();

@@ -436,10 +436,44 @@ static void bad_input(void) {
     CHECK(MPI_Win_complete(win) == MPI_ERR_RMA_SYNC, "complete without start");
     CHECK(MPI_Win_flush_all(win) == MPI_ERR_RMA_SYNC, "flush without lock");
     CHECK(MPI_Win_attach(win, v, sizeof v) == MPI_ERR_RMA_FLAVOR, "attach to a shared window");
+    CHECK(MPI_Win_flush(right(), win) == MPI_ERR_RMA_SYNC, "flush without lock");
+    CHECK(MPI_Win_flush_local(right(), win) == MPI_ERR_RMA_SYNC, "flush_local without lock");
     OK(MPI_Win_lock(MPI_LOCK_SHARED, right(), 0, win));
     CHECK(MPI_Win_lock(MPI_LOCK_SHARED, right(), 0, win) == MPI_ERR_RMA_SYNC, "locked twice");
     CHECK(MPI_Win_fence(0, win) == MPI_ERR_RMA_SYNC, "fence inside a lock epoch");
     OK(MPI_Win_unlock(right(), win));
+
+    /* The C library's fast path of MPI_Put/MPI_Get/MPI_Win_flush (predefined types, osc-sm)
+     * hands every doubtful call to the general path: each still gets its error class, and
+     * nothing is written. */
+    OK(MPI_Win_lock_all(0, win));
+    CHECK(MPI_Put(v, 2, MPI_INT, right(), 0, 1, MPI_INT, win) == MPI_ERR_TYPE,
+          "a put of 8 bytes into 4");
+    CHECK(MPI_Put(v, 1, MPI_INT, right(), 0, 4, MPI_CHAR, win) == MPI_SUCCESS,
+          "a put of 4 bytes as 4 chars");
+    CHECK(MPI_Put(NULL, 1, MPI_INT, right(), 0, 1, MPI_INT, win) == MPI_ERR_BUFFER,
+          "a put from NULL");
+    CHECK(MPI_Put(v, -1, MPI_INT, right(), 0, -1, MPI_INT, win) == MPI_ERR_COUNT,
+          "a negative count");
+    CHECK(MPI_Put(v, 1, MPI_DATATYPE_NULL, right(), 0, 1, MPI_INT, win) == MPI_ERR_TYPE,
+          "MPI_DATATYPE_NULL");
+    CHECK(MPI_Put(v, 1, MPI_INT, -5, 0, 1, MPI_INT, win) == MPI_ERR_RANK, "rank -5");
+    CHECK(MPI_Get(got, 1, MPI_INT, size, 0, 1, MPI_INT, win) == MPI_ERR_RANK, "a get of rank size");
+    CHECK(MPI_Put(v, 1, MPI_INT, MPI_PROC_NULL, 0, 1, MPI_INT, win) == MPI_SUCCESS,
+          "a put to MPI_PROC_NULL");
+    got[0] = -7;
+    CHECK(MPI_Get(got, 1, MPI_INT, right(), 4, 1, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a get past the end");
+    CHECK(got[0] == -7, "a refused get wrote its buffer: %d", got[0]);
+    CHECK(MPI_Win_flush(size, win) == MPI_ERR_RANK, "flush of rank size");
+    CHECK(MPI_Win_flush_local(-7, win) == MPI_ERR_RANK, "flush_local of rank -7");
+    OK(MPI_Win_flush(MPI_PROC_NULL, win));
+    OK(MPI_Win_flush(right(), win));
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    /* Only the 4-char put landed (1 from the left neighbour); the rest is untouched. */
+    CHECK(mem[0] == 1, "the valid put: [0] = %d", mem[0]);
+    for (int i = 1; i < 4; i++) CHECK(mem[i] == 42, "nothing written: [%d] = %d", i, mem[i]);
     OK(MPI_Win_free(&win));
 
     /* A window whose members exceed the node is refused; MPI_COMM_SELF always fits. */

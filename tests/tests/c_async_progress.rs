@@ -5,6 +5,10 @@
 //! reads are off so that the data moves only when the sender's side progresses. Also: one
 //! thread named rmca-progress with the parameter, none without, none after `MPI_Finalize`
 //! (at 1, 2 and 3 ranks), and `MPI_THREAD_FUNNELED`'s refusal of other threads still holds.
+//! Rank 0 computes until the peers say (through files, no MPI call) they are done, 20 s at
+//! most: a late-scheduled thread on a loaded machine makes it compute longer instead of
+//! failing a fixed margin, and without the thread the peers still cannot finish first. A
+//! program of the sessions model alone gets no thread and a warning saying why.
 
 use rmca_tests::c::compile;
 use rmca_tests::{run_job, Job};
@@ -70,4 +74,26 @@ fn funneled_still_refuses_other_threads_with_the_progress_thread() {
             && text.contains("MPI_Send: MPI runs at MPI_THREAD_FUNNELED"),
         "the refusals name the call and the level:\n{text}"
     );
+}
+
+#[test]
+fn a_sessions_only_program_is_told_the_progress_thread_is_not_for_it() {
+    // The thread serves the world model only (MPI_Init starts it, MPI_Finalize stops it): a
+    // program that starts MPI by MPI_Session_init alone gets no thread, a warning naming why,
+    // and working communication.
+    let program = compile("async_progress", &[]);
+    let program = program.to_str().expect("UTF-8 path");
+    for ranks in [1, 2] {
+        let text = run(
+            program,
+            &["session"],
+            ranks,
+            &[ON],
+            "ok async_progress session:",
+        );
+        assert!(
+            text.contains("mpi_async_progress: no progress thread for this process: MPI_Session_init started its runtime"),
+            "the warning names why the parameter is ignored:\n{text}"
+        );
+    }
 }

@@ -5,9 +5,12 @@
 //! once), back to back with rotating roots, and barriers in order; at 1-4 ranks over ob1+shm
 //! and dr+shm, with the default thresholds and with small ones, and oversubscribed (4 ranks
 //! on this 2-CPU machine) within the job's timeout; `--mca coll base` leaves coll-sm out.
+//! A member killed before or during a collective fails the survivors' call through the
+//! communicator's error handler (`tests/c/coll_sm_peer_loss.c`), and a `coll_sm_max_size`
+//! beyond its range is refused at init, naming the parameter and the range.
 
 use rmca_tests::c::{compile, run};
-use rmca_tests::{run_job, Job};
+use rmca_tests::{run_job, run_job_with, Job};
 
 /// Small thresholds, so that the switches (split combining, fall-through) happen at sizes
 /// the program checks on both sides.
@@ -99,4 +102,80 @@ fn coll_check_under_the_default_stack() {
             out.text()
         );
     }
+}
+
+/// A peer-loss case: the collective, when the victim dies, ranks, MCA settings.
+type PeerLoss = (
+    &'static str,
+    &'static str,
+    usize,
+    &'static [(&'static str, &'static str)],
+);
+
+/// The last rank dies by SIGKILL (`when`: at once, or 300 ms into the survivors' wait) around
+/// coll-sm's `op`: every survivor's call returns MPI_ERR_PROC_ABORTED after the
+/// communicator's handler ran once, instead of hanging (rmca-run's --timeout would end it).
+#[test]
+fn a_dead_member_fails_the_survivors_collective_instead_of_hanging() {
+    let program = compile("coll_sm_peer_loss", &[]);
+    let path = program.to_str().expect("UTF-8 path");
+    let cases: &[PeerLoss] = &[
+        ("barrier", "before", 3, &[]),
+        ("allreduce", "inside", 3, &[]),
+        ("bcast", "inside", 3, &[]),
+        // Oversubscribed and asleep on the futex while the victim dies.
+        ("barrier", "inside", 4, &[("mpi_wait_mode", "block")]),
+        ("allreduce", "before", 2, &[("pml", "dr")]),
+    ];
+    for &(op, when, ranks, mca) in cases {
+        let out = run_job_with(
+            &Job {
+                ranks,
+                program: path,
+                args: &[op, when],
+                mca,
+                timeout_s: 60,
+            },
+            &["--keep-going"],
+        );
+        // The job's status is the victim's death (128 + SIGKILL); 124 would be the hang.
+        assert_eq!(out.code, Some(137), "{op} {when}:\n{}", out.text());
+        for r in 0..ranks - 1 {
+            let line = out
+                .stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("rank {r}: {op} failed:")))
+                .unwrap_or_else(|| {
+                    panic!("rank {r} reported nothing ({op} {when}):\n{}", out.text())
+                });
+            assert!(
+                line.contains("class 58, handler calls 1 (class 58)")
+                    && line.contains(&format!("communicator rank {} failed", ranks - 1)),
+                "rank {r} ({op} {when}): {line}\n{}",
+                out.text()
+            );
+        }
+    }
+}
+
+/// `coll_sm_max_size` is at most 64M: a larger value stops the job at init with an error
+/// naming the parameter, the value and the valid range (it used to be clamped silently).
+#[test]
+fn coll_sm_max_size_beyond_its_range_is_refused() {
+    let program = compile("coll_sm", &[]);
+    let out = run_job(&Job {
+        ranks: 2,
+        program: program.to_str().expect("UTF-8 path"),
+        args: &[],
+        mca: &[("coll_sm_max_size", "65M")],
+        timeout_s: 60,
+    });
+    assert!(!out.success(), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("invalid value '65M' for MCA parameter 'coll_sm_max_size'")
+            && out.stderr.contains("0..=64M"),
+        "{}",
+        out.text()
+    );
 }

@@ -3,7 +3,8 @@
 //! osc-am, under ob1+shm (CMA) and ob1+rc (soft provider); the merged profile proves the
 //! puts and gets moved by RDMA. Under pml dr, which offers no RDMA, forcing osc rdma is
 //! refused at window creation with an error that says why (osc-am serves dr's windows, as
-//! `c_rma.rs` runs by default).
+//! `c_rma.rs` runs by default); any component forced where it cannot serve gives its own
+//! reason.
 
 use rmca_tests::c::compile;
 use rmca_tests::{run_job, take_profile, Job};
@@ -78,7 +79,33 @@ fn osc_rdma_forced_under_pml_dr_is_refused_saying_why() {
         out.stderr.contains("MPI_Win_create")
             && out
                 .stderr
-                .contains("osc rdma needs RDMA put and get to every member"),
+                .contains("osc rdma: it needs RDMA put and get to every member"),
+        "{}",
+        out.text()
+    );
+}
+
+/// The refusal names the component the user forced and its own reason, not another's:
+/// osc sm forced on `MPI_Win_create`'s window (memory it did not allocate) says so, under
+/// ob1, where osc rdma would have served it, with no word of osc rdma.
+#[test]
+fn another_component_forced_is_refused_with_its_own_reason() {
+    let program = compile("rma", &[]);
+    let out = run_job(&Job {
+        ranks: 2,
+        program: program.to_str().expect("UTF-8 path"),
+        args: &[],
+        mca: &[("osc", "sm")],
+        timeout_s: 60,
+    });
+    assert!(!out.success(), "{}", out.text());
+    assert!(
+        out.stderr.contains("MPI_Win_create")
+            && out
+                .stderr
+                .contains("osc sm: it serves only windows whose memory it allocates")
+            && out.stderr.contains("osc am, left out by the selection")
+            && !out.stderr.contains("osc rdma"),
         "{}",
         out.text()
     );

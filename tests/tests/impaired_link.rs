@@ -26,6 +26,11 @@ impl ImpairedLink {
     /// Brings the nodes up with `impair` (rmca-impair's SPEC) on both directions, or None
     /// (after saying why) where the emulator cannot run.
     fn up(impair: &str, seed: u64) -> Option<Self> {
+        Self::up_with(impair, seed, &[])
+    }
+
+    /// [`Self::up`] with more options of rmca-impair (`extra`, e.g. `--then SPEC`).
+    fn up_with(impair: &str, seed: u64, extra: &[&str]) -> Option<Self> {
         if let Some(why) = cannot_emulate() {
             rmca_test_support::skip_or_fail(why);
             return None;
@@ -40,6 +45,7 @@ impl ImpairedLink {
         let out = Command::new(script())
             .args(["up", "2", &prefix, "--", "--impair", impair, "--seed"])
             .arg(seed.to_string())
+            .args(extra)
             .env("RMCA_IMPAIR", release_bin("rmca-impair"))
             .output()
             .expect("run bench/impaired-link.sh");
@@ -77,20 +83,75 @@ impl ImpairedLink {
         }
     }
 
-    /// The emulator's counters so far, per direction.
-    fn counters(&self) -> Vec<Value> {
+    /// The emulator's report so far (`impaired-link.sh stats`).
+    fn report(&self) -> Value {
         let out = Command::new(script())
             .args(["stats", &self.prefix])
             .output()
             .expect("impaired-link.sh stats");
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "stats is not JSON ({e}): {}{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             )
-        });
-        v["directions"]
+        })
+    }
+
+    /// The counters of the direction from node `from` to node `to` (zero before its first
+    /// packet: the report lists a direction once it has something to say).
+    fn direction(report: &Value, from: &str, to: &str) -> (Value, String) {
+        report["directions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| {
+                // Named "NODE(ADDRESS)".
+                let is = |v: &Value, node: &str| {
+                    v.as_str()
+                        .is_some_and(|s| s.strip_prefix(node).is_some_and(|r| r.starts_with('(')))
+                };
+                is(&d["from"], from) && is(&d["to"], to)
+            })
+            .map(|d| {
+                (
+                    d["counters"].clone(),
+                    d["impairment"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .unwrap_or_else(|| (serde_json::json!({"packets": 0, "lost": 0}), String::new()))
+    }
+
+    /// Node `i`'s namespace.
+    fn node(&self, i: usize) -> String {
+        format!("{}{i}", self.prefix)
+    }
+
+    /// Sends `n` UDP datagrams from node 0 to node 1's impaired address (bash's /dev/udp:
+    /// nothing listens, the emulator counts them on the way).
+    fn send_datagrams(&self, n: usize) {
+        let st = Command::new("ip")
+            .args(["netns", "exec", &self.node(0), "bash", "-c"])
+            .arg(format!(
+                "for i in $(seq {n}); do echo \"datagram $i\" >/dev/udp/10.203.0.2/9; done"
+            ))
+            .status()
+            .expect("run bash in the node");
+        assert!(st.success(), "sending datagrams failed: {st}");
+    }
+
+    /// `impaired-link.sh change` (SIGUSR2: switch to the emulator's `--then`).
+    fn change(&self) {
+        let st = Command::new(script())
+            .args(["change", &self.prefix])
+            .status()
+            .expect("impaired-link.sh change");
+        assert!(st.success(), "change failed: {st}");
+    }
+
+    /// The emulator's counters so far, per direction.
+    fn counters(&self) -> Vec<Value> {
+        self.report()["directions"]
             .as_array()
             .expect("directions")
             .iter()
@@ -210,6 +271,77 @@ fn corruption_that_reaches_the_application_is_caught_never_delivered() {
         "corrupted {corrupted}, caught none: {profile:#}"
     );
     assert!(counter(&profile, "pml.dr.duplicates") > 0, "{profile:#}");
+}
+
+#[test]
+fn then_switches_every_direction_on_change_stamps_when_and_keeps_the_counters() {
+    // Loss-free (a delay, so that the direction is reported from the start) until the change,
+    // every packet lost after it.
+    let Some(link) = ImpairedLink::up_with("delay=200us", 9, &["--then", "loss=1"]) else {
+        return;
+    };
+    let (a, b) = (link.node(0), link.node(1));
+    let n = 40;
+    link.send_datagrams(n);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let before = link.report();
+    assert!(before["changed_at_unix_ns"].is_null(), "{before:#}");
+    let (c0, imp0) = ImpairedLink::direction(&before, &a, &b);
+    let (p0, lost0) = (
+        c0["packets"].as_u64().unwrap(),
+        c0["lost"].as_u64().unwrap(),
+    );
+    assert!(p0 >= n as u64, "{before:#}");
+    assert_eq!(lost0, 0, "lost before the change: {before:#}");
+    assert_eq!(c0["delivered"].as_u64(), Some(p0), "{before:#}");
+    assert!(imp0.contains("delay"), "{imp0}");
+
+    let unix_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let t0 = unix_ns();
+    link.change();
+    // The change is applied in the emulator's loop: wait until its report shows it.
+    let mut changed = link.report();
+    for _ in 0..100 {
+        if !changed["changed_at_unix_ns"].is_null() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        changed = link.report();
+    }
+    let t1 = unix_ns();
+    let at = changed["changed_at_unix_ns"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no change stamped: {changed:#}"));
+    assert!((t0..=t1).contains(&at), "stamp {at} outside {t0}..{t1}");
+    // Every direction switched, not only the one that carried traffic.
+    let dirs = changed["directions"].as_array().unwrap();
+    assert_eq!(dirs.len(), 2, "{changed:#}");
+    for d in dirs {
+        let imp = d["impairment"].as_str().unwrap_or("");
+        assert!(imp.starts_with("loss=1"), "{changed:#}");
+    }
+
+    link.send_datagrams(n);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let after = link.report();
+    let (c1, _) = ImpairedLink::direction(&after, &a, &b);
+    let (p1, lost1) = (
+        c1["packets"].as_u64().unwrap(),
+        c1["lost"].as_u64().unwrap(),
+    );
+    // The counters carried over the change, and every packet since was lost.
+    assert!(p1 >= p0 + n as u64, "{after:#}");
+    assert_eq!(lost1, p1 - p0, "{after:#}");
+    assert_eq!(c1["delivered"].as_u64(), Some(p0), "{after:#}");
+    // A second change is refused by the emulator (made once): the stamp stays.
+    link.change();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(link.report()["changed_at_unix_ns"].as_u64(), Some(at));
 }
 
 #[test]

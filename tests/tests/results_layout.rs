@@ -13,10 +13,6 @@ use std::path::Path;
 const NOT_YET_FOLDED: &[&str] = &[
     "## Simulator at scale:",
     "## Impaired links and fault sweeps:",
-    "## Issue 31: the cost of the Fortran layer",
-    "## MPI_THREAD_MULTIPLE in the C library",
-    "## Process-wide handle tables in the C library",
-    "## pml-dr protocol variants compared over dr+ud",
 ];
 
 /// What `bench/results.sh` may list as a table's needs.

@@ -103,6 +103,15 @@ pub fn running() -> bool {
     THREAD.lock().unwrap_or_else(|p| p.into_inner()).is_some()
 }
 
+/// `mpi_async_progress` set for a runtime that `MPI_Session_init` started (the sessions
+/// model, no `MPI_Init` yet): no thread is started, and the program is told why rather than
+/// left to find its non-blocking operations progressing only inside its calls.
+pub(crate) fn not_for_sessions() {
+    tracing::warn!(
+        "mpi_async_progress: no progress thread for this process: MPI_Session_init started its runtime, and the thread serves a runtime started by MPI_Init/MPI_Init_thread only (they start it, MPI_Finalize stops it, and only they make every call take the lock the thread shares; an MPI_Init after the session joins this runtime without one). Non-blocking operations progress inside MPI calls only"
+    );
+}
+
 /// An MPI call released the library lock: wake the thread if it sleeps for want of work.
 #[inline(always)]
 pub(crate) fn call_ended() {
@@ -218,7 +227,78 @@ fn futex_wake(word: &AtomicU32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::time::Instant;
+
+    /// The `.rs` files under `dir`, recursively.
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("a source directory") {
+            let p = e.expect("an entry").path();
+            if p.is_dir() {
+                sources(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// With the thread on below `MPI_THREAD_SERIALIZED`, a call from another thread than the
+    /// main one is refused by `state::entered`, reached from the entry points that `#[export]`
+    /// makes (their slow path, taken whenever the thread runs). A C entry point exported any
+    /// other way (`#[no_mangle]`, `#[export_name]`) would skip it and run beside the thread's
+    /// passes: none may exist in the C library's crates.
+    #[test]
+    fn every_mpi_entry_point_is_made_by_the_export_attribute() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        sources(&root.join("src"), &mut files);
+        sources(&root.join("libmpi/src"), &mut files);
+        let mut entries = 0;
+        for f in &files {
+            let text = std::fs::read_to_string(f).expect("a source file");
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (i, line) in lines.iter().enumerate() {
+                if line.starts_with("//") {
+                    continue;
+                }
+                // `#[no_mangle]`, `#[unsafe(no_mangle)]`, `#[export_name = ..]`.
+                assert!(
+                    !(line.starts_with("#[")
+                        && (line.contains("no_mangle") || line.contains("export_name"))),
+                    "{}:{}: a symbol exported around #[export]: {line}",
+                    f.display(),
+                    i + 1
+                );
+                let Some(at) = line.find("extern \"C\" fn ") else {
+                    continue;
+                };
+                let name = &line[at + 14..];
+                if !(name.starts_with("MPI_")
+                    || name.starts_with("PMPI_")
+                    || name.starts_with("MPIX_"))
+                {
+                    continue;
+                }
+                // The attributes and doc comments above the function.
+                let exported = lines[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|l| l.starts_with("#[") || l.starts_with("///"))
+                    .any(|l| l.starts_with("#[export]") || l.contains("export::export]"));
+                assert!(
+                    exported,
+                    "{}:{}: {name} is not made by #[export], so it skips the thread check",
+                    f.display(),
+                    i + 1
+                );
+                entries += 1;
+            }
+        }
+        assert!(
+            entries > 300,
+            "only {entries} entry points found: the scan is broken"
+        );
+    }
 
     #[test]
     fn a_futex_sleep_ends_on_a_wake_or_at_its_timeout() {

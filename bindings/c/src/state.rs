@@ -137,6 +137,10 @@ impl From<rmca::Error> for MpiError {
                 StatusError::Truncated { .. } => MPI_ERR_TRUNCATE,
                 StatusError::PeerFailed { .. } => MPI_ERR_PROC_ABORTED,
                 StatusError::Cancelled => MPI_ERR_OTHER,
+                // Memory of this process that does not keep what is written to it: not the
+                // peer's failure (PROC_ABORTED would send fault-tolerant code recovering a
+                // live peer), an error inside the library's own copy.
+                StatusError::Corrupted { .. } => MPI_ERR_INTERN,
             },
             rmca::Error::Pml(p) => match p {
                 PmlError::BadRank { .. } => MPI_ERR_RANK,
@@ -721,6 +725,9 @@ fn install_state(
     // it) makes every call take the lock, whatever the level; the level itself, and with it
     // who may call (the main thread only below SERIALIZED), stays the one asked for.
     let async_progress = world_model && rmca::framework::progress::async_progress().enabled;
+    if !world_model && rmca::framework::progress::async_progress().enabled {
+        crate::progress_thread::not_for_sessions();
+    }
     let locked = thread_level == MPI_THREAD_MULTIPLE || async_progress;
     // The owner changes under the process lock: a thread reaching the process-wide tables
     // while nobody owned them ([`Confined`], before `MPI_Init`) holds it, and is done first.
@@ -1763,5 +1770,31 @@ mod tests {
         });
         assert!(entered.load(Ordering::Relaxed));
         assert!(!lock.contended());
+    }
+
+    /// A receive whose buffer stays corrupt after pml dr's second copy is the library's
+    /// internal error, not a failed peer (fault-tolerant code would try to recover a live one).
+    #[test]
+    fn memory_corruption_is_an_internal_error_and_a_dead_peer_is_proc_aborted() {
+        use rmca::framework::pml::StatusError;
+        let class = |error: StatusError| {
+            let status = rmca::Status {
+                source: 1,
+                tag: 0,
+                bytes: 0,
+                cancelled: false,
+            };
+            super::MpiError::from(rmca::Error::Status { error, status }).class
+        };
+        let corrupted = StatusError::Corrupted {
+            peer: 1,
+            fragments: 2,
+        };
+        assert_eq!(class(corrupted), crate::abi::MPI_ERR_INTERN);
+        let failed = StatusError::PeerFailed {
+            peer: 1,
+            reason: "silent".into(),
+        };
+        assert_eq!(class(failed), crate::abi::MPI_ERR_PROC_ABORTED);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rmca_common_verbs::{
     fault_from_params, register_device_params, register_fault_params, DeviceConfig, Transport,
 };
-use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
+use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore, Source};
 use rmca_verbs::FaultConfig;
 
 use crate::sched::Policy;
@@ -241,18 +241,21 @@ pub mod defaults {
     pub const RECEIVE_QUEUES: &str = "P,256,16,8:S,65536,32,8,32,1024";
     /// The SRQ buffer size of [`RECEIVE_QUEUES`].
     pub const RECEIVE_QUEUES_S_SIZE: u64 = 65536;
+    /// [`RECEIVE_QUEUES`] before its SRQ buffer size.
+    pub(super) const RECEIVE_QUEUES_P_PART: &str = "P,256,16,8";
+    /// [`RECEIVE_QUEUES`]' SRQ counts after its buffer size: initial, low watermark, grow, max.
+    pub(super) const RECEIVE_QUEUES_S_COUNTS: &str = "32,8,32,1024";
 }
 
 /// The default receive queues for `max_send_size`: [`defaults::RECEIVE_QUEUES`], its SRQ
 /// buffers raised to `max_send_size` when that is larger (the last queue must hold every
 /// fragment).
 pub fn default_receive_queues(max_send_size: u64) -> String {
-    if max_send_size <= defaults::RECEIVE_QUEUES_S_SIZE {
-        return defaults::RECEIVE_QUEUES.to_owned();
-    }
-    defaults::RECEIVE_QUEUES.replace(
-        &format!("S,{},", defaults::RECEIVE_QUEUES_S_SIZE),
-        &format!("S,{max_send_size},"),
+    let srq_size = max_send_size.max(defaults::RECEIVE_QUEUES_S_SIZE);
+    format!(
+        "{}:S,{srq_size},{}",
+        defaults::RECEIVE_QUEUES_P_PART,
+        defaults::RECEIVE_QUEUES_S_COUNTS
     )
 }
 
@@ -430,12 +433,14 @@ impl RcConfig {
                 "1 ..= btl_rc_max_send_size",
             ));
         }
-        let rq = params.get_str(&n("receive_queues"))?;
-        // The default (given or implied) follows a larger btl_rc_max_send_size.
-        let rq = if rq.trim() == defaults::RECEIVE_QUEUES {
+        let rq_name = n("receive_queues");
+        // Only the implied default follows a larger btl_rc_max_send_size: a spec the user
+        // wrote (even one equal to the default) is taken as written, and refused with the
+        // reason if its last queue is too small.
+        let rq = if params.entry(&rq_name)?.source == Source::Default {
             default_receive_queues(max_send_size)
         } else {
-            rq.to_owned()
+            params.get_str(&rq_name)?.to_owned()
         };
         let rq = rq.as_str();
         let recv = ReceiveQueues::parse(rq, max_send_size as usize).map_err(|why| {
@@ -532,6 +537,30 @@ mod tests {
             ReceiveQueues::parse(&big, 1 << 20).unwrap().queues()[1].size,
             1 << 20
         );
+    }
+
+    fn store(settings: &[(&str, &str)]) -> ParamStore {
+        use rmca_framework::component::Component;
+        let mut specs = Vec::new();
+        crate::RC.register_params(&mut ParamRegistrar::new("btl", "rc", &mut specs));
+        ParamStore::with_settings(specs, settings).unwrap()
+    }
+
+    #[test]
+    fn only_the_implied_default_follows_a_larger_fragment_size() {
+        let big = [("btl_rc_max_send_size", "1048576")];
+        let cfg = RcConfig::from_params(&store(&big), 0).unwrap();
+        assert_eq!(cfg.recv.queues()[1].size, 1 << 20);
+        // The same text written by the user is the user's: too small for 1 MiB fragments.
+        let written = [big[0], ("btl_rc_receive_queues", defaults::RECEIVE_QUEUES)];
+        let err = RcConfig::from_params(&store(&written), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("btl_rc_receive_queues"), "{err}");
+        assert!(err.contains("btl_rc_max_send_size (1048576)"), "{err}");
+        // At the default fragment size the written default is taken as it is.
+        let cfg = RcConfig::from_params(&store(&written[1..]), 0).unwrap();
+        assert_eq!(cfg.recv.queues()[1].size, M);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use rmca_framework::component::{Component, InitContext};
 use rmca_framework::job::JobInfo;
 use rmca_framework::memory::MemoryAccounting;
 use rmca_framework::modex::{LocalModex, ModexWrite};
-use rmca_framework::params::{ParamRegistrar, ParamStore, RawSources};
+use rmca_framework::params::{ParamRegistrar, ParamStore};
 use rmca_framework::rank::Rank;
 
 use crate::card::CardRepr;
@@ -32,12 +32,7 @@ fn lend_mut(v: &mut [u8]) -> UserBuf {
 pub(crate) fn params(settings: &[(&str, &str)]) -> ParamStore {
     let mut specs = Vec::new();
     SHM.register_params(&mut ParamRegistrar::new("btl", "shm", &mut specs));
-    let env = settings
-        .iter()
-        .map(|(k, v)| (format!("RMCA_MCA_{k}"), (*v).to_owned()))
-        .collect();
-    let raw = RawSources::from_parts(None, None, false, env, vec![]).unwrap();
-    ParamStore::resolve(specs, &raw).unwrap()
+    ParamStore::with_settings(specs, settings).unwrap()
 }
 
 fn job(rank: Rank, node_of: &[u32], id: &str) -> JobInfo {

@@ -36,6 +36,12 @@ use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 /// Allgathers up to this many bytes in total use recursive doubling under 'auto' (powers of two).
 const ALLGATHER_RD_MAX: usize = 256 << 10;
 
+/// Default of `coll_bcast_long_size`.
+const BCAST_LONG_SIZE: u64 = 128 << 10;
+
+/// Default of `coll_allreduce_long_size`.
+const ALLREDUCE_LONG_SIZE: u64 = 64 << 10;
+
 /// Default priority: the lowest of the built-in components, so that it is the fallback.
 const PRIORITY: i32 = 10;
 
@@ -47,18 +53,19 @@ pub struct BaseComponent;
 pub static BASE: BaseComponent = BaseComponent;
 rmca_framework::builtin_component!(Coll, BASE);
 
-/// The `coll_<op>_algorithm` parameters: name, values (`auto` first), help.
-const ALGORITHMS: &[(&str, &[&str], &str)] = &[
-    ("coll_barrier_algorithm", &["auto", "dissemination", "linear"], "Barrier algorithm (auto: dissemination)"),
-    ("coll_bcast_algorithm", &["auto", "binomial", "scatter_allgather", "linear"], "Broadcast algorithm (auto: binomial below coll_bcast_long_size, scatter+ring allgather above)"),
-    ("coll_reduce_algorithm", &["auto", "binomial", "linear"], "Reduce algorithm (auto: binomial)"),
-    ("coll_allreduce_algorithm", &["auto", "recursive_doubling", "ring", "reduce_bcast"], "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)"),
-    ("coll_gather_algorithm", &["auto", "binomial", "linear"], "Gather algorithm (auto: binomial)"),
-    ("coll_scatter_algorithm", &["auto", "binomial", "linear"], "Scatter algorithm (auto: binomial)"),
-    ("coll_allgather_algorithm", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise); allgatherv runs linear when this is 'linear', else ring"),
-    ("coll_alltoall_algorithm", &["auto", "pairwise", "linear"], "Alltoall(v) algorithm (auto: pairwise exchange)"),
-    ("coll_reduce_scatter_algorithm", &["auto", "ring", "reduce_scatterv"], "Reduce_scatter(_block) algorithm (auto: ring at >= coll_allreduce_long_size bytes for built-in and commutative operations, else binomial reduce to rank 0 + linear scatterv; non-commutative operations always take the latter)"),
-    ("coll_scan_algorithm", &["auto", "recursive_doubling", "linear"], "Scan and exscan algorithm (auto: recursive doubling)"),
+/// The operations with a `coll_<op>_algorithm` parameter: op, values (`auto` first), help.
+/// [`CollParams::algorithms`] follows this order.
+const ALGORITHMS: [(&str, &[&str], &str); 10] = [
+    ("barrier", &["auto", "dissemination", "linear"], "Barrier algorithm (auto: dissemination)"),
+    ("bcast", &["auto", "binomial", "scatter_allgather", "linear"], "Broadcast algorithm (auto: binomial below coll_bcast_long_size, scatter+ring allgather above)"),
+    ("reduce", &["auto", "binomial", "linear"], "Reduce algorithm (auto: binomial)"),
+    ("allreduce", &["auto", "recursive_doubling", "ring", "reduce_bcast"], "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)"),
+    ("gather", &["auto", "binomial", "linear"], "Gather algorithm (auto: binomial)"),
+    ("scatter", &["auto", "binomial", "linear"], "Scatter algorithm (auto: binomial)"),
+    ("allgather", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise); allgatherv runs linear when this is 'linear', else ring"),
+    ("alltoall", &["auto", "pairwise", "linear"], "Alltoall(v) algorithm (auto: pairwise exchange)"),
+    ("reduce_scatter", &["auto", "ring", "reduce_scatterv"], "Reduce_scatter(_block) algorithm (auto: ring at >= coll_allreduce_long_size bytes for built-in and commutative operations, else binomial reduce to rank 0 + linear scatterv; non-commutative operations always take the latter)"),
+    ("scan", &["auto", "recursive_doubling", "linear"], "Scan and exscan algorithm (auto: recursive doubling)"),
 ];
 
 impl Component for BaseComponent {
@@ -81,22 +88,22 @@ impl Component for BaseComponent {
         // Every rank must run the same algorithm (their send/receive schedules must match), so
         // the collective choices are job-wide. The names predate the coll framework (no
         // component in them) and are kept.
-        for (name, values, help) in ALGORITHMS {
+        for (op, values, help) in ALGORITHMS {
             params.add_global(
-                Param::enumeration(name, "auto", values)
+                Param::enumeration(&format!("coll_{op}_algorithm"), "auto", values)
                     .help(help)
                     .level(Level::Tuning)
                     .job_wide(),
             );
         }
         params.add_global(
-            Param::size("coll_bcast_long_size", 128 << 10)
+            Param::size("coll_bcast_long_size", BCAST_LONG_SIZE)
                 .help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'")
                 .level(Level::Tuning)
                 .job_wide(),
         );
         params.add_global(
-            Param::size("coll_allreduce_long_size", 64 << 10)
+            Param::size("coll_allreduce_long_size", ALLREDUCE_LONG_SIZE)
                 .help("Allreduces of at least this many bytes use the ring under 'auto'")
                 .level(Level::Tuning)
                 .job_wide(),
@@ -124,25 +131,11 @@ impl CollComponent for BaseComponent {
     }
 }
 
-/// The operations with a `coll_<op>_algorithm` parameter, in [`CollParams::algorithms`] order.
-const OPS: [&str; 10] = [
-    "barrier",
-    "bcast",
-    "reduce",
-    "allreduce",
-    "gather",
-    "scatter",
-    "allgather",
-    "alltoall",
-    "reduce_scatter",
-    "scan",
-];
-
 /// The `coll_*` parameters coll-base decides by.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CollParams {
-    /// The algorithm of each of [`OPS`] ("auto" when unset).
-    algorithms: [String; OPS.len()],
+    /// The algorithm of each operation of [`ALGORITHMS`] ("auto" when unset).
+    algorithms: [String; ALGORITHMS.len()],
     /// Broadcasts of at least this many bytes use scatter + allgather under "auto".
     pub bcast_long_size: usize,
     /// Allreduces (and reduce_scatters) of at least this many bytes use the ring under "auto".
@@ -152,9 +145,9 @@ pub struct CollParams {
 impl Default for CollParams {
     fn default() -> Self {
         Self {
-            algorithms: OPS.map(|_| "auto".to_owned()),
-            bcast_long_size: 128 << 10,
-            allreduce_long_size: 64 << 10,
+            algorithms: ALGORITHMS.map(|_| "auto".to_owned()),
+            bcast_long_size: BCAST_LONG_SIZE as usize,
+            allreduce_long_size: ALLREDUCE_LONG_SIZE as usize,
         }
     }
 }
@@ -166,33 +159,33 @@ impl CollParams {
             usize::try_from(params.get_size(name).unwrap_or(default)).unwrap_or(usize::MAX)
         };
         Self {
-            algorithms: OPS.map(|op| {
+            algorithms: ALGORITHMS.map(|(op, _, _)| {
                 params
                     .get_str(&format!("coll_{op}_algorithm"))
                     .map(str::to_owned)
                     .unwrap_or_else(|_| "auto".into())
             }),
-            bcast_long_size: size("coll_bcast_long_size", 128 << 10),
-            allreduce_long_size: size("coll_allreduce_long_size", 64 << 10),
+            bcast_long_size: size("coll_bcast_long_size", BCAST_LONG_SIZE),
+            allreduce_long_size: size("coll_allreduce_long_size", ALLREDUCE_LONG_SIZE),
         }
     }
 
     /// The algorithm chosen for `op` ("auto" when unset).
     pub fn algorithm(&self, op: &str) -> &str {
-        let i = OPS
+        &self.algorithms[Self::index(op)]
+    }
+
+    /// `op`'s place in [`ALGORITHMS`].
+    fn index(op: &str) -> usize {
+        ALGORITHMS
             .iter()
-            .position(|o| *o == op)
-            .expect("every collective has an algorithm parameter");
-        &self.algorithms[i]
+            .position(|(o, _, _)| *o == op)
+            .expect("every collective has an algorithm parameter")
     }
 
     /// `op`'s algorithm set to `algorithm` (tests, and callers that decide for themselves).
     pub fn with(mut self, op: &str, algorithm: &str) -> Self {
-        let i = OPS
-            .iter()
-            .position(|o| *o == op)
-            .expect("every collective has an algorithm parameter");
-        self.algorithms[i] = algorithm.to_owned();
+        self.algorithms[Self::index(op)] = algorithm.to_owned();
         self
     }
 }

@@ -22,6 +22,12 @@
 //! the sleeper count on its own control line, one load, and calls the kernel only when a
 //! peer sleeps. A sleep lasts at most the wait policy's block timeout (1 ms), so
 //! point-to-point traffic that arrives meanwhile is still progressed.
+//!
+//! A member that dies does not hang the others: a wait that lasts checks, every
+//! [`LIVENESS_INTERVAL`], whether the processes of the members it still waits for exist (their
+//! pids are in the segment), and a dead one fails the collective with
+//! [`DirectError::PeerFailed`] (MPI's process-failed class, through the communicator's error
+//! handler); every later direct collective of that communicator fails with it at once.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -30,6 +36,7 @@ pub mod segment;
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use rmca_framework::coll::{
     CollComponent, CollModule, CommShape, DirectColl, DirectEnv, DirectError, ReduceBytes,
@@ -37,11 +44,11 @@ use rmca_framework::coll::{
 use rmca_framework::component::{Component, ComponentMeta};
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 use rmca_framework::progress::{
-    wait_hook_set, wait_policy, IdleAction, IdleState, ReleasingBackoff,
+    wait_hook_set, wait_mode, wait_policy, IdleAction, IdleState, ReleasingBackoff, WaitMode,
 };
 
 use protocol::{Layout, Mem, Op, Run, Step, Wait};
-use segment::Segment;
+use segment::{Segment, SetupError};
 
 /// Default priority: above coll-base's (10) and coll-hier's (40), which it never meets
 /// (coll-hier serves communicators spanning nodes, coll-sm those on one node).
@@ -50,6 +57,23 @@ const PRIORITY: i32 = 50;
 const MAX_SIZE: u64 = 16 << 10;
 /// Default of `coll_sm_split_size`.
 const SPLIT_SIZE: u64 = 2 << 10;
+/// The largest `coll_sm_max_size`: a segment is 2 x members x this (larger values are
+/// refused when the parameter is set, naming the range).
+const MAX_SIZE_CAP: u64 = 64 << 20;
+/// How often a waiting rank checks that the members it waits for still exist.
+pub const LIVENESS_INTERVAL: Duration = Duration::from_millis(50);
+/// Idle passes between two looks at the clock for [`LIVENESS_INTERVAL`] (a pass that spins
+/// takes well under a microsecond, one that sleeps at most the block timeout).
+const CLOCK_PASSES: u32 = 64;
+/// Loads of the awaited word between two progress passes when ranks have cores of their own
+/// (`mpi_wait_mode` spin): a progress pass takes longer than the other rank's store takes to
+/// arrive, so looking only once per pass would add most of a pass to every hand-over (Open
+/// MPI's coll/sm spins on its flag likewise). Plain loads, no `pause`: a virtual machine may
+/// trap it (176 ns a pause on this host).
+const SPIN_CHECKS: u32 = 128;
+/// Idle passes a wait spins before it yields in the yield and block wait modes (at most
+/// `mpi_wait_spin_passes`).
+const OVERSUBSCRIBED_SPIN_PASSES: u32 = 1;
 
 /// The coll-sm component.
 #[derive(Debug)]
@@ -78,21 +102,19 @@ impl Component for SmComponent {
         );
         params.add(
             Param::size("max_size", MAX_SIZE)
-                .help("Longest bcast, reduce or allreduce (bytes) coll-sm runs; longer ones fall through to the next component. Each member's part of a communicator's segment holds two slots of this size")
+                .range(0, MAX_SIZE_CAP as i64)
+                .help("Longest bcast, reduce or allreduce (bytes) coll-sm runs; longer ones fall through to the next component. Each member's part of a communicator's segment holds two slots of this size (at most 64M)")
                 .level(Level::Tuning)
                 .job_wide(),
         );
         params.add(
             Param::size("split_size", SPLIT_SIZE)
-                .help("Reductions of at least this many bytes share the combining among the members (each combines its part, then copies the others'); shorter ones are combined whole by the root (every member for allreduce)")
+                .help("Reductions of at least this many bytes share the combining among the members (each combines its part, then copies the others'; communicators of three or more members); shorter ones are combined whole by the root (every member for allreduce)")
                 .level(Level::Tuning)
                 .job_wide(),
         );
     }
 }
-
-/// The largest `coll_sm_max_size` honoured: a segment is 2 x members x this.
-const MAX_SIZE_CAP: u64 = 64 << 20;
 
 impl CollComponent for SmComponent {
     fn priority(&self, params: &ParamStore) -> i32 {
@@ -102,9 +124,9 @@ impl CollComponent for SmComponent {
     }
 
     fn query(&self, shape: &CommShape, params: &ParamStore) -> Option<Box<dyn CollModule>> {
+        // The store refused values of max_size outside its range when they were set.
         let size = |name, default| {
-            usize::try_from(params.get_size(name).unwrap_or(default).min(MAX_SIZE_CAP))
-                .unwrap_or(usize::MAX)
+            usize::try_from(params.get_size(name).unwrap_or(default)).unwrap_or(usize::MAX)
         };
         SmModule::new(
             shape,
@@ -140,6 +162,13 @@ pub struct SmModule {
     seq: Cell<u32>,
     /// Barriers run so far.
     barriers: Cell<u32>,
+    /// The sequence number of the last barrier passed (see [`Run::after_barrier`]).
+    synced: Cell<Option<u32>>,
+    /// A member found dead: every later direct collective fails with it.
+    dead: RefCell<Option<DirectError>>,
+    /// The pid of each member whose process this rank can watch (0: not watched), from the
+    /// segment at set-up.
+    pids: RefCell<Vec<u32>>,
 }
 
 impl SmModule {
@@ -158,6 +187,9 @@ impl SmModule {
             seg: RefCell::new(Shared::Unset),
             seq: Cell::new(0),
             barriers: Cell::new(0),
+            synced: Cell::new(None),
+            dead: RefCell::new(None),
+            pids: RefCell::new(Vec::new()),
         })
     }
 
@@ -171,32 +203,36 @@ impl SmModule {
         work: &mut [u8],
         reduce: Option<ReduceBytes<'_>>,
     ) -> Option<Result<(), DirectError>> {
+        if let Some(e) = &*self.dead.borrow() {
+            return Some(Err(e.clone()));
+        }
         let len = work.len();
         let mut seg = self.seg.borrow_mut();
         if let Shared::Unset = *seg {
-            *seg = match Segment::create(env, self.me, self.layout.len()) {
-                Ok(s) => {
-                    tracing::debug!(
-                        bytes = s.len(),
-                        ranks = self.layout.n,
-                        "coll-sm: segment mapped"
-                    );
-                    Shared::Ready(s)
-                }
-                Err(e) => {
+            match self.set_up(env) {
+                Ok(s) => *seg = Shared::Ready(s),
+                Err(SetupError::Os(e)) => {
                     // Every member got the same answer from the set-up's agreement.
                     tracing::warn!("{e}; collectives of this communicator fall through");
-                    Shared::Failed
+                    *seg = Shared::Failed;
                 }
-            };
+                Err(SetupError::Messages(e)) => {
+                    // The communicator's transport failed (a member died, say): it is not
+                    // usable any more, and the set-up is not retried.
+                    *seg = Shared::Failed;
+                    return Some(Err(e));
+                }
+            }
         }
         let Shared::Ready(seg) = &*seg else {
             return None;
         };
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
-        let mut run = Run::new(op, self.layout, self.me, seq, len);
+        let mut run = Run::new(op, self.layout, self.me, seq, len).after_barrier(self.synced.get());
         let mut idle = Idle::default();
+        let mut live = Liveness::default();
+        let spin = wait_mode() == WaitMode::Spin;
         loop {
             match run.poll(seg, send, work, reduce) {
                 Step::Done => break,
@@ -205,21 +241,130 @@ impl SmModule {
                     idle.state = IdleState::default();
                 }
                 Step::Wait(w) => {
+                    if spin && spin_on(seg, w) {
+                        continue;
+                    }
                     let events = env.progress();
                     idle.pass(seg, w, events);
+                    if live.due() {
+                        if let Some(e) = dead_member(seg, &self.pids.borrow(), &run, w) {
+                            tracing::warn!("coll-sm: {e}");
+                            *self.dead.borrow_mut() = Some(e.clone());
+                            return Some(Err(e));
+                        }
+                    }
                 }
             }
+        }
+        if let Op::Barrier { .. } = op {
+            self.synced.set(Some(seq));
         }
         let l = self.layout;
         wake_sleepers(seg, l.freed(self.me), l.freed_sleepers(self.me));
         Some(Ok(()))
     }
 
+    /// Map the segment on every member and publish this member's process id in it (for the
+    /// others' liveness checks); the final agreement makes every pid visible before any
+    /// member waits on the segment.
+    fn set_up(&self, env: &mut dyn DirectEnv) -> Result<Segment, SetupError> {
+        let seg = Segment::create(env, self.me, self.layout.len())?;
+        seg.store(self.layout.pid(self.me), std::process::id());
+        env.all(true)?;
+        // A member whose process is not visible from here (another pid namespace sharing
+        // this /dev/shm, say) is not watched: its pid would name nothing, or another process.
+        let l = self.layout;
+        *self.pids.borrow_mut() = (0..l.n)
+            .map(|q| {
+                let pid = seg.load(l.pid(q));
+                if q == self.me {
+                    0
+                } else if pid == 0 || segment::process_gone(pid) {
+                    tracing::debug!(rank = q, pid, "coll-sm: member not watched");
+                    0
+                } else {
+                    pid
+                }
+            })
+            .collect();
+        tracing::debug!(
+            bytes = seg.len(),
+            ranks = self.layout.n,
+            "coll-sm: segment mapped"
+        );
+        Ok(seg)
+    }
+
     /// Whether a reduction of `len` bytes of `elem`-byte elements runs here, and split.
+    /// Two members never split: each would combine half the vector instead of all of it,
+    /// but pay a second hand-over and copy the other half out, which costs more than the
+    /// half combine saves (measured: bench/RESULTS.md, osu_allreduce 4-8 KiB at 2 ranks).
     fn reduction(&self, len: usize, elem: usize) -> Option<bool> {
         (elem > 0 && len.is_multiple_of(elem) && len <= self.max)
-            .then(|| len >= self.split && len / elem >= self.layout.n)
+            .then(|| self.layout.n > 2 && len >= self.split && len / elem >= self.layout.n)
     }
+}
+
+/// The first member `run` still waits for (in its wait `w`) whose process is gone, as the
+/// error of the collective. Whom it waits for is read again after the processes were found
+/// gone, so a member that stored its part and then exited normally is never taken for dead.
+fn dead_member(seg: &Segment, pids: &[u32], run: &Run, w: Wait) -> Option<DirectError> {
+    let gone: Vec<(usize, u32)> = run
+        .awaited(seg, w)
+        .into_iter()
+        .filter_map(|q| {
+            let pid = pids.get(q).copied().unwrap_or(0);
+            (pid != 0 && segment::process_gone(pid)).then_some((q, pid))
+        })
+        .collect();
+    if gone.is_empty() {
+        return None;
+    }
+    let still = run.awaited(seg, w);
+    gone.into_iter()
+        .find(|(q, _)| still.contains(q))
+        .map(|(rank, pid)| DirectError::PeerFailed {
+            rank,
+            reason: format!("coll-sm: its process (pid {pid}) is gone and never did its part"),
+        })
+}
+
+/// When a wait next checks its members' processes: every [`LIVENESS_INTERVAL`], the clock
+/// read once per [`CLOCK_PASSES`] idle passes.
+#[derive(Debug, Default)]
+struct Liveness {
+    passes: u32,
+    next: Option<Instant>,
+}
+
+impl Liveness {
+    /// After an idle pass: whether a check is due now.
+    fn due(&mut self) -> bool {
+        self.passes = self.passes.wrapping_add(1);
+        if !self.passes.is_multiple_of(CLOCK_PASSES) {
+            return false;
+        }
+        let now = Instant::now();
+        match self.next {
+            Some(t) if now < t => false,
+            Some(_) => {
+                self.next = Some(now + LIVENESS_INTERVAL);
+                true
+            }
+            None => {
+                // The wait has lasted CLOCK_PASSES passes: the first check one interval on.
+                self.next = Some(now + LIVENESS_INTERVAL);
+                false
+            }
+        }
+    }
+}
+
+/// Load the awaited word up to [`SPIN_CHECKS`] times; whether it reached what `w` wants.
+#[inline]
+fn spin_on(seg: &Segment, w: Wait) -> bool {
+    let word = seg.word(w.off);
+    (0..SPIN_CHECKS).any(|_| protocol::reached(word.load(Ordering::Acquire), w.want))
 }
 
 /// Wake the ranks sleeping on the word at `off` (if its sleeper count says there are).
@@ -246,7 +391,13 @@ impl Idle {
             // (the sleeping is ours, below). The wait holds no borrow of the runtime here.
             self.others.pass(1);
         }
-        let policy = wait_policy();
+        let mut policy = wait_policy();
+        if policy.mode != WaitMode::Spin {
+            // Ranks outnumber cores (or the user asked to give the CPU up): the member this
+            // rank waits for most likely waits for this very core, so spinning only delays
+            // it; yield from the first idle pass (Open MPI's yield_when_idle does likewise).
+            policy.spin_passes = policy.spin_passes.min(OVERSUBSCRIBED_SPIN_PASSES);
+        }
         match self.state.on_pass(&policy, events, std::time::Instant::now) {
             IdleAction::Spin | IdleAction::Disarm => {}
             IdleAction::Yield => std::thread::yield_now(),
@@ -350,6 +501,37 @@ mod tests {
         assert!(SmModule::new(&inter, 64, 8).is_none());
     }
 
+    /// The component's parameters resolved with `max_size` set on the command line.
+    fn with_max_size(v: &str) -> Result<ParamStore, Vec<rmca_framework::params::ParamError>> {
+        use rmca_framework::params::{RawSetting, RawSources, Source};
+        let mut specs = Vec::new();
+        SM.register_params(&mut ParamRegistrar::new("coll", "sm", &mut specs));
+        let cli = vec![RawSetting {
+            name: "coll_sm_max_size".into(),
+            value: v.into(),
+            source: Source::CommandLine,
+        }];
+        let raw = RawSources::from_parts(None, None, false, Vec::new(), cli).unwrap();
+        ParamStore::resolve(specs, &raw)
+    }
+
+    #[test]
+    fn max_size_above_64_mib_is_refused_naming_the_parameter_and_range() {
+        for bad in ["65M", "1G", "67108865"] {
+            let errs = with_max_size(bad).expect_err(bad);
+            let text = errs.iter().map(ToString::to_string).collect::<String>();
+            assert!(
+                text.contains("coll_sm_max_size") && text.contains("0..=64M") && text.contains(bad),
+                "{text}"
+            );
+        }
+        // The bound itself is accepted, and used as it is (no clamp).
+        let store = with_max_size("64M").unwrap();
+        assert_eq!(store.get_size("coll_sm_max_size").ok(), Some(64 << 20));
+        let shape = CommShape::new(0, vec![0, 0]);
+        assert!(SM.query(&shape, &store).is_some());
+    }
+
     #[test]
     fn reductions_beyond_the_slot_or_of_odd_sizes_fall_through() {
         let m = SmModule::new(&CommShape::new(0, vec![0; 4]), 256, 64).unwrap();
@@ -362,6 +544,12 @@ mod tests {
             m.reduction(64, 32),
             Some(false),
             "fewer elements than ranks"
+        );
+        let two = SmModule::new(&CommShape::new(0, vec![0; 2]), 256, 64).unwrap();
+        assert_eq!(
+            two.reduction(256, 8),
+            Some(false),
+            "two members never split"
         );
     }
 }

@@ -6,8 +6,14 @@
 //! # Segment layout ([`Layout`])
 //! One control line per rank ([`LINE`] bytes, so that no two ranks' words share a cache line
 //! or an adjacent-line prefetch pair), the barrier's line, then two data slots per rank.
-//! Rank `r` alone writes its line's `posted` and `freed` words and its slots; everyone reads
-//! them. Every rank adds to the barrier's counter.
+//! Rank `r` alone writes its line's `posted`, `freed` and `pid` words and its slots; everyone
+//! reads them. Every rank adds to the barrier's counter.
+//!
+//! # Dead members
+//! A rank that waits long asks which members it still waits for ([`Run::awaited`]); the
+//! module checks whether their processes (the `pid` each member stores in its line when the
+//! segment is made) still exist, so a member that died becomes an error rather than a hang.
+//! A member that finished and exited normally is never among them: it posted everything.
 //!
 //! # Sequence numbers
 //! Every collective coll-sm runs on a communicator takes the next sequence number `s`
@@ -18,18 +24,23 @@
 //! Comparisons wrap ([`reached`]): the members are never more than two collectives apart.
 //!
 //! # Slots
-//! Collective `s` writes the slot `s % 2` of each rank. Before a rank writes its slot for
-//! `s`, it waits until every other rank's `freed` reached `s - 2`, the last collective that
-//! used this slot: so a rank may run up to two collectives ahead (a broadcast root does not
-//! wait for its readers), and nothing it writes is still being read.
+//! Collective `s` writes the slot `s % 2` of each rank (for at most [`INLINE`] bytes, the
+//! inline slot `s % 2` in the rank's control line, next to `posted`). Before a rank writes
+//! its slot for `s`, it waits until every other rank's `freed` reached `s - 2`, the last
+//! collective that used this slot: so a rank may run up to two collectives ahead (a broadcast root does not
+//! wait for its readers), and nothing it writes is still being read. A rank that passed a
+//! barrier at `s - 2` or later skips the check: every member arrived there, so had finished
+//! everything before it ([`Run::after_barrier`]).
 //!
 //! # Operations
 //! - barrier: a counter every rank increments once per barrier; barrier `b` is passed when
 //!   it reaches `n * b` (one round, and every waiter watches the same word, so the last
-//!   rank to arrive wakes every sleeper at once when the node is oversubscribed).
+//!   rank to arrive wakes every sleeper at once when the node is oversubscribed). Each rank
+//!   also posts stage 1 after its increment, so that a waiter can tell who has not arrived.
 //! - bcast: the root copies into its slot and posts; the others wait for it and copy out.
 //! - reduce, allreduce, short: every rank copies its input into its slot and posts; the
-//!   root (every rank for allreduce) combines all slots in rank order.
+//!   root (every rank for allreduce) combines all slots in rank order. The root of a reduce
+//!   neither copies nor posts (nobody reads its slot): it waits and combines at once.
 //! - reduce, allreduce, split (longer vectors): every rank posts its input as above, then
 //!   combines its own share of the elements over all slots in rank order, writes that share
 //!   of the result back into its own slot (no other rank reads that part of it in this
@@ -40,6 +51,7 @@
 
 use std::ops::Range;
 
+use rmca_framework::coll::schedule::part;
 use rmca_framework::coll::ReduceBytes;
 
 /// Bytes of a rank's control line (two cache lines: adjacent-line prefetch pairs them).
@@ -52,6 +64,13 @@ const FREED: usize = 4;
 const SLEEPERS: usize = 8;
 /// Offset of the count of ranks sleeping on this line's `freed` word.
 const FREED_SLEEPERS: usize = 12;
+/// Offset of the process id of the line's rank (0 until it stored it).
+const PID: usize = 16;
+/// Offset of the line's two inline slots (collectives of at most [`INLINE`] bytes), in the
+/// same 64-byte cache line as `posted`.
+const INLINE_AT: usize = 32;
+/// The longest collective whose data travels in the control line rather than a data slot.
+pub const INLINE: usize = 16;
 
 /// The memory a [`Run`] works on: 4-byte control words (at multiples of 4) and data bytes.
 pub trait Mem {
@@ -59,6 +78,9 @@ pub trait Mem {
     fn load(&self, off: usize) -> u32;
     /// Store `v` at `off` (release: data written before it is published with it).
     fn store(&self, off: usize, v: u32);
+    /// Store `v` at `off` with release ordering only, for a value no rank sleeps on (no
+    /// fence: the store need not be seen before this rank's next load).
+    fn mark(&self, off: usize, v: u32);
     /// Add `v` to the word at `off` atomically (acquire and release); the sum.
     fn add(&self, off: usize, v: u32) -> u32;
     /// Copy `data` to `off`.
@@ -126,9 +148,22 @@ impl Layout {
         r * LINE + FREED_SLEEPERS
     }
 
-    /// Offset of rank `r`'s slot for collective `seq`.
-    pub fn data(&self, r: usize, seq: u32) -> usize {
-        (self.n + 1) * LINE + (r * 2 + (seq & 1) as usize) * self.slot
+    /// Offset of rank `r`'s process id.
+    pub fn pid(&self, r: usize) -> usize {
+        r * LINE + PID
+    }
+
+    /// Offset of rank `r`'s slot for collective `seq` moving `len` bytes: in its control
+    /// line when `len` is at most [`INLINE`] (so that a reader's one miss on `posted`
+    /// brings the data too), else in its data slots.
+    #[inline]
+    pub fn data(&self, r: usize, seq: u32, len: usize) -> usize {
+        let slot = (seq & 1) as usize;
+        if len <= INLINE {
+            r * LINE + INLINE_AT + slot * INLINE
+        } else {
+            (self.n + 1) * LINE + (r * 2 + slot) * self.slot
+        }
     }
 }
 
@@ -187,6 +222,8 @@ pub struct Wait {
     /// Offset of the count of sleepers on that word (a waiter that sleeps announces itself
     /// there, and the rank that stores the word wakes it).
     pub sleepers: usize,
+    /// The rank whose word it is; `None` for the barrier's counter (any rank not arrived).
+    pub from: Option<usize>,
 }
 
 /// Where [`Run::poll`] left a collective.
@@ -216,12 +253,15 @@ pub struct Run {
     stage: u8,
     /// The next rank to check in the current wait over ranks.
     next: usize,
+    /// The sequence number of the last barrier this rank passed before this collective.
+    synced: Option<u32>,
 }
 
-/// Share `q` of `len` bytes of `elem`-byte elements among `n` ranks (element boundaries).
+/// Share `q` of `len` bytes of `elem`-byte elements among `n` ranks: the schedule library's
+/// balanced split of the elements ([`part`]), in bytes.
 pub fn share(len: usize, elem: usize, n: usize, q: usize) -> Range<usize> {
-    let elems = len / elem;
-    (q * elems / n * elem)..((q + 1) * elems / n * elem)
+    let p = part(len / elem, n, q);
+    (p.start * elem)..(p.end * elem)
 }
 
 impl Run {
@@ -250,7 +290,17 @@ impl Run {
             len,
             stage: 0,
             next: 0,
+            synced: None,
         }
+    }
+
+    /// This rank passed barrier `seq` (of this communicator) before this collective, so every
+    /// member had finished every collective before it: slots those used need no `freed`
+    /// check (one remote load per member saved when barriers separate collectives, as in
+    /// OSU's loops). `None`: no barrier yet.
+    pub fn after_barrier(mut self, seq: Option<u32>) -> Self {
+        self.synced = seq;
+        self
     }
 
     /// Go as far as possible without waiting. `send` is the input of a reduction, `work`
@@ -270,7 +320,12 @@ impl Run {
                 (Op::Barrier { round }, 0) => {
                     self.stage = 1;
                     let want = round.wrapping_mul(n as u32);
-                    if mem.add(l.arrived(), 1) == want {
+                    let last = mem.add(l.arrived(), 1) == want;
+                    // Arrived (for [`Run::awaited`]); nobody waits on this value, so no
+                    // wake-up and no fence. After the increment: a rank seen arrived has
+                    // incremented.
+                    mem.mark(l.posted(me), stage(seq, 1));
+                    if last {
                         // The last to arrive: the others may be asleep on the counter.
                         return Step::Posted {
                             off: l.arrived(),
@@ -285,6 +340,7 @@ impl Run {
                             off,
                             want,
                             sleepers: l.arrived_sleepers(),
+                            from: None,
                         });
                     }
                     return self.finish(mem);
@@ -293,7 +349,7 @@ impl Run {
                     if let Some(w) = self.wait_freed(mem) {
                         return w;
                     }
-                    mem.write(l.data(me, seq), &work[..self.len]);
+                    mem.write(l.data(me, seq, self.len), &work[..self.len]);
                     self.stage = 1;
                     return self.post(mem, 1);
                 }
@@ -303,17 +359,23 @@ impl Run {
                         return w;
                     }
                     let len = self.len;
-                    mem.view(l.data(root, seq), len, &mut |b| {
+                    mem.view(l.data(root, seq, len), len, &mut |b| {
                         work[..len].copy_from_slice(b)
                     });
                     return self.finish(mem);
+                }
+                (Op::Reduce { root, split, .. }, 0) if root == me && !split => {
+                    // The root of a short reduce combines its own input from `send`: nobody
+                    // reads its slot or waits for its post, so it goes straight to combining
+                    // (two fewer cache-line hand-overs on the critical path).
+                    self.stage = 1;
                 }
                 (Op::Reduce { .. } | Op::Allreduce { .. }, 0) => {
                     if let Some(w) = self.wait_freed(mem) {
                         return w;
                     }
                     if n > 1 {
-                        mem.write(l.data(me, seq), &send[..self.len]);
+                        mem.write(l.data(me, seq, self.len), &send[..self.len]);
                     }
                     self.stage = 1;
                     return self.post(mem, 1);
@@ -333,7 +395,7 @@ impl Run {
                     let mine = share(self.len, elem, n, me);
                     if !mine.is_empty() {
                         self.combine(mem, send, work, mine.clone(), reduce);
-                        mem.write(l.data(me, seq) + mine.start, &work[mine]);
+                        mem.write(l.data(me, seq, self.len) + mine.start, &work[mine]);
                     }
                     self.stage = 2;
                     return self.post(mem, 2);
@@ -349,15 +411,36 @@ impl Run {
                                 return w;
                             }
                             let dst = &mut work[theirs.clone()];
-                            mem.view(l.data(q, seq) + theirs.start, theirs.len(), &mut |b| {
-                                dst.copy_from_slice(b)
-                            });
+                            mem.view(
+                                l.data(q, seq, self.len) + theirs.start,
+                                theirs.len(),
+                                &mut |b| dst.copy_from_slice(b),
+                            );
                         }
                         self.next += 1;
                     }
                     return self.finish(mem);
                 }
                 (_, _) => return Step::Done,
+            }
+        }
+    }
+
+    /// The members that have not yet stored what the wait `w` (this run's last
+    /// [`Step::Wait`]) needs: its word's rank if the word has not reached `w.want`; for the
+    /// barrier's counter, every member that has not arrived (posted stage 1). Empty once
+    /// the wait is over. A member that finished the collective is never among them.
+    pub fn awaited(&self, mem: &dyn Mem, w: Wait) -> Vec<usize> {
+        if reached(mem.load(w.off), w.want) {
+            return Vec::new();
+        }
+        match w.from {
+            Some(q) => vec![q],
+            None => {
+                let arrived = stage(self.seq, 1);
+                (0..self.layout.n)
+                    .filter(|&q| q != self.me && !reached(mem.load(self.layout.posted(q)), arrived))
+                    .collect()
             }
         }
     }
@@ -387,6 +470,7 @@ impl Run {
             off,
             want,
             sleepers: self.layout.sleepers(q),
+            from: Some(q),
         }))
     }
 
@@ -407,6 +491,12 @@ impl Run {
     /// collective that used it last (`seq - 2`).
     fn wait_freed(&mut self, mem: &dyn Mem) -> Option<Step> {
         let want = self.seq.wrapping_sub(2);
+        if self.synced.is_some_and(|b| reached(b, want)) {
+            // Every member arrived at barrier b >= seq - 2, so it had finished every
+            // collective before b, the last user of this slot (seq - 2, or earlier when
+            // seq - 2 is the barrier itself) included.
+            return None;
+        }
         while self.next < self.layout.n {
             let q = self.next;
             if q != self.me {
@@ -416,6 +506,7 @@ impl Run {
                         off,
                         want,
                         sleepers: self.layout.freed_sleepers(q),
+                        from: Some(q),
                     }));
                 }
             }
@@ -435,13 +526,13 @@ impl Run {
         range: Range<usize>,
         reduce: ReduceBytes<'_>,
     ) {
-        let (l, me, seq) = (self.layout, self.me, self.seq);
+        let (l, me, seq, len) = (self.layout, self.me, self.seq, self.len);
         let dst = &mut work[range.clone()];
         let operand = |q: usize, f: &mut dyn FnMut(&[u8])| {
             if q == me {
                 f(&send[range.clone()]);
             } else {
-                mem.view(l.data(q, seq) + range.start, range.len(), f);
+                mem.view(l.data(q, seq, len) + range.start, range.len(), f);
             }
         };
         if l.n == 1 {

@@ -32,6 +32,51 @@ impl Agreement for CollAgreement<'_> {
     }
 }
 
+/// Why a communicator's segment could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A system call failed on some member (every member gets this answer): coll-sm falls
+    /// through to the next component on this communicator.
+    #[error("{0}")]
+    Os(String),
+    /// The set-up's collectives by messages failed here (the communicator's transport).
+    #[error(transparent)]
+    Messages(#[from] DirectError),
+}
+
+/// Whether the process `pid` is gone (exited, a zombie included). A pidfd where the kernel
+/// has them (Linux 5.3+) sees a zombie as exited; else `kill(pid, 0)`, which sees it once
+/// reaped. No descriptor is kept: this runs only while a wait lasts long.
+pub fn process_gone(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd >= 0 {
+        let mut p = libc::pollfd {
+            fd: fd as i32,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout; then the descriptor just opened is closed.
+        let exited = unsafe {
+            let n = libc::poll(&mut p, 1, 0);
+            libc::close(fd as i32);
+            n > 0 && p.revents & libc::POLLIN != 0
+        };
+        return exited;
+    }
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    if errno == Some(libc::ESRCH) {
+        return true;
+    }
+    // No pidfd_open here (ENOSYS) or not allowed: existence by signal 0.
+    // SAFETY: signal 0 checks existence and permission only.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 /// One member's mapping of a communicator's segment.
 #[derive(Debug)]
 pub struct Segment {
@@ -41,14 +86,14 @@ pub struct Segment {
 impl Segment {
     /// Map a fresh, zeroed segment of `len` (> 0) bytes on every member: collective over
     /// `env`; `me` is this member's rank, rank 0 creates it. Fails on every member if any
-    /// member could not map it.
-    pub fn create(env: &mut dyn DirectEnv, me: usize, len: usize) -> Result<Self, DirectError> {
+    /// member could not map it ([`SetupError::Os`]), or where the set-up's messages failed.
+    pub fn create(env: &mut dyn DirectEnv, me: usize, len: usize) -> Result<Self, SetupError> {
         let mut agree = CollAgreement(env);
         Mapping::create(&mut agree, me, len, "coll-sm", "communicator")
             .map(|map| Self { map })
             .map_err(|e| match e {
-                CreateError::Agreement(e) => e,
-                CreateError::Os(m) => DirectError(m),
+                CreateError::Agreement(e) => SetupError::Messages(e),
+                CreateError::Os(m) => SetupError::Os(m),
             })
     }
 
@@ -129,6 +174,11 @@ impl Mem for Segment {
     }
 
     #[inline]
+    fn mark(&self, off: usize, v: u32) {
+        self.word(off).store(v, Ordering::Release);
+    }
+
+    #[inline]
     fn add(&self, off: usize, v: u32) -> u32 {
         // Sequentially consistent, as `store`.
         self.word(off)
@@ -158,5 +208,26 @@ impl Mem for Segment {
         // guarantees that the rank owning these bytes does not write them until this rank
         // stores its `freed` word, after `f` returned.
         f(unsafe { std::slice::from_raw_parts(self.map.base().add(off), len) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_gone;
+
+    #[test]
+    fn a_live_process_is_not_gone_and_an_exited_one_is() {
+        assert!(!process_gone(std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        assert!(!process_gone(pid));
+        child.kill().expect("kill");
+        // Killed but not yet reaped (a zombie) counts as gone where pidfds exist; reaped,
+        // it is gone everywhere.
+        let _ = child.wait();
+        assert!(process_gone(pid));
     }
 }

@@ -1,17 +1,16 @@
 use super::*;
-use rmca_framework::params::RawSources;
 
 fn store(transport: Transport, settings: &[(&str, &str)]) -> ParamStore {
     let mut specs = Vec::new();
     let mut r = ParamRegistrar::new("btl", "xx", &mut specs);
     register_device_params(&mut r, transport);
     register_fault_params(&mut r, transport);
-    let env = settings
+    let named: Vec<(String, &str)> = settings
         .iter()
-        .map(|(k, v)| (format!("RMCA_MCA_btl_xx_{k}"), (*v).to_owned()))
+        .map(|(k, v)| (format!("btl_xx_{k}"), *v))
         .collect();
-    let raw = RawSources::from_parts(None, None, false, env, vec![]).expect("sources");
-    ParamStore::resolve(specs, &raw).expect("params")
+    let named: Vec<(&str, &str)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    ParamStore::with_settings(specs, &named).expect("params")
 }
 
 #[test]

@@ -114,6 +114,49 @@ const ACK: u8 = 16;
 const FREE: u8 = 17;
 const FENCED: u8 = 18;
 
+/// Every kind byte osc-am sends.
+const KINDS: [u8; 18] = [
+    PUT,
+    GET,
+    ACC,
+    CAS,
+    REPLY_OK,
+    REPLY_ERR,
+    REFUSED,
+    FENCE,
+    POST,
+    COMPLETE,
+    LOCK_SHARED,
+    LOCK_EXCL,
+    GRANTED,
+    UNLOCK,
+    FLUSH,
+    ACK,
+    FREE,
+    FENCED,
+];
+
+/// Kind bytes osc-am never uses, left to the components whose own messages share a window's
+/// channel with osc-am's (osc-rdma): [`Msg::decode`] refuses them, and no kind of osc-am
+/// may be added among them (checked when this crate compiles).
+pub const RESERVED_KINDS: std::ops::RangeInclusive<u8> = 0xC0..=0xFF;
+
+/// osc-rdma's message carrying a member's registration (its memory's address and keys),
+/// reserved here so that no message of osc-am can take its kind.
+pub const RDMA_KEYS: u8 = 0xC0;
+
+const _: () = {
+    assert!(RDMA_KEYS >= *RESERVED_KINDS.start());
+    let mut i = 0;
+    while i < KINDS.len() {
+        assert!(
+            KINDS[i] < *RESERVED_KINDS.start(),
+            "an osc-am kind among the reserved ones"
+        );
+        i += 1;
+    }
+};
+
 fn u64s(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
@@ -416,6 +459,23 @@ mod tests {
             longer.push(0);
             assert_eq!(Msg::decode(&longer), None);
         }
+    }
+
+    #[test]
+    fn reserved_kinds_are_never_sent_nor_decoded() {
+        for m in samples() {
+            let k = m.encode()[0];
+            assert!(
+                !RESERVED_KINDS.contains(&k),
+                "{m:?} uses reserved kind {k:#x}"
+            );
+            assert!(KINDS.contains(&k), "{m:?}: kind {k:#x} missing from KINDS");
+        }
+        for k in RESERVED_KINDS {
+            assert_eq!(Msg::decode(&[k]), None);
+            assert_eq!(Msg::decode(&[k, 1, 0xff]), None);
+        }
+        assert!(RESERVED_KINDS.contains(&RDMA_KEYS));
     }
 
     proptest! {

@@ -76,8 +76,15 @@ impl OscComponent for RdmaComponent {
             .map_or(PRIORITY, |v| i32::try_from(v).unwrap_or(PRIORITY))
     }
 
-    fn query(&self, config: &WinConfig, _params: &ParamStore) -> bool {
-        config.rdma
+    fn query(&self, config: &WinConfig, params: &ParamStore) -> bool {
+        self.refusal(config, params).is_none()
+    }
+
+    fn refusal(&self, config: &WinConfig, _params: &ParamStore) -> Option<String> {
+        (!config.rdma).then(|| {
+            "it needs RDMA put and get to every member (pml ob1 over the shm, rc or self BTLs)"
+                .into()
+        })
     }
 
     fn create(

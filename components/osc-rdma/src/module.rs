@@ -15,9 +15,9 @@ use rmca_osc_am::wire::Msg;
 
 use crate::track::{Order, Tracker};
 
-/// The kind byte of the message carrying a member's registration (osc-am's kinds are small
-/// numbers: its messages and these share the window's channel).
-const KEYS: u8 = 0xC0;
+/// The kind byte of the message carrying a member's registration: its messages and
+/// osc-am's share the window's channel, so osc-am's wire module reserves it.
+const KEYS: u8 = rmca_osc_am::wire::RDMA_KEYS;
 
 /// Set in the ids of the operations moved by RDMA (the engine numbers its own from 1).
 const RDMA_OP: OpId = 1 << 62;
@@ -841,6 +841,32 @@ mod tests {
         assert!(s.w.xfers.is_empty());
         assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
         assert_eq!(s.mem[1], [0; 8]);
+    }
+
+    #[test]
+    fn keys_messages_and_osc_am_messages_cannot_be_mistaken() {
+        let keys = RdmaKeys {
+            keys: vec![("sim".into(), vec![1, 2])],
+        };
+        for m in [
+            RdmaModule::keys_message(Some((7, &keys))),
+            RdmaModule::keys_message(None),
+        ] {
+            assert!(rmca_osc_am::wire::RESERVED_KINDS.contains(&m[0]));
+            assert_eq!(Msg::decode(&m), None, "a keys message read as osc-am's");
+            assert!(RdmaModule::parse_keys(&m).is_some());
+        }
+        // The other way: what the engine sends is never taken for keys by `progress`.
+        for m in [
+            Msg::Fence,
+            Msg::Flush,
+            Msg::Ack,
+            Msg::Free,
+            Msg::Unlock,
+            Msg::Granted,
+        ] {
+            assert_ne!(m.encode().first(), Some(&KEYS), "{m:?}");
+        }
     }
 
     #[test]

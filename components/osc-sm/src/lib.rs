@@ -99,8 +99,20 @@ impl OscComponent for SmComponent {
             .map_or(30, |v| i32::try_from(v).unwrap_or(30))
     }
 
-    fn query(&self, config: &WinConfig, _params: &ParamStore) -> bool {
-        config.same_node && config.allocated && !config.dynamic
+    fn query(&self, config: &WinConfig, params: &ParamStore) -> bool {
+        self.refusal(config, params).is_none()
+    }
+
+    fn refusal(&self, config: &WinConfig, _params: &ParamStore) -> Option<String> {
+        if config.dynamic {
+            Some("it does not serve dynamic windows (MPI_Win_create_dynamic)".into())
+        } else if !config.allocated {
+            Some("it serves only windows whose memory it allocates (MPI_Win_allocate, _allocate_shared), not MPI_Win_create's".into())
+        } else if !config.same_node {
+            Some("the window's members are not all on one node".into())
+        } else {
+            None
+        }
     }
 
     fn create(
@@ -281,6 +293,26 @@ impl SmModule {
         }
     }
 
+    /// The segment offset and length of `run` at `addr` of `target`, checked to lie inside
+    /// the target's memory (the epoch is the caller's to check: [`Epochs::check_access`]).
+    #[inline]
+    fn place(
+        &self,
+        target: usize,
+        addr: u64,
+        (off, len): (i64, u64),
+    ) -> Result<(usize, usize), OscError> {
+        let (base, size) = self.plan.parts[target];
+        let lo = i128::from(addr) + i128::from(off);
+        let hi = lo + i128::from(len);
+        if lo < 0 || hi > size as i128 {
+            return Err(OscError::Range(format!(
+                "bytes {lo}..{hi} of rank {target}'s window are outside it ({size} bytes)"
+            )));
+        }
+        Ok((base + lo as usize, len as usize))
+    }
+
     /// The segment offsets and lengths of `runs` (a layout's) at `addr` of `target`, every
     /// one checked to lie inside the target's memory, and their total length.
     fn locate(
@@ -290,17 +322,7 @@ impl SmModule {
         runs: &[(i64, u64)],
     ) -> Result<(Runs, usize), OscError> {
         self.epochs.check_access(target)?;
-        let (base, size) = self.plan.parts[target];
-        let place = |&(off, len): &(i64, u64)| {
-            let lo = i128::from(addr) + i128::from(off);
-            let hi = lo + i128::from(len);
-            if lo < 0 || hi > size as i128 {
-                return Err(OscError::Range(format!(
-                    "bytes {lo}..{hi} of rank {target}'s window are outside it ({size} bytes)"
-                )));
-            }
-            Ok((base + lo as usize, len as usize))
-        };
+        let place = |&run: &(i64, u64)| self.place(target, addr, run);
         // One run (a predefined or contiguous target type) needs no allocation.
         match runs {
             [] => Ok((Runs::Many(Vec::new()), 0)),
@@ -529,6 +551,37 @@ impl SmModule {
         id
     }
 
+    /// Read `runs` at `addr` of `target` into `out`: the one copy of [`OscDirect::get_now`]
+    /// and [`OscModule::get`].
+    fn get_into(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        out: Out<'_>,
+    ) -> Result<(), OscError> {
+        let (runs, total) = self.locate(target, addr, runs)?;
+        self.read_runs(&runs, total, out.sized(total))
+    }
+
+    /// Accumulate `data` into `runs` at `addr` of `target`, the previous contents into
+    /// `old`: the one copy of [`OscDirect::accumulate_now`] and [`OscModule::accumulate`].
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_into(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<Out<'_>>,
+    ) -> Result<(), OscError> {
+        let (runs, total) = self.locate(target, addr, runs)?;
+        let old = old.map(|o| o.sized(total));
+        self.accumulate_runs(target, &runs, total, op, elem, data, old)
+    }
+
     /// Hold target `t`'s accumulate lock word while `f` runs.
     fn locked<R>(&self, t: usize, f: impl FnOnce() -> R) -> R {
         let word: &AtomicU32 = self.seg.u32_at(self.words().ctl(t) + ACC_LOCK);
@@ -556,6 +609,28 @@ impl SmModule {
             && (es == 4 || es == 8)
             && !elem.host_arithmetic()
             && runs.iter().all(|&(off, _)| off.is_multiple_of(es))
+    }
+}
+
+/// Where a fetching operation's result lands: the caller's buffer (the direct calls: its
+/// length is checked against the target layout's) or a new one of the layout's length (the
+/// queued calls, whose result the host collects later).
+enum Out<'a> {
+    Given(&'a mut [u8]),
+    New(&'a mut Vec<u8>),
+}
+
+impl<'a> Out<'a> {
+    /// The buffer, a new one made `total` bytes long (after the layout was checked: a
+    /// refused operation allocates nothing).
+    fn sized(self, total: usize) -> &'a mut [u8] {
+        match self {
+            Out::Given(b) => b,
+            Out::New(v) => {
+                v.resize(total, 0);
+                v
+            }
+        }
     }
 }
 
@@ -611,9 +686,8 @@ impl OscModule for SmModule {
     }
 
     fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
-        let (runs, total) = self.locate(target, addr, &layout.runs)?;
-        let mut out = vec![0u8; total];
-        self.read_runs(&runs, total, &mut out)?;
+        let mut out = Vec::new();
+        self.get_into(target, addr, &layout.runs, Out::New(&mut out))?;
         Ok(self.finish(Some(Ok(out))))
     }
 
@@ -627,10 +701,9 @@ impl OscModule for SmModule {
         data: Vec<u8>,
         fetch: bool,
     ) -> Result<OpId, OscError> {
-        let (runs, total) = self.locate(target, addr, &layout.runs)?;
-        let mut old = if fetch { vec![0u8; total] } else { Vec::new() };
-        let out = fetch.then_some(&mut old[..]);
-        self.accumulate_runs(target, &runs, total, op, elem, &data, out)?;
+        let mut old = Vec::new();
+        let out = fetch.then_some(Out::New(&mut old));
+        self.accumulate_into(target, addr, &layout.runs, op, elem, &data, out)?;
         Ok(self.finish(fetch.then_some(Ok(old))))
     }
 
@@ -659,6 +732,9 @@ impl OscModule for SmModule {
     }
 
     fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
+        if let SyncCall::Flush(t) | SyncCall::FlushLocal(t) = call {
+            return self.epochs.flush(t);
+        }
         let w = SegWords {
             seg: &self.seg,
             stride: self.plan.stride,
@@ -668,6 +744,9 @@ impl OscModule for SmModule {
     }
 
     fn sync_done(&mut self) -> Option<Result<(), OscError>> {
+        if !self.epochs.waiting() {
+            return Some(Ok(()));
+        }
         let w = SegWords {
             seg: &self.seg,
             stride: self.plan.stride,
@@ -718,6 +797,12 @@ impl OscDirect for SmModule {
         runs: &[(i64, u64)],
         data: &[u8],
     ) -> Result<(), OscError> {
+        // One run (a predefined or contiguous target type: OSU's loops), its checks in line.
+        if let [run] = *runs {
+            self.epochs.check_access(target)?;
+            let (at, len) = self.place(target, addr, run)?;
+            return self.write_runs(&Runs::One([(at, len)]), len, data);
+        }
         let (runs, total) = self.locate(target, addr, runs)?;
         self.write_runs(&runs, total, data)
     }
@@ -729,8 +814,12 @@ impl OscDirect for SmModule {
         runs: &[(i64, u64)],
         out: &mut [u8],
     ) -> Result<(), OscError> {
-        let (runs, total) = self.locate(target, addr, runs)?;
-        self.read_runs(&runs, total, out)
+        if let [run] = *runs {
+            self.epochs.check_access(target)?;
+            let (at, len) = self.place(target, addr, run)?;
+            return self.read_runs(&Runs::One([(at, len)]), len, out);
+        }
+        self.get_into(target, addr, runs, Out::Given(out))
     }
 
     fn accumulate_now(
@@ -743,8 +832,7 @@ impl OscDirect for SmModule {
         data: &[u8],
         old: Option<&mut [u8]>,
     ) -> Result<(), OscError> {
-        let (runs, total) = self.locate(target, addr, runs)?;
-        self.accumulate_runs(target, &runs, total, op, elem, data, old)
+        self.accumulate_into(target, addr, runs, op, elem, data, old.map(Out::Given))
     }
 
     fn compare_and_swap_now(

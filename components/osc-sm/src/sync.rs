@@ -67,10 +67,15 @@ enum AfterBarrier {
 /// The synchronization in progress.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Pending {
-    Barrier { goal: u64, then: AfterBarrier },
+    Barrier {
+        goal: u64,
+        then: AfterBarrier,
+    },
     Start(Vec<usize>),
     Wait,
-    Locks(Vec<usize>),
+    /// The targets whose locks are requested: one (`MPI_Win_lock`) or all (`_lock_all`), a
+    /// range so that a lock allocates nothing.
+    Locks(std::ops::Range<usize>),
 }
 
 /// The epochs of one window at one member.
@@ -123,6 +128,7 @@ impl Epochs {
     }
 
     /// May this member access `target` now?
+    #[inline]
     pub fn check_access(&self, target: usize) -> Result<(), OscError> {
         self.check_rank(target)?;
         let locked = self.locks[target].is_some_and(|h| h.granted);
@@ -173,14 +179,7 @@ impl Epochs {
 
     /// Start synchronization `call`; wrong use is refused at once, with nothing changed.
     pub fn sync(&mut self, call: SyncCall, w: &dyn Words) -> Result<(), OscError> {
-        if let Some(p) = &self.pending {
-            return Err(OscError::Sync(format!(
-                "a synchronization ({p:?}) is still in progress"
-            )));
-        }
-        if self.freed {
-            return Err(OscError::Sync("the window was freed".into()));
-        }
+        self.idle()?;
         let n = self.size;
         match call {
             SyncCall::Fence { succeed } => {
@@ -246,7 +245,7 @@ impl Epochs {
                 }
                 self.fence_open = false;
                 self.request(target, kind, nocheck);
-                self.pending = Some(Pending::Locks(vec![target]));
+                self.pending = Some(Pending::Locks(target..target + 1));
             }
             SyncCall::LockAll { nocheck } => {
                 self.refuse_locks("MPI_Win_lock_all")?;
@@ -260,7 +259,7 @@ impl Epochs {
                     self.request(t, LockKind::Shared, nocheck);
                 }
                 self.lock_all = true;
-                self.pending = Some(Pending::Locks((0..n).collect()));
+                self.pending = Some(Pending::Locks(0..n));
             }
             SyncCall::Unlock(target) => {
                 self.check_rank(target)?;
@@ -282,25 +281,7 @@ impl Epochs {
                 }
                 self.lock_all = false;
             }
-            SyncCall::Flush(t) | SyncCall::FlushLocal(t) => {
-                match t {
-                    Some(t) => {
-                        self.check_rank(t)?;
-                        if self.locks[t].is_none() {
-                            return Err(OscError::Sync(format!(
-                                "flush: no passive-target epoch to rank {t} is open (MPI_Win_lock or MPI_Win_lock_all)"
-                            )));
-                        }
-                    }
-                    None if !self.any_lock() => {
-                        return Err(OscError::Sync(
-                            "flush_all: no passive-target epoch is open".into(),
-                        ));
-                    }
-                    None => {}
-                }
-                fence(Ordering::SeqCst);
-            }
+            SyncCall::Flush(t) | SyncCall::FlushLocal(t) => return self.flush(t),
             SyncCall::Free => {
                 if self.access.is_some() || self.exposure.is_some() || self.any_lock() {
                     return Err(OscError::Sync(
@@ -311,6 +292,52 @@ impl Epochs {
                 self.barrier(w, AfterBarrier::Free);
             }
         }
+        Ok(())
+    }
+
+    /// Does a synchronization wait for other members ([`Epochs::poll`] has work)?
+    #[inline]
+    pub fn waiting(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Refuse a synchronization while another is in progress or after the window's free.
+    fn idle(&self) -> Result<(), OscError> {
+        if let Some(p) = &self.pending {
+            return Err(OscError::Sync(format!(
+                "a synchronization ({p:?}) is still in progress"
+            )));
+        }
+        if self.freed {
+            return Err(OscError::Sync("the window was freed".into()));
+        }
+        Ok(())
+    }
+
+    /// `MPI_Win_flush(_local)` of `target` (`None`: `_all`): every operation completed when
+    /// issued, so a memory fence once the epoch is checked; no control word is touched (what
+    /// [`Epochs::sync`] does for a flush, reachable without the words: the hot path of
+    /// OSU's passive-target loops).
+    #[inline]
+    pub fn flush(&self, target: Option<usize>) -> Result<(), OscError> {
+        self.idle()?;
+        match target {
+            Some(t) => {
+                self.check_rank(t)?;
+                if self.locks[t].is_none() {
+                    return Err(OscError::Sync(format!(
+                        "flush: no passive-target epoch to rank {t} is open (MPI_Win_lock or MPI_Win_lock_all)"
+                    )));
+                }
+            }
+            None if !self.any_lock() => {
+                return Err(OscError::Sync(
+                    "flush_all: no passive-target epoch is open".into(),
+                ));
+            }
+            None => {}
+        }
+        fence(Ordering::SeqCst);
         Ok(())
     }
 
@@ -351,6 +378,10 @@ impl Epochs {
 
     /// Did the synchronization started last finish? (`None`: not yet; call again later.)
     pub fn poll(&mut self, w: &dyn Words) -> Option<Result<(), OscError>> {
+        if !self.waiting() {
+            // Nothing waits (a flush, an unlock, a complete): done, nothing to take.
+            return Some(Ok(()));
+        }
         let done = match &mut self.pending {
             None => true,
             Some(Pending::Barrier { goal, .. }) => w.barrier().load(Ordering::Acquire) >= *goal,
@@ -361,7 +392,7 @@ impl Epochs {
             Some(Pending::Wait) => self.exposure_complete(w),
             Some(Pending::Locks(g)) => {
                 let mut all = true;
-                for &t in g.iter() {
+                for t in g.clone() {
                     let h = self.locks[t].as_mut().expect("requested");
                     if !h.granted {
                         h.granted = Self::try_acquire(w, t, h.kind);

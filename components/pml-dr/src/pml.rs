@@ -31,7 +31,7 @@ use rmca_framework::rank::Rank;
 use rmca_framework::slab::Slab;
 use tracing::{debug, warn};
 
-use crate::proto::e2e::StagedCrcs;
+use crate::proto::e2e::{copy_checked, CopyOutcome, CopyTarget, StagedCrcs};
 use crate::proto::wire::{split_bundle, ACK_LEN};
 use crate::proto::{
     Arrival, Config, Connection, Counters, Csum, Event, MatchFields, MsgSeq, PathConfig, Transmit,
@@ -43,6 +43,16 @@ pub const DR_TAG: BtlTag = tags::PML_DR_BASE;
 /// The glue's maps: their keys are small integers (message sequences, ranks and context ids)
 /// chosen by this process or bounded by the connection's checks.
 type FastMap<K, V> = HashMap<K, V, rmca_framework::hash::BuildIntHasher>;
+
+/// The user's receive buffer as the target of a staged message's checked copy.
+impl CopyTarget for UserBuf {
+    fn write_at(&mut self, offset: usize, src: &[u8]) {
+        UserBuf::write_at(self, offset, src);
+    }
+    fn bytes(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
 
 #[derive(Debug)]
 struct Incoming {
@@ -455,9 +465,9 @@ impl State {
 
     /// The status of a received message (failed if its end-to-end check failed).
     fn received_status(inc: &Incoming, buf_len: usize) -> Status {
-        let error = inc.e2e_corrupt.map(|frags| StatusError::PeerFailed {
+        let error = inc.e2e_corrupt.map(|fragments| StatusError::Corrupted {
             peer: inc.env.source,
-            reason: format!("end-to-end checksum of {frags} fragment(s) still wrong in the receive buffer after copying them twice from the verified staging buffer (memory corruption)"),
+            fragments,
         });
         Self::recv_status(&inc.env, inc.len, buf_len, error)
     }
@@ -496,25 +506,29 @@ impl State {
         };
         let mut corrupt = None;
         if !inc.staging.is_empty() {
-            let n = inc.staging.len().min(buf.len());
-            buf.write_at(0, &inc.staging[..n]);
             // End-to-end: check the bytes where the application will read them. The staging
-            // buffer was verified, so a mismatch is a bad copy: copy those bytes once more.
-            let bad = inc.staged_crcs.mismatches(buf.as_slice());
-            if !bad.is_empty() {
-                self.e2e_failures += bad.len() as u64;
-                warn!(
-                    peer = p,
-                    seq,
-                    fragments = bad.len(),
-                    "end-to-end checksum failed in the receive buffer; copying again"
-                );
-                for &(off, len) in &bad {
-                    buf.write_at(off, &inc.staging[off..off + len]);
+            // buffer was verified, so a mismatch is a bad copy: those bytes are copied once more.
+            let mut target = buf;
+            match copy_checked(&mut target, &inc.staging, &inc.staged_crcs) {
+                CopyOutcome::Clean => {}
+                CopyOutcome::Recopied { fragments } => {
+                    self.e2e_failures += fragments as u64;
+                    warn!(
+                        peer = p,
+                        seq,
+                        fragments,
+                        "end-to-end checksum failed in the receive buffer; copied again"
+                    );
                 }
-                let still = inc.staged_crcs.mismatches(buf.as_slice());
-                if !still.is_empty() {
-                    corrupt = Some(still.len());
+                CopyOutcome::Corrupt { failed, still } => {
+                    self.e2e_failures += failed as u64;
+                    warn!(
+                        peer = p,
+                        seq,
+                        fragments = still,
+                        "end-to-end checksum still failing in the receive buffer after a second copy"
+                    );
+                    corrupt = Some(still);
                 }
             }
             inc.staging = Vec::new();
@@ -1055,6 +1069,7 @@ impl Pml for Dr {
                 "pml.dr.malformed".to_owned(),
                 sum.malformed + self.st.dropped,
             ),
+            ("pml.dr.refused".to_owned(), sum.refused),
             ("pml.dr.timeouts".to_owned(), sum.timeouts),
             (
                 "pml.dr.watchdog_expirations".to_owned(),

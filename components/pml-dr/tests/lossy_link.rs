@@ -233,6 +233,7 @@ fn late_rendezvous_match_is_probed_not_failed() {
 /// limit, and every rank of an 8-byte stream over a lossy link met the peer timeout.
 #[test]
 fn long_stream_past_a_loss_is_repaired_under_every_policy() {
+    let mut refused = 0;
     for policy in AckPolicy::ALL {
         let cfg = Config {
             ack_policy: policy,
@@ -256,7 +257,12 @@ fn long_stream_past_a_loss_is_repaired_under_every_policy() {
         }
         assert!(s.injected.dropped > 0, "{policy:?}: no loss injected");
         s.assert_delivered(0);
+        // Messages refused over the receiver's limit are flow control, not damage.
+        let rx = s.counters(1);
+        assert_eq!(rx.malformed, 0, "{policy:?}: refusals counted as malformed");
+        refused += rx.refused;
     }
+    assert!(refused > 0, "no stream reached the receiver's limit");
 }
 
 #[test]

@@ -192,8 +192,9 @@ fn subtree_span(v: usize, n: usize) -> usize {
     }
 }
 
-/// Balanced split of `total` units into `n` parts: part `i` is `[i*total/n, (i+1)*total/n)`.
-fn part(total: usize, n: usize, i: usize) -> Range<usize> {
+/// Balanced split of `total` units into `n` parts: part `i` is `[i*total/n, (i+1)*total/n)`
+/// (the one split every component uses, so that their parts agree).
+pub fn part(total: usize, n: usize, i: usize) -> Range<usize> {
     (i * total / n)..((i + 1) * total / n)
 }
 

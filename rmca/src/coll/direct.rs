@@ -4,9 +4,10 @@
 //! communicator (progress passes while they wait, and set-up collectives by messages).
 
 use rmca_framework::coll::{DirectColl, DirectEnv, DirectError};
+use rmca_framework::pml::{PmlError, StatusError};
 
 use super::{reduce_step, Op, TAG_SM_SETUP};
-use crate::{Communicator, Error, Result};
+use crate::{Communicator, Error, Result, Status};
 
 /// A communicator as a direct collective's environment.
 struct Env<'a> {
@@ -17,7 +18,7 @@ struct Env<'a> {
 
 impl Env<'_> {
     fn keep(&mut self, e: Error) -> DirectError {
-        let d = DirectError(e.to_string());
+        let d = DirectError::Setup(e.to_string());
         self.err.get_or_insert(e);
         d
     }
@@ -54,6 +55,30 @@ impl DirectEnv for Env<'_> {
 }
 
 impl Communicator {
+    /// A direct collective's error as the API's: a dead member as a peer failure (MPI's
+    /// process-failed class through the C library), with its world rank.
+    fn direct_error(&self, e: DirectError) -> Error {
+        match e {
+            DirectError::PeerFailed { rank, reason } => {
+                let Ok(peer) = self.world_rank(rank) else {
+                    return Error::BadRank {
+                        rank,
+                        size: self.size(),
+                    };
+                };
+                let error = StatusError::PeerFailed {
+                    peer,
+                    reason: format!("communicator rank {rank} failed in a collective: {reason}"),
+                };
+                // A collective has no tag of the caller's: 0.
+                let status = Status::sent(rank, 0, 0);
+                Error::Status { error, status }
+            }
+            // The environment keeps a set-up error itself (above); this is the text alone.
+            DirectError::Setup(m) => Error::Pml(PmlError::Other(m)),
+        }
+    }
+
     /// Offer a blocking collective to the direct forms at the top of the stack (see
     /// [`rmca_framework::coll::CollStack::direct`]): `Some` with its outcome if one ran it,
     /// `None` if every one declined (the caller runs the stack's schedules).
@@ -77,10 +102,10 @@ impl Communicator {
         };
         for d in stack.direct() {
             if let Some(r) = run(d, &mut env) {
-                return Some(r.map_err(|e| {
-                    env.err
-                        .take()
-                        .unwrap_or_else(|| Error::InvalidArgument(e.to_string()))
+                return Some(r.map_err(|e| match env.err.take() {
+                    // A set-up collective's own error, as it is.
+                    Some(kept) => kept,
+                    None => self.direct_error(e),
                 }));
             }
         }

@@ -273,6 +273,18 @@ fn row(
         }
     };
     let c = |name: &str| job.profile.get(name).and_then(Value::as_u64);
+    // The PML's own counters: `pml.NAME.KEY`, by the names pml dr uses (a plugin PML that
+    // follows them, as examples/out-of-tree-pml does, gets the same columns).
+    let pml = transport.pml().unwrap_or("dr");
+    let pc = |key: &str| format!("pml.{pml}.{key}");
+    // Frames refused as corrupt by the PML: dr's csum_failures, or crc_failures, and malformed.
+    let by_pml = match (
+        c(&pc("csum_failures")).or(c(&pc("crc_failures"))),
+        c(&pc("malformed")),
+    ) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => None,
+    };
     // Corrupted datagrams the soft provider or btl-ud discard before dr sees them (a flipped
     // bit in their headers): caught too, below the PML.
     let below: u64 = BELOW_PML_DROPS.iter().filter_map(|n| c(n)).sum();
@@ -292,19 +304,14 @@ fn row(
         "p99_us": size.map(|s| s["p99_us"].clone()),
         "p999_us": size.map(|s| s["p999_us"].clone()),
         "lat_samples": size.map(|s| s["lat_iters"].clone()),
-        "retransmissions_per_msg": per_msg("pml.dr.retransmissions"),
-        "acks_per_msg": per_msg("pml.dr.acks_sent"),
-        "dr_timeouts": c("pml.dr.timeouts"),
-        "caught_corrupt": match (c("pml.dr.csum_failures"), c("pml.dr.malformed")) {
-            (Some(a), Some(b)) => json!(a + b + below),
-            _ => Value::Null,
-        },
-        "caught_corrupt_by_dr": match (c("pml.dr.csum_failures"), c("pml.dr.malformed")) {
-            (Some(a), Some(b)) => json!(a + b),
-            _ => Value::Null,
-        },
+        "pml": transport.pml(),
+        "retransmissions_per_msg": per_msg(&pc("retransmissions")),
+        "acks_per_msg": per_msg(&pc("acks_sent")),
+        "pml_timeouts": c(&pc("timeouts")),
+        "caught_corrupt": by_pml.map(|n| n + below),
+        "caught_corrupt_by_pml": by_pml,
         "discarded_below_pml": below,
-        "caught_duplicates": c("pml.dr.duplicates"),
+        "caught_duplicates": c(&pc("duplicates")),
         "link": job.link,
         "delivered_bad": job.delivery.as_ref().map(|d| d["duplicate"].as_u64().unwrap_or(0)
             + d["out_of_order"].as_u64().unwrap_or(0) + d["corrupt"].as_u64().unwrap_or(0)),

@@ -198,6 +198,10 @@ pub fn rxd_commands(nodes: &[String], size: usize, iters: usize, timeout_s: u64)
         let mut c = Command::new("ip");
         c.args(["netns", "exec", node, "timeout", "--kill-after=2"])
             .arg(timeout_s.to_string())
+            // The udp provider under rxd binds to the first interface (the clean control
+            // veth) whatever `-d` names, and advertises that address: its datagrams then
+            // bypass the emulated link. FI_UDP_IFACE pins it to the impaired device.
+            .env("FI_UDP_IFACE", "rimp")
             // The impaired interface's domain; -c: fi_pingpong checks the data it receives.
             .args([
                 "fi_pingpong",

@@ -124,6 +124,31 @@ pub const BASES: &[Base] = &[
     },
 ];
 
+/// The BTLs a base `PML+BTL` of any other PML may name, with the settings selecting them
+/// (soft verbs provider, as the fixed bases).
+const ANY_PML_BTLS: &[(&str, &[(&str, &str)])] = &[
+    ("ud", &[("btl", "ud,self"), ("btl_ud_provider", "soft")]),
+    ("rc", &[("btl", "rc,self"), ("btl_rc_provider", "soft")]),
+];
+
+/// A base `PML+ud` or `PML+rc` naming a PML that no fixed base names: any PML the runtime can
+/// select, built in or a plugin found on `component_path` (whether it exists is for
+/// [`check_settings`] to say, through the registry, as a job's init would). Its `--mca`
+/// settings, or None if `name` is not of that form.
+fn any_pml(name: &str) -> Option<Vec<(String, String)>> {
+    let (pml, btl) = name.split_once('+')?;
+    let valid = !pml.is_empty()
+        && pml
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let (_, settings) = ANY_PML_BTLS.iter().find(|(b, _)| *b == btl)?;
+    valid.then(|| {
+        std::iter::once(("pml".to_owned(), pml.to_owned()))
+            .chain(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect()
+    })
+}
+
 /// One compared transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transport {
@@ -131,8 +156,10 @@ pub struct Transport {
     pub label: String,
     /// The spec as written on the command line (for the reproduce line).
     pub spec: String,
-    /// The base transport's name.
-    pub base: &'static str,
+    /// The base transport's name (one of [`BASES`], or `PML+ud` / `PML+rc`).
+    pub base: String,
+    /// The `--mca` settings of the base.
+    pub base_mca: Vec<(String, String)>,
     /// How its jobs run.
     pub runner: Runner,
     /// The settings of the spec alone (after the base's).
@@ -144,12 +171,20 @@ pub struct Transport {
 impl Transport {
     /// Every `--mca` setting of its jobs: the base's, then the spec's.
     pub fn mca(&self) -> Vec<(String, String)> {
-        let base = base(self.base).expect("parsed from a base");
-        base.mca
+        self.base_mca
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .chain(self.extra.iter().cloned())
+            .chain(self.extra.iter())
+            .cloned()
             .collect()
+    }
+
+    /// The PML of an rmca transport (None for the peers): the prefix of its profile counters
+    /// (`pml.NAME.retransmissions`, ...).
+    pub fn pml(&self) -> Option<&str> {
+        self.base_mca
+            .iter()
+            .find(|(k, _)| k == "pml")
+            .map(|(_, v)| v.as_str())
     }
 
     /// The label made safe as part of a file name.
@@ -172,7 +207,8 @@ fn base(name: &str) -> Option<&'static Base> {
 }
 
 fn base_names() -> String {
-    BASES.iter().map(|b| b.name).collect::<Vec<_>>().join(", ")
+    let fixed = BASES.iter().map(|b| b.name).collect::<Vec<_>>().join(", ");
+    format!("{fixed}, or PML+ud / PML+rc for any other PML (a plugin: [component_path=DIR])")
 }
 
 /// The `--help` lines listing the bases.
@@ -180,6 +216,11 @@ pub fn help() -> String {
     BASES
         .iter()
         .map(|b| format!("                        {:<9} {}", b.name, b.help))
+        .chain(std::iter::once(
+            "                        PML+ud    any other PML the runtime can select, over ud (or\n\
+             \x20                         PML+rc: rc), e.g. a plugin's: sw+ud[component_path=DIR]"
+                .to_owned(),
+        ))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -246,7 +287,21 @@ pub fn parse_one(spec: &str) -> Result<Transport, String> {
         }
         None => (None, head),
     };
-    let b = base(name).ok_or_else(|| bad(format!("unknown base transport '{name}'")))?;
+    let (base_name, base_mca, runner, clean) = match base(name) {
+        Some(b) => (
+            b.name.to_owned(),
+            b.mca
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            b.runner,
+            b.clean,
+        ),
+        None => match any_pml(name) {
+            Some(mca) => (name.to_owned(), mca, Runner::Rmca, ""),
+            None => return Err(bad(format!("unknown base transport '{name}'"))),
+        },
+    };
     let mut extra: Vec<(String, String)> = Vec::new();
     if let Some(inner) = settings {
         if inner.trim().is_empty() {
@@ -278,7 +333,7 @@ pub fn parse_one(spec: &str) -> Result<Transport, String> {
                 },
             }
         }
-        if b.runner != Runner::Rmca {
+        if runner != Runner::Rmca {
             return Err(bad(format!(
                 "{name} is a peer implementation: settings apply to rmca's transports only"
             )));
@@ -287,10 +342,11 @@ pub fn parse_one(spec: &str) -> Result<Transport, String> {
     Ok(Transport {
         label: label.unwrap_or_else(|| spec.to_owned()),
         spec: spec.to_owned(),
-        base: b.name,
-        runner: b.runner,
+        base: base_name,
+        base_mca,
+        runner,
         extra,
-        clean: b.clean,
+        clean,
     })
 }
 
@@ -424,6 +480,41 @@ mod tests {
                 assert!(e.contains("dr+ud, dr+rc, ob1+rc"), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn any_other_pml_is_a_base_over_ud_or_rc() {
+        let t = parse_one("sw:sw+ud[component_path=/opt/pmls,pml_sw_window=8]").unwrap();
+        assert_eq!((t.label.as_str(), t.base.as_str()), ("sw", "sw+ud"));
+        assert_eq!(t.runner, Runner::Rmca);
+        assert_eq!(t.pml(), Some("sw"));
+        let mca = t.mca();
+        assert_eq!(mca[0], ("pml".into(), "sw".into()));
+        assert!(mca.contains(&("btl".into(), "ud,self".into())), "{mca:?}");
+        assert!(mca.contains(&("component_path".into(), "/opt/pmls".into())));
+        let r = parse_one("x2+rc").unwrap();
+        assert!(r.mca().contains(&("btl".into(), "rc,self".into())));
+        // The fixed bases keep their own settings (ob1+ud allows unreliable BTLs).
+        let o = parse_one("ob1+ud").unwrap();
+        assert!(o.mca().iter().any(|(k, _)| k == "pml_ob1_unreliable_btls"));
+        assert_eq!(parse_one("mpich").unwrap().pml(), None);
+        for bad in ["sw+tcp", "Sw+ud", "+ud", "sw+"] {
+            let e = parse_one(bad).expect_err(bad);
+            assert!(
+                e.contains("unknown base transport") && e.contains("PML+ud"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pml_the_runtime_cannot_select_is_refused_by_the_registry() {
+        let e = check_settings(&parse_one("nosuch+ud").unwrap()).expect_err("nosuch");
+        assert!(e.contains("nosuch") && e.contains("ob1"), "{e}");
+        // A component_path that does not exist is the registry's error too.
+        let e = check_settings(&parse_one("sw+ud[component_path=/nonexistent/rmca]").unwrap())
+            .expect_err("no plugin");
+        assert!(e.contains("sw"), "{e}");
     }
 
     #[test]

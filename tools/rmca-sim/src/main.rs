@@ -11,46 +11,307 @@ use rmca_sim::report::{plot, Table};
 use rmca_sim::sim::{Pattern, Sim, SimConfig, Stats};
 use rmca_sim::{heap, SimError};
 
-const HELP: &str = "\
+const INTRO: &str = "\
 usage: rmca-sim COMMAND [options]
 
 A deterministic discrete-event simulator driving pml-dr's own protocol core (one real
 Connection per pair of virtual processes) over a modelled network, with btl-ud's receive pool
 and btl-ud/btl-rc buffer memory from their own configuration code. Same seed, same output.
-
-commands (each prints a table; --json prints JSON lines; --plot FILE.svg draws it):
-  memory     memory per process vs process count: dr+ud, ob1+rc per-peer queues (P,32,16),
-             SRQ (S,256,64), per-peer+SRQ (P,256,32,16:S,65536,256,64,256,4096)
-  acks       acknowledgement traffic and timer counts per process per second, steady stream
-  recovery   recovery time after a burst loss (--bursts-ms) and peer-death detection time
-  alltoall   pairwise all-to-all completion time vs process count
-  validate   the simulator next to real rmca jobs (tools/rmca-sim/validate/pairwise.c over
-             dr+ud, soft provider) at --procs, same pattern, same parameters
-
-options:
-  --procs LIST        process counts (memory: 2,4,...,16384; others: see each command)
-  --n N               process count (acks, recovery)
-  --seed S            seed (default 1)
-  --mca NAME VALUE    a pml_dr_*, btl_ud_* or btl_rc_* parameter (as rmca-run takes it)
-  --mtu BYTES         UD MTU (default 2048, InfiniBand's; the soft provider uses 65000)
-  --latency-us X      one-way latency (default 1.5)
-  --bandwidth-gbs X   NIC bandwidth per direction in GB/s (default 3)
-  --jitter-us X       uniform extra delay per packet (default 0)
-  --cpu-rx-ns X       CPU time per received packet (default 1000)
-  --cpu-tx-ns X       CPU time per sent packet (default 500)
-  --loss SPEC         none, bernoulli:P, ge:P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] (default none)
-  --size BYTES        message size (default 8)
-  --fanout K          peers each process streams to (default 4)
-  --interval-us X     time between two messages to one peer (default 200)
-  --duration-ms X     streaming time (default 20)
-  --bursts-ms LIST    recovery: burst lengths (default 0.1,1,5,20)
-  --timeouts-ms LIST  recovery: pml_dr_peer_timeout values (default 1000,5000,30000)
-  --iters N           validate: rounds of the pairwise exchange (default 2000)
-  --rmca-run PATH     validate: the launcher (default target/release/rmca-run)
-  --program PATH      validate: pairwise.c built with mpicc (default /tmp/rmca-sim-pairwise)
-  --json              JSON lines instead of the table
-  --plot FILE.svg     draw the table's curves
 ";
+
+/// The commands and what each prints (each prints a table; --json prints JSON lines; --plot
+/// FILE.svg draws it).
+const COMMANDS: &[(&str, &str)] = &[
+    (
+        "memory",
+        "memory per process vs process count: dr+ud, ob1+rc per-peer queues (P,32,16), \
+         SRQ (S,256,64), per-peer+SRQ (P,256,32,16:S,65536,256,64,256,4096)",
+    ),
+    (
+        "acks",
+        "acknowledgement traffic and timer counts per process per second, steady stream",
+    ),
+    (
+        "recovery",
+        "recovery time after a burst loss (--bursts-ms) and peer-death detection time",
+    ),
+    (
+        "failover",
+        "vs process count: a BTL (path) killed silently, failed over to a second BTL \
+         (detection, failover, messages re-sent); a peer death (detection); a burst loss \
+         (recovery); every message delivered exactly once",
+    ),
+    (
+        "alltoall",
+        "pairwise all-to-all completion time vs process count (--method full, folded or both)",
+    ),
+    (
+        "validate",
+        "the simulator next to real rmca jobs (tools/rmca-sim/validate/pairwise.c over \
+         dr+ud, soft provider) at --procs, same pattern, same parameters",
+    ),
+];
+
+/// How an option takes its value.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// `--json`: no value.
+    Flag,
+    /// `--mca NAME VALUE`.
+    Mca,
+    /// `--NAME VALUE`, a number within (least, least allowed, most, the range in words).
+    Num(f64, bool, f64, &'static str),
+    /// `--NAME VALUE`, text checked by the command.
+    Text,
+}
+
+/// One option: the single description the help text, the parser, the per-command check and
+/// the range check are all derived from.
+struct Opt {
+    name: &'static str,
+    arg: &'static str,
+    kind: Kind,
+    /// The commands that read it; empty: every command.
+    cmds: &'static [&'static str],
+    help: &'static str,
+}
+
+const ALL: &[&str] = &[];
+const PROCS: Kind = Kind::Num(2.0, true, (1u64 << 20) as f64, "whole numbers 2 to 1048576");
+const NONNEG: Kind = Kind::Num(0.0, true, f64::MAX, "a non-negative number");
+
+const OPTIONS: &[Opt] = &[
+    Opt {
+        name: "procs",
+        arg: "LIST",
+        kind: PROCS,
+        cmds: &["memory", "acks", "failover", "alltoall", "validate"],
+        help: "process counts (memory: 2,4,...,16384; acks: 16,...,16384; failover: \
+                 2,16,128,1024,4096; alltoall: 2,8,...,2048; validate: 2,4,8)",
+    },
+    Opt {
+        name: "n",
+        arg: "N",
+        kind: PROCS,
+        cmds: &["recovery"],
+        help: "process count (default 64)",
+    },
+    Opt {
+        name: "seed",
+        arg: "S",
+        kind: NONNEG,
+        cmds: ALL,
+        help: "seed (default 1)",
+    },
+    Opt {
+        name: "mca",
+        arg: "NAME VALUE",
+        kind: Kind::Mca,
+        cmds: ALL,
+        help: "a pml_dr_*, btl_ud_* or btl_rc_* parameter (as rmca-run takes it)",
+    },
+    Opt {
+        name: "mtu",
+        arg: "BYTES",
+        kind: NONNEG,
+        cmds: ALL,
+        help: "UD MTU (default 2048, InfiniBand's; the soft provider uses 65000)",
+    },
+    Opt {
+        name: "latency-us",
+        arg: "X",
+        kind: Kind::Num(0.0, true, 1e6, "0 to 1000000 us"),
+        cmds: ALL,
+        help: "one-way latency (default 1.5)",
+    },
+    Opt {
+        name: "bandwidth-gbs",
+        arg: "X",
+        kind: Kind::Num(0.0, false, 1e4, "above 0, at most 10000 GB/s"),
+        cmds: ALL,
+        help: "NIC bandwidth per direction in GB/s (default 3)",
+    },
+    Opt {
+        name: "jitter-us",
+        arg: "X",
+        kind: Kind::Num(0.0, true, 1e6, "0 to 1000000 us"),
+        cmds: ALL,
+        help: "uniform extra delay per packet (default 0)",
+    },
+    Opt {
+        name: "cpu-rx-ns",
+        arg: "X",
+        kind: Kind::Num(0.0, true, 1e9, "0 to 1000000000 ns"),
+        cmds: ALL,
+        help: "CPU time per received packet (default 1000)",
+    },
+    Opt {
+        name: "cpu-tx-ns",
+        arg: "X",
+        kind: Kind::Num(0.0, true, 1e9, "0 to 1000000000 ns"),
+        cmds: ALL,
+        help: "CPU time per sent packet (default 500)",
+    },
+    Opt {
+        name: "loss",
+        arg: "SPEC",
+        kind: Kind::Text,
+        cmds: ALL,
+        help: "none, bernoulli:P, ge:P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] (default none)",
+    },
+    Opt {
+        name: "size",
+        arg: "BYTES",
+        kind: Kind::Num(0.0, true, (1u64 << 30) as f64, "0 to 1073741824 bytes"),
+        cmds: &["acks", "recovery", "failover", "alltoall", "validate"],
+        help: "message size (default 8)",
+    },
+    Opt {
+        name: "fanout",
+        arg: "K",
+        kind: Kind::Num(1.0, true, (1u64 << 20) as f64, "at least 1"),
+        cmds: &["acks", "recovery", "failover"],
+        help: "peers each process streams to (default 4, lowered to N-1 for small N)",
+    },
+    Opt {
+        name: "interval-us",
+        arg: "X",
+        kind: Kind::Num(0.0, false, 1e6, "above 0, at most 1000000 us"),
+        cmds: &["acks", "recovery", "failover"],
+        help: "time between two messages to one peer (default 200)",
+    },
+    Opt {
+        name: "duration-ms",
+        arg: "X",
+        kind: Kind::Num(0.0, false, 3.6e6, "above 0, at most 3600000 ms"),
+        cmds: &["acks"],
+        help: "streaming time (default 20)",
+    },
+    Opt {
+        name: "bursts-ms",
+        arg: "LIST",
+        kind: Kind::Num(0.0, true, 3.6e6, "0 to 3600000 ms each"),
+        cmds: &["recovery"],
+        help: "burst lengths (default 0.1,1,5,20)",
+    },
+    Opt {
+        name: "burst-ms",
+        arg: "X",
+        kind: Kind::Num(0.0, false, 3.6e6, "above 0, at most 3600000 ms"),
+        cmds: &["failover"],
+        help: "the burst loss's length (default 5)",
+    },
+    Opt {
+        name: "job",
+        arg: "FILE",
+        kind: Kind::Text,
+        cmds: &["failover"],
+        help: "instead: validate against a measured job, the JSON lines of `rmca-faults --sweep \
+               kill --points 1 --json` over dr+ud (error time vs the simulated peer-death \
+               detection) and dr+ud+rc (resumed traffic vs the simulated failover), each row \
+               simulated at 2 processes with the job's pml-dr parameters; a row outside 10% \
+               fails",
+    },
+    Opt {
+        name: "timeouts-ms",
+        arg: "LIST",
+        kind: NONNEG,
+        cmds: &["recovery"],
+        help: "pml_dr_peer_timeout values (default 1000,5000,30000)",
+    },
+    Opt {
+        name: "method",
+        arg: "M",
+        kind: Kind::Text,
+        cmds: &["alltoall"],
+        help: "full (every process; O(N^2) memory and events), folded (process 0 alone, \
+                 the others folded onto it by symmetry; no loss or jitter) or both (each, \
+                 and their difference; default full)",
+    },
+    Opt {
+        name: "iters",
+        arg: "N",
+        kind: Kind::Num(1.0, true, 1e7, "1 to 10000000"),
+        cmds: &["validate"],
+        help: "rounds of the pairwise exchange (default 2000)",
+    },
+    Opt {
+        name: "rmca-run",
+        arg: "PATH",
+        kind: Kind::Text,
+        cmds: &["validate"],
+        help: "the launcher (default target/release/rmca-run)",
+    },
+    Opt {
+        name: "program",
+        arg: "PATH",
+        kind: Kind::Text,
+        cmds: &["validate"],
+        help: "pairwise.c built with mpicc (default /tmp/rmca-sim-pairwise)",
+    },
+    Opt {
+        name: "json",
+        arg: "",
+        kind: Kind::Flag,
+        cmds: ALL,
+        help: "JSON lines instead of the table",
+    },
+    Opt {
+        name: "plot",
+        arg: "FILE.svg",
+        kind: Kind::Text,
+        cmds: ALL,
+        help: "draw the table's curves",
+    },
+];
+
+fn opt(name: &str) -> Option<&'static Opt> {
+    OPTIONS.iter().find(|o| o.name == name)
+}
+
+fn reads(o: &Opt, cmd: &str) -> bool {
+    o.cmds.is_empty() || o.cmds.contains(&cmd)
+}
+
+/// The help text, from [`COMMANDS`] and [`OPTIONS`].
+fn help() -> String {
+    let mut h = format!("{INTRO}\ncommands (each prints a table; --json prints JSON lines; --plot FILE.svg draws it):\n");
+    for (c, text) in COMMANDS {
+        h += &wrap(&format!("  {c:<10} "), text);
+    }
+    h += "\noptions (the commands reading each in brackets, when not all):\n";
+    for o in OPTIONS {
+        let head = format!("--{} {}", o.name, o.arg);
+        let which = if o.cmds.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", o.cmds.join(", "))
+        };
+        h += &wrap(
+            &format!("  {:<22} ", head.trim_end()),
+            &format!("{}{which}", o.help),
+        );
+    }
+    h
+}
+
+/// `text` after `head`, wrapped at 96 columns, continuation lines indented to `head`'s width.
+fn wrap(head: &str, text: &str) -> String {
+    let mut out = head.to_owned();
+    let mut col = head.len();
+    for w in text.split_whitespace() {
+        if col > head.len() && col + 1 + w.len() > 96 {
+            out += &format!("\n{:1$}", "", head.len());
+            col = head.len();
+        } else if col > head.len() {
+            out.push(' ');
+            col += 1;
+        }
+        out += w;
+        col += w.len();
+    }
+    out + "\n"
+}
 
 struct Opts {
     cmd: String,
@@ -58,29 +319,6 @@ struct Opts {
     mca: Vec<(String, String)>,
     json: bool,
 }
-
-const KEYS: &[&str] = &[
-    "procs",
-    "n",
-    "seed",
-    "mtu",
-    "latency-us",
-    "bandwidth-gbs",
-    "jitter-us",
-    "cpu-rx-ns",
-    "cpu-tx-ns",
-    "loss",
-    "size",
-    "fanout",
-    "interval-us",
-    "duration-ms",
-    "bursts-ms",
-    "timeouts-ms",
-    "iters",
-    "rmca-run",
-    "program",
-    "plot",
-];
 
 fn parse_args(args: Vec<String>) -> Result<Opts, SimError> {
     let bad = |what: &str, value: &str, valid: &str| SimError::Invalid {
@@ -96,93 +334,52 @@ fn parse_args(args: Vec<String>) -> Result<Opts, SimError> {
         mca: Vec::new(),
         json: false,
     };
+    let known = COMMANDS.iter().any(|(c, _)| *c == o.cmd);
     while let Some(a) = it.next() {
-        if a == "--json" {
-            o.json = true;
-        } else if a == "--mca" {
-            let (Some(n), Some(v)) = (it.next(), it.next()) else {
-                return Err(bad("--mca", "", "--mca NAME VALUE"));
-            };
-            o.mca.push((n, v));
-        } else if let Some(k) = a.strip_prefix("--").filter(|k| KEYS.contains(k)) {
-            let v = it
-                .next()
-                .ok_or_else(|| bad(&a, "(missing)", "a value after the option"))?;
-            o.kv.insert(k.to_owned(), v);
-        } else {
+        let Some(spec) = a.strip_prefix("--").and_then(opt) else {
+            let all: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
+            return Err(bad("option", &a, &format!("--{}", all.join(", --"))));
+        };
+        // An option the command does not read would be silently ignored: refuse it.
+        if known && !reads(spec, &o.cmd) {
+            let own: Vec<&str> = OPTIONS
+                .iter()
+                .filter(|x| reads(x, &o.cmd))
+                .map(|x| x.name)
+                .collect();
             return Err(bad(
                 "option",
                 &a,
-                &format!("--json, --mca, --{}", KEYS.join(", --")),
+                &format!(
+                    "not an option of '{}'; its options: --{}",
+                    o.cmd,
+                    own.join(", --")
+                ),
             ));
         }
-    }
-    // An option the command does not read would be silently ignored: refuse it.
-    if let Some(own) = command_keys(&o.cmd) {
-        for k in o.kv.keys() {
-            if !own.contains(&k.as_str()) && !NET_KEYS.contains(&k.as_str()) {
-                let mut valid: Vec<&str> = own.iter().chain(NET_KEYS).copied().collect();
-                valid.sort_unstable();
-                return Err(bad(
-                    &format!("--{k}"),
-                    &o.kv[k],
-                    &format!(
-                        "not an option of '{}'; its options: --json, --mca, --{}",
-                        o.cmd,
-                        valid.join(", --")
-                    ),
-                ));
+        match spec.kind {
+            Kind::Flag => o.json = true,
+            Kind::Mca => {
+                let (Some(n), Some(v)) = (it.next(), it.next()) else {
+                    return Err(bad("--mca", "", "--mca NAME VALUE"));
+                };
+                o.mca.push((n, v));
+            }
+            Kind::Num(..) | Kind::Text => {
+                let v = it
+                    .next()
+                    .ok_or_else(|| bad(&a, "(missing)", "a value after the option"))?;
+                o.kv.insert(spec.name.to_owned(), v);
             }
         }
     }
     Ok(o)
 }
 
-/// Options every command reads (the network, CPU and seed of its simulations) besides its own.
-const NET_KEYS: &[&str] = &[
-    "seed",
-    "mtu",
-    "latency-us",
-    "bandwidth-gbs",
-    "jitter-us",
-    "cpu-rx-ns",
-    "cpu-tx-ns",
-    "loss",
-    "plot",
-];
-
-/// The options each command reads besides [`NET_KEYS`]; None for an unknown command.
-fn command_keys(cmd: &str) -> Option<&'static [&'static str]> {
-    Some(match cmd {
-        "memory" => &["procs"],
-        "acks" => &["procs", "fanout", "interval-us", "size", "duration-ms"],
-        "recovery" => &[
-            "n",
-            "fanout",
-            "interval-us",
-            "size",
-            "bursts-ms",
-            "timeouts-ms",
-        ],
-        "alltoall" => &["procs", "size"],
-        "validate" => &["procs", "iters", "size", "rmca-run", "program"],
-        _ => return None,
-    })
-}
-
 /// The valid range of a numeric option: (least, whether the least is allowed, most, in words).
 fn range(k: &str) -> (f64, bool, f64, &'static str) {
-    match k {
-        "latency-us" | "jitter-us" => (0.0, true, 1e6, "0 to 1000000 us"),
-        "bandwidth-gbs" => (0.0, false, 1e4, "above 0, at most 10000 GB/s"),
-        "interval-us" => (0.0, false, 1e6, "above 0, at most 1000000 us"),
-        "duration-ms" => (0.0, false, 3.6e6, "above 0, at most 3600000 ms"),
-        "bursts-ms" => (0.0, true, 3.6e6, "0 to 3600000 ms each"),
-        "cpu-rx-ns" | "cpu-tx-ns" => (0.0, true, 1e9, "0 to 1000000000 ns"),
-        "size" => (0.0, true, (1u64 << 30) as f64, "0 to 1073741824 bytes"),
-        "iters" => (1.0, true, 1e7, "1 to 10000000"),
-        "fanout" => (1.0, true, (1u64 << 20) as f64, "at least 1"),
-        "procs" | "n" => (2.0, true, (1u64 << 20) as f64, "whole numbers 2 to 1048576"),
+    match opt(k).map(|o| o.kind) {
+        Some(Kind::Num(lo, incl, hi, words)) => (lo, incl, hi, words),
         _ => (0.0, true, f64::MAX, "a non-negative number"),
     }
 }
@@ -269,6 +466,9 @@ impl Opts {
             pattern,
             max_time_ns: 3_600 * 1_000_000_000,
             retire: false,
+            second_path: None,
+            path_kills: Vec::new(),
+            fold: false,
         })
     }
     fn emit(
@@ -379,9 +579,13 @@ fn fanout_for(o: &Opts, fanout: u32, n: usize) -> Result<u32, SimError> {
     Ok(fanout.min(n as u32 - 1))
 }
 
-/// Heap per ordered pair of an all-to-all that the simulator keeps after retiring the pair's
-/// connections (measured: 5911 MiB at 4096 processes, 16.8 M pairs).
-const ALLTOALL_BYTES_PER_PAIR: f64 = 370.0;
+/// Heap per ordered pair of a full all-to-all simulation (the bookkeeping the simulator keeps
+/// per pair after retiring its connections, plus the connections alive): the `full heap MiB`
+/// of `rmca-sim alltoall --method both --procs 2,8,32,128,512,1024` at 1024 processes, 408.2
+/// MiB over 1024 x 1023 ordered pairs (bench/RESULTS.md, "Simulator at scale"). Larger jobs
+/// need slightly less per pair (the live connections are spread over more pairs), so the
+/// guard errs on the side of refusing.
+const ALLTOALL_BYTES_PER_PAIR: f64 = 409.0;
 
 /// MemAvailable of /proc/meminfo in bytes.
 fn mem_available() -> Option<f64> {
@@ -406,8 +610,9 @@ fn alltoall_fits(n: usize, available: f64) -> Result<(), SimError> {
             what: "--procs".into(),
             value: n.to_string(),
             valid: format!(
-                "at most {most} processes for alltoall on this machine: {n} would need about \
-                 {:.1} GiB ({ALLTOALL_BYTES_PER_PAIR} B per ordered pair), {:.1} GiB are available",
+                "at most {most} processes for a full alltoall on this machine: {n} would need \
+                 about {:.1} GiB ({ALLTOALL_BYTES_PER_PAIR} B per ordered pair), {:.1} GiB are \
+                 available; --method folded simulates any size in O(n) memory (no loss)",
                 need / (1u64 << 30) as f64,
                 available / (1u64 << 30) as f64
             ),
@@ -573,19 +778,368 @@ fn recovery_cmd(o: &Opts) -> Result<(), SimError> {
     Ok(())
 }
 
+/// The median of a sorted list, None if empty.
+fn median(v: &[u64]) -> Option<u64> {
+    v.get(v.len() / 2).copied()
+}
+
+fn ms(x: Option<u64>) -> f64 {
+    x.map_or(f64::NAN, |x| x as f64 / 1e6)
+}
+
+/// Peer failures as the job grows. Three runs per process count, each streaming `size` bytes
+/// to `fanout` successors every `interval` from t=0 to t=15 ms, the failure at t=10 ms:
+/// (a) process 0's first BTL dies silently with a second BTL present (pml-dr's failover);
+/// (b) process 0 dies (one BTL: detection by pml_dr_peer_timeout); (c) every link loses every
+/// packet for `burst-ms`. pml-dr's own timers decide every time printed.
+fn failover_cmd(o: &Opts) -> Result<(), SimError> {
+    if let Some(path) = o.kv.get("job") {
+        // The job fixes the pattern: options describing another one would be ignored.
+        if let Some(k) = ["procs", "fanout", "interval-us", "size", "burst-ms"]
+            .into_iter()
+            .find(|k| o.kv.contains_key(*k))
+        {
+            return Err(SimError::Invalid {
+                what: format!("--{k}"),
+                value: o.kv[k].clone(),
+                valid: "not with --job (each row is simulated at 2 processes, 8 B every 200 us, as the kill sweep's ping-pong)".into(),
+            });
+        }
+        return failover_job_cmd(o, path);
+    }
+    let procs = o.list("procs", "2,16,128,1024,4096")?;
+    let comps = Components::from_mca(&o.mca)?;
+    let (fanout, interval, size, burst) = (
+        o.u("fanout", 4)? as u32,
+        (o.f("interval-us", 200.0)? * 1e3) as u64,
+        o.u("size", 8)?,
+        (o.f("burst-ms", 5.0)? * 1e6) as u64,
+    );
+    let start = 10_000_000u64;
+    let d = &comps.dr;
+    if d.peer_timeout <= d.btl_fail_silence {
+        return Err(SimError::Invalid {
+            what: "pml_dr_peer_timeout".into(),
+            value: format!("{} ms", d.peer_timeout.as_millis()),
+            valid: format!(
+                "above pml_dr_btl_fail_silence ({} ms) for failover: the peer would be declared dead before its path could be failed over",
+                d.btl_fail_silence.as_millis()
+            ),
+        });
+    }
+    let mut t = Table::new(
+        &format!(
+            "failures at t=10 ms while each process streams {size} B to {fanout} peers every {} us until 15 ms; \
+             path: process 0's ud dies silently, a second (rc-like) BTL left (btl_retries {}, btl_fail_silence {} ms); \
+             death: process 0 dies, one BTL (peer_timeout {} ms); burst: every packet lost for {} ms",
+            interval / 1000,
+            d.btl_retries,
+            d.btl_fail_silence.as_millis(),
+            d.peer_timeout.as_millis(),
+            burst as f64 / 1e6
+        ),
+        &[
+            "procs",
+            "path detect ms",
+            "path detect max",
+            "failover ms",
+            "re-sent",
+            "failovers",
+            "false failovers",
+            "death detect ms",
+            "death detect max",
+            "false deaths",
+            "burst recovery ms",
+            "dups",
+            "sim s",
+        ],
+    );
+    for &n in &procs {
+        let n = n as usize;
+        let wall = Instant::now();
+        let pattern = Pattern::Stream {
+            fanout: fanout_for(o, fanout, n)?,
+            interval_ns: interval,
+            size,
+            until_ns: start + 5_000_000,
+        };
+        // (a) The path: the second BTL is the same fabric without random loss.
+        let mut cfg = o.base(&comps, n, pattern.clone())?;
+        cfg.second_path = Some(NetConfig {
+            loss: Loss::None,
+            ..cfg.net.clone()
+        });
+        cfg.path_kills = vec![(0, start)];
+        let a = Sim::new(cfg)?.run();
+        check_all_delivered(&a, "path failure")?;
+        let mut det = a.btl_detections.clone();
+        det.sort_unstable();
+        // (b) The death.
+        let mut cfg = o.base(&comps, n, pattern.clone())?;
+        cfg.deaths = vec![(0, start)];
+        let b = Sim::new(cfg)?.run();
+        check_exactly_once(&b)?;
+        let mut dd = b.death_detections.clone();
+        dd.sort_unstable();
+        // (c) The burst.
+        let mut cfg = o.base(&comps, n, pattern)?;
+        cfg.net.bursts = vec![(start, start + burst)];
+        let c = Sim::new(cfg)?.run();
+        check_all_delivered(&c, "burst")?;
+        t.rows.push(vec![
+            n as f64,
+            ms(median(&det)),
+            ms(det.last().copied()),
+            ms(a.resume_ns),
+            a.dr.retransmissions as f64,
+            a.dr.failovers as f64,
+            a.false_btl_failures as f64,
+            ms(median(&dd)),
+            ms(dd.last().copied()),
+            b.false_deaths as f64,
+            ms(c.recovery_ns),
+            (a.duplicate_deliveries + b.duplicate_deliveries + c.duplicate_deliveries) as f64,
+            wall.elapsed().as_secs_f64(),
+        ]);
+    }
+    o.emit(&t, &[1, 3, 7, 10], "ms after the failure", true, true)
+}
+
+/// The tolerance of [`failover_job_cmd`]: relative difference between the job's time and the
+/// simulator's.
+const FAILOVER_TOLERANCE: f64 = 0.10;
+
+/// `failover --job FILE`: each dead-link row of an `rmca-faults --sweep kill` JSON file next to
+/// the simulator at 2 processes with the same pml-dr parameters. One path (dr+ud): the job's
+/// error time against the simulated detection of a silent peer (to pml-dr a dead link and a
+/// dead peer are the same silence); two (dr+ud+rc): the job's resumed traffic against the
+/// simulated failover.
+fn failover_job_cmd(o: &Opts, path: &str) -> Result<(), SimError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SimError::Output {
+        path: path.into(),
+        why: e.to_string(),
+    })?;
+    let mut t = Table::new(
+        &format!("failover and detection: measured job ({path}) vs simulator (2 processes, 1 peer, 8 B every 200 us, one-way latency {} us); paths 1: error ms (peer timeout), 2: resume ms (failover)", o.f("latency-us", 50.0)?),
+        &[
+            "paths",
+            "peer_timeout ms",
+            "btl_fail_silence ms",
+            "job ms",
+            "sim ms",
+            "diff %",
+            "diff/tol",
+        ],
+    );
+    let mut o2 = Opts {
+        cmd: String::new(),
+        kv: o.kv.clone(),
+        mca: Vec::new(),
+        json: false,
+    };
+    // The emulated link through TUN devices is slower than a fabric; pml-dr's 5 ms
+    // pml_dr_rto_min_us floors the timeouts anyway.
+    o2.kv.entry("latency-us".into()).or_insert("50".into());
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let bad = |why: &str| SimError::Invalid {
+            what: "--job".into(),
+            value: format!("{path} line {}", i + 1),
+            valid: format!("JSON lines of rmca-faults --sweep kill --json ({why})"),
+        };
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
+        if v["sweep"] != "kill" || v["point"].as_f64() != Some(1.0) {
+            continue; // partial loss after the kill: not a dead link
+        }
+        let (paths, job_ms) = match v["base"].as_str() {
+            Some("dr+ud") => (1, v["detect_ms"].as_f64()),
+            Some("dr+ud+rc") => (2, v["resumed_ms"].as_f64()),
+            _ => continue,
+        };
+        let Some(conf) = v["configured"].as_object() else {
+            return Err(bad("no 'configured' object"));
+        };
+        let mut mca = o.mca.clone();
+        for (k, x) in conf {
+            let x = x
+                .as_f64()
+                .ok_or_else(|| bad("a non-numeric configured value"))?;
+            mca.push((k.clone(), format!("{}", x as u64)));
+        }
+        let comps = Components::from_mca(&mca)?;
+        let pattern = Pattern::Stream {
+            fanout: 1,
+            interval_ns: 200_000,
+            size: 8,
+            until_ns: 15_000_000,
+        };
+        let mut cfg = o2.base(&comps, 2, pattern)?;
+        let at = 10_000_000;
+        let sim = if paths == 2 {
+            cfg.second_path = Some(NetConfig {
+                loss: Loss::None,
+                ..cfg.net.clone()
+            });
+            cfg.path_kills = vec![(0, at)];
+            let s = Sim::new(cfg)?.run();
+            check_all_delivered(&s, "path failure")?;
+            s.resume_ns
+        } else {
+            cfg.deaths = vec![(0, at)];
+            let s = Sim::new(cfg)?.run();
+            check_exactly_once(&s)?;
+            s.death_detections.iter().copied().max()
+        };
+        let (j, m) = (job_ms.unwrap_or(f64::NAN), ms(sim));
+        t.rows.push(vec![
+            paths as f64,
+            comps.dr.peer_timeout.as_millis() as f64,
+            comps.dr.btl_fail_silence.as_millis() as f64,
+            j,
+            m,
+            (m - j) / j * 100.0,
+            (m - j).abs() / (j * FAILOVER_TOLERANCE),
+        ]);
+    }
+    if t.rows.is_empty() {
+        return Err(SimError::Invalid {
+            what: "--job".into(),
+            value: path.into(),
+            valid: "a file with at least one row of a dead link (point 1) over dr+ud or dr+ud+rc"
+                .into(),
+        });
+    }
+    o.emit(&t, &[3, 4], "ms after the kill", false, false)?;
+    let out: Vec<String> = t
+        .rows
+        .iter()
+        .filter(|r| r[6].is_nan() || r[6] > 1.0)
+        .map(|r| format!("{} path(s) (job {:.1} ms, sim {:.1} ms)", r[0], r[3], r[4]))
+        .collect();
+    if !out.is_empty() {
+        return Err(SimError::Param(format!(
+            "validation failed: the simulator is more than {}% from the job at {}",
+            FAILOVER_TOLERANCE * 100.0,
+            out.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Exactly once, and nothing lost: every message sent was delivered (no process died).
+fn check_all_delivered(s: &Stats, what: &str) -> Result<(), SimError> {
+    check_exactly_once(s)?;
+    if s.messages_delivered != s.messages_sent || s.failed_ops > 0 || s.false_deaths > 0 {
+        return Err(SimError::Param(format!(
+            "protocol violation after the {what}: {} of {} messages delivered, {} operations failed, {} live peers declared dead",
+            s.messages_delivered, s.messages_sent, s.failed_ops, s.false_deaths
+        )));
+    }
+    Ok(())
+}
+
+/// One all-to-all run: full (every process) or folded (process 0 alone, the others folded onto
+/// it by symmetry). Returns (stats, messages of the whole job, wall s, heap MiB).
+fn alltoall_run(
+    o: &Opts,
+    comps: &Components,
+    n: usize,
+    size: u64,
+    fold: bool,
+) -> Result<(Stats, f64, f64, f64), SimError> {
+    let wall = Instant::now();
+    heap::reset_peak();
+    let mut cfg = o.base(comps, n, Pattern::Pairwise { iters: 1, size })?;
+    cfg.retire = !fold;
+    cfg.fold = fold;
+    let s = Sim::new(cfg)?.run();
+    check_exactly_once(&s)?;
+    // Folded, process 0's messages stand for each process's.
+    let msgs = s.messages_sent as f64 * if fold { n as f64 } else { 1.0 };
+    Ok((
+        s,
+        msgs,
+        wall.elapsed().as_secs_f64(),
+        heap::peak() as f64 / MIB,
+    ))
+}
+
 fn alltoall_cmd(o: &Opts) -> Result<(), SimError> {
     let procs = o.list("procs", "2,8,32,128,512,1024,2048")?;
     let comps = Components::from_mca(&o.mca)?;
     let size = o.u("size", 8)?;
-    if let Some(avail) = mem_available() {
-        for &n in &procs {
-            alltoall_fits(n as usize, avail)?;
+    let method = o.kv.get("method").map(String::as_str).unwrap_or("full");
+    let (full, folded) = match method {
+        "full" => (true, false),
+        "folded" => (false, true),
+        "both" => (true, true),
+        m => {
+            return Err(SimError::Invalid {
+                what: "--method".into(),
+                value: m.into(),
+                valid: "full, folded or both".into(),
+            })
         }
+    };
+    if full {
+        if let Some(avail) = mem_available() {
+            for &n in &procs {
+                alltoall_fits(n as usize, avail)?;
+            }
+        }
+    }
+    let loss = o.kv.get("loss").map(String::as_str).unwrap_or("none");
+    if full && folded {
+        let mut t = Table::new(
+            &format!("pairwise all-to-all of {size} B, full simulation vs folded (process 0 alone); loss {loss}"),
+            &[
+                "procs",
+                "full ms",
+                "folded ms",
+                "diff %",
+                "full acks/msg",
+                "folded acks/msg",
+                "full events/proc",
+                "folded events",
+                "full sim s",
+                "folded sim s",
+                "full heap MiB",
+                "folded heap MiB",
+            ],
+        );
+        for &n in &procs {
+            let n = n as usize;
+            let (a, am, aw, ah) = alltoall_run(o, &comps, n, size, false)?;
+            let (b, bm, bw, bh) = alltoall_run(o, &comps, n, size, true)?;
+            let (x, y) = (ms(a.completion_ns), ms(b.completion_ns));
+            t.rows.push(vec![
+                n as f64,
+                x,
+                y,
+                (y - x) / x * 100.0,
+                a.dr.acks_sent as f64 / am.max(1.0),
+                b.dr.acks_sent as f64 * n as f64 / bm.max(1.0),
+                a.events as f64 / n as f64,
+                b.events as f64,
+                aw,
+                bw,
+                ah,
+                bh,
+            ]);
+        }
+        return o.emit(&t, &[1, 2], "ms", true, true);
     }
     let mut t = Table::new(
         &format!(
-            "pairwise all-to-all of {size} B: completion time vs processes; loss {}",
-            o.kv.get("loss").map(String::as_str).unwrap_or("none")
+            "pairwise all-to-all of {size} B: completion time vs processes; loss {loss}; {}",
+            if folded {
+                "folded (process 0 simulated, the others by symmetry; messages and drops for the whole job)"
+            } else {
+                "full simulation"
+            }
         ),
         &[
             "procs",
@@ -602,24 +1156,19 @@ fn alltoall_cmd(o: &Opts) -> Result<(), SimError> {
     );
     for &n in &procs {
         let n = n as usize;
-        let wall = Instant::now();
-        heap::reset_peak();
-        let mut cfg = o.base(&comps, n, Pattern::Pairwise { iters: 1, size })?;
-        cfg.retire = true;
-        let s = Sim::new(cfg)?.run();
-        check_exactly_once(&s)?;
-        let m = s.messages_sent.max(1) as f64;
+        let (s, m, wall, heap_mib) = alltoall_run(o, &comps, n, size, folded)?;
+        let scale = if folded { n as f64 } else { 1.0 };
         t.rows.push(vec![
             n as f64,
-            s.completion_ns.map_or(f64::NAN, |x| x as f64 / 1e6),
-            s.messages_sent as f64,
-            s.dr.acks_sent as f64 / m,
-            s.dr.retransmissions as f64 / m,
-            s.pool_drops as f64,
+            ms(s.completion_ns),
+            m,
+            s.dr.acks_sent as f64 * scale / m.max(1.0),
+            s.dr.retransmissions as f64 * scale / m.max(1.0),
+            s.pool_drops as f64 * scale,
             s.events as f64,
             s.conns_peak as f64,
-            wall.elapsed().as_secs_f64(),
-            heap::peak() as f64 / MIB,
+            wall,
+            heap_mib,
         ]);
     }
     o.emit(&t, &[1], "ms", true, true)
@@ -833,7 +1382,7 @@ fn validate_cmd(o: &Opts) -> Result<(), SimError> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() || args[0] == "--help" || args[0] == "-h" {
-        print!("{HELP}");
+        print!("{}", help());
         return if args.is_empty() {
             ExitCode::from(2)
         } else {
@@ -844,12 +1393,16 @@ fn main() -> ExitCode {
         "memory" => mem_cmd(&o),
         "acks" => acks_cmd(&o),
         "recovery" => recovery_cmd(&o),
+        "failover" => failover_cmd(&o),
         "alltoall" => alltoall_cmd(&o),
         "validate" => validate_cmd(&o),
         other => Err(SimError::Invalid {
             what: "command".into(),
             value: other.into(),
-            valid: "memory, acks, recovery, alltoall or validate (rmca-sim --help)".into(),
+            valid: format!(
+                "{} (rmca-sim --help)",
+                COMMANDS.iter().map(|c| c.0).collect::<Vec<_>>().join(", ")
+            ),
         }),
     });
     match r {
@@ -911,6 +1464,37 @@ mod tests {
         // The default fanout is lowered for small jobs instead.
         let o = parse_args(args("acks")).unwrap();
         assert_eq!(fanout_for(&o, 4, 3).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_option_table_is_the_one_source_of_the_help_and_the_parser() {
+        let h = help();
+        for (c, _) in COMMANDS {
+            assert!(h.contains(&format!("  {c} ")), "{c} missing from the help");
+        }
+        for o in OPTIONS {
+            assert!(h.contains(&format!("--{} {}", o.name, o.arg).trim_end().to_owned()));
+            for c in o.cmds {
+                assert!(COMMANDS.iter().any(|x| x.0 == *c), "--{} names {c}", o.name);
+            }
+            // Every option is accepted by the commands that read it and refused by the others.
+            for (c, _) in COMMANDS {
+                let mut a = vec![c.to_string(), format!("--{}", o.name)];
+                a.extend(
+                    ["x", "y"]
+                        .iter()
+                        .take(match o.kind {
+                            Kind::Flag => 0,
+                            Kind::Mca => 2,
+                            _ => 1,
+                        })
+                        .map(|s| s.to_string()),
+                );
+                assert_eq!(parse_args(a).is_ok(), reads(o, c), "--{} of {c}", o.name);
+            }
+        }
+        // Help lines stay within 100 columns.
+        assert!(h.lines().all(|l| l.len() <= 100), "{h}");
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The simulator's properties: determinism, exactly-once delivery through pml-dr's core under
-//! loss, bounded acknowledgements, peer-death detection, burst recovery, refusals.
+//! loss, bounded acknowledgements, peer-death detection, burst recovery, a killed BTL failed
+//! over to a second one, the folded all-to-all equal to the full one, refusals.
 
 use rmca_pml_dr::DrConfig;
 use rmca_sim::net::{Loss, NetConfig};
 use rmca_sim::sim::{Pattern, Sim, SimConfig, Stats};
+
+use proptest::prelude::*;
+use std::time::Duration;
 
 fn cfg(n: usize, seed: u64, loss: Loss, pattern: Pattern) -> SimConfig {
     SimConfig {
@@ -22,6 +26,9 @@ fn cfg(n: usize, seed: u64, loss: Loss, pattern: Pattern) -> SimConfig {
         pattern,
         max_time_ns: 600_000_000_000,
         retire: false,
+        second_path: None,
+        path_kills: vec![],
+        fold: false,
     }
 }
 
@@ -216,4 +223,198 @@ fn the_command_prints_tables_json_and_refuses_bad_options() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("memory, acks"));
+}
+
+/// `n` processes streaming to 2 successors, process 0's first BTL killed at 10 ms, a second BTL.
+fn killed_path(n: usize, seed: u64, loss: Loss) -> SimConfig {
+    let mut c = cfg(n, seed, loss, stream(15));
+    c.second_path = Some(NetConfig::default());
+    c.path_kills = vec![(0, 10_000_000)];
+    c.dr.btl_fail_silence = Duration::from_millis(200);
+    c
+}
+
+#[test]
+fn a_killed_path_fails_over_to_the_second_btl_exactly_once() {
+    let s = run(killed_path(6, 1, Loss::None));
+    assert_exactly_once(&s);
+    // Process 0 streams to 1 and 2, 4 and 5 stream to 0: both ends of those 4 pairs fail the
+    // path over (0 for its successors, 4 and 5 for 0; 1 and 2 once their acks to 0 stop being
+    // answered... they only acknowledge, so they may not): at least the 4 senders' sides.
+    assert!(s.btl_detections.len() >= 4, "{s:?}");
+    assert_eq!(
+        s.false_btl_failures, 0,
+        "only pairs with process 0 fail over: {s:?}"
+    );
+    assert_eq!(s.dr.failovers as usize, s.btl_detections.len());
+    for &d in &s.btl_detections {
+        // Not before btl_fail_silence of silence, nor long after (the next backed-off probe).
+        assert!(
+            (200_000_000..1_000_000_000).contains(&d),
+            "detected {d} ns after the kill"
+        );
+    }
+    let r = s.resume_ns.expect("every pair resumed on the second BTL");
+    assert!((200_000_000..1_100_000_000).contains(&r), "{r}");
+    assert!(s.killed_packets > 0 && s.net2.packets > 0, "{s:?}");
+    assert!(
+        s.dr.retransmissions > 0,
+        "the stranded fragments are re-sent: {s:?}"
+    );
+}
+
+#[test]
+fn a_killed_path_with_loss_is_deterministic_and_exactly_once() {
+    let a = run(killed_path(5, 7, Loss::Bernoulli { p: 0.05 }));
+    let b = run(killed_path(5, 7, Loss::Bernoulli { p: 0.05 }));
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    assert_exactly_once(&a);
+    assert!(a.resume_ns.is_some(), "{a:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Folding every process onto process 0 by symmetry changes nothing the protocol sees:
+    /// same completion time to the nanosecond, same acks and retransmissions per message, same
+    /// events per process, every message exactly once.
+    #[test]
+    fn the_folded_all_to_all_equals_the_full_one(
+        n in 2usize..40,
+        size in prop::sample::select(vec![0u64, 8, 4096, 70_000]),
+        iters in 1u32..3,
+    ) {
+        let p = Pattern::Pairwise { iters, size };
+        let full = run(cfg(n, 1, Loss::None, p.clone()));
+        let mut c = cfg(n, 1, Loss::None, p);
+        c.fold = true;
+        let folded = run(c);
+        assert_exactly_once(&full);
+        assert_exactly_once(&folded);
+        prop_assert!(full.completion_ns.is_some());
+        prop_assert_eq!(full.completion_ns, folded.completion_ns);
+        prop_assert_eq!(full.messages_sent, folded.messages_sent * n as u64);
+        prop_assert_eq!(full.dr.acks_sent, folded.dr.acks_sent * n as u64);
+        prop_assert_eq!(full.dr.frags_sent, folded.dr.frags_sent * n as u64);
+        prop_assert_eq!(full.events, folded.events * n as u64);
+    }
+
+    /// Under any loss, killing any process's path with a second BTL present still delivers
+    /// every message exactly once, and only pairs with the killed process fail over.
+    #[test]
+    fn any_path_kill_keeps_exactly_once(
+        n in 3usize..7,
+        victim in 0usize..7,
+        kill_ms in 1u64..14,
+        p in 0.0f64..0.1,
+        seed in 0u64..1000,
+    ) {
+        let mut c = killed_path(n, seed, Loss::Bernoulli { p });
+        c.path_kills = vec![(victim % n, kill_ms * 1_000_000)];
+        let s = run(c);
+        assert_exactly_once(&s);
+        prop_assert_eq!(s.false_btl_failures, 0);
+    }
+}
+
+#[test]
+fn fold_and_path_kills_refuse_nonsense_naming_what_is_valid() {
+    let err = |c: SimConfig| Sim::new(c).err().expect("refused").to_string();
+    let p = Pattern::Pairwise { iters: 1, size: 8 };
+    let mut c = cfg(8, 1, Loss::Bernoulli { p: 0.01 }, p.clone());
+    c.fold = true;
+    let e = err(c);
+    assert!(e.contains("fold") && e.contains("no loss"), "{e}");
+    let mut c = cfg(8, 1, Loss::None, stream(5));
+    c.fold = true;
+    assert!(err(c).contains("pairwise pattern"));
+    let mut c = cfg(8, 1, Loss::None, p.clone());
+    c.fold = true;
+    c.retire = true;
+    assert!(err(c).contains("retire"));
+    let mut c = cfg(8, 1, Loss::None, p.clone());
+    c.fold = true;
+    c.net.jitter_ns = 10;
+    assert!(err(c).contains("jitter"));
+    let mut c = cfg(8, 1, Loss::None, p.clone());
+    c.path_kills = vec![(8, 0)];
+    let e = err(c);
+    assert!(e.contains("below --n"), "{e}");
+    let mut c = cfg(8, 1, Loss::None, p);
+    c.second_path = Some(NetConfig {
+        bytes_per_sec: 0,
+        ..NetConfig::default()
+    });
+    assert!(err(c).contains("above 0"));
+}
+
+#[test]
+fn the_failover_and_folded_commands_run_and_refuse_bad_options() {
+    let bin = env!("CARGO_BIN_EXE_rmca-sim");
+    let cmd = |a: &[&str]| std::process::Command::new(bin).args(a).output().unwrap();
+    let out = cmd(&[
+        "failover",
+        "--procs",
+        "2,8",
+        "--json",
+        "--mca",
+        "pml_dr_peer_timeout",
+        "500",
+        "--mca",
+        "pml_dr_rto_max_us",
+        "100000",
+        "--mca",
+        "pml_dr_btl_fail_silence",
+        "200",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["dups"], 0.0, "{v}");
+        assert_eq!(v["false failovers"], 0.0, "{v}");
+        let det = v["death detect ms"].as_f64().unwrap();
+        assert!((500.0..600.0).contains(&det), "{v}");
+        let f = v["failover ms"].as_f64().unwrap();
+        assert!((200.0..500.0).contains(&f), "btl_fail_silence 200 ms: {v}");
+    }
+    let out = cmd(&["alltoall", "--method", "both", "--procs", "2,16"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines()
+            .skip(2)
+            .all(|l| l.split_whitespace().nth(3) == Some("0")),
+        "{text}"
+    );
+    let out = cmd(&["alltoall", "--method", "folded", "--loss", "bernoulli:0.01"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no loss"));
+    let out = cmd(&["alltoall", "--method", "half"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("full, folded or both"));
+    let out = cmd(&["failover", "--job", "/nonexistent/kill.json"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/kill.json"));
+    let out = cmd(&["failover", "--job", "x.json", "--procs", "4"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--procs") && e.contains("not with --job"), "{e}");
+    // A peer timeout that expires before a path can be failed over is refused.
+    let out = cmd(&[
+        "failover",
+        "--mca",
+        "pml_dr_peer_timeout",
+        "500",
+        "--mca",
+        "pml_dr_rto_max_us",
+        "100000",
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("pml_dr_btl_fail_silence"), "{e}");
+    let out = cmd(&["failover", "--bursts-ms", "5"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("not an option of 'failover'") && e.contains("--burst-ms"),
+        "{e}"
+    );
 }

@@ -15,8 +15,9 @@ use super::{Qp, MAX_MSG, MAX_SEGMENT};
 /// First size of a connection's receive buffer. Small messages never need more, and a QP that
 /// carries large ones grows it once to fit a segment. A large initial buffer cost every QP its
 /// size in resident memory whenever the allocator served it from reused heap (a zeroed
-/// allocation is then written, not mapped lazily): 256 KiB per QP, 14 MiB per process at 28
-/// peers with two receive queues, where the whole of Open MPI's tcp rank takes 15.
+/// allocation is then written, not mapped lazily): 256 KiB per QP, so 256 KiB x 28 peers x 2
+/// receive queues = 14 MiB per process, where the whole of Open MPI's tcp rank takes 14.8 MiB
+/// at 32 ranks (bench/RESULTS.md, "allconn: VmHWM", from `rmca-bench allconn --mem`).
 pub(super) const RC_RX_INITIAL: usize = 16 * 1024;
 use crate::error::{Error, Result};
 use crate::fault::FaultInjector;

@@ -12,7 +12,7 @@ use std::ffi::c_int;
 
 use super::{empty_status, outcome, to_mpi_status};
 use crate::abi::*;
-use crate::state::{sent_outcome, MpiError, MpiResult, Outcome, Slot, State};
+use crate::state::{MpiError, MpiResult, Outcome, Slot, State};
 
 /// How [`poll`] may make progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,11 +43,22 @@ pub(super) fn poll(s: &mut State, h: Handle, mode: Mode) -> Option<Found> {
             dest,
             tag,
             len,
-        } => (comm, sent_outcome(dest, tag, len)),
+        } => (
+            comm,
+            Outcome {
+                status: sent_status(dest, tag, len),
+                error: None,
+            },
+        ),
         Slot::Pending { comm, id } => {
             let c = &s.comm(comm).ok()?.comm;
             let polled = match mode {
-                Mode::Wait => Some(id.wait(c)),
+                // A test (with a full progress pass) before the wait: the PML's wait stops
+                // delivering once its request completed, so a window completed by one
+                // MPI_Wait per request would pay a progress pass per message; the pass here
+                // delivers what has arrived, and the next waits find their requests done.
+                // (Nothing arrived: the wait's spinning starts one pass later.)
+                Mode::Wait => Some(id.test(c).unwrap_or_else(|| id.wait(c))),
                 Mode::Test => id.test(c),
                 Mode::Look => id.test_now(c),
             };
@@ -82,12 +93,14 @@ unsafe fn all_fast(s: &State, n: usize, requests: *const Handle) -> bool {
     })
 }
 
-/// `MPI_Waitall` with an array of statuses when every request is `MPI_REQUEST_NULL` or one
-/// of the fast paths' (`None` otherwise, for the general path): one pass writes the statuses
-/// of the sends completed at start and gathers the running operations into one batch for the
-/// PML, which reports each one's status as it releases it; a second frees the handles.
-/// Nothing is allocated per call (the batch buffers are the state's), and no request is
-/// converted to a general entry.
+/// `MPI_Waitall` with an array of statuses. One pass over the array takes each request of
+/// the fast paths from the table (its handle looked at once), writes the statuses of the
+/// sends completed at start and gathers the running operations into one batch for the PML,
+/// which reports each one's status as it releases it. Requests of the general paths (and
+/// invalid handles) are rare here: they are completed after the batch, one by one, by the
+/// general path ([`super::req::wait_general`]). Nothing is allocated per call unless such a
+/// request is there (the batch buffers are the state's), and no fast request is converted
+/// to a general entry.
 ///
 /// # Safety
 /// `requests` holds `n` handles and `statuses` room for `n` statuses.
@@ -99,71 +112,72 @@ pub(super) unsafe fn waitall_statuses(
     n: usize,
     requests: *mut Handle,
     statuses: *mut MpiStatus,
-) -> Option<MpiResult<()>> {
+) -> MpiResult<()> {
     let mut batch = std::mem::take(&mut s.wait_batch);
+    // The communicator of the running operations when they share one (OSU's windows, most
+    // programs): looked up once instead of once per operation.
+    let mut shared_comm: Option<Handle> = None;
+    let mut mixed = false;
+    // Positions of the requests left to the general path.
+    let mut general: Vec<usize> = Vec::new();
     for i in 0..n {
         // SAFETY: the caller's contract.
-        let h = unsafe { requests.add(i).read() };
-        let status = match s.slot(h) {
-            Some(Slot::Pending { comm, id }) => {
+        let at = unsafe { requests.add(i) };
+        // SAFETY: the caller's contract.
+        let h = unsafe { at.read() };
+        let status = match s.take_fast(h) {
+            Ok(Slot::Pending { comm, id }) => {
+                // SAFETY: the caller's contract.
+                unsafe { at.write(MPI_REQUEST_NULL) };
                 batch.requests.push(id);
                 batch.slots.push((i, comm));
+                mixed |= *shared_comm.get_or_insert(comm) != comm;
                 // Written when the batch completes.
                 continue;
             }
-            Some(Slot::Sent {
+            Ok(Slot::Sent {
                 comm: _,
                 dest,
                 tag,
                 len,
-            }) => sent_status(dest, tag, len),
+            }) => {
+                // SAFETY: the caller's contract.
+                unsafe { at.write(MPI_REQUEST_NULL) };
+                sent_status(dest, tag, len)
+            }
             _ if h == MPI_REQUEST_NULL => empty_status(),
             _ => {
-                // A general request or an invalid handle: all of them go the general way
-                // (the statuses written so far are written again there).
-                batch.requests.clear();
-                batch.slots.clear();
-                s.wait_batch = batch;
-                return None;
+                general.push(i);
+                continue;
             }
         };
         // SAFETY: the caller's contract.
         unsafe { statuses.add(i).write(status) };
     }
-    for i in 0..n {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let at = requests.add(i);
-            if at.read() != MPI_REQUEST_NULL {
-                s.free_fast(at.read());
-                at.write(MPI_REQUEST_NULL);
-            }
-        }
-    }
     // The error of the lowest position, as the general path reports.
     let mut first_error: Option<(usize, MpiError)> = None;
     let mut result = Ok(());
     if !batch.requests.is_empty() {
-        match s.comm(MPI_COMM_WORLD) {
+        // Every communicator of a process shares one runtime: the batch may be completed on
+        // any of them; world stands for a freed one (whose requests are general ones: see
+        // `State::free_comm`).
+        let one = shared_comm
+            .filter(|_| !mixed)
+            .and_then(|h| s.comm(h).ok())
+            .map(|c| &c.comm);
+        match one.map_or_else(|| s.comm(MPI_COMM_WORLD).map(|w| &w.comm), Ok) {
             Ok(world) => {
-                let world = &world.comm;
                 let slots = &batch.slots;
-                // A status is translated on its own communicator (a freed communicator's
-                // requests are general ones: see `State::free_comm`).
-                let comm_of = |k: usize| s.comm(slots[k].1).map_or(world, |c| &c.comm);
+                // A status is translated on its own communicator.
+                let comm_of = |k: usize| match one {
+                    Some(c) => c,
+                    None => s.comm(slots[k].1).map_or(world, |c| &c.comm),
+                };
                 batch.requests.complete_each(world, comm_of, |k, r| {
                     let i = slots[k].0;
                     let st = match r {
                         Ok(st) => to_mpi_status(&st),
-                        Err(e) => {
-                            let o = outcome(Err(e));
-                            if let Some(e) = o.error {
-                                if first_error.as_ref().is_none_or(|(at, _)| i < *at) {
-                                    first_error = Some((i, e.on(slots[k].1)));
-                                }
-                            }
-                            o.status
-                        }
+                        Err(e) => failed_status(i, slots[k].1, e, &mut first_error),
                     };
                     // SAFETY: the caller's contract.
                     unsafe { statuses.add(i).write(st) };
@@ -174,10 +188,47 @@ pub(super) unsafe fn waitall_statuses(
         batch.slots.clear();
     }
     s.wait_batch = batch;
-    Some(result.and(match first_error {
+    for i in general {
+        // SAFETY: the caller's contract.
+        let (st, e) = unsafe {
+            let at = requests.add(i);
+            super::req::wait_general(s, at.read(), at)
+        };
+        // SAFETY: the caller's contract.
+        unsafe { statuses.add(i).write(st) };
+        if let Some(e) = e {
+            note_error(&mut first_error, i, e);
+        }
+    }
+    result.and(match first_error {
         None => Ok(()),
         Some((_, e)) => Err(super::req::in_status(&e)),
-    }))
+    })
+}
+
+/// Keep `e`, the error of array position `i`, if it is the lowest position failed so far.
+fn note_error(first_error: &mut Option<(usize, MpiError)>, i: usize, e: MpiError) {
+    if first_error.as_ref().is_none_or(|(at, _)| i < *at) {
+        *first_error = Some((i, e));
+    }
+}
+
+/// The status of the operation at array position `i` (on communicator `comm`) that failed
+/// with `e`, noting its error in `first_error` if it is the lowest position failed so far.
+/// Out of line: failures are rare, and the success path of the caller's loop stays small.
+#[cold]
+#[inline(never)]
+fn failed_status(
+    i: usize,
+    comm: Handle,
+    e: rmca::Error,
+    first_error: &mut Option<(usize, MpiError)>,
+) -> MpiStatus {
+    let o = outcome(Err(e));
+    if let Some(e) = o.error {
+        note_error(first_error, i, e.on(comm));
+    }
+    o.status
 }
 
 /// The status of a send completed at start.
@@ -193,21 +244,27 @@ fn sent_status(dest: u32, tag: c_int, len: usize) -> MpiStatus {
     st
 }
 
-/// The test of `MPI_Testall` when every request is `MPI_REQUEST_NULL` or one of the fast
-/// paths' (`None` otherwise, for the general path): each running operation is tested after
-/// one progress pass for the array; one that completed keeps its outcome in its slot
-/// ([`Slot::Sent`] for a success) until all have. Whether all had: the caller then completes
-/// them (each in one step: see [`poll`]).
+/// `MPI_Testall` when every request is `MPI_REQUEST_NULL` or one of the fast paths' (`None`
+/// otherwise, for the general path): each running operation is tested after one progress
+/// pass for the array; one that completed keeps its outcome in its slot ([`Slot::Sent`] for
+/// a success) until all have. Whether all had, and then the outcome of completing them: a
+/// second pass frees each (its handle looked at once) and writes its status unless
+/// `statuses` is null (`MPI_STATUSES_IGNORE`). A failed or cancelled operation became a
+/// general request in the first pass: it is completed by the general path.
 ///
 /// # Safety
-/// `requests` holds `n` handles.
-pub(super) unsafe fn testall(s: &mut State, n: usize, requests: *const Handle) -> Option<bool> {
+/// `requests` holds `n` handles; `statuses` is null or has room for `n` statuses.
+pub(super) unsafe fn testall(
+    s: &mut State,
+    n: usize,
+    requests: *mut Handle,
+    statuses: *mut MpiStatus,
+) -> Option<(bool, MpiResult<()>)> {
     // SAFETY: the caller's contract.
     if !unsafe { all_fast(s, n, requests) } {
         return None;
     }
     progress(s);
-    let mut all = true;
     for i in 0..n {
         // SAFETY: the caller's contract.
         let h = unsafe { requests.add(i).read() };
@@ -219,7 +276,8 @@ pub(super) unsafe fn testall(s: &mut State, n: usize, requests: *const Handle) -
             return None;
         };
         match id.test_now(&c.comm) {
-            None => all = false,
+            // Not all done: the rest need no test now (the next call tests them).
+            None => return Some((false, Ok(()))),
             // A success keeps its status in the slot; anything else (an error, a cancelled
             // operation) goes to a general entry, as the general path keeps it.
             Some(Ok(st)) if !st.cancelled => s.set_slot(
@@ -234,5 +292,84 @@ pub(super) unsafe fn testall(s: &mut State, n: usize, requests: *const Handle) -
             Some(r) => s.keep_done(h, comm, outcome(r)),
         }
     }
-    Some(all)
+    let mut first_error: Option<(usize, MpiError)> = None;
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let at = unsafe { requests.add(i) };
+        // SAFETY: the caller's contract.
+        let h = unsafe { at.read() };
+        let status = match s.take_fast(h) {
+            Ok(Slot::Sent {
+                comm: _,
+                dest,
+                tag,
+                len,
+            }) => {
+                // SAFETY: the caller's contract.
+                unsafe { at.write(MPI_REQUEST_NULL) };
+                sent_status(dest, tag, len)
+            }
+            _ if h == MPI_REQUEST_NULL => empty_status(),
+            // Done (the first pass saw to it): completed at once.
+            // SAFETY: the caller's contract.
+            _ => match unsafe { super::req::wait_general(s, h, at) } {
+                (st, None) => st,
+                (st, Some(e)) => {
+                    note_error(&mut first_error, i, e);
+                    st
+                }
+            },
+        };
+        if !statuses.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { statuses.add(i).write(status) };
+        }
+    }
+    Some((
+        true,
+        first_error.map_or(Ok(()), |(_, e)| Err(super::req::in_status(&e))),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmca::framework::pml::StatusError;
+
+    #[test]
+    fn sent_status_reports_destination_tag_and_count() {
+        let st = sent_status(3, 42, (1 << 33) + 5);
+        assert_eq!((st.source, st.tag, st.error), (3, 42, MPI_SUCCESS));
+        assert_eq!(st.bytes(), (1 << 33) + 5);
+        assert_eq!(st.internal[2], 0, "not cancelled");
+    }
+
+    #[test]
+    fn a_failed_operation_keeps_its_status_and_the_lowest_failed_position() {
+        let truncated = |received| rmca::Error::Status {
+            error: StatusError::Truncated {
+                message_len: 8,
+                received,
+            },
+            status: rmca::Status {
+                source: 1,
+                tag: 7,
+                bytes: received,
+                cancelled: false,
+            },
+        };
+        let comm = MPI_COMM_WORLD + 1;
+        let mut first = None;
+        let st = failed_status(5, comm, truncated(4), &mut first);
+        assert_eq!((st.source, st.tag, st.error), (1, 7, MPI_ERR_TRUNCATE));
+        assert_eq!(st.bytes(), 4);
+        let (at, e) = first.as_ref().expect("noted");
+        assert_eq!((*at, e.class, e.comm), (5, MPI_ERR_TRUNCATE, Some(comm)));
+        // A higher position leaves the noted error; a lower one replaces it.
+        failed_status(9, comm, truncated(2), &mut first);
+        assert_eq!(first.as_ref().map(|(at, _)| *at), Some(5));
+        note_error(&mut first, 2, MpiError::new(MPI_ERR_REQUEST, "stale"));
+        let (at, e) = first.expect("noted");
+        assert_eq!((at, e.class), (2, MPI_ERR_REQUEST));
+    }
 }

@@ -111,17 +111,35 @@ pub unsafe extern "C" fn MPI_Intercomm_create(
         }
         let (c, errhandler) = comm_entry(local_comm)?;
         refuse(&c, "MPI_Intercomm_create's local_comm")?;
-        let ll = rank_in(local_leader, c.size(), "local_leader")?;
-        super::send_tag(tag)?;
-        // Only the local leader uses the peer communicator (MPI: it is significant there).
-        let (peer, rl) = if c.rank() == ll {
-            let p = communicator(peer_comm)?;
-            let rl = rank_in(remote_leader, p.size(), "remote_leader")?;
-            (p, rl)
-        } else {
-            (c.clone(), 0)
+        // local_leader and tag are checked by rmca after the local group agreed on them, so
+        // a bad one is an error in both groups, not on one process while the rest wait (a
+        // negative local_leader becomes one out of range).
+        let ll = usize::try_from(local_leader).unwrap_or(usize::MAX);
+        // peer_comm and remote_leader are significant at the local leader only (MPI); rmca
+        // checks remote_leader against the peer's size where it is used. A bad peer_comm at
+        // the leader is its error after the call, in which its group learns of the failure
+        // (there is no remote leader to reach), not a return that leaves the group waiting.
+        let (peer, peer_error) = match communicator(peer_comm) {
+            Ok(p) => (p, None),
+            Err(e) => (c.clone(), (c.rank() == ll).then_some(e)),
         };
-        let inter = c.intercomm_create(ll, &peer, rl, tag)?;
+        let rl = match peer_error {
+            Some(_) => usize::MAX,
+            None => usize::try_from(remote_leader).unwrap_or(usize::MAX),
+        };
+        let inter = c
+            .intercomm_create(ll, &peer, rl, tag)
+            .map_err(|e| match (e, peer_error) {
+                (_, Some(pe)) => pe,
+                (rmca::Error::BadRank { size, .. }, None) if local_leader < 0 => MpiError::new(
+                    MPI_ERR_RANK,
+                    format!(
+                        "local_leader {local_leader} is invalid: ranks are 0..{}",
+                        size.saturating_sub(1)
+                    ),
+                ),
+                (e, None) => e.into(),
+            })?;
         add_comm(inter, errhandler, newintercomm)?;
         // The local communicator's session (its buffered-send buffer) carries over.
         // SAFETY: add_comm wrote the handle (non-null, checked).

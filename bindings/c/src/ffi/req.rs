@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use rmca::raw::{self, Polled};
+use rmca::raw::Polled;
 
 use super::complete::{self, Found, Mode};
 use super::p2p::put_status;
@@ -45,29 +45,6 @@ fn settle(s: &mut State, h: Handle, block: bool) -> MpiResult<()> {
         }
     };
     Ok(())
-}
-
-/// Wait for every active request of `handles` in one progress loop (see [`raw::wait_all`]),
-/// keeping each outcome in its entry (`MPI_Waitall` with statuses; without, see
-/// [`waitall_ignoring_statuses`]). Invalid handles are left for the caller to report.
-fn settle_all(s: &mut State, handles: impl Iterator<Item = Handle>) {
-    let mut taken = Vec::new();
-    for h in handles {
-        let Ok(entry) = s.request(h) else { continue };
-        if !matches!(entry.state, ReqState::Active(_)) {
-            continue;
-        }
-        if let ReqState::Active(r) = std::mem::replace(&mut entry.state, ReqState::Inactive) {
-            taken.push((h, r));
-        }
-    }
-    let (handles, raws): (Vec<Handle>, Vec<raw::RawRequest>) = taken.into_iter().unzip();
-    let outcomes = raw::wait_all(raws).into_iter().map(outcome);
-    for (h, o) in handles.into_iter().zip(outcomes) {
-        if let Ok(entry) = s.request(h) {
-            entry.state = ReqState::Done(Box::new(o));
-        }
-    }
 }
 
 /// Poll `h`, completing it (freeing or deactivating) if it is done.
@@ -280,6 +257,40 @@ unsafe fn complete_all(
     }
 }
 
+/// Block until request `h`, which the fast paths of `complete.rs` leave alone (a general
+/// request, or an invalid handle), completes: its status (with the error class of a failure)
+/// and its error, the handle set to `MPI_REQUEST_NULL` at `at` if the request was freed, as
+/// [`complete_all`] does for each of its requests.
+///
+/// # Safety
+/// `at` is the program's handle of `h`, writable.
+pub(super) unsafe fn wait_general(
+    s: &mut State,
+    h: Handle,
+    at: *mut Handle,
+) -> (MpiStatus, Option<MpiError>) {
+    match poll(s, h, true) {
+        Ok(Poll::Complete {
+            outcome,
+            comm,
+            freed,
+        }) => {
+            if freed {
+                // SAFETY: the caller's contract.
+                unsafe { at.write(MPI_REQUEST_NULL) };
+            }
+            let e = outcome.error.map(|e| e.on(comm));
+            (outcome.status, e)
+        }
+        Ok(Poll::Inactive | Poll::Pending) => (empty_status(), None),
+        Err(e) => {
+            let mut st = empty_status();
+            st.error = e.class;
+            (st, Some(e))
+        }
+    }
+}
+
 /// `MPI_ERR_IN_STATUS` for a completion call of many requests of which one failed with `e`.
 #[cold]
 pub(super) fn in_status(e: &MpiError) -> MpiError {
@@ -317,13 +328,7 @@ pub unsafe extern "C" fn MPI_Waitall(
                 return unsafe { waitall_ignoring_statuses(s, n, requests) };
             }
             // SAFETY: MPI_Waitall's contract: `count` handles and statuses.
-            if let Some(done) = unsafe { complete::waitall_statuses(s, n, requests, statuses) } {
-                return done;
-            }
-            // SAFETY: MPI_Waitall's contract: `count` handles.
-            settle_all(s, (0..n).map(|i| unsafe { handle_at(requests, i) }));
-            // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
-            unsafe { complete_all(s, n, requests, statuses, false) }
+            unsafe { complete::waitall_statuses(s, n, requests, statuses) }
         })
     })
 }
@@ -331,7 +336,7 @@ pub unsafe extern "C" fn MPI_Waitall(
 /// `MPI_Waitall` with `MPI_STATUSES_IGNORE`, the loop of windowed transfers (a window of
 /// `MPI_Isend`/`MPI_Irecv`, then this): one pass over the array frees the handles (every
 /// request but a persistent one is freed by this call, failed or not) and moves the running
-/// operations into one batch for the PML ([`raw::RawBatch`]). The buffers are the
+/// operations into one batch for the PML ([`rmca::raw::RawBatch`]). The buffers are the
 /// state's, reused: nothing is allocated per call, and no request is looked up, moved or
 /// converted to a status more than once (the general path cost as much per message as the
 /// PML's whole eager path).
@@ -478,9 +483,14 @@ pub unsafe extern "C" fn MPI_Testall(
     call("MPI_Testall", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
         state::with(|s| {
-            // SAFETY: MPI_Testall's contract: `count` handles.
-            let all = match unsafe { complete::testall(s, n, requests) } {
-                Some(all) => all,
+            // SAFETY: MPI_Testall's contract: `count` handles, `count` statuses (or
+            // MPI_STATUSES_IGNORE).
+            let all = match unsafe { complete::testall(s, n, requests, statuses) } {
+                Some((all, done)) => {
+                    // SAFETY: the caller's int.
+                    unsafe { put(flag, c_int::from(all), "flag")? };
+                    return done;
+                }
                 None => {
                     let mut all = true;
                     for i in 0..n {
@@ -507,7 +517,9 @@ pub unsafe extern "C" fn MPI_Testall(
 }
 
 /// One pass of Waitany/Testany: the index of a completed request, `Some(None)` when every
-/// request is inactive, `None` when some are pending.
+/// request is inactive, `None` when some are pending. With `progress`, one progress pass for
+/// the array first; without, what has completed already (a window's later `MPI_Waitany`
+/// calls find a request the previous calls' passes completed, with no pass of their own).
 ///
 /// # Safety
 /// `requests` holds `n` handles.
@@ -515,13 +527,22 @@ unsafe fn any_pass(
     s: &mut State,
     n: usize,
     requests: *mut Handle,
+    progress: bool,
 ) -> MpiResult<Option<Option<(usize, Outcome, Handle)>>> {
     let mut inactive = 0;
-    // One progress pass for the array, then each request looked at.
-    complete::progress(s);
+    if progress {
+        complete::progress(s);
+    }
+    // The lowest completed index, as MPICH and Open MPI answer: MPI allows any, but programs
+    // and test suites (mpi4py's test_p2p_obj) rely on it. The requests already completed
+    // (MPI_REQUEST_NULL) cost one comparison each.
     for i in 0..n {
         // SAFETY: the caller's contract.
         let h = unsafe { handle_at(requests, i) };
+        if h == MPI_REQUEST_NULL {
+            inactive += 1;
+            continue;
+        }
         match poll_in(s, h, Mode::Look)? {
             Poll::Inactive => inactive += 1,
             Poll::Pending => {}
@@ -592,12 +613,17 @@ pub unsafe extern "C" fn MPI_Waitany(
         let n = array(requests, count)?;
         let found = state::with(|s| {
             let mut backoff = rmca::framework::progress::Backoff::default();
+            // The first look without a progress pass, as Open MPI's wait_any does.
+            let mut progress = false;
             loop {
                 // SAFETY: MPI_Waitany's contract: `count` handles.
-                if let Some(found) = unsafe { any_pass(s, n, requests)? } {
+                if let Some(found) = unsafe { any_pass(s, n, requests, progress)? } {
                     return Ok(found);
                 }
-                backoff.pass(0);
+                if progress {
+                    backoff.pass(0);
+                }
+                progress = true;
             }
         })?;
         // SAFETY: the caller's index and status.
@@ -617,7 +643,7 @@ pub unsafe extern "C" fn MPI_Testany(
     call("MPI_Testany", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
         // SAFETY: MPI_Testany's contract: `count` handles.
-        let pass = state::with(|s| unsafe { any_pass(s, n, requests) })?;
+        let pass = state::with(|s| unsafe { any_pass(s, n, requests, true) })?;
         match pass {
             None => {
                 // SAFETY: the caller's int and index.
@@ -655,6 +681,10 @@ unsafe fn some_pass(
     for i in 0..n {
         // SAFETY: the caller's contract.
         let h = unsafe { handle_at(requests, i) };
+        if h == MPI_REQUEST_NULL {
+            inactive += 1;
+            continue;
+        }
         match poll_in(s, h, Mode::Look)? {
             Poll::Inactive => inactive += 1,
             Poll::Pending => {}

@@ -1076,6 +1076,88 @@ impl rmca::raw::CustomOp for RmaRequest {
     }
 }
 
+/// The byte length of `n` elements of predefined datatype `dt`, when the fast path of
+/// [`put_get_direct`] may take them as they are: a predefined datatype of one run, a
+/// positive count, no overflow (`None` otherwise: the general path decides).
+#[inline(always)]
+fn predefined_bytes(n: i64, dt: Handle) -> Option<usize> {
+    let size = crate::dtype::predefined_size(dt)?;
+    let n = usize::try_from(n).ok().filter(|&n| n > 0)?;
+    size.checked_mul(n).filter(|&l| l <= isize::MAX as usize)
+}
+
+/// The fast path of `MPI_Put` and `MPI_Get` (`get`): predefined datatypes on both sides
+/// moving the same bytes (what the general path's checks reduce to for them), a window
+/// whose module reaches the target's memory itself (osc-sm): the operation is done here on
+/// the program's buffer, with one lookup of the window (no `Rc` cloned) and no datatype
+/// resolved. False sends the call down the general path, which checks every argument again
+/// and raises the error: whatever made this path refuse wrote nothing (the direct
+/// operations check the epoch, the rank and the range before the first byte), so the
+/// general path finds the target as the program left it.
+///
+/// # Safety
+/// The MPI contract of `MPI_Put` / `MPI_Get`: `origin` holds `ocount` elements of `odt`
+/// (for a get, writable and not otherwise accessed during the call).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn put_get_direct(
+    get: bool,
+    origin: *const c_void,
+    ocount: i64,
+    odt: Handle,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: i64,
+    tdt: Handle,
+    win: Handle,
+) -> bool {
+    let Some(len) = predefined_bytes(ocount, odt) else {
+        return false;
+    };
+    // Same length on both sides, as `signatures_match` asks of the general path; NULL and
+    // MPI_IN_PLACE (0, 1) are the general path's `check_buffer` errors.
+    if predefined_bytes(tcount, tdt) != Some(len) || (origin as usize) <= MPI_IN_PLACE {
+        return false;
+    }
+    // MPI_PROC_NULL and bad ranks: the general path (`target_of`).
+    let Ok(t) = usize::try_from(target) else {
+        return false;
+    };
+    // As `with_win`: only while the library runs.
+    if state::with(|_| Ok(())).is_err() {
+        return false;
+    }
+    let done = WINS.with(|tab| {
+        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
+            return false;
+        };
+        // Results waiting to land: the general path keeps their order with this one.
+        if !e.landings.is_empty() {
+            return false;
+        }
+        let w = &e.raw;
+        let Ok(addr) = w.address(t, disp) else {
+            return false;
+        };
+        let runs = [(0i64, len as u64)];
+        let r = w.direct(|d| {
+            if get {
+                // SAFETY: the caller's contract: `origin` holds `len` writable bytes (not
+                // NULL: checked), not otherwise accessed during the call.
+                d.get_now(t, addr, &runs, unsafe {
+                    super::bytes_mut(origin as *mut c_void, len)
+                })
+            } else {
+                // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL:
+                // checked), unwritten during the call.
+                d.put_now(t, addr, &runs, unsafe { super::bytes(origin, len) })
+            }
+        });
+        matches!(r, Some(Ok(())))
+    });
+    matches!(done, Ok(true))
+}
+
 /// Every RMA communication call: check, pack, issue; `request` makes it request-based.
 ///
 /// # Safety
@@ -1277,6 +1359,30 @@ macro_rules! rma_fns {
         $(#[$doc])*
         #[export]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // OSU's small puts and gets: no datatype resolved, no window handle cloned, and
+            // not through `rma`'s large frame.
+            let direct = match $kind {
+                Kind::Put if $request.is_null() => Some(false),
+                Kind::Get if $request.is_null() => Some(true),
+                _ => None,
+            };
+            if let Some(get) = direct {
+                let mut done = false;
+                let rc = call_win(stringify!($name), $win, || {
+                    // SAFETY: the caller's contract is the call's.
+                    done = unsafe {
+                        put_get_direct(
+                            get, $origin, $ocount as i64, $odt, $rank, $disp, $tcount as i64,
+                            $tdt, $win,
+                        )
+                    };
+                    Ok(())
+                });
+                // A panic in there (never expected) was the error handler's already.
+                if done || rc != MPI_SUCCESS {
+                    return rc;
+                }
+            }
             // SAFETY: the caller's contract is the call's.
             unsafe {
                 rma(
@@ -1614,10 +1720,43 @@ pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
     call_win("MPI_Win_unlock_all", win, || sync(win, SyncCall::UnlockAll))
 }
 
+/// The fast path of `MPI_Win_flush` and `_flush_local` on a window whose module completes
+/// every operation within its call (osc-sm): the module's flush (an epoch check and a memory
+/// fence) run with one lookup of the window, no `Rc` cloned. `None` sends the call down the
+/// general path (another module, results waiting to land, `MPI_PROC_NULL`, a rank outside
+/// the group, a window that is not one, or the library not running), which checks again.
+#[inline(always)]
+fn flush_direct(win: Handle, rank: c_int, local: bool) -> Option<MpiResult<()>> {
+    let t = usize::try_from(rank).ok()?;
+    state::with(|_| Ok(())).ok()?;
+    WINS.with(|tab| {
+        let e = index(win)
+            .and_then(|i| tab.get(i))
+            .and_then(Option::as_ref)?;
+        let w = &e.raw;
+        if !w.is_direct() || !e.landings.is_empty() || w.target(t).is_none() {
+            return None;
+        }
+        let call = if local {
+            SyncCall::FlushLocal(Some(t))
+        } else {
+            SyncCall::Flush(Some(t))
+        };
+        // A direct module's flush never waits: no progress of the runtime runs while the
+        // table is lent.
+        Some(w.sync(call).map_err(win_error))
+    })
+    .ok()
+    .flatten()
+}
+
 /// `MPI_Win_flush`: the operations on `rank` complete at the target.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
     call_win("MPI_Win_flush", win, || {
+        if let Some(r) = flush_direct(win, rank, false) {
+            return r;
+        }
         sync_at(win, rank, |t| SyncCall::Flush(Some(t)))
     })
 }
@@ -1634,6 +1773,9 @@ pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int {
     call_win("MPI_Win_flush_local", win, || {
+        if let Some(r) = flush_direct(win, rank, true) {
+            return r;
+        }
         sync_at(win, rank, |t| SyncCall::FlushLocal(Some(t)))
     })
 }

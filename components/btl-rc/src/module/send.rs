@@ -264,11 +264,10 @@ impl RcBtl {
         }
         moved += self.ring_control(pi);
         while let Some(front) = self.peers[pi].queue.front() {
-            let front_hint = front.hint;
+            let (tag, seq, front_hint, hdr_len) = (front.tag, front.seq, front.hint, front.hdr_len);
             // Bundles take as many seqs as the window has room for.
-            let room = usize::from(self.peers[pi].tx_win.room(front.seq));
+            let room = usize::from(self.peers[pi].tx_win.room_or_stall(seq));
             if room == 0 {
-                self.peers[pi].tx_win.stalls += 1;
                 break;
             }
             if self.peers[pi].queue.next_is_bundle_within(room) {
@@ -308,7 +307,7 @@ impl RcBtl {
                     }
                 }
             } else {
-                let (tag, seq, hint, hdr_len) = (front.tag, front.seq, front.hint, front.hdr_len);
+                let hint = front_hint;
                 let data = std::mem::take(&mut self.peers[pi].queue_front_mut().data);
                 let (h, pay) = data.split_at(hdr_len);
                 match self.try_send_now(pi, tag, seq, h, pay, hint) {

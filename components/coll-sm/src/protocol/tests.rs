@@ -17,6 +17,9 @@ impl Mem for VecMem {
     fn store(&self, off: usize, v: u32) {
         self.0.borrow_mut()[off..off + 4].copy_from_slice(&v.to_ne_bytes());
     }
+    fn mark(&self, off: usize, v: u32) {
+        self.store(off, v);
+    }
     fn add(&self, off: usize, v: u32) -> u32 {
         let sum = self.load(off).wrapping_add(v);
         self.store(off, sum);
@@ -92,6 +95,8 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
     // Per rank: the collective it is at, its run and its buffers.
     struct Rank {
         k: usize,
+        /// The sequence number of the last barrier it passed.
+        synced: Option<u32>,
         run: Option<Run>,
         send: Vec<u8>,
         work: Vec<u8>,
@@ -99,6 +104,7 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
     let mut ranks: Vec<Rank> = (0..n)
         .map(|_| Rank {
             k: 0,
+            synced: None,
             run: None,
             send: Vec::new(),
             work: Vec::new(),
@@ -136,7 +142,8 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
                 },
                 op => op,
             };
-            rank.run = Some(Run::new(op, layout, me, rank.k as u32 + 1, bytes));
+            let run = Run::new(op, layout, me, rank.k as u32 + 1, bytes);
+            rank.run = Some(run.after_barrier(rank.synced));
         }
         let run = rank.run.as_mut().unwrap();
         match run.poll(&mem, &rank.send, &mut rank.work, Some(&reduce_u32)) {
@@ -150,12 +157,25 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
                         c
                     );
                 }
+                if let Op::Barrier { .. } = c.op {
+                    rank.synced = Some(rank.k as u32 + 1);
+                }
                 rank.run = None;
                 rank.k += 1;
                 (idle_streak, forced) = (0, None);
             }
             Step::Posted { .. } => (idle_streak, forced) = (0, None),
-            Step::Wait(_) => {
+            Step::Wait(w) => {
+                // Whom it waits for: someone, and nobody who finished this collective
+                // (a member that exited after it must never be taken for a dead one).
+                let (k, awaited) = (rank.k, run.awaited(&mem, w));
+                assert!(!awaited.is_empty(), "rank {me} waits for nobody at {w:?}");
+                for q in awaited {
+                    assert!(
+                        q != me && ranks[q].k <= k,
+                        "rank {me} at collective {k} awaits rank {q}, which finished it"
+                    );
+                }
                 idle_streak += 1;
                 forced = Some(pick + 1);
                 assert!(
@@ -265,7 +285,8 @@ fn a_rank_runs_at_most_two_collectives_ahead() {
         Step::Wait(Wait {
             off: layout.freed(1),
             want: 1,
-            sleepers: layout.freed_sleepers(1)
+            sleepers: layout.freed_sleepers(1),
+            from: Some(1),
         })
     );
     let mut out = [0u8; 8];
@@ -298,5 +319,56 @@ fn shares_tile_the_vector_on_element_boundaries() {
             }
             assert_eq!(at, elems * 8);
         }
+    }
+}
+
+#[test]
+fn awaited_names_who_has_not_done_its_part() {
+    // A barrier of 3: rank 0 waits for 1 and 2, then for 2 alone, then for nobody.
+    let layout = Layout::new(3, 8);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let barrier = |me| Run::new(Op::Barrier { round: 1 }, layout, me, 1, 0);
+    let (mut r0, mut r1, mut r2) = (barrier(0), barrier(1), barrier(2));
+    let Step::Wait(w) = r0.poll(&mem, &[], &mut [], None) else {
+        panic!("rank 0 alone must wait");
+    };
+    assert_eq!(w.from, None);
+    assert_eq!(r0.awaited(&mem, w), vec![1, 2]);
+    assert!(matches!(r1.poll(&mem, &[], &mut [], None), Step::Wait(_)));
+    assert_eq!(r0.awaited(&mem, w), vec![2]);
+    assert!(matches!(
+        r2.poll(&mem, &[], &mut [], None),
+        Step::Posted { .. }
+    ));
+    assert!(r0.awaited(&mem, w).is_empty());
+    assert_eq!(r0.poll(&mem, &[], &mut [], None), Step::Done);
+
+    // A bcast: the readers wait for the root alone, until it posted.
+    let mut buf = [7u8; 8];
+    let mut reader = Run::new(Op::Bcast { root: 2 }, layout, 0, 2, 8);
+    let Step::Wait(w) = reader.poll(&mem, &[], &mut buf, None) else {
+        panic!("the reader must wait for the root");
+    };
+    assert_eq!(reader.awaited(&mem, w), vec![2]);
+    let mut root = Run::new(Op::Bcast { root: 2 }, layout, 2, 2, 8);
+    assert!(matches!(
+        root.poll(&mem, &[], &mut buf, None),
+        Step::Posted { .. }
+    ));
+    assert!(reader.awaited(&mem, w).is_empty());
+}
+
+#[test]
+fn short_data_travels_in_the_control_line_next_to_posted() {
+    let l = Layout::new(3, 1024);
+    for r in 0..3 {
+        for seq in [1u32, 2] {
+            let at = l.data(r, seq, INLINE);
+            // In r's line, in the 64-byte cache line of `posted`, clear of the control words.
+            assert_eq!(at / 64, l.posted(r) / 64);
+            assert!(at >= l.pid(r) + 4 && at + INLINE <= l.posted(r) + 64);
+            assert!(l.data(r, seq, INLINE + 1) >= l.arrived() + LINE);
+        }
+        assert_ne!(l.data(r, 1, 1), l.data(r, 2, 1), "two inline slots");
     }
 }

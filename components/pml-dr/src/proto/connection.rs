@@ -1104,9 +1104,16 @@ impl Connection {
                 return None;
             }
         } else {
-            if !self.accept_new_vfrag(&repr) {
-                self.counters.malformed += 1;
-                return None;
+            match self.accept_new_vfrag(&repr) {
+                Ok(()) => {}
+                Err(Refusal::Inconsistent) => {
+                    self.counters.malformed += 1;
+                    return None;
+                }
+                Err(Refusal::NotNow) => {
+                    self.counters.refused += 1;
+                    return None;
+                }
             }
             self.rx_partial.insert(
                 id,
@@ -1141,23 +1148,28 @@ impl Connection {
 
     /// Checks a first fragment of an unseen vfrag against what we know of its message, and
     /// registers the message if it is new. False means drop it.
-    fn accept_new_vfrag(&mut self, r: &DataRepr) -> bool {
+    fn accept_new_vfrag(&mut self, r: &DataRepr) -> Result<(), Refusal> {
         if self.rx_partial.len() >= self.rx_limit {
             warn!(
                 limit = self.rx_limit,
                 "too many partial vfrags from peer; dropping"
             );
-            return false;
+            return Err(Refusal::NotNow);
         }
         if let Some(m) = self.rx_msgs.get(&r.msg_seq) {
-            // Same message: fields must agree; FRAG vfrags only after we matched.
-            return m.len == r.msg_len
-                && m.m == r.m
-                && match r.kind {
-                    PacketType::Match => !m.rndv,
-                    PacketType::Rndv => false, // only one RNDV vfrag per message
-                    _ => m.rndv && m.matched,
-                };
+            // Same message: fields must agree (else the peer contradicts itself).
+            if m.len != r.msg_len || m.m != r.m {
+                return Err(Refusal::Inconsistent);
+            }
+            return match r.kind {
+                PacketType::Match if !m.rndv => Ok(()),
+                // Only one RNDV vfrag per message; a MATCH vfrag of a rendezvous message.
+                PacketType::Match | PacketType::Rndv => Err(Refusal::Inconsistent),
+                // FRAG vfrags only after the match: resent once it happened.
+                _ if m.rndv && !m.matched => Err(Refusal::NotNow),
+                _ if m.rndv => Ok(()),
+                _ => Err(Refusal::Inconsistent),
+            };
         }
         // The message every later one waits for (they are held unannounced until it arrives)
         // is taken even at the limit: refusing it would leave the limit full forever, and the
@@ -1170,15 +1182,17 @@ impl Connection {
                 .iter()
                 .next_back()
                 .is_some_and(|(&last, _)| last > self.next_announce);
+        // Eager messages are bounded by the job-wide eager limit: this also bounds the
+        // staging memory an unexpected message can make the glue allocate.
+        if r.kind == PacketType::Match && r.msg_len > self.cfg.eager_limit {
+            return Err(Refusal::Inconsistent);
+        }
+        // A finished message's late copy; a FRAG ahead of its RNDV (reordered); the limit.
         if r.msg_seq < self.next_announce
             || r.kind == PacketType::Frag
-            // Eager messages are bounded by the job-wide eager limit: this also bounds the
-            // staging memory an unexpected message can make the glue allocate.
-            || (r.kind == PacketType::Match && r.msg_len > self.cfg.eager_limit)
             || (self.rx_msgs.len() >= self.rx_limit && !fills_the_hole)
         {
-            // A finished message cannot have a new vfrag; a FRAG needs a matched RNDV first.
-            return false;
+            return Err(Refusal::NotNow);
         }
         self.rx_msgs.insert(
             r.msg_seq,
@@ -1200,7 +1214,7 @@ impl Connection {
             },
         );
         self.announce_in_order();
-        true
+        Ok(())
     }
 
     fn announce_in_order(&mut self) {
@@ -2146,4 +2160,13 @@ impl Connection {
             _ => {}
         }
     }
+}
+
+/// Why a valid-looking fragment of a new vfrag was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// It contradicts what the peer sent before (counted as malformed).
+    Inconsistent,
+    /// Not now: the sender's retransmission is taken later (counted as refused).
+    NotNow,
 }

@@ -21,8 +21,12 @@ pub struct Counters {
     pub duplicate_acks: u64,
     /// Header or payload checksum mismatches.
     pub csum_failures: u64,
-    /// Packets dropped as foreign, truncated, inconsistent or over a limit.
+    /// Packets dropped as foreign, truncated or inconsistent with what the peer sent before.
     pub malformed: u64,
+    /// Valid fragments refused for now, the sender retransmitting them later: over the
+    /// receiver's limit of messages held, a fragment ahead of its rendezvous, a new vfrag of a
+    /// message already delivered. Flow control and reordering, not damage.
+    pub refused: u64,
     /// Retransmission timeouts (per path, exponential backoff).
     pub timeouts: u64,
     /// Local-completion watchdog expirations.
@@ -60,6 +64,7 @@ impl Counters {
         self.duplicate_acks += other.duplicate_acks;
         self.csum_failures += other.csum_failures;
         self.malformed += other.malformed;
+        self.refused += other.refused;
         self.timeouts += other.timeouts;
         self.watchdog_expirations += other.watchdog_expirations;
         self.failovers += other.failovers;

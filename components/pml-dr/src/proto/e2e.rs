@@ -47,9 +47,159 @@ impl StagedCrcs {
     }
 }
 
+/// Where a staged message is copied at the match: the user's receive buffer in the PML, a
+/// memory that does not keep what is written to it in tests.
+pub trait CopyTarget {
+    /// Writes `src` at `offset` (in bounds: the caller copies at most the target's length).
+    fn write_at(&mut self, offset: usize, src: &[u8]);
+    /// The bytes as the application will read them.
+    fn bytes(&self) -> &[u8];
+}
+
+/// What [`copy_checked`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyOutcome {
+    /// Every fragment's checksum matched after the first copy.
+    Clean,
+    /// `fragments` mismatched after the first copy and matched after copying them again.
+    Recopied {
+        /// Fragments copied a second time.
+        fragments: usize,
+    },
+    /// `failed` fragments mismatched after the first copy, `still` of them after the second:
+    /// the memory does not keep what is written to it (nothing a retransmission fixes).
+    Corrupt {
+        /// Fragments that mismatched after the first copy.
+        failed: usize,
+        /// Fragments still wrong after the second.
+        still: usize,
+    },
+}
+
+/// Copies the verified `staging` bytes (at most the target's length) into `dst` and checks
+/// every recorded fragment there; the fragments that mismatch are copied once more from
+/// `staging` (which was verified, so a mismatch is a bad copy or bad memory) and checked
+/// again.
+pub fn copy_checked<T: CopyTarget + ?Sized>(
+    dst: &mut T,
+    staging: &[u8],
+    crcs: &StagedCrcs,
+) -> CopyOutcome {
+    let n = staging.len().min(dst.bytes().len());
+    dst.write_at(0, &staging[..n]);
+    let bad = crcs.mismatches(dst.bytes());
+    if bad.is_empty() {
+        return CopyOutcome::Clean;
+    }
+    for &(off, len) in &bad {
+        // `mismatches` returns only ranges inside the target, and staging holds the message
+        // from offset 0 up to at least the target's length.
+        if let Some(src) = staging.get(off..off + len) {
+            dst.write_at(off, src);
+        }
+    }
+    match crcs.mismatches(dst.bytes()).len() {
+        0 => CopyOutcome::Recopied {
+            fragments: bad.len(),
+        },
+        still => CopyOutcome::Corrupt {
+            failed: bad.len(),
+            still,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Memory that flips one bit of the first `flaky` writes covering byte `at` (a bad copy,
+    /// or a cell that does not keep a value).
+    struct FlakyMemory {
+        mem: Vec<u8>,
+        at: usize,
+        flaky: usize,
+        writes: usize,
+    }
+
+    impl CopyTarget for FlakyMemory {
+        fn write_at(&mut self, offset: usize, src: &[u8]) {
+            self.mem[offset..offset + src.len()].copy_from_slice(src);
+            if (offset..offset + src.len()).contains(&self.at) {
+                self.writes += 1;
+                if self.writes <= self.flaky {
+                    self.mem[self.at] ^= 0x04;
+                }
+            }
+        }
+        fn bytes(&self) -> &[u8] {
+            &self.mem
+        }
+    }
+
+    fn staged(len: usize, frag: usize) -> (Vec<u8>, StagedCrcs) {
+        let msg: Vec<u8> = (0..len as u32).map(|i| (i * 13 + 5) as u8).collect();
+        let mut s = StagedCrcs::default();
+        for off in (0..len).step_by(frag) {
+            let end = (off + frag).min(len);
+            s.record(
+                off as u64,
+                (end - off) as u32,
+                crc32c::crc32c(&msg[off..end]),
+            );
+        }
+        (msg, s)
+    }
+
+    fn memory(len: usize, at: usize, flaky: usize) -> FlakyMemory {
+        FlakyMemory {
+            mem: vec![0; len],
+            at,
+            flaky,
+            writes: 0,
+        }
+    }
+
+    #[test]
+    fn a_bad_first_copy_is_copied_again_and_the_buffer_ends_right() {
+        let (msg, crcs) = staged(4000, 1000);
+        let mut m = memory(4000, 2500, 1);
+        assert_eq!(
+            copy_checked(&mut m, &msg, &crcs),
+            CopyOutcome::Recopied { fragments: 1 }
+        );
+        assert_eq!(m.mem, msg, "the second copy repaired the buffer");
+        // Only the bad fragment was written again.
+        assert_eq!(m.writes, 2);
+        let mut clean = memory(4000, 2500, 0);
+        assert_eq!(copy_checked(&mut clean, &msg, &crcs), CopyOutcome::Clean);
+        assert_eq!(clean.mem, msg);
+    }
+
+    #[test]
+    fn memory_that_keeps_flipping_is_reported_corrupt() {
+        let (msg, crcs) = staged(4000, 1000);
+        let mut m = memory(4000, 10, usize::MAX);
+        assert_eq!(
+            copy_checked(&mut m, &msg, &crcs),
+            CopyOutcome::Corrupt {
+                failed: 1,
+                still: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_truncating_receive_buffer_is_copied_and_checked_up_to_its_length() {
+        let (msg, crcs) = staged(4000, 1000);
+        // 2500 bytes: fragments 0 and 1 are checked, the cut fragment 2 cannot be.
+        let mut m = memory(2500, 1200, 1);
+        assert_eq!(
+            copy_checked(&mut m, &msg, &crcs),
+            CopyOutcome::Recopied { fragments: 1 }
+        );
+        assert_eq!(m.mem, msg[..2500]);
+    }
 
     #[test]
     fn a_flipped_bit_in_the_receive_buffer_names_its_fragment() {

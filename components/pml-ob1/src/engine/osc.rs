@@ -3,11 +3,13 @@
 //! puts/gets of a window's bytes straight into or out of a peer's registered memory.
 //!
 //! A transfer is split into the BTL's largest single put/get
-//! ([`BtlAttributes::rdma_pipeline_frag_size`](rmca_framework::btl::BtlAttributes)); every
-//! piece carries the transfer's token with [`TOKEN_BIT`] set, which is how
-//! [`Core::on_rdma_complete`] tells them from the gets of ob1's own rendezvous (request ids,
-//! far below that bit). Pieces a BTL refuses for lack of resources are issued again when the
-//! transfer is tested.
+//! ([`BtlAttributes::rdma_pipeline_frag_size`](rmca_framework::btl::BtlAttributes)), with at
+//! most the rendezvous' pipeline depth of pieces in flight (`pml_ob1_send_pipeline_depth` for
+//! a put, `_recv_pipeline_depth` for a get: the same [`rdma_piece`] as a receive's RGET
+//! reads), so one large put cannot fill a BTL; every piece carries the transfer's token with
+//! [`TOKEN_BIT`] set, which is how [`Core::on_rdma_complete`] tells them from the gets of
+//! ob1's own rendezvous (request ids, far below that bit). The pieces held back by the depth,
+//! or refused by a BTL for lack of resources, are issued when the transfer is tested.
 
 use std::collections::HashMap;
 
@@ -19,6 +21,7 @@ use rmca_framework::buffer::UserBuf;
 use rmca_framework::pml::{PmlError, RdmaKeys, RdmaToken};
 use rmca_framework::rank::Rank;
 
+use super::rendezvous::rdma_piece;
 use super::Core;
 
 /// Set in the completion token of every one-sided transfer.
@@ -208,9 +211,16 @@ impl Core {
         let Some(t) = self.osc.transfers.get_mut(&token) else {
             return;
         };
-        let frag = self.attrs[t.btl].rdma_pipeline_frag_size.max(1);
-        while !t.local.is_empty() && t.error.is_none() {
-            let n = t.local.len().min(frag);
+        let frag = self.attrs[t.btl].rdma_pipeline_frag_size;
+        let depth = if t.get {
+            self.cfg.recv_pipeline_depth
+        } else {
+            self.cfg.send_pipeline_depth
+        };
+        while t.error.is_none() {
+            let Some(n) = rdma_piece(t.local.len(), t.in_flight as usize, depth, frag) else {
+                break;
+            };
             let piece = t.local.slice(0, n);
             let remote = RemoteSegment {
                 addr: t.remote.addr,

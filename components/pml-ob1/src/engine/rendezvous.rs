@@ -17,6 +17,20 @@ use crate::bulk::Bulk;
 use crate::hdr::{self, Repr, RgetKey, RndvRepr};
 use crate::sched;
 
+/// The next piece of an RDMA pipeline (a receive's RGET reads, osc-rdma's puts and gets):
+/// `left` bytes still to move, `in_flight` pieces outstanding of at most `depth`, each at
+/// most `frag` bytes (the BTL's `rdma_pipeline_frag_size`). `None` when nothing is left or
+/// the pipeline is full: the rest waits for a completion, so one large transfer cannot
+/// fill a BTL's queues.
+pub(super) fn rdma_piece(
+    left: usize,
+    in_flight: usize,
+    depth: usize,
+    frag: usize,
+) -> Option<usize> {
+    (left > 0 && in_flight < depth).then(|| left.min(frag.max(1)))
+}
+
 impl Core {
     /// A rendezvous matched receive `id`: take the first bytes, then read the rest (RGET) or
     /// ask for it (ACK).
@@ -467,11 +481,10 @@ impl Core {
             else {
                 return false;
             };
-            if g.outstanding >= depth {
+            let frag = self.attrs[seg.btl].rdma_pipeline_frag_size;
+            let Some(chunk) = rdma_piece(seg.end - seg.next, g.outstanding, depth, frag) else {
                 return true;
-            }
-            let frag = self.attrs[seg.btl].rdma_pipeline_frag_size.max(1);
-            let chunk = (seg.end - seg.next).min(frag);
+            };
             let remote = RemoteSegment {
                 addr: g.addr.wrapping_add(seg.next as u64),
                 len: chunk,
