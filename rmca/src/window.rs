@@ -224,11 +224,7 @@ impl OscRdma for Io {
         keys: &RdmaKeys,
         addr: u64,
     ) -> std::result::Result<RdmaToken, OscError> {
-        let w = self.world_of(peer)?;
-        self.comm
-            .shared()
-            .with(|rt| Ok(rt.pml.rdma_put(w, local, keys, addr)?))
-            .map_err(|e| OscError::Transport(e.to_string()))
+        self.transfer(peer, |pml, w| pml.rdma_put(w, local, keys, addr))
     }
 
     fn get(
@@ -238,11 +234,7 @@ impl OscRdma for Io {
         keys: &RdmaKeys,
         addr: u64,
     ) -> std::result::Result<RdmaToken, OscError> {
-        let w = self.world_of(peer)?;
-        self.comm
-            .shared()
-            .with(|rt| Ok(rt.pml.rdma_get(w, local, keys, addr)?))
-            .map_err(|e| OscError::Transport(e.to_string()))
+        self.transfer(peer, |pml, w| pml.rdma_get(w, local, keys, addr))
     }
 
     fn test(&mut self, token: RdmaToken) -> Option<std::result::Result<(), OscError>> {
@@ -262,6 +254,23 @@ impl Io {
                 self.comm.inner.group.len()
             ))
         })
+    }
+
+    /// Start one RDMA transfer to window rank `peer` through the PML (`start` gets its world
+    /// rank).
+    fn transfer(
+        &self,
+        peer: usize,
+        start: impl FnOnce(
+            &mut dyn rmca_framework::pml::Pml,
+            u32,
+        ) -> std::result::Result<RdmaToken, rmca_framework::pml::PmlError>,
+    ) -> std::result::Result<RdmaToken, OscError> {
+        let w = self.world_of(peer)?;
+        self.comm
+            .shared()
+            .with(|rt| Ok(start(rt.pml.as_mut(), w)?))
+            .map_err(|e| OscError::Transport(e.to_string()))
     }
 }
 

@@ -43,9 +43,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use rmca::framework::progress::{AsyncAction, AsyncPacer};
+
+use crate::state::{futex_wait, futex_wake};
 
 /// The thread's name (`/proc/<pid>/task/<tid>/comm`, 15 bytes at most).
 pub const THREAD_NAME: &str = "rmca-progress";
@@ -125,7 +126,7 @@ pub(crate) fn call_ended() {
 fn wake() {
     ASLEEP.store(false, Ordering::Relaxed);
     EPOCH.fetch_add(1, Ordering::SeqCst);
-    futex_wake(&EPOCH);
+    futex_wake(&EPOCH, 1);
 }
 
 /// The thread's loop.
@@ -192,43 +193,11 @@ fn bind_to(cpu: u32) {
     }
 }
 
-/// Sleep while `word` holds `expected`, `timeout` at most (spurious returns are fine).
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: FUTEX_WAIT on a live, aligned u32 (the atomic's) with a valid timespec; the
-    // kernel only reads both.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            &ts as *const libc::timespec,
-        );
-    }
-}
-
-/// Wake the thread sleeping on `word`.
-fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a live, aligned u32; the kernel does not access it otherwise.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::path::Path;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     /// The `.rs` files under `dir`, recursively.
     fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -322,7 +291,7 @@ mod tests {
         });
         std::thread::sleep(Duration::from_millis(50));
         W.store(2, Ordering::SeqCst);
-        futex_wake(&W);
+        futex_wake(&W, 1);
         assert!(sleeper.join().unwrap() < Duration::from_secs(4));
     }
 }

@@ -800,7 +800,7 @@ impl TicketLock {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
-                futex_wait(&self.serving, serving);
+                futex_wait(&self.serving, serving, std::time::Duration::from_millis(1));
             }
         }
     }
@@ -822,7 +822,7 @@ impl TicketLock {
     fn unlock(&self) {
         let serving = self.serving.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
         if self.next.load(Ordering::SeqCst) != serving {
-            futex_wake_all(&self.serving);
+            futex_wake(&self.serving, i32::MAX);
         }
     }
 
@@ -833,11 +833,12 @@ impl TicketLock {
     }
 }
 
-/// Sleep while `word` holds `expected` (1 ms at most; spurious returns are fine).
-fn futex_wait(word: &AtomicU32, expected: u32) {
-    let timeout = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 1_000_000,
+/// Sleep while `word` holds `expected`, `timeout` at most (spurious returns are fine): the
+/// process lock's waiters and the progress thread's idle sleeps.
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: FUTEX_WAIT on a live, aligned u32 (the atomic's), with a valid timespec; the
     // kernel only reads both.
@@ -847,20 +848,20 @@ fn futex_wait(word: &AtomicU32, expected: u32) {
             word.as_ptr(),
             libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
             expected,
-            &timeout as *const libc::timespec,
+            &ts as *const libc::timespec,
         );
     }
 }
 
-/// Wake every thread sleeping on `word`.
-fn futex_wake_all(word: &AtomicU32) {
+/// Wake up to `waiters` threads sleeping on `word` (`i32::MAX`: all).
+pub(crate) fn futex_wake(word: &AtomicU32, waiters: i32) {
     // SAFETY: FUTEX_WAKE on a live, aligned u32; the kernel does not access it otherwise.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
+            waiters,
         );
     }
 }
