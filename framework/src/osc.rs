@@ -186,6 +186,10 @@ pub enum Elem {
     ComplexF64,
     /// `long double _Complex` (32 bytes): arithmetic by the host.
     LongDoubleComplex,
+    /// A C `long double` (16 bytes, as [`Elem::LongDouble`]) and an `int`, packed: 20 bytes
+    /// (`MPI_LONG_DOUBLE_INT`; the C struct pads it to 32). MINLOC/MAXLOC only compare, so
+    /// the framework does them itself ([`long_double_cmp`]).
+    PairLongDouble,
 }
 
 /// Arithmetic the framework has no Rust number for (C `long double`, complex products),
@@ -195,7 +199,7 @@ pub type HostAccumulate = fn(AccOp, Elem, &mut [u8], &[u8]) -> bool;
 
 impl Elem {
     /// Every element type, in wire order.
-    pub const ALL: [Elem; 20] = [
+    pub const ALL: [Elem; 21] = [
         Elem::I8,
         Elem::I16,
         Elem::I32,
@@ -216,6 +220,7 @@ impl Elem {
         Elem::ComplexF32,
         Elem::ComplexF64,
         Elem::LongDoubleComplex,
+        Elem::PairLongDouble,
     ];
 
     /// The element type of a wire byte.
@@ -236,6 +241,7 @@ impl Elem {
             Elem::ComplexF32 => 8,
             Elem::LongDouble | Elem::ComplexF64 => 16,
             Elem::LongDoubleComplex => 32,
+            Elem::PairLongDouble => 20,
         }
     }
 
@@ -251,7 +257,12 @@ impl Elem {
     pub fn is_pair(self) -> bool {
         matches!(
             self,
-            Elem::PairI16 | Elem::PairI32 | Elem::PairI64 | Elem::PairF32 | Elem::PairF64
+            Elem::PairI16
+                | Elem::PairI32
+                | Elem::PairI64
+                | Elem::PairF32
+                | Elem::PairF64
+                | Elem::PairLongDouble
         )
     }
 
@@ -387,7 +398,12 @@ pub fn accumulate_with(
         Elem::U64 => int!(u64),
         Elem::F32 => float!(f32),
         Elem::F64 => float!(f64),
-        Elem::PairI16 | Elem::PairI32 | Elem::PairI64 | Elem::PairF32 | Elem::PairF64 => {
+        Elem::PairI16
+        | Elem::PairI32
+        | Elem::PairI64
+        | Elem::PairF32
+        | Elem::PairF64
+        | Elem::PairLongDouble => {
             unreachable!("pairs take MINLOC/MAXLOC, replace or no-op (checked by supports)")
         }
         Elem::LongDouble | Elem::ComplexF32 | Elem::ComplexF64 | Elem::LongDoubleComplex => {
@@ -397,47 +413,81 @@ pub fn accumulate_with(
     Ok(())
 }
 
-/// `MPI_MINLOC`/`MPI_MAXLOC` on packed value-index pairs: the smaller (larger) value wins;
-/// equal values keep the smaller index.
+/// `MPI_MINLOC`/`MPI_MAXLOC` on packed value-index pairs (the value, then a C `int` index
+/// at once): the smaller (larger) value wins; equal values keep the smaller index; a NaN on
+/// either side keeps the target, as a comparison that is never true would.
 fn pairs(max: bool, elem: Elem, target: &mut [u8], origin: &[u8]) {
-    let size = elem.size();
-    let vsize = size - 4;
-    let value = |b: &[u8]| -> f64 {
+    use std::cmp::Ordering;
+    fn cmp(elem: Elem, a: &[u8], b: &[u8]) -> Option<Ordering> {
+        macro_rules! value {
+            ($t:ty, $x:expr) => {
+                <$t>::from_ne_bytes(
+                    $x[..std::mem::size_of::<$t>()]
+                        .try_into()
+                        .expect("the value's bytes"),
+                )
+            };
+        }
         match elem {
-            Elem::PairI16 => f64::from(i16::from_ne_bytes([b[0], b[1]])),
-            Elem::PairI32 => f64::from(i32::from_ne_bytes(b[..4].try_into().expect("4 bytes"))),
-            Elem::PairF32 => f64::from(f32::from_ne_bytes(b[..4].try_into().expect("4 bytes"))),
-            Elem::PairF64 => f64::from_ne_bytes(b[..8].try_into().expect("8 bytes")),
-            // i64 values compared exactly below.
-            _ => 0.0,
-        }
-    };
-    let cmp = |a: &[u8], b: &[u8]| -> Option<std::cmp::Ordering> {
-        if elem == Elem::PairI64 {
-            let x = i64::from_ne_bytes(a[..8].try_into().expect("8 bytes"));
-            let y = i64::from_ne_bytes(b[..8].try_into().expect("8 bytes"));
-            return Some(x.cmp(&y));
-        }
-        value(a).partial_cmp(&value(b))
-    };
-    let index = |b: &[u8]| i32::from_ne_bytes(b[vsize..vsize + 4].try_into().expect("4 bytes"));
-    for (t, o) in target.chunks_exact_mut(size).zip(origin.chunks_exact(size)) {
-        use std::cmp::Ordering::*;
-        let take_origin = match cmp(o, t) {
-            Some(Less) => !max,
-            Some(Greater) => max,
-            Some(Equal) => {
-                let i = index(o).min(index(t));
-                t[vsize..].copy_from_slice(&i.to_ne_bytes());
-                false
-            }
-            // NaN: keep the target, as a comparison that is never true would.
-            None => false,
-        };
-        if take_origin {
-            t.copy_from_slice(o);
+            Elem::PairI16 => Some(value!(i16, a).cmp(&value!(i16, b))),
+            Elem::PairI32 => Some(value!(i32, a).cmp(&value!(i32, b))),
+            Elem::PairI64 => Some(value!(i64, a).cmp(&value!(i64, b))),
+            Elem::PairF32 => value!(f32, a).partial_cmp(&value!(f32, b)),
+            Elem::PairF64 => value!(f64, a).partial_cmp(&value!(f64, b)),
+            Elem::PairLongDouble => long_double_cmp(a, b),
+            _ => unreachable!("pairs only (checked by supports)"),
         }
     }
+    let size = elem.size();
+    let at = size - 4;
+    let index = |b: &[u8]| i32::from_ne_bytes(b[at..].try_into().expect("4 bytes"));
+    let better = if max {
+        Ordering::Greater
+    } else {
+        Ordering::Less
+    };
+    for (t, o) in target.chunks_exact_mut(size).zip(origin.chunks_exact(size)) {
+        match cmp(elem, o, t) {
+            Some(Ordering::Equal) => {
+                let i = index(o).min(index(t));
+                t[at..].copy_from_slice(&i.to_ne_bytes());
+            }
+            Some(c) if c == better => t.copy_from_slice(o),
+            _ => {}
+        }
+    }
+}
+
+/// Two C `long double`s (16 bytes each, native order) compared by value, `None` if either
+/// is a NaN; -0 equals +0. On x86 the format is x87 extended precision (significand with its
+/// explicit integer bit in bits 0..64, exponent in 64..79, sign at 79, the rest padding),
+/// elsewhere IEEE binary128: both are sign and magnitude with the magnitude's bits ordered
+/// as the number, so no arithmetic is needed (Rust has no such number).
+pub fn long_double_cmp(a: &[u8], b: &[u8]) -> Option<std::cmp::Ordering> {
+    fn key(b: &[u8]) -> Option<i128> {
+        let bits = u128::from_ne_bytes(b[..16].try_into().expect("16 bytes"));
+        let (negative, magnitude) = if cfg!(any(target_arch = "x86", target_arch = "x86_64")) {
+            let significand = bits as u64;
+            let exponent = (bits >> 64) & 0x7fff;
+            if exponent == 0x7fff && significand << 1 != 0 {
+                return None;
+            }
+            (
+                (bits >> 79) & 1 == 1,
+                (exponent << 64) | u128::from(significand),
+            )
+        } else {
+            let magnitude = bits & !(1u128 << 127);
+            if magnitude >> 112 == 0x7fff && magnitude & ((1u128 << 112) - 1) != 0 {
+                return None;
+            }
+            (bits >> 127 == 1, magnitude)
+        };
+        // Below 2^113 in both formats, so the signed key cannot overflow.
+        let m = magnitude as i128;
+        Some(if negative { -m } else { m })
+    }
+    Some(key(a)?.cmp(&key(b)?))
 }
 
 /// Where the data of one operation lands at the target: runs of contiguous bytes
@@ -870,6 +920,167 @@ mod tests {
             accumulate(AccOp::Sum, Elem::PairI32, &mut [0; 8], &[0; 8]),
             Err(OscError::Op(_))
         ));
+    }
+
+    /// `v` as a C `long double` of this target (exact: both formats hold every f64).
+    fn long_double(v: f64) -> [u8; 16] {
+        let bits = v.to_bits();
+        let negative = bits >> 63 == 1;
+        let (e, f) = (((bits >> 52) & 0x7ff) as i64, bits & ((1 << 52) - 1));
+        // (unbiased exponent, significand with the leading 1 at bit 63), or a special.
+        let normal = |e: i64, sig: u64| (e, sig);
+        let (exp, sig, special) = match (e, f) {
+            (0, 0) => (0, 0, Some(0u128)),
+            (0x7ff, _) => (0, 0, Some(0x7fff)),
+            (0, f) => {
+                let lz = i64::from(f.leading_zeros());
+                let (x, s) = normal(-1074 + 63 - lz, f << lz);
+                (x, s, None)
+            }
+            (e, f) => {
+                let (x, s) = normal(e - 1023, (1 << 63) | (f << 11));
+                (x, s, None)
+            }
+        };
+        let out = if cfg!(any(target_arch = "x86", target_arch = "x86_64")) {
+            let (biased, sig) = match special {
+                Some(0) => (0u128, 0u64),
+                Some(_) => (0x7fff, (1 << 63) | (f << 11)),
+                None => ((exp + 16383) as u128, sig),
+            };
+            (u128::from(negative) << 79) | (biased << 64) | u128::from(sig)
+        } else {
+            let (biased, frac) = match special {
+                Some(0) => (0u128, 0u128),
+                Some(_) => (0x7fff, u128::from(f) << 60),
+                None => ((exp + 16383) as u128, u128::from(sig << 1) << 48),
+            };
+            (u128::from(negative) << 127) | (biased << 112) | frac
+        };
+        out.to_ne_bytes()
+    }
+
+    /// One packed pair of `elem` holding `v` (converted to the value type) and `i`.
+    fn pair_of(elem: Elem, v: f64, i: i32) -> Vec<u8> {
+        let mut b = match elem {
+            Elem::PairI16 => (v as i16).to_ne_bytes().to_vec(),
+            Elem::PairI32 => (v as i32).to_ne_bytes().to_vec(),
+            Elem::PairI64 => (v as i64).to_ne_bytes().to_vec(),
+            Elem::PairF32 => (v as f32).to_ne_bytes().to_vec(),
+            Elem::PairF64 => v.to_ne_bytes().to_vec(),
+            Elem::PairLongDouble => long_double(v).to_vec(),
+            _ => unreachable!(),
+        };
+        b.extend_from_slice(&i.to_ne_bytes());
+        assert_eq!(b.len(), elem.size());
+        b
+    }
+
+    const PAIRS: [Elem; 6] = [
+        Elem::PairI16,
+        Elem::PairI32,
+        Elem::PairI64,
+        Elem::PairF32,
+        Elem::PairF64,
+        Elem::PairLongDouble,
+    ];
+
+    #[test]
+    fn long_doubles_compare_by_value() {
+        use std::cmp::Ordering::*;
+        // The encoding itself, against x87's 1.0 and -2.0.
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(
+                long_double(1.0)[..10],
+                [0, 0, 0, 0, 0, 0, 0, 0x80, 0xff, 0x3f]
+            );
+            assert_eq!(
+                long_double(-2.0)[..10],
+                [0, 0, 0, 0, 0, 0, 0, 0x80, 0x00, 0xc0]
+            );
+        }
+        let c = |a: f64, b: f64| long_double_cmp(&long_double(a), &long_double(b));
+        assert_eq!(c(1.0, 2.0), Some(Less));
+        assert_eq!(c(-1.0, -2.0), Some(Greater));
+        assert_eq!(c(-0.0, 0.0), Some(Equal));
+        assert_eq!(c(f64::MIN_POSITIVE / 4.0, 0.0), Some(Greater));
+        assert_eq!(c(f64::NEG_INFINITY, f64::MIN), Some(Less));
+        assert_eq!(c(f64::NAN, 1.0), None);
+        assert_eq!(c(1.0, f64::NAN), None);
+    }
+
+    #[test]
+    fn long_double_pairs_take_minloc_and_maxloc() {
+        let e = Elem::PairLongDouble;
+        let mut t = [pair_of(e, 1.0, 5), pair_of(e, 3.0, 2), pair_of(e, -2.0, 9)].concat();
+        let o = [pair_of(e, 0.5, 7), pair_of(e, 3.0, 1), pair_of(e, 4.0, 0)].concat();
+        let mut u = t.clone();
+        accumulate(AccOp::MinLoc, e, &mut t, &o).unwrap();
+        assert_eq!(
+            t,
+            [pair_of(e, 0.5, 7), pair_of(e, 3.0, 1), pair_of(e, -2.0, 9)].concat()
+        );
+        accumulate(AccOp::MaxLoc, e, &mut u, &o).unwrap();
+        assert_eq!(
+            u,
+            [pair_of(e, 1.0, 5), pair_of(e, 3.0, 1), pair_of(e, 4.0, 0)].concat()
+        );
+        for op in [AccOp::Sum, AccOp::Max, AccOp::BAnd] {
+            assert!(matches!(
+                accumulate(op, e, &mut t, &o),
+                Err(OscError::Op(_))
+            ));
+        }
+        assert!(matches!(
+            accumulate(AccOp::MinLoc, e, &mut [0; 32], &[0; 32]),
+            Err(OscError::Arg(_))
+        ));
+        accumulate(AccOp::Replace, e, &mut t, &o).unwrap();
+        assert_eq!(t, o);
+    }
+
+    proptest::proptest! {
+        /// MINLOC/MAXLOC on every pair type agree with a plain reference on typed values.
+        #[test]
+        fn pair_kernels_match_a_reference(
+            which in 0..PAIRS.len(),
+            max: bool,
+            elems in proptest::collection::vec(
+                ((-4i32..4, -1e6f64..1e6, proptest::bool::ANY, -3i32..3),
+                 (-4i32..4, -1e6f64..1e6, proptest::bool::ANY, -3i32..3)),
+                0..16,
+            ),
+        ) {
+            let elem = PAIRS[which];
+            // Small integers make ties frequent; the integer value types take them only.
+            let value = |(small, wide, use_wide, _): (i32, f64, bool, i32)| {
+                if use_wide && matches!(elem, Elem::PairF32 | Elem::PairF64 | Elem::PairLongDouble) {
+                    // Exactly representable in f32 too, so every type compares the same.
+                    f64::from(wide as f32)
+                } else {
+                    f64::from(small)
+                }
+            };
+            let mut target = Vec::new();
+            let mut origin = Vec::new();
+            let mut expect = Vec::new();
+            for &(t, o) in &elems {
+                let (tv, ov) = (value(t), value(o));
+                target.extend(pair_of(elem, tv, t.3));
+                origin.extend(pair_of(elem, ov, o.3));
+                let wins = if max { ov > tv } else { ov < tv };
+                expect.extend(if wins {
+                    pair_of(elem, ov, o.3)
+                } else if ov == tv {
+                    pair_of(elem, tv, t.3.min(o.3))
+                } else {
+                    pair_of(elem, tv, t.3)
+                });
+            }
+            let op = if max { AccOp::MaxLoc } else { AccOp::MinLoc };
+            accumulate(op, elem, &mut target, &origin).unwrap();
+            proptest::prop_assert_eq!(target, expect);
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ mod mprobe;
 pub mod raw;
 mod request;
 pub mod thread;
+pub mod threaded;
 pub mod tool;
 pub mod topo;
 pub mod window;

@@ -4,7 +4,9 @@
 //! holds the [`Universe`] (MPI_THREAD_FUNNELED, with "the main thread" being whichever thread
 //! the universe was handed to). Communicators and requests are reference-counted without
 //! atomics and are neither `Send` nor `Sync`, so the compiler refuses any other use: a single-
-//! threaded program pays no lock or atomic on the message path.
+//! threaded program pays no lock or atomic on the message path. Programs that need
+//! MPI_THREAD_MULTIPLE use [`crate::threaded`]: `Send + Sync` handles whose calls a
+//! progress-owner thread runs on a universe of this API.
 //!
 //! To run the MPI part of a program on a worker thread, initialize on any thread and hand the
 //! universe over with [`Universe::into_send`] before deriving communicators (or after dropping

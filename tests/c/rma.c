@@ -6,6 +6,7 @@
  * attributes, name, group, info and error handlers; bad input answered with the RMA error
  * classes and nothing written at the target. Runs on any number of ranks (1 included). */
 #include <complex.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "check.h"
@@ -137,6 +138,137 @@ static void fence_epochs(void) {
     }
     OK(MPI_Win_free(&wi));
     OK(MPI_Win_free(&wd));
+}
+
+/* MPI_MINLOC / MPI_MAXLOC on every C pair type (MPI_LONG_DOUBLE_INT included: 20 bytes of
+ * data in a 32-byte struct), on a created and an allocated window: strided accumulates
+ * from every rank to every target (the lower index wins ties), then get-accumulate,
+ * fetch-and-op, replace and the request-based forms on them; and the operations MPI does
+ * not define on pairs refused with nothing written. Window elements: 0, 2, 4 take MINLOC,
+ * 1, 3, 5 MAXLOC. */
+#define PAIR_BLOCK(NAME, TV, MPIT)                                                          \
+    static void pairs_##NAME(int allocate) {                                                \
+        typedef struct {                                                                    \
+            TV v;                                                                           \
+            int i;                                                                          \
+        } P;                                                                                \
+        P *w, mem[6];                                                                       \
+        MPI_Win win;                                                                        \
+        if (allocate) {                                                                     \
+            OK(MPI_Win_allocate(sizeof mem, sizeof(P), MPI_INFO_NULL, MPI_COMM_WORLD, &w,  \
+                                &win));                                                     \
+        } else {                                                                            \
+            w = mem;                                                                        \
+            OK(MPI_Win_create(w, sizeof mem, sizeof(P), MPI_INFO_NULL, MPI_COMM_WORLD,     \
+                              &win));                                                       \
+        }                                                                                   \
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win));                                 \
+        for (int k = 0; k < 6; k++) w[k] = (P){k % 2 ? -50 : 50, 99};                       \
+        OK(MPI_Win_unlock(rank, win));                                                      \
+        OK(MPI_Barrier(MPI_COMM_WORLD));                                                    \
+        MPI_Datatype every_other;                                                           \
+        OK(MPI_Type_vector(3, 1, 2, MPIT, &every_other));                                   \
+        OK(MPI_Type_commit(&every_other));                                                  \
+        /* MINLOC: the least value (1 at 0), a tie (5: index 10), the least (1 at size-1);  \
+         * MAXLOC: the greatest (size at size-1), a tie above the target (60: index 20),    \
+         * values below the target's (it stays -50 at 99). */                               \
+        P lo[3] = {{rank + 1, rank}, {5, 10 + rank}, {size - rank, rank}};                  \
+        P hi[3] = {{rank + 1, rank}, {60, 20 + rank}, {-60 - rank, rank}};                  \
+        OK(MPI_Win_lock_all(0, win));                                                       \
+        for (int t = 0; t < size; t++) {                                                    \
+            OK(MPI_Accumulate(lo, 3, MPIT, t, 0, 1, every_other, MPI_MINLOC, win));         \
+            OK(MPI_Accumulate(hi, 3, MPIT, t, 1, 1, every_other, MPI_MAXLOC, win));         \
+        }                                                                                   \
+        OK(MPI_Win_unlock_all(win));                                                        \
+        OK(MPI_Barrier(MPI_COMM_WORLD));                                                    \
+        P want[6] = {{1, 0}, {size, size - 1}, {5, 10}, {60, 20}, {1, size - 1}, {-50, 99}};\
+        P got[6];                                                                           \
+        OK(MPI_Win_lock(MPI_LOCK_SHARED, right(), 0, win));                                 \
+        OK(MPI_Get_accumulate(NULL, 0, MPIT, got, 6, MPIT, right(), 0, 6, MPIT, MPI_NO_OP,  \
+                              win));                                                        \
+        OK(MPI_Win_unlock(right(), win));                                                   \
+        for (int k = 0; k < 6; k++)                                                         \
+            CHECK(got[k].v == want[k].v && got[k].i == want[k].i,                           \
+                  #MPIT " %s element %d: %g at %d, not %g at %d",                           \
+                  allocate ? "allocated" : "created", k, (double)got[k].v, got[k].i,        \
+                  (double)want[k].v, want[k].i);                                            \
+        OK(MPI_Barrier(MPI_COMM_WORLD));                                                    \
+        /* Each rank alone on its right neighbour: fetch-and-op MINLOC (0 wins), a          \
+         * get-accumulate MAXLOC that loses (the old value stays), replace by the request  \
+         * forms. */                                                                        \
+        P zero = {0, 1000 + rank}, old, low = {-7, 3}, old2[2], sub[2] = {{2, 77}, {3, 88}};\
+        MPI_Request req[2];                                                                 \
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right(), 0, win));                              \
+        OK(MPI_Fetch_and_op(&zero, &old, MPIT, right(), 0, MPI_MINLOC, win));               \
+        OK(MPI_Get_accumulate(&low, 1, MPIT, old2, 1, MPIT, right(), 3, 1, MPIT,            \
+                              MPI_MAXLOC, win));                                            \
+        OK(MPI_Win_flush(right(), win));                                                    \
+        CHECK(old2[0].v == 60 && old2[0].i == 20, #MPIT " get-accumulate fetched %g at %d", \
+              (double)old2[0].v, old2[0].i);                                                \
+        OK(MPI_Rget_accumulate(sub, 2, MPIT, old2, 2, MPIT, right(), 4, 2, MPIT,            \
+                               MPI_REPLACE, win, &req[0]));                                 \
+        OK(MPI_Raccumulate(&zero, 1, MPIT, right(), 2, 1, MPIT, MPI_MAXLOC, win, &req[1])); \
+        OK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE));                                       \
+        OK(MPI_Win_unlock(right(), win));                                                   \
+        CHECK(old.v == 1 && old.i == 0, #MPIT " fetch-and-op fetched %g at %d",             \
+              (double)old.v, old.i);                                                        \
+        CHECK(old2[0].v == 1 && old2[0].i == size - 1 && old2[1].v == -50 &&                \
+                  old2[1].i == 99,                                                          \
+              #MPIT " rget-accumulate fetched %g at %d, %g at %d", (double)old2[0].v,       \
+              old2[0].i, (double)old2[1].v, old2[1].i);                                     \
+        /* Not defined on pairs: refused, nothing written. */                               \
+        OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));                                 \
+        OK(MPI_Win_lock(MPI_LOCK_SHARED, right(), 0, win));                                 \
+        CHECK(MPI_Accumulate(&low, 1, MPIT, right(), 0, 1, MPIT, MPI_SUM, win) == MPI_ERR_OP,\
+              #MPIT " MPI_SUM");                                                            \
+        CHECK(MPI_Fetch_and_op(&low, &old, MPIT, right(), 0, MPI_MAX, win) == MPI_ERR_OP,   \
+              #MPIT " fetch-and-op MPI_MAX");                                               \
+        CHECK(MPI_Compare_and_swap(&low, &zero, &old, MPIT, right(), 0, win) ==             \
+                  MPI_ERR_TYPE,                                                             \
+              #MPIT " compare-and-swap");                                                   \
+        OK(MPI_Win_unlock(right(), win));                                                   \
+        OK(MPI_Barrier(MPI_COMM_WORLD));                                                    \
+        OK(MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win));                                    \
+        P end[6] = {{0, 1000 + left()}, {size, size - 1}, {5, 10}, {60, 20}, {2, 77},       \
+                    {3, 88}};                                                               \
+        for (int k = 0; k < 6; k++)                                                         \
+            CHECK(w[k].v == end[k].v && w[k].i == end[k].i,                                 \
+                  #MPIT " %s element %d at the end: %g at %d, not %g at %d",                \
+                  allocate ? "allocated" : "created", k, (double)w[k].v, w[k].i,            \
+                  (double)end[k].v, end[k].i);                                              \
+        OK(MPI_Win_unlock(rank, win));                                                      \
+        OK(MPI_Type_free(&every_other));                                                    \
+        OK(MPI_Win_free(&win));                                                             \
+    }
+PAIR_BLOCK(float_int, float, MPI_FLOAT_INT)
+PAIR_BLOCK(double_int, double, MPI_DOUBLE_INT)
+PAIR_BLOCK(long_int, long, MPI_LONG_INT)
+PAIR_BLOCK(two_int, int, MPI_2INT)
+PAIR_BLOCK(short_int, short, MPI_SHORT_INT)
+PAIR_BLOCK(long_double_int, long double, MPI_LONG_DOUBLE_INT)
+
+static void pair_types(void) {
+    for (int allocate = 0; allocate < 2; allocate++) {
+        pairs_float_int(allocate);
+        pairs_double_int(allocate);
+        pairs_long_int(allocate);
+        pairs_two_int(allocate);
+        pairs_short_int(allocate);
+        pairs_long_double_int(allocate);
+    }
+    /* long double values closer than a double resolves: compared as long doubles. */
+    struct {
+        long double v;
+        int i;
+    } ld = {1.0L, 5}, more = {1.0L + LDBL_EPSILON, 7}, old;
+    MPI_Win win;
+    OK(MPI_Win_create(&ld, sizeof ld, sizeof ld, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win));
+    OK(MPI_Fetch_and_op(&more, &old, MPI_LONG_DOUBLE_INT, rank, 0, MPI_MAXLOC, win));
+    OK(MPI_Win_unlock(rank, win));
+    CHECK(old.v == 1.0L && old.i == 5 && ld.v == 1.0L + LDBL_EPSILON && ld.i == 7,
+          "MAXLOC on long doubles 1 ulp apart: %Lg at %d", ld.v, ld.i);
+    OK(MPI_Win_free(&win));
 }
 
 /* Derived datatypes: a strided target (vector) filled from a contiguous origin, and read
@@ -532,6 +664,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     fence_epochs();
+    pair_types();
     derived();
     passive();
     pscw();

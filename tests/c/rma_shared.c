@@ -4,8 +4,9 @@
  * of size 0, MPI_PROC_NULL), load/store seen by the other members after MPI_Win_sync and a
  * barrier; every RMA call and synchronization on MPI_Win_allocate_shared and MPI_Win_allocate
  * windows; atomics and exclusive locks under contention from every rank (the counts add up
- * exactly); bad input answered with the RMA error classes and nothing written. Runs on any
- * number of ranks on one node (1 included). */
+ * exactly); bad input answered with the RMA error classes and nothing written, on the general
+ * path and on the C library's fast paths (small put/get and accumulates, fetch-and-op,
+ * compare-and-swap). Runs on any number of ranks on one node (1 included). */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -488,6 +489,222 @@ static void bad_input(void) {
     OK(MPI_Win_free(&self));
 }
 
+/* The C library's fast path of the small accumulates (MPI_Accumulate, MPI_Get_accumulate,
+ * MPI_Fetch_and_op, MPI_Compare_and_swap with a predefined datatype and operation on an
+ * osc-sm window): every operation and element type it takes gives the value the general
+ * path gives. Each rank updates its right neighbour's part only, so the values are exact. */
+static void fast_values(void) {
+    struct slots {
+        int32_t sum, prod, min, max, band, bor, bxor, land, lor, rep;
+        double dsum, dmax;
+        int64_t fop, cas64;
+        int32_t cas32;
+        int16_t cas16;
+        uint8_t umax, cas8;
+        char csum[4];
+    } *s = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared((MPI_Aint)sizeof *s, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &s, &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    memset(s, 0, sizeof *s);
+    s->prod = 3;
+    s->min = 10;
+    s->max = 10;
+    s->band = 0xff;
+    s->bor = 0x10;
+    s->bxor = 0x0f;
+    s->land = 1;
+    s->dmax = 1.5;
+    s->fop = 100;
+    s->cas64 = 5;
+    s->cas32 = 6;
+    s->cas16 = 7;
+    s->cas8 = 8;
+    s->umax = 200;
+    for (int i = 0; i < 4; i++) s->csum[i] = 120;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    const int t = right();
+#define AT(f) ((MPI_Aint)offsetof(struct slots, f))
+    int32_t two = 2, five = 5, twenty = 20, bits = 0x3c, zero = 0, got = -1;
+    double d = 2.25;
+    char c4[4] = {10, 10, 10, 10}, cold[4] = {0};
+    uint8_t u = 250;
+    OK(MPI_Win_lock_all(0, win));
+    OK(MPI_Accumulate(&two, 1, MPI_INT32_T, t, AT(sum), 1, MPI_INT32_T, MPI_SUM, win));
+    OK(MPI_Accumulate(&two, 1, MPI_INT32_T, t, AT(sum), 1, MPI_INT32_T, MPI_SUM, win));
+    OK(MPI_Accumulate(&five, 1, MPI_INT32_T, t, AT(prod), 1, MPI_INT32_T, MPI_PROD, win));
+    OK(MPI_Accumulate(&five, 1, MPI_INT32_T, t, AT(min), 1, MPI_INT32_T, MPI_MIN, win));
+    OK(MPI_Accumulate(&twenty, 1, MPI_INT32_T, t, AT(max), 1, MPI_INT32_T, MPI_MAX, win));
+    OK(MPI_Accumulate(&bits, 1, MPI_INT32_T, t, AT(band), 1, MPI_INT32_T, MPI_BAND, win));
+    OK(MPI_Accumulate(&bits, 1, MPI_INT32_T, t, AT(bor), 1, MPI_INT32_T, MPI_BOR, win));
+    OK(MPI_Accumulate(&bits, 1, MPI_INT32_T, t, AT(bxor), 1, MPI_INT32_T, MPI_BXOR, win));
+    OK(MPI_Accumulate(&zero, 1, MPI_INT32_T, t, AT(land), 1, MPI_INT32_T, MPI_LAND, win));
+    OK(MPI_Accumulate(&five, 1, MPI_INT32_T, t, AT(lor), 1, MPI_INT32_T, MPI_LOR, win));
+    OK(MPI_Accumulate(&twenty, 1, MPI_INT32_T, t, AT(rep), 1, MPI_INT32_T, MPI_REPLACE, win));
+    OK(MPI_Accumulate(&d, 1, MPI_DOUBLE, t, AT(dsum), 1, MPI_DOUBLE, MPI_SUM, win));
+    OK(MPI_Accumulate(&d, 1, MPI_DOUBLE, t, AT(dmax), 1, MPI_DOUBLE, MPI_MAX, win));
+    OK(MPI_Accumulate(&u, 1, MPI_UINT8_T, t, AT(umax), 1, MPI_UINT8_T, MPI_MAX, win));
+    /* MPI_CHAR sums as C's char, wrapping (120 + 10). */
+    OK(MPI_Get_accumulate(c4, 4, MPI_CHAR, cold, 4, MPI_CHAR, t, AT(csum), 4, MPI_CHAR, MPI_SUM,
+                          win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(cold[0] == 120 && cold[3] == 120, "get_accumulate's old chars %d %d", cold[0], cold[3]);
+    /* MPI_NO_OP ignores the origin (NULL here). */
+    OK(MPI_Get_accumulate(NULL, 0, MPI_INT32_T, &got, 1, MPI_INT32_T, t, AT(sum), 1, MPI_INT32_T,
+                          MPI_NO_OP, win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(got == 4, "MPI_NO_OP fetch of the sum: %d", got);
+    int64_t inc = 7, old64 = -1;
+    OK(MPI_Fetch_and_op(&inc, &old64, MPI_INT64_T, t, AT(fop), MPI_SUM, win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(old64 == 100, "fetch_and_op's old value %ld", (long)old64);
+    OK(MPI_Fetch_and_op(NULL, &old64, MPI_INT64_T, t, AT(fop), MPI_NO_OP, win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(old64 == 107, "fetch_and_op MPI_NO_OP %ld", (long)old64);
+    /* Compare-and-swap at every width: a miss leaves the target, a hit swaps. */
+    int64_t v64 = 50, c64 = 4, r64 = -1;
+    OK(MPI_Compare_and_swap(&v64, &c64, &r64, MPI_INT64_T, t, AT(cas64), win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(r64 == 5, "CAS miss returns %ld", (long)r64);
+    c64 = 5;
+    OK(MPI_Compare_and_swap(&v64, &c64, &r64, MPI_INT64_T, t, AT(cas64), win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(r64 == 5, "CAS hit returns %ld", (long)r64);
+    int32_t v32 = 60, c32 = 6, r32 = -1;
+    OK(MPI_Compare_and_swap(&v32, &c32, &r32, MPI_INT32_T, t, AT(cas32), win));
+    int16_t v16 = 70, c16 = 7, r16 = -1;
+    OK(MPI_Compare_and_swap(&v16, &c16, &r16, MPI_INT16_T, t, AT(cas16), win));
+    uint8_t v8 = 80, c8 = 8, r8 = 0;
+    OK(MPI_Compare_and_swap(&v8, &c8, &r8, MPI_BYTE, t, AT(cas8), win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(r32 == 6 && r16 == 7 && r8 == 8, "CAS olds %d %d %d", r32, r16, r8);
+    /* The result may alias the origin for compare-and-swap (both are copied first). */
+    int64_t same = 50;
+    OK(MPI_Compare_and_swap(&same, &same, &same, MPI_INT64_T, t, AT(cas64), win));
+    OK(MPI_Win_flush(t, win));
+    CHECK(same == 50, "CAS with aliased buffers %ld", (long)same);
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    CHECK(s->sum == 4 && s->prod == 15 && s->min == 5 && s->max == 20,
+          "int sum %d prod %d min %d max %d", s->sum, s->prod, s->min, s->max);
+    CHECK(s->band == 0x3c && s->bor == 0x3c && s->bxor == 0x33, "bitwise %#x %#x %#x", s->band,
+          s->bor, s->bxor);
+    CHECK(s->land == 0 && s->lor == 1 && s->rep == 20, "logical %d %d, replace %d", s->land, s->lor,
+          s->rep);
+    CHECK(s->dsum == 2.25 && s->dmax == 2.25 && s->umax == 250, "double %g %g, uint8 max %d",
+          s->dsum, s->dmax, s->umax);
+    CHECK(s->csum[0] == (char)130 && s->csum[3] == (char)130, "char sums %d %d", s->csum[0],
+          s->csum[3]);
+    CHECK(s->fop == 107, "fetch_and_op sum %ld", (long)s->fop);
+    CHECK(s->cas64 == 50 && s->cas32 == 60 && s->cas16 == 70 && s->cas8 == 80, "CAS %ld %d %d %d",
+          (long)s->cas64, s->cas32, s->cas16, s->cas8);
+#undef AT
+    OK(MPI_Win_free(&win));
+}
+
+static void user_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    for (int i = 0; i < *len; i++) ((int *)inout)[i] += ((int *)in)[i];
+}
+
+/* Bad input on the small accumulates' fast path: each call gets the general path's error
+ * class, and neither the target nor a result buffer is written. */
+static void fast_bad_input(void) {
+    int *mem = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem,
+                               &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    for (int i = 0; i < 4; i++) mem[i] = 42;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    const int t = right();
+    int v[2] = {1, 2}, res[2] = {-7, -7};
+    float f = 1.0f;
+    double dv = 1.0;
+    MPI_Op user;
+    OK(MPI_Op_create(user_sum, 1, &user));
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, t, 0, 1, MPI_INT, MPI_SUM, win) == MPI_ERR_RMA_SYNC,
+          "an accumulate outside an epoch");
+    CHECK(MPI_Fetch_and_op(v, res, MPI_INT, t, 0, MPI_SUM, win) == MPI_ERR_RMA_SYNC,
+          "fetch_and_op outside an epoch");
+    CHECK(MPI_Compare_and_swap(v, v, res, MPI_INT, t, 0, win) == MPI_ERR_RMA_SYNC,
+          "compare_and_swap outside an epoch");
+    OK(MPI_Win_lock_all(0, win));
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, t, 4, 1, MPI_INT, MPI_SUM, win) == MPI_ERR_RMA_RANGE,
+          "an accumulate past the end");
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, t, -1, 1, MPI_INT, MPI_SUM, win) == MPI_ERR_RMA_RANGE,
+          "an accumulate before the start");
+    CHECK(MPI_Accumulate(v, 2, MPI_INT, t, 0, 1, MPI_INT, MPI_SUM, win) == MPI_ERR_TYPE,
+          "an accumulate of 2 ints into 1");
+    CHECK(MPI_Accumulate(&f, 1, MPI_FLOAT, t, 0, 1, MPI_INT, MPI_SUM, win) == MPI_ERR_TYPE,
+          "an accumulate of a float into an int");
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, t, 0, 1, MPI_INT, MPI_NO_OP, win) == MPI_ERR_OP,
+          "MPI_NO_OP in MPI_Accumulate");
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, t, 0, 1, MPI_INT, MPI_MINLOC, win) == MPI_ERR_OP,
+          "MPI_MINLOC on an int");
+    CHECK(MPI_Accumulate(&dv, 1, MPI_DOUBLE, t, 0, 1, MPI_DOUBLE, MPI_BAND, win) == MPI_ERR_OP,
+          "MPI_BAND on a double");
+    CHECK(MPI_Accumulate(v, 4, MPI_BYTE, t, 0, 4, MPI_BYTE, MPI_SUM, win) == MPI_ERR_OP,
+          "MPI_SUM on MPI_BYTE");
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, t, 0, 1, MPI_INT, user, win) == MPI_ERR_OP,
+          "a user operation");
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, t, 0, 1, MPI_INT, MPI_OP_NULL, win) == MPI_ERR_OP,
+          "MPI_OP_NULL");
+    CHECK(MPI_Accumulate(NULL, 1, MPI_INT, t, 0, 1, MPI_INT, MPI_SUM, win) == MPI_ERR_BUFFER,
+          "an accumulate from NULL");
+    CHECK(MPI_Accumulate(v, -1, MPI_INT, t, 0, -1, MPI_INT, MPI_SUM, win) == MPI_ERR_COUNT,
+          "a negative count");
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, size, 0, 1, MPI_INT, MPI_SUM, win) == MPI_ERR_RANK,
+          "an accumulate to rank size");
+    CHECK(MPI_Accumulate(v, 1, MPI_INT, MPI_PROC_NULL, 0, 1, MPI_INT, MPI_SUM, win) ==
+              MPI_SUCCESS,
+          "an accumulate to MPI_PROC_NULL");
+    CHECK(MPI_Get_accumulate(v, 1, MPI_INT, NULL, 1, MPI_INT, t, 0, 1, MPI_INT, MPI_SUM, win) ==
+              MPI_ERR_BUFFER,
+          "a get_accumulate into NULL");
+    CHECK(MPI_Get_accumulate(v, 1, MPI_INT, res, 2, MPI_INT, t, 0, 1, MPI_INT, MPI_SUM, win) ==
+              MPI_ERR_TYPE,
+          "a get_accumulate result of 2 ints for 1");
+    CHECK(MPI_Get_accumulate(v, 1, MPI_INT, res, 1, MPI_INT, t, 3, 1, MPI_INT, MPI_SUM, win) ==
+              MPI_SUCCESS,
+          "a valid get_accumulate at the last int");
+    OK(MPI_Win_flush(t, win));
+    CHECK(res[0] == 42, "its old value %d", res[0]);
+    res[0] = -7;
+    CHECK(MPI_Get_accumulate(v, 1, MPI_INT, res, 1, MPI_INT, t, 4, 1, MPI_INT, MPI_SUM, win) ==
+              MPI_ERR_RMA_RANGE,
+          "a get_accumulate past the end");
+    CHECK(MPI_Fetch_and_op(v, res, MPI_INT, t, 4, MPI_SUM, win) == MPI_ERR_RMA_RANGE,
+          "fetch_and_op past the end");
+    CHECK(MPI_Fetch_and_op(v, res, MPI_INT, t, 0, MPI_MAXLOC, win) == MPI_ERR_OP,
+          "fetch_and_op MPI_MAXLOC on an int");
+    CHECK(MPI_Fetch_and_op(v, res, MPI_INT, -5, 0, MPI_SUM, win) == MPI_ERR_RANK,
+          "fetch_and_op to rank -5");
+    CHECK(MPI_Fetch_and_op(v, NULL, MPI_INT, t, 0, MPI_SUM, win) == MPI_ERR_BUFFER,
+          "fetch_and_op into NULL");
+    CHECK(MPI_Fetch_and_op(v, res, MPI_DATATYPE_NULL, t, 0, MPI_SUM, win) == MPI_ERR_TYPE,
+          "fetch_and_op on MPI_DATATYPE_NULL");
+    CHECK(MPI_Fetch_and_op(v, res, MPI_INT, MPI_PROC_NULL, 0, MPI_SUM, win) == MPI_SUCCESS,
+          "fetch_and_op to MPI_PROC_NULL");
+    CHECK(res[0] == -7 && res[1] == -7, "a refused fetch wrote its result: %d %d", res[0], res[1]);
+    CHECK(MPI_Compare_and_swap(&dv, &dv, &dv, MPI_DOUBLE, t, 0, win) == MPI_ERR_TYPE,
+          "compare_and_swap on a double");
+    CHECK(MPI_Compare_and_swap(v, NULL, res, MPI_INT, t, 0, win) == MPI_ERR_BUFFER,
+          "compare_and_swap with a NULL compare");
+    CHECK(MPI_Compare_and_swap(v, v, res, MPI_INT, t, 4, win) == MPI_ERR_RMA_RANGE,
+          "compare_and_swap past the end");
+    CHECK(MPI_Compare_and_swap(v, v, res, MPI_INT, size, 0, win) == MPI_ERR_RANK,
+          "compare_and_swap to rank size");
+    CHECK(res[0] == -7, "a refused compare_and_swap wrote its result: %d", res[0]);
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    /* Only the valid get_accumulate (+1 at [3]) landed. */
+    for (int i = 0; i < 3; i++) CHECK(mem[i] == 42, "nothing written: [%d] = %d", i, mem[i]);
+    CHECK(mem[3] == 43, "the valid get_accumulate: [3] = %d", mem[3]);
+    OK(MPI_Op_free(&user));
+    OK(MPI_Win_free(&win));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -498,6 +715,8 @@ int main(int argc, char **argv) {
     contention();
     bulk();
     bad_input();
+    fast_values();
+    fast_bad_input();
     int rc = summary("rma_shared");
     MPI_Finalize();
     return rc;

@@ -36,3 +36,21 @@ fn accumulates_by_cpu_atomics() {
         &[("osc_sm_atomics", "true")],
     );
 }
+
+/// The small operations' fast path from three threads per rank at `MPI_THREAD_MULTIPLE`
+/// (`tests/c/rma_shared_threads.c`), on both of osc-sm's accumulate paths: no lost update.
+#[test]
+fn small_operations_from_many_threads() {
+    let program = compile("rma_shared_threads", &["-pthread"]);
+    for (config, mca) in [
+        ("ob1+shm", &[][..]),
+        (
+            "ob1+shm, osc_sm_atomics true",
+            &[("osc_sm_atomics", "true")][..],
+        ),
+    ] {
+        for ranks in [1, 2] {
+            run(&program, "rma_shared_threads", ranks, config, mca);
+        }
+    }
+}

@@ -449,34 +449,8 @@ impl ProcessWatch {
     }
 }
 
-/// Sleep while the shared word `word` holds `expected`, at most `timeout` (FUTEX_WAIT on a
-/// shared mapping: not the private variant, since the waker is another process). Returns at
-/// once when the word differs; spurious and timed-out returns are fine (the caller polls).
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: the word is a live, aligned AtomicU32 (the reference guarantees it); the kernel
-    // only reads it and the timespec, which lives on our stack for the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        );
-    }
-}
-
-/// Wake up to `n` processes sleeping in [`futex_wait`] on `word`.
-pub fn futex_wake(word: &AtomicU32, n: u32) {
-    // SAFETY: FUTEX_WAKE only uses the word's address as a key; it reads no memory of ours.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n);
-    }
-}
+// The cross-process futex (shared with coll-sm): sleep on a doorbell word, wake its owner.
+pub use rmca_common_shm::futex::{wait as futex_wait, wake as futex_wake};
 
 /// A process's doorbell word, mapped on its own: the first page of the process's segment, a
 /// second mapping of the same file, so that the progress engine can hold it ([`Arc`] of an

@@ -162,7 +162,8 @@ pub struct SmModule {
     seq: Cell<u32>,
     /// Barriers run so far.
     barriers: Cell<u32>,
-    /// The sequence number of the last barrier passed (see [`Run::after_barrier`]).
+    /// Every other member finished every collective up to this sequence number, as far as
+    /// this rank knows (see [`Run::after_clear`]).
     synced: Cell<Option<u32>>,
     /// A member found dead: every later direct collective fails with it.
     dead: RefCell<Option<DirectError>>,
@@ -229,10 +230,12 @@ impl SmModule {
         };
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
-        let mut run = Run::new(op, self.layout, self.me, seq, len).after_barrier(self.synced.get());
+        let mut run = Run::new(op, self.layout, self.me, seq, len).after_clear(self.synced.get());
         let mut idle = Idle::default();
         let mut live = Liveness::default();
-        let spin = wait_mode() == WaitMode::Spin;
+        let mode = wait_mode();
+        let spin = mode == WaitMode::Spin;
+        seg.fence_posts(mode == WaitMode::Block);
         loop {
             match run.poll(seg, send, work, reduce) {
                 Step::Done => break,
@@ -256,21 +259,19 @@ impl SmModule {
                 }
             }
         }
-        if let Op::Barrier { .. } = op {
-            self.synced.set(Some(seq));
+        if let Some(c) = run.clears() {
+            self.synced.set(Some(c));
         }
         let l = self.layout;
         wake_sleepers(seg, l.freed(self.me), l.freed_sleepers(self.me));
         Some(Ok(()))
     }
 
-    /// Map the segment on every member and publish this member's process id in it (for the
-    /// others' liveness checks); the final agreement makes every pid visible before any
-    /// member waits on the segment.
+    /// Map the segment on every member, publishing this member's process id in it (for the
+    /// others' liveness checks): the creation's own all-mapped agreement makes every pid
+    /// visible before any member waits on the segment.
     fn set_up(&self, env: &mut dyn DirectEnv) -> Result<Segment, SetupError> {
-        let seg = Segment::create(env, self.me, self.layout.len())?;
-        seg.store(self.layout.pid(self.me), std::process::id());
-        env.all(true)?;
+        let seg = Segment::create(env, self.me, self.layout.len(), self.layout.pid(self.me))?;
         // A member whose process is not visible from here (another pid namespace sharing
         // this /dev/shm, say) is not watched: its pid would name nothing, or another process.
         let l = self.layout;
@@ -530,6 +531,40 @@ mod tests {
         assert_eq!(store.get_size("coll_sm_max_size").ok(), Some(64 << 20));
         let shape = CommShape::new(0, vec![0, 0]);
         assert!(SM.query(&shape, &store).is_some());
+    }
+
+    /// Rank 0 of a communicator whose other members agree with everything: counts the
+    /// set-up's collectives by messages.
+    #[derive(Default)]
+    struct CountingEnv {
+        rounds: u32,
+    }
+    impl DirectEnv for CountingEnv {
+        fn progress(&mut self) -> usize {
+            0
+        }
+        fn all(&mut self, ok: bool) -> Result<bool, DirectError> {
+            self.rounds += 1;
+            Ok(ok)
+        }
+        fn bcast(&mut self, root: usize, _: &mut [u8]) -> Result<(), DirectError> {
+            assert_eq!(root, 0, "only rank 0's name is broadcast");
+            self.rounds += 1;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn set_up_takes_the_creations_three_rounds_and_publishes_the_pid() {
+        let m = SmModule::new(&CommShape::new(0, vec![0, 0]), 64, 8).unwrap();
+        let mut env = CountingEnv::default();
+        let seg = m.set_up(&mut env).unwrap();
+        // Member 0 created it (1), broadcast its name (2), all mapped (3): the pids travel
+        // in the last one, without a round of their own.
+        assert_eq!(env.rounds, 3);
+        assert_eq!(seg.load(m.layout.pid(0)), std::process::id());
+        // The other member never stored its pid here: it is not watched.
+        assert_eq!(*m.pids.borrow(), vec![0, 0]);
     }
 
     #[test]

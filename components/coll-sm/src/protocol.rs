@@ -28,9 +28,13 @@
 //! inline slot `s % 2` in the rank's control line, next to `posted`). Before a rank writes
 //! its slot for `s`, it waits until every other rank's `freed` reached `s - 2`, the last
 //! collective that used this slot: so a rank may run up to two collectives ahead (a broadcast root does not
-//! wait for its readers), and nothing it writes is still being read. A rank that passed a
-//! barrier at `s - 2` or later skips the check: every member arrived there, so had finished
-//! everything before it ([`Run::after_barrier`]).
+//! wait for its readers), and nothing it writes is still being read. A rank that already
+//! knows every other member finished `s - 2` skips the check ([`Run::after_clear`]): it
+//! passed a barrier at `s - 2` or later (every member arrived there, so had finished
+//! everything before it), or in collective `s - 1` it waited for every other member's post
+//! (allreduce, a reduce's root: a member posts `s - 1` only after it finished `s - 2`). In
+//! OSU's loops (a barrier between iterations) and in back-to-back allreduces, that is one
+//! remote load, a cache-line hand-over on the critical path, saved per collective.
 //!
 //! # Operations
 //! - barrier: a counter every rank increments once per barrier; barrier `b` is passed when
@@ -58,12 +62,15 @@ use rmca_framework::coll::ReduceBytes;
 pub const LINE: usize = 128;
 /// Offset of `posted` in a control line.
 const POSTED: usize = 0;
-/// Offset of `freed` in a control line.
-const FREED: usize = 4;
+/// Offset of `freed` in a control line: in its second 64-byte cache line, away from
+/// `posted` and the inline data, which the other ranks poll: storing `freed` then needs no
+/// cache-line hand-over while a peer spins on `posted`, and a peer's poll of `posted` does not
+/// take the line `freed` is stored in (the next post, ordered after it, would wait for that).
+const FREED: usize = 64;
 /// Offset of the count of ranks sleeping on this line's `posted` word (see `lib.rs`).
 const SLEEPERS: usize = 8;
 /// Offset of the count of ranks sleeping on this line's `freed` word.
-const FREED_SLEEPERS: usize = 12;
+const FREED_SLEEPERS: usize = 68;
 /// Offset of the process id of the line's rank (0 until it stored it).
 const PID: usize = 16;
 /// Offset of the line's two inline slots (collectives of at most [`INLINE`] bytes), in the
@@ -253,7 +260,8 @@ pub struct Run {
     stage: u8,
     /// The next rank to check in the current wait over ranks.
     next: usize,
-    /// The sequence number of the last barrier this rank passed before this collective.
+    /// Every other member finished every collective up to this sequence number, as far as
+    /// this rank knows (see [`Run::after_clear`]).
     synced: Option<u32>,
 }
 
@@ -294,13 +302,30 @@ impl Run {
         }
     }
 
-    /// This rank passed barrier `seq` (of this communicator) before this collective, so every
-    /// member had finished every collective before it: slots those used need no `freed`
-    /// check (one remote load per member saved when barriers separate collectives, as in
-    /// OSU's loops). `None`: no barrier yet.
-    pub fn after_barrier(mut self, seq: Option<u32>) -> Self {
+    /// Before this collective, this rank learned that every other member had finished every
+    /// collective up to `seq` (what [`Run::clears`] of an earlier run said; `None`: nothing
+    /// known): slots those used need no `freed` check (one remote load per member saved).
+    pub fn after_clear(mut self, seq: Option<u32>) -> Self {
         self.synced = seq;
         self
+    }
+
+    /// Once done: the collective up to which, as this run learned, every other member has
+    /// finished everything (for [`Run::after_clear`] of the next runs). A barrier `s`: `s`
+    /// (every member arrived, so finished everything before; the barrier uses no slot). A
+    /// collective `s` in which this rank waited for every other member's post of `s` (an
+    /// allreduce; a reduce at its root): `s - 1` (a member posts `s` only after it finished
+    /// `s - 1`). `None` for the others (a member may still be reading an earlier slot).
+    pub fn clears(&self) -> Option<u32> {
+        if self.stage != u8::MAX {
+            return None;
+        }
+        match self.op {
+            Op::Barrier { .. } => Some(self.seq),
+            Op::Allreduce { .. } => Some(self.seq.wrapping_sub(1)),
+            Op::Reduce { root, .. } if root == self.me => Some(self.seq.wrapping_sub(1)),
+            Op::Reduce { .. } | Op::Bcast { .. } => None,
+        }
     }
 
     /// Go as far as possible without waiting. `send` is the input of a reduction, `work`
@@ -491,10 +516,10 @@ impl Run {
     /// collective that used it last (`seq - 2`).
     fn wait_freed(&mut self, mem: &dyn Mem) -> Option<Step> {
         let want = self.seq.wrapping_sub(2);
-        if self.synced.is_some_and(|b| reached(b, want)) {
-            // Every member arrived at barrier b >= seq - 2, so it had finished every
-            // collective before b, the last user of this slot (seq - 2, or earlier when
-            // seq - 2 is the barrier itself) included.
+        if self.synced.is_some_and(|c| reached(c, want)) {
+            // Every other member finished every collective up to c >= seq - 2 (the last
+            // user of this slot; when seq - 2 is a barrier, which uses no slot, an earlier
+            // one), so none still reads this slot.
             return None;
         }
         while self.next < self.layout.n {

@@ -1,20 +1,21 @@
 //! A communicator's shared segment: one POSIX shared-memory object mapped by every member,
 //! and the only place coll-sm touches raw memory or makes system calls.
 //!
-//! The object is made by [`rmca_common_shm::Mapping::create`]: rank 0 creates it under a
-//! fresh name and broadcasts the name by messages
-//! ([`DirectEnv::bcast`]); the others open and map it; once every member says it mapped it
-//! ([`DirectEnv::all`]) rank 0 unlinks the name, so nothing is left in `/dev/shm` however
+//! The object is made by [`rmca_common_shm::Mapping::create_with`]: rank 0 creates it under
+//! a fresh name and broadcasts the name by messages
+//! ([`DirectEnv::bcast`]); the others open and map it and store their pid in it; once every
+//! member says it mapped it ([`DirectEnv::all`]) rank 0 unlinks the name, so nothing is left in `/dev/shm` however
 //! the job ends (the kernel frees the memory when the last member unmaps it or dies).
 //!
 //! Other processes write the mapping at any time: control words are reached as atomics
 //! only, and data bytes are copied while the protocol says no other process writes them.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use rmca_common_shm::{Agreement, CreateError, Mapping, NAME_LEN};
+use rmca_common_shm::{futex, Agreement, CreateError, Mapping, NAME_LEN};
 use rmca_framework::coll::{DirectEnv, DirectError};
 
 use crate::protocol::Mem;
@@ -81,20 +82,53 @@ pub fn process_gone(pid: u32) -> bool {
 #[derive(Debug)]
 pub struct Segment {
     map: Mapping,
+    /// Posts are full fences (some member may sleep on a word: see [`Segment::fence_posts`]).
+    fenced: Cell<bool>,
 }
 
 impl Segment {
     /// Map a fresh, zeroed segment of `len` (> 0) bytes on every member: collective over
-    /// `env`; `me` is this member's rank, rank 0 creates it. Fails on every member if any
-    /// member could not map it ([`SetupError::Os`]), or where the set-up's messages failed.
-    pub fn create(env: &mut dyn DirectEnv, me: usize, len: usize) -> Result<Self, SetupError> {
+    /// `env`; `me` is this member's rank, rank 0 creates it. This process's id is stored in
+    /// the word at `pid_at` before the creation's final agreement, so every member's pid is
+    /// visible to every member once this returns (no round of its own). Fails on every
+    /// member if any member could not map it ([`SetupError::Os`]), or where the set-up's
+    /// messages failed.
+    ///
+    /// # Panics
+    /// If `pid_at` is outside the segment or misaligned (the layout places it inside).
+    pub fn create(
+        env: &mut dyn DirectEnv,
+        me: usize,
+        len: usize,
+        pid_at: usize,
+    ) -> Result<Self, SetupError> {
         let mut agree = CollAgreement(env);
-        Mapping::create(&mut agree, me, len, "coll-sm", "communicator")
-            .map(|map| Self { map })
+        let publish_pid = |map: &Mapping| {
+            // SeqCst as every store of a control word (see `Mem::store` below); the
+            // agreement's messages that follow order it before any member's reads.
+            word_in(map, pid_at).store(std::process::id(), Ordering::SeqCst);
+        };
+        Mapping::create_with(&mut agree, me, len, "coll-sm", "communicator", publish_pid)
+            .map(|map| Self {
+                map,
+                fenced: Cell::new(true),
+            })
             .map_err(|e| match e {
                 CreateError::Agreement(e) => SetupError::Messages(e),
                 CreateError::Os(m) => SetupError::Os(m),
             })
+    }
+
+    /// Whether this rank's posts ([`Mem::store`]) are sequentially consistent (`true`, the
+    /// default): needed only while a member may sleep on a word, whose waker must read the
+    /// sleeper count after its store (the Dekker pattern in `lib.rs`). When no wait sleeps
+    /// (the spin and yield wait modes), a release store suffices, and on x86 it lets this
+    /// rank go on to read the others' words while its own line is still being handed over,
+    /// instead of stalling on the fence until it is (two such stalls per collective: the
+    /// post and `freed`). A member that sleeps all the same is woken late, by its sleep's
+    /// timeout, never lost.
+    pub fn fence_posts(&self, fenced: bool) {
+        self.fenced.set(fenced);
     }
 
     /// Bytes mapped.
@@ -108,56 +142,50 @@ impl Segment {
     }
 
     fn check(&self, off: usize, len: usize, align: usize) {
-        assert!(
-            off.checked_add(len).is_some_and(|e| e <= self.map.len()),
-            "coll-sm: bytes {off}+{len} outside the {}-byte segment",
-            self.map.len()
-        );
-        assert!(
-            (self.map.base() as usize + off).is_multiple_of(align),
-            "coll-sm: offset {off} is not {align}-byte aligned"
-        );
+        check(&self.map, off, len, align);
     }
 
     /// The control word at `off` as an atomic.
     ///
     /// # Panics
     /// Outside the mapping or misaligned (the layout places every word inside, aligned).
+    #[inline]
     pub fn word(&self, off: usize) -> &AtomicU32 {
-        self.check(off, 4, 4);
-        // SAFETY: inside the mapping and aligned (checked); every process reaches control
-        // words through atomics only, and the reference lives no longer than the mapping.
-        unsafe { AtomicU32::from_ptr(self.map.base().add(off).cast()) }
+        word_in(&self.map, off)
     }
 
     /// Sleep until the word at `off` no longer holds `seen`, a wake-up, or `timeout`.
     pub fn sleep(&self, off: usize, seen: u32, timeout: Duration) {
-        let word = self.word(off);
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-        };
-        // SAFETY: FUTEX_WAIT on a live, aligned 4-byte word of a shared mapping (not
-        // FUTEX_PRIVATE: the wakers are other processes); it returns at once if the word
-        // changed, and every outcome (woken, timed out, interrupted) just re-checks.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                word.as_ptr(),
-                libc::FUTEX_WAIT,
-                seen,
-                &ts as *const libc::timespec,
-            )
-        };
+        futex::wait(self.word(off), seen, timeout);
     }
 
     /// Wake every process sleeping on the word at `off`.
     pub fn wake(&self, off: usize) {
-        let word = self.word(off);
-        // SAFETY: FUTEX_WAKE on a live, aligned word of the mapping; wakes at most i32::MAX
-        // sleepers and touches no memory.
-        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+        futex::wake(self.word(off), u32::MAX);
     }
+}
+
+/// Panics unless `len` bytes at `off` lie inside `map` and start `align`-byte aligned.
+#[inline]
+fn check(map: &Mapping, off: usize, len: usize, align: usize) {
+    assert!(
+        off.checked_add(len).is_some_and(|e| e <= map.len()),
+        "coll-sm: bytes {off}+{len} outside the {}-byte segment",
+        map.len()
+    );
+    assert!(
+        (map.base() as usize + off).is_multiple_of(align),
+        "coll-sm: offset {off} is not {align}-byte aligned"
+    );
+}
+
+/// The control word at `off` of `map` as an atomic (panics outside or misaligned).
+#[inline]
+fn word_in(map: &Mapping, off: usize) -> &AtomicU32 {
+    check(map, off, 4, 4);
+    // SAFETY: inside the mapping and aligned (checked); every process reaches control words
+    // through atomics only, and the reference borrows the mapping, so it cannot outlive it.
+    unsafe { AtomicU32::from_ptr(map.base().add(off).cast()) }
 }
 
 impl Mem for Segment {
@@ -168,9 +196,15 @@ impl Mem for Segment {
 
     #[inline]
     fn store(&self, off: usize, v: u32) {
-        // Sequentially consistent: a poster then reads the sleeper count (lib.rs), and a
-        // sleeper announces itself then re-reads this word; neither may miss the other.
-        self.word(off).store(v, Ordering::SeqCst);
+        // Sequentially consistent where members may sleep: a poster then reads the sleeper
+        // count (lib.rs), and a sleeper announces itself then re-reads this word; neither
+        // may miss the other. Release otherwise (see `fence_posts`).
+        let order = if self.fenced.get() {
+            Ordering::SeqCst
+        } else {
+            Ordering::Release
+        };
+        self.word(off).store(v, order);
     }
 
     #[inline]

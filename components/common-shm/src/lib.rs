@@ -4,8 +4,11 @@
 //! said it mapped it, so nothing is left in `/dev/shm` however the job ends (the kernel frees
 //! the memory when the last member unmaps it or dies). The agreement travels through the
 //! caller's own collectives ([`Agreement`]); a failure on any member fails the creation on
-//! every member. The only place osc-sm and coll-sm make these system calls.
+//! every member. The only place osc-sm and coll-sm make these system calls. [`futex`] is the
+//! one cross-process sleep and wake on a shared word (btl-shm's doorbell, coll-sm's flags).
 #![allow(unsafe_code)]
+
+pub mod futex;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -57,6 +60,21 @@ impl Mapping {
         len: usize,
         owner: &str,
         object: &str,
+    ) -> Result<Self, CreateError<A::Error>> {
+        Self::create_with(agree, me, len, owner, object, |_| {})
+    }
+
+    /// [`create`](Self::create), running `init` on this member's fresh mapping before the
+    /// final all-mapped agreement: what `init` writes (this member's own bytes, a pid say) is
+    /// visible to every member once the creation returned, without a round of its own (the
+    /// agreement's messages order it). Not run where this member could not map the object.
+    pub fn create_with<A: Agreement>(
+        agree: &mut A,
+        me: usize,
+        len: usize,
+        owner: &str,
+        object: &str,
+        init: impl FnOnce(&Mapping),
     ) -> Result<Self, CreateError<A::Error>> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let os_error = |what: &str| {
@@ -150,6 +168,9 @@ impl Mapping {
         } else {
             Self::empty()
         };
+        if mapped {
+            init(&mapping);
+        }
         // Every member must have mapped it before the name goes, and it goes whatever happens.
         let everyone = agree.all(mapped);
         unlink_and_close(me, &name, -1);
@@ -260,6 +281,56 @@ mod tests {
             leftovers("test-maps"),
             0,
             "the name is unlinked once everyone mapped"
+        );
+    }
+
+    /// Counts the agreement's rounds (broadcasts and alls) and records, at the last one,
+    /// whether the init hook had written its byte (`marked`: where, once it ran).
+    struct Counting {
+        rounds: u32,
+        marked: std::rc::Rc<std::cell::Cell<*const u8>>,
+        marked_before_last: bool,
+    }
+    impl Agreement for Counting {
+        type Error = ();
+        fn bcast_name(&mut self, _: &mut [u8; NAME_LEN]) -> Result<(), ()> {
+            self.rounds += 1;
+            Ok(())
+        }
+        fn all(&mut self, ok: bool) -> Result<bool, ()> {
+            self.rounds += 1;
+            let p = self.marked.get();
+            if self.rounds == 3 && !p.is_null() {
+                // SAFETY: the mapping's first byte, written by the hook before this round;
+                // the mapping lives until `create_with` returns.
+                self.marked_before_last = unsafe { p.read_volatile() } == 42;
+            }
+            Ok(ok)
+        }
+    }
+
+    #[test]
+    fn the_init_hook_writes_before_the_final_agreement_and_adds_no_round() {
+        let marked = std::rc::Rc::new(std::cell::Cell::new(std::ptr::null()));
+        let mut agree = Counting {
+            rounds: 0,
+            marked: marked.clone(),
+            marked_before_last: false,
+        };
+        let m = Mapping::create_with(&mut agree, 0, 4096, "test-init", "test", |m| {
+            // SAFETY: the first of the 4096 bytes just mapped, this process's only reference.
+            unsafe { m.base().write(42) };
+            marked.set(m.base().cast_const());
+        })
+        .unwrap();
+        assert_eq!(marked.get(), m.base().cast_const());
+        assert_eq!(
+            agree.rounds, 3,
+            "creating, the name, all mapped: no extra round"
+        );
+        assert!(
+            agree.marked_before_last,
+            "the hook ran after the final round"
         );
     }
 

@@ -44,6 +44,10 @@ use rmca_framework::osc::{
 
 use crate::wire::{Msg, Refusal};
 
+/// The piece of target memory an accumulate combines at a time (fits the L2 cache with the
+/// origin's data beside it).
+const ACC_CHUNK: usize = 64 * 1024;
+
 /// Memory a window exposes: one attached region.
 pub trait Segment {
     /// Bytes of the region.
@@ -372,13 +376,13 @@ impl<S: Segment> Engine<S> {
                 layout.len()
             )));
         }
-        if let Some(&(_, n)) = layout
-            .runs
-            .iter()
-            .find(|&&(_, n)| !n.is_multiple_of(elem.size() as u64))
-        {
+        // An element may span runs (`MPI_SHORT_INT`: the padding between its value and its
+        // index splits it), but the layout holds whole elements.
+        if !layout.len().is_multiple_of(elem.size() as u64) {
             return Err(OscError::Arg(format!(
-                "accumulate: a run of {n} bytes is not whole {elem:?} elements"
+                "accumulate: a target layout of {} bytes is not whole {}-byte {elem:?} elements",
+                layout.len(),
+                elem.size()
             )));
         }
         let id = self.start_op(target, fetch);
@@ -842,9 +846,9 @@ impl<S: Segment> Engine<S> {
         if op != AccOp::NoOp && total != data.len() {
             return Err(bad("accumulate: data and layout lengths differ".into()));
         }
-        if !elem.supports(op) || runs.iter().any(|r| !r.2.is_multiple_of(elem.size())) {
+        if !elem.supports(op) || !total.is_multiple_of(elem.size()) {
             return Err(bad(format!(
-                "accumulate: {op:?} on {elem:?} over runs that are not whole elements"
+                "accumulate: {op:?} on {elem:?} over {total} bytes, not whole elements"
             )));
         }
         let old = if fetch {
@@ -852,13 +856,38 @@ impl<S: Segment> Engine<S> {
         } else {
             Vec::new()
         };
-        if op != AccOp::NoOp {
+        if op != AccOp::NoOp && runs.iter().any(|r| !r.2.is_multiple_of(elem.size())) {
+            // An element spans runs: computed on the gathered elements, then scattered.
+            let mut cur = if fetch {
+                old.clone()
+            } else {
+                self.gather(&runs)
+            };
+            accumulate_with(op, elem, &mut cur, data, self.host).map_err(|e| bad(e.to_string()))?;
             let mut at = 0;
             for (s, o, n) in runs {
-                let mut cur = self.segments[s].1.read(o, n).to_vec();
-                accumulate_with(op, elem, &mut cur, &data[at..at + n], self.host)
-                    .map_err(|e| bad(e.to_string()))?;
-                self.segments[s].1.write(o, &cur);
+                self.segments[s].1.write(o, &cur[at..at + n]);
+                at += n;
+            }
+        } else if op != AccOp::NoOp {
+            // Through one scratch piece of at most ACC_CHUNK bytes (whole elements), reused:
+            // a large run's read, combine and write-back then stay in the cache instead of
+            // going through memory three times (a refusal of the host's arithmetic depends on
+            // the operation and type only, so it comes with the first piece, before any write).
+            let piece = (ACC_CHUNK / elem.size()).max(1) * elem.size();
+            let mut cur = Vec::with_capacity(piece.min(total));
+            let mut at = 0;
+            for (s, o, n) in runs {
+                let mut k = 0;
+                while k < n {
+                    let len = piece.min(n - k);
+                    cur.clear();
+                    cur.extend_from_slice(self.segments[s].1.read(o + k, len));
+                    accumulate_with(op, elem, &mut cur, &data[at + k..at + k + len], self.host)
+                        .map_err(|e| bad(e.to_string()))?;
+                    self.segments[s].1.write(o + k, &cur);
+                    k += len;
+                }
                 at += n;
             }
         }
@@ -1176,6 +1205,85 @@ mod tests {
             &[0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0, 3, 4, 0, 0]
         );
         assert_eq!(net.e[0].poll_op(g), Some(Ok(vec![1, 2, 3, 4])));
+    }
+
+    /// An accumulate larger than the target's scratch piece, over two runs, fetching: every
+    /// element combined once, the old contents returned whole.
+    #[test]
+    fn large_accumulates_go_piece_by_piece() {
+        let n = ACC_CHUNK / 4 * 3 + 5;
+        let mut net = Net::new(2, 8 * n + 64);
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let l = Layout {
+            runs: vec![(4 * n as i64 + 64, 4 * n as u64), (0, 4 * n as u64)],
+        };
+        let before: Vec<i32> = (0..2 * n as i32).collect();
+        net.e[0].put(1, 0, &l, i32s(&before)).unwrap();
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let add: Vec<i32> = (0..2 * n as i32).map(|i| 3 * i + 1).collect();
+        let id = net.e[0]
+            .accumulate(1, 0, &l, AccOp::Sum, Elem::I32, i32s(&add), true)
+            .unwrap();
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        assert_eq!(net.e[0].poll_op(id), Some(Ok(i32s(&before))));
+        let got = net.e[0].get(1, 0, &l).unwrap();
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: false });
+        let want: Vec<i32> = (0..2 * n as i32).map(|i| 4 * i + 1).collect();
+        assert_eq!(net.e[0].poll_op(got), Some(Ok(i32s(&want))));
+    }
+
+    /// `MPI_SHORT_INT` as C lays it out: the value, 2 bytes of padding, the index. Each
+    /// packed 6-byte pair then spans two runs; MINLOC applies to whole pairs, fetching the
+    /// old ones, and a layout of no whole number of pairs is refused.
+    #[test]
+    fn pairs_split_by_padding_accumulate_whole() {
+        let pair = |v: i16, i: i32| [&v.to_ne_bytes()[..], &i.to_ne_bytes()[..]].concat();
+        let mut net = Net::new(2, 16);
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let l = Layout {
+            runs: vec![(0, 2), (4, 4), (8, 2), (12, 4)],
+        };
+        net.e[0]
+            .put(1, 0, &l, [pair(5, 50), pair(5, 50)].concat())
+            .unwrap();
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let id = net.e[0]
+            .accumulate(
+                1,
+                0,
+                &l,
+                AccOp::MinLoc,
+                Elem::PairI16,
+                [pair(3, 7), pair(5, 9)].concat(),
+                true,
+            )
+            .unwrap();
+        assert!(matches!(
+            net.e[0].accumulate(
+                1,
+                0,
+                &Layout {
+                    runs: vec![(0, 2), (4, 2)]
+                },
+                AccOp::MinLoc,
+                Elem::PairI16,
+                vec![0; 4],
+                false,
+            ),
+            Err(OscError::Arg(_))
+        ));
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        assert_eq!(
+            net.e[0].poll_op(id),
+            Some(Ok([pair(5, 50), pair(5, 50)].concat()))
+        );
+        let got = net.e[0].get(1, 0, &l).unwrap();
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: false });
+        // The lower value wins; the tie keeps the lower index.
+        assert_eq!(
+            net.e[0].poll_op(got),
+            Some(Ok([pair(3, 7), pair(5, 9)].concat()))
+        );
     }
 
     #[test]

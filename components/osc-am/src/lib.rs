@@ -72,6 +72,7 @@ impl OscComponent for AmComponent {
     ) -> Result<Box<dyn OscModule>, OscError> {
         let memory = (!config.dynamic).then_some(memory);
         Ok(Box::new(AmModule {
+            me: config.rank,
             engine: Engine::new(config.rank, config.targets, memory).with_host(config.host),
         }))
     }
@@ -81,12 +82,21 @@ impl OscComponent for AmComponent {
 #[derive(Debug)]
 pub struct AmModule {
     engine: Engine<UserBuf>,
+    /// This member's rank: its messages to itself go straight back into the engine.
+    me: usize,
 }
 
 impl AmModule {
     fn flush(&mut self, port: &mut dyn OscPort) -> usize {
         let mut n = 0;
         while let Some((peer, m)) = self.engine.outbox().pop_front() {
+            if peer == self.me {
+                // In order with its other messages to itself (the outbox is FIFO, and what
+                // handling one adds goes behind), with no matching and no copy of its data.
+                self.engine.handle(peer, m);
+                n += 1;
+                continue;
+            }
             if let Err(e) = port.send(peer, m.encode()) {
                 // The PML reports a dead peer through its requests; nothing to retry here.
                 tracing::warn!(peer, "osc-am: send failed: {e}");

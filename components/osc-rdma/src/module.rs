@@ -75,7 +75,12 @@ pub struct RdmaModule {
     memory: UserBuf,
     reg: Reg,
     peers: Vec<Peer>,
-    track: Tracker<Vec<u8>>,
+    track: Tracker<Msg>,
+    /// This member's rank, and the engine's messages to itself: handed back to the engine
+    /// in the same progress (in order, behind the transfers to itself as every message is),
+    /// never through the PML: no matching, no copies of their data, no rendezvous.
+    me: usize,
+    loopback: VecDeque<Msg>,
     /// Transfers to start at the next progress (the port is not at hand in `put`/`get`).
     todo: VecDeque<Xfer>,
     in_flight: Vec<(RdmaToken, Xfer)>,
@@ -113,6 +118,7 @@ impl RdmaModule {
     /// (a CMA system call on shm).
     pub fn with_small_limit(config: WinConfig, memory: UserBuf, small_limit: u64) -> Self {
         let n = config.size();
+        let me = config.rank;
         let memory = if config.dynamic {
             UserBuf::empty()
         } else {
@@ -129,6 +135,8 @@ impl RdmaModule {
             reg: Reg::Todo,
             peers: (0..n).map(|_| Peer::Unknown).collect(),
             track: Tracker::new(n),
+            me,
+            loopback: VecDeque::new(),
             todo: VecDeque::new(),
             in_flight: Vec::new(),
             ops: HashMap::new(),
@@ -200,6 +208,16 @@ impl RdmaModule {
         }
         let msg = Self::keys_message(announce.as_ref().map(|k| (self.memory.addr() as u64, k)));
         for p in 0..self.peers.len() {
+            if p == self.me {
+                self.peers[p] = match &announce {
+                    Some(keys) => Peer::Rdma {
+                        base: self.memory.addr() as u64,
+                        keys: keys.clone(),
+                    },
+                    None => Peer::Messages,
+                };
+                continue;
+            }
             if let Err(e) = port.send(p, msg.clone()) {
                 tracing::warn!(peer = p, "osc-rdma: sending the window's keys failed: {e}");
             }
@@ -332,15 +350,20 @@ impl RdmaModule {
             } else {
                 Order::Peer
             };
-            self.track.send(peer, m.encode(), order);
+            self.track.send(peer, m, order);
             n += 1;
         }
         n
     }
 
     fn release(&mut self, port: &mut dyn OscPort) -> usize {
+        let (me, loopback) = (self.me, &mut self.loopback);
         self.track.release(|peer, m| {
-            if let Err(e) = port.send(peer, m) {
+            if peer == me {
+                loopback.push_back(m);
+                return;
+            }
+            if let Err(e) = port.send(peer, m.encode()) {
                 // The PML reports a dead peer through its requests; nothing to retry here.
                 tracing::warn!(peer, "osc-rdma: send failed: {e}");
             }
@@ -515,6 +538,13 @@ impl OscModule for RdmaModule {
             n += self.take_outbox();
         }
         n += self.release(port);
+        // Messages to itself, and what they make (a grant, an ack) until none is left.
+        while let Some(m) = self.loopback.pop_front() {
+            n += 1;
+            self.engine.handle(self.me, m);
+            n += self.take_outbox();
+            n += self.release(port);
+        }
         if self.freed {
             if let Reg::Held(h) = self.reg {
                 // Every member's Free arrived after its transfers to this memory completed.

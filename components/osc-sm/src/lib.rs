@@ -401,14 +401,15 @@ impl SmModule {
             )));
         }
         let es = elem.size();
-        if (op != AccOp::NoOp && data.len() != total)
-            || runs.iter().any(|&(_, l)| !l.is_multiple_of(es))
-        {
+        if (op != AccOp::NoOp && data.len() != total) || !total.is_multiple_of(es) {
             return Err(OscError::Arg(format!(
-                "accumulate: {} bytes of data for a target layout of {total} bytes, in runs that must hold whole {es}-byte {elem:?} elements",
+                "accumulate: {} bytes of data for a target layout of {total} bytes, which must hold whole {es}-byte {elem:?} elements",
                 data.len()
             )));
         }
+        // An element may span runs (`MPI_SHORT_INT`: the padding between its value and its
+        // index splits it): then computed on the gathered elements, like the host's.
+        let split = runs.iter().any(|&(_, l)| !l.is_multiple_of(es));
         if let Some(o) = &old {
             if o.len() != total {
                 return Err(OscError::Arg(format!(
@@ -417,7 +418,7 @@ impl SmModule {
                 )));
             }
         }
-        if self.atomic_path(elem, runs) {
+        if !split && self.atomic_path(elem, runs) {
             let mut at = 0;
             for &(off, len) in runs.iter() {
                 for k in (0..len).step_by(es) {
@@ -447,7 +448,9 @@ impl SmModule {
         }
         let seg = &self.seg;
         let host = self.host;
-        if elem.host_arithmetic() && !matches!(op, AccOp::Replace | AccOp::NoOp) {
+        if (split && op != AccOp::NoOp)
+            || (elem.host_arithmetic() && !matches!(op, AccOp::Replace | AccOp::NoOp))
+        {
             // The host's arithmetic may refuse the operation: compute on a copy, write back
             // only if it succeeded (nothing written otherwise).
             return self.locked(target, || {
@@ -600,6 +603,60 @@ impl SmModule {
         let r = f();
         word.store(0, Ordering::Release);
         r
+    }
+
+    /// Can [`SmModule::accumulate_plain`] do this accumulate on one run (located): whole
+    /// elements of a type Rust computes, an operation defined on them, buffers of the
+    /// run's length, and the window's lock (not its CPU atomics) for this element type?
+    /// Everything else goes to [`SmModule::accumulate_runs`], which also raises the errors.
+    #[inline]
+    fn plain_run(
+        &self,
+        off: usize,
+        len: usize,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&[u8]>,
+    ) -> bool {
+        let es = elem.size();
+        elem.supports(op)
+            && !elem.host_arithmetic()
+            && !elem.is_pair()
+            && len.is_multiple_of(es)
+            && (op == AccOp::NoOp || data.len() == len)
+            && old.is_none_or(|o| o.len() == len)
+            && !self.atomic_path(elem, &[(off, len)])
+    }
+
+    /// The accumulate of [`SmModule::accumulate_runs`]'s locked path on one run (located,
+    /// checked by [`SmModule::plain_run`]): under one hold of the target's accumulate lock,
+    /// the previous contents copied out, then the run combined in place. Small fetching
+    /// operations (`MPI_Fetch_and_op`) pay for the lock and the element's arithmetic only.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_plain(
+        &self,
+        target: usize,
+        off: usize,
+        len: usize,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Result<(), OscError> {
+        let seg = &self.seg;
+        // One view of the run for both steps (`combine` copies an origin overlapping it).
+        self.locked(target, || {
+            seg.combine(off, len, data, |t, o| {
+                if let Some(old) = old {
+                    old.copy_from_slice(t);
+                }
+                if op == AccOp::NoOp {
+                    return Ok(());
+                }
+                accumulate_with(op, elem, t, o, None)
+            })
+        })
     }
 
     /// Do accumulates on `elem` at these runs go by CPU atomics?
@@ -832,6 +889,17 @@ impl OscDirect for SmModule {
         data: &[u8],
         old: Option<&mut [u8]>,
     ) -> Result<(), OscError> {
+        // One run (a predefined or contiguous target type: OSU's loops and the C library's
+        // fast path), its checks in line as `put_now`'s: no layout located.
+        if let [run] = *runs {
+            self.epochs.check_access(target)?;
+            let (off, len) = self.place(target, addr, run)?;
+            if self.plain_run(off, len, op, elem, data, old.as_deref()) {
+                return self.accumulate_plain(target, off, len, op, elem, data, old);
+            }
+            let r = Runs::One([(off, len)]);
+            return self.accumulate_runs(target, &r, len, op, elem, data, old);
+        }
         self.accumulate_into(target, addr, runs, op, elem, data, old.map(Out::Given))
     }
 
@@ -844,9 +912,10 @@ impl OscDirect for SmModule {
         value: &[u8],
         old: &mut [u8],
     ) -> Result<(), OscError> {
-        let es = elem.size() as u64;
-        let (runs, _) = self.locate(target, addr, &[(0, es)])?;
-        self.cas_at(target, &runs, elem, compare, value, old)
+        // One element: its checks in line, as `put_now`'s (no layout located).
+        self.epochs.check_access(target)?;
+        let run = self.place(target, addr, (0, elem.size() as u64))?;
+        self.cas_at(target, &Runs::One([run]), elem, compare, value, old)
     }
 }
 
@@ -1082,6 +1151,10 @@ mod tests {
             Elem::F64,
             Elem::PairI32,
             Elem::PairF64,
+            Elem::PairI16,
+            Elem::PairI64,
+            Elem::PairF32,
+            Elem::PairLongDouble,
         ];
         (0..elems.len(), 0..AccOp::ALL.len()).prop_filter_map(
             "op defined on elem",
@@ -1090,6 +1163,20 @@ mod tests {
                 e.supports(o).then_some((e, o))
             },
         )
+    }
+
+    /// `v` as a C `long double` (x87 extended on x86, IEEE binary128 elsewhere).
+    fn long_double(v: u8) -> [u8; 16] {
+        if v == 0 {
+            return [0; 16];
+        }
+        let e = 7 - v.leading_zeros();
+        let bits = if cfg!(any(target_arch = "x86", target_arch = "x86_64")) {
+            (u128::from(16383 + e) << 64) | (u128::from(v) << (63 - e))
+        } else {
+            (u128::from(16383 + e) << 112) | ((u128::from(v) << (112 - e)) & ((1 << 112) - 1))
+        };
+        bits.to_ne_bytes()
     }
 
     /// `n` elements of `elem` from `seed`: integers as they come, floats and pairs' values
@@ -1107,6 +1194,16 @@ mod tests {
                 }
                 Elem::PairI32 => {
                     out.extend_from_slice(&i32::from(b % 4).to_ne_bytes());
+                    out.extend_from_slice(&i32::from(b).to_ne_bytes());
+                }
+                Elem::PairI16 | Elem::PairI64 | Elem::PairF32 | Elem::PairLongDouble => {
+                    let v = b % 4;
+                    match elem {
+                        Elem::PairI16 => out.extend_from_slice(&i16::from(v).to_ne_bytes()),
+                        Elem::PairI64 => out.extend_from_slice(&i64::from(v).to_ne_bytes()),
+                        Elem::PairF32 => out.extend_from_slice(&f32::from(v).to_ne_bytes()),
+                        _ => out.extend_from_slice(&long_double(v)),
+                    }
                     out.extend_from_slice(&i32::from(b).to_ne_bytes());
                 }
                 _ => out.extend((0..elem.size()).map(|k| b.wrapping_mul(k as u8 + 7))),
@@ -1128,15 +1225,26 @@ mod tests {
             seed in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..16),
             atomics: bool,
             fetch: bool,
+            split: bool,
         ) {
             let es = elem.size();
-            // Runs of whole elements with gaps between them, `shift` bytes from the start.
+            // Runs of whole elements with gaps between them, `shift` bytes from the start;
+            // with `split`, pairs laid out as C pads `MPI_SHORT_INT` (value, 2 bytes of
+            // padding, index): each element spans two runs.
             let mut runs = Vec::new();
             let mut at = shift;
             for &(gap, n) in &pieces {
                 at += gap * es;
-                runs.push((at as i64, (n * es) as u64));
-                at += n * es;
+                if split && elem.is_pair() {
+                    for _ in 0..n {
+                        runs.push((at as i64, (es - 4) as u64));
+                        runs.push(((at + es - 2) as i64, 4));
+                        at += es + 2;
+                    }
+                } else {
+                    runs.push((at as i64, (n * es) as u64));
+                    at += n * es;
+                }
             }
             if reverse {
                 runs.reverse();
@@ -1175,6 +1283,102 @@ mod tests {
             if fetch {
                 proptest::prop_assert_eq!(old, old_want);
             }
+            fence(&mut m, false);
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-run entry of `accumulate_now` (the C library's fast path: its plain
+        /// kernel, or the general one for atomics, pairs and host arithmetic) leaves the
+        /// target and fetches exactly what the general entry (`OscModule::accumulate`, which
+        /// locates a layout) does on a twin window, at any offset and element count.
+        #[test]
+        fn the_one_run_entry_matches_the_general_one(
+            (elem, op) in elem_op(),
+            n in 1usize..9,
+            shift in 0usize..9,
+            seed in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..16),
+            atomics: bool,
+            fetch: bool,
+        ) {
+            let es = elem.size();
+            let size = shift + n * es + 8;
+            let (mut a, mut b) = (module(size as u64, atomics), module(size as u64, atomics));
+            fence(&mut a, true);
+            fence(&mut b, true);
+            let before = elements(Elem::U8, size, &seed);
+            a.put_now(0, 0, &[(0, size as u64)], &before).unwrap();
+            b.put_now(0, 0, &[(0, size as u64)], &before).unwrap();
+            let data = if op == AccOp::NoOp {
+                Vec::new()
+            } else {
+                elements(elem, n, &seed[1..].iter().chain(&[5]).copied().collect::<Vec<_>>())
+            };
+            let mut old = vec![0u8; n * es];
+            a.accumulate_now(
+                0,
+                shift as u64,
+                &[(0, (n * es) as u64)],
+                op,
+                elem,
+                &data,
+                fetch.then_some(&mut old[..]),
+            )
+            .unwrap();
+            let layout = Layout::contiguous((n * es) as u64);
+            let id = b.accumulate(0, shift as u64, &layout, op, elem, data, fetch).unwrap();
+            let want_old = b.poll_op(id).unwrap().unwrap();
+            let (mut got, mut want) = (vec![0u8; size], vec![0u8; size]);
+            a.get_now(0, 0, &[(0, size as u64)], &mut got).unwrap();
+            b.get_now(0, 0, &[(0, size as u64)], &mut want).unwrap();
+            proptest::prop_assert_eq!(got, want);
+            if fetch {
+                proptest::prop_assert_eq!(old, want_old);
+            }
+        }
+    }
+
+    /// The one-run entries refuse what the general ones refuse, before writing a byte of
+    /// the target or of the result: outside an epoch, outside the window, a data or result
+    /// length that is not the run's, an operation the element type does not have.
+    #[test]
+    fn the_one_run_entries_refuse_bad_input_and_write_nothing() {
+        for atomics in [false, true] {
+            let mut m = module(16, atomics);
+            let one = i32s(&[1]);
+            let mut old = [7u8; 4];
+            let run = [(0i64, 4u64)];
+            assert!(matches!(
+                m.accumulate_now(0, 0, &run, AccOp::Sum, Elem::I32, &one, Some(&mut old)),
+                Err(OscError::Sync(_))
+            ));
+            fence(&mut m, true);
+            m.put_now(0, 0, &[(0, 16)], &[9u8; 16]).unwrap();
+            type Case<'a> = (u64, &'a [(i64, u64)], AccOp, Elem, &'a [u8]);
+            let refused: [Case<'_>; 5] = [
+                (16, &run, AccOp::Sum, Elem::I32, &one),
+                (14, &run, AccOp::Sum, Elem::I32, &one),
+                (0, &[(-4, 4)], AccOp::Sum, Elem::I32, &one),
+                (0, &run, AccOp::Sum, Elem::I32, &[1, 0]),
+                (0, &run, AccOp::BAnd, Elem::F32, &one),
+            ];
+            for (addr, runs, op, elem, data) in refused {
+                let r = m.accumulate_now(0, addr, runs, op, elem, data, Some(&mut old));
+                assert!(r.is_err(), "{addr} {runs:?} {op:?} {elem:?}: {r:?}");
+                assert_eq!(old, [7u8; 4], "a refused accumulate wrote its result");
+            }
+            let mut short = [7u8; 2];
+            assert!(m
+                .accumulate_now(0, 0, &run, AccOp::Sum, Elem::I32, &one, Some(&mut short))
+                .is_err());
+            assert!(matches!(
+                m.compare_and_swap_now(0, 13, Elem::U32, &one, &one, &mut old),
+                Err(OscError::Range(_))
+            ));
+            assert_eq!(old, [7u8; 4], "a refused compare-and-swap wrote its result");
+            let mut all = [0u8; 16];
+            m.get_now(0, 0, &[(0, 16)], &mut all).unwrap();
+            assert_eq!(all, [9u8; 16], "nothing written");
             fence(&mut m, false);
         }
     }

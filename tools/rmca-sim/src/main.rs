@@ -229,6 +229,22 @@ const OPTIONS: &[Opt] = &[
                  and their difference; default full)",
     },
     Opt {
+        name: "losses",
+        arg: "LIST",
+        kind: Kind::Text,
+        cmds: &["alltoall"],
+        help: "instead of --loss: several loss processes separated by ';' (e.g. \
+               'none;bernoulli:0.01;ge:0.01,0.25'), one completion column (and curve) each",
+    },
+    Opt {
+        name: "death-ms",
+        arg: "X",
+        kind: NONNEG,
+        cmds: &["alltoall"],
+        help: "process n/2 dies at X ms (full method: the others fail their operations on it \
+               once pml-dr declares it dead, pml_dr_peer_timeout after its silence)",
+    },
+    Opt {
         name: "iters",
         arg: "N",
         kind: Kind::Num(1.0, true, 1e7, "1 to 10000000"),
@@ -579,13 +595,13 @@ fn fanout_for(o: &Opts, fanout: u32, n: usize) -> Result<u32, SimError> {
     Ok(fanout.min(n as u32 - 1))
 }
 
-/// Heap per ordered pair of a full all-to-all simulation (the bookkeeping the simulator keeps
-/// per pair after retiring its connections, plus the connections alive): the `full heap MiB`
-/// of `rmca-sim alltoall --method both --procs 2,8,32,128,512,1024` at 1024 processes, 408.2
-/// MiB over 1024 x 1023 ordered pairs (bench/RESULTS.md, "Simulator at scale"). Larger jobs
-/// need slightly less per pair (the live connections are spread over more pairs), so the
-/// guard errs on the side of refusing.
-const ALLTOALL_BYTES_PER_PAIR: f64 = 409.0;
+/// Heap per process of a full all-to-all simulation, rounded up: the simulator keeps a pair's
+/// state only while it has traffic in flight or a message received ahead of its step, so the
+/// heap is O(n) (the `heap MiB` of `rmca-sim alltoall --losses ...`: 53.1 MiB at 1024
+/// processes without loss, 34.6 MiB at 1% loss, i.e. at most 53 KiB per process;
+/// bench/RESULTS.md, "Simulating pml-dr at scale"). A guard against a size that cannot fit,
+/// not a prediction.
+const ALLTOALL_BYTES_PER_PROC: f64 = 128.0 * 1024.0;
 
 /// MemAvailable of /proc/meminfo in bytes.
 fn mem_available() -> Option<f64> {
@@ -603,16 +619,16 @@ fn mem_available() -> Option<f64> {
 
 /// Refuses an all-to-all whose bookkeeping cannot fit in `available` bytes, before it runs.
 fn alltoall_fits(n: usize, available: f64) -> Result<(), SimError> {
-    let need = n as f64 * (n as f64 - 1.0) * ALLTOALL_BYTES_PER_PAIR;
+    let need = n as f64 * ALLTOALL_BYTES_PER_PROC;
     if need > available {
-        let most = ((available / ALLTOALL_BYTES_PER_PAIR).sqrt()) as u64;
+        let most = (available / ALLTOALL_BYTES_PER_PROC) as u64;
         return Err(SimError::Invalid {
             what: "--procs".into(),
             value: n.to_string(),
             valid: format!(
                 "at most {most} processes for a full alltoall on this machine: {n} would need \
-                 about {:.1} GiB ({ALLTOALL_BYTES_PER_PAIR} B per ordered pair), {:.1} GiB are \
-                 available; --method folded simulates any size in O(n) memory (no loss)",
+                 about {:.1} GiB ({ALLTOALL_BYTES_PER_PROC} B per process), {:.1} GiB are \
+                 available",
                 need / (1u64 << 30) as f64,
                 available / (1u64 << 30) as f64
             ),
@@ -1049,12 +1065,20 @@ fn alltoall_run(
     n: usize,
     size: u64,
     fold: bool,
+    loss: Option<&Loss>,
 ) -> Result<(Stats, f64, f64, f64), SimError> {
     let wall = Instant::now();
     heap::reset_peak();
     let mut cfg = o.base(comps, n, Pattern::Pairwise { iters: 1, size })?;
+    if let Some(l) = loss {
+        cfg.net.loss = *l;
+    }
     cfg.retire = !fold;
     cfg.fold = fold;
+    if o.kv.contains_key("death-ms") {
+        // The middle process: its death singles out no offset.
+        cfg.deaths = vec![(n / 2, (o.f("death-ms", 0.0)? * 1e6) as u64)];
+    }
     let s = Sim::new(cfg)?.run();
     check_exactly_once(&s)?;
     // Folded, process 0's messages stand for each process's.
@@ -1092,6 +1116,20 @@ fn alltoall_cmd(o: &Opts) -> Result<(), SimError> {
         }
     }
     let loss = o.kv.get("loss").map(String::as_str).unwrap_or("none");
+    if let Some(list) = o.kv.get("losses") {
+        if folded || o.kv.contains_key("loss") {
+            return Err(SimError::Invalid {
+                what: "--losses".into(),
+                value: list.clone(),
+                valid: "the full method only, without --loss".into(),
+            });
+        }
+        let losses = list
+            .split(';')
+            .map(|l| Loss::parse(l.trim()).map(|x| (l.trim().to_string(), x)))
+            .collect::<Result<Vec<_>, _>>()?;
+        return alltoall_losses(o, &comps, &procs, size, &losses);
+    }
     if full && folded {
         let mut t = Table::new(
             &format!("pairwise all-to-all of {size} B, full simulation vs folded (process 0 alone); loss {loss}"),
@@ -1112,8 +1150,8 @@ fn alltoall_cmd(o: &Opts) -> Result<(), SimError> {
         );
         for &n in &procs {
             let n = n as usize;
-            let (a, am, aw, ah) = alltoall_run(o, &comps, n, size, false)?;
-            let (b, bm, bw, bh) = alltoall_run(o, &comps, n, size, true)?;
+            let (a, am, aw, ah) = alltoall_run(o, &comps, n, size, false, None)?;
+            let (b, bm, bw, bh) = alltoall_run(o, &comps, n, size, true, None)?;
             let (x, y) = (ms(a.completion_ns), ms(b.completion_ns));
             t.rows.push(vec![
                 n as f64,
@@ -1156,7 +1194,7 @@ fn alltoall_cmd(o: &Opts) -> Result<(), SimError> {
     );
     for &n in &procs {
         let n = n as usize;
-        let (s, m, wall, heap_mib) = alltoall_run(o, &comps, n, size, folded)?;
+        let (s, m, wall, heap_mib) = alltoall_run(o, &comps, n, size, folded, None)?;
         let scale = if folded { n as f64 } else { 1.0 };
         t.rows.push(vec![
             n as f64,
@@ -1172,6 +1210,71 @@ fn alltoall_cmd(o: &Opts) -> Result<(), SimError> {
         ]);
     }
     o.emit(&t, &[1], "ms", true, true)
+}
+
+/// Peak resident memory of this process so far (VmHWM), MiB.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// The full all-to-all at each process count under each loss process: completion time, the
+/// protocol's repairs, wall time, peak heap (the counting allocator, per run) and peak RSS (the
+/// process's so far: the largest run so far, process counts rising).
+fn alltoall_losses(
+    o: &Opts,
+    comps: &Components,
+    procs: &[f64],
+    size: u64,
+    losses: &[(String, Loss)],
+) -> Result<(), SimError> {
+    let mut cols = vec!["procs".to_string()];
+    for (l, _) in losses {
+        cols.push(format!("{l} ms"));
+    }
+    for (l, _) in losses {
+        for c in ["retx/msg", "peak conns", "sim s", "heap MiB"] {
+            cols.push(format!("{l} {c}"));
+        }
+    }
+    cols.push("RSS MiB".into());
+    let names: Vec<&str> = cols.iter().map(String::as_str).collect();
+    let death =
+        o.kv.get("death-ms")
+            .map_or(String::new(), |d| format!("; process n/2 dies at {d} ms"));
+    let mut t = Table::new(
+        &format!(
+            "pairwise all-to-all of {size} B, full simulation (pair state only while in use): \
+             completion time vs processes and loss{death}"
+        ),
+        &names,
+    );
+    for &n in procs {
+        let n = n as usize;
+        let mut row = vec![n as f64];
+        let mut rest = Vec::new();
+        for (_, l) in losses {
+            let (s, m, wall, heap_mib) = alltoall_run(o, comps, n, size, false, Some(l))?;
+            row.push(ms(s.completion_ns));
+            rest.extend([
+                s.dr.retransmissions as f64 / m.max(1.0),
+                s.conns_peak as f64,
+                wall,
+                heap_mib,
+            ]);
+        }
+        row.extend(rest);
+        row.push(peak_rss_mib());
+        t.rows.push(row);
+    }
+    let ys: Vec<usize> = (1..=losses.len()).collect();
+    o.emit(&t, &ys, "ms", true, true)
 }
 
 /// Counters of a real job's merged profile (profile_json).
@@ -1500,8 +1603,9 @@ mod tests {
     #[test]
     fn an_alltoall_that_cannot_fit_is_refused_before_it_runs() {
         let gib = (1u64 << 30) as f64;
-        assert!(alltoall_fits(4096, 8.0 * gib).is_ok());
-        let e = alltoall_fits(16384, 8.0 * gib).unwrap_err().to_string();
-        assert!(e.contains("at most 4") && e.contains("GiB"), "{e}");
+        // O(n): 16384 processes fit in 8 GiB, a million in 64 GiB do not.
+        assert!(alltoall_fits(16384, 8.0 * gib).is_ok());
+        let e = alltoall_fits(1 << 20, 64.0 * gib).unwrap_err().to_string();
+        assert!(e.contains("at most 524288") && e.contains("GiB"), "{e}");
     }
 }

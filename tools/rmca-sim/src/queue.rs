@@ -82,6 +82,25 @@ impl<E> EventQueue<E> {
         Some((e.at, e.ev))
     }
 
+    /// A place in the FIFO order among equal times, for an event kept outside the queue (a
+    /// cancellable timer): it runs before every event pushed later at the same time.
+    pub fn reserve_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
+    }
+
+    /// (time, place in the order) of the earliest event.
+    pub fn peek_key(&self) -> Option<(u64, u64)> {
+        self.heap.peek().map(|e| (e.at, e.seq))
+    }
+
+    /// An event kept outside the queue runs at `at` (not before the clock): the clock moves
+    /// there and it counts as popped.
+    pub fn advance(&mut self, at: u64) {
+        self.now = self.now.max(at);
+        self.popped += 1;
+    }
+
     /// Time of the earliest event.
     pub fn peek_time(&self) -> Option<u64> {
         self.heap.peek().map(|e| e.at)

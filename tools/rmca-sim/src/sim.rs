@@ -10,7 +10,8 @@
 //! with no posted receive drops it); the pool size is btl-ud's own
 //! `UdConfig::recv_buffers_for`.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use rmca_pml_dr::proto::{Connection, Counters, Event, MatchFields, PathConfig, Transmit};
@@ -82,9 +83,12 @@ pub struct SimConfig {
     pub pattern: Pattern,
     /// Simulated time limit, ns.
     pub max_time_ns: u64,
-    /// Free a pair's two connections once both are idle, nothing is in flight between them and
-    /// the pattern has no more traffic for the pair (memory of the simulator, not of a job:
-    /// the all-to-all at 16384 processes would otherwise hold 2^28 connections).
+    /// Pairwise with one round only: free a pair's two connections once both are idle, nothing
+    /// is in flight between them and no receive is posted for either, and drop the simulator's
+    /// entry for the pair once its counts follow from the process's step (memory of the
+    /// simulator, not of a job: the all-to-all at 16384 processes would otherwise hold 2^28
+    /// entries). Exact there: each direction of a pair carries one message, so nothing a freed
+    /// connection learnt is consulted again (property-tested against keeping them all).
     pub retire: bool,
     /// A second BTL to every peer, after the first in pml-dr's failover order, over its own
     /// modelled network (a reliable, rc-like BTL: pml-dr's flags NEED_ACK and NEED_CSUM off);
@@ -148,6 +152,17 @@ impl SimConfig {
             if let Some(valid) = why {
                 return bad("fold", "on".into(), valid);
             }
+        }
+        if self.retire && !matches!(self.pattern, Pattern::Pairwise { iters: 1, .. }) {
+            // A retired pair forgets what its connections learnt (the RTT estimate), which a
+            // kept connection carries into the pair's next message: exact only where a pair
+            // carries one message each way (tested against keeping every connection).
+            return bad(
+                "retire",
+                "on".into(),
+                "the pairwise pattern with one round only (each direction of a pair then \
+                 carries one message)",
+            );
         }
         match self.pattern {
             Pattern::Pairwise { iters: 0, .. } => return bad("--iters", "0".into(), ">= 1"),
@@ -229,6 +244,12 @@ struct Peer {
     /// None while the pair is quiescent and its connections were freed (`retire`).
     conn: Option<Box<Connection>>,
     armed: Option<Instant>,
+    /// The key of the connection's timer in [`Sim`]'s `timers` (cancelled when re-armed or
+    /// retired: no stale entries pile up behind retired pairs).
+    timer: Option<(u64, u64)>,
+    /// Pairwise: a receive from this peer is posted and waiting (pml-dr's
+    /// `Connection::set_interest`, as its PML sets it for a posted receive).
+    interest: bool,
     in_flight: u32,
     tx_posted: u32,
     tx_acked: u32,
@@ -247,9 +268,32 @@ struct Peer {
     dead_reported: bool,
 }
 
+/// A multiplicative hash of the u32 peer keys (Fx's): SipHash's resistance to chosen keys buys
+/// nothing for simulated ranks, costs time on every packet, and seeds each run differently (the
+/// order of a map is now the same from run to run).
+#[derive(Default)]
+struct PeerHasher(u64);
+
+impl Hasher for PeerHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 #[derive(Debug, Default)]
 struct Proc {
-    peers: HashMap<u32, Peer>,
+    peers: HashMap<u32, Peer, BuildHasherDefault<PeerHasher>>,
     cpu_free: u64,
     /// When each packet now holding a receive buffer is handled (non-decreasing).
     busy: VecDeque<u64>,
@@ -314,6 +358,9 @@ pub struct Sim {
     /// Connections whose state changed outside their own servicing (a send posted, a
     /// rendezvous matched): serviced after the event.
     dirty: Vec<(u32, u32)>,
+    /// Armed connection timers by (time, place in the queue's FIFO order): (process, peer).
+    /// Kept apart from the queue so that re-arming or retiring cancels them.
+    timers: BTreeMap<(u64, u64), (u32, u32)>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -371,6 +418,7 @@ impl Sim {
             awaiting_resume: 0,
             unfinished: 0,
             dirty: Vec::new(),
+            timers: BTreeMap::new(),
             cfg,
         };
         match s.cfg.pattern {
@@ -412,6 +460,7 @@ impl Sim {
         let base = self.base;
         let cfg = &self.cfg;
         let paths = &self.paths;
+        let (tx, rx) = self.implied(node, peer);
         let live = &mut self.live_conns;
         let peak = &mut self.stats.conns_peak;
         let p = self.procs[node as usize]
@@ -420,11 +469,13 @@ impl Sim {
             .or_insert_with(|| Peer {
                 conn: None,
                 armed: None,
+                timer: None,
+                interest: false,
                 in_flight: 0,
-                tx_posted: 0,
-                tx_acked: 0,
-                rx_announced: 0,
-                rx_done: 0,
+                tx_posted: tx,
+                tx_acked: tx,
+                rx_announced: rx,
+                rx_done: rx,
                 rndv_wait: VecDeque::new(),
                 rx_low: 0,
                 rx_above: BTreeSet::new(),
@@ -496,7 +547,10 @@ impl Sim {
             let pr = &self.procs[r as usize];
             if !pr.send_done {
                 // Post this step's send once.
-                let posted = pr.peers.get(&to).map_or(0, |p| p.tx_posted);
+                let posted = pr
+                    .peers
+                    .get(&to)
+                    .map_or(self.implied(r, to).0, |p| p.tx_posted);
                 if posted <= iter {
                     self.post_send(r, to, size);
                 }
@@ -507,17 +561,40 @@ impl Sim {
                 }
             }
             // The receive: match a waiting rendezvous message, or see whether it arrived.
+            // Looked up, not created: a connection made only to wait would never be retired
+            // (nothing but a packet services it) and the glue sets no interest on it, so it
+            // would do nothing (the first packet from the peer creates it).
             let now = self.at(self.now());
-            let fp = self.peer_mut(r, from);
             let mut matched = false;
-            if let Some(&(idx, seq)) = fp.rndv_wait.front() {
-                if idx == iter {
-                    fp.rndv_wait.pop_front();
-                    fp.conn.as_mut().expect("created").matched(now, seq);
+            let recv_done = match self.procs[r as usize].peers.get_mut(&from) {
+                Some(fp) => {
+                    if let Some(&(idx, seq)) = fp.rndv_wait.front() {
+                        if idx == iter {
+                            fp.rndv_wait.pop_front();
+                            let c = fp.conn.as_mut().expect("announced on a live connection");
+                            c.matched(now, seq);
+                            matched = true;
+                        }
+                    }
+                    fp.rx_done > iter || is_dead(fp)
+                }
+                None => false, // nothing received from `from` beyond the steps passed
+            };
+            // The receive is posted: as pml-dr's PML does, the connection awaits the peer
+            // (silence then counts towards its death, keepalives probe it) until it is done.
+            let waiting = !recv_done;
+            let fp = if waiting {
+                Some(self.peer_mut(r, from))
+            } else {
+                self.procs[r as usize].peers.get_mut(&from)
+            };
+            if let Some(fp) = fp.filter(|fp| fp.interest != waiting) {
+                if let Some(c) = fp.conn.as_mut() {
+                    fp.interest = waiting;
+                    c.set_interest(now, waiting);
                     matched = true;
                 }
             }
-            let recv_done = fp.rx_done > iter || is_dead(fp);
             if matched {
                 self.dirty.push((r, from));
             }
@@ -529,6 +606,8 @@ impl Sim {
                     // The pairs of the step just left may be finished now.
                     self.maybe_retire(r, to);
                     self.maybe_retire(r, from);
+                    self.prune(r, to);
+                    self.prune(r, from);
                 }
                 continue;
             }
@@ -538,7 +617,7 @@ impl Sim {
 
     /// Runs until nothing is left to do or the time limit; returns what was measured.
     pub fn run(mut self) -> Stats {
-        while let Some((t, ev)) = self.q.pop() {
+        while let Some((t, ev)) = self.next_event() {
             if t > self.cfg.max_time_ns {
                 break;
             }
@@ -566,7 +645,7 @@ impl Sim {
     /// Runs, then returns the stats and the heap bytes process 0's per-peer state held (its
     /// map of connections, measured by dropping it under the counting allocator).
     pub fn run_measuring_proc0(mut self) -> (Stats, usize, usize) {
-        while let Some((t, ev)) = self.q.pop() {
+        while let Some((t, ev)) = self.next_event() {
             if t > self.cfg.max_time_ns {
                 break;
             }
@@ -592,6 +671,22 @@ impl Sim {
         drop(conns);
         let heap = before.saturating_sub(crate::heap::live());
         (stats, count, heap)
+    }
+
+    /// The earliest of the queue's next event and the first armed timer (by time, then FIFO).
+    fn next_event(&mut self) -> Option<(u64, Ev)> {
+        let timer = self.timers.first_key_value().map(|(&k, _)| k);
+        match (timer, self.q.peek_key()) {
+            (Some(k), q) if q.is_none_or(|q| k < q) => {
+                let (_, (node, peer)) = self.timers.pop_first().expect("peeked");
+                self.q.advance(k.0);
+                if let Some(p) = self.procs[node as usize].peers.get_mut(&peer) {
+                    p.timer = None;
+                }
+                Some((k.0, Ev::Timer { node, peer }))
+            }
+            _ => self.q.pop(),
+        }
     }
 
     fn event(&mut self, t: u64, ev: Ev) {
@@ -689,7 +784,17 @@ impl Sim {
                 }
             }
             Ev::Death { node } => {
-                self.procs[node as usize].dead_at = Some(t);
+                let pr = &mut self.procs[node as usize];
+                pr.dead_at = Some(t);
+                // Pairwise: the job completes when every live process has (the others fail
+                // their operations on the dead one once pml-dr declares it dead).
+                if matches!(self.cfg.pattern, Pattern::Pairwise { .. }) && !pr.finished {
+                    pr.finished = true;
+                    self.unfinished -= 1;
+                    if self.unfinished == 0 {
+                        self.stats.completion_ns = Some(t);
+                    }
+                }
             }
             Ev::BurstEnd => {
                 self.burst_end = Some(t);
@@ -703,7 +808,7 @@ impl Sim {
                         let got = self.procs[b as usize]
                             .peers
                             .get(&a)
-                            .map_or(0, |p| p.rx_done);
+                            .map_or(self.implied(b, a).1, |p| p.rx_done);
                         // Pairs carrying traffic (a pair only acknowledging has nothing to
                         // resume).
                         if target > 0 && self.pair_kill(a, b, t).is_some() {
@@ -962,10 +1067,16 @@ impl Sim {
         let next = c.poll_timeout();
         if next != p.armed {
             p.armed = next;
+            if let Some(k) = p.timer.take() {
+                self.timers.remove(&k);
+            }
             if let Some(d) = next {
                 self.stats.timer_arms += 1;
-                let at = ns(d.saturating_duration_since(self.base));
-                self.q.push(at, Ev::Timer { node, peer });
+                // Not before the clock, as the queue would clamp it.
+                let at = ns(d.saturating_duration_since(self.base)).max(t);
+                let key = (at, self.q.reserve_seq());
+                self.timers.insert(key, (node, peer));
+                p.timer = Some(key);
             }
         }
         if self.cfg.retire {
@@ -974,36 +1085,89 @@ impl Sim {
     }
 
     fn maybe_retire(&mut self, a: u32, b: u32) {
+        // An end without connection holds nothing for the pair (never made, or retired).
         let quiet = |s: &Self, x: u32, y: u32| {
-            s.procs[x as usize].peers.get(&y).is_some_and(|p| {
+            s.procs[x as usize].peers.get(&y).is_none_or(|p| {
                 p.in_flight == 0
                     && p.rndv_wait.is_empty()
+                    && !p.interest
                     && p.conn
                         .as_ref()
-                        .is_some_and(|c| c.is_idle() && c.is_dead().is_none())
+                        .is_none_or(|c| c.is_idle() && c.is_dead().is_none())
             })
         };
-        if quiet(self, a, b) && quiet(self, b, a) {
+        let live = |s: &Self, x: u32, y: u32| {
+            s.procs[x as usize]
+                .peers
+                .get(&y)
+                .is_some_and(|p| p.conn.is_some())
+        };
+        if (live(self, a, b) || live(self, b, a)) && quiet(self, a, b) && quiet(self, b, a) {
             // Nothing in flight, nothing owed either way: both ends restart from fresh
             // connections if the pair talks again (sequence numbers restart together).
-            let done = self.pair_done_count(a, b) && self.pair_done_count(b, a);
             for (x, y) in [(a, b), (b, a)] {
-                let peers = &mut self.procs[x as usize].peers;
-                let c = if done {
-                    peers.remove(&y).and_then(|p| p.conn)
-                } else {
-                    peers.get_mut(&y).and_then(|p| {
-                        // The next connection numbers its messages from 0 again.
-                        p.rx_low = 0;
-                        p.rx_above.clear();
-                        p.conn.take()
-                    })
-                };
+                let timers = &mut self.timers;
+                let c = self.procs[x as usize].peers.get_mut(&y).and_then(|p| {
+                    // The next connection numbers its messages from 0 again.
+                    p.rx_low = 0;
+                    p.rx_above.clear();
+                    p.armed = None;
+                    if let Some(k) = p.timer.take() {
+                        timers.remove(&k);
+                    }
+                    p.conn.take()
+                });
                 if let Some(c) = c {
                     self.stats.dr.add(&c.counters());
                     self.live_conns -= 1;
                 }
+                self.prune(x, y);
             }
+        }
+    }
+
+    /// Pairwise with `retire`: the exchange counts `a` would hold for `b` had it kept them
+    /// since the start, given its step alone: (messages sent to `b`, messages received from
+    /// `b`) = the steps before `a`'s current one whose send goes to `b` (whose receive comes
+    /// from `b`). A pair whose counts are these needs no entry at all (see [`Sim::prune`]).
+    fn implied(&self, a: u32, b: u32) -> (u32, u32) {
+        if !self.cfg.retire || !matches!(self.cfg.pattern, Pattern::Pairwise { .. }) {
+            return (0, 0);
+        }
+        let n = self.cfg.n as u64;
+        let step = self.procs[a as usize].step;
+        // Step s sends to a + (s % (n-1) + 1): to b in steps k-1, k-1 + (n-1), ... with k the
+        // offset of b from a; the count of those below `step`.
+        let before = |k: u64| ((step + n - 1 - k) / (n - 1)) as u32;
+        let (a, b) = (a as u64, b as u64);
+        (before((b + n - a) % n), before((a + n - b) % n))
+    }
+
+    /// Drops `a`'s entry for `b` when it holds nothing [`Sim::implied`] cannot give back: no
+    /// connection, nothing in flight or waiting, counts equal to the implied ones, no
+    /// measurement pending on it. So the simulator holds per-pair state only while a pair has
+    /// traffic in flight or a message received ahead of its step (what keeps the all-to-all at
+    /// 16384 processes in memory: O(pairs active at once), not O(n^2)).
+    fn prune(&mut self, a: u32, b: u32) {
+        if !self.cfg.retire || !matches!(self.cfg.pattern, Pattern::Pairwise { .. }) {
+            return;
+        }
+        let (tx, rx) = self.implied(a, b);
+        let peers = &mut self.procs[a as usize].peers;
+        let removable = peers.get(&b).is_some_and(|p| {
+            p.conn.is_none()
+                && p.in_flight == 0
+                && p.rndv_wait.is_empty()
+                && p.rx_above.is_empty()
+                && (p.tx_posted, p.tx_acked, p.rx_announced, p.rx_done) == (tx, tx, rx, rx)
+                && p.timer.is_none()
+                && !p.interest
+                && p.recover_target == 0
+                && p.resume_after.is_none()
+                && !p.dead_reported
+        });
+        if removable {
+            peers.remove(&b);
         }
     }
 }

@@ -225,6 +225,63 @@ fn the_command_prints_tables_json_and_refuses_bad_options() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("memory, acks"));
 }
 
+#[test]
+fn the_lossy_all_to_all_runs_each_loss_process_with_a_death_and_refuses_nonsense() {
+    let bin = env!("CARGO_BIN_EXE_rmca-sim");
+    let run = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    let out = run(&[
+        "alltoall",
+        "--procs",
+        "8,16",
+        "--losses",
+        "none;bernoulli:0.05;ge:0.01,0.25",
+        "--death-ms",
+        "0.01",
+        "--mca",
+        "pml_dr_peer_timeout",
+        "2000",
+        "--mca",
+        "pml_dr_rto_max_us",
+        "500000",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        for loss in ["none", "bernoulli:0.05", "ge:0.01,0.25"] {
+            // Every live process completes: the dead one is declared dead by each that waits.
+            let ms = v[format!("{loss} ms")].as_f64().unwrap();
+            assert!(ms >= 2000.0, "{loss}: {v}");
+        }
+        assert!(v["bernoulli:0.05 retx/msg"].as_f64().unwrap() > 0.0, "{v}");
+    }
+    for (args, says) in [
+        (
+            &["alltoall", "--losses", "none", "--method", "folded"][..],
+            "full method only",
+        ),
+        (
+            &["alltoall", "--losses", "none", "--loss", "none"][..],
+            "without --loss",
+        ),
+        (
+            &["alltoall", "--losses", "none;bernoulli:2"][..],
+            "bernoulli:P",
+        ),
+        (
+            &["alltoall", "--method", "folded", "--death-ms", "1"][..],
+            "no deaths",
+        ),
+    ] {
+        let out = run(args);
+        assert!(!out.status.success(), "{args:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}
+
 /// `n` processes streaming to 2 successors, process 0's first BTL killed at 10 ms, a second BTL.
 fn killed_path(n: usize, seed: u64, loss: Loss) -> SimConfig {
     let mut c = cfg(n, seed, loss, stream(15));
@@ -315,6 +372,87 @@ proptest! {
         assert_exactly_once(&s);
         prop_assert_eq!(s.false_btl_failures, 0);
     }
+}
+
+/// What the protocol and the network did in a run, without the simulator's own bookkeeping
+/// (events, timer entries, connections held): the figures retiring must not change.
+fn protocol_figures(s: &Stats) -> String {
+    // `srtt` is one connection's estimate, not a sum: which one depends on the order added.
+    let mut dr = s.dr.clone();
+    dr.srtt = Duration::ZERO;
+    format!(
+        "completion {:?} sent {} delivered {} dups {} dr {:?} pool drops {} peak {} late {} \
+         deaths {:?} false {} failed {} recovery {:?} net {:?}",
+        s.completion_ns,
+        s.messages_sent,
+        s.messages_delivered,
+        s.duplicate_deliveries,
+        dr,
+        s.pool_drops,
+        s.pool_peak,
+        s.late_packets,
+        s.death_detections,
+        s.false_deaths,
+        s.failed_ops,
+        s.recovery_ns,
+        s.net,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Retiring (a pair's connections freed once both are idle with nothing in flight, its
+    /// entry dropped once its counts follow from the steps) changes nothing the protocol or the
+    /// network sees in the all-to-all (one round: each direction of a pair carries one
+    /// message), under independent or bursty loss, jitter, a burst window and a death: the
+    /// same packets lost, the same completion to the nanosecond, the same pml-dr counters.
+    #[test]
+    fn retiring_idle_pairs_equals_keeping_every_connection_under_any_loss(
+        n in 2usize..24,
+        size in prop::sample::select(vec![0u64, 8, 4096, 70_000]),
+        loss in prop::sample::select(vec![0.0, 0.01, 0.05, 0.2]),
+        bursty in any::<bool>(),
+        jitter_ns in prop::sample::select(vec![0u64, 3_000]),
+        burst in any::<bool>(),
+        death in prop::option::of(0usize..24),
+        seed in 0u64..1000,
+    ) {
+        let l = match (loss > 0.0, bursty) {
+            (false, _) => Loss::None,
+            (true, false) => Loss::Bernoulli { p: loss },
+            (true, true) => Loss::GilbertElliott { p_gb: loss / 4.0, p_bg: 0.25, loss_good: 0.0, loss_bad: 1.0 },
+        };
+        let mut keep = cfg(n, seed, l, Pattern::Pairwise { iters: 1, size });
+        keep.net.jitter_ns = jitter_ns;
+        if burst {
+            keep.net.bursts = vec![(20_000, 60_000)];
+        }
+        if let Some(d) = death {
+            keep.deaths = vec![(d % n, 30_000)];
+            keep.dr.peer_timeout = Duration::from_millis(2000);
+            keep.dr.rto_max = Duration::from_millis(500);
+        }
+        keep.max_time_ns = 20_000_000_000;
+        let mut retire = keep.clone();
+        retire.retire = true;
+        let a = run(keep);
+        let b = run(retire);
+        prop_assert_eq!(a.duplicate_deliveries, 0);
+        prop_assert_eq!(protocol_figures(&a), protocol_figures(&b));
+        prop_assert!(b.conns_peak <= a.conns_peak);
+    }
+}
+
+#[test]
+fn retiring_is_refused_where_a_kept_connection_would_differ() {
+    let mut c = cfg(8, 1, Loss::None, Pattern::Pairwise { iters: 2, size: 8 });
+    c.retire = true;
+    let e = Sim::new(c).err().expect("refused").to_string();
+    assert!(e.contains("retire") && e.contains("one round"), "{e}");
+    let mut c = cfg(8, 1, Loss::None, stream(1));
+    c.retire = true;
+    assert!(Sim::new(c).is_err());
 }
 
 #[test]

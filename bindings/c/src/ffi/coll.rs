@@ -10,7 +10,9 @@ use super::types::Ty;
 use super::vcoll::{Int, Large};
 use super::{call, communicator, no_overlap, recv_data_n, send_data_n, RecvData, SendData};
 use crate::abi::*;
+use crate::dtype::Elem;
 use crate::state::{MpiError, MpiResult};
+use rmca::coll::{Op, Reducible};
 use rmca_mpi_export::export;
 
 pub(crate) fn in_place(p: *const c_void) -> bool {
@@ -56,6 +58,18 @@ unsafe fn bcast(
     dt: Handle,
     root: c_int,
 ) -> MpiResult<()> {
+    // The fast path (as the per-message calls'): a predefined datatype and a usable buffer,
+    // broadcast in place with no datatype resolution; anything else the general path checks.
+    if let Some(len) = c_int::try_from(count)
+        .ok()
+        .and_then(|n| super::predefined_len(buffer, n, dt))
+    {
+        let root = root_of(root, c.size())?;
+        // SAFETY: the caller's contract: `buffer` holds `len` bytes (non-null when len > 0,
+        // checked by `predefined_len`).
+        c.bcast(unsafe { super::bytes_mut(buffer, len) }, root)?;
+        return Ok(());
+    }
     let mut data = recv_n(buffer, count, dt, "broadcast")?;
     let root = root_of(root, c.size())?;
     let me = c.rank();
@@ -215,6 +229,156 @@ pub(crate) unsafe fn reduce_input(
     }
 }
 
+/// The largest `MPI_IN_PLACE` input the fast path copies to the stack (bytes); larger ones
+/// take the general path, whose heap copy costs little next to moving the data.
+const STACK_INPUT: usize = 256;
+
+/// [`STACK_INPUT`] bytes aligned for every element type a predefined reduction works on.
+#[repr(C, align(16))]
+struct StackInput([u8; STACK_INPUT]);
+
+/// The rmca operation and element type of predefined `op` on predefined `dt`, when the
+/// reduction is one of numbers rmca reduces as they are (what [`reducer`] resolves to
+/// `Reducer::Builtin` on the datatype's own element type: not `MPI_CHAR`'s special case nor a
+/// complex sum). `None`: anything else (user ops,
+/// derived types, MINLOC/MAXLOC, long double, complex, invalid handles, an op MPI does not
+/// define on the type), left to the general path, which raises the errors.
+#[inline(always)]
+fn builtin(op: Handle, dt: Handle) -> Option<(Op, Elem)> {
+    let (elem, class) = (*NUMBER_TYPES.get(dt.wrapping_sub(PREDEFINED_BASE))?)?;
+    let rop = crate::dtype::lookup_op(op)?.op?;
+    crate::dtype::op_allowed(rop, class).then_some((rop, elem))
+}
+
+/// The first handle of the predefined datatypes (MPI 5.0 ABI: 0x200..0x300).
+const PREDEFINED_BASE: Handle = 0x200;
+
+/// The element type and class of each predefined datatype with a number type, by handle -
+/// [`PREDEFINED_BASE`], made from [`crate::dtype::lookup`] at compile time: one load on the
+/// fast path instead of building the whole datatype through `lookup`'s jump table.
+const NUMBER_TYPES: [Option<(Elem, crate::dtype::Class)>; 0x100] = {
+    let mut table = [None; 0x100];
+    let mut i = 0;
+    while i < table.len() {
+        if let Some(t) = crate::dtype::lookup(PREDEFINED_BASE + i) {
+            if let Some(e) = t.elem {
+                table[i] = Some((e, t.class));
+            }
+        }
+        i += 1;
+    }
+    table
+};
+
+/// `MPI_Allreduce` (`root` `None`) or `MPI_Reduce` to `root` on the fast path: a predefined
+/// operation on `n` (> 0) elements of a predefined number type in contiguous, aligned,
+/// non-overlapping buffers, run straight on the program's memory (an `MPI_IN_PLACE` input
+/// of up to [`STACK_INPUT`] bytes copied to the stack): no datatype resolution, no staging,
+/// no heap allocation in this layer. `None`: the call is not one of these (or its arguments
+/// are wrong); the general path runs it and checks every argument.
+///
+/// # Safety
+/// The reduction's contract: the buffers hold `n` elements of `dt` (recvbuf at the root).
+#[inline(always)]
+unsafe fn fast_reduce(
+    c: &rmca::Communicator,
+    root: Option<usize>,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    n: usize,
+    dt: Handle,
+    op: Handle,
+) -> Option<MpiResult<()>> {
+    let (rop, elem) = builtin(op, dt)?;
+    let size = elem_size(elem);
+    let len = size
+        .checked_mul(n)
+        .filter(|&l| l > 0 && l <= isize::MAX as usize)?;
+    // Alignment to the element's size: at least the type's alignment (the general path
+    // copies misaligned buffers).
+    let usable = |p: usize| p > MPI_IN_PLACE && p.is_multiple_of(size);
+    let receives = root.is_none_or(|r| r == c.rank());
+    let recv = if receives {
+        usable(recvbuf as usize).then_some(recvbuf.cast::<u8>())?
+    } else {
+        std::ptr::null_mut()
+    };
+    // Not zeroed (256 B of stores per call): only the `len` bytes copied in are read.
+    let mut stack = std::mem::MaybeUninit::<StackInput>::uninit();
+    let send: *const u8 = if in_place(sendbuf) {
+        // A non-root's MPI_IN_PLACE is an error the general path raises.
+        if !receives || len > STACK_INPUT {
+            return None;
+        }
+        let at = stack.as_mut_ptr().cast::<u8>();
+        // SAFETY: recvbuf holds `len` bytes (the caller's contract); the stack buffer is
+        // larger and apart; the copy initializes the bytes the collective reads.
+        unsafe { std::ptr::copy_nonoverlapping(recv, at, len) };
+        at
+    } else {
+        let s = sendbuf as usize;
+        // Overlapping buffers are an error the general path raises.
+        if !usable(s) || (receives && s < recv as usize + len && (recv as usize) < s + len) {
+            return None;
+        }
+        sendbuf.cast()
+    };
+    macro_rules! go {
+        ($($e:ident => $t:ty),*) => {
+            match elem { $(Elem::$e => {
+                // SAFETY: the caller's contract, the checks above (non-null, aligned to the
+                // element, apart, `len` bytes each), and `stack` outlives the call.
+                unsafe { fast_run::<$t>(c, root, send, recv, n, rop) }
+            })* }
+        };
+    }
+    Some(
+        go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16,
+        U32 => u32, U64 => u64, F32 => f32, F64 => f64),
+    )
+}
+
+/// Bytes of one element of `e`.
+fn elem_size(e: Elem) -> usize {
+    match e {
+        Elem::I8 | Elem::U8 => 1,
+        Elem::I16 | Elem::U16 => 2,
+        Elem::I32 | Elem::U32 | Elem::F32 => 4,
+        Elem::I64 | Elem::U64 | Elem::F64 => 8,
+    }
+}
+
+/// [`fast_reduce`]'s collective on elements of `T`.
+///
+/// # Safety
+/// `send` holds `n` aligned elements of `T`, as does `recv` unless it is null (a non-root
+/// of a reduce); the two do not overlap.
+unsafe fn fast_run<T: Reducible>(
+    c: &rmca::Communicator,
+    root: Option<usize>,
+    send: *const u8,
+    recv: *mut u8,
+    n: usize,
+    op: Op,
+) -> MpiResult<()> {
+    // SAFETY: the caller's contract.
+    let send = unsafe { std::slice::from_raw_parts(send.cast::<T>(), n) };
+    // SAFETY: the caller's contract.
+    let recv =
+        (!recv.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(recv.cast::<T>(), n) });
+    match (root, recv) {
+        (Some(root), recv) => c.reduce(send, recv, op, root)?,
+        (None, Some(recv)) => c.allreduce(send, recv, op)?,
+        (None, None) => {
+            return Err(MpiError::new(
+                MPI_ERR_INTERN,
+                "internal: the allreduce fast path has no receive buffer",
+            ))
+        }
+    }
+    Ok(())
+}
+
 /// `MPI_Allreduce` on `n` elements.
 ///
 /// # Safety
@@ -227,6 +391,10 @@ unsafe fn allreduce(
     dt: Handle,
     op: Handle,
 ) -> MpiResult<()> {
+    // SAFETY: the caller's contract.
+    if let Some(r) = unsafe { fast_reduce(c, None, sendbuf, recvbuf, n, dt, op) } {
+        return r;
+    }
     let ty = Ty::for_use(dt)?;
     let r = reducer(op, dt, &ty)?;
     let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
@@ -299,6 +467,10 @@ unsafe fn reduce_to(
     root: c_int,
 ) -> MpiResult<()> {
     let root = root_of(root, c.size())?;
+    // SAFETY: the caller's contract.
+    if let Some(r) = unsafe { fast_reduce(c, Some(root), sendbuf, recvbuf, n, dt, op) } {
+        return r;
+    }
     let ty = Ty::for_use(dt)?;
     let r = reducer(op, dt, &ty)?;
     if c.rank() == root {
@@ -709,3 +881,40 @@ block_coll!(MPI_Gather, MPI_Gather_c, gather, gather, root: Side::Recv);
 block_coll!(MPI_Scatter, MPI_Scatter_c, scatter, scatter, root: Side::Send);
 block_coll!(MPI_Allgather, MPI_Allgather_c, allgather, allgather);
 block_coll!(MPI_Alltoall, MPI_Alltoall_c, alltoall, alltoall);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path takes exactly the reductions the general path runs as numbers of the
+    /// datatype's own element type (`Reducer::Builtin`; not `MPI_CHAR`'s special case nor
+    /// complex sums, reduced as twice as many reals), with the same operation and element
+    /// type; every other pair of handles (invalid ones included) is left to the general path.
+    #[test]
+    fn fast_path_decides_as_the_general_path() {
+        let (mut taken, mut left) = (0, 0);
+        for dt in (0..0x340).chain([MPI_DATATYPE_NULL, usize::MAX]) {
+            for op in (0..0x50).chain([MPI_OP_NULL, usize::MAX]) {
+                let general = Ty::for_use(dt)
+                    .ok()
+                    .and_then(|ty| reducer(op, dt, &ty).ok());
+                let want = match general {
+                    Some(Reducer::Builtin(rop, elem))
+                        if crate::dtype::lookup(dt).is_some_and(|t| t.elem.is_some()) =>
+                    {
+                        Some((rop, elem))
+                    }
+                    _ => None,
+                };
+                let got = builtin(op, dt);
+                assert_eq!(got, want, "datatype {dt:#x}, operation {op:#x}");
+                if got.is_some() {
+                    taken += 1;
+                } else {
+                    left += 1;
+                }
+            }
+        }
+        assert!(taken > 300 && left > 0, "{taken} taken, {left} left");
+    }
+}

@@ -171,13 +171,54 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     })
 }
 
-/// `MPI_Abort`: end every process of the job with `errorcode`.
+/// `MPI_Abort`: end every process of the job with `errorcode`, whatever thread calls it (as
+/// Open MPI and MPICH do: neither checks the thread level here; MPI offers it as the last
+/// resort of any thread).
+///
+/// A thread that may reach the library's state now (the main thread below SERIALIZED, any
+/// thread at SERIALIZED and MULTIPLE, which the entry point made the owner) stops the
+/// progress thread and asks the launcher to kill the job (the runtime's abort). Any other
+/// thread (not the main one at SINGLE or FUNNELED, or before `MPI_Init`) must not touch the
+/// state, which the main thread may be using at this very moment, nor the progress thread it
+/// shares: it prints the message and ends this process with the code, which is how the
+/// runtime's own abort ends when it cannot speak to the launcher, and what makes the launcher
+/// end the job (rmca-run, Hydra and mpirun terminate a job one of whose processes exited
+/// non-zero before finalizing).
 #[export]
 pub unsafe extern "C" fn MPI_Abort(comm: Handle, errorcode: c_int) -> c_int {
     let msg = format!("MPI_Abort called with error code {errorcode} on communicator {comm:#x}");
-    crate::progress_thread::stop();
-    let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(errorcode, &msg) });
-    std::process::exit(if errorcode == 0 { 1 } else { errorcode & 0xff })
+    let code = if errorcode == 0 { 1 } else { errorcode & 0xff };
+    if state::owned() {
+        crate::progress_thread::stop();
+        let _ = state::with(|s| -> MpiResult<()> { s.universe.abort(errorcode, &msg) });
+    } else {
+        use std::io::Write;
+        tracing::error!(code = errorcode, "{msg} (from a thread that may not reach the library's state: this process exits, and the launcher ends the job)");
+        // Seen even without a tracing subscriber, as the runtime's own abort does.
+        let why = if state::phase() == state::Phase::Running {
+            format!(
+                "called from a thread the thread level ({}) does not let into MPI",
+                level_name(state::thread_level())
+            )
+        } else {
+            "called while MPI is not running".to_owned()
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "rmca: abort (code {errorcode}): {msg}; {why}: this process exits with code {code}"
+        );
+    }
+    std::process::exit(code)
+}
+
+/// The name of thread level `level`, for messages.
+fn level_name(level: c_int) -> &'static str {
+    match level {
+        MPI_THREAD_SINGLE => "MPI_THREAD_SINGLE",
+        MPI_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+        MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+        _ => "MPI_THREAD_MULTIPLE",
+    }
 }
 
 /// `MPI_Wtime`: seconds since an arbitrary origin of this process.

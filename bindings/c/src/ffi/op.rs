@@ -305,40 +305,10 @@ fn pair_value(value: PairValue, b: &[u8]) -> f64 {
     }
 }
 
-/// A C `long double` as (negative, magnitude ordered like the value's absolute value), or
-/// `None` for a NaN: both formats are sign and magnitude, the magnitude's bits ordered as
-/// the number (exponent above the significand).
-fn long_double_key(b: &[u8]) -> Option<(bool, u128)> {
-    let bits = u128::from_ne_bytes(b[..16].try_into().expect("16 bytes"));
-    if cfg!(any(target_arch = "x86", target_arch = "x86_64")) {
-        // x87 extended: significand (with its explicit integer bit) in bits 0..64, exponent
-        // in 64..79, sign at 79; bits 80.. are padding.
-        let significand = bits as u64;
-        let exponent = ((bits >> 64) & 0x7fff) as u64;
-        let negative = (bits >> 79) & 1 == 1;
-        if exponent == 0x7fff && significand << 1 != 0 {
-            return None;
-        }
-        return Some((
-            negative,
-            (u128::from(exponent) << 64) | u128::from(significand),
-        ));
-    }
-    // IEEE binary128: sign at bit 127, then exponent and fraction.
-    let magnitude = bits & !(1u128 << 127);
-    let exponent = magnitude >> 112;
-    if exponent == 0x7fff && magnitude & ((1u128 << 112) - 1) != 0 {
-        return None;
-    }
-    Some((bits >> 127 == 1, magnitude))
-}
-
-/// `a` compared with `b`, C `long double`s.
+/// `a` compared with `b`, C `long double`s (the one-sided kernels' comparison, so a
+/// reduction and an accumulate agree).
 pub(super) fn long_double_cmp(a: &[u8], b: &[u8]) -> Option<std::cmp::Ordering> {
-    let ((na, ma), (nb, mb)) = (long_double_key(a)?, long_double_key(b)?);
-    // Signed keys: -0 and +0 compare equal.
-    let signed = |neg: bool, m: u128| if neg { -(m as i128) } else { m as i128 };
-    Some(signed(na, ma).cmp(&signed(nb, mb)))
+    rmca::framework::osc::long_double_cmp(a, b)
 }
 
 /// `a` compared with `b` by value.

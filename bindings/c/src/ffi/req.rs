@@ -132,6 +132,14 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) 
         if request.is_null() {
             return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
         }
+        // A request of the fast paths: completed where it lies (`complete.rs`).
+        let fast = state::with(|s| {
+            // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
+            Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Wait) })
+        })?;
+        if let Some(r) = fast {
+            return r.map(drop);
+        }
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { request.read() };
         match state::with(|s| poll(s, h, true))? {
@@ -168,6 +176,18 @@ pub unsafe extern "C" fn MPI_Test(
     call("MPI_Test", MPI_COMM_WORLD, || {
         if request.is_null() {
             return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
+        }
+        // A request of the fast paths: completed where it lies (`complete.rs`).
+        let fast = state::with(|s| {
+            // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
+            Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Test) })
+        })?;
+        if let Some(r) = fast {
+            // A failed operation completed too (its error is the call's).
+            let done = !matches!(r, Ok(false));
+            // SAFETY: the caller's int.
+            unsafe { put(flag, c_int::from(done), "flag")? };
+            return r.map(drop);
         }
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { request.read() };
@@ -684,6 +704,27 @@ unsafe fn some_pass(
         if h == MPI_REQUEST_NULL {
             inactive += 1;
             continue;
+        }
+        // A request of the fast paths: its status written where the next one goes.
+        let st = if statuses.is_null() {
+            statuses
+        } else {
+            // SAFETY: the caller's contract (`done` < `n`).
+            unsafe { statuses.add(done) }
+        };
+        // SAFETY: the caller's contract (`i` < `n`; `st` null or room for a status).
+        match unsafe { complete::complete_one::<true>(s, requests.add(i), st, Mode::Look) } {
+            Some(Ok(false)) => continue,
+            Some(r) => {
+                // SAFETY: the caller's contract.
+                unsafe { indices.add(done).write(i as c_int) };
+                done += 1;
+                if let Err(e) = r {
+                    first_error.get_or_insert(e);
+                }
+                continue;
+            }
+            None => {}
         }
         match poll_in(s, h, Mode::Look)? {
             Poll::Inactive => inactive += 1,

@@ -898,7 +898,7 @@ fn acc_of(op: Handle, ty: &Ty, tty: &Ty) -> MpiResult<(AccOp, Elem)> {
         let unsupported = || {
             MpiError::new(
                 MPI_ERR_OP,
-                format!("MPI_MINLOC/MPI_MAXLOC one-sided on {}: rmca supports MPI_SHORT_INT, MPI_2INT, MPI_LONG_INT, MPI_FLOAT_INT and MPI_DOUBLE_INT", base.name),
+                format!("MPI_MINLOC/MPI_MAXLOC one-sided on {}: rmca supports MPI_SHORT_INT, MPI_2INT, MPI_LONG_INT, MPI_FLOAT_INT, MPI_DOUBLE_INT and MPI_LONG_DOUBLE_INT", base.name),
             )
         };
         return match super::op::reducer(op, op_dt(ty), ty)? {
@@ -914,6 +914,7 @@ fn acc_of(op: Handle, ty: &Ty, tty: &Ty) -> MpiResult<(AccOp, Elem)> {
                     (PairValue::I64, 8, 12) => Elem::PairI64,
                     (PairValue::F32, 4, 8) => Elem::PairF32,
                     (PairValue::F64, 8, 12) => Elem::PairF64,
+                    (PairValue::LongDouble, 16, 20) => Elem::PairLongDouble,
                     _ => return Err(unsupported()),
                 };
                 Ok((if max { AccOp::MaxLoc } else { AccOp::MinLoc }, e))
@@ -1119,26 +1120,7 @@ unsafe fn put_get_direct(
     if predefined_bytes(tcount, tdt) != Some(len) || (origin as usize) <= MPI_IN_PLACE {
         return false;
     }
-    // MPI_PROC_NULL and bad ranks: the general path (`target_of`).
-    let Ok(t) = usize::try_from(target) else {
-        return false;
-    };
-    // As `with_win`: only while the library runs.
-    if state::with(|_| Ok(())).is_err() {
-        return false;
-    }
-    let done = WINS.with(|tab| {
-        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
-            return false;
-        };
-        // Results waiting to land: the general path keeps their order with this one.
-        if !e.landings.is_empty() {
-            return false;
-        }
-        let w = &e.raw;
-        let Ok(addr) = w.address(t, disp) else {
-            return false;
-        };
+    on_direct_target(win, target, disp, |w, t, addr| {
         let runs = [(0i64, len as u64)];
         let r = w.direct(|d| {
             if get {
@@ -1154,8 +1136,239 @@ unsafe fn put_get_direct(
             }
         });
         matches!(r, Some(Ok(())))
+    })
+}
+
+/// The part every fast path shares: `op(window, target, address of disp)` once the library
+/// runs (as `with_win`), `win` is a window, it has no results waiting to land (the general
+/// path keeps their order with this call) and `target`/`disp` give an address. False, and
+/// `op` not called, otherwise: the general path then decides (`MPI_PROC_NULL`, bad ranks
+/// and displacements are its errors).
+fn on_direct_target(
+    win: Handle,
+    target: c_int,
+    disp: MPI_Aint,
+    op: impl FnOnce(&RawWindow, usize, u64) -> bool,
+) -> bool {
+    let Ok(t) = usize::try_from(target) else {
+        return false;
+    };
+    if state::with(|_| Ok(())).is_err() {
+        return false;
+    }
+    let done = WINS.with(|tab| {
+        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
+            return false;
+        };
+        if !e.landings.is_empty() {
+            return false;
+        }
+        let Ok(addr) = e.raw.address(t, disp) else {
+            return false;
+        };
+        op(&e.raw, t, addr)
     });
     matches!(done, Ok(true))
+}
+
+/// `MPI_CHAR`'s handle (MPI 5.0 ABI), which the reductions take as C's `char`.
+const CHAR_HANDLE: Handle = 0x243;
+
+/// The accumulate operation and element type `acc_of` gives predefined operation `op` on
+/// predefined datatype `dt` (the same on every side), for the pairs the accumulate fast
+/// path takes: the arithmetic, bitwise and logical operations, `MPI_REPLACE` and (fetching
+/// only) `MPI_NO_OP`, on a datatype of one run with a Rust element type or on `MPI_CHAR`.
+/// `None` for everything else (value-index pairs, `long double`, complex types, user
+/// operations, an operation the datatype does not allow): the general path decides, and
+/// raises the error if there is one. No name is compared and nothing allocated: one jump
+/// table for the datatype, one for the operation.
+#[inline]
+fn acc_direct_of(op: Handle, dt: Handle, fetch: bool) -> Option<(AccOp, Elem)> {
+    use crate::dtype::{self, Class};
+    use rmca::coll::Op;
+    let t = dtype::lookup(dt)?;
+    if t.size != t.extent {
+        return None;
+    }
+    let elem = |e: dtype::Elem| match e {
+        dtype::Elem::I8 => Elem::I8,
+        dtype::Elem::I16 => Elem::I16,
+        dtype::Elem::I32 => Elem::I32,
+        dtype::Elem::I64 => Elem::I64,
+        dtype::Elem::U8 => Elem::U8,
+        dtype::Elem::U16 => Elem::U16,
+        dtype::Elem::U32 => Elem::U32,
+        dtype::Elem::U64 => Elem::U64,
+        dtype::Elem::F32 => Elem::F32,
+        dtype::Elem::F64 => Elem::F64,
+    };
+    if op == MPI_REPLACE || (op == MPI_NO_OP && fetch) {
+        let acc = if op == MPI_REPLACE {
+            AccOp::Replace
+        } else {
+            AccOp::NoOp
+        };
+        return Some((acc, t.elem.map_or(Elem::Byte, elem)));
+    }
+    let rop = dtype::lookup_op(op)?.op?;
+    let e = if dt == CHAR_HANDLE {
+        // As `op::reducer`: MPI_CHAR is C's `char`, an integer to the reductions.
+        if !dtype::op_allowed(rop, Class::Integer) {
+            return None;
+        }
+        if std::ffi::c_char::MIN == 0 {
+            Elem::U8
+        } else {
+            Elem::I8
+        }
+    } else {
+        let e = t.elem?;
+        if !dtype::op_allowed(rop, t.class) {
+            return None;
+        }
+        elem(e)
+    };
+    let acc = match rop {
+        Op::Sum => AccOp::Sum,
+        Op::Prod => AccOp::Prod,
+        Op::Min => AccOp::Min,
+        Op::Max => AccOp::Max,
+        Op::BitAnd => AccOp::BAnd,
+        Op::BitOr => AccOp::BOr,
+        Op::BitXor => AccOp::BXor,
+        Op::LogicalAnd => AccOp::LAnd,
+        Op::LogicalOr => AccOp::LOr,
+        Op::LogicalXor => AccOp::LXor,
+        Op::MinLoc | Op::MaxLoc => return None,
+    };
+    Some((acc, e))
+}
+
+/// The fast path of `MPI_Accumulate`, `MPI_Get_accumulate` (`result` not `None`) and
+/// `MPI_Fetch_and_op`: one predefined datatype and count on every side (what the general
+/// path's signature checks reduce to for them), an operation [`acc_direct_of`] takes, a
+/// window whose module reaches the target's memory itself (osc-sm): the operation runs here
+/// on the program's buffers through the module's kernel (its accumulate lock, or its CPU
+/// atomics with `osc_sm_atomics`: the same as every other accumulate on the window, so
+/// same-operation atomicity holds between the two paths), with no datatype resolved, no
+/// origin packed and no layout built. False sends the call down the general path, which
+/// checks every argument again and raises the error: the module checks the epoch, the
+/// rank, the range and the operation before it writes a byte, so a refusal here leaves
+/// the target (and the result buffer) as the program left them.
+///
+/// # Safety
+/// The MPI contract of the call: `origin` holds `count` elements of `dt` (unless `op` is
+/// `MPI_NO_OP`), `result` (if any) has room for as many, writable and not otherwise
+/// accessed during the call.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn acc_direct(
+    origin: *const c_void,
+    ocount: i64,
+    odt: Handle,
+    result: Option<(*mut c_void, i64, Handle)>,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: i64,
+    tdt: Handle,
+    op: Handle,
+    win: Handle,
+) -> bool {
+    let Some(len) = predefined_bytes(tcount, tdt) else {
+        return false;
+    };
+    // MPI_NO_OP ignores the origin (the general path does not look at it either).
+    let noop = op == MPI_NO_OP && result.is_some();
+    if !noop && (odt != tdt || ocount != tcount || (origin as usize) <= MPI_IN_PLACE) {
+        return false;
+    }
+    let out = match result {
+        // NULL and MPI_IN_PLACE are the general path's `check_buffer` errors; overlapping
+        // origin and result buffers (erroneous) are the general path's to copy.
+        Some((r, rcount, rdt)) => {
+            if rdt != tdt || rcount != tcount || (r as usize) <= MPI_IN_PLACE {
+                return false;
+            }
+            let (o, r0) = (origin as usize, r as usize);
+            if !noop && o < r0.wrapping_add(len) && r0 < o.wrapping_add(len) {
+                return false;
+            }
+            Some(r)
+        }
+        None => None,
+    };
+    let Some((acc, elem)) = acc_direct_of(op, tdt, result.is_some()) else {
+        return false;
+    };
+    on_direct_target(win, target, disp, |w, t, addr| {
+        let runs = [(0i64, len as u64)];
+        // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL: checked),
+        // unwritten during the call; MPI_NO_OP reads none.
+        let data = if noop {
+            &[][..]
+        } else {
+            unsafe { super::bytes(origin, len) }
+        };
+        // SAFETY: the caller's contract: the result buffer holds `len` writable bytes (not
+        // NULL: checked), apart from the origin's (checked), not otherwise accessed.
+        let old = out.map(|r| unsafe { super::bytes_mut(r, len) });
+        let r = w.direct(|d| d.accumulate_now(t, addr, &runs, acc, elem, data, old));
+        matches!(r, Some(Ok(())))
+    })
+}
+
+/// The fast path of `MPI_Compare_and_swap`: a predefined integer, logical or byte datatype
+/// of 1, 2, 4 or 8 bytes, a window whose module reaches the target's memory itself
+/// (osc-sm): the module's compare-and-swap (under its accumulate lock, or a CPU
+/// compare-exchange with `osc_sm_atomics`, as on the general path) on the program's
+/// buffers. False sends the call down the general path (any other datatype, a NULL
+/// buffer, `MPI_PROC_NULL`, a refusal of the module, which writes nothing).
+///
+/// # Safety
+/// The MPI contract of `MPI_Compare_and_swap`: one element of `dt` at each address, the
+/// result's writable and not otherwise accessed during the call.
+#[inline(always)]
+unsafe fn cas_direct(
+    origin: *const c_void,
+    compare: *const c_void,
+    result: *mut c_void,
+    dt: Handle,
+    target: c_int,
+    disp: MPI_Aint,
+    win: Handle,
+) -> bool {
+    use crate::dtype::{self, Class};
+    let Some(t) = dtype::lookup(dt) else {
+        return false;
+    };
+    if !matches!(t.class, Class::Integer | Class::Logical | Class::Byte) || t.size != t.extent {
+        return false;
+    }
+    let (size, elem) = match t.size {
+        1 => (1, Elem::U8),
+        2 => (2, Elem::U16),
+        4 => (4, Elem::U32),
+        8 => (8, Elem::U64),
+        _ => return false,
+    };
+    if origin.is_null() || compare.is_null() || result.is_null() {
+        return false;
+    }
+    // Copied (at most 8 bytes): the result may then alias them, as on the general path.
+    let (mut value, mut cmp) = ([0u8; 8], [0u8; 8]);
+    // SAFETY: the contract: one element of `dt` at each address (not NULL: checked).
+    unsafe {
+        value[..size].copy_from_slice(super::bytes(origin, size));
+        cmp[..size].copy_from_slice(super::bytes(compare, size));
+    }
+    on_direct_target(win, target, disp, |w, rank, addr| {
+        // SAFETY: the result element, writable (not NULL: checked), not otherwise accessed.
+        let old = unsafe { super::bytes_mut(result, size) };
+        let r = w.direct(|d| {
+            d.compare_and_swap_now(rank, addr, elem, &cmp[..size], &value[..size], old)
+        });
+        matches!(r, Some(Ok(())))
+    })
 }
 
 /// Every RMA communication call: check, pack, issue; `request` makes it request-based.
@@ -1383,6 +1596,30 @@ macro_rules! rma_fns {
                     return rc;
                 }
             }
+            // OSU's small accumulates: the same, through the module's accumulate kernel.
+            let acc = match $kind {
+                Kind::Acc(op) if $request.is_null() => Some((op, None)),
+                Kind::GetAcc(op) if $request.is_null() => {
+                    Some((op, Some(($result, $rcount as i64, $rdt))))
+                }
+                _ => None,
+            };
+            if let Some((op, result)) = acc {
+                let mut done = false;
+                let rc = call_win(stringify!($name), $win, || {
+                    // SAFETY: the caller's contract is the call's.
+                    done = unsafe {
+                        acc_direct(
+                            $origin, $ocount as i64, $odt, result, $rank, $disp,
+                            $tcount as i64, $tdt, op, $win,
+                        )
+                    };
+                    Ok(())
+                });
+                if done || rc != MPI_SUCCESS {
+                    return rc;
+                }
+            }
             // SAFETY: the caller's contract is the call's.
             unsafe {
                 rma(
@@ -1462,6 +1699,28 @@ pub unsafe extern "C" fn MPI_Fetch_and_op(
     op: Handle,
     win: Handle,
 ) -> c_int {
+    let mut done = false;
+    let rc = call_win("MPI_Fetch_and_op", win, || {
+        // SAFETY: the caller's contract (one element in each buffer).
+        done = unsafe {
+            acc_direct(
+                origin_addr,
+                1,
+                datatype,
+                Some((result_addr, 1, datatype)),
+                target_rank,
+                target_disp,
+                1,
+                datatype,
+                op,
+                win,
+            )
+        };
+        Ok(())
+    });
+    if done || rc != MPI_SUCCESS {
+        return rc;
+    }
     // SAFETY: the caller's contract (one element in each buffer).
     unsafe {
         rma(
@@ -1496,6 +1755,21 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
     win: Handle,
 ) -> c_int {
     call_win("MPI_Compare_and_swap", win, || {
+        // SAFETY: the caller's contract.
+        let direct = unsafe {
+            cas_direct(
+                origin_addr,
+                compare_addr,
+                result_addr,
+                datatype,
+                target_rank,
+                target_disp,
+                win,
+            )
+        };
+        if direct {
+            return Ok(());
+        }
         let w = raw(win)?;
         let ty = Ty::for_use(datatype)?;
         let base = ty.reduction_base().map_err(|_| {
@@ -1504,7 +1778,14 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
                 "MPI_Compare_and_swap takes a predefined datatype",
             )
         })?;
+        // Value-index pairs are no integers either (MPI 5.0 section 12.3.4).
+        let pair = base.pair_layout().is_some()
+            || matches!(
+                base.name,
+                "MPI_2INTEGER" | "MPI_2REAL" | "MPI_2DOUBLE_PRECISION"
+            );
         if !matches!(ty, Ty::Predefined(..))
+            || pair
             || matches!(
                 base.class,
                 crate::dtype::Class::Float | crate::dtype::Class::Complex
@@ -2020,4 +2301,54 @@ pub unsafe extern "C" fn MPI_Win_set_info(win: Handle, info: Handle) -> c_int {
             Ok(())
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The accumulate fast path resolves an operation and a datatype to what the general
+    /// path's `acc_of` gives, for every predefined datatype and operation it takes (and it
+    /// takes the common ones), so the two paths never compute differently.
+    #[test]
+    fn the_fast_resolution_agrees_with_acc_of() {
+        let mut taken = 0;
+        for dt in 0x200..0x300 {
+            let Ok(ty) = Ty::lookup(dt) else { continue };
+            // 0x20 is MPI_OP_NULL; the predefined operations follow it.
+            for op in 0x20..0x40 {
+                for fetch in [false, true] {
+                    if let Some(fast) = acc_direct_of(op, dt, fetch) {
+                        taken += 1;
+                        assert_eq!(acc_of(op, &ty, &ty).ok(), Some(fast), "{op:#x} on {dt:#x}");
+                    }
+                }
+            }
+        }
+        assert!(
+            taken > 300,
+            "the fast path takes {taken} (operation, datatype) pairs"
+        );
+        for (op, dt) in [
+            (MPI_SUM, 0x209),
+            (MPI_SUM, CHAR_HANDLE),
+            (MPI_REPLACE, 0x214),
+        ] {
+            assert!(acc_direct_of(op, dt, false).is_some(), "{op:#x} on {dt:#x}");
+        }
+        assert_eq!(
+            acc_direct_of(MPI_NO_OP, 0x209, false),
+            None,
+            "MPI_NO_OP needs a fetch"
+        );
+        assert_eq!(
+            acc_direct_of(MPI_MINLOC, 0x22b, false),
+            None,
+            "pairs: the general path"
+        );
+        assert_eq!(
+            crate::dtype::lookup(CHAR_HANDLE).map(|t| t.name),
+            Some("MPI_CHAR")
+        );
+    }
 }

@@ -95,7 +95,7 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
     // Per rank: the collective it is at, its run and its buffers.
     struct Rank {
         k: usize,
-        /// The sequence number of the last barrier it passed.
+        /// What its last run that knew said every other member finished ([`Run::clears`]).
         synced: Option<u32>,
         run: Option<Run>,
         send: Vec<u8>,
@@ -143,7 +143,7 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
                 op => op,
             };
             let run = Run::new(op, layout, me, rank.k as u32 + 1, bytes);
-            rank.run = Some(run.after_barrier(rank.synced));
+            rank.run = Some(run.after_clear(rank.synced));
         }
         let run = rank.run.as_mut().unwrap();
         match run.poll(&mem, &rank.send, &mut rank.work, Some(&reduce_u32)) {
@@ -157,8 +157,8 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
                         c
                     );
                 }
-                if let Op::Barrier { .. } = c.op {
-                    rank.synced = Some(rank.k as u32 + 1);
+                if let Some(done) = run.clears() {
+                    rank.synced = Some(done);
                 }
                 rank.run = None;
                 rank.k += 1;
@@ -371,4 +371,71 @@ fn short_data_travels_in_the_control_line_next_to_posted() {
         }
         assert_ne!(l.data(r, 1, 1), l.data(r, 2, 1), "two inline slots");
     }
+}
+
+#[test]
+fn a_rank_that_heard_everyone_in_the_last_collective_skips_the_freed_checks() {
+    let layout = Layout::new(2, 64);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let (send, mut work) = (vec![1u8; 8], vec![0u8; 8]);
+    // Collective 3 on rank 0 while rank 1's `freed` still says 0 (< 3 - 2): without
+    // knowledge it waits for rank 1 to free the slot collective 1 used...
+    let allreduce = Op::Allreduce {
+        elem: 4,
+        split: false,
+    };
+    let mut blind = Run::new(allreduce, layout, 0, 3, 8);
+    assert!(matches!(
+        blind.poll(&mem, &send, &mut work, Some(&reduce_u32)),
+        Step::Wait(Wait { off, .. }) if off == layout.freed(1)
+    ));
+    // ...but after an allreduce 2 (which saw rank 1's post of 2, so rank 1 had finished 1)
+    // it writes and posts at once.
+    let mut told = Run::new(allreduce, layout, 0, 3, 8).after_clear(Some(2 - 1));
+    assert!(matches!(
+        told.poll(&mem, &send, &mut work, Some(&reduce_u32)),
+        Step::Posted { .. }
+    ));
+}
+
+#[test]
+fn only_runs_that_heard_every_member_clear_earlier_slots() {
+    let layout = Layout::new(3, 64);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    // Everyone posted everything of collective 5 and freed 4: a lone rank finishes any run.
+    for q in 0..3 {
+        mem.store(layout.posted(q), 5 * 4 + 2);
+        mem.store(layout.freed(q), 4);
+    }
+    mem.store(layout.arrived(), 3);
+    let clears = |op: Op, me: usize| {
+        let mut run = Run::new(op, layout, me, 5, 8);
+        let (send, mut work) = (vec![0u8; 8], vec![0u8; 8]);
+        assert!(run.clears().is_none(), "nothing is known before the end");
+        while run.poll(&mem, &send, &mut work, Some(&reduce_u32)) != Step::Done {}
+        run.clears()
+    };
+    let reduce = |root| Op::Reduce {
+        root,
+        elem: 4,
+        split: false,
+    };
+    assert_eq!(clears(Op::Barrier { round: 1 }, 0), Some(5));
+    let allreduce = Op::Allreduce {
+        elem: 4,
+        split: true,
+    };
+    assert_eq!(clears(allreduce, 1), Some(4));
+    assert_eq!(clears(reduce(2), 2), Some(4), "the root heard everyone");
+    assert_eq!(clears(reduce(2), 0), None, "a leaf heard nobody");
+    assert_eq!(
+        clears(Op::Bcast { root: 1 }, 0),
+        None,
+        "a reader heard the root only"
+    );
+    assert_eq!(
+        clears(Op::Bcast { root: 1 }, 1),
+        None,
+        "the root heard nobody"
+    );
 }

@@ -1,0 +1,93 @@
+/* MPI_Comm_split with an invalid colour (negative, not MPI_UNDEFINED) on ONE member: every
+ * member gets the error (MPI_ERR_ARG through MPI_ERRORS_RETURN), no new communicator comes
+ * back, and the parent still works afterwards. Before the fix the bad member refused alone,
+ * before any exchange, and the others waited in the split for ever (the harness's timeout).
+ *   1. an intra-communicator (the world), the last rank passing -5;
+ *   2. the same, two members bad, on a duplicate;
+ *   3. an intercommunicator (world rank 0 against the others), one process of the larger
+ *      group passing -3: its group refuses with MPI_ERR_ARG, the other group's split is
+ *      refused by its exchange (another error class); the intercommunicator then still
+ *      splits.
+ * An argument k runs case k alone. */
+#include "check.h"
+
+static int me, np, only;
+
+#define RUN(k) (only == 0 || only == (k))
+
+/* want_class MPI_SUCCESS: any error (the other group of an intercommunicator learns the
+ * refusal from the split's exchange, whose error is not an argument's). */
+static void refused(const char *what, int rc, MPI_Comm nc, int want_class) {
+    int cls = MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+    CHECK(rc != MPI_SUCCESS, "%s: the split succeeded on world rank %d", what, me);
+    if (want_class != MPI_SUCCESS)
+        CHECK(cls == want_class, "%s: error class %d, want %d", what, cls, want_class);
+    CHECK(nc == MPI_COMM_NULL, "%s: a communicator came back", what);
+}
+
+/* The parent still serves: a good split and an allreduce on the result. */
+static void parent_works(MPI_Comm parent, int lsize) {
+    MPI_Comm half = MPI_COMM_NULL;
+    int lme = -1;
+    OK(MPI_Comm_rank(parent, &lme));
+    OK(MPI_Comm_split(parent, lme % 2, -lme, &half));
+    if (half == MPI_COMM_NULL) {
+        CHECK(0, "the good split gave no communicator");
+        return;
+    }
+    int n = -1, sum = -1, one = 1;
+    OK(MPI_Comm_size(half, &n));
+    CHECK(n == (lsize + 1 - lme % 2) / 2, "half size %d of %d", n, lsize);
+    OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, half));
+    CHECK(sum == n, "sum %d over %d members", sum, n);
+    OK(MPI_Comm_free(&half));
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    only = argc > 1 ? atoi(argv[1]) : 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &np);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+
+    if (RUN(1)) {
+        MPI_Comm nc = MPI_COMM_NULL;
+        int rc = MPI_Comm_split(MPI_COMM_WORLD, me == np - 1 ? -5 : me % 2, me, &nc);
+        refused("world, last rank -5", rc, nc, MPI_ERR_ARG);
+        parent_works(MPI_COMM_WORLD, np);
+    }
+    if (RUN(2)) {
+        MPI_Comm dup;
+        OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+        OK(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
+        MPI_Comm nc = MPI_COMM_NULL;
+        int bad = me == 0 || me == np - 1;
+        int rc = MPI_Comm_split(dup, bad ? -1 - me : 0, 0, &nc);
+        refused("dup, first and last ranks bad", rc, nc, MPI_ERR_ARG);
+        parent_works(dup, np);
+        OK(MPI_Comm_free(&dup));
+    }
+    if (RUN(3) && np >= 2) {
+        int in_a = me == 0;
+        MPI_Comm local, inter, nc = MPI_COMM_NULL;
+        OK(MPI_Comm_split(MPI_COMM_WORLD, in_a, me, &local));
+        OK(MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, in_a ? 1 : 0, 77, &inter));
+        OK(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
+        int rc = MPI_Comm_split(inter, me == np - 1 ? -3 : 0, me, &nc);
+        refused("intercommunicator, one process -3", rc, nc, in_a ? MPI_SUCCESS : MPI_ERR_ARG);
+        /* The intercommunicator still serves: every process in colour 0. */
+        OK(MPI_Comm_split(inter, 0, me, &nc));
+        CHECK(nc != MPI_COMM_NULL, "the good intercommunicator split gave nothing");
+        if (nc != MPI_COMM_NULL) {
+            OK(MPI_Barrier(nc));
+            OK(MPI_Comm_free(&nc));
+        }
+        OK(MPI_Barrier(inter));
+        OK(MPI_Comm_free(&inter));
+        OK(MPI_Comm_free(&local));
+    }
+    int rc = summary("split_errors");
+    MPI_Finalize();
+    return rc;
+}
