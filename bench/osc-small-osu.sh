@@ -1,50 +1,66 @@
 #!/usr/bin/env bash
-# Issue 29's 1-64 B gap: OSU 7.4's osu_put_latency and osu_get_latency on `-w allocate`
-# windows (osc-sm in rmca), in both passive-target modes (`-s flush`: lock_all + flush per
-# operation, OSU's default; `-s lock`: lock/unlock per operation), 1 B-64 KiB, 2 ranks bound
-# one per core; for every (benchmark, mode) and round the runtimes run one after the other:
-# rmca, Open MPI, MPICH. B: a directory with OSU's one-sided binaries built per MPI in
-# B/rmca, B/ompi, B/mpich (bench/results.sh's osc_osu builds them from OSU's src directory).
-# Prints, per (benchmark, mode, size), the median over ROUNDS of each runtime's latency (us)
-# and rmca / best peer (below 1: rmca faster).
+# OSU 7.4's small one-sided latencies on `-w allocate` windows (osc-sm in rmca) against the
+# peers, 2 ranks bound one per core, in both passive-target modes (`-s flush`: lock_all + a
+# flush per operation, OSU's default; `-s lock`: lock/unlock per operation). BENCHES (default
+# osu_acc_latency, osu_get_acc_latency, osu_fop_latency, osu_cas_latency, osu_put_latency) at
+# 1-MAX bytes (default 64; fop and cas: their one element). For every (benchmark, mode) and
+# round the runtimes run one after the other: rmca, Open MPI, MPICH. B: a directory with OSU's
+# one-sided binaries built per MPI in B/rmca, B/ompi, B/mpich (bench/results.sh's osc_osu
+# builds them from OSU's src directory). Prints, per (benchmark, mode, size), the median over
+# ROUNDS of each runtime's latency (us), rmca / best peer (below 1: rmca faster), and the
+# spread of rmca's rounds.
 #   B=/tmp/oscsm-osu ROUNDS=3 bench/osc-small-osu.sh
+#   BENCHES='put_latency get_latency' MAX=65536 TIMEOUT=120 bench/osc-small-osu.sh
 set -uo pipefail
 rel=$(cd "$(dirname "$0")/.." && pwd)/target/release
 B=${B:-/tmp/oscsm-osu}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-2000}
+MAX=${MAX:-64}
+TIMEOUT=${TIMEOUT:-60}
+BENCHES=${BENCHES:-acc_latency get_acc_latency fop_latency cas_latency put_latency}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for rt in rmca ompi mpich; do
+  for b in $BENCHES; do
+    [[ -x $B/$rt/osu_$b ]] || { echo "osc-small-osu.sh: $B/$rt/osu_$b is missing (bench/results.sh's osc_osu builds them)" >&2; exit 2; }
+  done
+done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "load before: $(uptime)"
 for r in $(seq "$ROUNDS"); do
-  for b in put_latency get_latency; do
+  for b in $BENCHES; do
     for mode in flush lock; do
-      a="-w allocate -s $mode -m 1:65536 -i $ITERS -x $((ITERS / 10))"
+      a="-w allocate -s $mode -i $ITERS -x $((ITERS / 10))"
+      case $b in fop_latency | cas_latency) ;; *) a="$a -m 1:$MAX" ;; esac
       # shellcheck disable=SC2086 # OSU's options are words on purpose
       {
-        timeout 120 "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a >"$out/$b.$mode.rmca.$r" 2>&1
-        timeout 120 mpirun.openmpi -n 2 --bind-to core "$B/ompi/osu_$b" $a >"$out/$b.$mode.ompi.$r" 2>&1
-        timeout 120 mpiexec.mpich -n 2 -bind-to core "$B/mpich/osu_$b" $a >"$out/$b.$mode.mpich.$r" 2>&1
+        timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a >"$out/$b.$mode.rmca.$r" 2>&1
+        timeout "$TIMEOUT" mpirun.openmpi -n 2 --bind-to core "$B/ompi/osu_$b" $a >"$out/$b.$mode.ompi.$r" 2>&1
+        timeout "$TIMEOUT" mpiexec.mpich -n 2 -bind-to core "$B/mpich/osu_$b" $a >"$out/$b.$mode.mpich.$r" 2>&1
       }
     done
   done
 done
 echo "load after: $(uptime)"
-printf '%-16s %-6s %6s %10s %10s %10s %10s\n' benchmark mode size rmca ompi mpich rmca/best
-for b in put_latency get_latency; do
+printf '%-16s %-6s %5s %8s %8s %8s %10s %14s\n' benchmark mode size rmca ompi mpich rmca/best "rmca min-max"
+for b in $BENCHES; do
   for mode in flush lock; do
-    for size in 1 2 4 8 16 32 64 128 256 512 1024 2048 4096 8192 16384 32768 65536; do
-      med() { # runtime: the median over the rounds of SIZE's latency
+    # The sizes rmca's first round printed (fop and cas: one line).
+    sizes=$(awk '/^[0-9]/ { print $1 }' "$out/$b.$mode.rmca.1")
+    for size in ${sizes:-1}; do
+      vals() { # runtime: SIZE's latency in every round, sorted
         for r in $(seq "$ROUNDS"); do
           awk -v s="$size" '$1 == s { print $2 }' "$out/$b.$mode.$1.$r"
-        done | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
+        done | sort -g
       }
+      med() { vals "$1" | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }
       x=$(med rmca) o=$(med ompi) m=$(med mpich)
+      spread=$(vals rmca | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%s-%s", lo, hi; else print "-" }')
       ratio=$(awk -v x="$x" -v o="$o" -v m="$m" 'BEGIN {
         best = (o == "-") ? m : (m == "-" ? o : (o < m ? o : m));
         if (x == "-" || best == "-" || best == 0) print "-"; else printf "%.2f", x / best }')
-      printf '%-16s %-6s %6s %10s %10s %10s %10s\n' "$b" "$mode" "$size" "$x" "$o" "$m" "$ratio"
+      printf '%-16s %-6s %5s %8s %8s %8s %10s %14s\n' "$b" "$mode" "$size" "$x" "$o" "$m" "$ratio" "$spread"
     done
   done
 done

@@ -49,7 +49,7 @@ tables=(
   "first-messages|peers|first_messages 3"
   "osc-osu|peers,dir:/tmp/oscsm-osu/src|osc_osu /tmp/oscsm-osu/src 2"
   "osc-small-instructions|valgrind,peers|bench/osc-instructions.sh target/release ompi mpich"
-  "osc-small-osu|peers,dir:/tmp/oscsm-osu|B=/tmp/oscsm-osu ROUNDS=5 bench/osc-atomics-osu.sh"
+  "osc-small-osu|peers,dir:/tmp/oscsm-osu|B=/tmp/oscsm-osu ROUNDS=5 bench/osc-small-osu.sh"
   "osu-coll|peers,dir:/tmp/osu|ITERS=200 MAXSIZE=16384 RUNTIMES='rmca rmca-base ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/osu-coll 2"
   "coll-sm-2ranks|peers,dir:/tmp/osu,dir:/tmp/collsm-before|RMCA2_LIB=/tmp/collsm-before ITERS=1000 RANKS=2 MAXSIZE=8192 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 rmca-base ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/collsm-osu 5"
   "coll-sm-4ranks|peers,dir:/tmp/osu,dir:/tmp/collsm-before|RMCA2_LIB=/tmp/collsm-before ITERS=300 RANKS=4 MAXSIZE=8192 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 rmca-base ompi ompi-han' bench/osu-coll-peers.sh /tmp/osu /tmp/collsm-osu 5"

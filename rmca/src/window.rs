@@ -816,9 +816,11 @@ fn elem_of<T: Reducible>() -> Result<Elem> {
     })
 }
 
-/// The accumulate operation of a reduction operation.
-fn acc_op(op: Op) -> Result<AccOp> {
-    Ok(match op {
+/// The accumulate operation of a predefined reduction operation: `None` for `MinLoc` and
+/// `MaxLoc`, which apply to value-index pairs only (the C library maps its pair datatypes
+/// itself). The one mapping: the Rust windows and the C library's both use it.
+pub fn accumulate_op(op: Op) -> Option<AccOp> {
+    Some(match op {
         Op::Sum => AccOp::Sum,
         Op::Prod => AccOp::Prod,
         Op::Min => AccOp::Min,
@@ -829,11 +831,16 @@ fn acc_op(op: Op) -> Result<AccOp> {
         Op::LogicalAnd => AccOp::LAnd,
         Op::LogicalOr => AccOp::LOr,
         Op::LogicalXor => AccOp::LXor,
-        Op::MinLoc | Op::MaxLoc => {
-            return Err(Error::InvalidArgument(
-                "one-sided accumulates do not support MinLoc/MaxLoc yet".into(),
-            ))
-        }
+        Op::MinLoc | Op::MaxLoc => return None,
+    })
+}
+
+/// [`accumulate_op`] for the typed windows, whose elements are never pairs.
+fn acc_op(op: Op) -> Result<AccOp> {
+    accumulate_op(op).ok_or_else(|| {
+        Error::InvalidArgument(
+            "one-sided accumulates of a typed window do not take MinLoc/MaxLoc (pairs)".into(),
+        )
     })
 }
 

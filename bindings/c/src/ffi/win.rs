@@ -925,19 +925,7 @@ fn acc_of(op: Handle, ty: &Ty, tty: &Ty) -> MpiResult<(AccOp, Elem)> {
     use rmca::coll::Op;
     match super::op::reducer(op, op_dt(ty), ty)? {
         super::op::Reducer::Builtin(o, e) => Ok((
-            match o {
-                Op::Sum => AccOp::Sum,
-                Op::Prod => AccOp::Prod,
-                Op::Min => AccOp::Min,
-                Op::Max => AccOp::Max,
-                Op::BitAnd => AccOp::BAnd,
-                Op::BitOr => AccOp::BOr,
-                Op::BitXor => AccOp::BXor,
-                Op::LogicalAnd => AccOp::LAnd,
-                Op::LogicalOr => AccOp::LOr,
-                Op::LogicalXor => AccOp::LXor,
-                Op::MinLoc | Op::MaxLoc => unreachable!("handled above"),
-            },
+            rmca::window::accumulate_op(o).expect("MINLOC/MAXLOC handled above"),
             elem(e),
         )),
         super::op::Reducer::Special(sp) => {
@@ -1185,7 +1173,6 @@ const CHAR_HANDLE: Handle = 0x243;
 #[inline]
 fn acc_direct_of(op: Handle, dt: Handle, fetch: bool) -> Option<(AccOp, Elem)> {
     use crate::dtype::{self, Class};
-    use rmca::coll::Op;
     let t = dtype::lookup(dt)?;
     if t.size != t.extent {
         return None;
@@ -1228,20 +1215,7 @@ fn acc_direct_of(op: Handle, dt: Handle, fetch: bool) -> Option<(AccOp, Elem)> {
         }
         elem(e)
     };
-    let acc = match rop {
-        Op::Sum => AccOp::Sum,
-        Op::Prod => AccOp::Prod,
-        Op::Min => AccOp::Min,
-        Op::Max => AccOp::Max,
-        Op::BitAnd => AccOp::BAnd,
-        Op::BitOr => AccOp::BOr,
-        Op::BitXor => AccOp::BXor,
-        Op::LogicalAnd => AccOp::LAnd,
-        Op::LogicalOr => AccOp::LOr,
-        Op::LogicalXor => AccOp::LXor,
-        Op::MinLoc | Op::MaxLoc => return None,
-    };
-    Some((acc, e))
+    Some((rmca::window::accumulate_op(rop)?, e))
 }
 
 /// The fast path of `MPI_Accumulate`, `MPI_Get_accumulate` (`result` not `None`) and
