@@ -5,7 +5,10 @@
 # only the call itself is counted (--toggle-collect), at two round counts, and the difference
 # per call printed, so that what a run does once cancels out. At one rank the collective
 # itself is coll-base's local schedule: the count is the C layer plus that schedule.
-#   bench/coll-instructions.sh TARGET_DIR [LIBDIR...]
+# RANKS=2: two ranks on the default stack (coll-sm), an MPI_Barrier between the calls, the
+# one rank counted that never waits in the call (a reduce's leaf, rank 1; a broadcast's root,
+# rank 0): the C layer plus coll-sm's own path, without any wait.
+#   [RANKS=2] bench/coll-instructions.sh TARGET_DIR [LIBDIR...]
 # TARGET_DIR has rmca-cc; each LIBDIR (default TARGET_DIR) a libmpi.so to count (e.g. a build
 # from before a change), one column each.
 set -euo pipefail
@@ -19,12 +22,31 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 "$dir/rmca-cc" -O2 "$here/coll_calls.c" -o "$scratch/coll_calls"
 small=100 large=1100
+ranks=${RANKS:-1}
+[[ $ranks == 1 || $ranks == 2 ]] || { echo "coll-instructions.sh: RANKS must be 1 or 2, not '$ranks'" >&2; exit 2; }
+# At two ranks, one rank runs under callgrind (VG_RANK), the other natively.
+cat >"$scratch/one-rank" <<'EOT'
+#!/bin/sh
+if [ "$PMI_RANK" = "$VG_RANK" ]; then
+  exec valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="$VG_FN" --toggle-collect="P$VG_FN" "$@" 2>"$VG_LOG"
+fi
+exec "$@"
+EOT
+chmod +x "$scratch/one-rank"
 count() { # LIBDIR ROUNDS CALL FUNCTION: the least of three runs
   local best= n
   for _ in 1 2 3; do
-    n=$(LD_LIBRARY_PATH=$1 RMCA_MCA_btl=self valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-      --toggle-collect="$4" --toggle-collect="P$4" "$scratch/coll_calls" "$2" "$3" 2>&1 |
-      sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    if ((ranks == 1)); then
+      n=$(LD_LIBRARY_PATH=$1 RMCA_MCA_btl=self valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        --toggle-collect="$4" --toggle-collect="P$4" "$scratch/coll_calls" "$2" "$3" 2>&1 |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    else
+      local who=1
+      [[ $3 == bcast ]] && who=0
+      LD_LIBRARY_PATH=$1 VG_RANK=$who VG_FN=$4 VG_LOG=$scratch/vg.log \
+        "$dir/rmca-run" -n 2 "$scratch/one-rank" "$scratch/coll_calls" "$2" "$3" barrier >/dev/null
+      n=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$scratch/vg.log")
+    fi
     if [ -z "$best" ] || [ "$n" -lt "$best" ]; then best=$n; fi
   done
   echo "$best"
@@ -32,10 +54,14 @@ count() { # LIBDIR ROUNDS CALL FUNCTION: the least of three runs
 printf '%-30s' "instructions per call"
 for lib in "$@"; do printf ' %28s' "$lib"; done
 echo
-for c in allreduce:MPI_Allreduce inplace:MPI_Allreduce reduce:MPI_Reduce bcast:MPI_Bcast; do
+calls="allreduce:MPI_Allreduce inplace:MPI_Allreduce reduce:MPI_Reduce bcast:MPI_Bcast"
+# At two ranks every member of an allreduce waits for the other: only the calls without a wait.
+((ranks == 2)) && calls="reduce:MPI_Reduce bcast:MPI_Bcast"
+for c in $calls; do
   call=${c%%:*} f=${c##*:}
   label=$f
   [ "$call" = inplace ] && label="$f (MPI_IN_PLACE)"
+  ((ranks == 2)) && { [ "$call" = bcast ] && label="$f (root)" || label="$f (leaf)"; }
   printf '%-30s' "$label"
   for lib in "$@"; do
     a=$(count "$lib" $small "$call" "$f") b=$(count "$lib" $large "$call" "$f")

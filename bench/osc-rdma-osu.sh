@@ -1,16 +1,66 @@
 #!/usr/bin/env bash
-# osc-rdma (issue 29): OSU 7.4 one-sided, -w create, one round at 2 ranks, runtimes alternating per
-# benchmark (rmca osc-rdma, rmca osc-am, Open MPI, MPICH); B: a directory with OSU's one-sided
-# binaries built per MPI in B/rmca, B/ompi, B/mpich (bench/RESULTS.md, "One-sided communication").
-# Writes BENCH.RUNTIME files (OSU's output) in the current directory.
+# OSU 7.4 one-sided on `-w create` windows (MPI_Win_create: osc-rdma in rmca, osc-am with
+# `--mca osc am`), 2 ranks bound one per core, runtimes alternating per benchmark; B: a
+# directory with OSU's one-sided binaries built per MPI in B/rmca, B/ompi, B/mpich
+# (bench/RESULTS.md, "One-sided communication").
+#   MODE=transfers (default): put/get latency and bandwidth, one round (rmca osc-rdma, rmca
+#     osc-am, Open MPI, MPICH); writes BENCH.RUNTIME files (OSU's output) in the current
+#     directory.
+#   MODE=small: put, get, acc, get_acc latency at 1-MAX bytes (default 64) and fop, cas, in
+#     both passive-target modes (`-s flush`, `-s lock`), ROUNDS rounds (default 3) of rmca
+#     (default components), rmca `--mca osc am`, Open MPI, MPICH; prints per (benchmark,
+#     mode, size) the median of each runtime's latency (us) and rmca / best peer.
 rel=$(cd "$(dirname "$0")/.." && pwd)/target/release
 B=${B:-/tmp/oscsm-osu}
+MODE=${MODE:-transfers}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "load before: $(uptime)"
-for bench in osu_put_latency osu_get_latency osu_put_bw osu_get_bw; do
-  case $bench in *latency) a="-m 1:65536 -i 1000 -x 100";; *) a="-m 1:262144 -i 50 -x 5";; esac
-  timeout 120 $rel/rmca-run -n 2 --bind-to core --mca osc rdma $B/rmca/$bench -w create $a > $bench.rdma 2>&1
-  timeout 120 $rel/rmca-run -n 2 --bind-to core --mca osc am $B/rmca/$bench -w create $a > $bench.am 2>&1
-  timeout 120 mpirun.openmpi -n 2 --bind-to core --allow-run-as-root --oversubscribe $B/ompi/$bench -w create $a > $bench.ompi 2>&1
-  timeout 120 mpiexec.mpich -n 2 -bind-to core $B/mpich/$bench -w create $a > $bench.mpich 2>&1
+if [[ $MODE == transfers ]]; then
+  for bench in osu_put_latency osu_get_latency osu_put_bw osu_get_bw; do
+    case $bench in *latency) a="-m 1:65536 -i 1000 -x 100";; *) a="-m 1:262144 -i 50 -x 5";; esac
+    timeout 120 $rel/rmca-run -n 2 --bind-to core --mca osc rdma $B/rmca/$bench -w create $a > $bench.rdma 2>&1
+    timeout 120 $rel/rmca-run -n 2 --bind-to core --mca osc am $B/rmca/$bench -w create $a > $bench.am 2>&1
+    timeout 120 mpirun.openmpi -n 2 --bind-to core --allow-run-as-root --oversubscribe $B/ompi/$bench -w create $a > $bench.ompi 2>&1
+    timeout 120 mpiexec.mpich -n 2 -bind-to core $B/mpich/$bench -w create $a > $bench.mpich 2>&1
+  done
+  echo "load after: $(uptime)"
+  exit 0
+fi
+ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-2000} MAX=${MAX:-64} TIMEOUT=${TIMEOUT:-60}
+BENCHES=${BENCHES:-put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for r in $(seq "$ROUNDS"); do
+  for b in $BENCHES; do
+    for mode in flush lock; do
+      a="-w create -s $mode -i $ITERS -x $((ITERS / 10))"
+      case $b in fop_latency | cas_latency) ;; *) a="$a -m 1:$MAX" ;; esac
+      # shellcheck disable=SC2086 # OSU's options are words on purpose
+      {
+        timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a >"$out/$b.$mode.rmca.$r" 2>&1
+        timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core --mca osc am "$B/rmca/osu_$b" $a >"$out/$b.$mode.am.$r" 2>&1
+        timeout "$TIMEOUT" mpirun.openmpi -n 2 --bind-to core "$B/ompi/osu_$b" $a >"$out/$b.$mode.ompi.$r" 2>&1
+        timeout "$TIMEOUT" mpiexec.mpich -n 2 -bind-to core "$B/mpich/osu_$b" $a >"$out/$b.$mode.mpich.$r" 2>&1
+      }
+    done
+  done
 done
 echo "load after: $(uptime)"
+printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' benchmark mode size rmca osc-am ompi mpich rmca/best
+for b in $BENCHES; do
+  for mode in flush lock; do
+    sizes=$(awk '/^[0-9]/ { print $1 }' "$out/$b.$mode.rmca.1")
+    for size in ${sizes:-1}; do
+      med() { # runtime: the median over the rounds of SIZE's latency
+        for r in $(seq "$ROUNDS"); do
+          awk -v s="$size" '$1 == s { print $2 }' "$out/$b.$mode.$1.$r"
+        done | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
+      }
+      x=$(med rmca) m=$(med am) o=$(med ompi) p=$(med mpich)
+      ratio=$(awk -v x="$x" -v o="$o" -v m="$p" 'BEGIN {
+        best = (o == "-") ? m : (m == "-" ? o : (o < m ? o : m));
+        if (x == "-" || best == "-" || best == 0) print "-"; else printf "%.2f", x / best }')
+      printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' "$b" "$mode" "$size" "$x" "$m" "$o" "$p" "$ratio"
+    done
+  done
+done

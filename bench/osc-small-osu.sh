@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# OSU 7.4's small one-sided latencies on `-w allocate` windows (osc-sm in rmca) against the
-# peers, 2 ranks bound one per core, in both passive-target modes (`-s flush`: lock_all + a
-# flush per operation, OSU's default; `-s lock`: lock/unlock per operation). BENCHES (default
-# osu_acc_latency, osu_get_acc_latency, osu_fop_latency, osu_cas_latency, osu_put_latency) at
-# 1-MAX bytes (default 64; fop and cas: their one element). For every (benchmark, mode) and
-# round the runtimes run one after the other: rmca, Open MPI, MPICH. B: a directory with OSU's
-# one-sided binaries built per MPI in B/rmca, B/ompi, B/mpich (bench/results.sh's osc_osu
-# builds them from OSU's src directory). Prints, per (benchmark, mode, size), the median over
-# ROUNDS of each runtime's latency (us), rmca / best peer (below 1: rmca faster), and the
-# spread of rmca's rounds.
+# OSU 7.4's small one-sided benchmarks on `-w allocate` windows (osc-sm in rmca) against the
+# peers, 2 ranks bound one per core, in both passive-target modes (`-s flush`: lock + a flush
+# per operation, or per window of 64 operations for the bandwidths, OSU's default; `-s lock`:
+# lock/unlock per operation or window). BENCHES (default osu_acc_latency,
+# osu_get_acc_latency, osu_fop_latency, osu_cas_latency, osu_put_latency) at 1-MAX bytes
+# (default 64; fop and cas: their one element); the bandwidths (put_bw, get_bw, put_bibw;
+# put_bibw's modes are flush-less: `-s fence` and `-s pscw`) too. For every (benchmark,
+# mode) and round the runtimes run one after the other: rmca, [before,] Open MPI, MPICH.
+# B: a directory with OSU's one-sided binaries built per MPI in B/rmca, B/ompi, B/mpich
+# (bench/results.sh's osc_osu builds them from OSU's src directory). BEFORE=DIR (a
+# directory holding an older build's libmpi.so) adds that library as runtime "before",
+# the same rmca binaries. Prints, per (benchmark, mode, size), the median over ROUNDS of
+# each runtime's figure (latency in us, bandwidth in MB/s), rmca's cost against the best
+# peer (latency / best latency, or best bandwidth / bandwidth: below 1, rmca is faster),
+# and the spread of rmca's rounds.
 #   B=/tmp/oscsm-osu ROUNDS=3 bench/osc-small-osu.sh
+#   BENCHES='put_bw get_bw put_bibw' BEFORE=/tmp/old-lib bench/osc-small-osu.sh
 #   BENCHES='put_latency get_latency' MAX=65536 TIMEOUT=120 bench/osc-small-osu.sh
 set -uo pipefail
 rel=$(cd "$(dirname "$0")/.." && pwd)/target/release
@@ -18,6 +24,7 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-2000}
 MAX=${MAX:-64}
 TIMEOUT=${TIMEOUT:-60}
+BEFORE=${BEFORE:-}
 BENCHES=${BENCHES:-acc_latency get_acc_latency fop_latency cas_latency put_latency}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for rt in rmca ompi mpich; do
@@ -25,42 +32,62 @@ for rt in rmca ompi mpich; do
     [[ -x $B/$rt/osu_$b ]] || { echo "osc-small-osu.sh: $B/$rt/osu_$b is missing (bench/results.sh's osc_osu builds them)" >&2; exit 2; }
   done
 done
+if [[ -n $BEFORE && ! -e $BEFORE/libmpi.so ]]; then
+  echo "osc-small-osu.sh: BEFORE=$BEFORE holds no libmpi.so" >&2
+  exit 2
+fi
+runtimes="rmca ${BEFORE:+before} ompi mpich"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+modes() { # the passive-target modes of benchmark $1 (put_bibw has none: its two active ones)
+  case $1 in put_bibw) echo "fence pscw" ;; *) echo "flush lock" ;; esac
+}
 echo "load before: $(uptime)"
 for r in $(seq "$ROUNDS"); do
   for b in $BENCHES; do
-    for mode in flush lock; do
+    for mode in $(modes "$b"); do
       a="-w allocate -s $mode -i $ITERS -x $((ITERS / 10))"
       case $b in fop_latency | cas_latency) ;; *) a="$a -m 1:$MAX" ;; esac
-      # shellcheck disable=SC2086 # OSU's options are words on purpose
-      {
-        timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a >"$out/$b.$mode.rmca.$r" 2>&1
-        timeout "$TIMEOUT" mpirun.openmpi -n 2 --bind-to core "$B/ompi/osu_$b" $a >"$out/$b.$mode.ompi.$r" 2>&1
-        timeout "$TIMEOUT" mpiexec.mpich -n 2 -bind-to core "$B/mpich/osu_$b" $a >"$out/$b.$mode.mpich.$r" 2>&1
-      }
+      for rt in $runtimes; do
+        # shellcheck disable=SC2086 # OSU's options are words on purpose
+        case $rt in
+        rmca) timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a ;;
+        before) LD_LIBRARY_PATH=$BEFORE timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a ;;
+        ompi) timeout "$TIMEOUT" mpirun.openmpi -n 2 --bind-to core "$B/ompi/osu_$b" $a ;;
+        mpich) timeout "$TIMEOUT" mpiexec.mpich -n 2 -bind-to core "$B/mpich/osu_$b" $a ;;
+        esac >"$out/$b.$mode.$rt.$r" 2>&1
+      done
     done
   done
 done
 echo "load after: $(uptime)"
-printf '%-16s %-6s %5s %8s %8s %8s %10s %14s\n' benchmark mode size rmca ompi mpich rmca/best "rmca min-max"
+printf '%-16s %-6s %5s' benchmark mode size
+for rt in $runtimes; do printf ' %9s' "$rt"; done
+printf ' %10s %16s\n' rmca/best "rmca min-max"
 for b in $BENCHES; do
-  for mode in flush lock; do
+  bw=0
+  [[ $b == *_bw || $b == *_bibw ]] && bw=1
+  for mode in $(modes "$b"); do
     # The sizes rmca's first round printed (fop and cas: one line).
     sizes=$(awk '/^[0-9]/ { print $1 }' "$out/$b.$mode.rmca.1")
     for size in ${sizes:-1}; do
-      vals() { # runtime: SIZE's latency in every round, sorted
+      vals() { # runtime: SIZE's figure in every round, sorted
         for r in $(seq "$ROUNDS"); do
           awk -v s="$size" '$1 == s { print $2 }' "$out/$b.$mode.$1.$r"
         done | sort -g
       }
       med() { vals "$1" | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }
+      printf '%-16s %-6s %5s' "$b" "$mode" "$size"
+      for rt in $runtimes; do printf ' %9s' "$(med "$rt")"; done
       x=$(med rmca) o=$(med ompi) m=$(med mpich)
       spread=$(vals rmca | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%s-%s", lo, hi; else print "-" }')
-      ratio=$(awk -v x="$x" -v o="$o" -v m="$m" 'BEGIN {
-        best = (o == "-") ? m : (m == "-" ? o : (o < m ? o : m));
-        if (x == "-" || best == "-" || best == 0) print "-"; else printf "%.2f", x / best }')
-      printf '%-16s %-6s %5s %8s %8s %8s %10s %14s\n' "$b" "$mode" "$size" "$x" "$o" "$m" "$ratio" "$spread"
+      ratio=$(awk -v x="$x" -v o="$o" -v m="$m" -v bw="$bw" 'BEGIN {
+        if (bw) best = (o == "-") ? m : (m == "-" ? o : (o > m ? o : m));
+        else best = (o == "-") ? m : (m == "-" ? o : (o < m ? o : m));
+        if (x == "-" || best == "-" || best == 0 || x == 0) print "-";
+        else if (bw) printf "%.2f", best / x;
+        else printf "%.2f", x / best }')
+      printf ' %10s %16s\n' "$ratio" "$spread"
     done
   done
 done

@@ -58,13 +58,8 @@ build_of() {
   *) echo "unknown runtime '$1' (valid: rmca rmca2 rmca-base ompi ompi-han ompi-sm mpich)" >&2; exit 2 ;;
   esac
 }
-cc_of() {
-  case $1 in
-  rmca) echo "$rel/mpicc" ;;
-  ompi) echo mpicc.openmpi ;;
-  mpich) echo mpicc.mpich ;;
-  esac
-}
+# shellcheck source=bench/osu-build.sh
+source "$(dirname "$0")/osu-build.sh"
 # The launcher line of a runtime on $2 ranks: bound to cores while they fit.
 launch_of() {
   local n=$2 bind=none
@@ -86,30 +81,8 @@ for b in $builds; do
 done
 
 mkdir -p "$out/raw"
-for rt in $builds; do
-  b=$out/build-$rt
-  missing=
-  for bench in $benches; do [[ -x $b/$osu_dir/$bench ]] || missing=1; done
-  if [[ -z $missing && $b/.cc -nt "$(command -v "$(cc_of "$rt")")" ]]; then
-    continue # built before with this compiler
-  fi
-  rm -rf "$b"
-  mkdir -p "$b"
-  if [[ -f $src/HEAD && -d $src/objects ]]; then
-    git -C "$src" archive HEAD | tar -x -C "$b"
-  else
-    cp -a "$src/." "$b"
-  fi
-  # Timestamps from the copy can make make want to rerun automake: keep the generated files.
-  (cd "$b" && touch aclocal.m4 configure $(find . -name Makefile.in) 2>/dev/null || true)
-  echo "== building OSU's $osu_dir for $rt (log $b/build.log)" >&2
-  # A copied tree may hold objects built by another compiler: clean them first.
-  # shellcheck disable=SC2086 # the benchmark list is words on purpose
-  (cd "$b" && ./configure CC="$(cc_of "$rt")" CXX="$(cc_of "$rt")" && rm -f c/util/*.o &&
-    make -C "$osu_dir" clean && make -C "$osu_dir" $benches) \
-    >"$b/build.log" 2>&1 || { tail -20 "$b/build.log" >&2; exit 1; }
-  cc_of "$rt" >"$b/.cc"
-done
+# shellcheck disable=SC2086 # the build list is words on purpose
+osu_build "$out" "$src" "$osu_dir" "$benches" $builds || exit 1
 
 echo "\$ bench/osu-peers.sh $src $out $rounds  (BENCHES='$benches' RUNTIMES='$runtimes' RANKS='$ranks_list' MAXSIZE=$maxsize ITERS='$iters' OSU_DIR='$osu_dir' OSU_ARGS='$osu_args' RMCA_ARGS='${RMCA_ARGS:-}' RMCA2_ARGS='${RMCA2_ARGS:-}' RMCA_LIB='${RMCA_LIB:-}' RMCA2_LIB='${RMCA2_LIB:-}')" >"$out/tables.txt"
 echo "commit: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + uncommitted changes')" >>"$out/tables.txt"

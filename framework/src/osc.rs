@@ -39,6 +39,9 @@
 //! Errors are typed ([`OscError`]) and map one to one to MPI's error classes
 //! (`MPI_ERR_RMA_RANGE`, `MPI_ERR_RMA_SYNC`, ...).
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use thiserror::Error;
 
 use crate::buffer::UserBuf;
@@ -804,6 +807,126 @@ pub trait OscDirect {
         value: &[u8],
         old: &mut [u8],
     ) -> Result<(), OscError>;
+
+    /// `MPI_Win_flush(_local)` of `target` (`None`: `_all`) finished within the call: what
+    /// [`OscModule::sync`] and [`OscModule::sync_done`] do for [`SyncCall::Flush`] and
+    /// [`SyncCall::FlushLocal`] (the same checks, the same errors), as one call. Every direct
+    /// operation completed when issued, so this is a memory fence once the epoch is checked.
+    fn flush_now(&mut self, target: Option<usize>) -> Result<(), OscError>;
+
+    /// The module's [`DirectView`], when its members' memory is mapped in this process
+    /// (osc-sm): a host keeps it next to the window and does small puts and gets, and
+    /// flushes, through it without calling the module. `None` by default.
+    fn view(&self) -> Option<Rc<DirectView>> {
+        None
+    }
+}
+
+/// One member's memory as a [`DirectView`] reaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectTarget {
+    /// Its address in this process.
+    pub base: usize,
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its displacement unit (bytes).
+    pub disp_unit: u64,
+}
+
+/// A window whose every member's memory this process maps (osc-sm), as a host may use it
+/// with no call into the module: where each member's memory is, and the module's epoch
+/// checks as flags it refreshes after each synchronization step ([`OscModule::sync`],
+/// [`OscModule::sync_done`]): whether an access epoch to a member is open (a put or get may
+/// go) and whether a flush of it would succeed at once. The flags are a cache of the
+/// module's own state, never a second one: a host that finds a flag down calls the module,
+/// which decides and raises the error. Not `Sync` (its flags are cells): it stays on the
+/// window's thread, as the module does.
+#[derive(Debug)]
+pub struct DirectView {
+    targets: Box<[DirectTarget]>,
+    access: Box<[Cell<bool>]>,
+    flush: Box<[Cell<bool>]>,
+    flush_all: Cell<bool>,
+}
+
+impl DirectView {
+    /// A view of `targets`, every flag down (no epoch open).
+    pub fn new(targets: Vec<DirectTarget>) -> Self {
+        let n = targets.len();
+        Self {
+            targets: targets.into_boxed_slice(),
+            access: (0..n).map(|_| Cell::new(false)).collect(),
+            flush: (0..n).map(|_| Cell::new(false)).collect(),
+            flush_all: Cell::new(false),
+        }
+    }
+
+    /// The members' count.
+    pub fn len(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// Has the window no member (never: a window has at least its creator)?
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    /// Member `t`'s memory (`None` past the last member).
+    pub fn target(&self, t: usize) -> Option<DirectTarget> {
+        self.targets.get(t).copied()
+    }
+
+    /// The module: is an access epoch to member `t` open (`t` is below [`DirectView::len`])?
+    pub fn set_access(&self, t: usize, open: bool) {
+        self.access[t].set(open);
+    }
+
+    /// The module: would a flush of member `t` (`None`: a flush of all) succeed now?
+    pub fn set_flush(&self, t: Option<usize>, ok: bool) {
+        match t {
+            Some(t) => self.flush[t].set(ok),
+            None => self.flush_all.set(ok),
+        }
+    }
+
+    /// Where the `len` bytes at displacement `disp` of member `t` are in this process, when
+    /// an access epoch to `t` is open and they lie inside its memory; `None` otherwise (a
+    /// rank outside the window included: the module then decides). `len` 0 is `None` (the
+    /// module's to handle, as every other case this view does not take).
+    #[inline]
+    pub fn place(&self, t: usize, disp: isize, len: usize) -> Option<usize> {
+        let off = self.offset(t, disp, len)?;
+        // Inside a mapping of this process, so the sum fits in usize.
+        Some(self.targets[t].base + off as usize)
+    }
+
+    /// [`DirectView::place`] as the byte offset in member `t`'s memory (the target address
+    /// the module's calls take).
+    #[inline]
+    pub fn offset(&self, t: usize, disp: isize, len: usize) -> Option<u64> {
+        let target = self.targets.get(t)?;
+        if !self.access[t].get() || len == 0 {
+            return None;
+        }
+        // Both in u64 with overflow checked: a displacement before the start, or one whose
+        // bytes end past the memory, is refused.
+        let off = u64::try_from(disp).ok()?.checked_mul(target.disp_unit)?;
+        let end = off.checked_add(len as u64)?;
+        if end > target.size {
+            return None;
+        }
+        Some(off)
+    }
+
+    /// Would a flush of member `t` (`None`: of all) succeed now, with nothing more to do
+    /// than a memory fence? False for a member outside the window.
+    #[inline]
+    pub fn may_flush(&self, t: Option<usize>) -> bool {
+        match t {
+            Some(t) => self.flush.get(t).is_some_and(Cell::get),
+            None => self.flush_all.get(),
+        }
+    }
 }
 
 /// The collective steps a component may need while a window is made (agreeing on the name
@@ -880,6 +1003,40 @@ pub trait OscComponent: crate::base::Component {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_direct_view_places_only_inside_an_open_epoch_and_the_memory() {
+        let v = DirectView::new(vec![
+            DirectTarget {
+                base: 0x1000,
+                size: 64,
+                disp_unit: 8,
+            },
+            DirectTarget {
+                base: 0x2000,
+                size: 3,
+                disp_unit: 1,
+            },
+        ]);
+        assert_eq!(v.place(0, 0, 1), None, "no epoch");
+        v.set_access(0, true);
+        assert_eq!(v.place(0, 7, 8), Some(0x1000 + 56));
+        assert_eq!(v.place(0, 7, 9), None, "one byte past the end");
+        assert_eq!(v.place(0, 8, 1), None);
+        assert_eq!(v.place(0, -1, 1), None);
+        assert_eq!(v.place(0, isize::MAX, 1), None, "overflowing scale");
+        assert_eq!(v.place(0, 0, 0), None, "zero bytes are the module's");
+        assert_eq!(v.place(1, 0, 1), None, "no epoch to rank 1");
+        assert_eq!(v.place(2, 0, 1), None, "no rank 2");
+        v.set_access(1, true);
+        assert_eq!(v.place(1, 2, 1), Some(0x2002));
+        assert_eq!(v.offset(1, 2, 1), Some(2));
+        assert_eq!(v.offset(0, 1, 8), Some(8));
+        assert!(!v.may_flush(Some(0)) && !v.may_flush(None) && !v.may_flush(Some(9)));
+        v.set_flush(Some(1), true);
+        v.set_flush(None, true);
+        assert!(v.may_flush(Some(1)) && v.may_flush(None) && !v.may_flush(Some(0)));
+    }
 
     #[test]
     fn accumulate_applies_elementwise() {

@@ -1,9 +1,10 @@
 //! Checks the coll components a communicator stacks and the operations coll-hier serves:
-//! prints `stack <communicator>: <components>` (rank 0), then runs barrier, bcast, reduce and
+//! prints `stack <communicator>: <components>` (rank 0), then runs barrier, bcast, reduce,
 //! allreduce (blocking and non-blocking, every root, several sizes, commutative built-in
-//! operations and a non-commutative user operation, which falls through to coll-base) on the
-//! world and on each node's communicator, comparing with sequential references. Exits
-//! non-zero on any failure.
+//! operations and a non-commutative user operation, which falls through to coll-base),
+//! allgather (blocking and not) and reduce_scatter (equal and uneven chunks) on the world and
+//! on each node's communicator, comparing with sequential references. Exits non-zero on any
+//! failure.
 //!
 //! With `--only-hier` (run under `--mca coll hier`), it checks instead that an operation
 //! coll-hier does not provide fails on every rank with an error naming the operation and
@@ -137,7 +138,45 @@ fn check_comm(c: &mut Checker, comm: &Communicator, what: &str) {
             }
         }
     }
+    check_blocks(c, comm, what);
     rmca::scope(|s| comm.ibarrier(s)?.wait()).expect("ibarrier");
+}
+
+/// Allgather and reduce_scatter (coll-hier's when every node's ranks are consecutive).
+fn check_blocks(c: &mut Checker, comm: &Communicator, what: &str) {
+    let (n, me) = (comm.size(), comm.rank());
+    for count in COUNTS {
+        let send: Vec<i64> = (0..count).map(|i| input(me, i)).collect();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|r| (0..count).map(move |i| input(r, i)))
+            .collect();
+        let mut got = vec![i64::MIN; n * count];
+        comm.allgather(&send, &mut got).expect("allgather");
+        c.check(&format!("{what} allgather count={count}"), &got, &want);
+        let mut got = vec![i64::MIN; n * count];
+        rmca::scope(|s| comm.iallgather(s, &send, &mut got)?.wait()).expect("iallgather");
+        c.check(&format!("{what} iallgather count={count}"), &got, &want);
+        // Equal chunks of `count` elements, then uneven ones (rank r: (r + count) % 3).
+        let counts: Vec<usize> = (0..n).map(|r| (r + count) % 3).collect();
+        for counts in [vec![count; n], counts] {
+            let total: usize = counts.iter().sum();
+            let first: usize = counts[..me].iter().sum();
+            let send: Vec<i64> = (0..total).map(|i| input(me, i)).collect();
+            for op in [Op::Sum, Op::Max] {
+                let want: Vec<i64> = (first..first + counts[me])
+                    .map(|i| (1..n).fold(input(0, i), |acc, r| combine(op, acc, input(r, i))))
+                    .collect();
+                let mut got = vec![i64::MIN; counts[me]];
+                comm.reduce_scatter(&send, &mut got, &counts, op)
+                    .expect("reduce_scatter");
+                c.check(
+                    &format!("{what} reduce_scatter {op:?} counts={counts:?}"),
+                    &got,
+                    &want,
+                );
+            }
+        }
+    }
 }
 
 fn main() -> rmca::Result<()> {
@@ -145,7 +184,7 @@ fn main() -> rmca::Result<()> {
     let world = universe.world();
     let (n, me) = (world.size(), world.rank());
     let only_hier = std::env::args().any(|a| a == "--only-hier");
-    // (Splitting runs an allgather, which coll-hier alone does not provide.)
+    // (Splitting runs collectives coll-hier alone may not provide.)
     let node = if only_hier {
         None
     } else {
@@ -167,10 +206,14 @@ fn main() -> rmca::Result<()> {
         world.allreduce(&[me as i64; 3], &mut got, Op::Sum)?;
         c.check("hier allreduce", &got, &[(n * (n - 1) / 2) as i64; 3]);
         let mut all = vec![0i64; n];
+        world.allgather(&[me as i64], &mut all)?;
+        c.check("hier allgather", &all, &(0..n as i64).collect::<Vec<_>>());
+        let mut all = vec![0i64; n];
+        let recv = (me == 0).then_some(&mut all[..]);
         c.check_err(
-            "allgather refused",
-            world.allgather(&[me as i64], &mut all),
-            "allgather: no coll component of this communicator provides it (its components: hier)",
+            "gather refused",
+            world.gather(&[me as i64], recv, 0),
+            "gather: no coll component of this communicator provides it (its components: hier)",
         );
         c.check_err(
             "non-commutative allreduce refused",

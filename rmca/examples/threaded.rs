@@ -160,7 +160,54 @@ fn bad_input(world: &Comm) {
     if !v.is_empty() || !st.is_proc_null() {
         fail(format!("PROC_NULL receive gave {v:?} {st:?}"));
     }
+    refusals(world);
     or_fail("barrier after bad input", world.barrier());
+}
+
+/// A collective refused at one member, or whose members' lengths differ, fails on every
+/// member (nobody waits for it forever), and the next collectives work.
+fn refusals(world: &Comm) {
+    use threaded::Error as E;
+    let (me, n) = (world.rank(), world.size());
+    if n < 2 {
+        return;
+    }
+    let what = |w: &str, r: Result<Vec<u8>, E>, mine: fn(&E) -> bool| match r {
+        Err(e) if mine(&e) => {}
+        Err(E::FailedElsewhere { rank, .. }) if rank != me => {}
+        other => fail(format!("refusal {w}: rank {me} got {other:?}")),
+    };
+    // Rank 0 names a root out of range, the others root 0.
+    let root = if me == 0 { n } else { 0 };
+    what(
+        "of a bad root at one member",
+        world.bcast(&[7u8; 5], root),
+        |e| matches!(e, E::Rmca(rmca::Error::BadRank { .. })),
+    );
+    // An operation the element type lacks at the last member only (bitwise and on f64).
+    let r = if me == n - 1 {
+        world.allreduce(&[1.0f64], Op::BitAnd).map(|_| Vec::new())
+    } else {
+        world.allreduce(&[1u64], Op::BitAnd).map(|_| Vec::new())
+    };
+    what("of an operation the type lacks", r, |e| {
+        matches!(e, E::Rmca(rmca::Error::InvalidArgument(_)))
+    });
+    // The root broadcasts 4 bytes, the others expect 8: every other member fails (in its own
+    // schedule, or by notice); the root, which waits for nobody, may have completed.
+    let len = if me == 0 { 4 } else { 8 };
+    match world.bcast(&vec![1u8; len], 0) {
+        Ok(_) if me == 0 => {}
+        r => what("of lengths that differ", r, |e| matches!(e, E::Rmca(_))),
+    }
+    // The communicator keeps working, with the runtime's collectives.
+    let sum = or_fail(
+        "allreduce after refusals",
+        world.allreduce(&[1u32], Op::Sum),
+    );
+    if sum != [n as u32] {
+        fail(format!("allreduce after refusals gave {sum:?}"));
+    }
 }
 
 /// One thread's rounds on its communicator; the operations done.
@@ -255,7 +302,12 @@ fn worker(t: usize, comm: Comm, rounds: u64, seed: u64) -> u64 {
             6 => {
                 let root = (r >> 20) as usize % n;
                 let data = payload(s, root, root, tag, len);
-                let mine = if me == root { data.clone() } else { Vec::new() };
+                // Every member passes the root's length (MPI's count); only the root's bytes count.
+                let mine = if me == root {
+                    data.clone()
+                } else {
+                    vec![0u8; len]
+                };
                 let got = or_fail(&what, comm.bcast(&mine, root));
                 if got != data {
                     fail(format!("{what}: bcast from {root} differs"));

@@ -11,7 +11,7 @@ use rmca_framework::rank::Rank;
 
 use crate::group::{Comparison, Group};
 use crate::request::{Lent, Persistent, PersistentOp, Request, Scope};
-use crate::{Dest, Error, Result, Shared, Src, ANY_TAG};
+use crate::{Dest, Error, Result, Shared, SplitColor, Src, ANY_TAG};
 
 /// Largest receive of an exchange posted after its send (see `sendrecv_bytes`): above it, a
 /// message arriving first would be copied twice (unexpected queue, then the buffer).
@@ -947,28 +947,36 @@ impl Communicator {
     /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
     /// `color = None` leaves this process out (returns `None`). Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        self.split_with(color.into(), key)
+    }
+
+    /// [`Communicator::split`] with the colour as the caller got it: a
+    /// [`SplitColor::Invalid`] one on any member makes every member refuse the split (an
+    /// [`Error::InvalidArgument`] naming the first such rank) after the split's one
+    /// exchange of (colour, key), so none waits for a member that refused alone; nothing is
+    /// made and the communicator is unchanged.
+    pub fn split_with(&self, color: SplitColor, key: i32) -> Result<Option<Communicator>> {
         if self.is_inter() {
             return self.inter_split(color, key);
         }
-        let mine = [color.map_or(-1i64, i64::from), i64::from(key)];
+        let mine = [color.word(), i64::from(key)];
         let mut all = vec![[0i64; 2]; self.size()];
         crate::coll::allgather_into(self, &mine, bytemuck::cast_slice_mut(&mut all))?;
+        crate::split::refuse_invalid("", all.iter().map(|e| e[0]))?;
+        let color = match color {
+            SplitColor::Of(c) => Some(c),
+            _ => None,
+        };
         // One id for every color: the new communicators are disjoint.
         let lease = self.agree_over_self(1, color.is_some())?.pop();
         let (Some(color), Some(lease)) = (color, lease) else {
             return Ok(None);
         };
-        let mut members: Vec<(i64, usize)> = all
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e[0] == i64::from(color))
-            .map(|(r, e)| (e[1], r))
-            .collect();
-        members.sort();
-        let group: Vec<Rank> = members.iter().map(|&(_, r)| self.inner.group[r]).collect();
+        let members = crate::split::members_of(color, all.iter().map(|e| (e[0], e[1])));
+        let group: Vec<Rank> = members.iter().map(|&r| self.inner.group[r]).collect();
         let rank = members
             .iter()
-            .position(|&(_, r)| r == self.inner.rank)
+            .position(|&r| r == self.inner.rank)
             .expect("caller is a member of its color");
         let identity = group.iter().enumerate().all(|(i, &w)| w as usize == i);
         Ok(Some(Communicator::new(CommInner {

@@ -679,9 +679,13 @@ impl Communicator {
     /// `split` of an intercommunicator: an intercommunicator between the processes of each
     /// group with the same color (`None` when the caller has no color, or when the other
     /// group has nobody of its color).
-    pub(crate) fn inter_split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+    pub(crate) fn inter_split(
+        &self,
+        color: crate::SplitColor,
+        key: i32,
+    ) -> Result<Option<Communicator>> {
         let local = self.local("split")?.clone();
-        let mine = [color.map_or(-1i64, i64::from), i64::from(key)];
+        let mine = [color.word(), i64::from(key)];
         let mut all = vec![[0i64; 2]; local.size()];
         crate::coll::allgather_into(&local, &mine, bytemuck::cast_slice_mut(&mut all))?;
         let table: Vec<u64> = all.iter().flatten().map(|&v| v as u64).collect();
@@ -702,20 +706,21 @@ impl Communicator {
                 Ok(theirs)
             });
         let theirs = self.settle(theirs, what)?;
-        let members = |color: u32, entries: &mut dyn Iterator<Item = (i64, i64)>| -> Vec<usize> {
-            let mut m: Vec<(i64, usize)> = entries
-                .enumerate()
-                .filter(|(_, (c, _))| *c == i64::from(color))
-                .map(|(r, (_, k))| (k, r))
-                .collect();
-            m.sort();
-            m.into_iter().map(|(_, r)| r).collect()
+        // Both groups saw both tables: an invalid colour on either side is refused by all.
+        crate::split::refuse_invalid("local group's ", all.iter().map(|e| e[0]))?;
+        crate::split::refuse_invalid(
+            "remote group's ",
+            theirs.chunks_exact(2).map(|e| e[0] as i64),
+        )?;
+        let color = match color {
+            crate::SplitColor::Of(c) => Some(c),
+            _ => None,
         };
-        let lm = color.map(|c| members(c, &mut all.iter().map(|e| (e[0], e[1]))));
+        let lm = color.map(|c| crate::split::members_of(c, all.iter().map(|e| (e[0], e[1]))));
         let rm = color.map(|c| {
-            members(
+            crate::split::members_of(
                 c,
-                &mut theirs.chunks_exact(2).map(|e| (e[0] as i64, e[1] as i64)),
+                theirs.chunks_exact(2).map(|e| (e[0] as i64, e[1] as i64)),
             )
         });
         let member = rm.as_ref().is_some_and(|rm| !rm.is_empty());

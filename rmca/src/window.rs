@@ -698,6 +698,13 @@ impl RawWindow {
         self.core.borrow_mut().module.direct_ops().map(f)
     }
 
+    /// The module's [`rmca_framework::osc::DirectView`] (osc-sm): every member's memory
+    /// as this process maps it and the epochs' checks as flags, which the C library keeps
+    /// next to the window for its small put, get and flush; `None` for other modules.
+    pub fn direct_view(&self) -> Option<Rc<rmca_framework::osc::DirectView>> {
+        self.core.borrow_mut().module.direct_ops()?.view()
+    }
+
     /// The outcome of `id` if it completed locally (then spent), after one progress pass.
     pub fn test_op(&self, id: OpId) -> Option<Result<Vec<u8>>> {
         let mut core = self.core.borrow_mut();
@@ -717,6 +724,12 @@ impl RawWindow {
     pub fn sync(&self, call: SyncCall) -> Result<()> {
         {
             let mut core = self.core.borrow_mut();
+            // A direct module's flush is one call that finishes within it.
+            if let (true, SyncCall::Flush(t) | SyncCall::FlushLocal(t)) = (self.direct, &call) {
+                if let Some(d) = core.module.direct_ops() {
+                    return d.flush_now(*t).map_err(Error::Rma);
+                }
+            }
             core.module.sync(call)?;
             // A module that reaches memory directly finishes flushes and unlocks at once:
             // no pass of the runtime is needed (the others' operations do not need ours).

@@ -366,6 +366,48 @@ static void passive(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* MPI_Win_create windows (osc-rdma under ob1, osc-am under dr): read-modify-write by get and
+ * put under an exclusive lock, serialized however late each grant comes (a lock request does
+ * not wait for its grant: the target holds what follows it, and osc-rdma's transfers wait),
+ * on a block above osc_rdma_small_limit (moved by RDMA under ob1) and on one counter (by
+ * messages). */
+static void created_locks(void) {
+    enum { N = 1024, ROUNDS = 20 };
+    int64_t *mem = calloc(N + 1, sizeof(int64_t)), *buf = malloc(N * sizeof(int64_t));
+    CHECK(mem != NULL && buf != NULL, "allocated memory");
+    MPI_Win win;
+    OK(MPI_Win_create(mem, (N + 1) * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL,
+                      MPI_COMM_WORLD, &win));
+    for (int r = 0; r < ROUNDS; r++) {
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+        OK(MPI_Get(buf, N, MPI_INT64_T, 0, 0, N, MPI_INT64_T, win));
+        OK(MPI_Win_flush(0, win));
+        for (int i = 0; i < N; i++) buf[i] += i + 1;
+        OK(MPI_Put(buf, N, MPI_INT64_T, 0, 0, N, MPI_INT64_T, win));
+        int64_t c = -1;
+        OK(MPI_Get(&c, 1, MPI_INT64_T, 0, N, 1, MPI_INT64_T, win));
+        OK(MPI_Win_flush(0, win));
+        c += 1;
+        OK(MPI_Put(&c, 1, MPI_INT64_T, 0, N, 1, MPI_INT64_T, win));
+        OK(MPI_Win_unlock(0, win));
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+        int bad = -1;
+        for (int i = 0; i < N && bad < 0; i++)
+            if (mem[i] != (int64_t)ROUNDS * size * (i + 1)) bad = i;
+        CHECK(bad < 0, "locked get/put cycles lost an update at element %d: %lld", bad,
+              bad < 0 ? 0LL : (long long)mem[bad]);
+        CHECK(mem[N] == (int64_t)ROUNDS * size, "locked counter %lld, expected %lld",
+              (long long)mem[N], (long long)ROUNDS * size);
+        OK(MPI_Win_unlock(0, win));
+    }
+    OK(MPI_Win_free(&win));
+    free(mem);
+    free(buf);
+}
+
 /* Post/start/complete/wait: each rank exposes to its left neighbour and accesses its right;
  * MPI_Win_test polls the exposure epoch. */
 static void pscw(void) {
@@ -667,6 +709,7 @@ int main(int argc, char **argv) {
     pair_types();
     derived();
     passive();
+    created_locks();
     pscw();
     dynamic();
     shared();

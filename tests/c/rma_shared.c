@@ -705,6 +705,69 @@ static void fast_bad_input(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* The C library's direct view of an osc-sm window (its small MPI_Put/MPI_Get and every
+ * MPI_Win_flush form go through it with no call into the window) follows the epochs: each
+ * synchronization that opens or closes one is seen by the next call, which either moves the
+ * bytes or gets the general path's error with nothing written. */
+static void fast_epochs(void) {
+    int *mem = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem,
+                               &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    for (int i = 0; i < 4; i++) mem[i] = 42;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    const int t = right(), l = left();
+    int v[4] = {1, 2, 3, 4}, got[4] = {-7, -7, -7, -7};
+    /* A fence epoch, then closed by MPI_MODE_NOSUCCEED: the put after it is refused. */
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Put(&v[0], 1, MPI_INT, t, 0, 1, MPI_INT, win));
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+    CHECK(MPI_Put(&v[1], 1, MPI_INT, t, 1, 1, MPI_INT, win) == MPI_ERR_RMA_SYNC,
+          "a put after the last fence");
+    CHECK(MPI_Get(got, 1, MPI_INT, t, 0, 1, MPI_INT, win) == MPI_ERR_RMA_SYNC,
+          "a get after the last fence");
+    CHECK(MPI_Win_flush_local_all(win) == MPI_ERR_RMA_SYNC, "flush_local_all without lock");
+    /* A lock of the right neighbour only: the others are refused, flushes of them too. */
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win));
+    OK(MPI_Get(got, 1, MPI_INT, t, 0, 1, MPI_INT, win));
+    OK(MPI_Win_flush_local(t, win));
+    CHECK(got[0] == 1, "the get in a lock epoch: %d", got[0]);
+    OK(MPI_Win_flush_all(win));
+    OK(MPI_Win_flush_local_all(win));
+    CHECK(MPI_Put(v, 1, MPI_INT, t, 4, 1, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a put past the end in a lock epoch");
+    CHECK(MPI_Put(v, 2, MPI_INT, t, 3, 2, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a put straddling the end in a lock epoch");
+    CHECK(MPI_Get(got, 1, MPI_INT, t, -1, 1, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a get before the start in a lock epoch");
+    CHECK(MPI_Put(v, 1, MPI_INT, t, (MPI_Aint)1 << 62, 1, MPI_INT, win) == MPI_ERR_RMA_RANGE,
+          "a put at a displacement whose byte offset overflows");
+    if (l != t) {
+        CHECK(MPI_Put(v, 1, MPI_INT, l, 0, 1, MPI_INT, win) == MPI_ERR_RMA_SYNC,
+              "a put to a rank not locked");
+        CHECK(MPI_Win_flush(l, win) == MPI_ERR_RMA_SYNC, "a flush of a rank not locked");
+    }
+    OK(MPI_Win_unlock(t, win));
+    CHECK(MPI_Put(v, 1, MPI_INT, t, 1, 1, MPI_INT, win) == MPI_ERR_RMA_SYNC,
+          "a put after the unlock");
+    CHECK(MPI_Win_flush(t, win) == MPI_ERR_RMA_SYNC, "a flush after the unlock");
+    /* lock_all: puts of 1 to 4 ints and chars to every byte, then unlock_all closes all. */
+    OK(MPI_Win_lock_all(0, win));
+    OK(MPI_Put(&v[1], 3, MPI_INT, t, 1, 3, MPI_INT, win));
+    OK(MPI_Win_flush(t, win));
+    OK(MPI_Get(got, 4, MPI_INT, t, 0, 4, MPI_INT, win));
+    OK(MPI_Win_flush_local(t, win));
+    for (int i = 0; i < 4; i++) CHECK(got[i] == v[i], "got[%d] = %d", i, got[i]);
+    OK(MPI_Win_unlock_all(win));
+    CHECK(MPI_Get(got, 1, MPI_INT, t, 0, 1, MPI_INT, win) == MPI_ERR_RMA_SYNC,
+          "a get after unlock_all");
+    CHECK(MPI_Win_flush_all(win) == MPI_ERR_RMA_SYNC, "flush_all after unlock_all");
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    for (int i = 0; i < 4; i++) CHECK(mem[i] == v[i], "[%d] = %d", i, mem[i]);
+    OK(MPI_Win_free(&win));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -717,6 +780,7 @@ int main(int argc, char **argv) {
     bad_input();
     fast_values();
     fast_bad_input();
+    fast_epochs();
     int rc = summary("rma_shared");
     MPI_Finalize();
     return rc;

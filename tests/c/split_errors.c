@@ -8,6 +8,11 @@
  *      group passing -3: its group refuses with MPI_ERR_ARG, the other group's split is
  *      refused by its exchange (another error class); the intercommunicator then still
  *      splits.
+ *   4. a split makes one exchange of (colour, key): under ob1 (whose message counters MPI_T
+ *      shows once the profile parameter is on), the messages a split sends beyond a dup's
+ *      (both agree on a context id alike) are those of one allgather of the 16-byte (colour,
+ *      key) pairs, the bad-colour check included; before, a second allgather (of the colours)
+ *      came first.
  * An argument k runs case k alone. */
 #include "check.h"
 
@@ -44,7 +49,46 @@ static void parent_works(MPI_Comm parent, int lsize) {
     OK(MPI_Comm_free(&half));
 }
 
+static const char *sent_names[] = {"pml.ob1.sent_msgs_le64", "pml.ob1.sent_msgs_le1k",
+                                   "pml.ob1.sent_msgs_le16k", "pml.ob1.sent_msgs_le256k",
+                                   "pml.ob1.sent_msgs_gt256k"};
+#define NSENT (int)(sizeof sent_names / sizeof sent_names[0])
+static MPI_T_pvar_session session;
+static MPI_T_pvar_handle sent_handles[NSENT];
+
+/* ob1's counters of messages sent, in handles of `session`; 0 if they are not there (another
+ * PML). */
+static int open_sent_counters(void) {
+    OK(MPI_T_pvar_session_create(&session));
+    for (int k = 0; k < NSENT; k++) {
+        int i = -1, count = 0;
+        if (MPI_T_pvar_get_index(sent_names[k], MPI_T_PVAR_CLASS_COUNTER, &i) != MPI_SUCCESS)
+            return 0;
+        OK(MPI_T_pvar_handle_alloc(session, i, NULL, &sent_handles[k], &count));
+    }
+    return 1;
+}
+
+/* Messages this process has sent. */
+static unsigned long long sent(void) {
+    unsigned long long total = 0;
+    for (int k = 0; k < NSENT; k++) {
+        unsigned long long v = 0;
+        OK(MPI_T_pvar_read(session, sent_handles[k], &v));
+        total += v;
+    }
+    return total;
+}
+
 int main(int argc, char **argv) {
+    /* ob1 counts its traffic when the profile is on (case 4). */
+    int provided, i = -1, count = 0, on = 1;
+    MPI_T_cvar_handle h;
+    OK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided));
+    OK(MPI_T_cvar_get_index("profile", &i));
+    OK(MPI_T_cvar_handle_alloc(i, NULL, &h, &count));
+    OK(MPI_T_cvar_write(h, &on));
+    OK(MPI_T_cvar_handle_free(&h));
     MPI_Init(&argc, &argv);
     only = argc > 1 ? atoi(argv[1]) : 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -87,7 +131,28 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_free(&inter));
         OK(MPI_Comm_free(&local));
     }
+    if (RUN(4) && np >= 2 && open_sent_counters()) {
+        MPI_Comm a, b;
+        long long pairs[2] = {me % 2, -me}, *all = malloc(16 * (size_t)np);
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        unsigned long long s0 = sent();
+        OK(MPI_Comm_dup(MPI_COMM_WORLD, &a));
+        unsigned long long s1 = sent();
+        OK(MPI_Comm_split(MPI_COMM_WORLD, me % 2, -me, &b));
+        unsigned long long s2 = sent();
+        OK(MPI_Allgather(pairs, 16, MPI_BYTE, all, 16, MPI_BYTE, MPI_COMM_WORLD));
+        unsigned long long s3 = sent();
+        CHECK(s3 > s2, "an allgather over %d processes sent no message", np);
+        CHECK(s2 - s1 == (s1 - s0) + (s3 - s2),
+              "a split sent %llu messages, a dup %llu and one 16-byte allgather %llu: the split "
+              "should cost the dup's agreement plus one allgather",
+              s2 - s1, s1 - s0, s3 - s2);
+        OK(MPI_Comm_free(&a));
+        OK(MPI_Comm_free(&b));
+        free(all);
+    }
     int rc = summary("split_errors");
     MPI_Finalize();
+    MPI_T_finalize();
     return rc;
 }

@@ -1,6 +1,7 @@
 //! The coll framework's selection and coll-hier across nodes: coll_hier_check (barrier,
 //! bcast, reduce, allreduce, blocking and not, every root, commutative and non-commutative
-//! operations, against sequential references) on the world and on each node's communicator.
+//! operations; allgather and reduce_scatter; against sequential references) on the world and
+//! on each node's communicator.
 //!
 //! - On one node, the world stacks coll-sm over coll-base (coll-hier declines: no hierarchy).
 //! - Over two network-namespace nodes (2 x 2 ranks, and 2 + 1), the world stacks

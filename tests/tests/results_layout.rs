@@ -6,12 +6,6 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// Sections written before the reference layout by engineers working in parallel with it, kept
-/// as their authors wrote them until they are folded into the topics (matched by the start of
-/// their `## ` heading). Their headings still carry issue numbers and dates, and their tables
-/// are not yet between markers.
-const NOT_YET_FOLDED: &[&str] = &["## Impaired links and fault sweeps:"];
-
 /// What `bench/results.sh` may list as a table's needs.
 const NEEDS: &[&str] = &["-", "peers", "rxd", "valgrind", "root", "manual"];
 
@@ -63,11 +57,6 @@ fn listed(script: &str, problems: &mut Vec<String>) -> BTreeSet<String> {
     names
 }
 
-/// Whether a `## ` section (by its heading) is one of those not yet folded in.
-fn exempt(heading: &str) -> bool {
-    NOT_YET_FOLDED.iter().any(|p| heading.starts_with(p))
-}
-
 /// Why a heading reads as a diary entry rather than a topic, if it does.
 fn diary(heading: &str) -> Option<&'static str> {
     let lower = heading.to_lowercase();
@@ -114,7 +103,6 @@ fn problems(results: &str, script: &str) -> Vec<String> {
     let mut blocks: Vec<Block> = Vec::new();
     let mut open: Option<Block> = None;
     let mut fence = false;
-    let mut section_exempt = false;
     for (i, line) in results.lines().enumerate() {
         let at = i + 1;
         if let Some(name) = marker(line, "begin") {
@@ -149,12 +137,6 @@ fn problems(results: &str, script: &str) -> Vec<String> {
             continue;
         }
         if fence || !line.starts_with('#') {
-            continue;
-        }
-        if line.starts_with("## ") {
-            section_exempt = exempt(line);
-        }
-        if section_exempt {
             continue;
         }
         if let Some(what) = diary(line) {
@@ -329,7 +311,7 @@ fn names_must_match_the_list_both_ways() {
 }
 
 #[test]
-fn diary_headings_are_refused_outside_the_sections_not_yet_folded() {
+fn diary_headings_are_refused() {
     for heading in [
         "## Latency (issue 16)",
         "## Issues 7 and 8: memory",
@@ -339,12 +321,6 @@ fn diary_headings_are_refused_outside_the_sections_not_yet_folded() {
         let md = format!("{heading}\n{}{}", block("lat", META), block("mem", META));
         assert_eq!(problems(&md, SCRIPT).len(), 1, "{heading}");
     }
-    let md = format!(
-        "## Impaired links and fault sweeps: (issue 33, 2026-11-29)\n### Loss (issue 33)\n{}{}",
-        block("lat", META),
-        block("mem", META)
-    );
-    assert_eq!(problems(&md, SCRIPT), Vec::<String>::new());
     // Comment lines inside code blocks are not headings.
     let md = format!(
         "## T\n```\n# run of 2026-11-29 08:34\n```\n{}{}",

@@ -184,33 +184,55 @@ pub const fn lookup(handle: Handle) -> Option<Datatype> {
 /// The first handle of the predefined datatypes' range (MPI 5.0 ABI: 0x200..0x300).
 const PREDEFINED_BASE: Handle = 0x200;
 
-/// The size of each predefined datatype whose elements are one run of bytes, by handle -
-/// [`PREDEFINED_BASE`] (0: no datatype, or a padded pair), made from [`lookup`] at compile
-/// time: the per-message calls need only the size, and one load is cheaper than building
-/// the whole [`Datatype`] through `lookup`'s jump table.
-const SIZES: [u8; 0x100] = {
-    let mut sizes = [0u8; 0x100];
+/// What the per-message and per-reduction fast paths need of a predefined datatype, in one
+/// table by handle - [`PREDEFINED_BASE`], made from [`lookup`] at compile time: one load is
+/// cheaper than building the whole [`Datatype`] through `lookup`'s jump table.
+#[derive(Clone, Copy)]
+struct Fast {
+    /// The size when the elements are one run of bytes (0: no datatype, or a padded pair):
+    /// the point-to-point calls' [`predefined_size`].
+    size: u8,
+    /// The element type and class of a number type: the collectives' [`number_type`].
+    number: Option<(Elem, Class)>,
+}
+
+const FAST: [Fast; 0x100] = {
+    let mut table = [Fast {
+        size: 0,
+        number: None,
+    }; 0x100];
     let mut i = 0;
-    while i < sizes.len() {
+    while i < table.len() {
         if let Some(t) = lookup(PREDEFINED_BASE + i) {
             assert!(t.size > 0 && t.extent <= u8::MAX as usize);
             if t.size == t.extent {
-                sizes[i] = t.size as u8;
+                table[i].size = t.size as u8;
+            }
+            if let Some(e) = t.elem {
+                table[i].number = Some((e, t.class));
             }
         }
         i += 1;
     }
-    sizes
+    table
 };
 
 /// The size in bytes of predefined datatype `handle`; `None` if `handle` is not one (a
 /// derived datatype, or not a datatype) or is a pair type with padding (not one run).
 #[inline(always)]
 pub fn predefined_size(handle: Handle) -> Option<usize> {
-    match SIZES.get(handle.wrapping_sub(PREDEFINED_BASE)) {
-        Some(&size) if size > 0 => Some(usize::from(size)),
+    match FAST.get(handle.wrapping_sub(PREDEFINED_BASE)) {
+        Some(f) if f.size > 0 => Some(usize::from(f.size)),
         _ => None,
     }
+}
+
+/// The element type reductions run on and the class of predefined datatype `handle`, when
+/// it is a number type (integers, floats, booleans, bytes); `None` otherwise (derived
+/// datatypes, pairs, characters, long double, complex, invalid handles).
+#[inline(always)]
+pub fn number_type(handle: Handle) -> Option<(Elem, Class)> {
+    FAST.get(handle.wrapping_sub(PREDEFINED_BASE))?.number
 }
 
 /// A predefined operation.
@@ -275,15 +297,22 @@ mod tests {
     }
 
     #[test]
-    fn the_size_table_agrees_with_lookup() {
+    fn the_fast_table_agrees_with_lookup() {
         for h in 0..0x400 {
             assert_eq!(
                 predefined_size(h),
                 lookup(h).filter(|t| t.size == t.extent).map(|t| t.size),
                 "handle {h:#x}"
             );
+            assert_eq!(
+                number_type(h),
+                lookup(h).and_then(|t| Some((t.elem?, t.class))),
+                "handle {h:#x}"
+            );
         }
         assert_eq!(predefined_size(usize::MAX), None);
+        assert_eq!(number_type(usize::MAX), None);
+        assert_eq!(number_type(0x209), Some((Elem::I32, Class::Integer)));
     }
 
     #[test]

@@ -19,7 +19,12 @@ const LAYOUTS: &[&[u32]] = &[
 ];
 
 fn hier(layout: &[u32], me: usize, long: usize) -> HierModule {
-    HierModule::new(&CommShape::new(me, layout.to_vec()), long).expect("a hierarchical layout")
+    let params = HierParams {
+        allreduce_long: long,
+        allgather_long: long,
+        alltoall_linear: long,
+    };
+    HierModule::new(&CommShape::new(me, layout.to_vec()), params).expect("a hierarchical layout")
 }
 
 fn base(n: usize, me: usize) -> BaseModule {
@@ -108,6 +113,213 @@ fn bcast(
     simulate(ranks, sum_u32)
 }
 
+/// Every rank's `Work` after an allgather of `block`-byte blocks (rank r's block placed at
+/// `r * block` by the caller).
+fn allgather(
+    n: usize,
+    block: usize,
+    module: impl Fn(usize) -> Box<dyn CollModule>,
+) -> Vec<Vec<u8>> {
+    let ranks = (0..n)
+        .map(|r| {
+            fresh(module(r).allgather(block).unwrap(), vec![], n * block)
+                .with(r * block, &input(r, block))
+        })
+        .collect();
+    simulate(ranks, sum_u32)
+}
+
+/// Every rank's result chunk after a reduce_scatter of `chunks` (4-byte elements).
+fn reduce_scatter(
+    chunks: &[std::ops::Range<usize>],
+    op: Reducer,
+    module: impl Fn(usize) -> Box<dyn CollModule>,
+) -> Vec<Vec<u8>> {
+    let n = chunks.len();
+    let len = chunks.last().map_or(0, |c| c.end);
+    let ranks = (0..n)
+        .map(|r| {
+            fresh(
+                module(r).reduce_scatter(chunks, 4, false).unwrap(),
+                input(r, len),
+                len,
+            )
+        })
+        .collect();
+    simulate(ranks, op)
+        .into_iter()
+        .zip(chunks)
+        .map(|(w, c)| w[c.clone()].to_vec())
+        .collect()
+}
+
+/// Chunks of `words[r]` 4-byte elements for rank r, tiling the vector in rank order.
+fn chunks_of(words: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut at = 0;
+    words
+        .iter()
+        .map(|w| {
+            let c = at..at + 4 * w;
+            at = c.end;
+            c
+        })
+        .collect()
+}
+
+/// Whether every node's members are consecutive ranks (what allgather and reduce_scatter
+/// need).
+fn consecutive(layout: &[u32]) -> bool {
+    layout
+        .iter()
+        .enumerate()
+        .all(|(i, n)| !layout[..i].contains(n) || layout[i - 1] == *n)
+}
+
+fn check_blocks(layout: &[u32], long: usize) {
+    let n = layout.len();
+    let h = |r| Box::new(hier(layout, r, long)) as Box<dyn CollModule>;
+    let b = |r| Box::new(base(n, r)) as Box<dyn CollModule>;
+    for block in [0, 1, 4, 12, 100] {
+        let got = allgather(n, block, h);
+        let want: Vec<u8> = (0..n).flat_map(|r| input(r, block)).collect();
+        assert!(
+            got.iter().all(|w| *w == want),
+            "allgather {layout:?} {block} B"
+        );
+    }
+    for words in [
+        vec![0; n],
+        vec![1; n],
+        (0..n).map(|r| r % 3).collect(),
+        vec![7; n],
+    ] {
+        let chunks = chunks_of(&words);
+        for op in [sum_u32 as Reducer, max_i32] {
+            assert_eq!(
+                reduce_scatter(&chunks, op, h),
+                reduce_scatter(&chunks, op, b),
+                "reduce_scatter {layout:?} {words:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn allgather_and_reduce_scatter_equal_base_on_block_layouts() {
+    let mut served = 0;
+    for layout in LAYOUTS
+        .iter()
+        .chain(&[&[0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2][..]])
+    {
+        if !consecutive(layout) {
+            continue;
+        }
+        served += 1;
+        check_blocks(layout, usize::MAX);
+        // Leaders' ring (reduce_scatter) and allgatherv ring for long vectors.
+        check_blocks(layout, 8);
+    }
+    assert!(served >= 4, "too few block layouts checked");
+}
+
+#[test]
+fn allgather_and_reduce_scatter_fall_through_on_interleaved_nodes() {
+    let m = hier(&[0, 1, 0, 1, 1, 2], 0, usize::MAX);
+    assert!(m.allgather(8).is_none());
+    assert!(m.reduce_scatter(&chunks_of(&[1; 6]), 4, false).is_none());
+    // And on a non-commutative operation.
+    let m = hier(&[0, 0, 1, 1], 0, usize::MAX);
+    assert!(m.reduce_scatter(&chunks_of(&[1; 4]), 4, true).is_none());
+}
+
+/// Every rank's `Work` after an alltoallv where rank r sends `size(r, p)` bytes to p, each
+/// rank's schedule from `module(rank)`.
+fn alltoallv(
+    n: usize,
+    size: impl Fn(usize, usize) -> usize,
+    module: impl Fn(usize) -> Box<dyn CollModule>,
+) -> Vec<Vec<u8>> {
+    let ranges = |sizes: Vec<usize>| {
+        let mut at = 0;
+        sizes
+            .into_iter()
+            .map(|k| {
+                at += k;
+                at - k..at
+            })
+            .collect::<Vec<_>>()
+    };
+    let ranks = (0..n)
+        .map(|r| {
+            let sends = ranges((0..n).map(|p| size(r, p)).collect());
+            let recvs = ranges((0..n).map(|p| size(p, r)).collect());
+            let len = recvs.last().map_or(0, |c| c.end);
+            let input = input(r, sends.last().map_or(0, |c| c.end));
+            let s = module(r)
+                .alltoallv(&sends, &recvs)
+                .expect("a module of the stack provides it");
+            fresh(s, input, len)
+        })
+        .collect();
+    simulate(ranks, sum_u32)
+}
+
+#[test]
+fn alltoall_posts_everything_at_once_up_to_its_threshold() {
+    let layout = [0, 0, 1, 1, 2, 2];
+    let n = layout.len();
+    let want = alltoallv(n, |_, _| 8, |r| Box::new(base(n, r)));
+    let got = alltoallv(n, |_, _| 8, |r| Box::new(hier(&layout, r, 8)));
+    assert_eq!(got, want);
+    // Linear: one round; above the threshold it falls through.
+    let m = hier(&layout, 1, 8);
+    let blocks = |k: usize| (0..n).map(|p| p * k..(p + 1) * k).collect::<Vec<_>>();
+    assert_eq!(m.alltoallv(&blocks(8), &blocks(8)).unwrap().rounds.len(), 1);
+    assert!(m.alltoallv(&blocks(9), &blocks(9)).is_none());
+}
+
+#[test]
+fn alltoallv_members_choosing_differently_still_meet() {
+    // Uneven sizes: ranks whose largest block exceeds the threshold take coll-base's
+    // pairwise exchange, the others coll-hier's linear one; the results must not change.
+    let layout = [0, 0, 0, 1, 1, 2, 2];
+    let n = layout.len();
+    let size = |r: usize, p: usize| {
+        if (r, p) == (2, 3) {
+            40
+        } else {
+            (r + p) % 5 * 4
+        }
+    };
+    let want = alltoallv(n, size, |r| Box::new(base(n, r)));
+    let stack = |r: usize| -> Box<dyn CollModule> {
+        #[derive(Debug)]
+        struct Stack(HierModule, BaseModule);
+        impl CollModule for Stack {
+            fn alltoallv(
+                &self,
+                s: &[std::ops::Range<usize>],
+                r: &[std::ops::Range<usize>],
+            ) -> Option<Schedule> {
+                self.0.alltoallv(s, r).or_else(|| self.1.alltoallv(s, r))
+            }
+        }
+        Box::new(Stack(hier(&layout, r, 16), base(n, r)))
+    };
+    let linear = (0..n)
+        .filter(|&r| {
+            let sends: Vec<_> = (0..n).map(|p| 0..size(r, p)).collect();
+            let recvs: Vec<_> = (0..n).map(|p| 0..size(p, r)).collect();
+            hier(&layout, r, 16).alltoallv(&sends, &recvs).is_some()
+        })
+        .count();
+    assert!(
+        linear > 0 && linear < n,
+        "both forms in the job ({linear} linear)"
+    );
+    assert_eq!(alltoallv(n, size, stack), want);
+}
+
 fn check_layout(layout: &[u32], long: usize) {
     let n = layout.len();
     let h = |r| Box::new(hier(layout, r, long)) as Box<dyn CollModule>;
@@ -180,6 +392,8 @@ fn inter_node_messages_only_between_leaders() {
             m.reduce(4, 64, 4, false),
             m.allreduce(64, 4, false),
             m.barrier(),
+            m.allgather(16),
+            m.reduce_scatter(&chunks_of(&[2, 1, 3, 0, 4, 1]), 4, false),
         ] {
             let s = s.unwrap();
             let peers = s.rounds.iter().flat_map(|x| &x.comms).map(|c| match c {
@@ -204,7 +418,6 @@ fn non_commutative_and_other_operations_fall_through() {
     assert!(m.reduce(0, 8, 4, true).is_none());
     assert!(m.allreduce(8, 4, true).is_none());
     assert!(m.gather(0, 8).is_none());
-    assert!(m.allgather(8).is_none());
     assert!(m.scan(8, false).is_none());
 }
 
@@ -243,7 +456,7 @@ proptest! {
         long in prop_oneof![Just(usize::MAX), Just(8usize)],
     ) {
         let shape = CommShape::new(0, layout.clone());
-        prop_assume!(HierModule::new(&shape, long).is_some());
+        prop_assume!(HierModule::new(&shape, HierParams::default()).is_some());
         let n = layout.len();
         let (root, len) = (root % n, 4 * words);
         let h = |r| Box::new(hier(&layout, r, long)) as Box<dyn CollModule>;
@@ -253,5 +466,14 @@ proptest! {
         let got = bcast(n, root, len, h);
         prop_assert!(got.iter().all(|w| *w == input(root, len)));
         simulate((0..n).map(|r| rank(h(r).barrier().unwrap(), vec![], vec![])).collect(), sum_u32);
+        if consecutive(&layout) {
+            let block = words % 9;
+            let want: Vec<u8> = (0..n).flat_map(|r| input(r, block)).collect();
+            prop_assert!(allgather(n, block, h).iter().all(|w| *w == want));
+            let chunks = chunks_of(&(0..n).map(|r| (r * 7 + words) % 5).collect::<Vec<_>>());
+            prop_assert_eq!(reduce_scatter(&chunks, sum_u32, h), reduce_scatter(&chunks, sum_u32, b));
+        } else {
+            prop_assert!(h(0).allgather(4).is_none());
+        }
     }
 }

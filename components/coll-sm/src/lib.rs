@@ -20,8 +20,12 @@
 //! in block mode (the default when a node's ranks outnumber its cores) sleeps on a futex on
 //! the very word it waits for, which the rank that stores it wakes: a rank that posts reads
 //! the sleeper count on its own control line, one load, and calls the kernel only when a
-//! peer sleeps. A sleep lasts at most the wait policy's block timeout (1 ms), so
-//! point-to-point traffic that arrives meanwhile is still progressed.
+//! peer sleeps (in the spin and yield modes no wait sleeps, and a post reads nothing). A
+//! sleep lasts at most the wait policy's block timeout (1 ms), so point-to-point traffic
+//! that arrives meanwhile is still progressed. Where ranks share cores (the yield and block
+//! modes), the last rank to arrive at a barrier yields its core once after releasing the
+//! others, so that they run before it goes on to the next collective (see
+//! [`protocol::Step::Posted`]).
 //!
 //! A member that dies does not hang the others: a wait that lasts checks, every
 //! [`LIVENESS_INTERVAL`], whether the processes of the members it still waits for exist (their
@@ -235,13 +239,32 @@ impl SmModule {
         let mut live = Liveness::default();
         let mode = wait_mode();
         let spin = mode == WaitMode::Spin;
-        seg.fence_posts(mode == WaitMode::Block);
+        // Only block mode sleeps, so only there has a post anyone to wake (and needs the
+        // fence of the sleeper count's Dekker pattern).
+        let block = mode == WaitMode::Block;
+        seg.fence_posts(block);
         loop {
             match run.poll(seg, send, work, reduce) {
                 Step::Done => break,
-                Step::Posted { off, sleepers } => {
-                    wake_sleepers(seg, off, sleepers);
+                Step::Posted {
+                    off,
+                    sleepers,
+                    release,
+                } => {
+                    if block {
+                        wake_sleepers(seg, off, sleepers);
+                    }
                     idle.state = IdleState::default();
+                    if release && !spin {
+                        // Ranks share cores: the members just released are runnable, and one
+                        // may be queued on this very core. Letting them run first means that
+                        // they, not this rank, reach the next collective early: a broadcast's
+                        // root posts before its readers look, a reduce's leaves post before
+                        // their root waits (else the rank that arrived last is first again
+                        // at the next collective, where it waits through two context switches
+                        // for a member of its own core: 10 us per OSU bcast or reduce here).
+                        std::thread::yield_now();
+                    }
                 }
                 Step::Wait(w) => {
                     if spin && spin_on(seg, w) {
@@ -262,8 +285,10 @@ impl SmModule {
         if let Some(c) = run.clears() {
             self.synced.set(Some(c));
         }
-        let l = self.layout;
-        wake_sleepers(seg, l.freed(self.me), l.freed_sleepers(self.me));
+        if block {
+            let l = self.layout;
+            wake_sleepers(seg, l.freed(self.me), l.freed_sleepers(self.me));
+        }
         Some(Ok(()))
     }
 

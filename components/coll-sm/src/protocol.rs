@@ -41,6 +41,8 @@
 //!   it reaches `n * b` (one round, and every waiter watches the same word, so the last
 //!   rank to arrive wakes every sleeper at once when the node is oversubscribed). Each rank
 //!   also posts stage 1 after its increment, so that a waiter can tell who has not arrived.
+//!   The last to arrive says that its increment released everyone ([`Step::Posted`]'s
+//!   `release`), so that where ranks share cores it can let them run first.
 //! - bcast: the root copies into its slot and posts; the others wait for it and copy out.
 //! - reduce, allreduce, short: every rank copies its input into its slot and posts; the
 //!   root (every rank for allreduce) combines all slots in rank order. The root of a reduce
@@ -246,6 +248,10 @@ pub enum Step {
         off: usize,
         /// Offset of its sleeper count.
         sleepers: usize,
+        /// The post released every other member at once (the last arrival at a barrier):
+        /// where ranks share cores, this rank should give its core up now, so that the
+        /// members it released run before it goes on (see `lib.rs`).
+        release: bool,
     },
 }
 
@@ -331,9 +337,9 @@ impl Run {
     /// Go as far as possible without waiting. `send` is the input of a reduction, `work`
     /// the buffer of a broadcast or the result of a reduction (private space on a
     /// reduction's non-root), both `len` bytes; `reduce` combines for reductions.
-    pub fn poll(
+    pub fn poll<M: Mem + ?Sized>(
         &mut self,
-        mem: &dyn Mem,
+        mem: &M,
         send: &[u8],
         work: &mut [u8],
         reduce: Option<ReduceBytes<'_>>,
@@ -355,6 +361,7 @@ impl Run {
                         return Step::Posted {
                             off: l.arrived(),
                             sleepers: l.arrived_sleepers(),
+                            release: true,
                         };
                     }
                 }
@@ -455,7 +462,7 @@ impl Run {
     /// [`Step::Wait`]) needs: its word's rank if the word has not reached `w.want`; for the
     /// barrier's counter, every member that has not arrived (posted stage 1). Empty once
     /// the wait is over. A member that finished the collective is never among them.
-    pub fn awaited(&self, mem: &dyn Mem, w: Wait) -> Vec<usize> {
+    pub fn awaited<M: Mem + ?Sized>(&self, mem: &M, w: Wait) -> Vec<usize> {
         if reached(mem.load(w.off), w.want) {
             return Vec::new();
         }
@@ -471,25 +478,26 @@ impl Run {
     }
 
     /// Store stage `k` in this rank's `posted` word.
-    fn post(&mut self, mem: &dyn Mem, k: u32) -> Step {
+    fn post<M: Mem + ?Sized>(&mut self, mem: &M, k: u32) -> Step {
         self.next = 0;
         let off = self.layout.posted(self.me);
         mem.store(off, stage(self.seq, k));
         Step::Posted {
             off,
             sleepers: self.layout.sleepers(self.me),
+            release: false,
         }
     }
 
     /// Say this rank read all it needed of this collective; done.
-    fn finish(&mut self, mem: &dyn Mem) -> Step {
+    fn finish<M: Mem + ?Sized>(&mut self, mem: &M) -> Step {
         mem.store(self.layout.freed(self.me), self.seq);
         self.stage = u8::MAX;
         Step::Done
     }
 
     /// Wait for rank `q`'s stage `k`.
-    fn wait_one(&self, mem: &dyn Mem, q: usize, k: u32) -> Option<Step> {
+    fn wait_one<M: Mem + ?Sized>(&self, mem: &M, q: usize, k: u32) -> Option<Step> {
         let (off, want) = (self.layout.posted(q), stage(self.seq, k));
         (!reached(mem.load(off), want)).then_some(Step::Wait(Wait {
             off,
@@ -500,7 +508,12 @@ impl Run {
     }
 
     /// Wait for stage `k` of every rank `which` selects (from `self.next` on).
-    fn wait_all(&mut self, mem: &dyn Mem, which: impl Fn(usize) -> bool, k: u32) -> Option<Step> {
+    fn wait_all<M: Mem + ?Sized>(
+        &mut self,
+        mem: &M,
+        which: impl Fn(usize) -> bool,
+        k: u32,
+    ) -> Option<Step> {
         while self.next < self.layout.n {
             if which(self.next) {
                 if let Some(w) = self.wait_one(mem, self.next, k) {
@@ -514,7 +527,7 @@ impl Run {
 
     /// Before writing this rank's slot: wait until every other rank is done with the
     /// collective that used it last (`seq - 2`).
-    fn wait_freed(&mut self, mem: &dyn Mem) -> Option<Step> {
+    fn wait_freed<M: Mem + ?Sized>(&mut self, mem: &M) -> Option<Step> {
         let want = self.seq.wrapping_sub(2);
         if self.synced.is_some_and(|c| reached(c, want)) {
             // Every other member finished every collective up to c >= seq - 2 (the last
@@ -543,9 +556,9 @@ impl Run {
 
     /// `work[range] = x0 op x1 op ... op x(n-1)` over `range` of every rank's input (this
     /// rank's from `send`, the others' from their slots).
-    fn combine(
+    fn combine<M: Mem + ?Sized>(
         &self,
-        mem: &dyn Mem,
+        mem: &M,
         send: &[u8],
         work: &mut [u8],
         range: Range<usize>,

@@ -22,7 +22,15 @@
 //!   is compatible with the holders (exclusive alone, shared together; first come, first
 //!   served: a waiting exclusive request is not overtaken by later shared ones); `Unlock`
 //!   releases it and is answered by `Ack` after everything sent before was applied.
-//!   `MPI_MODE_NOCHECK` skips the request, and unlock sends `Flush` instead;
+//!   `MPI_MODE_NOCHECK` skips the request, and unlock sends `Flush` instead. The origin does
+//!   not wait for the grant (MPI lets `MPI_Win_lock` return before the lock is acquired,
+//!   except on the caller's own window, whose loads and stores the lock may protect): its
+//!   operations, flushes and unlock follow the request at once, and the target holds
+//!   everything an origin sends for its passive epochs (operations, `Flush`, `Unlock`, the
+//!   next `Lock`) while that origin's request waits in its queue, then applies them in order
+//!   once it grants it. So a lock, one operation and an unlock cost one round trip, as
+//!   MPICH's and Open MPI's piggybacked lock requests do. A module moving data by RDMA asks
+//!   [`Engine::granted`] before it touches the target's memory;
 //! - **flush**: `Flush`, answered by `Ack`, to a target that was sent operations without
 //!   reply (puts, accumulates) since the last one; otherwise the replies awaited prove every
 //!   operation complete, and no message is needed. A local flush only waits for replies
@@ -156,6 +164,12 @@ pub struct Engine<S: Segment> {
     shared_holders: usize,
     exclusive_holder: Option<usize>,
     lock_queue: VecDeque<(usize, LockKind)>,
+    /// Origins whose lock request waits in `lock_queue`: what they send for their passive
+    /// epochs waits in `held` until the grant.
+    blocked: Vec<bool>,
+    held: Vec<VecDeque<Msg>>,
+    /// Origins just granted whose held messages are to be applied.
+    ready: Vec<usize>,
     pending: Option<Pending>,
     /// An error a target reported for an operation without reply.
     deferred: Option<OscError>,
@@ -211,6 +225,9 @@ impl<S: Segment> Engine<S> {
             shared_holders: 0,
             exclusive_holder: None,
             lock_queue: VecDeque::new(),
+            blocked: vec![false; n],
+            held: (0..n).map(|_| VecDeque::new()).collect(),
+            ready: Vec::new(),
             pending: None,
             deferred: None,
             host: None,
@@ -252,7 +269,8 @@ impl<S: Segment> Engine<S> {
     /// May this process access `target` now?
     fn check_epoch(&self, target: usize) -> Result<(), OscError> {
         self.check_rank(target)?;
-        let locked = self.locks[target].is_some_and(|h| h.granted);
+        // A lock requested counts: the target applies the operation once it grants it.
+        let locked = self.locks[target].is_some();
         let started = self.access.as_ref().is_some_and(|g| g.contains(&target));
         if self.fence_open || locked || started {
             return Ok(());
@@ -279,6 +297,14 @@ impl<S: Segment> Engine<S> {
             )));
         }
         Ok(())
+    }
+
+    /// May the target's memory be accessed directly (by RDMA) now: no lock request of this
+    /// process at `target` still waits for its grant?
+    pub fn granted(&self, target: usize) -> bool {
+        self.locks
+            .get(target)
+            .is_none_or(|h| h.is_none_or(|h| h.granted))
     }
 
     /// The origin's checks of an operation on `layout` at `addr` of `target` (rank, access
@@ -327,7 +353,7 @@ impl<S: Segment> Engine<S> {
             Msg::Put {
                 addr,
                 layout: layout.clone(),
-                data,
+                data: data.into(),
             },
         );
         Ok(id)
@@ -395,7 +421,7 @@ impl<S: Segment> Engine<S> {
                 op,
                 elem,
                 fetch,
-                data,
+                data: data.into(),
             },
         );
         Ok(id)
@@ -540,7 +566,11 @@ impl<S: Segment> Engine<S> {
                 }
                 self.fence_open = false;
                 self.lock(target, kind, nocheck);
-                self.pending = Some(Pending::Locks(vec![target]));
+                // Only a lock on this process's own window waits for the grant (see the
+                // module's documentation).
+                if target == self.me && !nocheck {
+                    self.pending = Some(Pending::Locks(vec![target]));
+                }
             }
             SyncCall::LockAll { nocheck } => {
                 if self.any_lock() {
@@ -553,7 +583,9 @@ impl<S: Segment> Engine<S> {
                     self.lock(t, LockKind::Shared, nocheck);
                 }
                 self.lock_all = true;
-                self.pending = Some(Pending::Locks(all));
+                if !nocheck {
+                    self.pending = Some(Pending::Locks(vec![self.me]));
+                }
             }
             SyncCall::Unlock(target) => {
                 self.check_rank(target)?;
@@ -932,7 +964,25 @@ impl<S: Segment> Engine<S> {
                 LockKind::Shared => self.shared_holders += 1,
             }
             self.send(p, Msg::Granted);
+            if std::mem::take(&mut self.blocked[p]) {
+                self.ready.push(p);
+            }
         }
+    }
+
+    /// Does `msg` belong to its sender's passive epochs (held while its lock request waits)?
+    /// Answers to this process's own requests and the active-target messages never wait.
+    fn passive(msg: &Msg) -> bool {
+        matches!(
+            msg,
+            Msg::Put { .. }
+                | Msg::Get { .. }
+                | Msg::Acc { .. }
+                | Msg::Cas { .. }
+                | Msg::Lock(_)
+                | Msg::Unlock
+                | Msg::Flush
+        )
     }
 
     /// Apply a message from `from`.
@@ -941,8 +991,28 @@ impl<S: Segment> Engine<S> {
             tracing::warn!(from, "osc-am: message from outside the window dropped");
             return;
         }
+        if self.blocked[from] && Self::passive(&msg) {
+            self.held[from].push_back(msg);
+            return;
+        }
         self.apply(from, msg);
+        // The origins granted meanwhile: what they sent behind their request, in order,
+        // until one of them is blocked again (a next lock request among it).
+        while let Some(p) = self.ready.pop() {
+            while !self.blocked[p] {
+                let Some(m) = self.held[p].pop_front() else {
+                    break;
+                };
+                self.apply(p, m);
+            }
+        }
         self.advance_fence();
+    }
+
+    /// Messages held for origins whose lock request waits (for tests of the target's memory).
+    #[cfg(test)]
+    fn held_messages(&self) -> usize {
+        self.held.iter().map(VecDeque::len).sum()
     }
 
     fn apply(&mut self, from: usize, msg: Msg) {
@@ -1000,6 +1070,9 @@ impl<S: Segment> Engine<S> {
             Msg::Lock(kind) => {
                 self.lock_queue.push_back((from, kind));
                 self.grant_waiting();
+                if self.lock_queue.iter().any(|&(p, _)| p == from) {
+                    self.blocked[from] = true;
+                }
             }
             Msg::Granted => {
                 if let Some(h) = self.locks[from].as_mut() {
@@ -1419,29 +1492,41 @@ mod tests {
             nocheck: false,
         };
         net.e[1].sync(excl(0)).unwrap();
+        assert_eq!(
+            net.e[1].sync_done(),
+            Some(Ok(())),
+            "a lock on another rank does not wait for its grant"
+        );
+        assert!(!net.e[1].granted(0));
         net.run();
-        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert!(net.e[1].granted(0));
         net.e[2].sync(excl(0)).unwrap();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        let g = net.e[2].get(0, 0, &Layout::contiguous(1)).unwrap();
+        net.e[2].put(0, 0, &Layout::contiguous(1), vec![2]).unwrap();
+        net.e[2].sync(SyncCall::Flush(Some(0))).unwrap();
         net.run();
-        assert_eq!(net.e[2].sync_done(), None, "rank 1 holds the lock");
-        assert!(matches!(
-            net.e[2].put(0, 0, &Layout::contiguous(1), vec![1]),
-            Err(OscError::Sync(_))
-        ));
+        assert!(!net.e[2].granted(0), "rank 1 holds the lock");
+        assert_eq!(net.e[2].sync_done(), None, "the flush waits for the grant");
+        assert_eq!(
+            net.e[0].held_messages(),
+            3,
+            "the get, the put and the flush"
+        );
+        assert_eq!(net.mem(0)[0], 0, "rank 2's put waits at the target");
         net.e[1].put(0, 0, &Layout::contiguous(1), vec![1]).unwrap();
         net.e[1].sync(SyncCall::Unlock(0)).unwrap();
         net.run();
         assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert!(net.e[2].granted(0), "granted after the unlock");
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())), "then flushed");
+        assert_eq!(net.e[0].held_messages(), 0);
         assert_eq!(
-            net.e[2].sync_done(),
-            Some(Ok(())),
-            "granted after the unlock"
+            net.e[2].poll_op(g),
+            Some(Ok(vec![1])),
+            "the holder's put was applied before its unlock, and the waiting get after"
         );
-        assert_eq!(
-            net.mem(0)[0],
-            1,
-            "the holder's put was applied before its unlock"
-        );
+        assert_eq!(net.mem(0)[0], 2, "and the waiting put after that");
         net.e[2].sync(SyncCall::Unlock(0)).unwrap();
         net.run();
         assert_eq!(net.e[2].sync_done(), Some(Ok(())));
@@ -1509,6 +1594,91 @@ mod tests {
         assert_eq!(net.e[0].sync_done(), Some(Ok(())));
         assert_eq!(&net.mem(1)[..4], &[1; 4]);
         net.sync_all(&[0], |_| SyncCall::UnlockAll);
+    }
+
+    #[test]
+    fn a_lock_on_its_own_window_waits_for_the_grant() {
+        let mut net = Net::new(2, 8);
+        let excl = |t| SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: t,
+            nocheck: false,
+        };
+        net.sync_all(&[1], |_| excl(0));
+        net.e[0].sync(excl(0)).unwrap();
+        net.run();
+        assert_eq!(
+            net.e[0].sync_done(),
+            None,
+            "rank 1 holds it: rank 0's loads and stores must wait"
+        );
+        net.sync_all(&[1], |_| SyncCall::Unlock(0));
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        // lock_all waits for its own window's grant only.
+        net.sync_all(&[0], |_| SyncCall::Unlock(0));
+        net.sync_all(&[0], |_| excl(1));
+        net.e[1].sync(SyncCall::LockAll { nocheck: false }).unwrap();
+        net.run();
+        assert_eq!(
+            net.e[1].sync_done(),
+            None,
+            "its own window's shared lock waits for rank 0's exclusive one"
+        );
+        assert!(net.e[1].granted(0), "rank 0's window granted meanwhile");
+        net.sync_all(&[0], |_| SyncCall::Unlock(1));
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        net.sync_all(&[1], |_| SyncCall::UnlockAll);
+    }
+
+    #[test]
+    fn lock_op_unlock_cycles_queue_behind_a_holder_in_order() {
+        // Rank 2's lock, fetching accumulate and unlock wait at the target behind rank 1's
+        // lock, and apply after the holder's operation; a second cycle follows.
+        let mut net = Net::new(3, 8);
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 0,
+            nocheck: false,
+        };
+        net.sync_all(&[1], |_| excl.clone());
+        let add = |net: &mut Net, r: usize, v: i64| {
+            net.e[r]
+                .accumulate(
+                    0,
+                    0,
+                    &Layout::contiguous(8),
+                    AccOp::Sum,
+                    Elem::I64,
+                    v.to_ne_bytes().to_vec(),
+                    true,
+                )
+                .unwrap()
+        };
+        net.e[2].sync(excl.clone()).unwrap();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        let a = add(&mut net, 2, 10);
+        net.e[2].sync(SyncCall::Unlock(0)).unwrap();
+        net.run();
+        assert_eq!(net.e[2].sync_done(), None);
+        let h = add(&mut net, 1, 1);
+        net.sync_all(&[1], |_| SyncCall::Unlock(0));
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        net.e[2].sync(excl.clone()).unwrap();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        let b = add(&mut net, 2, 100);
+        net.sync_all(&[2], |_| SyncCall::Unlock(0));
+        let old = |net: &mut Net, id| {
+            i64::from_ne_bytes(
+                net.e[2].poll_op(id).unwrap().unwrap()[..]
+                    .try_into()
+                    .unwrap(),
+            )
+        };
+        assert_eq!(net.e[1].poll_op(h), Some(Ok(0i64.to_ne_bytes().to_vec())));
+        assert_eq!(old(&mut net, a), 1, "after the holder's");
+        assert_eq!(old(&mut net, b), 11);
+        assert_eq!(i64::from_ne_bytes(net.mem(0).try_into().unwrap()), 111);
+        assert_eq!(net.e[0].held_messages(), 0);
     }
 
     proptest! {

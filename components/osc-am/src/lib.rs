@@ -172,7 +172,7 @@ impl OscModule for AmModule {
         let mut n = self.flush(port);
         while let Some((from, bytes)) = port.recv() {
             n += 1;
-            match Msg::decode(&bytes) {
+            match Msg::decode_vec(bytes) {
                 Some(m) => self.engine.handle(from, m),
                 None => tracing::warn!(from, "osc-am: malformed message dropped"),
             }

@@ -13,6 +13,53 @@ pub struct Refusal {
     pub msg: String,
 }
 
+/// The bytes a put or an accumulate carries: owned by the message, either a vector of their
+/// own (the origin's) or the tail of the buffer the message arrived in ([`Msg::decode_vec`]
+/// keeps it there: a large accumulate is not copied out of its message before it is applied).
+#[derive(Clone, Default)]
+pub struct Payload {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Payload {
+    /// The bytes as a vector of their own (no copy when they are one already).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+        }
+        self.buf
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(buf: Vec<u8>) -> Self {
+        Self { buf, start: 0 }
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
 /// One active message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -23,7 +70,7 @@ pub enum Msg {
         /// Where the bytes go.
         layout: Layout,
         /// The bytes.
-        data: Vec<u8>,
+        data: Payload,
     },
     /// Read `layout` at `addr`; the target answers [`Msg::Reply`] with `id`.
     Get {
@@ -49,7 +96,7 @@ pub enum Msg {
         /// Answer with the previous contents.
         fetch: bool,
         /// Origin data (empty for [`AccOp::NoOp`]).
-        data: Vec<u8>,
+        data: Payload,
     },
     /// Compare-and-swap of one element; answered with the old value.
     Cas {
@@ -180,9 +227,30 @@ fn refusal(out: &mut Vec<u8>, r: &Refusal) {
 }
 
 impl Msg {
+    /// Bytes of the encoded message.
+    pub fn encoded_len(&self) -> usize {
+        let layout = |l: &Layout| 8 + 16 * l.runs.len();
+        let refusal = |r: &Refusal| 1 + 8 + r.msg.len();
+        1 + match self {
+            Msg::Put {
+                layout: l, data, ..
+            } => 8 + layout(l) + 8 + data.len(),
+            Msg::Get { layout: l, .. } => 16 + layout(l),
+            Msg::Acc {
+                layout: l, data, ..
+            } => 16 + 3 + layout(l) + 8 + data.len(),
+            Msg::Cas { compare, value, .. } => 16 + 1 + 8 + compare.len() + 8 + value.len(),
+            Msg::Reply { result: Ok(d), .. } => 8 + 8 + d.len(),
+            Msg::Reply { result: Err(r), .. } => 8 + refusal(r),
+            Msg::Refused(r) => refusal(r),
+            _ => 0,
+        }
+    }
+
     /// The encoded message.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        // One allocation of the exact size: a message is encoded for every operation.
+        let mut out = Vec::with_capacity(self.encoded_len());
         match self {
             Msg::Put {
                 addr,
@@ -267,13 +335,44 @@ impl Msg {
 
     /// Decode a message (`None`: malformed).
     pub fn decode(b: &[u8]) -> Option<Msg> {
+        let (mut m, payload) = Self::parse(b)?;
+        if let Some(at) = payload {
+            *m.payload_mut()? = b[at..].to_vec().into();
+        }
+        Some(m)
+    }
+
+    /// [`Msg::decode`] of a message received into `b`: the data of a put or an accumulate
+    /// stays in `b` (no copy).
+    pub fn decode_vec(b: Vec<u8>) -> Option<Msg> {
+        let (mut m, payload) = Self::parse(&b)?;
+        if let Some(start) = payload {
+            *m.payload_mut()? = Payload { buf: b, start };
+        }
+        Some(m)
+    }
+
+    fn payload_mut(&mut self) -> Option<&mut Payload> {
+        match self {
+            Msg::Put { data, .. } | Msg::Acc { data, .. } => Some(data),
+            _ => None,
+        }
+    }
+
+    /// The message with an empty payload, and where its payload starts in `b` (the rest of
+    /// `b`: a put's and an accumulate's data come last).
+    fn parse(b: &[u8]) -> Option<(Msg, Option<usize>)> {
         let mut r = Reader { b, at: 0 };
         let kind = r.u8()?;
+        let mut payload = None;
         let m = match kind {
             PUT => Msg::Put {
                 addr: r.u64()?,
                 layout: r.layout()?,
-                data: r.bytes()?,
+                data: {
+                    payload = Some(r.tail()?);
+                    Payload::default()
+                },
             },
             GET => Msg::Get {
                 id: r.u64()?,
@@ -293,7 +392,10 @@ impl Msg {
                     elem,
                     fetch,
                     layout: r.layout()?,
-                    data: r.bytes()?,
+                    data: {
+                        payload = Some(r.tail()?);
+                        Payload::default()
+                    },
                 }
             }
             CAS => Msg::Cas {
@@ -325,7 +427,7 @@ impl Msg {
             FREE => Msg::Free,
             _ => return None,
         };
-        (r.at == b.len()).then_some(m)
+        (r.at == b.len()).then_some((m, payload))
     }
 }
 
@@ -353,6 +455,14 @@ impl Reader<'_> {
     fn bytes(&mut self) -> Option<Vec<u8>> {
         let n = usize::try_from(self.u64()?).ok()?;
         Some(self.take(n)?.to_vec())
+    }
+
+    /// A length-prefixed field that must end the message: where its bytes start.
+    fn tail(&mut self) -> Option<usize> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        let start = self.at;
+        self.take(n)?;
+        (self.at == self.b.len()).then_some(start)
     }
 
     fn layout(&mut self) -> Option<Layout> {
@@ -389,7 +499,7 @@ mod tests {
             Msg::Put {
                 addr: 8,
                 layout: l.clone(),
-                data: vec![1; 12],
+                data: vec![1; 12].into(),
             },
             Msg::Get {
                 id: 3,
@@ -403,7 +513,7 @@ mod tests {
                 op: AccOp::LXor,
                 elem: Elem::U16,
                 fetch: true,
-                data: vec![2; 12],
+                data: vec![2; 12].into(),
             },
             Msg::Cas {
                 id: 1,
@@ -444,8 +554,40 @@ mod tests {
     #[test]
     fn every_message_round_trips() {
         for m in samples() {
-            assert_eq!(Msg::decode(&m.encode()), Some(m));
+            let e = m.encode();
+            assert_eq!(e.len(), m.encoded_len(), "{m:?}");
+            assert_eq!(
+                e.capacity(),
+                e.len(),
+                "{m:?}: one allocation of the exact size"
+            );
+            assert_eq!(Msg::decode(&e), Some(m.clone()));
+            assert_eq!(Msg::decode_vec(e), Some(m));
         }
+    }
+
+    #[test]
+    fn a_received_payload_is_not_copied() {
+        let m = Msg::Acc {
+            id: 1,
+            addr: 0,
+            layout: Layout::contiguous(4),
+            op: AccOp::Sum,
+            elem: Elem::U8,
+            fetch: false,
+            data: vec![1, 2, 3, 4].into(),
+        };
+        let e = m.encode();
+        let at = e.as_ptr() as usize + e.len() - 4;
+        let Some(Msg::Acc { data, .. }) = Msg::decode_vec(e) else {
+            panic!("decodes")
+        };
+        assert_eq!(
+            data.as_ptr() as usize,
+            at,
+            "the data stays where it arrived"
+        );
+        assert_eq!(data.into_vec(), vec![1, 2, 3, 4]);
     }
 
     #[test]
@@ -458,6 +600,7 @@ mod tests {
             let mut longer = e.clone();
             longer.push(0);
             assert_eq!(Msg::decode(&longer), None);
+            assert_eq!(Msg::decode_vec(longer), None);
         }
     }
 
@@ -482,6 +625,7 @@ mod tests {
         #[test]
         fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = Msg::decode(&b);
+            let _ = Msg::decode_vec(b);
         }
     }
 }

@@ -299,7 +299,15 @@ impl RdmaModule {
     /// Start the queued transfers and collect the completed ones.
     fn transfers(&mut self, port: &mut dyn OscPort) -> usize {
         let mut n = 0;
+        // Transfers to a target whose lock request still waits for its grant (the engine
+        // lets an epoch start before it) stay queued, in order: the target's memory is not
+        // this process's to touch yet.
+        let mut waiting = VecDeque::new();
         while let Some(x) = self.todo.pop_front() {
+            if !self.engine.granted(x.peer) {
+                waiting.push_back(x);
+                continue;
+            }
             let started = match (self.ops.get(&x.op), self.rdma_target(x.peer), port.rdma()) {
                 (Some(op), Some((_, keys)), Some(rdma)) => {
                     let local = op.view.slice(x.at, x.len);
@@ -320,6 +328,8 @@ impl RdmaModule {
                 Err(e) => self.finished(&x, Err(e)),
             }
         }
+        // (Appended: the queue keeps its allocation for the next operations.)
+        self.todo.append(&mut waiting);
         if self.in_flight.is_empty() {
             return n;
         }
@@ -531,11 +541,15 @@ impl OscModule for RdmaModule {
                 }
                 continue;
             }
-            match Msg::decode(&bytes) {
+            match Msg::decode_vec(bytes) {
                 Some(m) => self.engine.handle(from, m),
                 None => tracing::warn!(from, "osc-rdma: malformed message dropped"),
             }
             n += self.take_outbox();
+        }
+        if !self.todo.is_empty() {
+            // A grant that just arrived releases the transfers waiting for it.
+            n += self.transfers(port);
         }
         n += self.release(port);
         // Messages to itself, and what they make (a grant, an ack) until none is left.
@@ -803,6 +817,42 @@ mod tests {
         assert_eq!(s.m[0].sync_done(), Some(Ok(())));
         assert_eq!(&s.mem[1][2..4], [1, 2]);
         assert_eq!(&s.mem[1][10..12], [3, 4]);
+    }
+
+    #[test]
+    fn transfers_wait_for_the_grant_of_a_lock_another_rank_holds() {
+        let mut s = Sim::new(3, 8);
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 2,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(1, excl.clone()), Some(Ok(())));
+        assert_eq!(
+            s.sync(0, excl),
+            Some(Ok(())),
+            "the epoch starts before the grant"
+        );
+        s.m[0]
+            .put(2, 0, &Layout::contiguous(4), vec![7; 4])
+            .unwrap();
+        let g = s.m[0].get(2, 4, &Layout::contiguous(4)).unwrap();
+        s.run();
+        assert!(s.w.xfers.is_empty(), "rank 1 holds the lock: no RDMA yet");
+        assert_eq!(s.m[0].poll_op(g), None);
+        s.m[0].sync(SyncCall::Unlock(2)).unwrap();
+        s.run();
+        assert!(
+            !s.kinds_sent(0, 2).contains(&UNLOCK),
+            "behind the transfers"
+        );
+        assert_eq!(s.sync(1, SyncCall::Unlock(2)), Some(Ok(())));
+        assert_eq!(s.w.xfers.len(), 2, "granted: both transfers issued");
+        s.w.complete_all();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(s.m[0].poll_op(g), Some(Ok(vec![0; 4])));
+        assert_eq!(&s.mem[2][..4], [7; 4]);
     }
 
     #[test]

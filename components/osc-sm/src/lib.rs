@@ -40,13 +40,14 @@ pub mod segment;
 pub mod sync;
 
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, ComponentMeta};
 use rmca_framework::osc::{
-    accumulate_with, AccOp, Allocated, Elem, HostAccumulate, Layout, OpId, OscComponent, OscDirect,
-    OscError, OscModule, OscPort, OscSetup, SyncCall, WinConfig,
+    accumulate_with, AccOp, Allocated, DirectTarget, DirectView, Elem, HostAccumulate, Layout,
+    OpId, OscComponent, OscDirect, OscError, OscModule, OscPort, OscSetup, SyncCall, WinConfig,
 };
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
@@ -250,6 +251,9 @@ pub struct SmModule {
     results: HashMap<OpId, Result<Vec<u8>, OscError>>,
     host: Option<HostAccumulate>,
     atomics: bool,
+    /// Every member's memory and the epoch checks as flags, for the host's fast paths
+    /// ([`OscDirect::view`]); refreshed after every synchronization step.
+    view: Rc<DirectView>,
 }
 
 impl SmModule {
@@ -268,6 +272,17 @@ impl SmModule {
             overhead = plan.overhead(),
             "osc-sm: window segment mapped"
         );
+        let view = Rc::new(DirectView::new(
+            plan.parts
+                .iter()
+                .zip(&config.targets)
+                .map(|(&(off, size), t)| DirectTarget {
+                    base: seg.addr(off),
+                    size: size as u64,
+                    disp_unit: t.disp_unit,
+                })
+                .collect(),
+        ));
         Ok(Self {
             seg,
             me: config.rank,
@@ -277,7 +292,19 @@ impl SmModule {
             results: HashMap::new(),
             host: config.host,
             atomics,
+            view,
         })
+    }
+
+    /// Bring the view's flags in line with the epochs (after a synchronization step: the
+    /// only calls that change them). O(members): the cost of a synchronization, not of an
+    /// operation.
+    fn refresh_view(&self) {
+        for t in 0..self.view.len() {
+            self.view.set_access(t, self.epochs.may_access(t));
+            self.view.set_flush(Some(t), self.epochs.may_flush(Some(t)));
+        }
+        self.view.set_flush(None, self.epochs.may_flush(None));
     }
 
     fn part(&self, r: usize) -> UserBuf {
@@ -645,6 +672,34 @@ impl SmModule {
         old: Option<&mut [u8]>,
     ) -> Result<(), OscError> {
         let seg = &self.seg;
+        let es = elem.size();
+        // One element (`MPI_Fetch_and_op`, OSU's small accumulates): as scalars, no loop.
+        if len == es && es <= 8 {
+            let mut o = [0u8; 8];
+            if op != AccOp::NoOp {
+                o[..es].copy_from_slice(data);
+            }
+            let r = self.locked(target, || {
+                let mut cur = [0u8; 8];
+                seg.read(off, &mut cur[..es]);
+                let new = if op == AccOp::NoOp {
+                    None
+                } else {
+                    Some(one_element(op, elem, cur, o)?)
+                };
+                if let Some(new) = new {
+                    seg.write(off, &new[..es]);
+                }
+                Some(cur)
+            });
+            if let Some(cur) = r {
+                if let Some(old) = old {
+                    old.copy_from_slice(&cur[..es]);
+                }
+                return Ok(());
+            }
+            // An element `one_element` does not take (none that reach here): the loop's.
+        }
         // One view of the run for both steps (`combine` copies an origin overlapping it).
         self.locked(target, || {
             seg.combine(off, len, data, |t, o| {
@@ -688,6 +743,71 @@ impl<'a> Out<'a> {
                 v
             }
         }
+    }
+}
+
+/// `op` on one element of `elem` (its bytes first in `a`, the target's, and `b`, the
+/// origin's): the arithmetic of [`accumulate_with`] on one element (wrapping integers,
+/// IEEE floats with `min`/`max`), as scalars with no dispatch per length and no loop;
+/// `None` for what it does not take (pairs, the host's elements, an operation the element
+/// has not: the caller checked [`Elem::supports`]), which the loop then does.
+#[inline]
+fn one_element(op: AccOp, elem: Elem, a: [u8; 8], b: [u8; 8]) -> Option<[u8; 8]> {
+    macro_rules! int {
+        ($t:ty) => {{
+            const S: usize = std::mem::size_of::<$t>();
+            let x = <$t>::from_ne_bytes(a[..S].try_into().ok()?);
+            let y = <$t>::from_ne_bytes(b[..S].try_into().ok()?);
+            let r: $t = match op {
+                AccOp::Replace => y,
+                AccOp::Sum => x.wrapping_add(y),
+                AccOp::Prod => x.wrapping_mul(y),
+                AccOp::Min => x.min(y),
+                AccOp::Max => x.max(y),
+                AccOp::BAnd => x & y,
+                AccOp::BOr => x | y,
+                AccOp::BXor => x ^ y,
+                AccOp::LAnd => <$t>::from(x != 0 && y != 0),
+                AccOp::LOr => <$t>::from(x != 0 || y != 0),
+                AccOp::LXor => <$t>::from((x != 0) != (y != 0)),
+                AccOp::NoOp | AccOp::MinLoc | AccOp::MaxLoc => return None,
+            };
+            let mut out = a;
+            out[..S].copy_from_slice(&r.to_ne_bytes());
+            Some(out)
+        }};
+    }
+    macro_rules! float {
+        ($t:ty) => {{
+            const S: usize = std::mem::size_of::<$t>();
+            let x = <$t>::from_ne_bytes(a[..S].try_into().ok()?);
+            let y = <$t>::from_ne_bytes(b[..S].try_into().ok()?);
+            let r: $t = match op {
+                AccOp::Replace => y,
+                AccOp::Sum => x + y,
+                AccOp::Prod => x * y,
+                AccOp::Min => x.min(y),
+                AccOp::Max => x.max(y),
+                _ => return None,
+            };
+            let mut out = a;
+            out[..S].copy_from_slice(&r.to_ne_bytes());
+            Some(out)
+        }};
+    }
+    match elem {
+        Elem::I8 => int!(i8),
+        Elem::I16 => int!(i16),
+        Elem::I32 => int!(i32),
+        Elem::I64 => int!(i64),
+        // Bytes take replace only (`supports`), which is `u8`'s.
+        Elem::U8 | Elem::Byte => int!(u8),
+        Elem::U16 => int!(u16),
+        Elem::U32 => int!(u32),
+        Elem::U64 => int!(u64),
+        Elem::F32 => float!(f32),
+        Elem::F64 => float!(f64),
+        _ => None,
     }
 }
 
@@ -797,7 +917,9 @@ impl OscModule for SmModule {
             stride: self.plan.stride,
             mask_words: self.plan.parts.len().div_ceil(64),
         };
-        self.epochs.sync(call, &w)
+        let r = self.epochs.sync(call, &w);
+        self.refresh_view();
+        r
     }
 
     fn sync_done(&mut self) -> Option<Result<(), OscError>> {
@@ -809,7 +931,10 @@ impl OscModule for SmModule {
             stride: self.plan.stride,
             mask_words: self.plan.parts.len().div_ceil(64),
         };
-        self.epochs.poll(&w)
+        let r = self.epochs.poll(&w);
+        // Also when still waiting: a lock_all's grants come one by one.
+        self.refresh_view();
+        r
     }
 
     fn exposure_complete(&self) -> bool {
@@ -916,6 +1041,15 @@ impl OscDirect for SmModule {
         self.epochs.check_access(target)?;
         let run = self.place(target, addr, (0, elem.size() as u64))?;
         self.cas_at(target, &Runs::One([run]), elem, compare, value, old)
+    }
+
+    fn flush_now(&mut self, target: Option<usize>) -> Result<(), OscError> {
+        // No wait: `sync_done` is done at once after a flush.
+        self.epochs.flush(target)
+    }
+
+    fn view(&self) -> Option<Rc<DirectView>> {
+        Some(self.view.clone())
     }
 }
 
@@ -1063,6 +1197,92 @@ mod tests {
             assert_eq!(f64::from_ne_bytes(got[8..].try_into().unwrap()), 4.5);
             fence(&mut m, false);
         }
+    }
+
+    proptest::proptest! {
+        /// The one-element kernel computes what `accumulate_with` computes, for every
+        /// element type and operation it takes, on any bits (NaNs, overflows included).
+        #[test]
+        fn one_element_agrees_with_the_loop(
+            e in 0usize..11,
+            o in 0usize..14,
+            a in proptest::prelude::any::<[u8; 8]>(),
+            b in proptest::prelude::any::<[u8; 8]>(),
+        ) {
+            let elems = [
+                Elem::I8, Elem::I16, Elem::I32, Elem::I64, Elem::U8, Elem::U16, Elem::U32,
+                Elem::U64, Elem::F32, Elem::F64, Elem::Byte,
+            ];
+            let ops = [
+                AccOp::Replace, AccOp::Sum, AccOp::Prod, AccOp::Min, AccOp::Max, AccOp::BAnd,
+                AccOp::BOr, AccOp::BXor, AccOp::LAnd, AccOp::LOr, AccOp::LXor, AccOp::NoOp,
+                AccOp::MinLoc, AccOp::MaxLoc,
+            ];
+            let (elem, op) = (elems[e], ops[o]);
+            proptest::prop_assume!(elem.supports(op));
+            let es = elem.size();
+            let mut want = a;
+            accumulate_with(op, elem, &mut want[..es], &b[..es], None).unwrap();
+            match one_element(op, elem, a, b) {
+                // The same bits (a NaN's payload included), the rest of `a` untouched.
+                Some(got) => proptest::prop_assert_eq!(got, want),
+                None => proptest::prop_assert!(matches!(op, AccOp::NoOp)),
+            }
+        }
+    }
+
+    #[test]
+    fn the_view_follows_the_epochs_and_the_memory() {
+        use rmca_framework::osc::LockKind;
+        let mut m = module(32, false);
+        let v = m.view().unwrap();
+        let base = m.part(0).addr();
+        assert_eq!(v.len(), 1);
+        // No epoch: nothing placed, no flush; the module refuses the same.
+        assert_eq!(v.place(0, 0, 4), None);
+        assert!(!v.may_flush(Some(0)) && !v.may_flush(None));
+        assert!(matches!(m.flush_now(Some(0)), Err(OscError::Sync(_))));
+        // A fence opens access to every member, but no flush (not a passive epoch).
+        fence(&mut m, true);
+        assert_eq!(v.place(0, 4, 4), Some(base + 4));
+        assert!(!v.may_flush(Some(0)));
+        // Bounds: the last byte, past it, before the start, zero bytes, another rank.
+        assert_eq!(v.place(0, 31, 1), Some(base + 31));
+        assert_eq!(v.place(0, 31, 2), None);
+        assert_eq!(v.place(0, -1, 1), None);
+        assert_eq!(v.place(0, isize::MAX, 1), None);
+        assert_eq!(v.place(0, 0, 0), None);
+        assert_eq!(v.place(1, 0, 1), None);
+        assert!(!v.may_flush(Some(1)));
+        fence(&mut m, false);
+        assert_eq!(v.place(0, 0, 1), None);
+        // A lock: access and flush until the unlock.
+        m.sync(SyncCall::Lock {
+            kind: LockKind::Shared,
+            target: 0,
+            nocheck: false,
+        })
+        .unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert_eq!(v.place(0, 0, 32), Some(base));
+        assert!(v.may_flush(Some(0)) && v.may_flush(None));
+        m.flush_now(Some(0)).unwrap();
+        m.flush_now(None).unwrap();
+        assert!(matches!(m.flush_now(Some(1)), Err(OscError::Rank(_))));
+        m.sync(SyncCall::Unlock(0)).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert_eq!(v.place(0, 0, 1), None);
+        assert!(!v.may_flush(Some(0)) && !v.may_flush(None));
+        // lock_all, then the free: nothing open after it.
+        m.sync(SyncCall::LockAll { nocheck: false }).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert!(v.place(0, 0, 1).is_some() && v.may_flush(None));
+        m.sync(SyncCall::UnlockAll).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        m.sync(SyncCall::Free).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert_eq!(v.place(0, 0, 1), None);
+        assert!(!v.may_flush(None));
     }
 
     #[test]

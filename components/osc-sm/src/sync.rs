@@ -127,13 +127,22 @@ impl Epochs {
         Ok(())
     }
 
+    /// May this member access `target` now ([`Epochs::check_access`] with no error made)?
+    #[inline]
+    pub fn may_access(&self, target: usize) -> bool {
+        if target >= self.size {
+            return false;
+        }
+        let locked = self.locks[target].is_some_and(|h| h.granted);
+        let started = self.access.as_ref().is_some_and(|g| g.contains(&target));
+        self.fence_open || locked || started
+    }
+
     /// May this member access `target` now?
     #[inline]
     pub fn check_access(&self, target: usize) -> Result<(), OscError> {
         self.check_rank(target)?;
-        let locked = self.locks[target].is_some_and(|h| h.granted);
-        let started = self.access.as_ref().is_some_and(|g| g.contains(&target));
-        if self.fence_open || locked || started {
+        if self.may_access(target) {
             return Ok(());
         }
         Err(OscError::Sync(format!(
@@ -320,6 +329,25 @@ impl Epochs {
     /// OSU's passive-target loops).
     #[inline]
     pub fn flush(&self, target: Option<usize>) -> Result<(), OscError> {
+        self.check_flush(target)?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Would [`Epochs::flush`] of `target` succeed (no error made: what a host's cached
+    /// view of the epochs holds)?
+    pub fn may_flush(&self, target: Option<usize>) -> bool {
+        if self.pending.is_some() || self.freed {
+            return false;
+        }
+        match target {
+            Some(t) => t < self.size && self.locks[t].is_some(),
+            None => self.any_lock(),
+        }
+    }
+
+    /// [`Epochs::flush`]'s checks, with their errors.
+    fn check_flush(&self, target: Option<usize>) -> Result<(), OscError> {
         self.idle()?;
         match target {
             Some(t) => {
@@ -337,7 +365,6 @@ impl Epochs {
             }
             None => {}
         }
-        fence(Ordering::SeqCst);
         Ok(())
     }
 
@@ -685,6 +712,15 @@ mod tests {
                         }
                     }
                     _ => {}
+                }
+                // The flags a host's view caches agree with the checks, for every member
+                // and target (one past the last too).
+                for em in &e {
+                    for t in 0..=n {
+                        prop_assert_eq!(em.may_access(t), em.check_access(t).is_ok());
+                        prop_assert_eq!(em.may_flush(Some(t)), em.check_flush(Some(t)).is_ok());
+                    }
+                    prop_assert_eq!(em.may_flush(None), em.check_flush(None).is_ok());
                 }
                 // A lock_all still being granted holds some targets already: only check
                 // the word's invariants once every member's lock is settled.

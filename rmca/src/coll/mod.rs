@@ -126,6 +126,9 @@ pub(crate) struct CollCache {
     /// Scratch memory of the last collective, reused (schedules receive into it before
     /// reading it, so it needs no clearing).
     scratch: RefCell<Vec<u64>>,
+    /// A non-root's partial-result space of the last `reduce`, reused (16-byte words: any
+    /// element type up to that alignment; the schedule writes it before reading it).
+    reduce_work: RefCell<Vec<u128>>,
     /// The in-flight list of the last blocking collective's executor, reused.
     inflight: RefCell<Vec<InFlight<RequestId>>>,
     /// Non-blocking collectives started on this communicator so far (see
@@ -327,26 +330,39 @@ impl Communicator {
     ) -> Result<()> {
         self.check_root(root)?;
         op.check()?;
-        let me = self.rank();
-        let mut own;
         // The schedule reads the input from `send` and writes `work` before reading it.
-        let work: &mut [T] = if me == root {
+        if self.rank() == root {
             let recv = recv.ok_or_else(|| {
                 Error::InvalidArgument("reduce: the root must pass a receive buffer".into())
             })?;
             check_len("reduce", "receive buffer", recv.len(), send.len())?;
-            recv
-        } else {
-            // Non-roots accumulate their subtree in private space (a leaf never touches it).
-            own = vec![T::zeroed(); send.len()];
-            &mut own
-        };
-        self.reduce_bytes(
-            bytemuck::cast_slice(send),
-            bytemuck::cast_slice_mut(work),
-            &op,
-            root,
-        )
+            return self.reduce_bytes(
+                bytemuck::cast_slice(send),
+                bytemuck::cast_slice_mut(recv),
+                &op,
+                root,
+            );
+        }
+        // Non-roots accumulate their subtree in private space (a leaf never touches it),
+        // kept between calls: a zeroed allocation per call cost more than a small reduce.
+        let len = std::mem::size_of_val(send);
+        if std::mem::align_of::<T>() > std::mem::align_of::<u128>() {
+            let mut own = vec![T::zeroed(); send.len()];
+            let work = bytemuck::cast_slice_mut(&mut own);
+            return self.reduce_bytes(bytemuck::cast_slice(send), work, &op, root);
+        }
+        let cache = self.coll_cache();
+        // Taken out for the run: a reduce on this communicator from within the operation
+        // (a user function calling MPI) finds an empty one and takes its own.
+        let mut own = cache.reduce_work.take();
+        let words = len.div_ceil(std::mem::size_of::<u128>());
+        if own.len() < words {
+            own.resize(words, 0);
+        }
+        let work = &mut bytemuck::cast_slice_mut(own.as_mut_slice())[..len];
+        let r = self.reduce_bytes(bytemuck::cast_slice(send), work, &op, root);
+        *cache.reduce_work.borrow_mut() = own;
+        r
     }
 
     /// Reduce `send` into `work` at the root (private partial space elsewhere).

@@ -75,6 +75,7 @@ use crate::request::Outstanding;
 use crate::{Communicator, Error, Request, Result, Scope, Shared, Status, ANY_TAG};
 
 mod inter;
+pub(crate) mod owned;
 
 /// The first tag of non-blocking collectives; blocking collectives use tags below it.
 pub const NB_TAG_BASE: i32 = 1 << 30;

@@ -245,30 +245,10 @@ struct StackInput([u8; STACK_INPUT]);
 /// define on the type), left to the general path, which raises the errors.
 #[inline(always)]
 fn builtin(op: Handle, dt: Handle) -> Option<(Op, Elem)> {
-    let (elem, class) = (*NUMBER_TYPES.get(dt.wrapping_sub(PREDEFINED_BASE))?)?;
+    let (elem, class) = crate::dtype::number_type(dt)?;
     let rop = crate::dtype::lookup_op(op)?.op?;
     crate::dtype::op_allowed(rop, class).then_some((rop, elem))
 }
-
-/// The first handle of the predefined datatypes (MPI 5.0 ABI: 0x200..0x300).
-const PREDEFINED_BASE: Handle = 0x200;
-
-/// The element type and class of each predefined datatype with a number type, by handle -
-/// [`PREDEFINED_BASE`], made from [`crate::dtype::lookup`] at compile time: one load on the
-/// fast path instead of building the whole datatype through `lookup`'s jump table.
-const NUMBER_TYPES: [Option<(Elem, crate::dtype::Class)>; 0x100] = {
-    let mut table = [None; 0x100];
-    let mut i = 0;
-    while i < table.len() {
-        if let Some(t) = crate::dtype::lookup(PREDEFINED_BASE + i) {
-            if let Some(e) = t.elem {
-                table[i] = Some((e, t.class));
-            }
-        }
-        i += 1;
-    }
-    table
-};
 
 /// `MPI_Allreduce` (`root` `None`) or `MPI_Reduce` to `root` on the fast path: a predefined
 /// operation on `n` (> 0) elements of a predefined number type in contiguous, aligned,

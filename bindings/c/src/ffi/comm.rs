@@ -72,10 +72,15 @@ pub unsafe extern "C" fn MPI_Comm_split(
             let e = s.comm(comm)?;
             Ok((e.comm.clone(), e.errhandler))
         })?;
-        // Every member learns every colour before anything else: a bad colour is refused by
-        // all of them, not only by its caller while the others wait in the split.
-        let color = agreed_split_color(&c, color)?;
-        let h = match c.split(color, key)? {
+        // A bad colour travels in the split's own exchange of (colour, key): every member
+        // refuses it after that exchange (MPI_ERR_ARG naming the rank), not only its caller
+        // while the others wait in the split.
+        let color = match color {
+            MPI_UNDEFINED => rmca::SplitColor::Undefined,
+            c if c >= 0 => rmca::SplitColor::Of(c as u32),
+            c => rmca::SplitColor::Invalid(c),
+        };
+        let h = match c.split_with(color, key)? {
             None => MPI_COMM_NULL,
             Some(part) => state::with(|s| {
                 s.add_comm(CommEntry {
@@ -89,57 +94,6 @@ pub unsafe extern "C" fn MPI_Comm_split(
         // SAFETY: non-null (checked), the caller's handle.
         unsafe { put(newcomm, h, "newcomm") }
     })
-}
-
-/// `color` as `Communicator::split` takes it, once every member (of the local group, on an
-/// intercommunicator) has seen every member's colour: an error on every member when any
-/// colour is negative and not `MPI_UNDEFINED`, naming the first such member; on an
-/// intercommunicator the other group's split is refused through its own exchange (above).
-/// The parent is untouched (the exchanges are ordinary collectives of it, completed
-/// everywhere).
-fn agreed_split_color(c: &rmca::Communicator, color: c_int) -> Result<Option<u32>, MpiError> {
-    let bad = |col: c_int| col < 0 && col != MPI_UNDEFINED;
-    let mine = [color];
-    // (which group, the colours of that group's members in rank order)
-    let groups: Vec<(&str, Vec<c_int>)> = match c.local_comm() {
-        None => {
-            let mut all = vec![0 as c_int; c.size()];
-            c.allgather(&mine, &mut all)?;
-            vec![("", all)]
-        }
-        Some(local) => {
-            // Within the local group only: what the split exchanges with the other group
-            // stays the split's own (it checks that both groups called a split: a group that
-            // called another constructor is refused by that exchange).
-            let mut ours = vec![0 as c_int; local.size()];
-            local.allgather(&mine, &mut ours)?;
-            if ours.iter().any(|&col| bad(col)) {
-                // The other group waits in the split's exchange: this group answers it with
-                // another constructor's (an empty group's create), which the split refuses
-                // there, as it refuses any mismatched call; nothing is made on either side.
-                let empty = local.group().incl(&[])?;
-                if let Ok(Some(made)) = c.create(&empty) {
-                    drop(made);
-                }
-            }
-            vec![("local group's ", ours)]
-        }
-    };
-    if bad(color) {
-        return Err(MpiError::new(
-            MPI_ERR_ARG,
-            format!("color {color} is invalid: colors are >= 0 or MPI_UNDEFINED (every member of the communicator gets this error; the communicator is unchanged)"),
-        ));
-    }
-    for (which, colors) in &groups {
-        if let Some((r, col)) = colors.iter().enumerate().find(|(_, &col)| bad(col)) {
-            return Err(MpiError::new(
-                MPI_ERR_ARG,
-                format!("the {which}rank {r} passed color {col}, which is invalid (colors are >= 0 or MPI_UNDEFINED): every member refuses the split; the communicator is unchanged"),
-            ));
-        }
-    }
-    Ok(u32::try_from(color).ok())
 }
 
 /// `MPI_Comm_free`.

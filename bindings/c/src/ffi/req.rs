@@ -536,32 +536,81 @@ pub unsafe extern "C" fn MPI_Testall(
     })
 }
 
-/// One pass of Waitany/Testany: the index of a completed request, `Some(None)` when every
-/// request is inactive, `None` when some are pending. With `progress`, one progress pass for
-/// the array first; without, what has completed already (a window's later `MPI_Waitany`
-/// calls find a request the previous calls' passes completed, with no pass of their own).
+/// How many of the `n` handles at `requests` are `MPI_REQUEST_NULL` before the first that
+/// is not. Four compared at a time: one compare and branch per handle cost 4 times more per
+/// message of a 64-request window completed by `MPI_Waitany` (callgrind).
 ///
 /// # Safety
 /// `requests` holds `n` handles.
+#[inline]
+unsafe fn leading_nulls(requests: *const Handle, n: usize) -> usize {
+    // SAFETY: the caller's contract (`i` < `n`).
+    let at = |i: usize| MPI_REQUEST_NULL ^ unsafe { requests.add(i).read() };
+    let mut i = 0;
+    while i + 4 <= n && (at(i) | at(i + 1) | at(i + 2) | at(i + 3)) == 0 {
+        i += 4;
+    }
+    while i < n && at(i) == 0 {
+        i += 1;
+    }
+    i
+}
+
+/// What one pass of Waitany/Testany found.
+enum Any {
+    /// Some requests are pending, none completed.
+    Pending,
+    /// Every request is inactive: `index` was set to `MPI_UNDEFINED` and `status` emptied.
+    Inactive,
+    /// A request completed: `index` and `status` were written, the handle freed (unless
+    /// persistent); the operation's error, if it failed.
+    Found(MpiResult<()>),
+}
+
+/// One pass of Waitany/Testany over `n` requests. With `progress`, one progress pass for the
+/// array first; without, what has completed already (a window's later `MPI_Waitany` calls
+/// find a request the previous calls' passes completed, with no pass of their own). A
+/// request of the fast paths is completed where it lies, its status written straight to
+/// the program's (`complete::complete_one`): through the general form (an `Outcome` carried
+/// back to the caller) a window's `MPI_Waitany` cost 1.6 times its `MPI_Wait`.
+///
+/// # Safety
+/// `requests` holds `n` handles; `index` is the caller's int, `status` a status or
+/// `MPI_STATUS_IGNORE`.
 unsafe fn any_pass(
     s: &mut State,
     n: usize,
     requests: *mut Handle,
+    index: *mut c_int,
+    status: *mut MpiStatus,
     progress: bool,
-) -> MpiResult<Option<Option<(usize, Outcome, Handle)>>> {
-    let mut inactive = 0;
+) -> MpiResult<Any> {
     if progress {
         complete::progress(s);
     }
     // The lowest completed index, as MPICH and Open MPI answer: MPI allows any, but programs
     // and test suites (mpi4py's test_p2p_obj) rely on it. The requests already completed
-    // (MPI_REQUEST_NULL) cost one comparison each.
-    for i in 0..n {
+    // (MPI_REQUEST_NULL) are skipped four at a time at the start, where a window completed
+    // in order has them.
+    // SAFETY: the caller's contract.
+    let skip = unsafe { leading_nulls(requests, n) };
+    let mut inactive = skip;
+    for i in skip..n {
         // SAFETY: the caller's contract.
         let h = unsafe { handle_at(requests, i) };
         if h == MPI_REQUEST_NULL {
             inactive += 1;
             continue;
+        }
+        // SAFETY: the caller's contract (`i` < `n`).
+        match unsafe { complete::complete_one::<false>(s, requests.add(i), status, Mode::Look) } {
+            Some(Ok(false)) => continue,
+            Some(r) => {
+                // SAFETY: the caller's int.
+                unsafe { put(index, i as c_int, "index")? };
+                return Ok(Any::Found(r.map(drop)));
+            }
+            None => {}
         }
         match poll_in(s, h, Mode::Look)? {
             Poll::Inactive => inactive += 1,
@@ -571,44 +620,29 @@ unsafe fn any_pass(
                 comm,
                 freed,
             } => {
-                if freed {
-                    // SAFETY: the caller's contract.
-                    unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
+                // SAFETY: the caller's contract.
+                unsafe {
+                    if freed {
+                        requests.add(i).write(MPI_REQUEST_NULL);
+                    }
+                    put(index, i as c_int, "index")?;
+                    put_status(status, &outcome.status);
                 }
-                return Ok(Some(Some((i, outcome, comm))));
+                return Ok(Any::Found(
+                    outcome.error.map_or(Ok(()), |e| Err(e.on(comm))),
+                ));
             }
         }
     }
-    Ok((inactive == n).then_some(None))
-}
-
-/// Write the result of Waitany/Testany.
-///
-/// # Safety
-/// `index` and `status` are the caller's (status may be MPI_STATUS_IGNORE).
-unsafe fn any_result(
-    found: Option<(usize, Outcome, Handle)>,
-    index: *mut c_int,
-    status: *mut MpiStatus,
-) -> MpiResult<()> {
-    match found {
-        None => {
-            // SAFETY: the caller's contract.
-            unsafe {
-                put(index, MPI_UNDEFINED, "index")?;
-                put_status(status, &empty_status());
-            }
-            Ok(())
-        }
-        Some((i, outcome, comm)) => {
-            // SAFETY: the caller's contract.
-            unsafe {
-                put(index, i as c_int, "index")?;
-                put_status(status, &outcome.status);
-            }
-            outcome.error.map_or(Ok(()), |e| Err(e.on(comm)))
-        }
+    if inactive < n {
+        return Ok(Any::Pending);
     }
+    // SAFETY: the caller's int and status.
+    unsafe {
+        put(index, MPI_UNDEFINED, "index")?;
+        put_status(status, &empty_status());
+    }
+    Ok(Any::Inactive)
 }
 
 /// `MPI_Waitany`.
@@ -631,23 +665,24 @@ pub unsafe extern "C" fn MPI_Waitany(
     }
     call("MPI_Waitany", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
-        let found = state::with(|s| {
+        state::with(|s| {
             let mut backoff = rmca::framework::progress::Backoff::default();
             // The first look without a progress pass, as Open MPI's wait_any does.
             let mut progress = false;
             loop {
-                // SAFETY: MPI_Waitany's contract: `count` handles.
-                if let Some(found) = unsafe { any_pass(s, n, requests, progress)? } {
-                    return Ok(found);
+                // SAFETY: MPI_Waitany's contract: `count` handles, the caller's index and
+                // status.
+                match unsafe { any_pass(s, n, requests, index, status, progress)? } {
+                    Any::Pending => {}
+                    Any::Inactive => return Ok(()),
+                    Any::Found(r) => return r,
                 }
                 if progress {
                     backoff.pass(0);
                 }
                 progress = true;
             }
-        })?;
-        // SAFETY: the caller's index and status.
-        unsafe { any_result(found, index, status) }
+        })
     })
 }
 
@@ -662,21 +697,19 @@ pub unsafe extern "C" fn MPI_Testany(
 ) -> c_int {
     call("MPI_Testany", MPI_COMM_WORLD, || {
         let n = array(requests, count)?;
-        // SAFETY: MPI_Testany's contract: `count` handles.
-        let pass = state::with(|s| unsafe { any_pass(s, n, requests, true) })?;
-        match pass {
-            None => {
-                // SAFETY: the caller's int and index.
-                unsafe {
+        // SAFETY: MPI_Testany's contract: `count` handles, the caller's index and status.
+        let pass = state::with(|s| unsafe { any_pass(s, n, requests, index, status, true) })?;
+        // SAFETY: the caller's int and index.
+        unsafe {
+            match pass {
+                Any::Pending => {
                     put(flag, 0, "flag")?;
                     put(index, MPI_UNDEFINED, "index")
                 }
-            }
-            Some(found) => {
-                // SAFETY: the caller's int, index and status.
-                unsafe {
+                Any::Inactive => put(flag, 1, "flag"),
+                Any::Found(r) => {
                     put(flag, 1, "flag")?;
-                    any_result(found, index, status)
+                    r
                 }
             }
         }
@@ -923,4 +956,24 @@ pub unsafe extern "C" fn MPI_Request_get_status(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leading_nulls_stops_at_the_first_live_handle() {
+        let live = MPI_REQUEST_NULL + 1;
+        for n in 0..11 {
+            for first in 0..=n {
+                let mut v = vec![MPI_REQUEST_NULL; n];
+                if first < n {
+                    v[first] = live;
+                }
+                // SAFETY: `v` holds `n` handles.
+                assert_eq!(unsafe { leading_nulls(v.as_ptr(), n) }, first, "n {n}");
+            }
+        }
+    }
 }

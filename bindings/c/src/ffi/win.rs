@@ -25,7 +25,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::rc::Rc;
 
 use rmca::framework::buffer::UserBuf;
-use rmca::framework::osc::{AccOp, Elem, Layout, LockKind, OscError, SyncCall};
+use rmca::framework::osc::{AccOp, DirectView, Elem, Layout, LockKind, OscError, SyncCall};
 use rmca::window::Flavor;
 use rmca::RawWindow;
 
@@ -92,6 +92,9 @@ struct WinEntry {
     attrs: Box<Attrs>,
     info: Vec<(String, String)>,
     landings: Vec<SharedLanding>,
+    /// The module's direct view (osc-sm: [`RawWindow::direct_view`]), asked once at
+    /// creation: the small put, get and flush go through it with no call into the window.
+    view: Option<Rc<DirectView>>,
 }
 
 /// The windows, by handle less [`WIN_BASE`] (process-wide: see [`Confined`]).
@@ -257,6 +260,7 @@ fn make(
         model: MPI_WIN_UNIFIED,
     });
     let entry = WinEntry {
+        view: w.direct_view(),
         raw: Rc::new(w),
         errhandler: ErrHandler::Fatal,
         name: String::new(),
@@ -1077,12 +1081,13 @@ fn predefined_bytes(n: i64, dt: Handle) -> Option<usize> {
 
 /// The fast path of `MPI_Put` and `MPI_Get` (`get`): predefined datatypes on both sides
 /// moving the same bytes (what the general path's checks reduce to for them), a window
-/// whose module reaches the target's memory itself (osc-sm): the operation is done here on
-/// the program's buffer, with one lookup of the window (no `Rc` cloned) and no datatype
-/// resolved. False sends the call down the general path, which checks every argument again
-/// and raises the error: whatever made this path refuse wrote nothing (the direct
-/// operations check the epoch, the rank and the range before the first byte), so the
-/// general path finds the target as the program left it.
+/// with a direct view (osc-sm): one copy between the program's buffer and the target's
+/// memory, once the view placed the bytes (an open access epoch, inside the target's
+/// memory), with one lookup of the window, no call into it and no datatype resolved (what
+/// Open MPI's osc/sm put does, the epoch checked besides). False sends the call down the
+/// general path, which checks every argument again and raises the error: whatever made
+/// this path refuse wrote nothing, so the general path finds the target as the program
+/// left it.
 ///
 /// # Safety
 /// The MPI contract of `MPI_Put` / `MPI_Get`: `origin` holds `ocount` elements of `odt`
@@ -1108,34 +1113,65 @@ unsafe fn put_get_direct(
     if predefined_bytes(tcount, tdt) != Some(len) || (origin as usize) <= MPI_IN_PLACE {
         return false;
     }
-    on_direct_target(win, target, disp, |w, t, addr| {
-        let runs = [(0i64, len as u64)];
-        let r = w.direct(|d| {
+    let Ok(t) = usize::try_from(target) else {
+        return false;
+    };
+    with_view(win, |v| {
+        let Some(at) = v.place(t, disp, len) else {
+            return false;
+        };
+        // SAFETY: `at` is `len` bytes of member `t`'s memory, mapped in this process while
+        // the window lives (the view's promise; the entry holding the view holds the
+        // window), inside an open access epoch (checked by `place`); `origin` holds `len`
+        // bytes (not NULL: checked), writable for a get, by the caller's contract. They may
+        // overlap (an origin inside the window, erroneous but not to crash): `copy` is a
+        // memmove. Other processes' accesses to those bytes are the program's to order, as
+        // with any store to the window.
+        unsafe {
             if get {
-                // SAFETY: the caller's contract: `origin` holds `len` writable bytes (not
-                // NULL: checked), not otherwise accessed during the call.
-                d.get_now(t, addr, &runs, unsafe {
-                    super::bytes_mut(origin as *mut c_void, len)
-                })
+                std::ptr::copy(at as *const u8, origin as *mut u8, len);
             } else {
-                // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL:
-                // checked), unwritten during the call.
-                d.put_now(t, addr, &runs, unsafe { super::bytes(origin, len) })
+                std::ptr::copy(origin.cast::<u8>(), at as *mut u8, len);
             }
-        });
-        matches!(r, Some(Ok(())))
+        }
+        true
     })
 }
 
-/// The part every fast path shares: `op(window, target, address of disp)` once the library
-/// runs (as `with_win`), `win` is a window, it has no results waiting to land (the general
-/// path keeps their order with this call) and `target`/`disp` give an address. False, and
-/// `op` not called, otherwise: the general path then decides (`MPI_PROC_NULL`, bad ranks
-/// and displacements are its errors).
+/// `f` on the direct view of window `win` (osc-sm), once the library runs (as
+/// `with_win`), `win` is a window, it has a view and no results waiting to land (the
+/// general path keeps their order with this call). False, and `f` not called, otherwise:
+/// the general path then decides.
+#[inline(always)]
+fn with_view(win: Handle, f: impl FnOnce(&DirectView) -> bool) -> bool {
+    if state::with(|_| Ok(())).is_err() {
+        return false;
+    }
+    let done = WINS.with(|tab| {
+        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
+            return false;
+        };
+        match &e.view {
+            Some(v) if e.landings.is_empty() => f(v),
+            _ => false,
+        }
+    });
+    matches!(done, Ok(true))
+}
+
+/// The part the accumulate fast paths share: `op(window, target, address)` once the
+/// library runs (as `with_win`), `win` is a window with a direct view, it has no results
+/// waiting to land (the general path keeps their order with this call), and the view
+/// placed the `len` bytes at `target`/`disp` (an open access epoch, inside the target's
+/// memory): the module then runs the operation, checking again. False, and `op` not
+/// called, otherwise: the general path then decides (`MPI_PROC_NULL`, bad ranks,
+/// displacements and epochs are its errors).
+#[inline(always)]
 fn on_direct_target(
     win: Handle,
     target: c_int,
     disp: MPI_Aint,
+    len: usize,
     op: impl FnOnce(&RawWindow, usize, u64) -> bool,
 ) -> bool {
     let Ok(t) = usize::try_from(target) else {
@@ -1148,13 +1184,13 @@ fn on_direct_target(
         let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
             return false;
         };
-        if !e.landings.is_empty() {
-            return false;
-        }
-        let Ok(addr) = e.raw.address(t, disp) else {
+        let Some(v) = e.view.as_ref().filter(|_| e.landings.is_empty()) else {
             return false;
         };
-        op(&e.raw, t, addr)
+        match v.offset(t, disp, len) {
+            Some(addr) => op(&e.raw, t, addr),
+            None => false,
+        }
     });
     matches!(done, Ok(true))
 }
@@ -1274,7 +1310,7 @@ unsafe fn acc_direct(
     let Some((acc, elem)) = acc_direct_of(op, tdt, result.is_some()) else {
         return false;
     };
-    on_direct_target(win, target, disp, |w, t, addr| {
+    on_direct_target(win, target, disp, len, |w, t, addr| {
         let runs = [(0i64, len as u64)];
         // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL: checked),
         // unwritten during the call; MPI_NO_OP reads none.
@@ -1335,7 +1371,7 @@ unsafe fn cas_direct(
         value[..size].copy_from_slice(super::bytes(origin, size));
         cmp[..size].copy_from_slice(super::bytes(compare, size));
     }
-    on_direct_target(win, target, disp, |w, rank, addr| {
+    on_direct_target(win, target, disp, size, |w, rank, addr| {
         // SAFETY: the result element, writable (not NULL: checked), not otherwise accessed.
         let old = unsafe { super::bytes_mut(result, size) };
         let r = w.direct(|d| {
@@ -1975,43 +2011,40 @@ pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
     call_win("MPI_Win_unlock_all", win, || sync(win, SyncCall::UnlockAll))
 }
 
-/// The fast path of `MPI_Win_flush` and `_flush_local` on a window whose module completes
-/// every operation within its call (osc-sm): the module's flush (an epoch check and a memory
-/// fence) run with one lookup of the window, no `Rc` cloned. `None` sends the call down the
-/// general path (another module, results waiting to land, `MPI_PROC_NULL`, a rank outside
-/// the group, a window that is not one, or the library not running), which checks again.
+/// The fast path of `MPI_Win_flush`, `_flush_local` (`rank`) and their `_all` forms
+/// (`None`) on a window with a direct view (osc-sm): the view's flag for the module's
+/// epoch check, then a memory fence, with one lookup of the window and no call into it
+/// (no error handler either: nothing here can fail). False sends the call down the
+/// general path (another module, results waiting to land, no passive-target epoch,
+/// `MPI_PROC_NULL`, a rank outside the group, a window that is not one, or the library
+/// not running), which checks again and raises the error.
 #[inline(always)]
-fn flush_direct(win: Handle, rank: c_int, local: bool) -> Option<MpiResult<()>> {
-    let t = usize::try_from(rank).ok()?;
-    state::with(|_| Ok(())).ok()?;
-    WINS.with(|tab| {
-        let e = index(win)
-            .and_then(|i| tab.get(i))
-            .and_then(Option::as_ref)?;
-        let w = &e.raw;
-        if !w.is_direct() || !e.landings.is_empty() || w.target(t).is_none() {
-            return None;
+fn flush_direct(win: Handle, rank: Option<c_int>) -> bool {
+    let t = match rank.map(usize::try_from) {
+        Some(Ok(t)) => Some(t),
+        Some(Err(_)) => return false,
+        None => None,
+    };
+    // The view's flag is the module's own check (an open passive-target epoch, no
+    // synchronization in progress); every direct operation completed when issued, so a
+    // fence orders them before what follows, as the module's flush does. Local or not is
+    // the same here: complete at the origin is complete at the target.
+    with_view(win, |v| {
+        if !v.may_flush(t) {
+            return false;
         }
-        let call = if local {
-            SyncCall::FlushLocal(Some(t))
-        } else {
-            SyncCall::Flush(Some(t))
-        };
-        // A direct module's flush never waits: no progress of the runtime runs while the
-        // table is lent.
-        Some(w.sync(call).map_err(win_error))
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        true
     })
-    .ok()
-    .flatten()
 }
 
 /// `MPI_Win_flush`: the operations on `rank` complete at the target.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
+    if flush_direct(win, Some(rank)) {
+        return MPI_SUCCESS;
+    }
     call_win("MPI_Win_flush", win, || {
-        if let Some(r) = flush_direct(win, rank, false) {
-            return r;
-        }
         sync_at(win, rank, |t| SyncCall::Flush(Some(t)))
     })
 }
@@ -2019,6 +2052,9 @@ pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
 /// `MPI_Win_flush_all`.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
+    if flush_direct(win, None) {
+        return MPI_SUCCESS;
+    }
     call_win("MPI_Win_flush_all", win, || {
         sync(win, SyncCall::Flush(None))
     })
@@ -2027,10 +2063,10 @@ pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
 /// `MPI_Win_flush_local`: the operations on `rank` complete at the origin.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int {
+    if flush_direct(win, Some(rank)) {
+        return MPI_SUCCESS;
+    }
     call_win("MPI_Win_flush_local", win, || {
-        if let Some(r) = flush_direct(win, rank, true) {
-            return r;
-        }
         sync_at(win, rank, |t| SyncCall::FlushLocal(Some(t)))
     })
 }
@@ -2038,6 +2074,9 @@ pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int 
 /// `MPI_Win_flush_local_all`.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_local_all(win: Handle) -> c_int {
+    if flush_direct(win, None) {
+        return MPI_SUCCESS;
+    }
     call_win("MPI_Win_flush_local_all", win, || {
         sync(win, SyncCall::FlushLocal(None))
     })

@@ -115,9 +115,17 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
     let mut forced: Option<usize> = None;
     let mut idle_streak = 0;
     let mut step = 0;
+    // Posts that released everyone, per collective.
+    let mut releases = vec![0usize; colls.len()];
     loop {
         let live: Vec<usize> = (0..n).filter(|&r| ranks[r].k < colls.len()).collect();
         if live.is_empty() {
+            // Exactly one member (the last to arrive) released each barrier, and nothing else
+            // released anyone.
+            for (k, c) in colls.iter().enumerate() {
+                let barrier = matches!(c.op, Op::Barrier { .. });
+                assert_eq!(releases[k], usize::from(barrier), "collective {k} {c:?}");
+            }
             return;
         }
         let pick = forced.unwrap_or(order[step % order.len()]) % live.len();
@@ -164,7 +172,20 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
                 rank.k += 1;
                 (idle_streak, forced) = (0, None);
             }
-            Step::Posted { .. } => (idle_streak, forced) = (0, None),
+            Step::Posted { release, .. } => {
+                if release {
+                    // Released: every member has arrived at this barrier.
+                    releases[rank.k] += 1;
+                    let k = rank.k;
+                    assert!(
+                        ranks
+                            .iter()
+                            .all(|r| r.k > k || (r.k == k && r.run.is_some())),
+                        "rank {me} released collective {k} before every member arrived"
+                    );
+                }
+                (idle_streak, forced) = (0, None)
+            }
             Step::Wait(w) => {
                 // Whom it waits for: someone, and nobody who finished this collective
                 // (a member that exited after it must never be taken for a dead one).
