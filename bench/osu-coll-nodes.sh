@@ -159,8 +159,11 @@ for ((r = 1; r <= rounds_run; r++)); do
 done
 [[ -n ${TABLES_ONLY:-} ]] || echo "load after:  $(uptime)" >>"$out/tables.txt"
 
-python3 - "$out" "$rounds" "$benches" "$ranks_list" "$runtimes" "${#node_arr[@]}" <<'EOF' | tee -a "$out/tables.txt"
+OSU_RAW_DIR=$(dirname "$0") python3 - "$out" "$rounds" "$benches" "$ranks_list" "$runtimes" "${#node_arr[@]}" <<'EOF' | tee -a "$out/tables.txt"
 import json, os, statistics, sys
+
+sys.path.insert(0, os.environ["OSU_RAW_DIR"])
+from osu_raw import read_raw  # noqa: E402
 
 out, rounds = sys.argv[1], int(sys.argv[2])
 benches, ranks_list, runtimes = sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
@@ -175,24 +178,7 @@ def g(x):
 
 for bench in benches:
     for n in ranks_list:
-        vals = {}  # (runtime, size) -> [latencies]
-        for rt in runtimes:
-            for r in range(1, rounds + 1):
-                try:
-                    lines = open(os.path.join(out, "raw", f"{bench}.{n}.{rt}.{r}")).read().splitlines()
-                except FileNotFoundError:
-                    continue
-                for line in lines:
-                    f = line.split()
-                    try:
-                        if len(f) == 1:  # osu_barrier: the latency alone
-                            v = float(f[0])
-                            vals.setdefault((rt, 0), []).append(v)
-                        elif len(f) >= 2 and f[0].isdigit():
-                            v = float(f[1])
-                            vals.setdefault((rt, int(f[0])), []).append(v)
-                    except ValueError:
-                        pass
+        vals = read_raw(out, bench, n, runtimes, rounds)
         per = -(-int(n) // nodes)
         print(f"\n# {bench}, {n} ranks ({per} per node): us, lower is better; median [min..max] of {rounds} rounds")
         head = f"{'size':>8}" + "".join(f"{rt:>30}" for rt in runtimes)

@@ -107,8 +107,11 @@ for ((r = 1; r <= rounds; r++)); do
 done
 echo "load after:  $(uptime)" >>"$out/tables.txt"
 
-python3 - "$out" "$rounds" "$benches" "$ranks_list" "$runtimes" "$cores" <<'EOF' | tee -a "$out/tables.txt"
+OSU_RAW_DIR=$(dirname "$0") python3 - "$out" "$rounds" "$benches" "$ranks_list" "$runtimes" "$cores" <<'EOF' | tee -a "$out/tables.txt"
 import json, os, statistics, sys
+
+sys.path.insert(0, os.environ["OSU_RAW_DIR"])
+from osu_raw import read_raw  # noqa: E402
 
 out, rounds = sys.argv[1], int(sys.argv[2])
 benches, ranks_list, runtimes = sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
@@ -118,23 +121,7 @@ higher_better = {b for b in benches if b.endswith(("_bw", "_bibw", "_mbw_mr"))}
 rows = open(os.path.join(out, "rows.json"), "w")
 for bench in benches:
     for n in ranks_list:
-        vals = {}  # (runtime, size) -> [values]
-        for rt in runtimes:
-            for r in range(1, rounds + 1):
-                try:
-                    lines = open(os.path.join(out, "raw", f"{bench}.{n}.{rt}.{r}")).read().splitlines()
-                except FileNotFoundError:
-                    continue
-                for line in lines:
-                    f = line.split()
-                    try:
-                        if len(f) == 1:  # osu_barrier: the latency alone
-                            vals.setdefault((rt, 0), []).append(float(f[0]))
-                        elif len(f) >= 2 and f[0].isdigit():
-                            # osu_mbw_mr prints MB/s then messages/s: the bandwidth column.
-                            vals.setdefault((rt, int(f[0])), []).append(float(f[1]))
-                    except ValueError:
-                        pass
+        vals = read_raw(out, bench, n, runtimes, rounds)
         sizes = sorted({s for (_, s) in vals})
         higher = bench in higher_better
         unit = "MB/s, higher is better" if higher else "us, lower is better"
