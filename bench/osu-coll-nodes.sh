@@ -163,7 +163,7 @@ OSU_RAW_DIR=$(dirname "$0") python3 - "$out" "$rounds" "$benches" "$ranks_list" 
 import json, os, statistics, sys
 
 sys.path.insert(0, os.environ["OSU_RAW_DIR"])
-from osu_raw import read_raw  # noqa: E402
+from osu_raw import figure, read_raw  # noqa: E402
 
 out, rounds = sys.argv[1], int(sys.argv[2])
 benches, ranks_list, runtimes = sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
@@ -171,10 +171,6 @@ nodes = int(sys.argv[6])
 rows = open(os.path.join(out, "rows.json"), "w")
 peers = [p for p in runtimes if not p.startswith("rmca")]
 
-
-def g(x):
-    """A latency with 4 significant digits, never in exponent form."""
-    return f"{x:.0f}" if x >= 1000 else f"{x:.4g}"
 
 for bench in benches:
     for n in ranks_list:
@@ -195,7 +191,7 @@ for bench in benches:
                     line += f"{'-':>30}"
                     continue
                 med[rt] = statistics.median(v)
-                line += f"{f'{g(med[rt])} [{g(min(v))}..{g(max(v))}]':>30}"
+                line += f"{f'{figure(med[rt])} [{figure(min(v))}..{figure(max(v))}]':>30}"
             ratio = nohier = None
             if "rmca" in runtimes and peers:
                 have = [med[p] for p in peers if p in med]

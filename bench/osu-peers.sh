@@ -111,7 +111,7 @@ OSU_RAW_DIR=$(dirname "$0") python3 - "$out" "$rounds" "$benches" "$ranks_list" 
 import json, os, statistics, sys
 
 sys.path.insert(0, os.environ["OSU_RAW_DIR"])
-from osu_raw import read_raw  # noqa: E402
+from osu_raw import figure, read_raw  # noqa: E402
 
 out, rounds = sys.argv[1], int(sys.argv[2])
 benches, ranks_list, runtimes = sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
@@ -143,7 +143,7 @@ for bench in benches:
                     line += f"{'-':>26}"
                     continue
                 med[rt] = statistics.median(v)
-                line += f"{f'{med[rt]:.4g} [{min(v):.4g}..{max(v):.4g}]':>26}"
+                line += f"{f'{figure(med[rt])} [{figure(min(v))}..{figure(max(v))}]':>26}"
             ratio = None
             have = [med[p] for p in peers if p in med]
             if "rmca" in runtimes and peers:

@@ -32,3 +32,8 @@ def read_raw(out, bench, ranks, runtimes, rounds):
                     continue
                 vals.setdefault((rt, size), []).append(value)
     return vals
+
+
+def figure(x):
+    """A figure with 4 significant digits, never in exponent form (columns stay apart)."""
+    return f"{x:.0f}" if x >= 1000 else f"{x:.4g}"
