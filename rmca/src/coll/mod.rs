@@ -119,6 +119,9 @@ impl SchedKey {
 /// building a schedule allocates. Bounded; the oldest entry makes room.
 const SCHEDULES_KEPT: usize = 16;
 
+/// The largest non-root `reduce` space a communicator keeps between calls ([`CollCache`]).
+const REDUCE_WORK_KEPT_BYTES: usize = 64 * 1024;
+
 /// A communicator's collective state kept between calls.
 #[derive(Debug, Default)]
 pub(crate) struct CollCache {
@@ -361,7 +364,11 @@ impl Communicator {
         }
         let work = &mut bytemuck::cast_slice_mut(own.as_mut_slice())[..len];
         let r = self.reduce_bytes(bytemuck::cast_slice(send), work, &op, root);
-        *cache.reduce_work.borrow_mut() = own;
+        // Kept only while small: a communicator should not hold its largest reduce's space
+        // for the rest of its life, and a large reduce's allocation is small beside its data.
+        if std::mem::size_of_val(own.as_slice()) <= REDUCE_WORK_KEPT_BYTES {
+            *cache.reduce_work.borrow_mut() = own;
+        }
         r
     }
 
