@@ -3,21 +3,23 @@
 # bench/instructions.sh for why instructions): bench/osc_calls.c, built with each build's
 # rmca-cc and run against its libmpi.so, at two round counts; the difference per round is
 # the cost of one operation and its flush (getbw: of one get, its share of the flush
-# included), what a run does once cancelling out. Only the MPI calls of the loop are counted.
+# included; lock*: of MPI_Win_lock, the operation and MPI_Win_unlock), what a run does once
+# cancelling out. Only the MPI calls of the loop are counted.
 # `ompi` and `mpich` in place of a TARGET_DIR count the peers' (Debian's Open MPI and MPICH,
 # the same program built with mpicc.openmpi / mpicc.mpich, run as a singleton).
 #   bench/osc-instructions.sh TARGET_DIR|ompi|mpich [...]
 #   LOOPS="put get" bench/osc-instructions.sh ...   a subset
+#   OSC_WIN=create bench/osc-instructions.sh ...    on an MPI_Win_create window (osc-rdma in rmca)
 set -euo pipefail
 (($#)) || { echo "usage: osc-instructions.sh TARGET_DIR|ompi|mpich [...]" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "osc-instructions.sh: valgrind is not installed (scripts/install-deps.sh)" >&2; exit 2; }
-loops=${LOOPS:-put get getbw acc getacc fop cas acc64k acc64ki}
+loops=${LOOPS:-put get getbw acc getacc fop cas acc64k acc64ki lockput lockacc lockfop lockcas}
 here=$(cd "$(dirname "$0")" && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 count() { # LIBDIR BINARY ROUNDS LOOP
   local lib=$1 bin=$2 rounds=$3 loop=$4 toggles=()
-  for f in MPI_Put MPI_Get MPI_Accumulate MPI_Get_accumulate MPI_Fetch_and_op MPI_Compare_and_swap MPI_Win_flush; do
+  for f in MPI_Put MPI_Get MPI_Accumulate MPI_Get_accumulate MPI_Fetch_and_op MPI_Compare_and_swap MPI_Win_flush MPI_Win_lock MPI_Win_unlock; do
     toggles+=("--toggle-collect=$f" "--toggle-collect=P$f")
   done
   local out

@@ -9,7 +9,8 @@
 #   MODE=small: put, get, acc, get_acc latency at 1-MAX bytes (default 64) and fop, cas, in
 #     both passive-target modes (`-s flush`, `-s lock`), ROUNDS rounds (default 3) of rmca
 #     (default components), rmca `--mca osc am`, Open MPI, MPICH; prints per (benchmark,
-#     mode, size) the median of each runtime's latency (us) and rmca / best peer.
+#     mode, size) the median of each runtime's latency (us; put_bw, get_bw in BENCHES: MB/s)
+#     and rmca's cost against the best peer's (below 1: rmca better). AM=0 skips osc-am.
 rel=$(cd "$(dirname "$0")/.." && pwd)/target/release
 B=${B:-/tmp/oscsm-osu}
 MODE=${MODE:-transfers}
@@ -26,7 +27,7 @@ if [[ $MODE == transfers ]]; then
   echo "load after: $(uptime)"
   exit 0
 fi
-ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-2000} MAX=${MAX:-64} TIMEOUT=${TIMEOUT:-60}
+ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-2000} MAX=${MAX:-64} TIMEOUT=${TIMEOUT:-60} AM=${AM:-1}
 BENCHES=${BENCHES:-put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -38,7 +39,11 @@ for r in $(seq "$ROUNDS"); do
       # shellcheck disable=SC2086 # OSU's options are words on purpose
       {
         timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a >"$out/$b.$mode.rmca.$r" 2>&1
-        timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core --mca osc am "$B/rmca/osu_$b" $a >"$out/$b.$mode.am.$r" 2>&1
+        if ((AM)); then
+          timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core --mca osc am "$B/rmca/osu_$b" $a >"$out/$b.$mode.am.$r" 2>&1
+        else
+          : >"$out/$b.$mode.am.$r"
+        fi
         timeout "$TIMEOUT" mpirun.openmpi -n 2 --bind-to core "$B/ompi/osu_$b" $a >"$out/$b.$mode.ompi.$r" 2>&1
         timeout "$TIMEOUT" mpiexec.mpich -n 2 -bind-to core "$B/mpich/osu_$b" $a >"$out/$b.$mode.mpich.$r" 2>&1
       }
@@ -48,6 +53,8 @@ done
 echo "load after: $(uptime)"
 printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' benchmark mode size rmca osc-am ompi mpich rmca/best
 for b in $BENCHES; do
+  bw=0
+  [[ $b == *_bw ]] && bw=1
   for mode in flush lock; do
     sizes=$(awk '/^[0-9]/ { print $1 }' "$out/$b.$mode.rmca.1")
     for size in ${sizes:-1}; do
@@ -57,9 +64,13 @@ for b in $BENCHES; do
         done | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
       }
       x=$(med rmca) m=$(med am) o=$(med ompi) p=$(med mpich)
-      ratio=$(awk -v x="$x" -v o="$o" -v m="$p" 'BEGIN {
-        best = (o == "-") ? m : (m == "-" ? o : (o < m ? o : m));
-        if (x == "-" || best == "-" || best == 0) print "-"; else printf "%.2f", x / best }')
+      # rmca's cost against the best peer's (below 1: rmca better): a latency over the
+      # lowest, the highest bandwidth over rmca's.
+      ratio=$(awk -v x="$x" -v o="$o" -v m="$p" -v bw="$bw" 'BEGIN {
+        if (bw) best = (o == "-") ? m : (m == "-" ? o : (o > m ? o : m));
+        else best = (o == "-") ? m : (m == "-" ? o : (o < m ? o : m));
+        if (x == "-" || best == "-" || best == 0 || x == 0) print "-";
+        else printf "%.2f", bw ? best / x : x / best }')
       printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' "$b" "$mode" "$size" "$x" "$m" "$o" "$p" "$ratio"
     done
   done

@@ -11,7 +11,12 @@
  * - getacc:   MPI_Get_accumulate of 8 MPI_CHAR, flush       (osu_get_acc_latency)
  * - fop:      MPI_Fetch_and_op of one MPI_CHAR (MPI_SUM), flush (osu_fop_latency)
  * - cas:      MPI_Compare_and_swap of one MPI_INT64_T, flush    (osu_cas_latency)
+ * - lockput, lockacc, lockfop, lockcas: put, acc, fop, cas as above, each in its own
+ *             MPI_Win_lock(MPI_LOCK_SHARED)/MPI_Win_unlock epoch instead of a flush, with no
+ *             lock_all around (OSU's `-s lock`)
  * The result is checked at the end, so a broken path cannot pass for a fast one.
+ * OSC_WIN=create: the window is MPI_Win_create over memory the program allocated (osc-rdma
+ * in rmca: the C library's general path, the module and the PML's RDMA, btl-self here).
  *
  *   osc_calls ROUNDS LOOP   (build: mpicc -O2 osc_calls.c -o osc_calls)
  */
@@ -26,7 +31,7 @@
 
 int main(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc|fop|cas\n");
+    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc|fop|cas|lockput|lockacc|lockfop|lockcas\n");
     return 2;
   }
   long rounds = atol(argv[1]);
@@ -38,9 +43,16 @@ int main(int argc, char **argv) {
   for (int i = 0; i < BIG / 4; i++) iorigin[i] = 1;
   char *base;
   MPI_Win win;
-  MPI_Win_allocate(BIG, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &win);
+  const char *flavour = getenv("OSC_WIN");
+  if (flavour && !strcmp(flavour, "create")) {
+    base = malloc(BIG);
+    MPI_Win_create(base, BIG, 1, MPI_INFO_NULL, MPI_COMM_SELF, &win);
+  } else {
+    MPI_Win_allocate(BIG, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &win);
+  }
   memset(base, 0, BIG);
-  MPI_Win_lock_all(0, win);
+  const int lockmode = !strncmp(loop, "lock", 4);
+  if (!lockmode) MPI_Win_lock_all(0, win);
   long expect = -1; /* what byte 0 (or the int64 at 0) must hold at the end */
   if (!strcmp(loop, "put")) {
     for (long r = 0; r < rounds; r++) {
@@ -101,11 +113,42 @@ int main(int argc, char **argv) {
       value++;
     }
     expect = *(int64_t *)base == rounds ? (char)rounds : -2;
+  } else if (!strcmp(loop, "lockput")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
+      MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_unlock(0, win);
+    }
+    expect = 1;
+  } else if (!strcmp(loop, "lockacc")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
+      MPI_Accumulate(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, MPI_SUM, win);
+      MPI_Win_unlock(0, win);
+    }
+    expect = (char)rounds;
+  } else if (!strcmp(loop, "lockfop")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
+      MPI_Fetch_and_op(origin, result, MPI_CHAR, 0, 0, MPI_SUM, win);
+      MPI_Win_unlock(0, win);
+    }
+    expect = (char)rounds;
+  } else if (!strcmp(loop, "lockcas")) {
+    int64_t value = 1, compare = 0, old;
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
+      MPI_Compare_and_swap(&value, &compare, &old, MPI_INT64_T, 0, 0, win);
+      MPI_Win_unlock(0, win);
+      compare = value;
+      value++;
+    }
+    expect = *(int64_t *)base == rounds ? (char)rounds : -2;
   } else {
     fprintf(stderr, "osc_calls: unknown loop '%s'\n", loop);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  MPI_Win_unlock_all(win);
+  if (!lockmode) MPI_Win_unlock_all(win);
   int ok = base[0] == expect;
   if (!ok) fprintf(stderr, "osc_calls %s: byte 0 is %d, expected %ld\n", loop, base[0], expect);
   MPI_Win_free(&win);

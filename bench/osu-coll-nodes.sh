@@ -27,8 +27,10 @@
 #   MAXSIZE=65536 (default), ITERS=50 OSU's `-i ITERS -x ITERS/10+1` (default 50: 32 ranks
 #   share 2 cores), TIMEOUT=300 seconds per job (default), RUNTIMES="rmca ompi" (default:
 #   rmca rmca-nohier ompi ompi-han mpich mpich-tcp), RMCA_ARGS="--mca ..." extra rmca-run
-#   options of both rmca columns, RMCA_LIB=DIR their OSU binaries on the libmpi.so in DIR (a
+#   options of the rmca columns, RMCA_LIB=DIR their OSU binaries on the libmpi.so in DIR (a
 #   copy of the build: the sweep is long and the tree's library may be rebuilt meanwhile),
+#   RMCA2_LIB=DIR the runtime rmca2: rmca's default stack on the libmpi.so in DIR (a build
+#   from before a change, in the same rotation; not a peer in the ratio),
 #   TABLES_ONLY=1 no build and no run: the tables again from OUT/raw (as far as it got).
 # Needs root, the nodes, target/release/{mpicc,rmca-run,libmpi.so} and the peers
 # (scripts/install-deps.sh --bench).
@@ -69,10 +71,10 @@ subnet=${pmi_addr%.*}.0/24
 
 build_of() {
   case $1 in
-  rmca | rmca-nohier) echo rmca ;;
+  rmca | rmca-nohier | rmca2) echo rmca ;;
   ompi | ompi-han) echo ompi ;;
   mpich | mpich-tcp) echo mpich ;;
-  *) echo "unknown runtime '$1' (valid: rmca rmca-nohier ompi ompi-han mpich mpich-tcp)" >&2; exit 2 ;;
+  *) echo "unknown runtime '$1' (valid: rmca rmca-nohier rmca2 ompi ompi-han mpich mpich-tcp)" >&2; exit 2 ;;
   esac
 }
 # shellcheck source=bench/osu-build.sh
@@ -116,8 +118,12 @@ launch() {
   local rt=$1 n=$2
   L=(ip netns exec "$first" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$first")
   case $rt in
-  rmca | rmca-nohier)
-    [[ -n ${RMCA_LIB:-} ]] && L+=(env "LD_LIBRARY_PATH=$RMCA_LIB")
+  rmca | rmca-nohier | rmca2)
+    if [[ $rt == rmca2 ]]; then
+      L+=(env "LD_LIBRARY_PATH=${RMCA2_LIB:?rmca2 runs the libmpi.so in RMCA2_LIB}")
+    elif [[ -n ${RMCA_LIB:-} ]]; then
+      L+=(env "LD_LIBRARY_PATH=$RMCA_LIB")
+    fi
     L+=("$rel/rmca-run" -n "$n" --timeout "$timeout_s" --hosts "$nodes"
       --launch-agent 'ip netns exec {node} {cmd}' --pmi-addr "$pmi_addr")
     [[ $rt == rmca-nohier ]] && L+=(--mca coll '^hier')
@@ -138,7 +144,7 @@ launch() {
   return 0
 }
 
-[[ -n ${TABLES_ONLY:-} ]] || echo "\$ bench/osu-coll-nodes.sh $src $nodes $out $rounds  (BENCHES='$benches' RUNTIMES='$runtimes' RANKS='$ranks_list' MAXSIZE=$maxsize ITERS=$iters TIMEOUT=$timeout_s RMCA_ARGS='${RMCA_ARGS:-}' RMCA_LIB='${RMCA_LIB:-}')" >"$out/tables.txt"
+[[ -n ${TABLES_ONLY:-} ]] || echo "\$ bench/osu-coll-nodes.sh $src $nodes $out $rounds  (BENCHES='$benches' RUNTIMES='$runtimes' RANKS='$ranks_list' MAXSIZE=$maxsize ITERS=$iters TIMEOUT=$timeout_s RMCA_ARGS='${RMCA_ARGS:-}' RMCA_LIB='${RMCA_LIB:-}' RMCA2_LIB='${RMCA2_LIB:-}')" >"$out/tables.txt"
 [[ -n ${TABLES_ONLY:-} ]] || echo "commit: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + uncommitted changes')" >>"$out/tables.txt"
 [[ -n ${TABLES_ONLY:-} ]] || echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, ${#node_arr[@]} namespace nodes" >>"$out/tables.txt"
 [[ -n ${TABLES_ONLY:-} ]] || echo "load before: $(uptime)" >>"$out/tables.txt"

@@ -2,13 +2,15 @@
 # The unsafe cores that Miri can interpret, under Miri: UserBuf (framework/src/buffer.rs: raw
 # lending of application memory, short copies by overlapping word moves), the shared-memory ring
 # (components/btl-shm/src/ring.rs: records written and published through atomics, tested on
-# heap rings by two threads) and the cooperative copy (components/btl-shm/src/coop.rs: claims
-# partitioned by atomics).
+# heap rings by two threads), the cooperative copy (components/btl-shm/src/coop.rs: claims
+# partitioned by atomics) and the soft verbs provider's landing of RDMA writes in registered
+# memory that a poller reads meanwhile (verbs/src/mem.rs: an eager slot's footer lands last).
 #
 # What is not run under Miri, and why:
 # - btl-shm's sys.rs and module tests: shm_open/mmap of a named segment, process_vm_readv and
 #   other processes; Miri interprets one process and has no file-backed mmap.
-# - verbs (mem.rs, the rdma provider): FFI into libibverbs, which Miri cannot call.
+# - verbs' rdma provider (rdma.rs): FFI into libibverbs, which Miri cannot call; the soft
+#   provider's sockets between processes (scripts/tsan.sh runs its agent threads in real jobs).
 # - framework's plugin loader: dlopen of shared objects (FFI).
 # - rte's fd passing and the launcher: sockets, fork/exec, poll, signals.
 # - rmca's lending of user buffers (rmca/src/comm.rs, coll/exec.rs): sound by the scope
@@ -39,6 +41,10 @@ if miri_ready; then
   export PROPTEST_CASES=4
   cargo +nightly miri test -p rmca-framework --lib -- buffer::
   cargo +nightly miri test -p rmca-btl-shm --lib -- ring:: coop::
+  # Verbs addresses registered memory by number, as the verbs API does: provenance is
+  # exposed on purpose there.
+  MIRIFLAGS="$MIRIFLAGS -Zmiri-permissive-provenance" \
+    cargo +nightly miri test -p rmca-verbs --lib -- mem::
   exit 0
 fi
 
@@ -60,6 +66,8 @@ export PROPTEST_CASES=32
 # valgrind as an empty name.
 framework_tests=$(test_binary rmca-framework)
 shm_tests=$(test_binary rmca-btl-shm)
-[ -n "$framework_tests" ] && [ -n "$shm_tests" ] || { echo "FAILED: test binaries not found" >&2; exit 1; }
+verbs_tests=$(test_binary rmca-verbs)
+[ -n "$framework_tests" ] && [ -n "$shm_tests" ] && [ -n "$verbs_tests" ] || { echo "FAILED: test binaries not found" >&2; exit 1; }
 valgrind --error-exitcode=1 --quiet "$framework_tests" buffer::
 valgrind --error-exitcode=1 --quiet "$shm_tests" ring:: coop::
+valgrind --error-exitcode=1 --quiet "$verbs_tests" mem::

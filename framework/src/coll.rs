@@ -118,6 +118,14 @@ pub trait CollModule: fmt::Debug {
     fn alltoallv(&self, _sends: &[Range<usize>], _recvs: &[Range<usize>]) -> Option<Schedule> {
         None
     }
+    /// An alltoall of `block` bytes from every member to every member (blocks in rank order
+    /// in both buffers). Every member passes the same `block`, so an algorithm may forward
+    /// other members' blocks (Bruck's); alltoallv's counts differ per member and cannot.
+    /// The caller offers each module this form first, then its [`CollModule::alltoallv`]
+    /// over the blocks' ranges, before it moves down the stack.
+    fn alltoall(&self, _block: usize) -> Option<Schedule> {
+        None
+    }
     /// A gatherv to `root` of `mine` bytes per member into `regions` (read at the root).
     fn gatherv(
         &self,

@@ -822,6 +822,49 @@ pub trait OscDirect {
     }
 }
 
+/// The accumulate kernel of a module whose members' memory a [`DirectView`] maps (osc-sm),
+/// lent through the view ([`DirectView::atomics`]) so that a host runs the small
+/// accumulates, fetch-and-ops and compare-and-swaps on one contiguous run with no call into
+/// the module: the module's own kernel, under the same lock word or CPU atomics as its
+/// [`OscDirect`] calls, so the two stay atomic with respect to each other.
+///
+/// Offsets are bytes of member `t`'s memory as [`DirectView::offset`] gives them (an open
+/// access epoch, inside the memory): the kernel checks the range again, not the epoch. Each
+/// call returns false, having written nothing (neither the target nor `old`), for what it
+/// does not take: an element type or operation outside its kernel (pairs, the host's
+/// arithmetic, an operation the type has not), buffers whose lengths are not the run's, a
+/// run outside the memory, a result buffer that overlaps it. The host then calls the module
+/// ([`OscDirect`]), which decides and raises the error.
+pub trait DirectAtomics: std::fmt::Debug {
+    /// `target = target op data` over the `len` bytes at offset `off` of member `t`
+    /// (whole elements of `elem`; `data` is `len` bytes, empty for [`AccOp::NoOp`]), the
+    /// previous contents into `old` (`len` bytes) when given.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate(
+        &self,
+        t: usize,
+        off: u64,
+        len: usize,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> bool;
+
+    /// Compare-and-swap of the element of `elem` at offset `off` of member `t`: `value`
+    /// stored if the element equals `compare` (bit for bit), the previous value into `old`
+    /// (each one element long).
+    fn compare_and_swap(
+        &self,
+        t: usize,
+        off: u64,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+        old: &mut [u8],
+    ) -> bool;
+}
+
 /// One member's memory as a [`DirectView`] reaches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectTarget {
@@ -839,14 +882,16 @@ pub struct DirectTarget {
 /// [`OscModule::sync_done`]): whether an access epoch to a member is open (a put or get may
 /// go) and whether a flush of it would succeed at once. The flags are a cache of the
 /// module's own state, never a second one: a host that finds a flag down calls the module,
-/// which decides and raises the error. Not `Sync` (its flags are cells): it stays on the
-/// window's thread, as the module does.
+/// which decides and raises the error. The module may lend its accumulate kernel with it
+/// ([`DirectView::atomics`]). Not `Sync` (its flags are cells): it stays on the window's
+/// thread, as the module does.
 #[derive(Debug)]
 pub struct DirectView {
     targets: Box<[DirectTarget]>,
     access: Box<[Cell<bool>]>,
     flush: Box<[Cell<bool>]>,
     flush_all: Cell<bool>,
+    atomics: Option<Rc<dyn DirectAtomics>>,
 }
 
 impl DirectView {
@@ -858,7 +903,21 @@ impl DirectView {
             access: (0..n).map(|_| Cell::new(false)).collect(),
             flush: (0..n).map(|_| Cell::new(false)).collect(),
             flush_all: Cell::new(false),
+            atomics: None,
         }
+    }
+
+    /// The view with the module's accumulate kernel ([`DirectView::atomics`]).
+    pub fn with_atomics(mut self, kernel: Rc<dyn DirectAtomics>) -> Self {
+        self.atomics = Some(kernel);
+        self
+    }
+
+    /// The module's accumulate kernel, when it lends one: the host runs a small accumulate
+    /// or compare-and-swap there once [`DirectView::offset`] placed it.
+    #[inline]
+    pub fn atomics(&self) -> Option<&dyn DirectAtomics> {
+        self.atomics.as_deref()
     }
 
     /// The members' count.

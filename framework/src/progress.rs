@@ -626,6 +626,28 @@ pub struct WaitHook {
     pub release: fn() -> bool,
     /// Take back what `release` gave away.
     pub reacquire: fn(),
+    /// Between two passes of a wait that can tell whether its operation completed
+    /// ([`ReleasingBackoff::pass_until`]): `done` tests the operation once, without a wait,
+    /// keeps its outcome for the loop and says whether it completed. The binding may call it
+    /// later from another thread, one holding what `release` gives away, while this thread
+    /// sleeps inside the call (one progress owner at a time): see [`Parking`].
+    pub park: fn(done: &mut dyn FnMut() -> bool) -> Parking,
+    /// A wait that called `park` ended (its operation completed, or it failed): the binding
+    /// hands the progress over to a parked waiter if this thread made it.
+    pub leave: fn(),
+}
+
+/// What the wait hook's `park` did ([`WaitHook::park`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parking {
+    /// Nothing was released: the loop goes on as after [`Backoff::pass`].
+    Kept,
+    /// Released for queued threads, as `release`: the loop runs its idle pass, then
+    /// `reacquire`.
+    Released,
+    /// The thread slept until another one found its operation complete (`done` returned
+    /// true there) or handed it the progress, and holds what `release` gives away again.
+    Parked,
 }
 
 /// The wait hook, unset unless a binding provides `MPI_THREAD_MULTIPLE`.
@@ -651,20 +673,55 @@ pub fn wait_hook_set() -> bool {
 /// thread's MPI call may reach) when they call [`ReleasingBackoff::pass`]: the pass also lets
 /// other threads in through the wait hook. Without a hook it is a [`Backoff`].
 #[derive(Debug, Default)]
-pub struct ReleasingBackoff(Backoff);
+pub struct ReleasingBackoff {
+    backoff: Backoff,
+    /// Whether a pass ran the hook's `park`: the hook's `leave` runs when the wait ends.
+    parked: bool,
+}
 
 impl ReleasingBackoff {
     /// [`Backoff::pass`], with the wait hook's lock released around it.
     #[inline]
     pub fn pass(&mut self, events: usize) {
         match WAIT_HOOK.get() {
-            None => self.0.pass(events),
+            None => self.backoff.pass(events),
             Some(hook) => {
                 let released = (hook.release)();
-                self.0.pass(events);
+                self.backoff.pass(events);
                 if released {
                     (hook.reacquire)();
                 }
+            }
+        }
+    }
+
+    /// [`ReleasingBackoff::pass`] for a wait whose operation `done` tests (see
+    /// [`WaitHook::park`]): with a hook, this thread may sleep until another one finds the
+    /// operation complete, so the loop must look at `done`'s kept outcome (call `done`
+    /// again: it returns true at once) before testing anything itself.
+    #[inline]
+    pub fn pass_until(&mut self, events: usize, done: &mut dyn FnMut() -> bool) {
+        let Some(hook) = WAIT_HOOK.get() else {
+            return self.backoff.pass(events);
+        };
+        self.parked = true;
+        match (hook.park)(done) {
+            Parking::Kept => self.backoff.pass(events),
+            Parking::Released => {
+                self.backoff.pass(events);
+                (hook.reacquire)();
+            }
+            // It slept: a new idle streak starts.
+            Parking::Parked => self.backoff = Backoff::default(),
+        }
+    }
+}
+
+impl Drop for ReleasingBackoff {
+    fn drop(&mut self) {
+        if self.parked {
+            if let Some(hook) = WAIT_HOOK.get() {
+                (hook.leave)();
             }
         }
     }
@@ -799,10 +856,24 @@ mod tests {
         static RELEASES: AtomicUsize = AtomicUsize::new(0);
         static REACQUIRES: AtomicUsize = AtomicUsize::new(0);
         // A plain Backoff never runs it; a releasing one takes back only what it released.
+        static PARKS: AtomicUsize = AtomicUsize::new(0);
+        static LEAVES: AtomicUsize = AtomicUsize::new(0);
         assert!(set_wait_hook(WaitHook {
             release: || RELEASES.fetch_add(1, Ordering::Relaxed).is_multiple_of(2),
             reacquire: || {
                 REACQUIRES.fetch_add(1, Ordering::Relaxed);
+            },
+            park: |done| match PARKS.fetch_add(1, Ordering::Relaxed) {
+                0 => Parking::Kept,
+                1 => Parking::Released,
+                _ => {
+                    // Another thread found the operation complete meanwhile.
+                    assert!(done());
+                    Parking::Parked
+                }
+            },
+            leave: || {
+                LEAVES.fetch_add(1, Ordering::Relaxed);
             },
         }));
         assert!(wait_hook_set());
@@ -815,9 +886,29 @@ mod tests {
         }
         assert_eq!(RELEASES.load(Ordering::Relaxed), 5);
         assert_eq!(REACQUIRES.load(Ordering::Relaxed), 3);
+        drop(b);
+        assert_eq!(LEAVES.load(Ordering::Relaxed), 0, "no park, no leave");
+        // A wait that tests its operation: park each pass, reacquire after a release only,
+        // leave once when it ends.
+        let mut b = ReleasingBackoff::default();
+        let mut tests = 0;
+        let mut done = || {
+            tests += 1;
+            true
+        };
+        for events in [0, 0, 0] {
+            b.pass_until(events, &mut done);
+        }
+        assert_eq!(PARKS.load(Ordering::Relaxed), 3);
+        assert_eq!(REACQUIRES.load(Ordering::Relaxed), 4);
+        assert_eq!(tests, 1, "tested by the hook once, when parked");
+        drop(b);
+        assert_eq!(LEAVES.load(Ordering::Relaxed), 1);
         let other = WaitHook {
             release: || false,
             reacquire: || {},
+            park: |_| Parking::Kept,
+            leave: || {},
         };
         assert!(!set_wait_hook(other), "set once per process");
     }

@@ -100,6 +100,53 @@ pub(crate) struct CommInner {
     pub(crate) lease: Option<crate::context_id::Lease>,
 }
 
+impl CommInner {
+    /// An intra-communicator of `group` (world rank of each member) on `context`, seen from
+    /// member `rank`: no collective state yet, no context lease, no remote group. The
+    /// builders below add what a constructor has more of.
+    pub(crate) fn intra(
+        shared: Rc<Shared>,
+        context: ContextId,
+        group: Box<[Rank]>,
+        rank: usize,
+    ) -> Self {
+        CommInner {
+            identity: is_identity(&group),
+            shared,
+            context,
+            group,
+            rank,
+            coll: Default::default(),
+            inter: None,
+            rank_index: Default::default(),
+            lease: None,
+        }
+    }
+
+    /// Holds `lease`, the agreed ownership of the context, given back after the drop.
+    pub(crate) fn leased(mut self, lease: crate::context_id::Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Starts from `coll` (a dup's inherited collective state, which keeps the topology).
+    pub(crate) fn with_coll(mut self, coll: crate::coll::CollCache) -> Self {
+        self.coll = coll;
+        self
+    }
+
+    /// Makes it an intercommunicator: `self.group` is the remote group, `local` the local one.
+    pub(crate) fn with_local(mut self, local: Communicator) -> Self {
+        self.inter = Some(Box::new(crate::intercomm::InterPart { local }));
+        self
+    }
+}
+
+/// Whether `group[i] == i` for every member (world and its dups): rank translation is free.
+pub(crate) fn is_identity(group: &[Rank]) -> bool {
+    group.iter().enumerate().all(|(i, &w)| w as usize == i)
+}
+
 /// The rank of world rank `world` in `group` (`usize::MAX` when it is not a member), through
 /// `index` (see [`CommInner::rank_index`]) for a large group.
 fn rank_in_group(
@@ -146,17 +193,12 @@ fn check_tag(tag: i32) -> Result<()> {
 
 impl Communicator {
     pub(crate) fn world(shared: Rc<Shared>, rank: Rank, size: u32) -> Self {
-        Self::new(CommInner {
-            rank_index: Default::default(),
+        Self::new(CommInner::intra(
             shared,
-            context: 0,
-            group: (0..size).collect(),
-            rank: rank as usize,
-            identity: true,
-            coll: Default::default(),
-            inter: None,
-            lease: None,
-        })
+            0,
+            (0..size).collect(),
+            rank as usize,
+        ))
     }
 
     pub(crate) fn new(inner: CommInner) -> Self {
@@ -930,18 +972,18 @@ impl Communicator {
             return self.inter_dup();
         }
         let lease = self.agree_over_self(1, true)?.pop().expect("one id agreed");
-        Ok(Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: self.inner.shared.clone(),
-            context: lease.context(),
-            group: self.inner.group.clone(),
-            rank: self.inner.rank,
-            identity: self.inner.identity,
+        let inner = &self.inner;
+        Ok(Communicator::new(
+            CommInner::intra(
+                inner.shared.clone(),
+                lease.context(),
+                inner.group.clone(),
+                inner.rank,
+            )
             // A dup keeps the topology (MPI).
-            coll: self.inner.coll.inherited(),
-            inter: None,
-            lease: Some(lease),
-        }))
+            .with_coll(inner.coll.inherited())
+            .leased(lease),
+        ))
     }
 
     /// Partition the communicator by `color` (ranks ordered by `key`, then by old rank).
@@ -978,18 +1020,15 @@ impl Communicator {
             .iter()
             .position(|&r| r == self.inner.rank)
             .expect("caller is a member of its color");
-        let identity = group.iter().enumerate().all(|(i, &w)| w as usize == i);
-        Ok(Some(Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: self.inner.shared.clone(),
-            context: lease.context(),
-            group: group.into(),
-            rank,
-            identity,
-            coll: Default::default(),
-            inter: None,
-            lease: Some(lease),
-        })))
+        Ok(Some(Communicator::new(
+            CommInner::intra(
+                self.inner.shared.clone(),
+                lease.context(),
+                group.into(),
+                rank,
+            )
+            .leased(lease),
+        )))
     }
 
     /// The communicator's group: its processes in rank order (`MPI_Comm_group`). Local.
@@ -1059,18 +1098,15 @@ impl Communicator {
         let (Some(rank), Some(lease)) = (group.rank(), lease) else {
             return Ok(None);
         };
-        let identity = members.iter().enumerate().all(|(i, &w)| w as usize == i);
-        Ok(Some(Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: self.inner.shared.clone(),
-            context: lease.context(),
-            group: members.into(),
-            rank,
-            identity,
-            coll: Default::default(),
-            inter: None,
-            lease: Some(lease),
-        })))
+        Ok(Some(Communicator::new(
+            CommInner::intra(
+                self.inner.shared.clone(),
+                lease.context(),
+                members.into(),
+                rank,
+            )
+            .leased(lease),
+        )))
     }
 
     /// How this communicator relates to `other` (`MPI_Comm_compare`):

@@ -169,42 +169,22 @@ impl DupTask {
         let p = &self.parent.inner;
         let context = id as ContextId;
         let Some(inter) = &p.inter else {
-            return Ok(Communicator::new(CommInner {
-                rank_index: Default::default(),
-                shared: p.shared.clone(),
-                context,
-                group: p.group.clone(),
-                rank: p.rank,
-                identity: p.identity,
-                // A dup keeps the topology (MPI).
-                coll: p.coll.inherited(),
-                inter: None,
-                lease: None,
-            }));
+            return Ok(Communicator::new(
+                CommInner::intra(p.shared.clone(), context, p.group.clone(), p.rank)
+                    // A dup keeps the topology (MPI).
+                    .with_coll(p.coll.inherited()),
+            ));
         };
         let l = &inter.local.inner;
-        let local = Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: p.shared.clone(),
-            context: context + 2,
-            group: l.group.clone(),
-            rank: l.rank,
-            identity: l.identity,
-            coll: Default::default(),
-            inter: None,
-            lease: None,
-        });
-        Ok(Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: p.shared.clone(),
-            context,
-            group: p.group.clone(),
-            rank: p.rank,
-            identity: p.identity,
-            coll: Default::default(),
-            inter: Some(Box::new(InterPart { local })),
-            lease: None,
-        }))
+        let local = Communicator::new(CommInner::intra(
+            p.shared.clone(),
+            context + 2,
+            l.group.clone(),
+            l.rank,
+        ));
+        Ok(Communicator::new(
+            CommInner::intra(p.shared.clone(), context, p.group.clone(), p.rank).with_local(local),
+        ))
     }
 }
 
@@ -269,19 +249,14 @@ fn union_view(ic: &Communicator, inter: &InterPart) -> Communicator {
         .iter()
         .position(|&w| w == me)
         .expect("a process is in its local group");
-    Communicator::new(CommInner {
-        rank_index: Default::default(),
-        shared: ic.inner.shared.clone(),
-        // Its collectives run on `ic`'s collective context (this + 1), with tags `ic`
-        // reserved; it sends nothing point-to-point.
-        context: ic.inner.context,
-        identity: group.iter().enumerate().all(|(i, &w)| w as usize == i),
+    // Its collectives run on `ic`'s collective context (this + 1), with tags `ic` reserved;
+    // it sends nothing point-to-point.
+    Communicator::new(CommInner::intra(
+        ic.inner.shared.clone(),
+        ic.inner.context,
         group,
         rank,
-        coll: Default::default(),
-        inter: None,
-        lease: None,
-    })
+    ))
 }
 
 /// A [`Communicator::idup`] in progress: complete it with [`PendingDup::wait`] or

@@ -58,10 +58,6 @@ const TAG_BARRIER: i32 = 2;
 const TAG_ROOTED: i32 = 3;
 const TAG_ALLTOALL: i32 = 4;
 
-fn is_identity(group: &[Rank]) -> bool {
-    group.iter().enumerate().all(|(i, &w)| w as usize == i)
-}
-
 fn kind_error(what: &str) -> Error {
     Error::CommKind(format!(
         "{what} is defined on intercommunicators only, and this is an intra-communicator"
@@ -386,28 +382,15 @@ impl Communicator {
             ));
         };
         let shared = self.inner.shared.clone();
-        let local = Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: shared.clone(),
-            context: local_lease.context(),
-            identity: is_identity(&local),
-            group: local,
-            rank,
-            coll: Default::default(),
-            inter: None,
-            lease: Some(local_lease),
-        });
-        Ok(Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared,
-            context: lease.context(),
-            identity: is_identity(&remote),
-            group: remote,
-            rank,
-            coll: Default::default(),
-            inter: Some(Box::new(InterPart { local })),
-            lease: Some(lease),
-        }))
+        let local = Communicator::new(
+            CommInner::intra(shared.clone(), local_lease.context(), local, rank)
+                .leased(local_lease),
+        );
+        Ok(Communicator::new(
+            CommInner::intra(shared, lease.context(), remote, rank)
+                .with_local(local)
+                .leased(lease),
+        ))
     }
 
     /// Processes of the job (the bound of every group a peer describes).
@@ -867,17 +850,15 @@ impl Communicator {
             self.inner.group.len() + local.rank()
         };
         let lease = self.inter_contexts(1, true)?.pop().expect("one id agreed");
-        Ok(Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: self.inner.shared.clone(),
-            context: lease.context(),
-            identity: is_identity(&group),
-            group: group.into(),
-            rank,
-            coll: Default::default(),
-            inter: None,
-            lease: Some(lease),
-        }))
+        Ok(Communicator::new(
+            CommInner::intra(
+                self.inner.shared.clone(),
+                lease.context(),
+                group.into(),
+                rank,
+            )
+            .leased(lease),
+        ))
     }
 
     /// A communicator of the members of `group` made by them alone
@@ -911,17 +892,15 @@ impl Communicator {
             })?
             .pop()
             .expect("one id agreed");
-        Ok(Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: self.inner.shared.clone(),
-            context: lease.context(),
-            identity: is_identity(members),
-            group: members.into(),
-            rank,
-            coll: Default::default(),
-            inter: None,
-            lease: Some(lease),
-        }))
+        Ok(Communicator::new(
+            CommInner::intra(
+                self.inner.shared.clone(),
+                lease.context(),
+                members.into(),
+                rank,
+            )
+            .leased(lease),
+        ))
     }
 
     /// A communicator of `group` (this process at `rank`) on one of the reserved bootstrap
@@ -934,17 +913,12 @@ impl Communicator {
             h = fnv(h, &[0]);
         }
         let slot = (h % u64::from(BOOTSTRAP_SLOTS)) as ContextId;
-        Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: self.inner.shared.clone(),
-            context: BOOTSTRAP_BASE + 2 * slot,
-            identity: is_identity(&group),
+        Communicator::new(CommInner::intra(
+            self.inner.shared.clone(),
+            BOOTSTRAP_BASE + 2 * slot,
             group,
             rank,
-            coll: Default::default(),
-            inter: None,
-            lease: None,
-        })
+        ))
     }
 
     /// An intercommunicator between `local` and `remote`, two disjoint groups of this
@@ -988,17 +962,12 @@ impl Communicator {
             .iter()
             .position(|&w| w == leader_world)
             .expect("checked above");
-        let peer = Communicator::new(CommInner {
-            rank_index: Default::default(),
-            shared: self.inner.shared.clone(),
-            context: local_temp.inner.context,
-            identity: self.inner.identity,
-            group: self.inner.group.clone(),
-            rank: self.rank(),
-            coll: Default::default(),
-            inter: None,
-            lease: None,
-        });
+        let peer = Communicator::new(CommInner::intra(
+            self.inner.shared.clone(),
+            local_temp.inner.context,
+            self.inner.group.clone(),
+            self.rank(),
+        ));
         local_temp.intercomm_create(local_leader, &peer, peer_rank, 0)
     }
 

@@ -1528,17 +1528,12 @@ fn subgroup(full: &Communicator, members: &[usize]) -> Communicator {
         .iter()
         .position(|&r| r == inner.rank)
         .expect("a member of its colour");
-    Communicator::new(CommInner {
-        rank_index: Default::default(),
-        shared: inner.shared.clone(),
-        context: inner.context,
-        identity: group.iter().enumerate().all(|(i, &w)| w as usize == i),
+    Communicator::new(CommInner::intra(
+        inner.shared.clone(),
+        inner.context,
         group,
         rank,
-        coll: Default::default(),
-        inter: None,
-        lease: None,
-    })
+    ))
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@
 //! window). A target that computes without calling rmca delays its origins' passive-target
 //! epochs until it calls again (there is no progress thread).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -115,6 +115,10 @@ struct Io {
     sends: Vec<(RequestId, Vec<u8>)>,
     /// Receives posted for probed messages, in matching order (applied in that order).
     recvs: VecDeque<(RequestId, Vec<u8>)>,
+    /// While set, [`OscPort::recv`] reports nothing: the module's progress right after an
+    /// operation is issued only sends (a receive poll is a pass of the PML; what arrived is
+    /// taken by the next progress).
+    sends_only: bool,
 }
 
 impl Io {
@@ -167,28 +171,35 @@ impl OscPort for Io {
 
     #[allow(unsafe_code)]
     fn recv(&mut self) -> Option<(usize, Vec<u8>)> {
+        if self.sends_only {
+            return None;
+        }
         let shared = self.comm.shared();
         loop {
             if let Some((id, _)) = self.recvs.front() {
                 let st = shared.with(|rt| Ok(rt.pml.test(*id)?)).ok()??;
                 let (_, mut bytes) = self.recvs.pop_front()?;
-                bytes.truncate(st.len);
+                // SAFETY: the receive completed: the PML wrote its `st.len` bytes (at most
+                // the buffer's length, the capacity: a longer message is truncated).
+                unsafe { bytes.set_len(st.len.min(bytes.capacity())) };
                 return Some((self.rank_of(st.source), bytes));
             }
-            let st = shared
-                .with(|rt| Ok(rt.pml.iprobe(self.context, Source::Any, TagSel::Any)?))
+            // A matched probe takes the message out of matching, and the receive goes
+            // straight to it (no second match, as a receive posted after a probe needs) into
+            // a buffer that is not zero-filled first: the PML writes every byte of it.
+            let (msg, st) = shared
+                .with(|rt| Ok(rt.pml.improbe(self.context, Source::Any, TagSel::Any)?))
                 .ok()??;
-            let mut bytes = vec![0u8; st.len];
-            // SAFETY: `bytes` is kept in `recvs` until the receive completes; its heap block
-            // does not move when the Vec does.
-            let buf = unsafe { UserBuf::from_mut_slice(&mut bytes) };
+            let mut bytes: Vec<u8> = Vec::with_capacity(st.len);
+            // SAFETY: `bytes`' heap block of `st.len` bytes is kept in `recvs` until the
+            // receive completes (moving the Vec does not move it); only the PML writes it, and
+            // its length is set to what the PML wrote once it completed.
+            let buf = unsafe { UserBuf::from_raw_parts_mut(bytes.as_mut_ptr(), st.len) };
             let id = shared
-                .irecv(rmca_framework::pml::RecvArgs {
-                    buf,
-                    source: Source::Rank(st.source),
-                    tag: TagSel::Tag(st.tag),
-                    context: self.context,
-                    pattern: rmca_framework::btl::CommPattern::NonBlocking,
+                .with(|rt| {
+                    Ok(rt
+                        .pml
+                        .imrecv(msg, buf, rmca_framework::btl::CommPattern::NonBlocking)?)
                 })
                 .ok()?;
             self.recvs.push_back((id, bytes));
@@ -290,12 +301,18 @@ impl Core {
     }
 }
 
-/// Stepped by every progress pass of the runtime while the window lives.
-struct Stepper(Rc<RefCell<Core>>);
+/// Stepped by every progress pass of the runtime while the window lives; the flag is the
+/// owner's [`RawWindow::busy`].
+struct Stepper(Rc<RefCell<Core>>, Rc<Cell<bool>>);
 
 impl Chained for Stepper {
     fn step(&mut self) -> (usize, bool) {
-        // Skipped while the window's owner is inside one of its calls (it progresses itself).
+        // Skipped while the window's owner is inside one of its calls (it progresses itself
+        // after each pass of the runtime: a second pass of the window would double the
+        // receive polls of every wait).
+        if self.1.get() {
+            return (0, false);
+        }
         let Ok(mut core) = self.0.try_borrow_mut() else {
             return (0, false);
         };
@@ -315,6 +332,25 @@ pub struct RawWindow {
     targets: Vec<TargetInfo>,
     /// The module's [`OscModule::direct`], asked once: it never changes.
     direct: bool,
+    /// Set while a call of the window progresses it itself: the runtime's passes then skip
+    /// its [`Stepper`].
+    busy: Rc<Cell<bool>>,
+}
+
+/// Clears [`RawWindow::busy`] when the call that set it returns (an error included).
+struct Busy<'a>(&'a Cell<bool>);
+
+impl<'a> Busy<'a> {
+    fn set(flag: &'a Cell<bool>) -> Self {
+        flag.set(true);
+        Busy(flag)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 impl std::fmt::Debug for RawWindow {
@@ -526,11 +562,13 @@ impl RawWindow {
                 context,
                 sends: Vec::new(),
                 recvs: VecDeque::new(),
+                sends_only: false,
             },
             freed: false,
             owned,
         }));
-        shared.start_chained(Rc::new(RefCell::new(Stepper(core.clone()))));
+        let busy = Rc::new(Cell::new(false));
+        shared.start_chained(Rc::new(RefCell::new(Stepper(core.clone(), busy.clone()))));
         let direct = core.borrow().module.direct();
         Ok((
             RawWindow {
@@ -539,6 +577,7 @@ impl RawWindow {
                 flavor,
                 targets,
                 direct,
+                busy,
             },
             mem,
         ))
@@ -601,6 +640,8 @@ impl RawWindow {
     fn progress_until<T>(&self, mut f: impl FnMut(&mut dyn OscModule) -> Option<T>) -> Result<T> {
         let shared = self.comm.shared();
         let mut backoff = Backoff::default();
+        // The window is progressed once per pass, here (not by the runtime's pass as well).
+        let _busy = Busy::set(&self.busy);
         loop {
             let m = shared.with(|rt| Ok(rt.progress()))? + shared.step_collectives();
             let mut core = self.core.borrow_mut();
@@ -620,9 +661,12 @@ impl RawWindow {
         let mut core = self.core.borrow_mut();
         let id = f(&mut *core.module)?;
         // Send at once: the target may be waiting for it (nothing to send when the module
-        // reaches the target's memory itself).
+        // reaches the target's memory itself). Only send: the receive poll, a pass of the
+        // PML, waits for the next progress (the synchronization that follows, usually).
         if !core.module.direct() {
+            core.io.sends_only = true;
             core.progress();
+            core.io.sends_only = false;
         }
         Ok(id)
     }
@@ -747,6 +791,7 @@ impl RawWindow {
     /// events handled.
     pub fn progress(&self) -> usize {
         let shared = self.comm.shared();
+        let _busy = Busy::set(&self.busy);
         let m = shared
             .with(|rt| Ok(rt.progress()))
             .unwrap_or(0)

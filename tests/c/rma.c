@@ -408,6 +408,55 @@ static void created_locks(void) {
     free(buf);
 }
 
+/* Every rank hammers one counter window over rank 0's memory (MPI_Win_create) with
+ * lock / accumulate / fetch-and-op / unlock, shared and exclusive locks alternating, plus a
+ * get-increment-put under the exclusive ones (correct only if they exclude each other): no
+ * update may be lost, and the fetch-and-op results are each value 0..n-1 once (their sum is
+ * checked), whichever path (messages, RDMA) each operation took. */
+static void locked_sums(void) {
+    enum { ROUNDS = 300 };
+    int64_t *mem = calloc(3, sizeof(int64_t));
+    CHECK(mem != NULL, "allocated memory");
+    MPI_Win win;
+    OK(MPI_Win_create(mem, 3 * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD,
+                      &win));
+    int64_t one = 1, fetched = 0, got_sum = 0, mine_excl = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        int excl = (r + rank) % 2 == 0;
+        OK(MPI_Win_lock(excl ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED, 0, 0, win));
+        OK(MPI_Accumulate(&one, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, MPI_SUM, win));
+        OK(MPI_Fetch_and_op(&one, &fetched, MPI_INT64_T, 0, 1, MPI_SUM, win));
+        if (excl) {
+            int64_t v = -1;
+            OK(MPI_Get(&v, 1, MPI_INT64_T, 0, 2, 1, MPI_INT64_T, win));
+            OK(MPI_Win_flush(0, win));
+            v += 1;
+            OK(MPI_Put(&v, 1, MPI_INT64_T, 0, 2, 1, MPI_INT64_T, win));
+            mine_excl++;
+        }
+        OK(MPI_Win_unlock(0, win));
+        got_sum += fetched;
+    }
+    int64_t sums[2] = {got_sum, mine_excl}, total[2] = {0, 0};
+    OK(MPI_Reduce(sums, total, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        int64_t n = (int64_t)ROUNDS * size;
+        OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+        CHECK(mem[0] == n, "locked accumulates: %lld, expected %lld", (long long)mem[0],
+              (long long)n);
+        CHECK(mem[1] == n, "locked fetch-and-ops: %lld, expected %lld", (long long)mem[1],
+              (long long)n);
+        CHECK(total[0] == n * (n - 1) / 2, "fetch-and-op results sum to %lld, expected %lld",
+              (long long)total[0], (long long)(n * (n - 1) / 2));
+        CHECK(mem[2] == total[1], "exclusive get/put increments: %lld, expected %lld",
+              (long long)mem[2], (long long)total[1]);
+        OK(MPI_Win_unlock(0, win));
+    }
+    OK(MPI_Win_free(&win));
+    free(mem);
+}
+
 /* Post/start/complete/wait: each rank exposes to its left neighbour and accesses its right;
  * MPI_Win_test polls the exposure epoch. */
 static void pscw(void) {
@@ -710,6 +759,7 @@ int main(int argc, char **argv) {
     derived();
     passive();
     created_locks();
+    locked_sums();
     pscw();
     dynamic();
     shared();

@@ -32,8 +32,9 @@ fn every_call_with_osc_rdma_forced_moves_puts_and_gets_by_rdma() {
             ));
             let _ = std::fs::remove_file(&json);
             let json_s = json.to_str().expect("UTF-8 temp path").to_owned();
-            // Every put and get by RDMA, however small (by default those of at most
-            // osc_rdma_small_limit bytes go as messages: tests/tests/c_rma.rs runs that mix).
+            // Every put and get by RDMA, however small (the default since small_limit is 0;
+            // an operation behind a lock request not granted yet goes as a message, a mix
+            // tests/tests/c_rma.rs runs too).
             let mut mca: Vec<(&str, &str)> = vec![
                 ("osc", "rdma"),
                 ("osc_rdma_small_limit", "0"),

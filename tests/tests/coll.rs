@@ -49,6 +49,16 @@ const CONFIGS: &[(&str, &[(&str, &str)])] = &[
         &[
             ("coll_bcast_long_size", "1k"),
             ("coll_allreduce_long_size", "1k"),
+            ("coll_alltoall_medium_size", "1k"),
+        ],
+    ),
+    // Algorithms that forward other ranks' blocks: Bruck's alltoall (alltoallv falls back to
+    // pairwise under it) and the neighbour-exchange allgather (the ring at odd counts).
+    (
+        "exchange",
+        &[
+            ("coll_alltoall_algorithm", "bruck"),
+            ("coll_allgather_algorithm", "neighbor_exchange"),
         ],
     ),
 ];
@@ -101,6 +111,11 @@ fn auto_selection_matches_reference() {
     check(CONFIGS[3].0, CONFIGS[3].1);
 }
 
+#[test]
+fn bruck_and_neighbor_exchange_match_reference() {
+    check(CONFIGS[4].0, CONFIGS[4].1);
+}
+
 /// Transport configurations for `collv_check` (gatherv, scatterv, allgatherv,
 /// reduce_scatter(_block), scan, exscan, in-place forms, MinLoc/MaxLoc, user operations),
 /// each also forcing a different set of algorithms so that all of them run somewhere.
@@ -140,6 +155,10 @@ const V_CONFIGS: &[(&str, &[(&str, &str)])] = &[
             ("pml", "ob1"),
             ("btl", "rc,self"),
             ("btl_rc_provider", "soft"),
+            // The in-place alltoall through Bruck's packing, the allgathers (in place too)
+            // through neighbour exchange.
+            ("coll_alltoall_algorithm", "bruck"),
+            ("coll_allgather_algorithm", "neighbor_exchange"),
         ],
     ),
 ];

@@ -318,11 +318,18 @@ fn eager_rdma_ring_wraps_many_times() {
         // acknowledge the barrier's last message: an ack sent before the sender's capture can
         // be on its way at the receiver's (one more sent than received), and one sent after
         // the sender's capture can arrive before the receiver's (one more received than
-        // counted as sent); each was seen in a loaded full-suite run.
+        // counted as sent); each was seen in a loaded full-suite run. pml dr's timers add
+        // fragments that can straddle the captures the same way (a retransmission, a liveness
+        // ping and its pong: a difference of 3 was seen once at load 5), so they widen it.
         let sent = rc(&p, "eager_rdma_sent");
+        let dr_timed: u64 = ["retransmissions", "pings_sent", "pongs_sent"]
+            .iter()
+            .map(|c| p["counters"][format!("pml.dr.{c}")].as_u64().unwrap_or(0))
+            .sum();
         assert!(
-            sent.abs_diff(received) <= 2,
-            "pml {pml}: {sent} eager RDMA fragments sent, {received} received"
+            sent.abs_diff(received) <= 2 + dr_timed,
+            "pml {pml}: {sent} eager RDMA fragments sent, {received} received \
+             ({dr_timed} sent by dr's timers)"
         );
     }
 }

@@ -57,6 +57,13 @@ pub enum Error {
         /// Region size.
         region: usize,
     },
+    /// A polled access ([`crate::Mr::read_polled`], [`crate::Mr::write_polled`]) longer than
+    /// the one word that can be read or written atomically.
+    #[error("a polled access is at most 8 bytes, not {len}")]
+    PolledTooLong {
+        /// Length asked.
+        len: usize,
+    },
     /// The completion queue overflowed: completions were lost and the CQ is unusable.
     #[error("completion queue {cq} overflowed")]
     CqOverflow {

@@ -462,6 +462,30 @@ impl Mr {
         Ok(())
     }
 
+    /// Reads at most eight bytes that a remote RDMA WRITE may be landing in now (an eager
+    /// slot's footer), with acquire loads: when they show the end of a write, every byte of
+    /// that write is visible (the soft provider lands the last eight bytes last, as HCAs do).
+    pub fn read_polled(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check_polled(offset, out.len())?;
+        mem::read_polled_bytes(self.ptr, offset, out);
+        Ok(())
+    }
+
+    /// Writes at most eight bytes that a remote write polls for or lands in (a footer cleared
+    /// for the next write), atomically, so that the store never races with a landing write.
+    pub fn write_polled(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_polled(offset, data.len())?;
+        mem::write_polled_bytes(self.ptr, offset, data);
+        Ok(())
+    }
+
+    fn check_polled(&self, offset: usize, len: usize) -> Result<()> {
+        if len > 8 {
+            return Err(Error::PolledTooLong { len });
+        }
+        self.check(offset, len)
+    }
+
     /// The region as a slice.
     ///
     /// # Safety

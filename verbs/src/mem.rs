@@ -9,7 +9,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
 use crate::types::{AccessFlags, Sge, WcStatus};
@@ -63,6 +63,74 @@ impl Drop for OwnedBuf {
 pub(crate) unsafe fn copy_to_raw(dst: usize, src: &[u8]) {
     // SAFETY: guaranteed by the caller; regions never overlap Rust-owned temporaries.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) }
+}
+
+/// Copies `src` to the raw address `dst` as an HCA lands an RDMA WRITE: every byte but the
+/// last (up to) eight first, then those with release stores. A reader that polls the end of
+/// the range ([`read_polled`]: an eager RDMA slot's footer) and finds it written therefore
+/// reads the whole write. Real HCAs land a write in address order in practice and footer-polling
+/// protocols rely on it (btl-rc's eager RDMA, Open MPI's openib); a plain memcpy promises no
+/// order (glibc stores a short copy's tail with its head, and `rep movsb` may reorder stores).
+///
+/// # Safety
+/// As [`copy_to_raw`].
+pub(crate) unsafe fn land_write(dst: usize, src: &[u8]) {
+    let tail = src.len().min(8);
+    let (head, last) = src.split_at(src.len() - tail);
+    // SAFETY: guaranteed by the caller: the head is the start of the range.
+    unsafe { copy_to_raw(dst, head) };
+    let at = dst + head.len();
+    if tail == 8 && at.is_multiple_of(8) {
+        let word = u64::from_ne_bytes(last.try_into().expect("eight bytes"));
+        // SAFETY: `at` is 8-aligned and its eight bytes lie inside the caller's range; other
+        // accesses to these bytes while a write may land are atomic ([`read_polled`]).
+        unsafe { AtomicU64::from_ptr(at as *mut u64) }.store(word, Ordering::Release);
+    } else {
+        for (i, &b) in last.iter().enumerate() {
+            // SAFETY: inside the caller's range; any alignment suits a byte.
+            unsafe { AtomicU8::from_ptr((at + i) as *mut u8) }.store(b, Ordering::Release);
+        }
+    }
+}
+
+/// Reads bytes a remote write may be landing in now (a polled footer, at most eight bytes)
+/// with acquire loads: once they show the write's last bytes, the whole write ([`land_write`],
+/// or an HCA's DMA) is visible to this thread. The same access pattern as `land_write` for a
+/// range ending at the same address: one 8-byte load when eight aligned bytes, else bytes.
+///
+/// # Safety
+/// As [`copy_from_raw`]; `dst.len() <= 8`.
+pub(crate) unsafe fn read_polled(dst: &mut [u8], src: usize) {
+    debug_assert!(dst.len() <= 8, "a polled read is at most one word");
+    if dst.len() == 8 && src.is_multiple_of(8) {
+        // SAFETY: 8-aligned, inside the caller's range.
+        let word = unsafe { AtomicU64::from_ptr(src as *mut u64) }.load(Ordering::Acquire);
+        dst.copy_from_slice(&word.to_ne_bytes());
+    } else {
+        for (i, b) in dst.iter_mut().enumerate() {
+            // SAFETY: inside the caller's range.
+            *b = unsafe { AtomicU8::from_ptr((src + i) as *mut u8) }.load(Ordering::Acquire);
+        }
+    }
+}
+
+/// Writes bytes a remote write polls or lands in (clearing a polled footer) with release
+/// stores, in [`read_polled`]'s pattern, so that they never race with a landing write.
+///
+/// # Safety
+/// As [`copy_to_raw`]; `src.len() <= 8`.
+pub(crate) unsafe fn write_polled(dst: usize, src: &[u8]) {
+    debug_assert!(src.len() <= 8, "a polled write is at most one word");
+    if src.len() == 8 && dst.is_multiple_of(8) {
+        let word = u64::from_ne_bytes(src.try_into().expect("eight bytes"));
+        // SAFETY: 8-aligned, inside the caller's range.
+        unsafe { AtomicU64::from_ptr(dst as *mut u64) }.store(word, Ordering::Release);
+    } else {
+        for (i, &b) in src.iter().enumerate() {
+            // SAFETY: inside the caller's range.
+            unsafe { AtomicU8::from_ptr((dst + i) as *mut u8) }.store(b, Ordering::Release);
+        }
+    }
 }
 
 /// Copies from the raw address `src` into `dst`.
@@ -191,7 +259,7 @@ impl MrTable {
                     && e.contains(addr, data.len()) =>
             {
                 // SAFETY: checked inside a live registered region with remote write rights.
-                unsafe { copy_to_raw(addr as usize, data) };
+                unsafe { land_write(addr as usize, data) };
                 true
             }
             _ => false,
@@ -238,6 +306,18 @@ pub(crate) fn read_bytes(base: *mut u8, offset: usize, out: &mut [u8]) {
     unsafe { copy_from_raw(out, base as usize + offset) }
 }
 
+/// [`read_polled`] for [`crate::Mr::read_polled`]: bounds are checked by the caller.
+pub(crate) fn read_polled_bytes(base: *mut u8, offset: usize, out: &mut [u8]) {
+    // SAFETY: the caller (Mr::read_polled) checked bounds and length; the region is alive.
+    unsafe { read_polled(out, base as usize + offset) }
+}
+
+/// [`write_polled`] for [`crate::Mr::write_polled`]: bounds are checked by the caller.
+pub(crate) fn write_polled_bytes(base: *mut u8, offset: usize, data: &[u8]) {
+    // SAFETY: the caller (Mr::write_polled) checked bounds and length; the region is alive.
+    unsafe { write_polled(base as usize + offset, data) }
+}
+
 /// Views a live region as a slice.
 ///
 /// # Safety
@@ -254,4 +334,95 @@ pub(crate) unsafe fn slice<'a>(base: *mut u8, len: usize) -> &'a [u8] {
 pub(crate) unsafe fn slice_mut<'a>(base: *mut u8, len: usize) -> &'a mut [u8] {
     // SAFETY: guaranteed by the caller.
     unsafe { std::slice::from_raw_parts_mut(base, len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_landed_write_holds_every_byte_at_any_length_and_alignment() {
+        let buf = OwnedBuf::new(128);
+        for start in 0..9 {
+            for len in 0..40 {
+                let src: Vec<u8> = (0..len).map(|i| (i * 7 + start + 1) as u8).collect();
+                // SAFETY: start + len <= 48 < 128: inside the live buffer.
+                unsafe { land_write(buf.as_ptr() as usize + start, &src) };
+                let mut back = vec![0u8; len];
+                // SAFETY: as above.
+                unsafe { copy_from_raw(&mut back, buf.as_ptr() as usize + start) };
+                assert_eq!(back, src, "start {start} len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn polled_reads_and_writes_agree_at_any_alignment() {
+        let buf = OwnedBuf::new(64);
+        for at in 0..9 {
+            for len in 1..=8 {
+                let src: Vec<u8> = (0..len).map(|i| (i + at + 3) as u8).collect();
+                // SAFETY: at + len <= 16 < 64.
+                unsafe { write_polled(buf.as_ptr() as usize + at, &src) };
+                let mut back = vec![0u8; len];
+                // SAFETY: as above.
+                unsafe { read_polled(&mut back, buf.as_ptr() as usize + at) };
+                assert_eq!(back, src, "at {at} len {len}");
+            }
+        }
+    }
+
+    /// An eager RDMA slot between "the HCA" (a thread landing writes) and a poller: whenever
+    /// the poller sees a footer, the payload before it is that write's, whole. Under Miri
+    /// (scripts/miri.sh) a landing by plain copy is a data race with the poll and fails.
+    #[test]
+    fn a_poller_that_sees_the_footer_sees_the_whole_write() {
+        const SLOT: usize = 64;
+        const WRITES: u64 = if cfg!(miri) { 20 } else { 20_000 };
+        let buf = std::sync::Arc::new(OwnedBuf::new(SLOT));
+        let base = buf.as_ptr() as usize;
+        let footer_at = base + SLOT - 8;
+        let footer = move || {
+            let mut f = [0u8; 8];
+            // SAFETY: the slot's last word, inside the live buffer (held by `buf`).
+            unsafe { read_polled(&mut f, footer_at) };
+            u64::from_ne_bytes(f)
+        };
+        let hca = {
+            let buf = buf.clone();
+            std::thread::spawn(move || {
+                for seq in 1..=WRITES {
+                    // The slot is free once the poller cleared its footer (the credit).
+                    while footer() != 0 {
+                        std::thread::yield_now();
+                    }
+                    let mut write = vec![seq as u8; SLOT];
+                    write[SLOT - 8..].copy_from_slice(&seq.to_ne_bytes());
+                    // SAFETY: the whole slot, inside the live buffer.
+                    unsafe { land_write(buf.as_ptr() as usize, &write) };
+                }
+            })
+        };
+        let mut seen = 0;
+        while seen < WRITES {
+            let f = footer();
+            if f == 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            seen += 1;
+            assert_eq!(f, seen, "writes land in order");
+            let mut payload = [0u8; SLOT - 8];
+            // SAFETY: the slot's payload, inside the live buffer; the writer does not touch it
+            // again before the footer is cleared below.
+            unsafe { copy_from_raw(&mut payload, base) };
+            assert!(
+                payload.iter().all(|&b| b == seen as u8),
+                "write {seen} torn: {payload:?}"
+            );
+            // SAFETY: the footer, as above.
+            unsafe { write_polled(footer_at, &[0; 8]) };
+        }
+        hca.join().expect("the writer ends");
+    }
 }

@@ -435,6 +435,53 @@ fn rdma_write_and_read_served_without_target_polling() {
     assert_eq!(&r, b"remote data!");
 }
 
+/// A footer-polling receiver (btl-rc's eager RDMA): the target polls the last word of each
+/// RDMA WRITE with `read_polled` while it lands, and once the footer shows, the payload
+/// before it is the whole write, for 200 writes of 4 KiB (larger than a soft segment) into
+/// one slot; the target clears the footer with `write_polled` before the next write.
+#[test]
+fn a_polled_footer_shows_only_after_the_whole_write() {
+    let (a, qa, b, _qb) = rc_pair(64, QpCaps::default(), RcParams::default());
+    const SLOT: usize = 4096;
+    let end = Instant::now() + deadline();
+    for seq in 1..=200u64 {
+        let mut write = vec![seq as u8; SLOT];
+        write[SLOT - 8..].copy_from_slice(&seq.to_le_bytes());
+        a.mr.write_at(0, &write).unwrap();
+        let op = SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + 8192,
+            rkey: b.mr.rkey(),
+        };
+        send(&qa, seq, op, a.mr.sge(0, SLOT as u32).unwrap(), true, false).unwrap();
+        let mut footer = [0u8; 8];
+        loop {
+            b.mr.read_polled(8192 + SLOT - 8, &mut footer).unwrap();
+            if footer != [0; 8] {
+                break;
+            }
+            assert!(Instant::now() < end, "write {seq} never landed");
+            std::hint::spin_loop();
+        }
+        assert_eq!(u64::from_le_bytes(footer), seq);
+        let mut payload = vec![0u8; SLOT - 8];
+        b.mr.read_at(8192, &mut payload).unwrap();
+        assert!(payload.iter().all(|&x| x == seq as u8), "write {seq} torn");
+        b.mr.write_polled(8192 + SLOT - 8, &[0; 8]).unwrap();
+        let s = wait(&[&a.scq], 1);
+        assert_eq!((s[0].wr_id, s[0].status), (seq, WcStatus::Success));
+    }
+    // A polled access is one word, inside the region.
+    let mut nine = [0u8; 9];
+    assert!(matches!(
+        b.mr.read_polled(0, &mut nine),
+        Err(rmca_verbs::Error::PolledTooLong { len: 9 })
+    ));
+    assert!(matches!(
+        b.mr.write_polled(b.mr.len() - 4, &[0; 8]),
+        Err(rmca_verbs::Error::OutOfBounds { .. })
+    ));
+}
+
 fn expect_remote_access_error(op: impl Fn(&Mr, &Mr) -> SendOp, target_access: AccessFlags) {
     let (a, qa, b, _qb) = rc_pair(64, QpCaps::default(), RcParams::default());
     let tmr = b.pd.register(4096, target_access).unwrap();

@@ -26,17 +26,38 @@
 //!   owner already.
 //! - `MPI_THREAD_MULTIPLE`: every MPI call runs holding a process-wide lock (a FIFO ticket
 //!   lock), taken by the exported entry points ([`entered`]) and making the caller the owner
-//!   until it returns. Every blocking wait that holds no borrow of the runtime or of this state
-//!   hands the lock to the threads queued for it between its progress passes (the wait hook,
-//!   `rmca_framework::progress::set_wait_hook`; the runtime's waits take their borrow-free
-//!   paths while a hook is installed, and `MPI_Wait`/`Waitall`/`Waitany`/`Waitsome` wait by
-//!   testing), so a thread blocked in `MPI_Recv` or `MPI_Barrier` lets the others send,
-//!   receive and progress: one progress owner at a time, as MPICH's default global critical
-//!   section. `Rc`s stay sound because every touch of an rmca object happens under the lock,
-//!   whose release and acquisition order them. A call from inside a call of the same thread
-//!   (an error handler, a user reduction) is the owner already: it runs without the lock and
-//!   is refused by `with`'s busy flag as before; the hook never releases while that flag is
-//!   set (a wait inside `with` keeps the lock).
+//!   until it returns. Blocking waits hold the lock only while they test and progress: one
+//!   progress owner at a time, as Open MPI's and MPICH's waits (a try-lock on the progress
+//!   engine, the other waiters sleeping on their request). The first thread to wait is the
+//!   *driver*: between its passes it runs the tests of the other waits and wakes those whose
+//!   operation completed, and it hands the lock to the threads queued for it (calls that
+//!   start operations, waits that were woken). Every other waiting thread *parks*: it lists
+//!   its test, gives the lock up and sleeps (spins, yields for up to 0.5 ms, then a futex) on
+//!   its own word until the driver found its operation complete, or left its wait and
+//!   handed it the progress (`park_until`, `wake_completed`, `leave_wait`). So a message
+//!   wakes the thread it is for, and the lock's queue holds only threads with work; with
+//!   every waiter queued for the lock (as before), the lock went round all of them, one
+//!   progress pass each, and each hand-over to a thread that slept cost a wake-up (at 4
+//!   threads per rank, each waiting thread burnt as much CPU as the one that progressed;
+//!   `tests/c/threads_park.c`). The hooks are the runtime's (`rmca_framework::progress::
+//!   set_wait_hook`; its waits take their borrow-free paths while one is installed, and
+//!   `MPI_Wait`/`Waitall`/`Waitany`/`Waitsome` wait by testing, `ffi::wait_by_testing`).
+//!   A parked wait's test runs on the driver, under the lock, while its thread sleeps:
+//!   `Rc`s stay sound because every touch of an rmca object happens under the lock, whose
+//!   release and acquisition order them, and the test's error is raised by the waiting
+//!   thread when it returns (its error handler runs there). A call from inside a call of the
+//!   same thread (an error handler, a user reduction) is the owner already: it runs without
+//!   the lock and is refused by `with`'s busy flag as before; nothing is released or parked
+//!   while that flag is set (a wait inside `with` keeps the lock).
+//!
+//!   Not done, and why: per-communicator or per-peer locks need a runtime without `Rc`
+//!   internals (the PML, BTLs and collectives share one `RefCell` runtime per process). A
+//!   lock-free queue of non-blocking operations drained by the lock's holder was not built
+//!   either: a call holds the lock for a few hundred nanoseconds, so callers queue briefly;
+//!   the contention was the waits, which held it for their whole duration. The lock is a
+//!   ticket lock (FIFO: a driver that releases and takes it back between passes starves
+//!   nobody) whose waiters sleep on one of eight bells by ticket, so an unlock wakes the next
+//!   thread only.
 //!
 //! - With the asynchronous progress thread (`mpi_async_progress`, [`crate::progress_thread`]),
 //!   at any level: every call holds the process lock as at MULTIPLE (`locked`), and the thread
@@ -56,7 +77,7 @@
 //! work from any thread; `MPI_Finalize` gives the ownership up (below MULTIPLE) for that.
 //!
 //! What MULTIPLE does not do yet: concurrency inside the library (one thread runs MPI code at
-//! a time; per-communicator or per-peer locks are the next layer), and creating communicators
+//! a time; see above), and creating communicators
 //! from several threads at once (their context ids are agreed without a process-wide
 //! reservation: create them from one thread, or one at a time).
 
@@ -68,6 +89,7 @@ use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
+use rmca::framework::progress::Parking;
 use rmca::raw::{RawBatch, RawId, RawRequest};
 use rmca::{Communicator, Universe};
 
@@ -563,6 +585,15 @@ struct Global {
     locked: AtomicBool,
     /// The life-cycle [`Phase`], process-wide.
     phase: AtomicU8,
+    /// The thread that makes progress for the waits parked at `MPI_THREAD_MULTIPLE` (see
+    /// [`park_until`]), 0 while none waits: changed under `lock`, read without it by a parked
+    /// thread's watchdog.
+    driver: AtomicUsize,
+    /// The waits parked, oldest first (by the owner: under `lock`).
+    parked: UnsafeCell<Vec<*const Parked>>,
+    /// Parked waits woken (their operation done, or to drive) that have not taken the lock
+    /// back yet (changed under `lock`).
+    woken: AtomicUsize,
     /// Set while a call works on the state: a call from inside it (an error handler, a user
     /// reduction) is refused instead of aliasing the state.
     busy: UnsafeCell<bool>,
@@ -577,7 +608,7 @@ struct Global {
     comm_cache: UnsafeCell<Option<(Handle, Communicator)>>,
 }
 
-// SAFETY: `busy`, `pinned`, `state` and `comm_cache` are only accessed by the thread whose id is in
+// SAFETY: `busy`, `pinned`, `parked`, `state` and `comm_cache` are only accessed by the thread whose id is in
 // `owner` (see `owned`), one access at a time (`busy`): the state, which holds `Rc`s and
 // `RefCell`s, is confined to that thread as a thread-local would be. The owner changes only
 // at SERIALIZED and MULTIPLE and while the progress thread runs (its passes own the state
@@ -597,6 +628,9 @@ static GLOBAL: Global = Global {
     checked_entry: AtomicBool::new(false),
     locked: AtomicBool::new(false),
     phase: AtomicU8::new(Phase::Before as u8),
+    driver: AtomicUsize::new(0),
+    parked: UnsafeCell::new(Vec::new()),
+    woken: AtomicUsize::new(0),
     busy: UnsafeCell::new(false),
     pinned: UnsafeCell::new(0),
     state: UnsafeCell::new(None),
@@ -752,6 +786,8 @@ fn install_state(
         rmca::framework::progress::set_wait_hook(rmca::framework::progress::WaitHook {
             release: release_for_waiters,
             reacquire: reacquire_after_wait,
+            park: park_until,
+            leave: leave_wait,
         });
     }
     if world_model {
@@ -768,13 +804,39 @@ fn install_state(
 
 /// A FIFO lock (tickets): under `MPI_THREAD_MULTIPLE` a waiting thread hands over to the
 /// threads queued in the order they came, none starved by one that releases and takes it
-/// back in a loop (a wait between its progress passes). Waiters spin briefly, then sleep on
-/// the `serving` word (a futex; at most 1 ms at a time, so a lost wake-up costs a
-/// millisecond, never a hang): there may be more threads than cores, and a queued thread
-/// that yields in a loop takes the core from the holder it waits for.
+/// back in a loop (a wait between its progress passes). Waiters spin briefly, then sleep (a
+/// futex; at most 1 ms at a time, so a lost wake-up costs a millisecond, never a hang):
+/// there may be more threads than cores, and a queued thread that yields in a loop takes the
+/// core from the holder it waits for. Each sleeps on the bell of its ticket ([`BELLS`] of
+/// them, by ticket modulo), and an unlock rings the next ticket's bell only, with a system
+/// call only if a thread sleeps there: sleeping on one shared word, every unlock woke every
+/// queued thread, all but one to go back to sleep (on 2 cores with 4 threads per rank, most
+/// of the time of `osu_latency_mt -t 4:4` went to those wake-ups).
 struct TicketLock {
     next: AtomicU32,
     serving: AtomicU32,
+    bells: [Bell; BELLS],
+}
+
+/// Bells of [`TicketLock`]: more than the threads usually queued, so that a ring wakes one.
+const BELLS: usize = 8;
+
+/// Where the holders of the tickets of one residue sleep.
+#[repr(align(64))]
+struct Bell {
+    /// Bumped by every ring (the futex word).
+    rung: AtomicU32,
+    /// Threads asleep (or about to be) on `rung`.
+    sleepers: AtomicU32,
+}
+
+impl Bell {
+    const fn new() -> Self {
+        Self {
+            rung: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+        }
+    }
 }
 
 impl TicketLock {
@@ -782,26 +844,37 @@ impl TicketLock {
         Self {
             next: AtomicU32::new(0),
             serving: AtomicU32::new(0),
+            bells: [const { Bell::new() }; BELLS],
         }
     }
 
+    fn bell(&self, ticket: u32) -> &Bell {
+        &self.bells[ticket as usize % BELLS]
+    }
+
     fn lock(&self) {
-        // SeqCst on both words (here and in `unlock`): a waiter that took its ticket and then
-        // saw an old `serving` is either seen by the unlocker (which wakes it) or sees the new
-        // value (and does not sleep).
+        // SeqCst on `serving` and the bell's words (here and in `unlock`): a waiter that
+        // announced its sleep and then saw an old `serving` is seen by the unlocker (which
+        // rings), and one that read the bell before the ring does not sleep (the futex
+        // compares).
         let ticket = self.next.fetch_add(1, Ordering::SeqCst);
         let mut spins = 0u32;
         loop {
-            let serving = self.serving.load(Ordering::SeqCst);
-            if serving == ticket {
+            if self.serving.load(Ordering::SeqCst) == ticket {
                 return;
             }
             if spins < 100 {
                 spins += 1;
                 std::hint::spin_loop();
-            } else {
-                futex_wait(&self.serving, serving, std::time::Duration::from_millis(1));
+                continue;
             }
+            let bell = self.bell(ticket);
+            let rung = bell.rung.load(Ordering::SeqCst);
+            bell.sleepers.fetch_add(1, Ordering::SeqCst);
+            if self.serving.load(Ordering::SeqCst) != ticket {
+                futex_wait(&bell.rung, rung, std::time::Duration::from_millis(1));
+            }
+            bell.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -822,7 +895,11 @@ impl TicketLock {
     fn unlock(&self) {
         let serving = self.serving.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
         if self.next.load(Ordering::SeqCst) != serving {
-            futex_wake(&self.serving, i32::MAX);
+            let bell = self.bell(serving);
+            bell.rung.fetch_add(1, Ordering::SeqCst);
+            if bell.sleepers.load(Ordering::SeqCst) != 0 {
+                futex_wake(&bell.rung, i32::MAX);
+            }
         }
     }
 
@@ -830,6 +907,35 @@ impl TicketLock {
     fn contended(&self) -> bool {
         let next = self.next.load(Ordering::Relaxed);
         next.wrapping_sub(self.serving.load(Ordering::Relaxed)) > 1
+    }
+}
+
+/// How long a parked wait gives its core away by `sched_yield` before it sleeps in the
+/// kernel: the MPI threads of a rank often outnumber the cores (`osu_latency_mt -t 4:4` on 2
+/// cores), and a thread woken from a futex waits for the scheduler to run it, while a
+/// yielding one sees its word change as soon as the core's other threads yielded or blocked.
+/// (Threads queued for the lock do not yield: they hold a place in a FIFO, and yielding there
+/// made the 2-threads message rate (bench/mt_rate.c) 10 times lower under load.)
+const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Spin a little, then yield the core for [`YIELD_FOR`] at most, until `ready`: whether it
+/// became so.
+fn spin_then_yield(ready: impl Fn() -> bool) -> bool {
+    for _ in 0..50 {
+        if ready() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    let start = std::time::Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() > YIELD_FOR {
+            return false;
+        }
+        std::thread::yield_now();
     }
 }
 
@@ -999,6 +1105,8 @@ pub(crate) fn progress_pass(arm: impl FnOnce()) -> AsyncPass {
     // Outside `with`: a user reduction run by a collective's step may call MPI.
     let events = rmca::raw::progress(&world);
     drop(world);
+    // Waits parked at MULTIPLE whose operations this pass completed go on.
+    wake_completed();
     let outstanding =
         with(|s| Ok(s.active_requests() > 0 || !s.detached.is_empty())).unwrap_or(false);
     if events == 0 && !outstanding {
@@ -1030,6 +1138,178 @@ fn release_for_waiters() -> bool {
 fn reacquire_after_wait() {
     GLOBAL.lock.lock();
     GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+}
+
+/// A wait parked at `MPI_THREAD_MULTIPLE` ([`park_until`]): on its thread's stack while it
+/// sleeps, listed in `GLOBAL.parked`.
+struct Parked {
+    /// [`WAITING`], then [`DONE`] or [`DRIVE`]: set under the lock by the thread that took
+    /// the entry off the list (the futex word the waiter sleeps on).
+    word: AtomicU32,
+    /// The wait's test (`WaitHook::park`'s `done`), its lifetime erased: see [`park_until`].
+    done: *mut (dyn FnMut() -> bool + 'static),
+    /// The waiting thread (`this_thread`).
+    thread: usize,
+}
+
+/// [`Parked::word`]: asleep, listed.
+const WAITING: u32 = 0;
+/// [`Parked::word`]: its operation completed (its `done` returned true on the driver).
+const DONE: u32 = 1;
+/// [`Parked::word`]: the driver left; this wait makes the progress now.
+const DRIVE: u32 = 2;
+
+/// The wait hook's `park` (`MPI_THREAD_MULTIPLE`): one progress owner at a time. The first
+/// thread of a wait becomes the *driver* (`GLOBAL.driver`): it makes the progress passes and,
+/// after each, runs the tests of the parked waits ([`wake_completed`]) and wakes those done;
+/// it lets queued threads in as before (released while another thread is queued, then queued
+/// again). A thread that waits while another drives parks: it lists its test, gives the lock
+/// up and sleeps on its own word until the driver found its operation complete (then it
+/// queues for the lock to return) or left its wait and handed it the progress ([`leave_wait`]).
+/// So a waiting thread is not in the lock's queue, and a message wakes the thread it is
+/// for: with every waiter queued for the lock (the previous scheme), the lock went round
+/// all of them, one progress pass each, and each hand-over to a thread that slept cost a
+/// wake-up. Nothing changes while the state is borrowed (`busy`, `pinned`: nobody may come
+/// in).
+fn park_until(done: &mut dyn FnMut() -> bool) -> Parking {
+    if !owned() {
+        return Parking::Kept;
+    }
+    // SAFETY: the owner thread (checked above), the only one touching `busy` and `pinned`.
+    if unsafe { *GLOBAL.busy.get() || *GLOBAL.pinned.get() != 0 } {
+        return Parking::Kept;
+    }
+    wake_completed();
+    let me = this_thread();
+    let driver = GLOBAL.driver.load(Ordering::Relaxed);
+    if driver == 0 || driver == me {
+        GLOBAL.driver.store(me, Ordering::Relaxed);
+        if release_for_waiters() {
+            return Parking::Released;
+        }
+        // SAFETY: the owner thread; no reference into the list is live.
+        let others = GLOBAL.woken.load(Ordering::Relaxed) != 0
+            || unsafe { !(*GLOBAL.parked.get()).is_empty() };
+        if others {
+            // Other threads wait in MPI (MPICH's waits yield on every pass): a woken one
+            // needs a core to come back, and a parked one in its yielding phase answers at
+            // once, while this spinning wait would keep the core for its whole time slice
+            // when the threads outnumber the cores. osu_latency_mt -t 4:4, 2 ranks bound to
+            // a core each, load 4-9: median 19-25 us per message with this, 110-310 us
+            // yielding only for woken threads or never.
+            std::thread::yield_now();
+        }
+        return Parking::Kept;
+    }
+    let entry = Parked {
+        word: AtomicU32::new(WAITING),
+        // SAFETY (of the erased lifetime): `done` is called only by the holder of the lock
+        // (`wake_completed`), while this thread sleeps below, and the entry leaves the list
+        // under the lock before this function returns (this thread takes the lock again
+        // first, and an entry still listed then is removed here): no call outlives the
+        // borrow. What `done` touches (the runtime's `Rc`s, the caller's status and handle)
+        // is reached by one thread at a time, each hand-over ordered by the lock, as the
+        // state is (see `Global`).
+        done: unsafe {
+            std::mem::transmute::<
+                *mut (dyn FnMut() -> bool + '_),
+                *mut (dyn FnMut() -> bool + 'static),
+            >(done)
+        },
+        thread: me,
+    };
+    // SAFETY: the owner thread; no reference into the list is live.
+    unsafe { (*GLOBAL.parked.get()).push(&entry) };
+    GLOBAL.owner.store(0, Ordering::Relaxed);
+    GLOBAL.lock.unlock();
+    sleep_parked(&entry);
+    GLOBAL.lock.lock();
+    GLOBAL.owner.store(me, Ordering::Relaxed);
+    if entry.word.load(Ordering::Relaxed) != WAITING {
+        GLOBAL.woken.fetch_sub(1, Ordering::Relaxed);
+    } else {
+        // Woken by the watchdog: nobody drives (should the hand-over have been missed).
+        // SAFETY: the owner thread; no reference into the list is live.
+        unsafe { (*GLOBAL.parked.get()).retain(|&p| !std::ptr::eq(p, &entry)) };
+        if GLOBAL.driver.load(Ordering::Relaxed) == 0 {
+            GLOBAL.driver.store(me, Ordering::Relaxed);
+        }
+    }
+    Parking::Parked
+}
+
+/// Sleep until the word of `entry` leaves [`WAITING`]; or until nobody drives (a watchdog
+/// every 10 ms: the hand-over of [`leave_wait`] should never be missed, and if it is the
+/// waits go on, late).
+fn sleep_parked(entry: &Parked) {
+    let woken = || entry.word.load(Ordering::Acquire) != WAITING;
+    if spin_then_yield(woken) {
+        return;
+    }
+    loop {
+        futex_wait(&entry.word, WAITING, std::time::Duration::from_millis(10));
+        if entry.word.load(Ordering::Acquire) != WAITING
+            || GLOBAL.driver.load(Ordering::Relaxed) == 0
+        {
+            return;
+        }
+    }
+}
+
+/// Run the tests of the parked waits (by the lock's holder, with nothing of the state
+/// borrowed): wake each one whose operation completed. The word is set and the waiter woken
+/// under the lock, which the waiter takes before its entry goes out of scope.
+fn wake_completed() {
+    // SAFETY: the owner thread. Taken out while the tests run (a test runs no wait, but a
+    // wait parked meanwhile would find the list as it should be).
+    let mut list = unsafe { std::mem::take(&mut *GLOBAL.parked.get()) };
+    if list.is_empty() {
+        return;
+    }
+    list.retain(|&p| {
+        // SAFETY: a listed entry is alive (its thread sleeps in `park_until` until it holds
+        // the lock again, which this thread holds) and its `done` is called by the lock's
+        // holder only (see `park_until`).
+        let entry = unsafe { &*p };
+        // A test that panics is left to its own thread, which tests again and reports it.
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: as above: nobody else calls it now, and its thread sleeps.
+            unsafe { (*entry.done)() }
+        }))
+        .unwrap_or(true);
+        if done {
+            GLOBAL.woken.fetch_add(1, Ordering::Relaxed);
+            entry.word.store(DONE, Ordering::Release);
+            futex_wake(&entry.word, 1);
+        }
+        !done
+    });
+    // SAFETY: the owner thread; no reference into the list is live.
+    let parked = unsafe { &mut *GLOBAL.parked.get() };
+    let newer = std::mem::replace(parked, list);
+    parked.extend(newer);
+}
+
+/// The wait hook's `leave`: a wait that called [`park_until`] ended (on its thread, holding
+/// the lock). If it drove, the oldest parked wait drives now.
+fn leave_wait() {
+    let me = this_thread();
+    if !owned() || GLOBAL.driver.load(Ordering::Relaxed) != me {
+        return;
+    }
+    // SAFETY: the owner thread; no reference into the list is live.
+    let parked = unsafe { &mut *GLOBAL.parked.get() };
+    if parked.is_empty() {
+        GLOBAL.driver.store(0, Ordering::Relaxed);
+        return;
+    }
+    let next = parked.remove(0);
+    // SAFETY: a listed entry is alive (see `wake_completed`).
+    let entry = unsafe { &*next };
+    GLOBAL.driver.store(entry.thread, Ordering::Relaxed);
+    GLOBAL.woken.fetch_add(1, Ordering::Relaxed);
+    entry.word.store(DRIVE, Ordering::Release);
+    futex_wake(&entry.word, 1);
 }
 
 /// Take the state out (finalize); `None` on another thread than the initializing one, or
@@ -1653,7 +1933,7 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::{Confined, TicketLock};
+    use super::{Confined, TicketLock, BELLS};
     use std::cell::UnsafeCell;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -1771,6 +2051,49 @@ mod tests {
         });
         assert!(entered.load(Ordering::Relaxed));
         assert!(!lock.contended());
+    }
+
+    /// An unlock rings the bell of the next ticket only: the threads queued behind it sleep
+    /// on.
+    #[test]
+    fn an_unlock_rings_the_next_tickets_bell_only() {
+        let lock = TicketLock::new();
+        lock.lock();
+        let rung = |t: u32| lock.bell(t).rung.load(Ordering::SeqCst);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    lock.lock();
+                    lock.unlock();
+                });
+            }
+            // Tickets 1, 2 and 3 queued.
+            while lock.next.load(Ordering::SeqCst) != 4 {
+                std::thread::yield_now();
+            }
+            let before: Vec<u32> = (1..4).map(rung).collect();
+            lock.unlock();
+            // Ticket 1 rung once by this unlock (later ones by the queued threads' unlocks):
+            // each unlock rings one bell, the next ticket's.
+            while lock.serving.load(Ordering::SeqCst) != 4 {
+                std::thread::yield_now();
+            }
+            let after: Vec<u32> = (1..4).map(rung).collect();
+            assert_eq!(
+                after
+                    .iter()
+                    .zip(&before)
+                    .map(|(a, b)| a - b)
+                    .collect::<Vec<_>>(),
+                vec![1, 1, 1],
+                "each of tickets 1-3 rung once, by the unlock before its turn"
+            );
+        });
+        // Nobody queued: an unlock rings nothing.
+        let before: Vec<u32> = (0..BELLS as u32).map(rung).collect();
+        lock.lock();
+        lock.unlock();
+        assert_eq!((0..BELLS as u32).map(rung).collect::<Vec<_>>(), before);
     }
 
     /// A receive whose buffer stays corrupt after pml dr's second copy is the library's

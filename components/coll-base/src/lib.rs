@@ -12,8 +12,9 @@
 //! | reduce | binomial | linear |
 //! | allreduce | recursive doubling; ring at >= `coll_allreduce_long_size` bytes (and >= n elements) | reduce_bcast |
 //! | gather, scatter | binomial | linear |
-//! | allgather | recursive doubling for powers of two up to 256 KiB in total; ring otherwise | linear |
-//! | alltoall(v) | pairwise exchange | linear |
+//! | allgather | recursive doubling for powers of two up to 256 KiB in total; above, neighbour exchange for even process counts, ring for odd; ring for other counts up to 256 KiB | ring, neighbor_exchange, linear |
+//! | alltoall | Bruck for blocks of at most `coll_alltoall_small_size` bytes on at least 12 processes; linear (every transfer posted) up to `coll_alltoall_medium_size`; pairwise exchange above | bruck, linear, pairwise |
+//! | alltoallv | pairwise exchange (linear when `coll_alltoall_algorithm` is linear) | linear |
 //! | gatherv, scatterv | linear (no parameter) | |
 //! | allgatherv | ring (follows `coll_allgather_algorithm`: linear, else ring) | linear |
 //! | reduce_scatter(_block) | ring at >= `coll_allreduce_long_size` bytes, else reduce_scatterv | ring, reduce_scatterv |
@@ -42,6 +43,19 @@ const BCAST_LONG_SIZE: u64 = 128 << 10;
 /// Default of `coll_allreduce_long_size`.
 const ALLREDUCE_LONG_SIZE: u64 = 64 << 10;
 
+/// Default of `coll_alltoall_small_size`: Open MPI tuned's bound for Bruck (200 B), rounded
+/// up to a power of two.
+const ALLTOALL_SMALL_SIZE: u64 = 256;
+
+/// Fewest processes for which 'auto' takes Bruck's alltoall: below, its log2(n) rounds save
+/// too few message latencies over posting every transfer at once to pay for forwarding
+/// about half the blocks log2(n) times (Open MPI tuned's old decision took it from 13).
+const ALLTOALL_BRUCK_MIN_RANKS: usize = 12;
+
+/// Default of `coll_alltoall_medium_size`: above, pairwise exchange, one peer at a time, so
+/// that no rank has n - 1 large messages arriving at once.
+const ALLTOALL_MEDIUM_SIZE: u64 = 32 << 10;
+
 /// Default priority: the lowest of the built-in components, so that it is the fallback.
 const PRIORITY: i32 = 10;
 
@@ -62,8 +76,8 @@ const ALGORITHMS: [(&str, &[&str], &str); 10] = [
     ("allreduce", &["auto", "recursive_doubling", "ring", "reduce_bcast"], "Allreduce algorithm (auto: recursive doubling below coll_allreduce_long_size, ring above)"),
     ("gather", &["auto", "binomial", "linear"], "Gather algorithm (auto: binomial)"),
     ("scatter", &["auto", "binomial", "linear"], "Scatter algorithm (auto: binomial)"),
-    ("allgather", &["auto", "recursive_doubling", "ring", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two and small blocks, ring otherwise); allgatherv runs linear when this is 'linear', else ring"),
-    ("alltoall", &["auto", "pairwise", "linear"], "Alltoall(v) algorithm (auto: pairwise exchange)"),
+    ("allgather", &["auto", "recursive_doubling", "ring", "neighbor_exchange", "linear"], "Allgather algorithm (auto: recursive doubling for powers of two up to 256 KiB in total; above 256 KiB neighbour exchange for even process counts, ring for odd; ring otherwise); allgatherv runs linear when this is 'linear', else ring"),
+    ("alltoall", &["auto", "pairwise", "linear", "bruck"], "Alltoall algorithm (auto: Bruck for blocks of at most coll_alltoall_small_size bytes on 12 or more processes, linear up to coll_alltoall_medium_size, pairwise exchange above); alltoallv runs linear when this is 'linear', else pairwise (Bruck forwards others' blocks, whose sizes alltoallv does not share)"),
     ("reduce_scatter", &["auto", "ring", "reduce_scatterv"], "Reduce_scatter(_block) algorithm (auto: ring at >= coll_allreduce_long_size bytes for built-in and commutative operations, else binomial reduce to rank 0 + linear scatterv; non-commutative operations always take the latter)"),
     ("scan", &["auto", "recursive_doubling", "linear"], "Scan and exscan algorithm (auto: recursive doubling)"),
 ];
@@ -108,6 +122,18 @@ impl Component for BaseComponent {
                 .level(Level::Tuning)
                 .job_wide(),
         );
+        params.add_global(
+            Param::size("coll_alltoall_small_size", ALLTOALL_SMALL_SIZE)
+                .help("Alltoalls of blocks of at most this many bytes use Bruck's algorithm under 'auto' (on 12 or more processes)")
+                .level(Level::Tuning)
+                .job_wide(),
+        );
+        params.add_global(
+            Param::size("coll_alltoall_medium_size", ALLTOALL_MEDIUM_SIZE)
+                .help("Alltoalls of blocks of at most this many bytes (and more than coll_alltoall_small_size) post every transfer at once under 'auto'; larger ones use pairwise exchange")
+                .level(Level::Tuning)
+                .job_wide(),
+        );
     }
 }
 
@@ -140,6 +166,10 @@ pub struct CollParams {
     pub bcast_long_size: usize,
     /// Allreduces (and reduce_scatters) of at least this many bytes use the ring under "auto".
     pub allreduce_long_size: usize,
+    /// Alltoall blocks of at most this many bytes use Bruck under "auto" (enough processes).
+    pub alltoall_small_size: usize,
+    /// Alltoall blocks of at most this many bytes post every transfer at once under "auto".
+    pub alltoall_medium_size: usize,
 }
 
 impl Default for CollParams {
@@ -148,6 +178,8 @@ impl Default for CollParams {
             algorithms: ALGORITHMS.map(|_| "auto".to_owned()),
             bcast_long_size: BCAST_LONG_SIZE as usize,
             allreduce_long_size: ALLREDUCE_LONG_SIZE as usize,
+            alltoall_small_size: ALLTOALL_SMALL_SIZE as usize,
+            alltoall_medium_size: ALLTOALL_MEDIUM_SIZE as usize,
         }
     }
 }
@@ -167,6 +199,8 @@ impl CollParams {
             }),
             bcast_long_size: size("coll_bcast_long_size", BCAST_LONG_SIZE),
             allreduce_long_size: size("coll_allreduce_long_size", ALLREDUCE_LONG_SIZE),
+            alltoall_small_size: size("coll_alltoall_small_size", ALLTOALL_SMALL_SIZE),
+            alltoall_medium_size: size("coll_alltoall_medium_size", ALLTOALL_MEDIUM_SIZE),
         }
     }
 
@@ -280,10 +314,36 @@ impl CollModule for BaseModule {
             "ring" => schedule::allgather_ring(n, me, block),
             "linear" => schedule::allgather_linear(n, me, block),
             "recursive_doubling" => schedule::allgather_recursive_doubling(n, me, block),
+            "neighbor_exchange" => schedule::allgather_neighbor_exchange(n, me, block),
             _ if n.is_power_of_two() && n * block <= ALLGATHER_RD_MAX => {
                 schedule::allgather_recursive_doubling(n, me, block)
             }
+            // Long vectors: n/2 neighbour exchanges of two blocks rather than the ring's
+            // n - 1 steps of one (Open MPI tuned likewise for even counts); both talk to
+            // neighbours only.
+            _ if n.is_multiple_of(2) && n * block > ALLGATHER_RD_MAX => {
+                schedule::allgather_neighbor_exchange(n, me, block)
+            }
             _ => schedule::allgather_ring(n, me, block),
+        })
+    }
+
+    fn alltoall(&self, block: usize) -> Option<Schedule> {
+        let (n, me) = (self.n, self.me);
+        let p = &self.params;
+        let ranges =
+            || -> Vec<Range<usize>> { (0..n).map(|r| r * block..(r + 1) * block).collect() };
+        Some(match p.algorithm("alltoall") {
+            "bruck" => schedule::alltoall_bruck(n, me, block),
+            "linear" => schedule::alltoallv_linear(n, me, &ranges(), &ranges()),
+            "pairwise" => schedule::alltoallv_pairwise(n, me, &ranges(), &ranges()),
+            _ if block <= p.alltoall_small_size && n >= ALLTOALL_BRUCK_MIN_RANKS => {
+                schedule::alltoall_bruck(n, me, block)
+            }
+            _ if block <= p.alltoall_medium_size => {
+                schedule::alltoallv_linear(n, me, &ranges(), &ranges())
+            }
+            _ => schedule::alltoallv_pairwise(n, me, &ranges(), &ranges()),
         })
     }
 
@@ -403,6 +463,84 @@ mod tests {
             m.allreduce(64, 4, false),
             Some(schedule::allreduce_ring(4, 2, 64, 4))
         );
+    }
+
+    #[test]
+    fn alltoall_auto_takes_bruck_linear_or_pairwise_by_block_and_process_count() {
+        let defaults = component_params(Framework::Coll, &BASE, &[]).unwrap();
+        let at = |n: usize| {
+            BASE.query(&CommShape::new(1, vec![0; n]), &defaults)
+                .unwrap()
+        };
+        let r = |n: usize, b: usize| (0..n).map(|i| i * b..(i + 1) * b).collect::<Vec<_>>();
+        let linear = |n: usize, b: usize| schedule::alltoallv_linear(n, 1, &r(n, b), &r(n, b));
+        let pairwise = |n: usize, b: usize| schedule::alltoallv_pairwise(n, 1, &r(n, b), &r(n, b));
+        assert_eq!(at(16).alltoall(8), Some(schedule::alltoall_bruck(16, 1, 8)));
+        assert_eq!(
+            at(16).alltoall(256),
+            Some(schedule::alltoall_bruck(16, 1, 256))
+        );
+        assert_eq!(
+            at(8).alltoall(8),
+            Some(linear(8, 8)),
+            "few processes: posted"
+        );
+        assert_eq!(at(16).alltoall(257), Some(linear(16, 257)));
+        assert_eq!(at(16).alltoall(32 << 10), Some(linear(16, 32 << 10)));
+        assert_eq!(
+            at(16).alltoall((32 << 10) + 1),
+            Some(pairwise(16, (32 << 10) + 1))
+        );
+        // The thresholds are parameters; Bruck forced on alltoallv runs pairwise (its
+        // counts differ per member: nobody can forward another's block).
+        let forced = component_params(
+            Framework::Coll,
+            &BASE,
+            &[
+                ("coll_alltoall_algorithm", "bruck"),
+                ("coll_alltoall_medium_size", "1k"),
+            ],
+        )
+        .unwrap();
+        let m = BASE.query(&CommShape::new(1, vec![0; 4]), &forced).unwrap();
+        assert_eq!(m.alltoall(4096), Some(schedule::alltoall_bruck(4, 1, 4096)));
+        assert_eq!(m.alltoallv(&r(4, 8), &r(4, 8)), Some(pairwise(4, 8)));
+        let small = component_params(
+            Framework::Coll,
+            &BASE,
+            &[("coll_alltoall_medium_size", "1k")],
+        )
+        .unwrap();
+        let m = BASE.query(&CommShape::new(1, vec![0; 4]), &small).unwrap();
+        assert_eq!(m.alltoall(2048), Some(pairwise(4, 2048)));
+    }
+
+    #[test]
+    fn long_allgathers_take_neighbor_exchange_on_even_counts() {
+        let defaults = component_params(Framework::Coll, &BASE, &[]).unwrap();
+        let at = |n: usize| {
+            BASE.query(&CommShape::new(1, vec![0; n]), &defaults)
+                .unwrap()
+        };
+        // Powers of two up to 256 KiB in total: recursive doubling.
+        assert_eq!(
+            at(8).allgather(32 << 10),
+            Some(schedule::allgather_recursive_doubling(8, 1, 32 << 10))
+        );
+        // Above: neighbour exchange on even counts, the ring on odd ones.
+        assert_eq!(
+            at(8).allgather(64 << 10),
+            Some(schedule::allgather_neighbor_exchange(8, 1, 64 << 10))
+        );
+        assert_eq!(
+            at(6).allgather(64 << 10),
+            Some(schedule::allgather_neighbor_exchange(6, 1, 64 << 10))
+        );
+        assert_eq!(
+            at(5).allgather(64 << 10),
+            Some(schedule::allgather_ring(5, 1, 64 << 10))
+        );
+        assert_eq!(at(6).allgather(8), Some(schedule::allgather_ring(6, 1, 8)));
     }
 
     #[test]

@@ -256,6 +256,10 @@ fn input_in_work(mut s: Schedule) -> Schedule {
                 work(&mut src.buf);
                 !(src.buf == Buf::Work && src.range == *dst)
             }
+            Local::Pack { src, .. } => {
+                work(&mut src.buf);
+                true
+            }
         });
     }
     s.rounds

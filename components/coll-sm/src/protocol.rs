@@ -4,10 +4,12 @@
 //! ranks' steps in every order proptest draws).
 //!
 //! # Segment layout ([`Layout`])
-//! One control line per rank ([`LINE`] bytes, so that no two ranks' words share a cache line
-//! or an adjacent-line prefetch pair), the barrier's line, then two data slots per rank.
-//! Rank `r` alone writes its line's `posted`, `freed` and `pid` words and its slots; everyone
-//! reads them. Every rank adds to the barrier's counter.
+//! One control block per rank ([`LINE`] bytes, so that no two ranks' words share a cache line
+//! or an adjacent-line prefetch pair), the barrier's block, then two data slots per rank.
+//! A control block has two post lines, one per parity of the sequence number, each with its
+//! `posted` word and inline data slot, and a line with `freed` and `pid`. Rank `r` alone
+//! writes its block's `posted`, `freed` and `pid` words and its slots; everyone reads them.
+//! Every rank adds to the barrier's counter.
 //!
 //! # Dead members
 //! A rank that waits long asks which members it still waits for ([`Run::awaited`]); the
@@ -19,13 +21,16 @@
 //! Every collective coll-sm runs on a communicator takes the next sequence number `s`
 //! (every member runs the same collectives in the same order, and coll-sm declines or
 //! accepts from arguments every member passes alike, so the numbers agree). A rank
-//! publishes stage `k` of collective `s` by storing `4s + k` in `posted` (release), and
+//! publishes stage `k` of collective `s` by storing `4s + k` in its `posted` word of parity
+//! `s % 2` (release; a member posts every stage a peer waits for, so a word never skips a
+//! value a waiter needs, and a later value of the same parity means the earlier one), and
 //! says it has read everything it needed of collective `s` by storing `s` in `freed`.
 //! Comparisons wrap ([`reached`]): the members are never more than two collectives apart.
 //!
 //! # Slots
 //! Collective `s` writes the slot `s % 2` of each rank (for at most [`INLINE`] bytes, the
-//! inline slot `s % 2` in the rank's control line, next to `posted`). Before a rank writes
+//! inline slot of the post line `s % 2`, next to the `posted` word that publishes it: one
+//! cache-line hand-over per post for both flag and data). Before a rank writes
 //! its slot for `s`, it waits until every other rank's `freed` reached `s - 2`, the last
 //! collective that used this slot: so a rank may run up to two collectives ahead (a broadcast root does not
 //! wait for its readers), and nothing it writes is still being read. A rank that already
@@ -60,26 +65,39 @@ use std::ops::Range;
 use rmca_framework::coll::schedule::part;
 use rmca_framework::coll::ReduceBytes;
 
-/// Bytes of a rank's control line (two cache lines: adjacent-line prefetch pairs them).
-pub const LINE: usize = 128;
-/// Offset of `posted` in a control line.
+/// Bytes of a rank's control block: four 64-byte cache lines, two adjacent-line prefetch
+/// pairs. Line 0 is the post line of even-numbered collectives (`posted`, its sleeper count,
+/// inline data), line 1 holds `freed`, its sleeper count and the pid, line 2 is the post line
+/// of odd-numbered collectives, line 3 is padding (nothing shares line 2's prefetch pair).
+pub const LINE: usize = 256;
+/// Offset of the post line of collectives of parity 1 in a control block (parity 0's is at 0).
+const POST_LINE_ODD: usize = 128;
+
+/// Offset of the post line of collective `seq` in a control block.
+#[inline]
+fn post_line(seq: u32) -> usize {
+    (seq & 1) as usize * POST_LINE_ODD
+}
+/// Offset of `posted` in a post line.
 const POSTED: usize = 0;
-/// Offset of `freed` in a control line: in its second 64-byte cache line, away from
-/// `posted` and the inline data, which the other ranks poll: storing `freed` then needs no
-/// cache-line hand-over while a peer spins on `posted`, and a peer's poll of `posted` does not
-/// take the line `freed` is stored in (the next post, ordered after it, would wait for that).
+/// Offset of the count of ranks sleeping on a post line's `posted` word (see `lib.rs`).
+const SLEEPERS: usize = 4;
+/// Offset of `freed` in a control block: in its second 64-byte cache line, away from the post
+/// lines, which the other ranks poll: storing `freed` then needs no cache-line hand-over while
+/// a peer spins on `posted`, and a peer's poll of `posted` does not take the line `freed` is
+/// stored in (the next post, ordered after it, would wait for that).
 const FREED: usize = 64;
-/// Offset of the count of ranks sleeping on this line's `posted` word (see `lib.rs`).
-const SLEEPERS: usize = 8;
-/// Offset of the count of ranks sleeping on this line's `freed` word.
+/// Offset of the count of ranks sleeping on this block's `freed` word.
 const FREED_SLEEPERS: usize = 68;
-/// Offset of the process id of the line's rank (0 until it stored it).
-const PID: usize = 16;
-/// Offset of the line's two inline slots (collectives of at most [`INLINE`] bytes), in the
-/// same 64-byte cache line as `posted`.
-const INLINE_AT: usize = 32;
-/// The longest collective whose data travels in the control line rather than a data slot.
-pub const INLINE: usize = 16;
+/// Offset of the process id of the block's rank (0 until it stored it).
+const PID: usize = 72;
+/// Offset of a post line's inline slot (collectives of at most [`INLINE`] bytes): in the
+/// cache line of the `posted` word that publishes it, 16-byte aligned.
+const INLINE_AT: usize = 16;
+/// The longest collective whose data travels in the post line rather than a data slot: a
+/// reader's one miss on `posted` brings the data with it, and the writer stores into one
+/// line, not two.
+pub const INLINE: usize = 64 - INLINE_AT;
 
 /// The memory a [`Run`] works on: 4-byte control words (at multiples of 4) and data bytes.
 pub trait Mem {
@@ -137,9 +155,11 @@ impl Layout {
         self.n == 0
     }
 
-    /// Offset of rank `r`'s `posted` word.
-    pub fn posted(&self, r: usize) -> usize {
-        r * LINE + POSTED
+    /// Offset of rank `r`'s `posted` word for collective `seq` (one word per parity of
+    /// the sequence number, each in the post line with that parity's inline data).
+    #[inline]
+    pub fn posted(&self, r: usize, seq: u32) -> usize {
+        r * LINE + post_line(seq) + POSTED
     }
 
     /// Offset of rank `r`'s `freed` word.
@@ -147,9 +167,10 @@ impl Layout {
         r * LINE + FREED
     }
 
-    /// Offset of the count of ranks sleeping on rank `r`'s `posted` word.
-    pub fn sleepers(&self, r: usize) -> usize {
-        r * LINE + SLEEPERS
+    /// Offset of the count of ranks sleeping on rank `r`'s `posted` word for `seq`.
+    #[inline]
+    pub fn sleepers(&self, r: usize, seq: u32) -> usize {
+        r * LINE + post_line(seq) + SLEEPERS
     }
 
     /// Offset of the count of ranks sleeping on rank `r`'s `freed` word.
@@ -167,10 +188,10 @@ impl Layout {
     /// brings the data too), else in its data slots.
     #[inline]
     pub fn data(&self, r: usize, seq: u32, len: usize) -> usize {
-        let slot = (seq & 1) as usize;
         if len <= INLINE {
-            r * LINE + INLINE_AT + slot * INLINE
+            r * LINE + post_line(seq) + INLINE_AT
         } else {
+            let slot = (seq & 1) as usize;
             (self.n + 1) * LINE + (r * 2 + slot) * self.slot
         }
     }
@@ -354,8 +375,13 @@ impl Run {
                     let last = mem.add(l.arrived(), 1) == want;
                     // Arrived (for [`Run::awaited`]); nobody waits on this value, so no
                     // wake-up and no fence. After the increment: a rank seen arrived has
-                    // incremented.
-                    mem.mark(l.posted(me), stage(seq, 1));
+                    // incremented. Marked in the post line of the *next* collective: the
+                    // store takes that line back from the members that read it two
+                    // collectives ago here, inside the barrier, rather than in the next
+                    // collective's post, on its critical path (OSU times the collective
+                    // after a barrier, not the barrier). Its word goes on monotonic: it held
+                    // a stage of collective `seq - 1`, and `seq + 1` posts above this.
+                    mem.mark(l.posted(me, seq.wrapping_add(1)), stage(seq, 1));
                     if last {
                         // The last to arrive: the others may be asleep on the counter.
                         return Step::Posted {
@@ -469,22 +495,27 @@ impl Run {
         match w.from {
             Some(q) => vec![q],
             None => {
-                let arrived = stage(self.seq, 1);
+                // Where the barrier marks arrivals (see `poll`): a member reaches that
+                // value there only by arriving (or by passing the barrier and posting).
+                let (arrived, at) = (stage(self.seq, 1), self.seq.wrapping_add(1));
                 (0..self.layout.n)
-                    .filter(|&q| q != self.me && !reached(mem.load(self.layout.posted(q)), arrived))
+                    .filter(|&q| {
+                        q != self.me && !reached(mem.load(self.layout.posted(q, at)), arrived)
+                    })
                     .collect()
             }
         }
     }
 
     /// Store stage `k` in this rank's `posted` word.
+    #[inline]
     fn post<M: Mem + ?Sized>(&mut self, mem: &M, k: u32) -> Step {
         self.next = 0;
-        let off = self.layout.posted(self.me);
+        let off = self.layout.posted(self.me, self.seq);
         mem.store(off, stage(self.seq, k));
         Step::Posted {
             off,
-            sleepers: self.layout.sleepers(self.me),
+            sleepers: self.layout.sleepers(self.me, self.seq),
             release: false,
         }
     }
@@ -498,11 +529,11 @@ impl Run {
 
     /// Wait for rank `q`'s stage `k`.
     fn wait_one<M: Mem + ?Sized>(&self, mem: &M, q: usize, k: u32) -> Option<Step> {
-        let (off, want) = (self.layout.posted(q), stage(self.seq, k));
+        let (off, want) = (self.layout.posted(q, self.seq), stage(self.seq, k));
         (!reached(mem.load(off), want)).then_some(Step::Wait(Wait {
             off,
             want,
-            sleepers: self.layout.sleepers(q),
+            sleepers: self.layout.sleepers(q, self.seq),
             from: Some(q),
         }))
     }

@@ -45,6 +45,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use rmca_framework::buffer::UserBuf;
+use rmca_framework::hash::BuildIntHasher;
 use rmca_framework::osc::{
     accumulate_with, AccOp, Elem, HostAccumulate, Layout, LockKind, OpId, OscError, SyncCall,
     TargetInfo,
@@ -140,7 +141,8 @@ pub struct Engine<S: Segment> {
     segments: Vec<(u64, S)>,
     outbox: VecDeque<(usize, Msg)>,
     next_id: u64,
-    ops: HashMap<OpId, OpState>,
+    /// (Ids are this engine's own counter: the integer hasher, not SipHash.)
+    ops: HashMap<OpId, OpState, BuildIntHasher>,
     /// Replies awaited from each target.
     awaiting: Vec<u64>,
     /// `Ack`s awaited from each target.
@@ -207,7 +209,7 @@ impl<S: Segment> Engine<S> {
             segments: memory.map(|m| vec![(0, m)]).unwrap_or_default(),
             outbox: VecDeque::new(),
             next_id: 1,
-            ops: HashMap::new(),
+            ops: HashMap::default(),
             awaiting: vec![0; n],
             acks: vec![0; n],
             unacked: vec![0; n],

@@ -40,9 +40,13 @@ rmca_framework::builtin_component!(Osc, RDMA);
 /// Default priority: above osc-am (10), below osc-sm (30).
 const PRIORITY: i32 = 20;
 
-/// Default `osc_rdma_small_limit`: OSU's puts over shm took 24.7 MB/s by CMA against 1200 by
-/// message at 1 KiB, and RDMA was 3-40x faster from 8 KiB (bench/RESULTS.md, one-sided).
-const SMALL_LIMIT: u64 = 4096;
+/// Default `osc_rdma_small_limit`: every put and get by RDMA. An 8-byte put and its flush
+/// took 1.5 us by shm's CMA against 2.1 by message (median of 3000, bench/osc_rt.c, two
+/// runs alternating, 2026-11-30): the CMA copy completes at the origin, where a message
+/// needs the target's progress and a round trip for the flush. (The 4096 of before came
+/// from one OSU run at load 18, where every figure moved 2-10x.) Behind a lock request
+/// not granted yet the operation goes as a message whatever its size (see the module).
+const SMALL_LIMIT: u64 = 0;
 
 impl Component for RdmaComponent {
     fn meta(&self) -> ComponentMeta {
@@ -63,7 +67,7 @@ impl Component for RdmaComponent {
         params.add(
             Param::int("small_limit", SMALL_LIMIT as i64)
                 .range(0, 1 << 30)
-                .help("Puts and gets of at most this many bytes travel as active messages, larger ones by the BTLs' RDMA (measured: a message is cheaper up to 1 KiB, RDMA 3-40x faster from 8 KiB)")
+                .help("Puts and gets of at most this many bytes travel as active messages, larger ones by the BTLs' RDMA (0: all by RDMA; an operation behind a lock request not granted yet goes as a message whatever its size)")
                 .level(Level::Tuning),
         );
     }

@@ -36,12 +36,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod kernel;
 pub mod segment;
 pub mod sync;
 
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, ComponentMeta};
@@ -51,6 +52,7 @@ use rmca_framework::osc::{
 };
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
+use kernel::Kernel;
 use segment::Segment;
 use sync::{Epochs, Words};
 
@@ -242,7 +244,7 @@ impl Words for SegWords<'_> {
 /// One window of osc-sm at one member.
 #[derive(Debug)]
 pub struct SmModule {
-    seg: Segment,
+    seg: Rc<Segment>,
     me: usize,
     plan: Plan,
     epochs: Epochs,
@@ -250,7 +252,9 @@ pub struct SmModule {
     /// Results of fetching operations not yet polled (the others are done when issued).
     results: HashMap<OpId, Result<Vec<u8>, OscError>>,
     host: Option<HostAccumulate>,
-    atomics: bool,
+    /// The accumulate lock words, CPU atomics and typed loops: also lent to the host through
+    /// the view.
+    kernel: Rc<Kernel>,
     /// Every member's memory and the epoch checks as flags, for the host's fast paths
     /// ([`OscDirect::view`]); refreshed after every synchronization step.
     view: Rc<DirectView>,
@@ -265,24 +269,37 @@ impl SmModule {
     ) -> Result<Self, OscError> {
         let sizes: Vec<u64> = config.targets.iter().map(|t| t.size).collect();
         let plan = Plan::new(&sizes)?;
-        let seg = Segment::create(setup, config.rank, plan.len)?;
+        let seg = Rc::new(Segment::create(setup, config.rank, plan.len)?);
         tracing::debug!(
             members = sizes.len(),
             bytes = plan.len,
             overhead = plan.overhead(),
             "osc-sm: window segment mapped"
         );
-        let view = Rc::new(DirectView::new(
-            plan.parts
-                .iter()
-                .zip(&config.targets)
-                .map(|(&(off, size), t)| DirectTarget {
-                    base: seg.addr(off),
-                    size: size as u64,
-                    disp_unit: t.disp_unit,
-                })
-                .collect(),
+        let locks = (0..sizes.len())
+            .map(|r| HEADER + r * plan.stride + ACC_LOCK)
+            .collect();
+        let kernel = Rc::new(Kernel::new(
+            seg.clone(),
+            &plan.parts,
+            locks,
+            atomics,
+            config.host,
         ));
+        let view = Rc::new(
+            DirectView::new(
+                plan.parts
+                    .iter()
+                    .zip(&config.targets)
+                    .map(|(&(off, size), t)| DirectTarget {
+                        base: seg.addr(off),
+                        size: size as u64,
+                        disp_unit: t.disp_unit,
+                    })
+                    .collect(),
+            )
+            .with_atomics(kernel.clone()),
+        );
         Ok(Self {
             seg,
             me: config.rank,
@@ -291,7 +308,7 @@ impl SmModule {
             next_id: 1,
             results: HashMap::new(),
             host: config.host,
-            atomics,
+            kernel,
             view,
         })
     }
@@ -445,30 +462,20 @@ impl SmModule {
                 )));
             }
         }
-        if !split && self.atomic_path(elem, runs) {
+        if !split
+            && runs
+                .iter()
+                .all(|&(off, _)| self.kernel.atomic_path(elem, off))
+        {
             let mut at = 0;
             for &(off, len) in runs.iter() {
-                for k in (0..len).step_by(es) {
-                    let origin = if op == AccOp::NoOp {
-                        &[0u8; 8][..es]
-                    } else {
-                        &data[at + k..at + k + es]
-                    };
-                    let i = at + k..at + k + es;
-                    if es == 4 {
-                        let o = u32::from_ne_bytes(origin.try_into().expect("4 bytes"));
-                        let prev = rmw32(self.seg.u32_at(off + k), op, elem, o, self.host);
-                        if let Some(old) = old.as_deref_mut() {
-                            old[i].copy_from_slice(&prev.to_ne_bytes());
-                        }
-                    } else {
-                        let o = u64::from_ne_bytes(origin.try_into().expect("8 bytes"));
-                        let prev = rmw64(self.seg.u64_at(off + k), op, elem, o, self.host);
-                        if let Some(old) = old.as_deref_mut() {
-                            old[i].copy_from_slice(&prev.to_ne_bytes());
-                        }
-                    }
-                }
+                let data = if op == AccOp::NoOp {
+                    data
+                } else {
+                    &data[at..at + len]
+                };
+                let old = old.as_deref_mut().map(|o| &mut o[at..at + len]);
+                self.kernel.rmw_run(off, len, op, elem, data, old);
                 at += len;
             }
             return Ok(());
@@ -480,7 +487,7 @@ impl SmModule {
         {
             // The host's arithmetic may refuse the operation: compute on a copy, write back
             // only if it succeeded (nothing written otherwise).
-            return self.locked(target, || {
+            return self.kernel.locked(target, || {
                 let mut cur = vec![0u8; total];
                 let mut at = 0;
                 for &(off, len) in runs.iter() {
@@ -501,7 +508,7 @@ impl SmModule {
         }
         // In place, run by run, under one hold of the target's lock: a typed loop over each
         // run (vectorized), which cannot fail (checked above).
-        self.locked(target, || {
+        self.kernel.locked(target, || {
             let mut at = 0;
             for &(off, len) in runs.iter() {
                 if let Some(old) = old.as_deref_mut() {
@@ -538,32 +545,22 @@ impl SmModule {
             )));
         }
         let off = runs[0].0;
-        if self.atomic_path(elem, runs) {
-            if es == 4 {
-                let c = u32::from_ne_bytes(compare.try_into().expect("4 bytes"));
-                let v = u32::from_ne_bytes(value.try_into().expect("4 bytes"));
-                let r = self.seg.u32_at(off).compare_exchange(
-                    c,
-                    v,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                old.copy_from_slice(&r.unwrap_or_else(|x| x).to_ne_bytes());
-            } else {
-                let c = u64::from_ne_bytes(compare.try_into().expect("8 bytes"));
-                let v = u64::from_ne_bytes(value.try_into().expect("8 bytes"));
-                let r = self.seg.u64_at(off).compare_exchange(
-                    c,
-                    v,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                old.copy_from_slice(&r.unwrap_or_else(|x| x).to_ne_bytes());
-            }
+        if self.kernel.cas_at(target, off, elem, compare, value, old) {
+            return Ok(());
+        }
+        // Refused by the kernel: a result buffer over the target (then through a copy), or
+        // an element of another size than 1, 2, 4 or 8 bytes (bytewise under the lock).
+        let mut prev = [0u8; 8];
+        if es <= 8
+            && self
+                .kernel
+                .cas_at(target, off, elem, compare, value, &mut prev[..es])
+        {
+            old.copy_from_slice(&prev[..es]);
             return Ok(());
         }
         let seg = &self.seg;
-        self.locked(target, || {
+        self.kernel.locked(target, || {
             seg.read(off, old);
             if old == compare {
                 seg.write(off, value);
@@ -611,117 +608,6 @@ impl SmModule {
         let old = old.map(|o| o.sized(total));
         self.accumulate_runs(target, &runs, total, op, elem, data, old)
     }
-
-    /// Hold target `t`'s accumulate lock word while `f` runs.
-    fn locked<R>(&self, t: usize, f: impl FnOnce() -> R) -> R {
-        let word: &AtomicU32 = self.seg.u32_at(self.words().ctl(t) + ACC_LOCK);
-        let mut spins = 0u32;
-        while word
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        let r = f();
-        word.store(0, Ordering::Release);
-        r
-    }
-
-    /// Can [`SmModule::accumulate_plain`] do this accumulate on one run (located): whole
-    /// elements of a type Rust computes, an operation defined on them, buffers of the
-    /// run's length, and the window's lock (not its CPU atomics) for this element type?
-    /// Everything else goes to [`SmModule::accumulate_runs`], which also raises the errors.
-    #[inline]
-    fn plain_run(
-        &self,
-        off: usize,
-        len: usize,
-        op: AccOp,
-        elem: Elem,
-        data: &[u8],
-        old: Option<&[u8]>,
-    ) -> bool {
-        let es = elem.size();
-        elem.supports(op)
-            && !elem.host_arithmetic()
-            && !elem.is_pair()
-            && len.is_multiple_of(es)
-            && (op == AccOp::NoOp || data.len() == len)
-            && old.is_none_or(|o| o.len() == len)
-            && !self.atomic_path(elem, &[(off, len)])
-    }
-
-    /// The accumulate of [`SmModule::accumulate_runs`]'s locked path on one run (located,
-    /// checked by [`SmModule::plain_run`]): under one hold of the target's accumulate lock,
-    /// the previous contents copied out, then the run combined in place. Small fetching
-    /// operations (`MPI_Fetch_and_op`) pay for the lock and the element's arithmetic only.
-    #[allow(clippy::too_many_arguments)]
-    fn accumulate_plain(
-        &self,
-        target: usize,
-        off: usize,
-        len: usize,
-        op: AccOp,
-        elem: Elem,
-        data: &[u8],
-        old: Option<&mut [u8]>,
-    ) -> Result<(), OscError> {
-        let seg = &self.seg;
-        let es = elem.size();
-        // One element (`MPI_Fetch_and_op`, OSU's small accumulates): as scalars, no loop.
-        if len == es && es <= 8 {
-            let mut o = [0u8; 8];
-            if op != AccOp::NoOp {
-                o[..es].copy_from_slice(data);
-            }
-            let r = self.locked(target, || {
-                let mut cur = [0u8; 8];
-                seg.read(off, &mut cur[..es]);
-                let new = if op == AccOp::NoOp {
-                    None
-                } else {
-                    Some(one_element(op, elem, cur, o)?)
-                };
-                if let Some(new) = new {
-                    seg.write(off, &new[..es]);
-                }
-                Some(cur)
-            });
-            if let Some(cur) = r {
-                if let Some(old) = old {
-                    old.copy_from_slice(&cur[..es]);
-                }
-                return Ok(());
-            }
-            // An element `one_element` does not take (none that reach here): the loop's.
-        }
-        // One view of the run for both steps (`combine` copies an origin overlapping it).
-        self.locked(target, || {
-            seg.combine(off, len, data, |t, o| {
-                if let Some(old) = old {
-                    old.copy_from_slice(t);
-                }
-                if op == AccOp::NoOp {
-                    return Ok(());
-                }
-                accumulate_with(op, elem, t, o, None)
-            })
-        })
-    }
-
-    /// Do accumulates on `elem` at these runs go by CPU atomics?
-    fn atomic_path(&self, elem: Elem, runs: &[(usize, usize)]) -> bool {
-        let es = elem.size();
-        self.atomics
-            && (es == 4 || es == 8)
-            && !elem.host_arithmetic()
-            && runs.iter().all(|&(off, _)| off.is_multiple_of(es))
-    }
 }
 
 /// Where a fetching operation's result lands: the caller's buffer (the direct calls: its
@@ -745,106 +631,6 @@ impl<'a> Out<'a> {
         }
     }
 }
-
-/// `op` on one element of `elem` (its bytes first in `a`, the target's, and `b`, the
-/// origin's): the arithmetic of [`accumulate_with`] on one element (wrapping integers,
-/// IEEE floats with `min`/`max`), as scalars with no dispatch per length and no loop;
-/// `None` for what it does not take (pairs, the host's elements, an operation the element
-/// has not: the caller checked [`Elem::supports`]), which the loop then does.
-#[inline]
-fn one_element(op: AccOp, elem: Elem, a: [u8; 8], b: [u8; 8]) -> Option<[u8; 8]> {
-    macro_rules! int {
-        ($t:ty) => {{
-            const S: usize = std::mem::size_of::<$t>();
-            let x = <$t>::from_ne_bytes(a[..S].try_into().ok()?);
-            let y = <$t>::from_ne_bytes(b[..S].try_into().ok()?);
-            let r: $t = match op {
-                AccOp::Replace => y,
-                AccOp::Sum => x.wrapping_add(y),
-                AccOp::Prod => x.wrapping_mul(y),
-                AccOp::Min => x.min(y),
-                AccOp::Max => x.max(y),
-                AccOp::BAnd => x & y,
-                AccOp::BOr => x | y,
-                AccOp::BXor => x ^ y,
-                AccOp::LAnd => <$t>::from(x != 0 && y != 0),
-                AccOp::LOr => <$t>::from(x != 0 || y != 0),
-                AccOp::LXor => <$t>::from((x != 0) != (y != 0)),
-                AccOp::NoOp | AccOp::MinLoc | AccOp::MaxLoc => return None,
-            };
-            let mut out = a;
-            out[..S].copy_from_slice(&r.to_ne_bytes());
-            Some(out)
-        }};
-    }
-    macro_rules! float {
-        ($t:ty) => {{
-            const S: usize = std::mem::size_of::<$t>();
-            let x = <$t>::from_ne_bytes(a[..S].try_into().ok()?);
-            let y = <$t>::from_ne_bytes(b[..S].try_into().ok()?);
-            let r: $t = match op {
-                AccOp::Replace => y,
-                AccOp::Sum => x + y,
-                AccOp::Prod => x * y,
-                AccOp::Min => x.min(y),
-                AccOp::Max => x.max(y),
-                _ => return None,
-            };
-            let mut out = a;
-            out[..S].copy_from_slice(&r.to_ne_bytes());
-            Some(out)
-        }};
-    }
-    match elem {
-        Elem::I8 => int!(i8),
-        Elem::I16 => int!(i16),
-        Elem::I32 => int!(i32),
-        Elem::I64 => int!(i64),
-        // Bytes take replace only (`supports`), which is `u8`'s.
-        Elem::U8 | Elem::Byte => int!(u8),
-        Elem::U16 => int!(u16),
-        Elem::U32 => int!(u32),
-        Elem::U64 => int!(u64),
-        Elem::F32 => float!(f32),
-        Elem::F64 => float!(f64),
-        _ => None,
-    }
-}
-
-/// `op` on one 4- or 8-byte element as a CPU atomic; the previous value.
-macro_rules! rmw {
-    ($name:ident, $atomic:ty, $t:ty, $ints:pat) => {
-        fn $name(
-            a: &$atomic,
-            op: AccOp,
-            elem: Elem,
-            origin: $t,
-            host: Option<HostAccumulate>,
-        ) -> $t {
-            let int = matches!(elem, $ints);
-            match op {
-                AccOp::Replace => a.swap(origin, Ordering::AcqRel),
-                AccOp::NoOp => a.load(Ordering::Acquire),
-                AccOp::Sum if int => a.fetch_add(origin, Ordering::AcqRel),
-                AccOp::BAnd if int => a.fetch_and(origin, Ordering::AcqRel),
-                AccOp::BOr if int => a.fetch_or(origin, Ordering::AcqRel),
-                AccOp::BXor if int => a.fetch_xor(origin, Ordering::AcqRel),
-                _ => {
-                    let r = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-                        let mut b = cur.to_ne_bytes();
-                        accumulate_with(op, elem, &mut b, &origin.to_ne_bytes(), host)
-                            .ok()
-                            .map(|()| <$t>::from_ne_bytes(b))
-                    });
-                    // Err only if the operation failed, which the caller's checks rule out.
-                    r.unwrap_or_else(|v| v)
-                }
-            }
-        }
-    };
-}
-rmw!(rmw32, AtomicU32, u32, Elem::I32 | Elem::U32);
-rmw!(rmw64, AtomicU64, u64, Elem::I64 | Elem::U64);
 
 impl OscModule for SmModule {
     fn component_name(&self) -> &'static str {
@@ -1019,9 +805,15 @@ impl OscDirect for SmModule {
         if let [run] = *runs {
             self.epochs.check_access(target)?;
             let (off, len) = self.place(target, addr, run)?;
-            if self.plain_run(off, len, op, elem, data, old.as_deref()) {
-                return self.accumulate_plain(target, off, len, op, elem, data, old);
+            let mut old = old;
+            if self
+                .kernel
+                .accumulate_at(target, off, len, op, elem, data, old.as_deref_mut())
+            {
+                return Ok(());
             }
+            // What the kernel does not take (pairs, the host's elements, a split element,
+            // bad input, whose error comes from here).
             let r = Runs::One([(off, len)]);
             return self.accumulate_runs(target, &r, len, op, elem, data, old);
         }
@@ -1196,38 +988,6 @@ mod tests {
             assert_eq!(&got[..4], &[0, 3, 5, 0]);
             assert_eq!(f64::from_ne_bytes(got[8..].try_into().unwrap()), 4.5);
             fence(&mut m, false);
-        }
-    }
-
-    proptest::proptest! {
-        /// The one-element kernel computes what `accumulate_with` computes, for every
-        /// element type and operation it takes, on any bits (NaNs, overflows included).
-        #[test]
-        fn one_element_agrees_with_the_loop(
-            e in 0usize..11,
-            o in 0usize..14,
-            a in proptest::prelude::any::<[u8; 8]>(),
-            b in proptest::prelude::any::<[u8; 8]>(),
-        ) {
-            let elems = [
-                Elem::I8, Elem::I16, Elem::I32, Elem::I64, Elem::U8, Elem::U16, Elem::U32,
-                Elem::U64, Elem::F32, Elem::F64, Elem::Byte,
-            ];
-            let ops = [
-                AccOp::Replace, AccOp::Sum, AccOp::Prod, AccOp::Min, AccOp::Max, AccOp::BAnd,
-                AccOp::BOr, AccOp::BXor, AccOp::LAnd, AccOp::LOr, AccOp::LXor, AccOp::NoOp,
-                AccOp::MinLoc, AccOp::MaxLoc,
-            ];
-            let (elem, op) = (elems[e], ops[o]);
-            proptest::prop_assume!(elem.supports(op));
-            let es = elem.size();
-            let mut want = a;
-            accumulate_with(op, elem, &mut want[..es], &b[..es], None).unwrap();
-            match one_element(op, elem, a, b) {
-                // The same bits (a NaN's payload included), the rest of `a` untouched.
-                Some(got) => proptest::prop_assert_eq!(got, want),
-                None => proptest::prop_assert!(matches!(op, AccOp::NoOp)),
-            }
         }
     }
 
@@ -1554,6 +1314,76 @@ mod tests {
             proptest::prop_assert_eq!(got, want);
             if fetch {
                 proptest::prop_assert_eq!(old, want_old);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The kernel the view lends the host (`DirectView::atomics`: the C library's fast
+        /// path for the small accumulates, fetch-and-ops and compare-and-swaps) leaves the
+        /// target and fetches what the module's general entry (`OscModule::accumulate`,
+        /// `compare_and_swap`) does on a twin window, for every element type and operation
+        /// (those it refuses included: it then writes nothing, and the general entry
+        /// raises the error), on either accumulate path, at any offset and count.
+        #[test]
+        fn the_views_kernel_matches_the_general_entry(
+            e in 0usize..Elem::ALL.len(),
+            o in 0usize..AccOp::ALL.len(),
+            n in 1usize..6,
+            shift in 0usize..9,
+            seed in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..16),
+            atomics: bool,
+            fetch: bool,
+            cas: bool,
+        ) {
+            let (elem, op) = (Elem::ALL[e], AccOp::ALL[o]);
+            let es = elem.size();
+            let len = if cas { es } else { n * es };
+            let size = shift + len + 8;
+            let (mut a, mut b) = (module(size as u64, atomics), module(size as u64, atomics));
+            fence(&mut a, true);
+            fence(&mut b, true);
+            let before = elements(Elem::U8, size, &seed);
+            a.put_now(0, 0, &[(0, size as u64)], &before).unwrap();
+            b.put_now(0, 0, &[(0, size as u64)], &before).unwrap();
+            let view = a.view().unwrap();
+            let kernel = view.atomics().unwrap();
+            let off = view.offset(0, shift as isize, len).unwrap();
+            let data = elements(elem, len / es, &seed[1..].iter().chain(&[5]).copied().collect::<Vec<_>>());
+            let mut old = vec![0xa5u8; len];
+            let (took, want_old) = if cas {
+                // The compare value: the target's own bytes on odd seeds (a hit), else data.
+                let compare = if seed[0] % 2 == 1 { before[shift..shift + es].to_vec() } else { data.clone() };
+                let took = kernel.compare_and_swap(0, off, elem, &compare, &data, &mut old);
+                let want = b.compare_and_swap(0, shift as u64, elem, compare, data.clone());
+                let want_old = want.map(|id| b.poll_op(id).unwrap().unwrap());
+                (took, want_old.ok())
+            } else {
+                let data = if op == AccOp::NoOp { Vec::new() } else { data };
+                let took = kernel.accumulate(0, off, len, op, elem, &data, fetch.then_some(&mut old[..]));
+                let layout = Layout::contiguous(len as u64);
+                let want = b.accumulate(0, shift as u64, &layout, op, elem, data, fetch);
+                let want_old = want.map(|id| b.poll_op(id).unwrap().unwrap());
+                (took, want_old.ok())
+            };
+            let (mut got, mut want) = (vec![0u8; size], vec![0u8; size]);
+            a.get_now(0, 0, &[(0, size as u64)], &mut got).unwrap();
+            b.get_now(0, 0, &[(0, size as u64)], &mut want).unwrap();
+            if took {
+                proptest::prop_assert!(want_old.is_some(), "the kernel took what the module refuses");
+                proptest::prop_assert_eq!(&got, &want);
+                if cas || fetch {
+                    proptest::prop_assert_eq!(old, want_old.unwrap());
+                }
+            } else {
+                // Refused: nothing written, and the module decides (the element types and
+                // operations the typed loops leave to it, or its error).
+                proptest::prop_assert_eq!(&got, &before, "a refusal wrote the target");
+                proptest::prop_assert!(old.iter().all(|&x| x == 0xa5), "a refusal wrote the result");
+                proptest::prop_assert!(
+                    want_old.is_none() || elem.is_pair() || elem.host_arithmetic() || (cas && !matches!(es, 1 | 2 | 4 | 8)),
+                    "the kernel refused {op:?} on {elem:?} (cas {cas}), which the module takes"
+                );
             }
         }
     }

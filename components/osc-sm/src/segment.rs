@@ -31,6 +31,13 @@ impl Agreement for OscAgreement<'_> {
     }
 }
 
+/// Do the `a_len` bytes at address `a` and the `b_len` bytes at `b` share a byte? Two
+/// wrapping differences and no branch: the check runs on every small accumulate.
+#[inline(always)]
+fn spans_overlap(a: usize, a_len: usize, b: usize, b_len: usize) -> bool {
+    (a_len != 0) & (b_len != 0) & ((b.wrapping_sub(a) < a_len) | (a.wrapping_sub(b) < b_len))
+}
+
 /// One mapping of a window's shared object.
 #[derive(Debug)]
 pub struct Segment {
@@ -84,6 +91,7 @@ impl Segment {
         self.map.base() as usize + off
     }
 
+    #[inline]
     fn check(&self, off: usize, len: usize, align: usize) {
         assert!(
             off.checked_add(len).is_some_and(|e| e <= self.map.len()),
@@ -98,6 +106,7 @@ impl Segment {
 
     /// Copy `data` to `off`. `data` may lie in the segment itself (a put from a shared
     /// window's memory): the copy is a memmove.
+    #[inline]
     pub fn write(&self, off: usize, data: &[u8]) {
         self.check(off, data.len(), 1);
         if data.is_empty() {
@@ -109,6 +118,7 @@ impl Segment {
     }
 
     /// Copy the bytes at `off` into `out` (which may lie in the segment: a memmove).
+    #[inline]
     pub fn read(&self, off: usize, out: &mut [u8]) {
         self.check(off, out.len(), 1);
         if out.is_empty() {
@@ -117,6 +127,14 @@ impl Segment {
         // SAFETY: inside the mapping (checked); `out` is writable memory of this process,
         // possibly the segment, which `copy` allows to overlap the source.
         unsafe { std::ptr::copy(self.map.base().add(off), out.as_mut_ptr(), out.len()) };
+    }
+
+    /// Do the `len` bytes at `off` share a byte with `other` (a buffer of the program that
+    /// may lie in the segment)?
+    #[inline]
+    pub fn overlaps(&self, off: usize, len: usize, other: &[u8]) -> bool {
+        let start = (self.map.base() as usize).wrapping_add(off);
+        spans_overlap(start, len, other.as_ptr() as usize, other.len())
     }
 
     /// Run `f` on the `len` bytes at `off` as a slice (the target of an accumulate, updated in
@@ -129,6 +147,7 @@ impl Segment {
     ///
     /// # Panics
     /// Outside the mapping.
+    #[inline]
     pub fn combine<R>(
         &self,
         off: usize,
@@ -142,8 +161,7 @@ impl Segment {
         }
         // SAFETY: base + off is inside the mapping (checked): computing the address is sound.
         let start = unsafe { self.map.base().add(off) } as usize;
-        let (o, olen) = (origin.as_ptr() as usize, origin.len());
-        let overlaps = olen > 0 && o < start + len && start < o + olen;
+        let overlaps = spans_overlap(start, len, origin.as_ptr() as usize, origin.len());
         let copy;
         let origin = if overlaps {
             copy = origin.to_vec();
@@ -163,6 +181,7 @@ impl Segment {
     ///
     /// # Panics
     /// Outside the mapping or misaligned.
+    #[inline]
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
         self.check(off, 4, 4);
         // SAFETY: inside the mapping and aligned (checked); every process reaches this word
@@ -175,6 +194,7 @@ impl Segment {
     ///
     /// # Panics
     /// Outside the mapping or misaligned.
+    #[inline]
     pub fn u64_at(&self, off: usize) -> &AtomicU64 {
         self.check(off, 8, 8);
         // SAFETY: as in `u32_at`.

@@ -3,7 +3,7 @@
 //!
 //! Every algorithm is a pure function of (process count, rank, root, sizes) that returns a
 //! [`Schedule`]: rounds of concurrent sends and receives over byte regions, each followed by
-//! local steps (reductions, copies). The executor of the `rmca` crate (`coll/exec.rs`) runs a
+//! local steps (reductions, copies, packing). The executor of the `rmca` crate (`coll/exec.rs`) runs a
 //! schedule on a communicator; the unit tests run the schedules of N simulated ranks against
 //! each other on the simulator of [`super::sim`], so every algorithm is checked for every
 //! process count without a transport.
@@ -124,6 +124,13 @@ pub enum Local {
         /// The bytes copied.
         src: Region,
         /// Where they go in `Work`.
+        dst: Range<usize>,
+    },
+    /// `tmp[dst] = src`: gathers scattered bytes into one contiguous send (Bruck's packing).
+    Pack {
+        /// The bytes copied (never overlapping `dst` when in `Tmp`).
+        src: Region,
+        /// Where they go in `Tmp`.
         dst: Range<usize>,
     },
 }
@@ -727,6 +734,62 @@ pub fn allgather_linear(n: usize, me: usize, block: usize) -> Schedule {
     s
 }
 
+/// Neighbour-exchange allgather (Chen et al.; rank-order layout) for an even number of
+/// ranks: n/2 rounds instead of the ring's n - 1, each exchanging with one neighbour. Round
+/// 0 swaps blocks within the pair (2p, 2p+1); from then on ranks alternate between their
+/// left and right neighbours, each round forwarding the pair's two blocks it received the
+/// round before. With an odd number of ranks it is the ring ([`allgather_ring`]).
+pub fn allgather_neighbor_exchange(n: usize, me: usize, block: usize) -> Schedule {
+    if !n.is_multiple_of(2) {
+        return allgather_ring(n, me, block);
+    }
+    let mut s = Schedule::default();
+    let pairs = n / 2;
+    let p = me / 2;
+    let even = me.is_multiple_of(2);
+    let partner = me ^ 1;
+    s.push(
+        vec![
+            recv(
+                partner,
+                Region::work(partner * block..(partner + 1) * block),
+            ),
+            send(partner, Region::work(me * block..(me + 1) * block)),
+        ],
+        vec![],
+    );
+    // Pair chunk c: blocks 2c and 2c + 1.
+    let chunk = |c: usize| Region::work(2 * c * block..(2 * c + 2) * block);
+    // The pair chunk received at round i >= 1: an even rank gets p - 1, p + 1, p - 2, ...,
+    // an odd one p + 1, p - 1, p + 2, ... (mod n/2); round 0 completed its own pair's.
+    let got = |i: usize| -> usize {
+        if i == 0 {
+            return p;
+        }
+        let k = i.div_ceil(2) % pairs;
+        let left = (i % 2 == 1) == even;
+        if left {
+            (p + pairs - k) % pairs
+        } else {
+            (p + k) % pairs
+        }
+    };
+    for i in 1..pairs {
+        // Odd rounds: an even rank goes left (me - 1), an odd one right (me + 1); even
+        // rounds: within the pair.
+        let peer = match (i % 2 == 1, even) {
+            (true, true) => (me + n - 1) % n,
+            (true, false) => (me + 1) % n,
+            (false, _) => partner,
+        };
+        s.push(
+            vec![recv(peer, chunk(got(i))), send(peer, chunk(got(i - 1)))],
+            vec![],
+        );
+    }
+    s
+}
+
 // ---------------------------------------------------------------- alltoall(v)
 
 /// Pairwise exchange: step k sends to `me + k` and receives from `me - k`, one peer per step,
@@ -783,6 +846,91 @@ pub fn alltoallv_linear(
             dst: recvs[me].clone(),
         }],
     );
+    s
+}
+
+/// Bruck's alltoall of `block`-byte blocks (rank-order layout in `Send` and `Work`):
+/// ceil(log2 n) rounds instead of n - 1, each moving about half the blocks, so small blocks
+/// pay log2(n) message latencies rather than n - 1 (Open MPI tuned's choice for small
+/// blocks). Block `i` of the rotated vector (what goes to rank `me + i`, later what came from
+/// rank `me - i`) lives at `Work` block `me - i` from the start, where its final content
+/// belongs, so no rotation back is needed: round k sends to `me + 2^k` the blocks whose index
+/// has bit k set, packed into `Tmp`, and unpacks what `me - 2^k` sent into the same indices.
+pub fn alltoall_bruck(n: usize, me: usize, block: usize) -> Schedule {
+    let mut s = Schedule::default();
+    // Nothing moves (every member passes the same block size, so all return here).
+    if n == 0 || block == 0 {
+        return s;
+    }
+    let at = |i: usize| {
+        let b = (me + n - i % n) % n;
+        b * block..(b + 1) * block
+    };
+    // Rotate: Work block (me - i) = Send block (me + i).
+    let rotate = (0..n)
+        .map(|i| {
+            let from = (me + i) % n;
+            Local::Copy {
+                src: Region::send(from * block..(from + 1) * block),
+                dst: at(i),
+            }
+        })
+        .collect();
+    let dists: Vec<usize> = std::iter::successors(Some(1usize), |d| d.checked_mul(2))
+        .take_while(|&d| d < n)
+        .collect();
+    // The indices of a round, packed in descending order: a run of consecutive indices
+    // then lies in ascending `Work` blocks (one copy unless it wraps around).
+    let picks = |d: usize| -> Vec<usize> { (0..n).rev().filter(|i| i & d != 0).collect() };
+    let most = dists.iter().map(|&d| picks(d).len()).max().unwrap_or(0);
+    s.tmp_len = 2 * most * block;
+    // Copies between the `Work` blocks of `idx` (in order) and `Tmp` from `base`, merged
+    // where both sides are contiguous.
+    let spans = |idx: &[usize], base: usize| -> Vec<(Range<usize>, Range<usize>)> {
+        let mut out: Vec<(Range<usize>, Range<usize>)> = Vec::new();
+        for (k, &i) in idx.iter().enumerate() {
+            let w = at(i);
+            let t = base + k * block..base + (k + 1) * block;
+            match out.last_mut() {
+                Some((lw, lt)) if lw.end == w.start && lt.end == t.start => {
+                    lw.end = w.end;
+                    lt.end = t.end;
+                }
+                _ => out.push((w, t)),
+            }
+        }
+        out
+    };
+    // Each round's packing runs with the local steps of the round before it (the first
+    // with the rotation), after that round's unpacking.
+    let mut rounds: Vec<(Vec<Comm>, Vec<Local>)> = vec![(vec![], rotate)];
+    let recv_at = most * block;
+    for &d in &dists {
+        let idx = picks(d);
+        let len = idx.len() * block;
+        let pack = spans(&idx, 0).into_iter().map(|(w, t)| Local::Pack {
+            src: Region::work(w),
+            dst: t,
+        });
+        rounds.last_mut().expect("the rotation").1.extend(pack);
+        let unpack = spans(&idx, recv_at)
+            .into_iter()
+            .map(|(w, t)| Local::Copy {
+                src: Region::tmp(t),
+                dst: w,
+            })
+            .collect();
+        rounds.push((
+            vec![
+                recv((me + n - d) % n, Region::tmp(recv_at..recv_at + len)),
+                send((me + d) % n, Region::tmp(0..len)),
+            ],
+            unpack,
+        ));
+    }
+    for (comms, locals) in rounds {
+        s.push(comms, locals);
+    }
     s
 }
 

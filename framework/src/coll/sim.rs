@@ -190,6 +190,16 @@ pub fn simulate(mut ranks: Vec<Rank>, reduce: Reducer) -> Vec<Vec<u8>> {
                         r.work[dst.clone()].copy_from_slice(&s);
                         r.mark_written(&Region::work(dst.clone()));
                     }
+                    Local::Pack { src, dst } => {
+                        r.check_written(me, src, "packs");
+                        assert!(
+                            src.buf != Buf::Tmp || !overlaps(&src.range, dst),
+                            "rank {me} packs {src:?} onto itself at {dst:?}"
+                        );
+                        let s = buf(r, src.buf)[src.range.clone()].to_vec();
+                        r.tmp[dst.clone()].copy_from_slice(&s);
+                        r.mark_written(&Region::tmp(dst.clone()));
+                    }
                 }
             }
             r.next += 1;

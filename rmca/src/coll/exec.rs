@@ -333,9 +333,15 @@ fn run_locals(locals: &[Local], bufs: &Bufs, reduce: Option<ReduceFn<'_>>) -> Re
         return Ok(());
     }
     // SAFETY: `Bufs::lend`'s contract makes the three regions valid and this executor's alone
-    // while it runs, and no transfer is in flight here; `send` is distinct from `work` and
-    // `tmp` (separate borrows or allocations), and only `work` is written.
-    let (send, work, tmp) = unsafe { (bytes(&bufs.send), bytes_mut(&bufs.work), bytes(&bufs.tmp)) };
+    // while it runs, and no transfer is in flight here; the three are distinct (separate
+    // borrows or allocations), and only `work` and `tmp` are written.
+    let (send, work, tmp) = unsafe {
+        (
+            bytes(&bufs.send),
+            bytes_mut(&bufs.work),
+            bytes_mut(&bufs.tmp),
+        )
+    };
     for l in locals {
         match l {
             Local::Reduce {
@@ -368,6 +374,21 @@ fn run_locals(locals: &[Local], bufs: &Bufs, reduce: Option<ReduceFn<'_>>) -> Re
                             return Err(oob(src));
                         }
                         work.copy_within(src.range.clone(), dst.start)
+                    }
+                }
+            }
+            Local::Pack { src, dst } => {
+                if tmp.get(dst.clone()).is_none() || src.range.len() != dst.len() {
+                    return Err(oob(&Region::tmp(dst.clone())));
+                }
+                match src.buf {
+                    Buf::Send => tmp[dst.clone()].copy_from_slice(get(send, &src.range, src.buf)?),
+                    Buf::Work => tmp[dst.clone()].copy_from_slice(get(work, &src.range, src.buf)?),
+                    Buf::Tmp => {
+                        if tmp.get(src.range.clone()).is_none() {
+                            return Err(oob(src));
+                        }
+                        tmp.copy_within(src.range.clone(), dst.start)
                     }
                 }
             }

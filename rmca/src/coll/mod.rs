@@ -652,13 +652,20 @@ impl Communicator {
                 recvs[me].len()
             )));
         }
-        let build = || self.coll_provide("alltoall", |m| m.alltoallv(sends, recvs));
         // alltoall's regions follow from the block size; alltoallv's from every count, so
-        // only alltoall's schedules are kept.
+        // only alltoall's schedules are kept, and only alltoall (every member's blocks the
+        // same size) is offered to the modules' block forms (Bruck's) before their
+        // alltoallv.
         Ok(if tag == TAG_ALLTOALL {
-            self.schedule(SchedKey::new(tag, 0, sends[0].len(), 0), build)?
+            let block = sends[0].len();
+            let build = || {
+                self.coll_provide("alltoall", |m| {
+                    m.alltoall(block).or_else(|| m.alltoallv(sends, recvs))
+                })
+            };
+            self.schedule(SchedKey::new(tag, 0, block, 0), build)?
         } else {
-            Rc::new(build()?)
+            Rc::new(self.coll_provide("alltoallv", |m| m.alltoallv(sends, recvs))?)
         })
     }
 }

@@ -403,21 +403,28 @@ impl Shared {
     #[inline(never)]
     pub(crate) fn wait_progressing(&self, id: RequestId) -> Result<PmlStatus> {
         let mut backoff = ReleasingBackoff::default();
+        // The outcome once the request completed. With a wait hook (MPI_THREAD_MULTIPLE) the
+        // test may run on the thread that progresses while this one sleeps
+        // (`ReleasingBackoff::pass_until`): the request is then released there, and its
+        // outcome kept here.
+        let mut outcome: Option<Result<PmlStatus>> = None;
+        let mut done = || {
+            if outcome.is_none() {
+                outcome = self.with(|rt| Ok(rt.pml.test(id)?)).transpose();
+            }
+            outcome.is_some()
+        };
         loop {
             if self.nbc.is_idle() && !rmca_framework::progress::wait_hook_set() {
                 return self.with(|rt| Ok(rt.wait(id)?));
             }
-            let (done, n) = self.with(|rt| {
-                if let Some(st) = rt.pml.test(id)? {
-                    return Ok((Some(st), 0));
-                }
-                Ok((None, rt.progress()))
-            })?;
-            if let Some(st) = done {
-                return Ok(st);
+            if done() {
+                break;
             }
-            backoff.pass(n + self.step_collectives());
+            let n = self.with(|rt| Ok(rt.progress()))?;
+            backoff.pass_until(n + self.step_collectives(), &mut done);
         }
+        outcome.expect("the loop ends on an outcome")
     }
 
     /// [`Shared::wait_all`] while collectives run: each request in turn, stepping them.

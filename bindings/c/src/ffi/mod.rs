@@ -99,19 +99,32 @@ pub(crate) fn call(fname: &'static str, comm: Handle, f: impl FnOnce() -> MpiRes
 }
 
 /// A blocking completion call at `MPI_THREAD_MULTIPLE` ([`state::waits_release`]): `test`,
-/// the matching `MPI_Test*` call (which makes a progress pass), until it reports an error or
-/// completion (`(code, done)`), handing the process lock to queued threads between tests.
-/// The blocking calls of the other levels wait inside the state (on its fast paths), where no
-/// other thread may come in.
-pub(crate) fn wait_by_testing(mut test: impl FnMut() -> (c_int, bool)) -> c_int {
+/// the body of the matching `MPI_Test*` call (which makes a progress pass; true when the call
+/// completed), until it fails or completes. Between tests the thread lets queued threads in,
+/// or, while another thread drives the progress, sleeps until that thread's test of this
+/// call completes it (`test` then runs there: see `state::park_until`; its error is returned
+/// here, so that the handler runs on the calling thread). The blocking calls of the other
+/// levels wait inside the state (on its fast paths), where no other thread may come in.
+pub(crate) fn wait_by_testing(mut test: impl FnMut() -> MpiResult<bool>) -> MpiResult<()> {
     let mut backoff = rmca::framework::progress::ReleasingBackoff::default();
-    loop {
-        let (code, done) = test();
-        if code != MPI_SUCCESS || done {
-            return code;
+    let mut outcome: Option<MpiResult<()>> = None;
+    let mut done = || {
+        if outcome.is_none() {
+            let mut complete = false;
+            let r = caught(|| {
+                complete = test()?;
+                Ok(())
+            });
+            if complete || r.is_err() {
+                outcome = Some(r);
+            }
         }
-        backoff.pass(0);
+        outcome.is_some()
+    };
+    while !done() {
+        backoff.pass_until(0, &mut done);
     }
+    outcome.expect("the loop ends on an outcome")
 }
 
 /// `f`'s result, with a panic turned into `MPI_ERR_INTERN` (it must not unwind into C).

@@ -122,10 +122,13 @@ fn array(ptr: *const Handle, count: c_int) -> MpiResult<usize> {
 #[export]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
     if state::waits_release() {
-        let mut flag = 0;
-        // SAFETY: MPI_Wait's contract is MPI_Test's.
-        return super::wait_by_testing(|| {
-            (unsafe { MPI_Test(request, &mut flag, status) }, flag != 0)
+        return call("MPI_Wait", MPI_COMM_WORLD, || {
+            let mut flag = 0;
+            super::wait_by_testing(|| {
+                // SAFETY: MPI_Wait's contract is MPI_Test's.
+                unsafe { test(request, &mut flag, status)? };
+                Ok(flag != 0)
+            })
         });
     }
     call("MPI_Wait", MPI_COMM_WORLD, || {
@@ -173,54 +176,64 @@ pub unsafe extern "C" fn MPI_Test(
     flag: *mut c_int,
     status: *mut MpiStatus,
 ) -> c_int {
-    call("MPI_Test", MPI_COMM_WORLD, || {
-        if request.is_null() {
-            return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
-        }
-        // A request of the fast paths: completed where it lies (`complete.rs`).
-        let fast = state::with(|s| {
-            // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
-            Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Test) })
-        })?;
-        if let Some(r) = fast {
-            // A failed operation completed too (its error is the call's).
-            let done = !matches!(r, Ok(false));
-            // SAFETY: the caller's int.
-            unsafe { put(flag, c_int::from(done), "flag")? };
-            return r.map(drop);
-        }
-        // SAFETY: non-null, the caller's handle.
-        let h = unsafe { request.read() };
-        match state::with(|s| poll(s, h, false))? {
-            Poll::Pending => {
-                // SAFETY: the caller's int.
-                unsafe { put(flag, 0, "flag") }
-            }
-            Poll::Inactive => {
-                // SAFETY: the caller's int and status (or MPI_STATUS_IGNORE).
-                unsafe {
-                    put(flag, 1, "flag")?;
-                    put_status(status, &empty_status());
-                }
-                Ok(())
-            }
-            Poll::Complete {
-                outcome,
-                comm,
-                freed,
-            } => {
-                // SAFETY: the caller's handle, int and status (or MPI_STATUS_IGNORE).
-                unsafe {
-                    if freed {
-                        request.write(MPI_REQUEST_NULL);
-                    }
-                    put(flag, 1, "flag")?;
-                    put_status(status, &outcome.status);
-                }
-                outcome.error.map_or(Ok(()), |e| Err(e.on(comm)))
-            }
-        }
+    // SAFETY: MPI_Test's contract.
+    call("MPI_Test", MPI_COMM_WORLD, || unsafe {
+        test(request, flag, status)
     })
+}
+
+/// `MPI_Test`'s body, also `MPI_Wait`'s test at `MPI_THREAD_MULTIPLE` (`wait_by_testing`).
+///
+/// # Safety
+/// `MPI_Test`'s contract.
+#[inline(always)]
+unsafe fn test(request: *mut Handle, flag: *mut c_int, status: *mut MpiStatus) -> MpiResult<()> {
+    if request.is_null() {
+        return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
+    }
+    // A request of the fast paths: completed where it lies (`complete.rs`).
+    let fast = state::with(|s| {
+        // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
+        Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Test) })
+    })?;
+    if let Some(r) = fast {
+        // A failed operation completed too (its error is the call's).
+        let done = !matches!(r, Ok(false));
+        // SAFETY: the caller's int.
+        unsafe { put(flag, c_int::from(done), "flag")? };
+        return r.map(drop);
+    }
+    // SAFETY: non-null, the caller's handle.
+    let h = unsafe { request.read() };
+    match state::with(|s| poll(s, h, false))? {
+        Poll::Pending => {
+            // SAFETY: the caller's int.
+            unsafe { put(flag, 0, "flag") }
+        }
+        Poll::Inactive => {
+            // SAFETY: the caller's int and status (or MPI_STATUS_IGNORE).
+            unsafe {
+                put(flag, 1, "flag")?;
+                put_status(status, &empty_status());
+            }
+            Ok(())
+        }
+        Poll::Complete {
+            outcome,
+            comm,
+            freed,
+        } => {
+            // SAFETY: the caller's handle, int and status (or MPI_STATUS_IGNORE).
+            unsafe {
+                if freed {
+                    request.write(MPI_REQUEST_NULL);
+                }
+                put(flag, 1, "flag")?;
+                put_status(status, &outcome.status);
+            }
+            outcome.error.map_or(Ok(()), |e| Err(e.on(comm)))
+        }
+    }
 }
 
 /// Complete every request of the array (they are all done or inactive, or `block`), writing
@@ -329,13 +342,13 @@ pub unsafe extern "C" fn MPI_Waitall(
     statuses: *mut MpiStatus,
 ) -> c_int {
     if state::waits_release() {
-        let mut flag = 0;
-        // SAFETY: MPI_Waitall's contract is MPI_Testall's.
-        return super::wait_by_testing(|| {
-            (
-                unsafe { MPI_Testall(count, requests, &mut flag, statuses) },
-                flag != 0,
-            )
+        return call("MPI_Waitall", MPI_COMM_WORLD, || {
+            let mut flag = 0;
+            super::wait_by_testing(|| {
+                // SAFETY: MPI_Waitall's contract is MPI_Testall's.
+                unsafe { testall(count, requests, &mut flag, statuses)? };
+                Ok(flag != 0)
+            })
         });
     }
     call("MPI_Waitall", MPI_COMM_WORLD, || {
@@ -500,39 +513,54 @@ pub unsafe extern "C" fn MPI_Testall(
     flag: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> c_int {
-    call("MPI_Testall", MPI_COMM_WORLD, || {
-        let n = array(requests, count)?;
-        state::with(|s| {
-            // SAFETY: MPI_Testall's contract: `count` handles, `count` statuses (or
-            // MPI_STATUSES_IGNORE).
-            let all = match unsafe { complete::testall(s, n, requests, statuses) } {
-                Some((all, done)) => {
-                    // SAFETY: the caller's int.
-                    unsafe { put(flag, c_int::from(all), "flag")? };
-                    return done;
-                }
-                None => {
-                    let mut all = true;
-                    for i in 0..n {
-                        // SAFETY: MPI_Testall's contract: `count` handles.
-                        let h = unsafe { handle_at(requests, i) };
-                        if h == MPI_REQUEST_NULL {
-                            continue;
-                        }
-                        settle(s, h, false)?;
-                        all &= !matches!(s.request(h)?.state, ReqState::Active(_));
-                    }
-                    all
-                }
-            };
-            // SAFETY: the caller's int.
-            unsafe { put(flag, c_int::from(all), "flag")? };
-            if !all {
-                return Ok(());
+    // SAFETY: MPI_Testall's contract.
+    call("MPI_Testall", MPI_COMM_WORLD, || unsafe {
+        testall(count, requests, flag, statuses)
+    })
+}
+
+/// `MPI_Testall`'s body, also `MPI_Waitall`'s test at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// `MPI_Testall`'s contract.
+#[inline(always)]
+unsafe fn testall(
+    count: c_int,
+    requests: *mut Handle,
+    flag: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> MpiResult<()> {
+    let n = array(requests, count)?;
+    state::with(|s| {
+        // SAFETY: MPI_Testall's contract: `count` handles, `count` statuses (or
+        // MPI_STATUSES_IGNORE).
+        let all = match unsafe { complete::testall(s, n, requests, statuses) } {
+            Some((all, done)) => {
+                // SAFETY: the caller's int.
+                unsafe { put(flag, c_int::from(all), "flag")? };
+                return done;
             }
-            // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
-            unsafe { complete_all(s, n, requests, statuses, false) }
-        })
+            None => {
+                let mut all = true;
+                for i in 0..n {
+                    // SAFETY: MPI_Testall's contract: `count` handles.
+                    let h = unsafe { handle_at(requests, i) };
+                    if h == MPI_REQUEST_NULL {
+                        continue;
+                    }
+                    settle(s, h, false)?;
+                    all &= !matches!(s.request(h)?.state, ReqState::Active(_));
+                }
+                all
+            }
+        };
+        // SAFETY: the caller's int.
+        unsafe { put(flag, c_int::from(all), "flag")? };
+        if !all {
+            return Ok(());
+        }
+        // SAFETY: as above, and `count` statuses (or MPI_STATUSES_IGNORE).
+        unsafe { complete_all(s, n, requests, statuses, false) }
     })
 }
 
@@ -654,13 +682,13 @@ pub unsafe extern "C" fn MPI_Waitany(
     status: *mut MpiStatus,
 ) -> c_int {
     if state::waits_release() {
-        let mut flag = 0;
-        // SAFETY: MPI_Waitany's contract is MPI_Testany's.
-        return super::wait_by_testing(|| {
-            (
-                unsafe { MPI_Testany(count, requests, index, &mut flag, status) },
-                flag != 0,
-            )
+        return call("MPI_Waitany", MPI_COMM_WORLD, || {
+            let mut flag = 0;
+            super::wait_by_testing(|| {
+                // SAFETY: MPI_Waitany's contract is MPI_Testany's.
+                unsafe { testany(count, requests, index, &mut flag, status)? };
+                Ok(flag != 0)
+            })
         });
     }
     call("MPI_Waitany", MPI_COMM_WORLD, || {
@@ -695,25 +723,41 @@ pub unsafe extern "C" fn MPI_Testany(
     flag: *mut c_int,
     status: *mut MpiStatus,
 ) -> c_int {
-    call("MPI_Testany", MPI_COMM_WORLD, || {
-        let n = array(requests, count)?;
-        // SAFETY: MPI_Testany's contract: `count` handles, the caller's index and status.
-        let pass = state::with(|s| unsafe { any_pass(s, n, requests, index, status, true) })?;
-        // SAFETY: the caller's int and index.
-        unsafe {
-            match pass {
-                Any::Pending => {
-                    put(flag, 0, "flag")?;
-                    put(index, MPI_UNDEFINED, "index")
-                }
-                Any::Inactive => put(flag, 1, "flag"),
-                Any::Found(r) => {
-                    put(flag, 1, "flag")?;
-                    r
-                }
+    // SAFETY: MPI_Testany's contract.
+    call("MPI_Testany", MPI_COMM_WORLD, || unsafe {
+        testany(count, requests, index, flag, status)
+    })
+}
+
+/// `MPI_Testany`'s body, also `MPI_Waitany`'s test at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// `MPI_Testany`'s contract.
+#[inline(always)]
+unsafe fn testany(
+    count: c_int,
+    requests: *mut Handle,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> MpiResult<()> {
+    let n = array(requests, count)?;
+    // SAFETY: MPI_Testany's contract: `count` handles, the caller's index and status.
+    let pass = state::with(|s| unsafe { any_pass(s, n, requests, index, status, true) })?;
+    // SAFETY: the caller's int and index.
+    unsafe {
+        match pass {
+            Any::Pending => {
+                put(flag, 0, "flag")?;
+                put(index, MPI_UNDEFINED, "index")
+            }
+            Any::Inactive => put(flag, 1, "flag"),
+            Any::Found(r) => {
+                put(flag, 1, "flag")?;
+                r
             }
         }
-    })
+    }
 }
 
 /// One pass of Waitsome/Testsome: completes what is done; `None` when all are inactive.
@@ -829,9 +873,11 @@ pub unsafe extern "C" fn MPI_Waitsome(
     if state::waits_release() && !outcount.is_null() {
         // SAFETY: MPI_Waitsome's contract is MPI_Testsome's; `outcount` is the caller's int
         // (not NULL: checked), read after each test wrote it.
-        return super::wait_by_testing(|| unsafe {
-            let code = MPI_Testsome(incount, requests, outcount, indices, statuses);
-            (code, outcount.read() != 0)
+        return call("MPI_Waitsome", MPI_COMM_WORLD, || {
+            super::wait_by_testing(|| unsafe {
+                testsome(incount, requests, outcount, indices, statuses)?;
+                Ok(outcount.read() != 0)
+            })
         });
     }
     call("MPI_Waitsome", MPI_COMM_WORLD, || {
@@ -859,12 +905,28 @@ pub unsafe extern "C" fn MPI_Testsome(
     indices: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> c_int {
-    call("MPI_Testsome", MPI_COMM_WORLD, || {
-        let n = some_args(incount, requests, indices, outcount)?;
-        // SAFETY: MPI_Testsome's contract: `incount` handles, indices and statuses.
-        let found = state::with(|s| unsafe { some_pass(s, n, requests, indices, statuses) })?;
-        some_result(found, outcount)
+    // SAFETY: MPI_Testsome's contract.
+    call("MPI_Testsome", MPI_COMM_WORLD, || unsafe {
+        testsome(incount, requests, outcount, indices, statuses)
     })
+}
+
+/// `MPI_Testsome`'s body, also `MPI_Waitsome`'s test at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// `MPI_Testsome`'s contract.
+#[inline(always)]
+unsafe fn testsome(
+    incount: c_int,
+    requests: *mut Handle,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> MpiResult<()> {
+    let n = some_args(incount, requests, indices, outcount)?;
+    // SAFETY: MPI_Testsome's contract: `incount` handles, indices and statuses.
+    let found = state::with(|s| unsafe { some_pass(s, n, requests, indices, statuses) })?;
+    some_result(found, outcount)
 }
 
 /// `MPI_Request_free`: an active operation runs on and is completed by the library.

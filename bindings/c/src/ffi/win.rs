@@ -25,7 +25,9 @@ use std::ffi::{c_char, c_int, c_void};
 use std::rc::Rc;
 
 use rmca::framework::buffer::UserBuf;
-use rmca::framework::osc::{AccOp, DirectView, Elem, Layout, LockKind, OscError, SyncCall};
+use rmca::framework::osc::{
+    AccOp, DirectAtomics, DirectView, Elem, Layout, LockKind, OscError, SyncCall,
+};
 use rmca::window::Flavor;
 use rmca::RawWindow;
 
@@ -1159,40 +1161,29 @@ fn with_view(win: Handle, f: impl FnOnce(&DirectView) -> bool) -> bool {
     matches!(done, Ok(true))
 }
 
-/// The part the accumulate fast paths share: `op(window, target, address)` once the
-/// library runs (as `with_win`), `win` is a window with a direct view, it has no results
-/// waiting to land (the general path keeps their order with this call), and the view
-/// placed the `len` bytes at `target`/`disp` (an open access epoch, inside the target's
-/// memory): the module then runs the operation, checking again. False, and `op` not
-/// called, otherwise: the general path then decides (`MPI_PROC_NULL`, bad ranks,
-/// displacements and epochs are its errors).
+/// The part the accumulate fast paths share: `op(kernel, target, offset)` once the
+/// library runs, `win` is a window with a direct view and no results waiting to land (as
+/// [`with_view`]), the view placed the `len` bytes at `target`/`disp` (an open access
+/// epoch, inside the target's memory) and the module lends its accumulate kernel there
+/// ([`DirectView::atomics`]: osc-sm's lock words and CPU atomics, the same as its own
+/// calls'): no call into the window, no borrow of it. False, and `op` not called,
+/// otherwise: the general path then decides (`MPI_PROC_NULL`, bad ranks, displacements and
+/// epochs are its errors).
 #[inline(always)]
 fn on_direct_target(
     win: Handle,
     target: c_int,
     disp: MPI_Aint,
     len: usize,
-    op: impl FnOnce(&RawWindow, usize, u64) -> bool,
+    op: impl FnOnce(&dyn DirectAtomics, usize, u64) -> bool,
 ) -> bool {
     let Ok(t) = usize::try_from(target) else {
         return false;
     };
-    if state::with(|_| Ok(())).is_err() {
-        return false;
-    }
-    let done = WINS.with(|tab| {
-        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
-            return false;
-        };
-        let Some(v) = e.view.as_ref().filter(|_| e.landings.is_empty()) else {
-            return false;
-        };
-        match v.offset(t, disp, len) {
-            Some(addr) => op(&e.raw, t, addr),
-            None => false,
-        }
-    });
-    matches!(done, Ok(true))
+    with_view(win, |v| match (v.offset(t, disp, len), v.atomics()) {
+        (Some(off), Some(kernel)) => op(kernel, t, off),
+        _ => false,
+    })
 }
 
 /// `MPI_CHAR`'s handle (MPI 5.0 ABI), which the reductions take as C's `char`.
@@ -1204,54 +1195,120 @@ const CHAR_HANDLE: Handle = 0x243;
 /// only) `MPI_NO_OP`, on a datatype of one run with a Rust element type or on `MPI_CHAR`.
 /// `None` for everything else (value-index pairs, `long double`, complex types, user
 /// operations, an operation the datatype does not allow): the general path decides, and
-/// raises the error if there is one. No name is compared and nothing allocated: one jump
-/// table for the datatype, one for the operation.
-#[inline]
+/// raises the error if there is one. One load from [`ACC_DIRECT`], made at compile time.
+#[inline(always)]
 fn acc_direct_of(op: Handle, dt: Handle, fetch: bool) -> Option<(AccOp, Elem)> {
+    if op == MPI_NO_OP && !fetch {
+        return None;
+    }
+    *ACC_DIRECT
+        .get(dt.wrapping_sub(ACC_DT_BASE))?
+        .get(op.wrapping_sub(MPI_SUM))?
+}
+
+/// The first datatype handle of [`ACC_DIRECT`] (the predefined datatypes' range).
+const ACC_DT_BASE: Handle = 0x200;
+/// The operations of [`ACC_DIRECT`]: `MPI_SUM` to `MPI_NO_OP`.
+const ACC_OPS: usize = MPI_NO_OP - MPI_SUM + 1;
+
+/// [`acc_direct_of`] by datatype (less [`ACC_DT_BASE`]) and operation (less `MPI_SUM`),
+/// `MPI_NO_OP` as fetching, from [`acc_direct_entry`].
+static ACC_DIRECT: [[Option<(AccOp, Elem)>; ACC_OPS]; 0x100] = {
+    let mut table = [[None; ACC_OPS]; 0x100];
+    let mut dt = 0;
+    while dt < table.len() {
+        let mut op = 0;
+        while op < ACC_OPS {
+            table[dt][op] = acc_direct_entry(MPI_SUM + op, ACC_DT_BASE + dt);
+            op += 1;
+        }
+        dt += 1;
+    }
+    table
+};
+
+/// One entry of [`ACC_DIRECT`] (at compile time): what `acc_of` resolves `op` on `dt` to,
+/// when the fast path takes it.
+const fn acc_direct_entry(op: Handle, dt: Handle) -> Option<(AccOp, Elem)> {
     use crate::dtype::{self, Class};
-    let t = dtype::lookup(dt)?;
+    let Some(t) = dtype::lookup(dt) else {
+        return None;
+    };
+    // One run of bytes (not a padded pair).
     if t.size != t.extent {
         return None;
     }
-    let elem = |e: dtype::Elem| match e {
-        dtype::Elem::I8 => Elem::I8,
-        dtype::Elem::I16 => Elem::I16,
-        dtype::Elem::I32 => Elem::I32,
-        dtype::Elem::I64 => Elem::I64,
-        dtype::Elem::U8 => Elem::U8,
-        dtype::Elem::U16 => Elem::U16,
-        dtype::Elem::U32 => Elem::U32,
-        dtype::Elem::U64 => Elem::U64,
-        dtype::Elem::F32 => Elem::F32,
-        dtype::Elem::F64 => Elem::F64,
+    let elem = match t.elem {
+        Some(e) => Some(match e {
+            dtype::Elem::I8 => Elem::I8,
+            dtype::Elem::I16 => Elem::I16,
+            dtype::Elem::I32 => Elem::I32,
+            dtype::Elem::I64 => Elem::I64,
+            dtype::Elem::U8 => Elem::U8,
+            dtype::Elem::U16 => Elem::U16,
+            dtype::Elem::U32 => Elem::U32,
+            dtype::Elem::U64 => Elem::U64,
+            dtype::Elem::F32 => Elem::F32,
+            dtype::Elem::F64 => Elem::F64,
+        }),
+        None => None,
     };
-    if op == MPI_REPLACE || (op == MPI_NO_OP && fetch) {
-        let acc = if op == MPI_REPLACE {
-            AccOp::Replace
-        } else {
-            AccOp::NoOp
-        };
-        return Some((acc, t.elem.map_or(Elem::Byte, elem)));
-    }
-    let rop = dtype::lookup_op(op)?.op?;
-    let e = if dt == CHAR_HANDLE {
-        // As `op::reducer`: MPI_CHAR is C's `char`, an integer to the reductions.
-        if !dtype::op_allowed(rop, Class::Integer) {
-            return None;
+    let acc = match op {
+        MPI_REPLACE | MPI_NO_OP => {
+            let acc = if op == MPI_REPLACE {
+                AccOp::Replace
+            } else {
+                AccOp::NoOp
+            };
+            return Some((
+                acc,
+                match elem {
+                    Some(e) => e,
+                    None => Elem::Byte,
+                },
+            ));
         }
-        if std::ffi::c_char::MIN == 0 {
+        MPI_SUM => AccOp::Sum,
+        MPI_PROD => AccOp::Prod,
+        MPI_MIN => AccOp::Min,
+        MPI_MAX => AccOp::Max,
+        MPI_BAND => AccOp::BAnd,
+        MPI_BOR => AccOp::BOr,
+        MPI_BXOR => AccOp::BXor,
+        MPI_LAND => AccOp::LAnd,
+        MPI_LOR => AccOp::LOr,
+        MPI_LXOR => AccOp::LXor,
+        _ => return None,
+    };
+    let (e, class) = if dt == CHAR_HANDLE {
+        // As `op::reducer`: MPI_CHAR is C's `char`, an integer to the reductions.
+        let e = if std::ffi::c_char::MIN == 0 {
             Elem::U8
         } else {
             Elem::I8
-        }
+        };
+        (e, Class::Integer)
     } else {
-        let e = t.elem?;
-        if !dtype::op_allowed(rop, t.class) {
-            return None;
+        match elem {
+            Some(e) => (e, t.class),
+            None => return None,
         }
-        elem(e)
     };
-    Some((rmca::window::accumulate_op(rop)?, e))
+    // `dtype::op_allowed` (MPI 5.0 section 6.9.2), as a constant.
+    let allowed = match acc {
+        AccOp::Min | AccOp::Max => matches!(class, Class::Integer | Class::Float),
+        AccOp::Sum | AccOp::Prod => {
+            matches!(class, Class::Integer | Class::Float | Class::Complex)
+        }
+        AccOp::LAnd | AccOp::LOr | AccOp::LXor => matches!(class, Class::Integer | Class::Logical),
+        AccOp::BAnd | AccOp::BOr | AccOp::BXor => matches!(class, Class::Integer | Class::Byte),
+        _ => false,
+    };
+    if allowed {
+        Some((acc, e))
+    } else {
+        None
+    }
 }
 
 /// The fast path of `MPI_Accumulate`, `MPI_Get_accumulate` (`result` not `None`) and
@@ -1310,8 +1367,7 @@ unsafe fn acc_direct(
     let Some((acc, elem)) = acc_direct_of(op, tdt, result.is_some()) else {
         return false;
     };
-    on_direct_target(win, target, disp, len, |w, t, addr| {
-        let runs = [(0i64, len as u64)];
+    on_direct_target(win, target, disp, len, |kernel, t, off| {
         // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL: checked),
         // unwritten during the call; MPI_NO_OP reads none.
         let data = if noop {
@@ -1322,8 +1378,7 @@ unsafe fn acc_direct(
         // SAFETY: the caller's contract: the result buffer holds `len` writable bytes (not
         // NULL: checked), apart from the origin's (checked), not otherwise accessed.
         let old = out.map(|r| unsafe { super::bytes_mut(r, len) });
-        let r = w.direct(|d| d.accumulate_now(t, addr, &runs, acc, elem, data, old));
-        matches!(r, Some(Ok(())))
+        kernel.accumulate(t, off, len, acc, elem, data, old)
     })
 }
 
@@ -1348,37 +1403,54 @@ unsafe fn cas_direct(
     win: Handle,
 ) -> bool {
     use crate::dtype::{self, Class};
-    let Some(t) = dtype::lookup(dt) else {
+    // The predefined types' table (one load each): every integer, logical and byte type
+    // has a number type there.
+    let Some((_, class)) = dtype::number_type(dt) else {
         return false;
     };
-    if !matches!(t.class, Class::Integer | Class::Logical | Class::Byte) || t.size != t.extent {
+    if !matches!(class, Class::Integer | Class::Logical | Class::Byte) {
         return false;
     }
-    let (size, elem) = match t.size {
-        1 => (1, Elem::U8),
-        2 => (2, Elem::U16),
-        4 => (4, Elem::U32),
-        8 => (8, Elem::U64),
+    let (size, elem) = match dtype::predefined_size(dt) {
+        Some(1) => (1, Elem::U8),
+        Some(2) => (2, Elem::U16),
+        Some(4) => (4, Elem::U32),
+        Some(8) => (8, Elem::U64),
         _ => return false,
     };
     if origin.is_null() || compare.is_null() || result.is_null() {
         return false;
     }
     // Copied (at most 8 bytes): the result may then alias them, as on the general path.
-    let (mut value, mut cmp) = ([0u8; 8], [0u8; 8]);
-    // SAFETY: the contract: one element of `dt` at each address (not NULL: checked).
-    unsafe {
-        value[..size].copy_from_slice(super::bytes(origin, size));
-        cmp[..size].copy_from_slice(super::bytes(compare, size));
-    }
-    on_direct_target(win, target, disp, size, |w, rank, addr| {
+    // SAFETY: the contract: one element of `dt` (`size` bytes) at each address (not NULL:
+    // checked).
+    let (value, cmp) = unsafe { (load_element(origin, size), load_element(compare, size)) };
+    on_direct_target(win, target, disp, size, |kernel, rank, off| {
         // SAFETY: the result element, writable (not NULL: checked), not otherwise accessed.
         let old = unsafe { super::bytes_mut(result, size) };
-        let r = w.direct(|d| {
-            d.compare_and_swap_now(rank, addr, elem, &cmp[..size], &value[..size], old)
-        });
-        matches!(r, Some(Ok(())))
+        kernel.compare_and_swap(rank, off, elem, &cmp[..size], &value[..size], old)
     })
+}
+
+/// The `size` (1, 2, 4 or 8; any other reads nothing) bytes at `p`, at the start of 8: a
+/// load of that width, not a copy of a length known only at run time.
+///
+/// # Safety
+/// `p` is readable for `size` bytes.
+#[inline(always)]
+unsafe fn load_element(p: *const c_void, size: usize) -> [u8; 8] {
+    let mut out = [0u8; 8];
+    // SAFETY: the caller's: `size` readable bytes at `p` (any alignment: unaligned reads).
+    unsafe {
+        match size {
+            1 => out[..1].copy_from_slice(&p.cast::<[u8; 1]>().read_unaligned()),
+            2 => out[..2].copy_from_slice(&p.cast::<[u8; 2]>().read_unaligned()),
+            4 => out[..4].copy_from_slice(&p.cast::<[u8; 4]>().read_unaligned()),
+            8 => out = p.cast::<[u8; 8]>().read_unaligned(),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Every RMA communication call: check, pack, issue; `request` makes it request-based.

@@ -191,7 +191,9 @@ impl RcBtl {
             };
             let end = (r.tail as usize + 1) * r.slot_size;
             let mut footer = [0u8; EAGER_FOOTER_LEN];
-            r.mr.read_at(end - EAGER_FOOTER_LEN, &mut footer)
+            // Polled while the peer's write may be landing: the footer lands last, and this
+            // acquire read makes the payload before it visible.
+            r.mr.read_polled(end - EAGER_FOOTER_LEN, &mut footer)
                 .expect("slot inside the ring");
             if read_u32_at(&footer, 4) != EAGER_VALID {
                 return n;
@@ -203,7 +205,7 @@ impl RcBtl {
                 r.mr.read_at(end - EAGER_FOOTER_LEN - len, &mut buf[..len])
                     .expect("inside the slot");
             }
-            r.mr.write_at(end - EAGER_FOOTER_LEN, &[0; EAGER_FOOTER_LEN])
+            r.mr.write_polled(end - EAGER_FOOTER_LEN, &[0; EAGER_FOOTER_LEN])
                 .expect("slot inside the ring");
             r.tail = (r.tail + 1) % r.slots;
             r.owed += 1;

@@ -21,6 +21,8 @@ mod segment;
 mod shared_get;
 
 use inbound::Inbound;
+#[cfg(test)]
+pub(crate) use segment::prefault_share;
 use shared_get::SharedGet;
 
 /// Settings of a module (from the `btl_shm_*` parameters).
@@ -60,6 +62,10 @@ pub struct ShmConfig {
     pub publish_batch: usize,
     /// Bytes of a ring that records run through while the receiver keeps up (0: all of it).
     pub short_span: usize,
+    /// Bytes of ring memory a process faults in when it connects to its local peers, over all
+    /// the rings it maps (each ring gets an equal share, at most all of it, at least its
+    /// short span).
+    pub prefault: usize,
 }
 
 /// Default fragment size: 128 KiB of payload plus room for the PML's header (the 64 bytes keep
@@ -121,6 +127,13 @@ impl ShmConfig {
         // Small records go round 16 KiB while the receiver keeps up: 8-byte ping-pong
         // 0.8x the time of laps of the whole ring (`ring.rs`, "A short span").
         short_span: 16 * 1024,
+        // Every ring whole up to 16 local peers (2 x 15 rings of 512 KiB): the first lap of
+        // a ring otherwise takes a page fault per 4 KiB in each process (1.4-2 us to
+        // allocate the page, 0.9 us to map it in the other, on this VM) while the peer
+        // waits; OSU's first size of records longer than a line (64 B) paid them all, at
+        // 0.6-0.7x the best peer in osu_bw, osu_bibw and osu_mbw_mr. MADV_POPULATE_WRITE
+        // at connection costs about half of what the faults do, off the messages' path.
+        prefault: 16 * 1024 * 1024,
     };
 
     /// Check the combination; the error names the parameter and what is valid.

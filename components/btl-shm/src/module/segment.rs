@@ -32,6 +32,21 @@ fn random_u64() -> u64 {
     h.finish() | 1
 }
 
+/// Bytes of one of `rings` rings of `ring_bytes` to fault in ahead of use under a budget of
+/// `budget` bytes over all of them: an equal share, at least `short_span` (the part small
+/// records go round, which the first messages use) and one line, at most the ring.
+pub(crate) fn prefault_share(
+    budget: usize,
+    rings: usize,
+    short_span: usize,
+    ring_bytes: usize,
+) -> usize {
+    (budget / rings.max(1))
+        .max(short_span)
+        .max(LINE)
+        .min(ring_bytes)
+}
+
 /// The [`RingMem`] of ring `ring` inside `mapping`.
 fn ring_in(mapping: &Mapping, nrings: usize, lines: usize, ring: usize) -> Option<RingMem> {
     if ring >= nrings || layout::head(ring) + 8 > layout::header_len(nrings) {
@@ -231,6 +246,14 @@ impl ShmBtl {
             .write_at(at, bytes);
     }
 
+    /// Bytes faulted in at connection of a ring of `lines` lines: this ring's share of
+    /// `btl_shm_prefault` over the rings this process maps (one to and one from each local
+    /// peer), at least the short span small records go round, at most the ring.
+    fn prefault_span(&self, lines: usize) -> usize {
+        let rings = 2 * self.local_ranks.len().saturating_sub(1);
+        prefault_share(self.cfg.prefault, rings, self.cfg.short_span, lines * LINE)
+    }
+
     fn bad(rank: Rank, reason: impl Into<String>) -> BtlError {
         BtlError::BadCard {
             rank,
@@ -330,12 +353,11 @@ impl ShmBtl {
         producer.set_chunk_scale(self.chunk_scale);
         producer.set_stores(self.stores.clone());
         producer.set_short_span(self.cfg.short_span);
-        // The first messages to this peer: fault in our ring's head and the span small records
-        // go round (its first short_span bytes) now, not on the first sends (a minor fault
-        // each, on the first round trips' path). The rest faults in as large records reach it.
+        // Fault in our ring's head and its first bytes now (see `prefault_span`), not on the
+        // first sends (a minor fault per page, on the first messages' path).
         let head = layout::head(ring);
         let data = layout::data(nrings as usize, peer_lines, ring);
-        let span = self.cfg.short_span.clamp(LINE, peer_lines * LINE);
+        let span = self.prefault_span(peer_lines);
         self.stats.prefaulted_bytes +=
             (mapping.populate_write(head, LINE) + mapping.populate_write(data, span)) as u64;
         mapping
@@ -349,8 +371,8 @@ impl ShmBtl {
         let in_ring = ring_index(peer_local, self.my_local);
         let in_mem = ring_in(own, nrings as usize, self.lines, in_ring)
             .ok_or_else(|| BtlError::Other("btl shm: own ring misaligned".into()))?;
-        // Likewise the receiving side: our consumer head and the records' first span.
-        let span = self.cfg.short_span.clamp(LINE, self.lines * LINE);
+        // Likewise the receiving side: our consumer head and the ring's first bytes.
+        let span = self.prefault_span(self.lines);
         self.stats.prefaulted_bytes += (own.populate_write(layout::head(in_ring), LINE)
             + own.populate_write(layout::data(nrings as usize, self.lines, in_ring), span))
             as u64;

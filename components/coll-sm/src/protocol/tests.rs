@@ -382,15 +382,29 @@ fn awaited_names_who_has_not_done_its_part() {
 #[test]
 fn short_data_travels_in_the_control_line_next_to_posted() {
     let l = Layout::new(3, 1024);
+    // OSU's 32-byte reductions (8 floats) travel inline.
+    assert!(l.data(0, 1, 32) < l.arrived());
     for r in 0..3 {
         for seq in [1u32, 2] {
             let at = l.data(r, seq, INLINE);
-            // In r's line, in the 64-byte cache line of `posted`, clear of the control words.
-            assert_eq!(at / 64, l.posted(r) / 64);
-            assert!(at >= l.pid(r) + 4 && at + INLINE <= l.posted(r) + 64);
+            // In the 64-byte cache line of the `posted` word that publishes it, clear of the
+            // control words, 16-byte aligned.
+            let posted = l.posted(r, seq);
+            assert_eq!(at / 64, posted / 64);
+            assert_eq!((at + INLINE - 1) / 64, posted / 64);
+            assert!(at >= l.sleepers(r, seq) + 4 && at.is_multiple_of(16));
             assert!(l.data(r, seq, INLINE + 1) >= l.arrived() + LINE);
+            // `freed` and the pid (stored by the owner while peers poll `posted`) are in
+            // another cache line.
+            assert_ne!(l.freed(r) / 64, posted / 64);
+            assert_ne!(l.pid(r) / 64, posted / 64);
         }
         assert_ne!(l.data(r, 1, 1), l.data(r, 2, 1), "two inline slots");
+        // The two parities' post lines are in different adjacent-line prefetch pairs, and
+        // the same parity's post word is the same word.
+        assert_ne!(l.posted(r, 1) / 128, l.posted(r, 2) / 128);
+        assert_eq!(l.posted(r, 1), l.posted(r, 3));
+        assert_eq!(l.sleepers(r, 2), l.sleepers(r, 4));
     }
 }
 
@@ -425,7 +439,7 @@ fn only_runs_that_heard_every_member_clear_earlier_slots() {
     let mem = VecMem(RefCell::new(vec![0; layout.len()]));
     // Everyone posted everything of collective 5 and freed 4: a lone rank finishes any run.
     for q in 0..3 {
-        mem.store(layout.posted(q), 5 * 4 + 2);
+        mem.store(layout.posted(q, 5), 5 * 4 + 2);
         mem.store(layout.freed(q), 4);
     }
     mem.store(layout.arrived(), 3);
@@ -459,4 +473,38 @@ fn only_runs_that_heard_every_member_clear_earlier_slots() {
         None,
         "the root heard nobody"
     );
+}
+
+#[test]
+fn a_barrier_marks_arrival_in_the_next_collectives_post_line() {
+    // The mark is the store that takes the next post's line back from its readers, inside
+    // the barrier rather than on the next collective's critical path.
+    let layout = Layout::new(2, 8);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let mut b = Run::new(Op::Barrier { round: 1 }, layout, 0, 3, 0);
+    assert!(matches!(b.poll(&mem, &[], &mut [], None), Step::Wait(_)));
+    assert_eq!(mem.load(layout.posted(0, 4)), stage(3, 1));
+    assert_eq!(
+        mem.load(layout.posted(0, 3)),
+        0,
+        "this collective's line untouched"
+    );
+    // A bcast 4 from rank 0 posts over the mark (monotonic), and its reader gets it.
+    let mut out = [0u8; 8];
+    let mut b1 = Run::new(Op::Barrier { round: 1 }, layout, 1, 3, 0);
+    assert!(matches!(
+        b1.poll(&mem, &[], &mut [], None),
+        Step::Posted { .. }
+    ));
+    assert_eq!(b.poll(&mem, &[], &mut [], None), Step::Done);
+    assert_eq!(b1.poll(&mem, &[], &mut [], None), Step::Done);
+    let mut root = Run::new(Op::Bcast { root: 0 }, layout, 0, 4, 8).after_clear(Some(3));
+    let mut buf = [9u8; 8];
+    assert!(matches!(
+        root.poll(&mem, &[], &mut buf, None),
+        Step::Posted { .. }
+    ));
+    let mut reader = Run::new(Op::Bcast { root: 0 }, layout, 1, 4, 8).after_clear(Some(3));
+    assert_eq!(reader.poll(&mem, &[], &mut out, None), Step::Done);
+    assert_eq!(out, [9u8; 8]);
 }

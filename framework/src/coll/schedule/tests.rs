@@ -261,6 +261,7 @@ fn allgathers_collect_every_block() {
             for (name, algo) in [
                 ("ring", allgather_ring as A),
                 ("recursive_doubling", allgather_recursive_doubling),
+                ("neighbor_exchange", allgather_neighbor_exchange),
                 ("linear", allgather_linear),
             ] {
                 let ranks = (0..n).map(|r| {
@@ -336,6 +337,73 @@ fn alltoallvs_transpose() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Every alltoall algorithm of uniform blocks (Bruck's forwards other ranks' blocks, packed)
+/// at 1 to 17 ranks, including odd counts and non-powers of two, and odd block sizes.
+#[test]
+fn alltoalls_of_blocks_transpose() {
+    type A = fn(usize, usize, usize) -> Schedule;
+    let ranges =
+        |n: usize, block: usize| -> Layout { (0..n).map(|r| r * block..(r + 1) * block).collect() };
+    fn pairwise(n: usize, me: usize, block: usize) -> Schedule {
+        let r: Layout = (0..n).map(|r| r * block..(r + 1) * block).collect();
+        alltoallv_pairwise(n, me, &r, &r)
+    }
+    fn linear(n: usize, me: usize, block: usize) -> Schedule {
+        let r: Layout = (0..n).map(|r| r * block..(r + 1) * block).collect();
+        alltoallv_linear(n, me, &r, &r)
+    }
+    for n in 1..=17 {
+        for block in [0, 1, 3, 13] {
+            for (name, algo) in [
+                ("bruck", alltoall_bruck as A),
+                ("pairwise", pairwise),
+                ("linear", linear),
+            ] {
+                let ranks = (0..n).map(|me| {
+                    let send: Vec<u8> = (0..n).flat_map(|d| pattern(me * 10 + d, block)).collect();
+                    fresh(algo(n, me, block), send, n * block)
+                });
+                for (me, got) in simulate(ranks.collect(), sum_reduce)
+                    .into_iter()
+                    .enumerate()
+                {
+                    for (src, r) in ranges(n, block).into_iter().enumerate() {
+                        assert_eq!(
+                            &got[r.clone()],
+                            &pattern(src * 10 + me, block)[..],
+                            "alltoall {name} n={n} block={block} {src}->{me}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bruck_takes_log2_rounds_of_messages_and_neighbor_exchange_half_the_ring() {
+    for n in [2usize, 5, 8, 12, 17, 32] {
+        let messages = |s: &Schedule| s.rounds.iter().filter(|r| !r.comms.is_empty()).count();
+        let log2 = n.next_power_of_two().trailing_zeros() as usize;
+        assert_eq!(messages(&alltoall_bruck(n, 1, 8)), log2, "n={n}");
+        // Packed: one send of at most half the blocks (rounded up) per round.
+        for r in &alltoall_bruck(n, 1, 8).rounds {
+            for c in &r.comms {
+                if let Comm::Send { region, .. } = c {
+                    assert!(region.range.len() <= n.div_ceil(2) * 8, "n={n}");
+                }
+            }
+        }
+        if n % 2 == 0 {
+            assert_eq!(
+                messages(&allgather_neighbor_exchange(n, 1, 8)),
+                n / 2,
+                "n={n}"
+            );
         }
     }
 }

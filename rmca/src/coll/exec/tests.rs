@@ -260,9 +260,10 @@ fn stepping_bcasts_allgathers_alltoalls_and_barriers_complete() {
         schedule::bcast_scatter_allgather,
     ];
     type G = fn(usize, usize, usize) -> Schedule;
-    let allgathers: [G; 3] = [
+    let allgathers: [G; 4] = [
         schedule::allgather_ring,
         schedule::allgather_recursive_doubling,
+        schedule::allgather_neighbor_exchange,
         schedule::allgather_linear,
     ];
     for n in NS {
@@ -306,19 +307,29 @@ fn stepping_bcasts_allgathers_alltoalls_and_barriers_complete() {
                 }
             }
             // alltoall: rank r's block for rank d is pattern(r * n + d).
+            // Pairwise, and Bruck's (packing into the scratch space between rounds).
             let blocks: Vec<Range<usize>> = (0..n).map(|r| r * len..(r + 1) * len).collect();
-            let net = Rc::default();
-            let mut ranks: Vec<SimRank> = (0..n)
-                .map(|r| {
-                    let send: Vec<u8> = (0..n).flat_map(|d| pattern(r * n + d, len)).collect();
-                    let sched = schedule::alltoallv_pairwise(n, r, &blocks, &blocks);
-                    SimRank::new(&net, r, 3, sched, send, vec![0; n * len])
-                })
-                .collect();
-            run_all(&mut ranks, None);
-            for (d, rank) in ranks.iter().enumerate() {
-                let want: Vec<u8> = (0..n).flat_map(|r| pattern(r * n + d, len)).collect();
-                assert_eq!(rank.work, want, "alltoall, {n} ranks, rank {d}");
+            for bruck in [false, true] {
+                let net = Rc::default();
+                let mut ranks: Vec<SimRank> = (0..n)
+                    .map(|r| {
+                        let send: Vec<u8> = (0..n).flat_map(|d| pattern(r * n + d, len)).collect();
+                        let sched = if bruck {
+                            schedule::alltoall_bruck(n, r, len)
+                        } else {
+                            schedule::alltoallv_pairwise(n, r, &blocks, &blocks)
+                        };
+                        SimRank::new(&net, r, 3, sched, send, vec![0; n * len])
+                    })
+                    .collect();
+                run_all(&mut ranks, None);
+                for (d, rank) in ranks.iter().enumerate() {
+                    let want: Vec<u8> = (0..n).flat_map(|r| pattern(r * n + d, len)).collect();
+                    assert_eq!(
+                        rank.work, want,
+                        "alltoall (bruck: {bruck}), {n} ranks, rank {d}"
+                    );
+                }
             }
         }
         for barrier in [schedule::barrier_dissemination, schedule::barrier_linear] {
