@@ -110,30 +110,21 @@ impl Component for BaseComponent {
                     .job_wide(),
             );
         }
-        params.add_global(
-            Param::size("coll_bcast_long_size", BCAST_LONG_SIZE)
-                .help("Broadcasts of at least this many bytes use scatter+allgather under 'auto'")
-                .level(Level::Tuning)
-                .job_wide(),
-        );
-        params.add_global(
-            Param::size("coll_allreduce_long_size", ALLREDUCE_LONG_SIZE)
-                .help("Allreduces of at least this many bytes use the ring under 'auto'")
-                .level(Level::Tuning)
-                .job_wide(),
-        );
-        params.add_global(
-            Param::size("coll_alltoall_small_size", ALLTOALL_SMALL_SIZE)
-                .help("Alltoalls of blocks of at most this many bytes use Bruck's algorithm under 'auto' (on 12 or more processes)")
-                .level(Level::Tuning)
-                .job_wide(),
-        );
-        params.add_global(
-            Param::size("coll_alltoall_medium_size", ALLTOALL_MEDIUM_SIZE)
-                .help("Alltoalls of blocks of at most this many bytes (and more than coll_alltoall_small_size) post every transfer at once under 'auto'; larger ones use pairwise exchange")
-                .level(Level::Tuning)
-                .job_wide(),
-        );
+        // The size thresholds of the 'auto' choices, job-wide as the algorithms.
+        let thresholds: [(&str, u64, &str); 4] = [
+            ("coll_bcast_long_size", BCAST_LONG_SIZE, "Broadcasts of at least this many bytes use scatter+allgather under 'auto'"),
+            ("coll_allreduce_long_size", ALLREDUCE_LONG_SIZE, "Allreduces of at least this many bytes use the ring under 'auto'"),
+            ("coll_alltoall_small_size", ALLTOALL_SMALL_SIZE, "Alltoalls of blocks of at most this many bytes use Bruck's algorithm under 'auto' (on 12 or more processes)"),
+            ("coll_alltoall_medium_size", ALLTOALL_MEDIUM_SIZE, "Alltoalls of blocks of at most this many bytes (and more than coll_alltoall_small_size) post every transfer at once under 'auto'; larger ones use pairwise exchange"),
+        ];
+        for (name, default, help) in thresholds {
+            params.add_global(
+                Param::size(name, default)
+                    .help(help)
+                    .level(Level::Tuning)
+                    .job_wide(),
+            );
+        }
     }
 }
 
