@@ -627,7 +627,7 @@ pub struct WaitHook {
     /// Take back what `release` gave away.
     pub reacquire: fn(),
     /// Between two passes of a wait that can tell whether its operation completed
-    /// ([`ReleasingBackoff::pass_until`]): `done` tests the operation once, without a wait,
+    /// ([`ParkingBackoff::pass_until`]): `done` tests the operation once, without a wait,
     /// keeps its outcome for the loop and says whether it completed. The binding may call it
     /// later from another thread, one holding what `release` gives away, while this thread
     /// sleeps inside the call (one progress owner at a time): see [`Parking`].
@@ -675,8 +675,6 @@ pub fn wait_hook_set() -> bool {
 #[derive(Debug, Default)]
 pub struct ReleasingBackoff {
     backoff: Backoff,
-    /// Whether a pass ran the hook's `park`: the hook's `leave` runs when the wait ends.
-    parked: bool,
 }
 
 impl ReleasingBackoff {
@@ -694,7 +692,21 @@ impl ReleasingBackoff {
             }
         }
     }
+}
 
+/// The backoff of a wait that can test its own operation ([`ParkingBackoff::pass_until`]):
+/// a [`ReleasingBackoff`] that may park the thread through the wait hook, and calls the
+/// hook's `leave` when the wait ends, on every exit path (a drop). A type of its own so that
+/// the other waits (and coll-sm, which keeps a [`ReleasingBackoff`] per module) carry no
+/// drop glue below `MPI_THREAD_MULTIPLE`.
+#[derive(Debug, Default)]
+pub struct ParkingBackoff {
+    backoff: Backoff,
+    /// Whether a pass ran the hook's `park`: the hook's `leave` runs when the wait ends.
+    parked: bool,
+}
+
+impl ParkingBackoff {
     /// [`ReleasingBackoff::pass`] for a wait whose operation `done` tests (see
     /// [`WaitHook::park`]): with a hook, this thread may sleep until another one finds the
     /// operation complete, so the loop must look at `done`'s kept outcome (call `done`
@@ -717,7 +729,7 @@ impl ReleasingBackoff {
     }
 }
 
-impl Drop for ReleasingBackoff {
+impl Drop for ParkingBackoff {
     fn drop(&mut self) {
         if self.parked {
             if let Some(hook) = WAIT_HOOK.get() {
@@ -890,7 +902,7 @@ mod tests {
         assert_eq!(LEAVES.load(Ordering::Relaxed), 0, "no park, no leave");
         // A wait that tests its operation: park each pass, reacquire after a release only,
         // leave once when it ends.
-        let mut b = ReleasingBackoff::default();
+        let mut b = ParkingBackoff::default();
         let mut tests = 0;
         let mut done = || {
             tests += 1;

@@ -402,10 +402,10 @@ impl Shared {
     /// Out of line, so that the check that leads here is all `wait` adds to its fast path.
     #[inline(never)]
     pub(crate) fn wait_progressing(&self, id: RequestId) -> Result<PmlStatus> {
-        let mut backoff = ReleasingBackoff::default();
+        let mut backoff = rmca_framework::progress::ParkingBackoff::default();
         // The outcome once the request completed. With a wait hook (MPI_THREAD_MULTIPLE) the
         // test may run on the thread that progresses while this one sleeps
-        // (`ReleasingBackoff::pass_until`): the request is then released there, and its
+        // (`ParkingBackoff::pass_until`): the request is then released there, and its
         // outcome kept here.
         let mut outcome: Option<Result<PmlStatus>> = None;
         let mut done = || {

@@ -106,7 +106,7 @@ pub(crate) fn call(fname: &'static str, comm: Handle, f: impl FnOnce() -> MpiRes
 /// here, so that the handler runs on the calling thread). The blocking calls of the other
 /// levels wait inside the state (on its fast paths), where no other thread may come in.
 pub(crate) fn wait_by_testing(mut test: impl FnMut() -> MpiResult<bool>) -> MpiResult<()> {
-    let mut backoff = rmca::framework::progress::ReleasingBackoff::default();
+    let mut backoff = rmca::framework::progress::ParkingBackoff::default();
     let mut outcome: Option<MpiResult<()>> = None;
     let mut done = || {
         if outcome.is_none() {
