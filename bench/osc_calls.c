@@ -11,9 +11,12 @@
  * - getacc:   MPI_Get_accumulate of 8 MPI_CHAR, flush       (osu_get_acc_latency)
  * - fop:      MPI_Fetch_and_op of one MPI_CHAR (MPI_SUM), flush (osu_fop_latency)
  * - cas:      MPI_Compare_and_swap of one MPI_INT64_T, flush    (osu_cas_latency)
- * - lockput, lockacc, lockfop, lockcas: put, acc, fop, cas as above, each in its own
- *             MPI_Win_lock(MPI_LOCK_SHARED)/MPI_Win_unlock epoch instead of a flush, with no
- *             lock_all around (OSU's `-s lock`)
+ * - lockput, lockget, lockacc, lockfop, lockcas: put, get, acc, fop, cas as above, each in
+ *             its own MPI_Win_lock(MPI_LOCK_SHARED)/MPI_Win_unlock epoch instead of a flush,
+ *             with no lock_all around (OSU's `-s lock`)
+ * - lockgetacc: getacc in an MPI_LOCK_EXCLUSIVE epoch (osu_get_acc_latency's `-s lock`)
+ * - xlockput: put in an MPI_LOCK_EXCLUSIVE epoch
+ * - lockall:  put in its own MPI_Win_lock_all/MPI_Win_unlock_all epoch
  * The result is checked at the end, so a broken path cannot pass for a fast one.
  * OSC_WIN=create: the window is MPI_Win_create over memory the program allocated (osc-rdma
  * in rmca: the C library's general path, the module and the PML's RDMA, btl-self here).
@@ -31,7 +34,7 @@
 
 int main(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc|fop|cas|lockput|lockacc|lockfop|lockcas\n");
+    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc|fop|cas|lockput|lockget|lockacc|lockgetacc|lockfop|lockcas|xlockput|lockall\n");
     return 2;
   }
   long rounds = atol(argv[1]);
@@ -51,7 +54,7 @@ int main(int argc, char **argv) {
     MPI_Win_allocate(BIG, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &win);
   }
   memset(base, 0, BIG);
-  const int lockmode = !strncmp(loop, "lock", 4);
+  const int lockmode = !strncmp(loop, "lock", 4) || !strncmp(loop, "xlock", 5);
   if (!lockmode) MPI_Win_lock_all(0, win);
   long expect = -1; /* what byte 0 (or the int64 at 0) must hold at the end */
   if (!strcmp(loop, "put")) {
@@ -120,6 +123,35 @@ int main(int argc, char **argv) {
       MPI_Win_unlock(0, win);
     }
     expect = 1;
+  } else if (!strcmp(loop, "lockget")) {
+    base[0] = 7;
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
+      MPI_Get(result, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_unlock(0, win);
+    }
+    expect = result[0] == 7 ? 7 : -2;
+  } else if (!strcmp(loop, "xlockput")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
+      MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_unlock(0, win);
+    }
+    expect = 1;
+  } else if (!strcmp(loop, "lockall")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock_all(0, win);
+      MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_unlock_all(win);
+    }
+    expect = 1;
+  } else if (!strcmp(loop, "lockgetacc")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
+      MPI_Get_accumulate(origin, 8, MPI_CHAR, result, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, MPI_SUM, win);
+      MPI_Win_unlock(0, win);
+    }
+    expect = (char)rounds;
   } else if (!strcmp(loop, "lockacc")) {
     for (long r = 0; r < rounds; r++) {
       MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);

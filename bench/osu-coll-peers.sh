@@ -15,7 +15,7 @@
 #              OUT/raw, the tables in OUT/tables.txt, one JSON object per row in OUT/rows.json
 #     ROUNDS   default 3
 #   BENCHES="osu_barrier osu_allreduce" (default: osu_barrier osu_bcast osu_reduce
-#   osu_allreduce osu_allgather), RANKS="2 4" (default), MAXSIZE=65536 (default),
+#   osu_allreduce osu_allgather osu_alltoall), RANKS="2 4" (default), MAXSIZE=65536 (default),
 #   RUNTIMES="rmca rmca-base ompi ompi-han ompi-sm mpich" (default) restrict the sweep;
 #   ITERS=200 passes OSU `-i 200 -x 20` (default: OSU's own counts; oversubscribed MPICH
 #   takes milliseconds per collective, so its 4-rank runs need fewer).
@@ -23,7 +23,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OSU_DIR=c/mpi/collective/blocking \
-  BENCHES=${BENCHES:-osu_barrier osu_bcast osu_reduce osu_allreduce osu_allgather} \
+  BENCHES=${BENCHES:-osu_barrier osu_bcast osu_reduce osu_allreduce osu_allgather osu_alltoall} \
   RANKS=${RANKS:-2 4} \
   MAXSIZE=${MAXSIZE:-65536} \
   RUNTIMES=${RUNTIMES:-rmca rmca-base ompi ompi-han ompi-sm mpich} \

@@ -9,8 +9,8 @@
 # (the reply and the hand-over are not). Sender column: MPI_Isend x 64 + MPI_Waitall, per
 # message; receiver: MPI_Irecv x 64 + MPI_Waitall, per message; bibw: each rank does both.
 # STYLES lists how the windows are completed (bench/osu_window.c: waitall, testall,
-# waitsome, waitany, wait, test, each also with -ignore for MPI_STATUS(ES)_IGNORE); default
-# OSU's waitall; STYLES=all runs the twelve.
+# waitsome, waitany, wait, test, testsome, testany, each also with -ignore for
+# MPI_STATUS(ES)_IGNORE); default OSU's waitall; STYLES=all runs the sixteen.
 # A runtime whose sends cannot complete before the receiver progresses (Open MPI's vader past
 # its fast boxes, MPICH) makes the peer wait out a 2 s timeout: such a row is marked
 # "(waited)", its counts hold spinning, not the cost.
@@ -27,7 +27,7 @@ runtimes=${RUNTIMES:-rmca ompi mpich}
 modes=${MODES:-bw bibw}
 rounds=${ROUNDS:-20}
 styles=${STYLES:-waitall}
-all_styles="waitall waitall-ignore testall testall-ignore waitsome waitsome-ignore waitany waitany-ignore wait wait-ignore test test-ignore"
+all_styles="waitall waitall-ignore testall testall-ignore waitsome waitsome-ignore waitany waitany-ignore wait wait-ignore test test-ignore testsome testsome-ignore testany testany-ignore"
 [[ $styles == all ]] && styles=$all_styles
 for st in $styles; do
   [[ " $all_styles " == *" $st "* ]] || { echo "STYLES are some of: $all_styles (or all), not '$st'" >&2; exit 2; }

@@ -9,7 +9,8 @@
  * its peer wait out a timeout: the run says so on stderr ("late"), its counts then include
  * the waiting.
  * STYLE says how both windows are completed: waitall (OSU's: MPI_Waitall with statuses),
- * testall, waitsome, waitany, wait, test (each request in turn), each with statuses or, with
+ * testall, waitsome, waitany, wait, test (each request in turn), testsome, testany (each
+ * polled until it answers), each with statuses or, with
  * "-ignore" appended (waitall-ignore, ...), with MPI_STATUS(ES)_IGNORE.
  *   osu_window ROUNDS SIZE FLAGFILE [bw|bibw] [STYLE]   (FLAGFILE: 4096 zero bytes) */
 #define _POSIX_C_SOURCE 200809L
@@ -42,9 +43,9 @@ static void await_step(int rank, int v) {
   }
 }
 
-enum Style { WAITALL, TESTALL, WAITSOME, WAITANY, WAIT, TEST, NSTYLES };
-static const char *const style_names[NSTYLES] = {"waitall", "testall", "waitsome",
-                                                 "waitany", "wait",    "test"};
+enum Style { WAITALL, TESTALL, WAITSOME, WAITANY, WAIT, TEST, TESTSOME, TESTANY, NSTYLES };
+static const char *const style_names[NSTYLES] = {"waitall", "testall",  "waitsome", "waitany",
+                                                 "wait",    "test",     "testsome", "testany"};
 
 /* Complete the W requests of `req` in style `style`, statuses into `st` unless `ignore`. */
 static void complete(MPI_Request *req, MPI_Status *st, int style, int ignore) {
@@ -60,6 +61,13 @@ static void complete(MPI_Request *req, MPI_Status *st, int style, int ignore) {
     break;
   case WAITANY:
     for (int j = 0; j < W; j++) MPI_Waitany(W, req, &n, ignore ? MPI_STATUS_IGNORE : &st[j]);
+    break;
+  case TESTSOME:
+    for (; done < W; done += n) MPI_Testsome(W, req, &n, idx, sts);
+    break;
+  case TESTANY:
+    for (int j = 0; j < W; j++)
+      for (flag = 0; !flag;) MPI_Testany(W, req, &n, &flag, ignore ? MPI_STATUS_IGNORE : &st[j]);
     break;
   case WAIT:
     for (int j = 0; j < W; j++) MPI_Wait(&req[j], ignore ? MPI_STATUS_IGNORE : &st[j]);
@@ -97,7 +105,8 @@ int main(int argc, char **argv) {
     if (strlen(style_names[k]) == sl && strncmp(sname, style_names[k], sl) == 0) style = k;
   if (style < 0) {
     fprintf(stderr,
-            "osu_window: STYLE is waitall, testall, waitsome, waitany, wait or test, optionally "
+            "osu_window: STYLE is waitall, testall, waitsome, waitany, wait, test, testsome or "
+            "testany, optionally "
             "with -ignore (got %s)\n",
             sname);
     MPI_Abort(MPI_COMM_WORLD, 2);

@@ -252,6 +252,26 @@ pub trait DirectColl: fmt::Debug {
     ) -> Option<Result<(), DirectError>> {
         None
     }
+    /// An allgather: every member's `send` into `recv` (`size * send.len()` bytes, rank
+    /// order; `recv` does not overlap `send`).
+    fn allgather(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _recv: &mut [u8],
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// An alltoall: block r of `send` to member r, member r's block into block r of `recv`
+    /// (both `size` equal blocks; they do not overlap).
+    fn alltoall(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _recv: &mut [u8],
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
 }
 
 /// A coll component: offers a module for the communicators it can serve.

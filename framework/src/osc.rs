@@ -865,6 +865,35 @@ pub trait DirectAtomics: std::fmt::Debug {
     ) -> bool;
 }
 
+/// The passive-target locks of a module whose members' memory a [`DirectView`] maps
+/// (osc-sm), lent through the view ([`DirectView::lock`], [`DirectView::unlock`],
+/// [`DirectView::lock_all`], [`DirectView::unlock_all`]) so that a host takes and releases
+/// an uncontended lock with an atomic on the target's lock word and no call into the module:
+/// the module's own lock state and words, so the two ways in see the same locks.
+///
+/// Each call does the whole synchronization within it or nothing: it acts only when the
+/// lock is all there is to it (no other epoch open, no synchronization in progress, the
+/// lock granted at once), and then leaves the lock as the only epoch giving access to its
+/// targets, which the view's flags then say ([`DirectView::lock`]). Otherwise it returns
+/// false (`None`), having changed nothing: the host calls the module, which waits for a
+/// contended lock or raises the error of a misuse.
+pub trait DirectLocks: std::fmt::Debug {
+    /// `MPI_Win_lock(kind)` of member `t` (`nocheck`: `MPI_MODE_NOCHECK`, no lock word
+    /// touched), granted within the call.
+    fn lock(&self, t: usize, kind: LockKind, nocheck: bool) -> bool;
+
+    /// `MPI_Win_unlock` of member `t`, locked by `MPI_Win_lock`: `Some(others)` once
+    /// released (every operation on `t` complete), `others` whether a lock on another member
+    /// is still held.
+    fn unlock(&self, t: usize) -> Option<bool>;
+
+    /// `MPI_Win_lock_all`, every member's shared lock granted within the call.
+    fn lock_all(&self, nocheck: bool) -> bool;
+
+    /// `MPI_Win_unlock_all`.
+    fn unlock_all(&self) -> bool;
+}
+
 /// One member's memory as a [`DirectView`] reaches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectTarget {
@@ -883,8 +912,9 @@ pub struct DirectTarget {
 /// go) and whether a flush of it would succeed at once. The flags are a cache of the
 /// module's own state, never a second one: a host that finds a flag down calls the module,
 /// which decides and raises the error. The module may lend its accumulate kernel with it
-/// ([`DirectView::atomics`]). Not `Sync` (its flags are cells): it stays on the window's
-/// thread, as the module does.
+/// ([`DirectView::atomics`]), and its passive-target locks ([`DirectView::lock`]), whose
+/// calls set the flags as the module would. Not `Sync` (its flags are cells): it stays on
+/// the window's thread, as the module does.
 #[derive(Debug)]
 pub struct DirectView {
     targets: Box<[DirectTarget]>,
@@ -892,6 +922,7 @@ pub struct DirectView {
     flush: Box<[Cell<bool>]>,
     flush_all: Cell<bool>,
     atomics: Option<Rc<dyn DirectAtomics>>,
+    locks: Option<Rc<dyn DirectLocks>>,
 }
 
 impl DirectView {
@@ -904,7 +935,87 @@ impl DirectView {
             flush: (0..n).map(|_| Cell::new(false)).collect(),
             flush_all: Cell::new(false),
             atomics: None,
+            locks: None,
         }
+    }
+
+    /// The view with the module's passive-target locks ([`DirectView::lock`]).
+    pub fn with_locks(mut self, locks: Rc<dyn DirectLocks>) -> Self {
+        self.locks = Some(locks);
+        self
+    }
+
+    /// `MPI_Win_lock(kind)` of member `t` by the module's [`DirectLocks`], when it lends
+    /// them and grants the lock within the call: then an access epoch to `t` is open and a
+    /// flush of `t` (and of all) succeeds. False, nothing changed, otherwise (a member
+    /// outside the window included): the host calls the module.
+    #[inline(always)]
+    pub fn lock(&self, t: usize, kind: LockKind, nocheck: bool) -> bool {
+        match &self.locks {
+            Some(l) if t < self.targets.len() && l.lock(t, kind, nocheck) => {
+                self.access[t].set(true);
+                self.flush[t].set(true);
+                self.flush_all.set(true);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `MPI_Win_unlock` of member `t` by the module's [`DirectLocks`]: the epoch to `t` is
+    /// closed (the lock was its only access, see [`DirectLocks`]). False, nothing changed,
+    /// when they do not take it.
+    #[inline(always)]
+    pub fn unlock(&self, t: usize) -> bool {
+        let Some(l) = &self.locks else {
+            return false;
+        };
+        if t >= self.targets.len() {
+            return false;
+        }
+        match l.unlock(t) {
+            Some(others) => {
+                self.access[t].set(false);
+                self.flush[t].set(false);
+                self.flush_all.set(others);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `MPI_Win_lock_all` by the module's [`DirectLocks`]: every member accessible and
+    /// flushable. False, nothing changed, when they do not grant it within the call.
+    #[inline]
+    pub fn lock_all(&self, nocheck: bool) -> bool {
+        match &self.locks {
+            Some(l) if l.lock_all(nocheck) => {
+                self.set_all(true);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `MPI_Win_unlock_all` by the module's [`DirectLocks`]: every epoch closed. False,
+    /// nothing changed, when they do not take it.
+    #[inline]
+    pub fn unlock_all(&self) -> bool {
+        match &self.locks {
+            Some(l) if l.unlock_all() => {
+                self.set_all(false);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn set_all(&self, open: bool) {
+        for (a, f) in self.access.iter().zip(&*self.flush) {
+            a.set(open);
+            f.set(open);
+        }
+        self.flush_all.set(open);
     }
 
     /// The view with the module's accumulate kernel ([`DirectView::atomics`]).
@@ -915,7 +1026,7 @@ impl DirectView {
 
     /// The module's accumulate kernel, when it lends one: the host runs a small accumulate
     /// or compare-and-swap there once [`DirectView::offset`] placed it.
-    #[inline]
+    #[inline(always)]
     pub fn atomics(&self) -> Option<&dyn DirectAtomics> {
         self.atomics.as_deref()
     }
@@ -952,7 +1063,7 @@ impl DirectView {
     /// an access epoch to `t` is open and they lie inside its memory; `None` otherwise (a
     /// rank outside the window included: the module then decides). `len` 0 is `None` (the
     /// module's to handle, as every other case this view does not take).
-    #[inline]
+    #[inline(always)]
     pub fn place(&self, t: usize, disp: isize, len: usize) -> Option<usize> {
         let off = self.offset(t, disp, len)?;
         // Inside a mapping of this process, so the sum fits in usize.
@@ -961,7 +1072,7 @@ impl DirectView {
 
     /// [`DirectView::place`] as the byte offset in member `t`'s memory (the target address
     /// the module's calls take).
-    #[inline]
+    #[inline(always)]
     pub fn offset(&self, t: usize, disp: isize, len: usize) -> Option<u64> {
         let target = self.targets.get(t)?;
         if !self.access[t].get() || len == 0 {
@@ -979,7 +1090,7 @@ impl DirectView {
 
     /// Would a flush of member `t` (`None`: of all) succeed now, with nothing more to do
     /// than a memory fence? False for a member outside the window.
-    #[inline]
+    #[inline(always)]
     pub fn may_flush(&self, t: Option<usize>) -> bool {
         match t {
             Some(t) => self.flush.get(t).is_some_and(Cell::get),
@@ -1095,6 +1206,93 @@ mod tests {
         v.set_flush(Some(1), true);
         v.set_flush(None, true);
         assert!(v.may_flush(Some(1)) && v.may_flush(None) && !v.may_flush(Some(0)));
+    }
+
+    /// Locks that grant what `grant` says, recording the calls.
+    #[derive(Debug, Default)]
+    struct FakeLocks {
+        grant: Cell<bool>,
+        others: Cell<bool>,
+        calls: std::cell::RefCell<Vec<String>>,
+    }
+
+    impl DirectLocks for FakeLocks {
+        fn lock(&self, t: usize, kind: LockKind, nocheck: bool) -> bool {
+            self.calls
+                .borrow_mut()
+                .push(format!("lock {t} {kind:?} {nocheck}"));
+            self.grant.get()
+        }
+        fn unlock(&self, t: usize) -> Option<bool> {
+            self.calls.borrow_mut().push(format!("unlock {t}"));
+            self.grant.get().then_some(self.others.get())
+        }
+        fn lock_all(&self, nocheck: bool) -> bool {
+            self.calls.borrow_mut().push(format!("lock_all {nocheck}"));
+            self.grant.get()
+        }
+        fn unlock_all(&self) -> bool {
+            self.calls.borrow_mut().push("unlock_all".into());
+            self.grant.get()
+        }
+    }
+
+    #[test]
+    fn a_direct_views_locks_open_and_close_exactly_their_epochs() {
+        let t = |base| DirectTarget {
+            base,
+            size: 8,
+            disp_unit: 1,
+        };
+        let bare = DirectView::new(vec![t(0x1000)]);
+        assert!(!bare.lock(0, LockKind::Shared, false) && !bare.unlock(0));
+        assert!(!bare.lock_all(false) && !bare.unlock_all());
+        let locks = Rc::new(FakeLocks::default());
+        let v = DirectView::new(vec![t(0x1000), t(0x2000)]).with_locks(locks.clone());
+        // Refused: nothing changes.
+        assert!(!v.lock(1, LockKind::Exclusive, false));
+        assert!(v.place(1, 0, 1).is_none() && !v.may_flush(Some(1)) && !v.may_flush(None));
+        locks.grant.set(true);
+        assert!(!v.lock(2, LockKind::Shared, false), "no rank 2: not asked");
+        assert!(v.lock(1, LockKind::Exclusive, true));
+        assert_eq!(v.place(1, 7, 1), Some(0x2007));
+        assert!(v.place(0, 0, 1).is_none());
+        assert!(v.may_flush(Some(1)) && v.may_flush(None) && !v.may_flush(Some(0)));
+        assert!(v.lock(0, LockKind::Shared, false));
+        locks.others.set(true);
+        assert!(v.unlock(1));
+        assert!(v.place(1, 0, 1).is_none() && !v.may_flush(Some(1)));
+        assert!(
+            v.may_flush(None) && v.place(0, 0, 1).is_some(),
+            "rank 0 still held"
+        );
+        locks.others.set(false);
+        assert!(v.unlock(0));
+        assert!(!v.may_flush(None) && v.place(0, 0, 1).is_none());
+        assert!(!v.unlock(5), "no rank 5: not asked");
+        assert!(v.lock_all(false));
+        assert!(v.place(0, 0, 8).is_some() && v.place(1, 0, 8).is_some());
+        assert!(v.may_flush(Some(0)) && v.may_flush(Some(1)) && v.may_flush(None));
+        locks.grant.set(false);
+        assert!(!v.unlock_all());
+        assert!(v.may_flush(None), "refused: still open");
+        locks.grant.set(true);
+        assert!(v.unlock_all());
+        assert!(v.place(0, 0, 1).is_none() && v.place(1, 0, 1).is_none());
+        assert!(!v.may_flush(Some(0)) && !v.may_flush(Some(1)) && !v.may_flush(None));
+        assert_eq!(
+            *locks.calls.borrow(),
+            [
+                "lock 1 Exclusive false",
+                "lock 1 Exclusive true",
+                "lock 0 Shared false",
+                "unlock 1",
+                "unlock 0",
+                "lock_all false",
+                "unlock_all",
+                "unlock_all"
+            ]
+        );
     }
 
     #[test]

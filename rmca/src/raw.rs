@@ -157,7 +157,68 @@ pub enum Started {
     Pending(RawId),
 }
 
+/// What a look at a [`RawId`] found ([`RawId::look`]): the usual outcome, a success, as a
+/// plain status; anything else boxed, out of the completion calls' line (a
+/// `Option<Result<Status>>` carried the runtime's error type through every test, and was
+/// copied between stack slots on the way: about 20 instructions per `MPI_Test`, callgrind,
+/// bench/osu-instructions.sh).
+#[derive(Debug)]
+pub enum Looked {
+    /// Still running.
+    Pending,
+    /// Completed successfully (not cancelled); the id is released.
+    Done(Status),
+    /// Completed otherwise (failed, or cancelled), or the runtime is gone: the outcome; the
+    /// id is released.
+    Other(Box<Result<Status>>),
+}
+
+impl Looked {
+    /// The look for an outcome `r` of a completed operation.
+    #[inline]
+    pub fn completed(r: Result<Status>) -> Self {
+        match r {
+            Ok(st) if !st.cancelled => Looked::Done(st),
+            r => Looked::Other(Box::new(r)),
+        }
+    }
+}
+
+/// [`Looked`] for an operation the PML reported complete with a status that is not a plain
+/// success, or for a PML error (the runtime's [`Error`] built here, out of line).
+#[cold]
+#[inline(never)]
+fn looked_other(comm: &Communicator, polled: Result<rmca_framework::pml::Status>) -> Looked {
+    Looked::Other(Box::new(polled.and_then(|st| comm.finish(st))))
+}
+
 impl RawId {
+    /// Whether the operation completed, without a progress pass: [`RawId::test_now`] in the
+    /// form the completion calls of a binding use ([`Looked`]).
+    #[inline(always)]
+    pub fn look(self, comm: &Communicator) -> Looked {
+        let polled = match comm.shared().rt.borrow_mut().as_mut() {
+            Some(rt) => rt.pml.test(self.0),
+            None => return looked_other(comm, Err(Error::Finalized)),
+        };
+        match polled {
+            Ok(None) => Looked::Pending,
+            Ok(Some(st)) if st.error.is_none() => Looked::Done(comm.to_status(&st)),
+            Ok(Some(st)) => looked_other(comm, Ok(st)),
+            Err(e) => looked_other(comm, Err(e.into())),
+        }
+    }
+
+    /// [`RawId::look`] with a progress pass if the operation had not completed at first
+    /// ([`RawId::test`]'s form for [`Looked`]).
+    #[inline(always)]
+    pub fn look_progressed(self, comm: &Communicator) -> Looked {
+        match self.look(comm) {
+            Looked::Pending => look_after_progress(comm, self),
+            done => done,
+        }
+    }
+
     /// The owning form of the operation, on `comm` (the communicator it was started on):
     /// completed by [`RawRequest`]'s calls, waited for when dropped.
     pub fn adopt(self, comm: &Communicator) -> RawRequest {
@@ -171,9 +232,16 @@ impl RawId {
     /// (`MPI_Test` on a request of the binding's own table, which holds no [`RawRequest`]):
     /// its outcome once it has, the id released and not to be used again; `None` while it
     /// runs. `comm` is the communicator it was started on.
-    #[inline]
+    // The look without a pass in line (in a window, the later requests' usual case: one
+    // pass delivered them all), the pass out of line: the whole test as a call of its own
+    // cost a frame and its outcome through memory per MPI_Test (callgrind,
+    // bench/osu-instructions.sh).
+    #[inline(always)]
     pub fn test(self, comm: &Communicator) -> Option<Result<Status>> {
-        test_pending(comm, self.0)
+        match self.test_now(comm) {
+            None => test_after_progress(comm, self.0),
+            done => done,
+        }
     }
 
     /// Block until the operation completes: its outcome; the id is released.
@@ -184,12 +252,18 @@ impl RawId {
 
     /// [`RawId::test`] without the progress pass (the caller runs one for many operations:
     /// [`progress`]).
-    #[inline]
+    #[inline(always)]
     pub fn test_now(self, comm: &Communicator) -> Option<Result<Status>> {
-        match comm.shared().with(|rt| Ok(rt.pml.test(self.0)?)) {
+        // The PML's answer matched where it lands (through `Shared::with`, a `Result` of
+        // the runtime's error type in between was copied twice more per test).
+        let polled = match comm.shared().rt.borrow_mut().as_mut() {
+            Some(rt) => rt.pml.test(self.0),
+            None => return Some(Err(Error::Finalized)),
+        };
+        match polled {
             Ok(None) => None,
             Ok(Some(st)) => Some(comm.finish(st)),
-            Err(e) => Some(Err(e)),
+            Err(e) => Some(Err(e.into())),
         }
     }
 }
@@ -665,7 +739,7 @@ impl RawRequest {
                 )))
             }
         };
-        match test_pending(&self.comm, id) {
+        match RawId(id).test(&self.comm) {
             None => {
                 self.state = RawState::Pending(id);
                 Polled::Pending(self)
@@ -675,22 +749,26 @@ impl RawRequest {
     }
 }
 
-/// Test PML operation `id` of `comm`, with a progress pass if it is not complete at first:
-/// its outcome once complete (the id is released then), `None` while it runs.
-#[inline]
-fn test_pending(comm: &Communicator, id: RequestId) -> Option<Result<Status>> {
+/// [`RawId::look_progressed`] for an operation that was not complete at first: a progress
+/// pass, then the look again.
+#[inline(never)]
+fn look_after_progress(comm: &Communicator, id: RawId) -> Looked {
+    // The PML's pass, as `test_after_progress`'s.
+    let _ = comm.shared().with(|rt| Ok(rt.progress()));
+    id.look(comm)
+}
+
+/// [`RawId::test`] for an operation that was not complete at first: a progress pass, then
+/// the test again.
+#[inline(never)]
+fn test_after_progress(comm: &Communicator, id: RequestId) -> Option<Result<Status>> {
     let polled = comm.shared().with(|rt| {
-        if let Some(st) = rt.pml.test(id)? {
-            return Ok(Some(st));
-        }
         rt.progress();
         Ok(rt.pml.test(id)?)
     });
     match polled {
         Ok(None) => None,
         Ok(Some(st)) => Some(comm.finish(st)),
-        // The PML no longer knows the request (finalized, or it failed): nothing writes
-        // into the buffer any more.
         Err(e) => Some(Err(e)),
     }
 }

@@ -8,9 +8,11 @@
 //!   mutated inputs, so the test script exercises the cargo-fuzz targets without nightly.
 //! - [`netns`]: a fresh network namespace with a veth pair of a chosen MTU.
 //! - [`slurm`]: a private Slurm, one node or a cluster of namespace nodes on a bridge.
+//! - [`alloc_count`]: a counting global allocator, for tests that a warm path allocates nothing.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod alloc_count;
 pub mod fuzz;
 pub mod netns;
 pub mod slurm;

@@ -1,5 +1,6 @@
-/* coll-sm against coll-base: the blocking barrier, bcast, reduce and allreduce (which coll-sm
- * serves on one node up to coll_sm_max_size) must give the bytes of their non-blocking forms
+/* coll-sm against coll-base: the blocking barrier, bcast, reduce, allreduce, allgather and
+ * alltoall (which coll-sm serves on one node up to coll_sm_max_size) must give the bytes of
+ * their non-blocking forms
  * (which always run coll-base's schedules), for every type, operation, root and a range of
  * sizes around the thresholds, with MPI_IN_PLACE, on the world, its dup and split
  * sub-communicators used alternately (several segments at once); plus exact references,
@@ -60,6 +61,60 @@ static long combine(MPI_Op op, long a, long b) {
 }
 
 static unsigned char in[MAXB], blk[MAXB], nb[MAXB], inpl[MAXB];
+/* Allgather and alltoall buffers: up to 4 ranks of 20008-byte blocks (larger worlds use a
+ * smaller block, see exchanges). */
+#define MAXX (4 * MAXB)
+static unsigned char xin[MAXX], xblk[MAXX], xnb[MAXX];
+
+/* Byte i of the block rank r sends to rank d in exchange number `tag` (d is ignored by
+ * allgather, whose block goes to everyone). */
+static unsigned char xval(int r, int d, int i, int tag) {
+    return (unsigned char)(r * 37 + d * 11 + i * 3 + tag);
+}
+
+/* Allgather and alltoall of `bytes`-byte blocks: blocking (coll-sm up to its limits),
+ * non-blocking (coll-base) and in place give the same bytes, and those are the reference. */
+static void exchanges(MPI_Comm comm, int bytes) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if ((size_t)bytes * size > MAXX) bytes = MAXX / size;
+    size_t total = (size_t)bytes * size;
+    MPI_Request req;
+    int bad = 0;
+
+    for (int i = 0; i < bytes; i++) xin[i] = xval(rank, 0, i, bytes);
+    memset(xblk, 0xEE, total);
+    memset(xnb, 0xDD, total);
+    OK(MPI_Allgather(xin, bytes, MPI_BYTE, xblk, bytes, MPI_BYTE, comm));
+    OK(MPI_Iallgather(xin, bytes, MPI_BYTE, xnb, bytes, MPI_BYTE, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(memcmp(xblk, xnb, total) == 0, "allgather %d B: sm and base differ", bytes);
+    for (int q = 0; q < size; q++)
+        for (int i = 0; i < bytes; i++) bad += xblk[(size_t)q * bytes + i] != xval(q, 0, i, bytes);
+    CHECK(bad == 0, "allgather %d B: %d bytes wrong", bytes, bad);
+    memset(xnb, 0xDD, total);
+    memcpy(xnb + (size_t)rank * bytes, xin, bytes);
+    OK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xnb, bytes, MPI_BYTE, comm));
+    CHECK(memcmp(xblk, xnb, total) == 0, "allgather in place %d B", bytes);
+
+    for (int d = 0; d < size; d++)
+        for (int i = 0; i < bytes; i++) xin[(size_t)d * bytes + i] = xval(rank, d, i, bytes);
+    memset(xblk, 0xEE, total);
+    memset(xnb, 0xDD, total);
+    OK(MPI_Alltoall(xin, bytes, MPI_BYTE, xblk, bytes, MPI_BYTE, comm));
+    OK(MPI_Ialltoall(xin, bytes, MPI_BYTE, xnb, bytes, MPI_BYTE, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(memcmp(xblk, xnb, total) == 0, "alltoall %d B: sm and base differ", bytes);
+    bad = 0;
+    for (int q = 0; q < size; q++)
+        for (int i = 0; i < bytes; i++)
+            bad += xblk[(size_t)q * bytes + i] != xval(q, rank, i, bytes);
+    CHECK(bad == 0, "alltoall %d B: %d bytes wrong", bytes, bad);
+    memcpy(xnb, xin, total);
+    OK(MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xnb, bytes, MPI_BYTE, comm));
+    CHECK(memcmp(xblk, xnb, total) == 0, "alltoall in place %d B", bytes);
+}
 
 static void reductions(MPI_Comm comm, const Type *t, MPI_Op op, const char *opname, int bytes) {
     int rank, size;
@@ -141,6 +196,15 @@ static void back_to_back(MPI_Comm comm) {
         long m = 0;
         MPI_Reduce(&s, &m, 1, MPI_LONG, MPI_MAX, root, comm);
         bad += rank == root && m != it + size - 1;
+        /* Every member's block, to everyone and to each. */
+        long all[8], mine[8], got[8];
+        if (size <= 8) {
+            MPI_Allgather(&s, 1, MPI_LONG, all, 1, MPI_LONG, comm);
+            for (int q = 0; q < size; q++) bad += all[q] != q + it;
+            for (int q = 0; q < size; q++) mine[q] = (long)rank * 1000 + q + it;
+            MPI_Alltoall(mine, 1, MPI_LONG, got, 1, MPI_LONG, comm);
+            for (int q = 0; q < size; q++) bad += got[q] != (long)q * 1000 + rank + it;
+        }
         if (it % 7 == 0) MPI_Barrier(comm);
     }
     CHECK(bad == 0, "back to back: %d wrong", bad);
@@ -190,6 +254,7 @@ int main(int argc, char **argv) {
         /* The communicators take turns, so their segments are in use together. */
         for (int c = 0; c < 4; c++) {
             bcasts(comms[c], sizes[s]);
+            exchanges(comms[c], sizes[s]);
             for (int t = 0; t < NTYPES; t++)
                 for (int o = 0; o < 5; o++) {
                     if (o == 4 && !types[t].integer) continue;

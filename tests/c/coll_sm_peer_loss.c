@@ -3,7 +3,7 @@
  * (class MPI_ERR_PROC_ABORTED, a peer process failed), never hang. Run under rmca-run
  * --keep-going, so that the launcher lets the survivors finish.
  *
- * Usage: coll_sm_peer_loss barrier|allreduce|bcast before|inside
+ * Usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall before|inside
  * The last rank is the victim (the root of the bcast). "before": it dies at once, the others
  * enter the collective whenever they get there; "inside": it dies 300 ms late, when the others
  * have long been waiting (asleep, in block mode). Each survivor prints
@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (argc != 3 || n < 2) {
-        if (me == 0) fprintf(stderr, "usage: coll_sm_peer_loss barrier|allreduce|bcast before|inside (2+ ranks)\n");
+        if (me == 0) fprintf(stderr, "usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall before|inside (2+ ranks)\n");
         MPI_Finalize();
         return 2;
     }
@@ -67,10 +67,15 @@ int main(int argc, char **argv) {
     }
     double t0 = now_ms();
     char buf[64] = {0};
+    long all[64] = {0}, each[64] = {0};
     if (strcmp(op, "barrier") == 0) {
         rc = MPI_Barrier(MPI_COMM_WORLD);
     } else if (strcmp(op, "allreduce") == 0) {
         rc = MPI_Allreduce(&in, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    } else if (strcmp(op, "allgather") == 0 && n <= 64) {
+        rc = MPI_Allgather(&in, 1, MPI_LONG, all, 1, MPI_LONG, MPI_COMM_WORLD);
+    } else if (strcmp(op, "alltoall") == 0 && n <= 64) {
+        rc = MPI_Alltoall(each, 1, MPI_LONG, all, 1, MPI_LONG, MPI_COMM_WORLD);
     } else {
         rc = MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, victim, MPI_COMM_WORLD);
     }

@@ -2,7 +2,8 @@
  * bandwidth tests call MPI_Waitall with an array of statuses): each status's source, tag,
  * count and MPI_ERROR after MPI_Waitall (requests of the fast paths alone, and mixed with
  * MPI_REQUEST_NULL, MPI_PROC_NULL and derived-datatype requests), MPI_Testall completing a
- * window in two halves (the first half's statuses kept while the second is outstanding),
+ * window in two halves (the first half's statuses kept while the second is outstanding) and
+ * a window mixed with MPI_REQUEST_NULL and MPI_PROC_NULL (every status written),
  * MPI_Waitsome/Testsome/Waitany/Testany/Wait/Test with and without statuses, and errors:
  * truncation (MPI_ERR_IN_STATUS, each status's MPI_ERROR), stale handles, bad counts. */
 #include "check.h"
@@ -145,6 +146,40 @@ static void testall_halves(void) {
         CHECK(req[i] == MPI_REQUEST_NULL, "testall: request %d freed", i);
     }
     OK(MPI_Waitall(W, sreq, MPI_STATUSES_IGNORE));
+}
+
+/* MPI_Testall over a window of sends and receives with MPI_REQUEST_NULL and a receive from
+ * MPI_PROC_NULL among them, with statuses: once the flag is set, every status is written (the
+ * null request's empty, the MPI_PROC_NULL receive's with source MPI_PROC_NULL, each receive's
+ * own, each send's written) and every handle is MPI_REQUEST_NULL. */
+static void testall_mixed(void) {
+    MPI_Request req[2 * W + 2];
+    MPI_Status st[2 * W + 2];
+    for (int round = 0; round < 3; round++) {
+        post_window(req, 700);
+        req[2 * W] = MPI_REQUEST_NULL;
+        OK(MPI_Irecv(NULL, 0, MPI_INT, MPI_PROC_NULL, 7, MPI_COMM_WORLD, &req[2 * W + 1]));
+        for (int i = 0; i < 2 * W + 2; i++) {
+            st[i].MPI_SOURCE = -5;
+            st[i].MPI_TAG = -5;
+            st[i].MPI_ERROR = -5;
+        }
+        int flag = 0;
+        for (long k = 0; !flag && k < 100000000; k++) POLL(MPI_Testall(2 * W + 2, req, &flag, st));
+        CHECK(flag, "testall mixed: the window completed");
+        for (int i = 0; i < W; i++) check_recv(&st[i], i, 700, "testall mixed");
+        for (int i = 0; i < W; i++)
+            CHECK(st[W + i].MPI_ERROR != -5 || st[W + i].MPI_SOURCE != -5,
+                  "testall mixed: send %d: no status written", i);
+        CHECK(st[2 * W].MPI_SOURCE == MPI_ANY_SOURCE && st[2 * W].MPI_TAG == MPI_ANY_TAG,
+              "testall mixed: the null request's status: source %d tag %d",
+              st[2 * W].MPI_SOURCE, st[2 * W].MPI_TAG);
+        CHECK(st[2 * W + 1].MPI_SOURCE == MPI_PROC_NULL && st[2 * W + 1].MPI_TAG == MPI_ANY_TAG,
+              "testall mixed: the MPI_PROC_NULL receive's status: source %d tag %d",
+              st[2 * W + 1].MPI_SOURCE, st[2 * W + 1].MPI_TAG);
+        for (int i = 0; i < 2 * W + 2; i++)
+            CHECK(req[i] == MPI_REQUEST_NULL, "testall mixed: request %d freed", i);
+    }
 }
 
 /* The one-at-a-time calls over a window, with statuses or without. */
@@ -376,6 +411,7 @@ int main(int argc, char **argv) {
     waitall_statuses();
     waitall_mixed();
     testall_halves();
+    testall_mixed();
     some_any_one();
     any_lowest_first();
     errors();

@@ -303,6 +303,53 @@ static void derived(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* A transposing put and get on a created window (MPICH's transpose1 and transpose7 at a
+ * quarter of their size): the target layout is N*N runs of one int, so an RDMA transfer per
+ * run is a quarter million of them (the test's time limit catches a library that slows
+ * down with their number). */
+enum { XN = 512 };
+static void transposed(void) {
+    int *mine = malloc(sizeof(int) * XN * XN), *got = malloc(sizeof(int) * XN * XN);
+    CHECK(mine && got, "allocating two %d x %d matrices", XN, XN);
+    if (!mine || !got) return;
+    for (int i = 0; i < XN * XN; i++) mine[i] = -1;
+    MPI_Win win;
+    OK(MPI_Win_create(mine, sizeof(int) * XN * XN, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD,
+                      &win));
+    MPI_Datatype column, xpose;
+    OK(MPI_Type_vector(XN, 1, XN, MPI_INT, &column));
+    OK(MPI_Type_create_hvector(XN, 1, sizeof(int), column, &xpose));
+    OK(MPI_Type_commit(&xpose));
+    for (int i = 0; i < XN * XN; i++) got[i] = rank * XN * XN + i;
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Put(got, XN * XN, MPI_INT, right(), 0, 1, xpose, win));
+    OK(MPI_Win_fence(0, win));
+    int bad = 0;
+    for (int i = 0; i < XN && !bad; i++)
+        for (int j = 0; j < XN; j++)
+            if (mine[j * XN + i] != left() * XN * XN + i * XN + j) {
+                bad = 1;
+                CHECK(0, "transposed put: [%d][%d] = %d", j, i, mine[j * XN + i]);
+                break;
+            }
+    /* Read the right neighbour's matrix (which holds this rank's, transposed) back through
+     * the transposing type: this rank's own values come back in order. */
+    for (int i = 0; i < XN * XN; i++) got[i] = -2;
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Get(got, XN * XN, MPI_INT, right(), 0, 1, xpose, win));
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+    for (int i = 0; i < XN * XN; i++)
+        if (got[i] != rank * XN * XN + i) {
+            CHECK(0, "transposed get: [%d] = %d", i, got[i]);
+            break;
+        }
+    OK(MPI_Type_free(&column));
+    OK(MPI_Type_free(&xpose));
+    OK(MPI_Win_free(&win));
+    free(mine);
+    free(got);
+}
+
 /* Passive target on an allocated window: exclusive locks serialize fetch-and-add on rank 0's
  * counter; compare-and-swap; shared locks; lock_all with flushes and request-based calls. */
 static void passive(void) {
@@ -757,6 +804,7 @@ int main(int argc, char **argv) {
     fence_epochs();
     pair_types();
     derived();
+    transposed();
     passive();
     created_locks();
     locked_sums();

@@ -6,7 +6,8 @@
  * windows; atomics and exclusive locks under contention from every rank (the counts add up
  * exactly); bad input answered with the RMA error classes and nothing written, on the general
  * path and on the C library's fast paths (small put/get and accumulates, fetch-and-op,
- * compare-and-swap). Runs on any number of ranks on one node (1 included). */
+ * compare-and-swap) and its passive-target locks (exclusion under contention, misuse). Runs on
+ * any number of ranks on one node (1 included). */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -768,6 +769,122 @@ static void fast_epochs(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* A pause between a read and the write that depends on it: an exclusion that fails lets
+ * another rank in there. */
+static void pause_a_little(void) {
+    for (volatile int k = 0; k < 200; k++) {
+    }
+}
+
+/* Passive-target locks through the C library's fast path (osc-sm: an uncontended lock is one
+ * atomic on the target's lock word, a contended one is the general path's wait) still
+ * exclude: every rank increments rank 0's two counters ROUNDS times, each by a get, a flush
+ * and a put in an exclusive epoch, a pause between the get and the put; readers in shared
+ * epochs (MPI_Win_lock and MPI_Win_lock_all) must never see the counters differ, and the
+ * totals are exact. Then the misuses of lock and unlock get their errors, with the fast
+ * path in front of them. */
+static void fast_locks(void) {
+    int64_t *c = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared(rank == 0 ? 2 * sizeof(int64_t) : 0, sizeof(int64_t),
+                               MPI_INFO_NULL, MPI_COMM_WORLD, &c, &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    MPI_Aint sz;
+    int du;
+    OK(MPI_Win_shared_query(win, 0, &sz, &du, &c));
+    if (rank == 0) c[0] = c[1] = 0;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    const int rounds = 400;
+    int torn = 0;
+    for (int i = 0; i < rounds; i++) {
+        int64_t x[2] = {0, 0};
+        POLL(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+        POLL(MPI_Get(x, 2, MPI_INT64_T, 0, 0, 2, MPI_INT64_T, win));
+        POLL(MPI_Win_flush(0, win));
+        pause_a_little();
+        x[0]++;
+        POLL(MPI_Put(&x[0], 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win));
+        POLL(MPI_Win_flush(0, win));
+        pause_a_little();
+        x[1]++;
+        POLL(MPI_Put(&x[1], 1, MPI_INT64_T, 0, 1, 1, MPI_INT64_T, win));
+        POLL(MPI_Win_unlock(0, win));
+        int64_t y[2] = {0, -1};
+        if (i % 2 == 0) {
+            POLL(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+            POLL(MPI_Get(y, 2, MPI_INT64_T, 0, 0, 2, MPI_INT64_T, win));
+            POLL(MPI_Win_unlock(0, win));
+        } else {
+            POLL(MPI_Win_lock_all(0, win));
+            POLL(MPI_Get(y, 2, MPI_INT64_T, 0, 0, 2, MPI_INT64_T, win));
+            POLL(MPI_Win_unlock_all(win));
+        }
+        torn += y[0] != y[1];
+    }
+    CHECK(torn == 0, "%d shared epochs saw an exclusive one half done", torn);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    int64_t total = (int64_t)rounds * size;
+    if (rank == 0)
+        CHECK(c[0] == total && c[1] == total, "exclusive increments %ld %ld of %ld", (long)c[0],
+              (long)c[1], (long)total);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+
+    /* Misuse: each its error class, the epochs as they were. */
+    const int64_t v = 5;
+    CHECK(MPI_Win_unlock(0, win) == MPI_ERR_RMA_SYNC, "unlock without lock");
+    CHECK(MPI_Win_unlock_all(win) == MPI_ERR_RMA_SYNC, "unlock_all without lock_all");
+    CHECK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE + MPI_LOCK_SHARED, 0, 0, win) == MPI_ERR_LOCKTYPE,
+          "a lock type that is neither");
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, size, 0, win) == MPI_ERR_RANK, "lock of rank size");
+    CHECK(MPI_Win_unlock(-7, win) == MPI_ERR_RANK, "unlock of rank -7");
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, MPI_PROC_NULL, 0, win));
+    OK(MPI_Win_unlock(MPI_PROC_NULL, win));
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+    CHECK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win) == MPI_ERR_RMA_SYNC, "locked twice");
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win) == MPI_ERR_RMA_SYNC, "locked twice (shared)");
+    CHECK(MPI_Win_lock_all(0, win) == MPI_ERR_RMA_SYNC, "lock_all inside a lock epoch");
+    CHECK(MPI_Win_unlock_all(win) == MPI_ERR_RMA_SYNC, "unlock_all inside a lock epoch");
+    if (size > 1) {
+        CHECK(MPI_Win_unlock(1, win) == MPI_ERR_RMA_SYNC, "unlock of a rank not locked");
+        CHECK(MPI_Put(&v, 1, MPI_INT64_T, 1, 0, 1, MPI_INT64_T, win) == MPI_ERR_RMA_SYNC,
+              "a put to a rank not locked");
+    }
+    OK(MPI_Win_unlock(0, win));
+    CHECK(MPI_Put(&v, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win) == MPI_ERR_RMA_SYNC,
+          "a put after the unlock");
+    CHECK(MPI_Win_unlock(0, win) == MPI_ERR_RMA_SYNC, "unlocked twice");
+    OK(MPI_Win_lock_all(0, win));
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win) == MPI_ERR_RMA_SYNC, "lock inside lock_all");
+    CHECK(MPI_Win_unlock(0, win) == MPI_ERR_RMA_SYNC, "unlock inside lock_all");
+    CHECK(MPI_Win_lock_all(0, win) == MPI_ERR_RMA_SYNC, "lock_all twice");
+    OK(MPI_Win_unlock_all(win));
+    CHECK(MPI_Win_flush_all(win) == MPI_ERR_RMA_SYNC, "flush_all after unlock_all");
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    /* MPI_MODE_NOCHECK (no other rank locks meanwhile: between barriers), exclusive and
+     * lock_all: the operations go, and the epoch closes. */
+    if (rank == 0) {
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, MPI_MODE_NOCHECK, win));
+        OK(MPI_Put(&v, 1, MPI_INT64_T, 0, 1, 1, MPI_INT64_T, win));
+        OK(MPI_Win_unlock(0, win));
+        OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+        OK(MPI_Put(&v, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win));
+        OK(MPI_Win_unlock_all(win));
+        CHECK(c[0] == 5 && c[1] == 5, "puts under NOCHECK: %ld %ld", (long)c[0], (long)c[1]);
+        CHECK(MPI_Put(&v, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win) == MPI_ERR_RMA_SYNC,
+              "a put after a NOCHECK epoch");
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    /* A fence epoch, then a lock: the lock closes nothing it should not and works. */
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+    int64_t got = -1;
+    OK(MPI_Get(&got, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win));
+    OK(MPI_Win_unlock(0, win));
+    CHECK(got == 5, "a get in a lock epoch after fences: %ld", (long)got);
+    OK(MPI_Win_free(&win));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -781,6 +898,7 @@ int main(int argc, char **argv) {
     fast_values();
     fast_bad_input();
     fast_epochs();
+    fast_locks();
     int rc = summary("rma_shared");
     MPI_Finalize();
     return rc;

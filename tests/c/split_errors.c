@@ -151,7 +151,8 @@ int main(int argc, char **argv) {
         unsigned long long s2 = sent();
         OK(MPI_Allgather(pairs, 16, MPI_BYTE, all, 16, MPI_BYTE, MPI_COMM_WORLD));
         unsigned long long s3 = sent();
-        CHECK(s3 > s2, "an allgather over %d processes sent no message", np);
+        /* (On one node coll-sm runs both allgathers through its segment, sending no
+         * message: the split then sends what the dup does.) */
         CHECK(s2 - s1 == (s1 - s0) + (s3 - s2),
               "a split sent %llu messages, a dup %llu and one 16-byte allgather %llu: the split "
               "should cost the dup's agreement plus one allgather",

@@ -1,5 +1,5 @@
-//! coll-sm through the C interface (`tests/c/coll_sm.c`): the blocking barrier, bcast, reduce
-//! and allreduce coll-sm serves give the bytes of their non-blocking forms (coll-base's
+//! coll-sm through the C interface (`tests/c/coll_sm.c`): the blocking barrier, bcast, reduce,
+//! allreduce, allgather and alltoall coll-sm serves give the bytes of their non-blocking forms (coll-base's
 //! schedules) for every type, operation, root and sizes around the thresholds, with
 //! MPI_IN_PLACE, on the world, a dup and split sub-communicators in turn (several segments at
 //! once), back to back with rotating roots, and barriers in order; at 1-4 ranks over ob1+shm
@@ -126,6 +126,8 @@ fn a_dead_member_fails_the_survivors_collective_instead_of_hanging() {
         // Oversubscribed and asleep on the futex while the victim dies.
         ("barrier", "inside", 4, &[("mpi_wait_mode", "block")]),
         ("allreduce", "before", 2, &[("pml", "dr")]),
+        ("allgather", "inside", 3, &[]),
+        ("alltoall", "inside", 4, &[("mpi_wait_mode", "block")]),
     ];
     for &(op, when, ranks, mca) in cases {
         let out = run_job_with(
@@ -150,7 +152,9 @@ fn a_dead_member_fails_the_survivors_collective_instead_of_hanging() {
                 });
             assert!(
                 line.contains("class 58, handler calls 1 (class 58)")
-                    && line.contains(&format!("communicator rank {} failed", ranks - 1)),
+                    && line.contains(&format!("communicator rank {} failed", ranks - 1))
+                    // Seen by coll-sm's own wait, not by a point-to-point schedule's.
+                    && line.contains("coll-sm: its process"),
                 "rank {r} ({op} {when}): {line}\n{}",
                 out.text()
             );

@@ -1,7 +1,8 @@
 //! coll-sm: collectives of communicators whose members all share a node, through one shared
 //! segment per communicator and no message, as Open MPI's coll/sm (and xhc).
 //!
-//! Barrier, bcast, reduce and allreduce of at most `coll_sm_max_size` bytes run as
+//! Barrier, bcast, reduce, allreduce, allgather and alltoall of at most `coll_sm_max_size`
+//! bytes (an allgather's block, an alltoall's whole input) run as
 //! [direct collectives](rmca_framework::coll::DirectColl): flags and data slots in a segment
 //! every member maps (the protocol is [`protocol`], a sans-IO state machine; the mapping is
 //! [`segment`], the crate's only unsafe code). Longer ones, every other operation and every
@@ -92,7 +93,7 @@ impl Component for SmComponent {
         ComponentMeta {
             name: "sm",
             version: env!("CARGO_PKG_VERSION"),
-            description: "Barrier, bcast, reduce, allreduce through one shared segment per communicator, without messages (communicators on one node; longer or other operations fall through)",
+            description: "Barrier, bcast, reduce, allreduce, allgather, alltoall through one shared segment per communicator, without messages (communicators on one node; longer or other operations fall through)",
         }
     }
 
@@ -107,7 +108,7 @@ impl Component for SmComponent {
         params.add(
             Param::size("max_size", MAX_SIZE)
                 .range(0, MAX_SIZE_CAP as i64)
-                .help("Longest bcast, reduce or allreduce (bytes) coll-sm runs; longer ones fall through to the next component. Each member's part of a communicator's segment holds two slots of this size (at most 64M)")
+                .help("Longest bcast, reduce, allreduce, allgather block or alltoall input (bytes) coll-sm runs; longer ones fall through to the next component. Each member's part of a communicator's segment holds two slots of this size (at most 64M)")
                 .level(Level::Tuning)
                 .job_wide(),
         );
@@ -198,12 +199,14 @@ impl SmModule {
         })
     }
 
-    /// Run `op` on `len` bytes, mapping the segment first if this is the first collective;
-    /// `None` if the segment could not be made (fall through).
+    /// Run `op` on `len` bytes (what a rank's slot holds: see [`Run::poll`]), mapping the
+    /// segment first if this is the first collective; `None` if the segment could not be
+    /// made (fall through).
     fn run(
         &self,
         env: &mut dyn DirectEnv,
         op: Op,
+        len: usize,
         send: &[u8],
         work: &mut [u8],
         reduce: Option<ReduceBytes<'_>>,
@@ -211,7 +214,6 @@ impl SmModule {
         if let Some(e) = &*self.dead.borrow() {
             return Some(Err(e.clone()));
         }
-        let len = work.len();
         let mut seg = self.seg.borrow_mut();
         if let Shared::Unset = *seg {
             match self.set_up(env) {
@@ -451,7 +453,7 @@ impl CollModule for SmModule {
 impl DirectColl for SmModule {
     fn barrier(&self, env: &mut dyn DirectEnv) -> Option<Result<(), DirectError>> {
         let round = self.barriers.get().wrapping_add(1);
-        let r = self.run(env, Op::Barrier { round }, &[], &mut [], None);
+        let r = self.run(env, Op::Barrier { round }, 0, &[], &mut [], None);
         if r.is_some() {
             self.barriers.set(round);
         }
@@ -467,7 +469,7 @@ impl DirectColl for SmModule {
         if buf.len() > self.max || root >= self.layout.n {
             return None;
         }
-        self.run(env, Op::Bcast { root }, &[], buf, None)
+        self.run(env, Op::Bcast { root }, buf.len(), &[], buf, None)
     }
 
     fn reduce(
@@ -488,6 +490,7 @@ impl DirectColl for SmModule {
         self.run(
             env,
             Op::Reduce { root, elem, split },
+            send.len(),
             send,
             work,
             Some(reduce),
@@ -507,7 +510,42 @@ impl DirectColl for SmModule {
         if work.len() != send.len() {
             return None;
         }
-        self.run(env, Op::Allreduce { elem, split }, send, work, Some(reduce))
+        self.run(
+            env,
+            Op::Allreduce { elem, split },
+            send.len(),
+            send,
+            work,
+            Some(reduce),
+        )
+    }
+
+    fn allgather(
+        &self,
+        env: &mut dyn DirectEnv,
+        send: &[u8],
+        recv: &mut [u8],
+    ) -> Option<Result<(), DirectError>> {
+        // Zero-byte blocks move nothing (and need no synchronisation): the schedules do it.
+        let len = send.len();
+        if len == 0 || len > self.max || Some(recv.len()) != len.checked_mul(self.layout.n) {
+            return None;
+        }
+        self.run(env, Op::Allgather, len, send, recv, None)
+    }
+
+    fn alltoall(
+        &self,
+        env: &mut dyn DirectEnv,
+        send: &[u8],
+        recv: &mut [u8],
+    ) -> Option<Result<(), DirectError>> {
+        // A rank's slot holds its whole input (every member's block).
+        let len = send.len();
+        if len == 0 || len > self.max || recv.len() != len || !len.is_multiple_of(self.layout.n) {
+            return None;
+        }
+        self.run(env, Op::Alltoall, len, send, recv, None)
     }
 }
 
@@ -590,6 +628,38 @@ mod tests {
         assert_eq!(seg.load(m.layout.pid(0)), std::process::id());
         // The other member never stored its pid here: it is not watched.
         assert_eq!(*m.pids.borrow(), vec![0, 0]);
+    }
+
+    #[test]
+    fn exchanges_beyond_the_slot_or_of_bad_lengths_fall_through() {
+        let sm = SmModule::new(&CommShape::new(0, vec![0; 4]), 256, 64).unwrap();
+        // The direct forms (CollModule has schedule-building methods of the same names).
+        let m: &dyn DirectColl = &sm;
+        let mut env = CountingEnv::default();
+        let mut out = vec![0u8; 4 * 257];
+        let declined = |r: Option<Result<(), DirectError>>| r.is_none();
+        assert!(
+            declined(m.allgather(&mut env, &[0; 257], &mut out)),
+            "block longer than the slot"
+        );
+        assert!(declined(m.allgather(&mut env, &[], &mut [])), "zero bytes");
+        assert!(
+            declined(m.allgather(&mut env, &[0; 8], &mut out[..24])),
+            "output not one block per member"
+        );
+        assert!(
+            declined(m.alltoall(&mut env, &[0; 260], &mut out[..260])),
+            "input longer than the slot"
+        );
+        assert!(
+            declined(m.alltoall(&mut env, &[0; 6], &mut out[..6])),
+            "input not one block per member"
+        );
+        assert!(
+            declined(m.alltoall(&mut env, &[0; 8], &mut out[..4])),
+            "output shorter than the input"
+        );
+        assert_eq!(env.rounds, 0, "declining sets nothing up");
     }
 
     #[test]

@@ -57,6 +57,12 @@
 //!   of the result back into its own slot (no other rank reads that part of it in this
 //!   stage) and posts stage 2; the root (every rank for allreduce) copies every share out.
 //!
+//! - allgather: every rank copies its block into its slot and posts; each copies every other
+//!   rank's block out of its slot as soon as that rank posted (its own from its input).
+//! - alltoall: every rank copies its whole input (n blocks) into its slot and posts; each
+//!   copies block `me` of every other rank's slot out as soon as that rank posted. One
+//!   hand-over per pair of ranks, none of the point-to-point matching and acknowledgements.
+//!
 //! Reductions combine `x0 op x1 op ... op x(n-1)` in rank order, so non-commutative
 //! operations are served and every rank gets the same bits.
 
@@ -240,6 +246,12 @@ pub enum Op {
         /// Every rank combines its share of the elements, then copies the others' shares.
         split: bool,
     },
+    /// An allgather of `len`-byte blocks: `send` is this rank's block, `work` gets every
+    /// rank's, in rank order (`n * len` bytes).
+    Allgather,
+    /// An alltoall of `len / n`-byte blocks: `send` holds the block for every rank, `work`
+    /// gets every rank's block for this one, both in rank order (`len` bytes).
+    Alltoall,
 }
 
 /// What a [`Run`] waits for: the word at `off` to reach `want` (see [`reached`]).
@@ -305,6 +317,7 @@ impl Run {
     /// # Panics
     /// If `len` exceeds the slot, `me` or a root is not a rank, or a reduction's `elem` is 0
     /// or does not divide `len`: the module checks the arguments before it starts a run.
+    #[inline]
     pub fn new(op: Op, layout: Layout, me: usize, seq: u32, len: usize) -> Self {
         assert!(me < layout.n && len <= layout.slot, "coll-sm: bad run");
         match op {
@@ -316,6 +329,9 @@ impl Run {
                 elem > 0 && len.is_multiple_of(elem),
                 "coll-sm: bad element size"
             );
+        }
+        if op == Op::Alltoall {
+            assert!(len.is_multiple_of(layout.n), "coll-sm: bad alltoall length");
         }
         Self {
             op,
@@ -332,6 +348,7 @@ impl Run {
     /// Before this collective, this rank learned that every other member had finished every
     /// collective up to `seq` (what [`Run::clears`] of an earlier run said; `None`: nothing
     /// known): slots those used need no `freed` check (one remote load per member saved).
+    #[inline]
     pub fn after_clear(mut self, seq: Option<u32>) -> Self {
         self.synced = seq;
         self
@@ -341,15 +358,15 @@ impl Run {
     /// finished everything (for [`Run::after_clear`] of the next runs). A barrier `s`: `s`
     /// (every member arrived, so finished everything before; the barrier uses no slot). A
     /// collective `s` in which this rank waited for every other member's post of `s` (an
-    /// allreduce; a reduce at its root): `s - 1` (a member posts `s` only after it finished
-    /// `s - 1`). `None` for the others (a member may still be reading an earlier slot).
+    /// allreduce, allgather or alltoall; a reduce at its root): `s - 1` (a member posts `s`
+    /// only after it finished `s - 1`). `None` for the others (a member may still be reading an earlier slot).
     pub fn clears(&self) -> Option<u32> {
         if self.stage != u8::MAX {
             return None;
         }
         match self.op {
             Op::Barrier { .. } => Some(self.seq),
-            Op::Allreduce { .. } => Some(self.seq.wrapping_sub(1)),
+            Op::Allreduce { .. } | Op::Allgather | Op::Alltoall => Some(self.seq.wrapping_sub(1)),
             Op::Reduce { root, .. } if root == self.me => Some(self.seq.wrapping_sub(1)),
             Op::Reduce { .. } | Op::Bcast { .. } => None,
         }
@@ -357,7 +374,9 @@ impl Run {
 
     /// Go as far as possible without waiting. `send` is the input of a reduction, `work`
     /// the buffer of a broadcast or the result of a reduction (private space on a
-    /// reduction's non-root), both `len` bytes; `reduce` combines for reductions.
+    /// reduction's non-root), both `len` bytes (an allgather's `work` holds `n * len`, see
+    /// [`Op::Allgather`] and [`Op::Alltoall`]); `reduce` combines for reductions.
+    #[inline]
     pub fn poll<M: Mem + ?Sized>(
         &mut self,
         mem: &M,
@@ -365,123 +384,190 @@ impl Run {
         work: &mut [u8],
         reduce: Option<ReduceBytes<'_>>,
     ) -> Step {
+        if self.stage == u8::MAX {
+            return Step::Done;
+        }
+        // One function per kind of operation: each keeps only its own values live, where one
+        // function for all spilled registers in its prologue on every call.
+        match self.op {
+            Op::Barrier { round } => self.poll_barrier(mem, round),
+            Op::Bcast { root } => self.poll_bcast(mem, root, work),
+            Op::Reduce { .. } | Op::Allreduce { .. } => self.poll_reduce(mem, send, work, reduce),
+            Op::Allgather | Op::Alltoall => self.poll_exchange(mem, send, work),
+        }
+    }
+
+    /// [`Run::poll`] of a barrier.
+    #[inline(never)]
+    fn poll_barrier<M: Mem + ?Sized>(&mut self, mem: &M, round: u32) -> Step {
         let l = self.layout;
-        let (me, seq, n) = (self.me, self.seq, l.n);
-        loop {
-            match (self.op, self.stage) {
-                (Op::Barrier { round }, 0) => {
-                    self.stage = 1;
-                    let want = round.wrapping_mul(n as u32);
-                    let last = mem.add(l.arrived(), 1) == want;
-                    // Arrived (for [`Run::awaited`]); nobody waits on this value, so no
-                    // wake-up and no fence. After the increment: a rank seen arrived has
-                    // incremented. Marked in the post line of the *next* collective: the
-                    // store takes that line back from the members that read it two
-                    // collectives ago here, inside the barrier, rather than in the next
-                    // collective's post, on its critical path (OSU times the collective
-                    // after a barrier, not the barrier). Its word goes on monotonic: it held
-                    // a stage of collective `seq - 1`, and `seq + 1` posts above this.
-                    mem.mark(l.posted(me, seq.wrapping_add(1)), stage(seq, 1));
-                    if last {
-                        // The last to arrive: the others may be asleep on the counter.
-                        return Step::Posted {
-                            off: l.arrived(),
-                            sleepers: l.arrived_sleepers(),
-                            release: true,
-                        };
-                    }
-                }
-                (Op::Barrier { round }, 1) => {
-                    let (off, want) = (l.arrived(), round.wrapping_mul(n as u32));
-                    if !reached(mem.load(off), want) {
-                        return Step::Wait(Wait {
-                            off,
-                            want,
-                            sleepers: l.arrived_sleepers(),
-                            from: None,
-                        });
-                    }
-                    return self.finish(mem);
-                }
-                (Op::Bcast { root }, 0) if root == me => {
-                    if let Some(w) = self.wait_freed(mem) {
-                        return w;
-                    }
-                    mem.write(l.data(me, seq, self.len), &work[..self.len]);
-                    self.stage = 1;
-                    return self.post(mem, 1);
-                }
-                (Op::Bcast { root }, 1) if root == me => return self.finish(mem),
-                (Op::Bcast { root }, 0) => {
-                    if let Some(w) = self.wait_one(mem, root, 1) {
-                        return w;
-                    }
-                    let len = self.len;
-                    mem.view(l.data(root, seq, len), len, &mut |b| {
-                        work[..len].copy_from_slice(b)
-                    });
-                    return self.finish(mem);
-                }
-                (Op::Reduce { root, split, .. }, 0) if root == me && !split => {
-                    // The root of a short reduce combines its own input from `send`: nobody
-                    // reads its slot or waits for its post, so it goes straight to combining
-                    // (two fewer cache-line hand-overs on the critical path).
-                    self.stage = 1;
-                }
-                (Op::Reduce { .. } | Op::Allreduce { .. }, 0) => {
-                    if let Some(w) = self.wait_freed(mem) {
-                        return w;
-                    }
-                    if n > 1 {
-                        mem.write(l.data(me, seq, self.len), &send[..self.len]);
-                    }
-                    self.stage = 1;
-                    return self.post(mem, 1);
-                }
-                (Op::Reduce { root, split, .. }, 1) if !split && root != me => {
-                    return self.finish(mem);
-                }
-                (Op::Reduce { elem, split, .. } | Op::Allreduce { elem, split }, 1) => {
-                    if let Some(w) = self.wait_all(mem, |q| q != me, 1) {
-                        return w;
-                    }
-                    let reduce = reduce.expect("coll-sm: a reduction without its operation");
-                    if !split {
-                        self.combine(mem, send, work, 0..self.len, reduce);
-                        return self.finish(mem);
-                    }
-                    let mine = share(self.len, elem, n, me);
-                    if !mine.is_empty() {
-                        self.combine(mem, send, work, mine.clone(), reduce);
-                        mem.write(l.data(me, seq, self.len) + mine.start, &work[mine]);
-                    }
-                    self.stage = 2;
-                    return self.post(mem, 2);
-                }
-                (Op::Reduce { root, .. }, 2) if root != me => return self.finish(mem),
-                (Op::Reduce { elem, .. } | Op::Allreduce { elem, .. }, 2) => {
-                    // Copy every other share out as soon as its rank posted it.
-                    while self.next < n {
-                        let q = self.next;
-                        let theirs = share(self.len, elem, n, q);
-                        if q != me && !theirs.is_empty() {
-                            if let Some(w) = self.wait_one(mem, q, 2) {
-                                return w;
-                            }
-                            let dst = &mut work[theirs.clone()];
-                            mem.view(
-                                l.data(q, seq, self.len) + theirs.start,
-                                theirs.len(),
-                                &mut |b| dst.copy_from_slice(b),
-                            );
-                        }
-                        self.next += 1;
-                    }
-                    return self.finish(mem);
-                }
-                (_, _) => return Step::Done,
+        let want = round.wrapping_mul(l.n as u32);
+        if self.stage == 0 {
+            self.stage = 1;
+            let last = mem.add(l.arrived(), 1) == want;
+            // Arrived (for [`Run::awaited`]); nobody waits on this value, so no
+            // wake-up and no fence. After the increment: a rank seen arrived has
+            // incremented. Marked in the post line of the *next* collective: the
+            // store takes that line back from the members that read it two
+            // collectives ago here, inside the barrier, rather than in the next
+            // collective's post, on its critical path (OSU times the collective
+            // after a barrier, not the barrier). Its word goes on monotonic: it held
+            // a stage of collective `seq - 1`, and `seq + 1` posts above this.
+            mem.mark(
+                l.posted(self.me, self.seq.wrapping_add(1)),
+                stage(self.seq, 1),
+            );
+            if last {
+                // The last to arrive: the others may be asleep on the counter.
+                return Step::Posted {
+                    off: l.arrived(),
+                    sleepers: l.arrived_sleepers(),
+                    release: true,
+                };
             }
         }
+        let off = l.arrived();
+        if !reached(mem.load(off), want) {
+            return Step::Wait(Wait {
+                off,
+                want,
+                sleepers: l.arrived_sleepers(),
+                from: None,
+            });
+        }
+        self.finish(mem)
+    }
+
+    /// [`Run::poll`] of a broadcast from `root`.
+    #[inline(never)]
+    fn poll_bcast<M: Mem + ?Sized>(&mut self, mem: &M, root: usize, work: &mut [u8]) -> Step {
+        let (l, me, seq, len) = (self.layout, self.me, self.seq, self.len);
+        if root == me {
+            if self.stage == 1 {
+                return self.finish(mem);
+            }
+            return self.publish(mem, &work[..len]);
+        }
+        if let Some(w) = self.wait_one(mem, root, 1) {
+            return w;
+        }
+        mem.view(l.data(root, seq, len), len, &mut |b| {
+            work[..len].copy_from_slice(b)
+        });
+        self.finish(mem)
+    }
+
+    /// Stage 0 of an operation in which this rank publishes `data` in its slot: once no
+    /// member still reads the slot, write it and post stage 1.
+    fn publish<M: Mem + ?Sized>(&mut self, mem: &M, data: &[u8]) -> Step {
+        if let Some(w) = self.wait_freed(mem) {
+            return w;
+        }
+        if self.layout.n > 1 {
+            mem.write(self.layout.data(self.me, self.seq, self.len), data);
+        }
+        self.stage = 1;
+        self.post(mem, 1)
+    }
+
+    /// [`Run::poll`] of a reduce or an allreduce.
+    #[inline(never)]
+    fn poll_reduce<M: Mem + ?Sized>(
+        &mut self,
+        mem: &M,
+        send: &[u8],
+        work: &mut [u8],
+        reduce: Option<ReduceBytes<'_>>,
+    ) -> Step {
+        let (l, me, seq, n) = (self.layout, self.me, self.seq, self.layout.n);
+        // Every rank gets the result in an allreduce: as the root of a reduce.
+        let (root, elem, split) = match self.op {
+            Op::Reduce { root, elem, split } => (Some(root), elem, split),
+            Op::Allreduce { elem, split } => (None, elem, split),
+            _ => unreachable!("coll-sm: poll_reduce on {:?}", self.op),
+        };
+        let result = root.is_none_or(|r| r == me);
+        if self.stage == 0 {
+            if root == Some(me) && !split {
+                // The root of a short reduce combines its own input from `send`: nobody
+                // reads its slot or waits for its post, so it goes straight to combining
+                // (two fewer cache-line hand-overs on the critical path).
+                self.stage = 1;
+            } else {
+                return self.publish(mem, &send[..self.len]);
+            }
+        }
+        if self.stage == 1 {
+            if !split && !result {
+                return self.finish(mem);
+            }
+            if let Some(w) = self.wait_all(mem, |q| q != me, 1) {
+                return w;
+            }
+            let reduce = reduce.expect("coll-sm: a reduction without its operation");
+            if !split {
+                self.combine(mem, send, work, 0..self.len, reduce);
+                return self.finish(mem);
+            }
+            let mine = share(self.len, elem, n, me);
+            if !mine.is_empty() {
+                self.combine(mem, send, work, mine.clone(), reduce);
+                mem.write(l.data(me, seq, self.len) + mine.start, &work[mine]);
+            }
+            self.stage = 2;
+            return self.post(mem, 2);
+        }
+        if !result {
+            return self.finish(mem);
+        }
+        // Copy every other share out as soon as its rank posted it.
+        while self.next < n {
+            let q = self.next;
+            let theirs = share(self.len, elem, n, q);
+            if q != me && !theirs.is_empty() {
+                if let Some(w) = self.wait_one(mem, q, 2) {
+                    return w;
+                }
+                let dst = &mut work[theirs.clone()];
+                mem.view(
+                    l.data(q, seq, self.len) + theirs.start,
+                    theirs.len(),
+                    &mut |b| dst.copy_from_slice(b),
+                );
+            }
+            self.next += 1;
+        }
+        self.finish(mem)
+    }
+
+    /// [`Run::poll`] of an allgather or an alltoall.
+    #[inline(never)]
+    fn poll_exchange<M: Mem + ?Sized>(&mut self, mem: &M, send: &[u8], work: &mut [u8]) -> Step {
+        if self.stage == 0 {
+            return self.publish(mem, &send[..self.len]);
+        }
+        // Block `me` of each slot (alltoall), or the whole slot (allgather), as soon as its
+        // rank posted it; this rank's own straight from `send`.
+        let (l, me, seq, n, len) = (self.layout, self.me, self.seq, self.layout.n, self.len);
+        let all = self.op == Op::Alltoall;
+        let block = if all { len / n } else { len };
+        let at = if all { me * block } else { 0 };
+        while self.next < n {
+            let q = self.next;
+            let dst = &mut work[q * block..(q + 1) * block];
+            if q == me {
+                dst.copy_from_slice(&send[at..at + block]);
+            } else {
+                if let Some(w) = self.wait_one(mem, q, 1) {
+                    return w;
+                }
+                mem.view(l.data(q, seq, len) + at, block, &mut |b| {
+                    dst.copy_from_slice(b)
+                });
+            }
+            self.next += 1;
+        }
+        self.finish(mem)
     }
 
     /// The members that have not yet stored what the wait `w` (this run's last

@@ -15,6 +15,12 @@
 pub mod engine;
 pub mod wire;
 
+/// The unit tests' allocator: counts each thread's allocations (tests that a warm path
+/// allocates nothing).
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: rmca_test_support::alloc_count::Counting = rmca_test_support::alloc_count::Counting;
+
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, ComponentMeta};
 use rmca_framework::osc::{

@@ -84,7 +84,9 @@ pub struct RdmaModule {
     loopback: VecDeque<Msg>,
     /// Transfers to start at the next progress (the port is not at hand in `put`/`get`).
     todo: VecDeque<Xfer>,
-    in_flight: Vec<(RdmaToken, Xfer)>,
+    /// Started transfers, oldest first (tested from the front; a strided operation can
+    /// have a great many).
+    in_flight: VecDeque<(RdmaToken, Xfer)>,
     /// (Ids are this module's own counter: the integer hasher, not SipHash.)
     ops: HashMap<OpId, Op, BuildIntHasher>,
     next_op: u64,
@@ -95,6 +97,9 @@ pub struct RdmaModule {
     freed: bool,
     /// Puts and gets of at most this many bytes go as active messages (`osc_rdma_small_limit`).
     small_limit: u64,
+    /// Puts and gets whose target runs average fewer bytes go as active messages
+    /// (`osc_rdma_min_run`).
+    min_run: u64,
 }
 
 impl std::fmt::Debug for RdmaModule {
@@ -140,14 +145,24 @@ impl RdmaModule {
             me,
             loopback: VecDeque::new(),
             todo: VecDeque::new(),
-            in_flight: Vec::new(),
+            in_flight: VecDeque::new(),
             ops: HashMap::default(),
             next_op: 0,
             deferred: None,
             freeing: false,
             freed: false,
             small_limit,
+            min_run: 0,
         }
+    }
+
+    /// This module, with puts and gets whose target runs average fewer than `min_run` bytes
+    /// travelling as osc-am's messages: one BTL transfer per run costs a system call (CMA)
+    /// or a work request each, where one message packs every run and the target unpacks
+    /// them in one pass (a transposing put of 4-byte elements is a million runs).
+    pub fn with_min_run(mut self, min_run: u64) -> Self {
+        self.min_run = min_run;
+        self
     }
 
     fn keys_message(reg: Option<(u64, &RdmaKeys)>) -> Vec<u8> {
@@ -279,18 +294,26 @@ impl RdmaModule {
     }
 
     /// The target's address when this operation on `layout` goes by RDMA: the target is
-    /// reached by RDMA, the operation is larger than `small_limit`, and no lock request to
-    /// the target waits for its grant. Behind a lock request not granted yet, a transfer
+    /// reached by RDMA, the operation is larger than `small_limit`, its runs average at
+    /// least `min_run` bytes, and no lock request to the target waits for its grant. Behind a lock request not granted yet, a transfer
     /// would wait for the grant (a round trip) before it starts, and the unlock behind it
     /// (another): as a message, the operation follows the request and the target applies it
     /// once it grants the lock, so a lock, an operation and an unlock cost one round trip.
     /// (MPI does not order puts and gets to one location within an epoch, so the two paths
     /// may interleave; accumulates always go as messages, in order.)
     fn rdma_for(&self, target: usize, layout: &Layout) -> Option<u64> {
-        match self.rdma_base(target) {
-            Some(b) if layout.len() > self.small_limit && self.engine.granted(target) => Some(b),
-            _ => None,
+        let len = layout.len();
+        if len <= self.small_limit || !self.engine.granted(target) {
+            return None;
         }
+        // (Counting the runs only when the mean could fall short: most layouts are one run.)
+        if self.min_run > 0 && layout.runs.len() > 1 {
+            let runs = layout.runs.iter().filter(|r| r.1 > 0).count() as u64;
+            if len < self.min_run.saturating_mul(runs) {
+                return None;
+            }
+        }
+        self.rdma_base(target)
     }
 
     /// A transfer ended: account it to its operation.
@@ -351,7 +374,7 @@ impl RdmaModule {
             };
             n += 1;
             match started {
-                Ok(token) => self.in_flight.push((token, x)),
+                Ok(token) => self.in_flight.push_back((token, x)),
                 Err(e) => self.finished(&x, Err(e)),
             }
         }
@@ -367,16 +390,16 @@ impl RdmaModule {
         // peer in order as a rule (shm's CMA copies always), so testing the ones behind it
         // would cost a PML lookup each for nothing (64 puts before a flush, OSU's put_bw:
         // 2016 failed tests); an out-of-order completion is taken when the earlier one is.
-        let mut left = tested;
-        while left > 0 {
-            left -= 1;
-            match rdma.test(self.in_flight[0].0) {
-                Some(r) => {
-                    let (_, x) = self.in_flight.remove(0);
-                    n += 1;
-                    self.finished(&x, r);
-                }
-                None => break,
+        for _ in 0..tested {
+            let Some(&(token, _)) = self.in_flight.front() else {
+                break;
+            };
+            let Some(r) = rdma.test(token) else {
+                break;
+            };
+            if let Some((_, x)) = self.in_flight.pop_front() {
+                n += 1;
+                self.finished(&x, r);
             }
         }
         n
@@ -813,6 +836,39 @@ mod tests {
 
     const UNLOCK: u8 = 14;
     const FENCED: u8 = 18;
+
+    #[test]
+    fn operations_whose_runs_average_under_min_run_go_as_messages() {
+        let mut s = Sim::new(2, 32);
+        for m in &mut s.m {
+            m.min_run = 4;
+        }
+        s.mem[1][20..22].copy_from_slice(&[5, 6]);
+        s.mem[1][28..30].copy_from_slice(&[7, 8]);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        let short = Layout {
+            runs: vec![(0, 2), (8, 2), (12, 0)],
+        };
+        s.m[0].put(1, 0, &short, vec![1, 2, 3, 4]).unwrap();
+        let g = s.m[0].get(1, 20, &short).unwrap();
+        s.run();
+        assert!(s.w.xfers.is_empty(), "runs of 2 bytes against 4: messages");
+        let long = Layout {
+            runs: vec![(0, 4), (8, 4)],
+        };
+        s.m[0].put(1, 0, &long, vec![9; 8]).unwrap();
+        s.run();
+        assert_eq!(s.w.xfers.len(), 2, "runs of 4 bytes: one transfer each");
+        s.w.complete_all();
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(s.m[0].poll_op(g), Some(Ok(vec![5, 6, 7, 8])));
+        assert_eq!(&s.mem[1][..12], [9, 9, 9, 9, 0, 0, 0, 0, 9, 9, 9, 9]);
+    }
 
     #[test]
     fn an_unlock_leaves_only_after_its_puts_completed() {

@@ -47,14 +47,15 @@ use std::sync::atomic::AtomicU64;
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::component::{Component, ComponentMeta};
 use rmca_framework::osc::{
-    accumulate_with, AccOp, Allocated, DirectTarget, DirectView, Elem, HostAccumulate, Layout,
-    OpId, OscComponent, OscDirect, OscError, OscModule, OscPort, OscSetup, SyncCall, WinConfig,
+    accumulate_with, AccOp, Allocated, DirectLocks, DirectTarget, DirectView, Elem, HostAccumulate,
+    Layout, LockKind, OpId, OscComponent, OscDirect, OscError, OscModule, OscPort, OscSetup,
+    SyncCall, WinConfig,
 };
 use rmca_framework::params::{Level, Param, ParamRegistrar, ParamStore};
 
 use kernel::Kernel;
 use segment::Segment;
-use sync::{Epochs, Words};
+use sync::{Epochs, Passive, Words};
 
 /// Bytes before the members' control blocks (the barrier counter, alone on its cache line).
 const HEADER: usize = 64;
@@ -241,6 +242,46 @@ impl Words for SegWords<'_> {
     }
 }
 
+/// The passive-target locks of a window at one member as the host's fast path takes them
+/// ([`DirectLocks`], lent through the view): the epochs' own [`Passive`] on the segment's
+/// lock words.
+#[derive(Debug)]
+struct SegLocks {
+    seg: Rc<Segment>,
+    stride: usize,
+    mask_words: usize,
+    passive: Rc<Passive>,
+}
+
+impl SegLocks {
+    #[inline]
+    fn words(&self) -> SegWords<'_> {
+        SegWords {
+            seg: &self.seg,
+            stride: self.stride,
+            mask_words: self.mask_words,
+        }
+    }
+}
+
+impl DirectLocks for SegLocks {
+    fn lock(&self, t: usize, kind: LockKind, nocheck: bool) -> bool {
+        self.passive.try_lock(&self.words(), t, kind, nocheck)
+    }
+
+    fn unlock(&self, t: usize) -> Option<bool> {
+        self.passive.try_unlock(&self.words(), t)
+    }
+
+    fn lock_all(&self, nocheck: bool) -> bool {
+        self.passive.try_lock_all(&self.words(), nocheck)
+    }
+
+    fn unlock_all(&self) -> bool {
+        self.passive.try_unlock_all(&self.words())
+    }
+}
+
 /// One window of osc-sm at one member.
 #[derive(Debug)]
 pub struct SmModule {
@@ -256,7 +297,8 @@ pub struct SmModule {
     /// the view.
     kernel: Rc<Kernel>,
     /// Every member's memory and the epoch checks as flags, for the host's fast paths
-    /// ([`OscDirect::view`]); refreshed after every synchronization step.
+    /// ([`OscDirect::view`]); refreshed after every synchronization step the module takes
+    /// (the view's own locks set them themselves).
     view: Rc<DirectView>,
 }
 
@@ -286,6 +328,13 @@ impl SmModule {
             atomics,
             config.host,
         ));
+        let epochs = Epochs::new(config.rank, sizes.len(), config.no_locks);
+        let locks = Rc::new(SegLocks {
+            seg: seg.clone(),
+            stride: plan.stride,
+            mask_words: plan.parts.len().div_ceil(64),
+            passive: epochs.passive(),
+        });
         let view = Rc::new(
             DirectView::new(
                 plan.parts
@@ -298,12 +347,13 @@ impl SmModule {
                     })
                     .collect(),
             )
-            .with_atomics(kernel.clone()),
+            .with_atomics(kernel.clone())
+            .with_locks(locks),
         );
         Ok(Self {
             seg,
             me: config.rank,
-            epochs: Epochs::new(config.rank, sizes.len(), config.no_locks),
+            epochs,
             plan,
             next_id: 1,
             results: HashMap::new(),
@@ -1101,6 +1151,61 @@ mod tests {
         assert_eq!(m.part(0).as_slice(), &before[..]);
         assert!(matches!(m.poll_op(999), Some(Err(OscError::Arg(_)))));
         fence(&mut m, false);
+    }
+
+    #[test]
+    fn the_views_locks_are_the_modules() {
+        let mut m = module(16, false);
+        let v = m.view().unwrap();
+        let base = m.part(0).addr();
+        let lock = |kind| SyncCall::Lock {
+            kind,
+            target: 0,
+            nocheck: false,
+        };
+        // The view's lock: the module's operations and flush see it, its unlock ends it.
+        assert!(v.lock(0, LockKind::Exclusive, false));
+        assert_eq!(v.place(0, 0, 16), Some(base));
+        m.put_now(0, 0, &[(0, 4)], &[1, 2, 3, 4]).unwrap();
+        m.flush_now(Some(0)).unwrap();
+        assert!(!v.lock(0, LockKind::Shared, false), "locked twice");
+        assert!(matches!(
+            m.sync(lock(LockKind::Shared)),
+            Err(OscError::Sync(_))
+        ));
+        m.sync(SyncCall::Unlock(0)).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert_eq!(v.place(0, 0, 1), None);
+        assert!(matches!(
+            m.put_now(0, 0, &[(0, 1)], &[9]),
+            Err(OscError::Sync(_))
+        ));
+        assert_eq!(m.part(0).as_slice()[..4], [1, 2, 3, 4]);
+        // The module's lock, the view's unlock; then no lock to unlock.
+        m.sync(lock(LockKind::Shared)).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert!(v.unlock(0));
+        assert!(!v.may_flush(None) && v.place(0, 0, 1).is_none());
+        assert!(matches!(m.flush_now(None), Err(OscError::Sync(_))));
+        assert!(!v.unlock(0) && !v.unlock_all());
+        // lock_all by the view, unlock_all by the module.
+        assert!(v.lock_all(false));
+        m.flush_now(None).unwrap();
+        assert!(!v.lock(0, LockKind::Shared, false) && !v.unlock(0));
+        m.sync(SyncCall::UnlockAll).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert!(v.place(0, 0, 1).is_none() && !v.may_flush(None));
+        // A fence epoch open: the view's locks stand aside for the module.
+        fence(&mut m, true);
+        assert!(!v.lock(0, LockKind::Shared, false) && !v.lock_all(false));
+        fence(&mut m, false);
+        assert!(v.lock(0, LockKind::Exclusive, true), "MPI_MODE_NOCHECK");
+        assert!(v.unlock(0));
+        // Every lock word given back: the module's exclusive lock is granted at once.
+        m.sync(lock(LockKind::Exclusive)).unwrap();
+        assert_eq!(m.sync_done(), Some(Ok(())));
+        assert!(!v.lock_all(false), "lock_all inside a lock epoch");
+        assert!(v.unlock(0));
     }
 
     #[test]

@@ -23,7 +23,16 @@
 //!   `MPI_Win_lock`s) wait on a writer that waits on it, a deadlock MPI's rules do not
 //!   allow. The price: a writer waits while shared holders keep overlapping;
 //! - **flush** and **sync**: a memory fence (everything issued is complete already).
+//!
+//! The passive-target locks this member holds live in a [`Passive`], which the epochs share
+//! with the host's fast path ([`rmca_framework::osc::DirectLocks`], through the window's
+//! view): [`Passive::try_lock`] and its siblings take or release an uncontended lock with
+//! one atomic on the word and nothing else, when no other epoch or synchronization is in the
+//! way (a flag the epochs keep after each of their steps); everything else, and every
+//! contended lock, goes through [`Epochs::sync`], which sees the same holds.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use rmca_framework::osc::{LockKind, OscError, SyncCall};
@@ -57,6 +66,194 @@ struct Held {
     nocheck: bool,
 }
 
+/// The passive-target locks one member holds or requested on a window: shared (`Rc`)
+/// between its [`Epochs`] and the host's fast path, which takes and releases uncontended
+/// locks here directly ([`Passive::try_lock`], [`Passive::try_unlock`],
+/// [`Passive::try_lock_all`], [`Passive::try_unlock_all`]). The fast path acts only while
+/// the epochs allow it ([`Passive::direct`]): then a lock is all the member's access, so the
+/// two ways in never disagree.
+#[derive(Debug)]
+pub struct Passive {
+    held: Box<[Cell<Option<Held>>]>,
+    /// How many of `held` are `Some` (so that "holds any lock" is one load).
+    holding: Cell<usize>,
+    lock_all: Cell<bool>,
+    /// Set by the epochs after each step: no synchronization in progress, the window not
+    /// freed, locks allowed (no `no_locks`), no fence or start epoch open.
+    direct: Cell<bool>,
+}
+
+impl Passive {
+    fn new(size: usize) -> Self {
+        Self {
+            held: (0..size).map(|_| Cell::new(None)).collect(),
+            holding: Cell::new(0),
+            lock_all: Cell::new(false),
+            direct: Cell::new(false),
+        }
+    }
+
+    #[inline]
+    fn get(&self, t: usize) -> Option<Held> {
+        self.held[t].get()
+    }
+
+    #[inline]
+    fn set(&self, t: usize, h: Option<Held>) {
+        let was = self.held[t].replace(h).is_some();
+        self.holding
+            .set(self.holding.get() + usize::from(h.is_some()) - usize::from(was));
+    }
+
+    /// Does this member hold (or wait for) any lock?
+    #[inline]
+    fn any(&self) -> bool {
+        self.lock_all.get() || self.holding.get() != 0
+    }
+
+    /// May the fast path lock and unlock now (see [`Passive::direct`]'s field)?
+    #[inline]
+    pub fn direct(&self) -> bool {
+        self.direct.get()
+    }
+
+    /// `MPI_Win_lock(kind)` of `t` if it is granted at once and nothing else is in the way
+    /// (true: held); false, nothing changed, otherwise: a contended lock, or one the epochs
+    /// must see to (a misuse, another epoch open), is [`Epochs::sync`]'s.
+    #[inline]
+    pub fn try_lock<W: Words + ?Sized>(
+        &self,
+        w: &W,
+        t: usize,
+        kind: LockKind,
+        nocheck: bool,
+    ) -> bool {
+        if !self.direct.get() || self.lock_all.get() || t >= self.held.len() {
+            return false;
+        }
+        if self.get(t).is_some() || !(nocheck || try_acquire(w, t, kind)) {
+            return false;
+        }
+        self.set(
+            t,
+            Some(Held {
+                kind,
+                granted: true,
+                nocheck,
+            }),
+        );
+        true
+    }
+
+    /// `MPI_Win_unlock` of `t`, locked by `MPI_Win_lock`: `Some(others)` once released,
+    /// `others` whether another lock is still held; `None`, nothing changed, when the epochs
+    /// must see to it (no such lock: the error is theirs).
+    #[inline]
+    pub fn try_unlock<W: Words + ?Sized>(&self, w: &W, t: usize) -> Option<bool> {
+        if !self.direct.get() || self.lock_all.get() || t >= self.held.len() {
+            return None;
+        }
+        // With no synchronization in progress every lock held is granted.
+        let held = self.get(t)?;
+        self.set(t, None);
+        release(w, t, held);
+        Some(self.holding.get() != 0)
+    }
+
+    /// `MPI_Win_lock_all` if every shared lock is granted at once (true); false, nothing
+    /// held, otherwise (the locks taken before a refusal are given back at once: nothing
+    /// was done under them).
+    pub fn try_lock_all<W: Words + ?Sized>(&self, w: &W, nocheck: bool) -> bool {
+        if !self.direct.get() || self.any() {
+            return false;
+        }
+        let n = self.held.len();
+        if !nocheck {
+            for t in 0..n {
+                if !try_acquire(w, t, LockKind::Shared) {
+                    for u in 0..t {
+                        w.lock(u).fetch_sub(1, Ordering::Release);
+                    }
+                    return false;
+                }
+            }
+        }
+        for t in 0..n {
+            self.set(
+                t,
+                Some(Held {
+                    kind: LockKind::Shared,
+                    granted: true,
+                    nocheck,
+                }),
+            );
+        }
+        self.lock_all.set(true);
+        true
+    }
+
+    /// `MPI_Win_unlock_all` of a granted `MPI_Win_lock_all` (true); false, nothing changed,
+    /// when the epochs must see to it.
+    pub fn try_unlock_all<W: Words + ?Sized>(&self, w: &W) -> bool {
+        if !self.direct.get() || !self.lock_all.get() {
+            return false;
+        }
+        self.release_all(w);
+        true
+    }
+
+    fn release_all<W: Words + ?Sized>(&self, w: &W) {
+        for t in 0..self.held.len() {
+            if let Some(h) = self.get(t) {
+                self.set(t, None);
+                release(w, t, h);
+            }
+        }
+        self.lock_all.set(false);
+    }
+}
+
+/// Try to take a lock of `kind` on `target`'s word (true: granted). A shared request
+/// retries while only other shared holders come and go; it fails only on an exclusive
+/// holder.
+#[inline]
+fn try_acquire<W: Words + ?Sized>(w: &W, target: usize, kind: LockKind) -> bool {
+    let word = w.lock(target);
+    match kind {
+        LockKind::Exclusive => word
+            .compare_exchange(0, EXCL, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok(),
+        LockKind::Shared => {
+            let mut v = word.load(Ordering::Relaxed);
+            loop {
+                if v & EXCL != 0 {
+                    return false;
+                }
+                match word.compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => return true,
+                    Err(now) => v = now,
+                }
+            }
+        }
+    }
+}
+
+/// Give back the lock `held` on `target` (granted): everything stored under it is visible
+/// to the word's next holder (the release), and to whoever this member synchronizes with
+/// next (the fence: MPI_Win_unlock completes the operations at the target).
+#[inline]
+fn release<W: Words + ?Sized>(w: &W, target: usize, held: Held) {
+    fence(Ordering::SeqCst);
+    if held.nocheck {
+        return;
+    }
+    let word = w.lock(target);
+    match held.kind {
+        LockKind::Exclusive => word.fetch_sub(EXCL, Ordering::Release),
+        LockKind::Shared => word.fetch_sub(1, Ordering::Release),
+    };
+}
+
 /// What a barrier leads to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AfterBarrier {
@@ -88,8 +285,8 @@ pub struct Epochs {
     barriers: u64,
     access: Option<Vec<usize>>,
     exposure: Option<Vec<usize>>,
-    locks: Vec<Option<Held>>,
-    lock_all: bool,
+    /// The locks held or requested, shared with the host's fast path.
+    passive: Rc<Passive>,
     pending: Option<Pending>,
     freed: bool,
 }
@@ -102,7 +299,7 @@ impl Epochs {
     /// The epochs of member `me` of a window of `size` members (`no_locks`: the info key,
     /// which makes lock calls errors).
     pub fn new(me: usize, size: usize, no_locks: bool) -> Self {
-        Self {
+        let e = Self {
             me,
             size,
             no_locks,
@@ -110,11 +307,29 @@ impl Epochs {
             barriers: 0,
             access: None,
             exposure: None,
-            locks: vec![None; size],
-            lock_all: false,
+            passive: Rc::new(Passive::new(size)),
             pending: None,
             freed: false,
-        }
+        };
+        e.allow_direct();
+        e
+    }
+
+    /// The locks this member holds, shared with the host's fast path ([`Passive`]).
+    pub fn passive(&self) -> Rc<Passive> {
+        self.passive.clone()
+    }
+
+    /// Let the fast path lock and unlock exactly while nothing but locks is in the way:
+    /// after every step that may have changed the epochs.
+    fn allow_direct(&self) {
+        self.passive.direct.set(
+            self.pending.is_none()
+                && !self.freed
+                && !self.no_locks
+                && !self.fence_open
+                && self.access.is_none(),
+        );
     }
 
     fn check_rank(&self, target: usize) -> Result<(), OscError> {
@@ -133,7 +348,7 @@ impl Epochs {
         if target >= self.size {
             return false;
         }
-        let locked = self.locks[target].is_some_and(|h| h.granted);
+        let locked = self.passive.get(target).is_some_and(|h| h.granted);
         let started = self.access.as_ref().is_some_and(|g| g.contains(&target));
         self.fence_open || locked || started
     }
@@ -151,7 +366,7 @@ impl Epochs {
     }
 
     fn any_lock(&self) -> bool {
-        self.lock_all || self.locks.iter().any(Option::is_some)
+        self.passive.any()
     }
 
     /// Is an access or exposure epoch open, or a synchronization in progress?
@@ -188,6 +403,12 @@ impl Epochs {
 
     /// Start synchronization `call`; wrong use is refused at once, with nothing changed.
     pub fn sync(&mut self, call: SyncCall, w: &dyn Words) -> Result<(), OscError> {
+        let r = self.start(call, w);
+        self.allow_direct();
+        r
+    }
+
+    fn start(&mut self, call: SyncCall, w: &dyn Words) -> Result<(), OscError> {
         self.idle()?;
         let n = self.size;
         match call {
@@ -247,14 +468,19 @@ impl Epochs {
             } => {
                 self.check_rank(target)?;
                 self.refuse_locks("MPI_Win_lock")?;
-                if self.lock_all || self.locks[target].is_some() {
+                if self.passive.lock_all.get() || self.passive.get(target).is_some() {
                     return Err(OscError::Sync(format!(
                         "MPI_Win_lock: this process holds a lock on rank {target} already"
                     )));
                 }
                 self.fence_open = false;
                 self.request(target, kind, nocheck);
-                self.pending = Some(Pending::Locks(target..target + 1));
+                // Granted at once when free: no step left for a poll.
+                if !nocheck && !try_acquire(w, target, kind) {
+                    self.pending = Some(Pending::Locks(target..target + 1));
+                } else {
+                    self.grant(target);
+                }
             }
             SyncCall::LockAll { nocheck } => {
                 self.refuse_locks("MPI_Win_lock_all")?;
@@ -267,28 +493,29 @@ impl Epochs {
                 for t in 0..n {
                     self.request(t, LockKind::Shared, nocheck);
                 }
-                self.lock_all = true;
+                self.passive.lock_all.set(true);
                 self.pending = Some(Pending::Locks(0..n));
             }
             SyncCall::Unlock(target) => {
                 self.check_rank(target)?;
-                if self.lock_all || self.locks[target].is_none() {
-                    return Err(OscError::Sync(format!(
-                        "MPI_Win_unlock: rank {target} is not locked by MPI_Win_lock"
-                    )));
-                }
-                self.release(w, target);
+                let held = match self.passive.get(target) {
+                    Some(h) if !self.passive.lock_all.get() => h,
+                    _ => {
+                        return Err(OscError::Sync(format!(
+                            "MPI_Win_unlock: rank {target} is not locked by MPI_Win_lock"
+                        )))
+                    }
+                };
+                self.passive.set(target, None);
+                release(w, target, held);
             }
             SyncCall::UnlockAll => {
-                if !self.lock_all {
+                if !self.passive.lock_all.get() {
                     return Err(OscError::Sync(
                         "MPI_Win_unlock_all without MPI_Win_lock_all".into(),
                     ));
                 }
-                for t in 0..n {
-                    self.release(w, t);
-                }
-                self.lock_all = false;
+                self.passive.release_all(w);
             }
             SyncCall::Flush(t) | SyncCall::FlushLocal(t) => return self.flush(t),
             SyncCall::Free => {
@@ -341,7 +568,7 @@ impl Epochs {
             return false;
         }
         match target {
-            Some(t) => t < self.size && self.locks[t].is_some(),
+            Some(t) => t < self.size && self.passive.get(t).is_some(),
             None => self.any_lock(),
         }
     }
@@ -352,7 +579,7 @@ impl Epochs {
         match target {
             Some(t) => {
                 self.check_rank(t)?;
-                if self.locks[t].is_none() {
+                if self.passive.get(t).is_none() {
                     return Err(OscError::Sync(format!(
                         "flush: no passive-target epoch to rank {t} is open (MPI_Win_lock or MPI_Win_lock_all)"
                     )));
@@ -369,42 +596,31 @@ impl Epochs {
     }
 
     fn request(&mut self, target: usize, kind: LockKind, nocheck: bool) {
-        self.locks[target] = Some(Held {
-            kind,
-            granted: nocheck,
-            nocheck,
-        });
+        self.passive.set(
+            target,
+            Some(Held {
+                kind,
+                granted: nocheck,
+                nocheck,
+            }),
+        );
     }
 
-    fn release(&mut self, w: &dyn Words, target: usize) {
-        let held = self.locks[target].take().expect("checked by the caller");
-        fence(Ordering::SeqCst);
-        if held.nocheck {
-            return;
+    /// Mark the requested lock on `target` granted.
+    fn grant(&self, target: usize) {
+        if let Some(h) = self.passive.get(target) {
+            self.passive.set(target, Some(Held { granted: true, ..h }));
         }
-        let word = w.lock(target);
-        match held.kind {
-            LockKind::Exclusive => word.fetch_sub(EXCL, Ordering::Release),
-            LockKind::Shared => word.fetch_sub(1, Ordering::Release),
-        };
-    }
-
-    /// Try to take a requested lock on `target` (true: granted).
-    fn try_acquire(w: &dyn Words, target: usize, kind: LockKind) -> bool {
-        let word = w.lock(target);
-        let v = word.load(Ordering::Relaxed);
-        let (blocked, next) = match kind {
-            LockKind::Shared => (v & EXCL != 0, v + 1),
-            LockKind::Exclusive => (v != 0, EXCL),
-        };
-        !blocked
-            && word
-                .compare_exchange(v, next, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
     }
 
     /// Did the synchronization started last finish? (`None`: not yet; call again later.)
     pub fn poll(&mut self, w: &dyn Words) -> Option<Result<(), OscError>> {
+        let r = self.step(w);
+        self.allow_direct();
+        r
+    }
+
+    fn step(&mut self, w: &dyn Words) -> Option<Result<(), OscError>> {
         if !self.waiting() {
             // Nothing waits (a flush, an unlock, a complete): done, nothing to take.
             return Some(Ok(()));
@@ -420,10 +636,13 @@ impl Epochs {
             Some(Pending::Locks(g)) => {
                 let mut all = true;
                 for t in g.clone() {
-                    let h = self.locks[t].as_mut().expect("requested");
+                    let h = self.passive.get(t).expect("requested");
                     if !h.granted {
-                        h.granted = Self::try_acquire(w, t, h.kind);
-                        all &= h.granted;
+                        if try_acquire(w, t, h.kind) {
+                            self.grant(t);
+                        } else {
+                            all = false;
+                        }
                     }
                 }
                 all
@@ -643,33 +862,222 @@ mod tests {
         assert_eq!(w.lock(2).load(Ordering::Relaxed), 0);
     }
 
+    /// The fast path's lock of `target` by member `m` (`kind`), through its [`Passive`].
+    fn direct(e: &[Epochs], w: &Sim, m: usize, target: usize, kind: LockKind) -> bool {
+        e[m].passive().try_lock(w, target, kind, false)
+    }
+
+    #[test]
+    fn the_fast_path_takes_free_locks_and_the_epochs_see_them() {
+        let (w, mut e) = members(2);
+        assert!(direct(&e, &w, 0, 1, LockKind::Exclusive));
+        assert_eq!(w.lock(1).load(Ordering::Relaxed), EXCL);
+        // The epochs see the hold: access, flush, and their refusals.
+        e[0].check_access(1).unwrap();
+        assert!(e[0].may_flush(Some(1)) && e[0].may_flush(None) && !e[0].may_flush(Some(0)));
+        assert!(matches!(
+            e[0].sync(lock(LockKind::Shared, 1), &*w),
+            Err(OscError::Sync(_))
+        ));
+        assert!(matches!(
+            e[0].sync(SyncCall::Fence { succeed: true }, &*w),
+            Err(OscError::Sync(_))
+        ));
+        // A second lock of the same rank is the epochs' (their error), nothing changed.
+        assert!(!direct(&e, &w, 0, 1, LockKind::Exclusive));
+        assert!(!direct(&e, &w, 0, 1, LockKind::Shared));
+        assert_eq!(w.lock(1).load(Ordering::Relaxed), EXCL);
+        // Another rank: a second lock epoch beside the first.
+        assert!(direct(&e, &w, 0, 0, LockKind::Shared));
+        // The general unlock of a lock the fast path took, and the reverse.
+        e[0].sync(SyncCall::Unlock(1), &*w).unwrap();
+        assert_eq!(w.lock(1).load(Ordering::Relaxed), 0);
+        assert!(matches!(e[0].check_access(1), Err(OscError::Sync(_))));
+        assert_eq!(e[0].passive().try_unlock(&*w, 0), Some(false));
+        assert_eq!(w.lock(0).load(Ordering::Relaxed), 0);
+        assert!(!e[0].busy());
+        e[0].sync(lock(LockKind::Exclusive, 0), &*w).unwrap();
+        assert_eq!(e[0].poll(&*w), Some(Ok(())));
+        assert!(direct(&e, &w, 0, 1, LockKind::Shared));
+        assert_eq!(
+            e[0].passive().try_unlock(&*w, 0),
+            Some(true),
+            "rank 1 is still held"
+        );
+        assert_eq!(e[0].passive().try_unlock(&*w, 1), Some(false));
+        // Unlock without a lock: the epochs' error.
+        assert_eq!(e[0].passive().try_unlock(&*w, 1), None);
+        assert_eq!(e[0].passive().try_unlock(&*w, 7), None);
+        assert!(!direct(&e, &w, 0, 2, LockKind::Shared), "no rank 2");
+        assert!(matches!(
+            e[0].sync(SyncCall::Unlock(1), &*w),
+            Err(OscError::Sync(_))
+        ));
+        // MPI_MODE_NOCHECK: no word touched.
+        assert!(e[0].passive().try_lock(&*w, 1, LockKind::Exclusive, true));
+        assert_eq!(w.lock(1).load(Ordering::Relaxed), 0);
+        e[0].check_access(1).unwrap();
+        assert_eq!(e[0].passive().try_unlock(&*w, 1), Some(false));
+        assert_eq!(w.lock(1).load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn contended_locks_are_left_to_the_epochs_which_wait() {
+        let (w, mut e) = members(3);
+        // Shared then exclusive: the writer is refused (nothing changed) and waits in the
+        // epochs; another reader is let in by the fast path meanwhile.
+        assert!(direct(&e, &w, 0, 2, LockKind::Shared));
+        assert!(!direct(&e, &w, 1, 2, LockKind::Exclusive));
+        assert_eq!(w.lock(2).load(Ordering::Relaxed), 1);
+        assert!(matches!(e[1].check_access(2), Err(OscError::Sync(_))));
+        e[1].sync(lock(LockKind::Exclusive, 2), &*w).unwrap();
+        assert_eq!(e[1].poll(&*w), None);
+        // While its lock is pending, member 1's fast path stands aside entirely.
+        assert!(!direct(&e, &w, 1, 0, LockKind::Shared));
+        assert!(direct(&e, &w, 2, 2, LockKind::Shared));
+        assert_eq!(e[0].passive().try_unlock(&*w, 2), Some(false));
+        assert_eq!(e[1].poll(&*w), None);
+        assert_eq!(e[2].passive().try_unlock(&*w, 2), Some(false));
+        assert_eq!(e[1].poll(&*w), Some(Ok(())));
+        assert_eq!(w.lock(2).load(Ordering::Relaxed), EXCL);
+        // Exclusive held: neither kind gets in by the fast path, nor does a lock_all,
+        // which gives back the shared locks it took before the refusal.
+        assert!(!direct(&e, &w, 0, 2, LockKind::Shared));
+        assert!(!direct(&e, &w, 2, 2, LockKind::Exclusive));
+        assert!(!e[0].passive().try_lock_all(&*w, false));
+        for t in 0..2 {
+            assert_eq!(w.lock(t).load(Ordering::Relaxed), 0, "rank {t} given back");
+        }
+        assert!(!e[0].busy());
+        // Member 1 releases by its fast path; member 0's lock_all is granted then.
+        assert_eq!(e[1].passive().try_unlock(&*w, 2), Some(false));
+        assert!(e[0].passive().try_lock_all(&*w, false));
+        for t in 0..3 {
+            assert_eq!(w.lock(t).load(Ordering::Relaxed), 1);
+            e[0].check_access(t).unwrap();
+        }
+        // lock_all against lock: a writer waits, a reader joins; lock and unlock of one
+        // rank are refused inside lock_all (the epochs' errors).
+        assert!(!direct(&e, &w, 1, 1, LockKind::Exclusive));
+        assert!(direct(&e, &w, 2, 1, LockKind::Shared));
+        assert!(!direct(&e, &w, 0, 1, LockKind::Shared));
+        assert_eq!(e[0].passive().try_unlock(&*w, 1), None);
+        assert!(matches!(
+            e[0].sync(SyncCall::Unlock(1), &*w),
+            Err(OscError::Sync(_))
+        ));
+        // The general unlock_all of a fast lock_all.
+        e[0].sync(SyncCall::UnlockAll, &*w).unwrap();
+        assert_eq!(w.lock(1).load(Ordering::Relaxed), 1, "member 2's");
+        assert_eq!(e[2].passive().try_unlock(&*w, 1), Some(false));
+        assert!(
+            !e[0].passive().try_unlock_all(&*w),
+            "unlock_all without lock_all"
+        );
+        for t in 0..3 {
+            assert_eq!(w.lock(t).load(Ordering::Relaxed), 0);
+        }
+        assert!(e.iter().all(|m| !m.busy()));
+    }
+
+    #[test]
+    fn the_fast_path_stands_aside_for_every_other_epoch() {
+        let (w, mut e) = members(2);
+        // A fence epoch open: the lock is the epochs' (which close the fence epoch).
+        for m in &mut e {
+            m.sync(SyncCall::Fence { succeed: true }, &*w).unwrap();
+        }
+        for m in &mut e {
+            assert_eq!(m.poll(&*w), Some(Ok(())));
+        }
+        assert!(!direct(&e, &w, 0, 1, LockKind::Shared));
+        for m in &mut e {
+            m.sync(SyncCall::Fence { succeed: false }, &*w).unwrap();
+        }
+        for m in &mut e {
+            assert_eq!(m.poll(&*w), Some(Ok(())));
+        }
+        assert!(direct(&e, &w, 0, 1, LockKind::Shared));
+        assert_eq!(e[0].passive().try_unlock(&*w, 1), Some(false));
+        // A start epoch (and its wait for the post).
+        e[0].sync(SyncCall::Start(vec![1]), &*w).unwrap();
+        assert!(!direct(&e, &w, 0, 1, LockKind::Shared), "start pending");
+        e[1].sync(SyncCall::Post(vec![0]), &*w).unwrap();
+        assert_eq!(e[0].poll(&*w), Some(Ok(())));
+        assert!(!direct(&e, &w, 0, 1, LockKind::Shared), "start epoch open");
+        assert!(!e[0].passive().try_lock_all(&*w, false));
+        e[0].sync(SyncCall::Complete, &*w).unwrap();
+        e[1].sync(SyncCall::Wait, &*w).unwrap();
+        assert_eq!(e[1].poll(&*w), Some(Ok(())));
+        // A lock_all being granted (rank 1 held exclusively by member 1).
+        assert!(direct(&e, &w, 1, 1, LockKind::Exclusive));
+        e[0].sync(SyncCall::LockAll { nocheck: false }, &*w)
+            .unwrap();
+        assert_eq!(e[0].poll(&*w), None);
+        assert!(!e[0].passive().try_unlock_all(&*w), "lock_all pending");
+        assert!(!direct(&e, &w, 0, 0, LockKind::Shared));
+        assert_eq!(e[1].passive().try_unlock(&*w, 1), Some(false));
+        assert_eq!(e[0].poll(&*w), Some(Ok(())));
+        assert!(e[0].passive().try_unlock_all(&*w));
+        assert!(!e[0].busy());
+        // no_locks, and a freed window.
+        let nl = Epochs::new(0, 2, true);
+        assert!(!nl.passive().try_lock(&*w, 1, LockKind::Shared, false));
+        assert!(!nl.passive().try_lock_all(&*w, true));
+        for m in &mut e {
+            m.sync(SyncCall::Free, &*w).unwrap();
+        }
+        for m in &mut e {
+            assert_eq!(m.poll(&*w), Some(Ok(())));
+        }
+        assert!(!direct(&e, &w, 0, 1, LockKind::Shared));
+        for t in 0..2 {
+            assert_eq!(w.lock(t).load(Ordering::Relaxed), 0);
+        }
+    }
+
     /// One step of a simulated member in the lock property: what it does next.
     #[derive(Clone, Copy, Debug)]
     enum Step {
-        Request { target: usize, exclusive: bool },
-        All,
+        /// `direct`: by the fast path ([`Passive`]), else through the epochs.
+        Request {
+            target: usize,
+            exclusive: bool,
+            direct: bool,
+        },
+        All {
+            direct: bool,
+        },
         Poll,
-        Release,
+        Release {
+            direct: bool,
+        },
     }
 
     fn step() -> impl Strategy<Value = (usize, Step)> {
         (
             0usize..4,
             prop_oneof![
-                (0usize..3, any::<bool>())
-                    .prop_map(|(target, exclusive)| Step::Request { target, exclusive }),
-                Just(Step::All),
+                (0usize..3, any::<bool>(), any::<bool>()).prop_map(
+                    |(target, exclusive, direct)| Step::Request {
+                        target,
+                        exclusive,
+                        direct
+                    }
+                ),
+                any::<bool>().prop_map(|direct| Step::All { direct }),
                 Just(Step::Poll),
                 Just(Step::Poll),
-                Just(Step::Release),
+                any::<bool>().prop_map(|direct| Step::Release { direct }),
             ],
         )
     }
 
     proptest! {
-        /// Under any interleaving of 4 members locking 3 targets (lock, lock_all, unlock):
-        /// an exclusive holder is alone, the word always counts exactly the holders, and
-        /// once everyone lets go every request is granted in the end.
+        /// Under any interleaving of 4 members locking 3 targets (lock, lock_all, unlock),
+        /// each step through the epochs or the fast path: an exclusive holder is alone, the
+        /// word always counts exactly the holders, and once everyone lets go every request
+        /// is granted in the end.
         #[test]
         fn locks_exclude_under_any_interleaving(steps in proptest::collection::vec(step(), 1..200)) {
             let n = 4;
@@ -689,14 +1097,32 @@ mod tests {
             };
             for (m, s) in steps {
                 match s {
-                    Step::Request { target, exclusive } if holding[m].is_none() => {
+                    Step::Request { target, exclusive, direct } if holding[m].is_none() => {
                         let kind = if exclusive { LockKind::Exclusive } else { LockKind::Shared };
-                        e[m].sync(lock(kind, target), &*w).unwrap();
-                        holding[m] = Some((vec![target], exclusive, false));
+                        if direct {
+                            // Granted at once, or nothing changed.
+                            if e[m].passive().try_lock(&*w, target, kind, false) {
+                                holding[m] = Some((vec![target], exclusive, true));
+                            } else {
+                                prop_assert!(!e[m].busy());
+                            }
+                        } else {
+                            // Granted within the call when free (nothing left to poll).
+                            e[m].sync(lock(kind, target), &*w).unwrap();
+                            holding[m] = Some((vec![target], exclusive, !e[m].waiting()));
+                        }
                     }
-                    Step::All if holding[m].is_none() => {
-                        e[m].sync(SyncCall::LockAll { nocheck: false }, &*w).unwrap();
-                        holding[m] = Some(((0..3).collect(), false, false));
+                    Step::All { direct } if holding[m].is_none() => {
+                        if direct {
+                            if e[m].passive().try_lock_all(&*w, false) {
+                                holding[m] = Some(((0..3).collect(), false, true));
+                            } else {
+                                prop_assert!(!e[m].busy());
+                            }
+                        } else {
+                            e[m].sync(SyncCall::LockAll { nocheck: false }, &*w).unwrap();
+                            holding[m] = Some(((0..3).collect(), false, false));
+                        }
                     }
                     Step::Poll => {
                         if let Some(h) = holding[m].as_mut().filter(|h| !h.2) {
@@ -704,10 +1130,20 @@ mod tests {
                             if e[m].poll(&*w).is_some() { h.2 = true; }
                         }
                     }
-                    Step::Release => {
+                    Step::Release { direct } => {
                         if let Some((ts, _, true)) = &holding[m] {
-                            let call = if ts.len() > 1 { SyncCall::UnlockAll } else { SyncCall::Unlock(ts[0]) };
-                            e[m].sync(call, &*w).unwrap();
+                            if direct {
+                                // A granted lock with nothing else open: the fast path's.
+                                let p = e[m].passive();
+                                if ts.len() > 1 {
+                                    prop_assert!(p.try_unlock_all(&*w));
+                                } else {
+                                    prop_assert_eq!(p.try_unlock(&*w, ts[0]), Some(false));
+                                }
+                            } else {
+                                let call = if ts.len() > 1 { SyncCall::UnlockAll } else { SyncCall::Unlock(ts[0]) };
+                                e[m].sync(call, &*w).unwrap();
+                            }
                             holding[m] = None;
                         }
                     }

@@ -572,14 +572,13 @@ impl Communicator {
         }
         check_len("alltoall", "receive buffer", recv.len(), send.len())?;
         let block = std::mem::size_of_val(send) / n;
+        let (send, recv): (&[u8], &mut [u8]) =
+            (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        if let Some(r) = self.coll_direct(|d, env| d.alltoall(env, send, recv)) {
+            return r;
+        }
         let ranges: Vec<Range<usize>> = (0..n).map(|r| r * block..(r + 1) * block).collect();
-        self.alltoallv_bytes(
-            bytemuck::cast_slice(send),
-            &ranges,
-            bytemuck::cast_slice_mut(recv),
-            &ranges,
-            TAG_ALLTOALL,
-        )
+        self.alltoallv_bytes(send, &ranges, recv, &ranges, TAG_ALLTOALL)
     }
 
     /// Like [`Communicator::alltoall`] with per-peer element counts and displacements: send
@@ -746,6 +745,10 @@ fn allgather_bytes(
 ) -> Result<()> {
     let me = comm.rank();
     if let Some(mine) = mine {
+        // In place (`None`) takes the schedules: a direct form reads `mine` apart from `out`.
+        if let Some(r) = comm.coll_direct(|d, env| d.allgather(env, mine, out)) {
+            return r;
+        }
         out[me * block..(me + 1) * block].copy_from_slice(mine);
     }
     let s = allgather_schedule(comm, block)?;

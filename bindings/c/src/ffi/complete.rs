@@ -12,7 +12,8 @@ use std::ffi::c_int;
 
 use super::{empty_status, outcome, to_mpi_status};
 use crate::abi::*;
-use crate::state::{MpiError, MpiResult, Outcome, Slot, State};
+use crate::state::{MpiError, MpiResult, Outcome, Slot, SlotAt, State};
+use rmca::raw::{Looked, RawId};
 
 /// How [`poll`] may make progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +88,9 @@ pub(super) fn poll(s: &mut State, h: Handle, mode: Mode) -> Option<Found> {
 ///
 /// # Safety
 /// `request` is valid for a read and a write; `status` is null or valid for a write.
-#[inline]
+// In line in every caller: a call of its own cost a frame and its result through memory per
+// request, and the callers' `mode` is a constant there (callgrind, bench/osu-instructions.sh).
+#[inline(always)]
 pub(super) unsafe fn complete_one<const ARRAY: bool>(
     s: &mut State,
     request: *mut Handle,
@@ -96,9 +99,10 @@ pub(super) unsafe fn complete_one<const ARRAY: bool>(
 ) -> Option<MpiResult<bool>> {
     // SAFETY: the caller's contract.
     let h = unsafe { request.read() };
-    // (Looked at, and freed once completed: `State::take_fast` here instead, one lookup for
-    // a wait, is out of line and cost 20 instructions more per MPI_Wait.)
-    let st = match s.slot(h)? {
+    // Looked up once, and freed where it was found once completed (nothing in between
+    // changes the table: the PML's test does not reach the C state).
+    let (at, slot) = s.slot_at(h)?;
+    let st = match slot {
         Slot::Sent {
             comm: _,
             dest,
@@ -107,32 +111,31 @@ pub(super) unsafe fn complete_one<const ARRAY: bool>(
         } => sent_status(dest, tag, len),
         Slot::Pending { comm, id } => {
             let c = &s.comm(comm).ok()?.comm;
-            // One match on the test's own result: unwrapping it into a `Result` first
-            // copied its 64 bytes to another stack slot before the check (12 instructions
-            // per MPI_Test; callgrind, bench/osu-instructions.sh).
-            let polled = match mode {
+            // A success comes back as a plain status ([`Looked`]); anything else is
+            // completed out of line.
+            let looked = match mode {
                 // As in [`poll`]: a test with a progress pass first, so that a window
                 // completed by one MPI_Wait per request takes its messages in one pass.
-                Mode::Wait => match id.test(c) {
-                    None => Some(id.wait(c)),
+                Mode::Wait => match id.look_progressed(c) {
+                    Looked::Pending => Looked::completed(id.wait(c)),
                     done => done,
                 },
-                Mode::Test => id.test(c),
-                Mode::Look => id.test_now(c),
+                Mode::Test => id.look_progressed(c),
+                Mode::Look => id.look(c),
             };
-            match polled {
-                Some(Ok(st)) => to_mpi_status(&st),
-                None => return Some(Ok(false)),
-                Some(Err(e)) => {
-                    s.free_fast(h);
+            match looked {
+                Looked::Done(st) => to_mpi_status(&st),
+                Looked::Pending => return Some(Ok(false)),
+                Looked::Other(r) => {
+                    s.free_fast_at(at);
                     // SAFETY: the caller's contract.
-                    return Some(unsafe { failed_one::<ARRAY>(request, status, comm, e) });
+                    return Some(unsafe { other_one::<ARRAY>(request, status, comm, *r) });
                 }
             }
         }
         Slot::Free | Slot::General => return None,
     };
-    s.free_fast(h);
+    s.free_fast_at(at);
     // SAFETY: the caller's contract.
     unsafe {
         request.write(MPI_REQUEST_NULL);
@@ -159,26 +162,63 @@ unsafe fn write_status<const ARRAY: bool>(out: *mut MpiStatus, st: &MpiStatus) {
     }
 }
 
-/// [`complete_one`] for an operation that failed with `e` (on communicator `comm`): its
-/// status written, its error returned. Out of line: failures are rare.
+/// [`complete_one`] for an operation that completed otherwise than by a plain success
+/// (failed, or cancelled) with outcome `r` (on communicator `comm`): its status written,
+/// its error returned. Out of line: rare.
 ///
 /// # Safety
 /// As [`complete_one`].
 #[cold]
 #[inline(never)]
-unsafe fn failed_one<const ARRAY: bool>(
+unsafe fn other_one<const ARRAY: bool>(
     request: *mut Handle,
     status: *mut MpiStatus,
     comm: Handle,
-    e: rmca::Error,
+    r: rmca::Result<rmca::Status>,
 ) -> MpiResult<bool> {
-    let o = outcome(Err(e));
+    let o = outcome(r);
     // SAFETY: the caller's contract.
     unsafe {
         request.write(MPI_REQUEST_NULL);
         write_status::<ARRAY>(status, &o.status);
     }
     o.error.map_or(Ok(true), |e| Err(e.on(comm)))
+}
+
+/// A running operation `id` (request `*request`, at `at`, on `comm`) of a Waitsome/Testsome
+/// pass ([`Mode::Look`]): whether it completed (freed, its handle set to `MPI_REQUEST_NULL`
+/// and its whole status written to `status` unless that is null); `None` if its
+/// communicator is gone (for the general path). Out of line, apart from the pass's loop:
+/// both in one, the loop kept its state on the stack (callgrind, bench/osu-instructions.sh).
+///
+/// # Safety
+/// As [`complete_one`].
+#[inline(never)]
+pub(super) unsafe fn look_pending(
+    s: &mut State,
+    request: *mut Handle,
+    status: *mut MpiStatus,
+    at: SlotAt,
+    comm: Handle,
+    id: RawId,
+) -> Option<MpiResult<bool>> {
+    let c = &s.comm(comm).ok()?.comm;
+    let st = match id.look(c) {
+        Looked::Done(st) => to_mpi_status(&st),
+        Looked::Pending => return Some(Ok(false)),
+        Looked::Other(r) => {
+            s.free_fast_at(at);
+            // SAFETY: the caller's contract.
+            return Some(unsafe { other_one::<true>(request, status, comm, *r) });
+        }
+    };
+    s.free_fast_at(at);
+    // SAFETY: the caller's contract.
+    unsafe {
+        request.write(MPI_REQUEST_NULL);
+        write_status::<true>(status, &st);
+    }
+    Some(Ok(true))
 }
 
 /// One progress pass of the runtime, for the passes over an array of [`Mode::Look`] polls.
@@ -328,7 +368,7 @@ fn failed_status(
 
 /// The status of a send completed at start.
 #[inline]
-fn sent_status(dest: u32, tag: c_int, len: usize) -> MpiStatus {
+pub(super) fn sent_status(dest: u32, tag: c_int, len: usize) -> MpiStatus {
     let mut st = MpiStatus {
         source: dest as c_int,
         tag,
@@ -341,15 +381,16 @@ fn sent_status(dest: u32, tag: c_int, len: usize) -> MpiStatus {
 
 /// `MPI_Testall` when every request is `MPI_REQUEST_NULL` or one of the fast paths' (`None`
 /// otherwise, for the general path, as soon as a general request or an invalid handle is
-/// met): each running operation is tested after one progress pass for the array, and each
-/// completed one's status is written to its place as it is found (MPI leaves the statuses
-/// undefined unless all have completed, so nothing is lost by writing them early); one that
-/// completed keeps its outcome in its slot ([`Slot::Sent`] for a success) until all have.
-/// Whether all had, and then the outcome of completing them: a second pass frees each; a
-/// failed or cancelled operation became a general request in the first pass and is
-/// completed by the general path there. Each handle is looked at twice: a pass of its own
-/// checking the array before the progress pass, and a third pass rebuilding the statuses
-/// from the slots, cost 52 instructions per request (callgrind, bench/osu-instructions.sh).
+/// met): a first pass (again after a progress pass if one without found an operation still
+/// running) looks at each request, testing the running operations, and stops at the first
+/// one still running (`false`: nothing
+/// changed for the program; an operation that completed keeps its outcome in its slot,
+/// [`Slot::Sent`] for a success, until all have). Once all have, a second pass frees each
+/// request and writes its status. Whether all had, and then the outcome. A failed or
+/// cancelled operation became a general request in the first pass and is completed by the
+/// general path in the second. The statuses are written by the second pass only: the first
+/// pass writing them cost 50 instructions per request more for a window of sends completed
+/// at start (callgrind, bench/osu-instructions.sh).
 ///
 /// # Safety
 /// `requests` holds `n` handles; `statuses` is null or has room for `n` statuses.
@@ -359,90 +400,171 @@ pub(super) unsafe fn testall(
     requests: *mut Handle,
     statuses: *mut MpiStatus,
 ) -> Option<(bool, MpiResult<()>)> {
-    progress(s);
-    let mut general = false;
+    // A look first, the progress pass only if some operation is still running (as Open
+    // MPI's test_all): a window of sends completed at start needs none (3 instructions per
+    // message; callgrind, bench/osu-instructions.sh).
+    // SAFETY: the caller's contract.
+    if !unsafe { testall_look(s, n, requests) }? {
+        progress(s);
+        // SAFETY: the caller's contract.
+        if !unsafe { testall_look(s, n, requests) }? {
+            return Some((false, Ok(())));
+        }
+    }
+    // SAFETY: the caller's contract.
+    Some((true, unsafe { testall_free(s, n, requests, statuses) }))
+}
+
+/// [`testall`]'s first pass: `None` (for the general path) at a general request or an
+/// invalid handle; `Some(false)` at the first operation still running; else `Some(true)`.
+/// Each pass a function of its own: in one, the loops kept their state on the stack
+/// (callgrind, bench/osu-instructions.sh).
+///
+/// # Safety
+/// `requests` holds `n` handles.
+#[inline(never)]
+unsafe fn testall_look(s: &mut State, n: usize, requests: *mut Handle) -> Option<bool> {
     for i in 0..n {
         // SAFETY: the caller's contract.
         let h = unsafe { requests.add(i).read() };
-        let st = match s.slot(h) {
-            Some(Slot::Sent {
-                comm: _,
-                dest,
-                tag,
-                len,
-            }) => sent_status(dest, tag, len),
-            Some(Slot::Pending { comm, id }) => {
-                // (A freed communicator's requests are general ones: see `State::free_comm`.)
-                let Ok(c) = s.comm(comm) else {
-                    return None;
-                };
-                match id.test_now(&c.comm) {
-                    // Not all done: the rest need no test now (the next call tests them).
-                    None => return Some((false, Ok(()))),
-                    // A success keeps its status in the slot; anything else (an error, a
-                    // cancelled operation) goes to a general entry, as the general path
-                    // keeps it, and is written by the second pass.
-                    Some(Ok(st)) if !st.cancelled => {
-                        s.set_slot(
-                            h,
-                            Slot::Sent {
-                                comm,
-                                dest: st.source as u32,
-                                tag: st.tag,
-                                len: st.bytes,
-                            },
-                        );
-                        to_mpi_status(&st)
-                    }
-                    Some(r) => {
-                        s.keep_done(h, comm, outcome(r));
-                        general = true;
-                        continue;
-                    }
-                }
-            }
-            _ if h == MPI_REQUEST_NULL => empty_status(),
-            // A general request (or an invalid handle): all go to the general path, which
-            // takes the slots and statuses this pass left as they are (completed operations
-            // as `Slot::Sent`, statuses rewritten). Looked for here, not in a pass before
-            // the progress pass: one handle lookup per request fewer.
-            _ => return None,
-        };
-        if !statuses.is_null() {
-            // SAFETY: the caller's contract.
-            unsafe { statuses.add(i).write(st) };
+        match s.slot_at(h) {
+            Some((_, Slot::Sent { .. })) => {}
+            Some((at, Slot::Pending { comm, id })) => match testall_one(s, h, at, comm, id) {
+                TestallOne::Done => {}
+                // Not all done: the rest need no test now (the next call tests them).
+                TestallOne::Pending => return Some(false),
+                TestallOne::General => return None,
+            },
+            // A general request: all go to the general path, which takes the slots this
+            // pass left as they are (completed operations as `Slot::Sent` or general
+            // entries). Looked for here, not in a pass before the progress pass: one handle
+            // lookup per request fewer.
+            Some((_, Slot::Free | Slot::General)) => return None,
+            None if h == MPI_REQUEST_NULL => {}
+            // An invalid handle: the general path raises the error.
+            None => return None,
         }
     }
+    Some(true)
+}
+
+/// [`testall`]'s second pass, once all have completed: each request freed and its status
+/// written; the failed and cancelled operations (general entries now) completed by the
+/// general path; the outcome.
+///
+/// # Safety
+/// As [`testall`].
+#[inline(never)]
+unsafe fn testall_free(
+    s: &mut State,
+    n: usize,
+    requests: *mut Handle,
+    statuses: *mut MpiStatus,
+) -> MpiResult<()> {
     let mut first_error: Option<(usize, MpiError)> = None;
     for i in 0..n {
         // SAFETY: the caller's contract.
         let at = unsafe { requests.add(i) };
         // SAFETY: the caller's contract.
         let h = unsafe { at.read() };
-        if h == MPI_REQUEST_NULL {
-            continue;
-        }
-        if !general || matches!(s.slot(h), Some(Slot::Sent { .. })) {
-            s.free_fast(h);
+        // Each branch writes its own status: one write after the match made the loop carry
+        // the status through the stack (25 instructions per request; callgrind,
+        // bench/osu-instructions.sh).
+        match s.slot_at(h) {
+            Some((slot_at, Slot::Sent { dest, tag, len, .. })) => {
+                s.free_fast_at(slot_at);
+                // SAFETY: the caller's contract.
+                unsafe {
+                    at.write(MPI_REQUEST_NULL);
+                    if !statuses.is_null() {
+                        statuses.add(i).write(sent_status(dest, tag, len));
+                    }
+                }
+            }
+            None if h == MPI_REQUEST_NULL => {
+                if !statuses.is_null() {
+                    // SAFETY: the caller's contract.
+                    unsafe { statuses.add(i).write(empty_status()) };
+                }
+            }
+            // Done (the first pass saw to it): completed at once.
             // SAFETY: the caller's contract.
-            unsafe { at.write(MPI_REQUEST_NULL) };
-            continue;
-        }
-        // Done (the first pass saw to it): completed at once.
-        // SAFETY: the caller's contract.
-        let (st, e) = unsafe { super::req::wait_general(s, h, at) };
-        if let Some(e) = e {
-            note_error(&mut first_error, i, e);
-        }
-        if !statuses.is_null() {
-            // SAFETY: the caller's contract.
-            unsafe { statuses.add(i).write(st) };
+            _ => unsafe { testall_general(s, i, at, statuses, &mut first_error) },
         }
     }
-    Some((
-        true,
-        first_error.map_or(Ok(()), |(_, e)| Err(super::req::in_status(&e))),
-    ))
+    first_error.map_or(Ok(()), |(_, e)| Err(super::req::in_status(&e)))
+}
+
+/// [`testall_free`] on a general request (a failed or cancelled operation) at position `i`,
+/// whose handle is at `at`: completed by the general path, its status written, its error
+/// noted. Out of line: rare.
+///
+/// # Safety
+/// As [`testall`], and `at` is `requests + i`.
+#[cold]
+#[inline(never)]
+unsafe fn testall_general(
+    s: &mut State,
+    i: usize,
+    at: *mut Handle,
+    statuses: *mut MpiStatus,
+    first_error: &mut Option<(usize, MpiError)>,
+) {
+    // SAFETY: the caller's contract.
+    let (st, e) = unsafe { super::req::wait_general(s, at.read(), at) };
+    if let Some(e) = e {
+        note_error(first_error, i, e);
+    }
+    if !statuses.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { statuses.add(i).write(st) };
+    }
+}
+
+/// What [`testall_one`] found.
+enum TestallOne {
+    /// Completed: a success kept in its slot ([`Slot::Sent`]), anything else as a general
+    /// entry.
+    Done,
+    Pending,
+    /// Its communicator was freed: the general path's.
+    General,
+}
+
+/// [`testall`]'s test of running operation `id` (request `h` at `at`, on `comm`).
+#[inline(always)]
+fn testall_one(s: &mut State, h: Handle, at: SlotAt, comm: Handle, id: RawId) -> TestallOne {
+    // (A freed communicator's requests are general ones: see `State::free_comm`.)
+    let Ok(c) = s.comm(comm) else {
+        return TestallOne::General;
+    };
+    match id.look(&c.comm) {
+        Looked::Pending => TestallOne::Pending,
+        // A success keeps its status in the slot (a receive from MPI_PROC_NULL, whose
+        // status a slot cannot hold, as a general entry).
+        Looked::Done(st) if !st.is_proc_null() => {
+            s.set_slot_at(
+                at,
+                Slot::Sent {
+                    comm,
+                    dest: st.source as u32,
+                    tag: st.tag,
+                    len: st.bytes,
+                },
+            );
+            TestallOne::Done
+        }
+        Looked::Done(st) => {
+            s.keep_done(h, comm, outcome(Ok(st)));
+            TestallOne::Done
+        }
+        // A failed or cancelled operation goes to a general entry, as the general path
+        // keeps it, and is completed by the second pass.
+        Looked::Other(r) => {
+            s.keep_done(h, comm, outcome(*r));
+            TestallOne::Done
+        }
+    }
 }
 
 #[cfg(test)]

@@ -135,11 +135,15 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) 
         if request.is_null() {
             return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
         }
-        // A request of the fast paths: completed where it lies (`complete.rs`).
-        let fast = state::with(|s| {
-            // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
-            Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Wait) })
-        })?;
+        // A request of the fast paths: completed where it lies (`complete.rs`), in this
+        // call's frame (a closure of its own cost a frame per request).
+        let fast = state::with(
+            #[inline(always)]
+            |s| {
+                // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
+                Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Wait) })
+            },
+        )?;
         if let Some(r) = fast {
             return r.map(drop);
         }
@@ -191,11 +195,15 @@ unsafe fn test(request: *mut Handle, flag: *mut c_int, status: *mut MpiStatus) -
     if request.is_null() {
         return Err(MpiError::new(MPI_ERR_ARG, "the request argument is NULL"));
     }
-    // A request of the fast paths: completed where it lies (`complete.rs`).
-    let fast = state::with(|s| {
-        // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
-        Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Test) })
-    })?;
+    // A request of the fast paths: completed where it lies (`complete.rs`), in this call's
+    // frame (a closure of its own cost a frame per request).
+    let fast = state::with(
+        #[inline(always)]
+        |s| {
+            // SAFETY: non-null, the caller's handle and status (or MPI_STATUS_IGNORE).
+            Ok(unsafe { complete::complete_one::<false>(s, request, status, Mode::Test) })
+        },
+    )?;
     if let Some(r) = fast {
         // A failed operation completed too (its error is the call's).
         let done = !matches!(r, Ok(false));
@@ -761,6 +769,10 @@ unsafe fn testany(
 }
 
 /// One pass of Waitsome/Testsome: completes what is done; `None` when all are inactive.
+/// A send completed at start ([`Slot::Sent`]: a window of eager sends) is completed in the
+/// loop, a running operation by [`complete::look_pending`], anything else by [`some_one`],
+/// both out of line: with them in the loop, the loop kept its counters on the stack and a
+/// send cost twice as much (callgrind, bench/osu-instructions.sh).
 ///
 /// # Safety
 /// `requests` holds `n` handles, `indices` room for `n` ints, `statuses` is null or room
@@ -782,49 +794,51 @@ unsafe fn some_pass(
             inactive += 1;
             continue;
         }
-        // A request of the fast paths: its status written where the next one goes.
-        let st = if statuses.is_null() {
-            statuses
-        } else {
-            // SAFETY: the caller's contract (`done` < `n`).
-            unsafe { statuses.add(done) }
+        let one = match s.slot_at(h) {
+            Some((at, Slot::Sent { dest, tag, len, .. })) => {
+                s.free_fast_at(at);
+                // SAFETY: the caller's contract (`i`, `done` < `n`).
+                unsafe {
+                    requests.add(i).write(MPI_REQUEST_NULL);
+                    indices.add(done).write(i as c_int);
+                    if !statuses.is_null() {
+                        statuses
+                            .add(done)
+                            .write(complete::sent_status(dest, tag, len));
+                    }
+                }
+                done += 1;
+                continue;
+            }
+            Some((at, Slot::Pending { comm, id })) => {
+                let st = if statuses.is_null() {
+                    statuses
+                } else {
+                    // SAFETY: the caller's contract (`done` < `n`).
+                    unsafe { statuses.add(done) }
+                };
+                // SAFETY: the caller's contract (`i` < `n`; `st` null or room for one).
+                match unsafe { complete::look_pending(s, requests.add(i), st, at, comm, id) } {
+                    Some(Ok(false)) => One::Pending,
+                    Some(Ok(true)) => One::Done(None),
+                    Some(Err(e)) => One::Done(Some(e)),
+                    // SAFETY: the caller's contract (`i`, `done` < `n`).
+                    None => unsafe { some_one(s, h, requests.add(i), statuses, done)? },
+                }
+            }
+            // SAFETY: the caller's contract (`i`, `done` < `n`).
+            _ => unsafe { some_one(s, h, requests.add(i), statuses, done)? },
         };
-        // SAFETY: the caller's contract (`i` < `n`; `st` null or room for a status).
-        match unsafe { complete::complete_one::<true>(s, requests.add(i), st, Mode::Look) } {
-            Some(Ok(false)) => continue,
-            Some(r) => {
+        match one {
+            One::Inactive => inactive += 1,
+            One::Pending => {}
+            One::Done(e) => {
                 // SAFETY: the caller's contract.
                 unsafe { indices.add(done).write(i as c_int) };
                 done += 1;
-                if let Err(e) = r {
+                if let Some(e) = e {
                     first_error.get_or_insert(e);
                 }
-                continue;
-            }
-            None => {}
-        }
-        match poll_in(s, h, Mode::Look)? {
-            Poll::Inactive => inactive += 1,
-            Poll::Pending => {}
-            Poll::Complete {
-                outcome,
-                comm,
-                freed,
-            } => {
-                // SAFETY: the caller's contract.
-                unsafe {
-                    if freed {
-                        requests.add(i).write(MPI_REQUEST_NULL);
-                    }
-                    indices.add(done).write(i as c_int);
-                    if !statuses.is_null() {
-                        statuses.add(done).write(outcome.status);
-                    }
-                }
-                if let Some(e) = outcome.error {
-                    first_error.get_or_insert(e.on(comm));
-                }
-                done += 1;
             }
         }
     }
@@ -832,6 +846,64 @@ unsafe fn some_pass(
         return Ok(None);
     }
     Ok(Some((done, first_error)))
+}
+
+/// What [`some_one`] found.
+enum One {
+    Inactive,
+    Pending,
+    /// Completed (its status written); its error, if it failed.
+    Done(Option<MpiError>),
+}
+
+/// [`some_pass`] on request `h` at `at`, not a send completed at start: completed if it is
+/// done, its status written to `statuses[done]` (unless `statuses` is null).
+///
+/// # Safety
+/// `at` is the program's handle of `h`, writable; `statuses` is null or has room past
+/// `done`.
+#[inline(never)]
+unsafe fn some_one(
+    s: &mut State,
+    h: Handle,
+    at: *mut Handle,
+    statuses: *mut MpiStatus,
+    done: usize,
+) -> MpiResult<One> {
+    let st = if statuses.is_null() {
+        statuses
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { statuses.add(done) }
+    };
+    // A request of the fast paths: its status written where the next one goes.
+    // SAFETY: the caller's contract (`st` null or room for a status).
+    match unsafe { complete::complete_one::<true>(s, at, st, Mode::Look) } {
+        Some(Ok(false)) => return Ok(One::Pending),
+        Some(Ok(true)) => return Ok(One::Done(None)),
+        Some(Err(e)) => return Ok(One::Done(Some(e))),
+        None => {}
+    }
+    Ok(match poll_in(s, h, Mode::Look)? {
+        Poll::Inactive => One::Inactive,
+        Poll::Pending => One::Pending,
+        Poll::Complete {
+            outcome,
+            comm,
+            freed,
+        } => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                if freed {
+                    at.write(MPI_REQUEST_NULL);
+                }
+                if !st.is_null() {
+                    st.write(outcome.status);
+                }
+            }
+            One::Done(outcome.error.map(|e| e.on(comm)))
+        }
+    })
 }
 
 /// The result of Waitsome/Testsome.

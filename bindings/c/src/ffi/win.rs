@@ -1118,26 +1118,30 @@ unsafe fn put_get_direct(
     let Ok(t) = usize::try_from(target) else {
         return false;
     };
-    with_view(win, |v| {
-        let Some(at) = v.place(t, disp, len) else {
-            return false;
-        };
-        // SAFETY: `at` is `len` bytes of member `t`'s memory, mapped in this process while
-        // the window lives (the view's promise; the entry holding the view holds the
-        // window), inside an open access epoch (checked by `place`); `origin` holds `len`
-        // bytes (not NULL: checked), writable for a get, by the caller's contract. They may
-        // overlap (an origin inside the window, erroneous but not to crash): `copy` is a
-        // memmove. Other processes' accesses to those bytes are the program's to order, as
-        // with any store to the window.
-        unsafe {
-            if get {
-                std::ptr::copy(at as *const u8, origin as *mut u8, len);
-            } else {
-                std::ptr::copy(origin.cast::<u8>(), at as *mut u8, len);
+    with_view(
+        win,
+        #[inline(always)]
+        |v| {
+            let Some(at) = v.place(t, disp, len) else {
+                return false;
+            };
+            // SAFETY: `at` is `len` bytes of member `t`'s memory, mapped in this process while
+            // the window lives (the view's promise; the entry holding the view holds the
+            // window), inside an open access epoch (checked by `place`); `origin` holds `len`
+            // bytes (not NULL: checked), writable for a get, by the caller's contract. They may
+            // overlap (an origin inside the window, erroneous but not to crash): `copy` is a
+            // memmove. Other processes' accesses to those bytes are the program's to order, as
+            // with any store to the window.
+            unsafe {
+                if get {
+                    std::ptr::copy(at as *const u8, origin as *mut u8, len);
+                } else {
+                    std::ptr::copy(origin.cast::<u8>(), at as *mut u8, len);
+                }
             }
-        }
-        true
-    })
+            true
+        },
+    )
 }
 
 /// `f` on the direct view of window `win` (osc-sm), once the library runs (as
@@ -1146,19 +1150,21 @@ unsafe fn put_get_direct(
 /// the general path then decides.
 #[inline(always)]
 fn with_view(win: Handle, f: impl FnOnce(&DirectView) -> bool) -> bool {
-    if state::with(|_| Ok(())).is_err() {
+    // What `state::with` checks (this thread may call, the library runs, no call of it is
+    // under way below this one), without taking the state; the window table only read.
+    if !state::installed() {
         return false;
     }
-    let done = WINS.with(|tab| {
-        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
-            return false;
-        };
-        match &e.view {
-            Some(v) if e.landings.is_empty() => f(v),
-            _ => false,
-        }
-    });
-    matches!(done, Ok(true))
+    let Some(tab) = WINS.peek() else {
+        return false;
+    };
+    let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
+        return false;
+    };
+    match &e.view {
+        Some(v) if e.landings.is_empty() => f(v),
+        _ => false,
+    }
 }
 
 /// The part the accumulate fast paths share: `op(kernel, target, offset)` once the
@@ -1180,10 +1186,14 @@ fn on_direct_target(
     let Ok(t) = usize::try_from(target) else {
         return false;
     };
-    with_view(win, |v| match (v.offset(t, disp, len), v.atomics()) {
-        (Some(off), Some(kernel)) => op(kernel, t, off),
-        _ => false,
-    })
+    with_view(
+        win,
+        #[inline(always)]
+        |v| match (v.offset(t, disp, len), v.atomics()) {
+            (Some(off), Some(kernel)) => op(kernel, t, off),
+            _ => false,
+        },
+    )
 }
 
 /// `MPI_CHAR`'s handle (MPI 5.0 ABI), which the reductions take as C's `char`.
@@ -1367,19 +1377,26 @@ unsafe fn acc_direct(
     let Some((acc, elem)) = acc_direct_of(op, tdt, result.is_some()) else {
         return false;
     };
-    on_direct_target(win, target, disp, len, |kernel, t, off| {
-        // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL: checked),
-        // unwritten during the call; MPI_NO_OP reads none.
-        let data = if noop {
-            &[][..]
-        } else {
-            unsafe { super::bytes(origin, len) }
-        };
-        // SAFETY: the caller's contract: the result buffer holds `len` writable bytes (not
-        // NULL: checked), apart from the origin's (checked), not otherwise accessed.
-        let old = out.map(|r| unsafe { super::bytes_mut(r, len) });
-        kernel.accumulate(t, off, len, acc, elem, data, old)
-    })
+    on_direct_target(
+        win,
+        target,
+        disp,
+        len,
+        #[inline(always)]
+        |kernel, t, off| {
+            // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL: checked),
+            // unwritten during the call; MPI_NO_OP reads none.
+            let data = if noop {
+                &[][..]
+            } else {
+                unsafe { super::bytes(origin, len) }
+            };
+            // SAFETY: the caller's contract: the result buffer holds `len` writable bytes (not
+            // NULL: checked), apart from the origin's (checked), not otherwise accessed.
+            let old = out.map(|r| unsafe { super::bytes_mut(r, len) });
+            kernel.accumulate(t, off, len, acc, elem, data, old)
+        },
+    )
 }
 
 /// The fast path of `MPI_Compare_and_swap`: a predefined integer, logical or byte datatype
@@ -1425,11 +1442,18 @@ unsafe fn cas_direct(
     // SAFETY: the contract: one element of `dt` (`size` bytes) at each address (not NULL:
     // checked).
     let (value, cmp) = unsafe { (load_element(origin, size), load_element(compare, size)) };
-    on_direct_target(win, target, disp, size, |kernel, rank, off| {
-        // SAFETY: the result element, writable (not NULL: checked), not otherwise accessed.
-        let old = unsafe { super::bytes_mut(result, size) };
-        kernel.compare_and_swap(rank, off, elem, &cmp[..size], &value[..size], old)
-    })
+    on_direct_target(
+        win,
+        target,
+        disp,
+        size,
+        #[inline(always)]
+        |kernel, rank, off| {
+            // SAFETY: the result element, writable (not NULL: checked), not otherwise accessed.
+            let old = unsafe { super::bytes_mut(result, size) };
+            kernel.compare_and_swap(rank, off, elem, &cmp[..size], &value[..size], old)
+        },
+    )
 }
 
 /// The `size` (1, 2, 4 or 8; any other reads nothing) bytes at `p`, at the start of 8: a
@@ -1661,21 +1685,17 @@ macro_rules! rma_fns {
                 Kind::Get if $request.is_null() => Some(true),
                 _ => None,
             };
+            // No error-handler frame: nothing in there fails (a refusal is the general
+            // path's) or panics (its only indexing is bounds-checked before).
             if let Some(get) = direct {
-                let mut done = false;
-                let rc = call_win(stringify!($name), $win, || {
-                    // SAFETY: the caller's contract is the call's.
-                    done = unsafe {
-                        put_get_direct(
-                            get, $origin, $ocount as i64, $odt, $rank, $disp, $tcount as i64,
-                            $tdt, $win,
-                        )
-                    };
-                    Ok(())
-                });
-                // A panic in there (never expected) was the error handler's already.
-                if done || rc != MPI_SUCCESS {
-                    return rc;
+                // SAFETY: the caller's contract is the call's.
+                if unsafe {
+                    put_get_direct(
+                        get, $origin, $ocount as i64, $odt, $rank, $disp, $tcount as i64,
+                        $tdt, $win,
+                    )
+                } {
+                    return MPI_SUCCESS;
                 }
             }
             // OSU's small accumulates: the same, through the module's accumulate kernel.
@@ -2038,6 +2058,29 @@ fn lock_kind(lock_type: c_int) -> MpiResult<LockKind> {
     }
 }
 
+/// The fast path of `MPI_Win_lock` on a window with a direct view (osc-sm): the module's
+/// lock taken through the view ([`DirectView::lock`]: one atomic on the target's lock word)
+/// with one lookup of the window and no call into it, when it is granted at once and
+/// nothing else is in the way. False, nothing changed, sends the call down the general path
+/// (a contended lock, which it waits for; a lock type that is neither, `MPI_PROC_NULL`, a
+/// rank outside the group, a lock held already, another epoch open: its errors).
+#[inline(always)]
+fn lock_direct(lock_type: c_int, rank: c_int, assert: c_int, win: Handle) -> bool {
+    let kind = match lock_type {
+        MPI_LOCK_EXCLUSIVE => LockKind::Exclusive,
+        MPI_LOCK_SHARED => LockKind::Shared,
+        _ => return false,
+    };
+    let Ok(t) = usize::try_from(rank) else {
+        return false;
+    };
+    with_view(
+        win,
+        #[inline(always)]
+        |v| v.lock(t, kind, assert & MPI_MODE_NOCHECK != 0),
+    )
+}
+
 /// `MPI_Win_lock`: a passive-target epoch on `rank` (waits for the lock).
 #[export]
 pub unsafe extern "C" fn MPI_Win_lock(
@@ -2046,6 +2089,9 @@ pub unsafe extern "C" fn MPI_Win_lock(
     assert: c_int,
     win: Handle,
 ) -> c_int {
+    if lock_direct(lock_type, rank, assert, win) {
+        return MPI_SUCCESS;
+    }
     call_win("MPI_Win_lock", win, || {
         let kind = lock_kind(lock_type)?;
         sync_at(win, rank, |target| SyncCall::Lock {
@@ -2059,6 +2105,17 @@ pub unsafe extern "C" fn MPI_Win_lock(
 /// `MPI_Win_unlock`: end the epoch; every operation on `rank` completes.
 #[export]
 pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
+    // The fast path (osc-sm's view: the lock word released, every operation on `rank`
+    // complete already); the general path for the rest, and its errors.
+    if let Ok(t) = usize::try_from(rank) {
+        if with_view(
+            win,
+            #[inline(always)]
+            |v| v.unlock(t),
+        ) {
+            return MPI_SUCCESS;
+        }
+    }
     call_win("MPI_Win_unlock", win, || {
         sync_at(win, rank, SyncCall::Unlock)
     })
@@ -2067,6 +2124,14 @@ pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
 /// `MPI_Win_lock_all`: a shared passive-target epoch on every member.
 #[export]
 pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
+    // The fast path, as `MPI_Win_lock`'s: every shared lock granted at once through the view.
+    if with_view(
+        win,
+        #[inline(always)]
+        |v| v.lock_all(assert & MPI_MODE_NOCHECK != 0),
+    ) {
+        return MPI_SUCCESS;
+    }
     call_win("MPI_Win_lock_all", win, || {
         sync(
             win,
@@ -2080,6 +2145,9 @@ pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
 /// `MPI_Win_unlock_all`.
 #[export]
 pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
+    if with_view(win, DirectView::unlock_all) {
+        return MPI_SUCCESS;
+    }
     call_win("MPI_Win_unlock_all", win, || sync(win, SyncCall::UnlockAll))
 }
 
@@ -2101,13 +2169,17 @@ fn flush_direct(win: Handle, rank: Option<c_int>) -> bool {
     // synchronization in progress); every direct operation completed when issued, so a
     // fence orders them before what follows, as the module's flush does. Local or not is
     // the same here: complete at the origin is complete at the target.
-    with_view(win, |v| {
-        if !v.may_flush(t) {
-            return false;
-        }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        true
-    })
+    with_view(
+        win,
+        #[inline(always)]
+        |v| {
+            if !v.may_flush(t) {
+                return false;
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            true
+        },
+    )
 }
 
 /// `MPI_Win_flush`: the operations on `rank` complete at the target.

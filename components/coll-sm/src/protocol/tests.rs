@@ -56,8 +56,26 @@ fn reduce_u32(dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
 #[derive(Clone, Debug)]
 struct Coll {
     op: Op,
-    /// Elements (u32) moved.
+    /// Elements (u32) moved (per block for allgather and alltoall).
     elems: usize,
+}
+
+impl Coll {
+    /// Bytes of a rank's input and of its slot (the run's `len`) with `n` ranks.
+    fn slot_bytes(&self, n: usize) -> usize {
+        match self.op {
+            Op::Alltoall => n * self.elems * 4,
+            _ => self.elems * 4,
+        }
+    }
+
+    /// Bytes of a rank's output with `n` ranks.
+    fn out_bytes(&self, n: usize) -> usize {
+        match self.op {
+            Op::Allgather | Op::Alltoall => n * self.elems * 4,
+            _ => self.elems * 4,
+        }
+    }
 }
 
 /// Rank `r`'s input for collective `k`.
@@ -83,13 +101,19 @@ fn expected(c: &Coll, k: usize, n: usize, me: usize) -> Option<Vec<u32>> {
         Op::Bcast { root } => Some(input(k, root, c.elems)),
         Op::Reduce { root, .. } => (me == root).then(folded),
         Op::Allreduce { .. } => Some(folded()),
+        Op::Allgather => Some((0..n).flat_map(|q| input(k, q, c.elems)).collect()),
+        Op::Alltoall => Some(
+            (0..n)
+                .flat_map(|q| input(k, q, n * c.elems)[me * c.elems..(me + 1) * c.elems].to_vec())
+                .collect(),
+        ),
     }
 }
 
 /// Run `colls` on `n` ranks over one segment, stepping the rank `order[i % len]` picks
 /// (modulo the ranks still running) at step `i`; panics on a wrong result or a deadlock.
 fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
-    let max = colls.iter().map(|c| c.elems * 4).max().unwrap_or(0);
+    let max = colls.iter().map(|c| c.slot_bytes(n)).max().unwrap_or(0);
     let layout = Layout::new(n, max);
     let mem = VecMem(RefCell::new(vec![0; layout.len()]));
     // Per rank: the collective it is at, its run and its buffers.
@@ -134,11 +158,11 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
         let rank = &mut ranks[me];
         let c = &colls[rank.k];
         if rank.run.is_none() {
-            let bytes = c.elems * 4;
-            rank.send = bytemuck_bytes(&input(rank.k, me, c.elems));
+            let bytes = c.slot_bytes(n);
+            rank.send = bytemuck_bytes(&input(rank.k, me, bytes / 4));
             rank.work = match c.op {
                 Op::Bcast { root } if root == me => rank.send.clone(),
-                _ => vec![0xEE; bytes],
+                _ => vec![0xEE; c.out_bytes(n)],
             };
             let op = match c.op {
                 // Barriers are numbered among themselves.
@@ -214,7 +238,7 @@ fn bytemuck_bytes(v: &[u32]) -> Vec<u8> {
 }
 
 fn any_coll(n: usize) -> impl Strategy<Value = Coll> {
-    (0..4u8, 0..n, any::<bool>(), 0..40usize).prop_map(move |(kind, root, split, elems)| {
+    (0..6u8, 0..n, any::<bool>(), 0..40usize).prop_map(move |(kind, root, split, elems)| {
         let op = match kind {
             0 => Op::Barrier { round: 0 },
             1 => Op::Bcast { root },
@@ -223,7 +247,9 @@ fn any_coll(n: usize) -> impl Strategy<Value = Coll> {
                 elem: 4,
                 split,
             },
-            _ => Op::Allreduce { elem: 4, split },
+            3 => Op::Allreduce { elem: 4, split },
+            4 => Op::Allgather,
+            _ => Op::Alltoall,
         };
         Coll {
             op,
@@ -272,6 +298,17 @@ fn round_robin_sequences_at_one_to_five_ranks() {
                 colls.push(Coll {
                     op: Op::Allreduce { elem: 4, split },
                     elems: 3,
+                });
+            }
+            // Inline (one u32 per block) and in the data slots.
+            for elems in [1, 20] {
+                colls.push(Coll {
+                    op: Op::Allgather,
+                    elems,
+                });
+                colls.push(Coll {
+                    op: Op::Alltoall,
+                    elems,
                 });
             }
             colls.push(Coll {
@@ -473,6 +510,13 @@ fn only_runs_that_heard_every_member_clear_earlier_slots() {
         None,
         "the root heard nobody"
     );
+    // An allgather or alltoall waited for every member's post, as an allreduce.
+    for (op, len, out) in [(Op::Allgather, 8, 24), (Op::Alltoall, 12, 12)] {
+        let mut run = Run::new(op, layout, 0, 5, len);
+        let (send, mut work) = (vec![0u8; len], vec![0u8; out]);
+        while run.poll(&mem, &send, &mut work, None) != Step::Done {}
+        assert_eq!(run.clears(), Some(4), "{op:?}");
+    }
 }
 
 #[test]

@@ -145,6 +145,64 @@ impl MemBtl {
             placing: None,
         }
     }
+
+    /// A get (`get`) or put: checked against the flags, the peer and the other rank's
+    /// registration, done at once, its completion queued for the next progress.
+    fn rdma(
+        &mut self,
+        get: bool,
+        peer: Rank,
+        local: UserBuf,
+        remote: &RemoteSegment,
+        token: CompletionToken,
+    ) -> Result<(), SendError> {
+        let (flag, name) = if get {
+            (BtlFlags::GET, "get")
+        } else {
+            (BtlFlags::PUT, "put")
+        };
+        if !self.cfg.flags.contains(flag) {
+            return Err(SendError::Unsupported(name));
+        }
+        if peer != self.peer {
+            return Err(SendError::Unreachable(peer));
+        }
+        self.count += 1;
+        if self.cfg.would_block_every != 0 && self.count.is_multiple_of(self.cfg.would_block_every)
+        {
+            return Err(SendError::WouldBlock);
+        }
+        let key = u64::from_le_bytes(
+            remote
+                .remote_key
+                .as_slice()
+                .try_into()
+                .map_err(|_| SendError::Unsupported("key"))?,
+        );
+        let mut l = self.h.link.lock().unwrap();
+        let ok = l.regs.get(&key).is_some_and(|&(addr, len)| {
+            let a = remote.addr as usize;
+            a >= addr && a + remote.len <= addr + len && local.len() <= remote.len
+        });
+        let result = if !ok {
+            Err(SendError::Unsupported("bad remote segment"))
+        } else if get {
+            // SAFETY: the segment lies inside a buffer the other simulated rank registered and
+            // keeps alive until its send completes (after our FIN); both ranks share this process.
+            let src = unsafe { UserBuf::from_raw_parts(remote.addr as *const u8, local.len()) };
+            local.write_at(0, src.as_slice());
+            l.gets += 1;
+            Ok(())
+        } else {
+            // SAFETY: the segment lies inside a buffer the other simulated rank registered and
+            // keeps alive while it is registered; both ranks share this process.
+            let dst = unsafe { UserBuf::from_raw_parts_mut(remote.addr as *mut u8, local.len()) };
+            dst.write_at(0, local.as_slice());
+            Ok(())
+        };
+        self.completions.push_back((token, result));
+        Ok(())
+    }
 }
 
 impl Btl for MemBtl {
@@ -228,41 +286,16 @@ impl Btl for MemBtl {
         remote: &RemoteSegment,
         token: CompletionToken,
     ) -> Result<(), SendError> {
-        if !self.cfg.flags.contains(BtlFlags::GET) {
-            return Err(SendError::Unsupported("get"));
-        }
-        if peer != self.peer {
-            return Err(SendError::Unreachable(peer));
-        }
-        self.count += 1;
-        if self.cfg.would_block_every != 0 && self.count.is_multiple_of(self.cfg.would_block_every)
-        {
-            return Err(SendError::WouldBlock);
-        }
-        let key = u64::from_le_bytes(
-            remote
-                .remote_key
-                .as_slice()
-                .try_into()
-                .map_err(|_| SendError::Unsupported("key"))?,
-        );
-        let mut l = self.h.link.lock().unwrap();
-        let ok = l.regs.get(&key).is_some_and(|&(addr, len)| {
-            let a = remote.addr as usize;
-            a >= addr && a + remote.len <= addr + len && local.len() <= remote.len
-        });
-        let result = if ok {
-            // SAFETY: the segment lies inside a buffer the other simulated rank registered and
-            // keeps alive until its send completes (after our FIN); both ranks share this process.
-            let src = unsafe { UserBuf::from_raw_parts(remote.addr as *const u8, local.len()) };
-            local.write_at(0, src.as_slice());
-            l.gets += 1;
-            Ok(())
-        } else {
-            Err(SendError::Unsupported("bad remote segment"))
-        };
-        self.completions.push_back((token, result));
-        Ok(())
+        self.rdma(true, peer, local, remote, token)
+    }
+    fn put(
+        &mut self,
+        peer: Rank,
+        local: UserBuf,
+        remote: &RemoteSegment,
+        token: CompletionToken,
+    ) -> Result<(), SendError> {
+        self.rdma(false, peer, local, remote, token)
     }
     fn progress(&mut self, events: &mut dyn BtlEvents) -> usize {
         if self.h.broken.load(Ordering::Relaxed) {
