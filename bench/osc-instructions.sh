@@ -25,6 +25,14 @@ command -v valgrind >/dev/null || { echo "osc-instructions.sh: valgrind is not i
 loops=${LOOPS:-put get getbw acc getacc fop cas acc64k acc64ki lockput lockget lockacc lockgetacc lockfop lockcas xlockput lockall}
 here=$(cd "$(dirname "$0")" && pwd)
 scratch=$(mktemp -d)
+# Build C source $2 into $3 with the wrapper of $1 (ompi, mpich, or an rmca TARGET_DIR).
+build_for() {
+  case $1 in
+  ompi) mpicc.openmpi -O2 "$2" -o "$3" ;;
+  mpich) mpicc.mpich -O2 "$2" -o "$3" ;;
+  *) "$1/rmca-cc" -O2 "$2" -o "$3" ;;
+  esac
+}
 trap 'rm -rf "$scratch"' EXIT
 count() { # LIBDIR BINARY ROUNDS LOOP
   local lib=$1 bin=$2 rounds=$3 loop=$4 toggles=()
@@ -65,11 +73,7 @@ if [[ ${OSC_WIN:-} == pair ]]; then
   echo
   for dir in "$@"; do
     bin=$scratch/osc_pair.$RANDOM
-    case $dir in
-    ompi) mpicc.openmpi -O2 "$here/osc_pair.c" -o "$bin" ;;
-    mpich) mpicc.mpich -O2 "$here/osc_pair.c" -o "$bin" ;;
-    *) "$dir/rmca-cc" -O2 "$here/osc_pair.c" -o "$bin" ;;
-    esac
+    build_for "$dir" "$here/osc_pair.c" "$bin"
     printf '%-40s' "$dir"
     for l in $loops; do
       a=$(count_pair "$dir" "$bin" 200 "$l") b=$(count_pair "$dir" "$bin" 2200 "$l")
@@ -84,11 +88,7 @@ for l in $loops; do printf '%11s' "$l"; done
 echo
 for dir in "$@"; do
   bin=$scratch/osc_calls.$RANDOM
-  case $dir in
-  ompi) mpicc.openmpi -O2 "$here/osc_calls.c" -o "$bin" ;;
-  mpich) mpicc.mpich -O2 "$here/osc_calls.c" -o "$bin" ;;
-  *) "$dir/rmca-cc" -O2 "$here/osc_calls.c" -o "$bin" ;;
-  esac
+  build_for "$dir" "$here/osc_calls.c" "$bin"
   printf '%-40s' "$dir"
   for l in $loops; do
     case $l in acc64k | acc64ki) small=2 large=12 per=1 ;; getbw) small=10 large=60 per=64 ;; *) small=100 large=1100 per=1 ;; esac

@@ -5,10 +5,21 @@
 //! generation, so a stale id (or a forged one, e.g. read from a packet) does not reach the
 //! request that reuses the slot: every lookup with it answers `None`, as for an id never
 //! issued. (The 32-bit generation wraps after 2^32-1 reuses of one slot; a forged id guesses
-//! the current generation once in 2^32.) Vacant slots are chained through themselves, so insert and remove allocate only
-//! when the table grows past its largest size so far.
+//! the current generation once in 2^31.) Vacant slots are chained through themselves, so
+//! insert and remove allocate only when the table grows past its largest size so far.
+//!
+//! Generations stay below 2^31, so no id has its top bit ([`ID_SPARE_BIT`]) set: a PML may
+//! use that bit to tell its other completion tokens from request ids (pml-ob1's one-sided
+//! transfers). With 32-bit generations a slot reused 2^31 times (a loop of one message at a
+//! time, about half an hour at a million messages a second) gave ids with it set.
 
 use crate::pml::RequestId;
+
+/// The bit of a [`RequestId`] no id of a [`Slab`] has set (see the module).
+pub const ID_SPARE_BIT: u64 = 1 << 63;
+
+/// Generations are below this: ids stay clear of [`ID_SPARE_BIT`].
+const GEN_LIMIT: u32 = 1 << 31;
 
 /// No vacant slot (the end of the free chain).
 const NO_SLOT: u32 = u32::MAX;
@@ -275,8 +286,9 @@ impl<'a, T> Occupied<'a, T> {
 
     #[inline(always)]
     fn vacated(self) {
-        // Skip 0 on wrap-around: a zero generation is never issued.
-        self.slot.gen = self.slot.gen.wrapping_add(1).max(1);
+        // Wrap below GEN_LIMIT, skipping 0: a zero generation is never issued.
+        let next = self.slot.gen + 1;
+        self.slot.gen = if next == GEN_LIMIT { 1 } else { next };
         *self.free = self.index;
         *self.len -= 1;
     }
@@ -384,12 +396,17 @@ mod tests {
     fn generation_skips_zero_on_wrap() {
         let mut s = Slab::new();
         let first = s.insert(0);
-        s.slots[0].gen = u32::MAX;
-        let last = make_id(u32::MAX, 0);
+        s.slots[0].gen = GEN_LIMIT - 1;
+        let last = make_id(GEN_LIMIT - 1, 0);
+        assert_eq!(
+            last.0 & ID_SPARE_BIT,
+            0,
+            "the last generation leaves the spare bit"
+        );
         assert_eq!(s.remove(last), Some(0));
         let next = s.insert(1);
         assert_eq!(split_id(next), (1, 0));
-        // The wrapped generation equals the very first one: only 2^32 - 1 reuses of one slot
+        // The wrapped generation equals the very first one: only 2^31 - 1 reuses of one slot
         // apart, which no request outlives.
         assert_eq!(next, first);
     }

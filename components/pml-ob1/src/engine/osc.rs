@@ -8,14 +8,15 @@
 //! a put, `_recv_pipeline_depth` for a get: the same [`rdma_piece`] as a receive's RGET
 //! reads), so one large put cannot fill a BTL; every piece carries the transfer's token with
 //! [`TOKEN_BIT`] set, which is how [`Core::on_rdma_complete`] tells them from the gets of
-//! ob1's own rendezvous (request ids, far below that bit). The pieces held back by the depth,
+//! ob1's own rendezvous (request ids, which never have it: see
+//! [`ID_SPARE_BIT`](rmca_framework::slab::ID_SPARE_BIT)). The pieces held back by the depth,
 //! or refused by a BTL for lack of resources, are issued when the transfer is tested.
 //!
-//! Transfers live in a slab, named by their slot and the slot's generation: starting,
-//! completing and testing one is an index, not a hash lookup, and a slot keeps its key
-//! buffer for the next transfer, so a put of a window's bytes allocates nothing once the
-//! slab is warm (a put and its test cost about 1,100 instructions with a SipHash map and a
-//! cloned key per transfer and per piece).
+//! Transfers live in the framework's generational [`Slab`] (their tokens are its ids):
+//! starting, completing and testing one is an index, not a hash lookup; the remote keys'
+//! buffers of finished transfers are kept for the next ones, so a put of a window's bytes
+//! allocates nothing once warm (a put and its test cost about 1,100 instructions with a
+//! SipHash map and a cloned key per transfer and per piece).
 
 use std::collections::HashMap;
 
@@ -24,42 +25,30 @@ use rmca_framework::btl::{
     BtlFlags, CompletionToken, MemAccess, Registration, RemoteSegment, SendError,
 };
 use rmca_framework::buffer::UserBuf;
-use rmca_framework::pml::{PmlError, RdmaKeys, RdmaToken};
+use rmca_framework::pml::{PmlError, RdmaKeys, RdmaToken, RequestId};
 use rmca_framework::rank::Rank;
+use rmca_framework::slab::{Slab, ID_SPARE_BIT};
 
 use super::rendezvous::rdma_piece;
 use super::Core;
 
-/// Set in the completion token of every one-sided transfer.
-pub(super) const TOKEN_BIT: u64 = 1 << 63;
-
-/// The slot bits of a token (the rest, below [`TOKEN_BIT`], is the slot's generation).
-const SLOT_BITS: u32 = 32;
-/// Generations wrap within these bits, so a token never reaches [`TOKEN_BIT`].
-const GEN_MASK: u64 = (TOKEN_BIT >> SLOT_BITS) - 1;
+/// Set in the completion token of every one-sided transfer (no request id has it).
+pub(super) const TOKEN_BIT: u64 = ID_SPARE_BIT;
 
 /// The one-sided RDMA state of an ob1 instance.
 #[derive(Debug, Default)]
 pub(crate) struct OscRdma {
     next_handle: u64,
-    /// Transfers by slot (a token's low bits); `free` lists the slots not in use.
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// Transfers, by token.
+    transfers: Slab<Transfer>,
+    /// Remote-key buffers of finished transfers, for the next ones.
+    spare_keys: Vec<Vec<u8>>,
     /// Registrations by handle: `(BTL, registration)` for each RDMA BTL.
     regs: HashMap<u64, Vec<(BtlIndex, Registration)>>,
     /// Transfers started (puts, gets) and their bytes, for the profile.
     pub(super) puts: u64,
     pub(super) gets: u64,
     pub(super) bytes: u64,
-}
-
-/// A slot of the slab: its transfer while `live`, and the generation that names it (bumped
-/// when the transfer is reported, so its token no longer finds the slot).
-#[derive(Debug)]
-struct Slot {
-    gen: u64,
-    live: bool,
-    t: Transfer,
 }
 
 /// One transfer: what is left to issue, and the pieces in flight.
@@ -70,8 +59,7 @@ struct Transfer {
     get: bool,
     /// The local bytes not issued yet.
     local: UserBuf,
-    /// Where they go: `addr` advances with each piece issued, `len` is set per piece, and
-    /// the key's buffer stays with the slot for its next transfer.
+    /// Where they go: `addr` advances with each piece issued, `len` is set per piece.
     remote: RemoteSegment,
     in_flight: u32,
     error: Option<String>,
@@ -79,42 +67,9 @@ struct Transfer {
 
 impl OscRdma {
     /// The live transfer `token` names (with or without [`TOKEN_BIT`]).
+    #[inline]
     fn transfer(&mut self, token: u64) -> Option<&mut Transfer> {
-        let token = token & !TOKEN_BIT;
-        let slot = (token & ((1 << SLOT_BITS) - 1)) as usize;
-        let s = self.slots.get_mut(slot)?;
-        (s.live && s.gen == token >> SLOT_BITS).then_some(&mut s.t)
-    }
-
-    /// A free slot (a new one when none is), marked live: its index and its token. (A slot
-    /// index fits its 32 bits: four billion transfers in flight would not fit in memory.)
-    fn occupy(&mut self) -> (usize, RdmaToken) {
-        let slot = match self.free.pop() {
-            Some(i) => i as usize,
-            None => {
-                self.slots.push(Slot {
-                    gen: 0,
-                    live: false,
-                    t: Transfer {
-                        peer: 0,
-                        btl: 0,
-                        get: false,
-                        local: UserBuf::empty(),
-                        remote: RemoteSegment {
-                            addr: 0,
-                            len: 0,
-                            remote_key: Vec::new(),
-                        },
-                        in_flight: 0,
-                        error: None,
-                    },
-                });
-                self.slots.len() - 1
-            }
-        };
-        let s = &mut self.slots[slot];
-        s.live = true;
-        (slot, (s.gen << SLOT_BITS) | slot as u64)
+        self.transfers.get_mut(RequestId(token & !TOKEN_BIT))
     }
 
     /// A piece of a transfer completed (`token` with [`TOKEN_BIT`]).
@@ -245,19 +200,26 @@ impl Core {
             self.osc.puts += 1;
         }
         self.osc.bytes += local.len() as u64;
-        let (slot, token) = self.osc.occupy();
-        let t = &mut self.osc.slots[slot].t;
-        t.peer = peer;
-        t.btl = btl;
-        t.get = get;
-        t.local = local;
-        t.remote.addr = addr;
-        t.remote.len = local.len();
-        // (Into the slot's own buffer: no allocation once it held a key this long.)
-        t.remote.remote_key.clear();
-        t.remote.remote_key.extend_from_slice(remote_key);
-        t.in_flight = 0;
-        t.error = None;
+        // (Into a finished transfer's buffer: no allocation once one held a key this long.)
+        let mut key = self.osc.spare_keys.pop().unwrap_or_default();
+        key.extend_from_slice(remote_key);
+        let token = self
+            .osc
+            .transfers
+            .insert(Transfer {
+                peer,
+                btl,
+                get,
+                local,
+                remote: RemoteSegment {
+                    addr,
+                    len: local.len(),
+                    remote_key: key,
+                },
+                in_flight: 0,
+                error: None,
+            })
+            .0;
         self.osc_rdma_issue(bml, token);
         Ok(token)
     }
@@ -324,14 +286,11 @@ impl Core {
         if t.in_flight > 0 || (t.error.is_none() && !t.local.is_empty()) {
             return None;
         }
-        let error = t.error.take();
-        let (get, peer) = (t.get, t.peer);
-        let slot = (token & ((1 << SLOT_BITS) - 1)) as usize;
-        let s = &mut self.osc.slots[slot];
-        s.live = false;
-        s.gen = (s.gen + 1) & GEN_MASK;
-        s.t.local = UserBuf::empty();
-        self.osc.free.push(slot as u32);
+        let t = self.osc.transfers.remove(RequestId(token))?;
+        let (error, get, peer) = (t.error, t.get, t.peer);
+        let mut key = t.remote.remote_key;
+        key.clear();
+        self.osc.spare_keys.push(key);
         Some(match error {
             None => Ok(()),
             Some(e) => Err(PmlError::Other(format!(
