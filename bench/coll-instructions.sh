@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per small collective call through the C library, counted by callgrind (as
 # bench/instructions.sh does for messages): bench/coll_calls.c on one rank (btl-self), one
-# double per call, MPI_Allreduce (out of place and MPI_IN_PLACE), MPI_Reduce and MPI_Bcast;
+# double per call, MPI_Allreduce (out of place and MPI_IN_PLACE), MPI_Reduce and MPI_Bcast,
+# and one double per rank through MPI_Allgather, MPI_Allgatherv, MPI_Alltoall, MPI_Alltoallv;
 # only the call itself is counted (--toggle-collect), at two round counts, and the difference
 # per call printed, so that what a run does once cancels out. At one rank the collective
 # itself is coll-base's local schedule: the count is the C layer plus that schedule.
@@ -54,7 +55,14 @@ count() { # LIBDIR ROUNDS CALL FUNCTION: the least of three runs
 printf '%-30s' "instructions per call"
 for lib in "$@"; do printf ' %28s' "$lib"; done
 echo
-calls="allreduce:MPI_Allreduce inplace:MPI_Allreduce reduce:MPI_Reduce bcast:MPI_Bcast"
+calls="allreduce:MPI_Allreduce inplace:MPI_Allreduce reduce:MPI_Reduce bcast:MPI_Bcast
+  allgather:MPI_Allgather allgatherv:MPI_Allgatherv alltoall:MPI_Alltoall alltoallv:MPI_Alltoallv"
+# CALLS=...: a subset of the calls' names (e.g. CALLS="allgatherv alltoallv").
+if [[ -n ${CALLS:-} ]]; then
+  pick=
+  for c in $calls; do [[ " $CALLS " == *" ${c%%:*} "* ]] && pick+=" $c"; done
+  calls=$pick
+fi
 # At two ranks every member of an allreduce waits for the other: only the calls without a wait.
 ((ranks == 2)) && calls="reduce:MPI_Reduce bcast:MPI_Bcast"
 for c in $calls; do

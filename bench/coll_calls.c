@@ -1,6 +1,8 @@
 /* Rounds of one small collective call, for bench/coll-instructions.sh: the C library's own
- * cost per MPI_Allreduce / MPI_Reduce / MPI_Bcast of one double (MPI_SUM).
- *   coll_calls ROUNDS allreduce|inplace|reduce|bcast [barrier]
+ * cost per MPI_Allreduce / MPI_Reduce / MPI_Bcast of one double (MPI_SUM), and per
+ * MPI_Allgather(v) / MPI_Alltoall(v) of one double per rank (the v-forms with counts of 1 at
+ * displacements 0, 1, ..., as OSU's loops pass them).
+ *   coll_calls ROUNDS allreduce|inplace|reduce|bcast|allgather|allgatherv|alltoall|alltoallv [barrier]
  * With `barrier`, an MPI_Barrier separates the calls (OSU's loops do so), so that at two
  * ranks a reduce's leaf and a broadcast's root never wait in the call counted. */
 #include <mpi.h>
@@ -11,13 +13,21 @@
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "barrier"))) {
-        fprintf(stderr, "usage: coll_calls ROUNDS allreduce|inplace|reduce|bcast [barrier]\n");
+        fprintf(stderr, "usage: coll_calls ROUNDS allreduce|inplace|reduce|bcast|allgather|allgatherv|alltoall|alltoallv [barrier]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int rounds = atoi(argv[1]);
     const char *call = argv[2];
     int sync = argc == 4;
     double a = 1.0, b = 0.0;
+    int n;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    double *in = calloc(n, sizeof(double)), *out = calloc(n, sizeof(double));
+    int *counts = malloc(n * sizeof(int)), *displs = malloc(n * sizeof(int));
+    for (int r = 0; r < n; r++) {
+        counts[r] = 1;
+        displs[r] = r;
+    }
     for (int i = 0; i < rounds; i++) {
         if (sync)
             MPI_Barrier(MPI_COMM_WORLD);
@@ -27,9 +37,22 @@ int main(int argc, char **argv) {
             MPI_Allreduce(MPI_IN_PLACE, &b, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         else if (!strcmp(call, "reduce"))
             MPI_Reduce(&a, &b, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        else if (!strcmp(call, "allgather"))
+            MPI_Allgather(&a, 1, MPI_DOUBLE, out, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+        else if (!strcmp(call, "allgatherv"))
+            MPI_Allgatherv(&a, 1, MPI_DOUBLE, out, counts, displs, MPI_DOUBLE, MPI_COMM_WORLD);
+        else if (!strcmp(call, "alltoall"))
+            MPI_Alltoall(in, 1, MPI_DOUBLE, out, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+        else if (!strcmp(call, "alltoallv"))
+            MPI_Alltoallv(in, counts, displs, MPI_DOUBLE, out, counts, displs, MPI_DOUBLE,
+                          MPI_COMM_WORLD);
         else
             MPI_Bcast(&a, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     }
+    free(in);
+    free(out);
+    free(counts);
+    free(displs);
     MPI_Finalize();
     return b < 0;
 }

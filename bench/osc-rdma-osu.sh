@@ -11,6 +11,9 @@
 #     (default components), rmca `--mca osc am`, Open MPI, MPICH; prints per (benchmark,
 #     mode, size) the median of each runtime's latency (us; put_bw, get_bw in BENCHES: MB/s)
 #     and rmca's cost against the best peer's (below 1: rmca better). AM=0 skips osc-am.
+#     MODES: the passive-target modes (default "flush lock"); ALT: rmca options of the second
+#     column in place of `--mca osc am` (e.g. "--mca osc_rdma_lock_words 0"), ALT_NAME its
+#     heading.
 rel=$(cd "$(dirname "$0")/.." && pwd)/target/release
 B=${B:-/tmp/oscsm-osu}
 MODE=${MODE:-transfers}
@@ -28,19 +31,20 @@ if [[ $MODE == transfers ]]; then
   exit 0
 fi
 ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-2000} MAX=${MAX:-64} TIMEOUT=${TIMEOUT:-60} AM=${AM:-1}
+MODES=${MODES:-flush lock} ALT=${ALT:---mca osc am} ALT_NAME=${ALT_NAME:-osc-am}
 BENCHES=${BENCHES:-put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for r in $(seq "$ROUNDS"); do
   for b in $BENCHES; do
-    for mode in flush lock; do
+    for mode in $MODES; do
       a="-w create -s $mode -i $ITERS -x $((ITERS / 10))"
       case $b in fop_latency | cas_latency) ;; *) a="$a -m 1:$MAX" ;; esac
       # shellcheck disable=SC2086 # OSU's options are words on purpose
       {
         timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core "$B/rmca/osu_$b" $a >"$out/$b.$mode.rmca.$r" 2>&1
         if ((AM)); then
-          timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core --mca osc am "$B/rmca/osu_$b" $a >"$out/$b.$mode.am.$r" 2>&1
+          timeout "$TIMEOUT" "$rel/rmca-run" -n 2 --bind-to core $ALT "$B/rmca/osu_$b" $a >"$out/$b.$mode.am.$r" 2>&1
         else
           : >"$out/$b.$mode.am.$r"
         fi
@@ -51,11 +55,11 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 echo "load after: $(uptime)"
-printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' benchmark mode size rmca osc-am ompi mpich rmca/best
+printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' benchmark mode size rmca "$ALT_NAME" ompi mpich rmca/best
 for b in $BENCHES; do
   bw=0
   [[ $b == *_bw ]] && bw=1
-  for mode in flush lock; do
+  for mode in $MODES; do
     sizes=$(awk '/^[0-9]/ { print $1 }' "$out/$b.$mode.rmca.1")
     for size in ${sizes:-1}; do
       med() { # runtime: the median over the rounds of SIZE's latency

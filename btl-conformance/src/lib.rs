@@ -184,6 +184,9 @@ impl Pair {
                     "btl {name}: module {i} of rank {r} does not reach rank {} on the same node",
                     1 - r
                 );
+                // As the BML does once it routes the reached peers over the module.
+                let routed: Vec<Rank> = (0..2).filter(|&p| reach[p as usize]).collect();
+                m.peers_routed(&routed);
             }
         }
         let lossy = modules[0][0]

@@ -271,6 +271,23 @@ impl Bml {
                 }
             )));
         }
+        // Tell each module the peers it carries traffic for, so that it can size its
+        // resources for them (e.g. btl-ud grows its receive pool only now).
+        for (b, btl) in btls.iter_mut().enumerate() {
+            let peers: Vec<Rank> = routes
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| {
+                    r.eager
+                        .iter()
+                        .chain(&r.send)
+                        .chain(&r.rdma)
+                        .any(|x| x.btl == b)
+                })
+                .map(|(p, _)| p as Rank)
+                .collect();
+            btl.peers_routed(&peers);
+        }
         Ok(Self { btls, routes, me })
     }
 

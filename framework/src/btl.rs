@@ -298,6 +298,14 @@ pub trait Btl: Send {
         modex: &dyn ModexRead,
     ) -> Result<Vec<bool>, BtlError>;
 
+    /// The BML chose this module for the traffic (or as a failover path) of `peers`, after
+    /// every module answered `add_procs`. A module that reaches peers it will never carry
+    /// traffic for (a network BTL next to shm on one node) need not pay for resources sized
+    /// for traffic: it may keep them small at open and grow them here (as Open MPI's BTLs
+    /// allocate per-transport receive resources lazily). Not called for modules that serve
+    /// no peer: the BML finalizes and drops those. Default: nothing.
+    fn peers_routed(&mut self, _peers: &[Rank]) {}
+
     /// Forget peers (they left or were declared dead). Pending traffic to them is dropped.
     fn del_procs(&mut self, _ranks: &[Rank]) {}
 

@@ -178,6 +178,26 @@ impl UserBuf {
     }
 }
 
+impl UserBuf {
+    /// Run `f` on bytes `offset..offset + len` in place (an accumulate combines the target's
+    /// memory where it is, without a copy out and back). Panics if the buffer is read-only
+    /// or too small.
+    pub fn with_mut_at<R>(&self, offset: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        assert!(self.writable, "write into a read-only UserBuf");
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "UserBuf::with_mut_at out of bounds"
+        );
+        if len == 0 {
+            return f(&mut []);
+        }
+        // SAFETY: bounds checked above; the constructor's contract grants exclusive write
+        // access to the region while this UserBuf is in use, and the slice does not outlive
+        // `f`.
+        f(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset), len) })
+    }
+}
+
 /// Copy `src` to `dst`. Up to 64 bytes (the fragments and payloads of small messages) the
 /// copy is a few possibly overlapping word moves inline, instead of a call into `memcpy`;
 /// longer copies call it.

@@ -191,6 +191,17 @@ pub enum DirectError {
     /// transport error, as text (the environment keeps the error itself).
     #[error("{0}")]
     Setup(String),
+    /// A member sent a block longer than this member's receive region for it (an
+    /// alltoallv whose counts disagree); the region holds the block's first `received` bytes.
+    #[error("communicator rank {rank} sent {sent} bytes, the receive region holds {received}")]
+    Truncated {
+        /// The sender's rank in the communicator.
+        rank: usize,
+        /// Bytes it sent.
+        sent: usize,
+        /// Bytes the region holds.
+        received: usize,
+    },
 }
 
 /// What a module running collectives itself ([`DirectColl`]) needs from its communicator.
@@ -269,6 +280,32 @@ pub trait DirectColl: fmt::Debug {
         _env: &mut dyn DirectEnv,
         _send: &[u8],
         _recv: &mut [u8],
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// An allgatherv: member r's block (`regions[r].len()` bytes; this member's is `send`)
+    /// into `recv[regions[r]]` (regions disjoint, one per member, of the same lengths on
+    /// every member; `recv` does not overlap `send`).
+    fn allgatherv(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _recv: &mut [u8],
+        _regions: &[Range<usize>],
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// An alltoallv: `send[sends[r]]` to member r, member r's block for this one into
+    /// `recv[recvs[r]]` (disjoint). Each member knows only its own row and column of the
+    /// counts, so a module must not decline from lengths alone unless every member reaches
+    /// the same verdict (coll-sm agrees on it through its segment).
+    fn alltoallv(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _sends: &[Range<usize>],
+        _recv: &mut [u8],
+        _recvs: &[Range<usize>],
     ) -> Option<Result<(), DirectError>> {
         None
     }

@@ -108,6 +108,14 @@ impl FreeListPool {
         pool
     }
 
+    /// Grow to `total` buffers (at most the spec's `max`) in one new slab, whatever
+    /// `grow_by` says: for a user that sizes the pool in steps it chooses (btl-ud posts a few
+    /// receive buffers at open and the rest once it carries traffic). Returns whether the pool
+    /// grew.
+    pub fn grow_to(&mut self, total: usize) -> bool {
+        total > self.capacity && self.grow(total - self.capacity)
+    }
+
     fn grow(&mut self, count: usize) -> bool {
         let count = count.min(self.spec.max - self.capacity);
         if count == 0 || self.spec.buffer_size == 0 {
@@ -235,6 +243,18 @@ mod tests {
             id,
             "LIFO: the most recently freed buffer comes back first"
         );
+    }
+
+    #[test]
+    fn grow_to_adds_one_slab_up_to_max() {
+        let mem = Arc::new(MemoryCounter::default());
+        let mut p = FreeListPool::new(spec(10), mem.clone());
+        assert!(p.grow_to(7));
+        assert_eq!((p.slab_count(), p.capacity(), p.in_use()), (2, 7, 0));
+        assert!(!p.grow_to(7), "already that large");
+        assert!(p.grow_to(50), "clamped to max");
+        assert_eq!((p.slab_count(), p.capacity()), (3, 10));
+        assert_eq!(mem.current(), 10 * 64);
     }
 
     #[test]

@@ -77,6 +77,81 @@ pub enum OscError {
     Transport(String),
 }
 
+/// A target's passive-target lock as one reader-writer word in memory the processes of its
+/// node share (osc-sm's windows, osc-rdma's lock words for created windows; Open MPI's
+/// osc/rdma keeps one per rank likewise): bit 63 an exclusive holder, the low bits the count
+/// of shared holders. A shared request is granted whenever no exclusive holder is there,
+/// even with exclusive requests waiting (no reservation: a process holding one lock never
+/// waits on a writer that waits on it); the price is that a writer waits while shared
+/// holders keep overlapping.
+pub mod lock_word {
+    use super::LockKind;
+    use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+    /// An exclusive holder.
+    pub const EXCL: u64 = 1 << 63;
+    /// The count of shared holders.
+    pub const READERS: u64 = EXCL - 1;
+
+    /// Try to take a lock of `kind` (true: held). A shared request retries while only other
+    /// shared holders come and go; it fails only on an exclusive holder.
+    #[inline]
+    pub fn try_acquire(word: &AtomicU64, kind: LockKind) -> bool {
+        match kind {
+            LockKind::Exclusive => word
+                .compare_exchange(0, EXCL, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok(),
+            LockKind::Shared => {
+                let mut v = word.load(Ordering::Relaxed);
+                loop {
+                    if v & EXCL != 0 {
+                        return false;
+                    }
+                    match word.compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
+                    {
+                        Ok(_) => return true,
+                        Err(now) => v = now,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Give back a lock of `kind` held on `word`: what the holder wrote under it (stores,
+    /// CMA copies, which are complete when their system call returns) is visible to the
+    /// word's next holder, and (the full fence) to whoever this process synchronizes with
+    /// next.
+    #[inline]
+    pub fn release(word: &AtomicU64, kind: LockKind) {
+        fence(Ordering::SeqCst);
+        match kind {
+            LockKind::Exclusive => word.fetch_sub(EXCL, Ordering::Release),
+            LockKind::Shared => word.fetch_sub(1, Ordering::Release),
+        };
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn exclusive_alone_shared_together() {
+            let w = AtomicU64::new(0);
+            assert!(try_acquire(&w, LockKind::Shared));
+            assert!(try_acquire(&w, LockKind::Shared));
+            assert!(!try_acquire(&w, LockKind::Exclusive));
+            release(&w, LockKind::Shared);
+            assert!(!try_acquire(&w, LockKind::Exclusive));
+            release(&w, LockKind::Shared);
+            assert!(try_acquire(&w, LockKind::Exclusive));
+            assert!(!try_acquire(&w, LockKind::Shared));
+            assert!(!try_acquire(&w, LockKind::Exclusive));
+            release(&w, LockKind::Exclusive);
+            assert_eq!(w.load(Ordering::Relaxed), 0);
+        }
+    }
+}
+
 /// Lock types of passive-target synchronization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LockKind {
@@ -513,7 +588,12 @@ impl Layout {
 
     /// Bytes of data the layout holds.
     pub fn len(&self) -> u64 {
-        self.runs.iter().map(|&(_, l)| l).sum()
+        Self::len_of(&self.runs)
+    }
+
+    /// [`Layout::len`] of borrowed runs (the operations on lent buffers build no layout).
+    pub fn len_of(runs: &[(i64, u64)]) -> u64 {
+        runs.iter().map(|&(_, l)| l).sum()
     }
 
     /// No data.
@@ -523,9 +603,13 @@ impl Layout {
 
     /// The lowest and one past the highest offset touched (`(0, 0)` when empty).
     pub fn span(&self) -> (i64, i64) {
-        let lo = self.runs.iter().map(|&(o, _)| o).min().unwrap_or(0);
-        let hi = self
-            .runs
+        Self::span_of(&self.runs)
+    }
+
+    /// [`Layout::span`] of borrowed runs.
+    pub fn span_of(runs: &[(i64, u64)]) -> (i64, i64) {
+        let lo = runs.iter().map(|&(o, _)| o).min().unwrap_or(0);
+        let hi = runs
             .iter()
             .map(|&(o, l)| o.saturating_add(l as i64))
             .max()
@@ -702,6 +786,62 @@ pub trait OscModule {
         data: Vec<u8>,
         fetch: bool,
     ) -> Result<OpId, OscError>;
+
+    /// [`OscModule::put`] of a lent origin buffer into borrowed target runs (a
+    /// [`Layout`]'s): a module that moves the bytes by RDMA reads the program's buffer in
+    /// place, with no packed copy and no layout built. `data` must stay valid and unwritten
+    /// until the operation completed locally: [`OscModule::poll_op`] reported it, or a
+    /// synchronization that completes it locally (`flush_local` or stronger) finished (MPI's
+    /// rule for origin buffers). By default the bytes and the runs are copied.
+    fn put_lent(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        data: UserBuf,
+    ) -> Result<OpId, OscError> {
+        let layout = Layout {
+            runs: runs.to_vec(),
+        };
+        self.put(target, addr, &layout, data.as_slice().to_vec())
+    }
+
+    /// [`OscModule::get`] of borrowed target runs straight into a lent buffer `into` (the
+    /// program's contiguous origin buffer), when the module places the bytes there itself
+    /// (osc-rdma's RDMA reads): no result kept, nothing to unpack, and the operation's
+    /// result is empty. `into` must stay valid and untouched until the operation completed
+    /// locally, as for [`OscModule::put_lent`]; an error of a transfer is then reported by
+    /// the next synchronization. `None`: not taken (the caller uses [`OscModule::get`]),
+    /// the default.
+    fn get_lent(
+        &mut self,
+        _target: usize,
+        _addr: u64,
+        _runs: &[(i64, u64)],
+        _into: UserBuf,
+    ) -> Option<Result<OpId, OscError>> {
+        None
+    }
+
+    /// [`OscModule::accumulate`] of borrowed origin bytes into borrowed target runs: a
+    /// module that sends them copies them once, into its message (read before the call
+    /// returns). By default the bytes and the runs are copied first.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_from(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<OpId, OscError> {
+        let layout = Layout {
+            runs: runs.to_vec(),
+        };
+        self.accumulate(target, addr, &layout, op, elem, data.to_vec(), fetch)
+    }
 
     /// `MPI_Compare_and_swap` of one element at `addr` of `target`: the previous value is
     /// the result.

@@ -365,3 +365,68 @@ fn unreachable_peer_error_names_peer_btls_and_self_hint() {
     );
     assert!(!msg.contains("needs 'self'"), "{msg}");
 }
+
+/// A module that records the peers the BML routed over it (`None`: never told).
+struct Recording {
+    inner: Box<dyn Btl>,
+    routed: std::sync::Arc<std::sync::Mutex<Option<Vec<Rank>>>>,
+}
+
+impl Btl for Recording {
+    fn component_name(&self) -> &str {
+        self.inner.component_name()
+    }
+    fn attributes(&self) -> &BtlAttributes {
+        self.inner.attributes()
+    }
+    fn add_procs(&mut self, procs: &[ProcInfo], m: &dyn ModexRead) -> Result<Vec<bool>, BtlError> {
+        self.inner.add_procs(procs, m)
+    }
+    fn peers_routed(&mut self, peers: &[Rank]) {
+        *self.routed.lock().unwrap() = Some(peers.to_vec());
+    }
+    fn send(
+        &mut self,
+        p: Rank,
+        t: BtlTag,
+        h: &[u8],
+        d: &[u8],
+        s: SendHint,
+    ) -> Result<(), SendError> {
+        self.inner.send(p, t, h, d, s)
+    }
+    fn progress(&mut self, e: &mut dyn BtlEvents) -> usize {
+        self.inner.progress(e)
+    }
+}
+
+#[test]
+fn modules_learn_the_peers_routed_over_them_and_released_ones_nothing() {
+    let seen: Vec<_> = (0..4).map(|_| std::sync::Arc::default()).collect();
+    let record = |b: Vec<Box<dyn Btl>>| -> Vec<Box<dyn Btl>> {
+        b.into_iter()
+            .zip(&seen)
+            .map(|(inner, s)| {
+                Box::new(Recording {
+                    inner,
+                    routed: std::sync::Arc::clone(s),
+                }) as Box<dyn Btl>
+            })
+            .collect()
+    };
+    // Rank 0 with a peer on its node (1) and one on another (2).
+    let _bml = Bml::build(record(btls()), &procs(0, &[0, 0, 1]), &LocalModex::new()).unwrap();
+    let got: Vec<Option<Vec<Rank>>> = seen.iter().map(|s| s.lock().unwrap().clone()).collect();
+    assert_eq!(
+        got,
+        [Some(vec![0]), Some(vec![1]), Some(vec![2]), Some(vec![2])],
+        "each module hears the peers whose routes use it"
+    );
+    // One node: the networks reach every peer but carry nothing, and are never told to grow.
+    for s in &seen {
+        *s.lock().unwrap() = None;
+    }
+    let _bml = Bml::build(record(btls()), &procs(0, &[0, 0, 0]), &LocalModex::new()).unwrap();
+    let got: Vec<Option<Vec<Rank>>> = seen.iter().map(|s| s.lock().unwrap().clone()).collect();
+    assert_eq!(got, [Some(vec![0]), Some(vec![1, 2]), None, None]);
+}

@@ -297,7 +297,11 @@ struct Core {
 impl Core {
     fn progress(&mut self) -> usize {
         let n = self.module.progress(&mut self.io);
-        n + usize::from(self.io.reap_sends() > 0)
+        // Sends completed count as events, sends still pending do not: a wait on them (a
+        // flush_local behind a large accumulate) would otherwise never back off, and on an
+        // oversubscribed node would spin on the core its target needs to take them.
+        let pending = self.io.sends.len();
+        n + (pending - self.io.reap_sends())
     }
 }
 
@@ -697,6 +701,45 @@ impl RawWindow {
         self.issue(|m| m.put(target, addr, layout, data))
     }
 
+    /// [`RawWindow::put`] of a lent buffer into borrowed target runs
+    /// ([`OscModule::put_lent`]: `data` stays valid and unwritten until the operation
+    /// completed locally, by [`RawWindow::test_op`] or a synchronization).
+    pub fn put_lent(
+        &self,
+        target: usize,
+        disp: isize,
+        runs: &[(i64, u64)],
+        data: UserBuf,
+    ) -> Result<OpId> {
+        let addr = self.address(target, disp)?;
+        self.issue(|m| m.put_lent(target, addr, runs, data))
+    }
+
+    /// [`RawWindow::get`] straight into a lent buffer ([`OscModule::get_lent`]); `None` when
+    /// the module does not take it (then [`RawWindow::get`]).
+    pub fn get_lent(
+        &self,
+        target: usize,
+        disp: isize,
+        runs: &[(i64, u64)],
+        into: UserBuf,
+    ) -> Option<Result<OpId>> {
+        let addr = match self.address(target, disp) {
+            Ok(a) => a,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut core = self.core.borrow_mut();
+        let id = match core.module.get_lent(target, addr, runs, into)? {
+            Ok(id) => id,
+            Err(e) => return Some(Err(e.into())),
+        };
+        // Started at once, as by `issue`.
+        core.io.sends_only = true;
+        core.progress();
+        core.io.sends_only = false;
+        Some(Ok(id))
+    }
+
     /// Get `layout` at displacement `disp` of `target`: the operation's result.
     pub fn get(&self, target: usize, disp: isize, layout: &Layout) -> Result<OpId> {
         let addr = self.address(target, disp)?;
@@ -717,6 +760,23 @@ impl RawWindow {
     ) -> Result<OpId> {
         let addr = self.address(target, disp)?;
         self.issue(|m| m.accumulate(target, addr, layout, op, elem, data, fetch))
+    }
+
+    /// [`RawWindow::accumulate`] of borrowed bytes into borrowed target runs
+    /// ([`OscModule::accumulate_from`]: the bytes are read before the call returns).
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate_from(
+        &self,
+        target: usize,
+        disp: isize,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<OpId> {
+        let addr = self.address(target, disp)?;
+        self.issue(|m| m.accumulate_from(target, addr, runs, op, elem, data, fetch))
     }
 
     /// Compare-and-swap of one element: the result is the previous value.
@@ -774,10 +834,19 @@ impl RawWindow {
                     return d.flush_now(*t).map_err(Error::Rma);
                 }
             }
+            let lock = matches!(call, SyncCall::Lock { .. } | SyncCall::LockAll { .. });
             core.module.sync(call)?;
             // A module that reaches memory directly finishes flushes and unlocks at once:
             // no pass of the runtime is needed (the others' operations do not need ours).
-            if self.direct {
+            // Nor does a lock granted at once (a lock word, a lazy request): the progress
+            // a program polling its memory needs comes with the unlock or flush after it.
+            if lock && !self.direct {
+                // A lock request by message leaves now (only sends, as `issue` does).
+                core.io.sends_only = true;
+                core.progress();
+                core.io.sends_only = false;
+            }
+            if self.direct || lock {
                 if let Some(r) = core.module.sync_done() {
                     return r.map_err(Error::Rma);
                 }
@@ -925,6 +994,8 @@ impl<T: bytemuck::Pod> std::fmt::Debug for Window<T> {
 struct Landing {
     id: OpId,
     to: UserBuf,
+    /// The module writes `to` itself: the operation's result is empty.
+    lent: bool,
 }
 
 /// The handle of an open epoch: the operations of the epoch go through it, and buffers lent
@@ -978,12 +1049,21 @@ impl<'scope, T: bytemuck::Pod> Epoch<'scope, '_, T> {
     #[allow(unsafe_code)]
     pub fn get(&self, buf: &'scope mut [T], target: usize, index: usize) -> Result<()> {
         let bytes = bytemuck::cast_slice_mut::<T, u8>(buf);
-        let layout = Layout::contiguous(bytes.len() as u64);
-        let id = self.win.raw.get(target, Self::disp(index)?, &layout)?;
+        let len = bytes.len() as u64;
+        let disp = Self::disp(index)?;
         // SAFETY: `buf` is borrowed mutably for 'scope, which lasts until the epoch's end
-        // wrote it (or dropped the landing without writing).
+        // waited for the operation (a module writing it in place) or wrote the result
+        // there (or dropped the landing without writing).
         let to = unsafe { UserBuf::from_mut_slice(bytes) };
-        self.landings.borrow_mut().push(Landing { id, to });
+        // Lent to a module that writes it itself (osc-rdma's RDMA reads): nothing to land.
+        let (id, lent) = match self.win.raw.get_lent(target, disp, &[(0, len)], to) {
+            Some(r) => (r?, true),
+            None => (
+                self.win.raw.get(target, disp, &Layout::contiguous(len))?,
+                false,
+            ),
+        };
+        self.landings.borrow_mut().push(Landing { id, to, lent });
         Ok(())
     }
 
@@ -993,12 +1073,11 @@ impl<'scope, T: bytemuck::Pod> Epoch<'scope, '_, T> {
     where
         T: Reducible,
     {
-        let bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
-        let layout = Layout::contiguous(bytes.len() as u64);
-        self.win.raw.accumulate(
+        let bytes = bytemuck::cast_slice::<T, u8>(data);
+        self.win.raw.accumulate_from(
             target,
             Self::disp(index)?,
-            &layout,
+            &[(0, bytes.len() as u64)],
             acc_op(op)?,
             elem_of::<T>()?,
             bytes,
@@ -1033,7 +1112,11 @@ impl<'scope, T: bytemuck::Pod> Epoch<'scope, '_, T> {
         )?;
         // SAFETY: as in `get`.
         let to = unsafe { UserBuf::from_mut_slice(bytemuck::bytes_of_mut(old)) };
-        self.landings.borrow_mut().push(Landing { id, to });
+        self.landings.borrow_mut().push(Landing {
+            id,
+            to,
+            lent: false,
+        });
         Ok(())
     }
 
@@ -1060,7 +1143,11 @@ impl<'scope, T: bytemuck::Pod> Epoch<'scope, '_, T> {
         )?;
         // SAFETY: as in `get`.
         let to = unsafe { UserBuf::from_mut_slice(bytemuck::bytes_of_mut(old)) };
-        self.landings.borrow_mut().push(Landing { id, to });
+        self.landings.borrow_mut().push(Landing {
+            id,
+            to,
+            lent: false,
+        });
         Ok(())
     }
 
@@ -1077,6 +1164,7 @@ impl<'scope, T: bytemuck::Pod> Epoch<'scope, '_, T> {
         let mut first_err = None;
         for l in landings {
             match self.win.raw.wait_op(l.id) {
+                Ok(_) if l.lent => {}
                 Ok(bytes) if bytes.len() == l.to.len() => l.to.write_at(0, &bytes),
                 Ok(bytes) => {
                     first_err.get_or_insert(Error::InvalidArgument(format!(
@@ -1203,7 +1291,19 @@ impl<T: bytemuck::Pod> Window<T> {
             _scope: PhantomData,
             _env: PhantomData,
         };
-        let out = f(&e);
+        // Buffers lent to a module (`get`) must not be written after their borrow ends: a
+        // panic unwinding out of `f` first waits for those operations (errors ignored).
+        let out = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&e))) {
+            Ok(out) => out,
+            Err(panic) => {
+                for l in e.landings.take() {
+                    if l.lent {
+                        let _ = self.raw.wait_op(l.id);
+                    }
+                }
+                std::panic::resume_unwind(panic)
+            }
+        };
         let closed = self.raw.sync(close);
         let landed = e.land();
         let out = out?;

@@ -1,5 +1,5 @@
-/* coll-sm against coll-base: the blocking barrier, bcast, reduce, allreduce, allgather and
- * alltoall (which coll-sm serves on one node up to coll_sm_max_size) must give the bytes of
+/* coll-sm against coll-base: the blocking barrier, bcast, reduce, allreduce, allgather,
+ * alltoall, allgatherv and alltoallv (which coll-sm serves on one node up to coll_sm_max_size) must give the bytes of
  * their non-blocking forms
  * (which always run coll-base's schedules), for every type, operation, root and a range of
  * sizes around the thresholds, with MPI_IN_PLACE, on the world, its dup and split
@@ -114,6 +114,82 @@ static void exchanges(MPI_Comm comm, int bytes) {
     memcpy(xnb, xin, total);
     OK(MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xnb, bytes, MPI_BYTE, comm));
     CHECK(memcmp(xblk, xnb, total) == 0, "alltoall in place %d B", bytes);
+}
+
+/* Bytes rank q sends to rank d in a varying exchange of scale `bytes`: uneven, zero for some
+ * pairs; `skew`: rank 0 sends `bytes` to everyone, the others one byte (so that only rank 0's
+ * alltoallv input may exceed coll-sm's slot: every member must fall through together). */
+static int vcount(int q, int d, int bytes, int skew) {
+    if (skew) return q == 0 ? bytes : (bytes > 0);
+    return ((q * 3 + d * 5 + bytes) % 4) * bytes / 3;
+}
+
+/* Regions of counts[i] bytes in reverse rank order, one byte apart (displacements out of
+ * order); the total span. */
+static int vlayout(const int *counts, int size, int *displs) {
+    int at = 0;
+    for (int i = size - 1; i >= 0; i--) {
+        at += 1;
+        displs[i] = at;
+        at += counts[i];
+    }
+    return at;
+}
+
+/* Allgatherv and alltoallv with uneven counts (zeros among them) and displacements out of
+ * order: blocking (coll-sm when every block fits), non-blocking (coll-base) and in place give
+ * the same bytes, and those are the reference; the gaps are left alone. */
+static void vexchanges(MPI_Comm comm, int bytes, int skew) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if ((size_t)(bytes + 1) * size > MAXX) bytes = MAXX / size - 1;
+    int sc[64], sd[64], rc[64], rd[64];
+    if (size > 64) return;
+    MPI_Request req;
+    int bad = 0, tag = bytes + 7 * skew;
+
+    for (int q = 0; q < size; q++) rc[q] = vcount(q, 0, bytes, skew);
+    int span = vlayout(rc, size, rd);
+    for (int i = 0; i < rc[rank]; i++) xin[i] = xval(rank, 0, i, tag);
+    memset(xblk, 0xEE, span);
+    memset(xnb, 0xDD, span);
+    OK(MPI_Allgatherv(xin, rc[rank], MPI_BYTE, xblk, rc, rd, MPI_BYTE, comm));
+    OK(MPI_Iallgatherv(xin, rc[rank], MPI_BYTE, xnb, rc, rd, MPI_BYTE, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    for (int q = 0; q < size; q++) {
+        xnb[rd[q] - 1] = 0xEE; /* the gaps: each buffer's own filler */
+        for (int i = 0; i < rc[q]; i++) bad += xblk[rd[q] + i] != xval(q, 0, i, tag);
+        bad += xblk[rd[q] - 1] != 0xEE;
+    }
+    CHECK(memcmp(xblk, xnb, span) == 0, "allgatherv %d B%s: sm and base differ", bytes,
+          skew ? " skewed" : "");
+    CHECK(bad == 0, "allgatherv %d B%s: %d bytes wrong", bytes, skew ? " skewed" : "", bad);
+    memset(xnb, 0xEE, span);
+    memcpy(xnb + rd[rank], xin, rc[rank]);
+    OK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xnb, rc, rd, MPI_BYTE, comm));
+    CHECK(memcmp(xblk, xnb, span) == 0, "allgatherv in place %d B", bytes);
+
+    for (int d = 0; d < size; d++) sc[d] = vcount(rank, d, bytes, skew);
+    for (int q = 0; q < size; q++) rc[q] = vcount(q, rank, bytes, skew);
+    int sspan = vlayout(sc, size, sd);
+    span = vlayout(rc, size, rd);
+    for (int d = 0; d < size; d++)
+        for (int i = 0; i < sc[d]; i++) xin[sd[d] + i] = xval(rank, d, i, tag);
+    memset(xblk, 0xEE, span);
+    memset(xnb, 0xEE, span);
+    OK(MPI_Alltoallv(xin, sc, sd, MPI_BYTE, xblk, rc, rd, MPI_BYTE, comm));
+    OK(MPI_Ialltoallv(xin, sc, sd, MPI_BYTE, xnb, rc, rd, MPI_BYTE, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(memcmp(xblk, xnb, span) == 0, "alltoallv %d B%s: sm and base differ", bytes,
+          skew ? " skewed" : "");
+    bad = 0;
+    for (int q = 0; q < size; q++) {
+        for (int i = 0; i < rc[q]; i++) bad += xblk[rd[q] + i] != xval(q, rank, i, tag);
+        bad += xblk[rd[q] - 1] != 0xEE;
+    }
+    CHECK(bad == 0, "alltoallv %d B%s: %d bytes wrong", bytes, skew ? " skewed" : "", bad);
+    (void)sspan;
 }
 
 static void reductions(MPI_Comm comm, const Type *t, MPI_Op op, const char *opname, int bytes) {
@@ -255,6 +331,8 @@ int main(int argc, char **argv) {
         for (int c = 0; c < 4; c++) {
             bcasts(comms[c], sizes[s]);
             exchanges(comms[c], sizes[s]);
+            vexchanges(comms[c], sizes[s], 0);
+            vexchanges(comms[c], sizes[s], 1);
             for (int t = 0; t < NTYPES; t++)
                 for (int o = 0; o < 5; o++) {
                     if (o == 4 && !types[t].integer) continue;

@@ -504,6 +504,53 @@ static void locked_sums(void) {
     free(mem);
 }
 
+/* Exclusive locks on a window over the program's memory exclude each other however they are
+ * taken (osc-rdma: an atomic on the target's lock word within a node, messages otherwise),
+ * on every target in turn, the caller's own included: each rank increments each target's
+ * counter by a get, a pause and a put under MPI_LOCK_EXCLUSIVE, so two holders let in at
+ * once lose an update; and under MPI_Win_lock_all two reads of a counter, a pause apart,
+ * agree (no exclusive holder inside a shared epoch). */
+static void exclusive_counters(void) {
+    enum { ROUNDS = 240 };
+    int64_t *mem = calloc(1, sizeof(int64_t));
+    CHECK(mem != NULL, "allocated memory");
+    MPI_Win win;
+    OK(MPI_Win_create(mem, sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD,
+                      &win));
+    int torn = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        int t = (r + rank) % size;
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, t, 0, win));
+        int64_t v = -1;
+        OK(MPI_Get(&v, 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win));
+        OK(MPI_Win_flush(t, win));
+        for (volatile int spin = 0; spin < 3000; spin++) {
+        }
+        v += 1;
+        OK(MPI_Put(&v, 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win));
+        OK(MPI_Win_unlock(t, win));
+        if (r % 8 == 0) {
+            int64_t a = -1, b = -2;
+            OK(MPI_Win_lock_all(0, win));
+            OK(MPI_Get(&a, 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win));
+            OK(MPI_Win_flush(t, win));
+            for (volatile int spin = 0; spin < 3000; spin++) {
+            }
+            OK(MPI_Get(&b, 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win));
+            OK(MPI_Win_unlock_all(win));
+            torn += a != b;
+        }
+    }
+    CHECK(torn == 0, "%d shared epochs saw an exclusive holder write", torn);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win));
+    CHECK(*mem == ROUNDS, "exclusive get/put increments of rank %d's counter: %lld, expected %d",
+          rank, (long long)*mem, ROUNDS);
+    OK(MPI_Win_unlock(rank, win));
+    OK(MPI_Win_free(&win));
+    free(mem);
+}
+
 /* Post/start/complete/wait: each rank exposes to its left neighbour and accesses its right;
  * MPI_Win_test polls the exposure epoch. */
 static void pscw(void) {
@@ -808,6 +855,7 @@ int main(int argc, char **argv) {
     passive();
     created_locks();
     locked_sums();
+    exclusive_counters();
     pscw();
     dynamic();
     shared();

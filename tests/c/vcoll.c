@@ -268,6 +268,20 @@ static void bad_input(int rank, int n) {
     counts[rank] = 2;
     EXPECT(MPI_Allgatherv(buf, 1, MPI_INT, buf + 8, counts, displs, MPI_INT, MPI_COMM_WORLD), MPI_ERR_COUNT);
     EXPECT(MPI_Scatterv(buf, counts, displs, MPI_INT, buf + 8, 1, MPI_INT, -1, MPI_COMM_WORLD), MPI_ERR_ROOT);
+    if (n >= 2 && n <= 16) {
+        /* Overlapping receive blocks, in displacement order (checked in one pass) and out of
+         * it (checked on a sorted copy): refused before anything moves. */
+        int oc[16], od[16], sd[16];
+        for (int r = 0; r < n; r++) oc[r] = 1, od[r] = 0, sd[r] = r;
+        EXPECT(MPI_Allgatherv(buf, 1, MPI_INT, buf + 8, oc, od, MPI_INT, MPI_COMM_WORLD), MPI_ERR_ARG);
+        EXPECT(MPI_Alltoallv(buf, oc, sd, MPI_INT, buf + 32, oc, od, MPI_INT, MPI_COMM_WORLD), MPI_ERR_ARG);
+        for (int r = 0; r < n; r++) od[r] = r + 1;
+        oc[1] = 2, od[1] = 0, od[0] = 1; /* rank 1's [0, 2) holds rank 0's [1, 2) */
+        for (int r = 0, at = 0; r < n; r++) sd[r] = at, at += oc[r];
+        EXPECT(MPI_Alltoallv(buf, oc, sd, MPI_INT, buf + 32, oc, od, MPI_INT, MPI_COMM_WORLD), MPI_ERR_ARG);
+        if (rank != 1)
+            EXPECT(MPI_Allgatherv(buf, 1, MPI_INT, buf + 8, oc, od, MPI_INT, MPI_COMM_WORLD), MPI_ERR_ARG);
+    }
     /* MPI_IN_PLACE where the call does not take it: a refusal, not a read of address 1. */
     EXPECT(MPI_Send(MPI_IN_PLACE, 1, MPI_INT, rank, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
     if (rank != 0) EXPECT(MPI_Gatherv(MPI_IN_PLACE, 1, MPI_INT, NULL, NULL, NULL, MPI_INT, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);

@@ -1,7 +1,8 @@
 //! coll-sm through the C interface (`tests/c/coll_sm.c`): the blocking barrier, bcast, reduce,
-//! allreduce, allgather and alltoall coll-sm serves give the bytes of their non-blocking forms (coll-base's
-//! schedules) for every type, operation, root and sizes around the thresholds, with
-//! MPI_IN_PLACE, on the world, a dup and split sub-communicators in turn (several segments at
+//! allreduce, allgather, alltoall, allgatherv and alltoallv coll-sm serves give the bytes of
+//! their non-blocking forms (coll-base's schedules; the v-variants with uneven counts, zeros
+//! and displacements out of order, and an alltoallv only one member cannot fit) for every
+//! type, operation, root and sizes around the thresholds, with MPI_IN_PLACE, on the world, a dup and split sub-communicators in turn (several segments at
 //! once), back to back with rotating roots, and barriers in order; at 1-4 ranks over ob1+shm
 //! and dr+shm, with the default thresholds and with small ones, and oversubscribed (4 ranks
 //! on this 2-CPU machine) within the job's timeout; `--mca coll base` leaves coll-sm out.

@@ -54,3 +54,17 @@ fn small_operations_from_many_threads() {
         }
     }
 }
+
+/// MPI's progress rule in a loop of `MPI_Win_lock`/`MPI_Win_unlock` alone on an osc-sm
+/// window (`tests/c/win_lock_progress.c`): the spinning rank's uncontended locks take the
+/// fast path, which runs a progress pass every so many calls, so a peer's rendezvous send
+/// to it completes and the peer's flag arrives (without the passes the program gives up
+/// after 10 s and fails).
+#[test]
+fn lock_unlock_loops_progress_point_to_point_traffic() {
+    let program = compile("win_lock_progress", &[]);
+    for ranks in [2, 3] {
+        run(&program, "win_lock_progress", ranks, "ob1+shm", &[]);
+    }
+    run(&program, "win_lock_progress", 2, "dr", &[("pml", "dr")]);
+}

@@ -125,3 +125,51 @@ fn logs_to_a_non_terminal_carry_no_colour_codes() {
         "colour codes in logs: {stderr:?}"
     );
 }
+
+/// A one-node job's network BTLs reach every peer but carry nothing (shm does): they must not
+/// hold the pools sized for traffic (btl-ud's were 52 MB per rank at the soft provider's
+/// 65000-byte MTU, btl-rc's SRQ 2 MiB), under ob1 and under dr alike.
+#[test]
+fn a_one_node_job_does_not_pay_for_the_network_btls_pools() {
+    for pml in ["ob1", "dr"] {
+        let json = std::env::temp_dir().join(format!(
+            "rmca-profile-onenode-{pml}-{}.json",
+            std::process::id()
+        ));
+        let json_s = json.to_str().expect("utf-8 temp path").to_owned();
+        let _ = std::fs::remove_file(&json);
+        // The default BTL list: self, shm and the verbs BTLs on the soft provider.
+        let out = run_job(&Job {
+            ranks: 2,
+            program: "profile_check",
+            args: &[],
+            mca: &[("pml", pml), ("profile", "1"), ("profile_json", &json_s)],
+            timeout_s: 120,
+        });
+        assert!(
+            out.success() && out.stdout.contains("ok"),
+            "{pml}: {}",
+            out.text()
+        );
+        let p = take_profile(&json, &out);
+        let peak = |c: &str| {
+            p["memory"][c]["peak_max_per_rank"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{pml}: no memory figure for {c} (opened?): {p:#}"))
+        };
+        assert!(
+            peak("btl.ud") <= 2 << 20,
+            "{pml}: btl.ud peaked at {} bytes per rank in a job it carried nothing for",
+            peak("btl.ud")
+        );
+        assert!(
+            peak("btl.rc") <= 512 << 10,
+            "{pml}: btl.rc peaked at {} bytes per rank in a job it carried nothing for",
+            peak("btl.rc")
+        );
+        assert!(
+            counter(&p, "btl.shm.frags_sent") > 0,
+            "{pml}: shm carried it"
+        );
+    }
+}

@@ -286,6 +286,14 @@ fn srq_exhaustion_triggers_low_watermark_refill() {
         ],
     );
     let mut s = sinks(2);
+    assert_eq!(
+        counter(b[1].as_ref(), "recv_buffers_allocated"),
+        0,
+        "no SRQ buffer before the module carries traffic"
+    );
+    // The BML routing a peer over rank 1's module creates its SRQ; rank 0's is created at
+    // its first connection.
+    b[1].peers_routed(&[0]);
     let before = counter(b[1].as_ref(), "recv_buffers_allocated");
     assert_eq!(before, 8);
     let n = 600;

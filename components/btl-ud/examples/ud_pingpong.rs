@@ -48,6 +48,8 @@ fn modules() -> (Box<dyn Btl>, Box<dyn Btl>) {
     for (r, b) in v.iter_mut().enumerate() {
         b.add_procs(&job(r as u32).procs(), &modex)
             .expect("add_procs");
+        // As the BML does when it routes the peer over ud: the pools take their full size.
+        b.peers_routed(&[0, 1]);
     }
     let b = v.pop().expect("two");
     (v.pop().expect("two"), b)

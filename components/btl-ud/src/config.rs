@@ -21,6 +21,9 @@ pub struct UdConfig {
     pub send_queue_depth: u32,
     /// Receive buffers (`None`: sized for the job, see [`UdConfig::recv_buffers_for`]).
     pub recv_buffers: Option<usize>,
+    /// Receive buffers posted at open, before the module is known to carry traffic (the rest
+    /// of the pool is allocated and posted then: see [`crate::module::UdBtl::open`]).
+    pub recv_buffers_initial: usize,
     /// Cap of the pending-fragment queue.
     pub pending_max: usize,
     /// Cap of the bytes queued in it (beyond its first fragment).
@@ -58,6 +61,9 @@ pub mod defaults {
     pub const POLL_BATCH: i64 = 64;
     /// Receive buffers reposted together.
     pub const REPOST_BATCH: i64 = 16;
+    /// Receive buffers posted at open, until the module carries traffic (about 1 MiB at the
+    /// soft provider's 65000-byte MTU on loopback, 66 KiB at a HCA's 4 KiB MTU).
+    pub const RECV_INITIAL: i64 = 16;
     /// Receive buffers: floor, per rank, ceiling.
     pub const RECV_MIN: usize = 256;
     /// Receive buffers added per rank of the job.
@@ -97,7 +103,13 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
     p.add(
         Param::int("recv_buffers", 0)
             .range(0, 1 << 20)
-            .help("Receive buffers (each GRH 40 B + MTU) posted on the receive QP, allocated once from the mpool. 0 sizes for the job: 256 + 16 per rank, at most 8192 and at most 32 MiB of buffers (but at least 64), and the device's queue limit; ofud used 6000"),
+            .help("Receive buffers (each GRH 40 B + MTU) posted on the receive QP, from the mpool: btl_ud_recv_buffers_initial at open, the rest once the module carries traffic. 0 sizes for the job: 256 + 16 per rank, at most 8192 and at most 32 MiB of buffers (but at least 64), and the device's queue limit; ofud used 6000"),
+    );
+    p.add(
+        Param::int("recv_buffers_initial", defaults::RECV_INITIAL)
+            .range(1, 1 << 20)
+            .help("Receive buffers posted when the module opens; the rest of the pool (btl_ud_recv_buffers) and the send buffers are allocated once the BML routes a peer's traffic over ud, or the first datagram is sent or received. A job whose peers all go over shm (one node) thus never pays for ud's pools. Datagrams beyond these buffers that arrive before the pool grows are dropped (pml dr resends them)")
+            .level(Level::Tuning),
     );
     p.add(
         Param::int("pending_max", defaults::PENDING_MAX)
@@ -165,6 +177,7 @@ impl UdConfig {
             send_qps: int("send_qps")? as usize,
             send_queue_depth: int("send_queue_depth")? as u32,
             recv_buffers: (recv > 0).then_some(recv as usize),
+            recv_buffers_initial: int("recv_buffers_initial")? as usize,
             pending_max: int("pending_max")? as usize,
             pending_bytes_max: usize::try_from(params.get_size(&n("pending_bytes_max"))?)
                 .unwrap_or(usize::MAX),

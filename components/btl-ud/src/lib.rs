@@ -3,8 +3,11 @@
 //!
 //! Connectionless: one UD receive QP and `btl_ud_send_qps` send QPs used round-robin, address
 //! handles built from the peers' business cards at `add_procs`, no handshake in the send path.
-//! A static receive pool of `btl_ud_recv_buffers` buffers (GRH + MTU each) is allocated once
-//! from the mpool framework, registered once and reposted per completion batch. Every
+//! A receive pool of `btl_ud_recv_buffers` buffers (GRH + MTU each) from the mpool framework,
+//! each slab registered once, reposted per completion batch. Only `btl_ud_recv_buffers_initial`
+//! of them (and no send buffers) exist at open; the rest and the send pool are allocated once
+//! the module carries traffic (the BML routes a peer over it, or a datagram is sent or
+//! delivered), so a one-node job whose peers all go over shm never pays for them. Every
 //! datagram is one fragment: a 4-byte header ([`header`]) then the PML's bytes, at most the UD
 //! MTU, so eager limit = max send size = MTU - 4. The MTU is the device's (on the soft provider:
 //! what one packet on the interface of `btl_ud_if_addr` carries, so datagrams are never

@@ -126,6 +126,14 @@ pub struct UdBtl {
     ticks: u32,
     credits: u64,
     repost_batch: usize,
+    /// `btl_ud_recv_repost_batch` (the effective batch is capped at a quarter of the pool
+    /// posted now).
+    repost_batch_cfg: usize,
+    /// Receive and send buffers of the whole pools, allocated by [`UdBtl::grow`].
+    recv_full: usize,
+    send_full: usize,
+    /// The pools have their full size (see [`UdBtl::open`]).
+    grown: bool,
     /// Why the module can no longer carry traffic (a QP or CQ failed), and whether the PML
     /// was told through `peer_failed`.
     fatal: Option<String>,
@@ -137,8 +145,17 @@ pub struct UdBtl {
 }
 
 impl UdBtl {
-    /// Open the device, create the QPs, allocate, register and post the receive pool.
-    /// The business card to publish is [`UdBtl::card`].
+    /// Open the device, create the QPs, allocate, register and post the first
+    /// `btl_ud_recv_buffers_initial` receive buffers. The business card to publish is
+    /// [`UdBtl::card`].
+    ///
+    /// The rest of the receive pool and the send pool (together 52 MB at the soft provider's
+    /// 65000-byte MTU) are allocated by `grow` once the module carries traffic: the
+    /// BML routes a peer over it ([`Btl::peers_routed`]), or a datagram is sent or delivered.
+    /// A rank whose peers all go over shm thus never maps them (Open MPI allocates a
+    /// transport's receive resources only for transports that reach a peer). The buffers
+    /// posted at open take datagrams of a peer whose BML routed ud before ours did; beyond
+    /// them such a datagram is dropped (pml dr resends it), only in that window at startup.
     pub fn open(cfg: &UdConfig, job: &JobInfo, memory: &MemoryAccounting) -> Result<Self, UdError> {
         let verbs = |op| rmca_common_verbs::verbs("btl-ud", op);
         let unsupported = |reason| UdError::Unsupported {
@@ -185,18 +202,26 @@ impl UdBtl {
             .create_cq((recv_n as u32 + 16).min(attr.max_cqe))
             .map_err(verbs("create receive CQ"))?;
         let counter = memory.counter("btl.ud");
+        let recv_initial = cfg.recv_buffers_initial.clamp(1, recv_n);
         let recv_pool = RegisteredPool::new(
             &pd,
             UD_GRH_LEN + mtu,
+            recv_initial,
             recv_n,
             AccessFlags::LOCAL_WRITE,
             counter.clone(),
         )
         .map_err(verbs("register receive pool"))?;
         let send_n = cfg.send_qps * depth as usize;
-        let send_pool =
-            RegisteredPool::new(&pd, mtu, send_n, AccessFlags::LOCAL_WRITE, counter.clone())
-                .map_err(verbs("register send pool"))?;
+        let send_pool = RegisteredPool::new(
+            &pd,
+            mtu,
+            0,
+            send_n,
+            AccessFlags::LOCAL_WRITE,
+            counter.clone(),
+        )
+        .map_err(verbs("register send pool"))?;
 
         let qkey = cfg.qkey;
         let recv_qp = pd
@@ -286,14 +311,18 @@ impl UdBtl {
             wcs: vec![Wc::EMPTY; cfg.poll_batch],
             ticks: 0,
             credits: send_n as u64,
-            repost_batch: cfg.repost_batch.min((recv_n / 4).max(1)),
+            repost_batch: cfg.repost_batch.min((recv_initial / 4).max(1)),
+            repost_batch_cfg: cfg.repost_batch,
+            recv_full: recv_n,
+            send_full: send_n,
+            grown: false,
             fatal: None,
             fatal_reported: false,
             blackhole: Blackhole::new(cfg.blackhole_after),
             stats: Stats::default(),
             memory: counter,
         };
-        // Post the whole pool before the QP can receive, so early datagrams find buffers.
+        // Post the initial buffers before the QP can receive, so early datagrams find some.
         btl.refill();
         btl.recv_qp
             .modify_to_rtr(None, &RcParams::default())
@@ -304,7 +333,8 @@ impl UdBtl {
         tracing::info!(
             provider = kind.name(),
             mtu,
-            recv_buffers = recv_n,
+            recv_buffers = recv_initial,
+            recv_buffers_full = recv_n,
             send_qps = cfg.send_qps,
             depth,
             inline_max,
@@ -339,6 +369,45 @@ impl UdBtl {
     /// Receive buffers posted now.
     pub fn recv_posted(&self) -> usize {
         self.recv_pool.in_use()
+    }
+
+    /// Whether the pools have their full size (the module carried, or was routed, traffic).
+    pub fn pools_grown(&self) -> bool {
+        self.grown
+    }
+
+    /// Allocate the rest of the receive pool (posted at once) and the send pool, once. A
+    /// failed registration of the send pool fails the module (no fragment could be sent); of
+    /// the receive pool, it leaves the buffers posted at open (datagrams beyond them are
+    /// dropped, which pml dr recovers from), with a warning.
+    fn grow(&mut self) {
+        if self.grown {
+            return;
+        }
+        self.grown = true;
+        match self.recv_pool.grow_to(&self.pd, self.recv_full) {
+            Ok(0) => {}
+            Ok(_) => {
+                self.repost_batch = self
+                    .repost_batch_cfg
+                    .min((self.recv_pool.capacity() / 4).max(1));
+                self.refill();
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                posted = self.recv_pool.capacity(),
+                wanted = self.recv_full,
+                "btl-ud: registering the rest of the receive pool failed; going on with the buffers posted at open"
+            ),
+        }
+        if let Err(e) = self.send_pool.grow_to(&self.pd, self.send_full) {
+            self.fail(format!("btl-ud: registering the send pool failed: {e}"));
+        }
+        tracing::debug!(
+            recv_buffers = self.recv_pool.capacity(),
+            send_buffers = self.send_pool.capacity(),
+            "btl-ud: pools grown to their full size"
+        );
     }
 
     /// Post every free receive buffer.
@@ -542,6 +611,10 @@ impl UdBtl {
         // returns to an application waiting for that data, so it reposts only when two
         // batches are free (a stream, which rarely finds its queue empty, still keeps at least
         // half the pool posted, since a batch is at most a quarter of it).
+        if delivered > 0 && !self.grown {
+            // A peer routed its traffic over ud before our BML did (or routes it without us).
+            self.grow();
+        }
         let free = self.recv_pool.capacity() - self.recv_pool.in_use();
         let batches = if n == 0 { 1 } else { 2 };
         // The QP's state is asked (under its lock) when a completion is in error (a QP that
@@ -654,6 +727,12 @@ impl Btl for UdBtl {
         Ok(reach)
     }
 
+    fn peers_routed(&mut self, peers: &[Rank]) {
+        if !peers.is_empty() {
+            self.grow();
+        }
+    }
+
     fn del_procs(&mut self, ranks: &[Rank]) {
         for &r in ranks {
             if let Some(slot) = self.peers.get_mut(r as usize) {
@@ -695,6 +774,16 @@ impl Btl for UdBtl {
                 peer,
                 reason: reason.clone(),
             });
+        }
+        if !self.grown {
+            // Sent without the BML's routing (a direct user of the module): grow now.
+            self.grow();
+            if let Some(reason) = &self.fatal {
+                return Err(SendError::PeerFailed {
+                    peer,
+                    reason: reason.clone(),
+                });
+            }
         }
         if !self.blackhole.admit() {
             // The injected path death: the send "succeeds" locally and nothing arrives.
@@ -1081,5 +1170,97 @@ mod tests {
             );
         }
         assert_eq!(rx.0.len(), 2 * batch);
+    }
+
+    /// Bytes btl-ud holds in `mem` now.
+    fn ud_bytes(mem: &MemoryAccounting) -> usize {
+        mem.counter("btl.ud").current()
+    }
+
+    /// At open only `btl_ud_recv_buffers_initial` receive buffers exist and no send buffer;
+    /// the BML routing a peer over the module grows both pools to their full size.
+    #[test]
+    fn the_pools_are_small_until_the_bml_routes_a_peer_over_the_module() {
+        let cfg = soft_cfg_with(&[("recv_buffers", "64"), ("recv_buffers_initial", "4")]);
+        let mem = MemoryAccounting::new();
+        let mut m = UdBtl::open(&cfg, &job(0), &mem).unwrap();
+        let (recv_buf, send_buf) = (UD_GRH_LEN + m.mtu(), m.mtu());
+        let send_full = cfg.send_qps * cfg.send_queue_depth as usize;
+        assert_eq!(m.recv_posted(), 4);
+        assert!(!m.pools_grown());
+        assert_eq!(ud_bytes(&mem), 4 * recv_buf, "no send buffer at open");
+        m.peers_routed(&[]);
+        assert!(!m.pools_grown(), "routing no peer is no reason to grow");
+        m.peers_routed(&[1]);
+        assert!(m.pools_grown());
+        assert_eq!(m.recv_posted(), 64);
+        assert_eq!(counter(&m, "recv_buffers_total"), 64);
+        assert_eq!(ud_bytes(&mem), 64 * recv_buf + send_full * send_buf);
+        m.peers_routed(&[1]);
+        assert_eq!(ud_bytes(&mem), 64 * recv_buf + send_full * send_buf, "once");
+    }
+
+    /// What a one-node job's rank pays for ud when shm carries every peer (the BML drops ud
+    /// without routing anything over it): the initial buffers, not the 52 MB of full pools
+    /// at the soft provider's 65000-byte MTU.
+    #[test]
+    fn an_unrouted_module_with_the_default_sizes_holds_about_a_mebibyte() {
+        let mut specs = Vec::new();
+        config::register(&mut ParamRegistrar::new("btl", "ud", &mut specs));
+        let env = vec![("RMCA_MCA_btl_ud_provider".to_owned(), "soft".to_owned())];
+        let raw = RawSources::from_parts(None, None, false, env, vec![]).unwrap();
+        let cfg = UdConfig::from_params(&ParamStore::resolve(specs, &raw).unwrap(), 0).unwrap();
+        let mem = MemoryAccounting::new();
+        let m = UdBtl::open(&cfg, &job(0), &mem).unwrap();
+        let initial = config::defaults::RECV_INITIAL as usize;
+        assert_eq!(m.recv_posted(), initial);
+        assert_eq!(ud_bytes(&mem), initial * (UD_GRH_LEN + m.mtu()));
+        assert!(
+            mem.counter("btl.ud").peak() <= 16 * 65040,
+            "{}",
+            ud_bytes(&mem)
+        );
+        drop(m);
+        assert_eq!(ud_bytes(&mem), 0);
+    }
+
+    /// A peer whose BML routed ud before ours did sends first: its datagrams land in the
+    /// buffers posted at open, and the first delivery grows the pool (no datagram lost).
+    /// The sender grew its own pools at its first send (no BML in this test).
+    #[test]
+    fn early_datagrams_find_the_initial_buffers_and_the_first_delivery_grows_the_pool() {
+        let mut b = opened_pair_with(|_| {
+            soft_cfg_with(&[("recv_buffers", "64"), ("recv_buffers_initial", "4")])
+        });
+        assert!(!b[0].pools_grown() && !b[1].pools_grown());
+        for i in 0..4u8 {
+            b[0].send(1, 0x40, &[i], &[], SendHint::default()).unwrap();
+        }
+        assert!(b[0].pools_grown(), "a send grows the sender's pools");
+        let mut rx = Received::default();
+        pump(&mut b, 1, &mut rx, 4);
+        assert_eq!(rx.0, vec![vec![0u8], vec![1], vec![2], vec![3]]);
+        assert!(
+            b[1].pools_grown(),
+            "the first delivery grows the receiver's pool"
+        );
+        assert_eq!(counter(&b[1], "recv_buffers_total"), 64);
+        assert!(
+            b[1].recv_posted() >= 64 - 4,
+            "the grown pool is posted (but for buffers consumed since, reposted by batch): {}",
+            b[1].recv_posted()
+        );
+        assert_eq!(
+            b[1].repost_batch, 16,
+            "batches of a quarter of the grown pool"
+        );
+        // A burst the initial buffers could not have held now arrives whole.
+        for i in 0..40u8 {
+            b[0].send(1, 0x40, &[i], &[], SendHint::default()).unwrap();
+        }
+        let mut rx = Received::default();
+        pump(&mut b, 1, &mut rx, 40);
+        assert_eq!(rx.0.len(), 40);
+        assert_eq!(counter(&b[1], "drops_no_recv_posted"), 0);
     }
 }

@@ -1,8 +1,9 @@
 //! coll-sm: collectives of communicators whose members all share a node, through one shared
 //! segment per communicator and no message, as Open MPI's coll/sm (and xhc).
 //!
-//! Barrier, bcast, reduce, allreduce, allgather and alltoall of at most `coll_sm_max_size`
-//! bytes (an allgather's block, an alltoall's whole input) run as
+//! Barrier, bcast, reduce, allreduce, allgather, alltoall, allgatherv and alltoallv of at
+//! most `coll_sm_max_size` bytes (an allgather(v)'s largest block, an alltoall(v)'s whole
+//! input; an alltoallv's members agree through the segment whether every input fits) run as
 //! [direct collectives](rmca_framework::coll::DirectColl): flags and data slots in a segment
 //! every member maps (the protocol is [`protocol`], a sans-IO state machine; the mapping is
 //! [`segment`], the crate's only unsafe code). Longer ones, every other operation and every
@@ -40,6 +41,7 @@ pub mod protocol;
 pub mod segment;
 
 use std::cell::{Cell, RefCell};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -52,7 +54,7 @@ use rmca_framework::progress::{
     wait_hook_set, wait_mode, wait_policy, IdleAction, IdleState, ReleasingBackoff, WaitMode,
 };
 
-use protocol::{Layout, Mem, Op, Run, Step, Wait};
+use protocol::{Layout, Mem, Op, Run, Step, Varying, Wait};
 use segment::{Segment, SetupError};
 
 /// Default priority: above coll-base's (10) and coll-hier's (40), which it never meets
@@ -93,7 +95,7 @@ impl Component for SmComponent {
         ComponentMeta {
             name: "sm",
             version: env!("CARGO_PKG_VERSION"),
-            description: "Barrier, bcast, reduce, allreduce, allgather, alltoall through one shared segment per communicator, without messages (communicators on one node; longer or other operations fall through)",
+            description: "Barrier, bcast, reduce, allreduce, allgather(v), alltoall(v) through one shared segment per communicator, without messages (communicators on one node; longer or other operations fall through)",
         }
     }
 
@@ -211,6 +213,24 @@ impl SmModule {
         work: &mut [u8],
         reduce: Option<ReduceBytes<'_>>,
     ) -> Option<Result<(), DirectError>> {
+        self.run_with(env, op, len, send, work, reduce, None)
+            .map(|r| r.map(drop))
+    }
+
+    /// [`SmModule::run`] of any operation (`v`: the regions of a varying exchange); the
+    /// finished run.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn run_with(
+        &self,
+        env: &mut dyn DirectEnv,
+        op: Op,
+        len: usize,
+        send: &[u8],
+        work: &mut [u8],
+        reduce: Option<ReduceBytes<'_>>,
+        v: Option<Varying<'_>>,
+    ) -> Option<Result<Run, DirectError>> {
         if let Some(e) = &*self.dead.borrow() {
             return Some(Err(e.clone()));
         }
@@ -246,7 +266,11 @@ impl SmModule {
         let block = mode == WaitMode::Block;
         seg.fence_posts(block);
         loop {
-            match run.poll(seg, send, work, reduce) {
+            let step = match v {
+                None => run.poll(seg, send, work, reduce),
+                Some(v) => run.poll_v(seg, send, work, v),
+            };
+            match step {
                 Step::Done => break,
                 Step::Posted {
                     off,
@@ -291,7 +315,7 @@ impl SmModule {
             let l = self.layout;
             wake_sleepers(seg, l.freed(self.me), l.freed_sleepers(self.me));
         }
-        Some(Ok(()))
+        Some(Ok(run))
     }
 
     /// Map the segment on every member, publishing this member's process id in it (for the
@@ -546,6 +570,74 @@ impl DirectColl for SmModule {
             return None;
         }
         self.run(env, Op::Alltoall, len, send, recv, None)
+    }
+
+    fn allgatherv(
+        &self,
+        env: &mut dyn DirectEnv,
+        send: &[u8],
+        recv: &mut [u8],
+        regions: &[Range<usize>],
+    ) -> Option<Result<(), DirectError>> {
+        // The lengths are the same on every member, so is the verdict. Zero bytes in all
+        // move nothing: the schedules do it.
+        let (n, me) = (self.layout.n, self.me);
+        let longest = regions.iter().map(Range::len).max().unwrap_or(0);
+        if regions.len() != n
+            || longest == 0
+            || longest > self.max
+            || regions[me].len() != send.len()
+            || regions.iter().any(|r| r.end > recv.len())
+        {
+            return None;
+        }
+        let v = Varying {
+            sends: &[],
+            recvs: regions,
+        };
+        let r = self.run_with(env, Op::Allgatherv, send.len(), send, recv, None, Some(v));
+        r.map(|r| r.map(drop))
+    }
+
+    fn alltoallv(
+        &self,
+        env: &mut dyn DirectEnv,
+        send: &[u8],
+        sends: &[Range<usize>],
+        recv: &mut [u8],
+        recvs: &[Range<usize>],
+    ) -> Option<Result<(), DirectError>> {
+        let (n, me) = (self.layout.n, self.me);
+        // Arguments every member passes alike (the size, the parameter), or a caller's bug.
+        if self.max == 0
+            || sends.len() != n
+            || recvs.len() != n
+            || sends[me].len() != recvs[me].len()
+            || sends.iter().any(|r| r.start > r.end || r.end > send.len())
+            || recvs.iter().any(|r| r.start > r.end || r.end > recv.len())
+        {
+            return None;
+        }
+        // This member's own verdict; the others learn it through the segment.
+        let total = sends.iter().try_fold(0usize, |a, r| a.checked_add(r.len()));
+        let fits = total.is_some_and(|t| {
+            t <= self.max && t + protocol::alltoallv_header(n) <= self.layout.slot
+        });
+        let len = if fits { total.unwrap_or(0) } else { 0 };
+        let v = Varying { sends, recvs };
+        let op = Op::Alltoallv { fits };
+        match self.run_with(env, op, len, send, recv, None, Some(v))? {
+            Err(e) => Some(Err(e)),
+            Ok(run) if run.declined() => None,
+            Ok(run) => Some(match run.truncated() {
+                None => Ok(()),
+                Some(t) => Err(DirectError::Truncated {
+                    rank: t.rank,
+                    sent: t.sent,
+                    received: t.received,
+                }),
+            }),
+        }
     }
 }
 

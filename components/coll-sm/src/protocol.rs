@@ -63,6 +63,16 @@
 //!   copies block `me` of every other rank's slot out as soon as that rank posted. One
 //!   hand-over per pair of ranks, none of the point-to-point matching and acknowledgements.
 //!
+//! - allgatherv: as allgather, each rank's block of its own length (every member knows every
+//!   length: they are the receive counts, the same everywhere).
+//! - alltoallv: every rank writes a header of `n + 1` offsets (in its post line up to 11
+//!   ranks) and its blocks, packed in rank order (after the header when both fit the post
+//!   line, else in its data slot), and posts; each reads its block's offsets from every other
+//!   rank's header and copies the block out. A member knows only its own row and column of
+//!   the counts, so whether its input fits its slot is its own verdict: one that does not fit
+//!   writes [`DECLINED`] as its header's last offset and posts, every member sees it (each
+//!   reads every header), and all of them fall through together ([`Run::declined`]).
+//!
 //! Reductions combine `x0 op x1 op ... op x(n-1)` in rank order, so non-commutative
 //! operations are served and every rank gets the same bits.
 
@@ -104,6 +114,16 @@ const INLINE_AT: usize = 16;
 /// reader's one miss on `posted` brings the data with it, and the writer stores into one
 /// line, not two.
 pub const INLINE: usize = 64 - INLINE_AT;
+
+/// The last offset of an alltoallv header whose rank's input did not fit its slot: every
+/// member falls through (see the module doc).
+pub const DECLINED: u32 = u32::MAX;
+
+/// Bytes of the header of an alltoallv slot for `n` ranks: `n + 1` offsets (u32), where
+/// block `r` spans `[off[r], off[r + 1])` of the data that follows.
+pub fn alltoallv_header(n: usize) -> usize {
+    4 * (n + 1)
+}
 
 /// The memory a [`Run`] works on: 4-byte control words (at multiples of 4) and data bytes.
 pub trait Mem {
@@ -252,6 +272,37 @@ pub enum Op {
     /// An alltoall of `len / n`-byte blocks: `send` holds the block for every rank, `work`
     /// gets every rank's block for this one, both in rank order (`len` bytes).
     Alltoall,
+    /// An allgatherv: `send` is this rank's block (`len` bytes), rank `q`'s lands in
+    /// `work[recvs[q]]` (see [`Varying`]).
+    Allgatherv,
+    /// An alltoallv: `send[sends[r]]` goes to rank `r`, rank `q`'s block for this one lands
+    /// in `work[recvs[q]]` (see [`Varying`]); `fits`: this rank's header and blocks fit its
+    /// slot (else every member falls through, see [`Run::declined`]).
+    Alltoallv {
+        /// This rank's input fits its slot.
+        fits: bool,
+    },
+}
+
+/// The per-rank regions of a varying exchange ([`Op::Allgatherv`], [`Op::Alltoallv`]), in
+/// bytes; one per rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Varying<'a> {
+    /// Where this rank's block for each rank is in `send` (alltoallv; empty for allgatherv).
+    pub sends: &'a [Range<usize>],
+    /// Where each rank's block lands in `work`.
+    pub recvs: &'a [Range<usize>],
+}
+
+/// An alltoallv block longer than its receive region (MPI's truncation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncated {
+    /// The rank that sent it.
+    pub rank: usize,
+    /// Bytes it sent.
+    pub sent: usize,
+    /// Bytes the region holds (the first this many were copied).
+    pub received: usize,
 }
 
 /// What a [`Run`] waits for: the word at `off` to reach `want` (see [`reached`]).
@@ -302,6 +353,10 @@ pub struct Run {
     /// Every other member finished every collective up to this sequence number, as far as
     /// this rank knows (see [`Run::after_clear`]).
     synced: Option<u32>,
+    /// An alltoallv member's input did not fit: every member falls through.
+    declined: bool,
+    /// The first alltoallv block longer than its receive region.
+    truncated: Option<Truncated>,
 }
 
 /// Share `q` of `len` bytes of `elem`-byte elements among `n` ranks: the schedule library's
@@ -333,6 +388,12 @@ impl Run {
         if op == Op::Alltoall {
             assert!(len.is_multiple_of(layout.n), "coll-sm: bad alltoall length");
         }
+        if let Op::Alltoallv { fits: true } = op {
+            assert!(
+                len + alltoallv_header(layout.n) <= layout.slot,
+                "coll-sm: bad alltoallv length"
+            );
+        }
         Self {
             op,
             layout,
@@ -342,7 +403,21 @@ impl Run {
             stage: 0,
             next: 0,
             synced: None,
+            declined: false,
+            truncated: None,
         }
+    }
+
+    /// Once done (an alltoallv): some member's input did not fit its slot, so every member
+    /// declines this collective (its output is not written, or not whole).
+    pub fn declined(&self) -> bool {
+        self.declined
+    }
+
+    /// Once done (an alltoallv that was not declined): the first block longer than its
+    /// receive region, if any (only the region's length was copied).
+    pub fn truncated(&self) -> Option<Truncated> {
+        self.truncated
     }
 
     /// Before this collective, this rank learned that every other member had finished every
@@ -366,7 +441,11 @@ impl Run {
         }
         match self.op {
             Op::Barrier { .. } => Some(self.seq),
-            Op::Allreduce { .. } | Op::Allgather | Op::Alltoall => Some(self.seq.wrapping_sub(1)),
+            Op::Allreduce { .. }
+            | Op::Allgather
+            | Op::Alltoall
+            | Op::Allgatherv
+            | Op::Alltoallv { .. } => Some(self.seq.wrapping_sub(1)),
             Op::Reduce { root, .. } if root == self.me => Some(self.seq.wrapping_sub(1)),
             Op::Reduce { .. } | Op::Bcast { .. } => None,
         }
@@ -394,7 +473,108 @@ impl Run {
             Op::Bcast { root } => self.poll_bcast(mem, root, work),
             Op::Reduce { .. } | Op::Allreduce { .. } => self.poll_reduce(mem, send, work, reduce),
             Op::Allgather | Op::Alltoall => self.poll_exchange(mem, send, work),
+            Op::Allgatherv | Op::Alltoallv { .. } => {
+                unreachable!("coll-sm: a varying exchange is polled by poll_v")
+            }
         }
+    }
+
+    /// [`Run::poll`] of a varying exchange ([`Op::Allgatherv`], [`Op::Alltoallv`]) over the
+    /// regions `v`; the others as [`Run::poll`].
+    #[inline(never)]
+    pub fn poll_v<M: Mem + ?Sized>(
+        &mut self,
+        mem: &M,
+        send: &[u8],
+        work: &mut [u8],
+        v: Varying<'_>,
+    ) -> Step {
+        if self.stage == u8::MAX {
+            return Step::Done;
+        }
+        let (l, me, seq, n) = (self.layout, self.me, self.seq, self.layout.n);
+        let alltoallv = matches!(self.op, Op::Alltoallv { .. });
+        if self.stage == 0 {
+            match self.op {
+                Op::Allgatherv => return self.publish(mem, &send[..self.len]),
+                Op::Alltoallv { fits } => {
+                    if let Some(w) = self.wait_freed(mem) {
+                        return w;
+                    }
+                    let at = self.header_at(me);
+                    if fits {
+                        let mut data = self.blocks_at(me, self.len);
+                        let mut off = 0u32;
+                        mem.write(at, &off.to_ne_bytes());
+                        for (r, block) in v.sends.iter().enumerate() {
+                            mem.write(data, &send[block.clone()]);
+                            data += block.len();
+                            off += block.len() as u32;
+                            mem.write(at + 4 * (r + 1), &off.to_ne_bytes());
+                        }
+                    } else {
+                        mem.write(at + 4 * n, &DECLINED.to_ne_bytes());
+                        self.declined = true;
+                    }
+                    self.stage = 1;
+                    return self.post(mem, 1);
+                }
+                _ => unreachable!("coll-sm: poll_v on {:?}", self.op),
+            }
+        }
+        // Every other rank's block for this one, as soon as that rank posted; this rank's own
+        // straight from `send`.
+        while self.next < n {
+            let q = self.next;
+            let to = v.recvs[q].clone();
+            if q == me {
+                if !self.declined {
+                    let from = if alltoallv {
+                        v.sends[me].clone()
+                    } else {
+                        0..self.len
+                    };
+                    work[to].copy_from_slice(&send[from]);
+                }
+            } else {
+                if let Some(w) = self.wait_one(mem, q, 1) {
+                    return w;
+                }
+                if alltoallv {
+                    let at = self.header_at(q);
+                    let word = |i: usize| {
+                        let mut x = [0u8; 4];
+                        mem.view(at + 4 * i, 4, &mut |b| x.copy_from_slice(b));
+                        u32::from_ne_bytes(x)
+                    };
+                    if word(n) == DECLINED {
+                        self.declined = true;
+                    }
+                    if !self.declined {
+                        let (start, end) = (word(me) as usize, word(me + 1) as usize);
+                        let sent = end.saturating_sub(start);
+                        let take = sent.min(to.len());
+                        if sent > to.len() && self.truncated.is_none() {
+                            self.truncated = Some(Truncated {
+                                rank: q,
+                                sent,
+                                received: to.len(),
+                            });
+                        }
+                        let data = self.blocks_at(q, word(n) as usize);
+                        let dst = &mut work[to.start..to.start + take];
+                        mem.view(data + start, take, &mut |b| dst.copy_from_slice(b));
+                    }
+                } else {
+                    let dst = &mut work[to.clone()];
+                    mem.view(l.data(q, seq, to.len()), to.len(), &mut |b| {
+                        dst.copy_from_slice(b)
+                    });
+                }
+            }
+            self.next += 1;
+        }
+        self.finish(mem)
     }
 
     /// [`Run::poll`] of a barrier.
@@ -568,6 +748,29 @@ impl Run {
             self.next += 1;
         }
         self.finish(mem)
+    }
+
+    /// Offset of rank `q`'s alltoallv header: in its post line when the header fits there
+    /// (up to 11 ranks: the reader's miss on `posted` brings it), else at the start of its
+    /// data slot.
+    fn header_at(&self, q: usize) -> usize {
+        let l = self.layout;
+        if alltoallv_header(l.n) <= INLINE {
+            l.data(q, self.seq, 0)
+        } else {
+            l.data(q, self.seq, l.slot)
+        }
+    }
+
+    /// Offset of rank `q`'s alltoallv blocks, `total` bytes: after the header when both fit
+    /// in the post line (or the header is in the data slot), else at the data slot's start.
+    fn blocks_at(&self, q: usize, total: usize) -> usize {
+        let (l, head) = (self.layout, alltoallv_header(self.layout.n));
+        if head > INLINE || head + total <= INLINE {
+            self.header_at(q) + head
+        } else {
+            l.data(q, self.seq, l.slot)
+        }
     }
 
     /// The members that have not yet stored what the wait `w` (this run's last

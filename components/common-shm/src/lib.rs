@@ -10,6 +10,7 @@
 
 pub mod futex;
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of a segment name (NUL-terminated, so names are shorter).
@@ -136,23 +137,9 @@ impl Mapping {
             // SAFETY: `name` is NUL-terminated (its last byte is 0).
             fd = unsafe { libc::shm_open(name.as_ptr().cast(), libc::O_RDWR, 0) };
         }
-        let base = if fd >= 0 {
-            // SAFETY: maps `len` bytes of the object (its size, set by member 0), shared; the
-            // result is checked against MAP_FAILED below.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd,
-                    0,
-                )
-            }
-        } else {
-            libc::MAP_FAILED
-        };
-        let mapped = base != libc::MAP_FAILED;
+        // The object is `len` bytes long (member 0 sized it).
+        let mapping = (fd >= 0).then(|| Self::map_fd(fd, len)).flatten();
+        let mapped = mapping.is_some();
         if !mapped {
             err = Some(os_error("mapping"));
         }
@@ -160,14 +147,7 @@ impl Mapping {
             // SAFETY: the descriptor opened above; the mapping stays without it.
             unsafe { libc::close(fd) };
         }
-        let mapping = if mapped {
-            Self {
-                base: base.cast(),
-                len,
-            }
-        } else {
-            Self::empty()
-        };
+        let mapping = mapping.unwrap_or_else(Self::empty);
         if mapped {
             init(&mapping);
         }
@@ -209,6 +189,131 @@ impl Drop for Mapping {
             unsafe { libc::munmap(self.base.cast(), self.len) };
         }
     }
+}
+
+impl Mapping {
+    /// Map a fresh zeroed object of `len` (> 0) bytes that this process makes alone, with no
+    /// name anywhere (`memfd_create`): the descriptor returned lets the node's other
+    /// processes map it too ([`Mapping::open_exported`], through `/proc/<pid>/fd/<fd>`, which
+    /// needs the same permission as reading this process's memory, as CMA does). Nothing is
+    /// left behind however the job ends: the kernel frees the memory with its last
+    /// descriptor or mapping. `what` names the object in errors.
+    pub fn create_exported(len: usize, what: &str) -> std::io::Result<(Self, OwnedFd)> {
+        let err = |step: &str| {
+            let e = std::io::Error::last_os_error();
+            std::io::Error::new(e.kind(), format!("{what}: {step} a {len}-byte memfd: {e}"))
+        };
+        let name = b"rmca-exported\0";
+        // SAFETY: a NUL-terminated name; the result is checked.
+        let fd = unsafe { libc::memfd_create(name.as_ptr().cast(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(err("creating"));
+        }
+        // SAFETY: `fd` was just created by this process and is owned from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let sized = libc::off_t::try_from(len)
+            // SAFETY: the descriptor just created.
+            .is_ok_and(|l| unsafe { libc::ftruncate(fd.as_raw_fd(), l) } == 0);
+        if !sized {
+            return Err(err("sizing"));
+        }
+        let map = Self::map_fd(fd.as_raw_fd(), len).ok_or_else(|| err("mapping"))?;
+        Ok((map, fd))
+    }
+
+    /// Map the `len` bytes of the object that process `pid` made with
+    /// [`Mapping::create_exported`] and holds open as descriptor `fd`. The caller checks that
+    /// `pid` names a process of this node and this pid namespace ([`node_token`]) and that
+    /// the object is the one meant (a word the owner wrote in it): a stale or foreign pid
+    /// opens something else, or nothing. Refused unless it is a regular file (a memfd is one)
+    /// of at least `len` bytes.
+    pub fn open_exported(pid: u32, fd: i32, len: usize) -> std::io::Result<Self> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+        let path = format!("/proc/{pid}/fd/{fd}");
+        // Non-blocking: a foreign descriptor could be a FIFO, whose open would wait.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)?;
+        let meta = file.metadata()?;
+        let ft = meta.file_type();
+        if !meta.is_file() || ft.is_fifo() || ft.is_socket() || meta.size() < len as u64 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{path} is not a shared object of {len} bytes"),
+            ));
+        }
+        Self::map_fd(file.as_raw_fd(), len).ok_or_else(|| {
+            let e = std::io::Error::last_os_error();
+            std::io::Error::new(e.kind(), format!("mapping {path}: {e}"))
+        })
+    }
+
+    fn map_fd(fd: i32, len: usize) -> Option<Self> {
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: maps `len` bytes of the object (at least that long, checked by the
+        // callers), shared; the result is checked against MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        (base != libc::MAP_FAILED).then(|| Self {
+            base: base.cast(),
+            len,
+        })
+    }
+
+    /// The 8-byte word at `off` as an atomic (other processes update it at any time).
+    ///
+    /// # Panics
+    /// Outside the mapping or not 8-byte aligned (callers place their words).
+    pub fn atomic_u64(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off.checked_add(8).is_some_and(|end| end <= self.len) && off.is_multiple_of(8),
+            "word {off} outside a {}-byte mapping or misaligned",
+            self.len
+        );
+        // SAFETY: in range and aligned (checked; the mapping is page-aligned); shared memory
+        // is only ever reached as atomics at these offsets by the owners' protocol, and the
+        // reference borrows the mapping, so it does not outlive it.
+        unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+    }
+}
+
+/// This node and pid namespace, as a number: equal in two processes when a pid one of them
+/// names means the same process to the other (so [`Mapping::open_exported`] may follow it).
+/// The boot's id (random per boot) and the pid namespace's inode; 0 if unreadable (then no
+/// process trusts another's pid: callers treat 0 as matching nothing).
+pub fn node_token() -> u64 {
+    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOKEN.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+        let ns = std::fs::metadata("/proc/self/ns/pid");
+        let (Ok(boot), Ok(ns)) = (boot, ns) else {
+            return 0;
+        };
+        // FNV-1a over the id, the namespace's device and inode.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in boot
+            .trim()
+            .bytes()
+            .chain(ns.dev().to_le_bytes())
+            .chain(ns.ino().to_le_bytes())
+        {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        h.max(1)
+    })
 }
 
 /// Member 0 removes the name (a no-op on the others); `fd`, if open, is closed.
@@ -332,6 +437,38 @@ mod tests {
             agree.marked_before_last,
             "the hook ran after the final round"
         );
+    }
+
+    #[test]
+    fn an_exported_object_is_mapped_again_through_its_descriptor() {
+        let (a, fd) = Mapping::create_exported(4096, "test").unwrap();
+        let b = Mapping::open_exported(std::process::id(), fd.as_raw_fd(), 4096).unwrap();
+        assert_ne!(a.base(), b.base(), "two mappings");
+        a.atomic_u64(8).store(0xfeed, Ordering::Relaxed);
+        assert_eq!(
+            b.atomic_u64(8).load(Ordering::Relaxed),
+            0xfeed,
+            "one object"
+        );
+        assert!(
+            Mapping::open_exported(std::process::id(), fd.as_raw_fd(), 8192).is_err(),
+            "shorter than asked"
+        );
+        // Standard input is no shared object (a tty, a pipe or /dev/null here).
+        assert!(Mapping::open_exported(std::process::id(), 0, 4096).is_err());
+        assert!(
+            Mapping::open_exported(u32::MAX, 3, 4096).is_err(),
+            "no such process"
+        );
+        assert_ne!(node_token(), 0);
+        assert_eq!(node_token(), node_token());
+    }
+
+    #[test]
+    #[should_panic(expected = "misaligned")]
+    fn a_misaligned_word_is_refused() {
+        let (a, _fd) = Mapping::create_exported(4096, "test").unwrap();
+        let _ = a.atomic_u64(4);
     }
 
     #[test]

@@ -31,6 +31,16 @@
 //!   once it grants it. So a lock, one operation and an unlock cost one round trip, as
 //!   MPICH's and Open MPI's piggybacked lock requests do. A module moving data by RDMA asks
 //!   [`Engine::granted`] before it touches the target's memory;
+//! - **lock words**: where a module maps a target's lock word ([`Engine::set_lock_word`],
+//!   [`crate::lockword`]: osc-rdma, for the targets on its node), an origin takes and gives
+//!   back that target's lock with one atomic each instead of `Lock` and `Unlock`: the lock is
+//!   held when `MPI_Win_lock` returns (a contended one is retried by each poll until free;
+//!   `lock_all` takes every word or none, so it never holds some while waiting for others),
+//!   and unlock gives the word back once the epoch's operations are complete at the target
+//!   (a `Flush` and its `Ack` if operations without reply went as messages; the module's
+//!   RDMA transfers are complete before it asks). The target takes its own word for every
+//!   request that comes as a message, so both kinds of holder exclude each other; a request
+//!   waiting for a word held on the node is retried by [`Engine::poll_locks`];
 //! - **flush**: `Flush`, answered by `Ack`, to a target that was sent operations without
 //!   reply (puts, accumulates) since the last one; otherwise the replies awaited prove every
 //!   operation complete, and no message is needed. A local flush only waits for replies
@@ -51,11 +61,16 @@ use rmca_framework::osc::{
     TargetInfo,
 };
 
+use crate::lockword::{release, try_acquire, LockWord};
 use crate::wire::{Msg, Refusal};
 
-/// The piece of target memory an accumulate combines at a time (fits the L2 cache with the
-/// origin's data beside it).
-const ACC_CHUNK: usize = 64 * 1024;
+/// Accumulates without result larger than this go as several messages of at most this many
+/// bytes of data (whole elements each): each is received into a buffer that stays in the
+/// cache while the target combines it (a 2 MiB message is received, then read again, from
+/// memory), is sent eagerly on shm (its send completes locally without the target, which is
+/// all `MPI_Win_flush_local` waits for), and neither end maps and faults in fresh pages for
+/// it (`large_acc_flush_local`).
+pub const ACC_PIECE: usize = 64 * 1024;
 
 /// Memory a window exposes: one attached region.
 pub trait Segment {
@@ -69,6 +84,8 @@ pub trait Segment {
     fn read(&self, off: usize, len: usize) -> &[u8];
     /// Write `data` at `off`.
     fn write(&mut self, off: usize, data: &[u8]);
+    /// Run `f` on bytes `off..off+len` in place (an accumulate's combine).
+    fn modify<R>(&mut self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R;
 }
 
 impl Segment for UserBuf {
@@ -82,6 +99,10 @@ impl Segment for UserBuf {
 
     fn write(&mut self, off: usize, data: &[u8]) {
         self.write_at(off, data);
+    }
+
+    fn modify<R>(&mut self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        self.with_mut_at(off, len, f)
     }
 }
 
@@ -97,6 +118,10 @@ impl Segment for Vec<u8> {
     fn write(&mut self, off: usize, data: &[u8]) {
         self[off..off + data.len()].copy_from_slice(data);
     }
+
+    fn modify<R>(&mut self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut self[off..off + len])
+    }
 }
 
 /// A lock this process holds (or asked for) at a target.
@@ -104,6 +129,8 @@ impl Segment for Vec<u8> {
 struct Held {
     granted: bool,
     nocheck: bool,
+    /// Taken on the target's lock word (of this kind), not by messages.
+    word: Option<LockKind>,
 }
 
 /// The synchronization in progress.
@@ -180,6 +207,16 @@ pub struct Engine<S: Segment> {
     deferred: Option<OscError>,
     /// The host's arithmetic for the elements Rust has no number for.
     host: Option<HostAccumulate>,
+    /// The target's pieces of the put or accumulate being applied ([`Engine::locate_into`]),
+    /// kept: applying one allocates nothing.
+    pieces: Vec<(usize, usize, usize)>,
+    /// The lock words this process maps, per target (its own included: the target side
+    /// takes it for the requests that come as messages).
+    words: Vec<Option<Box<dyn LockWord>>>,
+    /// The word locks an unlock in progress gives back once its targets acknowledged.
+    releases: Vec<(usize, LockKind)>,
+    /// The lock each origin granted by message holds on this process's word.
+    word_held: Vec<Option<LockKind>>,
 }
 
 impl<S: Segment> std::fmt::Debug for Engine<S> {
@@ -237,7 +274,74 @@ impl<S: Segment> Engine<S> {
             spare: Vec::new(),
             deferred: None,
             host: None,
+            pieces: Vec::new(),
+            words: (0..n).map(|_| None).collect(),
+            releases: Vec::new(),
+            word_held: vec![None; n],
         }
+    }
+
+    /// Take and give back `target`'s lock on `word` from now on (a word every process of
+    /// the target's node maps: see [`crate::lockword`]); for this process's own word, grant
+    /// the requests that come as messages only by taking it. Ignored for a rank outside the
+    /// window, or while this process holds or asked for a lock on `target`.
+    pub fn set_lock_word(&mut self, target: usize, word: Box<dyn LockWord>) {
+        if target < self.size() && self.locks[target].is_none() && !self.lock_all {
+            self.words[target] = Some(word);
+        }
+    }
+
+    /// Does this process take `target`'s lock on a lock word?
+    pub fn has_lock_word(&self, target: usize) -> bool {
+        self.words.get(target).is_some_and(Option::is_some)
+    }
+
+    /// Retry the lock requests that wait for this process's lock word (held by an origin of
+    /// its node): true if one was granted. Cheap when none waits.
+    pub fn poll_locks(&mut self) -> bool {
+        if self.lock_queue.is_empty() || self.words[self.me].is_none() {
+            return false;
+        }
+        let before = self.lock_queue.len();
+        self.grant_waiting();
+        self.apply_ready();
+        self.lock_queue.len() != before
+    }
+
+    /// Take the word locks of the synchronization in progress not granted yet (true: all
+    /// held). `lock_all` takes all or none: holding some while waiting for others could
+    /// wait on a process that waits on one of them.
+    fn take_words(&mut self, g: &[usize]) -> bool {
+        let mut all = true;
+        for &t in g {
+            let (Some(h), Some(w)) = (self.locks[t], &self.words[t]) else {
+                continue;
+            };
+            let Some(kind) = h.word.filter(|_| !h.granted) else {
+                continue;
+            };
+            if try_acquire(w.word(), kind) {
+                if let Some(h) = self.locks[t].as_mut() {
+                    h.granted = true;
+                }
+                continue;
+            }
+            all = false;
+            if self.lock_all {
+                // Give back what was taken, and try again at the next poll.
+                for &u in g {
+                    let (Some(h), Some(w)) = (self.locks[u].as_mut(), &self.words[u]) else {
+                        continue;
+                    };
+                    if let (Some(kind), true) = (h.word, h.granted) {
+                        release(w.word(), kind);
+                        h.granted = false;
+                    }
+                }
+                return false;
+            }
+        }
+        all
     }
 
     /// Use the host's arithmetic for the elements Rust has no number for.
@@ -287,12 +391,12 @@ impl<S: Segment> Engine<S> {
     }
 
     /// The origin's check of a target's range (a dynamic window's is the target's alone).
-    fn check_range(&self, target: usize, addr: u64, layout: &Layout) -> Result<(), OscError> {
-        if self.dynamic || layout.is_empty() {
+    fn check_range(&self, target: usize, addr: u64, runs: &[(i64, u64)]) -> Result<(), OscError> {
+        if self.dynamic || Layout::len_of(runs) == 0 {
             return Ok(());
         }
         let size = i128::from(self.targets[target].size);
-        let (lo, hi) = layout.span();
+        let (lo, hi) = Layout::span_of(runs);
         let (lo, hi) = (
             i128::from(addr) + i128::from(lo),
             i128::from(addr) + i128::from(hi),
@@ -316,9 +420,14 @@ impl<S: Segment> Engine<S> {
     /// The origin's checks of an operation on `layout` at `addr` of `target` (rank, access
     /// epoch, range against the target's size), for a module that moves the data itself
     /// (osc-rdma's puts and gets by RDMA) and so must refuse exactly what this engine would.
-    pub fn check_access(&self, target: usize, addr: u64, layout: &Layout) -> Result<(), OscError> {
+    pub fn check_access(
+        &self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+    ) -> Result<(), OscError> {
         self.check_epoch(target)?;
-        self.check_range(target, addr, layout)
+        self.check_range(target, addr, runs)
     }
 
     fn start_op(&mut self, target: usize, reply: bool) -> OpId {
@@ -345,7 +454,7 @@ impl<S: Segment> Engine<S> {
         data: Vec<u8>,
     ) -> Result<OpId, OscError> {
         self.check_epoch(target)?;
-        self.check_range(target, addr, layout)?;
+        self.check_range(target, addr, &layout.runs)?;
         if data.len() as u64 != layout.len() {
             return Err(OscError::Arg(format!(
                 "put: {} origin bytes for {} target bytes",
@@ -365,10 +474,40 @@ impl<S: Segment> Engine<S> {
         Ok(id)
     }
 
+    /// [`Engine::put`] of borrowed bytes into borrowed runs: the bytes are copied once, into
+    /// the message ([`Msg::with_room`]).
+    pub fn put_from(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        data: &[u8],
+    ) -> Result<OpId, OscError> {
+        self.check_epoch(target)?;
+        self.check_range(target, addr, runs)?;
+        if data.len() as u64 != Layout::len_of(runs) {
+            return Err(OscError::Arg(format!(
+                "put: {} origin bytes for {} target bytes",
+                data.len(),
+                Layout::len_of(runs)
+            )));
+        }
+        let id = self.start_op(target, false);
+        let m = Msg::Put {
+            addr,
+            layout: Layout {
+                runs: runs.to_vec(),
+            },
+            data: Default::default(),
+        };
+        self.send(target, m.with_room(data));
+        Ok(id)
+    }
+
     /// `MPI_Get`.
     pub fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
         self.check_epoch(target)?;
-        self.check_range(target, addr, layout)?;
+        self.check_range(target, addr, &layout.runs)?;
         let id = self.start_op(target, true);
         self.send(
             target,
@@ -393,29 +532,9 @@ impl<S: Segment> Engine<S> {
         data: Vec<u8>,
         fetch: bool,
     ) -> Result<OpId, OscError> {
-        self.check_epoch(target)?;
-        self.check_range(target, addr, layout)?;
-        if !elem.supports(op) {
-            return Err(OscError::Op(format!(
-                "accumulate: {op:?} is not defined on {elem:?} elements"
-            )));
-        }
-        let want = if op == AccOp::NoOp { 0 } else { layout.len() };
-        if data.len() as u64 != want {
-            return Err(OscError::Arg(format!(
-                "accumulate: {} origin bytes for {} target bytes",
-                data.len(),
-                layout.len()
-            )));
-        }
-        // An element may span runs (`MPI_SHORT_INT`: the padding between its value and its
-        // index splits it), but the layout holds whole elements.
-        if !layout.len().is_multiple_of(elem.size() as u64) {
-            return Err(OscError::Arg(format!(
-                "accumulate: a target layout of {} bytes is not whole {}-byte {elem:?} elements",
-                layout.len(),
-                elem.size()
-            )));
+        self.check_acc(target, addr, &layout.runs, op, elem, data.len())?;
+        if Self::in_pieces(&layout.runs, elem, data.len(), fetch) {
+            return Ok(self.acc_pieces_to(target, addr, &layout.runs, op, elem, &data));
         }
         let id = self.start_op(target, fetch);
         self.send(
@@ -433,6 +552,139 @@ impl<S: Segment> Engine<S> {
         Ok(id)
     }
 
+    /// [`Engine::accumulate`] of borrowed bytes into borrowed runs: the bytes are copied
+    /// once, into the message ([`Msg::with_room`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate_from(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<OpId, OscError> {
+        self.check_acc(target, addr, runs, op, elem, data.len())?;
+        if Self::in_pieces(runs, elem, data.len(), fetch) {
+            return Ok(self.acc_pieces_to(target, addr, runs, op, elem, data));
+        }
+        let id = self.start_op(target, fetch);
+        let m = Msg::Acc {
+            id,
+            addr,
+            layout: Layout {
+                runs: runs.to_vec(),
+            },
+            op,
+            elem,
+            fetch,
+            data: Default::default(),
+        };
+        self.send(target, m.with_room(data));
+        Ok(id)
+    }
+
+    /// Does an accumulate go in pieces of [`ACC_PIECE`] bytes: large, without result (one
+    /// result would come back in pieces), and no element split between two runs (a piece
+    /// holds whole elements)?
+    fn in_pieces(runs: &[(i64, u64)], elem: Elem, data_len: usize, fetch: bool) -> bool {
+        let size = elem.size() as u64;
+        !fetch && data_len > ACC_PIECE && runs.iter().all(|r| r.1.is_multiple_of(size))
+    }
+
+    /// Send an accumulate (checked, [`Engine::in_pieces`]) as messages of at most
+    /// [`ACC_PIECE`] bytes of whole elements, in order: the pieces reach the target in that
+    /// order, each element in one of them (MPI's atomicity is per element, and
+    /// accumulate_ordering is kept between whole operations, which follow one another).
+    #[allow(clippy::too_many_arguments)]
+    fn acc_pieces_to(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+    ) -> OpId {
+        let size = elem.size();
+        let piece = ((ACC_PIECE / size).max(1) * size) as u64;
+        let mut id = 0;
+        let mut cur: Vec<(i64, u64)> = Vec::new();
+        let (mut cur_len, mut at) = (0u64, 0usize);
+        let mut emit = |e: &mut Self, cur: &mut Vec<(i64, u64)>, len: u64| {
+            id = e.start_op(target, false);
+            let m = Msg::Acc {
+                id,
+                addr,
+                layout: Layout {
+                    runs: std::mem::take(cur),
+                },
+                op,
+                elem,
+                fetch: false,
+                data: Default::default(),
+            };
+            let end = at + len as usize;
+            e.send(target, m.with_room(&data[at..end]));
+            at = end;
+        };
+        for &(off, len) in runs {
+            let mut k = 0u64;
+            while k < len {
+                // (Runs and pieces are whole elements: so is every part of a run.)
+                let take = (len - k).min(piece - cur_len);
+                cur.push((off + k as i64, take));
+                (cur_len, k) = (cur_len + take, k + take);
+                if cur_len == piece {
+                    emit(self, &mut cur, cur_len);
+                    cur_len = 0;
+                }
+            }
+        }
+        if cur_len > 0 {
+            emit(self, &mut cur, cur_len);
+        }
+        // (Every piece is complete at the origin once sent, as the operation is: any of
+        // their ids answers for it.)
+        id
+    }
+
+    /// The origin's checks of an accumulate of `data_len` bytes.
+    fn check_acc(
+        &self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data_len: usize,
+    ) -> Result<(), OscError> {
+        let len = Layout::len_of(runs);
+        self.check_epoch(target)?;
+        self.check_range(target, addr, runs)?;
+        if !elem.supports(op) {
+            return Err(OscError::Op(format!(
+                "accumulate: {op:?} is not defined on {elem:?} elements"
+            )));
+        }
+        let want = if op == AccOp::NoOp { 0 } else { len };
+        if data_len as u64 != want {
+            return Err(OscError::Arg(format!(
+                "accumulate: {data_len} origin bytes for {len} target bytes"
+            )));
+        }
+        // An element may span runs (`MPI_SHORT_INT`: the padding between its value and its
+        // index splits it), but the layout holds whole elements.
+        if !len.is_multiple_of(elem.size() as u64) {
+            return Err(OscError::Arg(format!(
+                "accumulate: a target layout of {len} bytes is not whole {}-byte {elem:?} elements",
+                elem.size()
+            )));
+        }
+        Ok(())
+    }
+
     /// `MPI_Compare_and_swap`.
     pub fn compare_and_swap(
         &mut self,
@@ -444,7 +696,7 @@ impl<S: Segment> Engine<S> {
     ) -> Result<OpId, OscError> {
         let layout = Layout::contiguous(elem.size() as u64);
         self.check_epoch(target)?;
-        self.check_range(target, addr, &layout)?;
+        self.check_range(target, addr, &layout.runs)?;
         if compare.len() != elem.size() || value.len() != elem.size() {
             return Err(OscError::Arg("compare_and_swap: one element each".into()));
         }
@@ -580,8 +832,9 @@ impl<S: Segment> Engine<S> {
                 self.fence_open = false;
                 self.lock(target, kind, nocheck);
                 // Only a lock on this process's own window waits for the grant (see the
-                // module's documentation).
-                if target == self.me && !nocheck {
+                // module's documentation), and a lock word found held.
+                let granted = self.locks[target].is_some_and(|h| h.granted);
+                if (target == self.me || self.has_lock_word(target)) && !granted {
                     self.pending = Some(Pending::Locks(self.one_target(target)));
                 }
             }
@@ -592,12 +845,19 @@ impl<S: Segment> Engine<S> {
                     ));
                 }
                 self.fence_open = false;
+                self.lock_all = true;
                 for t in 0..n {
                     self.lock(t, LockKind::Shared, nocheck);
                 }
-                self.lock_all = true;
                 if !nocheck {
-                    self.pending = Some(Pending::Locks(self.one_target(self.me)));
+                    // Its own window's grant, and every word (taken together or not at all).
+                    let mut g = self.one_target(self.me);
+                    g.extend((0..n).filter(|&t| t != self.me && self.has_lock_word(t)));
+                    if self.take_words(&g) && self.locks[self.me].is_some_and(|h| h.granted) {
+                        self.spare = g;
+                    } else {
+                        self.pending = Some(Pending::Locks(g));
+                    }
                 }
             }
             SyncCall::Unlock(target) => {
@@ -674,16 +934,38 @@ impl<S: Segment> Engine<S> {
 
     fn lock(&mut self, target: usize, kind: LockKind, nocheck: bool) {
         if !nocheck {
+            if let Some(w) = &self.words[target] {
+                // `lock_all` takes its words together (`take_words`), after this.
+                let granted = !self.lock_all && try_acquire(w.word(), kind);
+                self.locks[target] = Some(Held {
+                    granted,
+                    nocheck,
+                    word: Some(kind),
+                });
+                return;
+            }
             self.send(target, Msg::Lock(kind));
         }
         self.locks[target] = Some(Held {
             granted: nocheck,
             nocheck,
+            word: None,
         });
     }
 
     fn unlock(&mut self, target: usize) {
         let held = self.locks[target].take().expect("checked by the caller");
+        if let Some(kind) = held.word {
+            // Given back once the operations sent as messages are complete at the target
+            // (`sync_done`): the Ack of a Flush, and the replies awaited.
+            self.releases.push((target, kind));
+            if self.unacked[target] > 0 {
+                self.unacked[target] = 0;
+                self.send(target, Msg::Flush);
+                self.acks[target] += 1;
+            }
+            return;
+        }
         if held.nocheck && self.unacked[target] == 0 {
             // Nothing to release and nothing unacknowledged: the replies awaited suffice.
             return;
@@ -726,6 +1008,11 @@ impl<S: Segment> Engine<S> {
     /// operation's target comes out here).
     pub fn sync_done(&mut self) -> Option<Result<(), OscError>> {
         self.advance_fence();
+        if let Some(Pending::Locks(g)) = &mut self.pending {
+            let g = std::mem::take(g);
+            self.take_words(&g);
+            self.pending = Some(Pending::Locks(g));
+        }
         let done = match &self.pending {
             None => true,
             Some(Pending::Fence { done, .. }) => {
@@ -758,7 +1045,16 @@ impl<S: Segment> Engine<S> {
                     self.completes_seen[o] -= 1;
                 }
             }
-            Some(Pending::Replies(g) | Pending::Locks(g) | Pending::Acks(g)) => self.spare = g,
+            Some(Pending::Acks(g)) => {
+                // Every operation of the epoch is complete at these targets: their words go.
+                for (t, kind) in self.releases.drain(..) {
+                    if let Some(w) = &self.words[t] {
+                        release(w.word(), kind);
+                    }
+                }
+                self.spare = g;
+            }
+            Some(Pending::Replies(g) | Pending::Locks(g)) => self.spare = g,
             _ => {}
         }
         Some(self.deferred.take().map_or(Ok(()), Err))
@@ -824,6 +1120,18 @@ impl<S: Segment> Engine<S> {
     /// why not. A run may span regions attached side by side (a dynamic window's).
     fn locate(&self, addr: u64, layout: &Layout) -> Result<Vec<(usize, usize, usize)>, Refusal> {
         let mut out = Vec::with_capacity(layout.runs.len());
+        self.locate_into(addr, layout, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Engine::locate`] into `out` (cleared first).
+    fn locate_into(
+        &self,
+        addr: u64,
+        layout: &Layout,
+        out: &mut Vec<(usize, usize, usize)>,
+    ) -> Result<(), Refusal> {
+        out.clear();
         for &(off, len) in &layout.runs {
             let mut start = i128::from(addr) + i128::from(off);
             let end = start + i128::from(len);
@@ -850,7 +1158,7 @@ impl<S: Segment> Engine<S> {
                 start = piece_end;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn gather(&self, runs: &[(usize, usize, usize)]) -> Vec<u8> {
@@ -862,7 +1170,15 @@ impl<S: Segment> Engine<S> {
     }
 
     fn apply_put(&mut self, addr: u64, layout: &Layout, data: &[u8]) -> Result<(), Refusal> {
-        let runs = self.locate(addr, layout)?;
+        let mut runs = std::mem::take(&mut self.pieces);
+        let r = self
+            .locate_into(addr, layout, &mut runs)
+            .and_then(|()| self.put_pieces(&runs, data));
+        self.pieces = runs;
+        r
+    }
+
+    fn put_pieces(&mut self, runs: &[(usize, usize, usize)], data: &[u8]) -> Result<(), Refusal> {
         if runs.iter().map(|r| r.2).sum::<usize>() != data.len() {
             return Err(Refusal {
                 range: false,
@@ -870,7 +1186,7 @@ impl<S: Segment> Engine<S> {
             });
         }
         let mut at = 0;
-        for (s, o, n) in runs {
+        for &(s, o, n) in runs {
             self.segments[s].1.write(o, &data[at..at + n]);
             at += n;
         }
@@ -886,8 +1202,23 @@ impl<S: Segment> Engine<S> {
         data: &[u8],
         fetch: bool,
     ) -> Result<Vec<u8>, Refusal> {
+        let mut runs = std::mem::take(&mut self.pieces);
+        let r = self
+            .locate_into(addr, layout, &mut runs)
+            .and_then(|()| self.acc_pieces(&runs, op, elem, data, fetch));
+        self.pieces = runs;
+        r
+    }
+
+    fn acc_pieces(
+        &mut self,
+        runs: &[(usize, usize, usize)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<Vec<u8>, Refusal> {
         let bad = |msg: String| Refusal { range: false, msg };
-        let runs = self.locate(addr, layout)?;
         let total: usize = runs.iter().map(|r| r.2).sum();
         if op != AccOp::NoOp && total != data.len() {
             return Err(bad("accumulate: data and layout lengths differ".into()));
@@ -897,43 +1228,32 @@ impl<S: Segment> Engine<S> {
                 "accumulate: {op:?} on {elem:?} over {total} bytes, not whole elements"
             )));
         }
-        let old = if fetch {
-            self.gather(&runs)
-        } else {
-            Vec::new()
-        };
+        let old = if fetch { self.gather(runs) } else { Vec::new() };
         if op != AccOp::NoOp && runs.iter().any(|r| !r.2.is_multiple_of(elem.size())) {
             // An element spans runs: computed on the gathered elements, then scattered.
             let mut cur = if fetch {
                 old.clone()
             } else {
-                self.gather(&runs)
+                self.gather(runs)
             };
             accumulate_with(op, elem, &mut cur, data, self.host).map_err(|e| bad(e.to_string()))?;
             let mut at = 0;
-            for (s, o, n) in runs {
+            for &(s, o, n) in runs {
                 self.segments[s].1.write(o, &cur[at..at + n]);
                 at += n;
             }
         } else if op != AccOp::NoOp {
-            // Through one scratch piece of at most ACC_CHUNK bytes (whole elements), reused:
-            // a large run's read, combine and write-back then stay in the cache instead of
-            // going through memory three times (a refusal of the host's arithmetic depends on
-            // the operation and type only, so it comes with the first piece, before any write).
-            let piece = (ACC_CHUNK / elem.size()).max(1) * elem.size();
-            let mut cur = Vec::with_capacity(piece.min(total));
+            // In place, one pass over the target's memory and the data (no scratch copy out
+            // and back, no allocation). A refusal of the host's arithmetic depends on the
+            // operation and type only, so it comes with the first run, before any write.
+            let host = self.host;
             let mut at = 0;
-            for (s, o, n) in runs {
-                let mut k = 0;
-                while k < n {
-                    let len = piece.min(n - k);
-                    cur.clear();
-                    cur.extend_from_slice(self.segments[s].1.read(o + k, len));
-                    accumulate_with(op, elem, &mut cur, &data[at + k..at + k + len], self.host)
-                        .map_err(|e| bad(e.to_string()))?;
-                    self.segments[s].1.write(o + k, &cur);
-                    k += len;
-                }
+            for &(s, o, n) in runs {
+                let origin = &data[at..at + n];
+                self.segments[s]
+                    .1
+                    .modify(o, n, |t| accumulate_with(op, elem, t, origin, host))
+                    .map_err(|e| bad(e.to_string()))?;
                 at += n;
             }
         }
@@ -969,8 +1289,17 @@ impl<S: Segment> Engine<S> {
                 LockKind::Exclusive => self.exclusive_holder.is_none() && self.shared_holders == 0,
                 LockKind::Shared => self.exclusive_holder.is_none(),
             };
+            // The node's origins hold the word without messages: it must be free as well.
+            let ok = ok
+                && match &self.words[self.me] {
+                    Some(w) => try_acquire(w.word(), kind),
+                    None => true,
+                };
             if !ok {
                 break;
+            }
+            if self.words[self.me].is_some() {
+                self.word_held[p] = Some(kind);
             }
             self.lock_queue.pop_front();
             match kind {
@@ -1010,8 +1339,13 @@ impl<S: Segment> Engine<S> {
             return;
         }
         self.apply(from, msg);
-        // The origins granted meanwhile: what they sent behind their request, in order,
-        // until one of them is blocked again (a next lock request among it).
+        self.apply_ready();
+        self.advance_fence();
+    }
+
+    /// Apply what the origins granted meanwhile sent behind their request, in order, until
+    /// one of them is blocked again (a next lock request among it).
+    fn apply_ready(&mut self) {
         while let Some(p) = self.ready.pop() {
             while !self.blocked[p] {
                 let Some(m) = self.held[p].pop_front() else {
@@ -1020,7 +1354,6 @@ impl<S: Segment> Engine<S> {
                 self.apply(p, m);
             }
         }
-        self.advance_fence();
     }
 
     /// Messages held for origins whose lock request waits (for tests of the target's memory).
@@ -1099,6 +1432,9 @@ impl<S: Segment> Engine<S> {
                 } else {
                     self.shared_holders = self.shared_holders.saturating_sub(1);
                 }
+                if let (Some(kind), Some(w)) = (self.word_held[from].take(), &self.words[self.me]) {
+                    release(w.word(), kind);
+                }
                 self.send(from, Msg::Ack);
                 self.grant_waiting();
             }
@@ -1114,7 +1450,9 @@ impl<S: Segment> Engine<S> {
 #[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
+    use crate::lockword::EXCL;
     use proptest::prelude::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Engines over a simulated network: one FIFO queue per ordered pair; `pick` chooses which
     /// non-empty queue delivers next (any interleaving across pairs is legal).
@@ -1193,6 +1531,123 @@ mod tests {
         fn mem(&self, r: usize) -> &[u8] {
             &self.e[r].segments[0].1
         }
+
+        /// Give every rank the lock words of its node's ranks (`node[r]`: rank r's node),
+        /// one shared atomic per rank; the words, for the tests to look at.
+        fn with_words(&mut self, node: &[usize]) -> Vec<std::rc::Rc<AtomicU64>> {
+            let words: Vec<_> = (0..node.len())
+                .map(|_| std::rc::Rc::new(AtomicU64::new(0)))
+                .collect();
+            for r in 0..node.len() {
+                for t in 0..node.len() {
+                    if node[r] == node[t] {
+                        self.e[r].set_lock_word(t, Box::new(words[t].clone()));
+                    }
+                }
+            }
+            words
+        }
+
+        /// Messages in flight whose first byte is `kind`, from `from`.
+        fn sent(&mut self, from: usize, pred: impl Fn(&Msg) -> bool) -> usize {
+            self.flush_outboxes();
+            self.queues
+                .iter()
+                .filter(|((f, _), _)| *f == from)
+                .map(|(_, q)| q.iter().filter(|m| pred(m)).count())
+                .sum()
+        }
+    }
+
+    #[test]
+    fn a_lock_on_a_word_sends_no_message_and_unlock_waits_for_the_puts_acks() {
+        let mut net = Net::new(3, 8);
+        // Ranks 0 and 1 share a node; rank 2 is elsewhere.
+        let words = net.with_words(&[0, 0, 1]);
+        let excl = |t| SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: t,
+            nocheck: false,
+        };
+        net.e[1].sync(excl(0)).unwrap();
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())), "free: held at once");
+        assert_eq!(words[0].load(Ordering::Relaxed), EXCL);
+        assert_eq!(net.sent(1, |m| matches!(m, Msg::Lock(_))), 0);
+        net.e[1].put(0, 0, &Layout::contiguous(1), vec![7]).unwrap();
+        net.e[1].sync(SyncCall::Unlock(0)).unwrap();
+        assert_eq!(
+            net.e[1].sync_done(),
+            None,
+            "the put is not acknowledged yet"
+        );
+        assert_eq!(words[0].load(Ordering::Relaxed), EXCL, "still held");
+        assert_eq!(net.sent(1, |m| *m == Msg::Unlock), 0);
+        assert_eq!(net.sent(1, |m| *m == Msg::Flush), 1);
+        // Rank 2 (another node) asks by message: the target waits for the word.
+        net.e[2].sync(excl(0)).unwrap();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())), "lazy, as before");
+        net.e[2].put(0, 0, &Layout::contiguous(1), vec![9]).unwrap();
+        net.e[2].sync(SyncCall::Unlock(0)).unwrap();
+        // Deliver everything but rank 1's Flush first: rank 2's request waits.
+        net.flush_outboxes();
+        let flush = net.queues.remove(&(1, 0)).unwrap();
+        net.run();
+        assert_eq!(net.e[2].sync_done(), None);
+        assert_eq!(net.mem(0)[0], 0, "rank 2's put waits for the lock");
+        assert!(!net.e[0].poll_locks(), "the word is rank 1's");
+        net.queues.insert((1, 0), flush);
+        net.run();
+        assert_eq!(net.mem(0)[0], 7);
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert_eq!(words[0].load(Ordering::Relaxed), 0, "given back");
+        assert!(net.e[0].poll_locks(), "granted to rank 2 now");
+        // Its put and unlock, held behind the request, were applied with the grant.
+        assert_eq!(net.mem(0)[0], 9);
+        net.run();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        assert_eq!(net.mem(0)[0], 9);
+        assert_eq!(words[0].load(Ordering::Relaxed), 0);
+        // Misuse is refused as before, and nothing is taken.
+        assert!(matches!(
+            net.e[1].sync(SyncCall::Unlock(0)),
+            Err(OscError::Sync(_))
+        ));
+        net.sync_all(&[1], |_| SyncCall::Lock {
+            kind: LockKind::Shared,
+            target: 0,
+            nocheck: false,
+        });
+        assert!(matches!(net.e[1].sync(excl(0)), Err(OscError::Sync(_))));
+        assert!(matches!(
+            net.e[1].sync(SyncCall::LockAll { nocheck: false }),
+            Err(OscError::Sync(_))
+        ));
+        assert_eq!(words[0].load(Ordering::Relaxed), 1);
+        net.sync_all(&[1], |_| SyncCall::Unlock(0));
+        assert_eq!(words[0].load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_lock_all_takes_every_word_or_none() {
+        let mut net = Net::new(3, 8);
+        let words = net.with_words(&[0, 0, 0]);
+        net.sync_all(&[2], |_| SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        });
+        net.e[0].sync(SyncCall::LockAll { nocheck: false }).unwrap();
+        assert_eq!(net.e[0].sync_done(), None, "rank 1's word is held");
+        assert_eq!(
+            words[0].load(Ordering::Relaxed) + words[2].load(Ordering::Relaxed),
+            0,
+            "and none of the others is kept meanwhile"
+        );
+        net.sync_all(&[2], |_| SyncCall::Unlock(1));
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        assert!(words.iter().all(|w| w.load(Ordering::Relaxed) == 1));
+        net.sync_all(&[0], |_| SyncCall::UnlockAll);
+        assert!(words.iter().all(|w| w.load(Ordering::Relaxed) == 0));
     }
 
     /// A flush of one target keeps its target list for the next: once warm, a flush and its
@@ -1221,6 +1676,38 @@ mod tests {
         net.e[0].sync(SyncCall::Unlock(1)).unwrap();
         net.run();
         assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+    }
+
+    /// The target applies a warm put and a large accumulate where they arrived, in place:
+    /// no allocation (no scratch copy of the target's memory, no list of its pieces).
+    #[test]
+    fn the_target_applies_puts_and_accumulates_without_allocating() {
+        let n = 1 << 20;
+        let mut net = Net::new(2, n);
+        let l = Layout::contiguous(n as u64);
+        let acc = |v: u8| Msg::Acc {
+            id: 0,
+            addr: 0,
+            layout: l.clone(),
+            op: AccOp::Sum,
+            elem: Elem::U8,
+            fetch: false,
+            data: vec![v; n].into(),
+        };
+        let put = Msg::Put {
+            addr: 0,
+            layout: l.clone(),
+            data: vec![1; n].into(),
+        };
+        net.e[1].handle(0, put.clone());
+        net.e[1].handle(0, acc(1));
+        let (put, acc) = (put, acc(2));
+        let before = rmca_test_support::alloc_count::allocations();
+        net.e[1].handle(0, put);
+        net.e[1].handle(0, acc);
+        assert_eq!(rmca_test_support::alloc_count::allocations() - before, 0);
+        assert!(net.e[1].outbox().is_empty(), "nothing refused");
+        assert!(net.mem(1).iter().all(|&b| b == 3));
     }
 
     fn i32s(v: &[i32]) -> Vec<u8> {
@@ -1322,11 +1809,64 @@ mod tests {
         assert_eq!(net.e[0].poll_op(g), Some(Ok(vec![1, 2, 3, 4])));
     }
 
-    /// An accumulate larger than the target's scratch piece, over two runs, fetching: every
-    /// element combined once, the old contents returned whole.
+    /// A large accumulate without result goes as pieces of whole elements of at most
+    /// ACC_PIECE bytes, every element combined once; a fetching one as one message.
     #[test]
-    fn large_accumulates_go_piece_by_piece() {
-        let n = ACC_CHUNK / 4 * 3 + 5;
+    fn large_accumulates_without_result_go_in_pieces() {
+        let n = ACC_PIECE / 8 * 5 + 3; // elements of 8 bytes: 2.5 pieces and a bit per run
+        let mut net = Net::new(2, 16 * n + 64);
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let l = Layout {
+            runs: vec![(8 * n as i64 + 64, 8 * n as u64), (0, 8 * n as u64)],
+        };
+        let one: Vec<u8> = (0..2 * n as u64).flat_map(|i| i.to_ne_bytes()).collect();
+        net.e[0]
+            .accumulate_from(1, 0, &l.runs, AccOp::Sum, Elem::U64, &one, false)
+            .unwrap();
+        let sizes: Vec<usize> = net.e[0]
+            .outbox()
+            .iter()
+            .map(|(_, m)| match m {
+                Msg::Acc { data, layout, .. } => {
+                    assert_eq!(data.len() as u64, layout.len());
+                    data.len()
+                }
+                m => panic!("{m:?}"),
+            })
+            .collect();
+        assert_eq!(sizes.len(), (16 * n).div_ceil(ACC_PIECE), "{sizes:?}");
+        assert!(
+            sizes.iter().all(|&s| s <= ACC_PIECE && s % 8 == 0),
+            "{sizes:?}"
+        );
+        net.e[0]
+            .accumulate(1, 0, &l, AccOp::Sum, Elem::U64, one.clone(), false)
+            .unwrap();
+        let id = net.e[0]
+            .accumulate(1, 0, &l, AccOp::Sum, Elem::U64, one.clone(), true)
+            .unwrap();
+        assert_eq!(
+            net.e[0].outbox().len(),
+            2 * sizes.len() + 1,
+            "fetching: one message"
+        );
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let got = |k: u64| -> Vec<u8> {
+            (0..2 * n as u64)
+                .flat_map(|i| (k * i).to_ne_bytes())
+                .collect()
+        };
+        assert_eq!(net.e[0].poll_op(id), Some(Ok(got(2))));
+        let all = net.e[0].get(1, 0, &l).unwrap();
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: false });
+        assert_eq!(net.e[0].poll_op(all), Some(Ok(got(3))));
+    }
+
+    /// A large accumulate over two runs, fetching: every element combined once, the old
+    /// contents returned whole.
+    #[test]
+    fn large_accumulates_combine_every_element_once() {
+        let n = 64 * 1024 / 4 * 3 + 5;
         let mut net = Net::new(2, 8 * n + 64);
         net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
         let l = Layout {
@@ -1724,6 +2264,99 @@ mod tests {
     }
 
     proptest! {
+        /// Origins on the target's node (lock words) and one elsewhere (messages) increment
+        /// a counter by a get and a put under exclusive locks, while a reader on the node
+        /// reads it twice under `lock_all`: under any delivery order no increment is lost
+        /// (two exclusive holders at once would lose one), the reader's two reads agree (no
+        /// writer inside a shared epoch), nobody waits forever, and every word ends free.
+        #[test]
+        fn word_and_message_locks_exclude_each_other_under_any_delivery_order(
+            picks in proptest::collection::vec(any::<usize>(), 0..600)
+        ) {
+            let n = 4;
+            let mut net = Net::new(n, 8);
+            // Rank 2 is on another node: its lock on rank 0 goes by message.
+            let words = net.with_words(&[0, 0, 1, 0]);
+            let rounds = 2;
+            #[derive(Clone, Copy, PartialEq, Debug)]
+            enum St { Idle, Locking, Reading(OpId), Unlocking, Done }
+            let mut st = vec![St::Idle; n];
+            let mut round = vec![0; n];
+            let mut first_read: Option<u64> = None;
+            let mut picks = picks.into_iter();
+            let u64_of = |v: Vec<u8>| u64::from_ne_bytes(v[..].try_into().unwrap());
+            for _ in 0..100_000 {
+                let mut moved = false;
+                for r in 0..n {
+                    let reader = r == 3;
+                    let before = st[r];
+                    st[r] = match st[r] {
+                        St::Idle if round[r] == rounds => St::Done,
+                        St::Idle => {
+                            let call = if reader {
+                                SyncCall::LockAll { nocheck: false }
+                            } else {
+                                SyncCall::Lock { kind: LockKind::Exclusive, target: 0, nocheck: false }
+                            };
+                            net.e[r].sync(call).unwrap();
+                            St::Locking
+                        }
+                        St::Locking => match net.e[r].sync_done() {
+                            Some(res) => {
+                                prop_assert_eq!(res, Ok(()));
+                                first_read = None;
+                                St::Reading(net.e[r].get(0, 0, &Layout::contiguous(8)).unwrap())
+                            }
+                            None => St::Locking,
+                        },
+                        St::Reading(id) => match net.e[r].poll_op(id) {
+                            Some(v) => {
+                                let v = u64_of(v.unwrap());
+                                if reader {
+                                    match first_read {
+                                        None => {
+                                            first_read = Some(v);
+                                            St::Reading(net.e[r].get(0, 0, &Layout::contiguous(8)).unwrap())
+                                        }
+                                        Some(f) => {
+                                            prop_assert_eq!(f, v, "a writer inside the shared epoch");
+                                            net.e[r].sync(SyncCall::UnlockAll).unwrap();
+                                            St::Unlocking
+                                        }
+                                    }
+                                } else {
+                                    net.e[r].put(0, 0, &Layout::contiguous(8), (v + 1).to_ne_bytes().to_vec()).unwrap();
+                                    net.e[r].sync(SyncCall::Unlock(0)).unwrap();
+                                    St::Unlocking
+                                }
+                            }
+                            None => St::Reading(id),
+                        },
+                        St::Unlocking => match net.e[r].sync_done() {
+                            Some(res) => {
+                                prop_assert_eq!(res, Ok(()));
+                                round[r] += 1;
+                                St::Idle
+                            }
+                            None => St::Unlocking,
+                        },
+                        St::Done => St::Done,
+                    };
+                    moved |= st[r] != before;
+                    moved |= net.e[r].poll_locks();
+                }
+                let stepped = net.step(picks.next().unwrap_or(0));
+                if !moved && !stepped {
+                    break;
+                }
+            }
+            prop_assert!(st.iter().all(|&s| s == St::Done), "stuck: {:?}", st);
+            prop_assert_eq!(u64_of(net.mem(0).to_vec()), 3 * rounds as u64);
+            for w in &words {
+                prop_assert_eq!(w.load(Ordering::Relaxed), 0);
+            }
+        }
+
         /// Every interleaving of deliveries across pairs gives a serialized result: each rank
         /// adds rank + 1 to rank 0's counter with a fetching accumulate under an exclusive
         /// lock; the total is the sum, and the values fetched are the partial sums of one

@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod lockword;
 pub mod wire;
 
 /// The unit tests' allocator: counts each thread's allocations (tests that a warm path
@@ -103,7 +104,7 @@ impl AmModule {
                 n += 1;
                 continue;
             }
-            if let Err(e) = port.send(peer, m.encode()) {
+            if let Err(e) = port.send(peer, m.into_bytes()) {
                 // The PML reports a dead peer through its requests; nothing to retry here.
                 tracing::warn!(peer, "osc-am: send failed: {e}");
             }
@@ -144,6 +145,31 @@ impl OscModule for AmModule {
     ) -> Result<OpId, OscError> {
         self.engine
             .accumulate(target, addr, layout, op, elem, data, fetch)
+    }
+
+    fn put_lent(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        data: UserBuf,
+    ) -> Result<OpId, OscError> {
+        // Copied into the message at once: the lent buffer is free when this returns.
+        self.engine.put_from(target, addr, runs, data.as_slice())
+    }
+
+    fn accumulate_from(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<OpId, OscError> {
+        self.engine
+            .accumulate_from(target, addr, runs, op, elem, data, fetch)
     }
 
     fn compare_and_swap(

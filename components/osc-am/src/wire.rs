@@ -192,8 +192,13 @@ pub const RESERVED_KINDS: std::ops::RangeInclusive<u8> = 0xC0..=0xFF;
 /// reserved here so that no message of osc-am can take its kind.
 pub const RDMA_KEYS: u8 = 0xC0;
 
+/// osc-rdma's message telling the members of a node where a member's lock word is
+/// ([`crate::lockword`]), reserved likewise.
+pub const RDMA_LOCK_WORD: u8 = 0xC1;
+
 const _: () = {
     assert!(RDMA_KEYS >= *RESERVED_KINDS.start());
+    assert!(RDMA_LOCK_WORD >= *RESERVED_KINDS.start() && RDMA_LOCK_WORD != RDMA_KEYS);
     let mut i = 0;
     while i < KINDS.len() {
         assert!(
@@ -204,16 +209,41 @@ const _: () = {
     }
 };
 
-fn u64s(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(&v.to_le_bytes());
+/// Where an encoding goes: a vector, or the head room in front of a payload
+/// ([`Msg::into_bytes`]).
+trait Sink {
+    fn put(&mut self, b: &[u8]);
 }
 
-fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+impl Sink for Vec<u8> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
+/// Bytes written from the start of a slice on.
+struct At<'a> {
+    b: &'a mut [u8],
+    at: usize,
+}
+
+impl Sink for At<'_> {
+    fn put(&mut self, b: &[u8]) {
+        self.b[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+}
+
+fn u64s(out: &mut impl Sink, v: u64) {
+    out.put(&v.to_le_bytes());
+}
+
+fn bytes(out: &mut impl Sink, b: &[u8]) {
     u64s(out, b.len() as u64);
-    out.extend_from_slice(b);
+    out.put(b);
 }
 
-fn layout(out: &mut Vec<u8>, l: &Layout) {
+fn layout(out: &mut impl Sink, l: &Layout) {
     u64s(out, l.runs.len() as u64);
     for &(o, n) in &l.runs {
         u64s(out, o as u64);
@@ -221,8 +251,8 @@ fn layout(out: &mut Vec<u8>, l: &Layout) {
     }
 }
 
-fn refusal(out: &mut Vec<u8>, r: &Refusal) {
-    out.push(u8::from(r.range));
+fn refusal(out: &mut impl Sink, r: &Refusal) {
+    out.put(&[u8::from(r.range)]);
     bytes(out, r.msg.as_bytes());
 }
 
@@ -251,26 +281,72 @@ impl Msg {
     pub fn encode(&self) -> Vec<u8> {
         // One allocation of the exact size: a message is encoded for every operation.
         let mut out = Vec::with_capacity(self.encoded_len());
+        let data = self.payload();
+        self.head(&mut out, data.map_or(0, |d| d.len()));
+        if let Some(d) = data {
+            out.extend_from_slice(d);
+        }
+        out
+    }
+
+    /// The encoded message, in the payload's own buffer when it was made with room for the
+    /// head in front ([`Msg::with_room`]: the origin's data is then copied once, into the
+    /// message, not a second time by the encoding); else [`Msg::encode`].
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        let n = self.payload().map_or(0, |d| d.len());
+        let head = self.encoded_len() - n;
+        let buf = match self.payload_mut() {
+            Some(p) if p.start == head => std::mem::take(&mut p.buf),
+            _ => return self.encode(),
+        };
+        let mut buf = buf;
+        self.head(&mut At { b: &mut buf, at: 0 }, n);
+        buf
+    }
+
+    /// This put or accumulate with `data` as its payload, in a buffer with room for the
+    /// message's head in front ([`Msg::into_bytes`] writes it there).
+    pub fn with_room(mut self, data: &[u8]) -> Msg {
+        if let Some(p) = self.payload_mut() {
+            *p = Payload::default();
+        }
+        let head = self.encoded_len();
+        if let Some(p) = self.payload_mut() {
+            let mut buf = Vec::with_capacity(head + data.len());
+            buf.resize(head, 0);
+            buf.extend_from_slice(data);
+            *p = Payload { buf, start: head };
+        }
+        self
+    }
+
+    fn payload(&self) -> Option<&Payload> {
+        match self {
+            Msg::Put { data, .. } | Msg::Acc { data, .. } => Some(data),
+            _ => None,
+        }
+    }
+
+    /// Everything but a put's or an accumulate's data (`data_len` bytes, written after).
+    fn head(&self, out: &mut impl Sink, data_len: usize) {
         match self {
             Msg::Put {
-                addr,
-                layout: l,
-                data,
+                addr, layout: l, ..
             } => {
-                out.push(PUT);
-                u64s(&mut out, *addr);
-                layout(&mut out, l);
-                bytes(&mut out, data);
+                out.put(&[PUT]);
+                u64s(out, *addr);
+                layout(out, l);
+                u64s(out, data_len as u64);
             }
             Msg::Get {
                 id,
                 addr,
                 layout: l,
             } => {
-                out.push(GET);
-                u64s(&mut out, *id);
-                u64s(&mut out, *addr);
-                layout(&mut out, l);
+                out.put(&[GET]);
+                u64s(out, *id);
+                u64s(out, *addr);
+                layout(out, l);
             }
             Msg::Acc {
                 id,
@@ -279,14 +355,14 @@ impl Msg {
                 op,
                 elem,
                 fetch,
-                data,
+                ..
             } => {
-                out.push(ACC);
-                u64s(&mut out, *id);
-                u64s(&mut out, *addr);
-                out.extend_from_slice(&[*op as u8, *elem as u8, u8::from(*fetch)]);
-                layout(&mut out, l);
-                bytes(&mut out, data);
+                out.put(&[ACC]);
+                u64s(out, *id);
+                u64s(out, *addr);
+                out.put(&[*op as u8, *elem as u8, u8::from(*fetch)]);
+                layout(out, l);
+                u64s(out, data_len as u64);
             }
             Msg::Cas {
                 id,
@@ -295,42 +371,41 @@ impl Msg {
                 compare,
                 value,
             } => {
-                out.push(CAS);
-                u64s(&mut out, *id);
-                u64s(&mut out, *addr);
-                out.push(*elem as u8);
-                bytes(&mut out, compare);
-                bytes(&mut out, value);
+                out.put(&[CAS]);
+                u64s(out, *id);
+                u64s(out, *addr);
+                out.put(&[*elem as u8]);
+                bytes(out, compare);
+                bytes(out, value);
             }
             Msg::Reply { id, result } => match result {
                 Ok(d) => {
-                    out.push(REPLY_OK);
-                    u64s(&mut out, *id);
-                    bytes(&mut out, d);
+                    out.put(&[REPLY_OK]);
+                    u64s(out, *id);
+                    bytes(out, d);
                 }
                 Err(r) => {
-                    out.push(REPLY_ERR);
-                    u64s(&mut out, *id);
-                    refusal(&mut out, r);
+                    out.put(&[REPLY_ERR]);
+                    u64s(out, *id);
+                    refusal(out, r);
                 }
             },
             Msg::Refused(r) => {
-                out.push(REFUSED);
-                refusal(&mut out, r);
+                out.put(&[REFUSED]);
+                refusal(out, r);
             }
-            Msg::Fence => out.push(FENCE),
-            Msg::Fenced => out.push(FENCED),
-            Msg::Post => out.push(POST),
-            Msg::Complete => out.push(COMPLETE),
-            Msg::Lock(LockKind::Shared) => out.push(LOCK_SHARED),
-            Msg::Lock(LockKind::Exclusive) => out.push(LOCK_EXCL),
-            Msg::Granted => out.push(GRANTED),
-            Msg::Unlock => out.push(UNLOCK),
-            Msg::Flush => out.push(FLUSH),
-            Msg::Ack => out.push(ACK),
-            Msg::Free => out.push(FREE),
+            Msg::Fence => out.put(&[FENCE]),
+            Msg::Fenced => out.put(&[FENCED]),
+            Msg::Post => out.put(&[POST]),
+            Msg::Complete => out.put(&[COMPLETE]),
+            Msg::Lock(LockKind::Shared) => out.put(&[LOCK_SHARED]),
+            Msg::Lock(LockKind::Exclusive) => out.put(&[LOCK_EXCL]),
+            Msg::Granted => out.put(&[GRANTED]),
+            Msg::Unlock => out.put(&[UNLOCK]),
+            Msg::Flush => out.put(&[FLUSH]),
+            Msg::Ack => out.put(&[ACK]),
+            Msg::Free => out.put(&[FREE]),
         }
-        out
     }
 
     /// Decode a message (`None`: malformed).
@@ -588,6 +663,31 @@ mod tests {
             "the data stays where it arrived"
         );
         assert_eq!(data.into_vec(), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn an_origins_payload_is_encoded_where_it_was_copied() {
+        for m in samples() {
+            let data = m.payload().map(|d| d.to_vec());
+            let expect = m.encode();
+            let roomy = match &data {
+                Some(d) => m.clone().with_room(d),
+                None => m.clone(),
+            };
+            assert_eq!(roomy, m, "the same message");
+            let at = roomy.payload().map(|d| d.as_ptr() as usize);
+            let e = roomy.into_bytes();
+            assert_eq!(e, expect, "{m:?}: the same bytes as encode");
+            if let (Some(at), Some(d)) = (at, &data) {
+                assert_eq!(
+                    e.as_ptr() as usize + e.len() - d.len(),
+                    at,
+                    "{m:?}: the data was not copied again"
+                );
+            }
+            // Without the room, the same bytes (encoded).
+            assert_eq!(m.clone().into_bytes(), expect);
+        }
     }
 
     #[test]

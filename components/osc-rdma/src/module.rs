@@ -63,10 +63,15 @@ struct Xfer {
 #[derive(Debug)]
 struct Op {
     buf: Vec<u8>,
-    /// The buffer as the BTLs see it (made once: the Vec's heap block never moves).
+    /// The buffer as the BTLs see it (made once: the Vec's heap block never moves), or the
+    /// program's own (`lent`).
     view: UserBuf,
     left: usize,
     get: bool,
+    /// A put reading the program's buffer or a get writing it ([`OscModule::put_lent`],
+    /// [`OscModule::get_lent`]): complete at the origin only once its transfers are, and
+    /// then forgotten (a get's error goes to the next synchronization).
+    lent: bool,
     error: Option<OscError>,
 }
 
@@ -100,6 +105,9 @@ pub struct RdmaModule {
     /// Puts and gets whose target runs average fewer bytes go as active messages
     /// (`osc_rdma_min_run`).
     min_run: u64,
+    /// This member's lock word (`osc_rdma_lock_words`; none for a window made with
+    /// `no_locks`, or where the system refused): its node's members lock it by atomics.
+    lock_word: Option<crate::lockword::Own>,
 }
 
 impl std::fmt::Debug for RdmaModule {
@@ -153,7 +161,19 @@ impl RdmaModule {
             freed: false,
             small_limit,
             min_run: 0,
+            lock_word: None,
         }
+    }
+
+    /// This module, with lock words ([`crate::lockword`]): its own made now, its node's
+    /// members' mapped as their announcements arrive, so that a lock on a member of this
+    /// node is an atomic instead of a round trip.
+    pub fn with_lock_words(mut self) -> Self {
+        if let Some(own) = crate::lockword::Own::create() {
+            self.engine.set_lock_word(self.me, Box::new(own.word()));
+            self.lock_word = Some(own);
+        }
+        self
     }
 
     /// This module, with puts and gets whose target runs average fewer than `min_run` bytes
@@ -223,6 +243,15 @@ impl RdmaModule {
         if self.reg == Reg::Todo {
             self.reg = Reg::None;
         }
+        // The lock word first: a peer has it once it has the keys, which every epoch waits for.
+        if let Some(own) = &self.lock_word {
+            let m = own.announce().encode();
+            for p in (0..self.peers.len()).filter(|&p| p != self.me) {
+                if let Err(e) = port.send(p, m.clone()) {
+                    tracing::warn!(peer = p, "osc-rdma: sending the lock word failed: {e}");
+                }
+            }
+        }
         let msg = Self::keys_message(announce.as_ref().map(|k| (self.memory.addr() as u64, k)));
         for p in 0..self.peers.len() {
             if p == self.me {
@@ -241,12 +270,12 @@ impl RdmaModule {
         }
     }
 
-    fn new_op(&mut self, buf: Vec<u8>, view: UserBuf, left: usize, get: bool) -> OpId {
+    fn new_op(&mut self, buf: Vec<u8>, view: UserBuf, left: usize, get: bool, lent: bool) -> OpId {
         let id = RDMA_OP | self.next_op;
         self.next_op += 1;
-        // A get's entry keeps its result until polled; a put's lives only while a transfer
-        // reads its data.
-        if left > 0 || get {
+        // A get's entry keeps its result until polled; a put's (and a lent get's) lives only
+        // while a transfer reads (writes) its buffer.
+        if left > 0 || (get && !lent) {
             self.ops.insert(
                 id,
                 Op {
@@ -254,6 +283,7 @@ impl RdmaModule {
                     view,
                     left,
                     get,
+                    lent,
                     error: None,
                 },
             );
@@ -263,9 +293,17 @@ impl RdmaModule {
 
     /// Queue one transfer per run of `layout` for operation `id` (its buffer packed in
     /// layout order).
-    fn queue(&mut self, id: OpId, target: usize, base: u64, addr: u64, layout: &Layout, get: bool) {
+    fn queue(
+        &mut self,
+        id: OpId,
+        target: usize,
+        base: u64,
+        addr: u64,
+        runs: &[(i64, u64)],
+        get: bool,
+    ) {
         let mut at = 0usize;
-        for &(off, len) in &layout.runs {
+        for &(off, len) in runs {
             if len == 0 {
                 continue;
             }
@@ -301,14 +339,14 @@ impl RdmaModule {
     /// once it grants the lock, so a lock, an operation and an unlock cost one round trip.
     /// (MPI does not order puts and gets to one location within an epoch, so the two paths
     /// may interleave; accumulates always go as messages, in order.)
-    fn rdma_for(&self, target: usize, layout: &Layout) -> Option<u64> {
-        let len = layout.len();
+    fn rdma_for(&self, target: usize, runs: &[(i64, u64)]) -> Option<u64> {
+        let len = Layout::len_of(runs);
         if len <= self.small_limit || !self.engine.granted(target) {
             return None;
         }
         // (Counting the runs only when the mean could fall short: most layouts are one run.)
-        if self.min_run > 0 && layout.runs.len() > 1 {
-            let runs = layout.runs.iter().filter(|r| r.1 > 0).count() as u64;
+        if self.min_run > 0 && runs.len() > 1 {
+            let runs = runs.iter().filter(|r| r.1 > 0).count() as u64;
             if len < self.min_run.saturating_mul(runs) {
                 return None;
             }
@@ -323,17 +361,36 @@ impl RdmaModule {
             return;
         };
         op.left -= 1;
+        let kept = op.get && !op.lent;
         if let Err(e) = result {
-            if op.get {
+            if kept {
                 op.error.get_or_insert(e);
             } else {
                 self.deferred.get_or_insert(e);
             }
         }
-        if op.left == 0 && !op.get {
-            // The put's data is no longer read by any BTL.
+        if op.left == 0 && !kept {
+            // The put's data is no longer read by any BTL (the lent get's buffer written).
             self.ops.remove(&x.op);
         }
+    }
+
+    /// Queue puts by RDMA of `view` (the put's packed bytes) for a new operation.
+    #[allow(clippy::too_many_arguments)]
+    fn put_rdma(
+        &mut self,
+        target: usize,
+        base: u64,
+        addr: u64,
+        runs: &[(i64, u64)],
+        buf: Vec<u8>,
+        view: UserBuf,
+        lent: bool,
+    ) -> OpId {
+        let n = runs.iter().filter(|r| r.1 > 0).count();
+        let id = self.new_op(buf, view, n, false, lent);
+        self.queue(id, target, base, addr, runs, false);
+        id
     }
 
     /// Start the queued transfers and collect the completed ones.
@@ -428,7 +485,7 @@ impl RdmaModule {
                 loopback.push_back(m);
                 return;
             }
-            if let Err(e) = port.send(peer, m.encode()) {
+            if let Err(e) = port.send(peer, m.into_bytes()) {
                 // The PML reports a dead peer through its requests; nothing to retry here.
                 tracing::warn!(peer, "osc-rdma: send failed: {e}");
             }
@@ -449,7 +506,7 @@ impl OscModule for RdmaModule {
         layout: &Layout,
         data: Vec<u8>,
     ) -> Result<OpId, OscError> {
-        self.engine.check_access(target, addr, layout)?;
+        self.engine.check_access(target, addr, &layout.runs)?;
         if data.len() as u64 != layout.len() {
             return Err(OscError::Arg(format!(
                 "put: {} origin bytes for {} target bytes",
@@ -457,23 +514,44 @@ impl OscModule for RdmaModule {
                 layout.len()
             )));
         }
-        let rdma = self.rdma_for(target, layout);
+        let rdma = self.rdma_for(target, &layout.runs);
         let Some(base) = rdma else {
             return self.engine.put(target, addr, layout, data);
         };
-        let runs = layout.runs.iter().filter(|r| r.1 > 0).count();
         // SAFETY: the Vec moves into the operation's entry, which is dropped only once no
         // transfer reads it (`finished`); moving a Vec does not move its heap block.
         let view = unsafe { UserBuf::from_slice(&data) };
-        let id = self.new_op(data, view, runs, false);
-        self.queue(id, target, base, addr, layout, false);
-        Ok(id)
+        Ok(self.put_rdma(target, base, addr, &layout.runs, data, view, false))
+    }
+
+    fn put_lent(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        data: UserBuf,
+    ) -> Result<OpId, OscError> {
+        self.engine.check_access(target, addr, runs)?;
+        if data.len() as u64 != Layout::len_of(runs) {
+            return Err(OscError::Arg(format!(
+                "put: {} origin bytes for {} target bytes",
+                data.len(),
+                Layout::len_of(runs)
+            )));
+        }
+        match self.rdma_for(target, runs) {
+            // The transfers read the program's buffer, which MPI leaves untouched until the
+            // operation completes locally: `poll_op` and every synchronization wait for them.
+            Some(base) => Ok(self.put_rdma(target, base, addr, runs, Vec::new(), data, true)),
+            // Copied into the message at once.
+            None => self.engine.put_from(target, addr, runs, data.as_slice()),
+        }
     }
 
     #[allow(unsafe_code)]
     fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
-        self.engine.check_access(target, addr, layout)?;
-        let rdma = self.rdma_for(target, layout);
+        self.engine.check_access(target, addr, &layout.runs)?;
+        let rdma = self.rdma_for(target, &layout.runs);
         let Some(base) = rdma else {
             return self.engine.get(target, addr, layout);
         };
@@ -484,8 +562,8 @@ impl OscModule for RdmaModule {
         // transfer into it completed and the result was taken.
         let view = unsafe { UserBuf::from_mut_slice(&mut buf) };
         let runs = layout.runs.iter().filter(|r| r.1 > 0).count();
-        let id = self.new_op(buf, view, runs, true);
-        self.queue(id, target, base, addr, layout, true);
+        let id = self.new_op(buf, view, runs, true, false);
+        self.queue(id, target, base, addr, &layout.runs, true);
         Ok(id)
     }
 
@@ -501,6 +579,45 @@ impl OscModule for RdmaModule {
     ) -> Result<OpId, OscError> {
         self.engine
             .accumulate(target, addr, layout, op, elem, data, fetch)
+    }
+
+    fn get_lent(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        into: UserBuf,
+    ) -> Option<Result<OpId, OscError>> {
+        if let Err(e) = self.engine.check_access(target, addr, runs) {
+            return Some(Err(e));
+        }
+        if into.len() as u64 != Layout::len_of(runs) || !into.is_writable() {
+            return Some(Err(OscError::Arg(format!(
+                "get: a buffer of {} bytes for {} target bytes",
+                into.len(),
+                Layout::len_of(runs)
+            ))));
+        }
+        // By message, the result comes back in a reply: `get` keeps it for the caller.
+        let base = self.rdma_for(target, runs)?;
+        let n = runs.iter().filter(|r| r.1 > 0).count();
+        let id = self.new_op(Vec::new(), into, n, true, true);
+        self.queue(id, target, base, addr, runs, true);
+        Some(Ok(id))
+    }
+
+    fn accumulate_from(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<OpId, OscError> {
+        self.engine
+            .accumulate_from(target, addr, runs, op, elem, data, fetch)
     }
 
     fn compare_and_swap(
@@ -520,7 +637,9 @@ impl OscModule for RdmaModule {
             return self.engine.poll_op(id);
         }
         match self.ops.get(&id) {
-            // A put is complete at the origin once issued (its data was copied).
+            // A put is complete at the origin once issued (its data was copied), a lent one
+            // once its transfers are (its entry goes with the last).
+            Some(op) if op.lent => None,
             Some(op) if !op.get => Some(Ok(Vec::new())),
             Some(op) if op.left > 0 => None,
             Some(_) => {
@@ -590,11 +709,26 @@ impl OscModule for RdmaModule {
                 }
                 continue;
             }
+            if bytes.first() == Some(&crate::lockword::KIND) {
+                // Mapped only where this member uses words (its own exists) and the peer's
+                // is of this node; messages serve the others.
+                let word = crate::lockword::Announce::decode(&bytes)
+                    .filter(|_| self.lock_word.is_some())
+                    .and_then(|a| crate::lockword::open(&a));
+                if let Some(w) = word {
+                    self.engine.set_lock_word(from, Box::new(w));
+                }
+                continue;
+            }
             match Msg::decode_vec(bytes) {
                 Some(m) => self.engine.handle(from, m),
                 None => tracing::warn!(from, "osc-rdma: malformed message dropped"),
             }
             n += self.take_outbox();
+        }
+        // Lock requests by message waiting for this member's word (held on the node).
+        if self.engine.poll_locks() {
+            n += 1 + self.take_outbox();
         }
         if !self.todo.is_empty() {
             // A grant that just arrived releases the transfers waiting for it.
@@ -764,6 +898,12 @@ mod tests {
 
     impl Sim {
         fn new(n: usize, bytes: usize) -> Self {
+            Self::build(n, bytes, |_| false)
+        }
+
+        /// Members `r` with `words(r)` make and map lock words (all in this process, so
+        /// all of one node: each maps the others' through /proc/self/fd).
+        fn build(n: usize, bytes: usize, words: impl Fn(usize) -> bool) -> Self {
             let mut mem: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
             let targets = vec![
                 TargetInfo {
@@ -786,7 +926,13 @@ mod tests {
                         rdma: true,
                     };
                     // SAFETY: `mem` lives in the Sim as long as the modules, never resized.
-                    RdmaModule::new(config, unsafe { UserBuf::from_mut_slice(&mut mem[r]) })
+                    let m =
+                        RdmaModule::new(config, unsafe { UserBuf::from_mut_slice(&mut mem[r]) });
+                    if words(r) {
+                        m.with_lock_words()
+                    } else {
+                        m
+                    }
                 })
                 .collect();
             let mut s = Sim {
@@ -835,6 +981,112 @@ mod tests {
     }
 
     const UNLOCK: u8 = 14;
+    const LOCK_SHARED: u8 = 11;
+    const LOCK_EXCL: u8 = 12;
+
+    #[test]
+    fn a_lock_on_a_member_of_the_node_is_an_atomic_and_its_unlock_waits_for_the_transfers() {
+        let mut s = Sim::build(3, 8, |_| true);
+        let excl = |t| SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: t,
+            nocheck: false,
+        };
+        assert!((0..3).all(|r| (0..3).all(|t| s.m[r].engine.has_lock_word(t))));
+        let mark = s.w.log.len();
+        assert_eq!(s.sync(0, excl(1)), Some(Ok(())));
+        s.m[0]
+            .put(1, 0, &Layout::contiguous(4), vec![1, 2, 3, 4])
+            .unwrap();
+        s.run();
+        assert_eq!(s.w.xfers.len(), 1, "granted at once: by RDMA");
+        s.m[0].sync(SyncCall::Unlock(1)).unwrap();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), None, "the put is not complete");
+        // Rank 2 waits for the word meanwhile, in MPI_Win_lock.
+        s.m[2].sync(excl(1)).unwrap();
+        s.run();
+        assert_eq!(s.m[2].sync_done(), None, "rank 0 holds rank 1's word");
+        s.w.complete_all();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        s.run();
+        assert_eq!(s.m[2].sync_done(), Some(Ok(())), "given back at the unlock");
+        let g = s.m[2].get(1, 0, &Layout::contiguous(4)).unwrap();
+        s.run();
+        s.w.complete_all();
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(s.m[2].poll_op(g), Some(Ok(vec![1, 2, 3, 4])));
+        for from in 0..3 {
+            for to in 0..3 {
+                let kinds = s.kinds_sent_since(mark, from, to);
+                assert!(
+                    !kinds
+                        .iter()
+                        .any(|k| [LOCK_SHARED, LOCK_EXCL, UNLOCK].contains(k)),
+                    "{from} -> {to}: {kinds:?}"
+                );
+            }
+        }
+        // lock_all: every word at once, none of them messages either.
+        assert_eq!(
+            s.sync(1, SyncCall::LockAll { nocheck: false }),
+            Some(Ok(()))
+        );
+        assert_eq!(s.sync(1, SyncCall::UnlockAll), Some(Ok(())));
+        assert!(s
+            .w
+            .log
+            .iter()
+            .skip(mark)
+            .all(|l| ![LOCK_SHARED, LOCK_EXCL, UNLOCK].contains(&l.2)));
+    }
+
+    #[test]
+    fn a_member_without_the_word_locks_by_message_and_the_target_takes_its_word() {
+        // Rank 2 uses no words (another node, as far as locks go): its request waits at
+        // rank 1 for the word rank 0 holds, and its put with it.
+        let mut s = Sim::build(3, 8, |r| r != 2);
+        let excl = |t| SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: t,
+            nocheck: false,
+        };
+        assert!(!s.m[2].engine.has_lock_word(1));
+        assert_eq!(s.sync(0, excl(1)), Some(Ok(())));
+        assert_eq!(s.sync(2, excl(1)), Some(Ok(())), "lazy, by message");
+        s.m[2].put(1, 0, &Layout::contiguous(1), vec![9]).unwrap();
+        s.m[2].sync(SyncCall::Unlock(1)).unwrap();
+        s.run();
+        assert_eq!(s.m[2].sync_done(), None);
+        assert!(s.w.xfers.is_empty(), "no RDMA before the grant");
+        s.m[0].put(1, 0, &Layout::contiguous(1), vec![5]).unwrap();
+        s.run();
+        s.w.complete_all();
+        assert_eq!(s.mem[1][0], 5);
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        s.run();
+        assert_eq!(
+            s.m[2].sync_done(),
+            Some(Ok(())),
+            "granted once the word was free"
+        );
+        assert_eq!(s.mem[1][0], 9, "after rank 0's");
+        // And rank 0 (a word) waits while rank 2 (a message) holds it.
+        assert_eq!(s.sync(2, excl(1)), Some(Ok(())));
+        s.run();
+        s.m[0].sync(excl(1)).unwrap();
+        s.run();
+        assert_eq!(
+            s.m[0].sync_done(),
+            None,
+            "rank 2 holds rank 1's word by message"
+        );
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+    }
     const FENCED: u8 = 18;
 
     #[test]
@@ -868,6 +1120,96 @@ mod tests {
         assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
         assert_eq!(s.m[0].poll_op(g), Some(Ok(vec![5, 6, 7, 8])));
         assert_eq!(&s.mem[1][..12], [9, 9, 9, 9, 0, 0, 0, 0, 9, 9, 9, 9]);
+    }
+
+    /// A lent put is read by its transfers where the program's buffer is (no copy), and is
+    /// complete at the origin, for its request and for flush_local, only once they are.
+    #[test]
+    fn a_lent_put_reads_the_programs_buffer_until_its_transfers_complete() {
+        let mut s = Sim::new(2, 16);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        let origin = vec![1u8, 2, 3, 4];
+        let runs = [(0, 2), (8, 2)];
+        // SAFETY: `origin` outlives the module's use of it (the test ends after the flush).
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        let id = s.m[0].put_lent(1, 2, &runs, lent).unwrap();
+        s.run();
+        let locals: Vec<usize> = s.w.xfers.iter().map(|x| x.local.addr()).collect();
+        let at = origin.as_ptr() as usize;
+        assert_eq!(locals, [at, at + 2], "the transfers read the lent buffer");
+        assert_eq!(s.m[0].poll_op(id), None, "not complete at the origin yet");
+        s.m[0].sync(SyncCall::FlushLocal(Some(1))).unwrap();
+        s.run();
+        assert_eq!(
+            s.m[0].sync_done(),
+            None,
+            "flush_local waits for the transfers"
+        );
+        s.w.complete_all();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(Vec::new())));
+        assert_eq!(&s.mem[1][2..4], [1, 2]);
+        assert_eq!(&s.mem[1][10..12], [3, 4]);
+        // Out of range or too short: refused, nothing transferred.
+        let far = [(14, 4)];
+        assert!(matches!(
+            s.m[0].put_lent(1, 0, &far, lent),
+            Err(OscError::Range(_))
+        ));
+        assert!(matches!(
+            s.m[0].put_lent(1, 0, &runs[..1], lent),
+            Err(OscError::Arg(_))
+        ));
+        s.run();
+        assert!(s.w.xfers.is_empty());
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+    }
+
+    /// A lent get is written by its transfers where the program's buffer is, complete once
+    /// they are, and then forgotten; by message (behind a lock not granted yet) it is not
+    /// taken.
+    #[test]
+    fn a_lent_get_writes_the_programs_buffer_and_keeps_nothing() {
+        let mut s = Sim::new(2, 16);
+        s.mem[1][2..4].copy_from_slice(&[5, 6]);
+        s.mem[1][10..12].copy_from_slice(&[7, 8]);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        let mut into = vec![0u8; 4];
+        let runs = [(0, 2), (8, 2)];
+        // SAFETY: `into` outlives the module's use of it (read after the flush).
+        let lent = unsafe { UserBuf::from_mut_slice(&mut into) };
+        let id = s.m[0].get_lent(1, 2, &runs, lent).unwrap().unwrap();
+        s.run();
+        let at = lent.addr();
+        let locals: Vec<usize> = s.w.xfers.iter().map(|x| x.local.addr()).collect();
+        assert_eq!(locals, [at, at + 2], "the transfers write the lent buffer");
+        assert_eq!(s.m[0].poll_op(id), None);
+        s.w.complete_all();
+        assert_eq!(s.sync(0, SyncCall::Flush(Some(1))), Some(Ok(())));
+        assert!(s.m[0].ops.is_empty(), "nothing kept");
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(Vec::new())));
+        assert!(matches!(
+            s.m[0].get_lent(1, 14, &runs, lent),
+            Some(Err(OscError::Range(_)))
+        ));
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(into, [5, 6, 7, 8]);
+        // Outside an epoch: refused.
+        assert!(matches!(
+            s.m[0].get_lent(1, 2, &runs, lent),
+            Some(Err(OscError::Sync(_)))
+        ));
     }
 
     #[test]

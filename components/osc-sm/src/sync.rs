@@ -35,12 +35,9 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use rmca_framework::osc::{LockKind, OscError, SyncCall};
+use rmca_framework::osc::{lock_word, LockKind, OscError, SyncCall};
 
-/// An exclusive holder.
-pub const EXCL: u64 = 1 << 63;
-/// The shared holders.
-pub const READERS: u64 = EXCL - 1;
+pub use lock_word::{EXCL, READERS};
 
 /// The control words of a window, shared by its members.
 pub trait Words {
@@ -213,29 +210,11 @@ impl Passive {
     }
 }
 
-/// Try to take a lock of `kind` on `target`'s word (true: granted). A shared request
-/// retries while only other shared holders come and go; it fails only on an exclusive
-/// holder.
+/// Try to take a lock of `kind` on `target`'s word (true: granted; the word's protocol is
+/// the framework's [`lock_word`]).
 #[inline]
 fn try_acquire<W: Words + ?Sized>(w: &W, target: usize, kind: LockKind) -> bool {
-    let word = w.lock(target);
-    match kind {
-        LockKind::Exclusive => word
-            .compare_exchange(0, EXCL, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok(),
-        LockKind::Shared => {
-            let mut v = word.load(Ordering::Relaxed);
-            loop {
-                if v & EXCL != 0 {
-                    return false;
-                }
-                match word.compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed) {
-                    Ok(_) => return true,
-                    Err(now) => v = now,
-                }
-            }
-        }
-    }
+    lock_word::try_acquire(w.lock(target), kind)
 }
 
 /// Give back the lock `held` on `target` (granted): everything stored under it is visible
@@ -243,15 +222,11 @@ fn try_acquire<W: Words + ?Sized>(w: &W, target: usize, kind: LockKind) -> bool 
 /// next (the fence: MPI_Win_unlock completes the operations at the target).
 #[inline]
 fn release<W: Words + ?Sized>(w: &W, target: usize, held: Held) {
-    fence(Ordering::SeqCst);
     if held.nocheck {
+        fence(Ordering::SeqCst);
         return;
     }
-    let word = w.lock(target);
-    match held.kind {
-        LockKind::Exclusive => word.fetch_sub(EXCL, Ordering::Release),
-        LockKind::Shared => word.fetch_sub(1, Ordering::Release),
-    };
+    lock_word::release(w.lock(target), held.kind);
 }
 
 /// What a barrier leads to.

@@ -76,6 +76,17 @@ impl Communicator {
             }
             // The environment keeps a set-up error itself (above); this is the text alone.
             DirectError::Setup(m) => Error::Pml(PmlError::Other(m)),
+            DirectError::Truncated {
+                rank,
+                sent,
+                received,
+            } => Error::Status {
+                error: StatusError::Truncated {
+                    message_len: sent,
+                    received,
+                },
+                status: Status::sent(rank, 0, received),
+            },
         }
     }
 

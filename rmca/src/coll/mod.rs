@@ -623,6 +623,25 @@ impl Communicator {
         )
     }
 
+    /// [`Communicator::alltoallv`] over bytes, the blocks given as byte ranges rather than
+    /// counts and displacements (what a caller that computed them already, like the C
+    /// library, passes without a conversion): `sends[r]` of `send` goes to member r, whose
+    /// block lands in its `recvs[me]` of `recv`. One range per member on each side, inside
+    /// its buffer; the receive ranges must not overlap.
+    pub fn alltoallv_regions(
+        &self,
+        send: &[u8],
+        sends: &[Range<usize>],
+        recv: &mut [u8],
+        recvs: &[Range<usize>],
+    ) -> Result<()> {
+        let n = self.size();
+        check_regions("alltoallv", "send", n, send.len(), sends)?;
+        check_regions("alltoallv", "receive", n, recv.len(), recvs)?;
+        check_disjoint("alltoallv", recvs)?;
+        self.alltoallv_bytes(send, sends, recv, recvs, TAG_ALLTOALLV)
+    }
+
     fn alltoallv_bytes(
         &self,
         send: &[u8],
@@ -631,8 +650,28 @@ impl Communicator {
         recvs: &[Range<usize>],
         tag: i32,
     ) -> Result<()> {
+        if tag == TAG_ALLTOALLV {
+            // alltoall offered its direct form already (before taking this path).
+            self.check_self_block(sends, recvs)?;
+            if let Some(r) = self.coll_direct(|d, env| d.alltoallv(env, send, sends, recv, recvs)) {
+                return r;
+            }
+        }
         let s = self.alltoallv_schedule(sends, recvs, tag)?;
         self.run_schedule(&s, tag, send, recv, None)
+    }
+
+    /// This rank's block to itself is as long as its receive region for it.
+    fn check_self_block(&self, sends: &[Range<usize>], recvs: &[Range<usize>]) -> Result<()> {
+        let me = self.rank();
+        if sends[me].len() != recvs[me].len() {
+            return Err(Error::InvalidArgument(format!(
+                "alltoallv: this rank sends {} B to itself but expects {} B",
+                sends[me].len(),
+                recvs[me].len()
+            )));
+        }
+        Ok(())
     }
 
     /// The schedule of an alltoall(v) over the byte ranges `sends` and `recvs` (one per
@@ -643,14 +682,7 @@ impl Communicator {
         recvs: &[Range<usize>],
         tag: i32,
     ) -> Result<Rc<Schedule>> {
-        let me = self.rank();
-        if sends[me].len() != recvs[me].len() {
-            return Err(Error::InvalidArgument(format!(
-                "alltoallv: this rank sends {} B to itself but expects {} B",
-                sends[me].len(),
-                recvs[me].len()
-            )));
-        }
+        self.check_self_block(sends, recvs)?;
         // alltoall's regions follow from the block size; alltoallv's from every count, so
         // only alltoall's schedules are kept, and only alltoall (every member's blocks the
         // same size) is offered to the modules' block forms (Bruck's) before their
@@ -689,6 +721,31 @@ fn check_len(what: &str, buf: &str, got: usize, want: usize) -> Result<()> {
 /// Receive regions must not overlap (MPI makes it an error: the result would depend on the
 /// arrival order).
 fn check_disjoint(what: &str, regions: &[Range<usize>]) -> Result<()> {
+    // The common case, regions in ascending order: one pass and no sorted copy. The pair
+    // found is the one the sort below would find (a stable sort keeps this order).
+    let mut prev: Option<(usize, &Range<usize>)> = None;
+    let mut ordered = true;
+    let mut overlap = None;
+    for (r, g) in regions.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
+        if let Some((p, pg)) = prev {
+            if g.start < pg.start {
+                ordered = false;
+                break;
+            }
+            if pg.end > g.start && overlap.is_none() {
+                overlap = Some((p, r));
+            }
+        }
+        prev = Some((r, g));
+    }
+    if ordered {
+        return match overlap {
+            None => Ok(()),
+            Some((p, r)) => Err(Error::InvalidArgument(format!(
+                "{what}: receive regions of ranks {p} and {r} overlap"
+            ))),
+        };
+    }
     let mut sorted: Vec<(usize, &Range<usize>)> = regions
         .iter()
         .enumerate()
@@ -700,6 +757,30 @@ fn check_disjoint(what: &str, regions: &[Range<usize>]) -> Result<()> {
         Some(w) => Err(Error::InvalidArgument(format!(
             "{what}: receive regions of ranks {} and {} overlap",
             w[0].0, w[1].0
+        ))),
+    }
+}
+
+/// A v-collective's side given as byte ranges: one per rank, each inside the buffer of
+/// `len` bytes.
+fn check_regions(
+    what: &str,
+    side: &str,
+    n: usize,
+    len: usize,
+    regions: &[Range<usize>],
+) -> Result<()> {
+    if regions.len() != n {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: {side} regions ({}) need one entry per rank ({n})",
+            regions.len()
+        )));
+    }
+    match regions.iter().position(|g| g.start > g.end || g.end > len) {
+        None => Ok(()),
+        Some(r) => Err(Error::InvalidArgument(format!(
+            "{what}: {side} region for rank {r} ({:?}) exceeds the buffer ({len} bytes)",
+            regions[r]
         ))),
     }
 }

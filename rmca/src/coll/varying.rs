@@ -3,8 +3,8 @@
 use std::ops::Range;
 
 use super::{
-    check_disjoint, check_len, layout, reduce_step, schedule, Reduction, SchedKey, TAG_ALLGATHERV,
-    TAG_GATHERV, TAG_REDUCE_SCATTER, TAG_REDUCE_SCATTER_BLOCK, TAG_SCATTERV,
+    check_disjoint, check_len, check_regions, layout, reduce_step, schedule, Reduction, SchedKey,
+    TAG_ALLGATHERV, TAG_GATHERV, TAG_REDUCE_SCATTER, TAG_REDUCE_SCATTER_BLOCK, TAG_SCATTERV,
 };
 use crate::{Communicator, Error, Result};
 
@@ -191,6 +191,24 @@ impl Communicator {
         )
     }
 
+    /// [`Communicator::allgatherv`] over bytes, the blocks given as byte ranges rather than
+    /// counts and displacements (what a caller that computed them already, like the C
+    /// library, passes without a conversion): member r's `send` lands in `recv[regions[r]]`
+    /// everywhere. One range per member, inside `recv`, not overlapping; this member's as
+    /// long as `send`.
+    pub fn allgatherv_regions(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        regions: &[Range<usize>],
+    ) -> Result<()> {
+        check_regions("allgatherv", "receive", self.size(), recv.len(), regions)?;
+        check_disjoint("allgatherv", regions)?;
+        let mine = regions[self.rank()].len();
+        check_len("allgatherv", "send buffer", send.len(), mine)?;
+        self.allgatherv_bytes(send, recv, regions, false)
+    }
+
     /// Allgatherv over bytes (`send` is unused in place).
     pub(super) fn allgatherv_bytes(
         &self,
@@ -199,6 +217,12 @@ impl Communicator {
         regions: &[Range<usize>],
         in_place: bool,
     ) -> Result<()> {
+        if !in_place {
+            // In place takes the schedules: a direct form reads `send` apart from `work`.
+            if let Some(r) = self.coll_direct(|d, env| d.allgatherv(env, send, work, regions)) {
+                return r;
+            }
+        }
         let s = self.coll_provide("allgatherv", |m| m.allgatherv(regions, in_place))?;
         self.run_schedule(&s, TAG_ALLGATHERV, send, work, None)
     }
@@ -330,5 +354,55 @@ impl Communicator {
             None => (std::rc::Rc::new(build()?), TAG_REDUCE_SCATTER),
         };
         Ok((s, tag))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{check_disjoint, check_regions};
+    use crate::Error;
+
+    fn overlap(regions: &[std::ops::Range<usize>]) -> Option<String> {
+        match check_disjoint("t", regions) {
+            Ok(()) => None,
+            Err(Error::InvalidArgument(m)) => Some(m),
+            Err(e) => panic!("unexpected error {e:?}"),
+        }
+    }
+
+    #[test]
+    fn ordered_regions_are_checked_in_one_pass() {
+        assert_eq!(overlap(&[0..4, 4..4, 4..8, 8..8, 9..10]), None);
+        // Empty regions anywhere are no overlap, even inside another region.
+        assert_eq!(overlap(&[0..4, 2..2, 4..8]), None);
+        assert_eq!(
+            overlap(&[0..4, 4..6, 5..8]).as_deref(),
+            Some("t: receive regions of ranks 1 and 2 overlap")
+        );
+        assert_eq!(
+            overlap(&[0..4, 0..4]).as_deref(),
+            Some("t: receive regions of ranks 0 and 1 overlap")
+        );
+    }
+
+    #[test]
+    fn unordered_regions_name_the_pair_the_sorted_order_finds() {
+        assert_eq!(overlap(&[8..12, 4..8, 0..4]), None);
+        // In rank order 0..10 and 5..6 overlap first, but rank 2 breaks the order: the
+        // pair reported is the first in start order (ranks 2 and 0).
+        assert_eq!(
+            overlap(&[1..10, 5..6, 0..2]).as_deref(),
+            Some("t: receive regions of ranks 2 and 0 overlap")
+        );
+    }
+
+    #[test]
+    fn regions_must_be_one_per_rank_and_inside_the_buffer() {
+        assert!(check_regions("t", "receive", 2, 8, &[0..4, 4..8]).is_ok());
+        assert!(check_regions("t", "receive", 3, 8, &[0..4, 4..8]).is_err());
+        assert!(check_regions("t", "receive", 2, 7, &[0..4, 4..8]).is_err());
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = [4..2, 4..8];
+        assert!(check_regions("t", "receive", 2, 8, &backwards).is_err());
     }
 }

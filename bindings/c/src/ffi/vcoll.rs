@@ -8,7 +8,9 @@
 //! buffer.
 #![allow(non_snake_case)]
 
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
+use std::ops::Range;
 
 use super::coll::{blocks_n, in_place, intra, recv_n, reduce_input, reduce_recv, root_of, send_n};
 use super::coll_c::{count_c, read_counts, read_displs, read_types, ArrayElem};
@@ -258,6 +260,170 @@ pub(crate) unsafe fn scatterv(
         }
     }
     Ok(())
+}
+
+/// The extent of `ty` when it lays any count out as one run from the buffer with no gaps
+/// (arrays of a predefined type, a contiguous derived type): the collective then moves the
+/// program's bytes without packing them.
+fn contiguous_extent(ty: &Ty) -> Option<usize> {
+    let ext = usize::try_from(ty.extent()).ok().filter(|&e| e > 0)?;
+    (ty.run(1) == Some((0, ext)) && ty.size() == ext).then_some(ext)
+}
+
+thread_local! {
+    /// Byte ranges of the direct v-collectives, reused from call to call so that the warm
+    /// path allocates nothing (it grows to the largest communicator's size once).
+    static RANGES: RefCell<Vec<Range<usize>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `f` on an empty range vector: the thread's reused one, or a fresh one if that is in use
+/// (a call from within a call) or gone (the thread is ending).
+fn with_ranges<R>(f: impl FnOnce(&mut Vec<Range<usize>>) -> R) -> R {
+    let mut f = Some(f);
+    let kept = RANGES.try_with(|cell| {
+        let mut v = cell.try_borrow_mut().ok()?;
+        v.clear();
+        f.take().map(|f| f(&mut v))
+    });
+    match (kept, f) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(f)) => f(&mut Vec::new()),
+        (_, None) => unreachable!("the closure ran but gave nothing back"),
+    }
+}
+
+/// Append the byte ranges of `n` blocks of `counts[r]` elements of extent `ext` at
+/// `displs[r]` extents from the buffer to `out`, and return the end of the furthest (the
+/// bytes the buffer must hold). `None` when the side cannot be moved in place from the
+/// program's buffer or the arrays are not plainly valid (NULL, a negative count or
+/// displacement, an overflow): the caller then takes the packed path, which reads the
+/// arrays again and reports each error as it always has.
+///
+/// # Safety
+/// Each array holds `n` entries when non-null.
+unsafe fn byte_ranges<W: Width>(
+    counts: *const W::Elem,
+    displs: *const W::Displ,
+    n: usize,
+    ext: usize,
+    out: &mut Vec<Range<usize>>,
+) -> Option<usize> {
+    if n > 0 && (counts.is_null() || displs.is_null()) {
+        return None;
+    }
+    out.reserve(n);
+    let mut span = 0usize;
+    for r in 0..n {
+        // SAFETY: the caller's contract (both non-null here).
+        let (c, d) = unsafe { (counts.add(r).read().wide(), displs.add(r).read().wide()) };
+        let start = usize::try_from(d).ok()?.checked_mul(ext)?;
+        let end = start.checked_add(usize::try_from(c).ok()?.checked_mul(ext)?)?;
+        span = span.max(end);
+        out.push(start..end);
+    }
+    Some(span)
+}
+
+/// `MPI_Allgatherv` straight from the program's buffers when both are contiguous (out of
+/// place, a contiguous receive type, displacements >= 0): the counts and displacements read
+/// once into byte ranges, no allocation on a warm path. `None`: take [`allgatherv`].
+///
+/// # Safety
+/// MPI_Allgatherv's contract: recvbuf holds every block, sendbuf `sendcount` elements, the
+/// arrays one entry per rank.
+#[allow(clippy::too_many_arguments)]
+unsafe fn allgatherv_direct<W: Width>(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    sendcount: usize,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const W::Elem,
+    displs: *const W::Displ,
+    recvtype: Handle,
+) -> Option<MpiResult<()>> {
+    if in_place(sendbuf) {
+        return None;
+    }
+    let ext = contiguous_extent(&Ty::for_use(recvtype).ok()?)?;
+    let me = c.rank();
+    with_ranges(|ranges| {
+        // SAFETY: the caller's contract.
+        let span = unsafe { byte_ranges::<W>(recvcounts, displs, c.size(), ext, ranges)? };
+        let run = || -> MpiResult<()> {
+            // SAFETY: the caller's contract.
+            let send = unsafe { send_n(sendbuf, sendcount, sendtype, "send")? };
+            same_len(send.len(), ranges[me].len(), me, "MPI_Allgatherv")?;
+            if span > 0 && recvbuf.is_null() {
+                return Err(MpiError::new(MPI_ERR_BUFFER, "receive buffer is NULL"));
+            }
+            let (sp, sl) = send.span();
+            super::no_overlap(sp, sl, recvbuf, span, "MPI_Allgatherv")?;
+            // SAFETY: the caller's contract (recvbuf holds every block, the furthest ending
+            // `span` bytes in; non-null when span > 0, checked above); it does not overlap
+            // the send data (checked above).
+            unsafe {
+                let recv = super::bytes_mut(recvbuf, span);
+                c.allgatherv_regions(send.bytes(), recv, ranges)?;
+            }
+            Ok(())
+        };
+        Some(run())
+    })
+}
+
+/// `MPI_Alltoallv` straight from the program's buffers when both sides are contiguous (as
+/// [`allgatherv_direct`]). `None`: take [`alltoallv`].
+///
+/// # Safety
+/// MPI_Alltoallv's contract: the buffers hold every block, the arrays one entry per rank.
+#[allow(clippy::too_many_arguments)]
+unsafe fn alltoallv_direct<W: Width>(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    sendcounts: *const W::Elem,
+    sdispls: *const W::Displ,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const W::Elem,
+    rdispls: *const W::Displ,
+    recvtype: Handle,
+) -> Option<MpiResult<()>> {
+    if in_place(sendbuf) {
+        return None;
+    }
+    let rext = contiguous_extent(&Ty::for_use(recvtype).ok()?)?;
+    let sext = contiguous_extent(&Ty::for_use(sendtype).ok()?)?;
+    let n = c.size();
+    with_ranges(|ranges| {
+        // SAFETY: the caller's contract.
+        let (rspan, sspan) = unsafe {
+            (
+                byte_ranges::<W>(recvcounts, rdispls, n, rext, ranges)?,
+                byte_ranges::<W>(sendcounts, sdispls, n, sext, ranges)?,
+            )
+        };
+        let (recvs, sends) = ranges.split_at(n);
+        let run = || -> MpiResult<()> {
+            if (rspan > 0 && recvbuf.is_null()) || (sspan > 0 && sendbuf.is_null()) {
+                return Err(MpiError::new(
+                    MPI_ERR_BUFFER,
+                    "MPI_Alltoallv: a buffer is NULL with data to move",
+                ));
+            }
+            super::no_overlap(sendbuf, sspan, recvbuf, rspan, "MPI_Alltoallv")?;
+            // SAFETY: the caller's contract (each buffer holds every block of its side, the
+            // furthest ending `span` bytes in; non-null when its span is not 0, checked
+            // above); they do not overlap (checked above).
+            unsafe {
+                let send = super::bytes(sendbuf, sspan);
+                let recv = super::bytes_mut(recvbuf, rspan);
+                c.alltoallv_regions(send, sends, recv, recvs)?;
+            }
+            Ok(())
+        };
+        Some(run())
+    })
 }
 
 /// `MPI_Allgatherv` on read arrays.
@@ -769,6 +935,9 @@ macro_rules! v_forms {
                 let sc = count_unless::<$w>(sendcount, in_place(sendbuf), "send count")?;
                 // SAFETY: the collective's contract: the arrays hold one entry per rank.
                 unsafe {
+                    if let Some(r) = allgatherv_direct::<$w>(&c, sendbuf, sc, sendtype, recvbuf, recvcounts, displs, recvtype) {
+                        return r;
+                    }
                     let (rc, rd) = arrays::<$w>(recvcounts, displs, c.size(), "receive", true)?;
                     allgatherv(&c, sendbuf, sc, sendtype, recvbuf, &rc, &rd, recvtype)
                 }
@@ -798,6 +967,9 @@ macro_rules! v_forms {
                 let n = c.size();
                 // SAFETY: the collective's contract: the arrays hold one entry per rank.
                 unsafe {
+                    if let Some(r) = alltoallv_direct::<$w>(&c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype) {
+                        return r;
+                    }
                     let (rc, rd) = arrays::<$w>(recvcounts, rdispls, n, "receive", true)?;
                     let (sc, sd) = arrays::<$w>(sendcounts, sdispls, n, "send", !in_place(sendbuf))?;
                     alltoallv(&c, sendbuf, &sc, &sd, sendtype, recvbuf, &rc, &rd, recvtype)
@@ -932,3 +1104,71 @@ v_forms!(
     MPI_Scan_c,
     MPI_Exscan_c
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ranges of `counts`/`displs` (C ints) of extent `ext`, and their span.
+    fn ranges(
+        counts: &[c_int],
+        displs: &[c_int],
+        ext: usize,
+    ) -> Option<(Vec<Range<usize>>, usize)> {
+        let mut out = Vec::new();
+        // SAFETY: both arrays hold `counts.len()` entries.
+        let span = unsafe {
+            byte_ranges::<Int>(
+                counts.as_ptr(),
+                displs.as_ptr(),
+                counts.len(),
+                ext,
+                &mut out,
+            )?
+        };
+        Some((out, span))
+    }
+
+    #[test]
+    fn byte_ranges_are_read_once_with_their_span() {
+        assert_eq!(
+            ranges(&[1, 0, 2], &[3, 9, 0], 8),
+            Some((vec![24..32, 72..72, 0..16], 72))
+        );
+        assert_eq!(ranges(&[], &[], 8), Some((vec![], 0)));
+    }
+
+    #[test]
+    fn irregular_arrays_leave_the_errors_to_the_packed_path() {
+        // A negative count or displacement, an overflow, a NULL array: the packed path reads
+        // the arrays again and raises each error class as before (or packs).
+        assert_eq!(ranges(&[1, -1], &[0, 1], 4), None);
+        assert_eq!(ranges(&[1, 1], &[0, -1], 4), None);
+        assert_eq!(ranges(&[c_int::MAX], &[c_int::MAX], usize::MAX / 2), None);
+        let mut out = Vec::new();
+        // SAFETY: NULL arrays are refused before any read.
+        let null = unsafe { byte_ranges::<Int>(std::ptr::null(), [0].as_ptr(), 1, 4, &mut out) };
+        assert_eq!(null, None);
+    }
+
+    #[test]
+    fn the_range_vector_is_reused_between_calls() {
+        let first = with_ranges(|v| {
+            v.extend((0..64).map(|r| r..r + 1));
+            (v.as_ptr(), v.capacity())
+        });
+        // The next call gets it back empty, with its storage: nothing to allocate.
+        let second = with_ranges(|v| {
+            assert!(v.is_empty());
+            v.extend((0..64).map(|r| r..r + 1));
+            (v.as_ptr(), v.capacity())
+        });
+        assert_eq!(first, second);
+        // A call from within a call gets a vector of its own.
+        with_ranges(|outer| {
+            outer.push(0..1);
+            with_ranges(|inner| assert!(inner.is_empty() && inner.capacity() == 0));
+            assert_eq!(outer.len(), 1);
+        });
+    }
+}

@@ -1530,17 +1530,29 @@ unsafe fn rma(
                 let data = unsafe { super::send_data_n(origin, n, &ty, "origin")? };
                 // SAFETY: the origin buffer is the program's, unwritten during the call.
                 let bytes = unsafe { data.bytes() };
+                let contiguous = matches!(data, super::SendData::Direct(..));
                 with_runs(&tty, tn, |runs| {
                     signatures_match("origin holds", bytes.len(), runs)?;
                     let addr = w.address(t, disp).map_err(win_error)?;
                     match w.direct(|d| d.put_now(t, addr, runs, bytes)) {
                         Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
                         None => {
-                            let l = Layout {
-                                runs: runs.to_vec(),
+                            let id = if contiguous {
+                                // A contiguous origin is lent, not packed: MPI leaves it
+                                // valid and unwritten until the operation completes
+                                // locally (its request, a flush_local or stronger), which
+                                // is what the module waits for before it stops reading.
+                                // SAFETY: that rule; the program's buffer of `bytes.len()`
+                                // bytes.
+                                let lent = unsafe { UserBuf::from_slice(bytes) };
+                                w.put_lent(t, disp, runs, lent)
+                            } else {
+                                let l = Layout {
+                                    runs: runs.to_vec(),
+                                };
+                                w.put(t, disp, &l, bytes.to_vec())
                             };
-                            let id = w.put(t, disp, &l, bytes.to_vec()).map_err(win_error)?;
-                            Ok(Issued::Id(id, None))
+                            Ok(Issued::Id(id.map_err(win_error)?, None))
                         }
                     }
                 })?
@@ -1562,6 +1574,22 @@ unsafe fn rma(
                     match direct {
                         Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
                         None => {
+                            // A contiguous origin is lent to a module that writes it itself
+                            // (by RDMA): no result kept, nothing to land.
+                            if let Some((off, len)) = ty.run(n) {
+                                // SAFETY: MPI leaves the origin buffer (its `len` bytes at
+                                // `off`) to the operation until it completes locally, which
+                                // the module waits for before it stops writing.
+                                let into = unsafe {
+                                    UserBuf::from_raw_parts_mut(
+                                        out.cast::<u8>().wrapping_offset(off),
+                                        len,
+                                    )
+                                };
+                                if let Some(r) = w.get_lent(t, disp, runs, into) {
+                                    return Ok(Issued::Id(r.map_err(win_error)?, None));
+                                }
+                            }
                             let l = Layout {
                                 runs: runs.to_vec(),
                             };
@@ -1634,11 +1662,9 @@ unsafe fn rma(
                     match direct {
                         Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
                         None => {
-                            let l = Layout {
-                                runs: runs.to_vec(),
-                            };
+                            // (Read before the call returns: copied into the message.)
                             let id = w
-                                .accumulate(t, disp, &l, acc, elem, bytes.to_vec(), fetch)
+                                .accumulate_from(t, disp, runs, acc, elem, bytes, fetch)
                                 .map_err(win_error)?;
                             Ok(Issued::Id(
                                 id,
@@ -2081,6 +2107,45 @@ fn lock_direct(lock_type: c_int, rank: c_int, assert: c_int, win: Handle) -> boo
     )
 }
 
+/// Lock calls taken by the fast paths (`MPI_Win_lock`, `MPI_Win_lock_all`), process-wide:
+/// every [`FAST_LOCK_PROGRESS_EVERY`]th runs a progress pass ([`fast_lock_counted`]).
+/// Relaxed load and store, not a read-modify-write: threads racing on it only lose counts.
+static FAST_LOCKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Fast-path lock calls per progress pass of the runtime. The fast path makes no call into
+/// the window or the runtime, so a program spinning on lock/unlock alone (waiting for a flag
+/// a peer sets once a message of this rank arrived) would progress nothing; MPI's progress
+/// rule wants those calls to move point-to-point traffic. A pass costs about 900
+/// instructions (osc-sm, ob1 over shm): under 1 per call at this rate, the counter 4-5; a
+/// pass every 20 us or so of lock/unlock spinning.
+const FAST_LOCK_PROGRESS_EVERY: u32 = 1024;
+
+/// Count a lock the fast path took on `win` (valid: the fast path just used it), and run a
+/// progress pass every [`FAST_LOCK_PROGRESS_EVERY`] of them.
+#[inline(always)]
+fn fast_lock_counted(win: Handle) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let n = FAST_LOCKS.load(Relaxed).wrapping_add(1);
+    FAST_LOCKS.store(n, Relaxed);
+    if n.is_multiple_of(FAST_LOCK_PROGRESS_EVERY) {
+        fast_lock_progress(win);
+    }
+}
+
+/// The progress pass of [`fast_lock_counted`]: the runtime's and the window's, as
+/// `MPI_Win_sync`'s. It cannot fail on a window the fast path just used; if the library
+/// refuses the call (another call of it under way below this one), nothing is done.
+#[cold]
+#[inline(never)]
+fn fast_lock_progress(win: Handle) {
+    if let Err(e) = super::caught(|| {
+        raw(win)?.progress();
+        Ok(())
+    }) {
+        tracing::debug!(error = ?e, "MPI_Win_lock: no progress pass");
+    }
+}
+
 /// `MPI_Win_lock`: a passive-target epoch on `rank` (waits for the lock).
 #[export]
 pub unsafe extern "C" fn MPI_Win_lock(
@@ -2090,6 +2155,7 @@ pub unsafe extern "C" fn MPI_Win_lock(
     win: Handle,
 ) -> c_int {
     if lock_direct(lock_type, rank, assert, win) {
+        fast_lock_counted(win);
         return MPI_SUCCESS;
     }
     call_win("MPI_Win_lock", win, || {
@@ -2130,6 +2196,7 @@ pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
         #[inline(always)]
         |v| v.lock_all(assert & MPI_MODE_NOCHECK != 0),
     ) {
+        fast_lock_counted(win);
         return MPI_SUCCESS;
     }
     call_win("MPI_Win_lock_all", win, || {

@@ -108,6 +108,16 @@ impl Btl for RcBtl {
         Ok(reach)
     }
 
+    fn peers_routed(&mut self, peers: &[Rank]) {
+        if peers.is_empty() {
+            return;
+        }
+        // Now rather than at the first connection, which would then wait for a registration.
+        if let Err(e) = self.ensure_srq() {
+            tracing::warn!(error = %e, "btl-rc: shared receive queue (retried at the first connection)");
+        }
+    }
+
     fn del_procs(&mut self, ranks: &[Rank]) {
         for &r in ranks {
             if let Some(p) = self.peers.get_mut(r as usize) {

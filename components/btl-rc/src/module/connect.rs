@@ -51,6 +51,7 @@ impl RcBtl {
         if !self.peers[pi].qps.is_empty() {
             return Ok(());
         }
+        self.ensure_srq()?;
         let n = self.cfg.qps_per_peer as usize;
         // QPs grouped by receive queue class: class c owns QPs c*n .. (c+1)*n.
         let classes: Vec<Option<u32>> = self

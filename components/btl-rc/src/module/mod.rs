@@ -156,6 +156,8 @@ pub struct RcBtl {
     job_tag: u32,
     ud_mtu: usize,
     srq_total: u32,
+    /// Work requests of the SRQ, when `ensure_srq` creates it.
+    srq_depth: u32,
     wcs: Vec<Wc>,
     scratch: Vec<u8>,
     stats: Stats,
@@ -264,33 +266,13 @@ impl RcBtl {
             .iter()
             .map(|q| BufPool::new(q.size + FRAG_HEADER_LEN, 64, usize::MAX, memory.clone()))
             .collect();
-        let mut srq = None;
-        let mut srq_total = 0;
-        if let Some((class, RecvQueues::Shared { initial, low, .. })) = cfg.recv.shared() {
-            let depth = attr.max_srq_wr.min(1 << 15);
-            let s = pd
-                .create_srq(SrqInit {
-                    max_wr: depth,
-                    max_sge: 1,
-                    limit: low,
-                })
-                .map_err(verbs("create SRQ"))?;
+        // The SRQ and its buffers (2 MiB with the default queues) are created by `ensure_srq`
+        // once the module carries traffic: slabs of the shared class grow by `initial`.
+        if let Some((class, RecvQueues::Shared { initial, .. })) = cfg.recv.shared() {
             let size = recv_pools[class].size;
-            let recv_pool = &mut recv_pools[class];
-            *recv_pool = BufPool::new(size, initial as usize, usize::MAX, memory.clone());
-            recv_pool.grow(&pd, initial as usize);
-            for _ in 0..initial {
-                let id = recv_pool.alloc(&pd).expect("pre-grown");
-                let sge = recv_pool.sge(id, size);
-                s.post_recv(&RecvWr {
-                    wr_id: id,
-                    sges: &[sge],
-                })
-                .map_err(verbs("post SRQ receive"))?;
-            }
-            srq_total = initial;
-            srq = Some(s);
+            recv_pools[class] = BufPool::new(size, initial as usize, usize::MAX, memory.clone());
         }
+        let srq_depth = attr.max_srq_wr.min(1 << 15);
         let estimate = cfg.device.estimate(kind, rmca_common_verbs::Transport::Rc);
         let attrs = BtlAttributes {
             eager_limit: cfg.eager_limit,
@@ -316,14 +298,13 @@ impl RcBtl {
             .max()
             .unwrap_or(buf_size);
         let stats = Stats {
-            srq_posted: u64::from(srq_total),
             qp_frags: vec![0; cfg.qps_per_peer as usize * cfg.recv.queues().len()],
             ..Stats::default()
         };
         Ok(Self {
             peers: Vec::new(),
             cm_qp,
-            srq,
+            srq: None,
             regs: HashMap::new(),
             cm_recv,
             cm_send,
@@ -346,12 +327,58 @@ impl RcBtl {
             rank: job.rank,
             job_tag: job_tag(&job.secret),
             ud_mtu,
-            srq_total,
+            srq_total: 0,
+            srq_depth,
             wcs: vec![Wc::EMPTY; 64],
             scratch: vec![0; scratch_len],
             stats,
             memory,
         })
+    }
+
+    /// Create the shared receive queue (when `btl_rc_receive_queues` has one) and post its
+    /// initial buffers, once: before the first RC QP is created (data arrives only on RC QPs)
+    /// or when the BML routes a peer over the module. A rank whose peers all go over shm
+    /// never creates them (Open MPI's openib likewise posts receive buffers only for
+    /// transports that reach a peer).
+    fn ensure_srq(&mut self) -> Result<(), String> {
+        let Some((class, RecvQueues::Shared { initial, low, .. })) = self.cfg.recv.shared() else {
+            return Ok(());
+        };
+        if self.srq.is_some() {
+            return Ok(());
+        }
+        let s = self
+            .pd
+            .create_srq(SrqInit {
+                max_wr: self.srq_depth,
+                max_sge: 1,
+                limit: low,
+            })
+            .map_err(|e| format!("create SRQ: {e}"))?;
+        let pool = &mut self.recv_pools[class];
+        pool.grow(&self.pd, initial as usize);
+        let size = pool.size;
+        for _ in 0..initial {
+            let id = pool
+                .alloc(&self.pd)
+                .ok_or("SRQ receive buffers could not be registered")?;
+            let sge = pool.sge(id, size);
+            s.post_recv(&RecvWr {
+                wr_id: id,
+                sges: &[sge],
+            })
+            .map_err(|e| format!("post SRQ receive: {e}"))?;
+        }
+        self.srq_total = initial;
+        self.stats.srq_posted += u64::from(initial);
+        self.srq = Some(s);
+        Ok(())
+    }
+
+    /// Whether the shared receive queue exists (see `ensure_srq`), for tests.
+    pub fn srq_created(&self) -> bool {
+        self.srq.is_some()
     }
 
     /// The business card to publish under [`crate::MODEX_KEY`].

@@ -82,6 +82,8 @@ pub fn ranks(secret: &str, settings: &[&[(&str, &str)]]) -> Vec<Box<dyn Btl>> {
             .add_procs(&job(r as u32, n, secret).procs(), &modex)
             .expect("add_procs");
         assert!(reach.iter().all(|&x| x), "every rank reachable: {reach:?}");
+        // As the BML does once it routes the peers over ud: the pools take their full size.
+        b.peers_routed(&(0..n).collect::<Vec<_>>());
     }
     v
 }

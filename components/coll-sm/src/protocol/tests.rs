@@ -56,15 +56,94 @@ fn reduce_u32(dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
 #[derive(Clone, Debug)]
 struct Coll {
     op: Op,
-    /// Elements (u32) moved (per block for allgather and alltoall).
+    /// Elements (u32) moved (per block for allgather and alltoall; the largest count plus
+    /// one for the varying ones, see [`vcount`]).
     elems: usize,
+    /// An alltoallv: the rank whose input does not fit (every member then declines).
+    decline: Option<usize>,
+}
+
+/// Elements rank `q` sends to rank `r` in varying collective `k` of `elems` (an allgatherv:
+/// `r` is 0): uneven, zero for some pairs.
+fn vcount(k: usize, q: usize, r: usize, elems: usize) -> usize {
+    (k * 7 + q * 3 + r * 5) % (elems + 1)
+}
+
+/// Regions of `counts[i]` u32 elements laid out in reverse order with a one-element gap
+/// before each (displacements out of rank order); the regions in bytes and the total.
+fn reversed_regions(counts: &[usize]) -> (Vec<Range<usize>>, usize) {
+    let mut at = 0;
+    let mut regions = vec![0..0; counts.len()];
+    for i in (0..counts.len()).rev() {
+        at += 1;
+        regions[i] = at * 4..(at + counts[i]) * 4;
+        at += counts[i];
+    }
+    (regions, at * 4)
+}
+
+/// Rank `me`'s buffers of varying collective `k`: its input, its regions in it (alltoallv),
+/// its receive regions, its output's length in bytes, and the run's `len`.
+struct VBufs {
+    send: Vec<u8>,
+    sends: Vec<Range<usize>>,
+    recvs: Vec<Range<usize>>,
+    out: usize,
+    len: usize,
+}
+
+fn vbufs(c: &Coll, k: usize, n: usize, me: usize) -> VBufs {
+    let e = c.elems;
+    match c.op {
+        Op::Allgatherv => {
+            let counts: Vec<usize> = (0..n).map(|q| vcount(k, q, 0, e)).collect();
+            let (recvs, out) = reversed_regions(&counts);
+            let send = bytemuck_bytes(&input(k, me, counts[me]));
+            let len = send.len();
+            VBufs {
+                send,
+                sends: Vec::new(),
+                recvs,
+                out,
+                len,
+            }
+        }
+        Op::Alltoallv { .. } => {
+            let sc: Vec<usize> = (0..n).map(|r| vcount(k, me, r, e)).collect();
+            let rc: Vec<usize> = (0..n).map(|q| vcount(k, q, me, e)).collect();
+            let (sends, total) = reversed_regions(&sc);
+            let (recvs, out) = reversed_regions(&rc);
+            let send = bytemuck_bytes(&input(k, me, total / 4));
+            let len = sc.iter().sum::<usize>() * 4;
+            VBufs {
+                send,
+                sends,
+                recvs,
+                out,
+                len,
+            }
+        }
+        _ => unreachable!(),
+    }
 }
 
 impl Coll {
-    /// Bytes of a rank's input and of its slot (the run's `len`) with `n` ranks.
-    fn slot_bytes(&self, n: usize) -> usize {
+    fn plain(op: Op, elems: usize) -> Self {
+        Self {
+            op,
+            elems,
+            decline: None,
+        }
+    }
+
+    /// Bytes of a rank's slot (the run's `len`) with `n` ranks, for collective `k`.
+    fn slot_bytes(&self, n: usize, k: usize) -> usize {
         match self.op {
             Op::Alltoall => n * self.elems * 4,
+            Op::Allgatherv | Op::Alltoallv { .. } => (0..n)
+                .map(|q| vbufs(self, k, n, q).len + alltoallv_header(n))
+                .max()
+                .unwrap_or(0),
             _ => self.elems * 4,
         }
     }
@@ -107,13 +186,36 @@ fn expected(c: &Coll, k: usize, n: usize, me: usize) -> Option<Vec<u32>> {
                 .flat_map(|q| input(k, q, n * c.elems)[me * c.elems..(me + 1) * c.elems].to_vec())
                 .collect(),
         ),
+        // Checked as bytes by `vexpected`.
+        Op::Allgatherv | Op::Alltoallv { .. } => None,
     }
+}
+
+/// What rank `me` must hold after varying collective `k`: every region filled from its
+/// sender, the gaps untouched (0xEE).
+fn vexpected(c: &Coll, k: usize, n: usize, me: usize) -> Vec<u8> {
+    let mine = vbufs(c, k, n, me);
+    let mut out = vec![0xEE; mine.out];
+    for q in 0..n {
+        let theirs = vbufs(c, k, n, q);
+        let block = match c.op {
+            Op::Allgatherv => &theirs.send[..],
+            _ => &theirs.send[theirs.sends[me].clone()],
+        };
+        out[mine.recvs[q].clone()].copy_from_slice(block);
+    }
+    out
 }
 
 /// Run `colls` on `n` ranks over one segment, stepping the rank `order[i % len]` picks
 /// (modulo the ranks still running) at step `i`; panics on a wrong result or a deadlock.
 fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
-    let max = colls.iter().map(|c| c.slot_bytes(n)).max().unwrap_or(0);
+    let max = colls
+        .iter()
+        .enumerate()
+        .map(|(k, c)| c.slot_bytes(n, k))
+        .max()
+        .unwrap_or(0);
     let layout = Layout::new(n, max);
     let mem = VecMem(RefCell::new(vec![0; layout.len()]));
     // Per rank: the collective it is at, its run and its buffers.
@@ -124,6 +226,8 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
         run: Option<Run>,
         send: Vec<u8>,
         work: Vec<u8>,
+        sends: Vec<Range<usize>>,
+        recvs: Vec<Range<usize>>,
     }
     let mut ranks: Vec<Rank> = (0..n)
         .map(|_| Rank {
@@ -132,6 +236,8 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
             run: None,
             send: Vec::new(),
             work: Vec::new(),
+            sends: Vec::new(),
+            recvs: Vec::new(),
         })
         .collect();
     // After a rank waits, the next live rank is stepped (until one moves), so a rank that
@@ -157,8 +263,21 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
         step += 1;
         let rank = &mut ranks[me];
         let c = &colls[rank.k];
+        let varying = matches!(c.op, Op::Allgatherv | Op::Alltoallv { .. });
+        if rank.run.is_none() && varying {
+            let b = vbufs(c, rank.k, n, me);
+            let fits = c.decline != Some(me);
+            let (op, len) = match c.op {
+                Op::Alltoallv { .. } => (Op::Alltoallv { fits }, if fits { b.len } else { 0 }),
+                op => (op, b.len),
+            };
+            (rank.send, rank.sends, rank.recvs) = (b.send, b.sends, b.recvs);
+            rank.work = vec![0xEE; b.out];
+            let run = Run::new(op, layout, me, rank.k as u32 + 1, len);
+            rank.run = Some(run.after_clear(rank.synced));
+        }
         if rank.run.is_none() {
-            let bytes = c.slot_bytes(n);
+            let bytes = c.slot_bytes(n, rank.k);
             rank.send = bytemuck_bytes(&input(rank.k, me, bytes / 4));
             rank.work = match c.op {
                 Op::Bcast { root } if root == me => rank.send.clone(),
@@ -178,8 +297,30 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
             rank.run = Some(run.after_clear(rank.synced));
         }
         let run = rank.run.as_mut().unwrap();
-        match run.poll(&mem, &rank.send, &mut rank.work, Some(&reduce_u32)) {
+        let step = if varying {
+            let v = Varying {
+                sends: &rank.sends,
+                recvs: &rank.recvs,
+            };
+            run.poll_v(&mem, &rank.send, &mut rank.work, v)
+        } else {
+            run.poll(&mem, &rank.send, &mut rank.work, Some(&reduce_u32))
+        };
+        match step {
             Step::Done => {
+                if matches!(c.op, Op::Alltoallv { .. }) {
+                    assert_eq!(run.declined(), c.decline.is_some(), "rank {me}: {c:?}");
+                    assert_eq!(run.truncated(), None);
+                }
+                if varying && !run.declined() {
+                    assert_eq!(
+                        rank.work,
+                        vexpected(c, rank.k, n, me),
+                        "rank {me}, collective {} {:?} of {n} ranks",
+                        rank.k,
+                        c
+                    );
+                }
                 if let Some(want) = expected(c, rank.k, n, me) {
                     assert_eq!(
                         rank.work,
@@ -238,7 +379,7 @@ fn bytemuck_bytes(v: &[u32]) -> Vec<u8> {
 }
 
 fn any_coll(n: usize) -> impl Strategy<Value = Coll> {
-    (0..6u8, 0..n, any::<bool>(), 0..40usize).prop_map(move |(kind, root, split, elems)| {
+    (0..9u8, 0..n, any::<bool>(), 0..40usize).prop_map(move |(kind, root, split, elems)| {
         let op = match kind {
             0 => Op::Barrier { round: 0 },
             1 => Op::Bcast { root },
@@ -249,11 +390,15 @@ fn any_coll(n: usize) -> impl Strategy<Value = Coll> {
             },
             3 => Op::Allreduce { elem: 4, split },
             4 => Op::Allgather,
-            _ => Op::Alltoall,
+            5 => Op::Alltoall,
+            6 => Op::Allgatherv,
+            _ => Op::Alltoallv { fits: true },
         };
         Coll {
             op,
             elems: if kind == 0 { 0 } else { elems },
+            // Kind 8: an alltoallv that the member `root` cannot fit.
+            decline: (kind == 8).then_some(root),
         }
     })
 }
@@ -282,39 +427,32 @@ fn round_robin_sequences_at_one_to_five_ranks() {
     for n in 1..=5 {
         let mut colls = Vec::new();
         for root in 0..n {
-            colls.push(Coll {
-                op: Op::Bcast { root },
-                elems: 7,
-            });
+            colls.push(Coll::plain(Op::Bcast { root }, 7));
             for split in [false, true] {
-                colls.push(Coll {
-                    op: Op::Reduce {
-                        root,
-                        elem: 4,
-                        split,
-                    },
-                    elems: 13,
-                });
-                colls.push(Coll {
-                    op: Op::Allreduce { elem: 4, split },
-                    elems: 3,
-                });
+                let reduce = Op::Reduce {
+                    root,
+                    elem: 4,
+                    split,
+                };
+                colls.push(Coll::plain(reduce, 13));
+                colls.push(Coll::plain(Op::Allreduce { elem: 4, split }, 3));
             }
             // Inline (one u32 per block) and in the data slots.
             for elems in [1, 20] {
-                colls.push(Coll {
-                    op: Op::Allgather,
-                    elems,
-                });
-                colls.push(Coll {
-                    op: Op::Alltoall,
-                    elems,
-                });
+                colls.push(Coll::plain(Op::Allgather, elems));
+                colls.push(Coll::plain(Op::Alltoall, elems));
+            }
+            // Uneven counts with zeros, out-of-order displacements, inline and in the slots;
+            // an alltoallv that the member `root` cannot fit.
+            for elems in [3, 30] {
+                colls.push(Coll::plain(Op::Allgatherv, elems));
+                colls.push(Coll::plain(Op::Alltoallv { fits: true }, elems));
             }
             colls.push(Coll {
-                op: Op::Barrier { round: 0 },
-                elems: 0,
+                decline: Some(root),
+                ..Coll::plain(Op::Alltoallv { fits: true }, 5)
             });
+            colls.push(Coll::plain(Op::Barrier { round: 0 }, 0));
         }
         simulate(n, &colls, &[0, 1, 2, 3, 4]);
         // One rank runs as far ahead as the protocol lets it before the others move.
@@ -551,4 +689,24 @@ fn a_barrier_marks_arrival_in_the_next_collectives_post_line() {
     let mut reader = Run::new(Op::Bcast { root: 0 }, layout, 1, 4, 8).after_clear(Some(3));
     assert_eq!(reader.poll(&mem, &[], &mut out, None), Step::Done);
     assert_eq!(out, [9u8; 8]);
+}
+
+#[test]
+fn varying_exchanges_past_eleven_ranks_keep_the_alltoallv_header_in_the_slot() {
+    // 12 offsets and more do not fit the post line: header and blocks in the data slot.
+    assert!(alltoallv_header(12) > INLINE && alltoallv_header(11) <= INLINE);
+    for n in [11, 12, 13] {
+        let colls = [
+            Coll::plain(Op::Alltoallv { fits: true }, 3),
+            Coll::plain(Op::Allgatherv, 9),
+            Coll::plain(Op::Alltoallv { fits: true }, 30),
+            Coll {
+                decline: Some(n - 1),
+                ..Coll::plain(Op::Alltoallv { fits: true }, 2)
+            },
+            Coll::plain(Op::Alltoallv { fits: true }, 1),
+        ];
+        simulate(n, &colls, &[0, 3, 1, 4, 1, 5, 9, 2, 6]);
+        simulate(n, &colls, &[0]);
+    }
 }

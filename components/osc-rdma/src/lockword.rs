@@ -1,0 +1,196 @@
+//! The lock words of a window's members on this node ([`rmca_osc_am::lockword`]): each
+//! member keeps its own in a small shared object of its own making, with no name
+//! ([`Mapping::create_exported`]), and tells every member where it is (its pid, the
+//! object's descriptor, its node and a random cookie written in the object) in one message
+//! sent before its keys. A member of the same node and pid namespace maps the object
+//! through `/proc/<pid>/fd/<fd>` (as CMA reaches the pid's memory) and checks the cookie;
+//! from then on its lock and unlock of that member are atomics on the word. Members of other
+//! nodes, or any that cannot map it, keep the messages (the target takes its word for them).
+//!
+//! Only windows over memory given at creation use words (not dynamic ones, whose operations
+//! all go as messages the target must apply: there a word held across the round trip costs
+//! more under contention than the message protocol, which grants, applies and releases
+//! within one progress of the target's).
+//!
+//! Nothing is created collectively and nothing is left behind: the kernel frees an object
+//! with its last mapping. A member that dies holding a word leaves it held (as a target
+//! keeps the lock of a dead origin that took it by message): the others wait for it until
+//! the launcher ends the job.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rmca_common_shm::{node_token, Mapping};
+use rmca_framework::wire::{Reader, Writer};
+use rmca_osc_am::lockword::LockWord;
+
+/// The message's kind byte (reserved by osc-am's wire module).
+pub const KIND: u8 = rmca_osc_am::wire::RDMA_LOCK_WORD;
+
+/// Bytes of the object: one page (the word at 0, the cookie at 8).
+const LEN: usize = 4096;
+const WORD: usize = 0;
+const COOKIE: usize = 8;
+
+/// A lock word in a mapped object (this member's or another's), kept mapped while the
+/// engine uses it.
+#[derive(Debug)]
+pub struct SegWord(Rc<Mapping>);
+
+impl LockWord for SegWord {
+    fn word(&self) -> &AtomicU64 {
+        self.0.atomic_u64(WORD)
+    }
+}
+
+/// Where a member's word is, as its message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announce {
+    /// The member's [`node_token`].
+    pub node: u64,
+    /// The member's pid.
+    pub pid: u32,
+    /// The object's descriptor in that process.
+    pub fd: i32,
+    /// The random word the member wrote in the object.
+    pub cookie: u64,
+}
+
+impl Announce {
+    /// The message.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(25);
+        Writer::new(&mut out)
+            .u8(KIND)
+            .u64(self.node)
+            .u32(self.pid)
+            .i32(self.fd)
+            .u64(self.cookie);
+        out
+    }
+
+    /// Read a message (`None`: not one, or truncated).
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let mut r = Reader::new(b);
+        if r.u8().ok()? != KIND {
+            return None;
+        }
+        Some(Self {
+            node: r.u64().ok()?,
+            pid: r.u32().ok()?,
+            fd: r.i32().ok()?,
+            cookie: r.u64().ok()?,
+        })
+    }
+}
+
+/// This member's own word: the object (whose descriptor the others open while it lives)
+/// and what the message says.
+#[derive(Debug)]
+pub struct Own {
+    map: Rc<Mapping>,
+    _fd: OwnedFd,
+    announce: Announce,
+}
+
+impl Own {
+    /// A fresh free word (`None`, logged, if the system refuses: messages then serve every
+    /// lock of this member).
+    pub fn create() -> Option<Self> {
+        let node = node_token();
+        if node == 0 {
+            return None;
+        }
+        let (map, fd) = match Mapping::create_exported(LEN, "osc-rdma lock word") {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!("osc-rdma: no lock word ({e}): locks go by messages");
+                return None;
+            }
+        };
+        let mut h = RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let cookie = h.finish() | 1;
+        map.atomic_u64(COOKIE).store(cookie, Ordering::Release);
+        let announce = Announce {
+            node,
+            pid: std::process::id(),
+            fd: fd.as_raw_fd(),
+            cookie,
+        };
+        Some(Self {
+            map: Rc::new(map),
+            _fd: fd,
+            announce,
+        })
+    }
+
+    /// The word, for this member's engine.
+    pub fn word(&self) -> SegWord {
+        SegWord(self.map.clone())
+    }
+
+    /// The message telling the node's members where it is.
+    pub fn announce(&self) -> Announce {
+        self.announce
+    }
+}
+
+/// Map the word a member announced, if it is of this node and pid namespace and the object
+/// mapped holds its cookie (`None` otherwise: messages serve that member's locks).
+pub fn open(a: &Announce) -> Option<SegWord> {
+    if a.node != node_token() || a.node == 0 {
+        return None;
+    }
+    let map = match Mapping::open_exported(a.pid, a.fd, LEN) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::debug!(
+                pid = a.pid,
+                "osc-rdma: a member's lock word is out of reach ({e})"
+            );
+            return None;
+        }
+    };
+    if map.atomic_u64(COOKIE).load(Ordering::Acquire) != a.cookie {
+        tracing::debug!(pid = a.pid, "osc-rdma: not the member's lock word (cookie)");
+        return None;
+    }
+    Some(SegWord(Rc::new(map)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_word_announced_is_mapped_by_a_member_of_the_node_only() {
+        let own = Own::create().expect("memfd here");
+        let a = own.announce();
+        assert_eq!(Announce::decode(&a.encode()), Some(a));
+        assert_eq!(Announce::decode(&a.encode()[..20]), None, "truncated");
+        let theirs = open(&a).expect("same process, same node");
+        theirs.word().store(5, Ordering::Relaxed);
+        assert_eq!(own.word().word().load(Ordering::Relaxed), 5, "one word");
+        assert!(
+            open(&Announce {
+                node: a.node ^ 1,
+                ..a
+            })
+            .is_none(),
+            "another node"
+        );
+        assert!(
+            open(&Announce {
+                cookie: a.cookie ^ 2,
+                ..a
+            })
+            .is_none(),
+            "another object"
+        );
+        assert!(open(&Announce { fd: 0, ..a }).is_none(), "not an object");
+    }
+}
