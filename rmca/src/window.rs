@@ -303,6 +303,18 @@ impl Core {
         let pending = self.io.sends.len();
         n + (pending - self.io.reap_sends())
     }
+
+    /// Start what an operation or a lock request just queued: a progress pass that only
+    /// sends (the receive poll, a pass of the PML, waits for the next progress: the
+    /// synchronization that follows, usually). Nothing to send when the module reaches the
+    /// targets' memory itself.
+    fn start_sends(&mut self) {
+        if !self.module.direct() {
+            self.io.sends_only = true;
+            self.progress();
+            self.io.sends_only = false;
+        }
+    }
 }
 
 /// Stepped by every progress pass of the runtime while the window lives; the flag is the
@@ -664,14 +676,8 @@ impl RawWindow {
     ) -> Result<OpId> {
         let mut core = self.core.borrow_mut();
         let id = f(&mut *core.module)?;
-        // Send at once: the target may be waiting for it (nothing to send when the module
-        // reaches the target's memory itself). Only send: the receive poll, a pass of the
-        // PML, waits for the next progress (the synchronization that follows, usually).
-        if !core.module.direct() {
-            core.io.sends_only = true;
-            core.progress();
-            core.io.sends_only = false;
-        }
+        // Send at once: the target may be waiting for it.
+        core.start_sends();
         Ok(id)
     }
 
@@ -734,9 +740,7 @@ impl RawWindow {
             Err(e) => return Some(Err(e.into())),
         };
         // Started at once, as by `issue`.
-        core.io.sends_only = true;
-        core.progress();
-        core.io.sends_only = false;
+        core.start_sends();
         Some(Ok(id))
     }
 
@@ -840,11 +844,9 @@ impl RawWindow {
             // no pass of the runtime is needed (the others' operations do not need ours).
             // Nor does a lock granted at once (a lock word, a lazy request): the progress
             // a program polling its memory needs comes with the unlock or flush after it.
-            if lock && !self.direct {
-                // A lock request by message leaves now (only sends, as `issue` does).
-                core.io.sends_only = true;
-                core.progress();
-                core.io.sends_only = false;
+            if lock {
+                // A lock request by message leaves now.
+                core.start_sends();
             }
             if self.direct || lock {
                 if let Some(r) = core.module.sync_done() {

@@ -493,6 +493,17 @@ impl RdmaModule {
     }
 }
 
+/// A put's origin bytes must fill its target runs exactly.
+fn check_put_len(origin: usize, runs: &[(i64, u64)]) -> Result<(), OscError> {
+    let target = Layout::len_of(runs);
+    if origin as u64 != target {
+        return Err(OscError::Arg(format!(
+            "put: {origin} origin bytes for {target} target bytes"
+        )));
+    }
+    Ok(())
+}
+
 impl OscModule for RdmaModule {
     fn component_name(&self) -> &'static str {
         "rdma"
@@ -507,13 +518,7 @@ impl OscModule for RdmaModule {
         data: Vec<u8>,
     ) -> Result<OpId, OscError> {
         self.engine.check_access(target, addr, &layout.runs)?;
-        if data.len() as u64 != layout.len() {
-            return Err(OscError::Arg(format!(
-                "put: {} origin bytes for {} target bytes",
-                data.len(),
-                layout.len()
-            )));
-        }
+        check_put_len(data.len(), &layout.runs)?;
         let rdma = self.rdma_for(target, &layout.runs);
         let Some(base) = rdma else {
             return self.engine.put(target, addr, layout, data);
@@ -532,13 +537,7 @@ impl OscModule for RdmaModule {
         data: UserBuf,
     ) -> Result<OpId, OscError> {
         self.engine.check_access(target, addr, runs)?;
-        if data.len() as u64 != Layout::len_of(runs) {
-            return Err(OscError::Arg(format!(
-                "put: {} origin bytes for {} target bytes",
-                data.len(),
-                Layout::len_of(runs)
-            )));
-        }
+        check_put_len(data.len(), runs)?;
         match self.rdma_for(target, runs) {
             // The transfers read the program's buffer, which MPI leaves untouched until the
             // operation completes locally: `poll_op` and every synchronization wait for them.
