@@ -2,13 +2,14 @@
 # Instructions per small collective call through the C library, counted by callgrind (as
 # bench/instructions.sh does for messages): bench/coll_calls.c on one rank (btl-self), one
 # double per call, MPI_Allreduce (out of place and MPI_IN_PLACE), MPI_Reduce and MPI_Bcast,
-# and one double per rank through MPI_Allgather, MPI_Allgatherv, MPI_Alltoall, MPI_Alltoallv;
+# and one double per rank through MPI_Allgather, MPI_Allgatherv, MPI_Alltoall, MPI_Alltoallv,
+# MPI_Reduce_scatter_block, MPI_Reduce_scatter, MPI_Gather, MPI_Scatter (root: rank 0);
 # only the call itself is counted (--toggle-collect), at two round counts, and the difference
 # per call printed, so that what a run does once cancels out. At one rank the collective
 # itself is coll-base's local schedule: the count is the C layer plus that schedule.
 # RANKS=2: two ranks on the default stack (coll-sm), an MPI_Barrier between the calls, the
-# one rank counted that never waits in the call (a reduce's leaf, rank 1; a broadcast's root,
-# rank 0): the C layer plus coll-sm's own path, without any wait.
+# one rank counted that never waits in the call (a reduce's or gather's leaf, rank 1; a
+# broadcast's or scatter's root, rank 0): the C layer plus coll-sm's own path, without any wait.
 #   [RANKS=2] bench/coll-instructions.sh TARGET_DIR [LIBDIR...]
 # TARGET_DIR has rmca-cc; each LIBDIR (default TARGET_DIR) a libmpi.so to count (e.g. a build
 # from before a change), one column each.
@@ -43,7 +44,7 @@ count() { # LIBDIR ROUNDS CALL FUNCTION: the least of three runs
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
     else
       local who=1
-      [[ $3 == bcast ]] && who=0
+      [[ $3 == bcast || $3 == scatter ]] && who=0
       LD_LIBRARY_PATH=$1 VG_RANK=$who VG_FN=$4 VG_LOG=$scratch/vg.log \
         "$dir/rmca-run" -n 2 "$scratch/one-rank" "$scratch/coll_calls" "$2" "$3" barrier >/dev/null
       n=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$scratch/vg.log")
@@ -56,7 +57,8 @@ printf '%-30s' "instructions per call"
 for lib in "$@"; do printf ' %28s' "$lib"; done
 echo
 calls="allreduce:MPI_Allreduce inplace:MPI_Allreduce reduce:MPI_Reduce bcast:MPI_Bcast
-  allgather:MPI_Allgather allgatherv:MPI_Allgatherv alltoall:MPI_Alltoall alltoallv:MPI_Alltoallv"
+  allgather:MPI_Allgather allgatherv:MPI_Allgatherv alltoall:MPI_Alltoall alltoallv:MPI_Alltoallv
+  rsblock:MPI_Reduce_scatter_block rscatter:MPI_Reduce_scatter gather:MPI_Gather scatter:MPI_Scatter"
 # CALLS=...: a subset of the calls' names (e.g. CALLS="allgatherv alltoallv").
 if [[ -n ${CALLS:-} ]]; then
   pick=
@@ -64,12 +66,12 @@ if [[ -n ${CALLS:-} ]]; then
   calls=$pick
 fi
 # At two ranks every member of an allreduce waits for the other: only the calls without a wait.
-((ranks == 2)) && calls="reduce:MPI_Reduce bcast:MPI_Bcast"
+((ranks == 2)) && calls="reduce:MPI_Reduce bcast:MPI_Bcast gather:MPI_Gather scatter:MPI_Scatter"
 for c in $calls; do
   call=${c%%:*} f=${c##*:}
   label=$f
   [ "$call" = inplace ] && label="$f (MPI_IN_PLACE)"
-  ((ranks == 2)) && { [ "$call" = bcast ] && label="$f (root)" || label="$f (leaf)"; }
+  ((ranks == 2)) && { [[ $call == bcast || $call == scatter ]] && label="$f (root)" || label="$f (leaf)"; }
   printf '%-30s' "$label"
   for lib in "$@"; do
     a=$(count "$lib" $small "$call" "$f") b=$(count "$lib" $large "$call" "$f")

@@ -1,8 +1,10 @@
 /* Rounds of one small collective call, for bench/coll-instructions.sh: the C library's own
  * cost per MPI_Allreduce / MPI_Reduce / MPI_Bcast of one double (MPI_SUM), and per
- * MPI_Allgather(v) / MPI_Alltoall(v) of one double per rank (the v-forms with counts of 1 at
- * displacements 0, 1, ..., as OSU's loops pass them).
- *   coll_calls ROUNDS allreduce|inplace|reduce|bcast|allgather|allgatherv|alltoall|alltoallv [barrier]
+ * MPI_Allgather(v) / MPI_Alltoall(v) / MPI_Reduce_scatter(_block) / MPI_Gather / MPI_Scatter
+ * of one double per rank (the v-forms with counts of 1 at displacements 0, 1, ..., as OSU's
+ * loops pass them; rank 0 the root).
+ *   coll_calls ROUNDS allreduce|inplace|reduce|bcast|allgather|allgatherv|alltoall|alltoallv|
+ *              rsblock|rscatter|gather|scatter [barrier]
  * With `barrier`, an MPI_Barrier separates the calls (OSU's loops do so), so that at two
  * ranks a reduce's leaf and a broadcast's root never wait in the call counted. */
 #include <mpi.h>
@@ -13,7 +15,7 @@
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "barrier"))) {
-        fprintf(stderr, "usage: coll_calls ROUNDS allreduce|inplace|reduce|bcast|allgather|allgatherv|alltoall|alltoallv [barrier]\n");
+        fprintf(stderr, "usage: coll_calls ROUNDS allreduce|inplace|reduce|bcast|allgather|allgatherv|alltoall|alltoallv|rsblock|rscatter|gather|scatter [barrier]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int rounds = atoi(argv[1]);
@@ -46,6 +48,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(call, "alltoallv"))
             MPI_Alltoallv(in, counts, displs, MPI_DOUBLE, out, counts, displs, MPI_DOUBLE,
                           MPI_COMM_WORLD);
+        else if (!strcmp(call, "rsblock"))
+            MPI_Reduce_scatter_block(in, &b, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        else if (!strcmp(call, "rscatter"))
+            MPI_Reduce_scatter(in, &b, counts, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        else if (!strcmp(call, "gather"))
+            MPI_Gather(&a, 1, MPI_DOUBLE, out, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        else if (!strcmp(call, "scatter"))
+            MPI_Scatter(in, 1, MPI_DOUBLE, &b, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         else
             MPI_Bcast(&a, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     }

@@ -5,7 +5,7 @@
 # mt_rate: 2 ranks, T = 1, 2, 4 threads per rank, each on its own duplicate of the world,
 # windows of 64 Isend/Irecv of 8 B; prints one line per run: round runtime threads rate.
 # With OSU_LATENCY_MT_DIR (holding osu_latency_mt.{rmca,openmpi,mpich}, built from OSU 7.4
-# with each mpicc), also `osu_latency_mt -t T:T -m 8:8 -i 1000 -x 100` at T = 2 and 4.
+# with each mpicc: `bench/osu-trees.sh mt` makes it), also `osu_latency_mt -t T:T -m 8:8 -i 1000 -x 100` at T = 2 and 4.
 # Open MPI: pml ob1, btl self,vader, not bound; MPICH: Debian's ch4, not bound; rmca: defaults
 # (rmca-run binds each rank, all its threads, to one core while the ranks fit the cores).
 # 2 ranks x (T + 1) threads on 2 cores.

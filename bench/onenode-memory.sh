@@ -6,10 +6,10 @@
 # (`--mca profile 1`: `btl.ud`, `btl.rc`, `btl.shm`, the PML, their sum), largest per rank.
 # Medians over the rounds.
 #   bench/onenode-memory.sh [RANKS...]      default: 2 4 8
-#   ROUNDS=3 (default); OSU=/tmp/osu-peers (the builds of bench/osu-peers.sh:
+#   ROUNDS=3 (default); OSU=/tmp/osu-peers (`bench/osu-trees.sh peers`, bench/osu-peers.sh's builds:
 #   OSU/build-{rmca,ompi,mpich}); RUNTIMES="rmca-ob1 rmca-dr ompi mpich" (default; also
-#   rmca-ob1-before and rmca-dr-before: the same on the libmpi.so in $BEFORE_LIB, e.g. a copy
-#   of an earlier build, through LD_LIBRARY_PATH).
+#   rmca-ob1-before and rmca-dr-before: the same on the libmpi.so in $BEFORE_LIB, e.g.
+#   `$(bench/lib-at.sh COMMIT)`, through LD_LIBRARY_PATH).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 osu=${OSU:-/tmp/osu-peers}

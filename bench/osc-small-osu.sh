@@ -8,7 +8,7 @@
 # put_bibw's modes are flush-less: `-s fence` and `-s pscw`) too. For every (benchmark,
 # mode) and round the runtimes run one after the other: rmca, [before,] Open MPI, MPICH.
 # B: a directory with OSU's one-sided binaries built per MPI in B/rmca, B/ompi, B/mpich
-# (bench/results.sh's osc_osu builds them from OSU's src directory). BEFORE=DIR (a
+# (`bench/osu-trees.sh osc` makes them, in /tmp/oscsm-osu). BEFORE=DIR (a
 # directory holding an older build's libmpi.so) adds that library as runtime "before",
 # the same rmca binaries. Prints, per (benchmark, mode, size), the median over ROUNDS of
 # each runtime's figure (latency in us, bandwidth in MB/s), rmca's cost against the best
@@ -29,7 +29,7 @@ BENCHES=${BENCHES:-acc_latency get_acc_latency fop_latency cas_latency put_laten
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for rt in rmca ompi mpich; do
   for b in $BENCHES; do
-    [[ -x $B/$rt/osu_$b ]] || { echo "osc-small-osu.sh: $B/$rt/osu_$b is missing (bench/results.sh's osc_osu builds them)" >&2; exit 2; }
+    [[ -x $B/$rt/osu_$b ]] || { echo "osc-small-osu.sh: $B/$rt/osu_$b is missing (bench/osu-trees.sh osc makes it)" >&2; exit 2; }
   done
 done
 if [[ -n $BEFORE && ! -e $BEFORE/libmpi.so ]]; then

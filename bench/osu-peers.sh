@@ -9,8 +9,8 @@
 # better; latencies: below 1), and with rmca-base, coll-base's median over rmca's.
 #   bench/osu-peers.sh OSU_SRC [OUT] [ROUNDS]
 #     OSU_SRC  an OSU micro-benchmarks 7.x tree with its generated configure, or a bare git
-#              repository of one (HEAD is extracted), e.g. the snapshot `fetch` brings of
-#              github:johnpzh/osu-micro-benchmarks-7.4-ext
+#              repository of one (HEAD is extracted): `bench/osu-trees.sh osu` makes one
+#              (github:johnpzh/osu-micro-benchmarks-7.4-ext at 6a641d0, in /tmp/osu)
 #     OUT      default /tmp/osu-peers: builds in OUT/build-{rmca,ompi,mpich}, raw output in
 #              OUT/raw, the tables in OUT/tables.txt and one JSON object per row in OUT/rows.json
 #     ROUNDS   default 5

@@ -11,6 +11,11 @@
 #   bench/results.sh --list                   the list, with what each table needs
 # Needs `cargo build --release --workspace --bins --examples --lib`. The long suites take many
 # minutes each and every figure moves with the load: run on a quiet machine, and read the ratios.
+# A command names how to get what it runs on: `$(bench/osu-trees.sh T)` an OSU tree (made when
+# missing), `$(bench/lib-at.sh COMMIT)` the C library of an older commit (a "before" column;
+# built once, minutes, from the repository's history). These run before the load is taken; one
+# that fails skips the table. No command names a /tmp path that no script makes (outputs
+# only): tests/tests/results_layout.rs checks it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${RMCA_BIN:-${CARGO_TARGET_DIR:-$root/target}/release}
@@ -23,7 +28,7 @@ results=${RESULTS_MD:-$root/bench/RESULTS.md}
 #   valgrind  callgrind (bench/instructions.sh)
 #   root      run as root
 #   netns:P   network-namespace nodes P0..P7, as root: bench/netns-cluster.sh up 8 P
-#   dir:D     the directory D must exist (a build to compare against, an OSU tree)
+#   dir:D     the directory D must exist (not for /tmp: the command makes what it needs there)
 #   manual    not run by this script: the block says how it was measured
 tables=(
   "one-node-sweep|peers|rmca-bench latency,bw -n 2 --vs --runs 5 --min 4k --max 1m"
@@ -34,8 +39,8 @@ tables=(
   "osu-latency|peers|rmca-bench latency --min 1 --max 1m --runs 5 --conf ob1+shm --peers ompi-vader,mpich,rmca-c"
   "c-instructions|valgrind|bench/instructions.sh target/release"
   "osu-instructions|valgrind,peers|RUNTIMES='rmca ompi' MODES=bw STYLES=all bench/osu-instructions.sh '1 8 2048'"
-  "osu-binaries-small|peers,dir:/tmp/osu|BENCHES='osu_bw osu_bibw osu_mbw_mr' MAXSIZE=2048 bench/osu-peers.sh /tmp/osu /tmp/osu-peers 9 2>&1 | sed -n '/^# osu_/,\$p'"
-  "osu-binaries-small-after|peers,dir:/tmp/osu|RUNTIMES='rmca rmca2 ompi mpich' RMCA2_ARGS='--mca btl_shm_prefault 0' BENCHES='osu_bw osu_bibw osu_mbw_mr osu_latency' MAXSIZE=4096 bench/osu-peers.sh /tmp/osu /tmp/osu-peers 3 2>&1 | sed -n '/^# osu_/,\$p'"
+  "osu-binaries-small|peers|BENCHES='osu_bw osu_bibw osu_mbw_mr' MAXSIZE=2048 bench/osu-peers.sh \$(bench/osu-trees.sh osu) /tmp/osu-peers 9 2>&1 | sed -n '/^# osu_/,\$p'"
+  "osu-binaries-small-after|peers|RUNTIMES='rmca rmca2 ompi mpich' RMCA2_ARGS='--mca btl_shm_prefault 0' BENCHES='osu_bw osu_bibw osu_mbw_mr osu_latency' MAXSIZE=4096 bench/osu-peers.sh \$(bench/osu-trees.sh osu) /tmp/osu-peers 3 2>&1 | sed -n '/^# osu_/,\$p'"
   "osu-completion-calls|manual|bench/osu-instructions.sh with STYLES=all for rmca before/after and Open MPI: the block says how"
   "dr-ud|rxd|rmca-bench latency,bw --conf dr+ud --peers rxd,udp --runs 5 --min 8 --max 1m"
   "ud-reliability|rxd|rmca-bench --suite seed003-lat --timeout 60"
@@ -43,36 +48,37 @@ tables=(
   "wqe|-|rmca-bench --suite wqe --timeout 60"
   "rc-mem|-|rmca-bench --suite rc-mem --timeout 60"
   "rc-conn|-|rmca-bench --suite rc-conn --timeout 60"
-  "onenode-memory|peers,dir:/tmp/osu-peers|ROUNDS=2 bench/onenode-memory.sh 2 4 8"
+  "onenode-memory|peers|OSU=\$(bench/osu-trees.sh peers) ROUNDS=2 BEFORE_LIB=\$(bench/lib-at.sh b381e78) RUNTIMES=\"rmca-ob1-before rmca-ob1 rmca-dr-before rmca-dr ompi mpich\" bench/onenode-memory.sh 2 4 8"
   "netns-allconn|root,netns:b19n,peers|rmca-bench allconn --procs 2,4,8,16,32 --mem --vs --nodes b19n0,b19n1,b19n2,b19n3,b19n4,b19n5,b19n6,b19n7 --runs 3 --timeout 120 --conf rmca=pml=ob1 --conf rmca+srq=pml=ob1,btl_rc_receive_queues=S+256+64 --ratio rmca/ompi-tcp --ratio rmca/ompi-ucx --ratio rmca/mpich --ratio rmca+srq/ompi-tcp --ratio rmca+srq/rmca"
   "netns-memory|root,netns:ldm,peers|rmca-bench allconn --procs 2,4,8,16,32 --mem --nodes ldm0,ldm1,ldm2,ldm3,ldm4,ldm5,ldm6,ldm7 --runs 3 --timeout 180 --conf rmca=pml=ob1 --conf rmca-p32=pml=ob1,btl_rc_receive_queues=P+32+16 --peers ompi-tcp,ompi-ucx,mpich --ratio rmca/ompi-tcp --ratio rmca/rmca-p32"
   "oversub|peers|ROUNDS=3 ITERS=200 bench/oversub.sh 4 8"
   "first-messages|peers|first_messages 3"
-  "osc-osu|peers,dir:/tmp/oscsm-osu/src|osc_osu /tmp/oscsm-osu/src 2"
-  "osc-small-instructions|valgrind,peers|bench/osc-instructions.sh target/release ompi mpich"
-  "osc-small-osu|peers,dir:/tmp/oscsm-osu|B=/tmp/oscsm-osu ROUNDS=3 ITERS=1000 BENCHES='acc_latency get_acc_latency fop_latency cas_latency put_latency get_latency' bench/osc-small-osu.sh"
-  "osc-create-osu|peers,dir:/tmp/oscsm-osu|B=/tmp/oscsm-osu MODE=small ROUNDS=3 ITERS=1000 MAX=65536 AM=0 BENCHES='put_latency get_latency acc_latency fop_latency cas_latency' bench/osc-rdma-osu.sh"
+  "osc-osu|peers|OSC_OSU_BEFORE=\$(bench/lib-at.sh dec3d3c) osc_osu \$(bench/osu-trees.sh osc)/src 2"
+  "osc-small-instructions|valgrind,peers|bench/osc-instructions.sh target/release \$(bench/lib-at.sh b38e3e8) ompi mpich"
+  "osc-small-osu|peers|B=\$(bench/osu-trees.sh osc) ROUNDS=3 ITERS=1000 BEFORE=\$(bench/lib-at.sh b38e3e8) BENCHES='acc_latency get_acc_latency fop_latency cas_latency put_latency get_latency' bench/osc-small-osu.sh"
+  "osc-create-osu|peers|B=\$(bench/osu-trees.sh osc) MODE=small ROUNDS=3 ITERS=1000 MAX=65536 AM=0 BENCHES='put_latency get_latency acc_latency fop_latency cas_latency' bench/osc-rdma-osu.sh"
   "osc-create-instructions|valgrind,peers|OSC_WIN=pair LOOPS=\"put get acc fop cas putlock\" bench/osc-instructions.sh target/release ompi mpich"
   "osc-am-rt|manual|bench/osc_rt.c with each MPI's mpicc, 3000 iterations, rmca default and osc am, Open MPI and MPICH alternating, 2 rounds: the block says how"
-  "osu-coll|peers,dir:/tmp/osu|ITERS=200 MAXSIZE=16384 RUNTIMES='rmca rmca-base ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/osu-coll 2"
-  "coll-sm-2ranks|peers,dir:/tmp/osu,dir:/tmp/coll-xchg-before|RMCA2_LIB=/tmp/coll-xchg-before ITERS=2000 RANKS=2 MAXSIZE=256 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/coll-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-sm-4ranks|peers,dir:/tmp/osu,dir:/tmp/coll-xchg-before|RMCA2_LIB=/tmp/coll-xchg-before ITERS=2000 RANKS=4 MAXSIZE=256 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh /tmp/osu /tmp/coll-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-exchange-4ranks|peers,dir:/tmp/osu,dir:/tmp/coll-xchg-before|RMCA2_LIB=/tmp/coll-xchg-before ITERS=1000 RANKS=4 MAXSIZE=1048576 BENCHES='osu_alltoall osu_allgather' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh /tmp/osu /tmp/coll-osu-a2a 3 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-exchange-2ranks|peers,dir:/tmp/osu,dir:/tmp/coll-xchg-before|RMCA2_LIB=/tmp/coll-xchg-before ITERS=2000 RANKS=2 MAXSIZE=65536 BENCHES='osu_alltoall osu_allgather' RUNTIMES='rmca rmca2 ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/coll-osu-a2a 5 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-sm-posts-2ranks|peers,dir:/tmp/osu,dir:/tmp/coll4-before|RMCA2_LIB=/tmp/coll4-before ITERS=1000 RANKS=2 MAXSIZE=65536 BENCHES='osu_barrier osu_bcast osu_reduce osu_allreduce' RUNTIMES='rmca rmca2 ompi ompi-han mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/osu-coll 3 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-sm-posts-4ranks|peers,dir:/tmp/osu,dir:/tmp/coll4-before|RMCA2_LIB=/tmp/coll4-before ITERS=300 RANKS=4 MAXSIZE=65536 BENCHES='osu_barrier osu_bcast osu_reduce osu_allreduce' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh /tmp/osu /tmp/osu-coll 3 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-sm-instructions|valgrind,dir:/tmp/coll-xchg-before|RANKS=2 bench/coll-instructions.sh target/release /tmp/coll-xchg-before target/release"
-  "coll-c-entry-2ranks|peers,dir:/tmp/osu,dir:/tmp/ccoll/before|RMCA2_LIB=/tmp/ccoll/before ITERS=1000 RANKS=2 MAXSIZE=256 BENCHES='osu_allreduce osu_reduce osu_bcast' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh /tmp/osu /tmp/ccoll/osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-c-entry-instructions|valgrind,dir:/tmp/vcoll-before|bench/coll-instructions.sh target/release /tmp/vcoll-before target/release"
-  "coll-c-entry-varying-2ranks|peers,dir:/tmp/osu,dir:/tmp/vcoll-before|RMCA2_LIB=/tmp/vcoll-before ITERS=2000 RANKS=2 MAXSIZE=1024 BENCHES='osu_allgatherv osu_alltoallv' RUNTIMES='rmca rmca2 ompi mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/vcg-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-sm-barrier-oversub|peers,dir:/tmp/osu|RMCA2_ARGS='--mca mpi_wait_mode yield' ITERS=1000 RANKS='4 8' MAXSIZE=1 BENCHES='osu_barrier' RUNTIMES='rmca rmca2 ompi ompi-sm' bench/osu-coll-peers.sh /tmp/osu /tmp/coll-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-sm-varying|peers,dir:/tmp/osu|ITERS=1000 RANKS=2 MAXSIZE=16384 BENCHES='osu_allgatherv osu_alltoallv' RUNTIMES='rmca rmca-base ompi mpich' bench/osu-coll-peers.sh /tmp/osu /tmp/coll-osu 3 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-nodes|root,netns:chn,peers,dir:/tmp/osu|RUNTIMES='rmca rmca-nohier ompi ompi-han mpich' ITERS=10 TIMEOUT=90 bench/osu-coll-nodes.sh /tmp/osu chn0,chn1,chn2,chn3,chn4,chn5,chn6,chn7 /tmp/chn-osu 1 2>&1 | sed -n '/^# osu_/,\$p'"
-  "coll-nodes-blocks|root,netns:chn,peers,dir:/tmp/osu,dir:/tmp/coll-before|RMCA2_LIB=/tmp/coll-before RANKS='8 16' BENCHES='osu_alltoall osu_allgather' RUNTIMES='rmca rmca2 ompi ompi-han mpich' ITERS=10 TIMEOUT=90 bench/osu-coll-nodes.sh /tmp/osu chn0,chn1,chn2,chn3,chn4,chn5,chn6,chn7 /tmp/chn-osu-blocks 2 2>&1 | sed -n '/^# osu_/,\$p'"
-  "osu-overlap|peers,dir:/tmp/osu|SIZES=1024:1048576 ITERS=100 bench/osu-overlap.sh /tmp/osu /tmp/osu-overlap 3"
+  "osu-coll|peers|ITERS=200 MAXSIZE=16384 RUNTIMES='rmca rmca-base ompi ompi-han mpich' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/osu-coll 2"
+  "coll-sm-2ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh b38e3e8) ITERS=2000 RANKS=2 MAXSIZE=256 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 ompi ompi-han mpich' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/coll-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-sm-4ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh b38e3e8) ITERS=2000 RANKS=4 MAXSIZE=256 BENCHES='osu_reduce osu_allreduce osu_bcast osu_barrier' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/coll-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-exchange-4ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh b38e3e8) ITERS=1000 RANKS=4 MAXSIZE=1048576 BENCHES='osu_alltoall osu_allgather' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/coll-osu-a2a 3 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-exchange-2ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh b38e3e8) ITERS=2000 RANKS=2 MAXSIZE=65536 BENCHES='osu_alltoall osu_allgather' RUNTIMES='rmca rmca2 ompi ompi-han mpich' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/coll-osu-a2a 5 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-sm-posts-2ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh abd1c62) ITERS=1000 RANKS=2 MAXSIZE=65536 BENCHES='osu_barrier osu_bcast osu_reduce osu_allreduce' RUNTIMES='rmca rmca2 ompi ompi-han mpich' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/osu-coll 3 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-sm-posts-4ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh abd1c62) ITERS=300 RANKS=4 MAXSIZE=65536 BENCHES='osu_barrier osu_bcast osu_reduce osu_allreduce' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/osu-coll 3 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-sm-instructions|valgrind|RANKS=2 bench/coll-instructions.sh target/release \$(bench/lib-at.sh fb59ba2) target/release"
+  "coll-c-entry-2ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh 5e8feb8) ITERS=1000 RANKS=2 MAXSIZE=256 BENCHES='osu_allreduce osu_reduce osu_bcast' RUNTIMES='rmca rmca2 ompi ompi-han' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/ccoll/osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-c-entry-instructions|valgrind|bench/coll-instructions.sh target/release \$(bench/lib-at.sh b381e78) target/release"
+  "coll-c-entry-varying-2ranks|peers|RMCA2_LIB=\$(bench/lib-at.sh b381e78) ITERS=2000 RANKS=2 MAXSIZE=1024 BENCHES='osu_allgatherv osu_alltoallv' RUNTIMES='rmca rmca2 ompi mpich' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/vcg-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-sm-barrier-oversub|peers|RMCA2_ARGS='--mca mpi_wait_mode yield' ITERS=1000 RANKS='4 8' MAXSIZE=1 BENCHES='osu_barrier' RUNTIMES='rmca rmca2 ompi ompi-sm' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/coll-osu 5 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-sm-varying|peers|ITERS=1000 RANKS=2 MAXSIZE=16384 BENCHES='osu_allgatherv osu_alltoallv' RUNTIMES='rmca rmca-base ompi mpich' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/coll-osu 3 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-sm-rooted|peers|RMCA2_LIB=\$(bench/lib-at.sh fb59ba2) ITERS=1000 RANKS=2 MAXSIZE=16384 BENCHES='osu_reduce osu_reduce_scatter osu_reduce_scatter_block osu_gather osu_scatter' RUNTIMES='rmca rmca2 ompi ompi-han mpich' bench/osu-coll-peers.sh \$(bench/osu-trees.sh osu) /tmp/coll-osu 3 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-nodes|root,netns:chn,peers|RUNTIMES='rmca rmca-nohier ompi ompi-han mpich' ITERS=10 TIMEOUT=90 bench/osu-coll-nodes.sh \$(bench/osu-trees.sh osu) chn0,chn1,chn2,chn3,chn4,chn5,chn6,chn7 /tmp/chn-osu 1 2>&1 | sed -n '/^# osu_/,\$p'"
+  "coll-nodes-blocks|root,netns:chn,peers|RMCA2_LIB=\$(bench/lib-at.sh 6dbf40d) RANKS='8 16' BENCHES='osu_alltoall osu_allgather' RUNTIMES='rmca rmca2 ompi ompi-han mpich' ITERS=10 TIMEOUT=90 bench/osu-coll-nodes.sh \$(bench/osu-trees.sh osu) chn0,chn1,chn2,chn3,chn4,chn5,chn6,chn7 /tmp/chn-osu-blocks 2 2>&1 | sed -n '/^# osu_/,\$p'"
+  "osu-overlap|peers|SIZES=1024:1048576 ITERS=100 bench/osu-overlap.sh \$(bench/osu-trees.sh osu) /tmp/osu-overlap 3"
   "fortran-instructions|valgrind|fortran_instructions"
   "fortran-timed|-|bench/fortran/compare.sh 31"
-  "mt-rate|peers,dir:/tmp/t30|bench/mt-rate-peers.sh 2 /tmp/t30"
+  "mt-rate|peers|bench/mt-rate-peers.sh 3 \$(bench/osu-trees.sh mt)"
   "threaded-rust|manual|rmca-run -n 2 target/release/examples/threaded plain 20000 and rate T 4000 for T in 1 2 4, alternating, 7 rounds: the block says how"
   "sim-validation|-|mpicc -Wall -Wextra -Werror -std=c11 tools/rmca-sim/validate/pairwise.c -o /tmp/rmca-sim-pairwise && rmca-sim validate --procs 2,4,8,16 --iters 1000 && rmca-sim validate --procs 2,4,8,16 --iters 1000 --loss bernoulli:0.05 && rmca-sim validate --procs 4,8 --iters 1000 --loss bernoulli:0.2"
   "sim-memory|-|rmca-sim memory --plot bench/sim/memory.svg"
@@ -267,6 +273,17 @@ for t in "${tables[@]}"; do
   if [[ -n $why ]]; then
     echo "results.sh: skipping $name: it needs $why" >&2
     [[ -n ${TABLES:-} ]] && status=1
+    continue
+  fi
+  # The trees and older builds the command names, made first (a build takes minutes).
+  made=1
+  while read -r sub; do
+    # shellcheck disable=SC2016 # the substitution is run by the inner shell
+    [[ -z $sub ]] || (cd "$root" && PATH="$bin:$PATH" && export PATH && eval "${sub:2:-1}" >/dev/null) ||
+      { echo "results.sh: skipping $name: $sub failed" >&2; made=0; break; }
+  done < <(grep -oE '\$\(bench/(osu-trees|lib-at)\.sh [^)]*\)' <<<"$cmd" | sort -u)
+  if ((!made)); then
+    status=1
     continue
   fi
   f=$out/$name

@@ -295,6 +295,48 @@ pub trait DirectColl: fmt::Debug {
     ) -> Option<Result<(), DirectError>> {
         None
     }
+    /// A reduce_scatter: the reduction of every member's `send` (the same length everywhere,
+    /// `elem`-byte elements; `ordered`: not commutative), of which this member gets bytes
+    /// `chunks[me]` in `recv` (`chunks` tile `send` in rank order, on element boundaries,
+    /// the same on every member; `recv` is this member's chunk long and does not overlap
+    /// `send`). Both MPI_Reduce_scatter and MPI_Reduce_scatter_block.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _recv: &mut [u8],
+        _chunks: &[Range<usize>],
+        _elem: usize,
+        _ordered: bool,
+        _reduce: ReduceBytes<'_>,
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// A gather to `root`: every member's `send` (the same length everywhere) into the
+    /// root's `recv` (`size * send.len()` bytes, rank order; empty elsewhere; it does not
+    /// overlap `send`).
+    fn gather(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _recv: &mut [u8],
+        _root: usize,
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
+    /// A scatter from `root`: block r of the root's `send` (`size * recv.len()` bytes, rank
+    /// order; empty elsewhere) into member r's `recv` (the same length everywhere; it does
+    /// not overlap `send`).
+    fn scatter(
+        &self,
+        _env: &mut dyn DirectEnv,
+        _send: &[u8],
+        _recv: &mut [u8],
+        _root: usize,
+    ) -> Option<Result<(), DirectError>> {
+        None
+    }
     /// An alltoallv: `send[sends[r]]` to member r, member r's block for this one into
     /// `recv[recvs[r]]` (disjoint). Each member knows only its own row and column of the
     /// counts, so a module must not decline from lengths alone unless every member reaches

@@ -854,6 +854,40 @@ pub trait OscModule {
         value: Vec<u8>,
     ) -> Result<OpId, OscError>;
 
+    /// [`OscModule::accumulate_from`] completed within the call when the module can
+    /// (osc-rdma: on a member of this node, by CMA under its accumulate word), the previous
+    /// contents into `old` (the runs' length) when given: no operation kept, no result to
+    /// land. A refusal is the error `accumulate_from` would raise, with nothing written.
+    /// `None`: not taken, nothing done (the caller issues it with `accumulate_from`), the
+    /// default.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate_at_once(
+        &mut self,
+        _target: usize,
+        _addr: u64,
+        _runs: &[(i64, u64)],
+        _op: AccOp,
+        _elem: Elem,
+        _data: &[u8],
+        _old: Option<&mut [u8]>,
+    ) -> Option<Result<(), OscError>> {
+        None
+    }
+
+    /// [`OscModule::compare_and_swap`] completed within the call likewise, the previous
+    /// value into `old` (one element); `None`: not taken, the default.
+    fn compare_and_swap_at_once(
+        &mut self,
+        _target: usize,
+        _addr: u64,
+        _elem: Elem,
+        _compare: &[u8],
+        _value: &[u8],
+        _old: &mut [u8],
+    ) -> Option<Result<(), OscError>> {
+        None
+    }
+
     /// The outcome of operation `id` once it completed at the origin (its result bytes for
     /// the fetching ones, empty for the others); the id is then spent.
     fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>>;
@@ -871,6 +905,16 @@ pub trait OscModule {
     /// Drive the module: move messages through `port`, apply the ones that arrived. The
     /// events handled (0: idle).
     fn progress(&mut self, port: &mut dyn OscPort) -> usize;
+
+    /// Does the operation issued last need a progress pass at once? The host runs one after
+    /// each operation, since a message may be what its target waits for. A module whose
+    /// operation only queued work that nobody but the origin's own completion waits for
+    /// (osc-rdma's RDMA transfers: the next progress, a synchronization's at the latest,
+    /// starts them) answers false: the pass is saved, and the transfers queued meanwhile
+    /// start together (adjacent ones as one).
+    fn wants_pass(&mut self) -> bool {
+        true
+    }
 
     /// Attach memory to a dynamic window (its address is `region.addr()`).
     fn attach(&mut self, region: UserBuf) -> Result<(), OscError>;

@@ -315,6 +315,15 @@ impl Core {
             self.io.sends_only = false;
         }
     }
+
+    /// After an operation: start what it queued, unless the module starts it with its next
+    /// progress anyway ([`OscModule::wants_pass`]: osc-rdma's transfers, which the
+    /// synchronization that completes them starts together).
+    fn after_op(&mut self) {
+        if self.module.wants_pass() {
+            self.start_sends();
+        }
+    }
 }
 
 /// Stepped by every progress pass of the runtime while the window lives; the flag is the
@@ -677,7 +686,7 @@ impl RawWindow {
         let mut core = self.core.borrow_mut();
         let id = f(&mut *core.module)?;
         // Send at once: the target may be waiting for it.
-        core.start_sends();
+        core.after_op();
         Ok(id)
     }
 
@@ -739,8 +748,8 @@ impl RawWindow {
             Ok(id) => id,
             Err(e) => return Some(Err(e.into())),
         };
-        // Started at once, as by `issue`.
-        core.start_sends();
+        // Started as by `issue`.
+        core.after_op();
         Some(Ok(id))
     }
 
@@ -781,6 +790,43 @@ impl RawWindow {
     ) -> Result<OpId> {
         let addr = self.address(target, disp)?;
         self.issue(|m| m.accumulate_from(target, addr, runs, op, elem, data, fetch))
+    }
+
+    /// [`RawWindow::accumulate_from`] completed within the call when the module can
+    /// ([`OscModule::accumulate_at_once`]), the previous contents into `old` when given; `None`:
+    /// not taken (nor for a displacement the general call refuses: it raises the error).
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate_at_once(
+        &self,
+        target: usize,
+        disp: isize,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Option<std::result::Result<(), OscError>> {
+        let addr = self.address(target, disp).ok()?;
+        let mut core = self.core.borrow_mut();
+        core.module
+            .accumulate_at_once(target, addr, runs, op, elem, data, old)
+    }
+
+    /// [`RawWindow::compare_and_swap`] completed within the call when the module can
+    /// ([`OscModule::compare_and_swap_at_once`]), the previous value into `old`; `None`: not taken.
+    pub fn compare_and_swap_at_once(
+        &self,
+        target: usize,
+        disp: isize,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+        old: &mut [u8],
+    ) -> Option<std::result::Result<(), OscError>> {
+        let addr = self.address(target, disp).ok()?;
+        let mut core = self.core.borrow_mut();
+        core.module
+            .compare_and_swap_at_once(target, addr, elem, compare, value, old)
     }
 
     /// Compare-and-swap of one element: the result is the previous value.
@@ -844,10 +890,10 @@ impl RawWindow {
             // no pass of the runtime is needed (the others' operations do not need ours).
             // Nor does a lock granted at once (a lock word, a lazy request): the progress
             // a program polling its memory needs comes with the unlock or flush after it.
-            if lock {
-                // A lock request by message leaves now.
-                core.start_sends();
-            }
+            // A lock request by message leaves now; so do the synchronization's messages
+            // and the transfers queued since the last progress (osc-rdma's), whose
+            // completions the runtime's first pass below then reports.
+            core.start_sends();
             if self.direct || lock {
                 if let Some(r) = core.module.sync_done() {
                     return r.map_err(Error::Rma);

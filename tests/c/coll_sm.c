@@ -1,5 +1,6 @@
 /* coll-sm against coll-base: the blocking barrier, bcast, reduce, allreduce, allgather,
- * alltoall, allgatherv and alltoallv (which coll-sm serves on one node up to coll_sm_max_size) must give the bytes of
+ * alltoall, allgatherv, alltoallv, reduce_scatter(_block), gather and scatter (which coll-sm
+ * serves on one node up to coll_sm_max_size) must give the bytes of
  * their non-blocking forms
  * (which always run coll-base's schedules), for every type, operation, root and a range of
  * sizes around the thresholds, with MPI_IN_PLACE, on the world, its dup and split
@@ -241,6 +242,188 @@ static void reductions(MPI_Comm comm, const Type *t, MPI_Op op, const char *opna
     }
 }
 
+/* Element i of the block form's result at `rank`, or of the v form's at element `at`: the
+ * reference over every rank's input. */
+static long folded(const Type *t, MPI_Op op, int size, int at) {
+    long want = val(0, at, op);
+    for (int q = 1; q < size; q++) want = combine(op, want, val(q, at, op));
+    if (t->dt == MPI_UNSIGNED_CHAR) want &= 0xff;
+    return want;
+}
+
+/* MPI_Reduce_scatter_block and MPI_Reduce_scatter (uneven counts, zeros among them): blocking
+ * (coll-sm when the whole input fits its slot), non-blocking (coll-base), in place and the
+ * reference agree. */
+static void rscatters(MPI_Comm comm, const Type *t, MPI_Op op, const char *opname, int bytes) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if (size > 64) return;
+    MPI_Request req;
+    int k = bytes / t->size / size, total = k * size, bad = 0;
+    for (int i = 0; i < total; i++) put(t, in, i, val(rank, i, op));
+    size_t len = (size_t)k * t->size;
+    memset(blk, 0xEE, len);
+    memset(nb, 0xDD, len);
+    OK(MPI_Reduce_scatter_block(in, blk, k, t->dt, op, comm));
+    OK(MPI_Ireduce_scatter_block(in, nb, k, t->dt, op, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(memcmp(blk, nb, len) == 0, "reduce_scatter_block %s %s k=%d: sm and base differ",
+          t->name, opname, k);
+    memcpy(inpl, in, (size_t)total * t->size);
+    OK(MPI_Reduce_scatter_block(MPI_IN_PLACE, inpl, k, t->dt, op, comm));
+    CHECK(memcmp(blk, inpl, len) == 0, "reduce_scatter_block in place %s %s k=%d", t->name,
+          opname, k);
+    for (int i = 0; i < k; i++) bad += get(t, blk, i) != folded(t, op, size, rank * k + i);
+    CHECK(bad == 0, "reduce_scatter_block %s %s k=%d: %d elements wrong", t->name, opname, k, bad);
+
+    int counts[64], start = 0, unit = bytes / t->size / (2 * size);
+    total = 0;
+    for (int q = 0; q < size; q++) {
+        counts[q] = ((q * 3 + bytes) % 4) * unit / 2;
+        if (q < rank) start += counts[q];
+        total += counts[q];
+    }
+    for (int i = 0; i < total; i++) put(t, in, i, val(rank, i, op));
+    len = (size_t)counts[rank] * t->size;
+    memset(blk, 0xEE, len + 1);
+    memset(nb, 0xDD, len + 1);
+    OK(MPI_Reduce_scatter(in, blk, counts, t->dt, op, comm));
+    OK(MPI_Ireduce_scatter(in, nb, counts, t->dt, op, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    nb[len] = 0xEE; /* past the block: each buffer's own filler, untouched */
+    CHECK(memcmp(blk, nb, len + 1) == 0, "reduce_scatter %s %s total=%d: sm and base differ",
+          t->name, opname, total);
+    memcpy(inpl, in, (size_t)total * t->size);
+    OK(MPI_Reduce_scatter(MPI_IN_PLACE, inpl, counts, t->dt, op, comm));
+    CHECK(memcmp(blk, inpl, len) == 0, "reduce_scatter in place %s %s total=%d", t->name, opname,
+          total);
+    bad = 0;
+    for (int i = 0; i < counts[rank]; i++) bad += get(t, blk, i) != folded(t, op, size, start + i);
+    CHECK(bad == 0, "reduce_scatter %s %s total=%d: %d elements wrong", t->name, opname, total,
+          bad);
+}
+
+/* A non-commutative user operation: composition of affine maps x -> m x + c (mod 1009) on
+ * MPI_2INT pairs (m, c); inout = in o inout, `in` from the lower ranks. */
+static void affine(void *invec, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const int *a = invec;
+    int *b = inout;
+    for (int i = 0; i < *len; i++) {
+        int m = a[2 * i] * b[2 * i] % 1009, c = (a[2 * i] * b[2 * i + 1] + a[2 * i + 1]) % 1009;
+        b[2 * i] = m;
+        b[2 * i + 1] = c;
+    }
+}
+
+static void affine_val(int r, int i, int *pair) {
+    pair[0] = (r + i) % 5 + 1;
+    pair[1] = (r * 7 + i) % 13;
+}
+
+/* The user operation through allreduce, reduce and reduce_scatter_block: blocking and
+ * non-blocking agree, and give the maps composed in rank order. */
+static void userops(MPI_Comm comm, MPI_Op uop, int bytes) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int n = bytes / 8, k = n / size, bad = 0;
+    int *x = (int *)in, *got = (int *)blk, *ref = (int *)inpl;
+    for (int i = 0; i < n; i++) affine_val(rank, i, x + 2 * i);
+    for (int i = 0; i < n; i++) {
+        int acc[2], nx[2];
+        affine_val(0, i, acc);
+        for (int q = 1; q < size; q++) {
+            affine_val(q, i, nx);
+            int len = 1;
+            affine(acc, nx, &len, NULL);
+            acc[0] = nx[0];
+            acc[1] = nx[1];
+        }
+        ref[2 * i] = acc[0];
+        ref[2 * i + 1] = acc[1];
+    }
+    MPI_Request req;
+    memset(got, 0xEE, (size_t)n * 8);
+    memset(nb, 0xDD, (size_t)n * 8);
+    OK(MPI_Allreduce(x, got, n, MPI_2INT, uop, comm));
+    OK(MPI_Iallreduce(x, nb, n, MPI_2INT, uop, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(memcmp(got, nb, (size_t)n * 8) == 0 && memcmp(got, ref, (size_t)n * 8) == 0,
+          "allreduce of the user op n=%d", n);
+    int root = size - 1;
+    OK(MPI_Reduce(x, got, n, MPI_2INT, uop, root, comm));
+    if (rank == root) CHECK(memcmp(got, ref, (size_t)n * 8) == 0, "reduce of the user op n=%d", n);
+    memset(got, 0xEE, (size_t)k * 8);
+    OK(MPI_Reduce_scatter_block(x, got, k, MPI_2INT, uop, comm));
+    OK(MPI_Ireduce_scatter_block(x, nb, k, MPI_2INT, uop, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    for (int i = 0; i < 2 * k; i++) bad += got[i] != ref[2 * rank * k + i];
+    CHECK(bad == 0 && memcmp(got, nb, (size_t)k * 8) == 0,
+          "reduce_scatter_block of the user op k=%d: %d wrong", k, bad);
+}
+
+/* Gather and scatter of `bytes`-byte blocks at every root: blocking (coll-sm up to its
+ * limits), non-blocking (coll-base), in place and the reference agree. */
+static void rooted(MPI_Comm comm, int bytes) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if ((size_t)bytes * size > MAXX) bytes = MAXX / size;
+    size_t total = (size_t)bytes * size;
+    MPI_Request req;
+    for (int root = 0; root < size; root++) {
+        int me_root = rank == root, bad = 0, tag = bytes + root;
+        for (int i = 0; i < bytes; i++) xin[i] = xval(rank, root, i, tag);
+        memset(xblk, 0xEE, total);
+        memset(xnb, 0xDD, total);
+        OK(MPI_Gather(xin, bytes, MPI_BYTE, xblk, bytes, MPI_BYTE, root, comm));
+        OK(MPI_Igather(xin, bytes, MPI_BYTE, xnb, bytes, MPI_BYTE, root, comm, &req));
+        OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        if (me_root) {
+            CHECK(memcmp(xblk, xnb, total) == 0, "gather %d B root %d: sm and base differ",
+                  bytes, root);
+            for (int q = 0; q < size; q++)
+                for (int i = 0; i < bytes; i++)
+                    bad += xblk[(size_t)q * bytes + i] != xval(q, root, i, tag);
+            CHECK(bad == 0, "gather %d B root %d: %d bytes wrong", bytes, root, bad);
+            memset(xnb, 0xDD, total);
+            memcpy(xnb + (size_t)rank * bytes, xin, bytes);
+            OK(MPI_Gather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xnb, bytes, MPI_BYTE, root, comm));
+            CHECK(memcmp(xblk, xnb, total) == 0, "gather in place %d B root %d", bytes, root);
+        } else {
+            OK(MPI_Gather(xin, bytes, MPI_BYTE, NULL, 0, MPI_BYTE, root, comm));
+        }
+
+        if (me_root)
+            for (int d = 0; d < size; d++)
+                for (int i = 0; i < bytes; i++) xin[(size_t)d * bytes + i] = xval(rank, d, i, tag);
+        memset(xblk, 0xEE, bytes + 1);
+        memset(xnb, 0xDD, bytes + 1);
+        OK(MPI_Scatter(xin, bytes, MPI_BYTE, xblk, bytes, MPI_BYTE, root, comm));
+        OK(MPI_Iscatter(xin, bytes, MPI_BYTE, xnb, bytes, MPI_BYTE, root, comm, &req));
+        OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        xnb[bytes] = 0xEE;
+        CHECK(memcmp(xblk, xnb, bytes + 1) == 0, "scatter %d B root %d: sm and base differ",
+              bytes, root);
+        bad = 0;
+        for (int i = 0; i < bytes; i++) bad += xblk[i] != xval(root, rank, i, tag);
+        CHECK(bad == 0, "scatter %d B root %d: %d bytes wrong", bytes, root, bad);
+        if (me_root) {
+            OK(MPI_Scatter(xin, bytes, MPI_BYTE, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, root, comm));
+            for (int d = 0; d < size; d++)
+                for (int i = 0; i < bytes; i++) bad += xin[(size_t)d * bytes + i] != xval(rank, d, i, tag);
+            CHECK(bad == 0, "scatter in place %d B root %d: the input changed", bytes, root);
+        } else {
+            memset(xnb, 0xDD, bytes);
+            OK(MPI_Scatter(NULL, 0, MPI_BYTE, xnb, bytes, MPI_BYTE, root, comm));
+            CHECK(memcmp(xblk, xnb, bytes) == 0, "scatter (root in place) %d B root %d", bytes,
+                  root);
+        }
+    }
+}
+
 static void bcasts(MPI_Comm comm, int bytes) {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
@@ -280,6 +463,16 @@ static void back_to_back(MPI_Comm comm) {
             for (int q = 0; q < size; q++) mine[q] = (long)rank * 1000 + q + it;
             MPI_Alltoall(mine, 1, MPI_LONG, got, 1, MPI_LONG, comm);
             for (int q = 0; q < size; q++) bad += got[q] != (long)q * 1000 + rank + it;
+        }
+        if (size <= 8) {
+            /* Rooted and reduce_scatter, rotating roots. */
+            long g[8], sc = -1, rs = -1;
+            MPI_Gather(&s, 1, MPI_LONG, g, 1, MPI_LONG, root, comm);
+            for (int q = 0; rank == root && q < size; q++) bad += g[q] != q + it;
+            MPI_Scatter(mine, 1, MPI_LONG, &sc, 1, MPI_LONG, root, comm);
+            bad += sc != (long)root * 1000 + rank + it;
+            MPI_Reduce_scatter_block(mine, &rs, 1, MPI_LONG, MPI_SUM, comm);
+            bad += rs != 1000L * size * (size - 1) / 2 + (long)size * (rank + it);
         }
         if (it % 7 == 0) MPI_Barrier(comm);
     }
@@ -325,6 +518,8 @@ int main(int argc, char **argv) {
     MPI_Comm comms[] = {MPI_COMM_WORLD, half, dup, rev};
     const MPI_Op ops[] = {MPI_SUM, MPI_MAX, MPI_MIN, MPI_PROD, MPI_BXOR};
     const char *opnames[] = {"sum", "max", "min", "prod", "bxor"};
+    MPI_Op uop;
+    MPI_Op_create(affine, 0, &uop);
 
     for (int s = 0; s < NSIZES; s++) {
         /* The communicators take turns, so their segments are in use together. */
@@ -339,7 +534,10 @@ int main(int argc, char **argv) {
                     /* Every op at a few sizes; sum at all of them. */
                     if (o > 0 && s % 4 != 0) continue;
                     reductions(comms[c], &types[t], ops[o], opnames[o], sizes[s]);
+                    rscatters(comms[c], &types[t], ops[o], opnames[o], sizes[s]);
                 }
+            rooted(comms[c], sizes[s]);
+            if (s % 2 == 0) userops(comms[c], uop, sizes[s]);
         }
     }
     for (int c = 0; c < 4; c++) {
@@ -353,6 +551,7 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     back_to_back(dup);
     MPI_Comm_free(&dup);
+    MPI_Op_free(&uop);
     int rc = summary("coll_sm");
     MPI_Finalize();
     return rc;

@@ -3,8 +3,9 @@
  * (class MPI_ERR_PROC_ABORTED, a peer process failed), never hang. Run under rmca-run
  * --keep-going, so that the launcher lets the survivors finish.
  *
- * Usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall before|inside
- * The last rank is the victim (the root of the bcast). "before": it dies at once, the others
+ * Usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall|reduce_scatter|gather|scatter
+ *        before|inside
+ * The last rank is the victim (the root of the bcast and the scatter; rank 0 gathers). "before": it dies at once, the others
  * enter the collective whenever they get there; "inside": it dies 300 ms late, when the others
  * have long been waiting (asleep, in block mode). Each survivor prints
  * "rank R: <op> failed: class C, handler calls H, after M ms" and exits 0 without finalizing
@@ -38,7 +39,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (argc != 3 || n < 2) {
-        if (me == 0) fprintf(stderr, "usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall before|inside (2+ ranks)\n");
+        if (me == 0) fprintf(stderr, "usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall|reduce_scatter|gather|scatter before|inside (2+ ranks)\n");
         MPI_Finalize();
         return 2;
     }
@@ -76,6 +77,14 @@ int main(int argc, char **argv) {
         rc = MPI_Allgather(&in, 1, MPI_LONG, all, 1, MPI_LONG, MPI_COMM_WORLD);
     } else if (strcmp(op, "alltoall") == 0 && n <= 64) {
         rc = MPI_Alltoall(each, 1, MPI_LONG, all, 1, MPI_LONG, MPI_COMM_WORLD);
+    } else if (strcmp(op, "reduce_scatter") == 0 && n <= 64) {
+        rc = MPI_Reduce_scatter_block(each, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    } else if (strcmp(op, "gather") == 0 && n <= 64) {
+        /* Rank 0 gathers: it waits for the victim's block. */
+        rc = MPI_Gather(&in, 1, MPI_LONG, all, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    } else if (strcmp(op, "scatter") == 0 && n <= 64) {
+        /* The victim scatters: everyone waits for its blocks. */
+        rc = MPI_Scatter(each, 1, MPI_LONG, &sum, 1, MPI_LONG, victim, MPI_COMM_WORLD);
     } else {
         rc = MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, victim, MPI_COMM_WORLD);
     }

@@ -85,6 +85,25 @@ int main(int argc, char **argv) {
     EXPECT(MPI_Irecv(buf, 1, MPI_INT, 0, 0, MPI_COMM_NULL, &req), MPI_ERR_COMM);
     EXPECT(MPI_Irecv(buf, 1, (MPI_Datatype)0x9999, 0, 0, MPI_COMM_WORLD, &req), MPI_ERR_TYPE);
     EXPECT(MPI_Probe(size, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK);
+    /* MPI_DATATYPE_NULL with a count of 0 is an empty message, as MPICH takes it (its
+     * pt2pt/recvnull receives one from MPI_PROC_NULL); with data it is refused (above). */
+    {
+        int me, got = -1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        OK(MPI_Irecv(NULL, 0, MPI_DATATYPE_NULL, MPI_PROC_NULL, 10, MPI_COMM_WORLD, &req));
+        OK(MPI_Wait(&req, &st));
+        CHECK(st.MPI_SOURCE == MPI_PROC_NULL, "source %d after an empty receive from MPI_PROC_NULL", st.MPI_SOURCE);
+        OK(MPI_Recv(NULL, 0, MPI_DATATYPE_NULL, MPI_PROC_NULL, 10, MPI_COMM_WORLD, &st));
+        CHECK(st.MPI_SOURCE == MPI_PROC_NULL, "source %d after an empty receive from MPI_PROC_NULL", st.MPI_SOURCE);
+        OK(MPI_Irecv(NULL, 0, MPI_DATATYPE_NULL, me, 11, MPI_COMM_WORLD, &req));
+        OK(MPI_Send(NULL, 0, MPI_DATATYPE_NULL, me, 11, MPI_COMM_WORLD));
+        OK(MPI_Wait(&req, &st));
+        OK(MPI_Get_count(&st, MPI_INT, &got));
+        CHECK(st.MPI_SOURCE == me && st.MPI_TAG == 11 && got == 0, "empty self message: source %d tag %d count %d",
+              st.MPI_SOURCE, st.MPI_TAG, got);
+        EXPECT(MPI_Recv(buf, 1, MPI_DATATYPE_NULL, MPI_PROC_NULL, 10, MPI_COMM_WORLD, &st), MPI_ERR_TYPE);
+        EXPECT(MPI_Irecv_c(buf, 2, MPI_DATATYPE_NULL, me, 11, MPI_COMM_WORLD, &req), MPI_ERR_TYPE);
+    }
     /* A NULL request pointer is refused before anything starts: no message leaves, and no
      * receive is left posted to take one. */
     {

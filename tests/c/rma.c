@@ -455,6 +455,63 @@ static void created_locks(void) {
     free(buf);
 }
 
+/* Many small puts and gets to one target in one passive epoch, then a flush: adjacent in
+ * both address spaces (OSU's put_bw and get_bw: osc-rdma moves such a run as one transfer),
+ * adjacent at the target only (the origin backwards), and of an odd size; every byte lands
+ * where it belongs. An origin buffer reused after MPI_Win_flush_local leaves the first
+ * put's value at the target (the transfers start by then, not at the unlock). */
+static void small_transfers(void) {
+    enum { N = 512, ODD = 3, K = 100 };
+    const MPI_Aint half = N * sizeof(int64_t), odd_at = 2 * half;
+    size_t bytes = 2 * half + ODD * K + 2 * sizeof(int64_t);
+    char *mem = calloc(bytes, 1), *odd = malloc(ODD * K), *back = malloc(ODD * K);
+    int64_t *src = malloc(half), *dst = malloc(2 * half);
+    CHECK(mem != NULL && odd != NULL && back != NULL && src != NULL && dst != NULL,
+          "allocated memory");
+    MPI_Win win;
+    OK(MPI_Win_create(mem, (MPI_Aint)bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+    int t = right();
+    for (int i = 0; i < N; i++) src[i] = (int64_t)rank * 100000 + i;
+    for (int i = 0; i < ODD * K; i++) odd[i] = (char)(rank * 7 + i);
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win));
+    for (int i = 0; i < N; i++)
+        OK(MPI_Put(&src[i], 1, MPI_INT64_T, t, i * 8, 1, MPI_INT64_T, win));
+    for (int i = 0; i < N; i++)
+        OK(MPI_Put(&src[N - 1 - i], 1, MPI_INT64_T, t, half + i * 8, 1, MPI_INT64_T, win));
+    for (int i = 0; i < K; i++)
+        OK(MPI_Put(odd + ODD * i, ODD, MPI_CHAR, t, odd_at + ODD * i, ODD, MPI_CHAR, win));
+    OK(MPI_Win_flush(t, win));
+    for (int i = 0; i < 2 * N; i++) dst[i] = -1;
+    for (int i = 0; i < 2 * N; i++)
+        OK(MPI_Get(&dst[i], 1, MPI_INT64_T, t, i * 8, 1, MPI_INT64_T, win));
+    for (int i = 0; i < K; i++)
+        OK(MPI_Get(back + ODD * i, ODD, MPI_CHAR, t, odd_at + ODD * i, ODD, MPI_CHAR, win));
+    OK(MPI_Win_flush(t, win));
+    int bad = -1;
+    for (int i = 0; i < N && bad < 0; i++)
+        if (dst[i] != src[i] || dst[N + i] != src[N - 1 - i]) bad = i;
+    CHECK(bad < 0, "small puts and gets: element %d is %lld and %lld", bad,
+          bad < 0 ? 0LL : (long long)dst[bad], bad < 0 ? 0LL : (long long)dst[N + bad]);
+    CHECK(memcmp(back, odd, ODD * K) == 0, "puts and gets of %d bytes", ODD);
+    int64_t tmp = 7;
+    OK(MPI_Put(&tmp, 1, MPI_INT64_T, t, odd_at + ODD * K, 1, MPI_INT64_T, win));
+    OK(MPI_Win_flush_local(t, win));
+    tmp = 8;
+    OK(MPI_Put(&tmp, 1, MPI_INT64_T, t, odd_at + ODD * K + 8, 1, MPI_INT64_T, win));
+    OK(MPI_Win_unlock(t, win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    int64_t last[2];
+    memcpy(last, mem + odd_at + ODD * K, sizeof last);
+    CHECK(last[0] == 7 && last[1] == 8, "an origin reused after flush_local: %lld %lld",
+          (long long)last[0], (long long)last[1]);
+    OK(MPI_Win_free(&win));
+    free(mem);
+    free(odd);
+    free(back);
+    free(src);
+    free(dst);
+}
+
 /* Every rank hammers one counter window over rank 0's memory (MPI_Win_create) with
  * lock / accumulate / fetch-and-op / unlock, shared and exclusive locks alternating, plus a
  * get-increment-put under the exclusive ones (correct only if they exclude each other): no
@@ -500,6 +557,66 @@ static void locked_sums(void) {
               (long long)mem[2], (long long)total[1]);
         OK(MPI_Win_unlock(0, win));
     }
+    OK(MPI_Win_free(&win));
+    free(mem);
+}
+
+/* MPI_Accumulate, MPI_Fetch_and_op and MPI_Compare_and_swap from every rank at once on
+ * one counter of a window over the program's memory, each target in turn (the caller's own
+ * included), under MPI_Win_lock_all with a flush after each operation and under shared
+ * locks: each operation adds one (the compare-and-swap retries until its swap took), so
+ * the counters end exact only if no update is lost however each travels (osc-rdma: applied
+ * by the origin itself by CMA within a node, by the target when it came as a message);
+ * each rank's fetch-and-ops see its counter grow (accumulate_ordering). */
+static void atomic_counters(void) {
+    enum { ROUNDS = 150 };
+    int64_t *mem = calloc(2, sizeof(int64_t));
+    CHECK(mem != NULL, "allocated memory");
+    MPI_Win win;
+    OK(MPI_Win_create(mem, 2 * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD,
+                      &win));
+    const int64_t one = 1;
+    int64_t last[2][64], disorder = 0, retries = 0;
+    for (int i = 0; i < 64; i++) last[0][i] = last[1][i] = -1;
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 0) OK(MPI_Win_lock_all(0, win));
+        for (int r = 0; r < ROUNDS; r++) {
+            int t = r % size;
+            if (mode == 1) OK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win));
+            int64_t f = -1, old = -1, seen = -1;
+            OK(MPI_Accumulate(&one, 1, MPI_INT64_T, t, mode, 1, MPI_INT64_T, MPI_SUM, win));
+            OK(MPI_Fetch_and_op(&one, &f, MPI_INT64_T, t, mode, MPI_SUM, win));
+            OK(MPI_Win_flush(t, win));
+            if (t < 64) {
+                disorder += f <= last[mode][t];
+                last[mode][t] = f;
+            }
+            OK(MPI_Fetch_and_op(NULL, &seen, MPI_INT64_T, t, mode, MPI_NO_OP, win));
+            OK(MPI_Win_flush(t, win));
+            for (;;) {
+                int64_t next = seen + 1;
+                OK(MPI_Compare_and_swap(&next, &seen, &old, MPI_INT64_T, t, mode, win));
+                OK(MPI_Win_flush(t, win));
+                if (old == seen) break;
+                seen = old;
+                retries++;
+            }
+            if (mode == 1) OK(MPI_Win_unlock(t, win));
+        }
+        if (mode == 0) OK(MPI_Win_unlock_all(win));
+    }
+    CHECK(disorder == 0, "%lld fetch-and-ops saw a counter no greater than before",
+          (long long)disorder);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    int64_t per = 0;
+    for (int r = 0; r < ROUNDS; r++) per += r % size == rank;
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win));
+    for (int mode = 0; mode < 2; mode++)
+        CHECK(mem[mode] == 3 * size * per,
+              "rank %d's %s counter: %lld, expected %lld (%lld compare-and-swap retries)", rank,
+              mode == 0 ? "flushed" : "locked", (long long)mem[mode],
+              (long long)(3 * size * per), (long long)retries);
+    OK(MPI_Win_unlock(rank, win));
     OK(MPI_Win_free(&win));
     free(mem);
 }
@@ -854,7 +971,9 @@ int main(int argc, char **argv) {
     transposed();
     passive();
     created_locks();
+    small_transfers();
     locked_sums();
+    atomic_counters();
     exclusive_counters();
     pscw();
     dynamic();

@@ -1,8 +1,9 @@
 //! coll-sm through the C interface (`tests/c/coll_sm.c`): the blocking barrier, bcast, reduce,
-//! allreduce, allgather, alltoall, allgatherv and alltoallv coll-sm serves give the bytes of
-//! their non-blocking forms (coll-base's schedules; the v-variants with uneven counts, zeros
-//! and displacements out of order, and an alltoallv only one member cannot fit) for every
-//! type, operation, root and sizes around the thresholds, with MPI_IN_PLACE, on the world, a dup and split sub-communicators in turn (several segments at
+//! allreduce, allgather, alltoall, allgatherv, alltoallv, reduce_scatter(_block), gather and
+//! scatter coll-sm serves give the bytes of their non-blocking forms (coll-base's schedules;
+//! the v-variants with uneven counts, zeros and displacements out of order, and an alltoallv
+//! only one member cannot fit; a non-commutative user operation) for every type, operation,
+//! root and sizes around the thresholds, with MPI_IN_PLACE, on the world, a dup and split sub-communicators in turn (several segments at
 //! once), back to back with rotating roots, and barriers in order; at 1-4 ranks over ob1+shm
 //! and dr+shm, with the default thresholds and with small ones, and oversubscribed (4 ranks
 //! on this 2-CPU machine) within the job's timeout; `--mca coll base` leaves coll-sm out.
@@ -129,6 +130,10 @@ fn a_dead_member_fails_the_survivors_collective_instead_of_hanging() {
         ("allreduce", "before", 2, &[("pml", "dr")]),
         ("allgather", "inside", 3, &[]),
         ("alltoall", "inside", 4, &[("mpi_wait_mode", "block")]),
+        ("reduce_scatter", "inside", 3, &[]),
+        // Only the root of a gather waits: two ranks, the root the one survivor.
+        ("gather", "inside", 2, &[]),
+        ("scatter", "before", 4, &[("mpi_wait_mode", "block")]),
     ];
     for &(op, when, ranks, mca) in cases {
         let out = run_job_with(

@@ -4,7 +4,8 @@
 //! arithmetic (`MPI_Reduce_local`, blocking, non-blocking and persistent collectives);
 //! generalized requests (the status a query function leaves alone, callback error codes
 //! returned as they are, `MPI_ERR_IN_STATUS`); added error classes above
-//! `MPI_ERR_LASTCODE`; `MPI_DATATYPE_NULL` refused with `MPI_ERR_TYPE`; every form of
+//! `MPI_ERR_LASTCODE`; `MPI_DATATYPE_NULL` an empty message with a count of 0, refused with
+//! `MPI_ERR_TYPE` with data; every form of
 //! `MPI_Alltoallw` on `MPI_BOTTOM`; `MPI_Comm_split_type` with
 //! `MPI_COMM_TYPE_RESOURCE_GUIDED`; at 1, 2 and 3 ranks in every configuration.
 

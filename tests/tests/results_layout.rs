@@ -1,7 +1,9 @@
 //! `bench/RESULTS.md` stays a reference: every measured table sits between
 //! `<!-- results:NAME begin/end -->` markers with its command, date, load and commit; every
 //! NAME is one of `bench/results.sh`'s list (which regenerates it) and every listed NAME has its
-//! block; headings name topics, not issues or sessions. No processes: reads two files.
+//! block; headings name topics, not issues or sessions. A command names no `/tmp` path that
+//! nothing in it makes: a tree or an older build comes from `$(bench/osu-trees.sh ...)` or
+//! `$(bench/lib-at.sh COMMIT)`, so that a fresh clone can run it. No processes: reads two files.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -48,6 +50,23 @@ fn listed(script: &str, problems: &mut Vec<String>) -> BTreeSet<String> {
                     fields[0]
                 ));
             }
+        }
+        for need in fields[1].split(',') {
+            if need.starts_with("dir:/tmp/") {
+                problems.push(format!(
+                    "bench/results.sh: table {} needs {need:?}: a /tmp directory exists on one \
+                     machine only; let the command make it (bench/osu-trees.sh, bench/lib-at.sh)",
+                    fields[0]
+                ));
+            }
+        }
+        // The entry is a double-quoted bash string: `\$` and `\"` stand for `$` and `"`.
+        let command = fields[2].replace("\\$", "$").replace("\\\"", "\"");
+        for path in unmade_tmp_paths(&command) {
+            problems.push(format!(
+                "bench/results.sh: table {}'s command names {path}, {UNMADE}",
+                fields[0]
+            ));
         }
         if !names.insert(fields[0].to_string()) {
             problems.push(format!("bench/results.sh lists {} twice", fields[0]));
@@ -168,6 +187,23 @@ fn problems(results: &str, script: &str) -> Vec<String> {
                 .map(str::trim)
                 .filter(|v| !v.is_empty())
         };
+        // Every command line (`- command:`, `- lock-mode command (...):`): its quoted spans.
+        for line in &b.lines {
+            let Some((key, rest)) = line.strip_prefix("- ").and_then(|l| l.split_once(':')) else {
+                continue;
+            };
+            if !key.contains("command") {
+                continue;
+            }
+            for span in rest.split('`').skip(1).step_by(2) {
+                for path in unmade_tmp_paths(span) {
+                    problems.push(format!(
+                        "block {}: the command names {path}, {UNMADE}",
+                        b.name
+                    ));
+                }
+            }
+        }
         match field("command") {
             Some(c) if c.contains('`') => {}
             _ => problems.push(format!(
@@ -211,6 +247,125 @@ fn problems(results: &str, script: &str) -> Vec<String> {
         }
     }
     problems
+}
+
+/// Why an unmade /tmp path is refused, and what to do instead.
+const UNMADE: &str = "which nothing in the command makes (it exists on one machine only): \
+    name what makes it, `$(bench/osu-trees.sh osu|peers|osc|mt)` for an OSU tree, \
+    `$(bench/lib-at.sh COMMIT)` for an older build's library, or write there as an output";
+
+/// Scripts that make the directory named by one of their positional arguments (1-based): the
+/// OSU drivers' OUT, bench/osu-trees.sh's DIR. A compiler's `-o PATH` makes PATH too.
+const MAKERS: &[(&str, usize)] = &[
+    ("bench/osu-peers.sh", 2),
+    ("bench/osu-coll-peers.sh", 2),
+    ("bench/osu-overlap.sh", 2),
+    ("bench/osu-coll-nodes.sh", 3),
+    ("bench/osu-trees.sh", 2),
+];
+
+/// The shell words of `cmd` (blanks split them outside quotes and `$( )`; `|`, `||`, `&&` and
+/// `;` are words of their own), and the text inside every `$( )`, nested ones included.
+fn shell_words(cmd: &str) -> (Vec<String>, Vec<String>) {
+    let (mut words, mut inner, mut word) = (Vec::new(), Vec::new(), String::new());
+    let (mut quote, mut depth, mut start) = (None::<char>, 0usize, Vec::new());
+    let chars: Vec<char> = cmd.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match (quote, c) {
+            (Some(q), _) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '$') if chars.get(i + 1) == Some(&'(') => {
+                depth += 1;
+                start.push(i + 2);
+                word.push_str("$(");
+                i += 2;
+                continue;
+            }
+            (None, ')') if depth > 0 => {
+                depth -= 1;
+                let from = start.pop().unwrap_or(i);
+                inner.push(chars[from..i].iter().collect());
+            }
+            (None, ' ' | '\t' | '|' | ';' | '&') if depth == 0 => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                if c != ' ' && c != '\t' {
+                    // `2>&1` stays one word; `|`, `||`, `&&` and `;` end a command.
+                    if c == '&' && words.last().is_some_and(|w| w.ends_with('>')) {
+                        let last = words.pop().unwrap_or_default();
+                        word = format!("{last}&");
+                    } else {
+                        words.push(c.to_string());
+                    }
+                }
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        word.push(c);
+        i += 1;
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    (words, inner)
+}
+
+/// The /tmp paths `cmd` makes: the OUT/DIR argument of a script of [`MAKERS`], a compiler's
+/// `-o PATH`, in the command or inside any of its `$( )`.
+fn made_paths(cmd: &str, made: &mut Vec<String>) {
+    let (words, inner) = shell_words(cmd);
+    let (mut target, mut position, mut after_o) = (0usize, 0usize, false);
+    for w in &words {
+        let w = w.trim_matches(|c| c == '"' || c == '\'');
+        if after_o {
+            made.push(w.to_string());
+        }
+        after_o = w == "-o";
+        if ["|", ";", "&"].contains(&w) {
+            target = 0;
+        } else if let Some((_, at)) = MAKERS
+            .iter()
+            .find(|(s, _)| w == *s || w.ends_with(&format!("/{s}")))
+        {
+            (target, position) = (*at, 0);
+        } else if target > 0 && !w.starts_with('-') && !w.contains('>') && !w.contains('=') {
+            position += 1;
+            if position == target {
+                made.push(w.to_string());
+            }
+        }
+    }
+    for text in inner {
+        made_paths(&text, made);
+    }
+}
+
+/// The /tmp paths named in `cmd` that nothing in it makes (see [`made_paths`]).
+fn unmade_tmp_paths(cmd: &str) -> Vec<String> {
+    let mut made = Vec::new();
+    made_paths(cmd, &mut made);
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "._-/+".contains(c);
+    let mut unmade: Vec<String> = Vec::new();
+    for (at, _) in cmd.match_indices("/tmp/") {
+        if cmd[..at].chars().next_back().is_some_and(path_char) {
+            continue; // e.g. /var/tmp/...
+        }
+        let len = cmd[at..].find(|c| !path_char(c)).unwrap_or(cmd.len() - at);
+        let path = cmd[at..at + len].trim_end_matches(['/', '.']).to_string();
+        let is_made = made
+            .iter()
+            .any(|m| path == *m || path.starts_with(&format!("{m}/")));
+        if !is_made && !unmade.contains(&path) {
+            unmade.push(path);
+        }
+    }
+    unmade
 }
 
 /// The NAME of a `<!-- results:NAME begin -->` (or end) line.
@@ -348,4 +503,47 @@ fn unbalanced_markers_and_bad_list_entries_are_named() {
             .any(|p| p.contains("is not \"NAME|NEEDS|COMMAND\"")),
         "{found:?}"
     );
+}
+
+#[test]
+fn tmp_paths_need_a_script_that_makes_them() {
+    let md = |cmd: &str| {
+        let meta = META.replace("`rmca-bench latency`", cmd);
+        format!("## Topic\n{}{}", block("lat", &meta), block("mem", META))
+    };
+    // An older build or an OSU tree that only one machine's /tmp held: refused, each named.
+    let found = problems(
+        &md("`RMCA2_LIB=/tmp/old-lib bench/osu-peers.sh /tmp/osu /tmp/out 3` (wrote /tmp/x)"),
+        SCRIPT,
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("names /tmp/old-lib,"), "{found:?}");
+    assert!(found[1].contains("names /tmp/osu,"), "{found:?}");
+    assert!(
+        problems(&md("`x` and `LD_LIBRARY_PATH=/tmp/b rmca-run`"), SCRIPT)
+            .iter()
+            .any(|p| p.contains("/tmp/b"))
+    );
+    // Made by the command itself (outputs, compiler outputs, the tree scripts): accepted;
+    // prose outside the backticks is history, not a command.
+    for ok in [
+        "`RMCA2_LIB=$(bench/lib-at.sh abc1234) bench/osu-coll-peers.sh $(bench/osu-trees.sh osu) /tmp/out 3 2>&1 | sed -n '/^# osu_/,$p'`",
+        "`mpicc x.c -o /tmp/first && rmca-run -n 2 /tmp/first` (the run kept /tmp/y)",
+        "`B=$(bench/osu-trees.sh osc /tmp/o) osc_osu /tmp/o/src 1`",
+        "`bench/osu-coll-nodes.sh $(bench/osu-trees.sh osu) n0,n1 /tmp/chn-osu 1`",
+    ] {
+        assert_eq!(problems(&md(ok), SCRIPT), Vec::<String>::new(), "{ok}");
+    }
+    // A path that a maker names but in another position than its output is still refused.
+    assert_eq!(
+        problems(&md("`bench/osu-peers.sh /tmp/src /tmp/out`"), SCRIPT).len(),
+        1
+    );
+    // The list of bench/results.sh: its commands and its dir: needs alike.
+    let script = "tables=(\n  \"lat|peers|RMCA_LIB=\\$(bench/lib-at.sh abc1234) x /tmp/a\"\n  \"mem|dir:/tmp/b|y\"\n)\n";
+    let md = format!("## T\n{}{}", block("lat", META), block("mem", META));
+    let found = problems(&md, script);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("lat's command names /tmp/a"), "{found:?}");
+    assert!(found[1].contains("needs \"dir:/tmp/b\""), "{found:?}");
 }

@@ -1,9 +1,11 @@
 //! coll-sm: collectives of communicators whose members all share a node, through one shared
 //! segment per communicator and no message, as Open MPI's coll/sm (and xhc).
 //!
-//! Barrier, bcast, reduce, allreduce, allgather, alltoall, allgatherv and alltoallv of at
-//! most `coll_sm_max_size` bytes (an allgather(v)'s largest block, an alltoall(v)'s whole
-//! input; an alltoallv's members agree through the segment whether every input fits) run as
+//! Barrier, bcast, reduce, allreduce, allgather, alltoall, allgatherv, alltoallv,
+//! reduce_scatter (and its block form), gather and scatter of at most `coll_sm_max_size`
+//! bytes (an allgather(v)'s largest block, an alltoall(v)'s or reduce_scatter's whole input,
+//! a gather's block, a scatter's whole input; an alltoallv's members agree through the
+//! segment whether every input fits) run as
 //! [direct collectives](rmca_framework::coll::DirectColl): flags and data slots in a segment
 //! every member maps (the protocol is [`protocol`], a sans-IO state machine; the mapping is
 //! [`segment`], the crate's only unsafe code). Longer ones, every other operation and every
@@ -95,7 +97,7 @@ impl Component for SmComponent {
         ComponentMeta {
             name: "sm",
             version: env!("CARGO_PKG_VERSION"),
-            description: "Barrier, bcast, reduce, allreduce, allgather(v), alltoall(v) through one shared segment per communicator, without messages (communicators on one node; longer or other operations fall through)",
+            description: "Barrier, bcast, reduce, allreduce, allgather(v), alltoall(v), reduce_scatter(_block), gather, scatter through one shared segment per communicator, without messages (communicators on one node; longer or other operations fall through)",
         }
     }
 
@@ -110,7 +112,7 @@ impl Component for SmComponent {
         params.add(
             Param::size("max_size", MAX_SIZE)
                 .range(0, MAX_SIZE_CAP as i64)
-                .help("Longest bcast, reduce, allreduce, allgather block or alltoall input (bytes) coll-sm runs; longer ones fall through to the next component. Each member's part of a communicator's segment holds two slots of this size (at most 64M)")
+                .help("Longest bcast, reduce, allreduce, allgather or gather block, or alltoall, reduce_scatter or scatter input (bytes) coll-sm runs; longer ones fall through to the next component. Each member's part of a communicator's segment holds two slots of this size (at most 64M)")
                 .level(Level::Tuning)
                 .job_wide(),
         );
@@ -412,9 +414,13 @@ impl Liveness {
     }
 }
 
-/// Load the awaited word up to [`SPIN_CHECKS`] times; whether it reached what `w` wants.
+/// Load the awaited word up to [`SPIN_CHECKS`] times; whether it reached what `w` wants
+/// (with a stamped post's lines, polled along: see [`protocol`]'s stamped slots).
 #[inline]
 fn spin_on(seg: &Segment, w: Wait) -> bool {
+    if w.lines.count > 0 {
+        return (0..SPIN_CHECKS).any(|_| w.ready(seg));
+    }
     let word = seg.word(w.off);
     (0..SPIN_CHECKS).any(|_| protocol::reached(word.load(Ordering::Acquire), w.want))
 }
@@ -597,6 +603,75 @@ impl DirectColl for SmModule {
         };
         let r = self.run_with(env, Op::Allgatherv, send.len(), send, recv, None, Some(v));
         r.map(|r| r.map(drop))
+    }
+
+    fn reduce_scatter(
+        &self,
+        env: &mut dyn DirectEnv,
+        send: &[u8],
+        recv: &mut [u8],
+        chunks: &[Range<usize>],
+        elem: usize,
+        _ordered: bool,
+        reduce: ReduceBytes<'_>,
+    ) -> Option<Result<(), DirectError>> {
+        // Rank order whatever the operation, as reduce. The input's length and the chunks
+        // are the same on every member, so is the verdict; nothing to reduce (zero
+        // elements in all): the schedules do it.
+        let (n, me, len) = (self.layout.n, self.me, send.len());
+        self.reduction(len, elem)?;
+        let on_elements = |c: &Range<usize>| {
+            c.start <= c.end
+                && c.end <= len
+                && c.start.is_multiple_of(elem)
+                && c.end.is_multiple_of(elem)
+        };
+        if len == 0 || chunks.len() != n || !chunks.iter().all(on_elements) {
+            return None;
+        }
+        let mine = chunks[me].clone();
+        if recv.len() != mine.len() {
+            return None;
+        }
+        let op = Op::ReduceScatter {
+            elem,
+            start: mine.start,
+            end: mine.end,
+        };
+        self.run(env, op, len, send, recv, Some(reduce))
+    }
+
+    fn gather(
+        &self,
+        env: &mut dyn DirectEnv,
+        send: &[u8],
+        recv: &mut [u8],
+        root: usize,
+    ) -> Option<Result<(), DirectError>> {
+        // A member's slot holds its block. Zero-byte blocks move nothing: the schedules.
+        let (n, len) = (self.layout.n, send.len());
+        let whole = (self.me != root) || Some(recv.len()) == len.checked_mul(n);
+        if len == 0 || len > self.max || root >= n || !whole {
+            return None;
+        }
+        self.run(env, Op::Gather { root }, len, send, recv, None)
+    }
+
+    fn scatter(
+        &self,
+        env: &mut dyn DirectEnv,
+        send: &[u8],
+        recv: &mut [u8],
+        root: usize,
+    ) -> Option<Result<(), DirectError>> {
+        // The root's slot holds its whole input (every member's block).
+        let n = self.layout.n;
+        let total = recv.len().checked_mul(n)?;
+        let whole = self.me != root || send.len() == total;
+        if total == 0 || total > self.max || root >= n || !whole {
+            return None;
+        }
+        self.run(env, Op::Scatter { root }, total, send, recv, None)
     }
 
     fn alltoallv(

@@ -41,6 +41,11 @@
 //!   RDMA transfers are complete before it asks). The target takes its own word for every
 //!   request that comes as a message, so both kinds of holder exclude each other; a request
 //!   waiting for a word held on the node is retried by [`Engine::poll_locks`];
+//! - **accumulate word**: a target whose module shares one with its node
+//!   ([`Engine::set_acc_word`]) holds it while it applies each `Acc` and `Cas`; the origins
+//!   of its node apply theirs themselves under the same word (osc-rdma, by CMA), only when
+//!   every message they sent that target is known applied ([`Engine::quiet`]), so that
+//!   accumulates stay atomic per element and in order per origin across the two paths;
 //! - **flush**: `Flush`, answered by `Ack`, to a target that was sent operations without
 //!   reply (puts, accumulates) since the last one; otherwise the replies awaited prove every
 //!   operation complete, and no message is needed. A local flush only waits for replies
@@ -61,7 +66,7 @@ use rmca_framework::osc::{
     TargetInfo,
 };
 
-use crate::lockword::{release, try_acquire, LockWord};
+use crate::lockword::{acc_lock, acc_unlock, release, try_acquire, LockWord};
 use crate::wire::{Msg, Refusal};
 
 /// Accumulates without result larger than this go as several messages of at most this many
@@ -217,6 +222,10 @@ pub struct Engine<S: Segment> {
     releases: Vec<(usize, LockKind)>,
     /// The lock each origin granted by message holds on this process's word.
     word_held: Vec<Option<LockKind>>,
+    /// This process's accumulate word ([`crate::lockword::acc_lock`]), held while it applies
+    /// an accumulate or compare-and-swap that came as a message: origins of its node that
+    /// apply theirs directly take it too.
+    acc_word: Option<Box<dyn LockWord>>,
 }
 
 impl<S: Segment> std::fmt::Debug for Engine<S> {
@@ -278,7 +287,58 @@ impl<S: Segment> Engine<S> {
             words: (0..n).map(|_| None).collect(),
             releases: Vec::new(),
             word_held: vec![None; n],
+            acc_word: None,
         }
+    }
+
+    /// Hold `word` while applying each accumulate and compare-and-swap that arrives as a
+    /// message (a word the origins of this process's node map, and take while they apply
+    /// their own accumulates to this memory directly: see [`crate::lockword`]).
+    pub fn set_acc_word(&mut self, word: Box<dyn LockWord>) {
+        self.acc_word = Some(word);
+    }
+
+    /// Is every operation this process sent to `target` as a message known to be applied
+    /// there (no reply, acknowledgement or flush outstanding)? A module that applies an
+    /// accumulate at `target` itself does so only then, so that accumulates from one origin
+    /// to one target keep their order (`accumulate_ordering`) across the two paths.
+    pub fn quiet(&self, target: usize) -> bool {
+        self.unacked.get(target).is_some_and(|&u| u == 0)
+            && self.awaiting[target] == 0
+            && self.acks[target] == 0
+    }
+
+    /// The origin's checks of an accumulate of `data_len` origin bytes into `runs` at
+    /// `addr` of `target` (rank, epoch, range, operation, lengths), for a module that applies
+    /// it itself and so must refuse exactly what this engine would.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_accumulate(
+        &self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data_len: usize,
+    ) -> Result<(), OscError> {
+        self.check_acc(target, addr, runs, op, elem, data_len)
+    }
+
+    /// The origin's checks of a compare-and-swap, as [`Engine::check_accumulate`].
+    pub fn check_cas(
+        &self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+    ) -> Result<(), OscError> {
+        self.check_epoch(target)?;
+        self.check_range(target, addr, &[(0, elem.size() as u64)])?;
+        if compare.len() != elem.size() || value.len() != elem.size() {
+            return Err(OscError::Arg("compare_and_swap: one element each".into()));
+        }
+        Ok(())
     }
 
     /// Take and give back `target`'s lock on `word` from now on (a word every process of
@@ -694,12 +754,7 @@ impl<S: Segment> Engine<S> {
         compare: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<OpId, OscError> {
-        let layout = Layout::contiguous(elem.size() as u64);
-        self.check_epoch(target)?;
-        self.check_range(target, addr, &layout.runs)?;
-        if compare.len() != elem.size() || value.len() != elem.size() {
-            return Err(OscError::Arg("compare_and_swap: one element each".into()));
-        }
+        self.check_cas(target, addr, elem, &compare, &value)?;
         let id = self.start_op(target, true);
         self.send(
             target,
@@ -1382,7 +1437,13 @@ impl<S: Segment> Engine<S> {
                 fetch,
                 data,
             } => {
+                if let Some(w) = &self.acc_word {
+                    acc_lock(w.word());
+                }
                 let result = self.apply_acc(addr, &layout, op, elem, &data, fetch);
+                if let Some(w) = &self.acc_word {
+                    acc_unlock(w.word());
+                }
                 match (fetch, result) {
                     (true, result) => self.send(from, Msg::Reply { id, result }),
                     (false, Err(r)) => self.send(from, Msg::Refused(r)),
@@ -1396,7 +1457,13 @@ impl<S: Segment> Engine<S> {
                 compare,
                 value,
             } => {
+                if let Some(w) = &self.acc_word {
+                    acc_lock(w.word());
+                }
                 let result = self.apply_cas(addr, elem, &compare, &value);
+                if let Some(w) = &self.acc_word {
+                    acc_unlock(w.word());
+                }
                 self.send(from, Msg::Reply { id, result });
             }
             Msg::Reply { id, result } => {
@@ -1712,6 +1779,113 @@ mod tests {
 
     fn i32s(v: &[i32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    /// An accumulate word another thread (another process of the node) may hold.
+    #[derive(Debug)]
+    struct SharedWord(std::sync::Arc<AtomicU64>);
+
+    impl crate::lockword::LockWord for SharedWord {
+        fn word(&self) -> &AtomicU64 {
+            &self.0
+        }
+    }
+
+    /// The target applies an accumulate that came as a message only under its accumulate
+    /// word: an origin of its node in the middle of its own read-modify-write of the element
+    /// (by CMA, here a thread) loses nothing.
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_message_accumulate_waits_for_the_accumulate_word() {
+        let mut net = Net::new(2, 8);
+        let word = std::sync::Arc::new(AtomicU64::new(0));
+        net.e[1].set_acc_word(Box::new(SharedWord(word.clone())));
+        net.sync_all(&[0, 1], |_| SyncCall::Fence { succeed: true });
+        let at = net.e[1].segments[0].1.as_mut_ptr() as usize;
+        crate::lockword::acc_lock(&word);
+        let (read, was_read) = std::sync::mpsc::channel();
+        let holder = {
+            let word = word.clone();
+            std::thread::spawn(move || {
+                let p = at as *mut i32;
+                // SAFETY: the target's memory (alive until joined), under the word.
+                let v = unsafe { p.read_volatile() };
+                read.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                // SAFETY: as above.
+                unsafe { p.write_volatile(v + 1) };
+                crate::lockword::acc_unlock(&word);
+            })
+        };
+        was_read.recv().unwrap();
+        net.e[0]
+            .accumulate(
+                1,
+                0,
+                &Layout::contiguous(4),
+                AccOp::Sum,
+                Elem::I32,
+                i32s(&[10]),
+                false,
+            )
+            .unwrap();
+        net.run();
+        holder.join().unwrap();
+        assert_eq!(net.mem(1)[..4], i32s(&[11]), "both updates");
+        assert_eq!(word.load(Ordering::Relaxed), 0, "given back by the target");
+        // A compare-and-swap takes it too (left free: it would wait forever otherwise).
+        let id = net.e[0]
+            .compare_and_swap(
+                1,
+                0,
+                Elem::U32,
+                11u32.to_ne_bytes().to_vec(),
+                5u32.to_ne_bytes().to_vec(),
+            )
+            .unwrap();
+        net.run();
+        assert_eq!(net.e[0].poll_op(id), Some(Ok(11u32.to_ne_bytes().to_vec())));
+        assert_eq!(net.mem(1)[..4], i32s(&[5]));
+    }
+
+    #[test]
+    fn quiet_until_every_message_to_the_target_is_known_applied() {
+        let mut net = Net::new(2, 8);
+        net.sync_all(&[0, 1], |_| SyncCall::LockAll { nocheck: true });
+        assert!(net.e[0].quiet(1));
+        net.e[0]
+            .accumulate(
+                1,
+                0,
+                &Layout::contiguous(4),
+                AccOp::Sum,
+                Elem::I32,
+                i32s(&[1]),
+                false,
+            )
+            .unwrap();
+        assert!(!net.e[0].quiet(1), "an accumulate without reply sent");
+        net.e[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert!(!net.e[0].quiet(1), "flushed, not acknowledged");
+        net.run();
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        assert!(net.e[0].quiet(1));
+        let id = net.e[0]
+            .accumulate(
+                1,
+                0,
+                &Layout::contiguous(4),
+                AccOp::Sum,
+                Elem::I32,
+                i32s(&[1]),
+                true,
+            )
+            .unwrap();
+        assert!(!net.e[0].quiet(1), "a reply awaited");
+        net.run();
+        assert_eq!(net.e[0].poll_op(id), Some(Ok(i32s(&[1]))));
+        assert!(net.e[0].quiet(1) && net.e[0].quiet(0));
+        net.sync_all(&[0, 1], |_| SyncCall::UnlockAll);
     }
 
     #[test]

@@ -4,13 +4,21 @@
 //! members with (shm's CMA, rc's RDMA, self) and sends every member its address and remote
 //! keys; a put or get is then one BTL put or get per contiguous run of the target layout,
 //! straight between the origin's packed bytes and the target's memory, with no work at the
-//! target (unless its runs are short: `osc_rdma_min_run`, one message then). Everything else is osc-am's protocol, reused through its engine
-//! ([`rmca_osc_am::engine::Engine`]): the synchronizations, and the accumulates and atomics,
-//! which the target applies (so they stay atomic and ordered as `accumulate_ordering`
-//! requires whatever the BTL offers). [`track`] keeps the two paths consistent: a
-//! synchronization message to a target leaves only after the transfers to it completed.
+//! target (unless its runs are short: `osc_rdma_min_run`, one message then). Transfers start
+//! with the next progress (a synchronization's at the latest) together with those queued
+//! since, and runs that continue each other in both address spaces (a sweep of small puts
+//! to consecutive displacements) go as one. Everything else is osc-am's protocol, reused
+//! through its engine ([`rmca_osc_am::engine::Engine`]): the synchronizations, and the
+//! accumulates and atomics, which the target applies (so they stay atomic and ordered as
+//! `accumulate_ordering` requires whatever the BTL offers). [`track`] keeps the two paths
+//! consistent: a synchronization message to a target leaves only after the transfers to it
+//! completed.
 //! Locks of targets on the origin's node are the exception: an atomic on the target's lock
 //! word, which each member shares with its node ([`lockword`], `osc_rdma_lock_words`).
+//! And so are accumulates, fetch-and-ops and compare-and-swaps on those targets: the origin
+//! applies them itself, by CMA under the target's accumulate word in the same shared object
+//! ([`direct`], `osc_rdma_acc_direct`), which the target holds while it applies the ones
+//! that come as messages.
 //!
 //! The component serves a window when the PML says an RDMA BTL reaches every member
 //! ([`WinConfig::rdma`]; pml-dr offers none, so osc-am serves its windows); osc-sm ranks
@@ -21,6 +29,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod direct;
 pub mod lockword;
 mod module;
 pub mod track;
@@ -95,6 +104,12 @@ impl Component for RdmaComponent {
                 .level(Level::Tuning),
         );
         params.add(
+            Param::int("acc_direct", 1)
+                .range(0, 1)
+                .help("Accumulates, fetch-and-ops and compare-and-swaps on the window's members on this node are applied by the origin itself (the target's bytes read and written by CMA under the target's accumulate word, in the small shared object that holds its lock word), on windows over memory given at creation: no message, no work at the target (0: the target applies every one, sent as a message; members on other nodes, and dynamic windows, always so)")
+                .level(Level::Tuning),
+        );
+        params.add(
             Param::int("min_run", MIN_RUN as i64)
                 .range(0, 1 << 30)
                 .help("Puts and gets whose target layout has runs of fewer bytes than this on average travel as one active message each (packed at the origin, unpacked at the target) instead of one RDMA transfer per run (0: by RDMA whatever the runs)")
@@ -141,12 +156,16 @@ impl OscComponent for RdmaComponent {
         let words = !config.no_locks
             && !config.dynamic
             && params.get_int("osc_rdma_lock_words").unwrap_or(1) != 0;
+        // Accumulates by CMA under the target's word: any window over memory given at
+        // creation (a dynamic window's targets are reached by messages only).
+        let acc = !config.dynamic && params.get_int("osc_rdma_acc_direct").unwrap_or(1) != 0;
         let module =
             RdmaModule::with_small_limit(config, memory, small_limit).with_min_run(min_run);
-        Ok(Box::new(if words {
+        let module = if words {
             module.with_lock_words()
         } else {
             module
-        }))
+        };
+        Ok(Box::new(if acc { module.with_acc_words() } else { module }))
     }
 }

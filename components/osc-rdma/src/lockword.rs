@@ -7,6 +7,11 @@
 //! from then on its lock and unlock of that member are atomics on the word. Members of other
 //! nodes, or any that cannot map it, keep the messages (the target takes its word for them).
 //!
+//! The same object holds the member's accumulate word ([`rmca_osc_am::lockword::acc_lock`]):
+//! an origin that maps it applies its accumulates to that member itself, by CMA under the
+//! word ([`crate::direct`]), and the member holds it while it applies the ones that come as
+//! messages.
+//!
 //! Only windows over memory given at creation use words (not dynamic ones, whose operations
 //! all go as messages the target must apply: there a word held across the round trip costs
 //! more under contention than the message protocol, which grants, applies and releases
@@ -30,10 +35,12 @@ use rmca_osc_am::lockword::LockWord;
 /// The message's kind byte (reserved by osc-am's wire module).
 pub const KIND: u8 = rmca_osc_am::wire::RDMA_LOCK_WORD;
 
-/// Bytes of the object: one page (the word at 0, the cookie at 8).
+/// Bytes of the object: one page (the lock word at 0, the cookie at 8, the accumulate word
+/// at 64: a cache line of its own, since origins spin on it while the lock word is held).
 const LEN: usize = 4096;
 const WORD: usize = 0;
 const COOKIE: usize = 8;
+const ACC: usize = 64;
 
 /// A lock word in a mapped object (this member's or another's), kept mapped while the
 /// engine uses it.
@@ -43,6 +50,41 @@ pub struct SegWord(Rc<Mapping>);
 impl LockWord for SegWord {
     fn word(&self) -> &AtomicU64 {
         self.0.atomic_u64(WORD)
+    }
+}
+
+/// The accumulate word in a mapped object.
+#[derive(Debug)]
+pub struct SegAccWord(Rc<Mapping>);
+
+impl LockWord for SegAccWord {
+    fn word(&self) -> &AtomicU64 {
+        self.0.atomic_u64(ACC)
+    }
+}
+
+/// Another member's object, mapped: its lock word, its accumulate word, and the pid whose
+/// memory CMA reaches.
+#[derive(Debug)]
+pub struct Page {
+    map: Rc<Mapping>,
+    pid: u32,
+}
+
+impl Page {
+    /// The member's lock word.
+    pub fn lock_word(&self) -> SegWord {
+        SegWord(self.map.clone())
+    }
+
+    /// The member's accumulate word.
+    pub fn acc_word(&self) -> &AtomicU64 {
+        self.map.atomic_u64(ACC)
+    }
+
+    /// The member's pid (of this pid namespace: its object was reached through it).
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 }
 
@@ -133,15 +175,21 @@ impl Own {
         SegWord(self.map.clone())
     }
 
+    /// The accumulate word, for this member's engine.
+    pub fn acc_word(&self) -> SegAccWord {
+        SegAccWord(self.map.clone())
+    }
+
     /// The message telling the node's members where it is.
     pub fn announce(&self) -> Announce {
         self.announce
     }
 }
 
-/// Map the word a member announced, if it is of this node and pid namespace and the object
-/// mapped holds its cookie (`None` otherwise: messages serve that member's locks).
-pub fn open(a: &Announce) -> Option<SegWord> {
+/// Map the object a member announced, if it is of this node and pid namespace and the object
+/// mapped holds its cookie (`None` otherwise: messages serve that member's locks and
+/// accumulates).
+pub fn open(a: &Announce) -> Option<Page> {
     if a.node != node_token() || a.node == 0 {
         return None;
     }
@@ -159,7 +207,10 @@ pub fn open(a: &Announce) -> Option<SegWord> {
         tracing::debug!(pid = a.pid, "osc-rdma: not the member's lock word (cookie)");
         return None;
     }
-    Some(SegWord(Rc::new(map)))
+    Some(Page {
+        map: Rc::new(map),
+        pid: a.pid,
+    })
 }
 
 #[cfg(test)]
@@ -173,8 +224,12 @@ mod tests {
         assert_eq!(Announce::decode(&a.encode()), Some(a));
         assert_eq!(Announce::decode(&a.encode()[..20]), None, "truncated");
         let theirs = open(&a).expect("same process, same node");
-        theirs.word().store(5, Ordering::Relaxed);
+        theirs.lock_word().word().store(5, Ordering::Relaxed);
         assert_eq!(own.word().word().load(Ordering::Relaxed), 5, "one word");
+        theirs.acc_word().store(1, Ordering::Relaxed);
+        assert_eq!(own.acc_word().word().load(Ordering::Relaxed), 1);
+        assert_eq!(own.word().word().load(Ordering::Relaxed), 5, "two words");
+        assert_eq!(theirs.pid(), std::process::id());
         assert!(
             open(&Announce {
                 node: a.node ^ 1,

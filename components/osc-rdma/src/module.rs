@@ -7,8 +7,8 @@ use std::collections::{HashMap, VecDeque};
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::hash::BuildIntHasher;
 use rmca_framework::osc::{
-    AccOp, Elem, Layout, OpId, OscError, OscModule, OscPort, RdmaKeys, RdmaToken, SyncCall,
-    WinConfig,
+    AccOp, Elem, HostAccumulate, Layout, OpId, OscError, OscModule, OscPort, RdmaKeys, RdmaToken,
+    SyncCall, WinConfig,
 };
 use rmca_framework::wire::{Reader, Writer};
 use rmca_osc_am::engine::Engine;
@@ -108,6 +108,22 @@ pub struct RdmaModule {
     /// This member's lock word (`osc_rdma_lock_words`; none for a window made with
     /// `no_locks`, or where the system refused): its node's members lock it by atomics.
     lock_word: Option<crate::lockword::Own>,
+    /// The node's members' lock words go to the engine (`osc_rdma_lock_words`).
+    lock_words: bool,
+    /// Accumulates to the node's members are applied here by CMA ([`crate::direct`],
+    /// `osc_rdma_acc_direct`), to those whose object `pages` maps.
+    acc_direct: bool,
+    pages: Vec<Option<crate::lockword::Page>>,
+    /// The host's arithmetic (elements Rust has no number for).
+    host: Option<HostAccumulate>,
+    /// A direct accumulate's target bytes, and its runs as addresses in the target's
+    /// process (kept: no allocation per operation once warm).
+    scratch: Vec<u8>,
+    abs: Vec<(u64, usize)>,
+    /// The operation issued last only queued RDMA transfers ([`OscModule::wants_pass`]).
+    queued_only: bool,
+    /// The engine refused a member's lock word on arrival: see [`RdmaModule::adopt_words`].
+    words_refused: bool,
 }
 
 impl std::fmt::Debug for RdmaModule {
@@ -134,6 +150,7 @@ impl RdmaModule {
     pub fn with_small_limit(config: WinConfig, memory: UserBuf, small_limit: u64) -> Self {
         let n = config.size();
         let me = config.rank;
+        let host = config.host;
         let memory = if config.dynamic {
             UserBuf::empty()
         } else {
@@ -162,6 +179,14 @@ impl RdmaModule {
             small_limit,
             min_run: 0,
             lock_word: None,
+            lock_words: false,
+            acc_direct: false,
+            pages: (0..n).map(|_| None).collect(),
+            host,
+            scratch: Vec::new(),
+            abs: Vec::new(),
+            queued_only: false,
+            words_refused: false,
         }
     }
 
@@ -169,11 +194,153 @@ impl RdmaModule {
     /// members' mapped as their announcements arrive, so that a lock on a member of this
     /// node is an atomic instead of a round trip.
     pub fn with_lock_words(mut self) -> Self {
-        if let Some(own) = crate::lockword::Own::create() {
+        self.own_page();
+        if let Some(own) = &self.lock_word {
             self.engine.set_lock_word(self.me, Box::new(own.word()));
-            self.lock_word = Some(own);
+            self.lock_words = true;
         }
         self
+    }
+
+    /// This module, applying its accumulates, fetch-and-ops and compare-and-swaps to the
+    /// members of this node itself ([`crate::direct`]), under their accumulate words, once
+    /// their objects are mapped (as for [`RdmaModule::with_lock_words`]).
+    pub fn with_acc_words(mut self) -> Self {
+        self.own_page();
+        self.acc_direct = self.lock_word.is_some();
+        self
+    }
+
+    /// Make this member's object (lock and accumulate words), once; its engine holds the
+    /// accumulate word while it applies the accumulates that come as messages.
+    fn own_page(&mut self) {
+        if self.lock_word.is_none() {
+            if let Some(own) = crate::lockword::Own::create() {
+                self.engine.set_acc_word(Box::new(own.acc_word()));
+                self.lock_word = Some(own);
+            }
+        }
+    }
+
+    /// Can this process apply an accumulate to `target` itself now: a member of this node
+    /// whose object it maps and whose memory RDMA reaches (its address known), its lock (if
+    /// asked for by message) granted, and every message this process sent it known applied
+    /// (so accumulates from here to there stay in order, `accumulate_ordering`, across the
+    /// two paths; what goes as a message afterwards is applied after). The runs of `runs`
+    /// at `addr`, as addresses in the target's process, are then in `self.abs`.
+    fn direct_target(&mut self, target: usize, addr: u64, runs: &[(i64, u64)]) -> bool {
+        if !self.acc_direct
+            || target == self.me
+            || !self.pages.get(target).is_some_and(Option::is_some)
+            || !self.engine.granted(target)
+            || !self.engine.quiet(target)
+        {
+            return false;
+        }
+        let Some(base) = self.rdma_base(target) else {
+            return false;
+        };
+        self.abs.clear();
+        // In range: checked against the target's size before (so no overflow either).
+        let at = base.wrapping_add(addr);
+        self.abs.extend(
+            runs.iter()
+                .filter(|r| r.1 > 0)
+                .map(|&(off, len)| (at.wrapping_add(off as u64), len as usize)),
+        );
+        true
+    }
+
+    /// Apply an accumulate (checked) to `target` here ([`RdmaModule::direct_target`] said
+    /// so, and filled `self.abs`), the previous contents into `old` when given: complete at
+    /// the target. `None`: CMA does not reach the target (nothing written): messages serve
+    /// it from now on, this operation included.
+    fn acc_here(
+        &mut self,
+        target: usize,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Option<Result<(), OscError>> {
+        let page = self.pages.get(target)?.as_ref()?;
+        let t = crate::direct::Target {
+            pid: page.pid(),
+            word: page.acc_word(),
+        };
+        let r = crate::direct::accumulate(
+            t,
+            &self.abs,
+            op,
+            elem,
+            data,
+            old,
+            self.host,
+            &mut self.scratch,
+        );
+        self.outcome(target, r)
+    }
+
+    /// A compare-and-swap (checked) of the element at `self.abs[0]` of `target`, as
+    /// [`RdmaModule::acc_here`].
+    fn cas_here(
+        &mut self,
+        target: usize,
+        compare: &[u8],
+        value: &[u8],
+        old: &mut [u8],
+    ) -> Option<Result<(), OscError>> {
+        let page = self.pages.get(target)?.as_ref()?;
+        let &(at, _) = self.abs.first()?;
+        let t = crate::direct::Target {
+            pid: page.pid(),
+            word: page.acc_word(),
+        };
+        let r = crate::direct::compare_and_swap(t, at, compare, value, old);
+        self.outcome(target, r)
+    }
+
+    /// A direct operation's outcome (see [`RdmaModule::acc_here`]).
+    fn outcome(
+        &mut self,
+        target: usize,
+        r: Result<(), crate::direct::Failure>,
+    ) -> Option<Result<(), OscError>> {
+        match r {
+            Ok(()) => Some(Ok(())),
+            Err(crate::direct::Failure::Op(e)) => Some(Err(e)),
+            Err(crate::direct::Failure::Unreachable(e)) => {
+                tracing::debug!(
+                    target,
+                    "osc-rdma: CMA does not reach the member ({e}): its accumulates go as messages"
+                );
+                self.pages[target] = None;
+                None
+            }
+        }
+    }
+
+    /// The id of a direct operation that completed (its result, with `fetch`, kept for
+    /// [`OscModule::poll_op`]).
+    fn done_op(&mut self, result: Vec<u8>, fetch: bool) -> OpId {
+        // Complete already, nothing to send: no progress pass for it (`wants_pass`).
+        self.queued_only = true;
+        self.new_op(result, UserBuf::empty(), 0, fetch, false)
+    }
+
+    /// [`RdmaModule::acc_here`] as an operation with an id.
+    fn acc_direct(
+        &mut self,
+        target: usize,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        fetch: bool,
+    ) -> Option<Result<OpId, OscError>> {
+        let len = self.abs.iter().map(|r| r.1).sum();
+        let mut result = if fetch { vec![0u8; len] } else { Vec::new() };
+        let r = self.acc_here(target, op, elem, data, fetch.then_some(&mut result[..]))?;
+        Some(r.map(|()| self.done_op(result, fetch)))
     }
 
     /// This module, with puts and gets whose target runs average fewer than `min_run` bytes
@@ -390,7 +557,24 @@ impl RdmaModule {
         let n = runs.iter().filter(|r| r.1 > 0).count();
         let id = self.new_op(buf, view, n, false, lent);
         self.queue(id, target, base, addr, runs, false);
+        self.queued_only = true;
         id
+    }
+
+    /// Hand the engine the lock words it refused when they arrived, now that it takes them.
+    /// It takes a member's word only while no lock on that member is held or asked for, and
+    /// a program that locks right after creating the window (OSU's `-s lock`) asks before
+    /// the announcement is read: without this, every epoch of the run would lock by message
+    /// and move its puts and gets as messages behind the request.
+    fn adopt_words(&mut self) {
+        let mut refused = false;
+        for (t, page) in self.pages.iter().enumerate() {
+            if let (Some(p), false) = (page, self.engine.has_lock_word(t)) {
+                self.engine.set_lock_word(t, Box::new(p.lock_word()));
+                refused |= !self.engine.has_lock_word(t);
+            }
+        }
+        self.words_refused = refused;
     }
 
     /// Start the queued transfers and collect the completed ones.
@@ -415,9 +599,16 @@ impl RdmaModule {
                 Some(Peer::Rdma { keys, .. }) => Some(keys),
                 _ => None,
             };
-            let started = match (self.ops.get(&x.op), keys, port.rdma()) {
-                (Some(op), Some(keys), Some(rdma)) => {
-                    let local = op.view.slice(x.at, x.len);
+            let local = self.ops.get(&x.op).map(|op| op.view.slice(x.at, x.len));
+            // The transfers queued behind this one that continue it on both sides (OSU's
+            // put_bw: 64 puts of `sbuf + j * size` to `disp + j * size`) go with it as one:
+            // one system call (CMA) or work request for them all.
+            let (local, joined) = match local {
+                Some(l) => Self::joined(&self.todo, &self.ops, &x, l),
+                None => (None, 0),
+            };
+            let started = match (local, keys, port.rdma()) {
+                (Some(local), Some(keys), Some(rdma)) => {
                     if x.get {
                         rdma.get(x.peer, local, keys, x.raddr)
                     } else {
@@ -431,8 +622,23 @@ impl RdmaModule {
             };
             n += 1;
             match started {
-                Ok(token) => self.in_flight.push_back((token, x)),
-                Err(e) => self.finished(&x, Err(e)),
+                Ok(token) => {
+                    // Entries of one token complete together: see the tests below.
+                    self.in_flight.push_back((token, x));
+                    for _ in 0..joined {
+                        if let Some(y) = self.todo.pop_front() {
+                            self.in_flight.push_back((token, y));
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.finished(&x, Err(e.clone()));
+                    for _ in 0..joined {
+                        if let Some(y) = self.todo.pop_front() {
+                            self.finished(&y, Err(e.clone()));
+                        }
+                    }
+                }
             }
         }
         // (Appended: the queue keeps its allocation for the next operations.)
@@ -447,19 +653,49 @@ impl RdmaModule {
         // peer in order as a rule (shm's CMA copies always), so testing the ones behind it
         // would cost a PML lookup each for nothing (64 puts before a flush, OSU's put_bw:
         // 2016 failed tests); an out-of-order completion is taken when the earlier one is.
-        for _ in 0..tested {
+        let mut left = tested;
+        while left > 0 {
             let Some(&(token, _)) = self.in_flight.front() else {
                 break;
             };
             let Some(r) = rdma.test(token) else {
                 break;
             };
-            if let Some((_, x)) = self.in_flight.pop_front() {
+            // The transfer and those joined to it (the same token, next in the queue).
+            while let Some((_, x)) = self.in_flight.pop_front_if(|e| e.0 == token) {
                 n += 1;
-                self.finished(&x, r);
+                left = left.saturating_sub(1);
+                self.finished(&x, r.clone());
             }
         }
         n
+    }
+
+    /// How many of the transfers at the front of `todo` continue `x` (whose local bytes
+    /// are `local`) in both address spaces, with `local` grown over theirs.
+    fn joined(
+        todo: &VecDeque<Xfer>,
+        ops: &HashMap<OpId, Op, BuildIntHasher>,
+        x: &Xfer,
+        mut local: UserBuf,
+    ) -> (Option<UserBuf>, usize) {
+        let mut joined = 0;
+        let mut raddr = x.raddr.wrapping_add(x.len as u64);
+        for y in todo {
+            if y.peer != x.peer || y.get != x.get || y.raddr != raddr {
+                break;
+            }
+            let Some(next) = ops.get(&y.op).map(|op| op.view.slice(y.at, y.len)) else {
+                break;
+            };
+            let Some(both) = join(local, next) else {
+                break;
+            };
+            local = both;
+            raddr = raddr.wrapping_add(y.len as u64);
+            joined += 1;
+        }
+        (Some(local), joined)
     }
 
     /// Hand the engine's messages to the tracker.
@@ -491,6 +727,28 @@ impl RdmaModule {
             }
         })
     }
+}
+
+/// `a` and `b` as one buffer, when `b` starts where `a` ends (a get's only when both are
+/// writable).
+#[allow(unsafe_code)]
+fn join(a: UserBuf, b: UserBuf) -> Option<UserBuf> {
+    if a.addr().checked_add(a.len())? != b.addr() || a.is_writable() != b.is_writable() {
+        return None;
+    }
+    let len = a.len().checked_add(b.len())?;
+    // SAFETY: every byte of the range is a byte of `a` or of `b`, each valid (and writable,
+    // when both are) for as long as its operation lives, which is as long as the transfer
+    // that moves the joined range (its entries complete together, `transfers`). The range
+    // may span two of the program's allocations: it is only handed to the BTLs, which copy
+    // it by address (a system call, a DMA), never read it as one Rust slice.
+    Some(unsafe {
+        if a.is_writable() {
+            UserBuf::from_raw_parts_mut(a.as_ptr(), len)
+        } else {
+            UserBuf::from_raw_parts(a.as_ptr(), len)
+        }
+    })
 }
 
 /// A put's origin bytes must fill its target runs exactly.
@@ -563,6 +821,7 @@ impl OscModule for RdmaModule {
         let runs = layout.runs.iter().filter(|r| r.1 > 0).count();
         let id = self.new_op(buf, view, runs, true, false);
         self.queue(id, target, base, addr, &layout.runs, true);
+        self.queued_only = true;
         Ok(id)
     }
 
@@ -576,6 +835,13 @@ impl OscModule for RdmaModule {
         data: Vec<u8>,
         fetch: bool,
     ) -> Result<OpId, OscError> {
+        self.engine
+            .check_accumulate(target, addr, &layout.runs, op, elem, data.len())?;
+        if self.direct_target(target, addr, &layout.runs) {
+            if let Some(r) = self.acc_direct(target, op, elem, &data, fetch) {
+                return r;
+            }
+        }
         self.engine
             .accumulate(target, addr, layout, op, elem, data, fetch)
     }
@@ -602,6 +868,7 @@ impl OscModule for RdmaModule {
         let n = runs.iter().filter(|r| r.1 > 0).count();
         let id = self.new_op(Vec::new(), into, n, true, true);
         self.queue(id, target, base, addr, runs, true);
+        self.queued_only = true;
         Some(Ok(id))
     }
 
@@ -616,6 +883,13 @@ impl OscModule for RdmaModule {
         fetch: bool,
     ) -> Result<OpId, OscError> {
         self.engine
+            .check_accumulate(target, addr, runs, op, elem, data.len())?;
+        if self.direct_target(target, addr, runs) {
+            if let Some(r) = self.acc_direct(target, op, elem, data, fetch) {
+                return r;
+            }
+        }
+        self.engine
             .accumulate_from(target, addr, runs, op, elem, data, fetch)
     }
 
@@ -628,7 +902,70 @@ impl OscModule for RdmaModule {
         value: Vec<u8>,
     ) -> Result<OpId, OscError> {
         self.engine
+            .check_cas(target, addr, elem, &compare, &value)?;
+        if self.direct_target(target, addr, &[(0, elem.size() as u64)]) {
+            let mut old = vec![0u8; elem.size()];
+            if let Some(r) = self.cas_here(target, &compare, &value, &mut old) {
+                return r.map(|()| self.done_op(old, true));
+            }
+        }
+        self.engine
             .compare_and_swap(target, addr, elem, compare, value)
+    }
+
+    fn accumulate_at_once(
+        &mut self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Option<Result<(), OscError>> {
+        if let Err(e) = self
+            .engine
+            .check_accumulate(target, addr, runs, op, elem, data.len())
+        {
+            return Some(Err(e));
+        }
+        if old
+            .as_ref()
+            .is_some_and(|o| o.len() as u64 != Layout::len_of(runs))
+        {
+            return Some(Err(OscError::Arg(format!(
+                "accumulate: a result of {} bytes for {} target bytes",
+                old.map_or(0, |o| o.len()),
+                Layout::len_of(runs)
+            ))));
+        }
+        if !self.direct_target(target, addr, runs) {
+            return None;
+        }
+        self.acc_here(target, op, elem, data, old)
+    }
+
+    fn compare_and_swap_at_once(
+        &mut self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+        old: &mut [u8],
+    ) -> Option<Result<(), OscError>> {
+        if let Err(e) = self.engine.check_cas(target, addr, elem, compare, value) {
+            return Some(Err(e));
+        }
+        if old.len() != elem.size() {
+            return Some(Err(OscError::Arg(
+                "compare_and_swap: a result of one element".into(),
+            )));
+        }
+        if !self.direct_target(target, addr, &[(0, elem.size() as u64)]) {
+            return None;
+        }
+        self.cas_here(target, compare, value, old)
     }
 
     fn poll_op(&mut self, id: OpId) -> Option<Result<Vec<u8>, OscError>> {
@@ -711,11 +1048,17 @@ impl OscModule for RdmaModule {
             if bytes.first() == Some(&crate::lockword::KIND) {
                 // Mapped only where this member uses words (its own exists) and the peer's
                 // is of this node; messages serve the others.
-                let word = crate::lockword::Announce::decode(&bytes)
+                let page = crate::lockword::Announce::decode(&bytes)
                     .filter(|_| self.lock_word.is_some())
                     .and_then(|a| crate::lockword::open(&a));
-                if let Some(w) = word {
-                    self.engine.set_lock_word(from, Box::new(w));
+                if let Some(p) = page {
+                    if self.lock_words {
+                        self.engine.set_lock_word(from, Box::new(p.lock_word()));
+                        self.words_refused |= !self.engine.has_lock_word(from);
+                    }
+                    if let Some(slot) = self.pages.get_mut(from) {
+                        *slot = Some(p);
+                    }
                 }
                 continue;
             }
@@ -724,6 +1067,9 @@ impl OscModule for RdmaModule {
                 None => tracing::warn!(from, "osc-rdma: malformed message dropped"),
             }
             n += self.take_outbox();
+        }
+        if self.words_refused {
+            self.adopt_words();
         }
         // Lock requests by message waiting for this member's word (held on the node).
         if self.engine.poll_locks() {
@@ -751,6 +1097,17 @@ impl OscModule for RdmaModule {
             }
         }
         n
+    }
+
+    fn wants_pass(&mut self) -> bool {
+        // Transfers wait for the next progress (the synchronization's first, at the
+        // latest): started together there, adjacent ones as one (`transfers`), and no pass
+        // per operation. Anything to send (a message operation, one behind a lock request)
+        // goes at once.
+        !std::mem::take(&mut self.queued_only)
+            || !self.engine.outbox().is_empty()
+            || self.track.held() > 0
+            || !self.loopback.is_empty()
     }
 
     fn attach(&mut self, region: UserBuf) -> Result<(), OscError> {
@@ -903,6 +1260,17 @@ mod tests {
         /// Members `r` with `words(r)` make and map lock words (all in this process, so
         /// all of one node: each maps the others' through /proc/self/fd).
         fn build(n: usize, bytes: usize, words: impl Fn(usize) -> bool) -> Self {
+            Self::build_acc(n, bytes, words, |_| false)
+        }
+
+        /// As `build`, members `r` with `acc(r)` applying their accumulates to the others
+        /// themselves ([`RdmaModule::with_acc_words`]; by CMA into this process).
+        fn build_acc(
+            n: usize,
+            bytes: usize,
+            words: impl Fn(usize) -> bool,
+            acc: impl Fn(usize) -> bool,
+        ) -> Self {
             let mut mem: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
             let targets = vec![
                 TargetInfo {
@@ -927,8 +1295,9 @@ mod tests {
                     // SAFETY: `mem` lives in the Sim as long as the modules, never resized.
                     let m =
                         RdmaModule::new(config, unsafe { UserBuf::from_mut_slice(&mut mem[r]) });
-                    if words(r) {
-                        m.with_lock_words()
+                    let m = if words(r) { m.with_lock_words() } else { m };
+                    if acc(r) {
+                        m.with_acc_words()
                     } else {
                         m
                     }
@@ -1168,6 +1537,185 @@ mod tests {
         s.run();
         assert!(s.w.xfers.is_empty());
         assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+    }
+
+    /// Puts and gets that continue each other in both address spaces start together at the
+    /// next progress as one transfer, complete together, and need no progress pass each
+    /// ([`OscModule::wants_pass`]); the others stay transfers of their own. Once warm,
+    /// issuing, starting and completing them allocates nothing.
+    #[test]
+    fn adjacent_transfers_go_as_one_and_complete_together() {
+        let mut s = Sim::new(2, 64);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        let origin: Vec<u8> = (1..=32).collect();
+        // SAFETY: `origin` outlives the module's use of it (the test ends after the flush).
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        let cycle = |s: &mut Sim, round: u8| {
+            // Eight puts of 4 bytes, adjacent on both sides; a ninth at a gap; a tenth
+            // adjacent at the target but not at the origin.
+            let mut ids = Vec::with_capacity(10);
+            for i in 0..8 {
+                let runs = [(0, 4)];
+                ids.push(s.m[0].put_lent(1, 4 * i, &runs, lent.slice(4 * i as usize, 4)));
+                assert!(
+                    !s.m[0].wants_pass(),
+                    "an RDMA put waits for the next progress"
+                );
+            }
+            ids.push(s.m[0].put_lent(1, 40, &[(0, 4)], lent.slice(0, 4)));
+            ids.push(s.m[0].put_lent(1, 44, &[(0, 4)], lent.slice(16, 4)));
+            assert!(s.w.xfers.is_empty(), "nothing started before a progress");
+            s.run();
+            let lens: Vec<usize> = s.w.xfers.iter().map(|x| x.local.len()).collect();
+            assert_eq!(lens, [32, 4, 4], "round {round}");
+            for id in &ids {
+                let id = *id.as_ref().unwrap();
+                assert_eq!(s.m[0].poll_op(id), None, "not complete at the origin yet");
+            }
+            s.w.complete_all();
+            s.run();
+            for id in ids {
+                assert_eq!(s.m[0].poll_op(id.unwrap()), Some(Ok(Vec::new())));
+            }
+            assert!(s.m[0].in_flight.is_empty() && s.m[0].ops.is_empty());
+        };
+        cycle(&mut s, 0);
+        let before = rmca_test_support::alloc_count::allocations();
+        cycle(&mut s, 1);
+        // (The cycle's own Vecs, of ids and of lengths, are its only allocations.)
+        assert_eq!(rmca_test_support::alloc_count::allocations() - before, 2);
+        assert_eq!(&s.mem[1][..32], &origin[..]);
+        assert_eq!(&s.mem[1][40..48], [1, 2, 3, 4, 17, 18, 19, 20]);
+        // Gets: adjacent into adjacent parts of one buffer, one transfer.
+        let mut into = vec![0u8; 16];
+        // SAFETY: `into` outlives the module's use of it (read after the flush).
+        let lent = unsafe { UserBuf::from_mut_slice(&mut into) };
+        for i in 0..4 {
+            s.m[0]
+                .get_lent(1, 8 + 4 * i, &[(0, 4)], lent.slice(4 * i as usize, 4))
+                .unwrap()
+                .unwrap();
+        }
+        s.run();
+        let lens: Vec<usize> = s.w.xfers.iter().map(|x| x.local.len()).collect();
+        assert_eq!(lens, [16]);
+        s.w.complete_all();
+        assert_eq!(s.sync(0, SyncCall::Flush(Some(1))), Some(Ok(())));
+        assert_eq!(into, origin[8..24]);
+        // A put by message (a lock not granted yet would do; an accumulate does) wants its
+        // pass at once.
+        s.m[0]
+            .accumulate(
+                1,
+                0,
+                &Layout::contiguous(1),
+                AccOp::Sum,
+                Elem::U8,
+                vec![1],
+                false,
+            )
+            .unwrap();
+        assert!(s.m[0].wants_pass());
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(s.mem[1][0], 2);
+    }
+
+    /// A lock asked for before the target's word was read (a program that locks right after
+    /// creating the window) goes by message, and so does its epoch; the word is taken for
+    /// the epochs after it, which then send no lock message and move their puts by RDMA.
+    #[test]
+    fn a_word_announced_during_the_first_epoch_serves_the_next_ones() {
+        let mut mem: Vec<Vec<u8>> = vec![vec![0u8; 8]; 2];
+        let targets = vec![
+            TargetInfo {
+                size: 8,
+                disp_unit: 1,
+            };
+            2
+        ];
+        let m = (0..2)
+            .map(|r| {
+                let config = WinConfig {
+                    rank: r,
+                    targets: targets.clone(),
+                    same_node: true,
+                    dynamic: false,
+                    no_locks: false,
+                    allocated: false,
+                    shared: false,
+                    host: None,
+                    rdma: true,
+                };
+                // SAFETY: `mem` lives in the Sim as long as the modules, never resized.
+                RdmaModule::new(config, unsafe { UserBuf::from_mut_slice(&mut mem[r]) })
+                    .with_lock_words()
+            })
+            .collect();
+        // No progress yet: nobody has read anybody's keys or word.
+        let mut s = Sim {
+            w: World::default(),
+            m,
+            mem,
+        };
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, excl.clone()), Some(Ok(())));
+        assert!(s.kinds_sent(0, 1).contains(&LOCK_EXCL), "by message");
+        s.m[0].put(1, 0, &Layout::contiguous(1), vec![4]).unwrap();
+        s.run();
+        s.w.complete_all();
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(s.mem[1][0], 4);
+        s.run();
+        assert!(s.m[0].engine.has_lock_word(1), "taken once the epoch ended");
+        for round in 0..3u8 {
+            let mark = s.w.log.len();
+            assert_eq!(s.sync(0, excl.clone()), Some(Ok(())));
+            s.m[0]
+                .put(1, 1, &Layout::contiguous(1), vec![round])
+                .unwrap();
+            s.run();
+            assert_eq!(s.w.xfers.len(), 1, "granted at once: by RDMA");
+            s.w.complete_all();
+            assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+            assert_eq!(s.mem[1][1], round);
+            let kinds = s.kinds_sent_since(mark, 0, 1);
+            assert!(
+                !kinds
+                    .iter()
+                    .any(|k| [LOCK_SHARED, LOCK_EXCL, UNLOCK].contains(k)),
+                "round {round}: {kinds:?}"
+            );
+        }
+    }
+
+    /// Only a buffer that continues another joins it, and a writable one only a writable one
+    /// (a get's joined view is never made writable out of a read-only one).
+    #[test]
+    fn join_takes_buffers_in_order_and_of_one_kind() {
+        let mut into = vec![0u8; 8];
+        // SAFETY: views of `into`, which outlives them; nothing is read or written through
+        // them.
+        let (ro, w) = unsafe {
+            (
+                UserBuf::from_slice(&into),
+                UserBuf::from_mut_slice(&mut into),
+            )
+        };
+        assert!(join(ro.slice(0, 4), w.slice(4, 4)).is_none());
+        assert!(join(ro.slice(0, 4), ro.slice(4, 4)).is_some_and(|j| !j.is_writable()));
+        let both = join(w.slice(0, 4), w.slice(4, 4)).expect("adjacent");
+        assert!(both.is_writable() && both.addr() == w.addr() && both.len() == 8);
+        assert!(join(w.slice(4, 4), w.slice(0, 4)).is_none(), "not in order");
+        assert!(join(w.slice(0, 2), w.slice(4, 4)).is_none(), "a gap");
     }
 
     /// A lent get is written by its transfers where the program's buffer is, complete once
@@ -1455,5 +2003,308 @@ mod tests {
         assert_eq!(s.m[0].sync_done(), Some(Ok(())));
         assert_eq!(s.mem[1][..4], 5i32.to_ne_bytes());
         assert_eq!(s.mem[1][4..], 3i32.to_ne_bytes());
+    }
+
+    const ACC: u8 = 3;
+
+    fn u64s(v: u64) -> Vec<u8> {
+        v.to_ne_bytes().to_vec()
+    }
+
+    fn fop(m: &mut RdmaModule, v: u64, fetch: bool) -> OpId {
+        m.accumulate_from(
+            1,
+            0,
+            &[(0, 8)],
+            AccOp::Sum,
+            Elem::U64,
+            &v.to_ne_bytes(),
+            fetch,
+        )
+        .unwrap()
+    }
+
+    /// On a member of its node an origin applies accumulates, fetch-and-ops and
+    /// compare-and-swaps itself: complete when issued, no message, a flush with no round
+    /// trip; refusals are the engine's, with nothing written.
+    #[test]
+    fn a_node_members_accumulates_are_applied_by_the_origin_with_no_message() {
+        let mut s = Sim::build_acc(2, 16, |_| false, |_| true);
+        assert_eq!(s.sync(0, SyncCall::LockAll { nocheck: true }), Some(Ok(())));
+        let mark = s.w.log.len();
+        let a = fop(&mut s.m[0], 5, true);
+        assert_eq!(s.m[0].poll_op(a), Some(Ok(u64s(0))), "complete at once");
+        assert_eq!(s.mem[1][..8], u64s(5));
+        let b = fop(&mut s.m[0], 2, false);
+        assert_eq!(s.m[0].poll_op(b), Some(Ok(Vec::new())));
+        let c = s.m[0]
+            .compare_and_swap(1, 0, Elem::U64, u64s(7), u64s(40))
+            .unwrap();
+        assert_eq!(s.m[0].poll_op(c), Some(Ok(u64s(7))));
+        let d = s.m[0]
+            .accumulate(
+                1,
+                8,
+                &Layout::contiguous(4),
+                AccOp::NoOp,
+                Elem::I32,
+                Vec::new(),
+                true,
+            )
+            .unwrap();
+        assert_eq!(s.m[0].poll_op(d), Some(Ok(vec![0; 4])));
+        assert_eq!(s.mem[1][..8], u64s(40));
+        s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())), "nothing to wait for");
+        s.run();
+        assert!(s.kinds_sent_since(mark, 0, 1).is_empty(), "no message");
+        // Refused as the engine refuses: outside the window, a wrong length, an operation
+        // the type has not; nothing written.
+        let far = s.m[0].accumulate_from(1, 12, &[(0, 8)], AccOp::Sum, Elem::U64, &[1; 8], false);
+        assert!(matches!(far, Err(OscError::Range(_))), "{far:?}");
+        let short = s.m[0].accumulate_from(1, 0, &[(0, 8)], AccOp::Sum, Elem::U64, &[1; 4], false);
+        assert!(matches!(short, Err(OscError::Arg(_))), "{short:?}");
+        let op = s.m[0].accumulate_from(1, 0, &[(0, 8)], AccOp::BAnd, Elem::F64, &[1; 8], false);
+        assert!(matches!(op, Err(OscError::Op(_))), "{op:?}");
+        let cas = s.m[0].compare_and_swap(1, 12, Elem::U64, u64s(0), u64s(1));
+        assert!(matches!(cas, Err(OscError::Range(_))), "{cas:?}");
+        assert_eq!(s.mem[1][..8], u64s(40));
+        assert_eq!(s.mem[1][8..], [0; 8]);
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+        // Outside an epoch: refused.
+        assert!(matches!(
+            s.m[0].accumulate_from(1, 0, &[(0, 8)], AccOp::Sum, Elem::U64, &[1; 8], false),
+            Err(OscError::Sync(_))
+        ));
+        // Without the words (osc_rdma_acc_direct=0): messages, applied by the target.
+        let mut s = Sim::build_acc(2, 16, |_| false, |_| false);
+        assert_eq!(s.sync(0, SyncCall::LockAll { nocheck: true }), Some(Ok(())));
+        let a = fop(&mut s.m[0], 5, true);
+        assert_eq!(s.m[0].poll_op(a), None);
+        s.run();
+        assert_eq!(s.m[0].poll_op(a), Some(Ok(u64s(0))));
+        assert!(s.kinds_sent(0, 1).contains(&ACC));
+    }
+
+    /// The calls that complete within the call write the program's result buffer at once;
+    /// refusals are the engine's; without the words they are not taken.
+    #[test]
+    fn accumulate_and_compare_and_swap_at_once_on_a_node_member() {
+        let mut s = Sim::build_acc(2, 16, |_| false, |_| true);
+        assert_eq!(s.sync(0, SyncCall::LockAll { nocheck: true }), Some(Ok(())));
+        let mut old = [9u8; 8];
+        let r = s.m[0].accumulate_at_once(
+            1,
+            0,
+            &[(0, 8)],
+            AccOp::Sum,
+            Elem::U64,
+            &3u64.to_ne_bytes(),
+            Some(&mut old),
+        );
+        assert_eq!(r, Some(Ok(())));
+        assert_eq!((old, &s.mem[1][..8]), (0u64.to_ne_bytes(), &u64s(3)[..]));
+        let r = s.m[0].compare_and_swap_at_once(1, 0, Elem::U64, &u64s(3), &u64s(8), &mut old);
+        assert_eq!(r, Some(Ok(())));
+        assert_eq!((old, &s.mem[1][..8]), (3u64.to_ne_bytes(), &u64s(8)[..]));
+        let far = s.m[0].accumulate_at_once(1, 12, &[(0, 8)], AccOp::Sum, Elem::U64, &[1; 8], None);
+        assert!(matches!(far, Some(Err(OscError::Range(_)))), "{far:?}");
+        let short = s.m[0].accumulate_at_once(
+            1,
+            0,
+            &[(0, 8)],
+            AccOp::Sum,
+            Elem::U64,
+            &[1; 8],
+            Some(&mut old[..4]),
+        );
+        assert!(matches!(short, Some(Err(OscError::Arg(_)))), "{short:?}");
+        assert_eq!(s.mem[1][..8], u64s(8), "nothing written");
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+        let mut s = Sim::build_acc(2, 16, |_| false, |_| false);
+        assert_eq!(s.sync(0, SyncCall::LockAll { nocheck: true }), Some(Ok(())));
+        assert_eq!(
+            s.m[0].accumulate_at_once(1, 0, &[(0, 8)], AccOp::Sum, Elem::U64, &[1; 8], None),
+            None
+        );
+        assert_eq!(
+            s.m[0].compare_and_swap_at_once(1, 0, Elem::U64, &u64s(0), &u64s(1), &mut old),
+            None
+        );
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+    }
+
+    /// An accumulate applied directly never overtakes one this origin sent the target as a
+    /// message that may not be applied yet (accumulate_ordering).
+    #[test]
+    fn a_direct_accumulate_waits_for_the_origins_messages_to_the_target() {
+        // No lock words: rank 0's lock is a message, its first fetch-and-add goes behind it.
+        let mut s = Sim::build_acc(2, 16, |_| false, |_| true);
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        s.m[0].sync(excl).unwrap();
+        let first = fop(&mut s.m[0], 1, true);
+        fn port(w: &mut World, me: usize) -> Port<'_> {
+            Port { w, me }
+        }
+        s.m[0].progress(&mut port(&mut s.w, 0));
+        // The lock request reaches the target, the accumulate behind it is still on its way
+        // when the grant comes back.
+        let q = s.w.queues.get_mut(&(0, 1)).unwrap();
+        assert_eq!(q.len(), 2);
+        let late = q.pop_back().unwrap();
+        assert_eq!(late[0], ACC);
+        s.m[1].progress(&mut port(&mut s.w, 1));
+        s.m[0].progress(&mut port(&mut s.w, 0));
+        assert!(s.m[0].engine.granted(1));
+        let second = fop(&mut s.m[0], 10, true);
+        assert_eq!(s.mem[1][..8], u64s(0), "not applied before the first");
+        s.w.queues.get_mut(&(0, 1)).unwrap().push_front(late);
+        s.m[0].sync(SyncCall::Unlock(1)).unwrap();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(s.m[0].poll_op(first), Some(Ok(u64s(0))));
+        assert_eq!(s.m[0].poll_op(second), Some(Ok(u64s(1))), "in order");
+        // Every message known applied: direct again.
+        assert_eq!(s.sync(0, SyncCall::LockAll { nocheck: true }), Some(Ok(())));
+        let mark = s.w.log.len();
+        let third = fop(&mut s.m[0], 100, true);
+        assert_eq!(s.m[0].poll_op(third), Some(Ok(u64s(11))));
+        assert!(!s.kinds_sent_since(mark, 0, 1).contains(&ACC));
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+    }
+
+    /// The target's own accumulate word excludes the origins that apply theirs directly
+    /// from its application of those that came as messages: a direct fetch-and-add done
+    /// while another origin's message is being applied (a thread holding the word here)
+    /// waits for it.
+    #[test]
+    fn a_direct_accumulate_waits_for_the_targets_accumulate_word() {
+        let mut s = Sim::build_acc(2, 16, |_| false, |_| true);
+        assert_eq!(s.sync(0, SyncCall::LockAll { nocheck: true }), Some(Ok(())));
+        let page = s.m[0].pages[1].as_ref().unwrap();
+        // The word's address (the object stays mapped while the module lives).
+        let word = page.acc_word() as *const std::sync::atomic::AtomicU64 as usize;
+        let at = s.mem[1].as_mut_ptr() as usize;
+        // SAFETY: the mapped word, alive until the thread is joined.
+        let w = unsafe { &*(word as *const std::sync::atomic::AtomicU64) };
+        rmca_osc_am::lockword::acc_lock(w);
+        let (read, was_read) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            // SAFETY: the target's memory and its word, alive until joined.
+            let (w, p) = unsafe {
+                (
+                    &*(word as *const std::sync::atomic::AtomicU64),
+                    at as *mut u64,
+                )
+            };
+            // SAFETY: under the word.
+            let v = unsafe { p.read_volatile() };
+            read.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            // SAFETY: under the word.
+            unsafe { p.write_volatile(v + 1) };
+            rmca_osc_am::lockword::acc_unlock(w);
+        });
+        was_read.recv().unwrap();
+        let id = fop(&mut s.m[0], 10, true);
+        holder.join().unwrap();
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(u64s(1))), "after the holder's");
+        assert_eq!(s.mem[1][..8], u64s(11));
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+    }
+
+    mod direct_and_messages {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Clone, Debug)]
+        enum Step {
+            /// The next operation of origin 0 or 2 (fetching or not, adding `v`).
+            Op { origin: bool, fetch: bool, v: u8 },
+            /// One progress of rank `r`.
+            Progress(usize),
+            /// A flush of the origin to the target, run to its end.
+            Flush(bool),
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                3 => (any::<bool>(), any::<bool>(), 1u8..20)
+                    .prop_map(|(origin, fetch, v)| Step::Op { origin, fetch, v }),
+                3 => (0usize..3).prop_map(Step::Progress),
+                1 => any::<bool>().prop_map(Step::Flush),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            /// Rank 0 applies its accumulates to rank 1 by CMA when it may (its lock by a
+            /// word, or by message when `words0` is false: then its first ones go as
+            /// messages), rank 2 sends them all as messages; in any interleaving of their
+            /// operations and the ranks' progress, no update is lost and each origin's
+            /// fetch-and-adds see the counter grow in their issue order.
+            #[test]
+            fn direct_and_message_accumulators_lose_nothing_and_keep_each_origins_order(
+                words0 in any::<bool>(),
+                steps in proptest::collection::vec(step(), 1..60),
+            ) {
+                let mut s = Sim::build_acc(3, 8, |r| r == 0 && words0, |r| r != 2);
+                for o in [0, 2] {
+                    s.m[o].sync(SyncCall::LockAll { nocheck: false }).unwrap();
+                }
+                let mut ids: [Vec<(OpId, bool)>; 3] = Default::default();
+                let mut total = 0u64;
+                for st in steps {
+                    match st {
+                        Step::Op { origin, fetch, v } => {
+                            let o = if origin { 2 } else { 0 };
+                            // (Once its lock_all returned.)
+                            if s.m[o].sync_done().is_some() {
+                                total += u64::from(v);
+                                let id = fop(&mut s.m[o], u64::from(v), fetch);
+                                ids[o].push((id, fetch));
+                            }
+                        }
+                        Step::Progress(r) => {
+                            s.m[r].progress(&mut Port { w: &mut s.w, me: r });
+                        }
+                        Step::Flush(origin) => {
+                            let o = if origin { 2 } else { 0 };
+                            if s.m[o].sync_done().is_some() {
+                                s.m[o].sync(SyncCall::Flush(Some(1))).unwrap();
+                                s.run();
+                                prop_assert_eq!(s.m[o].sync_done(), Some(Ok(())));
+                            }
+                        }
+                    }
+                }
+                s.run();
+                for o in [0, 2] {
+                    prop_assert_eq!(s.m[o].sync_done(), Some(Ok(())), "rank {}'s lock_all", o);
+                    s.m[o].sync(SyncCall::UnlockAll).unwrap();
+                }
+                s.run();
+                for o in [0, 2] {
+                    prop_assert_eq!(s.m[o].sync_done(), Some(Ok(())));
+                }
+                prop_assert_eq!(&s.mem[1][..], &u64s(total)[..], "no update lost");
+                for o in [0, 2] {
+                    let mut last = None;
+                    for &(id, fetch) in &ids[o] {
+                        let r = s.m[o].poll_op(id);
+                        prop_assert!(matches!(r, Some(Ok(_))), "{:?}", r);
+                        if fetch {
+                            let v = u64::from_ne_bytes(r.unwrap().unwrap()[..8].try_into().unwrap());
+                            prop_assert!(last.is_none_or(|l| l < v), "rank {} saw {} after {:?}", o, v, last);
+                            last = Some(v);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

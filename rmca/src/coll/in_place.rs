@@ -73,6 +73,12 @@ impl Communicator {
         self.check_in_place_root("gather", root)?;
         let block = self.blocks_of("gather_in_place", buf.len())? * std::mem::size_of::<T>();
         let work: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        // The leaves call `gather`, which a direct form may serve: so must the root (its own
+        // block copied out, the direct forms take apart buffers).
+        let own = work[root * block..(root + 1) * block].to_vec();
+        if let Some(r) = self.coll_direct(|d, env| d.gather(env, &own, work, root)) {
+            return r;
+        }
         // Rank order to the schedule's virtual-rank order (own block first) and back.
         work.rotate_left(root * block);
         let r = self.gather_virtual(work, block, root);
@@ -99,6 +105,13 @@ impl Communicator {
     pub fn scatter_in_place<T: bytemuck::Pod>(&self, buf: &[T], root: usize) -> Result<()> {
         self.check_in_place_root("scatter", root)?;
         let block = self.blocks_of("scatter_in_place", buf.len())? * std::mem::size_of::<T>();
+        // The leaves call `scatter`, which a direct form may serve: so must the root (its
+        // own block to scratch: it stays where it is).
+        let input = bytemuck::cast_slice::<T, u8>(buf);
+        let mut own = vec![0u8; block];
+        if let Some(r) = self.coll_direct(|d, env| d.scatter(env, input, &mut own, root)) {
+            return r;
+        }
         // The schedule forwards subtrees from the buffer it works on: a rotated copy.
         let mut work = bytemuck::cast_slice::<T, u8>(buf).to_vec();
         work.rotate_left(root * block);

@@ -477,9 +477,22 @@ impl Communicator {
             check_len("gather", "receive buffer", recv.len(), n * send.len())?;
             bytemuck::cast_slice_mut(recv)
         } else {
+            // A direct form needs no space at a leaf: nothing passes through it.
+            if let Some(r) =
+                self.coll_direct(|d, env| d.gather(env, bytemuck::cast_slice(send), &mut [], root))
+            {
+                return r;
+            }
             own = vec![0u8; n * block];
             &mut own
         };
+        if me == root {
+            // In rank order, straight into the receive buffer.
+            let input = bytemuck::cast_slice(send);
+            if let Some(r) = self.coll_direct(|d, env| d.gather(env, input, work, root)) {
+                return r;
+            }
+        }
         work[v * block..(v + 1) * block].copy_from_slice(bytemuck::cast_slice(send));
         self.gather_virtual(work, block, root)?;
         if me == root {
@@ -515,13 +528,28 @@ impl Communicator {
         let (n, me) = (self.size(), self.rank());
         let block = std::mem::size_of_val(recv);
         let v = (me + n - root) % n;
+        let input: &[u8] = match send {
+            Some(send) if me == root => {
+                check_len("scatter", "send buffer", send.len(), n * recv.len())?;
+                bytemuck::cast_slice(send)
+            }
+            None if me == root => {
+                return Err(Error::InvalidArgument(
+                    "scatter: the root must pass a send buffer".into(),
+                ))
+            }
+            _ => &[],
+        };
+        {
+            // In rank order, straight out of the send buffer and into the receive buffer.
+            let out = bytemuck::cast_slice_mut(recv);
+            if let Some(r) = self.coll_direct(|d, env| d.scatter(env, input, out, root)) {
+                return r;
+            }
+        }
         let mut work = vec![0u8; n * block];
         if me == root {
-            let send = send.ok_or_else(|| {
-                Error::InvalidArgument("scatter: the root must pass a send buffer".into())
-            })?;
-            check_len("scatter", "send buffer", send.len(), n * recv.len())?;
-            work.copy_from_slice(bytemuck::cast_slice(send));
+            work.copy_from_slice(input);
             // Rank order to virtual-rank order.
             work.rotate_left(root * block);
         }

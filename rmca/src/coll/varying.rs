@@ -309,8 +309,27 @@ impl Communicator {
         let me = self.rank();
         let len = std::mem::size_of_val(send);
         let elem = std::mem::size_of::<T>();
-        let (s, tag) =
-            self.reduce_scatter_schedule(chunks, len, elem, !op.is_commutative(), block)?;
+        let ordered = !op.is_commutative();
+        if len == 0 {
+            // Nothing to reduce on any member (the counts are the same everywhere): no
+            // synchronisation is owed (OSU's reduce_scatter_block of 1 byte on 2 ranks).
+            return Ok(());
+        }
+        {
+            // A direct form reads every member's whole input and writes this member's
+            // block alone: no partials of other blocks.
+            let step = reduce_step(op);
+            let (input, out) = (
+                bytemuck::cast_slice::<T, u8>(send),
+                bytemuck::cast_slice_mut::<T, u8>(recv),
+            );
+            if let Some(r) = self.coll_direct(|d, env| {
+                d.reduce_scatter(env, input, out, chunks, elem, ordered, &step)
+            }) {
+                return r;
+            }
+        }
+        let (s, tag) = self.reduce_scatter_schedule(chunks, len, elem, ordered, block)?;
         // The schedule works over the whole vector (partials of other ranks' chunks);
         // typed, so that the reduction kernels see aligned elements.
         let mut work = vec![T::zeroed(); send.len()];

@@ -239,14 +239,24 @@ struct StackInput([u8; STACK_INPUT]);
 
 /// The rmca operation and element type of predefined `op` on predefined `dt`, when the
 /// reduction is one of numbers rmca reduces as they are (what [`reducer`] resolves to
-/// `Reducer::Builtin` on the datatype's own element type: not `MPI_CHAR`'s special case nor a
-/// complex sum). `None`: anything else (user ops,
-/// derived types, MINLOC/MAXLOC, long double, complex, invalid handles, an op MPI does not
-/// define on the type), left to the general path, which raises the errors.
+/// `Reducer::Builtin` on the datatype's own element type, or on C's `char` for `MPI_CHAR`,
+/// which OSU's reduction benchmarks sum by default; not a complex sum). `None`: anything else
+/// (user ops, derived types, MINLOC/MAXLOC, long double, complex, invalid handles, an op MPI
+/// does not define on the type), left to the general path, which raises the errors.
 #[inline(always)]
 fn builtin(op: Handle, dt: Handle) -> Option<(Op, Elem)> {
-    let (elem, class) = crate::dtype::number_type(dt)?;
     let rop = crate::dtype::lookup_op(op)?.op?;
+    let Some((elem, class)) = crate::dtype::number_type(dt) else {
+        // As `reducer`: MPI_CHAR is a C integer to MPICH and Open MPI.
+        let char = crate::dtype::lookup(dt).is_some_and(|t| t.name == "MPI_CHAR");
+        let elem = if std::ffi::c_char::MIN == 0 {
+            Elem::U8
+        } else {
+            Elem::I8
+        };
+        return (char && crate::dtype::op_allowed(rop, crate::dtype::Class::Integer))
+            .then_some((rop, elem));
+    };
     crate::dtype::op_allowed(rop, class).then_some((rop, elem))
 }
 
@@ -316,6 +326,86 @@ unsafe fn fast_reduce(
         go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16,
         U32 => u32, U64 => u64, F32 => f32, F64 => f64),
     )
+}
+
+/// `MPI_Reduce_scatter` (`counts`, elements per rank) or `MPI_Reduce_scatter_block`
+/// (`counts` `None`: `block` elements per rank) on the fast path, as [`fast_reduce`]'s: a
+/// predefined operation on a predefined number type in aligned, apart buffers, run straight
+/// on the program's memory (no datatype resolution, no staged copy of the input). `None`:
+/// anything else (`MPI_IN_PLACE`, nothing to reduce, user operations, derived types), which
+/// the general path checks.
+///
+/// # Safety
+/// The collective's contract: sendbuf holds every rank's elements, recvbuf this rank's.
+#[inline(always)]
+pub(crate) unsafe fn fast_reduce_scatter(
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    counts: Option<&[usize]>,
+    block: usize,
+    dt: Handle,
+    op: Handle,
+) -> Option<MpiResult<()>> {
+    let (rop, elem) = builtin(op, dt)?;
+    let size = elem_size(elem);
+    let (total, mine) = match counts {
+        Some(k) => (
+            k.iter().try_fold(0usize, |a, &x| a.checked_add(x))?,
+            *k.get(c.rank())?,
+        ),
+        None => (block.checked_mul(c.size())?, block),
+    };
+    let slen = total
+        .checked_mul(size)
+        .filter(|&l| l > 0 && l <= isize::MAX as usize)?;
+    let rlen = mine * size;
+    let usable = |p: usize| p > MPI_IN_PLACE && p.is_multiple_of(size);
+    let (s, r) = (sendbuf as usize, recvbuf as usize);
+    if !usable(s) || (rlen > 0 && (!usable(r) || (s < r + rlen && r < s + slen))) {
+        return None;
+    }
+    macro_rules! go {
+        ($($e:ident => $t:ty),*) => {
+            match elem { $(Elem::$e => {
+                // SAFETY: the caller's contract and the checks above (non-null, aligned to
+                // the element, apart, `total` and `mine` elements).
+                unsafe { fast_rs::<$t>(c, sendbuf.cast(), recvbuf.cast(), total, mine, counts, rop) }
+            })* }
+        };
+    }
+    Some(
+        go!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16,
+        U32 => u32, U64 => u64, F32 => f32, F64 => f64),
+    )
+}
+
+/// [`fast_reduce_scatter`]'s collective on elements of `T`.
+///
+/// # Safety
+/// `send` holds `total` aligned elements of `T`, `recv` `mine` (unless `mine` is 0); apart.
+unsafe fn fast_rs<T: Reducible>(
+    c: &rmca::Communicator,
+    send: *const u8,
+    recv: *mut u8,
+    total: usize,
+    mine: usize,
+    counts: Option<&[usize]>,
+    op: Op,
+) -> MpiResult<()> {
+    // SAFETY: the caller's contract.
+    let send = unsafe { std::slice::from_raw_parts(send.cast::<T>(), total) };
+    let recv: &mut [T] = if mine == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(recv.cast::<T>(), mine) }
+    };
+    match counts {
+        Some(k) => c.reduce_scatter(send, recv, k, op)?,
+        None => c.reduce_scatter_block(send, recv, op)?,
+    }
+    Ok(())
 }
 
 /// Bytes of one element of `e`.
@@ -555,6 +645,68 @@ pub(crate) fn blocks_n(
     Ok((ty, total, block))
 }
 
+/// The root and the byte lengths of a rooted block collective's two sides on the fast path
+/// (as bcast's): predefined datatypes, usable buffers (not `MPI_IN_PLACE`), `own` bytes on
+/// this rank's side and, at the root, `size` times as many on the root's side, the two apart.
+/// `None`: anything else, which the general path checks (and raises the errors of).
+#[inline(always)]
+fn fast_rooted(
+    c: &rmca::Communicator,
+    own: (*const c_void, usize, Handle),
+    all: (*const c_void, usize, Handle),
+    root: c_int,
+) -> Option<(usize, usize, usize)> {
+    let n = c.size();
+    let root = usize::try_from(root).ok().filter(|&r| r < n)?;
+    let mine = super::predefined_len(own.0, c_int::try_from(own.1).ok()?, own.2)?;
+    if c.rank() != root {
+        return Some((root, mine, 0));
+    }
+    let count = c_int::try_from(all.1.checked_mul(n)?).ok()?;
+    let whole = super::predefined_len(all.0, count, all.2)?;
+    let (a, b) = (own.0 as usize, all.0 as usize);
+    let apart = mine == 0 || a + mine <= b || b + whole <= a;
+    (whole == mine.checked_mul(n)? && apart).then_some((root, mine, whole))
+}
+
+/// `MPI_Gather` (`gather`) or `MPI_Scatter` on the fast path (see [`fast_rooted`]):
+/// straight from and into the program's buffers, no datatype resolution.
+///
+/// # Safety
+/// MPI_Gather's or MPI_Scatter's contract.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn fast_gather_scatter(
+    gather: bool,
+    c: &rmca::Communicator,
+    sendbuf: *const c_void,
+    sendcount: usize,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: usize,
+    recvtype: Handle,
+    root: c_int,
+) -> Option<MpiResult<()>> {
+    let send = (sendbuf, sendcount, sendtype);
+    let recv = (recvbuf.cast_const(), recvcount, recvtype);
+    // The root's side holds every rank's block: the receive buffer of a gather, the send
+    // buffer of a scatter.
+    let (own, all) = if gather { (send, recv) } else { (recv, send) };
+    let (root, mine, whole) = fast_rooted(c, own, all, root)?;
+    let (slen, rlen) = if gather { (mine, whole) } else { (whole, mine) };
+    // SAFETY: the caller's contract: each buffer holds its side's bytes, `mine` on this
+    // rank's side and `whole` on the root's (non-null when not empty, checked by
+    // `predefined_len`), apart (checked).
+    let (send, recv) = unsafe { (super::bytes(sendbuf, slen), super::bytes_mut(recvbuf, rlen)) };
+    let at_root = c.rank() == root;
+    let r = if gather {
+        c.gather(send, at_root.then_some(recv), root)
+    } else {
+        c.scatter(at_root.then_some(send), recv, root)
+    };
+    Some(r.map_err(MpiError::from))
+}
+
 /// `MPI_Gather` on `usize` counts.
 ///
 /// # Safety
@@ -570,6 +722,14 @@ unsafe fn gather(
     recvtype: Handle,
     root: c_int,
 ) -> MpiResult<()> {
+    // SAFETY: the caller's contract.
+    if let Some(r) = unsafe {
+        fast_gather_scatter(
+            true, c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+        )
+    } {
+        return r;
+    }
     // SAFETY: the caller's contract; the buffers are used only during the call.
     unsafe {
         let (root, plan) = rooted::gather(
@@ -609,6 +769,14 @@ unsafe fn scatter(
     recvtype: Handle,
     root: c_int,
 ) -> MpiResult<()> {
+    // SAFETY: the caller's contract.
+    if let Some(r) = unsafe {
+        fast_gather_scatter(
+            false, c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+        )
+    } {
+        return r;
+    }
     // SAFETY: the caller's contract; the buffers are used only during the call.
     unsafe {
         let (root, plan) = rooted::scatter(
@@ -880,7 +1048,8 @@ mod tests {
                     .and_then(|ty| reducer(op, dt, &ty).ok());
                 let want = match general {
                     Some(Reducer::Builtin(rop, elem))
-                        if crate::dtype::lookup(dt).is_some_and(|t| t.elem.is_some()) =>
+                        if crate::dtype::lookup(dt)
+                            .is_some_and(|t| t.elem.is_some() || t.name == "MPI_CHAR") =>
                     {
                         Some((rop, elem))
                     }

@@ -197,7 +197,7 @@ unsafe fn mrecv(
     // SAFETY: the caller's contract.
     let h = unsafe { read_message(message)? };
     let n = count_c(count, "message")?;
-    let ty = Ty::for_use(datatype)?;
+    let ty = Ty::for_message(datatype, n)?;
     let mut data = recv_data_n(buf, n, &ty, "message")?;
     let (comm, m) = match take(h)? {
         Taken::NoProc => {
@@ -242,7 +242,7 @@ unsafe fn imrecv(
         return Err(super::null_argument("request"));
     }
     let n = count_c(count, "message")?;
-    let ty = Ty::for_use(datatype)?;
+    let ty = Ty::for_message(datatype, n)?;
     let mut data = recv_data_n(buf, n, &ty, "message")?;
     let (comm, st) = match take(h)? {
         Taken::NoProc => (MPI_COMM_WORLD, proc_null_done()),

@@ -58,7 +58,7 @@ unsafe fn send_data_c(
     what: &str,
 ) -> MpiResult<SendData> {
     let n = count_c(n, what)?;
-    let ty = Ty::for_use(dt)?;
+    let ty = Ty::for_message(dt, n)?;
     // SAFETY: the caller's contract.
     unsafe { super::send_data_n(buf, n, &ty, what) }
 }
@@ -71,7 +71,7 @@ fn recv_data_c(
     what: &str,
 ) -> MpiResult<super::RecvData> {
     let n = count_c(n, what)?;
-    let ty = Ty::for_use(dt)?;
+    let ty = Ty::for_message(dt, n)?;
     super::recv_data_n(buf, n, &ty, what)
 }
 
@@ -86,7 +86,7 @@ fn args(
 ) -> MpiResult<(rmca::Communicator, usize)> {
     let c = super::communicator(comm)?;
     let n = count_c(count, "message")?;
-    let ty = Ty::for_use(dt)?;
+    let ty = Ty::for_message(dt, n)?;
     let len = ty.packed_len(n)?;
     if !matches!(ty.run(n), Some((0, _))) {
         return Err(MpiError::new(

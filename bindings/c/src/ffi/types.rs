@@ -204,6 +204,20 @@ impl Ty {
         Ok(t)
     }
 
+    /// The datatype of a point-to-point buffer of `n` elements: as [`Ty::for_use`], except
+    /// that `MPI_DATATYPE_NULL` with a count of 0 is an empty buffer (of `MPI_BYTE`). MPICH
+    /// checks a message's datatype only when there is data, and programs written against it
+    /// post such empty receives (MPICH's own suite: `MPI_Irecv(NULL, 0, MPI_DATATYPE_NULL,
+    /// MPI_PROC_NULL, ...)` in pt2pt/recvnull). With data, the null type is refused as before.
+    pub fn for_message(h: Handle, n: usize) -> MpiResult<Ty> {
+        /// `MPI_BYTE`'s handle in the standard ABI.
+        const BYTE: Handle = 0x247;
+        if h == MPI_DATATYPE_NULL && n == 0 {
+            return Self::for_use(BYTE);
+        }
+        Self::for_use(h)
+    }
+
     /// Extent in bytes (negative for a type resized so).
     pub fn extent(&self) -> isize {
         match self {

@@ -564,6 +564,12 @@ pub(crate) unsafe fn reduce_scatter_block(
     dt: Handle,
     op: Handle,
 ) -> MpiResult<()> {
+    // SAFETY: the caller's contract.
+    if let Some(r) =
+        unsafe { super::coll::fast_reduce_scatter(c, sendbuf, recvbuf, None, recvcount, dt, op) }
+    {
+        return r;
+    }
     let (_, total, _) = blocks_n(recvcount, dt, c.size(), "receive")?;
     // SAFETY: the caller's contract.
     unsafe {
@@ -593,6 +599,12 @@ pub(crate) unsafe fn reduce_scatter(
     dt: Handle,
     op: Handle,
 ) -> MpiResult<()> {
+    // SAFETY: the caller's contract.
+    if let Some(r) =
+        unsafe { super::coll::fast_reduce_scatter(c, sendbuf, recvbuf, Some(counts), 0, dt, op) }
+    {
+        return r;
+    }
     let me = c.rank();
     let total = counts
         .iter()

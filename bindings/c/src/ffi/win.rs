@@ -1659,6 +1659,27 @@ unsafe fn rma(
                             })
                         },
                     });
+                    // A module that applies it here (osc-rdma, on a member of this node):
+                    // done, on the program's buffers, nothing to land.
+                    let now = |o: Option<&mut [u8]>| {
+                        w.accumulate_at_once(t, disp, runs, acc, elem, bytes, o)
+                    };
+                    let direct = direct.or_else(|| match &res {
+                        None => now(None),
+                        Some((rty, rn)) => {
+                            let (mut taken, len) = (true, rty.packed_len(*rn).unwrap_or(0));
+                            // SAFETY: as above; not taken, nothing is unpacked (an error).
+                            let r = unsafe {
+                                into_buffer(rty, result, *rn, len, |o| {
+                                    now(Some(o)).unwrap_or_else(|| {
+                                        taken = false;
+                                        Err(OscError::Arg(String::new()))
+                                    })
+                                })
+                            };
+                            taken.then_some(r)
+                        }
+                    });
                     match direct {
                         Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
                         None => {
@@ -1962,6 +1983,9 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
         // SAFETY: the result element, writable and not otherwise accessed during the call.
         let old = unsafe { super::bytes_mut(result_addr.cast(), size) };
         if let Some(r) = w.direct(|d| d.compare_and_swap_now(t, addr, elem, compare, value, old)) {
+            return r.map_err(osc_error);
+        }
+        if let Some(r) = w.compare_and_swap_at_once(t, target_disp, elem, compare, value, old) {
             return r.map_err(osc_error);
         }
         let id = w

@@ -139,7 +139,8 @@ impl Coll {
     /// Bytes of a rank's slot (the run's `len`) with `n` ranks, for collective `k`.
     fn slot_bytes(&self, n: usize, k: usize) -> usize {
         match self.op {
-            Op::Alltoall => n * self.elems * 4,
+            Op::Alltoall | Op::Scatter { .. } => n * self.elems * 4,
+            Op::ReduceScatter { .. } => rs_chunks(k, n, self.elems).last().map_or(0, |c| c.end),
             Op::Allgatherv | Op::Alltoallv { .. } => (0..n)
                 .map(|q| vbufs(self, k, n, q).len + alltoallv_header(n))
                 .max()
@@ -148,13 +149,42 @@ impl Coll {
         }
     }
 
-    /// Bytes of a rank's output with `n` ranks.
-    fn out_bytes(&self, n: usize) -> usize {
+    /// Bytes of rank `me`'s output with `n` ranks, for collective `k`.
+    fn out_bytes(&self, n: usize, k: usize, me: usize) -> usize {
         match self.op {
-            Op::Allgather | Op::Alltoall => n * self.elems * 4,
+            Op::Allgather | Op::Alltoall | Op::Gather { .. } => n * self.elems * 4,
+            Op::ReduceScatter { .. } => rs_chunks(k, n, self.elems)[me].len(),
             _ => self.elems * 4,
         }
     }
+
+    /// The op rank `me` runs for collective `k` (a reduce_scatter's names its own block).
+    fn op_of(&self, n: usize, k: usize, me: usize) -> Op {
+        match self.op {
+            Op::ReduceScatter { elem, .. } => {
+                let mine = rs_chunks(k, n, self.elems)[me].clone();
+                Op::ReduceScatter {
+                    elem,
+                    start: mine.start,
+                    end: mine.end,
+                }
+            }
+            op => op,
+        }
+    }
+}
+
+/// The byte chunks of reduce_scatter `k` of scale `elems` on `n` ranks: uneven, zero for
+/// some ranks, tiling the input in rank order.
+fn rs_chunks(k: usize, n: usize, elems: usize) -> Vec<Range<usize>> {
+    let mut at = 0;
+    (0..n)
+        .map(|r| {
+            let c = vcount(k, r, 1, elems) * 4;
+            at += c;
+            at - c..at
+        })
+        .collect()
 }
 
 /// Rank `r`'s input for collective `k`.
@@ -180,6 +210,23 @@ fn expected(c: &Coll, k: usize, n: usize, me: usize) -> Option<Vec<u32>> {
         Op::Bcast { root } => Some(input(k, root, c.elems)),
         Op::Reduce { root, .. } => (me == root).then(folded),
         Op::Allreduce { .. } => Some(folded()),
+        Op::ReduceScatter { .. } => {
+            let chunk = rs_chunks(k, n, c.elems)[me].clone();
+            let total = c.slot_bytes(n, k) / 4;
+            let mut acc = input(k, 0, total);
+            for q in 1..n {
+                for (a, x) in acc.iter_mut().zip(input(k, q, total)) {
+                    *a = op(*a, x);
+                }
+            }
+            Some(acc[chunk.start / 4..chunk.end / 4].to_vec())
+        }
+        Op::Gather { root } => {
+            (me == root).then(|| (0..n).flat_map(|q| input(k, q, c.elems)).collect())
+        }
+        Op::Scatter { root } => {
+            Some(input(k, root, n * c.elems)[me * c.elems..(me + 1) * c.elems].to_vec())
+        }
         Op::Allgather => Some((0..n).flat_map(|q| input(k, q, c.elems)).collect()),
         Op::Alltoall => Some(
             (0..n)
@@ -281,7 +328,7 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
             rank.send = bytemuck_bytes(&input(rank.k, me, bytes / 4));
             rank.work = match c.op {
                 Op::Bcast { root } if root == me => rank.send.clone(),
-                _ => vec![0xEE; c.out_bytes(n)],
+                _ => vec![0xEE; c.out_bytes(n, rank.k, me)],
             };
             let op = match c.op {
                 // Barriers are numbered among themselves.
@@ -291,7 +338,7 @@ fn simulate(n: usize, colls: &[Coll], order: &[usize]) {
                         .filter(|c| matches!(c.op, Op::Barrier { .. }))
                         .count() as u32,
                 },
-                op => op,
+                _ => c.op_of(n, rank.k, me),
             };
             let run = Run::new(op, layout, me, rank.k as u32 + 1, bytes);
             rank.run = Some(run.after_clear(rank.synced));
@@ -379,7 +426,7 @@ fn bytemuck_bytes(v: &[u32]) -> Vec<u8> {
 }
 
 fn any_coll(n: usize) -> impl Strategy<Value = Coll> {
-    (0..9u8, 0..n, any::<bool>(), 0..40usize).prop_map(move |(kind, root, split, elems)| {
+    (0..12u8, 0..n, any::<bool>(), 0..40usize).prop_map(move |(kind, root, split, elems)| {
         let op = match kind {
             0 => Op::Barrier { round: 0 },
             1 => Op::Bcast { root },
@@ -392,6 +439,13 @@ fn any_coll(n: usize) -> impl Strategy<Value = Coll> {
             4 => Op::Allgather,
             5 => Op::Alltoall,
             6 => Op::Allgatherv,
+            9 => Op::ReduceScatter {
+                elem: 4,
+                start: 0,
+                end: 0,
+            },
+            10 => Op::Gather { root },
+            11 => Op::Scatter { root },
             _ => Op::Alltoallv { fits: true },
         };
         Coll {
@@ -453,6 +507,34 @@ fn round_robin_sequences_at_one_to_five_ranks() {
                 ..Coll::plain(Op::Alltoallv { fits: true }, 5)
             });
             colls.push(Coll::plain(Op::Barrier { round: 0 }, 0));
+            // Inline, stamped (the last line partly filled, full, every line) and past the
+            // stamped lines.
+            for elems in [12, 16, 17, 26, 27, 28, 64] {
+                let reduce = Op::Reduce {
+                    root,
+                    elem: 4,
+                    split: false,
+                };
+                colls.push(Coll::plain(reduce, elems));
+                let allreduce = Op::Allreduce {
+                    elem: 4,
+                    split: false,
+                };
+                colls.push(Coll::plain(allreduce, elems));
+            }
+            // Uneven blocks with zeros, inline, stamped and in the slots.
+            for elems in [2, 20, 40, 90] {
+                let rs = Op::ReduceScatter {
+                    elem: 4,
+                    start: 0,
+                    end: 0,
+                };
+                colls.push(Coll::plain(rs, elems));
+            }
+            for elems in [1, 20] {
+                colls.push(Coll::plain(Op::Gather { root }, elems));
+                colls.push(Coll::plain(Op::Scatter { root }, elems));
+            }
         }
         simulate(n, &colls, &[0, 1, 2, 3, 4]);
         // One rank runs as far ahead as the protocol lets it before the others move.
@@ -483,6 +565,7 @@ fn a_rank_runs_at_most_two_collectives_ahead() {
             want: 1,
             sleepers: layout.freed_sleepers(1),
             from: Some(1),
+            lines: Lines::default(),
         })
     );
     let mut out = [0u8; 8];
@@ -709,4 +792,92 @@ fn varying_exchanges_past_eleven_ranks_keep_the_alltoallv_header_in_the_slot() {
         simulate(n, &colls, &[0, 3, 1, 4, 1, 5, 9, 2, 6]);
         simulate(n, &colls, &[0]);
     }
+}
+
+#[test]
+fn stamped_lines_carry_the_post_and_the_waiter_polls_them() {
+    // 100 bytes: 48 in the post line, 52 in the first stamped line.
+    let layout = Layout::new(2, 1024);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let reduce = Op::Reduce {
+        root: 0,
+        elem: 4,
+        split: false,
+    };
+    let mut root = Run::new(reduce, layout, 0, 1, 100);
+    let (send, mut work) = (vec![1u8; 100], vec![0u8; 100]);
+    let Step::Wait(w) = root.poll(&mem, &send, &mut work, Some(&reduce_u32)) else {
+        panic!("the root must wait for the leaf");
+    };
+    assert_eq!(w.off, layout.posted(1, 1));
+    assert_eq!(
+        w.lines,
+        Lines {
+            at: layout.stamp(1, 1, 0),
+            count: 1
+        }
+    );
+    // Each stamped line is a cache line of its own, in the leaf's data slot, past the
+    // control blocks.
+    assert!(layout.stamp(1, 1, 0) >= layout.arrived() + LINE);
+    assert_eq!(layout.stamp(1, 1, 1) - layout.stamp(1, 1, 0), 64);
+    assert!(!w.ready(&mem));
+    let mut leaf = Run::new(reduce, layout, 1, 1, 100);
+    let data: Vec<u8> = (0..100u8).collect();
+    assert!(matches!(
+        leaf.poll(&mem, &data, &mut [], Some(&reduce_u32)),
+        Step::Posted { .. }
+    ));
+    // The stamp and the post say the same, and the waiter sees both.
+    assert_eq!(
+        mem.load(layout.stamp(1, 1, 0)),
+        mem.load(layout.posted(1, 1))
+    );
+    assert!(w.ready(&mem));
+    // Bytes 48.. of the input follow the stamp.
+    let mut tail = vec![0u8; 52];
+    mem.view(layout.stamp(1, 1, 0) + 4, 52, &mut |b| {
+        tail.copy_from_slice(b)
+    });
+    assert_eq!(tail, data[48..]);
+    // An inline reduction and a split one have no stamped lines.
+    assert_eq!(stamped_lines(INLINE), 0);
+    assert_eq!(stamped_lines(STAMPED), STAMPED_LINES);
+    let split = Op::Allreduce {
+        elem: 4,
+        split: true,
+    };
+    assert_eq!(Run::new(split, layout, 0, 2, 100).stamped, 0);
+    assert_eq!(Run::new(reduce, layout, 0, 2, STAMPED + 4).stamped, 0);
+}
+
+#[test]
+fn gather_leaves_and_the_scatter_root_do_not_wait_for_readers() {
+    // A gather's leaf and a scatter's root post and are done at once (the root, the readers
+    // free the slot later); their next use of the slot waits for the readers.
+    let layout = Layout::new(3, 64);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let mut leaf = Run::new(Op::Gather { root: 0 }, layout, 2, 1, 8);
+    assert!(matches!(
+        leaf.poll(&mem, &[3; 8], &mut [], None),
+        Step::Posted { .. }
+    ));
+    assert_eq!(leaf.poll(&mem, &[3; 8], &mut [], None), Step::Done);
+    assert_eq!(leaf.clears(), None);
+    let mut root = Run::new(Op::Scatter { root: 1 }, layout, 1, 2, 24);
+    let send: Vec<u8> = (0..24).collect();
+    let mut own = [0u8; 8];
+    assert!(matches!(
+        root.poll(&mem, &send, &mut own, None),
+        Step::Posted { .. }
+    ));
+    assert_eq!(root.poll(&mem, &send, &mut own, None), Step::Done);
+    assert_eq!(own, send[8..16]);
+    // The gather's root at 1 waits for rank 1's block (rank 1 has not run it).
+    let mut groot = Run::new(Op::Gather { root: 0 }, layout, 0, 1, 8);
+    let mut all = [0u8; 24];
+    assert!(matches!(
+        groot.poll(&mem, &[1; 8], &mut all, None),
+        Step::Wait(Wait { from: Some(1), .. })
+    ));
 }
