@@ -49,9 +49,20 @@ fn stderr(o: &Output) -> String {
 }
 
 fn git(args: &[&str]) -> String {
+    git_in(&workspace_root(), args)
+}
+
+/// `git ARGS` in repository `dir`: its first line of output.
+fn git_in(dir: &Path, args: &[&str]) -> String {
     let o = Command::new("git")
+        .args([
+            "-c",
+            "user.name=rmca-test",
+            "-c",
+            "user.email=rmca-test@localhost",
+        ])
         .args(args)
-        .current_dir(workspace_root())
+        .current_dir(dir)
         .output()
         .expect("run git");
     assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
@@ -95,24 +106,25 @@ fn lib_at_refuses_bad_input_and_answers_a_built_commit_from_its_cache() {
         "a cached commit is not extracted again"
     );
     // Without the stamp a half-made directory is never printed: it would be built again
-    // (not here: a commit too old to have the C library fails before building).
-    let root = git(&["rev-list", "--max-parents=0", "HEAD"]);
-    // In a shallow clone the oldest commit at hand may well have the C library (it would be
-    // built, for minutes): the check needs the project's first commit.
-    let has_library = Command::new("git")
-        .args([
-            "cat-file",
-            "-e",
-            &format!("{root}:bindings/c/libmpi/Cargo.toml"),
-        ])
-        .current_dir(workspace_root())
-        .status()
-        .expect("run git")
-        .success();
-    if has_library {
-        return;
-    }
-    let o = run("lib-at.sh", &[&root], &env);
+    // (not here: a commit too old to have the C library fails before building). That commit
+    // is made here, in a repository of its own holding a copy of the script: this clone may
+    // be shallow, and its oldest commit at hand would then have the library and be built.
+    let old = s.0.join("old-repo");
+    fs::create_dir_all(old.join("bench")).unwrap();
+    fs::copy(
+        workspace_root().join("bench/lib-at.sh"),
+        old.join("bench/lib-at.sh"),
+    )
+    .unwrap();
+    git_in(&old, &["init", "-q"]);
+    git_in(&old, &["add", "bench"]);
+    git_in(&old, &["commit", "-q", "-m", "before the C library"]);
+    let o = Command::new("bash")
+        .arg(old.join("bench/lib-at.sh"))
+        .arg("HEAD")
+        .env("RMCA_BUILD_CACHE", s.0.join("old-cache"))
+        .output()
+        .expect("run bash");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("too old"), "{}", stderr(&o));
     assert!(stdout(&o).is_empty());

@@ -4,17 +4,12 @@
 //! puts and gets moved by RDMA. Under pml dr, which offers no RDMA, forcing osc rdma is
 //! refused at window creation with an error that says why (osc-am serves dr's windows, as
 //! `c_rma.rs` runs by default); any component forced where it cannot serve gives its own
-//! reason.
+//! reason. Accumulates to a member of the node are applied by the origin, not sent
+//! (`tests/c/rma_acc_count.c`, the profile's message count with and without
+//! `osc_rdma_acc_direct`).
 
 use rmca_tests::c::compile;
-use rmca_tests::{run_job, take_profile, Job};
-use serde_json::Value;
-
-fn counter(profile: &Value, name: &str) -> u64 {
-    profile["counters"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("profile has no counter {name}: {profile:#}"))
-}
+use rmca_tests::{counter, run_job, take_profile, Job};
 
 #[test]
 fn every_call_with_osc_rdma_forced_moves_puts_and_gets_by_rdma() {
@@ -59,6 +54,53 @@ fn every_call_with_osc_rdma_forced_moves_puts_and_gets_by_rdma() {
                 assert!(
                     counter(&profile, c) > 0,
                     "{c} is 0 over {config} on {ranks} ranks: {profile:#}"
+                );
+            }
+        }
+    }
+}
+
+/// Accumulates, fetch-and-ops and compare-and-swaps to a member of the node are applied by
+/// the origin (CMA under the target's accumulate word, `osc_rdma_acc_direct`), not sent:
+/// `tests/c/rma_acc_count.c` (500 of each per origin, a flush after every call, exact totals)
+/// sends a few dozen PML messages in all with it, and two or more per call without it.
+#[test]
+fn accumulates_to_a_member_of_the_node_send_no_message() {
+    const CALLS: u64 = 500;
+    let program = compile("rma_acc_count", &[]);
+    let program = program.to_str().expect("UTF-8 path");
+    for ranks in [2u64, 3] {
+        for direct in ["1", "0"] {
+            let json = std::env::temp_dir().join(format!(
+                "rmca-acc-count-{}-{ranks}-{direct}.json",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_file(&json);
+            let json_s = json.to_str().expect("UTF-8 temp path").to_owned();
+            let out = run_job(&Job {
+                ranks: ranks as usize,
+                program,
+                args: &[],
+                mca: &[
+                    ("osc_rdma_acc_direct", direct),
+                    ("profile", "1"),
+                    ("profile_json", &json_s),
+                ],
+                timeout_s: 120,
+            });
+            assert!(
+                out.success() && out.stdout.contains("ok rma_acc_count:"),
+                "rma_acc_count on {ranks} ranks, osc_rdma_acc_direct {direct}:\n{}",
+                out.text()
+            );
+            let sent = counter(&take_profile(&json, &out), "pml.ob1.eager");
+            let calls = 3 * CALLS * (ranks - 1);
+            if direct == "1" {
+                assert!(sent < CALLS, "{sent} messages for {calls} direct calls");
+            } else {
+                assert!(
+                    sent > 2 * calls,
+                    "{sent} messages for {calls} calls by message"
                 );
             }
         }

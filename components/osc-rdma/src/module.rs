@@ -1271,6 +1271,18 @@ mod tests {
             words: impl Fn(usize) -> bool,
             acc: impl Fn(usize) -> bool,
         ) -> Self {
+            let mut s = Self::unstarted(n, bytes, words, acc);
+            s.run();
+            s
+        }
+
+        /// As `build_acc`, before any progress: nobody has read anybody's keys or words.
+        fn unstarted(
+            n: usize,
+            bytes: usize,
+            words: impl Fn(usize) -> bool,
+            acc: impl Fn(usize) -> bool,
+        ) -> Self {
             let mut mem: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
             let targets = vec![
                 TargetInfo {
@@ -1303,13 +1315,11 @@ mod tests {
                     }
                 })
                 .collect();
-            let mut s = Sim {
+            Sim {
                 w: World::default(),
                 m,
                 mem,
-            };
-            s.run();
-            s
+            }
         }
 
         /// Progress every member until nothing moves (transfers stay as they are).
@@ -1630,38 +1640,8 @@ mod tests {
     /// the epochs after it, which then send no lock message and move their puts by RDMA.
     #[test]
     fn a_word_announced_during_the_first_epoch_serves_the_next_ones() {
-        let mut mem: Vec<Vec<u8>> = vec![vec![0u8; 8]; 2];
-        let targets = vec![
-            TargetInfo {
-                size: 8,
-                disp_unit: 1,
-            };
-            2
-        ];
-        let m = (0..2)
-            .map(|r| {
-                let config = WinConfig {
-                    rank: r,
-                    targets: targets.clone(),
-                    same_node: true,
-                    dynamic: false,
-                    no_locks: false,
-                    allocated: false,
-                    shared: false,
-                    host: None,
-                    rdma: true,
-                };
-                // SAFETY: `mem` lives in the Sim as long as the modules, never resized.
-                RdmaModule::new(config, unsafe { UserBuf::from_mut_slice(&mut mem[r]) })
-                    .with_lock_words()
-            })
-            .collect();
         // No progress yet: nobody has read anybody's keys or word.
-        let mut s = Sim {
-            w: World::default(),
-            m,
-            mem,
-        };
+        let mut s = Sim::unstarted(2, 8, |_| true, |_| false);
         let excl = SyncCall::Lock {
             kind: LockKind::Exclusive,
             target: 1,

@@ -813,6 +813,25 @@ unsafe fn into_buffer(
     len: usize,
     f: impl FnOnce(&mut [u8]) -> Result<(), OscError>,
 ) -> Result<(), OscError> {
+    // SAFETY: the caller's contract.
+    unsafe { into_buffer_if(ty, buf, n, len, |o| Some(f(o))) }.unwrap_or(Ok(()))
+}
+
+/// An accumulate done within the call, given where its result goes (`None`: no result):
+/// `None` when declined (nothing done).
+type AtOnce<'a> = dyn FnMut(Option<&mut [u8]>) -> Option<Result<(), OscError>> + 'a;
+
+/// [`into_buffer`] for an `f` that may decline (`None`: nothing done, nothing unpacked).
+///
+/// # Safety
+/// As [`into_buffer`].
+unsafe fn into_buffer_if(
+    ty: &Ty,
+    buf: *mut c_void,
+    n: usize,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> Option<Result<(), OscError>>,
+) -> Option<Result<(), OscError>> {
     match ty.run(n) {
         // SAFETY: the caller's contract; the run is the elements' bytes.
         Some((off, l)) => {
@@ -820,10 +839,12 @@ unsafe fn into_buffer(
         }
         None => {
             let mut staging = vec![0u8; len];
-            f(&mut staging)?;
-            // SAFETY: the caller's contract.
-            unsafe { ty.unpack(&staging, buf, n) };
-            Ok(())
+            let r = f(&mut staging)?;
+            if r.is_ok() {
+                // SAFETY: the caller's contract.
+                unsafe { ty.unpack(&staging, buf, n) };
+            }
+            Some(r)
         }
     }
 }
@@ -1649,37 +1670,33 @@ unsafe fn rma(
                         }
                         _ => bytes,
                     };
-                    let direct = w.direct(|d| match &res {
-                        None => d.accumulate_now(t, addr, runs, acc, elem, bytes, None),
-                        // SAFETY: the program's result buffer of `rn` elements of `rty`, not
-                        // otherwise accessed during the call (MPI's contract).
-                        Some((rty, rn)) => unsafe {
-                            into_buffer(rty, result, *rn, rty.packed_len(*rn).unwrap_or(0), |o| {
-                                d.accumulate_now(t, addr, runs, acc, elem, bytes, Some(o))
-                            })
-                        },
-                    });
-                    // A module that applies it here (osc-rdma, on a member of this node):
-                    // done, on the program's buffers, nothing to land.
-                    let now = |o: Option<&mut [u8]>| {
-                        w.accumulate_at_once(t, disp, runs, acc, elem, bytes, o)
-                    };
-                    let direct = direct.or_else(|| match &res {
-                        None => now(None),
-                        Some((rty, rn)) => {
-                            let (mut taken, len) = (true, rty.packed_len(*rn).unwrap_or(0));
-                            // SAFETY: as above; not taken, nothing is unpacked (an error).
-                            let r = unsafe {
-                                into_buffer(rty, result, *rn, len, |o| {
-                                    now(Some(o)).unwrap_or_else(|| {
-                                        taken = false;
-                                        Err(OscError::Arg(String::new()))
-                                    })
-                                })
-                            };
-                            taken.then_some(r)
+                    // An operation done within the call writes its result straight into the
+                    // program's buffer (staged and unpacked when not one run).
+                    let at_once = |f: &mut AtOnce<'_>| {
+                        match &res {
+                            None => f(None),
+                            // SAFETY: the program's result buffer of `rn` elements of `rty`,
+                            // not otherwise accessed during the call (MPI's contract).
+                            Some((rty, rn)) => unsafe {
+                                let len = rty.packed_len(*rn).unwrap_or(0);
+                                into_buffer_if(rty, result, *rn, len, |o| f(Some(o)))
+                            },
                         }
-                    });
+                    };
+                    // On a shared window (osc-sm) or by a module that applies it here
+                    // (osc-rdma, on a member of this node): done, nothing to land.
+                    let direct = w
+                        .direct(|d| {
+                            at_once(&mut |o| {
+                                Some(d.accumulate_now(t, addr, runs, acc, elem, bytes, o))
+                            })
+                        })
+                        .flatten()
+                        .or_else(|| {
+                            at_once(&mut |o| {
+                                w.accumulate_at_once(t, disp, runs, acc, elem, bytes, o)
+                            })
+                        });
                     match direct {
                         Some(r) => r.map(|()| Issued::Done).map_err(osc_error),
                         None => {
