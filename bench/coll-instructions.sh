@@ -10,6 +10,8 @@
 # RANKS=2: two ranks on the default stack (coll-sm), an MPI_Barrier between the calls, the
 # one rank counted that never waits in the call (a reduce's or gather's leaf, rank 1; a
 # broadcast's or scatter's root, rank 0): the C layer plus coll-sm's own path, without any wait.
+# Also: one double reduced with a user operation (MPI_Op_create), and
+# MPI_Reduce_scatter_block with a count of 0.
 #   [RANKS=2] bench/coll-instructions.sh TARGET_DIR [LIBDIR...]
 # TARGET_DIR has rmca-cc; each LIBDIR (default TARGET_DIR) a libmpi.so to count (e.g. a build
 # from before a change), one column each.
@@ -58,20 +60,23 @@ for lib in "$@"; do printf ' %28s' "$lib"; done
 echo
 calls="allreduce:MPI_Allreduce inplace:MPI_Allreduce reduce:MPI_Reduce bcast:MPI_Bcast
   allgather:MPI_Allgather allgatherv:MPI_Allgatherv alltoall:MPI_Alltoall alltoallv:MPI_Alltoallv
-  rsblock:MPI_Reduce_scatter_block rscatter:MPI_Reduce_scatter gather:MPI_Gather scatter:MPI_Scatter"
+  rsblock:MPI_Reduce_scatter_block rscatter:MPI_Reduce_scatter gather:MPI_Gather scatter:MPI_Scatter
+  uallreduce:MPI_Allreduce ureduce:MPI_Reduce rsblock0:MPI_Reduce_scatter_block"
+# At two ranks every member of an allreduce waits for the other: only the calls without a wait.
+((ranks == 2)) && calls="reduce:MPI_Reduce bcast:MPI_Bcast gather:MPI_Gather scatter:MPI_Scatter ureduce:MPI_Reduce rsblock0:MPI_Reduce_scatter_block"
 # CALLS=...: a subset of the calls' names (e.g. CALLS="allgatherv alltoallv").
 if [[ -n ${CALLS:-} ]]; then
   pick=
   for c in $calls; do [[ " $CALLS " == *" ${c%%:*} "* ]] && pick+=" $c"; done
   calls=$pick
 fi
-# At two ranks every member of an allreduce waits for the other: only the calls without a wait.
-((ranks == 2)) && calls="reduce:MPI_Reduce bcast:MPI_Bcast gather:MPI_Gather scatter:MPI_Scatter"
 for c in $calls; do
   call=${c%%:*} f=${c##*:}
   label=$f
   [ "$call" = inplace ] && label="$f (MPI_IN_PLACE)"
   ((ranks == 2)) && { [[ $call == bcast || $call == scatter ]] && label="$f (root)" || label="$f (leaf)"; }
+  [[ $call == u* ]] && label="$label (user op)"
+  [ "$call" = rsblock0 ] && label="$label (count 0)"
   printf '%-30s' "$label"
   for lib in "$@"; do
     a=$(count "$lib" $small "$call" "$f") b=$(count "$lib" $large "$call" "$f")

@@ -73,7 +73,8 @@ for b in $BENCHES; do
     for size in ${sizes:-1}; do
       vals() { # runtime: SIZE's figure in every round, sorted
         for r in $(seq "$ROUNDS"); do
-          awk -v s="$size" '$1 == s { print $2 }' "$out/$b.$mode.$1.$r"
+          # (Numbers only: a crashed run's backtrace has lines that start with a size too.)
+          awk -v s="$size" '$1 == s && $2 ~ /^[0-9.]+$/ { print $2 }' "$out/$b.$mode.$1.$r"
         done | sort -g
       }
       med() { vals "$1" | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }

@@ -8,6 +8,8 @@
  * - acc:      MPI_Accumulate of 8 MPI_CHAR (MPI_SUM), flush (osu_acc_latency)
  * - acc64k:   MPI_Accumulate of 65536 MPI_CHAR, flush       (osu_acc_latency, 64 KiB)
  * - acc64ki:  MPI_Accumulate of 16384 MPI_INT, flush
+ * - getacc64k: MPI_Get_accumulate of 65536 MPI_CHAR (MPI_SUM), flush (osu_get_acc_latency,
+ *             64 KiB)
  * - getacc:   MPI_Get_accumulate of 8 MPI_CHAR, flush       (osu_get_acc_latency)
  * - fop:      MPI_Fetch_and_op of one MPI_CHAR (MPI_SUM), flush (osu_fop_latency)
  * - cas:      MPI_Compare_and_swap of one MPI_INT64_T, flush    (osu_cas_latency)
@@ -34,7 +36,7 @@
 
 int main(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc|fop|cas|lockput|lockget|lockacc|lockgetacc|lockfop|lockcas|xlockput|lockall\n");
+    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc64k|getacc|fop|cas|lockput|lockget|lockacc|lockgetacc|lockfop|lockcas|xlockput|lockall\n");
     return 2;
   }
   long rounds = atol(argv[1]);
@@ -95,6 +97,13 @@ int main(int argc, char **argv) {
       MPI_Win_flush(0, win);
     }
     expect = ((int *)base)[BIG / 4 - 1] == rounds ? (char)rounds : -2;
+  } else if (!strcmp(loop, "getacc64k")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Get_accumulate(origin, BIG, MPI_CHAR, result, BIG, MPI_CHAR, 0, 0, BIG, MPI_CHAR, MPI_SUM,
+                         win);
+      MPI_Win_flush(0, win);
+    }
+    expect = (char)rounds;
   } else if (!strcmp(loop, "getacc")) {
     for (long r = 0; r < rounds; r++) {
       MPI_Get_accumulate(origin, 8, MPI_CHAR, result, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, MPI_SUM, win);

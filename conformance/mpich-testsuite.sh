@@ -12,7 +12,8 @@
 #
 # Runs the directories $DIRS (default: pt2pt coll comm group datatype attr topo errhan init
 # info; with threads among them the tree is configured --enable-threads=multiple: give it a
-# WORK_DIR of its own) with their testlist rank counts capped at MAXNP (4), TIMEOUT (60)
+# WORK_DIR of its own; so with rma, io or part, which are configured in only when named) with
+# their testlist rank counts capped at MAXNP (4), TIMEOUT (60)
 # seconds per test; a test passes when its output has " No Errors" (see
 # conformance/mpich_run.py for the rules).
 # Fortran: DIRS with f77, f90 or f08 configure the tree with the implementation's Fortran
@@ -86,13 +87,13 @@ if [[ ! -f $B/config.status ]]; then
     [[ $IMPL == rmca ]] && CC="$CC -mpi-fortran"
   fi
   # Only the C (and, when asked, Fortran) tests of the standard (strict: no MPICH
-  # extensions); no I/O, spawn, partitioned, threads or MPICH's per-algorithm collective
-  # variants (not run here). RMA only when DIRS has rma: the tree's window helpers
-  # (MTestGetWin, used by rma/winname and fkeyvalwin) are compiled only then.
-  RMA=--disable-rma
-  [[ " $DIRS " == *" rma "* ]] && RMA=--enable-rma
-  (cd "$B" && nice -n 10 ./configure MPICC="$CC" CC="$CC" "${FORTRAN[@]}" --disable-cxx --disable-io \
-      --disable-spawn --disable-namepub "$RMA" --disable-part --disable-threadcomm \
+  # extensions); no spawn, threadcomm or MPICH's per-algorithm collective variants (not run
+  # here). RMA, I/O and partitioned communication only when DIRS names rma, io or part: the
+  # tree's window helpers (MTestGetWin, used by rma/winname and fkeyvalwin) and its file
+  # helpers are compiled only then, so a WORK_DIR configured without them stays comparable.
+  enabled() { [[ " $DIRS " == *" $1 "* ]] && echo "--enable-$1" || echo "--disable-$1"; }
+  (cd "$B" && nice -n 10 ./configure MPICC="$CC" CC="$CC" "${FORTRAN[@]}" --disable-cxx "$(enabled io)" \
+      --disable-spawn --disable-namepub "$(enabled rma)" "$(enabled part)" --disable-threadcomm \
       --disable-ft-tests --disable-perftest --disable-collalgo-tests $THREADS \
       --enable-strictmpi >"$B.configure.log" 2>&1) || { tail -30 "$B.configure.log"; exit 1; }
 fi

@@ -906,6 +906,18 @@ pub trait OscModule {
     /// events handled (0: idle).
     fn progress(&mut self, port: &mut dyn OscPort) -> usize;
 
+    /// Did the synchronization just started ([`OscModule::sync`]) finish within that call,
+    /// with nothing of it (or of anything before it) left for a progress pass: nothing to
+    /// send, nothing in flight? Then its outcome, as [`OscModule::sync_done`]'s, and the host
+    /// returns without a pass (osc-rdma: a flush or unlock whose transfers the module moved
+    /// itself, a lock granted at once on a lock word). `None`, the default: the host
+    /// progresses until `sync_done` says so. A module answers `Some` only for
+    /// synchronizations that did work of their own (not a flush with nothing to do, which is
+    /// how a program polls its window).
+    fn sync_done_now(&mut self) -> Option<Result<(), OscError>> {
+        None
+    }
+
     /// Does the operation issued last need a progress pass at once? The host runs one after
     /// each operation, since a message may be what its target waits for. A module whose
     /// operation only queued work that nobody but the origin's own completion waits for

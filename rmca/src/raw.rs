@@ -1084,6 +1084,56 @@ pub unsafe fn iallreduce(
     Ok(start(comm, comm.iallreduce_plan(send, recv, op.0)?))
 }
 
+/// A blocking allreduce of `send` with `op` into `recv` (as long as `send`). Unlike
+/// [`iallreduce`] run to its end, it takes the direct collectives of the communicator's
+/// stack first (coll-sm's shared segment on one node), as the typed
+/// [`Communicator::allreduce`] does.
+pub fn allreduce(
+    comm: &Communicator,
+    send: &[u8],
+    recv: &mut [u8],
+    op: &RawReduction,
+) -> Result<()> {
+    comm.allreduce_erased(send, recv, &op.0)
+}
+
+/// A blocking reduce of `send` with `op` into `recv` at `root` (as long as `send` there;
+/// ignored elsewhere), taking the direct collectives first as [`allreduce`] does.
+pub fn reduce(
+    comm: &Communicator,
+    send: &[u8],
+    recv: Option<&mut [u8]>,
+    op: &RawReduction,
+    root: usize,
+) -> Result<()> {
+    comm.reduce_erased(send, recv, &op.0, root)
+}
+
+/// A blocking reduce_scatter of `send` with `op`: member r gets `counts[r]` bytes of the
+/// result (the bytes after the earlier members' counts; one count per member, the same
+/// everywhere, whole elements, summing to `send.len()`) in `recv`. `block`: every count is
+/// this one (reduce_scatter_block). Takes the direct collectives first as [`allreduce`].
+pub fn reduce_scatter(
+    comm: &Communicator,
+    send: &[u8],
+    recv: &mut [u8],
+    counts: &[usize],
+    op: &RawReduction,
+    block: bool,
+) -> Result<()> {
+    let mut at = 0usize;
+    let mut chunks = Vec::with_capacity(counts.len());
+    for &k in counts {
+        let end = at
+            .checked_add(k)
+            .ok_or_else(|| Error::InvalidArgument("reduce_scatter: the counts overflow".into()))?;
+        chunks.push(at..end);
+        at = end;
+    }
+    let block = if block { counts.first().copied() } else { None };
+    comm.reduce_scatter_erased(send, recv, &chunks, &op.0, block)
+}
+
 /// Start a gather of the `block` bytes at `send` to `root`, into `recv` (size × `block`
 /// bytes, in rank order; ignored elsewhere) (see [`Communicator::igather`]). `send` is read
 /// when the call starts, not later.

@@ -364,6 +364,58 @@ static void userops(MPI_Comm comm, MPI_Op uop, int bytes) {
           "reduce_scatter_block of the user op k=%d: %d wrong", k, bad);
 }
 
+/* A commutative user operation: elementwise sum of ints, called with MPI's convention. */
+static void usum(void *invec, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const int *a = invec;
+    int *b = inout;
+    for (int i = 0; i < *len; i++) b[i] += a[i];
+}
+
+/* The commutative user operation through allreduce, reduce (every root), reduce_scatter
+ * and reduce_scatter_block: blocking (coll-sm up to its limits), non-blocking and the
+ * reference agree. */
+static void usums(MPI_Comm comm, MPI_Op sop, int bytes) {
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int n = bytes / 4, k = n / size, bad = 0;
+    int *x = (int *)in, *got = (int *)blk, *ref = (int *)inpl;
+    for (int i = 0; i < n; i++) x[i] = rank * 31 + i;
+    for (int i = 0; i < n; i++) ref[i] = size * i + 31 * size * (size - 1) / 2;
+    MPI_Request req;
+    memset(got, 0xEE, (size_t)n * 4);
+    memset(nb, 0xDD, (size_t)n * 4);
+    OK(MPI_Allreduce(x, got, n, MPI_INT, sop, comm));
+    OK(MPI_Iallreduce(x, nb, n, MPI_INT, sop, comm, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(memcmp(got, nb, (size_t)n * 4) == 0 && memcmp(got, ref, (size_t)n * 4) == 0,
+          "allreduce of the commutative user op n=%d", n);
+    for (int root = 0; root < size; root++) {
+        memset(got, 0xEE, (size_t)n * 4);
+        OK(MPI_Reduce(x, got, n, MPI_INT, sop, root, comm));
+        if (rank == root)
+            CHECK(memcmp(got, ref, (size_t)n * 4) == 0, "reduce of the commutative user op n=%d root=%d",
+                  n, root);
+    }
+    memset(got, 0xEE, (size_t)k * 4);
+    OK(MPI_Reduce_scatter_block(x, got, k, MPI_INT, sop, comm));
+    for (int i = 0; i < k; i++) bad += got[i] != ref[rank * k + i];
+    CHECK(bad == 0, "reduce_scatter_block of the commutative user op k=%d: %d wrong", k, bad);
+    int counts[64], at = 0;
+    for (int q = 0; q < size; q++) counts[q] = q % 2 ? k + q % 3 : k / 2;
+    for (int q = 0; q < rank; q++) at += counts[q];
+    int total = 0;
+    for (int q = 0; q < size; q++) total += counts[q];
+    if (total <= n && size <= 64) {
+        memset(got, 0xEE, (size_t)counts[rank] * 4);
+        OK(MPI_Reduce_scatter(x, got, counts, MPI_INT, sop, comm));
+        bad = 0;
+        for (int i = 0; i < counts[rank]; i++) bad += got[i] != ref[at + i];
+        CHECK(bad == 0, "reduce_scatter of the commutative user op total=%d: %d wrong", total, bad);
+    }
+}
+
 /* Gather and scatter of `bytes`-byte blocks at every root: blocking (coll-sm up to its
  * limits), non-blocking (coll-base), in place and the reference agree. */
 static void rooted(MPI_Comm comm, int bytes) {
@@ -520,6 +572,8 @@ int main(int argc, char **argv) {
     const char *opnames[] = {"sum", "max", "min", "prod", "bxor"};
     MPI_Op uop;
     MPI_Op_create(affine, 0, &uop);
+    MPI_Op sop;
+    MPI_Op_create(usum, 1, &sop);
 
     for (int s = 0; s < NSIZES; s++) {
         /* The communicators take turns, so their segments are in use together. */
@@ -538,6 +592,7 @@ int main(int argc, char **argv) {
                 }
             rooted(comms[c], sizes[s]);
             if (s % 2 == 0) userops(comms[c], uop, sizes[s]);
+            if (s % 2 == 1) usums(comms[c], sop, sizes[s]);
         }
     }
     for (int c = 0; c < 4; c++) {
@@ -552,6 +607,7 @@ int main(int argc, char **argv) {
     back_to_back(dup);
     MPI_Comm_free(&dup);
     MPI_Op_free(&uop);
+    MPI_Op_free(&sop);
     int rc = summary("coll_sm");
     MPI_Finalize();
     return rc;

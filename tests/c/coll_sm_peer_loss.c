@@ -3,8 +3,9 @@
  * (class MPI_ERR_PROC_ABORTED, a peer process failed), never hang. Run under rmca-run
  * --keep-going, so that the launcher lets the survivors finish.
  *
- * Usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall|reduce_scatter|gather|scatter
- *        before|inside
+ * Usage: coll_sm_peer_loss barrier|allreduce|bcast|allgather|alltoall|reduce_scatter|gather|scatter|
+ *        allreduce_user|reduce_user before|inside
+ * (the _user forms reduce with an operation of MPI_Op_create, which coll-sm serves too)
  * The last rank is the victim (the root of the bcast and the scatter; rank 0 gathers). "before": it dies at once, the others
  * enter the collective whenever they get there; "inside": it dies 300 ms late, when the others
  * have long been waiting (asleep, in block mode). Each survivor prints
@@ -25,6 +26,12 @@ static void on_error(MPI_Comm *comm, int *code, ...) {
     (void)comm;
     handler_calls++;
     MPI_Error_class(*code, &handler_class);
+}
+
+/* A user operation: elementwise sum of longs. */
+static void lsum(void *invec, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    for (int i = 0; i < *len; i++) ((long *)inout)[i] += ((const long *)invec)[i];
 }
 
 static double now_ms(void) {
@@ -73,6 +80,15 @@ int main(int argc, char **argv) {
         rc = MPI_Barrier(MPI_COMM_WORLD);
     } else if (strcmp(op, "allreduce") == 0) {
         rc = MPI_Allreduce(&in, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    } else if (strcmp(op, "allreduce_user") == 0) {
+        MPI_Op uop;
+        MPI_Op_create(lsum, 1, &uop);
+        rc = MPI_Allreduce(&in, &sum, 1, MPI_LONG, uop, MPI_COMM_WORLD);
+    } else if (strcmp(op, "reduce_user") == 0) {
+        /* Rank 0 reduces: it waits for the victim's part. */
+        MPI_Op uop;
+        MPI_Op_create(lsum, 1, &uop);
+        rc = MPI_Reduce(&in, &sum, 1, MPI_LONG, uop, 0, MPI_COMM_WORLD);
     } else if (strcmp(op, "allgather") == 0 && n <= 64) {
         rc = MPI_Allgather(&in, 1, MPI_LONG, all, 1, MPI_LONG, MPI_COMM_WORLD);
     } else if (strcmp(op, "alltoall") == 0 && n <= 64) {

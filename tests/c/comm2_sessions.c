@@ -33,9 +33,34 @@ int main(void) {
     CHECK(flag == 0, "MPI_Initialized under sessions: %d", flag);
     OK(MPI_Group_from_session_pset(s, "mpi://WORLD", &g));
     OK(MPI_Comm_create_from_group(g, "rmca.sessions.world", MPI_INFO_NULL, MPI_ERRORS_RETURN, &c));
-    MPI_Group_free(&g);
     MPI_Comm_rank(c, &r);
     MPI_Comm_size(c, &n);
+    /* A communicator of all but one process (MPI 4.0's example 10.8 as MPICH's
+     * session_mod_group runs it): the one left out passes MPI_GROUP_EMPTY and gets
+     * MPI_COMM_NULL at once, a local call, while the others create theirs. */
+    if (n > 1) {
+        MPI_Group most;
+        int out = n - 2;
+        MPI_Comm sub = MPI_COMM_WORLD;
+        OK(MPI_Group_excl(g, 1, &out, &most));
+        if (r == out) {
+            OK(MPI_Comm_create_from_group(MPI_GROUP_EMPTY, "rmca.sessions.most", MPI_INFO_NULL,
+                                          MPI_ERRORS_RETURN, &sub));
+            CHECK(sub == MPI_COMM_NULL, "left out of the group: not MPI_COMM_NULL");
+        } else {
+            OK(MPI_Comm_create_from_group(most, "rmca.sessions.most", MPI_INFO_NULL,
+                                          MPI_ERRORS_RETURN, &sub));
+            int subsize = 0, subsum = 0, subrank = -1;
+            MPI_Comm_size(sub, &subsize);
+            MPI_Comm_rank(sub, &subrank);
+            OK(MPI_Allreduce(&subrank, &subsum, 1, MPI_INT, MPI_SUM, sub));
+            CHECK(subsize == n - 1 && subsum == (n - 1) * (n - 2) / 2, "most: size %d sum %d",
+                  subsize, subsum);
+            OK(MPI_Comm_free(&sub));
+        }
+        MPI_Group_free(&most);
+    }
+    MPI_Group_free(&g);
     OK(MPI_Allreduce(&r, &sum, 1, MPI_INT, MPI_SUM, c));
     CHECK(sum == n * (n - 1) / 2, "allreduce %d", sum);
     int got = -1;

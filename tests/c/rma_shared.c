@@ -403,6 +403,116 @@ static void bulk(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* 64 KiB accumulates on an MPI_Win_allocate window (osc-sm's wide loops: the C library's
+ * fast path, one run under the target's lock, 32-byte vectors where the CPU has AVX2), every
+ * rank into rank 0 at once, ROUNDS times, checked exactly: MPI_CHAR sums (OSU's
+ * osu_acc_latency, wrapping), MPI_Get_accumulate with MPI_MAX on ints (every fetched element
+ * 0 or one rank's), MPI_BXOR on 64-bit words, MPI_PROD on doubles, and a run that starts one
+ * byte into the window and ends mid-vector (MPI_UNSIGNED_CHAR sums). */
+static void wide(void) {
+    enum { KB64 = 65536, ROUNDS = 3 };
+    struct area {
+        char chars[KB64];
+        int32_t imax[KB64 / 4];
+        uint64_t bx[KB64 / 8];
+        double prod[KB64 / 8];
+        unsigned char odd[KB64 + 40];
+    } *z = NULL;
+    MPI_Win win;
+    MPI_Aint bytes = rank == 0 ? (MPI_Aint)sizeof *z : 0;
+    OK(MPI_Win_allocate(bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &z, &win));
+    if (rank == 0) {
+        memset(z, 0, sizeof *z);
+        for (int i = 0; i < KB64 / 8; i++) z->prod[i] = 1.0;
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    char *chars = malloc(KB64);
+    int32_t *ints = malloc(KB64), *old = malloc(KB64);
+    uint64_t *bits = malloc(KB64);
+    double *dbls = malloc(KB64);
+    unsigned char *odd = malloc(KB64 + 3);
+    for (int i = 0; i < KB64; i++) chars[i] = (char)(rank + 1 + i % 7);
+    for (int i = 0; i < KB64 / 4; i++) ints[i] = 100000 * (rank + 1) + i;
+    for (int i = 0; i < KB64 / 8; i++) {
+        bits[i] = (uint64_t)(rank + 1) << (i % 50);
+        dbls[i] = (i % 3 == 0) ? 2.0 : 1.0;
+    }
+    for (int i = 0; i < KB64 + 3; i++) odd[i] = (unsigned char)(rank + i % 11);
+    const MPI_Aint o_chars = offsetof(struct area, chars), o_imax = offsetof(struct area, imax),
+                   o_bx = offsetof(struct area, bx), o_prod = offsetof(struct area, prod),
+                   o_odd = offsetof(struct area, odd) + 1;
+    int fetched_bad = 0;
+    OK(MPI_Win_lock_all(0, win));
+    for (int r = 0; r < ROUNDS; r++) {
+        POLL(MPI_Accumulate(chars, KB64, MPI_CHAR, 0, o_chars, KB64, MPI_CHAR, MPI_SUM, win));
+        POLL(MPI_Win_flush(0, win));
+        for (int i = 0; i < KB64 / 4; i++) old[i] = -5;
+        POLL(MPI_Get_accumulate(ints, KB64 / 4, MPI_INT32_T, old, KB64 / 4, MPI_INT32_T, 0,
+                                o_imax, KB64 / 4, MPI_INT32_T, MPI_MAX, win));
+        POLL(MPI_Win_flush(0, win));
+        for (int i = 0; i < KB64 / 4; i++)
+            if (old[i] != 0 && (old[i] % 100000 != i || old[i] / 100000 > size)) fetched_bad++;
+        POLL(MPI_Accumulate(bits, KB64 / 8, MPI_UINT64_T, 0, o_bx, KB64 / 8, MPI_UINT64_T,
+                            MPI_BXOR, win));
+        POLL(MPI_Accumulate(dbls, KB64 / 8, MPI_DOUBLE, 0, o_prod, KB64 / 8, MPI_DOUBLE, MPI_PROD,
+                            win));
+        POLL(MPI_Accumulate(odd, KB64 + 3, MPI_UNSIGNED_CHAR, 0, o_odd, KB64 + 3,
+                            MPI_UNSIGNED_CHAR, MPI_SUM, win));
+        POLL(MPI_Win_flush(0, win));
+    }
+    OK(MPI_Win_unlock_all(win));
+    CHECK(!fetched_bad, "64 KiB get_accumulate MAX fetched %d elements no rank put there",
+          fetched_bad);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        int bad = 0;
+        for (int i = 0; i < KB64 && !bad; i++) {
+            long c = 0;
+            for (int q = 0; q < size; q++) c += q + 1 + i % 7;
+            if (z->chars[i] != (char)(ROUNDS * c)) {
+                CHECK(0, "chars[%d] = %d, want %d", i, z->chars[i], (char)(ROUNDS * c));
+                bad = 1;
+            }
+        }
+        for (int i = 0; i < KB64 / 4 && !bad; i++) {
+            if (z->imax[i] != 100000 * size + i) {
+                CHECK(0, "imax[%d] = %d, want %d", i, z->imax[i], 100000 * size + i);
+                bad = 1;
+            }
+        }
+        for (int i = 0; i < KB64 / 8 && !bad; i++) {
+            uint64_t want = 0;
+            for (int q = 0; q < size; q++)
+                if (ROUNDS % 2) want ^= (uint64_t)(q + 1) << (i % 50);
+            double p = 1.0;
+            for (int k = 0; k < ROUNDS * size; k++) p *= (i % 3 == 0) ? 2.0 : 1.0;
+            if (z->bx[i] != want || z->prod[i] != p) {
+                CHECK(0, "bx[%d] = %llx (want %llx), prod %g (want %g)", i,
+                      (unsigned long long)z->bx[i], (unsigned long long)want, z->prod[i], p);
+                bad = 1;
+            }
+        }
+        for (int i = 0; i < KB64 + 40 && !bad; i++) {
+            long c = 0;
+            if (i >= 1 && i < KB64 + 4)
+                for (int q = 0; q < size; q++) c += q + (i - 1) % 11;
+            if (z->odd[i] != (unsigned char)(ROUNDS * c)) {
+                CHECK(0, "odd[%d] = %d, want %d", i, z->odd[i], (unsigned char)(ROUNDS * c));
+                bad = 1;
+            }
+        }
+        CHECK(!bad, "64 KiB accumulates from %d ranks", size);
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    free(chars);
+    free(ints);
+    free(old);
+    free(bits);
+    free(dbls);
+    free(odd);
+    OK(MPI_Win_free(&win));
+}
+
 /* Bad input: the RMA error classes, nothing written at the target. */
 static void bad_input(void) {
     int *mem = NULL;
@@ -894,6 +1004,7 @@ int main(int argc, char **argv) {
     every_call(0);
     contention();
     bulk();
+    wide();
     bad_input();
     fast_values();
     fast_bad_input();

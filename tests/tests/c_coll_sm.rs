@@ -2,14 +2,16 @@
 //! allreduce, allgather, alltoall, allgatherv, alltoallv, reduce_scatter(_block), gather and
 //! scatter coll-sm serves give the bytes of their non-blocking forms (coll-base's schedules;
 //! the v-variants with uneven counts, zeros and displacements out of order, and an alltoallv
-//! only one member cannot fit; a non-commutative user operation) for every type, operation,
+//! only one member cannot fit; user operations, commutative and not, which coll-sm serves
+//! as the predefined ones) for every type, operation,
 //! root and sizes around the thresholds, with MPI_IN_PLACE, on the world, a dup and split sub-communicators in turn (several segments at
 //! once), back to back with rotating roots, and barriers in order; at 1-4 ranks over ob1+shm
 //! and dr+shm, with the default thresholds and with small ones, and oversubscribed (4 ranks
 //! on this 2-CPU machine) within the job's timeout; `--mca coll base` leaves coll-sm out.
 //! A member killed before or during a collective fails the survivors' call through the
 //! communicator's error handler (`tests/c/coll_sm_peer_loss.c`), and a `coll_sm_max_size`
-//! beyond its range is refused at init, naming the parameter and the range.
+//! beyond its range is refused at init, naming the parameter and the range. Collectives
+//! accept `MPI_DATATYPE_NULL` where nothing moves (`tests/c/coll_null.c`).
 
 use rmca_tests::c::{compile, run};
 use rmca_tests::{run_job, run_job_with, Job};
@@ -134,6 +136,9 @@ fn a_dead_member_fails_the_survivors_collective_instead_of_hanging() {
         // Only the root of a gather waits: two ranks, the root the one survivor.
         ("gather", "inside", 2, &[]),
         ("scatter", "before", 4, &[("mpi_wait_mode", "block")]),
+        // User operations (MPI_Op_create) reach coll-sm as the predefined ones do.
+        ("allreduce_user", "inside", 3, &[]),
+        ("reduce_user", "inside", 2, &[]),
     ];
     for &(op, when, ranks, mca) in cases {
         let out = run_job_with(
@@ -188,4 +193,13 @@ fn coll_sm_max_size_beyond_its_range_is_refused() {
         "{}",
         out.text()
     );
+}
+
+/// Collectives accept `MPI_DATATYPE_NULL` where its count is 0 (every count of that side on
+/// the rank, for the v and w forms), as point-to-point does and MPICH does
+/// (pmodels/mpich#6323), and still refuse it with data (`tests/c/coll_null.c`): every
+/// collective and its non-blocking form, at 1, 2 and 3 ranks in every configuration.
+#[test]
+fn collectives_accept_the_null_datatype_where_nothing_moves() {
+    rmca_tests::c::every_config("coll_null");
 }

@@ -135,6 +135,11 @@ const INLINE_AT: usize = 16;
 /// line, not two.
 pub const INLINE: usize = 64 - INLINE_AT;
 
+/// The shortest block a scatter's root leaves out of its slot (its own: see
+/// [`Run::publish_except`]); shorter ones are published with the rest in one copy, which
+/// costs less than two.
+const SKIP_OWN_BLOCK: usize = 512;
+
 /// Bytes between two stamped lines (one cache line each).
 const STAMP_STRIDE: usize = 64;
 /// Data bytes of a stamped line: the line less its stamp word.
@@ -804,6 +809,36 @@ impl Run {
         self.post(mem, 1)
     }
 
+    /// [`Run::publish`] of `data` but for the bytes `skip`, which no reader reads (a
+    /// scatter root's own block): left unwritten in an unstamped slot; a stamped post
+    /// (short inputs) writes everything as [`Run::publish`] does.
+    fn publish_except<M: Mem + ?Sized>(
+        &mut self,
+        mem: &M,
+        data: &[u8],
+        skip: Range<usize>,
+    ) -> Step {
+        if self.stamped > 0 {
+            return self.publish(mem, data);
+        }
+        if let Some(w) = self.wait_freed(mem) {
+            return w;
+        }
+        let (l, me, seq) = (self.layout, self.me, self.seq);
+        if l.n > 1 {
+            let at = l.data(me, seq, self.len);
+            let (head, tail) = (&data[..skip.start], &data[skip.end..]);
+            if !head.is_empty() {
+                mem.write(at, head);
+            }
+            if !tail.is_empty() {
+                mem.write(at + skip.end, tail);
+            }
+        }
+        self.stage = 1;
+        self.post(mem, 1)
+    }
+
     /// Copy bytes `range` of rank `q`'s stamped input (posted: see the module doc) to `out`.
     fn read_stamped<M: Mem + ?Sized>(
         &self,
@@ -970,9 +1005,15 @@ impl Run {
         let gather = matches!(self.op, Op::Gather { .. });
         if gather != (me == root) {
             // A gather's leaf or a scatter's root: publish, and done (the readers free the
-            // slot when they have read it).
+            // slot when they have read it). A scatter's root leaves its own block out when
+            // it is long enough for the copy saved to outweigh a second write: no one reads
+            // it there.
             if self.stage == 0 {
-                return self.publish(mem, &send[..len]);
+                let block = len / n;
+                if gather || block < SKIP_OWN_BLOCK {
+                    return self.publish(mem, &send[..len]);
+                }
+                return self.publish_except(mem, &send[..len], me * block..(me + 1) * block);
             }
             if !gather {
                 // The scatter's root keeps its own block.

@@ -49,7 +49,6 @@ fn transfer(pid: u32, local: *mut u8, runs: &[(u64, usize)], write: bool) -> io:
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     };
-    let pid = pid as libc::pid_t;
     let mut at = 0usize;
     for chunk in runs.chunks(BATCH) {
         // (One run, the common case: no array of iovecs to fill.)
@@ -74,32 +73,17 @@ fn transfer(pid: u32, local: *mut u8, runs: &[(u64, usize)], write: bool) -> io:
             iov_base: local.wrapping_add(at).cast(),
             iov_len: len,
         };
-        loop {
-            // SAFETY: `liov` covers `len` bytes of the caller's buffer, valid for reads (and
-            // writes when reading from the target) during the call; the kernel checks the
-            // remote ranges against the target's address space.
-            let n = unsafe {
-                if write {
-                    libc::process_vm_writev(pid, &liov, 1, riov.as_ptr(), chunk.len() as _, 0)
-                } else {
-                    libc::process_vm_readv(pid, &liov, 1, riov.as_ptr(), chunk.len() as _, 0)
-                }
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n as usize != len {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("CMA moved {n} of {len} bytes"),
-                ));
-            }
-            break;
-        }
+        // SAFETY: `liov` covers `len` bytes of the caller's buffer, valid for reads (and
+        // writes when reading from the target) during the call.
+        unsafe {
+            crate::cma::vm_rw(
+                pid,
+                std::slice::from_ref(&liov),
+                &riov[..chunk.len()],
+                !write,
+                len,
+            )
+        }?;
         at += len;
     }
     Ok(())
@@ -119,9 +103,10 @@ fn write(pid: u32, from: &[u8], runs: &[(u64, usize)]) -> io::Result<()> {
 /// The first copy of an operation failed: nothing was written. Not permitted or no such
 /// process: the target is out of CMA's reach; anything else is the operation's error.
 fn first(e: io::Error) -> Failure {
-    match e.raw_os_error() {
-        Some(libc::EPERM | libc::ESRCH | libc::ENOSYS) => Failure::Unreachable(e),
-        _ => later(e),
+    if crate::cma::unreachable(&e) {
+        Failure::Unreachable(e)
+    } else {
+        later(e)
     }
 }
 

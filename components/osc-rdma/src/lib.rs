@@ -19,6 +19,10 @@
 //! applies them itself, by CMA under the target's accumulate word in the same shared object
 //! ([`direct`], `osc_rdma_acc_direct`), which the target holds while it applies the ones
 //! that come as messages.
+//! And so are puts and gets of the program's own buffers to those targets: the origin moves
+//! them itself by CMA at the synchronization that completes them, every one queued since in
+//! one system call per target ([`cma`], `osc_rdma_cma_direct`), so that a put and its flush,
+//! or a lock, a get and an unlock, cost one system call and no pass of the PML.
 //!
 //! The component serves a window when the PML says an RDMA BTL reaches every member
 //! ([`WinConfig::rdma`]; pml-dr offers none, so osc-am serves its windows); osc-sm ranks
@@ -29,9 +33,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cma;
 pub mod direct;
 pub mod lockword;
 mod module;
+pub mod slot;
 pub mod track;
 
 /// The unit tests' allocator: counts each thread's allocations (tests that a warm path
@@ -75,6 +81,12 @@ const SMALL_LIMIT: u64 = 0;
 /// (rc's work requests) would meet lower: the parameter says where.
 const MIN_RUN: u64 = 16384;
 
+/// Default `osc_rdma_acc_slot_ns`: how long an origin waits for a target of its node to
+/// take an accumulate posted in its slot before it applies it by CMA itself. A target in
+/// MPI's progress takes it within a pass (well under a microsecond); the bound is paid only
+/// when the target computes, once per 64 operations to it.
+const ACC_SLOT_NS: u64 = 4000;
+
 impl Component for RdmaComponent {
     fn meta(&self) -> ComponentMeta {
         ComponentMeta {
@@ -107,6 +119,18 @@ impl Component for RdmaComponent {
             Param::int("acc_direct", 1)
                 .range(0, 1)
                 .help("Accumulates, fetch-and-ops and compare-and-swaps on the window's members on this node are applied by the origin itself (the target's bytes read and written by CMA under the target's accumulate word, in the small shared object that holds its lock word), on windows over memory given at creation: no message, no work at the target (0: the target applies every one, sent as a message; members on other nodes, and dynamic windows, always so)")
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::int("acc_slot_ns", ACC_SLOT_NS as i64)
+                .range(0, 1_000_000_000)
+                .help("Accumulates, fetch-and-ops and compare-and-swaps of one contiguous run (up to 256 bytes) on the window's members on this node are posted in a slot of the target's shared object for the target's progress to apply (no system call); one not taken within this many nanoseconds (the target computes outside MPI) is claimed back and applied by the origin by CMA (osc_rdma_acc_direct), as are the next 64 to that target (0: never posted)")
+                .level(Level::Tuning),
+        );
+        params.add(
+            Param::int("cma_direct", 1)
+                .range(0, 1)
+                .help("Puts and gets of the program's contiguous buffers to the window's members on this node are moved by the origin itself with CMA at the synchronization (or progress) that completes them, all those queued since in one system call per target, on windows over memory given at creation (0: by the BTLs' RDMA through the PML; members on other nodes, and dynamic windows, always so)")
                 .level(Level::Tuning),
         );
         params.add(
@@ -159,6 +183,8 @@ impl OscComponent for RdmaComponent {
         // Accumulates by CMA under the target's word: any window over memory given at
         // creation (a dynamic window's targets are reached by messages only).
         let acc = !config.dynamic && params.get_int("osc_rdma_acc_direct").unwrap_or(1) != 0;
+        // Puts and gets by CMA from here: likewise.
+        let cma = !config.dynamic && params.get_int("osc_rdma_cma_direct").unwrap_or(1) != 0;
         let module =
             RdmaModule::with_small_limit(config, memory, small_limit).with_min_run(min_run);
         let module = if words {
@@ -166,6 +192,18 @@ impl OscComponent for RdmaComponent {
         } else {
             module
         };
-        Ok(Box::new(if acc { module.with_acc_words() } else { module }))
+        let module = if cma {
+            module.with_cma_direct()
+        } else {
+            module
+        };
+        let slot_ns = params
+            .get_int("osc_rdma_acc_slot_ns")
+            .map_or(ACC_SLOT_NS, |v| u64::try_from(v).unwrap_or(ACC_SLOT_NS));
+        Ok(Box::new(if acc {
+            module.with_acc_words().with_acc_slots(slot_ns)
+        } else {
+            module
+        }))
     }
 }

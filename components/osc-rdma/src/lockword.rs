@@ -12,6 +12,10 @@
 //! word ([`crate::direct`]), and the member holds it while it applies the ones that come as
 //! messages.
 //!
+//! After its first page the object holds one slot per origin rank ([`crate::slot`]): an
+//! origin posts an accumulate of one run there and the member applies it in its progress
+//! (320 bytes a slot, pages the kernel provides only once an origin writes its slot).
+//!
 //! Only windows over memory given at creation use words (not dynamic ones, whose operations
 //! all go as messages the target must apply: there a word held across the round trip costs
 //! more under contention than the message protocol, which grants, applies and releases
@@ -35,12 +39,34 @@ use rmca_osc_am::lockword::LockWord;
 /// The message's kind byte (reserved by osc-am's wire module).
 pub const KIND: u8 = rmca_osc_am::wire::RDMA_LOCK_WORD;
 
-/// Bytes of the object: one page (the lock word at 0, the cookie at 8, the accumulate word
-/// at 64: a cache line of its own, since origins spin on it while the lock word is held).
+/// Bytes of the object's first page (the lock word at 0, the cookie at 8, the accumulate
+/// word at 64: a cache line of its own, since origins spin on it while the lock word is held;
+/// the slots' pending count at 128, which the member reads at each progress), then the slots.
 const LEN: usize = 4096;
 const WORD: usize = 0;
 const COOKIE: usize = 8;
 const ACC: usize = 64;
+const PENDING: usize = 128;
+
+/// Windows of more ranks have no slots (the object would span more than 330 KB of address
+/// space in each member of the node that maps it).
+pub const MAX_SLOTS: usize = 1024;
+
+/// The slots of an object made for `slots` origins (none above [`MAX_SLOTS`]).
+fn area(slots: usize) -> crate::slot::Area {
+    crate::slot::Area {
+        pending: PENDING / 8,
+        first: LEN / 8,
+        slots: if slots <= MAX_SLOTS { slots } else { 0 },
+    }
+}
+
+/// The object's words, for the slots' protocol.
+impl crate::slot::Cells for Mapping {
+    fn cell(&self, i: usize) -> &AtomicU64 {
+        self.atomic_u64(i * 8)
+    }
+}
 
 /// A lock word in a mapped object (this member's or another's), kept mapped while the
 /// engine uses it.
@@ -69,6 +95,7 @@ impl LockWord for SegAccWord {
 pub struct Page {
     map: Rc<Mapping>,
     pid: u32,
+    area: crate::slot::Area,
 }
 
 impl Page {
@@ -86,6 +113,11 @@ impl Page {
     pub fn pid(&self) -> u32 {
         self.pid
     }
+
+    /// The member's slots ([`crate::slot`]) and the words they are in.
+    pub fn slots(&self) -> (&Mapping, crate::slot::Area) {
+        (&self.map, self.area)
+    }
 }
 
 /// Where a member's word is, as its message says.
@@ -99,18 +131,21 @@ pub struct Announce {
     pub fd: i32,
     /// The random word the member wrote in the object.
     pub cookie: u64,
+    /// Its slots (one per origin rank, after the first page; 0: none).
+    pub slots: u32,
 }
 
 impl Announce {
     /// The message.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(25);
+        let mut out = Vec::with_capacity(29);
         Writer::new(&mut out)
             .u8(KIND)
             .u64(self.node)
             .u32(self.pid)
             .i32(self.fd)
-            .u64(self.cookie);
+            .u64(self.cookie)
+            .u32(self.slots);
         out
     }
 
@@ -125,6 +160,7 @@ impl Announce {
             pid: r.u32().ok()?,
             fd: r.i32().ok()?,
             cookie: r.u64().ok()?,
+            slots: r.u32().ok()?,
         })
     }
 }
@@ -139,14 +175,16 @@ pub struct Own {
 }
 
 impl Own {
-    /// A fresh free word (`None`, logged, if the system refuses: messages then serve every
-    /// lock of this member).
-    pub fn create() -> Option<Self> {
+    /// A fresh free word, and slots for `slots` origin ranks (none above [`MAX_SLOTS`])
+    /// (`None`, logged, if the system refuses: messages then serve every lock of this
+    /// member).
+    pub fn create(slots: usize) -> Option<Self> {
         let node = node_token();
         if node == 0 {
             return None;
         }
-        let (map, fd) = match Mapping::create_exported(LEN, "osc-rdma lock word") {
+        let area = area(slots);
+        let (map, fd) = match Mapping::create_exported(area.words() * 8, "osc-rdma lock word") {
             Ok(m) => m,
             Err(e) => {
                 tracing::debug!("osc-rdma: no lock word ({e}): locks go by messages");
@@ -162,6 +200,7 @@ impl Own {
             pid: std::process::id(),
             fd: fd.as_raw_fd(),
             cookie,
+            slots: area.slots as u32,
         };
         Some(Self {
             map: Rc::new(map),
@@ -184,6 +223,16 @@ impl Own {
     pub fn announce(&self) -> Announce {
         self.announce
     }
+
+    /// This member's slots, which it serves ([`crate::slot::serve`]), and its accumulate
+    /// word, which it holds meanwhile.
+    pub fn slots(&self) -> (&Mapping, crate::slot::Area, &AtomicU64) {
+        (
+            &self.map,
+            area(self.announce.slots as usize),
+            self.map.atomic_u64(ACC),
+        )
+    }
 }
 
 /// Map the object a member announced, if it is of this node and pid namespace and the object
@@ -193,7 +242,11 @@ pub fn open(a: &Announce) -> Option<Page> {
     if a.node != node_token() || a.node == 0 {
         return None;
     }
-    let map = match Mapping::open_exported(a.pid, a.fd, LEN) {
+    let area = area(a.slots as usize);
+    if area.slots != a.slots as usize {
+        return None;
+    }
+    let map = match Mapping::open_exported(a.pid, a.fd, area.words() * 8) {
         Ok(m) => m,
         Err(e) => {
             tracing::debug!(
@@ -210,6 +263,7 @@ pub fn open(a: &Announce) -> Option<Page> {
     Some(Page {
         map: Rc::new(map),
         pid: a.pid,
+        area,
     })
 }
 
@@ -219,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_word_announced_is_mapped_by_a_member_of_the_node_only() {
-        let own = Own::create().expect("memfd here");
+        let own = Own::create(3).expect("memfd here");
         let a = own.announce();
         assert_eq!(Announce::decode(&a.encode()), Some(a));
         assert_eq!(Announce::decode(&a.encode()[..20]), None, "truncated");
@@ -247,5 +301,33 @@ mod tests {
             "another object"
         );
         assert!(open(&Announce { fd: 0, ..a }).is_none(), "not an object");
+        // Slots: the member's and the origin's views are one object; more slots than the
+        // object holds cannot be mapped.
+        let (cells, area, _) = own.slots();
+        assert_eq!(area.slots, 3);
+        let (theirs_cells, theirs_area) = theirs.slots();
+        assert_eq!(theirs_area, area);
+        use crate::slot::Cells;
+        theirs_cells
+            .cell(area.first + 2 * crate::slot::STRIDE + 9)
+            .store(11, Ordering::Relaxed);
+        assert_eq!(
+            cells
+                .cell(area.first + 2 * crate::slot::STRIDE + 9)
+                .load(Ordering::Relaxed),
+            11
+        );
+        assert!(
+            open(&Announce { slots: 4, ..a }).is_none(),
+            "longer than the object"
+        );
+        assert!(
+            open(&Announce {
+                slots: MAX_SLOTS as u32 + 1,
+                ..a
+            })
+            .is_none(),
+            "more slots than any object has"
+        );
     }
 }

@@ -23,6 +23,10 @@ const KEYS: u8 = rmca_osc_am::wire::RDMA_KEYS;
 /// Set in the ids of the operations moved by RDMA (the engine numbers its own from 1).
 const RDMA_OP: OpId = 1 << 62;
 
+/// Operations to a target that go by CMA straight away after a request posted in its slot
+/// had to be claimed back (the target computes, or sleeps in a blocking wait).
+const SLOT_SKIP: u32 = 64;
+
 /// What a member said about its memory.
 #[derive(Debug)]
 enum Peer {
@@ -124,6 +128,49 @@ pub struct RdmaModule {
     queued_only: bool,
     /// The engine refused a member's lock word on arrival: see [`RdmaModule::adopt_words`].
     words_refused: bool,
+    /// Accumulates of one run to the node's members are posted in their slots for them to
+    /// apply ([`crate::slot`]), claimed back after this many nanoseconds untaken
+    /// (`osc_rdma_acc_slot_ns`; 0: never posted), and which targets to post to.
+    slot_bound: u64,
+    policy: crate::slot::Policy,
+    /// The clock of the slots' waits, and the scratch of the requests this member serves.
+    clock: std::time::Instant,
+    slot_scratch: Vec<u8>,
+    /// An accumulate was applied within its call (by slot, CMA or in place) since the last
+    /// synchronization: the next one may finish without a progress pass (`quick`).
+    applied: bool,
+    /// Requests served here for others, posted, claimed back; accumulates applied in place
+    /// to this process's own memory (logged at the window's end).
+    slot_counts: [u64; 4],
+    /// Lent puts and gets to the members of this node move by CMA, issued here at the next
+    /// synchronization or progress ([`crate::cma`], `osc_rdma_cma_direct`).
+    cma: bool,
+    /// Per member: its pid, when CMA reaches it (its object mapped: a member of this node).
+    cma_pid: Vec<Option<u32>>,
+    /// The transfers queued for CMA (kept: no allocation per operation once warm), and the
+    /// number of the first operation among them.
+    cma_q: Vec<crate::cma::Cma>,
+    cma_first: u64,
+    /// CMA system calls made (tests).
+    cma_calls: u64,
+    /// The synchronization started last moved queued transfers itself or took a lock
+    /// granted at once: [`OscModule::sync_done_now`] may finish it.
+    quick: bool,
+}
+
+impl Drop for RdmaModule {
+    fn drop(&mut self) {
+        let [served, posted, reclaimed, own] = self.slot_counts;
+        if served + posted + own > 0 {
+            tracing::debug!(
+                served,
+                posted,
+                reclaimed,
+                own,
+                "osc-rdma: accumulates through the slots (served here for others; posted, claimed back by this origin) and in place"
+            );
+        }
+    }
 }
 
 impl std::fmt::Debug for RdmaModule {
@@ -187,7 +234,158 @@ impl RdmaModule {
             abs: Vec::new(),
             queued_only: false,
             words_refused: false,
+            slot_bound: 0,
+            policy: crate::slot::Policy::new(n, SLOT_SKIP),
+            clock: std::time::Instant::now(),
+            slot_scratch: Vec::new(),
+            applied: false,
+            slot_counts: [0; 4],
+            cma: false,
+            cma_pid: vec![None; n],
+            cma_q: Vec::new(),
+            cma_first: 0,
+            cma_calls: 0,
+            quick: false,
         }
+    }
+
+    /// This module, moving its lent puts and gets to the members of this node itself by CMA
+    /// ([`crate::cma`]), once their objects are mapped (as for
+    /// [`RdmaModule::with_lock_words`]): at the next synchronization or progress, one system
+    /// call per target and direction, with no BTL transfer to poll.
+    pub fn with_cma_direct(mut self) -> Self {
+        self.own_page();
+        self.cma = self.lock_word.is_some();
+        self
+    }
+
+    /// Queue a lent put or get (`view`, packed in the order of `runs`) at `addr` of `target`
+    /// for [`RdmaModule::cma_flush`], when CMA reaches the target: its id (`None`: not
+    /// taken, nothing queued).
+    fn cma_queue(
+        &mut self,
+        target: usize,
+        base: u64,
+        addr: u64,
+        runs: &[(i64, u64)],
+        view: UserBuf,
+        get: bool,
+    ) -> Option<OpId> {
+        if !self.cma {
+            return None;
+        }
+        let pid = (*self.cma_pid.get(target)?)?;
+        let num = self.next_op;
+        self.next_op += 1;
+        if self.cma_q.is_empty() {
+            self.cma_first = num;
+        }
+        let mut at = 0usize;
+        for &(off, len) in runs.iter().filter(|r| r.1 > 0) {
+            self.cma_q.push(crate::cma::Cma {
+                op: RDMA_OP | num,
+                peer: target,
+                pid,
+                view,
+                at,
+                len: len as usize,
+                // In range: checked against the target's size before (so no overflow).
+                raddr: base.wrapping_add(addr).wrapping_add(off as u64),
+                get,
+            });
+            at += len as usize;
+        }
+        // Moved by the synchronization that completes it: no progress pass for it.
+        self.queued_only = true;
+        Some(RDMA_OP | num)
+    }
+
+    /// Move the transfers queued for CMA, one system call per target and direction (and
+    /// [`crate::cma::BATCH`] pieces); how many. A failed call's error goes to the next
+    /// synchronization, as a BTL transfer's does; a target CMA turns out not to reach (not
+    /// permitted: nothing moved) has its transfers, these and the later ones, go by the
+    /// BTLs.
+    fn cma_flush(&mut self) -> usize {
+        if self.cma_q.is_empty() {
+            return 0;
+        }
+        let mut q = std::mem::take(&mut self.cma_q);
+        let mut start = 0;
+        while start < q.len() {
+            let end = crate::cma::batch_end(&q, start);
+            let peer = q[start].peer;
+            // (Refused earlier in this pass: no call.)
+            let r = self.cma_pid[peer].map(|_| {
+                self.cma_calls += 1;
+                crate::cma::issue(&q[start..end])
+            });
+            let refused = match r {
+                None => true,
+                Some(Ok(())) => false,
+                Some(Err(crate::cma::Failure::Failed(e))) => {
+                    self.deferred.get_or_insert(OscError::Transport(format!(
+                        "osc-rdma: a transfer by CMA to rank {peer} failed: {e}"
+                    )));
+                    false
+                }
+                Some(Err(crate::cma::Failure::Unreachable(e))) => {
+                    tracing::debug!(
+                        peer,
+                        "osc-rdma: CMA does not reach the member ({e}): its puts and gets go by the BTLs"
+                    );
+                    self.cma_pid[peer] = None;
+                    true
+                }
+            };
+            if refused {
+                for x in &q[start..end] {
+                    self.cma_to_btl(x);
+                }
+            }
+            start = end;
+        }
+        let n = q.len();
+        q.clear();
+        self.cma_q = q;
+        n
+    }
+
+    /// Hand a transfer queued for CMA to the BTLs (queued as `put_lent`'s are, under its
+    /// operation's id).
+    fn cma_to_btl(&mut self, x: &crate::cma::Cma) {
+        let op = self.ops.entry(x.op).or_insert(Op {
+            buf: Vec::new(),
+            view: x.view,
+            left: 0,
+            get: x.get,
+            lent: true,
+            error: None,
+        });
+        op.left += 1;
+        let seq = self.track.start(x.peer);
+        self.todo.push_back(Xfer {
+            op: x.op,
+            peer: x.peer,
+            seq,
+            at: x.at,
+            len: x.len,
+            raddr: x.raddr,
+            get: x.get,
+        });
+    }
+
+    /// Nothing queued, in flight, held or to send, and every member heard from: a
+    /// synchronization that finished needs no progress pass.
+    fn settled(&mut self) -> bool {
+        self.reg != Reg::Todo
+            && self.cma_q.is_empty()
+            && self.todo.is_empty()
+            && self.in_flight.is_empty()
+            && self.track.quiet()
+            && self.loopback.is_empty()
+            && !self.words_refused
+            && self.engine.outbox().is_empty()
+            && !self.peers.iter().any(|p| matches!(p, Peer::Unknown))
     }
 
     /// This module, with lock words ([`crate::lockword`]): its own made now, its node's
@@ -215,7 +413,7 @@ impl RdmaModule {
     /// accumulate word while it applies the accumulates that come as messages.
     fn own_page(&mut self) {
         if self.lock_word.is_none() {
-            if let Some(own) = crate::lockword::Own::create() {
+            if let Some(own) = crate::lockword::Own::create(self.pages.len()) {
                 self.engine.set_acc_word(Box::new(own.acc_word()));
                 self.lock_word = Some(own);
             }
@@ -228,17 +426,25 @@ impl RdmaModule {
     /// (so accumulates from here to there stay in order, `accumulate_ordering`, across the
     /// two paths; what goes as a message afterwards is applied after). The runs of `runs`
     /// at `addr`, as addresses in the target's process, are then in `self.abs`.
+    /// This process itself qualifies likewise for an operation on one run: applied in place
+    /// under its own word, no loopback message ([`RdmaModule::acc_here`]).
     fn direct_target(&mut self, target: usize, addr: u64, runs: &[(i64, u64)]) -> bool {
-        if !self.acc_direct
-            || target == self.me
-            || !self.pages.get(target).is_some_and(Option::is_some)
-            || !self.engine.granted(target)
-            || !self.engine.quiet(target)
-        {
+        if !self.acc_direct || !self.engine.granted(target) || !self.engine.quiet(target) {
             return false;
         }
-        let Some(base) = self.rdma_base(target) else {
-            return false;
+        let base = if target == self.me {
+            if self.memory.is_empty() || runs.iter().filter(|r| r.1 > 0).count() != 1 {
+                return false;
+            }
+            self.memory.addr() as u64
+        } else {
+            if !self.pages.get(target).is_some_and(Option::is_some) {
+                return false;
+            }
+            let Some(base) = self.rdma_base(target) else {
+                return false;
+            };
+            base
         };
         self.abs.clear();
         // In range: checked against the target's size before (so no overflow either).
@@ -261,8 +467,27 @@ impl RdmaModule {
         op: AccOp,
         elem: Elem,
         data: &[u8],
-        old: Option<&mut [u8]>,
+        mut old: Option<&mut [u8]>,
     ) -> Option<Result<(), OscError>> {
+        if target == self.me {
+            self.slot_counts[3] += 1;
+            let r = self.acc_self(op, elem, data, old);
+            self.applied |= r.is_ok();
+            return Some(r);
+        }
+        if let [(at, len)] = self.abs[..] {
+            let req = crate::slot::Request::Acc {
+                off: at.wrapping_sub(self.rdma_base(target)?),
+                len,
+                op,
+                elem,
+                data,
+                fetch: old.is_some(),
+            };
+            if let Some(r) = self.by_slot(target, &req, old.as_deref_mut()) {
+                return Some(r);
+            }
+        }
         let page = self.pages.get(target)?.as_ref()?;
         let t = crate::direct::Target {
             pid: page.pid(),
@@ -290,14 +515,166 @@ impl RdmaModule {
         value: &[u8],
         old: &mut [u8],
     ) -> Option<Result<(), OscError>> {
-        let page = self.pages.get(target)?.as_ref()?;
         let &(at, _) = self.abs.first()?;
+        // (Compared bit for bit: any element type of the size will do.)
+        let elem = match old.len() {
+            1 => Elem::U8,
+            2 => Elem::U16,
+            4 => Elem::U32,
+            _ => Elem::U64,
+        };
+        if target == self.me {
+            self.slot_counts[3] += 1;
+            let off = at.wrapping_sub(self.memory.addr() as u64) as usize;
+            let (_, _, word) = self.lock_word.as_ref()?.slots();
+            let r = crate::slot::cas_here(word, &mut self.memory, off, compare, value, old);
+            self.applied |= r.is_ok();
+            return Some(r);
+        }
+        let req = crate::slot::Request::Cas {
+            off: at.wrapping_sub(self.rdma_base(target)?),
+            elem,
+            compare,
+            value,
+        };
+        if let Some(r) = self.by_slot(target, &req, Some(&mut *old)) {
+            return Some(r);
+        }
+        let page = self.pages.get(target)?.as_ref()?;
         let t = crate::direct::Target {
             pid: page.pid(),
             word: page.acc_word(),
         };
         let r = crate::direct::compare_and_swap(t, at, compare, value, old);
         self.outcome(target, r)
+    }
+
+    /// An accumulate to this process's own memory, one run (`self.abs[0]`), in place under
+    /// its own accumulate word.
+    fn acc_self(
+        &mut self,
+        op: AccOp,
+        elem: Elem,
+        data: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Result<(), OscError> {
+        let &[(at, len)] = &self.abs[..] else {
+            return Err(OscError::Arg("accumulate: one run expected".into()));
+        };
+        let Some((_, _, word)) = self.lock_word.as_ref().map(crate::lockword::Own::slots) else {
+            return Err(OscError::Arg("accumulate: no accumulate word".into()));
+        };
+        let off = at.wrapping_sub(self.memory.addr() as u64) as usize;
+        crate::slot::acc_here(
+            word,
+            &mut self.memory,
+            crate::slot::Here {
+                off,
+                len,
+                op,
+                elem,
+                data,
+                host: self.host,
+            },
+            old,
+            &mut self.slot_scratch,
+        )
+    }
+
+    /// Post `req` in this process's slot of `target` and wait for the target to apply it,
+    /// serving this process's own slots meanwhile (the target may be waiting on one of its
+    /// own): its outcome, the previous contents into `old`. `None`: not posted (no slots,
+    /// or [`crate::slot::Policy`] skips the target), or claimed back once the bound passed:
+    /// the caller applies it by CMA (the slot is free again).
+    fn by_slot(
+        &mut self,
+        target: usize,
+        req: &crate::slot::Request<'_>,
+        old: Option<&mut [u8]>,
+    ) -> Option<Result<(), OscError>> {
+        use crate::slot::{self as slot, Step};
+        let me = self.me;
+        if self.slot_bound == 0 || !req.fits() {
+            return None;
+        }
+        {
+            let (cells, area) = self.pages.get(target)?.as_ref()?.slots();
+            if me >= area.slots || !self.policy.post(target) {
+                return None;
+            }
+            slot::post(cells, area, me, req);
+        }
+        self.slot_counts[1] += 1;
+        let wait = slot::Wait::new(self.now(), self.slot_bound);
+        let mut spins = 0u32;
+        loop {
+            let (cells, area) = self.pages.get(target)?.as_ref()?.slots();
+            let st = slot::state(cells, area, me);
+            // The clock only while the target may still not have taken it.
+            let now = if st == slot::POSTED { self.now() } else { 0 };
+            match wait.step(st, now) {
+                Step::Collect => {
+                    let r = slot::collect(cells, area, me, old);
+                    self.applied |= r.is_ok();
+                    return Some(r);
+                }
+                Step::Reclaim => {
+                    if slot::reclaim(cells, area, me) {
+                        slot::free(cells, area, me);
+                        self.policy.reclaimed(target);
+                        self.slot_counts[2] += 1;
+                        return None;
+                    }
+                }
+                Step::Broken => {
+                    slot::free(cells, area, me);
+                    return Some(Err(OscError::Transport(format!(
+                        "osc-rdma: rank {target}'s slot for this process was overwritten"
+                    ))));
+                }
+                Step::Wait => {
+                    self.serve_slots();
+                    spins = spins.wrapping_add(1);
+                    if spins.is_multiple_of(4096) {
+                        // Taken, and the target descheduled while it applies it.
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Apply the requests the node's origins posted in this member's slots.
+    fn serve_slots(&mut self) -> usize {
+        let Some(own) = &self.lock_word else {
+            return 0;
+        };
+        let (cells, area, word) = own.slots();
+        let n = crate::slot::serve(
+            cells,
+            area,
+            word,
+            &mut self.memory,
+            self.host,
+            &mut self.slot_scratch,
+        );
+        self.slot_counts[0] += n as u64;
+        n
+    }
+
+    /// Nanoseconds since the module was made (the slots' waits).
+    fn now(&self) -> u64 {
+        self.clock.elapsed().as_nanos() as u64
+    }
+
+    /// This module, posting accumulates of one run to the node's members in their slots for
+    /// them to apply, claimed back after `bound` nanoseconds untaken ([`crate::slot`]; 0:
+    /// never posted).
+    pub fn with_acc_slots(mut self, bound: u64) -> Self {
+        self.slot_bound = bound;
+        self
     }
 
     /// A direct operation's outcome (see [`RdmaModule::acc_here`]).
@@ -307,7 +684,10 @@ impl RdmaModule {
         r: Result<(), crate::direct::Failure>,
     ) -> Option<Result<(), OscError>> {
         match r {
-            Ok(()) => Some(Ok(())),
+            Ok(()) => {
+                self.applied = true;
+                Some(Ok(()))
+            }
             Err(crate::direct::Failure::Op(e)) => Some(Err(e)),
             Err(crate::direct::Failure::Unreachable(e)) => {
                 tracing::debug!(
@@ -799,7 +1179,12 @@ impl OscModule for RdmaModule {
         match self.rdma_for(target, runs) {
             // The transfers read the program's buffer, which MPI leaves untouched until the
             // operation completes locally: `poll_op` and every synchronization wait for them.
-            Some(base) => Ok(self.put_rdma(target, base, addr, runs, Vec::new(), data, true)),
+            Some(base) => Ok(
+                match self.cma_queue(target, base, addr, runs, data, false) {
+                    Some(id) => id,
+                    None => self.put_rdma(target, base, addr, runs, Vec::new(), data, true),
+                },
+            ),
             // Copied into the message at once.
             None => self.engine.put_from(target, addr, runs, data.as_slice()),
         }
@@ -865,6 +1250,9 @@ impl OscModule for RdmaModule {
         }
         // By message, the result comes back in a reply: `get` keeps it for the caller.
         let base = self.rdma_for(target, runs)?;
+        if let Some(id) = self.cma_queue(target, base, addr, runs, into, true) {
+            return Some(Ok(id));
+        }
         let n = runs.iter().filter(|r| r.1 > 0).count();
         let id = self.new_op(Vec::new(), into, n, true, true);
         self.queue(id, target, base, addr, runs, true);
@@ -985,6 +1373,9 @@ impl OscModule for RdmaModule {
                     None => Ok(op.buf),
                 })
             }
+            // Queued for CMA (or issued after the first that is: complete either way once
+            // the queue moved, at the next progress).
+            None if !self.cma_q.is_empty() && (id & !RDMA_OP) >= self.cma_first => None,
             None if id & !RDMA_OP < self.next_op => Some(Ok(Vec::new())),
             None => Some(Err(OscError::Arg(format!("unknown operation {id}")))),
         }
@@ -992,9 +1383,28 @@ impl OscModule for RdmaModule {
 
     fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
         let free = call == SyncCall::Free;
+        let lock = matches!(call, SyncCall::Lock { .. } | SyncCall::LockAll { .. });
+        // The transfers queued for CMA move now, complete before any message of the
+        // synchronization is made (a flush or an unlock then has nothing to wait for).
+        let moved = self.cma_flush() > 0;
+        // (Accumulates applied within their calls since the last synchronization: complete
+        // at their targets already, as the moved transfers are.)
+        let applied = std::mem::take(&mut self.applied);
+        self.quick = false;
         self.engine.sync(call)?;
         self.freeing = free;
+        self.quick = moved || lock || applied;
         Ok(())
+    }
+
+    fn sync_done_now(&mut self) -> Option<Result<(), OscError>> {
+        // Only a synchronization that moved this process's own transfers or took a lock: a
+        // flush with nothing to do is how a program polls its window, whose progress pass
+        // it needs (the others' messages reach this process's memory through it).
+        if !std::mem::take(&mut self.quick) || self.freeing || !self.settled() {
+            return None;
+        }
+        self.sync_done()
     }
 
     fn sync_done(&mut self) -> Option<Result<(), OscError>> {
@@ -1002,6 +1412,7 @@ impl OscModule for RdmaModule {
         // operation is issued before them), and the transfers and held messages of the
         // epoch: flush, unlock, complete and fence cover the RDMA as well as the messages.
         if self.peers.iter().any(|p| matches!(p, Peer::Unknown))
+            || !self.cma_q.is_empty()
             || !self.todo.is_empty()
             || !self.track.quiet()
         {
@@ -1022,11 +1433,13 @@ impl OscModule for RdmaModule {
     }
 
     fn progress(&mut self, port: &mut dyn OscPort) -> usize {
-        let mut n = 0;
+        let mut n = self.serve_slots();
         if self.reg == Reg::Todo {
             self.register(port);
             n += 1;
         }
+        // Before any message leaves: they follow the transfers issued before them.
+        n += self.cma_flush();
         n += self.transfers(port);
         n += self.take_outbox();
         while let Some((from, bytes)) = port.recv() {
@@ -1055,6 +1468,9 @@ impl OscModule for RdmaModule {
                     if self.lock_words {
                         self.engine.set_lock_word(from, Box::new(p.lock_word()));
                         self.words_refused |= !self.engine.has_lock_word(from);
+                    }
+                    if let Some(slot) = self.cma_pid.get_mut(from) {
+                        *slot = Some(p.pid());
                     }
                     if let Some(slot) = self.pages.get_mut(from) {
                         *slot = Some(p);
@@ -1737,6 +2153,182 @@ mod tests {
             s.m[0].get_lent(1, 2, &runs, lent),
             Some(Err(OscError::Sync(_)))
         ));
+    }
+
+    /// Members of one node (this process) with lock words and puts and gets by CMA
+    /// ([`RdmaModule::with_cma_direct`]), every announcement read.
+    fn cma_sim(n: usize, bytes: usize) -> Sim {
+        let mut s = Sim::build(n, bytes, |_| true);
+        for m in &mut s.m {
+            m.cma = m.lock_word.is_some();
+        }
+        assert!((0..n).all(|r| (0..n).all(|t| r == t || s.m[r].cma_pid[t].is_some())));
+        s
+    }
+
+    /// A put and its flush to a member of the node: one CMA call made by the flush itself,
+    /// which then needs no progress pass, no BTL transfer and no message; the origin's
+    /// buffer is read until then (not complete before), and nothing is allocated once warm.
+    /// A get likewise, in a lock/unlock epoch of its own on the target's word.
+    #[test]
+    fn a_put_and_its_flush_to_a_node_member_are_one_cma_call_and_no_pass() {
+        let mut s = cma_sim(2, 64);
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        s.m[0].sync(excl.clone()).unwrap();
+        assert_eq!(
+            s.m[0].sync_done_now(),
+            Some(Ok(())),
+            "a word granted at once"
+        );
+        let origin: Vec<u8> = (1..=8).collect();
+        // SAFETY: `origin` outlives the module's use of it (the flushes below).
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        let mark = s.w.log.len();
+        let cycle = |s: &mut Sim, at: u64| {
+            let id = s.m[0].put_lent(1, at, &[(0, 8)], lent).unwrap();
+            assert!(!s.m[0].wants_pass(), "moved by the flush");
+            assert_eq!(s.m[0].poll_op(id), None, "the buffer is still read");
+            s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+            // No progress: finished within the call.
+            assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+            assert_eq!(s.m[0].poll_op(id), Some(Ok(Vec::new())));
+        };
+        cycle(&mut s, 0);
+        let (calls, allocs) = (
+            s.m[0].cma_calls,
+            rmca_test_support::alloc_count::allocations(),
+        );
+        cycle(&mut s, 8);
+        assert_eq!(s.m[0].cma_calls - calls, 1, "one system call");
+        assert_eq!(rmca_test_support::alloc_count::allocations(), allocs);
+        assert_eq!(&s.mem[1][..16], [origin.clone(), origin.clone()].concat());
+        // A flush with nothing to do finishes too, but not without a pass: a program
+        // polling its window needs one.
+        s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), None);
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        s.m[0].sync(SyncCall::Unlock(1)).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), None, "nothing moved: a pass");
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        // Lock, get, unlock: the unlock moves the get and gives the word back at once.
+        s.mem[1][20..24].copy_from_slice(&[7, 6, 5, 4]);
+        let mut into = vec![0u8; 4];
+        // SAFETY: `into` outlives the module's use of it (read after the unlock).
+        let lent = unsafe { UserBuf::from_mut_slice(&mut into) };
+        for _ in 0..2 {
+            s.m[0].sync(excl.clone()).unwrap();
+            assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+            let calls = s.m[0].cma_calls;
+            s.m[0].get_lent(1, 20, &[(0, 4)], lent).unwrap().unwrap();
+            s.m[0].sync(SyncCall::Unlock(1)).unwrap();
+            assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+            assert_eq!(s.m[0].cma_calls - calls, 1);
+        }
+        assert_eq!(into, [7, 6, 5, 4]);
+        assert!(s.w.xfers.is_empty(), "no BTL transfer");
+        assert!(
+            s.kinds_sent_since(mark, 0, 1).is_empty(),
+            "no message: {:?}",
+            s.kinds_sent_since(mark, 0, 1)
+        );
+        // The word is free: another member takes it at once.
+        assert_eq!(s.sync(1, excl.clone()), Some(Ok(())));
+        assert_eq!(s.sync(1, SyncCall::Unlock(1)), Some(Ok(())));
+    }
+
+    /// Every put and get queued before a flush moves with it, one CMA call per target and
+    /// direction whatever their addresses (OSU's put_bw: 64 puts, one call); a lent put
+    /// not flushed yet moves with the next progress (its request completes then).
+    #[test]
+    fn puts_queued_before_a_flush_move_in_one_call_per_target_and_direction() {
+        let mut s = cma_sim(3, 256);
+        s.m[0].sync(SyncCall::LockAll { nocheck: false }).unwrap();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        let origin: Vec<u8> = (0..96).collect();
+        // SAFETY: `origin` outlives the module's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        s.mem[2][..4].copy_from_slice(&[9, 9, 9, 9]);
+        let mut into = vec![0u8; 4];
+        // SAFETY: `into` outlives the module's use of it.
+        let dst = unsafe { UserBuf::from_mut_slice(&mut into) };
+        let calls = s.m[0].cma_calls;
+        // 48 puts to rank 1, 64 pieces in all (`cma::BATCH`): one byte each in reverse
+        // order, every other byte, and 16 of two runs; then a get from rank 2.
+        for i in 0..32u64 {
+            s.m[0]
+                .put_lent(1, 2 * (31 - i), &[(0, 1)], lent.slice(i as usize, 1))
+                .unwrap();
+            if i < 16 {
+                let two = lent.slice(32 + 2 * i as usize, 2);
+                s.m[0]
+                    .put_lent(1, 100 + 4 * i, &[(0, 1), (2, 1)], two)
+                    .unwrap();
+            }
+        }
+        s.m[0].get_lent(2, 0, &[(0, 4)], dst).unwrap().unwrap();
+        s.m[0].sync(SyncCall::Flush(None)).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+        assert_eq!(s.m[0].cma_calls - calls, 2, "rank 1's puts, rank 2's get");
+        for i in 0..32usize {
+            assert_eq!(s.mem[1][2 * (31 - i)], i as u8);
+        }
+        for i in 0..16usize {
+            assert_eq!(s.mem[1][100 + 4 * i], 32 + 2 * i as u8);
+            assert_eq!(s.mem[1][102 + 4 * i], 33 + 2 * i as u8);
+        }
+        assert_eq!(into, [9, 9, 9, 9]);
+        // Not flushed: the next progress moves it (a request's test progresses).
+        let id = s.m[0].put_lent(2, 10, &[(0, 2)], lent.slice(0, 2)).unwrap();
+        assert_eq!(s.m[0].poll_op(id), None);
+        s.run();
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(Vec::new())));
+        assert_eq!(&s.mem[2][10..12], [0, 1]);
+        assert!(s.w.xfers.is_empty(), "no BTL transfer");
+        s.m[0].sync(SyncCall::UnlockAll).unwrap();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+    }
+
+    /// A target CMA does not reach (no such process here): the queued transfers go by the
+    /// BTLs, complete only once those are (nothing finishes within the flush), and so do the
+    /// later ones.
+    #[test]
+    fn a_target_cma_does_not_reach_gets_its_transfers_by_the_btls() {
+        let mut s = cma_sim(2, 16);
+        s.m[0].cma_pid[1] = Some(i32::MAX as u32);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Shared,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        let origin = vec![3u8, 4];
+        // SAFETY: `origin` outlives the module's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        let id = s.m[0].put_lent(1, 2, &[(0, 2)], lent).unwrap();
+        s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), None);
+        assert_eq!(s.m[0].cma_pid[1], None, "out of reach from now on");
+        s.run();
+        assert_eq!(s.w.xfers.len(), 1, "by the BTL");
+        assert_eq!(s.m[0].sync_done(), None);
+        assert_eq!(s.m[0].poll_op(id), None, "the BTL still reads the buffer");
+        s.w.complete_all();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(Vec::new())));
+        assert_eq!(&s.mem[1][2..4], [3, 4]);
+        s.m[0].put_lent(1, 0, &[(0, 2)], lent).unwrap();
+        s.run();
+        assert_eq!(s.w.xfers.len(), 1, "the next one too");
+        s.w.complete_all();
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(&s.mem[1][..4], [3, 4, 3, 4]);
     }
 
     #[test]

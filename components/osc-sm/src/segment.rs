@@ -91,7 +91,9 @@ impl Segment {
         self.map.base() as usize + off
     }
 
-    #[inline]
+    // Inlined everywhere: `len` and `align` are constants at most callers (an atomic word,
+    // one element), so the alignment test is a mask, not a division.
+    #[inline(always)]
     fn check(&self, off: usize, len: usize, align: usize) {
         assert!(
             off.checked_add(len).is_some_and(|e| e <= self.map.len()),
@@ -175,6 +177,30 @@ impl Segment {
         // off them (the caller's lock, MPI's rules for conflicting accesses).
         let target = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
         f(target, origin)
+    }
+
+    /// Compare-and-swap of the `T` at `off` as plain loads and stores (any alignment): `value`
+    /// written if the element equals `compare`; the element as it was. Not atomic by itself:
+    /// the caller holds the target's accumulate lock, which every other compare-and-swap and
+    /// accumulate on these bytes takes too (MPI's rules keep puts and gets off them). No
+    /// slice, no closure: a compare-and-swap is the latency OSU's `cas_latency` measures.
+    ///
+    /// # Panics
+    /// Outside the mapping.
+    #[inline(always)]
+    pub fn swap_if<T: Copy + PartialEq>(&self, off: usize, compare: T, value: T) -> T {
+        self.check(off, std::mem::size_of::<T>(), 1);
+        // SAFETY: `size_of::<T>()` bytes inside the mapping (checked), read and written
+        // unaligned; `T` is one of the plain integers the kernel instantiates it with (every
+        // bit pattern valid); the caller's lock keeps other accesses off the bytes meanwhile.
+        unsafe {
+            let p = self.map.base().add(off).cast::<T>();
+            let was = p.read_unaligned();
+            if was == compare {
+                p.write_unaligned(value);
+            }
+            was
+        }
     }
 
     /// The 4-byte word at `off` as an atomic.

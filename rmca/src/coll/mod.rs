@@ -41,6 +41,7 @@
 //! [`Communicator::scatter_in_place`], [`Communicator::scatterv_in_place`].
 
 mod direct;
+mod erased;
 mod exec;
 mod in_place;
 pub mod nonblocking;

@@ -532,6 +532,11 @@ impl ByteReduction {
         self.elem
     }
 
+    /// Whether the operation may combine in any order.
+    pub(crate) fn is_commutative(&self) -> bool {
+        self.commutative
+    }
+
     /// Run the step once (see [`ByteReduction::from_fn`]).
     pub(crate) fn apply(&self, dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool) {
         (self.apply)(dst, src, acc, src_first)

@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::coll_c::count_c;
-use super::op::{reduce, reducer, Coll, Reducer};
+use super::op::{reduce, reduction_of, Coll, Reducer};
 use super::rooted::{self, Gather, Scatter};
 use super::types::Ty;
 use super::vcoll::{Int, Large};
@@ -133,7 +133,15 @@ pub(crate) fn intra(comm: Handle, fname: &str) -> MpiResult<rmca::Communicator> 
     Ok(c)
 }
 
-/// [`send_data_n`] on a datatype handle.
+/// The datatype of one side of a collective whose counts on this rank are `counts` (one
+/// count, or a v-form's per-rank ones): as for a message ([`Ty::for_message`]),
+/// `MPI_DATATYPE_NULL` is accepted when every count is 0 (MPICH accepts it there:
+/// pmodels/mpich#6323), refused as ever when data moves.
+pub(crate) fn side_type(dt: Handle, counts: &[usize]) -> MpiResult<Ty> {
+    Ty::for_message(dt, usize::from(counts.iter().any(|&k| k > 0)))
+}
+
+/// [`send_data_n`] on a datatype handle (`MPI_DATATYPE_NULL` with no element: bytes).
 ///
 /// # Safety
 /// As [`send_data_n`].
@@ -143,7 +151,7 @@ pub(crate) unsafe fn send_n(
     dt: Handle,
     what: &str,
 ) -> MpiResult<SendData> {
-    let ty = Ty::for_use(dt)?;
+    let ty = Ty::for_message(dt, count)?;
     // SAFETY: the caller's contract.
     unsafe { send_data_n(buf, count, &ty, what) }
 }
@@ -155,7 +163,7 @@ pub(crate) fn recv_n(
     dt: Handle,
     what: &str,
 ) -> MpiResult<RecvData> {
-    recv_data_n(buf, count, &Ty::for_use(dt)?, what)
+    recv_data_n(buf, count, &Ty::for_message(dt, count)?, what)
 }
 
 /// Where the data of a reduction is: packed elements, or (a user operation) the program's
@@ -205,10 +213,12 @@ fn raw_len(buf: *const c_void, count: usize, ty: &Ty, what: &str) -> MpiResult<u
     Ok(len)
 }
 
-/// The input of a reduction: sendbuf's data, or (`MPI_IN_PLACE`) a copy of recvbuf's.
+/// The input of a reduction: sendbuf's data (the program's own bytes where they are
+/// usable as they are, not copied), or (`MPI_IN_PLACE`) a copy of recvbuf's.
 ///
 /// # Safety
-/// The buffers hold `count` elements of `ty` (the reduction's contract).
+/// The buffers hold `count` elements of `ty` (the reduction's contract), and sendbuf stays
+/// valid and unwritten while the result is used.
 pub(crate) unsafe fn reduce_input(
     r: &Reducer,
     sendbuf: *const c_void,
@@ -216,16 +226,16 @@ pub(crate) unsafe fn reduce_input(
     count: usize,
     ty: &Ty,
     fname: &str,
-) -> MpiResult<Vec<u8>> {
+) -> MpiResult<SendData> {
     // SAFETY: the caller's contract.
     unsafe {
         if in_place(sendbuf) {
             recv.load()?;
-            return Ok(recv.bytes_mut().to_vec());
+            return Ok(SendData::Packed(recv.bytes_mut().to_vec()));
         }
         let send = reduce_send(r, sendbuf, count, ty)?;
         apart(&send, recv, fname)?;
-        Ok(send.bytes().to_vec())
+        Ok(send)
     }
 }
 
@@ -236,6 +246,13 @@ const STACK_INPUT: usize = 256;
 /// [`STACK_INPUT`] bytes aligned for every element type a predefined reduction works on.
 #[repr(C, align(16))]
 struct StackInput([u8; STACK_INPUT]);
+
+/// Whether `op` on `dt` is a predefined operation on a predefined number type rmca reduces
+/// as it is (see [`builtin`]): a reduction of no element on it needs no further check.
+#[inline]
+pub(crate) fn builtin_reduction(op: Handle, dt: Handle) -> bool {
+    builtin(op, dt).is_some()
+}
 
 /// The rmca operation and element type of predefined `op` on predefined `dt`, when the
 /// reduction is one of numbers rmca reduces as they are (what [`reducer`] resolves to
@@ -465,13 +482,17 @@ unsafe fn allreduce(
     if let Some(r) = unsafe { fast_reduce(c, None, sendbuf, recvbuf, n, dt, op) } {
         return r;
     }
-    let ty = Ty::for_use(dt)?;
-    let r = reducer(op, dt, &ty)?;
+    let (ty, r) = reduction_of(op, dt, n)?;
+    if n == 0 {
+        // Nothing moves on any member (the count is the same everywhere) and MPI owes no
+        // synchronisation: the arguments checked, done (as Open MPI).
+        return Ok(());
+    }
     let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
     // SAFETY: the caller's contract.
     unsafe {
         let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Allreduce")?;
-        reduce(c, Coll::Allreduce, &send, Some(recv.bytes_mut()), r)?;
+        reduce(c, Coll::Allreduce, send.bytes(), Some(recv.bytes_mut()), r)?;
         recv.finish(recv.len());
     }
     Ok(())
@@ -541,14 +562,23 @@ unsafe fn reduce_to(
     if let Some(r) = unsafe { fast_reduce(c, Some(root), sendbuf, recvbuf, n, dt, op) } {
         return r;
     }
-    let ty = Ty::for_use(dt)?;
-    let r = reducer(op, dt, &ty)?;
+    let (ty, r) = reduction_of(op, dt, n)?;
+    if n == 0 {
+        // Nothing moves (the count is the same on every member): as allreduce's.
+        return Ok(());
+    }
     if c.rank() == root {
         let mut recv = reduce_recv(&r, recvbuf, n, &ty)?;
         // SAFETY: the caller's contract.
         unsafe {
             let send = reduce_input(&r, sendbuf, &mut recv, n, &ty, "MPI_Reduce")?;
-            reduce(c, Coll::Reduce(root), &send, Some(recv.bytes_mut()), r)?;
+            reduce(
+                c,
+                Coll::Reduce(root),
+                send.bytes(),
+                Some(recv.bytes_mut()),
+                r,
+            )?;
             recv.finish(recv.len());
         }
     } else {
@@ -634,7 +664,7 @@ pub(crate) fn blocks_n(
     blocks: usize,
     what: &str,
 ) -> MpiResult<(Ty, usize, usize)> {
-    let ty = Ty::for_use(dt)?;
+    let ty = Ty::for_message(dt, n)?;
     let total = n.checked_mul(blocks).ok_or_else(|| {
         MpiError::new(
             MPI_ERR_COUNT,
@@ -1032,6 +1062,7 @@ block_coll!(MPI_Alltoall, MPI_Alltoall_c, alltoall, alltoall);
 
 #[cfg(test)]
 mod tests {
+    use super::super::op::reducer;
     use super::*;
 
     /// The fast path takes exactly the reductions the general path runs as numbers of the

@@ -21,9 +21,10 @@ use rmca::Communicator;
 
 use super::coll::{
     apart, blocks_n, in_place, recv_n, reduce_recv, reduce_send, root_of, same_block, send_n,
+    side_type,
 };
 use super::coll_c::read_types;
-use super::op::{raw_reduction, reducer};
+use super::op::{raw_reduction, reduction_of};
 use super::rooted::{self, Gather, Scatter};
 use super::types::Ty;
 use super::vcoll::{arrays, count_unless, same_len, Blocks, Int, Large, TypedBlocks, Width};
@@ -202,8 +203,7 @@ pub(crate) unsafe fn ireduction(
         Red::Reduce(r) => Some(root_of(r, c.size())?),
         _ => None,
     };
-    let ty = Ty::for_use(dt)?;
-    let red = reducer(op, dt, &ty)?;
+    let (ty, red) = reduction_of(op, dt, n)?;
     let bytes_op = raw_reduction(red)?;
     if let Some(root) = root.filter(|&r| r != c.rank()) {
         if in_place(sendbuf) {
@@ -469,7 +469,7 @@ pub(crate) unsafe fn igatherv(
         let r = unsafe { raw::igatherv(c, at.cast(), len, std::ptr::null_mut(), &[], root)? };
         return Ok((r, staged(Some(send), Vec::new(), None)));
     }
-    let rty = Ty::for_use(recvtype)?;
+    let rty = side_type(recvtype, rcounts)?;
     let b = Blocks::new(rcounts, displs, &rty, "receive")?;
     b.check_null(recvbuf, "receive")?;
     // SAFETY: the caller's contract.
@@ -516,7 +516,7 @@ pub(crate) unsafe fn iscatterv(
             unsafe { raw::iscatterv(c, std::ptr::null(), &[], recv_ptr(&mut recv), len, root)? };
         return Ok((r, staged(None, Vec::new(), Some(recv))));
     }
-    let sty = Ty::for_use(sendtype)?;
+    let sty = side_type(sendtype, scounts)?;
     let b = Blocks::new(scounts, displs, &sty, "send")?;
     b.check_null(sendbuf, "send")?;
     // SAFETY: the caller's contract.
@@ -554,7 +554,7 @@ pub(crate) unsafe fn iallgatherv(
     recvtype: Handle,
 ) -> MpiResult<Started> {
     let me = c.rank();
-    let rty = Ty::for_use(recvtype)?;
+    let rty = side_type(recvtype, rcounts)?;
     let b = Blocks::new(rcounts, displs, &rty, "receive")?;
     b.check_null(recvbuf, "receive")?;
     // SAFETY: the caller's contract.
@@ -592,7 +592,7 @@ pub(crate) unsafe fn ialltoallv(
     rdispls: &[isize],
     recvtype: Handle,
 ) -> MpiResult<Started> {
-    let rty = Ty::for_use(recvtype)?;
+    let rty = side_type(recvtype, rcounts)?;
     let rb = Blocks::new(rcounts, rdispls, &rty, "receive")?;
     rb.check_null(recvbuf, "receive")?;
     // SAFETY: the caller's contract.
@@ -600,7 +600,7 @@ pub(crate) unsafe fn ialltoallv(
         let (send, sregions) = if in_place(sendbuf) {
             (rb.pack(recvbuf, &rty)?, rb.regions())
         } else {
-            let sty = Ty::for_use(sendtype)?;
+            let sty = side_type(sendtype, scounts)?;
             let sb = Blocks::new(scounts, sdispls, &sty, "send")?;
             sb.check_null(sendbuf, "send")?;
             (sb.pack(sendbuf, &sty)?, sb.regions())
@@ -685,8 +685,7 @@ pub(crate) unsafe fn ireduce_scatter(
         .iter()
         .try_fold(0usize, |a, &k| a.checked_add(k))
         .ok_or_else(|| MpiError::new(MPI_ERR_COUNT, "the receive counts overflow"))?;
-    let ty = Ty::for_use(dt)?;
-    let red = reducer(op, dt, &ty)?;
+    let (ty, red) = reduction_of(op, dt, total)?;
     let bytes_op = raw_reduction(red)?;
     // Bytes of one instance in the reduction's layout (packed, or the program's extents).
     let inst = if red.raw_layout() {

@@ -203,6 +203,40 @@ pub fn reducer(op: Handle, dt: Handle, ty: &Ty) -> MpiResult<Reducer> {
     }
 }
 
+/// The datatype and reducer of a reduction of `n` elements of `dt` with `op`: as
+/// [`Ty::for_use`] and [`reducer`], except that `MPI_DATATYPE_NULL` with no element is an
+/// empty reduction of bytes (the operation still checked: a valid handle of a reduction),
+/// as collectives accept it wherever nothing moves (see `coll::side_type`).
+pub fn reduction_of(op: Handle, dt: Handle, n: usize) -> MpiResult<(Ty, Reducer)> {
+    if dt != MPI_DATATYPE_NULL || n > 0 {
+        let ty = Ty::for_use(dt)?;
+        let r = reducer(op, dt, &ty)?;
+        return Ok((ty, r));
+    }
+    let ty = Ty::for_message(dt, 0)?;
+    if let Some(e) = user_op(op)? {
+        let r = Reducer::User {
+            f: e.f,
+            commutative: e.commutative,
+            // Never called: no element.
+            dt,
+            extent: 1,
+        };
+        return Ok((ty, r));
+    }
+    match dtype::lookup_op(op) {
+        // No element is combined: any reduction on bytes does.
+        Some(info) if info.op.is_some() => Ok((ty, Reducer::Builtin(Op::Sum, Elem::U8))),
+        Some(info) => Err(op_error(format!(
+            "{} is not a reduction (MPI_REPLACE and MPI_NO_OP are for one-sided accumulates)",
+            info.name
+        ))),
+        None => Err(op_error(format!(
+            "invalid operation {op:#x}: not a predefined operation or one created by MPI_Op_create and not freed"
+        ))),
+    }
+}
+
 /// The user operation behind `op`, if it is one (an error for a freed or garbage one in
 /// the user range).
 fn user_op(op: Handle) -> MpiResult<Option<UserOpEntry>> {
@@ -369,24 +403,29 @@ fn user_step(
     move |dst: &mut [u8], src: &[u8], acc: Option<&[u8]>, src_first: bool| {
         // The function writes inoutvec and may not write invec; both are library memory or
         // the result buffer here. Where the right operand is not `dst`, it is copied there
-        // first; where the left one is `dst`, it is copied out.
-        let mut left: Vec<u8>;
+        // first; the left one is copied out (invec may be memory other ranks read, a
+        // coll-sm slot, which a function that wrote it anyway must not spoil), into the
+        // thread's reused scratch rather than a fresh allocation per step.
+        let mut left = LEFT
+            .try_with(|l| std::mem::take(&mut *l.borrow_mut()))
+            .unwrap_or_default();
+        left.clear();
         match (acc, src_first) {
             // dst = src op dst
-            (None, true) => left = src.to_vec(),
+            (None, true) => left.extend_from_slice(src),
             // dst = dst op src
             (None, false) => {
-                left = dst.to_vec();
+                left.extend_from_slice(dst);
                 dst.copy_from_slice(src);
             }
             // dst = src op acc
             (Some(acc), true) => {
-                left = src.to_vec();
+                left.extend_from_slice(src);
                 dst.copy_from_slice(acc);
             }
             // dst = acc op src
             (Some(acc), false) => {
-                left = acc.to_vec();
+                left.extend_from_slice(acc);
                 dst.copy_from_slice(src);
             }
         }
@@ -405,7 +444,19 @@ fn user_step(
             unsafe { f.call(left.as_mut_ptr().add(at), dst.as_mut_ptr().add(at), k, dt) };
             done += k;
         }
+        // Kept while small (a reduction within the function took its own meanwhile).
+        if left.capacity() <= LEFT_KEPT {
+            let _ = LEFT.try_with(|l| *l.borrow_mut() = left);
+        }
     }
+}
+
+/// The largest left-operand scratch a thread keeps between reduction steps (bytes).
+const LEFT_KEPT: usize = 64 << 10;
+
+thread_local! {
+    /// The left operand of a user operation's step (see [`user_step`]), reused.
+    static LEFT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn run_sized<const N: usize>(
@@ -565,7 +616,23 @@ pub fn reduce(
     Ok(())
 }
 
-/// [`reduce`] through the byte-level (non-blocking) collectives, waited for.
+/// The first `want` bytes of a reduction's receive buffer (an error if it holds fewer).
+fn result_part(recv: Option<&mut [u8]>, want: usize) -> MpiResult<&mut [u8]> {
+    let have = recv.as_ref().map_or(0, |b| b.len());
+    match recv {
+        Some(b) if b.len() >= want => Ok(&mut b[..want]),
+        None if want == 0 => Ok(&mut []),
+        _ => Err(MpiError::new(
+            MPI_ERR_BUFFER,
+            format!("the receive buffer holds {have} B, the reduction's result {want} B"),
+        )),
+    }
+}
+
+/// [`reduce`] on whole runs of bytes (user operations): the blocking byte-level
+/// collectives, which take the communicator's direct collectives first (coll-sm on one
+/// node) as the predefined operations do; the prefix reductions, which have no direct form,
+/// through the non-blocking ones, waited for.
 fn reduce_bytes(
     c: &rmca::Communicator,
     coll: Coll<'_>,
@@ -576,52 +643,38 @@ fn reduce_bytes(
     let op = raw_reduction(r)?;
     let elem = element_size(&r);
     let len = send.len();
-    let null = std::ptr::null_mut();
-    let (rp, rlen) = match recv {
-        Some(b) => (b.as_mut_ptr(), b.len()),
-        None => (null, 0),
-    };
-    let need = |want: usize| {
-        if rlen < want || (want > 0 && rp.is_null()) {
-            Err(MpiError::new(
-                MPI_ERR_BUFFER,
-                format!("the receive buffer holds {rlen} B, the reduction's result {want} B"),
-            ))
-        } else {
-            Ok(())
+    match coll {
+        Coll::Allreduce => rmca::raw::allreduce(c, send, result_part(recv, len)?, &op)?,
+        Coll::Reduce(root) => {
+            let recv = if c.rank() == root {
+                Some(result_part(recv, len)?)
+            } else {
+                None
+            };
+            rmca::raw::reduce(c, send, recv, &op, root)?
         }
-    };
-    // SAFETY: `send` and `recv` are borrowed for this call, which waits for the request.
-    let req = unsafe {
-        match coll {
-            Coll::Allreduce => {
-                need(len)?;
-                rmca::raw::iallreduce(c, send.as_ptr(), rp, len, op)?
-            }
-            Coll::Reduce(root) => {
-                if c.rank() == root {
-                    need(len)?;
-                }
-                rmca::raw::ireduce(c, send.as_ptr(), rp, len, op, root)?
-            }
-            Coll::Scan | Coll::Exscan => {
-                need(len)?;
-                rmca::raw::iscan(c, send.as_ptr(), rp, len, op, matches!(coll, Coll::Exscan))?
-            }
-            Coll::ReduceScatterBlock => {
-                let n = c.size();
-                let counts = vec![len / n.max(1); n];
-                need(counts[c.rank()])?;
-                rmca::raw::ireduce_scatter(c, send.as_ptr(), rp, &counts, op)?
-            }
-            Coll::ReduceScatter(elems) => {
-                let counts: Vec<usize> = elems.iter().map(|&k| k * elem).collect();
-                need(counts.get(c.rank()).copied().unwrap_or(0))?;
-                rmca::raw::ireduce_scatter(c, send.as_ptr(), rp, &counts, op)?
-            }
+        Coll::Scan | Coll::Exscan => {
+            let out = result_part(recv, len)?;
+            // SAFETY: `send` and `out` are borrowed for this call, which waits for the
+            // request.
+            let req = unsafe {
+                let exclusive = matches!(coll, Coll::Exscan);
+                rmca::raw::iscan(c, send.as_ptr(), out.as_mut_ptr(), len, op, exclusive)?
+            };
+            req.wait()?;
         }
-    };
-    req.wait()?;
+        Coll::ReduceScatterBlock => {
+            let n = c.size();
+            let counts = vec![len / n.max(1); n];
+            let out = result_part(recv, counts[c.rank()])?;
+            rmca::raw::reduce_scatter(c, send, out, &counts, &op, true)?
+        }
+        Coll::ReduceScatter(elems) => {
+            let counts: Vec<usize> = elems.iter().map(|&k| k * elem).collect();
+            let out = result_part(recv, counts.get(c.rank()).copied().unwrap_or(0))?;
+            rmca::raw::reduce_scatter(c, send, out, &counts, &op, false)?
+        }
+    }
     Ok(())
 }
 

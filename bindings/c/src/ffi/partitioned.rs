@@ -7,6 +7,12 @@
 //! k-th `MPI_Precv_init` from it with that tag; see [`raw::partitioned_channel`]); the receive posts its receive when started, and a partition has arrived
 //! once the message has. The requests are persistent: `MPI_Start`/`MPI_Startall` start a
 //! round, the completion calls end it, `MPI_Request_free` frees them.
+//!
+//! A datatype whose data is not one run (a vector, a struct with holes) goes through a
+//! staging buffer of the round: the send packs the whole buffer when its last partition is
+//! marked ready (MPI forbids writing a ready partition until the round completes), the
+//! receive unpacks the message into the program's layout before any partition counts as
+//! arrived.
 #![allow(non_snake_case)]
 
 use std::collections::HashMap;
@@ -28,11 +34,17 @@ use rmca_mpi_export::export;
 pub(crate) const PARTITIONED: c_int = c_int::MIN;
 
 /// The arguments of a partitioned request, kept for each `MPI_Start`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Plan {
     send: bool,
+    /// Where the data starts: the buffer plus its one run's offset, or the buffer itself
+    /// when [`Plan::staged`].
     buf: usize,
+    /// Bytes of the message (the packed length).
     len: usize,
+    /// The datatype and count of a buffer that is not one run, packed or unpacked through a
+    /// staging buffer each round; `None` for one run.
+    staged: Option<StagedLayout>,
     partitions: usize,
     /// Destination or source rank (`MPI_PROC_NULL` allowed, `MPI_ANY_SOURCE` for a receive).
     peer: c_int,
@@ -40,6 +52,25 @@ struct Plan {
     /// The tag of its transfers on the collective context (see
     /// [`raw::partitioned_channel`]); unused with `MPI_PROC_NULL`.
     channel: c_int,
+}
+
+/// A non-contiguous buffer's datatype and count (the request keeps its own reference to the
+/// type: MPI lets the program free it once the request exists).
+#[derive(Clone)]
+struct StagedLayout {
+    ty: Ty,
+    count: usize,
+}
+
+impl std::fmt::Debug for StagedLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "StagedLayout {{ count: {}, size: {} }}",
+            self.count,
+            self.ty.size()
+        )
+    }
 }
 
 /// The partitioned requests, by request handle (process-wide: see [`Confined`]).
@@ -74,6 +105,9 @@ struct PSend {
     comm: rmca::Communicator,
     /// The send, once every partition is ready (`None` inside for `MPI_PROC_NULL`).
     started: Option<Option<raw::RawRequest>>,
+    /// The packed data a non-contiguous buffer's send reads from (it lives until the round
+    /// completes: the send refers to it).
+    packed: Vec<u8>,
 }
 
 impl PSend {
@@ -98,18 +132,20 @@ impl PSend {
         self.missing -= 1;
         if self.missing == 0 {
             let to = dest(self.plan.peer, self.comm.size())?;
+            let mut from = self.plan.buf as *const u8;
+            if let (Some(st), Some(_)) = (&self.plan.staged, to) {
+                // SAFETY: MPI_Psend_init's contract: the buffer holds the request's elements,
+                // every partition of which is ready (left unwritten until the round ends).
+                self.packed = unsafe { st.ty.pack(from.cast(), st.count)? };
+                from = self.packed.as_ptr();
+            }
             self.started = Some(match to {
                 None => None,
-                // SAFETY: MPI_Psend_init's contract: the buffer is left unwritten until the
-                // round completed, which is when this send is.
+                // SAFETY: MPI_Psend_init's contract: the buffer (or the packed copy this
+                // round owns) is left unwritten until the round completed, which is when
+                // this send is.
                 Some(to) => Some(unsafe {
-                    raw::isend_partitioned(
-                        &self.comm,
-                        self.plan.buf as *const u8,
-                        self.plan.len,
-                        to,
-                        self.plan.channel,
-                    )?
+                    raw::isend_partitioned(&self.comm, from, self.plan.len, to, self.plan.channel)?
                 }),
             });
         }
@@ -149,24 +185,48 @@ fn with_tag(res: rmca::Result<rmca::Status>, tag: c_int) -> rmca::Result<rmca::S
     }
 }
 
+/// A receive in flight: the request, the request's own tag, and for a non-contiguous buffer
+/// the staging buffer it lands in, the layout and the program's buffer to unpack it into.
+#[derive(Debug)]
+struct Receiving {
+    request: raw::RawRequest,
+    tag: c_int,
+    staging: Option<(Vec<u8>, StagedLayout, usize)>,
+}
+
 /// A round of a partitioned receive: its receive, then its outcome (with the request's tag).
 #[derive(Debug)]
 enum PRecv {
-    Running(raw::RawRequest, c_int),
+    Running(Receiving),
     Done(rmca::Result<rmca::Status>),
     Spent,
 }
 
 impl PRecv {
-    /// Test the receive; whether the data is there.
+    /// Test the receive; whether the data is there (in the program's layout).
     fn arrived(&mut self) -> bool {
         if let PRecv::Running(..) = self {
-            let PRecv::Running(r, tag) = std::mem::replace(self, PRecv::Spent) else {
+            let PRecv::Running(mut rx) = std::mem::replace(self, PRecv::Spent) else {
                 unreachable!("matched above")
             };
-            *self = match r.test() {
-                raw::Polled::Pending(r) => PRecv::Running(r, tag),
-                raw::Polled::Done(res) => PRecv::Done(with_tag(res, tag)),
+            *self = match rx.request.test() {
+                raw::Polled::Pending(r) => {
+                    rx.request = r;
+                    PRecv::Running(rx)
+                }
+                raw::Polled::Done(res) => {
+                    if let (Ok(st), Some((data, layout, buf))) = (&res, &rx.staging) {
+                        let n = st.bytes.min(data.len());
+                        // SAFETY: MPI_Precv_init's contract: the buffer holds the request's
+                        // elements and is the library's until the round completes.
+                        unsafe {
+                            layout
+                                .ty
+                                .unpack(&data[..n], *buf as *mut c_void, layout.count)
+                        };
+                    }
+                    PRecv::Done(with_tag(res, rx.tag))
+                }
             };
         }
         !matches!(self, PRecv::Running(..))
@@ -188,7 +248,7 @@ impl raw::CustomOp for PRecv {
 
     fn cancel(&mut self) -> rmca::Result<bool> {
         match self {
-            PRecv::Running(r, _) => r.cancel(),
+            PRecv::Running(rx) => rx.request.cancel(),
             _ => Ok(false),
         }
     }
@@ -200,7 +260,7 @@ impl raw::CustomOp for PRecv {
 
 /// Start a round of partitioned request `h` (`MPI_Start`): its state.
 pub(crate) fn start(c: &rmca::Communicator, h: Handle) -> MpiResult<ReqState> {
-    let plan = PLANS.with(|p| p.get(&h).copied())?.ok_or_else(|| {
+    let plan = PLANS.with(|p| p.get(&h).cloned())?.ok_or_else(|| {
         MpiError::new(
             MPI_ERR_REQUEST,
             "internal: a partitioned request without its arguments",
@@ -213,16 +273,28 @@ pub(crate) fn start(c: &rmca::Communicator, h: Handle) -> MpiResult<ReqState> {
             plan,
             comm: c.clone(),
             started: None,
+            packed: Vec::new(),
         })
     } else {
         match source(plan.peer, c.size())? {
             rmca::Src::Rank(from) => {
-                // SAFETY: MPI_Precv_init's contract: the buffer is the library's from the
-                // start until the round completed, which is when this receive is.
-                let r = unsafe {
-                    raw::irecv_partitioned(c, plan.buf as *mut u8, plan.len, from, plan.channel)?
+                let mut staging = plan
+                    .staged
+                    .map(|layout| (vec![0u8; plan.len], layout, plan.buf));
+                let into = match &mut staging {
+                    Some((data, ..)) => data.as_mut_ptr(),
+                    None => plan.buf as *mut u8,
                 };
-                Box::new(PRecv::Running(r, plan.tag))
+                // SAFETY: MPI_Precv_init's contract: the buffer is the library's from the
+                // start until the round completed, which is when this receive is; a staging
+                // buffer is this round's (its heap bytes do not move with the round).
+                let request =
+                    unsafe { raw::irecv_partitioned(c, into, plan.len, from, plan.channel)? };
+                Box::new(PRecv::Running(Receiving {
+                    request,
+                    tag: plan.tag,
+                    staging,
+                }))
             }
             _ => Box::new(PRecv::Done(Ok(rmca::Status::PROC_NULL))),
         }
@@ -267,15 +339,16 @@ fn init(
     })?;
     let ty = Ty::for_use(datatype)?;
     let len = ty.packed_len(total)?;
-    if !matches!(ty.run(total), Some((0, _))) {
-        return Err(MpiError::new(
-            MPI_ERR_TYPE,
-            format!("datatype {datatype:#x} does not lay its data out as one run from the buffer start, which partitioned requests need"),
-        ));
-    }
     if len > 0 && buf.is_null() {
         return Err(MpiError::new(MPI_ERR_BUFFER, "the buffer is NULL"));
     }
+    // One run: the message is the program's bytes from its offset. Otherwise the rounds
+    // pack or unpack through a staging buffer.
+    let (start, staged) = match ty.run(total) {
+        Some((off, _)) if len > 0 => ((buf as *const u8).wrapping_offset(off) as usize, None),
+        Some(_) => (buf as usize, None),
+        None => (buf as usize, Some(StagedLayout { ty, count: total })),
+    };
     if send {
         dest(peer, c.size())?;
         send_tag(tag)?;
@@ -301,8 +374,9 @@ fn init(
     };
     let plan = Plan {
         send,
-        buf: buf as usize,
+        buf: start,
         len,
+        staged,
         partitions: parts,
         peer,
         tag,
@@ -487,21 +561,21 @@ pub unsafe extern "C" fn MPI_Parrived(
         if flag.is_null() {
             return Err(super::null_argument("flag"));
         }
-        let plan = PLANS.with(|p| p.get(&request).copied())?;
-        if let Some(p) = plan.filter(|p| !p.send) {
-            if !matches!(usize::try_from(partition), Ok(k) if k < p.partitions) {
+        let plan = PLANS.with(|p| p.get(&request).map(|p| (p.send, p.partitions)))?;
+        if let Some((_, partitions)) = plan.filter(|&(send, _)| !send) {
+            if !matches!(usize::try_from(partition), Ok(k) if k < partitions) {
                 return Err(MpiError::new(
                     MPI_ERR_ARG,
                     format!(
                         "partition {partition} is invalid: the request has partitions 0..{}",
-                        p.partitions - 1
+                        partitions - 1
                     ),
                 ));
             }
         }
         let arrived = state::with(|s| {
             // A round already completed (inactive): its data is there.
-            if plan.is_some_and(|p| !p.send)
+            if plan.is_some_and(|(send, _)| !send)
                 && matches!(
                     s.request(request)?.state,
                     ReqState::Inactive | ReqState::Done(_)

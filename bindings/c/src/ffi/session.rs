@@ -403,7 +403,8 @@ pub unsafe extern "C" fn MPI_Group_from_session_pset(
 }
 
 /// `MPI_Comm_create_from_group`: collective over the group's members only, keyed by
-/// `stringtag`.
+/// `stringtag`. A process outside the group (`MPI_GROUP_EMPTY`, say) gets `MPI_COMM_NULL`
+/// at once: a local call, as for `MPI_Comm_create_group` (MPI 4.1 §7.4.2).
 #[export]
 pub unsafe extern "C" fn MPI_Comm_create_from_group(
     g: Handle,
@@ -425,10 +426,8 @@ pub unsafe extern "C" fn MPI_Comm_create_from_group(
             // SAFETY: MPI's contract: a NUL-terminated string.
             let tag = unsafe { c_str(stringtag, "stringtag")? };
             if grp.rank().is_none() {
-                return Err(MpiError::new(
-                    MPI_ERR_GROUP,
-                    "MPI_Comm_create_from_group: the calling process is not in the group",
-                ));
+                // SAFETY: non-null (checked), the caller's handle.
+                return unsafe { put(newcomm, MPI_COMM_NULL, "newcomm") };
             }
             let world = communicator(MPI_COMM_WORLD)?;
             let c = world.create_group(&grp, &format!("from_group:{tag}"))?;
@@ -439,7 +438,8 @@ pub unsafe extern "C" fn MPI_Comm_create_from_group(
 }
 
 /// `MPI_Comm_create_group`: collective over the members of `group` (a subgroup of
-/// `comm`'s) only, keyed by `tag`.
+/// `comm`'s) only, keyed by `tag`. A process not in `group` gets `MPI_COMM_NULL`: for it
+/// the call is local (MPI 4.1 §7.4.2).
 #[export]
 pub unsafe extern "C" fn MPI_Comm_create_group(
     comm: Handle,
@@ -456,10 +456,8 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
         super::send_tag(tag)?;
         let grp = group(g)?;
         if grp.rank().is_none() {
-            return Err(MpiError::new(
-                MPI_ERR_GROUP,
-                "MPI_Comm_create_group: the calling process is not in the group (only members call it)",
-            ));
+            // SAFETY: non-null (checked), the caller's handle.
+            return unsafe { put(newcomm, MPI_COMM_NULL, "newcomm") };
         }
         let nc = c.create_group(&grp, &format!("group:{tag}"))?;
         add_comm(nc, errhandler, newcomm)?;

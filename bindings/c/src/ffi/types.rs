@@ -278,6 +278,10 @@ impl Ty {
     /// (a user reduction): the type must start at its lower bound 0 and keep its data
     /// inside its extent.
     pub fn raw_extent(&self) -> MpiResult<usize> {
+        // A predefined type is its data from 0 (pairs with their padding): no layout to build.
+        if let Ty::Predefined(_, t) = self {
+            return Ok(t.extent);
+        }
         let l = self.layout();
         let inside = l.lb() == 0
             && l.extent() >= 0

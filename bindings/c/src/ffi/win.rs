@@ -1128,15 +1128,7 @@ unsafe fn put_get_direct(
     tdt: Handle,
     win: Handle,
 ) -> bool {
-    let Some(len) = predefined_bytes(ocount, odt) else {
-        return false;
-    };
-    // Same length on both sides, as `signatures_match` asks of the general path; NULL and
-    // MPI_IN_PLACE (0, 1) are the general path's `check_buffer` errors.
-    if predefined_bytes(tcount, tdt) != Some(len) || (origin as usize) <= MPI_IN_PLACE {
-        return false;
-    }
-    let Ok(t) = usize::try_from(target) else {
+    let Some((len, t)) = one_predefined_run(origin, ocount, odt, target, tcount, tdt) else {
         return false;
     };
     with_view(
@@ -1163,6 +1155,85 @@ unsafe fn put_get_direct(
             true
         },
     )
+}
+
+/// What the put/get fast paths take: predefined datatypes moving the same bytes on both
+/// sides (as `signatures_match` asks of the general path), an origin that is neither NULL
+/// nor `MPI_IN_PLACE` (the general path's `check_buffer` errors) and a target that is a rank
+/// (`MPI_PROC_NULL` and the other negative ones are the general path's): the bytes and the
+/// target.
+#[inline(always)]
+fn one_predefined_run(
+    origin: *const c_void,
+    ocount: i64,
+    odt: Handle,
+    target: c_int,
+    tcount: i64,
+    tdt: Handle,
+) -> Option<(usize, usize)> {
+    let len = predefined_bytes(ocount, odt)?;
+    if predefined_bytes(tcount, tdt) != Some(len) || (origin as usize) <= MPI_IN_PLACE {
+        return None;
+    }
+    Some((len, usize::try_from(target).ok()?))
+}
+
+/// The fast path of `MPI_Put` and `MPI_Get` on a window without a direct view (osc-rdma's
+/// created windows): predefined datatypes on both sides moving the same bytes (as for
+/// [`put_get_direct`]), a window whose module is not direct and has no results waiting to
+/// land: the program's buffer lent to the module as one run ([`RawWindow::put_lent`],
+/// [`RawWindow::get_lent`]: osc-rdma queues it for CMA or its BTLs), with one lookup of the
+/// window, no datatype resolved, no layout built and no error-handler frame. False sends the
+/// call down the general path, which checks every argument again and raises the error:
+/// the module refuses before it queues anything, so nothing was written.
+///
+/// # Safety
+/// As for [`put_get_direct`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn put_get_lent(
+    get: bool,
+    origin: *const c_void,
+    ocount: i64,
+    odt: Handle,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: i64,
+    tdt: Handle,
+    win: Handle,
+) -> bool {
+    let Some((len, t)) = one_predefined_run(origin, ocount, odt, target, tcount, tdt) else {
+        return false;
+    };
+    // What `with_view` checks, the window taken out of the table before the call into it.
+    if !state::installed() {
+        return false;
+    }
+    let w = {
+        let Some(tab) = WINS.peek() else {
+            return false;
+        };
+        match index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) {
+            Some(e) if e.view.is_none() && e.landings.is_empty() && !e.raw.is_direct() => {
+                e.raw.clone()
+            }
+            _ => return false,
+        }
+    };
+    let runs = [(0i64, len as u64)];
+    if get {
+        // SAFETY: the program's origin buffer of `len` bytes (not NULL: checked), writable
+        // and left to the operation until it completes locally (MPI's contract for
+        // `MPI_Get`), which the module waits for before it stops writing.
+        let into = unsafe { UserBuf::from_raw_parts_mut(origin as *mut u8, len) };
+        matches!(w.get_lent(t, disp, &runs, into), Some(Ok(_)))
+    } else {
+        // SAFETY: the program's origin buffer of `len` bytes, valid and unwritten until the
+        // operation completes locally (MPI's contract for `MPI_Put`), which the module waits
+        // for before it stops reading.
+        let data = unsafe { UserBuf::from_raw_parts(origin.cast::<u8>(), len) };
+        w.put_lent(t, disp, &runs, data).is_ok()
+    }
 }
 
 /// `f` on the direct view of window `win` (osc-sm), once the library runs (as
@@ -1498,6 +1569,67 @@ unsafe fn load_element(p: *const c_void, size: usize) -> [u8; 8] {
     out
 }
 
+/// The general path's first step for an accumulate of predefined datatypes (the same on
+/// every side, as [`acc_direct`] takes them) on a module that completes it within the call
+/// ([`RawWindow::accumulate_at_once`]: osc-rdma on a member of this node, or on this
+/// process): straight to the module with the program's buffers, no datatype resolved, no
+/// layout built, no staging. `None`: not such an operation, or the module did not take it
+/// (nothing done): the general path decides.
+///
+/// # Safety
+/// The MPI contract of the accumulate: `ocount` elements of `odt` at `origin`, the result's
+/// (`result`) writable and not otherwise accessed during the call.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn acc_at_once(
+    w: &RawWindow,
+    origin: *const c_void,
+    ocount: i64,
+    odt: Handle,
+    result: Option<(*mut c_void, i64, Handle)>,
+    target: c_int,
+    disp: MPI_Aint,
+    tcount: i64,
+    tdt: Handle,
+    op: Handle,
+) -> Option<MpiResult<()>> {
+    let len = predefined_bytes(tcount, tdt)?;
+    let noop = op == MPI_NO_OP && result.is_some();
+    if !noop && (odt != tdt || ocount != tcount || (origin as usize) <= MPI_IN_PLACE) {
+        return None;
+    }
+    let out = match result {
+        Some((r, rcount, rdt)) => {
+            let (o, r0) = (origin as usize, r as usize);
+            if rdt != tdt
+                || rcount != tcount
+                || r0 <= MPI_IN_PLACE
+                || (!noop && o < r0.wrapping_add(len) && r0 < o.wrapping_add(len))
+            {
+                return None;
+            }
+            Some(r)
+        }
+        None => None,
+    };
+    let (acc, elem) = acc_direct_of(op, tdt, result.is_some())?;
+    // MPI_PROC_NULL and bad ranks: the general path's.
+    let t = target_of(w, target).ok()??;
+    // SAFETY: the caller's contract: `origin` holds `len` bytes (not NULL: checked),
+    // unwritten during the call; MPI_NO_OP reads none.
+    let data = if noop {
+        &[][..]
+    } else {
+        unsafe { super::bytes(origin, len) }
+    };
+    // SAFETY: the caller's contract: the result buffer holds `len` writable bytes (not
+    // NULL: checked), apart from the origin's (checked), not otherwise accessed.
+    let old = out.map(|r| unsafe { super::bytes_mut(r, len) });
+    let runs = [(0i64, len as u64)];
+    w.accumulate_at_once(t, disp, &runs, acc, elem, data, old)
+        .map(|r| r.map_err(osc_error))
+}
+
 /// Every RMA communication call: check, pack, issue; `request` makes it request-based.
 ///
 /// # Safety
@@ -1521,6 +1653,16 @@ unsafe fn rma(
 ) -> c_int {
     call_win(fname, win, || {
         let w = raw(win)?;
+        if let (Kind::Acc(op) | Kind::GetAcc(op), true) = (&kind, request.is_null()) {
+            let res = matches!(kind, Kind::GetAcc(_)).then_some((result, rcount, rdt));
+            // SAFETY: the caller's contract is the call's.
+            let done = unsafe {
+                acc_at_once(&w, origin, ocount, odt, res, target, disp, tcount, tdt, *op)
+            };
+            if let Some(r) = done {
+                return r;
+            }
+        }
         let tn = count(tcount, "target")?;
         let tty = Ty::for_use(tdt)?;
         let nothing = || {
@@ -1755,6 +1897,16 @@ macro_rules! rma_fns {
                 // SAFETY: the caller's contract is the call's.
                 if unsafe {
                     put_get_direct(
+                        get, $origin, $ocount as i64, $odt, $rank, $disp, $tcount as i64,
+                        $tdt, $win,
+                    )
+                } {
+                    return MPI_SUCCESS;
+                }
+                // The same on a created window served by osc-rdma: the buffer lent.
+                // SAFETY: as above.
+                if unsafe {
+                    put_get_lent(
                         get, $origin, $ocount as i64, $odt, $rank, $disp, $tcount as i64,
                         $tdt, $win,
                     )
@@ -2187,6 +2339,38 @@ fn fast_lock_progress(win: Handle) {
     }
 }
 
+/// The fast path of the passive-target synchronizations of one target (`MPI_Win_lock`,
+/// `_unlock`, `_flush`, `_flush_local`) on a window without a direct view (osc-rdma's
+/// created windows): `call` on window rank `rank`, run by the window with one lookup of it
+/// (no state taken, no second lookup for results to land: there are none) when `rank` is
+/// one of its members and the window has no results waiting to land. `None`, nothing done,
+/// sends the call down the general path (`MPI_PROC_NULL`, a rank outside the group, results
+/// to land, a direct view, the library not running); the window's errors go to its error
+/// handler as the general path's do.
+#[inline(always)]
+fn sync_quick(
+    fname: &'static str,
+    rank: c_int,
+    win: Handle,
+    call: impl FnOnce(usize) -> SyncCall,
+) -> Option<c_int> {
+    let t = usize::try_from(rank).ok()?;
+    if !state::installed() {
+        return None;
+    }
+    let w = {
+        let tab = WINS.peek()?;
+        match index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) {
+            Some(e) if e.view.is_none() && e.landings.is_empty() => e.raw.clone(),
+            _ => return None,
+        }
+    };
+    if t >= w.communicator().size() {
+        return None;
+    }
+    Some(call_win(fname, win, || w.sync(call(t)).map_err(win_error)))
+}
+
 /// `MPI_Win_lock`: a passive-target epoch on `rank` (waits for the lock).
 #[export]
 pub unsafe extern "C" fn MPI_Win_lock(
@@ -2198,6 +2382,21 @@ pub unsafe extern "C" fn MPI_Win_lock(
     if lock_direct(lock_type, rank, assert, win) {
         fast_lock_counted(win);
         return MPI_SUCCESS;
+    }
+    let kind = match lock_type {
+        MPI_LOCK_EXCLUSIVE => Some(LockKind::Exclusive),
+        MPI_LOCK_SHARED => Some(LockKind::Shared),
+        _ => None,
+    };
+    if let Some(kind) = kind {
+        let nocheck = assert & MPI_MODE_NOCHECK != 0;
+        if let Some(rc) = sync_quick("MPI_Win_lock", rank, win, |target| SyncCall::Lock {
+            kind,
+            target,
+            nocheck,
+        }) {
+            return rc;
+        }
     }
     call_win("MPI_Win_lock", win, || {
         let kind = lock_kind(lock_type)?;
@@ -2222,6 +2421,9 @@ pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
         ) {
             return MPI_SUCCESS;
         }
+    }
+    if let Some(rc) = sync_quick("MPI_Win_unlock", rank, win, SyncCall::Unlock) {
+        return rc;
     }
     call_win("MPI_Win_unlock", win, || {
         sync_at(win, rank, SyncCall::Unlock)
@@ -2296,6 +2498,9 @@ pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
     if flush_direct(win, Some(rank)) {
         return MPI_SUCCESS;
     }
+    if let Some(rc) = sync_quick("MPI_Win_flush", rank, win, |t| SyncCall::Flush(Some(t))) {
+        return rc;
+    }
     call_win("MPI_Win_flush", win, || {
         sync_at(win, rank, |t| SyncCall::Flush(Some(t)))
     })
@@ -2317,6 +2522,11 @@ pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
 pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int {
     if flush_direct(win, Some(rank)) {
         return MPI_SUCCESS;
+    }
+    if let Some(rc) = sync_quick("MPI_Win_flush_local", rank, win, |t| {
+        SyncCall::FlushLocal(Some(t))
+    }) {
+        return rc;
     }
     call_win("MPI_Win_flush_local", win, || {
         sync_at(win, rank, |t| SyncCall::FlushLocal(Some(t)))

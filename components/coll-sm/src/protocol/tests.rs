@@ -881,3 +881,30 @@ fn gather_leaves_and_the_scatter_root_do_not_wait_for_readers() {
         Step::Wait(Wait { from: Some(1), .. })
     ));
 }
+
+#[test]
+fn the_scatter_root_publishes_only_the_other_members_blocks() {
+    // Its own block goes straight to its output: writing it to the slot too would cost a
+    // copy of a block no one reads (a third of the bytes here, half at two ranks); blocks
+    // shorter than SKIP_OWN_BLOCK go in one copy with the rest.
+    let layout = Layout::new(3, 4096);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let (block, seq) = (SKIP_OWN_BLOCK, 1);
+    let send: Vec<u8> = (0..3 * block).map(|i| (i % 251 + 1) as u8).collect();
+    let mut own = vec![0u8; block];
+    let mut root = Run::new(Op::Scatter { root: 1 }, layout, 1, seq, 3 * block);
+    assert!(matches!(
+        root.poll(&mem, &send, &mut own, None),
+        Step::Posted { .. }
+    ));
+    assert_eq!(root.poll(&mem, &send, &mut own, None), Step::Done);
+    assert_eq!(own, send[block..2 * block]);
+    let at = layout.data(1, seq, 3 * block);
+    let slot = mem.0.borrow()[at..at + 3 * block].to_vec();
+    assert_eq!(slot[..block], send[..block], "rank 0's block");
+    assert_eq!(slot[2 * block..], send[2 * block..], "rank 2's block");
+    assert!(
+        slot[block..2 * block].iter().all(|&b| b == 0),
+        "the root's own block was written to its slot"
+    );
+}
