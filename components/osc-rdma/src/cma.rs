@@ -148,29 +148,24 @@ pub unsafe fn vm_rw(
     total: usize,
 ) -> io::Result<()> {
     let pid = pid as libc::pid_t;
+    // The two calls take the same arguments: which way the bytes go is the only difference.
+    let call = if get {
+        libc::process_vm_readv
+    } else {
+        libc::process_vm_writev
+    };
     loop {
         // SAFETY: the caller's contract for the local pieces; both arrays are as long as
         // the counts passed.
         let moved = unsafe {
-            if get {
-                libc::process_vm_readv(
-                    pid,
-                    local.as_ptr(),
-                    local.len() as _,
-                    remote.as_ptr(),
-                    remote.len() as _,
-                    0,
-                )
-            } else {
-                libc::process_vm_writev(
-                    pid,
-                    local.as_ptr(),
-                    local.len() as _,
-                    remote.as_ptr(),
-                    remote.len() as _,
-                    0,
-                )
-            }
+            call(
+                pid,
+                local.as_ptr(),
+                local.len() as _,
+                remote.as_ptr(),
+                remote.len() as _,
+                0,
+            )
         };
         if moved < 0 {
             let e = io::Error::last_os_error();
