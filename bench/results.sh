@@ -78,7 +78,7 @@ tables=(
   "osu-overlap|peers|SIZES=1024:1048576 ITERS=100 bench/osu-overlap.sh \$(bench/osu-trees.sh osu) /tmp/osu-overlap 3"
   "fortran-instructions|valgrind|fortran_instructions"
   "fortran-timed|-|bench/fortran/compare.sh 31"
-  "mt-rate|peers|bench/mt-rate-peers.sh 3 \$(bench/osu-trees.sh mt)"
+  "mt-rate|peers|RMCA_BEFORE=\$(bench/lib-at.sh b4af681) bench/mt-rate-peers.sh 3 \$(bench/osu-trees.sh mt)"
   "threaded-rust|manual|rmca-run -n 2 target/release/examples/threaded plain 20000 and rate T 4000 for T in 1 2 4, alternating, 7 rounds: the block says how"
   "sim-validation|-|mpicc -Wall -Wextra -Werror -std=c11 tools/rmca-sim/validate/pairwise.c -o /tmp/rmca-sim-pairwise && rmca-sim validate --procs 2,4,8,16 --iters 1000 && rmca-sim validate --procs 2,4,8,16 --iters 1000 --loss bernoulli:0.05 && rmca-sim validate --procs 4,8 --iters 1000 --loss bernoulli:0.2"
   "sim-memory|-|rmca-sim memory --plot bench/sim/memory.svg"

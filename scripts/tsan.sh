@@ -10,7 +10,8 @@
 # What it covers: the process lock and ownership hand-overs of MPI_THREAD_MULTIPLE and
 # SERIALIZED (bindings/c/src/state.rs), the progress passes several threads drive through the
 # PML, btl-shm's rings, the soft verbs provider's agent threads and dr's timers, the one-sided
-# fast paths from threads (tests/c/threads*.c, tests/c/rma_shared_threads.c). Not covered: the
+# fast paths from threads, the calls queued for the lock's holder (bindings/c/src/handoff.rs)
+# (tests/c/threads*.c, tests/c/rma_shared_threads.c). Not covered: the
 # launcher (no threads of its own that touch rmca state) and the `rdma` verbs provider (no
 # device here; scripts/vm-tests.sh runs it in the guest, without TSan).
 #
@@ -57,6 +58,7 @@ build() {
 build threads threads
 build threads_comm threads_comm
 build threads_tables_serialized threads_tables -DSERIALIZED
+build threads_handoff threads_handoff
 build rma_shared_threads rma_shared_threads
 
 configs=(
@@ -94,6 +96,7 @@ for c in "${configs[@]}"; do
     run threads_comm "threads_comm:" "$n" "$c"
     run threads_tables_serialized "threads_tables serialized:" "$n" "$c"
   done
+  run threads_handoff "threads_handoff:" 2 "$c"
 done
 for n in 1 2; do
   run rma_shared_threads "rma_shared_threads:" "$n" "ob1+shm|"

@@ -46,6 +46,7 @@ pub mod btl;
 pub mod buffer;
 pub mod coll;
 pub mod component;
+pub mod counters;
 pub mod hash;
 pub mod init;
 pub mod job;

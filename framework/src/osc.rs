@@ -652,6 +652,9 @@ pub struct WinConfig {
     /// The PML reaches every member with a BTL offering RDMA put and get (the port's
     /// [`OscRdma`] then serves them): what osc-rdma needs.
     pub rdma: bool,
+    /// Where the module adds its event counts for the profile, when the window is freed
+    /// (the runtime's; a fresh one where nobody reads them).
+    pub counters: crate::counters::CounterRegistry,
 }
 
 impl WinConfig {
@@ -954,6 +957,44 @@ pub trait OscModule {
     fn direct_ops(&mut self) -> Option<&mut dyn OscDirect> {
         None
     }
+
+    /// The module's [`LentPath`], when it has one (osc-rdma: puts and gets to the members
+    /// of its node queued for CMA): a host keeps it next to the window, asked once, and
+    /// takes small puts, gets and flushes through it with no call into the module. `None`
+    /// by default.
+    fn lent_path(&self) -> Option<Rc<dyn LentPath>> {
+        None
+    }
+}
+
+/// Puts and gets of one contiguous run of the program's own buffer, and flushes of one
+/// target, that a module takes with no call into it ([`OscModule::lent_path`]; osc-rdma:
+/// queued for CMA to a member of its node, moved by the flush in one system call), for a
+/// host's fast `MPI_Put`, `MPI_Get` and `MPI_Win_flush(_local)`. Each call does all of it
+/// or nothing and returns false; the host then calls the module, which decides and raises
+/// the error if there is one (an epoch not open, bytes outside the target's memory: the
+/// path takes only what the module would take, from flags the module keeps as a cache of
+/// its own state). Whatever the path queued, the module takes over before anything else it
+/// does, so the two stay one queue. Not `Sync`: it stays on the window's thread, as the
+/// module does.
+pub trait LentPath: std::fmt::Debug {
+    /// `MPI_Put` of `data` at displacement `disp` of member `t`, queued. `data` stays valid
+    /// and unwritten until a flush of `t` (local or not) or a synchronization of the window
+    /// returned (MPI's rule for origin buffers): the transfer reads it until then.
+    fn put(&self, t: usize, disp: isize, data: UserBuf) -> bool;
+
+    /// `MPI_Get` into `into` (writable) from displacement `disp` of member `t`, queued:
+    /// `into` is written by the flush or synchronization that completes it, and stays
+    /// valid and untouched by the program until then.
+    fn get(&self, t: usize, disp: isize, into: UserBuf) -> bool;
+
+    /// `MPI_Win_flush(t)` or `MPI_Win_flush_local(t)` finished within the call: what this
+    /// path queued has moved and the module has nothing else outstanding at `t`. False,
+    /// nothing reported, when that is not so (nothing queued here included: a flush with
+    /// nothing of its own to move is how a program polls its window, which needs the
+    /// module's progress); what could not move stays queued for the module, whose
+    /// synchronization then reports the error.
+    fn flush(&self, t: usize) -> bool;
 }
 
 /// RMA operations a module completes within the call ([`OscModule::direct_ops`]), on

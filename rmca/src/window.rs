@@ -335,7 +335,9 @@ impl Core {
 /// nothing; MPI's progress rule wants its calls to move that traffic. A pass cost rank 0
 /// about 1,800 instructions in a flush before (ob1 over shm, the window's receive poll
 /// included; bench/RESULTS.md, osc-create-instructions): under 30 per call at this rate.
-const QUICK_PASS_EVERY: u32 = 64;
+/// The C library's flushes on the module's lent path ([`RawWindow::lent_path`]) count
+/// likewise.
+pub const QUICK_PASS_EVERY: u32 = 64;
 
 /// Stepped by every progress pass of the runtime while the window lives; the flag is the
 /// owner's [`RawWindow::busy`].
@@ -537,6 +539,7 @@ impl RawWindow {
             shared: flavor == Flavor::Shared,
             host,
             rdma,
+            counters: shared.with(|rt| Ok(rt.counters.clone()))?,
         };
         let (component, params) = shared.with(|rt| {
             let c = rt
@@ -869,6 +872,16 @@ impl RawWindow {
     /// next to the window for its small put, get and flush; `None` for other modules.
     pub fn direct_view(&self) -> Option<Rc<rmca_framework::osc::DirectView>> {
         self.core.borrow_mut().module.direct_ops()?.view()
+    }
+
+    /// The module's [`rmca_framework::osc::LentPath`] (osc-rdma: puts and gets to the
+    /// members of its node queued for CMA, and their flushes), which the C library keeps
+    /// next to the window for its small put, get and flush; `None` for other modules. Its
+    /// flushes make no progress pass: the host runs one every [`QUICK_PASS_EVERY`]
+    /// ([`RawWindow::progress`]), as [`RawWindow::sync`] does for the flushes the module
+    /// finishes within the call.
+    pub fn lent_path(&self) -> Option<Rc<dyn rmca_framework::osc::LentPath>> {
+        self.core.borrow().module.lent_path()
     }
 
     /// The outcome of `id` if it completed locally (then spent), after one progress pass.

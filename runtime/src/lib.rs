@@ -102,6 +102,8 @@ pub struct Runtime {
     pub registry: Registry,
     /// Memory held per component.
     pub memory: MemoryAccounting,
+    /// Event counts of the components outside the PML (windows' modules), for the profile.
+    pub counters: rmca_framework::counters::CounterRegistry,
     /// The PML carrying this process's messages.
     pub pml: Box<dyn Pml>,
     /// Names of the BTL modules in use.
@@ -374,6 +376,7 @@ impl Runtime {
             params,
             registry,
             memory,
+            counters: Default::default(),
             pml,
             btl_names,
             progress_engine: Default::default(),
@@ -449,14 +452,20 @@ impl Runtime {
         self.rte.abort(code, msg)
     }
 
-    /// This process's profile: PML/BTL counters and per-component memory.
+    /// This process's profile: PML/BTL counters, those the windows' modules reported when
+    /// freed, and per-component memory.
     pub fn profile(&self) -> crate::profile::RankProfile {
         crate::profile::RankProfile {
             rank: self.job.rank,
             pml: self.pml.component_name().to_owned(),
             btls: self.btl_names.clone(),
             init_us: self.init_time.as_micros() as u64,
-            counters: self.pml.counters().into_iter().collect(),
+            counters: self
+                .pml
+                .counters()
+                .into_iter()
+                .chain(self.counters.snapshot())
+                .collect(),
             peer_btls: self
                 .pml
                 .peer_btls()

@@ -29,7 +29,7 @@ pub struct RankProfile {
     pub btls: Vec<String>,
     /// Time this rank spent joining the job, microseconds.
     pub init_us: u64,
-    /// PML and BTL counters by name.
+    /// PML, BTL and window (osc) counters by name.
     pub counters: BTreeMap<String, u64>,
     /// Memory by owner.
     pub memory: BTreeMap<String, MemoryUse>,

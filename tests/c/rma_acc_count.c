@@ -1,6 +1,7 @@
 /* Accumulates, fetch-and-ops and compare-and-swaps to a member of the node on a created
  * window, many of them: every rank updates rank 0's counters (rank 0 its own: the self
- * target) under lock_all with a flush after each call, then rank 0 checks the totals. The Rust side (c_rma_rdma.rs) reads
+ * target) under lock_all with a flush after each call, tries bad input (refused with its
+ * class, nothing written), then rank 0 checks the totals. The Rust side (c_rma_rdma.rs) reads
  * the PML's message counters from the profile: with osc-rdma's direct accumulates they stay
  * far below the number of calls (the origin applies them by CMA), by messages they exceed it. */
 #include "check.h"
@@ -42,6 +43,33 @@ int main(int argc, char **argv) {
             } while (swapped != cmp);
         }
     }
+    /* Bad input on those paths (rank 0's window: 3 longs): the class through the window's
+     * handler, nothing written (rank 0's totals below stay exact). */
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    {
+        long one = 1, old = -1, cmp = 0;
+        double d = 1.0, dold = -1.0;
+        CHECK(MPI_Compare_and_swap(&one, &cmp, &old, MPI_LONG, 0, 3, win) == MPI_ERR_RMA_RANGE,
+              "cas past the end");
+        CHECK(MPI_Compare_and_swap(&one, &cmp, &old, MPI_LONG, 0, -1, win) == MPI_ERR_RMA_RANGE,
+              "cas before the start");
+        CHECK(MPI_Compare_and_swap(&one, &cmp, &old, MPI_LONG, size, 0, win) == MPI_ERR_RANK,
+              "cas to rank = size");
+        CHECK(MPI_Compare_and_swap(&d, &d, &dold, MPI_DOUBLE, 0, 0, win) == MPI_ERR_TYPE,
+              "cas on doubles");
+        CHECK(MPI_Fetch_and_op(&one, &old, MPI_LONG, 0, 3, MPI_SUM, win) == MPI_ERR_RMA_RANGE,
+              "fetch-and-op past the end");
+        long two[2] = {1, 1};
+        CHECK(MPI_Accumulate(two, 2, MPI_LONG, 0, 2, 2, MPI_LONG, MPI_SUM, win) ==
+                  MPI_ERR_RMA_RANGE,
+              "accumulate across the end");
+        CHECK(MPI_Get_accumulate(&one, 1, MPI_LONG, &old, 1, MPI_LONG, 0, 3, 1, MPI_LONG,
+                                 MPI_REPLACE, win) == MPI_ERR_RMA_RANGE,
+              "get_accumulate past the end");
+        CHECK(old == -1 && dold == -1.0, "no result written: %ld %g", old, dold);
+        OK(MPI_Win_flush_all(win));
+    }
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_ARE_FATAL));
     OK(MPI_Win_unlock_all(win));
     OK(MPI_Barrier(MPI_COMM_WORLD));
     if (rank == 0) {

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tcheck.h"
 
 #define NW 5          /* part 1: waiting threads */
 #define PAUSE_MS 400  /* part 1: how long they wait */
@@ -30,18 +30,6 @@
 #define BATCH 8
 
 static int me;
-static atomic_int t_failed, t_run;
-
-#define TCHECK(cond, ...)                                                                 \
-    do {                                                                                  \
-        atomic_fetch_add(&t_run, 1);                                                      \
-        if (!(cond)) {                                                                    \
-            atomic_fetch_add(&t_failed, 1);                                               \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", me, __FILE__, __LINE__, #cond);   \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-        }                                                                                 \
-    } while (0)
 
 static double now(clockid_t c) {
     struct timespec ts;
@@ -339,8 +327,7 @@ int main(int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         order_per_thread();
     }
-    checks_run += atomic_load(&t_run);
-    checks_failed += atomic_load(&t_failed);
+    tcheck_merge();
     int rc = summary("threads_park");
     MPI_Finalize();
     return rc;

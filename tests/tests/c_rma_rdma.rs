@@ -7,7 +7,7 @@
 //! reason. Accumulates to a member of the node are applied by the origin, not sent
 //! (`tests/c/rma_acc_count.c`, the profile's message count with and without
 //! `osc_rdma_acc_direct`), or posted in the target's slot for it to apply, and those to the
-//! origin itself applied in place (the counts osc-rdma logs).
+//! origin itself applied in place (the profile's `osc.rdma.*` counters).
 
 use rmca_tests::c::compile;
 use rmca_tests::{counter, run_job, take_profile, Job};
@@ -66,8 +66,10 @@ fn every_call_with_osc_rdma_forced_moves_puts_and_gets_by_rdma() {
 fn profiled_run(area: &str, ranks: u64, param: &str, value: &str) -> serde_json::Value {
     let program = compile(area, &[]);
     let program = program.to_str().expect("UTF-8 path");
+    // Named by every argument: tests of this file run in parallel, and two of them run one
+    // program at one rank count with the same value of different parameters.
     let json = std::env::temp_dir().join(format!(
-        "rmca-{area}-{}-{ranks}-{value}.json",
+        "rmca-{area}-{}-{ranks}-{param}-{value}.json",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&json);
@@ -111,71 +113,58 @@ fn accumulates_to_a_member_of_the_node_send_no_message() {
     }
 }
 
-/// The counts each process of `rma_acc_count` logged at its window's end (osc-rdma's debug
-/// line): served for others, posted, claimed back, applied in place to itself.
-fn slot_counts(mca: &[(&str, &str)]) -> Vec<[u64; 4]> {
-    let program = compile("rma_acc_count", &[]);
-    let mut cmd = std::process::Command::new(rmca_tests::release_bin("rmca-run"));
-    cmd.args(["-n", "2", "--timeout", "120"]);
-    for (k, v) in mca {
-        cmd.args(["--mca", k, v]);
-    }
-    cmd.arg(&program).env("RMCA_LOG", "rmca_osc_rdma=debug");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("RMCA_MCA_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env_remove("LD_LIBRARY_PATH");
-    let out = cmd.output().expect("spawn rmca-run");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.contains("ok rma_acc_count:"),
-        "rma_acc_count with {mca:?}:\n{stdout}\n{stderr}"
-    );
-    let field = |line: &str, name: &str| -> u64 {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {line}"))
-    };
-    stderr
-        .lines()
-        .filter(|l| l.contains("accumulates through the slots"))
-        .map(|l| ["served", "posted", "reclaimed", "own"].map(|n| field(l, n)))
-        .collect()
-}
-
 /// Accumulates of one element to a member of the node are posted in the target's slot and
 /// applied by the target's progress (rank 1's to rank 0, which waits in its own flushes and
 /// serves meanwhile), or claimed back and applied by CMA when it does not answer in time;
 /// every one either way. Those to the origin's own memory are applied in place (no loopback
 /// message). With `osc_rdma_acc_slot_ns` 0 nothing is posted. (The claim back itself is
-/// osc-rdma's unit tests' and proptests'.)
+/// osc-rdma's unit tests' and proptests'.) The counts are the profile's `osc.rdma.*`,
+/// summed over the ranks.
 #[test]
 fn accumulates_to_a_member_of_the_node_go_through_its_slot_and_to_itself_in_place() {
     const CALLS: u64 = 500;
     // A bound the load cannot reach (with the default's 4 us, a target descheduled by
     // other jobs has every request claimed back, correctly but untested here).
-    let counts = slot_counts(&[("osc_rdma_acc_slot_ns", "50000000")]);
-    assert_eq!(counts.len(), 2, "one line per process: {counts:?}");
-    let sum = |i: usize| counts.iter().map(|c| c[i]).sum::<u64>();
-    let (served, posted, reclaimed) = (sum(0), sum(1), sum(2));
+    let profile = profiled_run("rma_acc_count", 2, "osc_rdma_acc_slot_ns", "50000000");
+    let n = |name: &str| counter(&profile, &format!("osc.rdma.{name}"));
+    let (served, posted, reclaimed) = (
+        n("acc_slot_served"),
+        n("acc_slot_posted"),
+        n("acc_slot_claimed_back"),
+    );
     // Rank 1 posts at least 5 per round (accumulate, fetch-and-op, two reads, a
     // compare-and-swap), bar those skipped after a claim back.
-    assert!(posted > 0 && served > 0, "{counts:?}");
-    assert_eq!(served + reclaimed, posted, "each applied once: {counts:?}");
+    assert!(posted > 0 && served > 0, "{profile:#}");
+    assert_eq!(served + reclaimed, posted, "each applied once: {profile:#}");
     // Rank 0 on its own counters.
-    assert!(
-        counts.iter().any(|c| c[3] >= 5 * CALLS),
-        "in place: {counts:?}"
+    assert!(n("acc_self") >= 5 * CALLS, "in place: {profile:#}");
+    let profile = profiled_run("rma_acc_count", 2, "osc_rdma_acc_slot_ns", "0");
+    let n = |name: &str| counter(&profile, &format!("osc.rdma.{name}"));
+    assert_eq!(
+        n("acc_slot_posted") + n("acc_slot_served"),
+        0,
+        "{profile:#}"
     );
-    let counts = slot_counts(&[("osc_rdma_acc_slot_ns", "0")]);
-    assert!(counts.iter().all(|c| c[0] + c[1] == 0), "{counts:?}");
-    assert!(counts.iter().any(|c| c[3] >= 5 * CALLS), "{counts:?}");
+    assert!(n("acc_self") >= 5 * CALLS, "{profile:#}");
+    // Every accumulate of the origin rank 1 to rank 0 by CMA now.
+    assert!(n("acc_cma") >= 5 * CALLS, "{profile:#}");
+}
+
+/// A job whose waits yield (`mpi_wait_mode yield`, what `auto` picks on an oversubscribed
+/// node) posts no accumulate in a slot: a waiting target gives its core away, so each post
+/// would wait out `osc_rdma_acc_slot_ns` before the claim back. The origin applies them by
+/// CMA straight away.
+#[test]
+fn accumulates_skip_the_slots_when_waits_yield() {
+    const CALLS: u64 = 500;
+    let profile = profiled_run("rma_acc_count", 2, "mpi_wait_mode", "yield");
+    let n = |name: &str| counter(&profile, &format!("osc.rdma.{name}"));
+    assert_eq!(
+        n("acc_slot_posted") + n("acc_slot_served"),
+        0,
+        "{profile:#}"
+    );
+    assert!(n("acc_cma") >= 5 * CALLS, "{profile:#}");
 }
 
 #[test]
@@ -229,7 +218,8 @@ fn another_component_forced_is_refused_with_its_own_reason() {
 /// itself with CMA (`osc_rdma_cma_direct`), not by the PML's RDMA: `tests/c/rma_put_count.c`
 /// (500 puts and 500 gets per rank with a flush each, 500 of each in lock/unlock epochs,
 /// every result checked) makes no PML transfer for them with it (the derived-datatype put
-/// is the one left), and one per call without it.
+/// is the one left), and one per call without it. With it, the flushes of the lock_all loop
+/// finish on osc-rdma's lent path (the profile's `osc.rdma.lent_flushes`), none without.
 #[test]
 fn puts_and_gets_to_a_member_of_the_node_are_moved_by_the_origin() {
     const CALLS: u64 = 1000;
@@ -238,12 +228,20 @@ fn puts_and_gets_to_a_member_of_the_node_are_moved_by_the_origin() {
             let profile = profiled_run("rma_put_count", ranks, "osc_rdma_cma_direct", direct);
             let puts = counter(&profile, "pml.ob1.osc_rdma_puts");
             let gets = counter(&profile, "pml.ob1.osc_rdma_gets");
+            // Flushes the C library finished on osc-rdma's lent path, with no call into the
+            // window: every put+flush and get+flush of the lock_all loop.
+            let lent = counter(&profile, "osc.rdma.lent_flushes");
             if direct == "1" {
                 assert!(
                     puts <= ranks && gets == 0,
                     "{puts} puts and {gets} gets by the PML with CMA from the origin"
                 );
+                assert!(
+                    lent >= CALLS * ranks,
+                    "{lent} flushes on the lent path for {CALLS} per rank: {profile:#}"
+                );
             } else {
+                assert_eq!(lent, 0, "no lent path without CMA from the origin");
                 assert!(
                     puts >= CALLS * ranks && gets >= CALLS * ranks,
                     "{puts} puts and {gets} gets by the PML for {CALLS} calls of each per rank"

@@ -338,3 +338,25 @@ fn rmca_bench_prints_json_lines_and_a_plot() {
         "{plot}"
     );
 }
+
+/// Reductions of no element (allreduce, reduce, reduce_scatter_block, scan, exscan, typed
+/// and in place) return without waiting for the other members, on coll-sm's segment and on
+/// coll-base's schedules alike: `rmca/examples/coll_empty.rs` has the last rank make its
+/// calls only after the others got past theirs.
+#[test]
+fn empty_reductions_do_not_wait_for_the_other_members() {
+    for mca in [&[][..], &[("coll", "base")][..]] {
+        let out = run_job(&Job {
+            ranks: 3,
+            program: "coll_empty",
+            args: &[],
+            mca,
+            timeout_s: 60,
+        });
+        assert!(
+            out.success() && out.stdout.contains("did not wait for the last rank"),
+            "{mca:?}: {}",
+            out.text()
+        );
+    }
+}

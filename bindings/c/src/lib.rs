@@ -14,6 +14,7 @@
 pub mod abi;
 pub mod dtype;
 pub mod ffi;
+pub mod handoff;
 pub mod progress_thread;
 pub mod state;
 

@@ -50,14 +50,31 @@
 //!   the lock and is refused by `with`'s busy flag as before; nothing is released or parked
 //!   while that flag is set (a wait inside `with` keeps the lock).
 //!
+//!   Calls that start work need not wait for the lock: `MPI_Isend` and `MPI_Irecv` on a
+//!   predefined datatype, from a thread that finds the lock held, are queued for its holder
+//!   on a lock-free stack with a request handle reserved beforehand for that thread, and
+//!   return at once ([`crate::handoff`], MPICH's ch4 "handoff" model). Whoever holds the lock
+//!   next starts them, in the order they were queued, before anything else: at every
+//!   acquisition (`entered`, `try_entered`, the wait hook's re-acquisitions, the progress
+//!   thread's passes) and in each pass of a wait that keeps it (`release_for_waiters`,
+//!   `park_until`); every unlock looks at the queue afterwards (`after_unlock`), so a call
+//!   queued as the holder left is not stranded. A thread's later calls take the lock, and
+//!   so drain, first: its calls keep their order. What such a call would have refused (a
+//!   freed communicator, a rank or tag out of range) is found when it starts and raised by
+//!   its completion call, as MPI allows for non-blocking calls. Measured before building it
+//!   (temporary counters, bench/mt_rate.c, 2 ranks on 2 cores, load 4.6): at 2 threads per
+//!   rank the lock was almost never contended at submission (25 of 563 k `MPI_Isend`/
+//!   `MPI_Irecv`, 11 ms waited against 69 ms held); at 4, `MPI_Isend` waited 661 ms for it
+//!   (9% of the calls, 13 us each) against 301 ms held, `MPI_Irecv` 1035 ms against 368:
+//!   a quarter to a third of each thread's time. With the queue, 4 threads per rank send
+//!   2.4 times as many messages, 2 and 1 thread as many (bench/RESULTS.md, mt-rate).
+//!
 //!   Not done, and why: per-communicator or per-peer locks need a runtime without `Rc`
-//!   internals (the PML, BTLs and collectives share one `RefCell` runtime per process). A
-//!   lock-free queue of non-blocking operations drained by the lock's holder was not built
-//!   either: a call holds the lock for a few hundred nanoseconds, so callers queue briefly;
-//!   the contention was the waits, which held it for their whole duration. The lock is a
-//!   ticket lock (FIFO: a driver that releases and takes it back between passes starves
-//!   nobody) whose waiters sleep on one of eight bells by ticket, so an unlock wakes the next
-//!   thread only.
+//!   internals (the PML, BTLs and collectives share one `RefCell` runtime per process), so
+//!   one thread runs MPI code at a time still; the queue takes the waiting out of the
+//!   submissions, the parked waits out of the completions. The lock is a ticket lock (FIFO:
+//!   a driver that releases and takes it back between passes starves nobody) whose waiters
+//!   sleep on one of eight bells by ticket, so an unlock wakes the next thread only.
 //!
 //! - With the asynchronous progress thread (`mpi_async_progress`, [`crate::progress_thread`]),
 //!   at any level: every call holds the process lock as at MULTIPLE (`locked`), and the thread
@@ -77,7 +94,7 @@
 //! work from any thread; `MPI_Finalize` gives the ownership up (below MULTIPLE) for that.
 //!
 //! What MULTIPLE does not do yet: concurrency inside the library (one thread runs MPI code at
-//! a time; see above), and creating communicators
+//! a time; see above; only the submissions above are taken off the lock), and creating communicators
 //! from several threads at once (their context ids are agreed without a process-wide
 //! reservation: create them from one thread, or one at a time).
 
@@ -553,6 +570,9 @@ pub struct State {
     /// Scratch of `MPI_Waitall`, kept so that a program waiting on windows of requests in a
     /// loop allocates nothing per call (see [`WaitBatch`]).
     pub wait_batch: WaitBatch,
+    /// Which request slots are reserved for calls queued at `MPI_THREAD_MULTIPLE`
+    /// ([`State::reserve_request`]), by slot (grown on demand).
+    reserved: Vec<bool>,
 }
 
 /// The reused buffers of one `MPI_Waitall`: the operations handed to the PML together, the
@@ -754,6 +774,7 @@ fn install_state(
         staged: Default::default(),
         staged_detached: Vec::new(),
         wait_batch: WaitBatch::default(),
+        reserved: Vec::new(),
     };
     if phase() != Phase::Before || installed() {
         // MPI_Init checks the phase first; a second state would replace one in use.
@@ -782,6 +803,8 @@ fn install_state(
     GLOBAL.locked.store(locked, Ordering::Relaxed);
     // SAFETY: this thread is now the owner, and no call is on the state (it had none).
     unsafe { *GLOBAL.state.get() = Some(state) };
+    // Handles reserved for queued calls name slots of the previous state, if any.
+    crate::handoff::new_state();
     if locked {
         // The state is the lock's from now on: published by this unlock (a thread that
         // calls MPI later acquires it); the waits hand the lock over (MULTIPLE).
@@ -986,6 +1009,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         GLOBAL.owner.store(0, Ordering::Relaxed);
         GLOBAL.lock.unlock();
+        crate::handoff::after_unlock();
         // The call may have started an operation: a progress thread asleep for want of
         // work wakes (one relaxed load otherwise; never reached without the lock).
         crate::progress_thread::call_ended();
@@ -1038,6 +1062,9 @@ pub fn entered<R>(f: impl FnOnce() -> R) -> R {
             GLOBAL.lock.lock();
             GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
             let _held = Held;
+            // Operations queued while the lock was held start first: a thread's queued
+            // operations precede its later calls ([`crate::handoff`]).
+            crate::handoff::drain();
             f()
         }
         // Running, or a session's state before `MPI_Init`.
@@ -1051,6 +1078,38 @@ pub fn entered<R>(f: impl FnOnce() -> R) -> R {
         }
         _ => f(),
     }
+}
+
+/// [`entered`] at `MPI_THREAD_MULTIPLE` if the process lock is free now (nobody holds it or
+/// is queued for it): `f`'s result, or `f` back without waiting ([`crate::handoff`]).
+pub(crate) fn try_entered<R, F: FnOnce() -> R>(f: F) -> Result<R, F> {
+    if !GLOBAL.lock.try_lock() {
+        return Err(f);
+    }
+    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    let _held = Held;
+    crate::handoff::drain();
+    Ok(f())
+}
+
+/// Take the process lock if it is free, start the queued operations and give it back
+/// ([`crate::handoff::after_unlock`]): false if it was not free (its holder, or the thread
+/// queued for it, starts them).
+pub(crate) fn drain_if_free() -> bool {
+    if !GLOBAL.lock.try_lock() {
+        return false;
+    }
+    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    crate::handoff::drain();
+    GLOBAL.owner.store(0, Ordering::Relaxed);
+    GLOBAL.lock.unlock();
+    true
+}
+
+/// Whether a call may be queued for the lock's holder ([`crate::handoff`]): at
+/// `MPI_THREAD_MULTIPLE`, between `MPI_Init` and `MPI_Finalize`.
+pub(crate) fn handoff_open() -> bool {
+    GLOBAL.level.load(Ordering::Relaxed) == MPI_THREAD_MULTIPLE && phase() == Phase::Running
 }
 
 /// [`entered`] while the progress thread runs at a level below MULTIPLE: the lock is held
@@ -1086,6 +1145,7 @@ impl Drop for PassHeld {
     fn drop(&mut self) {
         GLOBAL.owner.store(0, Ordering::Relaxed);
         GLOBAL.lock.unlock();
+        crate::handoff::after_unlock();
     }
 }
 
@@ -1100,6 +1160,7 @@ pub(crate) fn progress_pass(arm: impl FnOnce()) -> AsyncPass {
     }
     GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
     let _held = PassHeld;
+    crate::handoff::drain();
     // The world communicator, cloned and dropped under the lock (its counts are the calls').
     let Ok(world) = with(|s| Ok(s.comm(MPI_COMM_WORLD)?.comm.clone())) else {
         // Finalizing: nothing to drive.
@@ -1132,7 +1193,12 @@ fn release_for_waiters() -> bool {
         return false;
     }
     // SAFETY: the owner thread (checked above), the only one touching `busy` and `pinned`.
-    if unsafe { *GLOBAL.busy.get() || *GLOBAL.pinned.get() != 0 } || !GLOBAL.lock.contended() {
+    if unsafe { *GLOBAL.busy.get() || *GLOBAL.pinned.get() != 0 } {
+        return false;
+    }
+    // Each pass of a wait that holds the lock starts what was queued meanwhile.
+    crate::handoff::drain();
+    if !GLOBAL.lock.contended() {
         return false;
     }
     GLOBAL.owner.store(0, Ordering::Relaxed);
@@ -1144,6 +1210,7 @@ fn release_for_waiters() -> bool {
 fn reacquire_after_wait() {
     GLOBAL.lock.lock();
     GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    crate::handoff::drain();
 }
 
 /// A wait parked at `MPI_THREAD_MULTIPLE` ([`park_until`]): on its thread's stack while it
@@ -1185,6 +1252,9 @@ fn park_until(done: &mut dyn FnMut() -> bool) -> Parking {
     if unsafe { *GLOBAL.busy.get() || *GLOBAL.pinned.get() != 0 } {
         return Parking::Kept;
     }
+    // The holder's pass starts the operations queued meanwhile ([`crate::handoff`]): the
+    // threads that queued them do not wait for the lock.
+    crate::handoff::drain();
     wake_completed();
     let me = this_thread();
     let driver = GLOBAL.driver.load(Ordering::Relaxed);
@@ -1228,9 +1298,11 @@ fn park_until(done: &mut dyn FnMut() -> bool) -> Parking {
     unsafe { (*GLOBAL.parked.get()).push(&entry) };
     GLOBAL.owner.store(0, Ordering::Relaxed);
     GLOBAL.lock.unlock();
+    crate::handoff::after_unlock();
     sleep_parked(&entry);
     GLOBAL.lock.lock();
     GLOBAL.owner.store(me, Ordering::Relaxed);
+    crate::handoff::drain();
     if entry.word.load(Ordering::Relaxed) != WAITING {
         GLOBAL.woken.fetch_sub(1, Ordering::Relaxed);
     } else {
@@ -1487,6 +1559,7 @@ impl Drop for Borrowed {
     fn drop(&mut self) {
         GLOBAL.owner.store(0, Ordering::Relaxed);
         GLOBAL.lock.unlock();
+        crate::handoff::after_unlock();
     }
 }
 
@@ -1826,6 +1899,47 @@ impl State {
             }
         };
         Ok(REQ_BASE + index + gen_bits(self.request_gens[index]))
+    }
+
+    /// Reserve a request slot for a handle given out before its operation starts (a call
+    /// queued at `MPI_THREAD_MULTIPLE`, [`crate::handoff`]): the slot stays [`Slot::Free`]
+    /// (a completion call naming the handle meanwhile is refused) but off the free list,
+    /// until [`State::fill_reserved`] or [`State::unreserve_request`].
+    pub fn reserve_request(&mut self) -> MpiResult<Handle> {
+        let h = self.add_slot(Slot::Free)?;
+        let i = self.request_index(h).expect("just added");
+        if self.reserved.len() <= i {
+            self.reserved.resize(i + 1, false);
+        }
+        self.reserved[i] = true;
+        Ok(h)
+    }
+
+    /// The slot of `h` if it is reserved ([`State::reserve_request`]), no longer so.
+    fn take_reserved(&mut self, h: Handle) -> Option<usize> {
+        let i = self.request_index(h)?;
+        let r = self.reserved.get_mut(i)?;
+        std::mem::replace(r, false).then_some(i)
+    }
+
+    /// Put the started operation `slot` in the reserved slot of `h` (a fast-path slot, or
+    /// [`Slot::General`] with `general`'s entry); false if `h` is not a reserved slot.
+    pub fn fill_reserved(&mut self, h: Handle, slot: Slot, general: Option<ReqEntry>) -> bool {
+        let Some(i) = self.take_reserved(h) else {
+            return false;
+        };
+        match general {
+            Some(entry) => self.set_general(i, entry),
+            None => self.requests[i] = slot,
+        }
+        true
+    }
+
+    /// Give a reserved slot that was never used back to the free list.
+    pub fn unreserve_request(&mut self, h: Handle) {
+        if let Some(i) = self.take_reserved(h) {
+            self.free_requests.push(i);
+        }
     }
 
     /// Make slot `i` a general one holding `entry`.

@@ -67,7 +67,8 @@
 //!   length: they are the receive counts, the same everywhere).
 //! - reduce_scatter (and its block form): every rank posts its whole input as a reduction's
 //!   leaf does; each waits for every other rank's post and combines its own block (its
-//!   result) over all slots in rank order. One post and one wait per rank, no partials.
+//!   result) over all slots in rank order. One post and one wait per rank, no partials; a
+//!   rank whose block is empty waits for nobody (it needs no other input).
 //! - gather: every rank but the root posts its block; the root copies each block out as soon
 //!   as its rank posted (its own from its input), as allgather's readers but the root alone.
 //! - scatter: the root posts its whole input (n blocks), each other rank copies its block
@@ -571,7 +572,7 @@ impl Run {
     /// finished everything (for [`Run::after_clear`] of the next runs). A barrier `s`: `s`
     /// (every member arrived, so finished everything before; the barrier uses no slot). A
     /// collective `s` in which this rank waited for every other member's post of `s` (an
-    /// allreduce, allgather, alltoall or reduce_scatter; a reduce or gather at its root): `s - 1` (a member posts `s`
+    /// allreduce, allgather, alltoall or reduce_scatter with a block of its own; a reduce or gather at its root): `s - 1` (a member posts `s`
     /// only after it finished `s - 1`). `None` for the others (a member may still be reading an earlier slot).
     pub fn clears(&self) -> Option<u32> {
         if self.stage != u8::MAX {
@@ -579,6 +580,8 @@ impl Run {
         }
         match self.op {
             Op::Barrier { .. } => Some(self.seq),
+            // A reduce_scatter's member with an empty block waited for nobody.
+            Op::ReduceScatter { start, end, .. } if start == end => None,
             Op::Allreduce { .. }
             | Op::Allgather
             | Op::Alltoall
@@ -979,6 +982,12 @@ impl Run {
     ) -> Step {
         if self.stage == 0 {
             return self.publish(mem, &send[..self.len]);
+        }
+        if mine.is_empty() {
+            // Nothing to combine here (OSU's reduce_scatter of fewer elements than ranks):
+            // the others read this rank's input, it needs none of theirs, so it goes on at
+            // once as a reduce's leaf does rather than waiting for everyone's post.
+            return self.finish(mem);
         }
         let me = self.me;
         if let Some(w) = self.wait_all(mem, |q| q != me, 1) {

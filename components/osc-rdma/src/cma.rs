@@ -6,14 +6,19 @@
 //! flush are then one system call, as Open MPI's vader put is, and 64 puts before a flush
 //! (OSU's put_bw) one as well.
 //!
+//! The C library's small `MPI_Put`/`MPI_Get` and one-target flushes go through [`Lent`]
+//! (the module's [`LentPath`]) with no call into the window: the piece is queued there and
+//! the flush makes the call, as long as the module's flags say it would do the same.
+//!
 //! [`batch_end`] (how the queue splits into calls) is sans-IO; [`issue`] makes one call.
 #![allow(unsafe_code)]
 
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::mem::MaybeUninit;
 
 use rmca_framework::buffer::UserBuf;
-use rmca_framework::osc::OpId;
+use rmca_framework::osc::{LentPath, OpId, TargetInfo};
 
 /// One queued transfer: a run of a lent put or get.
 #[derive(Debug, Clone, Copy)]
@@ -53,6 +58,207 @@ pub fn batch_end(q: &[Cma], start: usize) -> usize {
         end += 1;
     }
     end
+}
+
+/// The operation of the pieces queued on the [`Lent`] path: none (the module's ids all
+/// have a high bit set, the engine's start at 1).
+pub const NO_OP: OpId = 0;
+
+/// One member as [`Lent`] reaches it.
+#[derive(Debug)]
+struct Member {
+    /// Its memory's size and displacement unit (bytes).
+    size: u64,
+    unit: u64,
+    /// Its pid, and its memory's address in its process (set with `access`).
+    pid: Cell<u32>,
+    base: Cell<u64>,
+    /// An access epoch to it is open and granted, and CMA reaches it: a put or get may be
+    /// queued.
+    access: Cell<bool>,
+    /// A passive-target epoch to it is open and nothing the module sent it is
+    /// unacknowledged: a flush of it may finish here.
+    flush: Cell<bool>,
+}
+
+/// The module's [`LentPath`] (osc-rdma with `osc_rdma_cma_direct`): puts and gets of one
+/// run queued here, with no call into the module, and moved by a flush of their target in
+/// one system call per target and direction ([`issue`]), as the module's own queue is
+/// moved by its synchronizations. The flags are the module's, set after each of its
+/// synchronizations ([`Lent::set`], [`Lent::set_quiet`]) and lowered by anything that
+/// leaves work of its own outstanding; the module takes the queue over
+/// ([`Lent::take_into`]) before it queues or moves anything itself, so a general-path
+/// synchronization moves, and reports, what was queued here. The queue holds at most
+/// [`BATCH`] pieces (allocated once): a put or get past that goes through the module.
+#[derive(Debug)]
+pub struct Lent {
+    members: Box<[Member]>,
+    /// The module has nothing queued, in flight, held or to send, and no error to report.
+    quiet: Cell<bool>,
+    /// Operations of at most this many bytes are not taken (`osc_rdma_small_limit`: the
+    /// module sends them as messages).
+    small: u64,
+    queue: RefCell<Vec<Cma>>,
+    /// Puts and gets queued here, system calls made, flushes finished here (the profile's).
+    puts: Cell<u64>,
+    gets: Cell<u64>,
+    calls: Cell<u64>,
+    flushes: Cell<u64>,
+}
+
+impl Lent {
+    /// The path of a window whose members expose `targets`, every flag down; operations
+    /// of at most `small` bytes are left to the module.
+    pub fn new(targets: &[TargetInfo], small: u64) -> Self {
+        Self {
+            members: targets
+                .iter()
+                .map(|t| Member {
+                    size: t.size,
+                    unit: t.disp_unit,
+                    pid: Cell::new(0),
+                    base: Cell::new(0),
+                    access: Cell::new(false),
+                    flush: Cell::new(false),
+                })
+                .collect(),
+            quiet: Cell::new(false),
+            small,
+            queue: RefCell::new(Vec::with_capacity(BATCH)),
+            puts: Cell::new(0),
+            gets: Cell::new(0),
+            calls: Cell::new(0),
+            flushes: Cell::new(0),
+        }
+    }
+
+    /// The module: member `t` may be accessed (`Some((pid, base))`: its process and its
+    /// memory's address there) or not, and may be flushed here (`flush`, only with access).
+    pub fn set(&self, t: usize, access: Option<(u32, u64)>, flush: bool) {
+        let Some(m) = self.members.get(t) else {
+            return;
+        };
+        if let Some((pid, base)) = access {
+            m.pid.set(pid);
+            m.base.set(base);
+        }
+        m.access.set(access.is_some());
+        m.flush.set(access.is_some() && flush);
+    }
+
+    /// The module: member `t` is closed to this path (CMA does not reach it).
+    pub fn close(&self, t: usize) {
+        self.set(t, None, false);
+    }
+
+    /// The module: nothing of its own is outstanding (`quiet`) or something is.
+    pub fn set_quiet(&self, quiet: bool) {
+        self.quiet.set(quiet);
+    }
+
+    /// Nothing queued here.
+    pub fn is_empty(&self) -> bool {
+        self.queue.borrow().is_empty()
+    }
+
+    /// Move the queued pieces to the end of `out`, in order (their operation is
+    /// [`NO_OP`]: the module names one if it must).
+    pub fn take_into(&self, out: &mut Vec<Cma>) {
+        let mut q = self.queue.borrow_mut();
+        if !q.is_empty() {
+            out.extend_from_slice(&q);
+            q.clear();
+        }
+    }
+
+    /// Puts and gets queued here, system calls made and flushes finished here, since the
+    /// last call (each counted once).
+    pub fn take_counts(&self) -> [u64; 4] {
+        [&self.puts, &self.gets, &self.calls, &self.flushes].map(Cell::take)
+    }
+
+    /// Queue a put or get (`get`) of `buf` at displacement `disp` of member `t`, when the
+    /// module would queue it too.
+    #[inline(always)]
+    fn queue_one(&self, t: usize, disp: isize, buf: UserBuf, get: bool) -> bool {
+        let Some(m) = self.members.get(t) else {
+            return false;
+        };
+        let len = buf.len();
+        // (`small` is 0 at least: no operation of no bytes either, the module's to handle.)
+        if !m.access.get() || len as u64 <= self.small || (get && !buf.is_writable()) {
+            return false;
+        }
+        // In u64 with overflow checked: a displacement before the start, or bytes that end
+        // past the memory, are the module's to refuse (MPI_ERR_RMA_RANGE).
+        let Some(off) = u64::try_from(disp)
+            .ok()
+            .and_then(|d| d.checked_mul(m.unit))
+            .filter(|o| o.checked_add(len as u64).is_some_and(|e| e <= m.size))
+        else {
+            return false;
+        };
+        let Ok(mut q) = self.queue.try_borrow_mut() else {
+            return false;
+        };
+        if q.len() >= BATCH {
+            return false;
+        }
+        q.push(Cma {
+            op: NO_OP,
+            peer: t,
+            pid: m.pid.get(),
+            view: buf,
+            at: 0,
+            len,
+            // Inside the target's memory, which lies in its address space: no overflow.
+            raddr: m.base.get().wrapping_add(off),
+            get,
+        });
+        let n = if get { &self.gets } else { &self.puts };
+        n.set(n.get() + 1);
+        true
+    }
+}
+
+impl LentPath for Lent {
+    #[inline]
+    fn put(&self, t: usize, disp: isize, data: UserBuf) -> bool {
+        self.queue_one(t, disp, data, false)
+    }
+
+    #[inline]
+    fn get(&self, t: usize, disp: isize, into: UserBuf) -> bool {
+        self.queue_one(t, disp, into, true)
+    }
+
+    fn flush(&self, t: usize) -> bool {
+        if !self.quiet.get() || !self.members.get(t).is_some_and(|m| m.flush.get()) {
+            return false;
+        }
+        let Ok(mut q) = self.queue.try_borrow_mut() else {
+            return false;
+        };
+        if q.is_empty() {
+            return false;
+        }
+        let mut start = 0;
+        while start < q.len() {
+            let end = batch_end(&q, start);
+            self.calls.set(self.calls.get() + 1);
+            if issue(&q[start..end]).is_err() {
+                // The module moves the rest (this call's pieces again: a put rewrites the
+                // same bytes, a get rereads them) and reports the error, or sends them by
+                // its BTLs when CMA does not reach the target.
+                q.drain(..start);
+                return false;
+            }
+            start = end;
+        }
+        q.clear();
+        self.flushes.set(self.flushes.get() + 1);
+        true
+    }
 }
 
 /// Why a call moved nothing or not everything.
@@ -216,6 +422,53 @@ mod tests {
         let long = vec![x(1, v, 0, false); BATCH + 3];
         assert_eq!(batch_end(&long, 0), BATCH);
         assert_eq!(batch_end(&long, BATCH), BATCH + 3);
+    }
+
+    /// The lent path on its own: flags, the memory's bounds in displacement units, the
+    /// small limit, a full queue; a flush moves the queue in one call per target only when
+    /// the module is quiet and the target flushable, and leaves what failed to the module.
+    #[test]
+    fn the_lent_path_takes_only_what_its_flags_and_bounds_allow() {
+        let mut dst = vec![0u8; 64];
+        let at = dst.as_mut_ptr() as u64;
+        let info = |size| TargetInfo { size, disp_unit: 4 };
+        let l = Lent::new(&[info(64), info(8)], 1);
+        let src: Vec<u8> = (1..=8).collect();
+        // SAFETY: a view of `src`, which outlives the path's use of it.
+        let v = unsafe { UserBuf::from_slice(&src) };
+        assert!(!l.put(0, 0, v), "flags down");
+        l.set(0, Some((std::process::id(), at)), true);
+        l.set(1, Some((std::process::id(), at)), false);
+        assert!(
+            !l.put(0, 0, v.slice(0, 1)),
+            "at most `small` bytes: the module's"
+        );
+        assert!(!l.put(0, 15, v), "units of 4: bytes 60..68 of 64");
+        assert!(!l.put(0, isize::MAX, v), "overflow");
+        assert!(!l.put(2, 0, v), "no such member");
+        assert!(l.put(0, 14, v) && l.put(1, 0, v));
+        assert!(!l.flush(0), "the module is not quiet");
+        l.set_quiet(true);
+        assert!(!l.flush(1), "not flushable");
+        assert!(l.flush(0));
+        assert_eq!(&dst[56..], &src[..]);
+        assert_eq!(l.take_counts(), [2, 0, 2, 1], "two targets, two calls");
+        assert!(l.is_empty() && !l.flush(0), "nothing queued: the module's");
+        for _ in 0..BATCH {
+            assert!(l.put(0, 0, v));
+        }
+        assert!(!l.put(0, 0, v), "a full queue");
+        let mut q = Vec::new();
+        l.take_into(&mut q);
+        assert_eq!(q.len(), BATCH);
+        assert!(q.iter().all(|x| x.op == NO_OP && x.raddr == at && !x.get));
+        // A target CMA does not reach: nothing moves, everything stays for the module.
+        l.set(0, Some((i32::MAX as u32, at)), true);
+        assert!(l.put(0, 1, v));
+        assert!(!l.flush(0));
+        assert!(!l.is_empty());
+        l.close(0);
+        assert!(!l.put(0, 0, v) && !l.flush(0));
     }
 
     #[test]

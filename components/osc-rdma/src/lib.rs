@@ -84,7 +84,8 @@ const MIN_RUN: u64 = 16384;
 /// Default `osc_rdma_acc_slot_ns`: how long an origin waits for a target of its node to
 /// take an accumulate posted in its slot before it applies it by CMA itself. A target in
 /// MPI's progress takes it within a pass (well under a microsecond); the bound is paid only
-/// when the target computes, once per 64 operations to it.
+/// when the target computes, once per 64 operations to it. Not posted at all when the
+/// job's waits yield or sleep ([`slot::bound_for`]).
 const ACC_SLOT_NS: u64 = 4000;
 
 impl Component for RdmaComponent {
@@ -124,7 +125,7 @@ impl Component for RdmaComponent {
         params.add(
             Param::int("acc_slot_ns", ACC_SLOT_NS as i64)
                 .range(0, 1_000_000_000)
-                .help("Accumulates, fetch-and-ops and compare-and-swaps of one contiguous run (up to 256 bytes) on the window's members on this node are posted in a slot of the target's shared object for the target's progress to apply (no system call); one not taken within this many nanoseconds (the target computes outside MPI) is claimed back and applied by the origin by CMA (osc_rdma_acc_direct), as are the next 64 to that target (0: never posted)")
+                .help("Accumulates, fetch-and-ops and compare-and-swaps of one contiguous run (up to 256 bytes) on the window's members on this node are posted in a slot of the target's shared object for the target's progress to apply (no system call); one not taken within this many nanoseconds (the target computes outside MPI) is claimed back and applied by the origin by CMA (osc_rdma_acc_direct), as are the next 64 to that target (0: never posted; nor when waits yield or sleep, mpi_wait_mode yield or block, as auto picks on an oversubscribed node: the target gives its core away)")
                 .level(Level::Tuning),
         );
         params.add(
@@ -200,6 +201,8 @@ impl OscComponent for RdmaComponent {
         let slot_ns = params
             .get_int("osc_rdma_acc_slot_ns")
             .map_or(ACC_SLOT_NS, |v| u64::try_from(v).unwrap_or(ACC_SLOT_NS));
+        // (The wait mode is the job's, set at init: the targets' as well as this process's.)
+        let slot_ns = slot::bound_for(slot_ns, rmca_framework::progress::wait_mode());
         Ok(Box::new(if acc {
             module.with_acc_words().with_acc_slots(slot_ns)
         } else {

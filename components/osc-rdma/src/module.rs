@@ -3,12 +3,13 @@
 //! host's port ([`OscPort`], [`OscRdma`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::hash::BuildIntHasher;
 use rmca_framework::osc::{
-    AccOp, Elem, HostAccumulate, Layout, OpId, OscError, OscModule, OscPort, RdmaKeys, RdmaToken,
-    SyncCall, WinConfig,
+    AccOp, Elem, HostAccumulate, Layout, LentPath, OpId, OscError, OscModule, OscPort, RdmaKeys,
+    RdmaToken, SyncCall, WinConfig,
 };
 use rmca_framework::wire::{Reader, Writer};
 use rmca_osc_am::engine::Engine;
@@ -139,9 +140,11 @@ pub struct RdmaModule {
     /// An accumulate was applied within its call (by slot, CMA or in place) since the last
     /// synchronization: the next one may finish without a progress pass (`quick`).
     applied: bool,
-    /// Requests served here for others, posted, claimed back; accumulates applied in place
-    /// to this process's own memory (logged at the window's end).
-    slot_counts: [u64; 4],
+    /// Events of the accumulate paths and CMA transfers, for the profile (added to
+    /// `counters` when the window is freed or dropped).
+    counts: Counts,
+    counters: rmca_framework::counters::CounterRegistry,
+    reported: bool,
     /// Lent puts and gets to the members of this node move by CMA, issued here at the next
     /// synchronization or progress ([`crate::cma`], `osc_rdma_cma_direct`).
     cma: bool,
@@ -156,20 +159,63 @@ pub struct RdmaModule {
     /// The synchronization started last moved queued transfers itself or took a lock
     /// granted at once: [`OscModule::sync_done_now`] may finish it.
     quick: bool,
+    /// The host's way to queue lent puts and gets for CMA and flush them with no call in
+    /// here ([`crate::cma::Lent`]; with `cma` only), whose flags [`RdmaModule::lent_flags`]
+    /// sets after each synchronization.
+    lent: Option<Rc<crate::cma::Lent>>,
+    /// Per member: a passive-target epoch to it is open (`Lock`, `LockAll`), as the engine
+    /// knows it; and a fence epoch is open (the engine's `fence_open`): the lent path's
+    /// epoch checks, kept here so that they cost no error built per closed target.
+    passive: Vec<bool>,
+    fenced: bool,
+    /// The synchronization in progress: its one target (`Some`), and for a fence whether
+    /// another epoch follows; the lent path's flags are set anew for those once it finished.
+    lent_sync: (Option<usize>, Option<bool>),
+}
+
+/// A window's events for the profile: plain fields (the module is used by one thread at a
+/// time), added to the process's [`rmca_framework::counters::CounterRegistry`] once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Accumulates this origin posted in a target's slot ([`crate::slot`]).
+    pub(crate) acc_slot_posted: u64,
+    /// Requests other origins posted in this member's slots, applied here.
+    pub(crate) acc_slot_served: u64,
+    /// Posted requests the target did not take in time, claimed back (then applied by CMA).
+    pub(crate) acc_slot_claimed_back: u64,
+    /// Accumulates, fetch-and-ops and compare-and-swaps applied by this origin by CMA under
+    /// the target's accumulate word ([`crate::direct`]).
+    pub(crate) acc_cma: u64,
+    /// Those to this process's own memory, applied in place.
+    pub(crate) acc_self: u64,
+    /// Lent puts and gets queued for CMA ([`crate::cma`]).
+    pub(crate) cma_puts: u64,
+    pub(crate) cma_gets: u64,
+    /// Flushes the host finished on the lent path ([`crate::cma::Lent`]).
+    pub(crate) lent_flushes: u64,
+}
+
+impl Counts {
+    /// The counts under their profile names (`osc.rdma.*`), with `cma_calls` system calls.
+    fn named(&self, cma_calls: u64) -> [(&'static str, u64); 9] {
+        [
+            ("osc.rdma.acc_slot_posted", self.acc_slot_posted),
+            ("osc.rdma.acc_slot_served", self.acc_slot_served),
+            ("osc.rdma.acc_slot_claimed_back", self.acc_slot_claimed_back),
+            ("osc.rdma.acc_cma", self.acc_cma),
+            ("osc.rdma.acc_self", self.acc_self),
+            ("osc.rdma.cma_puts", self.cma_puts),
+            ("osc.rdma.cma_gets", self.cma_gets),
+            ("osc.rdma.cma_calls", cma_calls),
+            ("osc.rdma.lent_flushes", self.lent_flushes),
+        ]
+    }
 }
 
 impl Drop for RdmaModule {
     fn drop(&mut self) {
-        let [served, posted, reclaimed, own] = self.slot_counts;
-        if served + posted + own > 0 {
-            tracing::debug!(
-                served,
-                posted,
-                reclaimed,
-                own,
-                "osc-rdma: accumulates through the slots (served here for others; posted, claimed back by this origin) and in place"
-            );
-        }
+        // A window the program never freed still counts.
+        self.report_counts();
     }
 }
 
@@ -203,6 +249,9 @@ impl RdmaModule {
         } else {
             memory
         };
+        // (Used once `with_cma_direct` found CMA serves the window, dropped if not.)
+        let lent =
+            (!config.dynamic).then(|| Rc::new(crate::cma::Lent::new(&config.targets, small_limit)));
         Self {
             engine: Engine::new(
                 config.rank,
@@ -239,13 +288,19 @@ impl RdmaModule {
             clock: std::time::Instant::now(),
             slot_scratch: Vec::new(),
             applied: false,
-            slot_counts: [0; 4],
+            counts: Counts::default(),
+            counters: config.counters.clone(),
+            reported: false,
             cma: false,
             cma_pid: vec![None; n],
             cma_q: Vec::new(),
             cma_first: 0,
             cma_calls: 0,
             quick: false,
+            lent,
+            passive: vec![false; n],
+            fenced: false,
+            lent_sync: (None, None),
         }
     }
 
@@ -256,7 +311,79 @@ impl RdmaModule {
     pub fn with_cma_direct(mut self) -> Self {
         self.own_page();
         self.cma = self.lock_word.is_some();
+        if !self.cma {
+            self.lent = None;
+        }
         self
+    }
+
+    /// Take over what the host queued on the lent path, behind this module's own queue.
+    fn absorb_lent(&mut self) {
+        let Some(l) = &self.lent else {
+            return;
+        };
+        if self.cma_q.is_empty() {
+            // (`poll_op`'s mark: the module's operations issued from now on are queued.)
+            self.cma_first = self.next_op;
+        }
+        l.take_into(&mut self.cma_q);
+    }
+
+    /// Set the lent path's flags after a synchronization finished: a member may be
+    /// accessed there when an epoch to it is open (passive or fence) and granted and CMA
+    /// reaches it; flushed there when the epoch is passive and nothing this module sent it
+    /// is unacknowledged; and the module is quiet when nothing of its own is queued, in
+    /// flight, held or to send and no error waits. Only the synchronization's target when
+    /// it had one.
+    fn lent_flags(&mut self) {
+        if self.lent.is_none() || !self.cma {
+            return;
+        }
+        let (one, fence) = std::mem::take(&mut self.lent_sync);
+        if let Some(succeed) = fence {
+            self.fenced = succeed;
+        }
+        // (An unlock closes its target and leaves the module unquiet until the next
+        // synchronization: no more to look at.)
+        let closed = one.filter(|&t| !self.passive[t] && !self.fenced);
+        let quiet = closed.is_none()
+            && !self.freeing
+            && !self.freed
+            && self.deferred.is_none()
+            && self.idle();
+        let Some(l) = &self.lent else {
+            return;
+        };
+        if let Some(t) = closed {
+            l.close(t);
+            return;
+        }
+        let targets = match one {
+            Some(t) => t..t + 1,
+            None => 0..self.passive.len(),
+        };
+        for t in targets {
+            let epoch = (self.passive[t] || self.fenced) && !self.freed;
+            let reach = match (self.cma_pid[t], &self.peers[t]) {
+                (Some(pid), Peer::Rdma { base, .. }) if epoch && self.engine.granted(t) => {
+                    Some((pid, *base))
+                }
+                _ => None,
+            };
+            l.set(t, reach, self.passive[t] && self.engine.quiet(t));
+        }
+        l.set_quiet(quiet);
+    }
+
+    /// Fold the lent path's counts into this module's.
+    fn lent_counts(&mut self) {
+        if let Some(l) = &self.lent {
+            let [puts, gets, calls, flushes] = l.take_counts();
+            self.counts.cma_puts += puts;
+            self.counts.cma_gets += gets;
+            self.counts.lent_flushes += flushes;
+            self.cma_calls += calls;
+        }
     }
 
     /// Queue a lent put or get (`view`, packed in the order of `runs`) at `addr` of `target`
@@ -275,8 +402,15 @@ impl RdmaModule {
             return None;
         }
         let pid = (*self.cma_pid.get(target)?)?;
+        // Behind what the host queued on the lent path.
+        self.absorb_lent();
         let num = self.next_op;
         self.next_op += 1;
+        if get {
+            self.counts.cma_gets += 1;
+        } else {
+            self.counts.cma_puts += 1;
+        }
         if self.cma_q.is_empty() {
             self.cma_first = num;
         }
@@ -306,6 +440,7 @@ impl RdmaModule {
     /// permitted: nothing moved) has its transfers, these and the later ones, go by the
     /// BTLs.
     fn cma_flush(&mut self) -> usize {
+        self.absorb_lent();
         if self.cma_q.is_empty() {
             return 0;
         }
@@ -326,6 +461,10 @@ impl RdmaModule {
                     self.deferred.get_or_insert(OscError::Transport(format!(
                         "osc-rdma: a transfer by CMA to rank {peer} failed: {e}"
                     )));
+                    // (The error is the next synchronization's, not the lent path's.)
+                    if let Some(l) = &self.lent {
+                        l.set_quiet(false);
+                    }
                     false
                 }
                 Some(Err(crate::cma::Failure::Unreachable(e))) => {
@@ -334,6 +473,10 @@ impl RdmaModule {
                         "osc-rdma: CMA does not reach the member ({e}): its puts and gets go by the BTLs"
                     );
                     self.cma_pid[peer] = None;
+                    if let Some(l) = &self.lent {
+                        l.close(peer);
+                        l.set_quiet(false);
+                    }
                     true
                 }
             };
@@ -353,7 +496,14 @@ impl RdmaModule {
     /// Hand a transfer queued for CMA to the BTLs (queued as `put_lent`'s are, under its
     /// operation's id).
     fn cma_to_btl(&mut self, x: &crate::cma::Cma) {
-        let op = self.ops.entry(x.op).or_insert(Op {
+        // (The lent path's pieces have no id: one each now.)
+        let id = if x.op == crate::cma::NO_OP {
+            self.next_op += 1;
+            RDMA_OP | (self.next_op - 1)
+        } else {
+            x.op
+        };
+        let op = self.ops.entry(id).or_insert(Op {
             buf: Vec::new(),
             view: x.view,
             left: 0,
@@ -364,7 +514,7 @@ impl RdmaModule {
         op.left += 1;
         let seq = self.track.start(x.peer);
         self.todo.push_back(Xfer {
-            op: x.op,
+            op: id,
             peer: x.peer,
             seq,
             at: x.at,
@@ -377,13 +527,20 @@ impl RdmaModule {
     /// Nothing queued, in flight, held or to send, and every member heard from: a
     /// synchronization that finished needs no progress pass.
     fn settled(&mut self) -> bool {
+        !self.words_refused && self.idle()
+    }
+
+    /// [`RdmaModule::settled`] but for lock words the engine refused (taken by the
+    /// progress after the lock epoch: `adopt_words`), which the lent path's flushes do not
+    /// need.
+    fn idle(&mut self) -> bool {
         self.reg != Reg::Todo
             && self.cma_q.is_empty()
+            && self.lent.as_ref().is_none_or(|l| l.is_empty())
             && self.todo.is_empty()
             && self.in_flight.is_empty()
             && self.track.quiet()
             && self.loopback.is_empty()
-            && !self.words_refused
             && self.engine.outbox().is_empty()
             && !self.peers.iter().any(|p| matches!(p, Peer::Unknown))
     }
@@ -470,7 +627,7 @@ impl RdmaModule {
         mut old: Option<&mut [u8]>,
     ) -> Option<Result<(), OscError>> {
         if target == self.me {
-            self.slot_counts[3] += 1;
+            self.counts.acc_self += 1;
             let r = self.acc_self(op, elem, data, old);
             self.applied |= r.is_ok();
             return Some(r);
@@ -493,6 +650,7 @@ impl RdmaModule {
             pid: page.pid(),
             word: page.acc_word(),
         };
+        self.counts.acc_cma += 1;
         let r = crate::direct::accumulate(
             t,
             &self.abs,
@@ -524,7 +682,7 @@ impl RdmaModule {
             _ => Elem::U64,
         };
         if target == self.me {
-            self.slot_counts[3] += 1;
+            self.counts.acc_self += 1;
             let off = at.wrapping_sub(self.memory.addr() as u64) as usize;
             let (_, _, word) = self.lock_word.as_ref()?.slots();
             let r = crate::slot::cas_here(word, &mut self.memory, off, compare, value, old);
@@ -545,6 +703,7 @@ impl RdmaModule {
             pid: page.pid(),
             word: page.acc_word(),
         };
+        self.counts.acc_cma += 1;
         let r = crate::direct::compare_and_swap(t, at, compare, value, old);
         self.outcome(target, r)
     }
@@ -604,7 +763,7 @@ impl RdmaModule {
             }
             slot::post(cells, area, me, req);
         }
-        self.slot_counts[1] += 1;
+        self.counts.acc_slot_posted += 1;
         let wait = slot::Wait::new(self.now(), self.slot_bound);
         let mut spins = 0u32;
         loop {
@@ -622,7 +781,7 @@ impl RdmaModule {
                     if slot::reclaim(cells, area, me) {
                         slot::free(cells, area, me);
                         self.policy.reclaimed(target);
-                        self.slot_counts[2] += 1;
+                        self.counts.acc_slot_claimed_back += 1;
                         return None;
                     }
                 }
@@ -660,8 +819,17 @@ impl RdmaModule {
             self.host,
             &mut self.slot_scratch,
         );
-        self.slot_counts[0] += n as u64;
+        self.counts.acc_slot_served += n as u64;
         n
+    }
+
+    /// Add this window's counts to the process's registry, once (at the end of `Free`, or
+    /// when dropped unfreed).
+    fn report_counts(&mut self) {
+        self.lent_counts();
+        if !std::mem::replace(&mut self.reported, true) {
+            self.counters.add(&self.counts.named(self.cma_calls));
+        }
     }
 
     /// Nanoseconds since the module was made (the slots' waits).
@@ -1384,6 +1552,23 @@ impl OscModule for RdmaModule {
     fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
         let free = call == SyncCall::Free;
         let lock = matches!(call, SyncCall::Lock { .. } | SyncCall::LockAll { .. });
+        // The lent path waits for this synchronization's end (`lent_flags`), and the epochs
+        // it opens or closes are noted for it once the engine took the call: its one
+        // target, the passive epochs it opens (true) or closes, and the fence epoch (the
+        // engine's ends with any other epoch's start).
+        if let Some(l) = &self.lent {
+            l.set_quiet(false);
+        }
+        let (one, passive, fence) = match &call {
+            SyncCall::Lock { target, .. } => (Some(*target), Some(true), Some(false)),
+            SyncCall::Unlock(t) => (Some(*t), Some(false), None),
+            SyncCall::Flush(Some(t)) | SyncCall::FlushLocal(Some(t)) => (Some(*t), None, None),
+            SyncCall::LockAll { .. } => (None, Some(true), Some(false)),
+            SyncCall::UnlockAll => (None, Some(false), None),
+            SyncCall::Fence { succeed } => (None, None, Some(*succeed)),
+            SyncCall::Start(_) => (None, None, Some(false)),
+            _ => (None, None, None),
+        };
         // The transfers queued for CMA move now, complete before any message of the
         // synchronization is made (a flush or an unlock then has nothing to wait for).
         let moved = self.cma_flush() > 0;
@@ -1392,6 +1577,17 @@ impl OscModule for RdmaModule {
         let applied = std::mem::take(&mut self.applied);
         self.quick = false;
         self.engine.sync(call)?;
+        if let Some(open) = passive {
+            match one {
+                Some(t) => self.passive[t] = open,
+                None => self.passive.fill(open),
+            }
+        }
+        if fence == Some(false) {
+            // (Closed now: the engine closed it in this call.)
+            self.fenced = false;
+        }
+        self.lent_sync = (one, fence);
         self.freeing = free;
         self.quick = moved || lock || applied;
         Ok(())
@@ -1421,11 +1617,14 @@ impl OscModule for RdmaModule {
         let r = self.engine.sync_done()?;
         if std::mem::take(&mut self.freeing) {
             self.freed = true;
+            self.report_counts();
         }
-        Some(match (r, self.deferred.take()) {
+        let r = match (r, self.deferred.take()) {
             (Err(e), _) | (Ok(()), Some(e)) => Err(e),
             (Ok(()), None) => Ok(()),
-        })
+        };
+        self.lent_flags();
+        Some(r)
     }
 
     fn exposure_complete(&self) -> bool {
@@ -1516,6 +1715,11 @@ impl OscModule for RdmaModule {
     }
 
     fn wants_pass(&mut self) -> bool {
+        // (Called after every operation of the module's own: the lent path's flushes wait
+        // for the synchronization that completes it.)
+        if let Some(l) = &self.lent {
+            l.set_quiet(false);
+        }
         // Transfers wait for the next progress (the synchronization's first, at the
         // latest): started together there, adjacent ones as one (`transfers`), and no pass
         // per operation. Anything to send (a message operation, one behind a lock request)
@@ -1528,6 +1732,14 @@ impl OscModule for RdmaModule {
 
     fn attach(&mut self, region: UserBuf) -> Result<(), OscError> {
         self.engine.attach(region.addr() as u64, region)
+    }
+
+    fn lent_path(&self) -> Option<Rc<dyn LentPath>> {
+        // (Not without CMA from here, `osc_rdma_cma_direct`: its flags stay down then.)
+        self.lent
+            .clone()
+            .filter(|_| self.cma)
+            .map(|l| l as Rc<dyn LentPath>)
     }
 
     fn detach(&mut self, addr: u64) -> Result<(), OscError> {
@@ -1719,6 +1931,7 @@ mod tests {
                         shared: false,
                         host: None,
                         rdma: true,
+                        counters: Default::default(),
                     };
                     // SAFETY: `mem` lives in the Sim as long as the modules, never resized.
                     let m =
@@ -2331,6 +2544,131 @@ mod tests {
         assert_eq!(&s.mem[1][..4], [3, 4, 3, 4]);
     }
 
+    /// The lent path (the C library's `MPI_Put`/`MPI_Get`/`MPI_Win_flush` on a member of the
+    /// node): taken only inside a granted epoch and the target's memory, a put and its flush
+    /// are one CMA call with no call into the module, no message, no BTL transfer and no
+    /// allocation once warm; a flush with nothing queued, or with the module's own work
+    /// outstanding, is the module's; what the path queued moves with the module's next
+    /// synchronization; the unlock closes the path.
+    #[test]
+    fn the_lent_path_moves_a_put_and_its_flush_in_one_cma_call_with_no_call_in() {
+        let mut s = cma_sim(2, 64);
+        let p = s.m[0].lent_path().expect("CMA reaches rank 1");
+        let origin: Vec<u8> = (1..=8).collect();
+        // SAFETY: `origin` outlives the path's use of it (the flushes below).
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        assert!(!p.put(1, 0, lent), "no epoch open");
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        s.m[0].sync(excl.clone()).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+        let mark = s.w.log.len();
+        // Outside the memory, another rank, no bytes: the module's to refuse.
+        assert!(!p.put(1, 57, lent), "past the end");
+        assert!(!p.put(1, -1, lent), "before the start");
+        assert!(!p.put(2, 0, lent), "not a member");
+        assert!(!p.put(1, 0, lent.slice(0, 0)), "no bytes");
+        assert!(!p.get(1, 0, lent), "a get into a read-only buffer");
+        assert!(!p.flush(1), "nothing queued: the module's flush (a pass)");
+        let cycle = |at: isize| {
+            assert!(p.put(1, at, lent));
+            assert!(p.flush(1));
+        };
+        cycle(0);
+        let allocs = rmca_test_support::alloc_count::allocations();
+        cycle(8);
+        assert_eq!(rmca_test_support::alloc_count::allocations(), allocs);
+        assert_eq!(&s.mem[1][..16], [origin.clone(), origin.clone()].concat());
+        let mut into = vec![0u8; 16];
+        // SAFETY: `into` outlives the path's use of it (read after the flush).
+        let dst = unsafe { UserBuf::from_mut_slice(&mut into) };
+        assert!(p.get(1, 0, dst));
+        assert!(p.flush(1));
+        s.m[0].lent_counts();
+        assert_eq!(s.m[0].cma_calls, 3, "one system call per flush");
+        assert_eq!((s.m[0].counts.cma_puts, s.m[0].counts.cma_gets), (2, 1));
+        assert_eq!(s.m[0].counts.lent_flushes, 3);
+        // The module's own put (a derived datatype, two runs) leaves the flush to it, which
+        // moves what the path queued too; then the path flushes again.
+        assert!(p.put(1, 40, lent));
+        s.m[0].put_lent(1, 32, &[(0, 4), (12, 4)], lent).unwrap();
+        assert!(!s.m[0].wants_pass());
+        assert!(!p.flush(1), "the module's work is outstanding");
+        s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+        assert_eq!(
+            &s.mem[1][32..48],
+            [1, 2, 3, 4, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert!(p.put(1, 56, lent));
+        assert!(p.flush(1));
+        assert_eq!(&s.mem[1][56..], &origin[..]);
+        // A put left queued moves with the unlock, which closes the path.
+        assert!(p.put(1, 48, lent));
+        s.m[0].sync(SyncCall::Unlock(1)).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+        assert_eq!(&s.mem[1][48..56], &origin[..]);
+        assert!(!p.put(1, 0, lent), "the epoch is closed");
+        assert!(s.w.xfers.is_empty(), "no BTL transfer");
+        assert!(
+            s.kinds_sent_since(mark, 0, 1).is_empty(),
+            "no message: {:?}",
+            s.kinds_sent_since(mark, 0, 1)
+        );
+        // A fence epoch opens it to every member of the node; the fence moves the queue.
+        assert_eq!(s.sync(0, SyncCall::Fence { succeed: true }), None);
+        assert_eq!(s.sync(1, SyncCall::Fence { succeed: true }), Some(Ok(())));
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert!(p.put(1, 0, lent.slice(0, 1)));
+        assert!(!p.flush(1), "a flush is not a fence epoch's");
+        s.m[0].sync(SyncCall::Fence { succeed: false }).unwrap();
+        s.m[1].sync(SyncCall::Fence { succeed: false }).unwrap();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(s.m[1].sync_done(), Some(Ok(())));
+        assert!(!p.put(1, 0, lent), "no epoch after the last fence");
+    }
+
+    /// Without CMA from the origin (`osc_rdma_cma_direct` 0) there is no lent path; with
+    /// it, a target CMA turns out not to reach has what the path queued moved by the BTLs
+    /// (each piece its own operation) by the module's synchronization, and the path closed
+    /// to it.
+    #[test]
+    fn the_lent_paths_pieces_go_by_the_btls_where_cma_does_not_reach() {
+        let s = Sim::build(2, 16, |_| true);
+        assert!(s.m[0].lent_path().is_none(), "no CMA from here");
+        let mut s2 = cma_sim(2, 16);
+        s2.m[0].cma_pid[1] = Some(i32::MAX as u32);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Shared,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s2.sync(0, lock.clone()), Some(Ok(())));
+        let p = s2.m[0].lent_path().unwrap();
+        let origin = vec![3u8, 4, 5, 6];
+        // SAFETY: `origin` outlives the module's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        assert!(p.put(1, 0, lent.slice(0, 2)));
+        assert!(p.put(1, 4, lent.slice(2, 2)));
+        assert!(!p.flush(1), "CMA refused: the module's to handle");
+        s2.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        assert_eq!(s2.m[0].sync_done_now(), None);
+        s2.run();
+        assert_eq!(s2.w.xfers.len(), 2, "by the BTL, one per piece");
+        s2.w.complete_all();
+        s2.run();
+        assert_eq!(s2.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(&s2.mem[1][..6], [3, 4, 0, 0, 5, 6]);
+        assert!(!p.put(1, 0, lent), "closed to it");
+        assert_eq!(s2.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        drop(s);
+    }
+
     #[test]
     fn an_unlock_leaves_only_after_its_puts_completed() {
         let mut s = Sim::new(2, 16);
@@ -2704,6 +3042,53 @@ mod tests {
             None
         );
         assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+    }
+
+    /// Each path's events reach the process's counter registry once, when the window is
+    /// freed (the profile's `osc.rdma.*`), not before, and not again when it is dropped.
+    #[test]
+    fn the_accumulate_paths_are_counted_into_the_registry_at_free() {
+        let mut s = Sim::build_acc(2, 16, |_| false, |_| true);
+        let reg = rmca_framework::counters::CounterRegistry::new();
+        for m in &mut s.m {
+            m.counters = reg.clone();
+        }
+        assert_eq!(s.sync(0, SyncCall::LockAll { nocheck: true }), Some(Ok(())));
+        let mut old = [0u8; 8];
+        let sum = |s: &mut Sim, t: usize| {
+            s.m[0].accumulate_at_once(t, 0, &[(0, 8)], AccOp::Sum, Elem::U64, &u64s(1), None)
+        };
+        assert_eq!(sum(&mut s, 1), Some(Ok(())));
+        assert_eq!(sum(&mut s, 0), Some(Ok(())));
+        let r = s.m[0].compare_and_swap_at_once(1, 0, Elem::U64, &u64s(1), &u64s(5), &mut old);
+        assert_eq!(r, Some(Ok(())));
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+        assert!(reg.snapshot().is_empty(), "nothing before the free");
+        for r in 0..2 {
+            s.m[r].sync(SyncCall::Free).unwrap();
+        }
+        s.run();
+        for r in 0..2 {
+            assert_eq!(s.m[r].sync_done(), Some(Ok(())));
+        }
+        let got = |reg: &rmca_framework::counters::CounterRegistry, name: &str| {
+            reg.snapshot()
+                .into_iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v)
+        };
+        let expect = [
+            ("osc.rdma.acc_cma", 2),
+            ("osc.rdma.acc_self", 1),
+            ("osc.rdma.acc_slot_posted", 0),
+            ("osc.rdma.acc_slot_served", 0),
+            ("osc.rdma.acc_slot_claimed_back", 0),
+        ];
+        for (name, n) in expect {
+            assert_eq!(got(&reg, name), Some(n), "{name}: {:?}", reg.snapshot());
+        }
+        drop(s);
+        assert_eq!(got(&reg, "osc.rdma.acc_cma"), Some(2), "reported once");
     }
 
     /// An accumulate applied directly never overtakes one this origin sent the target as a

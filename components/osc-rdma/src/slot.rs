@@ -506,6 +506,20 @@ impl Wait {
     }
 }
 
+/// The bound in force for a job whose waits are `mode` (the framework's wait mode,
+/// [`rmca_framework::progress::wait_mode`]), `configured` by `osc_rdma_acc_slot_ns`: 0 (never
+/// posted) when waits yield or sleep (`mpi_wait_mode` yield or block, which `auto` picks on
+/// an oversubscribed node): a waiting target then gives its core away and seldom takes a
+/// request within the bound, so nearly every post would cost the whole bound before the
+/// claim back and the CMA path the origin takes anyway.
+pub fn bound_for(configured: u64, mode: rmca_framework::progress::WaitMode) -> u64 {
+    use rmca_framework::progress::WaitMode;
+    match mode {
+        WaitMode::Yield | WaitMode::Block => 0,
+        WaitMode::Spin | WaitMode::Auto => configured,
+    }
+}
+
 /// Which targets an origin posts to: after it had to claim a request back (the target
 /// computes, or sleeps in a blocking wait), the next `skip` operations to that target go by
 /// CMA straight away, then a request is posted again.
@@ -557,6 +571,16 @@ mod tests {
 
     fn cells() -> Vec<AtomicU64> {
         (0..AREA.words()).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    #[test]
+    fn no_slots_when_waits_yield_or_sleep() {
+        use rmca_framework::progress::WaitMode;
+        assert_eq!(bound_for(4000, WaitMode::Spin), 4000);
+        assert_eq!(bound_for(4000, WaitMode::Auto), 4000);
+        assert_eq!(bound_for(4000, WaitMode::Yield), 0);
+        assert_eq!(bound_for(4000, WaitMode::Block), 0);
+        assert_eq!(bound_for(0, WaitMode::Spin), 0);
     }
 
     fn add(off: u64, v: &[u8; 8]) -> Request<'_> {

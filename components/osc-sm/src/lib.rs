@@ -924,6 +924,7 @@ mod tests {
             shared: true,
             host: None,
             rdma: false,
+            counters: Default::default(),
         };
         SmModule::new(config, &mut Alone, atomics).unwrap()
     }

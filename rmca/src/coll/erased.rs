@@ -37,6 +37,10 @@ impl Communicator {
                 send.len()
             )));
         }
+        if send.is_empty() {
+            // Nothing to reduce on any member: no synchronisation is owed.
+            return Ok(());
+        }
         let (elem, ordered) = (op.element_size(), !op.is_commutative());
         let step = |d: &mut [u8], s: &[u8], a: Option<&[u8]>, f: bool| op.apply(d, s, a, f);
         if let Some(r) =
@@ -77,6 +81,10 @@ impl Communicator {
             own.resize(send.len(), 0u8);
             own.as_mut_slice()
         };
+        if send.is_empty() {
+            // Nothing to reduce on any member: no synchronisation is owed.
+            return Ok(());
+        }
         let (elem, ordered) = (op.element_size(), !op.is_commutative());
         let step = |d: &mut [u8], s: &[u8], a: Option<&[u8]>, f: bool| op.apply(d, s, a, f);
         if let Some(r) =

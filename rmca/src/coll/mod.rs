@@ -381,6 +381,11 @@ impl Communicator {
         op: &impl Reduction<T>,
         root: usize,
     ) -> Result<()> {
+        if send.is_empty() {
+            // Nothing to reduce on any member (the count is the same everywhere), and MPI
+            // owes no synchronisation but a barrier's: the arguments checked, done.
+            return Ok(());
+        }
         let (elem, ordered) = (std::mem::size_of::<T>(), !op.is_commutative());
         let step = reduce_step(op);
         if let Some(r) =
@@ -431,6 +436,10 @@ impl Communicator {
         recv: &mut [u8],
         op: &impl Reduction<T>,
     ) -> Result<()> {
+        if send.is_empty() {
+            // Nothing to reduce on any member: as reduce's.
+            return Ok(());
+        }
         // `recv` needs no initialization: the schedule reads the input from `send` where it
         // first needs it (a copy up front would be a full extra pass over the vector).
         let (elem, ordered) = (std::mem::size_of::<T>(), !op.is_commutative());

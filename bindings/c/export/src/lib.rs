@@ -181,6 +181,11 @@ const PER_MESSAGE: &[&str] = &[
     "MPI_Test",
 ];
 
+/// The [`PER_MESSAGE`] calls that a thread which finds the process lock held may queue for
+/// its holder instead of waiting (MPICH's "handoff" model; the crate's `handoff` module): the
+/// MPI name and the module's function taking the call's arguments and its locked path.
+const HANDOFF: &[(&str, &str)] = &[("MPI_Isend", "isend"), ("MPI_Irecv", "irecv")];
+
 /// The entry points of a [`PER_MESSAGE`] function: each checks the thread (one relaxed load
 /// below `MPI_THREAD_SERIALIZED`; above, whether this thread owns the state, an inline read
 /// of the thread pointer) and runs a copy of the implementation's body; a thread that must
@@ -252,6 +257,19 @@ fn expand_inline(
     };
     let e1 = entry(mpi, doc_mpi, format_ident!("entry"));
     let e2 = entry(pmpi, doc_pmpi, format_ident!("profiling_entry"));
+    // A call of HANDOFF goes through the crate's `handoff` module, which may queue it instead
+    // of waiting for the process lock (MPI_THREAD_MULTIPLE only: `entering` is not reached
+    // below SERIALIZED, nor by the thread that owns the state).
+    let enter = match HANDOFF.iter().find(|(m, _)| *m == mpi) {
+        Some((_, h)) => {
+            let h = format_ident!("{}", h);
+            quote! {
+                // SAFETY: the caller's contract is the MPI function's, which `handoff` keeps.
+                unsafe { crate::handoff::#h(#(#args,)* move || #call) }
+            }
+        }
+        None => quote! { crate::state::entered(|| #call) },
+    };
     quote! {
         #func
 
@@ -259,7 +277,7 @@ fn expand_inline(
             #[cold]
             #[inline(never)]
             #unsafety extern "C" fn entering(#(#params),*) #output {
-                crate::state::entered(|| #call)
+                #enter
             }
             #e1
             #e2

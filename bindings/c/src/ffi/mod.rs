@@ -135,7 +135,7 @@ pub(crate) fn caught(f: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
 
 #[cold]
 #[inline(never)]
-fn panic_error(panic: Box<dyn std::any::Any + Send>) -> MpiError {
+pub(crate) fn panic_error(panic: Box<dyn std::any::Any + Send>) -> MpiError {
     let what = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

@@ -431,6 +431,82 @@ fn add_fast(s: &mut State, comm: Handle, started: Option<Slot>) -> MpiResult<Han
     }
 }
 
+/// A non-blocking point-to-point call queued at `MPI_THREAD_MULTIPLE` by a thread that found
+/// the process lock held ([`crate::handoff`]): its arguments, a predefined datatype's bytes
+/// in place; the communicator, rank and tag are checked when it starts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Queued {
+    /// `MPI_Isend` (standard mode).
+    Send {
+        buf: usize,
+        len: usize,
+        dest: c_int,
+        tag: c_int,
+        comm: Handle,
+    },
+    /// `MPI_Irecv`.
+    Recv {
+        buf: usize,
+        len: usize,
+        src: c_int,
+        tag: c_int,
+        comm: Handle,
+    },
+}
+
+/// Start queued call `op` into its reserved request `h` (by the lock's holder, the state
+/// lent), as `MPI_Isend`'s and `MPI_Irecv`'s fast paths start theirs. What the call would
+/// have refused (a freed communicator, a bad rank or tag) completes the request with that
+/// error instead: the completion call (`MPI_Wait`, `MPI_Test`, ...) raises it on the
+/// communicator's error handler, as MPI allows for non-blocking calls.
+pub(crate) fn start_queued(s: &mut State, op: Queued, h: Handle) {
+    let comm = match op {
+        Queued::Send { comm, .. } | Queued::Recv { comm, .. } => comm,
+    };
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let c = &s.comm(comm)?.comm;
+        match op {
+            Queued::Send {
+                buf,
+                len,
+                dest,
+                tag,
+                ..
+            } => start_send_fast(c, comm, SendMode::Standard, buf, len, dest, tag),
+            Queued::Recv {
+                buf, len, src, tag, ..
+            } => start_recv_fast(c, comm, buf, len, src, tag),
+        }
+    }))
+    .unwrap_or_else(|panic| Err(super::panic_error(panic)));
+    let filled = match started {
+        Ok(Some(slot)) => s.fill_reserved(h, slot, None),
+        Ok(None) => s.fill_reserved(
+            h,
+            Slot::General,
+            Some(ReqEntry::new(comm, proc_null_done())),
+        ),
+        Err(e) => {
+            tracing::debug!(error = %e.msg, "a queued call failed as it started");
+            let failed = Outcome {
+                status: MpiStatus {
+                    error: e.class,
+                    ..empty_status()
+                },
+                error: Some(e.on(comm)),
+            };
+            let done = ReqEntry::new(comm, ReqState::Done(Box::new(failed)));
+            s.fill_reserved(h, Slot::General, Some(done))
+        }
+    };
+    if !filled {
+        tracing::error!(
+            request = h,
+            "a queued call's request was not reserved: it is lost"
+        );
+    }
+}
+
 /// The state of an operation on `MPI_PROC_NULL`: complete, with its empty status.
 #[cold]
 pub(crate) fn proc_null_done() -> ReqState {

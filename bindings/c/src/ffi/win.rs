@@ -26,7 +26,7 @@ use std::rc::Rc;
 
 use rmca::framework::buffer::UserBuf;
 use rmca::framework::osc::{
-    AccOp, DirectAtomics, DirectView, Elem, Layout, LockKind, OscError, SyncCall,
+    AccOp, DirectAtomics, DirectView, Elem, Layout, LentPath, LockKind, OscError, SyncCall,
 };
 use rmca::window::Flavor;
 use rmca::RawWindow;
@@ -97,6 +97,9 @@ struct WinEntry {
     /// The module's direct view (osc-sm: [`RawWindow::direct_view`]), asked once at
     /// creation: the small put, get and flush go through it with no call into the window.
     view: Option<Rc<DirectView>>,
+    /// The module's lent path (osc-rdma: [`RawWindow::lent_path`]), asked once at
+    /// creation: likewise for the small put, get and flush of a created window.
+    lent: Option<Rc<dyn LentPath>>,
 }
 
 /// The windows, by handle less [`WIN_BASE`] (process-wide: see [`Confined`]).
@@ -263,6 +266,7 @@ fn make(
     });
     let entry = WinEntry {
         view: w.direct_view(),
+        lent: w.lent_path(),
         raw: Rc::new(w),
         errhandler: ErrHandler::Fatal,
         name: String::new(),
@@ -1093,7 +1097,7 @@ impl rmca::raw::CustomOp for RmaRequest {
 }
 
 /// The byte length of `n` elements of predefined datatype `dt`, when the fast path of
-/// [`put_get_direct`] may take them as they are: a predefined datatype of one run, a
+/// [`put_get_fast`] may take them as they are: a predefined datatype of one run, a
 /// positive count, no overflow (`None` otherwise: the general path decides).
 #[inline(always)]
 fn predefined_bytes(n: i64, dt: Handle) -> Option<usize> {
@@ -1103,21 +1107,28 @@ fn predefined_bytes(n: i64, dt: Handle) -> Option<usize> {
 }
 
 /// The fast path of `MPI_Put` and `MPI_Get` (`get`): predefined datatypes on both sides
-/// moving the same bytes (what the general path's checks reduce to for them), a window
-/// with a direct view (osc-sm): one copy between the program's buffer and the target's
-/// memory, once the view placed the bytes (an open access epoch, inside the target's
-/// memory), with one lookup of the window, no call into it and no datatype resolved (what
-/// Open MPI's osc/sm put does, the epoch checked besides). False sends the call down the
-/// general path, which checks every argument again and raises the error: whatever made
-/// this path refuse wrote nothing, so the general path finds the target as the program
-/// left it.
+/// moving the same bytes (what the general path's checks reduce to for them), with one
+/// lookup of the window, no datatype resolved, no layout built and no error-handler frame:
+/// - a window with a direct view (osc-sm): one copy between the program's buffer and the
+///   target's memory, once the view placed the bytes (an open access epoch, inside the
+///   target's memory; what Open MPI's osc/sm put does, the epoch checked besides);
+/// - a window with a lent path (osc-rdma on a member of its node): the program's buffer
+///   queued there for the flush's CMA call, no call into the window;
+/// - otherwise a window whose module is not direct: the buffer lent to the module as one
+///   run ([`RawWindow::put_lent`], [`RawWindow::get_lent`]: osc-rdma queues it for CMA or
+///   its BTLs).
+///
+/// A window with results waiting to land goes the general way (which keeps their order
+/// with this call). False sends the call down the general path, which checks every
+/// argument again and raises the error: whatever made this path refuse wrote nothing, so
+/// the general path finds the target as the program left it.
 ///
 /// # Safety
 /// The MPI contract of `MPI_Put` / `MPI_Get`: `origin` holds `ocount` elements of `odt`
-/// (for a get, writable and not otherwise accessed during the call).
+/// (for a get, writable and left to the operation until it completes locally).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn put_get_direct(
+unsafe fn put_get_fast(
     get: bool,
     origin: *const c_void,
     ocount: i64,
@@ -1131,20 +1142,45 @@ unsafe fn put_get_direct(
     let Some((len, t)) = one_predefined_run(origin, ocount, odt, target, tcount, tdt) else {
         return false;
     };
-    with_view(
-        win,
-        #[inline(always)]
-        |v| {
+    // What `state::with` checks (this thread may call, the library runs, no call of it is
+    // under way below this one), without taking the state; the window table only read.
+    if !state::installed() {
+        return false;
+    }
+    let buf = || {
+        if get {
+            // SAFETY: the program's origin buffer of `len` bytes (not NULL: checked),
+            // writable and left to the operation until it completes locally (MPI's contract
+            // for `MPI_Get`), which the module waits for before it stops writing.
+            unsafe { UserBuf::from_raw_parts_mut(origin as *mut u8, len) }
+        } else {
+            // SAFETY: the program's origin buffer of `len` bytes, valid and unwritten until
+            // the operation completes locally (MPI's contract for `MPI_Put`), which the
+            // module waits for before it stops reading.
+            unsafe { UserBuf::from_raw_parts(origin.cast::<u8>(), len) }
+        }
+    };
+    let w = {
+        let Some(tab) = WINS.peek() else {
+            return false;
+        };
+        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
+            return false;
+        };
+        if !e.landings.is_empty() {
+            return false;
+        }
+        if let Some(v) = &e.view {
             let Some(at) = v.place(t, disp, len) else {
                 return false;
             };
-            // SAFETY: `at` is `len` bytes of member `t`'s memory, mapped in this process while
-            // the window lives (the view's promise; the entry holding the view holds the
-            // window), inside an open access epoch (checked by `place`); `origin` holds `len`
-            // bytes (not NULL: checked), writable for a get, by the caller's contract. They may
-            // overlap (an origin inside the window, erroneous but not to crash): `copy` is a
-            // memmove. Other processes' accesses to those bytes are the program's to order, as
-            // with any store to the window.
+            // SAFETY: `at` is `len` bytes of member `t`'s memory, mapped in this process
+            // while the window lives (the view's promise; the entry holding the view holds
+            // the window), inside an open access epoch (checked by `place`); `origin` holds
+            // `len` bytes (not NULL: checked), writable for a get, by the caller's contract.
+            // They may overlap (an origin inside the window, erroneous but not to crash):
+            // `copy` is a memmove. Other processes' accesses to those bytes are the
+            // program's to order, as with any store to the window.
             unsafe {
                 if get {
                     std::ptr::copy(at as *const u8, origin as *mut u8, len);
@@ -1152,9 +1188,30 @@ unsafe fn put_get_direct(
                     std::ptr::copy(origin.cast::<u8>(), at as *mut u8, len);
                 }
             }
-            true
-        },
-    )
+            return true;
+        }
+        if let Some(l) = &e.lent {
+            let taken = if get {
+                l.get(t, disp, buf())
+            } else {
+                l.put(t, disp, buf())
+            };
+            if taken {
+                return true;
+            }
+        }
+        if e.raw.is_direct() {
+            return false;
+        }
+        // Taken out of the table before the call into the window.
+        e.raw.clone()
+    };
+    let runs = [(0i64, len as u64)];
+    if get {
+        matches!(w.get_lent(t, disp, &runs, buf()), Some(Ok(_)))
+    } else {
+        w.put_lent(t, disp, &runs, buf()).is_ok()
+    }
 }
 
 /// What the put/get fast paths take: predefined datatypes moving the same bytes on both
@@ -1176,64 +1233,6 @@ fn one_predefined_run(
         return None;
     }
     Some((len, usize::try_from(target).ok()?))
-}
-
-/// The fast path of `MPI_Put` and `MPI_Get` on a window without a direct view (osc-rdma's
-/// created windows): predefined datatypes on both sides moving the same bytes (as for
-/// [`put_get_direct`]), a window whose module is not direct and has no results waiting to
-/// land: the program's buffer lent to the module as one run ([`RawWindow::put_lent`],
-/// [`RawWindow::get_lent`]: osc-rdma queues it for CMA or its BTLs), with one lookup of the
-/// window, no datatype resolved, no layout built and no error-handler frame. False sends the
-/// call down the general path, which checks every argument again and raises the error:
-/// the module refuses before it queues anything, so nothing was written.
-///
-/// # Safety
-/// As for [`put_get_direct`].
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn put_get_lent(
-    get: bool,
-    origin: *const c_void,
-    ocount: i64,
-    odt: Handle,
-    target: c_int,
-    disp: MPI_Aint,
-    tcount: i64,
-    tdt: Handle,
-    win: Handle,
-) -> bool {
-    let Some((len, t)) = one_predefined_run(origin, ocount, odt, target, tcount, tdt) else {
-        return false;
-    };
-    // What `with_view` checks, the window taken out of the table before the call into it.
-    if !state::installed() {
-        return false;
-    }
-    let w = {
-        let Some(tab) = WINS.peek() else {
-            return false;
-        };
-        match index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) {
-            Some(e) if e.view.is_none() && e.landings.is_empty() && !e.raw.is_direct() => {
-                e.raw.clone()
-            }
-            _ => return false,
-        }
-    };
-    let runs = [(0i64, len as u64)];
-    if get {
-        // SAFETY: the program's origin buffer of `len` bytes (not NULL: checked), writable
-        // and left to the operation until it completes locally (MPI's contract for
-        // `MPI_Get`), which the module waits for before it stops writing.
-        let into = unsafe { UserBuf::from_raw_parts_mut(origin as *mut u8, len) };
-        matches!(w.get_lent(t, disp, &runs, into), Some(Ok(_)))
-    } else {
-        // SAFETY: the program's origin buffer of `len` bytes, valid and unwritten until the
-        // operation completes locally (MPI's contract for `MPI_Put`), which the module waits
-        // for before it stops reading.
-        let data = unsafe { UserBuf::from_raw_parts(origin.cast::<u8>(), len) };
-        w.put_lent(t, disp, &runs, data).is_ok()
-    }
 }
 
 /// `f` on the direct view of window `win` (osc-sm), once the library runs (as
@@ -1511,21 +1510,8 @@ unsafe fn cas_direct(
     disp: MPI_Aint,
     win: Handle,
 ) -> bool {
-    use crate::dtype::{self, Class};
-    // The predefined types' table (one load each): every integer, logical and byte type
-    // has a number type there.
-    let Some((_, class)) = dtype::number_type(dt) else {
+    let Some((size, elem)) = cas_elem(dt) else {
         return false;
-    };
-    if !matches!(class, Class::Integer | Class::Logical | Class::Byte) {
-        return false;
-    }
-    let (size, elem) = match dtype::predefined_size(dt) {
-        Some(1) => (1, Elem::U8),
-        Some(2) => (2, Elem::U16),
-        Some(4) => (4, Elem::U32),
-        Some(8) => (8, Elem::U64),
-        _ => return false,
     };
     if origin.is_null() || compare.is_null() || result.is_null() {
         return false;
@@ -1546,6 +1532,62 @@ unsafe fn cas_direct(
             kernel.compare_and_swap(rank, off, elem, &cmp[..size], &value[..size], old)
         },
     )
+}
+
+/// The element of a compare-and-swap's fast paths: `dt` a predefined integer, logical or
+/// byte datatype of 1, 2, 4 or 8 bytes, its size and the width compared (only equality
+/// matters).
+#[inline(always)]
+fn cas_elem(dt: Handle) -> Option<(usize, Elem)> {
+    use crate::dtype::{self, Class};
+    // The predefined types' table (one load each): every integer, logical and byte type
+    // has a number type there.
+    let (_, class) = dtype::number_type(dt)?;
+    if !matches!(class, Class::Integer | Class::Logical | Class::Byte) {
+        return None;
+    }
+    match dtype::predefined_size(dt) {
+        Some(1) => Some((1, Elem::U8)),
+        Some(2) => Some((2, Elem::U16)),
+        Some(4) => Some((4, Elem::U32)),
+        Some(8) => Some((8, Elem::U64)),
+        _ => None,
+    }
+}
+
+/// The general path's first step for a compare-and-swap, as [`acc_at_once`] is the
+/// accumulates': a datatype [`cas_elem`] takes, on a module that completes it within the
+/// call ([`RawWindow::compare_and_swap_at_once`]: osc-rdma on a member of this node, or on
+/// this process), straight to the module with the program's buffers, no datatype resolved.
+/// `None`: not such a call (another datatype, a NULL buffer, `MPI_PROC_NULL` or a bad rank),
+/// or the module did not take it (nothing done): the general path decides.
+///
+/// # Safety
+/// The MPI contract of `MPI_Compare_and_swap`: one element of `dt` at each address, the
+/// result's writable and not otherwise accessed during the call.
+#[inline(always)]
+unsafe fn cas_at_once(
+    w: &RawWindow,
+    origin: *const c_void,
+    compare: *const c_void,
+    result: *mut c_void,
+    dt: Handle,
+    target: c_int,
+    disp: MPI_Aint,
+) -> Option<MpiResult<()>> {
+    let (size, elem) = cas_elem(dt)?;
+    if origin.is_null() || compare.is_null() || result.is_null() {
+        return None;
+    }
+    let t = target_of(w, target).ok()??;
+    // Copied (at most 8 bytes): the result may then alias them, as on the general path.
+    // SAFETY: the contract: one element of `dt` (`size` bytes) at each address (not NULL:
+    // checked).
+    let (value, cmp) = unsafe { (load_element(origin, size), load_element(compare, size)) };
+    // SAFETY: the result element, writable (not NULL: checked), not otherwise accessed.
+    let old = unsafe { super::bytes_mut(result, size) };
+    w.compare_and_swap_at_once(t, disp, elem, &cmp[..size], &value[..size], old)
+        .map(|r| r.map_err(osc_error))
 }
 
 /// The `size` (1, 2, 4 or 8; any other reads nothing) bytes at `p`, at the start of 8: a
@@ -1896,17 +1938,7 @@ macro_rules! rma_fns {
             if let Some(get) = direct {
                 // SAFETY: the caller's contract is the call's.
                 if unsafe {
-                    put_get_direct(
-                        get, $origin, $ocount as i64, $odt, $rank, $disp, $tcount as i64,
-                        $tdt, $win,
-                    )
-                } {
-                    return MPI_SUCCESS;
-                }
-                // The same on a created window served by osc-rdma: the buffer lent.
-                // SAFETY: as above.
-                if unsafe {
-                    put_get_lent(
+                    put_get_fast(
                         get, $origin, $ocount as i64, $odt, $rank, $disp, $tcount as i64,
                         $tdt, $win,
                     )
@@ -2089,6 +2121,21 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
             return Ok(());
         }
         let w = raw(win)?;
+        // SAFETY: the caller's contract.
+        let done = unsafe {
+            cas_at_once(
+                &w,
+                origin_addr,
+                compare_addr,
+                result_addr,
+                datatype,
+                target_rank,
+                target_disp,
+            )
+        };
+        if let Some(r) = done {
+            return r;
+        }
         let ty = Ty::for_use(datatype)?;
         let base = ty.reduction_base().map_err(|_| {
             MpiError::new(
@@ -2462,12 +2509,18 @@ pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
 }
 
 /// The fast path of `MPI_Win_flush`, `_flush_local` (`rank`) and their `_all` forms
-/// (`None`) on a window with a direct view (osc-sm): the view's flag for the module's
-/// epoch check, then a memory fence, with one lookup of the window and no call into it
-/// (no error handler either: nothing here can fail). False sends the call down the
-/// general path (another module, results waiting to land, no passive-target epoch,
-/// `MPI_PROC_NULL`, a rank outside the group, a window that is not one, or the library
-/// not running), which checks again and raises the error.
+/// (`None`), with one lookup of the window and no call into it (no error handler either:
+/// nothing here can fail):
+/// - on a window with a direct view (osc-sm): the view's flag for the module's epoch
+///   check, then a memory fence;
+/// - on a window with a lent path (osc-rdma), one target: what the path queued moved by
+///   its CMA call, when the module has nothing else outstanding
+///   ([`LentPath::flush`]); every [`rmca::window::QUICK_PASS_EVERY`]th such flush runs a
+///   progress pass after it ([`lent_flush_progress`]).
+///
+/// False sends the call down the general path (another module, results waiting to land,
+/// no passive-target epoch, `MPI_PROC_NULL`, a rank outside the group, a window that is
+/// not one, or the library not running), which checks again and raises the error.
 #[inline(always)]
 fn flush_direct(win: Handle, rank: Option<c_int>) -> bool {
     let t = match rank.map(usize::try_from) {
@@ -2475,21 +2528,69 @@ fn flush_direct(win: Handle, rank: Option<c_int>) -> bool {
         Some(Err(_)) => return false,
         None => None,
     };
-    // The view's flag is the module's own check (an open passive-target epoch, no
-    // synchronization in progress); every direct operation completed when issued, so a
-    // fence orders them before what follows, as the module's flush does. Local or not is
-    // the same here: complete at the origin is complete at the target.
-    with_view(
-        win,
-        #[inline(always)]
-        |v| {
-            if !v.may_flush(t) {
-                return false;
+    // What `with_view` checks, the lent path besides.
+    if !state::installed() {
+        return false;
+    }
+    let lent = {
+        let Some(tab) = WINS.peek() else {
+            return false;
+        };
+        let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
+            return false;
+        };
+        if !e.landings.is_empty() {
+            return false;
+        }
+        match (&e.view, &e.lent, t) {
+            // The view's flag is the module's own check (an open passive-target epoch, no
+            // synchronization in progress); every direct operation completed when issued,
+            // so a fence orders them before what follows, as the module's flush does.
+            // Local or not is the same here: complete at the origin is complete at the
+            // target.
+            (Some(v), _, _) => {
+                if !v.may_flush(t) {
+                    return false;
+                }
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                return true;
             }
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            true
-        },
-    )
+            // Complete at the target once the CMA call returned: local or not alike.
+            (None, Some(l), Some(t)) => l.flush(t),
+            _ => false,
+        }
+    };
+    if lent {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = LENT_FLUSHES.load(Relaxed).wrapping_add(1);
+        LENT_FLUSHES.store(n, Relaxed);
+        if n.is_multiple_of(rmca::window::QUICK_PASS_EVERY) {
+            lent_flush_progress(win);
+        }
+    }
+    lent
+}
+
+/// Flushes finished on a window's lent path ([`flush_direct`]), process-wide: every
+/// [`rmca::window::QUICK_PASS_EVERY`]th runs a progress pass. They make no call into the
+/// runtime, so a program spinning on put and flush alone (waiting for a flag a peer sets
+/// once a message of this rank arrived: `tests/c/win_flush_progress.c`) would progress
+/// nothing; MPI's progress rule wants those calls to move point-to-point traffic. Relaxed
+/// load and store, not a read-modify-write: threads racing on it only lose counts.
+static LENT_FLUSHES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The progress pass of [`flush_direct`]'s lent flushes: the runtime's and the window's,
+/// as `MPI_Win_sync`'s. It cannot fail on a window the fast path just used; if the library
+/// refuses the call (another call of it under way below this one), nothing is done.
+#[cold]
+#[inline(never)]
+fn lent_flush_progress(win: Handle) {
+    if let Err(e) = super::caught(|| {
+        raw(win)?.progress();
+        Ok(())
+    }) {
+        tracing::debug!(error = ?e, "MPI_Win_flush: no progress pass");
+    }
 }
 
 /// `MPI_Win_flush`: the operations on `rank` complete at the target.

@@ -908,3 +908,56 @@ fn the_scatter_root_publishes_only_the_other_members_blocks() {
         "the root's own block was written to its slot"
     );
 }
+
+#[test]
+fn reduce_scatter_member_with_an_empty_block_waits_for_nobody() {
+    // Three ranks, one u32 element in all (OSU's reduce_scatter of 4 B on more ranks than
+    // elements): rank 0's block holds it, ranks 1 and 2 have empty blocks.
+    let layout = Layout::new(3, 64);
+    let mem = VecMem(RefCell::new(vec![0; layout.len()]));
+    let rs = |me: usize, end: usize| {
+        let op = Op::ReduceScatter {
+            elem: 4,
+            start: 0,
+            end,
+        };
+        Run::new(op, layout, me, 1, 4)
+    };
+    let inputs: Vec<[u8; 4]> = (0..3u32).map(|q| (q + 5).to_ne_bytes()).collect();
+    let (mut r0, mut r1, mut r2) = (rs(0, 4), rs(1, 0), rs(2, 0));
+    let mut out0 = [0u8; 4];
+    // Rank 1 posts its input and is done before anyone else entered.
+    assert!(matches!(
+        r1.poll(&mem, &inputs[1], &mut [], Some(&reduce_u32)),
+        Step::Posted { .. }
+    ));
+    assert_eq!(
+        r1.poll(&mem, &inputs[1], &mut [], Some(&reduce_u32)),
+        Step::Done
+    );
+    // It waited for nobody, so it learned nothing of the others' progress.
+    assert_eq!(r1.clears(), None);
+    // Rank 0 (the block's owner) waits for rank 2's input.
+    assert!(matches!(
+        r0.poll(&mem, &inputs[0], &mut out0, Some(&reduce_u32)),
+        Step::Posted { .. }
+    ));
+    assert!(matches!(
+        r0.poll(&mem, &inputs[0], &mut out0, Some(&reduce_u32)),
+        Step::Wait(Wait { from: Some(2), .. })
+    ));
+    assert!(matches!(
+        r2.poll(&mem, &inputs[2], &mut [], Some(&reduce_u32)),
+        Step::Posted { .. }
+    ));
+    assert_eq!(
+        r2.poll(&mem, &inputs[2], &mut [], Some(&reduce_u32)),
+        Step::Done
+    );
+    assert_eq!(
+        r0.poll(&mem, &inputs[0], &mut out0, Some(&reduce_u32)),
+        Step::Done
+    );
+    assert_eq!(u32::from_ne_bytes(out0), op(op(5, 6), 7));
+    assert_eq!(r0.clears(), Some(0));
+}
