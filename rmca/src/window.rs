@@ -50,7 +50,7 @@ use rmca_framework::osc::{
     OscSetup, RdmaKeys, RdmaToken, SyncCall, TargetInfo, WinConfig,
 };
 use rmca_framework::pml::{ContextId, RequestId, SendMode, SendStart, Source, TagSel};
-use rmca_framework::progress::Backoff;
+use rmca_framework::progress::ReleasingBackoff;
 
 use crate::coll::nonblocking::Chained;
 use crate::coll::{Op, Reducible};
@@ -679,7 +679,11 @@ impl RawWindow {
     /// memory only through that progress.
     fn progress_until<T>(&self, mut f: impl FnMut(&mut dyn OscModule) -> Option<T>) -> Result<T> {
         let shared = self.comm.shared();
-        let mut backoff = Backoff::default();
+        // Releasing: at MPI_THREAD_MULTIPLE the wait lets the process's other threads call
+        // MPI between its passes (nothing is borrowed there). Threads that each fence their
+        // own window (MPICH's threads/rma/multifence) deadlocked across ranks otherwise: each
+        // rank's lock held by a fence waiting for a thread the other rank's fence kept out.
+        let mut backoff = ReleasingBackoff::default();
         // The window is progressed once per pass, here (not by the runtime's pass as well).
         let _busy = Busy::set(&self.busy);
         loop {
@@ -988,7 +992,7 @@ impl RawWindow {
         self.sync(SyncCall::Free)?;
         // The messages still being sent read memory the window owns.
         let shared = self.comm.shared();
-        let mut backoff = Backoff::default();
+        let mut backoff = ReleasingBackoff::default();
         loop {
             let left = {
                 let mut core = self.core.borrow_mut();

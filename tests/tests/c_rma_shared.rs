@@ -55,6 +55,18 @@ fn small_operations_from_many_threads() {
     }
 }
 
+/// Fence epochs of one window per thread, four threads per rank at `MPI_THREAD_MULTIPLE`
+/// (`tests/c/rma_fence_threads.c`, MPICH's threads/rma/multifence's pattern), on osc-sm's and
+/// osc-rdma's windows: a fence's wait lets the rank's other threads in (it deadlocked
+/// across ranks when it kept the process lock for its whole wait).
+#[test]
+fn fences_of_one_window_per_thread() {
+    let program = compile("rma_fence_threads", &["-pthread"]);
+    for ranks in [2, 3] {
+        run(&program, "rma_fence_threads", ranks, "ob1+shm", &[]);
+    }
+}
+
 /// MPI's progress rule in a loop of `MPI_Win_lock`/`MPI_Win_unlock` alone on an osc-sm
 /// window (`tests/c/win_lock_progress.c`): the spinning rank's uncontended locks take the
 /// fast path, which runs a progress pass every so many calls, so a peer's rendezvous send
