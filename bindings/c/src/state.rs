@@ -482,6 +482,10 @@ pub enum Slot {
     },
     /// The request's [`ReqEntry`] is in the general table.
     General,
+    /// A handle given out for a call queued at `MPI_THREAD_MULTIPLE` ([`crate::handoff`])
+    /// whose operation has not started: off the free list and refused by every call naming
+    /// it, as a free slot is, until [`State::fill_reserved`] or [`State::unreserve_request`].
+    Reserved,
 }
 
 /// Where a live request lies in the request table ([`State::slot_at`]): valid until the table
@@ -570,9 +574,6 @@ pub struct State {
     /// Scratch of `MPI_Waitall`, kept so that a program waiting on windows of requests in a
     /// loop allocates nothing per call (see [`WaitBatch`]).
     pub wait_batch: WaitBatch,
-    /// Which request slots are reserved for calls queued at `MPI_THREAD_MULTIPLE`
-    /// ([`State::reserve_request`]), by slot (grown on demand).
-    reserved: Vec<bool>,
 }
 
 /// The reused buffers of one `MPI_Waitall`: the operations handed to the PML together, the
@@ -774,7 +775,6 @@ fn install_state(
         staged: Default::default(),
         staged_detached: Vec::new(),
         wait_batch: WaitBatch::default(),
-        reserved: Vec::new(),
     };
     if phase() != Phase::Before || installed() {
         // MPI_Init checks the phase first; a second state would replace one in use.
@@ -1902,24 +1902,20 @@ impl State {
     }
 
     /// Reserve a request slot for a handle given out before its operation starts (a call
-    /// queued at `MPI_THREAD_MULTIPLE`, [`crate::handoff`]): the slot stays [`Slot::Free`]
-    /// (a completion call naming the handle meanwhile is refused) but off the free list,
-    /// until [`State::fill_reserved`] or [`State::unreserve_request`].
+    /// queued at `MPI_THREAD_MULTIPLE`, [`crate::handoff`]): a [`Slot::Reserved`].
     pub fn reserve_request(&mut self) -> MpiResult<Handle> {
-        let h = self.add_slot(Slot::Free)?;
-        let i = self.request_index(h).expect("just added");
-        if self.reserved.len() <= i {
-            self.reserved.resize(i + 1, false);
-        }
-        self.reserved[i] = true;
-        Ok(h)
+        self.add_slot(Slot::Reserved)
     }
 
-    /// The slot of `h` if it is reserved ([`State::reserve_request`]), no longer so.
+    /// The slot of `h` if it is reserved ([`State::reserve_request`]), left free (and off
+    /// the free list) for the caller to fill or give back.
     fn take_reserved(&mut self, h: Handle) -> Option<usize> {
         let i = self.request_index(h)?;
-        let r = self.reserved.get_mut(i)?;
-        std::mem::replace(r, false).then_some(i)
+        let slot = &mut self.requests[i];
+        matches!(slot, Slot::Reserved).then(|| {
+            *slot = Slot::Free;
+            i
+        })
     }
 
     /// Put the started operation `slot` in the reserved slot of `h` (a fast-path slot, or
@@ -1983,7 +1979,7 @@ impl State {
     pub fn request(&mut self, h: Handle) -> MpiResult<&mut ReqEntry> {
         let i = self.request_index(h).ok_or_else(|| bad_request(h))?;
         match self.requests[i] {
-            Slot::Free => return Err(bad_request(h)),
+            Slot::Free | Slot::Reserved => return Err(bad_request(h)),
             Slot::Pending { comm, id } => {
                 // The communicator is there: freeing it makes its fast-path requests general
                 // (see `free_comm`).
@@ -2013,7 +2009,7 @@ impl State {
         let i = self.request_index(h).ok_or_else(|| bad_request(h))?;
         let slot = self.requests[i];
         match slot {
-            Slot::Free => return Err(bad_request(h)),
+            Slot::Free | Slot::Reserved => return Err(bad_request(h)),
             Slot::Pending { .. } | Slot::Sent { .. } => self.retire_request_slot(i),
             Slot::General => {}
         }
@@ -2054,7 +2050,10 @@ impl State {
     /// since).
     #[inline]
     pub fn set_slot_at(&mut self, at: SlotAt, slot: Slot) {
-        if !matches!(self.requests[at.0], Slot::Free | Slot::General) {
+        if !matches!(
+            self.requests[at.0],
+            Slot::Free | Slot::Reserved | Slot::General
+        ) {
             self.requests[at.0] = slot;
         }
     }
@@ -2076,7 +2075,10 @@ impl State {
     #[inline]
     pub fn set_slot(&mut self, h: Handle, slot: Slot) {
         if let Some(i) = self.request_index(h) {
-            if !matches!(self.requests[i], Slot::Free | Slot::General) {
+            if !matches!(
+                self.requests[i],
+                Slot::Free | Slot::Reserved | Slot::General
+            ) {
                 self.requests[i] = slot;
             }
         }
@@ -2103,7 +2105,7 @@ impl State {
     #[inline]
     pub fn free_request(&mut self, h: Handle) {
         if let Some(i) = self.request_index(h) {
-            if !matches!(self.requests[i], Slot::Free) {
+            if !matches!(self.requests[i], Slot::Free | Slot::Reserved) {
                 if let Some(g) = self.general.get_mut(i) {
                     *g = None;
                 }

@@ -68,7 +68,7 @@ pub(super) fn poll(s: &mut State, h: Handle, mode: Mode) -> Option<Found> {
                 Some(r) => (comm, outcome(r)),
             }
         }
-        Slot::Free | Slot::General => return None,
+        Slot::Free | Slot::General | Slot::Reserved => return None,
     };
     // Freed: the slot is retired and its handle stale.
     s.free_fast(h);
@@ -133,7 +133,7 @@ pub(super) unsafe fn complete_one<const ARRAY: bool>(
                 }
             }
         }
-        Slot::Free | Slot::General => return None,
+        Slot::Free | Slot::General | Slot::Reserved => return None,
     };
     s.free_fast_at(at);
     // SAFETY: the caller's contract.
@@ -439,7 +439,7 @@ unsafe fn testall_look(s: &mut State, n: usize, requests: *mut Handle) -> Option
             // pass left as they are (completed operations as `Slot::Sent` or general
             // entries). Looked for here, not in a pass before the progress pass: one handle
             // lookup per request fewer.
-            Some((_, Slot::Free | Slot::General)) => return None,
+            Some((_, Slot::Free | Slot::General | Slot::Reserved)) => return None,
             None if h == MPI_REQUEST_NULL => {}
             // An invalid handle: the general path raises the error.
             None => return None,

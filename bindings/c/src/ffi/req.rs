@@ -417,7 +417,7 @@ unsafe fn waitall_ignoring_statuses(
                 unsafe { requests.add(i).write(MPI_REQUEST_NULL) };
                 continue;
             }
-            Ok(Slot::General | Slot::Free) => {}
+            Ok(Slot::General | Slot::Free | Slot::Reserved) => {}
             Err(e) => {
                 note(i, e);
                 continue;
