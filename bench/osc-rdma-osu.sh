@@ -13,7 +13,9 @@
 #     and rmca's cost against the best peer's (below 1: rmca better). AM=0 skips osc-am.
 #     MODES: the passive-target modes (default "flush lock"); ALT: rmca options of the second
 #     column in place of `--mca osc am` (e.g. "--mca osc_rdma_lock_words 0"), ALT_NAME its
-#     heading.
+#     heading. UCX=1 adds Open MPI over UCX (`--mca pml ucx --mca osc ucx`, its devices and
+#     transports unrestricted: shared memory here) as the column ompi-ucx, a peer like the
+#     others in rmca/best.
 rel=$(cd "$(dirname "$0")/.." && pwd)/target/release
 B=${B:-/tmp/oscsm-osu}
 MODE=${MODE:-transfers}
@@ -31,7 +33,8 @@ if [[ $MODE == transfers ]]; then
   exit 0
 fi
 ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-2000} MAX=${MAX:-64} TIMEOUT=${TIMEOUT:-60} AM=${AM:-1}
-MODES=${MODES:-flush lock} ALT=${ALT:---mca osc am} ALT_NAME=${ALT_NAME:-osc-am}
+MODES=${MODES:-flush lock} ALT=${ALT:---mca osc am} ALT_NAME=${ALT_NAME:-osc-am} UCX=${UCX:-0}
+ompi_ucx=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx)
 BENCHES=${BENCHES:-put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -49,13 +52,18 @@ for r in $(seq "$ROUNDS"); do
           : >"$out/$b.$mode.am.$r"
         fi
         timeout "$TIMEOUT" mpirun.openmpi -n 2 --bind-to core "$B/ompi/osu_$b" $a >"$out/$b.$mode.ompi.$r" 2>&1
+        if ((UCX)); then
+          timeout "$TIMEOUT" mpirun.openmpi -n 2 --bind-to core "${ompi_ucx[@]}" "$B/ompi/osu_$b" $a >"$out/$b.$mode.ucx.$r" 2>&1
+        else
+          : >"$out/$b.$mode.ucx.$r"
+        fi
         timeout "$TIMEOUT" mpiexec.mpich -n 2 -bind-to core "$B/mpich/osu_$b" $a >"$out/$b.$mode.mpich.$r" 2>&1
       }
     done
   done
 done
 echo "load after: $(uptime)"
-printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' benchmark mode size rmca "$ALT_NAME" ompi mpich rmca/best
+printf '%-16s %-6s %5s %8s %8s %8s %8s %8s %10s\n' benchmark mode size rmca "$ALT_NAME" ompi ompi-ucx mpich rmca/best
 for b in $BENCHES; do
   bw=0
   [[ $b == *_bw ]] && bw=1
@@ -67,15 +75,15 @@ for b in $BENCHES; do
           awk -v s="$size" '$1 == s { print $2 }' "$out/$b.$mode.$1.$r"
         done | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
       }
-      x=$(med rmca) m=$(med am) o=$(med ompi) p=$(med mpich)
+      x=$(med rmca) m=$(med am) o=$(med ompi) u=$(med ucx) p=$(med mpich)
       # rmca's cost against the best peer's (below 1: rmca better): a latency over the
-      # lowest, the highest bandwidth over rmca's.
-      ratio=$(awk -v x="$x" -v o="$o" -v m="$p" -v bw="$bw" 'BEGIN {
-        if (bw) best = (o == "-") ? m : (m == "-" ? o : (o > m ? o : m));
-        else best = (o == "-") ? m : (m == "-" ? o : (o < m ? o : m));
+      # lowest, the highest bandwidth over rmca's; a peer that printed nothing is left out.
+      ratio=$(awk -v x="$x" -v bw="$bw" -v peers="$o $u $p" 'BEGIN {
+        n = split(peers, v, " "); best = "-";
+        for (i = 1; i <= n; i++) if (v[i] != "-" && (best == "-" || (bw ? v[i] > best : v[i] < best))) best = v[i];
         if (x == "-" || best == "-" || best == 0 || x == 0) print "-";
         else printf "%.2f", bw ? best / x : x / best }')
-      printf '%-16s %-6s %5s %8s %8s %8s %8s %10s\n' "$b" "$mode" "$size" "$x" "$m" "$o" "$p" "$ratio"
+      printf '%-16s %-6s %5s %8s %8s %8s %8s %8s %10s\n' "$b" "$mode" "$size" "$x" "$m" "$o" "$u" "$p" "$ratio"
     done
   done
 done

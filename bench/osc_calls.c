@@ -12,7 +12,8 @@
  *             64 KiB)
  * - getacc:   MPI_Get_accumulate of 8 MPI_CHAR, flush       (osu_get_acc_latency)
  * - fop:      MPI_Fetch_and_op of one MPI_CHAR (MPI_SUM), flush (osu_fop_latency)
- * - cas:      MPI_Compare_and_swap of one MPI_INT64_T, flush    (osu_cas_latency)
+ * - cas:      MPI_Compare_and_swap of one MPI_INT64_T, flush
+ * - caschar:  MPI_Compare_and_swap of one MPI_CHAR, flush  (osu_cas_latency's datatype)
  * - lockput, lockget, lockacc, lockfop, lockcas: put, get, acc, fop, cas as above, each in
  *             its own MPI_Win_lock(MPI_LOCK_SHARED)/MPI_Win_unlock epoch instead of a flush,
  *             with no lock_all around (OSU's `-s lock`)
@@ -36,7 +37,7 @@
 
 int main(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc64k|getacc|fop|cas|lockput|lockget|lockacc|lockgetacc|lockfop|lockcas|xlockput|lockall\n");
+    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc64k|getacc|fop|cas|caschar|lockput|lockget|lockacc|lockgetacc|lockfop|lockcas|xlockput|lockall\n");
     return 2;
   }
   long rounds = atol(argv[1]);
@@ -125,6 +126,15 @@ int main(int argc, char **argv) {
       value++;
     }
     expect = *(int64_t *)base == rounds ? (char)rounds : -2;
+  } else if (!strcmp(loop, "caschar")) {
+    char value = 1, compare = 0, old;
+    for (long r = 0; r < rounds; r++) {
+      MPI_Compare_and_swap(&value, &compare, &old, MPI_CHAR, 0, 0, win);
+      MPI_Win_flush(0, win);
+      compare = value;
+      value++;
+    }
+    expect = (char)rounds;
   } else if (!strcmp(loop, "lockput")) {
     for (long r = 0; r < rounds; r++) {
       MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);

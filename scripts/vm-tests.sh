@@ -15,6 +15,10 @@
 # rc with combined per-peer and shared receive queues and eager RDMA, four striped QPs, and
 # osc rdma (tests/c/rma.c, every put and get by rc's RDMA).
 # usage: scripts/vm-tests.sh [verbs|btl-ud|btl-rc|jobs ...]   (default: all four)
+# RMCA_VM_TEST_ARGS='...' passes arguments to the verbs/btl-ud/btl-rc test binaries (libtest:
+# name filters, --exact, --nocapture; e.g. RMCA_VM_TEST_ARGS=multi_qp for one test), and
+# RMCA_VM_TEST_LOG=<filter> sets their RMCA_LOG (the btl-rc tests then log to stderr, e.g.
+# rmca_btl_rc=debug; a lost peer's reason shows at warn).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -43,6 +47,10 @@ skip() {
 declare -A PKG=([verbs]=rmca-verbs [btl-ud]=rmca-btl-ud [btl-rc]=rmca-btl-rc)
 declare -A TARGET=([verbs]=conformance [btl-ud]=btl_ud [btl-rc]=btl_rc)
 declare -A SELECT=([verbs]=RMCA_VERBS_PROVIDER [btl-ud]=RMCA_BTL_UD_TEST_PROVIDER [btl-rc]=RMCA_BTL_RC_TEST_PROVIDER)
+# Word-split on purpose: several arguments, none containing spaces (test names, options).
+read -r -a test_args <<<"${RMCA_VM_TEST_ARGS:-}"
+log_env=
+[ -z "${RMCA_VM_TEST_LOG:-}" ] || log_env="RMCA_LOG=$(printf %q "$RMCA_VM_TEST_LOG")"
 suites=("$@")
 ((${#suites[@]})) || suites=(verbs btl-ud btl-rc jobs)
 for s in "${suites[@]}"; do
@@ -80,7 +88,7 @@ for line in sys.stdin:
   # One test at a time: the emulated guest is slow.
   cat >>"$guest" <<GUEST
 echo "== $s tests on Soft-RoCE (rxe0)"
-if env ${SELECT[$s]}=rdma RMCA_TESTS_REQUIRE=1 RUST_BACKTRACE=1 "$VM_DIR/bin/$s-tests" --test-threads=1 --skip soft_only_; then
+if env ${SELECT[$s]}=rdma RMCA_TESTS_REQUIRE=1 RUST_BACKTRACE=1 $log_env "$VM_DIR/bin/$s-tests" --test-threads=1 --skip soft_only_ ${test_args[*]+$(printf '%q ' "${test_args[@]}")}; then
   echo "$s rdma-provider tests: PASSED (rxe0)"
 else
   echo "$s rdma-provider tests: FAILED"; failed=1

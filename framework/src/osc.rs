@@ -995,6 +995,24 @@ pub trait LentPath: std::fmt::Debug {
     /// module's progress); what could not move stays queued for the module, whose
     /// synchronization then reports the error.
     fn flush(&self, t: usize) -> bool;
+
+    /// `MPI_Win_lock(kind)` of member `t` (`nocheck`: `MPI_MODE_NOCHECK`) granted within
+    /// the call, when the module has no epoch open and nothing outstanding (the lock is all
+    /// there is to it): then an access epoch to `t` is open here, puts, gets and flushes of
+    /// `t` go through this path, and the module adopts the lock as its own before anything
+    /// else it does. False, nothing changed, otherwise (a lock held by another process
+    /// included: the module waits for it). By default never.
+    fn lock(&self, _t: usize, _kind: LockKind, _nocheck: bool) -> bool {
+        false
+    }
+
+    /// `MPI_Win_unlock` of member `t`, locked by [`LentPath::lock`] and not adopted by the
+    /// module since: what this path queued has moved and the lock is given back. False,
+    /// nothing reported, otherwise (what could not move stays queued for the module, whose
+    /// unlock then reports the error). By default never.
+    fn unlock(&self, _t: usize) -> bool {
+        false
+    }
 }
 
 /// RMA operations a module completes within the call ([`OscModule::direct_ops`]), on

@@ -3,7 +3,10 @@
  * (the uncontended lock's fast path), waiting for a flag rank 1 puts there once its MPI_Send
  * returned. The send completes only when rank 0's runtime matches it, and rank 0 makes no
  * other MPI call meanwhile: its lock/unlock calls must progress point-to-point traffic.
- * Without that the loop gives up after its time bound and the job fails (never hangs). */
+ * Without that the loop gives up after its time bound and the job fails (never hangs).
+ * With the argument "create": an MPI_Win_create window (osc-rdma), rank 0 spinning on
+ * lock, get and unlock of rank 1 (the lent path's lock, get and unlock), rank 1 setting the
+ * flag in its own memory under lock_all. */
 #include "check.h"
 
 #define BIG (1 << 20) /* above btl-shm's eager limit: a rendezvous */
@@ -14,11 +17,17 @@ int main(int argc, char **argv) {
     int me, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    int *flag = NULL;
+    int create = argc > 1 && strcmp(argv[1], "create") == 0;
+    int *flag = NULL, mine = 0;
     MPI_Win win;
-    OK(MPI_Win_allocate_shared(me == 0 ? sizeof(int) : 0, sizeof(int), MPI_INFO_NULL,
-                               MPI_COMM_WORLD, &flag, &win));
-    if (me == 0) *flag = 0;
+    if (create) {
+        flag = &mine;
+        OK(MPI_Win_create(flag, sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+    } else {
+        OK(MPI_Win_allocate_shared(me == 0 ? sizeof(int) : 0, sizeof(int), MPI_INFO_NULL,
+                                   MPI_COMM_WORLD, &flag, &win));
+        if (me == 0) *flag = 0;
+    }
     char *buf = malloc(BIG);
     CHECK(buf != NULL, "malloc");
     MPI_Barrier(MPI_COMM_WORLD);
@@ -29,9 +38,15 @@ int main(int argc, char **argv) {
         long spins = 0;
         int seen = 0;
         while (!seen && MPI_Wtime() < until) {
-            POLL(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
-            seen = *(volatile int *)flag;
-            POLL(MPI_Win_unlock(0, win));
+            if (create) {
+                POLL(MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win));
+                POLL(MPI_Get(&seen, 1, MPI_INT, 1, 0, 1, MPI_INT, win));
+                POLL(MPI_Win_unlock(1, win));
+            } else {
+                POLL(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+                seen = *(volatile int *)flag;
+                POLL(MPI_Win_unlock(0, win));
+            }
             spins++;
         }
         CHECK(seen, "no flag after %ld lock/unlock pairs in %.0f s: the lock calls did not "
@@ -45,9 +60,17 @@ int main(int argc, char **argv) {
         buf[BIG - 1] = 2;
         OK(MPI_Send(buf, BIG, MPI_CHAR, 0, 7, MPI_COMM_WORLD));
         int one = 1;
-        OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
-        OK(MPI_Put(&one, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
-        OK(MPI_Win_unlock(0, win));
+        if (create) {
+            /* Shared with rank 0's locks: an exclusive one could wait on its spinning. */
+            OK(MPI_Win_lock_all(0, win));
+            *(volatile int *)flag = 1;
+            OK(MPI_Win_sync(win));
+            OK(MPI_Win_unlock_all(win));
+        } else {
+            OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+            OK(MPI_Put(&one, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+            OK(MPI_Win_unlock(0, win));
+        }
     }
     free(buf);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -219,7 +219,8 @@ fn another_component_forced_is_refused_with_its_own_reason() {
 /// (500 puts and 500 gets per rank with a flush each, 500 of each in lock/unlock epochs,
 /// every result checked) makes no PML transfer for them with it (the derived-datatype put
 /// is the one left), and one per call without it. With it, the flushes of the lock_all loop
-/// finish on osc-rdma's lent path (the profile's `osc.rdma.lent_flushes`), none without.
+/// finish on osc-rdma's lent path (the profile's `osc.rdma.lent_flushes`), and the locks of
+/// the lock/unlock loop are taken there (`osc.rdma.lent_locks`), none without.
 #[test]
 fn puts_and_gets_to_a_member_of_the_node_are_moved_by_the_origin() {
     const CALLS: u64 = 1000;
@@ -231,7 +232,14 @@ fn puts_and_gets_to_a_member_of_the_node_are_moved_by_the_origin() {
             // Flushes the C library finished on osc-rdma's lent path, with no call into the
             // window: every put+flush and get+flush of the lock_all loop.
             let lent = counter(&profile, "osc.rdma.lent_flushes");
+            // Locks it took on the lent path (an atomic on the target's word, no call into
+            // the window): every MPI_Win_lock of the lock/unlock loop, 1000 per rank.
+            let locks = counter(&profile, "osc.rdma.lent_locks");
             if direct == "1" {
+                assert!(
+                    locks >= (CALLS - 2) * ranks,
+                    "{locks} locks on the lent path for {CALLS} per rank: {profile:#}"
+                );
                 assert!(
                     puts <= ranks && gets == 0,
                     "{puts} puts and {gets} gets by the PML with CMA from the origin"
@@ -241,7 +249,7 @@ fn puts_and_gets_to_a_member_of_the_node_are_moved_by_the_origin() {
                     "{lent} flushes on the lent path for {CALLS} per rank: {profile:#}"
                 );
             } else {
-                assert_eq!(lent, 0, "no lent path without CMA from the origin");
+                assert_eq!(lent + locks, 0, "no lent path without CMA from the origin");
                 assert!(
                     puts >= CALLS * ranks && gets >= CALLS * ranks,
                     "{puts} puts and {gets} gets by the PML for {CALLS} calls of each per rank"
@@ -271,6 +279,31 @@ fn put_flush_loops_progress_point_to_point_traffic() {
         assert!(
             out.success() && out.stdout.contains("ok win_flush_progress:"),
             "win_flush_progress on {ranks} ranks:\n{}",
+            out.text()
+        );
+    }
+}
+
+/// MPI's progress rule in a loop of `MPI_Win_lock`/`MPI_Get`/`MPI_Win_unlock` alone on a
+/// created window (`tests/c/win_lock_progress.c create`): the spinning rank's locks of a
+/// member of the node are taken on osc-rdma's lent path with no call into the window, which
+/// runs a progress pass every so many locks, so a peer's rendezvous send to it completes and
+/// the peer's flag arrives (without the passes the program gives up after 10 s and fails).
+#[test]
+fn lock_get_unlock_loops_on_a_created_window_progress_point_to_point_traffic() {
+    let program = compile("win_lock_progress", &[]);
+    let program = program.to_str().expect("UTF-8 path");
+    for ranks in [2, 3] {
+        let out = run_job(&Job {
+            ranks,
+            program,
+            args: &["create"],
+            mca: &[],
+            timeout_s: 60,
+        });
+        assert!(
+            out.success() && out.stdout.contains("ok win_lock_progress:"),
+            "win_lock_progress create on {ranks} ranks:\n{}",
             out.text()
         );
     }

@@ -232,6 +232,14 @@ pub mod defaults {
     pub const MAX_SEND_SIZE: u64 = 64 * 1024;
     /// Striping threshold of the multi-QP policies.
     pub const STRIPE_THRESHOLD: u64 = 16 * 1024;
+    /// Local ACK timeout exponent: 4.096 us * 2^20 = 4.3 s per transport retry, Open MPI's
+    /// `btl_openib_ib_timeout`. Soft-RoCE (rxe) times out spuriously when its host is busy
+    /// (a guest on shared cores, or a loaded node: retransmissions of RNR-NAKed windows),
+    /// and with 67 ms (14) seven in a row killed live connections under load.
+    pub const IB_TIMEOUT: i64 = 20;
+    /// Transport retries: 6, not the specification's largest 7, which rxe reads as "retry
+    /// forever", so that a vanished peer still fails its sends (after about 7 timeouts).
+    pub const IB_RETRY_COUNT: i64 = 6;
     /// Receive queues, Open MPI's default layout: fragments up to 256 bytes on per-peer
     /// queues of 16 small buffers (4 KiB per peer), larger ones on one SRQ of 64 KiB buffers
     /// (32 at start, growing by 32 up to 1024 at its low watermark of 8), so memory stays flat
@@ -294,6 +302,10 @@ pub struct RcConfig {
     pub connect_timeout: Duration,
     /// Connection request retransmissions before the peer is declared unreachable.
     pub connect_retries: u32,
+    /// Local ACK timeout exponent of the RC QPs (4.096 us * 2^n per transport retry).
+    pub ib_timeout: u8,
+    /// Transport retries of the RC QPs before a send fails with `RetryExceeded`.
+    pub ib_retry_count: u8,
     /// Fault injection: after this many data fragments sent, the QPs to the peer of the last
     /// one go to the error state (`None`: never; 0 acts at the first fragment).
     pub fault_kill_after: Option<u64>,
@@ -388,6 +400,18 @@ pub fn register(p: &mut ParamRegistrar<'_>) {
             .help("Connection request retransmissions before the peer is reported failed")
             .level(Level::Tuning),
     );
+    p.add(
+        Param::int("ib_timeout", defaults::IB_TIMEOUT)
+            .range(1, 31)
+            .help("Local ACK timeout of the RC QPs, as an exponent: 4.096 us * 2^n per transport retry (20 = 4.3 s, Open MPI's default; 14 = 67 ms). A peer that vanished is reported failed after about btl_rc_ib_retry_count + 1 timeouts; too short a timeout fails live but slow peers (Soft-RoCE on a busy host)")
+            .level(Level::Tuning),
+    );
+    p.add(
+        Param::int("ib_retry_count", defaults::IB_RETRY_COUNT)
+            .range(0, 7)
+            .help("Transport retries of the RC QPs before a send fails with RetryExceeded and the peer is reported failed (7 means forever on Soft-RoCE, so a vanished peer would never be detected)")
+            .level(Level::Tuning),
+    );
     register_fault_params(p, Transport::Rc);
     p.add(
         Param::int("fault_kill_after", -1)
@@ -467,6 +491,8 @@ impl RcConfig {
             eager_rdma_num: int("eager_rdma_num")? as u32,
             connect_timeout: Duration::from_millis(int("connect_timeout_ms")? as u64),
             connect_retries: int("connect_retries")? as u32,
+            ib_timeout: int("ib_timeout")? as u8,
+            ib_retry_count: int("ib_retry_count")? as u8,
             fault_kill_after: u64::try_from(int("fault_kill_after")?).ok(),
             fault: fault_from_params(params, "btl_rc", Transport::Rc, rank)?,
         })
@@ -561,6 +587,31 @@ mod tests {
         // At the default fragment size the written default is taken as it is.
         let cfg = RcConfig::from_params(&store(&written[1..]), 0).unwrap();
         assert_eq!(cfg.recv.queues()[1].size, M);
+    }
+
+    #[test]
+    fn transport_timeout_defaults_to_open_mpis_and_is_checked() {
+        // 67 ms (14) let a busy Soft-RoCE host time out seven times in a row and fail a live
+        // peer (multi_qp_striping_reassembles_in_order, RetryExceeded under load).
+        let cfg = RcConfig::from_params(&store(&[]), 0).unwrap();
+        assert_eq!((cfg.ib_timeout, cfg.ib_retry_count), (20, 6));
+        let set = [("btl_rc_ib_timeout", "14"), ("btl_rc_ib_retry_count", "3")];
+        let cfg = RcConfig::from_params(&store(&set), 0).unwrap();
+        assert_eq!((cfg.ib_timeout, cfg.ib_retry_count), (14, 3));
+        for (name, bad) in [
+            ("btl_rc_ib_timeout", "0"),
+            ("btl_rc_ib_timeout", "32"),
+            ("btl_rc_ib_retry_count", "8"),
+        ] {
+            use rmca_framework::component::Component;
+            let mut specs = Vec::new();
+            crate::RC.register_params(&mut ParamRegistrar::new("btl", "rc", &mut specs));
+            let err = ParamStore::with_settings(specs, &[(name, bad)])
+                .err()
+                .unwrap_or_else(|| panic!("{name}={bad} accepted"));
+            let text = format!("{err:?}");
+            assert!(text.contains(name), "{text}");
+        }
     }
 
     #[test]

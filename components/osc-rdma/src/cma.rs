@@ -8,17 +8,24 @@
 //!
 //! The C library's small `MPI_Put`/`MPI_Get` and one-target flushes go through [`Lent`]
 //! (the module's [`LentPath`]) with no call into the window: the piece is queued there and
-//! the flush makes the call, as long as the module's flags say it would do the same.
+//! the flush makes the call, as long as the module's flags say it would do the same. So do
+//! its `MPI_Win_lock`/`MPI_Win_unlock` of such a member while the module has no epoch open
+//! and nothing outstanding ([`Lent::set_free`]): the lock is an atomic on the target's lock
+//! word, held by the path until the unlock moves the queue and gives the word back, or until
+//! the module's next call, which adopts it first ([`Lent::take_held`]) as an epoch of its own.
 //!
 //! [`batch_end`] (how the queue splits into calls) is sans-IO; [`issue`] makes one call.
 #![allow(unsafe_code)]
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::io;
 use std::mem::MaybeUninit;
 
 use rmca_framework::buffer::UserBuf;
-use rmca_framework::osc::{LentPath, OpId, TargetInfo};
+use rmca_framework::osc::{lock_word, LentPath, LockKind, OpId, TargetInfo};
+use rmca_osc_am::lockword::LockWord;
+
+use crate::lockword::SegWord;
 
 /// One queued transfer: a run of a lent put or get.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +86,22 @@ struct Member {
     /// A passive-target epoch to it is open and nothing the module sent it is
     /// unacknowledged: a flush of it may finish here.
     flush: Cell<bool>,
+    /// CMA reaches it and its lock word is mapped ([`Lent::reach`]): this path may lock it.
+    word: OnceCell<SegWord>,
+    lockable: Cell<bool>,
+    /// The lock this path holds on it and the module has not adopted ([`Held`]).
+    held: Cell<Held>,
+}
+
+/// A lock the path holds on a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// None.
+    No,
+    /// `MPI_Win_lock` of this kind: its lock word taken.
+    Word(LockKind),
+    /// `MPI_Win_lock` with `MPI_MODE_NOCHECK`: no word touched.
+    NoCheck,
 }
 
 /// The module's [`LentPath`] (osc-rdma with `osc_rdma_cma_direct`): puts and gets of one
@@ -99,11 +122,18 @@ pub struct Lent {
     /// module sends them as messages).
     small: u64,
     queue: RefCell<Vec<Cma>>,
-    /// Puts and gets queued here, system calls made, flushes finished here (the profile's).
+    /// Puts and gets queued here, system calls made, flushes finished here, locks taken
+    /// here (the profile's).
     puts: Cell<u64>,
     gets: Cell<u64>,
     calls: Cell<u64>,
     flushes: Cell<u64>,
+    locks: Cell<u64>,
+    /// The module has no epoch open and no synchronization in progress: a lock may be
+    /// taken here ([`Lent::set_free`]).
+    free: Cell<bool>,
+    /// Members this path holds a lock on (not adopted by the module yet).
+    holding: Cell<u32>,
 }
 
 impl Lent {
@@ -120,6 +150,9 @@ impl Lent {
                     base: Cell::new(0),
                     access: Cell::new(false),
                     flush: Cell::new(false),
+                    word: OnceCell::new(),
+                    lockable: Cell::new(false),
+                    held: Cell::new(Held::No),
                 })
                 .collect(),
             quiet: Cell::new(false),
@@ -129,6 +162,69 @@ impl Lent {
             gets: Cell::new(0),
             calls: Cell::new(0),
             flushes: Cell::new(0),
+            locks: Cell::new(0),
+            free: Cell::new(false),
+            holding: Cell::new(0),
+        }
+    }
+
+    /// The module: CMA reaches member `t` (process `pid`, its memory at `base` there) and
+    /// `word` is its lock word, which the module's engine takes too: this path may lock it
+    /// while the module is free ([`Lent::set_free`]). The word is set once.
+    pub fn reach(&self, t: usize, pid: u32, base: u64, word: SegWord) {
+        let Some(m) = self.members.get(t) else {
+            return;
+        };
+        m.pid.set(pid);
+        m.base.set(base);
+        let _ = m.word.set(word);
+        m.lockable.set(true);
+    }
+
+    /// The module: CMA does not reach member `t` after all: its epoch is closed here and
+    /// this path locks it no more.
+    pub fn unreach(&self, t: usize) {
+        if let Some(m) = self.members.get(t) {
+            m.lockable.set(false);
+        }
+        self.close(t);
+    }
+
+    /// The module: it has no epoch open (lock, lock_all, fence, start) and no
+    /// synchronization in progress (`free`), or it has. Set after each synchronization;
+    /// lowered when it adopts this path's locks.
+    pub fn set_free(&self, free: bool) {
+        self.free.set(free);
+    }
+
+    /// Does this path hold a lock the module has not adopted? (One load: the module asks
+    /// before everything it does.)
+    #[inline(always)]
+    pub fn holds(&self) -> bool {
+        self.holding.get() != 0
+    }
+
+    /// The module adopts the locks this path holds: `f(t, held)` for each (its epoch is the
+    /// module's from now on: the access and flush flags stay as they are), and the path is
+    /// no longer free.
+    pub fn take_held(&self, mut f: impl FnMut(usize, Held)) {
+        self.free.set(false);
+        if self.holding.replace(0) == 0 {
+            return;
+        }
+        for (t, m) in self.members.iter().enumerate() {
+            let h = m.held.replace(Held::No);
+            if h != Held::No {
+                f(t, h);
+            }
+        }
+    }
+
+    /// The module: give back member `t`'s lock word, held as `kind` (a lock this path took
+    /// and the module adopted, whose epoch the module ended).
+    pub fn release_word(&self, t: usize, kind: LockKind) {
+        if let Some(w) = self.members.get(t).and_then(|m| m.word.get()) {
+            lock_word::release(w.word(), kind);
         }
     }
 
@@ -171,10 +267,39 @@ impl Lent {
         }
     }
 
-    /// Puts and gets queued here, system calls made and flushes finished here, since the
-    /// last call (each counted once).
-    pub fn take_counts(&self) -> [u64; 4] {
-        [&self.puts, &self.gets, &self.calls, &self.flushes].map(Cell::take)
+    /// Puts and gets queued here, system calls made, flushes finished and locks taken here,
+    /// since the last call (each counted once).
+    pub fn take_counts(&self) -> [u64; 5] {
+        [
+            &self.puts,
+            &self.gets,
+            &self.calls,
+            &self.flushes,
+            &self.locks,
+        ]
+        .map(Cell::take)
+    }
+
+    /// Move every queued piece, one system call per target and direction: true once all
+    /// moved (or none was queued). On a failure the pieces from the failed call on stay
+    /// queued for the module (which moves them again and reports the error, or sends them
+    /// by its BTLs when CMA does not reach the target).
+    #[inline(always)]
+    fn move_queue(&self, q: &mut Vec<Cma>) -> bool {
+        let mut start = 0;
+        while start < q.len() {
+            let end = batch_end(q, start);
+            self.calls.set(self.calls.get() + 1);
+            if issue(&q[start..end]).is_err() {
+                // (This call's pieces again: a put rewrites the same bytes, a get rereads
+                // them.)
+                q.drain(..start);
+                return false;
+            }
+            start = end;
+        }
+        q.clear();
+        true
     }
 
     /// Queue a put or get (`get`) of `buf` at displacement `disp` of member `t`, when the
@@ -239,24 +364,64 @@ impl LentPath for Lent {
         let Ok(mut q) = self.queue.try_borrow_mut() else {
             return false;
         };
-        if q.is_empty() {
+        if q.is_empty() || !self.move_queue(&mut q) {
             return false;
         }
-        let mut start = 0;
-        while start < q.len() {
-            let end = batch_end(&q, start);
-            self.calls.set(self.calls.get() + 1);
-            if issue(&q[start..end]).is_err() {
-                // The module moves the rest (this call's pieces again: a put rewrites the
-                // same bytes, a get rereads them) and reports the error, or sends them by
-                // its BTLs when CMA does not reach the target.
-                q.drain(..start);
-                return false;
-            }
-            start = end;
-        }
-        q.clear();
         self.flushes.set(self.flushes.get() + 1);
+        true
+    }
+
+    #[inline]
+    fn lock(&self, t: usize, kind: LockKind, nocheck: bool) -> bool {
+        let Some(m) = self.members.get(t) else {
+            return false;
+        };
+        // (A second lock of `t` finds `held` set: the module's, which raises the error.)
+        if !self.free.get() || !self.quiet.get() || !m.lockable.get() || m.held.get() != Held::No {
+            return false;
+        }
+        let held = if nocheck {
+            Held::NoCheck
+        } else {
+            match m.word.get() {
+                Some(w) if lock_word::try_acquire(w.word(), kind) => Held::Word(kind),
+                // Held by another: the module waits for it.
+                _ => return false,
+            }
+        };
+        m.held.set(held);
+        self.holding.set(self.holding.get() + 1);
+        m.access.set(true);
+        // (The module is quiet: nothing it sent `t` is unacknowledged.)
+        m.flush.set(true);
+        self.locks.set(self.locks.get() + 1);
+        true
+    }
+
+    #[inline]
+    fn unlock(&self, t: usize) -> bool {
+        let Some(m) = self.members.get(t) else {
+            return false;
+        };
+        let held = m.held.get();
+        if held == Held::No || !self.quiet.get() {
+            return false;
+        }
+        let Ok(mut q) = self.queue.try_borrow_mut() else {
+            return false;
+        };
+        // Every operation on `t` complete before the word goes (those on other members
+        // complete early, which MPI allows).
+        if !self.move_queue(&mut q) {
+            return false;
+        }
+        if let (Held::Word(kind), Some(w)) = (held, m.word.get()) {
+            lock_word::release(w.word(), kind);
+        }
+        m.held.set(Held::No);
+        self.holding.set(self.holding.get() - 1);
+        m.access.set(false);
+        m.flush.set(false);
         true
     }
 }
@@ -452,7 +617,7 @@ mod tests {
         assert!(!l.flush(1), "not flushable");
         assert!(l.flush(0));
         assert_eq!(&dst[56..], &src[..]);
-        assert_eq!(l.take_counts(), [2, 0, 2, 1], "two targets, two calls");
+        assert_eq!(l.take_counts(), [2, 0, 2, 1, 0], "two targets, two calls");
         assert!(l.is_empty() && !l.flush(0), "nothing queued: the module's");
         for _ in 0..BATCH {
             assert!(l.put(0, 0, v));

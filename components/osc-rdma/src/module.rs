@@ -8,8 +8,8 @@ use std::rc::Rc;
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::hash::BuildIntHasher;
 use rmca_framework::osc::{
-    AccOp, Elem, HostAccumulate, Layout, LentPath, OpId, OscError, OscModule, OscPort, RdmaKeys,
-    RdmaToken, SyncCall, WinConfig,
+    AccOp, Elem, HostAccumulate, Layout, LentPath, LockKind, OpId, OscError, OscModule, OscPort,
+    RdmaKeys, RdmaToken, SyncCall, WinConfig,
 };
 use rmca_framework::wire::{Reader, Writer};
 use rmca_osc_am::engine::Engine;
@@ -25,7 +25,8 @@ const KEYS: u8 = rmca_osc_am::wire::RDMA_KEYS;
 const RDMA_OP: OpId = 1 << 62;
 
 /// Operations to a target that go by CMA straight away after a request posted in its slot
-/// had to be claimed back (the target computes, or sleeps in a blocking wait).
+/// had to be claimed back (the target computes, or sleeps in a blocking wait), unless its
+/// heartbeat says it is in its progress again ([`crate::slot::Policy`]).
 const SLOT_SKIP: u32 = 64;
 
 /// What a member said about its memory.
@@ -171,6 +172,18 @@ pub struct RdmaModule {
     /// The synchronization in progress: its one target (`Some`), and for a fence whether
     /// another epoch follows; the lent path's flags are set anew for those once it finished.
     lent_sync: (Option<usize>, Option<bool>),
+    /// Members `passive` has open, and whether an access epoch of `MPI_Win_start` is open
+    /// (or starting): with neither nor a fence epoch, the lent path may lock
+    /// ([`crate::cma::Lent::set_free`]).
+    passive_open: usize,
+    started: bool,
+    /// Per member: the lock word held by a lock the lent path took and this module adopted
+    /// ([`RdmaModule::adopt_fast`]), which the engine holds as a `nocheck` lock; given back
+    /// once the unlock that ends it finished (`give_back`).
+    word_held: Vec<Option<LockKind>>,
+    give_back: Vec<(usize, LockKind)>,
+    /// Every member heard from (no `Peer::Unknown` left: never one again).
+    all_known: bool,
 }
 
 /// A window's events for the profile: plain fields (the module is used by one thread at a
@@ -193,11 +206,13 @@ pub(crate) struct Counts {
     pub(crate) cma_gets: u64,
     /// Flushes the host finished on the lent path ([`crate::cma::Lent`]).
     pub(crate) lent_flushes: u64,
+    /// Locks the host took on the lent path.
+    pub(crate) lent_locks: u64,
 }
 
 impl Counts {
     /// The counts under their profile names (`osc.rdma.*`), with `cma_calls` system calls.
-    fn named(&self, cma_calls: u64) -> [(&'static str, u64); 9] {
+    fn named(&self, cma_calls: u64) -> [(&'static str, u64); 10] {
         [
             ("osc.rdma.acc_slot_posted", self.acc_slot_posted),
             ("osc.rdma.acc_slot_served", self.acc_slot_served),
@@ -208,6 +223,7 @@ impl Counts {
             ("osc.rdma.cma_gets", self.cma_gets),
             ("osc.rdma.cma_calls", cma_calls),
             ("osc.rdma.lent_flushes", self.lent_flushes),
+            ("osc.rdma.lent_locks", self.lent_locks),
         ]
     }
 }
@@ -301,6 +317,11 @@ impl RdmaModule {
             passive: vec![false; n],
             fenced: false,
             lent_sync: (None, None),
+            passive_open: 0,
+            started: false,
+            word_held: vec![None; n],
+            give_back: Vec::new(),
+            all_known: false,
         }
     }
 
@@ -343,19 +364,25 @@ impl RdmaModule {
         if let Some(succeed) = fence {
             self.fenced = succeed;
         }
-        // (An unlock closes its target and leaves the module unquiet until the next
-        // synchronization: no more to look at.)
         let closed = one.filter(|&t| !self.passive[t] && !self.fenced);
-        let quiet = closed.is_none()
-            && !self.freeing
-            && !self.freed
-            && self.deferred.is_none()
-            && self.idle();
+        let quiet = !self.freeing && !self.freed && self.deferred.is_none() && self.idle();
+        // No epoch open and every message this module sent known applied: the path may
+        // lock (the engine's own lock would be granted at once on the word, and its unlock
+        // would send nothing). (The scan runs only once every epoch closed.)
+        let free = quiet
+            && self.passive_open == 0
+            && !self.fenced
+            && !self.started
+            && (0..self.passive.len()).all(|t| self.engine.quiet(t));
         let Some(l) = &self.lent else {
             return;
         };
+        l.set_free(free);
         if let Some(t) = closed {
             l.close(t);
+            // Quiet again only with no epoch left open: another's flush flag, set at its
+            // last synchronization, may be out of date (a message sent it since).
+            l.set_quiet(quiet && self.passive_open == 0);
             return;
         }
         let targets = match one {
@@ -378,11 +405,90 @@ impl RdmaModule {
     /// Fold the lent path's counts into this module's.
     fn lent_counts(&mut self) {
         if let Some(l) = &self.lent {
-            let [puts, gets, calls, flushes] = l.take_counts();
+            let [puts, gets, calls, flushes, locks] = l.take_counts();
             self.counts.cma_puts += puts;
             self.counts.cma_gets += gets;
             self.counts.lent_flushes += flushes;
+            self.counts.lent_locks += locks;
             self.cma_calls += calls;
+        }
+    }
+
+    /// Adopt the locks the lent path took since this module's last call, as epochs of its
+    /// own, before anything else it does (an operation's epoch check, a synchronization's
+    /// conflicts): the engine holds each as a `nocheck` lock (granted, no word touched: the
+    /// path holds the word), and the word goes back when the engine's unlock of it finished
+    /// ([`OscModule::sync_done`]). One load when the path holds none.
+    #[inline]
+    fn adopt_fast(&mut self) {
+        let Some(l) = &self.lent else {
+            return;
+        };
+        if !l.holds() {
+            return;
+        }
+        let l = l.clone();
+        l.take_held(|t, held| {
+            let (kind, word) = match held {
+                crate::cma::Held::Word(k) => (k, Some(k)),
+                _ => (LockKind::Shared, None),
+            };
+            // The path locks only while the engine has no epoch open and no synchronization
+            // in progress, and every module call adopts first: the engine grants it.
+            if let Err(e) = self.engine.sync(SyncCall::Lock {
+                kind,
+                target: t,
+                nocheck: true,
+            }) {
+                // Never left held by nobody: the word goes back, the epoch is lost (logged).
+                tracing::error!(
+                    target = t,
+                    "osc-rdma: a lock of the lent path not adopted: {e}"
+                );
+                if let Some(k) = word {
+                    l.release_word(t, k);
+                }
+                return;
+            }
+            if !std::mem::replace(&mut self.passive[t], true) {
+                self.passive_open += 1;
+            }
+            self.word_held[t] = word;
+        });
+    }
+
+    /// Note that the passive epochs of `one` (`None`: every member) are `open` or closed.
+    fn set_passive(&mut self, one: Option<usize>, open: bool) {
+        match one {
+            Some(t) => {
+                if std::mem::replace(&mut self.passive[t], open) != open {
+                    if open {
+                        self.passive_open += 1;
+                    } else {
+                        self.passive_open -= 1;
+                    }
+                }
+            }
+            None => {
+                self.passive.fill(open);
+                self.passive_open = if open { self.passive.len() } else { 0 };
+            }
+        }
+    }
+
+    /// Tell the lent path that CMA and the lock word reach member `t`, once both its keys
+    /// and its object are here and the engine takes its lock on that word.
+    fn lent_reach(&mut self, t: usize) {
+        let (Some(l), true) = (&self.lent, self.cma && self.lock_words) else {
+            return;
+        };
+        if !self.engine.has_lock_word(t) {
+            return;
+        }
+        if let (Some(Some(pid)), Some(Peer::Rdma { base, .. }), Some(Some(page))) =
+            (self.cma_pid.get(t), self.peers.get(t), self.pages.get(t))
+        {
+            l.reach(t, *pid, *base, page.lock_word());
         }
     }
 
@@ -474,7 +580,7 @@ impl RdmaModule {
                     );
                     self.cma_pid[peer] = None;
                     if let Some(l) = &self.lent {
-                        l.close(peer);
+                        l.unreach(peer);
                         l.set_quiet(false);
                     }
                     true
@@ -534,6 +640,9 @@ impl RdmaModule {
     /// progress after the lock epoch: `adopt_words`), which the lent path's flushes do not
     /// need.
     fn idle(&mut self) -> bool {
+        if !self.all_known {
+            self.all_known = !self.peers.iter().any(|p| matches!(p, Peer::Unknown));
+        }
         self.reg != Reg::Todo
             && self.cma_q.is_empty()
             && self.lent.as_ref().is_none_or(|l| l.is_empty())
@@ -542,7 +651,7 @@ impl RdmaModule {
             && self.track.quiet()
             && self.loopback.is_empty()
             && self.engine.outbox().is_empty()
-            && !self.peers.iter().any(|p| matches!(p, Peer::Unknown))
+            && self.all_known
     }
 
     /// This module, with lock words ([`crate::lockword`]): its own made now, its node's
@@ -756,43 +865,51 @@ impl RdmaModule {
         if self.slot_bound == 0 || !req.fits() {
             return None;
         }
+        let mut wait;
         {
             let (cells, area) = self.pages.get(target)?.as_ref()?.slots();
-            if me >= area.slots || !self.policy.post(target) {
+            if me >= area.slots || !self.policy.post(target, || slot::beat(cells, area)) {
                 return None;
             }
-            slot::post(cells, area, me, req);
+            wait = slot::post(cells, area, me, req, self.now(), self.slot_bound);
         }
         self.counts.acc_slot_posted += 1;
-        let wait = slot::Wait::new(self.now(), self.slot_bound);
         let mut spins = 0u32;
         loop {
             let (cells, area) = self.pages.get(target)?.as_ref()?.slots();
-            let st = slot::state(cells, area, me);
-            // The clock only while the target may still not have taken it.
-            let now = if st == slot::POSTED { self.now() } else { 0 };
-            match wait.step(st, now) {
+            let answer = slot::answer(cells, area, me);
+            // The clock every 8th poll: the bound is microseconds, a poll tens of ns.
+            let now = if spins.is_multiple_of(8) {
+                self.now()
+            } else {
+                0
+            };
+            match wait.step(answer, now) {
                 Step::Collect => {
-                    let r = slot::collect(cells, area, me, old);
+                    self.policy.answered(target);
+                    let r = slot::collect(cells, area, me, answer, old);
                     self.applied |= r.is_ok();
                     return Some(r);
                 }
                 Step::Reclaim => {
-                    if slot::reclaim(cells, area, me) {
-                        slot::free(cells, area, me);
-                        self.policy.reclaimed(target);
+                    if slot::reclaim(cells, area, me, &wait) {
+                        self.policy.reclaimed(target, slot::beat(cells, area));
                         self.counts.acc_slot_claimed_back += 1;
                         return None;
                     }
+                    // The target took it meanwhile: its answer comes.
+                    wait = wait.taken();
                 }
                 Step::Broken => {
-                    slot::free(cells, area, me);
                     return Some(Err(OscError::Transport(format!(
                         "osc-rdma: rank {target}'s slot for this process was overwritten"
                     ))));
                 }
                 Step::Wait => {
-                    self.serve_slots();
+                    if spins.is_multiple_of(8) {
+                        // With the clock: the answer is what this loop waits for.
+                        self.serve_slots();
+                    }
                     spins = spins.wrapping_add(1);
                     if spins.is_multiple_of(4096) {
                         // Taken, and the target descheduled while it applies it.
@@ -1123,6 +1240,9 @@ impl RdmaModule {
             }
         }
         self.words_refused = refused;
+        for t in 0..self.pages.len() {
+            self.lent_reach(t);
+        }
     }
 
     /// Start the queued transfers and collect the completed ones.
@@ -1323,6 +1443,7 @@ impl OscModule for RdmaModule {
         layout: &Layout,
         data: Vec<u8>,
     ) -> Result<OpId, OscError> {
+        self.adopt_fast();
         self.engine.check_access(target, addr, &layout.runs)?;
         check_put_len(data.len(), &layout.runs)?;
         let rdma = self.rdma_for(target, &layout.runs);
@@ -1342,6 +1463,7 @@ impl OscModule for RdmaModule {
         runs: &[(i64, u64)],
         data: UserBuf,
     ) -> Result<OpId, OscError> {
+        self.adopt_fast();
         self.engine.check_access(target, addr, runs)?;
         check_put_len(data.len(), runs)?;
         match self.rdma_for(target, runs) {
@@ -1360,6 +1482,7 @@ impl OscModule for RdmaModule {
 
     #[allow(unsafe_code)]
     fn get(&mut self, target: usize, addr: u64, layout: &Layout) -> Result<OpId, OscError> {
+        self.adopt_fast();
         self.engine.check_access(target, addr, &layout.runs)?;
         let rdma = self.rdma_for(target, &layout.runs);
         let Some(base) = rdma else {
@@ -1388,6 +1511,8 @@ impl OscModule for RdmaModule {
         data: Vec<u8>,
         fetch: bool,
     ) -> Result<OpId, OscError> {
+        // (A lock the lent path took counts for the epoch check.)
+        self.adopt_fast();
         self.engine
             .check_accumulate(target, addr, &layout.runs, op, elem, data.len())?;
         if self.direct_target(target, addr, &layout.runs) {
@@ -1406,6 +1531,7 @@ impl OscModule for RdmaModule {
         runs: &[(i64, u64)],
         into: UserBuf,
     ) -> Option<Result<OpId, OscError>> {
+        self.adopt_fast();
         if let Err(e) = self.engine.check_access(target, addr, runs) {
             return Some(Err(e));
         }
@@ -1438,6 +1564,8 @@ impl OscModule for RdmaModule {
         data: &[u8],
         fetch: bool,
     ) -> Result<OpId, OscError> {
+        // (A lock the lent path took counts for the epoch check.)
+        self.adopt_fast();
         self.engine
             .check_accumulate(target, addr, runs, op, elem, data.len())?;
         if self.direct_target(target, addr, runs) {
@@ -1457,6 +1585,8 @@ impl OscModule for RdmaModule {
         compare: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<OpId, OscError> {
+        // (A lock the lent path took counts for the epoch check.)
+        self.adopt_fast();
         self.engine
             .check_cas(target, addr, elem, &compare, &value)?;
         if self.direct_target(target, addr, &[(0, elem.size() as u64)]) {
@@ -1479,6 +1609,8 @@ impl OscModule for RdmaModule {
         data: &[u8],
         old: Option<&mut [u8]>,
     ) -> Option<Result<(), OscError>> {
+        // (A lock the lent path took counts for the epoch check.)
+        self.adopt_fast();
         if let Err(e) = self
             .engine
             .check_accumulate(target, addr, runs, op, elem, data.len())
@@ -1510,6 +1642,8 @@ impl OscModule for RdmaModule {
         value: &[u8],
         old: &mut [u8],
     ) -> Option<Result<(), OscError>> {
+        // (A lock the lent path took counts for the epoch check.)
+        self.adopt_fast();
         if let Err(e) = self.engine.check_cas(target, addr, elem, compare, value) {
             return Some(Err(e));
         }
@@ -1550,6 +1684,7 @@ impl OscModule for RdmaModule {
     }
 
     fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
+        self.adopt_fast();
         let free = call == SyncCall::Free;
         let lock = matches!(call, SyncCall::Lock { .. } | SyncCall::LockAll { .. });
         // The lent path waits for this synchronization's end (`lent_flags`), and the epochs
@@ -1576,11 +1711,31 @@ impl OscModule for RdmaModule {
         // at their targets already, as the moved transfers are.)
         let applied = std::mem::take(&mut self.applied);
         self.quick = false;
-        self.engine.sync(call)?;
+        let start = match &call {
+            SyncCall::Start(_) => Some(true),
+            SyncCall::Complete => Some(false),
+            _ => None,
+        };
+        let unlock = match &call {
+            SyncCall::Unlock(t) => Some(*t),
+            _ => None,
+        };
+        if let Err(e) = self.engine.sync(call) {
+            // Refused, nothing changed: the lent path's flags as they were (the queue moved).
+            self.lent_sync = (None, None);
+            self.lent_flags();
+            return Err(e);
+        }
         if let Some(open) = passive {
-            match one {
-                Some(t) => self.passive[t] = open,
-                None => self.passive.fill(open),
+            self.set_passive(one, open);
+        }
+        if let Some(s) = start {
+            self.started = s;
+        }
+        // A lock the lent path took: its word goes back once the engine's unlock finished.
+        if let Some(t) = unlock {
+            if let Some(kind) = self.word_held[t].take() {
+                self.give_back.push((t, kind));
             }
         }
         if fence == Some(false) {
@@ -1615,6 +1770,12 @@ impl OscModule for RdmaModule {
             return None;
         }
         let r = self.engine.sync_done()?;
+        // (Every operation of those epochs is complete at the target.)
+        if let Some(l) = &self.lent {
+            for (t, kind) in self.give_back.drain(..) {
+                l.release_word(t, kind);
+            }
+        }
         if std::mem::take(&mut self.freeing) {
             self.freed = true;
             self.report_counts();
@@ -1655,6 +1816,7 @@ impl OscModule for RdmaModule {
                         Peer::Messages
                     });
                 }
+                self.lent_reach(from);
                 continue;
             }
             if bytes.first() == Some(&crate::lockword::KIND) {
@@ -1674,6 +1836,7 @@ impl OscModule for RdmaModule {
                     if let Some(slot) = self.pages.get_mut(from) {
                         *slot = Some(p);
                     }
+                    self.lent_reach(from);
                 }
                 continue;
             }
@@ -1711,7 +1874,10 @@ impl OscModule for RdmaModule {
                 self.reg = Reg::None;
             }
         }
-        n
+        // The slots once more at the end: a request that came during the pass waits for
+        // the next poll, and the rest of the runtime's pass (the PML's, a collective's wait)
+        // lies between this one and the next pass's first (a load per slot when none came).
+        n + self.serve_slots()
     }
 
     fn wants_pass(&mut self) -> bool {
@@ -2374,6 +2540,10 @@ mod tests {
         let mut s = Sim::build(n, bytes, |_| true);
         for m in &mut s.m {
             m.cma = m.lock_word.is_some();
+            // (As `with_cma_direct` before the announcements: the lent path may lock.)
+            for t in 0..n {
+                m.lent_reach(t);
+            }
         }
         assert!((0..n).all(|r| (0..n).all(|t| r == t || s.m[r].cma_pid[t].is_some())));
         s
@@ -2667,6 +2837,343 @@ mod tests {
         assert!(!p.put(1, 0, lent), "closed to it");
         assert_eq!(s2.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
         drop(s);
+    }
+
+    /// The lent path's locks (the C library's `MPI_Win_lock`/`MPI_Win_unlock` of a member
+    /// of the node): taken only while the module has no epoch open, an atomic on the
+    /// target's word that excludes the module's word locks of the other members; a lock,
+    /// put and unlock make one CMA call and no call into the module. Whatever the module is
+    /// called for next adopts the lock first, so its checks see it: a second lock of the
+    /// target, a fence, `MPI_Win_start` and a free are refused (`OscError::Sync`), an
+    /// accumulate is taken, and the module's unlock gives the word back.
+    #[test]
+    fn the_lent_paths_locks_are_the_modules_once_it_is_called() {
+        let mut s = cma_sim(3, 64);
+        let p = s.m[0].lent_path().unwrap();
+        let lock = |t, kind| SyncCall::Lock {
+            kind,
+            target: t,
+            nocheck: false,
+        };
+        use LockKind::{Exclusive as X, Shared as S};
+        assert!(
+            !p.lock(1, X, false),
+            "not free before the first synchronization"
+        );
+        assert_eq!(s.sync(0, lock(1, X)), Some(Ok(())));
+        assert!(!p.lock(2, X, false), "an epoch is open");
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        let origin: Vec<u8> = (1..=8).collect();
+        // SAFETY: `origin` outlives the path's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        let mark = s.w.log.len();
+        let calls = s.m[0].cma_calls;
+        // Lock, put, unlock: no call into module 0; rank 2's lock waits meanwhile.
+        assert!(p.lock(1, X, false));
+        s.m[2].sync(lock(1, S)).unwrap();
+        s.run();
+        assert_eq!(s.m[2].sync_done(), None, "rank 0 holds rank 1's word");
+        assert!(p.put(1, 8, lent));
+        let allocs = rmca_test_support::alloc_count::allocations();
+        assert!(p.unlock(1));
+        assert_eq!(rmca_test_support::alloc_count::allocations(), allocs);
+        assert_eq!(&s.mem[1][8..16], &origin[..]);
+        s.run();
+        assert_eq!(s.m[2].sync_done(), Some(Ok(())), "given back at the unlock");
+        assert!(!p.lock(1, X, false), "rank 2 holds it shared");
+        assert!(p.lock(1, S, false), "shared with rank 2");
+        assert!(p.unlock(1));
+        assert!(!p.unlock(1), "not locked: the module's error");
+        assert!(matches!(
+            s.m[0].sync(SyncCall::Unlock(1)),
+            Err(OscError::Sync(_))
+        ));
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        s.m[0].lent_counts();
+        assert_eq!(s.m[0].counts.lent_locks, 2);
+        assert_eq!(s.m[0].cma_calls - calls, 1, "the unlock's, moving the put");
+        assert!(
+            s.kinds_sent_since(mark, 0, 1).is_empty() && s.w.xfers.is_empty(),
+            "no message, no BTL transfer"
+        );
+        // A second lock of the same member: the module's, refused; the first stays, and
+        // ends by the module's unlock.
+        assert!(p.lock(1, S, false));
+        assert!(!p.lock(1, S, false));
+        assert!(matches!(s.m[0].sync(lock(1, S)), Err(OscError::Sync(_))));
+        assert!(!p.unlock(1), "adopted: the module's");
+        assert!(p.put(1, 0, lent.slice(0, 2)), "the epoch is still open");
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(&s.mem[1][..2], [1, 2]);
+        assert_eq!(
+            s.sync(2, lock(1, X)),
+            Some(Ok(())),
+            "the word was given back"
+        );
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        // Epochs that do not mix with a lock, refused with the lock held; nothing changes.
+        for call in [
+            SyncCall::Fence { succeed: true },
+            SyncCall::Start(vec![1]),
+            SyncCall::LockAll { nocheck: false },
+            SyncCall::Free,
+        ] {
+            assert!(p.lock(1, X, false));
+            assert!(
+                matches!(s.m[0].sync(call.clone()), Err(OscError::Sync(_))),
+                "{call:?}"
+            );
+            assert!(!p.lock(2, X, false), "the module holds an epoch now");
+            assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        }
+        // An accumulate in a lock of the path: the module's check sees the lock.
+        assert!(p.lock(1, X, false));
+        s.m[0]
+            .accumulate_from(1, 16, &[(0, 8)], AccOp::Sum, Elem::U64, &u64s(5), false)
+            .unwrap();
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(s.mem[1][16..24], u64s(5));
+        // MPI_MODE_NOCHECK: no word touched (rank 2 takes it exclusively meanwhile).
+        assert!(p.lock(1, X, true));
+        assert_eq!(s.sync(2, lock(1, X)), Some(Ok(())));
+        assert!(p.unlock(1));
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        // An access epoch of MPI_Win_start open: not free.
+        assert_eq!(s.sync(1, SyncCall::Post(vec![0])), Some(Ok(())));
+        assert_eq!(s.sync(0, SyncCall::Start(vec![1])), Some(Ok(())));
+        assert!(!p.lock(2, X, false));
+        assert_eq!(s.sync(0, SyncCall::Complete), Some(Ok(())));
+        assert_eq!(s.sync(1, SyncCall::Wait), Some(Ok(())));
+        assert!(p.lock(2, X, false), "free again");
+        assert!(p.unlock(2));
+    }
+
+    /// A lent-path unlock whose CMA call fails leaves the lock and the queue to the module,
+    /// whose unlock moves what it can by the BTLs (CMA does not reach the target), finishes
+    /// once those are complete, and gives the word back.
+    #[test]
+    fn a_lent_unlock_that_cma_fails_is_the_modules() {
+        let mut s = cma_sim(2, 16);
+        let p = s.m[0].lent_path().unwrap();
+        let lock = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock.clone()), Some(Ok(())));
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert!(p.lock(1, LockKind::Exclusive, false));
+        // (The target's pid as the path knows it: no such process.)
+        if let (Some(Some(page)), Some(Peer::Rdma { base, .. })) =
+            (s.m[0].pages.get(1), s.m[0].peers.get(1))
+        {
+            let l = s.m[0].lent.as_ref().unwrap();
+            l.reach(1, i32::MAX as u32, *base, page.lock_word());
+        }
+        let origin = vec![3u8, 4];
+        // SAFETY: `origin` outlives the module's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        assert!(p.put(1, 2, lent));
+        assert!(!p.unlock(1), "CMA refused");
+        s.m[0].cma_pid[1] = Some(i32::MAX as u32);
+        s.m[0].sync(SyncCall::Unlock(1)).unwrap();
+        s.run();
+        assert_eq!(
+            s.m[0].sync_done(),
+            None,
+            "the BTL's transfer is not complete"
+        );
+        s.m[1].sync(lock.clone()).unwrap();
+        s.run();
+        assert_eq!(s.m[1].sync_done(), None, "rank 0 still holds the word");
+        s.w.complete_all();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(&s.mem[1][2..4], [3, 4]);
+        s.run();
+        assert_eq!(s.m[1].sync_done(), Some(Ok(())), "given back");
+        assert!(!p.lock(1, LockKind::Shared, false), "CMA does not reach it");
+    }
+
+    mod lent_locks_and_the_others {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One origin's read-modify-write of the target's counter under an exclusive lock.
+        #[derive(Debug)]
+        enum St {
+            Idle,
+            /// The module's lock requested.
+            Locking,
+            Locked,
+            /// The module's get and its flush issued.
+            Reading(OpId),
+            /// The lent path's get queued, the module's flush issued.
+            ReadingInto,
+            /// The counter read.
+            Have(u64),
+            /// The module's unlock issued.
+            Unlocking,
+        }
+
+        const T: usize = 3;
+
+        /// Advance origin `o` by one step (`lent`: by the lent path where it may); true
+        /// when a cycle ended.
+        fn advance(
+            s: &mut Sim,
+            o: usize,
+            st: &mut St,
+            p: Option<&Rc<dyn LentPath>>,
+            out: &mut [u8; 8],
+            inb: &mut [u8; 8],
+        ) -> bool {
+            let excl = SyncCall::Lock {
+                kind: LockKind::Exclusive,
+                target: T,
+                nocheck: false,
+            };
+            // SAFETY: the origin's buffers outlive the Sim's use of them (each operation
+            // completes before the step that reads or rewrites them).
+            let (src, dst) = unsafe { (UserBuf::from_slice(out), UserBuf::from_mut_slice(inb)) };
+            match std::mem::replace(st, St::Idle) {
+                St::Idle => {
+                    if p.is_some_and(|p| p.lock(T, LockKind::Exclusive, false)) {
+                        *st = St::Locked;
+                    } else {
+                        s.m[o].sync(excl).unwrap();
+                        *st = St::Locking;
+                    }
+                }
+                St::Locking => {
+                    *st = match s.m[o].sync_done() {
+                        Some(r) => {
+                            r.unwrap();
+                            St::Locked
+                        }
+                        None => St::Locking,
+                    }
+                }
+                St::Locked => match p {
+                    Some(p) if p.get(T, 0, dst) => {
+                        *st = if p.flush(T) {
+                            St::Have(u64::from_ne_bytes(*inb))
+                        } else {
+                            s.m[o].sync(SyncCall::Flush(Some(T))).unwrap();
+                            St::ReadingInto
+                        };
+                    }
+                    _ => {
+                        let id = s.m[o].get(T, 0, &Layout::contiguous(8)).unwrap();
+                        s.m[o].sync(SyncCall::Flush(Some(T))).unwrap();
+                        *st = St::Reading(id);
+                    }
+                },
+                St::Reading(id) => {
+                    *st = match s.m[o].sync_done() {
+                        Some(r) => {
+                            r.unwrap();
+                            let v = s.m[o].poll_op(id).unwrap().unwrap();
+                            St::Have(u64::from_ne_bytes(v[..8].try_into().unwrap()))
+                        }
+                        None => St::Reading(id),
+                    }
+                }
+                St::ReadingInto => {
+                    *st = match s.m[o].sync_done() {
+                        Some(r) => {
+                            r.unwrap();
+                            St::Have(u64::from_ne_bytes(*inb))
+                        }
+                        None => St::ReadingInto,
+                    }
+                }
+                St::Have(v) => {
+                    *out = (v + 1).to_ne_bytes();
+                    match p {
+                        Some(p) if p.put(T, 0, src) => {
+                            if p.unlock(T) {
+                                return true;
+                            }
+                        }
+                        _ => {
+                            s.m[o]
+                                .put(T, 0, &Layout::contiguous(8), out.to_vec())
+                                .unwrap();
+                        }
+                    }
+                    s.m[o].sync(SyncCall::Unlock(T)).unwrap();
+                    *st = St::Unlocking;
+                }
+                St::Unlocking => match s.m[o].sync_done() {
+                    Some(r) => {
+                        r.unwrap();
+                        return true;
+                    }
+                    None => *st = St::Unlocking,
+                },
+            }
+            false
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            /// Three origins increment rank 3's counter, each by reading it and writing it
+            /// back under an exclusive lock: rank 0 by the lent path where it may (its lock
+            /// an atomic on the word; its get and put moved by CMA) or by its module (which
+            /// adopts the path's lock when called within it), rank 1 by its module's word
+            /// locks, rank 2 by messages (a member without the words: rank 3 grants it by
+            /// taking its own word). In any interleaving no increment is lost and every
+            /// word is free at the end.
+            #[test]
+            fn lent_word_and_message_locks_exclude_each_other(
+                // (Rank 0 the busiest, mostly by the lent path.)
+                steps in proptest::collection::vec(
+                    (prop_oneof![6 => Just(0usize), 1 => Just(1), 1 => Just(2)], prop::bool::weighted(0.8)),
+                    1..240,
+                ),
+            ) {
+                let mut s = Sim::build(4, 8, |r| r != 2);
+                for r in [0, 1, 3] {
+                    s.m[r].cma = s.m[r].lock_word.is_some();
+                    for t in 0..4 {
+                        s.m[r].lent_reach(t);
+                    }
+                }
+                let path = s.m[0].lent_path();
+                prop_assert!(path.is_some());
+                let mut st = [St::Idle, St::Idle, St::Idle];
+                let mut bufs = [[0u8; 8]; 6];
+                let mut done = 0u64;
+                let run = |s: &mut Sim, o: usize, lent: bool, st: &mut [St; 3], bufs: &mut [[u8; 8]; 6]| {
+                    let (out, rest) = bufs[2 * o..].split_at_mut(1);
+                    let p = path.as_ref().filter(|_| lent && o == 0);
+                    let ended = advance(s, o, &mut st[o], p, &mut out[0], &mut rest[0]);
+                    s.run();
+                    s.w.complete_all();
+                    s.run();
+                    ended
+                };
+                for (o, lent) in steps {
+                    done += u64::from(run(&mut s, o, lent, &mut st, &mut bufs));
+                }
+                // Every origin to the end of its cycle.
+                for _ in 0..64 {
+                    for o in 0..3 {
+                        if !matches!(st[o], St::Idle) {
+                            done += u64::from(run(&mut s, o, true, &mut st, &mut bufs));
+                        }
+                    }
+                }
+                prop_assert!(st.iter().all(|x| matches!(x, St::Idle)), "{:?}", st);
+                prop_assert_eq!(&s.mem[T][..8], &done.to_ne_bytes()[..], "no increment lost");
+                // Every word free: an exclusive lock of each member granted at once.
+                for t in 0..4 {
+                    prop_assert_eq!(s.sync(1, SyncCall::Lock { kind: LockKind::Exclusive, target: t, nocheck: false }), Some(Ok(())));
+                    prop_assert_eq!(s.sync(1, SyncCall::Unlock(t)), Some(Ok(())));
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,16 +2,23 @@
 //! applies for an origin of its node, through a slot of the target's shared object
 //! ([`crate::lockword`]): one slot per origin rank, after the object's first page.
 //!
-//! The origin writes the request into its slot and posts it; the target's progress (any
-//! rmca call that waits: OSU's target sits in a barrier) sees the object's pending count,
-//! claims the slot, applies the operation to its own memory under its accumulate word (so
-//! it stays atomic with respect to the accumulates that come by CMA or as messages), writes
-//! the previous contents into the slot and marks it done. That is two cache-line transfers
-//! each way, where the origin's own path ([`crate::direct`]) costs two CMA system calls
-//! (0.8-1 us each on this VM). A target that computes outside rmca does not answer: once
-//! [`Wait`]'s bound passes, the origin claims the slot back itself (one compare-and-swap on
-//! the slot's state decides who applies it: exactly one does) and applies the operation by
-//! CMA, and skips the slots of that target for a while ([`Policy`]).
+//! The origin writes the request into its slot's request line and posts it; the target's
+//! progress (any rmca call that waits: OSU's target sits in a barrier) sees it, claims the
+//! slot, applies the operation to its own memory under its accumulate word (so it stays
+//! atomic with respect to the accumulates that come by CMA or as messages), and publishes
+//! the outcome in the slot's answer line: the previous contents, the status and the
+//! request's number, written together at the end. The origin polls only the answer line and
+//! the target writes it once, so a request costs a few cache-line transfers (the request
+//! line to the target and back for its claim, the answer line to the origin), where the
+//! origin's own path ([`crate::direct`]) costs two CMA system calls (0.8-1 us each on this
+//! VM). An object of up to [`SCAN_SLOTS`] slots is scanned at each progress pass (a load of
+//! each request line, cached at the target until an origin writes it); a larger one keeps a
+//! count of the posted requests, so that an idle pass loads one word.
+//!
+//! A target that computes outside rmca does not answer: once [`Wait`]'s bound passes, the
+//! origin claims the slot back itself (one compare-and-swap on the request line's state
+//! decides who applies it: exactly one does) and applies the operation by CMA, and skips the
+//! slots of that target for a while ([`Policy`]).
 //!
 //! An origin has at most one request in its slot, and waits for it before the call
 //! returns, so the slot needs no queue and the origin's operations stay in order.
@@ -43,34 +50,43 @@ impl Cells for Vec<AtomicU64> {
     }
 }
 
-/// A slot's state word: free (the origin may write a request).
+/// The request line's state (its low byte; the request's number above it): nothing posted
+/// yet.
 pub const FREE: u64 = 0;
 /// Posted: the request is written; the target or the origin may claim it.
 pub const POSTED: u64 = 1;
-/// The target claimed it and is applying it.
+/// The target claimed it (it publishes the outcome in the answer line).
 pub const SERVING: u64 = 2;
-/// The target applied it: its status and result are in the slot.
-pub const DONE: u64 = 3;
 /// The origin claimed it back (applies it by CMA).
 pub const ORIGIN: u64 = 4;
 
-/// Bytes of data (and of result) a slot holds; larger operations go by CMA. The copies
-/// through the slot cross the cores line by line (about 1.5 us per KiB on this VM): an
-/// accumulate of 256 B took 1.5-2.2 us this way against 2.5-3.0 by CMA, of 512 B about the
-/// same either way, of 1 KiB 2.8-8 against 2.7-2.9 (OSU acc_latency and get_acc_latency,
-/// `-w create`, load 5, 2026-11-30).
+/// Bytes of data (and of result) a slot holds; larger operations go by CMA. An accumulate of
+/// 256 B took 1.5-2.2 us through the slot against 2.5-3.0 by CMA, of 512 B about the same
+/// either way, of 1 KiB 2.8-8 against 2.7-2.9 (OSU acc_latency and get_acc_latency,
+/// `-w create`, load 5, 2026-11-30, when the data crossed in the request line's protocol of
+/// before).
 pub const CAPACITY: usize = 256;
-/// Words of a slot: the header (one cache line) and the data.
-pub const STRIDE: usize = HEADER + CAPACITY / 8;
-const HEADER: usize = 8;
-/// Header words: state, request (kind, operation, element, fetch, length), target offset,
-/// status, compare-and-swap's compare and value.
+/// Words of a slot: the request line, the answer line and the data.
+pub const STRIDE: usize = 2 * LINE + CAPACITY / 8;
+/// Words of a cache line.
+const LINE: usize = 8;
+/// Request line words: state (with the request's number), request (kind, operation,
+/// element, fetch, length), target offset, compare-and-swap's compare and value.
 const STATE: usize = 0;
 const REQ: usize = 1;
 const OFF: usize = 2;
-const STATUS: usize = 3;
-const COMPARE: usize = 4;
-const VALUE: usize = 5;
+const COMPARE: usize = 3;
+const VALUE: usize = 4;
+/// Answer line words: the number of the request answered last with its status in the low
+/// byte, and a compare-and-swap's previous value.
+const DONE: usize = LINE;
+const OLD: usize = LINE + 1;
+/// The data: the origin's, then (a fetch) the previous contents.
+const DATA: usize = 2 * LINE;
+
+/// Objects of at most this many slots are scanned at each pass of the target; larger ones
+/// count their posted requests (an idle pass then loads one word, not one per origin).
+pub const SCAN_SLOTS: usize = 16;
 
 const KIND_ACC: u64 = 1;
 const KIND_CAS: u64 = 2;
@@ -82,13 +98,16 @@ const ST_ARG: u64 = 2;
 const ST_RANGE: u64 = 3;
 const ST_BAD: u64 = 4;
 
-/// Where the slots are in an object: the pending count's word, the first slot's word and
-/// the number of slots.
+/// Where the slots are in an object: the pending count's word, the heartbeat's, the first
+/// slot's word and the number of slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Area {
-    /// The word counting posted requests not claimed yet (the target reads only it while
-    /// nothing is posted).
+    /// The word counting posted requests not claimed yet (above [`SCAN_SLOTS`] slots: the
+    /// target then reads only it while nothing is posted).
     pub pending: usize,
+    /// The target's heartbeat: its passes over the slots, counted (a line of its own: only
+    /// an origin that had to claim a request back reads it, [`Policy`]).
+    pub beat: usize,
     /// Word index of slot 0.
     pub first: usize,
     /// Slots (one per origin rank; 0: none).
@@ -103,6 +122,11 @@ impl Area {
     /// Words the object needs from `first` on.
     pub fn words(&self) -> usize {
         self.first + self.slots * STRIDE
+    }
+
+    /// Posted requests are counted (more slots than [`SCAN_SLOTS`]).
+    fn counted(&self) -> bool {
+        self.slots > SCAN_SLOTS
     }
 }
 
@@ -169,10 +193,21 @@ fn load_bytes(c: &(impl Cells + ?Sized), at: usize, out: &mut [u8]) {
     }
 }
 
-/// Write `req` into slot `slot` (free: the origin's own, nothing in it) and post it.
-pub fn post(c: &(impl Cells + ?Sized), area: Area, slot: usize, req: &Request<'_>) {
+/// Write `req` into slot `slot` (the origin's own, nothing of its in flight) and post it:
+/// the [`Wait`] for its answer, started at `now` with `bound`.
+pub fn post(
+    c: &(impl Cells + ?Sized),
+    area: Area,
+    slot: usize,
+    req: &Request<'_>,
+    now: u64,
+    bound: u64,
+) -> Wait {
     let at = area.at(slot);
-    debug_assert_eq!(c.cell(at + STATE).load(Ordering::Relaxed), FREE);
+    // The request's number: one past the answer's (a line the origin read last, so no
+    // transfer). A request claimed back leaves the answer as it was: its number is reused,
+    // which is fine, only one is in flight.
+    let seq = (c.cell(at + DONE).load(Ordering::Relaxed) >> 8).wrapping_add(1) & SEQ_MASK;
     match *req {
         Request::Acc {
             off,
@@ -189,7 +224,7 @@ pub fn post(c: &(impl Cells + ?Sized), area: Area, slot: usize, req: &Request<'_
                 | (len as u64) << 32;
             c.cell(at + REQ).store(r, Ordering::Relaxed);
             c.cell(at + OFF).store(off, Ordering::Relaxed);
-            store_bytes(c, at + HEADER, data);
+            store_bytes(c, at + DATA, data);
         }
         Request::Cas {
             off,
@@ -205,54 +240,70 @@ pub fn post(c: &(impl Cells + ?Sized), area: Area, slot: usize, req: &Request<'_
             c.cell(at + VALUE).store(word_of(value), Ordering::Relaxed);
         }
     }
-    // Counted before it is posted: the count is never below the posted slots, so a target
-    // that reads 0 has nothing to find.
-    c.cell(area.pending).fetch_add(1, Ordering::AcqRel);
-    c.cell(at + STATE).store(POSTED, Ordering::Release);
+    if area.counted() {
+        // Counted before it is posted: the count is never below the posted slots, so a
+        // target that reads 0 has nothing to find.
+        c.cell(area.pending).fetch_add(1, Ordering::AcqRel);
+    }
+    c.cell(at + STATE)
+        .store(seq << 8 | POSTED, Ordering::Release);
+    Wait {
+        start: now,
+        bound,
+        seq,
+        taken: false,
+    }
 }
 
-/// The state of slot `slot`.
-pub fn state(c: &(impl Cells + ?Sized), area: Area, slot: usize) -> u64 {
-    c.cell(area.at(slot) + STATE).load(Ordering::Acquire)
+/// Request numbers wrap within 56 bits (the answer word's status byte below them).
+const SEQ_MASK: u64 = (1 << 56) - 1;
+
+/// The answer word of slot `slot` (what [`Wait::step`] looks at): the only word the waiting
+/// origin polls.
+pub fn answer(c: &(impl Cells + ?Sized), area: Area, slot: usize) -> u64 {
+    c.cell(area.at(slot) + DONE).load(Ordering::Acquire)
 }
 
 /// The origin claims its posted request back (the target has not taken it): true if it
-/// now applies it itself, false if the target took it first (then wait for [`DONE`]).
-pub fn reclaim(c: &(impl Cells + ?Sized), area: Area, slot: usize) -> bool {
+/// now applies it itself, false if the target took it first (then wait for its answer:
+/// [`Wait::taken`]).
+pub fn reclaim(c: &(impl Cells + ?Sized), area: Area, slot: usize, w: &Wait) -> bool {
+    let posted = w.seq << 8 | POSTED;
     let ok = c
         .cell(area.at(slot) + STATE)
-        .compare_exchange(POSTED, ORIGIN, Ordering::Acquire, Ordering::Acquire)
+        .compare_exchange(
+            posted,
+            w.seq << 8 | ORIGIN,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        )
         .is_ok();
-    if ok {
+    if ok && area.counted() {
         c.cell(area.pending).fetch_sub(1, Ordering::AcqRel);
     }
     ok
 }
 
-/// The origin is done with its slot (the target's result read, or its own CMA applied).
-pub fn free(c: &(impl Cells + ?Sized), area: Area, slot: usize) {
-    c.cell(area.at(slot) + STATE).store(FREE, Ordering::Release);
-}
-
-/// The outcome of a request the target applied ([`DONE`]): its previous contents into
-/// `old` (a fetch's `len` bytes, a compare-and-swap's element), or the target's refusal.
+/// The outcome of a request the target answered (`answer`, as [`Wait::step`] saw it): its
+/// previous contents into `old` (a fetch's `len` bytes, a compare-and-swap's element), or
+/// the target's refusal.
 pub fn collect(
     c: &(impl Cells + ?Sized),
     area: Area,
     slot: usize,
+    answer: u64,
     old: Option<&mut [u8]>,
 ) -> Result<(), OscError> {
     let at = area.at(slot);
-    let status = c.cell(at + STATUS).load(Ordering::Relaxed);
-    let r = match status {
+    match answer & 0xff {
         ST_OK => {
             if let Some(o) = old {
                 if c.cell(at + REQ).load(Ordering::Relaxed) & 0xff == KIND_CAS {
-                    let w = c.cell(at + COMPARE).load(Ordering::Relaxed).to_ne_bytes();
+                    let w = c.cell(at + OLD).load(Ordering::Relaxed).to_ne_bytes();
                     let n = o.len().min(8);
                     o[..n].copy_from_slice(&w[..n]);
                 } else {
-                    load_bytes(c, at + HEADER, o);
+                    load_bytes(c, at + DATA, o);
                 }
             }
             Ok(())
@@ -267,15 +318,14 @@ pub fn collect(
         _ => Err(OscError::Transport(
             "osc-rdma: the target could not read an accumulate request".into(),
         )),
-    };
-    free(c, area, slot);
-    r
+    }
 }
 
 /// The target's pass: claim and apply every request posted in its slots (nothing but one
-/// load when none is), under its accumulate word `acc`, to `mem` (its window's memory,
-/// offsets from its start). Requests are checked against `mem` (a refusal, nothing written,
-/// goes back as the slot's status). Returns how many it applied.
+/// load per slot, or of the pending count above [`SCAN_SLOTS`], when none is), under its
+/// accumulate word `acc`, to `mem` (its window's memory, offsets from its start). Requests
+/// are checked against `mem` (a refusal, nothing written, goes back as the answer's
+/// status). Returns how many it applied.
 pub fn serve<M: Segment>(
     c: &(impl Cells + ?Sized),
     area: Area,
@@ -284,26 +334,40 @@ pub fn serve<M: Segment>(
     host: Option<HostAccumulate>,
     scratch: &mut Vec<u8>,
 ) -> usize {
-    if area.slots == 0 || c.cell(area.pending).load(Ordering::Acquire) == 0 {
+    if area.slots == 0 {
+        return 0;
+    }
+    // (Only this process writes it: a load and a store, no locked instruction.)
+    let beat = c.cell(area.beat);
+    beat.store(
+        beat.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+    if area.counted() && c.cell(area.pending).load(Ordering::Acquire) == 0 {
         return 0;
     }
     let mut n = 0;
     for slot in 0..area.slots {
         let at = area.at(slot);
         let st = c.cell(at + STATE);
-        if st.load(Ordering::Relaxed) != POSTED
+        let s = st.load(Ordering::Acquire);
+        if s & 0xff != POSTED
             || st
-                .compare_exchange(POSTED, SERVING, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(s, s & !0xff | SERVING, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
             continue;
         }
-        c.cell(area.pending).fetch_sub(1, Ordering::AcqRel);
         acc_lock(acc);
         let status = apply(c, at, mem, host, scratch);
         acc_unlock(acc);
-        c.cell(at + STATUS).store(status, Ordering::Relaxed);
-        st.store(DONE, Ordering::Release);
+        // The answer last, in one store: the origin polls this word only.
+        c.cell(at + DONE)
+            .store(s & !0xff | status, Ordering::Release);
+        if area.counted() {
+            // (After the answer: the count only has to stay at or above the posted slots.)
+            c.cell(area.pending).fetch_sub(1, Ordering::AcqRel);
+        }
         n += 1;
     }
     n
@@ -343,8 +407,7 @@ fn apply<M: Segment>(
             if old[..len] == compare[..len] {
                 mem.write(off, &value[..len]);
             }
-            // The previous value goes back where the compare was.
-            c.cell(at + COMPARE)
+            c.cell(at + OLD)
                 .store(u64::from_ne_bytes(old), Ordering::Relaxed);
             ST_OK
         }
@@ -357,7 +420,7 @@ fn apply<M: Segment>(
             scratch.clear();
             scratch.resize(dlen + if fetch { len } else { 0 }, 0);
             let (data, prev) = scratch.split_at_mut(dlen);
-            load_bytes(c, at + HEADER, data);
+            load_bytes(c, at + DATA, data);
             if fetch {
                 prev.copy_from_slice(mem.read(off, len));
             }
@@ -370,7 +433,7 @@ fn apply<M: Segment>(
                 }
             }
             if fetch {
-                store_bytes(c, at + HEADER, prev);
+                store_bytes(c, at + DATA, prev);
             }
             ST_OK
         }
@@ -472,36 +535,50 @@ pub fn cas_here<M: Segment>(
 pub enum Step {
     /// Keep waiting (the target is applying it, or may still take it).
     Wait,
-    /// The bound passed with the request untaken: claim it back ([`reclaim`]).
+    /// The bound passed with the request perhaps untaken: try to claim it back
+    /// ([`reclaim`]).
     Reclaim,
-    /// Done: [`collect`] the outcome.
+    /// Answered: [`collect`] the outcome.
     Collect,
-    /// The slot is in no state a posted request can be in (another process wrote it).
+    /// The answer word holds a number no request of this origin's had (another process
+    /// wrote it).
     Broken,
 }
 
-/// An origin's wait for its posted request, from `start` (nanoseconds, any clock) for at
-/// most `bound` before it claims it back.
+/// An origin's wait for its posted request ([`post`]), from `start` (nanoseconds, any
+/// clock) for at most `bound` before it claims it back.
 #[derive(Clone, Copy, Debug)]
 pub struct Wait {
     start: u64,
     bound: u64,
+    /// The request's number, which its answer carries.
+    seq: u64,
+    /// The target claimed it (a claim back failed): wait for the answer whatever the time.
+    taken: bool,
 }
 
 impl Wait {
-    /// A wait started at `start`.
-    pub fn new(start: u64, bound: u64) -> Self {
-        Self { start, bound }
+    /// Given the slot's [`answer`] word at time `now`.
+    pub fn step(&self, answer: u64, now: u64) -> Step {
+        match answer >> 8 {
+            s if s == self.seq => Step::Collect,
+            // The answer to the request before (or to none yet).
+            s if s.wrapping_add(1) & SEQ_MASK == self.seq => {
+                if !self.taken && now.saturating_sub(self.start) >= self.bound {
+                    Step::Reclaim
+                } else {
+                    Step::Wait
+                }
+            }
+            _ => Step::Broken,
+        }
     }
 
-    /// Given the slot's state at time `now`.
-    pub fn step(&self, state: u64, now: u64) -> Step {
-        match state {
-            DONE => Step::Collect,
-            SERVING => Step::Wait,
-            POSTED if now.saturating_sub(self.start) >= self.bound => Step::Reclaim,
-            POSTED => Step::Wait,
-            _ => Step::Broken,
+    /// The claim back failed: the target applies it.
+    pub fn taken(self) -> Self {
+        Self {
+            taken: true,
+            ..self
         }
     }
 }
@@ -521,12 +598,28 @@ pub fn bound_for(configured: u64, mode: rmca_framework::progress::WaitMode) -> u
 }
 
 /// Which targets an origin posts to: after it had to claim a request back (the target
-/// computes, or sleeps in a blocking wait), the next `skip` operations to that target go by
-/// CMA straight away, then a request is posted again.
+/// computes, or was descheduled on a loaded node), the next `skip` operations to that target
+/// go by CMA straight away, then a request is posted again; or earlier, once the target's
+/// heartbeat ([`Area::beat`]) moved on since the claim back: it is in its progress again (a
+/// time slice lost to another process, the common case on a loaded node, costs then one
+/// CMA operation, not `skip`). Only once per claim back: a target whose passes are slower
+/// than the bound would otherwise cost the bound on every operation.
 #[derive(Debug)]
 pub struct Policy {
     skip: u32,
-    skipping: Vec<u32>,
+    skipping: Vec<Skipping>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Skipping {
+    /// Operations left to skip.
+    left: u32,
+    /// The heartbeat at the claim back.
+    beat: u64,
+    /// An early return on the heartbeat is allowed.
+    early: bool,
+    /// The request in flight was posted early (a claim back of it allows no other).
+    resumed: bool,
 }
 
 impl Policy {
@@ -534,28 +627,51 @@ impl Policy {
     pub fn new(n: usize, skip: u32) -> Self {
         Self {
             skip,
-            skipping: vec![0; n],
+            skipping: vec![Skipping::default(); n],
         }
     }
 
-    /// Post the next operation to `target`?
-    pub fn post(&mut self, target: usize) -> bool {
-        match self.skipping.get_mut(target) {
-            Some(0) => true,
-            Some(s) => {
-                *s -= 1;
-                false
-            }
-            None => false,
+    /// Post the next operation to `target`? `beat` reads its heartbeat (only while
+    /// skipping it).
+    pub fn post(&mut self, target: usize, beat: impl FnOnce() -> u64) -> bool {
+        let Some(s) = self.skipping.get_mut(target) else {
+            return false;
+        };
+        if s.left == 0 {
+            return true;
         }
+        if s.early && beat() != s.beat {
+            s.left = 0;
+            s.resumed = true;
+            return true;
+        }
+        s.left -= 1;
+        false
     }
 
-    /// The last request to `target` had to be claimed back.
-    pub fn reclaimed(&mut self, target: usize) {
+    /// The last request to `target` had to be claimed back; its heartbeat then `beat`.
+    pub fn reclaimed(&mut self, target: usize, beat: u64) {
         if let Some(s) = self.skipping.get_mut(target) {
-            *s = self.skip;
+            *s = Skipping {
+                left: self.skip,
+                beat,
+                early: !s.resumed,
+                resumed: false,
+            };
         }
     }
+
+    /// The last request to `target` was answered.
+    pub fn answered(&mut self, target: usize) {
+        if let Some(s) = self.skipping.get_mut(target) {
+            s.resumed = false;
+        }
+    }
+}
+
+/// The heartbeat of an object's target ([`Area::beat`]).
+pub fn beat(c: &(impl Cells + ?Sized), area: Area) -> u64 {
+    c.cell(area.beat).load(Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -563,14 +679,26 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Scanned (3 slots) and counted (more than [`SCAN_SLOTS`]) objects.
     const AREA: Area = Area {
         pending: 0,
+        beat: 1,
         first: 8,
         slots: 3,
     };
+    const BIG: Area = Area {
+        pending: 0,
+        beat: 1,
+        first: 8,
+        slots: SCAN_SLOTS + 4,
+    };
+
+    fn cells_for(area: Area) -> Vec<AtomicU64> {
+        (0..area.words()).map(|_| AtomicU64::new(0)).collect()
+    }
 
     fn cells() -> Vec<AtomicU64> {
-        (0..AREA.words()).map(|_| AtomicU64::new(0)).collect()
+        cells_for(AREA)
     }
 
     #[test]
@@ -594,72 +722,120 @@ mod tests {
         }
     }
 
+    /// Post `req` in `slot`, let the target serve, collect the answer.
+    fn through(
+        c: &[AtomicU64],
+        area: Area,
+        slot: usize,
+        req: &Request<'_>,
+        mem: &mut Vec<u8>,
+        old: Option<&mut [u8]>,
+    ) -> Result<(), OscError> {
+        let acc = AtomicU64::new(0);
+        let w = post(c, area, slot, req, 0, 100);
+        assert_eq!(serve(c, area, &acc, mem, None, &mut Vec::new()), 1);
+        assert_eq!(acc.load(Ordering::Relaxed), 0, "word given back");
+        let a = answer(c, area, slot);
+        assert_eq!(w.step(a, 1_000_000), Step::Collect);
+        collect(c, area, slot, a, old)
+    }
+
     #[test]
     fn a_request_served_by_the_target_fetches_and_combines() {
-        let c = cells();
-        let acc = AtomicU64::new(0);
-        let mut mem: Vec<u8> = [5u64, 7].iter().flat_map(|v| v.to_ne_bytes()).collect();
-        let mut scratch = Vec::new();
-        assert_eq!(serve(&c, AREA, &acc, &mut mem, None, &mut scratch), 0);
-        post(&c, AREA, 1, &add(8, &3u64.to_ne_bytes()));
-        assert_eq!(state(&c, AREA, 1), POSTED);
-        assert_eq!(serve(&c, AREA, &acc, &mut mem, None, &mut scratch), 1);
-        assert_eq!(state(&c, AREA, 1), DONE);
-        assert!(!reclaim(&c, AREA, 1), "taken: not the origin's any more");
-        let mut old = [0u8; 8];
-        collect(&c, AREA, 1, Some(&mut old)).unwrap();
-        assert_eq!(u64::from_ne_bytes(old), 7);
-        assert_eq!(mem[8..], 10u64.to_ne_bytes());
-        assert_eq!(state(&c, AREA, 1), FREE);
-        assert_eq!(c[0].load(Ordering::Relaxed), 0, "nothing pending");
-        assert_eq!(acc.load(Ordering::Relaxed), 0, "word given back");
-        // A compare-and-swap of one byte: equal, swapped; not equal, kept.
-        for (cmp, want_old, want_now) in [(9u8, 0, 0), (0, 0, 4)] {
-            let cas = Request::Cas {
-                off: 3,
-                elem: Elem::U8,
-                compare: &[cmp],
-                value: &[4],
-            };
-            post(&c, AREA, 0, &cas);
-            serve(&c, AREA, &acc, &mut mem, None, &mut scratch);
-            let mut o = [0xffu8];
-            collect(&c, AREA, 0, Some(&mut o)).unwrap();
-            assert_eq!((o[0], mem[3]), (want_old, want_now));
-        }
-        // MPI_NO_OP reads; MPI_REPLACE of an odd length writes only its bytes.
-        post(
-            &c,
-            AREA,
-            2,
-            &Request::Acc {
+        for area in [AREA, BIG] {
+            let c = cells_for(area);
+            let acc = AtomicU64::new(0);
+            let mut mem: Vec<u8> = [5u64, 7].iter().flat_map(|v| v.to_ne_bytes()).collect();
+            let mut scratch = Vec::new();
+            assert_eq!(serve(&*c, area, &acc, &mut mem, None, &mut scratch), 0);
+            let w = post(&*c, area, 1, &add(8, &3u64.to_ne_bytes()), 0, 100);
+            assert_eq!(w.step(answer(&*c, area, 1), 10), Step::Wait);
+            assert_eq!(serve(&*c, area, &acc, &mut mem, None, &mut scratch), 1);
+            let a = answer(&*c, area, 1);
+            assert_eq!(w.step(a, 10), Step::Collect);
+            assert!(
+                !reclaim(&*c, area, 1, &w),
+                "taken: not the origin's any more"
+            );
+            let mut old = [0u8; 8];
+            collect(&*c, area, 1, a, Some(&mut old)).unwrap();
+            assert_eq!(u64::from_ne_bytes(old), 7);
+            assert_eq!(mem[8..], 10u64.to_ne_bytes());
+            assert_eq!(c[0].load(Ordering::Relaxed), 0, "nothing pending");
+            assert_eq!(acc.load(Ordering::Relaxed), 0, "word given back");
+            assert_eq!(
+                serve(&*c, area, &acc, &mut mem, None, &mut scratch),
+                0,
+                "applied once"
+            );
+            // A compare-and-swap of one byte: equal, swapped; not equal, kept.
+            for (cmp, want_old, want_now) in [(9u8, 0, 0), (0, 0, 4)] {
+                let cas = Request::Cas {
+                    off: 3,
+                    elem: Elem::U8,
+                    compare: &[cmp],
+                    value: &[4],
+                };
+                let mut o = [0xffu8];
+                through(&c, area, 0, &cas, &mut mem, Some(&mut o)).unwrap();
+                assert_eq!((o[0], mem[3]), (want_old, want_now));
+            }
+            // MPI_NO_OP reads; MPI_REPLACE of an odd length writes only its bytes.
+            let noop = Request::Acc {
                 off: 8,
                 len: 8,
                 op: AccOp::NoOp,
                 elem: Elem::U64,
                 data: &[],
                 fetch: true,
-            },
-        );
-        serve(&c, AREA, &acc, &mut mem, None, &mut scratch);
-        collect(&c, AREA, 2, Some(&mut old)).unwrap();
-        assert_eq!(u64::from_ne_bytes(old), 10);
-        post(
-            &c,
-            AREA,
-            2,
-            &Request::Acc {
+            };
+            through(&c, area, 2, &noop, &mut mem, Some(&mut old)).unwrap();
+            assert_eq!(u64::from_ne_bytes(old), 10);
+            let replace = Request::Acc {
                 off: 9,
                 len: 3,
                 op: AccOp::Replace,
                 elem: Elem::U8,
                 data: &[1, 2, 3],
                 fetch: false,
-            },
-        );
-        serve(&c, AREA, &acc, &mut mem, None, &mut scratch);
-        collect(&c, AREA, 2, None).unwrap();
-        assert_eq!(mem[8..13], [10, 1, 2, 3, 0]);
+            };
+            through(&c, area, 2, &replace, &mut mem, None).unwrap();
+            assert_eq!(mem[8..13], [10, 1, 2, 3, 0]);
+            // A full slot's fetch: every byte of the data and of the result crosses.
+            let mut big: Vec<u8> = (0..CAPACITY).map(|i| i as u8).collect();
+            let ones = vec![1u8; CAPACITY];
+            let full = Request::Acc {
+                off: 0,
+                len: CAPACITY,
+                op: AccOp::Sum,
+                elem: Elem::U8,
+                data: &ones,
+                fetch: true,
+            };
+            let mut prev = vec![0u8; CAPACITY];
+            through(&c, area, 1, &full, &mut big, Some(&mut prev)).unwrap();
+            assert!(prev.iter().enumerate().all(|(i, &b)| b == i as u8));
+            assert!(big
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == (i as u8).wrapping_add(1)));
+        }
+    }
+
+    #[test]
+    fn an_idle_target_reads_the_slots_only_while_nothing_is_counted() {
+        // Counted: with a count of 0 the slots are not looked at, even one holding garbage
+        // that looks posted.
+        let c = cells_for(BIG);
+        c[BIG.first + STATE].store(7 << 8 | POSTED, Ordering::Relaxed);
+        let mut mem = vec![0u8; 8];
+        let acc = AtomicU64::new(0);
+        assert_eq!(serve(&*c, BIG, &acc, &mut mem, None, &mut Vec::new()), 0);
+        // Scanned: no count kept; a request is found by its state alone.
+        let c = cells();
+        post(&*c, AREA, 2, &add(0, &[1; 8]), 0, 100);
+        assert_eq!(c[0].load(Ordering::Relaxed), 0, "no count");
+        assert_eq!(serve(&*c, AREA, &acc, &mut mem, None, &mut Vec::new()), 1);
     }
 
     #[test]
@@ -667,7 +843,6 @@ mod tests {
         let c = cells();
         let acc = AtomicU64::new(0);
         let mut mem = vec![1u8; 32];
-        let mut scratch = Vec::new();
         let long_double = [2u8; 16];
         type Class = fn(&OscError) -> bool;
         let cases: [(Request<'_>, Class); 3] = [
@@ -699,51 +874,87 @@ mod tests {
             ),
         ];
         for (req, class) in cases {
-            post(&c, AREA, 0, &req);
-            assert_eq!(serve(&c, AREA, &acc, &mut mem, None, &mut scratch), 1);
-            let e = collect(&c, AREA, 0, None).unwrap_err();
+            let e = through(&c, AREA, 0, &req, &mut mem, None).unwrap_err();
             assert!(class(&e), "{e:?} for {req:?}");
             assert_eq!(mem, vec![1u8; 32], "nothing written");
         }
         // Garbage in the request word.
-        post(&c, AREA, 0, &add(0, &[1; 8]));
+        let w = post(&*c, AREA, 0, &add(0, &[1; 8]), 0, 100);
         c[AREA.first + REQ].store(0xffff_ffff_ffff_ff01, Ordering::Relaxed);
-        serve(&c, AREA, &acc, &mut mem, None, &mut scratch);
+        serve(&*c, AREA, &acc, &mut mem, None, &mut Vec::new());
+        let a = answer(&*c, AREA, 0);
+        assert_eq!(w.step(a, 0), Step::Collect);
         assert!(matches!(
-            collect(&c, AREA, 0, None),
+            collect(&*c, AREA, 0, a, None),
             Err(OscError::Transport(_) | OscError::Range(_))
         ));
         assert_eq!(mem, vec![1u8; 32]);
         assert_eq!(acc.load(Ordering::Relaxed), 0);
+        // An answer word another process overwrote: no request of this origin's has that
+        // number.
+        let w = post(&*c, AREA, 1, &add(0, &[1; 8]), 0, 100);
+        c[AREA.first + STRIDE + DONE].store(99 << 8, Ordering::Relaxed);
+        assert_eq!(w.step(answer(&*c, AREA, 1), 0), Step::Broken);
     }
 
     #[test]
     fn the_origin_reclaims_an_untaken_request_once_the_bound_passes() {
-        let w = Wait::new(100, 50);
-        assert_eq!(w.step(POSTED, 120), Step::Wait);
-        assert_eq!(w.step(POSTED, 150), Step::Reclaim);
-        assert_eq!(w.step(SERVING, 10_000), Step::Wait, "taken: wait for it");
-        assert_eq!(w.step(DONE, 0), Step::Collect);
-        assert_eq!(w.step(FREE, 120), Step::Broken);
+        for area in [AREA, BIG] {
+            let c = cells_for(area);
+            let w = post(&*c, area, 2, &add(0, &[1; 8]), 100, 50);
+            let a = answer(&*c, area, 2);
+            assert_eq!(w.step(a, 120), Step::Wait);
+            assert_eq!(w.step(a, 150), Step::Reclaim);
+            assert_eq!(w.taken().step(a, 10_000), Step::Wait, "taken: wait for it");
+            assert!(reclaim(&*c, area, 2, &w));
+            assert!(!reclaim(&*c, area, 2, &w), "once");
+            assert_eq!(c[0].load(Ordering::Relaxed), 0, "no longer pending");
+            let mut mem = vec![0u8; 8];
+            let acc = AtomicU64::new(0);
+            assert_eq!(
+                serve(&*c, area, &acc, &mut mem, None, &mut Vec::new()),
+                0,
+                "the target does not apply it too"
+            );
+            assert_eq!(mem, vec![0u8; 8]);
+            // The next request (its number reused: the answer never came) goes through.
+            let mut old = [9u8; 8];
+            through(&c, area, 2, &add(0, &[1; 8]), &mut mem, Some(&mut old)).unwrap();
+            assert_eq!((old, mem.as_slice()), ([0; 8], &[1u8; 8][..]));
+        }
+        let mut p = Policy::new(2, 2);
+        assert!(p.post(1, || 0));
+        p.reclaimed(1, 5);
+        assert!(!p.post(1, || 5) && !p.post(1, || 5), "skipped twice");
+        assert!(p.post(1, || 5) && p.post(0, || 5));
+        assert!(!p.post(7, || 0), "no such target");
+    }
+
+    #[test]
+    fn a_target_back_in_its_progress_is_posted_to_again_once_per_claim_back() {
         let c = cells();
-        post(&c, AREA, 2, &add(0, &[1; 8]));
-        assert!(reclaim(&c, AREA, 2));
-        assert_eq!(c[0].load(Ordering::Relaxed), 0, "no longer pending");
         let mut mem = vec![0u8; 8];
         let acc = AtomicU64::new(0);
-        assert_eq!(
-            serve(&c, AREA, &acc, &mut mem, None, &mut Vec::new()),
-            0,
-            "the target does not apply it too"
-        );
-        assert_eq!(mem, vec![0u8; 8]);
-        free(&c, AREA, 2);
-        let mut p = Policy::new(2, 2);
-        assert!(p.post(1));
-        p.reclaimed(1);
-        assert!(!p.post(1) && !p.post(1), "skipped twice");
-        assert!(p.post(1) && p.post(0));
-        assert!(!p.post(7), "no such target");
+        // The heartbeat moves with each pass of the target.
+        let b0 = beat(&*c, AREA);
+        serve(&*c, AREA, &acc, &mut mem, None, &mut Vec::new());
+        assert_eq!(beat(&*c, AREA), b0 + 1);
+        let mut p = Policy::new(1, 64);
+        p.reclaimed(0, 7);
+        assert!(!p.post(0, || 7), "no pass since: CMA");
+        assert!(p.post(0, || 8), "a pass since: posted again");
+        p.answered(0);
+        assert!(p.post(0, || 8));
+        // Posted early and claimed back again: the whole skip this time.
+        p.reclaimed(0, 9);
+        assert!(p.post(0, || 10));
+        p.reclaimed(0, 10);
+        assert!((0..64).all(|_| !p.post(0, || 11)), "skip counted out");
+        assert!(p.post(0, || 11));
+        // Answered after the count ran out: early returns allowed again.
+        p.answered(0);
+        p.reclaimed(0, 12);
+        assert!(p.post(0, || 13));
     }
 
     /// One step of the interleaving: origin `o` posts, waits (the clock advanced by the
@@ -770,9 +981,11 @@ mod tests {
         /// Origins fetch-and-adding to one counter through their slots, a target serving at
         /// random moments, origins reclaiming when their bound passes, and a direct
         /// accumulator: no update is lost or applied twice, every fetched value is seen
-        /// once, and each origin's fetches increase (its operations stay in order).
+        /// once, and each origin's fetches increase (its operations stay in order); in a
+        /// scanned and in a counted object.
         #[test]
         fn no_lost_or_double_update_under_any_interleaving(
+            counted in any::<bool>(),
             evs in proptest::collection::vec(
                 prop_oneof![
                     (0usize..3, 0u64..40).prop_map(|(o, d)| Ev::Origin(o, d, true)),
@@ -782,7 +995,8 @@ mod tests {
                 1..200,
             )
         ) {
-            let c = cells();
+            let area = if counted { BIG } else { AREA };
+            let c = cells_for(area);
             let acc = AtomicU64::new(0);
             let mut mem = vec![0u8; 8];
             let mut scratch = Vec::new();
@@ -804,7 +1018,7 @@ mod tests {
             for ev in evs.into_iter().chain(tail) {
                 match ev {
                     Ev::Target => {
-                        serve(&c, AREA, &acc, &mut mem, None, &mut scratch);
+                        serve(&*c, area, &acc, &mut mem, None, &mut scratch);
                     }
                     Ev::Direct => {
                         acc_lock(&acc);
@@ -815,28 +1029,27 @@ mod tests {
                         now += dt;
                         o[i] = match o[i] {
                             O::Idle if !start => O::Idle,
-                            O::Idle => {
-                                post(&c, AREA, i, &add(0, &one));
-                                O::Posted(Wait::new(now, 50))
-                            }
-                            O::Posted(w) => match w.step(state(&c, AREA, i), now) {
-                                Step::Wait => O::Posted(w),
-                                Step::Collect => {
-                                    let mut old = [0u8; 8];
-                                    collect(&c, AREA, i, Some(&mut old)).unwrap();
-                                    seen[i].push(u64::from_ne_bytes(old));
-                                    O::Idle
+                            O::Idle => O::Posted(post(&*c, area, i, &add(0, &one), now, 50)),
+                            O::Posted(w) => {
+                                let a = answer(&*c, area, i);
+                                match w.step(a, now) {
+                                    Step::Wait => O::Posted(w),
+                                    Step::Collect => {
+                                        let mut old = [0u8; 8];
+                                        collect(&*c, area, i, a, Some(&mut old)).unwrap();
+                                        seen[i].push(u64::from_ne_bytes(old));
+                                        O::Idle
+                                    }
+                                    Step::Reclaim if reclaim(&*c, area, i, &w) => O::Mine,
+                                    Step::Reclaim => O::Posted(w.taken()),
+                                    Step::Broken => panic!("slot {i} broken"),
                                 }
-                                Step::Reclaim if reclaim(&c, AREA, i) => O::Mine,
-                                Step::Reclaim => O::Posted(w),
-                                Step::Broken => panic!("slot {i} broken"),
-                            },
+                            }
                             O::Mine => {
                                 // The origin's own path: the word, the copies, the word back.
                                 acc_lock(&acc);
                                 seen[i].push(fetch_add(&mut mem));
                                 acc_unlock(&acc);
-                                free(&c, AREA, i);
                                 O::Idle
                             }
                         };
@@ -857,11 +1070,18 @@ mod tests {
     }
 
     /// Real threads: origins posting fetch-adds and reclaiming after a short bound, a
-    /// target thread serving, all on one counter: nothing lost, every value once.
+    /// target thread serving, all on one counter: nothing lost, every value once; in a
+    /// scanned and in a counted object.
     #[test]
     fn concurrent_origins_and_a_serving_target_lose_no_update() {
+        for area in [AREA, BIG] {
+            concurrent_in(area);
+        }
+    }
+
+    fn concurrent_in(area: Area) {
         use std::sync::Arc;
-        let c: Arc<Vec<AtomicU64>> = Arc::new(cells());
+        let c: Arc<Vec<AtomicU64>> = Arc::new(cells_for(area));
         let acc = Arc::new(AtomicU64::new(0));
         let mem = Arc::new(std::sync::Mutex::new(vec![0u8; 8]));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -876,7 +1096,7 @@ mod tests {
                     // The Mutex only hands the memory over between threads; which of the
                     // target and the origin applies a request is the slot's state alone.
                     let mut m = mem.lock().unwrap();
-                    served += serve(&*c, AREA, &acc, &mut *m, None, &mut scratch);
+                    served += serve(&*c, area, &acc, &mut *m, None, &mut scratch);
                     drop(m);
                     std::hint::spin_loop();
                 }
@@ -889,22 +1109,23 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut seen = Vec::new();
                     let one = 1u64.to_ne_bytes();
+                    let now = || epoch.elapsed().as_nanos() as u64;
                     for k in 0..per {
-                        post(&*c, AREA, i, &add(0, &one));
                         // Alternately a generous and a zero bound: both paths taken.
-                        let now = || epoch.elapsed().as_nanos() as u64;
-                        let w = Wait::new(now(), if k % 2 == 0 { 1_000_000 } else { 0 });
+                        let bound = if k % 2 == 0 { 1_000_000 } else { 0 };
+                        let mut w = post(&*c, area, i, &add(0, &one), now(), bound);
                         loop {
-                            match w.step(state(&*c, AREA, i), now()) {
+                            let a = answer(&*c, area, i);
+                            match w.step(a, now()) {
                                 Step::Wait => std::hint::spin_loop(),
                                 Step::Collect => {
                                     let mut old = [0u8; 8];
-                                    collect(&*c, AREA, i, Some(&mut old)).unwrap();
+                                    collect(&*c, area, i, a, Some(&mut old)).unwrap();
                                     seen.push(u64::from_ne_bytes(old));
                                     break;
                                 }
                                 Step::Reclaim => {
-                                    if reclaim(&*c, AREA, i) {
+                                    if reclaim(&*c, area, i, &w) {
                                         // (The Mutex first, as the target takes it.)
                                         let mut m = mem.lock().unwrap();
                                         acc_lock(&acc);
@@ -912,10 +1133,10 @@ mod tests {
                                         m[..8].copy_from_slice(&(v + 1).to_ne_bytes());
                                         acc_unlock(&acc);
                                         drop(m);
-                                        free(&*c, AREA, i);
                                         seen.push(v);
                                         break;
                                     }
+                                    w = w.taken();
                                 }
                                 Step::Broken => panic!("broken slot"),
                             }

@@ -16,7 +16,9 @@
 //! - accumulates (and fetch-and-op, compare-and-swap) run under the target's accumulate lock
 //!   word, one hold per operation, each run combined in place by a typed loop the compiler
 //!   vectorizes, built for AVX2 too and taken on runs of 256 bytes and more when the CPU
-//!   has it ([`kernel`]; `osc_sm_atomics=false`, the default). MPI 4.1 section 12.7 ("Atomicity")
+//!   has it, the fetching runs of 16 KiB and more block by block (the previous contents
+//!   copied out, then combined in place while in L1) ([`kernel`]; `osc_sm_atomics=false`,
+//!   the default). MPI 4.1 section 12.7 ("Atomicity")
 //!   asks that concurrent accumulates on the same location with the same predefined type
 //!   act as if done in some serial order, element by element, not call by call; one lock
 //!   per target gives that (and more) for every element type, so a 64 KiB accumulate costs

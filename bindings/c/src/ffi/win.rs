@@ -1534,23 +1534,50 @@ unsafe fn cas_direct(
     )
 }
 
-/// The element of a compare-and-swap's fast paths: `dt` a predefined integer, logical or
-/// byte datatype of 1, 2, 4 or 8 bytes, its size and the width compared (only equality
-/// matters).
+/// The element of a compare-and-swap's fast paths: `dt` a predefined datatype the general
+/// path takes ([`cas_width`]: `MPI_CHAR`, which OSU's `osu_cas_latency` uses, included),
+/// its size and the width compared (only equality matters). One load from [`CAS_ELEM`].
 #[inline(always)]
 fn cas_elem(dt: Handle) -> Option<(usize, Elem)> {
-    use crate::dtype::{self, Class};
-    // The predefined types' table (one load each): every integer, logical and byte type
-    // has a number type there.
-    let (_, class) = dtype::number_type(dt)?;
-    if !matches!(class, Class::Integer | Class::Logical | Class::Byte) {
+    let elem = (*CAS_ELEM.get(dt.wrapping_sub(ACC_DT_BASE))?)?;
+    Some((elem.size(), elem))
+}
+
+/// [`cas_width`] of every predefined datatype, by handle less [`ACC_DT_BASE`], made at
+/// compile time.
+static CAS_ELEM: [Option<Elem>; 0x100] = {
+    let mut table = [None; 0x100];
+    let mut dt = 0;
+    while dt < table.len() {
+        if let Some(t) = crate::dtype::lookup(ACC_DT_BASE + dt) {
+            table[dt] = cas_width(&t);
+        }
+        dt += 1;
+    }
+    table
+};
+
+/// The element a compare-and-swap compares on predefined datatype `t`, by width (only
+/// equality matters): any predefined datatype of 1, 2, 4 or 8 bytes but the floating-point
+/// and complex ones and the pairs (MPI 5.0 section 12.3.4 names integers, logicals and
+/// bytes; characters are taken as their integers, as Open MPI and MPICH do). `None`: the
+/// general path's `MPI_ERR_TYPE`. The one rule of the fast paths and the general path.
+const fn cas_width(t: &crate::dtype::Datatype) -> Option<Elem> {
+    use crate::dtype::Class;
+    // Value-index pairs are no integers either (MPI 5.0 section 12.3.4).
+    let pair = t.pair_layout().is_some()
+        || matches!(
+            t.name.as_bytes(),
+            b"MPI_2INTEGER" | b"MPI_2REAL" | b"MPI_2DOUBLE_PRECISION"
+        );
+    if pair || matches!(t.class, Class::Float | Class::Complex) {
         return None;
     }
-    match dtype::predefined_size(dt) {
-        Some(1) => Some((1, Elem::U8)),
-        Some(2) => Some((2, Elem::U16)),
-        Some(4) => Some((4, Elem::U32)),
-        Some(8) => Some((8, Elem::U64)),
+    match t.size {
+        1 => Some(Elem::U8),
+        2 => Some(Elem::U16),
+        4 => Some(Elem::U32),
+        8 => Some(Elem::U64),
         _ => None,
     }
 }
@@ -2143,28 +2170,19 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
                 "MPI_Compare_and_swap takes a predefined datatype",
             )
         })?;
-        // Value-index pairs are no integers either (MPI 5.0 section 12.3.4).
-        let pair = base.pair_layout().is_some()
-            || matches!(
-                base.name,
-                "MPI_2INTEGER" | "MPI_2REAL" | "MPI_2DOUBLE_PRECISION"
-            );
-        if !matches!(ty, Ty::Predefined(..))
-            || pair
-            || matches!(
-                base.class,
-                crate::dtype::Class::Float | crate::dtype::Class::Complex
-            )
-        {
-            return Err(MpiError::new(
-                MPI_ERR_TYPE,
-                format!("MPI_Compare_and_swap takes a predefined integer, logical or byte datatype, not {}", base.name),
-            ));
-        }
+        let elem = match (&ty, cas_width(&base)) {
+            (Ty::Predefined(..), Some(elem)) => elem,
+            _ => {
+                return Err(MpiError::new(
+                    MPI_ERR_TYPE,
+                    format!("MPI_Compare_and_swap takes a predefined integer, logical or byte datatype of 1, 2, 4 or 8 bytes, not {} ({} bytes)", base.name, base.size),
+                ))
+            }
+        };
         let Some(t) = target_of(&w, target_rank)? else {
             return Ok(());
         };
-        let size = base.size;
+        let size = elem.size();
         for (p, what) in [
             (origin_addr, "origin_addr"),
             (compare_addr, "compare_addr"),
@@ -2174,19 +2192,6 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
                 return Err(MpiError::new(MPI_ERR_BUFFER, format!("{what} is NULL")));
             }
         }
-        // Only equality matters: the element's width is what the target compares.
-        let elem = match size {
-            1 => Elem::U8,
-            2 => Elem::U16,
-            4 => Elem::U32,
-            8 => Elem::U64,
-            _ => {
-                return Err(MpiError::new(
-                    MPI_ERR_TYPE,
-                    format!("MPI_Compare_and_swap on {} ({size} bytes)", base.name),
-                ))
-            }
-        };
         // Copied (at most 8 bytes): the result may not then alias them.
         let (mut value, mut compare) = ([0u8; 8], [0u8; 8]);
         // SAFETY: the contract: one element of `datatype` at each address.
@@ -2324,12 +2329,15 @@ fn lock_kind(lock_type: c_int) -> MpiResult<LockKind> {
     }
 }
 
-/// The fast path of `MPI_Win_lock` on a window with a direct view (osc-sm): the module's
-/// lock taken through the view ([`DirectView::lock`]: one atomic on the target's lock word)
-/// with one lookup of the window and no call into it, when it is granted at once and
-/// nothing else is in the way. False, nothing changed, sends the call down the general path
-/// (a contended lock, which it waits for; a lock type that is neither, `MPI_PROC_NULL`, a
-/// rank outside the group, a lock held already, another epoch open: its errors).
+/// The fast path of `MPI_Win_lock` with one lookup of the window and no call into it, when
+/// the lock is granted at once and nothing else is in the way: on a window with a direct
+/// view (osc-sm), the module's lock taken through the view ([`DirectView::lock`]: one
+/// atomic on the target's lock word); on a window with a lent path (osc-rdma's created
+/// windows, a member of the node), the path's ([`LentPath::lock`]: the same atomic, the
+/// module adopting the lock at its next call). False, nothing changed, sends the call down
+/// the general path (a contended lock, which it waits for; a lock type that is neither,
+/// `MPI_PROC_NULL`, a rank outside the group, a lock held already, another epoch open: its
+/// errors).
 #[inline(always)]
 fn lock_direct(lock_type: c_int, rank: c_int, assert: c_int, win: Handle) -> bool {
     let kind = match lock_type {
@@ -2340,11 +2348,52 @@ fn lock_direct(lock_type: c_int, rank: c_int, assert: c_int, win: Handle) -> boo
     let Ok(t) = usize::try_from(rank) else {
         return false;
     };
-    with_view(
+    let nocheck = assert & MPI_MODE_NOCHECK != 0;
+    with_entry(
         win,
         #[inline(always)]
-        |v| v.lock(t, kind, assert & MPI_MODE_NOCHECK != 0),
+        |e| match (&e.view, &e.lent) {
+            (Some(v), _) => v.lock(t, kind, nocheck),
+            (None, Some(l)) => l.lock(t, kind, nocheck),
+            _ => false,
+        },
     )
+}
+
+/// The fast path of `MPI_Win_unlock`, as [`lock_direct`]'s: the view's lock released
+/// (every operation on `rank` complete already), or the lent path's (what it queued moved
+/// first, [`LentPath::unlock`]). False, nothing changed: the general path decides.
+#[inline(always)]
+fn unlock_direct(rank: c_int, win: Handle) -> bool {
+    let Ok(t) = usize::try_from(rank) else {
+        return false;
+    };
+    with_entry(
+        win,
+        #[inline(always)]
+        |e| match (&e.view, &e.lent) {
+            (Some(v), _) => v.unlock(t),
+            (None, Some(l)) => l.unlock(t),
+            _ => false,
+        },
+    )
+}
+
+/// `f` on the entry of window `win`, once the library runs (as `with_win`), `win` is a
+/// window and it has no results waiting to land (the general path keeps their order with
+/// this call): [`with_view`]'s checks, for a fast path that takes the lent path as well.
+#[inline(always)]
+fn with_entry(win: Handle, f: impl FnOnce(&WinEntry) -> bool) -> bool {
+    if !state::installed() {
+        return false;
+    }
+    let Some(tab) = WINS.peek() else {
+        return false;
+    };
+    match index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) {
+        Some(e) if e.landings.is_empty() => f(e),
+        _ => false,
+    }
 }
 
 /// Lock calls taken by the fast paths (`MPI_Win_lock`, `MPI_Win_lock_all`), process-wide:
@@ -2458,16 +2507,10 @@ pub unsafe extern "C" fn MPI_Win_lock(
 /// `MPI_Win_unlock`: end the epoch; every operation on `rank` completes.
 #[export]
 pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
-    // The fast path (osc-sm's view: the lock word released, every operation on `rank`
-    // complete already); the general path for the rest, and its errors.
-    if let Ok(t) = usize::try_from(rank) {
-        if with_view(
-            win,
-            #[inline(always)]
-            |v| v.unlock(t),
-        ) {
-            return MPI_SUCCESS;
-        }
+    // The fast path (the lock word released, every operation on `rank` complete); the
+    // general path for the rest, and its errors.
+    if unlock_direct(rank, win) {
+        return MPI_SUCCESS;
     }
     if let Some(rc) = sync_quick("MPI_Win_unlock", rank, win, SyncCall::Unlock) {
         return rc;
@@ -2926,5 +2969,39 @@ mod tests {
             crate::dtype::lookup(CHAR_HANDLE).map(|t| t.name),
             Some("MPI_CHAR")
         );
+    }
+
+    /// The compare-and-swap fast paths take what the general path takes (`MPI_CHAR`, OSU's
+    /// `osu_cas_latency` datatype, included), at the width the general path compares, and
+    /// leave the rest to its `MPI_ERR_TYPE`.
+    #[test]
+    fn the_fast_compare_and_swap_takes_the_general_paths_datatypes() {
+        for dt in 0x200..0x300 {
+            let general = Ty::lookup(dt)
+                .ok()
+                .and_then(|ty| ty.reduction_base().ok())
+                .and_then(|t| cas_width(&t));
+            assert_eq!(cas_elem(dt).map(|(_, e)| e), general, "{dt:#x}");
+            if let Some((size, elem)) = cas_elem(dt) {
+                assert_eq!(Some(size), crate::dtype::predefined_size(dt), "{dt:#x}");
+                assert_eq!(size, elem.size(), "{dt:#x}");
+            }
+        }
+        // MPI_CHAR, MPI_INT, MPI_LONG, MPI_C_BOOL, MPI_BYTE, MPI_SHORT.
+        for (dt, size) in [
+            (CHAR_HANDLE, 1),
+            (0x209, 4),
+            (0x20a, 8),
+            (0x238, 1),
+            (0x247, 1),
+            (0x208, 2),
+        ] {
+            assert_eq!(cas_elem(dt).map(|(s, _)| s), Some(size), "{dt:#x}");
+        }
+        // MPI_FLOAT, MPI_DOUBLE, MPI_2INT, MPI_LONG_DOUBLE, MPI_C_FLOAT_COMPLEX, MPI_2INTEGER,
+        // no datatype.
+        for dt in [0x210, 0x214, 0x22b, 0x220, 0x212, 0x232, 0x1000, 0] {
+            assert_eq!(cas_elem(dt), None, "{dt:#x}");
+        }
     }
 }

@@ -148,7 +148,7 @@ impl RcBtl {
                 _ => (u32::MAX / 2, u32::MAX),
             };
             slot.qp
-                .modify_to_rtr(Some(addr), &rc_params())
+                .modify_to_rtr(Some(addr), &rc_params(&self.cfg))
                 .map_err(|e| format!("RC QP to RTR: {e}"))?;
             slot.qp
                 .modify_to_rts()

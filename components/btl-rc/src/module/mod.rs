@@ -171,12 +171,11 @@ fn job_tag(secret: &[u8]) -> u32 {
     })
 }
 
-fn rc_params() -> RcParams {
+/// The RC QPs' transport parameters (`btl_rc_ib_timeout`, `btl_rc_ib_retry_count`).
+fn rc_params(cfg: &RcConfig) -> RcParams {
     RcParams {
-        // 7 is the largest count the spec allows, but Soft-RoCE (rxe) reads it as "retry
-        // forever", so a peer that vanished would never fail its sends: 6 retries of the
-        // local ACK timeout, then RETRY_EXC_ERR and peer_failed.
-        retry_cnt: 6,
+        retry_cnt: cfg.ib_retry_count,
+        timeout: cfg.ib_timeout,
         ..RcParams::default()
     }
 }
@@ -241,7 +240,7 @@ impl RcBtl {
             })
             .map_err(verbs("create CM QP"))?;
         cm_qp
-            .connect(None, &rc_params())
+            .connect(None, &rc_params(cfg))
             .map_err(verbs("activate CM QP"))?;
         let mut cm_recv = BufPool::new(UD_GRH_LEN + ud_mtu, CM_RECV, CM_RECV, memory.clone());
         cm_recv.grow(&pd, CM_RECV);
@@ -417,5 +416,27 @@ impl Drop for RcBtl {
 impl Peer {
     fn queue_front_mut(&mut self) -> &mut Pending {
         self.queue.front_mut().expect("non-empty")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmca_framework::component::{component_params, Framework};
+
+    use super::*;
+
+    #[test]
+    fn rc_qps_take_the_configured_transport_timeout_and_retries() {
+        let cfg = |set: &[(&str, &str)]| {
+            let p = component_params(Framework::Btl, &crate::RC, set).unwrap();
+            RcConfig::from_params(&p, 0).unwrap()
+        };
+        let p = rc_params(&cfg(&[]));
+        assert_eq!((p.timeout, p.retry_cnt, p.rnr_retry), (20, 6, 7));
+        let p = rc_params(&cfg(&[
+            ("btl_rc_ib_timeout", "14"),
+            ("btl_rc_ib_retry_count", "2"),
+        ]));
+        assert_eq!((p.timeout, p.retry_cnt, p.rnr_retry), (14, 2, 7));
     }
 }

@@ -49,12 +49,29 @@ pub fn init(
     Ok(v.remove(0))
 }
 
+/// Log to stderr with the filter in `RMCA_LOG` (as the MPI library does), when it is set
+/// (scripts/vm-tests.sh passes `RMCA_VM_TEST_LOG` there).
+pub fn init_logging() {
+    if std::env::var("RMCA_LOG").map_or(true, |v| v.is_empty()) {
+        return;
+    }
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RMCA_LOG") {
+        // An earlier test of this binary may have installed it already.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 /// `n` ranks with the same settings, peers added. Each gets its own memory accounting.
 pub fn ranks(
     secret: &str,
     n: u32,
     settings: &[(&str, &str)],
 ) -> (Vec<Box<dyn Btl>>, Vec<MemoryAccounting>) {
+    init_logging();
     let modex = LocalModex::new();
     let mems: Vec<MemoryAccounting> = (0..n).map(|_| MemoryAccounting::new()).collect();
     let mut v: Vec<Box<dyn Btl>> = (0..n)
@@ -93,16 +110,51 @@ impl BtlEvents for Sink {
     }
 }
 
-/// Progress every module until `done` or the deadline (panics with `what` on timeout).
+/// Progress every module until `done`; panics with `what` when a module reports a lost peer
+/// (at once, with the reason: nothing more would arrive) or at the deadline (with every
+/// module's nonzero counters).
 pub fn run_until(
     btls: &mut [Box<dyn Btl>],
     sinks: &mut [Sink],
     what: &str,
+    done: impl FnMut(&[Sink]) -> bool,
+) {
+    progress_until(btls, sinks, what, done, true);
+}
+
+/// [`run_until`] for tests that wait for failures: lost peers are no reason to stop.
+pub fn run_until_failures(
+    btls: &mut [Box<dyn Btl>],
+    sinks: &mut [Sink],
+    what: &str,
+    done: impl FnMut(&[Sink]) -> bool,
+) {
+    progress_until(btls, sinks, what, done, false);
+}
+
+fn progress_until(
+    btls: &mut [Box<dyn Btl>],
+    sinks: &mut [Sink],
+    what: &str,
     mut done: impl FnMut(&[Sink]) -> bool,
+    stop_on_failure: bool,
 ) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done(sinks) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        for (r, s) in sinks.iter().enumerate() {
+            assert!(
+                !stop_on_failure || s.failed.is_empty(),
+                "waiting for {what}: rank {r} lost peers {:?}",
+                s.failed
+            );
+        }
+        if Instant::now() >= deadline {
+            let counters: Vec<Vec<(String, u64)>> = btls
+                .iter()
+                .map(|b| b.counters().into_iter().filter(|(_, v)| *v > 0).collect())
+                .collect();
+            panic!("timed out waiting for {what}; counters per rank {counters:?}");
+        }
         for (b, s) in btls.iter_mut().zip(sinks.iter_mut()) {
             b.progress(s);
         }
