@@ -41,14 +41,13 @@ pub const KIND: u8 = rmca_osc_am::wire::RDMA_LOCK_WORD;
 
 /// Bytes of the object's first page (the lock word at 0, the cookie at 8, the accumulate
 /// word at 64: a cache line of its own, since origins spin on it while the lock word is held;
-/// the slots' pending count at 128, which the member reads at each progress; its heartbeat
-/// at 192, which it writes at each progress), then the slots.
+/// the slots' pending count at 128, which the member reads at each progress), then the
+/// slots.
 const LEN: usize = 4096;
 const WORD: usize = 0;
 const COOKIE: usize = 8;
 const ACC: usize = 64;
 const PENDING: usize = 128;
-const BEAT: usize = 192;
 
 /// Windows of more ranks have no slots (the object would span more than 390 KB of address
 /// space in each member of the node that maps it).
@@ -58,7 +57,6 @@ pub const MAX_SLOTS: usize = 1024;
 fn area(slots: usize) -> crate::slot::Area {
     crate::slot::Area {
         pending: PENDING / 8,
-        beat: BEAT / 8,
         first: LEN / 8,
         slots: if slots <= MAX_SLOTS { slots } else { 0 },
     }

@@ -25,8 +25,8 @@ const KEYS: u8 = rmca_osc_am::wire::RDMA_KEYS;
 const RDMA_OP: OpId = 1 << 62;
 
 /// Operations to a target that go by CMA straight away after a request posted in its slot
-/// had to be claimed back (the target computes, or sleeps in a blocking wait), unless its
-/// heartbeat says it is in its progress again ([`crate::slot::Policy`]).
+/// had to be claimed back (the target computes, or sleeps in a blocking wait)
+/// ([`crate::slot::Policy`]).
 const SLOT_SKIP: u32 = 64;
 
 /// What a member said about its memory.
@@ -868,7 +868,7 @@ impl RdmaModule {
         let mut wait;
         {
             let (cells, area) = self.pages.get(target)?.as_ref()?.slots();
-            if me >= area.slots || !self.policy.post(target, || slot::beat(cells, area)) {
+            if me >= area.slots || !self.policy.post(target) {
                 return None;
             }
             wait = slot::post(cells, area, me, req, self.now(), self.slot_bound);
@@ -886,14 +886,13 @@ impl RdmaModule {
             };
             match wait.step(answer, now) {
                 Step::Collect => {
-                    self.policy.answered(target);
                     let r = slot::collect(cells, area, me, answer, old);
                     self.applied |= r.is_ok();
                     return Some(r);
                 }
                 Step::Reclaim => {
                     if slot::reclaim(cells, area, me, &wait) {
-                        self.policy.reclaimed(target, slot::beat(cells, area));
+                        self.policy.reclaimed(target);
                         self.counts.acc_slot_claimed_back += 1;
                         return None;
                     }

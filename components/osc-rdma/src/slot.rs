@@ -98,16 +98,13 @@ const ST_ARG: u64 = 2;
 const ST_RANGE: u64 = 3;
 const ST_BAD: u64 = 4;
 
-/// Where the slots are in an object: the pending count's word, the heartbeat's, the first
-/// slot's word and the number of slots.
+/// Where the slots are in an object: the pending count's word, the first slot's word and
+/// the number of slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Area {
     /// The word counting posted requests not claimed yet (above [`SCAN_SLOTS`] slots: the
     /// target then reads only it while nothing is posted).
     pub pending: usize,
-    /// The target's heartbeat: its passes over the slots, counted (a line of its own: only
-    /// an origin that had to claim a request back reads it, [`Policy`]).
-    pub beat: usize,
     /// Word index of slot 0.
     pub first: usize,
     /// Slots (one per origin rank; 0: none).
@@ -337,12 +334,6 @@ pub fn serve<M: Segment>(
     if area.slots == 0 {
         return 0;
     }
-    // (Only this process writes it: a load and a store, no locked instruction.)
-    let beat = c.cell(area.beat);
-    beat.store(
-        beat.load(Ordering::Relaxed).wrapping_add(1),
-        Ordering::Relaxed,
-    );
     if area.counted() && c.cell(area.pending).load(Ordering::Acquire) == 0 {
         return 0;
     }
@@ -599,27 +590,14 @@ pub fn bound_for(configured: u64, mode: rmca_framework::progress::WaitMode) -> u
 
 /// Which targets an origin posts to: after it had to claim a request back (the target
 /// computes, or was descheduled on a loaded node), the next `skip` operations to that target
-/// go by CMA straight away, then a request is posted again; or earlier, once the target's
-/// heartbeat ([`Area::beat`]) moved on since the claim back: it is in its progress again (a
-/// time slice lost to another process, the common case on a loaded node, costs then one
-/// CMA operation, not `skip`). Only once per claim back: a target whose passes are slower
-/// than the bound would otherwise cost the bound on every operation.
+/// go by CMA straight away, then a request is posted again. (A heartbeat the target wrote at
+/// each pass, to post again as soon as it was back in its progress, measured no gain: the
+/// claim backs of a 200,000-operation run stayed at about 2,500; it cost a store to a shared
+/// line in every progress pass, and was removed.)
 #[derive(Debug)]
 pub struct Policy {
     skip: u32,
-    skipping: Vec<Skipping>,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct Skipping {
-    /// Operations left to skip.
-    left: u32,
-    /// The heartbeat at the claim back.
-    beat: u64,
-    /// An early return on the heartbeat is allowed.
-    early: bool,
-    /// The request in flight was posted early (a claim back of it allows no other).
-    resumed: bool,
+    skipping: Vec<u32>,
 }
 
 impl Policy {
@@ -627,51 +605,28 @@ impl Policy {
     pub fn new(n: usize, skip: u32) -> Self {
         Self {
             skip,
-            skipping: vec![Skipping::default(); n],
+            skipping: vec![0; n],
         }
     }
 
-    /// Post the next operation to `target`? `beat` reads its heartbeat (only while
-    /// skipping it).
-    pub fn post(&mut self, target: usize, beat: impl FnOnce() -> u64) -> bool {
-        let Some(s) = self.skipping.get_mut(target) else {
-            return false;
-        };
-        if s.left == 0 {
-            return true;
+    /// Post the next operation to `target`?
+    pub fn post(&mut self, target: usize) -> bool {
+        match self.skipping.get_mut(target) {
+            Some(0) => true,
+            Some(s) => {
+                *s -= 1;
+                false
+            }
+            None => false,
         }
-        if s.early && beat() != s.beat {
-            s.left = 0;
-            s.resumed = true;
-            return true;
-        }
-        s.left -= 1;
-        false
     }
 
-    /// The last request to `target` had to be claimed back; its heartbeat then `beat`.
-    pub fn reclaimed(&mut self, target: usize, beat: u64) {
+    /// The last request to `target` had to be claimed back.
+    pub fn reclaimed(&mut self, target: usize) {
         if let Some(s) = self.skipping.get_mut(target) {
-            *s = Skipping {
-                left: self.skip,
-                beat,
-                early: !s.resumed,
-                resumed: false,
-            };
+            *s = self.skip;
         }
     }
-
-    /// The last request to `target` was answered.
-    pub fn answered(&mut self, target: usize) {
-        if let Some(s) = self.skipping.get_mut(target) {
-            s.resumed = false;
-        }
-    }
-}
-
-/// The heartbeat of an object's target ([`Area::beat`]).
-pub fn beat(c: &(impl Cells + ?Sized), area: Area) -> u64 {
-    c.cell(area.beat).load(Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -682,13 +637,11 @@ mod tests {
     /// Scanned (3 slots) and counted (more than [`SCAN_SLOTS`]) objects.
     const AREA: Area = Area {
         pending: 0,
-        beat: 1,
         first: 8,
         slots: 3,
     };
     const BIG: Area = Area {
         pending: 0,
-        beat: 1,
         first: 8,
         slots: SCAN_SLOTS + 4,
     };
@@ -923,38 +876,11 @@ mod tests {
             assert_eq!((old, mem.as_slice()), ([0; 8], &[1u8; 8][..]));
         }
         let mut p = Policy::new(2, 2);
-        assert!(p.post(1, || 0));
-        p.reclaimed(1, 5);
-        assert!(!p.post(1, || 5) && !p.post(1, || 5), "skipped twice");
-        assert!(p.post(1, || 5) && p.post(0, || 5));
-        assert!(!p.post(7, || 0), "no such target");
-    }
-
-    #[test]
-    fn a_target_back_in_its_progress_is_posted_to_again_once_per_claim_back() {
-        let c = cells();
-        let mut mem = vec![0u8; 8];
-        let acc = AtomicU64::new(0);
-        // The heartbeat moves with each pass of the target.
-        let b0 = beat(&*c, AREA);
-        serve(&*c, AREA, &acc, &mut mem, None, &mut Vec::new());
-        assert_eq!(beat(&*c, AREA), b0 + 1);
-        let mut p = Policy::new(1, 64);
-        p.reclaimed(0, 7);
-        assert!(!p.post(0, || 7), "no pass since: CMA");
-        assert!(p.post(0, || 8), "a pass since: posted again");
-        p.answered(0);
-        assert!(p.post(0, || 8));
-        // Posted early and claimed back again: the whole skip this time.
-        p.reclaimed(0, 9);
-        assert!(p.post(0, || 10));
-        p.reclaimed(0, 10);
-        assert!((0..64).all(|_| !p.post(0, || 11)), "skip counted out");
-        assert!(p.post(0, || 11));
-        // Answered after the count ran out: early returns allowed again.
-        p.answered(0);
-        p.reclaimed(0, 12);
-        assert!(p.post(0, || 13));
+        assert!(p.post(1));
+        p.reclaimed(1);
+        assert!(!p.post(1) && !p.post(1), "skipped twice");
+        assert!(p.post(1) && p.post(0));
+        assert!(!p.post(7), "no such target");
     }
 
     /// One step of the interleaving: origin `o` posts, waits (the clock advanced by the

@@ -1241,21 +1241,14 @@ fn one_predefined_run(
 /// the general path then decides.
 #[inline(always)]
 fn with_view(win: Handle, f: impl FnOnce(&DirectView) -> bool) -> bool {
-    // What `state::with` checks (this thread may call, the library runs, no call of it is
-    // under way below this one), without taking the state; the window table only read.
-    if !state::installed() {
-        return false;
-    }
-    let Some(tab) = WINS.peek() else {
-        return false;
-    };
-    let Some(e) = index(win).and_then(|i| tab.get(i)).and_then(Option::as_ref) else {
-        return false;
-    };
-    match &e.view {
-        Some(v) if e.landings.is_empty() => f(v),
-        _ => false,
-    }
+    with_entry(
+        win,
+        #[inline(always)]
+        |e| match &e.view {
+            Some(v) => f(v),
+            None => false,
+        },
+    )
 }
 
 /// The part the accumulate fast paths share: `op(kernel, target, offset)` once the
@@ -2381,7 +2374,9 @@ fn unlock_direct(rank: c_int, win: Handle) -> bool {
 
 /// `f` on the entry of window `win`, once the library runs (as `with_win`), `win` is a
 /// window and it has no results waiting to land (the general path keeps their order with
-/// this call): [`with_view`]'s checks, for a fast path that takes the lent path as well.
+/// this call). What `state::with` checks (this thread may call, the library runs, no call
+/// of it is under way below this one), without taking the state; the window table only
+/// read.
 #[inline(always)]
 fn with_entry(win: Handle, f: impl FnOnce(&WinEntry) -> bool) -> bool {
     if !state::installed() {
