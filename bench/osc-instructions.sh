@@ -4,7 +4,9 @@
 # rmca-cc and run against its libmpi.so, at two round counts; the difference per round is
 # the cost of one operation and its flush (getbw: of one get, its share of the flush
 # included; lock*, xlock*: of MPI_Win_lock, the operation and MPI_Win_unlock; lockall: of
-# MPI_Win_lock_all, a put and MPI_Win_unlock_all), what a run does once
+# MPI_Win_lock_all, a put and MPI_Win_unlock_all; flushlocal: a put and MPI_Win_flush_local;
+# fence: a put and MPI_Win_fence; pscw: post, start, a put, complete and wait, the
+# window's one rank both sides of it: not in the default LOOPS), what a run does once
 # cancelling out. Only the MPI calls of the loop are counted.
 # `ompi` and `mpich` in place of a TARGET_DIR count the peers' (Debian's Open MPI and MPICH,
 # the same program built with mpicc.openmpi / mpicc.mpich, run as a singleton).
@@ -36,7 +38,8 @@ build_for() {
 trap 'rm -rf "$scratch"' EXIT
 count() { # LIBDIR BINARY ROUNDS LOOP
   local lib=$1 bin=$2 rounds=$3 loop=$4 toggles=()
-  for f in MPI_Put MPI_Get MPI_Accumulate MPI_Get_accumulate MPI_Fetch_and_op MPI_Compare_and_swap MPI_Win_flush MPI_Win_lock MPI_Win_unlock MPI_Win_lock_all MPI_Win_unlock_all; do
+  for f in MPI_Put MPI_Get MPI_Accumulate MPI_Get_accumulate MPI_Fetch_and_op MPI_Compare_and_swap MPI_Win_flush MPI_Win_lock MPI_Win_unlock MPI_Win_lock_all MPI_Win_unlock_all \
+    MPI_Win_flush_local MPI_Win_fence MPI_Win_post MPI_Win_start MPI_Win_complete MPI_Win_wait; do
     toggles+=("--toggle-collect=$f" "--toggle-collect=P$f")
   done
   local out

@@ -9,9 +9,11 @@
 #   MODE=small: put, get, acc, get_acc latency at 1-MAX bytes (default 64) and fop, cas, in
 #     both passive-target modes (`-s flush`, `-s lock`), ROUNDS rounds (default 3) of rmca
 #     (default components), rmca `--mca osc am`, Open MPI, MPICH; prints per (benchmark,
-#     mode, size) the median of each runtime's latency (us; put_bw, get_bw in BENCHES: MB/s)
+#     mode, size) the median of each runtime's latency (us; put_bw, get_bw, put_bibw: MB/s)
 #     and rmca's cost against the best peer's (below 1: rmca better). AM=0 skips osc-am.
-#     MODES: the passive-target modes (default "flush lock"); ALT: rmca options of the second
+#     MODES: OSU's synchronization modes (default "flush lock"; any of flush flush_local lock
+#     lock_all pscw fence; put_bibw takes fence and pscw only: it is skipped in the others,
+#     and runs in those two when BENCHES names it); ALT: rmca options of the second
 #     column in place of `--mca osc am` (e.g. "--mca osc_rdma_lock_words 0"), ALT_NAME its
 #     heading. UCX=1 adds Open MPI over UCX (`--mca pml ucx --mca osc ucx`, its devices and
 #     transports unrestricted: shared memory here) as the column ompi-ucx, a peer like the
@@ -38,9 +40,14 @@ ompi_ucx=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca os
 BENCHES=${BENCHES:-put_latency get_latency acc_latency get_acc_latency fop_latency cas_latency}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# Does OSU's benchmark B take synchronization mode M? (put_bibw: fence and pscw only.)
+takes() {
+  case $1 in put_bibw) [[ $2 == fence || $2 == pscw ]] ;; *) true ;; esac
+}
 for r in $(seq "$ROUNDS"); do
   for b in $BENCHES; do
     for mode in $MODES; do
+      takes "$b" "$mode" || continue
       a="-w create -s $mode -i $ITERS -x $((ITERS / 10))"
       case $b in fop_latency | cas_latency) ;; *) a="$a -m 1:$MAX" ;; esac
       # shellcheck disable=SC2086 # OSU's options are words on purpose
@@ -66,8 +73,9 @@ echo "load after: $(uptime)"
 printf '%-16s %-6s %5s %8s %8s %8s %8s %8s %10s\n' benchmark mode size rmca "$ALT_NAME" ompi ompi-ucx mpich rmca/best
 for b in $BENCHES; do
   bw=0
-  [[ $b == *_bw ]] && bw=1
+  [[ $b == *_bw || $b == *_bibw ]] && bw=1
   for mode in $MODES; do
+    takes "$b" "$mode" || continue
     sizes=$(awk '/^[0-9]/ { print $1 }' "$out/$b.$mode.rmca.1")
     for size in ${sizes:-1}; do
       med() { # runtime: the median over the rounds of SIZE's latency

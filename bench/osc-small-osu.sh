@@ -7,6 +7,8 @@
 # (default 1-64; fop and cas: their one element); the bandwidths (put_bw, get_bw, put_bibw;
 # put_bibw's modes are flush-less: `-s fence` and `-s pscw`) too. For every (benchmark,
 # mode) and round the runtimes run one after the other: rmca, [before,] Open MPI, MPICH.
+# MODES (default: the two above) names any of OSU's modes instead (flush flush_local lock
+# lock_all pscw fence); put_bibw runs those of them it takes (fence, pscw).
 # B: a directory with OSU's one-sided binaries built per MPI in B/rmca, B/ompi, B/mpich
 # (`bench/osu-trees.sh osc` makes them, in /tmp/oscsm-osu). BEFORE=DIR (a
 # directory holding an older build's libmpi.so) adds that library as runtime "before",
@@ -18,6 +20,7 @@
 #   BENCHES='put_bw get_bw put_bibw' BEFORE=/tmp/old-lib bench/osc-small-osu.sh
 #   BENCHES='put_latency get_latency' MAX=65536 TIMEOUT=120 bench/osc-small-osu.sh
 #   BENCHES=put_bw MIN=32768 MAX=32768 ROUNDS=5 bench/osc-small-osu.sh   one size's cells again
+#   MODES='flush_local lock_all pscw fence' BENCHES='put_latency fop_latency' bench/osc-small-osu.sh
 set -uo pipefail
 rel=$(cd "$(dirname "$0")/.." && pwd)/target/release
 B=${B:-/tmp/oscsm-osu}
@@ -29,6 +32,12 @@ TIMEOUT=${TIMEOUT:-60}
 BEFORE=${BEFORE:-}
 UCX=${UCX:-0}
 BENCHES=${BENCHES:-acc_latency get_acc_latency fop_latency cas_latency put_latency}
+MODES=${MODES:-}
+for m in $MODES; do
+  case $m in flush | flush_local | lock | lock_all | pscw | fence) ;;
+  *) echo "osc-small-osu.sh: MODES: unknown mode $m (flush flush_local lock lock_all pscw fence)" >&2; exit 2 ;;
+  esac
+done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for rt in rmca ompi mpich; do
   for b in $BENCHES; do
@@ -44,8 +53,15 @@ fi
 runtimes="rmca ${BEFORE:+before} ompi $( ((UCX)) && echo ompi-ucx) mpich"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-modes() { # the passive-target modes of benchmark $1 (put_bibw has none: its two active ones)
-  case $1 in put_bibw) echo "fence pscw" ;; *) echo "flush lock" ;; esac
+modes() { # benchmark $1's modes: MODES (put_bibw: those it takes) or by default the two
+  # passive-target ones (put_bibw has none: its two active ones)
+  if [[ -z $MODES ]]; then
+    case $1 in put_bibw) echo "fence pscw" ;; *) echo "flush lock" ;; esac
+  elif [[ $1 == put_bibw ]]; then
+    for m in $MODES; do [[ $m == fence || $m == pscw ]] && echo "$m"; done
+  else
+    echo "$MODES"
+  fi
 }
 echo "load before: $(uptime)"
 for r in $(seq "$ROUNDS"); do
@@ -68,7 +84,9 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 echo "load after: $(uptime)"
-printf '%-16s %-6s %5s' benchmark mode size
+w=6 # the mode column: as wide as the longest mode named
+for m in $MODES; do ((${#m} > w)) && w=${#m}; done
+printf "%-16s %-${w}s %5s" benchmark mode size
 for rt in $runtimes; do printf ' %9s' "$rt"; done
 printf ' %10s %16s\n' rmca/best "rmca min-max"
 for b in $BENCHES; do
@@ -85,7 +103,7 @@ for b in $BENCHES; do
         done | sort -g
       }
       med() { vals "$1" | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }
-      printf '%-16s %-6s %5s' "$b" "$mode" "$size"
+      printf "%-16s %-${w}s %5s" "$b" "$mode" "$size"
       for rt in $runtimes; do printf ' %9s' "$(med "$rt")"; done
       x=$(med rmca) peers="$(med ompi) $( ((UCX)) && med ompi-ucx) $(med mpich)"
       spread=$(vals rmca | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%s-%s", lo, hi; else print "-" }')

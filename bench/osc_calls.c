@@ -20,6 +20,12 @@
  * - lockgetacc: getacc in an MPI_LOCK_EXCLUSIVE epoch (osu_get_acc_latency's `-s lock`)
  * - xlockput: put in an MPI_LOCK_EXCLUSIVE epoch
  * - lockall:  put in its own MPI_Win_lock_all/MPI_Win_unlock_all epoch
+ * - flushlocal: put as above, MPI_Win_flush_local           (osu_put_latency -s flush_local)
+ * - fence:    put as above, MPI_Win_fence (no lock_all around: OSU's `-s fence`, an epoch
+ *             the first fence opens)
+ * - pscw:     MPI_Win_post and MPI_Win_start of a group of this rank, put as above,
+ *             MPI_Win_complete, MPI_Win_wait (OSU's `-s pscw`, both sides of it in one rank;
+ *             the group made once)
  * The result is checked at the end, so a broken path cannot pass for a fast one.
  * OSC_WIN=create: the window is MPI_Win_create over memory the program allocated (osc-rdma
  * in rmca: the C library's general path, the module and the PML's RDMA, btl-self here).
@@ -37,7 +43,7 @@
 
 int main(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc64k|getacc|fop|cas|caschar|lockput|lockget|lockacc|lockgetacc|lockfop|lockcas|xlockput|lockall\n");
+    fprintf(stderr, "usage: osc_calls ROUNDS put|get|getbw|acc|acc64k|acc64ki|getacc64k|getacc|fop|cas|caschar|lockput|lockget|lockacc|lockgetacc|lockfop|lockcas|xlockput|lockall|flushlocal|fence|pscw\n");
     return 2;
   }
   long rounds = atol(argv[1]);
@@ -57,7 +63,8 @@ int main(int argc, char **argv) {
     MPI_Win_allocate(BIG, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &win);
   }
   memset(base, 0, BIG);
-  const int lockmode = !strncmp(loop, "lock", 4) || !strncmp(loop, "xlock", 5);
+  const int lockmode = !strncmp(loop, "lock", 4) || !strncmp(loop, "xlock", 5) ||
+                       !strcmp(loop, "fence") || !strcmp(loop, "pscw");
   if (!lockmode) MPI_Win_lock_all(0, win);
   long expect = -1; /* what byte 0 (or the int64 at 0) must hold at the end */
   if (!strcmp(loop, "put")) {
@@ -163,6 +170,35 @@ int main(int argc, char **argv) {
       MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
       MPI_Win_unlock_all(win);
     }
+    expect = 1;
+  } else if (!strcmp(loop, "flushlocal")) {
+    for (long r = 0; r < rounds; r++) {
+      MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_flush_local(0, win);
+    }
+    expect = 1;
+  } else if (!strcmp(loop, "fence")) {
+    MPI_Win_fence(0, win);
+    for (long r = 0; r < rounds; r++) {
+      MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_fence(0, win);
+    }
+    MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+    expect = 1;
+  } else if (!strcmp(loop, "pscw")) {
+    MPI_Group world, self;
+    int zero = 0;
+    MPI_Comm_group(MPI_COMM_SELF, &world);
+    MPI_Group_incl(world, 1, &zero, &self);
+    for (long r = 0; r < rounds; r++) {
+      MPI_Win_post(self, 0, win);
+      MPI_Win_start(self, 0, win);
+      MPI_Put(origin, 8, MPI_CHAR, 0, 0, 8, MPI_CHAR, win);
+      MPI_Win_complete(win);
+      MPI_Win_wait(win);
+    }
+    MPI_Group_free(&self);
+    MPI_Group_free(&world);
     expect = 1;
   } else if (!strcmp(loop, "lockgetacc")) {
     for (long r = 0; r < rounds; r++) {

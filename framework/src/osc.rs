@@ -921,6 +921,32 @@ pub trait OscModule {
         None
     }
 
+    /// Does the host run `MPI_Win_fence` as [`OscModule::fence_ready`], then one collective
+    /// on the window's communicator (did any member send operations as messages?), then
+    /// [`OscModule::fence_agreed`] when none did, [`SyncCall::Fence`] otherwise? Every
+    /// member's module answers alike (a property of the component). By default, no.
+    fn fence_by_collective(&self) -> bool {
+        false
+    }
+
+    /// A fence's first step ([`OscModule::fence_by_collective`]), polled with progress
+    /// passes between: `Some(Ok(true))` when this member sent operations as messages in
+    /// the epoch (the fence then needs [`SyncCall::Fence`]); `Some(Ok(false))` once every
+    /// other operation it issued is complete at its target; an error when no fence is
+    /// allowed now. The target's side keeps being served by the passes of the collective.
+    fn fence_ready(&mut self) -> Option<Result<bool, OscError>> {
+        Some(Ok(true))
+    }
+
+    /// End a fence the collective found quiet at every member (nothing sent as a message
+    /// anywhere, every member's other operations complete): `succeed`, another fence epoch
+    /// follows. An operation's deferred error comes out here.
+    fn fence_agreed(&mut self, _succeed: bool) -> Result<(), OscError> {
+        Err(OscError::Sync(
+            "this window's component does not end fences by a collective".into(),
+        ))
+    }
+
     /// Does the operation issued last need a progress pass at once? The host runs one after
     /// each operation, since a message may be what its target waits for. A module whose
     /// operation only queued work that nobody but the origin's own completion waits for
@@ -1011,6 +1037,22 @@ pub trait LentPath: std::fmt::Debug {
     /// nothing reported, otherwise (what could not move stays queued for the module, whose
     /// unlock then reports the error). By default never.
     fn unlock(&self, _t: usize) -> bool {
+        false
+    }
+
+    /// `MPI_Win_lock_all` (`nocheck`: `MPI_MODE_NOCHECK`) granted within the call, as
+    /// [`LentPath::lock`] for every member at once (every shared lock taken, or none): then
+    /// puts, gets and flushes of the members this path reaches go through it, and the module
+    /// adopts the epoch as its own before anything else it does. False, nothing changed,
+    /// otherwise. By default never.
+    fn lock_all(&self, _nocheck: bool) -> bool {
+        false
+    }
+
+    /// `MPI_Win_unlock_all` of an epoch [`LentPath::lock_all`] opened and the module has not
+    /// adopted since: what this path queued has moved and every lock is given back. False,
+    /// nothing reported, otherwise (the module's unlock then decides). By default never.
+    fn unlock_all(&self) -> bool {
         false
     }
 }

@@ -905,6 +905,21 @@ impl RawWindow {
 
     /// Run synchronization `call` to its end.
     pub fn sync(&self, call: SyncCall) -> Result<()> {
+        if let SyncCall::Fence { succeed } = call {
+            // (Not with the wait hook, MPI_THREAD_MULTIPLE: a blocking collective holds the
+            // process lock while it waits, and threads fencing windows of their own would
+            // deadlock across ranks, as `progress_until` explains.)
+            if self.core.borrow().module.fence_by_collective()
+                && !rmca_framework::progress::wait_hook_set()
+            {
+                return self.fence_by_collective(succeed);
+            }
+        }
+        self.sync_messages(call)
+    }
+
+    /// [`RawWindow::sync`] by the module's own synchronization (its messages, for a fence).
+    fn sync_messages(&self, call: SyncCall) -> Result<()> {
         {
             let mut core = self.core.borrow_mut();
             // A direct module's flush is one call that finishes within it.
@@ -941,6 +956,44 @@ impl RawWindow {
             }
         }
         self.progress_until(|m| m.sync_done())?.map_err(Error::Rma)
+    }
+
+    /// `MPI_Win_fence` on a module that ends quiet fences by a collective
+    /// ([`OscModule::fence_by_collective`]): this member's operations of the epoch complete,
+    /// then one allreduce on the window's communicator says whether any member sent
+    /// operations as messages. If none did, nothing is left to apply anywhere and the fence
+    /// ends there (one collective instead of a message to and from every member); else the
+    /// module's message rounds run. Every member decides by the allreduce's result, so all
+    /// take the same path for the same fence.
+    fn fence_by_collective(&self, succeed: bool) -> Result<()> {
+        // Without a pass when the module is ready at once (its transfers moved by CMA).
+        let ready = self.core.borrow_mut().module.fence_ready();
+        let loud = match ready {
+            Some(r) => r,
+            None => self.progress_until(|m| m.fence_ready())?,
+        }
+        .map_err(Error::Rma)?;
+        // The target's side (requests posted in its accumulate slots, messages) is served
+        // by the window's stepper in the collective's progress passes: no borrow held here.
+        let mut any = [u8::from(loud)];
+        // (A window of one member decides alone: its allreduce would be a copy.)
+        if self.comm.size() > 1 {
+            self.comm.allreduce(&[u8::from(loud)], &mut any, Op::Max)?;
+        }
+        if any[0] != 0 {
+            // (Not a recursion: the module's message rounds, by the general path.)
+            return self.sync_messages(SyncCall::Fence { succeed });
+        }
+        let mut core = self.core.borrow_mut();
+        let r = core.module.fence_agreed(succeed).map_err(Error::Rma);
+        // An allreduce whose last member arrived here polls nothing: a pass every
+        // `QUICK_PASS_EVERY`th, as for the quick synchronizations of `sync`.
+        core.quick = core.quick.wrapping_add(1);
+        if core.quick.is_multiple_of(QUICK_PASS_EVERY) {
+            drop(core);
+            self.progress();
+        }
+        r
     }
 
     /// One progress pass of the runtime and of the window (receive, apply what arrived, send

@@ -1,7 +1,8 @@
 /* Accumulates, fetch-and-ops and compare-and-swaps to a member of the node on a created
  * window, many of them: every rank updates rank 0's counters (rank 0 its own: the self
  * target) under lock_all with a flush after each call, tries bad input (refused with its
- * class, nothing written), then rank 0 checks the totals. The Rust side (c_rma_rdma.rs) reads
+ * class, nothing written), updates them again with each call in a lock/unlock epoch of its
+ * own, then rank 0 checks the totals. The Rust side (c_rma_rdma.rs) reads
  * the PML's message counters from the profile: with osc-rdma's direct accumulates they stay
  * far below the number of calls (the origin applies them by CMA), by messages they exceed it. */
 #include "check.h"
@@ -72,8 +73,34 @@ int main(int argc, char **argv) {
     OK(MPI_Win_set_errhandler(win, MPI_ERRORS_ARE_FATAL));
     OK(MPI_Win_unlock_all(win));
     OK(MPI_Barrier(MPI_COMM_WORLD));
+    /* Again, each call in a lock/unlock epoch of its own, exclusive and shared in turn (on
+     * osc-rdma the origin's lock word, the operation applied within the call and the word
+     * given back: the others' operations and locks meanwhile by every path). */
+    {
+        long one = 1, old = -1, cmp, swapped;
+        for (int i = 0; i < CALLS; i++) {
+            int kind = i % 2 ? MPI_LOCK_SHARED : MPI_LOCK_EXCLUSIVE;
+            OK(MPI_Win_lock(kind, 0, 0, win));
+            OK(MPI_Accumulate(&one, 1, MPI_LONG, 0, 0, 1, MPI_LONG, MPI_SUM, win));
+            OK(MPI_Win_unlock(0, win));
+            OK(MPI_Win_lock(kind, 0, 0, win));
+            OK(MPI_Fetch_and_op(&one, &old, MPI_LONG, 0, 1, MPI_SUM, win));
+            OK(MPI_Win_unlock(0, win));
+            CHECK(old >= 0 && old < 2L * CALLS * size, "fetched %ld", old);
+            do {
+                OK(MPI_Win_lock(kind, 0, 0, win));
+                OK(MPI_Fetch_and_op(NULL, &cmp, MPI_LONG, 0, 2, MPI_NO_OP, win));
+                OK(MPI_Win_unlock(0, win));
+                long next = cmp + 1;
+                OK(MPI_Win_lock(kind, 0, 0, win));
+                OK(MPI_Compare_and_swap(&next, &cmp, &swapped, MPI_LONG, 0, 2, win));
+                OK(MPI_Win_unlock(0, win));
+            } while (swapped != cmp);
+        }
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
     if (rank == 0) {
-        long want = (long)CALLS * size;
+        long want = 2L * CALLS * size;
         /* The window's memory, read after the epoch: MPI's unified model. */
         OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
         CHECK(counters[0] == want && counters[1] == want && counters[2] == want,

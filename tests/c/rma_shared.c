@@ -6,7 +6,8 @@
  * windows; atomics and exclusive locks under contention from every rank (the counts add up
  * exactly); bad input answered with the RMA error classes and nothing written, on the general
  * path and on the C library's fast paths (small put/get and accumulates, fetch-and-op,
- * compare-and-swap) and its passive-target locks (exclusion under contention, misuse). Runs on
+ * compare-and-swap) and its passive-target locks (exclusion under contention, misuse);
+ * post/start groups that change from one epoch to the next. Runs on
  * any number of ranks on one node (1 included). */
 #include <stddef.h>
 #include <stdint.h>
@@ -879,6 +880,72 @@ static void fast_epochs(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* MPI_Win_post and MPI_Win_start naming other groups from one epoch to the next (the C
+ * library keeps each one's last group per window, by its members): groups made afresh every
+ * epoch and freed, so that their handles come back naming other members, the neighbour put to
+ * alternating; a group with a process outside the window's group refused every time, nothing
+ * kept of it. */
+static void pscw_groups(void) {
+    int *mem = NULL;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem,
+                               &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    for (int i = 0; i < 4; i++) mem[i] = -1;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    MPI_Group world;
+    OK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    const int r = right(), l = left();
+    for (int e = 0; e < 6; e++) {
+        /* Even epochs: everyone puts to its right neighbour; odd ones: to its left. */
+        int to_rank = e % 2 ? l : r, from_rank = e % 2 ? r : l;
+        MPI_Group to, from;
+        OK(MPI_Group_incl(world, 1, &from_rank, &from));
+        OK(MPI_Group_incl(world, 1, &to_rank, &to));
+        OK(MPI_Win_post(from, 0, win));
+        OK(MPI_Win_start(to, 0, win));
+        int v = 100 * e + rank;
+        OK(MPI_Put(&v, 1, MPI_INT, to_rank, e % 4, 1, MPI_INT, win));
+        if (l != r)
+            CHECK(MPI_Put(&v, 1, MPI_INT, from_rank, 0, 1, MPI_INT, win) == MPI_ERR_RMA_SYNC,
+                  "epoch %d: a put to a rank outside the start's group", e);
+        OK(MPI_Win_complete(win));
+        OK(MPI_Win_wait(win));
+        CHECK(mem[e % 4] == 100 * e + from_rank, "epoch %d: [%d] = %d", e, e % 4, mem[e % 4]);
+        OK(MPI_Group_free(&from));
+        OK(MPI_Group_free(&to));
+    }
+    OK(MPI_Win_free(&win));
+    /* A window of this process alone: a group naming a neighbour is not in its group. */
+    int *own = NULL;
+    OK(MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_SELF, &own, &win));
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    *own = -1;
+    if (size > 1) {
+        MPI_Group other;
+        OK(MPI_Group_incl(world, 1, &r, &other));
+        for (int i = 0; i < 2; i++) {
+            CHECK(MPI_Win_post(other, 0, win) == MPI_ERR_GROUP, "post to a rank outside (%d)", i);
+            CHECK(MPI_Win_start(other, 0, win) == MPI_ERR_GROUP, "start of a rank outside (%d)", i);
+        }
+        OK(MPI_Group_free(&other));
+    }
+    MPI_Group me;
+    OK(MPI_Group_incl(world, 1, &rank, &me));
+    for (int e = 0; e < 2; e++) {
+        OK(MPI_Win_post(me, 0, win));
+        OK(MPI_Win_start(me, 0, win));
+        int v = 10 + e;
+        OK(MPI_Put(&v, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+        OK(MPI_Win_complete(win));
+        OK(MPI_Win_wait(win));
+        CHECK(*own == 10 + e, "a put to itself in epoch %d: %d", e, *own);
+    }
+    OK(MPI_Group_free(&me));
+    OK(MPI_Group_free(&world));
+    OK(MPI_Win_free(&win));
+}
+
 /* A pause between a read and the write that depends on it: an exclusion that fails lets
  * another rank in there. */
 static void pause_a_little(void) {
@@ -1010,6 +1077,7 @@ int main(int argc, char **argv) {
     fast_bad_input();
     fast_epochs();
     fast_locks();
+    pscw_groups();
     int rc = summary("rma_shared");
     MPI_Finalize();
     return rc;

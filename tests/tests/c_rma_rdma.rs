@@ -136,6 +136,9 @@ fn accumulates_to_a_member_of_the_node_go_through_its_slot_and_to_itself_in_plac
     // compare-and-swap), bar those skipped after a claim back.
     assert!(posted > 0 && served > 0, "{profile:#}");
     assert_eq!(served + reclaimed, posted, "each applied once: {profile:#}");
+    // A flush after operations that completed within their calls is the lent path's (no
+    // call into the window's module): rank 1 flushes after each of its 5 or more per round.
+    assert!(n("lent_flushes") >= CALLS, "lent flushes: {profile:#}");
     // Rank 0 on its own counters.
     assert!(n("acc_self") >= 5 * CALLS, "in place: {profile:#}");
     let profile = profiled_run("rma_acc_count", 2, "osc_rdma_acc_slot_ns", "0");
@@ -255,6 +258,54 @@ fn puts_and_gets_to_a_member_of_the_node_are_moved_by_the_origin() {
                     "{puts} puts and {gets} gets by the PML for {CALLS} calls of each per rank"
                 );
             }
+        }
+    }
+}
+
+/// `MPI_Win_lock_all`/`MPI_Win_unlock_all` on a created window whose members are all on the
+/// node are taken on osc-rdma's lent path (a shared lock on every member's word, no call into
+/// the window): `tests/c/rma_lock_all.c` (1000 lock_all epochs per rank with a put or a get
+/// each, data checked; exclusive increments of a counter against lock_all readers, which see
+/// it still; misuse refused with MPI_ERR_RMA_SYNC) counts one `osc.rdma.lent_locks` per
+/// lock_all with `osc_rdma_cma_direct`, none without, and passes both ways.
+#[test]
+fn lock_all_epochs_of_node_members_are_taken_on_the_lent_path() {
+    const EPOCHS: u64 = 1000;
+    for ranks in [2u64, 3] {
+        for direct in ["1", "0"] {
+            let profile = profiled_run("rma_lock_all", ranks, "osc_rdma_cma_direct", direct);
+            let locks = counter(&profile, "osc.rdma.lent_locks");
+            if direct == "1" {
+                assert!(
+                    locks >= EPOCHS * ranks,
+                    "{locks} lock_alls on the lent path for {EPOCHS} per rank: {profile:#}"
+                );
+            } else {
+                assert_eq!(locks, 0, "no lent path without CMA from the origin");
+            }
+        }
+    }
+}
+
+/// A fence every member found quiet (no operation sent as a message since its last fence)
+/// ends by one collective on the window's communicator, with no message of osc-am's: in
+/// `tests/c/rma_fence_mixed.c` (300 fence rounds of puts and gets by CMA, with a contiguous
+/// accumulate every third round and one of a derived datatype every third round; every
+/// value checked) the profile's `osc.rdma.fences_by_collective` counts the first and last
+/// fences and those of the quiet rounds, exactly: all 300 with `osc_rdma_acc_direct` (both
+/// accumulates applied by the origin), 100 of 300 without (the others end by messages).
+#[test]
+fn fences_quiet_everywhere_end_by_one_collective() {
+    const ROUNDS: u64 = 300;
+    for ranks in [2u64, 3] {
+        for (direct, quiet) in [("1", ROUNDS), ("0", ROUNDS / 3)] {
+            let profile = profiled_run("rma_fence_mixed", ranks, "osc_rdma_acc_direct", direct);
+            let fences = counter(&profile, "osc.rdma.fences_by_collective");
+            assert_eq!(
+                fences,
+                (quiet + 2) * ranks,
+                "fences by a collective on {ranks} ranks, acc_direct {direct}: {profile:#}"
+            );
         }
     }
 }

@@ -15,7 +15,14 @@
 //!   reply to its own fetching operations arrived, it sends `Fenced` to every member, and
 //!   finishes when it has seen a `Fenced` from each. The second round is what keeps an
 //!   operation of the next epoch (a get by a third process) from overtaking one of this
-//!   epoch at its target: messages from different origins are not ordered;
+//!   epoch at its target: messages from different origins are not ordered. A member that
+//!   sent no operation as a message since its last fence sends `FenceQuiet` instead (a
+//!   module moving data by RDMA sends it behind all its transfers); a round whose every
+//!   fence was quiet has nothing left to apply anywhere once each member saw them all, and
+//!   skips the second round (every member sees the same fences, so all skip it). A host
+//!   that knows by a collective of its own that every member is quiet (osc-rdma's, an
+//!   allreduce on the window's communicator) ends such a fence with no message at all
+//!   ([`Engine::fence_quiet`], [`Engine::fence_agreed`]): no round counted anywhere;
 //! - **post/start/complete/wait**: `Post` to each origin; `start` waits for a `Post` from
 //!   each target; `Complete` to each target; `wait` waits for a `Complete` from each origin;
 //! - **lock/unlock**: `Lock` to the target, whose lock queue answers `Granted` when the lock
@@ -187,6 +194,12 @@ pub struct Engine<S: Segment> {
     fences_sent: u64,
     fences_seen: Vec<u64>,
     fenced_seen: Vec<u64>,
+    /// Per member, the last round (its count of fences) whose fence was not quiet; the
+    /// rounds of `Fenced` this process sent (the rounds not all quiet); the operation ids
+    /// issued up to this process's last fence.
+    loud_round: Vec<u64>,
+    fenced_sent: u64,
+    ops_at_fence: u64,
     frees_seen: Vec<u64>,
     access: Option<Vec<usize>>,
     posts_seen: Vec<u64>,
@@ -266,6 +279,9 @@ impl<S: Segment> Engine<S> {
             fences_sent: 0,
             fences_seen: vec![0; n],
             fenced_seen: vec![0; n],
+            loud_round: vec![0; n],
+            fenced_sent: 0,
+            ops_at_fence: 1,
             frees_seen: vec![0; n],
             access: None,
             posts_seen: vec![0; n],
@@ -308,22 +324,6 @@ impl<S: Segment> Engine<S> {
             && self.acks[target] == 0
     }
 
-    /// The origin's checks of an accumulate of `data_len` origin bytes into `runs` at
-    /// `addr` of `target` (rank, epoch, range, operation, lengths), for a module that applies
-    /// it itself and so must refuse exactly what this engine would.
-    #[allow(clippy::too_many_arguments)]
-    pub fn check_accumulate(
-        &self,
-        target: usize,
-        addr: u64,
-        runs: &[(i64, u64)],
-        op: AccOp,
-        elem: Elem,
-        data_len: usize,
-    ) -> Result<(), OscError> {
-        self.check_acc(target, addr, runs, op, elem, data_len)
-    }
-
     /// The origin's checks of a compare-and-swap, as [`Engine::check_accumulate`].
     pub fn check_cas(
         &self,
@@ -334,6 +334,18 @@ impl<S: Segment> Engine<S> {
         value: &[u8],
     ) -> Result<(), OscError> {
         self.check_epoch(target)?;
+        self.check_cas_operands(target, addr, elem, compare, value)
+    }
+
+    /// [`Engine::check_cas`] but for the epoch, as [`Engine::check_accumulate_operands`].
+    pub fn check_cas_operands(
+        &self,
+        target: usize,
+        addr: u64,
+        elem: Elem,
+        compare: &[u8],
+        value: &[u8],
+    ) -> Result<(), OscError> {
         self.check_range(target, addr, &[(0, elem.size() as u64)])?;
         if compare.len() != elem.size() || value.len() != elem.size() {
             return Err(OscError::Arg("compare_and_swap: one element each".into()));
@@ -592,7 +604,7 @@ impl<S: Segment> Engine<S> {
         data: Vec<u8>,
         fetch: bool,
     ) -> Result<OpId, OscError> {
-        self.check_acc(target, addr, &layout.runs, op, elem, data.len())?;
+        self.check_accumulate(target, addr, &layout.runs, op, elem, data.len())?;
         if Self::in_pieces(&layout.runs, elem, data.len(), fetch) {
             return Ok(self.acc_pieces_to(target, addr, &layout.runs, op, elem, &data));
         }
@@ -625,7 +637,7 @@ impl<S: Segment> Engine<S> {
         data: &[u8],
         fetch: bool,
     ) -> Result<OpId, OscError> {
-        self.check_acc(target, addr, runs, op, elem, data.len())?;
+        self.check_accumulate(target, addr, runs, op, elem, data.len())?;
         if Self::in_pieces(runs, elem, data.len(), fetch) {
             return Ok(self.acc_pieces_to(target, addr, runs, op, elem, data));
         }
@@ -710,8 +722,26 @@ impl<S: Segment> Engine<S> {
         id
     }
 
-    /// The origin's checks of an accumulate of `data_len` bytes.
-    fn check_acc(
+    /// The origin's checks of an accumulate of `data_len` origin bytes into `runs` at
+    /// `addr` of `target` (rank, epoch, range, operation, lengths), for a module that applies
+    /// it itself and so must refuse exactly what this engine would.
+    pub fn check_accumulate(
+        &self,
+        target: usize,
+        addr: u64,
+        runs: &[(i64, u64)],
+        op: AccOp,
+        elem: Elem,
+        data_len: usize,
+    ) -> Result<(), OscError> {
+        self.check_epoch(target)?;
+        self.check_accumulate_operands(target, addr, runs, op, elem, data_len)
+    }
+
+    /// [`Engine::check_accumulate`] but for the epoch: for a module that runs an operation
+    /// in an epoch the engine does not hold (osc-rdma's lent path's lock), whose other
+    /// checks must be the same.
+    pub fn check_accumulate_operands(
         &self,
         target: usize,
         addr: u64,
@@ -721,7 +751,6 @@ impl<S: Segment> Engine<S> {
         data_len: usize,
     ) -> Result<(), OscError> {
         let len = Layout::len_of(runs);
-        self.check_epoch(target)?;
         self.check_range(target, addr, runs)?;
         if !elem.supports(op) {
             return Err(OscError::Op(format!(
@@ -792,6 +821,38 @@ impl<S: Segment> Engine<S> {
 
     // ---- synchronization ----
 
+    /// A fence decided by the host's collective (osc-rdma): may this process's fence be
+    /// quiet? `Ok(true)`: no operation went as a message since its last fence and no reply
+    /// is awaited; `Ok(false)`: the fence needs this engine's rounds
+    /// ([`SyncCall::Fence`]); an error when a fence is not allowed now (as `sync`'s).
+    pub fn fence_quiet(&self) -> Result<bool, OscError> {
+        if let Some(p) = &self.pending {
+            return Err(OscError::Sync(format!(
+                "a synchronization ({p:?}) is still in progress"
+            )));
+        }
+        if self.access.is_some() || self.exposure.is_some() || self.any_lock() {
+            return Err(OscError::Sync(
+                "MPI_Win_fence inside a post/start or lock epoch".into(),
+            ));
+        }
+        Ok(self.ops_at_fence == self.next_id && self.awaiting.iter().all(|&a| a == 0))
+    }
+
+    /// End a fence that every member found quiet ([`Engine::fence_quiet`], agreed by the
+    /// host's collective): nothing was sent as a message by anybody, so nothing is left to
+    /// apply anywhere. No message and no round counted: every member skips the same rounds,
+    /// so the message rounds stay numbered alike everywhere.
+    pub fn fence_agreed(&mut self, succeed: bool) -> Result<(), OscError> {
+        if !self.fence_quiet()? {
+            return Err(OscError::Sync(
+                "a fence agreed quiet on an engine that sent operations".into(),
+            ));
+        }
+        self.fence_open = succeed;
+        Ok(())
+    }
+
     fn any_lock(&self) -> bool {
         self.lock_all || self.locks.iter().any(Option::is_some)
     }
@@ -823,8 +884,10 @@ impl<S: Segment> Engine<S> {
                         "MPI_Win_fence inside a post/start or lock epoch".into(),
                     ));
                 }
+                // Quiet: no operation went as a message since the last fence.
+                let quiet = std::mem::replace(&mut self.ops_at_fence, self.next_id) == self.next_id;
                 for p in 0..n {
-                    self.send(p, Msg::Fence);
+                    self.send(p, if quiet { Msg::FenceQuiet } else { Msg::Fence });
                 }
                 self.fences_sent += 1;
                 self.pending = Some(Pending::Fence {
@@ -1048,8 +1111,13 @@ impl<S: Segment> Engine<S> {
             if self.fences_seen.iter().all(|&s| s >= self.fences_sent)
                 && self.awaiting.iter().all(|&a| a == 0)
             {
-                for p in 0..self.size() {
-                    self.send(p, Msg::Fenced);
+                // (A member's next round's fence may be here already only if this round was
+                // quiet everywhere: it finished its own without waiting for this process.)
+                if self.loud_round.contains(&self.fences_sent) {
+                    self.fenced_sent += 1;
+                    for p in 0..self.size() {
+                        self.send(p, Msg::Fenced);
+                    }
                 }
                 self.pending = Some(Pending::Fence {
                     succeed,
@@ -1071,7 +1139,7 @@ impl<S: Segment> Engine<S> {
         let done = match &self.pending {
             None => true,
             Some(Pending::Fence { done, .. }) => {
-                *done && self.fenced_seen.iter().all(|&s| s >= self.fences_sent)
+                *done && self.fenced_seen.iter().all(|&s| s >= self.fenced_sent)
             }
             Some(Pending::Start(g)) => g.iter().all(|&t| self.posts_seen[t] > 0),
             Some(Pending::Replies(g)) => g.iter().all(|&t| self.awaiting[t] == 0),
@@ -1477,7 +1545,11 @@ impl<S: Segment> Engine<S> {
             Msg::Refused(r) => {
                 self.deferred.get_or_insert(refusal_error(r));
             }
-            Msg::Fence => self.fences_seen[from] += 1,
+            Msg::Fence => {
+                self.fences_seen[from] += 1;
+                self.loud_round[from] = self.fences_seen[from];
+            }
+            Msg::FenceQuiet => self.fences_seen[from] += 1,
             Msg::Fenced => self.fenced_seen[from] += 1,
             Msg::Post => self.posts_seen[from] += 1,
             Msg::Complete => self.completes_seen[from] += 1,
@@ -1886,6 +1958,49 @@ mod tests {
         assert_eq!(net.e[0].poll_op(id), Some(Ok(i32s(&[1]))));
         assert!(net.e[0].quiet(1) && net.e[0].quiet(0));
         net.sync_all(&[0, 1], |_| SyncCall::UnlockAll);
+    }
+
+    /// Fences agreed quiet by a host's collective ([`Engine::fence_agreed`]) between
+    /// message rounds: no message, no round counted, so the message rounds that follow
+    /// (loud at one member only) still match across members and apply what was sent.
+    #[test]
+    fn fences_agreed_quiet_between_message_rounds() {
+        let mut net = Net::new(3, 16);
+        let all = [0, 1, 2];
+        net.sync_all(&all, |_| SyncCall::Fence { succeed: true });
+        for round in 0..4 {
+            // Quiet everywhere: agreed, nothing sent.
+            for r in 0..3 {
+                assert_eq!(net.e[r].fence_quiet(), Ok(true), "round {round}, rank {r}");
+                net.e[r].fence_agreed(true).unwrap();
+                assert!(net.e[r].outbox().is_empty());
+            }
+            // Loud at one member: its fence needs the message rounds, everybody's.
+            let loud = round % 3;
+            let t = (loud + 1) % 3;
+            net.e[loud]
+                .put(t, 0, &Layout::contiguous(4), i32s(&[round as i32 + 1]))
+                .unwrap();
+            for r in 0..3 {
+                assert_eq!(net.e[r].fence_quiet(), Ok(r != loud));
+            }
+            assert!(matches!(
+                net.e[loud].fence_agreed(true),
+                Err(OscError::Sync(_))
+            ));
+            net.sync_all(&all, |_| SyncCall::Fence { succeed: true });
+            assert_eq!(&net.mem(t)[..4], &i32s(&[round as i32 + 1])[..]);
+        }
+        // NOSUCCEED by agreement closes the epoch; a fence inside a lock epoch is refused.
+        for r in 0..3 {
+            net.e[r].fence_agreed(false).unwrap();
+        }
+        assert!(matches!(
+            net.e[0].put(1, 0, &Layout::contiguous(1), vec![1]),
+            Err(OscError::Sync(_))
+        ));
+        net.sync_all(&[0], |_| SyncCall::LockAll { nocheck: true });
+        assert!(matches!(net.e[0].fence_quiet(), Err(OscError::Sync(_))));
     }
 
     #[test]

@@ -122,6 +122,12 @@ pub enum Msg {
     Refused(Refusal),
     /// The sender reached its fence (everything it sent before arrived first).
     Fence,
+    /// [`Msg::Fence`] of a sender that sent no operation as a message since its last fence
+    /// and whose every transfer is complete (a module that moves data by RDMA sends it
+    /// behind its transfers to every peer): when every member's fence of a round is this
+    /// one, nothing of the epoch is left to apply anywhere, and the round of
+    /// [`Msg::Fenced`] is skipped.
+    FenceQuiet,
     /// The sender saw every member's fence: everything aimed at it is applied.
     Fenced,
     /// The sender exposes its window to the receiver (`MPI_Win_post`).
@@ -160,9 +166,10 @@ const FLUSH: u8 = 15;
 const ACK: u8 = 16;
 const FREE: u8 = 17;
 const FENCED: u8 = 18;
+const FENCE_QUIET: u8 = 19;
 
 /// Every kind byte osc-am sends.
-const KINDS: [u8; 18] = [
+const KINDS: [u8; 19] = [
     PUT,
     GET,
     ACC,
@@ -181,6 +188,7 @@ const KINDS: [u8; 18] = [
     ACK,
     FREE,
     FENCED,
+    FENCE_QUIET,
 ];
 
 /// Kind bytes osc-am never uses, left to the components whose own messages share a window's
@@ -395,6 +403,7 @@ impl Msg {
                 refusal(out, r);
             }
             Msg::Fence => out.put(&[FENCE]),
+            Msg::FenceQuiet => out.put(&[FENCE_QUIET]),
             Msg::Fenced => out.put(&[FENCED]),
             Msg::Post => out.put(&[POST]),
             Msg::Complete => out.put(&[COMPLETE]),
@@ -490,6 +499,7 @@ impl Msg {
             },
             REFUSED => Msg::Refused(r.refusal()?),
             FENCE => Msg::Fence,
+            FENCE_QUIET => Msg::FenceQuiet,
             FENCED => Msg::Fenced,
             POST => Msg::Post,
             COMPLETE => Msg::Complete,
@@ -613,6 +623,7 @@ mod tests {
                 msg: "x".into(),
             }),
             Msg::Fence,
+            Msg::FenceQuiet,
             Msg::Fenced,
             Msg::Post,
             Msg::Complete,

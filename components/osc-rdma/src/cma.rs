@@ -13,6 +13,8 @@
 //! and nothing outstanding ([`Lent::set_free`]): the lock is an atomic on the target's lock
 //! word, held by the path until the unlock moves the queue and gives the word back, or until
 //! the module's next call, which adopts it first ([`Lent::take_held`]) as an epoch of its own.
+//! `MPI_Win_lock_all`/`MPI_Win_unlock_all` likewise, once every member's word (this
+//! process's own included) is mapped: a shared lock on each, taken together or not at all.
 //!
 //! [`batch_end`] (how the queue splits into calls) is sans-IO; [`issue`] makes one call.
 #![allow(unsafe_code)]
@@ -89,6 +91,9 @@ struct Member {
     /// CMA reaches it and its lock word is mapped ([`Lent::reach`]): this path may lock it.
     word: OnceCell<SegWord>,
     lockable: Cell<bool>,
+    /// This process's own member, whose word is mapped ([`Lent::reach_own`]): locked here
+    /// within a lock_all only (no CMA to itself: its puts and gets are the module's).
+    own: Cell<bool>,
     /// The lock this path holds on it and the module has not adopted ([`Held`]).
     held: Cell<Held>,
 }
@@ -134,6 +139,13 @@ pub struct Lent {
     free: Cell<bool>,
     /// Members this path holds a lock on (not adopted by the module yet).
     holding: Cell<u32>,
+    /// Those locks are one `MPI_Win_lock_all`'s ([`Lent::holds_all`]).
+    all: Cell<bool>,
+    /// The module applied an accumulate within its call since the last flush here
+    /// ([`Lent::applied`]): complete at its target, so a flush with nothing queued may
+    /// finish here once (not every one: a flush with nothing to do is how a program polls
+    /// its window, and the module's gives it a progress pass).
+    applied: Cell<bool>,
 }
 
 impl Lent {
@@ -152,6 +164,7 @@ impl Lent {
                     flush: Cell::new(false),
                     word: OnceCell::new(),
                     lockable: Cell::new(false),
+                    own: Cell::new(false),
                     held: Cell::new(Held::No),
                 })
                 .collect(),
@@ -165,7 +178,26 @@ impl Lent {
             locks: Cell::new(0),
             free: Cell::new(false),
             holding: Cell::new(0),
+            all: Cell::new(false),
+            applied: Cell::new(false),
         }
+    }
+
+    /// The module: an accumulate, fetch-and-op or compare-and-swap completed at its target
+    /// within its call (nothing left outstanding), so the next flush may finish here.
+    #[inline]
+    pub fn applied(&self) {
+        self.applied.set(true);
+    }
+
+    /// The module: `word` is this process's own lock word (member `t`), which the module's
+    /// engine takes too: a lock_all of this path takes it with the others'. Set once.
+    pub fn reach_own(&self, t: usize, word: SegWord) {
+        let Some(m) = self.members.get(t) else {
+            return;
+        };
+        let _ = m.word.set(word);
+        m.own.set(true);
     }
 
     /// The module: CMA reaches member `t` (process `pid`, its memory at `base` there) and
@@ -204,11 +236,28 @@ impl Lent {
         self.holding.get() != 0
     }
 
+    /// Are the locks this path holds one `MPI_Win_lock_all`'s (every member's, shared)?
+    /// The module asks before [`Lent::take_held`], to adopt them as one epoch.
+    pub fn holds_all(&self) -> bool {
+        self.all.get()
+    }
+
+    /// Does this path hold a lock on member `t` that the module has not adopted? An
+    /// accumulate the module completes within its call may run in that epoch without
+    /// adopting it, and the unlock stays this path's.
+    #[inline]
+    pub fn holds_lock(&self, t: usize) -> bool {
+        self.members
+            .get(t)
+            .is_some_and(|m| m.held.get() != Held::No)
+    }
+
     /// The module adopts the locks this path holds: `f(t, held)` for each (its epoch is the
     /// module's from now on: the access and flush flags stay as they are), and the path is
     /// no longer free.
     pub fn take_held(&self, mut f: impl FnMut(usize, Held)) {
         self.free.set(false);
+        self.all.set(false);
         if self.holding.replace(0) == 0 {
             return;
         }
@@ -364,9 +413,11 @@ impl LentPath for Lent {
         let Ok(mut q) = self.queue.try_borrow_mut() else {
             return false;
         };
-        if q.is_empty() || !self.move_queue(&mut q) {
+        // Nothing queued: only after an accumulate applied within its call.
+        if (q.is_empty() && !self.applied.get()) || !self.move_queue(&mut q) {
             return false;
         }
+        self.applied.set(false);
         self.flushes.set(self.flushes.get() + 1);
         true
     }
@@ -404,7 +455,8 @@ impl LentPath for Lent {
             return false;
         };
         let held = m.held.get();
-        if held == Held::No || !self.quiet.get() {
+        // (A lock_all's member: `MPI_Win_unlock` of it is the module's error.)
+        if held == Held::No || self.all.get() || !self.quiet.get() {
             return false;
         }
         let Ok(mut q) = self.queue.try_borrow_mut() else {
@@ -422,6 +474,74 @@ impl LentPath for Lent {
         self.holding.set(self.holding.get() - 1);
         m.access.set(false);
         m.flush.set(false);
+        true
+    }
+
+    fn lock_all(&self, nocheck: bool) -> bool {
+        if !self.free.get() || !self.quiet.get() || self.holding.get() != 0 {
+            return false;
+        }
+        // Every member lockable here (this process's own by its word), or the module's.
+        if !self.members.iter().all(|m| m.own.get() || m.lockable.get()) {
+            return false;
+        }
+        if !nocheck {
+            // All or none, as the engine's lock_all: holding some while waiting for others
+            // could wait on a process that waits on one of them.
+            for (i, m) in self.members.iter().enumerate() {
+                let got = m
+                    .word
+                    .get()
+                    .is_some_and(|w| lock_word::try_acquire(w.word(), LockKind::Shared));
+                if !got {
+                    for w in self.members[..i].iter().filter_map(|m| m.word.get()) {
+                        lock_word::release(w.word(), LockKind::Shared);
+                    }
+                    // Held exclusively by another: the module waits for it.
+                    return false;
+                }
+            }
+        }
+        let held = if nocheck {
+            Held::NoCheck
+        } else {
+            Held::Word(LockKind::Shared)
+        };
+        for m in self.members.iter() {
+            m.held.set(held);
+            // Reached by CMA (not this process itself): accessed and flushed here (the
+            // module is quiet: nothing it sent is unacknowledged).
+            let cma = m.lockable.get();
+            m.access.set(cma);
+            m.flush.set(cma);
+        }
+        self.holding.set(self.members.len() as u32);
+        self.all.set(true);
+        self.locks.set(self.locks.get() + 1);
+        true
+    }
+
+    fn unlock_all(&self) -> bool {
+        if !self.all.get() || !self.quiet.get() {
+            return false;
+        }
+        let Ok(mut q) = self.queue.try_borrow_mut() else {
+            return false;
+        };
+        // Every operation complete before any word goes.
+        if !self.move_queue(&mut q) {
+            return false;
+        }
+        for m in self.members.iter() {
+            if let (Held::Word(kind), Some(w)) = (m.held.get(), m.word.get()) {
+                lock_word::release(w.word(), kind);
+            }
+            m.held.set(Held::No);
+            m.access.set(false);
+            m.flush.set(false);
+        }
+        self.holding.set(0);
+        self.all.set(false);
         true
     }
 }
@@ -619,6 +739,14 @@ mod tests {
         assert_eq!(&dst[56..], &src[..]);
         assert_eq!(l.take_counts(), [2, 0, 2, 1, 0], "two targets, two calls");
         assert!(l.is_empty() && !l.flush(0), "nothing queued: the module's");
+        // After an accumulate the module applied within its call: once here.
+        l.applied();
+        assert!(!l.flush(1), "not flushable");
+        assert!(l.flush(0) && !l.flush(0), "once");
+        l.applied();
+        l.set_quiet(false);
+        assert!(!l.flush(0), "the module is not quiet");
+        l.set_quiet(true);
         for _ in 0..BATCH {
             assert!(l.put(0, 0, v));
         }

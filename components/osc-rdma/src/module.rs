@@ -208,11 +208,14 @@ pub(crate) struct Counts {
     pub(crate) lent_flushes: u64,
     /// Locks the host took on the lent path.
     pub(crate) lent_locks: u64,
+    /// Fences every member found quiet, ended by the host's collective with no message
+    /// ([`OscModule::fence_agreed`]).
+    pub(crate) fences_by_collective: u64,
 }
 
 impl Counts {
     /// The counts under their profile names (`osc.rdma.*`), with `cma_calls` system calls.
-    fn named(&self, cma_calls: u64) -> [(&'static str, u64); 10] {
+    fn named(&self, cma_calls: u64) -> [(&'static str, u64); 11] {
         [
             ("osc.rdma.acc_slot_posted", self.acc_slot_posted),
             ("osc.rdma.acc_slot_served", self.acc_slot_served),
@@ -224,6 +227,7 @@ impl Counts {
             ("osc.rdma.cma_calls", cma_calls),
             ("osc.rdma.lent_flushes", self.lent_flushes),
             ("osc.rdma.lent_locks", self.lent_locks),
+            ("osc.rdma.fences_by_collective", self.fences_by_collective),
         ]
     }
 }
@@ -335,6 +339,8 @@ impl RdmaModule {
         if !self.cma {
             self.lent = None;
         }
+        // (Its own word, for the lent path's lock_all: with `with_lock_words` before.)
+        self.lent_reach(self.me);
         self
     }
 
@@ -428,11 +434,34 @@ impl RdmaModule {
             return;
         }
         let l = l.clone();
+        // A lock_all of the path: the engine holds it as a `nocheck` lock_all (granted, no
+        // word touched), every word given back once its unlock_all finished.
+        let all = l.holds_all()
+            && match self.engine.sync(SyncCall::LockAll { nocheck: true }) {
+                Ok(()) => {
+                    self.set_passive(None, true);
+                    true
+                }
+                Err(e) => {
+                    // Never left held by nobody: the words go back, the epoch is lost.
+                    tracing::error!("osc-rdma: a lock_all of the lent path not adopted: {e}");
+                    l.take_held(|t, held| {
+                        if let crate::cma::Held::Word(k) = held {
+                            l.release_word(t, k);
+                        }
+                    });
+                    return;
+                }
+            };
         l.take_held(|t, held| {
             let (kind, word) = match held {
                 crate::cma::Held::Word(k) => (k, Some(k)),
                 _ => (LockKind::Shared, None),
             };
+            if all {
+                self.word_held[t] = word;
+                return;
+            }
             // The path locks only while the engine has no epoch open and no synchronization
             // in progress, and every module call adopts first: the engine grants it.
             if let Err(e) = self.engine.sync(SyncCall::Lock {
@@ -483,6 +512,13 @@ impl RdmaModule {
             return;
         };
         if !self.engine.has_lock_word(t) {
+            return;
+        }
+        if t == self.me {
+            // Its own word: for the path's lock_all (no CMA to itself).
+            if let Some(own) = &self.lock_word {
+                l.reach_own(t, own.word());
+            }
             return;
         }
         if let (Some(Some(pid)), Some(Peer::Rdma { base, .. }), Some(Some(page))) =
@@ -633,7 +669,19 @@ impl RdmaModule {
     /// Nothing queued, in flight, held or to send, and every member heard from: a
     /// synchronization that finished needs no progress pass.
     fn settled(&mut self) -> bool {
-        !self.words_refused && self.idle()
+        !(self.words_refused && self.words_adoptable()) && self.idle()
+    }
+
+    /// A lock word the engine refused could be handed to it now (`adopt_words`, in the
+    /// progress pass): its member has no passive epoch open here. While one is open (a
+    /// program that locks right after creating the window and flushes in that epoch: OSU's
+    /// `-s flush`) the engine refuses it again, so a pass per flush would buy nothing.
+    fn words_adoptable(&self) -> bool {
+        self.pages
+            .iter()
+            .zip(&self.passive)
+            .enumerate()
+            .any(|(t, (p, &open))| p.is_some() && !open && !self.engine.has_lock_word(t))
     }
 
     /// [`RdmaModule::settled`] but for lock words the engine refused (taken by the
@@ -738,7 +786,9 @@ impl RdmaModule {
         if target == self.me {
             self.counts.acc_self += 1;
             let r = self.acc_self(op, elem, data, old);
-            self.applied |= r.is_ok();
+            if r.is_ok() {
+                self.mark_applied();
+            }
             return Some(r);
         }
         if let [(at, len)] = self.abs[..] {
@@ -795,7 +845,9 @@ impl RdmaModule {
             let off = at.wrapping_sub(self.memory.addr() as u64) as usize;
             let (_, _, word) = self.lock_word.as_ref()?.slots();
             let r = crate::slot::cas_here(word, &mut self.memory, off, compare, value, old);
-            self.applied |= r.is_ok();
+            if r.is_ok() {
+                self.mark_applied();
+            }
             return Some(r);
         }
         let req = crate::slot::Request::Cas {
@@ -887,7 +939,9 @@ impl RdmaModule {
             match wait.step(answer, now) {
                 Step::Collect => {
                     let r = slot::collect(cells, area, me, answer, old);
-                    self.applied |= r.is_ok();
+                    if r.is_ok() {
+                        self.mark_applied();
+                    }
                     return Some(r);
                 }
                 Step::Reclaim => {
@@ -969,7 +1023,7 @@ impl RdmaModule {
     ) -> Option<Result<(), OscError>> {
         match r {
             Ok(()) => {
-                self.applied = true;
+                self.mark_applied();
                 Some(Ok(()))
             }
             Err(crate::direct::Failure::Op(e)) => Some(Err(e)),
@@ -981,6 +1035,27 @@ impl RdmaModule {
                 self.pages[target] = None;
                 None
             }
+        }
+    }
+
+    /// Does the lent path hold a lock on member `target` this module has not adopted? The
+    /// module then has no epoch open (the path locks only while it is free, and every other
+    /// call of the module adopts first), so an operation it completes within its call may
+    /// run in that epoch as it is, checked as the engine checks it but for the epoch (the
+    /// path's lock is the epoch): the path's unlock then ends it with one atomic, where an
+    /// adopted lock costs an engine lock and an engine unlock (OSU's `-s lock`: lock, one
+    /// operation, unlock).
+    fn lent_epoch(&self, target: usize) -> bool {
+        target != self.me && self.lent.as_ref().is_some_and(|l| l.holds_lock(target))
+    }
+
+    /// An accumulate completed at its target within its call: the next synchronization may
+    /// finish without a progress pass (`quick`), and the next flush on the lent path with
+    /// nothing queued too ([`crate::cma::Lent::applied`]).
+    fn mark_applied(&mut self) {
+        self.applied = true;
+        if let Some(l) = &self.lent {
+            l.applied();
         }
     }
 
@@ -1369,8 +1444,9 @@ impl RdmaModule {
     fn take_outbox(&mut self) -> usize {
         let mut n = 0;
         while let Some((peer, m)) = self.engine.outbox().pop_front() {
-            // The second round of a fence waits for every transfer: see `track`.
-            let order = if matches!(m, Msg::Fenced) {
+            // The second round of a fence waits for every transfer, and so does a quiet
+            // fence, which ends the round when all are: see `track`.
+            let order = if matches!(m, Msg::Fenced | Msg::FenceQuiet) {
                 Order::All
             } else {
                 Order::Peer
@@ -1606,8 +1682,24 @@ impl OscModule for RdmaModule {
         op: AccOp,
         elem: Elem,
         data: &[u8],
-        old: Option<&mut [u8]>,
+        mut old: Option<&mut [u8]>,
     ) -> Option<Result<(), OscError>> {
+        // In the lent path's epoch, not adopted (`lent_epoch`); what the checks or the direct
+        // path do not take goes the general way below.
+        if self.lent_epoch(target)
+            && self
+                .engine
+                .check_accumulate_operands(target, addr, runs, op, elem, data.len())
+                .is_ok()
+            && old
+                .as_ref()
+                .is_none_or(|o| o.len() as u64 == Layout::len_of(runs))
+            && self.direct_target(target, addr, runs)
+        {
+            if let Some(r) = self.acc_here(target, op, elem, data, old.as_deref_mut()) {
+                return Some(r);
+            }
+        }
         // (A lock the lent path took counts for the epoch check.)
         self.adopt_fast();
         if let Err(e) = self
@@ -1641,6 +1733,19 @@ impl OscModule for RdmaModule {
         value: &[u8],
         old: &mut [u8],
     ) -> Option<Result<(), OscError>> {
+        // In the lent path's epoch, as `accumulate_at_once`.
+        if self.lent_epoch(target)
+            && old.len() == elem.size()
+            && self
+                .engine
+                .check_cas_operands(target, addr, elem, compare, value)
+                .is_ok()
+            && self.direct_target(target, addr, &[(0, elem.size() as u64)])
+        {
+            if let Some(r) = self.cas_here(target, compare, value, old) {
+                return Some(r);
+            }
+        }
         // (A lock the lent path took counts for the epoch check.)
         self.adopt_fast();
         if let Err(e) = self.engine.check_cas(target, addr, elem, compare, value) {
@@ -1719,6 +1824,7 @@ impl OscModule for RdmaModule {
             SyncCall::Unlock(t) => Some(*t),
             _ => None,
         };
+        let unlock_all = call == SyncCall::UnlockAll;
         if let Err(e) = self.engine.sync(call) {
             // Refused, nothing changed: the lent path's flags as they were (the queue moved).
             self.lent_sync = (None, None);
@@ -1731,10 +1837,18 @@ impl OscModule for RdmaModule {
         if let Some(s) = start {
             self.started = s;
         }
-        // A lock the lent path took: its word goes back once the engine's unlock finished.
+        // A lock the lent path took: its word goes back once the engine's unlock finished
+        // (a lock_all's: every word, at its unlock_all's end).
         if let Some(t) = unlock {
             if let Some(kind) = self.word_held[t].take() {
                 self.give_back.push((t, kind));
+            }
+        }
+        if unlock_all {
+            for (t, held) in self.word_held.iter_mut().enumerate() {
+                if let Some(kind) = held.take() {
+                    self.give_back.push((t, kind));
+                }
             }
         }
         if fence == Some(false) {
@@ -1745,6 +1859,42 @@ impl OscModule for RdmaModule {
         self.freeing = free;
         self.quick = moved || lock || applied;
         Ok(())
+    }
+
+    fn fence_by_collective(&self) -> bool {
+        true
+    }
+
+    fn fence_ready(&mut self) -> Option<Result<bool, OscError>> {
+        self.adopt_fast();
+        match self.engine.fence_quiet() {
+            Err(e) => return Some(Err(e)),
+            // Operations went as messages: the engine's rounds apply them (no wait here).
+            Ok(false) => return Some(Ok(true)),
+            Ok(true) => {}
+        }
+        // This member's transfers of the epoch complete (CMA's now, within the call; the
+        // BTLs' over the host's passes), as a flush of every target would: its
+        // accumulates by slot or by CMA completed within their calls.
+        self.cma_flush();
+        if !self.idle() {
+            return None;
+        }
+        Some(Ok(false))
+    }
+
+    fn fence_agreed(&mut self, succeed: bool) -> Result<(), OscError> {
+        self.engine.fence_agreed(succeed)?;
+        self.counts.fences_by_collective += 1;
+        self.quick = false;
+        self.applied = false;
+        self.lent_sync = (None, Some(succeed));
+        let r = match self.deferred.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        self.lent_flags();
+        r
     }
 
     fn sync_done_now(&mut self) -> Option<Result<(), OscError>> {
@@ -1845,7 +1995,8 @@ impl OscModule for RdmaModule {
             }
             n += self.take_outbox();
         }
-        if self.words_refused {
+        // (Not while every refused word's member has an epoch open: refused again.)
+        if self.words_refused && self.words_adoptable() {
             self.adopt_words();
         }
         // Lock requests by message waiting for this member's word (held on the node).
@@ -2260,6 +2411,8 @@ mod tests {
         assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
     }
     const FENCED: u8 = 18;
+    const FENCE: u8 = 8;
+    const FENCE_QUIET: u8 = 19;
 
     #[test]
     fn operations_whose_runs_average_under_min_run_go_as_messages() {
@@ -2469,6 +2622,37 @@ mod tests {
                 "round {round}: {kinds:?}"
             );
         }
+    }
+
+    /// A word refused because its epoch was open (OSU's `-s flush`: a lock right after the
+    /// window's creation, then every operation and flush in that epoch) costs the flushes
+    /// of that epoch no progress pass: the engine would refuse it again until the unlock.
+    /// It is taken once the epoch ended.
+    #[test]
+    fn a_refused_word_costs_the_flushes_of_its_epoch_no_pass() {
+        let mut s = Sim::unstarted(2, 16, |_| true, |_| true);
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, excl), Some(Ok(())));
+        assert!(s.kinds_sent(0, 1).contains(&LOCK_EXCL), "by message");
+        assert!(
+            !s.m[0].engine.has_lock_word(1),
+            "refused: the epoch is open"
+        );
+        for v in 1..4u64 {
+            let r =
+                s.m[0].accumulate_at_once(1, 0, &[(0, 8)], AccOp::Sum, Elem::U64, &u64s(v), None);
+            assert_eq!(r, Some(Ok(())), "applied by the origin");
+            s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+            assert_eq!(s.m[0].sync_done_now(), Some(Ok(())), "flush {v}: no pass");
+        }
+        assert_eq!(s.mem[1][..8], u64s(6));
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        s.run();
+        assert!(s.m[0].engine.has_lock_word(1), "taken once the epoch ended");
     }
 
     /// Only a buffer that continues another joins it, and a writable one only a writable one
@@ -2802,6 +2986,116 @@ mod tests {
         assert!(!p.put(1, 0, lent), "no epoch after the last fence");
     }
 
+    /// An accumulate, fetch-and-op or compare-and-swap completed within its call leaves the
+    /// flush after it to the lent path (no call into the module), once per operation: a
+    /// flush with nothing done since is the module's (its progress pass). Not after an
+    /// operation of the module's own that is outstanding.
+    #[test]
+    fn the_flush_after_an_accumulate_applied_at_once_is_the_lent_paths() {
+        let mut s = Sim::build_acc(2, 16, |_| true, |_| true);
+        for m in &mut s.m {
+            m.cma = m.lock_word.is_some();
+        }
+        let p = s.m[0].lent_path().expect("CMA reaches rank 1");
+        let excl = SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: 1,
+            nocheck: false,
+        };
+        s.m[0].sync(excl).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+        assert!(!p.flush(1), "nothing done: the module's flush (a pass)");
+        let mut old = [0u8; 8];
+        let r = s.m[0].compare_and_swap_at_once(1, 0, Elem::U64, &u64s(0), &u64s(7), &mut old);
+        assert_eq!(r, Some(Ok(())));
+        assert!(p.flush(1), "complete at the target: the path's");
+        assert!(!p.flush(1), "once");
+        let r = s.m[0].accumulate_at_once(1, 8, &[(0, 8)], AccOp::Sum, Elem::U64, &u64s(2), None);
+        assert_eq!(r, Some(Ok(())));
+        assert!(p.flush(1));
+        assert_eq!(
+            (&s.mem[1][..8], &s.mem[1][8..]),
+            (&u64s(7)[..], &u64s(2)[..])
+        );
+        // An operation by message (no accumulate words: `osc_rdma_acc_direct` 0) leaves the
+        // flush to the module.
+        let mut s2 = Sim::build_acc(2, 16, |_| true, |_| false);
+        for m in &mut s2.m {
+            m.cma = m.lock_word.is_some();
+        }
+        let p2 = s2.m[0].lent_path().expect("CMA reaches rank 1");
+        s2.m[0]
+            .sync(SyncCall::Lock {
+                kind: LockKind::Exclusive,
+                target: 1,
+                nocheck: false,
+            })
+            .unwrap();
+        assert_eq!(s2.m[0].sync_done_now(), Some(Ok(())));
+        fop(&mut s2.m[0], 1, false);
+        assert!(s2.m[0].wants_pass(), "sent as a message");
+        assert!(!p2.flush(1), "the module's work is outstanding");
+        s.m[0].lent_counts();
+        assert_eq!(s.m[0].counts.lent_flushes, 2);
+    }
+
+    /// In an epoch the lent path locked, an accumulate or compare-and-swap completed within
+    /// its call leaves the lock to the path (not adopted: the path's unlock is one atomic),
+    /// and the word keeps excluding the others meanwhile; bad input goes the general way,
+    /// which adopts the lock and refuses it with its class, nothing written.
+    #[test]
+    fn operations_at_once_leave_the_lent_paths_lock_to_it() {
+        let mut s = Sim::build_acc(3, 16, |_| true, |_| true);
+        for m in &mut s.m {
+            m.cma = m.lock_word.is_some();
+            for t in 0..3 {
+                m.lent_reach(t);
+            }
+        }
+        let p = s.m[0].lent_path().unwrap();
+        let x = |t| SyncCall::Lock {
+            kind: LockKind::Exclusive,
+            target: t,
+            nocheck: false,
+        };
+        // (The first synchronization makes the path free.)
+        assert_eq!(s.sync(0, x(1)), Some(Ok(())));
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert!(p.lock(1, LockKind::Exclusive, false));
+        s.m[2].sync(x(1)).unwrap();
+        s.run();
+        let mut old = [9u8; 8];
+        let r = s.m[0].compare_and_swap_at_once(1, 0, Elem::U64, &u64s(0), &u64s(7), &mut old);
+        assert_eq!(r, Some(Ok(())));
+        let r = s.m[0].accumulate_at_once(1, 8, &[(0, 8)], AccOp::Sum, Elem::U64, &u64s(2), None);
+        assert_eq!(r, Some(Ok(())));
+        assert_eq!((old, &s.mem[1][..8]), (0u64.to_ne_bytes(), &u64s(7)[..]));
+        assert!(!s.m[0].passive[1], "not adopted");
+        assert_eq!(s.m[2].sync_done(), None, "rank 0 holds rank 1's word");
+        assert!(p.unlock(1), "the path's unlock");
+        s.run();
+        assert_eq!(s.m[2].sync_done(), Some(Ok(())), "given back at the unlock");
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        // Bad input in the path's epoch: the general way's error, nothing written.
+        assert!(p.lock(1, LockKind::Exclusive, false));
+        let far = s.m[0].accumulate_at_once(1, 12, &[(0, 8)], AccOp::Sum, Elem::U64, &[1; 8], None);
+        assert!(matches!(far, Some(Err(OscError::Range(_)))), "{far:?}");
+        let op = s.m[0].accumulate_at_once(1, 0, &[(0, 8)], AccOp::BAnd, Elem::F64, &[1; 8], None);
+        assert!(matches!(op, Some(Err(OscError::Op(_)))), "{op:?}");
+        let cas = s.m[0].compare_and_swap_at_once(1, 12, Elem::U64, &u64s(0), &u64s(1), &mut old);
+        assert!(matches!(cas, Some(Err(OscError::Range(_)))), "{cas:?}");
+        assert_eq!(
+            (&s.mem[1][..8], &s.mem[1][8..]),
+            (&u64s(7)[..], &u64s(2)[..])
+        );
+        assert!(s.m[0].passive[1], "adopted by the general way");
+        assert!(!p.unlock(1), "the module's unlock now");
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        // Without an epoch: refused (no lock of the path's to run in).
+        let r = s.m[0].accumulate_at_once(1, 0, &[(0, 8)], AccOp::Sum, Elem::U64, &[1; 8], None);
+        assert!(matches!(r, Some(Err(OscError::Sync(_)))), "{r:?}");
+    }
+
     /// Without CMA from the origin (`osc_rdma_cma_direct` 0) there is no lent path; with
     /// it, a target CMA turns out not to reach has what the path queued moved by the BTLs
     /// (each piece its own operation) by the module's synchronization, and the path closed
@@ -2947,6 +3241,117 @@ mod tests {
         assert!(p.unlock(2));
     }
 
+    /// The lent path's lock_all (the C library's `MPI_Win_lock_all`/`_unlock_all` on a
+    /// window all of whose members' words are mapped): a shared lock on every member's
+    /// word, this process's own included, taken together or not at all, only while the
+    /// module has no epoch open; a lock_all, puts and an unlock_all make one CMA call per
+    /// target and no call into the module. Whatever the module is called for next adopts
+    /// the epoch as a lock_all: its checks see it (an unlock of one member, a lock, a fence
+    /// are refused), and its unlock_all gives every word back.
+    #[test]
+    fn the_lent_paths_lock_all_takes_every_word_and_is_the_modules_once_called() {
+        let mut s = cma_sim(3, 64);
+        let p = s.m[0].lent_path().unwrap();
+        let lock = |t, kind| SyncCall::Lock {
+            kind,
+            target: t,
+            nocheck: false,
+        };
+        let all = SyncCall::LockAll { nocheck: false };
+        use LockKind::{Exclusive as X, Shared as S};
+        assert!(
+            !p.lock_all(false),
+            "not free before the first synchronization"
+        );
+        assert_eq!(s.sync(0, all.clone()), Some(Ok(())));
+        assert!(!p.lock_all(false), "an epoch is open");
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+        let origin: Vec<u8> = (1..=8).collect();
+        // SAFETY: `origin` outlives the path's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        let mark = s.w.log.len();
+        let calls = s.m[0].cma_calls;
+        // Lock_all, two puts, unlock_all: no call into module 0. Exclusive locks of rank 1
+        // (by rank 2) and of rank 0 itself (by rank 1) wait meanwhile.
+        assert!(p.lock_all(false));
+        s.m[2].sync(lock(1, X)).unwrap();
+        s.m[1].sync(lock(0, X)).unwrap();
+        s.run();
+        assert_eq!(s.m[2].sync_done(), None, "rank 0 holds rank 1's word");
+        assert_eq!(s.m[1].sync_done(), None, "rank 0 holds its own word");
+        assert!(p.put(1, 8, lent) && p.put(2, 0, lent.slice(0, 4)));
+        assert!(!p.put(0, 0, lent), "this process itself: the module's");
+        assert!(!p.lock(1, S, false) && !p.lock_all(false), "held already");
+        assert!(!p.unlock(1), "not MPI_Win_lock's: the module's");
+        let allocs = rmca_test_support::alloc_count::allocations();
+        assert!(p.unlock_all());
+        assert_eq!(rmca_test_support::alloc_count::allocations(), allocs);
+        assert_eq!(&s.mem[1][8..16], &origin[..]);
+        assert_eq!(&s.mem[2][..4], &origin[..4]);
+        assert!(!p.unlock_all(), "not locked: the module's error");
+        assert!(matches!(
+            s.m[0].sync(SyncCall::UnlockAll),
+            Err(OscError::Sync(_))
+        ));
+        s.run();
+        assert_eq!(
+            s.m[2].sync_done(),
+            Some(Ok(())),
+            "given back at the unlock_all"
+        );
+        assert_eq!(s.m[1].sync_done(), Some(Ok(())), "its own word too");
+        s.m[0].lent_counts();
+        assert_eq!(s.m[0].counts.lent_locks, 1);
+        assert_eq!(s.m[0].cma_calls - calls, 2, "one per target");
+        assert!(
+            (1..3).all(|t| s.kinds_sent_since(mark, 0, t).is_empty()) && s.w.xfers.is_empty(),
+            "no message, no BTL transfer"
+        );
+        // One word held exclusively by another: none taken (rank 1 locks rank 0 at once
+        // meanwhile: rank 0's own word was given back).
+        assert!(!p.lock_all(false), "rank 2 holds rank 1's word");
+        assert_eq!(s.sync(1, SyncCall::Unlock(0)), Some(Ok(())));
+        assert_eq!(s.sync(1, lock(0, X)), Some(Ok(())), "rank 0's word is free");
+        assert_eq!(s.sync(1, SyncCall::Unlock(0)), Some(Ok(())));
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        // Adopted by the module: an unlock of one member, a lock, a fence are its errors;
+        // an accumulate goes in the epoch; its unlock_all gives every word back.
+        assert!(p.lock_all(false));
+        for call in [
+            SyncCall::Unlock(1),
+            lock(2, S),
+            SyncCall::Fence { succeed: true },
+            all.clone(),
+        ] {
+            assert!(
+                matches!(s.m[0].sync(call.clone()), Err(OscError::Sync(_))),
+                "{call:?}"
+            );
+        }
+        assert!(!p.unlock_all(), "adopted: the module's");
+        assert!(p.put(2, 8, lent.slice(0, 2)), "the epoch is still open");
+        s.m[0]
+            .accumulate_from(1, 16, &[(0, 8)], AccOp::Sum, Elem::U64, &u64s(5), false)
+            .unwrap();
+        assert_eq!(s.sync(0, SyncCall::UnlockAll), Some(Ok(())));
+        assert_eq!(s.mem[1][16..24], u64s(5));
+        assert_eq!(&s.mem[2][8..10], [1, 2]);
+        for t in 0..3 {
+            assert_eq!(s.sync(2, lock(t, X)), Some(Ok(())), "word {t} given back");
+            assert_eq!(s.sync(2, SyncCall::Unlock(t)), Some(Ok(())));
+        }
+        // MPI_MODE_NOCHECK: no word touched (rank 2 takes one exclusively meanwhile).
+        assert!(p.lock_all(true));
+        assert_eq!(s.sync(2, lock(1, X)), Some(Ok(())));
+        assert!(p.unlock_all());
+        assert_eq!(s.sync(2, SyncCall::Unlock(1)), Some(Ok(())));
+        // A lock of the path and its lock_all exclude each other.
+        assert!(p.lock(1, S, false));
+        assert!(!p.lock_all(false));
+        assert!(p.unlock(1));
+        assert!(p.lock_all(false) && p.unlock_all(), "free again");
+    }
+
     /// A lent-path unlock whose CMA call fails leaves the lock and the queue to the module,
     /// whose unlock moves what it can by the BTLs (CMA does not reach the target), finishes
     /// once those are complete, and gives the word back.
@@ -3013,6 +3418,10 @@ mod tests {
             Have(u64),
             /// The module's unlock issued.
             Unlocking,
+            /// Rank 0 holds a lock_all of the lent path, and read the counter in it.
+            All(u64),
+            /// The module's unlock_all issued (of a lock_all it adopted).
+            UnlockingAll,
         }
 
         const T: usize = 3;
@@ -3036,6 +3445,29 @@ mod tests {
             // completes before the step that reads or rewrites them).
             let (src, dst) = unsafe { (UserBuf::from_slice(out), UserBuf::from_mut_slice(inb)) };
             match std::mem::replace(st, St::Idle) {
+                // Every third cycle of rank 0's, a shared lock_all by the lent path that
+                // reads the counter (no other origin may change it meanwhile).
+                St::Idle
+                    if u64::from_ne_bytes(*out) % 3 == 1
+                        && p.is_some_and(|p| p.lock_all(false)) =>
+                {
+                    let p = p.unwrap();
+                    assert!(p.get(T, 0, dst) && p.flush(T), "the lock_all's own");
+                    *out = (u64::from_ne_bytes(*out) + 1).to_ne_bytes();
+                    *st = St::All(u64::from_ne_bytes(*inb));
+                }
+                St::All(_) => match p {
+                    Some(p) if p.unlock_all() => {}
+                    _ => {
+                        s.m[o].sync(SyncCall::UnlockAll).unwrap();
+                        *st = St::UnlockingAll;
+                    }
+                },
+                St::UnlockingAll => {
+                    if s.m[o].sync_done().is_none() {
+                        *st = St::UnlockingAll;
+                    }
+                }
                 St::Idle => {
                     if p.is_some_and(|p| p.lock(T, LockKind::Exclusive, false)) {
                         *st = St::Locked;
@@ -3122,8 +3554,10 @@ mod tests {
             /// an atomic on the word; its get and put moved by CMA) or by its module (which
             /// adopts the path's lock when called within it), rank 1 by its module's word
             /// locks, rank 2 by messages (a member without the words: rank 3 grants it by
-            /// taking its own word). In any interleaving no increment is lost and every
-            /// word is free at the end.
+            /// taking its own word). Every third cycle of its own, rank 0 takes a lock_all
+            /// by the lent path instead and reads the counter, which no other origin may
+            /// change until its unlock_all (the lent path's, or the module's once it adopted
+            /// it). In any interleaving no increment is lost and every word is free at the end.
             #[test]
             fn lent_word_and_message_locks_exclude_each_other(
                 // (Rank 0 the busiest, mostly by the lent path.)
@@ -3155,6 +3589,9 @@ mod tests {
                 };
                 for (o, lent) in steps {
                     done += u64::from(run(&mut s, o, lent, &mut st, &mut bufs));
+                    if let St::All(v) = st[0] {
+                        prop_assert_eq!(&s.mem[T][..8], &v.to_ne_bytes()[..], "changed under rank 0's lock_all");
+                    }
                 }
                 // Every origin to the end of its cycle.
                 for _ in 0..64 {
@@ -3274,16 +3711,12 @@ mod tests {
             s.m[r].sync(SyncCall::Fence { succeed: false }).unwrap();
         }
         s.run();
-        // Rank 0's Fenced goes to nobody (rank 1 included) before its get from rank 2 ended.
+        // No operation went as a message: every fence is quiet, and rank 0's goes to nobody
+        // (rank 1 included) before its get from rank 2 ended.
         for to in 0..3 {
-            assert!(!s.kinds_sent_since(mark, 0, to).contains(&FENCED));
+            assert!(!s.kinds_sent_since(mark, 0, to).contains(&FENCE_QUIET));
         }
-        // Rank 1's went (it saw every Fence), rank 2's did not: rank 0's Fence to it waits
-        // for the get.
-        assert!(s.kinds_sent_since(mark, 1, 0).contains(&FENCED));
-        for to in 0..3 {
-            assert!(!s.kinds_sent_since(mark, 2, to).contains(&FENCED));
-        }
+        assert!(s.kinds_sent_since(mark, 1, 0).contains(&FENCE_QUIET));
         assert_eq!(s.m[0].poll_op(id), None);
         assert!((0..3).all(|r| s.m[r].sync_done().is_none()));
         s.w.complete_all();
@@ -3292,6 +3725,110 @@ mod tests {
             assert_eq!(s.m[r].sync_done(), Some(Ok(())), "rank {r}");
         }
         assert_eq!(s.m[0].poll_op(id), Some(Ok(vec![5, 4, 3, 2])));
+        // A quiet round needs no second one: no Fenced from anybody.
+        for (from, to) in (0..3).flat_map(|f| (0..3).map(move |t| (f, t))) {
+            let kinds = s.kinds_sent_since(mark, from, to);
+            assert!(
+                !kinds.contains(&FENCED) && !kinds.contains(&FENCE),
+                "{from} to {to}"
+            );
+        }
+        // An accumulate (a message: no accumulate words here) makes rank 0's next fence
+        // loud: every member then sends Fenced, rank 0's only behind its transfers.
+        for r in 0..3 {
+            s.m[r].sync(SyncCall::Fence { succeed: true }).unwrap();
+        }
+        s.run();
+        for r in 0..3 {
+            assert_eq!(s.m[r].sync_done(), Some(Ok(())));
+        }
+        let id = s.m[0].get(2, 4, &Layout::contiguous(4)).unwrap();
+        s.m[0]
+            .accumulate(
+                1,
+                0,
+                &Layout::contiguous(4),
+                AccOp::Sum,
+                Elem::U32,
+                vec![1, 0, 0, 0],
+                false,
+            )
+            .unwrap();
+        let mark = s.w.log.len();
+        for r in 0..3 {
+            s.m[r].sync(SyncCall::Fence { succeed: false }).unwrap();
+        }
+        s.run();
+        for to in 0..3 {
+            assert!(!s.kinds_sent_since(mark, 0, to).contains(&FENCED));
+        }
+        assert!(s.kinds_sent_since(mark, 1, 0).contains(&FENCED));
+        assert!((0..3).all(|r| s.m[r].sync_done().is_none()));
+        s.w.complete_all();
+        s.run();
+        for r in 0..3 {
+            assert_eq!(s.m[r].sync_done(), Some(Ok(())), "rank {r}");
+            // (To another member: a member's messages to itself are not sent.)
+            let to = (r + 1) % 3;
+            assert!(
+                s.kinds_sent_since(mark, r, to).contains(&FENCED),
+                "rank {r}"
+            );
+        }
+        assert_eq!(s.m[0].poll_op(id), Some(Ok(vec![5, 4, 3, 2])));
+        assert_eq!(s.mem[1][0], 1);
+    }
+
+    /// A fence by the host's collective: `fence_ready` waits for this member's transfers
+    /// (not for the others'), says loud after an operation sent as a message, and a fence
+    /// agreed quiet sends nothing and is counted.
+    #[test]
+    fn a_quiet_fence_waits_for_its_transfers_and_sends_nothing() {
+        let mut s = Sim::new(3, 16);
+        assert!((0..3).all(|r| s.m[r].fence_by_collective()));
+        for r in 0..3 {
+            s.m[r].sync(SyncCall::Fence { succeed: true }).unwrap();
+        }
+        s.run();
+        for r in 0..3 {
+            assert_eq!(s.m[r].sync_done(), Some(Ok(())), "rank {r}");
+        }
+        s.m[0]
+            .put(1, 4, &Layout::contiguous(4), vec![9, 8, 7, 6])
+            .unwrap();
+        let mark = s.w.log.len();
+        s.run();
+        assert_eq!(s.m[0].fence_ready(), None, "its put is in flight");
+        assert_eq!(s.m[1].fence_ready(), Some(Ok(false)));
+        s.w.complete_all();
+        s.run();
+        assert_eq!(s.m[0].fence_ready(), Some(Ok(false)));
+        for r in 0..3 {
+            s.m[r].fence_agreed(true).unwrap();
+        }
+        s.run();
+        for (from, to) in (0..3).flat_map(|f| (0..3).map(move |t| (f, t))) {
+            assert!(
+                s.kinds_sent_since(mark, from, to).is_empty(),
+                "{from} to {to}"
+            );
+        }
+        assert_eq!(&s.mem[1][4..8], &[9, 8, 7, 6]);
+        assert!((0..3).all(|r| s.m[r].counts.fences_by_collective == 1));
+        // An accumulate (a message here: no accumulate words) makes rank 0's fence loud.
+        s.m[0]
+            .accumulate(
+                2,
+                0,
+                &Layout::contiguous(4),
+                AccOp::Sum,
+                Elem::U32,
+                vec![1, 0, 0, 0],
+                false,
+            )
+            .unwrap();
+        assert_eq!(s.m[0].fence_ready(), Some(Ok(true)));
+        assert_eq!(s.m[2].fence_ready(), Some(Ok(false)));
     }
 
     #[test]

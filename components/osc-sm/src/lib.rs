@@ -370,11 +370,10 @@ impl SmModule {
     /// only calls that change them). O(members): the cost of a synchronization, not of an
     /// operation.
     fn refresh_view(&self) {
-        for t in 0..self.view.len() {
-            self.view.set_access(t, self.epochs.may_access(t));
-            self.view.set_flush(Some(t), self.epochs.may_flush(Some(t)));
-        }
-        self.view.set_flush(None, self.epochs.may_flush(None));
+        self.epochs.view_flags(
+            |t, open| self.view.set_access(t, open),
+            |t, ok| self.view.set_flush(t, ok),
+        );
     }
 
     fn part(&self, r: usize) -> UserBuf {
@@ -756,8 +755,12 @@ impl OscModule for SmModule {
             stride: self.plan.stride,
             mask_words: self.plan.parts.len().div_ceil(64),
         };
+        // A post opens an exposure epoch only: no flag of the view changes.
+        let post = matches!(call, SyncCall::Post(_));
         let r = self.epochs.sync(call, &w);
-        self.refresh_view();
+        if !post {
+            self.refresh_view();
+        }
         r
     }
 
@@ -770,9 +773,14 @@ impl OscModule for SmModule {
             stride: self.plan.stride,
             mask_words: self.plan.parts.len().div_ceil(64),
         };
+        let locks = self.epochs.waiting_for_locks();
         let r = self.epochs.poll(&w);
-        // Also when still waiting: a lock_all's grants come one by one.
-        self.refresh_view();
+        // Also when still waiting for locks: a lock_all's grants come one by one. (Nothing
+        // else changes a flag before it ends: a start or a wait that goes on polls the
+        // words only.)
+        if r.is_some() || locks {
+            self.refresh_view();
+        }
         r
     }
 

@@ -200,12 +200,12 @@ impl Passive {
     }
 
     fn release_all<W: Words + ?Sized>(&self, w: &W) {
-        for t in 0..self.held.len() {
-            if let Some(h) = self.get(t) {
-                self.set(t, None);
+        for (t, c) in self.held.iter().enumerate() {
+            if let Some(h) = c.take() {
                 release(w, t, h);
             }
         }
+        self.holding.set(0);
         self.lock_all.set(false);
     }
 }
@@ -379,8 +379,21 @@ impl Epochs {
     /// Start synchronization `call`; wrong use is refused at once, with nothing changed.
     pub fn sync(&mut self, call: SyncCall, w: &dyn Words) -> Result<(), OscError> {
         let r = self.start(call, w);
+        // What another member did already ends the wait within the call (a start whose
+        // targets posted, a wait whose origins completed: OSU's pscw loops, where the other
+        // side runs ahead): nothing left for a poll.
+        if r.is_ok() && self.pending.is_some() {
+            // (A finished step is always Ok.)
+            let _ = self.step(w);
+        }
         self.allow_direct();
         r
+    }
+
+    /// Does the synchronization in progress take locks (whose grants, one by one, open
+    /// access to their targets while it waits)?
+    pub fn waiting_for_locks(&self) -> bool {
+        matches!(self.pending, Some(Pending::Locks(_)))
     }
 
     fn start(&mut self, call: SyncCall, w: &dyn Words) -> Result<(), OscError> {
@@ -534,6 +547,28 @@ impl Epochs {
         self.check_flush(target)?;
         fence(Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Every member's [`Epochs::may_access`] (`access(t, open)`) and [`Epochs::may_flush`]
+    /// (`flush(Some(t), ok)`, then `flush(None, ok)` for the flush of all), what a host's
+    /// cached view holds, in one pass over the members and one over the access group (not a
+    /// search of the group per member).
+    pub fn view_flags(
+        &self,
+        mut access: impl FnMut(usize, bool),
+        mut flush: impl FnMut(Option<usize>, bool),
+    ) {
+        let idle = self.pending.is_none() && !self.freed;
+        for t in 0..self.size {
+            let held = self.passive.get(t);
+            access(t, self.fence_open || held.is_some_and(|h| h.granted));
+            flush(Some(t), idle && held.is_some());
+        }
+        // (A start's group was checked against the window's size.)
+        for &t in self.access.iter().flatten() {
+            access(t, true);
+        }
+        flush(None, idle && self.any_lock());
     }
 
     /// Would [`Epochs::flush`] of `target` succeed (no error made: what a host's cached
@@ -772,6 +807,29 @@ mod tests {
         e[2].sync(SyncCall::Wait, &*w).unwrap();
         assert_eq!(e[2].poll(&*w), Some(Ok(())));
         assert!(e.iter().all(|m| !m.busy()));
+    }
+
+    #[test]
+    fn a_wait_that_is_over_already_ends_within_the_call() {
+        let (w, mut e) = members(2);
+        // 1 posted before 0 starts, 0 completed before 1 waits, both fenced before the
+        // last one enters: each call finds its wait over, nothing left for a poll.
+        e[1].sync(SyncCall::Post(vec![0]), &*w).unwrap();
+        e[0].sync(SyncCall::Start(vec![1]), &*w).unwrap();
+        assert!(!e[0].waiting());
+        e[0].check_access(1).unwrap();
+        e[0].sync(SyncCall::Complete, &*w).unwrap();
+        e[1].sync(SyncCall::Wait, &*w).unwrap();
+        assert!(!e[1].waiting() && !e[1].busy());
+        e[0].sync(SyncCall::Fence { succeed: true }, &*w).unwrap();
+        assert!(e[0].waiting());
+        e[1].sync(SyncCall::Fence { succeed: true }, &*w).unwrap();
+        assert!(!e[1].waiting());
+        e[1].check_access(0).unwrap();
+        assert_eq!(e[0].poll(&*w), Some(Ok(())));
+        // A wait that is not over still is one.
+        e[0].sync(SyncCall::Fence { succeed: false }, &*w).unwrap();
+        assert!(e[0].waiting());
     }
 
     #[test]
@@ -1048,7 +1106,56 @@ mod tests {
         )
     }
 
+    /// Synchronization call `k` (of 12) of 3 members, `g` a mask of members for the group
+    /// calls and `t` a target.
+    fn any_call(k: u8, g: u8, t: usize) -> SyncCall {
+        let group: Vec<usize> = (0..3).filter(|r| g & (1 << r) != 0).collect();
+        match k % 12 {
+            0 => SyncCall::Fence {
+                succeed: g & 1 == 0,
+            },
+            1 => SyncCall::Post(group),
+            2 => SyncCall::Start(group),
+            3 => SyncCall::Complete,
+            4 => SyncCall::Wait,
+            5 => lock(LockKind::Shared, t),
+            6 => lock(LockKind::Exclusive, t),
+            7 => SyncCall::LockAll {
+                nocheck: g & 1 != 0,
+            },
+            8 => SyncCall::Unlock(t),
+            9 => SyncCall::UnlockAll,
+            10 => SyncCall::Flush(Some(t)),
+            _ => SyncCall::Flush(None),
+        }
+    }
+
     proptest! {
+        /// Whatever the members did (any call, in any order, misuse included, polled or
+        /// not), [`Epochs::view_flags`] gives every member's `may_access` and `may_flush`.
+        #[test]
+        fn the_view_flags_are_the_epochs_checks(
+            steps in proptest::collection::vec((0usize..3, any::<u8>(), 0u8..8, 0usize..3, any::<bool>()), 1..120)
+        ) {
+            let (w, mut e) = members(3);
+            for (m, k, g, t, poll) in steps {
+                let _ = e[m].sync(any_call(k, g, t), &*w);
+                if poll {
+                    let _ = e[m].poll(&*w);
+                }
+                for x in &e {
+                    let mut access = [None; 3];
+                    let mut flush = [None; 4];
+                    x.view_flags(|t, open| access[t] = Some(open), |t, ok| flush[t.unwrap_or(3)] = Some(ok));
+                    for r in 0..3 {
+                        prop_assert_eq!(access[r], Some(x.may_access(r)));
+                        prop_assert_eq!(flush[r], Some(x.may_flush(Some(r))));
+                    }
+                    prop_assert_eq!(flush[3], Some(x.may_flush(None)));
+                }
+            }
+        }
+
         /// Under any interleaving of 4 members locking 3 targets (lock, lock_all, unlock),
         /// each step through the epochs or the fast path: an exclusive holder is alone, the
         /// word always counts exactly the holders, and once everyone lets go every request

@@ -100,6 +100,10 @@ struct WinEntry {
     /// The module's lent path (osc-rdma: [`RawWindow::lent_path`]), asked once at
     /// creation: likewise for the small put, get and flush of a created window.
     lent: Option<Rc<dyn LentPath>>,
+    /// The last group `MPI_Win_post` (0) and `MPI_Win_start` (1) named, with its window
+    /// ranks ([`pscw_ranks`]): a program naming the same group every epoch (OSU's loops, a
+    /// halo exchange) has it translated once.
+    pscw_groups: [Option<(rmca::Group, Vec<usize>)>; 2],
 }
 
 /// The windows, by handle less [`WIN_BASE`] (process-wide: see [`Confined`]).
@@ -273,6 +277,7 @@ fn make(
         attrs,
         info,
         landings: Vec::new(),
+        pscw_groups: [None, None],
     };
     let h = WINS.with(|t| {
         super::table_insert(t, entry, (WIN_BASE, MAX_WINS), "windows", "MPI_Win_free")
@@ -2235,9 +2240,33 @@ fn sync_at(win: Handle, rank: c_int, call: impl FnOnce(usize) -> SyncCall) -> Mp
     }
 }
 
-/// The window ranks of the members of `group` (which must all be in the window's group).
-fn group_ranks(w: &RawWindow, group: Handle) -> MpiResult<Vec<usize>> {
+/// The window ranks of the members of `group` for `MPI_Win_post` (`slot` 0) or
+/// `MPI_Win_start` (1) on `win`: [`group_ranks`], kept per window and slot for the last group
+/// (by its members, so whatever became of the handle since).
+fn pscw_ranks(win: Handle, group: Handle, slot: usize) -> MpiResult<Vec<usize>> {
+    // The window checked before the group, as ever (its error class first).
+    with_win(win, |_| Ok(()))?;
     let g = super::group::group(group)?;
+    let w = with_win(win, |e| {
+        Ok(match &e.pscw_groups[slot] {
+            Some((kept, ranks)) if *kept == g => Err(ranks.clone()),
+            _ => Ok(e.raw.clone()),
+        })
+    })?;
+    let w = match w {
+        Err(ranks) => return Ok(ranks),
+        Ok(w) => w,
+    };
+    let ranks = group_ranks(&w, &g)?;
+    with_win(win, |e| {
+        e.pscw_groups[slot] = Some((g, ranks.clone()));
+        Ok(())
+    })?;
+    Ok(ranks)
+}
+
+/// The window ranks of the members of `g` (which must all be in the window's group).
+fn group_ranks(w: &RawWindow, g: &rmca::Group) -> MpiResult<Vec<usize>> {
     let wg = w.communicator().group();
     let all: Vec<usize> = (0..g.size()).collect();
     let t = g.translate_ranks(&all, &wg).map_err(MpiError::from)?;
@@ -2271,7 +2300,7 @@ pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: Handle) -> c_int {
 #[export]
 pub unsafe extern "C" fn MPI_Win_post(group: Handle, _assert: c_int, win: Handle) -> c_int {
     call_win("MPI_Win_post", win, || {
-        let ranks = group_ranks(&*raw(win)?, group)?;
+        let ranks = pscw_ranks(win, group, 0)?;
         sync(win, SyncCall::Post(ranks))
     })
 }
@@ -2280,7 +2309,7 @@ pub unsafe extern "C" fn MPI_Win_post(group: Handle, _assert: c_int, win: Handle
 #[export]
 pub unsafe extern "C" fn MPI_Win_start(group: Handle, _assert: c_int, win: Handle) -> c_int {
     call_win("MPI_Win_start", win, || {
-        let ranks = group_ranks(&*raw(win)?, group)?;
+        let ranks = pscw_ranks(win, group, 1)?;
         sync(win, SyncCall::Start(ranks))
     })
 }
@@ -2518,11 +2547,17 @@ pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
 /// `MPI_Win_lock_all`: a shared passive-target epoch on every member.
 #[export]
 pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
-    // The fast path, as `MPI_Win_lock`'s: every shared lock granted at once through the view.
-    if with_view(
+    // The fast path, as `MPI_Win_lock`'s: every shared lock granted at once through the view
+    // (osc-sm) or the lent path (osc-rdma: [`LentPath::lock_all`]).
+    let nocheck = assert & MPI_MODE_NOCHECK != 0;
+    if with_entry(
         win,
         #[inline(always)]
-        |v| v.lock_all(assert & MPI_MODE_NOCHECK != 0),
+        |e| match (&e.view, &e.lent) {
+            (Some(v), _) => v.lock_all(nocheck),
+            (None, Some(l)) => l.lock_all(nocheck),
+            _ => false,
+        },
     ) {
         fast_lock_counted(win);
         return MPI_SUCCESS;
@@ -2540,7 +2575,16 @@ pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
 /// `MPI_Win_unlock_all`.
 #[export]
 pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
-    if with_view(win, DirectView::unlock_all) {
+    // (The lent path's: what it queued moved, every word given back.)
+    if with_entry(
+        win,
+        #[inline(always)]
+        |e| match (&e.view, &e.lent) {
+            (Some(v), _) => v.unlock_all(),
+            (None, Some(l)) => l.unlock_all(),
+            _ => false,
+        },
+    ) {
         return MPI_SUCCESS;
     }
     call_win("MPI_Win_unlock_all", win, || sync(win, SyncCall::UnlockAll))
