@@ -2406,6 +2406,10 @@ fn unlock_direct(rank: c_int, win: Handle) -> bool {
 /// this call). What `state::with` checks (this thread may call, the library runs, no call
 /// of it is under way below this one), without taking the state; the window table only
 /// read.
+///
+/// The four fast synchronizations (lock, unlock, lock_all, unlock_all) each choose between
+/// the view and the lent path in their own closure: one helper taking a closure per path
+/// cost osc-sm's lock+put+unlock 48 more instructions (467 -> 515, callgrind).
 #[inline(always)]
 fn with_entry(win: Handle, f: impl FnOnce(&WinEntry) -> bool) -> bool {
     if !state::installed() {
