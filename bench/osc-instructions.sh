@@ -18,7 +18,9 @@
 #     valgrind on rank 0 only, its MPI calls of the loop counted as above (callgrind names the
 #     exported C entry points `PMPI_*` in rmca: a toggle on the Rust path, e.g.
 #     mpi_abi::ffi::win::MPI_Put, would toggle off inside it); loops put get acc fop cas, each
-#     +flush, and putlock getlock acclock foplock caslock: each in its own lock/unlock epoch.
+#     +flush, and putlock getlock acclock foplock caslock: each in its own lock/unlock epoch;
+#     flushlocal getflushlocal (not in the default LOOPS): a put or a get, +flush_local;
+#     SIZE: bytes of each put, get and accumulate (default 8).
 #     Loops that wait for the target's answers (lock, acc, fop, cas) include the polls of that
 #     wait, which the load moves: read those as a range.
 set -euo pipefail
@@ -60,19 +62,19 @@ if [[ ${OSC_WIN:-} == pair ]]; then
     *) launch=(env LD_LIBRARY_PATH="$dir" "$(if [[ -x $dir/rmca-run ]]; then echo "$dir"; else echo "$here/../target/release"; fi)/rmca-run" -n 2) ;;
     esac
     local toggles=()
-    for f in MPI_Put MPI_Get MPI_Accumulate MPI_Get_accumulate MPI_Fetch_and_op MPI_Compare_and_swap MPI_Win_flush MPI_Win_lock MPI_Win_unlock; do
+    for f in MPI_Put MPI_Get MPI_Accumulate MPI_Get_accumulate MPI_Fetch_and_op MPI_Compare_and_swap MPI_Win_flush MPI_Win_flush_local MPI_Win_lock MPI_Win_unlock; do
       toggles+=("--toggle-collect=$f" "--toggle-collect=P$f")
     done
     # Rank 0 (PMI_RANK: rmca and MPICH; OMPI_COMM_WORLD_RANK: Open MPI) under callgrind.
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${launch[@]}" sh -c \
-      'if [ "${PMI_RANK:-$OMPI_COMM_WORLD_RANK}" = 0 ]; then exec valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@"; else shift $(($# - 3)); exec "$@"; fi' \
-      sh "${toggles[@]}" "$bin" "$rounds" "$loop" 2>&1) || { echo "$out" >&2; exit 1; }
+      'if [ "${PMI_RANK:-$OMPI_COMM_WORLD_RANK}" = 0 ]; then exec valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@"; else shift $(($# - 4)); exec "$@"; fi' \
+      sh "${toggles[@]}" "$bin" "$rounds" "$loop" "${SIZE:-8}" 2>&1) || { echo "$out" >&2; exit 1; }
     out=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' <<<"$out")
     [[ -n $out && $out != 0 ]] || { echo "osc-instructions.sh: callgrind collected nothing ($dir $loop)" >&2; exit 1; }
     echo "$out"
   }
   printf '%-40s' build
-  for l in $loops; do printf '%11s' "$l"; done
+  for l in $loops; do printf '%14s' "$l"; done
   echo
   for dir in "$@"; do
     bin=$scratch/osc_pair.$RANDOM
@@ -80,7 +82,7 @@ if [[ ${OSC_WIN:-} == pair ]]; then
     printf '%-40s' "$dir"
     for l in $loops; do
       a=$(count_pair "$dir" "$bin" 200 "$l") b=$(count_pair "$dir" "$bin" 2200 "$l")
-      printf '%11s' "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f", (b - a) / 2000 }')"
+      printf '%14s' "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f", (b - a) / 2000 }')"
     done
     echo
   done

@@ -46,6 +46,8 @@ use thiserror::Error;
 
 use crate::buffer::UserBuf;
 use crate::params::ParamStore;
+
+pub mod typed;
 pub use crate::pml::{RdmaKeys, RdmaToken};
 
 /// Identifies an RMA operation of one module (for request-based completion).
@@ -1021,6 +1023,14 @@ pub trait LentPath: std::fmt::Debug {
     /// module's progress); what could not move stays queued for the module, whose
     /// synchronization then reports the error.
     fn flush(&self, t: usize) -> bool;
+
+    /// `MPI_Win_flush_local(t)` finished within the call: what this path queued for `t` is
+    /// complete at the origin (its buffers the program's again; osc-rdma: small puts copied
+    /// aside, moved by a later flush or synchronization), or moved as by
+    /// [`LentPath::flush`]. False as for that. By default [`LentPath::flush`].
+    fn flush_local(&self, t: usize) -> bool {
+        self.flush(t)
+    }
 
     /// `MPI_Win_lock(kind)` of member `t` (`nocheck`: `MPI_MODE_NOCHECK`) granted within
     /// the call, when the module has no epoch open and nothing outstanding (the lock is all

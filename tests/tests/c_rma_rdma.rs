@@ -262,6 +262,32 @@ fn puts_and_gets_to_a_member_of_the_node_are_moved_by_the_origin() {
     }
 }
 
+/// `MPI_Win_flush_local` after a small put to a member of the node copies the put aside on
+/// osc-rdma's lent path (the profile's `osc.rdma.staged_puts`), moved by the next flush or
+/// unlock: `tests/c/rma_flush_local.c` (puts of 1 byte to 20000, each flushed locally and its
+/// buffer overwritten at once, in lock, exclusive lock and lock_all epochs; every byte
+/// checked at the target) stages the 84 puts of at most 2 KiB of each of its three epochs
+/// and the 200 of its put/flush_local/flush/get rounds with `osc_rdma_cma_direct` (at most:
+/// an epoch whose lock the module took, the word busy when asked, may have its flushes go
+/// through the module; at least one epoch's each), none without, and passes both ways.
+#[test]
+fn flush_local_stages_small_puts_and_the_target_gets_the_bytes_put() {
+    for ranks in [2u64, 3] {
+        for direct in ["1", "0"] {
+            let profile = profiled_run("rma_flush_local", ranks, "osc_rdma_cma_direct", direct);
+            let staged = counter(&profile, "osc.rdma.staged_puts");
+            if direct == "1" {
+                assert!(
+                    (84 * ranks..=(3 * 84 + 200) * ranks).contains(&staged),
+                    "{staged} puts staged on the lent path: {profile:#}"
+                );
+            } else {
+                assert_eq!(staged, 0, "no lent path without CMA from the origin");
+            }
+        }
+    }
+}
+
 /// `MPI_Win_lock_all`/`MPI_Win_unlock_all` on a created window whose members are all on the
 /// node are taken on osc-rdma's lent path (a shared lock on every member's word, no call into
 /// the window): `tests/c/rma_lock_all.c` (1000 lock_all epochs per rank with a put or a get
@@ -357,5 +383,36 @@ fn lock_get_unlock_loops_on_a_created_window_progress_point_to_point_traffic() {
             "win_lock_progress create on {ranks} ranks:\n{}",
             out.text()
         );
+    }
+}
+
+/// Post/start/complete/wait between members of the node go by the counters of osc-rdma's
+/// shared objects, not as osc-am messages: `tests/c/rma_pscw.c` (600 epochs whose groups
+/// change every epoch, with puts, gets, accumulates and fetch-and-ops, every value checked,
+/// `MPI_Win_test` loops every other epoch, then misuse refused with MPI_ERR_RMA_SYNC)
+/// counts one `osc.rdma.posts_by_counter` and one `completes_by_counter` per pair of every
+/// epoch, but for the first epoch's posts (made before the members' objects are mapped).
+/// Not when waits sleep (`mpi_wait_mode block`, which `auto` picks for 3 ranks on 2 cores:
+/// a counter rings no doorbell): messages then, none counted, the same values.
+#[test]
+fn pscw_epochs_of_node_members_post_and_complete_by_counter() {
+    for (ranks, mode) in [(2u64, "spin"), (3, "yield"), (3, "block")] {
+        let profile = profiled_run("rma_pscw", ranks, "mpi_wait_mode", mode);
+        // Origin-target pairs: 150 rounds of all-to-all, both rings and rank 0 to every
+        // other, then the misuse part's ring epoch.
+        let pairs = 150 * (ranks * (ranks - 1) + 2 * ranks + ranks - 1) + ranks;
+        let first = ranks * (ranks - 1);
+        for c in ["osc.rdma.posts_by_counter", "osc.rdma.completes_by_counter"] {
+            let n = counter(&profile, c);
+            let expected = if mode == "block" {
+                n == 0
+            } else {
+                n >= pairs - first && n <= pairs
+            };
+            assert!(
+                expected,
+                "{c} is {n} on {ranks} ranks ({mode}) for {pairs} origin-target pairs: {profile:#}"
+            );
+        }
     }
 }

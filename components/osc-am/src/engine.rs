@@ -24,7 +24,14 @@
 //!   allreduce on the window's communicator) ends such a fence with no message at all
 //!   ([`Engine::fence_quiet`], [`Engine::fence_agreed`]): no round counted anywhere;
 //! - **post/start/complete/wait**: `Post` to each origin; `start` waits for a `Post` from
-//!   each target; `Complete` to each target; `wait` waits for a `Complete` from each origin;
+//!   each target; `Complete` to each target; `wait` waits for a `Complete` from each origin.
+//!   A host that shares counters with some peers (osc-rdma, with its node: per member, a
+//!   count of the posts and of the completes each rank made to it, which only grow) carries
+//!   those there instead ([`Engine::send_counted`]): a `Post` to any such peer, a `Complete`
+//!   to one every message to which is known applied ([`Engine::quiet`], since a counter does
+//!   not follow the messages); the receiver adds what its counters grew by to what came as
+//!   messages ([`Engine::absorb_counts`]), so a group may mix both, and counts only grow, so
+//!   a post of the next epoch that comes early is kept for it as a message would be;
 //! - **lock/unlock**: `Lock` to the target, whose lock queue answers `Granted` when the lock
 //!   is compatible with the holders (exclusive alone, shared together; first come, first
 //!   served: a waiting exclusive request is not overtaken by later shared ones); `Unlock`
@@ -171,6 +178,17 @@ enum OpState {
     Done(Result<Vec<u8>, OscError>),
 }
 
+/// A post or a complete carried by a host's counter instead of a message
+/// ([`Engine::send_counted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// `MPI_Win_post`: this process exposes its window to the peer.
+    Post,
+    /// `MPI_Win_complete`: this process's access epoch to the peer is over, its operations
+    /// applied.
+    Complete,
+}
+
 /// One window at one process.
 pub struct Engine<S: Segment> {
     me: usize,
@@ -205,6 +223,10 @@ pub struct Engine<S: Segment> {
     posts_seen: Vec<u64>,
     exposure: Option<Vec<usize>>,
     completes_seen: Vec<u64>,
+    /// Per peer, the posts and completes its counters held when last read
+    /// ([`Engine::absorb_counts`]), already added to `posts_seen` and `completes_seen`.
+    posts_counted: Vec<u64>,
+    completes_counted: Vec<u64>,
     locks: Vec<Option<Held>>,
     lock_all: bool,
     // The target side of passive synchronization.
@@ -287,6 +309,8 @@ impl<S: Segment> Engine<S> {
             posts_seen: vec![0; n],
             exposure: None,
             completes_seen: vec![0; n],
+            posts_counted: vec![0; n],
+            completes_counted: vec![0; n],
             locks: vec![None; n],
             lock_all: false,
             shared_holders: 0,
@@ -1188,6 +1212,75 @@ impl<S: Segment> Engine<S> {
         self.exposure
             .as_ref()
             .is_some_and(|g| g.iter().all(|&o| self.completes_seen[o] > 0))
+    }
+
+    /// Carry the outbox's `Post`s and `Complete`s that the host's counters can
+    /// ([`Counted`]): `add(peer, kind)` adds one to the counter of `peer` for this process
+    /// and says whether it could (a peer whose counters it shares). A `Complete` is offered
+    /// only when every message this process sent the peer is known applied
+    /// ([`Engine::quiet`]): the counter would overtake them, where a message follows them.
+    /// The host calls this once the transfers it moves itself to those peers are complete.
+    /// The other messages stay queued, in order. How many went by counter.
+    pub fn send_counted(&mut self, mut add: impl FnMut(usize, Counted) -> bool) -> usize {
+        if !self
+            .outbox
+            .iter()
+            .any(|(_, m)| matches!(m, Msg::Post | Msg::Complete))
+        {
+            return 0;
+        }
+        let mut out = std::mem::take(&mut self.outbox);
+        let before = out.len();
+        out.retain(|(peer, m)| {
+            let kind = match m {
+                Msg::Post => Counted::Post,
+                Msg::Complete if self.quiet(*peer) => Counted::Complete,
+                _ => return true,
+            };
+            !add(*peer, kind)
+        });
+        let n = before - out.len();
+        self.outbox = out;
+        n
+    }
+
+    /// Add what the host's counters of posts and completes made to this process grew by
+    /// since they were last read (`posts(peer)`, `completes(peer)`: their cumulative
+    /// counts) to what came as messages: only those of the targets a starting access epoch
+    /// waits for and of the origins of the open exposure epoch are read. True when one grew.
+    pub fn absorb_counts(
+        &mut self,
+        posts: impl Fn(usize) -> u64,
+        completes: impl Fn(usize) -> u64,
+    ) -> bool {
+        let mut grew = false;
+        if let Some(Pending::Start(g)) = &self.pending {
+            for &t in g {
+                let c = posts(t);
+                if c > self.posts_counted[t] {
+                    self.posts_seen[t] += c - self.posts_counted[t];
+                    self.posts_counted[t] = c;
+                    grew = true;
+                }
+            }
+        }
+        if let Some(g) = &self.exposure {
+            for &o in g {
+                let c = completes(o);
+                if c > self.completes_counted[o] {
+                    self.completes_seen[o] += c - self.completes_counted[o];
+                    self.completes_counted[o] = c;
+                    grew = true;
+                }
+            }
+        }
+        grew
+    }
+
+    /// Is an access epoch of `MPI_Win_start` waiting for posts, or an exposure epoch open:
+    /// may [`Engine::absorb_counts`] find anything?
+    pub fn counts_awaited(&self) -> bool {
+        self.exposure.is_some() || matches!(self.pending, Some(Pending::Start(_)))
     }
 
     /// Is an access or exposure epoch open, or a synchronization in progress?
@@ -2354,6 +2447,294 @@ mod tests {
         assert_eq!(&net.mem(1)[..2], &[5, 6]);
     }
 
+    /// Counters a host shares between ranks (`posts[to][from]`, `completes[to][from]`),
+    /// for the pairs `mapped(from, to)` names.
+    struct Counters {
+        posts: Vec<Vec<u64>>,
+        completes: Vec<Vec<u64>>,
+    }
+
+    impl Counters {
+        fn new(n: usize) -> Self {
+            Self {
+                posts: vec![vec![0; n]; n],
+                completes: vec![vec![0; n]; n],
+            }
+        }
+
+        /// Rank `r`'s posts and completes that its counters carry (`mapped(r, peer)`); how
+        /// many.
+        fn send(
+            &mut self,
+            net: &mut Net,
+            r: usize,
+            mapped: &dyn Fn(usize, usize) -> bool,
+        ) -> usize {
+            net.e[r].send_counted(|peer, kind| {
+                if !mapped(r, peer) {
+                    return false;
+                }
+                match kind {
+                    Counted::Post => self.posts[peer][r] += 1,
+                    Counted::Complete => self.completes[peer][r] += 1,
+                }
+                true
+            })
+        }
+
+        fn absorb(&self, net: &mut Net, r: usize) -> bool {
+            net.e[r].absorb_counts(|t| self.posts[r][t], |o| self.completes[r][o])
+        }
+    }
+
+    /// Posts and completes by counter where the pair shares counters, by message where not
+    /// or where a message of the epoch went first (a put): one group mixes both, and
+    /// `MPI_Win_test`'s question sees the counters once absorbed.
+    #[test]
+    fn posts_and_completes_by_counter_mix_with_messages() {
+        let mut net = Net::new(3, 4);
+        let mut c = Counters::new(3);
+        // Ranks 0 and 1 share counters both ways; rank 2 shares none.
+        let mapped = |a: usize, b: usize| a < 2 && b < 2;
+        let is = |m: &Msg, k: &Msg| m == k;
+        net.e[1].sync(SyncCall::Post(vec![0, 2])).unwrap();
+        assert_eq!(c.send(&mut net, 1, &mapped), 1, "the post to rank 0");
+        assert_eq!(net.sent(1, |m| is(m, &Msg::Post)), 1, "the post to rank 2");
+        net.e[0].sync(SyncCall::Start(vec![1])).unwrap();
+        net.e[2].sync(SyncCall::Start(vec![1])).unwrap();
+        assert_eq!(net.e[0].sync_done(), None, "not read yet");
+        assert!(c.absorb(&mut net, 0));
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        net.run();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        // Rank 0 completes by counter (nothing sent), rank 2 by message after its put.
+        net.e[0].sync(SyncCall::Complete).unwrap();
+        assert_eq!(c.send(&mut net, 0, &mapped), 1);
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        net.e[2]
+            .put(1, 2, &Layout::contiguous(2), vec![7, 8])
+            .unwrap();
+        net.e[2].sync(SyncCall::Complete).unwrap();
+        assert_eq!(c.send(&mut net, 2, &mapped), 0);
+        net.e[1].sync(SyncCall::Wait).unwrap();
+        assert!(c.absorb(&mut net, 1));
+        assert!(
+            !net.e[1].exposure_complete(),
+            "rank 2's complete is a message"
+        );
+        assert_eq!(net.e[1].sync_done(), None);
+        net.run();
+        assert_eq!(net.e[2].sync_done(), Some(Ok(())));
+        assert!(net.e[1].exposure_complete());
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        assert_eq!(&net.mem(1)[2..], &[7, 8]);
+        // Next epoch: rank 0 posts to rank 1 before rank 1's access epoch to rank 0 ends,
+        // and the post of the epoch after comes early too; each start takes one.
+        net.e[0].sync(SyncCall::Post(vec![1])).unwrap();
+        c.send(&mut net, 0, &mapped);
+        net.e[1].sync(SyncCall::Start(vec![0])).unwrap();
+        c.absorb(&mut net, 1);
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        let id = net.e[1].get(0, 0, &Layout::contiguous(1)).unwrap();
+        net.e[1].sync(SyncCall::Complete).unwrap();
+        assert_eq!(
+            c.send(&mut net, 1, &mapped),
+            0,
+            "a reply awaited: by message"
+        );
+        net.run();
+        assert_eq!(net.e[1].poll_op(id), Some(Ok(vec![0])));
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        net.e[0].sync(SyncCall::Wait).unwrap();
+        c.absorb(&mut net, 0);
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        // A quiet pair again (the reply came): by counter.
+        net.e[0].sync(SyncCall::Post(vec![1])).unwrap();
+        c.send(&mut net, 0, &mapped);
+        net.e[1].sync(SyncCall::Start(vec![0])).unwrap();
+        c.absorb(&mut net, 1);
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        net.e[1].sync(SyncCall::Complete).unwrap();
+        assert_eq!(c.send(&mut net, 1, &mapped), 1);
+        assert_eq!(net.e[1].sync_done(), Some(Ok(())));
+        net.e[0].sync(SyncCall::Wait).unwrap();
+        assert_eq!(net.e[0].sync_done(), None, "the counter not read yet");
+        c.absorb(&mut net, 0);
+        assert_eq!(net.e[0].sync_done(), Some(Ok(())));
+        assert_eq!((c.posts[1][0], c.completes[0][1]), (2, 1));
+        // Misuse is refused as before, whatever carries the epochs.
+        assert!(matches!(
+            net.e[0].sync(SyncCall::Wait),
+            Err(OscError::Sync(_))
+        ));
+        assert!(matches!(
+            net.e[0].sync(SyncCall::Complete),
+            Err(OscError::Sync(_))
+        ));
+        assert!(!net.e[0].counts_awaited());
+    }
+
+    /// One run of pscw epochs among `n` ranks: in epoch `k`, origin `o` accesses target `t`
+    /// when bit `o * n + t` of `groups[k]` is set (never itself); it puts `k + 1` at byte
+    /// `o` of the target, directly into its memory (as a module moving its own transfers
+    /// does) when `direct` says so for the epoch and pair, else by message, and gets the
+    /// target's byte `n`, which the target set to `k + 1` before its post. Pairs share
+    /// counters as `mapped(epoch, from, to)` says (changing between epochs: a member whose
+    /// object arrives late). `pick` orders everything: which queue delivers, which rank
+    /// moves. Checked: no start ends before its targets posted for its epoch, no wait before
+    /// its origins completed theirs, every value seen as written.
+    fn pscw_run(
+        n: usize,
+        groups: &[u64],
+        direct: &dyn Fn(usize, usize, usize) -> bool,
+        mapped: &dyn Fn(usize, usize, usize) -> bool,
+        picks: &[usize],
+    ) -> Result<(), TestCaseError> {
+        let mut net = Net::new(n, n + 1);
+        let mut c = Counters::new(n);
+        let access = |k: usize, o: usize, t: usize| o != t && groups[k] >> (o * n + t) & 1 == 1;
+        // Per rank: the epoch it is in, its step in it (0 post, 1 start, 2 operations,
+        // 3 complete, 4 wait), whether that step's synchronization is in progress, and the
+        // gets it awaits.
+        let mut epoch = vec![0usize; n];
+        let mut step = vec![0u8; n];
+        let mut busy = vec![false; n];
+        let mut gets: Vec<Vec<(OpId, u8)>> = vec![Vec::new(); n];
+        // Per (target, origin): posts made, starts ended; completes made, waits ended.
+        let mut posted = vec![vec![0usize; n]; n];
+        let mut completed = vec![vec![0usize; n]; n];
+        let mut picks = picks.iter().copied().chain(0..);
+        let mut idle = 0;
+        while epoch.iter().any(|&k| k < groups.len()) {
+            prop_assert!(idle < 10_000, "stuck: epochs {:?} steps {:?}", epoch, step);
+            let p = picks.next().unwrap_or(0);
+            if p % 3 == 0 && net.step(p / 3) {
+                idle = 0;
+                continue;
+            }
+            let r = (p / 3) % n;
+            let k = epoch[r];
+            if k >= groups.len() {
+                idle += 1;
+                continue;
+            }
+            let mapped_now = |a: usize, b: usize| mapped(k, a, b);
+            let origins: Vec<usize> = (0..n).filter(|&o| access(k, o, r)).collect();
+            let targets: Vec<usize> = (0..n).filter(|&t| access(k, r, t)).collect();
+            if busy[r] {
+                c.absorb(&mut net, r);
+                let Some(res) = net.e[r].sync_done() else {
+                    idle += 1;
+                    continue;
+                };
+                prop_assert_eq!(res, Ok(()));
+                busy[r] = false;
+                match step[r] {
+                    1 => {
+                        for &t in &targets {
+                            let need = (0..=k).filter(|&j| access(j, r, t)).count();
+                            prop_assert!(
+                                posted[t][r] >= need,
+                                "rank {} started before {} posted",
+                                r,
+                                t
+                            );
+                        }
+                    }
+                    3 => {
+                        for (id, want) in gets[r].drain(..) {
+                            prop_assert_eq!(net.e[r].poll_op(id), Some(Ok(vec![want])));
+                        }
+                    }
+                    4 => {
+                        for &o in &origins {
+                            let need = (0..=k).filter(|&j| access(j, o, r)).count();
+                            prop_assert!(completed[r][o] >= need, "rank {} waited before {}", r, o);
+                            prop_assert_eq!(net.mem(r)[o], k as u8 + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                step[r] += 1;
+            } else {
+                let call = match step[r] {
+                    0 if !origins.is_empty() => {
+                        net.e[r].segments[0].1[n] = k as u8 + 1;
+                        for &o in &origins {
+                            posted[r][o] += 1;
+                        }
+                        Some(SyncCall::Post(origins.clone()))
+                    }
+                    1 if !targets.is_empty() => Some(SyncCall::Start(targets.clone())),
+                    2 => {
+                        for &t in &targets {
+                            if direct(k, r, t) {
+                                net.e[t].segments[0].1[r] = k as u8 + 1;
+                            } else {
+                                net.e[r]
+                                    .put(t, r as u64, &Layout::contiguous(1), vec![k as u8 + 1])
+                                    .unwrap();
+                            }
+                            let id = net.e[r].get(t, n as u64, &Layout::contiguous(1)).unwrap();
+                            gets[r].push((id, k as u8 + 1));
+                        }
+                        None
+                    }
+                    3 if !targets.is_empty() => {
+                        for &t in &targets {
+                            completed[t][r] += 1;
+                        }
+                        Some(SyncCall::Complete)
+                    }
+                    4 if !origins.is_empty() => Some(SyncCall::Wait),
+                    _ => None,
+                };
+                match call {
+                    Some(call) => {
+                        net.e[r].sync(call).unwrap();
+                        c.send(&mut net, r, &mapped_now);
+                        busy[r] = true;
+                    }
+                    None => step[r] += 1,
+                }
+            }
+            if step[r] == 5 {
+                step[r] = 0;
+                epoch[r] += 1;
+            }
+            idle = 0;
+        }
+        net.run();
+        for r in 0..n {
+            prop_assert!(!net.e[r].busy(), "rank {} still in an epoch", r);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn pscw_epochs_with_changing_groups_by_counters_and_messages() {
+        // Three ranks, everybody to everybody, then rings both ways, then 0 -> 1 and 2 -> 1.
+        let all = 0b011_101_110;
+        let groups = [all, 0b001_100_010, 0b010_001_100, 0b010_000_010, all];
+        pscw_run(3, &groups, &|_, _, _| true, &|_, _, _| true, &[]).unwrap();
+        pscw_run(
+            3,
+            &groups,
+            &|k, o, _| k % 2 == o % 2,
+            &|k, a, b| (k + a + b) % 3 != 0,
+            &[],
+        )
+        .unwrap();
+        pscw_run(
+            3,
+            &groups,
+            &|_, _, _| false,
+            &|_, _, _| false,
+            &[1, 4, 7, 2, 5, 8],
+        )
+        .unwrap();
+    }
+
     #[test]
     fn exclusive_locks_queue_and_shared_ones_share() {
         let mut net = Net::new(3, 8);
@@ -2766,6 +3147,29 @@ mod tests {
                     prop_assert_eq!(net.e[r].sync_done(), Some(Ok(())));
                 }
             }
+        }
+
+        /// Post/start/complete/wait epochs with groups changing at random, each pair's
+        /// posts and completes by counter or by message (changing between epochs), puts
+        /// moved directly or by message, under any order of delivery and of the ranks'
+        /// moves: every start and wait ends after what it waits for, and every value is
+        /// seen as written.
+        #[test]
+        fn pscw_epochs_under_any_order_by_counters_and_messages(
+            n in 2usize..5,
+            groups in proptest::collection::vec(any::<u64>(), 1..6),
+            direct in any::<u64>(),
+            mapped in any::<u64>(),
+            picks in proptest::collection::vec(any::<usize>(), 0..400),
+        ) {
+            let bit = |x: u64, k: usize, a: usize, b: usize| x >> ((k * 7 + a * 3 + b) % 64) & 1 == 1;
+            pscw_run(
+                n,
+                &groups,
+                &|k, o, t| bit(direct, k, o, t),
+                &|k, a, b| bit(mapped, k, a, b),
+                &picks,
+            )?;
         }
     }
 }

@@ -16,12 +16,20 @@
 //! `MPI_Win_lock_all`/`MPI_Win_unlock_all` likewise, once every member's word (this
 //! process's own included) is mapped: a shared lock on each, taken together or not at all.
 //!
+//! `MPI_Win_flush_local` stages the small puts queued since the last one ([`STAGE_PIECE`]
+//! bytes each, [`STAGE`] in all): their bytes are copied into a buffer of the path, which
+//! the pieces point at from then on, so the program has its buffers back without a system
+//! call; the next flush, unlock or module call moves them (a full stage or queue: the
+//! flush_local itself). A target's memory is written no earlier than before: MPI promises a
+//! flush_local's puts at the target only after a flush or synchronization.
+//!
 //! [`batch_end`] (how the queue splits into calls) is sans-IO; [`issue`] makes one call.
 #![allow(unsafe_code)]
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::io;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use rmca_framework::buffer::UserBuf;
 use rmca_framework::osc::{lock_word, LentPath, LockKind, OpId, TargetInfo};
@@ -68,6 +76,17 @@ pub fn batch_end(q: &[Cma], start: usize) -> usize {
     }
     end
 }
+
+/// Puts of at most this many bytes are staged by `MPI_Win_flush_local` ([`Lent`]): a copy
+/// that size costs less than a system call (OSU's put_latency `-s flush_local`, CPU time of
+/// the origin per put and flush_local: 1 B to 1 KiB ahead, 4 KiB level, 8 KiB behind with a
+/// 64 KiB stage).
+pub const STAGE_PIECE: usize = 2048;
+
+/// The staging buffer's size (within the L1 cache, which the moving call reads it from): a
+/// flush_local whose puts do not fit moves the queue instead. Allocated at the first
+/// staging, per window.
+pub const STAGE: usize = 16 * 1024;
 
 /// The operation of the pieces queued on the [`Lent`] path: none (the module's ids all
 /// have a high bit set, the engine's start at 1).
@@ -118,6 +137,8 @@ pub enum Held {
 /// ([`Lent::take_into`]) before it queues or moves anything itself, so a general-path
 /// synchronization moves, and reports, what was queued here. The queue holds at most
 /// [`BATCH`] pieces (allocated once): a put or get past that goes through the module.
+/// `MPI_Win_flush_local` stages small puts (`Lent::stage`); staged pieces point into the
+/// path's stage, which outlives them (retired, not reused, when the module takes them).
 #[derive(Debug)]
 pub struct Lent {
     members: Box<[Member]>,
@@ -146,6 +167,17 @@ pub struct Lent {
     /// finish here once (not every one: a flush with nothing to do is how a program polls
     /// its window, and the module's gives it a progress pass).
     applied: Cell<bool>,
+    /// Staged puts' bytes ([`STAGE`], allocated at the first staging), of which the first
+    /// `staged` are those of queued pieces; the first `staged_n` queued pieces are staged
+    /// (each staging takes every piece queued after them).
+    stage: RefCell<Vec<Cell<u8>>>,
+    staged: Cell<usize>,
+    staged_n: Cell<usize>,
+    /// Stages the module took pieces of ([`Lent::take_into`]): kept until it is quiet
+    /// ([`Lent::set_quiet`]), as its queue or its BTLs' transfers may still read them.
+    retired: RefCell<Vec<Vec<Cell<u8>>>>,
+    /// Puts staged (the profile's `osc.rdma.staged_puts`).
+    staged_puts: Cell<u64>,
 }
 
 impl Lent {
@@ -180,6 +212,11 @@ impl Lent {
             holding: Cell::new(0),
             all: Cell::new(false),
             applied: Cell::new(false),
+            stage: RefCell::new(Vec::new()),
+            staged: Cell::new(0),
+            staged_n: Cell::new(0),
+            retired: RefCell::new(Vec::new()),
+            staged_puts: Cell::new(0),
         }
     }
 
@@ -296,9 +333,15 @@ impl Lent {
         self.set(t, None, false);
     }
 
-    /// The module: nothing of its own is outstanding (`quiet`) or something is.
+    /// The module: nothing of its own is outstanding (`quiet`) or something is. Quiet, it
+    /// reads no retired stage any more: they go.
     pub fn set_quiet(&self, quiet: bool) {
         self.quiet.set(quiet);
+        if quiet {
+            if let Ok(mut r) = self.retired.try_borrow_mut() {
+                r.clear();
+            }
+        }
     }
 
     /// Nothing queued here.
@@ -308,23 +351,32 @@ impl Lent {
 
     /// Move the queued pieces to the end of `out`, in order (their operation is
     /// [`NO_OP`]: the module names one if it must).
+    /// Staged pieces keep pointing at their stage, retired with them (not written again,
+    /// kept until the module is quiet).
     pub fn take_into(&self, out: &mut Vec<Cma>) {
         let mut q = self.queue.borrow_mut();
         if !q.is_empty() {
             out.extend_from_slice(&q);
             q.clear();
         }
+        self.staged_n.set(0);
+        if self.staged.replace(0) > 0 {
+            // (Moved, not copied: the bytes stay where the pieces point.)
+            let old = std::mem::take(&mut *self.stage.borrow_mut());
+            self.retired.borrow_mut().push(old);
+        }
     }
 
-    /// Puts and gets queued here, system calls made, flushes finished and locks taken here,
-    /// since the last call (each counted once).
-    pub fn take_counts(&self) -> [u64; 5] {
+    /// Puts and gets queued here, system calls made, flushes finished, locks taken and puts
+    /// staged here, since the last call (each counted once).
+    pub fn take_counts(&self) -> [u64; 6] {
         [
             &self.puts,
             &self.gets,
             &self.calls,
             &self.flushes,
             &self.locks,
+            &self.staged_puts,
         ]
         .map(Cell::take)
     }
@@ -343,12 +395,66 @@ impl Lent {
                 // (This call's pieces again: a put rewrites the same bytes, a get rereads
                 // them.)
                 q.drain(..start);
+                self.staged_n.set(self.staged_n.get().saturating_sub(start));
                 return false;
             }
             start = end;
         }
         q.clear();
+        // (Nothing points at the stage any more.)
+        self.staged.set(0);
+        self.staged_n.set(0);
         true
+    }
+
+    /// Stage the pieces queued since the last staging (`MPI_Win_flush_local`): each one's
+    /// bytes copied to the stage, the piece pointing there from now on. `Some(true)` once
+    /// done, `Some(false)` with none to stage; `None`, nothing changed, when a get is among
+    /// them (its bytes arrive only by the call), a put of more than [`STAGE_PIECE`] bytes,
+    /// or they do not fit (the stage, or a queue left full): the caller moves the queue.
+    fn stage(&self, q: &mut [Cma]) -> Option<bool> {
+        let from = self.staged_n.get();
+        let fresh = q.get(from..)?;
+        if fresh.is_empty() {
+            return Some(false);
+        }
+        let mut bytes = 0usize;
+        for x in fresh {
+            if x.get || x.len > STAGE_PIECE {
+                return None;
+            }
+            bytes += x.len;
+        }
+        let mut at = self.staged.get();
+        if q.len() >= BATCH || at + bytes > STAGE {
+            return None;
+        }
+        let n = fresh.len() as u64;
+        let mut stage = self.stage.try_borrow_mut().ok()?;
+        if stage.is_empty() {
+            // (No piece points at an empty stage: `staged` is 0.)
+            *stage = (0..STAGE).map(|_| Cell::new(0)).collect();
+        }
+        // Through the cells: pieces staged before point into the same bytes.
+        let base = stage.as_ptr().cast::<u8>().cast_mut();
+        for x in &mut q[from..] {
+            // SAFETY: `at + x.len <= STAGE` (checked above for the sum), inside the stage's
+            // allocation, whose bytes are cells (written through a shared pointer) no queued
+            // piece points at yet (those end at `staged`); the source is the program's put
+            // buffer of `x.len` bytes from `x.at`, valid for reads until this flush_local
+            // returns (MPI's contract), and not the stage.
+            unsafe {
+                let dst = base.add(at);
+                std::ptr::copy_nonoverlapping(x.view.slice(x.at, x.len).as_ptr(), dst, x.len);
+                x.view = UserBuf::from_raw_parts(dst, x.len);
+            }
+            x.at = 0;
+            at += x.len;
+        }
+        self.staged.set(at);
+        self.staged_n.set(q.len());
+        self.staged_puts.set(self.staged_puts.get() + n);
+        Some(true)
     }
 
     /// Queue a put or get (`get`) of `buf` at displacement `disp` of member `t`, when the
@@ -415,6 +521,27 @@ impl LentPath for Lent {
         };
         // Nothing queued: only after an accumulate applied within its call.
         if (q.is_empty() && !self.applied.get()) || !self.move_queue(&mut q) {
+            return false;
+        }
+        self.applied.set(false);
+        self.flushes.set(self.flushes.get() + 1);
+        true
+    }
+
+    fn flush_local(&self, t: usize) -> bool {
+        if !self.quiet.get() || !self.members.get(t).is_some_and(|m| m.flush.get()) {
+            return false;
+        }
+        let Ok(mut q) = self.queue.try_borrow_mut() else {
+            return false;
+        };
+        let done = match self.stage(&mut q) {
+            Some(true) => true,
+            // Nothing new queued: as a flush (nothing queued at all: the module's).
+            Some(false) => (!q.is_empty() || self.applied.get()) && self.move_queue(&mut q),
+            None => self.move_queue(&mut q),
+        };
+        if !done {
             return false;
         }
         self.applied.set(false);
@@ -532,9 +659,12 @@ impl LentPath for Lent {
         if !self.move_queue(&mut q) {
             return false;
         }
+        // `lock_word::release`'s full fence once for all the words, not once per word (a
+        // locked instruction each on x86, half of this call's time at two members).
+        fence(Ordering::SeqCst);
         for m in self.members.iter() {
             if let (Held::Word(kind), Some(w)) = (m.held.get(), m.word.get()) {
-                lock_word::release(w.word(), kind);
+                release_fenced(w.word(), kind);
             }
             m.held.set(Held::No);
             m.access.set(false);
@@ -544,6 +674,17 @@ impl LentPath for Lent {
         self.all.set(false);
         true
     }
+}
+
+/// [`lock_word::release`] after the caller's full fence (the same word encoding: the
+/// exclusive bit or one shared holder taken off).
+#[inline]
+fn release_fenced(word: &AtomicU64, kind: LockKind) {
+    let by = match kind {
+        LockKind::Exclusive => lock_word::EXCL,
+        LockKind::Shared => 1,
+    };
+    word.fetch_sub(by, Ordering::Release);
 }
 
 /// Why a call moved nothing or not everything.
@@ -737,7 +878,11 @@ mod tests {
         assert!(!l.flush(1), "not flushable");
         assert!(l.flush(0));
         assert_eq!(&dst[56..], &src[..]);
-        assert_eq!(l.take_counts(), [2, 0, 2, 1, 0], "two targets, two calls");
+        assert_eq!(
+            l.take_counts(),
+            [2, 0, 2, 1, 0, 0],
+            "two targets, two calls"
+        );
         assert!(l.is_empty() && !l.flush(0), "nothing queued: the module's");
         // After an accumulate the module applied within its call: once here.
         l.applied();
@@ -762,6 +907,178 @@ mod tests {
         assert!(!l.is_empty());
         l.close(0);
         assert!(!l.put(0, 0, v) && !l.flush(0));
+    }
+
+    /// A path to one member at `dst` (this process), one-byte units, quiet and flushable.
+    fn one_member(dst: &mut [u8]) -> (Lent, u64) {
+        let at = dst.as_mut_ptr() as u64;
+        let info = TargetInfo {
+            size: dst.len() as u64,
+            disp_unit: 1,
+        };
+        let l = Lent::new(&[info], 0);
+        l.set(0, Some((std::process::id(), at)), true);
+        l.set_quiet(true);
+        (l, at)
+    }
+
+    /// `MPI_Win_flush_local` after small puts copies them aside: the program's buffer is
+    /// its own again at once (overwritten here), the target untouched and no system call
+    /// made; the next flush moves the staged bytes, the old ones, in one call. A get after
+    /// staged puts is moved with them, behind them.
+    #[test]
+    fn flush_local_stages_small_puts_and_the_next_flush_moves_them() {
+        let mut dst = vec![0u8; 64];
+        let (l, _) = one_member(&mut dst);
+        let mut src = [0u8; 8];
+        for i in 0..4u8 {
+            src.fill(i + 1);
+            // SAFETY: a view of `src`, which outlives the path's use of it.
+            let v = unsafe { UserBuf::from_slice(&src) };
+            assert!(l.put(0, 8 * i as isize, v));
+            assert!(l.flush_local(0));
+            src.fill(0xee);
+        }
+        assert!(dst.iter().all(|&b| b == 0), "nothing at the target yet");
+        assert_eq!(l.take_counts(), [4, 0, 0, 4, 0, 4], "staged, no call");
+        assert!(l.flush(0));
+        for i in 0..4 {
+            assert_eq!(&dst[8 * i..8 * i + 8], &[i as u8 + 1; 8], "piece {i}");
+        }
+        assert_eq!(
+            l.take_counts(),
+            [0, 0, 1, 1, 0, 0],
+            "one call, pieces joined"
+        );
+        assert!(
+            l.is_empty() && !l.flush_local(0),
+            "nothing queued: the module's"
+        );
+        // A put staged, then a get of the same bytes: the flush_local moves both, in order.
+        src.fill(9);
+        // SAFETY: as above.
+        let v = unsafe { UserBuf::from_slice(&src) };
+        assert!(l.put(0, 40, v.slice(0, 4)) && l.flush_local(0));
+        src.fill(0xee);
+        let mut back = [0u8; 4];
+        // SAFETY: `back` outlives the path's use of it.
+        let w = unsafe { UserBuf::from_mut_slice(&mut back) };
+        assert!(l.get(0, 40, w) && l.flush_local(0));
+        assert_eq!((back, &dst[40..44]), ([9; 4], &[9u8; 4][..]));
+        assert_eq!(l.take_counts(), [1, 1, 2, 2, 0, 1], "a call each way");
+    }
+
+    /// The stage holds [`STAGE`] bytes and the queue [`BATCH`] pieces: a flush_local whose
+    /// puts do not fit, or that would leave the queue full, moves everything queued instead;
+    /// a put of more than [`STAGE_PIECE`] bytes is moved, not staged.
+    #[test]
+    fn a_full_stage_or_queue_makes_the_flush_local_move_the_queue() {
+        let mut dst = vec![0u8; 2 * STAGE];
+        let (l, _) = one_member(&mut dst);
+        let mut src = vec![0u8; STAGE_PIECE + 1];
+        let fits = STAGE / STAGE_PIECE;
+        for i in 0..=fits {
+            src.fill(i as u8 + 1);
+            // SAFETY: a view of `src`, which outlives the path's use of it.
+            let v = unsafe { UserBuf::from_slice(&src) };
+            assert!(l.put(0, (i * STAGE_PIECE) as isize, v.slice(0, STAGE_PIECE)));
+            assert!(l.flush_local(0));
+        }
+        assert_eq!(l.take_counts()[2], 1, "the last flush_local's call");
+        assert!(l.is_empty());
+        for i in 0..=fits {
+            assert_eq!(dst[i * STAGE_PIECE], i as u8 + 1);
+        }
+        // SAFETY: as above.
+        let v = unsafe { UserBuf::from_slice(&src) };
+        assert!(l.put(0, 0, v) && l.flush_local(0));
+        assert_eq!(l.take_counts()[2..], [1, 1, 0, 0], "too large: moved");
+        for i in 0..BATCH {
+            assert!(l.put(0, i as isize, v.slice(0, 1)) && l.flush_local(0));
+            assert_eq!(l.is_empty(), i == BATCH - 1, "piece {i}");
+        }
+        assert_eq!(l.take_counts()[2..], [1, BATCH as u64, 0, BATCH as u64 - 1]);
+    }
+
+    /// What the module takes over ([`Lent::take_into`]) keeps pointing at the staged bytes,
+    /// which no later staging overwrites (the stage is retired until the module is quiet).
+    #[test]
+    fn the_module_takes_staged_pieces_over_with_their_bytes() {
+        let mut dst = vec![0u8; 16];
+        let (l, _) = one_member(&mut dst);
+        let mut src = [1u8; 4];
+        // SAFETY: a view of `src`, which outlives the path's use of it.
+        let v = unsafe { UserBuf::from_slice(&src) };
+        assert!(l.put(0, 0, v) && l.flush_local(0));
+        src.fill(2);
+        let mut q = Vec::new();
+        l.take_into(&mut q);
+        assert!(l.is_empty() && q.len() == 1);
+        assert_eq!(q[0].view.slice(q[0].at, q[0].len).as_slice(), [1; 4]);
+        assert!(l.put(0, 4, v) && l.flush_local(0), "a fresh stage");
+        src.fill(3);
+        assert_eq!(q[0].view.slice(q[0].at, q[0].len).as_slice(), [1; 4]);
+        assert_eq!(l.retired.borrow().len(), 1);
+        issue(&q).unwrap();
+        assert!(l.flush(0));
+        assert_eq!(&dst[..8], &[1, 1, 1, 1, 2, 2, 2, 2]);
+        l.set_quiet(false);
+        assert_eq!(l.retired.borrow().len(), 1, "the module may still read it");
+        l.set_quiet(true);
+        assert!(l.retired.borrow().is_empty());
+    }
+
+    /// A lock of the path: its unlock moves the staged puts before the word goes; when the
+    /// call fails the unlock is the module's (the word still held, the staged bytes queued),
+    /// and the module moves those bytes, the ones staged, not the program's buffer.
+    #[test]
+    fn an_unlock_moves_the_staged_puts_before_the_word_goes() {
+        let Some(own) = crate::lockword::Own::create(1) else {
+            return; // (No lock words on this system: nothing to lock.)
+        };
+        let mut dst = vec![0u8; 16];
+        let (l, at) = one_member(&mut dst);
+        let me = std::process::id();
+        l.reach(0, me, at, own.word());
+        l.set_free(true);
+        let word = own.word();
+        let mut src = [5u8; 4];
+        // SAFETY: a view of `src`, which outlives the path's use of it.
+        let v = unsafe { UserBuf::from_slice(&src) };
+        assert!(l.lock(0, LockKind::Exclusive, false));
+        assert!(l.put(0, 0, v) && l.flush_local(0));
+        src.fill(6);
+        assert!(
+            !lock_word::try_acquire(word.word(), LockKind::Shared),
+            "held"
+        );
+        assert_eq!(dst[0], 0);
+        assert!(l.unlock(0));
+        assert_eq!(&dst[..4], &[5; 4]);
+        assert!(
+            lock_word::try_acquire(word.word(), LockKind::Exclusive),
+            "given back"
+        );
+        lock_word::release(word.word(), LockKind::Exclusive);
+        // CMA fails at the unlock: nothing given back, the staged bytes left to the module.
+        assert!(l.lock(0, LockKind::Exclusive, false));
+        l.set(0, Some((i32::MAX as u32, at)), true);
+        src.fill(7);
+        assert!(l.put(0, 8, v) && l.flush_local(0));
+        src.fill(8);
+        assert!(!l.unlock(0));
+        assert!(
+            !lock_word::try_acquire(word.word(), LockKind::Shared),
+            "still held"
+        );
+        let mut q = Vec::new();
+        l.take_into(&mut q);
+        assert_eq!(q.len(), 1);
+        q[0].pid = me;
+        issue(&q).unwrap();
+        assert_eq!(&dst[8..12], &[7; 4]);
+        l.take_held(|_, _| {});
+        lock_word::release(word.word(), LockKind::Exclusive);
     }
 
     #[test]

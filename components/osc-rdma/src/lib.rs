@@ -23,6 +23,10 @@
 //! them itself by CMA at the synchronization that completes them, every one queued since in
 //! one system call per target ([`cma`], `osc_rdma_cma_direct`), so that a put and its flush,
 //! or a lock, a get and an unlock, cost one system call and no pass of the PML.
+//! And so are `MPI_Win_post` and `MPI_Win_complete` to those members: one added to a
+//! counter in the member's shared object (its posts, its completes, per window rank), which
+//! its start or wait reads, instead of a message ([`lockword`]; not when the job's waits
+//! sleep, `mpi_wait_mode block`: a counter rings no doorbell).
 //!
 //! The component serves a window when the PML says an RDMA BTL reaches every member
 //! ([`WinConfig::rdma`]; pml-dr offers none, so osc-am serves its windows); osc-sm ranks

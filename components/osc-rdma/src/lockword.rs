@@ -16,6 +16,12 @@
 //! origin posts an accumulate of one run there and the member applies it in its progress
 //! (384 bytes a slot, pages the kernel provides only once an origin writes its slot).
 //!
+//! The rest of the first page holds post/start/complete/wait's counters ([`Page::post`],
+//! [`Own::posts`]): per window rank up to [`PSCW_MAX`], how many times that rank posted
+//! to this member, and how many times it completed an access epoch to it. Each only grows
+//! (a poster or origin adds one, this member compares it with what it took), so they are
+//! never reset and an epoch's count cannot be mistaken for another's.
+//!
 //! Only windows over memory given at creation use words (not dynamic ones, whose operations
 //! all go as messages the target must apply: there a word held across the round trip costs
 //! more under contention than the message protocol, which grants, applies and releases
@@ -48,6 +54,14 @@ const WORD: usize = 0;
 const COOKIE: usize = 8;
 const ACC: usize = 64;
 const PENDING: usize = 128;
+/// The counters of posts (one u64 per window rank) and of completes, in the first page.
+const POSTS: usize = 256;
+const COMPLETES: usize = POSTS + PSCW_MAX * 8;
+
+/// Window ranks above this many post and complete by messages (the first page holds the
+/// counters of this many).
+pub const PSCW_MAX: usize = 224;
+const _: () = assert!(COMPLETES + PSCW_MAX * 8 <= LEN);
 
 /// Windows of more ranks have no slots (the object would span more than 390 KB of address
 /// space in each member of the node that maps it).
@@ -118,6 +132,18 @@ impl Page {
     /// The member's slots ([`crate::slot`]) and the words they are in.
     pub fn slots(&self) -> (&Mapping, crate::slot::Area) {
         (&self.map, self.area)
+    }
+
+    /// The member's count of posts by window rank `me`, which `me` adds one to for each
+    /// `MPI_Win_post` naming the member (`None`: `me` is above [`PSCW_MAX`]).
+    pub fn post(&self, me: usize) -> Option<&AtomicU64> {
+        (me < PSCW_MAX).then(|| self.map.atomic_u64(POSTS + me * 8))
+    }
+
+    /// The member's count of access epochs window rank `me` completed to it
+    /// (`MPI_Win_complete`), as [`Page::post`].
+    pub fn complete(&self, me: usize) -> Option<&AtomicU64> {
+        (me < PSCW_MAX).then(|| self.map.atomic_u64(COMPLETES + me * 8))
     }
 }
 
@@ -225,6 +251,30 @@ impl Own {
         self.announce
     }
 
+    /// How many times window rank `from` posted to this member (0 for ranks above
+    /// [`PSCW_MAX`], which post by message).
+    pub fn posts(&self, from: usize) -> u64 {
+        if from < PSCW_MAX {
+            self.map
+                .atomic_u64(POSTS + from * 8)
+                .load(Ordering::Acquire)
+        } else {
+            0
+        }
+    }
+
+    /// How many access epochs window rank `from` completed to this member, as
+    /// [`Own::posts`].
+    pub fn completes(&self, from: usize) -> u64 {
+        if from < PSCW_MAX {
+            self.map
+                .atomic_u64(COMPLETES + from * 8)
+                .load(Ordering::Acquire)
+        } else {
+            0
+        }
+    }
+
     /// This member's slots, which it serves ([`crate::slot::serve`]), and its accumulate
     /// word, which it holds meanwhile.
     pub fn slots(&self) -> (&Mapping, crate::slot::Area, &AtomicU64) {
@@ -317,6 +367,25 @@ mod tests {
                 .cell(area.first + 2 * crate::slot::STRIDE + 9)
                 .load(Ordering::Relaxed),
             11
+        );
+        // Post and complete counters: what another member adds in its view, this one reads
+        // in its own, per poster; none above PSCW_MAX.
+        theirs.post(2).unwrap().fetch_add(1, Ordering::Release);
+        theirs.post(2).unwrap().fetch_add(1, Ordering::Release);
+        theirs.complete(2).unwrap().fetch_add(1, Ordering::Release);
+        theirs
+            .complete(PSCW_MAX - 1)
+            .unwrap()
+            .fetch_add(7, Ordering::Release);
+        assert_eq!((own.posts(2), own.completes(2)), (2, 1));
+        assert_eq!((own.posts(1), own.completes(1), own.posts(3)), (0, 0, 0));
+        assert_eq!(own.completes(PSCW_MAX - 1), 7);
+        assert!(theirs.post(PSCW_MAX).is_none() && theirs.complete(PSCW_MAX).is_none());
+        assert_eq!((own.posts(PSCW_MAX), own.completes(PSCW_MAX)), (0, 0));
+        assert_eq!(
+            own.word().word().load(Ordering::Relaxed),
+            5,
+            "the lock word unmoved"
         );
         assert!(
             open(&Announce { slots: 4, ..a }).is_none(),

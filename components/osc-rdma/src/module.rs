@@ -12,7 +12,7 @@ use rmca_framework::osc::{
     RdmaKeys, RdmaToken, SyncCall, WinConfig,
 };
 use rmca_framework::wire::{Reader, Writer};
-use rmca_osc_am::engine::Engine;
+use rmca_osc_am::engine::{Counted, Engine};
 use rmca_osc_am::wire::Msg;
 
 use crate::track::{Order, Tracker};
@@ -208,14 +208,20 @@ pub(crate) struct Counts {
     pub(crate) lent_flushes: u64,
     /// Locks the host took on the lent path.
     pub(crate) lent_locks: u64,
+    /// Puts the host's flush_local staged on the lent path.
+    pub(crate) staged_puts: u64,
     /// Fences every member found quiet, ended by the host's collective with no message
     /// ([`OscModule::fence_agreed`]).
     pub(crate) fences_by_collective: u64,
+    /// `MPI_Win_post`s and `MPI_Win_complete`s to members of this node carried by their
+    /// counters ([`crate::lockword::Page::post`]) instead of messages.
+    pub(crate) posts_by_counter: u64,
+    pub(crate) completes_by_counter: u64,
 }
 
 impl Counts {
     /// The counts under their profile names (`osc.rdma.*`), with `cma_calls` system calls.
-    fn named(&self, cma_calls: u64) -> [(&'static str, u64); 11] {
+    fn named(&self, cma_calls: u64) -> [(&'static str, u64); 14] {
         [
             ("osc.rdma.acc_slot_posted", self.acc_slot_posted),
             ("osc.rdma.acc_slot_served", self.acc_slot_served),
@@ -227,7 +233,10 @@ impl Counts {
             ("osc.rdma.cma_calls", cma_calls),
             ("osc.rdma.lent_flushes", self.lent_flushes),
             ("osc.rdma.lent_locks", self.lent_locks),
+            ("osc.rdma.staged_puts", self.staged_puts),
             ("osc.rdma.fences_by_collective", self.fences_by_collective),
+            ("osc.rdma.posts_by_counter", self.posts_by_counter),
+            ("osc.rdma.completes_by_counter", self.completes_by_counter),
         ]
     }
 }
@@ -411,11 +420,12 @@ impl RdmaModule {
     /// Fold the lent path's counts into this module's.
     fn lent_counts(&mut self) {
         if let Some(l) = &self.lent {
-            let [puts, gets, calls, flushes, locks] = l.take_counts();
+            let [puts, gets, calls, flushes, locks, staged] = l.take_counts();
             self.counts.cma_puts += puts;
             self.counts.cma_gets += gets;
             self.counts.lent_flushes += flushes;
             self.counts.lent_locks += locks;
+            self.counts.staged_puts += staged;
             self.cma_calls += calls;
         }
     }
@@ -1440,6 +1450,59 @@ impl RdmaModule {
         (Some(local), joined)
     }
 
+    /// Carry the posts and completes the engine just queued to members of this node by
+    /// their counters ([`Engine::send_counted`]): a complete only to a member no transfer
+    /// of this process's is queued or in flight to (the CMA queue moved before: see
+    /// `sync`), the others go as messages, behind the transfers. Then read this member's
+    /// own counters. Whether the synchronization may finish within its call (this member
+    /// maps objects, and nothing of it went as a message).
+    /// Not when the job's waits sleep (`mpi_wait_mode block`, as `auto` picks on an
+    /// oversubscribed node): a sleeping member wakes when a message rings its doorbell,
+    /// and a counter rings none (its wait would last the sleep's timeout).
+    fn pscw_counted(&mut self) -> bool {
+        if rmca_framework::progress::wait_mode_blocks() {
+            self.absorb_counts();
+            return false;
+        }
+        let me = self.me;
+        let (pages, track, todo, counts) = (&self.pages, &self.track, &self.todo, &mut self.counts);
+        self.engine.send_counted(|peer, kind| {
+            let Some(page) = pages.get(peer).and_then(Option::as_ref) else {
+                return false;
+            };
+            let (cell, n) = match kind {
+                Counted::Post => (page.post(me), &mut counts.posts_by_counter),
+                Counted::Complete => {
+                    if track.in_flight_to(peer) > 0 || todo.iter().any(|x| x.peer == peer) {
+                        return false;
+                    }
+                    (page.complete(me), &mut counts.completes_by_counter)
+                }
+            };
+            let Some(cell) = cell else {
+                return false;
+            };
+            // (Release: this process's stores, and its transfers to the member completed
+            // before, are seen by the member once it reads the count.)
+            cell.fetch_add(1, std::sync::atomic::Ordering::Release);
+            *n += 1;
+            true
+        });
+        self.absorb_counts();
+        self.lock_word.is_some() && self.engine.outbox().is_empty()
+    }
+
+    /// Add what this member's counters of posts and completes grew by to the engine's
+    /// ([`Engine::absorb_counts`]), when its epochs wait for any.
+    fn absorb_counts(&mut self) {
+        if let Some(own) = &self.lock_word {
+            if self.engine.counts_awaited() {
+                self.engine
+                    .absorb_counts(|t| own.posts(t), |o| own.completes(o));
+            }
+        }
+    }
+
     /// Hand the engine's messages to the tracker.
     fn take_outbox(&mut self) -> usize {
         let mut n = 0;
@@ -1459,10 +1522,28 @@ impl RdmaModule {
 
     fn release(&mut self, port: &mut dyn OscPort) -> usize {
         let (me, loopback) = (self.me, &mut self.loopback);
+        let (engine, pages, counts) = (&self.engine, &self.pages, &mut self.counts);
         self.track.release(|peer, m| {
             if peer == me {
                 loopback.push_back(m);
                 return;
+            }
+            // A complete that waited for this process's transfers to a member of the node
+            // goes by its counter, as `pscw_counted`'s do, when no message to it is still
+            // unapplied.
+            if matches!(m, Msg::Complete)
+                && engine.quiet(peer)
+                && !rmca_framework::progress::wait_mode_blocks()
+            {
+                if let Some(c) = pages
+                    .get(peer)
+                    .and_then(Option::as_ref)
+                    .and_then(|p| p.complete(me))
+                {
+                    c.fetch_add(1, std::sync::atomic::Ordering::Release);
+                    counts.completes_by_counter += 1;
+                    return;
+                }
             }
             if let Err(e) = port.send(peer, m.into_bytes()) {
                 // The PML reports a dead peer through its requests; nothing to retry here.
@@ -1789,6 +1870,20 @@ impl OscModule for RdmaModule {
 
     fn sync(&mut self, call: SyncCall) -> Result<(), OscError> {
         self.adopt_fast();
+        // A flush_local of a member CMA reaches that has operations of the epoch sent as
+        // messages unacknowledged (issued before its keys were known) is a flush: only the
+        // member's acknowledgement makes it quiet again, and then the lent path takes the
+        // epoch's flushes (after flush_locals alone it never would: OSU's `-s flush_local`).
+        let call = match call {
+            SyncCall::FlushLocal(Some(t))
+                if self.lent.is_some()
+                    && self.cma_pid.get(t).is_some_and(Option::is_some)
+                    && !self.engine.quiet(t) =>
+            {
+                SyncCall::Flush(Some(t))
+            }
+            c => c,
+        };
         let free = call == SyncCall::Free;
         let lock = matches!(call, SyncCall::Lock { .. } | SyncCall::LockAll { .. });
         // The lent path waits for this synchronization's end (`lent_flags`), and the epochs
@@ -1825,6 +1920,10 @@ impl OscModule for RdmaModule {
             _ => None,
         };
         let unlock_all = call == SyncCall::UnlockAll;
+        let pscw = matches!(
+            call,
+            SyncCall::Post(_) | SyncCall::Start(_) | SyncCall::Complete | SyncCall::Wait
+        );
         if let Err(e) = self.engine.sync(call) {
             // Refused, nothing changed: the lent path's flags as they were (the queue moved).
             self.lent_sync = (None, None);
@@ -1857,7 +1956,10 @@ impl OscModule for RdmaModule {
         }
         self.lent_sync = (one, fence);
         self.freeing = free;
-        self.quick = moved || lock || applied;
+        // Post and complete by the node's counters, start and wait seeing them: finished
+        // within the call when nothing went as a message and nothing is awaited.
+        let counted = pscw && self.pscw_counted();
+        self.quick = moved || lock || applied || counted;
         Ok(())
     }
 
@@ -1918,6 +2020,7 @@ impl OscModule for RdmaModule {
         {
             return None;
         }
+        self.absorb_counts();
         let r = self.engine.sync_done()?;
         // (Every operation of those epochs is complete at the target.)
         if let Some(l) = &self.lent {
@@ -1995,6 +2098,8 @@ impl OscModule for RdmaModule {
             }
             n += self.take_outbox();
         }
+        // Posts and completes of the node's members by counter.
+        self.absorb_counts();
         // (Not while every refused word's member has an epoch open: refused again.)
         if self.words_refused && self.words_adoptable() {
             self.adopt_words();
@@ -2306,6 +2411,79 @@ mod tests {
     const UNLOCK: u8 = 14;
     const LOCK_SHARED: u8 = 11;
     const LOCK_EXCL: u8 = 12;
+    const POST: u8 = 9;
+    const COMPLETE: u8 = 10;
+
+    /// Post/start/complete/wait among members of the node whose objects are mapped (ranks
+    /// 0 and 1) go by the objects' counters, with a member that has none (rank 2) by
+    /// messages, in one group: a complete behind a transfer in flight waits for it, then
+    /// goes by counter too; one with nothing in flight finishes within its call; the
+    /// target's wait ends only once every origin completed, with every put in its memory.
+    #[test]
+    fn posts_and_completes_between_members_of_the_node_go_by_counter() {
+        let mut s = Sim::build(3, 8, |r| r < 2);
+        let done = |s: &mut Sim, r: usize| {
+            s.run();
+            s.m[r].sync_done()
+        };
+        s.m[1].sync(SyncCall::Post(vec![0, 2])).unwrap();
+        assert_eq!(done(&mut s, 1), Some(Ok(())));
+        s.m[0].sync(SyncCall::Start(vec![1])).unwrap();
+        s.m[2].sync(SyncCall::Start(vec![1])).unwrap();
+        assert_eq!(done(&mut s, 0), Some(Ok(())));
+        assert_eq!(done(&mut s, 2), Some(Ok(())));
+        s.m[0]
+            .put(1, 0, &Layout::contiguous(2), vec![1, 2])
+            .unwrap();
+        s.m[2]
+            .put(1, 4, &Layout::contiguous(2), vec![3, 4])
+            .unwrap();
+        s.m[0].sync(SyncCall::Complete).unwrap();
+        s.m[2].sync(SyncCall::Complete).unwrap();
+        s.m[1].sync(SyncCall::Wait).unwrap();
+        assert_eq!(done(&mut s, 0), None, "its put is in flight");
+        assert_eq!(done(&mut s, 1), None);
+        assert!(!s.m[1].exposure_complete());
+        s.w.complete_all();
+        assert_eq!(done(&mut s, 0), Some(Ok(())));
+        assert_eq!(done(&mut s, 2), Some(Ok(())));
+        assert_eq!(done(&mut s, 1), Some(Ok(())));
+        assert_eq!(&s.mem[1][..6], [1, 2, 0, 0, 3, 4]);
+        assert!(!s.kinds_sent(1, 0).contains(&POST), "no post to rank 0");
+        assert!(s.kinds_sent(1, 2).contains(&POST));
+        assert!(!s.kinds_sent(0, 1).contains(&COMPLETE));
+        assert!(s.kinds_sent(2, 1).contains(&COMPLETE));
+        assert_eq!(s.m[1].counts.posts_by_counter, 1);
+        assert_eq!(s.m[0].counts.completes_by_counter, 1);
+        // Rank 0 exposes to rank 1 (and back), an empty epoch each way: every call ends
+        // within itself but the wait, whose complete comes later, and nothing is sent.
+        let mark = s.w.log.len();
+        for r in [0, 1] {
+            s.m[r].sync(SyncCall::Post(vec![1 - r])).unwrap();
+            assert_eq!(s.m[r].sync_done_now(), Some(Ok(())));
+        }
+        for r in [0, 1] {
+            s.m[r].sync(SyncCall::Start(vec![1 - r])).unwrap();
+            assert_eq!(s.m[r].sync_done_now(), Some(Ok(())));
+        }
+        s.m[0].sync(SyncCall::Complete).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), Some(Ok(())));
+        s.m[0].sync(SyncCall::Wait).unwrap();
+        assert_eq!(s.m[0].sync_done_now(), None, "rank 1 has not completed");
+        s.m[1].sync(SyncCall::Complete).unwrap();
+        assert_eq!(s.m[1].sync_done_now(), Some(Ok(())));
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        s.m[1].sync(SyncCall::Wait).unwrap();
+        assert_eq!(s.m[1].sync_done_now(), Some(Ok(())));
+        assert_eq!(s.w.log.len(), mark, "no message");
+        assert_eq!(s.m[0].counts.completes_by_counter, 2);
+        assert_eq!(s.m[0].counts.posts_by_counter, 1);
+        // Misuse is refused as before.
+        assert!(matches!(
+            s.m[0].sync(SyncCall::Complete),
+            Err(OscError::Sync(_))
+        ));
+    }
 
     #[test]
     fn a_lock_on_a_member_of_the_node_is_an_atomic_and_its_unlock_waits_for_the_transfers() {
@@ -3130,6 +3308,71 @@ mod tests {
         assert!(!p.put(1, 0, lent), "closed to it");
         assert_eq!(s2.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
         drop(s);
+    }
+
+    /// A put sent as a message (at most `osc_rdma_small_limit` bytes) in a passive epoch of
+    /// a member CMA reaches stays unacknowledged: a flush_local of that member is then a
+    /// flush, after which the member is quiet and the lent path takes the epoch's flushes
+    /// again (after flush_locals alone it never would).
+    #[test]
+    fn a_flush_local_with_messages_unacknowledged_is_a_flush() {
+        let mut s = cma_sim(2, 16);
+        s.m[0].small_limit = 4;
+        let lock = SyncCall::Lock {
+            kind: LockKind::Shared,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        s.m[0]
+            .put(1, 0, &Layout::contiguous(4), vec![1, 2, 3, 4])
+            .unwrap();
+        assert!(!s.m[0].engine.quiet(1), "sent as a message");
+        assert_eq!(s.sync(0, SyncCall::FlushLocal(Some(1))), Some(Ok(())));
+        assert!(s.m[0].engine.quiet(1), "acknowledged: a flush");
+        assert_eq!(&s.mem[1][..4], [1, 2, 3, 4]);
+        let p = s.m[0].lent_path().unwrap();
+        let origin = vec![7u8; 8];
+        // SAFETY: `origin` outlives the module's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        assert!(
+            p.put(1, 8, lent) && p.flush_local(1),
+            "the lent path's again"
+        );
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
+        assert_eq!(&s.mem[1][8..16], [7; 8]);
+    }
+
+    /// Puts the host's flush_local staged (`crate::cma::Lent`'s stage) to a target CMA turns
+    /// out not to reach: the module's flush sends the staged bytes by the BTLs, those the
+    /// program wrote before its flush_local, not its buffer overwritten since.
+    #[test]
+    fn staged_puts_go_by_the_btls_with_their_staged_bytes_where_cma_does_not_reach() {
+        let mut s = cma_sim(2, 16);
+        s.m[0].cma_pid[1] = Some(i32::MAX as u32);
+        let lock = SyncCall::Lock {
+            kind: LockKind::Shared,
+            target: 1,
+            nocheck: false,
+        };
+        assert_eq!(s.sync(0, lock), Some(Ok(())));
+        let p = s.m[0].lent_path().unwrap();
+        let mut origin = vec![3u8, 4, 5, 6];
+        // SAFETY: `origin` outlives the module's use of it.
+        let lent = unsafe { UserBuf::from_slice(&origin) };
+        assert!(p.put(1, 0, lent.slice(0, 2)) && p.flush_local(1));
+        assert!(p.put(1, 4, lent.slice(2, 2)) && p.flush_local(1));
+        origin.fill(9);
+        s.m[0].sync(SyncCall::Flush(Some(1))).unwrap();
+        s.run();
+        assert_eq!(s.w.xfers.len(), 2, "by the BTL, one per piece");
+        s.w.complete_all();
+        s.run();
+        assert_eq!(s.m[0].sync_done(), Some(Ok(())));
+        assert_eq!(&s.mem[1][..6], [3, 4, 0, 0, 5, 6]);
+        s.m[0].lent_counts();
+        assert_eq!(s.m[0].counts.staged_puts, 2);
+        assert_eq!(s.sync(0, SyncCall::Unlock(1)), Some(Ok(())));
     }
 
     /// The lent path's locks (the C library's `MPI_Win_lock`/`MPI_Win_unlock` of a member

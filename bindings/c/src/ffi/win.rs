@@ -2601,14 +2601,15 @@ pub unsafe extern "C" fn MPI_Win_unlock_all(win: Handle) -> c_int {
 ///   check, then a memory fence;
 /// - on a window with a lent path (osc-rdma), one target: what the path queued moved by
 ///   its CMA call, when the module has nothing else outstanding
-///   ([`LentPath::flush`]); every [`rmca::window::QUICK_PASS_EVERY`]th such flush runs a
-///   progress pass after it ([`lent_flush_progress`]).
+///   ([`LentPath::flush`]; `local`, [`LentPath::flush_local`]: small puts copied aside
+///   instead, moved by a later flush); every [`rmca::window::QUICK_PASS_EVERY`]th such
+///   flush runs a progress pass after it ([`lent_flush_progress`]).
 ///
 /// False sends the call down the general path (another module, results waiting to land,
 /// no passive-target epoch, `MPI_PROC_NULL`, a rank outside the group, a window that is
 /// not one, or the library not running), which checks again and raises the error.
 #[inline(always)]
-fn flush_direct(win: Handle, rank: Option<c_int>) -> bool {
+fn flush_direct(win: Handle, rank: Option<c_int>, local: bool) -> bool {
     let t = match rank.map(usize::try_from) {
         Some(Ok(t)) => Some(t),
         Some(Err(_)) => return false,
@@ -2641,7 +2642,9 @@ fn flush_direct(win: Handle, rank: Option<c_int>) -> bool {
                 std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
                 return true;
             }
-            // Complete at the target once the CMA call returned: local or not alike.
+            // Complete at the target once the CMA call returned; local: at the origin once
+            // the puts are staged.
+            (None, Some(l), Some(t)) if local => l.flush_local(t),
             (None, Some(l), Some(t)) => l.flush(t),
             _ => false,
         }
@@ -2682,7 +2685,7 @@ fn lent_flush_progress(win: Handle) {
 /// `MPI_Win_flush`: the operations on `rank` complete at the target.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
-    if flush_direct(win, Some(rank)) {
+    if flush_direct(win, Some(rank), false) {
         return MPI_SUCCESS;
     }
     if let Some(rc) = sync_quick("MPI_Win_flush", rank, win, |t| SyncCall::Flush(Some(t))) {
@@ -2696,7 +2699,7 @@ pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: Handle) -> c_int {
 /// `MPI_Win_flush_all`.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
-    if flush_direct(win, None) {
+    if flush_direct(win, None, false) {
         return MPI_SUCCESS;
     }
     call_win("MPI_Win_flush_all", win, || {
@@ -2707,7 +2710,7 @@ pub unsafe extern "C" fn MPI_Win_flush_all(win: Handle) -> c_int {
 /// `MPI_Win_flush_local`: the operations on `rank` complete at the origin.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int {
-    if flush_direct(win, Some(rank)) {
+    if flush_direct(win, Some(rank), true) {
         return MPI_SUCCESS;
     }
     if let Some(rc) = sync_quick("MPI_Win_flush_local", rank, win, |t| {
@@ -2723,7 +2726,7 @@ pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: Handle) -> c_int 
 /// `MPI_Win_flush_local_all`.
 #[export]
 pub unsafe extern "C" fn MPI_Win_flush_local_all(win: Handle) -> c_int {
-    if flush_direct(win, None) {
+    if flush_direct(win, None, true) {
         return MPI_SUCCESS;
     }
     call_win("MPI_Win_flush_local_all", win, || {
