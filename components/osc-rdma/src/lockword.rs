@@ -254,22 +254,19 @@ impl Own {
     /// How many times window rank `from` posted to this member (0 for ranks above
     /// [`PSCW_MAX`], which post by message).
     pub fn posts(&self, from: usize) -> u64 {
-        if from < PSCW_MAX {
-            self.map
-                .atomic_u64(POSTS + from * 8)
-                .load(Ordering::Acquire)
-        } else {
-            0
-        }
+        self.count(POSTS, from)
     }
 
     /// How many access epochs window rank `from` completed to this member, as
     /// [`Own::posts`].
     pub fn completes(&self, from: usize) -> u64 {
+        self.count(COMPLETES, from)
+    }
+
+    /// The counter of window rank `from` in the array at `at` (0 above [`PSCW_MAX`]).
+    fn count(&self, at: usize, from: usize) -> u64 {
         if from < PSCW_MAX {
-            self.map
-                .atomic_u64(COMPLETES + from * 8)
-                .load(Ordering::Acquire)
+            self.map.atomic_u64(at + from * 8).load(Ordering::Acquire)
         } else {
             0
         }

@@ -1467,26 +1467,9 @@ impl RdmaModule {
         let me = self.me;
         let (pages, track, todo, counts) = (&self.pages, &self.track, &self.todo, &mut self.counts);
         self.engine.send_counted(|peer, kind| {
-            let Some(page) = pages.get(peer).and_then(Option::as_ref) else {
-                return false;
-            };
-            let (cell, n) = match kind {
-                Counted::Post => (page.post(me), &mut counts.posts_by_counter),
-                Counted::Complete => {
-                    if track.in_flight_to(peer) > 0 || todo.iter().any(|x| x.peer == peer) {
-                        return false;
-                    }
-                    (page.complete(me), &mut counts.completes_by_counter)
-                }
-            };
-            let Some(cell) = cell else {
-                return false;
-            };
-            // (Release: this process's stores, and its transfers to the member completed
-            // before, are seen by the member once it reads the count.)
-            cell.fetch_add(1, std::sync::atomic::Ordering::Release);
-            *n += 1;
-            true
+            let behind_transfers = kind == Counted::Complete
+                && (track.in_flight_to(peer) > 0 || todo.iter().any(|x| x.peer == peer));
+            !behind_transfers && add_counted(pages, counts, me, peer, kind)
         });
         self.absorb_counts();
         self.lock_word.is_some() && self.engine.outbox().is_empty()
@@ -1534,16 +1517,9 @@ impl RdmaModule {
             if matches!(m, Msg::Complete)
                 && engine.quiet(peer)
                 && !rmca_framework::progress::wait_mode_blocks()
+                && add_counted(pages, counts, me, peer, Counted::Complete)
             {
-                if let Some(c) = pages
-                    .get(peer)
-                    .and_then(Option::as_ref)
-                    .and_then(|p| p.complete(me))
-                {
-                    c.fetch_add(1, std::sync::atomic::Ordering::Release);
-                    counts.completes_by_counter += 1;
-                    return;
-                }
+                return;
             }
             if let Err(e) = port.send(peer, m.into_bytes()) {
                 // The PML reports a dead peer through its requests; nothing to retry here.
@@ -1584,6 +1560,33 @@ fn check_put_len(origin: usize, runs: &[(i64, u64)]) -> Result<(), OscError> {
         )));
     }
     Ok(())
+}
+
+/// Add one to `peer`'s counter of `kind` by window rank `me` in `peer`'s shared object, and
+/// count it: false, nothing done, when this process maps no object of `peer`'s or `me` has
+/// no counter there (above [`crate::lockword::PSCW_MAX`]).
+fn add_counted(
+    pages: &[Option<crate::lockword::Page>],
+    counts: &mut Counts,
+    me: usize,
+    peer: usize,
+    kind: Counted,
+) -> bool {
+    let Some(page) = pages.get(peer).and_then(Option::as_ref) else {
+        return false;
+    };
+    let (cell, n) = match kind {
+        Counted::Post => (page.post(me), &mut counts.posts_by_counter),
+        Counted::Complete => (page.complete(me), &mut counts.completes_by_counter),
+    };
+    let Some(cell) = cell else {
+        return false;
+    };
+    // (Release: this process's stores, and its transfers to the member completed before,
+    // are seen by the member once it reads the count.)
+    cell.fetch_add(1, std::sync::atomic::Ordering::Release);
+    *n += 1;
+    true
 }
 
 impl OscModule for RdmaModule {
